@@ -1,0 +1,9 @@
+/* commands.h — the CLI's subcommands; each returns the process exit code. */
+#ifndef MP_CLI_COMMANDS_H
+#define MP_CLI_COMMANDS_H
+
+#include "mixprec.h"
+
+int cmd_train(int argc, char **argv);
+
+#endif

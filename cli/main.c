@@ -1,0 +1,29 @@
+/* main.c — the `mixprec` command: dispatch to subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mixprec <command> [options]\n\n"
+            "Mixed-precision training of neural networks (fp32/fp16/bf16) on CPUs and GPUs.\n\n"
+            "commands:\n"
+            "  train     train a model (bare `mixprec train` trains the default CNN on Fashion-MNIST)\n"
+            "  version   print the version\n\n"
+            "`mixprec <command> --help` describes each command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("mixprec %s\n", MP_VERSION_STRING);
+        return 0;
+    }
+    fprintf(stderr, "mixprec: unknown command '%s' (try `mixprec --help`)\n", argv[1]);
+    return 2;
+}

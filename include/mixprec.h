@@ -1,0 +1,163 @@
+/* mixprec.h — public C API of libmixprec: mixed-precision training of CNNs.
+ *
+ * Objects are opaque handles with create/destroy pairs; options are structs
+ * passed with designated initializers; every fallible call returns mp_status
+ * and leaves a readable message in mp_last_error(). */
+#ifndef MIXPREC_H
+#define MIXPREC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MP_VERSION_STRING "0.1.0"
+
+/* ---- status and errors -------------------------------------------------- */
+typedef enum {
+    MP_OK = 0,
+    MP_ERR_INVALID_ARG,  /* a bad option or argument */
+    MP_ERR_IO,           /* a file could not be opened/read/written */
+    MP_ERR_FORMAT,       /* a file is corrupt or not of the expected format */
+    MP_ERR_SHAPE,        /* impossible shapes */
+    MP_ERR_NOMEM,        /* out of memory */
+    MP_ERR_NONFINITE,    /* NaN or inf where finite numbers are required */
+    MP_ERR_UNSUPPORTED,  /* valid request this build/machine cannot do */
+    MP_ERR_INTERNAL,     /* a library (oneDNN, zlib, ...) failed */
+} mp_status;
+
+/* Message describing the last error on this thread ("" if none). */
+const char *mp_last_error(void);
+const char *mp_status_name(mp_status s);
+
+/* ---- dtypes and storage types ------------------------------------------- */
+typedef enum {
+    MP_DTYPE_F32 = 0,
+    MP_DTYPE_F16,
+    MP_DTYPE_BF16,
+    MP_DTYPE_F64,
+    MP_DTYPE_I32, /* labels */
+    MP_DTYPE_COUNT
+} mp_dtype;
+
+typedef struct { uint16_t bits; } mp_f16;
+typedef struct { uint16_t bits; } mp_bf16;
+
+const char *mp_dtype_name(mp_dtype t);
+size_t mp_dtype_size(mp_dtype t);
+
+/* Scalar conversions, round-to-nearest-even, IEEE NaN/inf/subnormal rules. */
+mp_f16 mp_f32_to_f16(float x);
+float mp_f16_to_f32(mp_f16 h);
+mp_bf16 mp_f32_to_bf16(float x);
+float mp_bf16_to_f32(mp_bf16 b);
+/* Array conversions: vectorized (F16C, AVX-512 BF16, AVX2) when the CPU has
+ * it, chosen at run time; bit-identical to the scalar functions. */
+void mp_convert_f32_to_f16(const float *src, mp_f16 *dst, size_t n);
+void mp_convert_f16_to_f32(const mp_f16 *src, float *dst, size_t n);
+void mp_convert_f32_to_bf16(const float *src, mp_bf16 *dst, size_t n);
+void mp_convert_bf16_to_f32(const mp_bf16 *src, float *dst, size_t n);
+
+/* ---- graph construction ------------------------------------------------- */
+typedef struct mp_graph mp_graph;
+typedef int mp_node; /* index of a node in its graph; negative = error */
+
+mp_graph *mp_graph_create(void);
+void mp_graph_destroy(mp_graph *g);
+/* The first error met while building (construction calls return -1 then). */
+mp_status mp_graph_status(const mp_graph *g);
+
+/* Image input: per-sample shape (C, H, W); the batch size is chosen when a
+ * plan is compiled. Label input: one int32 class index per sample. */
+mp_node mp_graph_input(mp_graph *g, const char *name, int c, int h, int w);
+mp_node mp_graph_labels(mp_graph *g, const char *name);
+/* Dense target input (e.g. 0/1 for BCE): per-sample shape (features). */
+mp_node mp_graph_targets(mp_graph *g, const char *name, int features);
+
+typedef struct {
+    int out_channels;
+    int kernel;       /* square kernel */
+    int stride;       /* 0 -> 1 */
+    int padding;
+    int dilation;     /* 0 -> 1 */
+    int groups;       /* 0 -> 1; = in_channels for depthwise */
+    int output_padding; /* transposed conv only */
+    bool bias;
+} mp_conv_opts;
+mp_node mp_conv2d(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);
+mp_node mp_conv_transpose2d(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);
+
+typedef struct {
+    float momentum; /* running-stat update weight, 0 -> 0.1 (PyTorch) */
+    float eps;      /* 0 -> 1e-5 */
+} mp_batchnorm_opts;
+mp_node mp_batchnorm2d(mp_graph *g, const char *name, mp_node x, mp_batchnorm_opts o);
+
+typedef struct {
+    int kernel;
+    int stride;  /* 0 -> kernel */
+    int padding;
+} mp_pool_opts;
+mp_node mp_maxpool2d(mp_graph *g, const char *name, mp_node x, mp_pool_opts o);
+mp_node mp_avgpool2d(mp_graph *g, const char *name, mp_node x, mp_pool_opts o);
+mp_node mp_global_avgpool(mp_graph *g, const char *name, mp_node x);
+
+typedef struct {
+    int out_features;
+    bool bias;
+} mp_linear_opts;
+mp_node mp_linear(mp_graph *g, const char *name, mp_node x, mp_linear_opts o);
+
+mp_node mp_relu(mp_graph *g, const char *name, mp_node x);
+mp_node mp_leaky_relu(mp_graph *g, const char *name, mp_node x, float slope);
+mp_node mp_tanh(mp_graph *g, const char *name, mp_node x);
+mp_node mp_sigmoid(mp_graph *g, const char *name, mp_node x);
+mp_node mp_add(mp_graph *g, const char *name, mp_node a, mp_node b);
+/* Concatenate along channels (axis 1) for 4-D, features for 2-D. */
+mp_node mp_concat(mp_graph *g, const char *name, const mp_node *xs, int n);
+/* Per-sample reshape; total size must be kept. flatten = reshape to (C*H*W). */
+mp_node mp_reshape(mp_graph *g, const char *name, mp_node x, int c, int h, int w);
+mp_node mp_flatten(mp_graph *g, const char *name, mp_node x);
+mp_node mp_dropout(mp_graph *g, const char *name, mp_node x, float p);
+/* Losses: mean over the batch, computed in fp32 whatever the policy. */
+mp_node mp_softmax_cross_entropy(mp_graph *g, const char *name, mp_node logits, mp_node labels);
+mp_node mp_bce_with_logits(mp_graph *g, const char *name, mp_node logits, mp_node targets);
+
+int mp_graph_node_count(const mp_graph *g);
+mp_node mp_graph_find(const mp_graph *g, const char *name);
+const char *mp_graph_node_name(const mp_graph *g, mp_node n);
+const char *mp_graph_node_op(const mp_graph *g, mp_node n);
+/* Number of trainable parameters (elements). */
+int64_t mp_graph_param_count(const mp_graph *g);
+
+/* ---- compiled plans ----------------------------------------------------- */
+typedef struct mp_plan mp_plan;
+typedef struct {
+    int batch;          /* samples per step */
+    bool training;      /* keep activations for backward, batch statistics */
+    mp_node loss;       /* node whose gradient seeds backward (training) */
+    bool use_onednn;    /* heavy ops through oneDNN when built with it (default on) */
+    bool reference;     /* force the plain-C reference kernels */
+    uint64_t seed;      /* parameter init and dropout */
+} mp_plan_opts;
+
+mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);
+void mp_plan_destroy(mp_plan *p);
+/* Copy a batch in. data: (batch, C, H, W) f32; labels: batch int32. */
+mp_status mp_plan_set_input(mp_plan *p, mp_node input, const float *data, size_t n);
+mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n);
+mp_status mp_plan_forward(mp_plan *p);
+/* Backward from opts.loss with d(loss) = seed (1 without loss scaling). */
+mp_status mp_plan_backward(mp_plan *p, float seed);
+/* Read a node's output as f32 (converted); n is the element count. */
+mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
+size_t mp_plan_numel(const mp_plan *p, mp_node node);
+size_t mp_plan_arena_bytes(const mp_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_H */

@@ -1,0 +1,74 @@
+/* activation.c — relu, leaky relu, tanh, sigmoid: shape rules and dispatch.
+ * Pointwise and memory-bound, so the reference kernels are the fast path. */
+#include <math.h>
+
+#include "ops/op.h"
+
+#define REAL float
+#define FN(name) name##_f32
+#include "activation_ref.inc"
+#undef REAL
+#undef FN
+#define REAL double
+#define FN(name) name##_f64
+#include "activation_ref.inc"
+#undef REAL
+#undef FN
+
+static mp_status pointwise_infer(const mp_op_desc *d, mp_op_info *info) {
+    if (info->n_in != 1) return mp_op_shape_error(d, info, "takes exactly one input");
+    info->out = info->in[0];
+    return MP_OK;
+}
+
+#define N_OF(c) mp_tensor_numel(&(c)->out)
+
+static mp_status relu_forward(const mp_op_call *c) {
+    MP_REAL_CALL(c->out.dtype, relu_fwd, c->in[0].data, c->out.data, N_OF(c));
+    return MP_OK;
+}
+static mp_status relu_backward(const mp_op_call *c) {
+    if (c->d_in[0].data)
+        MP_REAL_CALL(c->out.dtype, relu_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
+    return MP_OK;
+}
+
+static mp_status leaky_forward(const mp_op_call *c) {
+    float s = c->desc->attr.slope;
+    MP_REAL_CALL(c->out.dtype, leaky_relu_fwd, c->in[0].data, c->out.data, N_OF(c), s);
+    return MP_OK;
+}
+static mp_status leaky_backward(const mp_op_call *c) {
+    float s = c->desc->attr.slope;
+    if (c->d_in[0].data)
+        MP_REAL_CALL(c->out.dtype, leaky_relu_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data,
+                     N_OF(c), s);
+    return MP_OK;
+}
+
+static mp_status tanh_forward(const mp_op_call *c) {
+    MP_REAL_CALL(c->out.dtype, tanh_fwd, c->in[0].data, c->out.data, N_OF(c));
+    return MP_OK;
+}
+static mp_status tanh_backward(const mp_op_call *c) {
+    if (c->d_in[0].data)
+        MP_REAL_CALL(c->out.dtype, tanh_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
+    return MP_OK;
+}
+
+static mp_status sigmoid_forward(const mp_op_call *c) {
+    MP_REAL_CALL(c->out.dtype, sigmoid_fwd, c->in[0].data, c->out.data, N_OF(c));
+    return MP_OK;
+}
+static mp_status sigmoid_backward(const mp_op_call *c) {
+    if (c->d_in[0].data)
+        MP_REAL_CALL(c->out.dtype, sigmoid_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
+    return MP_OK;
+}
+
+const mp_op_vtable mp_op_relu_vt = {"relu", pointwise_infer, NULL, NULL, relu_forward, relu_backward};
+const mp_op_vtable mp_op_leaky_relu_vt = {"leaky_relu", pointwise_infer, NULL, NULL, leaky_forward,
+                                          leaky_backward};
+const mp_op_vtable mp_op_tanh_vt = {"tanh", pointwise_infer, NULL, NULL, tanh_forward, tanh_backward};
+const mp_op_vtable mp_op_sigmoid_vt = {"sigmoid", pointwise_infer, NULL, NULL, sigmoid_forward,
+                                       sigmoid_backward};

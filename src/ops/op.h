@@ -1,0 +1,152 @@
+/* op.h — the op table. Every op is a hand-written forward/backward pair behind
+ * this interface; the graph executor, the gradient checker and (later) the
+ * CUDA backend all drive ops through it.
+ *
+ * Contract for an op:
+ *  - infer() validates the attributes against the input shapes (already filled
+ *    in info->in[]), sets the output shape, the parameter specs and the bytes it
+ *    needs kept from forward to backward (saved) and as scratch (workspace).
+ *    Errors name the op kind, the node name, the shapes and the attribute.
+ *  - prepare() (optional) builds library primitives (oneDNN) for these exact
+ *    shapes once, before any step runs; it may raise info->workspace_bytes.
+ *  - forward()/backward() never allocate. backward() OVERWRITES every
+ *    gradient it is given (d_in[i].data / d_param[i].data non-NULL); the
+ *    executor accumulates when a tensor has several consumers.
+ *  - Every tensor of one call has the same real dtype (F32 or F64), except
+ *    labels (I32). F64 is used by the gradient checker with impl = REF.
+ */
+#ifndef MP_OPS_OP_H
+#define MP_OPS_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+#define MP_MAX_INPUTS 8
+#define MP_MAX_PARAMS 4
+
+typedef enum {
+    MP_OP_INPUT = 0,   /* image/feature input (no compute) */
+    MP_OP_LABELS,      /* int32 class labels (no compute) */
+    MP_OP_TARGETS,     /* dense float targets (no compute) */
+    MP_OP_CONV2D,
+    MP_OP_CONV_TRANSPOSE2D,
+    MP_OP_BATCHNORM2D,
+    MP_OP_RELU,
+    MP_OP_LEAKY_RELU,
+    MP_OP_TANH,
+    MP_OP_SIGMOID,
+    MP_OP_MAXPOOL2D,
+    MP_OP_AVGPOOL2D,
+    MP_OP_GLOBAL_AVGPOOL,
+    MP_OP_LINEAR,
+    MP_OP_ADD,
+    MP_OP_CONCAT,
+    MP_OP_RESHAPE,
+    MP_OP_DROPOUT,
+    MP_OP_SOFTMAX_CE,
+    MP_OP_BCE_LOGITS,
+    MP_OP_COUNT
+} mp_op_kind;
+
+/* Attributes; which member is valid depends on the kind. Zero fields already
+ * replaced by their defaults (stride 1, groups 1, ...) at graph build time. */
+typedef union {
+    mp_conv_opts conv;        /* CONV2D, CONV_TRANSPOSE2D */
+    mp_batchnorm_opts bn;     /* BATCHNORM2D */
+    mp_pool_opts pool;        /* MAXPOOL2D, AVGPOOL2D */
+    mp_linear_opts linear;    /* LINEAR */
+    float slope;              /* LEAKY_RELU */
+    float p;                  /* DROPOUT: probability of zeroing */
+    mp_shape reshape;         /* RESHAPE: per-sample shape, dims[0] unused */
+} mp_op_attr;
+
+typedef struct {
+    mp_op_kind kind;
+    const char *name; /* node name, for messages */
+    mp_op_attr attr;
+} mp_op_desc;
+
+typedef enum {
+    MP_INIT_ZERO = 0,
+    MP_INIT_ONE,
+    MP_INIT_HE_NORMAL,     /* N(0, 2/fan_in): conv/linear weights feeding ReLUs */
+    MP_INIT_UNIFORM_FAN_IN /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): biases */
+} mp_param_init;
+
+typedef struct {
+    const char *name;  /* "weight", "bias", "running_mean", "running_var" */
+    mp_shape shape;
+    bool trainable;    /* false: a buffer (BN running stats), no gradient */
+    mp_param_init init;
+    int fan_in;
+} mp_param_spec;
+
+typedef struct {
+    int n_in;
+    mp_shape in[MP_MAX_INPUTS];   /* filled by the caller */
+    mp_dtype in_dtype[MP_MAX_INPUTS];
+    mp_shape out;                 /* filled by infer */
+    int n_params;
+    mp_param_spec params[MP_MAX_PARAMS];
+    size_t saved_bytes;     /* forward -> backward (masks, argmax, mean/invstd) */
+    size_t workspace_bytes; /* scratch within one forward or backward call */
+} mp_op_info;
+
+typedef enum { MP_IMPL_REF = 0, MP_IMPL_ONEDNN } mp_impl;
+
+typedef struct {
+    const mp_op_desc *desc;
+    const mp_op_info *info;
+    void *state;            /* from prepare(), or NULL */
+    mp_impl impl;
+    bool training;          /* batch statistics, dropout active */
+    uint64_t seed;          /* dropout: differs per node and per step */
+    int n_in;
+    mp_tensor in[MP_MAX_INPUTS];
+    mp_tensor out;
+    mp_tensor param[MP_MAX_PARAMS];   /* same order as info->params */
+    /* backward only: */
+    mp_tensor d_out;                  /* for loss ops: shape (1), the seed */
+    mp_tensor d_in[MP_MAX_INPUTS];    /* data NULL = not needed */
+    mp_tensor d_param[MP_MAX_PARAMS]; /* data NULL = not needed (or buffer) */
+    void *saved;            /* info->saved_bytes, aligned to 64 */
+    void *workspace;        /* info->workspace_bytes, aligned to 64 */
+} mp_op_call;
+
+typedef struct {
+    const char *name; /* "conv2d", ... */
+    mp_status (*infer)(const mp_op_desc *d, mp_op_info *info);
+    /* Optional. state is released with release(). */
+    mp_status (*prepare)(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, mp_impl impl,
+                         bool training, void **state);
+    void (*release)(void *state);
+    mp_status (*forward)(const mp_op_call *c);
+    mp_status (*backward)(const mp_op_call *c);
+} mp_op_vtable;
+
+const mp_op_vtable *mp_op_lookup(mp_op_kind k);
+
+/* The vtables, one per op file. */
+extern const mp_op_vtable mp_op_input_vt, mp_op_labels_vt, mp_op_targets_vt;
+extern const mp_op_vtable mp_op_conv2d_vt, mp_op_conv_transpose2d_vt, mp_op_batchnorm2d_vt;
+extern const mp_op_vtable mp_op_relu_vt, mp_op_leaky_relu_vt, mp_op_tanh_vt, mp_op_sigmoid_vt;
+extern const mp_op_vtable mp_op_maxpool2d_vt, mp_op_avgpool2d_vt, mp_op_global_avgpool_vt;
+extern const mp_op_vtable mp_op_linear_vt, mp_op_add_vt, mp_op_concat_vt, mp_op_reshape_vt;
+extern const mp_op_vtable mp_op_dropout_vt, mp_op_softmax_ce_vt, mp_op_bce_logits_vt;
+
+/* Helpers for op files. */
+mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const char *what);
+/* True when oneDNN is compiled in. */
+bool mp_onednn_available(void);
+
+#define MP_ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+/* Dispatch a templated kernel on the call's real dtype:
+ *   MP_REAL_CALL(c->out.dtype, relu_fwd, args...) -> relu_fwd_f32 / relu_fwd_f64 */
+#define MP_REAL_CALL(dt, fn, ...) \
+    ((dt) == MP_DTYPE_F64 ? fn##_f64(__VA_ARGS__) : fn##_f32(__VA_ARGS__))
+
+#endif

@@ -1,0 +1,67 @@
+/* op_table.c — kind -> vtable, and helpers shared by op files. */
+#include <stdio.h>
+
+#include "ops/op.h"
+
+/* DEVELOPMENT ONLY: weak until every op file has landed (removed after). */
+#pragma weak mp_op_conv2d_vt
+#pragma weak mp_op_conv_transpose2d_vt
+#pragma weak mp_op_batchnorm2d_vt
+#pragma weak mp_op_maxpool2d_vt
+#pragma weak mp_op_avgpool2d_vt
+#pragma weak mp_op_global_avgpool_vt
+#pragma weak mp_op_linear_vt
+#pragma weak mp_op_add_vt
+#pragma weak mp_op_concat_vt
+#pragma weak mp_op_reshape_vt
+#pragma weak mp_op_dropout_vt
+#pragma weak mp_op_softmax_ce_vt
+#pragma weak mp_op_bce_logits_vt
+
+const mp_op_vtable *mp_op_lookup(mp_op_kind k) {
+    switch (k) {
+    case MP_OP_INPUT: return &mp_op_input_vt;
+    case MP_OP_LABELS: return &mp_op_labels_vt;
+    case MP_OP_TARGETS: return &mp_op_targets_vt;
+    case MP_OP_CONV2D: return &mp_op_conv2d_vt;
+    case MP_OP_CONV_TRANSPOSE2D: return &mp_op_conv_transpose2d_vt;
+    case MP_OP_BATCHNORM2D: return &mp_op_batchnorm2d_vt;
+    case MP_OP_RELU: return &mp_op_relu_vt;
+    case MP_OP_LEAKY_RELU: return &mp_op_leaky_relu_vt;
+    case MP_OP_TANH: return &mp_op_tanh_vt;
+    case MP_OP_SIGMOID: return &mp_op_sigmoid_vt;
+    case MP_OP_MAXPOOL2D: return &mp_op_maxpool2d_vt;
+    case MP_OP_AVGPOOL2D: return &mp_op_avgpool2d_vt;
+    case MP_OP_GLOBAL_AVGPOOL: return &mp_op_global_avgpool_vt;
+    case MP_OP_LINEAR: return &mp_op_linear_vt;
+    case MP_OP_ADD: return &mp_op_add_vt;
+    case MP_OP_CONCAT: return &mp_op_concat_vt;
+    case MP_OP_RESHAPE: return &mp_op_reshape_vt;
+    case MP_OP_DROPOUT: return &mp_op_dropout_vt;
+    case MP_OP_SOFTMAX_CE: return &mp_op_softmax_ce_vt;
+    case MP_OP_BCE_LOGITS: return &mp_op_bce_logits_vt;
+    case MP_OP_COUNT: break;
+    }
+    return NULL;
+}
+
+mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const char *what) {
+    char buf[256];
+    size_t k = 0;
+    for (int i = 0; i < info->n_in && k < sizeof buf; i++) {
+        char s[64];
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", i ? ", " : "",
+                              mp_shape_str(&info->in[i], s, sizeof s));
+    }
+    if (info->n_in == 0) snprintf(buf, sizeof buf, "none");
+    return mp_error(MP_ERR_SHAPE, "%s '%s': %s (input shapes %s)", mp_op_lookup(d->kind)->name,
+                    d->name ? d->name : "?", what, buf);
+}
+
+bool mp_onednn_available(void) {
+#ifdef MP_HAVE_ONEDNN
+    return true;
+#else
+    return false;
+#endif
+}
