@@ -1,0 +1,114 @@
+/* dataset.c — dataset lifetime, finite check, per-channel statistics,
+ * subsets, and the small helpers the file loaders share. */
+#include "data/dataset.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/error.h"
+
+void mp_dataset_free(mp_dataset *d) {
+    if (!d) return;
+    free(d->images);
+    free(d->labels);
+    memset(d, 0, sizeof *d);
+}
+
+void mp_dataset_set_source(mp_dataset *d, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(d->source, sizeof d->source, fmt, ap);
+    va_end(ap);
+    if (len >= (int)sizeof d->source) /* mark the cut */
+        memcpy(d->source + sizeof d->source - 4, "...", 4);
+}
+
+mp_status mp_dataset_set_classes(mp_dataset *d, const char *path) {
+    int32_t max = -1;
+    for (int i = 0; i < d->n; i++) {
+        int32_t l = d->labels[i];
+        if (l < 0 || l >= MP_DATASET_MAX_CLASSES)
+            return mp_error(MP_ERR_FORMAT, "%s: label %d of sample %d is out of range [0, %d)", path,
+                            (int)l, i, MP_DATASET_MAX_CLASSES);
+        if (l > max) max = l;
+    }
+    d->classes = (int)max + 1;
+    return MP_OK;
+}
+
+mp_status mp_data_check_file(const char *path, const char *hint) {
+    struct stat st;
+    const char *sep = hint ? " " : "", *h = hint ? hint : "";
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return mp_error(MP_ERR_IO, "%s: not found%s%s", path, sep, h);
+        return mp_error(MP_ERR_IO, "%s: cannot access: %s%s%s", path, strerror(errno), sep, h);
+    }
+    if (S_ISDIR(st.st_mode)) return mp_error(MP_ERR_IO, "%s: is a directory, expected a file", path);
+    if (!S_ISREG(st.st_mode)) return mp_error(MP_ERR_IO, "%s: not a regular file", path);
+    return MP_OK;
+}
+
+mp_status mp_dataset_check_finite(const mp_dataset *d) {
+    size_t per = (size_t)d->c * d->h * d->w;
+    for (int i = 0; i < d->n; i++) {
+        const float *x = d->images + (size_t)i * per; // (c, h, w)
+        for (size_t k = 0; k < per; k++) {
+            if (isfinite(x[k])) continue;
+            int ch = (int)(k / ((size_t)d->h * d->w)), rest = (int)(k % ((size_t)d->h * d->w));
+            return mp_error(MP_ERR_NONFINITE,
+                            "%s: sample %d has a non-finite pixel (%s at channel %d, row %d, column %d)",
+                            d->source, i, isnan(x[k]) ? "NaN" : (x[k] > 0 ? "+inf" : "-inf"), ch,
+                            rest / d->w, rest % d->w);
+        }
+    }
+    return MP_OK;
+}
+
+void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std) {
+    size_t hw = (size_t)d->h * d->w;
+    double count = (double)d->n * (double)hw;
+    for (int ch = 0; ch < d->c; ch++) {
+        double s = 0;
+        for (int i = 0; i < d->n; i++) {
+            const float *x = d->images + ((size_t)i * d->c + ch) * hw; // (h, w)
+            for (size_t k = 0; k < hw; k++) s += x[k];
+        }
+        double m = count > 0 ? s / count : 0;
+        double v = 0;
+        for (int i = 0; i < d->n; i++) {
+            const float *x = d->images + ((size_t)i * d->c + ch) * hw;
+            for (size_t k = 0; k < hw; k++) v += (x[k] - m) * (x[k] - m);
+        }
+        mean[ch] = (float)m;
+        std[ch] = count > 0 ? (float)sqrt(v / count) : 0.0f;
+    }
+}
+
+mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out) {
+    memset(out, 0, sizeof *out);
+    if (n < 1 || n > d->n)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: subset of %d samples requested, the dataset has %d",
+                        d->source, n, d->n);
+    size_t per = (size_t)d->c * d->h * d->w;
+    out->images = malloc((size_t)n * per * sizeof(float));
+    out->labels = malloc((size_t)n * sizeof(int32_t));
+    if (!out->images || !out->labels) {
+        mp_dataset_free(out);
+        return mp_error(MP_ERR_NOMEM, "%s: out of memory for a subset of %d samples", d->source, n);
+    }
+    memcpy(out->images, d->images, (size_t)n * per * sizeof(float));
+    memcpy(out->labels, d->labels, (size_t)n * sizeof(int32_t));
+    out->n = n;
+    out->c = d->c;
+    out->h = d->h;
+    out->w = d->w;
+    out->classes = d->classes;
+    mp_dataset_set_source(out, "%s [first %d]", d->source, n);
+    return MP_OK;
+}

@@ -1,0 +1,73 @@
+/* dataset.h — in-memory image classification datasets: IDX (MNIST-style,
+ * optionally gzip), CIFAR-10 binary batches and a deterministic synthetic
+ * generator, plus finite checks, per-channel statistics and subsets.
+ *
+ * Every loader fills a zeroed mp_dataset on success; on failure it leaves
+ * *out zeroed (nothing to free) and mp_last_error() names the file and what
+ * is wrong. mp_dataset_free() is safe on a zeroed or freed dataset. */
+#ifndef MP_DATA_DATASET_H
+#define MP_DATA_DATASET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mixprec.h"
+
+/* Largest class count accepted anywhere (labels must lie in [0, this)). */
+#define MP_DATASET_MAX_CLASSES 1000
+
+typedef struct {
+    int n, c, h, w;   /* samples and per-sample shape */
+    int classes;      /* labels lie in [0, classes) */
+    float *images;    // (n, c, h, w); uint8 sources scaled by 1/255, others as stored
+    int32_t *labels;  // (n)
+    char source[256]; /* where it came from (a path or a description), for messages */
+} mp_dataset;
+
+/* IDX files (yann.lecun.com MNIST format), gzip-compressed or not: images are
+ * 3-D (n, h, w) of any IDX element type (c = 1); labels are 1-D integers.
+ * classes = max label + 1. source = images_path. */
+mp_status mp_dataset_load_idx(const char *images_path, const char *labels_path, mp_dataset *out);
+
+/* Fashion-MNIST from dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. */
+mp_status mp_dataset_load_fashion_mnist(const char *dir, bool train, mp_dataset *out);
+
+/* CIFAR-10 binary version from dir (or dir/cifar-10-batches-bin):
+ * data_batch_1..5.bin (train) or test_batch.bin; records of 1 label byte +
+ * 3x32x32 channel-major pixels. */
+mp_status mp_dataset_load_cifar10(const char *dir, bool train, mp_dataset *out);
+
+/* Deterministic learnable data: each class has a smooth per-channel pattern,
+ * samples add near-Gaussian noise (clamped to [0, 1]). Sample i depends only on
+ * (seed, i), so a smaller n gives a prefix of a larger one; labels are balanced
+ * within every block of `classes` consecutive samples. */
+mp_status mp_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed,
+                               mp_dataset *out);
+
+void mp_dataset_free(mp_dataset *d);
+
+/* MP_ERR_NONFINITE naming d->source and the first sample with NaN/inf. */
+mp_status mp_dataset_check_finite(const mp_dataset *d);
+
+/* Per-channel mean and (population) standard deviation over all samples;
+ * mean and std each hold d->c floats. */
+void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std);
+
+/* Copy of the first n samples (1 <= n <= d->n); classes is kept from d. */
+mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out);
+
+/* ---- helpers shared by the loaders in src/data (not for other callers) ---- */
+
+/* Set d->source from a printf format (truncated to fit). */
+void mp_dataset_set_source(mp_dataset *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Check labels lie in [0, MP_DATASET_MAX_CLASSES) and set d->classes to max + 1;
+ * errors (MP_ERR_FORMAT) name `path` and the first bad sample. */
+mp_status mp_dataset_set_classes(mp_dataset *d, const char *path);
+
+/* MP_OK if `path` is an existing regular file; otherwise an MP_ERR_IO message
+ * ("<path>: not found" / "is a directory" / strerror) followed by `hint`
+ * (may be NULL), and that status. */
+mp_status mp_data_check_file(const char *path, const char *hint);
+
+#endif

@@ -1,0 +1,262 @@
+/* loader.c — the batch loader: one worker thread fills a ring of LOADER_SLOTS
+ * batch buffers in epoch order while the caller consumes them.
+ *
+ * Protocol (all counters under mu): the worker may fill batch `produced` when
+ * produced - released < LOADER_SLOTS, i.e. its slot is not the one the caller
+ * still reads. mp_loader_next releases the previous batch, waits for
+ * produced > consumed and hands out slot consumed % LOADER_SLOTS. Restarting
+ * an epoch bumps `gen`, waits for a fill in progress to finish (its result is
+ * dropped) and resets the counters. */
+#include "data/loader.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+#define LOADER_SLOTS 3
+#define LOADER_KEY_PERM 0x5045524D5554ull
+#define LOADER_KEY_AUG 0x4155474D454Eull
+
+struct mp_loader {
+    const mp_dataset *d;
+    mp_loader_opts o;
+    float *mean, *std; // (C) each, NULL = none
+    size_t per;        /* floats per sample */
+    int batches;
+    int32_t *perm;     // (N) sample order of the current epoch
+    float *img[LOADER_SLOTS];   // (batch, C, H, W) each
+    int32_t *lab[LOADER_SLOTS]; // (batch) each
+    int count[LOADER_SLOTS];    /* valid samples per slot */
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int epoch;
+    uint64_t gen;
+    bool active, stop, busy;
+    int produced, consumed, released;
+};
+
+/* One sample: crop (from a zero-padded image) and flip chosen by an RNG
+ * keyed on (seed, epoch, sample index), then per-channel normalization. */
+static void loader_sample(const mp_loader *l, int idx, float *dst) {
+    const mp_dataset *d = l->d;
+    const float *src = d->images + (size_t)idx * l->per; // (C, H, W)
+    int C = d->c, H = d->h, W = d->w, P = l->o.crop_pad;
+    int dy = 0, dx = 0;
+    bool flip = false;
+    if (P > 0 || l->o.hflip) {
+        mp_rng r;
+        uint64_t ekey = mp_hash64(l->o.seed ^ LOADER_KEY_AUG, (uint64_t)l->epoch);
+        mp_rng_seed(&r, mp_hash64(ekey, (uint64_t)idx));
+        if (P > 0) {
+            dy = (int)mp_rng_below(&r, 2 * (uint64_t)P + 1) - P;
+            dx = (int)mp_rng_below(&r, 2 * (uint64_t)P + 1) - P;
+        }
+        if (l->o.hflip) flip = mp_rng_below(&r, 2) != 0;
+    }
+    if (dy == 0 && dx == 0 && !flip && !l->mean && !l->std) {
+        memcpy(dst, src, l->per * sizeof(float));
+        return;
+    }
+    /* out[y][x] = in[y + dy][x' + dx], x' = flip ? W-1-x : x; 0 outside;
+     * then (v - mean) / std. Valid columns: no flip x + dx in [0, W);
+     * flip W-1-x+dx in [0, W). */
+    int x0 = flip ? (dx > 0 ? dx : 0) : (dx < 0 ? -dx : 0);
+    int x1 = flip ? (dx < 0 ? W + dx : W) : (dx > 0 ? W - dx : W);
+    for (int c = 0; c < C; c++) {
+        float m = l->mean ? l->mean[c] : 0.0f, sd = l->std ? l->std[c] : 1.0f;
+        float zero = (0.0f - m) / sd;
+        for (int y = 0; y < H; y++) {
+            float *o = dst + ((size_t)c * H + y) * W;
+            int sy = y + dy;
+            if (sy < 0 || sy >= H) {
+                for (int x = 0; x < W; x++) o[x] = zero;
+                continue;
+            }
+            const float *s = src + ((size_t)c * H + sy) * W;
+            for (int x = 0; x < x0; x++) o[x] = zero;
+            if (flip)
+                for (int x = x0; x < x1; x++) o[x] = (s[W - 1 - x + dx] - m) / sd;
+            else
+                for (int x = x0; x < x1; x++) o[x] = (s[x + dx] - m) / sd;
+            for (int x = x1 > x0 ? x1 : x0; x < W; x++) o[x] = zero;
+        }
+    }
+}
+
+static void loader_fill(mp_loader *l, int b, int slot) {
+    int B = l->o.batch, start = b * B, k = l->d->n - start < B ? l->d->n - start : B;
+    for (int j = 0; j < k; j++) {
+        int idx = l->perm[start + j];
+        loader_sample(l, idx, l->img[slot] + (size_t)j * l->per);
+        l->lab[slot][j] = l->d->labels[idx];
+    }
+    if (k < B) {
+        memset(l->img[slot] + (size_t)k * l->per, 0, (size_t)(B - k) * l->per * sizeof(float));
+        memset(l->lab[slot] + k, 0, (size_t)(B - k) * sizeof(int32_t));
+    }
+    l->count[slot] = k;
+}
+
+static void *loader_worker(void *arg) {
+    mp_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        if (!l->active || l->produced >= l->batches || l->produced - l->released >= LOADER_SLOTS) {
+            pthread_cond_wait(&l->cv, &l->mu);
+            continue;
+        }
+        int b = l->produced;
+        uint64_t gen = l->gen;
+        l->busy = true;
+        pthread_mutex_unlock(&l->mu);
+        loader_fill(l, b, b % LOADER_SLOTS);
+        pthread_mutex_lock(&l->mu);
+        l->busy = false;
+        if (gen == l->gen) l->produced++;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void loader_free(mp_loader *l) {
+    free(l->mean);
+    free(l->std);
+    free(l->perm);
+    for (int s = 0; s < LOADER_SLOTS; s++) {
+        free(l->img[s]);
+        free(l->lab[s]);
+    }
+    free(l);
+}
+
+mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **out) {
+    *out = NULL;
+    if (!d || d->n < 1 || !d->images || !d->labels)
+        return mp_error(MP_ERR_INVALID_ARG, "loader: the dataset %s is empty", d ? d->source : "(null)");
+    if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "loader: batch %d must be positive (%s)", o.batch, d->source);
+    if (o.batch > d->n)
+        return mp_error(MP_ERR_INVALID_ARG, "loader: batch %d is larger than the dataset (%d samples in %s)", o.batch,
+                        d->n, d->source);
+    if (o.crop_pad < 0 || o.crop_pad > d->h || o.crop_pad > d->w)
+        return mp_error(MP_ERR_INVALID_ARG, "loader: crop_pad %d must lie in [0, %d] for %dx%d images (%s)",
+                        o.crop_pad, d->h < d->w ? d->h : d->w, d->h, d->w, d->source);
+    for (int c = 0; c < d->c; c++) {
+        if (o.mean && !isfinite(o.mean[c]))
+            return mp_error(MP_ERR_INVALID_ARG, "loader: normalization mean[%d] = %g is not finite", c, o.mean[c]);
+        if (o.std && !(isfinite(o.std[c]) && o.std[c] > 0))
+            return mp_error(MP_ERR_INVALID_ARG, "loader: normalization std[%d] = %g must be positive and finite", c,
+                            o.std[c]);
+    }
+    mp_loader *l = calloc(1, sizeof *l);
+    if (!l) return mp_error(MP_ERR_NOMEM, "loader: out of memory");
+    l->d = d;
+    l->o = o;
+    l->per = (size_t)d->c * d->h * d->w;
+    l->batches = o.drop_last ? d->n / o.batch : (d->n + o.batch - 1) / o.batch;
+    bool ok = (l->perm = malloc((size_t)d->n * sizeof(int32_t))) != NULL;
+    if (o.mean) ok = ok && (l->mean = malloc((size_t)d->c * sizeof(float))) != NULL;
+    if (o.std) ok = ok && (l->std = malloc((size_t)d->c * sizeof(float))) != NULL;
+    for (int s = 0; s < LOADER_SLOTS && ok; s++) {
+        ok = (l->img[s] = malloc((size_t)o.batch * l->per * sizeof(float))) != NULL &&
+             (l->lab[s] = malloc((size_t)o.batch * sizeof(int32_t))) != NULL;
+    }
+    if (!ok) {
+        loader_free(l);
+        return mp_error(MP_ERR_NOMEM, "loader: out of memory for %d x %d batches of %d samples (%s)", LOADER_SLOTS,
+                        o.batch, o.batch, d->source);
+    }
+    if (o.mean) memcpy(l->mean, o.mean, (size_t)d->c * sizeof(float));
+    if (o.std) memcpy(l->std, o.std, (size_t)d->c * sizeof(float));
+    l->o.mean = l->o.std = NULL; /* the copies above are used */
+    if (pthread_mutex_init(&l->mu, NULL) != 0) {
+        loader_free(l);
+        return mp_error(MP_ERR_INTERNAL, "loader: pthread_mutex_init failed");
+    }
+    if (pthread_cond_init(&l->cv, NULL) != 0) {
+        pthread_mutex_destroy(&l->mu);
+        loader_free(l);
+        return mp_error(MP_ERR_INTERNAL, "loader: pthread_cond_init failed");
+    }
+    if (pthread_create(&l->thread, NULL, loader_worker, l) != 0) {
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->mu);
+        loader_free(l);
+        return mp_error(MP_ERR_INTERNAL, "loader: cannot start the loader thread");
+    }
+    *out = l;
+    return MP_OK;
+}
+
+int mp_loader_batches(const mp_loader *l) { return l->batches; }
+
+mp_status mp_loader_start_epoch(mp_loader *l, int epoch) {
+    if (epoch < 0) return mp_error(MP_ERR_INVALID_ARG, "loader: epoch %d must be >= 0", epoch);
+    pthread_mutex_lock(&l->mu);
+    l->active = false;
+    l->gen++;
+    while (l->busy) pthread_cond_wait(&l->cv, &l->mu);
+    /* The worker is idle now and stays so until active is set again. */
+    int n = l->d->n;
+    for (int i = 0; i < n; i++) l->perm[i] = i;
+    if (l->o.shuffle) {
+        mp_rng r;
+        mp_rng_seed(&r, mp_hash64(l->o.seed ^ LOADER_KEY_PERM, (uint64_t)epoch));
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)mp_rng_below(&r, (uint64_t)i + 1);
+            int32_t t = l->perm[i];
+            l->perm[i] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+    l->epoch = epoch;
+    l->produced = l->consumed = l->released = 0;
+    l->active = true;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    return MP_OK;
+}
+
+mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n) {
+    *images = NULL;
+    *labels = NULL;
+    *n = 0;
+    pthread_mutex_lock(&l->mu);
+    if (!l->active) {
+        pthread_mutex_unlock(&l->mu);
+        return mp_error(MP_ERR_INVALID_ARG, "loader: mp_loader_next called before mp_loader_start_epoch (%s)",
+                        l->d->source);
+    }
+    l->released = l->consumed; /* the previous batch is no longer read */
+    pthread_cond_broadcast(&l->cv);
+    if (l->consumed >= l->batches) {
+        pthread_mutex_unlock(&l->mu);
+        return MP_OK;
+    }
+    while (l->produced <= l->consumed) pthread_cond_wait(&l->cv, &l->mu);
+    int slot = l->consumed % LOADER_SLOTS;
+    *images = l->img[slot];
+    *labels = l->lab[slot];
+    *n = l->count[slot];
+    l->consumed++;
+    pthread_mutex_unlock(&l->mu);
+    return MP_OK;
+}
+
+void mp_loader_destroy(mp_loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    loader_free(l);
+}
