@@ -1,0 +1,45 @@
+/* add.c — elementwise sum of two tensors of identical shape (residual add).
+ * Backward hands d_out unchanged to both inputs. */
+#include <stdio.h>
+
+#include "ops/op.h"
+
+#include "copy_par.inc"
+
+#define REAL float
+#define FN(name) name##_f32
+#include "add_ref.inc"
+#undef REAL
+#undef FN
+#define REAL double
+#define FN(name) name##_f64
+#include "add_ref.inc"
+#undef REAL
+#undef FN
+
+static mp_status add_infer(const mp_op_desc *d, mp_op_info *info) {
+    if (info->n_in != 2) return mp_op_shape_error(d, info, "takes exactly two inputs");
+    if (!mp_shape_equal(&info->in[0], &info->in[1])) {
+        char a[64], b[64];
+        return mp_error(MP_ERR_SHAPE, "add '%s': input shapes %s and %s differ (add needs identical shapes)",
+                        d->name ? d->name : "?", mp_shape_str(&info->in[0], a, sizeof a),
+                        mp_shape_str(&info->in[1], b, sizeof b));
+    }
+    info->out = info->in[0];
+    return MP_OK;
+}
+
+static mp_status add_forward(const mp_op_call *c) {
+    MP_REAL_CALL(c->out.dtype, add_fwd, c->in[0].data, c->in[1].data, c->out.data,
+                 mp_tensor_numel(&c->out));
+    return MP_OK;
+}
+
+static mp_status add_backward(const mp_op_call *c) {
+    size_t bytes = (size_t)mp_tensor_numel(&c->d_out) * mp_dtype_size(c->d_out.dtype);
+    for (int i = 0; i < 2; i++)
+        if (c->d_in[i].data) copy_par(c->d_in[i].data, c->d_out.data, bytes);
+    return MP_OK;
+}
+
+const mp_op_vtable mp_op_add_vt = {"add", add_infer, NULL, NULL, add_forward, add_backward};
