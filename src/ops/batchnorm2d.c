@@ -1,0 +1,127 @@
+/* batchnorm2d.c — batch normalization over the channels of (N, C, H, W)
+ * inputs (and of (N, C) inputs, as BatchNorm1d), with PyTorch's semantics:
+ * batch statistics and a momentum update of the running statistics in
+ * training, running statistics in inference. Shape rules, parameters and
+ * dispatch between the reference kernels and the oneDNN fast path (f32). */
+#include <math.h>
+#include <stdio.h>
+
+#include "ops/batchnorm2d_onednn.h"
+#include "ops/op.h"
+
+#define REAL float
+#define FN(name) name##_f32
+#include "batchnorm2d_ref.inc"
+#undef REAL
+#undef FN
+#define REAL double
+#define FN(name) name##_f64
+#include "batchnorm2d_ref.inc"
+#undef REAL
+#undef FN
+
+enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
+
+static int64_t spatial(const mp_shape *s) { return s->ndim == 4 ? (int64_t)s->dims[2] * s->dims[3] : 1; }
+
+static mp_status bn_infer(const mp_op_desc *d, mp_op_info *info) {
+    if (info->n_in != 1) return mp_op_shape_error(d, info, "takes exactly one input");
+    const mp_shape *x = &info->in[0];
+    if (x->ndim != 4 && x->ndim != 2) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "expects an (N, C, H, W) or (N, C) input, got %d-D", x->ndim);
+        return mp_op_shape_error(d, info, msg);
+    }
+    const mp_batchnorm_opts *o = &d->attr.bn;
+    if (!(o->eps > 0) || !(o->momentum >= 0 && o->momentum <= 1))
+        return mp_error(MP_ERR_INVALID_ARG,
+                        "batchnorm2d '%s': need eps > 0 and 0 <= momentum <= 1 (got eps %g, momentum %g)",
+                        d->name ? d->name : "?", (double)o->eps, (double)o->momentum);
+    int C = x->dims[1];
+    mp_shape c1 = mp_shape1(C);
+    info->out = *x;
+    info->n_params = 4;
+    info->params[P_WEIGHT] = (mp_param_spec){"weight", c1, true, MP_INIT_ONE, 0};
+    info->params[P_BIAS] = (mp_param_spec){"bias", c1, true, MP_INIT_ZERO, 0};
+    info->params[P_RUNNING_MEAN] = (mp_param_spec){"running_mean", c1, false, MP_INIT_ZERO, 0};
+    info->params[P_RUNNING_VAR] = (mp_param_spec){"running_var", c1, false, MP_INIT_ONE, 0};
+    info->saved_bytes = mp_bn_saved_bytes(C);
+    info->workspace_bytes = 0;
+    return MP_OK;
+}
+
+/* The unbiased variance needs two values per channel (PyTorch refuses too). */
+static mp_status check_batch(const mp_op_desc *d, const mp_shape *x) {
+    if ((int64_t)x->dims[0] * spatial(x) >= 2) return MP_OK;
+    char s[64];
+    return mp_error(MP_ERR_SHAPE, "batchnorm2d '%s': training needs more than one value per channel (input %s)",
+                    d->name ? d->name : "?", mp_shape_str(x, s, sizeof s));
+}
+
+static mp_status bn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, mp_impl impl, bool training,
+                            void **state) {
+    *state = NULL;
+    if (training) MP_TRY(check_batch(d, &info->in[0]));
+#ifdef MP_HAVE_ONEDNN
+    if (impl == MP_IMPL_ONEDNN && dt == MP_DTYPE_F32) {
+        mp_bn_dnnl *s = NULL;
+        MP_TRY(mp_bn_dnnl_create(d, info, training, &s));
+        *state = s;
+    }
+#else
+    (void)dt, (void)impl;
+#endif
+    return MP_OK;
+}
+
+static void bn_release(void *state) {
+#ifdef MP_HAVE_ONEDNN
+    mp_bn_dnnl_destroy(state);
+#else
+    (void)state;
+#endif
+}
+
+#ifdef MP_HAVE_ONEDNN
+/* True when this call runs through oneDNN primitives built for its mode. */
+static bool use_dnnl(const mp_op_call *c) {
+    return c->state && c->impl == MP_IMPL_ONEDNN && c->out.dtype == MP_DTYPE_F32 &&
+           mp_bn_dnnl_training(c->state) == c->training;
+}
+#endif
+
+static mp_status bn_forward(const mp_op_call *c) {
+    const mp_shape *xs = &c->in[0].shape;
+    if (c->training) MP_TRY(check_batch(c->desc, xs));
+#ifdef MP_HAVE_ONEDNN
+    if (use_dnnl(c)) return mp_bn_dnnl_forward(c->state, c);
+#endif
+    int N = xs->dims[0], C = xs->dims[1];
+    int64_t HW = spatial(xs);
+    double eps = c->desc->attr.bn.eps, mom = c->desc->attr.bn.momentum;
+    const mp_tensor *p = c->param;
+    if (c->training)
+        MP_REAL_CALL(c->out.dtype, bn_fwd_train, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+                     p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, mp_bn_saved_mean(c->saved),
+                     mp_bn_saved_invstd(c->saved, C), N, C, HW, eps, mom);
+    else
+        MP_REAL_CALL(c->out.dtype, bn_fwd_eval, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+                     p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, HW, eps);
+    return MP_OK;
+}
+
+static mp_status bn_backward(const mp_op_call *c) {
+#ifdef MP_HAVE_ONEDNN
+    if (use_dnnl(c) && c->training && c->d_in[0].data) return mp_bn_dnnl_backward(c->state, c);
+#endif
+    const mp_shape *xs = &c->in[0].shape;
+    int N = xs->dims[0], C = xs->dims[1];
+    const mp_tensor *p = c->param;
+    MP_REAL_CALL(c->out.dtype, bn_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data, p[P_WEIGHT].data,
+                 c->d_param[P_WEIGHT].data, c->d_param[P_BIAS].data, c->training, mp_bn_saved_mean(c->saved),
+                 mp_bn_saved_invstd(c->saved, C), p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, spatial(xs),
+                 (double)c->desc->attr.bn.eps);
+    return MP_OK;
+}
+
+const mp_op_vtable mp_op_batchnorm2d_vt = {"batchnorm2d", bn_infer, bn_prepare, bn_release, bn_forward, bn_backward};

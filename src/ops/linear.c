@@ -1,0 +1,103 @@
+/* linear.c — fully connected layer y = x W^T + b on (N, F) inputs: shape
+ * rules, parameters and dispatch between the reference kernels and the
+ * oneDNN inner_product fast path (f32). */
+#include <stdio.h>
+
+#include "ops/linear_onednn.h"
+#include "ops/op.h"
+
+#define REAL float
+#define FN(name) name##_f32
+#include "linear_ref.inc"
+#undef REAL
+#undef FN
+#define REAL double
+#define FN(name) name##_f64
+#include "linear_ref.inc"
+#undef REAL
+#undef FN
+
+static mp_status linear_infer(const mp_op_desc *d, mp_op_info *info) {
+    if (info->n_in != 1) return mp_op_shape_error(d, info, "takes exactly one input");
+    const mp_shape *x = &info->in[0];
+    if (x->ndim != 2) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "expects a 2-D (N, features) input, got %d-D%s", x->ndim,
+                 x->ndim == 4 ? "; flatten it first (mp_flatten) or use global average pooling" : "");
+        return mp_op_shape_error(d, info, msg);
+    }
+    int F = x->dims[1], O = d->attr.linear.out_features;
+    if (O < 1)
+        return mp_error(MP_ERR_INVALID_ARG, "linear '%s': out_features must be >= 1 (got %d)",
+                        d->name ? d->name : "?", O);
+    info->out = mp_shape2(x->dims[0], O);
+    info->n_params = 0;
+    info->params[info->n_params++] = (mp_param_spec){
+        .name = "weight", .shape = mp_shape2(O, F), .trainable = true, .init = MP_INIT_HE_NORMAL, .fan_in = F};
+    if (d->attr.linear.bias)
+        info->params[info->n_params++] = (mp_param_spec){
+            .name = "bias", .shape = mp_shape1(O), .trainable = true, .init = MP_INIT_UNIFORM_FAN_IN, .fan_in = F};
+    info->saved_bytes = 0;
+    info->workspace_bytes = 0;
+    return MP_OK;
+}
+
+static mp_status linear_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, mp_impl impl,
+                                bool training, void **state) {
+    *state = NULL;
+#ifdef MP_HAVE_ONEDNN
+    if (impl == MP_IMPL_ONEDNN && dt == MP_DTYPE_F32) {
+        mp_linear_dnnl *s = NULL;
+        MP_TRY(mp_linear_dnnl_create(d, info, training, &s));
+        *state = s;
+    }
+#else
+    (void)d, (void)info, (void)dt, (void)impl, (void)training;
+#endif
+    return MP_OK;
+}
+
+static void linear_release(void *state) {
+#ifdef MP_HAVE_ONEDNN
+    mp_linear_dnnl_destroy(state);
+#else
+    (void)state;
+#endif
+}
+
+#ifdef MP_HAVE_ONEDNN
+/* True when this call runs through oneDNN primitives built by prepare(). */
+static bool use_dnnl(const mp_op_call *c) {
+    return c->state && c->impl == MP_IMPL_ONEDNN && c->out.dtype == MP_DTYPE_F32;
+}
+#endif
+
+static mp_status linear_forward(const mp_op_call *c) {
+#ifdef MP_HAVE_ONEDNN
+    if (use_dnnl(c)) return mp_linear_dnnl_forward(c->state, c);
+#endif
+    const mp_shape *xs = &c->in[0].shape;
+    int N = xs->dims[0], F = xs->dims[1], O = c->out.shape.dims[1];
+    const void *b = c->desc->attr.linear.bias ? c->param[1].data : NULL;
+    MP_REAL_CALL(c->out.dtype, linear_fwd, c->in[0].data, c->param[0].data, b, c->out.data, N, F, O);
+    return MP_OK;
+}
+
+static mp_status linear_backward(const mp_op_call *c) {
+#ifdef MP_HAVE_ONEDNN
+    if (use_dnnl(c) && mp_linear_dnnl_has_backward(c->state)) return mp_linear_dnnl_backward(c->state, c);
+#endif
+    const mp_shape *xs = &c->in[0].shape;
+    int N = xs->dims[0], F = xs->dims[1], O = c->out.shape.dims[1];
+    void *db = c->desc->attr.linear.bias ? c->d_param[1].data : NULL;
+    if (c->d_in[0].data)
+        MP_REAL_CALL(c->out.dtype, linear_bwd_data, c->d_out.data, c->param[0].data, c->d_in[0].data, N, F, O);
+    if (c->d_param[0].data || db)
+        MP_REAL_CALL(c->out.dtype, linear_bwd_weights, c->in[0].data, c->d_out.data, c->d_param[0].data, db,
+                     N, F, O);
+    return MP_OK;
+}
+
+const mp_op_vtable mp_op_linear_vt = {"linear", linear_infer, linear_prepare, linear_release, linear_forward,
+                                      linear_backward};

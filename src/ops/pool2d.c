@@ -1,0 +1,134 @@
+/* pool2d.c — 2-D max and average pooling on (N, C, H, W) with PyTorch's
+ * rules (floor output size, padding at most half the kernel, max pads with
+ * -inf, average counts the padding): shape rules and dispatch between the
+ * reference kernels and the oneDNN pooling_v2 fast path (f32). */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/op.h"
+#include "ops/pool2d_onednn.h"
+
+#define REAL float
+#define FN(name) name##_f32
+#include "pool2d_ref.inc"
+#undef REAL
+#undef FN
+#define REAL double
+#define FN(name) name##_f64
+#include "pool2d_ref.inc"
+#undef REAL
+#undef FN
+
+static mp_status pool_attr_error(const mp_op_desc *d, const mp_op_info *info, const char *what) {
+    char s[64];
+    const mp_pool_opts *o = &d->attr.pool;
+    return mp_error(MP_ERR_INVALID_ARG, "%s '%s': %s (kernel %d, stride %d, padding %d; input shape %s)",
+                    mp_op_lookup(d->kind)->name, d->name ? d->name : "?", what, o->kernel, o->stride, o->padding,
+                    mp_shape_str(&info->in[0], s, sizeof s));
+}
+
+static mp_status pool_infer(const mp_op_desc *d, mp_op_info *info) {
+    if (info->n_in != 1) return mp_op_shape_error(d, info, "takes exactly one input");
+    const mp_shape *x = &info->in[0];
+    char msg[160];
+    if (x->ndim != 4) {
+        snprintf(msg, sizeof msg, "expects an (N, C, H, W) input, got %d-D", x->ndim);
+        return mp_op_shape_error(d, info, msg);
+    }
+    int k = d->attr.pool.kernel, s = d->attr.pool.stride, p = d->attr.pool.padding;
+    if (k < 1 || s < 1 || p < 0) return pool_attr_error(d, info, "kernel and stride must be >= 1, padding >= 0");
+    if (p > k / 2) return pool_attr_error(d, info, "padding must be at most half the kernel (as in PyTorch)");
+    int H = x->dims[2], W = x->dims[3];
+    if (H + 2 * p < k || W + 2 * p < k) {
+        snprintf(msg, sizeof msg, "kernel %d is larger than the padded input %dx%d (padding %d)", k, H + 2 * p,
+                 W + 2 * p, p);
+        return mp_op_shape_error(d, info, msg);
+    }
+    info->out = mp_shape4(x->dims[0], x->dims[1], (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1);
+    info->n_params = 0;
+    /* max: the argmax (int32 index in the input plane) of every output */
+    info->saved_bytes = d->kind == MP_OP_MAXPOOL2D ? (size_t)mp_shape_numel(&info->out) * sizeof(int32_t) : 0;
+    info->workspace_bytes = 0;
+    return MP_OK;
+}
+
+static mp_status pool_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, mp_impl impl, bool training,
+                              void **state) {
+    *state = NULL;
+#ifdef MP_HAVE_ONEDNN
+    if (impl == MP_IMPL_ONEDNN && dt == MP_DTYPE_F32) {
+        mp_pool_dnnl *s = NULL;
+        MP_TRY(mp_pool_dnnl_create(d, info, training, &s));
+        *state = s;
+    }
+#else
+    (void)d, (void)info, (void)dt, (void)impl, (void)training;
+#endif
+    return MP_OK;
+}
+
+static void pool_release(void *state) {
+#ifdef MP_HAVE_ONEDNN
+    mp_pool_dnnl_destroy(state);
+#else
+    (void)state;
+#endif
+}
+
+#ifdef MP_HAVE_ONEDNN
+/* True when this call runs through oneDNN primitives built by prepare(). */
+static bool use_dnnl(const mp_op_call *c) {
+    return c->state && c->impl == MP_IMPL_ONEDNN && c->out.dtype == MP_DTYPE_F32;
+}
+#endif
+
+typedef struct {
+    int64_t planes;
+    int H, W, OH, OW, k, s, p;
+} pool_geom;
+
+static pool_geom geom_of(const mp_op_call *c) {
+    const mp_shape *x = &c->in[0].shape, *y = &c->out.shape;
+    const mp_pool_opts *o = &c->desc->attr.pool;
+    return (pool_geom){(int64_t)x->dims[0] * x->dims[1], x->dims[2], x->dims[3], y->dims[2], y->dims[3],
+                       o->kernel, o->stride, o->padding};
+}
+
+static mp_status pool_forward(const mp_op_call *c) {
+#ifdef MP_HAVE_ONEDNN
+    if (use_dnnl(c)) return mp_pool_dnnl_forward(c->state, c);
+#endif
+    pool_geom g = geom_of(c);
+    if (c->desc->kind == MP_OP_MAXPOOL2D)
+        MP_REAL_CALL(c->out.dtype, maxpool_fwd, c->in[0].data, c->out.data, c->saved, g.planes, g.H, g.W, g.OH, g.OW,
+                     g.k, g.s, g.p);
+    else
+        MP_REAL_CALL(c->out.dtype, avgpool_fwd, c->in[0].data, c->out.data, g.planes, g.H, g.W, g.OH, g.OW, g.k,
+                     g.s, g.p);
+    return MP_OK;
+}
+
+static mp_status pool_backward(const mp_op_call *c) {
+    if (!c->d_in[0].data) return MP_OK;
+#ifdef MP_HAVE_ONEDNN
+    if (use_dnnl(c)) {
+        if (mp_pool_dnnl_has_backward(c->state)) return mp_pool_dnnl_backward(c->state, c);
+        if (c->desc->kind == MP_OP_MAXPOOL2D) /* the inference forward kept no argmax */
+            return mp_error(MP_ERR_INVALID_ARG, "maxpool2d '%s': backward on a node prepared for inference",
+                            c->desc->name);
+    }
+#endif
+    pool_geom g = geom_of(c);
+    if (c->desc->kind == MP_OP_MAXPOOL2D)
+        MP_REAL_CALL(c->out.dtype, maxpool_bwd, c->d_out.data, c->saved, c->d_in[0].data, g.planes, g.H, g.W, g.OH,
+                     g.OW);
+    else
+        MP_REAL_CALL(c->out.dtype, avgpool_bwd, c->d_out.data, c->d_in[0].data, g.planes, g.H, g.W, g.OH, g.OW, g.k,
+                     g.s, g.p);
+    return MP_OK;
+}
+
+const mp_op_vtable mp_op_maxpool2d_vt = {"maxpool2d", pool_infer, pool_prepare, pool_release, pool_forward,
+                                         pool_backward};
+const mp_op_vtable mp_op_avgpool2d_vt = {"avgpool2d", pool_infer, pool_prepare, pool_release, pool_forward,
+                                         pool_backward};
