@@ -1,0 +1,124 @@
+/* conv2d.c — 2-D convolution with PyTorch's semantics: shape rules, parameter
+ * specs and dispatch between the reference kernels (conv2d_ref.inc, f32 and
+ * f64) and the oneDNN f32 fast path (conv_onednn.c).
+ * input (N, Cin, H, W), weight (Cout, Cin/groups, K, K), bias (Cout),
+ * output (N, Cout, Ho, Wo), Ho = (H + 2 pad - dil (K - 1) - 1) / stride + 1. */
+#include <limits.h>
+#include <stdio.h>
+
+#include "ops/conv_onednn.h"
+#include "ops/op.h"
+
+#define REAL float
+#define FN(name) name##_f32
+#include "conv2d_ref.inc"
+#undef REAL
+#undef FN
+#define REAL double
+#define FN(name) name##_f64
+#include "conv2d_ref.inc"
+#undef REAL
+#undef FN
+
+#define CONV_FAIL(...)                                    \
+    do {                                                  \
+        char conv_msg_[192];                              \
+        snprintf(conv_msg_, sizeof conv_msg_, __VA_ARGS__); \
+        return mp_op_shape_error(d, info, conv_msg_);     \
+    } while (0)
+
+static mp_status conv2d_infer(const mp_op_desc *d, mp_op_info *info) {
+    const mp_conv_opts *o = &d->attr.conv;
+    if (info->n_in != 1) CONV_FAIL("takes exactly one input, got %d", info->n_in);
+    const mp_shape *in = &info->in[0];
+    if (in->ndim != 4) CONV_FAIL("expects a 4-D input (N, C, H, W), got %d-D", in->ndim);
+    for (int i = 0; i < 4; i++)
+        if (in->dims[i] < 1) CONV_FAIL("input has an empty dimension %d", i);
+    const int n = in->dims[0], cin = in->dims[1], h = in->dims[2], w = in->dims[3];
+    const int cout = o->out_channels, k = o->kernel, g = o->groups;
+    if (cout < 1) CONV_FAIL("out_channels %d must be >= 1", cout);
+    if (k < 1) CONV_FAIL("kernel %d must be >= 1", k);
+    if (o->stride < 1) CONV_FAIL("stride %d must be >= 1", o->stride);
+    if (o->dilation < 1) CONV_FAIL("dilation %d must be >= 1", o->dilation);
+    if (o->padding < 0) CONV_FAIL("padding %d must be >= 0", o->padding);
+    if (g < 1) CONV_FAIL("groups %d must be >= 1", g);
+    if (o->output_padding != 0)
+        CONV_FAIL("output_padding %d is only valid for conv_transpose2d", o->output_padding);
+    if (cin % g) CONV_FAIL("in_channels %d not divisible by groups %d", cin, g);
+    if (cout % g) CONV_FAIL("out_channels %d not divisible by groups %d", cout, g);
+    const int64_t span = (int64_t)o->dilation * (k - 1) + 1; /* receptive field of the kernel */
+    const int64_t hn = (int64_t)h + 2 * (int64_t)o->padding - span;
+    const int64_t wn = (int64_t)w + 2 * (int64_t)o->padding - span;
+    if (hn < 0 || wn < 0)
+        CONV_FAIL("kernel %d with dilation %d spans %lld, more than the padded input %lldx%lld "
+                  "(padding %d): output size would be < 1",
+                  k, o->dilation, (long long)span, (long long)h + 2 * o->padding,
+                  (long long)w + 2 * o->padding, o->padding);
+    const int64_t ho = hn / o->stride + 1, wo = wn / o->stride + 1;
+    if (ho > INT_MAX || wo > INT_MAX || (int64_t)cin / g * k * k > INT_MAX)
+        CONV_FAIL("output %lldx%lld or kernel %d too large", (long long)ho, (long long)wo, k);
+    info->out = mp_shape4(n, cout, (int)ho, (int)wo);
+    const int fan_in = cin / g * k * k;
+    info->n_params = o->bias ? 2 : 1;
+    info->params[0] = (mp_param_spec){"weight", mp_shape4(cout, cin / g, k, k), true, MP_INIT_HE_NORMAL, fan_in};
+    if (o->bias)
+        info->params[1] = (mp_param_spec){"bias", mp_shape1(cout), true, MP_INIT_UNIFORM_FAN_IN, fan_in};
+    info->saved_bytes = 0;
+    info->workspace_bytes = 0;
+    return MP_OK;
+}
+
+/* oneDNN primitives for f32 with MP_IMPL_ONEDNN, and with MP_IMPL_AUTO where
+ * oneDNN has JIT kernels for the shapes; the state stays NULL (reference
+ * kernels) otherwise or when oneDNN has no implementation for the shapes. */
+static mp_status conv2d_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, mp_impl impl,
+                                bool training, void **state) {
+    *state = NULL;
+#ifdef MP_HAVE_ONEDNN
+    if (impl != MP_IMPL_REF && dt == MP_DTYPE_F32)
+        return mp_conv_onednn_prepare(d, info, training, impl == MP_IMPL_AUTO, state);
+#else
+    (void)d, (void)info, (void)dt, (void)impl, (void)training;
+#endif
+    return MP_OK;
+}
+
+static void conv2d_release(void *state) {
+#ifdef MP_HAVE_ONEDNN
+    mp_conv_onednn_release(state);
+#else
+    (void)state;
+#endif
+}
+
+#ifdef MP_HAVE_ONEDNN
+static bool use_onednn(const mp_op_call *c) {
+    return c->state && c->impl != MP_IMPL_REF && c->out.dtype == MP_DTYPE_F32;
+}
+#endif
+
+static mp_status conv2d_forward(const mp_op_call *c) {
+#ifdef MP_HAVE_ONEDNN
+    if (use_onednn(c)) return mp_conv_onednn_forward(c->state, c);
+#endif
+    const mp_conv_geom g = mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape);
+    const void *b = c->desc->attr.conv.bias ? c->param[1].data : NULL;
+    MP_REAL_CALL(c->out.dtype, conv_fwd, &g, c->in[0].data, c->param[0].data, b, c->out.data);
+    return MP_OK;
+}
+
+static mp_status conv2d_backward(const mp_op_call *c) {
+#ifdef MP_HAVE_ONEDNN
+    if (use_onednn(c) && mp_conv_onednn_has_backward(c->state)) return mp_conv_onednn_backward(c->state, c);
+#endif
+    const mp_conv_geom g = mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape);
+    const mp_dtype dt = c->out.dtype;
+    if (c->d_in[0].data) MP_REAL_CALL(dt, conv_bwd_data, &g, c->d_out.data, c->param[0].data, NULL, c->d_in[0].data);
+    if (c->d_param[0].data) MP_REAL_CALL(dt, conv_bwd_weights, &g, c->in[0].data, c->d_out.data, c->d_param[0].data);
+    if (c->desc->attr.conv.bias && c->d_param[1].data)
+        MP_REAL_CALL(dt, channel_sum, c->d_out.data, g.n, g.cy, (int64_t)g.hy * g.wy, c->d_param[1].data);
+    return MP_OK;
+}
+
+const mp_op_vtable mp_op_conv2d_vt = {"conv2d", conv2d_infer, conv2d_prepare, conv2d_release,
+                                      conv2d_forward, conv2d_backward};

@@ -1,0 +1,434 @@
+/* conv_onednn.c — oneDNN f32 fast path of conv2d (convolution primitives)
+ * and conv_transpose2d (deconvolution primitives), shared by both ops.
+ *
+ * Layout: the library keeps plain NCHW / OIHW tensors, but the primitives are
+ * created with format_tag_any and the call's tensors are reordered into (and
+ * out of) the layouts oneDNN picks, in the op's workspace. Measured over the
+ * cnn10 training convolutions (dev/conv_layout_timing.c, 2-core AVX2 EPYC,
+ * batch 128), blocked jit:avx2 + reorders against plain-layout gemm:
+ * forward 131 vs 99 GFLOP/s, backward data 144 vs 87, backward weights
+ * 105 vs 92 when the machine is quiet, and the gemm backward weights
+ * collapses (10-300x slower) when another process competes for the cores.
+ * The reorders cost 2-10% of the convolution. The exceptions (few input
+ * channels) are in build().
+ *
+ * Everything is created once in prepare(); forward/backward only point the
+ * memory objects at the call's tensors and the workspace, then execute.
+ * Workspace, forward:  [src' | weights' | dst' | reorder scratch | scratchpad]
+ * backward: [diff_dst' | backward-data: weights', diff_src', scratchpad ...]
+ *           [diff_dst' | backward-weights: src', diff_weights', ...        ]
+ * diff_dst' is shared by both backward passes when they want the same layout
+ * (reordered once); primes mark the copies in the primitives' layouts. */
+#include "ops/conv_onednn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ops/onednn_common.h"
+
+/* One primitive argument bound to a plain tensor of the call. When the
+ * primitive wants another layout, `prim` lives in the workspace at `off` and
+ * `reorder` copies user -> prim (inputs) or prim -> user (outputs). An
+ * optional output (a gradient the caller may not want) always has a spare
+ * region at `off`, written instead when the call passes NULL. */
+typedef struct {
+    int arg; /* DNNL_ARG_* */
+    bool output, optional;
+    dnnl_memory_t user;       /* plain layout */
+    dnnl_memory_t prim;       /* primitive layout; == user without reorder */
+    dnnl_primitive_t reorder; /* NULL when the layouts agree */
+    dnnl_memory_t reo_scratch;
+    size_t off, reo_scratch_off;
+} binding;
+
+typedef struct {
+    dnnl_primitive_t prim;
+    int nb;
+    binding b[4];
+    dnnl_memory_t scratch; /* NULL when the primitive needs none */
+    size_t scratch_off;
+} pass;
+
+typedef struct {
+    pass fwd, bwd_d, bwd_w;
+    bool has_bwd;
+    bool ddst_shared; /* bwd_w's diff_dst' is bwd_d's: reorder once */
+} conv_state;
+
+/* What the check macro needs to name the node and its shapes. */
+typedef struct {
+    const mp_op_desc *d;
+    const mp_op_info *info;
+} conv_ctx;
+
+static mp_status conv_fail(const conv_ctx *x, const char *call, dnnl_status_t s) {
+    char a[64], w[64], o[64];
+    return mp_error(MP_ERR_INTERNAL,
+                    "%s '%s': oneDNN call %s failed (status %d; input %s, weight %s, output %s)",
+                    mp_op_lookup(x->d->kind)->name, x->d->name ? x->d->name : "?", call, (int)s,
+                    mp_shape_str(&x->info->in[0], a, sizeof a),
+                    mp_shape_str(&x->info->params[0].shape, w, sizeof w),
+                    mp_shape_str(&x->info->out, o, sizeof o));
+}
+
+/* MP_DNNL_CHECK with the shapes in the message. */
+#define CONV_CK(x, call)                                                    \
+    do {                                                                    \
+        dnnl_status_t conv_s_ = (call);                                     \
+        if (conv_s_ != dnnl_success) return conv_fail((x), #call, conv_s_); \
+    } while (0)
+
+static void binding_release(binding *b) {
+    if (b->reorder) dnnl_primitive_destroy(b->reorder);
+    if (b->reo_scratch) dnnl_memory_destroy(b->reo_scratch);
+    if (b->prim && b->prim != b->user) dnnl_memory_destroy(b->prim);
+    if (b->user) dnnl_memory_destroy(b->user);
+}
+
+static void pass_release(pass *p) {
+    for (int i = 0; i < p->nb; i++) binding_release(&p->b[i]);
+    if (p->scratch) dnnl_memory_destroy(p->scratch);
+    if (p->prim) dnnl_primitive_destroy(p->prim);
+}
+
+void mp_conv_onednn_release(void *state) {
+    conv_state *st = state;
+    if (!st) return;
+    pass_release(&st->fwd);
+    pass_release(&st->bwd_d);
+    pass_release(&st->bwd_w);
+    free(st);
+}
+
+static size_t reserve(size_t *cursor, size_t bytes) {
+    size_t off = *cursor;
+    *cursor += MP_ALIGN64(bytes);
+    return off;
+}
+
+static dnnl_status_t user_scratch_attr(dnnl_primitive_attr_t *attr) {
+    dnnl_status_t s = dnnl_primitive_attr_create(attr);
+    if (s != dnnl_success) return s;
+    return dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+}
+
+/* Binds argument `arg` of pass `p` (primitive descriptor pd, queried with q, qidx)
+ * to a plain tensor of layout user_md. share_off != SIZE_MAX places the
+ * primitive-layout copy there instead of reserving a new region. */
+static mp_status bind(const conv_ctx *x, pass *p, const_dnnl_primitive_desc_t pd, dnnl_query_t q,
+                      int qidx, int arg, bool output, bool optional, const dnnl_memory_desc_t *user_md,
+                      size_t *cursor, size_t share_off) {
+    dnnl_engine_t eng = mp_onednn_engine();
+    MP_ASSERT(p->nb < 4);
+    binding *b = &p->b[p->nb++];
+    b->arg = arg;
+    b->output = output;
+    b->optional = optional;
+    const dnnl_memory_desc_t *prim_md = dnnl_primitive_desc_query_md(pd, q, qidx);
+    MP_ASSERT(prim_md);
+    CONV_CK(x, dnnl_memory_create(&b->user, user_md, eng, DNNL_MEMORY_NONE));
+    if (dnnl_memory_desc_equal(prim_md, user_md)) {
+        b->prim = b->user;
+        if (optional) b->off = reserve(cursor, dnnl_memory_desc_get_size(user_md));
+        return MP_OK;
+    }
+    CONV_CK(x, dnnl_memory_create(&b->prim, prim_md, eng, DNNL_MEMORY_NONE));
+    b->off = share_off != SIZE_MAX ? share_off : reserve(cursor, dnnl_memory_desc_get_size(prim_md));
+    dnnl_primitive_attr_t attr;
+    CONV_CK(x, user_scratch_attr(&attr));
+    dnnl_primitive_desc_t rpd;
+    dnnl_status_t s = output ? dnnl_reorder_primitive_desc_create(&rpd, prim_md, eng, user_md, eng, attr)
+                             : dnnl_reorder_primitive_desc_create(&rpd, user_md, eng, prim_md, eng, attr);
+    dnnl_primitive_attr_destroy(attr);
+    CONV_CK(x, s);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+    if (smd && dnnl_memory_desc_get_size(smd) > 0) {
+        s = dnnl_memory_create(&b->reo_scratch, smd, eng, DNNL_MEMORY_NONE);
+        b->reo_scratch_off = reserve(cursor, dnnl_memory_desc_get_size(smd));
+    }
+    if (s == dnnl_success) s = dnnl_primitive_create(&b->reorder, rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    CONV_CK(x, s);
+    return MP_OK;
+}
+
+/* The primitive of pass p and its scratchpad region. */
+static mp_status finish_pass(const conv_ctx *x, pass *p, const_dnnl_primitive_desc_t pd, size_t *cursor) {
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (smd && dnnl_memory_desc_get_size(smd) > 0) {
+        CONV_CK(x, dnnl_memory_create(&p->scratch, smd, mp_onednn_engine(), DNNL_MEMORY_NONE));
+        p->scratch_off = reserve(cursor, dnnl_memory_desc_get_size(smd));
+    }
+    CONV_CK(x, dnnl_primitive_create(&p->prim, pd));
+    return MP_OK;
+}
+
+/* Primitive descriptor of one pass; *fallback set when oneDNN has none. */
+static mp_status make_pd(const conv_ctx *x, const_dnnl_op_desc_t od, const_dnnl_primitive_desc_t hint,
+                         dnnl_primitive_desc_t *pd, bool *fallback) {
+    dnnl_primitive_attr_t attr;
+    CONV_CK(x, user_scratch_attr(&attr));
+    dnnl_status_t s = dnnl_primitive_desc_create(pd, od, attr, mp_onednn_engine(), hint);
+    dnnl_primitive_attr_destroy(attr);
+    *pd = s == dnnl_success ? *pd : NULL;
+    if (s == dnnl_unimplemented) {
+        *fallback = true;
+        return MP_OK;
+    }
+    CONV_CK(x, s);
+    return MP_OK;
+}
+
+/* Memory descriptors of the plain tensors, in oneDNN's view of the op:
+ * src = op input, dst = op output, weights (G, O/G, I/G, K, K) or (O, I, K, K)
+ * laid out as PyTorch stores them. */
+typedef struct {
+    dnnl_memory_desc_t src, dst, wei, bias, src_any, dst_any, wei_any;
+    dnnl_dims_t strides, dilates, pad_l, pad_r;
+} conv_mds;
+
+static mp_status make_mds(const conv_ctx *x, conv_mds *m, bool *fallback) {
+    const mp_op_desc *d = x->d;
+    const mp_op_info *info = x->info;
+    const mp_conv_opts *o = &d->attr.conv;
+    const bool tr = d->kind == MP_OP_CONV_TRANSPOSE2D;
+    const mp_shape *in = &info->in[0], *out = &info->out;
+    const int g = o->groups, cin = in->dims[1], cout = out->dims[1], k = o->kernel;
+    CONV_CK(x, mp_onednn_plain_md(&m->src, in, dnnl_f32));
+    CONV_CK(x, mp_onednn_plain_md(&m->dst, out, dnnl_f32));
+    dnnl_dims_t sd = {in->dims[0], cin, in->dims[2], in->dims[3]};
+    dnnl_dims_t dd = {out->dims[0], cout, out->dims[2], out->dims[3]};
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_any, 4, sd, dnnl_f32, dnnl_format_tag_any));
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_any, 4, dd, dnnl_f32, dnnl_format_tag_any));
+    if (g > 1) {
+        dnnl_dims_t wd = {g, cout / g, cin / g, k, k};
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei, 5, wd, dnnl_f32, tr ? dnnl_giohw : dnnl_goihw));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 5, wd, dnnl_f32, dnnl_format_tag_any));
+    } else {
+        dnnl_dims_t wd = {cout, cin, k, k};
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei, 4, wd, dnnl_f32, tr ? dnnl_iohw : dnnl_oihw));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    }
+    dnnl_dims_t bd = {cout};
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->bias, 1, bd, dnnl_f32, dnnl_x));
+    for (int i = 0; i < 2; i++) {
+        m->strides[i] = o->stride;
+        m->dilates[i] = o->dilation - 1; /* oneDNN counts the gaps */
+        m->pad_l[i] = o->padding;
+        /* deconvolution: right padding absorbs output_padding; oneDNN needs
+         * pad_r + stride > 0 (else the reference runs this node) */
+        m->pad_r[i] = tr ? o->padding - o->output_padding : o->padding;
+        if (m->pad_r[i] + o->stride <= 0) *fallback = true;
+    }
+    return MP_OK;
+}
+
+static mp_status build(const conv_ctx *x, conv_state *st, bool training, bool jit_only, bool *fallback,
+                       size_t *ws_bytes) {
+    const bool tr = x->d->kind == MP_OP_CONV_TRANSPOSE2D;
+    const bool bias = x->d->attr.conv.bias;
+    conv_mds m;
+    MP_TRY(make_mds(x, &m, fallback));
+    if (*fallback) return MP_OK;
+    const dnnl_memory_desc_t *bmd = bias ? &m.bias : NULL;
+    /* Layouts of each pass (F forward, D backward data, W backward weights):
+     * format_tag_any (blocked jit kernels plus reorders), except where the
+     * plain gemm kernels measured faster: forward of a conv2d on one input
+     * channel, backward data of a conv2d on fewer input channels than the
+     * AVX2 channel block of 8. Never for backward weights: oneDNN's gemm
+     * backward-weights kernel slows down 10-300x (to seconds per call) as
+     * soon as another process competes for the cores; jit:avx2 does not. */
+    const int cin = x->info->in[0].dims[1];
+    const bool plain_f = !tr && x->d->attr.conv.groups == 1 && cin == 1;
+    const bool plain_d = !tr && x->d->attr.conv.groups == 1 && cin < 8;
+    const dnnl_memory_desc_t *sF = plain_f ? &m.src : &m.src_any, *wF = plain_f ? &m.wei : &m.wei_any,
+                             *dF = plain_f ? &m.dst : &m.dst_any;
+    const dnnl_memory_desc_t *sD = plain_d ? &m.src : &m.src_any, *wD = plain_d ? &m.wei : &m.wei_any,
+                             *dD = plain_d ? &m.dst : &m.dst_any;
+    const dnnl_memory_desc_t *sW = &m.src_any, *wW = &m.wei_any, *dW = &m.dst_any;
+    dnnl_convolution_desc_t fd, bdd, bwd; /* dnnl_deconvolution_desc_t is the same type */
+    dnnl_prop_kind_t prop = training ? dnnl_forward_training : dnnl_forward_inference;
+    if (tr) {
+        CONV_CK(x, dnnl_dilated_deconvolution_forward_desc_init(&fd, prop, dnnl_deconvolution_direct, sF, wF, bmd,
+                                                                dF, m.strides, m.dilates, m.pad_l, m.pad_r));
+    } else {
+        CONV_CK(x, dnnl_dilated_convolution_forward_desc_init(&fd, prop, dnnl_convolution_direct, sF, wF, bmd, dF,
+                                                              m.strides, m.dilates, m.pad_l, m.pad_r));
+    }
+    if (training) {
+        if (tr) {
+            CONV_CK(x, dnnl_dilated_deconvolution_backward_data_desc_init(
+                           &bdd, dnnl_deconvolution_direct, sD, wD, dD, m.strides, m.dilates, m.pad_l, m.pad_r));
+            CONV_CK(x, dnnl_dilated_deconvolution_backward_weights_desc_init(
+                           &bwd, dnnl_deconvolution_direct, sW, wW, bmd, dW, m.strides, m.dilates, m.pad_l,
+                           m.pad_r));
+        } else {
+            CONV_CK(x, dnnl_dilated_convolution_backward_data_desc_init(
+                           &bdd, dnnl_convolution_direct, sD, wD, dD, m.strides, m.dilates, m.pad_l, m.pad_r));
+            CONV_CK(x, dnnl_dilated_convolution_backward_weights_desc_init(
+                           &bwd, dnnl_convolution_direct, sW, wW, bmd, dW, m.strides, m.dilates, m.pad_l,
+                           m.pad_r));
+        }
+    }
+    /* from here on every error path destroys the primitive descriptors */
+    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
+    mp_status rc = make_pd(x, &fd, NULL, &fpd, fallback);
+    if (rc == MP_OK && !*fallback && training) rc = make_pd(x, &bdd, fpd, &dpd, fallback);
+    if (rc == MP_OK && !*fallback && training) rc = make_pd(x, &bwd, fpd, &wpd, fallback);
+    /* MP_IMPL_AUTO: oneDNN's generic (non-JIT) kernels lose to ours */
+    if (rc == MP_OK && !*fallback && jit_only)
+        *fallback = !mp_onednn_is_jit(fpd) || (dpd && !mp_onednn_is_jit(dpd)) || (wpd && !mp_onednn_is_jit(wpd));
+    if (rc == MP_OK && !*fallback) {
+        /* forward */
+        size_t cur = 0;
+        pass *p = &st->fwd;
+        rc = bind(x, p, fpd, dnnl_query_src_md, 0, DNNL_ARG_SRC, false, false, &m.src, &cur, SIZE_MAX);
+        if (rc == MP_OK)
+            rc = bind(x, p, fpd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, &m.wei, &cur, SIZE_MAX);
+        if (rc == MP_OK && bias)
+            rc = bind(x, p, fpd, dnnl_query_weights_md, 1, DNNL_ARG_BIAS, false, false, &m.bias, &cur, SIZE_MAX);
+        if (rc == MP_OK)
+            rc = bind(x, p, fpd, dnnl_query_dst_md, 0, DNNL_ARG_DST, true, false, &m.dst, &cur, SIZE_MAX);
+        if (rc == MP_OK) rc = finish_pass(x, p, fpd, &cur);
+        *ws_bytes = cur;
+    }
+    if (rc == MP_OK && !*fallback && training) {
+        /* backward data: diff_dst' first, so that backward weights can share it */
+        size_t cur = 0;
+        pass *p = &st->bwd_d;
+        rc = bind(x, p, dpd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, false, false, &m.dst, &cur, SIZE_MAX);
+        const size_t after_ddst = cur;
+        if (rc == MP_OK)
+            rc = bind(x, p, dpd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, &m.wei, &cur, SIZE_MAX);
+        if (rc == MP_OK)
+            rc = bind(x, p, dpd, dnnl_query_diff_src_md, 0, DNNL_ARG_DIFF_SRC, true, false, &m.src, &cur, SIZE_MAX);
+        if (rc == MP_OK) rc = finish_pass(x, p, dpd, &cur);
+        size_t need = cur;
+        /* backward weights */
+        cur = after_ddst;
+        p = &st->bwd_w;
+        const binding *ddst = &st->bwd_d.b[0];
+        const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_dst_md, 0);
+        const dnnl_memory_desc_t *dmd = dnnl_primitive_desc_query_md(dpd, dnnl_query_diff_dst_md, 0);
+        st->ddst_shared = rc == MP_OK && ddst->reorder && dnnl_memory_desc_equal(wmd, dmd);
+        if (rc == MP_OK)
+            rc = bind(x, p, wpd, dnnl_query_src_md, 0, DNNL_ARG_SRC, false, false, &m.src, &cur, SIZE_MAX);
+        if (rc == MP_OK)
+            rc = bind(x, p, wpd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, false, false, &m.dst, &cur,
+                      st->ddst_shared ? ddst->off : SIZE_MAX);
+        if (rc == MP_OK)
+            rc = bind(x, p, wpd, dnnl_query_diff_weights_md, 0, DNNL_ARG_DIFF_WEIGHTS, true, true, &m.wei, &cur,
+                      SIZE_MAX);
+        if (rc == MP_OK && bias)
+            rc = bind(x, p, wpd, dnnl_query_diff_weights_md, 1, DNNL_ARG_DIFF_BIAS, true, true, &m.bias, &cur,
+                      SIZE_MAX);
+        if (rc == MP_OK) rc = finish_pass(x, p, wpd, &cur);
+        if (cur > need) need = cur;
+        if (need > *ws_bytes) *ws_bytes = need;
+        st->has_bwd = rc == MP_OK;
+    }
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    if (dpd) dnnl_primitive_desc_destroy(dpd);
+    if (wpd) dnnl_primitive_desc_destroy(wpd);
+    return rc;
+}
+
+mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, bool training, bool jit_only,
+                                 void **state) {
+    *state = NULL;
+    conv_ctx x = {d, info};
+    if (!mp_onednn_engine() || !mp_onednn_stream())
+        return mp_error(MP_ERR_INTERNAL, "%s '%s': cannot create the oneDNN CPU engine",
+                        mp_op_lookup(d->kind)->name, d->name ? d->name : "?");
+    conv_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return mp_error(MP_ERR_NOMEM, "%s '%s': out of memory", mp_op_lookup(d->kind)->name, d->name ? d->name : "?");
+    bool fallback = false;
+    size_t ws = 0;
+    mp_status rc = build(&x, st, training, jit_only, &fallback, &ws);
+    if (rc != MP_OK || fallback) {
+        mp_conv_onednn_release(st);
+        return rc;
+    }
+    if (ws > info->workspace_bytes) info->workspace_bytes = ws;
+    *state = st;
+    return MP_OK;
+}
+
+bool mp_conv_onednn_has_backward(const void *state) {
+    return state && ((const conv_state *)state)->has_bwd;
+}
+
+/* Runs pass p on the call's tensors ptr[i] (one per binding, NULL for an
+ * unwanted optional output); bit i of skip_in skips input i's reorder
+ * (its primitive-layout copy is already in the workspace). */
+static mp_status run_pass(const conv_ctx *x, pass *p, void *const *ptr, char *ws, unsigned skip_in) {
+    dnnl_stream_t strm = mp_onednn_stream();
+    dnnl_exec_arg_t args[5];
+    int na = 0;
+    for (int i = 0; i < p->nb; i++) {
+        binding *b = &p->b[i];
+        MP_ASSERT(ptr[i] || b->optional);
+        if (!b->reorder) {
+            CONV_CK(x, dnnl_memory_set_data_handle(b->user, ptr[i] ? ptr[i] : ws + b->off));
+        } else {
+            CONV_CK(x, dnnl_memory_set_data_handle(b->prim, ws + b->off));
+            if (ptr[i]) CONV_CK(x, dnnl_memory_set_data_handle(b->user, ptr[i]));
+            if (b->reo_scratch)
+                CONV_CK(x, dnnl_memory_set_data_handle(b->reo_scratch, ws + b->reo_scratch_off));
+            if (!b->output && !(skip_in >> i & 1)) {
+                dnnl_exec_arg_t ra[3] = {{DNNL_ARG_FROM, b->user}, {DNNL_ARG_TO, b->prim},
+                                         {DNNL_ARG_SCRATCHPAD, b->reo_scratch}};
+                CONV_CK(x, dnnl_primitive_execute(b->reorder, strm, b->reo_scratch ? 3 : 2, ra));
+            }
+        }
+        args[na++] = (dnnl_exec_arg_t){b->arg, b->prim};
+    }
+    if (p->scratch) {
+        CONV_CK(x, dnnl_memory_set_data_handle(p->scratch, ws + p->scratch_off));
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
+    }
+    CONV_CK(x, dnnl_primitive_execute(p->prim, strm, na, args));
+    for (int i = 0; i < p->nb; i++) {
+        binding *b = &p->b[i];
+        if (!b->output || !b->reorder || !ptr[i]) continue;
+        dnnl_exec_arg_t ra[3] = {{DNNL_ARG_FROM, b->prim}, {DNNL_ARG_TO, b->user},
+                                 {DNNL_ARG_SCRATCHPAD, b->reo_scratch}};
+        CONV_CK(x, dnnl_primitive_execute(b->reorder, strm, b->reo_scratch ? 3 : 2, ra));
+    }
+    CONV_CK(x, dnnl_stream_wait(strm));
+    return MP_OK;
+}
+
+mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c) {
+    conv_state *st = state;
+    conv_ctx x = {c->desc, c->info};
+    void *ptr[4];
+    int n = 0;
+    ptr[n++] = c->in[0].data;
+    ptr[n++] = c->param[0].data;
+    if (c->desc->attr.conv.bias) ptr[n++] = c->param[1].data;
+    ptr[n++] = c->out.data;
+    MP_ASSERT(n == st->fwd.nb);
+    return run_pass(&x, &st->fwd, ptr, c->workspace, 0);
+}
+
+mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c) {
+    conv_state *st = state;
+    MP_ASSERT(st->has_bwd);
+    conv_ctx x = {c->desc, c->info};
+    const bool bias = c->desc->attr.conv.bias;
+    const bool need_d = c->d_in[0].data != NULL;
+    const bool need_w = c->d_param[0].data || (bias && c->d_param[1].data);
+    if (need_d) {
+        void *ptr[3] = {c->d_out.data, c->param[0].data, c->d_in[0].data};
+        MP_TRY(run_pass(&x, &st->bwd_d, ptr, c->workspace, 0));
+    }
+    if (need_w) {
+        void *ptr[4] = {c->in[0].data, c->d_out.data, c->d_param[0].data, bias ? c->d_param[1].data : NULL};
+        /* binding 1 is diff_dst: already reordered by backward data */
+        unsigned skip = need_d && st->ddst_shared ? 1u << 1 : 0;
+        MP_TRY(run_pass(&x, &st->bwd_w, ptr, c->workspace, skip));
+    }
+    return MP_OK;
+}

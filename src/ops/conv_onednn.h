@@ -1,0 +1,53 @@
+/* conv_onednn.h — the convolution geometry shared by conv2d and
+ * conv_transpose2d (reference kernels and oneDNN path), and the oneDNN f32
+ * fast path of both ops (conv_onednn.c, built only with oneDNN).
+ *
+ * The reference kernels see every convolution in its "conv view": x is the
+ * input of a direct convolution and y its output, related by
+ *     ix = iy * stride - pad + kk * dilation     (rows and columns alike)
+ * with weights (cy, cx / groups, k, k). conv2d is x = input, y = output;
+ * conv_transpose2d is the adjoint: x = its output, y = its input, which is
+ * exactly PyTorch's weight layout (Cin, Cout / groups, k, k).
+ * This header does not include dnnl.h, so every op file may include it. */
+#ifndef MP_OPS_CONV_ONEDNN_H
+#define MP_OPS_CONV_ONEDNN_H
+
+#include "ops/op.h"
+
+typedef struct {
+    int n, groups;
+    int cx, hx, wx; /* conv-view input */
+    int cy, hy, wy; /* conv-view output */
+    int k, stride, pad, dil;
+} mp_conv_geom;
+
+/* The conv view of a node: conv2d (in -> out) or conv_transpose2d (out -> in).
+ * Shapes must have passed infer. */
+static inline mp_conv_geom mp_conv_geom_of(const mp_op_desc *d, const mp_shape *in,
+                                           const mp_shape *out) {
+    const mp_conv_opts *o = &d->attr.conv;
+    const mp_shape *x = d->kind == MP_OP_CONV_TRANSPOSE2D ? out : in;
+    const mp_shape *y = d->kind == MP_OP_CONV_TRANSPOSE2D ? in : out;
+    mp_conv_geom g = {in->dims[0], o->groups,  x->dims[1], x->dims[2], x->dims[3], y->dims[1],
+                      y->dims[2],  y->dims[3], o->kernel,  o->stride,  o->padding, o->dilation};
+    return g;
+}
+
+/* Builds the oneDNN primitives of a conv2d / conv_transpose2d node for its
+ * exact shapes (f32; forward, and when training backward data + weights),
+ * raising info->workspace_bytes to what forward/backward need (scratchpads
+ * and the blocked copies of the plain tensors). *state is NULL when oneDNN
+ * has no implementation for this configuration, or (jit_only, MP_IMPL_AUTO)
+ * when one of the passes would run a generic reference kernel of oneDNN:
+ * the node then runs our reference kernels. Errors of failing oneDNN calls
+ * are MP_ERR_INTERNAL. */
+mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, bool training, bool jit_only,
+                                 void **state);
+void mp_conv_onednn_release(void *state);
+mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c);
+/* False when the state has no backward primitives (prepared for inference):
+ * the caller runs the reference backward. */
+bool mp_conv_onednn_has_backward(const void *state);
+mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c);
+
+#endif
