@@ -118,13 +118,26 @@ mp_node mp_sigmoid(mp_graph *g, const char *name, mp_node x);
 mp_node mp_add(mp_graph *g, const char *name, mp_node a, mp_node b);
 /* Concatenate along channels (axis 1) for 4-D, features for 2-D. */
 mp_node mp_concat(mp_graph *g, const char *name, const mp_node *xs, int n);
-/* Per-sample reshape; total size must be kept. flatten = reshape to (C*H*W). */
+/* Per-sample reshape to (c, h, w), or to (c) when h = w = 0; the element
+ * count must be kept. flatten = reshape to (C*H*W). */
 mp_node mp_reshape(mp_graph *g, const char *name, mp_node x, int c, int h, int w);
 mp_node mp_flatten(mp_graph *g, const char *name, mp_node x);
 mp_node mp_dropout(mp_graph *g, const char *name, mp_node x, float p);
 /* Losses: mean over the batch, computed in fp32 whatever the policy. */
 mp_node mp_softmax_cross_entropy(mp_graph *g, const char *name, mp_node logits, mp_node labels);
 mp_node mp_bce_with_logits(mp_graph *g, const char *name, mp_node logits, mp_node targets);
+
+/* Give every parameter its initial value (He normal for weights, fan-in
+ * uniform for biases, BN gamma 1 / beta 0), reproducibly from `seed`. */
+void mp_graph_init_params(mp_graph *g, uint64_t seed);
+/* Start a new gradient: the next backward overwrites instead of adding. */
+void mp_graph_zero_grad(mp_graph *g);
+/* Keep this node's output readable after a step (logits, loss). */
+void mp_graph_mark_output(mp_graph *g, mp_node n);
+
+/* Floating-point operations of one step (convolutions and dense layers,
+ * 2 per multiply-add; training adds the data and weight gradients). */
+double mp_graph_flops(const mp_graph *g, int batch, bool training);
 
 int mp_graph_node_count(const mp_graph *g);
 mp_node mp_graph_find(const mp_graph *g, const char *name);
@@ -141,7 +154,7 @@ typedef struct {
     mp_node loss;       /* node whose gradient seeds backward (training) */
     bool use_onednn;    /* heavy ops through oneDNN when built with it (default on) */
     bool reference;     /* force the plain-C reference kernels */
-    uint64_t seed;      /* parameter init and dropout */
+    uint64_t seed;      /* dropout masks */
 } mp_plan_opts;
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);

@@ -24,6 +24,8 @@ typedef struct mp_bn_dnnl mp_bn_dnnl;
  * oneDNN has no implementation: the node then runs the reference kernels. */
 mp_status mp_bn_dnnl_create(const mp_op_desc *d, mp_op_info *info, bool training, mp_bn_dnnl **out);
 void mp_bn_dnnl_destroy(mp_bn_dnnl *s);
+/* True when every primitive is a JIT kernel. */
+bool mp_bn_dnnl_is_jit(const mp_bn_dnnl *s);
 /* Whether the primitives were built for training. */
 bool mp_bn_dnnl_training(const mp_bn_dnnl *s);
 /* Training forward also fills the double mean/invstd and updates the running

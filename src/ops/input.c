@@ -1,10 +1,12 @@
 /* input.c — the graph's entry points: image/feature input, int32 labels and
- * dense targets. They compute nothing; the executor copies batches in. */
+ * dense targets. They compute nothing; the executor copies batches in. Their
+ * shape is given in attr.reshape (dims[0] is the batch). */
 #include "ops/op.h"
 
 static mp_status source_infer(const mp_op_desc *d, mp_op_info *info) {
-    if (info->n_in != 1) return mp_op_shape_error(d, info, "internal: source needs its shape as input 0");
-    info->out = info->in[0]; /* the graph passes the declared shape */
+    if (info->n_in != 0) return mp_op_shape_error(d, info, "a source takes no inputs");
+    info->out = d->attr.reshape;
+    if (info->out.ndim < 1) return mp_op_shape_error(d, info, "source has no shape");
     return MP_OK;
 }
 

@@ -47,7 +47,7 @@ static mp_status linear_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype 
                                 bool training, void **state) {
     *state = NULL;
 #ifdef MP_HAVE_ONEDNN
-    if (impl == MP_IMPL_ONEDNN && dt == MP_DTYPE_F32) {
+    if (impl != MP_IMPL_REF && dt == MP_DTYPE_F32) {
         mp_linear_dnnl *s = NULL;
         MP_TRY(mp_linear_dnnl_create(d, info, training, &s));
         *state = s;
@@ -69,7 +69,7 @@ static void linear_release(void *state) {
 #ifdef MP_HAVE_ONEDNN
 /* True when this call runs through oneDNN primitives built by prepare(). */
 static bool use_dnnl(const mp_op_call *c) {
-    return c->state && c->impl == MP_IMPL_ONEDNN && c->out.dtype == MP_DTYPE_F32;
+    return c->state && c->impl != MP_IMPL_REF && c->out.dtype == MP_DTYPE_F32;
 }
 #endif
 

@@ -16,6 +16,8 @@ dnnl_status_t mp_onednn_plain_md(dnnl_memory_desc_t *md, const mp_shape *s, dnnl
 dnnl_data_type_t mp_onednn_dt(mp_dtype t);
 /* Implementation name of a primitive descriptor ("brg:avx512_core_amx", ...). */
 const char *mp_onednn_impl_name(const_dnnl_primitive_desc_t pd);
+/* True when pd runs a JIT-generated kernel (not a generic reference one). */
+bool mp_onednn_is_jit(const_dnnl_primitive_desc_t pd);
 
 #define MP_DNNL_CHECK(desc, call)                                                      \
     do {                                                                               \

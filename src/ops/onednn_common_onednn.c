@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
@@ -48,6 +49,11 @@ dnnl_status_t mp_onednn_plain_md(dnnl_memory_desc_t *md, const mp_shape *s, dnnl
     for (int i = 0; i < s->ndim; i++) dims[i] = s->dims[i];
     static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd};
     return dnnl_memory_desc_init_by_tag(md, s->ndim, dims, dt, tags[s->ndim]);
+}
+
+bool mp_onednn_is_jit(const_dnnl_primitive_desc_t pd) {
+    const char *name = mp_onednn_impl_name(pd);
+    return strstr(name, "jit") != NULL || strstr(name, "brg") != NULL;
 }
 
 const char *mp_onednn_impl_name(const_dnnl_primitive_desc_t pd) {

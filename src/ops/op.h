@@ -95,7 +95,11 @@ typedef struct {
     size_t workspace_bytes; /* scratch within one forward or backward call */
 } mp_op_info;
 
-typedef enum { MP_IMPL_REF = 0, MP_IMPL_ONEDNN } mp_impl;
+/* REF: the plain-C reference kernels. ONEDNN: oneDNN wherever the op has a
+ * path (tests use it to check that path). AUTO (plans): oneDNN where it is
+ * an optimized (JIT) kernel for these shapes, else the reference, which beats
+ * oneDNN's generic plain-layout kernels (measured: bench/NOTES.md). */
+typedef enum { MP_IMPL_REF = 0, MP_IMPL_ONEDNN, MP_IMPL_AUTO } mp_impl;
 
 typedef struct {
     const mp_op_desc *desc;

@@ -3,20 +3,6 @@
 
 #include "ops/op.h"
 
-/* DEVELOPMENT ONLY: weak until every op file has landed (removed after). */
-#pragma weak mp_op_conv2d_vt
-#pragma weak mp_op_conv_transpose2d_vt
-#pragma weak mp_op_batchnorm2d_vt
-#pragma weak mp_op_maxpool2d_vt
-#pragma weak mp_op_avgpool2d_vt
-#pragma weak mp_op_global_avgpool_vt
-#pragma weak mp_op_linear_vt
-#pragma weak mp_op_add_vt
-#pragma weak mp_op_concat_vt
-#pragma weak mp_op_reshape_vt
-#pragma weak mp_op_dropout_vt
-#pragma weak mp_op_softmax_ce_vt
-#pragma weak mp_op_bce_logits_vt
 
 const mp_op_vtable *mp_op_lookup(mp_op_kind k) {
     switch (k) {

@@ -56,9 +56,13 @@ static mp_status pool_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt
                               void **state) {
     *state = NULL;
 #ifdef MP_HAVE_ONEDNN
-    if (impl == MP_IMPL_ONEDNN && dt == MP_DTYPE_F32) {
+    if (impl != MP_IMPL_REF && dt == MP_DTYPE_F32) {
         mp_pool_dnnl *s = NULL;
         MP_TRY(mp_pool_dnnl_create(d, info, training, &s));
+        if (s && impl == MP_IMPL_AUTO && !mp_pool_dnnl_is_jit(s)) {
+            mp_pool_dnnl_destroy(s);
+            s = NULL;
+        }
         *state = s;
     }
 #else
@@ -78,7 +82,7 @@ static void pool_release(void *state) {
 #ifdef MP_HAVE_ONEDNN
 /* True when this call runs through oneDNN primitives built by prepare(). */
 static bool use_dnnl(const mp_op_call *c) {
-    return c->state && c->impl == MP_IMPL_ONEDNN && c->out.dtype == MP_DTYPE_F32;
+    return c->state && c->impl != MP_IMPL_REF && c->out.dtype == MP_DTYPE_F32;
 }
 #endif
 

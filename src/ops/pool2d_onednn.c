@@ -151,3 +151,9 @@ mp_status mp_pool_dnnl_backward(mp_pool_dnnl *s, const mp_op_call *c) {
     }
     return run(c, s, P_BWD, args, n);
 }
+
+bool mp_pool_dnnl_is_jit(const mp_pool_dnnl *s) {
+    for (int i = 0; i < P_COUNT; i++)
+        if (s->pd[i] && !mp_onednn_is_jit(s->pd[i])) return false;
+    return true;
+}

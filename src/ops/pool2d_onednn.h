@@ -15,6 +15,8 @@ typedef struct mp_pool_dnnl mp_pool_dnnl;
  * not fit the saved bytes: the node then runs the reference kernels. */
 mp_status mp_pool_dnnl_create(const mp_op_desc *d, mp_op_info *info, bool training, mp_pool_dnnl **out);
 void mp_pool_dnnl_destroy(mp_pool_dnnl *s);
+/* True when every primitive is a JIT kernel. */
+bool mp_pool_dnnl_is_jit(const mp_pool_dnnl *s);
 mp_status mp_pool_dnnl_forward(mp_pool_dnnl *s, const mp_op_call *c);
 /* False when prepared for inference. */
 bool mp_pool_dnnl_has_backward(const mp_pool_dnnl *s);

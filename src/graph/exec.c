@@ -1,0 +1,155 @@
+/* exec.c — run a plan: copy a batch in, forward in node order, backward in
+ * reverse order (autodiff is this traversal calling each op's backward),
+ * accumulating gradients where a tensor feeds several consumers. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "graph/plan.h"
+
+static mp_status check_node(const mp_plan *p, mp_node node, mp_op_kind kind, const char *what) {
+    if (!p || node < 0 || node >= p->n) return mp_error(MP_ERR_INVALID_ARG, "%s: node %d is not in this plan", what, node);
+    if (kind != MP_OP_COUNT && p->g->nodes[node].desc.kind != kind)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: node '%s' is a %s", what, p->g->nodes[node].name,
+                        mp_op_lookup(p->g->nodes[node].desc.kind)->name);
+    return MP_OK;
+}
+
+mp_status mp_plan_set_input(mp_plan *p, mp_node node, const float *data, size_t n) {
+    MP_TRY(check_node(p, node, MP_OP_COUNT, "set_input"));
+    mp_op_kind k = p->g->nodes[node].desc.kind;
+    if (k != MP_OP_INPUT && k != MP_OP_TARGETS)
+        return mp_error(MP_ERR_INVALID_ARG, "set_input: node '%s' is not an input", p->g->nodes[node].name);
+    size_t want = (size_t)mp_shape_numel(&p->nodes[node].info.out);
+    if (n != want)
+        return mp_error(MP_ERR_SHAPE, "set_input '%s': got %zu values, the plan takes %zu (batch %d)",
+                        p->g->nodes[node].name, n, want, p->o.batch);
+    memcpy(p->nodes[node].call.out.data, data, n * sizeof(float));
+    return MP_OK;
+}
+
+mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n) {
+    MP_TRY(check_node(p, node, MP_OP_LABELS, "set_labels"));
+    if (n != (size_t)p->o.batch)
+        return mp_error(MP_ERR_SHAPE, "set_labels '%s': got %zu labels, the plan takes %d", p->g->nodes[node].name,
+                        n, p->o.batch);
+    memcpy(p->nodes[node].call.out.data, labels, n * sizeof(int32_t));
+    return MP_OK;
+}
+
+mp_status mp_plan_forward(mp_plan *p) {
+    if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
+    for (int i = 0; i < p->n; i++) {
+        mp_op_call *c = &p->nodes[i].call;
+        c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
+        MP_TRY(mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c));
+    }
+    p->step++;
+    return MP_OK;
+}
+
+static void add_into(mp_dtype dt, void *dst, const void *src, int64_t n) {
+    if (dt == MP_DTYPE_F64) {
+        double *d = dst;
+        const double *s = src;
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+    } else {
+        float *d = dst;
+        const float *s = src;
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+    }
+}
+
+mp_status mp_plan_backward(mp_plan *p, float seed) {
+    if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
+    mp_graph *g = p->g;
+    memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
+    mp_pnode *loss = &p->nodes[p->o.loss];
+    if (!loss->in_backward) return MP_OK; /* nothing trainable reaches the loss */
+    MP_ASSERT(loss->call.d_out.dtype == MP_DTYPE_F32);
+    *(float *)loss->call.d_out.data = seed;
+    for (int i = p->o.loss; i >= 0; i--) {
+        mp_pnode *pn = &p->nodes[i];
+        if (!pn->in_backward) continue;
+        const mp_gnode *nd = &g->nodes[i];
+        mp_op_call *c = &pn->call;
+        char *scratch = p->scratch;
+        bool add_in[MP_MAX_INPUTS] = {0}, add_param[MP_MAX_PARAMS] = {0};
+        for (int k = 0; k < nd->n_in; k++) {
+            int src = nd->in[k];
+            c->d_in[k].data = NULL;
+            if (!p->nodes[src].in_backward) continue;
+            bool taken = p->grad_written[src];
+            for (int j = 0; j < k; j++)
+                if (nd->in[j] == src) taken = true;
+            if (taken) {
+                c->d_in[k].data = scratch;
+                scratch += MP_ALIGN64((size_t)mp_shape_numel(&c->d_in[k].shape) * 8);
+                add_in[k] = true;
+            } else {
+                c->d_in[k].data = p->arena + p->nodes[src].grad_off;
+            }
+        }
+        for (int k = 0; k < nd->n_params; k++) {
+            mp_gparam *gp = &g->params[nd->first_param + k];
+            c->d_param[k].data = NULL;
+            if (!gp->spec.trainable) continue;
+            if (gp->grad_fresh) {
+                c->d_param[k].data = gp->grad;
+            } else {
+                c->d_param[k].data = scratch;
+                scratch += MP_ALIGN64((size_t)mp_shape_numel(&gp->spec.shape) * 8);
+                add_param[k] = true;
+            }
+        }
+        MP_TRY(mp_op_lookup(nd->desc.kind)->backward(c));
+        for (int k = 0; k < nd->n_in; k++) {
+            if (!c->d_in[k].data) continue;
+            int src = nd->in[k];
+            if (add_in[k])
+                add_into(c->d_in[k].dtype, p->arena + p->nodes[src].grad_off, c->d_in[k].data,
+                         mp_shape_numel(&c->d_in[k].shape));
+            p->grad_written[src] = true;
+        }
+        for (int k = 0; k < nd->n_params; k++) {
+            mp_gparam *gp = &g->params[nd->first_param + k];
+            if (!c->d_param[k].data) continue;
+            if (add_param[k]) add_into(MP_DTYPE_F32, gp->grad, c->d_param[k].data, mp_shape_numel(&gp->spec.shape));
+            gp->grad_fresh = false;
+        }
+    }
+    /* trainable parameters no path reached: their gradient is zero */
+    for (int k = 0; k < g->n_params; k++) {
+        mp_gparam *gp = &g->params[k];
+        if (gp->spec.trainable && gp->grad_fresh) {
+            memset(gp->grad, 0, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float));
+            gp->grad_fresh = false;
+        }
+    }
+    return MP_OK;
+}
+
+size_t mp_plan_numel(const mp_plan *p, mp_node node) {
+    if (!p || node < 0 || node >= p->n) return 0;
+    return (size_t)mp_shape_numel(&p->nodes[node].info.out);
+}
+
+mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
+    MP_TRY(check_node(p, node, MP_OP_COUNT, "read"));
+    const mp_tensor *t = &p->nodes[node].call.out;
+    size_t have = (size_t)mp_tensor_numel(t);
+    if (n != have)
+        return mp_error(MP_ERR_SHAPE, "read '%s': asked for %zu values, it has %zu", p->g->nodes[node].name, n, have);
+    switch (t->dtype) {
+    case MP_DTYPE_F32: memcpy(dst, t->data, n * sizeof(float)); break;
+    case MP_DTYPE_I32:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)((const int32_t *)t->data)[i];
+        break;
+    case MP_DTYPE_F16: mp_convert_f16_to_f32(t->data, dst, n); break;
+    case MP_DTYPE_BF16: mp_convert_bf16_to_f32(t->data, dst, n); break;
+    default: return mp_error(MP_ERR_UNSUPPORTED, "read '%s': dtype %s", p->g->nodes[node].name, mp_dtype_name(t->dtype));
+    }
+    return MP_OK;
+}

@@ -1,0 +1,181 @@
+/* graph.c — building the graph through the C API: nodes, shapes, parameters. */
+#include "graph/graph.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+
+mp_graph *mp_graph_create(void) { return calloc(1, sizeof(mp_graph)); }
+
+void mp_graph_destroy(mp_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_params; i++) {
+        free(g->params[i].data);
+        free(g->params[i].grad);
+    }
+    free(g->params);
+    free(g->nodes);
+    free(g);
+}
+
+mp_status mp_graph_status(const mp_graph *g) { return g ? g->status : MP_ERR_INVALID_ARG; }
+
+static mp_node fail(mp_graph *g, mp_status s) {
+    if (g->status == MP_OK) g->status = s;
+    return -1;
+}
+
+static float *alloc_floats(int64_t n) {
+    size_t bytes = MP_ALIGN64((size_t)n * sizeof(float));
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+static mp_status add_params(mp_graph *g, int node, const mp_op_info *info) {
+    mp_gnode *nd = &g->nodes[node];
+    nd->first_param = g->n_params;
+    nd->n_params = info->n_params;
+    for (int p = 0; p < info->n_params; p++) {
+        if (g->n_params == g->cap_params) {
+            int cap = g->cap_params ? 2 * g->cap_params : 32;
+            mp_gparam *np = realloc(g->params, (size_t)cap * sizeof *np);
+            if (!np) return mp_error(MP_ERR_NOMEM, "graph: out of memory adding parameters of '%s'", nd->name);
+            g->params = np;
+            g->cap_params = cap;
+        }
+        mp_gparam *gp = &g->params[g->n_params];
+        memset(gp, 0, sizeof *gp);
+        snprintf(gp->name, sizeof gp->name, "%s.%s", nd->name, info->params[p].name);
+        gp->node = node;
+        gp->spec = info->params[p];
+        int64_t n = mp_shape_numel(&gp->spec.shape);
+        gp->data = alloc_floats(n);
+        gp->grad = gp->spec.trainable ? alloc_floats(n) : NULL;
+        if (!gp->data || (gp->spec.trainable && !gp->grad)) {
+            free(gp->data);
+            free(gp->grad);
+            return mp_error(MP_ERR_NOMEM, "graph: out of memory for parameter %s (%lld floats)", gp->name,
+                            (long long)n);
+        }
+        gp->grad_fresh = true;
+        g->n_params++;
+    }
+    return MP_OK;
+}
+
+mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op_attr *attr,
+                     const mp_node *inputs, int n_in) {
+    if (!g) return -1;
+    if (g->status != MP_OK) return -1; /* keep the first error */
+    if (!name || !*name || strlen(name) >= MP_NAME_MAX)
+        return fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: node name must be 1..%d characters", MP_NAME_MAX - 1));
+    if (mp_graph_find(g, name) >= 0)
+        return fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: duplicate node name '%s'", name));
+    if (n_in < 0 || n_in > MP_MAX_INPUTS)
+        return fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': %d inputs (at most %d)", mp_op_lookup(kind)->name,
+                                name, n_in, MP_MAX_INPUTS));
+    for (int i = 0; i < n_in; i++)
+        if (inputs[i] < 0 || inputs[i] >= g->n_nodes)
+            return fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': input %d is not a node of this graph",
+                                    mp_op_lookup(kind)->name, name, i));
+    if (g->n_nodes == g->cap_nodes) {
+        int cap = g->cap_nodes ? 2 * g->cap_nodes : 32;
+        mp_gnode *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return fail(g, mp_error(MP_ERR_NOMEM, "graph: out of memory adding node '%s'", name));
+        g->nodes = nn;
+        g->cap_nodes = cap;
+    }
+    int id = g->n_nodes;
+    mp_gnode *nd = &g->nodes[id];
+    memset(nd, 0, sizeof *nd);
+    snprintf(nd->name, sizeof nd->name, "%s", name);
+    nd->desc.kind = kind;
+    nd->desc.name = NULL; /* set when used: nodes[] may move on realloc */
+    if (attr) nd->desc.attr = *attr;
+    nd->n_in = n_in;
+    nd->compute_dtype = MP_DTYPE_F32;
+    nd->storage_dtype = kind == MP_OP_LABELS ? MP_DTYPE_I32 : MP_DTYPE_F32;
+
+    mp_op_info info;
+    memset(&info, 0, sizeof info);
+    info.n_in = n_in;
+    for (int i = 0; i < n_in; i++) {
+        nd->in[i] = inputs[i];
+        nd->in_dtype[i] = g->nodes[inputs[i]].storage_dtype;
+        info.in[i] = g->nodes[inputs[i]].sample_shape;
+        info.in_dtype[i] = nd->in_dtype[i];
+    }
+    mp_op_desc d = nd->desc;
+    d.name = nd->name;
+    mp_status s = mp_op_lookup(kind)->infer(&d, &info);
+    if (s != MP_OK) return fail(g, s);
+    nd->sample_shape = info.out;
+    g->n_nodes++;
+    for (int i = 0; i < n_in; i++) g->nodes[inputs[i]].n_consumers++;
+    s = add_params(g, id, &info);
+    if (s != MP_OK) return fail(g, s);
+    return id;
+}
+
+void mp_graph_init_params(mp_graph *g, uint64_t seed) {
+    mp_rng r;
+    mp_rng_seed(&r, seed);
+    for (int i = 0; i < g->n_params; i++) {
+        mp_gparam *p = &g->params[i];
+        int64_t n = mp_shape_numel(&p->spec.shape);
+        double fan = p->spec.fan_in > 0 ? p->spec.fan_in : 1;
+        for (int64_t j = 0; j < n; j++) {
+            double v = 0;
+            switch (p->spec.init) {
+            case MP_INIT_ZERO: v = 0; break;
+            case MP_INIT_ONE: v = 1; break;
+            case MP_INIT_HE_NORMAL: v = mp_rng_normal(&r) * sqrt(2.0 / fan); break;
+            case MP_INIT_UNIFORM_FAN_IN: v = (2 * mp_rng_uniform(&r) - 1) / sqrt(fan); break;
+            }
+            p->data[j] = (float)v;
+        }
+    }
+    g->params_initialized = true;
+}
+
+void mp_graph_zero_grad(mp_graph *g) {
+    for (int i = 0; i < g->n_params; i++) g->params[i].grad_fresh = true;
+}
+
+void mp_graph_mark_output(mp_graph *g, mp_node n) {
+    if (g && n >= 0 && n < g->n_nodes) g->nodes[n].is_output = true;
+}
+
+mp_shape mp_graph_node_shape(const mp_graph *g, mp_node n, int batch) {
+    mp_shape s = g->nodes[n].sample_shape;
+    if (g->nodes[n].desc.kind == MP_OP_SOFTMAX_CE || g->nodes[n].desc.kind == MP_OP_BCE_LOGITS) return s;
+    s.dims[0] = batch;
+    return s;
+}
+
+int mp_graph_node_count(const mp_graph *g) { return g ? g->n_nodes : 0; }
+
+mp_node mp_graph_find(const mp_graph *g, const char *name) {
+    for (int i = 0; g && name && i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].name, name)) return i;
+    return -1;
+}
+
+const char *mp_graph_node_name(const mp_graph *g, mp_node n) {
+    return g && n >= 0 && n < g->n_nodes ? g->nodes[n].name : NULL;
+}
+
+const char *mp_graph_node_op(const mp_graph *g, mp_node n) {
+    return g && n >= 0 && n < g->n_nodes ? mp_op_lookup(g->nodes[n].desc.kind)->name : NULL;
+}
+
+int64_t mp_graph_param_count(const mp_graph *g) {
+    int64_t n = 0;
+    for (int i = 0; g && i < g->n_params; i++)
+        if (g->params[i].spec.trainable) n += mp_shape_numel(&g->params[i].spec.shape);
+    return n;
+}

@@ -1,0 +1,51 @@
+/* graph.h — the graph IR: a DAG of op nodes in creation (= topological) order.
+ * Each node records the dtype it computes in and the dtype it stores its
+ * output in; parameters (fp32 master copies and their gradients) belong to
+ * the graph and are shared by every plan compiled from it. */
+#ifndef MP_GRAPH_GRAPH_H
+#define MP_GRAPH_GRAPH_H
+
+#include "ops/op.h"
+
+#define MP_NAME_MAX 64
+
+typedef struct {
+    mp_op_desc desc;           /* desc.name points at name[] */
+    char name[MP_NAME_MAX];
+    int n_in;
+    int in[MP_MAX_INPUTS];     /* producer node indices (all < this node) */
+    mp_dtype in_dtype[MP_MAX_INPUTS];
+    mp_shape sample_shape;     /* output shape with batch 1 */
+    mp_dtype compute_dtype;    /* fp32 everywhere until precision policies land */
+    mp_dtype storage_dtype;
+    int first_param;           /* index into graph params */
+    int n_params;
+    int n_consumers;
+    bool is_output;            /* kept readable after a step (logits, loss) */
+} mp_gnode;
+
+typedef struct {
+    char name[2 * MP_NAME_MAX];  /* "<node>.<param>" */
+    int node;
+    mp_param_spec spec;          /* spec.shape is the full parameter shape */
+    float *data;                 /* (spec.shape) fp32 master */
+    float *grad;                 /* (spec.shape) or NULL for buffers */
+    bool grad_fresh;             /* no gradient written since zero_grad */
+} mp_gparam;
+
+struct mp_graph {
+    mp_gnode *nodes;
+    int n_nodes, cap_nodes;
+    mp_gparam *params;
+    int n_params, cap_params;
+    mp_status status;            /* first construction error */
+    bool params_initialized;
+};
+
+/* Add a node; infers shapes with batch 1 and creates its parameters. */
+mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op_attr *attr,
+                     const mp_node *inputs, int n_in);
+/* Shape of node n's output for a batch of `batch` samples. */
+mp_shape mp_graph_node_shape(const mp_graph *g, mp_node n, int batch);
+
+#endif

@@ -1,0 +1,207 @@
+/* plan.c — compile a graph into a plan: infer shapes for the batch, decide
+ * which nodes take part in backward, build library primitives, plan the
+ * arena from buffer lifetimes and bind every op call to its memory. */
+#include "graph/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/arena_plan.h"
+
+static bool reference_notice_done;
+
+static void notice_reference_kernels(void) {
+    if (reference_notice_done) return;
+    reference_notice_done = true;
+    fprintf(stderr, "mixprec: built without oneDNN: CPU ops run on the reference kernels (slower)\n");
+}
+
+/* Which nodes backward visits: ancestors of the loss downstream of a
+ * trainable parameter. */
+static void mark_backward(mp_plan *p) {
+    mp_graph *g = p->g;
+    bool *req = calloc((size_t)p->n, sizeof *req), *anc = calloc((size_t)p->n, sizeof *anc);
+    MP_ASSERT(req && anc);
+    for (int i = 0; i < p->n; i++) {
+        const mp_gnode *nd = &g->nodes[i];
+        for (int k = 0; k < nd->n_params; k++)
+            if (g->params[nd->first_param + k].spec.trainable) req[i] = true;
+        for (int k = 0; k < nd->n_in; k++)
+            if (req[nd->in[k]]) req[i] = true;
+    }
+    anc[p->o.loss] = true;
+    for (int i = p->n - 1; i >= 0; i--)
+        if (anc[i])
+            for (int k = 0; k < g->nodes[i].n_in; k++) anc[g->nodes[i].in[k]] = true;
+    for (int i = 0; i < p->n; i++) p->nodes[i].in_backward = p->o.training && anc[i] && req[i];
+    free(req);
+    free(anc);
+}
+
+/* Lifetimes in schedule steps: forward of node i is step i, backward of
+ * node i is step 2n-1-i; sources are written before step 0. */
+static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes) {
+    int n = p->n, end = 2 * n + 1;
+    mp_graph *g = p->g;
+    mp_arena_buf *b = calloc((size_t)(3 * n + 2), sizeof *b);
+    if (!b) return mp_error(MP_ERR_NOMEM, "plan: out of memory planning %d nodes", n);
+    for (int i = 0; i < n; i++) {
+        mp_pnode *pn = &p->nodes[i];
+        const mp_gnode *nd = &g->nodes[i];
+        bool bwd = pn->in_backward;
+        mp_arena_buf *out = &b[3 * i], *grad = &b[3 * i + 1], *saved = &b[3 * i + 2];
+        out->size = (size_t)mp_shape_numel(&pn->info.out) * mp_dtype_size(nd->storage_dtype);
+        bool source = nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS;
+        /* sources keep their batch for the whole step and the next forward */
+        out->first = source ? 0 : i;
+        out->last = source ? end : bwd ? 2 * n - 1 - i : i;
+        saved->size = pn->info.saved_bytes;
+        saved->first = i;
+        saved->last = bwd ? 2 * n - 1 - i : i;
+        if (bwd) {
+            grad->size = (size_t)mp_shape_numel(&pn->info.out) * mp_dtype_size(nd->compute_dtype);
+            grad->first = i == p->o.loss ? n : 2 * n - 1 - i;
+            grad->last = 2 * n - 1 - i;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const mp_gnode *nd = &g->nodes[i];
+        for (int k = 0; k < nd->n_in; k++) {
+            int src = nd->in[k];
+            mp_arena_buf *out = &b[3 * src], *grad = &b[3 * src + 1];
+            int use = p->nodes[i].in_backward ? 2 * n - 1 - i : i;
+            if (use > out->last) out->last = use;
+            if (p->nodes[i].in_backward && p->nodes[src].in_backward && 2 * n - 1 - i < grad->first)
+                grad->first = 2 * n - 1 - i;
+        }
+        if (nd->is_output) b[3 * i].last = end;
+    }
+    b[3 * n] = (mp_arena_buf){.size = ws_bytes, .first = 0, .last = end};
+    b[3 * n + 1] = (mp_arena_buf){.size = scratch_bytes, .first = 0, .last = end};
+    size_t total = 0;
+    mp_status s = mp_arena_plan(b, 3 * n + 2, &total);
+    if (s != MP_OK) {
+        free(b);
+        return s;
+    }
+    p->arena_bytes = total;
+    p->arena = aligned_alloc(64, total ? total : 64);
+    if (!p->arena) {
+        free(b);
+        return mp_error(MP_ERR_NOMEM, "plan: cannot allocate %zu bytes of activations for batch %d", total,
+                        p->o.batch);
+    }
+    memset(p->arena, 0, total);
+    for (int i = 0; i < n; i++) {
+        p->nodes[i].out_off = b[3 * i].offset;
+        p->nodes[i].grad_off = b[3 * i + 1].offset;
+        p->nodes[i].saved_off = b[3 * i + 2].offset;
+    }
+    p->workspace = p->arena + b[3 * n].offset;
+    p->scratch = p->arena + b[3 * n + 1].offset;
+    free(b);
+    return MP_OK;
+}
+
+static void bind_calls(mp_plan *p) {
+    mp_graph *g = p->g;
+    for (int i = 0; i < p->n; i++) {
+        mp_pnode *pn = &p->nodes[i];
+        const mp_gnode *nd = &g->nodes[i];
+        mp_op_call *c = &pn->call;
+        c->desc = &nd->desc;
+        c->info = &pn->info;
+        c->training = p->o.training;
+        c->n_in = nd->n_in;
+        c->out = (mp_tensor){nd->storage_dtype, pn->info.out, p->arena + pn->out_off};
+        for (int k = 0; k < nd->n_in; k++) {
+            const mp_pnode *src = &p->nodes[nd->in[k]];
+            c->in[k] = (mp_tensor){g->nodes[nd->in[k]].storage_dtype, src->info.out, p->arena + src->out_off};
+            c->d_in[k] = (mp_tensor){nd->compute_dtype, src->info.out, NULL};
+        }
+        for (int k = 0; k < nd->n_params; k++) {
+            mp_gparam *gp = &g->params[nd->first_param + k];
+            c->param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, gp->data};
+            c->d_param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, NULL};
+        }
+        c->d_out = (mp_tensor){nd->compute_dtype, pn->info.out, pn->in_backward ? p->arena + pn->grad_off : NULL};
+        c->saved = p->arena + pn->saved_off;
+        c->workspace = p->workspace;
+    }
+}
+
+mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
+    *out = NULL;
+    if (!g || g->status != MP_OK)
+        return mp_error(MP_ERR_INVALID_ARG, "plan: the graph has an error: %s", g ? mp_last_error() : "null graph");
+    if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
+    if (o.training && (o.loss < 0 || o.loss >= g->n_nodes))
+        return mp_error(MP_ERR_INVALID_ARG, "plan: training needs a loss node (got %d)", o.loss);
+    mp_plan *p = calloc(1, sizeof *p);
+    if (!p) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    p->g = g;
+    p->o = o;
+    p->n = g->n_nodes;
+    p->nodes = calloc((size_t)(p->n ? p->n : 1), sizeof *p->nodes);
+    p->grad_written = calloc((size_t)(p->n ? p->n : 1), sizeof *p->grad_written);
+    if (!p->nodes || !p->grad_written) {
+        mp_plan_destroy(p);
+        return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    }
+    bool onednn = o.use_onednn && !o.reference && mp_onednn_available();
+    if (o.use_onednn && !o.reference && !mp_onednn_available()) notice_reference_kernels();
+    mp_impl impl = onednn ? MP_IMPL_AUTO : MP_IMPL_REF;
+    if (o.training) mark_backward(p);
+    size_t ws = 0, scratch = 0;
+    for (int i = 0; i < p->n; i++) {
+        mp_gnode *nd = &g->nodes[i];
+        mp_pnode *pn = &p->nodes[i];
+        nd->desc.name = nd->name;
+        pn->info.n_in = nd->n_in;
+        for (int k = 0; k < nd->n_in; k++) {
+            pn->info.in[k] = p->nodes[nd->in[k]].info.out;
+            pn->info.in_dtype[k] = nd->in_dtype[k];
+        }
+        const mp_op_vtable *vt = mp_op_lookup(nd->desc.kind);
+        mp_status s = vt->infer(&nd->desc, &pn->info);
+        if (s == MP_OK && (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS ||
+                           nd->desc.kind == MP_OP_TARGETS))
+            pn->info.out.dims[0] = o.batch;
+        if (s == MP_OK && vt->prepare)
+            s = vt->prepare(&nd->desc, &pn->info, nd->compute_dtype, impl, o.training, &pn->call.state);
+        if (s != MP_OK) {
+            mp_plan_destroy(p);
+            return s;
+        }
+        pn->call.impl = impl;
+        if (pn->info.workspace_bytes > ws) ws = pn->info.workspace_bytes;
+        size_t sc = 0;
+        for (int k = 0; k < nd->n_in; k++) sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.in[k]) * 8);
+        for (int k = 0; k < pn->info.n_params; k++)
+            sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * 8);
+        if (pn->in_backward && sc > scratch) scratch = sc;
+    }
+    mp_status s = plan_memory(p, ws, scratch);
+    if (s != MP_OK) {
+        mp_plan_destroy(p);
+        return s;
+    }
+    bind_calls(p);
+    *out = p;
+    return MP_OK;
+}
+
+void mp_plan_destroy(mp_plan *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n && p->nodes; i++) {
+        const mp_op_vtable *vt = mp_op_lookup(p->g->nodes[i].desc.kind);
+        if (vt->release && p->nodes[i].call.state) vt->release(p->nodes[i].call.state);
+    }
+    free(p->nodes);
+    free(p->grad_written);
+    free(p->arena);
+    free(p);
+}
+
+size_t mp_plan_arena_bytes(const mp_plan *p) { return p ? p->arena_bytes : 0; }

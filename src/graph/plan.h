@@ -1,0 +1,29 @@
+/* plan.h — a graph compiled for one batch size and mode: per-node op info,
+ * library primitives, and one arena holding every activation, gradient,
+ * saved tensor and workspace at offsets planned before the first step. */
+#ifndef MP_GRAPH_PLAN_H
+#define MP_GRAPH_PLAN_H
+
+#include "graph/graph.h"
+
+typedef struct {
+    mp_op_info info;
+    mp_op_call call;      /* tensors bound to the arena and the parameters */
+    bool in_backward;     /* on the path from a trainable parameter to the loss */
+    size_t out_off, grad_off, saved_off;
+} mp_pnode;
+
+struct mp_plan {
+    mp_graph *g;
+    mp_plan_opts o;
+    int n;
+    mp_pnode *nodes;
+    char *arena;          /* arena_bytes, 64-byte aligned */
+    size_t arena_bytes;
+    char *workspace;      /* shared by all ops (one op runs at a time) */
+    char *scratch;        /* gradients that must be added, not written */
+    bool *grad_written;   /* per node, during backward */
+    uint64_t step;        /* forward passes run, for dropout seeds */
+};
+
+#endif

@@ -1,0 +1,219 @@
+/* test_graph.c — graph, autodiff and memory planning: gradients of a whole
+ * graph with a residual branch and a shared input against finite
+ * differences, the arena planner's no-overlap guarantee, no allocation inside
+ * a training step, and construction/plan errors. */
+#include <malloc.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/rng.h"
+#include "graph/arena_plan.h"
+#include "graph/graph.h"
+#include "graph/plan.h"
+
+typedef struct {
+    mp_graph *g;
+    mp_node in, labels, logits, loss;
+} net;
+
+/* input -> conv -> bn -> relu -+-> add -> gap -> linear -> CE
+ *                 \-> conv2 ---/  (relu output feeds two consumers) */
+static net build_net(void) {
+    net n;
+    n.g = mp_graph_create();
+    mp_graph *g = n.g;
+    n.in = mp_graph_input(g, "x", 2, 5, 5);
+    mp_node c1 = mp_conv2d(g, "c1", n.in, (mp_conv_opts){.out_channels = 3, .kernel = 3, .padding = 1});
+    mp_node b1 = mp_batchnorm2d(g, "b1", c1, (mp_batchnorm_opts){0});
+    mp_node r1 = mp_relu(g, "r1", b1);
+    mp_node c2 = mp_conv2d(g, "c2", r1, (mp_conv_opts){.out_channels = 3, .kernel = 3, .padding = 1, .bias = true});
+    mp_node t = mp_tanh(g, "t", c2);
+    mp_node sum = mp_add(g, "sum", r1, t);
+    mp_node twice = mp_add(g, "twice", sum, sum); /* same input twice */
+    mp_node gap = mp_global_avgpool(g, "gap", twice);
+    n.logits = mp_linear(g, "fc", gap, (mp_linear_opts){.out_features = 4, .bias = true});
+    n.labels = mp_graph_labels(g, "y");
+    n.loss = mp_softmax_cross_entropy(g, "loss", n.logits, n.labels);
+    mp_graph_mark_output(g, n.logits);
+    mp_graph_mark_output(g, n.loss);
+    return n;
+}
+
+static double loss_of(mp_plan *p, mp_node loss) {
+    float l = 0;
+    mp_status s = mp_plan_forward(p);
+    if (s != MP_OK) fprintf(stderr, "forward: %s\n", mp_last_error());
+    MP_ASSERT(s == MP_OK);
+    MP_ASSERT(mp_plan_read(p, loss, &l, 1) == MP_OK);
+    return l;
+}
+
+static void test_graph_gradients(void) {
+    net n = build_net();
+    CHECK(mp_graph_status(n.g) == MP_OK, "build: %s", mp_last_error());
+    mp_graph_init_params(n.g, 3);
+    const int B = 4;
+    mp_plan *p = NULL;
+    mp_status s = mp_plan_create(n.g, (mp_plan_opts){.batch = B, .training = true, .loss = n.loss, .reference = true}, &p);
+    CHECK(s == MP_OK, "plan: %s", mp_last_error());
+    if (s != MP_OK) return;
+    mp_rng r;
+    mp_rng_seed(&r, 11);
+    float x[4 * 2 * 5 * 5];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)mp_rng_normal(&r);
+    int32_t y[4] = {0, 3, 1, 2};
+    CHECK(mp_plan_set_input(p, n.in, x, sizeof x / sizeof x[0]) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_plan_set_labels(p, n.labels, y, 4) == MP_OK, "%s", mp_last_error());
+    loss_of(p, n.loss);
+    mp_graph_zero_grad(n.g);
+    CHECK(mp_plan_backward(p, 1.0f) == MP_OK, "%s", mp_last_error());
+
+    /* Finite differences in f32 (h = 3e-3 on O(1) weights): an accumulation
+     * bug shows up as an O(1) relative error, rounding and kinks as < 5e-2. */
+    mp_graph *g = n.g;
+    int checked = 0;
+    for (int k = 0; k < g->n_params; k++) {
+        mp_gparam *gp = &g->params[k];
+        if (!gp->spec.trainable) continue;
+        int64_t cnt = mp_shape_numel(&gp->spec.shape);
+        double d2 = 0, r2 = 0, a2 = 0;
+        for (int64_t j = 0; j < cnt && j < 12; j++) {
+            float w0 = gp->data[j];
+            const float h = 3e-3f;
+            gp->data[j] = w0 + h;
+            double lp = loss_of(p, n.loss);
+            gp->data[j] = w0 - h;
+            double lm = loss_of(p, n.loss);
+            gp->data[j] = w0;
+            double num = (lp - lm) / (2.0 * h), an = gp->grad[j];
+            d2 += (num - an) * (num - an);
+            r2 += num * num;
+            a2 += an * an;
+        }
+        double rel = sqrt(d2) / fmax(sqrt(r2), 1e-12);
+        CHECK(rel < 5e-2, "param %s: rel.err %g", gp->name, rel);
+        CHECK(sqrt(a2) > 1e-8, "param %s: gradient is all zero", gp->name);
+        checked++;
+    }
+    CHECK(checked == 7, "checked %d trainable tensors, expected 7", checked);
+
+    /* Without zero_grad a second backward accumulates: grads double. */
+    float before = g->params[0].grad[0];
+    loss_of(p, n.loss);
+    CHECK(mp_plan_backward(p, 1.0f) == MP_OK, "%s", mp_last_error());
+    CHECK(fabsf(g->params[0].grad[0] - 2 * before) <= 1e-5f * fabsf(before) + 1e-7f,
+          "accumulated grad %g, expected %g", g->params[0].grad[0], 2 * before);
+    /* The seed scales every gradient (loss scaling builds on this). */
+    loss_of(p, n.loss);
+    mp_graph_zero_grad(g);
+    CHECK(mp_plan_backward(p, 8.0f) == MP_OK, "%s", mp_last_error());
+    CHECK(fabsf(g->params[0].grad[0] - 8 * before) <= 1e-4f * fabsf(8 * before) + 1e-7f,
+          "seeded grad %g, expected %g", g->params[0].grad[0], 8 * before);
+    mp_plan_destroy(p);
+    mp_graph_destroy(n.g);
+}
+
+static void test_arena_planner(void) {
+    mp_rng r;
+    mp_rng_seed(&r, 5);
+    for (int trial = 0; trial < 50; trial++) {
+        int n = 1 + (int)mp_rng_below(&r, 60);
+        mp_arena_buf b[64];
+        size_t sum = 0;
+        for (int i = 0; i < n; i++) {
+            int a = (int)mp_rng_below(&r, 40), c = (int)mp_rng_below(&r, 40);
+            b[i] = (mp_arena_buf){.size = mp_rng_below(&r, 5000), .first = a < c ? a : c, .last = a < c ? c : a};
+            sum += (b[i].size + 63) & ~(size_t)63;
+        }
+        size_t total = 0;
+        CHECK(mp_arena_plan(b, n, &total) == MP_OK, "plan");
+        CHECK(total <= sum, "arena %zu larger than all buffers %zu", total, sum);
+        for (int i = 0; i < n; i++) {
+            CHECK(b[i].offset % 64 == 0, "misaligned offset %zu", b[i].offset);
+            CHECK(b[i].offset + b[i].size <= total, "buffer past the arena end");
+            for (int j = 0; j < i; j++) {
+                bool time = b[i].first <= b[j].last && b[j].first <= b[i].last;
+                bool space = b[i].offset < b[j].offset + b[j].size && b[j].offset < b[i].offset + b[i].size;
+                CHECK(!(time && space && b[i].size && b[j].size), "buffers %d and %d overlap", i, j);
+            }
+        }
+    }
+    /* Disjoint lifetimes share memory. */
+    mp_arena_buf seq[3] = {{.size = 1000, .first = 0, .last = 0}, {.size = 1000, .first = 1, .last = 1},
+                           {.size = 1000, .first = 2, .last = 2}};
+    size_t total = 0;
+    mp_arena_plan(seq, 3, &total);
+    CHECK(total == 1024, "sequential buffers should reuse one slot, arena %zu", total);
+}
+
+static void test_no_allocation_in_step(void) {
+    net n = build_net();
+    mp_graph_init_params(n.g, 1);
+    mp_plan *p = NULL;
+    const int B = 8;
+    CHECK(mp_plan_create(n.g, (mp_plan_opts){.batch = B, .training = true, .loss = n.loss, .use_onednn = true}, &p) == MP_OK,
+          "%s", mp_last_error());
+    float *x = calloc((size_t)B * 50, sizeof *x);
+    int32_t y[8] = {0};
+    mp_plan_set_input(p, n.in, x, (size_t)B * 50);
+    mp_plan_set_labels(p, n.labels, y, B);
+    /* warm up: first calls may initialize library state */
+    for (int i = 0; i < 2; i++) {
+        mp_plan_forward(p);
+        mp_graph_zero_grad(n.g);
+        mp_plan_backward(p, 1);
+    }
+    size_t before = mallinfo2().uordblks;
+    for (int i = 0; i < 5; i++) {
+        mp_plan_forward(p);
+        mp_graph_zero_grad(n.g);
+        mp_plan_backward(p, 1);
+    }
+    size_t after = mallinfo2().uordblks;
+    CHECK(after == before, "heap in use changed during training steps: %zu -> %zu bytes", before, after);
+    free(x);
+    mp_plan_destroy(p);
+    mp_graph_destroy(n.g);
+}
+
+static void test_errors(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 3, 8, 8);
+    mp_node c = mp_conv2d(g, "bad_conv", x, (mp_conv_opts){.out_channels = 4, .kernel = 3, .groups = 2});
+    CHECK(c < 0, "conv with groups not dividing channels must fail");
+    CHECK(mp_graph_status(g) == MP_ERR_SHAPE, "status %d", mp_graph_status(g));
+    CHECK(strstr(mp_last_error(), "bad_conv") != NULL, "message should name the node: %s", mp_last_error());
+    mp_node after = mp_relu(g, "r", x);
+    CHECK(after < 0, "a graph with an error refuses further nodes");
+    mp_plan *p = NULL;
+    CHECK(mp_plan_create(g, (mp_plan_opts){.batch = 2}, &p) != MP_OK && p == NULL, "plan on a broken graph must fail");
+    mp_graph_destroy(g);
+
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 4, 4);
+    CHECK(mp_relu(g, "x", x) < 0 && strstr(mp_last_error(), "duplicate"), "duplicate names: %s", mp_last_error());
+    mp_graph_destroy(g);
+
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 4, 4);
+    mp_node r = mp_relu(g, "r", x);
+    CHECK(mp_plan_create(g, (mp_plan_opts){.batch = 0}, &p) == MP_ERR_INVALID_ARG, "batch 0 must be refused");
+    CHECK(mp_plan_create(g, (mp_plan_opts){.batch = 2}, &p) == MP_OK, "%s", mp_last_error());
+    float buf[10];
+    CHECK(mp_plan_set_input(p, x, buf, 10) == MP_ERR_SHAPE, "wrong input size must be refused");
+    CHECK(strstr(mp_last_error(), "32") != NULL, "message gives the expected size: %s", mp_last_error());
+    CHECK(mp_plan_set_input(p, r, buf, 10) == MP_ERR_INVALID_ARG, "set_input on a non-input must be refused");
+    CHECK(mp_plan_backward(p, 1) == MP_ERR_INVALID_ARG, "backward on an inference plan must be refused");
+    mp_plan_destroy(p);
+    mp_graph_destroy(g);
+}
+
+int main(void) {
+    test_graph_gradients();
+    test_arena_planner();
+    test_no_allocation_in_step();
+    test_errors();
+    return test_summary("test_graph");
+}
