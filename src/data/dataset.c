@@ -90,11 +90,11 @@ void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std) {
     }
 }
 
-mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out) {
+mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *out) {
     memset(out, 0, sizeof *out);
-    if (n < 1 || n > d->n)
-        return mp_error(MP_ERR_INVALID_ARG, "%s: subset of %d samples requested, the dataset has %d",
-                        d->source, n, d->n);
+    if (start < 0 || n < 1 || n > d->n - start)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: samples [%d, %d) requested, the dataset has %d",
+                        d->source, start, start + n, d->n);
     size_t per = (size_t)d->c * d->h * d->w;
     out->images = malloc((size_t)n * per * sizeof(float));
     out->labels = malloc((size_t)n * sizeof(int32_t));
@@ -102,13 +102,18 @@ mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out) {
         mp_dataset_free(out);
         return mp_error(MP_ERR_NOMEM, "%s: out of memory for a subset of %d samples", d->source, n);
     }
-    memcpy(out->images, d->images, (size_t)n * per * sizeof(float));
-    memcpy(out->labels, d->labels, (size_t)n * sizeof(int32_t));
+    memcpy(out->images, d->images + (size_t)start * per, (size_t)n * per * sizeof(float));
+    memcpy(out->labels, d->labels + start, (size_t)n * sizeof(int32_t));
     out->n = n;
     out->c = d->c;
     out->h = d->h;
     out->w = d->w;
     out->classes = d->classes;
-    mp_dataset_set_source(out, "%s [first %d]", d->source, n);
+    if (start == 0) mp_dataset_set_source(out, "%s [first %d]", d->source, n);
+    else mp_dataset_set_source(out, "%s [%d..%d]", d->source, start, start + n - 1);
     return MP_OK;
+}
+
+mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out) {
+    return mp_dataset_slice(d, 0, n, out);
 }

@@ -53,6 +53,9 @@ mp_status mp_dataset_check_finite(const mp_dataset *d);
  * mean and std each hold d->c floats. */
 void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std);
 
+/* Copy of samples [start, start + n); classes is kept from d. */
+mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *out);
+
 /* Copy of the first n samples (1 <= n <= d->n); classes is kept from d. */
 mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out);
 

@@ -1,0 +1,61 @@
+/* args.c — see args.h. */
+#include "cli/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+bool arg_int(const char *cmd, const char *opt, const char *text, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end) {
+        fprintf(stderr, "mixprec %s: %s '%s' is not an integer\n", cmd, opt, text);
+        return false;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "mixprec %s: %s %ld is out of range [%d, %d]\n", cmd, opt, v, lo, hi);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text || *end || text[0] == '-') {
+        fprintf(stderr, "mixprec %s: %s '%s' is not a non-negative integer\n", cmd, opt, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool arg_float(const char *cmd, const char *opt, const char *text, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(v)) {
+        fprintf(stderr, "mixprec %s: %s '%s' is not a finite number\n", cmd, opt, text);
+        return false;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "mixprec %s: %s %g is out of range [%g, %g]\n", cmd, opt, v, lo, hi);
+        return false;
+    }
+    *out = (float)v;
+    return true;
+}
+
+bool arg_shape3(const char *cmd, const char *opt, const char *text, int *c, int *h, int *w) {
+    char extra;
+    if (sscanf(text, "%dx%dx%d%c", c, h, w, &extra) != 3 || *c < 1 || *h < 1 || *w < 1 || *c > 4096 ||
+        *h > 4096 || *w > 4096) {
+        fprintf(stderr, "mixprec %s: %s '%s' must be CxHxW with each in 1..4096 (e.g. 3x32x32)\n", cmd, opt, text);
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,16 @@
+/* args.h — strict option parsing for the CLI: every value is checked and a
+ * bad one names the option and the text given. */
+#ifndef MP_CLI_ARGS_H
+#define MP_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Each returns false after printing "mixprec <cmd>: --opt 'text': why". */
+bool arg_int(const char *cmd, const char *opt, const char *text, int lo, int hi, int *out);
+bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out);
+bool arg_float(const char *cmd, const char *opt, const char *text, double lo, double hi, float *out);
+/* "CxHxW" */
+bool arg_shape3(const char *cmd, const char *opt, const char *text, int *c, int *h, int *w);
+
+#endif

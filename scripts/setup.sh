@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# setup.sh — the README's two set-up commands on a fresh Debian machine:
+#   scripts/setup.sh run    install what is missing, build, train the default model
+#   scripts/setup.sh test   install what is missing, build (twice: Release and
+#                           ASan+UBSan) and run the whole test suite in both
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-}
+case "$mode" in
+  run|test) ;;
+  *) echo "usage: scripts/setup.sh run|test" >&2; exit 2 ;;
+esac
+
+# Debian packages the build, the tests and the default job need.
+packages=(build-essential cmake pkg-config zlib1g-dev libdnnl-dev dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc)
+werror=OFF
+if [ -n "${CI:-}" ]; then werror=ON; fi
+
+build() { # build DIR [cmake options...]
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMP_WERROR=$werror "$@" >"$dir.cmake.log" 2>&1 \
+    || { cat "$dir.cmake.log"; exit 1; }
+  cmake --build "$dir" -j"$jobs"
+}
+
+mkdir -p build
+build build
+if [ "$mode" = run ]; then
+  exec ./build/mixprec train
+fi
+
+ctest --test-dir build --output-on-failure -j"$jobs"
+echo "setup: running the test suite again under AddressSanitizer + UndefinedBehaviorSanitizer"
+mkdir -p build-asan
+build build-asan -DMP_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"

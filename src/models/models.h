@@ -1,0 +1,33 @@
+/* models.h — the model zoo: each builder makes a graph for a given input
+ * shape and class count and returns its input, labels, logits and loss nodes. */
+#ifndef MP_MODELS_MODELS_H
+#define MP_MODELS_MODELS_H
+
+#include "mixprec.h"
+
+typedef struct {
+    mp_graph *g;
+    mp_node input, labels, logits, loss;
+} mp_model;
+
+typedef mp_status (*mp_model_builder)(mp_model *m, int c, int h, int w, int classes);
+
+/* Build model `name` (see mp_model_list) for (c, h, w) inputs and `classes`
+ * outputs; on error m->g is NULL and the message names the model. */
+mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m);
+void mp_model_free(mp_model *m);
+/* "small, cnn10" */
+const char *mp_model_list(void);
+const char *mp_model_describe(const char *name);
+
+/* Builders (one file each). */
+mp_status mp_model_small_cnn(mp_model *m, int c, int h, int w, int classes);
+mp_status mp_model_cnn10(mp_model *m, int c, int h, int w, int classes);
+
+/* Shared by builders: conv (no bias) + batchnorm + relu named <name>,
+ * <name>_bn, <name>_relu. */
+mp_node mp_conv_bn_relu(mp_graph *g, const char *name, mp_node x, int out_channels, int kernel, int stride);
+/* Attach labels + softmax cross-entropy to logits and mark outputs. */
+mp_status mp_model_finish(mp_model *m, mp_node logits);
+
+#endif

@@ -1,0 +1,47 @@
+/* trainer.h — the training loop: loader -> forward -> backward -> optimizer,
+ * with per-epoch evaluation, progress output and a JSONL log. */
+#ifndef MP_TRAIN_TRAINER_H
+#define MP_TRAIN_TRAINER_H
+
+#include <stdio.h>
+
+#include "data/dataset.h"
+#include "models/models.h"
+#include "optim/lr_schedule.h"
+#include "optim/optim.h"
+
+typedef struct {
+    const char *model_name;     /* for logs */
+    const char *data_name;      /* for logs */
+    const char *precision;      /* for logs: "fp32" */
+    int epochs;
+    int batch;
+    float lr;
+    mp_optim_opts optim;
+    const char *lr_schedule;    /* "constant", "step:N:G", "cosine[,warmup:N]" */
+    uint64_t seed;
+    bool augment;               /* random crop (pad 4 for 32x32, 2 otherwise) + flip */
+    bool normalize;             /* per-channel mean/std from the training set */
+    int max_steps;              /* per epoch, 0 = the whole epoch */
+    bool use_onednn;
+    const char *log_path;       /* JSONL, one record per epoch; NULL = none */
+    FILE *out;                  /* progress and summaries; NULL = silent */
+} mp_train_opts;
+
+typedef struct {
+    int epochs_run;
+    double train_loss, train_acc, test_acc; /* last epoch */
+    double epoch_seconds;                   /* last epoch (training only) */
+    double images_per_s;                    /* last epoch */
+    double total_seconds;
+    size_t arena_bytes;
+} mp_train_result;
+
+mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_train_opts *o,
+                       mp_train_result *r);
+
+/* Accuracy of the model on d (inference plan of `batch`). */
+mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *mean, const float *std,
+                      bool use_onednn, double *acc, double *loss);
+
+#endif

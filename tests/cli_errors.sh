@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# cli_errors.sh — bad input to `mixprec train` gives one clear error line
+# naming the option/file and a non-zero exit, never a crash.
+set -u
+bin=$1
+work=${MP_WORK:-/tmp/mp_cli_test}/errors
+rm -rf "$work" && mkdir -p "$work"
+pass=0 fail=0
+
+# expect EXIT_CODE PATTERN -- ARGS...
+expect() {
+  local want_rc=$1 pattern=$2; shift 3
+  local out rc
+  out=$("$bin" "$@" 2>&1 >/dev/null); rc=$?
+  if [ "$rc" -eq "$want_rc" ] && grep -q -- "$pattern" <<<"$out" && [ "$(wc -l <<<"$out")" -le 2 ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: mixprec $* -> rc $rc (want $want_rc), stderr: $out (want /$pattern/)"
+  fi
+}
+
+expect 2 "unknown option '--bogus'" -- train --bogus
+expect 2 "unknown command 'trian'" -- trian
+expect 2 "\-\-model 'resnet999': unknown model" -- train --model resnet999
+expect 1 "\-\-data 'imagenet': unknown dataset" -- train --data imagenet
+expect 2 "\-\-epochs 'many' is not an integer" -- train --epochs many
+expect 2 "\-\-batch 0 is out of range" -- train --batch 0
+expect 2 "\-\-lr 'nan' is not a finite number" -- train --lr nan
+expect 2 "\-\-epochs needs a value" -- train --epochs
+expect 2 "\-\-precision 'fp8'" -- train --precision fp8
+expect 1 "\-\-optimizer 'rmsprop': unknown" -- train --optimizer rmsprop --data synthetic
+expect 1 "$work/none" -- train --data-dir "$work/none"
+expect 1 "batch 70000 is larger than the training set" -- train --batch 70000
+expect 1 "\-\-lr-schedule" -- train --data synthetic --synthetic-size 100 --batch 10 --lr-schedule warp:9
+expect 1 "\-\-log $work/no/such/dir/x.jsonl: cannot open" -- train --data synthetic --synthetic-size 100 --batch 10 --log "$work/no/such/dir/x.jsonl"
+
+# corrupt dataset files: a wrong magic, a truncated file
+mkdir -p "$work/bad_magic" "$work/truncated"
+printf '\x00\x00\x08\x01\x00\x00\x00\x02\x01\x02' | gzip >"$work/bad_magic/train-labels-idx1-ubyte.gz"
+printf 'garbagegarbagegarbage' | gzip >"$work/bad_magic/train-images-idx3-ubyte.gz"
+expect 1 "$work/bad_magic/train-images-idx3-ubyte.gz" -- train --data-dir "$work/bad_magic"
+src=/usr/share/datasets/fashion-mnist
+if [ -r $src/t10k-images-idx3-ubyte.gz ]; then
+  head -c 200000 $src/t10k-images-idx3-ubyte.gz >"$work/truncated/train-images-idx3-ubyte.gz"
+  cp $src/t10k-labels-idx1-ubyte.gz "$work/truncated/train-labels-idx1-ubyte.gz"
+  expect 1 "truncated" -- train --data-dir "$work/truncated"
+fi
+
+# NaN in float IDX data: the error names the file and the sample index
+mkdir -p "$work/nan"
+{ printf '\x00\x00\x0d\x03\x00\x00\x00\x03\x00\x00\x00\x02\x00\x00\x00\x02'
+  for i in 1 2 3 4 5 6 7 8 9; do printf '\x3f\x00\x00\x00'; done
+  printf '\x7f\xc0\x00\x00\x3f\x00\x00\x00\x3f\x00\x00\x00'; } >"$work/nan/train-images-idx3-ubyte"
+printf '\x00\x00\x08\x01\x00\x00\x00\x03\x00\x01\x01' >"$work/nan/train-labels-idx1-ubyte"
+expect 1 "$work/nan/train-images-idx3-ubyte.*sample 2" -- train --data-dir "$work/nan"
+
+# help works everywhere
+"$bin" --help | grep -q "train" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: mixprec --help"; }
+"$bin" train --help | grep -q -- "--precision" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: train --help"; }
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

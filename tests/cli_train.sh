@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# cli_train.sh — short real training runs through the CLI: accuracy gates on
+# Fashion-MNIST, the JSONL log, progress output, reproducibility by seed, and
+# cnn10 / the reference kernels on synthetic data.
+set -u
+bin=$1
+work=${MP_WORK:-/tmp/mp_cli_test}/train
+rm -rf "$work" && mkdir -p "$work"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# 1. Default model on 12k Fashion-MNIST samples, 2 epochs: >= 84% test accuracy.
+if "$bin" train --train-samples 12000 --epochs 2 --log "$work/fm.jsonl" >"$work/fm.out" 2>&1; then ok; else bad "train run failed: $(tail -3 "$work/fm.out")"; fi
+[ "$(wc -l <"$work/fm.jsonl")" -eq 2 ] && ok || bad "JSONL should have 2 records"
+acc=$(tail -1 "$work/fm.jsonl" | sed -n 's/.*"test_acc":\([0-9.]*\).*/\1/p')
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.84) }' && ok || bad "test accuracy $acc < 0.84"
+for key in epoch train_loss train_acc test_acc epoch_time_s images_per_s; do
+  grep -q "\"$key\":" "$work/fm.jsonl" && ok || bad "JSONL lacks $key"
+done
+grep -q "^Epoch 2/2" "$work/fm.out" && ok || bad "no Epoch header"
+grep -Eq "[0-9]+/93 \[=+.*ms/step - loss: [0-9.]+ - acc: [0-9.]+" "$work/fm.out" && ok || bad "no Keras-style progress line"
+grep -Eq "^epoch 2/2: loss [0-9.]+ - train acc [0-9.]+ - test loss [0-9.]+ - test acc [0-9.]+ - [0-9.]+s - [0-9]+ img/s" "$work/fm.out" && ok || bad "no per-epoch summary line"
+
+# 2. Same seed -> the same losses; another seed -> different ones.
+run_losses() { "$bin" train --data synthetic --synthetic-shape 1x12x12 --synthetic-size 640 --batch 32 --epochs 2 \
+  --quiet --seed "$1" --log "$work/s$1_$2.jsonl" "${@:3}" && sed 's/"epoch_time_s.*//' "$work/s$1_$2.jsonl"; }
+a=$(run_losses 5 a) && b=$(run_losses 5 b) && c=$(run_losses 6 c) || bad "synthetic runs failed"
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "same seed gave different losses"
+[ "$a" != "$c" ] && ok || bad "different seeds gave identical losses"
+
+# 3. The reference kernels learn the same synthetic task (accuracy gate).
+"$bin" train --data synthetic --synthetic-shape 1x12x12 --synthetic-size 640 --batch 32 --epochs 3 --quiet \
+  --reference --log "$work/ref.jsonl" 2>"$work/ref.err" && ok || bad "reference run failed: $(cat "$work/ref.err")"
+acc=$(tail -1 "$work/ref.jsonl" | sed -n 's/.*"test_acc":\([0-9.]*\).*/\1/p')
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' && ok || bad "reference synthetic accuracy $acc < 0.9"
+
+# 4. cnn10 with SGD + nesterov + step schedule runs a few steps on CIFAR-shaped data.
+"$bin" train --model cnn10 --data synthetic --synthetic-size 320 --batch 32 --epochs 1 --max-steps 4 \
+  --optimizer sgd --nesterov --lr-schedule step:2:0.5,warmup:1 --augment >"$work/cnn10.out" 2>&1 \
+  && ok || bad "cnn10 run failed: $(tail -3 "$work/cnn10.out")"
+grep -q "3x32x32" "$work/cnn10.out" && ok || bad "cnn10 run did not report its input shape"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
