@@ -1,0 +1,203 @@
+/* cpu_train_step.c — CPU training-step throughput of a model (default cnn10,
+ * batch 128, fp32) next to the GFLOP/s oneDNN reaches on one large fp32
+ * convolution on the same machine, measured side by side in one run.
+ *
+ *   bench/cpu_train_step [--model cnn10] [--batch 128] [--steps 20] [--shape 1x28x28]
+ *                        [--threads T] [--reference]
+ * Prints a table; times are medians over the steps. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "graph/graph.h"
+#include "models/models.h"
+#include "optim/optim.h"
+#include "train/progress.h"
+
+#ifdef MP_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#ifdef MP_HAVE_ONEDNN
+#define DNNL_OK(x)                                                             \
+    do {                                                                       \
+        if ((x) != dnnl_success) {                                             \
+            fprintf(stderr, "cpu_train_step: oneDNN call failed: %s\n", #x);   \
+            return -1;                                                         \
+        }                                                                      \
+    } while (0)
+
+/* GFLOP/s of one large fp32 forward convolution, oneDNN choosing its layout:
+ * N=64, 256->256 channels, 3x3, 28x28, padding 1. */
+static double onednn_large_conv_gflops(int reps, char *impl, size_t impl_len) {
+    const int N = 64, C = 256, K = 256, H = 28, W = 28;
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    DNNL_OK(dnnl_engine_create(&eng, dnnl_cpu, 0));
+    DNNL_OK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
+    dnnl_memory_desc_t src, wei, dst;
+    dnnl_dims_t sd = {N, C, H, W}, wd = {K, C, 3, 3}, dd = {N, K, H, W}, strides = {1, 1}, pad = {1, 1};
+    DNNL_OK(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_format_tag_any));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(&wei, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_format_tag_any));
+    dnnl_convolution_desc_t cd;
+    DNNL_OK(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wei, NULL,
+                                               &dst, strides, pad, pad));
+    dnnl_primitive_desc_t pd;
+    DNNL_OK(dnnl_primitive_desc_create(&pd, &cd, NULL, eng, NULL));
+    const char *name = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+    snprintf(impl, impl_len, "%s", name ? name : "?");
+    dnnl_primitive_t conv;
+    DNNL_OK(dnnl_primitive_create(&conv, pd));
+    dnnl_memory_t ms, mw, md, mscr;
+    DNNL_OK(dnnl_memory_create(&ms, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), eng, DNNL_MEMORY_ALLOCATE));
+    DNNL_OK(dnnl_memory_create(&mw, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), eng, DNNL_MEMORY_ALLOCATE));
+    DNNL_OK(dnnl_memory_create(&md, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), eng, DNNL_MEMORY_ALLOCATE));
+    DNNL_OK(dnnl_memory_create(&mscr, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), eng,
+                               DNNL_MEMORY_ALLOCATE));
+    /* fill inputs so no denormal/zero shortcuts apply */
+    void *p;
+    dnnl_memory_get_data_handle(ms, &p);
+    for (size_t i = 0; i < (size_t)N * C * H * W; i++) ((float *)p)[i] = (float)(i % 17) * 0.01f;
+    dnnl_memory_get_data_handle(mw, &p);
+    for (size_t i = 0; i < (size_t)K * C * 9; i++) ((float *)p)[i] = (float)(i % 13) * 0.001f;
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}, {DNNL_ARG_SCRATCHPAD, mscr}};
+    double *t = malloc((size_t)reps * sizeof *t);
+    for (int r = -2; r < reps; r++) {
+        double t0 = mp_now_seconds();
+        DNNL_OK(dnnl_primitive_execute(conv, st, 4, args));
+        DNNL_OK(dnnl_stream_wait(st));
+        if (r >= 0) t[r] = mp_now_seconds() - t0;
+    }
+    double sec = median(t, reps);
+    free(t);
+    dnnl_memory_destroy(ms);
+    dnnl_memory_destroy(mw);
+    dnnl_memory_destroy(md);
+    dnnl_memory_destroy(mscr);
+    dnnl_primitive_destroy(conv);
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_stream_destroy(st);
+    dnnl_engine_destroy(eng);
+    double flops = 2.0 * N * K * H * W * C * 9;
+    return flops / sec / 1e9;
+}
+#endif
+
+typedef struct {
+    double ms, images_per_s, gflops;
+} step_result;
+
+static int time_training_step(const char *model, int c, int h, int w, int batch, int steps, bool reference,
+                              step_result *res) {
+    mp_model m;
+    if (mp_model_build(model, c, h, w, 10, &m) != MP_OK) {
+        fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
+        return -1;
+    }
+    mp_graph_init_params(m.g, 1);
+    mp_plan *plan = NULL;
+    if (mp_plan_create(m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss, .use_onednn = true,
+                                           .reference = reference},
+                       &plan) != MP_OK) {
+        fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
+        mp_model_free(&m);
+        return -1;
+    }
+    mp_graph *g = m.g;
+    mp_param_ref *refs = calloc((size_t)g->n_params, sizeof *refs);
+    int n = 0;
+    for (int i = 0; i < g->n_params; i++)
+        if (g->params[i].spec.trainable)
+            refs[n++] = (mp_param_ref){g->params[i].data, g->params[i].grad, mp_shape_numel(&g->params[i].spec.shape),
+                                       true, g->params[i].name};
+    mp_optim *opt = NULL;
+    mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt);
+    size_t in_n = mp_plan_numel(plan, m.input);
+    float *x = malloc(in_n * sizeof *x);
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    mp_rng r;
+    mp_rng_seed(&r, 3);
+    for (size_t i = 0; i < in_n; i++) x[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < batch; i++) y[i] = (int32_t)mp_rng_below(&r, 10);
+    double *t = malloc((size_t)steps * sizeof *t);
+    for (int s = -3; s < steps; s++) {
+        double t0 = mp_now_seconds();
+        mp_plan_set_input(plan, m.input, x, in_n);
+        mp_plan_set_labels(plan, m.labels, y, (size_t)batch);
+        mp_plan_forward(plan);
+        mp_graph_zero_grad(g);
+        mp_plan_backward(plan, 1.0f);
+        mp_optim_step(opt, 0.01f);
+        if (s >= 0) t[s] = mp_now_seconds() - t0;
+    }
+    double sec = median(t, steps);
+    res->ms = 1e3 * sec;
+    res->images_per_s = batch / sec;
+    res->gflops = mp_graph_flops(g, batch, true) / sec / 1e9;
+    free(t);
+    free(x);
+    free(y);
+    free(refs);
+    mp_optim_destroy(opt);
+    mp_plan_destroy(plan);
+    mp_model_free(&m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *model = "cnn10";
+    int batch = 128, steps = 20, c = 1, h = 28, w = 28, threads = 0;
+    bool reference = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%dx%dx%d", &c, &h, &w) != 3) {
+                fprintf(stderr, "cpu_train_step: --shape wants CxHxW\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--reference")) reference = true;
+        else {
+            fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] [--threads T] [--reference]\n");
+            return !strcmp(argv[i], "--help") ? 0 : 2;
+        }
+    }
+    if (batch < 1 || steps < 1) {
+        fprintf(stderr, "cpu_train_step: --batch and --steps must be positive\n");
+        return 2;
+    }
+    if (threads) omp_set_num_threads(threads);
+    printf("cpu_train_step: %d threads, median of %d steps\n", omp_get_max_threads(), steps);
+    double conv_gflops = -1;
+    char impl[128] = "n/a (built without oneDNN)";
+#ifdef MP_HAVE_ONEDNN
+    conv_gflops = onednn_large_conv_gflops(10, impl, sizeof impl);
+#endif
+    step_result res;
+    if (time_training_step(model, c, h, w, batch, steps, reference, &res)) return 1;
+    printf("\n| what | batch | input | ms/step | images/s | GFLOP/s | share of large conv |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    if (conv_gflops > 0)
+        printf("| oneDNN fp32 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | 100%% |\n", impl, conv_gflops);
+    char share[32] = "n/a";
+    if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res.gflops / conv_gflops);
+    printf("| %s fp32 training step%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s |\n", model,
+           reference ? " (reference kernels)" : "", batch, c, h, w, res.ms, res.images_per_s, res.gflops, share);
+    return 0;
+}
