@@ -162,6 +162,7 @@ int main(int argc, char **argv) {
     const char *model = "cnn10";
     int batch = 128, steps = 20, c = 1, h = 28, w = 28, threads = 0;
     bool reference = false;
+    mp_prefer_passive_openmp(argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);

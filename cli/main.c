@@ -15,6 +15,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    mp_prefer_passive_openmp(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

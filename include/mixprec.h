@@ -170,6 +170,12 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 size_t mp_plan_numel(const mp_plan *p, mp_node node);
 size_t mp_plan_arena_bytes(const mp_plan *p);
 
+/* ---- process set-up ------------------------------------------------------ */
+/* Re-execute the program once with OMP_WAIT_POLICY=passive unless the
+ * environment already sets it (idle OpenMP threads then sleep instead of
+ * spinning, which matters on small shared machines). Call first in main(). */
+void mp_prefer_passive_openmp(char **argv);
+
 #ifdef __cplusplus
 }
 #endif
