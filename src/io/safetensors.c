@@ -1,0 +1,853 @@
+/* safetensors.c — safetensors checkpoint files: the atomic writer (emits the
+ * JSON header itself, escaped as serde_json does, so it needs no library) and
+ * the validating reader (parses the header with cJSON when built with it). */
+#define _GNU_SOURCE
+#include "io/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef MP_HAVE_CJSON
+#include <cjson/cJSON.h>
+#endif
+
+#include "core/error.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "safetensors data is little-endian and is copied as is: a big-endian host needs byte swaps");
+
+#define ST_MAX_HEADER 100000000ull    /* the reference implementation's limit */
+#define ST_MAX_INT (1ull << 53)       /* shape and offset values must be below (exact in a double) */
+
+/* ---- dtypes of the format ------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    int bits; /* per element */
+    int mp;   /* mp_dtype, or -1 if mixprec has no such dtype */
+} st_dtype_info;
+
+/* In the reference implementation's enum order (its writer sorts by it,
+ * widest first, which keeps every tensor aligned). */
+static const st_dtype_info st_dtypes[] = {
+    {"BOOL", 8, -1},     {"F4", 4, -1},        {"F6_E2M3", 6, -1}, {"F6_E3M2", 6, -1},
+    {"U8", 8, -1},       {"I8", 8, -1},        {"F8_E5M2", 8, -1}, {"F8_E4M3", 8, -1},
+    {"F8_E8M0", 8, -1},  {"I16", 16, -1},      {"U16", 16, -1},    {"F16", 16, MP_DTYPE_F16},
+    {"BF16", 16, MP_DTYPE_BF16}, {"I32", 32, MP_DTYPE_I32}, {"U32", 32, -1},
+    {"F32", 32, MP_DTYPE_F32}, {"C64", 64, -1},  {"F64", 64, MP_DTYPE_F64}, {"I64", 64, -1},
+    {"U64", 64, -1},
+};
+#define ST_NDTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
+
+/* Index into st_dtypes of a mixprec dtype. */
+static int st_dtype_of_mp(mp_dtype t) {
+    for (int i = 0; i < ST_NDTYPES; i++)
+        if (st_dtypes[i].mp == (int)t) return i;
+    return -1;
+}
+
+/* ---- UTF-8 --------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 prefix of s[0, n) (n when all of it is valid):
+ * no overlong forms, no surrogates, nothing above U+10FFFF. */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp;
+        if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            return i;
+        }
+        if (n - i < len) return i;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return i;
+        i += len;
+    }
+    return n;
+}
+
+/* A name or metadata key: non-empty UTF-8 without control characters.
+ * Returns NULL if fine, else what is wrong. */
+static const char *st_name_problem(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0) return "is empty";
+    if (utf8_valid_prefix((const unsigned char *)s, n) != n) return "is not valid UTF-8";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) return "contains a control character";
+    }
+    return NULL;
+}
+
+/* ---- writer -------------------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_u64(sbuf *b, uint64_t v) {
+    char tmp[24];
+    int k = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+    sb_put(b, tmp, (size_t)k);
+}
+
+/* A JSON string, escaped as serde_json does (so the header bytes equal the
+ * reference writer's): \" \\ \b \f \n \r \t, other controls as \u00xx,
+ * everything else (UTF-8 included) as is. */
+static void sb_json_string(sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        switch (*p) {
+        case '"': sb_put(b, "\\\"", 2); break;
+        case '\\': sb_put(b, "\\\\", 2); break;
+        case '\b': sb_put(b, "\\b", 2); break;
+        case '\f': sb_put(b, "\\f", 2); break;
+        case '\n': sb_put(b, "\\n", 2); break;
+        case '\r': sb_put(b, "\\r", 2); break;
+        case '\t': sb_put(b, "\\t", 2); break;
+        default:
+            if (*p < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", *p);
+                sb_put(b, esc, 6);
+            } else {
+                sb_put(b, (const char *)p, 1);
+            }
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+typedef struct {
+    const char *name;
+    int rank; /* index in st_dtypes */
+    int idx;  /* index in the caller's array */
+} st_order;
+
+/* Widest dtype first, then by name (bytewise), as the reference writer. */
+static int st_order_cmp(const void *a, const void *b) {
+    const st_order *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank > y->rank ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int st_order_by_name(const void *a, const void *b) {
+    return strcmp(((const st_order *)a)->name, ((const st_order *)b)->name);
+}
+
+/* Test hook: MP_TEST_FAIL_WRITE=<stage> ("data", "fsync" or "rename") makes
+ * the writer fail at that stage as a full or failing disk would, so tests can
+ * check that a failed write leaves the old file intact and no temporary file. */
+static bool st_test_hook_fail_write(const char *stage) {
+    const char *e = getenv("MP_TEST_FAIL_WRITE");
+    return e && strcmp(e, stage) == 0;
+}
+
+static int st_write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* fsync the directory holding `path`, so the rename itself is durable.
+ * File systems that cannot sync a directory (EINVAL, ENOTSUP) count as done. */
+static int st_sync_parent_dir(const char *path) {
+    char *dir = strdup(path);
+    if (!dir) return -1;
+    const char *d = ".";
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        if (slash == dir)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
+        d = dir;
+    }
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int r = -1, err = errno;
+    if (fd >= 0) {
+        r = fsync(fd);
+        err = errno;
+        close(fd);
+        if (r != 0 && (err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP)) r = 0;
+    }
+    free(dir);
+    errno = err;
+    return r;
+}
+
+/* Checks the arguments; returns the byte size of each tensor in nbytes. */
+static mp_status st_check_args(const char *path, const mp_st_tensor *tensors, int n,
+                               const char *const *meta_keys, const char *const *meta_values, int n_meta,
+                               uint64_t *nbytes) {
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const mp_st_tensor *t = &tensors[i];
+        if (!t->name) return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d has no name", path, i);
+        const char *why = st_name_problem(t->name);
+        if (why) return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d: the name %s", path, i, why);
+        if (strcmp(t->name, "__metadata__") == 0)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d: '__metadata__' is reserved by the format", path, i);
+        if ((unsigned)t->dtype >= (unsigned)MP_DTYPE_COUNT)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': unknown dtype %d", path, t->name, (int)t->dtype);
+        if (t->ndim < 0 || t->ndim > MP_ST_MAX_DIMS)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': %d dimensions (0 to %d allowed)", path, t->name,
+                            t->ndim, MP_ST_MAX_DIMS);
+        uint64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->dims[d] < 0)
+                return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': dimension %d is %" PRId64, path, t->name, d,
+                                t->dims[d]);
+            if (__builtin_mul_overflow(numel, (uint64_t)t->dims[d], &numel) || numel >= ST_MAX_INT)
+                return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': too many elements", path, t->name);
+        }
+        nbytes[i] = numel * mp_dtype_size(t->dtype);
+        total += nbytes[i];
+        if (nbytes[i] >= ST_MAX_INT || total >= ST_MAX_INT)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': the tensors exceed 2^53 bytes", path, t->name);
+        if (nbytes[i] > 0 && !t->data)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': data is NULL for %" PRIu64 " bytes", path,
+                            t->name, nbytes[i]);
+    }
+    for (int i = 0; i < n_meta; i++) {
+        if (!meta_keys[i] || !meta_values[i])
+            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata entry %d has a NULL key or value", path, i);
+        const char *why = st_name_problem(meta_keys[i]);
+        if (why) return mp_error(MP_ERR_INVALID_ARG, "%s: metadata key %d: the key %s", path, i, why);
+        size_t len = strlen(meta_values[i]);
+        if (utf8_valid_prefix((const unsigned char *)meta_values[i], len) != len)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata '%s': value is not valid UTF-8", path, meta_keys[i]);
+    }
+    return MP_OK;
+}
+
+/* Sorted copies of the names (tensors: widest dtype first, then name;
+ * metadata: by key); fails on a name given twice. */
+static mp_status st_plan(const char *path, const mp_st_tensor *tensors, int n, const char *const *meta_keys,
+                         int n_meta, st_order *tord, st_order *mord) {
+    for (int i = 0; i < n; i++)
+        tord[i] = (st_order){tensors[i].name, st_dtype_of_mp(tensors[i].dtype), i};
+    qsort(tord, (size_t)n, sizeof *tord, st_order_by_name);
+    for (int i = 1; i < n; i++)
+        if (strcmp(tord[i - 1].name, tord[i].name) == 0)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor name '%s' appears twice", path, tord[i].name);
+    qsort(tord, (size_t)n, sizeof *tord, st_order_cmp);
+    for (int i = 0; i < n_meta; i++) mord[i] = (st_order){meta_keys[i], 0, i};
+    qsort(mord, (size_t)n_meta, sizeof *mord, st_order_by_name);
+    for (int i = 1; i < n_meta; i++)
+        if (strcmp(mord[i - 1].name, mord[i].name) == 0)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata key '%s' appears twice", path, mord[i].name);
+    return MP_OK;
+}
+
+/* The header JSON, compact, padded with spaces to a multiple of 8 bytes. */
+static void st_header(sbuf *b, const mp_st_tensor *tensors, int n, const char *const *meta_values, int n_meta,
+                      const st_order *tord, const st_order *mord, const uint64_t *nbytes) {
+    sb_puts(b, "{");
+    if (n_meta > 0) {
+        sb_puts(b, "\"__metadata__\":{");
+        for (int i = 0; i < n_meta; i++) {
+            if (i) sb_puts(b, ",");
+            sb_json_string(b, mord[i].name);
+            sb_puts(b, ":");
+            sb_json_string(b, meta_values[mord[i].idx]);
+        }
+        sb_puts(b, "}");
+    }
+    uint64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        const mp_st_tensor *t = &tensors[tord[i].idx];
+        if (i || n_meta > 0) sb_puts(b, ",");
+        sb_json_string(b, t->name);
+        sb_puts(b, ":{\"dtype\":\"");
+        sb_puts(b, st_dtypes[tord[i].rank].name);
+        sb_puts(b, "\",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++) {
+            if (d) sb_puts(b, ",");
+            sb_u64(b, (uint64_t)t->dims[d]);
+        }
+        sb_puts(b, "],\"data_offsets\":[");
+        sb_u64(b, offset);
+        sb_puts(b, ",");
+        offset += nbytes[tord[i].idx];
+        sb_u64(b, offset);
+        sb_puts(b, "]}");
+    }
+    sb_puts(b, "}");
+    while (!b->oom && b->len % 8 != 0) sb_puts(b, " ");
+}
+
+/* Write the file bytes to `tmp` and move it over `path`. On failure the
+ * temporary file is gone and mp_last_error() says what failed. */
+static mp_status st_commit(const char *path, const char *tmp, const sbuf *hdr, const mp_st_tensor *tensors, int n,
+                           const st_order *tord, const uint64_t *nbytes) {
+    const char *what = "creating";
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) goto fail;
+    what = "writing";
+    unsigned char len8[8];
+    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr->len >> (8 * k));
+    if (st_write_all(fd, len8, 8) != 0 || st_write_all(fd, hdr->p, hdr->len) != 0) goto fail;
+    if (st_test_hook_fail_write("data")) {
+        errno = ENOSPC;
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        const mp_st_tensor *t = &tensors[tord[i].idx];
+        if (nbytes[tord[i].idx] > 0 && st_write_all(fd, t->data, (size_t)nbytes[tord[i].idx]) != 0) goto fail;
+    }
+    what = "syncing";
+    if (st_test_hook_fail_write("fsync")) {
+        errno = EIO;
+        goto fail;
+    }
+    if (fsync(fd) != 0) goto fail;
+    what = "closing";
+    int r = close(fd);
+    fd = -1;
+    if (r != 0) goto fail;
+    what = "renaming";
+    if (st_test_hook_fail_write("rename")) {
+        errno = EIO;
+        goto fail;
+    }
+    if (rename(tmp, path) != 0) goto fail;
+    if (st_sync_parent_dir(path) != 0)
+        return mp_error(MP_ERR_IO, "%s: written, but syncing its directory failed: %s", path, strerror(errno));
+    return MP_OK;
+
+fail:;
+    int err = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return mp_error(MP_ERR_IO, "%s: cannot write the checkpoint (%s temporary file %s): %s", path, what, tmp,
+                    strerror(err));
+}
+
+mp_status mp_safetensors_write(const char *path, const mp_st_tensor *tensors, int n,
+                               const char *const *meta_keys, const char *const *meta_values, int n_meta) {
+    if (!path || !*path) return mp_error(MP_ERR_INVALID_ARG, "safetensors: empty output path");
+    if (n < 0 || (n > 0 && !tensors))
+        return mp_error(MP_ERR_INVALID_ARG, "%s: bad tensor list (n = %d, tensors = %p)", path, n,
+                        (const void *)tensors);
+    if (n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values)))
+        return mp_error(MP_ERR_INVALID_ARG, "%s: bad metadata list (n_meta = %d)", path, n_meta);
+
+    uint64_t *nbytes = calloc((size_t)n + 1, sizeof *nbytes);
+    st_order *tord = calloc((size_t)n + 1, sizeof *tord);
+    st_order *mord = calloc((size_t)n_meta + 1, sizeof *mord);
+    sbuf hdr = {0};
+    char *tmp = malloc(strlen(path) + 32);
+    mp_status s;
+    if (!nbytes || !tord || !mord || !tmp) {
+        s = mp_error(MP_ERR_NOMEM, "%s: out of memory preparing the checkpoint", path);
+        goto done;
+    }
+    s = st_check_args(path, tensors, n, meta_keys, meta_values, n_meta, nbytes);
+    if (s == MP_OK) s = st_plan(path, tensors, n, meta_keys, n_meta, tord, mord);
+    if (s != MP_OK) goto done;
+    st_header(&hdr, tensors, n, meta_values, n_meta, tord, mord, nbytes);
+    if (hdr.oom || hdr.len > ST_MAX_HEADER) {
+        s = hdr.oom ? mp_error(MP_ERR_NOMEM, "%s: out of memory building the header", path)
+                    : mp_error(MP_ERR_INVALID_ARG, "%s: header of %zu bytes exceeds the format's %llu-byte limit",
+                               path, hdr.len, ST_MAX_HEADER);
+        goto done;
+    }
+    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
+    s = st_commit(path, tmp, &hdr, tensors, n, tord, nbytes);
+
+done:
+    free(hdr.p);
+    free(tmp);
+    free(mord);
+    free(tord);
+    free(nbytes);
+    return s;
+}
+
+/* ---- reader -------------------------------------------------------------- */
+
+typedef struct {
+    char *name;
+    int dt;                        /* index into st_dtypes */
+    int ndim;
+    int64_t dims[MP_ST_MAX_DIMS];  /* the first MP_ST_MAX_DIMS dimensions */
+    uint64_t begin, end;           /* data_offsets */
+    const void *data;
+    void *own;                     /* aligned copy when begin is misaligned */
+} st_entry;
+
+struct mp_st_file {
+    char *path;
+    unsigned char *buf;  /* the data buffer, 64-byte aligned */
+    st_entry *t;         /* by data offset */
+    int n;
+    st_entry **by_name;  /* sorted by name */
+    char **mkey, **mval;
+    int n_meta;
+};
+
+void mp_safetensors_close(mp_st_file *f) {
+    if (!f) return;
+    for (int i = 0; i < f->n; i++) {
+        free(f->t[i].name);
+        free(f->t[i].own);
+    }
+    for (int i = 0; i < f->n_meta; i++) {
+        free(f->mkey[i]);
+        free(f->mval[i]);
+    }
+    free(f->t);
+    free(f->by_name);
+    free(f->mkey);
+    free(f->mval);
+    free(f->buf);
+    free(f->path);
+    free(f);
+}
+
+int mp_safetensors_count(const mp_st_file *f) {
+    MP_ASSERT(f);
+    return f->n;
+}
+
+const char *mp_safetensors_name(const mp_st_file *f, int i) {
+    MP_ASSERT(f && i >= 0 && i < f->n);
+    return f->t[i].name;
+}
+
+int mp_safetensors_meta_count(const mp_st_file *f) {
+    MP_ASSERT(f);
+    return f->n_meta;
+}
+
+const char *mp_safetensors_meta_key(const mp_st_file *f, int i) {
+    MP_ASSERT(f && i >= 0 && i < f->n_meta);
+    return f->mkey[i];
+}
+
+const char *mp_safetensors_meta(const mp_st_file *f, const char *key) {
+    MP_ASSERT(f && key);
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->mkey[i], key) == 0) return f->mval[i];
+    return NULL;
+}
+
+static int st_name_key_cmp(const void *key, const void *elem) {
+    return strcmp((const char *)key, (*(st_entry *const *)elem)->name);
+}
+
+mp_status mp_safetensors_get(const mp_st_file *f, const char *name, mp_st_tensor *out) {
+    MP_ASSERT(f && name && out);
+    st_entry *const *hit = bsearch(name, f->by_name, (size_t)f->n, sizeof *f->by_name, st_name_key_cmp);
+    if (!hit) return mp_error(MP_ERR_FORMAT, "%s: no tensor named '%s'", f->path, name);
+    const st_entry *e = *hit;
+    const st_dtype_info *d = &st_dtypes[e->dt];
+    if (d->mp < 0)
+        return mp_error(MP_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which mixprec does not use", f->path,
+                        name, d->name);
+    if (e->ndim > MP_ST_MAX_DIMS)
+        return mp_error(MP_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions; mixprec supports up to %d",
+                        f->path, name, e->ndim, MP_ST_MAX_DIMS);
+    memset(out, 0, sizeof *out);
+    out->name = e->name;
+    out->dtype = (mp_dtype)d->mp;
+    out->ndim = e->ndim;
+    memcpy(out->dims, e->dims, sizeof out->dims);
+    out->data = e->data;
+    return MP_OK;
+}
+
+#ifdef MP_HAVE_CJSON
+
+/* MP_ERR_FORMAT "<path>: <message>". */
+__attribute__((format(printf, 2, 3))) static mp_status st_bad(const char *path, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return mp_error(MP_ERR_FORMAT, "%s: %s", path, msg);
+}
+
+/* JSON forbids raw control characters in strings and allows only
+ * whitespace ones outside them; cJSON checks neither (and treats every byte
+ * up to 0x20 as whitespace). A \u0000 escape would decode to a NUL, which C
+ * strings cannot hold. */
+static mp_status st_prescan(const char *path, const char *h, size_t n) {
+    if (n >= 3 && memcmp(h, "\xef\xbb\xbf", 3) == 0)
+        return st_bad(path, "header is not valid JSON: it starts with a byte-order mark");
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)h[i];
+        if (c < 0x20 && (in_str || (c != '\t' && c != '\n' && c != '\r')))
+            return st_bad(path, "header is not valid JSON: control character 0x%02x at byte %zu", c, i);
+        if (!in_str) {
+            in_str = c == '"';
+        } else if (c == '"') {
+            in_str = false;
+        } else if (c == '\\' && i + 1 < n) {
+            if (h[i + 1] == 'u' && n - i >= 6 && memcmp(h + i + 2, "0000", 4) == 0)
+                return st_bad(path, "header has a \\u0000 (NUL) escape at byte %zu, which mixprec cannot represent",
+                              i);
+            i++;
+        }
+    }
+    return MP_OK;
+}
+
+static bool st_json_uint(const cJSON *x, uint64_t *v) {
+    if (!cJSON_IsNumber(x)) return false;
+    double d = x->valuedouble;
+    if (!(d >= 0 && d < (double)ST_MAX_INT)) return false;
+    *v = (uint64_t)d;
+    return (double)*v == d;
+}
+
+static const char *st_json_kind(const cJSON *x) {
+    if (cJSON_IsArray(x)) return "an array";
+    if (cJSON_IsString(x)) return "a string";
+    if (cJSON_IsNumber(x)) return "a number";
+    if (cJSON_IsBool(x)) return "a boolean";
+    if (cJSON_IsNull(x)) return "null";
+    return "an object";
+}
+
+/* "(10, 3)" from a validated shape array. */
+static void st_shape_str(const cJSON *shape, char *buf, size_t cap) {
+    size_t k = (size_t)snprintf(buf, cap, "(");
+    int i = 0;
+    for (const cJSON *d = shape->child; d && k + 32 < cap; d = d->next, i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%" PRIu64, i ? ", " : "", (uint64_t)d->valuedouble);
+    snprintf(buf + k, cap - k, "%s)", k + 32 >= cap ? ", ..." : "");
+}
+
+static mp_status st_parse_meta(const char *path, mp_st_file *f, const cJSON *m) {
+    if (cJSON_IsNull(m)) return MP_OK;
+    if (!cJSON_IsObject(m)) return st_bad(path, "\"__metadata__\" is %s, not an object", st_json_kind(m));
+    int cnt = cJSON_GetArraySize(m);
+    f->mkey = calloc((size_t)cnt + 1, sizeof *f->mkey);
+    f->mval = calloc((size_t)cnt + 1, sizeof *f->mval);
+    if (!f->mkey || !f->mval) return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+    for (const cJSON *it = m->child; it; it = it->next) {
+        if (!cJSON_IsString(it))
+            return st_bad(path, "metadata '%s' is %s (metadata values must be strings)", it->string,
+                          st_json_kind(it));
+        for (int j = 0; j < f->n_meta; j++)
+            if (strcmp(f->mkey[j], it->string) == 0)
+                return st_bad(path, "metadata key '%s' appears twice", it->string);
+        char *k = strdup(it->string), *v = strdup(it->valuestring);
+        if (!k || !v) {
+            free(k);
+            free(v);
+            return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+        }
+        f->mkey[f->n_meta] = k;
+        f->mval[f->n_meta++] = v;
+    }
+    return MP_OK;
+}
+
+/* One tensor entry, checked on its own (offsets against the buffer size,
+ * not yet against each other). */
+static mp_status st_parse_entry(const char *path, const cJSON *it, st_entry *e, uint64_t data_len) {
+    const char *nm = e->name;
+    if (!cJSON_IsObject(it)) return st_bad(path, "tensor '%s': entry is %s, not an object", nm, st_json_kind(it));
+    static const char *const fields[] = {"dtype", "shape", "data_offsets"};
+    const cJSON *fv[3] = {NULL, NULL, NULL};
+    for (const cJSON *c = it->child; c; c = c->next)
+        for (int k = 0; k < 3; k++)
+            if (strcmp(c->string, fields[k]) == 0) {
+                if (fv[k]) return st_bad(path, "tensor '%s': \"%s\" appears twice", nm, fields[k]);
+                fv[k] = c;
+            }
+    for (int k = 0; k < 3; k++)
+        if (!fv[k]) return st_bad(path, "tensor '%s': no \"%s\"", nm, fields[k]);
+    const cJSON *dt = fv[0], *shape = fv[1], *offs = fv[2];
+
+    if (!cJSON_IsString(dt)) return st_bad(path, "tensor '%s': \"dtype\" is %s, not a string", nm, st_json_kind(dt));
+    e->dt = -1;
+    for (int i = 0; i < ST_NDTYPES; i++)
+        if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) e->dt = i;
+    if (e->dt < 0) return st_bad(path, "tensor '%s': unknown dtype '%s'", nm, dt->valuestring);
+    const st_dtype_info *d = &st_dtypes[e->dt];
+
+    if (!cJSON_IsArray(shape))
+        return st_bad(path, "tensor '%s': \"shape\" is %s, not an array", nm, st_json_kind(shape));
+    uint64_t numel = 1;
+    bool overflow = false;
+    e->ndim = 0;
+    for (const cJSON *x = shape->child; x; x = x->next) {
+        uint64_t v;
+        if (!st_json_uint(x, &v))
+            return st_bad(path, "tensor '%s': \"shape\" has an entry that is not an integer in [0, 2^53)", nm);
+        if (e->ndim < MP_ST_MAX_DIMS) e->dims[e->ndim] = (int64_t)v;
+        e->ndim++;
+        overflow |= __builtin_mul_overflow(numel, v, &numel);
+    }
+    char shp[160];
+    st_shape_str(shape, shp, sizeof shp);
+    uint64_t bits = 0;
+    overflow |= __builtin_mul_overflow(numel, (uint64_t)d->bits, &bits);
+    if (overflow) return st_bad(path, "tensor '%s': shape %s of %s is too large", nm, shp, d->name);
+    if (bits % 8 != 0)
+        return st_bad(path, "tensor '%s': shape %s of %s is not a whole number of bytes", nm, shp, d->name);
+
+    uint64_t be[2];
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !st_json_uint(offs->child, &be[0]) ||
+        !st_json_uint(offs->child->next, &be[1]))
+        return st_bad(path, "tensor '%s': \"data_offsets\" is not [begin, end] with integers in [0, 2^53)", nm);
+    e->begin = be[0];
+    e->end = be[1];
+    if (e->end < e->begin)
+        return st_bad(path, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin", nm,
+                      e->begin, e->end);
+    if (e->end - e->begin != bits / 8)
+        return st_bad(path, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] do not match shape %s of %s (%" PRIu64
+                      " bytes)", nm, e->begin, e->end, shp, d->name, bits / 8);
+    if (e->end > data_len)
+        return st_bad(path, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run past the end of the %" PRIu64
+                      "-byte data buffer (truncated file?)", nm, e->begin, e->end, data_len);
+    return MP_OK;
+}
+
+static int st_entry_offset_cmp(const void *a, const void *b) {
+    const st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name); /* deterministic messages and order */
+}
+
+static int st_entry_name_cmp(const void *a, const void *b) {
+    return strcmp((*(st_entry *const *)a)->name, (*(st_entry *const *)b)->name);
+}
+
+/* Entries, metadata, then the layout as a whole: unique names and a
+ * contiguous covering of the data buffer, as the reference requires. */
+static mp_status st_parse_header(const char *path, mp_st_file *f, const cJSON *root, uint64_t data_len) {
+    if (!cJSON_IsObject(root)) return st_bad(path, "header is %s, not a JSON object", st_json_kind(root));
+    int cnt = cJSON_GetArraySize(root);
+    f->t = calloc((size_t)cnt + 1, sizeof *f->t);
+    f->by_name = calloc((size_t)cnt + 1, sizeof *f->by_name);
+    if (!f->t || !f->by_name) return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+    bool seen_meta = false;
+    for (const cJSON *it = root->child; it; it = it->next) {
+        if (strcmp(it->string, "__metadata__") == 0) {
+            if (seen_meta) return st_bad(path, "\"__metadata__\" appears twice");
+            seen_meta = true;
+            MP_TRY(st_parse_meta(path, f, it));
+            continue;
+        }
+        st_entry *e = &f->t[f->n];
+        e->name = strdup(it->string);
+        if (!e->name) return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+        f->n++;
+        MP_TRY(st_parse_entry(path, it, e, data_len));
+    }
+
+    qsort(f->t, (size_t)f->n, sizeof *f->t, st_entry_offset_cmp);
+    for (int i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
+    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, st_entry_name_cmp);
+    for (int i = 1; i < f->n; i++)
+        if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0)
+            return st_bad(path, "tensor '%s' appears twice in the header", f->by_name[i]->name);
+
+    uint64_t at = 0;
+    for (int i = 0; i < f->n; i++) {
+        const st_entry *e = &f->t[i];
+        if (e->begin > at && i == 0)
+            return st_bad(path, "bytes [0, %" PRIu64 ") of the data buffer belong to no tensor (the first, '%s', "
+                          "begins at %" PRIu64 ")", e->begin, e->name, e->begin);
+        if (e->begin > at)
+            return st_bad(path, "bytes [%" PRIu64 ", %" PRIu64 ") of the data buffer, between tensors '%s' and '%s', "
+                          "belong to no tensor", at, e->begin, f->t[i - 1].name, e->name);
+        if (e->begin < at)
+            return st_bad(path, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] overlap tensor '%s' [%" PRIu64
+                          ", %" PRIu64 "]", e->name, e->begin, e->end, f->t[i - 1].name, f->t[i - 1].begin,
+                          f->t[i - 1].end);
+        at = e->end;
+    }
+    if (at != data_len)
+        return st_bad(path, "%" PRIu64 " trailing bytes after the last tensor (the data buffer is %" PRIu64
+                      " bytes, the tensors cover %" PRIu64 ")", data_len - at, data_len, at);
+    return MP_OK;
+}
+
+static mp_status st_read(const char *path, FILE *fp, void *dst, size_t n) {
+    if (n > 0 && fread(dst, 1, n, fp) != n) {
+        if (ferror(fp)) return mp_error(MP_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        return mp_error(MP_ERR_IO, "%s: the file shrank while it was being read", path);
+    }
+    return MP_OK;
+}
+
+static mp_status st_load(const char *path, mp_st_file *f, FILE *fp, uint64_t size) {
+    if (size < 8)
+        return st_bad(path, "file is %" PRIu64 " bytes, shorter than the 8-byte header length (truncated?)", size);
+    unsigned char len8[8];
+    MP_TRY(st_read(path, fp, len8, 8));
+    uint64_t n = 0;
+    for (int k = 0; k < 8; k++) n |= (uint64_t)len8[k] << (8 * k);
+    if (n > ST_MAX_HEADER)
+        return st_bad(path, "header length %" PRIu64 " is over the format's %llu-byte limit (not a safetensors file?)",
+                      n, ST_MAX_HEADER);
+    if (n > size - 8)
+        return st_bad(path, "header length %" PRIu64 " runs past the end of the %" PRIu64 "-byte file (truncated?)",
+                      n, size);
+    uint64_t data_len = size - 8 - n;
+
+    char *h = malloc((size_t)n + 1);
+    if (!h) return mp_error(MP_ERR_NOMEM, "%s: out of memory for a %" PRIu64 "-byte header", path, n);
+    cJSON *root = NULL;
+    mp_status s = st_read(path, fp, h, (size_t)n);
+    if (s != MP_OK) goto done;
+    h[n] = '\0';
+    size_t good = utf8_valid_prefix((const unsigned char *)h, (size_t)n);
+    if (good != n) {
+        s = st_bad(path, "header is not valid UTF-8 (at byte %zu)", good);
+        goto done;
+    }
+    s = st_prescan(path, h, (size_t)n);
+    if (s != MP_OK) goto done;
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts(h, (size_t)n, &end, 0);
+    if (!root) {
+        s = st_bad(path, "header is not valid JSON (at byte %zu of %" PRIu64 ")", end ? (size_t)(end - h) : (size_t)0,
+                   n);
+        goto done;
+    }
+    for (const char *q = end; q < h + n; q++)
+        if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+            s = st_bad(path, "header is not valid JSON: text after its top-level value at byte %zu", (size_t)(q - h));
+            goto done;
+        }
+    s = st_parse_header(path, f, root, data_len);
+    if (s != MP_OK) goto done;
+
+    f->buf = aligned_alloc(64, ((size_t)data_len + 64) & ~(size_t)63);
+    if (!f->buf) {
+        s = mp_error(MP_ERR_NOMEM, "%s: out of memory for %" PRIu64 " bytes of tensors", path, data_len);
+        goto done;
+    }
+    s = st_read(path, fp, f->buf, (size_t)data_len);
+    if (s != MP_OK) goto done;
+    for (int i = 0; i < f->n; i++) {
+        st_entry *e = &f->t[i];
+        uint64_t nb = e->end - e->begin, align = st_dtypes[e->dt].bits >= 8 ? (uint64_t)st_dtypes[e->dt].bits / 8 : 1;
+        e->data = f->buf + e->begin;
+        if (nb > 0 && e->begin % align != 0) {
+            e->own = aligned_alloc(64, ((size_t)nb + 63) & ~(size_t)63);
+            if (!e->own) {
+                s = mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+                goto done;
+            }
+            memcpy(e->own, e->data, (size_t)nb);
+            e->data = e->own;
+        }
+    }
+done:
+    cJSON_Delete(root);
+    free(h);
+    return s;
+}
+
+mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
+    MP_ASSERT(path && out);
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) {
+        mp_status s = mp_error(MP_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        fclose(fp);
+        return s;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(fp);
+        return mp_error(MP_ERR_IO, "%s: not a regular file", path);
+    }
+    mp_st_file *f = calloc(1, sizeof *f);
+    if (f) f->path = strdup(path);
+    if (!f || !f->path) {
+        fclose(fp);
+        mp_safetensors_close(f);
+        return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    mp_status s = st_load(path, f, fp, (uint64_t)st.st_size);
+    fclose(fp);
+    if (s != MP_OK) {
+        mp_safetensors_close(f);
+        return s;
+    }
+    *out = f;
+    return MP_OK;
+}
+
+#else /* !MP_HAVE_CJSON */
+
+mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
+    MP_ASSERT(path && out);
+    *out = NULL;
+    return mp_error(MP_ERR_UNSUPPORTED,
+                    "%s: reading checkpoints needs cJSON (Debian libcjson-dev); this mixprec was built without it",
+                    path);
+}
+
+#endif
