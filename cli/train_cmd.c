@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "amp/policy.h"
 #include "core/error.h"
 #include "train/trainer.h"
 
@@ -37,7 +38,9 @@ static void usage(FILE *f) {
             "  --weight-decay X    weight decay on conv/linear weights (default 0; 5e-4 for sgd)\n"
             "  --lr-schedule S     constant | step:STEPS:GAMMA | cosine[:MIN_LR], optional ,warmup:N\n"
             "                      (default cosine)\n"
-            "  --precision P       fp32 (mixed precision policies arrive with the AMP core)\n"
+            "  --precision P       %s (default fp32)\n"
+            "  --precision-override L  per-layer dtypes, e.g. fc=fp32,conv1=bf16\n"
+            "  --print-precision   list every node's compute and storage dtype, then exit\n"
             "  --seed S            random seed for init, shuffling, dropout (default 1)\n"
             "  --max-steps N       stop each epoch after N steps (quick runs)\n\n"
             "execution and output:\n"
@@ -46,14 +49,14 @@ static void usage(FILE *f) {
             "  --log FILE.jsonl    write one JSON record per epoch\n"
             "  --quiet             no progress output\n"
             "  -h, --help          this help\n",
-            mp_model_list());
+            mp_model_list(), mp_precision_list());
 }
 
 typedef struct {
-    const char *model, *data, *data_dir, *log, *precision, *lr_schedule, *optimizer;
+    const char *model, *data, *data_dir, *log, *precision, *lr_schedule, *optimizer, *overrides;
     int epochs, batch, threads, max_steps, train_samples, syn_c, syn_h, syn_w, syn_n;
     float lr, momentum, weight_decay;
-    bool lr_set, momentum_set, wd_set, nesterov, augment, normalize, reference, quiet;
+    bool lr_set, momentum_set, wd_set, nesterov, augment, normalize, reference, quiet, print_precision;
     uint64_t seed;
 } train_args;
 
@@ -80,6 +83,8 @@ static int parse(int argc, char **argv, train_args *t) {
         } else if (!strcmp(a, "--data-dir")) { NEED_VALUE(); t->data_dir = v;
         } else if (!strcmp(a, "--log")) { NEED_VALUE(); t->log = v;
         } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v;
+        } else if (!strcmp(a, "--precision-override")) { NEED_VALUE(); t->overrides = v;
+        } else if (!strcmp(a, "--print-precision")) { t->print_precision = true;
         } else if (!strcmp(a, "--lr-schedule")) { NEED_VALUE(); t->lr_schedule = v;
         } else if (!strcmp(a, "--optimizer")) { NEED_VALUE(); t->optimizer = v;
         } else if (!strcmp(a, "--epochs")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 100000, &t->epochs)) return 2;
@@ -150,8 +155,9 @@ int cmd_train(int argc, char **argv) {
     train_args t;
     int rc = parse(argc, argv, &t);
     if (rc) return rc == 1 ? 0 : rc;
-    if (strcmp(t.precision, "fp32")) {
-        fprintf(stderr, "mixprec train: --precision '%s': this version trains in fp32 only (known: fp32)\n", t.precision);
+    mp_precision precision;
+    if (mp_precision_parse(t.precision, &precision) != MP_OK) {
+        fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
     }
     if (!mp_model_describe(t.model)) {
@@ -176,6 +182,15 @@ int cmd_train(int argc, char **argv) {
     if (s == MP_OK) s = mp_dataset_check_finite(&train);
     if (s == MP_OK) s = mp_dataset_check_finite(&test);
     if (s == MP_OK) s = mp_model_build(t.model, train.c, train.h, train.w, train.classes, &m);
+    if (s == MP_OK)
+        s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision, .overrides = t.overrides});
+    if (s == MP_OK && t.print_precision) {
+        mp_graph_print_precision(m.g, stdout);
+        mp_model_free(&m);
+        mp_dataset_free(&train);
+        mp_dataset_free(&test);
+        return 0;
+    }
     mp_train_result res;
     if (s == MP_OK) {
         FILE *out = t.quiet ? NULL : stdout;

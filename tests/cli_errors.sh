@@ -55,6 +55,20 @@ mkdir -p "$work/nan"
 printf '\x00\x00\x08\x01\x00\x00\x00\x03\x00\x01\x01' >"$work/nan/train-labels-idx1-ubyte"
 expect 1 "$work/nan/train-images-idx3-ubyte.*sample 2" -- train --data-dir "$work/nan"
 
+# out of memory: a batch whose activations cannot be allocated is a clear
+# error naming the batch and the bytes, not a crash (memory capped for the run)
+oom_args=(train --model cnn10 --data synthetic --synthetic-size 3000 --batch 3000 --epochs 1)
+if grep -q __asan_init "$bin"; then
+  out=$(ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=1500:detect_leaks=0 "$bin" "${oom_args[@]}" 2>&1 >/dev/null); rc=$?
+else
+  out=$( (ulimit -v 2500000; "$bin" "${oom_args[@]}") 2>&1 >/dev/null); rc=$?
+fi
+if [ "$rc" -eq 1 ] && grep -Eq "cannot allocate [0-9]+ bytes .*batch 3000|out of memory" <<<"$out" && [ "$(wc -l <<<"$out")" -le 2 ]; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1)); echo "FAIL: out-of-memory run -> rc $rc, stderr: $out"
+fi
+
 # help works everywhere
 "$bin" --help | grep -q "train" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: mixprec --help"; }
 "$bin" train --help | grep -q -- "--precision" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: train --help"; }

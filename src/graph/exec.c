@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "graph/exec_stage.h"
 #include "graph/plan.h"
 
 static mp_status check_node(const mp_plan *p, mp_node node, mp_op_kind kind, const char *what) {
@@ -24,7 +25,8 @@ mp_status mp_plan_set_input(mp_plan *p, mp_node node, const float *data, size_t 
     if (n != want)
         return mp_error(MP_ERR_SHAPE, "set_input '%s': got %zu values, the plan takes %zu (batch %d)",
                         p->g->nodes[node].name, n, want, p->o.batch);
-    memcpy(p->nodes[node].call.out.data, data, n * sizeof(float));
+    const mp_tensor *out = &p->nodes[node].call.out;
+    mp_store_f32(out->data, out->dtype, data, (int64_t)n);
     return MP_OK;
 }
 
@@ -39,10 +41,12 @@ mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, si
 
 mp_status mp_plan_forward(mp_plan *p) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
+    mp_stage_refresh_weights(p);
     for (int i = 0; i < p->n; i++) {
         mp_op_call *c = &p->nodes[i].call;
         c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
-        MP_TRY(mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c));
+        if (p->nodes[i].staged) MP_TRY(mp_stage_forward(p, i));
+        else MP_TRY(mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c));
     }
     p->step++;
     return MP_OK;
@@ -62,6 +66,33 @@ static void add_into(mp_dtype dt, void *dst, const void *src, int64_t n) {
     }
 }
 
+/* Backward of an f32 node: kernels write straight into gradients that are
+ * not yet written, into scratch for those that must be added. */
+static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const bool *fresh) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    mp_op_call c = p->nodes[i].call;
+    char *scratch = p->scratch;
+    for (int k = 0; k < nd->n_in; k++)
+        if (c.d_in[k].data && taken[k]) {
+            c.d_in[k].data = scratch;
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * 8);
+        }
+    for (int k = 0; k < nd->n_params; k++)
+        if (c.d_param[k].data && !fresh[k]) {
+            c.d_param[k].data = scratch;
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_param[k]) * 8);
+        }
+    MP_TRY(mp_op_lookup(nd->desc.kind)->backward(&c));
+    const mp_op_call *bound = &p->nodes[i].call;
+    for (int k = 0; k < nd->n_in; k++)
+        if (c.d_in[k].data && taken[k])
+            add_into(c.d_in[k].dtype, bound->d_in[k].data, c.d_in[k].data, mp_tensor_numel(&c.d_in[k]));
+    for (int k = 0; k < nd->n_params; k++)
+        if (c.d_param[k].data && !fresh[k])
+            add_into(MP_DTYPE_F32, bound->d_param[k].data, c.d_param[k].data, mp_tensor_numel(&c.d_param[k]));
+    return MP_OK;
+}
+
 mp_status mp_plan_backward(mp_plan *p, float seed) {
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
     mp_graph *g = p->g;
@@ -75,50 +106,27 @@ mp_status mp_plan_backward(mp_plan *p, float seed) {
         if (!pn->in_backward) continue;
         const mp_gnode *nd = &g->nodes[i];
         mp_op_call *c = &pn->call;
-        char *scratch = p->scratch;
-        bool add_in[MP_MAX_INPUTS] = {0}, add_param[MP_MAX_PARAMS] = {0};
+        /* Where each gradient goes, and whether it must be added to what
+         * another consumer (or an earlier micro-batch) already wrote. */
+        bool taken[MP_MAX_INPUTS] = {0}, fresh[MP_MAX_PARAMS] = {0};
         for (int k = 0; k < nd->n_in; k++) {
             int src = nd->in[k];
-            c->d_in[k].data = NULL;
-            if (!p->nodes[src].in_backward) continue;
-            bool taken = p->grad_written[src];
+            c->d_in[k].data = p->nodes[src].in_backward ? p->arena + p->nodes[src].grad_off : NULL;
+            taken[k] = p->grad_written[src];
             for (int j = 0; j < k; j++)
-                if (nd->in[j] == src) taken = true;
-            if (taken) {
-                c->d_in[k].data = scratch;
-                scratch += MP_ALIGN64((size_t)mp_shape_numel(&c->d_in[k].shape) * 8);
-                add_in[k] = true;
-            } else {
-                c->d_in[k].data = p->arena + p->nodes[src].grad_off;
-            }
+                if (nd->in[j] == src) taken[k] = true;
         }
         for (int k = 0; k < nd->n_params; k++) {
             mp_gparam *gp = &g->params[nd->first_param + k];
-            c->d_param[k].data = NULL;
-            if (!gp->spec.trainable) continue;
-            if (gp->grad_fresh) {
-                c->d_param[k].data = gp->grad;
-            } else {
-                c->d_param[k].data = scratch;
-                scratch += MP_ALIGN64((size_t)mp_shape_numel(&gp->spec.shape) * 8);
-                add_param[k] = true;
-            }
+            c->d_param[k].data = gp->spec.trainable ? gp->grad : NULL;
+            fresh[k] = gp->grad_fresh;
         }
-        MP_TRY(mp_op_lookup(nd->desc.kind)->backward(c));
-        for (int k = 0; k < nd->n_in; k++) {
-            if (!c->d_in[k].data) continue;
-            int src = nd->in[k];
-            if (add_in[k])
-                add_into(c->d_in[k].dtype, p->arena + p->nodes[src].grad_off, c->d_in[k].data,
-                         mp_shape_numel(&c->d_in[k].shape));
-            p->grad_written[src] = true;
-        }
-        for (int k = 0; k < nd->n_params; k++) {
-            mp_gparam *gp = &g->params[nd->first_param + k];
-            if (!c->d_param[k].data) continue;
-            if (add_param[k]) add_into(MP_DTYPE_F32, gp->grad, c->d_param[k].data, mp_shape_numel(&gp->spec.shape));
-            gp->grad_fresh = false;
-        }
+        if (pn->staged) MP_TRY(mp_stage_backward(p, i, taken, fresh));
+        else MP_TRY(backward_direct(p, i, taken, fresh));
+        for (int k = 0; k < nd->n_in; k++)
+            if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
+        for (int k = 0; k < nd->n_params; k++)
+            if (c->d_param[k].data) g->params[nd->first_param + k].grad_fresh = false;
     }
     /* trainable parameters no path reached: their gradient is zero */
     for (int k = 0; k < g->n_params; k++) {

@@ -40,6 +40,7 @@ struct mp_graph {
     int n_params, cap_params;
     mp_status status;            /* first construction error */
     bool params_initialized;
+    int precision;               /* mp_precision set by the policy pass (0 = fp32) */
 };
 
 /* Add a node; infers shapes with batch 1 and creates its parameters. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "graph/arena_plan.h"
+#include "graph/exec_stage.h"
 
 static bool reference_notice_done;
 
@@ -41,10 +42,10 @@ static void mark_backward(mp_plan *p) {
 
 /* Lifetimes in schedule steps: forward of node i is step i, backward of
  * node i is step 2n-1-i; sources are written before step 0. */
-static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes) {
+static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, size_t stage_bytes) {
     int n = p->n, end = 2 * n + 1;
     mp_graph *g = p->g;
-    mp_arena_buf *b = calloc((size_t)(3 * n + 2), sizeof *b);
+    mp_arena_buf *b = calloc((size_t)(3 * n + 3), sizeof *b);
     if (!b) return mp_error(MP_ERR_NOMEM, "plan: out of memory planning %d nodes", n);
     for (int i = 0; i < n; i++) {
         mp_pnode *pn = &p->nodes[i];
@@ -60,7 +61,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes) 
         saved->first = i;
         saved->last = bwd ? 2 * n - 1 - i : i;
         if (bwd) {
-            grad->size = (size_t)mp_shape_numel(&pn->info.out) * mp_dtype_size(nd->compute_dtype);
+            grad->size = (size_t)mp_shape_numel(&pn->info.out) * mp_dtype_size(nd->storage_dtype);
             grad->first = i == p->o.loss ? n : 2 * n - 1 - i;
             grad->last = 2 * n - 1 - i;
         }
@@ -79,8 +80,9 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes) 
     }
     b[3 * n] = (mp_arena_buf){.size = ws_bytes, .first = 0, .last = end};
     b[3 * n + 1] = (mp_arena_buf){.size = scratch_bytes, .first = 0, .last = end};
+    b[3 * n + 2] = (mp_arena_buf){.size = stage_bytes, .first = 0, .last = end};
     size_t total = 0;
-    mp_status s = mp_arena_plan(b, 3 * n + 2, &total);
+    mp_status s = mp_arena_plan(b, 3 * n + 3, &total);
     if (s != MP_OK) {
         free(b);
         return s;
@@ -89,8 +91,10 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes) 
     p->arena = aligned_alloc(64, total ? total : 64);
     if (!p->arena) {
         free(b);
-        return mp_error(MP_ERR_NOMEM, "plan: cannot allocate %zu bytes of activations for batch %d", total,
-                        p->o.batch);
+        return mp_error(MP_ERR_NOMEM,
+                        "plan: cannot allocate %zu bytes (%.1f GiB) of activations and gradients for batch %d; "
+                        "try a smaller batch",
+                        total, (double)total / (1 << 30), p->o.batch);
     }
     memset(p->arena, 0, total);
     for (int i = 0; i < n; i++) {
@@ -100,7 +104,33 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes) 
     }
     p->workspace = p->arena + b[3 * n].offset;
     p->scratch = p->arena + b[3 * n + 1].offset;
+    p->stage = p->arena + b[3 * n + 2].offset;
     free(b);
+    return MP_OK;
+}
+
+/* Decide whether node i runs staged and give it low-precision weight copies. */
+static mp_status stage_node(mp_plan *p, int i) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    mp_pnode *pn = &p->nodes[i];
+    bool low_compute = nd->compute_dtype == MP_DTYPE_F16 || nd->compute_dtype == MP_DTYPE_BF16;
+    if (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS)
+        return MP_OK; /* sources are filled by set_input, in their storage dtype */
+    pn->staged = low_compute || (nd->storage_dtype != MP_DTYPE_F32 && nd->storage_dtype != MP_DTYPE_I32);
+    for (int k = 0; k < nd->n_in; k++) {
+        mp_dtype d = p->g->nodes[nd->in[k]].storage_dtype;
+        if (d != MP_DTYPE_F32 && d != MP_DTYPE_I32) pn->staged = true;
+    }
+    if (!low_compute) return MP_OK;
+    for (int k = 0; k < nd->n_params; k++) {
+        const mp_gparam *gp = &p->g->params[nd->first_param + k];
+        if (!gp->spec.trainable) continue; /* buffers (BN running stats) stay fp32 */
+        size_t bytes = MP_ALIGN64((size_t)mp_shape_numel(&gp->spec.shape) * mp_dtype_size(nd->compute_dtype));
+        pn->low_param[k] = aligned_alloc(64, bytes);
+        if (!pn->low_param[k])
+            return mp_error(MP_ERR_NOMEM, "plan: out of memory for the %s copy of %s", mp_dtype_name(nd->compute_dtype),
+                            gp->name);
+    }
     return MP_OK;
 }
 
@@ -118,14 +148,14 @@ static void bind_calls(mp_plan *p) {
         for (int k = 0; k < nd->n_in; k++) {
             const mp_pnode *src = &p->nodes[nd->in[k]];
             c->in[k] = (mp_tensor){g->nodes[nd->in[k]].storage_dtype, src->info.out, p->arena + src->out_off};
-            c->d_in[k] = (mp_tensor){nd->compute_dtype, src->info.out, NULL};
+            c->d_in[k] = (mp_tensor){g->nodes[nd->in[k]].storage_dtype, src->info.out, NULL};
         }
         for (int k = 0; k < nd->n_params; k++) {
             mp_gparam *gp = &g->params[nd->first_param + k];
             c->param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, gp->data};
             c->d_param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, NULL};
         }
-        c->d_out = (mp_tensor){nd->compute_dtype, pn->info.out, pn->in_backward ? p->arena + pn->grad_off : NULL};
+        c->d_out = (mp_tensor){nd->storage_dtype, pn->info.out, pn->in_backward ? p->arena + pn->grad_off : NULL};
         c->saved = p->arena + pn->saved_off;
         c->workspace = p->workspace;
     }
@@ -153,7 +183,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     if (o.use_onednn && !o.reference && !mp_onednn_available()) notice_reference_kernels();
     mp_impl impl = onednn ? MP_IMPL_AUTO : MP_IMPL_REF;
     if (o.training) mark_backward(p);
-    size_t ws = 0, scratch = 0;
+    size_t ws = 0, scratch = 0, stage = 0;
     for (int i = 0; i < p->n; i++) {
         mp_gnode *nd = &g->nodes[i];
         mp_pnode *pn = &p->nodes[i];
@@ -161,7 +191,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         pn->info.n_in = nd->n_in;
         for (int k = 0; k < nd->n_in; k++) {
             pn->info.in[k] = p->nodes[nd->in[k]].info.out;
-            pn->info.in_dtype[k] = nd->in_dtype[k];
+            pn->info.in_dtype[k] = g->nodes[nd->in[k]].storage_dtype;
         }
         const mp_op_vtable *vt = mp_op_lookup(nd->desc.kind);
         mp_status s = vt->infer(&nd->desc, &pn->info);
@@ -169,7 +199,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
                            nd->desc.kind == MP_OP_TARGETS))
             pn->info.out.dims[0] = o.batch;
         if (s == MP_OK && vt->prepare)
-            s = vt->prepare(&nd->desc, &pn->info, nd->compute_dtype, impl, o.training, &pn->call.state);
+            s = vt->prepare(&nd->desc, &pn->info, MP_DTYPE_F32, impl, o.training, &pn->call.state);
         if (s != MP_OK) {
             mp_plan_destroy(p);
             return s;
@@ -181,8 +211,14 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         for (int k = 0; k < pn->info.n_params; k++)
             sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * 8);
         if (pn->in_backward && sc > scratch) scratch = sc;
+        s = stage_node(p, i);
+        if (s != MP_OK) {
+            mp_plan_destroy(p);
+            return s;
+        }
+        if (pn->staged && mp_stage_bytes(p, i) > stage) stage = mp_stage_bytes(p, i);
     }
-    mp_status s = plan_memory(p, ws, scratch);
+    mp_status s = plan_memory(p, ws, scratch, stage);
     if (s != MP_OK) {
         mp_plan_destroy(p);
         return s;
@@ -197,6 +233,7 @@ void mp_plan_destroy(mp_plan *p) {
     for (int i = 0; i < p->n && p->nodes; i++) {
         const mp_op_vtable *vt = mp_op_lookup(p->g->nodes[i].desc.kind);
         if (vt->release && p->nodes[i].call.state) vt->release(p->nodes[i].call.state);
+        for (int k = 0; k < MP_MAX_PARAMS; k++) free(p->nodes[i].low_param[k]);
     }
     free(p->nodes);
     free(p->grad_written);

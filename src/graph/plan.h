@@ -10,7 +10,11 @@ typedef struct {
     mp_op_info info;
     mp_op_call call;      /* tensors bound to the arena and the parameters */
     bool in_backward;     /* on the path from a trainable parameter to the loss */
+    bool staged;          /* low-precision storage or compute: kernels run in f32
+                             on staged copies (see exec_stage.c) */
     size_t out_off, grad_off, saved_off;
+    void *low_param[MP_MAX_PARAMS]; /* trainable params cast to the compute dtype,
+                                       refreshed every forward; NULL if f32 */
 } mp_pnode;
 
 struct mp_plan {
@@ -22,6 +26,7 @@ struct mp_plan {
     size_t arena_bytes;
     char *workspace;      /* shared by all ops (one op runs at a time) */
     char *scratch;        /* gradients that must be added, not written */
+    char *stage;          /* f32 copies for staged nodes (one op at a time) */
     bool *grad_written;   /* per node, during backward */
     uint64_t step;        /* forward passes run, for dropout seeds */
 };

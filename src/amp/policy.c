@@ -1,0 +1,138 @@
+/* policy.c — the precision pass (see policy.h).
+ *
+ * amp-*: allow-list ops (convolutions, linear) compute and store in the low
+ *        dtype; deny-list ops (losses; BatchNorm statistics) compute in fp32;
+ *        everything else follows its widest input. Inputs stay fp32.
+ * o2-*:  inputs and activations low; BatchNorm computes in fp32.
+ * fp16/bf16: like o2 without master weights (BatchNorm fp32 unless bn_low).
+ * Always: losses fp32, and the logits feeding a loss are stored in fp32. */
+#include "amp/policy.h"
+
+#include <string.h>
+
+static const char *names[MP_PRECISION_COUNT] = {"fp32",    "tf32",    "amp-fp16", "amp-bf16",
+                                                 "o2-fp16", "o2-bf16", "fp16",     "bf16"};
+
+mp_status mp_precision_parse(const char *name, mp_precision *out) {
+    for (int i = 0; name && i < MP_PRECISION_COUNT; i++)
+        if (!strcmp(name, names[i])) {
+            *out = (mp_precision)i;
+            return MP_OK;
+        }
+    return mp_error(MP_ERR_INVALID_ARG, "--precision '%s': unknown (known: %s)", name ? name : "", mp_precision_list());
+}
+
+const char *mp_precision_name(mp_precision p) { return p < MP_PRECISION_COUNT ? names[p] : "?"; }
+
+const char *mp_precision_list(void) { return "fp32, tf32, amp-fp16, amp-bf16, o2-fp16, o2-bf16, fp16, bf16"; }
+
+mp_dtype mp_precision_low_dtype(mp_precision p) {
+    switch (p) {
+    case MP_PRECISION_AMP_FP16:
+    case MP_PRECISION_O2_FP16:
+    case MP_PRECISION_FP16: return MP_DTYPE_F16;
+    case MP_PRECISION_AMP_BF16:
+    case MP_PRECISION_O2_BF16:
+    case MP_PRECISION_BF16: return MP_DTYPE_BF16;
+    default: return MP_DTYPE_F32;
+    }
+}
+
+bool mp_precision_has_master(mp_precision p) { return p != MP_PRECISION_FP16 && p != MP_PRECISION_BF16; }
+
+static bool is_allow_list(mp_op_kind k) {
+    return k == MP_OP_CONV2D || k == MP_OP_CONV_TRANSPOSE2D || k == MP_OP_LINEAR;
+}
+
+static bool is_loss(mp_op_kind k) { return k == MP_OP_SOFTMAX_CE || k == MP_OP_BCE_LOGITS; }
+
+/* The wider of two float dtypes (f32 > bf16/f16; f16 with bf16 -> f32). */
+static mp_dtype widest(mp_dtype a, mp_dtype b) {
+    if (a == b) return a;
+    if (a == MP_DTYPE_I32) return b;
+    if (b == MP_DTYPE_I32) return a;
+    return MP_DTYPE_F32;
+}
+
+static mp_status parse_dtype(const char *s, size_t len, mp_dtype *out) {
+    static const struct { const char *name; mp_dtype dt; } table[] = {
+        {"fp32", MP_DTYPE_F32}, {"f32", MP_DTYPE_F32}, {"fp16", MP_DTYPE_F16},
+        {"f16", MP_DTYPE_F16},  {"bf16", MP_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strlen(table[i].name) == len && !strncmp(s, table[i].name, len)) {
+            *out = table[i].dt;
+            return MP_OK;
+        }
+    return mp_error(MP_ERR_INVALID_ARG, "--precision-override: dtype '%.*s' unknown (fp32, fp16, bf16)", (int)len, s);
+}
+
+static mp_status apply_overrides(mp_graph *g, const char *spec) {
+    const char *p = spec;
+    while (p && *p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (!eq || eq == p)
+            return mp_error(MP_ERR_INVALID_ARG, "--precision-override '%.*s': expected LAYER=DTYPE", (int)len, p);
+        char name[MP_NAME_MAX];
+        size_t nlen = (size_t)(eq - p);
+        if (nlen >= sizeof name)
+            return mp_error(MP_ERR_INVALID_ARG, "--precision-override: layer name '%.*s' too long", (int)nlen, p);
+        memcpy(name, p, nlen);
+        name[nlen] = '\0';
+        mp_dtype dt = MP_DTYPE_F32;
+        MP_TRY(parse_dtype(eq + 1, len - nlen - 1, &dt));
+        mp_node n = mp_graph_find(g, name);
+        if (n < 0) return mp_error(MP_ERR_INVALID_ARG, "--precision-override: no layer named '%s' in the model", name);
+        mp_gnode *nd = &g->nodes[n];
+        if (nd->desc.kind == MP_OP_LABELS || is_loss(nd->desc.kind))
+            return mp_error(MP_ERR_INVALID_ARG, "--precision-override: '%s' is a %s and always fp32/int32", name,
+                            mp_op_lookup(nd->desc.kind)->name);
+        nd->compute_dtype = nd->storage_dtype = dt;
+        p = end ? end + 1 : NULL;
+    }
+    return MP_OK;
+}
+
+mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
+    if (!g || g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "precision policy: the graph has an error");
+    if (o.precision >= MP_PRECISION_COUNT) return mp_error(MP_ERR_INVALID_ARG, "precision policy: unknown policy");
+    const mp_dtype low = mp_precision_low_dtype(o.precision);
+    const bool amp = o.precision == MP_PRECISION_AMP_FP16 || o.precision == MP_PRECISION_AMP_BF16;
+    const bool pure = !mp_precision_has_master(o.precision);
+    for (int i = 0; i < g->n_nodes; i++) {
+        mp_gnode *nd = &g->nodes[i];
+        mp_op_kind k = nd->desc.kind;
+        mp_dtype in = MP_DTYPE_I32; /* widest input so far */
+        for (int j = 0; j < nd->n_in; j++) in = widest(in, g->nodes[nd->in[j]].storage_dtype);
+        if (k == MP_OP_LABELS) {
+            nd->compute_dtype = nd->storage_dtype = MP_DTYPE_I32;
+        } else if (k == MP_OP_INPUT) {
+            nd->compute_dtype = nd->storage_dtype = amp ? MP_DTYPE_F32 : low;
+        } else if (k == MP_OP_TARGETS || is_loss(k)) {
+            nd->compute_dtype = nd->storage_dtype = MP_DTYPE_F32;
+        } else if (k == MP_OP_BATCHNORM2D) {
+            nd->compute_dtype = pure && o.bn_low ? low : MP_DTYPE_F32;
+            nd->storage_dtype = in;
+        } else if (is_allow_list(k)) {
+            nd->compute_dtype = nd->storage_dtype = low;
+        } else {
+            nd->compute_dtype = nd->storage_dtype = in;
+        }
+    }
+    /* logits feeding a loss are stored in fp32 (computed in their op's dtype) */
+    for (int i = 0; i < g->n_nodes; i++)
+        if (is_loss(g->nodes[i].desc.kind)) g->nodes[g->nodes[i].in[0]].storage_dtype = MP_DTYPE_F32;
+    MP_TRY(apply_overrides(g, o.overrides));
+    g->precision = o.precision;
+    return MP_OK;
+}
+
+void mp_graph_print_precision(const mp_graph *g, FILE *out) {
+    fprintf(out, "%-20s %-22s %-8s %-8s\n", "node", "op", "compute", "storage");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mp_gnode *nd = &g->nodes[i];
+        fprintf(out, "%-20s %-22s %-8s %-8s\n", nd->name, mp_op_lookup(nd->desc.kind)->name,
+                mp_dtype_name(nd->compute_dtype), mp_dtype_name(nd->storage_dtype));
+    }
+}

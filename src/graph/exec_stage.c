@@ -1,0 +1,159 @@
+/* exec_stage.c — staged execution of low-precision nodes (see exec_stage.h).
+ * Inputs are read into f32 (and rounded to the compute dtype when that is
+ * narrower than their storage), weights come from their low-precision cast,
+ * the f32 kernel accumulates in f32, and results are rounded on the way to
+ * their storage dtype. Gradients follow the same path backwards. */
+#include "graph/exec_stage.h"
+
+#include <string.h>
+
+#define CHUNK 4096
+
+static bool is_low(mp_dtype d) { return d == MP_DTYPE_F16 || d == MP_DTYPE_BF16; }
+
+void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
+    switch (src_dtype) {
+    case MP_DTYPE_F16: mp_convert_f16_to_f32(src, dst, (size_t)n); break;
+    case MP_DTYPE_BF16: mp_convert_bf16_to_f32(src, dst, (size_t)n); break;
+    default:
+        MP_ASSERT(src_dtype == MP_DTYPE_F32);
+        if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
+    switch (dst_dtype) {
+    case MP_DTYPE_F16: mp_convert_f32_to_f16(src, dst, (size_t)n); break;
+    case MP_DTYPE_BF16: mp_convert_f32_to_bf16(src, dst, (size_t)n); break;
+    default:
+        MP_ASSERT(dst_dtype == MP_DTYPE_F32);
+        if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+void mp_round_f32(float *x, int64_t n, mp_dtype dtype) {
+    if (!is_low(dtype)) return;
+    uint16_t tmp[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t m = n - i < CHUNK ? n - i : CHUNK;
+        mp_store_f32(tmp, dtype, x + i, m);
+        mp_load_f32(x + i, tmp, dtype, m);
+    }
+}
+
+/* dst (dtype) = or += src, with src first rounded to round_to. */
+static void commit(void *dst, mp_dtype dtype, float *src, int64_t n, bool accumulate, mp_dtype round_to) {
+    mp_round_f32(src, n, round_to);
+    if (!accumulate) {
+        mp_store_f32(dst, dtype, src, n);
+        return;
+    }
+    float tmp[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t m = n - i < CHUNK ? n - i : CHUNK;
+        size_t esz = mp_dtype_size(dtype);
+        mp_load_f32(tmp, (char *)dst + (size_t)i * esz, dtype, m);
+        for (int64_t j = 0; j < m; j++) tmp[j] += src[i + j];
+        mp_store_f32((char *)dst + (size_t)i * esz, dtype, tmp, m);
+    }
+}
+
+static size_t f32_bytes(const mp_shape *s) { return MP_ALIGN64((size_t)mp_shape_numel(s) * sizeof(float)); }
+
+static float *take(char **cur, const mp_shape *s) {
+    float *p = (float *)*cur;
+    *cur += f32_bytes(s);
+    return p;
+}
+
+size_t mp_stage_bytes(const mp_plan *p, int i) {
+    const mp_pnode *pn = &p->nodes[i];
+    size_t in = 0, par = 0;
+    for (int k = 0; k < pn->info.n_in; k++) in += f32_bytes(&pn->info.in[k]);
+    for (int k = 0; k < pn->info.n_params; k++) par += f32_bytes(&pn->info.params[k].shape);
+    /* inputs, params, out (+ d_in, d_param, d_out in backward) */
+    return 2 * in + 2 * par + 2 * f32_bytes(&pn->info.out);
+}
+
+void mp_stage_refresh_weights(mp_plan *p) {
+    for (int i = 0; i < p->n; i++) {
+        const mp_gnode *nd = &p->g->nodes[i];
+        for (int k = 0; k < nd->n_params; k++) {
+            void *low = p->nodes[i].low_param[k];
+            if (!low) continue;
+            const mp_gparam *gp = &p->g->params[nd->first_param + k];
+            mp_store_f32(low, nd->compute_dtype, gp->data, mp_shape_numel(&gp->spec.shape));
+        }
+    }
+}
+
+/* Point the call's inputs and trainable params at f32 staged copies. */
+static void stage_operands(mp_plan *p, int i, mp_op_call *c, char **cur) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    const mp_pnode *pn = &p->nodes[i];
+    const mp_dtype comp = nd->compute_dtype;
+    const bool low = is_low(comp);
+    for (int k = 0; k < c->n_in; k++) {
+        const mp_tensor *in = &pn->call.in[k];
+        if (in->dtype == MP_DTYPE_I32 || (in->dtype == MP_DTYPE_F32 && !low)) continue;
+        float *f = take(cur, &in->shape);
+        mp_load_f32(f, in->data, in->dtype, mp_tensor_numel(in));
+        if (low && in->dtype != comp) mp_round_f32(f, mp_tensor_numel(in), comp);
+        c->in[k] = (mp_tensor){MP_DTYPE_F32, in->shape, f};
+    }
+    for (int k = 0; k < nd->n_params; k++) {
+        if (!pn->low_param[k]) continue;
+        float *f = take(cur, &c->param[k].shape);
+        mp_load_f32(f, pn->low_param[k], comp, mp_tensor_numel(&c->param[k]));
+        c->param[k].data = f;
+    }
+}
+
+mp_status mp_stage_forward(mp_plan *p, int i) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    const mp_pnode *pn = &p->nodes[i];
+    mp_op_call c = pn->call;
+    char *cur = p->stage;
+    stage_operands(p, i, &c, &cur);
+    float *out = NULL;
+    if (nd->storage_dtype != MP_DTYPE_F32) {
+        out = take(&cur, &c.out.shape);
+        c.out = (mp_tensor){MP_DTYPE_F32, c.out.shape, out};
+    }
+    MP_TRY(mp_op_lookup(nd->desc.kind)->forward(&c));
+    if (out) mp_store_f32(pn->call.out.data, nd->storage_dtype, out, mp_tensor_numel(&c.out));
+    return MP_OK;
+}
+
+mp_status mp_stage_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    const mp_pnode *pn = &p->nodes[i];
+    const mp_dtype comp = nd->compute_dtype;
+    const mp_dtype round_to = is_low(comp) ? comp : MP_DTYPE_F32;
+    mp_op_call c = pn->call;
+    char *cur = p->stage;
+    stage_operands(p, i, &c, &cur);
+    const int64_t n_out = mp_tensor_numel(&c.out);
+    if (nd->storage_dtype != MP_DTYPE_F32) {
+        float *o = take(&cur, &c.out.shape), *dy = take(&cur, &c.out.shape);
+        mp_load_f32(o, pn->call.out.data, nd->storage_dtype, n_out);
+        mp_load_f32(dy, pn->call.d_out.data, nd->storage_dtype, n_out);
+        c.out = (mp_tensor){MP_DTYPE_F32, c.out.shape, o};
+        c.d_out = (mp_tensor){MP_DTYPE_F32, c.out.shape, dy};
+    }
+    for (int k = 0; k < c.n_in; k++)
+        if (pn->call.d_in[k].data) c.d_in[k] = (mp_tensor){MP_DTYPE_F32, c.d_in[k].shape, take(&cur, &c.d_in[k].shape)};
+    for (int k = 0; k < nd->n_params; k++)
+        if (pn->call.d_param[k].data)
+            c.d_param[k] = (mp_tensor){MP_DTYPE_F32, c.d_param[k].shape, take(&cur, &c.d_param[k].shape)};
+    MP_TRY(mp_op_lookup(nd->desc.kind)->backward(&c));
+    for (int k = 0; k < c.n_in; k++) {
+        const mp_tensor *t = &pn->call.d_in[k];
+        if (t->data) commit(t->data, t->dtype, c.d_in[k].data, mp_tensor_numel(t), taken[k], round_to);
+    }
+    for (int k = 0; k < nd->n_params; k++) {
+        const mp_tensor *t = &pn->call.d_param[k];
+        if (t->data) commit(t->data, MP_DTYPE_F32, c.d_param[k].data, mp_tensor_numel(t), !fresh[k], round_to);
+    }
+    return MP_OK;
+}

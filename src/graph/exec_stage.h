@@ -1,0 +1,25 @@
+/* exec_stage.h — running a node whose tensors are stored in fp16/bf16 or
+ * that computes in low precision, on the f32 kernels, the way a tensor core
+ * does it: low-precision inputs and weights, fp32 accumulation, output
+ * rounded to the storage dtype; gradients stored in their tensor's dtype. */
+#ifndef MP_GRAPH_EXEC_STAGE_H
+#define MP_GRAPH_EXEC_STAGE_H
+
+#include "graph/plan.h"
+
+/* Bytes of f32 staging node i needs (forward or backward, whichever is more). */
+size_t mp_stage_bytes(const mp_plan *p, int i);
+/* Cast every trainable parameter used in low precision from its fp32 master. */
+void mp_stage_refresh_weights(mp_plan *p);
+mp_status mp_stage_forward(mp_plan *p, int i);
+/* Backward of node i; taken[k]: input k's gradient already holds a value
+ * (add to it); fresh[k]: param k's gradient is unwritten (overwrite it). */
+mp_status mp_stage_backward(mp_plan *p, int i, const bool *taken, const bool *fresh);
+
+/* Element conversions between f32 and any float dtype (chunked, vectorized). */
+void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
+void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
+/* Round f32 values to dtype's precision in place (f16/bf16 round-to-nearest-even). */
+void mp_round_f32(float *x, int64_t n, mp_dtype dtype);
+
+#endif
