@@ -41,6 +41,21 @@ static void usage(FILE *f) {
             "  --precision P       %s (default fp32)\n"
             "  --precision-override L  per-layer dtypes, e.g. fc=fp32,conv1=bf16\n"
             "  --print-precision   list every node's compute and storage dtype, then exit\n"
+            "  --bn-low            fp16/bf16 policies: BatchNorm in low precision too (default fp32)\n"
+            "  --loss-scaling on|off  loss scaling (default on for amp-fp16 and o2-fp16)\n"
+            "  --loss-scale S      static loss scale S, or 'dynamic' (default dynamic, init 65536)\n"
+            "  --loss-scale-growth X   dynamic growth factor (default 2)\n"
+            "  --loss-scale-backoff X  dynamic backoff factor (default 0.5)\n"
+            "  --loss-scale-window N   clean steps before growing (default 2000)\n"
+            "  --min-loss-scale X / --max-loss-scale X   clamps (Apex: max 16777216)\n"
+            "  --loss-scale-hysteresis N  absorb N-1 overflows before backing off (DeepSpeed)\n"
+            "  --accumulate N      micro-batches per optimizer step (default 1)\n"
+            "  --clip-grad-norm X  clip the global norm of the (unscaled) gradients\n"
+            "  --clip-grad-value X clip each (unscaled) gradient element to [-X, X]\n"
+            "  --max-forward-overflows N  consecutive NaN/inf forwards before stopping (default 3)\n"
+            "  --auto-fallback     move a layer that overflows in the forward pass to fp32\n"
+            "  --save FILE         write a checkpoint (safetensors) after every epoch\n"
+            "  --resume FILE       continue the run saved in FILE\n"
             "  --seed S            random seed for init, shuffling, dropout (default 1)\n"
             "  --max-steps N       stop each epoch after N steps (quick runs)\n\n"
             "execution and output:\n"
@@ -53,7 +68,13 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *data, *data_dir, *log, *precision, *lr_schedule, *optimizer, *overrides;
+    const char *model, *data, *data_dir, *log, *precision, *lr_schedule, *optimizer, *overrides, *save, *resume;
+    const char *loss_scaling; /* "on", "off" or NULL (policy default) */
+    mp_scaler_opts scaler;
+    bool scaler_set;
+    int accumulate, max_forward_overflows;
+    float clip_norm, clip_value;
+    bool auto_fallback, bn_low;
     int epochs, batch, threads, max_steps, train_samples, syn_c, syn_h, syn_w, syn_n;
     float lr, momentum, weight_decay;
     bool lr_set, momentum_set, wd_set, nesterov, augment, normalize, reference, quiet, print_precision;
@@ -72,7 +93,7 @@ typedef struct {
 static int parse(int argc, char **argv, train_args *t) {
     *t = (train_args){.model = "small", .data = "fashion-mnist", .precision = "fp32", .lr_schedule = "cosine",
                       .optimizer = "adam", .epochs = 3, .batch = 128, .seed = 1, .normalize = true, .syn_c = 3,
-                      .syn_h = 32, .syn_w = 32, .syn_n = 10000};
+                      .syn_h = 32, .syn_w = 32, .syn_n = 10000, .scaler = {.dynamic = true}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -85,6 +106,25 @@ static int parse(int argc, char **argv, train_args *t) {
         } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v;
         } else if (!strcmp(a, "--precision-override")) { NEED_VALUE(); t->overrides = v;
         } else if (!strcmp(a, "--print-precision")) { t->print_precision = true;
+        } else if (!strcmp(a, "--loss-scaling")) { NEED_VALUE();
+            if (strcmp(v, "on") && strcmp(v, "off")) { fprintf(stderr, "mixprec train: --loss-scaling '%s' must be on or off\n", v); return 2; }
+            t->loss_scaling = v;
+        } else if (!strcmp(a, "--loss-scale")) { NEED_VALUE(); t->scaler_set = true;
+            if (strcmp(v, "dynamic")) { if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.init_scale)) return 2; t->scaler.dynamic = false; }
+        } else if (!strcmp(a, "--loss-scale-growth")) { NEED_VALUE(); if (!arg_float("train", a, v, -1e30, 1e30, &t->scaler.growth_factor)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--loss-scale-backoff")) { NEED_VALUE(); if (!arg_float("train", a, v, -1e30, 1e30, &t->scaler.backoff_factor)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--loss-scale-window")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 30, &t->scaler.growth_interval)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--min-loss-scale")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.min_scale)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--max-loss-scale")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.max_scale)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--loss-scale-hysteresis")) { NEED_VALUE(); if (!arg_int("train", a, v, 0, 1 << 20, &t->scaler.hysteresis)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--accumulate")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 20, &t->accumulate)) return 2;
+        } else if (!strcmp(a, "--clip-grad-norm")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 1e30, &t->clip_norm)) return 2;
+        } else if (!strcmp(a, "--clip-grad-value")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 1e30, &t->clip_value)) return 2;
+        } else if (!strcmp(a, "--max-forward-overflows")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 20, &t->max_forward_overflows)) return 2;
+        } else if (!strcmp(a, "--auto-fallback")) { t->auto_fallback = true;
+        } else if (!strcmp(a, "--bn-low")) { t->bn_low = true;
+        } else if (!strcmp(a, "--save")) { NEED_VALUE(); t->save = v;
+        } else if (!strcmp(a, "--resume")) { NEED_VALUE(); t->resume = v;
         } else if (!strcmp(a, "--lr-schedule")) { NEED_VALUE(); t->lr_schedule = v;
         } else if (!strcmp(a, "--optimizer")) { NEED_VALUE(); t->optimizer = v;
         } else if (!strcmp(a, "--epochs")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 100000, &t->epochs)) return 2;
@@ -183,7 +223,7 @@ int cmd_train(int argc, char **argv) {
     if (s == MP_OK) s = mp_dataset_check_finite(&test);
     if (s == MP_OK) s = mp_model_build(t.model, train.c, train.h, train.w, train.classes, &m);
     if (s == MP_OK)
-        s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision, .overrides = t.overrides});
+        s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision, .overrides = t.overrides, .bn_low = t.bn_low});
     if (s == MP_OK && t.print_precision) {
         mp_graph_print_precision(m.g, stdout);
         mp_model_free(&m);
@@ -202,7 +242,13 @@ int cmd_train(int argc, char **argv) {
         mp_train_opts o = {.model_name = t.model, .data_name = t.data, .precision = t.precision, .epochs = t.epochs,
                            .batch = t.batch, .lr = lr, .optim = oo, .lr_schedule = t.lr_schedule, .seed = t.seed,
                            .augment = t.augment, .normalize = t.normalize, .max_steps = t.max_steps,
-                           .use_onednn = !t.reference, .log_path = t.log, .out = out};
+                           .use_onednn = !t.reference, .log_path = t.log, .out = out,
+                           .loss_scaling = t.loss_scaling ? !strcmp(t.loss_scaling, "on")
+                                                          : (precision == MP_PRECISION_AMP_FP16 ||
+                                                             precision == MP_PRECISION_O2_FP16 || t.scaler_set),
+                           .scaler = t.scaler, .accumulate = t.accumulate, .clip_norm = t.clip_norm,
+                           .clip_value = t.clip_value, .max_forward_overflows = t.max_forward_overflows,
+                           .auto_fallback = t.auto_fallback, .save_path = t.save, .resume_path = t.resume};
         s = mp_train_run(&m, &train, &test, &o, &res);
         if (s == MP_OK && out)
             fprintf(out, "done: %d epochs in %.1fs, test accuracy %.2f%%, %.0f images/s, activation arena %.1f MiB\n",

@@ -168,6 +168,25 @@ mp_status mp_plan_backward(mp_plan *p, float seed);
 /* Read a node's output as f32 (converted); n is the element count. */
 mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 size_t mp_plan_numel(const mp_plan *p, mp_node node);
+/* Forward passes run so far (dropout masks derive from it); settable so a
+ * replayed or resumed step sees the same masks. */
+uint64_t mp_plan_step(const mp_plan *p);
+void mp_plan_set_step(mp_plan *p, uint64_t step);
+
+/* Overflow provenance: where a NaN/inf first appeared. */
+typedef struct {
+    bool found;
+    bool backward;     /* false: a forward output; true: a gradient */
+    mp_node node;      /* the op that produced it */
+    char what[48];     /* "output", "grad input 0", "grad weight", ... */
+} mp_nonfinite_site;
+/* After a forward: the first node (in forward order) whose output holds a
+ * NaN/inf, among the outputs still alive in the arena (training plans keep
+ * every output backward needs). */
+mp_status mp_plan_find_nonfinite_forward(const mp_plan *p, mp_nonfinite_site *site);
+/* Backward that checks every gradient as it is written and stops at the
+ * first non-finite one (used to replay a step that overflowed). */
+mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site);
 size_t mp_plan_arena_bytes(const mp_plan *p);
 
 /* ---- process set-up ------------------------------------------------------ */

@@ -8,6 +8,7 @@
  * Always: losses fp32, and the logits feeding a loss are stored in fp32. */
 #include "amp/policy.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char *names[MP_PRECISION_COUNT] = {"fp32",    "tf32",    "amp-fp16", "amp-bf16",
@@ -66,7 +67,9 @@ static mp_status parse_dtype(const char *s, size_t len, mp_dtype *out) {
     return mp_error(MP_ERR_INVALID_ARG, "--precision-override: dtype '%.*s' unknown (fp32, fp16, bf16)", (int)len, s);
 }
 
-static mp_status apply_overrides(mp_graph *g, const char *spec) {
+/* Parse "LAYER=DTYPE,..." into per-node dtypes (MP_DTYPE_COUNT = none). */
+static mp_status parse_overrides(const mp_graph *g, const char *spec, mp_dtype *forced) {
+    for (int i = 0; i < g->n_nodes; i++) forced[i] = MP_DTYPE_COUNT;
     const char *p = spec;
     while (p && *p) {
         const char *end = strchr(p, ',');
@@ -84,11 +87,11 @@ static mp_status apply_overrides(mp_graph *g, const char *spec) {
         MP_TRY(parse_dtype(eq + 1, len - nlen - 1, &dt));
         mp_node n = mp_graph_find(g, name);
         if (n < 0) return mp_error(MP_ERR_INVALID_ARG, "--precision-override: no layer named '%s' in the model", name);
-        mp_gnode *nd = &g->nodes[n];
-        if (nd->desc.kind == MP_OP_LABELS || is_loss(nd->desc.kind))
+        mp_op_kind k = g->nodes[n].desc.kind;
+        if (k == MP_OP_LABELS || k == MP_OP_TARGETS || is_loss(k))
             return mp_error(MP_ERR_INVALID_ARG, "--precision-override: '%s' is a %s and always fp32/int32", name,
-                            mp_op_lookup(nd->desc.kind)->name);
-        nd->compute_dtype = nd->storage_dtype = dt;
+                            mp_op_lookup(k)->name);
+        forced[n] = dt;
         p = end ? end + 1 : NULL;
     }
     return MP_OK;
@@ -100,7 +103,19 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     const mp_dtype low = mp_precision_low_dtype(o.precision);
     const bool amp = o.precision == MP_PRECISION_AMP_FP16 || o.precision == MP_PRECISION_AMP_BF16;
     const bool pure = !mp_precision_has_master(o.precision);
-    for (int i = 0; i < g->n_nodes; i++) {
+    mp_dtype *forced = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *forced);
+    bool *logits = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *logits);
+    if (!forced || !logits) {
+        free(forced);
+        free(logits);
+        return mp_error(MP_ERR_NOMEM, "precision policy: out of memory");
+    }
+    mp_status s = parse_overrides(g, o.overrides, forced);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (is_loss(g->nodes[i].desc.kind)) logits[g->nodes[i].in[0]] = true;
+    /* One pass in topological order, so "follows its widest input" sees the
+     * final dtypes of its producers (overrides and fp32 logits included). */
+    for (int i = 0; s == MP_OK && i < g->n_nodes; i++) {
         mp_gnode *nd = &g->nodes[i];
         mp_op_kind k = nd->desc.kind;
         mp_dtype in = MP_DTYPE_I32; /* widest input so far */
@@ -119,13 +134,13 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
         } else {
             nd->compute_dtype = nd->storage_dtype = in;
         }
+        if (forced[i] != MP_DTYPE_COUNT) nd->compute_dtype = nd->storage_dtype = forced[i];
+        if (logits[i]) nd->storage_dtype = MP_DTYPE_F32; /* logits are always stored in fp32 */
     }
-    /* logits feeding a loss are stored in fp32 (computed in their op's dtype) */
-    for (int i = 0; i < g->n_nodes; i++)
-        if (is_loss(g->nodes[i].desc.kind)) g->nodes[g->nodes[i].in[0]].storage_dtype = MP_DTYPE_F32;
-    MP_TRY(apply_overrides(g, o.overrides));
-    g->precision = o.precision;
-    return MP_OK;
+    free(forced);
+    free(logits);
+    if (s == MP_OK) g->precision = o.precision;
+    return s;
 }
 
 void mp_graph_print_precision(const mp_graph *g, FILE *out) {

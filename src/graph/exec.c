@@ -1,9 +1,11 @@
 /* exec.c — run a plan: copy a batch in, forward in node order, backward in
  * reverse order (autodiff is this traversal calling each op's backward),
  * accumulating gradients where a tensor feeds several consumers. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/scaler.h"
 #include "core/rng.h"
 #include "graph/exec_stage.h"
 #include "graph/plan.h"
@@ -93,7 +95,66 @@ static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const boo
     return MP_OK;
 }
 
-mp_status mp_plan_backward(mp_plan *p, float seed) {
+/* First non-finite element of a tensor of any float dtype, or -1. */
+static int64_t first_nonfinite(const void *x, mp_dtype dt, int64_t n) {
+    if (dt == MP_DTYPE_F32) return mp_first_nonfinite(x, n);
+    if (dt != MP_DTYPE_F16 && dt != MP_DTYPE_BF16) return -1;
+    const uint16_t *h = x;
+    const uint16_t mask = dt == MP_DTYPE_F16 ? 0x7C00 : 0x7F80; /* all-ones exponent */
+    for (int64_t i = 0; i < n; i++)
+        if ((h[i] & mask) == mask) return i;
+    return -1;
+}
+
+static bool nonfinite(const mp_tensor *t) { return first_nonfinite(t->data, t->dtype, mp_tensor_numel(t)) >= 0; }
+
+mp_status mp_plan_find_nonfinite_forward(const mp_plan *p, mp_nonfinite_site *site) {
+    memset(site, 0, sizeof *site);
+    site->node = -1;
+    if (!p) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: null plan");
+    for (int i = 0; i < p->n; i++) {
+        const mp_gnode *nd = &p->g->nodes[i];
+        bool alive = nd->is_output || nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_TARGETS ||
+                     (p->o.training && p->nodes[i].in_backward);
+        if (!alive || !nonfinite(&p->nodes[i].call.out)) continue;
+        *site = (mp_nonfinite_site){.found = true, .backward = false, .node = i};
+        snprintf(site->what, sizeof site->what, "output");
+        return MP_OK;
+    }
+    return MP_OK;
+}
+
+/* After node i's backward: record the first gradient it wrote that holds a
+ * NaN/inf. */
+static bool check_backward_site(const mp_plan *p, int i, mp_nonfinite_site *site) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    const mp_op_call *c = &p->nodes[i].call;
+    for (int k = 0; k < nd->n_in; k++)
+        if (c->d_in[k].data && nonfinite(&c->d_in[k])) {
+            *site = (mp_nonfinite_site){.found = true, .backward = true, .node = i};
+            snprintf(site->what, sizeof site->what, "grad input %d", k);
+            return true;
+        }
+    for (int k = 0; k < nd->n_params; k++)
+        if (c->d_param[k].data && nonfinite(&c->d_param[k])) {
+            *site = (mp_nonfinite_site){.found = true, .backward = true, .node = i};
+            snprintf(site->what, sizeof site->what, "grad %s", p->g->params[nd->first_param + k].spec.name);
+            return true;
+        }
+    return false;
+}
+
+static mp_status run_backward(mp_plan *p, float seed, mp_nonfinite_site *site);
+
+mp_status mp_plan_backward(mp_plan *p, float seed) { return run_backward(p, seed, NULL); }
+
+mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site) {
+    memset(site, 0, sizeof *site);
+    site->node = -1;
+    return run_backward(p, seed, site);
+}
+
+static mp_status run_backward(mp_plan *p, float seed, mp_nonfinite_site *site) {
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
     mp_graph *g = p->g;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
@@ -127,6 +188,7 @@ mp_status mp_plan_backward(mp_plan *p, float seed) {
             if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
         for (int k = 0; k < nd->n_params; k++)
             if (c->d_param[k].data) g->params[nd->first_param + k].grad_fresh = false;
+        if (site && check_backward_site(p, i, site)) return MP_OK;
     }
     /* trainable parameters no path reached: their gradient is zero */
     for (int k = 0; k < g->n_params; k++) {
@@ -137,6 +199,12 @@ mp_status mp_plan_backward(mp_plan *p, float seed) {
         }
     }
     return MP_OK;
+}
+
+uint64_t mp_plan_step(const mp_plan *p) { return p ? p->step : 0; }
+
+void mp_plan_set_step(mp_plan *p, uint64_t step) {
+    if (p) p->step = step;
 }
 
 size_t mp_plan_numel(const mp_plan *p, mp_node node) {

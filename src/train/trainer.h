@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "amp/scaler.h"
 #include "data/dataset.h"
 #include "models/models.h"
 #include "optim/lr_schedule.h"
@@ -26,6 +27,18 @@ typedef struct {
     bool use_onednn;
     const char *log_path;       /* JSONL, one record per epoch; NULL = none */
     FILE *out;                  /* progress and summaries; NULL = silent */
+    /* mixed precision (the policy itself is already applied to the graph) */
+    bool loss_scaling;          /* scale the loss (dynamic unless scaler.dynamic is false) */
+    mp_scaler_opts scaler;
+    int accumulate;             /* micro-batches per optimizer step, 0 -> 1 */
+    float clip_norm;            /* clip the global norm of the true gradients (0 = off) */
+    float clip_value;           /* clip each true gradient element to +-value (0 = off) */
+    int max_forward_overflows;  /* consecutive forward overflows tolerated, 0 -> 3 */
+    bool auto_fallback;         /* move an overflowing layer to fp32 instead of stopping */
+    FILE *events;               /* skipped steps and fallbacks (NULL = o->out) */
+    /* checkpoints */
+    const char *save_path;      /* safetensors file written atomically after each epoch */
+    const char *resume_path;    /* continue the run saved there */
 } mp_train_opts;
 
 typedef struct {
@@ -35,6 +48,8 @@ typedef struct {
     double images_per_s;                    /* last epoch */
     double total_seconds;
     size_t arena_bytes;
+    int64_t skipped_steps;                  /* gradient + forward overflows */
+    float final_loss_scale;                 /* 1 without loss scaling */
 } mp_train_result;
 
 mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_train_opts *o,

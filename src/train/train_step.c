@@ -1,0 +1,253 @@
+/* train_step.c — see train_step.h.
+ *
+ * Overflow handling follows DESIGN.md: a NaN/inf loss or activation in the
+ * forward pass is not a gradient overflow, so it skips the step without
+ * touching the loss scale, and after max_forward_overflows in a row the run
+ * stops naming the layer (or, with auto_fallback, moves it to fp32). A
+ * gradient overflow skips the step for the optimizer and backs the scale
+ * off; the step is replayed once with checks to name the first gradient that
+ * went non-finite. */
+#include "train/train_step.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "graph/exec_stage.h"
+
+static mp_status make_plan(mp_step_ctx *c) {
+    mp_plan_destroy(c->plan);
+    c->plan = NULL;
+    return mp_plan_create(c->m->g,
+                          (mp_plan_opts){.batch = c->o->batch, .training = true, .loss = c->m->loss,
+                                         .use_onednn = c->o->use_onednn, .seed = c->o->seed},
+                          &c->plan);
+}
+
+mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) {
+    memset(c, 0, sizeof *c);
+    c->m = m;
+    c->o = o;
+    c->events = o->events ? o->events : o->out;
+    mp_graph *g = m->g;
+    c->classes = (int)mp_graph_node_shape(g, m->logits, 1).dims[1];
+    MP_TRY(make_plan(c));
+    if (o->loss_scaling) MP_TRY(mp_scaler_init(&c->scaler, o->scaler));
+    mp_param_ref *refs = calloc((size_t)g->n_params + 1, sizeof *refs);
+    c->grads = calloc((size_t)g->n_params + 1, sizeof *c->grads);
+    c->grad_sizes = calloc((size_t)g->n_params + 1, sizeof *c->grad_sizes);
+    c->logits = malloc((size_t)o->batch * (size_t)c->classes * sizeof *c->logits);
+    int64_t buffer_floats = 0;
+    for (int i = 0; i < g->n_params; i++)
+        if (!g->params[i].spec.trainable) buffer_floats += mp_shape_numel(&g->params[i].spec.shape);
+    c->buffers_backup = malloc((size_t)(buffer_floats + 1) * sizeof(float));
+    if (!refs || !c->grads || !c->grad_sizes || !c->logits || !c->buffers_backup) {
+        free(refs);
+        return mp_error(MP_ERR_NOMEM, "trainer: out of memory");
+    }
+    for (int i = 0; i < g->n_params; i++) {
+        mp_gparam *p = &g->params[i];
+        if (!p->spec.trainable) continue;
+        bool is_weight = !strcmp(p->spec.name, "weight") && g->nodes[p->node].desc.kind != MP_OP_BATCHNORM2D;
+        int64_t n = mp_shape_numel(&p->spec.shape);
+        refs[c->n_grads] = (mp_param_ref){.param = p->data, .grad = p->grad, .n = n, .decay = is_weight, .name = p->name};
+        c->grads[c->n_grads] = p->grad;
+        c->grad_sizes[c->n_grads++] = n;
+    }
+    mp_status s = mp_optim_create(o->optim, refs, c->n_grads, &c->opt);
+    free(refs);
+    return s;
+}
+
+void mp_step_ctx_free(mp_step_ctx *c) {
+    mp_optim_destroy(c->opt);
+    mp_plan_destroy(c->plan);
+    free(c->grads);
+    free(c->grad_sizes);
+    free(c->logits);
+    free(c->buffers_backup);
+    memset(c, 0, sizeof *c);
+}
+
+static void copy_buffers(mp_graph *g, float *backup, bool save) {
+    for (int i = 0; i < g->n_params; i++) {
+        mp_gparam *p = &g->params[i];
+        if (p->spec.trainable) continue;
+        size_t n = (size_t)mp_shape_numel(&p->spec.shape);
+        if (save) memcpy(backup, p->data, n * sizeof(float));
+        else memcpy(p->data, backup, n * sizeof(float));
+        backup += n;
+    }
+}
+
+static const char *node_desc(const mp_graph *g, int node, char *buf, size_t len) {
+    const mp_gnode *nd = &g->nodes[node];
+    snprintf(buf, len, "%s (%s, computes %s, stores %s)", nd->name, mp_op_lookup(nd->desc.kind)->name,
+             mp_dtype_name(nd->compute_dtype), mp_dtype_name(nd->storage_dtype));
+    return buf;
+}
+
+static float current_scale(const mp_step_ctx *c) { return c->o->loss_scaling ? mp_scaler_scale(&c->scaler) : 1.0f; }
+
+/* A NaN/inf loss: skip, keep the scale, stop or fall back after too many. */
+static mp_status forward_overflow(mp_step_ctx *c, int64_t step) {
+    mp_graph *g = c->m->g;
+    mp_nonfinite_site site;
+    MP_TRY(mp_plan_find_nonfinite_forward(c->plan, &site));
+    int node = site.found ? site.node : c->m->loss;
+    int consecutive;
+    if (c->o->loss_scaling) {
+        mp_scaler_forward_overflow(&c->scaler);
+        consecutive = mp_scaler_consecutive_forward_overflows(&c->scaler);
+    } else {
+        consecutive = ++c->consecutive_forward;
+    }
+    c->skipped++;
+    char d[160];
+    node_desc(g, node, d, sizeof d);
+    if (c->events)
+        fprintf(c->events,
+                "step %lld: forward overflow: first non-finite value in the output of %s; a gradient overflow it is "
+                "not, so the loss scale stays %g; skipping step\n",
+                (long long)step, d, current_scale(c));
+    int limit = c->o->max_forward_overflows > 0 ? c->o->max_forward_overflows : 3;
+    if (consecutive < limit) return MP_OK;
+    mp_gnode *nd = &g->nodes[node];
+    if (c->o->auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32)) {
+        nd->compute_dtype = MP_DTYPE_F32;
+        nd->storage_dtype = MP_DTYPE_F32;
+        if (c->events)
+            fprintf(c->events, "step %lld: --auto-fallback: moving %s to fp32 and continuing\n", (long long)step,
+                    nd->name);
+        c->consecutive_forward = 0;
+        if (c->o->loss_scaling) mp_scaler_forward_ok(&c->scaler);
+        return make_plan(c);
+    }
+    return mp_error(MP_ERR_NONFINITE,
+                    "step %lld: %d consecutive forward overflows: %s produces NaN/inf. Lowering the loss scale cannot "
+                    "fix a forward overflow; try --precision amp-bf16, --precision-override %s=fp32, or "
+                    "--auto-fallback",
+                    (long long)step, consecutive, d, nd->name);
+}
+
+/* Replay the last micro-batch with checks to find where the gradient went
+ * non-finite; leaves parameters, buffers and the dropout step as they were. */
+static void locate_gradient_overflow(mp_step_ctx *c, float seed, mp_nonfinite_site *site) {
+    mp_graph *g = c->m->g;
+    uint64_t step = mp_plan_step(c->plan);
+    copy_buffers(g, c->buffers_backup, true);
+    mp_plan_set_step(c->plan, step - 1);
+    memset(site, 0, sizeof *site);
+    if (mp_plan_forward(c->plan) == MP_OK && mp_plan_find_nonfinite_forward(c->plan, site) == MP_OK && !site->found) {
+        mp_graph_zero_grad(g);
+        mp_plan_backward_checked(c->plan, seed, site);
+    }
+    copy_buffers(g, c->buffers_backup, false);
+    mp_plan_set_step(c->plan, step);
+}
+
+static void clip_gradients(mp_step_ctx *c) {
+    if (c->o->clip_value > 0) {
+        const float v = c->o->clip_value;
+        for (int i = 0; i < c->n_grads; i++)
+            for (int64_t j = 0; j < c->grad_sizes[i]; j++) c->grads[i][j] = fminf(fmaxf(c->grads[i][j], -v), v);
+    }
+    if (c->o->clip_norm > 0) {
+        double ss = 0;
+        for (int i = 0; i < c->n_grads; i++)
+            for (int64_t j = 0; j < c->grad_sizes[i]; j++) ss += (double)c->grads[i][j] * c->grads[i][j];
+        double norm = sqrt(ss);
+        if (norm > c->o->clip_norm) {
+            float f = (float)(c->o->clip_norm / (norm + 1e-6));
+            for (int i = 0; i < c->n_grads; i++)
+                for (int64_t j = 0; j < c->grad_sizes[i]; j++) c->grads[i][j] *= f;
+        }
+    }
+}
+
+/* Policies without master weights keep their weights in the low dtype. */
+static void round_weights_without_master(mp_step_ctx *c) {
+    mp_graph *g = c->m->g;
+    if (mp_precision_has_master((mp_precision)g->precision)) return;
+    for (int i = 0; i < g->n_params; i++) {
+        mp_gparam *p = &g->params[i];
+        mp_dtype dt = g->nodes[p->node].compute_dtype;
+        if (p->spec.trainable && dt != MP_DTYPE_F32) mp_round_f32(p->data, mp_shape_numel(&p->spec.shape), dt);
+    }
+}
+
+static int argmax(const float *x, int k) {
+    int best = 0;
+    for (int i = 1; i < k; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+mp_status mp_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_step, mp_step_result *r) {
+    memset(r, 0, sizeof *r);
+    mp_graph *g = c->m->g;
+    const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
+    const float scale = current_scale(c);
+    const float seed = scale / (float)k; /* k micro-batches average like one batch of k*b */
+    size_t in_numel = mp_plan_numel(c->plan, c->m->input);
+    mp_graph_zero_grad(g);
+    for (int micro = 0; micro < k; micro++) {
+        const float *x;
+        const int32_t *y;
+        int n = 0;
+        MP_TRY(mp_loader_next(ld, &x, &y, &n));
+        MP_ASSERT(n == c->o->batch);
+        MP_TRY(mp_plan_set_input(c->plan, c->m->input, x, in_numel));
+        MP_TRY(mp_plan_set_labels(c->plan, c->m->labels, y, (size_t)n));
+        MP_TRY(mp_plan_forward(c->plan));
+        float loss = 0;
+        MP_TRY(mp_plan_read(c->plan, c->m->loss, &loss, 1));
+        if (!isfinite(loss)) {
+            for (int rest = micro + 1; rest < k; rest++) MP_TRY(mp_loader_next(ld, &x, &y, &n));
+            r->skipped = true;
+            return forward_overflow(c, global_step);
+        }
+        MP_TRY(mp_plan_read(c->plan, c->m->logits, c->logits, (size_t)n * (size_t)c->classes));
+        MP_TRY(mp_plan_backward(c->plan, seed));
+        r->loss_sum += loss;
+        for (int i = 0; i < n; i++)
+            r->correct += argmax(c->logits + (size_t)i * (size_t)c->classes, c->classes) == y[i];
+        r->seen += n;
+    }
+    c->consecutive_forward = 0;
+    bool overflow;
+    if (c->o->loss_scaling) {
+        mp_scaler_forward_ok(&c->scaler);
+        mp_scaler_unscale_check(&c->scaler, c->grads, c->grad_sizes, c->n_grads);
+        overflow = mp_scaler_found_inf(&c->scaler);
+    } else {
+        overflow = false;
+        for (int i = 0; i < c->n_grads && !overflow; i++) overflow = mp_first_nonfinite(c->grads[i], c->grad_sizes[i]) >= 0;
+    }
+    if (overflow) {
+        mp_nonfinite_site site;
+        locate_gradient_overflow(c, seed, &site);
+        float before = scale;
+        if (c->o->loss_scaling) mp_scaler_update(&c->scaler);
+        c->skipped++;
+        r->skipped = true;
+        char d[160] = "an unlocated tensor";
+        if (site.found) node_desc(g, site.node, d, sizeof d);
+        if (c->events)
+            fprintf(c->events, "step %lld: gradient overflow in %s of %s (%s); skipping step, loss scale %g -> %g\n",
+                    (long long)global_step, site.found && !site.backward ? "forward" : "backward", d,
+                    site.found ? site.what : "?", before, current_scale(c));
+        if (!c->o->loss_scaling || (mp_scaler_at_floor(&c->scaler) && before <= c->scaler.min_scale))
+            return mp_error(MP_ERR_NONFINITE,
+                            "step %lld: non-finite gradients%s in %s; try --precision amp-bf16 or an fp32 override "
+                            "for that layer",
+                            (long long)global_step, c->o->loss_scaling ? " at the minimum loss scale" : "", d);
+        return MP_OK;
+    }
+    clip_gradients(c);
+    mp_optim_step(c->opt, lr);
+    round_weights_without_master(c);
+    if (c->o->loss_scaling) mp_scaler_update(&c->scaler);
+    return MP_OK;
+}
