@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "ops/batchnorm2d_onednn.h"
+#include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 
 #define REAL float
@@ -63,7 +64,7 @@ static mp_status bn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, 
     *state = NULL;
     if (training) MP_TRY(check_batch(d, &info->in[0]));
 #ifdef MP_HAVE_ONEDNN
-    if (impl != MP_IMPL_REF && dt == MP_DTYPE_F32) {
+    if (mp_onednn_wanted(dt, impl)) {
         mp_bn_dnnl *s = NULL;
         MP_TRY(mp_bn_dnnl_create(d, info, training, &s));
         if (s && impl == MP_IMPL_AUTO && !mp_bn_dnnl_is_jit(s)) {
@@ -89,8 +90,7 @@ static void bn_release(void *state) {
 #ifdef MP_HAVE_ONEDNN
 /* True when this call runs through oneDNN primitives built for its mode. */
 static bool use_dnnl(const mp_op_call *c) {
-    return c->state && c->impl != MP_IMPL_REF && c->out.dtype == MP_DTYPE_F32 &&
-           mp_bn_dnnl_training(c->state) == c->training;
+    return mp_onednn_use(c) && mp_bn_dnnl_training(c->state) == c->training;
 }
 #endif
 

@@ -25,27 +25,10 @@ struct mp_bn_dnnl {
     size_t sink_off; /* workspace offset of diff_scale/diff_shift sinks */
 };
 
-#define PD_TRY(d, call)                                                                          \
-    do {                                                                                         \
-        dnnl_status_t pd_s_ = (call);                                                            \
-        if (pd_s_ != dnnl_success)                                                               \
-            return mp_error(MP_ERR_UNSUPPORTED, "batchnorm2d '%s': oneDNN: %s failed (status %d)", \
-                            (d)->name, #call, (int)pd_s_);                                       \
-    } while (0)
-
-static mp_status make_prim(const mp_op_desc *d, mp_bn_dnnl *s, int k, size_t *scratch_bytes) {
-    MP_DNNL_CHECK(d, dnnl_primitive_create(&s->prim[k], s->pd[k]));
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(s->pd[k], dnnl_query_scratchpad_md, 0);
-    size_t bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
-    if (bytes) MP_DNNL_CHECK(d, dnnl_memory_create(&s->scratch[k], smd, mp_onednn_engine(), DNNL_MEMORY_NONE));
-    if (bytes > *scratch_bytes) *scratch_bytes = bytes;
-    return MP_OK;
-}
-
-static mp_status build(mp_bn_dnnl *s, const mp_op_desc *d, mp_op_info *info, bool training,
+static mp_status build(void *state, const mp_op_desc *d, mp_op_info *info, bool training,
                        const_dnnl_primitive_attr_t attr) {
+    mp_bn_dnnl *s = state;
     dnnl_engine_t eng = mp_onednn_engine();
-    if (!eng) return mp_error(MP_ERR_UNSUPPORTED, "batchnorm2d '%s': no oneDNN CPU engine", d->name);
     const mp_shape *xs = &info->in[0];
     s->training = training;
     s->C = xs->dims[1];
@@ -59,17 +42,17 @@ static mp_status build(mp_bn_dnnl *s, const mp_op_desc *d, mp_op_info *info, boo
     size_t scratch = 0;
     dnnl_batch_normalization_desc_t bd;
     if (training) {
-        PD_TRY(d, dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &x, eps, flags));
-        PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_FWD], &bd, attr, eng, NULL));
-        MP_TRY(make_prim(d, s, P_FWD, &scratch));
-        PD_TRY(d, dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &x, &x, eps, flags));
-        PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_BWD], &bd, attr, eng, s->pd[P_FWD]));
-        MP_TRY(make_prim(d, s, P_BWD, &scratch));
+        MP_DNNL_PD_TRY(d, dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &x, eps, flags));
+        MP_DNNL_PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_FWD], &bd, attr, eng, NULL));
+        MP_TRY(mp_onednn_make_prim(d, s->pd[P_FWD], &s->prim[P_FWD], &s->scratch[P_FWD], &scratch));
+        MP_DNNL_PD_TRY(d, dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &x, &x, eps, flags));
+        MP_DNNL_PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_BWD], &bd, attr, eng, s->pd[P_FWD]));
+        MP_TRY(mp_onednn_make_prim(d, s->pd[P_BWD], &s->prim[P_BWD], &s->scratch[P_BWD], &scratch));
     } else {
-        PD_TRY(d, dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_inference, &x, eps,
-                                                             flags | dnnl_use_global_stats));
-        PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_FWD], &bd, attr, eng, NULL));
-        MP_TRY(make_prim(d, s, P_FWD, &scratch));
+        MP_DNNL_PD_TRY(d, dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_inference, &x, eps,
+                                                                     flags | dnnl_use_global_stats));
+        MP_DNNL_PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_FWD], &bd, attr, eng, NULL));
+        MP_TRY(mp_onednn_make_prim(d, s->pd[P_FWD], &s->prim[P_FWD], &s->scratch[P_FWD], &scratch));
     }
     /* scale/shift/mean/variance are 1-D (C) f32 in oneDNN 2.6 */
     const int args[] = {DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
@@ -90,70 +73,39 @@ static mp_status build(mp_bn_dnnl *s, const mp_op_desc *d, mp_op_info *info, boo
     return MP_OK;
 }
 
+static void destroy_state(void *s) { mp_bn_dnnl_destroy(s); }
+
 mp_status mp_bn_dnnl_create(const mp_op_desc *d, mp_op_info *info, bool training, mp_bn_dnnl **out) {
-    *out = NULL;
-    mp_bn_dnnl *s = calloc(1, sizeof *s);
-    if (!s) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of memory", d->name);
-    dnnl_primitive_attr_t attr = NULL;
-    mp_status st = MP_OK;
-    if (dnnl_primitive_attr_create(&attr) != dnnl_success ||
-        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)
-        st = mp_error(MP_ERR_UNSUPPORTED, "batchnorm2d '%s': oneDNN attributes unavailable", d->name);
-    if (st == MP_OK) st = build(s, d, info, training, attr);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    if (st == MP_OK) {
-        *out = s;
-        return MP_OK;
-    }
-    mp_bn_dnnl_destroy(s);
-    if (st == MP_ERR_UNSUPPORTED) { /* the node keeps the reference kernels */
-        mp_clear_error();
-        return MP_OK;
-    }
+    void *s = NULL;
+    mp_status st = mp_onednn_create(d, info, training, sizeof(mp_bn_dnnl), build, destroy_state, &s);
+    *out = s;
     return st;
 }
 
 void mp_bn_dnnl_destroy(mp_bn_dnnl *s) {
     if (!s) return;
-    for (int k = 0; k < P_COUNT; k++) {
-        if (s->prim[k]) dnnl_primitive_destroy(s->prim[k]);
-        if (s->pd[k]) dnnl_primitive_desc_destroy(s->pd[k]);
-        if (s->scratch[k]) dnnl_memory_destroy(s->scratch[k]);
-    }
+    mp_onednn_destroy_prims(s->prim, s->pd, s->scratch, P_COUNT);
     dnnl_memory_t mems[] = {s->x, s->y, s->dx, s->dy, s->scale, s->shift, s->mean, s->var, s->dscale, s->dshift};
-    for (int i = 0; i < 10; i++)
-        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    mp_onednn_destroy_mems(mems, 10);
     free(s);
 }
 
 bool mp_bn_dnnl_training(const mp_bn_dnnl *s) { return s->training; }
 
-static mp_status run(const mp_op_call *c, mp_bn_dnnl *s, int k, dnnl_exec_arg_t *args, int n) {
-    if (s->scratch[k]) {
-        MP_DNNL_CHECK(c->desc, dnnl_memory_set_data_handle(s->scratch[k], c->workspace));
-        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->scratch[k]};
-    }
-    MP_DNNL_CHECK(c->desc, dnnl_primitive_execute(s->prim[k], mp_onednn_stream(), n, args));
-    MP_DNNL_CHECK(c->desc, dnnl_stream_wait(mp_onednn_stream()));
-    return MP_OK;
-}
-
-#define BIND(m, ptr) MP_DNNL_CHECK(c->desc, dnnl_memory_set_data_handle((m), (ptr)))
-
 mp_status mp_bn_dnnl_forward(mp_bn_dnnl *s, const mp_op_call *c) {
     int C = s->C;
     float *bmean = mp_bn_saved_mean_f32(c->saved, C), *bvar = mp_bn_saved_var_f32(c->saved, C); // (C)
-    BIND(s->x, c->in[0].data);
-    BIND(s->y, c->out.data);
-    BIND(s->scale, c->param[W_GAMMA].data);
-    BIND(s->shift, c->param[W_BETA].data);
-    BIND(s->mean, s->training ? bmean : c->param[W_RMEAN].data);
-    BIND(s->var, s->training ? bvar : c->param[W_RVAR].data);
+    MP_DNNL_BIND(c, s->x, c->in[0].data);
+    MP_DNNL_BIND(c, s->y, c->out.data);
+    MP_DNNL_BIND(c, s->scale, c->param[W_GAMMA].data);
+    MP_DNNL_BIND(c, s->shift, c->param[W_BETA].data);
+    MP_DNNL_BIND(c, s->mean, s->training ? bmean : c->param[W_RMEAN].data);
+    MP_DNNL_BIND(c, s->var, s->training ? bvar : c->param[W_RVAR].data);
     dnnl_exec_arg_t args[7] = {
         {DNNL_ARG_SRC, s->x},     {DNNL_ARG_DST, s->y},  {DNNL_ARG_SCALE, s->scale},
         {DNNL_ARG_SHIFT, s->shift}, {DNNL_ARG_MEAN, s->mean}, {DNNL_ARG_VARIANCE, s->var},
     };
-    MP_TRY(run(c, s, P_FWD, args, 6));
+    MP_TRY(mp_onednn_execute(c, s->prim[P_FWD], s->scratch[P_FWD], args, 6));
     if (!s->training) return MP_OK;
     /* running statistics (unbiased variance) and the double copies backward reads */
     double mom = c->desc->attr.bn.momentum, eps = c->desc->attr.bn.eps, unbias = s->count / (s->count - 1);
@@ -172,25 +124,23 @@ mp_status mp_bn_dnnl_backward(mp_bn_dnnl *s, const mp_op_call *c) {
     int C = s->C;
     float *sink = (float *)((char *)c->workspace + s->sink_off); // (2, C)
     void *dg = c->d_param[W_GAMMA].data, *db = c->d_param[W_BETA].data;
-    BIND(s->x, c->in[0].data);
-    BIND(s->dy, c->d_out.data);
-    BIND(s->dx, c->d_in[0].data);
-    BIND(s->scale, c->param[W_GAMMA].data);
-    BIND(s->shift, c->param[W_BETA].data); /* oneDNN 2.6 wants it as an argument (unused) */
-    BIND(s->mean, mp_bn_saved_mean_f32(c->saved, C));
-    BIND(s->var, mp_bn_saved_var_f32(c->saved, C));
-    BIND(s->dscale, dg ? dg : (void *)sink);
-    BIND(s->dshift, db ? db : (void *)(sink + C));
+    MP_DNNL_BIND(c, s->x, c->in[0].data);
+    MP_DNNL_BIND(c, s->dy, c->d_out.data);
+    MP_DNNL_BIND(c, s->dx, c->d_in[0].data);
+    MP_DNNL_BIND(c, s->scale, c->param[W_GAMMA].data);
+    MP_DNNL_BIND(c, s->shift, c->param[W_BETA].data); /* oneDNN 2.6 wants it as an argument (unused) */
+    MP_DNNL_BIND(c, s->mean, mp_bn_saved_mean_f32(c->saved, C));
+    MP_DNNL_BIND(c, s->var, mp_bn_saved_var_f32(c->saved, C));
+    MP_DNNL_BIND(c, s->dscale, dg ? dg : (void *)sink);
+    MP_DNNL_BIND(c, s->dshift, db ? db : (void *)(sink + C));
     dnnl_exec_arg_t args[10] = {
         {DNNL_ARG_SRC, s->x},          {DNNL_ARG_DIFF_DST, s->dy},      {DNNL_ARG_MEAN, s->mean},
         {DNNL_ARG_VARIANCE, s->var},   {DNNL_ARG_SCALE, s->scale},      {DNNL_ARG_DIFF_SRC, s->dx},
         {DNNL_ARG_DIFF_SCALE, s->dscale}, {DNNL_ARG_DIFF_SHIFT, s->dshift}, {DNNL_ARG_SHIFT, s->shift},
     };
-    return run(c, s, P_BWD, args, 9);
+    return mp_onednn_execute(c, s->prim[P_BWD], s->scratch[P_BWD], args, 9);
 }
 
 bool mp_bn_dnnl_is_jit(const mp_bn_dnnl *s) {
-    for (int i = 0; i < P_COUNT; i++)
-        if (s->pd[i] && !mp_onednn_is_jit(s->pd[i])) return false;
-    return true;
+    return mp_onednn_all_jit(s->pd, P_COUNT);
 }

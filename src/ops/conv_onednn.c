@@ -106,12 +106,6 @@ static size_t reserve(size_t *cursor, size_t bytes) {
     return off;
 }
 
-static dnnl_status_t user_scratch_attr(dnnl_primitive_attr_t *attr) {
-    dnnl_status_t s = dnnl_primitive_attr_create(attr);
-    if (s != dnnl_success) return s;
-    return dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
-}
-
 /* Binds argument `arg` of pass `p` (primitive descriptor pd, queried with q, qidx)
  * to a plain tensor of layout user_md. share_off != SIZE_MAX places the
  * primitive-layout copy there instead of reserving a new region. */
@@ -135,7 +129,7 @@ static mp_status bind(const conv_ctx *x, pass *p, const_dnnl_primitive_desc_t pd
     CONV_CK(x, dnnl_memory_create(&b->prim, prim_md, eng, DNNL_MEMORY_NONE));
     b->off = share_off != SIZE_MAX ? share_off : reserve(cursor, dnnl_memory_desc_get_size(prim_md));
     dnnl_primitive_attr_t attr;
-    CONV_CK(x, user_scratch_attr(&attr));
+    CONV_CK(x, mp_onednn_scratchpad_attr_create(&attr));
     dnnl_primitive_desc_t rpd;
     dnnl_status_t s = output ? dnnl_reorder_primitive_desc_create(&rpd, prim_md, eng, user_md, eng, attr)
                              : dnnl_reorder_primitive_desc_create(&rpd, user_md, eng, prim_md, eng, attr);
@@ -167,7 +161,7 @@ static mp_status finish_pass(const conv_ctx *x, pass *p, const_dnnl_primitive_de
 static mp_status make_pd(const conv_ctx *x, const_dnnl_op_desc_t od, const_dnnl_primitive_desc_t hint,
                          dnnl_primitive_desc_t *pd, bool *fallback) {
     dnnl_primitive_attr_t attr;
-    CONV_CK(x, user_scratch_attr(&attr));
+    CONV_CK(x, mp_onednn_scratchpad_attr_create(&attr));
     dnnl_status_t s = dnnl_primitive_desc_create(pd, od, attr, mp_onednn_engine(), hint);
     dnnl_primitive_attr_destroy(attr);
     *pd = s == dnnl_success ? *pd : NULL;

@@ -8,10 +8,12 @@
  * with weights (cy, cx / groups, k, k). conv2d is x = input, y = output;
  * conv_transpose2d is the adjoint: x = its output, y = its input, which is
  * exactly PyTorch's weight layout (Cin, Cout / groups, k, k).
- * This header does not include dnnl.h, so every op file may include it. */
+ * This header does not include dnnl.h, so every op file may include it;
+ * prepare() and release() of both ops are here too. */
 #ifndef MP_OPS_CONV_ONEDNN_H
 #define MP_OPS_CONV_ONEDNN_H
 
+#include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 
 typedef struct {
@@ -49,5 +51,29 @@ mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c);
  * the caller runs the reference backward. */
 bool mp_conv_onednn_has_backward(const void *state);
 mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c);
+
+/* prepare() of conv2d and conv_transpose2d: oneDNN primitives for f32 with
+ * MP_IMPL_ONEDNN, and with MP_IMPL_AUTO where oneDNN has JIT kernels for the
+ * shapes; the state stays NULL (reference kernels) otherwise, without
+ * oneDNN, or when oneDNN cannot do the configuration. */
+static inline mp_status mp_conv_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, mp_impl impl,
+                                        bool training, void **state) {
+    *state = NULL;
+#ifdef MP_HAVE_ONEDNN
+    if (mp_onednn_wanted(dt, impl)) return mp_conv_onednn_prepare(d, info, training, impl == MP_IMPL_AUTO, state);
+#else
+    (void)d, (void)info, (void)dt, (void)impl, (void)training;
+#endif
+    return MP_OK;
+}
+
+/* release() of conv2d and conv_transpose2d. */
+static inline void mp_conv_release(void *state) {
+#ifdef MP_HAVE_ONEDNN
+    mp_conv_onednn_release(state);
+#else
+    (void)state;
+#endif
+}
 
 #endif

@@ -72,39 +72,12 @@ static mp_status convt_infer(const mp_op_desc *d, mp_op_info *info) {
     return MP_OK;
 }
 
-/* oneDNN deconvolution primitives for f32 with MP_IMPL_ONEDNN, and with
- * MP_IMPL_AUTO where oneDNN has JIT kernels for the shapes; the state stays
- * NULL (reference kernels) otherwise or when oneDNN cannot do the
- * configuration. */
-static mp_status convt_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, mp_impl impl,
-                               bool training, void **state) {
-    *state = NULL;
-#ifdef MP_HAVE_ONEDNN
-    if (impl != MP_IMPL_REF && dt == MP_DTYPE_F32)
-        return mp_conv_onednn_prepare(d, info, training, impl == MP_IMPL_AUTO, state);
-#else
-    (void)d, (void)info, (void)dt, (void)impl, (void)training;
-#endif
-    return MP_OK;
-}
-
-static void convt_release(void *state) {
-#ifdef MP_HAVE_ONEDNN
-    mp_conv_onednn_release(state);
-#else
-    (void)state;
-#endif
-}
-
-#ifdef MP_HAVE_ONEDNN
-static bool use_onednn(const mp_op_call *c) {
-    return c->state && c->impl != MP_IMPL_REF && c->out.dtype == MP_DTYPE_F32;
-}
-#endif
+/* prepare() and release() are mp_conv_prepare / mp_conv_release
+ * (conv_onednn.h), shared with conv2d. */
 
 static mp_status convt_forward(const mp_op_call *c) {
 #ifdef MP_HAVE_ONEDNN
-    if (use_onednn(c)) return mp_conv_onednn_forward(c->state, c);
+    if (mp_onednn_use(c)) return mp_conv_onednn_forward(c->state, c);
 #endif
     const mp_conv_geom g = mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape);
     const void *b = c->desc->attr.conv.bias ? c->param[1].data : NULL;
@@ -114,7 +87,7 @@ static mp_status convt_forward(const mp_op_call *c) {
 
 static mp_status convt_backward(const mp_op_call *c) {
 #ifdef MP_HAVE_ONEDNN
-    if (use_onednn(c) && mp_conv_onednn_has_backward(c->state)) return mp_conv_onednn_backward(c->state, c);
+    if (mp_onednn_use(c) && mp_conv_onednn_has_backward(c->state)) return mp_conv_onednn_backward(c->state, c);
 #endif
     const mp_conv_geom g = mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape);
     const mp_dtype dt = c->out.dtype;
@@ -125,5 +98,5 @@ static mp_status convt_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_conv_transpose2d_vt = {"conv_transpose2d", convt_infer, convt_prepare,
-                                                convt_release, convt_forward, convt_backward};
+const mp_op_vtable mp_op_conv_transpose2d_vt = {"conv_transpose2d", convt_infer, mp_conv_prepare,
+                                                mp_conv_release, convt_forward, convt_backward};

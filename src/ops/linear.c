@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "ops/linear_onednn.h"
+#include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 
 #define REAL float
@@ -47,7 +48,7 @@ static mp_status linear_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype 
                                 bool training, void **state) {
     *state = NULL;
 #ifdef MP_HAVE_ONEDNN
-    if (impl != MP_IMPL_REF && dt == MP_DTYPE_F32) {
+    if (mp_onednn_wanted(dt, impl)) {
         mp_linear_dnnl *s = NULL;
         MP_TRY(mp_linear_dnnl_create(d, info, training, &s));
         *state = s;
@@ -66,16 +67,9 @@ static void linear_release(void *state) {
 #endif
 }
 
-#ifdef MP_HAVE_ONEDNN
-/* True when this call runs through oneDNN primitives built by prepare(). */
-static bool use_dnnl(const mp_op_call *c) {
-    return c->state && c->impl != MP_IMPL_REF && c->out.dtype == MP_DTYPE_F32;
-}
-#endif
-
 static mp_status linear_forward(const mp_op_call *c) {
 #ifdef MP_HAVE_ONEDNN
-    if (use_dnnl(c)) return mp_linear_dnnl_forward(c->state, c);
+    if (mp_onednn_use(c)) return mp_linear_dnnl_forward(c->state, c);
 #endif
     const mp_shape *xs = &c->in[0].shape;
     int N = xs->dims[0], F = xs->dims[1], O = c->out.shape.dims[1];
@@ -86,7 +80,7 @@ static mp_status linear_forward(const mp_op_call *c) {
 
 static mp_status linear_backward(const mp_op_call *c) {
 #ifdef MP_HAVE_ONEDNN
-    if (use_dnnl(c) && mp_linear_dnnl_has_backward(c->state)) return mp_linear_dnnl_backward(c->state, c);
+    if (mp_onednn_use(c) && mp_linear_dnnl_has_backward(c->state)) return mp_linear_dnnl_backward(c->state, c);
 #endif
     const mp_shape *xs = &c->in[0].shape;
     int N = xs->dims[0], F = xs->dims[1], O = c->out.shape.dims[1];

@@ -19,28 +19,10 @@ struct mp_linear_dnnl {
     size_t db_sink_off; /* workspace offset of a diff_bias sink (bias grad not wanted) */
 };
 
-/* A primitive descriptor oneDNN cannot create means "no fast path here". */
-#define PD_TRY(d, call)                                                                     \
-    do {                                                                                    \
-        dnnl_status_t pd_s_ = (call);                                                       \
-        if (pd_s_ != dnnl_success)                                                          \
-            return mp_error(MP_ERR_UNSUPPORTED, "linear '%s': oneDNN: %s failed (status %d)", \
-                            (d)->name, #call, (int)pd_s_);                                  \
-    } while (0)
-
-static mp_status make_prim(const mp_op_desc *d, mp_linear_dnnl *s, int k, size_t *scratch_bytes) {
-    MP_DNNL_CHECK(d, dnnl_primitive_create(&s->prim[k], s->pd[k]));
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(s->pd[k], dnnl_query_scratchpad_md, 0);
-    size_t bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
-    if (bytes) MP_DNNL_CHECK(d, dnnl_memory_create(&s->scratch[k], smd, mp_onednn_engine(), DNNL_MEMORY_NONE));
-    if (bytes > *scratch_bytes) *scratch_bytes = bytes;
-    return MP_OK;
-}
-
-static mp_status build(mp_linear_dnnl *s, const mp_op_desc *d, mp_op_info *info, bool training,
+static mp_status build(void *state, const mp_op_desc *d, mp_op_info *info, bool training,
                        const_dnnl_primitive_attr_t attr) {
+    mp_linear_dnnl *s = state;
     dnnl_engine_t eng = mp_onednn_engine();
-    if (!eng) return mp_error(MP_ERR_UNSUPPORTED, "linear '%s': no oneDNN CPU engine", d->name);
     int N = info->in[0].dims[0], O = info->out.dims[1];
     s->bias = d->attr.linear.bias;
     dnnl_memory_desc_t x, w, b, y;
@@ -52,17 +34,18 @@ static mp_status build(mp_linear_dnnl *s, const mp_op_desc *d, mp_op_info *info,
 
     size_t scratch = 0;
     dnnl_inner_product_desc_t ipd;
-    PD_TRY(d, dnnl_inner_product_forward_desc_init(
-                  &ipd, training ? dnnl_forward_training : dnnl_forward_inference, &x, &w, bp, &y));
-    PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_FWD], &ipd, attr, eng, NULL));
-    MP_TRY(make_prim(d, s, P_FWD, &scratch));
+    MP_DNNL_PD_TRY(d, dnnl_inner_product_forward_desc_init(
+                          &ipd, training ? dnnl_forward_training : dnnl_forward_inference, &x, &w, bp, &y));
+    MP_DNNL_PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_FWD], &ipd, attr, eng, NULL));
+    MP_TRY(mp_onednn_make_prim(d, s->pd[P_FWD], &s->prim[P_FWD], &s->scratch[P_FWD], &scratch));
     if (training) {
-        PD_TRY(d, dnnl_inner_product_backward_data_desc_init(&ipd, &x, &w, &y));
-        PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_BWD_DATA], &ipd, attr, eng, s->pd[P_FWD]));
-        MP_TRY(make_prim(d, s, P_BWD_DATA, &scratch));
-        PD_TRY(d, dnnl_inner_product_backward_weights_desc_init(&ipd, &x, &w, bp, &y));
-        PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_BWD_WEIGHTS], &ipd, attr, eng, s->pd[P_FWD]));
-        MP_TRY(make_prim(d, s, P_BWD_WEIGHTS, &scratch));
+        MP_DNNL_PD_TRY(d, dnnl_inner_product_backward_data_desc_init(&ipd, &x, &w, &y));
+        MP_DNNL_PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_BWD_DATA], &ipd, attr, eng, s->pd[P_FWD]));
+        MP_TRY(mp_onednn_make_prim(d, s->pd[P_BWD_DATA], &s->prim[P_BWD_DATA], &s->scratch[P_BWD_DATA], &scratch));
+        MP_DNNL_PD_TRY(d, dnnl_inner_product_backward_weights_desc_init(&ipd, &x, &w, bp, &y));
+        MP_DNNL_PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_BWD_WEIGHTS], &ipd, attr, eng, s->pd[P_FWD]));
+        MP_TRY(mp_onednn_make_prim(d, s->pd[P_BWD_WEIGHTS], &s->prim[P_BWD_WEIGHTS], &s->scratch[P_BWD_WEIGHTS],
+                                   &scratch));
     }
     dnnl_memory_t *mems[] = {&s->x, &s->w, &s->b, &s->y, &s->dx, &s->dw, &s->db, &s->dy};
     const dnnl_memory_desc_t *mds[] = {&x, &w, &b, &y, &x, &w, &b, &y};
@@ -74,100 +57,68 @@ static mp_status build(mp_linear_dnnl *s, const mp_op_desc *d, mp_op_info *info,
     return MP_OK;
 }
 
+static void destroy_state(void *s) { mp_linear_dnnl_destroy(s); }
+
 mp_status mp_linear_dnnl_create(const mp_op_desc *d, mp_op_info *info, bool training, mp_linear_dnnl **out) {
-    *out = NULL;
-    mp_linear_dnnl *s = calloc(1, sizeof *s);
-    if (!s) return mp_error(MP_ERR_NOMEM, "linear '%s': out of memory", d->name);
-    dnnl_primitive_attr_t attr = NULL;
-    mp_status st = MP_OK;
-    if (dnnl_primitive_attr_create(&attr) != dnnl_success ||
-        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)
-        st = mp_error(MP_ERR_UNSUPPORTED, "linear '%s': oneDNN attributes unavailable", d->name);
-    if (st == MP_OK) st = build(s, d, info, training, attr);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    if (st == MP_OK) {
-        *out = s;
-        return MP_OK;
-    }
-    mp_linear_dnnl_destroy(s);
-    if (st == MP_ERR_UNSUPPORTED) { /* the node keeps the reference kernels */
-        mp_clear_error();
-        return MP_OK;
-    }
+    void *s = NULL;
+    mp_status st = mp_onednn_create(d, info, training, sizeof(mp_linear_dnnl), build, destroy_state, &s);
+    *out = s;
     return st;
 }
 
 void mp_linear_dnnl_destroy(mp_linear_dnnl *s) {
     if (!s) return;
-    for (int k = 0; k < P_COUNT; k++) {
-        if (s->prim[k]) dnnl_primitive_destroy(s->prim[k]);
-        if (s->pd[k]) dnnl_primitive_desc_destroy(s->pd[k]);
-        if (s->scratch[k]) dnnl_memory_destroy(s->scratch[k]);
-    }
+    mp_onednn_destroy_prims(s->prim, s->pd, s->scratch, P_COUNT);
     dnnl_memory_t mems[] = {s->x, s->w, s->b, s->y, s->dx, s->dw, s->db, s->dy};
-    for (int i = 0; i < 8; i++)
-        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    mp_onednn_destroy_mems(mems, 8);
     free(s);
 }
 
 bool mp_linear_dnnl_has_backward(const mp_linear_dnnl *s) { return s->prim[P_BWD_DATA] != NULL; }
 
-/* Bind the scratchpad, execute primitive k with args[0..n) and wait. */
-static mp_status run(const mp_op_call *c, mp_linear_dnnl *s, int k, dnnl_exec_arg_t *args, int n) {
-    if (s->scratch[k]) {
-        MP_DNNL_CHECK(c->desc, dnnl_memory_set_data_handle(s->scratch[k], c->workspace));
-        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->scratch[k]};
-    }
-    MP_DNNL_CHECK(c->desc, dnnl_primitive_execute(s->prim[k], mp_onednn_stream(), n, args));
-    MP_DNNL_CHECK(c->desc, dnnl_stream_wait(mp_onednn_stream()));
-    return MP_OK;
-}
-
-#define BIND(m, ptr) MP_DNNL_CHECK(c->desc, dnnl_memory_set_data_handle((m), (ptr)))
-
 mp_status mp_linear_dnnl_forward(mp_linear_dnnl *s, const mp_op_call *c) {
     dnnl_exec_arg_t args[5];
     int n = 0;
-    BIND(s->x, c->in[0].data);
-    BIND(s->w, c->param[0].data);
-    BIND(s->y, c->out.data);
+    MP_DNNL_BIND(c, s->x, c->in[0].data);
+    MP_DNNL_BIND(c, s->w, c->param[0].data);
+    MP_DNNL_BIND(c, s->y, c->out.data);
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, s->x};
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, s->w};
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, s->y};
     if (s->bias) {
-        BIND(s->b, c->param[1].data);
+        MP_DNNL_BIND(c, s->b, c->param[1].data);
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, s->b};
     }
-    return run(c, s, P_FWD, args, n);
+    return mp_onednn_execute(c, s->prim[P_FWD], s->scratch[P_FWD], args, n);
 }
 
 mp_status mp_linear_dnnl_backward(mp_linear_dnnl *s, const mp_op_call *c) {
     const float *dy = c->d_out.data; // (N, O)
     int N = c->d_out.shape.dims[0], O = c->d_out.shape.dims[1];
-    BIND(s->dy, c->d_out.data);
+    MP_DNNL_BIND(c, s->dy, c->d_out.data);
     if (c->d_in[0].data) {
         dnnl_exec_arg_t args[4];
-        BIND(s->dx, c->d_in[0].data);
-        BIND(s->w, c->param[0].data);
+        MP_DNNL_BIND(c, s->dx, c->d_in[0].data);
+        MP_DNNL_BIND(c, s->w, c->param[0].data);
         args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, s->dy};
         args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, s->w};
         args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, s->dx};
-        MP_TRY(run(c, s, P_BWD_DATA, args, 3));
+        MP_TRY(mp_onednn_execute(c, s->prim[P_BWD_DATA], s->scratch[P_BWD_DATA], args, 3));
     }
     float *db = s->bias ? c->d_param[1].data : NULL; // (O)
     if (c->d_param[0].data) {
         dnnl_exec_arg_t args[5];
         int n = 0;
-        BIND(s->x, c->in[0].data);
-        BIND(s->dw, c->d_param[0].data);
+        MP_DNNL_BIND(c, s->x, c->in[0].data);
+        MP_DNNL_BIND(c, s->dw, c->d_param[0].data);
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, s->x};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, s->dy};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_WEIGHTS, s->dw};
         if (s->bias) {
-            BIND(s->db, db ? (void *)db : (char *)c->workspace + s->db_sink_off);
+            MP_DNNL_BIND(c, s->db, db ? (void *)db : (char *)c->workspace + s->db_sink_off);
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, s->db};
         }
-        MP_TRY(run(c, s, P_BWD_WEIGHTS, args, n));
+        MP_TRY(mp_onednn_execute(c, s->prim[P_BWD_WEIGHTS], s->scratch[P_BWD_WEIGHTS], args, n));
     } else if (db) { /* bias gradient alone: a column sum */
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < O; o++) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 #include "ops/pool2d_onednn.h"
 
@@ -56,7 +57,7 @@ static mp_status pool_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt
                               void **state) {
     *state = NULL;
 #ifdef MP_HAVE_ONEDNN
-    if (impl != MP_IMPL_REF && dt == MP_DTYPE_F32) {
+    if (mp_onednn_wanted(dt, impl)) {
         mp_pool_dnnl *s = NULL;
         MP_TRY(mp_pool_dnnl_create(d, info, training, &s));
         if (s && impl == MP_IMPL_AUTO && !mp_pool_dnnl_is_jit(s)) {
@@ -79,13 +80,6 @@ static void pool_release(void *state) {
 #endif
 }
 
-#ifdef MP_HAVE_ONEDNN
-/* True when this call runs through oneDNN primitives built by prepare(). */
-static bool use_dnnl(const mp_op_call *c) {
-    return c->state && c->impl != MP_IMPL_REF && c->out.dtype == MP_DTYPE_F32;
-}
-#endif
-
 typedef struct {
     int64_t planes;
     int H, W, OH, OW, k, s, p;
@@ -100,7 +94,7 @@ static pool_geom geom_of(const mp_op_call *c) {
 
 static mp_status pool_forward(const mp_op_call *c) {
 #ifdef MP_HAVE_ONEDNN
-    if (use_dnnl(c)) return mp_pool_dnnl_forward(c->state, c);
+    if (mp_onednn_use(c)) return mp_pool_dnnl_forward(c->state, c);
 #endif
     pool_geom g = geom_of(c);
     if (c->desc->kind == MP_OP_MAXPOOL2D)
@@ -115,7 +109,7 @@ static mp_status pool_forward(const mp_op_call *c) {
 static mp_status pool_backward(const mp_op_call *c) {
     if (!c->d_in[0].data) return MP_OK;
 #ifdef MP_HAVE_ONEDNN
-    if (use_dnnl(c)) {
+    if (mp_onednn_use(c)) {
         if (mp_pool_dnnl_has_backward(c->state)) return mp_pool_dnnl_backward(c->state, c);
         if (c->desc->kind == MP_OP_MAXPOOL2D) /* the inference forward kept no argmax */
             return mp_error(MP_ERR_INVALID_ARG, "maxpool2d '%s': backward on a node prepared for inference",

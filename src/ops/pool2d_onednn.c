@@ -17,28 +17,10 @@ struct mp_pool_dnnl {
     dnnl_memory_t x, y, dx, dy, ws; /* handles set per call; ws NULL unless max + training */
 };
 
-#define PD_TRY(d, call)                                                                   \
-    do {                                                                                  \
-        dnnl_status_t pd_s_ = (call);                                                     \
-        if (pd_s_ != dnnl_success)                                                        \
-            return mp_error(MP_ERR_UNSUPPORTED, "%s '%s': oneDNN: %s failed (status %d)", \
-                            mp_op_lookup((d)->kind)->name, (d)->name, #call, (int)pd_s_); \
-    } while (0)
-
-static mp_status make_prim(const mp_op_desc *d, mp_pool_dnnl *s, int k, size_t *scratch_bytes) {
-    MP_DNNL_CHECK(d, dnnl_primitive_create(&s->prim[k], s->pd[k]));
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(s->pd[k], dnnl_query_scratchpad_md, 0);
-    size_t bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
-    if (bytes) MP_DNNL_CHECK(d, dnnl_memory_create(&s->scratch[k], smd, mp_onednn_engine(), DNNL_MEMORY_NONE));
-    if (bytes > *scratch_bytes) *scratch_bytes = bytes;
-    return MP_OK;
-}
-
-static mp_status build(mp_pool_dnnl *s, const mp_op_desc *d, mp_op_info *info, bool training,
+static mp_status build(void *state, const mp_op_desc *d, mp_op_info *info, bool training,
                        const_dnnl_primitive_attr_t attr) {
+    mp_pool_dnnl *s = state;
     dnnl_engine_t eng = mp_onednn_engine();
-    if (!eng)
-        return mp_error(MP_ERR_UNSUPPORTED, "%s '%s': no oneDNN CPU engine", mp_op_lookup(d->kind)->name, d->name);
     s->max = d->kind == MP_OP_MAXPOOL2D;
     dnnl_memory_desc_t x, y;
     MP_DNNL_CHECK(d, mp_onednn_plain_md(&x, &info->in[0], dnnl_f32)); // (N, C, H, W)
@@ -51,14 +33,15 @@ static mp_status build(mp_pool_dnnl *s, const mp_op_desc *d, mp_op_info *info, b
 
     size_t scratch = 0;
     dnnl_pooling_v2_desc_t pdesc;
-    PD_TRY(d, dnnl_pooling_v2_forward_desc_init(&pdesc, training ? dnnl_forward_training : dnnl_forward_inference,
-                                                alg, &x, &y, strides, kernel, dil, pad, pad));
-    PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_FWD], &pdesc, attr, eng, NULL));
-    MP_TRY(make_prim(d, s, P_FWD, &scratch));
+    MP_DNNL_PD_TRY(d, dnnl_pooling_v2_forward_desc_init(&pdesc,
+                                                        training ? dnnl_forward_training : dnnl_forward_inference,
+                                                        alg, &x, &y, strides, kernel, dil, pad, pad));
+    MP_DNNL_PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_FWD], &pdesc, attr, eng, NULL));
+    MP_TRY(mp_onednn_make_prim(d, s->pd[P_FWD], &s->prim[P_FWD], &s->scratch[P_FWD], &scratch));
     if (training) {
-        PD_TRY(d, dnnl_pooling_v2_backward_desc_init(&pdesc, alg, &x, &y, strides, kernel, dil, pad, pad));
-        PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_BWD], &pdesc, attr, eng, s->pd[P_FWD]));
-        MP_TRY(make_prim(d, s, P_BWD, &scratch));
+        MP_DNNL_PD_TRY(d, dnnl_pooling_v2_backward_desc_init(&pdesc, alg, &x, &y, strides, kernel, dil, pad, pad));
+        MP_DNNL_PD_TRY(d, dnnl_primitive_desc_create(&s->pd[P_BWD], &pdesc, attr, eng, s->pd[P_FWD]));
+        MP_TRY(mp_onednn_make_prim(d, s->pd[P_BWD], &s->prim[P_BWD], &s->scratch[P_BWD], &scratch));
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(s->pd[P_FWD], dnnl_query_workspace_md, 0);
         size_t wbytes = wmd ? dnnl_memory_desc_get_size(wmd) : 0;
         if (wbytes > info->saved_bytes)
@@ -73,87 +56,53 @@ static mp_status build(mp_pool_dnnl *s, const mp_op_desc *d, mp_op_info *info, b
     return MP_OK;
 }
 
+static void destroy_state(void *s) { mp_pool_dnnl_destroy(s); }
+
 mp_status mp_pool_dnnl_create(const mp_op_desc *d, mp_op_info *info, bool training, mp_pool_dnnl **out) {
-    *out = NULL;
-    mp_pool_dnnl *s = calloc(1, sizeof *s);
-    if (!s) return mp_error(MP_ERR_NOMEM, "%s '%s': out of memory", mp_op_lookup(d->kind)->name, d->name);
-    dnnl_primitive_attr_t attr = NULL;
-    mp_status st = MP_OK;
-    if (dnnl_primitive_attr_create(&attr) != dnnl_success ||
-        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)
-        st = mp_error(MP_ERR_UNSUPPORTED, "%s '%s': oneDNN attributes unavailable", mp_op_lookup(d->kind)->name,
-                      d->name);
-    if (st == MP_OK) st = build(s, d, info, training, attr);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    if (st == MP_OK) {
-        *out = s;
-        return MP_OK;
-    }
-    mp_pool_dnnl_destroy(s);
-    if (st == MP_ERR_UNSUPPORTED) { /* the node keeps the reference kernels */
-        mp_clear_error();
-        return MP_OK;
-    }
+    void *s = NULL;
+    mp_status st = mp_onednn_create(d, info, training, sizeof(mp_pool_dnnl), build, destroy_state, &s);
+    *out = s;
     return st;
 }
 
 void mp_pool_dnnl_destroy(mp_pool_dnnl *s) {
     if (!s) return;
-    for (int k = 0; k < P_COUNT; k++) {
-        if (s->prim[k]) dnnl_primitive_destroy(s->prim[k]);
-        if (s->pd[k]) dnnl_primitive_desc_destroy(s->pd[k]);
-        if (s->scratch[k]) dnnl_memory_destroy(s->scratch[k]);
-    }
+    mp_onednn_destroy_prims(s->prim, s->pd, s->scratch, P_COUNT);
     dnnl_memory_t mems[] = {s->x, s->y, s->dx, s->dy, s->ws};
-    for (int i = 0; i < 5; i++)
-        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    mp_onednn_destroy_mems(mems, 5);
     free(s);
 }
 
 bool mp_pool_dnnl_has_backward(const mp_pool_dnnl *s) { return s->prim[P_BWD] != NULL; }
 
-static mp_status run(const mp_op_call *c, mp_pool_dnnl *s, int k, dnnl_exec_arg_t *args, int n) {
-    if (s->scratch[k]) {
-        MP_DNNL_CHECK(c->desc, dnnl_memory_set_data_handle(s->scratch[k], c->workspace));
-        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->scratch[k]};
-    }
-    MP_DNNL_CHECK(c->desc, dnnl_primitive_execute(s->prim[k], mp_onednn_stream(), n, args));
-    MP_DNNL_CHECK(c->desc, dnnl_stream_wait(mp_onednn_stream()));
-    return MP_OK;
-}
-
-#define BIND(m, ptr) MP_DNNL_CHECK(c->desc, dnnl_memory_set_data_handle((m), (ptr)))
-
 mp_status mp_pool_dnnl_forward(mp_pool_dnnl *s, const mp_op_call *c) {
     dnnl_exec_arg_t args[4];
     int n = 0;
-    BIND(s->x, c->in[0].data);
-    BIND(s->y, c->out.data);
+    MP_DNNL_BIND(c, s->x, c->in[0].data);
+    MP_DNNL_BIND(c, s->y, c->out.data);
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, s->x};
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, s->y};
     if (s->ws) {
-        BIND(s->ws, c->saved);
+        MP_DNNL_BIND(c, s->ws, c->saved);
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, s->ws};
     }
-    return run(c, s, P_FWD, args, n);
+    return mp_onednn_execute(c, s->prim[P_FWD], s->scratch[P_FWD], args, n);
 }
 
 mp_status mp_pool_dnnl_backward(mp_pool_dnnl *s, const mp_op_call *c) {
     dnnl_exec_arg_t args[4];
     int n = 0;
-    BIND(s->dy, c->d_out.data);
-    BIND(s->dx, c->d_in[0].data);
+    MP_DNNL_BIND(c, s->dy, c->d_out.data);
+    MP_DNNL_BIND(c, s->dx, c->d_in[0].data);
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, s->dy};
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, s->dx};
     if (s->ws) {
-        BIND(s->ws, c->saved);
+        MP_DNNL_BIND(c, s->ws, c->saved);
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, s->ws};
     }
-    return run(c, s, P_BWD, args, n);
+    return mp_onednn_execute(c, s->prim[P_BWD], s->scratch[P_BWD], args, n);
 }
 
 bool mp_pool_dnnl_is_jit(const mp_pool_dnnl *s) {
-    for (int i = 0; i < P_COUNT; i++)
-        if (s->pd[i] && !mp_onednn_is_jit(s->pd[i])) return false;
-    return true;
+    return mp_onednn_all_jit(s->pd, P_COUNT);
 }
