@@ -55,7 +55,9 @@ static void usage(FILE *f) {
             "  --max-forward-overflows N  consecutive NaN/inf forwards before stopping (default 3)\n"
             "  --auto-fallback     move a layer that overflows in the forward pass to fp32\n"
             "  --save FILE         write a checkpoint (safetensors) after every epoch\n"
-            "  --resume FILE       continue the run saved in FILE\n"
+            "  --resume FILE       continue the run saved in FILE (same options as the saved run)\n"
+            "  --stop-after N      stop after epoch N (the schedule still spans --epochs); split a\n"
+            "                      long run into jobs with --save and --resume\n"
             "  --seed S            random seed for init, shuffling, dropout (default 1)\n"
             "  --max-steps N       stop each epoch after N steps (quick runs)\n\n"
             "execution and output:\n"
@@ -72,7 +74,7 @@ typedef struct {
     const char *loss_scaling; /* "on", "off" or NULL (policy default) */
     mp_scaler_opts scaler;
     bool scaler_set;
-    int accumulate, max_forward_overflows;
+    int accumulate, max_forward_overflows, stop_after;
     float clip_norm, clip_value;
     bool auto_fallback, bn_low;
     int epochs, batch, threads, max_steps, train_samples, syn_c, syn_h, syn_w, syn_n;
@@ -124,6 +126,7 @@ static int parse(int argc, char **argv, train_args *t) {
         } else if (!strcmp(a, "--auto-fallback")) { t->auto_fallback = true;
         } else if (!strcmp(a, "--bn-low")) { t->bn_low = true;
         } else if (!strcmp(a, "--save")) { NEED_VALUE(); t->save = v;
+        } else if (!strcmp(a, "--stop-after")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 100000, &t->stop_after)) return 2;
         } else if (!strcmp(a, "--resume")) { NEED_VALUE(); t->resume = v;
         } else if (!strcmp(a, "--lr-schedule")) { NEED_VALUE(); t->lr_schedule = v;
         } else if (!strcmp(a, "--optimizer")) { NEED_VALUE(); t->optimizer = v;
@@ -248,7 +251,8 @@ int cmd_train(int argc, char **argv) {
                                                              precision == MP_PRECISION_O2_FP16 || t.scaler_set),
                            .scaler = t.scaler, .accumulate = t.accumulate, .clip_norm = t.clip_norm,
                            .clip_value = t.clip_value, .max_forward_overflows = t.max_forward_overflows,
-                           .auto_fallback = t.auto_fallback, .save_path = t.save, .resume_path = t.resume};
+                           .auto_fallback = t.auto_fallback, .save_path = t.save, .resume_path = t.resume,
+                           .stop_after = t.stop_after};
         s = mp_train_run(&m, &train, &test, &o, &res);
         if (s == MP_OK && out)
             fprintf(out, "done: %d epochs in %.1fs, test accuracy %.2f%%, %.0f images/s, activation arena %.1f MiB\n",

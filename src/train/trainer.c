@@ -197,6 +197,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
             ck.plan_step = mp_plan_step(ctx.plan);
             s = mp_checkpoint_save(o->save_path, m->g, ctx.opt, o->loss_scaling ? &ctx.scaler : NULL, &ck);
         }
+        if (o->stop_after > 0 && epoch >= o->stop_after) break;
     }
     r->total_seconds = mp_now_seconds() - t_all;
     r->skipped_steps = ctx.skipped;

@@ -39,6 +39,7 @@ typedef struct {
     /* checkpoints */
     const char *save_path;      /* safetensors file written atomically after each epoch */
     const char *resume_path;    /* continue the run saved there */
+    int stop_after;             /* stop after this epoch (0 = run all epochs) */
 } mp_train_opts;
 
 typedef struct {
