@@ -3,13 +3,15 @@
  * convolution on the same machine, measured side by side in one run.
  *
  *   bench/cpu_train_step [--model cnn10] [--batch 128] [--steps 20] [--shape 1x28x28]
- *                        [--threads T] [--reference]
- * Prints a table; times are medians over the steps. */
+ *                        [--precision fp32,amp-bf16,o2-bf16,bf16] [--threads T] [--reference]
+ * Prints a table, one row per precision policy; times are medians over the
+ * steps, and each policy's speed is also given relative to fp32's. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/policy.h"
 #include "core/rng.h"
 #include "graph/graph.h"
 #include "models/models.h"
@@ -102,9 +104,10 @@ typedef struct {
 } step_result;
 
 static int time_training_step(const char *model, int c, int h, int w, int batch, int steps, bool reference,
-                              step_result *res) {
+                              mp_precision precision, step_result *res) {
     mp_model m;
-    if (mp_model_build(model, c, h, w, 10, &m) != MP_OK) {
+    if (mp_model_build(model, c, h, w, 10, &m) != MP_OK ||
+        mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision}) != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
         return -1;
     }
@@ -159,7 +162,7 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
 }
 
 int main(int argc, char **argv) {
-    const char *model = "cnn10";
+    const char *model = "cnn10", *precisions = "fp32";
     int batch = 128, steps = 20, c = 1, h = 28, w = 28, threads = 0;
     bool reference = false;
     mp_prefer_passive_openmp(argv);
@@ -168,6 +171,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--precision") && i + 1 < argc) precisions = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             if (sscanf(argv[++i], "%dx%dx%d", &c, &h, &w) != 3) {
                 fprintf(stderr, "cpu_train_step: --shape wants CxHxW\n");
@@ -175,7 +179,8 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--reference")) reference = true;
         else {
-            fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] [--threads T] [--reference]\n");
+            fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
+                            "[--precision P1,P2,...] [--threads T] [--reference]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -190,15 +195,28 @@ int main(int argc, char **argv) {
 #ifdef MP_HAVE_ONEDNN
     conv_gflops = onednn_large_conv_gflops(10, impl, sizeof impl);
 #endif
-    step_result res;
-    if (time_training_step(model, c, h, w, batch, steps, reference, &res)) return 1;
-    printf("\n| what | batch | input | ms/step | images/s | GFLOP/s | share of large conv |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("\n| what | batch | input | ms/step | images/s | GFLOP/s | share of large conv | vs fp32 |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
     if (conv_gflops > 0)
-        printf("| oneDNN fp32 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | 100%% |\n", impl, conv_gflops);
-    char share[32] = "n/a";
-    if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res.gflops / conv_gflops);
-    printf("| %s fp32 training step%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s |\n", model,
-           reference ? " (reference kernels)" : "", batch, c, h, w, res.ms, res.images_per_s, res.gflops, share);
+        printf("| oneDNN fp32 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | 100%% | - |\n", impl, conv_gflops);
+    double fp32_ips = 0;
+    char list[256];
+    snprintf(list, sizeof list, "%s", precisions);
+    for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
+        mp_precision prec;
+        if (mp_precision_parse(name, &prec) != MP_OK) {
+            fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
+            return 2;
+        }
+        step_result res;
+        if (time_training_step(model, c, h, w, batch, steps, reference, prec, &res)) return 1;
+        if (prec == MP_PRECISION_FP32) fp32_ips = res.images_per_s;
+        char share[32] = "n/a", rel[32] = "-";
+        if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res.gflops / conv_gflops);
+        if (fp32_ips > 0) snprintf(rel, sizeof rel, "%.2fx", res.images_per_s / fp32_ips);
+        printf("| %s %s training step%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s | %s |\n", model, name,
+               reference ? " (reference kernels)" : "", batch, c, h, w, res.ms, res.images_per_s, res.gflops, share, rel);
+        fflush(stdout);
+    }
     return 0;
 }

@@ -35,6 +35,17 @@ expect 1 "batch 70000 is larger than the training set" -- train --batch 70000
 expect 1 "\-\-lr-schedule" -- train --data synthetic --synthetic-size 100 --batch 10 --lr-schedule warp:9
 expect 1 "\-\-log $work/no/such/dir/x.jsonl: cannot open" -- train --data synthetic --synthetic-size 100 --batch 10 --log "$work/no/such/dir/x.jsonl"
 
+# mixed-precision options: clear errors before any training starts
+syn=(--data synthetic --synthetic-size 100 --batch 10)
+expect 2 "\-\-precision 'fp12': unknown (known: fp32, tf32, amp-fp16" -- train --precision fp12
+expect 1 "no layer named 'conv9'" -- train "${syn[@]}" --precision amp-bf16 --precision-override conv9=fp32
+expect 1 "dtype 'fp64' unknown" -- train "${syn[@]}" --precision amp-bf16 --precision-override fc2=fp64
+expect 1 "\-\-loss-scale-growth 1 must be > 1" -- train "${syn[@]}" --precision amp-fp16 --loss-scale-growth 1
+expect 1 "\-\-loss-scale-backoff 1.5 must be in (0, 1)" -- train "${syn[@]}" --precision amp-fp16 --loss-scale-backoff 1.5
+expect 1 "\-\-min-loss-scale 100 is larger than \-\-max-loss-scale 10" -- train "${syn[@]}" --precision amp-fp16 --min-loss-scale 100 --max-loss-scale 10
+expect 2 "\-\-accumulate 0 is out of range" -- train --accumulate 0
+expect 2 "\-\-loss-scaling 'maybe' must be on or off" -- train --loss-scaling maybe
+
 # corrupt dataset files: a wrong magic, a truncated file
 mkdir -p "$work/bad_magic" "$work/truncated"
 printf '\x00\x00\x08\x01\x00\x00\x00\x02\x01\x02' | gzip >"$work/bad_magic/train-labels-idx1-ubyte.gz"

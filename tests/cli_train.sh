@@ -41,5 +41,37 @@ awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' && ok || bad "reference synthetic a
   && ok || bad "cnn10 run failed: $(tail -3 "$work/cnn10.out")"
 grep -q "3x32x32" "$work/cnn10.out" && ok || bad "cnn10 run did not report its input shape"
 
+# 5. A run stopped after epoch 1 and resumed from its checkpoint gives the
+#    same losses as the uninterrupted run (weights, optimizer, scaler, steps).
+args=(--data synthetic --synthetic-shape 1x12x12 --synthetic-size 640 --batch 32 --precision amp-fp16 --quiet
+      --optimizer sgd --epochs 3)
+"$bin" train "${args[@]}" --save "$work/full.st" --log "$work/full.jsonl" \
+  && "$bin" train "${args[@]}" --stop-after 1 --save "$work/part.st" --log "$work/part.jsonl" \
+  && "$bin" train "${args[@]}" --resume "$work/part.st" --save "$work/part.st" --log "$work/part.jsonl" \
+  && ok || bad "save/resume runs failed"
+strip() { sed 's/"epoch_time_s[^}]*//' "$1"; }
+[ "$(wc -l <"$work/part.jsonl")" -eq 3 ] && [ "$(strip "$work/full.jsonl")" = "$(strip "$work/part.jsonl")" ] \
+  && ok || bad "resumed run differs: $(diff <(strip "$work/full.jsonl") <(strip "$work/part.jsonl") | head -4)"
+out=$("$bin" train "${args[@]}" --precision fp32 --resume "$work/part.st" 2>&1 >/dev/null)
+grep -q "saved with precision amp-fp16, this run uses fp32" <<<"$out" && ok || bad "resume mismatch not reported: $out"
+printf 'not a checkpoint' >"$work/bad.st"
+out=$("$bin" train "${args[@]}" --resume "$work/bad.st" 2>&1 >/dev/null)
+grep -q "$work/bad.st" <<<"$out" && ok || bad "corrupt checkpoint not named: $out"
+
+# 6. Every policy trains the default model on Fashion-MNIST (12k samples, 2
+#    epochs) within 1 point of fp32 for amp-* and o2-*; printed side by side.
+declare -A acc
+for p in fp32 amp-fp16 amp-bf16 o2-fp16 o2-bf16 fp16 bf16; do
+  "$bin" train --precision "$p" --train-samples 12000 --epochs 2 --quiet --log "$work/p_$p.jsonl" 2>"$work/p_$p.err" \
+    || bad "policy $p failed: $(cat "$work/p_$p.err")"
+  acc[$p]=$(tail -1 "$work/p_$p.jsonl" | sed -n 's/.*"test_acc":\([0-9.]*\).*/\1/p')
+done
+printf 'test accuracy by policy: '
+for p in fp32 amp-fp16 amp-bf16 o2-fp16 o2-bf16 fp16 bf16; do printf '%s=%s ' "$p" "${acc[$p]}"; done; echo
+for p in amp-fp16 amp-bf16 o2-fp16 o2-bf16; do
+  awk -v a="${acc[$p]}" -v b="${acc[fp32]}" 'BEGIN { d = a - b; exit !(d < 0.01 && d > -0.01) }' \
+    && ok || bad "$p test accuracy ${acc[$p]} is not within 1 point of fp32 ${acc[fp32]}"
+done
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
