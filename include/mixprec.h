@@ -132,6 +132,10 @@ mp_node mp_bce_with_logits(mp_graph *g, const char *name, mp_node logits, mp_nod
 void mp_graph_init_params(mp_graph *g, uint64_t seed);
 /* Start a new gradient: the next backward overwrites instead of adding. */
 void mp_graph_zero_grad(mp_graph *g);
+/* Weight tying: `node` uses `from`'s parameters (same op and shapes), e.g. a
+ * GAN discriminator applied to real and to generated images. Call right
+ * after creating `node`. Gradients from both uses add up. */
+mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from);
 /* Keep this node's output readable after a step (logits, loss). */
 void mp_graph_mark_output(mp_graph *g, mp_node n);
 
@@ -152,6 +156,8 @@ typedef struct {
     int batch;          /* samples per step */
     bool training;      /* keep activations for backward, batch statistics */
     mp_node loss;       /* node whose gradient seeds backward (training) */
+    mp_node losses[4];  /* several losses (a GAN's): backward from any of them */
+    int n_losses;       /* 0: just `loss` */
     bool use_onednn;    /* heavy ops through oneDNN when built with it (default on) */
     bool reference;     /* force the plain-C reference kernels */
     uint64_t seed;      /* dropout masks */
@@ -163,8 +169,11 @@ void mp_plan_destroy(mp_plan *p);
 mp_status mp_plan_set_input(mp_plan *p, mp_node input, const float *data, size_t n);
 mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n);
 mp_status mp_plan_forward(mp_plan *p);
-/* Backward from opts.loss with d(loss) = seed (1 without loss scaling). */
+/* Backward from opts.loss (the first of opts.losses) with d(loss) = seed
+ * (1 without loss scaling), or from any of the plan's losses. A plan with
+ * one loss runs one backward per forward; with several, one per loss. */
 mp_status mp_plan_backward(mp_plan *p, float seed);
+mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
 /* Read a node's output as f32 (converted); n is the element count. */
 mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 size_t mp_plan_numel(const mp_plan *p, mp_node node);

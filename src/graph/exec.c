@@ -144,27 +144,35 @@ static bool check_backward_site(const mp_plan *p, int i, mp_nonfinite_site *site
     return false;
 }
 
-static mp_status run_backward(mp_plan *p, float seed, mp_nonfinite_site *site);
+static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *site);
 
-mp_status mp_plan_backward(mp_plan *p, float seed) { return run_backward(p, seed, NULL); }
+mp_status mp_plan_backward(mp_plan *p, float seed) { return run_backward(p, 0, seed, NULL); }
+
+mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed) {
+    for (int j = 0; p && j < p->n_losses; j++)
+        if (p->losses[j] == loss) return run_backward(p, j, seed, NULL);
+    return mp_error(MP_ERR_INVALID_ARG, "backward: node %d is not one of the plan's losses", loss);
+}
 
 mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site) {
     memset(site, 0, sizeof *site);
     site->node = -1;
-    return run_backward(p, seed, site);
+    return run_backward(p, 0, seed, site);
 }
 
-static mp_status run_backward(mp_plan *p, float seed, mp_nonfinite_site *site) {
+static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *site) {
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
     mp_graph *g = p->g;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
-    mp_pnode *loss = &p->nodes[p->o.loss];
-    if (!loss->in_backward) return MP_OK; /* nothing trainable reaches the loss */
+    const int root = p->losses[j];
+    const bool *reach = p->reach[j];
+    mp_pnode *loss = &p->nodes[root];
+    if (!reach[root]) return MP_OK; /* nothing trainable reaches the loss */
     MP_ASSERT(loss->call.d_out.dtype == MP_DTYPE_F32);
     *(float *)loss->call.d_out.data = seed;
-    for (int i = p->o.loss; i >= 0; i--) {
+    for (int i = root; i >= 0; i--) {
         mp_pnode *pn = &p->nodes[i];
-        if (!pn->in_backward) continue;
+        if (!reach[i]) continue;
         const mp_gnode *nd = &g->nodes[i];
         mp_op_call *c = &pn->call;
         /* Where each gradient goes, and whether it must be added to what
@@ -172,7 +180,7 @@ static mp_status run_backward(mp_plan *p, float seed, mp_nonfinite_site *site) {
         bool taken[MP_MAX_INPUTS] = {0}, fresh[MP_MAX_PARAMS] = {0};
         for (int k = 0; k < nd->n_in; k++) {
             int src = nd->in[k];
-            c->d_in[k].data = p->nodes[src].in_backward ? p->arena + p->nodes[src].grad_off : NULL;
+            c->d_in[k].data = reach[src] ? p->arena + p->nodes[src].grad_off : NULL;
             taken[k] = p->grad_written[src];
             for (int j = 0; j < k; j++)
                 if (nd->in[j] == src) taken[k] = true;

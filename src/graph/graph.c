@@ -142,6 +142,34 @@ void mp_graph_init_params(mp_graph *g, uint64_t seed) {
     g->params_initialized = true;
 }
 
+mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from) {
+    if (!g || node < 0 || node >= g->n_nodes || from < 0 || from >= g->n_nodes || node == from)
+        return mp_error(MP_ERR_INVALID_ARG, "share_params: bad nodes %d, %d", node, from);
+    mp_gnode *a = &g->nodes[node];
+    const mp_gnode *b = &g->nodes[from];
+    if (a->desc.kind != b->desc.kind || a->n_params != b->n_params || a->n_params == 0)
+        return mp_error(MP_ERR_INVALID_ARG, "share_params: '%s' (%s) cannot use the parameters of '%s' (%s)", a->name,
+                        mp_op_lookup(a->desc.kind)->name, b->name, mp_op_lookup(b->desc.kind)->name);
+    if (a->first_param + a->n_params != g->n_params)
+        return mp_error(MP_ERR_INVALID_ARG, "share_params: call it right after creating '%s'", a->name);
+    for (int k = 0; k < a->n_params; k++) {
+        const mp_param_spec *x = &g->params[a->first_param + k].spec, *y = &g->params[b->first_param + k].spec;
+        if (strcmp(x->name, y->name) || !mp_shape_equal(&x->shape, &y->shape)) {
+            char s1[64], s2[64];
+            return mp_error(MP_ERR_SHAPE, "share_params: %s.%s %s differs from %s.%s %s", a->name, x->name,
+                            mp_shape_str(&x->shape, s1, sizeof s1), b->name, y->name,
+                            mp_shape_str(&y->shape, s2, sizeof s2));
+        }
+    }
+    for (int k = 0; k < a->n_params; k++) {
+        free(g->params[a->first_param + k].data);
+        free(g->params[a->first_param + k].grad);
+    }
+    g->n_params -= a->n_params;
+    a->first_param = b->first_param;
+    return MP_OK;
+}
+
 void mp_graph_zero_grad(mp_graph *g) {
     for (int i = 0; i < g->n_params; i++) g->params[i].grad_fresh = true;
 }

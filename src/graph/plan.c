@@ -18,12 +18,12 @@ static void notice_reference_kernels(void) {
     fprintf(stderr, "mixprec: built without oneDNN: CPU ops run on the reference kernels (slower)\n");
 }
 
-/* Which nodes backward visits: ancestors of the loss downstream of a
- * trainable parameter. */
-static void mark_backward(mp_plan *p) {
+/* Which nodes backward visits: for each loss, its ancestors downstream of a
+ * trainable parameter; a node takes part in backward if any loss reaches it. */
+static mp_status mark_backward(mp_plan *p) {
     mp_graph *g = p->g;
-    bool *req = calloc((size_t)p->n, sizeof *req), *anc = calloc((size_t)p->n, sizeof *anc);
-    MP_ASSERT(req && anc);
+    bool *req = calloc((size_t)p->n, sizeof *req);
+    if (!req) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
     for (int i = 0; i < p->n; i++) {
         const mp_gnode *nd = &g->nodes[i];
         for (int k = 0; k < nd->n_params; k++)
@@ -31,13 +31,29 @@ static void mark_backward(mp_plan *p) {
         for (int k = 0; k < nd->n_in; k++)
             if (req[nd->in[k]]) req[i] = true;
     }
-    anc[p->o.loss] = true;
-    for (int i = p->n - 1; i >= 0; i--)
-        if (anc[i])
-            for (int k = 0; k < g->nodes[i].n_in; k++) anc[g->nodes[i].in[k]] = true;
-    for (int i = 0; i < p->n; i++) p->nodes[i].in_backward = p->o.training && anc[i] && req[i];
+    for (int j = 0; j < p->n_losses; j++) {
+        bool *anc = p->reach[j] = calloc((size_t)p->n, sizeof *anc);
+        if (!anc) {
+            free(req);
+            return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+        }
+        anc[p->losses[j]] = true;
+        for (int i = p->n - 1; i >= 0; i--)
+            if (anc[i])
+                for (int k = 0; k < g->nodes[i].n_in; k++) anc[g->nodes[i].in[k]] = true;
+        for (int i = 0; i < p->n; i++) {
+            anc[i] = anc[i] && req[i];
+            if (anc[i]) p->nodes[i].in_backward = true;
+        }
+    }
     free(req);
-    free(anc);
+    return MP_OK;
+}
+
+static bool is_loss_node(const mp_plan *p, int i) {
+    for (int j = 0; j < p->n_losses; j++)
+        if (p->losses[j] == i) return true;
+    return false;
 }
 
 /* Lifetimes in schedule steps: forward of node i is step i, backward of
@@ -62,7 +78,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         saved->last = bwd ? 2 * n - 1 - i : i;
         if (bwd) {
             grad->size = (size_t)mp_shape_numel(&pn->info.out) * mp_dtype_size(nd->storage_dtype);
-            grad->first = i == p->o.loss ? n : 2 * n - 1 - i;
+            grad->first = is_loss_node(p, i) ? n : 2 * n - 1 - i;
             grad->last = 2 * n - 1 - i;
         }
     }
@@ -77,6 +93,9 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
                 grad->first = 2 * n - 1 - i;
         }
         if (nd->is_output) b[3 * i].last = end;
+        /* several losses = several backward passes per forward: every pass
+         * needs the forward outputs and saved tensors of its nodes */
+        if (p->n_losses > 1 && p->nodes[i].in_backward) b[3 * i].last = b[3 * i + 2].last = end;
     }
     b[3 * n] = (mp_arena_buf){.size = ws_bytes, .first = 0, .last = end};
     b[3 * n + 1] = (mp_arena_buf){.size = scratch_bytes, .first = 0, .last = end};
@@ -166,12 +185,21 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     if (!g || g->status != MP_OK)
         return mp_error(MP_ERR_INVALID_ARG, "plan: the graph has an error: %s", g ? mp_last_error() : "null graph");
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
-    if (o.training && (o.loss < 0 || o.loss >= g->n_nodes))
-        return mp_error(MP_ERR_INVALID_ARG, "plan: training needs a loss node (got %d)", o.loss);
+    if (o.n_losses < 0 || o.n_losses > 4)
+        return mp_error(MP_ERR_INVALID_ARG, "plan: %d losses (at most 4)", o.n_losses);
+    const mp_node *losses = o.n_losses ? o.losses : &o.loss;
+    int n_losses = o.n_losses ? o.n_losses : 1;
+    for (int j = 0; o.training && j < n_losses; j++)
+        if (losses[j] < 0 || losses[j] >= g->n_nodes || g->nodes[losses[j]].sample_shape.ndim != 1 ||
+            (g->nodes[losses[j]].desc.kind != MP_OP_SOFTMAX_CE && g->nodes[losses[j]].desc.kind != MP_OP_BCE_LOGITS))
+            return mp_error(MP_ERR_INVALID_ARG, "plan: training needs loss nodes (node %d is not a loss)", losses[j]);
     mp_plan *p = calloc(1, sizeof *p);
     if (!p) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
     p->g = g;
     p->o = o;
+    p->n_losses = n_losses;
+    for (int j = 0; j < n_losses; j++) p->losses[j] = losses[j];
+    p->o.loss = losses[0];
     p->n = g->n_nodes;
     p->nodes = calloc((size_t)(p->n ? p->n : 1), sizeof *p->nodes);
     p->grad_written = calloc((size_t)(p->n ? p->n : 1), sizeof *p->grad_written);
@@ -182,7 +210,13 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     bool onednn = o.use_onednn && !o.reference && mp_onednn_available();
     if (o.use_onednn && !o.reference && !mp_onednn_available()) notice_reference_kernels();
     mp_impl impl = onednn ? MP_IMPL_AUTO : MP_IMPL_REF;
-    if (o.training) mark_backward(p);
+    if (o.training) {
+        mp_status ms = mark_backward(p);
+        if (ms != MP_OK) {
+            mp_plan_destroy(p);
+            return ms;
+        }
+    }
     size_t ws = 0, scratch = 0, stage = 0;
     for (int i = 0; i < p->n; i++) {
         mp_gnode *nd = &g->nodes[i];
@@ -237,6 +271,7 @@ void mp_plan_destroy(mp_plan *p) {
     }
     free(p->nodes);
     free(p->grad_written);
+    for (int j = 0; j < 4; j++) free(p->reach[j]);
     free(p->arena);
     free(p);
 }

@@ -28,6 +28,9 @@ struct mp_plan {
     char *scratch;        /* gradients that must be added, not written */
     char *stage;          /* f32 copies for staged nodes (one op at a time) */
     bool *grad_written;   /* per node, during backward */
+    int n_losses;
+    int losses[4];        /* loss nodes backward can start from */
+    bool *reach[4];       /* per loss: the nodes its backward visits */
     uint64_t step;        /* forward passes run, for dropout seeds */
 };
 
