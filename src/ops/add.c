@@ -6,16 +6,8 @@
 
 #include "copy_par.inc"
 
-#define REAL float
-#define FN(name) name##_f32
-#include "add_ref.inc"
-#undef REAL
-#undef FN
-#define REAL double
-#define FN(name) name##_f64
-#include "add_ref.inc"
-#undef REAL
-#undef FN
+#define MP_REF_TEMPLATE "add_ref.inc"
+#include "instantiate_real.inc"
 
 static mp_status add_infer(const mp_op_desc *d, mp_op_info *info) {
     if (info->n_in != 2) return mp_op_shape_error(d, info, "takes exactly two inputs");

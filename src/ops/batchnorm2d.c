@@ -10,16 +10,8 @@
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 
-#define REAL float
-#define FN(name) name##_f32
-#include "batchnorm2d_ref.inc"
-#undef REAL
-#undef FN
-#define REAL double
-#define FN(name) name##_f64
-#include "batchnorm2d_ref.inc"
-#undef REAL
-#undef FN
+#define MP_REF_TEMPLATE "batchnorm2d_ref.inc"
+#include "instantiate_real.inc"
 
 enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
 

@@ -8,16 +8,8 @@
 
 #define BCE_BLOCK 8192 /* elements per partial sum */
 
-#define REAL float
-#define FN(name) name##_f32
-#include "bce_logits_ref.inc"
-#undef REAL
-#undef FN
-#define REAL double
-#define FN(name) name##_f64
-#include "bce_logits_ref.inc"
-#undef REAL
-#undef FN
+#define MP_REF_TEMPLATE "bce_logits_ref.inc"
+#include "instantiate_real.inc"
 
 static mp_status bce_infer(const mp_op_desc *d, mp_op_info *info) {
     if (info->n_in != 2) return mp_op_shape_error(d, info, "takes logits (N, F) and targets (N, F)");

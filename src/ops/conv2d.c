@@ -9,16 +9,8 @@
 #include "ops/conv_onednn.h"
 #include "ops/op.h"
 
-#define REAL float
-#define FN(name) name##_f32
-#include "conv2d_ref.inc"
-#undef REAL
-#undef FN
-#define REAL double
-#define FN(name) name##_f64
-#include "conv2d_ref.inc"
-#undef REAL
-#undef FN
+#define MP_REF_TEMPLATE "conv2d_ref.inc"
+#include "instantiate_real.inc"
 
 #define CONV_FAIL(...)                                    \
     do {                                                  \

@@ -13,16 +13,8 @@
 #include "ops/conv_onednn.h"
 #include "ops/op.h"
 
-#define REAL float
-#define FN(name) name##_f32
-#include "conv_transpose2d_ref.inc"
-#undef REAL
-#undef FN
-#define REAL double
-#define FN(name) name##_f64
-#include "conv_transpose2d_ref.inc"
-#undef REAL
-#undef FN
+#define MP_REF_TEMPLATE "conv_transpose2d_ref.inc"
+#include "instantiate_real.inc"
 
 #define CONVT_FAIL(...)                                     \
     do {                                                    \

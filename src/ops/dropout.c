@@ -9,16 +9,8 @@
 
 #include "copy_par.inc"
 
-#define REAL float
-#define FN(name) name##_f32
-#include "dropout_ref.inc"
-#undef REAL
-#undef FN
-#define REAL double
-#define FN(name) name##_f64
-#include "dropout_ref.inc"
-#undef REAL
-#undef FN
+#define MP_REF_TEMPLATE "dropout_ref.inc"
+#include "instantiate_real.inc"
 
 static mp_status dropout_infer(const mp_op_desc *d, mp_op_info *info) {
     if (info->n_in != 1) return mp_op_shape_error(d, info, "takes exactly one input");

@@ -7,16 +7,8 @@
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 
-#define REAL float
-#define FN(name) name##_f32
-#include "linear_ref.inc"
-#undef REAL
-#undef FN
-#define REAL double
-#define FN(name) name##_f64
-#include "linear_ref.inc"
-#undef REAL
-#undef FN
+#define MP_REF_TEMPLATE "linear_ref.inc"
+#include "instantiate_real.inc"
 
 static mp_status linear_infer(const mp_op_desc *d, mp_op_info *info) {
     if (info->n_in != 1) return mp_op_shape_error(d, info, "takes exactly one input");

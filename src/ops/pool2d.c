@@ -9,16 +9,8 @@
 #include "ops/op.h"
 #include "ops/pool2d_onednn.h"
 
-#define REAL float
-#define FN(name) name##_f32
-#include "pool2d_ref.inc"
-#undef REAL
-#undef FN
-#define REAL double
-#define FN(name) name##_f64
-#include "pool2d_ref.inc"
-#undef REAL
-#undef FN
+#define MP_REF_TEMPLATE "pool2d_ref.inc"
+#include "instantiate_real.inc"
 
 static mp_status pool_attr_error(const mp_op_desc *d, const mp_op_info *info, const char *what) {
     char s[64];
