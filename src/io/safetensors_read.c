@@ -1,11 +1,8 @@
-/* safetensors.c — safetensors checkpoint files: the atomic writer (emits the
- * JSON header itself, escaped as serde_json does, so it needs no library) and
- * the validating reader (parses the header with cJSON when built with it). */
+/* safetensors_read.c — the validating safetensors checkpoint reader: open
+ * (header parsed with cJSON when built with it, checked as strictly as the
+ * reference implementation), tensor and metadata lookups, close. */
 #define _GNU_SOURCE
-#include "io/safetensors.h"
-
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -13,420 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #ifdef MP_HAVE_CJSON
 #include <cjson/cJSON.h>
 #endif
 
 #include "core/error.h"
-
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-               "safetensors data is little-endian and is copied as is: a big-endian host needs byte swaps");
-
-#define ST_MAX_HEADER 100000000ull    /* the reference implementation's limit */
-#define ST_MAX_INT (1ull << 53)       /* shape and offset values must be below (exact in a double) */
-
-/* ---- dtypes of the format ------------------------------------------------ */
-
-typedef struct {
-    const char *name;
-    int bits; /* per element */
-    int mp;   /* mp_dtype, or -1 if mixprec has no such dtype */
-} st_dtype_info;
-
-/* In the reference implementation's enum order (its writer sorts by it,
- * widest first, which keeps every tensor aligned). */
-static const st_dtype_info st_dtypes[] = {
-    {"BOOL", 8, -1},     {"F4", 4, -1},        {"F6_E2M3", 6, -1}, {"F6_E3M2", 6, -1},
-    {"U8", 8, -1},       {"I8", 8, -1},        {"F8_E5M2", 8, -1}, {"F8_E4M3", 8, -1},
-    {"F8_E8M0", 8, -1},  {"I16", 16, -1},      {"U16", 16, -1},    {"F16", 16, MP_DTYPE_F16},
-    {"BF16", 16, MP_DTYPE_BF16}, {"I32", 32, MP_DTYPE_I32}, {"U32", 32, -1},
-    {"F32", 32, MP_DTYPE_F32}, {"C64", 64, -1},  {"F64", 64, MP_DTYPE_F64}, {"I64", 64, -1},
-    {"U64", 64, -1},
-};
-#define ST_NDTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
-
-/* Index into st_dtypes of a mixprec dtype. */
-static int st_dtype_of_mp(mp_dtype t) {
-    for (int i = 0; i < ST_NDTYPES; i++)
-        if (st_dtypes[i].mp == (int)t) return i;
-    return -1;
-}
-
-/* ---- UTF-8 --------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 prefix of s[0, n) (n when all of it is valid):
- * no overlong forms, no surrogates, nothing above U+10FFFF. */
-static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp;
-        if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return i;
-        }
-        if (n - i < len) return i;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return i;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return i;
-        i += len;
-    }
-    return n;
-}
-
-/* A name or metadata key: non-empty UTF-8 without control characters.
- * Returns NULL if fine, else what is wrong. */
-static const char *st_name_problem(const char *s) {
-    size_t n = strlen(s);
-    if (n == 0) return "is empty";
-    if (utf8_valid_prefix((const unsigned char *)s, n) != n) return "is not valid UTF-8";
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f) return "contains a control character";
-    }
-    return NULL;
-}
-
-/* ---- writer -------------------------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_u64(sbuf *b, uint64_t v) {
-    char tmp[24];
-    int k = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-    sb_put(b, tmp, (size_t)k);
-}
-
-/* A JSON string, escaped as serde_json does (so the header bytes equal the
- * reference writer's): \" \\ \b \f \n \r \t, other controls as \u00xx,
- * everything else (UTF-8 included) as is. */
-static void sb_json_string(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        switch (*p) {
-        case '"': sb_put(b, "\\\"", 2); break;
-        case '\\': sb_put(b, "\\\\", 2); break;
-        case '\b': sb_put(b, "\\b", 2); break;
-        case '\f': sb_put(b, "\\f", 2); break;
-        case '\n': sb_put(b, "\\n", 2); break;
-        case '\r': sb_put(b, "\\r", 2); break;
-        case '\t': sb_put(b, "\\t", 2); break;
-        default:
-            if (*p < 0x20) {
-                snprintf(esc, sizeof esc, "\\u%04x", *p);
-                sb_put(b, esc, 6);
-            } else {
-                sb_put(b, (const char *)p, 1);
-            }
-        }
-    }
-    sb_put(b, "\"", 1);
-}
-
-typedef struct {
-    const char *name;
-    int rank; /* index in st_dtypes */
-    int idx;  /* index in the caller's array */
-} st_order;
-
-/* Widest dtype first, then by name (bytewise), as the reference writer. */
-static int st_order_cmp(const void *a, const void *b) {
-    const st_order *x = a, *y = b;
-    if (x->rank != y->rank) return x->rank > y->rank ? -1 : 1;
-    return strcmp(x->name, y->name);
-}
-
-static int st_order_by_name(const void *a, const void *b) {
-    return strcmp(((const st_order *)a)->name, ((const st_order *)b)->name);
-}
-
-/* Test hook: MP_TEST_FAIL_WRITE=<stage> ("data", "fsync" or "rename") makes
- * the writer fail at that stage as a full or failing disk would, so tests can
- * check that a failed write leaves the old file intact and no temporary file. */
-static bool st_test_hook_fail_write(const char *stage) {
-    const char *e = getenv("MP_TEST_FAIL_WRITE");
-    return e && strcmp(e, stage) == 0;
-}
-
-static int st_write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* fsync the directory holding `path`, so the rename itself is durable.
- * File systems that cannot sync a directory (EINVAL, ENOTSUP) count as done. */
-static int st_sync_parent_dir(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return -1;
-    const char *d = ".";
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        if (slash == dir)
-            slash[1] = '\0';
-        else
-            *slash = '\0';
-        d = dir;
-    }
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int r = -1, err = errno;
-    if (fd >= 0) {
-        r = fsync(fd);
-        err = errno;
-        close(fd);
-        if (r != 0 && (err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP)) r = 0;
-    }
-    free(dir);
-    errno = err;
-    return r;
-}
-
-/* Checks the arguments; returns the byte size of each tensor in nbytes. */
-static mp_status st_check_args(const char *path, const mp_st_tensor *tensors, int n,
-                               const char *const *meta_keys, const char *const *meta_values, int n_meta,
-                               uint64_t *nbytes) {
-    uint64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        const mp_st_tensor *t = &tensors[i];
-        if (!t->name) return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d has no name", path, i);
-        const char *why = st_name_problem(t->name);
-        if (why) return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d: the name %s", path, i, why);
-        if (strcmp(t->name, "__metadata__") == 0)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d: '__metadata__' is reserved by the format", path, i);
-        if ((unsigned)t->dtype >= (unsigned)MP_DTYPE_COUNT)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': unknown dtype %d", path, t->name, (int)t->dtype);
-        if (t->ndim < 0 || t->ndim > MP_ST_MAX_DIMS)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': %d dimensions (0 to %d allowed)", path, t->name,
-                            t->ndim, MP_ST_MAX_DIMS);
-        uint64_t numel = 1;
-        for (int d = 0; d < t->ndim; d++) {
-            if (t->dims[d] < 0)
-                return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': dimension %d is %" PRId64, path, t->name, d,
-                                t->dims[d]);
-            if (__builtin_mul_overflow(numel, (uint64_t)t->dims[d], &numel) || numel >= ST_MAX_INT)
-                return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': too many elements", path, t->name);
-        }
-        nbytes[i] = numel * mp_dtype_size(t->dtype);
-        total += nbytes[i];
-        if (nbytes[i] >= ST_MAX_INT || total >= ST_MAX_INT)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': the tensors exceed 2^53 bytes", path, t->name);
-        if (nbytes[i] > 0 && !t->data)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': data is NULL for %" PRIu64 " bytes", path,
-                            t->name, nbytes[i]);
-    }
-    for (int i = 0; i < n_meta; i++) {
-        if (!meta_keys[i] || !meta_values[i])
-            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata entry %d has a NULL key or value", path, i);
-        const char *why = st_name_problem(meta_keys[i]);
-        if (why) return mp_error(MP_ERR_INVALID_ARG, "%s: metadata key %d: the key %s", path, i, why);
-        size_t len = strlen(meta_values[i]);
-        if (utf8_valid_prefix((const unsigned char *)meta_values[i], len) != len)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata '%s': value is not valid UTF-8", path, meta_keys[i]);
-    }
-    return MP_OK;
-}
-
-/* Sorted copies of the names (tensors: widest dtype first, then name;
- * metadata: by key); fails on a name given twice. */
-static mp_status st_plan(const char *path, const mp_st_tensor *tensors, int n, const char *const *meta_keys,
-                         int n_meta, st_order *tord, st_order *mord) {
-    for (int i = 0; i < n; i++)
-        tord[i] = (st_order){tensors[i].name, st_dtype_of_mp(tensors[i].dtype), i};
-    qsort(tord, (size_t)n, sizeof *tord, st_order_by_name);
-    for (int i = 1; i < n; i++)
-        if (strcmp(tord[i - 1].name, tord[i].name) == 0)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor name '%s' appears twice", path, tord[i].name);
-    qsort(tord, (size_t)n, sizeof *tord, st_order_cmp);
-    for (int i = 0; i < n_meta; i++) mord[i] = (st_order){meta_keys[i], 0, i};
-    qsort(mord, (size_t)n_meta, sizeof *mord, st_order_by_name);
-    for (int i = 1; i < n_meta; i++)
-        if (strcmp(mord[i - 1].name, mord[i].name) == 0)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata key '%s' appears twice", path, mord[i].name);
-    return MP_OK;
-}
-
-/* The header JSON, compact, padded with spaces to a multiple of 8 bytes. */
-static void st_header(sbuf *b, const mp_st_tensor *tensors, int n, const char *const *meta_values, int n_meta,
-                      const st_order *tord, const st_order *mord, const uint64_t *nbytes) {
-    sb_puts(b, "{");
-    if (n_meta > 0) {
-        sb_puts(b, "\"__metadata__\":{");
-        for (int i = 0; i < n_meta; i++) {
-            if (i) sb_puts(b, ",");
-            sb_json_string(b, mord[i].name);
-            sb_puts(b, ":");
-            sb_json_string(b, meta_values[mord[i].idx]);
-        }
-        sb_puts(b, "}");
-    }
-    uint64_t offset = 0;
-    for (int i = 0; i < n; i++) {
-        const mp_st_tensor *t = &tensors[tord[i].idx];
-        if (i || n_meta > 0) sb_puts(b, ",");
-        sb_json_string(b, t->name);
-        sb_puts(b, ":{\"dtype\":\"");
-        sb_puts(b, st_dtypes[tord[i].rank].name);
-        sb_puts(b, "\",\"shape\":[");
-        for (int d = 0; d < t->ndim; d++) {
-            if (d) sb_puts(b, ",");
-            sb_u64(b, (uint64_t)t->dims[d]);
-        }
-        sb_puts(b, "],\"data_offsets\":[");
-        sb_u64(b, offset);
-        sb_puts(b, ",");
-        offset += nbytes[tord[i].idx];
-        sb_u64(b, offset);
-        sb_puts(b, "]}");
-    }
-    sb_puts(b, "}");
-    while (!b->oom && b->len % 8 != 0) sb_puts(b, " ");
-}
-
-/* Write the file bytes to `tmp` and move it over `path`. On failure the
- * temporary file is gone and mp_last_error() says what failed. */
-static mp_status st_commit(const char *path, const char *tmp, const sbuf *hdr, const mp_st_tensor *tensors, int n,
-                           const st_order *tord, const uint64_t *nbytes) {
-    const char *what = "creating";
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (fd < 0) goto fail;
-    what = "writing";
-    unsigned char len8[8];
-    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr->len >> (8 * k));
-    if (st_write_all(fd, len8, 8) != 0 || st_write_all(fd, hdr->p, hdr->len) != 0) goto fail;
-    if (st_test_hook_fail_write("data")) {
-        errno = ENOSPC;
-        goto fail;
-    }
-    for (int i = 0; i < n; i++) {
-        const mp_st_tensor *t = &tensors[tord[i].idx];
-        if (nbytes[tord[i].idx] > 0 && st_write_all(fd, t->data, (size_t)nbytes[tord[i].idx]) != 0) goto fail;
-    }
-    what = "syncing";
-    if (st_test_hook_fail_write("fsync")) {
-        errno = EIO;
-        goto fail;
-    }
-    if (fsync(fd) != 0) goto fail;
-    what = "closing";
-    int r = close(fd);
-    fd = -1;
-    if (r != 0) goto fail;
-    what = "renaming";
-    if (st_test_hook_fail_write("rename")) {
-        errno = EIO;
-        goto fail;
-    }
-    if (rename(tmp, path) != 0) goto fail;
-    if (st_sync_parent_dir(path) != 0)
-        return mp_error(MP_ERR_IO, "%s: written, but syncing its directory failed: %s", path, strerror(errno));
-    return MP_OK;
-
-fail:;
-    int err = errno;
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-    return mp_error(MP_ERR_IO, "%s: cannot write the checkpoint (%s temporary file %s): %s", path, what, tmp,
-                    strerror(err));
-}
-
-mp_status mp_safetensors_write(const char *path, const mp_st_tensor *tensors, int n,
-                               const char *const *meta_keys, const char *const *meta_values, int n_meta) {
-    if (!path || !*path) return mp_error(MP_ERR_INVALID_ARG, "safetensors: empty output path");
-    if (n < 0 || (n > 0 && !tensors))
-        return mp_error(MP_ERR_INVALID_ARG, "%s: bad tensor list (n = %d, tensors = %p)", path, n,
-                        (const void *)tensors);
-    if (n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values)))
-        return mp_error(MP_ERR_INVALID_ARG, "%s: bad metadata list (n_meta = %d)", path, n_meta);
-
-    uint64_t *nbytes = calloc((size_t)n + 1, sizeof *nbytes);
-    st_order *tord = calloc((size_t)n + 1, sizeof *tord);
-    st_order *mord = calloc((size_t)n_meta + 1, sizeof *mord);
-    sbuf hdr = {0};
-    char *tmp = malloc(strlen(path) + 32);
-    mp_status s;
-    if (!nbytes || !tord || !mord || !tmp) {
-        s = mp_error(MP_ERR_NOMEM, "%s: out of memory preparing the checkpoint", path);
-        goto done;
-    }
-    s = st_check_args(path, tensors, n, meta_keys, meta_values, n_meta, nbytes);
-    if (s == MP_OK) s = st_plan(path, tensors, n, meta_keys, n_meta, tord, mord);
-    if (s != MP_OK) goto done;
-    st_header(&hdr, tensors, n, meta_values, n_meta, tord, mord, nbytes);
-    if (hdr.oom || hdr.len > ST_MAX_HEADER) {
-        s = hdr.oom ? mp_error(MP_ERR_NOMEM, "%s: out of memory building the header", path)
-                    : mp_error(MP_ERR_INVALID_ARG, "%s: header of %zu bytes exceeds the format's %llu-byte limit",
-                               path, hdr.len, ST_MAX_HEADER);
-        goto done;
-    }
-    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-    s = st_commit(path, tmp, &hdr, tensors, n, tord, nbytes);
-
-done:
-    free(hdr.p);
-    free(tmp);
-    free(mord);
-    free(tord);
-    free(nbytes);
-    return s;
-}
+#include "io/safetensors.h"
+#include "io/safetensors_internal.h"
 
 /* ---- reader -------------------------------------------------------------- */
 
 typedef struct {
     char *name;
-    int dt;                        /* index into st_dtypes */
+    int dt;                        /* index into mp_st_dtypes */
     int ndim;
     int64_t dims[MP_ST_MAX_DIMS];  /* the first MP_ST_MAX_DIMS dimensions */
     uint64_t begin, end;           /* data_offsets */
@@ -499,7 +96,7 @@ mp_status mp_safetensors_get(const mp_st_file *f, const char *name, mp_st_tensor
     st_entry *const *hit = bsearch(name, f->by_name, (size_t)f->n, sizeof *f->by_name, st_name_key_cmp);
     if (!hit) return mp_error(MP_ERR_FORMAT, "%s: no tensor named '%s'", f->path, name);
     const st_entry *e = *hit;
-    const st_dtype_info *d = &st_dtypes[e->dt];
+    const st_dtype_info *d = &mp_st_dtypes[e->dt];
     if (d->mp < 0)
         return mp_error(MP_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which mixprec does not use", f->path,
                         name, d->name);
@@ -625,9 +222,9 @@ static mp_status st_parse_entry(const char *path, const cJSON *it, st_entry *e, 
     if (!cJSON_IsString(dt)) return st_bad(path, "tensor '%s': \"dtype\" is %s, not a string", nm, st_json_kind(dt));
     e->dt = -1;
     for (int i = 0; i < ST_NDTYPES; i++)
-        if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) e->dt = i;
+        if (strcmp(dt->valuestring, mp_st_dtypes[i].name) == 0) e->dt = i;
     if (e->dt < 0) return st_bad(path, "tensor '%s': unknown dtype '%s'", nm, dt->valuestring);
-    const st_dtype_info *d = &st_dtypes[e->dt];
+    const st_dtype_info *d = &mp_st_dtypes[e->dt];
 
     if (!cJSON_IsArray(shape))
         return st_bad(path, "tensor '%s': \"shape\" is %s, not an array", nm, st_json_kind(shape));
@@ -759,7 +356,7 @@ static mp_status st_load(const char *path, mp_st_file *f, FILE *fp, uint64_t siz
     mp_status s = st_read(path, fp, h, (size_t)n);
     if (s != MP_OK) goto done;
     h[n] = '\0';
-    size_t good = utf8_valid_prefix((const unsigned char *)h, (size_t)n);
+    size_t good = mp_st_utf8_valid_prefix((const unsigned char *)h, (size_t)n);
     if (good != n) {
         s = st_bad(path, "header is not valid UTF-8 (at byte %zu)", good);
         goto done;
@@ -790,7 +387,8 @@ static mp_status st_load(const char *path, mp_st_file *f, FILE *fp, uint64_t siz
     if (s != MP_OK) goto done;
     for (int i = 0; i < f->n; i++) {
         st_entry *e = &f->t[i];
-        uint64_t nb = e->end - e->begin, align = st_dtypes[e->dt].bits >= 8 ? (uint64_t)st_dtypes[e->dt].bits / 8 : 1;
+        int bits = mp_st_dtypes[e->dt].bits;
+        uint64_t nb = e->end - e->begin, align = bits >= 8 ? (uint64_t)bits / 8 : 1;
         e->data = f->buf + e->begin;
         if (nb > 0 && e->begin % align != 0) {
             e->own = aligned_alloc(64, ((size_t)nb + 63) & ~(size_t)63);

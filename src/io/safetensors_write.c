@@ -1,0 +1,355 @@
+/* safetensors_write.c — the atomic safetensors checkpoint writer: checks the
+ * tensors and metadata, lays them out as the reference writer does, emits the
+ * JSON header itself (escaped as serde_json does, so it needs no library),
+ * then writes a temporary file, fsyncs it and renames it into place. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "io/safetensors_internal.h"
+
+/* ---- names and dtypes ---------------------------------------------------- */
+
+/* Index into mp_st_dtypes of a mixprec dtype. */
+static int st_dtype_of_mp(mp_dtype t) {
+    for (int i = 0; i < ST_NDTYPES; i++)
+        if (mp_st_dtypes[i].mp == (int)t) return i;
+    return -1;
+}
+
+/* A name or metadata key: non-empty UTF-8 without control characters.
+ * Returns NULL if fine, else what is wrong. */
+static const char *st_name_problem(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0) return "is empty";
+    if (mp_st_utf8_valid_prefix((const unsigned char *)s, n) != n) return "is not valid UTF-8";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) return "contains a control character";
+    }
+    return NULL;
+}
+
+/* ---- writer -------------------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_u64(sbuf *b, uint64_t v) {
+    char tmp[24];
+    int k = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+    sb_put(b, tmp, (size_t)k);
+}
+
+/* A JSON string, escaped as serde_json does (so the header bytes equal the
+ * reference writer's): \" \\ \b \f \n \r \t, other controls as \u00xx,
+ * everything else (UTF-8 included) as is. */
+static void sb_json_string(sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        switch (*p) {
+        case '"': sb_put(b, "\\\"", 2); break;
+        case '\\': sb_put(b, "\\\\", 2); break;
+        case '\b': sb_put(b, "\\b", 2); break;
+        case '\f': sb_put(b, "\\f", 2); break;
+        case '\n': sb_put(b, "\\n", 2); break;
+        case '\r': sb_put(b, "\\r", 2); break;
+        case '\t': sb_put(b, "\\t", 2); break;
+        default:
+            if (*p < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", *p);
+                sb_put(b, esc, 6);
+            } else {
+                sb_put(b, (const char *)p, 1);
+            }
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+typedef struct {
+    const char *name;
+    int rank; /* index in mp_st_dtypes */
+    int idx;  /* index in the caller's array */
+} st_order;
+
+/* Widest dtype first, then by name (bytewise), as the reference writer. */
+static int st_order_cmp(const void *a, const void *b) {
+    const st_order *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank > y->rank ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int st_order_by_name(const void *a, const void *b) {
+    return strcmp(((const st_order *)a)->name, ((const st_order *)b)->name);
+}
+
+/* Test hook: MP_TEST_FAIL_WRITE=<stage> ("data", "fsync" or "rename") makes
+ * the writer fail at that stage as a full or failing disk would, so tests can
+ * check that a failed write leaves the old file intact and no temporary file. */
+static bool st_test_hook_fail_write(const char *stage) {
+    const char *e = getenv("MP_TEST_FAIL_WRITE");
+    return e && strcmp(e, stage) == 0;
+}
+
+static int st_write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* fsync the directory holding `path`, so the rename itself is durable.
+ * File systems that cannot sync a directory (EINVAL, ENOTSUP) count as done. */
+static int st_sync_parent_dir(const char *path) {
+    char *dir = strdup(path);
+    if (!dir) return -1;
+    const char *d = ".";
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        if (slash == dir)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
+        d = dir;
+    }
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int r = -1, err = errno;
+    if (fd >= 0) {
+        r = fsync(fd);
+        err = errno;
+        close(fd);
+        if (r != 0 && (err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP)) r = 0;
+    }
+    free(dir);
+    errno = err;
+    return r;
+}
+
+/* Checks the arguments; returns the byte size of each tensor in nbytes. */
+static mp_status st_check_args(const char *path, const mp_st_tensor *tensors, int n,
+                               const char *const *meta_keys, const char *const *meta_values, int n_meta,
+                               uint64_t *nbytes) {
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const mp_st_tensor *t = &tensors[i];
+        if (!t->name) return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d has no name", path, i);
+        const char *why = st_name_problem(t->name);
+        if (why) return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d: the name %s", path, i, why);
+        if (strcmp(t->name, "__metadata__") == 0)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor %d: '__metadata__' is reserved by the format", path, i);
+        if ((unsigned)t->dtype >= (unsigned)MP_DTYPE_COUNT)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': unknown dtype %d", path, t->name, (int)t->dtype);
+        if (t->ndim < 0 || t->ndim > MP_ST_MAX_DIMS)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': %d dimensions (0 to %d allowed)", path, t->name,
+                            t->ndim, MP_ST_MAX_DIMS);
+        uint64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->dims[d] < 0)
+                return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': dimension %d is %" PRId64, path, t->name, d,
+                                t->dims[d]);
+            if (__builtin_mul_overflow(numel, (uint64_t)t->dims[d], &numel) || numel >= ST_MAX_INT)
+                return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': too many elements", path, t->name);
+        }
+        nbytes[i] = numel * mp_dtype_size(t->dtype);
+        total += nbytes[i];
+        if (nbytes[i] >= ST_MAX_INT || total >= ST_MAX_INT)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': the tensors exceed 2^53 bytes", path, t->name);
+        if (nbytes[i] > 0 && !t->data)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': data is NULL for %" PRIu64 " bytes", path,
+                            t->name, nbytes[i]);
+    }
+    for (int i = 0; i < n_meta; i++) {
+        if (!meta_keys[i] || !meta_values[i])
+            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata entry %d has a NULL key or value", path, i);
+        const char *why = st_name_problem(meta_keys[i]);
+        if (why) return mp_error(MP_ERR_INVALID_ARG, "%s: metadata key %d: the key %s", path, i, why);
+        size_t len = strlen(meta_values[i]);
+        if (mp_st_utf8_valid_prefix((const unsigned char *)meta_values[i], len) != len)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata '%s': value is not valid UTF-8", path, meta_keys[i]);
+    }
+    return MP_OK;
+}
+
+/* Sorted copies of the names (tensors: widest dtype first, then name;
+ * metadata: by key); fails on a name given twice. */
+static mp_status st_plan(const char *path, const mp_st_tensor *tensors, int n, const char *const *meta_keys,
+                         int n_meta, st_order *tord, st_order *mord) {
+    for (int i = 0; i < n; i++)
+        tord[i] = (st_order){tensors[i].name, st_dtype_of_mp(tensors[i].dtype), i};
+    qsort(tord, (size_t)n, sizeof *tord, st_order_by_name);
+    for (int i = 1; i < n; i++)
+        if (strcmp(tord[i - 1].name, tord[i].name) == 0)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor name '%s' appears twice", path, tord[i].name);
+    qsort(tord, (size_t)n, sizeof *tord, st_order_cmp);
+    for (int i = 0; i < n_meta; i++) mord[i] = (st_order){meta_keys[i], 0, i};
+    qsort(mord, (size_t)n_meta, sizeof *mord, st_order_by_name);
+    for (int i = 1; i < n_meta; i++)
+        if (strcmp(mord[i - 1].name, mord[i].name) == 0)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: metadata key '%s' appears twice", path, mord[i].name);
+    return MP_OK;
+}
+
+/* The header JSON, compact, padded with spaces to a multiple of 8 bytes. */
+static void st_header(sbuf *b, const mp_st_tensor *tensors, int n, const char *const *meta_values, int n_meta,
+                      const st_order *tord, const st_order *mord, const uint64_t *nbytes) {
+    sb_puts(b, "{");
+    if (n_meta > 0) {
+        sb_puts(b, "\"__metadata__\":{");
+        for (int i = 0; i < n_meta; i++) {
+            if (i) sb_puts(b, ",");
+            sb_json_string(b, mord[i].name);
+            sb_puts(b, ":");
+            sb_json_string(b, meta_values[mord[i].idx]);
+        }
+        sb_puts(b, "}");
+    }
+    uint64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        const mp_st_tensor *t = &tensors[tord[i].idx];
+        if (i || n_meta > 0) sb_puts(b, ",");
+        sb_json_string(b, t->name);
+        sb_puts(b, ":{\"dtype\":\"");
+        sb_puts(b, mp_st_dtypes[tord[i].rank].name);
+        sb_puts(b, "\",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++) {
+            if (d) sb_puts(b, ",");
+            sb_u64(b, (uint64_t)t->dims[d]);
+        }
+        sb_puts(b, "],\"data_offsets\":[");
+        sb_u64(b, offset);
+        sb_puts(b, ",");
+        offset += nbytes[tord[i].idx];
+        sb_u64(b, offset);
+        sb_puts(b, "]}");
+    }
+    sb_puts(b, "}");
+    while (!b->oom && b->len % 8 != 0) sb_puts(b, " ");
+}
+
+/* Write the file bytes to `tmp` and move it over `path`. On failure the
+ * temporary file is gone and mp_last_error() says what failed. */
+static mp_status st_commit(const char *path, const char *tmp, const sbuf *hdr, const mp_st_tensor *tensors, int n,
+                           const st_order *tord, const uint64_t *nbytes) {
+    const char *what = "creating";
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) goto fail;
+    what = "writing";
+    unsigned char len8[8];
+    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr->len >> (8 * k));
+    if (st_write_all(fd, len8, 8) != 0 || st_write_all(fd, hdr->p, hdr->len) != 0) goto fail;
+    if (st_test_hook_fail_write("data")) {
+        errno = ENOSPC;
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        const mp_st_tensor *t = &tensors[tord[i].idx];
+        if (nbytes[tord[i].idx] > 0 && st_write_all(fd, t->data, (size_t)nbytes[tord[i].idx]) != 0) goto fail;
+    }
+    what = "syncing";
+    if (st_test_hook_fail_write("fsync")) {
+        errno = EIO;
+        goto fail;
+    }
+    if (fsync(fd) != 0) goto fail;
+    what = "closing";
+    int r = close(fd);
+    fd = -1;
+    if (r != 0) goto fail;
+    what = "renaming";
+    if (st_test_hook_fail_write("rename")) {
+        errno = EIO;
+        goto fail;
+    }
+    if (rename(tmp, path) != 0) goto fail;
+    if (st_sync_parent_dir(path) != 0)
+        return mp_error(MP_ERR_IO, "%s: written, but syncing its directory failed: %s", path, strerror(errno));
+    return MP_OK;
+
+fail:;
+    int err = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return mp_error(MP_ERR_IO, "%s: cannot write the checkpoint (%s temporary file %s): %s", path, what, tmp,
+                    strerror(err));
+}
+
+mp_status mp_safetensors_write(const char *path, const mp_st_tensor *tensors, int n,
+                               const char *const *meta_keys, const char *const *meta_values, int n_meta) {
+    if (!path || !*path) return mp_error(MP_ERR_INVALID_ARG, "safetensors: empty output path");
+    if (n < 0 || (n > 0 && !tensors))
+        return mp_error(MP_ERR_INVALID_ARG, "%s: bad tensor list (n = %d, tensors = %p)", path, n,
+                        (const void *)tensors);
+    if (n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values)))
+        return mp_error(MP_ERR_INVALID_ARG, "%s: bad metadata list (n_meta = %d)", path, n_meta);
+
+    uint64_t *nbytes = calloc((size_t)n + 1, sizeof *nbytes);
+    st_order *tord = calloc((size_t)n + 1, sizeof *tord);
+    st_order *mord = calloc((size_t)n_meta + 1, sizeof *mord);
+    sbuf hdr = {0};
+    char *tmp = malloc(strlen(path) + 32);
+    mp_status s;
+    if (!nbytes || !tord || !mord || !tmp) {
+        s = mp_error(MP_ERR_NOMEM, "%s: out of memory preparing the checkpoint", path);
+        goto done;
+    }
+    s = st_check_args(path, tensors, n, meta_keys, meta_values, n_meta, nbytes);
+    if (s == MP_OK) s = st_plan(path, tensors, n, meta_keys, n_meta, tord, mord);
+    if (s != MP_OK) goto done;
+    st_header(&hdr, tensors, n, meta_values, n_meta, tord, mord, nbytes);
+    if (hdr.oom || hdr.len > ST_MAX_HEADER) {
+        s = hdr.oom ? mp_error(MP_ERR_NOMEM, "%s: out of memory building the header", path)
+                    : mp_error(MP_ERR_INVALID_ARG, "%s: header of %zu bytes exceeds the format's %llu-byte limit",
+                               path, hdr.len, ST_MAX_HEADER);
+        goto done;
+    }
+    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
+    s = st_commit(path, tmp, &hdr, tensors, n, tord, nbytes);
+
+done:
+    free(hdr.p);
+    free(tmp);
+    free(mord);
+    free(tord);
+    free(nbytes);
+    return s;
+}
