@@ -109,9 +109,60 @@ static void stage_operands(mp_plan *p, int i, mp_op_call *c, char **cur) {
     }
 }
 
+/* Native bf16 nodes: the call's tensors are already bf16 (inputs, output,
+ * gradients in the arena); the weight comes from its bf16 cast, the bias and
+ * the weight gradients stay fp32. */
+static mp_op_call native_call(const mp_pnode *pn) {
+    mp_op_call c = pn->call;
+    c.param[0] = (mp_tensor){MP_DTYPE_BF16, c.param[0].shape, pn->low_param[0]};
+    return c;
+}
+
+/* dst += src, both stored in dtype (through f32). */
+static void accumulate_stored(void *dst, const void *src, mp_dtype dtype, int64_t n) {
+    float a[CHUNK], b[CHUNK];
+    size_t esz = mp_dtype_size(dtype);
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t m = n - i < CHUNK ? n - i : CHUNK;
+        mp_load_f32(a, (char *)dst + (size_t)i * esz, dtype, m);
+        mp_load_f32(b, (const char *)src + (size_t)i * esz, dtype, m);
+        for (int64_t j = 0; j < m; j++) a[j] += b[j];
+        mp_store_f32((char *)dst + (size_t)i * esz, dtype, a, m);
+    }
+}
+
+static mp_status native_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    const mp_pnode *pn = &p->nodes[i];
+    mp_op_call c = native_call(pn);
+    char *cur = p->stage;
+    for (int k = 0; k < c.n_in; k++)
+        if (c.d_in[k].data && taken[k]) { /* a second consumer: add afterwards */
+            c.d_in[k].data = cur;
+            cur += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * mp_dtype_size(c.d_in[k].dtype));
+        }
+    for (int k = 0; k < nd->n_params; k++)
+        if (c.d_param[k].data && !fresh[k]) c.d_param[k].data = take(&cur, &c.d_param[k].shape);
+    MP_TRY(mp_op_lookup(nd->desc.kind)->backward(&c));
+    for (int k = 0; k < c.n_in; k++)
+        if (c.d_in[k].data && taken[k])
+            accumulate_stored(pn->call.d_in[k].data, c.d_in[k].data, c.d_in[k].dtype, mp_tensor_numel(&c.d_in[k]));
+    for (int k = 0; k < nd->n_params; k++)
+        if (c.d_param[k].data && !fresh[k]) {
+            float *dst = pn->call.d_param[k].data;
+            const float *src = c.d_param[k].data;
+            for (int64_t j = 0; j < mp_tensor_numel(&c.d_param[k]); j++) dst[j] += src[j];
+        }
+    return MP_OK;
+}
+
 mp_status mp_stage_forward(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
     const mp_pnode *pn = &p->nodes[i];
+    if (pn->native) {
+        mp_op_call c = native_call(pn);
+        return mp_op_lookup(nd->desc.kind)->forward(&c);
+    }
     mp_op_call c = pn->call;
     char *cur = p->stage;
     stage_operands(p, i, &c, &cur);
@@ -128,6 +179,7 @@ mp_status mp_stage_forward(mp_plan *p, int i) {
 mp_status mp_stage_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     const mp_gnode *nd = &p->g->nodes[i];
     const mp_pnode *pn = &p->nodes[i];
+    if (pn->native) return native_backward(p, i, taken, fresh);
     const mp_dtype comp = nd->compute_dtype;
     const mp_dtype round_to = is_low(comp) ? comp : MP_DTYPE_F32;
     mp_op_call c = pn->call;

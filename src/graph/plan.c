@@ -128,6 +128,20 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
     return MP_OK;
 }
 
+/* Convolutions computing and storing bf16 with bf16 inputs can hand their
+ * tensors straight to oneDNN's bf16 primitives (MP_NATIVE_BF16=0 keeps the
+ * f32 emulation, for comparisons). */
+static bool native_bf16_candidate(const mp_graph *g, int i) {
+    const mp_gnode *nd = &g->nodes[i];
+    const char *env = getenv("MP_NATIVE_BF16");
+    if (env && !strcmp(env, "0")) return false;
+    if (nd->desc.kind != MP_OP_CONV2D && nd->desc.kind != MP_OP_CONV_TRANSPOSE2D) return false;
+    if (nd->compute_dtype != MP_DTYPE_BF16 || nd->storage_dtype != MP_DTYPE_BF16) return false;
+    for (int k = 0; k < nd->n_in; k++)
+        if (g->nodes[nd->in[k]].storage_dtype != MP_DTYPE_BF16) return false;
+    return true;
+}
+
 /* Decide whether node i runs staged and give it low-precision weight copies. */
 static mp_status stage_node(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
@@ -232,7 +246,14 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         if (s == MP_OK && (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS ||
                            nd->desc.kind == MP_OP_TARGETS))
             pn->info.out.dims[0] = o.batch;
-        if (s == MP_OK && vt->prepare)
+        if (s == MP_OK && vt->prepare && onednn && native_bf16_candidate(g, i)) {
+            /* bf16 primitives where the CPU has bf16 kernels; else staged f32 */
+            if (vt->prepare(&nd->desc, &pn->info, MP_DTYPE_BF16, impl, o.training, &pn->call.state) == MP_OK &&
+                pn->call.state)
+                pn->native = true;
+            mp_clear_error();
+        }
+        if (s == MP_OK && vt->prepare && !pn->native)
             s = vt->prepare(&nd->desc, &pn->info, MP_DTYPE_F32, impl, o.training, &pn->call.state);
         if (s != MP_OK) {
             mp_plan_destroy(p);

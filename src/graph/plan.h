@@ -12,6 +12,8 @@ typedef struct {
     bool in_backward;     /* on the path from a trainable parameter to the loss */
     bool staged;          /* low-precision storage or compute: kernels run in f32
                              on staged copies (see exec_stage.c) */
+    bool native;          /* ...except this one: its library primitives take the
+                             bf16 tensors directly (CPUs with bf16 kernels) */
     size_t out_off, grad_off, saved_off;
     void *low_param[MP_MAX_PARAMS]; /* trainable params cast to the compute dtype,
                                        refreshed every forward; NULL if f32 */

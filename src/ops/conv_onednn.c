@@ -1,4 +1,5 @@
-/* conv_onednn.c — oneDNN f32 fast path of conv2d (convolution primitives)
+/* conv_onednn.c — oneDNN fast path (f32, or bf16 on CPUs that have bf16
+ * kernels) of conv2d (convolution primitives)
  * and conv_transpose2d (deconvolution primitives), shared by both ops.
  *
  * Layout: the library keeps plain NCHW / OIHW tensors, but the primitives are
@@ -178,30 +179,37 @@ static mp_status make_pd(const conv_ctx *x, const_dnnl_op_desc_t od, const_dnnl_
  * laid out as PyTorch stores them. */
 typedef struct {
     dnnl_memory_desc_t src, dst, wei, bias, src_any, dst_any, wei_any;
+    dnnl_memory_desc_t dwei, dwei_any; /* weight gradients: always f32 */
     dnnl_dims_t strides, dilates, pad_l, pad_r;
 } conv_mds;
 
-static mp_status make_mds(const conv_ctx *x, conv_mds *m, bool *fallback) {
+static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, bool *fallback) {
     const mp_op_desc *d = x->d;
     const mp_op_info *info = x->info;
     const mp_conv_opts *o = &d->attr.conv;
     const bool tr = d->kind == MP_OP_CONV_TRANSPOSE2D;
     const mp_shape *in = &info->in[0], *out = &info->out;
     const int g = o->groups, cin = in->dims[1], cout = out->dims[1], k = o->kernel;
-    CONV_CK(x, mp_onednn_plain_md(&m->src, in, dnnl_f32));
-    CONV_CK(x, mp_onednn_plain_md(&m->dst, out, dnnl_f32));
+    CONV_CK(x, mp_onednn_plain_md(&m->src, in, dt));
+    CONV_CK(x, mp_onednn_plain_md(&m->dst, out, dt));
     dnnl_dims_t sd = {in->dims[0], cin, in->dims[2], in->dims[3]};
     dnnl_dims_t dd = {out->dims[0], cout, out->dims[2], out->dims[3]};
-    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_any, 4, sd, dnnl_f32, dnnl_format_tag_any));
-    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_any, 4, dd, dnnl_f32, dnnl_format_tag_any));
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_any, 4, sd, dt, dnnl_format_tag_any));
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_any, 4, dd, dt, dnnl_format_tag_any));
     if (g > 1) {
         dnnl_dims_t wd = {g, cout / g, cin / g, k, k};
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei, 5, wd, dnnl_f32, tr ? dnnl_giohw : dnnl_goihw));
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 5, wd, dnnl_f32, dnnl_format_tag_any));
+        dnnl_format_tag_t tag = tr ? dnnl_giohw : dnnl_goihw;
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei, 5, wd, dt, tag));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 5, wd, dt, dnnl_format_tag_any));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dwei, 5, wd, dnnl_f32, tag));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dwei_any, 5, wd, dnnl_f32, dnnl_format_tag_any));
     } else {
         dnnl_dims_t wd = {cout, cin, k, k};
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei, 4, wd, dnnl_f32, tr ? dnnl_iohw : dnnl_oihw));
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
+        dnnl_format_tag_t tag = tr ? dnnl_iohw : dnnl_oihw;
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei, 4, wd, dt, tag));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 4, wd, dt, dnnl_format_tag_any));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dwei, 4, wd, dnnl_f32, tag));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dwei_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
     }
     dnnl_dims_t bd = {cout};
     CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->bias, 1, bd, dnnl_f32, dnnl_x));
@@ -217,12 +225,12 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, bool *fallback) {
     return MP_OK;
 }
 
-static mp_status build(const conv_ctx *x, conv_state *st, bool training, bool jit_only, bool *fallback,
-                       size_t *ws_bytes) {
+static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, bool training, bool jit_only,
+                       bool *fallback, size_t *ws_bytes) {
     const bool tr = x->d->kind == MP_OP_CONV_TRANSPOSE2D;
     const bool bias = x->d->attr.conv.bias;
     conv_mds m;
-    MP_TRY(make_mds(x, &m, fallback));
+    MP_TRY(make_mds(x, &m, dt, fallback));
     if (*fallback) return MP_OK;
     const dnnl_memory_desc_t *bmd = bias ? &m.bias : NULL;
     /* Layouts of each pass (F forward, D backward data, W backward weights):
@@ -239,7 +247,7 @@ static mp_status build(const conv_ctx *x, conv_state *st, bool training, bool ji
                              *dF = plain_f ? &m.dst : &m.dst_any;
     const dnnl_memory_desc_t *sD = plain_d ? &m.src : &m.src_any, *wD = plain_d ? &m.wei : &m.wei_any,
                              *dD = plain_d ? &m.dst : &m.dst_any;
-    const dnnl_memory_desc_t *sW = &m.src_any, *wW = &m.wei_any, *dW = &m.dst_any;
+    const dnnl_memory_desc_t *sW = &m.src_any, *wW = &m.dwei_any, *dW = &m.dst_any;
     dnnl_convolution_desc_t fd, bdd, bwd; /* dnnl_deconvolution_desc_t is the same type */
     dnnl_prop_kind_t prop = training ? dnnl_forward_training : dnnl_forward_inference;
     if (tr) {
@@ -311,7 +319,7 @@ static mp_status build(const conv_ctx *x, conv_state *st, bool training, bool ji
             rc = bind(x, p, wpd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, false, false, &m.dst, &cur,
                       st->ddst_shared ? ddst->off : SIZE_MAX);
         if (rc == MP_OK)
-            rc = bind(x, p, wpd, dnnl_query_diff_weights_md, 0, DNNL_ARG_DIFF_WEIGHTS, true, true, &m.wei, &cur,
+            rc = bind(x, p, wpd, dnnl_query_diff_weights_md, 0, DNNL_ARG_DIFF_WEIGHTS, true, true, &m.dwei, &cur,
                       SIZE_MAX);
         if (rc == MP_OK && bias)
             rc = bind(x, p, wpd, dnnl_query_diff_weights_md, 1, DNNL_ARG_DIFF_BIAS, true, true, &m.bias, &cur,
@@ -327,8 +335,8 @@ static mp_status build(const conv_ctx *x, conv_state *st, bool training, bool ji
     return rc;
 }
 
-mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, bool training, bool jit_only,
-                                 void **state) {
+mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, bool training,
+                                 bool jit_only, void **state) {
     *state = NULL;
     conv_ctx x = {d, info};
     if (!mp_onednn_engine() || !mp_onednn_stream())
@@ -339,7 +347,7 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, bool tra
         return mp_error(MP_ERR_NOMEM, "%s '%s': out of memory", mp_op_lookup(d->kind)->name, d->name ? d->name : "?");
     bool fallback = false;
     size_t ws = 0;
-    mp_status rc = build(&x, st, training, jit_only, &fallback, &ws);
+    mp_status rc = build(&x, st, dt == MP_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32, training, jit_only, &fallback, &ws);
     if (rc != MP_OK || fallback) {
         mp_conv_onednn_release(st);
         return rc;

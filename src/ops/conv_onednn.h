@@ -36,15 +36,18 @@ static inline mp_conv_geom mp_conv_geom_of(const mp_op_desc *d, const mp_shape *
 }
 
 /* Builds the oneDNN primitives of a conv2d / conv_transpose2d node for its
- * exact shapes (f32; forward, and when training backward data + weights),
+ * exact shapes (forward, and when training backward data + weights) in dt:
+ * F32, or BF16 (bf16 activations and weights, f32 accumulation, bias and
+ * weight gradients in f32: tensor-core style on CPUs with AVX-512 BF16 /
+ * AMX; oneDNN has no bf16 kernels elsewhere and *state stays NULL),
  * raising info->workspace_bytes to what forward/backward need (scratchpads
  * and the blocked copies of the plain tensors). *state is NULL when oneDNN
  * has no implementation for this configuration, or (jit_only, MP_IMPL_AUTO)
  * when one of the passes would run a generic reference kernel of oneDNN:
  * the node then runs our reference kernels. Errors of failing oneDNN calls
  * are MP_ERR_INTERNAL. */
-mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, bool training, bool jit_only,
-                                 void **state);
+mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, bool training,
+                                 bool jit_only, void **state);
 void mp_conv_onednn_release(void *state);
 mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c);
 /* False when the state has no backward primitives (prepared for inference):
@@ -52,7 +55,8 @@ mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c);
 bool mp_conv_onednn_has_backward(const void *state);
 mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c);
 
-/* prepare() of conv2d and conv_transpose2d: oneDNN primitives for f32 with
+/* prepare() of conv2d and conv_transpose2d: oneDNN primitives for f32 (or
+ * bf16, see above) with
  * MP_IMPL_ONEDNN, and with MP_IMPL_AUTO where oneDNN has JIT kernels for the
  * shapes; the state stays NULL (reference kernels) otherwise, without
  * oneDNN, or when oneDNN cannot do the configuration. */
@@ -60,7 +64,8 @@ static inline mp_status mp_conv_prepare(const mp_op_desc *d, mp_op_info *info, m
                                         bool training, void **state) {
     *state = NULL;
 #ifdef MP_HAVE_ONEDNN
-    if (mp_onednn_wanted(dt, impl)) return mp_conv_onednn_prepare(d, info, training, impl == MP_IMPL_AUTO, state);
+    if (mp_onednn_wanted(dt, impl) || (impl != MP_IMPL_REF && dt == MP_DTYPE_BF16))
+        return mp_conv_onednn_prepare(d, info, dt, training, impl == MP_IMPL_AUTO, state);
 #else
     (void)d, (void)info, (void)dt, (void)impl, (void)training;
 #endif

@@ -15,9 +15,9 @@ static inline bool mp_onednn_wanted(mp_dtype dt, mp_impl impl) {
 }
 
 /* forward()/backward(): whether this call runs through the oneDNN
- * primitives prepare() built. */
+ * primitives prepare() built (f32, or bf16 where an op prepared bf16). */
 static inline bool mp_onednn_use(const mp_op_call *c) {
-    return c->state && c->impl != MP_IMPL_REF && c->out.dtype == MP_DTYPE_F32;
+    return c->state && c->impl != MP_IMPL_REF && (c->out.dtype == MP_DTYPE_F32 || c->out.dtype == MP_DTYPE_BF16);
 }
 
 #endif
