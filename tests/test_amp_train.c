@@ -104,35 +104,40 @@ static void test_collapse_and_fallback(void) {
     mp_dataset_free(&d);
 }
 
+/* The plain model's parameters after training with options `o` (fp32). */
+static float *params_after(const mp_dataset *d, mp_train_opts o, int64_t *n) {
+    mp_model m = plain_model();
+    mp_graph_init_params(m.g, 5);
+    mp_train_result r;
+    CHECK(mp_train_run(&m, d, NULL, &o, &r) == MP_OK, "%s", mp_last_error());
+    float *p = snapshot(m.g);
+    *n = param_floats(m.g);
+    mp_model_free(&m);
+    return p;
+}
+
 /* One optimizer step: batch k*b vs k micro-batches of b. */
 static void test_accumulation(void) {
     mp_dataset d = data(256);
-    float *after[2];
     int64_t n = 0;
-    for (int v = 0; v < 2; v++) {
-        mp_model m = plain_model();
-        mp_graph_init_params(m.g, 5);
-        mp_train_opts o = base_opts();
-        o.max_steps = 1;
-        o.batch = v == 0 ? 64 : 16;
-        o.accumulate = v == 0 ? 1 : 4;
-        mp_train_result r;
-        CHECK(mp_train_run(&m, &d, NULL, &o, &r) == MP_OK, "%s", mp_last_error());
-        after[v] = snapshot(m.g);
-        n = param_floats(m.g);
-        mp_model_free(&m);
-    }
-    double diff = max_rel_diff(after[1], after[0], n);
+    mp_train_opts o = base_opts();
+    o.max_steps = 1;
+    o.batch = 64;
+    float *whole = params_after(&d, o, &n);
+    o.batch = 16;
+    o.accumulate = 4;
+    float *micro = params_after(&d, o, &n);
+    double diff = max_rel_diff(micro, whole, n);
     CHECK(diff < 1e-4, "4 micro-batches of 16 vs one batch of 64: max rel. diff %g", diff);
     /* and the step did something */
     mp_model m = plain_model();
     mp_graph_init_params(m.g, 5);
     float *init = snapshot(m.g);
-    CHECK(max_rel_diff(after[0], init, n) > 1e-3, "the step must change the weights");
+    CHECK(max_rel_diff(whole, init, n) > 1e-3, "the step must change the weights");
     free(init);
     mp_model_free(&m);
-    free(after[0]);
-    free(after[1]);
+    free(whole);
+    free(micro);
     mp_dataset_free(&d);
 }
 
@@ -140,26 +145,18 @@ static void test_accumulation(void) {
  * scaling: the clip sees the true (unscaled) gradients. */
 static void test_clip_sees_unscaled(void) {
     mp_dataset d = data(256);
-    float *after[2];
     int64_t n = 0;
-    for (int v = 0; v < 2; v++) {
-        mp_model m = plain_model();
-        mp_graph_init_params(m.g, 5);
-        mp_train_opts o = base_opts();
-        o.max_steps = 3;
-        o.clip_norm = 0.01f;
-        o.loss_scaling = v == 1;
-        o.scaler = (mp_scaler_opts){.dynamic = false, .init_scale = 1024};
-        mp_train_result r;
-        CHECK(mp_train_run(&m, &d, NULL, &o, &r) == MP_OK, "%s", mp_last_error());
-        after[v] = snapshot(m.g);
-        n = param_floats(m.g);
-        mp_model_free(&m);
-    }
-    double diff = max_rel_diff(after[1], after[0], n);
+    mp_train_opts o = base_opts();
+    o.max_steps = 3;
+    o.clip_norm = 0.01f;
+    float *plain = params_after(&d, o, &n);
+    o.loss_scaling = true;
+    o.scaler = (mp_scaler_opts){.dynamic = false, .init_scale = 1024};
+    float *scaled = params_after(&d, o, &n);
+    double diff = max_rel_diff(scaled, plain, n);
     CHECK(diff < 1e-5, "clipping with loss scale 1024 vs none: max rel. diff %g", diff);
-    free(after[0]);
-    free(after[1]);
+    free(plain);
+    free(scaled);
     mp_dataset_free(&d);
 }
 

@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "scratch_dir.h"
 #include "core/error.h"
 #include "data/dataset.h"
 
@@ -551,22 +552,8 @@ static void test_real_fashion(void) {
     }
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 int main(void) {
-    const char *base = getenv("MP_TEST_DATA");
-    if (!base || !*base) base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(tmp, sizeof tmp, "%s/test_data.XXXXXX", base);
-    if (!mkdtemp(tmp)) {
-        fprintf(stderr, "test_data: cannot create a temp dir under %s: %s\n", base, strerror(errno));
-        return 2;
-    }
+    scratch_dir_create(tmp, sizeof tmp, "test_data");
     test_idx_ubyte();
     test_idx_types();
     test_idx_errors();
@@ -575,6 +562,6 @@ int main(void) {
     test_synthetic();
     test_stats_subset_finite();
     test_real_fashion();
-    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_dir_remove(tmp);
     return test_summary("test_data");
 }

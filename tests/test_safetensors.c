@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch_dir.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -638,23 +639,9 @@ static void test_reader_accepts(void) {
     }
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 int main(void) {
     unsetenv("MP_TEST_FAIL_WRITE");
-    const char *base = getenv("MP_TEST_DATA");
-    if (!base || !*base) base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(tmp, sizeof tmp, "%s/test_safetensors.XXXXXX", base);
-    if (!mkdtemp(tmp)) {
-        fprintf(stderr, "test_safetensors: cannot create a temp dir under %s: %s\n", base, strerror(errno));
-        return 2;
-    }
+    scratch_dir_create(tmp, sizeof tmp, "test_safetensors");
     write_py_script();
     test_reader_presence();
     test_exact_bytes();
@@ -665,6 +652,6 @@ int main(void) {
         test_reader_rejects();
         test_reader_accepts();
     }
-    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_dir_remove(tmp);
     return test_summary("test_safetensors");
 }
