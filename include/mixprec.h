@@ -197,6 +197,9 @@ mp_status mp_plan_find_nonfinite_forward(const mp_plan *p, mp_nonfinite_site *si
  * first non-finite one (used to replay a step that overflowed). */
 mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site);
 size_t mp_plan_arena_bytes(const mp_plan *p);
+/* Nodes whose low-precision math runs natively (bf16 library kernels) and
+ * nodes emulated in f32 with rounding (low-precision storage or compute). */
+void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulated);
 
 /* ---- process set-up ------------------------------------------------------ */
 /* Re-execute the program once with OMP_WAIT_POLICY=passive unless the

@@ -298,3 +298,11 @@ void mp_plan_destroy(mp_plan *p) {
 }
 
 size_t mp_plan_arena_bytes(const mp_plan *p) { return p ? p->arena_bytes : 0; }
+
+void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulated) {
+    *native = *emulated = 0;
+    for (int i = 0; p && i < p->n; i++) {
+        if (p->nodes[i].native) (*native)++;
+        else if (p->nodes[i].staged) (*emulated)++;
+    }
+}

@@ -147,6 +147,14 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
     if (s == MP_OK && o->log_path && !(log = fopen(o->log_path, first_epoch > 1 ? "a" : "w")))
         s = mp_error(MP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
     if (s == MP_OK) r->arena_bytes = mp_plan_arena_bytes(ctx.plan);
+    if (s == MP_OK && o->out) {
+        int native, emulated;
+        mp_plan_precision_counts(ctx.plan, &native, &emulated);
+        if (native + emulated)
+            fprintf(o->out, "mixprec: %d low-precision ops run natively (oneDNN bf16 kernels), %d emulated in f32 "
+                            "with rounding%s\n",
+                    native, emulated, native ? "" : " (this CPU has no bf16 kernels, or the policy is fp16)");
+    }
 
     double t_all = mp_now_seconds();
     for (int epoch = first_epoch; s == MP_OK && epoch <= o->epochs; epoch++) {
