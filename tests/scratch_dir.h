@@ -22,6 +22,19 @@ static inline void scratch_dir_create(char *buf, size_t len, const char *name) {
     }
 }
 
+/* "<dir>/<name>"; every returned path stays valid for the whole run. */
+static inline const char *scratch_path(const char *dir, const char *name) {
+    static char buf[256][4300];
+    static int k;
+    if (k == 256) {
+        fprintf(stderr, "scratch_path: out of slots\n");
+        exit(2);
+    }
+    char *p = buf[k++];
+    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+    return p;
+}
+
 static inline int scratch_dir_rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
     return remove(p);

@@ -20,17 +20,7 @@
 
 static char tmp[4096];
 
-static const char *tpath(const char *name) {
-    static char buf[128][4300]; /* every path stays valid for the whole run */
-    static int k;
-    if (k == 128) {
-        fprintf(stderr, "tpath: out of slots\n");
-        exit(2);
-    }
-    char *p = buf[k++];
-    snprintf(p, sizeof buf[0], "%s/%s", tmp, name);
-    return p;
-}
+static const char *tpath(const char *name) { return scratch_path(tmp, name); }
 
 static void write_bytes(const char *path, bool gz, const void *data, size_t len) {
     if (gz) {

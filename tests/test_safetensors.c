@@ -39,17 +39,7 @@ static bool have_python; /* python3 imports the reference package */
                   mp_last_error());                                                                \
     } while (0)
 
-static const char *tpath(const char *name) {
-    static char buf[160][4300]; /* every path stays valid for the whole run */
-    static int k;
-    if (k == 160) {
-        fprintf(stderr, "tpath: out of slots\n");
-        exit(2);
-    }
-    char *p = buf[k++];
-    snprintf(p, sizeof buf[0], "%s/%s", tmp, name);
-    return p;
-}
+static const char *tpath(const char *name) { return scratch_path(tmp, name); }
 
 static void spit(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
