@@ -4,6 +4,10 @@
 #define MP_TESTS_CHECK_H
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mixprec.h"
 
 static int check_passed, check_failed;
 
@@ -17,6 +21,20 @@ static int check_passed, check_failed;
             fprintf(stderr, __VA_ARGS__);                                 \
             fputc('\n', stderr);                                          \
         }                                                                 \
+    } while (0)
+
+/* Expect status s from `call` and every needle string in its message
+ * (MP_TEST_VERBOSE=1 prints each message). */
+#define CHECK_ERR(call, s, ...)                                                                      \
+    do {                                                                                           \
+        mp_status st_ = (call);                                                                    \
+        CHECK(st_ == (s), "status %s, expected %s: %s", mp_status_name(st_), mp_status_name(s),    \
+              mp_last_error());                                                                    \
+        if (getenv("MP_TEST_VERBOSE")) printf("  [%s] %s\n", mp_status_name(st_), mp_last_error()); \
+        const char *needles_[] = {NULL, __VA_ARGS__};                                              \
+        for (size_t i_ = 1; i_ < sizeof needles_ / sizeof needles_[0]; i_++)                       \
+            CHECK(strstr(mp_last_error(), needles_[i_]), "message lacks '%s': %s", needles_[i_],   \
+                  mp_last_error());                                                                \
     } while (0)
 
 static inline int test_summary(const char *name) {

@@ -77,19 +77,6 @@ static void write_labels(const char *path, bool gz, const unsigned char *labels,
     write_idx(path, gz, 0x08, 1, &n, labels, n);
 }
 
-/* Expect status s and every needle in the message. */
-#define CHECK_ERR(call, s, ...)                                                                      \
-    do {                                                                                           \
-        mp_status st_ = (call);                                                                    \
-        CHECK(st_ == (s), "status %s, expected %s: %s", mp_status_name(st_), mp_status_name(s),    \
-              mp_last_error());                                                                    \
-        if (getenv("MP_TEST_VERBOSE")) printf("  [%s] %s\n", mp_status_name(st_), mp_last_error()); \
-        const char *needles_[] = {__VA_ARGS__};                                                    \
-        for (size_t i_ = 0; i_ < sizeof needles_ / sizeof needles_[0]; i_++)                       \
-            CHECK(strstr(mp_last_error(), needles_[i_]), "message lacks '%s': %s", needles_[i_],   \
-                  mp_last_error());                                                                \
-    } while (0)
-
 static void test_idx_ubyte(void) {
     unsigned char px[3 * 2 * 3], lab[3] = {0, 2, 1};
     for (int i = 0; i < 18; i++) px[i] = (unsigned char)(i * 37 + 5);

@@ -27,18 +27,6 @@ static char tmp[4096];
 static bool have_reader; /* built with cJSON */
 static bool have_python; /* python3 imports the reference package */
 
-#define CHECK_ERR(call, s, ...)                                                                      \
-    do {                                                                                           \
-        mp_status st_ = (call);                                                                    \
-        CHECK(st_ == (s), "status %s, expected %s: %s", mp_status_name(st_), mp_status_name(s),    \
-              mp_last_error());                                                                    \
-        if (getenv("MP_TEST_VERBOSE")) printf("  [%s] %s\n", mp_status_name(st_), mp_last_error()); \
-        const char *needles_[] = {NULL, __VA_ARGS__};                                              \
-        for (size_t i_ = 1; i_ < sizeof needles_ / sizeof needles_[0]; i_++)                       \
-            CHECK(strstr(mp_last_error(), needles_[i_]), "message lacks '%s': %s", needles_[i_],   \
-                  mp_last_error());                                                                \
-    } while (0)
-
 static const char *tpath(const char *name) { return scratch_path(tmp, name); }
 
 static void spit(const char *path, const void *data, size_t len) {
