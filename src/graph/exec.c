@@ -54,19 +54,6 @@ mp_status mp_plan_forward(mp_plan *p) {
     return MP_OK;
 }
 
-static void add_into(mp_dtype dt, void *dst, const void *src, int64_t n) {
-    if (dt == MP_DTYPE_F64) {
-        double *d = dst;
-        const double *s = src;
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-    } else {
-        float *d = dst;
-        const float *s = src;
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-    }
-}
 
 /* Backward of an f32 node: kernels write straight into gradients that are
  * not yet written, into scratch for those that must be added. */
@@ -88,10 +75,10 @@ static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const boo
     const mp_op_call *bound = &p->nodes[i].call;
     for (int k = 0; k < nd->n_in; k++)
         if (c.d_in[k].data && taken[k])
-            add_into(c.d_in[k].dtype, bound->d_in[k].data, c.d_in[k].data, mp_tensor_numel(&c.d_in[k]));
+            mp_tensor_add(c.d_in[k].dtype, bound->d_in[k].data, c.d_in[k].data, mp_tensor_numel(&c.d_in[k]));
     for (int k = 0; k < nd->n_params; k++)
         if (c.d_param[k].data && !fresh[k])
-            add_into(MP_DTYPE_F32, bound->d_param[k].data, c.d_param[k].data, mp_tensor_numel(&c.d_param[k]));
+            mp_tensor_add(MP_DTYPE_F32, bound->d_param[k].data, c.d_param[k].data, mp_tensor_numel(&c.d_param[k]));
     return MP_OK;
 }
 

@@ -60,6 +60,21 @@ void mp_round_f32(float *x, int64_t n, mp_dtype dtype) {
     }
 }
 
+void mp_tensor_add(mp_dtype dt, void *dst, const void *src, int64_t n) {
+    if (dt == MP_DTYPE_F64) {
+        double *d = dst;
+        const double *s = src;
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+    } else {
+        MP_ASSERT(dt == MP_DTYPE_F32);
+        float *d = dst;
+        const float *s = src;
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+    }
+}
+
 /* dst (dtype) = or += src, with src first rounded to round_to. */
 static void commit(void *dst, mp_dtype dtype, float *src, int64_t n, bool accumulate, mp_dtype round_to) {
     mp_round_f32(src, n, round_to);
@@ -167,11 +182,8 @@ static mp_status native_backward(mp_plan *p, int i, const bool *taken, const boo
         if (c.d_in[k].data && taken[k])
             accumulate_stored(pn->call.d_in[k].data, c.d_in[k].data, c.d_in[k].dtype, mp_tensor_numel(&c.d_in[k]));
     for (int k = 0; k < nd->n_params; k++)
-        if (c.d_param[k].data && !fresh[k]) {
-            float *dst = pn->call.d_param[k].data;
-            const float *src = c.d_param[k].data;
-            for (int64_t j = 0; j < mp_tensor_numel(&c.d_param[k]); j++) dst[j] += src[j];
-        }
+        if (c.d_param[k].data && !fresh[k])
+            mp_tensor_add(MP_DTYPE_F32, pn->call.d_param[k].data, c.d_param[k].data, mp_tensor_numel(&c.d_param[k]));
     return MP_OK;
 }
 

@@ -105,9 +105,8 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
     info.n_in = n_in;
     for (int i = 0; i < n_in; i++) {
         nd->in[i] = inputs[i];
-        nd->in_dtype[i] = g->nodes[inputs[i]].storage_dtype;
         info.in[i] = g->nodes[inputs[i]].sample_shape;
-        info.in_dtype[i] = nd->in_dtype[i];
+        info.in_dtype[i] = g->nodes[inputs[i]].storage_dtype;
     }
     mp_op_desc d = nd->desc;
     d.name = nd->name;

@@ -14,7 +14,6 @@ typedef struct {
     char name[MP_NAME_MAX];
     int n_in;
     int in[MP_MAX_INPUTS];     /* producer node indices (all < this node) */
-    mp_dtype in_dtype[MP_MAX_INPUTS];
     mp_shape sample_shape;     /* output shape with batch 1 */
     mp_dtype compute_dtype;    /* fp32 everywhere until precision policies land */
     mp_dtype storage_dtype;
