@@ -1,0 +1,73 @@
+/* cuda_op.h — the contract of an op on the GPU. Each op kind has a CUDA
+ * implementation (one file pair per op under src/cuda, e.g. relu in
+ * activation_cuda.cu) behind this vtable; shape rules are NOT repeated: the
+ * CPU vtable's infer() (ops/op.h) already filled mp_op_info.
+ *
+ * Tensors (mp_op_call, reused from ops/op.h) hold DEVICE pointers:
+ *  - 4-D activations and their gradients are channels-last (NHWC) in memory;
+ *    mp_tensor.shape stays the logical (N, C, H, W). 2-D (N, F) as on the CPU.
+ *  - activations are stored in the node's storage dtype (f32, f16 or bf16);
+ *    inputs may be stored in a different dtype than the output when the
+ *    policy says so (e.g. BN computing f32 over bf16), see call->in[k].dtype.
+ *  - parameters (weights, biases, BN affine and running stats) and their
+ *    gradients are f32 master copies; for nodes computing f16/bf16 the
+ *    executor passes the weight's low-precision cast (refreshed once per step)
+ *    in call->param[k] with that dtype. Parameter gradients are f32.
+ *  - arithmetic: f16/bf16 inputs on tensor cores with f32 accumulation (the
+ *    CPU reference's contract), reductions and statistics in f32, results
+ *    rounded once to the storage dtype.
+ *  - backward OVERWRITES every gradient given (data non-NULL), like the CPU.
+ *  - saved: info->saved_bytes of device memory kept from forward to backward
+ *    (on the GPU ops may ask for more in prepare: *saved_bytes);
+ *    workspace: the arena's shared workspace, *workspace_bytes from prepare.
+ *  - no host synchronization and no allocation in forward/backward: they are
+ *    captured into CUDA graphs.
+ */
+#ifndef MP_CUDA_CUDA_OP_H
+#define MP_CUDA_CUDA_OP_H
+
+#include "cuda/cuda_ctx.h"
+#include "ops/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    mp_dtype storage;            /* the node's output dtype */
+    mp_dtype in_dtype[MP_MAX_INPUTS];
+    mp_dtype compute;            /* F32, F16, BF16; F32 + tf32 below */
+    bool tf32;                   /* f32 storage, TF32 tensor cores allowed (conv/linear) */
+    bool training;
+    int batch;
+} mp_cuda_node_cfg;
+
+typedef struct {
+    const char *name;
+    /* Build descriptors / pick algorithms once for these shapes and dtypes.
+     * May raise *workspace_bytes (shared scratch) and *saved_bytes. */
+    mp_status (*prepare)(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
+                         const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
+                         size_t *saved_bytes);
+    void (*release)(void *state);
+    mp_status (*forward)(mp_cuda_ctx *ctx, const mp_op_call *c);
+    mp_status (*backward)(mp_cuda_ctx *ctx, const mp_op_call *c);
+} mp_cuda_op_vtable;
+
+/* NULL for kinds with no GPU implementation (input/labels/targets need none). */
+const mp_cuda_op_vtable *mp_cuda_op_lookup(mp_op_kind k);
+
+extern const mp_cuda_op_vtable mp_cuda_conv2d_vt, mp_cuda_conv_transpose2d_vt, mp_cuda_linear_vt;
+extern const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt, mp_cuda_relu_vt, mp_cuda_leaky_relu_vt, mp_cuda_tanh_vt,
+    mp_cuda_sigmoid_vt, mp_cuda_maxpool2d_vt, mp_cuda_avgpool2d_vt, mp_cuda_global_avgpool_vt, mp_cuda_add_vt,
+    mp_cuda_concat_vt, mp_cuda_reshape_vt, mp_cuda_dropout_vt, mp_cuda_softmax_ce_vt, mp_cuda_bce_logits_vt;
+
+/* Layout/dtype conversion kernels shared by the executor and tests:
+ * host-order NCHW f32 <-> device NHWC in any float dtype (2-D: plain). */
+mp_status mp_cuda_nchw_f32_to_device(mp_cuda_ctx *ctx, const float *dev_nchw_f32, const mp_tensor *dst);
+mp_status mp_cuda_device_to_nchw_f32(mp_cuda_ctx *ctx, const mp_tensor *src, float *dev_nchw_f32);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
