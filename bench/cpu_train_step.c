@@ -104,7 +104,7 @@ typedef struct {
 } step_result;
 
 static int time_training_step(const char *model, int c, int h, int w, int batch, int steps, bool reference,
-                              mp_precision precision, step_result *res) {
+                              bool profile, mp_precision precision, step_result *res) {
     mp_model m;
     if (mp_model_build(model, c, h, w, 10, &m) != MP_OK ||
         mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision}) != MP_OK) {
@@ -114,7 +114,7 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
     mp_graph_init_params(m.g, 1);
     mp_plan *plan = NULL;
     if (mp_plan_create(m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss, .use_onednn = true,
-                                           .reference = reference},
+                                           .reference = reference, .profile = profile},
                        &plan) != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
         mp_model_free(&m);
@@ -148,6 +148,13 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
         if (s >= 0) t[s] = mp_now_seconds() - t0;
     }
     double sec = median(t, steps);
+    if (profile) { /* to stderr, so the table on stdout stays one table */
+        double all = 0;
+        for (int s = 0; s < steps; s++) all += t[s];
+        fprintf(stderr, "\nprofile: %s %s, %d steps + 3 warm-up (timed steps: %.1f ms in all)\n", model,
+                mp_precision_name(precision), steps, 1e3 * all);
+        mp_plan_print_profile(plan, stderr);
+    }
     res->ms = 1e3 * sec;
     res->images_per_s = batch / sec;
     res->gflops = mp_graph_flops(g, batch, true) / sec / 1e9;
@@ -164,7 +171,7 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
 int main(int argc, char **argv) {
     const char *model = "cnn10", *precisions = "fp32";
     int batch = 128, steps = 20, c = 1, h = 28, w = 28, threads = 0;
-    bool reference = false;
+    bool reference = false, profile = false;
     mp_prefer_passive_openmp(argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -178,9 +185,10 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(argv[i], "--reference")) reference = true;
+        else if (!strcmp(argv[i], "--profile")) profile = true;
         else {
             fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
-                            "[--precision P1,P2,...] [--threads T] [--reference]\n");
+                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -209,7 +217,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         step_result res;
-        if (time_training_step(model, c, h, w, batch, steps, reference, prec, &res)) return 1;
+        if (time_training_step(model, c, h, w, batch, steps, reference, profile, prec, &res)) return 1;
         if (prec == MP_PRECISION_FP32) fp32_ips = res.images_per_s;
         char share[32] = "n/a", rel[32] = "-";
         if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res.gflops / conv_gflops);
