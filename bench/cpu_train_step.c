@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "amp/policy.h"
+#include "core/cpu_features.h"
 #include "core/rng.h"
 #include "graph/graph.h"
 #include "models/models.h"
@@ -33,6 +34,11 @@ static double median(double *v, int n) {
 }
 
 #ifdef MP_HAVE_ONEDNN
+static void fill(void *p, dnnl_data_type_t dt, size_t i, float v) {
+    if (dt == dnnl_bf16) ((mp_bf16 *)p)[i] = mp_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
 #define DNNL_OK(x)                                                             \
     do {                                                                       \
         if ((x) != dnnl_success) {                                             \
@@ -41,9 +47,9 @@ static double median(double *v, int n) {
         }                                                                      \
     } while (0)
 
-/* GFLOP/s of one large fp32 forward convolution, oneDNN choosing its layout:
- * N=64, 256->256 channels, 3x3, 28x28, padding 1. */
-static double onednn_large_conv_gflops(int reps, char *impl, size_t impl_len) {
+/* GFLOP/s of one large forward convolution in f32 or bf16, oneDNN choosing
+ * its layout: N=64, 256->256 channels, 3x3, 28x28, padding 1. */
+static double onednn_large_conv_gflops(dnnl_data_type_t dt, int reps, char *impl, size_t impl_len) {
     const int N = 64, C = 256, K = 256, H = 28, W = 28;
     dnnl_engine_t eng;
     dnnl_stream_t st;
@@ -51,9 +57,9 @@ static double onednn_large_conv_gflops(int reps, char *impl, size_t impl_len) {
     DNNL_OK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
     dnnl_memory_desc_t src, wei, dst;
     dnnl_dims_t sd = {N, C, H, W}, wd = {K, C, 3, 3}, dd = {N, K, H, W}, strides = {1, 1}, pad = {1, 1};
-    DNNL_OK(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_format_tag_any));
-    DNNL_OK(dnnl_memory_desc_init_by_tag(&wei, 4, wd, dnnl_f32, dnnl_format_tag_any));
-    DNNL_OK(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_format_tag_any));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(&src, 4, sd, dt, dnnl_format_tag_any));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(&wei, 4, wd, dt, dnnl_format_tag_any));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dt, dnnl_format_tag_any));
     dnnl_convolution_desc_t cd;
     DNNL_OK(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wei, NULL,
                                                &dst, strides, pad, pad));
@@ -73,9 +79,9 @@ static double onednn_large_conv_gflops(int reps, char *impl, size_t impl_len) {
     /* fill inputs so no denormal/zero shortcuts apply */
     void *p;
     dnnl_memory_get_data_handle(ms, &p);
-    for (size_t i = 0; i < (size_t)N * C * H * W; i++) ((float *)p)[i] = (float)(i % 17) * 0.01f;
+    for (size_t i = 0; i < (size_t)N * C * H * W; i++) fill(p, dt, i, (float)(i % 17) * 0.01f);
     dnnl_memory_get_data_handle(mw, &p);
-    for (size_t i = 0; i < (size_t)K * C * 9; i++) ((float *)p)[i] = (float)(i % 13) * 0.001f;
+    for (size_t i = 0; i < (size_t)K * C * 9; i++) fill(p, dt, i, (float)(i % 13) * 0.001f);
     dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}, {DNNL_ARG_SCRATCHPAD, mscr}};
     double *t = malloc((size_t)reps * sizeof *t);
     for (int r = -2; r < reps; r++) {
@@ -104,7 +110,7 @@ typedef struct {
 } step_result;
 
 static int time_training_step(const char *model, int c, int h, int w, int batch, int steps, bool reference,
-                              mp_precision precision, step_result *res) {
+                              bool profile, mp_precision precision, step_result *res) {
     mp_model m;
     if (mp_model_build(model, c, h, w, 10, &m) != MP_OK ||
         mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision}) != MP_OK) {
@@ -114,7 +120,7 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
     mp_graph_init_params(m.g, 1);
     mp_plan *plan = NULL;
     if (mp_plan_create(m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss, .use_onednn = true,
-                                           .reference = reference},
+                                           .reference = reference, .profile = profile},
                        &plan) != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
         mp_model_free(&m);
@@ -148,6 +154,13 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
         if (s >= 0) t[s] = mp_now_seconds() - t0;
     }
     double sec = median(t, steps);
+    if (profile) { /* to stderr, so the table on stdout stays one table */
+        double all = 0;
+        for (int s = 0; s < steps; s++) all += t[s];
+        fprintf(stderr, "\nprofile: %s %s, %d steps + 3 warm-up (timed steps: %.1f ms in all)\n", model,
+                mp_precision_name(precision), steps, 1e3 * all);
+        mp_plan_print_profile(plan, stderr);
+    }
     res->ms = 1e3 * sec;
     res->images_per_s = batch / sec;
     res->gflops = mp_graph_flops(g, batch, true) / sec / 1e9;
@@ -164,7 +177,7 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
 int main(int argc, char **argv) {
     const char *model = "cnn10", *precisions = "fp32";
     int batch = 128, steps = 20, c = 1, h = 28, w = 28, threads = 0;
-    bool reference = false;
+    bool reference = false, profile = false;
     mp_prefer_passive_openmp(argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -178,9 +191,10 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(argv[i], "--reference")) reference = true;
+        else if (!strcmp(argv[i], "--profile")) profile = true;
         else {
             fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
-                            "[--precision P1,P2,...] [--threads T] [--reference]\n");
+                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -193,12 +207,20 @@ int main(int argc, char **argv) {
     double conv_gflops = -1;
     char impl[128] = "n/a (built without oneDNN)";
 #ifdef MP_HAVE_ONEDNN
-    conv_gflops = onednn_large_conv_gflops(10, impl, sizeof impl);
+    conv_gflops = onednn_large_conv_gflops(dnnl_f32, 10, impl, sizeof impl);
+    char impl16[128] = "";
+    const mp_cpu_features *cpu = mp_cpu_features_get();
+    double conv16_gflops = cpu->avx512_bf16 || cpu->amx_bf16 ? onednn_large_conv_gflops(dnnl_bf16, 10, impl16, sizeof impl16) : -1;
 #endif
     printf("\n| what | batch | input | ms/step | images/s | GFLOP/s | share of large conv | vs fp32 |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
     if (conv_gflops > 0)
         printf("| oneDNN fp32 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | 100%% | - |\n", impl, conv_gflops);
+#ifdef MP_HAVE_ONEDNN
+    if (conv16_gflops > 0)
+        printf("| oneDNN bf16 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | %.0f%% | %.2fx |\n", impl16,
+               conv16_gflops, 100.0 * conv16_gflops / conv_gflops, conv16_gflops / conv_gflops);
+#endif
     double fp32_ips = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", precisions);
@@ -209,7 +231,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         step_result res;
-        if (time_training_step(model, c, h, w, batch, steps, reference, prec, &res)) return 1;
+        if (time_training_step(model, c, h, w, batch, steps, reference, profile, prec, &res)) return 1;
         if (prec == MP_PRECISION_FP32) fp32_ips = res.images_per_s;
         char share[32] = "n/a", rel[32] = "-";
         if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res.gflops / conv_gflops);

@@ -7,6 +7,7 @@
 #define MIXPREC_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -161,6 +162,7 @@ typedef struct {
     bool use_onednn;    /* heavy ops through oneDNN when built with it (default on) */
     bool reference;     /* force the plain-C reference kernels */
     uint64_t seed;      /* dropout masks */
+    bool profile;       /* time every node's forward and backward (mp_plan_print_profile) */
 } mp_plan_opts;
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);
@@ -176,6 +178,10 @@ mp_status mp_plan_backward(mp_plan *p, float seed);
 mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
 /* Read a node's output as f32 (converted); n is the element count. */
 mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
+/* With opts.profile: a table of the time spent per op kind (forward,
+ * backward, share of the total) and how its nodes ran (f32, native bf16,
+ * staged emulation), accumulated since the plan was created. */
+void mp_plan_print_profile(const mp_plan *p, FILE *out);
 size_t mp_plan_numel(const mp_plan *p, mp_node node);
 /* Forward passes run so far (dropout masks derive from it); settable so a
  * replayed or resumed step sees the same masks. */

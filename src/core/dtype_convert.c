@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "mixprec.h"
+#include "core/bf16_inline.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -95,17 +96,10 @@ static inline uint32_t f16_to_f32_bits(uint16_t h) {
     return sign | ((113 - s) << 23) | ((m & 0x3FFu) << 13);
 }
 
-static inline uint16_t f32_to_bf16_bits(uint32_t u) {
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN */
-    /* RNE on the bit pattern: exact for denormals, carries into the exponent
-     * (and into inf past the largest bf16) as IEEE rounding does. */
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 mp_f16 mp_f32_to_f16(float x) { return (mp_f16){f32_to_f16_bits(f32_bits(x))}; }
 float mp_f16_to_f32(mp_f16 h) { return bits_f32(f16_to_f32_bits(h.bits)); }
-mp_bf16 mp_f32_to_bf16(float x) { return (mp_bf16){f32_to_bf16_bits(f32_bits(x))}; }
-float mp_bf16_to_f32(mp_bf16 b) { return bits_f32((uint32_t)b.bits << 16); }
+mp_bf16 mp_f32_to_bf16(float x) { return (mp_bf16){mp_f32_to_bf16_bits(x)}; }
+float mp_bf16_to_f32(mp_bf16 b) { return mp_bf16_bits_to_f32(b.bits); }
 
 /* ---- portable array loops ----------------------------------------------- */
 
@@ -160,7 +154,7 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const mp_f16 *sr
 }
 
 /* f32 bits -> bf16 bits in the low half of each 32-bit lane (integer RNE,
- * NaN -> (bits >> 16) | 0x40), the vector form of f32_to_bf16_bits. */
+ * NaN -> (bits >> 16) | 0x40), the vector form of mp_f32_bits_to_bf16. */
 __attribute__((target("avx2"))) static inline __m256i bf16_rne_avx2(__m256i u) {
     const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
     const __m256i absmask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);

@@ -47,8 +47,10 @@ mp_status mp_plan_forward(mp_plan *p) {
     for (int i = 0; i < p->n; i++) {
         mp_op_call *c = &p->nodes[i].call;
         c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
+        double t0 = p->o.profile ? mp_plan_clock() : 0;
         if (p->nodes[i].staged) MP_TRY(mp_stage_forward(p, i));
         else MP_TRY(mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c));
+        if (p->o.profile) p->nodes[i].fwd_seconds += mp_plan_clock() - t0;
     }
     p->step++;
     return MP_OK;
@@ -177,8 +179,10 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
             c->d_param[k].data = gp->spec.trainable ? gp->grad : NULL;
             fresh[k] = gp->grad_fresh;
         }
+        double t0 = p->o.profile ? mp_plan_clock() : 0;
         if (pn->staged) MP_TRY(mp_stage_backward(p, i, taken, fresh));
         else MP_TRY(backward_direct(p, i, taken, fresh));
+        if (p->o.profile) pn->bwd_seconds += mp_plan_clock() - t0;
         for (int k = 0; k < nd->n_in; k++)
             if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
         for (int k = 0; k < nd->n_params; k++)

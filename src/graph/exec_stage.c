@@ -144,11 +144,22 @@ static void stage_operands(mp_plan *p, int i, mp_op_call *c, char **cur) {
 }
 
 /* Native bf16 nodes: the call's tensors are already bf16 (inputs, output,
- * gradients in the arena); the weight comes from its bf16 cast, the bias and
- * the weight gradients stay fp32. */
-static mp_op_call native_call(const mp_pnode *pn) {
+ * gradients in the arena); weights come from their bf16 casts, biases, BN
+ * parameters and all parameter gradients stay fp32. An f32 network input
+ * (the first convolution under amp-bf16) is cast to bf16 in the stage
+ * buffer, where *cur points; it takes no gradient. */
+static mp_op_call native_call(const mp_pnode *pn, char **cur) {
     mp_op_call c = pn->call;
-    c.param[0] = (mp_tensor){MP_DTYPE_BF16, c.param[0].shape, pn->low_param[0]};
+    for (int k = 0; k < c.n_in; k++)
+        if (c.in[k].dtype == MP_DTYPE_F32) {
+            int64_t n = mp_tensor_numel(&c.in[k]);
+            void *low = *cur;
+            *cur += MP_ALIGN64((size_t)n * sizeof(uint16_t));
+            mp_store_f32(low, MP_DTYPE_BF16, c.in[k].data, n);
+            c.in[k] = (mp_tensor){MP_DTYPE_BF16, c.in[k].shape, low};
+            c.d_in[k].data = NULL;
+        }
+    if (pn->low_param[0]) c.param[0] = (mp_tensor){MP_DTYPE_BF16, c.param[0].shape, pn->low_param[0]};
     return c;
 }
 
@@ -168,8 +179,8 @@ static void accumulate_stored(void *dst, const void *src, mp_dtype dtype, int64_
 static mp_status native_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     const mp_gnode *nd = &p->g->nodes[i];
     const mp_pnode *pn = &p->nodes[i];
-    mp_op_call c = native_call(pn);
     char *cur = p->stage;
+    mp_op_call c = native_call(pn, &cur);
     for (int k = 0; k < c.n_in; k++)
         if (c.d_in[k].data && taken[k]) { /* a second consumer: add afterwards */
             c.d_in[k].data = cur;
@@ -191,7 +202,8 @@ mp_status mp_stage_forward(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
     const mp_pnode *pn = &p->nodes[i];
     if (pn->native) {
-        mp_op_call c = native_call(pn);
+        char *cur = p->stage;
+        mp_op_call c = native_call(pn, &cur);
         return mp_op_lookup(nd->desc.kind)->forward(&c);
     }
     mp_op_call c = pn->call;

@@ -128,18 +128,49 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
     return MP_OK;
 }
 
-/* Convolutions computing and storing bf16 with bf16 inputs can hand their
- * tensors straight to oneDNN's bf16 primitives (MP_NATIVE_BF16=0 keeps the
- * f32 emulation, for comparisons). */
-static bool native_bf16_candidate(const mp_graph *g, int i) {
+/* How a node storing bf16 can run without the staged f32 emulation
+ * (MP_NATIVE_BF16=0 keeps the emulation everywhere, for comparisons). */
+typedef enum {
+    NATIVE_NONE,
+    NATIVE_PRIMITIVE, /* convolutions: oneDNN's bf16 primitives, where the CPU has bf16 kernels */
+    NATIVE_KERNEL     /* our own kernels reading and writing bf16 (instantiate_act.inc) */
+} native_kind;
+
+static native_kind native_bf16_kind(const mp_graph *g, int i) {
     const mp_gnode *nd = &g->nodes[i];
     const char *env = getenv("MP_NATIVE_BF16");
-    if (env && !strcmp(env, "0")) return false;
-    if (nd->desc.kind != MP_OP_CONV2D && nd->desc.kind != MP_OP_CONV_TRANSPOSE2D) return false;
-    if (nd->compute_dtype != MP_DTYPE_BF16 || nd->storage_dtype != MP_DTYPE_BF16) return false;
-    for (int k = 0; k < nd->n_in; k++)
-        if (g->nodes[nd->in[k]].storage_dtype != MP_DTYPE_BF16) return false;
-    return true;
+    if (env && !strcmp(env, "0")) return NATIVE_NONE;
+    if (nd->storage_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
+    mp_op_kind k = nd->desc.kind;
+    if (k == MP_OP_CONV2D || k == MP_OP_CONV_TRANSPOSE2D) {
+        if (nd->compute_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
+        /* inputs in bf16, or the network's f32 input (cast once per step) */
+        for (int j = 0; j < nd->n_in; j++) {
+            const mp_gnode *src = &g->nodes[nd->in[j]];
+            if (src->storage_dtype != MP_DTYPE_BF16 && src->desc.kind != MP_OP_INPUT) return NATIVE_NONE;
+        }
+        return NATIVE_PRIMITIVE;
+    }
+    for (int j = 0; j < nd->n_in; j++)
+        if (g->nodes[nd->in[j]].storage_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
+    switch (k) {
+    case MP_OP_BATCHNORM2D: /* f32 statistics and parameters over bf16 activations */
+        return nd->compute_dtype == MP_DTYPE_F32 ? NATIVE_KERNEL : NATIVE_NONE;
+    case MP_OP_MAXPOOL2D:
+    case MP_OP_AVGPOOL2D: /* overlapping windows would add gradients in bf16 */
+        return nd->compute_dtype == MP_DTYPE_BF16 && nd->desc.attr.pool.stride >= nd->desc.attr.pool.kernel
+                   ? NATIVE_KERNEL
+                   : NATIVE_NONE;
+    case MP_OP_RELU:
+    case MP_OP_LEAKY_RELU:
+    case MP_OP_TANH:
+    case MP_OP_SIGMOID:
+    case MP_OP_GLOBAL_AVGPOOL:
+    case MP_OP_ADD:
+        return nd->compute_dtype == MP_DTYPE_BF16 ? NATIVE_KERNEL : NATIVE_NONE;
+    default:
+        return NATIVE_NONE;
+    }
 }
 
 /* Decide whether node i runs staged and give it low-precision weight copies. */
@@ -246,12 +277,17 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         if (s == MP_OK && (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS ||
                            nd->desc.kind == MP_OP_TARGETS))
             pn->info.out.dims[0] = o.batch;
-        if (s == MP_OK && vt->prepare && onednn && native_bf16_candidate(g, i)) {
+        native_kind nk = s == MP_OK ? native_bf16_kind(g, i) : NATIVE_NONE;
+        if (nk == NATIVE_PRIMITIVE && vt->prepare && onednn) {
             /* bf16 primitives where the CPU has bf16 kernels; else staged f32 */
             if (vt->prepare(&nd->desc, &pn->info, MP_DTYPE_BF16, impl, o.training, &pn->call.state) == MP_OK &&
                 pn->call.state)
                 pn->native = true;
             mp_clear_error();
+        } else if (nk == NATIVE_KERNEL) {
+            pn->native = true;
+            if (vt->prepare) s = vt->prepare(&nd->desc, &pn->info, MP_DTYPE_BF16, MP_IMPL_REF, o.training,
+                                             &pn->call.state);
         }
         if (s == MP_OK && vt->prepare && !pn->native)
             s = vt->prepare(&nd->desc, &pn->info, MP_DTYPE_F32, impl, o.training, &pn->call.state);

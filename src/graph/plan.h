@@ -12,11 +12,13 @@ typedef struct {
     bool in_backward;     /* on the path from a trainable parameter to the loss */
     bool staged;          /* low-precision storage or compute: kernels run in f32
                              on staged copies (see exec_stage.c) */
-    bool native;          /* ...except this one: its library primitives take the
-                             bf16 tensors directly (CPUs with bf16 kernels) */
+    bool native;          /* ...except this one: it reads and writes its bf16
+                             tensors directly (oneDNN's bf16 primitives on CPUs
+                             with bf16 kernels, or our bf16-storage kernels) */
     size_t out_off, grad_off, saved_off;
     void *low_param[MP_MAX_PARAMS]; /* trainable params cast to the compute dtype,
                                        refreshed every forward; NULL if f32 */
+    double fwd_seconds, bwd_seconds;  /* with opts.profile */
 } mp_pnode;
 
 struct mp_plan {
@@ -35,5 +37,8 @@ struct mp_plan {
     bool *reach[4];       /* per loss: the nodes its backward visits */
     uint64_t step;        /* forward passes run, for dropout seeds */
 };
+
+/* Wall-clock seconds (monotonic), for opts.profile. */
+double mp_plan_clock(void);
 
 #endif

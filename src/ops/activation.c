@@ -5,7 +5,7 @@
 #include "ops/op.h"
 
 #define MP_REF_TEMPLATE "activation_ref.inc"
-#include "instantiate_real.inc"
+#include "instantiate_act.inc"
 
 static mp_status pointwise_infer(const mp_op_desc *d, mp_op_info *info) {
     if (info->n_in != 1) return mp_op_shape_error(d, info, "takes exactly one input");
@@ -16,45 +16,45 @@ static mp_status pointwise_infer(const mp_op_desc *d, mp_op_info *info) {
 #define N_OF(c) mp_tensor_numel(&(c)->out)
 
 static mp_status relu_forward(const mp_op_call *c) {
-    MP_REAL_CALL(c->out.dtype, relu_fwd, c->in[0].data, c->out.data, N_OF(c));
+    MP_ACT_CALL(c->out.dtype, relu_fwd, c->in[0].data, c->out.data, N_OF(c));
     return MP_OK;
 }
 static mp_status relu_backward(const mp_op_call *c) {
     if (c->d_in[0].data)
-        MP_REAL_CALL(c->out.dtype, relu_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
+        MP_ACT_CALL(c->out.dtype, relu_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
     return MP_OK;
 }
 
 static mp_status leaky_forward(const mp_op_call *c) {
     float s = c->desc->attr.slope;
-    MP_REAL_CALL(c->out.dtype, leaky_relu_fwd, c->in[0].data, c->out.data, N_OF(c), s);
+    MP_ACT_CALL(c->out.dtype, leaky_relu_fwd, c->in[0].data, c->out.data, N_OF(c), s);
     return MP_OK;
 }
 static mp_status leaky_backward(const mp_op_call *c) {
     float s = c->desc->attr.slope;
     if (c->d_in[0].data)
-        MP_REAL_CALL(c->out.dtype, leaky_relu_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data,
+        MP_ACT_CALL(c->out.dtype, leaky_relu_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data,
                      N_OF(c), s);
     return MP_OK;
 }
 
 static mp_status tanh_forward(const mp_op_call *c) {
-    MP_REAL_CALL(c->out.dtype, tanh_fwd, c->in[0].data, c->out.data, N_OF(c));
+    MP_ACT_CALL(c->out.dtype, tanh_fwd, c->in[0].data, c->out.data, N_OF(c));
     return MP_OK;
 }
 static mp_status tanh_backward(const mp_op_call *c) {
     if (c->d_in[0].data)
-        MP_REAL_CALL(c->out.dtype, tanh_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
+        MP_ACT_CALL(c->out.dtype, tanh_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
     return MP_OK;
 }
 
 static mp_status sigmoid_forward(const mp_op_call *c) {
-    MP_REAL_CALL(c->out.dtype, sigmoid_fwd, c->in[0].data, c->out.data, N_OF(c));
+    MP_ACT_CALL(c->out.dtype, sigmoid_fwd, c->in[0].data, c->out.data, N_OF(c));
     return MP_OK;
 }
 static mp_status sigmoid_backward(const mp_op_call *c) {
     if (c->d_in[0].data)
-        MP_REAL_CALL(c->out.dtype, sigmoid_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
+        MP_ACT_CALL(c->out.dtype, sigmoid_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
     return MP_OK;
 }
 

@@ -7,7 +7,7 @@
 #include "copy_par.inc"
 
 #define MP_REF_TEMPLATE "add_ref.inc"
-#include "instantiate_real.inc"
+#include "instantiate_act.inc"
 
 static mp_status add_infer(const mp_op_desc *d, mp_op_info *info) {
     if (info->n_in != 2) return mp_op_shape_error(d, info, "takes exactly two inputs");
@@ -22,7 +22,7 @@ static mp_status add_infer(const mp_op_desc *d, mp_op_info *info) {
 }
 
 static mp_status add_forward(const mp_op_call *c) {
-    MP_REAL_CALL(c->out.dtype, add_fwd, c->in[0].data, c->in[1].data, c->out.data,
+    MP_ACT_CALL(c->out.dtype, add_fwd, c->in[0].data, c->in[1].data, c->out.data,
                  mp_tensor_numel(&c->out));
     return MP_OK;
 }

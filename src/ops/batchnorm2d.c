@@ -11,7 +11,7 @@
 #include "ops/op.h"
 
 #define MP_REF_TEMPLATE "batchnorm2d_ref.inc"
-#include "instantiate_real.inc"
+#include "instantiate_act.inc"
 
 enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
 
@@ -97,11 +97,11 @@ static mp_status bn_forward(const mp_op_call *c) {
     double eps = c->desc->attr.bn.eps, mom = c->desc->attr.bn.momentum;
     const mp_tensor *p = c->param;
     if (c->training)
-        MP_REAL_CALL(c->out.dtype, bn_fwd_train, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+        MP_ACT_CALL(c->out.dtype, bn_fwd_train, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
                      p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, mp_bn_saved_mean(c->saved),
                      mp_bn_saved_invstd(c->saved, C), N, C, HW, eps, mom);
     else
-        MP_REAL_CALL(c->out.dtype, bn_fwd_eval, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+        MP_ACT_CALL(c->out.dtype, bn_fwd_eval, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
                      p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, HW, eps);
     return MP_OK;
 }
@@ -113,7 +113,7 @@ static mp_status bn_backward(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
     int N = xs->dims[0], C = xs->dims[1];
     const mp_tensor *p = c->param;
-    MP_REAL_CALL(c->out.dtype, bn_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data, p[P_WEIGHT].data,
+    MP_ACT_CALL(c->out.dtype, bn_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data, p[P_WEIGHT].data,
                  c->d_param[P_WEIGHT].data, c->d_param[P_BIAS].data, c->training, mp_bn_saved_mean(c->saved),
                  mp_bn_saved_invstd(c->saved, C), p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, spatial(xs),
                  (double)c->desc->attr.bn.eps);

@@ -6,7 +6,7 @@
 #include "ops/op.h"
 
 #define MP_REF_TEMPLATE "global_avgpool_ref.inc"
-#include "instantiate_real.inc"
+#include "instantiate_act.inc"
 
 static mp_status gap_infer(const mp_op_desc *d, mp_op_info *info) {
     if (info->n_in != 1) return mp_op_shape_error(d, info, "takes exactly one input");
@@ -25,7 +25,7 @@ static mp_status gap_infer(const mp_op_desc *d, mp_op_info *info) {
 
 static mp_status gap_forward(const mp_op_call *c) {
     const mp_shape *x = &c->in[0].shape;
-    MP_REAL_CALL(c->out.dtype, gap_fwd, c->in[0].data, c->out.data, (int64_t)x->dims[0] * x->dims[1],
+    MP_ACT_CALL(c->out.dtype, gap_fwd, c->in[0].data, c->out.data, (int64_t)x->dims[0] * x->dims[1],
                  (int64_t)x->dims[2] * x->dims[3]);
     return MP_OK;
 }
@@ -33,7 +33,7 @@ static mp_status gap_forward(const mp_op_call *c) {
 static mp_status gap_backward(const mp_op_call *c) {
     const mp_shape *x = &c->in[0].shape;
     if (c->d_in[0].data)
-        MP_REAL_CALL(c->out.dtype, gap_bwd, c->d_out.data, c->d_in[0].data, (int64_t)x->dims[0] * x->dims[1],
+        MP_ACT_CALL(c->out.dtype, gap_bwd, c->d_out.data, c->d_in[0].data, (int64_t)x->dims[0] * x->dims[1],
                      (int64_t)x->dims[2] * x->dims[3]);
     return MP_OK;
 }

@@ -10,7 +10,7 @@
 #include "ops/pool2d_onednn.h"
 
 #define MP_REF_TEMPLATE "pool2d_ref.inc"
-#include "instantiate_real.inc"
+#include "instantiate_act.inc"
 
 static mp_status pool_attr_error(const mp_op_desc *d, const mp_op_info *info, const char *what) {
     char s[64];
@@ -90,10 +90,10 @@ static mp_status pool_forward(const mp_op_call *c) {
 #endif
     pool_geom g = geom_of(c);
     if (c->desc->kind == MP_OP_MAXPOOL2D)
-        MP_REAL_CALL(c->out.dtype, maxpool_fwd, c->in[0].data, c->out.data, c->saved, g.planes, g.H, g.W, g.OH, g.OW,
+        MP_ACT_CALL(c->out.dtype, maxpool_fwd, c->in[0].data, c->out.data, c->saved, g.planes, g.H, g.W, g.OH, g.OW,
                      g.k, g.s, g.p);
     else
-        MP_REAL_CALL(c->out.dtype, avgpool_fwd, c->in[0].data, c->out.data, g.planes, g.H, g.W, g.OH, g.OW, g.k,
+        MP_ACT_CALL(c->out.dtype, avgpool_fwd, c->in[0].data, c->out.data, g.planes, g.H, g.W, g.OH, g.OW, g.k,
                      g.s, g.p);
     return MP_OK;
 }
@@ -110,10 +110,10 @@ static mp_status pool_backward(const mp_op_call *c) {
 #endif
     pool_geom g = geom_of(c);
     if (c->desc->kind == MP_OP_MAXPOOL2D)
-        MP_REAL_CALL(c->out.dtype, maxpool_bwd, c->d_out.data, c->saved, c->d_in[0].data, g.planes, g.H, g.W, g.OH,
+        MP_ACT_CALL(c->out.dtype, maxpool_bwd, c->d_out.data, c->saved, c->d_in[0].data, g.planes, g.H, g.W, g.OH,
                      g.OW);
     else
-        MP_REAL_CALL(c->out.dtype, avgpool_bwd, c->d_out.data, c->d_in[0].data, g.planes, g.H, g.W, g.OH, g.OW, g.k,
+        MP_ACT_CALL(c->out.dtype, avgpool_bwd, c->d_out.data, c->d_in[0].data, g.planes, g.H, g.W, g.OH, g.OW, g.k,
                      g.s, g.p);
     return MP_OK;
 }
