@@ -151,6 +151,19 @@ const char *mp_graph_node_op(const mp_graph *g, mp_node n);
 /* Number of trainable parameters (elements). */
 int64_t mp_graph_param_count(const mp_graph *g);
 
+/* ---- devices -------------------------------------------------------------- */
+typedef enum { MP_DEVICE_CPU = 0, MP_DEVICE_CUDA = 1 } mp_device_kind;
+typedef struct {
+    mp_device_kind kind; /* zero-initialized options mean the CPU */
+    int index;           /* CUDA device number */
+} mp_device;
+/* "cpu", "cuda" (= cuda:0), "cuda:N", or "auto" (cuda:0 when this build has
+ * the CUDA backend and a GPU is present, else the CPU). Errors name the text;
+ * a missing GPU is reported when a plan opens it, listing those found. */
+mp_status mp_device_parse(const char *text, mp_device *out);
+/* "cpu", "cuda:0" */
+const char *mp_device_name(mp_device d, char *buf, size_t len);
+
 /* ---- compiled plans ----------------------------------------------------- */
 typedef struct mp_plan mp_plan;
 typedef struct {
@@ -163,6 +176,7 @@ typedef struct {
     bool reference;     /* force the plain-C reference kernels */
     uint64_t seed;      /* dropout masks */
     bool profile;       /* time every node's forward and backward (mp_plan_print_profile) */
+    mp_device device;   /* where the plan runs (default: the CPU) */
 } mp_plan_opts;
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);
@@ -182,6 +196,10 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
  * backward, share of the total) and how its nodes ran (f32, native bf16,
  * staged emulation), accumulated since the plan was created. */
 void mp_plan_print_profile(const mp_plan *p, FILE *out);
+/* Plans on a GPU keep the parameters (fp32 masters, gradients) in device
+ * memory: copy them to the graph's host copies (to_host, e.g. before saving
+ * a checkpoint) or from them (after loading one). No-op on the CPU. */
+mp_status mp_plan_sync_params(mp_plan *p, bool to_host);
 size_t mp_plan_numel(const mp_plan *p, mp_node node);
 /* Forward passes run so far (dropout masks derive from it); settable so a
  * replayed or resumed step sees the same masks. */

@@ -7,6 +7,7 @@
 
 #include "amp/scaler.h"
 #include "core/rng.h"
+#include "graph/device.h"
 #include "graph/exec_stage.h"
 #include "graph/plan.h"
 
@@ -27,6 +28,7 @@ mp_status mp_plan_set_input(mp_plan *p, mp_node node, const float *data, size_t 
     if (n != want)
         return mp_error(MP_ERR_SHAPE, "set_input '%s': got %zu values, the plan takes %zu (batch %d)",
                         p->g->nodes[node].name, n, want, p->o.batch);
+    if (p->dev) return mp_device_set_input(p, node, data, n);
     const mp_tensor *out = &p->nodes[node].call.out;
     mp_store_f32(out->data, out->dtype, data, (int64_t)n);
     return MP_OK;
@@ -37,18 +39,21 @@ mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, si
     if (n != (size_t)p->o.batch)
         return mp_error(MP_ERR_SHAPE, "set_labels '%s': got %zu labels, the plan takes %d", p->g->nodes[node].name,
                         n, p->o.batch);
+    if (p->dev) return mp_device_set_labels(p, node, labels, n);
     memcpy(p->nodes[node].call.out.data, labels, n * sizeof(int32_t));
     return MP_OK;
 }
 
 mp_status mp_plan_forward(mp_plan *p) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
-    mp_stage_refresh_weights(p);
+    if (p->dev) MP_TRY(mp_device_forward_begin(p));
+    else mp_stage_refresh_weights(p);
     for (int i = 0; i < p->n; i++) {
         mp_op_call *c = &p->nodes[i].call;
         c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
         double t0 = p->o.profile ? mp_plan_clock() : 0;
-        if (p->nodes[i].staged) MP_TRY(mp_stage_forward(p, i));
+        if (p->dev) MP_TRY(mp_device_forward(p, i));
+        else if (p->nodes[i].staged) MP_TRY(mp_stage_forward(p, i));
         else MP_TRY(mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c));
         if (p->o.profile) p->nodes[i].fwd_seconds += mp_plan_clock() - t0;
     }
@@ -101,6 +106,7 @@ mp_status mp_plan_find_nonfinite_forward(const mp_plan *p, mp_nonfinite_site *si
     memset(site, 0, sizeof *site);
     site->node = -1;
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: null plan");
+    if (p->dev) return mp_error(MP_ERR_UNSUPPORTED, "find_nonfinite: overflow provenance does not run on the GPU yet");
     for (int i = 0; i < p->n; i++) {
         const mp_gnode *nd = &p->g->nodes[i];
         bool alive = nd->is_output || nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_TARGETS ||
@@ -151,6 +157,8 @@ mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *si
 
 static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *site) {
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
+    if (p->dev && site)
+        return mp_error(MP_ERR_UNSUPPORTED, "backward: overflow provenance does not run on the GPU yet");
     mp_graph *g = p->g;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
     const int root = p->losses[j];
@@ -158,7 +166,8 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
     mp_pnode *loss = &p->nodes[root];
     if (!reach[root]) return MP_OK; /* nothing trainable reaches the loss */
     MP_ASSERT(loss->call.d_out.dtype == MP_DTYPE_F32);
-    *(float *)loss->call.d_out.data = seed;
+    if (p->dev) MP_TRY(mp_device_set_loss_seed(p, root, seed));
+    else *(float *)loss->call.d_out.data = seed;
     for (int i = root; i >= 0; i--) {
         mp_pnode *pn = &p->nodes[i];
         if (!reach[i]) continue;
@@ -180,7 +189,8 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
             fresh[k] = gp->grad_fresh;
         }
         double t0 = p->o.profile ? mp_plan_clock() : 0;
-        if (pn->staged) MP_TRY(mp_stage_backward(p, i, taken, fresh));
+        if (p->dev) MP_TRY(mp_device_backward(p, i, taken, fresh));
+        else if (pn->staged) MP_TRY(mp_stage_backward(p, i, taken, fresh));
         else MP_TRY(backward_direct(p, i, taken, fresh));
         if (p->o.profile) pn->bwd_seconds += mp_plan_clock() - t0;
         for (int k = 0; k < nd->n_in; k++)
@@ -190,6 +200,7 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
         if (site && check_backward_site(p, i, site)) return MP_OK;
     }
     /* trainable parameters no path reached: their gradient is zero */
+    if (p->dev) return mp_device_zero_unreached_grads(p);
     for (int k = 0; k < g->n_params; k++) {
         mp_gparam *gp = &g->params[k];
         if (gp->spec.trainable && gp->grad_fresh) {
@@ -217,6 +228,7 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     size_t have = (size_t)mp_tensor_numel(t);
     if (n != have)
         return mp_error(MP_ERR_SHAPE, "read '%s': asked for %zu values, it has %zu", p->g->nodes[node].name, n, have);
+    if (p->dev) return mp_device_read(p, node, dst, n);
     switch (t->dtype) {
     case MP_DTYPE_F32: memcpy(dst, t->data, n * sizeof(float)); break;
     case MP_DTYPE_I32:
@@ -227,4 +239,9 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     default: return mp_error(MP_ERR_UNSUPPORTED, "read '%s': dtype %s", p->g->nodes[node].name, mp_dtype_name(t->dtype));
     }
     return MP_OK;
+}
+
+mp_status mp_plan_sync_params(mp_plan *p, bool to_host) {
+    if (!p) return mp_error(MP_ERR_INVALID_ARG, "sync_params: null plan");
+    return p->dev ? mp_device_params_sync(p, to_host) : MP_OK;
 }

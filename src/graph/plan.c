@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "graph/arena_plan.h"
+#include "graph/device.h"
 #include "graph/exec_stage.h"
 
 static bool reference_notice_done;
@@ -107,7 +108,15 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         return s;
     }
     p->arena_bytes = total;
-    p->arena = aligned_alloc(64, total ? total : 64);
+    if (p->dev) {
+        s = mp_device_arena_alloc(p, total ? total : 64, &p->arena);
+        if (s != MP_OK) {
+            free(b);
+            return s;
+        }
+    } else {
+        p->arena = aligned_alloc(64, total ? total : 64);
+    }
     if (!p->arena) {
         free(b);
         return mp_error(MP_ERR_NOMEM,
@@ -115,7 +124,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
                         "try a smaller batch",
                         total, (double)total / (1 << 30), p->o.batch);
     }
-    memset(p->arena, 0, total);
+    if (!p->dev) memset(p->arena, 0, total);
     for (int i = 0; i < n; i++) {
         p->nodes[i].out_off = b[3 * i].offset;
         p->nodes[i].grad_off = b[3 * i + 1].offset;
@@ -219,6 +228,7 @@ static void bind_calls(mp_plan *p) {
             c->param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, gp->data};
             c->d_param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, NULL};
         }
+        if (p->dev) mp_device_bind_params(p, i);
         c->d_out = (mp_tensor){nd->storage_dtype, pn->info.out, pn->in_backward ? p->arena + pn->grad_off : NULL};
         c->saved = p->arena + pn->saved_off;
         c->workspace = p->workspace;
@@ -227,8 +237,11 @@ static void bind_calls(mp_plan *p) {
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     *out = NULL;
-    if (!g || g->status != MP_OK)
-        return mp_error(MP_ERR_INVALID_ARG, "plan: the graph has an error: %s", g ? mp_last_error() : "null graph");
+    if (!g || g->status != MP_OK) {
+        char why[512]; /* mp_last_error() is the buffer mp_error writes: copy it first */
+        snprintf(why, sizeof why, "%s", g ? mp_last_error() : "null graph");
+        return mp_error(MP_ERR_INVALID_ARG, "plan: the graph has an error: %s", why);
+    }
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
     if (o.n_losses < 0 || o.n_losses > 4)
         return mp_error(MP_ERR_INVALID_ARG, "plan: %d losses (at most 4)", o.n_losses);
@@ -255,6 +268,13 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     bool onednn = o.use_onednn && !o.reference && mp_onednn_available();
     if (o.use_onednn && !o.reference && !mp_onednn_available()) notice_reference_kernels();
     mp_impl impl = onednn ? MP_IMPL_AUTO : MP_IMPL_REF;
+    if (o.device.kind != MP_DEVICE_CPU) {
+        mp_status ds = mp_device_plan_open(p);
+        if (ds != MP_OK) {
+            mp_plan_destroy(p);
+            return ds;
+        }
+    }
     if (o.training) {
         mp_status ms = mark_backward(p);
         if (ms != MP_OK) {
@@ -277,6 +297,19 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         if (s == MP_OK && (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS ||
                            nd->desc.kind == MP_OP_TARGETS))
             pn->info.out.dims[0] = o.batch;
+        if (p->dev) { /* on the GPU every node runs its own dtypes natively */
+            if (s == MP_OK) s = mp_device_node_prepare(p, i, &ws);
+            if (s != MP_OK) {
+                mp_plan_destroy(p);
+                return s;
+            }
+            size_t sc = 0;
+            for (int k = 0; k < nd->n_in; k++) sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.in[k]) * 8);
+            for (int k = 0; k < pn->info.n_params; k++)
+                sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * 8);
+            if (pn->in_backward && sc > scratch) scratch = sc;
+            continue;
+        }
         native_kind nk = s == MP_OK ? native_bf16_kind(g, i) : NATIVE_NONE;
         if (nk == NATIVE_PRIMITIVE && vt->prepare && onednn) {
             /* bf16 primitives where the CPU has bf16 kernels; else staged f32 */
@@ -321,6 +354,10 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
 
 void mp_plan_destroy(mp_plan *p) {
     if (!p) return;
+    if (p->dev) { /* node states, arena and parameters live on the device */
+        mp_device_plan_close(p);
+        p->arena = NULL;
+    }
     for (int i = 0; i < p->n && p->nodes; i++) {
         const mp_op_vtable *vt = mp_op_lookup(p->g->nodes[i].desc.kind);
         if (vt->release && p->nodes[i].call.state) vt->release(p->nodes[i].call.state);

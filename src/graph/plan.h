@@ -21,6 +21,8 @@ typedef struct {
     double fwd_seconds, bwd_seconds;  /* with opts.profile */
 } mp_pnode;
 
+typedef struct mp_device_plan mp_device_plan; /* backend state (graph/device.h) */
+
 struct mp_plan {
     mp_graph *g;
     mp_plan_opts o;
@@ -36,6 +38,8 @@ struct mp_plan {
     int losses[4];        /* loss nodes backward can start from */
     bool *reach[4];       /* per loss: the nodes its backward visits */
     uint64_t step;        /* forward passes run, for dropout seeds */
+    mp_device_plan *dev;  /* non-NULL: the plan runs on a GPU; arena, workspace,
+                             scratch and node tensors are device memory */
 };
 
 /* Wall-clock seconds (monotonic), for opts.profile. */

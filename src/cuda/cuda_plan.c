@@ -1,0 +1,273 @@
+/* cuda_plan.c — the device hooks of graph/device.h for NVIDIA GPUs: a plan's
+ * arena, its parameters (fp32 masters, gradients, low-precision casts) and
+ * every node's op live on one CUDA device; all work is queued on the
+ * context's stream and the host waits only when it reads results back. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "cuda/cuda_op.h"
+#include "cuda/cuda_plan_kernels.h"
+#include "graph/device.h"
+
+struct mp_device_plan {
+    mp_cuda_ctx *ctx;
+    float **param;      /* per graph parameter: device fp32 master */
+    float **grad;       /* per graph parameter: device fp32 gradient, NULL for buffers */
+    void **low;         /* per node x MP_MAX_PARAMS: low-precision weight cast or NULL */
+    float *input_nchw;  /* device staging of one host batch (f32, NCHW) */
+    size_t input_cap;   /* floats */
+};
+
+static const char *node_name(const mp_plan *p, int i) { return p->g->nodes[i].name; }
+
+static mp_status dev_alloc(mp_plan *p, void **ptr, size_t bytes, const char *what) {
+    cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 16);
+    if (e == cudaSuccess) return MP_OK;
+    size_t free_b = 0, total_b = 0;
+    cudaGetLastError();
+    cudaMemGetInfo(&free_b, &total_b);
+    return mp_error(MP_ERR_NOMEM,
+                    "cuda:%d: out of memory for %s: asked %zu bytes (%.2f GiB), %zu free of %zu (batch %d); try a "
+                    "smaller batch",
+                    p->dev->ctx->device, what, bytes, (double)bytes / (1 << 30), free_b, total_b, p->o.batch);
+}
+
+mp_status mp_device_plan_open(mp_plan *p) {
+    if (p->o.device.kind != MP_DEVICE_CUDA)
+        return mp_error(MP_ERR_INVALID_ARG, "plan: unknown device kind %d", (int)p->o.device.kind);
+    mp_device_plan *d = calloc(1, sizeof *d);
+    if (!d) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    mp_graph *g = p->g;
+    d->param = calloc((size_t)(g->n_params + 1), sizeof *d->param);
+    d->grad = calloc((size_t)(g->n_params + 1), sizeof *d->grad);
+    d->low = calloc((size_t)(p->n + 1) * MP_MAX_PARAMS, sizeof *d->low);
+    p->dev = d;
+    if (!d->param || !d->grad || !d->low) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    MP_TRY(mp_cuda_ctx_create(p->o.device.index, &d->ctx));
+    for (int k = 0; k < g->n_params; k++) {
+        mp_gparam *gp = &g->params[k];
+        size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
+        MP_TRY(dev_alloc(p, (void **)&d->param[k], bytes, gp->name));
+        if (gp->spec.trainable) {
+            MP_TRY(dev_alloc(p, (void **)&d->grad[k], bytes, gp->name));
+            MP_CUDA_TRY(cudaMemsetAsync(d->grad[k], 0, bytes, d->ctx->stream), gp->name);
+        }
+    }
+    for (int i = 0; i < p->n; i++) {
+        const mp_gnode *nd = &g->nodes[i];
+        if (nd->compute_dtype != MP_DTYPE_F16 && nd->compute_dtype != MP_DTYPE_BF16) continue;
+        for (int k = 0; k < nd->n_params; k++) {
+            const mp_gparam *gp = &g->params[nd->first_param + k];
+            if (!gp->spec.trainable) continue; /* BN running stats stay fp32 */
+            MP_TRY(dev_alloc(p, &d->low[i * MP_MAX_PARAMS + k],
+                             (size_t)mp_shape_numel(&gp->spec.shape) * mp_dtype_size(nd->compute_dtype), gp->name));
+        }
+    }
+    return mp_device_params_sync(p, false);
+}
+
+void mp_device_plan_close(mp_plan *p) {
+    mp_device_plan *d = p->dev;
+    if (!d) return;
+    if (d->ctx) cudaStreamSynchronize(d->ctx->stream);
+    for (int i = 0; i < p->n && p->nodes; i++) {
+        const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(p->g->nodes[i].desc.kind);
+        if (vt && vt->release && p->nodes[i].call.state) vt->release(p->nodes[i].call.state);
+        p->nodes[i].call.state = NULL;
+        for (int k = 0; k < MP_MAX_PARAMS && d->low; k++) cudaFree(d->low[i * MP_MAX_PARAMS + k]);
+    }
+    for (int k = 0; k < p->g->n_params; k++) {
+        if (d->param) cudaFree(d->param[k]);
+        if (d->grad) cudaFree(d->grad[k]);
+    }
+    cudaFree(p->arena);
+    cudaFree(d->input_nchw);
+    mp_cuda_ctx_destroy(d->ctx);
+    free(d->param);
+    free(d->grad);
+    free(d->low);
+    free(d);
+    p->dev = NULL;
+}
+
+static bool is_source(mp_op_kind k) { return k == MP_OP_INPUT || k == MP_OP_LABELS || k == MP_OP_TARGETS; }
+
+mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    mp_pnode *pn = &p->nodes[i];
+    if (is_source(nd->desc.kind)) return MP_OK;
+    const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(nd->desc.kind);
+    if (!vt)
+        return mp_error(MP_ERR_UNSUPPORTED, "%s '%s': no GPU implementation of this op yet",
+                        mp_op_lookup(nd->desc.kind)->name, nd->name);
+    mp_cuda_node_cfg cfg = {.storage = nd->storage_dtype, .compute = nd->compute_dtype, .training = p->o.training,
+                            .batch = p->o.batch};
+    for (int k = 0; k < nd->n_in; k++) cfg.in_dtype[k] = p->g->nodes[nd->in[k]].storage_dtype;
+    cfg.tf32 = p->g->precision == MP_PRECISION_TF32 && nd->compute_dtype == MP_DTYPE_F32;
+    size_t ws = 0, saved = pn->info.saved_bytes;
+    MP_TRY(vt->prepare(p->dev->ctx, &nd->desc, &pn->info, &cfg, &pn->call.state, &ws, &saved));
+    pn->info.saved_bytes = saved;
+    pn->info.workspace_bytes = ws;
+    if (ws > *workspace_bytes) *workspace_bytes = ws;
+    (void)node_name;
+    return MP_OK;
+}
+
+mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
+    MP_TRY(dev_alloc(p, (void **)arena, bytes, "the activation arena"));
+    MP_CUDA_TRY(cudaMemsetAsync(*arena, 0, bytes, p->dev->ctx->stream), "arena");
+    return MP_OK;
+}
+
+void mp_device_bind_params(mp_plan *p, int i) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    mp_op_call *c = &p->nodes[i].call;
+    for (int k = 0; k < nd->n_params; k++) {
+        int gi = nd->first_param + k;
+        void *low = p->dev->low[i * MP_MAX_PARAMS + k];
+        c->param[k].data = low ? low : p->dev->param[gi];
+        c->param[k].dtype = low ? nd->compute_dtype : MP_DTYPE_F32;
+    }
+}
+
+mp_status mp_device_forward_begin(mp_plan *p) {
+    mp_device_plan *d = p->dev;
+    for (int i = 0; i < p->n; i++) {
+        const mp_gnode *nd = &p->g->nodes[i];
+        for (int k = 0; k < nd->n_params; k++) {
+            void *low = d->low[i * MP_MAX_PARAMS + k];
+            if (!low) continue;
+            int gi = nd->first_param + k;
+            MP_TRY(mp_cuda_cast_from_f32(d->ctx, nd->compute_dtype, low, d->param[gi],
+                                         mp_shape_numel(&p->g->params[gi].spec.shape)));
+        }
+    }
+    return MP_OK;
+}
+
+mp_status mp_device_forward(mp_plan *p, int i) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    if (is_source(nd->desc.kind)) return MP_OK;
+    return mp_cuda_op_lookup(nd->desc.kind)->forward(p->dev->ctx, &p->nodes[i].call);
+}
+
+/* As backward_direct on the CPU: gradients that already hold a value (a
+ * second consumer, an earlier micro-batch) are computed into scratch and
+ * added. */
+mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    if (is_source(nd->desc.kind)) return MP_OK;
+    mp_device_plan *d = p->dev;
+    mp_op_call c = p->nodes[i].call;
+    char *scratch = p->scratch;
+    for (int k = 0; k < nd->n_params; k++) /* gradients go to the f32 master's gradient */
+        c.d_param[k].data = c.d_param[k].data ? d->grad[nd->first_param + k] : NULL;
+    for (int k = 0; k < nd->n_in; k++)
+        if (c.d_in[k].data && taken[k]) {
+            c.d_in[k].data = scratch;
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * 8);
+        }
+    for (int k = 0; k < nd->n_params; k++)
+        if (c.d_param[k].data && !fresh[k]) {
+            c.d_param[k].data = scratch;
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_param[k]) * 8);
+        }
+    MP_TRY(mp_cuda_op_lookup(nd->desc.kind)->backward(d->ctx, &c));
+    const mp_op_call *bound = &p->nodes[i].call;
+    for (int k = 0; k < nd->n_in; k++)
+        if (c.d_in[k].data && taken[k])
+            MP_TRY(mp_cuda_accumulate(d->ctx, c.d_in[k].dtype, bound->d_in[k].data, c.d_in[k].data,
+                                      mp_tensor_numel(&c.d_in[k])));
+    for (int k = 0; k < nd->n_params; k++)
+        if (c.d_param[k].data && !fresh[k])
+            MP_TRY(mp_cuda_accumulate(d->ctx, MP_DTYPE_F32, d->grad[nd->first_param + k], c.d_param[k].data,
+                                      mp_tensor_numel(&c.d_param[k])));
+    return MP_OK;
+}
+
+mp_status mp_device_zero_unreached_grads(mp_plan *p) {
+    mp_graph *g = p->g;
+    for (int k = 0; k < g->n_params; k++) {
+        mp_gparam *gp = &g->params[k];
+        if (!gp->spec.trainable || !gp->grad_fresh) continue;
+        MP_CUDA_TRY(cudaMemsetAsync(p->dev->grad[k], 0, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float),
+                                    p->dev->ctx->stream),
+                    gp->name);
+        gp->grad_fresh = false;
+    }
+    return MP_OK;
+}
+
+mp_status mp_device_set_loss_seed(mp_plan *p, int node, float seed) {
+    MP_CUDA_TRY(cudaMemcpyAsync(p->nodes[node].call.d_out.data, &seed, sizeof seed, cudaMemcpyHostToDevice,
+                                p->dev->ctx->stream),
+                node_name(p, node));
+    return MP_OK;
+}
+
+mp_status mp_device_set_input(mp_plan *p, int node, const float *host, size_t n) {
+    mp_device_plan *d = p->dev;
+    if (n > d->input_cap) {
+        cudaFree(d->input_nchw);
+        d->input_nchw = NULL;
+        d->input_cap = 0;
+        MP_TRY(dev_alloc(p, (void **)&d->input_nchw, n * sizeof(float), "the input batch"));
+        d->input_cap = n;
+    }
+    MP_CUDA_TRY(cudaMemcpyAsync(d->input_nchw, host, n * sizeof(float), cudaMemcpyHostToDevice, d->ctx->stream),
+                node_name(p, node));
+    return mp_cuda_nchw_f32_to_device(d->ctx, d->input_nchw, &p->nodes[node].call.out);
+}
+
+mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t n) {
+    MP_CUDA_TRY(cudaMemcpyAsync(p->nodes[node].call.out.data, host, n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                p->dev->ctx->stream),
+                node_name(p, node));
+    return MP_OK;
+}
+
+mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
+    mp_device_plan *d = p->dev;
+    const mp_tensor *t = &p->nodes[node].call.out;
+    if (t->dtype == MP_DTYPE_I32)
+        return mp_error(MP_ERR_UNSUPPORTED, "read '%s': int32 outputs are not read back from the GPU",
+                        node_name(p, node));
+    if (n > d->input_cap) { /* reuse the staging buffer, grown if needed */
+        cudaFree(d->input_nchw);
+        d->input_nchw = NULL;
+        d->input_cap = 0;
+        MP_TRY(dev_alloc((mp_plan *)p, (void **)&d->input_nchw, n * sizeof(float), "a read-back buffer"));
+        d->input_cap = n;
+    }
+    MP_TRY(mp_cuda_device_to_nchw_f32(d->ctx, t, d->input_nchw));
+    MP_CUDA_TRY(cudaMemcpyAsync(host, d->input_nchw, n * sizeof(float), cudaMemcpyDeviceToHost, d->ctx->stream),
+                node_name(p, node));
+    MP_CUDA_TRY(cudaStreamSynchronize(d->ctx->stream), node_name(p, node));
+    return MP_OK;
+}
+
+mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
+    mp_device_plan *d = p->dev;
+    mp_graph *g = p->g;
+    for (int k = 0; k < g->n_params; k++) {
+        mp_gparam *gp = &g->params[k];
+        size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
+        if (to_host) {
+            MP_CUDA_TRY(cudaMemcpyAsync(gp->data, d->param[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream), gp->name);
+            if (gp->grad && d->grad[k])
+                MP_CUDA_TRY(cudaMemcpyAsync(gp->grad, d->grad[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream),
+                            gp->name);
+        } else {
+            MP_CUDA_TRY(cudaMemcpyAsync(d->param[k], gp->data, bytes, cudaMemcpyHostToDevice, d->ctx->stream), gp->name);
+        }
+    }
+    MP_CUDA_TRY(cudaStreamSynchronize(d->ctx->stream), "parameter copy");
+    return MP_OK;
+}
+
+mp_status mp_device_synchronize(mp_plan *p) {
+    MP_CUDA_TRY(cudaStreamSynchronize(p->dev->ctx->stream), "synchronize");
+    return MP_OK;
+}

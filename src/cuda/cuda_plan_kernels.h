@@ -1,0 +1,22 @@
+/* cuda_plan_kernels.h — the few kernels the plan executor itself launches
+ * (cuda_plan_kernels.cu): gradient accumulation in any float dtype and the
+ * per-step fp32 -> f16/bf16 weight casts (RNE). */
+#ifndef MP_CUDA_CUDA_PLAN_KERNELS_H
+#define MP_CUDA_CUDA_PLAN_KERNELS_H
+
+#include "cuda/cuda_ctx.h"
+#include "mixprec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dst += src (n elements of dtype; f32 arithmetic, one rounding). */
+mp_status mp_cuda_accumulate(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const void *src, int64_t n);
+/* dst (dtype) = src (f32), rounded to nearest even. */
+mp_status mp_cuda_cast_from_f32(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const float *src, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

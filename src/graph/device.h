@@ -1,0 +1,46 @@
+/* device.h — the hooks through which plan.c and exec.c run a plan on an
+ * accelerator (opts.device.kind != MP_DEVICE_CPU). The planner stays one:
+ * shapes, the backward set and the arena's lifetime plan are computed as for
+ * the CPU; these hooks prepare each node's GPU op, place the arena and the
+ * parameters in device memory and run nodes there. Implemented by
+ * src/cuda/cuda_plan.c in CUDA builds and by device_none.c (every hook
+ * reports that this build has no GPU support) otherwise. */
+#ifndef MP_GRAPH_DEVICE_H
+#define MP_GRAPH_DEVICE_H
+
+#include "graph/plan.h"
+
+/* Open the device, give every parameter a device master copy and gradient
+ * (uploaded from the graph's host copies) and the low-precision casts that
+ * low-precision nodes read. */
+mp_status mp_device_plan_open(mp_plan *p);
+/* Release node states, the arena, parameters and the device context. */
+void mp_device_plan_close(mp_plan *p);
+/* Build node i's GPU op for its shapes and dtypes; may raise the shared
+ * workspace and node i's saved bytes. */
+mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes);
+/* Device memory for the arena (zeroed). */
+mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena);
+/* Point node i's parameters and their gradients at the device copies. */
+void mp_device_bind_params(mp_plan *p, int i);
+
+mp_status mp_device_forward_begin(mp_plan *p); /* refresh low-precision weight casts */
+mp_status mp_device_forward(mp_plan *p, int i);
+/* taken/fresh as for the CPU (exec_stage.h). */
+mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh);
+/* Zero the gradients of trainable parameters no backward path reached. */
+mp_status mp_device_zero_unreached_grads(mp_plan *p);
+/* d(loss) = seed for the backward from loss node `node`. */
+mp_status mp_device_set_loss_seed(mp_plan *p, int node, float seed);
+
+mp_status mp_device_set_input(mp_plan *p, int node, const float *host_nchw, size_t n);
+mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t n);
+mp_status mp_device_read(const mp_plan *p, int node, float *host_nchw, size_t n);
+/* Parameters (masters, and gradients) between the device and the graph's
+ * host copies: to_host after training steps (checkpoints, CPU evaluation),
+ * to the device after the host copies changed (a resumed checkpoint). */
+mp_status mp_device_params_sync(mp_plan *p, bool to_host);
+/* Wait for the device's queued work; the only host synchronization. */
+mp_status mp_device_synchronize(mp_plan *p);
+
+#endif
