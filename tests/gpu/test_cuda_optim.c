@@ -12,7 +12,8 @@
  * back once; and the whole post-backward step captured as a CUDA graph and
  * replayed with a changing learning rate.
  * Needs a GPU: without one it prints one line and exits 2 (run by
- * scripts/gpu-check, not by ctest). */
+ * scripts/gpu-check, not by ctest). Build: compile with -Isrc -Iinclude -Itests and
+ * the CUDA include path, link the src/cuda objects, libmixprec and -lcudart. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
