@@ -1,0 +1,187 @@
+/* cuda_optim.h — the device side of a training step after backward, with no
+ * host synchronization (issue 4, item 3): the fused unscale + inf/NaN check,
+ * the global gradient norm and clipping, fused SGD / Adam / AdamW over f32
+ * master weights that skip themselves on a device found-inf flag and refresh
+ * the f16/bf16 weight copies, and the loss-scale update. Every decision is
+ * taken on the device from device scalars, so the whole sequence can be
+ * captured once into a CUDA graph and replayed; the host reads the state only
+ * when it logs or checkpoints (the *_download / *_get_* calls, which
+ * synchronize ctx->stream).
+ *
+ * One iteration, in stream order (all on ctx->stream):
+ *   backward of loss * scale               (scale: mp_cuda_scaler_state.scale)
+ *   mp_cuda_unscale_check(ctx, s, grads)   grads *= 1/scale; s->found_inf
+ *   mp_cuda_clip_by_value / _by_norm       optional, on the true gradients
+ *   mp_cuda_optim_step(ctx, opt, &(mp_cuda_step_args){.lr_device = lr,
+ *                      .found_inf = &s->found_inf})
+ *   mp_cuda_scaler_update(ctx, s)          reads and clears s->found_inf
+ *
+ * The arithmetic is the CPU's, operation for operation, in IEEE round-to-
+ * nearest without FMA contraction (optim/sgd.c, optim/adam.c, amp/scaler.c),
+ * so results match the CPU oracle to the last bit in practice; the Adam bias
+ * corrections use the device's double pow (within 2 ulp of glibc's).
+ *
+ * Tables (mp_cuda_grads, mp_cuda_optim, mp_cuda_casts) are built once at
+ * setup (device allocation, synchronous copies); the step calls allocate
+ * nothing. Errors are one mp_error line; launch failures come through
+ * mp_cuda_check. */
+#ifndef MP_CUDA_CUDA_OPTIM_H
+#define MP_CUDA_CUDA_OPTIM_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* These C headers carry no extern "C" of their own; core/error.h must come
+ * before cuda_ctx.h includes it. */
+#include "amp/scaler.h"
+#include "core/error.h"
+#include "optim/optim.h"
+#ifdef __cplusplus
+}
+#endif
+
+#include "cuda/cuda_ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- gradient lists ------------------------------------------------------ */
+
+/* A device table over n f32 gradient tensors (device pointers), for the
+ * unscale/check, the norm and the clips; keeps the norm's scratch. */
+typedef struct mp_cuda_grads mp_cuda_grads;
+mp_status mp_cuda_grads_create(mp_cuda_ctx *ctx, float *const *grads, const int64_t *numel, int n,
+                               mp_cuda_grads **out);
+void mp_cuda_grads_destroy(mp_cuda_grads *g);
+
+/* ---- loss scaler ---------------------------------------------------------- */
+
+/* The loss scaler in device memory: the rules of an mp_scaler (after
+ * mp_scaler_init validated them) and its state, field for field. */
+typedef struct {
+    /* rules */
+    int dynamic, growth_interval, hysteresis, consecutive_hysteresis;
+    float growth_factor, backoff_factor, min_scale, max_scale;
+    /* state, as in mp_scaler */
+    float scale;
+    int growth_tracker, hysteresis_left;
+    long long last_overflow_step, step, skipped_steps, forward_overflows;
+    int consecutive_forward_overflows;
+    /* set (non-zero) by mp_cuda_unscale_check, read by the optimizers,
+     * cleared by mp_cuda_scaler_update */
+    int found_inf;
+} mp_cuda_scaler_state;
+
+/* Allocates the device state and uploads host (synchronous, setup time). */
+mp_status mp_cuda_scaler_create(mp_cuda_ctx *ctx, const mp_scaler *host, mp_cuda_scaler_state **dev);
+void mp_cuda_scaler_destroy(mp_cuda_scaler_state *dev);
+/* Host -> device (checkpoint restore) and device -> host (logging,
+ * checkpoints: the state fields of host are overwritten, its options kept;
+ * host->found_inf = dev found_inf != 0). Both synchronize ctx->stream. */
+mp_status mp_cuda_scaler_upload(mp_cuda_ctx *ctx, const mp_scaler *host, mp_cuda_scaler_state *dev);
+mp_status mp_cuda_scaler_download(mp_cuda_ctx *ctx, const mp_cuda_scaler_state *dev, mp_scaler *host);
+
+/* Fused unscale + inf/NaN check, as mp_scaler_unscale_check: every element
+ * becomes x * (float)(1.0 / (double)scale) with scale read from s on the
+ * device (no multiply when it is 1), and s->found_inf is set when any
+ * result is non-finite (bit test). Accumulates over several calls. */
+mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s, const mp_cuda_grads *g);
+
+/* The one update per iteration, after the optimizer step: one device thread
+ * applies mp_scaler_update's rules (growth, backoff, min/max, hysteresis,
+ * static mode) from s->found_inf, counts the step and clears found_inf. */
+mp_status mp_cuda_scaler_update(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s);
+
+/* ---- norm and clipping (on the unscaled gradients) ----------------------- */
+
+/* *norm_dev (device) = sqrt(sum of g^2) accumulated in double, summed in a
+ * fixed order (the same bits on every run). */
+mp_status mp_cuda_grad_norm(mp_cuda_ctx *ctx, mp_cuda_grads *g, double *norm_dev);
+/* Each element to [-clip_value, clip_value] (fminf(fmaxf(g, -v), v), as the
+ * CPU trainer; clip_value > 0). */
+mp_status mp_cuda_clip_by_value(mp_cuda_ctx *ctx, const mp_cuda_grads *g, float clip_value);
+/* As the CPU trainer: norm as above; when norm > max_norm every element is
+ * multiplied by (float)(max_norm / (norm + 1e-6)), the coefficient computed
+ * on the device. norm_dev (device, may be NULL) receives the norm before
+ * clipping (max_norm > 0). */
+mp_status mp_cuda_clip_by_norm(mp_cuda_ctx *ctx, mp_cuda_grads *g, float max_norm, double *norm_dev);
+
+/* ---- optimizers ----------------------------------------------------------- */
+
+/* One trainable tensor, all device pointers. */
+typedef struct {
+    float *param;       // (n) f32 master weights, updated in place
+    const float *grad;  // (n) f32 gradient (unscaled)
+    void *low;          // (n) f16/bf16 copy rewritten (RNE) from the updated param, or NULL
+    mp_dtype low_dtype; /* MP_DTYPE_F16 or MP_DTYPE_BF16 when low != NULL */
+    int64_t n;
+    bool decay;         /* takes weight decay (false for biases and BN, as on the CPU) */
+    const char *name;   /* for messages; may be NULL; not kept */
+} mp_cuda_param_ref;
+
+/* SGD (momentum, Nesterov, L2 decay) or Adam / AdamW over f32 master
+ * weights with torch.optim semantics, exactly as optim/optim.h; state
+ * buffers (zeroed) and the step count live on the device. */
+typedef struct mp_cuda_optim mp_cuda_optim;
+
+/* Options are checked by mp_optim_create's rules (errors name the CLI
+ * option) and get its defaults. */
+mp_status mp_cuda_optim_create(mp_cuda_ctx *ctx, mp_optim_opts o, const mp_cuda_param_ref *params, int n_params,
+                               mp_cuda_optim **out);
+void mp_cuda_optim_destroy(mp_cuda_optim *o);
+
+typedef struct {
+    /* The learning rate. By value (lr) it is frozen into a captured CUDA
+     * graph; with lr_device non-NULL it is read from that device scalar when
+     * the step runs, so a graph captured once follows the schedule: write it
+     * before each replay with mp_cuda_set_f32 (outside the capture). */
+    float lr;
+    const float *lr_device;
+    /* Device flag (e.g. &scaler->found_inf): non-zero skips the step on the
+     * device, leaving weights, low copies, state and step count bit-identical.
+     * NULL: never skip. */
+    const int *found_inf;
+} mp_cuda_step_args;
+
+/* One update of every parameter, then its low-precision copy, in one pass;
+ * the step count (Adam's t) advances on the device only when not skipped.
+ * A by-value lr must be finite and >= 0. */
+mp_status mp_cuda_optim_step(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_step_args *a);
+
+/* State of parameter i, device pointers: as mp_optim_state_tensors (SGD 0
+ * or 1 buffer, Adam/AdamW m then v). */
+int mp_cuda_optim_state_tensors(const mp_cuda_optim *o, int param_index, float **bufs);
+mp_optim_opts mp_cuda_optim_options(const mp_cuda_optim *o);
+/* Steps taken (synchronizes ctx->stream: logging and checkpoints only) and
+ * its restore. */
+mp_status mp_cuda_optim_get_step_count(mp_cuda_ctx *ctx, const mp_cuda_optim *o, int64_t *steps);
+mp_status mp_cuda_optim_set_step_count(mp_cuda_ctx *ctx, mp_cuda_optim *o, int64_t steps);
+
+/* *dev = value in stream order (a one-thread kernel: no staging, no sync);
+ * e.g. the learning rate read through mp_cuda_step_args.lr_device. */
+mp_status mp_cuda_set_f32(mp_cuda_ctx *ctx, float *dev, float value);
+
+/* ---- weight casts ------------------------------------------------------- */
+
+/* f32 master -> f16/bf16 copy pairs, device pointers, for the initial cast
+ * and policies that refresh casts apart from the optimizer step. */
+typedef struct {
+    const float *src; // (n)
+    void *dst;        // (n) mp_f16 or mp_bf16
+    mp_dtype dtype;   /* MP_DTYPE_F16 or MP_DTYPE_BF16 */
+    int64_t n;
+} mp_cuda_cast_ref;
+
+typedef struct mp_cuda_casts mp_cuda_casts;
+mp_status mp_cuda_casts_create(mp_cuda_ctx *ctx, const mp_cuda_cast_ref *pairs, int n, mp_cuda_casts **out);
+void mp_cuda_casts_destroy(mp_cuda_casts *c);
+/* dst = RNE(src) bit for bit as mp_convert_f32_to_f16 / _bf16 (NaN
+ * payloads too); skipped on the device when found_inf (may be NULL) is
+ * non-zero (the masters did not change). */
+mp_status mp_cuda_cast_weights(mp_cuda_ctx *ctx, const mp_cuda_casts *c, const int *found_inf);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

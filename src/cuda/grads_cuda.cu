@@ -1,0 +1,71 @@
+/* grads_cuda.cu — gradient lists (mp_cuda_grads) and the fused unscale +
+ * inf/NaN check: one multi-tensor pass that multiplies by the inverse of
+ * the device loss scale and ORs the non-finite bit tests into found_inf. */
+#include "cuda/float_bits.cuh"
+#include "cuda/grads_cuda.cuh"
+
+#include <stdlib.h>
+
+mp_status mp_cuda_grads_create(mp_cuda_ctx *ctx, float *const *grads, const int64_t *numel, int n,
+                               mp_cuda_grads **out) {
+    *out = NULL;
+    if (n < 0 || (n > 0 && (!grads || !numel)))
+        return mp_error(MP_ERR_INVALID_ARG, "cuda gradient list: bad list (%d tensors)", n);
+    mp_mt_tensor *rec = (mp_mt_tensor *)calloc(n > 0 ? (size_t)n : 1, sizeof *rec);
+    mp_cuda_grads *g = (mp_cuda_grads *)calloc(1, sizeof *g);
+    if (!rec || !g) {
+        free(rec);
+        free(g);
+        return mp_error(MP_ERR_NOMEM, "cuda gradient list: out of host memory");
+    }
+    mp_status st = MP_OK;
+    for (int i = 0; i < n && st == MP_OK; i++) {
+        if (numel[i] < 0 || (numel[i] > 0 && !grads[i]))
+            st = mp_error(MP_ERR_INVALID_ARG, "cuda gradient list: tensor %d has %lld elements at %p", i,
+                          (long long)numel[i], (void *)grads[i]);
+        rec[i].ptr[0] = grads[i];
+        rec[i].numel = numel[i];
+    }
+    if (st == MP_OK) st = mp_mt_table_build(ctx, rec, n, "cuda gradient list", &g->table);
+    if (st == MP_OK)
+        st = mp_cuda_check(cudaMalloc((void **)&g->scratch, sizeof *g->scratch), "cudaMalloc", "cuda gradient list");
+    free(rec);
+    if (st != MP_OK) {
+        mp_cuda_grads_destroy(g);
+        return st;
+    }
+    *out = g;
+    return MP_OK;
+}
+
+void mp_cuda_grads_destroy(mp_cuda_grads *g) {
+    if (!g) return;
+    mp_mt_table_free(&g->table);
+    if (g->scratch) cudaFree(g->scratch);
+    free(g);
+}
+
+/* GradScaler.unscale_: inv = (float)(1 / (double)scale); no multiply at 1. */
+__global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_table t, mp_cuda_scaler_state *s) {
+    const float scale = s->scale;
+    const float inv = (float)(1.0 / (double)scale);
+    const bool mul = scale != 1.0f;
+    unsigned bad = 0;
+    mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
+        float *g = (float *)ten.ptr[0];
+        float y = g[i];
+        if (mul) {
+            y = MP_FMUL(y, inv);
+            g[i] = y;
+        }
+        bad |= mp_dev_nonfinite(y);
+    });
+    if (__syncthreads_or(bad) && threadIdx.x == 0) s->found_inf = 1;
+}
+
+mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s, const mp_cuda_grads *g) {
+    MP_ASSERT(ctx && s && g);
+    if (g->table.grid == 0) return MP_OK;
+    unscale_check_kernel<<<g->table.grid, MP_MT_THREADS, 0, ctx->stream>>>(g->table, s);
+    return mp_mt_launched("unscale_check_kernel");
+}

@@ -1,0 +1,75 @@
+/* multi_tensor.cuh — multi-tensor apply (as Apex's multi_tensor_apply): one
+ * kernel launch covers many tensors. A table built once, outside the training
+ * step, lives in device memory: per tensor up to MP_MT_SLOTS arrays of the
+ * same length (e.g. param, grad, m, v, low-precision copy) plus flags, and a
+ * list of chunks (tensor, start, len) of at most MP_MT_CHUNK elements. Block
+ * b of a launch walks chunks b, b + gridDim.x, ...; nothing is copied from
+ * the host per launch, so launches are cheap and can be captured into CUDA
+ * graphs. The grid is capped at MP_MT_MAX_BLOCKS so per-block partial
+ * results (the gradient norm) fit a fixed buffer and sum in a fixed order. */
+#ifndef MP_CUDA_MULTI_TENSOR_CUH
+#define MP_CUDA_MULTI_TENSOR_CUH
+
+#include "cuda/cuda_optim.h"
+
+#define MP_MT_SLOTS 5
+#define MP_MT_CHUNK 16384
+#define MP_MT_THREADS 512
+#define MP_MT_MAX_BLOCKS 1024
+
+/* Slot use by the optimizers; gradient lists use slot 0, casts 0 -> 1. */
+enum { MP_MT_PARAM = 0, MP_MT_GRAD = 1, MP_MT_BUF0 = 2, MP_MT_BUF1 = 3, MP_MT_LOW = 4 };
+
+/* flags: the low-precision dtype in the low byte (MP_DTYPE_F32: none),
+ * MP_MT_DECAY when the tensor takes weight decay. */
+#define MP_MT_DTYPE_MASK 0xff
+#define MP_MT_DECAY 0x100
+
+typedef struct {
+    void *ptr[MP_MT_SLOTS];
+    long long numel;
+    int flags;
+    int pad_;
+} mp_mt_tensor;
+
+typedef struct {
+    int tensor;      /* index into the tensor table */
+    int len;         /* 1..MP_MT_CHUNK elements */
+    long long start; /* first element in the tensor */
+} mp_mt_chunk;
+
+/* Passed to kernels by value; the arrays are device memory. */
+typedef struct {
+    const mp_mt_tensor *tensors; // (n_tensors)
+    const mp_mt_chunk *chunks;   // (n_chunks)
+    int n_tensors, n_chunks;
+    unsigned grid;               /* min(n_chunks, MP_MT_MAX_BLOCKS); 0: nothing to launch */
+    void *block;                 /* the one allocation holding both arrays */
+} mp_mt_table;
+
+/* Copies the n host tensor records (numel >= 0; zero-length tensors get no
+ * chunk) and their chunk list to the device; synchronizes ctx->stream (setup
+ * time only). what names the owner in errors. */
+mp_status mp_mt_table_build(mp_cuda_ctx *ctx, const mp_mt_tensor *tensors, int n, const char *what, mp_mt_table *out);
+void mp_mt_table_free(mp_mt_table *t);
+
+/* The launch error of the kernel just launched, as one mp_error line. */
+static inline mp_status mp_mt_launched(const char *kernel) {
+    return mp_cuda_check(cudaGetLastError(), kernel, "multi-tensor launch");
+}
+
+#ifdef __CUDACC__
+/* Calls f(tensor, i) for each element i this thread owns: every chunk of
+ * this block, elements threadIdx.x + k * blockDim.x of the chunk. */
+template <class F>
+__device__ __forceinline__ void mp_mt_for_each(const mp_mt_table &t, F &&f) {
+    for (int c = blockIdx.x; c < t.n_chunks; c += gridDim.x) {
+        const mp_mt_chunk ch = t.chunks[c];
+        const mp_mt_tensor ten = t.tensors[ch.tensor];
+        const long long end = ch.start + ch.len;
+        for (long long i = ch.start + threadIdx.x; i < end; i += blockDim.x) f(ten, i);
+    }
+}
+#endif
+
+#endif

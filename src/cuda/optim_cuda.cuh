@@ -1,0 +1,39 @@
+/* optim_cuda.cuh — the inside of mp_cuda_optim (cuda_optim.h): the
+ * multi-tensor table (param, grad, state buffers, low copy per tensor) and
+ * the device scalars of a step. Each step is two launches: a one-thread
+ * prologue decides skip / step count / learning rate / Adam's bias
+ * corrections on the device, then the multi-tensor update reads them. */
+#ifndef MP_CUDA_OPTIM_CUDA_CUH
+#define MP_CUDA_OPTIM_CUDA_CUH
+
+#include "cuda/multi_tensor.cuh"
+
+/* Written by the prologue, read by the update kernels. */
+typedef struct {
+    int skip;                  /* found_inf was set: nothing changes */
+    float lr;
+    float step_size, bc2_sqrt; /* Adam: lr / (1 - beta1^t), sqrt(1 - beta2^t) */
+    float l2[2];               /* Adam's L2 term, [tensor takes decay] */
+    float decay_mul[2];        /* AdamW's 1 - lr * wd, [tensor takes decay] */
+} mp_step_hyper;
+
+typedef struct {
+    long long steps;           /* steps taken, as mp_optim_step_count */
+    mp_step_hyper hyper;
+} mp_optim_scalars;
+
+struct mp_cuda_optim {
+    mp_optim_opts opts;        /* defaults applied */
+    int n_params, n_bufs;
+    mp_mt_table table;
+    float *state;              /* device: every state buffer */
+    float **bufs;              /* host: n_params * 2 device pointers */
+    mp_optim_scalars *scalars; /* device */
+};
+
+/* The update kernels' launchers (sgd_cuda.cu, adam_cuda.cu), after the
+ * prologue on the same stream. */
+mp_status mp_cuda_sgd_launch(mp_cuda_ctx *ctx, const mp_cuda_optim *o);
+mp_status mp_cuda_adam_launch(mp_cuda_ctx *ctx, const mp_cuda_optim *o);
+
+#endif
