@@ -18,13 +18,19 @@ struct mp_device_plan {
     void **low;         /* per node x MP_MAX_PARAMS: low-precision weight cast or NULL */
     float *input_nchw;  /* device staging of one host batch (f32, NCHW) */
     size_t input_cap;   /* floats */
+    const float *seed_dev;        /* backward seed read from the device (the loss scale), or NULL */
+    bool casts_by_optimizer;      /* the fused optimizer refreshes the low casts */
+    size_t allocated;             /* bytes this plan asked cudaMalloc for */
 };
 
 static const char *node_name(const mp_plan *p, int i) { return p->g->nodes[i].name; }
 
 static mp_status dev_alloc(mp_plan *p, void **ptr, size_t bytes, const char *what) {
     cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 16);
-    if (e == cudaSuccess) return MP_OK;
+    if (e == cudaSuccess) {
+        p->dev->allocated += bytes;
+        return MP_OK;
+    }
     size_t free_b = 0, total_b = 0;
     cudaGetLastError();
     cudaMemGetInfo(&free_b, &total_b);
@@ -134,6 +140,7 @@ void mp_device_bind_params(mp_plan *p, int i) {
 
 mp_status mp_device_forward_begin(mp_plan *p) {
     mp_device_plan *d = p->dev;
+    if (d->casts_by_optimizer) return MP_OK;
     for (int i = 0; i < p->n; i++) {
         const mp_gnode *nd = &p->g->nodes[i];
         for (int k = 0; k < nd->n_params; k++) {
@@ -201,6 +208,12 @@ mp_status mp_device_zero_unreached_grads(mp_plan *p) {
 }
 
 mp_status mp_device_set_loss_seed(mp_plan *p, int node, float seed) {
+    if (p->dev->seed_dev) {
+        MP_CUDA_TRY(cudaMemcpyAsync(p->nodes[node].call.d_out.data, p->dev->seed_dev, sizeof(float),
+                                    cudaMemcpyDeviceToDevice, p->dev->ctx->stream),
+                    node_name(p, node));
+        return MP_OK;
+    }
     MP_CUDA_TRY(cudaMemcpyAsync(p->nodes[node].call.d_out.data, &seed, sizeof seed, cudaMemcpyHostToDevice,
                                 p->dev->ctx->stream),
                 node_name(p, node));
@@ -271,3 +284,22 @@ mp_status mp_device_synchronize(mp_plan *p) {
     MP_CUDA_TRY(cudaStreamSynchronize(p->dev->ctx->stream), "synchronize");
     return MP_OK;
 }
+
+/* ---- for the device training step (cuda_step.c) ------------------------- */
+
+mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : NULL; }
+float *mp_cuda_plan_param(const mp_plan *p, int k) { return p->dev->param[k]; }
+float *mp_cuda_plan_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
+size_t mp_cuda_plan_allocated(const mp_plan *p) { return p->dev ? p->dev->allocated : 0; }
+
+/* The low cast of graph parameter k (its first user's), or NULL. */
+void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype) {
+    const mp_gparam *gp = &p->g->params[k];
+    const mp_gnode *nd = &p->g->nodes[gp->node];
+    void *low = p->dev->low[gp->node * MP_MAX_PARAMS + (k - nd->first_param)];
+    *dtype = nd->compute_dtype;
+    return low;
+}
+
+void mp_cuda_plan_seed_from_device(mp_plan *p, const float *seed_dev) { p->dev->seed_dev = seed_dev; }
+void mp_cuda_plan_casts_by_optimizer(mp_plan *p, bool on) { p->dev->casts_by_optimizer = on; }

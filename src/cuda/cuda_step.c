@@ -1,0 +1,161 @@
+/* cuda_step.c — the GPU training step of cuda_step.h: built once from a
+ * CUDA plan (optimizer and scaler state on the device), queued directly for
+ * the first step and captured into a CUDA graph that later steps replay. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_step.h"
+#include "graph/device.h"
+#include "graph/plan.h"
+
+struct mp_cuda_step {
+    mp_plan *p;
+    mp_cuda_step_opts o;
+    mp_cuda_ctx *ctx;
+    mp_cuda_grads *grads;
+    mp_cuda_optim *opt;
+    mp_cuda_scaler_state *scaler;   /* NULL without loss scaling */
+    float *one;                     /* device 1.0f: the seed without scaling */
+    float *lr;                      /* device learning rate, written before each replay */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    int steps;
+};
+
+size_t mp_cuda_used_bytes(void) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return total_b - free_b;
+}
+
+mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_step **out) {
+    *out = NULL;
+    if (!p || !p->dev || !p->o.training)
+        return mp_error(MP_ERR_INVALID_ARG, "cuda step: needs a training plan on a CUDA device");
+    mp_cuda_step *s = calloc(1, sizeof *s);
+    if (!s) return mp_error(MP_ERR_NOMEM, "cuda step: out of memory");
+    s->p = p;
+    s->o = *o;
+    s->ctx = mp_cuda_plan_ctx(p);
+    mp_graph *g = p->g;
+    int n = 0;
+    for (int k = 0; k < g->n_params; k++) n += g->params[k].spec.trainable;
+    float **gp = calloc((size_t)n + 1, sizeof *gp);
+    int64_t *numel = calloc((size_t)n + 1, sizeof *numel);
+    mp_cuda_param_ref *refs = calloc((size_t)n + 1, sizeof *refs);
+    mp_status st = gp && numel && refs ? MP_OK : mp_error(MP_ERR_NOMEM, "cuda step: out of memory");
+    int j = 0;
+    for (int k = 0; st == MP_OK && k < g->n_params; k++) {
+        const mp_gparam *par = &g->params[k];
+        if (!par->spec.trainable) continue;
+        mp_dtype low_dtype = MP_DTYPE_F32;
+        void *low = mp_cuda_plan_low(p, k, &low_dtype);
+        gp[j] = mp_cuda_plan_grad(p, k);
+        numel[j] = mp_shape_numel(&par->spec.shape);
+        refs[j] = (mp_cuda_param_ref){.param = mp_cuda_plan_param(p, k), .grad = gp[j], .low = low,
+                                      .low_dtype = low ? low_dtype : MP_DTYPE_F32, .n = numel[j],
+                                      .decay = !strcmp(par->spec.name, "weight") &&
+                                               g->nodes[par->node].desc.kind != MP_OP_BATCHNORM2D,
+                                      .name = par->name};
+        j++;
+    }
+    if (st == MP_OK) st = mp_cuda_grads_create(s->ctx, gp, numel, n, &s->grads);
+    if (st == MP_OK) st = mp_cuda_optim_create(s->ctx, o->optim, refs, n, &s->opt);
+    free(gp);
+    free(numel);
+    free(refs);
+    if (st == MP_OK && o->loss_scaling) {
+        mp_scaler host;
+        st = mp_scaler_init(&host, o->scaler);
+        if (st == MP_OK) st = mp_cuda_scaler_create(s->ctx, &host, &s->scaler);
+    }
+    if (st == MP_OK) st = mp_cuda_check(cudaMalloc((void **)&s->one, 2 * sizeof(float)), "cudaMalloc", "cuda step");
+    if (st == MP_OK) {
+        s->lr = s->one + 1;
+        st = mp_cuda_set_f32(s->ctx, s->one, 1.0f);
+    }
+    if (st != MP_OK) {
+        mp_cuda_step_destroy(s);
+        return st;
+    }
+    /* the optimizer refreshes the low-precision casts after each update; the
+     * forward reads them as they are, so cast once now */
+    st = mp_device_forward_begin(p);
+    mp_cuda_plan_casts_by_optimizer(p, true);
+    mp_cuda_plan_seed_from_device(p, s->scaler ? &s->scaler->scale : s->one);
+    if (st != MP_OK) {
+        mp_cuda_step_destroy(s);
+        return st;
+    }
+    *out = s;
+    return MP_OK;
+}
+
+void mp_cuda_step_destroy(mp_cuda_step *s) {
+    if (!s) return;
+    if (s->ctx) cudaStreamSynchronize(s->ctx->stream);
+    if (s->exec) cudaGraphExecDestroy(s->exec);
+    if (s->graph) cudaGraphDestroy(s->graph);
+    mp_cuda_grads_destroy(s->grads);
+    mp_cuda_optim_destroy(s->opt);
+    mp_cuda_scaler_destroy(s->scaler);
+    cudaFree(s->one);
+    if (s->p && s->p->dev) {
+        mp_cuda_plan_casts_by_optimizer(s->p, false);
+        mp_cuda_plan_seed_from_device(s->p, NULL);
+    }
+    free(s);
+}
+
+/* The step's work in stream order (what the graph captures). */
+static mp_status enqueue_step(mp_cuda_step *s) {
+    mp_plan *p = s->p;
+    for (int k = 0; k < p->g->n_params; k++) p->g->params[k].grad_fresh = true; /* backward overwrites */
+    MP_TRY(mp_plan_forward(p));
+    MP_TRY(mp_plan_backward(p, 1.0f)); /* the seed comes from the device (scale or 1) */
+    if (s->scaler) MP_TRY(mp_cuda_unscale_check(s->ctx, s->scaler, s->grads));
+    if (s->o.clip_value > 0) MP_TRY(mp_cuda_clip_by_value(s->ctx, s->grads, s->o.clip_value));
+    if (s->o.clip_norm > 0) MP_TRY(mp_cuda_clip_by_norm(s->ctx, s->grads, s->o.clip_norm, NULL));
+    mp_cuda_step_args a = {.lr_device = s->lr, .found_inf = s->scaler ? &s->scaler->found_inf : NULL};
+    MP_TRY(mp_cuda_optim_step(s->ctx, s->opt, &a));
+    if (s->scaler) MP_TRY(mp_cuda_scaler_update(s->ctx, s->scaler));
+    return MP_OK;
+}
+
+static mp_status capture(mp_cuda_step *s) {
+    MP_CUDA_TRY(cudaStreamBeginCapture(s->ctx->stream, cudaStreamCaptureModeThreadLocal), "CUDA graph capture");
+    mp_status st = enqueue_step(s);
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(s->ctx->stream, &graph);
+    if (st != MP_OK) {
+        if (graph) cudaGraphDestroy(graph);
+        return st;
+    }
+    MP_CUDA_TRY(e, "CUDA graph capture of the training step");
+    s->graph = graph;
+    MP_CUDA_TRY(cudaGraphInstantiate(&s->exec, graph, 0), "CUDA graph instantiation");
+    return MP_OK;
+}
+
+mp_status mp_cuda_step_run(mp_cuda_step *s, float lr) {
+    if (!(lr >= 0) || lr > 1e30f) return mp_error(MP_ERR_INVALID_ARG, "cuda step: learning rate %g", (double)lr);
+    MP_TRY(mp_cuda_set_f32(s->ctx, s->lr, lr));
+    if (s->o.no_graph || s->steps == 0) { /* the first step also warms up cuDNN/cuBLASLt */
+        MP_TRY(enqueue_step(s));
+    } else {
+        if (!s->exec) MP_TRY(capture(s));
+        MP_CUDA_TRY(cudaGraphLaunch(s->exec, s->ctx->stream), "CUDA graph launch of the training step");
+        s->p->step++; /* as mp_plan_forward counts queued steps */
+    }
+    s->steps++;
+    return MP_OK;
+}
+
+mp_status mp_cuda_step_loss(mp_cuda_step *s, mp_node loss, float *value) {
+    return mp_plan_read(s->p, loss, value, 1);
+}
+
+mp_status mp_cuda_step_scaler(mp_cuda_step *s, mp_scaler *host) {
+    if (!s->scaler) return mp_error(MP_ERR_INVALID_ARG, "cuda step: no loss scaling in this run");
+    return mp_cuda_scaler_download(s->ctx, s->scaler, host);
+}

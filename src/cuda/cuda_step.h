@@ -1,0 +1,56 @@
+/* cuda_step.h — one whole training step on the GPU, queued without a single
+ * host synchronization and, after the first step, replayed from a CUDA graph
+ * captured once per plan (one plan = one input shape):
+ *   forward -> backward of (loss * scale, the scale read on the device)
+ *   -> fused unscale + inf/NaN check -> optional clipping -> fused optimizer
+ *   over fp32 masters (skips itself on found-inf) refreshing the f16/bf16
+ *   weight casts -> loss-scale update on the device.
+ * The batch is given with mp_plan_set_input/_set_labels before each step
+ * (copied and converted outside the graph). The loss and the scaler state
+ * are read back only when asked (those calls synchronize). */
+#ifndef MP_CUDA_CUDA_STEP_H
+#define MP_CUDA_CUDA_STEP_H
+
+#include "cuda/cuda_optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    mp_optim_opts optim;
+    bool loss_scaling;      /* dynamic or static per scaler.dynamic */
+    mp_scaler_opts scaler;
+    float clip_norm;        /* 0: off */
+    float clip_value;       /* 0: off */
+    bool no_graph;          /* queue the kernels every step instead of replaying a CUDA graph */
+} mp_cuda_step_opts;
+
+typedef struct mp_cuda_step mp_cuda_step;
+
+/* p: a training plan on a CUDA device, the graph's parameters uploaded. */
+mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_step **out);
+void mp_cuda_step_destroy(mp_cuda_step *s);
+/* Queue one step with learning rate lr (no host synchronization). */
+mp_status mp_cuda_step_run(mp_cuda_step *s, float lr);
+/* The last step's loss (unscaled), synchronizing. */
+mp_status mp_cuda_step_loss(mp_cuda_step *s, mp_node loss, float *value);
+/* The scaler's state into host (synchronizing). */
+mp_status mp_cuda_step_scaler(mp_cuda_step *s, mp_scaler *host);
+/* Device memory in use on the current device (cudaMemGetInfo: total - free),
+ * for peak-memory reports as differences around a run. */
+size_t mp_cuda_used_bytes(void);
+
+/* Accessors of a CUDA plan (cuda_plan.c). */
+mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p);
+float *mp_cuda_plan_param(const mp_plan *p, int k);
+float *mp_cuda_plan_grad(const mp_plan *p, int k);
+void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype);
+size_t mp_cuda_plan_allocated(const mp_plan *p);
+void mp_cuda_plan_seed_from_device(mp_plan *p, const float *seed_dev);
+void mp_cuda_plan_casts_by_optimizer(mp_plan *p, bool on);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
