@@ -1,0 +1,158 @@
+/* gpu_train_step.c — training-step throughput on one GPU: for each model,
+ * batch size and precision policy, a plan on cuda:N with the whole step
+ * (forward, backward, unscale/check, SGD, scaler update) replayed from a
+ * CUDA graph; synthetic CIFAR-shaped data (3x32x32, 10 classes) kept on the
+ * device. Prints one table row per cell: ms/step (median of per-step CUDA
+ * event times), images/s, device memory used by the run (cudaMemGetInfo
+ * difference, library workspaces included), TFLOP/s and its share of the
+ * bf16 GEMM rate given with --gemm-tflops (measured in the same device call).
+ * Built only with the CUDA backend. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "core/rng.h"
+#include "cuda/cuda_step.h"
+#include "models/models.h"
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    double ms, images_per_s, device_mib, tflops;
+    float loss0, loss1;
+} cell_result;
+
+static int run_cell(const char *model, mp_precision prec, int batch, int steps, int device, cell_result *r) {
+    memset(r, 0, sizeof *r);
+    cudaSetDevice(device);
+    cudaFree(0);
+    size_t before = mp_cuda_used_bytes();
+    mp_model m;
+    if (mp_model_build(model, 3, 32, 32, 10, &m) != MP_OK ||
+        mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = prec}) != MP_OK) {
+        fprintf(stderr, "gpu_train_step: %s\n", mp_last_error());
+        return -1;
+    }
+    mp_graph_init_params(m.g, 1);
+    mp_plan *plan = NULL;
+    mp_cuda_step *step = NULL;
+    bool scaling = prec == MP_PRECISION_AMP_FP16 || prec == MP_PRECISION_O2_FP16;
+    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f},
+                            .loss_scaling = scaling,
+                            .scaler = {.dynamic = true}};
+    mp_status s = mp_plan_create(m.g,
+                                 (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
+                                                .device = {MP_DEVICE_CUDA, device}},
+                                 &plan);
+    if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
+    float *x = NULL;
+    int32_t *y = NULL;
+    size_t in_n = plan ? mp_plan_numel(plan, m.input) : 0;
+    if (s == MP_OK) {
+        x = malloc(in_n * sizeof *x);
+        y = malloc((size_t)batch * sizeof *y);
+        mp_rng rng;
+        mp_rng_seed(&rng, 3);
+        for (size_t i = 0; i < in_n; i++) x[i] = (float)mp_rng_normal(&rng);
+        for (int i = 0; i < batch; i++) y[i] = (int32_t)mp_rng_below(&rng, 10);
+        s = mp_plan_set_input(plan, m.input, x, in_n);
+        if (s == MP_OK) s = mp_plan_set_labels(plan, m.labels, y, (size_t)batch);
+    }
+    float *t = calloc((size_t)steps, sizeof *t);
+    cudaEvent_t *ev = calloc((size_t)steps + 1, sizeof *ev);
+    cudaStream_t stream = s == MP_OK ? mp_cuda_plan_ctx(plan)->stream : 0;
+    for (int i = 0; s == MP_OK && i <= steps; i++) cudaEventCreate(&ev[i]);
+    for (int i = 0; s == MP_OK && i < 3; i++) s = mp_cuda_step_run(step, 0.01f); /* warm-up, graph capture */
+    if (s == MP_OK) s = mp_cuda_step_loss(step, m.loss, &r->loss0);
+    for (int i = 0; s == MP_OK && i < steps; i++) {
+        cudaEventRecord(ev[i], stream);
+        s = mp_cuda_step_run(step, 0.01f);
+    }
+    if (s == MP_OK) {
+        cudaEventRecord(ev[steps], stream);
+        cudaEventSynchronize(ev[steps]);
+        for (int i = 0; i < steps; i++) cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]);
+        s = mp_cuda_step_loss(step, m.loss, &r->loss1);
+    }
+    if (s == MP_OK) {
+        qsort(t, (size_t)steps, sizeof *t, cmp_float);
+        r->ms = t[steps / 2];
+        r->images_per_s = batch / (r->ms / 1e3);
+        size_t after = mp_cuda_used_bytes();
+        r->device_mib = after > before ? (double)(after - before) / (1 << 20) : 0;
+        r->tflops = mp_graph_flops(m.g, batch, true) / (r->ms / 1e3) / 1e12;
+    } else {
+        fprintf(stderr, "gpu_train_step: %s %s batch %d: %s\n", model, mp_precision_name(prec), batch, mp_last_error());
+    }
+    for (int i = 0; ev && i <= steps; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    free(ev);
+    free(t);
+    free(x);
+    free(y);
+    mp_cuda_step_destroy(step);
+    mp_plan_destroy(plan);
+    mp_model_free(&m);
+    return s == MP_OK ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    const char *models = "cnn10,resnet18", *precisions = "fp32,tf32,amp-fp16,amp-bf16,o2-fp16,fp16",
+               *batches = "128,512,2048";
+    int steps = 20, device = 0;
+    double gemm_tflops = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
+        else if (!strcmp(argv[i], "--precisions") && i + 1 < argc) precisions = argv[++i];
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) batches = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gemm-tflops") && i + 1 < argc) gemm_tflops = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: gpu_train_step [--models a,b] [--precisions p,q] [--batches 128,512] [--steps N] "
+                            "[--device N] [--gemm-tflops X]\n");
+            return !strcmp(argv[i], "--help") ? 0 : 2;
+        }
+    }
+    if (steps < 1) {
+        fprintf(stderr, "gpu_train_step: --steps must be positive\n");
+        return 2;
+    }
+    printf("| model | precision | batch | ms/step | images/s | device MiB | TFLOP/s | share of bf16 GEMM | loss first -> last |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    int failures = 0;
+    char mlist[256];
+    snprintf(mlist, sizeof mlist, "%s", models);
+    for (char *ms = NULL, *model = strtok_r(mlist, ",", &ms); model; model = strtok_r(NULL, ",", &ms)) {
+        char blist[256];
+        snprintf(blist, sizeof blist, "%s", batches);
+        for (char *bs = NULL, *b = strtok_r(blist, ",", &bs); b; b = strtok_r(NULL, ",", &bs)) {
+            char plist[256];
+            snprintf(plist, sizeof plist, "%s", precisions);
+            for (char *ps = NULL, *pn = strtok_r(plist, ",", &ps); pn; pn = strtok_r(NULL, ",", &ps)) {
+                mp_precision prec;
+                if (mp_precision_parse(pn, &prec) != MP_OK) {
+                    fprintf(stderr, "gpu_train_step: %s\n", mp_last_error());
+                    return 2;
+                }
+                cell_result r;
+                if (run_cell(model, prec, atoi(b), steps, device, &r)) {
+                    printf("| %s | %s | %s | failed | | | | | |\n", model, pn, b);
+                    failures++;
+                    continue;
+                }
+                char share[32] = "-";
+                if (gemm_tflops > 0) snprintf(share, sizeof share, "%.1f%%", 100 * r.tflops / gemm_tflops);
+                printf("| %s | %s | %s | %.2f | %.0f | %.0f | %.1f | %s | %.3f -> %.3f |\n", model, pn, b, r.ms,
+                       r.images_per_s, r.device_mib, r.tflops, share, r.loss0, r.loss1);
+                fflush(stdout);
+            }
+        }
+    }
+    return failures ? 1 : 0;
+}
