@@ -1,0 +1,220 @@
+/* test_cuda_plan.c — whole networks on the GPU against the CPU oracle:
+ *  1. one forward/backward of the same model, parameters and batch on a CPU
+ *     plan and a CUDA plan: the loss and every parameter gradient agree
+ *     (||gpu - cpu|| / ||cpu|| within the policy's tolerance);
+ *  2. a short training run per policy (SGD, momentum 0.9, a fixed sequence of
+ *     batches; the GPU step replayed from its CUDA graph, loss scaling for
+ *     amp-fp16 on both sides) whose loss curve follows the CPU's.
+ * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "check.h"
+#include "core/rng.h"
+#include "cuda/cuda_step.h"
+#include "graph/plan.h"
+#include "models/models.h"
+#include "optim/optim.h"
+
+enum { B = 16, STEPS = 12 };
+
+typedef struct {
+    const char *model;
+    int c, h, w;
+} model_case;
+
+static double tolerance(mp_precision p) {
+    switch (p) {
+    case MP_PRECISION_FP32: return 1e-4; /* the op bar is 1e-5; a network sums many orders */
+    case MP_PRECISION_TF32: return 2e-2;
+    default: return 5e-2;
+    }
+}
+
+static void make_batch(mp_rng *r, float *x, size_t n, int32_t *y) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)mp_rng_normal(r);
+    for (int i = 0; i < B; i++) y[i] = (int32_t)mp_rng_below(r, 10);
+}
+
+static mp_model build(const model_case *mc, mp_precision prec) {
+    mp_model m;
+    MP_ASSERT(mp_model_build(mc->model, mc->c, mc->h, mc->w, 10, &m) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(m.g, 5);
+    return m;
+}
+
+/* ||a - b|| / ||b|| over all trainable gradients of two graphs. */
+static double grad_rel(const mp_graph *a, const mp_graph *b) {
+    double d2 = 0, r2 = 0;
+    for (int k = 0; k < b->n_params; k++) {
+        if (!b->params[k].spec.trainable) continue;
+        for (int64_t i = 0; i < mp_shape_numel(&b->params[k].spec.shape); i++) {
+            double d = (double)a->params[k].grad[i] - b->params[k].grad[i];
+            d2 += d * d;
+            r2 += (double)b->params[k].grad[i] * b->params[k].grad[i];
+        }
+    }
+    return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
+}
+
+static void one_step_gradients(const model_case *mc, mp_precision prec) {
+    mp_model cpu = build(mc, prec), gpu = build(mc, prec);
+    mp_plan *pc = NULL, *pg = NULL;
+    MP_ASSERT(mp_plan_create(cpu.g, (mp_plan_opts){.batch = B, .training = true, .loss = cpu.loss, .use_onednn = true},
+                             &pc) == MP_OK);
+    mp_status s = mp_plan_create(gpu.g, (mp_plan_opts){.batch = B, .training = true, .loss = gpu.loss,
+                                                       .device = {MP_DEVICE_CUDA, 0}},
+                                 &pg);
+    CHECK(s == MP_OK, "%s %s: GPU plan: %s", mc->model, mp_precision_name(prec), mp_last_error());
+    if (s != MP_OK) return;
+    size_t n = mp_plan_numel(pc, cpu.input);
+    float *x = malloc(n * sizeof *x);
+    int32_t y[B];
+    mp_rng r;
+    mp_rng_seed(&r, 9);
+    make_batch(&r, x, n, y);
+    float lc = 0, lg = 0;
+    mp_plan_set_input(pc, cpu.input, x, n);
+    mp_plan_set_labels(pc, cpu.labels, y, B);
+    MP_ASSERT(mp_plan_forward(pc) == MP_OK && mp_plan_read(pc, cpu.loss, &lc, 1) == MP_OK);
+    mp_graph_zero_grad(cpu.g);
+    MP_ASSERT(mp_plan_backward(pc, 1.0f) == MP_OK);
+    s = mp_plan_set_input(pg, gpu.input, x, n);
+    if (s == MP_OK) s = mp_plan_set_labels(pg, gpu.labels, y, B);
+    if (s == MP_OK) s = mp_plan_forward(pg);
+    if (s == MP_OK) s = mp_plan_read(pg, gpu.loss, &lg, 1);
+    mp_graph_zero_grad(gpu.g);
+    if (s == MP_OK) s = mp_plan_backward(pg, 1.0f);
+    if (s == MP_OK) s = mp_plan_sync_params(pg, true);
+    CHECK(s == MP_OK, "%s %s: GPU step: %s", mc->model, mp_precision_name(prec), mp_last_error());
+    if (s == MP_OK) {
+        double rel = grad_rel(gpu.g, cpu.g), tol = tolerance(prec);
+        printf("%-8s %-9s one step: loss cpu %.6f gpu %.6f, gradients rel. diff %.2e (tolerance %.0e)\n", mc->model,
+               mp_precision_name(prec), lc, lg, rel, tol);
+        CHECK(fabsf(lg - lc) <= tol * fabsf(lc) + 1e-6f, "%s %s: loss %g vs %g", mc->model, mp_precision_name(prec), lg,
+              lc);
+        CHECK(rel <= tol, "%s %s: gradients differ by %g", mc->model, mp_precision_name(prec), rel);
+    }
+    free(x);
+    mp_plan_destroy(pc);
+    mp_plan_destroy(pg);
+    mp_model_free(&cpu);
+    mp_model_free(&gpu);
+}
+
+/* CPU: the same step the GPU graph runs (scaled backward, unscale/check,
+ * SGD unless found_inf, scaler update). */
+static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, float *curve) {
+    mp_model m = build(mc, prec);
+    mp_plan *p = NULL;
+    MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss, .use_onednn = true},
+                             &p) == MP_OK);
+    mp_graph *g = m.g;
+    mp_param_ref refs[256];
+    float *grads[256];
+    int64_t sizes[256];
+    int n = 0;
+    for (int k = 0; k < g->n_params && n < 256; k++) {
+        mp_gparam *gp = &g->params[k];
+        if (!gp->spec.trainable) continue;
+        sizes[n] = mp_shape_numel(&gp->spec.shape);
+        grads[n] = gp->grad;
+        refs[n++] = (mp_param_ref){gp->data, gp->grad, sizes[n - 1],
+                                   !strcmp(gp->spec.name, "weight") && g->nodes[gp->node].desc.kind != MP_OP_BATCHNORM2D,
+                                   gp->name};
+    }
+    mp_optim *opt = NULL;
+    MP_ASSERT(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt) == MP_OK);
+    mp_scaler sc;
+    mp_scaler_init(&sc, (mp_scaler_opts){.dynamic = true});
+    size_t in = mp_plan_numel(p, m.input);
+    float *x = malloc(in * sizeof *x);
+    int32_t y[B];
+    mp_rng r;
+    mp_rng_seed(&r, 21);
+    for (int s = 0; s < STEPS; s++) {
+        make_batch(&r, x, in, y);
+        mp_plan_set_input(p, m.input, x, in);
+        mp_plan_set_labels(p, m.labels, y, B);
+        MP_ASSERT(mp_plan_forward(p) == MP_OK);
+        mp_plan_read(p, m.loss, &curve[s], 1);
+        mp_graph_zero_grad(g);
+        MP_ASSERT(mp_plan_backward(p, scaling ? mp_scaler_scale(&sc) : 1.0f) == MP_OK);
+        bool skip = false;
+        if (scaling) {
+            mp_scaler_unscale_check(&sc, grads, sizes, n);
+            skip = mp_scaler_found_inf(&sc);
+        }
+        if (!skip) mp_optim_step(opt, 0.02f);
+        if (scaling) mp_scaler_update(&sc);
+    }
+    free(x);
+    mp_optim_destroy(opt);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+    return curve[STEPS - 1];
+}
+
+static void training_curve(const model_case *mc, mp_precision prec) {
+    bool scaling = prec == MP_PRECISION_AMP_FP16 || prec == MP_PRECISION_O2_FP16;
+    float cpu[STEPS], gpu[STEPS];
+    cpu_curve(mc, prec, scaling, cpu);
+    mp_model m = build(mc, prec);
+    mp_plan *p = NULL;
+    mp_cuda_step *st = NULL;
+    mp_status s = mp_plan_create(
+        m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss, .device = {MP_DEVICE_CUDA, 0}}, &p);
+    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
+                            .scaler = {.dynamic = true}};
+    if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
+    size_t in = p ? mp_plan_numel(p, m.input) : 0;
+    float *x = malloc((in ? in : 1) * sizeof *x);
+    int32_t y[B];
+    mp_rng r;
+    mp_rng_seed(&r, 21);
+    for (int k = 0; s == MP_OK && k < STEPS; k++) {
+        make_batch(&r, x, in, y);
+        s = mp_plan_set_input(p, m.input, x, in);
+        if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y, B);
+        if (s == MP_OK) s = mp_cuda_step_run(st, 0.02f);
+        if (s == MP_OK) s = mp_cuda_step_loss(st, m.loss, &gpu[k]);
+    }
+    CHECK(s == MP_OK, "%s %s: GPU training: %s", mc->model, mp_precision_name(prec), mp_last_error());
+    if (s == MP_OK) {
+        double worst = 0;
+        for (int k = 0; k < STEPS; k++) {
+            double d = fabs((double)gpu[k] - cpu[k]) / fmax(fabs((double)cpu[k]), 1e-3);
+            if (d > worst) worst = d;
+        }
+        double tol = prec == MP_PRECISION_FP32 ? 1e-3 : 5e-2;
+        printf("%-8s %-9s %d steps: loss cpu %.4f -> %.4f, gpu %.4f -> %.4f, worst rel. diff %.2e (tolerance %.0e)\n",
+               mc->model, mp_precision_name(prec), STEPS, cpu[0], cpu[STEPS - 1], gpu[0], gpu[STEPS - 1], worst, tol);
+        CHECK(worst <= tol, "%s %s: the GPU loss curve leaves the CPU's (%g)", mc->model, mp_precision_name(prec), worst);
+        CHECK(gpu[STEPS - 1] < gpu[0], "%s %s: the loss must go down (%g -> %g)", mc->model, mp_precision_name(prec),
+              gpu[0], gpu[STEPS - 1]);
+    }
+    free(x);
+    mp_cuda_step_destroy(st);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
+int main(void) {
+    if (mp_cuda_device_count() < 1) {
+        fprintf(stderr, "test_cuda_plan: no CUDA device: %s\n", mp_cuda_device_list());
+        return 2;
+    }
+    const model_case models[] = {{"small", 1, 28, 28}, {"cnn10", 3, 32, 32}, {"resnet18", 3, 32, 32}};
+    const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_TF32, MP_PRECISION_AMP_FP16,
+                                  MP_PRECISION_AMP_BF16, MP_PRECISION_O2_FP16, MP_PRECISION_O2_BF16,
+                                  MP_PRECISION_FP16, MP_PRECISION_BF16};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        for (size_t j = 0; j < sizeof precs / sizeof precs[0]; j++) one_step_gradients(&models[i], precs[j]);
+    for (size_t i = 0; i < 2; i++)
+        for (size_t j = 0; j < 4; j++) training_curve(&models[i], precs[j]);
+    return test_summary("test_cuda_plan");
+}
