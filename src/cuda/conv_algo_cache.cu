@@ -7,7 +7,8 @@
  * allocated here and freed after (like PyTorch's cudnn.benchmark), with a
  * workspace of at most min(1 GiB, free memory / 8); when the scratch cannot be
  * allocated, or MP_CUDNN_FIND=0, cuDNN's heuristics (cudnnGet*_v7) choose.
- * The fastest successful algorithm wins. For f32 without TF32 the math type
+ * The fastest algorithm wins, or one within 5% of it that needs less
+ * workspace. For f32 without TF32 the math type
  * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
  * otherwise the descriptor takes the math type the algorithm was timed with. */
 #include <pthread.h>
@@ -57,16 +58,28 @@ static void cache_put(const algo_key *k, const mp_conv_algo *a) {
     pthread_mutex_unlock(&cache_lock);
 }
 
-/* The first (fastest) result that ran and fits the workspace cap. */
-template <typename Perf> static bool pick(const Perf *r, int n, size_t cap, mp_conv_algo *out) {
-    for (int i = 0; i < n; i++)
-        if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= cap) {
-            out->algo = (int)r[i].algo;
-            out->math = r[i].mathType;
-            out->workspace = r[i].memory;
-            return true;
+/* Results come sorted best first. Heuristics (timed = false): the first that
+ * fits the workspace cap. Find (timed): of the results within 5% of the
+ * fastest, the one with the least workspace (the shared workspace is part of
+ * every step's peak memory). */
+template <typename Perf> static bool pick(const Perf *r, int n, size_t cap, bool timed, mp_conv_algo *out) {
+    int best = -1;
+    float fastest = 0.f;
+    for (int i = 0; i < n; i++) {
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > cap) continue;
+        if (best < 0) {
+            best = i;
+            fastest = r[i].time;
+            if (!timed) break;
+        } else if (r[i].time <= 1.05f * fastest && r[i].memory < r[best].memory) {
+            best = i;
         }
-    return false;
+    }
+    if (best < 0) return false;
+    out->algo = (int)r[best].algo;
+    out->math = r[best].mathType;
+    out->workspace = r[best].memory;
+    return true;
 }
 
 static size_t workspace_cap(void) {
@@ -134,17 +147,17 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
             cudnnConvolutionFwdAlgoPerf_t p[MAXR];
             r = cudnnFindConvolutionForwardAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->w_desc, s.w, cv, st->y_desc,
                                                        s.y, MAXR, &n, p, s.ws, s.ws_bytes);
-            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, out);
+            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, true, out);
         } else if (pass == MP_CONV_BWD_DATA) {
             cudnnConvolutionBwdDataAlgoPerf_t p[MAXR];
             r = cudnnFindConvolutionBackwardDataAlgorithmEx(ctx->cudnn, st->w_desc, s.w, st->y_desc, s.y, cv,
                                                             st->x_desc, s.x, MAXR, &n, p, s.ws, s.ws_bytes);
-            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, out);
+            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, true, out);
         } else {
             cudnnConvolutionBwdFilterAlgoPerf_t p[MAXR];
             r = cudnnFindConvolutionBackwardFilterAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->y_desc, s.y, cv,
                                                               st->w_desc, s.w, MAXR, &n, p, s.ws, s.ws_bytes);
-            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, out);
+            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, true, out);
         }
         scratch_free(&s);
     }
@@ -154,19 +167,19 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
         MP_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(ctx->cudnn, st->x_desc, st->w_desc, cv, st->y_desc, MAXR,
                                                             &n, p),
                      what);
-        ok = pick(p, n, cap, out);
+        ok = pick(p, n, cap, false, out);
     } else if (pass == MP_CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t p[MAXR];
         MP_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx->cudnn, st->w_desc, st->y_desc, cv, st->x_desc,
                                                                  MAXR, &n, p),
                      what);
-        ok = pick(p, n, cap, out);
+        ok = pick(p, n, cap, false, out);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t p[MAXR];
         MP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx->cudnn, st->x_desc, st->y_desc, cv, st->w_desc,
                                                                    MAXR, &n, p),
                      what);
-        ok = pick(p, n, cap, out);
+        ok = pick(p, n, cap, false, out);
     }
     if (!ok)
         return mp_error(MP_ERR_UNSUPPORTED, "%s: cuDNN has no algorithm for this convolution pass (%d candidates)",

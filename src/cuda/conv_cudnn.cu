@@ -111,11 +111,12 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
     st->math = cd != MP_DTYPE_F32 ? CUDNN_TENSOR_OP_MATH : cfg->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     describe(st->what_fwd, sizeof st->what_fwd, d, info, cfg, "forward");
     describe(st->what_bwd, sizeof st->what_bwd, d, info, cfg, "backward");
+    const bool conv = d->kind == MP_OP_CONV2D;
+    const mp_conv_pass op_fwd = conv ? MP_CONV_FWD : MP_CONV_BWD_DATA, op_bwd = conv ? MP_CONV_BWD_DATA : MP_CONV_FWD;
     mp_status s = create_descriptors(st, need, d, st->what_fwd);
     for (int p = 0; p < MP_CONV_NPASS && s == MP_OK; p++)
         if (need[p]) {
-            s = mp_conv_algo_choose(ctx, st, (mp_conv_pass)p, p == MP_CONV_FWD || !st->training ? st->what_fwd
-                                                                                              : st->what_bwd);
+            s = mp_conv_algo_choose(ctx, st, (mp_conv_pass)p, p == op_fwd ? st->what_fwd : st->what_bwd);
             st->has[p] = s == MP_OK;
         }
     const mp_conv_geom *g = &st->g;
@@ -130,8 +131,6 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
     const long long in_n = mp_shape_numel(&info->in[0]), out_n = mp_shape_numel(&info->out);
     st->in_cast_bytes = cfg->in_dtype[0] != cd ? mp_cuda_lib_bytes(cd, in_n) : 0;
     st->out_cast_bytes = cfg->storage != cd ? mp_cuda_lib_bytes(cd, out_n) : 0;
-    const bool conv = d->kind == MP_OP_CONV2D;
-    const mp_conv_pass op_fwd = conv ? MP_CONV_FWD : MP_CONV_BWD_DATA, op_bwd = conv ? MP_CONV_BWD_DATA : MP_CONV_FWD;
     size_t fwd = st->in_cast_bytes + st->out_cast_bytes + st->algo[op_fwd].workspace;
     size_t bwd = 0;
     if (st->training) {
