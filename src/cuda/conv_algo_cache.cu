@@ -1,0 +1,227 @@
+/* conv_algo_cache.cu — cuDNN algorithm choice for one convolution pass,
+ * searched once per (device, pass, conv-view geometry, dtype, math type) and
+ * kept in a process-wide table, so equal layers (and plans rebuilt for the
+ * same shapes) search once.
+ *
+ * Search: cudnnFind*AlgorithmEx times every algorithm on scratch buffers
+ * allocated here and freed after (like PyTorch's cudnn.benchmark), with a
+ * workspace of at most min(1 GiB, free memory / 8); when the scratch cannot be
+ * allocated, or MP_CUDNN_FIND=0, cuDNN's heuristics (cudnnGet*_v7) choose.
+ * The fastest algorithm wins, or one within 5% of it that needs less
+ * workspace. For f32 without TF32 the math type
+ * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
+ * otherwise the descriptor takes the math type the algorithm was timed with. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/conv_cudnn.h"
+
+typedef struct {
+    int device, pass, dtype, math;
+    int n, cx, hx, wx, cy, hy, wy, k, stride, pad, dil, groups;
+} algo_key;
+
+typedef struct {
+    algo_key key;
+    mp_conv_algo algo;
+} algo_entry;
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static algo_entry *cache;
+static int cache_n, cache_cap;
+
+static bool cache_get(const algo_key *k, mp_conv_algo *out) {
+    bool found = false;
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < cache_n && !found; i++)
+        if (!memcmp(&cache[i].key, k, sizeof *k)) {
+            *out = cache[i].algo;
+            found = true;
+        }
+    pthread_mutex_unlock(&cache_lock);
+    return found;
+}
+
+static void cache_put(const algo_key *k, const mp_conv_algo *a) {
+    pthread_mutex_lock(&cache_lock);
+    if (cache_n == cache_cap) {
+        int cap = cache_cap ? 2 * cache_cap : 64;
+        algo_entry *p = (algo_entry *)realloc(cache, (size_t)cap * sizeof *p);
+        if (p) cache = p, cache_cap = cap;
+    }
+    if (cache_n < cache_cap) { /* else: not cached, searched again next time */
+        cache[cache_n].key = *k;
+        cache[cache_n].algo = *a;
+        cache_n++;
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+/* Results come sorted best first. Heuristics (timed = false): the first that
+ * fits the workspace cap. Find (timed): of the results within 5% of the
+ * fastest, the one with the least workspace (the shared workspace is part of
+ * every step's peak memory). */
+template <typename Perf> static bool pick(const Perf *r, int n, size_t cap, bool timed, mp_conv_algo *out) {
+    int best = -1;
+    float fastest = 0.f;
+    for (int i = 0; i < n; i++) {
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > cap) continue;
+        if (best < 0) {
+            best = i;
+            fastest = r[i].time;
+            if (!timed) break;
+        } else if (r[i].time <= 1.05f * fastest && r[i].memory < r[best].memory) {
+            best = i;
+        }
+    }
+    if (best < 0) return false;
+    out->algo = (int)r[best].algo;
+    out->math = r[best].mathType;
+    out->workspace = r[best].memory;
+    return true;
+}
+
+static size_t workspace_cap(void) {
+    size_t free_b = 0, total = 0, cap = (size_t)1 << 30;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (size_t)256 << 20;
+    }
+    return free_b / 8 < cap ? free_b / 8 : cap;
+}
+
+typedef struct {
+    void *x, *y, *w, *ws;
+    size_t ws_bytes;
+} scratch;
+
+static void scratch_free(scratch *s) {
+    cudaFree(s->x);
+    cudaFree(s->y);
+    cudaFree(s->w);
+    cudaFree(s->ws);
+    memset(s, 0, sizeof *s);
+}
+
+/* Scratch tensors of the pass in cd, zeroed; false (nothing held) when the
+ * memory is not there. */
+static bool scratch_alloc(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, size_t cap, scratch *s) {
+    const mp_conv_geom *g = &st->g;
+    const size_t e = mp_dtype_size(st->cd);
+    const size_t xb = (size_t)g->n * g->cx * g->hx * g->wx * e, yb = (size_t)g->n * g->cy * g->hy * g->wy * e;
+    const size_t wb = (size_t)g->cy * (g->cx / g->groups) * g->k * g->k * e;
+    memset(s, 0, sizeof *s);
+    bool ok = cudaMalloc(&s->x, xb) == cudaSuccess && cudaMalloc(&s->y, yb) == cudaSuccess &&
+              cudaMalloc(&s->w, wb) == cudaSuccess;
+    for (s->ws_bytes = cap; ok && s->ws_bytes && cudaMalloc(&s->ws, s->ws_bytes) != cudaSuccess; s->ws_bytes /= 4)
+        (void)cudaGetLastError();
+    if (ok && s->ws_bytes == 0) s->ws = NULL;
+    ok = ok && cudaMemsetAsync(s->x, 0, xb, ctx->stream) == cudaSuccess &&
+         cudaMemsetAsync(s->y, 0, yb, ctx->stream) == cudaSuccess &&
+         cudaMemsetAsync(s->w, 0, wb, ctx->stream) == cudaSuccess;
+    if (!ok) {
+        (void)cudaGetLastError();
+        scratch_free(s);
+    }
+    return ok;
+}
+
+static bool find_enabled(void) {
+    const char *e = getenv("MP_CUDNN_FIND");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* Search one pass: Find on scratch, else heuristics. */
+static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, mp_conv_algo *out,
+                        const char *what) {
+    cudnnConvolutionDescriptor_t cv = st->conv[pass];
+    const size_t cap = workspace_cap();
+    enum { MAXR = 16 };
+    int n = 0;
+    bool ok = false;
+    scratch s;
+    if (find_enabled() && scratch_alloc(ctx, st, cap, &s)) {
+        cudnnStatus_t r = CUDNN_STATUS_SUCCESS;
+        if (pass == MP_CONV_FWD) {
+            cudnnConvolutionFwdAlgoPerf_t p[MAXR];
+            r = cudnnFindConvolutionForwardAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->w_desc, s.w, cv, st->y_desc,
+                                                       s.y, MAXR, &n, p, s.ws, s.ws_bytes);
+            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, true, out);
+        } else if (pass == MP_CONV_BWD_DATA) {
+            cudnnConvolutionBwdDataAlgoPerf_t p[MAXR];
+            r = cudnnFindConvolutionBackwardDataAlgorithmEx(ctx->cudnn, st->w_desc, s.w, st->y_desc, s.y, cv,
+                                                            st->x_desc, s.x, MAXR, &n, p, s.ws, s.ws_bytes);
+            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, true, out);
+        } else {
+            cudnnConvolutionBwdFilterAlgoPerf_t p[MAXR];
+            r = cudnnFindConvolutionBackwardFilterAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->y_desc, s.y, cv,
+                                                              st->w_desc, s.w, MAXR, &n, p, s.ws, s.ws_bytes);
+            ok = r == CUDNN_STATUS_SUCCESS && pick(p, n, s.ws_bytes, true, out);
+        }
+        scratch_free(&s);
+    }
+    if (ok) return MP_OK;
+    if (pass == MP_CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t p[MAXR];
+        MP_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(ctx->cudnn, st->x_desc, st->w_desc, cv, st->y_desc, MAXR,
+                                                            &n, p),
+                     what);
+        ok = pick(p, n, cap, false, out);
+    } else if (pass == MP_CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t p[MAXR];
+        MP_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx->cudnn, st->w_desc, st->y_desc, cv, st->x_desc,
+                                                                 MAXR, &n, p),
+                     what);
+        ok = pick(p, n, cap, false, out);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[MAXR];
+        MP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx->cudnn, st->x_desc, st->y_desc, cv, st->w_desc,
+                                                                   MAXR, &n, p),
+                     what);
+        ok = pick(p, n, cap, false, out);
+    }
+    if (!ok)
+        return mp_error(MP_ERR_UNSUPPORTED, "%s: cuDNN has no algorithm for this convolution pass (%d candidates)",
+                        what, n);
+    return MP_OK;
+}
+
+/* The exact workspace of the chosen algorithm under the final math type. */
+static mp_status workspace_of(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
+                              size_t *bytes, const char *what) {
+    cudnnConvolutionDescriptor_t cv = st->conv[pass];
+    if (pass == MP_CONV_FWD)
+        MP_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(ctx->cudnn, st->x_desc, st->w_desc, cv, st->y_desc,
+                                                             (cudnnConvolutionFwdAlgo_t)a->algo, bytes),
+                     what);
+    else if (pass == MP_CONV_BWD_DATA)
+        MP_CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx->cudnn, st->w_desc, st->y_desc, cv, st->x_desc,
+                                                                  (cudnnConvolutionBwdDataAlgo_t)a->algo, bytes),
+                     what);
+    else
+        MP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx->cudnn, st->x_desc, st->y_desc, cv,
+                                                                    st->w_desc,
+                                                                    (cudnnConvolutionBwdFilterAlgo_t)a->algo, bytes),
+                     what);
+    return MP_OK;
+}
+
+mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what) {
+    const mp_conv_geom *g = &st->g;
+    const algo_key k = {ctx->device, (int)pass, (int)st->cd, (int)st->math, g->n, g->cx, g->hx, g->wx, g->cy, g->hy,
+                        g->wy, g->k, g->stride, g->pad, g->dil, g->groups}; /* ints only: no padding for memcmp */
+    mp_conv_algo a;
+    if (!cache_get(&k, &a)) {
+        MP_TRY(search(ctx, st, pass, &a, what));
+        if (st->math == CUDNN_FMA_MATH) a.math = CUDNN_FMA_MATH; /* f32 stays free of TF32 */
+        MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a.math), what);
+        size_t bytes = 0;
+        MP_TRY(workspace_of(ctx, st, pass, &a, &bytes, what));
+        if (bytes > a.workspace) a.workspace = bytes;
+        cache_put(&k, &a);
+    }
+    MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a.math), what);
+    st->algo[pass] = a;
+    return MP_OK;
+}

@@ -1,0 +1,284 @@
+/* conv_cudnn.cu — descriptors, passes and the staged forward/backward of
+ * conv2d and conv_transpose2d on cuDNN (see conv_cudnn.h for the layouts,
+ * the dtype staging and the pass mapping of the two ops). */
+#include "cuda/conv_cudnn.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/lib_kernels.h"
+
+static const float one = 1.0f, zero = 0.0f; /* alpha/beta: float for every data type */
+
+static cudnnDataType_t cudnn_dtype(mp_dtype dt) {
+    return dt == MP_DTYPE_F16 ? CUDNN_DATA_HALF : dt == MP_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* "conv2d 'c1' forward [in (2, 3, 9, 9) bf16 -> out (2, 16, 9, 9) bf16, kernel 3 stride 1 pad 1
+ *  dilation 1 groups 1, compute bf16]" */
+static void describe(char *buf, size_t len, const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
+                     const char *dir) {
+    const mp_conv_opts *o = &d->attr.conv;
+    char in[64], out[64];
+    snprintf(buf, len, "%s '%s' %s [in %s %s -> out %s %s, kernel %d stride %d pad %d dilation %d groups %d%s, compute %s%s]",
+             d->kind == MP_OP_CONV2D ? "conv2d" : "conv_transpose2d", d->name ? d->name : "?", dir,
+             mp_shape_str(&info->in[0], in, sizeof in), mp_dtype_name(cfg->in_dtype[0]),
+             mp_shape_str(&info->out, out, sizeof out), mp_dtype_name(cfg->storage), o->kernel, o->stride, o->padding,
+             o->dilation, o->groups, o->bias ? ", bias" : "", mp_dtype_name(cfg->compute), cfg->tf32 ? "+tf32" : "");
+}
+
+/* One warning line per layer name and process: tensor cores want channel
+ * counts in multiples of 8 in NHWC. */
+static void warn_channels(const mp_op_desc *d, const mp_conv_geom *g, mp_dtype cd) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char warned[64][64];
+    static int n_warned;
+    const int cin = d->kind == MP_OP_CONV2D ? g->cx : g->cy, cout = d->kind == MP_OP_CONV2D ? g->cy : g->cx;
+    if (cin % 8 == 0 && cout % 8 == 0) return;
+    const char *name = d->name ? d->name : "?";
+    pthread_mutex_lock(&lock);
+    bool seen = false;
+    for (int i = 0; i < n_warned && !seen; i++) seen = !strncmp(warned[i], name, sizeof warned[i] - 1);
+    if (!seen && n_warned < 64) snprintf(warned[n_warned++], sizeof warned[0], "%s", name);
+    pthread_mutex_unlock(&lock);
+    if (!seen)
+        fprintf(stderr,
+                "mixprec: warning: %s '%s' in %s: %d input / %d output channels are not both multiples of 8; "
+                "tensor cores run it padded or not at all (slower)\n",
+                d->kind == MP_OP_CONV2D ? "conv2d" : "conv_transpose2d", name, mp_dtype_name(cd), cin, cout);
+}
+
+void mp_conv_cudnn_release(void *state) {
+    mp_conv_cudnn *st = (mp_conv_cudnn *)state;
+    if (!st) return;
+    for (int p = 0; p < MP_CONV_NPASS; p++)
+        if (st->conv[p]) cudnnDestroyConvolutionDescriptor(st->conv[p]);
+    if (st->x_desc) cudnnDestroyTensorDescriptor(st->x_desc);
+    if (st->y_desc) cudnnDestroyTensorDescriptor(st->y_desc);
+    if (st->w_desc) cudnnDestroyFilterDescriptor(st->w_desc);
+    if (st->w_krsc) cudaFree(st->w_krsc);
+    free(st);
+}
+
+static mp_status create_descriptors(mp_conv_cudnn *st, const bool need[MP_CONV_NPASS], const mp_op_desc *d,
+                                    const char *what) {
+    const mp_conv_geom *g = &st->g;
+    const cudnnDataType_t dt = cudnn_dtype(st->cd);
+    MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->x_desc), what);
+    MP_CUDNN_TRY(cudnnSetTensor4dDescriptor(st->x_desc, CUDNN_TENSOR_NHWC, dt, g->n, g->cx, g->hx, g->wx), what);
+    MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->y_desc), what);
+    MP_CUDNN_TRY(cudnnSetTensor4dDescriptor(st->y_desc, CUDNN_TENSOR_NHWC, dt, g->n, g->cy, g->hy, g->wy), what);
+    MP_CUDNN_TRY(cudnnCreateFilterDescriptor(&st->w_desc), what);
+    MP_CUDNN_TRY(cudnnSetFilter4dDescriptor(st->w_desc, dt, CUDNN_TENSOR_NHWC, g->cy, g->cx / g->groups, g->k, g->k),
+                 what);
+    for (int p = 0; p < MP_CONV_NPASS; p++) {
+        if (!need[p]) continue;
+        MP_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&st->conv[p]), what);
+        MP_CUDNN_TRY(cudnnSetConvolution2dDescriptor(st->conv[p], g->pad, g->pad, g->stride, g->stride, g->dil,
+                                                     g->dil, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                     what);
+        MP_CUDNN_TRY(cudnnSetConvolutionGroupCount(st->conv[p], g->groups), what);
+        MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[p], st->math), what);
+    }
+    /* cuDNN's output shape must be ours (mp_conv_geom_of of the op's infer). */
+    const int p0 = need[MP_CONV_FWD] ? MP_CONV_FWD : need[MP_CONV_BWD_DATA] ? MP_CONV_BWD_DATA : MP_CONV_BWD_FILTER;
+    int n, c, h, w;
+    MP_CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(st->conv[p0], st->x_desc, st->w_desc, &n, &c, &h, &w), what);
+    if (n != g->n || c != g->cy || h != g->hy || w != g->wy)
+        return mp_error(MP_ERR_INTERNAL, "%s: cuDNN computes the conv-view output (%d, %d, %d, %d), not (%d, %d, %d, %d)",
+                        what, n, c, h, w, g->n, g->cy, g->hy, g->wy);
+    (void)d;
+    return MP_OK;
+}
+
+mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
+                                const mp_cuda_node_cfg *cfg, const bool need[MP_CONV_NPASS], mp_conv_cudnn **out,
+                                size_t *workspace_bytes) {
+    *out = NULL;
+    const mp_dtype cd = cfg->compute;
+    if (cd != MP_DTYPE_F32 && cd != MP_DTYPE_F16 && cd != MP_DTYPE_BF16)
+        return mp_error(MP_ERR_UNSUPPORTED, "%s '%s': compute dtype %s not supported on the GPU (f32, f16, bf16)",
+                        d->kind == MP_OP_CONV2D ? "conv2d" : "conv_transpose2d", d->name ? d->name : "?",
+                        mp_dtype_name(cd));
+    mp_conv_cudnn *st = (mp_conv_cudnn *)calloc(1, sizeof *st);
+    if (!st) return mp_error(MP_ERR_NOMEM, "conv '%s': out of host memory", d->name ? d->name : "?");
+    st->g = mp_conv_geom_of(d, &info->in[0], &info->out);
+    st->kind = d->kind;
+    st->training = cfg->training;
+    st->cd = cd;
+    st->math = cd != MP_DTYPE_F32 ? CUDNN_TENSOR_OP_MATH : cfg->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    describe(st->what_fwd, sizeof st->what_fwd, d, info, cfg, "forward");
+    describe(st->what_bwd, sizeof st->what_bwd, d, info, cfg, "backward");
+    const bool conv = d->kind == MP_OP_CONV2D;
+    const mp_conv_pass op_fwd = conv ? MP_CONV_FWD : MP_CONV_BWD_DATA, op_bwd = conv ? MP_CONV_BWD_DATA : MP_CONV_FWD;
+    mp_status s = create_descriptors(st, need, d, st->what_fwd);
+    for (int p = 0; p < MP_CONV_NPASS && s == MP_OK; p++)
+        if (need[p]) {
+            s = mp_conv_algo_choose(ctx, st, (mp_conv_pass)p, p == op_fwd ? st->what_fwd : st->what_bwd);
+            st->has[p] = s == MP_OK;
+        }
+    const mp_conv_geom *g = &st->g;
+    const long long wn = (long long)g->cy * (g->cx / g->groups) * g->k * g->k;
+    st->w_bytes = mp_cuda_lib_bytes(cd, wn);
+    if (s == MP_OK) s = mp_cuda_check(cudaMalloc(&st->w_krsc, st->w_bytes), "cudaMalloc (KRSC weight copy)", st->what_fwd);
+    if (s != MP_OK) {
+        mp_conv_cudnn_release(st);
+        return s;
+    }
+    /* Workspace: dtype staging slices + the cuDNN workspace of the passes of one call. */
+    const long long in_n = mp_shape_numel(&info->in[0]), out_n = mp_shape_numel(&info->out);
+    st->in_cast_bytes = cfg->in_dtype[0] != cd ? mp_cuda_lib_bytes(cd, in_n) : 0;
+    st->out_cast_bytes = cfg->storage != cd ? mp_cuda_lib_bytes(cd, out_n) : 0;
+    size_t fwd = st->in_cast_bytes + st->out_cast_bytes + st->algo[op_fwd].workspace;
+    size_t bwd = 0;
+    if (st->training) {
+        const long long rows = (long long)info->out.dims[0] * info->out.dims[2] * info->out.dims[3];
+        size_t lib = st->algo[op_bwd].workspace > st->algo[MP_CONV_BWD_FILTER].workspace
+                         ? st->algo[op_bwd].workspace
+                         : st->algo[MP_CONV_BWD_FILTER].workspace;
+        bwd = 2 * st->in_cast_bytes + st->out_cast_bytes + st->w_bytes + lib +
+              (d->attr.conv.bias ? mp_cuda_lib_colsum_workspace(rows, info->out.dims[1]) : 0);
+    }
+    const size_t total = (fwd > bwd ? fwd : bwd) + 6 * MP_CUDA_WS_SLACK; /* alignment of each slice */
+    st->ws_total = total;
+    if (*workspace_bytes < total) *workspace_bytes = total;
+    if (cd != MP_DTYPE_F32) warn_channels(d, g, cd);
+    *out = st;
+    return MP_OK;
+}
+
+/* ---- the three passes ----------------------------------------------------- */
+
+mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, void *y, void *ws,
+                            size_t ws_bytes, const char *what) {
+    MP_CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, st->x_desc, x, st->w_desc, st->w_krsc,
+                                         st->conv[MP_CONV_FWD], (cudnnConvolutionFwdAlgo_t)st->algo[MP_CONV_FWD].algo,
+                                         ws, ws_bytes, &zero, st->y_desc, y),
+                 what);
+    return MP_OK;
+}
+
+mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, void *dx, void *ws,
+                                 size_t ws_bytes, const char *what) {
+    MP_CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, st->w_desc, st->w_krsc, st->y_desc, dy,
+                                              st->conv[MP_CONV_BWD_DATA],
+                                              (cudnnConvolutionBwdDataAlgo_t)st->algo[MP_CONV_BWD_DATA].algo, ws,
+                                              ws_bytes, &zero, st->x_desc, dx),
+                 what);
+    return MP_OK;
+}
+
+mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
+                                   void *dw_krsc, void *ws, size_t ws_bytes, const char *what) {
+    MP_CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, st->x_desc, x, st->y_desc, dy,
+                                                st->conv[MP_CONV_BWD_FILTER],
+                                                (cudnnConvolutionBwdFilterAlgo_t)st->algo[MP_CONV_BWD_FILTER].algo, ws,
+                                                ws_bytes, &zero, st->w_desc, dw_krsc),
+                 what);
+    return MP_OK;
+}
+
+/* ---- staged forward / backward of both ops -------------------------------- */
+
+static mp_status ws_short(const char *what) {
+    return mp_error(MP_ERR_INTERNAL, "%s: the workspace is smaller than prepare() asked for", what);
+}
+
+/* *p = t's data in dtype cd: t itself, or t cast into a workspace slice. */
+static mp_status stage_in(mp_cuda_ctx *ctx, const mp_tensor *t, mp_dtype cd, mp_cuda_ws *ws, const void **p,
+                          const char *what) {
+    if (t->dtype == cd) {
+        *p = t->data;
+        return MP_OK;
+    }
+    void *dst = mp_cuda_ws_take(ws, mp_cuda_lib_bytes(cd, mp_tensor_numel(t)));
+    if (!dst) return ws_short(what);
+    MP_TRY(mp_cuda_lib_cast(ctx, t->data, t->dtype, dst, cd, mp_tensor_numel(t), what));
+    *p = dst;
+    return MP_OK;
+}
+
+/* Where a result in cd goes: t's data, or a workspace slice (then committed). */
+static void *result_slot(const mp_tensor *t, mp_dtype cd, mp_cuda_ws *ws) {
+    return t->dtype == cd ? t->data : mp_cuda_ws_take(ws, mp_cuda_lib_bytes(cd, mp_tensor_numel(t)));
+}
+
+mp_status mp_conv_cudnn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    const mp_conv_cudnn *st = (const mp_conv_cudnn *)c->state;
+    const char *what = st->what_fwd;
+    const mp_conv_geom *g = &st->g;
+    const mp_dtype cd = st->cd;
+    const bool conv = st->kind == MP_OP_CONV2D;
+    const mp_conv_pass pass = conv ? MP_CONV_FWD : MP_CONV_BWD_DATA;
+    mp_cuda_ws ws = mp_cuda_ws_begin(c->workspace, st->ws_total);
+    MP_TRY(mp_cuda_lib_filter_to_krsc(ctx, c->param[0].data, c->param[0].dtype, st->w_krsc, cd, g->cy,
+                                      g->cx / g->groups, g->k * g->k, what));
+    const void *x;
+    MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
+    void *y = result_slot(&c->out, cd, &ws);
+    const size_t lib_bytes = st->algo[pass].workspace;
+    void *lib = lib_bytes ? mp_cuda_ws_take(&ws, lib_bytes) : NULL;
+    if (!y || (lib_bytes && !lib)) return ws_short(what);
+    if (conv) MP_TRY(mp_conv_cudnn_fwd(ctx, st, x, y, lib, lib_bytes, what));
+    else MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, x, y, lib, lib_bytes, what));
+    const bool bias = c->desc->attr.conv.bias;
+    if (!bias && y == c->out.data) return MP_OK;
+    const mp_shape *o = &c->out.shape;
+    return mp_cuda_lib_add_bias(ctx, y, cd, c->out.data, c->out.dtype, bias ? c->param[1].data : NULL,
+                                bias ? c->param[1].dtype : MP_DTYPE_F32, (long long)o->dims[0] * o->dims[2] * o->dims[3],
+                                o->dims[1], what);
+}
+
+mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    const mp_conv_cudnn *st = (const mp_conv_cudnn *)c->state;
+    const char *what = st->what_bwd;
+    if (!st->training) return mp_error(MP_ERR_INVALID_ARG, "%s: the node was prepared for inference only", what);
+    const mp_conv_geom *g = &st->g;
+    const mp_dtype cd = st->cd;
+    const bool conv = st->kind == MP_OP_CONV2D;
+    const bool want_dx = c->d_in[0].data != NULL, want_dw = c->d_param[0].data != NULL;
+    const bool want_db = c->desc->attr.conv.bias && c->d_param[1].data;
+    mp_cuda_ws ws = mp_cuda_ws_begin(c->workspace, st->ws_total);
+    const void *dy = NULL, *x = NULL;
+    if (want_dx || want_dw) MP_TRY(stage_in(ctx, &c->d_out, cd, &ws, &dy, what));
+    if (want_dw) MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
+    void *dx = want_dx ? result_slot(&c->d_in[0], cd, &ws) : NULL;
+    void *dw = want_dw ? mp_cuda_ws_take(&ws, st->w_bytes) : NULL;
+    if ((want_dx && !dx) || (want_dw && !dw)) return ws_short(what);
+    size_t lib_bytes = 0;
+    if (want_dx) lib_bytes = st->algo[conv ? MP_CONV_BWD_DATA : MP_CONV_FWD].workspace;
+    if (want_dw && st->algo[MP_CONV_BWD_FILTER].workspace > lib_bytes) lib_bytes = st->algo[MP_CONV_BWD_FILTER].workspace;
+    void *lib = lib_bytes ? mp_cuda_ws_take(&ws, lib_bytes) : NULL;
+    if (lib_bytes && !lib) return ws_short(what);
+    if (want_dx) {
+        /* conv2d: dx = BWD_DATA(dy); conv_transpose2d: d_in = FWD(x = d_out) */
+        if (conv) MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, dy, dx, lib, lib_bytes, what));
+        else MP_TRY(mp_conv_cudnn_fwd(ctx, st, dy, dx, lib, lib_bytes, what));
+        if (dx != c->d_in[0].data)
+            MP_TRY(mp_cuda_lib_cast(ctx, dx, cd, c->d_in[0].data, c->d_in[0].dtype, mp_tensor_numel(&c->d_in[0]), what));
+    }
+    if (want_dw) {
+        if (c->d_param[0].dtype != MP_DTYPE_F32)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: the weight gradient must be f32, got %s", what,
+                            mp_dtype_name(c->d_param[0].dtype));
+        /* conv2d: dW = BWD_FILTER(x = in, dy = d_out); transposed: x = d_out, dy = in */
+        if (conv) MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, x, dy, dw, lib, lib_bytes, what));
+        else MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, dy, x, dw, lib, lib_bytes, what));
+        MP_TRY(mp_cuda_lib_filter_from_krsc_f32(ctx, dw, cd, (float *)c->d_param[0].data, g->cy, g->cx / g->groups,
+                                                g->k * g->k, what));
+    }
+    if (want_db) {
+        if (c->d_param[1].dtype != MP_DTYPE_F32)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: the bias gradient must be f32, got %s", what,
+                            mp_dtype_name(c->d_param[1].dtype));
+        const mp_shape *o = &c->d_out.shape;
+        const long long rows = (long long)o->dims[0] * o->dims[2] * o->dims[3];
+        void *part = mp_cuda_ws_take(&ws, mp_cuda_lib_colsum_workspace(rows, o->dims[1]));
+        if (!part) return ws_short(what);
+        MP_TRY(mp_cuda_lib_colsum(ctx, c->d_out.data, c->d_out.dtype, rows, o->dims[1], (float *)c->d_param[1].data,
+                                  part, what));
+    }
+    return MP_OK;
+}

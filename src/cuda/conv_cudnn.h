@@ -1,0 +1,91 @@
+/* conv_cudnn.h — the cuDNN machinery shared by conv2d_cuda.cu and
+ * conv_transpose2d_cuda.cu. Both ops are described in the conv view of
+ * mp_conv_geom (ops/conv_onednn.h): x is the input of a direct convolution,
+ * y its output, weights (cy, cx/groups, k, k). conv2d runs the passes
+ *   forward = FWD(x = in),  d_in = BWD_DATA(dy = d_out),  dW = BWD_FILTER(in, d_out)
+ * and conv_transpose2d the same passes exchanged:
+ *   forward = BWD_DATA(dy = in),  d_in = FWD(x = d_out),  dW = BWD_FILTER(d_out, in).
+ *
+ * Layouts. Activations are NHWC (CUDNN_TENSOR_NHWC); the filter is KRSC
+ * (cy, k, k, cx/groups), what cuDNN's NHWC tensor-core kernels read. The
+ * executor passes the weight in the CPU layout (cy, cx/groups, k, k) (f32
+ * master, or its f16/bf16 cast for low-precision nodes), so forward()
+ * permutes (and casts) it into w_krsc, a device buffer owned by the op state
+ * (allocated in prepare), and backward() reuses that copy: backward must
+ * follow the forward of the same step (the weight does not change between
+ * them). The KRSC filter gradient is computed in the compute dtype into the
+ * workspace and permuted into the f32 (cy, cx/groups, k, k) gradient.
+ *
+ * Dtypes. cuDNN runs in the node's compute dtype cd (f32, f16 or bf16, f32
+ * accumulation). Inputs stored in another dtype are cast into the workspace
+ * first; results are written in place when their dtype is cd, else into the
+ * workspace and cast once. Math: f32 -> CUDNN_FMA_MATH (no TF32), tf32 ->
+ * CUDNN_DEFAULT_MATH (TF32 allowed), f16/bf16 -> CUDNN_TENSOR_OP_MATH.
+ *
+ * Algorithms are searched once per (device, pass, geometry, dtype, math) in
+ * prepare (conv_algo_cache.cu: cudnnFind*AlgorithmEx on scratch buffers,
+ * cudnnGet*_v7 when they cannot be allocated) and kept in a process-wide
+ * table, so equal layers search once. */
+#ifndef MP_CUDA_CONV_CUDNN_H
+#define MP_CUDA_CONV_CUDNN_H
+
+#include "cuda/cuda_op.h"
+#include "ops/conv_onednn.h" /* mp_conv_geom, mp_conv_geom_of */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { MP_CONV_FWD = 0, MP_CONV_BWD_DATA, MP_CONV_BWD_FILTER, MP_CONV_NPASS } mp_conv_pass;
+
+typedef struct {
+    int algo;                 /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+    cudnnMathType_t math;     /* the math type the algorithm was timed with */
+    size_t workspace;         /* bytes */
+} mp_conv_algo;
+
+typedef struct {
+    mp_conv_geom g;           /* conv view */
+    mp_op_kind kind;          /* CONV2D or CONV_TRANSPOSE2D */
+    bool training;
+    mp_dtype cd;              /* compute dtype: F32, F16, BF16 */
+    cudnnMathType_t math;     /* requested math type (see above) */
+    char what_fwd[320], what_bwd[320]; /* error context: op, node, shapes, dtypes */
+    cudnnTensorDescriptor_t x_desc, y_desc;  /* conv view, NHWC, cd */
+    cudnnFilterDescriptor_t w_desc;          /* KRSC, cd */
+    cudnnConvolutionDescriptor_t conv[MP_CONV_NPASS]; /* one per pass: math types differ */
+    bool has[MP_CONV_NPASS];                 /* pass prepared */
+    mp_conv_algo algo[MP_CONV_NPASS];
+    void *w_krsc;             /* (cy, k, k, cx/g) in cd, owned, written by forward */
+    size_t w_bytes;
+    size_t in_cast_bytes, out_cast_bytes;    /* workspace slices for dtype staging */
+    size_t ws_total;          /* workspace bytes one call may use (the prepare() report) */
+} mp_conv_cudnn;
+
+/* Descriptors, algorithm search and w_krsc for the passes `need` (indexed by
+ * mp_conv_pass); raises *workspace_bytes. */
+mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
+                                const mp_cuda_node_cfg *cfg, const bool need[MP_CONV_NPASS], mp_conv_cudnn **out,
+                                size_t *workspace_bytes);
+void mp_conv_cudnn_release(void *state);
+
+/* The passes, on device pointers in st->cd (conv view; the filter is
+ * st->w_krsc). ws/ws_bytes: cuDNN workspace of at least st->algo[pass].workspace. */
+mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, void *y, void *ws,
+                            size_t ws_bytes, const char *what);
+mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, void *dx, void *ws,
+                                 size_t ws_bytes, const char *what);
+mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
+                                   void *dw_krsc, void *ws, size_t ws_bytes, const char *what);
+
+/* forward()/backward() of both ops: the pass mapping in the header comment. */
+mp_status mp_conv_cudnn_forward(mp_cuda_ctx *ctx, const mp_op_call *c);
+mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c);
+
+/* Algorithm search with the process-wide cache (conv_algo_cache.cu). */
+mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,267 @@
+/* test_cuda_conv_linear.c — conv2d, conv_transpose2d and linear on the GPU
+ * (cuDNN / cuBLASLt, src/cuda) against the CPU reference in f64 (the op
+ * harness), forward and backward, in fp32, tf32, fp16 and bf16:
+ * ||gpu - ref|| / ||ref|| <= 1e-5 fp32, 2e-3 tf32, 1e-2 fp16/bf16 for the
+ * output, the input gradient and the parameter gradients (f32). Every device
+ * output is poisoned with NaN (0xff bytes) before the call that must write
+ * it. Cases cover groups 1 and depthwise, stride 2, padding, dilation, bias,
+ * 3 and 13 channels, output_padding, and mixed dtypes (f32 input into a
+ * low-precision node; f32 logits out of a low-precision linear).
+ * Needs a GPU: without one it prints why and exits 2. Not in ctest. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "cuda/cuda_op.h"
+#include "op_harness.h"
+
+#define CUDA_OK(call)                                                                               \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));  \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+typedef struct {
+    const char *name;
+    mp_dtype compute;
+    bool tf32;
+    double tol;
+} precision;
+
+static const precision precisions[] = {
+    {"fp32", MP_DTYPE_F32, false, 1e-5},
+    {"tf32", MP_DTYPE_F32, true, 2e-3},
+    {"fp16", MP_DTYPE_F16, false, 1e-2},
+    {"bf16", MP_DTYPE_BF16, false, 1e-2},
+};
+
+typedef struct {
+    const char *label;
+    mp_op_kind kind;
+    mp_op_attr attr;
+    mp_shape in;
+    bool in_f32;  /* input stored f32 whatever the compute dtype (amp's first conv) */
+    bool out_f32; /* output stored f32 (logits) */
+} test_case;
+
+/* ---- host <-> device, NCHW <-> NHWC ----------------------------------------- */
+
+static void host_store(void *dst, mp_dtype dt, int64_t i, double v) {
+    switch (dt) {
+    case MP_DTYPE_F32: ((float *)dst)[i] = (float)v; break;
+    case MP_DTYPE_F16: ((mp_f16 *)dst)[i] = mp_f32_to_f16((float)v); break;
+    case MP_DTYPE_BF16: ((mp_bf16 *)dst)[i] = mp_f32_to_bf16((float)v); break;
+    default: MP_ASSERT(!"dtype");
+    }
+}
+
+static double host_load(const void *src, mp_dtype dt, int64_t i) {
+    switch (dt) {
+    case MP_DTYPE_F32: return ((const float *)src)[i];
+    case MP_DTYPE_F16: return mp_f16_to_f32(((const mp_f16 *)src)[i]);
+    case MP_DTYPE_BF16: return mp_bf16_to_f32(((const mp_bf16 *)src)[i]);
+    default: MP_ASSERT(!"dtype");
+    }
+    return 0;
+}
+
+/* Position of NCHW element i in NHWC memory (identity for non-4-D). */
+static int64_t nhwc_index(const mp_shape *s, int64_t i) {
+    if (s->ndim != 4) return i;
+    const int64_t C = s->dims[1], H = s->dims[2], W = s->dims[3];
+    const int64_t w = i % W, h = (i / W) % H, c = (i / (W * H)) % C, n = i / (W * H * C);
+    return ((n * H + h) * W + w) * C + c;
+}
+
+#define MAX_BUFS 64
+static void *bufs[MAX_BUFS];
+static int n_bufs;
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 64));
+    MP_ASSERT(n_bufs < MAX_BUFS);
+    bufs[n_bufs++] = p;
+    return p;
+}
+
+static void dev_free_all(void) {
+    for (int i = 0; i < n_bufs; i++) cudaFree(bufs[i]);
+    n_bufs = 0;
+}
+
+static size_t tensor_bytes(const mp_shape *s, mp_dtype dt) { return (size_t)mp_shape_numel(s) * mp_dtype_size(dt); }
+
+/* Device copy of a f64 reference tensor in dt; 4-D activations go NHWC. */
+static mp_tensor upload(const mp_tensor *ref, mp_dtype dt, bool activation) {
+    const int64_t n = mp_tensor_numel(ref);
+    void *h = malloc(tensor_bytes(&ref->shape, dt) + 1);
+    MP_ASSERT(h);
+    for (int64_t i = 0; i < n; i++)
+        host_store(h, dt, activation ? nhwc_index(&ref->shape, i) : i, ((const double *)ref->data)[i]);
+    mp_tensor t = {dt, ref->shape, dev_alloc(tensor_bytes(&ref->shape, dt))};
+    CUDA_OK(cudaMemcpy(t.data, h, tensor_bytes(&ref->shape, dt), cudaMemcpyHostToDevice));
+    free(h);
+    return t;
+}
+
+/* A device tensor poisoned with NaN (all bits set is NaN in f32, f16, bf16). */
+static mp_tensor poisoned(mp_shape s, mp_dtype dt) {
+    mp_tensor t = {dt, s, dev_alloc(tensor_bytes(&s, dt))};
+    CUDA_OK(cudaMemset(t.data, 0xff, tensor_bytes(&s, dt)));
+    return t;
+}
+
+/* ||dev - ref|| / ||ref|| (inf when anything is not finite). */
+static double rel_err(const mp_tensor *dev, const mp_tensor *ref, bool activation) {
+    const int64_t n = mp_tensor_numel(ref);
+    void *h = malloc(tensor_bytes(&dev->shape, dev->dtype) + 1);
+    MP_ASSERT(h);
+    CUDA_OK(cudaMemcpy(h, dev->data, tensor_bytes(&dev->shape, dev->dtype), cudaMemcpyDeviceToHost));
+    double d2 = 0, r2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double a = host_load(h, dev->dtype, activation ? nhwc_index(&ref->shape, i) : i);
+        const double r = ((const double *)ref->data)[i];
+        d2 += (a - r) * (a - r);
+        r2 += r * r;
+    }
+    free(h);
+    return isfinite(d2) ? sqrt(d2) / fmax(sqrt(r2), 1e-30) : INFINITY;
+}
+
+/* ---- one case in one precision ------------------------------------------------- */
+
+static const mp_cuda_op_vtable *gpu_vtable(mp_op_kind k) {
+    return k == MP_OP_CONV2D ? &mp_cuda_conv2d_vt : k == MP_OP_CONV_TRANSPOSE2D ? &mp_cuda_conv_transpose2d_vt
+                                                                                : &mp_cuda_linear_vt;
+}
+
+static void report(const test_case *tc, const precision *p, const char *what, double err) {
+    const bool ok = err <= p->tol;
+    printf("  %-44s %-5s %-9s rel.err %-9.3g %s\n", tc->label, p->name, what, err, ok ? "ok" : "FAIL");
+    CHECK(ok, "%s %s %s: rel.err %.3g > %.0e", tc->label, p->name, what, err, p->tol);
+}
+
+static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, uint64_t seed) {
+    /* the oracle: f64 reference forward + backward on the same values */
+    op_fixture ref;
+    mp_status s = op_fixture_init(&ref, tc->kind, tc->attr, 1, &tc->in, NULL, MP_DTYPE_F64, MP_IMPL_REF, true);
+    CHECK(s == MP_OK, "%s: reference init: %s", tc->label, mp_last_error());
+    if (s != MP_OK) return;
+    op_fixture_randomize(&ref, seed);
+    MP_ASSERT(ref.vt->forward(&ref.call) == MP_OK && ref.vt->backward(&ref.call) == MP_OK);
+
+    const mp_dtype cd = p->compute;
+    const mp_dtype in_dt = tc->in_f32 ? MP_DTYPE_F32 : cd, out_dt = tc->out_f32 ? MP_DTYPE_F32 : cd;
+    mp_cuda_node_cfg cfg = {.storage = out_dt, .compute = cd, .tf32 = p->tf32, .training = true,
+                            .batch = tc->in.dims[0]};
+    cfg.in_dtype[0] = in_dt;
+    mp_op_desc desc = {tc->kind, tc->label, tc->attr};
+    const mp_cuda_op_vtable *vt = gpu_vtable(tc->kind);
+    void *state = NULL;
+    size_t ws_bytes = 0, saved_bytes = ref.info.saved_bytes;
+    s = vt->prepare(ctx, &desc, &ref.info, &cfg, &state, &ws_bytes, &saved_bytes);
+    CHECK(s == MP_OK, "%s %s: prepare: %s", tc->label, p->name, mp_last_error());
+    if (s != MP_OK) {
+        op_fixture_free(&ref);
+        return;
+    }
+
+    mp_op_call c = {0};
+    c.desc = &desc;
+    c.info = &ref.info;
+    c.state = state;
+    c.training = true;
+    c.n_in = 1;
+    c.in[0] = upload(&ref.call.in[0], in_dt, true);
+    c.out = poisoned(ref.info.out, out_dt);
+    for (int k = 0; k < ref.info.n_params; k++) {
+        c.param[k] = upload(&ref.call.param[k], cd, false); /* f32 master or its low-precision cast */
+        c.d_param[k] = poisoned(ref.info.params[k].shape, MP_DTYPE_F32);
+    }
+    c.d_out = upload(&ref.call.d_out, out_dt, true);
+    c.d_in[0] = poisoned(tc->in, in_dt);
+    /* the workspace is only promised 64-byte alignment: test with exactly that */
+    c.workspace = (char *)dev_alloc(ws_bytes + 64) + 64;
+    c.saved = saved_bytes ? dev_alloc(saved_bytes) : NULL;
+
+    s = vt->forward(ctx, &c);
+    CHECK(s == MP_OK, "%s %s: forward: %s", tc->label, p->name, mp_last_error());
+    CUDA_OK(cudaStreamSynchronize(ctx->stream));
+    if (s == MP_OK) report(tc, p, "out", rel_err(&c.out, &ref.call.out, true));
+    s = vt->backward(ctx, &c);
+    CHECK(s == MP_OK, "%s %s: backward: %s", tc->label, p->name, mp_last_error());
+    CUDA_OK(cudaStreamSynchronize(ctx->stream));
+    if (s == MP_OK) {
+        report(tc, p, "d_in", rel_err(&c.d_in[0], &ref.call.d_in[0], true));
+        for (int k = 0; k < ref.info.n_params; k++) {
+            char what[32];
+            snprintf(what, sizeof what, "d_%s", ref.info.params[k].name);
+            report(tc, p, what, rel_err(&c.d_param[k], &ref.call.d_param[k], false));
+        }
+    }
+    vt->release(state);
+    dev_free_all();
+    op_fixture_free(&ref);
+}
+
+static mp_op_attr conv(int out, int k, int stride, int pad, int dil, int groups, int out_pad, bool bias) {
+    mp_op_attr a;
+    memset(&a, 0, sizeof a);
+    a.conv = (mp_conv_opts){.out_channels = out, .kernel = k, .stride = stride, .padding = pad, .dilation = dil,
+                            .groups = groups, .output_padding = out_pad, .bias = bias};
+    return a;
+}
+
+static mp_op_attr linear(int out, bool bias) {
+    mp_op_attr a;
+    memset(&a, 0, sizeof a);
+    a.linear = (mp_linear_opts){.out_features = out, .bias = bias};
+    return a;
+}
+
+int main(void) {
+    const int n_dev = mp_cuda_device_count();
+    mp_cuda_ctx *ctx = NULL;
+    if (n_dev == 0 || mp_cuda_ctx_create(0, &ctx) != MP_OK) {
+        printf("test_cuda_conv_linear: no GPU: %s\n", n_dev ? mp_last_error() : mp_cuda_device_list());
+        return 2;
+    }
+    printf("test_cuda_conv_linear on %s (sm_%d%d, %d SMs): devices %s\n", ctx->name, ctx->sm_major, ctx->sm_minor,
+           ctx->sm_count, mp_cuda_device_list());
+
+    /* a missing device names the ones found */
+    mp_cuda_ctx *bad = NULL;
+    CHECK_ERR(mp_cuda_ctx_create(n_dev + 2, &bad), MP_ERR_INVALID_ARG, "no such GPU", "found", "0: ");
+
+    const test_case cases[] = {
+        {"conv2d C3->16 k3 s1 p1 bias", MP_OP_CONV2D, conv(16, 3, 1, 1, 1, 1, 0, true), {4, {2, 3, 9, 9}}, 0, 0},
+        {"conv2d C13->24 k3 s2 p1 bias", MP_OP_CONV2D, conv(24, 3, 2, 1, 1, 1, 0, true), {4, {2, 13, 11, 11}}, 0, 0},
+        {"conv2d depthwise C13 x2 k3 s2 p1 bias", MP_OP_CONV2D, conv(26, 3, 2, 1, 1, 13, 0, true),
+         {4, {2, 13, 10, 10}}, 0, 0},
+        {"conv2d depthwise C16 k3 s1 p1", MP_OP_CONV2D, conv(16, 3, 1, 1, 1, 16, 0, false), {4, {3, 16, 8, 8}}, 0, 0},
+        {"conv2d C16->32 k3 p2 dil2 g2", MP_OP_CONV2D, conv(32, 3, 1, 2, 2, 2, 0, false), {4, {2, 16, 8, 8}}, 0, 0},
+        {"conv2d C8->16 k5 s2 p2 bias (f32 input)", MP_OP_CONV2D, conv(16, 5, 2, 2, 1, 1, 0, true),
+         {4, {2, 8, 12, 12}}, 1, 0},
+        {"conv_transpose2d C13->8 k3 s2 p1 op1 bias", MP_OP_CONV_TRANSPOSE2D, conv(8, 3, 2, 1, 1, 1, 1, true),
+         {4, {2, 13, 7, 7}}, 0, 0},
+        {"conv_transpose2d C16->8 k4 s2 p1 g2", MP_OP_CONV_TRANSPOSE2D, conv(8, 4, 2, 1, 1, 2, 0, false),
+         {4, {2, 16, 5, 5}}, 0, 0},
+        {"linear 13->10 bias", MP_OP_LINEAR, linear(10, true), {2, {7, 13, 1, 1}}, 0, 0},
+        {"linear 96->24 bias", MP_OP_LINEAR, linear(24, true), {2, {64, 96, 1, 1}}, 0, 0},
+        {"linear 64->10 no bias", MP_OP_LINEAR, linear(10, false), {2, {33, 64, 1, 1}}, 0, 0},
+        {"linear 40->10 bias (f32 logits)", MP_OP_LINEAR, linear(10, true), {2, {16, 40, 1, 1}}, 0, 1},
+        {"linear 40->16 bias (f32 in, f32 out)", MP_OP_LINEAR, linear(16, true), {2, {16, 40, 1, 1}}, 1, 1},
+    };
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n_cases; i++)
+        for (size_t j = 0; j < sizeof precisions / sizeof precisions[0]; j++)
+            run_case(ctx, &cases[i], &precisions[j], 1000 + (uint64_t)i);
+    mp_cuda_ctx_destroy(ctx);
+    return test_summary("test_cuda_conv_linear");
+}
