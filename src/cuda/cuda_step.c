@@ -1,10 +1,12 @@
 /* cuda_step.c — the GPU training step of cuda_step.h: built once from a
  * CUDA plan (optimizer and scaler state on the device), queued directly for
  * the first step and captured into a CUDA graph that later steps replay. */
+#include "cuda/cuda_step.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_optim.h"
 #include "graph/device.h"
 #include "graph/plan.h"
 

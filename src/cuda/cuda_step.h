@@ -7,15 +7,21 @@
  *   weight casts -> loss-scale update on the device.
  * The batch is given with mp_plan_set_input/_set_labels before each step
  * (copied and converted outside the graph). The loss and the scaler state
- * are read back only when asked (those calls synchronize). */
+ * are read back only when asked (those calls synchronize).
+ * This header includes no CUDA header: the trainer (plain C) uses it; in a
+ * build without the CUDA backend the functions report that (cuda_step_none.c). */
 #ifndef MP_CUDA_CUDA_STEP_H
 #define MP_CUDA_CUDA_STEP_H
 
-#include "cuda/cuda_optim.h"
+#include "amp/scaler.h"
+#include "mixprec.h"
+#include "optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct mp_cuda_ctx mp_cuda_ctx;
 
 typedef struct {
     mp_optim_opts optim;

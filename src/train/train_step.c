@@ -21,8 +21,22 @@ static mp_status make_plan(mp_step_ctx *c) {
     c->plan = NULL;
     return mp_plan_create(c->m->g,
                           (mp_plan_opts){.batch = c->o->batch, .training = true, .loss = c->m->loss,
-                                         .use_onednn = c->o->use_onednn, .seed = c->o->seed},
+                                         .use_onednn = c->o->use_onednn, .seed = c->o->seed, .device = c->o->device},
                           &c->plan);
+}
+
+/* On a GPU the whole step (scaler and optimizer included) runs there. */
+static mp_status make_gpu_step(mp_step_ctx *c) {
+    const mp_train_opts *o = c->o;
+    if (o->accumulate > 1)
+        return mp_error(MP_ERR_UNSUPPORTED, "--accumulate %d: gradient accumulation does not run on the GPU yet; "
+                        "use --device cpu", o->accumulate);
+    if (o->save_path || o->resume_path)
+        return mp_error(MP_ERR_UNSUPPORTED, "--save/--resume: checkpoints of GPU runs are not supported yet; use "
+                        "--device cpu");
+    mp_cuda_step_opts so = {.optim = o->optim, .loss_scaling = o->loss_scaling, .scaler = o->scaler,
+                            .clip_norm = o->clip_norm, .clip_value = o->clip_value};
+    return mp_cuda_step_create(c->plan, &so, &c->gpu);
 }
 
 mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) {
@@ -34,6 +48,7 @@ mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) 
     c->classes = (int)mp_graph_node_shape(g, m->logits, 1).dims[1];
     MP_TRY(make_plan(c));
     if (o->loss_scaling) MP_TRY(mp_scaler_init(&c->scaler, o->scaler));
+    if (o->device.kind != MP_DEVICE_CPU) MP_TRY(make_gpu_step(c));
     mp_param_ref *refs = calloc((size_t)g->n_params + 1, sizeof *refs);
     c->grads = calloc((size_t)g->n_params + 1, sizeof *c->grads);
     c->grad_sizes = calloc((size_t)g->n_params + 1, sizeof *c->grad_sizes);
@@ -61,6 +76,7 @@ mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) 
 }
 
 void mp_step_ctx_free(mp_step_ctx *c) {
+    mp_cuda_step_destroy(c->gpu);
     mp_optim_destroy(c->opt);
     mp_plan_destroy(c->plan);
     free(c->grads);
@@ -184,8 +200,39 @@ static int argmax(const float *x, int k) {
     return best;
 }
 
+mp_status mp_step_ctx_sync_gpu(mp_step_ctx *c) {
+    MP_TRY(mp_plan_sync_params(c->plan, true));
+    if (c->o->loss_scaling) {
+        MP_TRY(mp_cuda_step_scaler(c->gpu, &c->scaler));
+        c->skipped = c->scaler.skipped_steps;
+    }
+    return MP_OK;
+}
+
+/* The GPU step: the batch goes in, the step is queued; the loss and the
+ * logits come back (a host synchronization) only every read_every steps. */
+static mp_status gpu_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_step, mp_step_result *r) {
+    const float *x;
+    const int32_t *y;
+    int n = 0;
+    MP_TRY(mp_loader_next(ld, &x, &y, &n));
+    MP_TRY(mp_plan_set_input(c->plan, c->m->input, x, mp_plan_numel(c->plan, c->m->input)));
+    MP_TRY(mp_plan_set_labels(c->plan, c->m->labels, y, (size_t)n));
+    MP_TRY(mp_cuda_step_run(c->gpu, lr));
+    int every = c->o->read_every > 0 ? c->o->read_every : 20;
+    if (global_step % every) return MP_OK;
+    float loss = 0;
+    MP_TRY(mp_cuda_step_loss(c->gpu, c->m->loss, &loss));
+    MP_TRY(mp_plan_read(c->plan, c->m->logits, c->logits, (size_t)n * (size_t)c->classes));
+    r->loss_sum = loss;
+    for (int i = 0; i < n; i++) r->correct += argmax(c->logits + (size_t)i * (size_t)c->classes, c->classes) == y[i];
+    r->seen = n;
+    return MP_OK;
+}
+
 mp_status mp_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_step, mp_step_result *r) {
     memset(r, 0, sizeof *r);
+    if (c->gpu) return gpu_train_step(c, ld, lr, global_step, r);
     mp_graph *g = c->m->g;
     const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
     const float scale = current_scale(c);

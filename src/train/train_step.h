@@ -5,6 +5,7 @@
 #ifndef MP_TRAIN_TRAIN_STEP_H
 #define MP_TRAIN_TRAIN_STEP_H
 
+#include "cuda/cuda_step.h"
 #include "data/loader.h"
 #include "graph/graph.h"
 #include "train/trainer.h"
@@ -24,6 +25,7 @@ typedef struct {
     int consecutive_forward;  /* without a scaler */
     int64_t skipped;
     FILE *events;
+    mp_cuda_step *gpu;        /* non-NULL: the plan is on a GPU and steps run there */
 } mp_step_ctx;
 
 typedef struct {
@@ -35,6 +37,9 @@ typedef struct {
 /* Build the plan, optimizer and scaler for m (graph params already set). */
 mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o);
 void mp_step_ctx_free(mp_step_ctx *c);
+/* GPU runs: copy parameters to the graph's host copies and the loss
+ * scaler's state into c->scaler (synchronizes; once per epoch). */
+mp_status mp_step_ctx_sync_gpu(mp_step_ctx *c);
 /* One optimizer step over o->accumulate micro-batches from the loader.
  * global_step names the step in messages. */
 mp_status mp_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_step, mp_step_result *r);

@@ -20,14 +20,14 @@ static int argmax(const float *x, int k) {
 }
 
 mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *mean, const float *std,
-                      bool use_onednn, double *acc, double *loss) {
+                      bool use_onednn, mp_device device, double *acc, double *loss) {
     mp_plan *plan = NULL;
     mp_loader *ld = NULL;
     float *logits = NULL;
     int classes = (int)mp_graph_node_shape(m->g, m->logits, 1).dims[1];
     if (batch > d->n) batch = d->n;
     mp_status s = mp_plan_create(m->g, (mp_plan_opts){.batch = batch, .training = false, .loss = m->loss,
-                                                      .use_onednn = use_onednn},
+                                                      .use_onednn = use_onednn, .device = device},
                                  &plan);
     if (s == MP_OK)
         s = mp_loader_create(d, (mp_loader_opts){.batch = batch, .shuffle = false, .drop_last = false, .mean = mean,
@@ -176,12 +176,14 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
             micro += sr.seen / o->batch;
             if (o->out) mp_progress_update(&bar, step, micro ? loss_sum / micro : 0, seen ? (double)correct / seen : 0);
         }
+        if (s == MP_OK && ctx.gpu) s = mp_step_ctx_sync_gpu(&ctx); /* waits for the queued steps; parameters
+                                                                       and scaler state to the host */
         if (s != MP_OK) break;
         double secs = mp_now_seconds() - t0;
         if (o->out) mp_progress_end(&bar);
         double test_acc = 0, test_loss = 0;
         if (test) s = mp_evaluate(m, test, o->batch, o->normalize ? mean : NULL, o->normalize ? std : NULL,
-                                  o->use_onednn, &test_acc, &test_loss);
+                                  o->use_onednn, o->device, &test_acc, &test_loss);
         if (s != MP_OK) break;
         r->epochs_run = epoch;
         r->train_loss = micro ? loss_sum / micro : NAN;

@@ -25,6 +25,8 @@ typedef struct {
     bool normalize;             /* per-channel mean/std from the training set */
     int max_steps;              /* per epoch, 0 = the whole epoch */
     bool use_onednn;
+    mp_device device;           /* where the plans run (default: the CPU) */
+    int read_every;             /* on a GPU: read loss/accuracy back every N steps (0 -> 20) */
     const char *log_path;       /* JSONL, one record per epoch; NULL = none */
     FILE *out;                  /* progress and summaries; NULL = silent */
     /* mixed precision (the policy itself is already applied to the graph) */
@@ -58,6 +60,6 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
 
 /* Accuracy of the model on d (inference plan of `batch`). */
 mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *mean, const float *std,
-                      bool use_onednn, double *acc, double *loss);
+                      bool use_onednn, mp_device device, double *acc, double *loss);
 
 #endif

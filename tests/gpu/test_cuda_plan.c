@@ -14,6 +14,7 @@
 #include "amp/policy.h"
 #include "check.h"
 #include "core/rng.h"
+#include "cuda/cuda_ctx.h"
 #include "cuda/cuda_step.h"
 #include "graph/plan.h"
 #include "models/models.h"
