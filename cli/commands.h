@@ -5,5 +5,7 @@
 #include "mixprec.h"
 
 int cmd_train(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_info(int argc, char **argv);
 
 #endif

@@ -13,10 +13,24 @@
  * state for AMX). All false on non-x86 machines. */
 typedef struct {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512_bf16, avx512_fp16, amx_tile, amx_bf16;
+    bool amx_fp16; /* Granite Rapids and later */
 } mp_cpu_features;
 
 /* Detected once (thread-safe); the pointer stays valid for the process. */
 const mp_cpu_features *mp_cpu_features_get(void);
+
+/* The CPU's brand string ("Intel(R) Xeon(R) Platinum 8480+", from CPUID
+ * leaves 0x80000002-4, else /proc/cpuinfo's "model name"), "unknown" when
+ * neither says. Detected once; valid for the process. */
+const char *mp_cpu_model_name(void);
+
+/* Cores and hardware threads: physical_cores counts distinct (package, core)
+ * pairs in /sys (0 when unreadable), logical_cpus the online CPUs,
+ * available_cpus those this process may run on (its affinity mask). */
+typedef struct {
+    int physical_cores, logical_cpus, available_cpus;
+} mp_cpu_topology;
+mp_cpu_topology mp_cpu_topology_get(void);
 
 /* The conversion paths of dtype_convert.c. */
 typedef enum {

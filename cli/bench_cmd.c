@@ -1,0 +1,293 @@
+/* bench_cmd.c — `mixprec bench`: the seed-000 matrix in one command. Checks
+ * every option before any training, loads the data once, runs models ×
+ * precisions × batch sizes and writes results.jsonl, tables.md and plots. */
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "bench/matrix.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common_opts.h"
+#include "core/error.h"
+#include "train/progress.h"
+
+#define MAX_LIST 64
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mixprec bench [options]\n\n"
+            "Train every model x precision x batch size cell of a matrix and lay out time per epoch, speed-up vs\n"
+            "fp32 (T_fp32 / T - 1 within one batch size), test accuracy and its difference to fp32, memory,\n"
+            "images/s and cost as tables and plots (seed 000). A cell that fails or runs out of memory is\n"
+            "recorded and the matrix goes on.\n\n"
+            "matrix:\n"
+            "  --models A,B        models (default small); known: %s\n"
+            "  --precisions P,Q    precision policies (default fp32,amp-bf16,bf16); known: %s\n"
+            "  --batches B,C       batch sizes (default 128,512)\n"
+            "  --epochs N          epochs per cell (default 1)\n"
+            "  --steps N           at most N steps per epoch: a throughput-only run whose time per epoch is\n"
+            "                      projected to the full epoch (default: whole epochs); times come from each\n"
+            "                      cell's last epoch, so --epochs 2 --steps N times N steps after a warm-up\n\n"
+            "data:\n" DATA_OPTS_HELP "\n"
+            "training:\n" OPTIM_OPTS_HELP
+            "  --seed S            random seed for init, shuffling, synthetic data (default 1)\n\n"
+            "execution and output:\n"
+            "  --out DIR           output folder (default runs/bench-YYYYmmdd-HHMMSS): results.jsonl, tables.md,\n"
+            "                      {time,speedup,accuracy}_<model>.{svg,png} drawn by gnuplot, plots.gp\n"
+            "  --price-per-hour X  machine price in USD per hour, for a cost-per-million-samples column\n"
+            "                      (default 0: no cost)\n"
+            "  --threads T         CPU threads (default: all cores)\n"
+            "  --reference         use the plain-C reference kernels instead of oneDNN\n"
+            "  --verbose           also print each cell's training progress\n"
+            "  -h, --help          this help\n",
+            mp_model_list(), mp_precision_list());
+}
+
+typedef struct {
+    common_opts c;
+    const char *models_arg, *precisions_arg, *batches_arg, *out;
+    int epochs, steps, threads;
+    float price;
+    uint64_t seed;
+    bool reference, verbose;
+    /* the parsed lists (items point into list_buf) */
+    char list_buf[3][4096];
+    const char *models[MAX_LIST];
+    mp_precision precisions[MAX_LIST];
+    int batches[MAX_LIST];
+    int n_models, n_precisions, n_batches;
+} bench_args;
+
+static int parse(int argc, char **argv, bench_args *b) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int shared = common_opts_parse("bench", argc, argv, &i, &b->c);
+        if (shared < 0) return 2;
+        if (shared) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
+        if (!strcmp(a, "--reference")) { b->reference = true; continue; }
+        if (!strcmp(a, "--verbose")) { b->verbose = true; continue; }
+        static const char *const with_value[] = {"--models", "--precisions", "--batches", "--epochs", "--steps",
+                                                 "--out", "--price-per-hour", "--threads", "--seed"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "mixprec bench: unknown option '%s' (see mixprec bench --help)\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "mixprec bench: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        v = argv[++i];
+        bool ok = true;
+        if (!strcmp(a, "--models")) b->models_arg = v;
+        else if (!strcmp(a, "--precisions")) b->precisions_arg = v;
+        else if (!strcmp(a, "--batches")) b->batches_arg = v;
+        else if (!strcmp(a, "--out")) b->out = v;
+        else if (!strcmp(a, "--epochs")) ok = arg_int("bench", a, v, 1, 100000, &b->epochs);
+        else if (!strcmp(a, "--steps")) ok = arg_int("bench", a, v, 1, 1 << 30, &b->steps);
+        else if (!strcmp(a, "--threads")) ok = arg_int("bench", a, v, 1, 1024, &b->threads);
+        else if (!strcmp(a, "--price-per-hour")) ok = arg_float("bench", a, v, 0, 1e9, &b->price);
+        else if (!strcmp(a, "--seed")) ok = arg_u64("bench", a, v, &b->seed);
+        if (!ok) return 2;
+    }
+    return 0;
+}
+
+/* Split a comma list into buf; returns the item count or -1 after an error. */
+static int split_list(const char *opt, const char *text, char *buf, size_t n, char **items) {
+    if (strlen(text) >= n) {
+        fprintf(stderr, "mixprec bench: %s '%.40s...' is too long\n", opt, text);
+        return -1;
+    }
+    strcpy(buf, text);
+    int count = 0;
+    for (char *p = buf;; p++) {
+        if (count == MAX_LIST) {
+            fprintf(stderr, "mixprec bench: %s '%s' has more than %d entries\n", opt, text, MAX_LIST);
+            return -1;
+        }
+        items[count++] = p;
+        p += strcspn(p, ",");
+        if (!*p) break;
+        *p = '\0';
+    }
+    for (int i = 0; i < count; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(items[i], items[j])) {
+                fprintf(stderr, "mixprec bench: %s '%s' lists '%s' twice\n", opt, text, items[i]);
+                return -1;
+            }
+    return count;
+}
+
+static bool check_lists(bench_args *b) {
+    char *items[MAX_LIST];
+    int n = split_list("--models", b->models_arg, b->list_buf[0], sizeof b->list_buf[0], items);
+    if (n < 0) return false;
+    for (int i = 0; i < n; i++) {
+        if (!mp_model_describe(items[i])) {
+            fprintf(stderr, "mixprec bench: --models '%s': unknown model (known: %s)\n", items[i], mp_model_list());
+            return false;
+        }
+        b->models[b->n_models++] = items[i];
+    }
+    n = split_list("--precisions", b->precisions_arg, b->list_buf[1], sizeof b->list_buf[1], items);
+    if (n < 0) return false;
+    for (int i = 0; i < n; i++) {
+        if (mp_precision_parse(items[i], &b->precisions[b->n_precisions++]) != MP_OK) {
+            fprintf(stderr, "mixprec bench: --precisions '%s': unknown precision (known: %s)\n", items[i],
+                    mp_precision_list());
+            return false;
+        }
+    }
+    n = split_list("--batches", b->batches_arg, b->list_buf[2], sizeof b->list_buf[2], items);
+    if (n < 0) return false;
+    for (int i = 0; i < n; i++)
+        if (!arg_int("bench", "--batches", items[i], 1, 1 << 20, &b->batches[b->n_batches++])) return false;
+    return true;
+}
+
+/* mkdir -p; errno is set when it returns false. */
+static bool make_dirs(const char *path) {
+    char buf[4096];
+    if (!*path || strlen(path) >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        if (!*path) errno = ENOENT;
+        return false;
+    }
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return false;
+            if (end) break;
+            *p = '/';
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
+}
+
+/* Create the output folder and open results.jsonl in it. */
+static FILE *open_out(const char *dir) {
+    if (!make_dirs(dir)) {
+        fprintf(stderr, "mixprec bench: --out '%s': cannot create directory: %s\n", dir, strerror(errno));
+        return NULL;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/results.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) fprintf(stderr, "mixprec bench: --out '%s': cannot write results.jsonl there: %s\n", dir, strerror(errno));
+    return f;
+}
+
+/* Checks that need no data, then those that need it; 0 when all pass. */
+static int check_args(bench_args *b, mp_optim_opts *oo, float *lr) {
+    if (!check_lists(b)) return 2;
+    if (!common_opts_known_data(b->c.data)) {
+        fprintf(stderr, "mixprec bench: --data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic)\n",
+                b->c.data);
+        return 2;
+    }
+    if (common_opts_optimizer(&b->c, oo, lr) != MP_OK) {
+        fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
+        return 2;
+    }
+    return 0;
+}
+
+static int report(const mp_bench_matrix *m, const char *out, double seconds) {
+    int ok = 0;
+    for (int i = 0; i < m->n; i++) ok += m->cells[i].status == MP_CELL_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tables.md", out);
+    if (mp_bench_write_markdown(path, m) != MP_OK) {
+        fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
+        return 1;
+    }
+    int images = 0;
+    mp_status s = mp_bench_write_plots(out, m, &images);
+    if (s == MP_ERR_UNSUPPORTED) fprintf(stderr, "mixprec bench: warning: %s\n", mp_last_error());
+    else if (s != MP_OK) {
+        fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
+        return 1;
+    }
+    printf("mixprec bench: %d cells (%d ok, %d failed) in %.1fs; wrote %s/results.jsonl, %s/tables.md and %d plot "
+           "files\n",
+           m->n, ok, m->n - ok, seconds, out, out, images);
+    return ok ? 0 : 1;
+}
+
+int cmd_bench(int argc, char **argv) {
+    static bench_args b; /* large list buffers */
+    b = (bench_args){.c = common_opts_default(), .models_arg = "small", .precisions_arg = "fp32,amp-bf16,bf16",
+                     .batches_arg = "128,512", .epochs = 1, .seed = 1};
+    int rc = parse(argc, argv, &b);
+    if (rc) return rc == 1 ? 0 : rc;
+    mp_optim_opts oo;
+    float lr = 0;
+    if ((rc = check_args(&b, &oo, &lr))) return rc;
+    char default_out[64];
+    if (!b.out) {
+        time_t now = time(NULL);
+        strftime(default_out, sizeof default_out, "runs/bench-%Y%m%d-%H%M%S", localtime(&now));
+        b.out = default_out;
+    }
+    if (b.threads) omp_set_num_threads(b.threads);
+
+    mp_dataset train = {0}, test = {0};
+    if (common_opts_load_data(&b.c, b.seed, &train, &test) != MP_OK) {
+        fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
+        return 1;
+    }
+    FILE *jsonl = NULL;
+    for (int i = 0; i < b.n_batches && !rc; i++)
+        if (b.batches[i] > train.n) {
+            fprintf(stderr, "mixprec bench: --batches %d is larger than the training set (%d samples in %s)\n",
+                    b.batches[i], train.n, train.source);
+            rc = 2;
+        }
+    if (!rc && !(jsonl = open_out(b.out))) rc = 2;
+    if (rc) {
+        mp_dataset_free(&train);
+        mp_dataset_free(&test);
+        return rc;
+    }
+    mp_bench_opts o = {.models = b.models, .n_models = b.n_models, .precisions = b.precisions,
+                       .n_precisions = b.n_precisions, .batches = b.batches, .n_batches = b.n_batches,
+                       .epochs = b.epochs, .steps = b.steps, .data_name = b.c.data, .lr = lr, .optim = oo,
+                       .seed = b.seed, .augment = b.c.augment, .normalize = b.c.normalize,
+                       .use_onednn = !b.reference, .price_per_hour = b.price, .progress = stdout,
+                       .train_out = b.verbose ? stdout : NULL, .jsonl = jsonl};
+    printf("mixprec bench: %d cells (%d models x %d precisions x %d batch sizes) on %s: %d train / %d test samples "
+           "of %dx%dx%d, %d epoch%s", b.n_models * b.n_precisions * b.n_batches, b.n_models, b.n_precisions,
+           b.n_batches, train.source, train.n, test.n, train.c, train.h, train.w, b.epochs, b.epochs == 1 ? "" : "s");
+    if (b.steps) printf(" of at most %d steps", b.steps);
+    printf(", %s lr %g, %d threads; writing to %s\n", b.c.optimizer, lr, omp_get_max_threads(), b.out);
+    double t0 = mp_now_seconds();
+    mp_bench_matrix m;
+    mp_status s = mp_bench_run(&o, &train, &test, &m);
+    if (fclose(jsonl) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s/results.jsonl: write failed", b.out);
+    if (s == MP_OK) rc = report(&m, b.out, mp_now_seconds() - t0);
+    else {
+        fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
+        rc = 1;
+    }
+    mp_bench_matrix_free(&m);
+    mp_dataset_free(&train);
+    mp_dataset_free(&test);
+    return rc;
+}

@@ -1,0 +1,107 @@
+/* common_opts.c — see common_opts.h. */
+#include "cli/common_opts.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "core/error.h"
+
+common_opts common_opts_default(void) {
+    return (common_opts){.data = "fashion-mnist", .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_n = 10000,
+                         .normalize = true, .optimizer = "adam"};
+}
+
+int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opts *c) {
+    const char *a = argv[*i];
+    /* flags */
+    if (!strcmp(a, "--augment")) { c->augment = true; return 1; }
+    if (!strcmp(a, "--no-normalize")) { c->normalize = false; return 1; }
+    if (!strcmp(a, "--nesterov")) { c->nesterov = true; return 1; }
+    static const char *const with_value[] = {"--data", "--data-dir", "--synthetic-shape", "--synthetic-size",
+                                             "--train-samples", "--optimizer", "--lr", "--momentum",
+                                             "--weight-decay"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
+    if (!known) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "mixprec %s: %s needs a value (see --help)\n", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    bool ok = true;
+    if (!strcmp(a, "--data")) c->data = v;
+    else if (!strcmp(a, "--data-dir")) c->data_dir = v;
+    else if (!strcmp(a, "--optimizer")) c->optimizer = v;
+    else if (!strcmp(a, "--synthetic-shape")) ok = arg_shape3(cmd, a, v, &c->syn_c, &c->syn_h, &c->syn_w);
+    else if (!strcmp(a, "--synthetic-size")) ok = arg_int(cmd, a, v, 5, 1 << 24, &c->syn_n);
+    else if (!strcmp(a, "--train-samples")) ok = arg_int(cmd, a, v, 1, 1 << 30, &c->train_samples);
+    else if (!strcmp(a, "--lr")) ok = c->lr_set = arg_float(cmd, a, v, 1e-12, 1e6, &c->lr);
+    else if (!strcmp(a, "--momentum")) ok = c->momentum_set = arg_float(cmd, a, v, 0, 1, &c->momentum);
+    else if (!strcmp(a, "--weight-decay")) ok = c->wd_set = arg_float(cmd, a, v, 0, 1e3, &c->weight_decay);
+    return ok ? 1 : -1;
+}
+
+bool common_opts_known_data(const char *name) {
+    return !strcmp(name, "fashion-mnist") || !strcmp(name, "mnist") || !strcmp(name, "cifar10") ||
+           !strcmp(name, "synthetic");
+}
+
+static mp_status load_data(const common_opts *c, uint64_t seed, mp_dataset *train, mp_dataset *test) {
+    if (!strcmp(c->data, "fashion-mnist") || !strcmp(c->data, "mnist")) {
+        const char *dir = c->data_dir ? c->data_dir : FASHION_MNIST_DIR;
+        if (!strcmp(c->data, "mnist") && !c->data_dir)
+            return mp_error(MP_ERR_INVALID_ARG, "--data mnist needs --data-dir DIR (MNIST IDX files)");
+        MP_TRY(mp_dataset_load_fashion_mnist(dir, true, train));
+        return mp_dataset_load_fashion_mnist(dir, false, test);
+    }
+    if (!strcmp(c->data, "cifar10")) {
+        if (!c->data_dir) return mp_error(MP_ERR_INVALID_ARG, "--data cifar10 needs --data-dir DIR (CIFAR-10 binary batches)");
+        MP_TRY(mp_dataset_load_cifar10(c->data_dir, true, train));
+        return mp_dataset_load_cifar10(c->data_dir, false, test);
+    }
+    if (!strcmp(c->data, "synthetic")) {
+        /* one stream of samples (same class patterns), split into train and test */
+        mp_dataset all;
+        int n_test = c->syn_n / 5;
+        MP_TRY(mp_dataset_synthetic(c->syn_n + n_test, c->syn_c, c->syn_h, c->syn_w, 10, seed, &all));
+        mp_status s = mp_dataset_slice(&all, 0, c->syn_n, train);
+        if (s == MP_OK) s = mp_dataset_slice(&all, c->syn_n, n_test, test);
+        mp_dataset_free(&all);
+        return s;
+    }
+    return mp_error(MP_ERR_INVALID_ARG, "--data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic)",
+                    c->data);
+}
+
+mp_status common_opts_load_data(const common_opts *c, uint64_t seed, mp_dataset *train, mp_dataset *test) {
+    mp_dataset sub = {0};
+    mp_status s = load_data(c, seed, train, test);
+    if (s == MP_OK && c->train_samples && c->train_samples < train->n) {
+        s = mp_dataset_subset(train, c->train_samples, &sub);
+        if (s == MP_OK) {
+            mp_dataset_free(train);
+            *train = sub;
+        }
+    }
+    if (s == MP_OK) s = mp_dataset_check_finite(train);
+    if (s == MP_OK) s = mp_dataset_check_finite(test);
+    if (s != MP_OK) {
+        mp_dataset_free(train);
+        mp_dataset_free(test);
+    }
+    return s;
+}
+
+mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *lr) {
+    mp_optim_kind kind;
+    if (mp_optim_kind_parse(c->optimizer, &kind) != MP_OK)
+        return mp_error(MP_ERR_INVALID_ARG, "--optimizer '%s': unknown (known: sgd, adam, adamw)", c->optimizer);
+    bool sgd = kind == MP_OPTIM_SGD;
+    *oo = (mp_optim_opts){.kind = kind,
+                          .momentum = c->momentum_set ? c->momentum : (sgd ? 0.9f : 0),
+                          .nesterov = c->nesterov,
+                          .weight_decay = c->wd_set ? c->weight_decay : (sgd ? 5e-4f : 0)};
+    *lr = c->lr_set ? c->lr : (sgd ? 0.05f : 0.002f);
+    return MP_OK;
+}

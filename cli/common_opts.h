@@ -1,0 +1,61 @@
+/* common_opts.h — options `train` and `bench` share: the dataset (--data,
+ * --data-dir, --synthetic-*, --train-samples, --augment, --no-normalize) and
+ * the optimizer (--optimizer, --lr, --momentum, --nesterov, --weight-decay),
+ * with their help lines, parsing, defaults and the data loading. */
+#ifndef MP_CLI_COMMON_OPTS_H
+#define MP_CLI_COMMON_OPTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "data/dataset.h"
+#include "optim/optim.h"
+
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+#define DATA_OPTS_HELP                                                                                 \
+    "  --data D            fashion-mnist | mnist | cifar10 | synthetic (default fashion-mnist)\n"     \
+    "  --data-dir DIR      dataset folder (default " FASHION_MNIST_DIR " for fashion-mnist)\n"        \
+    "  --synthetic-shape S CxHxW of synthetic samples (default 3x32x32)\n"                             \
+    "  --synthetic-size N  synthetic training samples (default 10000; test: N/5)\n"                    \
+    "  --train-samples N   train on the first N samples only\n"                                        \
+    "  --augment           random crop with padding + horizontal flip\n"                               \
+    "  --no-normalize      do not normalize inputs by the training set's mean/std\n"
+
+#define OPTIM_OPTS_HELP                                                                                \
+    "  --optimizer O       sgd | adam | adamw (default adam)\n"                                        \
+    "  --lr X              learning rate (default 0.002 for adam/adamw, 0.05 for sgd)\n"               \
+    "  --momentum X        SGD momentum (default 0.9 for sgd)\n"                                       \
+    "  --nesterov          Nesterov momentum (sgd)\n"                                                  \
+    "  --weight-decay X    weight decay on conv/linear weights (default 0; 5e-4 for sgd)\n"
+
+typedef struct {
+    /* data */
+    const char *data, *data_dir;
+    int syn_c, syn_h, syn_w, syn_n, train_samples;
+    bool augment, normalize;
+    /* optimizer */
+    const char *optimizer;
+    float lr, momentum, weight_decay;
+    bool lr_set, momentum_set, wd_set, nesterov;
+} common_opts;
+
+common_opts common_opts_default(void);
+
+/* If argv[*i] is one of the shared options, consume it (and its value,
+ * advancing *i) and return 1; return 0 if it is not one of them; print
+ * "mixprec <cmd>: ..." and return -1 for a missing or bad value. */
+int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opts *c);
+
+/* Whether --data names a dataset load_data knows. */
+bool common_opts_known_data(const char *name);
+
+/* Load the train and test sets (synthetic ones from `seed`), cut the train set
+ * to --train-samples and check both are finite. On error both are freed. */
+mp_status common_opts_load_data(const common_opts *c, uint64_t seed, mp_dataset *train, mp_dataset *test);
+
+/* The optimizer options and learning rate after the per-optimizer defaults;
+ * an unknown --optimizer is MP_ERR_INVALID_ARG naming it. */
+mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *lr);
+
+#endif

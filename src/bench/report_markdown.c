@@ -1,0 +1,105 @@
+/* report_markdown.c — tables.md: one table per model and metric, precisions
+ * as rows and batch sizes as columns, laid out like seed 000's tables. */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "bench/matrix.h"
+#include "core/error.h"
+
+typedef enum { TIME, TIME_100, SPEEDUP, ACC, ACC_DROP, IMAGES, ARENA, RSS, COST } metric;
+
+typedef struct {
+    metric id;
+    const char *title;
+    bool relative; /* against fp32: no fp32 row, no table without fp32 */
+} metric_info;
+
+static const metric_info metrics[] = {
+    {TIME, "time per epoch (s)", false},
+    {TIME_100, "time per 100 epochs (min)", false},
+    {SPEEDUP, "speed-up vs fp32 (T_fp32 / T - 1)", true},
+    {ACC, "test accuracy", false},
+    {ACC_DROP, "accuracy difference (fp32 - this; positive = worse than fp32)", true},
+    {IMAGES, "images/s (training)", false},
+    {ARENA, "activation arena (MiB)", false},
+    {RSS, "peak RSS of the process (MiB)", false},
+    {COST, "cost per million samples (USD)", false},
+};
+
+static void cell_text(char *buf, size_t n, metric id, const mp_bench_cell *c) {
+    if (c->status != MP_CELL_OK) {
+        snprintf(buf, n, "%s", mp_cell_status_name(c->status));
+        return;
+    }
+    double v = NAN;
+    const char *fmt = "%.2f";
+    switch (id) {
+    case TIME: v = c->time_per_epoch_s; break;
+    case TIME_100: v = c->time_per_epoch_s * 100 / 60; break;
+    case SPEEDUP: v = 100 * c->speedup; fmt = "%.1f%%"; break;
+    case ACC: v = 100 * c->res.test_acc; fmt = "%.2f%%"; break;
+    case ACC_DROP: v = 100 * c->acc_drop; fmt = "%.2f%%"; break;
+    case IMAGES: v = c->res.images_per_s; fmt = "%.0f"; break;
+    case ARENA: v = (double)c->res.arena_bytes / (1 << 20); fmt = "%.1f"; break;
+    case RSS: v = c->peak_rss_bytes > 0 ? (double)c->peak_rss_bytes / (1 << 20) : NAN; fmt = "%.0f"; break;
+    case COST: v = c->cost_per_million; fmt = "%.4g"; break;
+    }
+    if (isfinite(v)) snprintf(buf, n, fmt, v);
+    else buf[0] = '\0';
+}
+
+static bool has_fp32(const mp_bench_opts *o) {
+    for (int p = 0; p < o->n_precisions; p++)
+        if (o->precisions[p] == MP_PRECISION_FP32) return true;
+    return false;
+}
+
+static void write_table(FILE *f, const mp_bench_matrix *m, int model, const metric_info *mi) {
+    const mp_bench_opts *o = m->o;
+    fprintf(f, "### %s: %s\n\n| batch |", o->models[model], mi->title);
+    for (int b = 0; b < o->n_batches; b++) fprintf(f, " %d |", o->batches[b]);
+    fputs("\n|---|", f);
+    for (int b = 0; b < o->n_batches; b++) fputs("---|", f);
+    fputc('\n', f);
+    for (int p = 0; p < o->n_precisions; p++) {
+        if (mi->relative && o->precisions[p] == MP_PRECISION_FP32) continue;
+        fprintf(f, "| %s |", mp_precision_name(o->precisions[p]));
+        for (int b = 0; b < o->n_batches; b++) {
+            char text[64];
+            cell_text(text, sizeof text, mi->id, mp_bench_cell_at(m, model, p, b));
+            fprintf(f, " %s |", text);
+        }
+        fputc('\n', f);
+    }
+    fputc('\n', f);
+}
+
+static void write_header(FILE *f, const mp_bench_matrix *m) {
+    const mp_bench_opts *o = m->o;
+    fprintf(f, "# mixprec bench\n\n");
+    fprintf(f, "Data: %s, %d training / %d test samples; %d epoch%s per cell", o->data_name, m->train_samples,
+            m->test_samples, o->epochs, o->epochs == 1 ? "" : "s");
+    if (o->steps > 0) fprintf(f, ", at most %d steps per epoch (times projected to a full epoch)", o->steps);
+    fprintf(f, "; seed %llu.\n\n", (unsigned long long)o->seed);
+    fprintf(f, "Times are training time of the last epoch (evaluation excluded). Speed-up is T_fp32 / T - 1 within "
+               "one batch size and the accuracy difference is fp32's test accuracy minus this one's, as in seed "
+               "000; both are blank without an fp32 cell. Failed cells read OOM or error (see results.jsonl).\n\n");
+}
+
+mp_status mp_bench_write_markdown(const char *path, const mp_bench_matrix *m) {
+    FILE *f = fopen(path, "w");
+    if (!f) return mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    const mp_bench_opts *o = m->o;
+    write_header(f, m);
+    for (int model = 0; model < o->n_models; model++) {
+        fprintf(f, "## %s\n\n", o->models[model]);
+        for (size_t k = 0; k < sizeof metrics / sizeof *metrics; k++) {
+            if (metrics[k].relative && !has_fp32(o)) continue;
+            if (metrics[k].id == COST && !(o->price_per_hour > 0)) continue;
+            write_table(f, m, model, &metrics[k]);
+        }
+    }
+    if (fclose(f) != 0) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return MP_OK;
+}

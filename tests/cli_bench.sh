@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# cli_bench.sh — `mixprec bench`: a tiny matrix writes results.jsonl (a record
+# per cell with the seed-000 metrics), tables.md and the gnuplot plots; a cell
+# that runs out of memory is recorded as OOM and the matrix goes on; without
+# gnuplot it warns and still writes the rest; every bad input is one error line
+# naming the option, exit 2, before any cell starts.
+set -u
+bin=$1
+work=${MP_WORK:-/tmp/mp_cli_test}/bench
+rm -rf "$work" && mkdir -p "$work"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# 1. The tiny matrix: small x {fp32, bf16} x {32, 64}, 3 steps per epoch.
+out=$work/tiny
+"$bin" bench --models small --precisions fp32,bf16 --batches 32,64 --steps 3 --train-samples 512 \
+  --price-per-hour 2.5 --out "$out" >"$work/tiny.log" 2>&1 && ok || bad "tiny matrix failed: $(tail -3 "$work/tiny.log")"
+grep -q "^\[1/4\] small fp32 batch 32: start" "$work/tiny.log" && ok || bad "no start line for cell 1"
+grep -Eq "^\[4/4\] small bf16 batch 64: [0-9.]+ s/epoch \(projected\), [0-9]+ img/s, test acc" "$work/tiny.log" \
+  && ok || bad "no result line for cell 4: $(cat "$work/tiny.log")"
+python3 - "$out/results.jsonl" <<'PY' && ok || bad "results.jsonl check failed"
+import json, math, sys
+recs = [json.loads(line) for line in open(sys.argv[1])]
+assert len(recs) == 4, f"{len(recs)} records"
+cells = {(r["precision"], r["batch"]) for r in recs}
+assert cells == {("fp32", 32), ("fp32", 64), ("bf16", 32), ("bf16", 64)}, cells
+for r in recs:
+    assert r["model"] == "small" and r["status"] == "ok" and r["message"] == "", r
+    assert 0 <= r["test_acc"] <= 1, r
+    for k in ("time_per_epoch_s", "time_per_100_epochs_min", "images_per_s", "arena_bytes", "peak_rss_bytes",
+              "cost_per_million_samples_usd", "cell_seconds"):
+        assert isinstance(r[k], (int, float)) and r[k] > 0, (k, r)
+    assert r["time_projected"] is True and r["steps"] == 3 and r["train_samples"] == 512, r
+    assert math.isclose(r["time_per_100_epochs_min"], r["time_per_epoch_s"] * 100 / 60, rel_tol=1e-3), r
+    assert math.isclose(r["cost_per_million_samples_usd"], 2.5 / 3600 / r["images_per_s"] * 1e6, rel_tol=1e-3), r
+    fp32 = next(x for x in recs if x["precision"] == "fp32" and x["batch"] == r["batch"])
+    if r["precision"] == "fp32":
+        assert r["speedup_vs_fp32"] == 0 and r["acc_drop_vs_fp32"] == 0, r
+    else:
+        want = fp32["time_per_epoch_s"] / r["time_per_epoch_s"] - 1
+        assert math.isclose(r["speedup_vs_fp32"], want, rel_tol=1e-2, abs_tol=1e-3), (r, want)
+        assert math.isclose(r["acc_drop_vs_fp32"], fp32["test_acc"] - r["test_acc"], abs_tol=1e-5), r
+PY
+grep -q "^| batch | 32 | 64 |$" "$out/tables.md" && ok || bad "tables.md lacks the batch columns"
+for t in "time per epoch" "time per 100 epochs" "speed-up vs fp32" "test accuracy" "accuracy difference" \
+         "images/s" "activation arena" "peak RSS" "cost per million samples"; do
+  grep -q "^### small: $t" "$out/tables.md" && ok || bad "tables.md lacks the '$t' table"
+done
+grep -Eq "^\| bf16 \| -?[0-9.]+% \| -?[0-9.]+% \|$" "$out/tables.md" && ok || bad "tables.md lacks a bf16 percentage row"
+for plot in time speedup accuracy; do
+  f=$out/${plot}_small
+  [ "$(head -c 8 "$f.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] && ok || bad "$f.png is not a PNG"
+  grep -q "<svg" "$f.svg" 2>/dev/null && ok || bad "$f.svg is not an SVG"
+done
+
+# 2. A cell that runs out of memory is recorded as OOM and the matrix goes on
+#    (memory capped for the run, as in cli_errors.sh).
+oom_args=(bench --models cnn10 --precisions fp32 --batches 3000,8 --steps 1 --data synthetic
+          --synthetic-shape 3x16x16 --synthetic-size 3000 --out "$work/oom")
+if grep -q __asan_init "$bin"; then
+  ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=1500:detect_leaks=0 "$bin" "${oom_args[@]}" \
+    >"$work/oom.log" 2>&1; rc=$?
+else
+  (ulimit -v 2500000; "$bin" "${oom_args[@]}") >"$work/oom.log" 2>&1; rc=$?
+fi
+[ "$rc" -eq 0 ] && ok || bad "OOM matrix exited $rc: $(tail -3 "$work/oom.log")"
+grep -Eq "^\[1/2\] cnn10 fp32 batch 3000: OOM: .*(cannot allocate|out of memory)" "$work/oom.log" \
+  && ok || bad "no OOM line: $(cat "$work/oom.log")"
+grep -q "^\[2/2\] cnn10 fp32 batch 8: .* img/s" "$work/oom.log" && ok || bad "the matrix did not go on after OOM"
+python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert [x["status"] for x in r] == ["OOM", "ok"] and r[0]["message"] and r[0]["images_per_s"] is None, r
+' "$work/oom/results.jsonl" && ok || bad "OOM records wrong: $(cat "$work/oom/results.jsonl")"
+grep -q "^| fp32 | OOM | " "$work/oom/tables.md" && ok || bad "tables.md does not show the OOM cell"
+
+# 3. Without gnuplot: one warning line, JSONL and tables still written, exit 0;
+#    without an fp32 cell the speed-up is null.
+out=$work/noplot
+PATH=/nonexistent "$bin" bench --models small --precisions bf16 --batches 16 --steps 1 --data synthetic \
+  --synthetic-shape 1x12x12 --synthetic-size 100 --out "$out" >"$work/noplot.log" 2>"$work/noplot.err"; rc=$?
+[ "$rc" -eq 0 ] && ok || bad "run without gnuplot exited $rc: $(cat "$work/noplot.err")"
+[ "$(wc -l <"$work/noplot.err")" -eq 1 ] && grep -q "warning: gnuplot not found" "$work/noplot.err" \
+  && ok || bad "no single gnuplot warning: $(cat "$work/noplot.err")"
+[ -s "$out/tables.md" ] && [ -f "$out/plots.gp" ] && ! ls "$out"/*.png >/dev/null 2>&1 && ok || bad "noplot outputs wrong"
+python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert len(r) == 1 and r[0]["speedup_vs_fp32"] is None and r[0]["cost_per_million_samples_usd"] is None, r
+' "$out/results.jsonl" && ok || bad "noplot record wrong: $(cat "$out/results.jsonl")"
+
+# 4. Bad input: exit 2, one stderr line naming the option and value, no cell started.
+touch "$work/a_file"
+expect() { # PATTERN -- ARGS...
+  local pattern=$1; shift 2
+  local err rc
+  err=$("$bin" bench --steps 1 --train-samples 512 "$@" 2>&1 >"$work/bad.out"); rc=$?
+  if [ "$rc" -eq 2 ] && grep -q -- "$pattern" <<<"$err" && [ "$(wc -l <<<"$err")" -eq 1 ] \
+     && ! grep -q "start" "$work/bad.out"; then
+    ok
+  else
+    bad "mixprec bench $* -> rc $rc (want 2), stderr: $err (want /$pattern/), stdout: $(head -2 "$work/bad.out")"
+  fi
+}
+bad_out=(--out "$work/bad_run")
+expect "\-\-models 'resnet999': unknown model" -- "${bad_out[@]}" --models small,resnet999
+expect "\-\-precisions 'fp12': unknown precision" -- "${bad_out[@]}" --precisions fp32,fp12
+expect "\-\-batches 0 is out of range" -- "${bad_out[@]}" --batches 32,0
+expect "\-\-batches -64 is out of range" -- "${bad_out[@]}" --batches -64
+expect "\-\-batches 'big' is not an integer" -- "${bad_out[@]}" --batches big
+expect "\-\-batches '' is not an integer" -- "${bad_out[@]}" --batches 32,,64
+expect "\-\-batches '32,64,32' lists '32' twice" -- "${bad_out[@]}" --batches 32,64,32
+expect "\-\-batches 1000 is larger than the training set" -- "${bad_out[@]}" --batches 1000
+expect "\-\-out '$work/a_file/sub': cannot create directory" -- --out "$work/a_file/sub"
+expect "\-\-out '$work/a_file': cannot create directory: Not a directory" -- --out "$work/a_file"
+expect "\-\-out '/proc/mixprec-bench': cannot create directory" -- --out /proc/mixprec-bench
+expect "\-\-price-per-hour 'cheap' is not a finite number" -- "${bad_out[@]}" --price-per-hour cheap
+expect "\-\-price-per-hour -1 is out of range" -- "${bad_out[@]}" --price-per-hour -1
+expect "\-\-epochs 0 is out of range" -- "${bad_out[@]}" --epochs 0
+expect "\-\-steps 'x' is not an integer" -- "${bad_out[@]}" --steps x
+expect "\-\-models needs a value" -- "${bad_out[@]}" --models
+expect "\-\-optimizer 'rmsprop': unknown" -- "${bad_out[@]}" --optimizer rmsprop
+expect "\-\-data 'imagenet': unknown dataset" -- "${bad_out[@]}" --data imagenet
+expect "unknown option '--batch'" -- "${bad_out[@]}" --batch 32
+[ ! -e "$work/bad_run" ] && ok || bad "bad input created the output folder"
+
+"$bin" bench --help | grep -q -- "--price-per-hour" && ok || bad "bench --help"
+"$bin" --help | grep -q "bench" && ok || bad "mixprec --help does not list bench"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
