@@ -41,6 +41,7 @@ static void usage(FILE *f) {
             "                      {time,speedup,accuracy}_<model>.{svg,png} drawn by gnuplot, plots.gp\n"
             "  --price-per-hour X  machine price in USD per hour, for a cost-per-million-samples column\n"
             "                      (default 0: no cost)\n"
+"  --device D          cpu | cuda | cuda:N | auto (default auto: the first GPU when present)\n"
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --verbose           also print each cell's training progress\n"
@@ -50,7 +51,8 @@ static void usage(FILE *f) {
 
 typedef struct {
     common_opts c;
-    const char *models_arg, *precisions_arg, *batches_arg, *out;
+    const char *models_arg, *precisions_arg, *batches_arg, *out, *device_arg;
+    mp_device device;
     int epochs, steps, threads;
     float price;
     uint64_t seed;
@@ -73,7 +75,7 @@ static int parse(int argc, char **argv, bench_args *b) {
         if (!strcmp(a, "--reference")) { b->reference = true; continue; }
         if (!strcmp(a, "--verbose")) { b->verbose = true; continue; }
         static const char *const with_value[] = {"--models", "--precisions", "--batches", "--epochs", "--steps",
-                                                 "--out", "--price-per-hour", "--threads", "--seed"};
+                                                 "--out", "--price-per-hour", "--threads", "--seed", "--device"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
         if (!known) {
@@ -90,6 +92,10 @@ static int parse(int argc, char **argv, bench_args *b) {
         else if (!strcmp(a, "--precisions")) b->precisions_arg = v;
         else if (!strcmp(a, "--batches")) b->batches_arg = v;
         else if (!strcmp(a, "--out")) b->out = v;
+        else if (!strcmp(a, "--device")) {
+            ok = mp_device_parse(v, &b->device) == MP_OK;
+            if (!ok) fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
+        }
         else if (!strcmp(a, "--epochs")) ok = arg_int("bench", a, v, 1, 100000, &b->epochs);
         else if (!strcmp(a, "--steps")) ok = arg_int("bench", a, v, 1, 1 << 30, &b->steps);
         else if (!strcmp(a, "--threads")) ok = arg_int("bench", a, v, 1, 1024, &b->threads);
@@ -235,6 +241,7 @@ int cmd_bench(int argc, char **argv) {
     static bench_args b; /* large list buffers */
     b = (bench_args){.c = common_opts_default(), .models_arg = "small", .precisions_arg = "fp32,amp-bf16,bf16",
                      .batches_arg = "128,512", .epochs = 1, .seed = 1};
+    mp_device_parse("auto", &b.device);
     int rc = parse(argc, argv, &b);
     if (rc) return rc == 1 ? 0 : rc;
     mp_optim_opts oo;
@@ -270,7 +277,8 @@ int cmd_bench(int argc, char **argv) {
                        .n_precisions = b.n_precisions, .batches = b.batches, .n_batches = b.n_batches,
                        .epochs = b.epochs, .steps = b.steps, .data_name = b.c.data, .lr = lr, .optim = oo,
                        .seed = b.seed, .augment = b.c.augment, .normalize = b.c.normalize,
-                       .use_onednn = !b.reference, .price_per_hour = b.price, .progress = stdout,
+                       .use_onednn = !b.reference, .device = b.device, .price_per_hour = b.price,
+                       .progress = stdout,
                        .train_out = b.verbose ? stdout : NULL, .jsonl = jsonl};
     printf("mixprec bench: %d cells (%d models x %d precisions x %d batch sizes) on %s: %d train / %d test samples "
            "of %dx%dx%d, %d epoch%s", b.n_models * b.n_precisions * b.n_batches, b.n_models, b.n_precisions,

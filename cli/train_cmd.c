@@ -52,6 +52,8 @@ static void usage(FILE *f) {
             "  --seed S            random seed for init, shuffling, dropout (default 1)\n"
             "  --max-steps N       stop each epoch after N steps (quick runs)\n\n"
             "execution and output:\n"
+            "  --device D          cpu | cuda | cuda:N | auto (default auto: the first GPU when this build\n"
+            "                      has the CUDA backend and one is present, else the CPU)\n"
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --log FILE.jsonl    write one JSON record per epoch\n"
@@ -76,6 +78,7 @@ typedef struct {
     int epochs, batch, threads, max_steps;
     bool reference, quiet, print_precision;
     uint64_t seed;
+    const char *device;       /* --device text */
     float monitor_interval;   /* seconds, 0 = GPU monitor off */
     const char *monitor_csv;  /* NULL = no CSV */
 } train_args;
@@ -91,7 +94,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, train_args *t) {
     *t = (train_args){.c = common_opts_default(), .model = "small", .precision = "fp32", .lr_schedule = "cosine",
-                      .epochs = 3, .batch = 128, .seed = 1, .scaler = {.dynamic = true},
+                      .epochs = 3, .batch = 128, .seed = 1, .scaler = {.dynamic = true}, .device = "auto",
                       .monitor_interval = 5};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -102,6 +105,7 @@ static int parse(int argc, char **argv, train_args *t) {
             usage(stdout);
             return 1;
         } else if (!strcmp(a, "--model")) { NEED_VALUE(); t->model = v;
+        } else if (!strcmp(a, "--device")) { NEED_VALUE(); t->device = v;
         } else if (!strcmp(a, "--log")) { NEED_VALUE(); t->log = v;
         } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v;
         } else if (!strcmp(a, "--precision-override")) { NEED_VALUE(); t->overrides = v;
@@ -153,6 +157,11 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
     }
+    mp_device device;
+    if (mp_device_parse(t.device, &device) != MP_OK) {
+        fprintf(stderr, "mixprec train: %s\n", mp_last_error());
+        return 2;
+    }
     if (!mp_model_describe(t.model)) {
         fprintf(stderr, "mixprec train: --model '%s': unknown model (known: %s)\n", t.model, mp_model_list());
         return 2;
@@ -183,15 +192,17 @@ int cmd_train(int argc, char **argv) {
     mp_train_result res;
     if (s == MP_OK) {
         FILE *out = t.quiet ? NULL : stdout;
+        char dev[32];
         if (out)
             fprintf(out, "mixprec: model %s (%lld parameters) on %s: %d train / %d test samples of %dx%dx%d, "
-                         "batch %d, %s lr %g, precision %s, %d threads\n",
+                         "batch %d, %s lr %g, precision %s, device %s, %d threads\n",
                     t.model, (long long)mp_graph_param_count(m.g), train.source, train.n, test.n, train.c, train.h,
-                    train.w, t.batch, t.c.optimizer, lr, t.precision, omp_get_max_threads());
+                    train.w, t.batch, t.c.optimizer, lr, t.precision, mp_device_name(device, dev, sizeof dev),
+                    omp_get_max_threads());
         mp_train_opts o = {.model_name = t.model, .data_name = t.c.data, .precision = t.precision, .epochs = t.epochs,
                            .batch = t.batch, .lr = lr, .optim = oo, .lr_schedule = t.lr_schedule, .seed = t.seed,
                            .augment = t.c.augment, .normalize = t.c.normalize, .max_steps = t.max_steps,
-                           .use_onednn = !t.reference, .log_path = t.log, .out = out,
+                           .use_onednn = !t.reference, .device = device, .log_path = t.log, .out = out,
                            .loss_scaling = t.loss_scaling ? !strcmp(t.loss_scaling, "on")
                                                           : (precision == MP_PRECISION_AMP_FP16 ||
                                                              precision == MP_PRECISION_O2_FP16 || t.scaler_set),

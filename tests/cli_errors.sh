@@ -38,6 +38,10 @@ expect 1 "\-\-log $work/no/such/dir/x.jsonl: cannot open" -- train --data synthe
 # mixed-precision options: clear errors before any training starts
 syn=(--data synthetic --synthetic-size 100 --batch 10)
 expect 2 "\-\-precision 'fp12': unknown (known: fp32, tf32, amp-fp16" -- train --precision fp12
+# devices: a bad name, and a GPU this machine does not have (CPU-only build, no driver, or too few GPUs)
+expect 2 "\-\-device 'gpu': expected cpu, cuda, cuda:N or auto" -- train --device gpu
+expect 1 "cuda:7" -- train "${syn[@]}" --device cuda:7
+expect 2 "\-\-device 'cuda:x'" -- bench --device cuda:x
 expect 1 "no layer named 'conv9'" -- train "${syn[@]}" --precision amp-bf16 --precision-override conv9=fp32
 expect 1 "dtype 'fp64' unknown" -- train "${syn[@]}" --precision amp-bf16 --precision-override fc2=fp64
 expect 1 "\-\-loss-scale-growth 1 must be > 1" -- train "${syn[@]}" --precision amp-fp16 --loss-scale-growth 1

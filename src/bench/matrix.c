@@ -57,7 +57,8 @@ static mp_status train_cell(const mp_bench_opts *o, const mp_dataset *train, con
                        .epochs = o->epochs, .batch = c->batch, .lr = o->lr, .optim = o->optim,
                        .lr_schedule = o->lr_schedule ? o->lr_schedule : "cosine", .seed = o->seed,
                        .augment = o->augment, .normalize = o->normalize, .max_steps = o->steps,
-                       .use_onednn = o->use_onednn, .out = o->train_out, .loss_scaling = fp16_scaled,
+                       .use_onednn = o->use_onednn, .device = o->device, .out = o->train_out,
+                       .loss_scaling = fp16_scaled,
                        .scaler = {.dynamic = true}};
     if (s == MP_OK) s = mp_train_run(&model, train, test, &t, &c->res);
     mp_model_free(&model);

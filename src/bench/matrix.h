@@ -45,6 +45,7 @@ typedef struct {
     const char *lr_schedule;    /* NULL = cosine, as `mixprec train` */
     uint64_t seed;
     bool augment, normalize, use_onednn;
+    mp_device device;           /* where every cell trains */
     double price_per_hour;      /* USD; 0 = no cost */
     FILE *progress;             /* a line per cell as it starts and ends (NULL = silent) */
     FILE *train_out;            /* the trainer's own progress (NULL = none) */
