@@ -5,6 +5,10 @@
 
 #include "mixprec.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (C++) includes these headers */
+#endif
+
 /* Record a message for mp_last_error() and return `s`, so callers can write
  * `return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));` */
 mp_status mp_error(mp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -20,4 +24,7 @@ void mp_assert_fail(const char *expr, const char *file, int line) __attribute__(
         if (mp_try_s_ != MP_OK) return mp_try_s_; \
     } while (0)
 
+#ifdef __cplusplus
+}
+#endif
 #endif

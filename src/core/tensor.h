@@ -9,6 +9,10 @@
 
 #include "mixprec.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (C++) includes these headers */
+#endif
+
 #define MP_MAX_DIMS 4
 
 typedef struct {
@@ -62,4 +66,7 @@ static inline int64_t mp_tensor_numel(const mp_tensor *t) { return mp_shape_nume
 /* Format "(2, 3, 4, 5)" into buf; returns buf. */
 const char *mp_shape_str(const mp_shape *s, char *buf, size_t len);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

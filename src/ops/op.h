@@ -24,6 +24,10 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (C++) includes these headers */
+#endif
+
 #define MP_MAX_INPUTS 8
 #define MP_MAX_PARAMS 4
 
@@ -153,4 +157,7 @@ bool mp_onednn_available(void);
 #define MP_REAL_CALL(dt, fn, ...) \
     ((dt) == MP_DTYPE_F64 ? fn##_f64(__VA_ARGS__) : fn##_f32(__VA_ARGS__))
 
+#ifdef __cplusplus
+}
+#endif
 #endif
