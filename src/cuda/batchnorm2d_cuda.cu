@@ -107,7 +107,7 @@ __global__ void bn_stats_kernel(const void *x, mp_dtype xdt, long long M, int C,
     s_n[t] = (float)n;
     __syncthreads();
     for (int s = blockDim.y / 2; s > 0; s >>= 1) {
-        if (threadIdx.y < s) {
+        if ((int)threadIdx.y < s) {
             const int o = t + s * blockDim.x;
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
@@ -227,7 +227,7 @@ __global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy
     for (int k = 0; k < VEC; k++) s_a[t * VEC + k] = sa[k], s_b[t * VEC + k] = sb[k];
     __syncthreads();
     for (int s = blockDim.y / 2; s > 0; s >>= 1) {
-        if (threadIdx.y < s) {
+        if ((int)threadIdx.y < s) {
             const int o = t + s * blockDim.x;
 #pragma unroll
             for (int k = 0; k < VEC; k++) s_a[t * VEC + k] += s_a[o * VEC + k], s_b[t * VEC + k] += s_b[o * VEC + k];

@@ -42,7 +42,7 @@ __global__ void gap_fwd_kernel(const void *x, mp_dtype xdt, void *y, mp_dtype yd
         for (int k = 0; k < VEC; k++) s_acc[t * VEC + k] = acc[k];
         __syncthreads();
         for (int s = blockDim.y / 2; s > 0; s >>= 1) {
-            if (threadIdx.y < s)
+            if ((int)threadIdx.y < s)
 #pragma unroll
                 for (int k = 0; k < VEC; k++) s_acc[t * VEC + k] += s_acc[(t + s * blockDim.x) * VEC + k];
             __syncthreads();

@@ -13,6 +13,9 @@
  * handed to the op as their f16/bf16 cast when it computes in f16/bf16 (the
  * reference then uses the rounded values); buffers and parameter gradients
  * are f32; a loss writes an f32 scalar and its d_out is a 1-element f32 seed.
+ * Parameters keep the CPU's element order on the device (conv weights
+ * (O, I, kh, kw)) unless params_channels_last asks for 4-D ones permuted
+ * like activations ((O, kh, kw, I)); their gradients are read back the same way.
  * Like exec_stage.c, when the compute dtype is f16/bf16 the reference also
  * rounds f32-stored inputs to it. */
 #ifndef MP_TESTS_GPU_CUDA_OP_CHECK_H
@@ -40,6 +43,7 @@ typedef struct {
     uint64_t seed;                   /* random data; also the dropout seed */
     double tol;                      /* 0: 1e-5 fp32, 2e-3 tf32, 1e-2 with any f16/bf16 */
     bool oracle_f32;                 /* reference in f32 instead of f64 */
+    bool params_channels_last;       /* 4-D parameters stored (O, kh, kw, I) on the device */
     int n_nan;                       /* NaN planted in input 0 at these NCHW indices */
     long long nan_index[4];
 } cuda_op_case;

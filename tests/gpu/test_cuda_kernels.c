@@ -139,7 +139,7 @@ static void activations(mp_cuda_ctx *ctx, mp_dtype dt) {
 
 static void batchnorm(mp_cuda_ctx *ctx, mp_dtype dt) {
     const mp_shape shapes[] = {mp_shape4(4, 13, 5, 7), mp_shape4(8, 16, 6, 6), mp_shape4(2, 3, 33, 31),
-                               mp_shape2(16, 24), mp_shape4(1, 8, 1, 2)};
+                               mp_shape2(16, 24), mp_shape4(1, 8, 2, 3)};
     for (int train = 1; train >= 0; train--)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             cuda_op_case k = make_case("batchnorm2d", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt, dt, 1, &shapes[s]);
