@@ -274,7 +274,7 @@ int main(void) {
         losses(ctx, DTYPES[d]);
         nan_propagation(ctx, DTYPES[d]);
     }
-    printf("test_cuda_kernels: %d cases, %d failed\n", n_run, n_failed);
+    printf("test_cuda_kernels: %d passed, %d failed\n", n_run - n_failed, n_failed);
     mp_cuda_ctx_destroy(ctx);
     return n_failed ? 1 : 0;
 }
