@@ -147,6 +147,21 @@ static void batchnorm(mp_cuda_ctx *ctx, mp_dtype dt) {
             k.training = train;
             run(&k, ctx);
         }
+    if (dt != MP_DTYPE_F32) {
+        mp_shape s = mp_shape4(4, 16, 5, 5);
+        /* f32 statistics over a low-precision input, f32 output */
+        cuda_op_case k = make_case("batchnorm2d low in, f32 out", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt,
+                                   MP_DTYPE_F32, 1, &s);
+        k.attr.bn = (mp_batchnorm_opts){.momentum = 0.1f, .eps = 1e-5f};
+        k.in_dtype_set = true;
+        k.in_dtype[0] = dt;
+        run(&k, ctx);
+        /* BN switched to low precision (fp16/bf16 policies): gamma, beta as casts */
+        k = make_case("batchnorm2d low compute", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt, dt, 1, &s);
+        k.attr.bn = (mp_batchnorm_opts){.momentum = 0.1f, .eps = 1e-5f};
+        k.compute = dt;
+        run(&k, ctx);
+    }
     /* statistics over many rows (several chunks of the reduction), shifted mean */
     mp_shape big = mp_shape4(32, 24, 16, 16);
     cuda_op_case k = make_case("batchnorm2d many rows", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt, dt, 1, &big);
