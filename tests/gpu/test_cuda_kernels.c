@@ -3,7 +3,8 @@
  * losses and the layout/dtype conversions) against the CPU reference in f32,
  * f16 and bf16, through cuda_op_check: one line per case, exit 1 on any
  * failure, exit 2 when no GPU can be opened. Run by scripts/gpu-check on the
- * GPU machine (not by ctest: CI has no GPU). */
+ * GPU machine (not by ctest: CI has no GPU). Build: this file,
+ * cuda_op_check.c and ../op_harness.c against mixprec built with CUDA. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
