@@ -1,0 +1,32 @@
+/* add_cuda.cu — residual add on the GPU (add_ref.inc): y = a + b over
+ * same-shaped tensors, each input in its own dtype, the sum in f32 and one
+ * rounding on store. Backward hands d_out to both inputs (converted when an
+ * input's gradient has another dtype). */
+#include "cuda/cuda_kernel_util.cuh"
+
+struct add_fwd {
+    __device__ float operator()(const float (&a)[2]) const { return a[0] + a[1]; }
+};
+
+static mp_status add_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
+                             const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
+                             size_t *saved_bytes) {
+    (void)ctx, (void)workspace_bytes, (void)saved_bytes;
+    *state = NULL;
+    return mp_cuda_op_check_dtypes(d, info, cfg, -1);
+}
+
+static mp_status add_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_op_status(c, "forward", mp_ew2(ctx, &c->in[0], &c->in[1], &c->out, add_fwd()));
+}
+
+static mp_status add_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        if (c->d_in[i].data)
+            e = mp_cuda_copy_convert(ctx, c->d_out.data, c->d_out.dtype, c->d_in[i].data, c->d_in[i].dtype,
+                                     mp_tensor_numel(&c->d_out));
+    return mp_cuda_op_status(c, "backward", e);
+}
+
+extern "C" const mp_cuda_op_vtable mp_cuda_add_vt = {"add", add_prepare, NULL, add_forward, add_backward};

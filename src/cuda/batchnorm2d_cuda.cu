@@ -1,0 +1,410 @@
+/* batchnorm2d_cuda.cu — batch normalization on the GPU over NHWC (N, C, H, W)
+ * or (N, C) activations in f32/f16/bf16, statistics and parameters in f32,
+ * with batchnorm2d_ref.inc's semantics: training normalizes with the batch
+ * mean and biased variance and moves the running stats towards the batch
+ * mean and UNBIASED variance by momentum; inference uses the running stats;
+ * backward (ref: bn_bwd) with or without batch statistics.
+ *
+ * The activation is viewed as M = N*H*W rows of C channels. Per-channel
+ * reductions are deterministic: G row chunks (fixed by M and the SM count)
+ * each give one partial per channel (Welford within a thread, Chan's merge
+ * across threads, fixed tree order), and a finalize kernel merges the G
+ * partials in a fixed order. Forward keeps the batch mean and 1/std (f32) in
+ * saved; the workspace holds the partials and per-channel coefficients. */
+#include <stdio.h>
+
+#include "cuda/cuda_kernel_util.cuh"
+
+enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
+
+#define FIN_BX 32 /* finalize: channels per block */
+#define FIN_BY 8  /* finalize: partial chunks read in parallel per channel */
+
+/* ---- geometry ----------------------------------------------------------- */
+
+typedef struct {
+    long long M;   /* rows */
+    int C;
+    int G;         /* row chunks of the reductions */
+    long long R;   /* rows per chunk (the last may be shorter) */
+} bn_dims;
+
+static bn_dims bn_dims_of(const mp_cuda_ctx *ctx, const mp_shape *x) {
+    bn_dims d;
+    d.M = mp_cuda_rows(x);
+    d.C = mp_cuda_channels(x);
+    long long g = (d.M + 63) / 64, cap = 4LL * (ctx->sm_count > 0 ? ctx->sm_count : 1);
+    if (g > cap) g = cap;
+    if (g < 1) g = 1;
+    d.R = (d.M + g - 1) / g;
+    d.G = (int)((d.M + d.R - 1) / d.R); /* no empty chunk */
+    return d;
+}
+
+/* Block of VEC-channel groups (x) by rows (y), 256 threads. */
+typedef struct {
+    int vec, bx, by;
+    unsigned gx;
+} bn_block;
+
+static bn_block bn_block_of(int C, bool vec_ok) {
+    bn_block b;
+    b.vec = vec_ok && C % 8 == 0 ? 8 : 1;
+    int cg = C / b.vec;
+    b.bx = 1;
+    while (b.bx < cg && b.bx < 32) b.bx <<= 1;
+    b.by = MP_CUDA_THREADS / b.bx;
+    b.gx = (unsigned)((cg + b.bx - 1) / b.bx);
+    return b;
+}
+
+/* Workspace: two (G, C) partial arrays, then (4, C) coefficients. */
+static size_t bn_workspace_floats(const bn_dims *d) { return (2 * (size_t)d->G + 4) * (size_t)d->C; }
+
+/* ---- device helpers ----------------------------------------------------- */
+
+/* (na, ma, m2a) += (nb, mb, m2b): Chan et al.'s pairwise update. */
+__device__ __forceinline__ void chan_merge(float &na, float &ma, float &m2a, float nb, float mb, float m2b) {
+    if (nb == 0.f) return;
+    float n = na + nb, d = mb - ma, w = nb / n;
+    ma += d * w;
+    m2a += m2b + d * d * na * w;
+    na = n;
+}
+
+/* ---- forward: statistics ------------------------------------------------ */
+
+/* Block (bx, by) at (blockIdx.x, chunk blockIdx.y): per-channel mean and sum
+ * of squared deviations of the chunk's rows -> pmean/pm2 (G, C). */
+template <int VEC>
+__global__ void bn_stats_kernel(const void *x, mp_dtype xdt, long long M, int C, long long R, float *pmean,
+                                float *pm2) {
+    __shared__ float s_mean[MP_CUDA_THREADS * VEC], s_m2[MP_CUDA_THREADS * VEC], s_n[MP_CUDA_THREADS];
+    const int g = blockIdx.x * blockDim.x + threadIdx.x, cg = C / VEC;
+    const long long r0 = (long long)blockIdx.y * R, r1 = r0 + R < M ? r0 + R : M;
+    float mean[VEC], m2[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) mean[k] = m2[k] = 0.f;
+    int n = 0;
+    if (g < cg) {
+#pragma unroll 4
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            float v[VEC];
+            mp_ldv<VEC>(x, xdt, r * C + (long long)g * VEC, v);
+            n++;
+            float inv = 1.f / (float)n;
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float d = v[k] - mean[k];
+                mean[k] += d * inv;
+                m2[k] += d * (v[k] - mean[k]);
+            }
+        }
+    }
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) s_mean[t * VEC + k] = mean[k], s_m2[t * VEC + k] = m2[k];
+    s_n[t] = (float)n;
+    __syncthreads();
+    for (int s = blockDim.y / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.y < s) {
+            const int o = t + s * blockDim.x;
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float na = s_n[t];
+                chan_merge(na, s_mean[t * VEC + k], s_m2[t * VEC + k], s_n[o], s_mean[o * VEC + k],
+                           s_m2[o * VEC + k]);
+            }
+            s_n[t] += s_n[o];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && g < cg)
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            long long at = (long long)blockIdx.y * C + (long long)g * VEC + k;
+            pmean[at] = s_mean[t * VEC + k];
+            pm2[at] = s_m2[t * VEC + k];
+        }
+}
+
+/* Per channel: merge the G chunk partials (fixed order), save mean and
+ * 1/std, update the running stats, write the coefficients (mu, scale, shift). */
+__global__ void bn_finalize_fwd_kernel(const float *pmean, const float *pm2, int G, long long M, long long R,
+                                       int C, const void *gamma, mp_dtype gdt, const void *beta, mp_dtype bdt,
+                                       float *rmean, float *rvar, float eps, float mom, float *save_mean,
+                                       float *save_invstd, float *coef) {
+    __shared__ float s_n[FIN_BY][FIN_BX], s_mean[FIN_BY][FIN_BX], s_m2[FIN_BY][FIN_BX];
+    const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
+    float n = 0.f, mean = 0.f, m2 = 0.f;
+    if (c < C)
+        for (int p = ty; p < G; p += FIN_BY) {
+            long long rows = (p + 1LL) * R < M ? R : M - p * R;
+            chan_merge(n, mean, m2, (float)rows, pmean[(long long)p * C + c], pm2[(long long)p * C + c]);
+        }
+    s_n[ty][tx] = n, s_mean[ty][tx] = mean, s_m2[ty][tx] = m2;
+    __syncthreads();
+    for (int s = FIN_BY / 2; s > 0; s >>= 1) {
+        if (ty < s) {
+            float na = s_n[ty][tx];
+            chan_merge(na, s_mean[ty][tx], s_m2[ty][tx], s_n[ty + s][tx], s_mean[ty + s][tx], s_m2[ty + s][tx]);
+            s_n[ty][tx] = na;
+        }
+        __syncthreads();
+    }
+    if (ty != 0 || c >= C) return;
+    mean = s_mean[0][tx], m2 = s_m2[0][tx];
+    float invstd = 1.f / sqrtf(m2 / (float)M + eps);
+    save_mean[c] = mean;
+    save_invstd[c] = invstd;
+    rmean[c] = (1.f - mom) * rmean[c] + mom * mean;
+    rvar[c] = (1.f - mom) * rvar[c] + mom * (m2 / (float)(M - 1));
+    coef[c] = mean;
+    coef[C + c] = mp_ld(gamma, gdt, c) * invstd;
+    coef[2 * C + c] = mp_ld(beta, bdt, c);
+}
+
+/* Inference: the running stats give the coefficients (mu, scale, shift). */
+__global__ void bn_eval_coef_kernel(int C, const void *gamma, mp_dtype gdt, const void *beta, mp_dtype bdt,
+                                    const float *rmean, const float *rvar, float eps, float *coef) {
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+        coef[c] = rmean[c];
+        coef[C + c] = mp_ld(gamma, gdt, c) / sqrtf(rvar[c] + eps);
+        coef[2 * C + c] = mp_ld(beta, bdt, c);
+    }
+}
+
+/* y = (x - mu) * scale + shift, coef = (mu, scale, shift) per channel. */
+template <int VEC>
+__global__ void bn_apply_kernel(const void *x, mp_dtype xdt, void *y, mp_dtype ydt, long long M, int C,
+                                const float *coef) {
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= C / VEC) return;
+    float mu[VEC], sc[VEC], sh[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        int c = g * VEC + k;
+        mu[k] = coef[c], sc[k] = coef[C + c], sh[k] = coef[2 * C + c];
+    }
+    for (long long r = (long long)blockIdx.y * blockDim.y + threadIdx.y; r < M; r += (long long)gridDim.y * blockDim.y) {
+        const long long at = r * C + (long long)g * VEC;
+        float v[VEC];
+        mp_ldv<VEC>(x, xdt, at, v);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) v[k] = (v[k] - mu[k]) * sc[k] + sh[k];
+        mp_stv<VEC>(y, ydt, at, v);
+    }
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+/* Per chunk and channel: sum(dy) and sum(dy * (x - mu)) -> psdy/psdyx (G, C). */
+template <int VEC>
+__global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dtype dydt, const float *mu,
+                                     long long M, int C, long long R, float *psdy, float *psdyx) {
+    __shared__ float s_a[MP_CUDA_THREADS * VEC], s_b[MP_CUDA_THREADS * VEC];
+    const int g = blockIdx.x * blockDim.x + threadIdx.x, cg = C / VEC;
+    const long long r0 = (long long)blockIdx.y * R, r1 = r0 + R < M ? r0 + R : M;
+    float sa[VEC], sb[VEC], m[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) sa[k] = sb[k] = 0.f, m[k] = g < cg ? mu[g * VEC + k] : 0.f;
+    if (g < cg) {
+#pragma unroll 4
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            const long long at = r * C + (long long)g * VEC;
+            float xv[VEC], gv[VEC];
+            mp_ldv<VEC>(x, xdt, at, xv);
+            mp_ldv<VEC>(dy, dydt, at, gv);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                sa[k] += gv[k];
+                sb[k] += gv[k] * (xv[k] - m[k]);
+            }
+        }
+    }
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) s_a[t * VEC + k] = sa[k], s_b[t * VEC + k] = sb[k];
+    __syncthreads();
+    for (int s = blockDim.y / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.y < s) {
+            const int o = t + s * blockDim.x;
+#pragma unroll
+            for (int k = 0; k < VEC; k++) s_a[t * VEC + k] += s_a[o * VEC + k], s_b[t * VEC + k] += s_b[o * VEC + k];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && g < cg)
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            long long at = (long long)blockIdx.y * C + (long long)g * VEC + k;
+            psdy[at] = s_a[t * VEC + k];
+            psdyx[at] = s_b[t * VEC + k];
+        }
+}
+
+/* Per channel: sum the G partials (fixed order); dgamma = sum(dy*xhat),
+ * dbeta = sum(dy); coefficients (mu, k, a, b) of
+ * dx = k * (dy - a - (x - mu) * b), k = gamma/std, and with batch stats
+ * a = mean(dy), b = mean(dy * (x - mu)) / var (else a = b = 0). */
+__global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, int G, long long M, int C,
+                                       bool batch_stats, const float *mean, const float *invstd, const float *rmean,
+                                       const float *rvar, float eps, const void *gamma, mp_dtype gdt, void *dgamma,
+                                       mp_dtype dgdt, void *dbeta, mp_dtype dbdt, float *coef) {
+    __shared__ float s_a[FIN_BY][FIN_BX], s_b[FIN_BY][FIN_BX];
+    const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
+    float sa = 0.f, sb = 0.f;
+    if (c < C)
+        for (int p = ty; p < G; p += FIN_BY) sa += psdy[(long long)p * C + c], sb += psdyx[(long long)p * C + c];
+    s_a[ty][tx] = sa, s_b[ty][tx] = sb;
+    __syncthreads();
+    for (int s = FIN_BY / 2; s > 0; s >>= 1) {
+        if (ty < s) s_a[ty][tx] += s_a[ty + s][tx], s_b[ty][tx] += s_b[ty + s][tx];
+        __syncthreads();
+    }
+    if (ty != 0 || c >= C) return;
+    sa = s_a[0][tx], sb = s_b[0][tx];
+    float mu = batch_stats ? mean[c] : rmean[c];
+    float is = batch_stats ? invstd[c] : 1.f / sqrtf(rvar[c] + eps);
+    if (dgamma) mp_st(dgamma, dgdt, c, sb * is);
+    if (dbeta) mp_st(dbeta, dbdt, c, sa);
+    coef[c] = mu;
+    coef[C + c] = mp_ld(gamma, gdt, c) * is;
+    coef[2 * C + c] = batch_stats ? sa / (float)M : 0.f;
+    coef[3 * C + c] = batch_stats ? sb * is * is / (float)M : 0.f;
+}
+
+template <int VEC>
+__global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dtype dydt, void *dx, mp_dtype dxdt,
+                             long long M, int C, const float *coef) {
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= C / VEC) return;
+    float mu[VEC], kk[VEC], a[VEC], b[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        int c = g * VEC + k;
+        mu[k] = coef[c], kk[k] = coef[C + c], a[k] = coef[2 * C + c], b[k] = coef[3 * C + c];
+    }
+    for (long long r = (long long)blockIdx.y * blockDim.y + threadIdx.y; r < M; r += (long long)gridDim.y * blockDim.y) {
+        const long long at = r * C + (long long)g * VEC;
+        float xv[VEC], gv[VEC];
+        mp_ldv<VEC>(x, xdt, at, xv);
+        mp_ldv<VEC>(dy, dydt, at, gv);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) gv[k] = kk[k] * (gv[k] - a[k] - (xv[k] - mu[k]) * b[k]);
+        mp_stv<VEC>(dx, dxdt, at, gv);
+    }
+}
+
+/* ---- host side ---------------------------------------------------------- */
+
+static mp_status bn_batch_error(const mp_op_desc *d, const mp_shape *x) {
+    char s[64];
+    return mp_error(MP_ERR_SHAPE, "batchnorm2d '%s': training needs more than one value per channel (input %s)",
+                    d->name ? d->name : "?", mp_shape_str(x, s, sizeof s));
+}
+
+static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
+                            const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
+                            size_t *saved_bytes) {
+    *state = NULL;
+    MP_TRY(mp_cuda_op_check_dtypes(d, info, cfg, -1));
+    bn_dims dm = bn_dims_of(ctx, &info->in[0]);
+    if (cfg->training && dm.M < 2) return bn_batch_error(d, &info->in[0]);
+    mp_cuda_raise(workspace_bytes, bn_workspace_floats(&dm) * sizeof(float));
+    mp_cuda_raise(saved_bytes, 2 * (size_t)dm.C * sizeof(float));
+    return MP_OK;
+}
+
+/* Rows of the grid for the elementwise passes: a few waves over the SMs. */
+static unsigned bn_rows_grid(const mp_cuda_ctx *ctx, const bn_dims *d, const bn_block *b) {
+    long long want = (d->M + b->by - 1) / b->by, cap = 8LL * (ctx->sm_count > 0 ? ctx->sm_count : 1) / b->gx + 1;
+    if (want > cap) want = cap;
+    return (unsigned)(want < 65535 ? want : 65535);
+}
+
+static mp_status bn_param_check(const mp_op_call *c) {
+    if (c->param[P_RUNNING_MEAN].dtype == MP_DTYPE_F32 && c->param[P_RUNNING_VAR].dtype == MP_DTYPE_F32)
+        return MP_OK;
+    return mp_error(MP_ERR_UNSUPPORTED, "batchnorm2d '%s' on the GPU: running stats must be f32 (got %s, %s)",
+                    c->desc->name ? c->desc->name : "?", mp_dtype_name(c->param[P_RUNNING_MEAN].dtype),
+                    mp_dtype_name(c->param[P_RUNNING_VAR].dtype));
+}
+
+static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    MP_TRY(bn_param_check(c));
+    const bn_dims dm = bn_dims_of(ctx, &c->in[0].shape);
+    if (c->training && dm.M < 2) return bn_batch_error(c->desc, &c->in[0].shape);
+    const mp_tensor *x = &c->in[0], *y = &c->out, *p = c->param;
+    const int C = dm.C;
+    float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
+    float *save_mean = (float *)c->saved, *save_invstd = save_mean + C;
+    const float eps = c->desc->attr.bn.eps, mom = c->desc->attr.bn.momentum;
+    const bn_block b = bn_block_of(C, mp_cuda_aligned16(x->data) && mp_cuda_aligned16(y->data));
+    const dim3 block(b.bx, b.by), fin_grid((C + FIN_BX - 1) / FIN_BX);
+    if (c->training) {
+        float *pmean = ws, *pm2 = ws + (size_t)dm.G * C;
+        if (b.vec == 8)
+            bn_stats_kernel<8><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dm.M, C, dm.R, pmean, pm2);
+        else
+            bn_stats_kernel<1><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dm.M, C, dm.R, pmean, pm2);
+        bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
+            pmean, pm2, dm.G, dm.M, dm.R, C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
+            (float *)p[P_RUNNING_MEAN].data, (float *)p[P_RUNNING_VAR].data, eps, mom, save_mean, save_invstd, coef);
+    } else {
+        bn_eval_coef_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(
+            C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
+            (const float *)p[P_RUNNING_MEAN].data, (const float *)p[P_RUNNING_VAR].data, eps, coef);
+    }
+    const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
+    if (b.vec == 8)
+        bn_apply_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, y->data, y->dtype, dm.M, C, coef);
+    else
+        bn_apply_kernel<1><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, y->data, y->dtype, dm.M, C, coef);
+    return mp_cuda_op_status(c, "forward", cudaSuccess);
+}
+
+static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    MP_TRY(bn_param_check(c));
+    const mp_tensor *x = &c->in[0], *dy = &c->d_out, *dx = &c->d_in[0], *p = c->param;
+    const mp_tensor *dg = &c->d_param[P_WEIGHT], *db = &c->d_param[P_BIAS];
+    if (!dx->data && !dg->data && !db->data) return MP_OK;
+    const bn_dims dm = bn_dims_of(ctx, &x->shape);
+    const int C = dm.C;
+    float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
+    float *psdy = ws, *psdyx = ws + (size_t)dm.G * C;
+    const float *save_mean = (const float *)c->saved, *save_invstd = save_mean + C;
+    const float *rmean = (const float *)p[P_RUNNING_MEAN].data, *rvar = (const float *)p[P_RUNNING_VAR].data;
+    const bool batch_stats = c->training;
+    const bool aligned = mp_cuda_aligned16(x->data) && mp_cuda_aligned16(dy->data) &&
+                         (!dx->data || mp_cuda_aligned16(dx->data));
+    const bn_block b = bn_block_of(C, aligned);
+    const dim3 block(b.bx, b.by);
+    /* inference with only dx wanted needs no sums: a = b = 0 */
+    const bool reduce = batch_stats || dg->data || db->data;
+    const float *mu = batch_stats ? save_mean : rmean;
+    if (reduce) {
+        if (b.vec == 8)
+            bn_bwd_reduce_kernel<8><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype,
+                                                                              mu, dm.M, C, dm.R, psdy, psdyx);
+        else
+            bn_bwd_reduce_kernel<1><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype,
+                                                                              mu, dm.M, C, dm.R, psdy, psdyx);
+    }
+    bn_finalize_bwd_kernel<<<(C + FIN_BX - 1) / FIN_BX, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
+        psdy, psdyx, reduce ? dm.G : 0, dm.M, C, batch_stats, save_mean, save_invstd, rmean, rvar,
+        c->desc->attr.bn.eps, p[P_WEIGHT].data, p[P_WEIGHT].dtype, dg->data, dg->dtype, db->data, db->dtype, coef);
+    if (dx->data) {
+        const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
+        if (b.vec == 8)
+            bn_dx_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype, dx->data,
+                                                             dx->dtype, dm.M, C, coef);
+        else
+            bn_dx_kernel<1><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype, dx->data,
+                                                             dx->dtype, dm.M, C, coef);
+    }
+    return mp_cuda_op_status(c, "backward", cudaSuccess);
+}
+
+extern "C" const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt = {"batchnorm2d", bn_prepare, NULL, bn_forward,
+                                                             bn_backward};

@@ -1,0 +1,296 @@
+/* test_cuda_kernels.c — the GPU's own kernels (activations, batchnorm,
+ * pooling, global average pooling, add, concat, reshape, dropout, the two
+ * losses and the layout/dtype conversions) against the CPU reference in f32,
+ * f16 and bf16, through cuda_op_check: one line per case, exit 1 on any
+ * failure, exit 2 when no GPU can be opened. Run by scripts/gpu-check on the
+ * GPU machine (not by ctest: CI has no GPU). Build: this file,
+ * cuda_op_check.c and ../op_harness.c against mixprec built with CUDA. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "cuda_op_check.h"
+
+static int n_run, n_failed;
+
+static void expect(bool ok) {
+    n_run++;
+    if (!ok) n_failed++;
+}
+
+static const mp_dtype DTYPES[3] = {MP_DTYPE_F32, MP_DTYPE_F16, MP_DTYPE_BF16};
+
+/* A case of `kind` over storage dt; pointwise ops compute in their storage
+ * dtype (the policy's "widest input"), BN and the losses in f32. */
+static cuda_op_case make_case(const char *label, mp_op_kind kind, const mp_cuda_op_vtable *vt, mp_dtype dt,
+                              int n_in, const mp_shape *shapes) {
+    cuda_op_case k;
+    memset(&k, 0, sizeof k);
+    k.label = label;
+    k.kind = kind;
+    k.vt = vt;
+    k.n_in = n_in;
+    for (int i = 0; i < n_in; i++) k.in_shape[i] = shapes[i];
+    k.storage = dt;
+    k.compute = kind == MP_OP_BATCHNORM2D || kind == MP_OP_SOFTMAX_CE || kind == MP_OP_BCE_LOGITS ? MP_DTYPE_F32 : dt;
+    k.training = true;
+    k.seed = 0xC0DA + (uint64_t)n_run * 7919;
+    return k;
+}
+
+static void run(const cuda_op_case *k, mp_cuda_ctx *ctx) { expect(cuda_op_check_print(ctx, k)); }
+
+/* ---- layout/dtype conversions ------------------------------------------- */
+
+/* Values that exercise RNE: ties, f16 subnormals and overflow, bf16 carries. */
+static float special(int i, mp_rng *r) {
+    static const float s[] = {0.f, -0.f, 1.f + 0x1p-11f, 1.f + 3 * 0x1p-11f, 65519.f, 65520.f, 1e5f, -1e5f,
+                              0x1p-24f, 0x1p-25f, 3 * 0x1p-26f, 1e-6f, 1.f + 0x1p-8f, 1.f + 3 * 0x1p-8f,
+                              3.0e38f, INFINITY, -INFINITY, NAN, 1e-40f};
+    int ns = (int)(sizeof s / sizeof s[0]);
+    return i % 3 == 0 ? s[(i / 3) % ns] : (float)mp_rng_normal(r);
+}
+
+static uint16_t low_bits(float x, mp_dtype dt) {
+    return dt == MP_DTYPE_F16 ? mp_f32_to_f16(x).bits : mp_f32_to_bf16(x).bits;
+}
+
+static float low_value(uint16_t b, mp_dtype dt) {
+    return dt == MP_DTYPE_F16 ? mp_f16_to_f32((mp_f16){b}) : mp_bf16_to_f32((mp_bf16){b});
+}
+
+/* NCHW f32 -> device -> NCHW f32: the device bytes must be the host's NHWC
+ * RNE conversion bit for bit (NaN: any NaN), and the way back exact. */
+static bool check_layout(mp_cuda_ctx *ctx, mp_dtype dt, mp_shape s) {
+    const int64_t n = mp_shape_numel(&s);
+    const size_t es = mp_dtype_size(dt);
+    float *h = malloc((size_t)n * 4), *back = malloc((size_t)n * 4);
+    unsigned char *raw = malloc((size_t)n * es);
+    mp_rng r;
+    mp_rng_seed(&r, 77);
+    for (int64_t i = 0; i < n; i++) h[i] = special((int)i, &r);
+    float *d_nchw = NULL, *d_back = NULL;
+    void *d_dev = NULL;
+    bool ok = cudaMalloc((void **)&d_nchw, (size_t)n * 4) == cudaSuccess &&
+              cudaMalloc((void **)&d_back, (size_t)n * 4) == cudaSuccess &&
+              cudaMalloc(&d_dev, (size_t)n * es) == cudaSuccess;
+    mp_tensor t = {dt, s, d_dev};
+    ok = ok && cudaMemcpy(d_nchw, h, (size_t)n * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+    ok = ok && mp_cuda_nchw_f32_to_device(ctx, d_nchw, &t) == MP_OK;
+    ok = ok && mp_cuda_device_to_nchw_f32(ctx, &t, d_back) == MP_OK;
+    ok = ok && cudaStreamSynchronize(ctx->stream) == cudaSuccess;
+    ok = ok && cudaMemcpy(raw, d_dev, (size_t)n * es, cudaMemcpyDeviceToHost) == cudaSuccess;
+    ok = ok && cudaMemcpy(back, d_back, (size_t)n * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
+    int64_t bad = 0, first = -1;
+    const bool four = s.ndim == 4;
+    const int64_t C = s.dims[1], HW = four ? (int64_t)s.dims[2] * s.dims[3] : 1;
+    for (int64_t i = 0; ok && i < n; i++) { /* i: NCHW index */
+        int64_t j = i;                      /* NHWC index */
+        if (four) {
+            int64_t nn = i / (C * HW), c = i / HW % C, hw = i % HW;
+            j = (nn * HW + hw) * C + c;
+        }
+        float want_back;
+        bool same;
+        if (dt == MP_DTYPE_F32) {
+            float got;
+            memcpy(&got, raw + j * 4, 4);
+            want_back = h[i];
+            same = isnan(h[i]) ? isnan(got) : memcmp(&got, &h[i], 4) == 0;
+        } else {
+            uint16_t got, want = low_bits(h[i], dt);
+            memcpy(&got, raw + j * 2, 2);
+            want_back = low_value(want, dt);
+            same = isnan(h[i]) ? isnan(low_value(got, dt)) : got == want;
+        }
+        same = same && (isnan(want_back) ? isnan(back[i]) : memcmp(&back[i], &want_back, 4) == 0);
+        if (!same && bad++ == 0) first = i;
+    }
+    char ss[64];
+    printf("%-4s %-28s %-22s %-16s %lld of %lld elements differ%s\n", ok && !bad ? "ok" : "FAIL",
+           "layout NCHW f32 <-> device", mp_dtype_name(dt), mp_shape_str(&s, ss, sizeof ss), (long long)bad,
+           (long long)n, ok ? "" : " (CUDA error)");
+    if (bad) printf("     first at NCHW index %lld: host %.9g\n", (long long)first, (double)h[first]);
+    cudaFree(d_nchw), cudaFree(d_back), cudaFree(d_dev);
+    free(h), free(back), free(raw);
+    return ok && !bad;
+}
+
+/* ---- op cases ----------------------------------------------------------- */
+
+static void activations(mp_cuda_ctx *ctx, mp_dtype dt) {
+    const mp_shape shapes[] = {mp_shape4(2, 13, 5, 7), mp_shape4(3, 16, 8, 8), mp_shape2(5, 37)};
+    struct {
+        const char *name;
+        mp_op_kind kind;
+        const mp_cuda_op_vtable *vt;
+    } ops[] = {{"relu", MP_OP_RELU, &mp_cuda_relu_vt},
+               {"leaky_relu 0.1", MP_OP_LEAKY_RELU, &mp_cuda_leaky_relu_vt},
+               {"tanh", MP_OP_TANH, &mp_cuda_tanh_vt},
+               {"sigmoid", MP_OP_SIGMOID, &mp_cuda_sigmoid_vt}};
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            cuda_op_case k = make_case(ops[o].name, ops[o].kind, ops[o].vt, dt, 1, &shapes[s]);
+            k.attr.slope = 0.1f;
+            run(&k, ctx);
+        }
+}
+
+static void batchnorm(mp_cuda_ctx *ctx, mp_dtype dt) {
+    const mp_shape shapes[] = {mp_shape4(4, 13, 5, 7), mp_shape4(8, 16, 6, 6), mp_shape4(2, 3, 33, 31),
+                               mp_shape2(16, 24), mp_shape4(1, 8, 2, 3)};
+    for (int train = 1; train >= 0; train--)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            cuda_op_case k = make_case("batchnorm2d", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt, dt, 1, &shapes[s]);
+            k.attr.bn = (mp_batchnorm_opts){.momentum = 0.1f, .eps = 1e-5f};
+            k.training = train;
+            run(&k, ctx);
+        }
+    if (dt != MP_DTYPE_F32) {
+        mp_shape s = mp_shape4(4, 16, 5, 5);
+        /* f32 statistics over a low-precision input, f32 output */
+        cuda_op_case k = make_case("batchnorm2d low in, f32 out", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt,
+                                   MP_DTYPE_F32, 1, &s);
+        k.attr.bn = (mp_batchnorm_opts){.momentum = 0.1f, .eps = 1e-5f};
+        k.in_dtype_set = true;
+        k.in_dtype[0] = dt;
+        run(&k, ctx);
+        /* BN switched to low precision (fp16/bf16 policies): gamma, beta as casts */
+        k = make_case("batchnorm2d low compute", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt, dt, 1, &s);
+        k.attr.bn = (mp_batchnorm_opts){.momentum = 0.1f, .eps = 1e-5f};
+        k.compute = dt;
+        run(&k, ctx);
+    }
+    /* statistics over many rows (several chunks of the reduction), shifted mean */
+    mp_shape big = mp_shape4(32, 24, 16, 16);
+    cuda_op_case k = make_case("batchnorm2d many rows", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt, dt, 1, &big);
+    k.attr.bn = (mp_batchnorm_opts){.momentum = 0.3f, .eps = 1e-3f};
+    run(&k, ctx);
+}
+
+static void pooling(mp_cuda_ctx *ctx, mp_dtype dt) {
+    struct {
+        mp_shape s;
+        mp_pool_opts o;
+    } cfgs[] = {{mp_shape4(2, 13, 8, 8), {2, 2, 0}},  /* stride = kernel */
+                {mp_shape4(2, 16, 9, 9), {3, 2, 1}},  /* overlapping, padded, vectorized channels */
+                {mp_shape4(1, 3, 7, 7), {3, 1, 1}},   /* heavy overlap */
+                {mp_shape4(3, 8, 6, 5), {4, 3, 2}}};  /* non-square input, padding = k/2 */
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        cuda_op_case k = make_case("maxpool2d", MP_OP_MAXPOOL2D, &mp_cuda_maxpool2d_vt, dt, 1, &cfgs[i].s);
+        k.attr.pool = cfgs[i].o;
+        run(&k, ctx);
+        k = make_case("avgpool2d", MP_OP_AVGPOOL2D, &mp_cuda_avgpool2d_vt, dt, 1, &cfgs[i].s);
+        k.attr.pool = cfgs[i].o;
+        run(&k, ctx);
+    }
+    const mp_shape gs[] = {mp_shape4(3, 13, 5, 7), mp_shape4(2, 16, 4, 4), mp_shape4(2, 40, 1, 1)};
+    for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++) {
+        cuda_op_case k = make_case("global_avgpool", MP_OP_GLOBAL_AVGPOOL, &mp_cuda_global_avgpool_vt, dt, 1, &gs[i]);
+        run(&k, ctx);
+    }
+}
+
+static void data_movement(mp_cuda_ctx *ctx, mp_dtype dt) {
+    mp_shape two[2] = {mp_shape4(2, 13, 5, 7), mp_shape4(2, 13, 5, 7)};
+    cuda_op_case k = make_case("add", MP_OP_ADD, &mp_cuda_add_vt, dt, 2, two);
+    run(&k, ctx);
+    two[0] = two[1] = mp_shape2(4, 64);
+    k = make_case("add", MP_OP_ADD, &mp_cuda_add_vt, dt, 2, two);
+    run(&k, ctx);
+    if (dt != MP_DTYPE_F32) { /* f32 + low -> f32 (the policy's widest input) */
+        two[0] = two[1] = mp_shape4(2, 16, 3, 3);
+        k = make_case("add mixed", MP_OP_ADD, &mp_cuda_add_vt, MP_DTYPE_F32, 2, two);
+        k.in_dtype_set = true;
+        k.in_dtype[0] = MP_DTYPE_F32;
+        k.in_dtype[1] = dt;
+        run(&k, ctx);
+    }
+
+    mp_shape three[3] = {mp_shape4(2, 3, 4, 5), mp_shape4(2, 13, 4, 5), mp_shape4(2, 8, 4, 5)};
+    k = make_case("concat 3+13+8", MP_OP_CONCAT, &mp_cuda_concat_vt, dt, 3, three);
+    run(&k, ctx);
+    three[0] = mp_shape4(2, 8, 3, 3), three[1] = mp_shape4(2, 16, 3, 3);
+    k = make_case("concat 8+16", MP_OP_CONCAT, &mp_cuda_concat_vt, dt, 2, three);
+    run(&k, ctx);
+    three[0] = mp_shape2(3, 5), three[1] = mp_shape2(3, 11);
+    k = make_case("concat 2-D", MP_OP_CONCAT, &mp_cuda_concat_vt, dt, 2, three);
+    run(&k, ctx);
+
+    struct {
+        const char *label;
+        mp_shape in, target;
+    } rs[] = {{"reshape flatten", mp_shape4(2, 13, 5, 7), {2, {0, 455, 1, 1}}},
+              {"reshape unflatten", mp_shape2(2, 455), {4, {0, 13, 5, 7}}},
+              {"reshape 4-D -> 4-D", mp_shape4(2, 16, 4, 4), {4, {0, 4, 8, 8}}},
+              {"reshape (C,1,1) -> (C)", mp_shape4(3, 16, 1, 1), {2, {0, 16, 1, 1}}},
+              {"reshape (1,H,W) -> (H*W)", mp_shape4(3, 1, 6, 6), {2, {0, 36, 1, 1}}}};
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
+        k = make_case(rs[i].label, MP_OP_RESHAPE, &mp_cuda_reshape_vt, dt, 1, &rs[i].in);
+        k.attr.reshape = rs[i].target;
+        run(&k, ctx);
+    }
+
+    const mp_shape ds[] = {mp_shape4(2, 13, 5, 7), mp_shape4(4, 16, 8, 8), mp_shape2(6, 40), mp_shape2(3, 7)};
+    for (int train = 1; train >= 0; train--)
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) {
+            k = make_case("dropout 0.3", MP_OP_DROPOUT, &mp_cuda_dropout_vt, dt, 1, &ds[i]);
+            k.attr.p = 0.3f;
+            k.training = train;
+            run(&k, ctx);
+        }
+}
+
+static void losses(mp_cuda_ctx *ctx, mp_dtype dt) {
+    const int nk[][2] = {{8, 10}, {1, 10}, {4, 1000}, {3, 1}};
+    for (size_t i = 0; i < sizeof nk / sizeof nk[0]; i++) {
+        mp_shape s[2] = {mp_shape2(nk[i][0], nk[i][1]), mp_shape1(nk[i][0])};
+        cuda_op_case k = make_case("softmax_cross_entropy", MP_OP_SOFTMAX_CE, &mp_cuda_softmax_ce_vt, dt, 2, s);
+        run(&k, ctx);
+    }
+    const mp_shape bs[] = {mp_shape2(8, 5), mp_shape2(1, 3), mp_shape2(64, 300)};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) {
+        mp_shape s[2] = {bs[i], bs[i]};
+        cuda_op_case k = make_case("bce_with_logits", MP_OP_BCE_LOGITS, &mp_cuda_bce_logits_vt, dt, 2, s);
+        run(&k, ctx);
+    }
+}
+
+/* NaN in, NaN out where the CPU has it (relu forward, max pooling winner). */
+static void nan_propagation(mp_cuda_ctx *ctx, mp_dtype dt) {
+    mp_shape s = mp_shape4(2, 13, 6, 6);
+    cuda_op_case k = make_case("relu NaN", MP_OP_RELU, &mp_cuda_relu_vt, dt, 1, &s);
+    k.n_nan = 3, k.nan_index[0] = 0, k.nan_index[1] = 100, k.nan_index[2] = 935;
+    run(&k, ctx);
+    s = mp_shape4(2, 16, 6, 6);
+    k = make_case("maxpool2d NaN", MP_OP_MAXPOOL2D, &mp_cuda_maxpool2d_vt, dt, 1, &s);
+    k.attr.pool = (mp_pool_opts){3, 2, 1};
+    k.n_nan = 2, k.nan_index[0] = 7, k.nan_index[1] = 36 * 16 + 14;
+    run(&k, ctx);
+}
+
+int main(void) {
+    mp_cuda_ctx *ctx = NULL;
+    if (mp_cuda_ctx_create(0, &ctx) != MP_OK) {
+        printf("test_cuda_kernels: no usable GPU, nothing tested: %s\n", mp_last_error());
+        return 2;
+    }
+    printf("test_cuda_kernels on %s (sm_%d%d)\n", ctx->name, ctx->sm_major, ctx->sm_minor);
+    const mp_shape layouts[] = {mp_shape4(2, 3, 5, 7), mp_shape4(2, 13, 4, 4), mp_shape4(3, 40, 9, 33),
+                                mp_shape2(5, 37)};
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof layouts / sizeof layouts[0]; s++) expect(check_layout(ctx, DTYPES[d], layouts[s]));
+    for (int d = 0; d < 3; d++) {
+        activations(ctx, DTYPES[d]);
+        batchnorm(ctx, DTYPES[d]);
+        pooling(ctx, DTYPES[d]);
+        data_movement(ctx, DTYPES[d]);
+        losses(ctx, DTYPES[d]);
+        nan_propagation(ctx, DTYPES[d]);
+    }
+    printf("test_cuda_kernels: %d passed, %d failed\n", n_run - n_failed, n_failed);
+    mp_cuda_ctx_destroy(ctx);
+    return n_failed ? 1 : 0;
+}
