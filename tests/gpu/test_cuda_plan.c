@@ -1,10 +1,13 @@
 /* test_cuda_plan.c — whole networks on the GPU against the CPU oracle:
- *  1. one forward/backward of the same model, parameters and batch on a CPU
- *     plan and a CUDA plan: the loss and every parameter gradient agree
- *     (||gpu - cpu|| / ||cpu|| within the policy's tolerance);
- *  2. a short training run per policy (SGD, momentum 0.9, a fixed sequence of
- *     batches; the GPU step replayed from its CUDA graph, loss scaling for
- *     amp-fp16 on both sides) whose loss curve follows the CPU's.
+ *  1. one forward/backward of the same model, parameters and batch: the GPU's
+ *     gradients under a policy are as close to the fp32 CPU oracle as the
+ *     CPU's own emulation of that policy is (within 2x, plus a floor: 1e-3
+ *     for fp32, where batch norm amplifies summation-order differences, 0.15
+ *     for tf32, which the CPU computes in fp32), and the losses agree;
+ *  2. a short training run per policy (SGD, momentum 0.9, two batches in
+ *     turn so the loss must fall; the GPU step replayed from its CUDA graph;
+ *     a static loss scale for amp-fp16 on both sides, so no overflow decision
+ *     can differ) whose loss curve follows the CPU's.
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
 #include <math.h>
 #include <stdio.h>
@@ -27,11 +30,11 @@ typedef struct {
     int c, h, w;
 } model_case;
 
-static double tolerance(mp_precision p) {
+static double floor_of(mp_precision p) {
     switch (p) {
-    case MP_PRECISION_FP32: return 1e-4; /* the op bar is 1e-5; a network sums many orders */
-    case MP_PRECISION_TF32: return 2e-2;
-    default: return 5e-2;
+    case MP_PRECISION_FP32: return 1e-3;
+    case MP_PRECISION_TF32: return 0.15;
+    default: return 2e-2;
     }
 }
 
@@ -62,28 +65,37 @@ static double grad_rel(const mp_graph *a, const mp_graph *b) {
     return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
 }
 
+/* Gradients of one CPU step (policy prec) into g's host gradients; its loss. */
+static float cpu_gradients(mp_model *m, const float *x, size_t n, const int32_t *y) {
+    mp_plan *p = NULL;
+    MP_ASSERT(mp_plan_create(m->g, (mp_plan_opts){.batch = B, .training = true, .loss = m->loss, .use_onednn = true},
+                             &p) == MP_OK);
+    float loss = 0;
+    mp_plan_set_input(p, m->input, x, n);
+    mp_plan_set_labels(p, m->labels, y, B);
+    MP_ASSERT(mp_plan_forward(p) == MP_OK && mp_plan_read(p, m->loss, &loss, 1) == MP_OK);
+    mp_graph_zero_grad(m->g);
+    MP_ASSERT(mp_plan_backward(p, 1.0f) == MP_OK);
+    mp_plan_destroy(p);
+    return loss;
+}
+
 static void one_step_gradients(const model_case *mc, mp_precision prec) {
-    mp_model cpu = build(mc, prec), gpu = build(mc, prec);
-    mp_plan *pc = NULL, *pg = NULL;
-    MP_ASSERT(mp_plan_create(cpu.g, (mp_plan_opts){.batch = B, .training = true, .loss = cpu.loss, .use_onednn = true},
-                             &pc) == MP_OK);
+    mp_model cpu = build(mc, prec), gpu = build(mc, prec), oracle = build(mc, MP_PRECISION_FP32);
+    mp_plan *pg = NULL;
     mp_status s = mp_plan_create(gpu.g, (mp_plan_opts){.batch = B, .training = true, .loss = gpu.loss,
                                                        .device = {MP_DEVICE_CUDA, 0}},
                                  &pg);
     CHECK(s == MP_OK, "%s %s: GPU plan: %s", mc->model, mp_precision_name(prec), mp_last_error());
     if (s != MP_OK) return;
-    size_t n = mp_plan_numel(pc, cpu.input);
+    size_t n = (size_t)B * mc->c * mc->h * mc->w;
     float *x = malloc(n * sizeof *x);
     int32_t y[B];
     mp_rng r;
     mp_rng_seed(&r, 9);
     make_batch(&r, x, n, y);
-    float lc = 0, lg = 0;
-    mp_plan_set_input(pc, cpu.input, x, n);
-    mp_plan_set_labels(pc, cpu.labels, y, B);
-    MP_ASSERT(mp_plan_forward(pc) == MP_OK && mp_plan_read(pc, cpu.loss, &lc, 1) == MP_OK);
-    mp_graph_zero_grad(cpu.g);
-    MP_ASSERT(mp_plan_backward(pc, 1.0f) == MP_OK);
+    float lg = 0, lc = cpu_gradients(&cpu, x, n, y);
+    cpu_gradients(&oracle, x, n, y);
     s = mp_plan_set_input(pg, gpu.input, x, n);
     if (s == MP_OK) s = mp_plan_set_labels(pg, gpu.labels, y, B);
     if (s == MP_OK) s = mp_plan_forward(pg);
@@ -93,18 +105,20 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     if (s == MP_OK) s = mp_plan_sync_params(pg, true);
     CHECK(s == MP_OK, "%s %s: GPU step: %s", mc->model, mp_precision_name(prec), mp_last_error());
     if (s == MP_OK) {
-        double rel = grad_rel(gpu.g, cpu.g), tol = tolerance(prec);
-        printf("%-8s %-9s one step: loss cpu %.6f gpu %.6f, gradients rel. diff %.2e (tolerance %.0e)\n", mc->model,
-               mp_precision_name(prec), lc, lg, rel, tol);
-        CHECK(fabsf(lg - lc) <= tol * fabsf(lc) + 1e-6f, "%s %s: loss %g vs %g", mc->model, mp_precision_name(prec), lg,
-              lc);
-        CHECK(rel <= tol, "%s %s: gradients differ by %g", mc->model, mp_precision_name(prec), rel);
+        double e_gpu = grad_rel(gpu.g, oracle.g), e_cpu = grad_rel(cpu.g, oracle.g);
+        double tol = 2 * e_cpu + floor_of(prec);
+        printf("%-8s %-9s one step: loss cpu %.6f gpu %.6f; gradients vs the fp32 CPU: gpu %.2e, cpu emulation "
+               "%.2e (tolerance %.2e)\n",
+               mc->model, mp_precision_name(prec), lc, lg, e_gpu, e_cpu, tol);
+        CHECK(fabsf(lg - lc) <= 1e-2f * fabsf(lc), "%s %s: loss %g vs %g", mc->model, mp_precision_name(prec), lg, lc);
+        CHECK(e_gpu <= tol, "%s %s: GPU gradients %g from the fp32 oracle (CPU emulation %g)", mc->model,
+              mp_precision_name(prec), e_gpu, e_cpu);
     }
     free(x);
-    mp_plan_destroy(pc);
     mp_plan_destroy(pg);
     mp_model_free(&cpu);
     mp_model_free(&gpu);
+    mp_model_free(&oracle);
 }
 
 /* CPU: the same step the GPU graph runs (scaled backward, unscale/check,
@@ -131,16 +145,17 @@ static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, fl
     mp_optim *opt = NULL;
     MP_ASSERT(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt) == MP_OK);
     mp_scaler sc;
-    mp_scaler_init(&sc, (mp_scaler_opts){.dynamic = true});
+    mp_scaler_init(&sc, (mp_scaler_opts){.dynamic = false, .init_scale = 1024});
     size_t in = mp_plan_numel(p, m.input);
-    float *x = malloc(in * sizeof *x);
-    int32_t y[B];
+    float *x = malloc(2 * in * sizeof *x);
+    int32_t y[2 * B];
     mp_rng r;
     mp_rng_seed(&r, 21);
+    make_batch(&r, x, in, y);
+    make_batch(&r, x + in, in, y + B);
     for (int s = 0; s < STEPS; s++) {
-        make_batch(&r, x, in, y);
-        mp_plan_set_input(p, m.input, x, in);
-        mp_plan_set_labels(p, m.labels, y, B);
+        mp_plan_set_input(p, m.input, x + (s % 2) * in, in);
+        mp_plan_set_labels(p, m.labels, y + (s % 2) * B, B);
         MP_ASSERT(mp_plan_forward(p) == MP_OK);
         mp_plan_read(p, m.loss, &curve[s], 1);
         mp_graph_zero_grad(g);
@@ -170,17 +185,18 @@ static void training_curve(const model_case *mc, mp_precision prec) {
     mp_status s = mp_plan_create(
         m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss, .device = {MP_DEVICE_CUDA, 0}}, &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.dynamic = true}};
+                            .scaler = {.dynamic = false, .init_scale = 1024}};
     if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
     size_t in = p ? mp_plan_numel(p, m.input) : 0;
-    float *x = malloc((in ? in : 1) * sizeof *x);
-    int32_t y[B];
+    float *x = malloc(2 * (in ? in : 1) * sizeof *x);
+    int32_t y[2 * B];
     mp_rng r;
     mp_rng_seed(&r, 21);
+    make_batch(&r, x, in, y);
+    make_batch(&r, x + in, in, y + B);
     for (int k = 0; s == MP_OK && k < STEPS; k++) {
-        make_batch(&r, x, in, y);
-        s = mp_plan_set_input(p, m.input, x, in);
-        if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y, B);
+        s = mp_plan_set_input(p, m.input, x + (k % 2) * in, in);
+        if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y + (k % 2) * B, B);
         if (s == MP_OK) s = mp_cuda_step_run(st, 0.02f);
         if (s == MP_OK) s = mp_cuda_step_loss(st, m.loss, &gpu[k]);
     }
@@ -191,12 +207,12 @@ static void training_curve(const model_case *mc, mp_precision prec) {
             double d = fabs((double)gpu[k] - cpu[k]) / fmax(fabs((double)cpu[k]), 1e-3);
             if (d > worst) worst = d;
         }
-        double tol = prec == MP_PRECISION_FP32 ? 1e-3 : 5e-2;
+        double tol = prec == MP_PRECISION_FP32 ? 1e-2 : 5e-2;
         printf("%-8s %-9s %d steps: loss cpu %.4f -> %.4f, gpu %.4f -> %.4f, worst rel. diff %.2e (tolerance %.0e)\n",
                mc->model, mp_precision_name(prec), STEPS, cpu[0], cpu[STEPS - 1], gpu[0], gpu[STEPS - 1], worst, tol);
         CHECK(worst <= tol, "%s %s: the GPU loss curve leaves the CPU's (%g)", mc->model, mp_precision_name(prec), worst);
-        CHECK(gpu[STEPS - 1] < gpu[0], "%s %s: the loss must go down (%g -> %g)", mc->model, mp_precision_name(prec),
-              gpu[0], gpu[STEPS - 1]);
+        CHECK(gpu[STEPS - 1] < 0.8f * gpu[0], "%s %s: the loss must fall (%g -> %g)", mc->model,
+              mp_precision_name(prec), gpu[0], gpu[STEPS - 1]);
     }
     free(x);
     mp_cuda_step_destroy(st);
