@@ -214,9 +214,10 @@ typedef struct {
     char what[48];     /* "output", "grad input 0", "grad weight", ... */
 } mp_nonfinite_site;
 /* After a forward: the first node (in forward order) whose output holds a
- * NaN/inf, among the outputs still alive in the arena (training plans keep
- * every output backward needs). */
-mp_status mp_plan_find_nonfinite_forward(const mp_plan *p, mp_nonfinite_site *site);
+ * NaN/inf. Replays that forward (same batch and dropout masks) checking each
+ * output as it is written, since the arena reuses dead activations; BN
+ * running statistics are updated again (callers that care restore them). */
+mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site);
 /* Backward that checks every gradient as it is written and stops at the
  * first non-finite one (used to replay a step that overflowed). */
 mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site);

@@ -24,7 +24,7 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 typedef struct {
-    double ms, images_per_s, device_mib, tflops;
+    double ms, images_per_s, device_mib, arena_mib, tflops;
     float loss0, loss1;
 } cell_result;
 
@@ -87,6 +87,7 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
         size_t after = mp_cuda_used_bytes();
         r->device_mib = after > before ? (double)(after - before) / (1 << 20) : 0;
         r->tflops = mp_graph_flops(m.g, batch, true) / (r->ms / 1e3) / 1e12;
+        r->arena_mib = (double)mp_plan_arena_bytes(plan) / (1 << 20);
     } else {
         fprintf(stderr, "gpu_train_step: %s %s batch %d: %s\n", model, mp_precision_name(prec), batch, mp_last_error());
     }
@@ -124,8 +125,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpu_train_step: --steps must be positive\n");
         return 2;
     }
-    printf("| model | precision | batch | ms/step | images/s | device MiB | TFLOP/s | share of bf16 GEMM | loss first -> last |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("| model | precision | batch | ms/step | images/s | device MiB | TFLOP/s | share of bf16 GEMM | loss first -> last | arena MiB |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
     char mlist[256];
     snprintf(mlist, sizeof mlist, "%s", models);
@@ -143,14 +144,14 @@ int main(int argc, char **argv) {
                 }
                 cell_result r;
                 if (run_cell(model, prec, atoi(b), steps, device, &r)) {
-                    printf("| %s | %s | %s | failed | | | | | |\n", model, pn, b);
+                    printf("| %s | %s | %s | failed | | | | | | |\n", model, pn, b);
                     failures++;
                     continue;
                 }
                 char share[32] = "-";
                 if (gemm_tflops > 0) snprintf(share, sizeof share, "%.1f%%", 100 * r.tflops / gemm_tflops);
-                printf("| %s | %s | %s | %.2f | %.0f | %.0f | %.1f | %s | %.3f -> %.3f |\n", model, pn, b, r.ms,
-                       r.images_per_s, r.device_mib, r.tflops, share, r.loss0, r.loss1);
+                printf("| %s | %s | %s | %.2f | %.0f | %.0f | %.1f | %s | %.3f -> %.3f | %.0f |\n", model, pn, b, r.ms,
+                       r.images_per_s, r.device_mib, r.tflops, share, r.loss0, r.loss1, r.arena_mib);
                 fflush(stdout);
             }
         }

@@ -174,12 +174,12 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
     for (int k = 0; k < nd->n_in; k++)
         if (c.d_in[k].data && taken[k]) {
             c.d_in[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * 8);
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * sizeof(float));
         }
     for (int k = 0; k < nd->n_params; k++)
         if (c.d_param[k].data && !fresh[k]) {
             c.d_param[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_param[k]) * 8);
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_param[k]) * sizeof(float));
         }
     MP_TRY(mp_cuda_op_lookup(nd->desc.kind)->backward(d->ctx, &c));
     const mp_op_call *bound = &p->nodes[i].call;

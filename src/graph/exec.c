@@ -71,12 +71,12 @@ static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const boo
     for (int k = 0; k < nd->n_in; k++)
         if (c.d_in[k].data && taken[k]) {
             c.d_in[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * 8);
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * sizeof(float));
         }
     for (int k = 0; k < nd->n_params; k++)
         if (c.d_param[k].data && !fresh[k]) {
             c.d_param[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_param[k]) * 8);
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_param[k]) * sizeof(float));
         }
     MP_TRY(mp_op_lookup(nd->desc.kind)->backward(&c));
     const mp_op_call *bound = &p->nodes[i].call;
@@ -102,21 +102,29 @@ static int64_t first_nonfinite(const void *x, mp_dtype dt, int64_t n) {
 
 static bool nonfinite(const mp_tensor *t) { return first_nonfinite(t->data, t->dtype, mp_tensor_numel(t)) >= 0; }
 
-mp_status mp_plan_find_nonfinite_forward(const mp_plan *p, mp_nonfinite_site *site) {
+/* Activations die as soon as nothing reads them (the arena reuses their
+ * memory), so the search replays the last forward pass (same batch, same
+ * dropout masks) and checks every output as soon as it is written. */
+mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     memset(site, 0, sizeof *site);
     site->node = -1;
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: null plan");
     if (p->dev) return mp_error(MP_ERR_UNSUPPORTED, "find_nonfinite: overflow provenance does not run on the GPU yet");
-    for (int i = 0; i < p->n; i++) {
-        const mp_gnode *nd = &p->g->nodes[i];
-        bool alive = nd->is_output || nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_TARGETS ||
-                     (p->o.training && p->nodes[i].in_backward);
-        if (!alive || !nonfinite(&p->nodes[i].call.out)) continue;
+    const uint64_t step = p->step;
+    if (p->step > 0) p->step--;
+    mp_stage_refresh_weights(p);
+    mp_status s = MP_OK;
+    for (int i = 0; i < p->n && s == MP_OK; i++) {
+        mp_op_call *c = &p->nodes[i].call;
+        c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
+        s = p->nodes[i].staged ? mp_stage_forward(p, i) : mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c);
+        if (s != MP_OK || !nonfinite(&c->out)) continue;
         *site = (mp_nonfinite_site){.found = true, .backward = false, .node = i};
         snprintf(site->what, sizeof site->what, "output");
-        return MP_OK;
+        break;
     }
-    return MP_OK;
+    p->step = step;
+    return s;
 }
 
 /* After node i's backward: record the first gradient it wrote that holds a

@@ -71,9 +71,10 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         mp_arena_buf *out = &b[3 * i], *grad = &b[3 * i + 1], *saved = &b[3 * i + 2];
         out->size = (size_t)mp_shape_numel(&pn->info.out) * mp_dtype_size(nd->storage_dtype);
         bool source = nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS;
+        bool own_backward_reads_it = bwd && !(mp_op_lookup(nd->desc.kind)->bwd_skips & MP_BWD_SKIPS_OUTPUT);
         /* sources keep their batch for the whole step and the next forward */
         out->first = source ? 0 : i;
-        out->last = source ? end : bwd ? 2 * n - 1 - i : i;
+        out->last = source ? end : own_backward_reads_it ? 2 * n - 1 - i : i;
         saved->size = pn->info.saved_bytes;
         saved->first = i;
         saved->last = bwd ? 2 * n - 1 - i : i;
@@ -88,7 +89,9 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         for (int k = 0; k < nd->n_in; k++) {
             int src = nd->in[k];
             mp_arena_buf *out = &b[3 * src], *grad = &b[3 * src + 1];
-            int use = p->nodes[i].in_backward ? 2 * n - 1 - i : i;
+            /* the consumer's forward reads it, and its backward unless it skips its inputs */
+            bool read_back = p->nodes[i].in_backward && !(mp_op_lookup(nd->desc.kind)->bwd_skips & MP_BWD_SKIPS_INPUTS);
+            int use = read_back ? 2 * n - 1 - i : i;
             if (use > out->last) out->last = use;
             if (p->nodes[i].in_backward && p->nodes[src].in_backward && 2 * n - 1 - i < grad->first)
                 grad->first = 2 * n - 1 - i;
@@ -207,6 +210,16 @@ static mp_status stage_node(mp_plan *p, int i) {
     return MP_OK;
 }
 
+/* Scratch a node's backward may need: every input and parameter gradient
+ * computed aside before being added (f32 at most, see exec.c). */
+static size_t scratch_bytes(const mp_pnode *pn) {
+    size_t sc = 0;
+    for (int k = 0; k < pn->info.n_in; k++) sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.in[k]) * sizeof(float));
+    for (int k = 0; k < pn->info.n_params; k++)
+        sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * sizeof(float));
+    return sc;
+}
+
 static void bind_calls(mp_plan *p) {
     mp_graph *g = p->g;
     for (int i = 0; i < p->n; i++) {
@@ -303,11 +316,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
                 mp_plan_destroy(p);
                 return s;
             }
-            size_t sc = 0;
-            for (int k = 0; k < nd->n_in; k++) sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.in[k]) * 8);
-            for (int k = 0; k < pn->info.n_params; k++)
-                sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * 8);
-            if (pn->in_backward && sc > scratch) scratch = sc;
+            if (pn->in_backward && scratch_bytes(pn) > scratch) scratch = scratch_bytes(pn);
             continue;
         }
         native_kind nk = s == MP_OK ? native_bf16_kind(g, i) : NATIVE_NONE;
@@ -330,11 +339,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         }
         pn->call.impl = impl;
         if (pn->info.workspace_bytes > ws) ws = pn->info.workspace_bytes;
-        size_t sc = 0;
-        for (int k = 0; k < nd->n_in; k++) sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.in[k]) * 8);
-        for (int k = 0; k < pn->info.n_params; k++)
-            sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * 8);
-        if (pn->in_backward && sc > scratch) scratch = sc;
+        if (pn->in_backward && scratch_bytes(pn) > scratch) scratch = scratch_bytes(pn);
         s = stage_node(p, i);
         if (s != MP_OK) {
             mp_plan_destroy(p);

@@ -34,4 +34,4 @@ static mp_status add_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_add_vt = {"add", add_infer, NULL, NULL, add_forward, add_backward};
+const mp_op_vtable mp_op_add_vt = {"add", add_infer, NULL, NULL, add_forward, add_backward, MP_BWD_SKIPS_BOTH};

@@ -120,4 +120,5 @@ static mp_status bn_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_batchnorm2d_vt = {"batchnorm2d", bn_infer, bn_prepare, bn_release, bn_forward, bn_backward};
+const mp_op_vtable mp_op_batchnorm2d_vt = {"batchnorm2d", bn_infer, bn_prepare, bn_release, bn_forward, bn_backward,
+                                           MP_BWD_SKIPS_OUTPUT};

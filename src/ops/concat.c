@@ -78,4 +78,5 @@ static mp_status concat_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_concat_vt = {"concat", concat_infer, NULL, NULL, concat_forward, concat_backward};
+const mp_op_vtable mp_op_concat_vt = {"concat", concat_infer, NULL, NULL, concat_forward, concat_backward,
+                                      MP_BWD_SKIPS_BOTH};

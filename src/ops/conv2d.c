@@ -87,4 +87,4 @@ static mp_status conv2d_backward(const mp_op_call *c) {
 }
 
 const mp_op_vtable mp_op_conv2d_vt = {"conv2d", conv2d_infer, mp_conv_prepare, mp_conv_release,
-                                      conv2d_forward, conv2d_backward};
+                                      conv2d_forward, conv2d_backward, MP_BWD_SKIPS_OUTPUT};

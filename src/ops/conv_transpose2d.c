@@ -91,4 +91,4 @@ static mp_status convt_backward(const mp_op_call *c) {
 }
 
 const mp_op_vtable mp_op_conv_transpose2d_vt = {"conv_transpose2d", convt_infer, mp_conv_prepare,
-                                                mp_conv_release, convt_forward, convt_backward};
+                                                mp_conv_release, convt_forward, convt_backward, MP_BWD_SKIPS_OUTPUT};

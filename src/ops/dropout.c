@@ -49,4 +49,5 @@ static mp_status dropout_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_dropout_vt = {"dropout", dropout_infer, NULL, NULL, dropout_forward, dropout_backward};
+const mp_op_vtable mp_op_dropout_vt = {"dropout", dropout_infer, NULL, NULL, dropout_forward, dropout_backward,
+                                       MP_BWD_SKIPS_BOTH};

@@ -86,4 +86,4 @@ static mp_status linear_backward(const mp_op_call *c) {
 }
 
 const mp_op_vtable mp_op_linear_vt = {"linear", linear_infer, linear_prepare, linear_release, linear_forward,
-                                      linear_backward};
+                                      linear_backward, MP_BWD_SKIPS_OUTPUT};

@@ -133,7 +133,15 @@ typedef struct {
     void (*release)(void *state);
     mp_status (*forward)(const mp_op_call *c);
     mp_status (*backward)(const mp_op_call *c);
+    /* What backward does NOT read (MP_BWD_SKIPS_*), on every backend: the
+     * planner frees those activations after forward. 0 (the default) keeps
+     * the inputs and the output for backward. */
+    unsigned bwd_skips;
 } mp_op_vtable;
+
+#define MP_BWD_SKIPS_INPUTS 1u /* backward reads no input (relu/tanh/sigmoid read their output) */
+#define MP_BWD_SKIPS_OUTPUT 2u /* backward reads no output (conv/linear/BN read their input) */
+#define MP_BWD_SKIPS_BOTH (MP_BWD_SKIPS_INPUTS | MP_BWD_SKIPS_OUTPUT) /* shapes, d_out and saved only */
 
 const mp_op_vtable *mp_op_lookup(mp_op_kind k);
 

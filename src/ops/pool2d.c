@@ -119,6 +119,6 @@ static mp_status pool_backward(const mp_op_call *c) {
 }
 
 const mp_op_vtable mp_op_maxpool2d_vt = {"maxpool2d", pool_infer, pool_prepare, pool_release, pool_forward,
-                                         pool_backward};
+                                         pool_backward, MP_BWD_SKIPS_BOTH};
 const mp_op_vtable mp_op_avgpool2d_vt = {"avgpool2d", pool_infer, pool_prepare, pool_release, pool_forward,
-                                         pool_backward};
+                                         pool_backward, MP_BWD_SKIPS_BOTH};

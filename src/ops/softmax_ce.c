@@ -57,4 +57,4 @@ static mp_status softmax_ce_backward(const mp_op_call *c) {
 }
 
 const mp_op_vtable mp_op_softmax_ce_vt = {"softmax_cross_entropy", softmax_ce_infer, NULL, NULL,
-                                          softmax_ce_forward, softmax_ce_backward};
+                                          softmax_ce_forward, softmax_ce_backward, 0};

@@ -110,7 +110,10 @@ static float current_scale(const mp_step_ctx *c) { return c->o->loss_scaling ? m
 static mp_status forward_overflow(mp_step_ctx *c, int64_t step) {
     mp_graph *g = c->m->g;
     mp_nonfinite_site site;
-    MP_TRY(mp_plan_find_nonfinite_forward(c->plan, &site));
+    copy_buffers(g, c->buffers_backup, true); /* the search replays the forward */
+    mp_status fs = mp_plan_find_nonfinite_forward(c->plan, &site);
+    copy_buffers(g, c->buffers_backup, false);
+    MP_TRY(fs);
     int node = site.found ? site.node : c->m->loss;
     int consecutive;
     if (c->o->loss_scaling) {
@@ -151,16 +154,13 @@ static mp_status forward_overflow(mp_step_ctx *c, int64_t step) {
  * non-finite; leaves parameters, buffers and the dropout step as they were. */
 static void locate_gradient_overflow(mp_step_ctx *c, float seed, mp_nonfinite_site *site) {
     mp_graph *g = c->m->g;
-    uint64_t step = mp_plan_step(c->plan);
     copy_buffers(g, c->buffers_backup, true);
-    mp_plan_set_step(c->plan, step - 1);
-    memset(site, 0, sizeof *site);
-    if (mp_plan_forward(c->plan) == MP_OK && mp_plan_find_nonfinite_forward(c->plan, site) == MP_OK && !site->found) {
+    /* replays the forward, checking it; then the backward, checking it */
+    if (mp_plan_find_nonfinite_forward(c->plan, site) == MP_OK && !site->found) {
         mp_graph_zero_grad(g);
         mp_plan_backward_checked(c->plan, seed, site);
     }
     copy_buffers(g, c->buffers_backup, false);
-    mp_plan_set_step(c->plan, step);
 }
 
 static void clip_gradients(mp_step_ctx *c) {

@@ -73,8 +73,11 @@ static void *dev_alloc(dev_pool *p, size_t bytes, bool poison) {
     }
     MP_ASSERT(p->n < (int)(sizeof p->ptr / sizeof p->ptr[0]));
     p->ptr[p->n++] = d;
-    /* 0xFF bytes: NaN in f32, f16 and bf16, -1 as int32 */
+    /* 0xFF bytes: NaN in f32, f16 and bf16, -1 as int32. The ops run on the
+     * context's non-blocking stream, which the legacy stream's memset and
+     * memcpy do not order with: wait here, and after every conversion. */
     cudaMemset(d, poison ? 0xFF : 0, n);
+    cudaDeviceSynchronize();
     return d;
 }
 
@@ -111,7 +114,7 @@ static bool upload(dev_pool *p, const mp_tensor *ref, mp_dtype dt, bool flat, mp
         snprintf(p->error, 256, "upload: %s", mp_last_error());
         ok = false;
     }
-    return ok;
+    return ok && cudaStreamSynchronize(p->ctx->stream) == cudaSuccess;
 }
 
 /* A poisoned device tensor of dtype dt and shape s. */
@@ -130,7 +133,8 @@ static float *download(dev_pool *p, const mp_tensor *dev, bool flat) {
     if (!scratch) return NULL;
     mp_tensor view = *dev;
     if (flat) view.shape = mp_shape1((int)n);
-    if (mp_cuda_device_to_nchw_f32(p->ctx, &view, scratch) != MP_OK) {
+    if (mp_cuda_device_to_nchw_f32(p->ctx, &view, scratch) != MP_OK ||
+        cudaStreamSynchronize(p->ctx->stream) != cudaSuccess) {
         snprintf(p->error, 256, "download: %s", mp_last_error());
         return NULL;
     }

@@ -114,6 +114,7 @@ static mp_tensor upload(const mp_tensor *ref, mp_dtype dt, bool activation) {
 static mp_tensor poisoned(mp_shape s, mp_dtype dt) {
     mp_tensor t = {dt, s, dev_alloc(tensor_bytes(&s, dt))};
     CUDA_OK(cudaMemset(t.data, 0xff, tensor_bytes(&s, dt)));
+    CUDA_OK(cudaDeviceSynchronize()); /* the legacy stream's memset is not ordered with the ops' stream */
     return t;
 }
 
