@@ -174,7 +174,7 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
     for (int k = 0; k < nd->n_in; k++)
         if (c.d_in[k].data && taken[k]) {
             c.d_in[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * sizeof(float));
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * mp_dtype_size(c.d_in[k].dtype));
         }
     for (int k = 0; k < nd->n_params; k++)
         if (c.d_param[k].data && !fresh[k]) {

@@ -210,11 +210,19 @@ static mp_status stage_node(mp_plan *p, int i) {
     return MP_OK;
 }
 
-/* Scratch a node's backward may need: every input and parameter gradient
- * computed aside before being added (f32 at most, see exec.c). */
-static size_t scratch_bytes(const mp_pnode *pn) {
+/* Scratch node i's backward may need (exec.c): the gradients it computes
+ * aside before adding them where a value is already there — inputs whose
+ * producer has several consumers (in their storage dtype), and parameters
+ * (f32: tied weights, several losses, micro-batches). */
+static size_t scratch_bytes(const mp_plan *p, int i) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    const mp_pnode *pn = &p->nodes[i];
     size_t sc = 0;
-    for (int k = 0; k < pn->info.n_in; k++) sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.in[k]) * sizeof(float));
+    for (int k = 0; k < nd->n_in; k++) {
+        const mp_gnode *src = &p->g->nodes[nd->in[k]];
+        if (src->n_consumers > 1)
+            sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.in[k]) * mp_dtype_size(src->storage_dtype));
+    }
     for (int k = 0; k < pn->info.n_params; k++)
         sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * sizeof(float));
     return sc;
@@ -316,7 +324,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
                 mp_plan_destroy(p);
                 return s;
             }
-            if (pn->in_backward && scratch_bytes(pn) > scratch) scratch = scratch_bytes(pn);
+            if (pn->in_backward && scratch_bytes(p, i) > scratch) scratch = scratch_bytes(p, i);
             continue;
         }
         native_kind nk = s == MP_OK ? native_bf16_kind(g, i) : NATIVE_NONE;
@@ -339,7 +347,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         }
         pn->call.impl = impl;
         if (pn->info.workspace_bytes > ws) ws = pn->info.workspace_bytes;
-        if (pn->in_backward && scratch_bytes(pn) > scratch) scratch = scratch_bytes(pn);
+        if (pn->in_backward && scratch_bytes(p, i) > scratch) scratch = scratch_bytes(p, i);
         s = stage_node(p, i);
         if (s != MP_OK) {
             mp_plan_destroy(p);
