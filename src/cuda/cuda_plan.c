@@ -168,19 +168,9 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
     if (is_source(nd->desc.kind)) return MP_OK;
     mp_device_plan *d = p->dev;
     mp_op_call c = p->nodes[i].call;
-    char *scratch = p->scratch;
     for (int k = 0; k < nd->n_params; k++) /* gradients go to the f32 master's gradient */
         c.d_param[k].data = c.d_param[k].data ? d->grad[nd->first_param + k] : NULL;
-    for (int k = 0; k < nd->n_in; k++)
-        if (c.d_in[k].data && taken[k]) {
-            c.d_in[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * mp_dtype_size(c.d_in[k].dtype));
-        }
-    for (int k = 0; k < nd->n_params; k++)
-        if (c.d_param[k].data && !fresh[k]) {
-            c.d_param[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_param[k]) * sizeof(float));
-        }
+    mp_plan_gradients_to_scratch(p, &c, taken, fresh);
     MP_TRY(mp_cuda_op_lookup(nd->desc.kind)->backward(d->ctx, &c));
     const mp_op_call *bound = &p->nodes[i].call;
     for (int k = 0; k < nd->n_in; k++)

@@ -62,22 +62,26 @@ mp_status mp_plan_forward(mp_plan *p) {
 }
 
 
+void mp_plan_gradients_to_scratch(const mp_plan *p, mp_op_call *c, const bool *taken, const bool *fresh) {
+    char *scratch = p->scratch;
+    for (int k = 0; k < c->n_in; k++)
+        if (c->d_in[k].data && taken[k]) {
+            c->d_in[k].data = scratch;
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c->d_in[k]) * mp_dtype_size(c->d_in[k].dtype));
+        }
+    for (int k = 0; k < c->info->n_params; k++)
+        if (c->d_param[k].data && !fresh[k]) {
+            c->d_param[k].data = scratch;
+            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c->d_param[k]) * sizeof(float));
+        }
+}
+
 /* Backward of an f32 node: kernels write straight into gradients that are
  * not yet written, into scratch for those that must be added. */
 static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     const mp_gnode *nd = &p->g->nodes[i];
     mp_op_call c = p->nodes[i].call;
-    char *scratch = p->scratch;
-    for (int k = 0; k < nd->n_in; k++)
-        if (c.d_in[k].data && taken[k]) {
-            c.d_in[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_in[k]) * mp_dtype_size(c.d_in[k].dtype));
-        }
-    for (int k = 0; k < nd->n_params; k++)
-        if (c.d_param[k].data && !fresh[k]) {
-            c.d_param[k].data = scratch;
-            scratch += MP_ALIGN64((size_t)mp_tensor_numel(&c.d_param[k]) * sizeof(float));
-        }
+    mp_plan_gradients_to_scratch(p, &c, taken, fresh);
     MP_TRY(mp_op_lookup(nd->desc.kind)->backward(&c));
     const mp_op_call *bound = &p->nodes[i].call;
     for (int k = 0; k < nd->n_in; k++)

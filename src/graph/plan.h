@@ -42,6 +42,11 @@ struct mp_plan {
                              scratch and node tensors are device memory */
 };
 
+/* Backward of one node through scratch (exec.c): point the call's input
+ * gradients that already hold a value (taken) and its parameter gradients
+ * that are not fresh at the plan's scratch; the caller adds them after. */
+void mp_plan_gradients_to_scratch(const mp_plan *p, mp_op_call *c, const bool *taken, const bool *fresh);
+
 /* Wall-clock seconds (monotonic), for opts.profile. */
 double mp_plan_clock(void);
 
