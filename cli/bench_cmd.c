@@ -138,8 +138,8 @@ static bool check_lists(bench_args *b) {
     int n = split_list("--models", b->models_arg, b->list_buf[0], sizeof b->list_buf[0], items);
     if (n < 0) return false;
     for (int i = 0; i < n; i++) {
-        if (!mp_model_describe(items[i])) {
-            fprintf(stderr, "mixprec bench: --models '%s': unknown model (known: %s)\n", items[i], mp_model_list());
+        if (mp_model_check_name(items[i]) != MP_OK) {
+            fprintf(stderr, "mixprec bench: --models: %s\n", mp_last_error());
             return false;
         }
         b->models[b->n_models++] = items[i];

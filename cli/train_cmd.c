@@ -162,8 +162,8 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
     }
-    if (!mp_model_describe(t.model)) {
-        fprintf(stderr, "mixprec train: --model '%s': unknown model (known: %s)\n", t.model, mp_model_list());
+    if (mp_model_check_name(t.model) != MP_OK) {
+        fprintf(stderr, "mixprec train: --model: %s\n", mp_last_error());
         return 2;
     }
     if (t.threads) omp_set_num_threads(t.threads);

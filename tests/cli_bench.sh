@@ -104,7 +104,7 @@ expect() { # PATTERN -- ARGS...
   fi
 }
 bad_out=(--out "$work/bad_run")
-expect "\-\-models 'resnet999': unknown model" -- "${bad_out[@]}" --models small,resnet999
+expect "\-\-models: unknown model 'resnet999'" -- "${bad_out[@]}" --models small,resnet999
 expect "\-\-precisions 'fp12': unknown precision" -- "${bad_out[@]}" --precisions fp32,fp12
 expect "\-\-batches 0 is out of range" -- "${bad_out[@]}" --batches 32,0
 expect "\-\-batches -64 is out of range" -- "${bad_out[@]}" --batches -64

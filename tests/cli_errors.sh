@@ -22,7 +22,8 @@ expect() {
 
 expect 2 "unknown option '--bogus'" -- train --bogus
 expect 2 "unknown command 'trian'" -- trian
-expect 2 "\-\-model 'resnet999': unknown model" -- train --model resnet999
+expect 2 "\-\-model: unknown model 'resnet999'" -- train --model resnet999
+expect 2 "\-\-model: model 'wrn-27-10': depth 27 is not 6n+4" -- train --model wrn-27-10
 expect 1 "\-\-data 'imagenet': unknown dataset" -- train --data imagenet
 expect 2 "\-\-epochs 'many' is not an integer" -- train --epochs many
 expect 2 "\-\-batch 0 is out of range" -- train --batch 0

@@ -20,6 +20,9 @@ void mp_model_free(mp_model *m);
 const char *mp_model_list(void);
 /* One line on the model, or NULL for a name mp_model_build rejects. */
 const char *mp_model_describe(const char *name);
+/* MP_OK for a name mp_model_build accepts, else the reason (unknown model
+ * and the list, or the wrn-D-K rule it breaks). */
+mp_status mp_model_check_name(const char *name);
 
 /* Builders (one file each). */
 mp_status mp_model_small_cnn(mp_model *m, int c, int h, int w, int classes);

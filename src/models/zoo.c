@@ -62,6 +62,13 @@ const char *mp_model_describe(const char *name) {
     return NULL;
 }
 
+mp_status mp_model_check_name(const char *name) {
+    int depth, widen;
+    if (find(name)) return MP_OK;
+    if (is_wide_resnet_name(name)) return mp_wide_resnet_parse(name, &depth, &widen);
+    return mp_error(MP_ERR_INVALID_ARG, "unknown model '%s' (known: %s)", name, mp_model_list());
+}
+
 mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m) {
     memset(m, 0, sizeof *m);
     const zoo_entry *e = find(name);
