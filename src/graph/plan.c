@@ -378,7 +378,7 @@ void mp_plan_destroy(mp_plan *p) {
     }
     free(p->nodes);
     free(p->grad_written);
-    for (int j = 0; j < 4; j++) free(p->reach[j]);
+    for (int j = 0; j < MP_MAX_LOSSES; j++) free(p->reach[j]);
     free(p->arena);
     free(p);
 }
