@@ -194,7 +194,12 @@ int cmd_train_gan(int argc, char **argv) {
         mp_dataset_free(&test);
         return 2;
     }
-    if (s == MP_OK) s = mp_acgan_build(&m, train.c, train.h, train.w, train.classes, LATENT);
+    if (s == MP_OK && mp_acgan_build(&m, train.c, train.h, train.w, train.classes, LATENT) != MP_OK) {
+        fprintf(stderr, "mixprec train-gan: %s\n", mp_last_error()); /* the data's shape: bad input */
+        mp_dataset_free(&train);
+        mp_dataset_free(&test);
+        return 2;
+    }
     if (s == MP_OK) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision});
     bool scaling = precision == MP_PRECISION_AMP_FP16 || precision == MP_PRECISION_O2_FP16;
     mp_gan_train_opts o = {
