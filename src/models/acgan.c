@@ -139,9 +139,10 @@ void mp_acgan_init_params(mp_acgan *m, uint64_t seed) {
         if (!p->spec.trainable) continue;
         bool bn = g->nodes[p->node].desc.kind == MP_OP_BATCHNORM2D;
         bool weight = !strcmp(p->spec.name, "weight");
+        /* the class embedding as nn.Embedding: N(0, 1), as strong a signal as the noise */
+        float sd = strncmp(p->name, "g_embed.", 8) ? 0.02f : 1.0f;
         int64_t n = mp_shape_numel(&p->spec.shape);
-        for (int64_t i = 0; i < n; i++)
-            p->data[i] = weight ? (bn ? 1.0f : 0.0f) + 0.02f * (float)mp_rng_normal(&r) : 0.0f;
+        for (int64_t i = 0; i < n; i++) p->data[i] = weight ? (bn ? 1.0f : 0.0f) + sd * (float)mp_rng_normal(&r) : 0.0f;
     }
 }
 
