@@ -10,6 +10,7 @@ static void usage(FILE *f) {
             "Mixed-precision training of neural networks (fp32/fp16/bf16) on CPUs and GPUs.\n\n"
             "commands:\n"
             "  train     train a model (bare `mixprec train` trains the default CNN on Fashion-MNIST)\n"
+            "  train-gan train an AC-GAN; a sample grid per epoch, per-batch times (JSONL)\n"
             "  bench     train a models x precisions x batch sizes matrix; tables, JSONL and plots\n"
             "  info      devices, CPU features, tensor-core dtypes and library versions (--json)\n"
             "  version   print the version\n\n"
@@ -23,6 +24,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "train-gan")) return cmd_train_gan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {

@@ -166,11 +166,12 @@ const char *mp_device_name(mp_device d, char *buf, size_t len);
 
 /* ---- compiled plans ----------------------------------------------------- */
 typedef struct mp_plan mp_plan;
+#define MP_MAX_LOSSES 8 /* loss nodes one plan can start backward from */
 typedef struct {
     int batch;          /* samples per step */
     bool training;      /* keep activations for backward, batch statistics */
     mp_node loss;       /* node whose gradient seeds backward (training) */
-    mp_node losses[4];  /* several losses (a GAN's): backward from any of them */
+    mp_node losses[MP_MAX_LOSSES]; /* several losses (a GAN's): backward from any of them */
     int n_losses;       /* 0: just `loss` */
     bool use_onednn;    /* heavy ops through oneDNN when built with it (default on) */
     bool reference;     /* force the plain-C reference kernels */

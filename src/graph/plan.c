@@ -264,8 +264,8 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         return mp_error(MP_ERR_INVALID_ARG, "plan: the graph has an error: %s", why);
     }
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
-    if (o.n_losses < 0 || o.n_losses > 4)
-        return mp_error(MP_ERR_INVALID_ARG, "plan: %d losses (at most 4)", o.n_losses);
+    if (o.n_losses < 0 || o.n_losses > MP_MAX_LOSSES)
+        return mp_error(MP_ERR_INVALID_ARG, "plan: %d losses (at most %d)", o.n_losses, MP_MAX_LOSSES);
     const mp_node *losses = o.n_losses ? o.losses : &o.loss;
     int n_losses = o.n_losses ? o.n_losses : 1;
     for (int j = 0; o.training && j < n_losses; j++)
@@ -378,7 +378,7 @@ void mp_plan_destroy(mp_plan *p) {
     }
     free(p->nodes);
     free(p->grad_written);
-    for (int j = 0; j < 4; j++) free(p->reach[j]);
+    for (int j = 0; j < MP_MAX_LOSSES; j++) free(p->reach[j]);
     free(p->arena);
     free(p);
 }

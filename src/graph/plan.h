@@ -35,8 +35,8 @@ struct mp_plan {
     char *stage;          /* f32 copies for staged nodes (one op at a time) */
     bool *grad_written;   /* per node, during backward */
     int n_losses;
-    int losses[4];        /* loss nodes backward can start from */
-    bool *reach[4];       /* per loss: the nodes its backward visits */
+    int losses[MP_MAX_LOSSES]; /* loss nodes backward can start from */
+    bool *reach[MP_MAX_LOSSES]; /* per loss: the nodes its backward visits */
     uint64_t step;        /* forward passes run, for dropout seeds */
     mp_device_plan *dev;  /* non-NULL: the plan runs on a GPU; arena, workspace,
                              scratch and node tensors are device memory */

@@ -38,6 +38,45 @@ mp_status mp_model_convnet256(mp_model *m, int c, int h, int w, int classes);
 mp_status mp_wide_resnet_parse(const char *name, int *depth, int *widen);
 mp_status mp_model_wide_resnet(mp_model *m, int depth, int widen, int c, int h, int w, int classes);
 
+/* AC-GAN (Odena et al.; seed 001) in one graph: the generator, and the
+ * discriminator applied to a real batch and, with the same (tied) weights,
+ * to the generated batch. Generator nodes are named g_*, discriminator nodes
+ * d_* (its copy on generated images d_fake_*, holding no parameters), so
+ * every parameter name starts with "g_" or "d_". Images are in [-1, 1]. */
+typedef struct {
+    mp_graph *g;
+    int latent, classes, c, h, w;
+    /* inputs */
+    mp_node z;           /* (latent) noise */
+    mp_node onehot;      /* (classes) one-hot class the generator is asked for */
+    mp_node fake_labels; /* the same class as an index, for the class loss */
+    mp_node real;        /* (c, h, w) real images */
+    mp_node real_labels;
+    mp_node ones, zeros; /* (1) BCE targets */
+    /* outputs */
+    mp_node fake;                /* (c, h, w) generated images (tanh) */
+    mp_node real_src, fake_src;  /* (1) real/fake logits */
+    mp_node real_cls, fake_cls;  /* (classes) class logits */
+    /* losses: D on real = real_src_loss + real_cls_loss; D on fake =
+     * fake_src_loss + fake_cls_loss; G = gen_src_loss + fake_cls_loss */
+    mp_node real_src_loss, real_cls_loss, fake_src_loss, fake_cls_loss, gen_src_loss;
+} mp_acgan;
+
+/* Builds the AC-GAN for (c, h, w) images (h and w multiples of 4),
+ * `classes` classes and `latent` noise features; on error m->g is NULL. */
+mp_status mp_acgan_build(mp_acgan *m, int c, int h, int w, int classes, int latent);
+void mp_acgan_free(mp_acgan *m);
+/* The five losses in the order above, for mp_plan_opts.losses. */
+int mp_acgan_losses(const mp_acgan *m, mp_node *losses);
+/* DCGAN initialization: conv/linear weights N(0, 0.02), biases 0, BN gamma
+ * N(1, 0.02), beta 0; the class embedding N(0, 1) (as nn.Embedding, so that
+ * the class is as strong an input as the noise); reproducible from seed. */
+void mp_acgan_init_params(mp_acgan *m, uint64_t seed);
+/* Whether graph parameter k belongs to the generator. */
+bool mp_acgan_is_generator_param(const mp_acgan *m, int k);
+/* Trainable elements of the generator (the rest are the discriminator's). */
+int64_t mp_acgan_generator_param_count(const mp_acgan *m);
+
 /* Shared by builders: conv (no bias, the options' stride, padding, groups) +
  * batchnorm named <name>, <name>_bn. */
 mp_node mp_conv_bn(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);

@@ -1,0 +1,232 @@
+/* train_gan_cmd.c — `mixprec train-gan`: AC-GAN (seed 001) on Fashion-MNIST
+ * or any dataset of the `train` command, in any precision policy, on the CPU
+ * or a GPU; a sample grid per epoch and per-batch times as JSONL. */
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "amp/policy.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common_opts.h"
+#include "core/error.h"
+#include "io/image_grid.h"
+#include "train/gan_trainer.h"
+
+#define LATENT 100
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mixprec train-gan [options]\n\n"
+            "Train an AC-GAN (generator: noise + class embedding -> dense 7x7x128 -> transposed convs -> tanh;\n"
+            "discriminator: convs -> real/fake logit + class logits) with two Adam optimizers and one loss\n"
+            "scaler shared by its three losses. After every epoch a grid of generated samples is written,\n"
+            "one row per class (fixed noise per column), with D/G losses, skipped steps and time per batch.\n\n"
+            "data:\n"
+            "  --data D            fashion-mnist | mnist | cifar10 | synthetic (default fashion-mnist)\n"
+            "  --data-dir DIR      dataset folder (default " FASHION_MNIST_DIR " for fashion-mnist)\n"
+            "  --synthetic-shape S CxHxW of synthetic samples (default 3x32x32; H and W multiples of 4)\n"
+            "  --synthetic-size N  synthetic training samples (default 10000)\n"
+            "  --train-samples N   train on the first N samples only\n\n"
+            "training:\n"
+            "  --epochs N          epochs (default 5)\n"
+            "  --batch B           batch size (default 64)\n"
+            "  --lr X              Adam learning rate of both networks (default 0.0002)\n"
+            "  --beta1 X           Adam beta1 (default 0.5)\n"
+            "  --precision P       %s (default fp32); loss scaling\n"
+            "                      (dynamic) for amp-fp16 and o2-fp16\n"
+            "  --seed S            random seed for init, shuffling, noise (default 1)\n"
+            "  --max-steps N       stop each epoch after N batches (quick runs)\n\n"
+            "execution and output:\n"
+            "  --device D          cpu | cuda | cuda:N | auto (default auto)\n"
+            "  --threads T         CPU threads (default: all cores)\n"
+            "  --reference         use the plain-C reference kernels instead of oneDNN\n"
+            "  --out DIR           output folder (default runs/gan-YYYYmmdd-HHMMSS): samples_epochN.png\n"
+            "                      (PGM/PPM without libpng) and batch_times.jsonl (a record per epoch with\n"
+            "                      every batch's time in ms, its mean/median/min/max, losses, skipped steps)\n"
+            "  --quiet             no progress output\n"
+            "  -h, --help          this help\n",
+            mp_precision_list());
+}
+
+typedef struct {
+    common_opts c;
+    const char *precision, *device, *out;
+    int epochs, batch, threads, max_steps;
+    float beta1;
+    uint64_t seed;
+    bool reference, quiet;
+} gan_args;
+
+/* 0: go on; 1: --help printed; 2: bad usage (message printed). */
+static int parse(int argc, char **argv, gan_args *t) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int shared = common_opts_parse("train-gan", argc, argv, &i, &t->c);
+        if (shared < 0) return 2;
+        if (shared) {
+            if (!strcmp(a, "--augment") || !strcmp(a, "--optimizer") || !strcmp(a, "--momentum") ||
+                !strcmp(a, "--nesterov") || !strcmp(a, "--weight-decay")) {
+                fprintf(stderr, "mixprec train-gan: %s is not an option of train-gan (it trains with Adam, no "
+                                "augmentation; see --help)\n", a);
+                return 2;
+            }
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
+        if (!strcmp(a, "--reference")) { t->reference = true; continue; }
+        if (!strcmp(a, "--quiet")) { t->quiet = true; continue; }
+        static const char *const with_value[] = {"--precision", "--device", "--out", "--epochs", "--batch",
+                                                 "--threads", "--max-steps", "--seed", "--beta1"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "mixprec train-gan: unknown option '%s' (see mixprec train-gan --help)\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "mixprec train-gan: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        bool ok = true;
+        if (!strcmp(a, "--precision")) t->precision = v;
+        else if (!strcmp(a, "--device")) t->device = v;
+        else if (!strcmp(a, "--out")) t->out = v;
+        else if (!strcmp(a, "--epochs")) ok = arg_int("train-gan", a, v, 1, 100000, &t->epochs);
+        else if (!strcmp(a, "--batch")) ok = arg_int("train-gan", a, v, 1, 1 << 20, &t->batch);
+        else if (!strcmp(a, "--threads")) ok = arg_int("train-gan", a, v, 1, 1024, &t->threads);
+        else if (!strcmp(a, "--max-steps")) ok = arg_int("train-gan", a, v, 1, 1 << 30, &t->max_steps);
+        else if (!strcmp(a, "--seed")) ok = arg_u64("train-gan", a, v, &t->seed);
+        else if (!strcmp(a, "--beta1")) ok = arg_float("train-gan", a, v, 0, 0.9999, &t->beta1);
+        if (!ok) return 2;
+    }
+    return 0;
+}
+
+/* mkdir -p; errno is set when it returns false. */
+static bool make_dirs(const char *path) {
+    char buf[4096];
+    if (!*path || strlen(path) >= sizeof buf) {
+        errno = *path ? ENAMETOOLONG : ENOENT;
+        return false;
+    }
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return false;
+            if (end) break;
+            *p = '/';
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
+}
+
+/* Every check that needs no data; 0 when all pass, else the exit code. */
+static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
+    if (mp_precision_parse(t->precision, precision) != MP_OK) {
+        fprintf(stderr, "mixprec train-gan: --precision '%s': unknown precision (known: %s)\n", t->precision,
+                mp_precision_list());
+        return 2;
+    }
+    if (mp_device_parse(t->device, device) != MP_OK) {
+        fprintf(stderr, "mixprec train-gan: %s\n", mp_last_error());
+        return 2;
+    }
+    if (!common_opts_known_data(t->c.data)) {
+        fprintf(stderr, "mixprec train-gan: --data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, "
+                        "synthetic)\n", t->c.data);
+        return 2;
+    }
+    if (!make_dirs(t->out)) {
+        fprintf(stderr, "mixprec train-gan: --out '%s': cannot create directory: %s\n", t->out, strerror(errno));
+        return 2;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/batch_times.jsonl", t->out);
+    FILE *f = fopen(probe, "w");
+    if (!f) {
+        fprintf(stderr, "mixprec train-gan: --out '%s': cannot write there: %s\n", t->out, strerror(errno));
+        return 2;
+    }
+    fclose(f);
+    return 0;
+}
+
+int cmd_train_gan(int argc, char **argv) {
+    gan_args t = {.c = common_opts_default(), .precision = "fp32", .device = "auto", .epochs = 5, .batch = 64,
+                  .beta1 = 0.5f, .seed = 1};
+    int rc = parse(argc, argv, &t);
+    if (rc) return rc == 1 ? 0 : rc;
+    char default_out[64];
+    if (!t.out) {
+        time_t now = time(NULL);
+        strftime(default_out, sizeof default_out, "runs/gan-%Y%m%d-%H%M%S", localtime(&now));
+        t.out = default_out;
+    }
+    mp_precision precision;
+    mp_device device;
+    if ((rc = check_args(&t, &precision, &device))) return rc;
+    if (t.threads) omp_set_num_threads(t.threads);
+    FILE *out = t.quiet ? NULL : stdout;
+    if (!mp_image_png_available())
+        fprintf(stderr, "mixprec train-gan: this build has no libpng: sample grids are written as PGM/PPM\n");
+
+    mp_dataset train = {0}, test = {0};
+    mp_acgan m = {0};
+    mp_status s = common_opts_load_data(&t.c, t.seed, &train, &test);
+    if (s == MP_OK && t.batch > train.n) {
+        fprintf(stderr, "mixprec train-gan: --batch %d is larger than the training set (%d samples in %s)\n", t.batch,
+                train.n, train.source);
+        mp_dataset_free(&train);
+        mp_dataset_free(&test);
+        return 2;
+    }
+    if (s == MP_OK && mp_acgan_build(&m, train.c, train.h, train.w, train.classes, LATENT) != MP_OK) {
+        fprintf(stderr, "mixprec train-gan: %s\n", mp_last_error()); /* the data's shape: bad input */
+        mp_dataset_free(&train);
+        mp_dataset_free(&test);
+        return 2;
+    }
+    if (s == MP_OK) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision});
+    bool scaling = precision == MP_PRECISION_AMP_FP16 || precision == MP_PRECISION_O2_FP16;
+    mp_gan_train_opts o = {
+        .step = {.batch = t.batch, .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .use_onednn = !t.reference,
+                 .device = device, .loss_scaling = scaling, .scaler = {.dynamic = true}, .seed = t.seed,
+                 .events = out},
+        .epochs = t.epochs, .max_steps = t.max_steps, .precision = t.precision, .data_name = t.c.data,
+        .out_dir = t.out, .out = out};
+    if (s == MP_OK && out) {
+        int64_t all = mp_graph_param_count(m.g), gen = mp_acgan_generator_param_count(&m);
+        char dev[32];
+        fprintf(out, "mixprec train-gan: AC-GAN (%lld parameters: G %lld, D %lld) on %s: %d samples of %dx%dx%d, "
+                     "%d classes, batch %d, Adam lr %g beta1 %g, precision %s%s, device %s, %d threads; writing to %s\n",
+                (long long)all, (long long)gen, (long long)(all - gen), train.source, train.n, train.c, train.h,
+                train.w, train.classes, t.batch, o.step.lr, t.beta1, t.precision,
+                scaling ? " (dynamic loss scaling)" : "", mp_device_name(device, dev, sizeof dev),
+                omp_get_max_threads(), t.out);
+    }
+    mp_gan_train_result r;
+    if (s == MP_OK) s = mp_gan_train_run(&m, &train, &o, &r);
+    if (s == MP_OK && out)
+        fprintf(out, "done: %d epochs, %.2f ms/batch in the last; skipped steps G %lld, D %lld; wrote %s and "
+                     "%s/batch_times.jsonl\n",
+                r.epochs_run, r.batch_ms, (long long)r.g_skipped, (long long)r.d_skipped, r.samples_path, t.out);
+    if (s != MP_OK) fprintf(stderr, "mixprec train-gan: %s\n", mp_last_error());
+    mp_acgan_free(&m);
+    mp_dataset_free(&train);
+    mp_dataset_free(&test);
+    return s == MP_OK ? 0 : 1;
+}

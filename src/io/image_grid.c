@@ -1,0 +1,104 @@
+/* image_grid.c — see image_grid.h. Pixels are assembled into one 8-bit
+ * buffer (rows*h, cols*w, c), then written as PNG (libpng) or PGM/PPM. */
+#include "io/image_grid.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+#ifdef MP_HAVE_PNG
+#include <png.h>
+#endif
+
+bool mp_image_png_available(void) {
+#ifdef MP_HAVE_PNG
+    return true;
+#else
+    return false;
+#endif
+}
+
+const char *mp_image_grid_ext(const mp_image_grid *gr) {
+    if (mp_image_png_available()) return "png";
+    return gr->c == 1 ? "pgm" : "ppm";
+}
+
+static uint8_t to_byte(float v, float lo, float hi) {
+    float t = (v - lo) / (hi - lo);
+    if (!(t > 0)) return 0; /* NaN too */
+    if (t >= 1) return 255;
+    return (uint8_t)lrintf(t * 255.0f);
+}
+
+/* (rows*h, cols*w, c) interleaved pixels. */
+static void assemble(const float *images, const mp_image_grid *gr, uint8_t *pix) {
+    const int width = gr->cols * gr->w;
+    const size_t tile = (size_t)gr->c * gr->h * gr->w;
+    for (int r = 0; r < gr->rows; r++)
+        for (int k = 0; k < gr->cols; k++) {
+            const float *img = images + (size_t)(r * gr->cols + k) * tile; // (c, h, w)
+            for (int y = 0; y < gr->h; y++)
+                for (int x = 0; x < gr->w; x++)
+                    for (int ch = 0; ch < gr->c; ch++) {
+                        size_t at = (((size_t)(r * gr->h + y) * width) + (size_t)(k * gr->w + x)) * gr->c + ch;
+                        pix[at] = to_byte(img[((size_t)ch * gr->h + y) * gr->w + x], gr->lo, gr->hi);
+                    }
+        }
+}
+
+#ifdef MP_HAVE_PNG
+static mp_status write_png(FILE *f, const char *path, const uint8_t *pix, int width, int height, int c) {
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!png || !info) {
+        png_destroy_write_struct(&png, NULL);
+        return mp_error(MP_ERR_NOMEM, "%s: libpng could not start", path);
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        return mp_error(MP_ERR_IO, "%s: libpng failed writing the image", path);
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, c == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < height; y++) png_write_row(png, (png_const_bytep)(pix + (size_t)y * width * c));
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    return MP_OK;
+}
+#else
+static mp_status write_pnm(FILE *f, const char *path, const uint8_t *pix, int width, int height, int c) {
+    fprintf(f, "P%c\n%d %d\n255\n", c == 1 ? '5' : '6', width, height);
+    size_t n = (size_t)width * height * c;
+    if (fwrite(pix, 1, n, f) != n) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return MP_OK;
+}
+#endif
+
+mp_status mp_image_grid_write(const char *stem, const float *images, const mp_image_grid *gr, char *path, size_t len) {
+    if (gr->rows < 1 || gr->cols < 1 || gr->h < 1 || gr->w < 1 || (gr->c != 1 && gr->c != 3) || !(gr->hi > gr->lo))
+        return mp_error(MP_ERR_INVALID_ARG, "image grid %s: %dx%d tiles of %dx%dx%d in [%g, %g]: need 1 or 3 channels "
+                        "and lo < hi", stem, gr->rows, gr->cols, gr->c, gr->h, gr->w, gr->lo, gr->hi);
+    if ((size_t)snprintf(path, len, "%s.%s", stem, mp_image_grid_ext(gr)) >= len)
+        return mp_error(MP_ERR_INVALID_ARG, "image grid %s: path too long", stem);
+    const int width = gr->cols * gr->w, height = gr->rows * gr->h;
+    uint8_t *pix = malloc((size_t)width * height * gr->c);
+    if (!pix) return mp_error(MP_ERR_NOMEM, "%s: out of memory for a %dx%d image", path, width, height);
+    assemble(images, gr, pix);
+    FILE *f = fopen(path, "wb");
+    mp_status s = f ? MP_OK : mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+#ifdef MP_HAVE_PNG
+    if (s == MP_OK) s = write_png(f, path, pix, width, height, gr->c);
+#else
+    if (s == MP_OK) s = write_pnm(f, path, pix, width, height, gr->c);
+#endif
+    if (f && fclose(f) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    free(pix);
+    return s;
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# cli_gan.sh — `mixprec train-gan`: one epoch on tiny synthetic 1x28x28 data
+# writes the sample grid (PNG of 280x280: 10 classes x 10 columns of 28x28,
+# or PGM without libpng) and batch_times.jsonl (a record per epoch with every
+# batch's time); bad input (unknown precision, batch 0, an --out that cannot
+# be created, an option of `train` only) is one error line and exit 2 before
+# any training.
+set -u
+bin=$1
+work=${MP_WORK:-/tmp/mp_cli_test}/gan
+rm -rf "$work" && mkdir -p "$work"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# 1. One epoch: 256 samples, batch 32 -> 8 batches.
+out=$work/run
+"$bin" train-gan --data synthetic --synthetic-shape 1x28x28 --synthetic-size 256 --epochs 1 --batch 32 \
+  --device cpu --out "$out" >"$work/run.log" 2>&1 && ok || bad "train-gan failed: $(tail -3 "$work/run.log")"
+grep -Eq "^epoch 1/1: D loss [0-9.]+ - G loss [0-9.]+ - 8 batches, [0-9.]+ ms/batch .* skipped steps G 0, D 0" \
+  "$work/run.log" && ok || bad "no epoch line: $(cat "$work/run.log")"
+if [ -f "$out/samples_epoch1.png" ]; then
+  [ "$(head -c 8 "$out/samples_epoch1.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] && ok \
+    || bad "samples_epoch1.png is not a PNG"
+  # IHDR width and height (bytes 17-24): 280 x 280
+  [ "$(head -c 24 "$out/samples_epoch1.png" | tail -c 8 | od -An -tx1 | tr -d ' \n')" = "0000011800000118" ] && ok \
+    || bad "samples_epoch1.png is not 280x280"
+elif [ -f "$out/samples_epoch1.pgm" ]; then
+  [ "$(head -c 15 "$out/samples_epoch1.pgm")" = "$(printf 'P5\n280 280\n255\n')" ] && ok || bad "bad PGM header"
+  grep -q "no libpng" "$work/run.log" && ok || bad "the PGM fallback is not announced"
+else
+  bad "no sample grid in $out: $(ls "$out")"
+fi
+python3 - "$out/batch_times.jsonl" <<'PY' && ok || bad "batch_times.jsonl check failed"
+import json, math, sys
+recs = [json.loads(line) for line in open(sys.argv[1])]
+assert len(recs) == 1, recs
+r = recs[0]
+assert r["epoch"] == 1 and r["model"] == "acgan" and r["precision"] == "fp32" and r["batch"] == 32, r
+assert r["device"] == "cpu" and r["steps"] == 8 and len(r["batch_ms"]) == 8, r
+assert all(t > 0 for t in r["batch_ms"]), r
+assert math.isclose(r["batch_ms_mean"], sum(r["batch_ms"]) / 8, rel_tol=1e-3), r
+assert r["batch_ms_min"] <= r["batch_ms_median"] <= r["batch_ms_max"], r
+assert math.isfinite(r["d_loss"]) and math.isfinite(r["g_loss"]) and r["d_loss"] > 0, r
+assert r["g_skipped"] == 0 and r["d_skipped"] == 0 and r["loss_scale"] == 1, r
+assert r["samples"].endswith(("samples_epoch1.png", "samples_epoch1.pgm")), r
+PY
+
+# 2. Bad input: one line naming the option, exit 2, nothing trained.
+expect_error() { # expect_error NAME PATTERN ARGS...
+  local name=$1 pattern=$2
+  shift 2
+  "$bin" train-gan --data synthetic --synthetic-shape 1x28x28 --synthetic-size 64 --epochs 1 --device cpu "$@" \
+    >"$work/$name.out" 2>"$work/$name.err"
+  local rc=$?
+  [ "$rc" = 2 ] && ok || bad "$name: exit $rc, expected 2"
+  [ "$(wc -l <"$work/$name.err")" = 1 ] && ok || bad "$name: stderr is not one line: $(cat "$work/$name.err")"
+  grep -q -- "$pattern" "$work/$name.err" && ok || bad "$name: message lacks '$pattern': $(cat "$work/$name.err")"
+  [ ! -s "$work/$name.out" ] && ok || bad "$name: training output on stdout: $(cat "$work/$name.out")"
+}
+expect_error precision "--precision 'fp12': unknown precision" --precision fp12 --out "$work/e1"
+expect_error batch0 "--batch 0 is out of range" --batch 0 --out "$work/e2"
+touch "$work/a_file"
+expect_error out_dir "--out '$work/a_file/sub': cannot create directory" --out "$work/a_file/sub"
+expect_error optimizer "--optimizer is not an option of train-gan" --optimizer sgd --out "$work/e3"
+expect_error big_batch "--batch 100 is larger than the training set" --batch 100 --out "$work/e4"
+expect_error shape "multiples of 4" --synthetic-shape 1x30x30 --out "$work/e5"
+"$bin" train-gan --help | grep -q -- "--precision P" && ok || bad "--help lacks --precision"
+
+echo "cli_gan: $pass passed, $fail failed"
+[ "$fail" = 0 ]
