@@ -160,36 +160,9 @@ static bool check_lists(bench_args *b) {
     return true;
 }
 
-/* mkdir -p; errno is set when it returns false. */
-static bool make_dirs(const char *path) {
-    char buf[4096];
-    if (!*path || strlen(path) >= sizeof buf) {
-        errno = ENAMETOOLONG;
-        if (!*path) errno = ENOENT;
-        return false;
-    }
-    strcpy(buf, path);
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return false;
-            if (end) break;
-            *p = '/';
-        }
-    }
-    struct stat st;
-    if (stat(path, &st) != 0) return false;
-    if (!S_ISDIR(st.st_mode)) {
-        errno = ENOTDIR;
-        return false;
-    }
-    return true;
-}
-
 /* Create the output folder and open results.jsonl in it. */
 static FILE *open_out(const char *dir) {
-    if (!make_dirs(dir)) {
+    if (!cli_make_dirs(dir)) {
         fprintf(stderr, "mixprec bench: --out '%s': cannot create directory: %s\n", dir, strerror(errno));
         return NULL;
     }

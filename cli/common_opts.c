@@ -1,8 +1,10 @@
 /* common_opts.c — see common_opts.h. */
 #include "cli/common_opts.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "core/error.h"
@@ -104,4 +106,29 @@ mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *
                           .weight_decay = c->wd_set ? c->weight_decay : (sgd ? 5e-4f : 0)};
     *lr = c->lr_set ? c->lr : (sgd ? 0.05f : 0.002f);
     return MP_OK;
+}
+
+bool cli_make_dirs(const char *path) {
+    char buf[4096];
+    if (!*path || strlen(path) >= sizeof buf) {
+        errno = *path ? ENAMETOOLONG : ENOENT;
+        return false;
+    }
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return false;
+            if (end) break;
+            *p = '/';
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
 }

@@ -58,4 +58,8 @@ mp_status common_opts_load_data(const common_opts *c, uint64_t seed, mp_dataset 
  * an unknown --optimizer is MP_ERR_INVALID_ARG naming it. */
 mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *lr);
 
+/* mkdir -p for --out folders; false with errno set (ENOTDIR when a part
+ * is a file). */
+bool cli_make_dirs(const char *path);
+
 #endif

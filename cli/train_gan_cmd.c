@@ -108,32 +108,6 @@ static int parse(int argc, char **argv, gan_args *t) {
     return 0;
 }
 
-/* mkdir -p; errno is set when it returns false. */
-static bool make_dirs(const char *path) {
-    char buf[4096];
-    if (!*path || strlen(path) >= sizeof buf) {
-        errno = *path ? ENAMETOOLONG : ENOENT;
-        return false;
-    }
-    strcpy(buf, path);
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return false;
-            if (end) break;
-            *p = '/';
-        }
-    }
-    struct stat st;
-    if (stat(path, &st) != 0) return false;
-    if (!S_ISDIR(st.st_mode)) {
-        errno = ENOTDIR;
-        return false;
-    }
-    return true;
-}
-
 /* Every check that needs no data; 0 when all pass, else the exit code. */
 static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
     if (mp_precision_parse(t->precision, precision) != MP_OK) {
@@ -150,7 +124,7 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
                         "synthetic)\n", t->c.data);
         return 2;
     }
-    if (!make_dirs(t->out)) {
+    if (!cli_make_dirs(t->out)) {
         fprintf(stderr, "mixprec train-gan: --out '%s': cannot create directory: %s\n", t->out, strerror(errno));
         return 2;
     }
