@@ -42,6 +42,9 @@ static void usage(FILE *f) {
             "  --price-per-hour X  machine price in USD per hour, for a cost-per-million-samples column\n"
             "                      (default 0: no cost)\n"
 "  --device D          cpu | cuda | cuda:N | auto (default auto: the first GPU when present)\n"
+            "  --monitor-interval S  seconds between GPU monitor samples (NVML) written to DIR/monitor.csv;\n"
+            "                      each cell gets its mean GPU load, mean power and energy per epoch\n"
+            "                      (default 5; 0 = off)\n"
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --verbose           also print each cell's training progress\n"
@@ -53,6 +56,7 @@ typedef struct {
     common_opts c;
     const char *models_arg, *precisions_arg, *batches_arg, *out, *device_arg;
     mp_device device;
+    float monitor_interval;   /* seconds between GPU samples, 0 = monitor off */
     int epochs, steps, threads;
     float price;
     uint64_t seed;
@@ -75,7 +79,8 @@ static int parse(int argc, char **argv, bench_args *b) {
         if (!strcmp(a, "--reference")) { b->reference = true; continue; }
         if (!strcmp(a, "--verbose")) { b->verbose = true; continue; }
         static const char *const with_value[] = {"--models", "--precisions", "--batches", "--epochs", "--steps",
-                                                 "--out", "--price-per-hour", "--threads", "--seed", "--device"};
+                                                 "--out", "--price-per-hour", "--threads", "--seed", "--device",
+                                                 "--monitor-interval"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
         if (!known) {
@@ -99,6 +104,7 @@ static int parse(int argc, char **argv, bench_args *b) {
         else if (!strcmp(a, "--epochs")) ok = arg_int("bench", a, v, 1, 100000, &b->epochs);
         else if (!strcmp(a, "--steps")) ok = arg_int("bench", a, v, 1, 1 << 30, &b->steps);
         else if (!strcmp(a, "--threads")) ok = arg_int("bench", a, v, 1, 1024, &b->threads);
+        else if (!strcmp(a, "--monitor-interval")) ok = arg_float("bench", a, v, 0, 86400, &b->monitor_interval);
         else if (!strcmp(a, "--price-per-hour")) ok = arg_float("bench", a, v, 0, 1e9, &b->price);
         else if (!strcmp(a, "--seed")) ok = arg_u64("bench", a, v, &b->seed);
         if (!ok) return 2;
@@ -213,7 +219,7 @@ static int report(const mp_bench_matrix *m, const char *out, double seconds) {
 int cmd_bench(int argc, char **argv) {
     static bench_args b; /* large list buffers */
     b = (bench_args){.c = common_opts_default(), .models_arg = "small", .precisions_arg = "fp32,amp-bf16,bf16",
-                     .batches_arg = "128,512", .epochs = 1, .seed = 1};
+                     .batches_arg = "128,512", .epochs = 1, .seed = 1, .monitor_interval = 5};
     mp_device_parse("auto", &b.device);
     int rc = parse(argc, argv, &b);
     if (rc) return rc == 1 ? 0 : rc;
@@ -259,8 +265,19 @@ int cmd_bench(int argc, char **argv) {
     if (b.steps) printf(" of at most %d steps", b.steps);
     printf(", %s lr %g, %d threads; writing to %s\n", b.c.optimizer, lr, omp_get_max_threads(), b.out);
     double t0 = mp_now_seconds();
-    mp_bench_matrix m;
-    mp_status s = mp_bench_run(&o, &train, &test, &m);
+    /* the GPU monitor: one CSV for the whole matrix, a window per cell */
+    char csv_path[4200];
+    snprintf(csv_path, sizeof csv_path, "%s/monitor.csv", b.out);
+    FILE *csv = b.monitor_interval > 0 ? fopen(csv_path, "w") : NULL;
+    mp_status s = MP_OK;
+    if (b.monitor_interval > 0 && !csv)
+        s = mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", csv_path, strerror(errno));
+    if (s == MP_OK) s = mp_monitor_begin_run(b.monitor_interval, csv, csv_path, stdout, &o.monitor);
+    mp_bench_matrix m = {0};
+    if (s == MP_OK) s = mp_bench_run(&o, &train, &test, &m);
+    mp_status ms = mp_monitor_end_run(o.monitor, s == MP_OK ? stdout : NULL, 0);
+    if (s == MP_OK) s = ms;
+    if (csv && fclose(csv) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s: write failed", csv_path);
     if (fclose(jsonl) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s/results.jsonl: write failed", b.out);
     if (s == MP_OK) rc = report(&m, b.out, mp_now_seconds() - t0);
     else {

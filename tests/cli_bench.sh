@@ -42,6 +42,19 @@ for r in recs:
         assert math.isclose(r["speedup_vs_fp32"], want, rel_tol=1e-2, abs_tol=1e-3), (r, want)
         assert math.isclose(r["acc_drop_vs_fp32"], fp32["test_acc"] - r["test_acc"], abs_tol=1e-5), r
 PY
+# the GPU monitor: a CSV for the matrix (just the header without NVML), a
+# window per cell in the records (null without GPU readings), a status line
+head -1 "$out/monitor.csv" 2>/dev/null | grep -q "^timestamp,elapsed_s,sm_clock_mhz" && ok || bad "no monitor.csv header"
+grep -q "^GPU monitor: " "$work/tiny.log" && ok || bad "no GPU monitor status line"
+python3 - "$out/results.jsonl" <<'PY' && ok || bad "results.jsonl lacks the GPU monitor fields"
+import json, sys
+for r in map(json.loads, open(sys.argv[1])):
+    for k in ("gpu_mean_load_pct", "gpu_mean_power_w", "gpu_energy_j", "gpu_energy_per_epoch_j", "gpu_peak_mem_used_mib"):
+        assert k in r and (r[k] is None or r[k] >= 0), (k, r)
+PY
+"$bin" bench --models small --precisions fp32 --batches 32 --steps 1 --train-samples 256 --monitor-interval 0 \
+  --out "$work/nomon" >"$work/nomon.log" 2>&1 && [ ! -e "$work/nomon/monitor.csv" ] && ok \
+  || bad "--monitor-interval 0 still wrote monitor.csv or failed: $(tail -2 "$work/nomon.log")"
 grep -q "^| batch | 32 | 64 |$" "$out/tables.md" && ok || bad "tables.md lacks the batch columns"
 for t in "time per epoch" "time per 100 epochs" "speed-up vs fp32" "test accuracy" "accuracy difference" \
          "images/s" "activation arena" "peak RSS" "cost per million samples"; do
@@ -109,6 +122,7 @@ expect "\-\-precisions 'fp12': unknown precision" -- "${bad_out[@]}" --precision
 expect "\-\-batches 0 is out of range" -- "${bad_out[@]}" --batches 32,0
 expect "\-\-batches -64 is out of range" -- "${bad_out[@]}" --batches -64
 expect "\-\-batches 'big' is not an integer" -- "${bad_out[@]}" --batches big
+expect "\-\-monitor-interval -1 is out of range" -- "${bad_out[@]}" --monitor-interval -1
 expect "\-\-batches '' is not an integer" -- "${bad_out[@]}" --batches 32,,64
 expect "\-\-batches '32,64,32' lists '32' twice" -- "${bad_out[@]}" --batches 32,64,32
 expect "\-\-batches 1000 is larger than the training set" -- "${bad_out[@]}" --batches 1000

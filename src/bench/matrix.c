@@ -133,11 +133,13 @@ mp_status mp_bench_run(const mp_bench_opts *o, const mp_dataset *train, const mp
                     fflush(o->progress);
                 }
                 reset_peak_rss();
+                if (o->monitor) mp_monitor_mark(o->monitor); /* the cell's window starts here */
                 double t0 = mp_now_seconds();
                 mp_clear_error();
                 mp_status s = train_cell(o, train, test, c);
                 c->cell_seconds = mp_now_seconds() - t0;
                 c->peak_rss_bytes = peak_rss_bytes();
+                if (o->monitor) c->gpu = mp_monitor_mark(o->monitor);
                 c->status = s == MP_OK ? MP_CELL_OK : s == MP_ERR_NOMEM ? MP_CELL_OOM : MP_CELL_ERROR;
                 if (s != MP_OK) snprintf(c->message, sizeof c->message, "%s", mp_last_error());
                 int full_steps = train->n / c->batch;

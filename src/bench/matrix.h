@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "amp/policy.h"
+#include "monitor/gpu_monitor.h"
 #include "train/trainer.h"
 
 typedef enum { MP_CELL_PENDING, MP_CELL_OK, MP_CELL_OOM, MP_CELL_ERROR } mp_cell_status;
@@ -28,6 +29,7 @@ typedef struct {
     double speedup;             /* T_fp32 / T - 1 at this model and batch (NAN: no fp32) */
     double acc_drop;            /* fp32 test accuracy - this one, as seed 000 (NAN: no fp32) */
     double cost_per_million;    /* USD per million training samples (NAN: no price) */
+    mp_monitor_summary gpu;     /* the GPU monitor over the cell (gpu.gpu false: no GPU readings) */
 } mp_bench_cell;
 
 typedef struct {
@@ -50,6 +52,7 @@ typedef struct {
     FILE *progress;             /* a line per cell as it starts and ends (NULL = silent) */
     FILE *train_out;            /* the trainer's own progress (NULL = none) */
     FILE *jsonl;                /* a record per cell as it ends (NULL = none) */
+    mp_monitor *monitor;        /* GPU monitor marked around every cell (NULL = none) */
 } mp_bench_opts;
 
 typedef struct {

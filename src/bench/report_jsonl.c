@@ -51,5 +51,13 @@ void mp_bench_write_record(FILE *f, const mp_bench_matrix *m, const mp_bench_cel
     json_number(f, "skipped_steps", ok ? (double)c->res.skipped_steps : na, "%.0f");
     json_number(f, "final_loss_scale", ok ? (double)c->res.final_loss_scale : na, "%g");
     json_number(f, "cell_seconds", c->cell_seconds, "%.3f");
+    /* GPU monitor over the cell (null without NVML) */
+    bool gpu = c->gpu.gpu;
+    int epochs = ok && c->res.epochs_run > 0 ? c->res.epochs_run : 0;
+    json_number(f, "gpu_mean_load_pct", gpu ? c->gpu.mean_load_pct : na, "%.2f");
+    json_number(f, "gpu_mean_power_w", gpu ? c->gpu.mean_power_w : na, "%.2f");
+    json_number(f, "gpu_energy_j", gpu ? c->gpu.energy_j : na, "%.1f");
+    json_number(f, "gpu_energy_per_epoch_j", gpu && epochs ? c->gpu.energy_j / epochs : na, "%.1f");
+    json_number(f, "gpu_peak_mem_used_mib", gpu ? c->gpu.peak_mem_used_mib : na, "%.0f");
     fputs("}\n", f);
 }

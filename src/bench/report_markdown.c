@@ -7,7 +7,7 @@
 #include "bench/matrix.h"
 #include "core/error.h"
 
-typedef enum { TIME, TIME_100, SPEEDUP, ACC, ACC_DROP, IMAGES, ARENA, RSS, COST } metric;
+typedef enum { TIME, TIME_100, SPEEDUP, ACC, ACC_DROP, IMAGES, ARENA, RSS, COST, ENERGY, POWER } metric;
 
 typedef struct {
     metric id;
@@ -25,6 +25,8 @@ static const metric_info metrics[] = {
     {ARENA, "activation arena (MiB)", false},
     {RSS, "peak RSS of the process (MiB)", false},
     {COST, "cost per million samples (USD)", false},
+    {ENERGY, "GPU energy per epoch (J, NVML)", false},
+    {POWER, "GPU mean power (W, NVML)", false},
 };
 
 static void cell_text(char *buf, size_t n, metric id, const mp_bench_cell *c) {
@@ -44,6 +46,8 @@ static void cell_text(char *buf, size_t n, metric id, const mp_bench_cell *c) {
     case ARENA: v = (double)c->res.arena_bytes / (1 << 20); fmt = "%.1f"; break;
     case RSS: v = c->peak_rss_bytes > 0 ? (double)c->peak_rss_bytes / (1 << 20) : NAN; fmt = "%.0f"; break;
     case COST: v = c->cost_per_million; fmt = "%.4g"; break;
+    case ENERGY: v = c->gpu.gpu && c->res.epochs_run > 0 ? c->gpu.energy_j / c->res.epochs_run : NAN; fmt = "%.0f"; break;
+    case POWER: v = c->gpu.gpu ? c->gpu.mean_power_w : NAN; fmt = "%.1f"; break;
     }
     if (isfinite(v)) snprintf(buf, n, fmt, v);
     else buf[0] = '\0';
@@ -87,6 +91,12 @@ static void write_header(FILE *f, const mp_bench_matrix *m) {
                "000; both are blank without an fp32 cell. Failed cells read OOM or error (see results.jsonl).\n\n");
 }
 
+static bool any_gpu_readings(const mp_bench_matrix *m) {
+    for (int i = 0; i < m->n; i++)
+        if (m->cells[i].gpu.gpu) return true;
+    return false;
+}
+
 mp_status mp_bench_write_markdown(const char *path, const mp_bench_matrix *m) {
     FILE *f = fopen(path, "w");
     if (!f) return mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
@@ -97,6 +107,7 @@ mp_status mp_bench_write_markdown(const char *path, const mp_bench_matrix *m) {
         for (size_t k = 0; k < sizeof metrics / sizeof *metrics; k++) {
             if (metrics[k].relative && !has_fp32(o)) continue;
             if (metrics[k].id == COST && !(o->price_per_hour > 0)) continue;
+            if ((metrics[k].id == ENERGY || metrics[k].id == POWER) && !any_gpu_readings(m)) continue;
             write_table(f, m, model, &metrics[k]);
         }
     }
