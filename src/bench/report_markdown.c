@@ -46,7 +46,10 @@ static void cell_text(char *buf, size_t n, metric id, const mp_bench_cell *c) {
     case ARENA: v = (double)c->res.arena_bytes / (1 << 20); fmt = "%.1f"; break;
     case RSS: v = c->peak_rss_bytes > 0 ? (double)c->peak_rss_bytes / (1 << 20) : NAN; fmt = "%.0f"; break;
     case COST: v = c->cost_per_million; fmt = "%.4g"; break;
-    case ENERGY: v = c->gpu.gpu && c->res.epochs_run > 0 ? c->gpu.energy_j / c->res.epochs_run : NAN; fmt = "%.0f"; break;
+    case ENERGY:
+        v = c->gpu.gpu && c->res.epochs_run > 0 ? c->gpu.energy_j / c->res.epochs_run : NAN;
+        fmt = "%.0f";
+        break;
     case POWER: v = c->gpu.gpu ? c->gpu.mean_power_w : NAN; fmt = "%.1f"; break;
     }
     if (isfinite(v)) snprintf(buf, n, fmt, v);
