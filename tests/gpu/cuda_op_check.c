@@ -99,6 +99,7 @@ static bool upload(dev_pool *p, const mp_tensor *ref, mp_dtype dt, bool flat, mp
         int32_t *h = malloc((size_t)n * sizeof *h);
         for (int64_t j = 0; j < n; j++) h[j] = (int32_t)host_get(ref, j);
         cudaError_t e = cudaMemcpy(dev->data, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* see below */
         free(h);
         if (e != cudaSuccess) snprintf(p->error, 256, "upload labels: %s", cudaGetErrorString(e));
         return e == cudaSuccess;
@@ -106,7 +107,11 @@ static bool upload(dev_pool *p, const mp_tensor *ref, mp_dtype dt, bool flat, mp
     float *h = malloc((size_t)n * sizeof *h);
     for (int64_t j = 0; j < n; j++) h[j] = (float)host_get(ref, j);
     float *scratch = dev_alloc(p, (size_t)n * sizeof(float), false);
-    bool ok = scratch && cudaMemcpy(scratch, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice) == cudaSuccess;
+    /* cudaMemcpy from pageable memory may return before its DMA has landed,
+     * and the ops' non-blocking stream does not wait for the legacy stream:
+     * wait for the device before anything reads the data */
+    bool ok = scratch && cudaMemcpy(scratch, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaDeviceSynchronize() == cudaSuccess;
     free(h);
     mp_tensor view = *dev;
     if (flat) view.shape = mp_shape1((int)n);

@@ -106,6 +106,8 @@ static mp_tensor upload(const mp_tensor *ref, mp_dtype dt, bool activation) {
         host_store(h, dt, activation ? nhwc_index(&ref->shape, i) : i, ((const double *)ref->data)[i]);
     mp_tensor t = {dt, ref->shape, dev_alloc(tensor_bytes(&ref->shape, dt))};
     CUDA_OK(cudaMemcpy(t.data, h, tensor_bytes(&ref->shape, dt), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize()); /* a pageable copy may return before its DMA lands; the ops' stream is
+                                         non-blocking */
     free(h);
     return t;
 }

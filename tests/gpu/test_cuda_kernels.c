@@ -78,6 +78,7 @@ static bool check_layout(mp_cuda_ctx *ctx, mp_dtype dt, mp_shape s) {
               cudaMalloc(&d_dev, (size_t)n * es) == cudaSuccess;
     mp_tensor t = {dt, s, d_dev};
     ok = ok && cudaMemcpy(d_nchw, h, (size_t)n * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+    ok = ok && cudaDeviceSynchronize() == cudaSuccess; /* the DMA must land before the ops' stream reads it */
     ok = ok && mp_cuda_nchw_f32_to_device(ctx, d_nchw, &t) == MP_OK;
     ok = ok && mp_cuda_device_to_nchw_f32(ctx, &t, d_back) == MP_OK;
     ok = ok && cudaStreamSynchronize(ctx->stream) == cudaSuccess;
