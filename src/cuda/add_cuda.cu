@@ -4,10 +4,6 @@
  * input's gradient has another dtype). */
 #include "cuda/cuda_kernel_util.cuh"
 
-struct add_fwd {
-    __device__ float operator()(const float (&a)[2]) const { return a[0] + a[1]; }
-};
-
 static mp_status add_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
                              const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
                              size_t *saved_bytes) {
@@ -17,7 +13,7 @@ static mp_status add_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_
 }
 
 static mp_status add_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
-    return mp_cuda_op_status(c, "forward", mp_ew2(ctx, &c->in[0], &c->in[1], &c->out, add_fwd()));
+    return mp_cuda_op_status(c, "forward", mp_ew2(ctx, &c->in[0], &c->in[1], &c->out, mp_sum2()));
 }
 
 static mp_status add_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {

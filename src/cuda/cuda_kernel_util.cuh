@@ -102,6 +102,11 @@ static cudaError_t mp_ew_launch(mp_cuda_ctx *ctx, const mp_ew_io<NIN> &io, F f) 
     return cudaGetLastError();
 }
 
+/* a + b in f32: the residual add and gradient accumulation. */
+struct mp_sum2 {
+    __device__ float operator()(const float (&a)[2]) const { return a[0] + a[1]; }
+};
+
 /* One-input form over whole tensors: out = f(in). */
 template <class F>
 static cudaError_t mp_ew1(mp_cuda_ctx *ctx, const mp_tensor *in, const mp_tensor *out, F f) {

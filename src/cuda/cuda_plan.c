@@ -20,17 +20,13 @@ struct mp_device_plan {
     size_t input_cap;   /* floats */
     const float *seed_dev;        /* backward seed read from the device (the loss scale), or NULL */
     bool casts_by_optimizer;      /* the fused optimizer refreshes the low casts */
-    size_t allocated;             /* bytes this plan asked cudaMalloc for */
 };
 
 static const char *node_name(const mp_plan *p, int i) { return p->g->nodes[i].name; }
 
 static mp_status dev_alloc(mp_plan *p, void **ptr, size_t bytes, const char *what) {
     cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 16);
-    if (e == cudaSuccess) {
-        p->dev->allocated += bytes;
-        return MP_OK;
-    }
+    if (e == cudaSuccess) return MP_OK;
     size_t free_b = 0, total_b = 0;
     cudaGetLastError();
     cudaMemGetInfo(&free_b, &total_b);
@@ -117,7 +113,6 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
     pn->info.saved_bytes = saved;
     pn->info.workspace_bytes = ws;
     if (ws > *workspace_bytes) *workspace_bytes = ws;
-    (void)node_name;
     return MP_OK;
 }
 
@@ -270,17 +265,11 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
     return MP_OK;
 }
 
-mp_status mp_device_synchronize(mp_plan *p) {
-    MP_CUDA_TRY(cudaStreamSynchronize(p->dev->ctx->stream), "synchronize");
-    return MP_OK;
-}
-
 /* ---- for the device training step (cuda_step.c) ------------------------- */
 
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : NULL; }
 float *mp_cuda_plan_param(const mp_plan *p, int k) { return p->dev->param[k]; }
 float *mp_cuda_plan_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
-size_t mp_cuda_plan_allocated(const mp_plan *p) { return p->dev ? p->dev->allocated : 0; }
 
 /* The low cast of graph parameter k (its first user's), or NULL. */
 void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype) {

@@ -40,7 +40,5 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host_nchw, size_t n)
  * host copies: to_host after training steps (checkpoints, CPU evaluation),
  * to the device after the host copies changed (a resumed checkpoint). */
 mp_status mp_device_params_sync(mp_plan *p, bool to_host);
-/* Wait for the device's queued work; the only host synchronization. */
-mp_status mp_device_synchronize(mp_plan *p);
 
 #endif

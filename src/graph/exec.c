@@ -44,17 +44,22 @@ mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, si
     return MP_OK;
 }
 
+/* Forward of node i at the plan's current step (its dropout seed). */
+static mp_status forward_node(mp_plan *p, int i) {
+    mp_op_call *c = &p->nodes[i].call;
+    c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
+    if (p->dev) return mp_device_forward(p, i);
+    if (p->nodes[i].staged) return mp_stage_forward(p, i);
+    return mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c);
+}
+
 mp_status mp_plan_forward(mp_plan *p) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
     if (p->dev) MP_TRY(mp_device_forward_begin(p));
     else mp_stage_refresh_weights(p);
     for (int i = 0; i < p->n; i++) {
-        mp_op_call *c = &p->nodes[i].call;
-        c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
         double t0 = p->o.profile ? mp_plan_clock() : 0;
-        if (p->dev) MP_TRY(mp_device_forward(p, i));
-        else if (p->nodes[i].staged) MP_TRY(mp_stage_forward(p, i));
-        else MP_TRY(mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c));
+        MP_TRY(forward_node(p, i));
         if (p->o.profile) p->nodes[i].fwd_seconds += mp_plan_clock() - t0;
     }
     p->step++;
@@ -119,10 +124,8 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     mp_stage_refresh_weights(p);
     mp_status s = MP_OK;
     for (int i = 0; i < p->n && s == MP_OK; i++) {
-        mp_op_call *c = &p->nodes[i].call;
-        c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
-        s = p->nodes[i].staged ? mp_stage_forward(p, i) : mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c);
-        if (s != MP_OK || !nonfinite(&c->out)) continue;
+        s = forward_node(p, i);
+        if (s != MP_OK || !nonfinite(&p->nodes[i].call.out)) continue;
         *site = (mp_nonfinite_site){.found = true, .backward = false, .node = i};
         snprintf(site->what, sizeof site->what, "output");
         break;
