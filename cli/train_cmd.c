@@ -3,6 +3,7 @@
  * model on Fashion-MNIST. */
 #include <errno.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,13 @@ static void usage(FILE *f) {
             "execution and output:\n"
             "  --device D          cpu | cuda | cuda:N | auto (default auto: the first GPU when this build\n"
             "                      has the CUDA backend and one is present, else the CPU)\n"
+            "  --gpus N            data parallel over GPUs 0..N-1 (one thread each, NCCL all-reduce); the\n"
+            "                      global batch is N x --batch. Under mpirun: one GPU per rank, and N (if\n"
+            "                      given) must equal the number of ranks\n"
+            "  --allreduce T       gradient all-reduce dtype: auto (the policy's fp16/bf16, else fp32) | fp32\n"
+            "                      | fp16 | bf16 (default auto)\n"
+            "  --bucket-mb X       gradient all-reduce bucket size in MiB (default 25)\n"
+            "  --dist-timeout S    seconds a rank waits for the others before stopping (default 300)\n"
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --log FILE.jsonl    write one JSON record per epoch\n"
@@ -81,7 +89,12 @@ typedef struct {
     const char *device;       /* --device text */
     float monitor_interval;   /* seconds, 0 = GPU monitor off */
     const char *monitor_csv;  /* NULL = no CSV */
+    int gpus;                 /* 0: not given */
+    const char *allreduce;
+    float bucket_mb, dist_timeout;
 } train_args;
+
+static int run_train(train_args *t, mp_dist *dist, int rank);
 
 #define NEED_VALUE()                                                                      \
     do {                                                                                  \
@@ -138,6 +151,11 @@ static int parse(int argc, char **argv, train_args *t) {
         } else if (!strcmp(a, "--seed")) { NEED_VALUE(); if (!arg_u64("train", a, v, &t->seed)) return 2;
         } else if (!strcmp(a, "--monitor-interval")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 86400, &t->monitor_interval)) return 2;
         } else if (!strcmp(a, "--monitor-csv")) { NEED_VALUE(); t->monitor_csv = v;
+        } else if (!strcmp(a, "--gpus")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1024, &t->gpus)) return 2;
+        } else if (!strcmp(a, "--allreduce")) { NEED_VALUE(); t->allreduce = v;
+            if (strcmp(v, "auto") && strcmp(v, "fp32") && strcmp(v, "fp16") && strcmp(v, "bf16")) { fprintf(stderr, "mixprec train: --allreduce '%s' must be auto, fp32, fp16 or bf16\n", v); return 2; }
+        } else if (!strcmp(a, "--bucket-mb")) { NEED_VALUE(); if (!arg_float("train", a, v, 0.01f, 4096, &t->bucket_mb)) return 2;
+        } else if (!strcmp(a, "--dist-timeout")) { NEED_VALUE(); if (!arg_float("train", a, v, 1, 1e6f, &t->dist_timeout)) return 2;
         } else if (!strcmp(a, "--reference")) { t->reference = true;
         } else if (!strcmp(a, "--quiet")) { t->quiet = true;
         } else {
@@ -148,10 +166,73 @@ static int parse(int argc, char **argv, train_args *t) {
     return 0;
 }
 
+/* The model of ranks beyond the first (--gpus): built and policed like m. */
+typedef struct {
+    const train_args *t;
+    const mp_dataset *train;
+    mp_precision precision;
+} replica_src;
+
+static mp_status build_replica(void *arg, mp_model *out) {
+    const replica_src *r = arg;
+    MP_TRY(mp_model_build(r->t->model, r->train->c, r->train->h, r->train->w, r->train->classes, out));
+    return mp_graph_apply_policy(out->g, (mp_policy_opts){.precision = r->precision, .overrides = r->t->overrides,
+                                                           .bn_low = r->t->bn_low});
+}
+
+/* Under mpirun a rank killed by the launcher (because another rank failed)
+ * still says why it stops. */
+static char sigterm_line[96];
+static void on_sigterm(int sig) {
+    (void)sig;
+    ssize_t w = write(2, sigterm_line, strlen(sigterm_line));
+    (void)w;
+    _exit(1);
+}
+
+/* mpirun launch: this rank's communicator, with --gpus (if given) equal to
+ * the number of ranks. Returns 0, or the exit code after the error line. */
+static int join_mpi(const train_args *t, mp_dist **dist, int *rank) {
+    int world = 1;
+    *dist = NULL;
+    *rank = 0;
+    if (!mp_dist_mpi_launched(&world, rank)) return 0;
+    if (t->gpus && t->gpus != world) {
+        fprintf(stderr, "mixprec train: rank %d: --gpus %d, but mpirun started %d ranks (one GPU per rank): the "
+                        "world size must match\n", *rank, t->gpus, world);
+        return 2;
+    }
+    snprintf(sigterm_line, sizeof sigterm_line,
+             "mixprec train: rank %d: terminated by the launcher (another rank failed)\n", *rank);
+    signal(SIGTERM, on_sigterm);
+    if (mp_dist_mpi_create(t->dist_timeout, dist) != MP_OK) {
+        fprintf(stderr, "mixprec train: rank %d: %s\n", *rank, mp_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     train_args t;
     int rc = parse(argc, argv, &t);
     if (rc) return rc == 1 ? 0 : rc;
+    mp_dist *dist = NULL;
+    int rank = 0;
+    if (!t.print_precision && (rc = join_mpi(&t, &dist, &rank)) != 0) return rc;
+    if (dist) {
+        if (rank != 0) t.quiet = true, t.log = NULL, t.monitor_csv = NULL;
+        char dev[16];
+        snprintf(dev, sizeof dev, "cuda:%d", mp_dist_device(dist));
+        t.device = strdup(dev);
+    }
+    rc = run_train(&t, dist, rank);
+    mp_dist_destroy(dist);
+    if (dist) free((char *)t.device);
+    return rc;
+}
+
+static int run_train(train_args *targ, mp_dist *dist, int rank) {
+    train_args t = *targ;
     mp_precision precision;
     if (mp_precision_parse(t.precision, &precision) != MP_OK) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
@@ -161,6 +242,17 @@ int cmd_train(int argc, char **argv) {
     if (mp_device_parse(t.device, &device) != MP_OK) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
+    }
+    if (t.gpus > 1 && !dist) {
+        int found = mp_device_gpu_count();
+        if (device.kind != MP_DEVICE_CUDA || t.gpus > found) {
+            fprintf(stderr, "mixprec train: --gpus %d: %s (found %d GPU%s)\n", t.gpus,
+                    device.kind != MP_DEVICE_CUDA && strcmp(t.device, "auto")
+                        ? "data-parallel training runs on GPUs, not with --device cpu"
+                        : "more GPUs than this machine has",
+                    found, found == 1 ? "" : "s");
+            return 2;
+        }
     }
     if (mp_model_check_name(t.model) != MP_OK) {
         fprintf(stderr, "mixprec train: --model: %s\n", mp_last_error());
@@ -199,6 +291,12 @@ int cmd_train(int argc, char **argv) {
                     t.model, (long long)mp_graph_param_count(m.g), train.source, train.n, test.n, train.c, train.h,
                     train.w, t.batch, t.c.optimizer, lr, t.precision, mp_device_name(device, dev, sizeof dev),
                     omp_get_max_threads());
+        int ranks = dist ? mp_dist_world(dist) : t.gpus;
+        if (out && ranks > 1)
+            fprintf(out, "mixprec: data parallel over %d GPUs (%s): global batch %d, gradients all-reduced (%s)\n",
+                    ranks, dist ? "mpirun ranks" : "one thread each", ranks * t.batch,
+                    t.allreduce ? t.allreduce : "auto");
+        replica_src rs = {.t = &t, .train = &train, .precision = precision};
         mp_train_opts o = {.model_name = t.model, .data_name = t.c.data, .precision = t.precision, .epochs = t.epochs,
                            .batch = t.batch, .lr = lr, .optim = oo, .lr_schedule = t.lr_schedule, .seed = t.seed,
                            .augment = t.c.augment, .normalize = t.c.normalize, .max_steps = t.max_steps,
@@ -209,7 +307,9 @@ int cmd_train(int argc, char **argv) {
                            .scaler = t.scaler, .accumulate = t.accumulate, .clip_norm = t.clip_norm,
                            .clip_value = t.clip_value, .max_forward_overflows = t.max_forward_overflows,
                            .auto_fallback = t.auto_fallback, .save_path = t.save, .resume_path = t.resume,
-                           .stop_after = t.stop_after};
+                           .stop_after = t.stop_after, .gpus = dist ? 0 : t.gpus, .dist = dist,
+                           .allreduce = t.allreduce, .bucket_mb = t.bucket_mb, .dist_timeout = t.dist_timeout,
+                           .replica = build_replica, .replica_arg = &rs};
         mp_monitor *mon = NULL;
         s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);
         if (s == MP_OK) s = mp_train_run(&m, &train, &test, &o, &res);
@@ -223,7 +323,8 @@ int cmd_train(int argc, char **argv) {
     }
     if (monitor_csv && fclose(monitor_csv) != 0 && s == MP_OK)
         s = mp_error(MP_ERR_IO, "--monitor-csv %s: cannot write: %s", t.monitor_csv, strerror(errno));
-    if (s != MP_OK) fprintf(stderr, "mixprec train: %s\n", mp_last_error());
+    if (s != MP_OK && dist) fprintf(stderr, "mixprec train: rank %d: %s\n", rank, mp_last_error());
+    else if (s != MP_OK) fprintf(stderr, "mixprec train: %s\n", mp_last_error());
     mp_model_free(&m);
     mp_dataset_free(&train);
     mp_dataset_free(&test);

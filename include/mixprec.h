@@ -163,6 +163,8 @@ typedef struct {
 mp_status mp_device_parse(const char *text, mp_device *out);
 /* "cpu", "cuda:0" */
 const char *mp_device_name(mp_device d, char *buf, size_t len);
+/* GPUs this build can use here (0 without the CUDA backend, a driver or a GPU). */
+int mp_device_gpu_count(void);
 
 /* ---- compiled plans ----------------------------------------------------- */
 typedef struct mp_plan mp_plan;

@@ -51,6 +51,24 @@ expect 1 "\-\-min-loss-scale 100 is larger than \-\-max-loss-scale 10" -- train 
 expect 2 "\-\-accumulate 0 is out of range" -- train --accumulate 0
 expect 2 "\-\-loss-scaling 'maybe' must be on or off" -- train --loss-scaling maybe
 
+# data parallelism: more GPUs than present, a CPU device, bad options
+expect 2 "\-\-gpus 64: more GPUs than this machine has (found" -- train "${syn[@]}" --gpus 64
+expect 2 "\-\-gpus 2: data-parallel training runs on GPUs, not with \-\-device cpu" -- train "${syn[@]}" --gpus 2 --device cpu
+expect 2 "\-\-gpus 0 is out of range" -- train --gpus 0
+expect 2 "\-\-allreduce 'int8' must be auto, fp32, fp16 or bf16" -- train --allreduce int8
+expect 2 "\-\-bucket-mb 0 is out of range" -- train --bucket-mb 0
+expect 2 "\-\-dist-timeout 'soon' is not a finite number" -- train --dist-timeout soon
+# under mpirun every rank says the world size does not match --gpus, and the job stops
+if command -v mpirun >/dev/null && ldd "$bin" 2>/dev/null | grep -q libmpi; then
+  out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 timeout 120 \
+        mpirun -np 2 --oversubscribe "$bin" train "${syn[@]}" --gpus 3 2>&1); rc=$?
+  n=$(grep -c "rank [01]: \-\-gpus 3, but mpirun started 2 ranks" <<<"$out")
+  if [ "$rc" -ne 0 ] && [ "$n" -eq 2 ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL: mpirun -np 2 train --gpus 3 -> rc $rc, $n rank lines: $out"; fi
+else
+  echo "note: no mpirun or no MPI in this build: the mpirun world-size check is not run"
+fi
+
 # corrupt dataset files: a wrong magic, a truncated file
 mkdir -p "$work/bad_magic" "$work/truncated"
 printf '\x00\x00\x08\x01\x00\x00\x00\x02\x01\x02' | gzip >"$work/bad_magic/train-labels-idx1-ubyte.gz"

@@ -14,3 +14,17 @@ extern "C" mp_status mp_cuda_cast_from_f32(mp_cuda_ctx *ctx, mp_dtype dtype, voi
     return mp_cuda_check(mp_cuda_copy_convert(ctx, src, MP_DTYPE_F32, dst, dtype, (long long)n), "mp_cuda_copy_convert",
                          "weight cast");
 }
+
+// Fault injection for tests of the overflow path: one thread, armed by a
+// device flag that it clears, so a captured graph injects exactly once.
+static __global__ void inject_inf_kernel(int *armed, float *dst) {
+    if (*armed) {
+        *dst = __int_as_float(0x7f800000);
+        *armed = 0;
+    }
+}
+
+extern "C" mp_status mp_cuda_inject_inf(mp_cuda_ctx *ctx, int *armed, float *dst) {
+    inject_inf_kernel<<<1, 1, 0, ctx->stream>>>(armed, dst);
+    return mp_cuda_check(cudaGetLastError(), "inject_inf_kernel", "fault injection");
+}

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "cuda/cuda_optim.h"
+#include "cuda/cuda_plan_kernels.h"
+#include "dist/grad_allreduce.h"
 #include "graph/device.h"
 #include "graph/plan.h"
 
@@ -19,6 +21,9 @@ struct mp_cuda_step {
     mp_cuda_scaler_state *scaler;   /* NULL without loss scaling */
     float *one;                     /* device 1.0f: the seed without scaling */
     float *lr;                      /* device learning rate, written before each replay */
+    int *inject;                    /* device flag of mp_cuda_step_inject_overflow, or NULL */
+    float *first_grad;              /* where the injection writes */
+    mp_grad_allreduce *allreduce;   /* data parallel, else NULL */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     int steps;
@@ -47,12 +52,14 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
     mp_cuda_param_ref *refs = calloc((size_t)n + 1, sizeof *refs);
     mp_status st = gp && numel && refs ? MP_OK : mp_error(MP_ERR_NOMEM, "cuda step: out of memory");
     int j = 0;
+    float *gp0 = NULL;
     for (int k = 0; st == MP_OK && k < g->n_params; k++) {
         const mp_gparam *par = &g->params[k];
         if (!par->spec.trainable) continue;
         mp_dtype low_dtype = MP_DTYPE_F32;
         void *low = mp_cuda_plan_low(p, k, &low_dtype);
         gp[j] = mp_cuda_plan_grad(p, k);
+        if (j == 0) gp0 = gp[j];
         numel[j] = mp_shape_numel(&par->spec.shape);
         refs[j] = (mp_cuda_param_ref){.param = mp_cuda_plan_param(p, k), .grad = gp[j], .low = low,
                                       .low_dtype = low ? low_dtype : MP_DTYPE_F32, .n = numel[j],
@@ -76,6 +83,20 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         s->lr = s->one + 1;
         st = mp_cuda_set_f32(s->ctx, s->one, 1.0f);
     }
+    if (st == MP_OK && o->fault_injection) {
+        s->first_grad = n ? gp0 : NULL;
+        st = mp_cuda_check(cudaMalloc((void **)&s->inject, sizeof(int)), "cudaMalloc", "cuda step");
+        if (st == MP_OK) st = mp_cuda_check(cudaMemsetAsync(s->inject, 0, sizeof(int), s->ctx->stream), "cudaMemsetAsync",
+                                            "cuda step");
+    }
+    if (st == MP_OK && o->dist) {
+        st = mp_grad_allreduce_create(o->dist, p, o->allreduce_dtype, o->bucket_bytes, &s->allreduce);
+        if (st == MP_OK) st = mp_dist_enqueue_begin(o->dist);
+        if (st == MP_OK) {
+            st = mp_dist_broadcast_params(o->dist, p); /* every rank starts from rank 0's weights */
+            mp_dist_enqueue_end(o->dist);
+        }
+    }
     if (st != MP_OK) {
         mp_cuda_step_destroy(s);
         return st;
@@ -98,6 +119,8 @@ void mp_cuda_step_destroy(mp_cuda_step *s) {
     if (s->ctx) cudaStreamSynchronize(s->ctx->stream);
     if (s->exec) cudaGraphExecDestroy(s->exec);
     if (s->graph) cudaGraphDestroy(s->graph);
+    mp_grad_allreduce_destroy(s->allreduce);
+    cudaFree(s->inject);
     mp_cuda_grads_destroy(s->grads);
     mp_cuda_optim_destroy(s->opt);
     mp_cuda_scaler_destroy(s->scaler);
@@ -115,7 +138,10 @@ static mp_status enqueue_step(mp_cuda_step *s) {
     for (int k = 0; k < p->g->n_params; k++) p->g->params[k].grad_fresh = true; /* backward overwrites */
     MP_TRY(mp_plan_forward(p));
     MP_TRY(mp_plan_backward(p, 1.0f)); /* the seed comes from the device (scale or 1) */
+    if (s->allreduce) MP_TRY(mp_grad_allreduce_finish(s->allreduce));
+    if (s->inject && s->first_grad) MP_TRY(mp_cuda_inject_inf(s->ctx, s->inject, s->first_grad));
     if (s->scaler) MP_TRY(mp_cuda_unscale_check(s->ctx, s->scaler, s->grads));
+    if (s->scaler && s->o.dist) MP_TRY(mp_dist_allreduce_flag(s->o.dist, p, &s->scaler->found_inf));
     if (s->o.clip_value > 0) MP_TRY(mp_cuda_clip_by_value(s->ctx, s->grads, s->o.clip_value));
     if (s->o.clip_norm > 0) MP_TRY(mp_cuda_clip_by_norm(s->ctx, s->grads, s->o.clip_norm, NULL));
     mp_cuda_step_args a = {.lr_device = s->lr, .found_inf = s->scaler ? &s->scaler->found_inf : NULL};
@@ -139,8 +165,7 @@ static mp_status capture(mp_cuda_step *s) {
     return MP_OK;
 }
 
-mp_status mp_cuda_step_run(mp_cuda_step *s, float lr) {
-    if (!(lr >= 0) || lr > 1e30f) return mp_error(MP_ERR_INVALID_ARG, "cuda step: learning rate %g", (double)lr);
+static mp_status run_step(mp_cuda_step *s, float lr) {
     MP_TRY(mp_cuda_set_f32(s->ctx, s->lr, lr));
     if (s->o.no_graph || s->steps == 0) { /* the first step also warms up cuDNN/cuBLASLt */
         MP_TRY(enqueue_step(s));
@@ -153,7 +178,33 @@ mp_status mp_cuda_step_run(mp_cuda_step *s, float lr) {
     return MP_OK;
 }
 
+mp_status mp_cuda_step_run(mp_cuda_step *s, float lr) {
+    if (!(lr >= 0) || lr > 1e30f) return mp_error(MP_ERR_INVALID_ARG, "cuda step: learning rate %g", (double)lr);
+    MP_TRY(mp_dist_enqueue_begin(s->o.dist));
+    mp_status st = run_step(s, lr);
+    mp_dist_enqueue_end(s->o.dist);
+    return st;
+}
+
+mp_status mp_cuda_step_wait(mp_cuda_step *s) {
+    mp_dist_wait_begin(s->o.dist);
+    cudaError_t e = cudaStreamSynchronize(s->ctx->stream);
+    mp_dist_wait_end(s->o.dist);
+    MP_TRY(mp_dist_check(s->o.dist)); /* an abort explains a failed wait better */
+    return mp_cuda_check(e, "cudaStreamSynchronize", "training step");
+}
+
+mp_status mp_cuda_step_inject_overflow(mp_cuda_step *s) {
+    if (!s->inject) return mp_error(MP_ERR_INVALID_ARG, "cuda step: created without fault_injection");
+    static const int one = 1;
+    MP_CUDA_TRY(cudaMemcpyAsync(s->inject, &one, sizeof one, cudaMemcpyHostToDevice, s->ctx->stream), "fault injection");
+    return mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "fault injection");
+}
+
+int mp_cuda_step_buckets(const mp_cuda_step *s) { return s ? mp_grad_allreduce_buckets(s->allreduce) : 0; }
+
 mp_status mp_cuda_step_loss(mp_cuda_step *s, mp_node loss, float *value) {
+    MP_TRY(mp_cuda_step_wait(s));
     return mp_plan_read(s->p, loss, value, 1);
 }
 

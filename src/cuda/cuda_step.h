@@ -14,6 +14,7 @@
 #define MP_CUDA_CUDA_STEP_H
 
 #include "amp/scaler.h"
+#include "dist/dist.h"
 #include "mixprec.h"
 #include "optim/optim.h"
 
@@ -30,6 +31,15 @@ typedef struct {
     float clip_norm;        /* 0: off */
     float clip_value;       /* 0: off */
     bool no_graph;          /* queue the kernels every step instead of replaying a CUDA graph */
+    /* data parallel (NULL: one GPU): rank 0's weights are broadcast at
+     * creation, gradients are averaged over the ranks (all-reduce in
+     * allreduce_dtype, buckets of bucket_bytes, 0 -> 25 MiB, overlapped with
+     * backward) and the found-inf flag is all-reduced, so every rank takes
+     * the same step or skips it */
+    mp_dist *dist;
+    mp_dtype allreduce_dtype;
+    size_t bucket_bytes;
+    bool fault_injection;   /* tests: enables mp_cuda_step_inject_overflow */
 } mp_cuda_step_opts;
 
 typedef struct mp_cuda_step mp_cuda_step;
@@ -41,6 +51,14 @@ void mp_cuda_step_destroy(mp_cuda_step *s);
 mp_status mp_cuda_step_run(mp_cuda_step *s, float lr);
 /* The last step's loss (unscaled), synchronizing. */
 mp_status mp_cuda_step_loss(mp_cuda_step *s, mp_node loss, float *value);
+/* Wait until the queued steps have run (bounded by the communicator's
+ * timeout in data-parallel runs). */
+mp_status mp_cuda_step_wait(mp_cuda_step *s);
+/* Tests: the next step's first gradient becomes +inf on this rank after
+ * the all-reduce (needs opts.fault_injection). */
+mp_status mp_cuda_step_inject_overflow(mp_cuda_step *s);
+/* Gradient buckets of a data-parallel step (0 on one GPU). */
+int mp_cuda_step_buckets(const mp_cuda_step *s);
 /* The scaler's state into host (synchronizing). */
 mp_status mp_cuda_step_scaler(mp_cuda_step *s, mp_scaler *host);
 /* Device memory in use on the current device (cudaMemGetInfo: total - free),

@@ -27,6 +27,7 @@ struct mp_loader {
     float *mean, *std; // (C) each, NULL = none
     size_t per;        /* floats per sample */
     int batches;
+    int shards;        // o.shards, at least 1
     int32_t *perm;     // (N) sample order of the current epoch
     float *img[LOADER_SLOTS];   // (batch, C, H, W) each
     int32_t *lab[LOADER_SLOTS]; // (batch) each
@@ -90,7 +91,8 @@ static void loader_sample(const mp_loader *l, int idx, float *dst) {
 }
 
 static void loader_fill(mp_loader *l, int b, int slot) {
-    int B = l->o.batch, start = b * B, k = l->d->n - start < B ? l->d->n - start : B;
+    int B = l->o.batch, start = (b * l->shards + l->o.shard) * B, k = l->d->n - start < B ? l->d->n - start : B;
+    if (k < 0) k = 0;
     for (int j = 0; j < k; j++) {
         int idx = l->perm[start + j];
         loader_sample(l, idx, l->img[slot] + (size_t)j * l->per);
@@ -144,6 +146,11 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
     if (o.batch > d->n)
         return mp_error(MP_ERR_INVALID_ARG, "loader: batch %d is larger than the dataset (%d samples in %s)", o.batch,
                         d->n, d->source);
+    if (o.shards < 0 || (o.shards > 0 && (o.shard < 0 || o.shard >= o.shards)))
+        return mp_error(MP_ERR_INVALID_ARG, "loader: shard %d of %d does not exist (%s)", o.shard, o.shards, d->source);
+    if ((long long)o.batch * (o.shards > 1 ? o.shards : 1) > d->n)
+        return mp_error(MP_ERR_INVALID_ARG, "loader: %d ranks x batch %d is larger than the dataset (%d samples in %s)",
+                        o.shards, o.batch, d->n, d->source);
     if (o.crop_pad < 0 || o.crop_pad > d->h || o.crop_pad > d->w)
         return mp_error(MP_ERR_INVALID_ARG, "loader: crop_pad %d must lie in [0, %d] for %dx%d images (%s)",
                         o.crop_pad, d->h < d->w ? d->h : d->w, d->h, d->w, d->source);
@@ -159,7 +166,9 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
     l->d = d;
     l->o = o;
     l->per = (size_t)d->c * d->h * d->w;
-    l->batches = o.drop_last ? d->n / o.batch : (d->n + o.batch - 1) / o.batch;
+    l->shards = o.shards > 0 ? o.shards : 1;
+    const int global = o.batch * l->shards;
+    l->batches = o.drop_last ? d->n / global : (d->n + global - 1) / global;
     bool ok = (l->perm = malloc((size_t)d->n * sizeof(int32_t))) != NULL;
     if (o.mean) ok = ok && (l->mean = malloc((size_t)d->c * sizeof(float))) != NULL;
     if (o.std) ok = ok && (l->std = malloc((size_t)d->c * sizeof(float))) != NULL;

@@ -20,6 +20,10 @@ typedef struct {
     int crop_pad;     /* random crop after zero-padding this many pixels per side, 0 = off */
     bool hflip;       /* random horizontal flip (probability 1/2) */
     const float *mean, *std; /* per-channel normalization (x - mean) / std; NULL = none (copied) */
+    /* data parallel: the epoch's order is cut into global batches of
+     * batch * shards samples and this loader yields part `shard` of each
+     * (0 -> one shard); every rank uses the same seed */
+    int shards, shard;
 } mp_loader_opts;
 
 typedef struct mp_loader mp_loader;

@@ -41,3 +41,11 @@ const char *mp_device_name(mp_device d, char *buf, size_t len) {
     else snprintf(buf, len, "cuda:%d", d.index);
     return buf;
 }
+
+int mp_device_gpu_count(void) {
+#ifdef MP_HAVE_CUDA
+    return mp_cuda_device_count();
+#else
+    return 0;
+#endif
+}

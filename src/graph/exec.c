@@ -213,6 +213,7 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
         for (int k = 0; k < nd->n_params; k++)
             if (c->d_param[k].data) g->params[nd->first_param + k].grad_fresh = false;
         if (site && check_backward_site(p, i, site)) return MP_OK;
+        if (p->grad_ready) MP_TRY(p->grad_ready(p->grad_ready_arg, i));
     }
     /* trainable parameters no path reached: their gradient is zero */
     if (p->dev) return mp_device_zero_unreached_grads(p);

@@ -40,6 +40,11 @@ struct mp_plan {
     uint64_t step;        /* forward passes run, for dropout seeds */
     mp_device_plan *dev;  /* non-NULL: the plan runs on a GPU; arena, workspace,
                              scratch and node tensors are device memory */
+    /* Called after node i's backward, when the gradients of its parameters
+     * are final for this backward (data-parallel training starts their
+     * all-reduce there); NULL = none. */
+    mp_status (*grad_ready)(void *arg, int node);
+    void *grad_ready_arg;
 };
 
 /* Backward of one node through scratch (exec.c): point the call's input

@@ -26,6 +26,18 @@ mp_status mp_cuda_step_scaler(mp_cuda_step *s, mp_scaler *host) {
     (void)s, (void)host;
     return no_cuda();
 }
+mp_status mp_cuda_step_wait(mp_cuda_step *s) {
+    (void)s;
+    return no_cuda();
+}
+mp_status mp_cuda_step_inject_overflow(mp_cuda_step *s) {
+    (void)s;
+    return no_cuda();
+}
+int mp_cuda_step_buckets(const mp_cuda_step *s) {
+    (void)s;
+    return 0;
+}
 #else
 typedef int mp_cuda_step_none_unused; /* ISO C: no empty translation unit */
 #endif

@@ -35,7 +35,9 @@ static mp_status make_gpu_step(mp_step_ctx *c) {
         return mp_error(MP_ERR_UNSUPPORTED, "--save/--resume: checkpoints of GPU runs are not supported yet; use "
                         "--device cpu");
     mp_cuda_step_opts so = {.optim = o->optim, .loss_scaling = o->loss_scaling, .scaler = o->scaler,
-                            .clip_norm = o->clip_norm, .clip_value = o->clip_value};
+                            .clip_norm = o->clip_norm, .clip_value = o->clip_value, .dist = o->dist,
+                            .bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : 25) * 1048576.0)};
+    if (o->dist) MP_TRY(mp_train_allreduce_dtype(o, c->m->g, &so.allreduce_dtype));
     return mp_cuda_step_create(c->plan, &so, &c->gpu);
 }
 
@@ -201,6 +203,7 @@ static int argmax(const float *x, int k) {
 }
 
 mp_status mp_step_ctx_sync_gpu(mp_step_ctx *c) {
+    MP_TRY(mp_cuda_step_wait(c->gpu)); /* bounded in data-parallel runs */
     MP_TRY(mp_plan_sync_params(c->plan, true));
     if (c->o->loss_scaling) {
         MP_TRY(mp_cuda_step_scaler(c->gpu, &c->scaler));

@@ -3,13 +3,17 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "amp/policy.h"
 #include "data/loader.h"
 #include "graph/graph.h"
 #include "train/checkpoint.h"
 #include "train/progress.h"
+#include "train/train_gpus.h"
 #include "train/train_step.h"
 
 static int argmax(const float *x, int k) {
@@ -92,6 +96,48 @@ static mp_status check_opts(const mp_dataset *train, const mp_train_opts *o) {
     if (o->accumulate < 0) return mp_error(MP_ERR_INVALID_ARG, "--accumulate %d must be at least 1", o->accumulate);
     if (o->clip_norm < 0 || o->clip_value < 0 || !isfinite(o->clip_norm) || !isfinite(o->clip_value))
         return mp_error(MP_ERR_INVALID_ARG, "--clip-grad-norm/--clip-grad-value must be finite and >= 0");
+    if (o->gpus < 0) return mp_error(MP_ERR_INVALID_ARG, "--gpus %d must be at least 1", o->gpus);
+    if ((o->gpus > 1 || o->dist) && o->device.kind != MP_DEVICE_CUDA)
+        return mp_error(MP_ERR_INVALID_ARG, "--gpus: data-parallel training runs on GPUs; it needs --device cuda (or auto "
+                                            "with GPUs present)");
+    if (!(o->bucket_mb >= 0) || o->bucket_mb > 4096)
+        return mp_error(MP_ERR_INVALID_ARG, "--bucket-mb %g must lie in [0, 4096]", o->bucket_mb);
+    if (!(o->dist_timeout >= 0) || o->dist_timeout > 1e6)
+        return mp_error(MP_ERR_INVALID_ARG, "--dist-timeout %g must be a number of seconds >= 0", o->dist_timeout);
+    mp_dtype dt;
+    return o->allreduce ? mp_train_allreduce_dtype(o, NULL, &dt) : MP_OK;
+}
+
+/* Tests of the no-hang guarantee: MIXPREC_TEST_RANK_FAILURE=RANK:STEP[:exit]
+ * makes that rank of a data-parallel run fail at that global step, with an
+ * error, or (":exit") by dying as a crashed process would. */
+static mp_status injected_failure(const mp_train_opts *o, int64_t step) {
+    const char *spec = o->dist ? getenv("MIXPREC_TEST_RANK_FAILURE") : NULL;
+    int rank = -1;
+    long long at = -1;
+    char how[8] = "";
+    if (!spec || sscanf(spec, "%d:%lld:%7s", &rank, &at, how) < 2) return MP_OK;
+    if (rank != mp_dist_rank(o->dist) || at != step) return MP_OK;
+    if (!strcmp(how, "exit")) {
+        fprintf(stderr, "mixprec: rank %d: MIXPREC_TEST_RANK_FAILURE: exiting at step %lld\n", rank, at);
+        _exit(3);
+    }
+    return mp_error(MP_ERR_INTERNAL, "MIXPREC_TEST_RANK_FAILURE: rank %d fails at step %lld", rank, at);
+}
+
+mp_status mp_train_allreduce_dtype(const mp_train_opts *o, const mp_graph *g, mp_dtype *out) {
+    const char *a = o->allreduce ? o->allreduce : "auto";
+    if (!strcmp(a, "fp32")) *out = MP_DTYPE_F32;
+    else if (!strcmp(a, "fp16")) *out = MP_DTYPE_F16;
+    else if (!strcmp(a, "bf16")) *out = MP_DTYPE_BF16;
+    else if (strcmp(a, "auto"))
+        return mp_error(MP_ERR_INVALID_ARG, "--allreduce '%s' must be auto, fp32, fp16 or bf16", a);
+    else {
+        mp_precision p = g ? (mp_precision)g->precision : MP_PRECISION_FP32;
+        *out = p == MP_PRECISION_AMP_FP16 || p == MP_PRECISION_O2_FP16 || p == MP_PRECISION_FP16   ? MP_DTYPE_F16
+               : p == MP_PRECISION_AMP_BF16 || p == MP_PRECISION_O2_BF16 || p == MP_PRECISION_BF16 ? MP_DTYPE_BF16
+                                                                                                  : MP_DTYPE_F32;
+    }
     return MP_OK;
 }
 
@@ -99,6 +145,8 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
                        mp_train_result *r) {
     memset(r, 0, sizeof *r);
     MP_TRY(check_opts(train, o));
+    if (o->gpus > 1 && !o->dist) return mp_train_run_threads(m, train, test, o, r);
+    const int rank = mp_dist_rank(o->dist), world = mp_dist_world(o->dist);
     float *mean = calloc((size_t)train->c, sizeof *mean), *std = calloc((size_t)train->c, sizeof *std);
     mp_loader *ld = NULL;
     mp_step_ctx ctx;
@@ -116,7 +164,8 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
         s = mp_loader_create(train, (mp_loader_opts){.batch = o->batch, .shuffle = true, .drop_last = true,
                                                      .seed = o->seed, .crop_pad = crop, .hflip = o->augment,
                                                      .mean = o->normalize ? mean : NULL,
-                                                     .std = o->normalize ? std : NULL},
+                                                     .std = o->normalize ? std : NULL,
+                                                     .shards = world, .shard = rank},
                              &ld);
     const int k = o->accumulate > 0 ? o->accumulate : 1;
     int steps = s == MP_OK ? mp_loader_batches(ld) / k : 0;
@@ -167,7 +216,8 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
         for (int step = 1; s == MP_OK && step <= steps; step++) {
             lr = mp_lr_at(&sched, global_step);
             mp_step_result sr;
-            s = mp_train_step(&ctx, ld, lr, global_step + 1, &sr);
+            s = injected_failure(o, global_step + 1);
+            if (s == MP_OK) s = mp_train_step(&ctx, ld, lr, global_step + 1, &sr);
             global_step++;
             if (s != MP_OK) break;
             loss_sum += sr.loss_sum;
@@ -182,7 +232,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
         double secs = mp_now_seconds() - t0;
         if (o->out) mp_progress_end(&bar);
         double test_acc = 0, test_loss = 0;
-        if (test) s = mp_evaluate(m, test, o->batch, o->normalize ? mean : NULL, o->normalize ? std : NULL,
+        if (test && rank == 0) s = mp_evaluate(m, test, o->batch, o->normalize ? mean : NULL, o->normalize ? std : NULL,
                                   o->use_onednn, o->device, &test_acc, &test_loss);
         if (s != MP_OK) break;
         r->epochs_run = epoch;
@@ -190,7 +240,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
         r->train_acc = seen ? (double)correct / (double)seen : 0;
         r->test_acc = test_acc;
         r->epoch_seconds = secs;
-        r->images_per_s = (double)steps * k * o->batch / secs;
+        r->images_per_s = (double)steps * k * o->batch * world / secs;
         if (o->out) {
             fprintf(o->out, "epoch %d/%d: loss %.4f - train acc %.4f - test loss %.4f - test acc %.4f - %.1fs - %.0f img/s",
                     epoch, o->epochs, r->train_loss, r->train_acc, test_loss, test_acc, secs, r->images_per_s);
@@ -201,7 +251,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
         }
         if (log) write_log(log, o, epoch, r->train_loss, r->train_acc, test_acc, test_loss, secs, r->images_per_s, lr,
                            r->arena_bytes, ctx.skipped, o->loss_scaling ? mp_scaler_scale(&ctx.scaler) : 1.0f);
-        if (o->save_path) {
+        if (o->save_path && rank == 0) {
             ck.epoch = epoch;
             ck.global_step = global_step;
             ck.plan_step = mp_plan_step(ctx.plan);
@@ -209,6 +259,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
         }
         if (o->stop_after > 0 && epoch >= o->stop_after) break;
     }
+    if (s != MP_OK) mp_dist_fail(o->dist, s); /* the other ranks stop instead of waiting for this one */
     r->total_seconds = mp_now_seconds() - t_all;
     r->skipped_steps = ctx.skipped;
     r->final_loss_scale = o->loss_scaling && ctx.opt ? mp_scaler_scale(&ctx.scaler) : 1.0f;

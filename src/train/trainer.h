@@ -7,6 +7,7 @@
 
 #include "amp/scaler.h"
 #include "data/dataset.h"
+#include "dist/dist.h"
 #include "models/models.h"
 #include "optim/lr_schedule.h"
 #include "optim/optim.h"
@@ -42,6 +43,18 @@ typedef struct {
     const char *save_path;      /* safetensors file written atomically after each epoch */
     const char *resume_path;    /* continue the run saved there */
     int stop_after;             /* stop after this epoch (0 = run all epochs) */
+    /* data parallel over GPUs (dist/dist.h); each rank trains on its shard
+     * of every global batch of batch * ranks samples */
+    int gpus;                   /* > 1: that many ranks as threads of this process, GPUs 0..gpus-1 */
+    mp_dist *dist;              /* this rank's communicator (mpirun launches; set per thread otherwise) */
+    const char *allreduce;      /* gradient all-reduce dtype: auto (the policy's 16-bit dtype, else
+                                   fp32) | fp32 | fp16 | bf16; NULL = auto */
+    double bucket_mb;           /* all-reduce bucket size in MiB, 0 -> 25 */
+    double dist_timeout;        /* seconds any rank waits for the others, 0 -> 300 */
+    /* builds another copy of the model (same architecture and policy) for
+     * the ranks of a --gpus run beyond the first */
+    mp_status (*replica)(void *arg, mp_model *out);
+    void *replica_arg;
 } mp_train_opts;
 
 typedef struct {
@@ -55,8 +68,13 @@ typedef struct {
     float final_loss_scale;                 /* 1 without loss scaling */
 } mp_train_result;
 
+/* One rank, or (o->gpus > 1) every rank of a threaded data-parallel run,
+ * m being rank 0's model (the result and progress are rank 0's; images/s
+ * count every rank). */
 mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_train_opts *o,
                        mp_train_result *r);
+/* The gradient all-reduce dtype for o->allreduce under m's policy. */
+mp_status mp_train_allreduce_dtype(const mp_train_opts *o, const mp_graph *g, mp_dtype *out);
 
 /* Accuracy of the model on d (inference plan of `batch`). */
 mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *mean, const float *std,

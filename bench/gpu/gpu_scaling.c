@@ -1,0 +1,219 @@
+/* gpu_scaling.c — data-parallel scaling: for each model, per-GPU batch and
+ * precision, the training step on 1 GPU (no communicator) and on N GPUs
+ * (ranks as threads, NCCL all-reduce of the gradients overlapped with
+ * backward, found-inf all-reduced), both replayed from CUDA graphs on
+ * synthetic CIFAR-shaped data kept on the devices. Time: wall clock of a
+ * window of steps, all ranks started together (barrier) and waited for,
+ * median of --repeats windows; images/s = ranks x batch x steps / time.
+ * Prints one table row per cell with the ratio N-GPU / 1-GPU images/s.
+ * Built only with the CUDA backend. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "amp/policy.h"
+#include "core/rng.h"
+#include "cuda/cuda_ctx.h"
+#include "cuda/cuda_step.h"
+#include "dist/dist.h"
+#include "models/models.h"
+
+enum { MAX_RANKS = 8, MAX_REPEATS = 15 };
+
+typedef struct {
+    const char *model;
+    mp_precision prec;
+    int batch, steps, repeats, world;
+    const char *wire; /* NULL = the policy's */
+    mp_dist_group *group;
+    pthread_barrier_t *barrier;
+} cell;
+
+typedef struct {
+    const cell *c;
+    int rank;
+    double window_s[MAX_REPEATS];
+    int buckets;
+    mp_status s;
+    char msg[512];
+} rank_job;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static mp_dtype wire_dtype(const cell *c) {
+    if (c->wire) return !strcmp(c->wire, "bf16") ? MP_DTYPE_BF16 : !strcmp(c->wire, "fp16") ? MP_DTYPE_F16 : MP_DTYPE_F32;
+    switch (c->prec) {
+    case MP_PRECISION_AMP_FP16: case MP_PRECISION_O2_FP16: case MP_PRECISION_FP16: return MP_DTYPE_F16;
+    case MP_PRECISION_AMP_BF16: case MP_PRECISION_O2_BF16: case MP_PRECISION_BF16: return MP_DTYPE_BF16;
+    default: return MP_DTYPE_F32;
+    }
+}
+
+static mp_status rank_train(rank_job *j, mp_dist *d) {
+    const cell *c = j->c;
+    const int device = d ? mp_dist_device(d) : 0;
+    mp_model m = {0};
+    mp_plan *plan = NULL;
+    mp_cuda_step *step = NULL;
+    float *x = NULL;
+    int32_t *y = NULL;
+    mp_status s = mp_model_build(c->model, 3, 32, 32, 10, &m);
+    if (s == MP_OK) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = c->prec});
+    if (s == MP_OK) {
+        mp_graph_init_params(m.g, 1);
+        s = mp_plan_create(m.g, (mp_plan_opts){.batch = c->batch, .training = true, .loss = m.loss,
+                                               .device = {MP_DEVICE_CUDA, device}},
+                           &plan);
+    }
+    bool scaling = c->prec == MP_PRECISION_AMP_FP16 || c->prec == MP_PRECISION_O2_FP16;
+    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
+                            .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = wire_dtype(c)};
+    if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
+    if (s == MP_OK) {
+        j->buckets = mp_cuda_step_buckets(step);
+        size_t in_n = mp_plan_numel(plan, m.input);
+        x = malloc(in_n * sizeof *x);
+        y = malloc((size_t)c->batch * sizeof *y);
+        mp_rng rng;
+        mp_rng_seed(&rng, 3 + (uint64_t)j->rank);
+        for (size_t i = 0; x && i < in_n; i++) x[i] = (float)mp_rng_normal(&rng);
+        for (int i = 0; y && i < c->batch; i++) y[i] = (int32_t)mp_rng_below(&rng, 10);
+        s = x && y ? mp_plan_set_input(plan, m.input, x, in_n) : mp_error(MP_ERR_NOMEM, "batch");
+        if (s == MP_OK) s = mp_plan_set_labels(plan, m.labels, y, (size_t)c->batch);
+    }
+    for (int i = 0; s == MP_OK && i < 3; i++) s = mp_cuda_step_run(step, 0.01f); /* warm-up, capture */
+    if (s == MP_OK) s = mp_cuda_step_wait(step);
+    for (int r = 0; r < c->repeats; r++) {
+        /* every rank reaches the barrier, failed or not, so none waits forever */
+        if (c->barrier) pthread_barrier_wait(c->barrier);
+        double t0 = now_s();
+        for (int i = 0; s == MP_OK && i < c->steps; i++) s = mp_cuda_step_run(step, 0.01f);
+        if (s == MP_OK) s = mp_cuda_step_wait(step);
+        j->window_s[r] = now_s() - t0;
+    }
+    if (s != MP_OK) mp_dist_fail(d, s);
+    free(x);
+    free(y);
+    mp_cuda_step_destroy(step);
+    mp_plan_destroy(plan);
+    mp_model_free(&m);
+    return s;
+}
+
+static void *rank_main(void *arg) {
+    rank_job *j = arg;
+    mp_dist *d = NULL;
+    j->s = j->c->group ? mp_dist_group_join(j->c->group, j->rank, j->rank, &d) : MP_OK;
+    if (j->s == MP_OK) j->s = rank_train(j, d);
+    else if (j->c->barrier) /* still meet the others at every barrier */
+        for (int r = 0; r < j->c->repeats; r++) pthread_barrier_wait(j->c->barrier);
+    if (j->s != MP_OK) snprintf(j->msg, sizeof j->msg, "%s", mp_last_error());
+    mp_dist_destroy(d);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* images/s of one configuration (world 1 without a communicator); -1 on failure. */
+static double run(cell c, int world, int *buckets) {
+    c.world = world;
+    pthread_barrier_t barrier;
+    mp_dist_group *group = NULL;
+    if (world > 1) {
+        if (mp_dist_group_create(world, 120, &group) != MP_OK) {
+            fprintf(stderr, "gpu_scaling: %s\n", mp_last_error());
+            return -1;
+        }
+        pthread_barrier_init(&barrier, NULL, (unsigned)world);
+        c.barrier = &barrier;
+    }
+    c.group = group;
+    rank_job jobs[MAX_RANKS];
+    pthread_t th[MAX_RANKS];
+    for (int r = 0; r < world; r++) {
+        jobs[r] = (rank_job){.c = &c, .rank = r};
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
+    mp_dist_group_destroy(group);
+    if (world > 1) pthread_barrier_destroy(&barrier);
+    for (int r = 0; r < world; r++)
+        if (jobs[r].s != MP_OK) {
+            fprintf(stderr, "gpu_scaling: %s %s batch %d, %d GPU(s), rank %d: %s\n", c.model,
+                    mp_precision_name(c.prec), c.batch, world, r, jobs[r].msg);
+            return -1;
+        }
+    double w[MAX_REPEATS];
+    for (int i = 0; i < c.repeats; i++) { /* a window lasts until the slowest rank is done */
+        w[i] = 0;
+        for (int r = 0; r < world; r++)
+            if (jobs[r].window_s[i] > w[i]) w[i] = jobs[r].window_s[i];
+    }
+    qsort(w, (size_t)c.repeats, sizeof *w, cmp_double);
+    *buckets = jobs[0].buckets;
+    return (double)world * c.batch * c.steps / w[c.repeats / 2];
+}
+
+int main(int argc, char **argv) {
+    const char *models = "resnet18,cnn10", *precisions = "amp-bf16", *batches = "512,128", *wire = NULL;
+    int steps = 30, repeats = 5, gpus = 2;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
+        else if (!strcmp(argv[i], "--precisions") && i + 1 < argc) precisions = argv[++i];
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) batches = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) gpus = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--allreduce") && i + 1 < argc) wire = argv[++i];
+        else {
+            fprintf(stderr, "usage: gpu_scaling [--models a,b] [--precisions p,q] [--batches 512,128] (per GPU) "
+                            "[--steps N] [--repeats R] [--gpus N] [--allreduce fp32|fp16|bf16]\n");
+            return !strcmp(argv[i], "--help") ? 0 : 2;
+        }
+    }
+    int found = mp_cuda_device_count();
+    if (steps < 1 || repeats < 1 || repeats > MAX_REPEATS || gpus < 1 || gpus > MAX_RANKS || gpus > found) {
+        fprintf(stderr, "gpu_scaling: need --steps >= 1, --repeats 1..%d and --gpus 1..%d (found %d GPUs: %s)\n",
+                MAX_REPEATS, found < MAX_RANKS ? found : MAX_RANKS, found, mp_cuda_device_list());
+        return 2;
+    }
+    printf("| model | precision | batch/GPU | 1 GPU images/s | %d GPUs images/s | speed-up | buckets |\n", gpus);
+    printf("|---|---|---|---|---|---|---|\n");
+    int failures = 0;
+    char mlist[256];
+    snprintf(mlist, sizeof mlist, "%s", models);
+    for (char *ms = NULL, *model = strtok_r(mlist, ",", &ms); model; model = strtok_r(NULL, ",", &ms)) {
+        char blist[256];
+        snprintf(blist, sizeof blist, "%s", batches);
+        for (char *bs = NULL, *b = strtok_r(blist, ",", &bs); b; b = strtok_r(NULL, ",", &bs)) {
+            char plist[256];
+            snprintf(plist, sizeof plist, "%s", precisions);
+            for (char *ps = NULL, *pn = strtok_r(plist, ",", &ps); pn; pn = strtok_r(NULL, ",", &ps)) {
+                cell c = {.model = model, .batch = atoi(b), .steps = steps, .repeats = repeats, .wire = wire};
+                if (mp_precision_parse(pn, &c.prec) != MP_OK) {
+                    fprintf(stderr, "gpu_scaling: %s\n", mp_last_error());
+                    return 2;
+                }
+                int buckets = 0, unused = 0;
+                double one = run(c, 1, &unused), many = run(c, gpus, &buckets);
+                if (one <= 0 || many <= 0) {
+                    printf("| %s | %s | %s | failed | | | |\n", model, pn, b);
+                    failures++;
+                    continue;
+                }
+                printf("| %s | %s | %s | %.0f | %.0f | %.2fx | %d |\n", model, pn, b, one, many, many / one, buckets);
+                fflush(stdout);
+            }
+        }
+    }
+    return failures ? 1 : 0;
+}

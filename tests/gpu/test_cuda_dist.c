@@ -1,0 +1,310 @@
+/* test_cuda_dist.c — data parallelism over NCCL, ranks as threads (one GPU
+ * each), on a BatchNorm-free CNN (per-GPU batch statistics would make the
+ * runs differ by design):
+ *  1. R ranks x batch b reach the same weights after K steps as one GPU x
+ *     batch R*b: within fp32 reduction-order tolerance with an fp32
+ *     all-reduce (fp32 and amp-bf16), within bf16 rounding with the bf16
+ *     all-reduce that amp-bf16 uses by default; every rank ends with
+ *     bit-identical weights;
+ *  2. small buckets (many all-reduces overlapping backward) give bit for
+ *     bit the weights of one bucket;
+ *  3. amp-fp16 with an overflow forced on the last rank only: every rank
+ *     skips that step (found-inf all-reduced), keeps the same loss scale
+ *     and the same weights;
+ *  4. a rank that fails stops the others with an error within the timeout
+ *     (no hang).
+ * Usage: test_cuda_dist [RANKS] (default 2; needs that many GPUs; with 1 the
+ * communicator has one rank and case 1 must match to 1e-6).
+ * Run by scripts/gpu-check. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "amp/policy.h"
+#include "check.h"
+#include "core/rng.h"
+#include "cuda/cuda_ctx.h"
+#include "cuda/cuda_step.h"
+#include "dist/dist.h"
+#include "graph/plan.h"
+#include "models/models.h"
+
+enum { GLOBAL_BATCH = 32, C = 3, H = 16, W = 16, CLASSES = 10, STEPS = 8, MAX_RANKS = 8 };
+
+typedef struct {
+    mp_precision prec;
+    mp_dtype wire;
+    size_t bucket_bytes;
+    int inject_rank;      /* -1: none; else the rank whose step INJECT_STEP overflows */
+    int fail_rank;        /* -1: none; else the rank that fails at step 2 */
+} run_cfg;
+enum { INJECT_STEP = 3 };
+
+typedef struct {
+    run_cfg cfg;
+    int rank, world;
+    mp_dist_group *group;  /* NULL: the one-GPU reference */
+    float *params;         /* out: every parameter and buffer, concatenated */
+    size_t n_params;
+    mp_scaler scaler;
+    int buckets;
+    mp_status s;
+    char msg[512];
+    double seconds;
+} rank_run;
+
+static mp_status build_model(mp_precision prec, mp_model *m) {
+    memset(m, 0, sizeof *m);
+    m->g = mp_graph_create();
+    if (!m->g) return mp_error(MP_ERR_NOMEM, "graph");
+    mp_graph *g = m->g;
+    mp_node x = m->input = mp_graph_input(g, "input", C, H, W);
+    x = mp_conv2d(g, "conv1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1, .bias = true});
+    x = mp_relu(g, "relu1", x);
+    x = mp_maxpool2d(g, "pool1", x, (mp_pool_opts){.kernel = 2});
+    x = mp_conv2d(g, "conv2", x, (mp_conv_opts){.out_channels = 32, .kernel = 3, .padding = 1, .bias = true});
+    x = mp_relu(g, "relu2", x);
+    x = mp_global_avgpool(g, "gap", x);
+    x = mp_linear(g, "fc", x, (mp_linear_opts){.out_features = CLASSES, .bias = true});
+    MP_TRY(mp_model_finish(m, x));
+    MP_TRY(mp_graph_status(g));
+    MP_TRY(mp_graph_apply_policy(g, (mp_policy_opts){.precision = prec}));
+    mp_graph_init_params(g, 3);
+    return MP_OK;
+}
+
+/* The global batch of step t (the same on every rank). */
+static void global_batch(int t, float *x, int32_t *y) {
+    mp_rng r;
+    mp_rng_seed(&r, 100 + (uint64_t)t);
+    for (size_t i = 0; i < (size_t)GLOBAL_BATCH * C * H * W; i++) x[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < GLOBAL_BATCH; i++) y[i] = (int32_t)mp_rng_below(&r, CLASSES);
+}
+
+static mp_status train(rank_run *rr, mp_dist *d) {
+    const int b = GLOBAL_BATCH / rr->world;
+    const size_t per = (size_t)C * H * W;
+    mp_model m;
+    mp_plan *p = NULL;
+    mp_cuda_step *st = NULL;
+    float *x = malloc((size_t)GLOBAL_BATCH * per * sizeof *x);
+    int32_t y[GLOBAL_BATCH];
+    mp_status s = x ? build_model(rr->cfg.prec, &m) : mp_error(MP_ERR_NOMEM, "batch");
+    bool scaling = rr->cfg.prec == MP_PRECISION_AMP_FP16;
+    if (s == MP_OK)
+        s = mp_plan_create(m.g, (mp_plan_opts){.batch = b, .training = true, .loss = m.loss,
+                                               .device = {MP_DEVICE_CUDA, d ? mp_dist_device(d) : 0}},
+                           &p);
+    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
+                            .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = rr->cfg.wire,
+                            .bucket_bytes = rr->cfg.bucket_bytes, .fault_injection = rr->cfg.inject_rank >= 0};
+    if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
+    if (s == MP_OK) rr->buckets = mp_cuda_step_buckets(st);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int t = 0; s == MP_OK && t < STEPS; t++) {
+        if (rr->cfg.fail_rank == rr->rank && t == 2) {
+            s = mp_error(MP_ERR_INTERNAL, "rank %d: injected failure", rr->rank);
+            break;
+        }
+        global_batch(t, x, y);
+        if (rr->cfg.inject_rank == rr->rank && t == INJECT_STEP) s = mp_cuda_step_inject_overflow(st);
+        if (s == MP_OK) s = mp_plan_set_input(p, m.input, x + (size_t)rr->rank * b * per, (size_t)b * per);
+        if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y + rr->rank * b, (size_t)b);
+        if (s == MP_OK) s = mp_cuda_step_run(st, 0.05f);
+        if (s == MP_OK) s = mp_cuda_step_wait(st);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    rr->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (s == MP_OK) s = mp_plan_sync_params(p, true);
+    if (s == MP_OK && scaling) s = mp_cuda_step_scaler(st, &rr->scaler);
+    if (s == MP_OK) {
+        size_t n = 0;
+        for (int k = 0; k < m.g->n_params; k++) n += (size_t)mp_shape_numel(&m.g->params[k].spec.shape);
+        rr->params = malloc(n * sizeof *rr->params);
+        rr->n_params = n;
+        n = 0;
+        for (int k = 0; rr->params && k < m.g->n_params; k++) {
+            size_t c = (size_t)mp_shape_numel(&m.g->params[k].spec.shape);
+            memcpy(rr->params + n, m.g->params[k].data, c * sizeof(float));
+            n += c;
+        }
+    }
+    if (s != MP_OK) mp_dist_fail(d, s);
+    mp_cuda_step_destroy(st);
+    mp_plan_destroy(p);
+    if (m.g) mp_model_free(&m);
+    free(x);
+    return s;
+}
+
+static void *rank_main(void *arg) {
+    rank_run *rr = arg;
+    mp_dist *d = NULL;
+    rr->s = rr->group ? mp_dist_group_join(rr->group, rr->rank, rr->rank, &d) : MP_OK;
+    if (rr->s == MP_OK) rr->s = train(rr, d);
+    if (rr->s != MP_OK) snprintf(rr->msg, sizeof rr->msg, "%s", mp_last_error());
+    mp_dist_destroy(d);
+    return NULL;
+}
+
+/* world ranks (world 0: the one-GPU reference with the whole batch). */
+static void run(const run_cfg *cfg, int world, rank_run *out, double timeout_s) {
+    const int n = world > 0 ? world : 1;
+    mp_dist_group *group = NULL;
+    if (world > 0) {
+        mp_status s = mp_dist_group_create(world, timeout_s, &group);
+        CHECK(s == MP_OK, "group of %d: %s", world, mp_last_error());
+        if (s != MP_OK) return;
+    }
+    pthread_t th[MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        out[r] = (rank_run){.cfg = *cfg, .rank = r, .world = n, .group = group};
+        pthread_create(&th[r], NULL, rank_main, &out[r]);
+    }
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    mp_dist_group_destroy(group);
+}
+
+static double rel_diff(const rank_run *a, const rank_run *b) {
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < b->n_params; i++) {
+        double d = (double)a->params[i] - b->params[i];
+        d2 += d * d;
+        r2 += (double)b->params[i] * b->params[i];
+    }
+    return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
+}
+
+static bool identical(const rank_run *a, const rank_run *b) {
+    return a->n_params == b->n_params && !memcmp(a->params, b->params, a->n_params * sizeof(float));
+}
+
+static void free_runs(rank_run *r, int n) {
+    for (int i = 0; i < n; i++) free(r[i].params);
+}
+
+static void equivalence(int world, mp_precision prec, mp_dtype wire, double tol) {
+    run_cfg cfg = {.prec = prec, .wire = wire, .inject_rank = -1, .fail_rank = -1};
+    rank_run ref[1], dp[MAX_RANKS];
+    run(&cfg, 0, ref, 60);
+    run(&cfg, world, dp, 60);
+    bool ok = ref[0].s == MP_OK;
+    CHECK(ok, "reference run: %s", ref[0].msg);
+    for (int r = 0; r < world; r++) {
+        CHECK(dp[r].s == MP_OK, "rank %d: %s", r, dp[r].msg);
+        ok = ok && dp[r].s == MP_OK;
+    }
+    if (ok) {
+        double e = rel_diff(&dp[0], &ref[0]);
+        printf("%-9s %d ranks x batch %2d vs 1 GPU x batch %d, %s all-reduce: weights after %d steps differ by "
+               "%.2e (tolerance %.0e), %d bucket(s)\n",
+               mp_precision_name(prec), world, GLOBAL_BATCH / world, GLOBAL_BATCH, mp_dtype_name(wire), STEPS, e, tol,
+               dp[0].buckets);
+        CHECK(e <= tol, "%s %s: %d ranks differ from one GPU by %g", mp_precision_name(prec), mp_dtype_name(wire),
+              world, e);
+        for (int r = 1; r < world; r++)
+            CHECK(identical(&dp[r], &dp[0]), "%s: rank %d's weights differ from rank 0's", mp_precision_name(prec), r);
+        mp_model m; /* the runs trained: the weights moved away from their init */
+        if (build_model(prec, &m) == MP_OK) {
+            double d2 = 0, r2 = 0;
+            size_t at = 0;
+            for (int k = 0; k < m.g->n_params; k++)
+                for (int64_t i = 0; i < mp_shape_numel(&m.g->params[k].spec.shape); i++, at++) {
+                    double d = (double)ref[0].params[at] - m.g->params[k].data[i];
+                    d2 += d * d;
+                    r2 += (double)m.g->params[k].data[i] * m.g->params[k].data[i];
+                }
+            CHECK(sqrt(d2 / r2) > 1e-3, "%s: the weights hardly moved (%g)", mp_precision_name(prec), sqrt(d2 / r2));
+            mp_model_free(&m);
+        }
+    }
+    free_runs(ref, 1);
+    free_runs(dp, world);
+}
+
+static void buckets(int world) {
+    run_cfg one = {.prec = MP_PRECISION_AMP_BF16, .wire = MP_DTYPE_BF16, .bucket_bytes = 1 << 30, .inject_rank = -1,
+                   .fail_rank = -1};
+    run_cfg many = one;
+    many.bucket_bytes = 2048;
+    rank_run a[MAX_RANKS], b[MAX_RANKS];
+    run(&one, world, a, 60);
+    run(&many, world, b, 60);
+    bool ok = true;
+    for (int r = 0; r < world; r++) ok = ok && a[r].s == MP_OK && b[r].s == MP_OK;
+    CHECK(ok, "bucket runs failed: %s %s", a[0].msg, b[0].msg);
+    if (ok) {
+        printf("buckets: %d bucket vs %d buckets: weights %s\n", a[0].buckets, b[0].buckets,
+               identical(&a[0], &b[0]) ? "bit-identical" : "DIFFER");
+        CHECK(a[0].buckets == 1 && b[0].buckets >= 4, "bucket counts %d and %d", a[0].buckets, b[0].buckets);
+        CHECK(identical(&a[0], &b[0]), "many small buckets change the result");
+    }
+    free_runs(a, world);
+    free_runs(b, world);
+}
+
+static void forced_overflow(int world) {
+    run_cfg cfg = {.prec = MP_PRECISION_AMP_FP16, .wire = MP_DTYPE_F16, .inject_rank = world - 1, .fail_rank = -1};
+    rank_run dp[MAX_RANKS];
+    run(&cfg, world, dp, 60);
+    bool ok = true;
+    for (int r = 0; r < world; r++) {
+        CHECK(dp[r].s == MP_OK, "rank %d: %s", r, dp[r].msg);
+        ok = ok && dp[r].s == MP_OK;
+    }
+    if (ok) {
+        printf("forced overflow on rank %d at step %d: ", world - 1, INJECT_STEP + 1);
+        for (int r = 0; r < world; r++)
+            printf("rank %d skipped %lld, scale %g; ", r, (long long)dp[r].scaler.skipped_steps,
+                   (double)mp_scaler_scale(&dp[r].scaler));
+        printf("\n");
+        for (int r = 0; r < world; r++) {
+            CHECK(dp[r].scaler.skipped_steps == 1, "rank %d skipped %lld steps", r,
+                  (long long)dp[r].scaler.skipped_steps);
+            CHECK(mp_scaler_scale(&dp[r].scaler) == 32768.0f, "rank %d scale %g", r,
+                  (double)mp_scaler_scale(&dp[r].scaler));
+            CHECK(identical(&dp[r], &dp[0]), "rank %d's weights differ from rank 0's", r);
+        }
+    }
+    free_runs(dp, world);
+}
+
+static void failing_rank(int world) {
+    run_cfg cfg = {.prec = MP_PRECISION_FP32, .wire = MP_DTYPE_F32, .inject_rank = -1, .fail_rank = world - 1};
+    rank_run dp[MAX_RANKS];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    run(&cfg, world, dp, 20);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("rank %d fails at step 3: every rank stopped after %.1f s:", world - 1, secs);
+    for (int r = 0; r < world; r++) printf(" [rank %d: %s]", r, dp[r].s == MP_OK ? "ok" : dp[r].msg);
+    printf("\n");
+    for (int r = 0; r < world; r++) {
+        CHECK(dp[r].s != MP_OK, "rank %d finished although rank %d failed", r, world - 1);
+        CHECK(strstr(dp[r].msg, "injected failure"), "rank %d's error does not name the failure: %s", r, dp[r].msg);
+    }
+    CHECK(secs < 30, "stopping took %.1f s", secs);
+    free_runs(dp, world);
+}
+
+int main(int argc, char **argv) {
+    int world = argc > 1 ? atoi(argv[1]) : 2;
+    int found = mp_cuda_device_count();
+    if (world < 1 || world > MAX_RANKS || world > found || GLOBAL_BATCH % world) {
+        fprintf(stderr, "test_cuda_dist: %d ranks need %d GPUs (found %d: %s)\n", world, world, found,
+                mp_cuda_device_list());
+        return 2;
+    }
+    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, world == 1 ? 1e-6 : 2e-5);
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, world == 1 ? 1e-6 : 2e-5);
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, 2e-2);
+    buckets(world);
+    forced_overflow(world);
+    if (world > 1) failing_rank(world);
+    return test_summary("test_cuda_dist");
+}
