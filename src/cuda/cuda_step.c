@@ -24,6 +24,7 @@ struct mp_cuda_step {
     int *inject;                    /* device flag of mp_cuda_step_inject_overflow, or NULL */
     float *first_grad;              /* where the injection writes */
     mp_grad_allreduce *allreduce;   /* data parallel, else NULL */
+    cudaEvent_t queued[2];          /* data parallel: the ends of the last two steps */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     int steps;
@@ -89,6 +90,9 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         if (st == MP_OK) st = mp_cuda_check(cudaMemsetAsync(s->inject, 0, sizeof(int), s->ctx->stream), "cudaMemsetAsync",
                                             "cuda step");
     }
+    for (int i = 0; st == MP_OK && o->dist && i < 2; i++)
+        st = mp_cuda_check(cudaEventCreateWithFlags(&s->queued[i], cudaEventDisableTiming), "cudaEventCreate",
+                           "cuda step");
     if (st == MP_OK && o->dist) {
         st = mp_grad_allreduce_create(o->dist, p, o->allreduce_dtype, o->bucket_bytes, &s->allreduce);
         if (st == MP_OK) st = mp_dist_enqueue_begin(o->dist);
@@ -120,6 +124,8 @@ void mp_cuda_step_destroy(mp_cuda_step *s) {
     if (s->exec) cudaGraphExecDestroy(s->exec);
     if (s->graph) cudaGraphDestroy(s->graph);
     mp_grad_allreduce_destroy(s->allreduce);
+    for (int i = 0; i < 2; i++)
+        if (s->queued[i]) cudaEventDestroy(s->queued[i]);
     cudaFree(s->inject);
     mp_cuda_grads_destroy(s->grads);
     mp_cuda_optim_destroy(s->opt);
@@ -178,10 +184,25 @@ static mp_status run_step(mp_cuda_step *s, float lr) {
     return MP_OK;
 }
 
+/* Data parallel: at most two steps in flight, so that a rank whose peer
+ * died has little queued behind the stopped collective, and a wait for a
+ * peer is a bounded wait the watchdog sees. */
+static mp_status wait_for_step(mp_cuda_step *s, cudaEvent_t ev) {
+    mp_dist_wait_begin(s->o.dist);
+    cudaError_t e = cudaEventSynchronize(ev);
+    mp_dist_wait_end(s->o.dist);
+    MP_TRY(mp_dist_check(s->o.dist));
+    return mp_cuda_check(e, "cudaEventSynchronize", "training step");
+}
+
 mp_status mp_cuda_step_run(mp_cuda_step *s, float lr) {
     if (!(lr >= 0) || lr > 1e30f) return mp_error(MP_ERR_INVALID_ARG, "cuda step: learning rate %g", (double)lr);
+    if (!s->o.dist) return run_step(s, lr);
+    cudaEvent_t ev = s->queued[s->steps % 2];
+    if (s->steps >= 2) MP_TRY(wait_for_step(s, ev));
     MP_TRY(mp_dist_enqueue_begin(s->o.dist));
     mp_status st = run_step(s, lr);
+    if (st == MP_OK) st = mp_cuda_check(cudaEventRecord(ev, s->ctx->stream), "cudaEventRecord", "training step");
     mp_dist_enqueue_end(s->o.dist);
     return st;
 }

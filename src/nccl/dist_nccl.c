@@ -6,6 +6,7 @@
  * group when a rank fails, NCCL reports an error, or a wait on the GPU
  * outlasts the timeout. Aborts wait for queued-but-unfinished enqueues
  * (a read-write lock), and nothing is queued after one. */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,7 +22,8 @@ struct mp_dist {
     mp_dist_group *g;
     int rank, world, device;
     bool mpi;
-    ncclComm_t comm;      /* NULL after an abort */
+    ncclComm_t comm;      /* NULL once freed */
+    bool revoked;         /* stopped by the watchdog; freed by the rank */
     double wait_since;    /* > 0: waiting on the GPU since then (under g->mu) */
 };
 
@@ -86,18 +88,49 @@ static void note_failure(mp_dist_group *g, int rank, mp_status s, const char *ms
     snprintf(g->failed_msg, sizeof g->failed_msg, "%s", msg);
 }
 
-/* Abort every joined communicator; called by the watchdog only. */
+/* MIXPREC_DIST_DEBUG=1: the watchdog and the ranks say what they do. */
+static void debug(const char *fmt, int a, int b) {
+    static int on = -1;
+    if (on < 0) on = getenv("MIXPREC_DIST_DEBUG") != NULL;
+    if (!on) return;
+    fprintf(stderr, "[dist] ");
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+}
+
+/* ncclCommRevoke (NCCL >= 2.28) stops in-flight operations but keeps the
+ * communicator's memory alive, so kernels still queued behind them exit
+ * cleanly; each rank frees its communicator itself once its streams have
+ * drained. Older NCCL: ncclCommAbort at once. */
+typedef ncclResult_t (*revoke_fn)(ncclComm_t, int);
+static revoke_fn find_revoke(void) {
+    static revoke_fn fn;
+    static int looked;
+    if (!looked) {
+        fn = (revoke_fn)dlsym(RTLD_DEFAULT, "ncclCommRevoke");
+        looked = 1;
+    }
+    return fn;
+}
+
+/* Stop every joined communicator; called by the watchdog only. */
 static void abort_all(mp_dist_group *g) {
     atomic_store(&g->aborted, true);
-    pthread_rwlock_wrlock(&g->enqueue); /* queued work that uses the comms is out */
+    debug("aborting the group (rank %d failed, %d local ranks)", g->failed_rank, g->n_local);
+    pthread_rwlock_wrlock(&g->enqueue); /* no rank is queueing work that uses the comms */
     pthread_mutex_lock(&g->mu);
+    revoke_fn revoke = find_revoke();
     for (int i = 0; i < g->n_local; i++) {
         mp_dist *d = g->local[i];
-        if (!d || !d->comm) continue;
+        if (!d || !d->comm || d->revoked) continue;
         ncclComm_t c = d->comm;
-        d->comm = NULL;
+        d->revoked = true;
+        if (!revoke) d->comm = NULL;
         pthread_mutex_unlock(&g->mu);
-        ncclCommAbort(c);
+        debug("rank %d: revoking its communicator (ncclCommRevoke available: %d)", d->rank, revoke != NULL);
+        if (revoke) revoke(c, 0);
+        else ncclCommAbort(c);
+        debug("rank %d: stopped (%d)", d->rank, 0);
         pthread_mutex_lock(&g->mu);
     }
     pthread_mutex_unlock(&g->mu);
@@ -332,7 +365,8 @@ void mp_dist_wait_end(mp_dist *d) {
 mp_status mp_dist_enqueue_begin(mp_dist *d) {
     if (!d) return MP_OK;
     pthread_rwlock_rdlock(&d->g->enqueue);
-    if (atomic_load(&d->g->aborted) || !d->comm) {
+    if (atomic_load(&d->g->aborted) || !d->comm || d->revoked) {
+        debug("rank %d: refusing to queue work after the abort (%d)", d->rank, 0);
         pthread_rwlock_unlock(&d->g->enqueue);
         return mp_dist_check(d) != MP_OK ? MP_ERR_INTERNAL
                                          : mp_error(MP_ERR_INTERNAL, "rank %d: the communicator was aborted", d->rank);
@@ -352,8 +386,9 @@ void mp_dist_destroy(mp_dist *d) {
     d->comm = NULL;
     for (int i = 0; i < g->n_local; i++)
         if (g->local[i] == d) g->local[i] = NULL;
-    bool failed = g->failed_rank >= 0;
+    bool failed = g->failed_rank >= 0 || d->revoked;
     pthread_mutex_unlock(&g->mu);
+    debug("rank %d: freeing its communicator (failed run: %d)", d->rank, failed);
     if (c && !failed) { /* flush, then free; a non-blocking comm reports progress by polling */
         ncclResult_t r = ncclCommFinalize(c), state = ncclInProgress;
         double t0 = now_s();

@@ -219,11 +219,16 @@ static mp_status gpu_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t
     const int32_t *y;
     int n = 0;
     MP_TRY(mp_loader_next(ld, &x, &y, &n));
-    MP_TRY(mp_plan_set_input(c->plan, c->m->input, x, mp_plan_numel(c->plan, c->m->input)));
-    MP_TRY(mp_plan_set_labels(c->plan, c->m->labels, y, (size_t)n));
+    /* copies from pageable memory wait for the stream: a bounded wait in data-parallel runs */
+    mp_dist_wait_begin(c->o->dist);
+    mp_status s = mp_plan_set_input(c->plan, c->m->input, x, mp_plan_numel(c->plan, c->m->input));
+    if (s == MP_OK) s = mp_plan_set_labels(c->plan, c->m->labels, y, (size_t)n);
+    mp_dist_wait_end(c->o->dist);
+    MP_TRY(mp_dist_check(c->o->dist));
+    MP_TRY(s);
     MP_TRY(mp_cuda_step_run(c->gpu, lr));
     int every = c->o->read_every > 0 ? c->o->read_every : 20;
-    if (global_step % every) return MP_OK;
+    if (global_step % every && !c->read_now) return MP_OK;
     float loss = 0;
     MP_TRY(mp_cuda_step_loss(c->gpu, c->m->loss, &loss));
     MP_TRY(mp_plan_read(c->plan, c->m->logits, c->logits, (size_t)n * (size_t)c->classes));

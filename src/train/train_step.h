@@ -26,6 +26,7 @@ typedef struct {
     int64_t skipped;
     FILE *events;
     mp_cuda_step *gpu;        /* non-NULL: the plan is on a GPU and steps run there */
+    bool read_now;            /* GPU: read this step's loss whatever read_every says (an epoch's last) */
 } mp_step_ctx;
 
 typedef struct {
