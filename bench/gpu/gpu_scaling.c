@@ -27,6 +27,7 @@ typedef struct {
     mp_precision prec;
     int batch, steps, repeats, world;
     const char *wire; /* NULL = the policy's */
+    double bucket_mb; /* 0: the default */
     mp_dist_group *group;
     pthread_barrier_t *barrier;
 } cell;
@@ -73,7 +74,8 @@ static mp_status rank_train(rank_job *j, mp_dist *d) {
     }
     bool scaling = c->prec == MP_PRECISION_AMP_FP16 || c->prec == MP_PRECISION_O2_FP16;
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = wire_dtype(c)};
+                            .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = wire_dtype(c),
+                            .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0)};
     if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
     if (s == MP_OK) {
         j->buckets = mp_cuda_step_buckets(step);
@@ -123,12 +125,14 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* images/s of one configuration (world 1 without a communicator); -1 on failure. */
-static double run(cell c, int world, int *buckets) {
+/* images/s of one configuration (world 1 without a communicator unless
+ * with_comm: then a one-rank communicator, which prices the all-reduce
+ * path without another GPU); -1 on failure. */
+static double run(cell c, int world, bool with_comm, int *buckets) {
     c.world = world;
     pthread_barrier_t barrier;
     mp_dist_group *group = NULL;
-    if (world > 1) {
+    if (world > 1 || with_comm) {
         if (mp_dist_group_create(world, 120, &group) != MP_OK) {
             fprintf(stderr, "gpu_scaling: %s\n", mp_last_error());
             return -1;
@@ -145,7 +149,7 @@ static double run(cell c, int world, int *buckets) {
     }
     for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
     mp_dist_group_destroy(group);
-    if (world > 1) pthread_barrier_destroy(&barrier);
+    if (group) pthread_barrier_destroy(&barrier);
     for (int r = 0; r < world; r++)
         if (jobs[r].s != MP_OK) {
             fprintf(stderr, "gpu_scaling: %s %s batch %d, %d GPU(s), rank %d: %s\n", c.model,
@@ -166,6 +170,7 @@ static double run(cell c, int world, int *buckets) {
 int main(int argc, char **argv) {
     const char *models = "resnet18,cnn10", *precisions = "amp-bf16", *batches = "512,128", *wire = NULL;
     int steps = 30, repeats = 5, gpus = 2;
+    double bucket_mb = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
         else if (!strcmp(argv[i], "--precisions") && i + 1 < argc) precisions = argv[++i];
@@ -174,9 +179,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) gpus = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--allreduce") && i + 1 < argc) wire = argv[++i];
+        else if (!strcmp(argv[i], "--bucket-mb") && i + 1 < argc) bucket_mb = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: gpu_scaling [--models a,b] [--precisions p,q] [--batches 512,128] (per GPU) "
-                            "[--steps N] [--repeats R] [--gpus N] [--allreduce fp32|fp16|bf16]\n");
+                            "[--steps N] [--repeats R] [--gpus N] [--allreduce fp32|fp16|bf16] [--bucket-mb X]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -186,8 +192,9 @@ int main(int argc, char **argv) {
                 MAX_REPEATS, found < MAX_RANKS ? found : MAX_RANKS, found, mp_cuda_device_list());
         return 2;
     }
-    printf("| model | precision | batch/GPU | 1 GPU images/s | %d GPUs images/s | speed-up | buckets |\n", gpus);
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| model | precision | batch/GPU | 1 GPU images/s | 1 GPU + 1-rank all-reduce | %d GPUs images/s | speed-up "
+           "| buckets |\n", gpus);
+    printf("|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
     char mlist[256];
     snprintf(mlist, sizeof mlist, "%s", models);
@@ -198,19 +205,22 @@ int main(int argc, char **argv) {
             char plist[256];
             snprintf(plist, sizeof plist, "%s", precisions);
             for (char *ps = NULL, *pn = strtok_r(plist, ",", &ps); pn; pn = strtok_r(NULL, ",", &ps)) {
-                cell c = {.model = model, .batch = atoi(b), .steps = steps, .repeats = repeats, .wire = wire};
+                cell c = {.model = model, .batch = atoi(b), .steps = steps, .repeats = repeats, .wire = wire,
+                          .bucket_mb = bucket_mb};
                 if (mp_precision_parse(pn, &c.prec) != MP_OK) {
                     fprintf(stderr, "gpu_scaling: %s\n", mp_last_error());
                     return 2;
                 }
                 int buckets = 0, unused = 0;
-                double one = run(c, 1, &unused), many = run(c, gpus, &buckets);
-                if (one <= 0 || many <= 0) {
-                    printf("| %s | %s | %s | failed | | | |\n", model, pn, b);
+                double one = run(c, 1, false, &unused), comm = run(c, 1, true, &unused),
+                       many = run(c, gpus, false, &buckets);
+                if (one <= 0 || comm <= 0 || many <= 0) {
+                    printf("| %s | %s | %s | failed | | | | |\n", model, pn, b);
                     failures++;
                     continue;
                 }
-                printf("| %s | %s | %s | %.0f | %.0f | %.2fx | %d |\n", model, pn, b, one, many, many / one, buckets);
+                printf("| %s | %s | %s | %.0f | %.0f | %.0f | %.2fx | %d |\n", model, pn, b, one, comm, many,
+                       many / one, buckets);
                 fflush(stdout);
             }
         }

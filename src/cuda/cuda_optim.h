@@ -157,6 +157,15 @@ mp_optim_opts mp_cuda_optim_options(const mp_cuda_optim *o);
  * its restore. */
 mp_status mp_cuda_optim_get_step_count(mp_cuda_ctx *ctx, const mp_cuda_optim *o, int64_t *steps);
 mp_status mp_cuda_optim_set_step_count(mp_cuda_ctx *ctx, mp_cuda_optim *o, int64_t steps);
+/* Checkpoints (optim_state_cuda.cu): the state buffers and the step count
+ * into (download) or from (upload) a host mp_optim over the same parameters
+ * in the same order, e.g. the one whose state train/checkpoint.c saves and
+ * loads. Kind, parameter count and each parameter's element and buffer
+ * counts must match (errors say which). Upload overwrites the device buffers
+ * in place: a CUDA graph that captured them stays valid. Both synchronize
+ * ctx->stream. */
+mp_status mp_cuda_optim_download(mp_cuda_ctx *ctx, const mp_cuda_optim *dev, mp_optim *host);
+mp_status mp_cuda_optim_upload(mp_cuda_ctx *ctx, const mp_optim *host, mp_cuda_optim *dev);
 
 /* *dev = value in stream order (a one-thread kernel: no staging, no sync);
  * e.g. the learning rate read through mp_cuda_step_args.lr_device. */

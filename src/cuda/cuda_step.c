@@ -36,6 +36,16 @@ size_t mp_cuda_used_bytes(void) {
     return total_b - free_b;
 }
 
+/* The optimizer refreshes the low-precision casts after each update and the
+ * forward reads them as they are: cast them from the masters once at the
+ * start and after the masters were uploaded. */
+static mp_status cast_weights_now(mp_plan *p) {
+    mp_cuda_plan_casts_by_optimizer(p, false);
+    mp_status st = mp_device_forward_begin(p);
+    mp_cuda_plan_casts_by_optimizer(p, true);
+    return st;
+}
+
 mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_step **out) {
     *out = NULL;
     if (!p || !p->dev || !p->o.training)
@@ -105,10 +115,7 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         mp_cuda_step_destroy(s);
         return st;
     }
-    /* the optimizer refreshes the low-precision casts after each update; the
-     * forward reads them as they are, so cast once now */
-    st = mp_device_forward_begin(p);
-    mp_cuda_plan_casts_by_optimizer(p, true);
+    st = cast_weights_now(p);
     mp_cuda_plan_seed_from_device(p, s->scaler ? &s->scaler->scale : s->one);
     if (st != MP_OK) {
         mp_cuda_step_destroy(s);
@@ -232,4 +239,30 @@ mp_status mp_cuda_step_loss(mp_cuda_step *s, mp_node loss, float *value) {
 mp_status mp_cuda_step_scaler(mp_cuda_step *s, mp_scaler *host) {
     if (!s->scaler) return mp_error(MP_ERR_INVALID_ARG, "cuda step: no loss scaling in this run");
     return mp_cuda_scaler_download(s->ctx, s->scaler, host);
+}
+
+/* The host and the step agree on loss scaling (the trainer passes its
+ * scaler only when the run scales the loss). */
+static mp_status check_scaler_given(const mp_cuda_step *s, bool given, const char *what) {
+    if (given == (s->scaler != NULL)) return MP_OK;
+    return mp_error(MP_ERR_INVALID_ARG, "cuda step %s: %s", what,
+                    given ? "a host loss scaler was given but this run has no loss scaling"
+                          : "this run scales the loss but no host loss scaler was given");
+}
+
+mp_status mp_cuda_step_state_to_host(mp_cuda_step *s, mp_optim *host_optim, mp_scaler *host_scaler) {
+    const char *what = "state to host";
+    MP_TRY(check_scaler_given(s, host_scaler != NULL, what));
+    MP_TRY(mp_plan_sync_params(s->p, true));
+    MP_TRY(mp_cuda_optim_download(s->ctx, s->opt, host_optim));
+    return host_scaler ? mp_cuda_scaler_download(s->ctx, s->scaler, host_scaler) : MP_OK;
+}
+
+mp_status mp_cuda_step_state_from_host(mp_cuda_step *s, const mp_optim *host_optim, const mp_scaler *host_scaler) {
+    const char *what = "state from host";
+    MP_TRY(check_scaler_given(s, host_scaler != NULL, what));
+    MP_TRY(mp_plan_sync_params(s->p, false));
+    MP_TRY(cast_weights_now(s->p));
+    MP_TRY(mp_cuda_optim_upload(s->ctx, host_optim, s->opt));
+    return host_scaler ? mp_cuda_scaler_upload(s->ctx, host_scaler, s->scaler) : MP_OK;
 }

@@ -61,6 +61,18 @@ mp_status mp_cuda_step_inject_overflow(mp_cuda_step *s);
 int mp_cuda_step_buckets(const mp_cuda_step *s);
 /* The scaler's state into host (synchronizing). */
 mp_status mp_cuda_step_scaler(mp_cuda_step *s, mp_scaler *host);
+/* Checkpoints: the whole training state between the device and the host
+ * (both synchronize). To the host: the plan's parameters into the graph's
+ * host copies (mp_plan_sync_params), the optimizer's state and step count
+ * into host_optim (an mp_optim over the same trainable parameters in graph
+ * order, as the trainer's) and the scaler's state into host_scaler, which
+ * is NULL exactly when the step has no loss scaling. From the host, before
+ * the next step: the same, plus the low-precision weight casts refreshed
+ * from the uploaded masters. Every device buffer is overwritten in place, so
+ * the captured CUDA graph stays valid. Neither call is collective: in a
+ * multi-GPU run each rank moves its own state. */
+mp_status mp_cuda_step_state_to_host(mp_cuda_step *s, mp_optim *host_optim, mp_scaler *host_scaler);
+mp_status mp_cuda_step_state_from_host(mp_cuda_step *s, const mp_optim *host_optim, const mp_scaler *host_scaler);
 /* Device memory in use on the current device (cudaMemGetInfo: total - free),
  * for peak-memory reports as differences around a run. */
 size_t mp_cuda_used_bytes(void);

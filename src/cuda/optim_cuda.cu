@@ -54,6 +54,7 @@ static mp_status alloc_state(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_p
             rec[i].ptr[MP_MT_BUF0 + b] = next;
             next += round_up(r->n);
         }
+        o->numel[i] = r->n;
         rec[i].ptr[MP_MT_PARAM] = r->param;
         rec[i].ptr[MP_MT_GRAD] = (void *)r->grad;
         rec[i].ptr[MP_MT_LOW] = r->low;
@@ -76,7 +77,8 @@ mp_status mp_cuda_optim_create(mp_cuda_ctx *ctx, mp_optim_opts opts, const mp_cu
     mp_cuda_optim *opt = (mp_cuda_optim *)calloc(1, sizeof *opt);
     mp_mt_tensor *rec = (mp_mt_tensor *)calloc(n_params > 0 ? (size_t)n_params : 1, sizeof *rec);
     if (opt) opt->bufs = (float **)calloc(2 * (size_t)n_params + 1, sizeof *opt->bufs);
-    mp_status st = opt && rec && opt->bufs ? MP_OK : mp_error(MP_ERR_NOMEM, "cuda optimizer: out of host memory");
+    if (opt) opt->numel = (long long *)calloc((size_t)n_params + 1, sizeof *opt->numel);
+    mp_status st = opt && rec && opt->bufs && opt->numel ? MP_OK : mp_error(MP_ERR_NOMEM, "cuda optimizer: out of host memory");
     if (st == MP_OK) {
         opt->opts = o;
         opt->n_params = n_params;
@@ -100,6 +102,7 @@ void mp_cuda_optim_destroy(mp_cuda_optim *o) {
     if (o->state) cudaFree(o->state);
     if (o->scalars) cudaFree(o->scalars);
     free(o->bufs);
+    free(o->numel);
     free(o);
 }
 

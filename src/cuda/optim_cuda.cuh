@@ -28,6 +28,7 @@ struct mp_cuda_optim {
     mp_mt_table table;
     float *state;              /* device: every state buffer */
     float **bufs;              /* host: n_params * 2 device pointers */
+    long long *numel;          /* host: elements per parameter (checkpoint checks) */
     mp_optim_scalars *scalars; /* device */
 };
 

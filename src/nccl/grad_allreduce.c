@@ -16,15 +16,10 @@
 #include "nccl/nccl_dist.h"
 
 typedef struct {
-    float *grad;
-    long long numel;
-    size_t off; /* elements into the wire buffer */
-} entry;
-
-typedef struct {
     int lo_node;          /* ready after this node's backward */
-    int first, count;     /* entries */
+    int first, count;     /* slots */
     size_t off, numel;    /* elements of the wire buffer */
+    long long longest;    /* largest slot */
     cudaEvent_t ready;
 } bucket;
 
@@ -35,7 +30,8 @@ struct mp_grad_allreduce {
     mp_cuda_ctx comm_ctx; /* ctx with the comm stream: the pack kernels run there */
     mp_dtype dtype;
     void *wire;
-    entry *e;
+    mp_grad_slot *e;      /* host copy of the slots */
+    mp_grad_slot *e_dev;  /* the pack kernels read these */
     int n_entries;
     bucket *b;
     int n_buckets, next;
@@ -48,17 +44,12 @@ static mp_status start_bucket(mp_grad_allreduce *a, bucket *b) {
     MP_CUDA_TRY(cudaStreamWaitEvent(a->comm_ctx.stream, b->ready, 0), what);
     const size_t es = mp_dtype_size(a->dtype);
     const float inv_world = 1.0f / (float)mp_dist_world(a->d);
-    for (int i = b->first; i < b->first + b->count; i++)
-        MP_TRY(mp_grad_pack(&a->comm_ctx, a->e[i].grad, (char *)a->wire + a->e[i].off * es, a->dtype, a->e[i].numel,
-                            inv_world));
+    MP_TRY(mp_grad_pack(&a->comm_ctx, a->e_dev + b->first, b->count, b->longest, a->wire, a->dtype, inv_world));
     void *buf = (char *)a->wire + b->off * es;
     MP_NCCL_QUEUE(a->d, ncclAllReduce(buf, buf, b->numel, mp_nccl_dtype(a->dtype), ncclSum, mp_dist_comm(a->d),
                                       a->comm_ctx.stream),
                   what);
-    for (int i = b->first; i < b->first + b->count; i++)
-        MP_TRY(mp_grad_unpack(&a->comm_ctx, (char *)a->wire + a->e[i].off * es, a->dtype, a->e[i].grad,
-                              a->e[i].numel));
-    return MP_OK;
+    return mp_grad_unpack(&a->comm_ctx, a->e_dev + b->first, b->count, b->longest, a->wire, a->dtype);
 }
 
 static mp_status on_grad_ready(void *arg, int node) {
@@ -91,6 +82,7 @@ void mp_grad_allreduce_destroy(mp_grad_allreduce *a) {
         if (a->b[i].ready) cudaEventDestroy(a->b[i].ready);
     if (a->done) cudaEventDestroy(a->done);
     cudaFree(a->wire);
+    cudaFree(a->e_dev);
     free(a->e);
     free(a->b);
     free(a);
@@ -111,21 +103,28 @@ static mp_status plan_buckets(mp_grad_allreduce *a, size_t bucket_bytes) {
         for (int k = 0; k < g->n_params; k++) {
             const mp_gparam *gp = &g->params[k];
             if (gp->node != node || !gp->spec.trainable) continue;
-            entry *en = &a->e[a->n_entries++];
-            *en = (entry){.grad = mp_cuda_plan_grad(p, k), .numel = mp_shape_numel(&gp->spec.shape), .off = off};
-            off += (size_t)en->numel;
+            mp_grad_slot *en = &a->e[a->n_entries++];
+            *en = (mp_grad_slot){.grad = mp_cuda_plan_grad(p, k), .n = mp_shape_numel(&gp->spec.shape),
+                                 .off = (long long)off};
+            off += (size_t)en->n;
             bucket *b = a->n_buckets ? &a->b[a->n_buckets - 1] : NULL;
             if (!b || b->numel * es >= bucket_bytes) {
                 b = &a->b[a->n_buckets++];
-                *b = (bucket){.first = a->n_entries - 1, .off = en->off};
+                *b = (bucket){.first = a->n_entries - 1, .off = (size_t)en->off};
             }
             b->count++;
-            b->numel += (size_t)en->numel;
+            b->numel += (size_t)en->n;
+            if (en->n > b->longest) b->longest = en->n;
             b->lo_node = node;
         }
     }
     off = (off + 63) & ~(size_t)63;
     if (off) MP_CUDA_TRY(cudaMalloc(&a->wire, off * es), "gradient all-reduce buffer");
+    const size_t slot_bytes = (size_t)(a->n_entries + 1) * sizeof *a->e;
+    MP_CUDA_TRY(cudaMalloc((void **)&a->e_dev, slot_bytes), "gradient all-reduce slots");
+    MP_CUDA_TRY(cudaMemcpyAsync(a->e_dev, a->e, slot_bytes, cudaMemcpyHostToDevice, a->ctx->stream),
+                "gradient all-reduce slots");
+    MP_CUDA_TRY(cudaStreamSynchronize(a->ctx->stream), "gradient all-reduce slots"); /* a->e is pageable */
     for (int i = 0; i < a->n_buckets; i++)
         MP_CUDA_TRY(cudaEventCreateWithFlags(&a->b[i].ready, cudaEventDisableTiming), "gradient all-reduce");
     MP_CUDA_TRY(cudaEventCreateWithFlags(&a->done, cudaEventDisableTiming), "gradient all-reduce");

@@ -38,6 +38,14 @@ int mp_cuda_step_buckets(const mp_cuda_step *s) {
     (void)s;
     return 0;
 }
+mp_status mp_cuda_step_state_to_host(mp_cuda_step *s, mp_optim *host_optim, mp_scaler *host_scaler) {
+    (void)s, (void)host_optim, (void)host_scaler;
+    return no_cuda();
+}
+mp_status mp_cuda_step_state_from_host(mp_cuda_step *s, const mp_optim *host_optim, const mp_scaler *host_scaler) {
+    (void)s, (void)host_optim, (void)host_scaler;
+    return no_cuda();
+}
 #else
 typedef int mp_cuda_step_none_unused; /* ISO C: no empty translation unit */
 #endif

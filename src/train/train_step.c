@@ -31,9 +31,6 @@ static mp_status make_gpu_step(mp_step_ctx *c) {
     if (o->accumulate > 1)
         return mp_error(MP_ERR_UNSUPPORTED, "--accumulate %d: gradient accumulation does not run on the GPU yet; "
                         "use --device cpu", o->accumulate);
-    if (o->save_path || o->resume_path)
-        return mp_error(MP_ERR_UNSUPPORTED, "--save/--resume: checkpoints of GPU runs are not supported yet; use "
-                        "--device cpu");
     mp_cuda_step_opts so = {.optim = o->optim, .loss_scaling = o->loss_scaling, .scaler = o->scaler,
                             .clip_norm = o->clip_norm, .clip_value = o->clip_value, .dist = o->dist,
                             .bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : 25) * 1048576.0)};
@@ -210,6 +207,18 @@ mp_status mp_step_ctx_sync_gpu(mp_step_ctx *c) {
         c->skipped = c->scaler.skipped_steps;
     }
     return MP_OK;
+}
+
+mp_status mp_step_ctx_state_to_host(mp_step_ctx *c) {
+    if (!c->gpu) return MP_OK;
+    MP_TRY(mp_cuda_step_state_to_host(c->gpu, c->opt, c->o->loss_scaling ? &c->scaler : NULL));
+    if (c->o->loss_scaling) c->skipped = c->scaler.skipped_steps;
+    return MP_OK;
+}
+
+mp_status mp_step_ctx_state_to_device(mp_step_ctx *c) {
+    if (!c->gpu) return MP_OK;
+    return mp_cuda_step_state_from_host(c->gpu, c->opt, c->o->loss_scaling ? &c->scaler : NULL);
 }
 
 /* The GPU step: the batch goes in, the step is queued; the loss and the

@@ -41,6 +41,13 @@ void mp_step_ctx_free(mp_step_ctx *c);
 /* GPU runs: copy parameters to the graph's host copies and the loss
  * scaler's state into c->scaler (synchronizes; once per epoch). */
 mp_status mp_step_ctx_sync_gpu(mp_step_ctx *c);
+/* Checkpoints of GPU runs; no-ops on the CPU, where the host state is the
+ * state. Before saving: the device's parameters, optimizer and scaler state
+ * into the graph's host copies, c->opt and c->scaler (synchronizes). After
+ * loading a checkpoint into those: all of it back to the device, before the
+ * next step. */
+mp_status mp_step_ctx_state_to_host(mp_step_ctx *c);
+mp_status mp_step_ctx_state_to_device(mp_step_ctx *c);
 /* One optimizer step over o->accumulate micro-batches from the loader.
  * global_step names the step in messages. */
 mp_status mp_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_step, mp_step_result *r);

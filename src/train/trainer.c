@@ -189,9 +189,11 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
             first_epoch = ck.epoch + 1;
             global_step = ck.global_step;
             mp_plan_set_step(ctx.plan, ck.plan_step);
-            if (o->out) fprintf(o->out, "resumed from %s after epoch %d (step %lld)\n", o->resume_path, ck.epoch,
-                                (long long)global_step);
+            s = mp_step_ctx_state_to_device(&ctx); /* a GPU run continues from the loaded state */
         }
+        if (s == MP_OK && o->out)
+            fprintf(o->out, "resumed from %s after epoch %d (step %lld)\n", o->resume_path, ck.epoch,
+                    (long long)global_step);
     }
     if (s == MP_OK && o->log_path && !(log = fopen(o->log_path, first_epoch > 1 ? "a" : "w")))
         s = mp_error(MP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
@@ -256,7 +258,9 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
             ck.epoch = epoch;
             ck.global_step = global_step;
             ck.plan_step = mp_plan_step(ctx.plan);
-            s = mp_checkpoint_save(o->save_path, m->g, ctx.opt, o->loss_scaling ? &ctx.scaler : NULL, &ck);
+            s = mp_step_ctx_state_to_host(&ctx); /* a GPU run's optimizer state is on the device */
+            if (s == MP_OK)
+                s = mp_checkpoint_save(o->save_path, m->g, ctx.opt, o->loss_scaling ? &ctx.scaler : NULL, &ck);
         }
         if (o->stop_after > 0 && epoch >= o->stop_after) break;
     }

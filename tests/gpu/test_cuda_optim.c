@@ -10,7 +10,10 @@
  * masters; loss-scale sequences for overflow patterns equal mp_scaler's
  * (amp/scaler.c) exactly, queued without any host synchronization and read
  * back once; and the whole post-backward step captured as a CUDA graph and
- * replayed with a changing learning rate.
+ * replayed with a changing learning rate; the optimizer and scaler state
+ * downloaded to a host mp_optim and uploaded into another device optimizer
+ * (checkpoints) round-trips bit for bit, and steps after it equal steps
+ * without it, the restored side replaying a graph captured before.
  * Needs a GPU: without one it prints one line and exits 2 (run by
  * scripts/gpu-check, not by ctest). Build: compile with -Isrc -Iinclude -Itests and
  * the CUDA include path, link the src/cuda objects, libmixprec and -lcudart. */
@@ -519,6 +522,141 @@ static void test_graph_step(void) {
     run_case(&optim_cases[5], true);
 }
 
+/* ---- checkpoint transfer ------------------------------------------------------ */
+
+/* A host optimizer over fresh host buffers of the rig's shapes: where a
+ * checkpoint keeps the device state. */
+static mp_optim *host_optim_like(const optim_case *c, float **h) {
+    mp_param_ref ref[PT];
+    for (int t = 0; t < PT; t++) {
+        h[t] = calloc((size_t)param_sizes[t], sizeof(float));
+        ref[t] = (mp_param_ref){.param = h[t], .grad = h[t], .n = param_sizes[t], .decay = param_decay[t]};
+    }
+    mp_optim *o = NULL;
+    CHECK_OK(mp_optim_create(c->o, ref, PT, &o));
+    return o;
+}
+
+/* Host state buffers and step counts of two host optimizers that differ. */
+static int64_t host_state_diffs(const mp_optim *a, const mp_optim *b) {
+    int64_t k = mp_optim_step_count(a) != mp_optim_step_count(b);
+    for (int t = 0; t < PT; t++) {
+        float *ba[2] = {NULL, NULL}, *bb[2] = {NULL, NULL};
+        int nb = mp_optim_state_tensors(a, t, ba);
+        mp_optim_state_tensors(b, t, bb);
+        for (int j = 0; j < nb; j++) k += bit_diffs(ba[j], bb[j], param_sizes[t], sizeof(float));
+    }
+    return k;
+}
+
+/* The same scaled gradients into both rigs' device gradients. */
+static void same_gradients(rig *a, rig *b, mp_rng *rng) {
+    for (int t = 0; t < PT; t++) {
+        fill_normal(a->h_grad[t], param_sizes[t], rng, 0.01 * mp_scaler_scale(&a->cs));
+        up(a->d_grad[t], a->h_grad[t], (size_t)param_sizes[t] * sizeof(float));
+        up(b->d_grad[t], a->h_grad[t], (size_t)param_sizes[t] * sizeof(float));
+    }
+}
+
+/* Rig a takes 3 steps (one skipped); its optimizer and scaler state go to
+ * the host and back into rig b (fresh state, a's parameters and low copies
+ * copied over, its step already captured as a CUDA graph): b must then hold
+ * a's state bit for bit, a second download must equal the first, and 2 more
+ * steps (b replaying its graph, a called directly) must leave both equal. */
+static void state_transfer_case(const optim_case *c) {
+    rig a, b;
+    rig_init(&a, c, 1234);
+    rig_init(&b, c, 4321);
+    rig_capture(&b);
+    mp_rng rng;
+    mp_rng_seed(&rng, 99);
+    for (int k = 0; k < 3; k++) rig_step(&a, &rng, k, c->lr, false, k == 1);
+    float *h1[PT], *h2[PT];
+    mp_optim *saved = host_optim_like(c, h1), *again = host_optim_like(c, h2);
+    mp_scaler saved_scaler = a.cs, again_scaler = a.cs;
+    CHECK_OK(mp_cuda_optim_download(ctx, a.gpu, saved));
+    CHECK_OK(mp_cuda_scaler_download(ctx, a.gs, &saved_scaler));
+    CHECK(mp_optim_step_count(saved) == 2, "%s: downloaded step count %lld after 3 steps, one skipped", c->name,
+          (long long)mp_optim_step_count(saved));
+    for (int t = 0; t < PT; t++) {
+        const size_t n = (size_t)param_sizes[t];
+        const enum cudaMemcpyKind d2d = cudaMemcpyDeviceToDevice;
+        CHECK(cudaMemcpyAsync(b.d_param[t], a.d_param[t], n * sizeof(float), d2d, ctx->stream) == cudaSuccess &&
+                  (!a.d_low[t] || cudaMemcpyAsync(b.d_low[t], a.d_low[t], n * 2, d2d, ctx->stream) == cudaSuccess),
+              "copy parameters");
+    }
+    sync_stream();
+    CHECK_OK(mp_cuda_optim_upload(ctx, saved, b.gpu));
+    CHECK_OK(mp_cuda_scaler_upload(ctx, &saved_scaler, b.gs));
+    snapshot sa, sb;
+    take_snapshot(&a, &sa);
+    take_snapshot(&b, &sb);
+    int64_t restored_diffs = snapshot_diffs(&sa, &sb);
+    CHECK(restored_diffs == 0, "%s: %lld values differ after the upload", c->name, (long long)restored_diffs);
+    free_snapshot(&sa);
+    free_snapshot(&sb);
+    CHECK_OK(mp_cuda_optim_download(ctx, b.gpu, again));
+    CHECK_OK(mp_cuda_scaler_download(ctx, b.gs, &again_scaler));
+    int64_t round_trip_diffs = host_state_diffs(saved, again);
+    CHECK(round_trip_diffs == 0, "%s: download -> upload -> download changed %lld values", c->name,
+          (long long)round_trip_diffs);
+    CHECK(memcmp(&saved_scaler, &again_scaler, sizeof saved_scaler) == 0, "%s: the scaler state changed", c->name);
+
+    for (int k = 0; k < 2; k++) {
+        same_gradients(&a, &b, &rng);
+        const float lr = c->lr * (1.5f + (float)k);
+        CHECK_OK(mp_cuda_set_f32(ctx, b.d_lr, lr));
+        CHECK(cudaGraphLaunch(b.graph, ctx->stream) == cudaSuccess, "graph launch");
+        rig_device_calls(&a, lr, false, false);
+        sync_stream();
+    }
+    take_snapshot(&a, &sa);
+    take_snapshot(&b, &sb);
+    int64_t step_diffs = snapshot_diffs(&sa, &sb);
+    mp_scaler after_a = a.cs, after_b = a.cs;
+    CHECK_OK(mp_cuda_scaler_download(ctx, a.gs, &after_a));
+    CHECK_OK(mp_cuda_scaler_download(ctx, b.gs, &after_b));
+    step_diffs += memcmp(&after_a, &after_b, sizeof after_a) != 0;
+    CHECK(step_diffs == 0, "%s: 2 steps after the restore differ from 2 steps without it in %lld values (scaler: 1)",
+          c->name, (long long)step_diffs);
+    printf("  state transfer %-18s round trip bit-exact (%lld, %lld values differ); 2 steps after the restore "
+           "(graph replay) equal 2 without it (%lld differ)\n",
+           c->name, (long long)restored_diffs, (long long)round_trip_diffs, (long long)step_diffs);
+    free_snapshot(&sa);
+    free_snapshot(&sb);
+    mp_optim_destroy(saved);
+    mp_optim_destroy(again);
+    for (int t = 0; t < PT; t++) {
+        free(h1[t]);
+        free(h2[t]);
+    }
+    rig_free(&a);
+    rig_free(&b);
+}
+
+/* A host optimizer of another kind or parameter list is refused, naming why. */
+static void state_transfer_mismatch(void) {
+    float *h[PT];
+    mp_optim *adam = host_optim_like(&optim_cases[3], h);
+    rig r;
+    rig_init(&r, &optim_cases[1], 7);
+    CHECK_ERR(mp_cuda_optim_download(ctx, r.gpu, adam), MP_ERR_INVALID_ARG, "host optimizer is adam");
+    CHECK_ERR(mp_cuda_optim_upload(ctx, adam, r.gpu), MP_ERR_INVALID_ARG, "host optimizer is adam");
+    mp_optim *few = NULL;
+    mp_param_ref one = {.param = h[0], .grad = h[0], .n = param_sizes[0]};
+    CHECK_OK(mp_optim_create(optim_cases[1].o, &one, 1, &few));
+    CHECK_ERR(mp_cuda_optim_download(ctx, r.gpu, few), MP_ERR_INVALID_ARG, "1 parameters", "device's 5");
+    mp_optim_destroy(few);
+    mp_optim_destroy(adam);
+    for (int t = 0; t < PT; t++) free(h[t]);
+    rig_free(&r);
+}
+
+static void test_state_transfer(void) {
+    for (size_t i = 0; i < sizeof optim_cases / sizeof optim_cases[0]; i++) state_transfer_case(&optim_cases[i]);
+    state_transfer_mismatch();
+}
+
 /* ---- weight casts ----------------------------------------------------------- */
 
 static float from_bits(uint32_t u) {
@@ -756,6 +894,7 @@ int main(void) {
     test_clip();
     test_optimizers();
     test_graph_step();
+    test_state_transfer();
     test_casts();
     test_scaler_sequences();
     test_bad_input();
