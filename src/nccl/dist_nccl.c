@@ -123,15 +123,14 @@ static void abort_all(mp_dist_group *g) {
     for (int i = 0; i < g->n_local; i++) {
         mp_dist *d = g->local[i];
         if (!d || !d->comm || d->revoked) continue;
+        /* under mu: the rank cannot free the communicator meanwhile */
         ncclComm_t c = d->comm;
         d->revoked = true;
         if (!revoke) d->comm = NULL;
-        pthread_mutex_unlock(&g->mu);
         debug("rank %d: revoking its communicator (ncclCommRevoke available: %d)", d->rank, revoke != NULL);
         if (revoke) revoke(c, 0);
         else ncclCommAbort(c);
-        debug("rank %d: stopped (%d)", d->rank, 0);
-        pthread_mutex_lock(&g->mu);
+        debug("rank %d: communicator stopped (%d)", d->rank, 0);
     }
     pthread_mutex_unlock(&g->mu);
     pthread_rwlock_unlock(&g->enqueue);
