@@ -60,7 +60,7 @@ static void usage(FILE *f) {
             "                      given) must equal the number of ranks\n"
             "  --allreduce T       gradient all-reduce dtype: auto (the policy's fp16/bf16, else fp32) | fp32\n"
             "                      | fp16 | bf16 (default auto)\n"
-            "  --bucket-mb X       gradient all-reduce bucket size in MiB (default 25)\n"
+            "  --bucket-mb X       gradient all-reduce bucket size in MiB (default 4)\n"
             "  --dist-timeout S    seconds a rank waits for the others before stopping (default 300)\n"
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"

@@ -289,8 +289,60 @@ static void test_destroy(void) {
     mp_dataset_free(&d);
 }
 
+/* Data parallel: R shards of batch b together yield, batch by batch, the
+ * batches one loader of batch R*b yields (same seed); each shard has the
+ * same number of batches; impossible shards are refused. */
+static void test_shards(void) {
+    enum { N = 103, B = 4, R = 3 };
+    mp_dataset d = make_ds(N, 1, 2, 2, 10);
+    const int per = 4;
+    mp_loader *whole = NULL, *part[R] = {0};
+    CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = B * R, .shuffle = true, .drop_last = true, .seed = 9}, &whole) ==
+              MP_OK, "%s", mp_last_error());
+    for (int r = 0; r < R; r++)
+        CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = B, .shuffle = true, .drop_last = true, .seed = 9,
+                                                    .shards = R, .shard = r},
+                               &part[r]) == MP_OK,
+              "%s", mp_last_error());
+    if (whole && part[0] && part[1] && part[2]) {
+        for (int r = 0; r < R; r++)
+            CHECK(mp_loader_batches(part[r]) == N / (B * R), "shard %d: %d batches, want %d", r,
+                  mp_loader_batches(part[r]), N / (B * R));
+        mp_loader_start_epoch(whole, 2);
+        for (int r = 0; r < R; r++) mp_loader_start_epoch(part[r], 2);
+        int compared = 0;
+        for (int b = 0; b < N / (B * R); b++) {
+            const float *xw, *xp;
+            const int32_t *yw, *yp;
+            int nw = 0, np = 0;
+            mp_loader_next(whole, &xw, &yw, &nw);
+            for (int r = 0; r < R; r++) {
+                mp_loader_next(part[r], &xp, &yp, &np);
+                CHECK(np == B, "shard %d batch %d: %d samples", r, b, np);
+                for (int j = 0; j < np && nw == B * R; j++, compared++) {
+                    CHECK(xp[(size_t)j * per] == xw[(size_t)(r * B + j) * per] && yp[j] == yw[r * B + j],
+                          "shard %d batch %d sample %d: sample %g, want %g", r, b, j, (double)xp[(size_t)j * per],
+                          (double)xw[(size_t)(r * B + j) * per]);
+                }
+            }
+        }
+        CHECK(compared == (N / (B * R)) * B * R, "compared %d samples", compared);
+    }
+    mp_loader_destroy(whole);
+    for (int r = 0; r < R; r++) mp_loader_destroy(part[r]);
+    mp_loader *l = NULL;
+    CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = B, .shards = R, .shard = R}, &l) == MP_ERR_INVALID_ARG &&
+              strstr(mp_last_error(), "shard 3 of 3 does not exist"),
+          "shard out of range: %s", mp_last_error());
+    CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = 40, .shards = 3, .shard = 0}, &l) == MP_ERR_INVALID_ARG &&
+              strstr(mp_last_error(), "3 ranks x batch 40 is larger than the dataset (103 samples"),
+          "global batch too large: %s", mp_last_error());
+    mp_dataset_free(&d);
+}
+
 int main(void) {
     test_errors();
+    test_shards();
     test_order();
     test_normalize();
     test_augment();

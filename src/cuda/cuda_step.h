@@ -33,7 +33,7 @@ typedef struct {
     bool no_graph;          /* queue the kernels every step instead of replaying a CUDA graph */
     /* data parallel (NULL: one GPU): rank 0's weights are broadcast at
      * creation, gradients are averaged over the ranks (all-reduce in
-     * allreduce_dtype, buckets of bucket_bytes, 0 -> 25 MiB, overlapped with
+     * allreduce_dtype, buckets of bucket_bytes, 0 -> 4 MiB, overlapped with
      * backward) and the found-inf flag is all-reduced, so every rank takes
      * the same step or skips it */
     mp_dist *dist;

@@ -149,7 +149,7 @@ mp_status mp_grad_allreduce_create(mp_dist *d, mp_plan *p, mp_dtype comm_dtype, 
     a->comm_ctx.stream = NULL;
     mp_status s = mp_cuda_check(cudaStreamCreateWithFlags(&a->comm_ctx.stream, cudaStreamNonBlocking),
                                 "cudaStreamCreateWithFlags", "gradient all-reduce stream");
-    if (s == MP_OK) s = plan_buckets(a, bucket_bytes ? bucket_bytes : (size_t)25 << 20);
+    if (s == MP_OK) s = plan_buckets(a, bucket_bytes ? bucket_bytes : MP_DEFAULT_BUCKET_BYTES);
     if (s != MP_OK) {
         mp_grad_allreduce_destroy(a);
         return s;

@@ -33,7 +33,7 @@ static mp_status make_gpu_step(mp_step_ctx *c) {
                         "use --device cpu", o->accumulate);
     mp_cuda_step_opts so = {.optim = o->optim, .loss_scaling = o->loss_scaling, .scaler = o->scaler,
                             .clip_norm = o->clip_norm, .clip_value = o->clip_value, .dist = o->dist,
-                            .bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : 25) * 1048576.0)};
+                            .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0)};
     if (o->dist) MP_TRY(mp_train_allreduce_dtype(o, c->m->g, &so.allreduce_dtype));
     return mp_cuda_step_create(c->plan, &so, &c->gpu);
 }

@@ -49,7 +49,7 @@ typedef struct {
     mp_dist *dist;              /* this rank's communicator (mpirun launches; set per thread otherwise) */
     const char *allreduce;      /* gradient all-reduce dtype: auto (the policy's 16-bit dtype, else
                                    fp32) | fp32 | fp16 | bf16; NULL = auto */
-    double bucket_mb;           /* all-reduce bucket size in MiB, 0 -> 25 */
+    double bucket_mb;           /* all-reduce bucket size in MiB, 0 -> 4 */
     double dist_timeout;        /* seconds any rank waits for the others, 0 -> 300 */
     /* builds another copy of the model (same architecture and policy) for
      * the ranks of a --gpus run beyond the first */
