@@ -62,6 +62,8 @@ static void usage(FILE *f) {
             "                      | fp16 | bf16 (default auto)\n"
             "  --bucket-mb X       gradient all-reduce bucket size in MiB (default 4)\n"
             "  --dist-timeout S    seconds a rank waits for the others before stopping (default 300)\n"
+            "  --sync-bn           BatchNorm normalizes with the statistics of the global batch (all GPUs;\n"
+            "                      default: each GPU its own, as PyTorch DDP)\n"
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --log FILE.jsonl    write one JSON record per epoch\n"
@@ -92,6 +94,7 @@ typedef struct {
     int gpus;                 /* 0: not given */
     const char *allreduce;
     float bucket_mb, dist_timeout;
+    bool sync_bn;
 } train_args;
 
 static int run_train(train_args *t, mp_dist *dist, int rank);
@@ -156,6 +159,7 @@ static int parse(int argc, char **argv, train_args *t) {
             if (strcmp(v, "auto") && strcmp(v, "fp32") && strcmp(v, "fp16") && strcmp(v, "bf16")) { fprintf(stderr, "mixprec train: --allreduce '%s' must be auto, fp32, fp16 or bf16\n", v); return 2; }
         } else if (!strcmp(a, "--bucket-mb")) { NEED_VALUE(); if (!arg_float("train", a, v, 0.01f, 4096, &t->bucket_mb)) return 2;
         } else if (!strcmp(a, "--dist-timeout")) { NEED_VALUE(); if (!arg_float("train", a, v, 1, 1e6f, &t->dist_timeout)) return 2;
+        } else if (!strcmp(a, "--sync-bn")) { t->sync_bn = true;
         } else if (!strcmp(a, "--reference")) { t->reference = true;
         } else if (!strcmp(a, "--quiet")) { t->quiet = true;
         } else {
@@ -308,7 +312,7 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                            .clip_value = t.clip_value, .max_forward_overflows = t.max_forward_overflows,
                            .auto_fallback = t.auto_fallback, .save_path = t.save, .resume_path = t.resume,
                            .stop_after = t.stop_after, .gpus = dist ? 0 : t.gpus, .dist = dist,
-                           .allreduce = t.allreduce, .bucket_mb = t.bucket_mb, .dist_timeout = t.dist_timeout,
+                           .allreduce = t.allreduce, .bucket_mb = t.bucket_mb, .dist_timeout = t.dist_timeout, .sync_bn = t.sync_bn,
                            .replica = build_replica, .replica_arg = &rs};
         mp_monitor *mon = NULL;
         s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);

@@ -180,6 +180,11 @@ typedef struct {
     uint64_t seed;      /* dropout masks */
     bool profile;       /* time every node's forward and backward (mp_plan_print_profile) */
     mp_device device;   /* where the plan runs (default: the CPU) */
+    /* data parallel on GPUs: with sync_bn, training BatchNorm normalizes with
+     * the statistics of the global batch (every rank of sync_dist, an
+     * mp_dist from src/dist/dist.h), else with this rank's own */
+    bool sync_bn;
+    void *sync_dist;
 } mp_plan_opts;
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);

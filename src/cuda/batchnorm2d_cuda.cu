@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "cuda/cuda_kernel_util.cuh"
+#include "dist/dist.h"
 
 enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
 
@@ -58,8 +59,21 @@ static bn_block bn_block_of(int C, bool vec_ok) {
     return b;
 }
 
-/* Workspace: two (G, C) partial arrays, then (4, C) coefficients. */
-static size_t bn_workspace_floats(const bn_dims *d) { return (2 * (size_t)d->G + 4) * (size_t)d->C; }
+/* Workspace: two (G, C) partial arrays, (4, C) coefficients, then for
+ * synchronized BatchNorm this rank's (2, C) share and every rank's. */
+static size_t bn_workspace_floats(const bn_dims *d, int world) {
+    return (2 * (size_t)d->G + 4 + (world > 1 ? 2 + 2 * (size_t)world : 0)) * (size_t)d->C;
+}
+
+/* Synchronized BatchNorm: the (2, C) per-channel shares of every rank, in
+ * rank order, into all (world, 2, C). */
+static mp_status bn_gather(mp_cuda_ctx *ctx, const mp_op_call *c, const float *local, float *all, int C) {
+    mp_status s = mp_dist_allgather_f32((mp_dist *)ctx->sync_dist, local, all, 2 * (size_t)C, ctx->stream);
+    if (s != MP_OK)
+        return mp_error(s, "batchnorm2d '%s': synchronizing the statistics: %s", c->desc->name ? c->desc->name : "?",
+                        mp_last_error());
+    return MP_OK;
+}
 
 /* ---- device helpers ----------------------------------------------------- */
 
@@ -128,19 +142,22 @@ __global__ void bn_stats_kernel(const void *x, mp_dtype xdt, long long M, int C,
         }
 }
 
-/* Per channel: merge the G chunk partials (fixed order), save mean and
- * 1/std, update the running stats, write the coefficients (mu, scale, shift). */
-__global__ void bn_finalize_fwd_kernel(const float *pmean, const float *pm2, int G, long long M, long long R,
-                                       int C, const void *gamma, mp_dtype gdt, const void *beta, mp_dtype bdt,
-                                       float *rmean, float *rvar, float eps, float mom, float *save_mean,
-                                       float *save_invstd, float *coef) {
+/* Per channel: merge the G partials (fixed order; partial p is at
+ * p * stride, of min(R, M - p * R) rows), save mean and 1/std, update the
+ * running stats, write the coefficients (mu, scale, shift). With `local`:
+ * only write the merged (mean, m2) to local[c], local[C + c] (a rank's
+ * share of synchronized BatchNorm, merged again over the ranks). */
+__global__ void bn_finalize_fwd_kernel(const float *pmean, const float *pm2, long long stride, int G, long long M,
+                                       long long R, int C, const void *gamma, mp_dtype gdt, const void *beta,
+                                       mp_dtype bdt, float *rmean, float *rvar, float eps, float mom,
+                                       float *save_mean, float *save_invstd, float *coef, float *local) {
     __shared__ float s_n[FIN_BY][FIN_BX], s_mean[FIN_BY][FIN_BX], s_m2[FIN_BY][FIN_BX];
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
     float n = 0.f, mean = 0.f, m2 = 0.f;
     if (c < C)
         for (int p = ty; p < G; p += FIN_BY) {
             long long rows = (p + 1LL) * R < M ? R : M - p * R;
-            chan_merge(n, mean, m2, (float)rows, pmean[(long long)p * C + c], pm2[(long long)p * C + c]);
+            chan_merge(n, mean, m2, (float)rows, pmean[(long long)p * stride + c], pm2[(long long)p * stride + c]);
         }
     s_n[ty][tx] = n, s_mean[ty][tx] = mean, s_m2[ty][tx] = m2;
     __syncthreads();
@@ -154,6 +171,10 @@ __global__ void bn_finalize_fwd_kernel(const float *pmean, const float *pm2, int
     }
     if (ty != 0 || c >= C) return;
     mean = s_mean[0][tx], m2 = s_m2[0][tx];
+    if (local) {
+        local[c] = mean, local[C + c] = m2;
+        return;
+    }
     float invstd = 1.f / sqrtf(m2 / (float)M + eps);
     save_mean[c] = mean;
     save_invstd[c] = invstd;
@@ -243,11 +264,15 @@ __global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy
         }
 }
 
-/* Per channel: sum the G partials (fixed order); dgamma = sum(dy*xhat),
- * dbeta = sum(dy); coefficients (mu, k, a, b) of
+/* Per channel: sum the G partials (fixed order, partial p at p * stride);
+ * dgamma = sum(dy*xhat), dbeta = sum(dy); coefficients (mu, k, a, b) of
  * dx = k * (dy - a - (x - mu) * b), k = gamma/std, and with batch stats
- * a = mean(dy), b = mean(dy * (x - mu)) / var (else a = b = 0). */
-__global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, int G, long long M, int C,
+ * a = mean(dy), b = mean(dy * (x - mu)) / var (else a = b = 0) over M rows.
+ * With `local`: write the sums to local[c], local[C + c] (and dgamma,
+ * dbeta, which stay this rank's own: data parallelism averages them) and
+ * stop; synchronized BatchNorm then sums the ranks' sums for a and b. */
+__global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, long long stride, int G, long long M,
+                                       int C, float *local,
                                        bool batch_stats, const float *mean, const float *invstd, const float *rmean,
                                        const float *rvar, float eps, const void *gamma, mp_dtype gdt, void *dgamma,
                                        mp_dtype dgdt, void *dbeta, mp_dtype dbdt, float *coef) {
@@ -255,7 +280,7 @@ __global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, in
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
     float sa = 0.f, sb = 0.f;
     if (c < C)
-        for (int p = ty; p < G; p += FIN_BY) sa += psdy[(long long)p * C + c], sb += psdyx[(long long)p * C + c];
+        for (int p = ty; p < G; p += FIN_BY) sa += psdy[(long long)p * stride + c], sb += psdyx[(long long)p * stride + c];
     s_a[ty][tx] = sa, s_b[ty][tx] = sb;
     __syncthreads();
     for (int s = FIN_BY / 2; s > 0; s >>= 1) {
@@ -268,6 +293,10 @@ __global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, in
     float is = batch_stats ? invstd[c] : 1.f / sqrtf(rvar[c] + eps);
     if (dgamma) mp_st(dgamma, dgdt, c, sb * is);
     if (dbeta) mp_st(dbeta, dbdt, c, sa);
+    if (local) {
+        local[c] = sa, local[C + c] = sb;
+        return;
+    }
     coef[c] = mu;
     coef[C + c] = mp_ld(gamma, gdt, c) * is;
     coef[2 * C + c] = batch_stats ? sa / (float)M : 0.f;
@@ -311,7 +340,7 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     MP_TRY(mp_cuda_op_check_dtypes(d, info, cfg, -1));
     bn_dims dm = bn_dims_of(ctx, &info->in[0]);
     if (cfg->training && dm.M < 2) return bn_batch_error(d, &info->in[0]);
-    mp_cuda_raise(workspace_bytes, bn_workspace_floats(&dm) * sizeof(float));
+    mp_cuda_raise(workspace_bytes, bn_workspace_floats(&dm, cfg->training ? ctx->sync_world : 1) * sizeof(float));
     mp_cuda_raise(saved_bytes, 2 * (size_t)dm.C * sizeof(float));
     return MP_OK;
 }
@@ -348,9 +377,20 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
             bn_stats_kernel<8><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dm.M, C, dm.R, pmean, pm2);
         else
             bn_stats_kernel<1><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dm.M, C, dm.R, pmean, pm2);
+        long long stride = C, M = dm.M, R = dm.R;
+        int G = dm.G;
+        if (ctx->sync_world > 1) { /* merge this rank's partials, gather every rank's, merge those */
+            float *local = coef + 4 * (size_t)C, *all = local + 2 * (size_t)C;
+            bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
+                pmean, pm2, C, dm.G, dm.M, dm.R, C, NULL, MP_DTYPE_F32, NULL, MP_DTYPE_F32, NULL, NULL, eps, mom, NULL,
+                NULL, NULL, local);
+            MP_TRY(bn_gather(ctx, c, local, all, C));
+            pmean = all, pm2 = all + C, stride = 2LL * C, G = ctx->sync_world, R = dm.M, M = dm.M * ctx->sync_world;
+        }
         bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
-            pmean, pm2, dm.G, dm.M, dm.R, C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
-            (float *)p[P_RUNNING_MEAN].data, (float *)p[P_RUNNING_VAR].data, eps, mom, save_mean, save_invstd, coef);
+            pmean, pm2, stride, G, M, R, C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
+            (float *)p[P_RUNNING_MEAN].data, (float *)p[P_RUNNING_VAR].data, eps, mom, save_mean, save_invstd, coef,
+            NULL);
     } else {
         bn_eval_coef_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(
             C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
@@ -391,9 +431,22 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
             bn_bwd_reduce_kernel<1><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype,
                                                                               mu, dm.M, C, dm.R, psdy, psdyx);
     }
-    bn_finalize_bwd_kernel<<<(C + FIN_BX - 1) / FIN_BX, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
-        psdy, psdyx, reduce ? dm.G : 0, dm.M, C, batch_stats, save_mean, save_invstd, rmean, rvar,
-        c->desc->attr.bn.eps, p[P_WEIGHT].data, p[P_WEIGHT].dtype, dg->data, dg->dtype, db->data, db->dtype, coef);
+    const unsigned fin_blocks = (C + FIN_BX - 1) / FIN_BX;
+    void *dgamma = dg->data, *dbeta = db->data;
+    long long stride = C, M = dm.M;
+    int G = reduce ? dm.G : 0;
+    if (batch_stats && ctx->sync_world > 1) { /* this rank's sums (and its dgamma, dbeta), then every rank's */
+        float *local = coef + 4 * (size_t)C, *all = local + 2 * (size_t)C;
+        bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
+            psdy, psdyx, C, dm.G, dm.M, C, local, batch_stats, save_mean, save_invstd, rmean, rvar,
+            c->desc->attr.bn.eps, p[P_WEIGHT].data, p[P_WEIGHT].dtype, dgamma, dg->dtype, dbeta, db->dtype, coef);
+        MP_TRY(bn_gather(ctx, c, local, all, C));
+        psdy = all, psdyx = all + C, stride = 2LL * C, G = ctx->sync_world, M = dm.M * ctx->sync_world;
+        dgamma = dbeta = NULL;
+    }
+    bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
+        psdy, psdyx, stride, G, M, C, NULL, batch_stats, save_mean, save_invstd, rmean, rvar, c->desc->attr.bn.eps,
+        p[P_WEIGHT].data, p[P_WEIGHT].dtype, dgamma, dg->dtype, dbeta, db->dtype, coef);
     if (dx->data) {
         const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
         if (b.vec == 8)

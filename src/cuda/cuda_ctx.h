@@ -26,6 +26,10 @@ typedef struct mp_cuda_ctx {
     int sm_count;
     size_t mem_total;
     char name[128];
+    /* synchronized BatchNorm (plan opts sync_bn): statistics gathered from
+     * every rank of sync_dist (an mp_dist); NULL: per GPU */
+    void *sync_dist;
+    int sync_world;
 } mp_cuda_ctx;
 
 /* Open device `device` (0-based): a clear error listing the devices found

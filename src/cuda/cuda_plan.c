@@ -9,6 +9,7 @@
 #include "amp/policy.h"
 #include "cuda/cuda_op.h"
 #include "cuda/cuda_plan_kernels.h"
+#include "dist/dist.h"
 #include "graph/device.h"
 
 struct mp_device_plan {
@@ -48,6 +49,10 @@ mp_status mp_device_plan_open(mp_plan *p) {
     p->dev = d;
     if (!d->param || !d->grad || !d->low) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
     MP_TRY(mp_cuda_ctx_create(p->o.device.index, &d->ctx));
+    if (p->o.training && p->o.sync_bn && p->o.sync_dist) {
+        d->ctx->sync_dist = p->o.sync_dist;
+        d->ctx->sync_world = mp_dist_world(p->o.sync_dist);
+    }
     for (int k = 0; k < g->n_params; k++) {
         mp_gparam *gp = &g->params[k];
         size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);

@@ -18,6 +18,10 @@
 
 #include "core/error.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA ops (synchronized BatchNorm) call in */
+#endif
+
 typedef struct mp_dist mp_dist;             /* one rank */
 typedef struct mp_dist_group mp_dist_group; /* the ranks of one process (thread mode) */
 
@@ -60,5 +64,12 @@ mp_status mp_dist_enqueue_begin(mp_dist *d);
 void mp_dist_enqueue_end(mp_dist *d);
 /* Releases the communicator (and, for MPI, finalizes MPI). */
 void mp_dist_destroy(mp_dist *d);
+/* recv (world x n floats, rank order) = every rank's send (n floats), on
+ * `stream` (a cudaStream_t), inside or outside a CUDA graph capture. */
+mp_status mp_dist_allgather_f32(mp_dist *d, const float *send, float *recv, size_t n, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

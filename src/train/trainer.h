@@ -51,6 +51,7 @@ typedef struct {
                                    fp32) | fp32 | fp16 | bf16; NULL = auto */
     double bucket_mb;           /* all-reduce bucket size in MiB, 0 -> 4 */
     double dist_timeout;        /* seconds any rank waits for the others, 0 -> 300 */
+    bool sync_bn;               /* BatchNorm with the global batch's statistics (default: per GPU) */
     /* builds another copy of the model (same architecture and policy) for
      * the ranks of a --gpus run beyond the first */
     mp_status (*replica)(void *arg, mp_model *out);

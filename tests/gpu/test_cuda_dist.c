@@ -1,18 +1,19 @@
 /* test_cuda_dist.c — data parallelism over NCCL, ranks as threads (one GPU
- * each), on a BatchNorm-free CNN (per-GPU batch statistics would make the
- * runs differ by design):
+ * each), on a small CNN without BatchNorm (per-GPU batch statistics make
+ * the runs differ by design) unless said:
  *  1. R ranks x batch b reach the same weights after K steps as one GPU x
  *     batch R*b: fp32 within fp32 reduction-order tolerance, amp-bf16
  *     within one bf16 ulp (its convolutions round to bf16 and sum in a
  *     batch-dependent order) with the fp32 all-reduce and with the bf16 one
- *     it uses by default; every rank ends with
- *     bit-identical weights;
+ *     it uses by default; every rank ends with bit-identical weights;
  *  2. small buckets (many all-reduces overlapping backward) give the
  *     weights of one bucket (fp32, within reduction-order tolerance);
- *  3. amp-fp16 with an overflow forced on the last rank only: every rank
+ *  3. with BatchNorm: synchronized statistics reach one GPU's weights and
+ *     running stats, per-GPU statistics (the default) do not;
+ *  4. amp-fp16 with an overflow forced on the last rank only: every rank
  *     skips that step (found-inf all-reduced), keeps the same loss scale
  *     and the same weights;
- *  4. a rank that fails stops the others with an error within the timeout
+ *  5. a rank that fails stops the others with an error within the timeout
  *     (no hang).
  * Usage: test_cuda_dist [RANKS] (default 2; needs that many GPUs; with 1 the
  * communicator has one rank and case 1 must match to 1e-6).
@@ -41,6 +42,7 @@ typedef struct {
     size_t bucket_bytes;
     int inject_rank;      /* -1: none; else the rank whose step INJECT_STEP overflows */
     int fail_rank;        /* -1: none; else the rank that fails at step 2 */
+    bool bn, sync_bn;     /* BatchNorm after each conv; synchronized over the ranks */
 } run_cfg;
 enum { INJECT_STEP = 3 };
 
@@ -57,16 +59,18 @@ typedef struct {
     double seconds;
 } rank_run;
 
-static mp_status build_model(mp_precision prec, mp_model *m) {
+static mp_status build_model(mp_precision prec, bool bn, mp_model *m) {
     memset(m, 0, sizeof *m);
     m->g = mp_graph_create();
     if (!m->g) return mp_error(MP_ERR_NOMEM, "graph");
     mp_graph *g = m->g;
     mp_node x = m->input = mp_graph_input(g, "input", C, H, W);
     x = mp_conv2d(g, "conv1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1, .bias = true});
+    if (bn) x = mp_batchnorm2d(g, "bn1", x, (mp_batchnorm_opts){0});
     x = mp_relu(g, "relu1", x);
     x = mp_maxpool2d(g, "pool1", x, (mp_pool_opts){.kernel = 2});
     x = mp_conv2d(g, "conv2", x, (mp_conv_opts){.out_channels = 32, .kernel = 3, .padding = 1, .bias = true});
+    if (bn) x = mp_batchnorm2d(g, "bn2", x, (mp_batchnorm_opts){0});
     x = mp_relu(g, "relu2", x);
     x = mp_global_avgpool(g, "gap", x);
     x = mp_linear(g, "fc", x, (mp_linear_opts){.out_features = CLASSES, .bias = true});
@@ -93,11 +97,12 @@ static mp_status train(rank_run *rr, mp_dist *d) {
     mp_cuda_step *st = NULL;
     float *x = malloc((size_t)GLOBAL_BATCH * per * sizeof *x);
     int32_t y[GLOBAL_BATCH];
-    mp_status s = x ? build_model(rr->cfg.prec, &m) : mp_error(MP_ERR_NOMEM, "batch");
+    mp_status s = x ? build_model(rr->cfg.prec, rr->cfg.bn, &m) : mp_error(MP_ERR_NOMEM, "batch");
     bool scaling = rr->cfg.prec == MP_PRECISION_AMP_FP16;
     if (s == MP_OK)
         s = mp_plan_create(m.g, (mp_plan_opts){.batch = b, .training = true, .loss = m.loss,
-                                               .device = {MP_DEVICE_CUDA, d ? mp_dist_device(d) : 0}},
+                                               .device = {MP_DEVICE_CUDA, d ? mp_dist_device(d) : 0},
+                                               .sync_bn = rr->cfg.sync_bn, .sync_dist = d},
                            &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
                             .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = rr->cfg.wire,
@@ -210,7 +215,7 @@ static void equivalence(int world, mp_precision prec, mp_dtype wire, double tol)
         for (int r = 1; r < world; r++)
             CHECK(identical(&dp[r], &dp[0]), "%s: rank %d's weights differ from rank 0's", mp_precision_name(prec), r);
         mp_model m; /* the runs trained: the weights moved away from their init */
-        if (build_model(prec, &m) == MP_OK) {
+        if (build_model(prec, false, &m) == MP_OK) {
             double d2 = 0, r2 = 0;
             size_t at = 0;
             for (int k = 0; k < m.g->n_params; k++)
@@ -225,6 +230,35 @@ static void equivalence(int world, mp_precision prec, mp_dtype wire, double tol)
     }
     free_runs(ref, 1);
     free_runs(dp, world);
+}
+
+/* BatchNorm: synchronized statistics make R ranks x b equal one GPU x R*b;
+ * per-GPU statistics (the default) do not. */
+static void sync_batchnorm(int world) {
+    run_cfg cfg = {.prec = MP_PRECISION_FP32, .wire = MP_DTYPE_F32, .inject_rank = -1, .fail_rank = -1, .bn = true,
+                   .sync_bn = true};
+    run_cfg per_gpu = cfg;
+    per_gpu.sync_bn = false;
+    rank_run ref[1], sync[MAX_RANKS], own[MAX_RANKS];
+    run(&cfg, 0, ref, 60);
+    run(&cfg, world, sync, 60);
+    run(&per_gpu, world, own, 60);
+    bool ok = ref[0].s == MP_OK;
+    for (int r = 0; r < world; r++) ok = ok && sync[r].s == MP_OK && own[r].s == MP_OK;
+    CHECK(ok, "BatchNorm runs failed: %s | %s | %s", ref[0].msg, sync[world - 1].msg, own[world - 1].msg);
+    if (ok) {
+        double e_sync = rel_diff(&sync[0], &ref[0]), e_own = rel_diff(&own[0], &ref[0]);
+        printf("BatchNorm, fp32, %d ranks x batch %d vs 1 GPU x batch %d: weights and running stats differ by %.2e "
+               "synchronized (tolerance 1e-4), %.2e per GPU\n",
+               world, GLOBAL_BATCH / world, GLOBAL_BATCH, e_sync, e_own);
+        CHECK(e_sync <= 1e-4, "synchronized BatchNorm: %d ranks differ from one GPU by %g", world, e_sync);
+        if (world > 1) CHECK(e_own > 10 * e_sync, "per-GPU BatchNorm should differ (%g vs %g)", e_own, e_sync);
+        for (int r = 1; r < world; r++)
+            CHECK(identical(&sync[r], &sync[0]), "synchronized BatchNorm: rank %d differs from rank 0", r);
+    }
+    free_runs(ref, 1);
+    free_runs(sync, world);
+    free_runs(own, world);
 }
 
 static void buckets(int world) {
@@ -309,6 +343,7 @@ int main(int argc, char **argv) {
     equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, world == 1 ? 1e-6 : 0x1p-8);
     equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, 0x1p-8);
     buckets(world);
+    sync_batchnorm(world);
     forced_overflow(world);
     if (world > 1) failing_rank(world);
     return test_summary("test_cuda_dist");
