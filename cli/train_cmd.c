@@ -170,20 +170,6 @@ static int parse(int argc, char **argv, train_args *t) {
     return 0;
 }
 
-/* The model of ranks beyond the first (--gpus): built and policed like m. */
-typedef struct {
-    const train_args *t;
-    const mp_dataset *train;
-    mp_precision precision;
-} replica_src;
-
-static mp_status build_replica(void *arg, mp_model *out) {
-    const replica_src *r = arg;
-    MP_TRY(mp_model_build(r->t->model, r->train->c, r->train->h, r->train->w, r->train->classes, out));
-    return mp_graph_apply_policy(out->g, (mp_policy_opts){.precision = r->precision, .overrides = r->t->overrides,
-                                                           .bn_low = r->t->bn_low});
-}
-
 /* Under mpirun a rank killed by the launcher (because another rank failed)
  * still says why it stops. */
 static char sigterm_line[96];
@@ -275,9 +261,10 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     float lr = 0;
     mp_status s = common_opts_optimizer(&t.c, &oo, &lr);
     if (s == MP_OK) s = common_opts_load_data(&t.c, t.seed, &train, &test);
-    if (s == MP_OK) s = mp_model_build(t.model, train.c, train.h, train.w, train.classes, &m);
-    if (s == MP_OK)
-        s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision, .overrides = t.overrides, .bn_low = t.bn_low});
+    /* rank 0's model, and (--gpus) the other ranks' replicas */
+    mp_model_spec spec = {.model = t.model, .data = &train,
+                          .policy = {.precision = precision, .overrides = t.overrides, .bn_low = t.bn_low}};
+    if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
     if (s == MP_OK && t.print_precision) {
         mp_graph_print_precision(m.g, stdout);
         mp_model_free(&m);
@@ -300,7 +287,6 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
             fprintf(out, "mixprec: data parallel over %d GPUs (%s): global batch %d, gradients all-reduced (%s)\n",
                     ranks, dist ? "mpirun ranks" : "one thread each", ranks * t.batch,
                     t.allreduce ? t.allreduce : "auto");
-        replica_src rs = {.t = &t, .train = &train, .precision = precision};
         mp_train_opts o = {.model_name = t.model, .data_name = t.c.data, .precision = t.precision, .epochs = t.epochs,
                            .batch = t.batch, .lr = lr, .optim = oo, .lr_schedule = t.lr_schedule, .seed = t.seed,
                            .augment = t.c.augment, .normalize = t.c.normalize, .max_steps = t.max_steps,
@@ -313,7 +299,7 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                            .auto_fallback = t.auto_fallback, .save_path = t.save, .resume_path = t.resume,
                            .stop_after = t.stop_after, .gpus = dist ? 0 : t.gpus, .dist = dist,
                            .allreduce = t.allreduce, .bucket_mb = t.bucket_mb, .dist_timeout = t.dist_timeout, .sync_bn = t.sync_bn,
-                           .replica = build_replica, .replica_arg = &rs};
+                           .replica = mp_model_spec_build, .replica_arg = &spec};
         mp_monitor *mon = NULL;
         s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);
         if (s == MP_OK) s = mp_train_run(&m, &train, &test, &o, &res);

@@ -1,11 +1,19 @@
-/* train_gpus.c — see train_gpus.h. Only rank 0 prints progress, writes the
- * log and checkpoints and evaluates; the others train silently. */
+/* train_gpus.c — see train_gpus.h; also mp_model_spec_build (trainer.h),
+ * the replica builder of `train` and `bench`. Only rank 0 prints progress,
+ * writes the log and checkpoints and evaluates; the others train silently. */
 #include "train/train_gpus.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+mp_status mp_model_spec_build(void *spec, mp_model *out) {
+    const mp_model_spec *sp = spec;
+    const mp_dataset *d = sp->data;
+    MP_TRY(mp_model_build(sp->model, d->c, d->h, d->w, d->classes, out));
+    return mp_graph_apply_policy(out->g, sp->policy);
+}
 
 typedef struct {
     int rank;

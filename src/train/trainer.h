@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "amp/policy.h"
 #include "amp/scaler.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
@@ -76,6 +77,17 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
                        mp_train_result *r);
 /* The gradient all-reduce dtype for o->allreduce under m's policy. */
 mp_status mp_train_allreduce_dtype(const mp_train_opts *o, const mp_graph *g, mp_dtype *out);
+
+/* A model by name for a dataset's image shape and classes, with a precision
+ * policy applied: what mp_model_spec_build builds, e.g. as mp_train_opts.replica
+ * with replica_arg pointing at the spec (train_gpus.c). */
+typedef struct {
+    const char *model;
+    const mp_dataset *data;
+    mp_policy_opts policy;
+} mp_model_spec;
+
+mp_status mp_model_spec_build(void *spec, mp_model *out);
 
 /* Accuracy of the model on d (inference plan of `batch`). */
 mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *mean, const float *std,
