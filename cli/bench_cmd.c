@@ -254,6 +254,7 @@ int cmd_bench(int argc, char **argv) {
     }
     mp_bench_opts o = {.models = b.models, .n_models = b.n_models, .precisions = b.precisions,
                        .n_precisions = b.n_precisions, .batches = b.batches, .n_batches = b.n_batches,
+                       .gpus = (const int[]){1}, .n_gpus = 1,
                        .epochs = b.epochs, .steps = b.steps, .data_name = b.c.data, .lr = lr, .optim = oo,
                        .seed = b.seed, .augment = b.c.augment, .normalize = b.c.normalize,
                        .use_onednn = !b.reference, .device = b.device, .price_per_hour = b.price,

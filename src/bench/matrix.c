@@ -19,10 +19,16 @@ const char *mp_cell_status_name(mp_cell_status s) {
     }
 }
 
-mp_bench_cell *mp_bench_cell_at(const mp_bench_matrix *m, int model, int precision, int batch) {
+mp_bench_cell *mp_bench_cell_at(const mp_bench_matrix *m, int model, int gpus, int precision, int batch) {
     const mp_bench_opts *o = m->o;
-    return &m->cells[((size_t)model * (size_t)o->n_precisions + (size_t)precision) * (size_t)o->n_batches +
-                     (size_t)batch];
+    size_t i = ((size_t)model * (size_t)o->n_gpus + (size_t)gpus) * (size_t)o->n_precisions + (size_t)precision;
+    return &m->cells[i * (size_t)o->n_batches + (size_t)batch];
+}
+
+int mp_bench_one_gpu_index(const mp_bench_opts *o) {
+    for (int g = 0; g < o->n_gpus; g++)
+        if (o->gpus[g] == 1) return g;
+    return -1;
 }
 
 /* Peak RSS per cell: Linux resets the high-water mark when "5" is written to
@@ -50,8 +56,9 @@ static int64_t peak_rss_bytes(void) {
 
 static mp_status train_cell(const mp_bench_opts *o, const mp_dataset *train, const mp_dataset *test, mp_bench_cell *c) {
     mp_model model = {0};
-    mp_status s = mp_model_build(c->model, train->c, train->h, train->w, train->classes, &model);
-    if (s == MP_OK) s = mp_graph_apply_policy(model.g, (mp_policy_opts){.precision = c->precision});
+    /* rank 0's model, and for a cell of several GPUs the other ranks' replicas */
+    mp_model_spec spec = {.model = c->model, .data = train, .policy = {.precision = c->precision}};
+    mp_status s = mp_model_spec_build(&spec, &model);
     bool fp16_scaled = c->precision == MP_PRECISION_AMP_FP16 || c->precision == MP_PRECISION_O2_FP16;
     mp_train_opts t = {.model_name = c->model, .data_name = o->data_name, .precision = mp_precision_name(c->precision),
                        .epochs = o->epochs, .batch = c->batch, .lr = o->lr, .optim = o->optim,
@@ -59,99 +66,132 @@ static mp_status train_cell(const mp_bench_opts *o, const mp_dataset *train, con
                        .augment = o->augment, .normalize = o->normalize, .max_steps = o->steps,
                        .use_onednn = o->use_onednn, .device = o->device, .out = o->train_out,
                        .loss_scaling = fp16_scaled,
-                       .scaler = {.dynamic = true}};
+                       .scaler = {.dynamic = true},
+                       .gpus = c->gpus > 1 ? c->gpus : 0, .replica = mp_model_spec_build, .replica_arg = &spec};
     if (s == MP_OK) s = mp_train_run(&model, train, test, &t, &c->res);
     mp_model_free(&model);
     return s;
 }
 
-/* Time per epoch, speed-up, accuracy drop and cost of every finished cell. */
-static void derive(const mp_bench_matrix *m, mp_bench_cell *c, int model, int batch, int full_steps) {
+void mp_bench_derive(const mp_bench_matrix *m, int model, int gpus, int precision, int batch) {
     const mp_bench_opts *o = m->o;
-    c->speedup = c->acc_drop = c->cost_per_million = NAN;
+    mp_bench_cell *c = mp_bench_cell_at(m, model, gpus, precision, batch);
+    int full_steps = m->train_samples / (c->batch * c->gpus); /* a whole epoch at the global batch */
+    c->speedup = c->acc_drop = c->cost_per_million = c->vs_1gpu = NAN;
     if (c->status != MP_CELL_OK) return;
     double ips = c->res.images_per_s;
-    c->time_per_epoch_s = ips > 0 ? (double)full_steps * c->batch / ips : NAN;
+    c->time_per_epoch_s = ips > 0 ? (double)full_steps * c->batch * c->gpus / ips : NAN;
     c->projected = o->steps > 0 && o->steps < full_steps;
     if (o->price_per_hour > 0 && ips > 0) c->cost_per_million = o->price_per_hour / 3600.0 / ips * 1e6;
     for (int p = 0; p < o->n_precisions; p++) {
-        const mp_bench_cell *ref = mp_bench_cell_at(m, model, p, batch);
+        const mp_bench_cell *ref = mp_bench_cell_at(m, model, gpus, p, batch);
         if (o->precisions[p] != MP_PRECISION_FP32 || ref->status != MP_CELL_OK) continue;
         c->speedup = ref->time_per_epoch_s / c->time_per_epoch_s - 1.0;
         c->acc_drop = ref->res.test_acc - c->res.test_acc;
     }
+    int one = mp_bench_one_gpu_index(o);
+    const mp_bench_cell *ref = one >= 0 ? mp_bench_cell_at(m, model, one, precision, batch) : NULL;
+    if (ref && ref->status == MP_CELL_OK && ref->res.images_per_s > 0) c->vs_1gpu = ips / ref->res.images_per_s;
 }
 
-static void report_cell(FILE *f, int i, int n, const mp_bench_cell *c) {
+/* "cnn10 fp32 batch 128", with " on 2 GPUs" where the matrix has several GPU
+ * counts or this one is more than 1. */
+static void cell_label(char *buf, size_t n, const mp_bench_opts *o, const mp_bench_cell *c) {
+    int len = snprintf(buf, n, "%s %s batch %d", c->model, mp_precision_name(c->precision), c->batch);
+    if ((o->n_gpus > 1 || c->gpus > 1) && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, " on %d GPU%s", c->gpus, c->gpus == 1 ? "" : "s");
+}
+
+static void report_cell(FILE *f, const mp_bench_opts *o, int i, int n, const mp_bench_cell *c) {
     if (!f) return;
-    fprintf(f, "[%d/%d] %s %s batch %d: ", i, n, c->model, mp_precision_name(c->precision), c->batch);
+    char label[256];
+    cell_label(label, sizeof label, o, c);
+    fprintf(f, "[%d/%d] %s: ", i, n, label);
     if (c->status != MP_CELL_OK) {
         fprintf(f, "%s: %s (%.1fs)\n", mp_cell_status_name(c->status), c->message, c->cell_seconds);
     } else {
         fprintf(f, "%.2f s/epoch%s, %.0f img/s, test acc %.2f%%", c->time_per_epoch_s,
                 c->projected ? " (projected)" : "", c->res.images_per_s, 100 * c->res.test_acc);
         if (!isnan(c->speedup)) fprintf(f, ", speed-up %+.1f%%", 100 * c->speedup);
+        if (c->gpus > 1 && !isnan(c->vs_1gpu)) fprintf(f, ", %.2fx the images/s of 1 GPU", c->vs_1gpu);
         fprintf(f, ", arena %.1f MiB, peak RSS %.0f MiB (%.1fs)\n", (double)c->res.arena_bytes / (1 << 20),
                 (double)c->peak_rss_bytes / (1 << 20), c->cell_seconds);
     }
     fflush(f);
 }
 
-/* Cells of one model and batch size in run order: fp32 first. */
-static int run_order(const mp_bench_opts *o, int *order) {
-    int n = 0;
+/* Indices 0..n-1 with `first` (if >= 0) moved to the front. */
+static void first_then_rest(int n, int first, int *order) {
+    int k = 0;
+    if (first >= 0) order[k++] = first;
+    for (int i = 0; i < n; i++)
+        if (i != first) order[k++] = i;
+}
+
+static int fp32_index(const mp_bench_opts *o) {
     for (int p = 0; p < o->n_precisions; p++)
-        if (o->precisions[p] == MP_PRECISION_FP32) order[n++] = p;
-    for (int p = 0; p < o->n_precisions; p++)
-        if (o->precisions[p] != MP_PRECISION_FP32) order[n++] = p;
-    return n;
+        if (o->precisions[p] == MP_PRECISION_FP32) return p;
+    return -1;
+}
+
+/* Train one cell, derive its metrics, report it and write its record. */
+static void run_cell(mp_bench_matrix *m, const mp_dataset *train, const mp_dataset *test, int mi, int gi, int pi,
+                     int bi, int done) {
+    const mp_bench_opts *o = m->o;
+    mp_bench_cell *c = mp_bench_cell_at(m, mi, gi, pi, bi);
+    *c = (mp_bench_cell){.model = o->models[mi], .precision = o->precisions[pi], .batch = o->batches[bi],
+                         .gpus = o->gpus[gi]};
+    if (o->progress) {
+        char label[256];
+        cell_label(label, sizeof label, o, c);
+        fprintf(o->progress, "[%d/%d] %s: start\n", done + 1, m->n, label);
+        fflush(o->progress);
+    }
+    reset_peak_rss();
+    if (o->monitor) mp_monitor_mark(o->monitor); /* the cell's window starts here */
+    double t0 = mp_now_seconds();
+    mp_clear_error();
+    mp_status s = train_cell(o, train, test, c);
+    c->cell_seconds = mp_now_seconds() - t0;
+    c->peak_rss_bytes = peak_rss_bytes();
+    if (o->monitor) c->gpu = mp_monitor_mark(o->monitor);
+    c->status = s == MP_OK ? MP_CELL_OK : s == MP_ERR_NOMEM ? MP_CELL_OOM : MP_CELL_ERROR;
+    if (s != MP_OK) snprintf(c->message, sizeof c->message, "%s", mp_last_error());
+    mp_bench_derive(m, mi, gi, pi, bi);
+    report_cell(o->progress, o, done + 1, m->n, c);
+    if (o->jsonl) {
+        mp_bench_write_record(o->jsonl, m, c);
+        fflush(o->jsonl);
+    }
 }
 
 mp_status mp_bench_run(const mp_bench_opts *o, const mp_dataset *train, const mp_dataset *test, mp_bench_matrix *m) {
     memset(m, 0, sizeof *m);
+    if (o->n_gpus < 1) return mp_error(MP_ERR_INVALID_ARG, "bench: no GPU count (1 for a single device)");
+    for (int g = 0; g < o->n_gpus; g++)
+        if (o->gpus[g] < 1) return mp_error(MP_ERR_INVALID_ARG, "bench: GPU count %d must be at least 1", o->gpus[g]);
     m->o = o;
-    m->n = o->n_models * o->n_precisions * o->n_batches;
+    m->n = o->n_models * o->n_gpus * o->n_precisions * o->n_batches;
     m->train_samples = train->n;
     m->test_samples = test ? test->n : 0;
     m->cells = calloc((size_t)m->n, sizeof *m->cells);
-    int *order = malloc((size_t)o->n_precisions * sizeof *order);
-    if (!m->cells || !order) {
-        free(order);
-        return mp_error(MP_ERR_NOMEM, "bench: out of memory for %d cells", m->n);
+    int *p_order = malloc((size_t)o->n_precisions * sizeof *p_order);
+    int *g_order = malloc((size_t)o->n_gpus * sizeof *g_order);
+    mp_status s = MP_OK;
+    if (!m->cells || !p_order || !g_order) s = mp_error(MP_ERR_NOMEM, "bench: out of memory for %d cells", m->n);
+    if (s == MP_OK) {
+        first_then_rest(o->n_precisions, fp32_index(o), p_order);
+        first_then_rest(o->n_gpus, mp_bench_one_gpu_index(o), g_order);
+        int done = 0;
+        for (int mi = 0; mi < o->n_models; mi++)
+            for (int g = 0; g < o->n_gpus; g++)
+                for (int bi = 0; bi < o->n_batches; bi++)
+                    for (int k = 0; k < o->n_precisions; k++)
+                        run_cell(m, train, test, mi, g_order[g], p_order[k], bi, done++);
     }
-    run_order(o, order);
-    int done = 0;
-    for (int mi = 0; mi < o->n_models; mi++)
-        for (int bi = 0; bi < o->n_batches; bi++)
-            for (int k = 0; k < o->n_precisions; k++) {
-                mp_bench_cell *c = mp_bench_cell_at(m, mi, order[k], bi);
-                *c = (mp_bench_cell){.model = o->models[mi], .precision = o->precisions[order[k]],
-                                     .batch = o->batches[bi]};
-                if (o->progress) {
-                    fprintf(o->progress, "[%d/%d] %s %s batch %d: start\n", done + 1, m->n, c->model,
-                            mp_precision_name(c->precision), c->batch);
-                    fflush(o->progress);
-                }
-                reset_peak_rss();
-                if (o->monitor) mp_monitor_mark(o->monitor); /* the cell's window starts here */
-                double t0 = mp_now_seconds();
-                mp_clear_error();
-                mp_status s = train_cell(o, train, test, c);
-                c->cell_seconds = mp_now_seconds() - t0;
-                c->peak_rss_bytes = peak_rss_bytes();
-                if (o->monitor) c->gpu = mp_monitor_mark(o->monitor);
-                c->status = s == MP_OK ? MP_CELL_OK : s == MP_ERR_NOMEM ? MP_CELL_OOM : MP_CELL_ERROR;
-                if (s != MP_OK) snprintf(c->message, sizeof c->message, "%s", mp_last_error());
-                int full_steps = train->n / c->batch;
-                derive(m, c, mi, bi, full_steps);
-                report_cell(o->progress, ++done, m->n, c);
-                if (o->jsonl) {
-                    mp_bench_write_record(o->jsonl, m, c);
-                    fflush(o->jsonl);
-                }
-            }
-    free(order);
-    return MP_OK;
+    free(p_order);
+    free(g_order);
+    return s;
 }
 
 void mp_bench_matrix_free(mp_bench_matrix *m) {

@@ -1,8 +1,9 @@
 /* matrix.h — the benchmark matrix of `mixprec bench` (seed 000): models ×
- * precisions × batch sizes, each cell trained on one dataset for N epochs (or
- * N steps per epoch), with the seed's derived metrics per cell — time per
- * epoch, speed-up T_fp32 / T - 1 within one batch size, accuracy and its drop
- * against fp32, memory, images/s, cost — and the report writers. */
+ * precisions × batch sizes × GPU counts, each cell trained on one dataset for
+ * N epochs (or N steps per epoch), with the seed's derived metrics per cell —
+ * time per epoch, speed-up T_fp32 / T - 1 within one batch size and GPU
+ * count, accuracy and its drop against fp32, memory, images/s and their ratio
+ * to 1 GPU, cost — and the report writers. */
 #ifndef MP_BENCH_MATRIX_H
 #define MP_BENCH_MATRIX_H
 
@@ -18,7 +19,8 @@ typedef enum { MP_CELL_PENDING, MP_CELL_OK, MP_CELL_OOM, MP_CELL_ERROR } mp_cell
 typedef struct {
     const char *model;
     mp_precision precision;
-    int batch;
+    int batch;                  /* per GPU; a cell of N GPUs trains on global batches of N x batch */
+    int gpus;                   /* data-parallel ranks, one GPU each (1: a single device, maybe the CPU) */
     mp_cell_status status;
     char message[512];          /* why a cell failed */
     mp_train_result res;
@@ -26,7 +28,9 @@ typedef struct {
     double time_per_epoch_s;    /* training time of one full epoch (projected with --steps) */
     bool projected;             /* time_per_epoch_s extrapolated from fewer steps */
     int64_t peak_rss_bytes;     /* process peak RSS during the cell (0 = unknown) */
-    double speedup;             /* T_fp32 / T - 1 at this model and batch (NAN: no fp32) */
+    double speedup;             /* T_fp32 / T - 1 at this model, batch and GPU count (NAN: no fp32) */
+    double vs_1gpu;             /* images/s over the 1-GPU cell's at this model, precision and batch
+                                   (NAN: no such cell, or it failed) */
     double acc_drop;            /* fp32 test accuracy - this one, as seed 000 (NAN: no fp32) */
     double cost_per_million;    /* USD per million training samples (NAN: no price) */
     mp_monitor_summary gpu;     /* the GPU monitor over the cell (gpu.gpu false: no GPU readings) */
@@ -39,6 +43,9 @@ typedef struct {
     int n_precisions;
     const int *batches;
     int n_batches;
+    const int *gpus;            /* GPU counts, each >= 1; a count > 1 trains data parallel on GPUs
+                                   0..N-1 (needs device CUDA) */
+    int n_gpus;                 /* >= 1 */
     int epochs;                 /* per cell, >= 1 */
     int steps;                  /* steps per epoch, 0 = whole epochs */
     const char *data_name;      /* for records */
@@ -57,31 +64,42 @@ typedef struct {
 
 typedef struct {
     const mp_bench_opts *o;
-    mp_bench_cell *cells;       /* n_models × n_precisions × n_batches, see mp_bench_cell_at */
+    mp_bench_cell *cells;       /* n_models × n_gpus × n_precisions × n_batches, see mp_bench_cell_at */
     int n;
     int train_samples, test_samples;
 } mp_bench_matrix;
 
-mp_bench_cell *mp_bench_cell_at(const mp_bench_matrix *m, int model, int precision, int batch);
+/* The cell of indices into o->models, o->gpus, o->precisions, o->batches. */
+mp_bench_cell *mp_bench_cell_at(const mp_bench_matrix *m, int model, int gpus, int precision, int batch);
+/* The index of the GPU count 1 in o->gpus, -1 when absent. */
+int mp_bench_one_gpu_index(const mp_bench_opts *o);
 
-/* Run every cell (within a model and batch size, fp32 first so that each
- * record carries its speed-up). A failing cell is recorded (MP_CELL_OOM for
- * MP_ERR_NOMEM, MP_CELL_ERROR otherwise) and the matrix goes on; the status
- * is not OK only when the matrix itself cannot be set up. */
+/* Run every cell (1 GPU before the other counts and, within a model, batch
+ * size and GPU count, fp32 first, so that each record carries its ratios).
+ * A failing cell is recorded (MP_CELL_OOM for MP_ERR_NOMEM, MP_CELL_ERROR
+ * otherwise) and the matrix goes on; the status is not OK only when the
+ * matrix itself cannot be set up. */
 mp_status mp_bench_run(const mp_bench_opts *o, const mp_dataset *train, const mp_dataset *test, mp_bench_matrix *m);
 void mp_bench_matrix_free(mp_bench_matrix *m);
+
+/* Time per epoch, speed-up vs fp32, accuracy drop, ratio to 1 GPU and cost
+ * of a finished cell from its result and its fp32 and 1-GPU neighbours
+ * (mp_bench_run calls it as each cell ends). */
+void mp_bench_derive(const mp_bench_matrix *m, int model, int gpus, int precision, int batch);
 
 const char *mp_cell_status_name(mp_cell_status s); /* "ok", "OOM", "error" */
 
 /* report_jsonl.c: one JSON object per line, every field, null where unknown. */
 void mp_bench_write_record(FILE *f, const mp_bench_matrix *m, const mp_bench_cell *c);
 
-/* report_markdown.c: one table per model and metric, precisions as rows and
- * batch sizes as columns, laid out like seed 000. */
+/* report_markdown.c: one table per model, metric and GPU count, precisions
+ * as rows and batch sizes as columns, laid out like seed 000; and per model,
+ * when the GPU counts include 1 and more, the images/s ratio to 1 GPU. */
 mp_status mp_bench_write_markdown(const char *path, const mp_bench_matrix *m);
 
 /* report_plot.c: per model, time per epoch, speed-up and accuracy against
- * batch size (a line per precision) as SVG and PNG, drawn by gnuplot from
+ * batch size (a line per precision; the cells of 1 GPU, else of the first
+ * GPU count) as SVG and PNG, drawn by gnuplot from
  * <dir>/plots.gp and <dir>/plotdata/. Returns MP_ERR_UNSUPPORTED (script and
  * data still written) when gnuplot is not on PATH; *n_images counts the
  * images written. */

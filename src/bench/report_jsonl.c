@@ -1,4 +1,5 @@
-/* report_jsonl.c — one JSON record per benchmark cell (results.jsonl). */
+/* report_jsonl.c — one JSON record per benchmark cell (results.jsonl); batch
+ * is per GPU and images/s count every GPU of the cell. */
 #include <math.h>
 
 #include "bench/matrix.h"
@@ -29,9 +30,9 @@ void mp_bench_write_record(FILE *f, const mp_bench_matrix *m, const mp_bench_cel
     json_string(f, c->model);
     fputs(",\"data\":", f);
     json_string(f, o->data_name ? o->data_name : "");
-    fprintf(f, ",\"precision\":\"%s\",\"batch\":%d,\"epochs\":%d,\"steps\":%d,\"train_samples\":%d,"
+    fprintf(f, ",\"precision\":\"%s\",\"batch\":%d,\"gpus\":%d,\"epochs\":%d,\"steps\":%d,\"train_samples\":%d,"
                "\"test_samples\":%d,\"status\":\"%s\",\"message\":",
-            mp_precision_name(c->precision), c->batch, o->epochs, o->steps, m->train_samples, m->test_samples,
+            mp_precision_name(c->precision), c->batch, c->gpus, o->epochs, o->steps, m->train_samples, m->test_samples,
             mp_cell_status_name(c->status));
     json_string(f, c->message);
     double na = NAN;
@@ -44,6 +45,7 @@ void mp_bench_write_record(FILE *f, const mp_bench_matrix *m, const mp_bench_cel
     json_number(f, "train_loss", ok ? c->res.train_loss : na, "%.6f");
     json_number(f, "train_acc", ok ? c->res.train_acc : na, "%.6f");
     json_number(f, "images_per_s", ok ? c->res.images_per_s : na, "%.2f");
+    json_number(f, "images_per_s_vs_1gpu", c->vs_1gpu, "%.4f");
     json_number(f, "arena_bytes", ok ? (double)c->res.arena_bytes : na, "%.0f");
     json_number(f, "peak_rss_bytes", c->peak_rss_bytes > 0 ? (double)c->peak_rss_bytes : na, "%.0f");
     json_number(f, "price_per_hour_usd", o->price_per_hour, "%g");

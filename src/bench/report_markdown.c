@@ -1,5 +1,7 @@
-/* report_markdown.c — tables.md: one table per model and metric, precisions
- * as rows and batch sizes as columns, laid out like seed 000's tables. */
+/* report_markdown.c — tables.md: one table per model, metric and GPU count,
+ * precisions as rows and batch sizes as columns, laid out like seed 000's
+ * tables ("(2) 10-layer 2 GPU"); with 1 GPU and more in the matrix, a table
+ * per model of the images/s of N GPUs over those of 1. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -7,7 +9,7 @@
 #include "bench/matrix.h"
 #include "core/error.h"
 
-typedef enum { TIME, TIME_100, SPEEDUP, ACC, ACC_DROP, IMAGES, ARENA, RSS, COST, ENERGY, POWER } metric;
+typedef enum { TIME, TIME_100, SPEEDUP, ACC, ACC_DROP, IMAGES, ARENA, RSS, COST, ENERGY, POWER, VS_1GPU } metric;
 
 typedef struct {
     metric id;
@@ -51,6 +53,7 @@ static void cell_text(char *buf, size_t n, metric id, const mp_bench_cell *c) {
         fmt = "%.0f";
         break;
     case POWER: v = c->gpu.gpu ? c->gpu.mean_power_w : NAN; fmt = "%.1f"; break;
+    case VS_1GPU: v = c->vs_1gpu; fmt = "%.2fx"; break;
     }
     if (isfinite(v)) snprintf(buf, n, fmt, v);
     else buf[0] = '\0';
@@ -62,23 +65,59 @@ static bool has_fp32(const mp_bench_opts *o) {
     return false;
 }
 
-static void write_table(FILE *f, const mp_bench_matrix *m, int model, const metric_info *mi) {
-    const mp_bench_opts *o = m->o;
-    fprintf(f, "### %s: %s\n\n| batch |", o->models[model], mi->title);
+/* "### title" and the header rows: `first` over the batch sizes. */
+static void table_head(FILE *f, const mp_bench_opts *o, const char *title, const char *first) {
+    fprintf(f, "### %s\n\n| %s |", title, first);
     for (int b = 0; b < o->n_batches; b++) fprintf(f, " %d |", o->batches[b]);
     fputs("\n|---|", f);
     for (int b = 0; b < o->n_batches; b++) fputs("---|", f);
     fputc('\n', f);
+}
+
+static void table_row(FILE *f, const mp_bench_matrix *m, const char *label, metric id, int model, int g, int p) {
+    fprintf(f, "| %s |", label);
+    for (int b = 0; b < m->o->n_batches; b++) {
+        char text[64];
+        cell_text(text, sizeof text, id, mp_bench_cell_at(m, model, g, p, b));
+        fprintf(f, " %s |", text);
+    }
+    fputc('\n', f);
+}
+
+/* Titles name the GPU count on a GPU ("cnn10, 2 GPUs: ..."); a CPU matrix
+ * (one count, 1) keeps "cnn10: ...". */
+static void write_table(FILE *f, const mp_bench_matrix *m, int model, int g, const metric_info *mi) {
+    const mp_bench_opts *o = m->o;
+    int gpus = o->gpus[g];
+    char title[512];
+    if (o->device.kind == MP_DEVICE_CUDA || o->n_gpus > 1 || gpus > 1)
+        snprintf(title, sizeof title, "%s, %d GPU%s: %s", o->models[model], gpus, gpus == 1 ? "" : "s", mi->title);
+    else
+        snprintf(title, sizeof title, "%s: %s", o->models[model], mi->title);
+    table_head(f, o, title, gpus > 1 ? "batch per GPU" : "batch");
     for (int p = 0; p < o->n_precisions; p++) {
         if (mi->relative && o->precisions[p] == MP_PRECISION_FP32) continue;
-        fprintf(f, "| %s |", mp_precision_name(o->precisions[p]));
-        for (int b = 0; b < o->n_batches; b++) {
-            char text[64];
-            cell_text(text, sizeof text, mi->id, mp_bench_cell_at(m, model, p, b));
-            fprintf(f, " %s |", text);
-        }
-        fputc('\n', f);
+        table_row(f, m, mp_precision_name(o->precisions[p]), mi->id, model, g, p);
     }
+    fputc('\n', f);
+}
+
+/* Images/s of every count but 1 over those of 1 GPU, a row per count and
+ * precision (needs a 1 in the GPU counts). */
+static void write_vs_1gpu_table(FILE *f, const mp_bench_matrix *m, int model) {
+    const mp_bench_opts *o = m->o;
+    int one = mp_bench_one_gpu_index(o);
+    if (one < 0 || o->n_gpus < 2) return;
+    char title[512];
+    snprintf(title, sizeof title, "%s: speed-up vs 1 GPU (images/s ratio at the same precision and batch "
+                                  "per GPU)", o->models[model]);
+    table_head(f, o, title, "batch per GPU");
+    for (int g = 0; g < o->n_gpus; g++)
+        for (int p = 0; g != one && p < o->n_precisions; p++) {
+            char label[96];
+            snprintf(label, sizeof label, "%s, %d GPUs", mp_precision_name(o->precisions[p]), o->gpus[g]);
+            table_row(f, m, label, VS_1GPU, model, g, p);
+        }
     fputc('\n', f);
 }
 
@@ -92,6 +131,14 @@ static void write_header(FILE *f, const mp_bench_matrix *m) {
     fprintf(f, "Times are training time of the last epoch (evaluation excluded). Speed-up is T_fp32 / T - 1 within "
                "one batch size and the accuracy difference is fp32's test accuracy minus this one's, as in seed "
                "000; both are blank without an fp32 cell. Failed cells read OOM or error (see results.jsonl).\n\n");
+    bool data_parallel = false;
+    for (int g = 0; g < o->n_gpus; g++) data_parallel = data_parallel || o->gpus[g] > 1;
+    if (data_parallel)
+        fprintf(f, "Batch sizes are per GPU: a cell of N GPUs trains data parallel on global batches of N x "
+                   "batch, its times are those of the whole epoch and its images/s count all N GPUs; the "
+                   "activation arena is one GPU's, and the GPU monitor's energy and power are GPU 0's alone. "
+                   "Speed-up vs fp32 and the accuracy difference compare cells of one GPU count; speed-up vs 1 GPU "
+                   "is the images/s of N GPUs over those of 1 GPU at the same precision and batch per GPU.\n\n");
 }
 
 static bool any_gpu_readings(const mp_bench_matrix *m) {
@@ -107,12 +154,14 @@ mp_status mp_bench_write_markdown(const char *path, const mp_bench_matrix *m) {
     write_header(f, m);
     for (int model = 0; model < o->n_models; model++) {
         fprintf(f, "## %s\n\n", o->models[model]);
-        for (size_t k = 0; k < sizeof metrics / sizeof *metrics; k++) {
-            if (metrics[k].relative && !has_fp32(o)) continue;
-            if (metrics[k].id == COST && !(o->price_per_hour > 0)) continue;
-            if ((metrics[k].id == ENERGY || metrics[k].id == POWER) && !any_gpu_readings(m)) continue;
-            write_table(f, m, model, &metrics[k]);
-        }
+        for (int g = 0; g < o->n_gpus; g++)
+            for (size_t k = 0; k < sizeof metrics / sizeof *metrics; k++) {
+                if (metrics[k].relative && !has_fp32(o)) continue;
+                if (metrics[k].id == COST && !(o->price_per_hour > 0)) continue;
+                if ((metrics[k].id == ENERGY || metrics[k].id == POWER) && !any_gpu_readings(m)) continue;
+                write_table(f, m, model, g, &metrics[k]);
+            }
+        write_vs_1gpu_table(f, m, model);
     }
     if (fclose(f) != 0) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     return MP_OK;

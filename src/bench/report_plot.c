@@ -1,5 +1,6 @@
 /* report_plot.c — the benchmark's plots: per model, time per epoch, speed-up
- * and test accuracy against batch size, a line per precision, as SVG and PNG.
+ * and test accuracy against batch size, a line per precision, as SVG and PNG,
+ * for the cells of 1 GPU (the first GPU count when the matrix has no 1).
  * Writes plotdata/<model>_<precision>.dat and plots.gp into the output folder
  * and runs gnuplot there (fork + exec), checking its exit status. */
 #include <errno.h>
@@ -50,6 +51,12 @@ static double cell_value(const mp_bench_cell *c, int column) {
     }
 }
 
+/* The GPU count the plots show: 1, else the first. */
+static int plotted_gpus(const mp_bench_opts *o) {
+    int one = mp_bench_one_gpu_index(o);
+    return one >= 0 ? one : 0;
+}
+
 static void data_path(char *buf, size_t n, const mp_bench_matrix *m, int model, int precision) {
     char sm[128], sp[64];
     safe_name(sm, sizeof sm, m->o->models[model]);
@@ -67,7 +74,7 @@ static mp_status write_data(const char *dir, const mp_bench_matrix *m, int model
     fprintf(f, "# %s %s: batch time_per_epoch_s speedup_pct test_acc_pct images_per_s (? = missing)\n",
             o->models[model], mp_precision_name(o->precisions[precision]));
     for (int b = 0; b < o->n_batches; b++) {
-        const mp_bench_cell *c = mp_bench_cell_at(m, model, precision, b);
+        const mp_bench_cell *c = mp_bench_cell_at(m, model, plotted_gpus(m->o), precision, b);
         fprintf(f, "%d", c->batch);
         for (int col = 2; col <= 5; col++) {
             double v = cell_value(c, col);
@@ -82,7 +89,7 @@ static mp_status write_data(const char *dir, const mp_bench_matrix *m, int model
 
 static bool has_values(const mp_bench_matrix *m, int model, int precision, int column) {
     for (int b = 0; b < m->o->n_batches; b++)
-        if (isfinite(cell_value(mp_bench_cell_at(m, model, precision, b), column))) return true;
+        if (isfinite(cell_value(mp_bench_cell_at(m, model, plotted_gpus(m->o), precision, b), column))) return true;
     return false;
 }
 
@@ -113,7 +120,11 @@ static int script_plot(FILE *f, const mp_bench_matrix *m, int model, const plot_
     if (!lines) return 0;
     char sm[128];
     safe_name(sm, sizeof sm, o->models[model]);
-    fprintf(f, "\nset title '%s on %s: %s' noenhanced\nset ylabel '%s'\n", sm, o->data_name, k->title, k->ylabel);
+    int gpus = o->gpus[plotted_gpus(o)];
+    char on_gpus[32] = "";
+    if (gpus > 1) snprintf(on_gpus, sizeof on_gpus, ", %d GPUs", gpus);
+    fprintf(f, "\nset title '%s on %s%s: %s' noenhanced\nset ylabel '%s'\n", sm, o->data_name, on_gpus, k->title,
+            k->ylabel);
     fprintf(f, "set format y '%s'\nset yrange [%s:*]\n", k->percent ? "%g%%" : "%g", k->from_zero ? "0" : "*");
     fprintf(f, "set terminal @svg_term\nset output '%s_%s.svg'\nplot ", k->file, sm);
     int written = 0;
