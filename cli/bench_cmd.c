@@ -1,6 +1,7 @@
 /* bench_cmd.c — `mixprec bench`: the seed-000 matrix in one command. Checks
  * every option before any training, loads the data once, runs models ×
- * precisions × batch sizes and writes results.jsonl, tables.md and plots. */
+ * precisions × batch sizes × GPU counts and writes results.jsonl, tables.md
+ * and plots. */
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
@@ -21,14 +22,19 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mixprec bench [options]\n\n"
-            "Train every model x precision x batch size cell of a matrix and lay out time per epoch, speed-up vs\n"
-            "fp32 (T_fp32 / T - 1 within one batch size), test accuracy and its difference to fp32, memory,\n"
-            "images/s and cost as tables and plots (seed 000). A cell that fails or runs out of memory is\n"
-            "recorded and the matrix goes on.\n\n"
+            "Train every model x precision x batch size x GPU count cell of a matrix and lay out time per epoch,\n"
+            "speed-up vs fp32 (T_fp32 / T - 1 within one batch size and GPU count), test accuracy and its\n"
+            "difference to fp32, memory, images/s, speed-up vs 1 GPU and cost as tables and plots (seed 000).\n"
+            "A cell that fails or runs out of memory is recorded and the matrix goes on.\n\n"
             "matrix:\n"
             "  --models A,B        models (default small); known: %s\n"
             "  --precisions P,Q    precision policies (default fp32,amp-bf16,bf16); known: %s\n"
-            "  --batches B,C       batch sizes (default 128,512)\n"
+            "  --batches B,C       batch sizes per GPU (default 128,512)\n"
+            "  --gpus N,M          GPU counts (default 1): a cell of N > 1 trains data parallel on GPUs 0..N-1\n"
+            "                      (one thread each, NCCL all-reduce) on global batches of N x batch, and its\n"
+            "                      images/s count every GPU; a cell of 1 runs on --device. Counts above 1 need\n"
+            "                      that many GPUs and a GPU device; with 1 and more in the list, tables.md\n"
+            "                      adds a speed-up vs 1 GPU table (images/s ratio)\n"
             "  --epochs N          epochs per cell (default 1)\n"
             "  --steps N           at most N steps per epoch: a throughput-only run whose time per epoch is\n"
             "                      projected to the full epoch (default: whole epochs); times come from each\n"
@@ -38,7 +44,8 @@ static void usage(FILE *f) {
             "  --seed S            random seed for init, shuffling, synthetic data (default 1)\n\n"
             "execution and output:\n"
             "  --out DIR           output folder (default runs/bench-YYYYmmdd-HHMMSS): results.jsonl, tables.md,\n"
-            "                      {time,speedup,accuracy}_<model>.{svg,png} drawn by gnuplot, plots.gp\n"
+            "                      {time,speedup,accuracy}_<model>.{svg,png} drawn by gnuplot (the 1-GPU\n"
+            "                      cells, else the first GPU count's), plots.gp\n"
             "  --price-per-hour X  machine price in USD per hour, for a cost-per-million-samples column\n"
             "                      (default 0: no cost)\n"
 "  --device D          cpu | cuda | cuda:N | auto (default auto: the first GPU when present)\n"
@@ -54,7 +61,7 @@ static void usage(FILE *f) {
 
 typedef struct {
     common_opts c;
-    const char *models_arg, *precisions_arg, *batches_arg, *out, *device_arg;
+    const char *models_arg, *precisions_arg, *batches_arg, *gpus_arg, *out, *device_arg;
     mp_device device;
     float monitor_interval;   /* seconds between GPU samples, 0 = monitor off */
     int epochs, steps, threads;
@@ -62,11 +69,11 @@ typedef struct {
     uint64_t seed;
     bool reference, verbose;
     /* the parsed lists (items point into list_buf) */
-    char list_buf[3][4096];
+    char list_buf[4][4096];
     const char *models[MAX_LIST];
     mp_precision precisions[MAX_LIST];
-    int batches[MAX_LIST];
-    int n_models, n_precisions, n_batches;
+    int batches[MAX_LIST], gpus[MAX_LIST];
+    int n_models, n_precisions, n_batches, n_gpus;
 } bench_args;
 
 static int parse(int argc, char **argv, bench_args *b) {
@@ -78,9 +85,9 @@ static int parse(int argc, char **argv, bench_args *b) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
         if (!strcmp(a, "--reference")) { b->reference = true; continue; }
         if (!strcmp(a, "--verbose")) { b->verbose = true; continue; }
-        static const char *const with_value[] = {"--models", "--precisions", "--batches", "--epochs", "--steps",
-                                                 "--out", "--price-per-hour", "--threads", "--seed", "--device",
-                                                 "--monitor-interval"};
+        static const char *const with_value[] = {"--models", "--precisions", "--batches", "--gpus", "--epochs",
+                                                 "--steps", "--out", "--price-per-hour", "--threads", "--seed",
+                                                 "--device", "--monitor-interval"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
         if (!known) {
@@ -96,8 +103,10 @@ static int parse(int argc, char **argv, bench_args *b) {
         if (!strcmp(a, "--models")) b->models_arg = v;
         else if (!strcmp(a, "--precisions")) b->precisions_arg = v;
         else if (!strcmp(a, "--batches")) b->batches_arg = v;
+        else if (!strcmp(a, "--gpus")) b->gpus_arg = v;
         else if (!strcmp(a, "--out")) b->out = v;
         else if (!strcmp(a, "--device")) {
+            b->device_arg = v;
             ok = mp_device_parse(v, &b->device) == MP_OK;
             if (!ok) fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
         }
@@ -163,6 +172,30 @@ static bool check_lists(bench_args *b) {
     if (n < 0) return false;
     for (int i = 0; i < n; i++)
         if (!arg_int("bench", "--batches", items[i], 1, 1 << 20, &b->batches[b->n_batches++])) return false;
+    n = split_list("--gpus", b->gpus_arg, b->list_buf[3], sizeof b->list_buf[3], items);
+    if (n < 0) return false;
+    for (int i = 0; i < n; i++)
+        if (!arg_int("bench", "--gpus", items[i], 1, 1024, &b->gpus[b->n_gpus++])) return false;
+    return true;
+}
+
+/* Every GPU count above 1 needs a GPU device and that many GPUs present. */
+static bool check_gpus(const bench_args *b) {
+    int found = mp_device_gpu_count();
+    for (int i = 0; i < b->n_gpus; i++) {
+        int n = b->gpus[i];
+        if (n <= 1) continue;
+        if (b->device.kind != MP_DEVICE_CUDA && b->device_arg && strcmp(b->device_arg, "auto")) {
+            fprintf(stderr, "mixprec bench: --gpus %d: data-parallel training runs on GPUs, not with --device %s\n",
+                    n, b->device_arg);
+            return false;
+        }
+        if (n > found) {
+            fprintf(stderr, "mixprec bench: --gpus %d: more GPUs than this machine has (found %d GPU%s)\n", n,
+                    found, found == 1 ? "" : "s");
+            return false;
+        }
+    }
     return true;
 }
 
@@ -181,7 +214,7 @@ static FILE *open_out(const char *dir) {
 
 /* Checks that need no data, then those that need it; 0 when all pass. */
 static int check_args(bench_args *b, mp_optim_opts *oo, float *lr) {
-    if (!check_lists(b)) return 2;
+    if (!check_lists(b) || !check_gpus(b)) return 2;
     if (!common_opts_known_data(b->c.data)) {
         fprintf(stderr, "mixprec bench: --data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic)\n",
                 b->c.data);
@@ -219,7 +252,7 @@ static int report(const mp_bench_matrix *m, const char *out, double seconds) {
 int cmd_bench(int argc, char **argv) {
     static bench_args b; /* large list buffers */
     b = (bench_args){.c = common_opts_default(), .models_arg = "small", .precisions_arg = "fp32,amp-bf16,bf16",
-                     .batches_arg = "128,512", .epochs = 1, .seed = 1, .monitor_interval = 5};
+                     .batches_arg = "128,512", .gpus_arg = "1", .epochs = 1, .seed = 1, .monitor_interval = 5};
     mp_device_parse("auto", &b.device);
     int rc = parse(argc, argv, &b);
     if (rc) return rc == 1 ? 0 : rc;
@@ -246,6 +279,13 @@ int cmd_bench(int argc, char **argv) {
                     b.batches[i], train.n, train.source);
             rc = 2;
         }
+    for (int i = 0; i < b.n_batches && !rc; i++)
+        for (int g = 0; g < b.n_gpus && !rc; g++)
+            if ((long long)b.batches[i] * b.gpus[g] > train.n) {
+                fprintf(stderr, "mixprec bench: --batches %d x --gpus %d is a global batch larger than the training "
+                                "set (%d samples in %s)\n", b.batches[i], b.gpus[g], train.n, train.source);
+                rc = 2;
+            }
     if (!rc && !(jsonl = open_out(b.out))) rc = 2;
     if (rc) {
         mp_dataset_free(&train);
@@ -254,15 +294,17 @@ int cmd_bench(int argc, char **argv) {
     }
     mp_bench_opts o = {.models = b.models, .n_models = b.n_models, .precisions = b.precisions,
                        .n_precisions = b.n_precisions, .batches = b.batches, .n_batches = b.n_batches,
-                       .gpus = (const int[]){1}, .n_gpus = 1,
+                       .gpus = b.gpus, .n_gpus = b.n_gpus,
                        .epochs = b.epochs, .steps = b.steps, .data_name = b.c.data, .lr = lr, .optim = oo,
                        .seed = b.seed, .augment = b.c.augment, .normalize = b.c.normalize,
                        .use_onednn = !b.reference, .device = b.device, .price_per_hour = b.price,
                        .progress = stdout,
                        .train_out = b.verbose ? stdout : NULL, .jsonl = jsonl};
-    printf("mixprec bench: %d cells (%d models x %d precisions x %d batch sizes) on %s: %d train / %d test samples "
-           "of %dx%dx%d, %d epoch%s", b.n_models * b.n_precisions * b.n_batches, b.n_models, b.n_precisions,
-           b.n_batches, train.source, train.n, test.n, train.c, train.h, train.w, b.epochs, b.epochs == 1 ? "" : "s");
+    printf("mixprec bench: %d cells (%d models x %d precisions x %d batch sizes", b.n_models * b.n_precisions *
+           b.n_batches * b.n_gpus, b.n_models, b.n_precisions, b.n_batches);
+    if (b.n_gpus > 1) printf(" x %d GPU counts", b.n_gpus);
+    printf(") on %s: %d train / %d test samples of %dx%dx%d, %d epoch%s", train.source, train.n, test.n, train.c,
+           train.h, train.w, b.epochs, b.epochs == 1 ? "" : "s");
     if (b.steps) printf(" of at most %d steps", b.steps);
     printf(", %s lr %g, %d threads; writing to %s\n", b.c.optimizer, lr, omp_get_max_threads(), b.out);
     double t0 = mp_now_seconds();

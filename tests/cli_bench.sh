@@ -3,7 +3,9 @@
 # per cell with the seed-000 metrics), tables.md and the gnuplot plots; a cell
 # that runs out of memory is recorded as OOM and the matrix goes on; without
 # gnuplot it warns and still writes the rest; every bad input is one error line
-# naming the option, exit 2, before any cell starts.
+# naming the option, exit 2, before any cell starts (GPU counts included: a
+# count above the GPUs present, or above 1 with --device cpu); a CPU run of
+# --gpus 1 records "gpus":1 and keeps the CPU table titles.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/bench
@@ -27,6 +29,7 @@ cells = {(r["precision"], r["batch"]) for r in recs}
 assert cells == {("fp32", 32), ("fp32", 64), ("bf16", 32), ("bf16", 64)}, cells
 for r in recs:
     assert r["model"] == "small" and r["status"] == "ok" and r["message"] == "", r
+    assert r["gpus"] == 1 and r["images_per_s_vs_1gpu"] == 1, r  # the default --gpus 1
     assert 0 <= r["test_acc"] <= 1, r
     for k in ("time_per_epoch_s", "time_per_100_epochs_min", "images_per_s", "arena_bytes", "peak_rss_bytes",
               "cost_per_million_samples_usd", "cell_seconds"):
@@ -137,9 +140,34 @@ expect "\-\-models needs a value" -- "${bad_out[@]}" --models
 expect "\-\-optimizer 'rmsprop': unknown" -- "${bad_out[@]}" --optimizer rmsprop
 expect "\-\-data 'imagenet': unknown dataset" -- "${bad_out[@]}" --data imagenet
 expect "unknown option '--batch'" -- "${bad_out[@]}" --batch 32
+expect "\-\-gpus 0 is out of range" -- "${bad_out[@]}" --gpus 0
+expect "\-\-gpus 0 is out of range" -- "${bad_out[@]}" --gpus 1,0
+expect "\-\-gpus 'x' is not an integer" -- "${bad_out[@]}" --gpus x
+expect "\-\-gpus '1.5' is not an integer" -- "${bad_out[@]}" --gpus 1.5
+expect "\-\-gpus '1,2,1' lists '1' twice" -- "${bad_out[@]}" --gpus 1,2,1
+expect "\-\-gpus needs a value" -- "${bad_out[@]}" --gpus
+expect "\-\-gpus 2: data-parallel training runs on GPUs, not with \-\-device cpu" -- "${bad_out[@]}" --gpus 1,2 \
+  --device cpu
+# more GPUs than present: 2 on the CPU-only CI machine (found 0), one more than found elsewhere
+found=$("$bin" info | sed -n 's/^GPUs: \([0-9][0-9]*\)$/\1/p')
+found=${found:-0}
+over=$((found + 1 > 2 ? found + 1 : 2))
+expect "\-\-gpus $over: more GPUs than this machine has (found $found GPU" -- "${bad_out[@]}" --gpus "$over"
+expect "\-\-gpus $over: more GPUs than this machine has (found $found GPU" -- "${bad_out[@]}" --gpus "1,$over"
 [ ! -e "$work/bad_run" ] && ok || bad "bad input created the output folder"
 
+# 5. --gpus 1 on the CPU: a plain single-device matrix that records its GPU count.
+out=$work/gpus1
+"$bin" bench --models small --precisions fp32 --batches 16 --gpus 1 --device cpu --steps 1 --data synthetic \
+  --synthetic-shape 1x12x12 --synthetic-size 100 --monitor-interval 0 --out "$out" >"$work/gpus1.log" 2>&1 \
+  && ok || bad "--gpus 1 on the CPU failed: $(tail -3 "$work/gpus1.log")"
+grep -q '"gpus":1,' "$out/results.jsonl" 2>/dev/null && ok || bad "no \"gpus\":1 in $(cat "$out/results.jsonl")"
+grep -q "^\[1/1\] small fp32 batch 16: start" "$work/gpus1.log" && ok || bad "a 1-GPU cell's line names GPUs"
+grep -q "^### small: time per epoch" "$out/tables.md" && ! grep -q "GPU" "$out/tables.md" && ok \
+  || bad "CPU tables.md names GPU counts: $(grep '^###' "$out/tables.md" | head -3)"
+
 "$bin" bench --help | grep -q -- "--price-per-hour" && ok || bad "bench --help"
+"$bin" bench --help | grep -q -- "--gpus N,M" && ok || bad "bench --help lacks --gpus"
 "$bin" --help | grep -q "bench" && ok || bad "mixprec --help does not list bench"
 
 echo "$pass passed, $fail failed"
