@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "amp/policy.h"
+#include "cell_matrix.h"
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_step.h"
@@ -167,6 +168,23 @@ static double run(cell c, int world, bool with_comm, int *buckets) {
     return (double)world * c.batch * c.steps / w[c.repeats / 2];
 }
 
+/* One row: the cell on 1 GPU, on 1 GPU with a one-rank communicator, on
+ * proto->world GPUs. */
+static int scaling_row(void *arg, const char *model, const char *batch, mp_precision prec, const char *prec_name) {
+    const cell *proto = arg;
+    cell c = *proto;
+    c.model = model, c.batch = atoi(batch), c.prec = prec;
+    int buckets = 0, unused = 0;
+    double one = run(c, 1, false, &unused), comm = run(c, 1, true, &unused), many = run(c, proto->world, false, &buckets);
+    if (one <= 0 || comm <= 0 || many <= 0) {
+        printf("| %s | %s | %s | failed | | | | |\n", model, prec_name, batch);
+        return 1;
+    }
+    printf("| %s | %s | %s | %.0f | %.0f | %.0f | %.2fx | %d |\n", model, prec_name, batch, one, comm, many, many / one,
+           buckets);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *models = "resnet18,cnn10", *precisions = "amp-bf16", *batches = "512,128", *wire = NULL;
     int steps = 30, repeats = 5, gpus = 2;
@@ -195,35 +213,7 @@ int main(int argc, char **argv) {
     printf("| model | precision | batch/GPU | 1 GPU images/s | 1 GPU + 1-rank all-reduce | %d GPUs images/s | speed-up "
            "| buckets |\n", gpus);
     printf("|---|---|---|---|---|---|---|---|\n");
-    int failures = 0;
-    char mlist[256];
-    snprintf(mlist, sizeof mlist, "%s", models);
-    for (char *ms = NULL, *model = strtok_r(mlist, ",", &ms); model; model = strtok_r(NULL, ",", &ms)) {
-        char blist[256];
-        snprintf(blist, sizeof blist, "%s", batches);
-        for (char *bs = NULL, *b = strtok_r(blist, ",", &bs); b; b = strtok_r(NULL, ",", &bs)) {
-            char plist[256];
-            snprintf(plist, sizeof plist, "%s", precisions);
-            for (char *ps = NULL, *pn = strtok_r(plist, ",", &ps); pn; pn = strtok_r(NULL, ",", &ps)) {
-                cell c = {.model = model, .batch = atoi(b), .steps = steps, .repeats = repeats, .wire = wire,
-                          .bucket_mb = bucket_mb};
-                if (mp_precision_parse(pn, &c.prec) != MP_OK) {
-                    fprintf(stderr, "gpu_scaling: %s\n", mp_last_error());
-                    return 2;
-                }
-                int buckets = 0, unused = 0;
-                double one = run(c, 1, false, &unused), comm = run(c, 1, true, &unused),
-                       many = run(c, gpus, false, &buckets);
-                if (one <= 0 || comm <= 0 || many <= 0) {
-                    printf("| %s | %s | %s | failed | | | | |\n", model, pn, b);
-                    failures++;
-                    continue;
-                }
-                printf("| %s | %s | %s | %.0f | %.0f | %.0f | %.2fx | %d |\n", model, pn, b, one, comm, many,
-                       many / one, buckets);
-                fflush(stdout);
-            }
-        }
-    }
-    return failures ? 1 : 0;
+    cell proto = {.steps = steps, .repeats = repeats, .wire = wire, .bucket_mb = bucket_mb, .world = gpus};
+    int failures = bench_for_each_cell("gpu_scaling", models, batches, precisions, scaling_row, &proto);
+    return failures < 0 ? 2 : failures ? 1 : 0;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "amp/policy.h"
+#include "cell_matrix.h"
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_step.h"
@@ -103,6 +104,25 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
     return s == MP_OK ? 0 : -1;
 }
 
+typedef struct {
+    int steps, device;
+    double gemm_tflops;
+} step_args;
+
+static int step_row(void *arg, const char *model, const char *batch, mp_precision prec, const char *prec_name) {
+    const step_args *a = arg;
+    cell_result r;
+    if (run_cell(model, prec, atoi(batch), a->steps, a->device, &r)) {
+        printf("| %s | %s | %s | failed | | | | | | |\n", model, prec_name, batch);
+        return 1;
+    }
+    char share[32] = "-";
+    if (a->gemm_tflops > 0) snprintf(share, sizeof share, "%.1f%%", 100 * r.tflops / a->gemm_tflops);
+    printf("| %s | %s | %s | %.2f | %.0f | %.0f | %.1f | %s | %.3f -> %.3f | %.0f |\n", model, prec_name, batch, r.ms,
+           r.images_per_s, r.device_mib, r.tflops, share, r.loss0, r.loss1, r.arena_mib);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *models = "cnn10,resnet18", *precisions = "fp32,tf32,amp-fp16,amp-bf16,o2-fp16,fp16",
                *batches = "128,512,2048";
@@ -127,34 +147,7 @@ int main(int argc, char **argv) {
     }
     printf("| model | precision | batch | ms/step | images/s | device MiB | TFLOP/s | share of bf16 GEMM | loss first -> last | arena MiB |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
-    int failures = 0;
-    char mlist[256];
-    snprintf(mlist, sizeof mlist, "%s", models);
-    for (char *ms = NULL, *model = strtok_r(mlist, ",", &ms); model; model = strtok_r(NULL, ",", &ms)) {
-        char blist[256];
-        snprintf(blist, sizeof blist, "%s", batches);
-        for (char *bs = NULL, *b = strtok_r(blist, ",", &bs); b; b = strtok_r(NULL, ",", &bs)) {
-            char plist[256];
-            snprintf(plist, sizeof plist, "%s", precisions);
-            for (char *ps = NULL, *pn = strtok_r(plist, ",", &ps); pn; pn = strtok_r(NULL, ",", &ps)) {
-                mp_precision prec;
-                if (mp_precision_parse(pn, &prec) != MP_OK) {
-                    fprintf(stderr, "gpu_train_step: %s\n", mp_last_error());
-                    return 2;
-                }
-                cell_result r;
-                if (run_cell(model, prec, atoi(b), steps, device, &r)) {
-                    printf("| %s | %s | %s | failed | | | | | | |\n", model, pn, b);
-                    failures++;
-                    continue;
-                }
-                char share[32] = "-";
-                if (gemm_tflops > 0) snprintf(share, sizeof share, "%.1f%%", 100 * r.tflops / gemm_tflops);
-                printf("| %s | %s | %s | %.2f | %.0f | %.0f | %.1f | %s | %.3f -> %.3f | %.0f |\n", model, pn, b, r.ms,
-                       r.images_per_s, r.device_mib, r.tflops, share, r.loss0, r.loss1, r.arena_mib);
-                fflush(stdout);
-            }
-        }
-    }
-    return failures ? 1 : 0;
+    step_args sa = {.steps = steps, .device = device, .gemm_tflops = gemm_tflops};
+    int failures = bench_for_each_cell("gpu_train_step", models, batches, precisions, step_row, &sa);
+    return failures < 0 ? 2 : failures ? 1 : 0;
 }
