@@ -67,11 +67,27 @@ ncclDataType_t mp_nccl_dtype(mp_dtype dt) {
 
 ncclComm_t mp_dist_comm(const mp_dist *d) { return d ? d->comm : NULL; }
 
+/* A first collective may still be connecting to its peers (ncclInProgress):
+ * poll it, but give up when another rank failed or the timeout passed — the
+ * caller holds the enqueue lock, which the watchdog needs to stop the group. */
 mp_status mp_nccl_enqueued(const mp_dist *d, ncclResult_t r, const char *call, const char *what) {
     MP_TRY(mp_nccl_check(r, call, what));
-    while (r == ncclInProgress) { /* a non-blocking comm may still be queueing it */
+    const double t0 = r == ncclInProgress ? now_s() : 0;
+    while (r == ncclInProgress) {
         if (ncclCommGetAsyncError(d->comm, &r) != ncclSuccess) r = ncclInternalError;
         MP_TRY(mp_nccl_check(r, call, what));
+        if (r != ncclInProgress) break;
+        pthread_mutex_lock(&d->g->mu);
+        const bool failed = d->g->failed_rank >= 0;
+        pthread_mutex_unlock(&d->g->mu);
+        if (failed)
+            return mp_error(MP_ERR_INTERNAL, "%s: rank %d stopped while queueing %s: another rank failed", what,
+                            d->rank, call);
+        if (now_s() - t0 > d->g->timeout_s)
+            return mp_error(MP_ERR_INTERNAL, "%s: rank %d could not queue %s within %.0f s (the other ranks do not "
+                                             "answer)", what, d->rank, call, d->g->timeout_s);
+        struct timespec nap = {0, 100 * 1000};
+        nanosleep(&nap, NULL);
     }
     return MP_OK;
 }
