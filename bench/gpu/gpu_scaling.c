@@ -20,6 +20,7 @@
 #include "cuda/cuda_step.h"
 #include "dist/dist.h"
 #include "models/models.h"
+#include "train/trainer.h"
 
 enum { MAX_RANKS = 8, MAX_REPEATS = 15 };
 
@@ -48,15 +49,6 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static mp_dtype wire_dtype(const cell *c) {
-    if (c->wire) return !strcmp(c->wire, "bf16") ? MP_DTYPE_BF16 : !strcmp(c->wire, "fp16") ? MP_DTYPE_F16 : MP_DTYPE_F32;
-    switch (c->prec) {
-    case MP_PRECISION_AMP_FP16: case MP_PRECISION_O2_FP16: case MP_PRECISION_FP16: return MP_DTYPE_F16;
-    case MP_PRECISION_AMP_BF16: case MP_PRECISION_O2_BF16: case MP_PRECISION_BF16: return MP_DTYPE_BF16;
-    default: return MP_DTYPE_F32;
-    }
-}
-
 static mp_status rank_train(rank_job *j, mp_dist *d) {
     const cell *c = j->c;
     const int device = d ? mp_dist_device(d) : 0;
@@ -75,8 +67,9 @@ static mp_status rank_train(rank_job *j, mp_dist *d) {
     }
     bool scaling = c->prec == MP_PRECISION_AMP_FP16 || c->prec == MP_PRECISION_O2_FP16;
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = wire_dtype(c),
+                            .scaler = {.dynamic = true}, .dist = d,
                             .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0)};
+    if (s == MP_OK) s = mp_train_allreduce_dtype(&(mp_train_opts){.allreduce = c->wire}, m.g, &so.allreduce_dtype);
     if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
     if (s == MP_OK) {
         j->buckets = mp_cuda_step_buckets(step);

@@ -139,6 +139,17 @@ template <typename Perf> static int median_of_trials(const Perf *all, const int 
     return m;
 }
 
+/* `trials` timed searches (find(&n, results) is one cudnnFind*Ex call),
+ * each algorithm's median, then pick. */
+template <typename Perf, typename Find>
+static bool find_and_pick(int trials, size_t ws_bytes, bool fma_only, mp_conv_algo *out, Find find) {
+    Perf p[MAX_TRIALS * MAXR], m[MAXR];
+    int nt[MAX_TRIALS] = {0};
+    for (int t = 0; t < trials; t++)
+        if (find(&nt[t], p + t * MAXR) != CUDNN_STATUS_SUCCESS) return false;
+    return pick(m, median_of_trials(p, nt, trials, m), ws_bytes, true, fma_only, out);
+}
+
 static size_t workspace_cap(void) {
     size_t free_b = 0, total = 0, cap = (size_t)1 << 30;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
@@ -200,30 +211,24 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
     scratch s;
     if (find_enabled() && scratch_alloc(ctx, st, cap, &s)) {
         const int trials = find_trials();
-        int nt[MAX_TRIALS] = {0};
-        cudnnStatus_t r = CUDNN_STATUS_SUCCESS;
-        if (pass == MP_CONV_FWD) {
-            cudnnConvolutionFwdAlgoPerf_t p[MAX_TRIALS * MAXR], m[MAXR];
-            for (int t = 0; t < trials && r == CUDNN_STATUS_SUCCESS; t++)
-                r = cudnnFindConvolutionForwardAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->w_desc, s.w, cv,
-                                                           st->y_desc, s.y, MAXR, &nt[t], p + t * MAXR, s.ws,
-                                                           s.ws_bytes);
-            ok = r == CUDNN_STATUS_SUCCESS && pick(m, median_of_trials(p, nt, trials, m), s.ws_bytes, true, fma_only, out);
-        } else if (pass == MP_CONV_BWD_DATA) {
-            cudnnConvolutionBwdDataAlgoPerf_t p[MAX_TRIALS * MAXR], m[MAXR];
-            for (int t = 0; t < trials && r == CUDNN_STATUS_SUCCESS; t++)
-                r = cudnnFindConvolutionBackwardDataAlgorithmEx(ctx->cudnn, st->w_desc, s.w, st->y_desc, s.y, cv,
-                                                                st->x_desc, s.x, MAXR, &nt[t], p + t * MAXR, s.ws,
-                                                                s.ws_bytes);
-            ok = r == CUDNN_STATUS_SUCCESS && pick(m, median_of_trials(p, nt, trials, m), s.ws_bytes, true, fma_only, out);
-        } else {
-            cudnnConvolutionBwdFilterAlgoPerf_t p[MAX_TRIALS * MAXR], m[MAXR];
-            for (int t = 0; t < trials && r == CUDNN_STATUS_SUCCESS; t++)
-                r = cudnnFindConvolutionBackwardFilterAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->y_desc, s.y, cv,
-                                                                  st->w_desc, s.w, MAXR, &nt[t], p + t * MAXR, s.ws,
-                                                                  s.ws_bytes);
-            ok = r == CUDNN_STATUS_SUCCESS && pick(m, median_of_trials(p, nt, trials, m), s.ws_bytes, true, fma_only, out);
-        }
+        if (pass == MP_CONV_FWD)
+            ok = find_and_pick<cudnnConvolutionFwdAlgoPerf_t>(trials, s.ws_bytes, fma_only, out,
+                                                   [&](int *n, auto *p) {
+                return cudnnFindConvolutionForwardAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->w_desc, s.w, cv,
+                                                              st->y_desc, s.y, MAXR, n, p, s.ws, s.ws_bytes);
+            });
+        else if (pass == MP_CONV_BWD_DATA)
+            ok = find_and_pick<cudnnConvolutionBwdDataAlgoPerf_t>(trials, s.ws_bytes, fma_only, out,
+                                                   [&](int *n, auto *p) {
+                return cudnnFindConvolutionBackwardDataAlgorithmEx(ctx->cudnn, st->w_desc, s.w, st->y_desc, s.y, cv,
+                                                                   st->x_desc, s.x, MAXR, n, p, s.ws, s.ws_bytes);
+            });
+        else
+            ok = find_and_pick<cudnnConvolutionBwdFilterAlgoPerf_t>(trials, s.ws_bytes, fma_only, out,
+                                                   [&](int *n, auto *p) {
+                return cudnnFindConvolutionBackwardFilterAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->y_desc, s.y, cv,
+                                                                     st->w_desc, s.w, MAXR, n, p, s.ws, s.ws_bytes);
+            });
         scratch_free(&s);
     }
     if (ok) return MP_OK;

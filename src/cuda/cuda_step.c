@@ -95,7 +95,7 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         st = mp_cuda_set_f32(s->ctx, s->one, 1.0f);
     }
     if (st == MP_OK && o->fault_injection) {
-        s->first_grad = n ? gp0 : NULL;
+        s->first_grad = gp0;
         st = mp_cuda_check(cudaMalloc((void **)&s->inject, sizeof(int)), "cudaMalloc", "cuda step");
         if (st == MP_OK) st = mp_cuda_check(cudaMemsetAsync(s->inject, 0, sizeof(int), s->ctx->stream), "cudaMemsetAsync",
                                             "cuda step");
@@ -191,22 +191,25 @@ static mp_status run_step(mp_cuda_step *s, float lr) {
     return MP_OK;
 }
 
+/* Wait for event ev (NULL: everything queued) on the step's stream; in a
+ * data-parallel run a wait the watchdog bounds, and an abort explains a
+ * failed wait better than the CUDA error does. */
+static mp_status bounded_wait(mp_cuda_step *s, cudaEvent_t ev) {
+    mp_dist_wait_begin(s->o.dist);
+    cudaError_t e = ev ? cudaEventSynchronize(ev) : cudaStreamSynchronize(s->ctx->stream);
+    mp_dist_wait_end(s->o.dist);
+    MP_TRY(mp_dist_check(s->o.dist));
+    return mp_cuda_check(e, ev ? "cudaEventSynchronize" : "cudaStreamSynchronize", "training step");
+}
+
 /* Data parallel: at most two steps in flight, so that a rank whose peer
  * died has little queued behind the stopped collective, and a wait for a
  * peer is a bounded wait the watchdog sees. */
-static mp_status wait_for_step(mp_cuda_step *s, cudaEvent_t ev) {
-    mp_dist_wait_begin(s->o.dist);
-    cudaError_t e = cudaEventSynchronize(ev);
-    mp_dist_wait_end(s->o.dist);
-    MP_TRY(mp_dist_check(s->o.dist));
-    return mp_cuda_check(e, "cudaEventSynchronize", "training step");
-}
-
 mp_status mp_cuda_step_run(mp_cuda_step *s, float lr) {
     if (!(lr >= 0) || lr > 1e30f) return mp_error(MP_ERR_INVALID_ARG, "cuda step: learning rate %g", (double)lr);
     if (!s->o.dist) return run_step(s, lr);
     cudaEvent_t ev = s->queued[s->steps % 2];
-    if (s->steps >= 2) MP_TRY(wait_for_step(s, ev));
+    if (s->steps >= 2) MP_TRY(bounded_wait(s, ev));
     MP_TRY(mp_dist_enqueue_begin(s->o.dist));
     mp_status st = run_step(s, lr);
     if (st == MP_OK) st = mp_cuda_check(cudaEventRecord(ev, s->ctx->stream), "cudaEventRecord", "training step");
@@ -214,13 +217,7 @@ mp_status mp_cuda_step_run(mp_cuda_step *s, float lr) {
     return st;
 }
 
-mp_status mp_cuda_step_wait(mp_cuda_step *s) {
-    mp_dist_wait_begin(s->o.dist);
-    cudaError_t e = cudaStreamSynchronize(s->ctx->stream);
-    mp_dist_wait_end(s->o.dist);
-    MP_TRY(mp_dist_check(s->o.dist)); /* an abort explains a failed wait better */
-    return mp_cuda_check(e, "cudaStreamSynchronize", "training step");
-}
+mp_status mp_cuda_step_wait(mp_cuda_step *s) { return bounded_wait(s, NULL); }
 
 mp_status mp_cuda_step_inject_overflow(mp_cuda_step *s) {
     if (!s->inject) return mp_error(MP_ERR_INVALID_ARG, "cuda step: created without fault_injection");

@@ -36,6 +36,9 @@ mp_status mp_dist_group_join(mp_dist_group *g, int rank, int device, mp_dist **o
 void mp_dist_group_destroy(mp_dist_group *g);
 /* The rank that failed first in the group, -1 if none. */
 int mp_dist_group_failed_rank(const mp_dist_group *g);
+/* Rank `rank` of the group never started (e.g. its thread could not be
+ * created): the ranks already joining stop instead of waiting for it. */
+void mp_dist_group_fail(mp_dist_group *g, int rank, mp_status s);
 
 /* Process mode (mpirun): true when this process was started by an MPI
  * launcher (Open MPI / PMIx environment); *world and *rank from it. */
@@ -47,7 +50,6 @@ mp_status mp_dist_mpi_create(double timeout_s, mp_dist **out);
 int mp_dist_rank(const mp_dist *d);
 int mp_dist_world(const mp_dist *d);
 int mp_dist_device(const mp_dist *d);
-bool mp_dist_uses_mpi(const mp_dist *d);
 /* This rank failed with `s`: the others are stopped (communicators
  * aborted) instead of waiting for it. */
 void mp_dist_fail(mp_dist *d, mp_status s);

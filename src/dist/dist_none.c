@@ -22,6 +22,7 @@ int mp_dist_group_failed_rank(const mp_dist_group *g) {
     (void)g;
     return -1;
 }
+void mp_dist_group_fail(mp_dist_group *g, int rank, mp_status s) { (void)g, (void)rank, (void)s; }
 mp_status mp_dist_mpi_create(double timeout_s, mp_dist **out) {
     (void)timeout_s;
     *out = NULL;
@@ -38,10 +39,6 @@ int mp_dist_world(const mp_dist *d) {
 int mp_dist_device(const mp_dist *d) {
     (void)d;
     return 0;
-}
-bool mp_dist_uses_mpi(const mp_dist *d) {
-    (void)d;
-    return false;
 }
 void mp_dist_fail(mp_dist *d, mp_status s) { (void)d, (void)s; }
 mp_status mp_dist_check(mp_dist *d) {

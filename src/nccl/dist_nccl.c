@@ -8,6 +8,7 @@
  * (a read-write lock), and nothing is queued after one. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@
 struct mp_dist {
     mp_dist_group *g;
     int rank, world, device;
-    bool mpi;
+    bool mpi;             /* MPI finalizes with the last communicator */
     ncclComm_t comm;      /* NULL once freed */
     bool revoked;         /* stopped by the watchdog; freed by the rank */
     double wait_since;    /* > 0: waiting on the GPU since then (under g->mu) */
@@ -94,7 +95,6 @@ mp_status mp_nccl_enqueued(const mp_dist *d, ncclResult_t r, const char *call, c
 int mp_dist_rank(const mp_dist *d) { return d ? d->rank : 0; }
 int mp_dist_world(const mp_dist *d) { return d ? d->world : 1; }
 int mp_dist_device(const mp_dist *d) { return d ? d->device : 0; }
-bool mp_dist_uses_mpi(const mp_dist *d) { return d && d->mpi; }
 
 /* Record the first failure (under g->mu). */
 static void note_failure(mp_dist_group *g, int rank, mp_status s, const char *msg) {
@@ -105,13 +105,16 @@ static void note_failure(mp_dist_group *g, int rank, mp_status s, const char *ms
 }
 
 /* MIXPREC_DIST_DEBUG=1: the watchdog and the ranks say what they do. */
-static void debug(const char *fmt, int a, int b) {
+__attribute__((format(printf, 1, 2))) static void debug(const char *fmt, ...) {
     static int on = -1;
     if (on < 0) on = getenv("MIXPREC_DIST_DEBUG") != NULL;
     if (!on) return;
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "[dist] ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    va_end(ap);
 }
 
 /* ncclCommRevoke (NCCL >= 2.28) stops in-flight operations but keeps the
@@ -146,7 +149,7 @@ static void abort_all(mp_dist_group *g) {
         debug("rank %d: revoking its communicator (ncclCommRevoke available: %d)", d->rank, revoke != NULL);
         if (revoke) revoke(c, 0);
         else ncclCommAbort(c);
-        debug("rank %d: communicator stopped (%d)", d->rank, 0);
+        debug("rank %d: communicator stopped", d->rank);
     }
     pthread_mutex_unlock(&g->mu);
     pthread_rwlock_unlock(&g->enqueue);
@@ -232,6 +235,15 @@ mp_status mp_dist_group_create(int world, double timeout_s, mp_dist_group **out)
 }
 
 int mp_dist_group_failed_rank(const mp_dist_group *g) { return g ? g->failed_rank : -1; }
+
+void mp_dist_group_fail(mp_dist_group *g, int rank, mp_status s) {
+    if (!g) return;
+    char msg[512];
+    snprintf(msg, sizeof msg, "rank %d failed: %s", rank, mp_last_error());
+    pthread_mutex_lock(&g->mu);
+    note_failure(g, rank, s, msg);
+    pthread_mutex_unlock(&g->mu);
+}
 
 void mp_dist_group_destroy(mp_dist_group *g) {
     if (!g) return;
@@ -342,13 +354,7 @@ mp_status mp_dist_mpi_create(double timeout_s, mp_dist **out) {
 }
 
 void mp_dist_fail(mp_dist *d, mp_status s) {
-    if (!d) return;
-    mp_dist_group *g = d->g;
-    char msg[512];
-    snprintf(msg, sizeof msg, "rank %d failed: %s", d->rank, mp_last_error());
-    pthread_mutex_lock(&g->mu);
-    note_failure(g, d->rank, s, msg);
-    pthread_mutex_unlock(&g->mu);
+    if (d) mp_dist_group_fail(d->g, d->rank, s);
 }
 
 mp_status mp_dist_check(mp_dist *d) {
@@ -381,7 +387,7 @@ mp_status mp_dist_enqueue_begin(mp_dist *d) {
     if (!d) return MP_OK;
     pthread_rwlock_rdlock(&d->g->enqueue);
     if (atomic_load(&d->g->aborted) || !d->comm || d->revoked) {
-        debug("rank %d: refusing to queue work after the abort (%d)", d->rank, 0);
+        debug("rank %d: refusing to queue work after the abort", d->rank);
         pthread_rwlock_unlock(&d->g->enqueue);
         return mp_dist_check(d) != MP_OK ? MP_ERR_INTERNAL
                                          : mp_error(MP_ERR_INTERNAL, "rank %d: the communicator was aborted", d->rank);
@@ -423,4 +429,10 @@ void mp_dist_destroy(mp_dist *d) {
         if (!failed) mp_mpi_finish();
     }
     free(d);
+}
+
+mp_status mp_dist_allgather_f32(mp_dist *d, const float *send, float *recv, size_t n, void *stream) {
+    MP_NCCL_QUEUE(d, ncclAllGather(send, recv, n, ncclFloat32, mp_dist_comm(d), (cudaStream_t)stream),
+                  "synchronized BatchNorm statistics");
+    return MP_OK;
 }

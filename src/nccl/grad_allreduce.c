@@ -172,12 +172,6 @@ mp_status mp_dist_broadcast_params(mp_dist *d, mp_plan *p) {
     return MP_OK;
 }
 
-mp_status mp_dist_allgather_f32(mp_dist *d, const float *send, float *recv, size_t n, void *stream) {
-    MP_NCCL_QUEUE(d, ncclAllGather(send, recv, n, ncclFloat32, mp_dist_comm(d), (cudaStream_t)stream),
-                  "synchronized BatchNorm statistics");
-    return MP_OK;
-}
-
 mp_status mp_dist_allreduce_flag(mp_dist *d, mp_plan *p, int *flag_dev) {
     MP_NCCL_QUEUE(d, ncclAllReduce(flag_dev, flag_dev, 1, ncclInt32, ncclMax, mp_dist_comm(d),
                                    mp_cuda_plan_ctx(p)->stream),

@@ -65,9 +65,8 @@ mp_status mp_train_run_threads(mp_model *m, const mp_dataset *train, const mp_da
     for (; s == MP_OK && started < n; started++)
         if (pthread_create(&threads[started], NULL, rank_main, &jobs[started]) != 0)
             s = mp_error(MP_ERR_INTERNAL, "--gpus: cannot start the thread of rank %d", started);
-    if (s != MP_OK && started > 0) { /* the started ranks would wait for the missing ones until the timeout */
-        fprintf(stderr, "mixprec: %s; stopping the ranks already started\n", mp_last_error());
-    }
+    if (s != MP_OK && started < n) /* the started ranks stop instead of waiting for the missing one */
+        mp_dist_group_fail(group, started, s);
     for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
     int first = mp_dist_group_failed_rank(group);
     if (s == MP_OK) {

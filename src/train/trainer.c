@@ -110,19 +110,30 @@ static mp_status check_opts(const mp_dataset *train, const mp_train_opts *o) {
 
 /* Tests of the no-hang guarantee: MIXPREC_TEST_RANK_FAILURE=RANK:STEP[:exit]
  * makes that rank of a data-parallel run fail at that global step, with an
- * error, or (":exit") by dying as a crashed process would. */
-static mp_status injected_failure(const mp_train_opts *o, int64_t step) {
+ * error, or (":exit") by dying as a crashed process would. Read once per run. */
+typedef struct {
+    long long step; /* -1: this rank does not fail */
+    bool die;
+} injected_failure;
+
+static injected_failure injected_failure_of(const mp_train_opts *o) {
     const char *spec = o->dist ? getenv("MIXPREC_TEST_RANK_FAILURE") : NULL;
     int rank = -1;
     long long at = -1;
     char how[8] = "";
-    if (!spec || sscanf(spec, "%d:%lld:%7s", &rank, &at, how) < 2) return MP_OK;
-    if (rank != mp_dist_rank(o->dist) || at != step) return MP_OK;
-    if (!strcmp(how, "exit")) {
-        fprintf(stderr, "mixprec: rank %d: MIXPREC_TEST_RANK_FAILURE: exiting at step %lld\n", rank, at);
+    if (!spec || sscanf(spec, "%d:%lld:%7s", &rank, &at, how) < 2 || rank != mp_dist_rank(o->dist))
+        return (injected_failure){.step = -1};
+    return (injected_failure){.step = at, .die = !strcmp(how, "exit")};
+}
+
+static mp_status fail_now(const mp_train_opts *o, const injected_failure *f) {
+    if (f->die) {
+        fprintf(stderr, "mixprec: rank %d: MIXPREC_TEST_RANK_FAILURE: exiting at step %lld\n", mp_dist_rank(o->dist),
+                f->step);
         _exit(3);
     }
-    return mp_error(MP_ERR_INTERNAL, "MIXPREC_TEST_RANK_FAILURE: rank %d fails at step %lld", rank, at);
+    return mp_error(MP_ERR_INTERNAL, "MIXPREC_TEST_RANK_FAILURE: rank %d fails at step %lld", mp_dist_rank(o->dist),
+                    f->step);
 }
 
 mp_status mp_train_allreduce_dtype(const mp_train_opts *o, const mp_graph *g, mp_dtype *out) {
@@ -130,14 +141,8 @@ mp_status mp_train_allreduce_dtype(const mp_train_opts *o, const mp_graph *g, mp
     if (!strcmp(a, "fp32")) *out = MP_DTYPE_F32;
     else if (!strcmp(a, "fp16")) *out = MP_DTYPE_F16;
     else if (!strcmp(a, "bf16")) *out = MP_DTYPE_BF16;
-    else if (strcmp(a, "auto"))
-        return mp_error(MP_ERR_INVALID_ARG, "--allreduce '%s' must be auto, fp32, fp16 or bf16", a);
-    else {
-        mp_precision p = g ? (mp_precision)g->precision : MP_PRECISION_FP32;
-        *out = p == MP_PRECISION_AMP_FP16 || p == MP_PRECISION_O2_FP16 || p == MP_PRECISION_FP16   ? MP_DTYPE_F16
-               : p == MP_PRECISION_AMP_BF16 || p == MP_PRECISION_O2_BF16 || p == MP_PRECISION_BF16 ? MP_DTYPE_BF16
-                                                                                                  : MP_DTYPE_F32;
-    }
+    else if (!strcmp(a, "auto")) *out = mp_precision_low_dtype(g ? (mp_precision)g->precision : MP_PRECISION_FP32);
+    else return mp_error(MP_ERR_INVALID_ARG, "--allreduce '%s' must be auto, fp32, fp16 or bf16", a);
     return MP_OK;
 }
 
@@ -147,6 +152,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
     MP_TRY(check_opts(train, o));
     if (o->gpus > 1 && !o->dist) return mp_train_run_threads(m, train, test, o, r);
     const int rank = mp_dist_rank(o->dist), world = mp_dist_world(o->dist);
+    const injected_failure fail = injected_failure_of(o);
     float *mean = calloc((size_t)train->c, sizeof *mean), *std = calloc((size_t)train->c, sizeof *std);
     mp_loader *ld = NULL;
     mp_step_ctx ctx;
@@ -219,8 +225,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
             lr = mp_lr_at(&sched, global_step);
             mp_step_result sr;
             ctx.read_now = step == steps; /* every epoch reports a loss, however few its steps */
-            s = injected_failure(o, global_step + 1);
-            if (s == MP_OK) s = mp_train_step(&ctx, ld, lr, global_step + 1, &sr);
+            s = global_step + 1 == fail.step ? fail_now(o, &fail) : mp_train_step(&ctx, ld, lr, global_step + 1, &sr);
             global_step++;
             if (s != MP_OK) break;
             loss_sum += sr.loss_sum;
