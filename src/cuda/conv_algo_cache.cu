@@ -6,13 +6,15 @@
  * Search: cudnnFind*AlgorithmEx (3 trials, median per algorithm;
  * MP_CUDNN_FIND_TRIALS=1..5) times every algorithm on scratch buffers
  * allocated here and freed after (like PyTorch's cudnn.benchmark), with a
- * workspace of at most min(1 GiB, free memory / 8); when the scratch cannot be
+ * workspace of at most min(4 GiB, free memory / 8); when the scratch cannot be
  * allocated, or MP_CUDNN_FIND=0, cuDNN's heuristics (cudnnGet*_v7) choose.
- * The fastest algorithm wins, or one within 5% of it that needs less
- * workspace. For f32 without TF32 the math type
+ * The fastest algorithm wins, or one within 5% of it that is deterministic
+ * or, next, needs less workspace. For f32 without TF32 the math type
  * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
- * otherwise the descriptor takes the math type the algorithm was timed with. */
+ * otherwise the descriptor takes the math type the algorithm was timed with.
+ * MIXPREC_CUDNN_DEBUG=1 prints each search's candidates and choice. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,10 +61,21 @@ static void cache_put(const algo_key *k, const mp_conv_algo *a) {
     pthread_mutex_unlock(&cache_lock);
 }
 
+/* Between two algorithms timed within 5% of each other: a deterministic one
+ * beats one that is not (atomics-based; seen: cnn10's first-layer
+ * backward-filter ALGO_0 timed 0.146 ms alone but cost 0.6 ms more per step
+ * inside the training step, and whichever way the near-tie fell moved the
+ * step between 1.5 and 2.1 ms from run to run), then less workspace (the
+ * shared workspace is part of every step's peak memory). */
+template <typename Perf> static bool better_tie(const Perf &a, const Perf &b) {
+    const bool da = a.determinism == CUDNN_DETERMINISTIC, db = b.determinism == CUDNN_DETERMINISTIC;
+    if (da != db) return da;
+    return a.memory < b.memory;
+}
+
 /* Results come sorted best first. Heuristics (timed = false): the first that
  * fits the workspace cap. Find (timed): of the results within 5% of the
- * fastest, the one with the least workspace (the shared workspace is part of
- * every step's peak memory). */
+ * fastest, the best by better_tie. */
 template <typename Perf>
 static bool pick(const Perf *r, int n, size_t cap, bool timed, bool fma_only, mp_conv_algo *out) {
     int best = -1;
@@ -77,7 +90,7 @@ static bool pick(const Perf *r, int n, size_t cap, bool timed, bool fma_only, mp
             best = i;
             fastest = r[i].time;
             if (!timed) break;
-        } else if (r[i].time <= 1.05f * fastest && r[i].memory < r[best].memory) {
+        } else if (r[i].time <= 1.05f * fastest && better_tie(r[i], r[best])) {
             best = i;
         }
     }
@@ -139,19 +152,39 @@ template <typename Perf> static int median_of_trials(const Perf *all, const int 
     return m;
 }
 
+/* MIXPREC_CUDNN_DEBUG=1: one stderr line per search — the choice, then
+ * every candidate as algo/math[nd = not deterministic]:median ms:workspace. */
+template <typename Perf>
+static void debug_search(const char *what, const char *pass, const Perf *m, int nm, bool ok, const mp_conv_algo *a) {
+    if (!getenv("MIXPREC_CUDNN_DEBUG")) return;
+    fprintf(stderr, "cudnn: %s %s -> algo %d math %d |", what, pass, ok ? a->algo : -1, ok ? (int)a->math : -1);
+    for (int i = 0; i < nm; i++)
+        fprintf(stderr, " %d/%d%s:%.4f:%zuK", (int)m[i].algo, (int)m[i].mathType,
+                m[i].determinism == CUDNN_DETERMINISTIC ? "" : "nd", (double)m[i].time, m[i].memory >> 10);
+    fprintf(stderr, "\n");
+}
+
 /* `trials` timed searches (find(&n, results) is one cudnnFind*Ex call),
  * each algorithm's median, then pick. */
 template <typename Perf, typename Find>
-static bool find_and_pick(int trials, size_t ws_bytes, bool fma_only, mp_conv_algo *out, Find find) {
+static bool find_and_pick(int trials, size_t ws_bytes, bool fma_only, mp_conv_algo *out, const char *what,
+                          const char *pass, Find find) {
     Perf p[MAX_TRIALS * MAXR], m[MAXR];
     int nt[MAX_TRIALS] = {0};
     for (int t = 0; t < trials; t++)
         if (find(&nt[t], p + t * MAXR) != CUDNN_STATUS_SUCCESS) return false;
-    return pick(m, median_of_trials(p, nt, trials, m), ws_bytes, true, fma_only, out);
+    const int nm = median_of_trials(p, nt, trials, m);
+    const bool ok = pick(m, nm, ws_bytes, true, fma_only, out);
+    debug_search(what, pass, m, nm, ok, out);
+    return ok;
 }
 
+/* 4 GiB: the fast backward-data algorithm of a 64-channel 3x3 convolution
+ * on 32x32 at batch 2048 in f32 needs 1.07 GB (twice its input); under a
+ * 1 GiB cap only ALGO_0 was left, at 300 ms instead of ~7 (cnn10 fp32 at
+ * 2048 ran at 2.7k images/s, PyTorch's 20k). */
 static size_t workspace_cap(void) {
-    size_t free_b = 0, total = 0, cap = (size_t)1 << 30;
+    size_t free_b = 0, total = 0, cap = (size_t)4 << 30;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
         (void)cudaGetLastError();
         return (size_t)256 << 20;
@@ -212,19 +245,21 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
     if (find_enabled() && scratch_alloc(ctx, st, cap, &s)) {
         const int trials = find_trials();
         if (pass == MP_CONV_FWD)
-            ok = find_and_pick<cudnnConvolutionFwdAlgoPerf_t>(trials, s.ws_bytes, fma_only, out,
+            ok = find_and_pick<cudnnConvolutionFwdAlgoPerf_t>(trials, s.ws_bytes, fma_only, out, what, "forward",
                                                    [&](int *n, auto *p) {
                 return cudnnFindConvolutionForwardAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->w_desc, s.w, cv,
                                                               st->y_desc, s.y, MAXR, n, p, s.ws, s.ws_bytes);
             });
         else if (pass == MP_CONV_BWD_DATA)
-            ok = find_and_pick<cudnnConvolutionBwdDataAlgoPerf_t>(trials, s.ws_bytes, fma_only, out,
+            ok = find_and_pick<cudnnConvolutionBwdDataAlgoPerf_t>(trials, s.ws_bytes, fma_only, out, what,
+                                                                  "backward-data",
                                                    [&](int *n, auto *p) {
                 return cudnnFindConvolutionBackwardDataAlgorithmEx(ctx->cudnn, st->w_desc, s.w, st->y_desc, s.y, cv,
                                                                    st->x_desc, s.x, MAXR, n, p, s.ws, s.ws_bytes);
             });
         else
-            ok = find_and_pick<cudnnConvolutionBwdFilterAlgoPerf_t>(trials, s.ws_bytes, fma_only, out,
+            ok = find_and_pick<cudnnConvolutionBwdFilterAlgoPerf_t>(trials, s.ws_bytes, fma_only, out, what,
+                                                                    "backward-filter",
                                                    [&](int *n, auto *p) {
                 return cudnnFindConvolutionBackwardFilterAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->y_desc, s.y, cv,
                                                                      st->w_desc, s.w, MAXR, n, p, s.ws, s.ws_bytes);
