@@ -6,6 +6,8 @@
  * window of steps, all ranks started together (barrier) and waited for,
  * median of --repeats windows; images/s = ranks x batch x steps / time.
  * Prints one table row per cell with the ratio N-GPU / 1-GPU images/s.
+ * Under mpirun (one process per GPU) it measures one cell, N-GPU column
+ * only: `mpirun -np 2 gpu_scaling --models cnn10 --batches 128`.
  * Built only with the CUDA backend. */
 #include <pthread.h>
 #include <stdio.h>
@@ -178,6 +180,33 @@ static int scaling_row(void *arg, const char *model, const char *batch, mp_preci
     return 0;
 }
 
+/* Under mpirun: this process is one rank of an N-GPU cell; rank 0 prints
+ * the N-GPU images/s (the MPI communicator lives for one cell). */
+static int mpi_cell(const cell *proto, const char *model, const char *batch, const char *prec_name) {
+    cell c = *proto;
+    c.model = model, c.batch = atoi(batch);
+    if (mp_precision_parse(prec_name, &c.prec) != MP_OK) {
+        fprintf(stderr, "gpu_scaling: %s\n", mp_last_error());
+        return 2;
+    }
+    mp_dist *d = NULL;
+    rank_job j = {.c = &c};
+    j.s = mp_dist_mpi_create(120, &d);
+    if (j.s == MP_OK) {
+        j.rank = mp_dist_rank(d), c.world = mp_dist_world(d);
+        j.s = rank_train(&j, d);
+    }
+    if (j.s != MP_OK) fprintf(stderr, "gpu_scaling: rank %d: %s\n", j.rank, mp_last_error());
+    double w[MAX_REPEATS];
+    memcpy(w, j.window_s, sizeof w);
+    qsort(w, (size_t)c.repeats, sizeof *w, cmp_double);
+    if (j.s == MP_OK && j.rank == 0)
+        printf("| %s | %s | %s | %d processes (mpirun) | %.0f images/s | %.3f ms/step |\n", model, prec_name, batch,
+               c.world, (double)c.world * c.batch * c.steps / w[c.repeats / 2], 1e3 * w[c.repeats / 2] / c.steps);
+    mp_dist_destroy(d);
+    return j.s == MP_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     const char *models = "resnet18,cnn10", *precisions = "amp-bf16", *batches = "512,128", *wire = NULL;
     int steps = 30, repeats = 5, gpus = 2;
@@ -196,6 +225,15 @@ int main(int argc, char **argv) {
                             "[--steps N] [--repeats R] [--gpus N] [--allreduce fp32|fp16|bf16] [--bucket-mb X]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
+    }
+    int mpi_world = 0, mpi_rank = 0;
+    if (mp_dist_mpi_launched(&mpi_world, &mpi_rank)) {
+        if (strchr(models, ',') || strchr(batches, ',') || strchr(precisions, ',')) {
+            fprintf(stderr, "gpu_scaling: under mpirun, name one model, one batch and one precision\n");
+            return 2;
+        }
+        cell proto = {.steps = steps, .repeats = repeats, .wire = wire, .bucket_mb = bucket_mb};
+        return mpi_cell(&proto, models, batches, precisions);
     }
     int found = mp_cuda_device_count();
     if (steps < 1 || repeats < 1 || repeats > MAX_REPEATS || gpus < 1 || gpus > MAX_RANKS || gpus > found) {
