@@ -1,7 +1,9 @@
 /* conv_algo_cache.cu — cuDNN algorithm choice for one convolution pass,
- * searched once per (device, pass, conv-view geometry, dtype, math type) and
- * kept in a process-wide table, so equal layers (and plans rebuilt for the
- * same shapes) search once.
+ * searched once per (GPU model, pass, conv-view geometry, dtype, math type)
+ * and kept in a process-wide table, so equal layers (and plans rebuilt for
+ * the same shapes) search once, and the ranks of a multi-GPU run on equal
+ * GPUs share one search (searches take turns) and so compute alike: rank r's
+ * micro-batch gives the bits one GPU gives it.
  *
  * Search: cudnnFind*AlgorithmEx (3 trials, median per algorithm;
  * MP_CUDNN_FIND_TRIALS=1..5) times every algorithm on scratch buffers
@@ -12,7 +14,10 @@
  * or, next, needs less workspace. For f32 without TF32 the math type
  * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
  * otherwise the descriptor takes the math type the algorithm was timed with.
- * MIXPREC_CUDNN_DEBUG=1 prints each search's candidates and choice. */
+ * MIXPREC_DETERMINISTIC=1 keeps to algorithms cuDNN calls deterministic (no
+ * atomics: the same bits every run, and a rank's micro-batch the bits one
+ * GPU gives it). MIXPREC_CUDNN_DEBUG=1 prints each search's candidates and
+ * choice. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +26,7 @@
 #include "cuda/conv_cudnn.h"
 
 typedef struct {
-    int device, pass, dtype, math;
+    int gpu_model, pass, dtype, math, deterministic;
     int n, cx, hx, wx, cy, hy, wy, k, stride, pad, dil, groups;
 } algo_key;
 
@@ -31,6 +36,7 @@ typedef struct {
 } algo_entry;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t search_lock = PTHREAD_MUTEX_INITIALIZER; /* one search at a time */
 static algo_entry *cache;
 static int cache_n, cache_cap;
 
@@ -66,31 +72,43 @@ static void cache_put(const algo_key *k, const mp_conv_algo *a) {
  * backward-filter ALGO_0 timed 0.146 ms alone but cost 0.6 ms more per step
  * inside the training step, and whichever way the near-tie fell moved the
  * step between 1.5 and 2.1 ms from run to run), then less workspace (the
- * shared workspace is part of every step's peak memory). */
-template <typename Perf> static bool better_tie(const Perf &a, const Perf &b) {
+ * shared workspace is part of every step's peak memory). Not for f32
+ * without TF32: there the deterministic near-tie picks moved resnet18's
+ * gradients 2.4e-3 from the CPU's (bar 1e-3; the suspect is ALGO_1 of the
+ * 1x1 stride-2 shortcut's backward-filter), so f32 keeps less workspace. */
+template <typename Perf> static bool better_tie(const Perf &a, const Perf &b, bool fma_only) {
     const bool da = a.determinism == CUDNN_DETERMINISTIC, db = b.determinism == CUDNN_DETERMINISTIC;
-    if (da != db) return da;
+    if (da != db && !fma_only) return da;
     return a.memory < b.memory;
 }
+
+/* What a pass may use: f32 without TF32 (fma_only) takes only algorithms
+ * timed with FMA math; deterministic (MIXPREC_DETERMINISTIC=1) only
+ * algorithms that give the same bits every run. */
+typedef struct {
+    bool fma_only, deterministic;
+} pick_rules;
 
 /* Results come sorted best first. Heuristics (timed = false): the first that
  * fits the workspace cap. Find (timed): of the results within 5% of the
  * fastest, the best by better_tie. */
 template <typename Perf>
-static bool pick(const Perf *r, int n, size_t cap, bool timed, bool fma_only, mp_conv_algo *out) {
+static bool pick(const Perf *r, int n, size_t cap, bool timed, pick_rules rules, mp_conv_algo *out) {
     int best = -1;
     float fastest = 0.f;
     for (int i = 0; i < n; i++) {
         if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > cap) continue;
         /* f32 without TF32: a time taken with tensor-op math says nothing
          * about the algorithm under CUDNN_FMA_MATH */
-        if (fma_only && (r[i].mathType == CUDNN_TENSOR_OP_MATH || r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        if (rules.fma_only &&
+            (r[i].mathType == CUDNN_TENSOR_OP_MATH || r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
             continue;
+        if (rules.deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
         if (best < 0) {
             best = i;
             fastest = r[i].time;
             if (!timed) break;
-        } else if (r[i].time <= 1.05f * fastest && better_tie(r[i], r[best])) {
+        } else if (r[i].time <= 1.05f * fastest && better_tie(r[i], r[best], rules.fma_only)) {
             best = i;
         }
     }
@@ -167,14 +185,14 @@ static void debug_search(const char *what, const char *pass, const Perf *m, int 
 /* `trials` timed searches (find(&n, results) is one cudnnFind*Ex call),
  * each algorithm's median, then pick. */
 template <typename Perf, typename Find>
-static bool find_and_pick(int trials, size_t ws_bytes, bool fma_only, mp_conv_algo *out, const char *what,
+static bool find_and_pick(int trials, size_t ws_bytes, pick_rules rules, mp_conv_algo *out, const char *what,
                           const char *pass, Find find) {
     Perf p[MAX_TRIALS * MAXR], m[MAXR];
     int nt[MAX_TRIALS] = {0};
     for (int t = 0; t < trials; t++)
         if (find(&nt[t], p + t * MAXR) != CUDNN_STATUS_SUCCESS) return false;
     const int nm = median_of_trials(p, nt, trials, m);
-    const bool ok = pick(m, nm, ws_bytes, true, fma_only, out);
+    const bool ok = pick(m, nm, ws_bytes, true, rules, out);
     debug_search(what, pass, m, nm, ok, out);
     return ok;
 }
@@ -228,6 +246,11 @@ static bool scratch_alloc(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, size_t cap,
     return ok;
 }
 
+static bool deterministic_only(void) {
+    const char *e = getenv("MIXPREC_DETERMINISTIC");
+    return e && strcmp(e, "0") && *e;
+}
+
 static bool find_enabled(void) {
     const char *e = getenv("MP_CUDNN_FIND");
     return !(e && !strcmp(e, "0"));
@@ -238,27 +261,27 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
                         const char *what) {
     cudnnConvolutionDescriptor_t cv = st->conv[pass];
     const size_t cap = workspace_cap();
-    const bool fma_only = st->math == CUDNN_FMA_MATH;
+    const pick_rules rules = {st->math == CUDNN_FMA_MATH, deterministic_only()};
     int n = 0;
     bool ok = false;
     scratch s;
     if (find_enabled() && scratch_alloc(ctx, st, cap, &s)) {
         const int trials = find_trials();
         if (pass == MP_CONV_FWD)
-            ok = find_and_pick<cudnnConvolutionFwdAlgoPerf_t>(trials, s.ws_bytes, fma_only, out, what, "forward",
+            ok = find_and_pick<cudnnConvolutionFwdAlgoPerf_t>(trials, s.ws_bytes, rules, out, what, "forward",
                                                    [&](int *n, auto *p) {
                 return cudnnFindConvolutionForwardAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->w_desc, s.w, cv,
                                                               st->y_desc, s.y, MAXR, n, p, s.ws, s.ws_bytes);
             });
         else if (pass == MP_CONV_BWD_DATA)
-            ok = find_and_pick<cudnnConvolutionBwdDataAlgoPerf_t>(trials, s.ws_bytes, fma_only, out, what,
+            ok = find_and_pick<cudnnConvolutionBwdDataAlgoPerf_t>(trials, s.ws_bytes, rules, out, what,
                                                                   "backward-data",
                                                    [&](int *n, auto *p) {
                 return cudnnFindConvolutionBackwardDataAlgorithmEx(ctx->cudnn, st->w_desc, s.w, st->y_desc, s.y, cv,
                                                                    st->x_desc, s.x, MAXR, n, p, s.ws, s.ws_bytes);
             });
         else
-            ok = find_and_pick<cudnnConvolutionBwdFilterAlgoPerf_t>(trials, s.ws_bytes, fma_only, out, what,
+            ok = find_and_pick<cudnnConvolutionBwdFilterAlgoPerf_t>(trials, s.ws_bytes, rules, out, what,
                                                                     "backward-filter",
                                                    [&](int *n, auto *p) {
                 return cudnnFindConvolutionBackwardFilterAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->y_desc, s.y, cv,
@@ -272,19 +295,19 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
         MP_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(ctx->cudnn, st->x_desc, st->w_desc, cv, st->y_desc, MAXR,
                                                             &n, p),
                      what);
-        ok = pick(p, n, cap, false, fma_only, out);
+        ok = pick(p, n, cap, false, rules, out);
     } else if (pass == MP_CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t p[MAXR];
         MP_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx->cudnn, st->w_desc, st->y_desc, cv, st->x_desc,
                                                                  MAXR, &n, p),
                      what);
-        ok = pick(p, n, cap, false, fma_only, out);
+        ok = pick(p, n, cap, false, rules, out);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t p[MAXR];
         MP_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx->cudnn, st->x_desc, st->y_desc, cv, st->w_desc,
                                                                    MAXR, &n, p),
                      what);
-        ok = pick(p, n, cap, false, fma_only, out);
+        ok = pick(p, n, cap, false, rules, out);
     }
     if (!ok)
         return mp_error(MP_ERR_UNSUPPORTED, "%s: cuDNN has no algorithm for this convolution pass (%d candidates)",
@@ -312,20 +335,35 @@ static mp_status workspace_of(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv
     return MP_OK;
 }
 
+/* GPUs that answer the same to these are one model for the search. */
+static int gpu_model(const mp_cuda_ctx *ctx) {
+    unsigned h = 2166136261u; /* FNV-1a over the name, then the numbers */
+    for (const char *c = ctx->name; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+    const int nums[3] = {ctx->sm_major, ctx->sm_minor, ctx->sm_count};
+    for (int i = 0; i < 3; i++) h = (h ^ (unsigned)nums[i]) * 16777619u;
+    return (int)(h & 0x7fffffff);
+}
+
 mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what) {
     const mp_conv_geom *g = &st->g;
-    const algo_key k = {ctx->device, (int)pass, (int)st->cd, (int)st->math, g->n, g->cx, g->hx, g->wx, g->cy, g->hy,
-                        g->wy, g->k, g->stride, g->pad, g->dil, g->groups}; /* ints only: no padding for memcmp */
+    const algo_key k = {gpu_model(ctx), (int)pass, (int)st->cd, (int)st->math, deterministic_only(),
+                        g->n, g->cx, g->hx, g->wx, g->cy, g->hy, g->wy, g->k, g->stride, g->pad, g->dil,
+                        g->groups}; /* ints only: memcmp */
     mp_conv_algo a;
+    mp_status s = MP_OK;
+    pthread_mutex_lock(&search_lock); /* a second rank waits and finds the first one's choice */
     if (!cache_get(&k, &a)) {
-        MP_TRY(search(ctx, st, pass, &a, what));
-        if (st->math == CUDNN_FMA_MATH) a.math = CUDNN_FMA_MATH; /* f32 stays free of TF32 */
-        MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a.math), what);
+        s = search(ctx, st, pass, &a, what);
+        if (s == MP_OK && st->math == CUDNN_FMA_MATH) a.math = CUDNN_FMA_MATH; /* f32 stays free of TF32 */
+        if (s == MP_OK)
+            s = mp_cudnn_check(cudnnSetConvolutionMathType(st->conv[pass], a.math), "cudnnSetConvolutionMathType", what);
         size_t bytes = 0;
-        MP_TRY(workspace_of(ctx, st, pass, &a, &bytes, what));
-        if (bytes > a.workspace) a.workspace = bytes;
-        cache_put(&k, &a);
+        if (s == MP_OK) s = workspace_of(ctx, st, pass, &a, &bytes, what);
+        if (s == MP_OK && bytes > a.workspace) a.workspace = bytes;
+        if (s == MP_OK) cache_put(&k, &a);
     }
+    pthread_mutex_unlock(&search_lock);
+    MP_TRY(s);
     MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a.math), what);
     st->algo[pass] = a;
     return MP_OK;
