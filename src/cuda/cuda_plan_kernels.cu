@@ -1,7 +1,8 @@
-// cuda_plan_kernels.cu — the two device operations the plan executor needs
-// itself, on the kernels the ops already use: gradient accumulation
-// (dst += src, the residual add's elementwise sum in place) and the per-step
-// fp32 -> f16/bf16 weight casts (the layout code's converting copy, RNE).
+// cuda_plan_kernels.cu — the device operations the plan executor needs
+// itself: gradient accumulation (dst += src, the residual add's elementwise
+// sum in place) and the per-step fp32 -> f16/bf16 weight casts (the layout
+// code's converting copy, RNE) on the kernels the ops already use, and two
+// one-thread kernels (a micro-batch's seed, the tests' overflow injection).
 #include "cuda/cuda_kernel_util.cuh"
 #include "cuda/cuda_plan_kernels.h"
 
@@ -13,6 +14,13 @@ extern "C" mp_status mp_cuda_accumulate(mp_cuda_ctx *ctx, mp_dtype dtype, void *
 extern "C" mp_status mp_cuda_cast_from_f32(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const float *src, int64_t n) {
     return mp_cuda_check(mp_cuda_copy_convert(ctx, src, MP_DTYPE_F32, dst, dtype, (long long)n), "mp_cuda_copy_convert",
                          "weight cast");
+}
+
+static __global__ void scale_scalar_kernel(float *dst, const float *src, float factor) { *dst = *src * factor; }
+
+extern "C" mp_status mp_cuda_scale_scalar(mp_cuda_ctx *ctx, float *dst, const float *src, float factor) {
+    scale_scalar_kernel<<<1, 1, 0, ctx->stream>>>(dst, src, factor);
+    return mp_cuda_check(cudaGetLastError(), "scale_scalar_kernel", "micro-batch seed");
 }
 
 // Fault injection for tests of the overflow path: one thread, armed by a

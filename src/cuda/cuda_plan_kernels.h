@@ -1,7 +1,7 @@
 /* cuda_plan_kernels.h — the few kernels the plan executor itself launches
  * (cuda_plan_kernels.cu): gradient accumulation in any float dtype and the
- * per-step fp32 -> f16/bf16 weight casts (RNE), and the tests' overflow
- * injection. */
+ * per-step fp32 -> f16/bf16 weight casts (RNE), the backward seed of a
+ * micro-batch, and the tests' overflow injection. */
 #ifndef MP_CUDA_CUDA_PLAN_KERNELS_H
 #define MP_CUDA_CUDA_PLAN_KERNELS_H
 
@@ -16,6 +16,9 @@ extern "C" {
 mp_status mp_cuda_accumulate(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const void *src, int64_t n);
 /* dst (dtype) = src (f32), rounded to nearest even. */
 mp_status mp_cuda_cast_from_f32(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const float *src, int64_t n);
+
+/* *dst = *src * factor (one thread; the seed of a micro-batch, loss scale / k). */
+mp_status mp_cuda_scale_scalar(mp_cuda_ctx *ctx, float *dst, const float *src, float factor);
 
 /* When *armed: *dst = +inf and *armed = 0 (tests: a forced overflow). */
 mp_status mp_cuda_inject_inf(mp_cuda_ctx *ctx, int *armed, float *dst);

@@ -1,6 +1,9 @@
 /* cuda_step.c — the GPU training step of cuda_step.h: built once from a
- * CUDA plan (optimizer and scaler state on the device), queued directly for
- * the first step and captured into a CUDA graph that later steps replay. */
+ * CUDA plan (optimizer and scaler state on the device), queued directly the
+ * first time and captured into a CUDA graph that later steps replay. With
+ * gradient accumulation a step is k micro-batches, and each kind of
+ * micro-batch (first: gradients overwritten; middle: added; last: added,
+ * then all-reduce, unscale/check, optimizer, scaler update) has its graph. */
 #include "cuda/cuda_step.h"
 
 #include <stdlib.h>
@@ -12,6 +15,14 @@
 #include "graph/device.h"
 #include "graph/plan.h"
 
+/* What a launch does: a whole step, or one micro-batch of an accumulated one. */
+typedef enum { MICRO_MIDDLE, MICRO_FIRST, MICRO_LAST, WHOLE_STEP, N_KINDS } micro_kind;
+
+static micro_kind kind_of(int micro, int k) {
+    const bool first = micro == 0, last = micro == k - 1;
+    return first && last ? WHOLE_STEP : first ? MICRO_FIRST : last ? MICRO_LAST : MICRO_MIDDLE;
+}
+
 struct mp_cuda_step {
     mp_plan *p;
     mp_cuda_step_opts o;
@@ -21,13 +32,17 @@ struct mp_cuda_step {
     mp_cuda_scaler_state *scaler;   /* NULL without loss scaling */
     float *one;                     /* device 1.0f: the seed without scaling */
     float *lr;                      /* device learning rate, written before each replay */
+    float *micro_seed;              /* accumulation: (scale or 1) / k, the seed of every micro-batch */
     int *inject;                    /* device flag of mp_cuda_step_inject_overflow, or NULL */
     float *first_grad;              /* where the injection writes */
     mp_grad_allreduce *allreduce;   /* data parallel, else NULL */
-    cudaEvent_t queued[2];          /* data parallel: the ends of the last two steps */
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    int steps;
+    cudaEvent_t queued[2];          /* data parallel: the ends of the last two launches */
+    int accumulate;                 /* k >= 1 micro-batches per step */
+    int micro;                      /* the next micro-batch's index in its step */
+    cudaGraph_t graph[N_KINDS];     /* per micro_kind */
+    cudaGraphExec_t exec[N_KINDS];
+    bool queued_once[N_KINDS];      /* the first of each kind runs directly (warms the libraries) */
+    int steps;                      /* launches (micro-batches) queued */
 };
 
 size_t mp_cuda_used_bytes(void) {
@@ -55,6 +70,7 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
     s->p = p;
     s->o = *o;
     s->ctx = mp_cuda_plan_ctx(p);
+    s->accumulate = o->accumulate > 1 ? o->accumulate : 1;
     mp_graph *g = p->g;
     int n = 0;
     for (int k = 0; k < g->n_params; k++) n += g->params[k].spec.trainable;
@@ -89,9 +105,10 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         st = mp_scaler_init(&host, o->scaler);
         if (st == MP_OK) st = mp_cuda_scaler_create(s->ctx, &host, &s->scaler);
     }
-    if (st == MP_OK) st = mp_cuda_check(cudaMalloc((void **)&s->one, 2 * sizeof(float)), "cudaMalloc", "cuda step");
+    if (st == MP_OK) st = mp_cuda_check(cudaMalloc((void **)&s->one, 3 * sizeof(float)), "cudaMalloc", "cuda step");
     if (st == MP_OK) {
         s->lr = s->one + 1;
+        s->micro_seed = s->one + 2;
         st = mp_cuda_set_f32(s->ctx, s->one, 1.0f);
     }
     if (st == MP_OK && o->fault_injection) {
@@ -116,7 +133,7 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         return st;
     }
     st = cast_weights_now(p);
-    mp_cuda_plan_seed_from_device(p, s->scaler ? &s->scaler->scale : s->one);
+    mp_cuda_plan_seed_from_device(p, s->accumulate > 1 ? s->micro_seed : s->scaler ? &s->scaler->scale : s->one);
     if (st != MP_OK) {
         mp_cuda_step_destroy(s);
         return st;
@@ -128,8 +145,10 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
 void mp_cuda_step_destroy(mp_cuda_step *s) {
     if (!s) return;
     if (s->ctx) cudaStreamSynchronize(s->ctx->stream);
-    if (s->exec) cudaGraphExecDestroy(s->exec);
-    if (s->graph) cudaGraphDestroy(s->graph);
+    for (int i = 0; i < N_KINDS; i++) {
+        if (s->exec[i]) cudaGraphExecDestroy(s->exec[i]);
+        if (s->graph[i]) cudaGraphDestroy(s->graph[i]);
+    }
     mp_grad_allreduce_destroy(s->allreduce);
     for (int i = 0; i < 2; i++)
         if (s->queued[i]) cudaEventDestroy(s->queued[i]);
@@ -145,12 +164,23 @@ void mp_cuda_step_destroy(mp_cuda_step *s) {
     free(s);
 }
 
-/* The step's work in stream order (what the graph captures). */
-static mp_status enqueue_step(mp_cuda_step *s) {
+/* One launch's work in stream order (what its graph captures). */
+static mp_status enqueue(mp_cuda_step *s, micro_kind kind) {
     mp_plan *p = s->p;
-    for (int k = 0; k < p->g->n_params; k++) p->g->params[k].grad_fresh = true; /* backward overwrites */
+    const bool first = kind == MICRO_FIRST || kind == WHOLE_STEP, last = kind == MICRO_LAST || kind == WHOLE_STEP;
+    for (int k = 0; k < p->g->n_params; k++) p->g->params[k].grad_fresh = first; /* overwrite, or add */
+    if (s->accumulate > 1) /* every micro-batch averages like 1/k of one batch of k*b */
+        MP_TRY(mp_cuda_scale_scalar(s->ctx, s->micro_seed, s->scaler ? &s->scaler->scale : s->one,
+                                    1.0f / (float)s->accumulate));
     MP_TRY(mp_plan_forward(p));
-    MP_TRY(mp_plan_backward(p, 1.0f)); /* the seed comes from the device (scale or 1) */
+    /* gradients are all-reduced as backward finishes them in the last
+     * micro-batch only: the hook stays off before */
+    mp_status (*hook)(void *, int) = p->grad_ready;
+    if (!last) p->grad_ready = NULL;
+    mp_status st = mp_plan_backward(p, 1.0f); /* the seed comes from the device (scale or 1, over k) */
+    p->grad_ready = hook;
+    MP_TRY(st);
+    if (!last) return MP_OK;
     if (s->allreduce) MP_TRY(mp_grad_allreduce_finish(s->allreduce));
     if (s->inject && s->first_grad) MP_TRY(mp_cuda_inject_inf(s->ctx, s->inject, s->first_grad));
     if (s->scaler) MP_TRY(mp_cuda_unscale_check(s->ctx, s->scaler, s->grads));
@@ -163,9 +193,9 @@ static mp_status enqueue_step(mp_cuda_step *s) {
     return MP_OK;
 }
 
-static mp_status capture(mp_cuda_step *s) {
+static mp_status capture(mp_cuda_step *s, micro_kind kind) {
     MP_CUDA_TRY(cudaStreamBeginCapture(s->ctx->stream, cudaStreamCaptureModeThreadLocal), "CUDA graph capture");
-    mp_status st = enqueue_step(s);
+    mp_status st = enqueue(s, kind);
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(s->ctx->stream, &graph);
     if (st != MP_OK) {
@@ -173,20 +203,23 @@ static mp_status capture(mp_cuda_step *s) {
         return st;
     }
     MP_CUDA_TRY(e, "CUDA graph capture of the training step");
-    s->graph = graph;
-    MP_CUDA_TRY(cudaGraphInstantiate(&s->exec, graph, 0), "CUDA graph instantiation");
+    s->graph[kind] = graph;
+    MP_CUDA_TRY(cudaGraphInstantiate(&s->exec[kind], graph, 0), "CUDA graph instantiation");
     return MP_OK;
 }
 
 static mp_status run_step(mp_cuda_step *s, float lr) {
+    const micro_kind kind = kind_of(s->micro, s->accumulate);
     MP_TRY(mp_cuda_set_f32(s->ctx, s->lr, lr));
-    if (s->o.no_graph || s->steps == 0) { /* the first step also warms up cuDNN/cuBLASLt */
-        MP_TRY(enqueue_step(s));
+    if (s->o.no_graph || !s->queued_once[kind]) { /* the first also warms up cuDNN/cuBLASLt */
+        MP_TRY(enqueue(s, kind));
+        s->queued_once[kind] = true;
     } else {
-        if (!s->exec) MP_TRY(capture(s));
-        MP_CUDA_TRY(cudaGraphLaunch(s->exec, s->ctx->stream), "CUDA graph launch of the training step");
+        if (!s->exec[kind]) MP_TRY(capture(s, kind));
+        MP_CUDA_TRY(cudaGraphLaunch(s->exec[kind], s->ctx->stream), "CUDA graph launch of the training step");
         s->p->step++; /* as mp_plan_forward counts queued steps */
     }
+    s->micro = (s->micro + 1) % s->accumulate;
     s->steps++;
     return MP_OK;
 }
@@ -247,8 +280,16 @@ static mp_status check_scaler_given(const mp_cuda_step *s, bool given, const cha
                           : "this run scales the loss but no host loss scaler was given");
 }
 
+/* The state of a step boundary only: mid-accumulation gradients are not saved. */
+static mp_status check_at_boundary(const mp_cuda_step *s, const char *what) {
+    if (s->micro == 0) return MP_OK;
+    return mp_error(MP_ERR_INVALID_ARG, "cuda step %s: in the middle of a step (%d of %d micro-batches queued)", what,
+                    s->micro, s->accumulate);
+}
+
 mp_status mp_cuda_step_state_to_host(mp_cuda_step *s, mp_optim *host_optim, mp_scaler *host_scaler) {
     const char *what = "state to host";
+    MP_TRY(check_at_boundary(s, what));
     MP_TRY(check_scaler_given(s, host_scaler != NULL, what));
     MP_TRY(mp_plan_sync_params(s->p, true));
     MP_TRY(mp_cuda_optim_download(s->ctx, s->opt, host_optim));
@@ -257,6 +298,7 @@ mp_status mp_cuda_step_state_to_host(mp_cuda_step *s, mp_optim *host_optim, mp_s
 
 mp_status mp_cuda_step_state_from_host(mp_cuda_step *s, const mp_optim *host_optim, const mp_scaler *host_scaler) {
     const char *what = "state from host";
+    MP_TRY(check_at_boundary(s, what));
     MP_TRY(check_scaler_given(s, host_scaler != NULL, what));
     MP_TRY(mp_plan_sync_params(s->p, false));
     MP_TRY(cast_weights_now(s->p));

@@ -31,6 +31,12 @@ typedef struct {
     float clip_norm;        /* 0: off */
     float clip_value;       /* 0: off */
     bool no_graph;          /* queue the kernels every step instead of replaying a CUDA graph */
+    /* gradient accumulation (0 or 1: off): a step is k micro-batches, each
+     * one mp_cuda_step_run with its own input; backward is seeded with
+     * (loss scale or 1) / k and adds into the gradients, so k micro-batches
+     * of b average like one batch of k*b; the k-th run ends the step
+     * (all-reduce, unscale/check, clipping, optimizer, scaler update) */
+    int accumulate;
     /* data parallel (NULL: one GPU): rank 0's weights are broadcast at
      * creation, gradients are averaged over the ranks (all-reduce in
      * allreduce_dtype, buckets of bucket_bytes, 0 -> 4 MiB, overlapped with
@@ -47,9 +53,10 @@ typedef struct mp_cuda_step mp_cuda_step;
 /* p: a training plan on a CUDA device, the graph's parameters uploaded. */
 mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_step **out);
 void mp_cuda_step_destroy(mp_cuda_step *s);
-/* Queue one step with learning rate lr (no host synchronization). */
+/* Queue one step (with accumulation: one micro-batch; lr is used by the
+ * step's last) with learning rate lr (no host synchronization). */
 mp_status mp_cuda_step_run(mp_cuda_step *s, float lr);
-/* The last step's loss (unscaled), synchronizing. */
+/* The last step's (micro-batch's) loss (unscaled), synchronizing. */
 mp_status mp_cuda_step_loss(mp_cuda_step *s, mp_node loss, float *value);
 /* Wait until the queued steps have run (bounded by the communicator's
  * timeout in data-parallel runs). */

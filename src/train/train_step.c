@@ -29,12 +29,9 @@ static mp_status make_plan(mp_step_ctx *c) {
 /* On a GPU the whole step (scaler and optimizer included) runs there. */
 static mp_status make_gpu_step(mp_step_ctx *c) {
     const mp_train_opts *o = c->o;
-    if (o->accumulate > 1)
-        return mp_error(MP_ERR_UNSUPPORTED, "--accumulate %d: gradient accumulation does not run on the GPU yet; "
-                        "use --device cpu", o->accumulate);
     mp_cuda_step_opts so = {.optim = o->optim, .loss_scaling = o->loss_scaling, .scaler = o->scaler,
                             .clip_norm = o->clip_norm, .clip_value = o->clip_value, .dist = o->dist,
-                            .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0)};
+                            .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0), .accumulate = o->accumulate};
     if (o->dist) MP_TRY(mp_train_allreduce_dtype(o, c->m->g, &so.allreduce_dtype));
     return mp_cuda_step_create(c->plan, &so, &c->gpu);
 }
@@ -224,19 +221,25 @@ mp_status mp_step_ctx_state_to_device(mp_step_ctx *c) {
 
 /* The GPU step: the batch goes in, the step is queued; the loss and the
  * logits come back (a host synchronization) only every read_every steps. */
+/* One step on the GPU: k micro-batches queued (the step ends with the
+ * last); the loss and accuracy reported are the last micro-batch's, read
+ * back every read_every steps only. */
 static mp_status gpu_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_step, mp_step_result *r) {
+    const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
     const float *x;
     const int32_t *y;
     int n = 0;
-    MP_TRY(mp_loader_next(ld, &x, &y, &n));
-    /* copies from pageable memory wait for the stream: a bounded wait in data-parallel runs */
-    mp_dist_wait_begin(c->o->dist);
-    mp_status s = mp_plan_set_input(c->plan, c->m->input, x, mp_plan_numel(c->plan, c->m->input));
-    if (s == MP_OK) s = mp_plan_set_labels(c->plan, c->m->labels, y, (size_t)n);
-    mp_dist_wait_end(c->o->dist);
-    MP_TRY(mp_dist_check(c->o->dist));
-    MP_TRY(s);
-    MP_TRY(mp_cuda_step_run(c->gpu, lr));
+    for (int micro = 0; micro < k; micro++) {
+        MP_TRY(mp_loader_next(ld, &x, &y, &n));
+        /* copies from pageable memory wait for the stream: a bounded wait in data-parallel runs */
+        mp_dist_wait_begin(c->o->dist);
+        mp_status s = mp_plan_set_input(c->plan, c->m->input, x, mp_plan_numel(c->plan, c->m->input));
+        if (s == MP_OK) s = mp_plan_set_labels(c->plan, c->m->labels, y, (size_t)n);
+        mp_dist_wait_end(c->o->dist);
+        MP_TRY(mp_dist_check(c->o->dist));
+        MP_TRY(s);
+        MP_TRY(mp_cuda_step_run(c->gpu, lr));
+    }
     int every = c->o->read_every > 0 ? c->o->read_every : 20;
     if (global_step % every && !c->read_now) return MP_OK;
     float loss = 0;

@@ -1,0 +1,172 @@
+/* test_cuda_accumulate.c — gradient accumulation on the GPU (cuda_step's
+ * accumulate), on the small CNN of small_cnn.h without BatchNorm (batch
+ * statistics would differ between a micro-batch and the whole batch by
+ * design):
+ *  1. k micro-batches of b reach the weights of one batch of k*b after
+ *     STEPS steps: fp32 within fp32 reduction-order tolerance (k = 2, 4),
+ *     amp-fp16 with loss scaling within one fp16-rounding-order margin, with
+ *     the same loss scale;
+ *  2. an overflow in an accumulated step skips that step only: weights
+ *     bit-identical before and after it, one skipped step, scale halved;
+ *  3. the step's state cannot be saved in the middle of a step.
+ * Run by scripts/gpu-check. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cuda/cuda_ctx.h"
+#include "cuda/cuda_step.h"
+#include "graph/plan.h"
+#include "small_cnn.h"
+
+enum { GLOBAL_BATCH = 32, STEPS = 8, INJECT_STEP = 4 };
+
+typedef struct {
+    float *params;          /* every parameter after the run */
+    float *before_inject;   /* with an injected overflow: the parameters before step INJECT_STEP */
+    float *after_inject;    /* ... and after it */
+    size_t n;
+    mp_scaler scaler;
+    mp_status s;
+} run_result;
+
+/* Every parameter of g, concatenated (NULL when out of memory). */
+static float *concat_params(const mp_graph *g, size_t *n_out) {
+    size_t n = 0;
+    for (int k = 0; k < g->n_params; k++) n += (size_t)mp_shape_numel(&g->params[k].spec.shape);
+    float *out = malloc(n * sizeof *out);
+    for (int k = 0, at = 0; out && k < g->n_params; k++) {
+        size_t c = (size_t)mp_shape_numel(&g->params[k].spec.shape);
+        memcpy(out + at, g->params[k].data, c * sizeof(float));
+        at += (int)c;
+    }
+    *n_out = n;
+    return out;
+}
+
+/* The plan's parameters, downloaded (synchronizing). */
+static float *snapshot(mp_plan *p, const mp_graph *g, size_t *n_out) {
+    return mp_plan_sync_params(p, true) == MP_OK ? concat_params(g, n_out) : NULL;
+}
+
+/* STEPS steps of the global batch as k micro-batches of GLOBAL_BATCH / k. */
+static run_result train(mp_precision prec, int k, bool inject) {
+    run_result r = {0};
+    const int b = GLOBAL_BATCH / k;
+    const size_t per = (size_t)SMALL_C * SMALL_H * SMALL_W;
+    const bool scaling = prec == MP_PRECISION_AMP_FP16;
+    mp_model m;
+    mp_plan *p = NULL;
+    mp_cuda_step *st = NULL;
+    float *x = malloc((size_t)GLOBAL_BATCH * per * sizeof *x);
+    int32_t y[GLOBAL_BATCH];
+    mp_status s = x ? small_cnn_build(prec, false, &m) : mp_error(MP_ERR_NOMEM, "batch");
+    if (s == MP_OK)
+        s = mp_plan_create(m.g, (mp_plan_opts){.batch = b, .training = true, .loss = m.loss,
+                                               .device = {MP_DEVICE_CUDA, 0}},
+                           &p);
+    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
+                            .scaler = {.dynamic = true}, .fault_injection = inject, .accumulate = k};
+    if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
+    size_t n = 0;
+    for (int t = 0; s == MP_OK && t < STEPS; t++) {
+        small_cnn_batch(200 + (uint64_t)t, GLOBAL_BATCH, x, y);
+        if (inject && t == INJECT_STEP) {
+            r.before_inject = snapshot(p, m.g, &n);
+            s = mp_cuda_step_inject_overflow(st);
+        }
+        for (int micro = 0; micro < k && s == MP_OK; micro++) {
+            s = mp_plan_set_input(p, m.input, x + (size_t)micro * b * per, (size_t)b * per);
+            if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y + micro * b, (size_t)b);
+            if (s == MP_OK) s = mp_cuda_step_run(st, 0.05f);
+            if (s == MP_OK && k == 2 && micro == 0 && t == 0) /* mid-step: nothing to save */
+                CHECK_ERR(mp_cuda_step_state_to_host(st, NULL, NULL), MP_ERR_INVALID_ARG, "middle of a step",
+                          "1 of 2");
+        }
+        if (s == MP_OK) s = mp_cuda_step_wait(st);
+        if (s == MP_OK && inject && t == INJECT_STEP) r.after_inject = snapshot(p, m.g, &n);
+    }
+    if (s == MP_OK && scaling) s = mp_cuda_step_scaler(st, &r.scaler);
+    if (s == MP_OK) r.params = snapshot(p, m.g, &r.n);
+    if (s == MP_OK && !r.params) s = mp_error(MP_ERR_NOMEM, "parameters");
+    if (s != MP_OK) fprintf(stderr, "%s k=%d: %s\n", mp_precision_name(prec), k, mp_last_error());
+    r.s = s;
+    mp_cuda_step_destroy(st);
+    mp_plan_destroy(p);
+    if (m.g) mp_model_free(&m);
+    free(x);
+    return r;
+}
+
+static void free_result(run_result *r) {
+    free(r->params);
+    free(r->before_inject);
+    free(r->after_inject);
+}
+
+static double rel_diff(const float *a, const float *ref, size_t n) {
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        d2 += d * d;
+        r2 += (double)ref[i] * ref[i];
+    }
+    return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
+}
+
+static void same_update(mp_precision prec, int k, double tol) {
+    run_result one = train(prec, 1, false), acc = train(prec, k, false);
+    CHECK(one.s == MP_OK && acc.s == MP_OK, "%s runs failed", mp_precision_name(prec));
+    if (one.s == MP_OK && acc.s == MP_OK) {
+        double e = rel_diff(acc.params, one.params, one.n);
+        printf("%-9s %d micro-batches of %2d vs one batch of %d: weights after %d steps differ by %.2e (tolerance "
+               "%.0e)\n",
+               mp_precision_name(prec), k, GLOBAL_BATCH / k, GLOBAL_BATCH, STEPS, e, tol);
+        CHECK(e <= tol, "%s: %d micro-batches differ from one batch by %g", mp_precision_name(prec), k, e);
+        mp_model m; /* the runs trained: the weights moved away from their init */
+        if (small_cnn_build(prec, false, &m) == MP_OK) {
+            size_t n = 0;
+            float *init = concat_params(m.g, &n);
+            if (init)
+                CHECK(rel_diff(one.params, init, n) > 1e-3, "%s: the weights hardly moved", mp_precision_name(prec));
+            free(init);
+            mp_model_free(&m);
+        }
+        if (prec == MP_PRECISION_AMP_FP16)
+            CHECK(mp_scaler_scale(&acc.scaler) == mp_scaler_scale(&one.scaler), "loss scale %g vs %g",
+                  (double)mp_scaler_scale(&acc.scaler), (double)mp_scaler_scale(&one.scaler));
+    }
+    free_result(&one);
+    free_result(&acc);
+}
+
+static void skipped_step(int k) {
+    run_result r = train(MP_PRECISION_AMP_FP16, k, true);
+    CHECK(r.s == MP_OK, "overflow run failed");
+    CHECK(r.before_inject && r.after_inject, "no snapshots around the overflow");
+    if (r.s == MP_OK && r.before_inject && r.after_inject) {
+        bool same = !memcmp(r.before_inject, r.after_inject, r.n * sizeof(float));
+        printf("amp-fp16  %d micro-batches, overflow in step %d: weights %s, %lld step(s) skipped, scale %g\n", k,
+               INJECT_STEP + 1, same ? "unchanged" : "CHANGED", (long long)r.scaler.skipped_steps,
+               (double)mp_scaler_scale(&r.scaler));
+        CHECK(same, "the skipped step changed the weights");
+        CHECK(r.scaler.skipped_steps == 1, "%lld skipped steps", (long long)r.scaler.skipped_steps);
+        CHECK(mp_scaler_scale(&r.scaler) == 32768.0f, "scale %g", (double)mp_scaler_scale(&r.scaler));
+    }
+    free_result(&r);
+}
+
+int main(void) {
+    if (mp_cuda_device_count() < 1) {
+        fprintf(stderr, "test_cuda_accumulate: no GPU (%s)\n", mp_cuda_device_list());
+        return 2;
+    }
+    same_update(MP_PRECISION_FP32, 2, 2e-5);
+    same_update(MP_PRECISION_FP32, 4, 2e-5);
+    /* fp16 activations of 16- and 32-sample convolutions sum in different orders */
+    same_update(MP_PRECISION_AMP_FP16, 2, 0x1p-8);
+    skipped_step(2);
+    return test_summary("test_cuda_accumulate");
+}
