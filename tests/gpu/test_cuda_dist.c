@@ -6,6 +6,10 @@
  *     within one bf16 ulp (its convolutions round to bf16 and sum in a
  *     batch-dependent order) with the fp32 all-reduce and with the bf16 one
  *     it uses by default; every rank ends with bit-identical weights;
+ *     against one GPU accumulating R micro-batches of b (the same
+ *     convolutions of b samples: the ranks share one algorithm search,
+ *     deterministic ones), amp-bf16 too is within fp32 reduction-order
+ *     tolerance;
  *  2. small buckets (many all-reduces overlapping backward) give the
  *     weights of one bucket (fp32, within reduction-order tolerance);
  *  3. with BatchNorm: synchronized statistics reach one GPU's weights and
@@ -27,14 +31,14 @@
 
 #include "amp/policy.h"
 #include "check.h"
-#include "core/rng.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_step.h"
 #include "dist/dist.h"
 #include "graph/plan.h"
 #include "models/models.h"
+#include "small_cnn.h"
 
-enum { GLOBAL_BATCH = 32, C = 3, H = 16, W = 16, CLASSES = 10, STEPS = 8, MAX_RANKS = 8 };
+enum { GLOBAL_BATCH = 32, C = SMALL_C, H = SMALL_H, W = SMALL_W, CLASSES = SMALL_CLASSES, STEPS = 8, MAX_RANKS = 8 };
 
 typedef struct {
     mp_precision prec;
@@ -43,6 +47,7 @@ typedef struct {
     int inject_rank;      /* -1: none; else the rank whose step INJECT_STEP overflows */
     int fail_rank;        /* -1: none; else the rank that fails at step 2 */
     bool bn, sync_bn;     /* BatchNorm after each conv; synchronized over the ranks */
+    int accumulate;       /* the one-GPU reference: 0 = one batch of GLOBAL_BATCH; R = R micro-batches */
 } run_cfg;
 enum { INJECT_STEP = 3 };
 
@@ -59,45 +64,19 @@ typedef struct {
     double seconds;
 } rank_run;
 
-static mp_status build_model(mp_precision prec, bool bn, mp_model *m) {
-    memset(m, 0, sizeof *m);
-    m->g = mp_graph_create();
-    if (!m->g) return mp_error(MP_ERR_NOMEM, "graph");
-    mp_graph *g = m->g;
-    mp_node x = m->input = mp_graph_input(g, "input", C, H, W);
-    x = mp_conv2d(g, "conv1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1, .bias = true});
-    if (bn) x = mp_batchnorm2d(g, "bn1", x, (mp_batchnorm_opts){0});
-    x = mp_relu(g, "relu1", x);
-    x = mp_maxpool2d(g, "pool1", x, (mp_pool_opts){.kernel = 2});
-    x = mp_conv2d(g, "conv2", x, (mp_conv_opts){.out_channels = 32, .kernel = 3, .padding = 1, .bias = true});
-    if (bn) x = mp_batchnorm2d(g, "bn2", x, (mp_batchnorm_opts){0});
-    x = mp_relu(g, "relu2", x);
-    x = mp_global_avgpool(g, "gap", x);
-    x = mp_linear(g, "fc", x, (mp_linear_opts){.out_features = CLASSES, .bias = true});
-    MP_TRY(mp_model_finish(m, x));
-    MP_TRY(mp_graph_status(g));
-    MP_TRY(mp_graph_apply_policy(g, (mp_policy_opts){.precision = prec}));
-    mp_graph_init_params(g, 3);
-    return MP_OK;
-}
-
 /* The global batch of step t (the same on every rank). */
-static void global_batch(int t, float *x, int32_t *y) {
-    mp_rng r;
-    mp_rng_seed(&r, 100 + (uint64_t)t);
-    for (size_t i = 0; i < (size_t)GLOBAL_BATCH * C * H * W; i++) x[i] = (float)mp_rng_normal(&r);
-    for (int i = 0; i < GLOBAL_BATCH; i++) y[i] = (int32_t)mp_rng_below(&r, CLASSES);
-}
+static void global_batch(int t, float *x, int32_t *y) { small_cnn_batch(100 + (uint64_t)t, GLOBAL_BATCH, x, y); }
 
 static mp_status train(rank_run *rr, mp_dist *d) {
-    const int b = GLOBAL_BATCH / rr->world;
+    const int k = d || rr->cfg.accumulate < 1 ? 1 : rr->cfg.accumulate; /* micro-batches per step */
+    const int b = GLOBAL_BATCH / rr->world / k;
     const size_t per = (size_t)C * H * W;
     mp_model m;
     mp_plan *p = NULL;
     mp_cuda_step *st = NULL;
     float *x = malloc((size_t)GLOBAL_BATCH * per * sizeof *x);
     int32_t y[GLOBAL_BATCH];
-    mp_status s = x ? build_model(rr->cfg.prec, rr->cfg.bn, &m) : mp_error(MP_ERR_NOMEM, "batch");
+    mp_status s = x ? small_cnn_build(rr->cfg.prec, rr->cfg.bn, &m) : mp_error(MP_ERR_NOMEM, "batch");
     bool scaling = rr->cfg.prec == MP_PRECISION_AMP_FP16;
     if (s == MP_OK)
         s = mp_plan_create(m.g, (mp_plan_opts){.batch = b, .training = true, .loss = m.loss,
@@ -106,7 +85,8 @@ static mp_status train(rank_run *rr, mp_dist *d) {
                            &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
                             .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = rr->cfg.wire,
-                            .bucket_bytes = rr->cfg.bucket_bytes, .fault_injection = rr->cfg.inject_rank >= 0};
+                            .bucket_bytes = rr->cfg.bucket_bytes, .fault_injection = rr->cfg.inject_rank >= 0,
+                            .accumulate = k};
     if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
     if (s == MP_OK) rr->buckets = mp_cuda_step_buckets(st);
     struct timespec t0, t1;
@@ -118,9 +98,12 @@ static mp_status train(rank_run *rr, mp_dist *d) {
         }
         global_batch(t, x, y);
         if (rr->cfg.inject_rank == rr->rank && t == INJECT_STEP) s = mp_cuda_step_inject_overflow(st);
-        if (s == MP_OK) s = mp_plan_set_input(p, m.input, x + (size_t)rr->rank * b * per, (size_t)b * per);
-        if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y + rr->rank * b, (size_t)b);
-        if (s == MP_OK) s = mp_cuda_step_run(st, 0.05f);
+        for (int micro = 0; micro < k && s == MP_OK; micro++) { /* rank r's shard = micro-batch r */
+            const int shard = rr->rank + micro;
+            s = mp_plan_set_input(p, m.input, x + (size_t)shard * b * per, (size_t)b * per);
+            if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y + shard * b, (size_t)b);
+            if (s == MP_OK) s = mp_cuda_step_run(st, 0.05f);
+        }
         if (s == MP_OK) s = mp_cuda_step_wait(st);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -193,8 +176,11 @@ static void free_runs(rank_run *r, int n) {
     for (int i = 0; i < n; i++) free(r[i].params);
 }
 
-static void equivalence(int world, mp_precision prec, mp_dtype wire, double tol) {
-    run_cfg cfg = {.prec = prec, .wire = wire, .inject_rank = -1, .fail_rank = -1};
+/* R ranks x b against one GPU with one batch of R*b, or (accumulate) with
+ * R micro-batches of b per step. */
+static void equivalence(int world, mp_precision prec, mp_dtype wire, bool accumulate, double tol) {
+    run_cfg cfg = {.prec = prec, .wire = wire, .inject_rank = -1, .fail_rank = -1,
+                   .accumulate = accumulate ? world : 0};
     rank_run ref[1], dp[MAX_RANKS];
     run(&cfg, 0, ref, 60);
     run(&cfg, world, dp, 60);
@@ -206,16 +192,19 @@ static void equivalence(int world, mp_precision prec, mp_dtype wire, double tol)
     }
     if (ok) {
         double e = rel_diff(&dp[0], &ref[0]);
-        printf("%-9s %d ranks x batch %2d vs 1 GPU x batch %d, %s all-reduce: weights after %d steps differ by "
-               "%.2e (tolerance %.0e), %d bucket(s)\n",
-               mp_precision_name(prec), world, GLOBAL_BATCH / world, GLOBAL_BATCH, mp_dtype_name(wire), STEPS, e, tol,
+        char one_gpu[64];
+        if (accumulate) snprintf(one_gpu, sizeof one_gpu, "%d micro-batches of %d", world, GLOBAL_BATCH / world);
+        else snprintf(one_gpu, sizeof one_gpu, "batch %d", GLOBAL_BATCH);
+        printf("%-9s %d ranks x batch %2d vs 1 GPU x %s, %s all-reduce: weights after %d steps differ by %.2e "
+               "(tolerance %.0e), %d bucket(s)\n",
+               mp_precision_name(prec), world, GLOBAL_BATCH / world, one_gpu, mp_dtype_name(wire), STEPS, e, tol,
                dp[0].buckets);
         CHECK(e <= tol, "%s %s: %d ranks differ from one GPU by %g", mp_precision_name(prec), mp_dtype_name(wire),
               world, e);
         for (int r = 1; r < world; r++)
             CHECK(identical(&dp[r], &dp[0]), "%s: rank %d's weights differ from rank 0's", mp_precision_name(prec), r);
         mp_model m; /* the runs trained: the weights moved away from their init */
-        if (build_model(prec, false, &m) == MP_OK) {
+        if (small_cnn_build(prec, false, &m) == MP_OK) {
             double d2 = 0, r2 = 0;
             size_t at = 0;
             for (int k = 0; k < m.g->n_params; k++)
@@ -337,11 +326,17 @@ int main(int argc, char **argv) {
                 mp_cuda_device_list());
         return 2;
     }
-    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, world == 1 ? 1e-6 : 2e-5);
+    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, false, world == 1 ? 1e-6 : 2e-5);
     /* amp-bf16 rounds activations and their gradients to bf16, and the
      * convolutions of batch 16 and 32 sum in different orders: one bf16 ulp */
-    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, world == 1 ? 1e-6 : 0x1p-8);
-    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, 0x1p-8);
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, world == 1 ? 1e-6 : 0x1p-8);
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, false, 0x1p-8);
+    /* the same micro-batches on one GPU with deterministic convolutions
+     * (no atomics): only the order of f32 sums may differ */
+    setenv("MIXPREC_DETERMINISTIC", "1", 1);
+    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, true, 2e-5);
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, true, 2e-5);
+    unsetenv("MIXPREC_DETERMINISTIC");
     buckets(world);
     sync_batchnorm(world);
     forced_overflow(world);
