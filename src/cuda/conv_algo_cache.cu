@@ -8,8 +8,9 @@
  * Search: cudnnFind*AlgorithmEx (3 trials, median per algorithm;
  * MP_CUDNN_FIND_TRIALS=1..5) times every algorithm on scratch buffers
  * allocated here and freed after (like PyTorch's cudnn.benchmark), with a
- * workspace of at most min(4 GiB, free memory / 8); when the scratch cannot be
- * allocated, or MP_CUDNN_FIND=0, cuDNN's heuristics (cudnnGet*_v7) choose.
+ * workspace of at most min(4 GiB or MIXPREC_CUDNN_WORKSPACE_MB, free memory
+ * / 8); when the scratch cannot be allocated, or MP_CUDNN_FIND=0, cuDNN's
+ * heuristics (cudnnGet*_v7) choose.
  * The fastest algorithm wins, or one within 5% of it that is deterministic
  * or, next, needs less workspace. For f32 without TF32 the math type
  * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
@@ -72,13 +73,10 @@ static void cache_put(const algo_key *k, const mp_conv_algo *a) {
  * backward-filter ALGO_0 timed 0.146 ms alone but cost 0.6 ms more per step
  * inside the training step, and whichever way the near-tie fell moved the
  * step between 1.5 and 2.1 ms from run to run), then less workspace (the
- * shared workspace is part of every step's peak memory). Not for f32
- * without TF32: there the deterministic near-tie picks moved resnet18's
- * gradients 2.4e-3 from the CPU's (bar 1e-3; the suspect is ALGO_1 of the
- * 1x1 stride-2 shortcut's backward-filter), so f32 keeps less workspace. */
-template <typename Perf> static bool better_tie(const Perf &a, const Perf &b, bool fma_only) {
+ * shared workspace is part of every step's peak memory). */
+template <typename Perf> static bool better_tie(const Perf &a, const Perf &b) {
     const bool da = a.determinism == CUDNN_DETERMINISTIC, db = b.determinism == CUDNN_DETERMINISTIC;
-    if (da != db && !fma_only) return da;
+    if (da != db) return da;
     return a.memory < b.memory;
 }
 
@@ -108,7 +106,7 @@ static bool pick(const Perf *r, int n, size_t cap, bool timed, pick_rules rules,
             best = i;
             fastest = r[i].time;
             if (!timed) break;
-        } else if (r[i].time <= 1.05f * fastest && better_tie(r[i], r[best], rules.fma_only)) {
+        } else if (r[i].time <= 1.05f * fastest && better_tie(r[i], r[best])) {
             best = i;
         }
     }
@@ -203,6 +201,8 @@ static bool find_and_pick(int trials, size_t ws_bytes, pick_rules rules, mp_conv
  * 2048 ran at 2.7k images/s, PyTorch's 20k). */
 static size_t workspace_cap(void) {
     size_t free_b = 0, total = 0, cap = (size_t)4 << 30;
+    const char *e = getenv("MIXPREC_CUDNN_WORKSPACE_MB"); /* a lower (or higher) ceiling, for comparisons */
+    if (e && atol(e) > 0) cap = (size_t)atol(e) << 20;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
         (void)cudaGetLastError();
         return (size_t)256 << 20;

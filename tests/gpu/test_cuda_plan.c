@@ -52,18 +52,30 @@ static mp_model build(const model_case *mc, mp_precision prec) {
 }
 
 /* ||a - b|| / ||b|| over all trainable gradients of two graphs. */
-static double grad_rel(const mp_graph *a, const mp_graph *b) {
-    double d2 = 0, r2 = 0;
+/* ||a.grad - b.grad|| / ||b.grad|| over every trainable parameter; worst
+ * (optional) names the parameter whose own relative error is largest. */
+static double grad_rel_worst(const mp_graph *a, const mp_graph *b, char *worst, size_t worst_len) {
+    double d2 = 0, r2 = 0, worst_e = -1;
     for (int k = 0; k < b->n_params; k++) {
         if (!b->params[k].spec.trainable) continue;
+        double pd2 = 0, pr2 = 0;
         for (int64_t i = 0; i < mp_shape_numel(&b->params[k].spec.shape); i++) {
             double d = (double)a->params[k].grad[i] - b->params[k].grad[i];
-            d2 += d * d;
-            r2 += (double)b->params[k].grad[i] * b->params[k].grad[i];
+            pd2 += d * d;
+            pr2 += (double)b->params[k].grad[i] * b->params[k].grad[i];
         }
+        double e = sqrt(pd2 / (pr2 > 0 ? pr2 : 1e-30));
+        if (worst && e > worst_e) {
+            worst_e = e;
+            snprintf(worst, worst_len, "%.200s %.2e (squared error %.2e)", b->params[k].name, e, pd2);
+        }
+        d2 += pd2;
+        r2 += pr2;
     }
     return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
 }
+
+static double grad_rel(const mp_graph *a, const mp_graph *b) { return grad_rel_worst(a, b, NULL, 0); }
 
 /* Gradients of one CPU step (policy prec) into g's host gradients; its loss. */
 static float cpu_gradients(mp_model *m, const float *x, size_t n, const int32_t *y) {
@@ -105,14 +117,15 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     if (s == MP_OK) s = mp_plan_sync_params(pg, true);
     CHECK(s == MP_OK, "%s %s: GPU step: %s", mc->model, mp_precision_name(prec), mp_last_error());
     if (s == MP_OK) {
-        double e_gpu = grad_rel(gpu.g, oracle.g), e_cpu = grad_rel(cpu.g, oracle.g);
+        char worst[320] = "";
+        double e_gpu = grad_rel_worst(gpu.g, oracle.g, worst, sizeof worst), e_cpu = grad_rel(cpu.g, oracle.g);
         double tol = 2 * e_cpu + floor_of(prec);
         printf("%-8s %-9s one step: loss cpu %.6f gpu %.6f; gradients vs the fp32 CPU: gpu %.2e, cpu emulation "
                "%.2e (tolerance %.2e)\n",
                mc->model, mp_precision_name(prec), lc, lg, e_gpu, e_cpu, tol);
         CHECK(fabsf(lg - lc) <= 1e-2f * fabsf(lc), "%s %s: loss %g vs %g", mc->model, mp_precision_name(prec), lg, lc);
-        CHECK(e_gpu <= tol, "%s %s: GPU gradients %g from the fp32 oracle (CPU emulation %g)", mc->model,
-              mp_precision_name(prec), e_gpu, e_cpu);
+        CHECK(e_gpu <= tol, "%s %s: GPU gradients %g from the fp32 oracle (CPU emulation %g); worst parameter: %s",
+              mc->model, mp_precision_name(prec), e_gpu, e_cpu, worst);
     }
     free(x);
     mp_plan_destroy(pg);
