@@ -7,7 +7,9 @@
  * median of --repeats windows; images/s = ranks x batch x steps / time.
  * Prints one table row per cell with the ratio N-GPU / 1-GPU images/s.
  * Under mpirun (one process per GPU) it measures one cell, N-GPU column
- * only: `mpirun -np 2 gpu_scaling --models cnn10 --batches 128`.
+ * only: `mpirun -np 2 gpu_scaling --models cnn10 --batches 128`; there the
+ * windows are rank 0's (the ranks meet at every step's all-reduce, not at a
+ * barrier before each window).
  * Built only with the CUDA backend. */
 #include <pthread.h>
 #include <stdio.h>
@@ -226,6 +228,10 @@ int main(int argc, char **argv) {
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
+    if (steps < 1 || repeats < 1 || repeats > MAX_REPEATS) {
+        fprintf(stderr, "gpu_scaling: need --steps >= 1 and --repeats 1..%d\n", MAX_REPEATS);
+        return 2;
+    }
     int mpi_world = 0, mpi_rank = 0;
     if (mp_dist_mpi_launched(&mpi_world, &mpi_rank)) {
         if (strchr(models, ',') || strchr(batches, ',') || strchr(precisions, ',')) {
@@ -236,9 +242,9 @@ int main(int argc, char **argv) {
         return mpi_cell(&proto, models, batches, precisions);
     }
     int found = mp_cuda_device_count();
-    if (steps < 1 || repeats < 1 || repeats > MAX_REPEATS || gpus < 1 || gpus > MAX_RANKS || gpus > found) {
-        fprintf(stderr, "gpu_scaling: need --steps >= 1, --repeats 1..%d and --gpus 1..%d (found %d GPUs: %s)\n",
-                MAX_REPEATS, found < MAX_RANKS ? found : MAX_RANKS, found, mp_cuda_device_list());
+    if (gpus < 1 || gpus > MAX_RANKS || gpus > found) {
+        fprintf(stderr, "gpu_scaling: need --gpus 1..%d (found %d GPUs: %s)\n",
+                found < MAX_RANKS ? found : MAX_RANKS, found, mp_cuda_device_list());
         return 2;
     }
     printf("| model | precision | batch/GPU | 1 GPU images/s | 1 GPU + 1-rank all-reduce | %d GPUs images/s | speed-up "

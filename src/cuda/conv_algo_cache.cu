@@ -1,9 +1,8 @@
 /* conv_algo_cache.cu — cuDNN algorithm choice for one convolution pass,
  * searched once per (GPU model, pass, conv-view geometry, dtype, math type)
  * and kept in a process-wide table, so equal layers (and plans rebuilt for
- * the same shapes) search once, and the ranks of a multi-GPU run on equal
- * GPUs share one search (searches take turns) and so compute alike: rank r's
- * micro-batch gives the bits one GPU gives it.
+ * the same shapes) search once, and ranks that are threads of one process on
+ * equal GPUs share one search (searches take turns) and so compute alike.
  *
  * Search: cudnnFind*AlgorithmEx (3 trials, median per algorithm;
  * MP_CUDNN_FIND_TRIALS=1..5) times every algorithm on scratch buffers
@@ -15,10 +14,11 @@
  * or, next, needs less workspace. For f32 without TF32 the math type
  * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
  * otherwise the descriptor takes the math type the algorithm was timed with.
- * MIXPREC_DETERMINISTIC=1 keeps to algorithms cuDNN calls deterministic (no
- * atomics: the same bits every run, and a rank's micro-batch the bits one
- * GPU gives it). MIXPREC_CUDNN_DEBUG=1 prints each search's candidates and
- * choice. */
+ * MIXPREC_DETERMINISTIC=1: cuDNN's heuristics choose, without timing, among
+ * algorithms cuDNN calls deterministic (no atomics): the same algorithm and
+ * bits every run, in every process on the same GPU model and cuDNN (so an
+ * mpirun rank's micro-batch gives the bits one GPU gives it too).
+ * MIXPREC_CUDNN_DEBUG=1 prints each timed search's candidates and choice. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,7 +265,9 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
     int n = 0;
     bool ok = false;
     scratch s;
-    if (find_enabled() && scratch_alloc(ctx, st, cap, &s)) {
+    /* deterministic: cuDNN's heuristics choose (no timing), so the choice
+     * depends only on the shape, the GPU model and cuDNN's version */
+    if (!rules.deterministic && find_enabled() && scratch_alloc(ctx, st, cap, &s)) {
         const int trials = find_trials();
         if (pass == MP_CONV_FWD)
             ok = find_and_pick<cudnnConvolutionFwdAlgoPerf_t>(trials, s.ws_bytes, rules, out, what, "forward",
@@ -310,8 +312,9 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
         ok = pick(p, n, cap, false, rules, out);
     }
     if (!ok)
-        return mp_error(MP_ERR_UNSUPPORTED, "%s: cuDNN has no algorithm for this convolution pass (%d candidates)",
-                        what, n);
+        return mp_error(MP_ERR_UNSUPPORTED, "%s: cuDNN has no %salgorithm for this convolution pass (%d candidates%s)",
+                        what, rules.deterministic ? "deterministic " : "", n,
+                        rules.deterministic ? "; MIXPREC_DETERMINISTIC=1 excludes the others" : "");
     return MP_OK;
 }
 
@@ -344,6 +347,20 @@ static int gpu_model(const mp_cuda_ctx *ctx) {
     return (int)(h & 0x7fffffff);
 }
 
+/* Search one pass (under search_lock), settle its math type and exact
+ * workspace, and cache the choice under k. */
+static mp_status search_and_cache(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const algo_key *k,
+                                  mp_conv_algo *a, const char *what) {
+    MP_TRY(search(ctx, st, pass, a, what));
+    if (st->math == CUDNN_FMA_MATH) a->math = CUDNN_FMA_MATH; /* f32 stays free of TF32 */
+    MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a->math), what);
+    size_t bytes = 0;
+    MP_TRY(workspace_of(ctx, st, pass, a, &bytes, what));
+    if (bytes > a->workspace) a->workspace = bytes;
+    cache_put(k, a);
+    return MP_OK;
+}
+
 mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what) {
     const mp_conv_geom *g = &st->g;
     const algo_key k = {gpu_model(ctx), (int)pass, (int)st->cd, (int)st->math, deterministic_only(),
@@ -351,18 +368,11 @@ mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass 
                         g->groups}; /* ints only: memcmp */
     mp_conv_algo a;
     mp_status s = MP_OK;
-    pthread_mutex_lock(&search_lock); /* a second rank waits and finds the first one's choice */
     if (!cache_get(&k, &a)) {
-        s = search(ctx, st, pass, &a, what);
-        if (s == MP_OK && st->math == CUDNN_FMA_MATH) a.math = CUDNN_FMA_MATH; /* f32 stays free of TF32 */
-        if (s == MP_OK)
-            s = mp_cudnn_check(cudnnSetConvolutionMathType(st->conv[pass], a.math), "cudnnSetConvolutionMathType", what);
-        size_t bytes = 0;
-        if (s == MP_OK) s = workspace_of(ctx, st, pass, &a, &bytes, what);
-        if (s == MP_OK && bytes > a.workspace) a.workspace = bytes;
-        if (s == MP_OK) cache_put(&k, &a);
+        pthread_mutex_lock(&search_lock); /* a second rank waits and finds the first one's choice */
+        if (!cache_get(&k, &a)) s = search_and_cache(ctx, st, pass, &k, &a, what);
+        pthread_mutex_unlock(&search_lock);
     }
-    pthread_mutex_unlock(&search_lock);
     MP_TRY(s);
     MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a.math), what);
     st->algo[pass] = a;

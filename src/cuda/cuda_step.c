@@ -203,8 +203,13 @@ static mp_status capture(mp_cuda_step *s, micro_kind kind) {
         return st;
     }
     MP_CUDA_TRY(e, "CUDA graph capture of the training step");
+    cudaError_t ie = cudaGraphInstantiate(&s->exec[kind], graph, 0);
+    if (ie != cudaSuccess) {
+        cudaGraphDestroy(graph);
+        s->exec[kind] = NULL;
+        return mp_cuda_check(ie, "cudaGraphInstantiate", "CUDA graph instantiation of the training step");
+    }
     s->graph[kind] = graph;
-    MP_CUDA_TRY(cudaGraphInstantiate(&s->exec[kind], graph, 0), "CUDA graph instantiation");
     return MP_OK;
 }
 
@@ -215,9 +220,10 @@ static mp_status run_step(mp_cuda_step *s, float lr) {
         MP_TRY(enqueue(s, kind));
         s->queued_once[kind] = true;
     } else {
-        if (!s->exec[kind]) MP_TRY(capture(s, kind));
+        const bool captured_now = !s->exec[kind]; /* the capture's mp_plan_forward counted this step */
+        if (captured_now) MP_TRY(capture(s, kind));
         MP_CUDA_TRY(cudaGraphLaunch(s->exec[kind], s->ctx->stream), "CUDA graph launch of the training step");
-        s->p->step++; /* as mp_plan_forward counts queued steps */
+        if (!captured_now) s->p->step++; /* as mp_plan_forward counts queued steps */
     }
     s->micro = (s->micro + 1) % s->accumulate;
     s->steps++;
@@ -235,9 +241,10 @@ static mp_status bounded_wait(mp_cuda_step *s, cudaEvent_t ev) {
     return mp_cuda_check(e, ev ? "cudaEventSynchronize" : "cudaStreamSynchronize", "training step");
 }
 
-/* Data parallel: at most two steps in flight, so that a rank whose peer
- * died has little queued behind the stopped collective, and a wait for a
- * peer is a bounded wait the watchdog sees. */
+/* Data parallel: at most two launches (steps, or micro-batches when
+ * accumulating) in flight, so that a rank whose peer died has little queued
+ * behind the stopped collective, and a wait for a peer is a bounded wait the
+ * watchdog sees. */
 mp_status mp_cuda_step_run(mp_cuda_step *s, float lr) {
     if (!(lr >= 0) || lr > 1e30f) return mp_error(MP_ERR_INVALID_ARG, "cuda step: learning rate %g", (double)lr);
     if (!s->o.dist) return run_step(s, lr);

@@ -1,6 +1,7 @@
 /* cuda_step.h — one whole training step on the GPU, queued without a single
  * host synchronization and, after the first step, replayed from a CUDA graph
- * captured once per plan (one plan = one input shape):
+ * captured once per plan (one plan = one input shape; with gradient
+ * accumulation one graph per kind of micro-batch: first, middle, last):
  *   forward -> backward of (loss * scale, the scale read on the device)
  *   -> fused unscale + inf/NaN check -> optional clipping -> fused optimizer
  *   over fp32 masters (skips itself on found-inf) refreshing the f16/bf16

@@ -219,11 +219,9 @@ mp_status mp_step_ctx_state_to_device(mp_step_ctx *c) {
     return mp_cuda_step_state_from_host(c->gpu, c->opt, c->o->loss_scaling ? &c->scaler : NULL);
 }
 
-/* The GPU step: the batch goes in, the step is queued; the loss and the
- * logits come back (a host synchronization) only every read_every steps. */
-/* One step on the GPU: k micro-batches queued (the step ends with the
- * last); the loss and accuracy reported are the last micro-batch's, read
- * back every read_every steps only. */
+/* One step on the GPU: k micro-batches go in and are queued (the step ends
+ * with the last); the loss and logits come back (a host synchronization)
+ * only every read_every steps, and are the last micro-batch's. */
 static mp_status gpu_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_step, mp_step_result *r) {
     const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
     const float *x;

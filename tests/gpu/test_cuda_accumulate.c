@@ -5,9 +5,11 @@
  *  1. k micro-batches of b reach the weights of one batch of k*b after
  *     STEPS steps: fp32 within fp32 reduction-order tolerance (k = 2, 4),
  *     amp-fp16 with loss scaling within one fp16-rounding-order margin, with
- *     the same loss scale;
+ *     the same loss scale, which grows every 2 steps (so the micro-batches'
+ *     seed must follow the scale the device holds);
  *  2. an overflow in an accumulated step skips that step only: weights
- *     bit-identical before and after it, one skipped step, scale halved;
+ *     bit-identical before and after it, one skipped step, scale halved,
+ *     and the run ends where one batch of k*b with the same overflow ends;
  *  3. the step's state cannot be saved in the middle of a step.
  * Run by scripts/gpu-check. */
 #include <math.h>
@@ -57,7 +59,7 @@ static run_result train(mp_precision prec, int k, bool inject) {
     const int b = GLOBAL_BATCH / k;
     const size_t per = (size_t)SMALL_C * SMALL_H * SMALL_W;
     const bool scaling = prec == MP_PRECISION_AMP_FP16;
-    mp_model m;
+    mp_model m = {0};
     mp_plan *p = NULL;
     mp_cuda_step *st = NULL;
     float *x = malloc((size_t)GLOBAL_BATCH * per * sizeof *x);
@@ -68,7 +70,9 @@ static run_result train(mp_precision prec, int k, bool inject) {
                                                .device = {MP_DEVICE_CUDA, 0}},
                            &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.dynamic = true}, .fault_injection = inject, .accumulate = k};
+                            .scaler = {.dynamic = true, .init_scale = 1024, .growth_interval = 2},
+                            .fault_injection = inject,
+                            .accumulate = k};
     if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
     size_t n = 0;
     for (int t = 0; s == MP_OK && t < STEPS; t++) {
@@ -134,17 +138,20 @@ static void same_update(mp_precision prec, int k, double tol) {
             free(init);
             mp_model_free(&m);
         }
-        if (prec == MP_PRECISION_AMP_FP16)
+        if (prec == MP_PRECISION_AMP_FP16) { /* 1024 doubled every 2 clean steps (2^20 would overflow f16) */
             CHECK(mp_scaler_scale(&acc.scaler) == mp_scaler_scale(&one.scaler), "loss scale %g vs %g",
                   (double)mp_scaler_scale(&acc.scaler), (double)mp_scaler_scale(&one.scaler));
+            CHECK(mp_scaler_scale(&acc.scaler) == 1024.0f * 16, "loss scale %g after %d clean steps",
+                  (double)mp_scaler_scale(&acc.scaler), STEPS);
+        }
     }
     free_result(&one);
     free_result(&acc);
 }
 
 static void skipped_step(int k) {
-    run_result r = train(MP_PRECISION_AMP_FP16, k, true);
-    CHECK(r.s == MP_OK, "overflow run failed");
+    run_result r = train(MP_PRECISION_AMP_FP16, k, true), one = train(MP_PRECISION_AMP_FP16, 1, true);
+    CHECK(r.s == MP_OK && one.s == MP_OK, "overflow runs failed");
     CHECK(r.before_inject && r.after_inject, "no snapshots around the overflow");
     if (r.s == MP_OK && r.before_inject && r.after_inject) {
         bool same = !memcmp(r.before_inject, r.after_inject, r.n * sizeof(float));
@@ -153,9 +160,20 @@ static void skipped_step(int k) {
                (double)mp_scaler_scale(&r.scaler));
         CHECK(same, "the skipped step changed the weights");
         CHECK(r.scaler.skipped_steps == 1, "%lld skipped steps", (long long)r.scaler.skipped_steps);
-        CHECK(mp_scaler_scale(&r.scaler) == 32768.0f, "scale %g", (double)mp_scaler_scale(&r.scaler));
+        /* 1024, x2 after steps 2 and 4 (growth every 2 clean steps), /2 at step 5 (the overflow), x2
+         * after step 7: 4096 */
+        CHECK(mp_scaler_scale(&r.scaler) == 4096.0f, "scale %g", (double)mp_scaler_scale(&r.scaler));
+        CHECK(mp_scaler_scale(&r.scaler) == mp_scaler_scale(&one.scaler), "scale %g, one batch %g",
+              (double)mp_scaler_scale(&r.scaler), (double)mp_scaler_scale(&one.scaler));
+        if (one.s == MP_OK) {
+            double e = rel_diff(r.params, one.params, one.n);
+            printf("amp-fp16  %d micro-batches with the overflow vs one batch with it: weights differ by %.2e "
+                   "(tolerance %.0e)\n", k, e, 0x1p-8);
+            CHECK(e <= 0x1p-8, "after the skipped step: %d micro-batches differ from one batch by %g", k, e);
+        }
     }
     free_result(&r);
+    free_result(&one);
 }
 
 int main(void) {

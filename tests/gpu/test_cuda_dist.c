@@ -9,7 +9,7 @@
  *     against one GPU accumulating R micro-batches of b (the same
  *     convolutions of b samples: the ranks share one algorithm search,
  *     deterministic ones), amp-bf16 too is within fp32 reduction-order
- *     tolerance;
+ *     tolerance, and so are ranks that themselves accumulate 2 micro-batches;
  *  2. small buckets (many all-reduces overlapping backward) give the
  *     weights of one bucket (fp32, within reduction-order tolerance);
  *  3. with BatchNorm: synchronized statistics reach one GPU's weights and
@@ -47,7 +47,8 @@ typedef struct {
     int inject_rank;      /* -1: none; else the rank whose step INJECT_STEP overflows */
     int fail_rank;        /* -1: none; else the rank that fails at step 2 */
     bool bn, sync_bn;     /* BatchNorm after each conv; synchronized over the ranks */
-    int accumulate;       /* the one-GPU reference: 0 = one batch of GLOBAL_BATCH; R = R micro-batches */
+    int accumulate;       /* the one-GPU reference: 0 = one batch of GLOBAL_BATCH; n = n micro-batches */
+    int rank_micro;       /* micro-batches per rank and step (0: 1) */
 } run_cfg;
 enum { INJECT_STEP = 3 };
 
@@ -68,10 +69,11 @@ typedef struct {
 static void global_batch(int t, float *x, int32_t *y) { small_cnn_batch(100 + (uint64_t)t, GLOBAL_BATCH, x, y); }
 
 static mp_status train(rank_run *rr, mp_dist *d) {
-    const int k = d || rr->cfg.accumulate < 1 ? 1 : rr->cfg.accumulate; /* micro-batches per step */
+    const int want = d ? rr->cfg.rank_micro : rr->cfg.accumulate;
+    const int k = want > 1 ? want : 1; /* micro-batches per step */
     const int b = GLOBAL_BATCH / rr->world / k;
     const size_t per = (size_t)C * H * W;
-    mp_model m;
+    mp_model m = {0};
     mp_plan *p = NULL;
     mp_cuda_step *st = NULL;
     float *x = malloc((size_t)GLOBAL_BATCH * per * sizeof *x);
@@ -98,8 +100,8 @@ static mp_status train(rank_run *rr, mp_dist *d) {
         }
         global_batch(t, x, y);
         if (rr->cfg.inject_rank == rr->rank && t == INJECT_STEP) s = mp_cuda_step_inject_overflow(st);
-        for (int micro = 0; micro < k && s == MP_OK; micro++) { /* rank r's shard = micro-batch r */
-            const int shard = rr->rank + micro;
+        for (int micro = 0; micro < k && s == MP_OK; micro++) { /* rank r's k shards follow rank r-1's */
+            const int shard = rr->rank * k + micro;
             s = mp_plan_set_input(p, m.input, x + (size_t)shard * b * per, (size_t)b * per);
             if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y + shard * b, (size_t)b);
             if (s == MP_OK) s = mp_cuda_step_run(st, 0.05f);
@@ -176,11 +178,11 @@ static void free_runs(rank_run *r, int n) {
     for (int i = 0; i < n; i++) free(r[i].params);
 }
 
-/* R ranks x b against one GPU with one batch of R*b, or (accumulate) with
- * R micro-batches of b per step. */
-static void equivalence(int world, mp_precision prec, mp_dtype wire, bool accumulate, double tol) {
+/* R ranks, each with m micro-batches of b per step, against one GPU with
+ * one batch of R*m*b or (accumulate) with R*m micro-batches of b. */
+static void equivalence(int world, mp_precision prec, mp_dtype wire, bool accumulate, int m, double tol) {
     run_cfg cfg = {.prec = prec, .wire = wire, .inject_rank = -1, .fail_rank = -1,
-                   .accumulate = accumulate ? world : 0};
+                   .accumulate = accumulate ? world * m : 0, .rank_micro = m};
     rank_run ref[1], dp[MAX_RANKS];
     run(&cfg, 0, ref, 60);
     run(&cfg, world, dp, 60);
@@ -192,13 +194,15 @@ static void equivalence(int world, mp_precision prec, mp_dtype wire, bool accumu
     }
     if (ok) {
         double e = rel_diff(&dp[0], &ref[0]);
-        char one_gpu[64];
-        if (accumulate) snprintf(one_gpu, sizeof one_gpu, "%d micro-batches of %d", world, GLOBAL_BATCH / world);
+        const int b = GLOBAL_BATCH / world / m;
+        char ranks[64], one_gpu[64];
+        if (m > 1) snprintf(ranks, sizeof ranks, "%d ranks x %d micro-batches of %d", world, m, b);
+        else snprintf(ranks, sizeof ranks, "%d ranks x batch %2d", world, b);
+        if (accumulate) snprintf(one_gpu, sizeof one_gpu, "%d micro-batches of %d", world * m, b);
         else snprintf(one_gpu, sizeof one_gpu, "batch %d", GLOBAL_BATCH);
-        printf("%-9s %d ranks x batch %2d vs 1 GPU x %s, %s all-reduce: weights after %d steps differ by %.2e "
-               "(tolerance %.0e), %d bucket(s)\n",
-               mp_precision_name(prec), world, GLOBAL_BATCH / world, one_gpu, mp_dtype_name(wire), STEPS, e, tol,
-               dp[0].buckets);
+        printf("%-9s %s vs 1 GPU x %s, %s all-reduce: weights after %d steps differ by %.2e (tolerance %.0e), "
+               "%d bucket(s)\n",
+               mp_precision_name(prec), ranks, one_gpu, mp_dtype_name(wire), STEPS, e, tol, dp[0].buckets);
         CHECK(e <= tol, "%s %s: %d ranks differ from one GPU by %g", mp_precision_name(prec), mp_dtype_name(wire),
               world, e);
         for (int r = 1; r < world; r++)
@@ -326,17 +330,21 @@ int main(int argc, char **argv) {
                 mp_cuda_device_list());
         return 2;
     }
-    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, false, world == 1 ? 1e-6 : 2e-5);
+    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, false, 1, world == 1 ? 1e-6 : 2e-5);
     /* amp-bf16 rounds activations and their gradients to bf16, and the
      * convolutions of batch 16 and 32 sum in different orders: one bf16 ulp */
-    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, world == 1 ? 1e-6 : 0x1p-8);
-    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, false, 0x1p-8);
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, 1, world == 1 ? 1e-6 : 0x1p-8);
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, false, 1, 0x1p-8);
     /* the same micro-batches on one GPU with deterministic convolutions
      * (no atomics): only the order of f32 sums may differ */
-    setenv("MIXPREC_DETERMINISTIC", "1", 1);
-    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, true, 2e-5);
-    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, true, 2e-5);
-    unsetenv("MIXPREC_DETERMINISTIC");
+    if (world > 1) { /* (set before any thread of the runs starts, cleared after they joined) */
+        setenv("MIXPREC_DETERMINISTIC", "1", 1);
+        equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, true, 1, 2e-5);
+        equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, true, 1, 2e-5);
+        /* accumulating ranks: all-reduce once, after each rank's last micro-batch */
+        equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, true, 2, 2e-5);
+        unsetenv("MIXPREC_DETERMINISTIC");
+    }
     buckets(world);
     sync_batchnorm(world);
     forced_overflow(world);
