@@ -155,6 +155,9 @@ extern const mp_op_vtable mp_op_dropout_vt, mp_op_softmax_ce_vt, mp_op_bce_logit
 
 /* Helpers for op files. */
 mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const char *what);
+/* infer() of the same-shape binary ops (add, mul): two inputs of identical
+ * shape, the output of that shape; the error names the op, node and shapes. */
+mp_status mp_op_infer_same_shape2(const mp_op_desc *d, mp_op_info *info);
 /* True when oneDNN is compiled in. */
 bool mp_onednn_available(void);
 

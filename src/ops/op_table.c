@@ -44,6 +44,19 @@ mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const c
                     d->name ? d->name : "?", what, buf);
 }
 
+mp_status mp_op_infer_same_shape2(const mp_op_desc *d, mp_op_info *info) {
+    if (info->n_in != 2) return mp_op_shape_error(d, info, "takes exactly two inputs");
+    if (!mp_shape_equal(&info->in[0], &info->in[1])) {
+        const char *op = mp_op_lookup(d->kind)->name;
+        char a[64], b[64];
+        return mp_error(MP_ERR_SHAPE, "%s '%s': input shapes %s and %s differ (%s needs identical shapes)", op,
+                        d->name ? d->name : "?", mp_shape_str(&info->in[0], a, sizeof a),
+                        mp_shape_str(&info->in[1], b, sizeof b), op);
+    }
+    info->out = info->in[0];
+    return MP_OK;
+}
+
 bool mp_onednn_available(void) {
 #ifdef MP_HAVE_ONEDNN
     return true;
