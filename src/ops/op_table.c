@@ -21,6 +21,7 @@ const mp_op_vtable *mp_op_lookup(mp_op_kind k) {
     case MP_OP_GLOBAL_AVGPOOL: return &mp_op_global_avgpool_vt;
     case MP_OP_LINEAR: return &mp_op_linear_vt;
     case MP_OP_ADD: return &mp_op_add_vt;
+    case MP_OP_MUL: return &mp_op_mul_vt;
     case MP_OP_CONCAT: return &mp_op_concat_vt;
     case MP_OP_RESHAPE: return &mp_op_reshape_vt;
     case MP_OP_DROPOUT: return &mp_op_dropout_vt;
