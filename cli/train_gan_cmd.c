@@ -22,7 +22,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mixprec train-gan [options]\n\n"
-            "Train an AC-GAN (generator: noise + class embedding -> dense 7x7x128 -> transposed convs -> tanh;\n"
+            "Train an AC-GAN (generator: noise x class embedding -> dense 7x7x128 -> transposed convs -> tanh;\n"
             "discriminator: convs -> real/fake logit + class logits) with two Adam optimizers and one loss\n"
             "scaler shared by its three losses. After every epoch a grid of generated samples is written,\n"
             "one row per class (fixed noise per column), with D/G losses, skipped steps and time per batch.\n\n"

@@ -117,6 +117,8 @@ mp_node mp_leaky_relu(mp_graph *g, const char *name, mp_node x, float slope);
 mp_node mp_tanh(mp_graph *g, const char *name, mp_node x);
 mp_node mp_sigmoid(mp_graph *g, const char *name, mp_node x);
 mp_node mp_add(mp_graph *g, const char *name, mp_node a, mp_node b);
+/* Elementwise product of two same-shaped nodes. */
+mp_node mp_mul(mp_graph *g, const char *name, mp_node a, mp_node b);
 /* Concatenate along channels (axis 1) for 4-D, features for 2-D. */
 mp_node mp_concat(mp_graph *g, const char *name, const mp_node *xs, int n);
 /* Per-sample reshape to (c, h, w), or to (c) when h = w = 0; the element

@@ -25,12 +25,12 @@ static void test_param_count(void) {
     CHECK(mp_acgan_build(&m, 1, 28, 28, CLASSES, LATENT) == MP_OK, "%s", mp_last_error());
     if (!m.g) return;
     /* by hand: weights + biases, BN gamma + beta; 7x7x128 after the dense layer */
-    const int64_t embed = 10 * 50, fc = (100 + 50) * (128 * 7 * 7), fc_bn = 2 * 128;
+    const int64_t embed = 10 * 100, fc = 100 * (128 * 7 * 7), fc_bn = 2 * 128; /* embedding: one per noise feature */
     const int64_t up1 = 128 * 64 * 4 * 4, up1_bn = 2 * 64, up2 = 64 * 1 * 4 * 4 + 1;
     const int64_t conv1 = 1 * 64 * 4 * 4 + 64, conv2 = 64 * 128 * 4 * 4, conv2_bn = 2 * 128;
     const int64_t src = 128 * 7 * 7 + 1, cls = 128 * 7 * 7 * 10 + 10;
     const int64_t gen = embed + fc + fc_bn + up1 + up1_bn + up2, dis = conv1 + conv2 + conv2_bn + src + cls;
-    CHECK(gen == 1073781 && dis == 201419, "hand count G %lld D %lld", (long long)gen, (long long)dis);
+    CHECK(gen == 760681 && dis == 201419, "hand count G %lld D %lld", (long long)gen, (long long)dis);
     CHECK(mp_graph_param_count(m.g) == gen + dis, "parameters %lld, by hand %lld",
           (long long)mp_graph_param_count(m.g), (long long)(gen + dis));
     CHECK(mp_acgan_generator_param_count(&m) == gen, "generator %lld, by hand %lld",
@@ -49,6 +49,11 @@ static void test_param_count(void) {
     CHECK(!strcmp(mp_graph_node_op(m.g, m.fake), mp_graph_node_op(m.g, mp_graph_find(m.g, "g_out"))) &&
               mp_graph_find(m.g, "g_up2") >= 0,
           "generator ends with g_up2 -> g_out");
+    /* Keras-style conditioning: noise times a class embedding of the noise's width */
+    mp_node cond = mp_graph_find(m.g, "g_cond");
+    mp_shape embed_shape = mp_graph_node_shape(m.g, mp_graph_find(m.g, "g_embed"), 1);
+    CHECK(cond >= 0 && !strcmp(mp_graph_node_op(m.g, cond), "mul") && embed_shape.dims[1] == LATENT,
+          "generator multiplies z by a %d-feature class embedding", LATENT);
     mp_acgan_free(&m);
     mp_acgan bad;
     CHECK_ERR(mp_acgan_build(&bad, 1, 30, 30, CLASSES, LATENT), MP_ERR_SHAPE, "multiples of 4");

@@ -1,6 +1,6 @@
 /* test_native_bf16.c — bf16 nodes run without the staged f32 emulation,
  * against that emulation of the same policy (MP_NATIVE_BF16=0):
- *  - BN, ReLU, add and pooling read and write bf16 through our own kernels
+ *  - BN, ReLU, add, mul and pooling read and write bf16 through our own kernels
  *    on every CPU, computing exactly what the emulation computes: where the
  *    convolutions stay emulated (no bf16 kernels) the bits must match;
  *  - convolutions go to oneDNN's bf16 primitives on CPUs that have bf16
@@ -35,7 +35,8 @@ static result run(bool native_allowed, mp_precision precision) {
     mp_node r = mp_relu(g, "r1", c);
     mp_node c2 = mp_conv2d(g, "c2", r, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1, .bias = true});
     mp_node sum = mp_add(g, "sum", c2, r); /* r feeds two consumers: gradients add */
-    mp_node up = mp_conv_transpose2d(g, "up", sum, (mp_conv_opts){.out_channels = 8, .kernel = 2, .stride = 2});
+    mp_node prod = mp_mul(g, "prod", sum, c2); /* so does c2 */
+    mp_node up = mp_conv_transpose2d(g, "up", prod, (mp_conv_opts){.out_channels = 8, .kernel = 2, .stride = 2});
     mp_node gap = mp_global_avgpool(g, "gap", up);
     mp_node fc = mp_linear(g, "fc", gap, (mp_linear_opts){.out_features = 5, .bias = true});
     mp_node y = mp_graph_labels(g, "y");
@@ -91,8 +92,8 @@ static void compare(mp_precision precision) {
     printf("%s: %d native bf16 nodes, %d of them convolutions (CPU bf16 kernels: %s), loss native %.6f emulated "
            "%.6f, grad rel. diff %.3g\n",
            name, nat.native, nat.native_primitive, bf16_cpu ? "yes" : "no", nat.loss, emu.loss, rel);
-    /* bn1, r1, sum and gap run on bf16 kernels everywhere */
-    CHECK(nat.native - nat.native_primitive == 4, "%s: %d non-convolution nodes native, expected 4", name,
+    /* bn1, r1, sum, prod and gap run on bf16 kernels everywhere */
+    CHECK(nat.native - nat.native_primitive == 5, "%s: %d non-convolution nodes native, expected 5", name,
           nat.native - nat.native_primitive);
     if (!mp_onednn_available() || !bf16_cpu) {
         /* emulated convolutions: the bf16 kernels compute what the emulation does, bit for bit */

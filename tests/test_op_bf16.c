@@ -101,6 +101,7 @@ int main(void) {
     check_op("tanh", MP_OP_TANH, (mp_op_attr){0}, 1, &x, true);
     check_op("sigmoid", MP_OP_SIGMOID, (mp_op_attr){0}, 1, &x, true);
     check_op("add", MP_OP_ADD, (mp_op_attr){0}, 2, two, true);
+    check_op("mul", MP_OP_MUL, (mp_op_attr){0}, 2, two, true);
     check_op("maxpool2d 2x2", MP_OP_MAXPOOL2D, (mp_op_attr){.pool = {.kernel = 2, .stride = 2}}, 1, &x, true);
     check_op("avgpool2d 2x2", MP_OP_AVGPOOL2D, (mp_op_attr){.pool = {.kernel = 2, .stride = 2}}, 1, &x, true);
     check_op("global_avgpool", MP_OP_GLOBAL_AVGPOOL, (mp_op_attr){0}, 1, &x, true);

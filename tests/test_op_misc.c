@@ -1,4 +1,4 @@
-/* test_op_misc.c — add, concat, reshape and dropout: gradient checks in f64
+/* test_op_misc.c — add, mul, concat, reshape and dropout: gradient checks in f64
  * on random shapes, f32 kernels against f64, exact layouts, dropout mask
  * statistics and determinism, overwrite (not accumulate) semantics, and the
  * shape/argument errors with the node name in the message. */
@@ -95,23 +95,32 @@ static void check_infer_error(mp_op_kind kind, mp_op_attr attr, int n_in, const 
 
 static int rnd(mp_rng *r, int lo, int hi) { return lo + (int)mp_rng_below(r, (uint64_t)(hi - lo + 1)); }
 
-static void test_add(mp_rng *r) {
+/* add and mul: same-shape binary ops, checked the same way. */
+static void test_binary(mp_rng *r, mp_op_kind kind, uint64_t seed) {
+    const char *name = mp_op_lookup(kind)->name;
     mp_op_attr a = {0};
     for (int trial = 0; trial < 3; trial++) {
         mp_shape s = trial == 2 ? mp_shape2(rnd(r, 1, 4), rnd(r, 1, 20))
                                 : mp_shape4(rnd(r, 1, 3), rnd(r, 1, 4), rnd(r, 2, 5), rnd(r, 2, 5));
         mp_shape ss[2] = {s, s};
-        double e = gradcheck_op(MP_OP_ADD, a, 2, ss, NULL, true, 200 + trial, 0);
-        CHECK(e < 1e-6, "add trial %d rel.err %g", trial, e);
+        double e = gradcheck_op(kind, a, 2, ss, NULL, true, seed + (uint64_t)trial, 0);
+        CHECK(e < 1e-6, "%s trial %d rel.err %g", name, trial, e);
     }
     mp_shape ss[2] = {mp_shape4(2, 3, 4, 4), mp_shape4(2, 3, 4, 4)};
-    CHECK(f32_vs_f64(MP_OP_ADD, a, 2, ss, true) < 1e-6, "add f32 vs f64");
-    check_overwrite(MP_OP_ADD, a, 2, ss, true);
+    CHECK(f32_vs_f64(kind, a, 2, ss, true) < 1e-6, "%s f32 vs f64", name);
+    check_overwrite(kind, a, 2, ss, true);
     mp_shape bad[2] = {mp_shape4(2, 3, 4, 4), mp_shape4(2, 3, 4, 5)};
-    const char *needles[] = {"(2, 3, 4, 4)", "(2, 3, 4, 5)", NULL};
-    check_infer_error(MP_OP_ADD, a, 2, bad, MP_ERR_SHAPE, needles, "add shape mismatch");
+    const char *needles[] = {name, "(2, 3, 4, 4)", "(2, 3, 4, 5)", NULL};
+    char what[64];
+    snprintf(what, sizeof what, "%s shape mismatch", name);
+    check_infer_error(kind, a, 2, bad, MP_ERR_SHAPE, needles, what);
     mp_shape bad2[2] = {mp_shape2(2, 8), mp_shape4(2, 2, 2, 2)};
-    check_infer_error(MP_OP_ADD, a, 2, bad2, MP_ERR_SHAPE, NULL, "add rank mismatch");
+    const char *needles2[] = {name, NULL};
+    snprintf(what, sizeof what, "%s rank mismatch", name);
+    check_infer_error(kind, a, 2, bad2, MP_ERR_SHAPE, needles2, what);
+    mp_shape one = mp_shape2(2, 8);
+    snprintf(what, sizeof what, "%s one input", name);
+    check_infer_error(kind, a, 1, &one, MP_ERR_SHAPE, needles2, what);
 }
 
 static void test_concat(mp_rng *r) {
@@ -272,10 +281,12 @@ int main(void) {
     mp_rng_seed(&r, 11);
     /* strong references: op_table.c refers to these weakly while ops land */
     CHECK(mp_op_lookup(MP_OP_ADD) == &mp_op_add_vt, "add vtable");
+    CHECK(mp_op_lookup(MP_OP_MUL) == &mp_op_mul_vt, "mul vtable");
     CHECK(mp_op_lookup(MP_OP_CONCAT) == &mp_op_concat_vt, "concat vtable");
     CHECK(mp_op_lookup(MP_OP_RESHAPE) == &mp_op_reshape_vt, "reshape vtable");
     CHECK(mp_op_lookup(MP_OP_DROPOUT) == &mp_op_dropout_vt, "dropout vtable");
-    test_add(&r);
+    test_binary(&r, MP_OP_ADD, 200);
+    test_binary(&r, MP_OP_MUL, 210);
     test_concat(&r);
     test_reshape(&r);
     test_dropout(&r);

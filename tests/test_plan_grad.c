@@ -30,8 +30,9 @@ int main(void) {
     mp_node l2 = mp_leaky_relu(g, "l2", c2, 0.1f);
     mp_node t2 = mp_tanh(g, "t2", l2);
     mp_node sum = mp_add(g, "sum", t2, r1);
-    mp_node mp = mp_maxpool2d(g, "mp", sum, (mp_pool_opts){.kernel = 2});
-    mp_node ap = mp_avgpool2d(g, "ap", sum, (mp_pool_opts){.kernel = 2});
+    mp_node gated = mp_mul(g, "gated", sum, t2); /* reads its inputs, not its output */
+    mp_node mp = mp_maxpool2d(g, "mp", gated, (mp_pool_opts){.kernel = 2});
+    mp_node ap = mp_avgpool2d(g, "ap", gated, (mp_pool_opts){.kernel = 2});
     mp_node parts[2] = {mp, ap};
     mp_node cat = mp_concat(g, "cat", parts, 2);
     mp_node c3 = mp_conv2d(g, "c3", cat, (mp_conv_opts){.out_channels = 6, .kernel = 3, .padding = 1});

@@ -170,6 +170,18 @@ static void check_all_policies(mp_graph *g, const char *what) {
         }
 }
 
+/* A hand-built graph: built without error (else destroyed, and false), and
+ * under every policy each node's dtypes are the contract's. */
+static bool check_built_graph(mp_graph *g, const char *what) {
+    CHECK(mp_graph_status(g) == MP_OK, "%s graph: %s", what, mp_last_error());
+    if (mp_graph_status(g) != MP_OK) {
+        mp_graph_destroy(g);
+        return false;
+    }
+    check_all_policies(g, what);
+    return true;
+}
+
 static void test_pass_models(void) {
     mp_model m;
     mp_status s = mp_model_build("small", 1, 12, 12, 10, &m);
@@ -242,8 +254,9 @@ static double rel_l2(const float *a, const float *b, int n) {
     return sqrt(d) / fmax(sqrt(r), 1e-30);
 }
 
-/* One training step of the mixed graph (batch 2, reference kernels): the
- * loss and every trainable gradient, concatenated. */
+/* One training step of a graph with the mixed graph's input, targets and
+ * loss (batch 2, reference kernels): the loss and every trainable gradient,
+ * concatenated. */
 static bool mixed_step(mp_graph *g, float *grads, float *loss) {
     mp_node x = mp_graph_find(g, "x"), tg = mp_graph_find(g, "targets"), bce = mp_graph_find(g, "bce");
     mp_plan *p = NULL;
@@ -273,6 +286,37 @@ static bool mixed_step(mp_graph *g, float *grads, float *loss) {
     return s == MP_OK;
 }
 
+/* Every policy runs a training step on g (built like build_mixed: input "x"
+ * 3x8x8, "targets" 3, loss "bce"); the gradients stay close to fp32's (same
+ * dropout masks: same plan seed and step). */
+static void check_policy_steps(mp_graph *g, const char *what) {
+    mp_graph_init_params(g, 2);
+    int64_t n_grad = mp_graph_param_count(g);
+    float *ref = calloc((size_t)n_grad, sizeof *ref), *got = calloc((size_t)n_grad, sizeof *got);
+    MP_ASSERT(ref && got);
+    float ref_loss = NAN;
+    static const mp_precision pols[] = {MP_PRECISION_FP32,    MP_PRECISION_AMP_BF16, MP_PRECISION_AMP_FP16,
+                                        MP_PRECISION_O2_BF16, MP_PRECISION_O2_FP16,  MP_PRECISION_BF16};
+    for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
+        const char *pn = mp_precision_name(pols[k]);
+        float l = NAN;
+        CHECK(apply(g, pols[k], false, NULL) == MP_OK, "%s", mp_last_error());
+        if (!mixed_step(g, k == 0 ? ref : got, &l)) continue;
+        CHECK(isfinite(l) && l > 0, "%s %s: loss %g", what, pn, l);
+        if (k == 0) {
+            ref_loss = l;
+            continue;
+        }
+        double tol = mp_precision_low_dtype(pols[k]) == MP_DTYPE_BF16 ? 2e-2 : 3e-3;
+        double rel = rel_l2(got, ref, (int)n_grad);
+        CHECK(rel < tol && rel > 0, "%s %s: gradients differ from fp32's by %g (relative, limit %g)", what, pn, rel,
+              tol);
+        CHECK(fabs(l - ref_loss) < tol * ref_loss, "%s %s: loss %g, fp32 %g", what, pn, l, ref_loss);
+    }
+    free(ref);
+    free(got);
+}
+
 /* x -> c1 -> bn -> tanh -+-> c2 -> add(tanh, c2) -+-> concat -> convT -> dropout -> flatten -> fc -> BCE
  *  \-> sigmoid(x) ------------------------------/                              targets ------------/  */
 static mp_graph *build_mixed(void) {
@@ -298,12 +342,7 @@ static mp_graph *build_mixed(void) {
 
 static void test_pass_mixed_graph(void) {
     mp_graph *g = build_mixed();
-    CHECK(mp_graph_status(g) == MP_OK, "mixed graph: %s", mp_last_error());
-    if (mp_graph_status(g) != MP_OK) {
-        mp_graph_destroy(g);
-        return;
-    }
-    check_all_policies(g, "mixed");
+    if (!check_built_graph(g, "mixed")) return;
     const mp_dtype F = MP_DTYPE_F32, H = MP_DTYPE_F16, B = MP_DTYPE_BF16;
     /* amp: the f32 input makes sigmoid and the concat f32; the residual add is low */
     apply(g, MP_PRECISION_AMP_FP16, false, NULL);
@@ -329,32 +368,34 @@ static void test_pass_mixed_graph(void) {
     expect_node(g, "ct", F, F, "mixed amp-fp16 ct=fp32");
     expect_node(g, "sig", B, B, "mixed amp-fp16 sig=bf16");
     expect_node(g, "drop", F, F, "mixed amp-fp16 ct=fp32");
-    /* Every policy runs a training step on it; the gradients stay close to
-     * fp32's (same dropout masks: same plan seed and step). */
-    mp_graph_init_params(g, 2);
-    int64_t n_grad = mp_graph_param_count(g);
-    float *ref = calloc((size_t)n_grad, sizeof *ref), *got = calloc((size_t)n_grad, sizeof *got);
-    MP_ASSERT(ref && got);
-    float ref_loss = NAN;
-    static const mp_precision pols[] = {MP_PRECISION_FP32,    MP_PRECISION_AMP_BF16, MP_PRECISION_AMP_FP16,
-                                        MP_PRECISION_O2_BF16, MP_PRECISION_O2_FP16,  MP_PRECISION_BF16};
-    for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
-        const char *pn = mp_precision_name(pols[k]);
-        float l = NAN;
-        CHECK(apply(g, pols[k], false, NULL) == MP_OK, "%s", mp_last_error());
-        if (!mixed_step(g, k == 0 ? ref : got, &l)) continue;
-        CHECK(isfinite(l) && l > 0, "mixed %s: loss %g", pn, l);
-        if (k == 0) {
-            ref_loss = l;
-            continue;
-        }
-        double tol = mp_precision_low_dtype(pols[k]) == MP_DTYPE_BF16 ? 2e-2 : 3e-3;
-        double rel = rel_l2(got, ref, (int)n_grad);
-        CHECK(rel < tol && rel > 0, "mixed %s: gradients differ from fp32's by %g (relative, limit %g)", pn, rel, tol);
-        CHECK(fabs(l - ref_loss) < tol * ref_loss, "mixed %s: loss %g, fp32 %g", pn, l, ref_loss);
-    }
-    free(ref);
-    free(got);
+    check_policy_steps(g, "mixed");
+    mp_graph_destroy(g);
+}
+
+/* mul follows its widest input, like add: low * low stays low; the network
+ * input (f32 under amp) times a low node computes and stores in f32.
+ * x -> c -> relu -> mul(c, relu) -> mul(x, that) -> flatten -> fc -> BCE */
+static void test_pass_mul(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 3, 8, 8);
+    mp_node c = mp_conv2d(g, "c", x, (mp_conv_opts){.out_channels = 3, .kernel = 3, .padding = 1, .bias = true});
+    mp_node low = mp_mul(g, "low", c, mp_relu(g, "r", c));
+    mp_node mixed = mp_mul(g, "mixed", x, low);
+    mp_node fc = mp_linear(g, "fc", mp_flatten(g, "flat", mixed), (mp_linear_opts){.out_features = 3, .bias = true});
+    mp_node loss = mp_bce_with_logits(g, "bce", fc, mp_graph_targets(g, "targets", 3));
+    mp_graph_mark_output(g, fc);
+    mp_graph_mark_output(g, loss);
+    if (!check_built_graph(g, "mul")) return;
+    const mp_dtype F = MP_DTYPE_F32, H = MP_DTYPE_F16, B = MP_DTYPE_BF16;
+    apply(g, MP_PRECISION_AMP_FP16, false, NULL);
+    expect_node(g, "low", H, H, "mul amp-fp16");
+    expect_node(g, "mixed", F, F, "mul amp-fp16");
+    apply(g, MP_PRECISION_O2_BF16, false, NULL);
+    expect_node(g, "low", B, B, "mul o2-bf16");
+    expect_node(g, "mixed", B, B, "mul o2-bf16");
+    apply(g, MP_PRECISION_FP32, false, NULL);
+    expect_node(g, "mixed", F, F, "mul fp32");
+    check_policy_steps(g, "mul");
     mp_graph_destroy(g);
 }
 
@@ -798,6 +839,7 @@ int main(void) {
     test_precision_names();
     test_pass_models();
     test_pass_mixed_graph();
+    test_pass_mul();
     test_pass_logits_second_consumer();
     test_overrides();
     test_override_propagates();

@@ -2,7 +2,8 @@
  *
  * amp-*: allow-list ops (convolutions, linear) compute and store in the low
  *        dtype; deny-list ops (losses; BatchNorm statistics) compute in fp32;
- *        everything else follows its widest input. Inputs stay fp32.
+ *        everything else (pointwise ops such as add and mul, pooling, data
+ *        movement) follows its widest input. Inputs stay fp32.
  * o2-*:  inputs and activations low; BatchNorm computes in fp32.
  * fp16/bf16: like o2 without master weights (BatchNorm fp32 unless bn_low).
  * Always: losses fp32, and the logits feeding a loss are stored in fp32. */

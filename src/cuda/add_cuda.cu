@@ -4,14 +4,6 @@
  * input's gradient has another dtype). */
 #include "cuda/cuda_kernel_util.cuh"
 
-static mp_status add_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
-                             const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
-                             size_t *saved_bytes) {
-    (void)ctx, (void)workspace_bytes, (void)saved_bytes;
-    *state = NULL;
-    return mp_cuda_op_check_dtypes(d, info, cfg, -1);
-}
-
 static mp_status add_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "forward", mp_ew2(ctx, &c->in[0], &c->in[1], &c->out, mp_sum2()));
 }
@@ -25,4 +17,4 @@ static mp_status add_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", e);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_add_vt = {"add", add_prepare, NULL, add_forward, add_backward};
+extern "C" const mp_cuda_op_vtable mp_cuda_add_vt = {"add", mp_cuda_prepare_stateless, NULL, add_forward, add_backward};

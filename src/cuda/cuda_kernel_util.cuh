@@ -20,6 +20,11 @@ mp_status mp_cuda_op_status(const mp_op_call *c, const char *phase, cudaError_t 
  * and the output are f32, f16 or bf16. */
 mp_status mp_cuda_op_check_dtypes(const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
                                   int labels_input);
+/* prepare() of ops that need no state, scratch or saved bytes (add, mul):
+ * the dtype check alone. */
+mp_status mp_cuda_prepare_stateless(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
+                                    const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
+                                    size_t *saved_bytes);
 /* out[0] (one element of out_dt) = sum(v[0..count)) / divisor, summed in
  * double in a fixed order by one block: the last step of the losses. */
 cudaError_t mp_cuda_sum_to_scalar(mp_cuda_ctx *ctx, const double *v, long long count, double divisor, void *out,

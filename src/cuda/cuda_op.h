@@ -60,7 +60,8 @@ const mp_cuda_op_vtable *mp_cuda_op_lookup(mp_op_kind k);
 extern const mp_cuda_op_vtable mp_cuda_conv2d_vt, mp_cuda_conv_transpose2d_vt, mp_cuda_linear_vt;
 extern const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt, mp_cuda_relu_vt, mp_cuda_leaky_relu_vt, mp_cuda_tanh_vt,
     mp_cuda_sigmoid_vt, mp_cuda_maxpool2d_vt, mp_cuda_avgpool2d_vt, mp_cuda_global_avgpool_vt, mp_cuda_add_vt,
-    mp_cuda_concat_vt, mp_cuda_reshape_vt, mp_cuda_dropout_vt, mp_cuda_softmax_ce_vt, mp_cuda_bce_logits_vt;
+    mp_cuda_mul_vt, mp_cuda_concat_vt, mp_cuda_reshape_vt, mp_cuda_dropout_vt, mp_cuda_softmax_ce_vt,
+    mp_cuda_bce_logits_vt;
 
 /* Layout/dtype conversion kernels shared by the executor and tests:
  * host-order NCHW f32 <-> device NHWC in any float dtype (2-D: plain). */

@@ -50,6 +50,14 @@ mp_status mp_cuda_op_check_dtypes(const mp_op_desc *d, const mp_op_info *info, c
     return MP_OK;
 }
 
+mp_status mp_cuda_prepare_stateless(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
+                                    const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
+                                    size_t *saved_bytes) {
+    (void)ctx, (void)workspace_bytes, (void)saved_bytes;
+    *state = NULL;
+    return mp_cuda_op_check_dtypes(d, info, cfg, -1);
+}
+
 #define SUM_THREADS 1024
 
 /* One block: out[0] = sum(v[0..count)) / divisor, a fixed-order tree in double. */

@@ -19,6 +19,7 @@ const mp_cuda_op_vtable *mp_cuda_op_lookup(mp_op_kind k) {
     case MP_OP_GLOBAL_AVGPOOL: return &mp_cuda_global_avgpool_vt;
     case MP_OP_LINEAR: return &mp_cuda_linear_vt;
     case MP_OP_ADD: return &mp_cuda_add_vt;
+    case MP_OP_MUL: return &mp_cuda_mul_vt;
     case MP_OP_CONCAT: return &mp_cuda_concat_vt;
     case MP_OP_RESHAPE: return &mp_cuda_reshape_vt;
     case MP_OP_DROPOUT: return &mp_cuda_dropout_vt;

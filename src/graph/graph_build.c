@@ -101,6 +101,11 @@ mp_node mp_add(mp_graph *g, const char *name, mp_node a, mp_node b) {
     return mp_graph_add(g, MP_OP_ADD, name, NULL, in, 2);
 }
 
+mp_node mp_mul(mp_graph *g, const char *name, mp_node a, mp_node b) {
+    mp_node in[2] = {a, b};
+    return mp_graph_add(g, MP_OP_MUL, name, NULL, in, 2);
+}
+
 mp_node mp_concat(mp_graph *g, const char *name, const mp_node *xs, int n) {
     return mp_graph_add(g, MP_OP_CONCAT, name, NULL, xs, n);
 }

@@ -179,6 +179,7 @@ static native_kind native_bf16_kind(const mp_graph *g, int i) {
     case MP_OP_SIGMOID:
     case MP_OP_GLOBAL_AVGPOOL:
     case MP_OP_ADD:
+    case MP_OP_MUL:
         return nd->compute_dtype == MP_DTYPE_BF16 ? NATIVE_KERNEL : NATIVE_NONE;
     default:
         return NATIVE_NONE;

@@ -1,9 +1,13 @@
 /* acgan.c — AC-GAN (Odena et al., seed 001) as one graph, see models.h.
  *
- * Generator: one-hot class -> linear (the class embedding, 50 features),
- * concatenated with the noise z -> linear to 128 x h/4 x w/4 -> BN -> ReLU ->
+ * Generator: one-hot class -> linear without bias (the class embedding, as
+ * many features as the noise) multiplied elementwise with the noise z, as in
+ * Keras' AC-GAN (seed 001) -> linear to 128 x h/4 x w/4 -> BN -> ReLU ->
  * transposed conv 4x4/2 to 64 x h/2 x w/2 -> BN -> ReLU -> transposed conv
- * 4x4/2 to c x h x w -> tanh.
+ * 4x4/2 to c x h x w -> tanh. The class reaches the generator only as a
+ * per-class scaling of the noise, so the noise cannot be ignored
+ * (concatenated, the generator learnt one image per class whatever the
+ * noise; bench/NOTES.md has both measured).
  * Discriminator: conv 4x4/2 (64) -> leaky 0.2 -> conv 4x4/2 (128) -> BN ->
  * leaky 0.2 -> flatten -> two heads: real/fake logit (1) and class logits.
  * It is built once on the real batch (d_*) and once on the generated batch
@@ -17,15 +21,14 @@
 #include "graph/graph.h"
 #include "models/models.h"
 
-#define EMBED_FEATURES 50
 #define G_CHANNELS 128 /* after the dense layer; halved by the first transposed conv */
 #define D_CHANNELS 64  /* first conv; doubled by the second */
 
 static mp_node generator(mp_acgan *m) {
     mp_graph *g = m->g;
     const int h4 = m->h / 4, w4 = m->w / 4;
-    mp_node embed = mp_linear(g, "g_embed", m->onehot, (mp_linear_opts){.out_features = EMBED_FEATURES});
-    mp_node x = mp_concat(g, "g_concat", (mp_node[]){m->z, embed}, 2);
+    mp_node embed = mp_linear(g, "g_embed", m->onehot, (mp_linear_opts){.out_features = m->latent});
+    mp_node x = mp_mul(g, "g_cond", m->z, embed);
     x = mp_linear(g, "g_fc", x, (mp_linear_opts){.out_features = G_CHANNELS * h4 * w4}); /* BN follows: no bias */
     x = mp_reshape(g, "g_fc_reshape", x, G_CHANNELS, h4, w4);
     x = mp_batchnorm2d(g, "g_fc_bn", x, (mp_batchnorm_opts){0});
@@ -139,7 +142,8 @@ void mp_acgan_init_params(mp_acgan *m, uint64_t seed) {
         if (!p->spec.trainable) continue;
         bool bn = g->nodes[p->node].desc.kind == MP_OP_BATCHNORM2D;
         bool weight = !strcmp(p->spec.name, "weight");
-        /* the class embedding as nn.Embedding: N(0, 1), as strong a signal as the noise */
+        /* the class embedding as nn.Embedding: N(0, 1), so that z * embed keeps
+         * the unit variance of the noise (with 0.02 it would shrink it 50x) */
         float sd = strncmp(p->name, "g_embed.", 8) ? 0.02f : 1.0f;
         int64_t n = mp_shape_numel(&p->spec.shape);
         for (int64_t i = 0; i < n; i++) p->data[i] = weight ? (bn ? 1.0f : 0.0f) + sd * (float)mp_rng_normal(&r) : 0.0f;

@@ -70,7 +70,7 @@ void mp_acgan_free(mp_acgan *m);
 int mp_acgan_losses(const mp_acgan *m, mp_node *losses);
 /* DCGAN initialization: conv/linear weights N(0, 0.02), biases 0, BN gamma
  * N(1, 0.02), beta 0; the class embedding N(0, 1) (as nn.Embedding, so that
- * the class is as strong an input as the noise); reproducible from seed. */
+ * noise * embedding has the noise's unit variance); reproducible from seed. */
 void mp_acgan_init_params(mp_acgan *m, uint64_t seed);
 /* Whether graph parameter k belongs to the generator. */
 bool mp_acgan_is_generator_param(const mp_acgan *m, int k);

@@ -1,25 +1,11 @@
 /* add.c — elementwise sum of two tensors of identical shape (residual add).
  * Backward hands d_out unchanged to both inputs. */
-#include <stdio.h>
-
 #include "ops/op.h"
 
 #include "copy_par.inc"
 
 #define MP_REF_TEMPLATE "add_ref.inc"
 #include "instantiate_act.inc"
-
-static mp_status add_infer(const mp_op_desc *d, mp_op_info *info) {
-    if (info->n_in != 2) return mp_op_shape_error(d, info, "takes exactly two inputs");
-    if (!mp_shape_equal(&info->in[0], &info->in[1])) {
-        char a[64], b[64];
-        return mp_error(MP_ERR_SHAPE, "add '%s': input shapes %s and %s differ (add needs identical shapes)",
-                        d->name ? d->name : "?", mp_shape_str(&info->in[0], a, sizeof a),
-                        mp_shape_str(&info->in[1], b, sizeof b));
-    }
-    info->out = info->in[0];
-    return MP_OK;
-}
 
 static mp_status add_forward(const mp_op_call *c) {
     MP_ACT_CALL(c->out.dtype, add_fwd, c->in[0].data, c->in[1].data, c->out.data,
@@ -34,4 +20,5 @@ static mp_status add_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_add_vt = {"add", add_infer, NULL, NULL, add_forward, add_backward, MP_BWD_SKIPS_BOTH};
+const mp_op_vtable mp_op_add_vt = {"add", mp_op_infer_same_shape2, NULL, NULL, add_forward, add_backward,
+                                   MP_BWD_SKIPS_BOTH};

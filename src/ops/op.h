@@ -47,6 +47,7 @@ typedef enum {
     MP_OP_GLOBAL_AVGPOOL,
     MP_OP_LINEAR,
     MP_OP_ADD,
+    MP_OP_MUL,
     MP_OP_CONCAT,
     MP_OP_RESHAPE,
     MP_OP_DROPOUT,
@@ -150,11 +151,14 @@ extern const mp_op_vtable mp_op_input_vt, mp_op_labels_vt, mp_op_targets_vt;
 extern const mp_op_vtable mp_op_conv2d_vt, mp_op_conv_transpose2d_vt, mp_op_batchnorm2d_vt;
 extern const mp_op_vtable mp_op_relu_vt, mp_op_leaky_relu_vt, mp_op_tanh_vt, mp_op_sigmoid_vt;
 extern const mp_op_vtable mp_op_maxpool2d_vt, mp_op_avgpool2d_vt, mp_op_global_avgpool_vt;
-extern const mp_op_vtable mp_op_linear_vt, mp_op_add_vt, mp_op_concat_vt, mp_op_reshape_vt;
+extern const mp_op_vtable mp_op_linear_vt, mp_op_add_vt, mp_op_mul_vt, mp_op_concat_vt, mp_op_reshape_vt;
 extern const mp_op_vtable mp_op_dropout_vt, mp_op_softmax_ce_vt, mp_op_bce_logits_vt;
 
 /* Helpers for op files. */
 mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const char *what);
+/* infer() of the same-shape binary ops (add, mul): two inputs of identical
+ * shape, the output of that shape; the error names the op, node and shapes. */
+mp_status mp_op_infer_same_shape2(const mp_op_desc *d, mp_op_info *info);
 /* True when oneDNN is compiled in. */
 bool mp_onednn_available(void);
 

@@ -21,6 +21,7 @@ const mp_op_vtable *mp_op_lookup(mp_op_kind k) {
     case MP_OP_GLOBAL_AVGPOOL: return &mp_op_global_avgpool_vt;
     case MP_OP_LINEAR: return &mp_op_linear_vt;
     case MP_OP_ADD: return &mp_op_add_vt;
+    case MP_OP_MUL: return &mp_op_mul_vt;
     case MP_OP_CONCAT: return &mp_op_concat_vt;
     case MP_OP_RESHAPE: return &mp_op_reshape_vt;
     case MP_OP_DROPOUT: return &mp_op_dropout_vt;
@@ -42,6 +43,19 @@ mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const c
     if (info->n_in == 0) snprintf(buf, sizeof buf, "none");
     return mp_error(MP_ERR_SHAPE, "%s '%s': %s (input shapes %s)", mp_op_lookup(d->kind)->name,
                     d->name ? d->name : "?", what, buf);
+}
+
+mp_status mp_op_infer_same_shape2(const mp_op_desc *d, mp_op_info *info) {
+    if (info->n_in != 2) return mp_op_shape_error(d, info, "takes exactly two inputs");
+    if (!mp_shape_equal(&info->in[0], &info->in[1])) {
+        const char *op = mp_op_lookup(d->kind)->name;
+        char a[64], b[64];
+        return mp_error(MP_ERR_SHAPE, "%s '%s': input shapes %s and %s differ (%s needs identical shapes)", op,
+                        d->name ? d->name : "?", mp_shape_str(&info->in[0], a, sizeof a),
+                        mp_shape_str(&info->in[1], b, sizeof b), op);
+    }
+    info->out = info->in[0];
+    return MP_OK;
 }
 
 bool mp_onednn_available(void) {

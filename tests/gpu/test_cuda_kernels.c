@@ -1,5 +1,5 @@
 /* test_cuda_kernels.c — the GPU's own kernels (activations, batchnorm,
- * pooling, global average pooling, add, concat, reshape, dropout, the two
+ * pooling, global average pooling, add, mul, concat, reshape, dropout, the two
  * losses and the layout/dtype conversions) against the CPU reference in f32,
  * f16 and bf16, through cuda_op_check: one line per case, exit 1 on any
  * failure, exit 2 when no GPU can be opened. Run by scripts/gpu-check on the
@@ -195,19 +195,28 @@ static void pooling(mp_cuda_ctx *ctx, mp_dtype dt) {
 }
 
 static void data_movement(mp_cuda_ctx *ctx, mp_dtype dt) {
-    mp_shape two[2] = {mp_shape4(2, 13, 5, 7), mp_shape4(2, 13, 5, 7)};
-    cuda_op_case k = make_case("add", MP_OP_ADD, &mp_cuda_add_vt, dt, 2, two);
-    run(&k, ctx);
-    two[0] = two[1] = mp_shape2(4, 64);
-    k = make_case("add", MP_OP_ADD, &mp_cuda_add_vt, dt, 2, two);
-    run(&k, ctx);
-    if (dt != MP_DTYPE_F32) { /* f32 + low -> f32 (the policy's widest input) */
-        two[0] = two[1] = mp_shape4(2, 16, 3, 3);
-        k = make_case("add mixed", MP_OP_ADD, &mp_cuda_add_vt, MP_DTYPE_F32, 2, two);
-        k.in_dtype_set = true;
-        k.in_dtype[0] = MP_DTYPE_F32;
-        k.in_dtype[1] = dt;
+    /* the same-shape binary ops */
+    const struct {
+        const char *label, *mixed;
+        mp_op_kind kind;
+        const mp_cuda_op_vtable *vt;
+    } bin[] = {{"add", "add mixed", MP_OP_ADD, &mp_cuda_add_vt}, {"mul", "mul mixed", MP_OP_MUL, &mp_cuda_mul_vt}};
+    cuda_op_case k;
+    for (size_t b = 0; b < sizeof bin / sizeof bin[0]; b++) {
+        mp_shape two[2] = {mp_shape4(2, 13, 5, 7), mp_shape4(2, 13, 5, 7)};
+        k = make_case(bin[b].label, bin[b].kind, bin[b].vt, dt, 2, two);
         run(&k, ctx);
+        two[0] = two[1] = mp_shape2(4, 64);
+        k = make_case(bin[b].label, bin[b].kind, bin[b].vt, dt, 2, two);
+        run(&k, ctx);
+        if (dt != MP_DTYPE_F32) { /* f32 (op) low -> f32 (the policy's widest input) */
+            two[0] = two[1] = mp_shape4(2, 16, 3, 3);
+            k = make_case(bin[b].mixed, bin[b].kind, bin[b].vt, MP_DTYPE_F32, 2, two);
+            k.in_dtype_set = true;
+            k.in_dtype[0] = MP_DTYPE_F32;
+            k.in_dtype[1] = dt;
+            run(&k, ctx);
+        }
     }
 
     mp_shape three[3] = {mp_shape4(2, 3, 4, 5), mp_shape4(2, 13, 4, 5), mp_shape4(2, 8, 4, 5)};
