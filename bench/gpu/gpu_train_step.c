@@ -51,7 +51,9 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
                                  (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
                                                 .device = {MP_DEVICE_CUDA, device}},
                                  &plan);
+    const size_t after_plan = mp_cuda_used_bytes();
     if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
+    const size_t after_step = mp_cuda_used_bytes();
     float *x = NULL;
     int32_t *y = NULL;
     size_t in_n = plan ? mp_plan_numel(plan, m.input) : 0;
@@ -71,6 +73,7 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
     for (int i = 0; s == MP_OK && i <= steps; i++) cudaEventCreate(&ev[i]);
     for (int i = 0; s == MP_OK && i < 3; i++) s = mp_cuda_step_run(step, 0.01f); /* warm-up, graph capture */
     if (s == MP_OK) s = mp_cuda_step_loss(step, m.loss, &r->loss0);
+    const size_t after_warm = mp_cuda_used_bytes();
     for (int i = 0; s == MP_OK && i < steps; i++) {
         cudaEventRecord(ev[i], stream);
         s = mp_cuda_step_run(step, 0.01f);
@@ -89,6 +92,14 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
         r->device_mib = after > before ? (double)(after - before) / (1 << 20) : 0;
         r->tflops = mp_graph_flops(m.g, batch, true) / (r->ms / 1e3) / 1e12;
         r->arena_mib = (double)mp_plan_arena_bytes(plan) / (1 << 20);
+        /* where the device memory went (stderr; the issue-4 memory bar at batch 128) */
+        const double mib = 1.0 / (1 << 20);
+        fprintf(stderr,
+                "gpu_train_step: memory %s %s %d: plan %+.0f MiB (arena %.0f), step state %+.0f, first steps and "
+                "graph capture %+.0f, timed steps %+.0f, total %.0f MiB\n",
+                model, mp_precision_name(prec), batch, ((double)after_plan - (double)before) * mib, r->arena_mib,
+                ((double)after_step - (double)after_plan) * mib, ((double)after_warm - (double)after_step) * mib,
+                ((double)after - (double)after_warm) * mib, r->device_mib);
     } else {
         fprintf(stderr, "gpu_train_step: %s %s batch %d: %s\n", model, mp_precision_name(prec), batch, mp_last_error());
     }
