@@ -6,6 +6,9 @@
  * event times), images/s, device memory used by the run (cudaMemGetInfo
  * difference, library workspaces included), TFLOP/s and its share of the
  * bf16 GEMM rate given with --gemm-tflops (measured in the same device call).
+ * --profile: the steps run without a graph, waiting after every node, and
+ * each cell's time per op kind goes to stderr (its step times are then the
+ * profiled ones, not the graph's).
  * Built only with the CUDA backend. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_step.h"
+#include "graph/plan.h"
 #include "models/models.h"
 
 static int cmp_float(const void *a, const void *b) {
@@ -29,7 +33,8 @@ typedef struct {
     float loss0, loss1;
 } cell_result;
 
-static int run_cell(const char *model, mp_precision prec, int batch, int steps, int device, cell_result *r) {
+static int run_cell(const char *model, mp_precision prec, int batch, int steps, int device, bool profile,
+                    cell_result *r) {
     memset(r, 0, sizeof *r);
     cudaSetDevice(device);
     cudaFree(0);
@@ -46,10 +51,10 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
     bool scaling = prec == MP_PRECISION_AMP_FP16 || prec == MP_PRECISION_O2_FP16;
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f},
                             .loss_scaling = scaling,
-                            .scaler = {.dynamic = true}};
+                            .scaler = {.dynamic = true}, .no_graph = profile};
     mp_status s = mp_plan_create(m.g,
                                  (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
-                                                .device = {MP_DEVICE_CUDA, device}},
+                                                .device = {MP_DEVICE_CUDA, device}, .profile = profile},
                                  &plan);
     const size_t after_plan = mp_cuda_used_bytes();
     if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
@@ -100,6 +105,11 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
                 model, mp_precision_name(prec), batch, ((double)after_plan - (double)before) * mib, r->arena_mib,
                 ((double)after_step - (double)after_plan) * mib, ((double)after_warm - (double)after_step) * mib,
                 ((double)after - (double)after_warm) * mib, r->device_mib);
+        if (profile) {
+            fprintf(stderr, "\nprofile: %s %s batch %d, %d steps + 3 warm-up, every node waited for:\n", model,
+                    mp_precision_name(prec), batch, steps);
+            mp_plan_print_profile(plan, stderr);
+        }
     } else {
         fprintf(stderr, "gpu_train_step: %s %s batch %d: %s\n", model, mp_precision_name(prec), batch, mp_last_error());
     }
@@ -118,12 +128,13 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
 typedef struct {
     int steps, device;
     double gemm_tflops;
+    bool profile;
 } step_args;
 
 static int step_row(void *arg, const char *model, const char *batch, mp_precision prec, const char *prec_name) {
     const step_args *a = arg;
     cell_result r;
-    if (run_cell(model, prec, atoi(batch), a->steps, a->device, &r)) {
+    if (run_cell(model, prec, atoi(batch), a->steps, a->device, a->profile, &r)) {
         printf("| %s | %s | %s | failed | | | | | | |\n", model, prec_name, batch);
         return 1;
     }
@@ -138,6 +149,7 @@ int main(int argc, char **argv) {
     const char *models = "cnn10,resnet18", *precisions = "fp32,tf32,amp-fp16,amp-bf16,o2-fp16,fp16",
                *batches = "128,512,2048";
     int steps = 20, device = 0;
+    bool profile = false;
     double gemm_tflops = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
@@ -146,9 +158,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gemm-tflops") && i + 1 < argc) gemm_tflops = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--profile")) profile = true;
         else {
             fprintf(stderr, "usage: gpu_train_step [--models a,b] [--precisions p,q] [--batches 128,512] [--steps N] "
-                            "[--device N] [--gemm-tflops X]\n");
+                            "[--device N] [--gemm-tflops X] [--profile]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -158,7 +171,7 @@ int main(int argc, char **argv) {
     }
     printf("| model | precision | batch | ms/step | images/s | device MiB | TFLOP/s | share of bf16 GEMM | loss first -> last | arena MiB |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
-    step_args sa = {.steps = steps, .device = device, .gemm_tflops = gemm_tflops};
+    step_args sa = {.steps = steps, .device = device, .gemm_tflops = gemm_tflops, .profile = profile};
     int failures = bench_for_each_cell("gpu_train_step", models, batches, precisions, step_row, &sa);
     return failures < 0 ? 2 : failures ? 1 : 0;
 }

@@ -287,3 +287,13 @@ void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype) {
 
 void mp_cuda_plan_seed_from_device(mp_plan *p, const float *seed_dev) { p->dev->seed_dev = seed_dev; }
 void mp_cuda_plan_casts_by_optimizer(mp_plan *p, bool on) { p->dev->casts_by_optimizer = on; }
+
+void mp_device_profile_sync(const mp_plan *p) {
+    enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cudaStream_t stream = p->dev->ctx->stream;
+    if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
+        return;
+    }
+    (void)cudaStreamSynchronize(stream);
+}

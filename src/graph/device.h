@@ -40,5 +40,8 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host_nchw, size_t n)
  * host copies: to_host after training steps (checkpoints, CPU evaluation),
  * to the device after the host copies changed (a resumed checkpoint). */
 mp_status mp_device_params_sync(mp_plan *p, bool to_host);
+/* Wait for the plan's queued work, unless its stream is being captured into
+ * a graph (then nothing): per-node timing (opts.profile) on a device. */
+void mp_device_profile_sync(const mp_plan *p);
 
 #endif

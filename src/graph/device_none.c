@@ -40,6 +40,7 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
     return no_gpu(p);
 }
 mp_status mp_device_params_sync(mp_plan *p, bool to_host) { (void)to_host; return no_gpu(p); }
+void mp_device_profile_sync(const mp_plan *p) { (void)p; }
 #else
 typedef int mp_device_none_unused; /* ISO C: no empty translation unit */
 #endif

@@ -53,14 +53,21 @@ static mp_status forward_node(mp_plan *p, int i) {
     return mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c);
 }
 
+/* opts.profile: on a device, a node's time is its queued work's, so wait
+ * for the stream before reading the clock (not inside a graph capture). */
+static double profile_clock(const mp_plan *p) {
+    if (p->dev) mp_device_profile_sync(p);
+    return mp_plan_clock();
+}
+
 mp_status mp_plan_forward(mp_plan *p) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
     if (p->dev) MP_TRY(mp_device_forward_begin(p));
     else mp_stage_refresh_weights(p);
     for (int i = 0; i < p->n; i++) {
-        double t0 = p->o.profile ? mp_plan_clock() : 0;
+        double t0 = p->o.profile ? profile_clock(p) : 0;
         MP_TRY(forward_node(p, i));
-        if (p->o.profile) p->nodes[i].fwd_seconds += mp_plan_clock() - t0;
+        if (p->o.profile) p->nodes[i].fwd_seconds += profile_clock(p) - t0;
     }
     p->step++;
     return MP_OK;
@@ -203,11 +210,11 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
             c->d_param[k].data = gp->spec.trainable ? gp->grad : NULL;
             fresh[k] = gp->grad_fresh;
         }
-        double t0 = p->o.profile ? mp_plan_clock() : 0;
+        double t0 = p->o.profile ? profile_clock(p) : 0;
         if (p->dev) MP_TRY(mp_device_backward(p, i, taken, fresh));
         else if (pn->staged) MP_TRY(mp_stage_backward(p, i, taken, fresh));
         else MP_TRY(backward_direct(p, i, taken, fresh));
-        if (p->o.profile) pn->bwd_seconds += mp_plan_clock() - t0;
+        if (p->o.profile) pn->bwd_seconds += profile_clock(p) - t0;
         for (int k = 0; k < nd->n_in; k++)
             if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
         for (int k = 0; k < nd->n_params; k++)
