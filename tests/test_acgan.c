@@ -1,7 +1,9 @@
 /* test_acgan.c — the AC-GAN: its parameter count against a hand count, the
  * tied discriminator, a few GAN iterations on tiny synthetic data (finite
  * losses, non-zero gradients for both networks, each optimizer moving only
- * its own network, the discriminator learning a fixed batch), one shared
+ * its own network, the discriminator learning a fixed batch), the losses'
+ * weights (D's class head on real images only, weight 2, as Keras'
+ * AC-GAN; the generator still trained on the class loss), one shared
  * loss scaler updated once per iteration, the sample grid, and the image
  * writer (PNG signature and IHDR, or the PGM header without libpng). */
 #define _GNU_SOURCE /* nftw in scratch_dir.h */
@@ -168,6 +170,172 @@ static void test_training_steps(void) {
     mp_acgan_free(&m);
 }
 
+/* A network's gradients (the group's tensors, in order) into dst. */
+static void copy_grads(const mp_gan_group *gr, float *dst) {
+    for (int i = 0; i < gr->n; i++, dst += gr->sizes[i - 1])
+        memcpy(dst, gr->grads[i], (size_t)gr->sizes[i] * sizeof *dst);
+}
+
+/* ||got - sum_j w[j] parts[j]|| / ||sum_j w[j] parts[j]|| over n elements. */
+static double combo_error(const float *got, float *const *parts, const double *w, int n_parts, int64_t n) {
+    double err = 0, ref = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int j = 0; j < n_parts; j++) want += w[j] * parts[j][i];
+        err += (got[i] - want) * (got[i] - want);
+        ref += want * want;
+    }
+    return sqrt(err / ref);
+}
+
+static double norm(const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+/* The discriminator's class head learns from real images only (Keras'
+ * AC-GAN, seed 001): D's gradient is that of real_src + 2 real_cls +
+ * fake_src (+ W fake_cls with --aux-fake-weight W), each loss's gradient
+ * taken alone on the same forward; the generator's is that of gen_src +
+ * fake_cls whatever W is. */
+static void test_aux_class_weights(void) {
+    enum { RS, RC, FS, FC, GS, N_LOSS };
+    for (int variant = 0; variant < 2; variant++) {
+        const float w_fake = variant ? 0.5f : 0.0f; /* the default, and --aux-fake-weight 0.5 */
+        mp_acgan m;
+        MP_ASSERT(mp_acgan_build(&m, 1, 28, 28, CLASSES, LATENT) == MP_OK);
+        mp_acgan_init_params(&m, 3);
+        mp_gan_ctx c;
+        mp_status s = mp_gan_ctx_init(
+            &c, &m, &(mp_gan_opts){.batch = B, .use_onednn = true, .aux_fake_weight = w_fake, .seed = 5});
+        CHECK(s == MP_OK, "%s", mp_last_error());
+        if (s != MP_OK) return;
+        int64_t nd = 0, ng = 0;
+        for (int i = 0; i < c.dis.n; i++) nd += c.dis.sizes[i];
+        for (int i = 0; i < c.gen.n; i++) ng += c.gen.sizes[i];
+        float *real = malloc(B * 28 * 28 * sizeof *real), *dg[N_LOSS], *gg[N_LOSS];
+        float *got_d = malloc((size_t)nd * sizeof *got_d), *got_g = malloc((size_t)ng * sizeof *got_g);
+        for (int j = 0; j < N_LOSS; j++) {
+            dg[j] = malloc((size_t)nd * sizeof *dg[j]);
+            gg[j] = malloc((size_t)ng * sizeof *gg[j]);
+        }
+        int32_t labels[B];
+        real_batch(real, labels);
+        bool overflow = true, skipped = true;
+        CHECK(mp_gan_forward(&c, real, labels, &overflow) == MP_OK && !overflow, "%s", mp_last_error());
+        /* each loss's gradients alone, before any step */
+        mp_node losses[MP_MAX_LOSSES];
+        mp_acgan_losses(&m, losses);
+        for (int j = 0; j < N_LOSS; j++) {
+            mp_graph_zero_grad(m.g);
+            CHECK(mp_plan_backward_from(c.plan, losses[j], 1) == MP_OK, "%s", mp_last_error());
+            copy_grads(&c.dis, dg[j]);
+            copy_grads(&c.gen, gg[j]);
+        }
+        /* guards: the class loss on generated images does reach D and G */
+        CHECK(norm(dg[FC], nd) > 0.1 * norm(dg[RC], nd), "D's gradient of fake_cls %g, of real_cls %g",
+              norm(dg[FC], nd), norm(dg[RC], nd));
+        CHECK(norm(gg[FC], ng) > 0, "fake_cls does not reach the generator");
+        /* the generator: gen_src + fake_cls, as before */
+        CHECK(mp_gan_update_generator(&c, &skipped) == MP_OK && !skipped, "%s", mp_last_error());
+        copy_grads(&c.gen, got_g);
+        float *g_parts[] = {gg[GS], gg[FC]};
+        double e = combo_error(got_g, g_parts, (double[]){1, 1}, 2, ng);
+        CHECK(e < 1e-5, "W %g: G's gradient is not that of gen_src + fake_cls: relative error %g", w_fake, e);
+        /* the discriminator: real_src + 2 real_cls + fake_src + W fake_cls */
+        CHECK(mp_gan_update_discriminator(&c, &skipped) == MP_OK && !skipped, "%s", mp_last_error());
+        copy_grads(&c.dis, got_d);
+        float *d_parts[] = {dg[RS], dg[RC], dg[FS], dg[FC]};
+        const double w_d[] = {1, MP_GAN_AUX_REAL_WEIGHT, 1, w_fake};
+        e = combo_error(got_d, d_parts, w_d, 4, nd);
+        /* guard: other weights, all 1 (before) or 1 on real_cls, give a gradient far from the expected one */
+        float *want = malloc((size_t)nd * sizeof *want);
+        for (int64_t i = 0; i < nd; i++)
+            want[i] = (float)(dg[RS][i] + w_d[1] * dg[RC][i] + dg[FS][i] + w_fake * dg[FC][i]);
+        double e_equal = combo_error(want, d_parts, (double[]){1, 1, 1, 1}, 4, nd);
+        double e_no_2 = combo_error(want, d_parts, (double[]){1, 1, 1, w_fake}, 4, nd);
+        free(want);
+        CHECK(MP_GAN_AUX_REAL_WEIGHT == 2.0f, "the real images' class loss weighs %g, Keras' AC-GAN 2",
+              (double)MP_GAN_AUX_REAL_WEIGHT);
+        CHECK(e < 1e-5, "W %g: D's gradient is not that of real_src + 2 real_cls + fake_src + W fake_cls: relative "
+              "error %g", w_fake, e);
+        CHECK(e_equal > 1e-2 && e_no_2 > 1e-2, "W %g: the weights cannot be told apart (%g, %g)", w_fake, e_equal,
+              e_no_2);
+        double want_d = c.losses[RS] + 2.0 * c.losses[RC] + c.losses[FS] + (double)w_fake * c.losses[FC];
+        CHECK(fabs(mp_gan_d_loss(&c) - want_d) < 1e-5 * want_d, "W %g: D loss %g, expected %g", w_fake,
+              mp_gan_d_loss(&c), want_d);
+        CHECK(fabs(mp_gan_g_loss(&c) - ((double)c.losses[GS] + c.losses[FC])) < 1e-6 * mp_gan_g_loss(&c),
+              "G loss %g", mp_gan_g_loss(&c));
+        for (int j = 0; j < N_LOSS; j++) free(dg[j]), free(gg[j]);
+        free(got_d);
+        free(got_g);
+        free(real);
+        mp_gan_ctx_free(&c);
+        mp_acgan_free(&m);
+    }
+    mp_acgan m;
+    MP_ASSERT(mp_acgan_build(&m, 1, 28, 28, CLASSES, LATENT) == MP_OK);
+    mp_gan_ctx c;
+    CHECK_ERR(mp_gan_ctx_init(&c, &m, &(mp_gan_opts){.batch = B, .aux_fake_weight = -1}), MP_ERR_INVALID_ARG,
+              "--aux-fake-weight -1");
+    mp_gan_ctx_free(&c);
+    mp_acgan_free(&m);
+}
+
+/* With the default weights D's step does not depend on the classes asked of
+ * the generated images: two runs from the same state whose forwards differ
+ * only in the generated images' class labels (the same images) leave D's
+ * weights bit-identical; with --aux-fake-weight 1 they differ. */
+static void test_d_ignores_fake_labels(void) {
+    for (int variant = 0; variant < 2; variant++) {
+        const float w_fake = (float)variant;
+        mp_acgan m[2];
+        mp_gan_ctx c[2];
+        float *real = malloc(B * 28 * 28 * sizeof *real), fake_cls[2] = {0, 0};
+        int32_t labels[B];
+        real_batch(real, labels);
+        for (int r = 0; r < 2; r++) {
+            MP_ASSERT(mp_acgan_build(&m[r], 1, 28, 28, CLASSES, LATENT) == MP_OK);
+            mp_acgan_init_params(&m[r], 3);
+            MP_ASSERT(mp_gan_ctx_init(&c[r], &m[r], &(mp_gan_opts){.batch = B, .use_onednn = true,
+                                                                   .aux_fake_weight = w_fake, .seed = 5}) == MP_OK);
+            bool overflow = true, skipped = true;
+            CHECK(mp_gan_forward(&c[r], real, labels, &overflow) == MP_OK && !overflow, "%s", mp_last_error());
+            if (r == 1) { /* the same images, other class targets for D's class head */
+                int32_t other[B];
+                for (int i = 0; i < B; i++) other[i] = (c[r].fake_labels[i] + 1 + i % (CLASSES - 1)) % CLASSES;
+                MP_ASSERT(mp_plan_set_labels(c[r].plan, m[r].fake_labels, other, B) == MP_OK);
+                MP_ASSERT(mp_plan_forward(c[r].plan) == MP_OK);
+                mp_node losses[MP_MAX_LOSSES];
+                mp_acgan_losses(&m[r], losses);
+                MP_ASSERT(mp_plan_read(c[r].plan, losses[3], &c[r].losses[3], 1) == MP_OK);
+            }
+            fake_cls[r] = c[r].losses[3];
+            CHECK(mp_gan_update_generator(&c[r], &skipped) == MP_OK, "%s", mp_last_error());
+            CHECK(mp_gan_update_discriminator(&c[r], &skipped) == MP_OK && !skipped, "%s", mp_last_error());
+        }
+        CHECK(fabsf(fake_cls[0] - fake_cls[1]) > 0.01f, "the labels did not change fake_cls: %g, %g", fake_cls[0],
+              fake_cls[1]);
+        int64_t differ = 0, n = 0;
+        for (int k = 0; k < m[0].g->n_params; k++) {
+            const mp_gparam *a = &m[0].g->params[k], *b = &m[1].g->params[k];
+            if (!a->spec.trainable || mp_acgan_is_generator_param(&m[0], k)) continue;
+            int64_t len = mp_shape_numel(&a->spec.shape);
+            for (int64_t i = 0; i < len; i++) differ += memcmp(&a->data[i], &b->data[i], sizeof(float)) != 0;
+            n += len;
+        }
+        if (variant == 0)
+            CHECK(differ == 0, "default weights: D's step depends on the generated images' labels (%lld of %lld "
+                  "weights differ)", (long long)differ, (long long)n);
+        else
+            CHECK(differ > n / 100, "--aux-fake-weight 1: D's step should depend on them (%lld of %lld differ)",
+                  (long long)differ, (long long)n);
+        for (int r = 0; r < 2; r++) mp_gan_ctx_free(&c[r]), mp_acgan_free(&m[r]);
+        free(real);
+    }
+}
+
 /* amp-fp16 with the shared dynamic scaler: one scaler update per iteration
  * (not per optimizer or loss), each optimizer stepped or skipped. */
 static void test_shared_scaler(void) {
@@ -259,6 +427,8 @@ static void test_image_grid(void) {
 int main(void) {
     test_param_count();
     test_training_steps();
+    test_aux_class_weights();
+    test_d_ignores_fake_labels();
     test_shared_scaler();
     test_image_grid();
     return test_summary("test_acgan");

@@ -51,6 +51,8 @@ mp_status mp_gan_ctx_init(mp_gan_ctx *c, mp_acgan *m, const mp_gan_opts *o) {
     if (!(c->o.lr > 0)) c->o.lr = 2e-4f;
     if (!(c->o.beta1 > 0)) c->o.beta1 = 0.5f;
     if (o->batch < 1) return mp_error(MP_ERR_INVALID_ARG, "--batch %d must be positive", o->batch);
+    if (!(o->aux_fake_weight >= 0) || !isfinite(o->aux_fake_weight))
+        return mp_error(MP_ERR_INVALID_ARG, "--aux-fake-weight %g must be finite and non-negative", o->aux_fake_weight);
     mp_rng_seed(&c->rng, o->seed ^ 0x6A4E0015ull);
     mp_plan_opts po = {.batch = o->batch, .training = true, .use_onednn = o->use_onednn, .seed = o->seed,
                        .device = o->device};
@@ -143,13 +145,21 @@ static void round_without_master(mp_gan_ctx *c, bool generator) {
     }
 }
 
-static mp_status update(mp_gan_ctx *c, mp_gan_group *gr, const int *loss_ids, int n_losses, bool generator,
-                        bool *skipped) {
+/* The weight of each loss in D's objective (G's are all 1). */
+static float d_weight(const mp_gan_ctx *c, int loss) {
+    return loss == REAL_CLS ? MP_GAN_AUX_REAL_WEIGHT : loss == FAKE_CLS ? c->o.aux_fake_weight : 1.0f;
+}
+
+/* Backward of sum_j weight_j loss_j * scale (a loss of weight 0 is not run),
+ * then the group's unscale/check and optimizer step. */
+static mp_status update(mp_gan_ctx *c, mp_gan_group *gr, const int *loss_ids, const float *weights, int n_losses,
+                        bool generator, bool *skipped) {
     mp_node losses[MP_MAX_LOSSES];
     mp_acgan_losses(c->m, losses);
     const float scale = mp_gan_loss_scale(c);
     mp_graph_zero_grad(c->m->g);
-    for (int j = 0; j < n_losses; j++) MP_TRY(mp_plan_backward_from(c->plan, losses[loss_ids[j]], scale));
+    for (int j = 0; j < n_losses; j++)
+        if (weights[j] != 0) MP_TRY(mp_plan_backward_from(c->plan, losses[loss_ids[j]], weights[j] * scale));
     MP_TRY(mp_plan_sync_params(c->plan, true)); /* a GPU plan: parameters and gradients to the host */
     int bad = -1;
     if (c->o.loss_scaling) bad = mp_scaler_unscale_check(&c->scaler, gr->grads, gr->sizes, gr->n);
@@ -172,12 +182,15 @@ static mp_status update(mp_gan_ctx *c, mp_gan_group *gr, const int *loss_ids, in
 
 mp_status mp_gan_update_generator(mp_gan_ctx *c, bool *skipped) {
     static const int ids[] = {GEN_SRC, FAKE_CLS};
-    return update(c, &c->gen, ids, 2, true, skipped);
+    static const float weights[] = {1, 1};
+    return update(c, &c->gen, ids, weights, 2, true, skipped);
 }
 
 mp_status mp_gan_update_discriminator(mp_gan_ctx *c, bool *skipped) {
     static const int ids[] = {REAL_SRC, REAL_CLS, FAKE_SRC, FAKE_CLS};
-    return update(c, &c->dis, ids, 4, false, skipped);
+    float weights[4];
+    for (int j = 0; j < 4; j++) weights[j] = d_weight(c, ids[j]);
+    return update(c, &c->dis, ids, weights, 4, false, skipped);
 }
 
 mp_status mp_gan_end_iteration(mp_gan_ctx *c) {
@@ -193,7 +206,9 @@ mp_status mp_gan_end_iteration(mp_gan_ctx *c) {
 }
 
 double mp_gan_d_loss(const mp_gan_ctx *c) {
-    return (double)c->losses[REAL_SRC] + c->losses[REAL_CLS] + c->losses[FAKE_SRC] + c->losses[FAKE_CLS];
+    double sum = 0;
+    for (int j = REAL_SRC; j <= FAKE_CLS; j++) sum += (double)d_weight(c, j) * c->losses[j];
+    return sum;
 }
 
 double mp_gan_g_loss(const mp_gan_ctx *c) { return (double)c->losses[GEN_SRC] + c->losses[FAKE_CLS]; }

@@ -7,9 +7,20 @@
  *   scale is left alone (DESIGN.md); otherwise
  *   G: zero grads, backward of (gen_src + fake_cls) * scale, unscale/check
  *      G's gradients, Adam on G unless they overflowed;
- *   D: zero grads, backward of (real_src + real_cls + fake_src + fake_cls) *
- *      scale, unscale/check D's gradients, Adam on D unless they overflowed;
+ *   D: zero grads, backward of (real_src + 2 real_cls + fake_src +
+ *      aux_fake_weight fake_cls) * scale, unscale/check D's gradients, Adam
+ *      on D unless they overflowed;
  *   one scaler update (backs off once if either overflowed).
+ *
+ * D's class head is trained on real images only by default, as in Keras'
+ * AC-GAN example that seed 001 follows: its discriminator's sample weights
+ * are 2 on the real images' class loss and 0 on the generated images' (the
+ * sum of the weights kept), 1 on every real/fake loss. Trained on generated
+ * images too, D's class head can learn to give G's images the classes they
+ * were drawn for however little they look like them, and then G's class
+ * loss no longer pulls them toward the real classes (bench/NOTES.md has
+ * both measured). G is still trained to make D classify its images as the
+ * intended class (fake_cls in G's loss).
  *
  * Both gradients come from the same forward (simultaneous updates). G steps
  * first: D's gradients do not depend on G's weights, and the backward into G
@@ -27,6 +38,9 @@
 #include "models/models.h"
 #include "optim/optim.h"
 
+/* The weight of D's class loss on real images (Keras' AC-GAN: 2). */
+#define MP_GAN_AUX_REAL_WEIGHT 2.0f
+
 typedef struct {
     int batch;
     float lr;          /* Adam learning rate of both, 0 -> 2e-4 */
@@ -35,6 +49,10 @@ typedef struct {
     mp_device device;
     bool loss_scaling; /* scale the losses (amp-fp16, o2-fp16) */
     mp_scaler_opts scaler;
+    /* weight of D's class loss on generated images, >= 0: 0 (the default)
+     * as Keras' AC-GAN; the real images' class loss weighs
+     * MP_GAN_AUX_REAL_WEIGHT whatever this is */
+    float aux_fake_weight;
     uint64_t seed;     /* noise and fake classes */
     FILE *events;      /* skipped steps (NULL = silent) */
 } mp_gan_opts;
@@ -80,8 +98,9 @@ mp_status mp_gan_update_discriminator(mp_gan_ctx *c, bool *skipped);
  * the minimum scale. */
 mp_status mp_gan_end_iteration(mp_gan_ctx *c);
 
-/* D's loss (real_src + real_cls + fake_src + fake_cls) and G's (gen_src +
- * fake_cls) from the last forward. */
+/* D's loss as it is trained (real_src + 2 real_cls + fake_src +
+ * aux_fake_weight fake_cls) and G's (gen_src + fake_cls) from the last
+ * forward. */
 double mp_gan_d_loss(const mp_gan_ctx *c);
 double mp_gan_g_loss(const mp_gan_ctx *c);
 float mp_gan_loss_scale(const mp_gan_ctx *c);

@@ -19,7 +19,7 @@
 #include "train/gan_step.h"
 
 typedef struct {
-    mp_gan_opts step;        /* batch, lr, beta1, device, scaler, seed, events */
+    mp_gan_opts step;        /* batch, lr, beta1, device, scaler, aux_fake_weight, seed, events */
     int epochs;
     int max_steps;           /* per epoch, 0 = whole epochs */
     const char *precision;   /* for logs */
