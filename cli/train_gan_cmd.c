@@ -37,6 +37,9 @@ static void usage(FILE *f) {
             "  --batch B           batch size (default 64)\n"
             "  --lr X              Adam learning rate of both networks (default 0.0002)\n"
             "  --beta1 X           Adam beta1 (default 0.5)\n"
+            "  --aux-fake-weight W weight of the discriminator's class loss on generated images (default 0,\n"
+            "                      as Keras' AC-GAN: its class head learns from real images only, whose class\n"
+            "                      loss weighs 2); the generator's class loss weighs 1 whatever W is\n"
             "  --precision P       %s (default fp32); loss scaling\n"
             "                      (dynamic) for amp-fp16 and o2-fp16\n"
             "  --seed S            random seed for init, shuffling, noise (default 1)\n"
@@ -57,7 +60,7 @@ typedef struct {
     common_opts c;
     const char *precision, *device, *out;
     int epochs, batch, threads, max_steps;
-    float beta1;
+    float beta1, aux_fake_weight;
     uint64_t seed;
     bool reference, quiet;
 } gan_args;
@@ -81,7 +84,8 @@ static int parse(int argc, char **argv, gan_args *t) {
         if (!strcmp(a, "--reference")) { t->reference = true; continue; }
         if (!strcmp(a, "--quiet")) { t->quiet = true; continue; }
         static const char *const with_value[] = {"--precision", "--device", "--out", "--epochs", "--batch",
-                                                 "--threads", "--max-steps", "--seed", "--beta1"};
+                                                 "--threads", "--max-steps", "--seed", "--beta1",
+                                                 "--aux-fake-weight"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
         if (!known) {
@@ -103,6 +107,7 @@ static int parse(int argc, char **argv, gan_args *t) {
         else if (!strcmp(a, "--max-steps")) ok = arg_int("train-gan", a, v, 1, 1 << 30, &t->max_steps);
         else if (!strcmp(a, "--seed")) ok = arg_u64("train-gan", a, v, &t->seed);
         else if (!strcmp(a, "--beta1")) ok = arg_float("train-gan", a, v, 0, 0.9999, &t->beta1);
+        else if (!strcmp(a, "--aux-fake-weight")) ok = arg_float("train-gan", a, v, 0, 100, &t->aux_fake_weight);
         if (!ok) return 2;
     }
     return 0;
@@ -178,17 +183,19 @@ int cmd_train_gan(int argc, char **argv) {
     bool scaling = precision == MP_PRECISION_AMP_FP16 || precision == MP_PRECISION_O2_FP16;
     mp_gan_train_opts o = {
         .step = {.batch = t.batch, .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .use_onednn = !t.reference,
-                 .device = device, .loss_scaling = scaling, .scaler = {.dynamic = true}, .seed = t.seed,
-                 .events = out},
+                 .device = device, .loss_scaling = scaling, .scaler = {.dynamic = true},
+                 .aux_fake_weight = t.aux_fake_weight, .seed = t.seed, .events = out},
         .epochs = t.epochs, .max_steps = t.max_steps, .precision = t.precision, .data_name = t.c.data,
         .out_dir = t.out, .out = out};
     if (s == MP_OK && out) {
         int64_t all = mp_graph_param_count(m.g), gen = mp_acgan_generator_param_count(&m);
         char dev[32];
         fprintf(out, "mixprec train-gan: AC-GAN (%lld parameters: G %lld, D %lld) on %s: %d samples of %dx%dx%d, "
-                     "%d classes, batch %d, Adam lr %g beta1 %g, precision %s%s, device %s, %d threads; writing to %s\n",
+                     "%d classes, batch %d, Adam lr %g beta1 %g, D class loss weights real %g generated %g, "
+                     "precision %s%s, device %s, %d threads; writing to %s\n",
                 (long long)all, (long long)gen, (long long)(all - gen), train.source, train.n, train.c, train.h,
-                train.w, train.classes, t.batch, o.step.lr, t.beta1, t.precision,
+                train.w, train.classes, t.batch, o.step.lr, t.beta1, MP_GAN_AUX_REAL_WEIGHT, t.aux_fake_weight,
+                t.precision,
                 scaling ? " (dynamic loss scaling)" : "", mp_device_name(device, dev, sizeof dev),
                 omp_get_max_threads(), t.out);
     }

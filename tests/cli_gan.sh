@@ -2,9 +2,11 @@
 # cli_gan.sh — `mixprec train-gan`: one epoch on tiny synthetic 1x28x28 data
 # writes the sample grid (PNG of 280x280: 10 classes x 10 columns of 28x28,
 # or PGM without libpng) and batch_times.jsonl (a record per epoch with every
-# batch's time); bad input (unknown precision, batch 0, an --out that cannot
-# be created, an option of `train` only) is one error line and exit 2 before
-# any training.
+# batch's time) and names the discriminator's class loss weights (2 on real
+# images, 0 on generated ones by default); bad input (unknown precision,
+# batch 0, an --out that cannot be created, an option of `train` only, a
+# negative --aux-fake-weight) is one error line and exit 2 before any
+# training.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/gan
@@ -65,7 +67,11 @@ expect_error out_dir "--out '$work/a_file/sub': cannot create directory" --out "
 expect_error optimizer "--optimizer is not an option of train-gan" --optimizer sgd --out "$work/e3"
 expect_error big_batch "--batch 100 is larger than the training set" --batch 100 --out "$work/e4"
 expect_error shape "multiples of 4" --synthetic-shape 1x30x30 --out "$work/e5"
+expect_error aux_weight "--aux-fake-weight -1 is out of range" --aux-fake-weight -1 --out "$work/e6"
 "$bin" train-gan --help | grep -q -- "--precision P" && ok || bad "--help lacks --precision"
+"$bin" train-gan --help | grep -q -- "--aux-fake-weight W" && ok || bad "--help lacks --aux-fake-weight"
+grep -q "D class loss weights real 2 generated 0," "$work/run.log" && ok \
+  || bad "the banner does not give the default class loss weights: $(head -1 "$work/run.log")"
 
 echo "cli_gan: $pass passed, $fail failed"
 [ "$fail" = 0 ]
