@@ -123,6 +123,12 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The median window of n (sorts w). */
+static double median_window(double *w, int n) {
+    qsort(w, (size_t)n, sizeof *w, cmp_double);
+    return w[n / 2];
+}
+
 /* images/s of one configuration (world 1 without a communicator unless
  * with_comm: then a one-rank communicator, which prices the all-reduce
  * path without another GPU); -1 on failure. */
@@ -160,9 +166,8 @@ static double run(cell c, int world, bool with_comm, int *buckets) {
         for (int r = 0; r < world; r++)
             if (jobs[r].window_s[i] > w[i]) w[i] = jobs[r].window_s[i];
     }
-    qsort(w, (size_t)c.repeats, sizeof *w, cmp_double);
     *buckets = jobs[0].buckets;
-    return (double)world * c.batch * c.steps / w[c.repeats / 2];
+    return (double)world * c.batch * c.steps / median_window(w, c.repeats);
 }
 
 /* One row: the cell on 1 GPU, on 1 GPU with a one-rank communicator, on
@@ -199,12 +204,10 @@ static int mpi_cell(const cell *proto, const char *model, const char *batch, con
         j.s = rank_train(&j, d);
     }
     if (j.s != MP_OK) fprintf(stderr, "gpu_scaling: rank %d: %s\n", j.rank, mp_last_error());
-    double w[MAX_REPEATS];
-    memcpy(w, j.window_s, sizeof w);
-    qsort(w, (size_t)c.repeats, sizeof *w, cmp_double);
+    const double t = median_window(j.window_s, c.repeats);
     if (j.s == MP_OK && j.rank == 0)
         printf("| %s | %s | %s | %d processes (mpirun) | %.0f images/s | %.3f ms/step |\n", model, prec_name, batch,
-               c.world, (double)c.world * c.batch * c.steps / w[c.repeats / 2], 1e3 * w[c.repeats / 2] / c.steps);
+               c.world, (double)c.world * c.batch * c.steps / t, 1e3 * t / c.steps);
     mp_dist_destroy(d);
     return j.s == MP_OK ? 0 : 1;
 }

@@ -12,7 +12,6 @@
  *     and the run ends where one batch of k*b with the same overflow ends;
  *  3. the step's state cannot be saved in the middle of a step.
  * Run by scripts/gpu-check. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,23 +33,9 @@ typedef struct {
     mp_status s;
 } run_result;
 
-/* Every parameter of g, concatenated (NULL when out of memory). */
-static float *concat_params(const mp_graph *g, size_t *n_out) {
-    size_t n = 0;
-    for (int k = 0; k < g->n_params; k++) n += (size_t)mp_shape_numel(&g->params[k].spec.shape);
-    float *out = malloc(n * sizeof *out);
-    for (int k = 0, at = 0; out && k < g->n_params; k++) {
-        size_t c = (size_t)mp_shape_numel(&g->params[k].spec.shape);
-        memcpy(out + at, g->params[k].data, c * sizeof(float));
-        at += (int)c;
-    }
-    *n_out = n;
-    return out;
-}
-
 /* The plan's parameters, downloaded (synchronizing). */
 static float *snapshot(mp_plan *p, const mp_graph *g, size_t *n_out) {
-    return mp_plan_sync_params(p, true) == MP_OK ? concat_params(g, n_out) : NULL;
+    return mp_plan_sync_params(p, true) == MP_OK ? small_cnn_params(g, n_out) : NULL;
 }
 
 /* STEPS steps of the global batch as k micro-batches of GLOBAL_BATCH / k. */
@@ -110,34 +95,17 @@ static void free_result(run_result *r) {
     free(r->after_inject);
 }
 
-static double rel_diff(const float *a, const float *ref, size_t n) {
-    double d2 = 0, r2 = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - ref[i];
-        d2 += d * d;
-        r2 += (double)ref[i] * ref[i];
-    }
-    return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
-}
-
 static void same_update(mp_precision prec, int k, double tol) {
     run_result one = train(prec, 1, false), acc = train(prec, k, false);
     CHECK(one.s == MP_OK && acc.s == MP_OK, "%s runs failed", mp_precision_name(prec));
     if (one.s == MP_OK && acc.s == MP_OK) {
-        double e = rel_diff(acc.params, one.params, one.n);
+        double e = small_cnn_rel_diff(acc.params, one.params, one.n);
         printf("%-9s %d micro-batches of %2d vs one batch of %d: weights after %d steps differ by %.2e (tolerance "
                "%.0e)\n",
                mp_precision_name(prec), k, GLOBAL_BATCH / k, GLOBAL_BATCH, STEPS, e, tol);
         CHECK(e <= tol, "%s: %d micro-batches differ from one batch by %g", mp_precision_name(prec), k, e);
-        mp_model m; /* the runs trained: the weights moved away from their init */
-        if (small_cnn_build(prec, false, &m) == MP_OK) {
-            size_t n = 0;
-            float *init = concat_params(m.g, &n);
-            if (init)
-                CHECK(rel_diff(one.params, init, n) > 1e-3, "%s: the weights hardly moved", mp_precision_name(prec));
-            free(init);
-            mp_model_free(&m);
-        }
+        const double moved = small_cnn_moved(prec, one.params, one.n); /* the runs trained */
+        CHECK(moved > 1e-3, "%s: the weights hardly moved (%g)", mp_precision_name(prec), moved);
         if (prec == MP_PRECISION_AMP_FP16) { /* 1024 doubled every 2 clean steps (2^20 would overflow f16) */
             CHECK(mp_scaler_scale(&acc.scaler) == mp_scaler_scale(&one.scaler), "loss scale %g vs %g",
                   (double)mp_scaler_scale(&acc.scaler), (double)mp_scaler_scale(&one.scaler));
@@ -166,7 +134,7 @@ static void skipped_step(int k) {
         CHECK(mp_scaler_scale(&r.scaler) == mp_scaler_scale(&one.scaler), "scale %g, one batch %g",
               (double)mp_scaler_scale(&r.scaler), (double)mp_scaler_scale(&one.scaler));
         if (one.s == MP_OK) {
-            double e = rel_diff(r.params, one.params, one.n);
+            double e = small_cnn_rel_diff(r.params, one.params, one.n);
             printf("amp-fp16  %d micro-batches with the overflow vs one batch with it: weights differ by %.2e "
                    "(tolerance %.0e)\n", k, e, 0x1p-8);
             CHECK(e <= 0x1p-8, "after the skipped step: %d micro-batches differ from one batch by %g", k, e);

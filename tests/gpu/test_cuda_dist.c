@@ -22,7 +22,6 @@
  * Usage: test_cuda_dist [RANKS] (default 2; needs that many GPUs; with 1 the
  * communicator has one rank and case 1 must match to 1e-6).
  * Run by scripts/gpu-check. */
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,18 +111,7 @@ static mp_status train(rank_run *rr, mp_dist *d) {
     rr->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (s == MP_OK) s = mp_plan_sync_params(p, true);
     if (s == MP_OK && scaling) s = mp_cuda_step_scaler(st, &rr->scaler);
-    if (s == MP_OK) {
-        size_t n = 0;
-        for (int k = 0; k < m.g->n_params; k++) n += (size_t)mp_shape_numel(&m.g->params[k].spec.shape);
-        rr->params = malloc(n * sizeof *rr->params);
-        rr->n_params = n;
-        n = 0;
-        for (int k = 0; rr->params && k < m.g->n_params; k++) {
-            size_t c = (size_t)mp_shape_numel(&m.g->params[k].spec.shape);
-            memcpy(rr->params + n, m.g->params[k].data, c * sizeof(float));
-            n += c;
-        }
-    }
+    if (s == MP_OK) rr->params = small_cnn_params(m.g, &rr->n_params);
     if (s != MP_OK) mp_dist_fail(d, s);
     mp_cuda_step_destroy(st);
     mp_plan_destroy(p);
@@ -161,13 +149,7 @@ static void run(const run_cfg *cfg, int world, rank_run *out, double timeout_s) 
 }
 
 static double rel_diff(const rank_run *a, const rank_run *b) {
-    double d2 = 0, r2 = 0;
-    for (size_t i = 0; i < b->n_params; i++) {
-        double d = (double)a->params[i] - b->params[i];
-        d2 += d * d;
-        r2 += (double)b->params[i] * b->params[i];
-    }
-    return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
+    return small_cnn_rel_diff(a->params, b->params, b->n_params);
 }
 
 static bool identical(const rank_run *a, const rank_run *b) {
@@ -207,19 +189,8 @@ static void equivalence(int world, mp_precision prec, mp_dtype wire, bool accumu
               world, e);
         for (int r = 1; r < world; r++)
             CHECK(identical(&dp[r], &dp[0]), "%s: rank %d's weights differ from rank 0's", mp_precision_name(prec), r);
-        mp_model m; /* the runs trained: the weights moved away from their init */
-        if (small_cnn_build(prec, false, &m) == MP_OK) {
-            double d2 = 0, r2 = 0;
-            size_t at = 0;
-            for (int k = 0; k < m.g->n_params; k++)
-                for (int64_t i = 0; i < mp_shape_numel(&m.g->params[k].spec.shape); i++, at++) {
-                    double d = (double)ref[0].params[at] - m.g->params[k].data[i];
-                    d2 += d * d;
-                    r2 += (double)m.g->params[k].data[i] * m.g->params[k].data[i];
-                }
-            CHECK(sqrt(d2 / r2) > 1e-3, "%s: the weights hardly moved (%g)", mp_precision_name(prec), sqrt(d2 / r2));
-            mp_model_free(&m);
-        }
+        const double moved = small_cnn_moved(prec, ref[0].params, ref[0].n_params); /* the runs trained */
+        CHECK(moved > 1e-3, "%s: the weights hardly moved (%g)", mp_precision_name(prec), moved);
     }
     free_runs(ref, 1);
     free_runs(dp, world);
