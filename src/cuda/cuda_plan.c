@@ -1,7 +1,10 @@
 /* cuda_plan.c — the device hooks of graph/device.h for NVIDIA GPUs: a plan's
  * arena, its parameters (fp32 masters, gradients, low-precision casts) and
  * every node's op live on one CUDA device; all work is queued on the
- * context's stream and the host waits only when it reads results back. */
+ * context's stream and the host waits only when it reads results back.
+ * The parameters lie in three slabs, one cudaMalloc each for the masters,
+ * the gradients and the casts (tensors at 256-byte offsets), so cudaMalloc's
+ * rounding (2 MiB for large blocks) is paid three times, not per tensor. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +17,12 @@
 
 struct mp_device_plan {
     mp_cuda_ctx *ctx;
-    float **param;      /* per graph parameter: device fp32 master */
-    float **grad;       /* per graph parameter: device fp32 gradient, NULL for buffers */
-    void **low;         /* per node x MP_MAX_PARAMS: low-precision weight cast or NULL */
+    float **param;      /* per graph parameter: device fp32 master, in master_slab */
+    float **grad;       /* per graph parameter: device fp32 gradient in grad_slab, NULL for buffers */
+    void **low;         /* per node x MP_MAX_PARAMS: low-precision weight cast in low_slab, or NULL */
+    void *master_slab;  /* the device allocations behind param, grad and low (NULL when empty) */
+    void *grad_slab;
+    void *low_slab;
     float *input_nchw;  /* device staging of one host batch (f32, NCHW) */
     size_t input_cap;   /* floats */
     const float *seed_dev;        /* backward seed read from the device (the loss scale), or NULL */
@@ -37,6 +43,59 @@ static mp_status dev_alloc(mp_plan *p, void **ptr, size_t bytes, const char *wha
                     p->dev->ctx->device, what, bytes, (double)bytes / (1 << 30), free_b, total_b, p->o.batch);
 }
 
+#define SLAB_ALIGN 256 /* bytes: each tensor's offset in a slab */
+
+/* One device allocation shared by many tensors. */
+typedef struct {
+    char *base;  /* the allocation; NULL while only sizing */
+    size_t used; /* bytes handed out so far (a multiple of SLAB_ALIGN) */
+    int count;   /* tensors placed */
+} slab;
+
+/* The next tensor of `bytes` bytes: its address (NULL while sizing). An empty
+ * tensor still gets its own SLAB_ALIGN bytes, so every pointer is distinct. */
+static void *slab_take(slab *s, size_t bytes) {
+    size_t off = s->used;
+    s->used += ((bytes ? bytes : 1) + SLAB_ALIGN - 1) / SLAB_ALIGN * SLAB_ALIGN;
+    s->count++;
+    return s->base ? s->base + off : NULL;
+}
+
+/* Places every master, gradient and low-precision cast in its slab; run once
+ * on bases of NULL to size the slabs, then again on the allocations. */
+static void place_params(mp_plan *p, slab *master, slab *grad, slab *low) {
+    mp_device_plan *d = p->dev;
+    const mp_graph *g = p->g;
+    master->used = grad->used = low->used = 0;
+    master->count = grad->count = low->count = 0;
+    for (int k = 0; k < g->n_params; k++) {
+        const mp_gparam *gp = &g->params[k];
+        size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
+        d->param[k] = slab_take(master, bytes);
+        if (gp->spec.trainable) d->grad[k] = slab_take(grad, bytes);
+    }
+    for (int i = 0; i < p->n; i++) {
+        const mp_gnode *nd = &g->nodes[i];
+        if (nd->compute_dtype != MP_DTYPE_F16 && nd->compute_dtype != MP_DTYPE_BF16) continue;
+        for (int k = 0; k < nd->n_params; k++) {
+            const mp_gparam *gp = &g->params[nd->first_param + k];
+            if (!gp->spec.trainable) continue; /* BN running stats stay fp32 */
+            d->low[i * MP_MAX_PARAMS + k] =
+                slab_take(low, (size_t)mp_shape_numel(&gp->spec.shape) * mp_dtype_size(nd->compute_dtype));
+        }
+    }
+}
+
+/* The device allocation for a sized slab, if it holds any tensor. */
+static mp_status slab_alloc(mp_plan *p, slab *s, void **keep, const char *what) {
+    if (!s->count) return MP_OK;
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s (%d tensors)", what, s->count);
+    MP_TRY(dev_alloc(p, keep, s->used, msg));
+    s->base = *keep;
+    return MP_OK;
+}
+
 mp_status mp_device_plan_open(mp_plan *p) {
     if (p->o.device.kind != MP_DEVICE_CUDA)
         return mp_error(MP_ERR_INVALID_ARG, "plan: unknown device kind %d", (int)p->o.device.kind);
@@ -53,25 +112,13 @@ mp_status mp_device_plan_open(mp_plan *p) {
         d->ctx->sync_dist = p->o.sync_dist;
         d->ctx->sync_world = mp_dist_world(p->o.sync_dist);
     }
-    for (int k = 0; k < g->n_params; k++) {
-        mp_gparam *gp = &g->params[k];
-        size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
-        MP_TRY(dev_alloc(p, (void **)&d->param[k], bytes, gp->name));
-        if (gp->spec.trainable) {
-            MP_TRY(dev_alloc(p, (void **)&d->grad[k], bytes, gp->name));
-            MP_CUDA_TRY(cudaMemsetAsync(d->grad[k], 0, bytes, d->ctx->stream), gp->name);
-        }
-    }
-    for (int i = 0; i < p->n; i++) {
-        const mp_gnode *nd = &g->nodes[i];
-        if (nd->compute_dtype != MP_DTYPE_F16 && nd->compute_dtype != MP_DTYPE_BF16) continue;
-        for (int k = 0; k < nd->n_params; k++) {
-            const mp_gparam *gp = &g->params[nd->first_param + k];
-            if (!gp->spec.trainable) continue; /* BN running stats stay fp32 */
-            MP_TRY(dev_alloc(p, &d->low[i * MP_MAX_PARAMS + k],
-                             (size_t)mp_shape_numel(&gp->spec.shape) * mp_dtype_size(nd->compute_dtype), gp->name));
-        }
-    }
+    slab master = {0}, grad = {0}, low = {0};
+    place_params(p, &master, &grad, &low);
+    MP_TRY(slab_alloc(p, &master, &d->master_slab, "the parameters' fp32 masters"));
+    MP_TRY(slab_alloc(p, &grad, &d->grad_slab, "the parameters' fp32 gradients"));
+    MP_TRY(slab_alloc(p, &low, &d->low_slab, "the low-precision (f16/bf16) weight casts"));
+    place_params(p, &master, &grad, &low);
+    if (d->grad_slab) MP_CUDA_TRY(cudaMemsetAsync(d->grad_slab, 0, grad.used, d->ctx->stream), "gradients");
     return mp_device_params_sync(p, false);
 }
 
@@ -83,12 +130,10 @@ void mp_device_plan_close(mp_plan *p) {
         const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(p->g->nodes[i].desc.kind);
         if (vt && vt->release && p->nodes[i].call.state) vt->release(p->nodes[i].call.state);
         p->nodes[i].call.state = NULL;
-        for (int k = 0; k < MP_MAX_PARAMS && d->low; k++) cudaFree(d->low[i * MP_MAX_PARAMS + k]);
     }
-    for (int k = 0; k < p->g->n_params; k++) {
-        if (d->param) cudaFree(d->param[k]);
-        if (d->grad) cudaFree(d->grad[k]);
-    }
+    cudaFree(d->master_slab); /* param, grad and low point into these */
+    cudaFree(d->grad_slab);
+    cudaFree(d->low_slab);
     cudaFree(p->arena);
     cudaFree(d->input_nchw);
     mp_cuda_ctx_destroy(d->ctx);
