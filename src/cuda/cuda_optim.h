@@ -68,10 +68,21 @@ typedef struct {
     int growth_tracker, hysteresis_left;
     long long last_overflow_step, step, skipped_steps, forward_overflows;
     int consecutive_forward_overflows;
-    /* set (non-zero) by mp_cuda_unscale_check, read by the optimizers,
+    /* MP_CUDA_FOUND_* of this step (the largest wins, also in the
+     * data-parallel max all-reduce): set by mp_cuda_check_loss and
+     * mp_cuda_unscale_check, read by the optimizers (non-zero: skip),
      * cleared by mp_cuda_scaler_update */
     int found_inf;
+    /* device-only bookkeeping for the host's overflow reports: step ends
+     * counted by mp_cuda_scaler_update (skipped ones included), the index of
+     * the last skipped one, and its MP_CUDA_FOUND_* (0 before any) */
+    long long ends, last_skip_end;
+    int last_found;
 } mp_cuda_scaler_state;
+
+/* found_inf values: a non-finite gradient, or a non-finite loss (a forward
+ * overflow, which the update counts without backing the scale off). */
+enum { MP_CUDA_FOUND_GRADIENT = 1, MP_CUDA_FOUND_FORWARD = 2 };
 
 /* Allocates the device state and uploads host (synchronous, setup time). */
 mp_status mp_cuda_scaler_create(mp_cuda_ctx *ctx, const mp_scaler *host, mp_cuda_scaler_state **dev);
@@ -84,13 +95,20 @@ mp_status mp_cuda_scaler_download(mp_cuda_ctx *ctx, const mp_cuda_scaler_state *
 
 /* Fused unscale + inf/NaN check, as mp_scaler_unscale_check: every element
  * becomes x * (float)(1.0 / (double)scale) with scale read from s on the
- * device (no multiply when it is 1), and s->found_inf is set when any
- * result is non-finite (bit test). Accumulates over several calls. */
+ * device (no multiply when it is 1), and s->found_inf is raised to at least
+ * MP_CUDA_FOUND_GRADIENT when any result is non-finite (bit test).
+ * Accumulates over several calls. */
 mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s, const mp_cuda_grads *g);
+
+/* After a micro-batch's forward: raises s->found_inf to
+ * MP_CUDA_FOUND_FORWARD when the f32 loss *loss_dev is NaN/inf. */
+mp_status mp_cuda_check_loss(mp_cuda_ctx *ctx, const float *loss_dev, mp_cuda_scaler_state *s);
 
 /* The one update per iteration, after the optimizer step: one device thread
  * applies mp_scaler_update's rules (growth, backoff, min/max, hysteresis,
- * static mode) from s->found_inf, counts the step and clears found_inf. */
+ * static mode) from s->found_inf, counts the step and clears found_inf. A
+ * forward overflow is mp_scaler_forward_overflow instead: skipped, counted,
+ * scale and step count untouched. */
 mp_status mp_cuda_scaler_update(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s);
 
 /* ---- norm and clipping (on the unscaled gradients) ----------------------- */

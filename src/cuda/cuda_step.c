@@ -3,7 +3,10 @@
  * first time and captured into a CUDA graph that later steps replay. With
  * gradient accumulation a step is k micro-batches, and each kind of
  * micro-batch (first: gradients overwritten; middle: added; last: added,
- * then all-reduce, unscale/check, optimizer, scaler update) has its graph. */
+ * then all-reduce, unscale/check, optimizer, scaler update) has its graph.
+ * Every step checks its loss and gradients on the device, and writes its
+ * overflow counts to pinned host memory that the trainer reads without
+ * synchronizing; a step that overflowed can be replayed to name the op. */
 #include "cuda/cuda_step.h"
 
 #include <stdlib.h>
@@ -30,6 +33,10 @@ struct mp_cuda_step {
     mp_cuda_grads *grads;
     mp_cuda_optim *opt;
     mp_cuda_scaler_state *scaler;   /* NULL without loss scaling */
+    mp_cuda_scaler_state *check;    /* found-inf and overflow counts: scaler, or a static scale of 1 */
+    mp_cuda_scaler_state *mirror;   /* pinned host copy of *check, written at each step's end */
+    const float *loss;              /* device f32 loss, checked after forward */
+    long long ends_queued;          /* step ends queued since the check state was last uploaded */
     float *one;                     /* device 1.0f: the seed without scaling */
     float *lr;                      /* device learning rate, written before each replay */
     float *micro_seed;              /* accumulation: (scale or 1) / k, the seed of every micro-batch */
@@ -59,6 +66,12 @@ static mp_status cast_weights_now(mp_plan *p) {
     mp_status st = mp_device_forward_begin(p);
     mp_cuda_plan_casts_by_optimizer(p, true);
     return st;
+}
+
+/* Where backward reads its seed: the scale (or 1) over k when accumulating,
+ * else the scale, else 1. */
+static const float *backward_seed(const mp_cuda_step *s) {
+    return s->accumulate > 1 ? s->micro_seed : s->scaler ? &s->scaler->scale : s->one;
 }
 
 mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_step **out) {
@@ -100,10 +113,23 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
     free(gp);
     free(numel);
     free(refs);
-    if (st == MP_OK && o->loss_scaling) {
-        mp_scaler host;
-        st = mp_scaler_init(&host, o->scaler);
-        if (st == MP_OK) st = mp_cuda_scaler_create(s->ctx, &host, &s->scaler);
+    if (st == MP_OK) {
+        mp_scaler host; /* without loss scaling: a static scale of 1 that only checks */
+        st = mp_scaler_init(&host, o->loss_scaling ? o->scaler : (mp_scaler_opts){.dynamic = false, .init_scale = 1});
+        if (st == MP_OK) st = mp_cuda_scaler_create(s->ctx, &host, &s->check);
+        if (o->loss_scaling) s->scaler = s->check;
+    }
+    if (st == MP_OK) {
+        st = mp_cuda_check(cudaMallocHost((void **)&s->mirror, sizeof *s->mirror), "cudaMallocHost", "cuda step");
+        if (st == MP_OK) st = mp_cuda_check(cudaMemcpyAsync(s->mirror, s->check, sizeof *s->mirror, cudaMemcpyDeviceToHost,
+                                                            s->ctx->stream), "cudaMemcpyAsync", "cuda step");
+        if (st == MP_OK) st = mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "cuda step");
+    }
+    if (st == MP_OK) {
+        const mp_tensor *loss = &p->nodes[p->losses[0]].call.out;
+        s->loss = loss->data;
+        if (loss->dtype != MP_DTYPE_F32 || mp_tensor_numel(loss) != 1)
+            st = mp_error(MP_ERR_INVALID_ARG, "cuda step: the loss '%s' is not one f32 value", g->nodes[p->losses[0]].name);
     }
     if (st == MP_OK) st = mp_cuda_check(cudaMalloc((void **)&s->one, 3 * sizeof(float)), "cudaMalloc", "cuda step");
     if (st == MP_OK) {
@@ -133,7 +159,7 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         return st;
     }
     st = cast_weights_now(p);
-    mp_cuda_plan_seed_from_device(p, s->accumulate > 1 ? s->micro_seed : s->scaler ? &s->scaler->scale : s->one);
+    mp_cuda_plan_seed_from_device(p, backward_seed(s));
     if (st != MP_OK) {
         mp_cuda_step_destroy(s);
         return st;
@@ -155,7 +181,8 @@ void mp_cuda_step_destroy(mp_cuda_step *s) {
     cudaFree(s->inject);
     mp_cuda_grads_destroy(s->grads);
     mp_cuda_optim_destroy(s->opt);
-    mp_cuda_scaler_destroy(s->scaler);
+    mp_cuda_scaler_destroy(s->check);
+    if (s->mirror) cudaFreeHost(s->mirror);
     cudaFree(s->one);
     if (s->p && s->p->dev) {
         mp_cuda_plan_casts_by_optimizer(s->p, false);
@@ -173,6 +200,7 @@ static mp_status enqueue(mp_cuda_step *s, micro_kind kind) {
         MP_TRY(mp_cuda_scale_scalar(s->ctx, s->micro_seed, s->scaler ? &s->scaler->scale : s->one,
                                     1.0f / (float)s->accumulate));
     MP_TRY(mp_plan_forward(p));
+    MP_TRY(mp_cuda_check_loss(s->ctx, s->loss, s->check)); /* a forward overflow skips the step, keeps the scale */
     /* gradients are all-reduced as backward finishes them in the last
      * micro-batch only: the hook stays off before */
     mp_status (*hook)(void *, int) = p->grad_ready;
@@ -183,14 +211,16 @@ static mp_status enqueue(mp_cuda_step *s, micro_kind kind) {
     if (!last) return MP_OK;
     if (s->allreduce) MP_TRY(mp_grad_allreduce_finish(s->allreduce));
     if (s->inject && s->first_grad) MP_TRY(mp_cuda_inject_inf(s->ctx, s->inject, s->first_grad));
-    if (s->scaler) MP_TRY(mp_cuda_unscale_check(s->ctx, s->scaler, s->grads));
-    if (s->scaler && s->o.dist) MP_TRY(mp_dist_allreduce_flag(s->o.dist, p, &s->scaler->found_inf));
+    MP_TRY(mp_cuda_unscale_check(s->ctx, s->check, s->grads)); /* without scaling: the check alone */
+    if (s->o.dist) MP_TRY(mp_dist_allreduce_flag(s->o.dist, p, &s->check->found_inf));
     if (s->o.clip_value > 0) MP_TRY(mp_cuda_clip_by_value(s->ctx, s->grads, s->o.clip_value));
     if (s->o.clip_norm > 0) MP_TRY(mp_cuda_clip_by_norm(s->ctx, s->grads, s->o.clip_norm, NULL));
-    mp_cuda_step_args a = {.lr_device = s->lr, .found_inf = s->scaler ? &s->scaler->found_inf : NULL};
+    mp_cuda_step_args a = {.lr_device = s->lr, .found_inf = &s->check->found_inf};
     MP_TRY(mp_cuda_optim_step(s->ctx, s->opt, &a));
-    if (s->scaler) MP_TRY(mp_cuda_scaler_update(s->ctx, s->scaler));
-    return MP_OK;
+    MP_TRY(mp_cuda_scaler_update(s->ctx, s->check));
+    /* the host reads overflow counts from here without synchronizing */
+    return mp_cuda_check(cudaMemcpyAsync(s->mirror, s->check, sizeof *s->mirror, cudaMemcpyDeviceToHost, s->ctx->stream),
+                         "cudaMemcpyAsync", "overflow counts to the host");
 }
 
 static mp_status capture(mp_cuda_step *s, micro_kind kind) {
@@ -227,6 +257,7 @@ static mp_status run_step(mp_cuda_step *s, float lr) {
     }
     s->micro = (s->micro + 1) % s->accumulate;
     s->steps++;
+    if (s->micro == 0) s->ends_queued++;
     return MP_OK;
 }
 
@@ -310,5 +341,57 @@ mp_status mp_cuda_step_state_from_host(mp_cuda_step *s, const mp_optim *host_opt
     MP_TRY(mp_plan_sync_params(s->p, false));
     MP_TRY(cast_weights_now(s->p));
     MP_TRY(mp_cuda_optim_upload(s->ctx, host_optim, s->opt));
-    return host_scaler ? mp_cuda_scaler_upload(s->ctx, host_scaler, s->scaler) : MP_OK;
+    if (!host_scaler) return MP_OK;
+    MP_TRY(mp_cuda_scaler_upload(s->ctx, host_scaler, s->scaler));
+    s->ends_queued = 0; /* the upload restarted the device's count */
+    *s->mirror = (mp_cuda_scaler_state){.scale = host_scaler->scale, .skipped_steps = host_scaler->skipped_steps,
+                                        .forward_overflows = host_scaler->forward_overflows,
+                                        .consecutive_forward_overflows = host_scaler->consecutive_forward_overflows,
+                                        .last_skip_end = -1};
+    return MP_OK;
+}
+
+static void overflows_from(const mp_cuda_step *s, const volatile mp_cuda_scaler_state *d, mp_cuda_step_overflows *out) {
+    const long long last = d->last_skip_end;
+    *out = (mp_cuda_step_overflows){.skipped_steps = d->skipped_steps, .forward_overflows = d->forward_overflows,
+                                    .consecutive_forward_overflows = d->consecutive_forward_overflows,
+                                    .scale = d->scale, .last_skip_ago = last < 0 ? -1 : s->ends_queued - 1 - last,
+                                    .last_skip_forward = d->last_found >= MP_CUDA_FOUND_FORWARD};
+}
+
+mp_status mp_cuda_step_overflows_read(mp_cuda_step *s, bool wait, mp_cuda_step_overflows *out) {
+    if (!wait) {
+        overflows_from(s, s->mirror, out);
+        return MP_OK;
+    }
+    MP_TRY(bounded_wait(s, NULL));
+    mp_cuda_scaler_state d;
+    MP_CUDA_TRY(cudaMemcpyAsync(&d, s->check, sizeof d, cudaMemcpyDeviceToHost, s->ctx->stream), "overflow counts");
+    MP_CUDA_TRY(cudaStreamSynchronize(s->ctx->stream), "overflow counts");
+    overflows_from(s, &d, out);
+    return MP_OK;
+}
+
+/* The replay runs directly (no graph), seeded from the host, without the
+ * data-parallel hook; masters and BN statistics go to the host first and
+ * come back after, as the replayed forward updates the statistics again. */
+mp_status mp_cuda_step_locate_overflow(mp_cuda_step *s, bool backward, float seed, mp_nonfinite_site *site) {
+    memset(site, 0, sizeof *site);
+    site->node = -1;
+    if (s->o.dist) return MP_OK; /* a replay on one rank would wait for its peers' collectives */
+    mp_plan *p = s->p;
+    MP_TRY(mp_cuda_step_wait(s));
+    MP_TRY(mp_plan_sync_params(p, true));
+    mp_status st = mp_plan_find_nonfinite_forward(p, site);
+    if (st == MP_OK && backward && !site->found) {
+        mp_status (*hook)(void *, int) = p->grad_ready;
+        p->grad_ready = NULL;
+        for (int k = 0; k < p->g->n_params; k++) p->g->params[k].grad_fresh = true;
+        mp_cuda_plan_seed_from_device(p, NULL);
+        st = mp_plan_backward_checked(p, seed, site);
+        mp_cuda_plan_seed_from_device(p, backward_seed(s));
+        p->grad_ready = hook;
+    }
+    mp_status back = mp_plan_sync_params(p, false);
+    return st != MP_OK ? st : back;
 }

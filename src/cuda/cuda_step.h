@@ -65,6 +65,30 @@ mp_status mp_cuda_step_wait(mp_cuda_step *s);
 /* Tests: the next step's first gradient becomes +inf on this rank after
  * the all-reduce (needs opts.fault_injection). */
 mp_status mp_cuda_step_inject_overflow(mp_cuda_step *s);
+/* Overflow bookkeeping, for the trainer's reports. Every step checks its
+ * loss after forward and its gradients after backward on the device, with
+ * or without loss scaling: a non-finite loss is a forward overflow (step
+ * skipped, scale kept, counted as consecutive), a non-finite gradient a
+ * gradient overflow (step skipped, scale backed off when scaling). */
+typedef struct {
+    int64_t skipped_steps;           /* both kinds */
+    int64_t forward_overflows;
+    int consecutive_forward_overflows;
+    float scale;                     /* the loss scale now (1 without loss scaling) */
+    int64_t last_skip_ago;           /* the last skipped step, in steps before the last queued one; -1: none */
+    bool last_skip_forward;          /* that step was a forward overflow */
+} mp_cuda_step_overflows;
+/* wait = false: from a host copy each step writes at its end (no
+ * synchronization; it may lag the queue by a step or so): cheap enough to
+ * ask after every step. wait = true: waits for the queued steps, exact. */
+mp_status mp_cuda_step_overflows_read(mp_cuda_step *s, bool wait, mp_cuda_step_overflows *out);
+/* Overflow provenance: replays the last queued micro-batch (its input is
+ * still in place) and names the first node whose output (and, with
+ * backward, then whose gradient, seeded with seed) holds a NaN/inf. The
+ * parameters and BN statistics are kept; the gradients are overwritten (the
+ * step was skipped). One GPU only: in a data-parallel run site->found stays
+ * false. Synchronizes; for failure reports, never per step. */
+mp_status mp_cuda_step_locate_overflow(mp_cuda_step *s, bool backward, float seed, mp_nonfinite_site *site);
 /* Gradient buckets of a data-parallel step (0 on one GPU). */
 int mp_cuda_step_buckets(const mp_cuda_step *s);
 /* The scaler's state into host (synchronizing). */

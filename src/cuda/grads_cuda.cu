@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_tabl
         }
         bad |= mp_dev_nonfinite(y);
     });
-    if (__syncthreads_or(bad) && threadIdx.x == 0) s->found_inf = 1;
+    if (__syncthreads_or(bad) && threadIdx.x == 0) atomicMax(&s->found_inf, (int)MP_CUDA_FOUND_GRADIENT);
 }
 
 mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s, const mp_cuda_grads *g) {

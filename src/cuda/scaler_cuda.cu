@@ -2,7 +2,8 @@
  * mp_scaler's rules and state, and the per-iteration update as a one-thread
  * kernel, a line-for-line port of mp_scaler_update (amp/scaler.c): same
  * double products stored as float, same min/max clamps, same DeepSpeed
- * hysteresis. A captured step needs no host decision. */
+ * hysteresis; and forward overflows (a non-finite loss) counted as
+ * mp_scaler_forward_overflow does. A captured step needs no host decision. */
 #include "cuda/cuda_optim.h"
 
 #include <math.h>
@@ -27,6 +28,9 @@ static mp_cuda_scaler_state to_device_layout(const mp_scaler *h) {
     d.forward_overflows = h->forward_overflows;
     d.consecutive_forward_overflows = h->consecutive_forward_overflows;
     d.found_inf = h->found_inf;
+    d.ends = 0;
+    d.last_skip_end = -1;
+    d.last_found = 0;
     return d;
 }
 
@@ -126,8 +130,21 @@ __device__ static void update_hysteresis(mp_cuda_scaler_state *s, bool overflow)
 }
 
 __global__ void scaler_update_kernel(mp_cuda_scaler_state *s) {
-    const bool skip = s->found_inf != 0;
+    const int found = s->found_inf;
     s->found_inf = 0;
+    if (found) {
+        s->last_skip_end = s->ends;
+        s->last_found = found;
+    }
+    s->ends++;
+    if (found >= MP_CUDA_FOUND_FORWARD) { /* as mp_scaler_forward_overflow */
+        s->skipped_steps++;
+        s->forward_overflows++;
+        if (s->consecutive_forward_overflows < 0x7fffffff) s->consecutive_forward_overflows++;
+        return;
+    }
+    s->consecutive_forward_overflows = 0; /* mp_scaler_forward_ok */
+    const bool skip = found != 0;
     if (s->dynamic) {
         if (s->hysteresis > 1) update_hysteresis(s, skip);
         else update_plain(s, skip);
@@ -137,6 +154,16 @@ __global__ void scaler_update_kernel(mp_cuda_scaler_state *s) {
         s->last_overflow_step = s->step;
     }
     s->step++;
+}
+
+__global__ void check_loss_kernel(const float *loss, mp_cuda_scaler_state *s) {
+    if (!finite_bits(*loss)) atomicMax(&s->found_inf, (int)MP_CUDA_FOUND_FORWARD);
+}
+
+mp_status mp_cuda_check_loss(mp_cuda_ctx *ctx, const float *loss_dev, mp_cuda_scaler_state *s) {
+    MP_ASSERT(ctx && loss_dev && s);
+    check_loss_kernel<<<1, 1, 0, ctx->stream>>>(loss_dev, s);
+    return mp_cuda_check(cudaGetLastError(), "check_loss_kernel", "forward overflow check");
 }
 
 mp_status mp_cuda_scaler_update(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s) {

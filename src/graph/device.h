@@ -36,6 +36,9 @@ mp_status mp_device_set_loss_seed(mp_plan *p, int node, float seed);
 mp_status mp_device_set_input(mp_plan *p, int node, const float *host_nchw, size_t n);
 mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t n);
 mp_status mp_device_read(const mp_plan *p, int node, float *host_nchw, size_t n);
+/* Whether a device tensor of the plan (an activation or a gradient) holds a
+ * NaN/inf: copied to the host and bit-tested (synchronizes; provenance only). */
+mp_status mp_device_tensor_nonfinite(const mp_plan *p, const mp_tensor *t, bool *found);
 /* Parameters (masters, and gradients) between the device and the graph's
  * host copies: to_host after training steps (checkpoints, CPU evaluation),
  * to the device after the host copies changed (a resumed checkpoint). */

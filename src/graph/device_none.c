@@ -39,6 +39,11 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
     (void)node, (void)host, (void)n;
     return no_gpu(p);
 }
+mp_status mp_device_tensor_nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
+    (void)t;
+    *found = false;
+    return no_gpu(p);
+}
 mp_status mp_device_params_sync(mp_plan *p, bool to_host) { (void)to_host; return no_gpu(p); }
 void mp_device_profile_sync(const mp_plan *p) { (void)p; }
 #else

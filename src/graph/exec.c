@@ -116,7 +116,13 @@ static int64_t first_nonfinite(const void *x, mp_dtype dt, int64_t n) {
     return -1;
 }
 
-static bool nonfinite(const mp_tensor *t) { return first_nonfinite(t->data, t->dtype, mp_tensor_numel(t)) >= 0; }
+/* Whether tensor t of plan p holds a NaN/inf; on a device the tensor is
+ * copied to the host first (a replay for provenance only, never per step). */
+static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
+    if (p->dev) return mp_device_tensor_nonfinite(p, t, found);
+    *found = first_nonfinite(t->data, t->dtype, mp_tensor_numel(t)) >= 0;
+    return MP_OK;
+}
 
 /* Activations die as soon as nothing reads them (the arena reuses their
  * memory), so the search replays the last forward pass (same batch, same
@@ -125,14 +131,15 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     memset(site, 0, sizeof *site);
     site->node = -1;
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: null plan");
-    if (p->dev) return mp_error(MP_ERR_UNSUPPORTED, "find_nonfinite: overflow provenance does not run on the GPU yet");
     const uint64_t step = p->step;
     if (p->step > 0) p->step--;
-    mp_stage_refresh_weights(p);
-    mp_status s = MP_OK;
+    mp_status s = p->dev ? mp_device_forward_begin(p) : MP_OK;
+    if (!p->dev) mp_stage_refresh_weights(p);
     for (int i = 0; i < p->n && s == MP_OK; i++) {
+        bool found = false;
         s = forward_node(p, i);
-        if (s != MP_OK || !nonfinite(&p->nodes[i].call.out)) continue;
+        if (s == MP_OK) s = nonfinite(p, &p->nodes[i].call.out, &found);
+        if (s != MP_OK || !found) continue;
         *site = (mp_nonfinite_site){.found = true, .backward = false, .node = i};
         snprintf(site->what, sizeof site->what, "output");
         break;
@@ -142,23 +149,26 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
 }
 
 /* After node i's backward: record the first gradient it wrote that holds a
- * NaN/inf. */
-static bool check_backward_site(const mp_plan *p, int i, mp_nonfinite_site *site) {
+ * NaN/inf (site->found). */
+static mp_status check_backward_site(const mp_plan *p, int i, mp_nonfinite_site *site) {
     const mp_gnode *nd = &p->g->nodes[i];
     const mp_op_call *c = &p->nodes[i].call;
-    for (int k = 0; k < nd->n_in; k++)
-        if (c->d_in[k].data && nonfinite(&c->d_in[k])) {
-            *site = (mp_nonfinite_site){.found = true, .backward = true, .node = i};
-            snprintf(site->what, sizeof site->what, "grad input %d", k);
-            return true;
-        }
-    for (int k = 0; k < nd->n_params; k++)
-        if (c->d_param[k].data && nonfinite(&c->d_param[k])) {
-            *site = (mp_nonfinite_site){.found = true, .backward = true, .node = i};
-            snprintf(site->what, sizeof site->what, "grad %s", p->g->params[nd->first_param + k].spec.name);
-            return true;
-        }
-    return false;
+    bool found = false;
+    for (int k = 0; k < nd->n_in; k++) {
+        if (c->d_in[k].data) MP_TRY(nonfinite(p, &c->d_in[k], &found));
+        if (!found) continue;
+        *site = (mp_nonfinite_site){.found = true, .backward = true, .node = i};
+        snprintf(site->what, sizeof site->what, "grad input %d", k);
+        return MP_OK;
+    }
+    for (int k = 0; k < nd->n_params; k++) {
+        if (c->d_param[k].data) MP_TRY(nonfinite(p, &c->d_param[k], &found));
+        if (!found) continue;
+        *site = (mp_nonfinite_site){.found = true, .backward = true, .node = i};
+        snprintf(site->what, sizeof site->what, "grad %s", p->g->params[nd->first_param + k].spec.name);
+        return MP_OK;
+    }
+    return MP_OK;
 }
 
 static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *site);
@@ -179,8 +189,6 @@ mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *si
 
 static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *site) {
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
-    if (p->dev && site)
-        return mp_error(MP_ERR_UNSUPPORTED, "backward: overflow provenance does not run on the GPU yet");
     mp_graph *g = p->g;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
     const int root = p->losses[j];
@@ -219,7 +227,10 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
             if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
         for (int k = 0; k < nd->n_params; k++)
             if (c->d_param[k].data) g->params[nd->first_param + k].grad_fresh = false;
-        if (site && check_backward_site(p, i, site)) return MP_OK;
+        if (site) {
+            MP_TRY(check_backward_site(p, i, site));
+            if (site->found) return MP_OK;
+        }
         if (p->grad_ready) MP_TRY(p->grad_ready(p->grad_ready_arg, i));
     }
     /* trainable parameters no path reached: their gradient is zero */

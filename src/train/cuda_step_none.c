@@ -4,6 +4,8 @@
 #include "cuda/cuda_step.h"
 #include "core/error.h"
 
+#include <string.h>
+
 static mp_status no_cuda(void) {
     return mp_error(MP_ERR_UNSUPPORTED, "this build of mixprec has no CUDA backend; use --device cpu");
 }
@@ -32,6 +34,16 @@ mp_status mp_cuda_step_wait(mp_cuda_step *s) {
 }
 mp_status mp_cuda_step_inject_overflow(mp_cuda_step *s) {
     (void)s;
+    return no_cuda();
+}
+mp_status mp_cuda_step_overflows_read(mp_cuda_step *s, bool wait, mp_cuda_step_overflows *out) {
+    (void)s, (void)wait;
+    memset(out, 0, sizeof *out);
+    return no_cuda();
+}
+mp_status mp_cuda_step_locate_overflow(mp_cuda_step *s, bool backward, float seed, mp_nonfinite_site *site) {
+    (void)s, (void)backward, (void)seed;
+    memset(site, 0, sizeof *site);
     return no_cuda();
 }
 int mp_cuda_step_buckets(const mp_cuda_step *s) {

@@ -45,7 +45,10 @@ mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) 
     c->classes = (int)mp_graph_node_shape(g, m->logits, 1).dims[1];
     MP_TRY(make_plan(c));
     if (o->loss_scaling) MP_TRY(mp_scaler_init(&c->scaler, o->scaler));
-    if (o->device.kind != MP_DEVICE_CPU) MP_TRY(make_gpu_step(c));
+    if (o->device.kind != MP_DEVICE_CPU) {
+        MP_TRY(make_gpu_step(c));
+        MP_TRY(mp_cuda_step_overflows_read(c->gpu, true, &c->gpu_seen));
+    }
     mp_param_ref *refs = calloc((size_t)g->n_params + 1, sizeof *refs);
     c->grads = calloc((size_t)g->n_params + 1, sizeof *c->grads);
     c->grad_sizes = calloc((size_t)g->n_params + 1, sizeof *c->grad_sizes);
@@ -103,23 +106,24 @@ static const char *node_desc(const mp_graph *g, int node, char *buf, size_t len)
 
 static float current_scale(const mp_step_ctx *c) { return c->o->loss_scaling ? mp_scaler_scale(&c->scaler) : 1.0f; }
 
-/* A NaN/inf loss: skip, keep the scale, stop or fall back after too many. */
-static mp_status forward_overflow(mp_step_ctx *c, int64_t step) {
+/* GPU: the layer moves to fp32 in a new plan and step, the training state
+ * carried over through the host. */
+static mp_status rebuild_gpu_step(mp_step_ctx *c) {
+    MP_TRY(mp_step_ctx_state_to_host(c));
+    if (c->o->loss_scaling) mp_scaler_forward_ok(&c->scaler); /* the fallback starts a new count */
+    mp_cuda_step_destroy(c->gpu);
+    c->gpu = NULL;
+    MP_TRY(make_plan(c));
+    MP_TRY(make_gpu_step(c));
+    MP_TRY(mp_step_ctx_state_to_device(c));
+    return mp_cuda_step_overflows_read(c->gpu, true, &c->gpu_seen);
+}
+
+/* After a forward overflow at `step` (the consecutive-th in a row) whose
+ * first non-finite output is node's: report it; after too many in a row,
+ * fall back or stop. */
+static mp_status forward_overflow_report(mp_step_ctx *c, int64_t step, int node, int consecutive) {
     mp_graph *g = c->m->g;
-    mp_nonfinite_site site;
-    copy_buffers(g, c->buffers_backup, true); /* the search replays the forward */
-    mp_status fs = mp_plan_find_nonfinite_forward(c->plan, &site);
-    copy_buffers(g, c->buffers_backup, false);
-    MP_TRY(fs);
-    int node = site.found ? site.node : c->m->loss;
-    int consecutive;
-    if (c->o->loss_scaling) {
-        mp_scaler_forward_overflow(&c->scaler);
-        consecutive = mp_scaler_consecutive_forward_overflows(&c->scaler);
-    } else {
-        consecutive = ++c->consecutive_forward;
-    }
-    c->skipped++;
     char d[160];
     node_desc(g, node, d, sizeof d);
     if (c->events)
@@ -138,13 +142,41 @@ static mp_status forward_overflow(mp_step_ctx *c, int64_t step) {
                     nd->name);
         c->consecutive_forward = 0;
         if (c->o->loss_scaling) mp_scaler_forward_ok(&c->scaler);
-        return make_plan(c);
+        return c->gpu ? rebuild_gpu_step(c) : make_plan(c);
     }
     return mp_error(MP_ERR_NONFINITE,
                     "step %lld: %d consecutive forward overflows: %s produces NaN/inf. Lowering the loss scale cannot "
                     "fix a forward overflow; try --precision amp-bf16, --precision-override %s=fp32, or "
                     "--auto-fallback",
                     (long long)step, consecutive, d, nd->name);
+}
+
+/* A NaN/inf loss: skip, keep the scale, stop or fall back after too many. */
+static mp_status forward_overflow(mp_step_ctx *c, int64_t step) {
+    mp_graph *g = c->m->g;
+    mp_nonfinite_site site;
+    copy_buffers(g, c->buffers_backup, true); /* the search replays the forward */
+    mp_status fs = mp_plan_find_nonfinite_forward(c->plan, &site);
+    copy_buffers(g, c->buffers_backup, false);
+    MP_TRY(fs);
+    int consecutive;
+    if (c->o->loss_scaling) {
+        mp_scaler_forward_overflow(&c->scaler);
+        consecutive = mp_scaler_consecutive_forward_overflows(&c->scaler);
+    } else {
+        consecutive = ++c->consecutive_forward;
+    }
+    c->skipped++;
+    return forward_overflow_report(c, step, site.found ? site.node : c->m->loss, consecutive);
+}
+
+/* The error of a gradient overflow the scale cannot absorb: no loss
+ * scaling, or the scale already at its minimum. */
+static mp_status gradient_overflow_error(const mp_step_ctx *c, int64_t step, const char *where) {
+    return mp_error(MP_ERR_NONFINITE,
+                    "step %lld: non-finite gradients%s in %s; try --precision amp-bf16 or an fp32 override for that "
+                    "layer",
+                    (long long)step, c->o->loss_scaling ? " at the minimum loss scale" : "", where);
 }
 
 /* Replay the last micro-batch with checks to find where the gradient went
@@ -197,13 +229,49 @@ static int argmax(const float *x, int k) {
     return best;
 }
 
+/* GPU: overflows show in the counts every step writes to the host, read
+ * without waiting (wait = false) after each step; only when they moved does
+ * the host wait, replay the step to name the op and report as the CPU path
+ * does: a forward overflow kept the scale, and after too many in a row the
+ * run falls back or stops; a gradient overflow backed the scale off, and
+ * stops the run without loss scaling or at the minimum scale. Several
+ * overflows between two reads are reported as the last one, with counts. */
+static mp_status gpu_overflow_reports(mp_step_ctx *c, bool wait) {
+    mp_cuda_step_overflows now;
+    MP_TRY(mp_cuda_step_overflows_read(c->gpu, wait, &now));
+    if (now.skipped_steps == c->gpu_seen.skipped_steps) return MP_OK;
+    if (!wait) MP_TRY(mp_cuda_step_overflows_read(c->gpu, true, &now));
+    const mp_cuda_step_overflows was = c->gpu_seen;
+    c->gpu_seen = now;
+    c->skipped += now.skipped_steps - was.skipped_steps;
+    if (c->o->loss_scaling) MP_TRY(mp_cuda_step_scaler(c->gpu, &c->scaler));
+    const int64_t at = c->gpu_last_step - (now.last_skip_ago > 0 ? now.last_skip_ago : 0);
+    const int64_t forward = now.forward_overflows - was.forward_overflows;
+    const int64_t gradient = now.skipped_steps - was.skipped_steps - forward;
+    if (c->events && forward + gradient > 1)
+        fprintf(c->events, "steps up to %lld: %lld forward and %lld gradient overflows since the last report\n",
+                (long long)at, (long long)forward, (long long)gradient);
+    const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
+    mp_nonfinite_site site; /* the replay names the op (one GPU; the batch is the last queued) */
+    MP_TRY(mp_cuda_step_locate_overflow(c->gpu, !now.last_skip_forward, was.scale / (float)k, &site));
+    if (now.last_skip_forward)
+        return forward_overflow_report(c, at, site.found ? site.node : c->m->loss, now.consecutive_forward_overflows);
+    char d[160] = "an unlocated tensor";
+    if (site.found) node_desc(c->m->g, site.node, d, sizeof d);
+    if (c->events)
+        fprintf(c->events, "step %lld: gradient overflow in %s of %s (%s); skipping step, loss scale %g -> %g\n",
+                (long long)at, site.found && !site.backward ? "forward" : "backward", d, site.found ? site.what : "?",
+                was.scale, now.scale);
+    if (!c->o->loss_scaling || (was.scale <= c->scaler.min_scale && now.scale <= c->scaler.min_scale))
+        return gradient_overflow_error(c, at, d);
+    return MP_OK;
+}
+
 mp_status mp_step_ctx_sync_gpu(mp_step_ctx *c) {
     MP_TRY(mp_cuda_step_wait(c->gpu)); /* bounded in data-parallel runs */
+    MP_TRY(gpu_overflow_reports(c, true));
     MP_TRY(mp_plan_sync_params(c->plan, true));
-    if (c->o->loss_scaling) {
-        MP_TRY(mp_cuda_step_scaler(c->gpu, &c->scaler));
-        c->skipped = c->scaler.skipped_steps;
-    }
+    if (c->o->loss_scaling) MP_TRY(mp_cuda_step_scaler(c->gpu, &c->scaler));
     return MP_OK;
 }
 
@@ -216,7 +284,8 @@ mp_status mp_step_ctx_state_to_host(mp_step_ctx *c) {
 
 mp_status mp_step_ctx_state_to_device(mp_step_ctx *c) {
     if (!c->gpu) return MP_OK;
-    return mp_cuda_step_state_from_host(c->gpu, c->opt, c->o->loss_scaling ? &c->scaler : NULL);
+    MP_TRY(mp_cuda_step_state_from_host(c->gpu, c->opt, c->o->loss_scaling ? &c->scaler : NULL));
+    return mp_cuda_step_overflows_read(c->gpu, true, &c->gpu_seen); /* reported before the checkpoint */
 }
 
 /* One step on the GPU: k micro-batches go in and are queued (the step ends
@@ -238,10 +307,13 @@ static mp_status gpu_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t
         MP_TRY(s);
         MP_TRY(mp_cuda_step_run(c->gpu, lr));
     }
+    c->gpu_last_step = global_step;
+    MP_TRY(gpu_overflow_reports(c, false));
     int every = c->o->read_every > 0 ? c->o->read_every : 20;
     if (global_step % every && !c->read_now) return MP_OK;
     float loss = 0;
     MP_TRY(mp_cuda_step_loss(c->gpu, c->m->loss, &loss));
+    if (!isfinite(loss)) return MP_OK; /* a skipped step: its loss counts nowhere, as on the CPU */
     MP_TRY(mp_plan_read(c->plan, c->m->logits, c->logits, (size_t)n * (size_t)c->classes));
     r->loss_sum = loss;
     for (int i = 0; i < n; i++) r->correct += argmax(c->logits + (size_t)i * (size_t)c->classes, c->classes) == y[i];
@@ -305,10 +377,7 @@ mp_status mp_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_
                     (long long)global_step, site.found && !site.backward ? "forward" : "backward", d,
                     site.found ? site.what : "?", before, current_scale(c));
         if (!c->o->loss_scaling || (mp_scaler_at_floor(&c->scaler) && before <= c->scaler.min_scale))
-            return mp_error(MP_ERR_NONFINITE,
-                            "step %lld: non-finite gradients%s in %s; try --precision amp-bf16 or an fp32 override "
-                            "for that layer",
-                            (long long)global_step, c->o->loss_scaling ? " at the minimum loss scale" : "", d);
+            return gradient_overflow_error(c, global_step, d);
         return MP_OK;
     }
     clip_gradients(c);

@@ -27,6 +27,8 @@ typedef struct {
     FILE *events;
     mp_cuda_step *gpu;        /* non-NULL: the plan is on a GPU and steps run there */
     bool read_now;            /* GPU: read this step's loss whatever read_every says (an epoch's last) */
+    mp_cuda_step_overflows gpu_seen; /* GPU: the overflow counts already reported */
+    int64_t gpu_last_step;    /* GPU: the global step last queued */
 } mp_step_ctx;
 
 typedef struct {
@@ -39,7 +41,8 @@ typedef struct {
 mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o);
 void mp_step_ctx_free(mp_step_ctx *c);
 /* GPU runs: copy parameters to the graph's host copies and the loss
- * scaler's state into c->scaler (synchronizes; once per epoch). */
+ * scaler's state into c->scaler, and report overflows not yet reported
+ * (synchronizes; once per epoch). */
 mp_status mp_step_ctx_sync_gpu(mp_step_ctx *c);
 /* Checkpoints of GPU runs; no-ops on the CPU, where the host state is the
  * state. Before saving: the device's parameters, optimizer and scaler state
