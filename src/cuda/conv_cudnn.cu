@@ -58,7 +58,6 @@ void mp_conv_cudnn_release(void *state) {
     if (st->x_desc) cudnnDestroyTensorDescriptor(st->x_desc);
     if (st->y_desc) cudnnDestroyTensorDescriptor(st->y_desc);
     if (st->w_desc) cudnnDestroyFilterDescriptor(st->w_desc);
-    if (st->w_krsc) cudaFree(st->w_krsc);
     free(st);
 }
 
@@ -122,26 +121,26 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
     const mp_conv_geom *g = &st->g;
     const long long wn = (long long)g->cy * (g->cx / g->groups) * g->k * g->k;
     st->w_bytes = mp_cuda_lib_bytes(cd, wn);
-    if (s == MP_OK) s = mp_cuda_check(cudaMalloc(&st->w_krsc, st->w_bytes), "cudaMalloc (KRSC weight copy)", st->what_fwd);
     if (s != MP_OK) {
         mp_conv_cudnn_release(st);
         return s;
     }
-    /* Workspace: dtype staging slices + the cuDNN workspace of the passes of one call. */
+    /* Workspace: the KRSC filter, dtype staging slices and the cuDNN
+     * workspace of the passes of one call. */
     const long long in_n = mp_shape_numel(&info->in[0]), out_n = mp_shape_numel(&info->out);
     st->in_cast_bytes = cfg->in_dtype[0] != cd ? mp_cuda_lib_bytes(cd, in_n) : 0;
     st->out_cast_bytes = cfg->storage != cd ? mp_cuda_lib_bytes(cd, out_n) : 0;
-    size_t fwd = st->in_cast_bytes + st->out_cast_bytes + st->algo[op_fwd].workspace;
+    size_t fwd = st->w_bytes + st->in_cast_bytes + st->out_cast_bytes + st->algo[op_fwd].workspace;
     size_t bwd = 0;
     if (st->training) {
         const long long rows = (long long)info->out.dims[0] * info->out.dims[2] * info->out.dims[3];
         size_t lib = st->algo[op_bwd].workspace > st->algo[MP_CONV_BWD_FILTER].workspace
                          ? st->algo[op_bwd].workspace
                          : st->algo[MP_CONV_BWD_FILTER].workspace;
-        bwd = 2 * st->in_cast_bytes + st->out_cast_bytes + st->w_bytes + lib +
+        bwd = 2 * st->in_cast_bytes + st->out_cast_bytes + 2 * st->w_bytes + lib +
               (d->attr.conv.bias ? mp_cuda_lib_colsum_workspace(rows, info->out.dims[1]) : 0);
     }
-    const size_t total = (fwd > bwd ? fwd : bwd) + 6 * MP_CUDA_WS_SLACK; /* alignment of each slice */
+    const size_t total = (fwd > bwd ? fwd : bwd) + 8 * MP_CUDA_WS_SLACK; /* alignment of each slice */
     st->ws_total = total;
     if (*workspace_bytes < total) *workspace_bytes = total;
     if (cd != MP_DTYPE_F32) warn_channels(d, g, cd);
@@ -151,18 +150,18 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
 
 /* ---- the three passes ----------------------------------------------------- */
 
-mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, void *y, void *ws,
-                            size_t ws_bytes, const char *what) {
-    MP_CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, st->x_desc, x, st->w_desc, st->w_krsc,
+mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *w_krsc, void *y,
+                            void *ws, size_t ws_bytes, const char *what) {
+    MP_CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, st->x_desc, x, st->w_desc, w_krsc,
                                          st->conv[MP_CONV_FWD], (cudnnConvolutionFwdAlgo_t)st->algo[MP_CONV_FWD].algo,
                                          ws, ws_bytes, &zero, st->y_desc, y),
                  what);
     return MP_OK;
 }
 
-mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, void *dx, void *ws,
-                                 size_t ws_bytes, const char *what) {
-    MP_CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, st->w_desc, st->w_krsc, st->y_desc, dy,
+mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc,
+                                 void *dx, void *ws, size_t ws_bytes, const char *what) {
+    MP_CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, st->w_desc, w_krsc, st->y_desc, dy,
                                               st->conv[MP_CONV_BWD_DATA],
                                               (cudnnConvolutionBwdDataAlgo_t)st->algo[MP_CONV_BWD_DATA].algo, ws,
                                               ws_bytes, &zero, st->x_desc, dx),
@@ -200,6 +199,21 @@ static mp_status stage_in(mp_cuda_ctx *ctx, const mp_tensor *t, mp_dtype cd, mp_
     return MP_OK;
 }
 
+/* The weight (param[0], CPU layout) permuted and cast into a KRSC
+ * workspace slice in cd; NULL when the workspace is short. Forward and
+ * backward each make their own (weights are small next to activations, and
+ * no per-layer copy then lives between them). */
+static mp_status stage_weight(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const mp_op_call *c, mp_cuda_ws *ws,
+                              const void **w, const char *what) {
+    const mp_conv_geom *g = &st->g;
+    void *dst = mp_cuda_ws_take(ws, st->w_bytes);
+    if (!dst) return ws_short(what);
+    MP_TRY(mp_cuda_lib_filter_to_krsc(ctx, c->param[0].data, c->param[0].dtype, dst, st->cd, g->cy, g->cx / g->groups,
+                                      g->k * g->k, what));
+    *w = dst;
+    return MP_OK;
+}
+
 /* Where a result in cd goes: t's data, or a workspace slice (then committed). */
 static void *result_slot(const mp_tensor *t, mp_dtype cd, mp_cuda_ws *ws) {
     return t->dtype == cd ? t->data : mp_cuda_ws_take(ws, mp_cuda_lib_bytes(cd, mp_tensor_numel(t)));
@@ -208,21 +222,19 @@ static void *result_slot(const mp_tensor *t, mp_dtype cd, mp_cuda_ws *ws) {
 mp_status mp_conv_cudnn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_conv_cudnn *st = (const mp_conv_cudnn *)c->state;
     const char *what = st->what_fwd;
-    const mp_conv_geom *g = &st->g;
     const mp_dtype cd = st->cd;
     const bool conv = st->kind == MP_OP_CONV2D;
     const mp_conv_pass pass = conv ? MP_CONV_FWD : MP_CONV_BWD_DATA;
     mp_cuda_ws ws = mp_cuda_ws_begin(c->workspace, st->ws_total);
-    MP_TRY(mp_cuda_lib_filter_to_krsc(ctx, c->param[0].data, c->param[0].dtype, st->w_krsc, cd, g->cy,
-                                      g->cx / g->groups, g->k * g->k, what));
-    const void *x;
+    const void *w = NULL, *x = NULL;
+    MP_TRY(stage_weight(ctx, st, c, &ws, &w, what));
     MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
     void *y = result_slot(&c->out, cd, &ws);
     const size_t lib_bytes = st->algo[pass].workspace;
     void *lib = lib_bytes ? mp_cuda_ws_take(&ws, lib_bytes) : NULL;
     if (!y || (lib_bytes && !lib)) return ws_short(what);
-    if (conv) MP_TRY(mp_conv_cudnn_fwd(ctx, st, x, y, lib, lib_bytes, what));
-    else MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, x, y, lib, lib_bytes, what));
+    if (conv) MP_TRY(mp_conv_cudnn_fwd(ctx, st, x, w, y, lib, lib_bytes, what));
+    else MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, x, w, y, lib, lib_bytes, what));
     const bool bias = c->desc->attr.conv.bias;
     if (!bias && y == c->out.data) return MP_OK;
     const mp_shape *o = &c->out.shape;
@@ -241,7 +253,8 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const bool want_dx = c->d_in[0].data != NULL, want_dw = c->d_param[0].data != NULL;
     const bool want_db = c->desc->attr.conv.bias && c->d_param[1].data;
     mp_cuda_ws ws = mp_cuda_ws_begin(c->workspace, st->ws_total);
-    const void *dy = NULL, *x = NULL;
+    const void *dy = NULL, *x = NULL, *w = NULL;
+    if (want_dx) MP_TRY(stage_weight(ctx, st, c, &ws, &w, what));
     if (want_dx || want_dw) MP_TRY(stage_in(ctx, &c->d_out, cd, &ws, &dy, what));
     if (want_dw) MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
     void *dx = want_dx ? result_slot(&c->d_in[0], cd, &ws) : NULL;
@@ -254,8 +267,8 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if (lib_bytes && !lib) return ws_short(what);
     if (want_dx) {
         /* conv2d: dx = BWD_DATA(dy); conv_transpose2d: d_in = FWD(x = d_out) */
-        if (conv) MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, dy, dx, lib, lib_bytes, what));
-        else MP_TRY(mp_conv_cudnn_fwd(ctx, st, dy, dx, lib, lib_bytes, what));
+        if (conv) MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, dy, w, dx, lib, lib_bytes, what));
+        else MP_TRY(mp_conv_cudnn_fwd(ctx, st, dy, w, dx, lib, lib_bytes, what));
         if (dx != c->d_in[0].data)
             MP_TRY(mp_cuda_lib_cast(ctx, dx, cd, c->d_in[0].data, c->d_in[0].dtype, mp_tensor_numel(&c->d_in[0]), what));
     }

@@ -9,12 +9,11 @@
  * Layouts. Activations are NHWC (CUDNN_TENSOR_NHWC); the filter is KRSC
  * (cy, k, k, cx/groups), what cuDNN's NHWC tensor-core kernels read. The
  * executor passes the weight in the CPU layout (cy, cx/groups, k, k) (f32
- * master, or its f16/bf16 cast for low-precision nodes), so forward()
- * permutes (and casts) it into w_krsc, a device buffer owned by the op state
- * (allocated in prepare), and backward() reuses that copy: backward must
- * follow the forward of the same step (the weight does not change between
- * them). The KRSC filter gradient is computed in the compute dtype into the
- * workspace and permuted into the f32 (cy, cx/groups, k, k) gradient.
+ * master, or its f16/bf16 cast for low-precision nodes), so forward() and
+ * backward() each permute (and cast) it into a KRSC slice of the workspace:
+ * no per-layer copy stays allocated between them. The KRSC filter gradient
+ * is computed in the compute dtype into the workspace and permuted into the
+ * f32 (cy, cx/groups, k, k) gradient.
  *
  * Dtypes. cuDNN runs in the node's compute dtype cd (f32, f16 or bf16, f32
  * accumulation). Inputs stored in another dtype are cast into the workspace
@@ -56,25 +55,24 @@ typedef struct {
     cudnnConvolutionDescriptor_t conv[MP_CONV_NPASS]; /* one per pass: math types differ */
     bool has[MP_CONV_NPASS];                 /* pass prepared */
     mp_conv_algo algo[MP_CONV_NPASS];
-    void *w_krsc;             /* (cy, k, k, cx/g) in cd, owned, written by forward */
-    size_t w_bytes;
+    size_t w_bytes;           /* the KRSC filter (cy, k, k, cx/g) in cd */
     size_t in_cast_bytes, out_cast_bytes;    /* workspace slices for dtype staging */
     size_t ws_total;          /* workspace bytes one call may use (the prepare() report) */
 } mp_conv_cudnn;
 
-/* Descriptors, algorithm search and w_krsc for the passes `need` (indexed by
+/* Descriptors and algorithm search for the passes `need` (indexed by
  * mp_conv_pass); raises *workspace_bytes. */
 mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
                                 const mp_cuda_node_cfg *cfg, const bool need[MP_CONV_NPASS], mp_conv_cudnn **out,
                                 size_t *workspace_bytes);
 void mp_conv_cudnn_release(void *state);
 
-/* The passes, on device pointers in st->cd (conv view; the filter is
- * st->w_krsc). ws/ws_bytes: cuDNN workspace of at least st->algo[pass].workspace. */
-mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, void *y, void *ws,
-                            size_t ws_bytes, const char *what);
-mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, void *dx, void *ws,
-                                 size_t ws_bytes, const char *what);
+/* The passes, on device pointers in st->cd (conv view; w_krsc the KRSC
+ * filter). ws/ws_bytes: cuDNN workspace of at least st->algo[pass].workspace. */
+mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *w_krsc, void *y,
+                            void *ws, size_t ws_bytes, const char *what);
+mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc,
+                                 void *dx, void *ws, size_t ws_bytes, const char *what);
 mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
                                    void *dw_krsc, void *ws, size_t ws_bytes, const char *what);
 
