@@ -317,6 +317,8 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
 
 /* ---- for the device training step (cuda_step.c) ------------------------- */
 
+float *mp_device_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
+
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : NULL; }
 float *mp_cuda_plan_param(const mp_plan *p, int k) { return p->dev->param[k]; }
 float *mp_cuda_plan_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }

@@ -39,6 +39,8 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host_nchw, size_t n)
 /* Whether a device tensor of the plan (an activation or a gradient) holds a
  * NaN/inf: copied to the host and bit-tested (synchronizes; provenance only). */
 mp_status mp_device_tensor_nonfinite(const mp_plan *p, const mp_tensor *t, bool *found);
+/* The device f32 gradient of graph parameter k (NULL for buffers). */
+float *mp_device_grad(const mp_plan *p, int k);
 /* Parameters (masters, and gradients) between the device and the graph's
  * host copies: to_host after training steps (checkpoints, CPU evaluation),
  * to the device after the host copies changed (a resumed checkpoint). */

@@ -162,7 +162,9 @@ static mp_status check_backward_site(const mp_plan *p, int i, mp_nonfinite_site 
         return MP_OK;
     }
     for (int k = 0; k < nd->n_params; k++) {
-        if (c->d_param[k].data) MP_TRY(nonfinite(p, &c->d_param[k], &found));
+        mp_tensor grad = c->d_param[k]; /* on a device the gradient is the master's, not the host copy */
+        if (p->dev && grad.data) grad.data = mp_device_grad(p, nd->first_param + k);
+        if (grad.data) MP_TRY(nonfinite(p, &grad, &found));
         if (!found) continue;
         *site = (mp_nonfinite_site){.found = true, .backward = true, .node = i};
         snprintf(site->what, sizeof site->what, "grad %s", p->g->params[nd->first_param + k].spec.name);

@@ -119,6 +119,9 @@ static mp_status rebuild_gpu_step(mp_step_ctx *c) {
     return mp_cuda_step_overflows_read(c->gpu, true, &c->gpu_seen);
 }
 
+/* Consecutive forward overflows that stop the run (or fall back). */
+static int forward_limit(const mp_step_ctx *c) { return c->o->max_forward_overflows > 0 ? c->o->max_forward_overflows : 3; }
+
 /* After a forward overflow at `step` (the consecutive-th in a row) whose
  * first non-finite output is node's: report it; after too many in a row,
  * fall back or stop. */
@@ -131,8 +134,7 @@ static mp_status forward_overflow_report(mp_step_ctx *c, int64_t step, int node,
                 "step %lld: forward overflow: first non-finite value in the output of %s; a gradient overflow it is "
                 "not, so the loss scale stays %g; skipping step\n",
                 (long long)step, d, current_scale(c));
-    int limit = c->o->max_forward_overflows > 0 ? c->o->max_forward_overflows : 3;
-    if (consecutive < limit) return MP_OK;
+    if (consecutive < forward_limit(c)) return MP_OK;
     mp_gnode *nd = &g->nodes[node];
     if (c->o->auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32)) {
         nd->compute_dtype = MP_DTYPE_F32;
@@ -254,8 +256,16 @@ static mp_status gpu_overflow_reports(mp_step_ctx *c, bool wait) {
     const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
     mp_nonfinite_site site; /* the replay names the op (one GPU; the batch is the last queued) */
     MP_TRY(mp_cuda_step_locate_overflow(c->gpu, !now.last_skip_forward, was.scale / (float)k, &site));
-    if (now.last_skip_forward)
-        return forward_overflow_report(c, at, site.found ? site.node : c->m->loss, now.consecutive_forward_overflows);
+    const int node = site.found ? site.node : c->m->loss;
+    if (now.last_skip_forward && now.consecutive_forward_overflows > forward_limit(c)) {
+        /* the queue ran past the step that reached the limit: those skipped too; report that step */
+        const int limit = forward_limit(c), beyond = now.consecutive_forward_overflows - limit;
+        if (c->events)
+            fprintf(c->events, "steps %lld to %lld: forward overflows as well (queued before the host saw step %lld's)\n",
+                    (long long)(at - beyond + 1), (long long)at, (long long)(at - beyond));
+        return forward_overflow_report(c, at - beyond, node, limit);
+    }
+    if (now.last_skip_forward) return forward_overflow_report(c, at, node, now.consecutive_forward_overflows);
     char d[160] = "an unlocated tensor";
     if (site.found) node_desc(c->m->g, site.node, d, sizeof d);
     if (c->events)

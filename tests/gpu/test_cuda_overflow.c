@@ -2,8 +2,9 @@
  * the trainer (mp_train_run with --device cuda), as test_amp_train.c checks
  * them on the CPU:
  *  1. seed 000's collapse (an fp16 inf in conv2's output, NaN loss every
- *     step): the run stops after 3 consecutive forward overflows with an
- *     error naming conv2, 3 skipped steps, the loss scale untouched;
+ *     step): the run stops at 3 consecutive forward overflows with an error
+ *     naming conv2, the loss scale untouched (steps queued beyond the third
+ *     before the host saw it are skipped too);
  *  2. the same without loss scaling (fp32, conv2's weights NaN): the device
  *     still checks every step and the run stops naming conv2;
  *  3. --auto-fallback moves conv2 to fp32 on the GPU and training goes on;
@@ -20,6 +21,10 @@
 #include "check.h"
 #include "graph/graph.h"
 #include "train/trainer.h"
+
+/* Steps the GPU may run past the one that reached the limit before the host,
+ * which never waits for a step, reads the counts (an epoch here is 16). */
+enum { QUEUE_LAG = 16 };
 
 static mp_dataset data(int n) {
     mp_dataset d;
@@ -81,7 +86,9 @@ static void test_collapse(bool scaling) {
     CHECK(strstr(mp_last_error(), "conv2") != NULL, "%s: the error names the layer: %s", label, mp_last_error());
     CHECK(strstr(mp_last_error(), "3 consecutive forward overflows") != NULL, "%s: after 3 steps: %s", label,
           mp_last_error());
-    CHECK(r.skipped_steps == 3, "%s: skipped %lld", label, (long long)r.skipped_steps);
+    /* the host sees the counts a few queued steps late: those steps skip as well */
+    CHECK(r.skipped_steps >= 3 && r.skipped_steps <= 3 + QUEUE_LAG, "%s: skipped %lld", label,
+          (long long)r.skipped_steps);
     if (scaling)
         CHECK(r.final_loss_scale == 65536.0f, "%s: a forward overflow must not lower the scale: %g", label,
               r.final_loss_scale);
@@ -111,7 +118,7 @@ static void test_auto_fallback(void) {
           "conv2 moved to fp32");
     CHECK(ev && strstr(ev, "--auto-fallback: moving conv2 to fp32") != NULL, "the fallback is reported: %s",
           ev ? ev : "");
-    CHECK(r.skipped_steps >= 3 && r.skipped_steps <= 8, "skipped %lld", (long long)r.skipped_steps);
+    CHECK(r.skipped_steps >= 3 && r.skipped_steps <= 8 + QUEUE_LAG, "skipped %lld", (long long)r.skipped_steps);
     CHECK(r.final_loss_scale >= 256.0f, "loss scale %g after recovery", r.final_loss_scale);
     CHECK(isfinite(r.train_loss), "training continued with a finite loss: %g", r.train_loss);
     printf("auto-fallback: %lld skipped steps, final scale %g, train loss %.4f\n", (long long)r.skipped_steps,
