@@ -166,9 +166,12 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
     return MP_OK;
 }
 
+/* MIXPREC_POISON_ARENA=1 (tests): the arena starts as all-ones bytes, a NaN
+ * in f32, f16 and bf16, so a read before a write shows as NaN, not as 0. */
 mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     MP_TRY(dev_alloc(p, (void **)arena, bytes, "the activation arena"));
-    MP_CUDA_TRY(cudaMemsetAsync(*arena, 0, bytes, p->dev->ctx->stream), "arena");
+    const char *poison = getenv("MIXPREC_POISON_ARENA");
+    MP_CUDA_TRY(cudaMemsetAsync(*arena, poison && *poison == '1' ? 0xFF : 0, bytes, p->dev->ctx->stream), "arena");
     return MP_OK;
 }
 

@@ -8,6 +8,7 @@
  *     turn so the loss must fall; the GPU step replayed from its CUDA graph;
  *     a static loss scale for amp-fp16 on both sides, so no overflow decision
  *     can differ) whose loss curve follows the CPU's.
+ * An argument (small, cnn10, resnet18) runs one model's cases only.
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
 #include <math.h>
 #include <stdio.h>
@@ -65,6 +66,7 @@ static double grad_rel_worst(const mp_graph *a, const mp_graph *b, char *worst, 
             pr2 += (double)b->params[k].grad[i] * b->params[k].grad[i];
         }
         double e = sqrt(pd2 / (pr2 > 0 ? pr2 : 1e-30));
+        if (worst && getenv("MP_TEST_VERBOSE")) printf("    %-32s %.3e\n", b->params[k].name, e);
         if (worst && e > worst_e) {
             worst_e = e;
             snprintf(worst, worst_len, "%.200s %.2e (squared error %.2e)", b->params[k].name, e, pd2);
@@ -233,7 +235,8 @@ static void training_curve(const model_case *mc, mp_precision prec) {
     mp_model_free(&m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL; /* one model's cases (diagnosis) */
     if (mp_cuda_device_count() < 1) {
         fprintf(stderr, "test_cuda_plan: no CUDA device: %s\n", mp_cuda_device_list());
         return 2;
@@ -243,8 +246,9 @@ int main(void) {
                                   MP_PRECISION_AMP_BF16, MP_PRECISION_O2_FP16, MP_PRECISION_O2_BF16,
                                   MP_PRECISION_FP16, MP_PRECISION_BF16};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        for (size_t j = 0; j < sizeof precs / sizeof precs[0]; j++) one_step_gradients(&models[i], precs[j]);
+        for (size_t j = 0; j < sizeof precs / sizeof precs[0] && (!only || !strcmp(only, models[i].model)); j++)
+            one_step_gradients(&models[i], precs[j]);
     for (size_t i = 0; i < 2; i++)
-        for (size_t j = 0; j < 4; j++) training_curve(&models[i], precs[j]);
+        for (size_t j = 0; j < 4 && (!only || !strcmp(only, models[i].model)); j++) training_curve(&models[i], precs[j]);
     return test_summary("test_cuda_plan");
 }
