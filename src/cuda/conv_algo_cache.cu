@@ -12,8 +12,7 @@
  * heuristics (cudnnGet*_v7) choose.
  * The fastest algorithm wins, or one within 5% of it that is deterministic
  * or, next, needs less workspace. For f32 without TF32 the math type
- * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same)
- * and FFT/Winograd algorithms are left out (f32 precision);
+ * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
  * otherwise the descriptor takes the math type the algorithm was timed with.
  * MIXPREC_DETERMINISTIC=1: cuDNN's heuristics choose, without timing, among
  * algorithms cuDNN calls deterministic (no atomics): the same algorithm and
@@ -81,26 +80,8 @@ template <typename Perf> static bool better_tie(const Perf &a, const Perf &b) {
     return a.memory < b.memory;
 }
 
-/* FFT and Winograd algorithms compute through a transform that loses f32
- * precision: in resnet18's fp32 step one of them put the gradients 2.4e-3
- * from the fp32 oracle (fp32 convolutions are held to 1e-5), depending on
- * which algorithm the timing favoured that run. */
-static bool transform_algo(cudnnConvolutionFwdAlgo_t a) {
-    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
-           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
-}
-static bool transform_algo(cudnnConvolutionBwdDataAlgo_t a) {
-    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
-           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
-}
-static bool transform_algo(cudnnConvolutionBwdFilterAlgo_t a) {
-    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
-           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
-}
-
 /* What a pass may use: f32 without TF32 (fma_only) takes only algorithms
- * timed with FMA math and none computing through FFT or Winograd
- * transforms; deterministic (MIXPREC_DETERMINISTIC=1) only
+ * timed with FMA math; deterministic (MIXPREC_DETERMINISTIC=1) only
  * algorithms that give the same bits every run. */
 typedef struct {
     bool fma_only, deterministic;
@@ -118,8 +99,7 @@ static bool pick(const Perf *r, int n, size_t cap, bool timed, pick_rules rules,
         /* f32 without TF32: a time taken with tensor-op math says nothing
          * about the algorithm under CUDNN_FMA_MATH */
         if (rules.fma_only &&
-            (r[i].mathType == CUDNN_TENSOR_OP_MATH || r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
-             transform_algo(r[i].algo)))
+            (r[i].mathType == CUDNN_TENSOR_OP_MATH || r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
             continue;
         if (rules.deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
         if (best < 0) {
