@@ -75,9 +75,13 @@ typedef struct {
     int found_inf;
     /* device-only bookkeeping for the host's overflow reports: step ends
      * counted by mp_cuda_scaler_update (skipped ones included), the index of
-     * the last skipped one, and its MP_CUDA_FOUND_* (0 before any) */
-    long long ends, last_skip_end;
-    int last_found;
+     * the last skipped one, its MP_CUDA_FOUND_* (0 before any) and the scale
+     * it ran with; the longest run of consecutive forward overflows so far
+     * and the index of the step that reached it (so a run that reached the
+     * limit is seen even when a clean step followed before the host read) */
+    long long ends, last_skip_end, forward_peak_end;
+    int last_found, forward_peak;
+    float last_skip_scale;
 } mp_cuda_scaler_state;
 
 /* found_inf values: a non-finite gradient, or a non-finite loss (a forward

@@ -347,16 +347,20 @@ mp_status mp_cuda_step_state_from_host(mp_cuda_step *s, const mp_optim *host_opt
     *s->mirror = (mp_cuda_scaler_state){.scale = host_scaler->scale, .skipped_steps = host_scaler->skipped_steps,
                                         .forward_overflows = host_scaler->forward_overflows,
                                         .consecutive_forward_overflows = host_scaler->consecutive_forward_overflows,
-                                        .last_skip_end = -1};
+                                        .last_skip_end = -1, .forward_peak_end = -1,
+                                        .forward_peak = host_scaler->consecutive_forward_overflows,
+                                        .last_skip_scale = host_scaler->scale};
     return MP_OK;
 }
 
 static void overflows_from(const mp_cuda_step *s, const volatile mp_cuda_scaler_state *d, mp_cuda_step_overflows *out) {
-    const long long last = d->last_skip_end;
+    const long long last = d->last_skip_end, peak = d->forward_peak_end;
     *out = (mp_cuda_step_overflows){.skipped_steps = d->skipped_steps, .forward_overflows = d->forward_overflows,
                                     .consecutive_forward_overflows = d->consecutive_forward_overflows,
                                     .scale = d->scale, .last_skip_ago = last < 0 ? -1 : s->ends_queued - 1 - last,
-                                    .last_skip_forward = d->last_found >= MP_CUDA_FOUND_FORWARD};
+                                    .last_skip_forward = d->last_found >= MP_CUDA_FOUND_FORWARD,
+                                    .last_skip_scale = d->last_skip_scale, .forward_peak = d->forward_peak,
+                                    .forward_peak_ago = peak < 0 ? -1 : s->ends_queued - 1 - peak};
 }
 
 mp_status mp_cuda_step_overflows_read(mp_cuda_step *s, bool wait, mp_cuda_step_overflows *out) {

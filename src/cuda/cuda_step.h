@@ -77,6 +77,9 @@ typedef struct {
     float scale;                     /* the loss scale now (1 without loss scaling) */
     int64_t last_skip_ago;           /* the last skipped step, in steps before the last queued one; -1: none */
     bool last_skip_forward;          /* that step was a forward overflow */
+    float last_skip_scale;           /* the loss scale that step ran with */
+    int forward_peak;                /* the longest run of consecutive forward overflows so far */
+    int64_t forward_peak_ago;        /* the step that reached it, as last_skip_ago */
 } mp_cuda_step_overflows;
 /* wait = false: from a host copy each step writes at its end (no
  * synchronization; it may lag the queue by a step or so): cheap enough to
@@ -84,7 +87,9 @@ typedef struct {
 mp_status mp_cuda_step_overflows_read(mp_cuda_step *s, bool wait, mp_cuda_step_overflows *out);
 /* Overflow provenance: replays the last queued micro-batch (its input is
  * still in place) and names the first node whose output (and, with
- * backward, then whose gradient, seeded with seed) holds a NaN/inf. The
+ * backward, then whose gradient, seeded with seed) holds a NaN/inf. Only
+ * meaningful when that micro-batch's step is the one that overflowed
+ * (last_skip_ago 0: later steps moved the weights and the batch). The
  * parameters and BN statistics are kept; the gradients are overwritten (the
  * step was skipped). One GPU only: in a data-parallel run site->found stays
  * false. Synchronizes; for failure reports, never per step. */

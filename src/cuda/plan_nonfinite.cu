@@ -25,7 +25,7 @@ extern "C" mp_status mp_device_tensor_nonfinite(const mp_plan *p, const mp_tenso
         return MP_OK; // labels and other non-float tensors cannot overflow
     cudaStream_t stream = mp_cuda_plan_ctx(p)->stream; // after the work that wrote t
     int *flag = NULL, hit = 0;
-    MP_CUDA_TRY(cudaMallocAsync((void **)&flag, sizeof *flag, stream), "overflow provenance");
+    MP_CUDA_TRY(cudaMalloc((void **)&flag, sizeof *flag), "overflow provenance");
     cudaError_t e = cudaMemsetAsync(flag, 0, sizeof *flag, stream);
     const int threads = 256, blocks = (int)(n / threads + 1 < 1024 ? n / threads + 1 : 1024);
     if (e == cudaSuccess) {
@@ -40,8 +40,8 @@ extern "C" mp_status mp_device_tensor_nonfinite(const mp_plan *p, const mp_tenso
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) e = cudaMemcpyAsync(&hit, flag, sizeof hit, cudaMemcpyDeviceToHost, stream);
-    cudaFreeAsync(flag, stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    cudaFree(flag);
     MP_CUDA_TRY(e, "overflow provenance");
     *found = hit != 0;
     return MP_OK;

@@ -31,6 +31,9 @@ static mp_cuda_scaler_state to_device_layout(const mp_scaler *h) {
     d.ends = 0;
     d.last_skip_end = -1;
     d.last_found = 0;
+    d.last_skip_scale = h->scale;
+    d.forward_peak = h->consecutive_forward_overflows;
+    d.forward_peak_end = -1;
     return d;
 }
 
@@ -131,16 +134,21 @@ __device__ static void update_hysteresis(mp_cuda_scaler_state *s, bool overflow)
 
 __global__ void scaler_update_kernel(mp_cuda_scaler_state *s) {
     const int found = s->found_inf;
+    const long long end = s->ends++;
     s->found_inf = 0;
     if (found) {
-        s->last_skip_end = s->ends;
+        s->last_skip_end = end;
         s->last_found = found;
+        s->last_skip_scale = s->scale;
     }
-    s->ends++;
     if (found >= MP_CUDA_FOUND_FORWARD) { /* as mp_scaler_forward_overflow */
         s->skipped_steps++;
         s->forward_overflows++;
         if (s->consecutive_forward_overflows < 0x7fffffff) s->consecutive_forward_overflows++;
+        if (s->consecutive_forward_overflows > s->forward_peak) {
+            s->forward_peak = s->consecutive_forward_overflows;
+            s->forward_peak_end = end;
+        }
         return;
     }
     s->consecutive_forward_overflows = 0; /* mp_scaler_forward_ok */

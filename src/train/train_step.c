@@ -116,6 +116,7 @@ static mp_status rebuild_gpu_step(mp_step_ctx *c) {
     MP_TRY(make_plan(c));
     MP_TRY(make_gpu_step(c));
     MP_TRY(mp_step_ctx_state_to_device(c));
+    c->gpu_rebuilds++;
     return mp_cuda_step_overflows_read(c->gpu, true, &c->gpu_seen);
 }
 
@@ -123,18 +124,25 @@ static mp_status rebuild_gpu_step(mp_step_ctx *c) {
 static int forward_limit(const mp_step_ctx *c) { return c->o->max_forward_overflows > 0 ? c->o->max_forward_overflows : 3; }
 
 /* After a forward overflow at `step` (the consecutive-th in a row) whose
- * first non-finite output is node's: report it; after too many in a row,
- * fall back or stop. */
-static mp_status forward_overflow_report(mp_step_ctx *c, int64_t step, int node, int consecutive) {
+ * first non-finite output is node's (-1: not located, `why` says why):
+ * report it; after too many in a row, fall back or stop. */
+static mp_status forward_overflow_report(mp_step_ctx *c, int64_t step, int node, const char *why, int consecutive) {
     mp_graph *g = c->m->g;
-    char d[160];
-    node_desc(g, node, d, sizeof d);
+    char d[200];
+    if (node >= 0) node_desc(g, node, d, sizeof d);
+    else snprintf(d, sizeof d, "an op %s", why);
     if (c->events)
         fprintf(c->events,
                 "step %lld: forward overflow: first non-finite value in the output of %s; a gradient overflow it is "
                 "not, so the loss scale stays %g; skipping step\n",
                 (long long)step, d, current_scale(c));
     if (consecutive < forward_limit(c)) return MP_OK;
+    if (node < 0)
+        return mp_error(MP_ERR_NONFINITE,
+                        "step %lld: %d consecutive forward overflows, the first non-finite output in %s. Lowering the "
+                        "loss scale cannot fix a forward overflow; try --precision amp-bf16 or an fp32 "
+                        "--precision-override for that layer%s",
+                        (long long)step, consecutive, d, c->o->auto_fallback ? " (--auto-fallback needs the op)" : "");
     mp_gnode *nd = &g->nodes[node];
     if (c->o->auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32)) {
         nd->compute_dtype = MP_DTYPE_F32;
@@ -169,7 +177,7 @@ static mp_status forward_overflow(mp_step_ctx *c, int64_t step) {
         consecutive = ++c->consecutive_forward;
     }
     c->skipped++;
-    return forward_overflow_report(c, step, site.found ? site.node : c->m->loss, consecutive);
+    return forward_overflow_report(c, step, site.found ? site.node : c->m->loss, NULL, consecutive);
 }
 
 /* The error of a gradient overflow the scale cannot absorb: no loss
@@ -233,11 +241,14 @@ static int argmax(const float *x, int k) {
 
 /* GPU: overflows show in the counts every step writes to the host, read
  * without waiting (wait = false) after each step; only when they moved does
- * the host wait, replay the step to name the op and report as the CPU path
- * does: a forward overflow kept the scale, and after too many in a row the
- * run falls back or stops; a gradient overflow backed the scale off, and
- * stops the run without loss scaling or at the minimum scale. Several
- * overflows between two reads are reported as the last one, with counts. */
+ * the host wait and report as the CPU path does: a forward overflow kept the
+ * scale, and once a run of them reached the limit (the device keeps the
+ * longest run, so a clean step after it cannot hide it) the run falls back
+ * or stops; a gradient overflow backed the scale off, and stops the run
+ * without loss scaling or at the minimum scale. Several overflows between
+ * two reads are reported as the last one, with counts. The op is named by
+ * replaying the step, which shows it only while that step is the last
+ * queued one (later steps moved the weights and the batch). */
 static mp_status gpu_overflow_reports(mp_step_ctx *c, bool wait) {
     mp_cuda_step_overflows now;
     MP_TRY(mp_cuda_step_overflows_read(c->gpu, wait, &now));
@@ -253,26 +264,39 @@ static mp_status gpu_overflow_reports(mp_step_ctx *c, bool wait) {
     if (c->events && forward + gradient > 1)
         fprintf(c->events, "steps up to %lld: %lld forward and %lld gradient overflows since the last report\n",
                 (long long)at, (long long)forward, (long long)gradient);
-    const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
-    mp_nonfinite_site site; /* the replay names the op (one GPU; the batch is the last queued) */
-    MP_TRY(mp_cuda_step_locate_overflow(c->gpu, !now.last_skip_forward, was.scale / (float)k, &site));
-    const int node = site.found ? site.node : c->m->loss;
-    if (now.last_skip_forward && now.consecutive_forward_overflows > forward_limit(c)) {
-        /* the queue ran past the step that reached the limit: those skipped too; report that step */
-        const int limit = forward_limit(c), beyond = now.consecutive_forward_overflows - limit;
-        if (c->events)
-            fprintf(c->events, "steps %lld to %lld: forward overflows as well (queued before the host saw step %lld's)\n",
-                    (long long)(at - beyond + 1), (long long)at, (long long)(at - beyond));
-        return forward_overflow_report(c, at - beyond, node, limit);
+    const int limit = forward_limit(c);
+    const bool limit_now = now.forward_peak >= limit && was.forward_peak < limit;
+    mp_nonfinite_site site = {.node = -1};
+    const char *why = c->o->dist ? "(not located in data-parallel runs)"
+                                 : "(not located: later steps ran before the host looked)";
+    if (!c->o->dist && now.last_skip_ago == 0 && (!limit_now || now.consecutive_forward_overflows >= limit)) {
+        const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
+        if (mp_cuda_step_locate_overflow(c->gpu, !now.last_skip_forward, now.last_skip_scale / (float)k, &site) !=
+            MP_OK) { /* a diagnosis: its failure does not stop the run */
+            site.found = false;
+            why = "(not located: the replay failed)";
+            mp_clear_error();
+        }
     }
-    if (now.last_skip_forward) return forward_overflow_report(c, at, node, now.consecutive_forward_overflows);
-    char d[160] = "an unlocated tensor";
+    const int node = site.found ? site.node : -1;
+    if (limit_now) { /* the queue may have run past the step that reached the limit: report that step */
+        const int beyond = now.forward_peak - limit;
+        const int64_t reached = c->gpu_last_step - now.forward_peak_ago - beyond;
+        if (c->events && beyond > 0)
+            fprintf(c->events, "steps %lld to %lld: forward overflows as well (queued before the host saw step %lld's)\n",
+                    (long long)(reached + 1), (long long)(reached + beyond), (long long)reached);
+        return forward_overflow_report(c, reached, node, why, limit);
+    }
+    if (now.last_skip_forward) return forward_overflow_report(c, at, node, why, now.consecutive_forward_overflows);
+    char d[200];
     if (site.found) node_desc(c->m->g, site.node, d, sizeof d);
+    else snprintf(d, sizeof d, "an op %s", why);
     if (c->events)
         fprintf(c->events, "step %lld: gradient overflow in %s of %s (%s); skipping step, loss scale %g -> %g\n",
                 (long long)at, site.found && !site.backward ? "forward" : "backward", d, site.found ? site.what : "?",
-                was.scale, now.scale);
-    if (!c->o->loss_scaling || (was.scale <= c->scaler.min_scale && now.scale <= c->scaler.min_scale))
+                now.last_skip_scale, now.scale);
+    if (!c->o->loss_scaling || (c->scaler.opts.dynamic && now.last_skip_scale <= c->scaler.min_scale &&
+                                now.scale <= c->scaler.min_scale))
         return gradient_overflow_error(c, at, d);
     return MP_OK;
 }
@@ -287,9 +311,8 @@ mp_status mp_step_ctx_sync_gpu(mp_step_ctx *c) {
 
 mp_status mp_step_ctx_state_to_host(mp_step_ctx *c) {
     if (!c->gpu) return MP_OK;
-    MP_TRY(mp_cuda_step_state_to_host(c->gpu, c->opt, c->o->loss_scaling ? &c->scaler : NULL));
-    if (c->o->loss_scaling) c->skipped = c->scaler.skipped_steps;
-    return MP_OK;
+    /* c->skipped keeps counting this run's skipped steps, as on the CPU */
+    return mp_cuda_step_state_to_host(c->gpu, c->opt, c->o->loss_scaling ? &c->scaler : NULL);
 }
 
 mp_status mp_step_ctx_state_to_device(mp_step_ctx *c) {
@@ -318,7 +341,12 @@ static mp_status gpu_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t
         MP_TRY(mp_cuda_step_run(c->gpu, lr));
     }
     c->gpu_last_step = global_step;
+    const int rebuilds = c->gpu_rebuilds;
     MP_TRY(gpu_overflow_reports(c, false));
+    if (c->gpu_rebuilds != rebuilds) { /* --auto-fallback: a new plan that has not run yet */
+        r->skipped = true;
+        return MP_OK;
+    }
     int every = c->o->read_every > 0 ? c->o->read_every : 20;
     if (global_step % every && !c->read_now) return MP_OK;
     float loss = 0;

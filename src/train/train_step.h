@@ -29,6 +29,7 @@ typedef struct {
     bool read_now;            /* GPU: read this step's loss whatever read_every says (an epoch's last) */
     mp_cuda_step_overflows gpu_seen; /* GPU: the overflow counts already reported */
     int64_t gpu_last_step;    /* GPU: the global step last queued */
+    int gpu_rebuilds;         /* GPU: plans rebuilt by --auto-fallback */
 } mp_step_ctx;
 
 typedef struct {

@@ -252,6 +252,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     const model_case models[] = {{"small", 1, 28, 28}, {"cnn10", 3, 32, 32}, {"resnet18", 3, 32, 32}};
+    bool known = !only;
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) known = known || !strcmp(only, models[i].model);
+    if (!known) {
+        fprintf(stderr, "test_cuda_plan: unknown model '%s' (small, cnn10, resnet18)\n", only);
+        return 2;
+    }
     const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_TF32, MP_PRECISION_AMP_FP16,
                                   MP_PRECISION_AMP_BF16, MP_PRECISION_O2_FP16, MP_PRECISION_O2_BF16,
                                   MP_PRECISION_FP16, MP_PRECISION_BF16};
