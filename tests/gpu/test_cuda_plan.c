@@ -8,7 +8,8 @@
  *     turn so the loss must fall; the GPU step replayed from its CUDA graph;
  *     a static loss scale for amp-fp16 on both sides, so no overflow decision
  *     can differ) whose loss curve follows the CPU's.
- * An argument (small, cnn10, resnet18) runs one model's cases only.
+ * Arguments (diagnosis): a model (small, cnn10, resnet18) runs that model's
+ * cases only, and a precision after it only that policy's.
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
 #include <math.h>
 #include <stdio.h>
@@ -247,6 +248,12 @@ static void training_curve(const model_case *mc, mp_precision prec) {
 
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL; /* one model's cases (diagnosis) */
+    mp_precision only_prec = MP_PRECISION_FP32;
+    const bool one_prec = argc > 2 && mp_precision_parse(argv[2], &only_prec) == MP_OK;
+    if (argc > 2 && !one_prec) {
+        fprintf(stderr, "test_cuda_plan: %s\n", mp_last_error());
+        return 2;
+    }
     if (mp_cuda_device_count() < 1) {
         fprintf(stderr, "test_cuda_plan: no CUDA device: %s\n", mp_cuda_device_list());
         return 2;
@@ -263,8 +270,9 @@ int main(int argc, char **argv) {
                                   MP_PRECISION_FP16, MP_PRECISION_BF16};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         for (size_t j = 0; j < sizeof precs / sizeof precs[0] && (!only || !strcmp(only, models[i].model)); j++)
-            one_step_gradients(&models[i], precs[j]);
+            if (!one_prec || precs[j] == only_prec) one_step_gradients(&models[i], precs[j]);
     for (size_t i = 0; i < 2; i++)
-        for (size_t j = 0; j < 4 && (!only || !strcmp(only, models[i].model)); j++) training_curve(&models[i], precs[j]);
+        for (size_t j = 0; j < 4 && (!only || !strcmp(only, models[i].model)); j++)
+            if (!one_prec || precs[j] == only_prec) training_curve(&models[i], precs[j]);
     return test_summary("test_cuda_plan");
 }
