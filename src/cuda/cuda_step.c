@@ -9,6 +9,7 @@
  * synchronizing; a step that overflowed can be replayed to name the op. */
 #include "cuda/cuda_step.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,6 +397,11 @@ mp_status mp_cuda_step_locate_overflow(mp_cuda_step *s, bool backward, float see
         mp_cuda_plan_seed_from_device(p, backward_seed(s));
         p->grad_ready = hook;
     }
-    mp_status back = mp_plan_sync_params(p, false);
-    return st != MP_OK ? st : back;
+    if (st != MP_OK) { /* the search failed: not located; putting the state back must not */
+        memset(site, 0, sizeof *site);
+        site->node = -1;
+        snprintf(site->what, sizeof site->what, "replay failed");
+        mp_clear_error();
+    }
+    return mp_plan_sync_params(p, false);
 }

@@ -92,7 +92,9 @@ mp_status mp_cuda_step_overflows_read(mp_cuda_step *s, bool wait, mp_cuda_step_o
  * (last_skip_ago 0: later steps moved the weights and the batch). The
  * parameters and BN statistics are kept; the gradients are overwritten (the
  * step was skipped). One GPU only: in a data-parallel run site->found stays
- * false. Synchronizes; for failure reports, never per step. */
+ * false. A failed search leaves site->found false with site->what "replay
+ * failed" (no error); an error means the state could not be put back.
+ * Synchronizes; for failure reports, never per step. */
 mp_status mp_cuda_step_locate_overflow(mp_cuda_step *s, bool backward, float seed, mp_nonfinite_site *site);
 /* Gradient buckets of a data-parallel step (0 on one GPU). */
 int mp_cuda_step_buckets(const mp_cuda_step *s);

@@ -115,9 +115,9 @@ static mp_status rebuild_gpu_step(mp_step_ctx *c) {
     c->gpu = NULL;
     MP_TRY(make_plan(c));
     MP_TRY(make_gpu_step(c));
-    MP_TRY(mp_step_ctx_state_to_device(c));
+    MP_TRY(mp_step_ctx_state_to_device(c)); /* also reads the new step's overflow counts */
     c->gpu_rebuilds++;
-    return mp_cuda_step_overflows_read(c->gpu, true, &c->gpu_seen);
+    return MP_OK;
 }
 
 /* Consecutive forward overflows that stop the run (or fall back). */
@@ -271,17 +271,16 @@ static mp_status gpu_overflow_reports(mp_step_ctx *c, bool wait) {
                                  : "(not located: later steps ran before the host looked)";
     if (!c->o->dist && now.last_skip_ago == 0 && (!limit_now || now.consecutive_forward_overflows >= limit)) {
         const int k = c->o->accumulate > 0 ? c->o->accumulate : 1;
-        if (mp_cuda_step_locate_overflow(c->gpu, !now.last_skip_forward, now.last_skip_scale / (float)k, &site) !=
-            MP_OK) { /* a diagnosis: its failure does not stop the run */
-            site.found = false;
-            why = "(not located: the replay failed)";
-            mp_clear_error();
-        }
+        MP_TRY(mp_cuda_step_locate_overflow(c->gpu, !now.last_skip_forward, now.last_skip_scale / (float)k, &site));
+        if (!site.found) /* e.g. an earlier micro-batch of the step overflowed: the replay runs the last */
+            why = strcmp(site.what, "replay failed") ? "(not located: the replay of the step's last micro-batch found "
+                                                       "no NaN/inf)"
+                                                     : "(not located: the replay failed)";
     }
     const int node = site.found ? site.node : -1;
     if (limit_now) { /* the queue may have run past the step that reached the limit: report that step */
         const int beyond = now.forward_peak - limit;
-        const int64_t reached = c->gpu_last_step - now.forward_peak_ago - beyond;
+        const int64_t reached = now.forward_peak_ago >= 0 ? c->gpu_last_step - now.forward_peak_ago - beyond : at;
         if (c->events && beyond > 0)
             fprintf(c->events, "steps %lld to %lld: forward overflows as well (queued before the host saw step %lld's)\n",
                     (long long)(reached + 1), (long long)(reached + beyond), (long long)reached);
