@@ -327,7 +327,6 @@ float *mp_device_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
 
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : NULL; }
 float *mp_cuda_plan_param(const mp_plan *p, int k) { return p->dev->param[k]; }
-float *mp_cuda_plan_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
 
 /* The low cast of graph parameter k (its first user's), or NULL. */
 void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype) {

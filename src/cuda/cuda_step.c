@@ -38,9 +38,8 @@ struct mp_cuda_step {
     mp_cuda_scaler_state *mirror;   /* pinned host copy of *check, written at each step's end */
     const float *loss;              /* device f32 loss, checked after forward */
     long long ends_queued;          /* step ends queued since the check state was last uploaded */
-    float *one;                     /* device 1.0f: the seed without scaling */
     float *lr;                      /* device learning rate, written before each replay */
-    float *micro_seed;              /* accumulation: (scale or 1) / k, the seed of every micro-batch */
+    float *micro_seed;              /* accumulation: the check state's scale / k, the seed of every micro-batch */
     int *inject;                    /* device flag of mp_cuda_step_inject_overflow, or NULL */
     float *first_grad;              /* where the injection writes */
     mp_grad_allreduce *allreduce;   /* data parallel, else NULL */
@@ -69,10 +68,18 @@ static mp_status cast_weights_now(mp_plan *p) {
     return st;
 }
 
-/* Where backward reads its seed: the scale (or 1) over k when accumulating,
- * else the scale, else 1. */
+/* Where backward reads its seed: the check state's scale (the loss scale,
+ * or a static 1 without scaling), over k when accumulating. */
 static const float *backward_seed(const mp_cuda_step *s) {
-    return s->accumulate > 1 ? s->micro_seed : s->scaler ? &s->scaler->scale : s->one;
+    return s->accumulate > 1 ? s->micro_seed : &s->check->scale;
+}
+
+/* The pinned host copy of the check state, refreshed from the device
+ * (synchronizing; at creation and after an upload). */
+static mp_status refresh_mirror(mp_cuda_step *s) {
+    MP_CUDA_TRY(cudaMemcpyAsync(s->mirror, s->check, sizeof *s->mirror, cudaMemcpyDeviceToHost, s->ctx->stream),
+                "overflow counts");
+    return mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "overflow counts");
 }
 
 mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_step **out) {
@@ -99,7 +106,7 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         if (!par->spec.trainable) continue;
         mp_dtype low_dtype = MP_DTYPE_F32;
         void *low = mp_cuda_plan_low(p, k, &low_dtype);
-        gp[j] = mp_cuda_plan_grad(p, k);
+        gp[j] = mp_device_grad(p, k);
         if (j == 0) gp0 = gp[j];
         numel[j] = mp_shape_numel(&par->spec.shape);
         refs[j] = (mp_cuda_param_ref){.param = mp_cuda_plan_param(p, k), .grad = gp[j], .low = low,
@@ -122,9 +129,7 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
     }
     if (st == MP_OK) {
         st = mp_cuda_check(cudaMallocHost((void **)&s->mirror, sizeof *s->mirror), "cudaMallocHost", "cuda step");
-        if (st == MP_OK) st = mp_cuda_check(cudaMemcpyAsync(s->mirror, s->check, sizeof *s->mirror, cudaMemcpyDeviceToHost,
-                                                            s->ctx->stream), "cudaMemcpyAsync", "cuda step");
-        if (st == MP_OK) st = mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "cuda step");
+        if (st == MP_OK) st = refresh_mirror(s);
     }
     if (st == MP_OK) {
         const mp_tensor *loss = &p->nodes[p->losses[0]].call.out;
@@ -132,12 +137,8 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
         if (loss->dtype != MP_DTYPE_F32 || mp_tensor_numel(loss) != 1)
             st = mp_error(MP_ERR_INVALID_ARG, "cuda step: the loss '%s' is not one f32 value", g->nodes[p->losses[0]].name);
     }
-    if (st == MP_OK) st = mp_cuda_check(cudaMalloc((void **)&s->one, 3 * sizeof(float)), "cudaMalloc", "cuda step");
-    if (st == MP_OK) {
-        s->lr = s->one + 1;
-        s->micro_seed = s->one + 2;
-        st = mp_cuda_set_f32(s->ctx, s->one, 1.0f);
-    }
+    if (st == MP_OK) st = mp_cuda_check(cudaMalloc((void **)&s->lr, 2 * sizeof(float)), "cudaMalloc", "cuda step");
+    if (st == MP_OK) s->micro_seed = s->lr + 1;
     if (st == MP_OK && o->fault_injection) {
         s->first_grad = gp0;
         st = mp_cuda_check(cudaMalloc((void **)&s->inject, sizeof(int)), "cudaMalloc", "cuda step");
@@ -184,7 +185,7 @@ void mp_cuda_step_destroy(mp_cuda_step *s) {
     mp_cuda_optim_destroy(s->opt);
     mp_cuda_scaler_destroy(s->check);
     if (s->mirror) cudaFreeHost(s->mirror);
-    cudaFree(s->one);
+    cudaFree(s->lr);
     if (s->p && s->p->dev) {
         mp_cuda_plan_casts_by_optimizer(s->p, false);
         mp_cuda_plan_seed_from_device(s->p, NULL);
@@ -198,8 +199,7 @@ static mp_status enqueue(mp_cuda_step *s, micro_kind kind) {
     const bool first = kind == MICRO_FIRST || kind == WHOLE_STEP, last = kind == MICRO_LAST || kind == WHOLE_STEP;
     for (int k = 0; k < p->g->n_params; k++) p->g->params[k].grad_fresh = first; /* overwrite, or add */
     if (s->accumulate > 1) /* every micro-batch averages like 1/k of one batch of k*b */
-        MP_TRY(mp_cuda_scale_scalar(s->ctx, s->micro_seed, s->scaler ? &s->scaler->scale : s->one,
-                                    1.0f / (float)s->accumulate));
+        MP_TRY(mp_cuda_scale_scalar(s->ctx, s->micro_seed, &s->check->scale, 1.0f / (float)s->accumulate));
     MP_TRY(mp_plan_forward(p));
     MP_TRY(mp_cuda_check_loss(s->ctx, s->loss, s->check)); /* a forward overflow skips the step, keeps the scale */
     /* gradients are all-reduced as backward finishes them in the last
@@ -345,13 +345,7 @@ mp_status mp_cuda_step_state_from_host(mp_cuda_step *s, const mp_optim *host_opt
     if (!host_scaler) return MP_OK;
     MP_TRY(mp_cuda_scaler_upload(s->ctx, host_scaler, s->scaler));
     s->ends_queued = 0; /* the upload restarted the device's count */
-    *s->mirror = (mp_cuda_scaler_state){.scale = host_scaler->scale, .skipped_steps = host_scaler->skipped_steps,
-                                        .forward_overflows = host_scaler->forward_overflows,
-                                        .consecutive_forward_overflows = host_scaler->consecutive_forward_overflows,
-                                        .last_skip_end = -1, .forward_peak_end = -1,
-                                        .forward_peak = host_scaler->consecutive_forward_overflows,
-                                        .last_skip_scale = host_scaler->scale};
-    return MP_OK;
+    return refresh_mirror(s);
 }
 
 static void overflows_from(const mp_cuda_step *s, const volatile mp_cuda_scaler_state *d, mp_cuda_step_overflows *out) {

@@ -119,7 +119,6 @@ size_t mp_cuda_used_bytes(void);
 /* Accessors of a CUDA plan (cuda_plan.c). */
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p);
 float *mp_cuda_plan_param(const mp_plan *p, int k);
-float *mp_cuda_plan_grad(const mp_plan *p, int k);
 void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype);
 void mp_cuda_plan_seed_from_device(mp_plan *p, const float *seed_dev);
 void mp_cuda_plan_casts_by_optimizer(mp_plan *p, bool on);

@@ -37,9 +37,11 @@ mp_status mp_device_set_input(mp_plan *p, int node, const float *host_nchw, size
 mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t n);
 mp_status mp_device_read(const mp_plan *p, int node, float *host_nchw, size_t n);
 /* Whether a device tensor of the plan (an activation or a gradient) holds a
- * NaN/inf: copied to the host and bit-tested (synchronizes; provenance only). */
+ * NaN/inf: bit-tested on the device, one flag read back (synchronizes;
+ * provenance only). */
 mp_status mp_device_tensor_nonfinite(const mp_plan *p, const mp_tensor *t, bool *found);
-/* The device f32 gradient of graph parameter k (NULL for buffers). */
+/* The device f32 gradient of graph parameter k (NULL for buffers); the
+ * GPU step and the gradient all-reduce use it too. */
 float *mp_device_grad(const mp_plan *p, int k);
 /* Parameters (masters, and gradients) between the device and the graph's
  * host copies: to_host after training steps (checkpoints, CPU evaluation),

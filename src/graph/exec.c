@@ -116,8 +116,8 @@ static int64_t first_nonfinite(const void *x, mp_dtype dt, int64_t n) {
     return -1;
 }
 
-/* Whether tensor t of plan p holds a NaN/inf; on a device the tensor is
- * copied to the host first (a replay for provenance only, never per step). */
+/* Whether tensor t of plan p holds a NaN/inf; on a device a kernel tests it
+ * there (a replay for provenance only, never per step). */
 static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
     if (p->dev) return mp_device_tensor_nonfinite(p, t, found);
     *found = first_nonfinite(t->data, t->dtype, mp_tensor_numel(t)) >= 0;

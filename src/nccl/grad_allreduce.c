@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda/cuda_step.h"
+#include "graph/device.h"
 #include "nccl/grad_pack.h"
 #include "nccl/nccl_dist.h"
 
@@ -104,7 +105,7 @@ static mp_status plan_buckets(mp_grad_allreduce *a, size_t bucket_bytes) {
             const mp_gparam *gp = &g->params[k];
             if (gp->node != node || !gp->spec.trainable) continue;
             mp_grad_slot *en = &a->e[a->n_entries++];
-            *en = (mp_grad_slot){.grad = mp_cuda_plan_grad(p, k), .n = mp_shape_numel(&gp->spec.shape),
+            *en = (mp_grad_slot){.grad = mp_device_grad(p, k), .n = mp_shape_numel(&gp->spec.shape),
                                  .off = (long long)off};
             off += (size_t)en->n;
             bucket *b = a->n_buckets ? &a->b[a->n_buckets - 1] : NULL;

@@ -104,6 +104,13 @@ static const char *node_desc(const mp_graph *g, int node, char *buf, size_t len)
     return buf;
 }
 
+/* node's description, or (node < 0) "an op" and why it was not located. */
+static const char *site_desc(const mp_graph *g, int node, const char *why, char *buf, size_t len) {
+    if (node >= 0) return node_desc(g, node, buf, len);
+    snprintf(buf, len, "an op %s", why);
+    return buf;
+}
+
 static float current_scale(const mp_step_ctx *c) { return c->o->loss_scaling ? mp_scaler_scale(&c->scaler) : 1.0f; }
 
 /* GPU: the layer moves to fp32 in a new plan and step, the training state
@@ -129,8 +136,7 @@ static int forward_limit(const mp_step_ctx *c) { return c->o->max_forward_overfl
 static mp_status forward_overflow_report(mp_step_ctx *c, int64_t step, int node, const char *why, int consecutive) {
     mp_graph *g = c->m->g;
     char d[200];
-    if (node >= 0) node_desc(g, node, d, sizeof d);
-    else snprintf(d, sizeof d, "an op %s", why);
+    site_desc(g, node, why, d, sizeof d);
     if (c->events)
         fprintf(c->events,
                 "step %lld: forward overflow: first non-finite value in the output of %s; a gradient overflow it is "
@@ -288,8 +294,7 @@ static mp_status gpu_overflow_reports(mp_step_ctx *c, bool wait) {
     }
     if (now.last_skip_forward) return forward_overflow_report(c, at, node, why, now.consecutive_forward_overflows);
     char d[200];
-    if (site.found) node_desc(c->m->g, site.node, d, sizeof d);
-    else snprintf(d, sizeof d, "an op %s", why);
+    site_desc(c->m->g, node, why, d, sizeof d);
     if (c->events)
         fprintf(c->events, "step %lld: gradient overflow in %s of %s (%s); skipping step, loss scale %g -> %g\n",
                 (long long)at, site.found && !site.backward ? "forward" : "backward", d, site.found ? site.what : "?",
