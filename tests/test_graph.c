@@ -130,6 +130,7 @@ static void test_arena_planner(void) {
         size_t total = 0;
         CHECK(mp_arena_plan(b, n, &total) == MP_OK, "plan");
         CHECK(total <= sum, "arena %zu larger than all buffers %zu", total, sum);
+        CHECK(mp_arena_live_peak(b, n) <= total, "live peak %zu above the arena %zu", mp_arena_live_peak(b, n), total);
         for (int i = 0; i < n; i++) {
             CHECK(b[i].offset % 64 == 0, "misaligned offset %zu", b[i].offset);
             CHECK(b[i].offset + b[i].size <= total, "buffer past the arena end");
@@ -146,6 +147,10 @@ static void test_arena_planner(void) {
     size_t total = 0;
     mp_arena_plan(seq, 3, &total);
     CHECK(total == 1024, "sequential buffers should reuse one slot, arena %zu", total);
+    /* At most two of three alive at once: 1000 + 2000 bytes (aligned to 1024 + 2048). */
+    mp_arena_buf two[3] = {{.size = 1000, .first = 0, .last = 1}, {.size = 2000, .first = 1, .last = 2},
+                           {.size = 3000, .first = 3, .last = 3}};
+    CHECK(mp_arena_live_peak(two, 3) == 3072, "live peak %zu, expected 3072", mp_arena_live_peak(two, 3));
 }
 
 /* Heap probe: the bytes kept and the largest single allocation, across all

@@ -21,6 +21,20 @@ static int by_offset(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+size_t mp_arena_live_peak(const mp_arena_buf *bufs, int n) {
+    int last = -1;
+    for (int i = 0; i < n; i++)
+        if (bufs[i].size && bufs[i].last > last) last = bufs[i].last;
+    size_t peak = 0;
+    for (int t = 0; t <= last; t++) {
+        size_t live = 0;
+        for (int i = 0; i < n; i++)
+            if (bufs[i].size && bufs[i].first <= t && t <= bufs[i].last) live += align_up(bufs[i].size);
+        if (live > peak) peak = live;
+    }
+    return peak;
+}
+
 mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total) {
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     const mp_arena_buf **live = malloc((size_t)(n ? n : 1) * sizeof *live);

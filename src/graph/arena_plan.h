@@ -17,5 +17,8 @@ typedef struct {
 
 /* Assign offsets (64-byte aligned); returns the arena size in *total. */
 mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total);
+/* The most bytes (aligned as placed) alive at one step: no placement can
+ * need less, so total / this is the planner's fragmentation. */
+size_t mp_arena_live_peak(const mp_arena_buf *bufs, int n);
 
 #endif
