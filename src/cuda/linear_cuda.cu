@@ -11,16 +11,19 @@
  * logits stored f32, the f32 weight gradient), else a workspace slice in cd
  * cast once. The bias rides the GEMM epilogue (CUBLASLT_EPILOGUE_BIAS) when
  * its dtype is D's, else a bias kernel adds it; db = column sums of dy.
- * Algorithms: cublasLtMatmulAlgoGetHeuristic once per GEMM in prepare, with
- * at most 32 MiB of the shared workspace. The weight (and bias) arrive in cd
+ * Algorithms: cublasLtMatmulAlgoGetHeuristic's best 8 once per GEMM in
+ * prepare, with at most 32 MiB of workspace, the fastest of them by timing
+ * (lt_pick.h; its first under MIXPREC_DETERMINISTIC=1). The weight (and bias) arrive in cd
  * (f32 master, or the executor's f16/bf16 cast), see cuda_op.h. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda/cuda_op.h"
 #include "cuda/lib_kernels.h"
+#include "cuda/lt_pick.h"
 
 #define LT_MAX_WORKSPACE ((size_t)32 << 20)
+#define LT_CANDIDATES 8
 
 typedef struct {
     cublasLtMatmulDesc_t op;
@@ -90,10 +93,10 @@ static mp_status gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
         s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
-    cublasLtMatmulHeuristicResult_t r;
+    cublasLtMatmulHeuristicResult_t r[LT_CANDIDATES];
     int found = 0;
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, g->op, g->a, g->b, g->d, g->d, pref, 1, &r, &found);
+        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, g->op, g->a, g->b, g->d, g->d, pref, LT_CANDIDATES, r, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     MP_TRY(mp_cublas_check(s, "cublasLtMatmulAlgoGetHeuristic", what));
     if (found < 1)
@@ -101,8 +104,13 @@ static mp_status gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct,
                         what, mp_dtype_name(ab), mp_dtype_name(ab), mp_dtype_name(dd), (unsigned long long)d.rows,
                         (unsigned long long)d.cols,
                         (unsigned long long)(ta == CUBLAS_OP_N ? a.cols : a.rows));
-    g->algo = r.algo;
-    g->workspace = r.workspaceSize;
+    const size_t ab_size = mp_dtype_size(ab), d_size = mp_dtype_size(dd);
+    const mp_lt_problem pb = {g->op, g->a, g->b, g->d, (size_t)a.ld * a.cols * ab_size, (size_t)b.ld * b.cols * ab_size,
+                              (size_t)d.ld * d.cols * d_size, epi == CUBLASLT_EPILOGUE_BIAS ? d.rows * ab_size : 0};
+    int best = 0;
+    MP_TRY(mp_lt_pick_fastest(ctx, &pb, r, found, &best, what));
+    g->algo = r[best].algo;
+    g->workspace = r[best].workspaceSize;
     return MP_OK;
 }
 

@@ -1,0 +1,72 @@
+/* lt_pick.cu — see lt_pick.h. */
+#include "cuda/lt_pick.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool deterministic(void) {
+    const char *e = getenv("MIXPREC_DETERMINISTIC");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median ms of 3 runs of algorithm r (after one warm-up); < 0 if it fails. */
+static float time_algo(mp_cuda_ctx *ctx, const mp_lt_problem *pb, const cublasLtMatmulHeuristicResult_t *r,
+                       const void *a, const void *b, void *d, void *ws, cudaEvent_t ev[2]) {
+    const float one = 1.0f, zero = 0.0f;
+    float t[3];
+    for (int k = -1; k < 3; k++) {
+        if (k >= 0 && cudaEventRecord(ev[0], ctx->stream) != cudaSuccess) return -1;
+        if (cublasLtMatmul(ctx->lt, pb->op, &one, a, pb->a, b, pb->b, &zero, d, pb->d, d, pb->d, &r->algo, ws,
+                           r->workspaceSize, ctx->stream) != CUBLAS_STATUS_SUCCESS)
+            return -1;
+        if (k < 0) continue;
+        if (cudaEventRecord(ev[1], ctx->stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+            cudaEventElapsedTime(&t[k], ev[0], ev[1]) != cudaSuccess)
+            return -1;
+    }
+    qsort(t, 3, sizeof *t, cmp_float);
+    return t[1];
+}
+
+mp_status mp_lt_pick_fastest(mp_cuda_ctx *ctx, const mp_lt_problem *pb, const cublasLtMatmulHeuristicResult_t *r,
+                             int n, int *best, const char *what) {
+    *best = 0;
+    if (n <= 1 || deterministic()) return MP_OK;
+    size_t ws_bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (r[i].workspaceSize > ws_bytes) ws_bytes = r[i].workspaceSize;
+    void *a = NULL, *b = NULL, *d = NULL, *ws = NULL, *bias = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    mp_status st = MP_OK;
+    if (cudaMalloc(&a, pb->a_bytes) != cudaSuccess || cudaMalloc(&b, pb->b_bytes) != cudaSuccess ||
+        cudaMalloc(&d, pb->d_bytes) != cudaSuccess || (ws_bytes && cudaMalloc(&ws, ws_bytes) != cudaSuccess) ||
+        (pb->bias_bytes && cudaMalloc(&bias, pb->bias_bytes) != cudaSuccess) ||
+        cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no memory to time in: keep the heuristic's first */
+    } else {
+        cudaMemsetAsync(a, 0, pb->a_bytes, ctx->stream);
+        cudaMemsetAsync(b, 0, pb->b_bytes, ctx->stream);
+        if (bias) {
+            cudaMemsetAsync(bias, 0, pb->bias_bytes, ctx->stream);
+            st = mp_cublas_check(cublasLtMatmulDescSetAttribute(pb->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                                sizeof bias),
+                                 "cublasLtMatmulDescSetAttribute", what);
+        }
+        float best_ms = -1;
+        for (int i = 0; i < n && st == MP_OK; i++) {
+            float ms = time_algo(ctx, pb, &r[i], a, b, d, ws, ev);
+            if (ms >= 0 && (best_ms < 0 || ms < best_ms)) best_ms = ms, *best = i;
+        }
+        (void)cudaGetLastError(); /* a candidate that failed to launch is skipped, not an error */
+    }
+    if (ev[0]) cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
+    cudaStreamSynchronize(ctx->stream);
+    cudaFree(a), cudaFree(b), cudaFree(d), cudaFree(ws), cudaFree(bias);
+    return st;
+}
