@@ -187,6 +187,13 @@ typedef struct {
      * mp_dist from src/dist/dist.h), else with this rank's own */
     bool sync_bn;
     void *sync_dist;
+    /* GPU training plans with one loss: the parameters' fp32 gradients live in
+     * the activation arena, from their node's backward to the step's end,
+     * instead of in memory of their own (less peak memory: PyTorch's
+     * zero_grad(set_to_none=True)). Every backward then overwrites them, and
+     * they are gone once the next forward runs: no gradient accumulation over
+     * several backward passes (mp_cuda_step refuses accumulate > 1). */
+    bool grads_in_arena;
 } mp_plan_opts;
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);

@@ -66,7 +66,7 @@ static mp_status rank_train(rank_job *j, mp_dist *d) {
     if (s == MP_OK) {
         mp_graph_init_params(m.g, 1);
         s = mp_plan_create(m.g, (mp_plan_opts){.batch = c->batch, .training = true, .loss = m.loss,
-                                               .device = {MP_DEVICE_CUDA, device}},
+                                               .device = {MP_DEVICE_CUDA, device}, .grads_in_arena = true},
                            &plan);
     }
     bool scaling = c->prec == MP_PRECISION_AMP_FP16 || c->prec == MP_PRECISION_O2_FP16;

@@ -54,7 +54,8 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
                             .scaler = {.dynamic = true}, .no_graph = profile};
     mp_status s = mp_plan_create(m.g,
                                  (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
-                                                .device = {MP_DEVICE_CUDA, device}, .profile = profile},
+                                                .device = {MP_DEVICE_CUDA, device}, .profile = profile,
+                                                .grads_in_arena = true},
                                  &plan);
     const size_t after_plan = mp_cuda_used_bytes();
     if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
@@ -100,9 +101,10 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
         /* where the device memory went (stderr; the issue-4 memory bar at batch 128) */
         const double mib = 1.0 / (1 << 20);
         fprintf(stderr,
-                "gpu_train_step: memory %s %s %d: plan %+.0f MiB (arena %.0f), step state %+.0f, first steps and "
-                "graph capture %+.0f, timed steps %+.0f, total %.0f MiB\n",
+                "gpu_train_step: memory %s %s %d: plan %+.0f MiB (arena %.0f, most alive at once %.0f), step "
+                "state %+.0f, first steps and graph capture %+.0f, timed steps %+.0f, total %.0f MiB\n",
                 model, mp_precision_name(prec), batch, ((double)after_plan - (double)before) * mib, r->arena_mib,
+                (double)plan->arena_live_peak * mib,
                 ((double)after_step - (double)after_plan) * mib, ((double)after_warm - (double)after_step) * mib,
                 ((double)after - (double)after_warm) * mib, r->device_mib);
         if (profile) {

@@ -10,8 +10,12 @@
  * each give one partial per channel (Welford within a thread, Chan's merge
  * across threads, fixed tree order), and a finalize kernel merges the G
  * partials in a fixed order. Forward keeps the batch mean and 1/std (f32) in
- * saved; the workspace holds the partials and per-channel coefficients. */
+ * saved; the workspace holds the partials and per-channel coefficients.
+ * Fused with the ReLU that reads it (cfg->relu_after, graph/plan_fuse.h),
+ * forward stores relu(y) and backward masks dy where that output is <= 0,
+ * with activation_cuda.cu's relu semantics (NaN passes). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/cuda_kernel_util.cuh"
 #include "dist/dist.h"
@@ -195,10 +199,27 @@ __global__ void bn_eval_coef_kernel(int C, const void *gamma, mp_dtype gdt, cons
     }
 }
 
-/* y = (x - mu) * scale + shift, coef = (mu, scale, shift) per channel. */
+/* relu's forward and backward (activation_cuda.cu): NaN passes both. */
+__device__ __forceinline__ float relu_of(float v) { return v < 0.f ? 0.f : v; }
+__device__ __forceinline__ float relu_grad(float y, float dy) { return y <= 0.f ? 0.f : dy; }
+
+/* dy, masked by a fused ReLU's output y where there is one (y != NULL). */
+template <int VEC>
+__device__ __forceinline__ void load_dy(const void *dy, mp_dtype dydt, const void *y, mp_dtype ydt, long long at,
+                                        float (&gv)[VEC]) {
+    mp_ldv<VEC>(dy, dydt, at, gv);
+    if (!y) return;
+    float yv[VEC];
+    mp_ldv<VEC>(y, ydt, at, yv);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) gv[k] = relu_grad(yv[k], gv[k]);
+}
+
+/* y = (x - mu) * scale + shift, coef = (mu, scale, shift) per channel;
+ * relu(y) when a ReLU is fused. */
 template <int VEC>
 __global__ void bn_apply_kernel(const void *x, mp_dtype xdt, void *y, mp_dtype ydt, long long M, int C,
-                                const float *coef) {
+                                const float *coef, bool relu) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= C / VEC) return;
     float mu[VEC], sc[VEC], sh[VEC];
@@ -213,16 +234,21 @@ __global__ void bn_apply_kernel(const void *x, mp_dtype xdt, void *y, mp_dtype y
         mp_ldv<VEC>(x, xdt, at, v);
 #pragma unroll
         for (int k = 0; k < VEC; k++) v[k] = (v[k] - mu[k]) * sc[k] + sh[k];
+        if (relu)
+#pragma unroll
+            for (int k = 0; k < VEC; k++) v[k] = relu_of(v[k]);
         mp_stv<VEC>(y, ydt, at, v);
     }
 }
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* Per chunk and channel: sum(dy) and sum(dy * (x - mu)) -> psdy/psdyx (G, C). */
+/* Per chunk and channel: sum(dy) and sum(dy * (x - mu)) -> psdy/psdyx (G, C);
+ * dy masked by y, a fused ReLU's output, unless NULL. */
 template <int VEC>
-__global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dtype dydt, const float *mu,
-                                     long long M, int C, long long R, float *psdy, float *psdyx) {
+__global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dtype dydt, const void *y,
+                                     mp_dtype ydt, const float *mu, long long M, int C, long long R, float *psdy,
+                                     float *psdyx) {
     __shared__ float s_a[MP_CUDA_THREADS * VEC], s_b[MP_CUDA_THREADS * VEC];
     const int g = blockIdx.x * blockDim.x + threadIdx.x, cg = C / VEC;
     const long long r0 = (long long)blockIdx.y * R, r1 = r0 + R < M ? r0 + R : M;
@@ -235,7 +261,7 @@ __global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy
             const long long at = r * C + (long long)g * VEC;
             float xv[VEC], gv[VEC];
             mp_ldv<VEC>(x, xdt, at, xv);
-            mp_ldv<VEC>(dy, dydt, at, gv);
+            load_dy<VEC>(dy, dydt, y, ydt, at, gv);
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 sa[k] += gv[k];
@@ -304,8 +330,8 @@ __global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, lo
 }
 
 template <int VEC>
-__global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dtype dydt, void *dx, mp_dtype dxdt,
-                             long long M, int C, const float *coef) {
+__global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dtype dydt, const void *y, mp_dtype ydt,
+                             void *dx, mp_dtype dxdt, long long M, int C, const float *coef) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= C / VEC) return;
     float mu[VEC], kk[VEC], a[VEC], b[VEC];
@@ -318,7 +344,7 @@ __global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dty
         const long long at = r * C + (long long)g * VEC;
         float xv[VEC], gv[VEC];
         mp_ldv<VEC>(x, xdt, at, xv);
-        mp_ldv<VEC>(dy, dydt, at, gv);
+        load_dy<VEC>(dy, dydt, y, ydt, at, gv);
 #pragma unroll
         for (int k = 0; k < VEC; k++) gv[k] = kk[k] * (gv[k] - a[k] - (xv[k] - mu[k]) * b[k]);
         mp_stv<VEC>(dx, dxdt, at, gv);
@@ -326,6 +352,14 @@ __global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dty
 }
 
 /* ---- host side ---------------------------------------------------------- */
+
+typedef struct {
+    bool relu; /* the ReLU reading this node is fused in */
+} bn_state;
+
+static bool fused_relu(const mp_op_call *c) { return c->state && ((const bn_state *)c->state)->relu; }
+
+static void bn_release(void *state) { free(state); }
 
 static mp_status bn_batch_error(const mp_op_desc *d, const mp_shape *x) {
     char s[64];
@@ -339,6 +373,12 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     *state = NULL;
     MP_TRY(mp_cuda_op_check_dtypes(d, info, cfg, -1));
     bn_dims dm = bn_dims_of(ctx, &info->in[0]);
+    if (cfg->relu_after) {
+        bn_state *st = (bn_state *)calloc(1, sizeof *st);
+        if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
+        st->relu = true;
+        *state = st;
+    }
     if (cfg->training && dm.M < 2) return bn_batch_error(d, &info->in[0]);
     mp_cuda_raise(workspace_bytes, bn_workspace_floats(&dm, cfg->training ? ctx->sync_world : 1) * sizeof(float));
     mp_cuda_raise(saved_bytes, 2 * (size_t)dm.C * sizeof(float));
@@ -397,10 +437,11 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
             (const float *)p[P_RUNNING_MEAN].data, (const float *)p[P_RUNNING_VAR].data, eps, coef);
     }
     const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
+    const bool relu = fused_relu(c);
     if (b.vec == 8)
-        bn_apply_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, y->data, y->dtype, dm.M, C, coef);
+        bn_apply_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, y->data, y->dtype, dm.M, C, coef, relu);
     else
-        bn_apply_kernel<1><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, y->data, y->dtype, dm.M, C, coef);
+        bn_apply_kernel<1><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, y->data, y->dtype, dm.M, C, coef, relu);
     return mp_cuda_op_status(c, "forward", cudaSuccess);
 }
 
@@ -416,8 +457,10 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const float *save_mean = (const float *)c->saved, *save_invstd = save_mean + C;
     const float *rmean = (const float *)p[P_RUNNING_MEAN].data, *rvar = (const float *)p[P_RUNNING_VAR].data;
     const bool batch_stats = c->training;
+    const mp_tensor *y = &c->out; /* with a fused ReLU: its output, the mask of dy */
+    const void *mask = fused_relu(c) ? y->data : NULL;
     const bool aligned = mp_cuda_aligned16(x->data) && mp_cuda_aligned16(dy->data) &&
-                         (!dx->data || mp_cuda_aligned16(dx->data));
+                         (!dx->data || mp_cuda_aligned16(dx->data)) && (!mask || mp_cuda_aligned16(mask));
     const bn_block b = bn_block_of(C, aligned);
     const dim3 block(b.bx, b.by);
     /* inference with only dx wanted needs no sums: a = b = 0 */
@@ -425,11 +468,11 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const float *mu = batch_stats ? save_mean : rmean;
     if (reduce) {
         if (b.vec == 8)
-            bn_bwd_reduce_kernel<8><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype,
-                                                                              mu, dm.M, C, dm.R, psdy, psdyx);
+            bn_bwd_reduce_kernel<8><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(
+                x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype, mu, dm.M, C, dm.R, psdy, psdyx);
         else
-            bn_bwd_reduce_kernel<1><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype,
-                                                                              mu, dm.M, C, dm.R, psdy, psdyx);
+            bn_bwd_reduce_kernel<1><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(
+                x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype, mu, dm.M, C, dm.R, psdy, psdyx);
     }
     const unsigned fin_blocks = (C + FIN_BX - 1) / FIN_BX;
     void *dgamma = dg->data, *dbeta = db->data;
@@ -450,14 +493,14 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if (dx->data) {
         const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
         if (b.vec == 8)
-            bn_dx_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype, dx->data,
-                                                             dx->dtype, dm.M, C, coef);
+            bn_dx_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype,
+                                                             dx->data, dx->dtype, dm.M, C, coef);
         else
-            bn_dx_kernel<1><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype, dx->data,
-                                                             dx->dtype, dm.M, C, coef);
+            bn_dx_kernel<1><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype,
+                                                             dx->data, dx->dtype, dm.M, C, coef);
     }
     return mp_cuda_op_status(c, "backward", cudaSuccess);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt = {"batchnorm2d", bn_prepare, NULL, bn_forward,
+extern "C" const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt = {"batchnorm2d", bn_prepare, bn_release, bn_forward,
                                                              bn_backward};

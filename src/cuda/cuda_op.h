@@ -40,6 +40,7 @@ typedef struct {
     bool tf32;                   /* f32 storage, TF32 tensor cores allowed (conv/linear) */
     bool training;
     int batch;
+    bool relu_after;             /* batchnorm2d: applies the ReLU that reads it (graph/plan_fuse.h) */
 } mp_cuda_node_cfg;
 
 typedef struct {

@@ -4,7 +4,8 @@
  * context's stream and the host waits only when it reads results back.
  * The parameters lie in three slabs, one cudaMalloc each for the masters,
  * the gradients and the casts (tensors at 256-byte offsets), so cudaMalloc's
- * rounding (2 MiB for large blocks) is paid three times, not per tensor. */
+ * rounding (2 MiB for large blocks) is paid three times, not per tensor;
+ * a plan with grads_in_arena has no gradient slab (the arena holds them). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@
 struct mp_device_plan {
     mp_cuda_ctx *ctx;
     float **param;      /* per graph parameter: device fp32 master, in master_slab */
-    float **grad;       /* per graph parameter: device fp32 gradient in grad_slab, NULL for buffers */
+    float **grad;       /* per graph parameter: device fp32 gradient in grad_slab or the arena, NULL for buffers */
     void **low;         /* per node x MP_MAX_PARAMS: low-precision weight cast in low_slab, or NULL */
     void *master_slab;  /* the device allocations behind param, grad and low (NULL when empty) */
     void *grad_slab;
@@ -66,13 +67,14 @@ static void *slab_take(slab *s, size_t bytes) {
 static void place_params(mp_plan *p, slab *master, slab *grad, slab *low) {
     mp_device_plan *d = p->dev;
     const mp_graph *g = p->g;
+    const bool in_arena = mp_plan_grads_in_arena(p);
     master->used = grad->used = low->used = 0;
     master->count = grad->count = low->count = 0;
     for (int k = 0; k < g->n_params; k++) {
         const mp_gparam *gp = &g->params[k];
         size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
         d->param[k] = slab_take(master, bytes);
-        if (gp->spec.trainable) d->grad[k] = slab_take(grad, bytes);
+        if (gp->spec.trainable && !in_arena) d->grad[k] = slab_take(grad, bytes); /* else plan_memory places it */
     }
     for (int i = 0; i < p->n; i++) {
         const mp_gnode *nd = &g->nodes[i];
@@ -155,7 +157,7 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
         return mp_error(MP_ERR_UNSUPPORTED, "%s '%s': no GPU implementation of this op yet",
                         mp_op_lookup(nd->desc.kind)->name, nd->name);
     mp_cuda_node_cfg cfg = {.storage = nd->storage_dtype, .compute = nd->compute_dtype, .training = p->o.training,
-                            .batch = p->o.batch};
+                            .batch = p->o.batch, .relu_after = pn->relu_fused};
     for (int k = 0; k < nd->n_in; k++) cfg.in_dtype[k] = p->g->nodes[nd->in[k]].storage_dtype;
     cfg.tf32 = p->g->precision == MP_PRECISION_TF32 && nd->compute_dtype == MP_DTYPE_F32;
     size_t ws = 0, saved = pn->info.saved_bytes;
@@ -177,6 +179,8 @@ mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     MP_CUDA_TRY(cudaMemsetAsync(*arena, poison && *poison == '1' ? 0xFF : 0, bytes, p->dev->ctx->stream), "arena");
     return MP_OK;
 }
+
+void mp_device_grad_place(mp_plan *p, int k, float *where) { p->dev->grad[k] = where; }
 
 void mp_device_bind_params(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
@@ -207,8 +211,10 @@ mp_status mp_device_forward_begin(mp_plan *p) {
 
 mp_status mp_device_forward(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
-    if (is_source(nd->desc.kind)) return MP_OK;
-    return mp_cuda_op_lookup(nd->desc.kind)->forward(p->dev->ctx, &p->nodes[i].call);
+    if (is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it */
+    mp_op_call *c = &p->nodes[i].call;
+    c->workspace = p->arena + p->nodes[i].ws_fwd_off; /* each pass has its own (plan.c) */
+    return mp_cuda_op_lookup(nd->desc.kind)->forward(p->dev->ctx, c);
 }
 
 /* As backward_direct on the CPU: gradients that already hold a value (a
@@ -216,9 +222,10 @@ mp_status mp_device_forward(mp_plan *p, int i) {
  * added. */
 mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     const mp_gnode *nd = &p->g->nodes[i];
-    if (is_source(nd->desc.kind)) return MP_OK;
+    if (is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
     mp_device_plan *d = p->dev;
     mp_op_call c = p->nodes[i].call;
+    c.workspace = p->arena + p->nodes[i].ws_bwd_off;
     for (int k = 0; k < nd->n_params; k++) /* gradients go to the f32 master's gradient */
         c.d_param[k].data = c.d_param[k].data ? d->grad[nd->first_param + k] : NULL;
     mp_plan_gradients_to_scratch(p, &c, taken, fresh);

@@ -86,6 +86,11 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
     *out = NULL;
     if (!p || !p->dev || !p->o.training)
         return mp_error(MP_ERR_INVALID_ARG, "cuda step: needs a training plan on a CUDA device");
+    if (o->accumulate > 1 && mp_plan_grads_in_arena(p))
+        return mp_error(MP_ERR_INVALID_ARG,
+                        "cuda step: accumulating %d micro-batches needs gradients that outlive a step, but the plan "
+                        "keeps them in its arena (grads_in_arena)",
+                        o->accumulate);
     mp_cuda_step *s = calloc(1, sizeof *s);
     if (!s) return mp_error(MP_ERR_NOMEM, "cuda step: out of memory");
     s->p = p;

@@ -21,6 +21,9 @@ void mp_device_plan_close(mp_plan *p);
 mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes);
 /* Device memory for the arena (zeroed). */
 mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena);
+/* Parameter k's device gradient is at `where` (a plan keeping its gradients
+ * in the arena, mp_plan_grads_in_arena). */
+void mp_device_grad_place(mp_plan *p, int k, float *where);
 /* Point node i's parameters and their gradients at the device copies. */
 void mp_device_bind_params(mp_plan *p, int i);
 

@@ -16,6 +16,7 @@ mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     return no_gpu(p);
 }
 void mp_device_bind_params(mp_plan *p, int i) { (void)p, (void)i; }
+void mp_device_grad_place(mp_plan *p, int k, float *where) { (void)p, (void)k, (void)where; }
 mp_status mp_device_forward_begin(mp_plan *p) { return no_gpu(p); }
 mp_status mp_device_forward(mp_plan *p, int i) { (void)i; return no_gpu(p); }
 mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {

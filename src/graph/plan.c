@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "graph/arena_plan.h"
+#include "graph/plan_fuse.h"
 #include "graph/device.h"
 #include "graph/exec_stage.h"
 
@@ -57,12 +58,57 @@ static bool is_loss_node(const mp_plan *p, int i) {
     return false;
 }
 
+bool mp_plan_grads_in_arena(const mp_plan *p) {
+    return p && p->dev && p->o.training && p->o.grads_in_arena && p->n_losses == 1;
+}
+
+/* With grads_in_arena, buffers b[0..) for the trainable parameters: written
+ * by their node's backward (unreached ones are zeroed after the last node's
+ * backward), read up to the step's end (unscale, all-reduce, optimizer). */
+static int param_grad_buffers(const mp_plan *p, mp_arena_buf *b) {
+    if (!mp_plan_grads_in_arena(p)) return 0;
+    const mp_graph *g = p->g;
+    const int n = p->n;
+    int m = 0;
+    for (int k = 0; k < g->n_params; k++) {
+        const mp_gparam *gp = &g->params[k];
+        if (!gp->spec.trainable) continue;
+        const bool reached = p->reach[0] && p->reach[0][gp->node];
+        if (b)
+            b[m] = (mp_arena_buf){.size = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float),
+                                  .first = reached ? 2 * n - 1 - gp->node : 2 * n - 1,
+                                  .last = 2 * n + 1};
+        m++;
+    }
+    return m;
+}
+
+/* On a device, each node's workspace is its own, alive during its forward
+ * (b[2i]) and its backward (b[2i+1]) only, so the large workspace of a
+ * layer early in the network is not held while later layers' activations
+ * are (as a caching allocator's per-call workspace). On the CPU every op
+ * shares one workspace (oneDNN's backward can find forward's layout copy
+ * there). */
+static int node_workspace_buffers(const mp_plan *p, mp_arena_buf *b) {
+    if (!p->dev) return 0;
+    const int n = p->n;
+    for (int i = 0; b && i < n; i++) {
+        const size_t ws = p->nodes[i].info.workspace_bytes;
+        b[2 * i] = (mp_arena_buf){.size = ws, .first = i, .last = i};
+        b[2 * i + 1] = (mp_arena_buf){.size = p->nodes[i].in_backward ? ws : 0, .first = 2 * n - 1 - i,
+                                      .last = 2 * n - 1 - i};
+    }
+    return 2 * n;
+}
+
 /* Lifetimes in schedule steps: forward of node i is step i, backward of
  * node i is step 2n-1-i; sources are written before step 0. */
 static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, size_t stage_bytes) {
     int n = p->n, end = 2 * n + 1;
     mp_graph *g = p->g;
-    mp_arena_buf *b = calloc((size_t)(3 * n + 3), sizeof *b);
+    const int n_grads = param_grad_buffers(p, NULL), n_ws = node_workspace_buffers(p, NULL);
+    const int n_bufs = 3 * n + 3 + n_grads + n_ws;
+    mp_arena_buf *b = calloc((size_t)n_bufs, sizeof *b);
     if (!b) return mp_error(MP_ERR_NOMEM, "plan: out of memory planning %d nodes", n);
     for (int i = 0; i < n; i++) {
         mp_pnode *pn = &p->nodes[i];
@@ -101,16 +147,20 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
          * needs the forward outputs and saved tensors of its nodes */
         if (p->n_losses > 1 && p->nodes[i].in_backward) b[3 * i].last = b[3 * i + 2].last = end;
     }
-    b[3 * n] = (mp_arena_buf){.size = ws_bytes, .first = 0, .last = end};
+    b[3 * n] = (mp_arena_buf){.size = n_ws ? 0 : ws_bytes, .first = 0, .last = end};
     b[3 * n + 1] = (mp_arena_buf){.size = scratch_bytes, .first = 0, .last = end};
     b[3 * n + 2] = (mp_arena_buf){.size = stage_bytes, .first = 0, .last = end};
+    param_grad_buffers(p, b + 3 * n + 3);
+    node_workspace_buffers(p, b + 3 * n + 3 + n_grads);
+    mp_plan_fuse_buffers(p, b);
     size_t total = 0;
-    mp_status s = mp_arena_plan(b, 3 * n + 3, &total);
+    mp_status s = mp_arena_plan(b, n_bufs, &total);
     if (s != MP_OK) {
         free(b);
         return s;
     }
     p->arena_bytes = total;
+    p->arena_live_peak = mp_arena_live_peak(b, n_bufs);
     if (p->dev) {
         s = mp_device_arena_alloc(p, total ? total : 64, &p->arena);
         if (s != MP_OK) {
@@ -132,7 +182,12 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         p->nodes[i].out_off = b[3 * i].offset;
         p->nodes[i].grad_off = b[3 * i + 1].offset;
         p->nodes[i].saved_off = b[3 * i + 2].offset;
+        p->nodes[i].ws_fwd_off = n_ws ? b[3 * n + 3 + n_grads + 2 * i].offset : b[3 * n].offset;
+        p->nodes[i].ws_bwd_off = n_ws ? b[3 * n + 3 + n_grads + 2 * i + 1].offset : b[3 * n].offset;
     }
+    mp_plan_fuse_offsets(p);
+    for (int k = 0, m = 3 * n + 3; n_grads && k < g->n_params; k++)
+        if (g->params[k].spec.trainable) mp_device_grad_place(p, k, (float *)(p->arena + b[m++].offset));
     p->workspace = p->arena + b[3 * n].offset;
     p->scratch = p->arena + b[3 * n + 1].offset;
     p->stage = p->arena + b[3 * n + 2].offset;
@@ -304,6 +359,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
             return ms;
         }
     }
+    mp_plan_fuse_bn_relu(p);
     size_t ws = 0, scratch = 0, stage = 0;
     for (int i = 0; i < p->n; i++) {
         mp_gnode *nd = &g->nodes[i];

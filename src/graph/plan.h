@@ -15,7 +15,10 @@ typedef struct {
     bool native;          /* ...except this one: it reads and writes its bf16
                              tensors directly (oneDNN's bf16 primitives on CPUs
                              with bf16 kernels, or our bf16-storage kernels) */
+    bool relu_fused;      /* GPU batchnorm2d applying the ReLU that reads it (plan_fuse.h) */
+    bool fused_away;      /* ...that ReLU: runs nothing, shares the batch norm's tensors */
     size_t out_off, grad_off, saved_off;
+    size_t ws_fwd_off, ws_bwd_off; /* the node's workspace in forward and backward (one shared on the CPU) */
     void *low_param[MP_MAX_PARAMS]; /* trainable params cast to the compute dtype,
                                        refreshed every forward; NULL if f32 */
     double fwd_seconds, bwd_seconds;  /* with opts.profile */
@@ -30,6 +33,7 @@ struct mp_plan {
     mp_pnode *nodes;
     char *arena;          /* arena_bytes, 64-byte aligned */
     size_t arena_bytes;
+    size_t arena_live_peak; /* the most bytes alive at one step (arena_plan.h) */
     char *workspace;      /* shared by all ops (one op runs at a time) */
     char *scratch;        /* gradients that must be added, not written */
     char *stage;          /* f32 copies for staged nodes (one op at a time) */
@@ -46,6 +50,10 @@ struct mp_plan {
     mp_status (*grad_ready)(void *arg, int node);
     void *grad_ready_arg;
 };
+
+/* Whether p keeps its parameter gradients in the arena (opts.grads_in_arena
+ * on a GPU training plan with one loss). */
+bool mp_plan_grads_in_arena(const mp_plan *p);
 
 /* Backward of one node through scratch (exec.c): point the call's input
  * gradients that already hold a value (taken) and its parameter gradients

@@ -22,7 +22,8 @@ static mp_status make_plan(mp_step_ctx *c) {
     return mp_plan_create(c->m->g,
                           (mp_plan_opts){.batch = c->o->batch, .training = true, .loss = c->m->loss,
                                          .use_onednn = c->o->use_onednn, .seed = c->o->seed, .device = c->o->device,
-                                         .sync_bn = c->o->sync_bn, .sync_dist = c->o->dist},
+                                         .sync_bn = c->o->sync_bn, .sync_dist = c->o->dist,
+                                         .grads_in_arena = c->o->accumulate <= 1},
                           &c->plan);
 }
 

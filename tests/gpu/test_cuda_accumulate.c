@@ -10,7 +10,10 @@
  *  2. an overflow in an accumulated step skips that step only: weights
  *     bit-identical before and after it, one skipped step, scale halved,
  *     and the run ends where one batch of k*b with the same overflow ends;
- *  3. the step's state cannot be saved in the middle of a step.
+ *  3. the step's state cannot be saved in the middle of a step;
+ *  4. a plan keeping its gradients in the arena (grads_in_arena, as the
+ *     trainer's one-batch runs: every one-batch run here does) cannot
+ *     accumulate: a clear error, not silently lost gradients.
  * Run by scripts/gpu-check. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +55,7 @@ static run_result train(mp_precision prec, int k, bool inject) {
     mp_status s = x ? small_cnn_build(prec, false, &m) : mp_error(MP_ERR_NOMEM, "batch");
     if (s == MP_OK)
         s = mp_plan_create(m.g, (mp_plan_opts){.batch = b, .training = true, .loss = m.loss,
-                                               .device = {MP_DEVICE_CUDA, 0}},
+                                               .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = k == 1},
                            &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
                             .scaler = {.dynamic = true, .init_scale = 1024, .growth_interval = 2},
@@ -144,6 +147,24 @@ static void skipped_step(int k) {
     free_result(&one);
 }
 
+static void refused_with_arena_grads(void) {
+    mp_model m = {0};
+    mp_plan *p = NULL;
+    mp_cuda_step *st = NULL;
+    mp_status s = small_cnn_build(MP_PRECISION_FP32, false, &m);
+    if (s == MP_OK)
+        s = mp_plan_create(m.g, (mp_plan_opts){.batch = 8, .training = true, .loss = m.loss,
+                                               .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = true},
+                           &p);
+    CHECK(s == MP_OK, "plan: %s", mp_last_error());
+    CHECK(mp_plan_grads_in_arena(p), "the plan does not keep its gradients in the arena");
+    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD}, .accumulate = 2};
+    if (s == MP_OK) CHECK_ERR(mp_cuda_step_create(p, &so, &st), MP_ERR_INVALID_ARG, "accumulating 2", "grads_in_arena");
+    CHECK(st == NULL, "a step was made");
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
 int main(void) {
     if (mp_cuda_device_count() < 1) {
         fprintf(stderr, "test_cuda_accumulate: no GPU (%s)\n", mp_cuda_device_list());
@@ -154,5 +175,6 @@ int main(void) {
     /* fp16 activations of 16- and 32-sample convolutions sum in different orders */
     same_update(MP_PRECISION_AMP_FP16, 2, 0x1p-8);
     skipped_step(2);
+    refused_with_arena_grads();
     return test_summary("test_cuda_accumulate");
 }

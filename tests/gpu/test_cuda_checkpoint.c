@@ -80,7 +80,9 @@ static mp_status run_open(run *r, const ckpt_case *c, uint64_t init_seed) {
     MP_TRY(mp_graph_apply_policy(g, (mp_policy_opts){.precision = c->prec}));
     mp_graph_init_params(g, init_seed);
     MP_TRY(mp_plan_create(
-        g, (mp_plan_opts){.batch = B, .training = true, .loss = r->m.loss, .device = {MP_DEVICE_CUDA, 0}}, &r->p));
+        g, (mp_plan_opts){.batch = B, .training = true, .loss = r->m.loss, .device = {MP_DEVICE_CUDA, 0},
+                          .grads_in_arena = true},
+        &r->p));
     MP_TRY(mp_cuda_step_create(r->p, &c->so, &r->st));
     mp_param_ref refs[MAX_PARAMS];
     int n = 0;

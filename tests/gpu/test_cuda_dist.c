@@ -82,7 +82,8 @@ static mp_status train(rank_run *rr, mp_dist *d) {
     if (s == MP_OK)
         s = mp_plan_create(m.g, (mp_plan_opts){.batch = b, .training = true, .loss = m.loss,
                                                .device = {MP_DEVICE_CUDA, d ? mp_dist_device(d) : 0},
-                                               .sync_bn = rr->cfg.sync_bn, .sync_dist = d},
+                                               .sync_bn = rr->cfg.sync_bn, .sync_dist = d,
+                                               .grads_in_arena = k == 1},
                            &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
                             .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = rr->cfg.wire,

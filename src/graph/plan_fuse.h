@@ -1,0 +1,26 @@
+/* plan_fuse.h — fusing a ReLU into the batchnorm2d that feeds it, on GPU
+ * plans: the batch norm applies max(0, .) as it stores (forward) and masks
+ * its incoming gradient with the ReLU's output (backward); the ReLU node runs
+ * nothing and shares the batch norm's output and gradient memory. The same
+ * values as the two nodes apart (rounding keeps the sign, and NaN passes as
+ * in relu), two elementwise passes fewer each way. MIXPREC_NO_FUSION=1
+ * turns it off (for comparisons). */
+#ifndef MP_GRAPH_PLAN_FUSE_H
+#define MP_GRAPH_PLAN_FUSE_H
+
+#include "graph/arena_plan.h"
+#include "graph/plan.h"
+
+/* Mark the pairs (pn->relu_fused on the batch norm, pn->fused_away on the
+ * ReLU); after mark_backward, before the nodes are prepared. */
+void mp_plan_fuse_bn_relu(mp_plan *p);
+/* The arena buffers of the plan's 3 per node (out, grad, saved): the pair
+ * shares the batch norm's output buffer (alive until the batch norm's
+ * backward, which reads it for the mask) and the ReLU's gradient buffer. */
+void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b);
+/* After placement: point the shared tensors at one another's offsets. */
+void mp_plan_fuse_offsets(mp_plan *p);
+/* The batch norm a fused-away ReLU node i reads, or -1. */
+int mp_plan_fused_producer(const mp_plan *p, int i);
+
+#endif
