@@ -190,9 +190,10 @@ typedef struct {
     /* GPU training plans with one loss: the parameters' fp32 gradients live in
      * the activation arena, from their node's backward to the step's end,
      * instead of in memory of their own (less peak memory: PyTorch's
-     * zero_grad(set_to_none=True)). Every backward then overwrites them, and
-     * they are gone once the next forward runs: no gradient accumulation over
-     * several backward passes (mp_cuda_step refuses accumulate > 1). */
+     * zero_grad(set_to_none=True)). Every backward then writes them afresh
+     * (as after mp_graph_zero_grad), and they are gone once the next forward
+     * runs: no gradient accumulation over several backward passes
+     * (mp_cuda_step refuses accumulate > 1). */
     bool grads_in_arena;
 } mp_plan_opts;
 

@@ -47,7 +47,7 @@ mp_status mp_lt_pick_fastest(mp_cuda_ctx *ctx, const mp_lt_problem *pb, const cu
         cudaMalloc(&d, pb->d_bytes) != cudaSuccess || (ws_bytes && cudaMalloc(&ws, ws_bytes) != cudaSuccess) ||
         (pb->bias_bytes && cudaMalloc(&bias, pb->bias_bytes) != cudaSuccess) ||
         cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
-        (void)cudaGetLastError(); /* no memory to time in: keep the heuristic's first */
+        (void)cudaGetLastError(); /* no memory to time in: keep the heuristic's first (clears the alloc error) */
     } else {
         cudaMemsetAsync(a, 0, pb->a_bytes, ctx->stream);
         cudaMemsetAsync(b, 0, pb->b_bytes, ctx->stream);
@@ -62,7 +62,8 @@ mp_status mp_lt_pick_fastest(mp_cuda_ctx *ctx, const mp_lt_problem *pb, const cu
             float ms = time_algo(ctx, pb, &r[i], a, b, d, ws, ev);
             if (ms >= 0 && (best_ms < 0 || ms < best_ms)) best_ms = ms, *best = i;
         }
-        (void)cudaGetLastError(); /* a candidate that failed to launch is skipped, not an error */
+        (void)cudaGetLastError(); /* a candidate that failed to launch is skipped, not an error (prepare runs
+                                     before any op of the plan, so no earlier error is swallowed here) */
     }
     if (ev[0]) cudaEventDestroy(ev[0]);
     if (ev[1]) cudaEventDestroy(ev[1]);

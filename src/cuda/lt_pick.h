@@ -1,4 +1,5 @@
-/* lt_pick.h — choosing a cuBLASLt algorithm by timing, once per GEMM shape.
+/* lt_pick.h — choosing a cuBLASLt algorithm by timing, once per GEMM of a
+ * plan (each plan times its own: a few milliseconds; not cached across plans).
  * cuBLASLt's first heuristic is not always its fastest: for the small
  * weight-gradient GEMM of a classifier (f16 inputs, f32 output, k = the
  * batch) it picked a kernel ~7x slower than the one it picks for bf16. */

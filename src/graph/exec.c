@@ -196,7 +196,10 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
     const int root = p->losses[j];
     const bool *reach = p->reach[j];
     mp_pnode *loss = &p->nodes[root];
-    if (!reach[root]) return MP_OK; /* nothing trainable reaches the loss */
+    if (mp_plan_grads_in_arena(p)) /* arena gradients do not outlive a step: every backward writes them afresh */
+        for (int k = 0; k < g->n_params; k++) g->params[k].grad_fresh = true;
+    if (!reach[root]) /* nothing trainable reaches the loss: zero gradients (arena ones hold garbage until then) */
+        return mp_plan_grads_in_arena(p) ? mp_device_zero_unreached_grads(p) : MP_OK;
     MP_ASSERT(loss->call.d_out.dtype == MP_DTYPE_F32);
     if (p->dev) MP_TRY(mp_device_set_loss_seed(p, root, seed));
     else *(float *)loss->call.d_out.data = seed;

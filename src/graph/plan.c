@@ -63,8 +63,10 @@ bool mp_plan_grads_in_arena(const mp_plan *p) {
 }
 
 /* With grads_in_arena, buffers b[0..) for the trainable parameters: written
- * by their node's backward (unreached ones are zeroed after the last node's
- * backward), read up to the step's end (unscale, all-reduce, optimizer). */
+ * by the first backward that reaches one of their nodes (a parameter shared
+ * with mp_graph_share_params has several, the latest node's backward runs
+ * first), else zeroed after the last node's backward; read up to the step's
+ * end (unscale, all-reduce, optimizer). */
 static int param_grad_buffers(const mp_plan *p, mp_arena_buf *b) {
     if (!mp_plan_grads_in_arena(p)) return 0;
     const mp_graph *g = p->g;
@@ -73,11 +75,16 @@ static int param_grad_buffers(const mp_plan *p, mp_arena_buf *b) {
     for (int k = 0; k < g->n_params; k++) {
         const mp_gparam *gp = &g->params[k];
         if (!gp->spec.trainable) continue;
-        const bool reached = p->reach[0] && p->reach[0][gp->node];
+        int first = 2 * n - 1;
+        for (int i = 0; b && i < n; i++) {
+            const mp_gnode *nd = &g->nodes[i];
+            if (p->reach[0] && p->reach[0][i] && k >= nd->first_param && k < nd->first_param + nd->n_params &&
+                2 * n - 1 - i < first)
+                first = 2 * n - 1 - i;
+        }
         if (b)
             b[m] = (mp_arena_buf){.size = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float),
-                                  .first = reached ? 2 * n - 1 - gp->node : 2 * n - 1,
-                                  .last = 2 * n + 1};
+                                  .first = first, .last = 2 * n + 1};
         m++;
     }
     return m;

@@ -8,8 +8,9 @@
  *     one ulp moves the oracle's gradients by up to ~5e-4 on cnn10 and ~3e-3
  *     on resnet18; the GPU (another f32 summation order in every layer) must
  *     stay within 4x the largest such move of 16 trials (or of the CPU's
- *     reference kernels' order), 1e-5 at least. The GPU fuses each batchnorm2d + relu pair of these models
- *     (graph/plan_fuse.h), so these comparisons check the fused kernels;
+ *     reference kernels' order), 1e-5 at least and 2e-2 at most. The GPU
+ *     fuses each batchnorm2d + relu pair of these models (graph/plan_fuse.h)
+ *     and keeps the gradients in the arena, so these comparisons check both;
  *  2. a short training run per policy (SGD, momentum 0.9, two batches in
  *     turn so the loss must fall; the GPU step replayed from its CUDA graph;
  *     a static loss scale for amp-fp16 on both sides, so no overflow decision
@@ -42,6 +43,7 @@ typedef struct {
 static double floor_of(mp_precision p) { return p == MP_PRECISION_TF32 ? 0.15 : 2e-2; }
 
 enum { ULP_TRIALS = 16 };
+#define FP32_CAP 2e-2 /* the measured fp32 tolerance never exceeds this (TF32 alone is ~8e-2 on resnet18) */
 
 static void make_batch(mp_rng *r, float *x, size_t n, int32_t *y) {
     for (size_t i = 0; i < n; i++) x[i] = (float)mp_rng_normal(r);
@@ -168,7 +170,7 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
         char worst[320] = "";
         double e_gpu = grad_rel_worst(gpu.g, oracle.g, worst, sizeof worst), e_cpu = grad_rel(cpu.g, oracle.g);
         double spread = e_order > e_ulp ? e_order : e_ulp;
-        double tol = prec == MP_PRECISION_FP32 ? (4 * spread > 1e-5 ? 4 * spread : 1e-5) : 2 * e_cpu + floor_of(prec);
+        double tol = prec == MP_PRECISION_FP32 ? fmin(fmax(4 * spread, 1e-5), FP32_CAP) : 2 * e_cpu + floor_of(prec);
         printf("%-8s %-9s one step: loss cpu %.6f gpu %.6f; gradients vs the fp32 CPU: gpu %.2e, cpu emulation "
                "%.2e, cpu reference kernels %.2e, inputs and weights moved 1 ulp %.2e (tolerance %.2e)\n",
                mc->model, mp_precision_name(prec), lc, lg, e_gpu, e_cpu, e_order, e_ulp, tol);
