@@ -11,6 +11,7 @@
  *     reference kernels' order), 1e-5 at least and 2e-2 at most. The GPU
  *     fuses each batchnorm2d + relu pair of these models (graph/plan_fuse.h)
  *     and keeps the gradients in the arena, so these comparisons check both;
+ *     cnn10 fp32 and amp-bf16 run again unfused with gradients of their own;
  *  2. a short training run per policy (SGD, momentum 0.9, two batches in
  *     turn so the loss must fall; the GPU step replayed from its CUDA graph;
  *     a static loss scale for amp-fp16 on both sides, so no overflow decision
@@ -136,11 +137,15 @@ static void fp32_spread(const model_case *mc, const float *x, size_t n, const in
     free(xp);
 }
 
+/* The GPU plan as the trainer makes it (fused pairs, gradients in the arena),
+ * or, when set, plain: MIXPREC_NO_FUSION=1 and gradients of their own. */
+static bool plain;
+
 static void one_step_gradients(const model_case *mc, mp_precision prec) {
     mp_model cpu = build(mc, prec), gpu = build(mc, prec), oracle = build(mc, MP_PRECISION_FP32);
     mp_plan *pg = NULL;
     mp_status s = mp_plan_create(gpu.g, (mp_plan_opts){.batch = B, .training = true, .loss = gpu.loss,
-                                                       .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = true},
+                                                       .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = !plain},
                                  &pg);
     CHECK(s == MP_OK, "%s %s: GPU plan: %s", mc->model, mp_precision_name(prec), mp_last_error());
     if (s != MP_OK) return;
@@ -148,6 +153,10 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     for (int i = 0; i < pg->n; i++) fused += pg->nodes[i].fused_away;
     const bool want_fused = !getenv("MIXPREC_NO_FUSION");
     CHECK(!want_fused || fused > 0, "%s %s: no batchnorm2d+relu pair was fused", mc->model, mp_precision_name(prec));
+    CHECK(want_fused || fused == 0, "%s %s: %d pairs fused under MIXPREC_NO_FUSION", mc->model,
+          mp_precision_name(prec), fused);
+    CHECK(mp_plan_grads_in_arena(pg) == !plain, "%s %s: gradients %sin the arena", mc->model, mp_precision_name(prec),
+          plain ? "" : "not ");
     size_t n = (size_t)B * mc->c * mc->h * mc->w;
     float *x = malloc(n * sizeof *x);
     int32_t y[B];
@@ -171,9 +180,9 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
         double e_gpu = grad_rel_worst(gpu.g, oracle.g, worst, sizeof worst), e_cpu = grad_rel(cpu.g, oracle.g);
         double spread = e_order > e_ulp ? e_order : e_ulp;
         double tol = prec == MP_PRECISION_FP32 ? fmin(fmax(4 * spread, 1e-5), FP32_CAP) : 2 * e_cpu + floor_of(prec);
-        printf("%-8s %-9s one step: loss cpu %.6f gpu %.6f; gradients vs the fp32 CPU: gpu %.2e, cpu emulation "
+        printf("%s%-8s %-9s one step: loss cpu %.6f gpu %.6f; gradients vs the fp32 CPU: gpu %.2e, cpu emulation "
                "%.2e, cpu reference kernels %.2e, inputs and weights moved 1 ulp %.2e (tolerance %.2e)\n",
-               mc->model, mp_precision_name(prec), lc, lg, e_gpu, e_cpu, e_order, e_ulp, tol);
+               plain ? "plain " : "", mc->model, mp_precision_name(prec), lc, lg, e_gpu, e_cpu, e_order, e_ulp, tol);
         CHECK(fabsf(lg - lc) <= 1e-2f * fabsf(lc), "%s %s: loss %g vs %g", mc->model, mp_precision_name(prec), lg, lc);
         CHECK(e_gpu <= tol, "%s %s: GPU gradients %g from the fp32 oracle (CPU emulation %g); worst parameter: %s",
               mc->model, mp_precision_name(prec), e_gpu, e_cpu, worst);
@@ -314,5 +323,13 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < 2; i++)
         for (size_t j = 0; j < 4 && (!only || !strcmp(only, models[i].model)); j++)
             if (!one_prec || precs[j] == only_prec) training_curve(&models[i], precs[j]);
+    /* the unfused kernels and gradients of their own (accumulation, MIXPREC_NO_FUSION=1) stay covered */
+    if (!only && !one_prec && !getenv("MIXPREC_NO_FUSION")) {
+        plain = true;
+        setenv("MIXPREC_NO_FUSION", "1", 1);
+        one_step_gradients(&models[1], MP_PRECISION_FP32);
+        one_step_gradients(&models[1], MP_PRECISION_AMP_BF16);
+        unsetenv("MIXPREC_NO_FUSION");
+    }
     return test_summary("test_cuda_plan");
 }
