@@ -5,6 +5,7 @@
  * hysteresis; and forward overflows (a non-finite loss) counted as
  * mp_scaler_forward_overflow does. A captured step needs no host decision. */
 #include "cuda/cuda_optim.h"
+#include "cuda/float_bits.cuh"
 
 #include <math.h>
 #include <stdlib.h>
@@ -86,8 +87,6 @@ mp_status mp_cuda_scaler_download(mp_cuda_ctx *ctx, const mp_cuda_scaler_state *
 
 /* ---- the update, as amp/scaler.c ------------------------------------------ */
 
-__device__ static bool finite_bits(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }
-
 __device__ static void back_off(mp_cuda_scaler_state *s) {
     float next = (float)((double)s->scale * (double)s->backoff_factor);
     if (!(next >= s->min_scale)) next = s->min_scale;
@@ -97,7 +96,7 @@ __device__ static void back_off(mp_cuda_scaler_state *s) {
 __device__ static void grow(mp_cuda_scaler_state *s) {
     float next = (float)((double)s->scale * (double)s->growth_factor);
     if (next > s->max_scale) next = s->max_scale;
-    if (finite_bits(next)) s->scale = next;
+    if (!mp_dev_nonfinite(next)) s->scale = next;
 }
 
 __device__ static void update_plain(mp_cuda_scaler_state *s, bool overflow) {
@@ -165,7 +164,7 @@ __global__ void scaler_update_kernel(mp_cuda_scaler_state *s) {
 }
 
 __global__ void check_loss_kernel(const float *loss, mp_cuda_scaler_state *s) {
-    if (!finite_bits(*loss)) atomicMax(&s->found_inf, (int)MP_CUDA_FOUND_FORWARD);
+    if (mp_dev_nonfinite(*loss)) atomicMax(&s->found_inf, (int)MP_CUDA_FOUND_FORWARD);
 }
 
 mp_status mp_cuda_check_loss(mp_cuda_ctx *ctx, const float *loss_dev, mp_cuda_scaler_state *s) {

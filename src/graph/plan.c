@@ -189,8 +189,9 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         p->nodes[i].out_off = b[3 * i].offset;
         p->nodes[i].grad_off = b[3 * i + 1].offset;
         p->nodes[i].saved_off = b[3 * i + 2].offset;
-        p->nodes[i].ws_fwd_off = n_ws ? b[3 * n + 3 + n_grads + 2 * i].offset : b[3 * n].offset;
-        p->nodes[i].ws_bwd_off = n_ws ? b[3 * n + 3 + n_grads + 2 * i + 1].offset : b[3 * n].offset;
+        if (!n_ws) continue; /* the CPU's calls keep the shared workspace (bind_calls) */
+        p->nodes[i].ws_fwd_off = b[3 * n + 3 + n_grads + 2 * i].offset;
+        p->nodes[i].ws_bwd_off = b[3 * n + 3 + n_grads + 2 * i + 1].offset;
     }
     mp_plan_fuse_offsets(p);
     for (int k = 0, m = 3 * n + 3; n_grads && k < g->n_params; k++)

@@ -18,7 +18,7 @@ typedef struct {
     bool relu_fused;      /* GPU batchnorm2d applying the ReLU that reads it (plan_fuse.h) */
     bool fused_away;      /* ...that ReLU: runs nothing, shares the batch norm's tensors */
     size_t out_off, grad_off, saved_off;
-    size_t ws_fwd_off, ws_bwd_off; /* the node's workspace in forward and backward (one shared on the CPU) */
+    size_t ws_fwd_off, ws_bwd_off; /* device plans: the node's workspace in forward and in backward */
     void *low_param[MP_MAX_PARAMS]; /* trainable params cast to the compute dtype,
                                        refreshed every forward; NULL if f32 */
     double fwd_seconds, bwd_seconds;  /* with opts.profile */
