@@ -9,7 +9,9 @@ Apex's network_to_half), o2-fp16 (half model + fp32 BN + fp32 master copy,
 Apex O2 style, GradScaler). Prints the same table as gpu_train_step: median
 ms/step from CUDA events, images/s, device memory used by the run
 (torch.cuda.mem_get_info difference, allocator cache and cuDNN workspaces
-included)."""
+included). --profile: after timing, 3 more steps under torch.profiler, and the
+CUDA kernels per step on stderr (top 12, then totals by kind), to set beside
+gpu_train_step --profile."""
 import argparse
 import statistics
 
@@ -70,7 +72,42 @@ def half_keep_bn(model):
     return model
 
 
-def run_cell(name, precision, batch, steps):
+def kernel_kind(name):
+    n = name.lower()
+    if "bn_" in n or "batch_norm" in n or "batchnorm" in n or "welford" in n:
+        return "batch norm"
+    if "conv" in n or "xmma" in n or "cudnn" in n or "implicit" in n or "sm90" in n or "nhwc" in n:
+        return "convolution"
+    if "gemm" in n or "cutlass" in n:
+        return "gemm"
+    return "other"
+
+
+def print_kernel_profile(title, step, n=3):
+    import sys
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    per = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = e.cuda_time_total
+        if t > 0 and e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.key] = per.get(e.key, 0) + t / n / 1e3
+    print(f"\ntorch profile: {title}, ms per step by kernel:", file=sys.stderr)
+    for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"  {v:7.3f}  {kernel_kind(k):11s}  {k[:110]}", file=sys.stderr)
+    kinds = {}
+    for k, v in per.items():
+        kinds[kernel_kind(k)] = kinds.get(kernel_kind(k), 0) + v
+    print("  by kind: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+          + f", total {sum(per.values()):.2f} ms", file=sys.stderr)
+
+
+def run_cell(name, precision, batch, steps, profile=False):
     torch.cuda.empty_cache()
     torch.cuda.synchronize()
     free0, _ = torch.cuda.mem_get_info()
@@ -129,6 +166,8 @@ def run_cell(name, precision, batch, steps):
     torch.cuda.synchronize()
     times = [ev[i].elapsed_time(ev[i + 1]) for i in range(steps)]
     ms = statistics.median(times)
+    if profile:
+        print_kernel_profile(f"{name} {precision} batch {batch}", step)
     free1, _ = torch.cuda.mem_get_info()
     used = max(free0 - free1, 0) / 2**20
     del model, opt, x, y, master, scaler
@@ -141,6 +180,7 @@ def main():
     ap.add_argument("--precisions", default="fp32,tf32,amp-fp16,amp-bf16,o2-fp16,fp16")
     ap.add_argument("--batches", default="128,512,2048")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--profile", action="store_true", help="CUDA kernel times per step on stderr")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     torch.zeros(1, device="cuda")
@@ -149,7 +189,7 @@ def main():
     for name in a.models.split(","):
         for b in (int(v) for v in a.batches.split(",")):
             for p in a.precisions.split(","):
-                ms, ips, mib, l0, l1 = run_cell(name, p, b, a.steps)
+                ms, ips, mib, l0, l1 = run_cell(name, p, b, a.steps, a.profile)
                 print(f"| {name} | {p} | {b} | {ms:.2f} | {ips:.0f} | {mib:.0f} | {l0:.3f} -> {l1:.3f} |", flush=True)
 
 

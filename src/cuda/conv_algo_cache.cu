@@ -9,7 +9,10 @@
  * allocated here and freed after (like PyTorch's cudnn.benchmark), with a
  * workspace of at most min(4 GiB or MIXPREC_CUDNN_WORKSPACE_MB, free memory
  * / 8); when the scratch cannot be allocated, or MP_CUDNN_FIND=0, cuDNN's
- * heuristics (cudnnGet*_v7) choose.
+ * heuristics (cudnnGet*_v7) choose. Beside Find's choice, the graph API's
+ * engines (conv_engine.h: heuristic mode A's best 12, else the fallback list)
+ * are timed on the same scratch and the faster is kept
+ * (MIXPREC_CUDNN_ENGINES=0: the legacy algorithms only).
  * The fastest algorithm wins, or one within 5% of it that is deterministic
  * or, next, needs less workspace. For f32 without TF32 the math type
  * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
@@ -25,6 +28,7 @@
 #include <string.h>
 
 #include "cuda/conv_cudnn.h"
+#include "cuda/conv_engine.h"
 
 typedef struct {
     int gpu_model, pass, dtype, math, deterministic;
@@ -114,6 +118,9 @@ static bool pick(const Perf *r, int n, size_t cap, bool timed, pick_rules rules,
     out->algo = (int)r[best].algo;
     out->math = r[best].mathType;
     out->workspace = r[best].memory;
+    out->deterministic = r[best].determinism == CUDNN_DETERMINISTIC;
+    out->ms = timed ? r[best].time : -1.f;
+    out->engine_mode = -1;
     return true;
 }
 
@@ -256,7 +263,43 @@ static bool find_enabled(void) {
     return !(e && !strcmp(e, "0"));
 }
 
-/* Search one pass: Find on scratch, else heuristics. */
+static bool engines_enabled(void) {
+    const char *e = getenv("MIXPREC_CUDNN_ENGINES");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* The graph API's engines (conv_engine.h) against the legacy choice *out
+ * (have_legacy), on the same scratch, both by GPU time (cudnnFind's median
+ * for the legacy one; timing it here around cudnnConvolution* calls measured
+ * up to 300 ms for kernels of 0.3 ms: the legacy entry points do host work
+ * per call, which a CUDA graph replay does not repeat). An engine replaces
+ * it when faster by more than 3% (5% when the engine is not deterministic
+ * and the legacy choice is, the tie rule above). True when *out holds a
+ * choice. */
+static bool try_engines(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const scratch *s,
+                        pick_rules rules, bool have_legacy, mp_conv_algo *out, const char *what) {
+    const float legacy_ms = have_legacy ? out->ms : -1.f;
+    float ms = -1;
+    mp_conv_algo e = *out;
+    bool found = false;
+    const mp_conv_engine_rules er = {rules.fma_only, rules.deterministic};
+    if (mp_conv_engine_search(ctx, st, pass, s->x, s->w, s->y, s->ws, s->ws_bytes, er, &e, &ms, &found, what) !=
+        MP_OK) {
+        mp_clear_error(); /* the graph API failing for this pass leaves the legacy choice */
+        return have_legacy;
+    }
+    if (getenv("MIXPREC_CUDNN_DEBUG"))
+        fprintf(stderr, "cudnn: %s pass %d: legacy algo %d %.4f ms, engine %lld %.4f ms\n", what, (int)pass,
+                have_legacy ? out->algo : -1, (double)legacy_ms, found ? e.engine_id : -1LL, (double)ms);
+    if (!found) return have_legacy;
+    const float margin = e.deterministic || !out->deterministic ? 0.97f : 0.95f;
+    if (have_legacy && legacy_ms >= 0 && ms >= margin * legacy_ms) return true;
+    *out = e;
+    return true;
+}
+
+/* Search one pass: Find on scratch (and the graph API's engines beside its
+ * choice), else heuristics. */
 static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, mp_conv_algo *out,
                         const char *what) {
     cudnnConvolutionDescriptor_t cv = st->conv[pass];
@@ -289,6 +332,7 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
                 return cudnnFindConvolutionBackwardFilterAlgorithmEx(ctx->cudnn, st->x_desc, s.x, st->y_desc, s.y, cv,
                                                                      st->w_desc, s.w, MAXR, n, p, s.ws, s.ws_bytes);
             });
+        if (engines_enabled()) ok = try_engines(ctx, st, pass, &s, rules, ok, out, what);
         scratch_free(&s);
     }
     if (ok) return MP_OK;
@@ -355,7 +399,7 @@ static mp_status search_and_cache(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_p
     if (st->math == CUDNN_FMA_MATH) a->math = CUDNN_FMA_MATH; /* f32 stays free of TF32 */
     MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a->math), what);
     size_t bytes = 0;
-    MP_TRY(workspace_of(ctx, st, pass, a, &bytes, what));
+    if (a->engine_mode < 0) MP_TRY(workspace_of(ctx, st, pass, a, &bytes, what)); /* an engine's is exact */
     if (bytes > a->workspace) a->workspace = bytes;
     cache_put(k, a);
     return MP_OK;
@@ -375,6 +419,7 @@ mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass 
     }
     MP_TRY(s);
     MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a.math), what);
+    if (a.engine_mode >= 0) MP_TRY(mp_conv_engine_plan(ctx, st, pass, &a, &k, sizeof k, &st->plan[pass], what));
     st->algo[pass] = a;
     return MP_OK;
 }

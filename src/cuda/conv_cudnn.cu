@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/conv_engine.h"
 #include "cuda/lib_kernels.h"
 
 static const float one = 1.0f, zero = 0.0f; /* alpha/beta: float for every data type */
@@ -152,6 +153,7 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
 
 mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *w_krsc, void *y,
                             void *ws, size_t ws_bytes, const char *what) {
+    if (st->plan[MP_CONV_FWD]) return mp_conv_engine_run(ctx, st->plan[MP_CONV_FWD], x, w_krsc, y, ws, what);
     MP_CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, st->x_desc, x, st->w_desc, w_krsc,
                                          st->conv[MP_CONV_FWD], (cudnnConvolutionFwdAlgo_t)st->algo[MP_CONV_FWD].algo,
                                          ws, ws_bytes, &zero, st->y_desc, y),
@@ -161,6 +163,8 @@ mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const voi
 
 mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc,
                                  void *dx, void *ws, size_t ws_bytes, const char *what) {
+    if (st->plan[MP_CONV_BWD_DATA])
+        return mp_conv_engine_run(ctx, st->plan[MP_CONV_BWD_DATA], dx, w_krsc, dy, ws, what);
     MP_CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, st->w_desc, w_krsc, st->y_desc, dy,
                                               st->conv[MP_CONV_BWD_DATA],
                                               (cudnnConvolutionBwdDataAlgo_t)st->algo[MP_CONV_BWD_DATA].algo, ws,
@@ -171,6 +175,8 @@ mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, cons
 
 mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
                                    void *dw_krsc, void *ws, size_t ws_bytes, const char *what) {
+    if (st->plan[MP_CONV_BWD_FILTER])
+        return mp_conv_engine_run(ctx, st->plan[MP_CONV_BWD_FILTER], x, dw_krsc, dy, ws, what);
     MP_CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, st->x_desc, x, st->y_desc, dy,
                                                 st->conv[MP_CONV_BWD_FILTER],
                                                 (cudnnConvolutionBwdFilterAlgo_t)st->algo[MP_CONV_BWD_FILTER].algo, ws,

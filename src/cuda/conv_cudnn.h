@@ -22,9 +22,10 @@
  * CUDNN_DEFAULT_MATH (TF32 allowed), f16/bf16 -> CUDNN_TENSOR_OP_MATH.
  *
  * Algorithms are searched once per (device, pass, geometry, dtype, math) in
- * prepare (conv_algo_cache.cu: cudnnFind*AlgorithmEx on scratch buffers,
- * cudnnGet*_v7 when they cannot be allocated) and kept in a process-wide
- * table, so equal layers search once. */
+ * prepare (conv_algo_cache.cu: cudnnFind*AlgorithmEx on scratch buffers, then
+ * the graph API's engines timed against that choice (conv_engine.h);
+ * cudnnGet*_v7 when the scratch cannot be allocated) and kept in a
+ * process-wide table, so equal layers search once. */
 #ifndef MP_CUDA_CONV_CUDNN_H
 #define MP_CUDA_CONV_CUDNN_H
 
@@ -41,6 +42,13 @@ typedef struct {
     int algo;                 /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
     cudnnMathType_t math;     /* the math type the algorithm was timed with */
     size_t workspace;         /* bytes */
+    bool deterministic;       /* cuDNN calls it deterministic (no atomics) */
+    float ms;                 /* the search's median GPU time; < 0: not timed */
+    /* engine_mode >= 0: a graph-API engine (conv_engine.h) replaces algo:
+     * number engine_index of heuristic mode engine_mode's list, cuDNN's
+     * engine engine_id */
+    int engine_mode, engine_index;
+    long long engine_id;
 } mp_conv_algo;
 
 typedef struct {
@@ -55,6 +63,7 @@ typedef struct {
     cudnnConvolutionDescriptor_t conv[MP_CONV_NPASS]; /* one per pass: math types differ */
     bool has[MP_CONV_NPASS];                 /* pass prepared */
     mp_conv_algo algo[MP_CONV_NPASS];
+    cudnnBackendDescriptor_t plan[MP_CONV_NPASS]; /* engine passes: the context's plan (not owned) */
     size_t w_bytes;           /* the KRSC filter (cy, k, k, cx/g) in cd */
     size_t in_cast_bytes, out_cast_bytes;    /* workspace slices for dtype staging */
     size_t ws_total;          /* workspace bytes one call may use (the prepare() report) */

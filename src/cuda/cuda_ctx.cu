@@ -4,6 +4,8 @@
  * handle, and the one-line errors of failing CUDA/cuDNN/cuBLAS calls. */
 #include "cuda/cuda_ctx.h"
 
+#include "cuda/conv_engine.h" /* mp_conv_engine_free_plans */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,7 @@ const char *mp_cuda_device_list(void) {
 
 void mp_cuda_ctx_destroy(mp_cuda_ctx *ctx) {
     if (!ctx) return;
+    mp_conv_engine_free_plans(ctx);
     if (ctx->lt) cublasLtDestroy(ctx->lt);
     if (ctx->cudnn) cudnnDestroy(ctx->cudnn);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);

@@ -30,6 +30,7 @@ typedef struct mp_cuda_ctx {
      * every rank of sync_dist (an mp_dist); NULL: per GPU */
     void *sync_dist;
     int sync_world;
+    void *conv_plans; /* cuDNN graph-API execution plans built on this context (conv_engine.cu) */
 } mp_cuda_ctx;
 
 /* Open device `device` (0-based): a clear error listing the devices found

@@ -1,0 +1,444 @@
+/* conv_engine.cu — cuDNN graph-API convolution engines: the operation graph
+ * of one pass, the heuristics' candidates, their timing, execution plans kept
+ * per context, and runs through variant packs (see conv_engine.h). */
+#include "cuda/conv_engine.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { UID_X = 'x', UID_W = 'w', UID_Y = 'y' };
+enum { MODE_A_DEFAULT = 12, MAX_MODE_A = 64, MAX_FALLBACK = 4, MAX_CAND = MAX_MODE_A + MAX_FALLBACK };
+
+/* How many of heuristic mode A's candidates are timed
+ * (MIXPREC_CUDNN_ENGINE_CANDIDATES, 1..64; default 12). */
+static int mode_a_candidates(void) {
+    const char *e = getenv("MIXPREC_CUDNN_ENGINE_CANDIDATES");
+    const int n = e ? atoi(e) : MODE_A_DEFAULT;
+    return n < 1 ? 1 : n > MAX_MODE_A ? MAX_MODE_A : n;
+}
+
+#define BE_TRY(call, what) MP_CUDNN_TRY(call, what)
+
+/* Every descriptor of one pass's graph, destroyed together (a plan may keep
+ * pointers into the ones it was built from). */
+typedef struct {
+    cudnnBackendDescriptor_t x, w, y, conv, op, graph;
+} pass_graph;
+
+static void graph_free(pass_graph *g) {
+    cudnnBackendDescriptor_t *d[] = {&g->graph, &g->op, &g->conv, &g->y, &g->w, &g->x};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        if (*d[i]) cudnnBackendDestroyDescriptor(*d[i]), *d[i] = NULL;
+}
+
+static cudnnDataType_t data_type(mp_dtype dt) {
+    return dt == MP_DTYPE_F16 ? CUDNN_DATA_HALF : dt == MP_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* A 4-d channels-last tensor (dims n, c, h, w; strides of NHWC / KRSC). */
+static mp_status make_tensor(cudnnBackendDescriptor_t *t, cudnnDataType_t dt, int64_t uid, int64_t n, int64_t c,
+                             int64_t h, int64_t w, const char *what) {
+    const int64_t dims[4] = {n, c, h, w}, strides[4] = {h * w * c, 1, w * c, c}, align = 16;
+    BE_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, t), what);
+    BE_TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt), what);
+    BE_TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims), what);
+    BE_TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides), what);
+    BE_TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid), what);
+    BE_TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align), what);
+    BE_TRY(cudnnBackendFinalize(*t), what);
+    return MP_OK;
+}
+
+static mp_status make_conv(cudnnBackendDescriptor_t *c, const mp_conv_geom *g, const char *what) {
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    const int64_t dims = 2, dil[2] = {g->dil, g->dil}, stride[2] = {g->stride, g->stride}, pad[2] = {g->pad, g->pad};
+    BE_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, c), what);
+    BE_TRY(cudnnBackendSetAttribute(*c, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp), what);
+    BE_TRY(cudnnBackendSetAttribute(*c, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode), what);
+    BE_TRY(cudnnBackendSetAttribute(*c, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims), what);
+    BE_TRY(cudnnBackendSetAttribute(*c, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil), what);
+    BE_TRY(cudnnBackendSetAttribute(*c, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride), what);
+    BE_TRY(cudnnBackendSetAttribute(*c, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad), what);
+    BE_TRY(cudnnBackendSetAttribute(*c, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad), what);
+    BE_TRY(cudnnBackendFinalize(*c), what);
+    return MP_OK;
+}
+
+/* The pass's operation: its three tensor attributes in (x, w, y) roles. */
+static mp_status make_op(pass_graph *pg, mp_conv_pass pass, const char *what) {
+    static const cudnnBackendDescriptorType_t type[MP_CONV_NPASS] = {
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR};
+    static const cudnnBackendAttributeName_t attr[MP_CONV_NPASS][6] = {
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA}};
+    const float alpha = 1.0f, beta = 0.0f;
+    const cudnnBackendAttributeName_t *a = attr[pass];
+    BE_TRY(cudnnBackendCreateDescriptor(type[pass], &pg->op), what);
+    BE_TRY(cudnnBackendSetAttribute(pg->op, a[0], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pg->x), what);
+    BE_TRY(cudnnBackendSetAttribute(pg->op, a[1], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pg->w), what);
+    BE_TRY(cudnnBackendSetAttribute(pg->op, a[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pg->y), what);
+    BE_TRY(cudnnBackendSetAttribute(pg->op, a[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pg->conv), what);
+    BE_TRY(cudnnBackendSetAttribute(pg->op, a[4], CUDNN_TYPE_FLOAT, 1, &alpha), what);
+    BE_TRY(cudnnBackendSetAttribute(pg->op, a[5], CUDNN_TYPE_FLOAT, 1, &beta), what);
+    BE_TRY(cudnnBackendFinalize(pg->op), what);
+    return MP_OK;
+}
+
+static mp_status build_graph(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, pass_graph *pg,
+                             const char *what) {
+    const mp_conv_geom *g = &st->g;
+    const cudnnDataType_t dt = data_type(st->cd);
+    memset(pg, 0, sizeof *pg);
+    mp_status s = make_tensor(&pg->x, dt, UID_X, g->n, g->cx, g->hx, g->wx, what);
+    if (s == MP_OK) s = make_tensor(&pg->w, dt, UID_W, g->cy, g->cx / g->groups, g->k, g->k, what);
+    if (s == MP_OK) s = make_tensor(&pg->y, dt, UID_Y, g->n, g->cy, g->hy, g->wy, what);
+    if (s == MP_OK) s = make_conv(&pg->conv, g, what);
+    if (s == MP_OK) s = make_op(pg, pass, what);
+    if (s == MP_OK)
+        s = mp_cudnn_check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &pg->graph),
+                           "cudnnBackendCreateDescriptor(OPERATIONGRAPH)", what);
+    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendSetAttribute(pg->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+                                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pg->op),
+                                       "cudnnBackendSetAttribute(OPERATIONGRAPH_OPS)", what);
+    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendSetAttribute(pg->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+                                                                CUDNN_TYPE_HANDLE, 1, &ctx->cudnn),
+                                       "cudnnBackendSetAttribute(OPERATIONGRAPH_HANDLE)", what);
+    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendFinalize(pg->graph), "cudnnBackendFinalize(OPERATIONGRAPH)", what);
+    if (s != MP_OK) graph_free(pg);
+    return s;
+}
+
+/* The engine configs heuristic `mode` ranks for the graph, at most cap of
+ * them, into cfg (created here; the caller destroys *n of them). */
+static mp_status heuristic_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode, int cap,
+                                   cudnnBackendDescriptor_t *cfg, int *n, const char *what) {
+    cudnnBackendDescriptor_t heur = NULL;
+    *n = 0;
+    int64_t count = 0;
+    mp_status s = mp_cudnn_check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur),
+                                 "cudnnBackendCreateDescriptor(ENGINEHEUR)", what);
+    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph),
+                                       "cudnnBackendSetAttribute(ENGINEHEUR_OPERATION_GRAPH)", what);
+    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE,
+                                                                1, &mode),
+                                       "cudnnBackendSetAttribute(ENGINEHEUR_MODE)", what);
+    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendFinalize(heur), "cudnnBackendFinalize(ENGINEHEUR)", what);
+    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL),
+                                       "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS count)", what);
+    if (s == MP_OK && count > 0) {
+        const int64_t want = count < cap ? count : cap;
+        int made = 0;
+        while (made < want && cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[made]) ==
+                                  CUDNN_STATUS_SUCCESS)
+            made++;
+        if (made < want) s = mp_error(MP_ERR_NOMEM, "%s: cuDNN could not create an engine config descriptor", what);
+        if (s == MP_OK) s = mp_cudnn_check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &count, cfg),
+                                           "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS)", what);
+        if (s == MP_OK) *n = (int)(count < want ? count : want);
+        for (int i = s == MP_OK ? *n : 0; i < made; i++) cudnnBackendDestroyDescriptor(cfg[i]);
+    }
+    cudnnBackendDestroyDescriptor(heur);
+    return s;
+}
+
+typedef struct {
+    int64_t id;
+    bool tensor_core, nondeterministic, reduced, down_convert, runtime_compiled;
+} engine_notes;
+
+/* The engine behind a config: its global index and the notes that matter. */
+static bool read_notes(cudnnBackendDescriptor_t cfg, engine_notes *n) {
+    memset(n, 0, sizeof *n);
+    cudnnBackendDescriptor_t eng = NULL;
+    int64_t cnt = 0;
+    cudnnBackendNumericalNote_t num[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    cudnnBackendBehaviorNote_t beh[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    bool ok = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) == CUDNN_STATUS_SUCCESS &&
+              cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt,
+                                       &eng) == CUDNN_STATUS_SUCCESS &&
+              cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &n->id) ==
+                  CUDNN_STATUS_SUCCESS;
+    if (ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &cnt, num) == CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < cnt && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
+            n->tensor_core |= num[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+            n->nondeterministic |= num[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+            n->reduced |= num[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION;
+            n->down_convert |= num[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
+        }
+    else ok = false;
+    if (ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                       CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &cnt, beh) == CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < cnt && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
+            n->runtime_compiled |= beh[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+    if (eng) cudnnBackendDestroyDescriptor(eng);
+    return ok;
+}
+
+static bool allowed(const engine_notes *n, mp_conv_engine_rules r) {
+    if (n->reduced || n->down_convert) return false;
+    if (r.fma_only && n->tensor_core) return false;
+    return !(r.deterministic && n->nondeterministic);
+}
+
+/* A finalized plan of cfg, or NULL when cuDNN cannot build it here. */
+static cudnnBackendDescriptor_t finalize_plan(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t cfg, int64_t *ws) {
+    cudnnBackendDescriptor_t plan = NULL;
+    int64_t cnt = 0;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS)
+        return NULL;
+    if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &ctx->cudnn) ||
+        cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &cfg) ||
+        cudnnBackendFinalize(plan) ||
+        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, ws)) {
+        cudnnBackendDestroyDescriptor(plan);
+        return NULL;
+    }
+    return plan;
+}
+
+/* A variant pack binding (x, w, y) and the workspace. */
+static cudnnStatus_t make_variant_pack(cudnnBackendDescriptor_t *vp, void *const ptrs[3], void *ws) {
+    const int64_t uids[3] = {UID_X, UID_W, UID_Y};
+    cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, vp);
+    if (e) return e;
+    e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+    if (!e) e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+    if (!e) e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+    if (!e) e = cudnnBackendFinalize(*vp);
+    if (e) cudnnBackendDestroyDescriptor(*vp), *vp = NULL;
+    return e;
+}
+
+mp_status mp_conv_engine_run(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, const void *x, const void *w,
+                             const void *y, void *ws, const char *what) {
+    void *ptrs[3] = {(void *)x, (void *)w, (void *)y};
+    for (int i = 0; i < 3; i++) /* the graph promised cuDNN 16-byte aligned tensors */
+        if ((uintptr_t)ptrs[i] % 16)
+            return mp_error(MP_ERR_INTERNAL, "%s: tensor %c at %p is not 16-byte aligned (cuDNN engine plan)", what,
+                            "xwy"[i], ptrs[i]);
+    cudnnBackendDescriptor_t vp = NULL;
+    BE_TRY(make_variant_pack(&vp, ptrs, ws), what);
+    const cudnnStatus_t e = cudnnBackendExecute(ctx->cudnn, plan, vp);
+    cudnnBackendDestroyDescriptor(vp);
+    return mp_cudnn_check(e, "cudnnBackendExecute", what);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* GPU milliseconds of one run of plan: a timed warm-up run, then 3 trials
+ * of 4 runs queued back to back (the host's per-call cost hides behind the
+ * kernels, as inside a CUDA graph), the median trial / 4; < 0 when a run
+ * fails. A warm-up slower than cutoff (> 0) is the answer: the candidate
+ * has lost (the fallback list's engine 0 takes up to 2 s a run at batch 2048). */
+static float time_plan(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, void *const ptrs[3], void *ws, float cutoff) {
+    enum { TRIALS = 3, RUNS = 4 };
+    cudaEvent_t ev[2] = {NULL, NULL};
+    cudnnBackendDescriptor_t vp = NULL;
+    float t[TRIALS], warm = -1;
+    bool ok = make_variant_pack(&vp, ptrs, ws) == CUDNN_STATUS_SUCCESS &&
+              cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess &&
+              cudaEventRecord(ev[0], ctx->stream) == cudaSuccess &&
+              cudnnBackendExecute(ctx->cudnn, plan, vp) == CUDNN_STATUS_SUCCESS &&
+              cudaEventRecord(ev[1], ctx->stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
+              cudaEventElapsedTime(&warm, ev[0], ev[1]) == cudaSuccess;
+    const bool lost = ok && cutoff > 0 && warm > cutoff;
+    for (int k = 0; k < TRIALS && ok && !lost; k++) {
+        ok = cudaEventRecord(ev[0], ctx->stream) == cudaSuccess;
+        for (int r = 0; r < RUNS && ok; r++) ok = cudnnBackendExecute(ctx->cudnn, plan, vp) == CUDNN_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(ev[1], ctx->stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
+             cudaEventElapsedTime(&t[k], ev[0], ev[1]) == cudaSuccess;
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    if (vp) cudnnBackendDestroyDescriptor(vp);
+    if (!ok) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (lost) return warm;
+    qsort(t, TRIALS, sizeof *t, cmp_float);
+    return t[TRIALS / 2] / RUNS;
+}
+
+static bool debug(void) { return getenv("MIXPREC_CUDNN_DEBUG") != NULL; }
+
+/* Within 5% of the fastest: deterministic first, then less workspace (the
+ * rule of the legacy search, conv_algo_cache.cu). */
+static bool better(float ms, bool det, size_t ws, float best_ms, bool best_det, size_t best_ws) {
+    if (best_ms < 0 || ms < 0.95f * best_ms) return ms >= 0;
+    if (ms > 1.05f * best_ms) return false;
+    if (det != best_det) return det;
+    return ws < best_ws || (ws == best_ws && ms < best_ms);
+}
+
+mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, void *x, void *w,
+                                void *y, void *ws, size_t ws_bytes, mp_conv_engine_rules rules, mp_conv_algo *out,
+                                float *ms, bool *found, const char *what) {
+    static const char *pass_name[MP_CONV_NPASS] = {"forward", "backward-data", "backward-filter"};
+    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    const int caps[2] = {mode_a_candidates(), MAX_FALLBACK};
+    *found = false;
+    *ms = -1;
+    pass_graph pg;
+    MP_TRY(build_graph(ctx, st, pass, &pg, what));
+    bool best_det = false;
+    size_t best_ws = 0;
+    if (debug()) fprintf(stderr, "cudnn engines: %s %s |", what, pass_name[pass]);
+    for (int m = 0; m < 2 && !*found; m++) { /* the fallback list only when mode A has nothing that runs */
+        cudnnBackendDescriptor_t cfg[MAX_CAND];
+        int n = 0;
+        /* a mode with no answer for this graph is no error: the other may have one */
+        if (heuristic_configs(pg.graph, modes[m], caps[m], cfg, &n, what) != MP_OK) mp_clear_error();
+        for (int i = 0; i < n; i++) {
+            engine_notes nt;
+            int64_t need = 0;
+            cudnnBackendDescriptor_t plan = NULL;
+            if (read_notes(cfg[i], &nt) && allowed(&nt, rules) && (plan = finalize_plan(ctx, cfg[i], &need)) &&
+                (size_t)need <= ws_bytes) {
+                void *const ptrs[3] = {x, w, y};
+                const float t = time_plan(ctx, plan, ptrs, ws, *found ? 4.f * *ms : 0.f);
+                if (debug())
+                    fprintf(stderr, " e%lld%s%s%s:%.4f:%lldK", (long long)nt.id, m ? "f" : "",
+                            nt.nondeterministic ? "nd" : "", nt.runtime_compiled ? "rt" : "", (double)t,
+                            (long long)(need >> 10));
+                if (better(t, !nt.nondeterministic, (size_t)need, *ms, best_det, best_ws)) {
+                    *found = true;
+                    *ms = t;
+                    best_det = !nt.nondeterministic;
+                    best_ws = (size_t)need;
+                    out->engine_mode = (int)modes[m];
+                    out->engine_index = i;
+                    out->engine_id = (long long)nt.id;
+                    out->workspace = (size_t)need;
+                    out->deterministic = best_det;
+                    out->ms = t;
+                }
+            }
+            if (plan) cudnnBackendDestroyDescriptor(plan);
+            cudnnBackendDestroyDescriptor(cfg[i]);
+        }
+    }
+    if (debug()) fprintf(stderr, " -> %s\n", *found ? "found" : "none");
+    graph_free(&pg);
+    return MP_OK;
+}
+
+/* ---- plans per context ---------------------------------------------------- */
+
+typedef struct plan_entry {
+    struct plan_entry *next;
+    pass_graph pg;
+    cudnnBackendDescriptor_t cfg, plan;
+    size_t key_len;
+    unsigned char key[]; /* key_len bytes */
+} plan_entry;
+
+typedef struct {
+    pthread_mutex_t lock;
+    plan_entry *head;
+} plan_table;
+
+static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER; /* creates ctx->conv_plans once */
+
+static plan_table *table_of(mp_cuda_ctx *ctx) {
+    pthread_mutex_lock(&tables_lock);
+    if (!ctx->conv_plans) {
+        plan_table *t = (plan_table *)calloc(1, sizeof *t);
+        if (t) pthread_mutex_init(&t->lock, NULL);
+        ctx->conv_plans = t;
+    }
+    pthread_mutex_unlock(&tables_lock);
+    return (plan_table *)ctx->conv_plans;
+}
+
+static void entry_free(plan_entry *e) {
+    if (e->plan) cudnnBackendDestroyDescriptor(e->plan);
+    if (e->cfg) cudnnBackendDestroyDescriptor(e->cfg);
+    graph_free(&e->pg);
+    free(e);
+}
+
+/* Graph, the heuristic list of a's mode, a's config (checked to be the same
+ * engine), its plan. */
+static mp_status build_entry(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
+                             plan_entry *e, const char *what) {
+    MP_TRY(build_graph(ctx, st, pass, &e->pg, what));
+    cudnnBackendDescriptor_t cfg[MAX_CAND];
+    int n = 0;
+    MP_TRY(heuristic_configs(e->pg.graph, (cudnnBackendHeurMode_t)a->engine_mode, a->engine_index + 1, cfg, &n, what));
+    for (int i = 0; i < n; i++)
+        if (i != a->engine_index) cudnnBackendDestroyDescriptor(cfg[i]);
+    if (n <= a->engine_index)
+        return mp_error(MP_ERR_INTERNAL, "%s: cuDNN's heuristics list %d engines now, the cached choice was number %d",
+                        what, n, a->engine_index + 1);
+    e->cfg = cfg[a->engine_index];
+    engine_notes nt;
+    int64_t need = 0;
+    if (!read_notes(e->cfg, &nt) || nt.id != a->engine_id)
+        return mp_error(MP_ERR_INTERNAL, "%s: cuDNN engine %lld expected at heuristic rank %d, found %lld", what,
+                        a->engine_id, a->engine_index + 1, (long long)nt.id);
+    e->plan = finalize_plan(ctx, e->cfg, &need);
+    if (!e->plan) return mp_error(MP_ERR_INTERNAL, "%s: cuDNN engine %lld no longer builds", what, a->engine_id);
+    if ((size_t)need > a->workspace)
+        return mp_error(MP_ERR_INTERNAL, "%s: cuDNN engine %lld now needs %lld bytes of workspace, searched with %zu",
+                        what, a->engine_id, (long long)need, a->workspace);
+    return MP_OK;
+}
+
+mp_status mp_conv_engine_plan(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
+                              const void *key, size_t key_len, cudnnBackendDescriptor_t *plan, const char *what) {
+    *plan = NULL;
+    plan_table *t = table_of(ctx);
+    if (!t) return mp_error(MP_ERR_NOMEM, "%s: out of host memory for the cuDNN plan table", what);
+    mp_status s = MP_OK;
+    pthread_mutex_lock(&t->lock);
+    for (plan_entry *e = t->head; e && !*plan; e = e->next)
+        if (e->key_len == key_len && !memcmp(e->key, key, key_len)) *plan = e->plan;
+    if (!*plan) {
+        plan_entry *e = (plan_entry *)calloc(1, sizeof *e + key_len);
+        if (!e) s = mp_error(MP_ERR_NOMEM, "%s: out of host memory for a cuDNN plan", what);
+        else if ((s = build_entry(ctx, st, pass, a, e, what)) != MP_OK) entry_free(e);
+        else {
+            e->key_len = key_len;
+            memcpy(e->key, key, key_len);
+            e->next = t->head;
+            t->head = e;
+            *plan = e->plan;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    return s;
+}
+
+void mp_conv_engine_free_plans(mp_cuda_ctx *ctx) {
+    plan_table *t = (plan_table *)ctx->conv_plans;
+    if (!t) return;
+    for (plan_entry *e = t->head, *next; e; e = next) {
+        next = e->next;
+        entry_free(e);
+    }
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+    ctx->conv_plans = NULL;
+}
