@@ -382,15 +382,6 @@ static mp_status workspace_of(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv
     return MP_OK;
 }
 
-/* GPUs that answer the same to these are one model for the search. */
-static int gpu_model(const mp_cuda_ctx *ctx) {
-    unsigned h = 2166136261u; /* FNV-1a over the name, then the numbers */
-    for (const char *c = ctx->name; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
-    const int nums[3] = {ctx->sm_major, ctx->sm_minor, ctx->sm_count};
-    for (int i = 0; i < 3; i++) h = (h ^ (unsigned)nums[i]) * 16777619u;
-    return (int)(h & 0x7fffffff);
-}
-
 /* Search one pass (under search_lock), settle its math type and exact
  * workspace, and cache the choice under k. */
 static mp_status search_and_cache(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const algo_key *k,
@@ -407,7 +398,7 @@ static mp_status search_and_cache(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_p
 
 mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what) {
     const mp_conv_geom *g = &st->g;
-    const algo_key k = {gpu_model(ctx), (int)pass, (int)st->cd, (int)st->math, deterministic_only(),
+    const algo_key k = {mp_cuda_gpu_model(ctx), (int)pass, (int)st->cd, (int)st->math, deterministic_only(),
                         g->n, g->cx, g->hx, g->wx, g->cy, g->hy, g->wy, g->k, g->stride, g->pad, g->dil,
                         g->groups}; /* ints only: memcmp */
     mp_conv_algo a;

@@ -1,7 +1,8 @@
 /* cuda_ctx.cu — the per-device context of the CUDA backend (see cuda_ctx.h):
  * opening a device with an error that lists the devices found, the stream
  * every call of a plan runs on, the cuDNN handle bound to it, the cuBLASLt
- * handle, and the one-line errors of failing CUDA/cuDNN/cuBLAS calls. */
+ * handle, the one-line errors of failing CUDA/cuDNN/cuBLAS calls, and the
+ * GPU-model key of the algorithm caches. */
 #include "cuda/cuda_ctx.h"
 
 #include "cuda/conv_engine.h" /* mp_conv_engine_free_plans */
@@ -149,6 +150,14 @@ mp_status mp_cublas_check(cublasStatus_t st, const char *call, const char *what)
                                                       : MP_ERR_INTERNAL;
     return mp_error(s, "%s: %s failed: %s (%s)", what ? what : "cublasLt", name, cublasLtGetStatusName(st),
                     cublasLtGetStatusString(st));
+}
+
+int mp_cuda_gpu_model(const mp_cuda_ctx *ctx) {
+    unsigned h = 2166136261u; /* FNV-1a over the name, then the numbers */
+    for (const char *c = ctx->name; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+    const int nums[3] = {ctx->sm_major, ctx->sm_minor, ctx->sm_count};
+    for (int i = 0; i < 3; i++) h = (h ^ (unsigned)nums[i]) * 16777619u;
+    return (int)(h & 0x7fffffff);
 }
 
 unsigned mp_cuda_blocks(const mp_cuda_ctx *ctx, long long n) {

@@ -51,6 +51,11 @@ mp_status mp_cublas_check(cublasStatus_t s, const char *call, const char *what);
 #define MP_CUDNN_TRY(call, what) MP_TRY(mp_cudnn_check((call), #call, (what)))
 #define MP_CUBLAS_TRY(call, what) MP_TRY(mp_cublas_check((call), #call, (what)))
 
+/* GPUs that answer the same to this (name, compute capability, SM count) are
+ * one model: a search's choice (cuDNN convolution, cuBLASLt GEMM) made on one
+ * holds on the others, so the process-wide choice caches key on it. */
+int mp_cuda_gpu_model(const mp_cuda_ctx *ctx);
+
 /* Launch-configuration helper: blocks of 256 covering n elements, capped
  * at a few waves per SM (kernels use grid-stride loops). */
 unsigned mp_cuda_blocks(const mp_cuda_ctx *ctx, long long n);
