@@ -13,7 +13,8 @@
  * its dtype is D's, else a bias kernel adds it; db = column sums of dy.
  * Algorithms: cublasLtMatmulAlgoGetHeuristic's best 8 once per GEMM in
  * prepare, with at most 32 MiB of workspace, the fastest of them by timing
- * (lt_pick.h; its first under MIXPREC_DETERMINISTIC=1). The weight (and bias) arrive in cd
+ * (lt_pick.h: timed once per problem and GPU model in a process; the
+ * heuristic's first under MIXPREC_DETERMINISTIC=1). The weight (and bias) arrive in cd
  * (f32 master, or the executor's f16/bf16 cast), see cuda_op.h. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,8 +106,14 @@ static mp_status gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct,
                         (unsigned long long)d.cols,
                         (unsigned long long)(ta == CUBLAS_OP_N ? a.cols : a.rows));
     const size_t ab_size = mp_dtype_size(ab), d_size = mp_dtype_size(dd);
-    const mp_lt_problem pb = {g->op, g->a, g->b, g->d, (size_t)a.ld * a.cols * ab_size, (size_t)b.ld * b.cols * ab_size,
-                              (size_t)d.ld * d.cols * d_size, epi == CUBLASLT_EPILOGUE_BIAS ? d.rows * ab_size : 0};
+    const mp_lt_problem pb = {
+        .op = g->op, .a = g->a, .b = g->b, .d = g->d,
+        .a_bytes = (size_t)a.ld * a.cols * ab_size, .b_bytes = (size_t)b.ld * b.cols * ab_size,
+        .d_bytes = (size_t)d.ld * d.cols * d_size, .bias_bytes = epi == CUBLASLT_EPILOGUE_BIAS ? d.rows * ab_size : 0,
+        .key = {.compute = ct, .scale = CUDA_R_32F, .epilogue = epi, .trans_a = ta, .trans_b = tb,
+                .a_type = cuda_dtype(ab), .a_rows = (int64_t)a.rows, .a_cols = (int64_t)a.cols, .lda = a.ld,
+                .b_type = cuda_dtype(ab), .b_rows = (int64_t)b.rows, .b_cols = (int64_t)b.cols, .ldb = b.ld,
+                .d_type = cuda_dtype(dd), .d_rows = (int64_t)d.rows, .d_cols = (int64_t)d.cols, .ldd = d.ld}};
     int best = 0;
     MP_TRY(mp_lt_pick_fastest(ctx, &pb, r, found, &best, what));
     g->algo = r[best].algo;
