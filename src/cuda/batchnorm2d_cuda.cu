@@ -13,10 +13,12 @@
  * saved; the workspace holds the partials and per-channel coefficients.
  * Fused with the ReLU that reads it (cfg->relu_after, graph/plan_fuse.h),
  * forward stores relu(y) and backward masks dy where that output is <= 0,
- * with activation_cuda.cu's relu semantics (NaN passes). */
+ * with activation_cuda.cu's relu semantics (NaN passes). Training in f16
+ * runs on cuDNN's NHWC kernels where they apply (batchnorm2d_cudnn.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cuda/batchnorm2d_cudnn.h"
 #include "cuda/cuda_kernel_util.cuh"
 #include "dist/dist.h"
 
@@ -354,12 +356,23 @@ __global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dty
 /* ---- host side ---------------------------------------------------------- */
 
 typedef struct {
-    bool relu; /* the ReLU reading this node is fused in */
+    bool relu;          /* the ReLU reading this node is fused in */
+    mp_bn_cudnn *cudnn; /* cuDNN's kernels for training, or NULL */
 } bn_state;
 
 static bool fused_relu(const mp_op_call *c) { return c->state && ((const bn_state *)c->state)->relu; }
 
-static void bn_release(void *state) { free(state); }
+/* cuDNN's state when it runs this call (batchnorm2d_cudnn.h), else NULL. */
+static const mp_bn_cudnn *on_cudnn(const mp_op_call *c, bool backward) {
+    const bn_state *st = (const bn_state *)c->state;
+    return st && st->cudnn && mp_bn_cudnn_fits(st->cudnn, c, backward) ? st->cudnn : NULL;
+}
+
+static void bn_release(void *state) {
+    bn_state *st = (bn_state *)state;
+    if (st) mp_bn_cudnn_release(st->cudnn);
+    free(st);
+}
 
 static mp_status bn_batch_error(const mp_op_desc *d, const mp_shape *x) {
     char s[64];
@@ -373,13 +386,19 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     *state = NULL;
     MP_TRY(mp_cuda_op_check_dtypes(d, info, cfg, -1));
     bn_dims dm = bn_dims_of(ctx, &info->in[0]);
-    if (cfg->relu_after) {
+    if (cfg->training && dm.M < 2) return bn_batch_error(d, &info->in[0]);
+    mp_bn_cudnn *cudnn = NULL;
+    MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, workspace_bytes, saved_bytes));
+    if (cfg->relu_after || cudnn) {
         bn_state *st = (bn_state *)calloc(1, sizeof *st);
-        if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
-        st->relu = true;
+        if (!st) {
+            mp_bn_cudnn_release(cudnn);
+            return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
+        }
+        st->relu = cfg->relu_after;
+        st->cudnn = cudnn;
         *state = st;
     }
-    if (cfg->training && dm.M < 2) return bn_batch_error(d, &info->in[0]);
     mp_cuda_raise(workspace_bytes, bn_workspace_floats(&dm, cfg->training ? ctx->sync_world : 1) * sizeof(float));
     mp_cuda_raise(saved_bytes, 2 * (size_t)dm.C * sizeof(float));
     return MP_OK;
@@ -404,6 +423,7 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     MP_TRY(bn_param_check(c));
     const bn_dims dm = bn_dims_of(ctx, &c->in[0].shape);
     if (c->training && dm.M < 2) return bn_batch_error(c->desc, &c->in[0].shape);
+    if (const mp_bn_cudnn *cudnn = on_cudnn(c, false)) return mp_bn_cudnn_forward(ctx, cudnn, c);
     const mp_tensor *x = &c->in[0], *y = &c->out, *p = c->param;
     const int C = dm.C;
     float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
@@ -450,6 +470,7 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_tensor *x = &c->in[0], *dy = &c->d_out, *dx = &c->d_in[0], *p = c->param;
     const mp_tensor *dg = &c->d_param[P_WEIGHT], *db = &c->d_param[P_BIAS];
     if (!dx->data && !dg->data && !db->data) return MP_OK;
+    if (const mp_bn_cudnn *cudnn = on_cudnn(c, true)) return mp_bn_cudnn_backward(ctx, cudnn, c);
     const bn_dims dm = bn_dims_of(ctx, &x->shape);
     const int C = dm.C;
     float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;

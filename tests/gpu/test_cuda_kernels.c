@@ -268,7 +268,8 @@ static void losses(mp_cuda_ctx *ctx, mp_dtype dt) {
     }
 }
 
-/* NaN in, NaN out where the CPU has it (relu forward, max pooling winner). */
+/* NaN in, NaN out where the CPU has it (relu forward, max pooling winner,
+ * a batch norm's channel: in f16 on cuDNN's kernels, batchnorm2d_cudnn.h). */
 static void nan_propagation(mp_cuda_ctx *ctx, mp_dtype dt) {
     mp_shape s = mp_shape4(2, 13, 6, 6);
     cuda_op_case k = make_case("relu NaN", MP_OP_RELU, &mp_cuda_relu_vt, dt, 1, &s);
@@ -278,6 +279,10 @@ static void nan_propagation(mp_cuda_ctx *ctx, mp_dtype dt) {
     k = make_case("maxpool2d NaN", MP_OP_MAXPOOL2D, &mp_cuda_maxpool2d_vt, dt, 1, &s);
     k.attr.pool = (mp_pool_opts){3, 2, 1};
     k.n_nan = 2, k.nan_index[0] = 7, k.nan_index[1] = 36 * 16 + 14;
+    run(&k, ctx);
+    k = make_case("batchnorm2d NaN", MP_OP_BATCHNORM2D, &mp_cuda_batchnorm2d_vt, dt, 1, &s);
+    k.attr.bn = (mp_batchnorm_opts){.momentum = 0.1f, .eps = 1e-5f};
+    k.n_nan = 1, k.nan_index[0] = 36 * 3 + 5; /* channel 3 of sample 0 */
     run(&k, ctx);
 }
 

@@ -1,0 +1,154 @@
+/* batchnorm2d_cudnn.cu — batchnorm2d's training forward and backward on
+ * cuDNN's NHWC batch-norm kernels (see batchnorm2d_cudnn.h). */
+#include "cuda/batchnorm2d_cudnn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_kernel_util.cuh" /* mp_cuda_raise */
+
+enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
+
+static const cudnnBatchNormMode_t MODE = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+
+struct mp_bn_cudnn {
+    int C;
+    bool relu;
+    double eps, momentum;
+    cudnnBatchNormOps_t ops;
+    cudnnTensorDescriptor_t x_desc, bn_desc; /* x, y, dy, dx: (N, C, H, W) NHWC f16; bn: (1, C, 1, 1) f32 */
+    cudnnActivationDescriptor_t act;         /* the fused ReLU, or NULL */
+    size_t fwd_ws, bwd_ws, reserve;          /* bytes */
+    size_t dparam_off;                       /* workspace: 2C f32 for unwanted dgamma/dbeta, after cuDNN's */
+    char what_fwd[200], what_bwd[200];
+};
+
+void mp_bn_cudnn_release(mp_bn_cudnn *st) {
+    if (!st) return;
+    if (st->act) cudnnDestroyActivationDescriptor(st->act);
+    if (st->bn_desc) cudnnDestroyTensorDescriptor(st->bn_desc);
+    if (st->x_desc) cudnnDestroyTensorDescriptor(st->x_desc);
+    free(st);
+}
+
+static bool env_off(const char *name) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, "0");
+}
+
+static bool deterministic_only(void) {
+    const char *e = getenv("MIXPREC_DETERMINISTIC");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static size_t round_up(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static mp_status make_descriptors(mp_bn_cudnn *st, const mp_shape *x, const char *what) {
+    MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->x_desc), what);
+    MP_CUDNN_TRY(cudnnSetTensor4dDescriptor(st->x_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, x->dims[0], x->dims[1],
+                                            x->dims[2], x->dims[3]),
+                 what);
+    MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->bn_desc), what);
+    MP_CUDNN_TRY(cudnnDeriveBNTensorDescriptor(st->bn_desc, st->x_desc, MODE), what);
+    if (st->relu) {
+        MP_CUDNN_TRY(cudnnCreateActivationDescriptor(&st->act), what);
+        MP_CUDNN_TRY(cudnnSetActivationDescriptor(st->act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0), what);
+    }
+    return MP_OK;
+}
+
+static mp_status query_sizes(mp_cuda_ctx *ctx, mp_bn_cudnn *st, const char *what) {
+    MP_CUDNN_TRY(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx->cudnn, MODE, st->ops, st->x_desc, NULL,
+                                                                          st->x_desc, st->bn_desc, st->act,
+                                                                          &st->fwd_ws),
+                 what);
+    MP_CUDNN_TRY(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx->cudnn, MODE, st->ops, st->x_desc, st->x_desc,
+                                                                   st->x_desc, NULL, st->x_desc, st->bn_desc, st->act,
+                                                                   &st->bwd_ws),
+                 what);
+    MP_CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx->cudnn, MODE, st->ops, st->act, st->x_desc,
+                                                                      &st->reserve),
+                 what);
+    return MP_OK;
+}
+
+mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
+                              const mp_cuda_node_cfg *cfg, bool relu, mp_bn_cudnn **out, size_t *workspace_bytes,
+                              size_t *saved_bytes) {
+    *out = NULL;
+    const mp_shape *x = &info->in[0];
+    const double eps = d->attr.bn.eps;
+    if (!cfg->training || x->ndim != 4 || x->dims[1] % 8 || cfg->compute != MP_DTYPE_F32 ||
+        cfg->in_dtype[0] != MP_DTYPE_F16 ||
+        cfg->storage != MP_DTYPE_F16 || eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || deterministic_only() ||
+        env_off("MIXPREC_CUDNN_BN"))
+        return MP_OK;
+    mp_bn_cudnn *st = (mp_bn_cudnn *)calloc(1, sizeof *st);
+    if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
+    st->C = x->dims[1];
+    st->relu = relu;
+    st->eps = eps;
+    st->momentum = d->attr.bn.momentum;
+    st->ops = relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+    char shape[64];
+    mp_shape_str(x, shape, sizeof shape);
+    const char *name = d->name ? d->name : "?", *fused = relu ? ", ReLU fused" : "";
+    snprintf(st->what_fwd, sizeof st->what_fwd, "batchnorm2d '%.60s' forward [%.60s f16, cuDNN%s]", name, shape, fused);
+    snprintf(st->what_bwd, sizeof st->what_bwd, "batchnorm2d '%.60s' backward [%.60s f16, cuDNN%s]", name, shape,
+             fused);
+    mp_status s = make_descriptors(st, x, st->what_fwd);
+    if (s == MP_OK) s = query_sizes(ctx, st, st->what_fwd);
+    if (s != MP_OK) { /* cuDNN does not take this shape: our kernels will */
+        mp_clear_error();
+        mp_bn_cudnn_release(st);
+        return MP_OK;
+    }
+    st->dparam_off = round_up(st->fwd_ws > st->bwd_ws ? st->fwd_ws : st->bwd_ws);
+    mp_cuda_raise(workspace_bytes, st->dparam_off + 2 * (size_t)st->C * sizeof(float));
+    mp_cuda_raise(saved_bytes, 2 * (size_t)st->C * sizeof(float) + st->reserve);
+    *out = st;
+    return MP_OK;
+}
+
+bool mp_bn_cudnn_fits(const mp_bn_cudnn *st, const mp_op_call *c, bool backward) {
+    if (!st || !c->training || c->in[0].dtype != MP_DTYPE_F16 || c->out.dtype != MP_DTYPE_F16) return false;
+    for (int k = P_WEIGHT; k <= P_RUNNING_VAR; k++)
+        if (c->param[k].dtype != MP_DTYPE_F32) return false;
+    if (!backward) return true;
+    if (c->d_out.dtype != MP_DTYPE_F16 || !c->d_in[0].data || c->d_in[0].dtype != MP_DTYPE_F16) return false;
+    for (int k = P_WEIGHT; k <= P_BIAS; k++)
+        if (c->d_param[k].data && c->d_param[k].dtype != MP_DTYPE_F32) return false;
+    return true;
+}
+
+mp_status mp_bn_cudnn_forward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_op_call *c) {
+    const float one = 1.f, zero = 0.f;
+    float *save_mean = (float *)c->saved, *save_invstd = save_mean + st->C;
+    void *reserve = st->reserve ? (void *)(save_invstd + st->C) : NULL;
+    const mp_tensor *p = c->param;
+    MP_CUDNN_TRY(cudnnBatchNormalizationForwardTrainingEx(
+                     ctx->cudnn, MODE, st->ops, &one, &zero, st->x_desc, c->in[0].data, NULL, NULL, st->x_desc,
+                     c->out.data, st->bn_desc, p[P_WEIGHT].data, p[P_BIAS].data, st->momentum,
+                     p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, st->eps, save_mean, save_invstd, st->act,
+                     st->fwd_ws ? c->workspace : NULL, st->fwd_ws, reserve, st->reserve),
+                 st->what_fwd);
+    return MP_OK;
+}
+
+mp_status mp_bn_cudnn_backward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_op_call *c) {
+    const float one = 1.f, zero = 0.f;
+    const float *save_mean = (const float *)c->saved, *save_invstd = save_mean + st->C;
+    void *reserve = st->reserve ? (void *)(save_invstd + st->C) : NULL;
+    const mp_tensor *p = c->param;
+    float *spare = (float *)((char *)c->workspace + st->dparam_off); /* dgamma/dbeta nobody asked for */
+    void *dgamma = c->d_param[P_WEIGHT].data ? c->d_param[P_WEIGHT].data : spare;
+    void *dbeta = c->d_param[P_BIAS].data ? c->d_param[P_BIAS].data : spare + st->C;
+    MP_CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
+                     ctx->cudnn, MODE, st->ops, &one, &zero, &one, &zero, st->x_desc, c->in[0].data, st->x_desc,
+                     c->out.data, st->x_desc, c->d_out.data, NULL, NULL, st->x_desc, c->d_in[0].data, st->bn_desc,
+                     p[P_WEIGHT].data, p[P_BIAS].data, dgamma, dbeta, st->eps, save_mean, save_invstd, st->act,
+                     st->bwd_ws ? c->workspace : NULL, st->bwd_ws, reserve, st->reserve),
+                 st->what_bwd);
+    return MP_OK;
+}
