@@ -27,9 +27,13 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
         const float p = MP_FSUB(pj, MP_FMUL(ss, MP_FDIV(mj, denom)));
         m[i] = mj;
         v[i] = vj;
-        param[i] = p;
         const int low = ten.flags & MP_MT_DTYPE_MASK;
-        if (low != MP_DTYPE_F32) mp_dev_store_low(ten.ptr[MP_MT_LOW], low, i, p);
+        float q = p;
+        if (low != MP_DTYPE_F32) { /* without master weights the weight is its low value */
+            const float r = mp_dev_store_low(ten.ptr[MP_MT_LOW], low, i, p);
+            if (ten.flags & MP_MT_NO_MASTER) q = r;
+        }
+        param[i] = q;
     });
 }
 

@@ -139,6 +139,8 @@ typedef struct {
     mp_dtype low_dtype; /* MP_DTYPE_F16 or MP_DTYPE_BF16 when low != NULL */
     int64_t n;
     bool decay;         /* takes weight decay (false for biases and BN, as on the CPU) */
+    bool no_master;     /* with low: no master weights (fp16/bf16 policies): after each update the f32
+                         * weight is left at the value its low copy holds, as the CPU trainer rounds it */
     const char *name;   /* for messages; may be NULL; not kept */
 } mp_cuda_param_ref;
 

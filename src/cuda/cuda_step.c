@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/policy.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/cuda_plan_kernels.h"
 #include "dist/grad_allreduce.h"
@@ -118,6 +119,7 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
                                       .low_dtype = low ? low_dtype : MP_DTYPE_F32, .n = numel[j],
                                       .decay = !strcmp(par->spec.name, "weight") &&
                                                g->nodes[par->node].desc.kind != MP_OP_BATCHNORM2D,
+                                      .no_master = !mp_precision_has_master((mp_precision)g->precision),
                                       .name = par->name};
         j++;
     }

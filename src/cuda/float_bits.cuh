@@ -7,6 +7,8 @@
 #ifndef MP_CUDA_FLOAT_BITS_CUH
 #define MP_CUDA_FLOAT_BITS_CUH
 
+#include <cuda_fp16.h>
+
 #include "mixprec.h"
 
 __device__ __forceinline__ unsigned mp_dev_nonfinite(float x) {
@@ -38,10 +40,13 @@ __device__ __forceinline__ unsigned short mp_dev_f32_to_bf16_bits(float x) {
     return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* Element i of a low-precision array of dtype (MP_DTYPE_F16 / _BF16) := x. */
-__device__ __forceinline__ void mp_dev_store_low(void *low, int dtype, long long i, float x) {
+/* Element i of a low-precision array of dtype (MP_DTYPE_F16 / _BF16) := x;
+ * returns the value stored, as an f32 (exact). */
+__device__ __forceinline__ float mp_dev_store_low(void *low, int dtype, long long i, float x) {
     unsigned short *p = (unsigned short *)low;
-    p[i] = dtype == MP_DTYPE_F16 ? mp_dev_f32_to_f16_bits(x) : mp_dev_f32_to_bf16_bits(x);
+    const unsigned short b = dtype == MP_DTYPE_F16 ? mp_dev_f32_to_f16_bits(x) : mp_dev_f32_to_bf16_bits(x);
+    p[i] = b;
+    return dtype == MP_DTYPE_F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
 }
 
 /* IEEE single operations, rounded to nearest, never fused. */

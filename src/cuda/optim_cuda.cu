@@ -59,7 +59,8 @@ static mp_status alloc_state(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_p
         rec[i].ptr[MP_MT_GRAD] = (void *)r->grad;
         rec[i].ptr[MP_MT_LOW] = r->low;
         rec[i].numel = r->n;
-        rec[i].flags = (r->low ? (int)r->low_dtype : (int)MP_DTYPE_F32) | (r->decay ? MP_MT_DECAY : 0);
+        rec[i].flags = (r->low ? (int)r->low_dtype : (int)MP_DTYPE_F32) | (r->decay ? MP_MT_DECAY : 0) |
+                       (r->low && r->no_master ? MP_MT_NO_MASTER : 0);
     }
     return MP_OK;
 }

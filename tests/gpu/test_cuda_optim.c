@@ -13,7 +13,9 @@
  * replayed with a changing learning rate; the optimizer and scaler state
  * downloaded to a host mp_optim and uploaded into another device optimizer
  * (checkpoints) round-trips bit for bit, and steps after it equal steps
- * without it, the restored side replaying a graph captured before.
+ * without it, the restored side replaying a graph captured before. The
+ * no-master cases (fp16/bf16 policies) leave each weight with a low copy at
+ * that copy's value, as the CPU trainer's rounding does.
  * Needs a GPU: without one it prints one line and exits 2 (run by
  * scripts/gpu-check, not by ctest). Build: compile with -Isrc -Iinclude -Itests and
  * the CUDA include path, link the src/cuda objects, libmixprec and -lcudart. */
@@ -26,6 +28,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/cuda_optim.h"
+#include "graph/exec_stage.h" /* mp_round_f32 */
 
 static mp_cuda_ctx *ctx;
 
@@ -267,6 +270,7 @@ typedef struct {
     const char *name;
     mp_optim_opts o;
     float lr, clip_norm;
+    bool no_master; /* fp16/bf16 policies: weights with a low copy keep its value (the CPU trainer rounds them) */
 } optim_case;
 
 /* One parameter set on both sides, driven like mp_train_step drives the
@@ -306,7 +310,8 @@ static void rig_init(rig *r, const optim_case *c, uint64_t seed) {
         if (param_low[t] != MP_DTYPE_F32) r->d_low[t] = dev_alloc((size_t)n * 2);
         cref[t] = (mp_param_ref){.param = r->h_param[t], .grad = r->h_grad[t], .n = n, .decay = param_decay[t]};
         gref[t] = (mp_cuda_param_ref){.param = r->d_param[t], .grad = r->d_grad[t], .low = r->d_low[t],
-                                      .low_dtype = param_low[t], .n = n, .decay = param_decay[t]};
+                                      .low_dtype = param_low[t], .n = n, .decay = param_decay[t],
+                                      .no_master = c->no_master};
     }
     r->d_lr = dev_alloc(sizeof(float));
     CHECK_OK(mp_optim_create(c->o, cref, PT, &r->cpu));
@@ -463,6 +468,8 @@ static void rig_step(rig *r, mp_rng *rng, int step, float lr, bool lr_on_device,
     if (!skip) {
         cpu_clip(r->h_grad, param_sizes, PT, 0, r->c->clip_norm);
         mp_optim_step(r->cpu, lr);
+        for (int t = 0; t < PT && r->c->no_master; t++) /* as train_step.c's round_weights_without_master */
+            if (param_low[t] != MP_DTYPE_F32) mp_round_f32(r->h_param[t], param_sizes[t], param_low[t]);
     }
     mp_scaler_update(&r->cs);
 
@@ -501,13 +508,16 @@ static void run_case(const optim_case *c, bool graph) {
 }
 
 static const optim_case optim_cases[] = {
-    {"sgd", {.kind = MP_OPTIM_SGD, .weight_decay = 1e-4f}, 0.05f, 0},
-    {"sgd-momentum", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0},
-    {"sgd-nesterov-clip", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 5e-4f}, 0.05f, 1.0f},
-    {"adam", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0},
-    {"adamw", {.kind = MP_OPTIM_ADAMW, .weight_decay = 0.05f}, 1e-3f, 0},
+    {"sgd", {.kind = MP_OPTIM_SGD, .weight_decay = 1e-4f}, 0.05f, 0, false},
+    {"sgd-momentum", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, false},
+    {"sgd-nesterov-clip", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 5e-4f}, 0.05f,
+     1.0f, false},
+    {"adam", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0, false},
+    {"adamw", {.kind = MP_OPTIM_ADAMW, .weight_decay = 0.05f}, 1e-3f, 0, false},
     {"adamw-betas-clip", {.kind = MP_OPTIM_ADAMW, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.1f},
-     2e-3f, 1.0f},
+     2e-3f, 1.0f, false},
+    {"sgd-momentum-no-master", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, true},
+    {"adam-no-master", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0, true},
 };
 
 static void test_optimizers(void) {
