@@ -2,6 +2,7 @@
  * cuDNN's NHWC batch-norm kernels (see batchnorm2d_cudnn.h). */
 #include "cuda/batchnorm2d_cudnn.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +80,10 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     *out = NULL;
     const mp_shape *x = &info->in[0];
     const double eps = d->attr.bn.eps;
-    if (!cfg->training || x->ndim != 4 || x->dims[1] % 8 || cfg->compute != MP_DTYPE_F32 ||
+    /* PyTorch's limits for these kernels: 32-bit indexing, and at most
+     * 880 801 samples in training */
+    const bool fits_kernels = mp_shape_numel(x) < INT32_MAX && x->dims[0] <= 880801;
+    if (!cfg->training || x->ndim != 4 || x->dims[1] % 8 || !fits_kernels || cfg->compute != MP_DTYPE_F32 ||
         cfg->in_dtype[0] != MP_DTYPE_F16 ||
         cfg->storage != MP_DTYPE_F16 || eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || deterministic_only() ||
         env_off("MIXPREC_CUDNN_BN"))
@@ -142,6 +146,8 @@ mp_status mp_bn_cudnn_backward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp
     void *reserve = st->reserve ? (void *)(save_invstd + st->C) : NULL;
     const mp_tensor *p = c->param;
     float *spare = (float *)((char *)c->workspace + st->dparam_off); /* dgamma/dbeta nobody asked for */
+    /* y (c->out) is read for the fused ReLU only; without it the planner may
+     * have reused its memory (MP_BWD_SKIPS_OUTPUT) and cuDNN ignores it */
     void *dgamma = c->d_param[P_WEIGHT].data ? c->d_param[P_WEIGHT].data : spare;
     void *dbeta = c->d_param[P_BIAS].data ? c->d_param[P_BIAS].data : spare + st->C;
     MP_CUDNN_TRY(cudnnBatchNormalizationBackwardEx(

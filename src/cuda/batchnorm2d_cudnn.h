@@ -7,7 +7,8 @@
  *
  * Where they apply (else batchnorm2d_cuda.cu's kernels run): training, 4-d
  * f16 input and output, f32 compute, f32 parameters and running stats, channels a multiple
- * of 8, eps >= CUDNN_BN_MIN_EPSILON, no synchronized BatchNorm, not under
+ * of 8, fewer than 2^31 elements and at most 880 801 samples (PyTorch's
+ * limits for them), eps >= CUDNN_BN_MIN_EPSILON, no synchronized BatchNorm, not under
  * MIXPREC_DETERMINISTIC=1, and MIXPREC_CUDNN_BN is not 0. bf16 stays on our
  * kernels (cuDNN's NHWC persistent kernels are f16's).
  *

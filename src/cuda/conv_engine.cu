@@ -283,13 +283,29 @@ static float time_plan(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, void *co
 
 static bool debug(void) { return getenv("MIXPREC_CUDNN_DEBUG") != NULL; }
 
-/* Within 5% of the fastest: deterministic first, then less workspace (the
- * rule of the legacy search, conv_algo_cache.cu). */
-static bool better(float ms, bool det, size_t ws, float best_ms, bool best_det, size_t best_ws) {
-    if (best_ms < 0 || ms < 0.95f * best_ms) return ms >= 0;
-    if (ms > 1.05f * best_ms) return false;
-    if (det != best_det) return det;
-    return ws < best_ws || (ws == best_ws && ms < best_ms);
+/* One timed candidate. */
+typedef struct {
+    float ms;
+    bool det;
+    size_t ws;
+    int mode, index;
+    long long id;
+} timed_engine;
+
+/* The rule of the legacy search (conv_algo_cache.cu): among candidates
+ * within 5% of the fastest, deterministic first, then less workspace, then
+ * the faster; -1 when none ran. */
+static int choose(const timed_engine *c, int n) {
+    float fastest = -1;
+    for (int i = 0; i < n; i++)
+        if (c[i].ms >= 0 && (fastest < 0 || c[i].ms < fastest)) fastest = c[i].ms;
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (c[i].ms < 0 || c[i].ms > 1.05f * fastest) continue;
+        const timed_engine *b = best >= 0 ? &c[best] : NULL;
+        if (!b || (c[i].det != b->det ? c[i].det : c[i].ws != b->ws ? c[i].ws < b->ws : c[i].ms < b->ms)) best = i;
+    }
+    return best;
 }
 
 mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, void *x, void *w,
@@ -302,10 +318,11 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
     *ms = -1;
     pass_graph pg;
     MP_TRY(build_graph(ctx, st, pass, &pg, what));
-    bool best_det = false;
-    size_t best_ws = 0;
+    timed_engine cand[MAX_CAND];
+    int nc = 0;
+    float fastest = -1;
     if (debug()) fprintf(stderr, "cudnn engines: %s %s |", what, pass_name[pass]);
-    for (int m = 0; m < 2 && !*found; m++) { /* the fallback list only when mode A has nothing that runs */
+    for (int m = 0; m < 2 && fastest < 0; m++) { /* the fallback list only when mode A has nothing that runs */
         cudnnBackendDescriptor_t cfg[MAX_CAND];
         int n = 0;
         /* a mode with no answer for this graph is no error: the other may have one */
@@ -315,31 +332,32 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
             int64_t need = 0;
             cudnnBackendDescriptor_t plan = NULL;
             if (read_notes(cfg[i], &nt) && allowed(&nt, rules) && (plan = finalize_plan(ctx, cfg[i], &need)) &&
-                (size_t)need <= ws_bytes) {
+                (size_t)need <= ws_bytes && nc < MAX_CAND) {
                 void *const ptrs[3] = {x, w, y};
-                const float t = time_plan(ctx, plan, ptrs, ws, *found ? 4.f * *ms : 0.f);
+                const float t = time_plan(ctx, plan, ptrs, ws, fastest > 0 ? 4.f * fastest : 0.f);
                 if (debug())
                     fprintf(stderr, " e%lld%s%s%s:%.4f:%lldK", (long long)nt.id, m ? "f" : "",
                             nt.nondeterministic ? "nd" : "", nt.runtime_compiled ? "rt" : "", (double)t,
                             (long long)(need >> 10));
-                if (better(t, !nt.nondeterministic, (size_t)need, *ms, best_det, best_ws)) {
-                    *found = true;
-                    *ms = t;
-                    best_det = !nt.nondeterministic;
-                    best_ws = (size_t)need;
-                    out->engine_mode = (int)modes[m];
-                    out->engine_index = i;
-                    out->engine_id = (long long)nt.id;
-                    out->workspace = (size_t)need;
-                    out->deterministic = best_det;
-                    out->ms = t;
-                }
+                cand[nc++] = (timed_engine){t, !nt.nondeterministic, (size_t)need, (int)modes[m], i, (long long)nt.id};
+                if (t >= 0 && (fastest < 0 || t < fastest)) fastest = t;
             }
             if (plan) cudnnBackendDestroyDescriptor(plan);
             cudnnBackendDestroyDescriptor(cfg[i]);
         }
     }
-    if (debug()) fprintf(stderr, " -> %s\n", *found ? "found" : "none");
+    const int b = choose(cand, nc);
+    if (b >= 0) {
+        *found = true;
+        *ms = cand[b].ms;
+        out->engine_mode = cand[b].mode;
+        out->engine_index = cand[b].index;
+        out->engine_id = cand[b].id;
+        out->workspace = cand[b].ws;
+        out->deterministic = cand[b].det;
+        out->ms = cand[b].ms;
+    }
+    if (debug()) fprintf(stderr, " -> %s\n", b >= 0 ? "found" : "none");
     graph_free(&pg);
     return MP_OK;
 }
