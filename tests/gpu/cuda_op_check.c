@@ -191,6 +191,17 @@ static bool compare(dev_pool *p, cuda_op_result *r, const char *name, const mp_t
 
 /* ---- the check ---------------------------------------------------------- */
 
+/* A fused ReLU after the reference's forward, with activation_cuda.cu's
+ * semantics (NaN passes both ways): out := relu(out), and d_out zeroed where
+ * that output is <= 0, so the op's own backward sees the ReLU's gradient. */
+static void fuse_relu_ref(mp_op_call *rc) {
+    for (int64_t j = 0; j < mp_tensor_numel(&rc->out); j++) {
+        const double y = host_get(&rc->out, j);
+        if (y < 0) host_set(&rc->out, j, 0.0);
+        if (y <= 0) host_set(&rc->d_out, j, 0.0);
+    }
+}
+
 static mp_status fail(cuda_op_result *r, mp_status s, const char *what) {
     if (!r->error[0]) snprintf(r->error, sizeof r->error, "%s", what);
     r->ok = false;
@@ -242,6 +253,7 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
     cfg.compute = k->compute;
     cfg.tf32 = k->tf32;
     cfg.training = k->training;
+    cfg.relu_after = k->relu_after;
     cfg.batch = k->in_shape[0].dims[0];
     void *state = NULL;
     size_t ws_bytes = info.workspace_bytes, saved_bytes = info.saved_bytes;
@@ -284,8 +296,13 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
         ok = false;
     }
 
-    /* run both sides */
-    if (ok && (ref.vt->forward(rc) != MP_OK || ref.vt->backward(rc) != MP_OK)) {
+    /* run both sides (the device got the unmasked d_out above) */
+    if (ok && ref.vt->forward(rc) != MP_OK) {
+        snprintf(r->error, sizeof r->error, "CPU reference: %s", mp_last_error());
+        ok = false;
+    }
+    if (ok && k->relu_after) fuse_relu_ref(rc);
+    if (ok && ref.vt->backward(rc) != MP_OK) {
         snprintf(r->error, sizeof r->error, "CPU reference: %s", mp_last_error());
         ok = false;
     }

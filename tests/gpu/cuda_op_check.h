@@ -46,6 +46,8 @@ typedef struct {
     bool params_channels_last;       /* 4-D parameters stored (O, kh, kw, I) on the device */
     int n_nan;                       /* NaN planted in input 0 at these NCHW indices */
     long long nan_index[4];
+    bool relu_after;                 /* batchnorm2d: the ReLU reading it fused in (graph/plan_fuse.h); the
+                                      * reference applies relu to out and masks d_out by it */
 } cuda_op_case;
 
 typedef struct {
