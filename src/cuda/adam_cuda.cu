@@ -27,13 +27,7 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
         const float p = MP_FSUB(pj, MP_FMUL(ss, MP_FDIV(mj, denom)));
         m[i] = mj;
         v[i] = vj;
-        const int low = ten.flags & MP_MT_DTYPE_MASK;
-        float q = p;
-        if (low != MP_DTYPE_F32) { /* without master weights the weight is its low value */
-            const float r = mp_dev_store_low(ten.ptr[MP_MT_LOW], low, i, p);
-            if (ten.flags & MP_MT_NO_MASTER) q = r;
-        }
-        param[i] = q;
+        param[i] = mp_dev_updated_weight(ten, i, p);
     });
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/choice_cache.h"     /* mp_cuda_deterministic */
 #include "cuda/cuda_kernel_util.cuh" /* mp_cuda_raise */
 
 enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
@@ -15,7 +16,6 @@ static const cudnnBatchNormMode_t MODE = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 
 struct mp_bn_cudnn {
     int C;
-    bool relu;
     double eps, momentum;
     cudnnBatchNormOps_t ops;
     cudnnTensorDescriptor_t x_desc, bn_desc; /* x, y, dy, dx: (N, C, H, W) NHWC f16; bn: (1, C, 1, 1) f32 */
@@ -38,21 +38,16 @@ static bool env_off(const char *name) {
     return e && !strcmp(e, "0");
 }
 
-static bool deterministic_only(void) {
-    const char *e = getenv("MIXPREC_DETERMINISTIC");
-    return e && *e && strcmp(e, "0") != 0;
-}
-
 static size_t round_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
-static mp_status make_descriptors(mp_bn_cudnn *st, const mp_shape *x, const char *what) {
+static mp_status make_descriptors(mp_bn_cudnn *st, const mp_shape *x, bool relu, const char *what) {
     MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->x_desc), what);
     MP_CUDNN_TRY(cudnnSetTensor4dDescriptor(st->x_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, x->dims[0], x->dims[1],
                                             x->dims[2], x->dims[3]),
                  what);
     MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->bn_desc), what);
     MP_CUDNN_TRY(cudnnDeriveBNTensorDescriptor(st->bn_desc, st->x_desc, MODE), what);
-    if (st->relu) {
+    if (relu) {
         MP_CUDNN_TRY(cudnnCreateActivationDescriptor(&st->act), what);
         MP_CUDNN_TRY(cudnnSetActivationDescriptor(st->act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0), what);
     }
@@ -85,13 +80,12 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     const bool fits_kernels = mp_shape_numel(x) < INT32_MAX && x->dims[0] <= 880801;
     if (!cfg->training || x->ndim != 4 || x->dims[1] % 8 || !fits_kernels || cfg->compute != MP_DTYPE_F32 ||
         cfg->in_dtype[0] != MP_DTYPE_F16 ||
-        cfg->storage != MP_DTYPE_F16 || eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || deterministic_only() ||
+        cfg->storage != MP_DTYPE_F16 || eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || mp_cuda_deterministic() ||
         env_off("MIXPREC_CUDNN_BN"))
         return MP_OK;
     mp_bn_cudnn *st = (mp_bn_cudnn *)calloc(1, sizeof *st);
     if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
     st->C = x->dims[1];
-    st->relu = relu;
     st->eps = eps;
     st->momentum = d->attr.bn.momentum;
     st->ops = relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
@@ -101,7 +95,7 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     snprintf(st->what_fwd, sizeof st->what_fwd, "batchnorm2d '%.60s' forward [%.60s f16, cuDNN%s]", name, shape, fused);
     snprintf(st->what_bwd, sizeof st->what_bwd, "batchnorm2d '%.60s' backward [%.60s f16, cuDNN%s]", name, shape,
              fused);
-    mp_status s = make_descriptors(st, x, st->what_fwd);
+    mp_status s = make_descriptors(st, x, relu, st->what_fwd);
     if (s == MP_OK) s = query_sizes(ctx, st, st->what_fwd);
     if (s != MP_OK) { /* cuDNN does not take this shape: our kernels will */
         mp_clear_error();

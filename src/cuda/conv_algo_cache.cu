@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/choice_cache.h"
 #include "cuda/conv_cudnn.h"
 #include "cuda/conv_engine.h"
 
@@ -35,42 +36,7 @@ typedef struct {
     int n, cx, hx, wx, cy, hy, wy, k, stride, pad, dil, groups;
 } algo_key;
 
-typedef struct {
-    algo_key key;
-    mp_conv_algo algo;
-} algo_entry;
-
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t search_lock = PTHREAD_MUTEX_INITIALIZER; /* one search at a time */
-static algo_entry *cache;
-static int cache_n, cache_cap;
-
-static bool cache_get(const algo_key *k, mp_conv_algo *out) {
-    bool found = false;
-    pthread_mutex_lock(&cache_lock);
-    for (int i = 0; i < cache_n && !found; i++)
-        if (!memcmp(&cache[i].key, k, sizeof *k)) {
-            *out = cache[i].algo;
-            found = true;
-        }
-    pthread_mutex_unlock(&cache_lock);
-    return found;
-}
-
-static void cache_put(const algo_key *k, const mp_conv_algo *a) {
-    pthread_mutex_lock(&cache_lock);
-    if (cache_n == cache_cap) {
-        int cap = cache_cap ? 2 * cache_cap : 64;
-        algo_entry *p = (algo_entry *)realloc(cache, (size_t)cap * sizeof *p);
-        if (p) cache = p, cache_cap = cap;
-    }
-    if (cache_n < cache_cap) { /* else: not cached, searched again next time */
-        cache[cache_n].key = *k;
-        cache[cache_n].algo = *a;
-        cache_n++;
-    }
-    pthread_mutex_unlock(&cache_lock);
-}
+static mp_choice_cache cache = MP_CHOICE_CACHE_INIT(algo_key, mp_conv_algo);
 
 /* Between two algorithms timed within 5% of each other: a deterministic one
  * beats one that is not (atomics-based; seen: cnn10's first-layer
@@ -137,11 +103,6 @@ static int find_trials(void) {
     return t < 1 ? 1 : t > MAX_TRIALS ? MAX_TRIALS : t;
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 template <typename Perf> static int median_of_trials(const Perf *all, const int *n, int trials, Perf *out) {
     int m = 0;
     for (int i = 0; i < n[0]; i++) {
@@ -160,9 +121,8 @@ template <typename Perf> static int median_of_trials(const Perf *all, const int 
                 }
             }
         if (k < trials) continue;
-        qsort(t, (size_t)k, sizeof *t, cmp_float);
         out[m] = c;
-        out[m].time = t[k / 2];
+        out[m].time = mp_median_ms(t, k);
         out[m].memory = memory;
         m++;
     }
@@ -253,11 +213,6 @@ static bool scratch_alloc(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, size_t cap,
     return ok;
 }
 
-static bool deterministic_only(void) {
-    const char *e = getenv("MIXPREC_DETERMINISTIC");
-    return e && strcmp(e, "0") && *e;
-}
-
 static bool find_enabled(void) {
     const char *e = getenv("MP_CUDNN_FIND");
     return !(e && !strcmp(e, "0"));
@@ -289,7 +244,6 @@ static bool engines_forced(void) {
 static bool try_engines(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const scratch *s,
                         pick_rules rules, bool have_legacy, mp_conv_algo *out, const char *what) {
     const float legacy_ms = have_legacy ? out->ms : -1.f;
-    float ms = -1;
     mp_conv_algo e = *out;
     if (!have_legacy) { /* no legacy algorithm to fall back on (algo -1) */
         e.algo = -1;
@@ -297,18 +251,18 @@ static bool try_engines(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
         e.engine_mode = -1;
     }
     bool found = false;
-    const mp_conv_engine_rules er = {rules.fma_only, rules.deterministic};
-    if (mp_conv_engine_search(ctx, st, pass, s->x, s->w, s->y, s->ws, s->ws_bytes, er, &e, &ms, &found, what) !=
-        MP_OK) {
+    if (mp_conv_engine_search(ctx, st, pass, s->x, s->w, s->y, s->ws, s->ws_bytes, rules.fma_only, &e, &found,
+                              what) != MP_OK) {
         mp_clear_error(); /* the graph API failing for this pass leaves the legacy choice */
         return have_legacy;
     }
     if (getenv("MIXPREC_CUDNN_DEBUG"))
         fprintf(stderr, "cudnn: %s pass %d: legacy algo %d %.4f ms, engine %lld %.4f ms\n", what, (int)pass,
-                have_legacy ? out->algo : -1, (double)legacy_ms, found ? e.engine_id : -1LL, (double)ms);
+                have_legacy ? out->algo : -1, (double)legacy_ms, found ? e.engine_id : -1LL,
+                (double)(found ? e.ms : -1.f));
     if (!found) return have_legacy;
     const float margin = e.deterministic || !out->deterministic ? 0.97f : 0.95f;
-    if (have_legacy && legacy_ms >= 0 && ms >= margin * legacy_ms && !engines_forced()) return true;
+    if (have_legacy && legacy_ms >= 0 && e.ms >= margin * legacy_ms && !engines_forced()) return true;
     *out = e;
     return true;
 }
@@ -319,7 +273,7 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
                         const char *what) {
     cudnnConvolutionDescriptor_t cv = st->conv[pass];
     const size_t cap = workspace_cap();
-    const pick_rules rules = {st->math == CUDNN_FMA_MATH, deterministic_only()};
+    const pick_rules rules = {st->math == CUDNN_FMA_MATH, mp_cuda_deterministic()};
     int n = 0;
     bool ok = false;
     scratch s;
@@ -397,7 +351,7 @@ static mp_status workspace_of(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv
     return MP_OK;
 }
 
-/* Search one pass (under search_lock), settle its math type and exact
+/* Search one pass (under cache.search), settle its math type and exact
  * workspace, and cache the choice under k. */
 static mp_status search_and_cache(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const algo_key *k,
                                   mp_conv_algo *a, const char *what) {
@@ -407,7 +361,7 @@ static mp_status search_and_cache(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_p
     size_t bytes = 0;
     if (a->engine_mode < 0) MP_TRY(workspace_of(ctx, st, pass, a, &bytes, what)); /* an engine's is exact */
     if (bytes > a->workspace) a->workspace = bytes;
-    cache_put(k, a);
+    mp_choice_put(&cache, k, a);
     return MP_OK;
 }
 
@@ -439,16 +393,16 @@ static mp_status engine_plan_or_legacy(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_c
 
 mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what) {
     const mp_conv_geom *g = &st->g;
-    const algo_key k = {mp_cuda_gpu_model(ctx), (int)pass, (int)st->cd, (int)st->math, deterministic_only(),
+    const algo_key k = {mp_cuda_gpu_model(ctx), (int)pass, (int)st->cd, (int)st->math, mp_cuda_deterministic(),
                         g->n, g->cx, g->hx, g->wx, g->cy, g->hy, g->wy, g->k, g->stride, g->pad, g->dil,
                         g->groups}; /* ints only: memcmp */
     mp_conv_algo a;
     memset(&a, 0, sizeof a);
     mp_status s = MP_OK;
-    if (!cache_get(&k, &a)) {
-        pthread_mutex_lock(&search_lock); /* a second rank waits and finds the first one's choice */
-        if (!cache_get(&k, &a)) s = search_and_cache(ctx, st, pass, &k, &a, what);
-        pthread_mutex_unlock(&search_lock);
+    if (!mp_choice_get(&cache, &k, &a)) {
+        pthread_mutex_lock(&cache.search); /* a second rank waits and finds the first one's choice */
+        if (!mp_choice_get(&cache, &k, &a)) s = search_and_cache(ctx, st, pass, &k, &a, what);
+        pthread_mutex_unlock(&cache.search);
     }
     MP_TRY(s);
     MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a.math), what);

@@ -2,6 +2,7 @@
  * of one pass, the heuristics' candidates, their timing, execution plans kept
  * per context, and runs through variant packs (see conv_engine.h). */
 #include "cuda/conv_engine.h"
+#include "cuda/choice_cache.h" /* mp_median_ms */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -191,10 +192,8 @@ static bool read_notes(cudnnBackendDescriptor_t cfg, engine_notes *n) {
     return ok;
 }
 
-static bool allowed(const engine_notes *n, mp_conv_engine_rules r) {
-    if (n->reduced || n->down_convert) return false;
-    if (r.fma_only && n->tensor_core) return false;
-    return !(r.deterministic && n->nondeterministic);
+static bool allowed(const engine_notes *n, bool fma_only) {
+    return !n->reduced && !n->down_convert && !(fma_only && n->tensor_core);
 }
 
 /* A finalized plan of cfg, or NULL when cuDNN cannot build it here. */
@@ -241,11 +240,6 @@ mp_status mp_conv_engine_run(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, co
     return mp_cudnn_check(e, "cudnnBackendExecute", what);
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 /* GPU milliseconds of one run of plan: a timed warm-up run, then 3 trials
  * of 4 runs queued back to back (the host's per-call cost hides behind the
  * kernels, as inside a CUDA graph), the median trial / 4; < 0 when a run
@@ -277,8 +271,7 @@ static float time_plan(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, void *co
         return -1;
     }
     if (lost) return warm;
-    qsort(t, TRIALS, sizeof *t, cmp_float);
-    return t[TRIALS / 2] / RUNS;
+    return mp_median_ms(t, TRIALS) / RUNS;
 }
 
 static bool debug(void) { return getenv("MIXPREC_CUDNN_DEBUG") != NULL; }
@@ -309,13 +302,12 @@ static int choose(const timed_engine *c, int n) {
 }
 
 mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, void *x, void *w,
-                                void *y, void *ws, size_t ws_bytes, mp_conv_engine_rules rules, mp_conv_algo *out,
-                                float *ms, bool *found, const char *what) {
+                                void *y, void *ws, size_t ws_bytes, bool fma_only, mp_conv_algo *out, bool *found,
+                                const char *what) {
     static const char *pass_name[MP_CONV_NPASS] = {"forward", "backward-data", "backward-filter"};
     static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     const int caps[2] = {mode_a_candidates(), MAX_FALLBACK};
     *found = false;
-    *ms = -1;
     pass_graph pg;
     MP_TRY(build_graph(ctx, st, pass, &pg, what));
     timed_engine cand[MAX_CAND];
@@ -331,7 +323,7 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
             engine_notes nt;
             int64_t need = 0;
             cudnnBackendDescriptor_t plan = NULL;
-            if (read_notes(cfg[i], &nt) && allowed(&nt, rules) && (plan = finalize_plan(ctx, cfg[i], &need)) &&
+            if (read_notes(cfg[i], &nt) && allowed(&nt, fma_only) && (plan = finalize_plan(ctx, cfg[i], &need)) &&
                 (size_t)need <= ws_bytes && nc < MAX_CAND) {
                 void *const ptrs[3] = {x, w, y};
                 const float t = time_plan(ctx, plan, ptrs, ws, fastest > 0 ? 4.f * fastest : 0.f);
@@ -349,7 +341,6 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
     const int b = choose(cand, nc);
     if (b >= 0) {
         *found = true;
-        *ms = cand[b].ms;
         out->engine_mode = cand[b].mode;
         out->engine_index = cand[b].index;
         out->engine_id = cand[b].id;

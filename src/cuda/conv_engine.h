@@ -31,20 +31,17 @@
 extern "C" {
 #endif
 
-/* What a search may take: no tensor-core (TF32) engines for f32 without TF32;
- * under deterministic, none that cuDNN marks non-deterministic. Engines that
- * reduce in reduced precision or down-convert their inputs are never taken. */
-typedef struct {
-    bool fma_only, deterministic;
-} mp_conv_engine_rules;
-
 /* Times the candidates (GPU time: a warm-up, median of 3 trials of 4 runs
- * queued back to back) on the scratch buffers x, w, y and workspace ws (ws_bytes; candidates needing more are out). *found:
- * whether any candidate ran; then *out holds the choice (engine_mode >= 0,
- * engine_index, engine_id, workspace, deterministic) and *ms its median. */
+ * queued back to back) on the scratch buffers x, w, y and workspace ws
+ * (ws_bytes; candidates needing more are out). Never taken: engines that
+ * reduce in reduced precision or down-convert their inputs, and with
+ * fma_only (f32 without TF32) tensor-core ones. The search runs only where
+ * timing may choose (not under MIXPREC_DETERMINISTIC). *found: whether any
+ * candidate ran; then *out holds the choice (engine_mode >= 0, engine_index,
+ * engine_id, workspace, deterministic, ms). */
 mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, void *x, void *w,
-                                void *y, void *ws, size_t ws_bytes, mp_conv_engine_rules rules, mp_conv_algo *out,
-                                float *ms, bool *found, const char *what);
+                                void *y, void *ws, size_t ws_bytes, bool fma_only, mp_conv_algo *out, bool *found,
+                                const char *what);
 
 /* The execution plan of choice a for this pass on ctx, built on first use
  * under key (key_len bytes, compared with memcmp) and owned by ctx. */

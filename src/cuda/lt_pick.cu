@@ -2,7 +2,8 @@
  * and the process-wide table of the choices. */
 #include "cuda/lt_pick.h"
 
-#include <pthread.h>
+#include "cuda/choice_cache.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,56 +13,17 @@ typedef struct {
     mp_lt_key problem;
 } pick_key; /* int64 fields only: no padding, memcmp compares */
 
-typedef struct {
-    pick_key key;
-    cublasLtMatmulAlgo_t algo; /* plain data: valid for the same problem on the same GPU model */
-} pick_entry;
-
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t search_lock = PTHREAD_MUTEX_INITIALIZER; /* one timing at a time */
-static pick_entry *cache;
-static int cache_n, cache_cap;
+/* The chosen algorithm: plain data, valid for the same problem on the same GPU model. */
+static mp_choice_cache cache = MP_CHOICE_CACHE_INIT(pick_key, cublasLtMatmulAlgo_t);
 
 /* The index in r of the algorithm cached under k; -1 when none is, or when
  * it is not among r (then it is timed again and replaced). */
 static int cache_find(const pick_key *k, const cublasLtMatmulHeuristicResult_t *r, int n) {
-    int found = -1;
-    pthread_mutex_lock(&cache_lock);
-    for (int i = 0; i < cache_n; i++)
-        if (!memcmp(&cache[i].key, k, sizeof *k)) {
-            for (int j = 0; j < n && found < 0; j++)
-                if (!memcmp(&r[j].algo, &cache[i].algo, sizeof r[j].algo)) found = j;
-            break;
-        }
-    pthread_mutex_unlock(&cache_lock);
-    return found;
-}
-
-static void cache_put(const pick_key *k, const cublasLtMatmulAlgo_t *algo) {
-    pthread_mutex_lock(&cache_lock);
-    int i = 0;
-    while (i < cache_n && memcmp(&cache[i].key, k, sizeof *k)) i++;
-    if (i == cache_n && cache_n == cache_cap) {
-        int cap = cache_cap ? 2 * cache_cap : 64;
-        pick_entry *p = (pick_entry *)realloc(cache, (size_t)cap * sizeof *p);
-        if (p) cache = p, cache_cap = cap;
-    }
-    if (i < cache_cap) { /* else: not cached, timed again next time */
-        cache[i].key = *k;
-        cache[i].algo = *algo;
-        if (i == cache_n) cache_n++;
-    }
-    pthread_mutex_unlock(&cache_lock);
-}
-
-static bool deterministic(void) {
-    const char *e = getenv("MIXPREC_DETERMINISTIC");
-    return e && *e && strcmp(e, "0") != 0;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+    cublasLtMatmulAlgo_t algo;
+    if (!mp_choice_get(&cache, k, &algo)) return -1;
+    for (int j = 0; j < n; j++)
+        if (!memcmp(&r[j].algo, &algo, sizeof algo)) return j;
+    return -1;
 }
 
 /* Median ms of 3 runs of algorithm r (after one warm-up); < 0 if it fails. */
@@ -79,8 +41,7 @@ static float time_algo(mp_cuda_ctx *ctx, const mp_lt_problem *pb, const cublasLt
             cudaEventElapsedTime(&t[k], ev[0], ev[1]) != cudaSuccess)
             return -1;
     }
-    qsort(t, 3, sizeof *t, cmp_float);
-    return t[1];
+    return mp_median_ms(t, 3);
 }
 
 /* *best = the fastest of the n results r, -1 when none could be timed. */
@@ -125,20 +86,20 @@ static mp_status time_fastest(mp_cuda_ctx *ctx, const mp_lt_problem *pb, const c
 mp_status mp_lt_pick_fastest(mp_cuda_ctx *ctx, const mp_lt_problem *pb, const cublasLtMatmulHeuristicResult_t *r,
                              int n, int *best, const char *what) {
     *best = 0;
-    if (n <= 1 || deterministic()) return MP_OK;
+    if (n <= 1 || mp_cuda_deterministic()) return MP_OK;
     const pick_key k = {mp_cuda_gpu_model(ctx), pb->key};
     int i = cache_find(&k, r, n);
     const char *how = "cached";
     mp_status st = MP_OK;
     if (i < 0) {
-        pthread_mutex_lock(&search_lock); /* a second rank waits and finds the first one's choice */
+        pthread_mutex_lock(&cache.search); /* a second rank waits and finds the first one's choice */
         i = cache_find(&k, r, n);
         if (i < 0) {
             st = time_fastest(ctx, pb, r, n, &i, what);
-            if (st == MP_OK && i >= 0) cache_put(&k, &r[i].algo);
+            if (st == MP_OK && i >= 0) mp_choice_put(&cache, &k, &r[i].algo);
             how = i >= 0 ? "timed" : "not timed";
         }
-        pthread_mutex_unlock(&search_lock);
+        pthread_mutex_unlock(&cache.search);
     }
     if (st == MP_OK && i >= 0) *best = i;
     if (getenv("MIXPREC_LT_DEBUG")) fprintf(stderr, "lt: %s -> candidate %d of %d (%s)\n", what, *best, n, how);

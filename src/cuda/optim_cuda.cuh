@@ -6,7 +6,18 @@
 #ifndef MP_CUDA_OPTIM_CUDA_CUH
 #define MP_CUDA_OPTIM_CUDA_CUH
 
+#include "cuda/float_bits.cuh"
 #include "cuda/multi_tensor.cuh"
+
+/* After an update to p of element i: the low copy (if any) rewritten from p,
+ * RNE; returns the f32 weight to store: p, or without master weights
+ * (MP_MT_NO_MASTER) the low copy's value, as the CPU trainer rounds it. */
+__device__ __forceinline__ float mp_dev_updated_weight(const mp_mt_tensor &ten, long long i, float p) {
+    const int low = ten.flags & MP_MT_DTYPE_MASK;
+    if (low == MP_DTYPE_F32) return p;
+    const float q = mp_dev_store_low(ten.ptr[MP_MT_LOW], low, i, p);
+    return (ten.flags & MP_MT_NO_MASTER) ? q : p;
+}
 
 /* Written by the prologue, read by the update kernels. */
 typedef struct {

@@ -23,12 +23,7 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
             buf[i] = b;
             p = MP_FSUB(p, MP_FMUL(lr, nesterov ? MP_FADD(g, MP_FMUL(mu, b)) : b));
         }
-        const int low = ten.flags & MP_MT_DTYPE_MASK;
-        if (low != MP_DTYPE_F32) { /* without master weights the weight is its low value */
-            const float q = mp_dev_store_low(ten.ptr[MP_MT_LOW], low, i, p);
-            if (ten.flags & MP_MT_NO_MASTER) p = q;
-        }
-        param[i] = p;
+        param[i] = mp_dev_updated_weight(ten, i, p);
     });
 }
 
