@@ -11,8 +11,9 @@
  *     reference kernels' order), 1e-5 at least and 2e-2 at most. The same
  *     rules hold for each trainable parameter alone, with its own CPU
  *     emulation error or its own largest move (param_scales: how a gradient
- *     that is zero or rounding noise is judged), so an error confined to a
- *     small tensor cannot hide in the norm over all. The GPU fuses each
+ *     that is zero or rounding noise is judged; in fp32 also twice the
+ *     tolerance over all, FLIP_SHARE), so an error confined to a small
+ *     tensor cannot hide in the norm over all. The GPU fuses each
  *     batchnorm2d + relu pair of these models (graph/plan_fuse.h)
  *     and keeps the gradients in the arena, so these comparisons check both;
  *     cnn10 fp32 and amp-bf16 run again unfused with gradients of their own;
@@ -48,6 +49,19 @@ typedef struct {
 static double floor_of(mp_precision p) { return p == MP_PRECISION_TF32 ? 0.15 : 2e-2; }
 
 enum { ULP_TRIALS = 16, MAX_PARAMS = 256 };
+/* fp32, per parameter: the own-move rule, or FLIP_SHARE x the tolerance
+ * over all. An element near a ReLU's zero that goes the other way on the
+ * GPU (another summation order) changes every gradient upstream of it; the
+ * 16 one-ulp trials flip some elements, not necessarily the GPU's. Seen
+ * (cnn10, legacy cuDNN algorithms, bench notes v0.12): one flip at
+ * conv3_1_bn's output moved conv3_1_bn.bias and everything before it by
+ * 6.5e-4-1.0e-3 each, the whole gradient by 5.9e-4 (tolerance 8.98e-4),
+ * while conv3_1_bn.weight (dgamma sees the flipped element times its
+ * normalized value, ~0 at a ReLU's zero) and all after it stayed at the
+ * 1e-6 of summation order. The largest parameter share of one flip was
+ * 1.3x its share of the whole; a kernel error confined to one tensor is
+ * O(1) of it, far past FP32_CAP. */
+#define FLIP_SHARE 2.0
 #define FP32_CAP 2e-2 /* the measured fp32 tolerance never exceeds this (TF32 alone is ~8e-2 on resnet18) */
 
 /* The GPU's gradient error may be: for fp32, 4x the oracle's own largest
@@ -229,6 +243,7 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
             if (!o->params[k].spec.trainable) continue;
             e[k] = d_gpu[k] / scale[k];
             t[k] = tolerance(prec, move[k] / scale[k], d_cpu[k] / scale[k]);
+            if (prec == MP_PRECISION_FP32) t[k] = fmin(fmax(t[k], FLIP_SHARE * tol), FP32_CAP);
             if (getenv("MP_TEST_VERBOSE"))
                 printf("    %-32s gpu %.3e cpu emulation %.3e 1-ulp move %.3e tolerance %.3e\n", o->params[k].name,
                        e[k], d_cpu[k] / scale[k], move[k] / scale[k], t[k]);
