@@ -281,7 +281,7 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
     }
     for (int q = 0; q < ref.info.n_params && ok; q++) {
         ok = upload(&pool, &rc->param[q], param_dt[q], flat_params, &gc.param[q]);
-        if (ok && ref.info.params[q].trainable)
+        if (ok && ref.info.params[q].trainable && !k->no_param_grads)
             ok = dev_tensor(&pool, MP_DTYPE_F32, ref.info.params[q].shape, &gc.d_param[q]);
     }
     ok = ok && dev_tensor(&pool, out_dt, info.out, &gc.out) && upload(&pool, &rc->d_out, out_dt, false, &gc.d_out);
@@ -326,6 +326,7 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
     for (int q = 0; q < ref.info.n_params && ok; q++) {
         char name[24];
         if (ref.info.params[q].trainable) {
+            if (!gc.d_param[q].data) continue; /* no_param_grads */
             snprintf(name, sizeof name, "d_%s", ref.info.params[q].name);
             ok = compare(&pool, r, name, &gc.d_param[q], &rc->d_param[q], flat_params);
         } else { /* buffers, e.g. running stats updated in training */

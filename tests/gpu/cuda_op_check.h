@@ -48,6 +48,9 @@ typedef struct {
     long long nan_index[4];
     bool relu_after;                 /* batchnorm2d: the ReLU reading it fused in (graph/plan_fuse.h); the
                                       * reference applies relu to out and masks d_out by it */
+    bool no_param_grads;             /* parameter gradients not asked for (d_param NULL, as for a frozen layer
+                                      * or a GAN's discriminator in the generator's backward): input gradients
+                                      * still checked, nothing written where a gradient would be */
 } cuda_op_case;
 
 typedef struct {

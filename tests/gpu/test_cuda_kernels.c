@@ -171,6 +171,10 @@ static void batchnorm(mp_cuda_ctx *ctx, mp_dtype dt) {
         k.attr.bn = (mp_batchnorm_opts){.momentum = 0.1f, .eps = 1e-5f};
         k.relu_after = true;
         run(&k, ctx);
+        /* no dgamma/dbeta asked for: cuDNN's kernels write theirs to a spare in the workspace */
+        k.label = "batchnorm2d+relu, no parameter gradients";
+        k.no_param_grads = true;
+        run(&k, ctx);
     }
     /* statistics over many rows (several chunks of the reduction), shifted mean */
     mp_shape big = mp_shape4(32, 24, 16, 16);
