@@ -160,6 +160,7 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
         fprintf(stderr, "\nprofile: %s %s, %d steps + 3 warm-up (timed steps: %.1f ms in all)\n", model,
                 mp_precision_name(precision), steps, 1e3 * all);
         mp_plan_print_profile(plan, stderr);
+        mp_plan_print_memory(plan, stderr);
     }
     res->ms = 1e3 * sec;
     res->images_per_s = batch / sec;

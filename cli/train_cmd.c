@@ -33,6 +33,9 @@ static void usage(FILE *f) {
             "  --precision P       %s (default fp32)\n"
             "  --precision-override L  per-layer dtypes, e.g. fc=fp32,conv1=bf16\n"
             "  --print-precision   list every node's compute and storage dtype, then exit\n"
+            "  --print-memory      say where the memory goes: the activation arena at its peak by kind\n"
+            "                      (activations, saved tensors, gradients, workspaces) and, on a GPU, the\n"
+            "                      parameters' device copies\n"
             "  --bn-low            fp16/bf16 policies: BatchNorm in low precision too (default fp32)\n"
             "  --loss-scaling on|off  loss scaling (default on for amp-fp16 and o2-fp16)\n"
             "  --loss-scale S      static loss scale S, or 'dynamic' (default dynamic, init 65536)\n"
@@ -86,7 +89,7 @@ typedef struct {
     float clip_norm, clip_value;
     bool auto_fallback, bn_low;
     int epochs, batch, threads, max_steps;
-    bool reference, quiet, print_precision;
+    bool reference, quiet, print_precision, print_memory;
     uint64_t seed;
     const char *device;       /* --device text */
     float monitor_interval;   /* seconds, 0 = GPU monitor off */
@@ -126,6 +129,7 @@ static int parse(int argc, char **argv, train_args *t) {
         } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v;
         } else if (!strcmp(a, "--precision-override")) { NEED_VALUE(); t->overrides = v;
         } else if (!strcmp(a, "--print-precision")) { t->print_precision = true;
+        } else if (!strcmp(a, "--print-memory")) { t->print_memory = true;
         } else if (!strcmp(a, "--loss-scaling")) { NEED_VALUE();
             if (strcmp(v, "on") && strcmp(v, "off")) { fprintf(stderr, "mixprec train: --loss-scaling '%s' must be on or off\n", v); return 2; }
             t->loss_scaling = v;
@@ -291,6 +295,7 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                            .batch = t.batch, .lr = lr, .optim = oo, .lr_schedule = t.lr_schedule, .seed = t.seed,
                            .augment = t.c.augment, .normalize = t.c.normalize, .max_steps = t.max_steps,
                            .use_onednn = !t.reference, .device = device, .log_path = t.log, .out = out,
+                           .print_memory = t.print_memory,
                            .loss_scaling = t.loss_scaling ? !strcmp(t.loss_scaling, "on")
                                                           : (precision == MP_PRECISION_AMP_FP16 ||
                                                              precision == MP_PRECISION_O2_FP16 || t.scaler_set),

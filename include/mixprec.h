@@ -214,6 +214,12 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
  * backward, share of the total) and how its nodes ran (f32, native bf16,
  * staged emulation), accumulated since the plan was created. */
 void mp_plan_print_profile(const mp_plan *p, FILE *out);
+/* Where the plan's memory goes: the arena and, at the step where most of it
+ * is alive, those bytes by kind (activations, saved for backward, activation
+ * and parameter gradients, workspaces, scratch) and the node running then;
+ * on a GPU also the parameters' device copies (fp32 masters, f16/bf16 casts,
+ * gradients outside the arena). Two or three lines starting "memory:". */
+void mp_plan_print_memory(const mp_plan *p, FILE *out);
 /* Plans on a GPU keep the parameters (fp32 masters, gradients) in device
  * memory: copy them to the graph's host copies (to_host, e.g. before saving
  * a checkpoint) or from them (after loading one). No-op on the CPU. */

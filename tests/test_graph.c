@@ -130,7 +130,14 @@ static void test_arena_planner(void) {
         size_t total = 0;
         CHECK(mp_arena_plan(b, n, &total) == MP_OK, "plan");
         CHECK(total <= sum, "arena %zu larger than all buffers %zu", total, sum);
-        CHECK(mp_arena_live_peak(b, n) <= total, "live peak %zu above the arena %zu", mp_arena_live_peak(b, n), total);
+        const mp_arena_peak pk = mp_arena_live_peak(b, n);
+        CHECK(pk.bytes <= total, "live peak %zu above the arena %zu", pk.bytes, total);
+        size_t kinds = 0, at_step = 0;
+        for (int k = 0; k < MP_MEM_KINDS; k++) kinds += pk.by_kind[k];
+        for (int i = 0; i < n; i++)
+            if (b[i].size && b[i].first <= pk.step && pk.step <= b[i].last) at_step += (b[i].size + 63) & ~(size_t)63;
+        CHECK(kinds == pk.bytes && at_step == pk.bytes, "peak %zu at step %d: by kind %zu, alive then %zu", pk.bytes,
+              pk.step, kinds, at_step);
         for (int i = 0; i < n; i++) {
             CHECK(b[i].offset % 64 == 0, "misaligned offset %zu", b[i].offset);
             CHECK(b[i].offset + b[i].size <= total, "buffer past the arena end");
@@ -148,9 +155,15 @@ static void test_arena_planner(void) {
     mp_arena_plan(seq, 3, &total);
     CHECK(total == 1024, "sequential buffers should reuse one slot, arena %zu", total);
     /* At most two of three alive at once: 1000 + 2000 bytes (aligned to 1024 + 2048). */
-    mp_arena_buf two[3] = {{.size = 1000, .first = 0, .last = 1}, {.size = 2000, .first = 1, .last = 2},
-                           {.size = 3000, .first = 3, .last = 3}};
-    CHECK(mp_arena_live_peak(two, 3) == 3072, "live peak %zu, expected 3072", mp_arena_live_peak(two, 3));
+    mp_arena_buf two[3] = {{.size = 1000, .first = 0, .last = 1, .kind = MP_MEM_ACTIVATIONS},
+                           {.size = 2000, .first = 1, .last = 2, .kind = MP_MEM_SAVED},
+                           {.size = 3000, .first = 3, .last = 3, .kind = MP_MEM_WORKSPACE}};
+    const mp_arena_peak pk = mp_arena_live_peak(two, 3);
+    CHECK(pk.bytes == 3072 && pk.step == 1, "live peak %zu at step %d, expected 3072 at 1", pk.bytes, pk.step);
+    CHECK(pk.by_kind[MP_MEM_ACTIVATIONS] == 1024 && pk.by_kind[MP_MEM_SAVED] == 2048 && !pk.by_kind[MP_MEM_WORKSPACE],
+          "peak by kind: activations %zu, saved %zu, workspaces %zu", pk.by_kind[MP_MEM_ACTIVATIONS],
+          pk.by_kind[MP_MEM_SAVED], pk.by_kind[MP_MEM_WORKSPACE]);
+    CHECK(mp_arena_live_peak(two, 0).step == -1, "no buffers: a peak step");
 }
 
 /* Heap probe: the bytes kept and the largest single allocation, across all

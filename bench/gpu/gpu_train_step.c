@@ -104,9 +104,10 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
                 "gpu_train_step: memory %s %s %d: plan %+.0f MiB (arena %.0f, most alive at once %.0f), step "
                 "state %+.0f, first steps and graph capture %+.0f, timed steps %+.0f, total %.0f MiB\n",
                 model, mp_precision_name(prec), batch, ((double)after_plan - (double)before) * mib, r->arena_mib,
-                (double)plan->arena_live_peak * mib,
+                (double)plan->arena_peak.bytes * mib,
                 ((double)after_step - (double)after_plan) * mib, ((double)after_warm - (double)after_step) * mib,
                 ((double)after - (double)after_warm) * mib, r->device_mib);
+        mp_plan_print_memory(plan, stderr);
         if (profile) {
             fprintf(stderr, "\nprofile: %s %s batch %d, %d steps + 3 warm-up, every node waited for:\n", model,
                     mp_precision_name(prec), batch, steps);

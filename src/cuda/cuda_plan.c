@@ -24,6 +24,7 @@ struct mp_device_plan {
     void *master_slab;  /* the device allocations behind param, grad and low (NULL when empty) */
     void *grad_slab;
     void *low_slab;
+    size_t slab_bytes[3]; /* master_slab, low_slab, grad_slab (mp_device_param_bytes) */
     float *input_nchw;  /* device staging of one host batch (f32, NCHW) */
     size_t input_cap;   /* floats */
     const float *seed_dev;        /* backward seed read from the device (the loss scale), or NULL */
@@ -120,6 +121,7 @@ mp_status mp_device_plan_open(mp_plan *p) {
     MP_TRY(slab_alloc(p, &grad, &d->grad_slab, "the parameters' fp32 gradients"));
     MP_TRY(slab_alloc(p, &low, &d->low_slab, "the low-precision (f16/bf16) weight casts"));
     place_params(p, &master, &grad, &low);
+    d->slab_bytes[0] = master.used, d->slab_bytes[1] = low.used, d->slab_bytes[2] = grad.used;
     if (d->grad_slab) MP_CUDA_TRY(cudaMemsetAsync(d->grad_slab, 0, grad.used, d->ctx->stream), "gradients");
     return mp_device_params_sync(p, false);
 }
@@ -331,6 +333,10 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
 /* ---- for the device training step (cuda_step.c) ------------------------- */
 
 float *mp_device_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
+
+void mp_device_param_bytes(const mp_plan *p, size_t bytes[3]) {
+    for (int i = 0; i < 3; i++) bytes[i] = p->dev ? p->dev->slab_bytes[i] : 0;
+}
 
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : NULL; }
 float *mp_cuda_plan_param(const mp_plan *p, int k) { return p->dev->param[k]; }

@@ -21,18 +21,28 @@ static int by_offset(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-size_t mp_arena_live_peak(const mp_arena_buf *bufs, int n) {
+mp_arena_peak mp_arena_live_peak(const mp_arena_buf *bufs, int n) {
     int last = -1;
     for (int i = 0; i < n; i++)
         if (bufs[i].size && bufs[i].last > last) last = bufs[i].last;
-    size_t peak = 0;
+    mp_arena_peak peak = {.step = -1};
     for (int t = 0; t <= last; t++) {
         size_t live = 0;
         for (int i = 0; i < n; i++)
             if (bufs[i].size && bufs[i].first <= t && t <= bufs[i].last) live += align_up(bufs[i].size);
-        if (live > peak) peak = live;
+        if (live <= peak.bytes && peak.step >= 0) continue;
+        peak = (mp_arena_peak){.bytes = live, .step = t};
+        for (int i = 0; i < n; i++)
+            if (bufs[i].size && bufs[i].first <= t && t <= bufs[i].last)
+                peak.by_kind[bufs[i].kind] += align_up(bufs[i].size);
     }
     return peak;
+}
+
+const char *mp_mem_kind_name(mp_mem_kind k) {
+    static const char *const names[MP_MEM_KINDS] = {"activations", "saved for backward", "activation gradients",
+                                                    "parameter gradients", "workspaces", "scratch and staging"};
+    return k >= 0 && k < MP_MEM_KINDS ? names[k] : "?";
 }
 
 mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total) {

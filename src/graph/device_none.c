@@ -51,6 +51,10 @@ float *mp_device_grad(const mp_plan *p, int k) {
 }
 mp_status mp_device_params_sync(mp_plan *p, bool to_host) { (void)to_host; return no_gpu(p); }
 void mp_device_profile_sync(const mp_plan *p) { (void)p; }
+void mp_device_param_bytes(const mp_plan *p, size_t bytes[3]) {
+    (void)p;
+    bytes[0] = bytes[1] = bytes[2] = 0;
+}
 #else
 typedef int mp_device_none_unused; /* ISO C: no empty translation unit */
 #endif

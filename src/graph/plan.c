@@ -84,7 +84,7 @@ static int param_grad_buffers(const mp_plan *p, mp_arena_buf *b) {
         }
         if (b)
             b[m] = (mp_arena_buf){.size = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float),
-                                  .first = first, .last = 2 * n + 1};
+                                  .first = first, .last = 2 * n + 1, .kind = MP_MEM_PARAM_GRADS};
         m++;
     }
     return m;
@@ -101,9 +101,9 @@ static int node_workspace_buffers(const mp_plan *p, mp_arena_buf *b) {
     const int n = p->n;
     for (int i = 0; b && i < n; i++) {
         const size_t ws = p->nodes[i].info.workspace_bytes;
-        b[2 * i] = (mp_arena_buf){.size = ws, .first = i, .last = i};
+        b[2 * i] = (mp_arena_buf){.size = ws, .first = i, .last = i, .kind = MP_MEM_WORKSPACE};
         b[2 * i + 1] = (mp_arena_buf){.size = p->nodes[i].in_backward ? ws : 0, .first = 2 * n - 1 - i,
-                                      .last = 2 * n - 1 - i};
+                                      .last = 2 * n - 1 - i, .kind = MP_MEM_WORKSPACE};
     }
     return 2 * n;
 }
@@ -122,6 +122,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         const mp_gnode *nd = &g->nodes[i];
         bool bwd = pn->in_backward;
         mp_arena_buf *out = &b[3 * i], *grad = &b[3 * i + 1], *saved = &b[3 * i + 2];
+        out->kind = MP_MEM_ACTIVATIONS, grad->kind = MP_MEM_ACT_GRADS, saved->kind = MP_MEM_SAVED;
         out->size = (size_t)mp_shape_numel(&pn->info.out) * mp_dtype_size(nd->storage_dtype);
         bool source = nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS;
         bool own_backward_reads_it = bwd && !(mp_op_lookup(nd->desc.kind)->bwd_skips & MP_BWD_SKIPS_OUTPUT);
@@ -154,9 +155,9 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
          * needs the forward outputs and saved tensors of its nodes */
         if (p->n_losses > 1 && p->nodes[i].in_backward) b[3 * i].last = b[3 * i + 2].last = end;
     }
-    b[3 * n] = (mp_arena_buf){.size = n_ws ? 0 : ws_bytes, .first = 0, .last = end};
-    b[3 * n + 1] = (mp_arena_buf){.size = scratch_bytes, .first = 0, .last = end};
-    b[3 * n + 2] = (mp_arena_buf){.size = stage_bytes, .first = 0, .last = end};
+    b[3 * n] = (mp_arena_buf){.size = n_ws ? 0 : ws_bytes, .first = 0, .last = end, .kind = MP_MEM_WORKSPACE};
+    b[3 * n + 1] = (mp_arena_buf){.size = scratch_bytes, .first = 0, .last = end, .kind = MP_MEM_OTHER};
+    b[3 * n + 2] = (mp_arena_buf){.size = stage_bytes, .first = 0, .last = end, .kind = MP_MEM_OTHER};
     param_grad_buffers(p, b + 3 * n + 3);
     node_workspace_buffers(p, b + 3 * n + 3 + n_grads);
     mp_plan_fuse_buffers(p, b);
@@ -167,7 +168,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         return s;
     }
     p->arena_bytes = total;
-    p->arena_live_peak = mp_arena_live_peak(b, n_bufs);
+    p->arena_peak = mp_arena_live_peak(b, n_bufs);
     if (p->dev) {
         s = mp_device_arena_alloc(p, total ? total : 64, &p->arena);
         if (s != MP_OK) {

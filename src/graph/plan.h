@@ -4,6 +4,7 @@
 #ifndef MP_GRAPH_PLAN_H
 #define MP_GRAPH_PLAN_H
 
+#include "graph/arena_plan.h"
 #include "graph/graph.h"
 
 typedef struct {
@@ -33,7 +34,7 @@ struct mp_plan {
     mp_pnode *nodes;
     char *arena;          /* arena_bytes, 64-byte aligned */
     size_t arena_bytes;
-    size_t arena_live_peak; /* the most bytes alive at one step (arena_plan.h) */
+    mp_arena_peak arena_peak; /* the most bytes alive at one step, by kind (arena_plan.h) */
     char *workspace;      /* shared by all ops (one op runs at a time) */
     char *scratch;        /* gradients that must be added, not written */
     char *stage;          /* f32 copies for staged nodes (one op at a time) */

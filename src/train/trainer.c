@@ -204,6 +204,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
     if (s == MP_OK && o->log_path && !(log = fopen(o->log_path, first_epoch > 1 ? "a" : "w")))
         s = mp_error(MP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
     if (s == MP_OK) r->arena_bytes = mp_plan_arena_bytes(ctx.plan);
+    if (s == MP_OK && o->out && o->print_memory) mp_plan_print_memory(ctx.plan, o->out);
     if (s == MP_OK && o->out) {
         int native, emulated;
         mp_plan_precision_counts(ctx.plan, &native, &emulated);

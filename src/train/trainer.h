@@ -31,6 +31,7 @@ typedef struct {
     int read_every;             /* on a GPU: read loss/accuracy back every N steps (0 -> 20) */
     const char *log_path;       /* JSONL, one record per epoch; NULL = none */
     FILE *out;                  /* progress and summaries; NULL = silent */
+    bool print_memory;          /* with out: mp_plan_print_memory once the plan is built */
     /* mixed precision (the policy itself is already applied to the graph) */
     bool loss_scaling;          /* scale the loss (dynamic unless scaler.dynamic is false) */
     mp_scaler_opts scaler;
