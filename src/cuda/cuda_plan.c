@@ -230,7 +230,7 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
     c.workspace = p->arena + p->nodes[i].ws_bwd_off;
     for (int k = 0; k < nd->n_params; k++) /* gradients go to the f32 master's gradient */
         c.d_param[k].data = c.d_param[k].data ? d->grad[nd->first_param + k] : NULL;
-    mp_plan_gradients_to_scratch(p, &c, taken, fresh);
+    mp_plan_gradients_to_scratch(p, i, &c, taken, fresh);
     MP_TRY(mp_cuda_op_lookup(nd->desc.kind)->backward(d->ctx, &c));
     const mp_op_call *bound = &p->nodes[i].call;
     for (int k = 0; k < nd->n_in; k++)

@@ -74,8 +74,8 @@ mp_status mp_plan_forward(mp_plan *p) {
 }
 
 
-void mp_plan_gradients_to_scratch(const mp_plan *p, mp_op_call *c, const bool *taken, const bool *fresh) {
-    char *scratch = p->scratch;
+void mp_plan_gradients_to_scratch(const mp_plan *p, int i, mp_op_call *c, const bool *taken, const bool *fresh) {
+    char *scratch = p->arena + p->nodes[i].scratch_off;
     for (int k = 0; k < c->n_in; k++)
         if (c->d_in[k].data && taken[k]) {
             c->d_in[k].data = scratch;
@@ -93,7 +93,7 @@ void mp_plan_gradients_to_scratch(const mp_plan *p, mp_op_call *c, const bool *t
 static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     const mp_gnode *nd = &p->g->nodes[i];
     mp_op_call c = p->nodes[i].call;
-    mp_plan_gradients_to_scratch(p, &c, taken, fresh);
+    mp_plan_gradients_to_scratch(p, i, &c, taken, fresh);
     MP_TRY(mp_op_lookup(nd->desc.kind)->backward(&c));
     const mp_op_call *bound = &p->nodes[i].call;
     for (int k = 0; k < nd->n_in; k++)

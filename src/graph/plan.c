@@ -108,13 +108,30 @@ static int node_workspace_buffers(const mp_plan *p, mp_arena_buf *b) {
     return 2 * n;
 }
 
+static size_t scratch_bytes(const mp_plan *p, int i);
+
+/* On a device, node i's scratch (gradients computed aside to be added,
+ * exec.c) is its own too, alive during its backward only: the largest is
+ * the gradient of the network's first block output (16 MiB for resnet18 at
+ * batch 128 in f16), which a plan-wide scratch held through the step's
+ * peak in the last stage's backward. On the CPU one scratch is shared. */
+static int node_scratch_buffers(const mp_plan *p, mp_arena_buf *b) {
+    if (!p->dev) return 0;
+    const int n = p->n;
+    for (int i = 0; b && i < n; i++)
+        b[i] = (mp_arena_buf){.size = p->nodes[i].in_backward ? scratch_bytes(p, i) : 0, .first = 2 * n - 1 - i,
+                              .last = 2 * n - 1 - i, .kind = MP_MEM_OTHER};
+    return n;
+}
+
 /* Lifetimes in schedule steps: forward of node i is step i, backward of
  * node i is step 2n-1-i; sources are written before step 0. */
-static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, size_t stage_bytes) {
+static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch, size_t stage_bytes) {
     int n = p->n, end = 2 * n + 1;
     mp_graph *g = p->g;
     const int n_grads = param_grad_buffers(p, NULL), n_ws = node_workspace_buffers(p, NULL);
-    const int n_bufs = 3 * n + 3 + n_grads + n_ws;
+    const int n_sc = node_scratch_buffers(p, NULL);
+    const int n_bufs = 3 * n + 3 + n_grads + n_ws + n_sc;
     mp_arena_buf *b = calloc((size_t)n_bufs, sizeof *b);
     if (!b) return mp_error(MP_ERR_NOMEM, "plan: out of memory planning %d nodes", n);
     for (int i = 0; i < n; i++) {
@@ -156,10 +173,11 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         if (p->n_losses > 1 && p->nodes[i].in_backward) b[3 * i].last = b[3 * i + 2].last = end;
     }
     b[3 * n] = (mp_arena_buf){.size = n_ws ? 0 : ws_bytes, .first = 0, .last = end, .kind = MP_MEM_WORKSPACE};
-    b[3 * n + 1] = (mp_arena_buf){.size = scratch_bytes, .first = 0, .last = end, .kind = MP_MEM_OTHER};
+    b[3 * n + 1] = (mp_arena_buf){.size = n_sc ? 0 : shared_scratch, .first = 0, .last = end, .kind = MP_MEM_OTHER};
     b[3 * n + 2] = (mp_arena_buf){.size = stage_bytes, .first = 0, .last = end, .kind = MP_MEM_OTHER};
     param_grad_buffers(p, b + 3 * n + 3);
     node_workspace_buffers(p, b + 3 * n + 3 + n_grads);
+    node_scratch_buffers(p, b + 3 * n + 3 + n_grads + n_ws);
     mp_plan_fuse_buffers(p, b);
     size_t total = 0;
     mp_status s = mp_arena_plan(b, n_bufs, &total);
@@ -190,6 +208,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
         p->nodes[i].out_off = b[3 * i].offset;
         p->nodes[i].grad_off = b[3 * i + 1].offset;
         p->nodes[i].saved_off = b[3 * i + 2].offset;
+        p->nodes[i].scratch_off = b[n_sc ? 3 * n + 3 + n_grads + n_ws + i : 3 * n + 1].offset;
         if (!n_ws) continue; /* the CPU's calls keep the shared workspace (bind_calls) */
         p->nodes[i].ws_fwd_off = b[3 * n + 3 + n_grads + 2 * i].offset;
         p->nodes[i].ws_bwd_off = b[3 * n + 3 + n_grads + 2 * i + 1].offset;
@@ -198,7 +217,6 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t scratch_bytes, 
     for (int k = 0, m = 3 * n + 3; n_grads && k < g->n_params; k++)
         if (g->params[k].spec.trainable) mp_device_grad_place(p, k, (float *)(p->arena + b[m++].offset));
     p->workspace = p->arena + b[3 * n].offset;
-    p->scratch = p->arena + b[3 * n + 1].offset;
     p->stage = p->arena + b[3 * n + 2].offset;
     free(b);
     return MP_OK;
@@ -390,8 +408,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
                 mp_plan_destroy(p);
                 return s;
             }
-            if (pn->in_backward && scratch_bytes(p, i) > scratch) scratch = scratch_bytes(p, i);
-            continue;
+            continue; /* its scratch is its own (node_scratch_buffers) */
         }
         native_kind nk = s == MP_OK ? native_bf16_kind(g, i) : NATIVE_NONE;
         if (nk == NATIVE_PRIMITIVE && vt->prepare && onednn) {

@@ -20,6 +20,8 @@ typedef struct {
     bool fused_away;      /* ...that ReLU: runs nothing, shares the batch norm's tensors */
     size_t out_off, grad_off, saved_off;
     size_t ws_fwd_off, ws_bwd_off; /* device plans: the node's workspace in forward and in backward */
+    size_t scratch_off;            /* gradients its backward computes aside to add them (own on a device,
+                                      shared on the CPU) */
     void *low_param[MP_MAX_PARAMS]; /* trainable params cast to the compute dtype,
                                        refreshed every forward; NULL if f32 */
     double fwd_seconds, bwd_seconds;  /* with opts.profile */
@@ -36,7 +38,6 @@ struct mp_plan {
     size_t arena_bytes;
     mp_arena_peak arena_peak; /* the most bytes alive at one step, by kind (arena_plan.h) */
     char *workspace;      /* shared by all ops (one op runs at a time) */
-    char *scratch;        /* gradients that must be added, not written */
     char *stage;          /* f32 copies for staged nodes (one op at a time) */
     bool *grad_written;   /* per node, during backward */
     int n_losses;
@@ -56,10 +57,10 @@ struct mp_plan {
  * on a GPU training plan with one loss). */
 bool mp_plan_grads_in_arena(const mp_plan *p);
 
-/* Backward of one node through scratch (exec.c): point the call's input
+/* Backward of node i through scratch (exec.c): point the call's input
  * gradients that already hold a value (taken) and its parameter gradients
- * that are not fresh at the plan's scratch; the caller adds them after. */
-void mp_plan_gradients_to_scratch(const mp_plan *p, mp_op_call *c, const bool *taken, const bool *fresh);
+ * that are not fresh at node i's scratch; the caller adds them after. */
+void mp_plan_gradients_to_scratch(const mp_plan *p, int i, mp_op_call *c, const bool *taken, const bool *fresh);
 
 /* Wall-clock seconds (monotonic), for opts.profile. */
 double mp_plan_clock(void);
