@@ -133,7 +133,7 @@ mp_status mp_cuda_clip_by_norm(mp_cuda_ctx *ctx, mp_cuda_grads *g, float max_nor
 
 /* One trainable tensor, all device pointers. */
 typedef struct {
-    float *param;       // (n) f32 master weights, updated in place
+    float *param;       // (n) f32 master weights, updated in place; NULL with no_master: the low copy is the weight
     const float *grad;  // (n) f32 gradient (unscaled)
     void *low;          // (n) f16/bf16 copy rewritten (RNE) from the updated param, or NULL
     mp_dtype low_dtype; /* MP_DTYPE_F16 or MP_DTYPE_BF16 when low != NULL */

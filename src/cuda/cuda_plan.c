@@ -5,7 +5,10 @@
  * The parameters lie in three slabs, one cudaMalloc each for the masters,
  * the gradients and the casts (tensors at 256-byte offsets), so cudaMalloc's
  * rounding (2 MiB for large blocks) is paid three times, not per tensor;
- * a plan with grads_in_arena has no gradient slab (the arena holds them). */
+ * a plan with grads_in_arena has no gradient slab (the arena holds them).
+ * Under the policies without master weights (fp16, bf16) a weight that one
+ * low-precision node uses has no fp32 copy at all: its cast is the weight
+ * (low_only), as a PyTorch `.half()` model's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "amp/policy.h"
 #include "cuda/cuda_op.h"
 #include "cuda/cuda_plan_kernels.h"
+#include "cuda/cuda_step.h"
 #include "dist/dist.h"
 #include "graph/device.h"
 
@@ -25,6 +29,7 @@ struct mp_device_plan {
     void *grad_slab;
     void *low_slab;
     size_t slab_bytes[3]; /* master_slab, low_slab, grad_slab (mp_device_param_bytes) */
+    bool *low_only;       /* per graph parameter: no fp32 master, the cast is the weight (param[k] NULL) */
     float *input_nchw;  /* device staging of one host batch (f32, NCHW) */
     size_t input_cap;   /* floats */
     const float *seed_dev;        /* backward seed read from the device (the loss scale), or NULL */
@@ -63,6 +68,29 @@ static void *slab_take(slab *s, size_t bytes) {
     return s->base ? s->base + off : NULL;
 }
 
+/* Parameters without an fp32 master (low_only): the policy keeps none, the
+ * parameter is trainable and exactly one node uses it, computing in f16/bf16
+ * (a weight shared by several low nodes keeps its master, which each node's
+ * cast is refreshed from). */
+static void mark_low_only(mp_plan *p) {
+    const mp_graph *g = p->g;
+    if (mp_precision_has_master((mp_precision)g->precision)) return;
+    int *users = calloc((size_t)g->n_params + 1, sizeof *users);
+    bool *low_user = calloc((size_t)g->n_params + 1, sizeof *low_user);
+    for (int i = 0; users && low_user && i < p->n; i++) {
+        const mp_gnode *nd = &g->nodes[i];
+        const bool low = nd->compute_dtype == MP_DTYPE_F16 || nd->compute_dtype == MP_DTYPE_BF16;
+        for (int k = 0; k < nd->n_params; k++) {
+            users[nd->first_param + k]++;
+            low_user[nd->first_param + k] = low;
+        }
+    }
+    for (int k = 0; users && low_user && k < g->n_params; k++)
+        p->dev->low_only[k] = g->params[k].spec.trainable && users[k] == 1 && low_user[k];
+    free(users);
+    free(low_user);
+}
+
 /* Places every master, gradient and low-precision cast in its slab; run once
  * on bases of NULL to size the slabs, then again on the allocations. */
 static void place_params(mp_plan *p, slab *master, slab *grad, slab *low) {
@@ -74,7 +102,7 @@ static void place_params(mp_plan *p, slab *master, slab *grad, slab *low) {
     for (int k = 0; k < g->n_params; k++) {
         const mp_gparam *gp = &g->params[k];
         size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
-        d->param[k] = slab_take(master, bytes);
+        d->param[k] = d->low_only[k] ? NULL : slab_take(master, bytes);
         if (gp->spec.trainable && !in_arena) d->grad[k] = slab_take(grad, bytes); /* else plan_memory places it */
     }
     for (int i = 0; i < p->n; i++) {
@@ -108,8 +136,10 @@ mp_status mp_device_plan_open(mp_plan *p) {
     d->param = calloc((size_t)(g->n_params + 1), sizeof *d->param);
     d->grad = calloc((size_t)(g->n_params + 1), sizeof *d->grad);
     d->low = calloc((size_t)(p->n + 1) * MP_MAX_PARAMS, sizeof *d->low);
+    d->low_only = calloc((size_t)(g->n_params + 1), sizeof *d->low_only);
     p->dev = d;
-    if (!d->param || !d->grad || !d->low) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    if (!d->param || !d->grad || !d->low || !d->low_only) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    mark_low_only(p);
     MP_TRY(mp_cuda_ctx_create(p->o.device.index, &d->ctx));
     if (p->o.training && p->o.sync_bn && p->o.sync_dist) {
         d->ctx->sync_dist = p->o.sync_dist;
@@ -144,6 +174,7 @@ void mp_device_plan_close(mp_plan *p) {
     free(d->param);
     free(d->grad);
     free(d->low);
+    free(d->low_only);
     free(d);
     p->dev = NULL;
 }
@@ -202,8 +233,8 @@ mp_status mp_device_forward_begin(mp_plan *p) {
         const mp_gnode *nd = &p->g->nodes[i];
         for (int k = 0; k < nd->n_params; k++) {
             void *low = d->low[i * MP_MAX_PARAMS + k];
-            if (!low) continue;
             int gi = nd->first_param + k;
+            if (!low || d->low_only[gi]) continue;
             MP_TRY(mp_cuda_cast_from_f32(d->ctx, nd->compute_dtype, low, d->param[gi],
                                          mp_shape_numel(&p->g->params[gi].spec.shape)));
         }
@@ -311,20 +342,40 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
     return MP_OK;
 }
 
+/* A low_only weight between its device cast and the graph's f32 host copy
+ * (to the device: rounded to nearest even, as the CPU trainer keeps it). */
+static mp_status sync_low_only(mp_plan *p, int k, bool to_host) {
+    mp_device_plan *d = p->dev;
+    mp_gparam *gp = &p->g->params[k];
+    const size_t n = (size_t)mp_shape_numel(&gp->spec.shape);
+    mp_dtype dt = MP_DTYPE_F32;
+    void *low = mp_cuda_plan_low(p, k, &dt);
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) return mp_error(MP_ERR_NOMEM, "%s: out of memory copying the weight", gp->name);
+    if (!to_host && dt == MP_DTYPE_F16) mp_convert_f32_to_f16(gp->data, (mp_f16 *)h, n);
+    if (!to_host && dt == MP_DTYPE_BF16) mp_convert_f32_to_bf16(gp->data, (mp_bf16 *)h, n);
+    cudaError_t e = to_host ? cudaMemcpyAsync(h, low, n * sizeof *h, cudaMemcpyDeviceToHost, d->ctx->stream)
+                            : cudaMemcpyAsync(low, h, n * sizeof *h, cudaMemcpyHostToDevice, d->ctx->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->ctx->stream);
+    if (e == cudaSuccess && to_host && dt == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)h, gp->data, n);
+    if (e == cudaSuccess && to_host && dt == MP_DTYPE_BF16) mp_convert_bf16_to_f32((const mp_bf16 *)h, gp->data, n);
+    free(h);
+    return mp_cuda_check(e, "cudaMemcpyAsync", gp->name);
+}
+
 mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
     mp_device_plan *d = p->dev;
     mp_graph *g = p->g;
     for (int k = 0; k < g->n_params; k++) {
         mp_gparam *gp = &g->params[k];
         size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
-        if (to_host) {
+        if (d->low_only[k]) MP_TRY(sync_low_only(p, k, to_host));
+        else if (to_host)
             MP_CUDA_TRY(cudaMemcpyAsync(gp->data, d->param[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream), gp->name);
-            if (gp->grad && d->grad[k])
-                MP_CUDA_TRY(cudaMemcpyAsync(gp->grad, d->grad[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream),
-                            gp->name);
-        } else {
+        else
             MP_CUDA_TRY(cudaMemcpyAsync(d->param[k], gp->data, bytes, cudaMemcpyHostToDevice, d->ctx->stream), gp->name);
-        }
+        if (to_host && gp->grad && d->grad[k])
+            MP_CUDA_TRY(cudaMemcpyAsync(gp->grad, d->grad[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream), gp->name);
     }
     MP_CUDA_TRY(cudaStreamSynchronize(d->ctx->stream), "parameter copy");
     return MP_OK;

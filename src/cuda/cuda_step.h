@@ -118,6 +118,8 @@ size_t mp_cuda_used_bytes(void);
 
 /* Accessors of a CUDA plan (cuda_plan.c). */
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p);
+/* Graph parameter k's f32 master; NULL for a weight without one (the fp16
+ * and bf16 policies: its low cast, mp_cuda_plan_low, is the weight). */
 float *mp_cuda_plan_param(const mp_plan *p, int k);
 void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype);
 void mp_cuda_plan_seed_from_device(mp_plan *p, const float *seed_dev);

@@ -49,6 +49,12 @@ __device__ __forceinline__ float mp_dev_store_low(void *low, int dtype, long lon
     return dtype == MP_DTYPE_F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
 }
 
+/* Element i of a low-precision array of dtype (MP_DTYPE_F16 / _BF16), as an f32 (exact). */
+__device__ __forceinline__ float mp_dev_load_low(const void *low, int dtype, long long i) {
+    const unsigned short b = ((const unsigned short *)low)[i];
+    return dtype == MP_DTYPE_F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
+}
+
 /* IEEE single operations, rounded to nearest, never fused. */
 #define MP_FMUL(a, b) __fmul_rn((a), (b))
 #define MP_FADD(a, b) __fadd_rn((a), (b))

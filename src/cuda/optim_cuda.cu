@@ -25,7 +25,7 @@ static mp_status checked_options(mp_optim_opts o, mp_optim_opts *out) {
 
 static mp_status check_param(const mp_cuda_param_ref *r, int i) {
     const char *nm = r->name ? r->name : "(unnamed)";
-    if (r->n < 0 || (r->n > 0 && (!r->param || !r->grad)))
+    if (r->n < 0 || (r->n > 0 && ((!r->param && !(r->low && r->no_master)) || !r->grad)))
         return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' has n = %lld, param %p, grad %p", i, nm,
                         (long long)r->n, (void *)r->param, (const void *)r->grad);
     if (r->low && r->low_dtype != MP_DTYPE_F16 && r->low_dtype != MP_DTYPE_BF16)

@@ -9,14 +9,21 @@
 #include "cuda/float_bits.cuh"
 #include "cuda/multi_tensor.cuh"
 
+/* Element i's weight before the update: the f32 master, or where there is
+ * none (no master weights and no f32 array, cuda_optim.h) its low copy. */
+__device__ __forceinline__ float mp_dev_weight(const mp_mt_tensor &ten, long long i) {
+    const float *param = (const float *)ten.ptr[MP_MT_PARAM];
+    return param ? param[i] : mp_dev_load_low(ten.ptr[MP_MT_LOW], ten.flags & MP_MT_DTYPE_MASK, i);
+}
+
 /* After an update to p of element i: the low copy (if any) rewritten from p,
- * RNE; returns the f32 weight to store: p, or without master weights
+ * RNE; the f32 array (if any) takes p, or without master weights
  * (MP_MT_NO_MASTER) the low copy's value, as the CPU trainer rounds it. */
-__device__ __forceinline__ float mp_dev_updated_weight(const mp_mt_tensor &ten, long long i, float p) {
+__device__ __forceinline__ void mp_dev_store_weight(const mp_mt_tensor &ten, long long i, float p) {
     const int low = ten.flags & MP_MT_DTYPE_MASK;
-    if (low == MP_DTYPE_F32) return p;
-    const float q = mp_dev_store_low(ten.ptr[MP_MT_LOW], low, i, p);
-    return (ten.flags & MP_MT_NO_MASTER) ? q : p;
+    float *param = (float *)ten.ptr[MP_MT_PARAM];
+    const float q = low == MP_DTYPE_F32 ? p : mp_dev_store_low(ten.ptr[MP_MT_LOW], low, i, p);
+    if (param) param[i] = (ten.flags & MP_MT_NO_MASTER) ? q : p;
 }
 
 /* Written by the prologue, read by the update kernels. */

@@ -10,10 +10,9 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
     if (h->skip) return;
     const float lr = h->lr;
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
-        float *param = (float *)ten.ptr[MP_MT_PARAM];
         const float *grad = (const float *)ten.ptr[MP_MT_GRAD];
         const float wd = (ten.flags & MP_MT_DECAY) ? weight_decay : 0.0f;
-        float p = param[i];
+        float p = mp_dev_weight(ten, i);
         const float g = MP_FADD(grad[i], MP_FMUL(wd, p));
         if (mu == 0.0f) {
             p = MP_FSUB(p, MP_FMUL(lr, g));
@@ -23,7 +22,7 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
             buf[i] = b;
             p = MP_FSUB(p, MP_FMUL(lr, nesterov ? MP_FADD(g, MP_FMUL(mu, b)) : b));
         }
-        param[i] = mp_dev_updated_weight(ten, i, p);
+        mp_dev_store_weight(ten, i, p);
     });
 }
 

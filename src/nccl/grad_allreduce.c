@@ -165,8 +165,14 @@ mp_status mp_dist_broadcast_params(mp_dist *d, mp_plan *p) {
     mp_cuda_ctx *ctx = mp_cuda_plan_ctx(p);
     const mp_graph *g = p->g;
     for (int k = 0; k < g->n_params; k++) {
-        float *x = mp_cuda_plan_param(p, k);
-        MP_NCCL_QUEUE(d, ncclBroadcast(x, x, (size_t)mp_shape_numel(&g->params[k].spec.shape), ncclFloat32, 0,
+        void *x = mp_cuda_plan_param(p, k);
+        ncclDataType_t type = ncclFloat32;
+        mp_dtype low_dtype = MP_DTYPE_F32;
+        if (!x) { /* no fp32 master: the low-precision cast is the weight */
+            x = mp_cuda_plan_low(p, k, &low_dtype);
+            type = low_dtype == MP_DTYPE_F16 ? ncclFloat16 : ncclBfloat16;
+        }
+        MP_NCCL_QUEUE(d, ncclBroadcast(x, x, (size_t)mp_shape_numel(&g->params[k].spec.shape), type, 0,
                                        mp_dist_comm(d), ctx->stream),
                       g->params[k].name);
     }

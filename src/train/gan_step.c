@@ -44,6 +44,8 @@ static void group_free(mp_gan_group *gr) {
     memset(gr, 0, sizeof *gr);
 }
 
+static void round_without_master(mp_gan_ctx *c, bool generator);
+
 mp_status mp_gan_ctx_init(mp_gan_ctx *c, mp_acgan *m, const mp_gan_opts *o) {
     memset(c, 0, sizeof *c);
     c->m = m;
@@ -57,6 +59,8 @@ mp_status mp_gan_ctx_init(mp_gan_ctx *c, mp_acgan *m, const mp_gan_opts *o) {
     mp_plan_opts po = {.batch = o->batch, .training = true, .use_onednn = o->use_onednn, .seed = o->seed,
                        .device = o->device};
     po.n_losses = mp_acgan_losses(m, po.losses);
+    round_without_master(c, true); /* from the first step on, as the GPU holds them (cuda_plan.c) */
+    round_without_master(c, false);
     MP_TRY(mp_plan_create(m->g, po, &c->plan));
     mp_optim_opts oo = {.kind = MP_OPTIM_ADAM, .beta1 = c->o.beta1, .beta2 = 0.999f};
     MP_TRY(group_init(&c->gen, m, true, &oo));

@@ -37,6 +37,8 @@ static mp_status make_gpu_step(mp_step_ctx *c) {
     return mp_cuda_step_create(c->plan, &so, &c->gpu);
 }
 
+static void round_weights_without_master(mp_step_ctx *c);
+
 mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) {
     memset(c, 0, sizeof *c);
     c->m = m;
@@ -44,6 +46,7 @@ mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) 
     c->events = o->events ? o->events : o->out;
     mp_graph *g = m->g;
     c->classes = (int)mp_graph_node_shape(g, m->logits, 1).dims[1];
+    round_weights_without_master(c); /* from the first step on, as the GPU holds them (cuda_plan.c) */
     MP_TRY(make_plan(c));
     if (o->loss_scaling) MP_TRY(mp_scaler_init(&c->scaler, o->scaler));
     if (o->device.kind != MP_DEVICE_CPU) {

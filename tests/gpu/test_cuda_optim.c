@@ -271,6 +271,7 @@ typedef struct {
     mp_optim_opts o;
     float lr, clip_norm;
     bool no_master; /* fp16/bf16 policies: weights with a low copy keep its value (the CPU trainer rounds them) */
+    bool low_only;  /* with no_master: those weights have no f32 array (param NULL), the copy is the weight */
 } optim_case;
 
 /* One parameter set on both sides, driven like mp_train_step drives the
@@ -304,13 +305,21 @@ static void rig_init(rig *r, const optim_case *c, uint64_t seed) {
         r->h_param[t] = malloc((size_t)n * sizeof(float));
         r->h_grad[t] = malloc((size_t)n * sizeof(float));
         fill_normal(r->h_param[t], n, &rng, 0.1);
+        const bool low_only = c->low_only && param_low[t] != MP_DTYPE_F32;
+        if (low_only) mp_round_f32(r->h_param[t], n, param_low[t]); /* as the trainer's start (train_step.c) */
         r->d_param[t] = dev_alloc((size_t)n * sizeof(float));
         r->d_grad[t] = dev_alloc((size_t)n * sizeof(float));
         up(r->d_param[t], r->h_param[t], (size_t)n * sizeof(float));
         if (param_low[t] != MP_DTYPE_F32) r->d_low[t] = dev_alloc((size_t)n * 2);
+        if (low_only) { /* the weight lives in its copy only; the f32 array stays as uploaded */
+            static uint16_t bits[PMAX];
+            if (param_low[t] == MP_DTYPE_F16) mp_convert_f32_to_f16(r->h_param[t], (mp_f16 *)bits, (size_t)n);
+            else mp_convert_f32_to_bf16(r->h_param[t], (mp_bf16 *)bits, (size_t)n);
+            up(r->d_low[t], bits, (size_t)n * 2);
+        }
         cref[t] = (mp_param_ref){.param = r->h_param[t], .grad = r->h_grad[t], .n = n, .decay = param_decay[t]};
-        gref[t] = (mp_cuda_param_ref){.param = r->d_param[t], .grad = r->d_grad[t], .low = r->d_low[t],
-                                      .low_dtype = param_low[t], .n = n, .decay = param_decay[t],
+        gref[t] = (mp_cuda_param_ref){.param = low_only ? NULL : r->d_param[t], .grad = r->d_grad[t],
+                                      .low = r->d_low[t], .low_dtype = param_low[t], .n = n, .decay = param_decay[t],
                                       .no_master = c->no_master};
     }
     r->d_lr = dev_alloc(sizeof(float));
@@ -389,6 +398,9 @@ static void take_snapshot(rig *r, snapshot *s) {
             s->low[t] = malloc(n * 2);
             down(s->low[t], r->d_low[t], n * 2);
         }
+        if (r->c->low_only && param_low[t] == MP_DTYPE_F16) mp_convert_f16_to_f32((mp_f16 *)s->low[t], s->param[t], n);
+        if (r->c->low_only && param_low[t] == MP_DTYPE_BF16)
+            mp_convert_bf16_to_f32((mp_bf16 *)s->low[t], s->param[t], n);
     }
     CHECK_OK(mp_cuda_optim_get_step_count(ctx, r->gpu, &s->steps));
 }
@@ -508,16 +520,19 @@ static void run_case(const optim_case *c, bool graph) {
 }
 
 static const optim_case optim_cases[] = {
-    {"sgd", {.kind = MP_OPTIM_SGD, .weight_decay = 1e-4f}, 0.05f, 0, false},
-    {"sgd-momentum", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, false},
+    {"sgd", {.kind = MP_OPTIM_SGD, .weight_decay = 1e-4f}, 0.05f, 0, false, false},
+    {"sgd-momentum", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, false, false},
     {"sgd-nesterov-clip", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 5e-4f}, 0.05f,
-     1.0f, false},
-    {"adam", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0, false},
-    {"adamw", {.kind = MP_OPTIM_ADAMW, .weight_decay = 0.05f}, 1e-3f, 0, false},
+     1.0f, false, false},
+    {"adam", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0, false, false},
+    {"adamw", {.kind = MP_OPTIM_ADAMW, .weight_decay = 0.05f}, 1e-3f, 0, false, false},
     {"adamw-betas-clip", {.kind = MP_OPTIM_ADAMW, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.1f},
-     2e-3f, 1.0f, false},
-    {"sgd-momentum-no-master", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, true},
-    {"adam-no-master", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0, true},
+     2e-3f, 1.0f, false, false},
+    {"sgd-momentum-no-master", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, true,
+     false},
+    {"adam-no-master", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0, true, false},
+    {"sgd-momentum-low-only", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, true, true},
+    {"adamw-low-only", {.kind = MP_OPTIM_ADAMW, .weight_decay = 0.05f}, 1e-3f, 0, true, true},
 };
 
 static void test_optimizers(void) {
