@@ -1,8 +1,9 @@
 /* test_cuda_checkpoint.c — checkpoints of the GPU training step
  * (mp_cuda_step_state_to_host / _from_host, through a real checkpoint file)
  * on a whole network, the small CNN (convolutions, BatchNorm buffers,
- * linear layers), for amp-fp16 + Adam + dynamic loss scaling and for fp32 +
- * SGD Nesterov without scaling:
+ * linear layers), for amp-fp16 + Adam + dynamic loss scaling, for fp32 +
+ * SGD Nesterov without scaling and for bf16 (no master weights: the device
+ * holds those weights only as bf16) + SGD momentum:
  *  1. the state taken to the host after 5 steps and put back round-trips bit
  *     for bit (parameters, BN buffers, optimizer state and step count, scaler);
  *  2. the 5 steps after that equal those of an uninterrupted run (the save
@@ -266,6 +267,9 @@ int main(void) {
          {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 5e-4f},
           .clip_norm = 5.0f},
          0.02f},
+        /* no master weights: the convolutions' weights live only as bf16 casts on the device (cuda_plan.c) */
+        {"bf16-sgd-momentum", MP_PRECISION_BF16,
+         {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}}, 0.02f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) checkpoint_case(&cases[i], dir);
     scratch_dir_remove(dir);
