@@ -311,8 +311,9 @@ int main(int argc, char **argv) {
      * convolutions of batch 16 and 32 sum in different orders: one bf16 ulp */
     equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, 1, world == 1 ? 1e-6 : 0x1p-8);
     equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, false, 1, 0x1p-8);
-    /* pure bf16: the weights exist only as bf16 on each GPU (no fp32 master), broadcast in bf16 at the start */
-    equivalence(world, MP_PRECISION_BF16, MP_DTYPE_BF16, false, 1, world == 1 ? 1e-6 : 0x1p-8);
+    /* pure bf16: the weights exist only as bf16 on each GPU (no fp32 master), broadcast in bf16 at the start;
+     * the bf16 all-reduce rounds the gradients even for one rank (1.1e-3 from one GPU, seen) */
+    equivalence(world, MP_PRECISION_BF16, MP_DTYPE_BF16, false, 1, 0x1p-8);
     if (world == 1) unsetenv("MIXPREC_DETERMINISTIC");
     /* the same micro-batches on one GPU with deterministic convolutions
      * (no atomics): only the order of f32 sums may differ */
