@@ -45,17 +45,25 @@ const char *mp_mem_kind_name(mp_mem_kind k) {
     return k >= 0 && k < MP_MEM_KINDS ? names[k] : "?";
 }
 
-mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total) {
-    int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
-    const mp_arena_buf **live = malloc((size_t)(n ? n : 1) * sizeof *live);
-    if (!order || !live) {
-        free(order);
-        free(live);
-        return mp_error(MP_ERR_NOMEM, "memory planner: out of memory for %d buffers", n);
-    }
-    for (int i = 0; i < n; i++) order[i] = i;
-    sort_base = bufs;
-    qsort(order, (size_t)n, sizeof *order, by_size_desc);
+/* Lifetime length, then size: the buffers that block the most steps first. */
+static int by_span_desc(const void *a, const void *b) {
+    const mp_arena_buf *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
+    const int sx = x->last - x->first, sy = y->last - y->first;
+    if (sx != sy) return sy - sx;
+    return by_size_desc(a, b);
+}
+
+/* Birth, then size: the order a caching allocator sees them in. */
+static int by_first(const void *a, const void *b) {
+    const mp_arena_buf *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
+    if (x->first != y->first) return x->first - y->first;
+    return by_size_desc(a, b);
+}
+
+/* Greedy best fit in the given order: each buffer goes into the smallest gap
+ * among the already placed buffers alive with it, else after them. Returns
+ * the arena's end. */
+static size_t place(mp_arena_buf *bufs, const int *order, int n, const mp_arena_buf **live) {
     size_t end = 0;
     for (int k = 0; k < n; k++) {
         mp_arena_buf *b = &bufs[order[k]];
@@ -69,7 +77,6 @@ mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total) {
             if (o->size && o->first <= b->last && b->first <= o->last) live[m++] = o;
         }
         qsort(live, (size_t)m, sizeof *live, by_offset);
-        /* best fit: the smallest gap that holds b, else after the last one */
         size_t cursor = 0, best = (size_t)-1, best_gap = (size_t)-1;
         for (int j = 0; j < m; j++) {
             if (live[j]->offset >= cursor + size && live[j]->offset - cursor < best_gap) {
@@ -82,8 +89,37 @@ mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total) {
         b->offset = best != (size_t)-1 ? best : cursor;
         if (b->offset + size > end) end = b->offset + size;
     }
+    return end;
+}
+
+/* Three orders (largest first, longest-lived first, earliest first) each
+ * placed greedily; the smallest arena wins (on resnet18 the largest-first
+ * order alone left 6.7 MiB of 333 unused at the peak). */
+mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total) {
+    int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    const mp_arena_buf **live = malloc((size_t)(n ? n : 1) * sizeof *live);
+    size_t *best_off = malloc((size_t)(n ? n : 1) * sizeof *best_off);
+    if (!order || !live || !best_off) {
+        free(order);
+        free(live);
+        free(best_off);
+        return mp_error(MP_ERR_NOMEM, "memory planner: out of memory for %d buffers", n);
+    }
+    int (*const orders[])(const void *, const void *) = {by_size_desc, by_span_desc, by_first};
+    size_t best = (size_t)-1;
+    sort_base = bufs;
+    for (size_t t = 0; t < sizeof orders / sizeof orders[0]; t++) {
+        for (int i = 0; i < n; i++) order[i] = i;
+        qsort(order, (size_t)n, sizeof *order, orders[t]);
+        const size_t end = place(bufs, order, n, live);
+        if (end >= best) continue;
+        best = end;
+        for (int i = 0; i < n; i++) best_off[i] = bufs[i].offset;
+    }
+    for (int i = 0; i < n; i++) bufs[i].offset = best_off[i];
     free(order);
     free(live);
-    *total = end;
+    free(best_off);
+    *total = best == (size_t)-1 ? 0 : best;
     return MP_OK;
 }

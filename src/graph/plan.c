@@ -293,10 +293,19 @@ static mp_status stage_node(mp_plan *p, int i) {
     return MP_OK;
 }
 
+/* How many nodes use graph parameter k (mp_graph_share_params: several). */
+static int param_users(const mp_graph *g, int k) {
+    int users = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        users += k >= g->nodes[i].first_param && k < g->nodes[i].first_param + g->nodes[i].n_params;
+    return users;
+}
+
 /* Scratch node i's backward may need (exec.c): the gradients it computes
  * aside before adding them where a value is already there — inputs whose
  * producer has several consumers (in their storage dtype), and parameters
- * (f32: tied weights, several losses, micro-batches). */
+ * (f32: tied weights, several losses, micro-batches; with grads_in_arena
+ * only a tied weight's, every other one is written afresh each backward). */
 static size_t scratch_bytes(const mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
     const mp_pnode *pn = &p->nodes[i];
@@ -306,8 +315,10 @@ static size_t scratch_bytes(const mp_plan *p, int i) {
         if (src->n_consumers > 1)
             sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.in[k]) * mp_dtype_size(src->storage_dtype));
     }
+    const bool fresh = mp_plan_grads_in_arena(p);
     for (int k = 0; k < pn->info.n_params; k++)
-        sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * sizeof(float));
+        if (!fresh || param_users(p->g, nd->first_param + k) > 1)
+            sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * sizeof(float));
     return sc;
 }
 
