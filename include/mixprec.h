@@ -222,7 +222,9 @@ void mp_plan_print_profile(const mp_plan *p, FILE *out);
 void mp_plan_print_memory(const mp_plan *p, FILE *out);
 /* Plans on a GPU keep the parameters (fp32 masters, gradients) in device
  * memory: copy them to the graph's host copies (to_host, e.g. before saving
- * a checkpoint) or from them (after loading one). No-op on the CPU. */
+ * a checkpoint) or from them (after loading one). A training plan under
+ * fp16/bf16 holds a weight of one low node only in that dtype: it comes back
+ * as its f32 value and goes over rounded to nearest even. No-op on the CPU. */
 mp_status mp_plan_sync_params(mp_plan *p, bool to_host);
 size_t mp_plan_numel(const mp_plan *p, mp_node node);
 /* Forward passes run so far (dropout masks derive from it); settable so a

@@ -42,11 +42,13 @@ awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' && ok || bad "reference synthetic a
 grep -q "3x32x32" "$work/cnn10.out" && ok || bad "cnn10 run did not report its input shape"
 # --print-memory: the arena's peak, at a named node, split by kind; the kinds add up to the peak
 mem=$(grep "^memory: arena" "$work/cnn10.out")
-grep -Eq "most alive at once [0-9.]+ MiB, at the (forward|backward) of '[a-z0-9_]+': activations [0-9.]+" <<<"$mem" \
-  && ok || bad "--print-memory line: '$mem'"
-awk -v m="$mem" 'BEGIN { split(m, h, "most alive at once "); peak = h[2] + 0; split(h[2], k, ":"); n = split(k[2], f, ",");
+grep -Eq "most alive at once [0-9.]+ MiB, at the (forward|backward) of '[a-z0-9_]+': activations [0-9.]+" \
+  <<<"$mem" && ok || bad "--print-memory line: '$mem'"
+awk -v m="$mem" 'BEGIN { split(m, h, "most alive at once "); peak = h[2] + 0; split(h[2], k, ":");
+  n = split(k[2], f, ",");
   for (i = 1; i <= n; i++) { c = split(f[i], w, " "); sum += w[c] }
-  exit !(peak > 0 && sum > peak - 0.35 && sum < peak + 0.35) }' && ok || bad "--print-memory kinds do not add up: '$mem'"
+  exit !(peak > 0 && sum > peak - 0.35 && sum < peak + 0.35) }' \
+  && ok || bad "--print-memory kinds do not add up: '$mem'"
 
 # 5. A run stopped after epoch 1 and resumed from its checkpoint gives the
 #    same losses as the uninterrupted run (weights, optimizer, scaler, steps).

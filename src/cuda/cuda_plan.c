@@ -29,7 +29,8 @@ struct mp_device_plan {
     void *grad_slab;
     void *low_slab;
     size_t slab_bytes[3]; /* master_slab, low_slab, grad_slab (mp_device_param_bytes) */
-    bool *low_only;       /* per graph parameter: no fp32 master, the cast is the weight (param[k] NULL) */
+    mp_dtype *low_only;   /* per graph parameter: F16/BF16 when it has no fp32 master (its cast, of that dtype,
+                             is the weight; param[k] NULL), else F32 */
     float *input_nchw;  /* device staging of one host batch (f32, NCHW) */
     size_t input_cap;   /* floats */
     const float *seed_dev;        /* backward seed read from the device (the loss scale), or NULL */
@@ -68,27 +69,31 @@ static void *slab_take(slab *s, size_t bytes) {
     return s->base ? s->base + off : NULL;
 }
 
-/* Parameters without an fp32 master (low_only): the policy keeps none, the
- * parameter is trainable and exactly one node uses it, computing in f16/bf16
- * (a weight shared by several low nodes keeps its master, which each node's
- * cast is refreshed from). */
+/* Parameters without an fp32 master (low_only): a training plan whose
+ * policy keeps none, the parameter trainable and used by exactly one node,
+ * which computes in f16/bf16 (a weight shared by several low nodes keeps its
+ * master, which each node's cast is refreshed from; an inference plan keeps
+ * the host's fp32 weights as they are). The dtype is fixed here: a layer
+ * later moved to fp32 (--auto-fallback) still syncs through this plan's cast. */
 static void mark_low_only(mp_plan *p) {
     const mp_graph *g = p->g;
-    if (mp_precision_has_master((mp_precision)g->precision)) return;
+    for (int k = 0; k < g->n_params; k++) p->dev->low_only[k] = MP_DTYPE_F32;
+    if (!p->o.training || mp_precision_has_master((mp_precision)g->precision)) return;
     int *users = calloc((size_t)g->n_params + 1, sizeof *users);
-    bool *low_user = calloc((size_t)g->n_params + 1, sizeof *low_user);
-    for (int i = 0; users && low_user && i < p->n; i++) {
+    mp_dtype *user_dtype = calloc((size_t)g->n_params + 1, sizeof *user_dtype);
+    for (int i = 0; users && user_dtype && i < p->n; i++) {
         const mp_gnode *nd = &g->nodes[i];
-        const bool low = nd->compute_dtype == MP_DTYPE_F16 || nd->compute_dtype == MP_DTYPE_BF16;
         for (int k = 0; k < nd->n_params; k++) {
             users[nd->first_param + k]++;
-            low_user[nd->first_param + k] = low;
+            user_dtype[nd->first_param + k] = nd->compute_dtype;
         }
     }
-    for (int k = 0; users && low_user && k < g->n_params; k++)
-        p->dev->low_only[k] = g->params[k].spec.trainable && users[k] == 1 && low_user[k];
+    for (int k = 0; users && user_dtype && k < g->n_params; k++)
+        if (g->params[k].spec.trainable && users[k] == 1 &&
+            (user_dtype[k] == MP_DTYPE_F16 || user_dtype[k] == MP_DTYPE_BF16))
+            p->dev->low_only[k] = user_dtype[k];
     free(users);
-    free(low_user);
+    free(user_dtype);
 }
 
 /* Places every master, gradient and low-precision cast in its slab; run once
@@ -102,7 +107,7 @@ static void place_params(mp_plan *p, slab *master, slab *grad, slab *low) {
     for (int k = 0; k < g->n_params; k++) {
         const mp_gparam *gp = &g->params[k];
         size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
-        d->param[k] = d->low_only[k] ? NULL : slab_take(master, bytes);
+        d->param[k] = d->low_only[k] != MP_DTYPE_F32 ? NULL : slab_take(master, bytes);
         if (gp->spec.trainable && !in_arena) d->grad[k] = slab_take(grad, bytes); /* else plan_memory places it */
     }
     for (int i = 0; i < p->n; i++) {
@@ -234,7 +239,7 @@ mp_status mp_device_forward_begin(mp_plan *p) {
         for (int k = 0; k < nd->n_params; k++) {
             void *low = d->low[i * MP_MAX_PARAMS + k];
             int gi = nd->first_param + k;
-            if (!low || d->low_only[gi]) continue;
+            if (!low || d->low_only[gi] != MP_DTYPE_F32) continue;
             MP_TRY(mp_cuda_cast_from_f32(d->ctx, nd->compute_dtype, low, d->param[gi],
                                          mp_shape_numel(&p->g->params[gi].spec.shape)));
         }
@@ -342,43 +347,53 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
     return MP_OK;
 }
 
-/* A low_only weight between its device cast and the graph's f32 host copy
- * (to the device: rounded to nearest even, as the CPU trainer keeps it). */
-static mp_status sync_low_only(mp_plan *p, int k, bool to_host) {
-    mp_device_plan *d = p->dev;
-    mp_gparam *gp = &p->g->params[k];
-    const size_t n = (size_t)mp_shape_numel(&gp->spec.shape);
-    mp_dtype dt = MP_DTYPE_F32;
-    void *low = mp_cuda_plan_low(p, k, &dt);
-    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
-    if (!h) return mp_error(MP_ERR_NOMEM, "%s: out of memory copying the weight", gp->name);
-    if (!to_host && dt == MP_DTYPE_F16) mp_convert_f32_to_f16(gp->data, (mp_f16 *)h, n);
-    if (!to_host && dt == MP_DTYPE_BF16) mp_convert_f32_to_bf16(gp->data, (mp_bf16 *)h, n);
-    cudaError_t e = to_host ? cudaMemcpyAsync(h, low, n * sizeof *h, cudaMemcpyDeviceToHost, d->ctx->stream)
-                            : cudaMemcpyAsync(low, h, n * sizeof *h, cudaMemcpyHostToDevice, d->ctx->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(d->ctx->stream);
-    if (e == cudaSuccess && to_host && dt == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)h, gp->data, n);
-    if (e == cudaSuccess && to_host && dt == MP_DTYPE_BF16) mp_convert_bf16_to_f32((const mp_bf16 *)h, gp->data, n);
-    free(h);
-    return mp_cuda_check(e, "cudaMemcpyAsync", gp->name);
-}
-
+/* Parameters (and, to the host, gradients) between the device and the
+ * graph's host copies. A low_only weight goes through a host staging of its
+ * f16/bf16 bits, converted on the host (to the device: rounded to nearest
+ * even, as the CPU trainer keeps it); one stream synchronization in all. */
 mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
     mp_device_plan *d = p->dev;
     mp_graph *g = p->g;
-    for (int k = 0; k < g->n_params; k++) {
+    size_t staged = 0;
+    for (int k = 0; k < g->n_params; k++)
+        if (d->low_only[k] != MP_DTYPE_F32) staged += (size_t)mp_shape_numel(&g->params[k].spec.shape);
+    uint16_t *stage = staged ? malloc(staged * sizeof *stage) : NULL;
+    if (staged && !stage) return mp_error(MP_ERR_NOMEM, "parameter copy: out of memory staging %zu weights", staged);
+    mp_status s = MP_OK;
+    uint16_t *h = stage;
+    for (int k = 0; k < g->n_params && s == MP_OK; k++) {
         mp_gparam *gp = &g->params[k];
-        size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float);
-        if (d->low_only[k]) MP_TRY(sync_low_only(p, k, to_host));
-        else if (to_host)
-            MP_CUDA_TRY(cudaMemcpyAsync(gp->data, d->param[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream), gp->name);
-        else
-            MP_CUDA_TRY(cudaMemcpyAsync(d->param[k], gp->data, bytes, cudaMemcpyHostToDevice, d->ctx->stream), gp->name);
-        if (to_host && gp->grad && d->grad[k])
-            MP_CUDA_TRY(cudaMemcpyAsync(gp->grad, d->grad[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream), gp->name);
+        const size_t n = (size_t)mp_shape_numel(&gp->spec.shape), bytes = n * sizeof(float);
+        const mp_dtype low_dt = d->low_only[k];
+        cudaError_t e;
+        if (low_dt != MP_DTYPE_F32) {
+            mp_dtype unused;
+            void *low = mp_cuda_plan_low(p, k, &unused);
+            if (!to_host && low_dt == MP_DTYPE_F16) mp_convert_f32_to_f16(gp->data, (mp_f16 *)h, n);
+            if (!to_host && low_dt == MP_DTYPE_BF16) mp_convert_f32_to_bf16(gp->data, (mp_bf16 *)h, n);
+            e = to_host ? cudaMemcpyAsync(h, low, n * sizeof *h, cudaMemcpyDeviceToHost, d->ctx->stream)
+                        : cudaMemcpyAsync(low, h, n * sizeof *h, cudaMemcpyHostToDevice, d->ctx->stream);
+            h += n;
+        } else {
+            e = to_host ? cudaMemcpyAsync(gp->data, d->param[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream)
+                        : cudaMemcpyAsync(d->param[k], gp->data, bytes, cudaMemcpyHostToDevice, d->ctx->stream);
+        }
+        if (e == cudaSuccess && to_host && gp->grad && d->grad[k])
+            e = cudaMemcpyAsync(gp->grad, d->grad[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream);
+        s = mp_cuda_check(e, "cudaMemcpyAsync", gp->name);
     }
-    MP_CUDA_TRY(cudaStreamSynchronize(d->ctx->stream), "parameter copy");
-    return MP_OK;
+    if (s == MP_OK) s = mp_cuda_check(cudaStreamSynchronize(d->ctx->stream), "cudaStreamSynchronize", "parameter copy");
+    h = stage;
+    for (int k = 0; k < g->n_params && s == MP_OK && to_host; k++) {
+        if (d->low_only[k] == MP_DTYPE_F32) continue;
+        mp_gparam *gp = &g->params[k];
+        const size_t n = (size_t)mp_shape_numel(&gp->spec.shape);
+        if (d->low_only[k] == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)h, gp->data, n);
+        else mp_convert_bf16_to_f32((const mp_bf16 *)h, gp->data, n);
+        h += n;
+    }
+    free(stage);
+    return s;
 }
 
 /* ---- for the device training step (cuda_step.c) ------------------------- */
@@ -397,7 +412,7 @@ void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype) {
     const mp_gparam *gp = &p->g->params[k];
     const mp_gnode *nd = &p->g->nodes[gp->node];
     void *low = p->dev->low[gp->node * MP_MAX_PARAMS + (k - nd->first_param)];
-    *dtype = nd->compute_dtype;
+    *dtype = p->dev->low_only[k] != MP_DTYPE_F32 ? p->dev->low_only[k] : nd->compute_dtype; /* as allocated */
     return low;
 }
 

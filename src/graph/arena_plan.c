@@ -9,11 +9,18 @@
 
 static size_t align_up(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
 
-static const mp_arena_buf *sort_base;
+/* What the placement orders sort by, copied out of the buffers so that
+ * the comparators need no global (plans are built on several threads). */
+typedef struct {
+    size_t size;
+    int span, first, index;
+} sort_key;
+
+/* Largest first; ties by index (qsort is not stable). */
 static int by_size_desc(const void *a, const void *b) {
-    const mp_arena_buf *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
+    const sort_key *x = a, *y = b;
     if (x->size != y->size) return x->size < y->size ? 1 : -1;
-    return *(const int *)a - *(const int *)b;
+    return x->index - y->index;
 }
 
 static int by_offset(const void *a, const void *b) {
@@ -47,15 +54,14 @@ const char *mp_mem_kind_name(mp_mem_kind k) {
 
 /* Lifetime length, then size: the buffers that block the most steps first. */
 static int by_span_desc(const void *a, const void *b) {
-    const mp_arena_buf *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
-    const int sx = x->last - x->first, sy = y->last - y->first;
-    if (sx != sy) return sy - sx;
+    const sort_key *x = a, *y = b;
+    if (x->span != y->span) return y->span - x->span;
     return by_size_desc(a, b);
 }
 
 /* Birth, then size: the order a caching allocator sees them in. */
 static int by_first(const void *a, const void *b) {
-    const mp_arena_buf *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
+    const sort_key *x = a, *y = b;
     if (x->first != y->first) return x->first - y->first;
     return by_size_desc(a, b);
 }
@@ -63,17 +69,17 @@ static int by_first(const void *a, const void *b) {
 /* Greedy best fit in the given order: each buffer goes into the smallest gap
  * among the already placed buffers alive with it, else after them. Returns
  * the arena's end. */
-static size_t place(mp_arena_buf *bufs, const int *order, int n, const mp_arena_buf **live) {
+static size_t place(mp_arena_buf *bufs, const sort_key *order, int n, const mp_arena_buf **live) {
     size_t end = 0;
     for (int k = 0; k < n; k++) {
-        mp_arena_buf *b = &bufs[order[k]];
+        mp_arena_buf *b = &bufs[order[k].index];
         b->offset = 0;
         if (b->size == 0) continue;
         size_t size = align_up(b->size);
         /* already placed buffers whose lifetime overlaps b's, by offset */
         int m = 0;
         for (int j = 0; j < k; j++) {
-            const mp_arena_buf *o = &bufs[order[j]];
+            const mp_arena_buf *o = &bufs[order[j].index];
             if (o->size && o->first <= b->last && b->first <= o->last) live[m++] = o;
         }
         qsort(live, (size_t)m, sizeof *live, by_offset);
@@ -96,7 +102,7 @@ static size_t place(mp_arena_buf *bufs, const int *order, int n, const mp_arena_
  * placed greedily; the smallest arena wins (on resnet18 the largest-first
  * order alone left 6.7 MiB of 333 unused at the peak). */
 mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total) {
-    int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    sort_key *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     const mp_arena_buf **live = malloc((size_t)(n ? n : 1) * sizeof *live);
     size_t *best_off = malloc((size_t)(n ? n : 1) * sizeof *best_off);
     if (!order || !live || !best_off) {
@@ -107,9 +113,10 @@ mp_status mp_arena_plan(mp_arena_buf *bufs, int n, size_t *total) {
     }
     int (*const orders[])(const void *, const void *) = {by_size_desc, by_span_desc, by_first};
     size_t best = (size_t)-1;
-    sort_base = bufs;
     for (size_t t = 0; t < sizeof orders / sizeof orders[0]; t++) {
-        for (int i = 0; i < n; i++) order[i] = i;
+        for (int i = 0; i < n; i++)
+            order[i] = (sort_key){.size = bufs[i].size, .span = bufs[i].last - bufs[i].first, .first = bufs[i].first,
+                                  .index = i};
         qsort(order, (size_t)n, sizeof *order, orders[t]);
         const size_t end = place(bufs, order, n, live);
         if (end >= best) continue;

@@ -170,7 +170,7 @@ mp_status mp_dist_broadcast_params(mp_dist *d, mp_plan *p) {
         mp_dtype low_dtype = MP_DTYPE_F32;
         if (!x) { /* no fp32 master: the low-precision cast is the weight */
             x = mp_cuda_plan_low(p, k, &low_dtype);
-            type = low_dtype == MP_DTYPE_F16 ? ncclFloat16 : ncclBfloat16;
+            type = mp_nccl_dtype(low_dtype);
         }
         MP_NCCL_QUEUE(d, ncclBroadcast(x, x, (size_t)mp_shape_numel(&g->params[k].spec.shape), type, 0,
                                        mp_dist_comm(d), ctx->stream),
