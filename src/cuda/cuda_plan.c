@@ -79,21 +79,12 @@ static void mark_low_only(mp_plan *p) {
     const mp_graph *g = p->g;
     for (int k = 0; k < g->n_params; k++) p->dev->low_only[k] = MP_DTYPE_F32;
     if (!p->o.training || mp_precision_has_master((mp_precision)g->precision)) return;
-    int *users = calloc((size_t)g->n_params + 1, sizeof *users);
-    mp_dtype *user_dtype = calloc((size_t)g->n_params + 1, sizeof *user_dtype);
-    for (int i = 0; users && user_dtype && i < p->n; i++) {
-        const mp_gnode *nd = &g->nodes[i];
-        for (int k = 0; k < nd->n_params; k++) {
-            users[nd->first_param + k]++;
-            user_dtype[nd->first_param + k] = nd->compute_dtype;
-        }
+    for (int k = 0; k < g->n_params; k++) {
+        const mp_dtype dt = g->nodes[g->params[k].node].compute_dtype;
+        if (g->params[k].spec.trainable && mp_graph_param_users(g, k) == 1 &&
+            (dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16))
+            p->dev->low_only[k] = dt;
     }
-    for (int k = 0; users && user_dtype && k < g->n_params; k++)
-        if (g->params[k].spec.trainable && users[k] == 1 &&
-            (user_dtype[k] == MP_DTYPE_F16 || user_dtype[k] == MP_DTYPE_BF16))
-            p->dev->low_only[k] = user_dtype[k];
-    free(users);
-    free(user_dtype);
 }
 
 /* Places every master, gradient and low-precision cast in its slab; run once

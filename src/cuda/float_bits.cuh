@@ -40,19 +40,22 @@ __device__ __forceinline__ unsigned short mp_dev_f32_to_bf16_bits(float x) {
     return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* The f32 value (exact) of f16 / bf16 bits b (dtype MP_DTYPE_F16 / _BF16). */
+__device__ __forceinline__ float mp_dev_low_bits_to_f32(unsigned short b, int dtype) {
+    return dtype == MP_DTYPE_F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
+}
+
 /* Element i of a low-precision array of dtype (MP_DTYPE_F16 / _BF16) := x;
  * returns the value stored, as an f32 (exact). */
 __device__ __forceinline__ float mp_dev_store_low(void *low, int dtype, long long i, float x) {
-    unsigned short *p = (unsigned short *)low;
     const unsigned short b = dtype == MP_DTYPE_F16 ? mp_dev_f32_to_f16_bits(x) : mp_dev_f32_to_bf16_bits(x);
-    p[i] = b;
-    return dtype == MP_DTYPE_F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
+    ((unsigned short *)low)[i] = b;
+    return mp_dev_low_bits_to_f32(b, dtype);
 }
 
 /* Element i of a low-precision array of dtype (MP_DTYPE_F16 / _BF16), as an f32 (exact). */
 __device__ __forceinline__ float mp_dev_load_low(const void *low, int dtype, long long i) {
-    const unsigned short b = ((const unsigned short *)low)[i];
-    return dtype == MP_DTYPE_F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
+    return mp_dev_low_bits_to_f32(((const unsigned short *)low)[i], dtype);
 }
 
 /* IEEE single operations, rounded to nearest, never fused. */

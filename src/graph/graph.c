@@ -206,3 +206,10 @@ int64_t mp_graph_param_count(const mp_graph *g) {
         if (g->params[i].spec.trainable) n += mp_shape_numel(&g->params[i].spec.shape);
     return n;
 }
+
+int mp_graph_param_users(const mp_graph *g, int k) {
+    int users = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        users += k >= g->nodes[i].first_param && k < g->nodes[i].first_param + g->nodes[i].n_params;
+    return users;
+}

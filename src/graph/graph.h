@@ -47,5 +47,7 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
                      const mp_node *inputs, int n_in);
 /* Shape of node n's output for a batch of `batch` samples. */
 mp_shape mp_graph_node_shape(const mp_graph *g, mp_node n, int batch);
+/* How many nodes use parameter k (several after mp_graph_share_params). */
+int mp_graph_param_users(const mp_graph *g, int k);
 
 #endif

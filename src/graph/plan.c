@@ -131,7 +131,8 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
     mp_graph *g = p->g;
     const int n_grads = param_grad_buffers(p, NULL), n_ws = node_workspace_buffers(p, NULL);
     const int n_sc = node_scratch_buffers(p, NULL);
-    const int n_bufs = 3 * n + 3 + n_grads + n_ws + n_sc;
+    /* b: 3 per node (out, grad, saved), shared workspace, scratch and stage, then the ranges below */
+    const int grads_at = 3 * n + 3, ws_at = grads_at + n_grads, sc_at = ws_at + n_ws, n_bufs = sc_at + n_sc;
     mp_arena_buf *b = calloc((size_t)n_bufs, sizeof *b);
     if (!b) return mp_error(MP_ERR_NOMEM, "plan: out of memory planning %d nodes", n);
     for (int i = 0; i < n; i++) {
@@ -175,9 +176,9 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
     b[3 * n] = (mp_arena_buf){.size = n_ws ? 0 : ws_bytes, .first = 0, .last = end, .kind = MP_MEM_WORKSPACE};
     b[3 * n + 1] = (mp_arena_buf){.size = n_sc ? 0 : shared_scratch, .first = 0, .last = end, .kind = MP_MEM_OTHER};
     b[3 * n + 2] = (mp_arena_buf){.size = stage_bytes, .first = 0, .last = end, .kind = MP_MEM_OTHER};
-    param_grad_buffers(p, b + 3 * n + 3);
-    node_workspace_buffers(p, b + 3 * n + 3 + n_grads);
-    node_scratch_buffers(p, b + 3 * n + 3 + n_grads + n_ws);
+    param_grad_buffers(p, b + grads_at);
+    node_workspace_buffers(p, b + ws_at);
+    node_scratch_buffers(p, b + sc_at);
     mp_plan_fuse_buffers(p, b);
     size_t total = 0;
     mp_status s = mp_arena_plan(b, n_bufs, &total);
@@ -208,13 +209,13 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
         p->nodes[i].out_off = b[3 * i].offset;
         p->nodes[i].grad_off = b[3 * i + 1].offset;
         p->nodes[i].saved_off = b[3 * i + 2].offset;
-        p->nodes[i].scratch_off = b[n_sc ? 3 * n + 3 + n_grads + n_ws + i : 3 * n + 1].offset;
+        p->nodes[i].scratch_off = b[n_sc ? sc_at + i : 3 * n + 1].offset;
         if (!n_ws) continue; /* the CPU's calls keep the shared workspace (bind_calls) */
-        p->nodes[i].ws_fwd_off = b[3 * n + 3 + n_grads + 2 * i].offset;
-        p->nodes[i].ws_bwd_off = b[3 * n + 3 + n_grads + 2 * i + 1].offset;
+        p->nodes[i].ws_fwd_off = b[ws_at + 2 * i].offset;
+        p->nodes[i].ws_bwd_off = b[ws_at + 2 * i + 1].offset;
     }
     mp_plan_fuse_offsets(p);
-    for (int k = 0, m = 3 * n + 3; n_grads && k < g->n_params; k++)
+    for (int k = 0, m = grads_at; n_grads && k < g->n_params; k++)
         if (g->params[k].spec.trainable) mp_device_grad_place(p, k, (float *)(p->arena + b[m++].offset));
     p->workspace = p->arena + b[3 * n].offset;
     p->stage = p->arena + b[3 * n + 2].offset;
@@ -293,14 +294,6 @@ static mp_status stage_node(mp_plan *p, int i) {
     return MP_OK;
 }
 
-/* How many nodes use graph parameter k (mp_graph_share_params: several). */
-static int param_users(const mp_graph *g, int k) {
-    int users = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        users += k >= g->nodes[i].first_param && k < g->nodes[i].first_param + g->nodes[i].n_params;
-    return users;
-}
-
 /* Scratch node i's backward may need (exec.c): the gradients it computes
  * aside before adding them where a value is already there — inputs whose
  * producer has several consumers (in their storage dtype), and parameters
@@ -317,7 +310,7 @@ static size_t scratch_bytes(const mp_plan *p, int i) {
     }
     const bool fresh = mp_plan_grads_in_arena(p);
     for (int k = 0; k < pn->info.n_params; k++)
-        if (!fresh || param_users(p->g, nd->first_param + k) > 1)
+        if (!fresh || mp_graph_param_users(p->g, nd->first_param + k) > 1)
             sc += MP_ALIGN64((size_t)mp_shape_numel(&pn->info.params[k].shape) * sizeof(float));
     return sc;
 }
