@@ -69,22 +69,14 @@ static void *slab_take(slab *s, size_t bytes) {
     return s->base ? s->base + off : NULL;
 }
 
-/* Parameters without an fp32 master (low_only): a training plan whose
- * policy keeps none, the parameter trainable and used by exactly one node,
- * which computes in f16/bf16 (a weight shared by several low nodes keeps its
- * master, which each node's cast is refreshed from; an inference plan keeps
- * the host's fp32 weights as they are). The dtype is fixed here: a layer
- * later moved to fp32 (--auto-fallback) still syncs through this plan's cast. */
+/* Parameters without an fp32 master (low_only, mp_graph_param_low_only) in
+ * a training plan; an inference plan keeps the host's fp32 weights as they
+ * are. The dtype is fixed here: a layer later moved to fp32
+ * (--auto-fallback) still syncs through this plan's cast. */
 static void mark_low_only(mp_plan *p) {
     const mp_graph *g = p->g;
-    for (int k = 0; k < g->n_params; k++) p->dev->low_only[k] = MP_DTYPE_F32;
-    if (!p->o.training || mp_precision_has_master((mp_precision)g->precision)) return;
-    for (int k = 0; k < g->n_params; k++) {
-        const mp_dtype dt = g->nodes[g->params[k].node].compute_dtype;
-        if (g->params[k].spec.trainable && mp_graph_param_users(g, k) == 1 &&
-            (dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16))
-            p->dev->low_only[k] = dt;
-    }
+    for (int k = 0; k < g->n_params; k++)
+        p->dev->low_only[k] = p->o.training ? mp_graph_param_low_only(g, k) : MP_DTYPE_F32;
 }
 
 /* Places every master, gradient and low-precision cast in its slab; run once

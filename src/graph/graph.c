@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/policy.h"
 #include "core/rng.h"
 
 mp_graph *mp_graph_create(void) { return calloc(1, sizeof(mp_graph)); }
@@ -212,4 +213,11 @@ int mp_graph_param_users(const mp_graph *g, int k) {
     for (int i = 0; i < g->n_nodes; i++)
         users += k >= g->nodes[i].first_param && k < g->nodes[i].first_param + g->nodes[i].n_params;
     return users;
+}
+
+mp_dtype mp_graph_param_low_only(const mp_graph *g, int k) {
+    if (mp_precision_has_master((mp_precision)g->precision)) return MP_DTYPE_F32;
+    const mp_dtype dt = g->nodes[g->params[k].node].compute_dtype;
+    if (!g->params[k].spec.trainable || mp_graph_param_users(g, k) != 1) return MP_DTYPE_F32;
+    return dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16 ? dt : MP_DTYPE_F32;
 }

@@ -49,5 +49,11 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
 mp_shape mp_graph_node_shape(const mp_graph *g, mp_node n, int batch);
 /* How many nodes use parameter k (several after mp_graph_share_params). */
 int mp_graph_param_users(const mp_graph *g, int k);
+/* The dtype parameter k lives in while training when it has no fp32 master
+ * weights: F16/BF16 when the graph's policy keeps none (fp16, bf16) and k is
+ * trainable and used by exactly one node, which computes in that dtype (its
+ * cast is the weight, as a PyTorch `.half()` model's); else F32. The CPU
+ * trainer and the GPU plan share this rule. */
+mp_dtype mp_graph_param_low_only(const mp_graph *g, int k);
 
 #endif
