@@ -195,6 +195,14 @@ typedef struct {
      * runs: no gradient accumulation over several backward passes
      * (mp_cuda_step refuses accumulate > 1). */
     bool grads_in_arena;
+    /* With grads_in_arena, under the policies without master weights (fp16,
+     * bf16): the gradient of a convolution's or linear layer's weight that
+     * has no fp32 master (mp_graph_param_low_only) is stored in the weight's
+     * f16/bf16 dtype, as a PyTorch `.half()` model's (half the bytes). The
+     * CPU computes such gradients rounded to that dtype already; only a run
+     * that rescales gradients in place would round them twice, so the GPU
+     * step refuses it with loss scaling, clipping or data parallelism. */
+    bool low_grads;
 } mp_plan_opts;
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);

@@ -55,7 +55,7 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
     mp_status s = mp_plan_create(m.g,
                                  (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
                                                 .device = {MP_DEVICE_CUDA, device}, .profile = profile,
-                                                .grads_in_arena = true},
+                                                .grads_in_arena = true, .low_grads = !scaling},
                                  &plan);
     const size_t after_plan = mp_cuda_used_bytes();
     if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);

@@ -12,13 +12,12 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
     const float ss = h->step_size, bc2s = h->bc2_sqrt;
     const float l2_on = h->l2[1], l2_off = h->l2[0], dm_on = h->decay_mul[1], dm_off = h->decay_mul[0];
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
-        const float *grad = (const float *)ten.ptr[MP_MT_GRAD];
         float *m = (float *)ten.ptr[MP_MT_BUF0];
         float *v = (float *)ten.ptr[MP_MT_BUF1];
         const bool decay = ten.flags & MP_MT_DECAY;
         const float l2 = decay ? l2_on : l2_off, dm = decay ? dm_on : dm_off;
         const float pj = MP_FMUL(mp_dev_weight(ten, i), dm);
-        const float g = MP_FADD(grad[i], MP_FMUL(l2, pj));
+        const float g = MP_FADD(mp_dev_grad(ten, i), MP_FMUL(l2, pj));
         const float m0 = m[i];
         const float mj = MP_FADD(m0, MP_FMUL(b1c, MP_FSUB(g, m0)));
         const float vj = MP_FADD(MP_FMUL(beta2, v[i]), MP_FMUL(MP_FMUL(b2c, g), g));

@@ -25,7 +25,7 @@ static __device__ double block_sum(double x) {
 __global__ void __launch_bounds__(MP_MT_THREADS) sum_squares_kernel(mp_mt_table t, mp_norm_scratch *s) {
     double acc = 0.0;
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
-        const double g = ((const float *)ten.ptr[0])[i];
+        const double g = mp_dev_load_any(ten.ptr[0], ten.flags & MP_MT_DTYPE_MASK, i);
         acc += g * g;
     });
     acc = block_sum(acc);
@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(MP_MT_THREADS) scale_by_coef_kernel(mp_mt_tabl
     if (!s->clip) return;
     const float f = s->coef;
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
-        float *g = (float *)ten.ptr[0];
-        g[i] = MP_FMUL(g[i], f);
+        const int dt = ten.flags & MP_MT_DTYPE_MASK;
+        mp_dev_store_any(ten.ptr[0], dt, i, MP_FMUL(mp_dev_load_any(ten.ptr[0], dt, i), f));
     });
 }
 
@@ -82,8 +82,8 @@ mp_status mp_cuda_clip_by_norm(mp_cuda_ctx *ctx, mp_cuda_grads *g, float max_nor
 
 __global__ void __launch_bounds__(MP_MT_THREADS) clamp_kernel(mp_mt_table t, float v) {
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
-        float *g = (float *)ten.ptr[0];
-        g[i] = fminf(fmaxf(g[i], -v), v);
+        const int dt = ten.flags & MP_MT_DTYPE_MASK;
+        mp_dev_store_any(ten.ptr[0], dt, i, fminf(fmaxf(mp_dev_load_any(ten.ptr[0], dt, i), -v), v));
     });
 }
 

@@ -279,14 +279,15 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
             MP_TRY(mp_cuda_lib_cast(ctx, dx, cd, c->d_in[0].data, c->d_in[0].dtype, mp_tensor_numel(&c->d_in[0]), what));
     }
     if (want_dw) {
-        if (c->d_param[0].dtype != MP_DTYPE_F32)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: the weight gradient must be f32, got %s", what,
-                            mp_dtype_name(c->d_param[0].dtype));
+        const mp_dtype gd = c->d_param[0].dtype; /* f32, or cd under the plan's low_grads */
+        if (gd != MP_DTYPE_F32 && gd != cd)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: the weight gradient must be f32 or %s, got %s", what,
+                            mp_dtype_name(cd), mp_dtype_name(gd));
         /* conv2d: dW = BWD_FILTER(x = in, dy = d_out); transposed: x = d_out, dy = in */
         if (conv) MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, x, dy, dw, lib, lib_bytes, what));
         else MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, dy, x, dw, lib, lib_bytes, what));
-        MP_TRY(mp_cuda_lib_filter_from_krsc_f32(ctx, dw, cd, (float *)c->d_param[0].data, g->cy, g->cx / g->groups,
-                                                g->k * g->k, what));
+        MP_TRY(mp_cuda_lib_filter_from_krsc(ctx, dw, cd, c->d_param[0].data, gd, g->cy, g->cx / g->groups, g->k * g->k,
+                                            what));
     }
     if (want_db) {
         if (c->d_param[1].dtype != MP_DTYPE_F32)

@@ -12,7 +12,9 @@
  *  - parameters (weights, biases, BN affine and running stats) and their
  *    gradients are f32 master copies; for nodes computing f16/bf16 the
  *    executor passes the weight's low-precision cast (refreshed once per step)
- *    in call->param[k] with that dtype. Parameter gradients are f32.
+ *    in call->param[k] with that dtype. Parameter gradients are f32, except
+ *    a conv/linear weight's under the plan's low_grads (cfg.weight_grad):
+ *    then in the compute dtype, call->d_param[0].dtype.
  *  - arithmetic: f16/bf16 inputs on tensor cores with f32 accumulation (the
  *    CPU reference's contract), reductions and statistics in f32, results
  *    rounded once to the storage dtype.
@@ -41,6 +43,7 @@ typedef struct {
     bool training;
     int batch;
     bool relu_after;             /* batchnorm2d: applies the ReLU that reads it (graph/plan_fuse.h) */
+    mp_dtype weight_grad;        /* conv2d/linear: the weight gradient's dtype (F32, or the compute dtype) */
 } mp_cuda_node_cfg;
 
 typedef struct {

@@ -49,10 +49,15 @@ extern "C" {
 /* ---- gradient lists ------------------------------------------------------ */
 
 /* A device table over n f32 gradient tensors (device pointers), for the
- * unscale/check, the norm and the clips; keeps the norm's scratch. */
+ * unscale/check, the norm and the clips; keeps the norm's scratch. The
+ * typed form takes each tensor's dtype (F32, F16, BF16; dtypes NULL: all
+ * f32): f16/bf16 elements are read as f32 and rescaled values stored back
+ * rounded to nearest even. */
 typedef struct mp_cuda_grads mp_cuda_grads;
 mp_status mp_cuda_grads_create(mp_cuda_ctx *ctx, float *const *grads, const int64_t *numel, int n,
                                mp_cuda_grads **out);
+mp_status mp_cuda_grads_create_typed(mp_cuda_ctx *ctx, void *const *grads, const mp_dtype *dtypes,
+                                     const int64_t *numel, int n, mp_cuda_grads **out);
 void mp_cuda_grads_destroy(mp_cuda_grads *g);
 
 /* ---- loss scaler ---------------------------------------------------------- */
@@ -134,9 +139,10 @@ mp_status mp_cuda_clip_by_norm(mp_cuda_ctx *ctx, mp_cuda_grads *g, float max_nor
 /* One trainable tensor, all device pointers. */
 typedef struct {
     float *param;       // (n) f32 master weights, updated in place; NULL with no_master: the low copy is the weight
-    const float *grad;  // (n) f32 gradient (unscaled)
+    const void *grad;   // (n) gradient (unscaled): f32, or of low_dtype when grad_dtype says so
     void *low;          // (n) f16/bf16 copy rewritten (RNE) from the updated param, or NULL
     mp_dtype low_dtype; /* MP_DTYPE_F16 or MP_DTYPE_BF16 when low != NULL */
+    mp_dtype grad_dtype; /* MP_DTYPE_F32 (0), or low_dtype: a plan's low_grads gradient (needs low) */
     int64_t n;
     bool decay;         /* takes weight decay (false for biases and BN, as on the CPU) */
     bool no_master;     /* with low: no master weights (fp16/bf16 policies): after each update the f32

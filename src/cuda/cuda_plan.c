@@ -23,7 +23,8 @@
 struct mp_device_plan {
     mp_cuda_ctx *ctx;
     float **param;      /* per graph parameter: device fp32 master, in master_slab */
-    float **grad;       /* per graph parameter: device fp32 gradient in grad_slab or the arena, NULL for buffers */
+    void **grad;        /* per graph parameter: device gradient (mp_plan_grad_dtype) in grad_slab or the arena,
+                           NULL for buffers */
     void **low;         /* per node x MP_MAX_PARAMS: low-precision weight cast in low_slab, or NULL */
     void *master_slab;  /* the device allocations behind param, grad and low (NULL when empty) */
     void *grad_slab;
@@ -181,6 +182,7 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
                             .batch = p->o.batch, .relu_after = pn->relu_fused};
     for (int k = 0; k < nd->n_in; k++) cfg.in_dtype[k] = p->g->nodes[nd->in[k]].storage_dtype;
     cfg.tf32 = p->g->precision == MP_PRECISION_TF32 && nd->compute_dtype == MP_DTYPE_F32;
+    cfg.weight_grad = nd->n_params ? mp_plan_grad_dtype(p, nd->first_param) : MP_DTYPE_F32;
     size_t ws = 0, saved = pn->info.saved_bytes;
     MP_TRY(vt->prepare(p->dev->ctx, &nd->desc, &pn->info, &cfg, &pn->call.state, &ws, &saved));
     pn->info.saved_bytes = saved;
@@ -201,7 +203,7 @@ mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     return MP_OK;
 }
 
-void mp_device_grad_place(mp_plan *p, int k, float *where) { p->dev->grad[k] = where; }
+void mp_device_grad_place(mp_plan *p, int k, void *where) { p->dev->grad[k] = where; }
 
 void mp_device_bind_params(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
@@ -247,7 +249,7 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
     mp_device_plan *d = p->dev;
     mp_op_call c = p->nodes[i].call;
     c.workspace = p->arena + p->nodes[i].ws_bwd_off;
-    for (int k = 0; k < nd->n_params; k++) /* gradients go to the f32 master's gradient */
+    for (int k = 0; k < nd->n_params; k++) /* gradients go to the device's (f32, or low_grads) */
         c.d_param[k].data = c.d_param[k].data ? d->grad[nd->first_param + k] : NULL;
     mp_plan_gradients_to_scratch(p, i, &c, taken, fresh);
     MP_TRY(mp_cuda_op_lookup(nd->desc.kind)->backward(d->ctx, &c));
@@ -258,7 +260,7 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
                                       mp_tensor_numel(&c.d_in[k])));
     for (int k = 0; k < nd->n_params; k++)
         if (c.d_param[k].data && !fresh[k])
-            MP_TRY(mp_cuda_accumulate(d->ctx, MP_DTYPE_F32, d->grad[nd->first_param + k], c.d_param[k].data,
+            MP_TRY(mp_cuda_accumulate(d->ctx, bound->d_param[k].dtype, d->grad[nd->first_param + k], c.d_param[k].data,
                                       mp_tensor_numel(&c.d_param[k])));
     return MP_OK;
 }
@@ -268,8 +270,8 @@ mp_status mp_device_zero_unreached_grads(mp_plan *p) {
     for (int k = 0; k < g->n_params; k++) {
         mp_gparam *gp = &g->params[k];
         if (!gp->spec.trainable || !gp->grad_fresh) continue;
-        MP_CUDA_TRY(cudaMemsetAsync(p->dev->grad[k], 0, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float),
-                                    p->dev->ctx->stream),
+        const size_t bytes = (size_t)mp_shape_numel(&gp->spec.shape) * mp_dtype_size(mp_plan_grad_dtype(p, k));
+        MP_CUDA_TRY(cudaMemsetAsync(p->dev->grad[k], 0, bytes, p->dev->ctx->stream),
                     gp->name);
         gp->grad_fresh = false;
     }
@@ -331,17 +333,26 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
 }
 
 /* Parameters (and, to the host, gradients) between the device and the
- * graph's host copies. A low_only weight goes through a host staging of its
- * f16/bf16 bits, converted on the host (to the device: rounded to nearest
- * even, as the CPU trainer keeps it); one stream synchronization in all. */
+ * graph's host copies. A low_only weight, and to the host a gradient kept
+ * in f16/bf16 (low_grads), goes through a host staging of its bits,
+ * converted on the host (to the device: rounded to nearest even, as the CPU
+ * trainer keeps it); one stream synchronization in all. */
+static void low_bits_to_f32(const uint16_t *h, mp_dtype dt, float *dst, size_t n) {
+    if (dt == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)h, dst, n);
+    else mp_convert_bf16_to_f32((const mp_bf16 *)h, dst, n);
+}
+
 mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
     mp_device_plan *d = p->dev;
     mp_graph *g = p->g;
     size_t staged = 0;
-    for (int k = 0; k < g->n_params; k++)
-        if (d->low_only[k] != MP_DTYPE_F32) staged += (size_t)mp_shape_numel(&g->params[k].spec.shape);
+    for (int k = 0; k < g->n_params; k++) {
+        const size_t n = (size_t)mp_shape_numel(&g->params[k].spec.shape);
+        if (d->low_only[k] != MP_DTYPE_F32) staged += n;
+        if (to_host && g->params[k].grad && d->grad[k] && mp_plan_grad_dtype(p, k) != MP_DTYPE_F32) staged += n;
+    }
     uint16_t *stage = staged ? malloc(staged * sizeof *stage) : NULL;
-    if (staged && !stage) return mp_error(MP_ERR_NOMEM, "parameter copy: out of memory staging %zu weights", staged);
+    if (staged && !stage) return mp_error(MP_ERR_NOMEM, "parameter copy: out of memory staging %zu values", staged);
     mp_status s = MP_OK;
     uint16_t *h = stage;
     for (int k = 0; k < g->n_params && s == MP_OK; k++) {
@@ -361,19 +372,28 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
             e = to_host ? cudaMemcpyAsync(gp->data, d->param[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream)
                         : cudaMemcpyAsync(d->param[k], gp->data, bytes, cudaMemcpyHostToDevice, d->ctx->stream);
         }
-        if (e == cudaSuccess && to_host && gp->grad && d->grad[k])
-            e = cudaMemcpyAsync(gp->grad, d->grad[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream);
+        if (e == cudaSuccess && to_host && gp->grad && d->grad[k]) {
+            const bool low_grad = mp_plan_grad_dtype(p, k) != MP_DTYPE_F32;
+            e = cudaMemcpyAsync(low_grad ? (void *)h : (void *)gp->grad, d->grad[k], low_grad ? n * sizeof *h : bytes,
+                                cudaMemcpyDeviceToHost, d->ctx->stream);
+            if (low_grad) h += n;
+        }
         s = mp_cuda_check(e, "cudaMemcpyAsync", gp->name);
     }
     if (s == MP_OK) s = mp_cuda_check(cudaStreamSynchronize(d->ctx->stream), "cudaStreamSynchronize", "parameter copy");
     h = stage;
-    for (int k = 0; k < g->n_params && s == MP_OK && to_host; k++) {
-        if (d->low_only[k] == MP_DTYPE_F32) continue;
+    for (int k = 0; k < g->n_params && s == MP_OK && to_host; k++) { /* in the order staged above */
         mp_gparam *gp = &g->params[k];
         const size_t n = (size_t)mp_shape_numel(&gp->spec.shape);
-        if (d->low_only[k] == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)h, gp->data, n);
-        else mp_convert_bf16_to_f32((const mp_bf16 *)h, gp->data, n);
-        h += n;
+        if (d->low_only[k] != MP_DTYPE_F32) {
+            low_bits_to_f32(h, d->low_only[k], gp->data, n);
+            h += n;
+        }
+        const mp_dtype grad_dt = mp_plan_grad_dtype(p, k);
+        if (gp->grad && d->grad[k] && grad_dt != MP_DTYPE_F32) {
+            low_bits_to_f32(h, grad_dt, gp->grad, n);
+            h += n;
+        }
     }
     free(stage);
     return s;
@@ -381,7 +401,7 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
 
 /* ---- for the device training step (cuda_step.c) ------------------------- */
 
-float *mp_device_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
+void *mp_device_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
 
 void mp_device_param_bytes(const mp_plan *p, size_t bytes[3]) {
     for (int i = 0; i < 3; i++) bytes[i] = p->dev ? p->dev->slab_bytes[i] : 0;

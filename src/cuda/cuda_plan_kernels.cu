@@ -25,14 +25,15 @@ extern "C" mp_status mp_cuda_scale_scalar(mp_cuda_ctx *ctx, float *dst, const fl
 
 // Fault injection for tests of the overflow path: one thread, armed by a
 // device flag that it clears, so a captured graph injects exactly once.
-static __global__ void inject_inf_kernel(int *armed, float *dst) {
+static __global__ void inject_inf_kernel(int *armed, void *dst, mp_dtype dtype) {
     if (*armed) {
-        *dst = __int_as_float(0x7f800000);
+        if (dtype == MP_DTYPE_F32) *(float *)dst = __int_as_float(0x7f800000);
+        else *(unsigned short *)dst = dtype == MP_DTYPE_F16 ? 0x7C00 : 0x7F80;
         *armed = 0;
     }
 }
 
-extern "C" mp_status mp_cuda_inject_inf(mp_cuda_ctx *ctx, int *armed, float *dst) {
-    inject_inf_kernel<<<1, 1, 0, ctx->stream>>>(armed, dst);
+extern "C" mp_status mp_cuda_inject_inf(mp_cuda_ctx *ctx, int *armed, void *dst, mp_dtype dtype) {
+    inject_inf_kernel<<<1, 1, 0, ctx->stream>>>(armed, dst, dtype);
     return mp_cuda_check(cudaGetLastError(), "inject_inf_kernel", "fault injection");
 }

@@ -20,8 +20,9 @@ mp_status mp_cuda_cast_from_f32(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, con
 /* *dst = *src * factor (one thread; the seed of a micro-batch, loss scale / k). */
 mp_status mp_cuda_scale_scalar(mp_cuda_ctx *ctx, float *dst, const float *src, float factor);
 
-/* When *armed: *dst = +inf and *armed = 0 (tests: a forced overflow). */
-mp_status mp_cuda_inject_inf(mp_cuda_ctx *ctx, int *armed, float *dst);
+/* When *armed: *dst (f32, f16 or bf16) = +inf and *armed = 0 (tests: a
+ * forced overflow). */
+mp_status mp_cuda_inject_inf(mp_cuda_ctx *ctx, int *armed, void *dst, mp_dtype dtype);
 
 #ifdef __cplusplus
 }

@@ -42,7 +42,8 @@ struct mp_cuda_step {
     float *lr;                      /* device learning rate, written before each replay */
     float *micro_seed;              /* accumulation: the check state's scale / k, the seed of every micro-batch */
     int *inject;                    /* device flag of mp_cuda_step_inject_overflow, or NULL */
-    float *first_grad;              /* where the injection writes */
+    void *first_grad;               /* where the injection writes */
+    mp_dtype first_grad_dtype;
     mp_grad_allreduce *allreduce;   /* data parallel, else NULL */
     cudaEvent_t queued[2];          /* data parallel: the ends of the last two launches */
     int accumulate;                 /* k >= 1 micro-batches per step */
@@ -83,6 +84,23 @@ static mp_status refresh_mirror(mp_cuda_step *s) {
     return mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "overflow counts");
 }
 
+/* Gradients kept in f16/bf16 (the plan's low_grads) hold what backward
+ * wrote, rounded once as on the CPU; a step that rescales them in place
+ * (unscale, clipping) or sums them over ranks would round them again. */
+static mp_status check_low_grads(const mp_plan *p, const mp_cuda_step_opts *o, const mp_dtype *gdt, int n) {
+    bool low = false;
+    for (int j = 0; j < n; j++) low |= gdt[j] != MP_DTYPE_F32;
+    if (!low) return MP_OK;
+    const char *why = o->loss_scaling ? "loss scaling" : o->clip_norm > 0 || o->clip_value > 0 ? "gradient clipping"
+                      : o->dist                                                            ? "data parallelism"
+                                                                                            : NULL;
+    if (!why) return MP_OK;
+    return mp_error(MP_ERR_INVALID_ARG,
+                    "cuda step: the plan keeps %s weight gradients in f16/bf16 (low_grads), which %s would round "
+                    "twice; create the plan without low_grads",
+                    mp_precision_name((mp_precision)p->g->precision), why);
+}
+
 mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_step **out) {
     *out = NULL;
     if (!p || !p->dev || !p->o.training)
@@ -101,31 +119,35 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
     mp_graph *g = p->g;
     int n = 0;
     for (int k = 0; k < g->n_params; k++) n += g->params[k].spec.trainable;
-    float **gp = calloc((size_t)n + 1, sizeof *gp);
+    void **gp = calloc((size_t)n + 1, sizeof *gp);
+    mp_dtype *gdt = calloc((size_t)n + 1, sizeof *gdt);
     int64_t *numel = calloc((size_t)n + 1, sizeof *numel);
     mp_cuda_param_ref *refs = calloc((size_t)n + 1, sizeof *refs);
-    mp_status st = gp && numel && refs ? MP_OK : mp_error(MP_ERR_NOMEM, "cuda step: out of memory");
+    mp_status st = gp && gdt && numel && refs ? MP_OK : mp_error(MP_ERR_NOMEM, "cuda step: out of memory");
     int j = 0;
-    float *gp0 = NULL;
     for (int k = 0; st == MP_OK && k < g->n_params; k++) {
         const mp_gparam *par = &g->params[k];
         if (!par->spec.trainable) continue;
         mp_dtype low_dtype = MP_DTYPE_F32;
         void *low = mp_cuda_plan_low(p, k, &low_dtype);
         gp[j] = mp_device_grad(p, k);
-        if (j == 0) gp0 = gp[j];
+        gdt[j] = mp_plan_grad_dtype(p, k);
         numel[j] = mp_shape_numel(&par->spec.shape);
         refs[j] = (mp_cuda_param_ref){.param = mp_cuda_plan_param(p, k), .grad = gp[j], .low = low,
-                                      .low_dtype = low ? low_dtype : MP_DTYPE_F32, .n = numel[j],
+                                      .low_dtype = low ? low_dtype : MP_DTYPE_F32, .grad_dtype = gdt[j],
+                                      .n = numel[j],
                                       .decay = !strcmp(par->spec.name, "weight") &&
                                                g->nodes[par->node].desc.kind != MP_OP_BATCHNORM2D,
                                       .no_master = !mp_precision_has_master((mp_precision)g->precision),
                                       .name = par->name};
         j++;
     }
-    if (st == MP_OK) st = mp_cuda_grads_create(s->ctx, gp, numel, n, &s->grads);
+    if (st == MP_OK) st = check_low_grads(p, o, gdt, n);
+    if (st == MP_OK) st = mp_cuda_grads_create_typed(s->ctx, gp, gdt, numel, n, &s->grads);
     if (st == MP_OK) st = mp_cuda_optim_create(s->ctx, o->optim, refs, n, &s->opt);
+    if (st == MP_OK && n > 0) s->first_grad = gp[0], s->first_grad_dtype = gdt[0];
     free(gp);
+    free(gdt);
     free(numel);
     free(refs);
     if (st == MP_OK) {
@@ -147,7 +169,6 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
     if (st == MP_OK) st = mp_cuda_check(cudaMalloc((void **)&s->lr, 2 * sizeof(float)), "cudaMalloc", "cuda step");
     if (st == MP_OK) s->micro_seed = s->lr + 1;
     if (st == MP_OK && o->fault_injection) {
-        s->first_grad = gp0;
         st = mp_cuda_check(cudaMalloc((void **)&s->inject, sizeof(int)), "cudaMalloc", "cuda step");
         if (st == MP_OK) st = mp_cuda_check(cudaMemsetAsync(s->inject, 0, sizeof(int), s->ctx->stream), "cudaMemsetAsync",
                                             "cuda step");
@@ -218,7 +239,8 @@ static mp_status enqueue(mp_cuda_step *s, micro_kind kind) {
     MP_TRY(st);
     if (!last) return MP_OK;
     if (s->allreduce) MP_TRY(mp_grad_allreduce_finish(s->allreduce));
-    if (s->inject && s->first_grad) MP_TRY(mp_cuda_inject_inf(s->ctx, s->inject, s->first_grad));
+    if (s->inject && s->first_grad)
+        MP_TRY(mp_cuda_inject_inf(s->ctx, s->inject, s->first_grad, s->first_grad_dtype));
     MP_TRY(mp_cuda_unscale_check(s->ctx, s->check, s->grads)); /* without scaling: the check alone */
     if (s->o.dist) MP_TRY(mp_dist_allreduce_flag(s->o.dist, p, &s->check->found_inf));
     if (s->o.clip_value > 0) MP_TRY(mp_cuda_clip_by_value(s->ctx, s->grads, s->o.clip_value));

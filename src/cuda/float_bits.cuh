@@ -58,6 +58,17 @@ __device__ __forceinline__ float mp_dev_load_low(const void *low, int dtype, lon
     return mp_dev_low_bits_to_f32(((const unsigned short *)low)[i], dtype);
 }
 
+/* Element i of an array of dtype (MP_DTYPE_F32, _F16 or _BF16) as an f32,
+ * and its store (rounded to nearest even) returning the value stored. */
+__device__ __forceinline__ float mp_dev_load_any(const void *a, int dtype, long long i) {
+    return dtype == MP_DTYPE_F32 ? ((const float *)a)[i] : mp_dev_load_low(a, dtype, i);
+}
+__device__ __forceinline__ float mp_dev_store_any(void *a, int dtype, long long i, float x) {
+    if (dtype != MP_DTYPE_F32) return mp_dev_store_low(a, dtype, i, x);
+    ((float *)a)[i] = x;
+    return x;
+}
+
 /* IEEE single operations, rounded to nearest, never fused. */
 #define MP_FMUL(a, b) __fmul_rn((a), (b))
 #define MP_FADD(a, b) __fadd_rn((a), (b))

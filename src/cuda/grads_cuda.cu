@@ -1,6 +1,7 @@
-/* grads_cuda.cu — gradient lists (mp_cuda_grads) and the fused unscale +
- * inf/NaN check: one multi-tensor pass that multiplies by the inverse of
- * the device loss scale and ORs the non-finite bit tests into found_inf. */
+/* grads_cuda.cu — gradient lists (mp_cuda_grads; f32, or f16/bf16 for a
+ * plan's low_grads) and the fused unscale + inf/NaN check: one multi-tensor
+ * pass that multiplies by the inverse of the device loss scale and ORs the
+ * non-finite bit tests into found_inf. */
 #include "cuda/float_bits.cuh"
 #include "cuda/grads_cuda.cuh"
 
@@ -8,6 +9,11 @@
 
 mp_status mp_cuda_grads_create(mp_cuda_ctx *ctx, float *const *grads, const int64_t *numel, int n,
                                mp_cuda_grads **out) {
+    return mp_cuda_grads_create_typed(ctx, (void *const *)grads, NULL, numel, n, out);
+}
+
+mp_status mp_cuda_grads_create_typed(mp_cuda_ctx *ctx, void *const *grads, const mp_dtype *dtypes,
+                                     const int64_t *numel, int n, mp_cuda_grads **out) {
     *out = NULL;
     if (n < 0 || (n > 0 && (!grads || !numel)))
         return mp_error(MP_ERR_INVALID_ARG, "cuda gradient list: bad list (%d tensors)", n);
@@ -23,8 +29,13 @@ mp_status mp_cuda_grads_create(mp_cuda_ctx *ctx, float *const *grads, const int6
         if (numel[i] < 0 || (numel[i] > 0 && !grads[i]))
             st = mp_error(MP_ERR_INVALID_ARG, "cuda gradient list: tensor %d has %lld elements at %p", i,
                           (long long)numel[i], (void *)grads[i]);
+        const mp_dtype dt = dtypes ? dtypes[i] : MP_DTYPE_F32;
+        if (st == MP_OK && dt != MP_DTYPE_F32 && dt != MP_DTYPE_F16 && dt != MP_DTYPE_BF16)
+            st = mp_error(MP_ERR_INVALID_ARG, "cuda gradient list: tensor %d has dtype %s (f32, f16 or bf16)", i,
+                          mp_dtype_name(dt));
         rec[i].ptr[0] = grads[i];
         rec[i].numel = numel[i];
+        rec[i].flags = (int)dt;
     }
     if (st == MP_OK) st = mp_mt_table_build(ctx, rec, n, "cuda gradient list", &g->table);
     if (st == MP_OK)
@@ -52,12 +63,9 @@ __global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_tabl
     const bool mul = scale != 1.0f;
     unsigned bad = 0;
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
-        float *g = (float *)ten.ptr[0];
-        float y = g[i];
-        if (mul) {
-            y = MP_FMUL(y, inv);
-            g[i] = y;
-        }
+        const int dt = ten.flags & MP_MT_DTYPE_MASK;
+        float y = mp_dev_load_any(ten.ptr[0], dt, i);
+        if (mul) y = mp_dev_store_any(ten.ptr[0], dt, i, MP_FMUL(y, inv));
         bad |= mp_dev_nonfinite(y);
     });
     if (__syncthreads_or(bad) && threadIdx.x == 0) atomicMax(&s->found_inf, (int)MP_CUDA_FOUND_GRADIENT);

@@ -106,15 +106,15 @@ __global__ void to_krsc_kernel(const S *src, D *dst, int k, int c, int rs) {
     }
 }
 
-/* (K, RS, C) -> (K, C, RS) f32. */
-template <typename S>
-__global__ void from_krsc_kernel(const S *src, float *dst, int k, int c, int rs) {
+/* (K, RS, C) -> (K, C, RS). */
+template <typename S, typename D>
+__global__ void from_krsc_kernel(const S *src, D *dst, int k, int c, int rs) {
     const long long n = (long long)k * c * rs;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const int r = (int)(i % rs);
         const long long t = i / rs;
         const int ci = (int)(t % c), ki = (int)(t / c);
-        dst[i] = to_f32(src[((long long)ki * rs + r) * c + ci]);
+        dst[i] = from_f32<D>(to_f32(src[((long long)ki * rs + r) * c + ci]));
     }
 }
 
@@ -134,14 +134,19 @@ mp_status mp_cuda_lib_filter_to_krsc(mp_cuda_ctx *ctx, const void *src, mp_dtype
     return launched("to_krsc_kernel", what);
 }
 
-mp_status mp_cuda_lib_filter_from_krsc_f32(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, float *dst, int k, int c,
-                                           int rs, const char *what) {
+mp_status mp_cuda_lib_filter_from_krsc(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, void *dst, mp_dtype ddt, int k,
+                                       int c, int rs, const char *what) {
     const long long n = (long long)k * c * rs;
-    bool ok = with_type(sdt, [&](auto s) {
-        using S = decltype(s);
-        from_krsc_kernel<S><<<mp_cuda_blocks(ctx, n), 256, 0, ctx->stream>>>((const S *)src, dst, k, c, rs);
+    int found = 0;
+    with_type(sdt, [&](auto s) {
+        with_type(ddt, [&](auto d) {
+            using S = decltype(s);
+            using D = decltype(d);
+            from_krsc_kernel<S, D><<<mp_cuda_blocks(ctx, n), 256, 0, ctx->stream>>>((const S *)src, (D *)dst, k, c, rs);
+            found = 1;
+        });
     });
-    if (!ok) return bad_dtype(what, "filter gradient from KRSC", sdt, MP_DTYPE_F32);
+    if (!found) return bad_dtype(what, "filter gradient from KRSC", sdt, ddt);
     return launched("from_krsc_kernel", what);
 }
 

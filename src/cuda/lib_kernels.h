@@ -28,9 +28,10 @@ mp_status mp_cuda_lib_add_bias(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, 
 /* Filter (K, C, RS) in sdt -> (K, RS, C) in ddt. */
 mp_status mp_cuda_lib_filter_to_krsc(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, void *dst, mp_dtype ddt, int k,
                                      int c, int rs, const char *what);
-/* Filter gradient (K, RS, C) in sdt -> (K, C, RS) in f32. */
-mp_status mp_cuda_lib_filter_from_krsc_f32(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, float *dst, int k, int c,
-                                           int rs, const char *what);
+/* Filter gradient (K, RS, C) in sdt -> (K, C, RS) in ddt (f32, or the
+ * compute dtype for a low_grads plan's weight gradient). */
+mp_status mp_cuda_lib_filter_from_krsc(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, void *dst, mp_dtype ddt, int k,
+                                       int c, int rs, const char *what);
 
 /* out[c] = sum over r of x[r][c] (row-major (rows, cols) in xdt), f32
  * accumulation in a fixed order (deterministic), through a workspace of

@@ -8,7 +8,8 @@
  * cuBLASLt without FAST_TF32), tf32 -> CUBLAS_COMPUTE_32F_FAST_TF32,
  * f16/bf16 -> CUBLAS_COMPUTE_32F (tensor cores, f32 accumulation). D is the
  * tensor's own dtype when cuBLASLt can write it (cd, or f32 from f16/bf16:
- * logits stored f32, the f32 weight gradient), else a workspace slice in cd
+ * logits stored f32, the weight gradient in f32 or, under low_grads, in cd),
+ * else a workspace slice in cd
  * cast once. The bias rides the GEMM epilogue (CUBLASLT_EPILOGUE_BIAS) when
  * its dtype is D's, else a bias kernel adds it; db = column sums of dy.
  * Algorithms: cublasLtMatmulAlgoGetHeuristic's best 8 once per GEMM in
@@ -173,7 +174,7 @@ static mp_status linear_cuda_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, cons
         s = gemm_init(ctx, &st->bwd_data, ct, cd, bd, CUBLAS_OP_N, w, CUBLAS_OP_N, y, dx, CUBLASLT_EPILOGUE_DEFAULT,
                       st->what_bwd);
         if (s == MP_OK)
-            s = gemm_init(ctx, &st->bwd_weight, ct, cd, MP_DTYPE_F32, CUBLAS_OP_N, x, CUBLAS_OP_T, y, dw,
+            s = gemm_init(ctx, &st->bwd_weight, ct, cd, cfg->weight_grad, CUBLAS_OP_N, x, CUBLAS_OP_T, y, dw,
                           CUBLASLT_EPILOGUE_DEFAULT, st->what_bwd);
     }
     if (s != MP_OK) {
@@ -266,8 +267,8 @@ static mp_status linear_cuda_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
                                     mp_tensor_numel(&c->d_in[0]), what));
     }
     if (want_dw) {
-        if (c->d_param[0].dtype != MP_DTYPE_F32)
-            return param_dtype_error(what, "the weight gradient", c->d_param[0].dtype, MP_DTYPE_F32);
+        if (c->d_param[0].dtype != st->bwd_weight.d_dtype)
+            return param_dtype_error(what, "the weight gradient", c->d_param[0].dtype, st->bwd_weight.d_dtype);
         MP_TRY(gemm_run(ctx, &st->bwd_weight, x, dy, c->d_param[0].data, lt, what));
     }
     if (want_db) {

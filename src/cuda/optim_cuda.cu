@@ -31,6 +31,10 @@ static mp_status check_param(const mp_cuda_param_ref *r, int i) {
     if (r->low && r->low_dtype != MP_DTYPE_F16 && r->low_dtype != MP_DTYPE_BF16)
         return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' has a low-precision copy of dtype %s "
                         "(f16 or bf16 expected)", i, nm, mp_dtype_name(r->low_dtype));
+    if (r->grad_dtype != MP_DTYPE_F32 && !(r->low && r->grad_dtype == r->low_dtype))
+        return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' has a gradient of dtype %s (f32, or its "
+                        "low-precision copy's dtype %s)", i, nm, mp_dtype_name(r->grad_dtype),
+                        r->low ? mp_dtype_name(r->low_dtype) : "(none)");
     return MP_OK;
 }
 
@@ -60,7 +64,8 @@ static mp_status alloc_state(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_p
         rec[i].ptr[MP_MT_LOW] = r->low;
         rec[i].numel = r->n;
         rec[i].flags = (r->low ? (int)r->low_dtype : (int)MP_DTYPE_F32) | (r->decay ? MP_MT_DECAY : 0) |
-                       (r->low && r->no_master ? MP_MT_NO_MASTER : 0);
+                       (r->low && r->no_master ? MP_MT_NO_MASTER : 0) |
+                       (r->grad_dtype != MP_DTYPE_F32 ? MP_MT_GRAD_LOW : 0);
     }
     return MP_OK;
 }

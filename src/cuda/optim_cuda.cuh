@@ -16,6 +16,12 @@ __device__ __forceinline__ float mp_dev_weight(const mp_mt_tensor &ten, long lon
     return param ? param[i] : mp_dev_load_low(ten.ptr[MP_MT_LOW], ten.flags & MP_MT_DTYPE_MASK, i);
 }
 
+/* Element i's gradient: f32, or (MP_MT_GRAD_LOW) in the low copy's dtype. */
+__device__ __forceinline__ float mp_dev_grad(const mp_mt_tensor &ten, long long i) {
+    const int dt = (ten.flags & MP_MT_GRAD_LOW) ? (ten.flags & MP_MT_DTYPE_MASK) : MP_DTYPE_F32;
+    return mp_dev_load_any(ten.ptr[MP_MT_GRAD], dt, i);
+}
+
 /* After an update to p of element i: the low copy (if any) rewritten from p,
  * RNE; the f32 array (if any) takes p, or without master weights
  * (MP_MT_NO_MASTER) the low copy's value, as the CPU trainer rounds it. */

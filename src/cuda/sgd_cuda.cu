@@ -10,10 +10,9 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
     if (h->skip) return;
     const float lr = h->lr;
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
-        const float *grad = (const float *)ten.ptr[MP_MT_GRAD];
         const float wd = (ten.flags & MP_MT_DECAY) ? weight_decay : 0.0f;
         float p = mp_dev_weight(ten, i);
-        const float g = MP_FADD(grad[i], MP_FMUL(wd, p));
+        const float g = MP_FADD(mp_dev_grad(ten, i), MP_FMUL(wd, p));
         if (mu == 0.0f) {
             p = MP_FSUB(p, MP_FMUL(lr, g));
         } else {

@@ -23,7 +23,7 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes);
 mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena);
 /* Parameter k's device gradient is at `where` (a plan keeping its gradients
  * in the arena, mp_plan_grads_in_arena). */
-void mp_device_grad_place(mp_plan *p, int k, float *where);
+void mp_device_grad_place(mp_plan *p, int k, void *where);
 /* Point node i's parameters and their gradients at the device copies. */
 void mp_device_bind_params(mp_plan *p, int i);
 
@@ -43,9 +43,10 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host_nchw, size_t n)
  * NaN/inf: bit-tested on the device, one flag read back (synchronizes;
  * provenance only). */
 mp_status mp_device_tensor_nonfinite(const mp_plan *p, const mp_tensor *t, bool *found);
-/* The device f32 gradient of graph parameter k (NULL for buffers); the
- * GPU step and the gradient all-reduce use it too. */
-float *mp_device_grad(const mp_plan *p, int k);
+/* The device gradient of graph parameter k (NULL for buffers), of dtype
+ * mp_plan_grad_dtype(p, k); the GPU step and the gradient all-reduce use it
+ * too. */
+void *mp_device_grad(const mp_plan *p, int k);
 /* Parameters (masters, and gradients) between the device and the graph's
  * host copies: to_host after training steps (checkpoints, CPU evaluation),
  * to the device after the host copies changed (a resumed checkpoint). */

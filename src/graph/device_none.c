@@ -16,7 +16,7 @@ mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     return no_gpu(p);
 }
 void mp_device_bind_params(mp_plan *p, int i) { (void)p, (void)i; }
-void mp_device_grad_place(mp_plan *p, int k, float *where) { (void)p, (void)k, (void)where; }
+void mp_device_grad_place(mp_plan *p, int k, void *where) { (void)p, (void)k, (void)where; }
 mp_status mp_device_forward_begin(mp_plan *p) { return no_gpu(p); }
 mp_status mp_device_forward(mp_plan *p, int i) { (void)i; return no_gpu(p); }
 mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
@@ -45,7 +45,7 @@ mp_status mp_device_tensor_nonfinite(const mp_plan *p, const mp_tensor *t, bool 
     *found = false;
     return no_gpu(p);
 }
-float *mp_device_grad(const mp_plan *p, int k) {
+void *mp_device_grad(const mp_plan *p, int k) {
     (void)p, (void)k;
     return NULL;
 }

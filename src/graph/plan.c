@@ -62,6 +62,13 @@ bool mp_plan_grads_in_arena(const mp_plan *p) {
     return p && p->dev && p->o.training && p->o.grads_in_arena && p->n_losses == 1;
 }
 
+mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k) {
+    if (!p->o.low_grads || !mp_plan_grads_in_arena(p)) return MP_DTYPE_F32;
+    const mp_gnode *nd = &p->g->nodes[p->g->params[k].node];
+    const bool weight = k == nd->first_param && (nd->desc.kind == MP_OP_CONV2D || nd->desc.kind == MP_OP_LINEAR);
+    return weight ? mp_graph_param_low_only(p->g, k) : MP_DTYPE_F32;
+}
+
 /* With grads_in_arena, buffers b[0..) for the trainable parameters: written
  * by the first backward that reaches one of their nodes (a parameter shared
  * with mp_graph_share_params has several, the latest node's backward runs
@@ -83,7 +90,8 @@ static int param_grad_buffers(const mp_plan *p, mp_arena_buf *b) {
                 first = 2 * n - 1 - i;
         }
         if (b)
-            b[m] = (mp_arena_buf){.size = (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float),
+            b[m] = (mp_arena_buf){.size = (size_t)mp_shape_numel(&gp->spec.shape) *
+                                          mp_dtype_size(mp_plan_grad_dtype(p, k)),
                                   .first = first, .last = 2 * n + 1, .kind = MP_MEM_PARAM_GRADS};
         m++;
     }
@@ -216,7 +224,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
     }
     mp_plan_fuse_offsets(p);
     for (int k = 0, m = grads_at; n_grads && k < g->n_params; k++)
-        if (g->params[k].spec.trainable) mp_device_grad_place(p, k, (float *)(p->arena + b[m++].offset));
+        if (g->params[k].spec.trainable) mp_device_grad_place(p, k, p->arena + b[m++].offset);
     p->workspace = p->arena + b[3 * n].offset;
     p->stage = p->arena + b[3 * n + 2].offset;
     free(b);
@@ -334,7 +342,7 @@ static void bind_calls(mp_plan *p) {
         for (int k = 0; k < nd->n_params; k++) {
             mp_gparam *gp = &g->params[nd->first_param + k];
             c->param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, gp->data};
-            c->d_param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, NULL};
+            c->d_param[k] = (mp_tensor){mp_plan_grad_dtype(p, nd->first_param + k), gp->spec.shape, NULL};
         }
         if (p->dev) mp_device_bind_params(p, i);
         c->d_out = (mp_tensor){nd->storage_dtype, pn->info.out, pn->in_backward ? p->arena + pn->grad_off : NULL};

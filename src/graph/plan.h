@@ -56,6 +56,9 @@ struct mp_plan {
 /* Whether p keeps its parameter gradients in the arena (opts.grads_in_arena
  * on a GPU training plan with one loss). */
 bool mp_plan_grads_in_arena(const mp_plan *p);
+/* The dtype of graph parameter k's gradient on p's device: F16/BF16 under
+ * opts.low_grads (see mixprec.h), else F32 (always F32 on the CPU). */
+mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k);
 
 /* Backward of node i through scratch (exec.c): point the call's input
  * gradients that already hold a value (taken) and its parameter gradients

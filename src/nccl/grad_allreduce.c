@@ -104,8 +104,12 @@ static mp_status plan_buckets(mp_grad_allreduce *a, size_t bucket_bytes) {
         for (int k = 0; k < g->n_params; k++) {
             const mp_gparam *gp = &g->params[k];
             if (gp->node != node || !gp->spec.trainable) continue;
+            if (mp_plan_grad_dtype(p, k) != MP_DTYPE_F32) /* mp_cuda_step refuses these first */
+                return mp_error(MP_ERR_INVALID_ARG, "gradient all-reduce: '%s' has a %s gradient (the plan's "
+                                "low_grads); the all-reduce needs f32 gradients", gp->name,
+                                mp_dtype_name(mp_plan_grad_dtype(p, k)));
             mp_grad_slot *en = &a->e[a->n_entries++];
-            *en = (mp_grad_slot){.grad = mp_device_grad(p, k), .n = mp_shape_numel(&gp->spec.shape),
+            *en = (mp_grad_slot){.grad = (float *)mp_device_grad(p, k), .n = mp_shape_numel(&gp->spec.shape),
                                  .off = (long long)off};
             off += (size_t)en->n;
             bucket *b = a->n_buckets ? &a->b[a->n_buckets - 1] : NULL;

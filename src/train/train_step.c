@@ -16,6 +16,12 @@
 #include "amp/policy.h"
 #include "graph/exec_stage.h"
 
+/* fp16/bf16 weight gradients on the GPU (mp_plan_opts.low_grads): nothing in
+ * the step may rescale or sum them after backward wrote them. */
+static bool low_grads(const mp_train_opts *o) {
+    return o->accumulate <= 1 && !o->loss_scaling && !(o->clip_norm > 0) && !(o->clip_value > 0) && !o->dist;
+}
+
 static mp_status make_plan(mp_step_ctx *c) {
     mp_plan_destroy(c->plan);
     c->plan = NULL;
@@ -23,7 +29,7 @@ static mp_status make_plan(mp_step_ctx *c) {
                           (mp_plan_opts){.batch = c->o->batch, .training = true, .loss = c->m->loss,
                                          .use_onednn = c->o->use_onednn, .seed = c->o->seed, .device = c->o->device,
                                          .sync_bn = c->o->sync_bn, .sync_dist = c->o->dist,
-                                         .grads_in_arena = c->o->accumulate <= 1},
+                                         .grads_in_arena = c->o->accumulate <= 1, .low_grads = low_grads(c->o)},
                           &c->plan);
 }
 

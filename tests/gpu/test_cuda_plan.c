@@ -16,11 +16,15 @@
  *     tensor cannot hide in the norm over all. The GPU fuses each
  *     batchnorm2d + relu pair of these models (graph/plan_fuse.h)
  *     and keeps the gradients in the arena, so these comparisons check both;
- *     cnn10 fp32 and amp-bf16 run again unfused with gradients of their own;
+ *     under fp16/bf16 the arena holds the conv/linear weight gradients in
+ *     f16/bf16 (low_grads, as the trainer asks for); cnn10 fp32 and
+ *     amp-bf16 run again unfused with gradients of their own;
  *  2. a short training run per policy (SGD, momentum 0.9, two batches in
  *     turn so the loss must fall; the GPU step replayed from its CUDA graph;
  *     a static loss scale for amp-fp16 on both sides, so no overflow decision
- *     can differ) whose loss curve follows the CPU's.
+ *     can differ) whose loss curve follows the CPU's; fp16 and bf16 with
+ *     low_grads, the CPU rounding the weights as the trainer does;
+ *  3. a step over a low_grads plan refuses loss scaling (one clear error).
  * Arguments (diagnosis): a model (small, cnn10, resnet18) runs that model's
  * cases only, and a precision after it only that policy's.
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
@@ -34,6 +38,7 @@
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_step.h"
+#include "graph/exec_stage.h"
 #include "graph/plan.h"
 #include "models/models.h"
 #include "optim/optim.h"
@@ -202,7 +207,8 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     mp_model cpu = build(mc, prec), gpu = build(mc, prec), oracle = build(mc, MP_PRECISION_FP32);
     mp_plan *pg = NULL;
     mp_status s = mp_plan_create(gpu.g, (mp_plan_opts){.batch = B, .training = true, .loss = gpu.loss,
-                                                       .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = !plain},
+                                                       .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = !plain,
+                                                       .low_grads = !plain},
                                  &pg);
     CHECK(s == MP_OK, "%s %s: GPU plan: %s", mc->model, mp_precision_name(prec), mp_last_error());
     if (s != MP_OK) return;
@@ -214,6 +220,11 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
           mp_precision_name(prec), fused);
     CHECK(mp_plan_grads_in_arena(pg) == !plain, "%s %s: gradients %sin the arena", mc->model, mp_precision_name(prec),
           plain ? "" : "not ");
+    int low_grads = 0; /* weight gradients the plan keeps in f16/bf16 */
+    for (int k = 0; k < gpu.g->n_params; k++) low_grads += mp_plan_grad_dtype(pg, k) != MP_DTYPE_F32;
+    const bool want_low = !plain && (prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16);
+    CHECK(want_low == (low_grads > 0), "%s %s: %d weight gradients in f16/bf16", mc->model, mp_precision_name(prec),
+          low_grads);
     size_t n = (size_t)B * mc->c * mc->h * mc->w;
     float *x = malloc(n * sizeof *x);
     int32_t y[B];
@@ -274,6 +285,17 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     mp_model_free(&oracle);
 }
 
+/* Policies without master weights: the weights hold f16/bf16 values, as
+ * the CPU trainer keeps them (train/train_step.c) and the GPU stores them. */
+static void round_weights_without_master(mp_graph *g) {
+    if (mp_precision_has_master((mp_precision)g->precision)) return;
+    for (int k = 0; k < g->n_params; k++) {
+        const mp_dtype dt = g->nodes[g->params[k].node].compute_dtype;
+        if (g->params[k].spec.trainable && dt != MP_DTYPE_F32)
+            mp_round_f32(g->params[k].data, mp_shape_numel(&g->params[k].spec.shape), dt);
+    }
+}
+
 /* CPU: the same step the GPU graph runs (scaled backward, unscale/check,
  * SGD unless found_inf, scaler update). */
 static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, float *curve) {
@@ -297,6 +319,7 @@ static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, fl
     }
     mp_optim *opt = NULL;
     MP_ASSERT(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt) == MP_OK);
+    round_weights_without_master(g);
     mp_scaler sc;
     mp_scaler_init(&sc, (mp_scaler_opts){.dynamic = false, .init_scale = 1024});
     size_t in = mp_plan_numel(p, m.input);
@@ -319,6 +342,7 @@ static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, fl
             skip = mp_scaler_found_inf(&sc);
         }
         if (!skip) mp_optim_step(opt, 0.02f);
+        if (!skip) round_weights_without_master(g);
         if (scaling) mp_scaler_update(&sc);
     }
     free(x);
@@ -337,7 +361,7 @@ static void training_curve(const model_case *mc, mp_precision prec) {
     mp_cuda_step *st = NULL;
     mp_status s = mp_plan_create(
         m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss, .device = {MP_DEVICE_CUDA, 0},
-                            .grads_in_arena = true},
+                            .grads_in_arena = true, .low_grads = !scaling},
         &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
                             .scaler = {.dynamic = false, .init_scale = 1024}};
@@ -375,6 +399,28 @@ static void training_curve(const model_case *mc, mp_precision prec) {
     mp_model_free(&m);
 }
 
+/* f16/bf16 weight gradients are rounded once, by backward: a step that
+ * would unscale them in place is refused, naming the cause. */
+static void low_grads_refusal(const model_case *mc) {
+    mp_model m = build(mc, MP_PRECISION_FP16);
+    mp_plan *p = NULL;
+    mp_cuda_step *st = NULL;
+    mp_status s = mp_plan_create(m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss,
+                                                     .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = true,
+                                                     .low_grads = true},
+                                 &p);
+    CHECK(s == MP_OK, "low_grads plan: %s", mp_last_error());
+    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = true,
+                            .scaler = {.dynamic = true}};
+    if (s == MP_OK) CHECK_ERR(mp_cuda_step_create(p, &so, &st), MP_ERR_INVALID_ARG, "low_grads", "loss scaling");
+    so = (mp_cuda_step_opts){.optim = {.kind = MP_OPTIM_SGD}, .clip_norm = 1.0f};
+    if (s == MP_OK) CHECK_ERR(mp_cuda_step_create(p, &so, &st), MP_ERR_INVALID_ARG, "low_grads", "clipping");
+    CHECK(st == NULL, "a refused step is not returned");
+    mp_cuda_step_destroy(st);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL; /* one model's cases (diagnosis) */
     mp_precision only_prec = MP_PRECISION_FP32;
@@ -400,9 +446,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         for (size_t j = 0; j < sizeof precs / sizeof precs[0] && (!only || !strcmp(only, models[i].model)); j++)
             if (!one_prec || precs[j] == only_prec) one_step_gradients(&models[i], precs[j]);
+    const mp_precision curve_precs[] = {MP_PRECISION_FP32, MP_PRECISION_TF32, MP_PRECISION_AMP_FP16,
+                                        MP_PRECISION_AMP_BF16, MP_PRECISION_FP16, MP_PRECISION_BF16};
     for (size_t i = 0; i < 2; i++)
-        for (size_t j = 0; j < 4 && (!only || !strcmp(only, models[i].model)); j++)
-            if (!one_prec || precs[j] == only_prec) training_curve(&models[i], precs[j]);
+        for (size_t j = 0; j < 6 && (!only || !strcmp(only, models[i].model)); j++)
+            if (!one_prec || curve_precs[j] == only_prec) training_curve(&models[i], curve_precs[j]);
+    if (!only || !strcmp(only, "small")) low_grads_refusal(&models[0]);
     /* the unfused kernels and gradients of their own (accumulation, MIXPREC_NO_FUSION=1) stay covered */
     if (!only && !one_prec && !getenv("MIXPREC_NO_FUSION")) {
         plain = true;
