@@ -90,7 +90,8 @@ static mp_status run_open(run *r, const ckpt_case *c, uint64_t init_seed) {
     for (int k = 0; k < g->n_params && n < MAX_PARAMS; k++) {
         mp_gparam *gp = &g->params[k];
         if (gp->spec.trainable)
-            refs[n++] = (mp_param_ref){gp->data, gp->grad, mp_shape_numel(&gp->spec.shape), false, gp->name};
+            refs[n++] = (mp_param_ref){.param = gp->data, .grad = gp->grad, .n = mp_shape_numel(&gp->spec.shape),
+                                       .name = gp->name, .state_dtype = mp_graph_param_low_only(g, k)};
     }
     MP_TRY(mp_optim_create(c->so.optim, refs, n, &r->opt));
     return c->so.loss_scaling ? mp_scaler_init(&r->sc, c->so.scaler) : MP_OK;
