@@ -23,10 +23,12 @@ enum { MP_MT_PARAM = 0, MP_MT_GRAD = 1, MP_MT_BUF0 = 2, MP_MT_BUF1 = 3, MP_MT_LO
 /* flags: the low-precision dtype in the low byte (MP_DTYPE_F32: none),
  * MP_MT_DECAY when the tensor takes weight decay, MP_MT_NO_MASTER when the
  * optimizer leaves the f32 weight at its low-precision value (policies
- * without master weights). */
+ * without master weights), MP_MT_STATE_LOW when BUF0 holds the low dtype of
+ * the low byte instead of f32 (SGD momentum of a weight without master). */
 #define MP_MT_DTYPE_MASK 0xff
 #define MP_MT_DECAY 0x100
 #define MP_MT_NO_MASTER 0x200
+#define MP_MT_STATE_LOW 0x400
 
 typedef struct {
     void *ptr[MP_MT_SLOTS];
