@@ -3,7 +3,8 @@
  * on a whole network, the small CNN (convolutions, BatchNorm buffers,
  * linear layers), for amp-fp16 + Adam + dynamic loss scaling, for fp32 +
  * SGD Nesterov without scaling and for bf16 (no master weights: the device
- * holds those weights only as bf16) + SGD momentum:
+ * holds those weights, and their SGD momentum, only as bf16; the host
+ * optimizer's state_dtype as the trainer's) + SGD momentum:
  *  1. the state taken to the host after 5 steps and put back round-trips bit
  *     for bit (parameters, BN buffers, optimizer state and step count, scaler);
  *  2. the 5 steps after that equal those of an uninterrupted run (the save
