@@ -131,8 +131,9 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
     int n = 0;
     for (int i = 0; i < g->n_params; i++)
         if (g->params[i].spec.trainable)
-            refs[n++] = (mp_param_ref){g->params[i].data, g->params[i].grad, mp_shape_numel(&g->params[i].spec.shape),
-                                       true, g->params[i].name};
+            refs[n++] = (mp_param_ref){.param = g->params[i].data, .grad = g->params[i].grad,
+                                       .n = mp_shape_numel(&g->params[i].spec.shape), .decay = true,
+                                       .name = g->params[i].name, .state_dtype = mp_graph_param_low_only(g, i)};
     mp_optim *opt = NULL;
     mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt);
     size_t in_n = mp_plan_numel(plan, m.input);

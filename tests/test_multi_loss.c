@@ -65,7 +65,8 @@ static int group(const mp_graph *g, char which, mp_param_ref *refs, float **grad
     for (int i = 0; i < g->n_params; i++) {
         const mp_gparam *p = &g->params[i];
         if (!p->spec.trainable || p->name[0] != which) continue;
-        refs[n] = (mp_param_ref){p->data, p->grad, mp_shape_numel(&p->spec.shape), false, p->name};
+        refs[n] = (mp_param_ref){.param = p->data, .grad = p->grad, .n = mp_shape_numel(&p->spec.shape),
+                                 .name = p->name};
         grads[n] = p->grad;
         sizes[n++] = mp_shape_numel(&p->spec.shape);
     }

@@ -1,8 +1,10 @@
 /* test_optim.c — optimizers against the torch.optim formulas written out
  * again here in double (SGD with momentum / Nesterov / weight decay, Adam,
  * AdamW, tensors with decay = false, tensors large enough for the threaded
- * and blocked paths), AdamW vs Adam, convergence on a quadratic, option
- * errors, and the learning-rate schedules and their parser. */
+ * and blocked paths), SGD momentum kept in f16/bf16 (state_dtype) against a
+ * hand-written f32 loop bit for bit, AdamW vs Adam, convergence on a
+ * quadratic, option errors, and the learning-rate schedules and their
+ * parser. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +164,111 @@ static void check_against_reference(const char *label, mp_optim_opts o, int step
     printf("%-34s params rel.err %.2e, state rel.err %.2e\n", label, worst_p, worst_s);
     mp_optim_destroy(opt);
     fixture_free(&f);
+}
+
+/* ---- SGD momentum kept in f16 / bf16 ------------------------------------ */
+
+/* x rounded to nearest even to dtype (F16, BF16; F32: x), by the scalar conversions. */
+static float round_to(float x, mp_dtype dtype) {
+    if (dtype == MP_DTYPE_F16) return mp_f16_to_f32(mp_f32_to_f16(x));
+    if (dtype == MP_DTYPE_BF16) return mp_bf16_to_f32(mp_f32_to_bf16(x));
+    return x;
+}
+
+/* The formula of optim.h written out once more, element by element in f32:
+ * g = grad + wd*p; b = RNE_dtype(mu*buf + g); buf = b; p -= lr*(nesterov ? g + mu*b : b). */
+static void hand_sgd(float *p, const float *grad, float *buf, int64_t n, float lr, float mu, float wd, bool nesterov,
+                     mp_dtype dtype) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = grad[i] + wd * p[i];
+        const float b = round_to(mu * buf[i] + g, dtype);
+        buf[i] = b;
+        p[i] = p[i] - lr * (nesterov ? g + mu * b : b);
+    }
+}
+
+static int64_t bits_differ(const float *a, const float *b, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return k;
+}
+
+/* mp_optim with every tensor's state_dtype = dtype against hand_sgd over 6
+ * steps, bit for bit (weights and buffers); the buffers must hold values of
+ * dtype, and (F16/BF16) differ from the f32-state run's, or the rounding did
+ * nothing. One tensor's gradients are tiny (f16 subnormal momentum); the
+ * largest tensor takes the threaded path and a partial last chunk. */
+static void test_low_state(const char *label, mp_optim_opts o, mp_dtype dtype) {
+    static const float grad_scale[N_TENSORS] = {1.0f, 1e-6f, 0.3f, 1.0f};
+    float *p[2][N_TENSORS], *g[N_TENSORS], *hp[N_TENSORS], *hb[N_TENSORS];
+    mp_param_ref refs[2][N_TENSORS];
+    mp_rng r;
+    mp_rng_seed(&r, 31);
+    for (int t = 0; t < N_TENSORS; t++) {
+        const int64_t n = tensor_n[t];
+        g[t] = malloc((size_t)n * sizeof(float));
+        hp[t] = malloc((size_t)n * sizeof(float));
+        hb[t] = calloc((size_t)n, sizeof(float));
+        for (int64_t i = 0; i < n; i++) hp[t][i] = round_to((float)mp_rng_normal(&r), dtype);
+        for (int k = 0; k < 2; k++) {
+            p[k][t] = malloc((size_t)n * sizeof(float));
+            memcpy(p[k][t], hp[t], (size_t)n * sizeof(float));
+            refs[k][t] = (mp_param_ref){.param = p[k][t], .grad = g[t], .n = n, .decay = tensor_decay[t],
+                                        .name = "w", .state_dtype = k == 0 ? dtype : MP_DTYPE_F32};
+        }
+    }
+    mp_optim *opt[2] = {NULL, NULL}; /* [0]: state in dtype, [1]: f32 state */
+    for (int k = 0; k < 2; k++)
+        CHECK(mp_optim_create(o, refs[k], N_TENSORS, &opt[k]) == MP_OK, "%s: create: %s", label, mp_last_error());
+    if (!opt[0] || !opt[1]) return;
+    int64_t differ = 0, unrounded = 0, rounded_away = 0, compared = 0;
+    for (int step = 1; step <= 6; step++) {
+        const float lr = 0.05f * (1.0f + 0.1f * (float)step);
+        for (int t = 0; t < N_TENSORS; t++)
+            for (int64_t i = 0; i < tensor_n[t]; i++) g[t][i] = (float)(grad_scale[t] * mp_rng_normal(&r));
+        for (int k = 0; k < 2; k++) mp_optim_step(opt[k], lr);
+        for (int t = 0; t < N_TENSORS; t++) {
+            const int64_t n = tensor_n[t];
+            const float wd = tensor_decay[t] ? o.weight_decay : 0.0f;
+            hand_sgd(hp[t], g[t], hb[t], n, lr, o.momentum, wd, o.nesterov, dtype);
+            float *b[2][2];
+            mp_optim_state_tensors(opt[0], t, b[0]);
+            mp_optim_state_tensors(opt[1], t, b[1]);
+            const int64_t dp = bits_differ(p[0][t], hp[t], n), db = bits_differ(b[0][0], hb[t], n);
+            CHECK(dp == 0 && db == 0, "%s: step %d tensor %d: %lld weights and %lld buffer values differ from the "
+                  "hand-written loop", label, step, t, (long long)dp, (long long)db);
+            differ += dp + db;
+            compared += 2 * n;
+            for (int64_t i = 0; i < n; i++) {
+                unrounded += memcmp(&b[0][0][i], &(float){round_to(b[0][0][i], dtype)}, sizeof(float)) != 0;
+                rounded_away += b[1][0][i] != round_to(b[1][0][i], dtype);
+            }
+        }
+    }
+    CHECK(unrounded == 0, "%s: %lld buffer values are not %s values", label, (long long)unrounded,
+          mp_dtype_name(dtype));
+    if (dtype == MP_DTYPE_F32) {
+        /* f32 state: the same as an optimizer that never heard of state_dtype */
+        for (int t = 0; t < N_TENSORS; t++) {
+            float *b[2][2];
+            mp_optim_state_tensors(opt[0], t, b[0]);
+            mp_optim_state_tensors(opt[1], t, b[1]);
+            CHECK(bits_differ(p[0][t], p[1][t], tensor_n[t]) == 0 && bits_differ(b[0][0], b[1][0], tensor_n[t]) == 0,
+                  "%s: tensor %d: f32 state differs from the default", label, t);
+        }
+    } else {
+        int64_t apart = 0;
+        for (int t = 0; t < N_TENSORS; t++) apart += bits_differ(p[0][t], p[1][t], tensor_n[t]);
+        CHECK(rounded_away > compared / 8 && apart > 0, "%s: the f32-state run has only %lld of %lld buffer values "
+              "not in %s and %lld weights apart: the rounding is not exercised", label, (long long)rounded_away,
+              (long long)compared / 2, mp_dtype_name(dtype), (long long)apart);
+    }
+    printf("%-34s 6 steps: %lld of %lld values differ from the hand loop; %s buffers\n", label, (long long)differ,
+           (long long)compared, mp_dtype_name(dtype));
+    for (int k = 0; k < 2; k++) mp_optim_destroy(opt[k]);
+    for (int t = 0; t < N_TENSORS; t++) {
+        free(p[0][t]); free(p[1][t]); free(g[t]); free(hp[t]); free(hb[t]);
+    }
 }
 
 /* ---- AdamW vs Adam ------------------------------------------------------- */
@@ -327,6 +434,11 @@ static void test_bad_options(void) {
     CHECK(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD}, &bad, 1, &opt) == MP_ERR_INVALID_ARG &&
               strstr(mp_last_error(), "'fc.bias'"),
           "NULL grad: %s", mp_last_error());
+    bad = (mp_param_ref){.param = p, .grad = p, .n = 3, .name = "fc.weight", .state_dtype = MP_DTYPE_F64};
+    CHECK(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, &bad, 1, &opt) ==
+                  MP_ERR_INVALID_ARG &&
+              strstr(mp_last_error(), "'fc.weight' has state dtype f64 (f32, f16 or bf16 expected)"),
+          "f64 state: %s", mp_last_error());
     bad = (mp_param_ref){.param = p, .grad = p, .n = -2, .name = "neg"};
     CHECK(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD}, &bad, 1, &opt) == MP_ERR_INVALID_ARG &&
               strstr(mp_last_error(), "'neg' has n = -2"),
@@ -503,6 +615,14 @@ int main(void) {
     check_against_reference("adamw wd betas",
                             (mp_optim_opts){.kind = MP_OPTIM_ADAMW, .weight_decay = 0.5f, .beta1 = 0.5f,
                                             .beta2 = 0.9f}, 6);
+    const mp_optim_opts mom = {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 0.05f};
+    const mp_optim_opts nest = {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 0.05f};
+    test_low_state("sgd momentum f32 state", mom, MP_DTYPE_F32);
+    test_low_state("sgd momentum f16 state", mom, MP_DTYPE_F16);
+    test_low_state("sgd momentum bf16 state", mom, MP_DTYPE_BF16);
+    test_low_state("sgd nesterov f32 state", nest, MP_DTYPE_F32);
+    test_low_state("sgd nesterov f16 state", nest, MP_DTYPE_F16);
+    test_low_state("sgd nesterov bf16 state", nest, MP_DTYPE_BF16);
     test_adamw_vs_adam();
     test_converges("converge sgd", (mp_optim_opts){.kind = MP_OPTIM_SGD}, 0.3f, 300);
     test_converges("converge sgd wd", (mp_optim_opts){.kind = MP_OPTIM_SGD, .weight_decay = 0.1f}, 0.3f, 300);

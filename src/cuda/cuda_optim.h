@@ -2,7 +2,8 @@
  * host synchronization (issue 4, item 3): the fused unscale + inf/NaN check,
  * the global gradient norm and clipping, fused SGD / Adam / AdamW over f32
  * master weights that skip themselves on a device found-inf flag and refresh
- * the f16/bf16 weight copies, and the loss-scale update. Every decision is
+ * the f16/bf16 weight copies (SGD momentum in f16/bf16 for weights without
+ * an f32 master), and the loss-scale update. Every decision is
  * taken on the device from device scalars, so the whole sequence can be
  * captured once into a CUDA graph and replayed; the host reads the state only
  * when it logs or checkpoints (the *_download / *_get_* calls, which
@@ -148,6 +149,11 @@ typedef struct {
     bool no_master;     /* with low: no master weights (fp16/bf16 policies): after each update the f32
                          * weight is left at the value its low copy holds, as the CPU trainer rounds it */
     const char *name;   /* for messages; may be NULL; not kept */
+    /* The SGD momentum buffer's dtype, as mp_param_ref.state_dtype: MP_DTYPE_F32 (0), or low_dtype for a
+     * weight with low and no_master (cuda_step.c passes it for those without an f32 array): the buffer is
+     * stored in that dtype, b rounded to nearest even and the rounded b used, bit for bit as optim/sgd.c.
+     * Ignored by Adam/AdamW, whose moments stay f32 (v = g^2 under/overflows f16). */
+    mp_dtype state_dtype;
 } mp_cuda_param_ref;
 
 /* SGD (momentum, Nesterov, L2 decay) or Adam / AdamW over f32 master
@@ -180,8 +186,11 @@ typedef struct {
 mp_status mp_cuda_optim_step(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_step_args *a);
 
 /* State of parameter i, device pointers: as mp_optim_state_tensors (SGD 0
- * or 1 buffer, Adam/AdamW m then v). */
-int mp_cuda_optim_state_tensors(const mp_cuda_optim *o, int param_index, float **bufs);
+ * or 1 buffer, Adam/AdamW m then v), each n elements of
+ * mp_cuda_optim_state_dtype (f32, or f16/bf16 for an SGD momentum buffer of
+ * state_dtype F16/BF16). */
+int mp_cuda_optim_state_tensors(const mp_cuda_optim *o, int param_index, void **bufs);
+mp_dtype mp_cuda_optim_state_dtype(const mp_cuda_optim *o, int param_index);
 mp_optim_opts mp_cuda_optim_options(const mp_cuda_optim *o);
 /* Steps taken (synchronizes ctx->stream: logging and checkpoints only) and
  * its restore. */
@@ -191,9 +200,11 @@ mp_status mp_cuda_optim_set_step_count(mp_cuda_ctx *ctx, mp_cuda_optim *o, int64
  * into (download) or from (upload) a host mp_optim over the same parameters
  * in the same order, e.g. the one whose state train/checkpoint.c saves and
  * loads. Kind, parameter count and each parameter's element and buffer
- * counts must match (errors say which). Upload overwrites the device buffers
- * in place: a CUDA graph that captured them stays valid. Both synchronize
- * ctx->stream. */
+ * counts must match (errors say which). The host's buffers are f32: f16/bf16
+ * device state is converted on the host (exactly to f32; back rounded to
+ * nearest even, exact for values saved from such state). Upload overwrites
+ * the device buffers in place: a CUDA graph that captured them stays valid.
+ * Both synchronize ctx->stream. */
 mp_status mp_cuda_optim_download(mp_cuda_ctx *ctx, const mp_cuda_optim *dev, mp_optim *host);
 mp_status mp_cuda_optim_upload(mp_cuda_ctx *ctx, const mp_optim *host, mp_cuda_optim *dev);
 

@@ -139,7 +139,9 @@ mp_status mp_cuda_step_create(mp_plan *p, const mp_cuda_step_opts *o, mp_cuda_st
                                       .decay = !strcmp(par->spec.name, "weight") &&
                                                g->nodes[par->node].desc.kind != MP_OP_BATCHNORM2D,
                                       .no_master = !mp_precision_has_master((mp_precision)g->precision),
-                                      .name = par->name};
+                                      .name = par->name,
+                                      /* no f32 array (low_only): SGD momentum in the weight's dtype */
+                                      .state_dtype = !mp_cuda_plan_param(p, k) && low ? low_dtype : MP_DTYPE_F32};
         j++;
     }
     if (st == MP_OK) st = check_low_grads(p, o, gdt, n);

@@ -24,11 +24,13 @@ enum { MP_MT_PARAM = 0, MP_MT_GRAD = 1, MP_MT_BUF0 = 2, MP_MT_BUF1 = 3, MP_MT_LO
  * gradient list, the gradient's own dtype), MP_MT_DECAY when the tensor
  * takes weight decay, MP_MT_NO_MASTER when the optimizer leaves the f32
  * weight at its low-precision value (policies without master weights),
- * MP_MT_GRAD_LOW when the optimizer's gradient slot holds that low dtype
- * (a plan's low_grads) instead of f32. */
+ * MP_MT_STATE_LOW when BUF0 holds the low dtype of the low byte instead of
+ * f32 (SGD momentum of a weight without master), MP_MT_GRAD_LOW when the
+ * optimizer's gradient slot holds that low dtype (a plan's low_grads). */
 #define MP_MT_DTYPE_MASK 0xff
 #define MP_MT_DECAY 0x100
 #define MP_MT_NO_MASTER 0x200
+#define MP_MT_STATE_LOW 0x400
 #define MP_MT_GRAD_LOW 0x800
 
 typedef struct {

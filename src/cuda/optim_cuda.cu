@@ -1,5 +1,6 @@
 /* optim_cuda.cu — mp_cuda_optim: option checks (mp_optim_create's rules),
- * device state allocated and zeroed up front, the one-thread step prologue
+ * device state allocated and zeroed up front (f32, or f16/bf16 SGD momentum
+ * for weights without master: state_dtype), the one-thread step prologue
  * (skip on found_inf, step count, learning rate from a value or a device
  * scalar, Adam's bias corrections in double as optim/adam.c), the dispatch
  * to the SGD / Adam kernels, and state access for checkpoints. */
@@ -9,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STATE_ALIGN 16 /* floats: 64 bytes */
+#define STATE_ALIGN 64 /* bytes, every state buffer */
 
-static long long round_up(long long n) { return (n + STATE_ALIGN - 1) / STATE_ALIGN * STATE_ALIGN; }
+static size_t round_up(size_t bytes) { return (bytes + STATE_ALIGN - 1) / STATE_ALIGN * STATE_ALIGN; }
 
 /* mp_optim_create validates and applies the defaults; no parameters, so it
  * allocates nothing of size. */
@@ -35,13 +36,26 @@ static mp_status check_param(const mp_cuda_param_ref *r, int i) {
         return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' has a gradient of dtype %s (f32, or its "
                         "low-precision copy's dtype %s)", i, nm, mp_dtype_name(r->grad_dtype),
                         r->low ? mp_dtype_name(r->low_dtype) : "(none)");
+    if (r->state_dtype != MP_DTYPE_F32 && !(r->low && r->no_master && r->state_dtype == r->low_dtype))
+        return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' has state dtype %s, which needs a "
+                        "low-precision copy of that dtype and no master weights (copy: %s, no_master: %d)", i, nm,
+                        mp_dtype_name(r->state_dtype), r->low ? mp_dtype_name(r->low_dtype) : "none",
+                        (int)r->no_master);
     return MP_OK;
 }
 
+/* The dtype parameter r's state lives in: SGD momentum may be f16/bf16
+ * (checked above), everything else (Adam's moments) f32. */
+static mp_dtype state_dtype_of(const mp_cuda_optim *o, const mp_cuda_param_ref *r) {
+    return o->opts.kind == MP_OPTIM_SGD && o->n_bufs > 0 ? r->state_dtype : MP_DTYPE_F32;
+}
+
 static mp_status alloc_state(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_param_ref *params, mp_mt_tensor *rec) {
-    long long floats = 0;
-    for (int i = 0; i < o->n_params; i++) floats += o->n_bufs * round_up(params[i].n);
-    const size_t bytes = (size_t)floats * sizeof(float);
+    size_t bytes = 0;
+    for (int i = 0; i < o->n_params; i++) {
+        o->state_dtype[i] = state_dtype_of(o, &params[i]);
+        bytes += (size_t)o->n_bufs * round_up((size_t)params[i].n * mp_dtype_size(o->state_dtype[i]));
+    }
     if (bytes > 0) {
         MP_TRY(mp_cuda_check(cudaMalloc((void **)&o->state, bytes), "cudaMalloc", "cuda optimizer state"));
         MP_TRY(mp_cuda_check(cudaMemsetAsync(o->state, 0, bytes, ctx->stream), "cudaMemsetAsync",
@@ -50,13 +64,13 @@ static mp_status alloc_state(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_p
     MP_TRY(mp_cuda_check(cudaMalloc((void **)&o->scalars, sizeof *o->scalars), "cudaMalloc", "cuda optimizer"));
     MP_TRY(mp_cuda_check(cudaMemsetAsync(o->scalars, 0, sizeof *o->scalars, ctx->stream), "cudaMemsetAsync",
                          "cuda optimizer"));
-    float *next = o->state;
+    char *next = (char *)o->state;
     for (int i = 0; i < o->n_params; i++) {
         const mp_cuda_param_ref *r = &params[i];
         for (int b = 0; b < o->n_bufs; b++) {
             o->bufs[2 * i + b] = next;
             rec[i].ptr[MP_MT_BUF0 + b] = next;
-            next += round_up(r->n);
+            next += round_up((size_t)r->n * mp_dtype_size(o->state_dtype[i]));
         }
         o->numel[i] = r->n;
         rec[i].ptr[MP_MT_PARAM] = r->param;
@@ -65,7 +79,8 @@ static mp_status alloc_state(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_p
         rec[i].numel = r->n;
         rec[i].flags = (r->low ? (int)r->low_dtype : (int)MP_DTYPE_F32) | (r->decay ? MP_MT_DECAY : 0) |
                        (r->low && r->no_master ? MP_MT_NO_MASTER : 0) |
-                       (r->grad_dtype != MP_DTYPE_F32 ? MP_MT_GRAD_LOW : 0);
+                       (r->grad_dtype != MP_DTYPE_F32 ? MP_MT_GRAD_LOW : 0) |
+                       (o->state_dtype[i] != MP_DTYPE_F32 ? MP_MT_STATE_LOW : 0);
     }
     return MP_OK;
 }
@@ -82,9 +97,12 @@ mp_status mp_cuda_optim_create(mp_cuda_ctx *ctx, mp_optim_opts opts, const mp_cu
 
     mp_cuda_optim *opt = (mp_cuda_optim *)calloc(1, sizeof *opt);
     mp_mt_tensor *rec = (mp_mt_tensor *)calloc(n_params > 0 ? (size_t)n_params : 1, sizeof *rec);
-    if (opt) opt->bufs = (float **)calloc(2 * (size_t)n_params + 1, sizeof *opt->bufs);
+    if (opt) opt->bufs = (void **)calloc(2 * (size_t)n_params + 1, sizeof *opt->bufs);
+    if (opt) opt->state_dtype = (mp_dtype *)calloc((size_t)n_params + 1, sizeof *opt->state_dtype);
     if (opt) opt->numel = (long long *)calloc((size_t)n_params + 1, sizeof *opt->numel);
-    mp_status st = opt && rec && opt->bufs && opt->numel ? MP_OK : mp_error(MP_ERR_NOMEM, "cuda optimizer: out of host memory");
+    mp_status st = opt && rec && opt->bufs && opt->state_dtype && opt->numel
+                       ? MP_OK
+                       : mp_error(MP_ERR_NOMEM, "cuda optimizer: out of host memory");
     if (st == MP_OK) {
         opt->opts = o;
         opt->n_params = n_params;
@@ -108,6 +126,7 @@ void mp_cuda_optim_destroy(mp_cuda_optim *o) {
     if (o->state) cudaFree(o->state);
     if (o->scalars) cudaFree(o->scalars);
     free(o->bufs);
+    free(o->state_dtype);
     free(o->numel);
     free(o);
 }
@@ -145,11 +164,16 @@ mp_status mp_cuda_optim_step(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_s
     return o->opts.kind == MP_OPTIM_SGD ? mp_cuda_sgd_launch(ctx, o) : mp_cuda_adam_launch(ctx, o);
 }
 
-int mp_cuda_optim_state_tensors(const mp_cuda_optim *o, int param_index, float **bufs) {
+int mp_cuda_optim_state_tensors(const mp_cuda_optim *o, int param_index, void **bufs) {
     MP_ASSERT(param_index >= 0 && param_index < o->n_params);
     if (bufs)
         for (int b = 0; b < o->n_bufs; b++) bufs[b] = o->bufs[2 * param_index + b];
     return o->n_bufs;
+}
+
+mp_dtype mp_cuda_optim_state_dtype(const mp_cuda_optim *o, int param_index) {
+    MP_ASSERT(param_index >= 0 && param_index < o->n_params);
+    return o->state_dtype[param_index];
 }
 
 mp_optim_opts mp_cuda_optim_options(const mp_cuda_optim *o) { return o->opts; }

@@ -1,5 +1,6 @@
 /* optim_cuda.cuh — the inside of mp_cuda_optim (cuda_optim.h): the
- * multi-tensor table (param, grad, state buffers, low copy per tensor) and
+ * multi-tensor table (param, grad, state buffers, low copy per tensor; the
+ * state f32, or f16/bf16 for SGD momentum under MP_MT_STATE_LOW) and
  * the device scalars of a step. Each step is two launches: a one-thread
  * prologue decides skip / step count / learning rate / Adam's bias
  * corrections on the device, then the multi-tensor update reads them. */
@@ -50,8 +51,9 @@ struct mp_cuda_optim {
     mp_optim_opts opts;        /* defaults applied */
     int n_params, n_bufs;
     mp_mt_table table;
-    float *state;              /* device: every state buffer */
-    float **bufs;              /* host: n_params * 2 device pointers */
+    void *state;               /* device: every state buffer, each 64-byte aligned */
+    void **bufs;               /* host: n_params * 2 device pointers */
+    mp_dtype *state_dtype;     /* host: per parameter, its buffers' dtype (f32, or f16/bf16: SGD, MP_MT_STATE_LOW) */
     long long *numel;          /* host: elements per parameter (checkpoint checks) */
     mp_optim_scalars *scalars; /* device */
 };

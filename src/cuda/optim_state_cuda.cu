@@ -1,9 +1,15 @@
 /* optim_state_cuda.cu — checkpoint transfer of an mp_cuda_optim: its state
  * buffers (SGD momentum, Adam m and v) and step count copied into and out of
  * a host mp_optim over the same parameters, whose state the checkpoint code
- * (train/checkpoint.c) writes and reads. The device buffers are overwritten
- * in place, so a CUDA graph that captured them stays valid. */
+ * (train/checkpoint.c) writes and reads. The host's state is f32; f16/bf16
+ * device state (SGD momentum of weights without master) goes through one
+ * host staging buffer and is converted on the host, as mp_device_params_sync
+ * (cuda_plan.c) does for such weights. The device buffers are overwritten in
+ * place, so a CUDA graph that captured them stays valid. */
 #include "cuda/optim_cuda.cuh"
+
+#include <stdint.h>
+#include <stdlib.h>
 
 /* The same kind, parameter count and, per parameter, element and state
  * buffer counts on both sides. */
@@ -29,36 +35,100 @@ static mp_status check_same_layout(const mp_cuda_optim *dev, const mp_optim *hos
     return MP_OK;
 }
 
-/* Every state buffer one way after the layout check, queued on
- * ctx->stream (not waited for). */
-static mp_status copy_buffers(mp_cuda_ctx *ctx, const mp_cuda_optim *dev, const mp_optim *host, bool to_host) {
+/* Elements of f16/bf16 state over all buffers: the host staging they go through. */
+static size_t low_state_elements(const mp_cuda_optim *dev) {
+    size_t n = 0;
+    for (int i = 0; i < dev->n_params; i++)
+        if (dev->state_dtype[i] != MP_DTYPE_F32) n += (size_t)dev->n_bufs * (size_t)dev->numel[i];
+    return n;
+}
+
+/* Every state buffer one way, queued on ctx->stream (not waited for). f32
+ * state is copied straight into / from the host's buffers; f16/bf16 state
+ * through stage (low_state_elements long, in parameter order): uploads
+ * convert the host's f32 values into it first, RNE; downloads leave the bits
+ * there for stage_to_host after the stream synchronized. */
+static mp_status queue_copies(mp_cuda_ctx *ctx, const mp_cuda_optim *dev, const mp_optim *host, bool to_host,
+                              uint16_t *stage) {
     const char *what = to_host ? "state download" : "state upload";
-    MP_TRY(check_same_layout(dev, host, what));
     for (int i = 0; i < dev->n_params; i++) {
         float *hb[2] = {NULL, NULL};
         mp_optim_state_tensors(host, i, hb);
-        const size_t bytes = (size_t)dev->numel[i] * sizeof(float);
-        for (int b = 0; b < dev->n_bufs && bytes > 0; b++) {
-            float *d = dev->bufs[2 * i + b];
-            MP_TRY(mp_cuda_check(to_host ? cudaMemcpyAsync(hb[b], d, bytes, cudaMemcpyDeviceToHost, ctx->stream)
-                                         : cudaMemcpyAsync(d, hb[b], bytes, cudaMemcpyHostToDevice, ctx->stream),
+        const size_t n = (size_t)dev->numel[i];
+        const mp_dtype dt = dev->state_dtype[i];
+        for (int b = 0; b < dev->n_bufs && n > 0; b++) {
+            void *d = dev->bufs[2 * i + b], *h = hb[b];
+            if (dt != MP_DTYPE_F32) {
+                if (!to_host && dt == MP_DTYPE_F16) mp_convert_f32_to_f16(hb[b], (mp_f16 *)stage, n);
+                if (!to_host && dt == MP_DTYPE_BF16) mp_convert_f32_to_bf16(hb[b], (mp_bf16 *)stage, n);
+                h = stage;
+                stage += n;
+            }
+            const size_t bytes = n * mp_dtype_size(dt);
+            MP_TRY(mp_cuda_check(to_host ? cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, ctx->stream)
+                                         : cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, ctx->stream),
                                  "cudaMemcpyAsync", what));
         }
     }
     return MP_OK;
 }
 
+/* After a download synchronized: the staged f16/bf16 bits into the host's
+ * f32 buffers (exact). */
+static void stage_to_host(const mp_cuda_optim *dev, mp_optim *host, const uint16_t *stage) {
+    for (int i = 0; i < dev->n_params; i++) {
+        const mp_dtype dt = dev->state_dtype[i];
+        if (dt == MP_DTYPE_F32) continue;
+        float *hb[2] = {NULL, NULL};
+        mp_optim_state_tensors(host, i, hb);
+        const size_t n = (size_t)dev->numel[i];
+        for (int b = 0; b < dev->n_bufs; b++) {
+            if (dt == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)stage, hb[b], n);
+            else mp_convert_bf16_to_f32((const mp_bf16 *)stage, hb[b], n);
+            stage += n;
+        }
+    }
+}
+
+/* The staging of dev's f16/bf16 state (NULL when it has none). */
+static mp_status stage_alloc(const mp_cuda_optim *dev, const char *what, uint16_t **stage) {
+    const size_t n = low_state_elements(dev);
+    *stage = n ? (uint16_t *)malloc(n * sizeof **stage) : NULL;
+    if (n && !*stage)
+        return mp_error(MP_ERR_NOMEM, "cuda optimizer %s: out of memory staging %zu f16/bf16 state values", what, n);
+    return MP_OK;
+}
+
+/* Frees the staging once no copy can touch it; returns s. */
+static mp_status stage_free(mp_cuda_ctx *ctx, uint16_t *stage, mp_status s) {
+    if (s != MP_OK && stage) (void)cudaStreamSynchronize(ctx->stream);
+    free(stage);
+    return s;
+}
+
 mp_status mp_cuda_optim_download(mp_cuda_ctx *ctx, const mp_cuda_optim *dev, mp_optim *host) {
     MP_ASSERT(ctx && dev && host);
-    MP_TRY(copy_buffers(ctx, dev, host, true));
+    const char *what = "state download";
+    MP_TRY(check_same_layout(dev, host, what));
+    uint16_t *stage = NULL;
+    MP_TRY(stage_alloc(dev, what, &stage));
     int64_t steps = 0;
-    MP_TRY(mp_cuda_optim_get_step_count(ctx, dev, &steps)); /* waits for the copies too */
-    mp_optim_set_step_count(host, steps);
-    return MP_OK;
+    mp_status s = queue_copies(ctx, dev, host, true, stage);
+    if (s == MP_OK) s = mp_cuda_optim_get_step_count(ctx, dev, &steps); /* waits for the copies too */
+    if (s == MP_OK) {
+        stage_to_host(dev, host, stage);
+        mp_optim_set_step_count(host, steps);
+    }
+    return stage_free(ctx, stage, s);
 }
 
 mp_status mp_cuda_optim_upload(mp_cuda_ctx *ctx, const mp_optim *host, mp_cuda_optim *dev) {
     MP_ASSERT(ctx && dev && host);
-    MP_TRY(copy_buffers(ctx, dev, host, false));
-    return mp_cuda_optim_set_step_count(ctx, dev, mp_optim_step_count(host)); /* waits for the copies too */
+    const char *what = "state upload";
+    MP_TRY(check_same_layout(dev, host, what));
+    uint16_t *stage = NULL;
+    MP_TRY(stage_alloc(dev, what, &stage));
+    mp_status s = queue_copies(ctx, dev, host, false, stage);
+    if (s == MP_OK) s = mp_cuda_optim_set_step_count(ctx, dev, mp_optim_step_count(host)); /* waits for the copies */
+    return stage_free(ctx, stage, s);
 }

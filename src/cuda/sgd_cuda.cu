@@ -1,7 +1,9 @@
 /* sgd_cuda.cu — fused multi-tensor SGD over f32 master weights, as
  * optim/sgd.c operation for operation (torch.optim.SGD, dampening 0, L2
- * weight decay, momentum buffer starting at zero, Nesterov), followed by the
- * RNE refresh of each tensor's f16/bf16 copy; skipped on the device flag. */
+ * weight decay, momentum buffer starting at zero, Nesterov; under
+ * MP_MT_STATE_LOW the buffer is f16/bf16, b rounded RNE and the rounded b
+ * used), followed by the RNE refresh of each tensor's f16/bf16 copy; skipped
+ * on the device flag. */
 #include "cuda/float_bits.cuh"
 #include "cuda/optim_cuda.cuh"
 
@@ -16,9 +18,10 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
         if (mu == 0.0f) {
             p = MP_FSUB(p, MP_FMUL(lr, g));
         } else {
-            float *buf = (float *)ten.ptr[MP_MT_BUF0];
-            const float b = MP_FADD(MP_FMUL(mu, buf[i]), g);
-            buf[i] = b;
+            void *buf = ten.ptr[MP_MT_BUF0];
+            const int sdt = (ten.flags & MP_MT_STATE_LOW) ? (ten.flags & MP_MT_DTYPE_MASK) : MP_DTYPE_F32;
+            /* the value stored (rounded under MP_MT_STATE_LOW) is the b used, as on the CPU */
+            const float b = mp_dev_store_any(buf, sdt, i, MP_FADD(MP_FMUL(mu, mp_dev_load_any(buf, sdt, i)), g));
             p = MP_FSUB(p, MP_FMUL(lr, nesterov ? MP_FADD(g, MP_FMUL(mu, b)) : b));
         }
         mp_dev_store_weight(ten, i, p);

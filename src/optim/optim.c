@@ -1,6 +1,7 @@
 /* optim.c — optimizer objects: option validation and defaults, up-front
- * allocation of all state (one 64-byte-aligned block), the step that runs the
- * per-tensor kernels of sgd.c / adam.c, and state access for checkpoints. */
+ * allocation of all state (one 64-byte-aligned block of f32), the step that
+ * runs the per-tensor kernels of sgd.c / adam.c (passing each parameter's
+ * momentum dtype to SGD), and state access for checkpoints. */
 #include "optim/optim.h"
 
 #include <math.h>
@@ -101,6 +102,9 @@ mp_status mp_optim_create(mp_optim_opts o, const mp_param_ref *params, int n_par
         if (r->n < 0 || (r->n > 0 && (!r->param || !r->grad)))
             return mp_error(MP_ERR_INVALID_ARG, "optimizer: parameter %d '%s' has n = %lld, param %p, grad %p",
                             i, nm, (long long)r->n, (void *)r->param, (const void *)r->grad);
+        if (r->state_dtype != MP_DTYPE_F32 && r->state_dtype != MP_DTYPE_F16 && r->state_dtype != MP_DTYPE_BF16)
+            return mp_error(MP_ERR_INVALID_ARG, "optimizer: parameter %d '%s' has state dtype %s (f32, f16 or bf16 "
+                            "expected)", i, nm, mp_dtype_name(r->state_dtype));
         if (r->n > ((int64_t)1 << 40))
             return mp_error(MP_ERR_NOMEM, "optimizer: parameter %d '%s' is too large (%lld elements)", i, nm,
                             (long long)r->n);
@@ -167,6 +171,7 @@ void mp_optim_step(mp_optim *o, float lr) {
                 .momentum = op->momentum,
                 .weight_decay = p->ref.decay ? op->weight_decay : 0.0f,
                 .nesterov = op->nesterov,
+                .state_dtype = p->ref.state_dtype,
             };
             mp_sgd_update(p->ref.param, p->ref.grad, p->buf[0], p->ref.n, &h);
         } else {

@@ -4,7 +4,12 @@
  * nothing. The per-tensor update kernels are exposed so that a caller holding
  * fp32 master weights can update a tensor and then re-cast its low-precision
  * copy, and so that a step skipped on overflow simply does not call them (the
- * step count, momentum buffers and moments are then left untouched). */
+ * step count, momentum buffers and moments are then left untouched).
+ * A weight without an fp32 master (fp16/bf16 policies) may keep its SGD
+ * momentum in its own dtype, as torch.optim.SGD does for a `.half()` model:
+ * the buffer then holds f16/bf16 values (stored here as f32, rounded; on the
+ * GPU stored in that dtype). Adam/AdamW moments are always f32: v = g^2
+ * underflows (and overflows) f16. */
 #ifndef MP_OPTIM_OPTIM_H
 #define MP_OPTIM_OPTIM_H
 
@@ -33,6 +38,12 @@ typedef struct {
     int64_t n;
     bool decay;        /* apply weight decay (the trainer passes false for biases and BN) */
     const char *name;  /* for messages and checkpoints; may be NULL */
+    /* The dtype of the SGD momentum buffer's values: MP_DTYPE_F32 (0, the
+     * default), or MP_DTYPE_F16 / _BF16 for a weight without an fp32 master
+     * (the trainer passes mp_graph_param_low_only): b = mu*b + g is computed
+     * in f32 and rounded to nearest even to that dtype, and the rounded b
+     * updates the weight. Ignored by Adam/AdamW (f32 moments). */
+    mp_dtype state_dtype;
 } mp_param_ref;
 
 typedef struct mp_optim mp_optim;
@@ -61,7 +72,9 @@ const mp_param_ref *mp_optim_param(const mp_optim *o, int i);
 
 /* State of parameter i for checkpoints: stores up to 2 pointers in bufs (may
  * be NULL to only count), each to params[i].n floats, and returns how many:
- * SGD 0 (no momentum) or 1 (momentum buffer); Adam/AdamW 2 (m, then v). */
+ * SGD 0 (no momentum) or 1 (momentum buffer); Adam/AdamW 2 (m, then v).
+ * Always f32 arrays; an SGD buffer of state_dtype F16/BF16 holds values of
+ * that dtype (a checkpoint stores them as f32, exactly). */
 int mp_optim_state_tensors(const mp_optim *o, int param_index, float **bufs);
 
 /* "sgd", "adam", "adamw"; the error names --optimizer. */
@@ -78,10 +91,12 @@ typedef struct {
     float momentum;     /* 0: plain SGD, buf unused (may be NULL) */
     float weight_decay; /* L2, already 0 for a tensor with decay = false */
     bool nesterov;
+    mp_dtype state_dtype; /* F32, or F16 / BF16: b is rounded to it (mp_param_ref.state_dtype) */
 } mp_sgd_hyper;
 
 /* g = grad + wd*p; b = mu*b + g (b starts at 0, so b = g after the first
- * step); g = nesterov ? g + mu*b : b; p -= lr*g. */
+ * step), in f32, then with state_dtype F16/BF16 rounded to nearest even to
+ * it; buf = b; g = nesterov ? g + mu*b : b (the stored, rounded b); p -= lr*g. */
 void mp_sgd_update(float *param, const float *grad, float *buf, int64_t n, const mp_sgd_hyper *h);
 // param, grad, buf: (n)
 

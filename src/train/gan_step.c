@@ -28,7 +28,8 @@ static mp_status group_init(mp_gan_group *gr, mp_acgan *m, bool generator, const
         mp_gparam *p = &g->params[k];
         if (!p->spec.trainable || mp_acgan_is_generator_param(m, k) != generator) continue;
         int64_t n = mp_shape_numel(&p->spec.shape);
-        refs[gr->n] = (mp_param_ref){.param = p->data, .grad = p->grad, .n = n, .name = p->name};
+        refs[gr->n] = (mp_param_ref){.param = p->data, .grad = p->grad, .n = n, .name = p->name,
+                                     .state_dtype = mp_graph_param_low_only(g, k)}; /* as train_step.c (Adam: f32) */
         gr->grads[gr->n] = p->grad;
         gr->sizes[gr->n++] = n;
     }

@@ -76,7 +76,9 @@ mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) 
         if (!p->spec.trainable) continue;
         bool is_weight = !strcmp(p->spec.name, "weight") && g->nodes[p->node].desc.kind != MP_OP_BATCHNORM2D;
         int64_t n = mp_shape_numel(&p->spec.shape);
-        refs[c->n_grads] = (mp_param_ref){.param = p->data, .grad = p->grad, .n = n, .decay = is_weight, .name = p->name};
+        /* a weight without an fp32 master keeps its SGD momentum in its dtype, as the GPU does (cuda_step.c) */
+        refs[c->n_grads] = (mp_param_ref){.param = p->data, .grad = p->grad, .n = n, .decay = is_weight,
+                                          .name = p->name, .state_dtype = mp_graph_param_low_only(g, i)};
         c->grads[c->n_grads] = p->grad;
         c->grad_sizes[c->n_grads++] = n;
     }

@@ -3,7 +3,8 @@
  * on a whole network, the small CNN (convolutions, BatchNorm buffers,
  * linear layers), for amp-fp16 + Adam + dynamic loss scaling, for fp32 +
  * SGD Nesterov without scaling and for bf16 (no master weights: the device
- * holds those weights only as bf16) + SGD momentum:
+ * holds those weights, and their SGD momentum, only as bf16; the host
+ * optimizer's state_dtype as the trainer's) + SGD momentum:
  *  1. the state taken to the host after 5 steps and put back round-trips bit
  *     for bit (parameters, BN buffers, optimizer state and step count, scaler);
  *  2. the 5 steps after that equal those of an uninterrupted run (the save
@@ -90,7 +91,8 @@ static mp_status run_open(run *r, const ckpt_case *c, uint64_t init_seed) {
     for (int k = 0; k < g->n_params && n < MAX_PARAMS; k++) {
         mp_gparam *gp = &g->params[k];
         if (gp->spec.trainable)
-            refs[n++] = (mp_param_ref){gp->data, gp->grad, mp_shape_numel(&gp->spec.shape), false, gp->name};
+            refs[n++] = (mp_param_ref){.param = gp->data, .grad = gp->grad, .n = mp_shape_numel(&gp->spec.shape),
+                                       .name = gp->name, .state_dtype = mp_graph_param_low_only(g, k)};
     }
     MP_TRY(mp_optim_create(c->so.optim, refs, n, &r->opt));
     return c->so.loss_scaling ? mp_scaler_init(&r->sc, c->so.scaler) : MP_OK;

@@ -15,7 +15,10 @@
  * (checkpoints) round-trips bit for bit, and steps after it equal steps
  * without it, the restored side replaying a graph captured before. The
  * no-master cases (fp16/bf16 policies) leave each weight with a low copy at
- * that copy's value, as the CPU trainer's rounding does.
+ * that copy's value, as the CPU trainer's rounding does; where such a weight
+ * has no f32 array (low-only) its SGD momentum lives in its f16/bf16 dtype
+ * (state_dtype, set as cuda_step.c sets it) on both sides, bit for bit,
+ * through checkpoint transfers too, and bad state dtypes are refused.
  * Needs a GPU: without one it prints one line and exits 2 (run by
  * scripts/gpu-check, not by ctest). Build: compile with -Isrc -Iinclude -Itests and
  * the CUDA include path, link the src/cuda objects, libmixprec and -lcudart. */
@@ -274,6 +277,19 @@ typedef struct {
     bool low_only;  /* with no_master: those weights have no f32 array (param NULL), the copy is the weight */
 } optim_case;
 
+/* The state_dtype of tensor t in case c, as cuda_step.c passes it (and
+ * train_step.c, by mp_graph_param_low_only): the weight's low dtype when it
+ * has no f32 array, else f32. */
+static mp_dtype case_state_dtype(const optim_case *c, int t) {
+    return c->low_only && param_low[t] != MP_DTYPE_F32 ? param_low[t] : MP_DTYPE_F32;
+}
+
+/* The dtype the device keeps tensor t's state in: SGD momentum as above,
+ * Adam's moments always f32. */
+static mp_dtype case_device_state_dtype(const optim_case *c, int t) {
+    return c->o.kind == MP_OPTIM_SGD && c->o.momentum > 0 ? case_state_dtype(c, t) : MP_DTYPE_F32;
+}
+
 /* One parameter set on both sides, driven like mp_train_step drives the
  * CPU: scaled gradients, unscale + check, clip, step unless found_inf, one
  * scaler update. */
@@ -317,10 +333,13 @@ static void rig_init(rig *r, const optim_case *c, uint64_t seed) {
             else mp_convert_f32_to_bf16(r->h_param[t], (mp_bf16 *)bits, (size_t)n);
             up(r->d_low[t], bits, (size_t)n * 2);
         }
-        cref[t] = (mp_param_ref){.param = r->h_param[t], .grad = r->h_grad[t], .n = n, .decay = param_decay[t]};
+        /* as cuda_step.c and train_step.c set it: SGD momentum in the dtype of a weight without an f32 array */
+        const mp_dtype sd = case_state_dtype(c, t);
+        cref[t] = (mp_param_ref){.param = r->h_param[t], .grad = r->h_grad[t], .n = n, .decay = param_decay[t],
+                                 .state_dtype = sd};
         gref[t] = (mp_cuda_param_ref){.param = low_only ? NULL : r->d_param[t], .grad = r->d_grad[t],
                                       .low = r->d_low[t], .low_dtype = param_low[t], .n = n, .decay = param_decay[t],
-                                      .no_master = c->no_master};
+                                      .no_master = c->no_master, .state_dtype = sd};
     }
     r->d_lr = dev_alloc(sizeof(float));
     CHECK_OK(mp_optim_create(c->o, cref, PT, &r->cpu));
@@ -385,13 +404,24 @@ static void take_snapshot(rig *r, snapshot *s) {
         size_t n = (size_t)param_sizes[t];
         s->param[t] = malloc(n * sizeof(float));
         down(s->param[t], r->d_param[t], n * sizeof(float));
-        float *db[2] = {NULL, NULL};
+        void *db[2] = {NULL, NULL};
         int nb = mp_cuda_optim_state_tensors(r->gpu, t, db);
+        const mp_dtype sd = mp_cuda_optim_state_dtype(r->gpu, t);
+        CHECK(sd == case_device_state_dtype(r->c, t), "%s: tensor %d: device state dtype %s, want %s", r->c->name, t,
+              mp_dtype_name(sd), mp_dtype_name(case_device_state_dtype(r->c, t)));
         for (int b = 0; b < 2; b++) {
             s->buf[t][b] = NULL;
             if (b >= nb) continue;
             s->buf[t][b] = malloc(n * sizeof(float));
-            down(s->buf[t][b], db[b], n * sizeof(float));
+            if (sd == MP_DTYPE_F32) {
+                down(s->buf[t][b], db[b], n * sizeof(float));
+                continue;
+            }
+            /* f16/bf16 momentum: its bits, widened exactly on the host */
+            static uint16_t bits[PMAX];
+            down(bits, db[b], n * 2);
+            if (sd == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)bits, s->buf[t][b], n);
+            else mp_convert_bf16_to_f32((const mp_bf16 *)bits, s->buf[t][b], n);
         }
         s->low[t] = NULL;
         if (r->d_low[t]) {
@@ -516,6 +546,10 @@ static void run_case(const optim_case *c, bool graph) {
     }
     printf("  %-8s %-22s %d steps (2 skipped): rel err <= %.2g, %lld of %lld values not bit-identical\n",
            graph ? "graph" : "direct", c->name, STEPS, r.worst, (long long)r.bits_differ, (long long)r.compared);
+    /* f16/bf16 momentum: the same operations and roundings on both sides, so the same bits (one differing
+     * value would round to a different f16/bf16 value and the weights would drift apart) */
+    if (c->o.kind == MP_OPTIM_SGD && c->low_only)
+        CHECK(r.bits_differ == 0, "%s: %lld values differ from the CPU's bits", c->name, (long long)r.bits_differ);
     rig_free(&r);
 }
 
@@ -533,6 +567,8 @@ static const optim_case optim_cases[] = {
     {"adam-no-master", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0, true, false},
     {"sgd-momentum-low-only", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, true, true},
     {"adamw-low-only", {.kind = MP_OPTIM_ADAMW, .weight_decay = 0.05f}, 1e-3f, 0, true, true},
+    {"sgd-nesterov-low-only", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 5e-4f},
+     0.05f, 0, true, true}, /* no clipping: the device's norm may differ in the last bit, and so the gradients */
 };
 
 static void test_optimizers(void) {
@@ -545,6 +581,7 @@ static void test_optimizers(void) {
 static void test_graph_step(void) {
     run_case(&optim_cases[2], true);
     run_case(&optim_cases[5], true);
+    run_case(&optim_cases[10], true); /* f16/bf16 momentum */
 }
 
 /* ---- checkpoint transfer ------------------------------------------------------ */
@@ -555,7 +592,8 @@ static mp_optim *host_optim_like(const optim_case *c, float **h) {
     mp_param_ref ref[PT];
     for (int t = 0; t < PT; t++) {
         h[t] = calloc((size_t)param_sizes[t], sizeof(float));
-        ref[t] = (mp_param_ref){.param = h[t], .grad = h[t], .n = param_sizes[t], .decay = param_decay[t]};
+        ref[t] = (mp_param_ref){.param = h[t], .grad = h[t], .n = param_sizes[t], .decay = param_decay[t],
+                                .state_dtype = case_state_dtype(c, t)};
     }
     mp_optim *o = NULL;
     CHECK_OK(mp_optim_create(c->o, ref, PT, &o));
@@ -894,6 +932,35 @@ static void test_bad_input(void) {
     CHECK_OK(mp_cuda_optim_create(ctx, (mp_optim_opts){.kind = MP_OPTIM_SGD}, &p, 1, &o));
     CHECK_ERR(mp_cuda_optim_step(ctx, o, &(mp_cuda_step_args){.lr = NAN}), MP_ERR_INVALID_ARG, "learning rate");
     CHECK_ERR(mp_cuda_optim_set_step_count(ctx, o, -1), MP_ERR_INVALID_ARG, "step count");
+    mp_cuda_optim_destroy(o);
+
+    /* f16/bf16 momentum only for a low copy of that dtype without master weights; Adam keeps f32 moments */
+    const mp_optim_opts mom = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, adam = {.kind = MP_OPTIM_ADAM};
+    mp_cuda_param_ref q = {.grad = d, .low = d + 8, .low_dtype = MP_DTYPE_BF16, .n = 4, .no_master = true,
+                           .name = "conv1.weight", .state_dtype = MP_DTYPE_F16};
+    CHECK_ERR(mp_cuda_optim_create(ctx, mom, &q, 1, &o), MP_ERR_INVALID_ARG, "'conv1.weight' has state dtype f16",
+              "copy: bf16");
+    q.state_dtype = MP_DTYPE_BF16;
+    q.param = d;
+    q.no_master = false;
+    CHECK_ERR(mp_cuda_optim_create(ctx, mom, &q, 1, &o), MP_ERR_INVALID_ARG, "'conv1.weight' has state dtype bf16",
+              "no_master: 0");
+    q.no_master = true;
+    q.low = NULL;
+    CHECK_ERR(mp_cuda_optim_create(ctx, mom, &q, 1, &o), MP_ERR_INVALID_ARG, "state dtype bf16", "copy: none");
+    q.low = d + 8;
+    q.state_dtype = MP_DTYPE_F64;
+    CHECK_ERR(mp_cuda_optim_create(ctx, mom, &q, 1, &o), MP_ERR_INVALID_ARG, "state dtype f64");
+    q.param = NULL;
+    q.state_dtype = MP_DTYPE_BF16;
+    CHECK_OK(mp_cuda_optim_create(ctx, mom, &q, 1, &o));
+    CHECK(o && mp_cuda_optim_state_dtype(o, 0) == MP_DTYPE_BF16, "sgd momentum of a bf16-only weight: state %s",
+          o ? mp_dtype_name(mp_cuda_optim_state_dtype(o, 0)) : "(none)");
+    mp_cuda_optim_destroy(o);
+    o = NULL;
+    CHECK_OK(mp_cuda_optim_create(ctx, adam, &q, 1, &o));
+    CHECK(o && mp_cuda_optim_state_dtype(o, 0) == MP_DTYPE_F32, "adam of a bf16-only weight: state %s",
+          o ? mp_dtype_name(mp_cuda_optim_state_dtype(o, 0)) : "(none)");
     mp_cuda_optim_destroy(o);
     mp_cuda_casts *c = NULL;
     mp_cuda_cast_ref cr = {d, d + 8, MP_DTYPE_F32, 4};

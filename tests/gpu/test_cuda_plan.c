@@ -313,9 +313,10 @@ static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, fl
         if (!gp->spec.trainable) continue;
         sizes[n] = mp_shape_numel(&gp->spec.shape);
         grads[n] = gp->grad;
-        refs[n++] = (mp_param_ref){gp->data, gp->grad, sizes[n - 1],
-                                   !strcmp(gp->spec.name, "weight") && g->nodes[gp->node].desc.kind != MP_OP_BATCHNORM2D,
-                                   gp->name};
+        refs[n++] = (mp_param_ref){.param = gp->data, .grad = gp->grad, .n = sizes[n - 1],
+                                   .decay = !strcmp(gp->spec.name, "weight") &&
+                                            g->nodes[gp->node].desc.kind != MP_OP_BATCHNORM2D,
+                                   .name = gp->name, .state_dtype = mp_graph_param_low_only(g, k)};
     }
     mp_optim *opt = NULL;
     MP_ASSERT(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt) == MP_OK);
