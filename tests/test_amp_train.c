@@ -2,14 +2,18 @@
  * problems: seed 000's collapse (NaN forward every step) ends in a clear
  * error naming the layer with the scale untouched, --auto-fallback recovers;
  * k micro-batches of b equal one batch of k*b; clipping sees unscaled
- * gradients; a skipped step changes nothing. */
+ * gradients; a skipped step changes nothing; the pure policies' weights
+ * are kept at values of their dtype (mp_graph_round_low_weights) and the
+ * ones without an fp32 master are named (mp_graph_param_low_only). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "amp/policy.h"
 #include "check.h"
+#include "graph/exec_stage.h"
 #include "graph/graph.h"
+#include "models/models.h"
 #include "train/trainer.h"
 
 static mp_dataset data(int n) {
@@ -188,7 +192,61 @@ static void test_skipped_step_changes_nothing(void) {
     mp_dataset_free(&d);
 }
 
+/* Every element of x (n) is a value of dtype. */
+static bool representable(const float *x, int64_t n, mp_dtype dt) {
+    float *y = malloc((size_t)n * sizeof *y);
+    memcpy(y, x, (size_t)n * sizeof *y);
+    mp_round_f32(y, n, dt);
+    const bool same = !memcmp(x, y, (size_t)n * sizeof *y);
+    free(y);
+    return same;
+}
+
+static bool odd_params(const void *arg, int k) { return (void)arg, k % 2 == 1; }
+
+/* small (conv, BN, linear) under fp16, bf16 and amp-fp16: off-grid weights
+ * (x * (1 + 2^-20) + 0.1) are rounded exactly where the node computes in f16/bf16,
+ * only under the policies without master weights, only where selected. */
+static void test_round_low_weights(void) {
+    const mp_precision precs[] = {MP_PRECISION_FP16, MP_PRECISION_BF16, MP_PRECISION_AMP_FP16};
+    for (int pi = 0; pi < 3; pi++) {
+        const mp_precision prec = precs[pi];
+        for (int selected = 0; selected < 2; selected++) {
+            mp_model m;
+            MP_ASSERT(mp_model_build("small", 1, 8, 8, 4, &m) == MP_OK);
+            MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = prec}) == MP_OK);
+            mp_graph_init_params(m.g, 3);
+            mp_graph *g = m.g;
+            for (int k = 0; k < g->n_params; k++)
+                for (int64_t i = 0; i < mp_shape_numel(&g->params[k].spec.shape); i++)
+                    g->params[k].data[i] = g->params[k].data[i] * (1.0f + 0x1p-20f) + 0.1f;
+            mp_graph_round_low_weights(g, selected ? odd_params : NULL, NULL);
+            int rounded = 0, low_only = 0;
+            for (int k = 0; k < g->n_params; k++) {
+                const mp_gparam *p = &g->params[k];
+                const mp_dtype dt = g->nodes[p->node].compute_dtype;
+                const bool want = p->spec.trainable && dt != MP_DTYPE_F32 && mp_precision_has_master(prec) == false &&
+                                  (!selected || k % 2 == 1);
+                const bool is = dt != MP_DTYPE_F32 && representable(p->data, mp_shape_numel(&p->spec.shape), dt);
+                CHECK(want == is, "%s: parameter %s %s rounded to %s", mp_precision_name(prec), p->name,
+                      want ? "not" : "wrongly", mp_dtype_name(dt));
+                rounded += is;
+                const mp_dtype lo = mp_graph_param_low_only(g, k);
+                CHECK(lo == (mp_precision_has_master(prec) || !p->spec.trainable ? MP_DTYPE_F32 : dt),
+                      "%s: parameter %s: low-only dtype %s", mp_precision_name(prec), p->name, mp_dtype_name(lo));
+                low_only += lo != MP_DTYPE_F32;
+            }
+            CHECK((rounded > 0) == !mp_precision_has_master(prec), "%s: %d parameters rounded", mp_precision_name(prec),
+                  rounded);
+            CHECK((low_only > 0) == !mp_precision_has_master(prec), "%s: %d parameters without a master",
+                  mp_precision_name(prec), low_only);
+            mp_model_free(&m);
+        }
+    }
+}
+
 int main(void) {
+    test_round_low_weights();
     test_collapse_and_fallback();
     test_accumulation();
     test_clip_sees_unscaled();

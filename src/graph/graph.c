@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "amp/policy.h"
+#include "graph/exec_stage.h"
 #include "core/rng.h"
 
 mp_graph *mp_graph_create(void) { return calloc(1, sizeof(mp_graph)); }
@@ -213,6 +214,16 @@ int mp_graph_param_users(const mp_graph *g, int k) {
     for (int i = 0; i < g->n_nodes; i++)
         users += k >= g->nodes[i].first_param && k < g->nodes[i].first_param + g->nodes[i].n_params;
     return users;
+}
+
+void mp_graph_round_low_weights(mp_graph *g, bool (*select)(const void *arg, int k), const void *arg) {
+    if (mp_precision_has_master((mp_precision)g->precision)) return;
+    for (int k = 0; k < g->n_params; k++) {
+        mp_gparam *p = &g->params[k];
+        const mp_dtype dt = g->nodes[p->node].compute_dtype;
+        if (p->spec.trainable && dt != MP_DTYPE_F32 && (!select || select(arg, k)))
+            mp_round_f32(p->data, mp_shape_numel(&p->spec.shape), dt);
+    }
 }
 
 mp_dtype mp_graph_param_low_only(const mp_graph *g, int k) {

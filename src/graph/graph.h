@@ -55,5 +55,11 @@ int mp_graph_param_users(const mp_graph *g, int k);
  * cast is the weight, as a PyTorch `.half()` model's); else F32. The CPU
  * trainer and the GPU plan share this rule. */
 mp_dtype mp_graph_param_low_only(const mp_graph *g, int k);
+/* Under the policies without master weights (fp16, bf16) the trainers keep
+ * each trainable parameter of a node computing in f16/bf16 at a value of that
+ * dtype (rounded to nearest even), from the first step on, as the GPU holds
+ * them: this rounds those for which select(arg, k) is true (select NULL:
+ * all); a no-op under the other policies. */
+void mp_graph_round_low_weights(mp_graph *g, bool (*select)(const void *arg, int k), const void *arg);
 
 #endif

@@ -45,8 +45,6 @@ static void group_free(mp_gan_group *gr) {
     memset(gr, 0, sizeof *gr);
 }
 
-static void round_without_master(mp_gan_ctx *c, bool generator);
-
 mp_status mp_gan_ctx_init(mp_gan_ctx *c, mp_acgan *m, const mp_gan_opts *o) {
     memset(c, 0, sizeof *c);
     c->m = m;
@@ -60,8 +58,7 @@ mp_status mp_gan_ctx_init(mp_gan_ctx *c, mp_acgan *m, const mp_gan_opts *o) {
     mp_plan_opts po = {.batch = o->batch, .training = true, .use_onednn = o->use_onednn, .seed = o->seed,
                        .device = o->device};
     po.n_losses = mp_acgan_losses(m, po.losses);
-    round_without_master(c, true); /* from the first step on, as the GPU holds them (cuda_plan.c) */
-    round_without_master(c, false);
+    mp_graph_round_low_weights(m->g, NULL, NULL); /* from the first step on, as the GPU holds them */
     MP_TRY(mp_plan_create(m->g, po, &c->plan));
     mp_optim_opts oo = {.kind = MP_OPTIM_ADAM, .beta1 = c->o.beta1, .beta2 = 0.999f};
     MP_TRY(group_init(&c->gen, m, true, &oo));
@@ -138,16 +135,15 @@ mp_status mp_gan_forward(mp_gan_ctx *c, const float *real, const int32_t *labels
     return MP_OK;
 }
 
-/* Policies without master weights keep the network's weights in the low dtype. */
-static void round_without_master(mp_gan_ctx *c, bool generator) {
-    mp_graph *g = c->m->g;
-    if (mp_precision_has_master((mp_precision)g->precision)) return;
-    for (int k = 0; k < g->n_params; k++) {
-        mp_gparam *p = &g->params[k];
-        mp_dtype dt = g->nodes[p->node].compute_dtype;
-        if (p->spec.trainable && dt != MP_DTYPE_F32 && mp_acgan_is_generator_param(c->m, k) == generator)
-            mp_round_f32(p->data, mp_shape_numel(&p->spec.shape), dt);
-    }
+/* Selects one group's parameters for mp_graph_round_low_weights. */
+typedef struct {
+    const mp_acgan *m;
+    bool generator;
+} group_select;
+
+static bool in_group(const void *arg, int k) {
+    const group_select *gs = arg;
+    return mp_acgan_is_generator_param(gs->m, k) == gs->generator;
 }
 
 /* The weight of each loss in D's objective (G's are all 1). */
@@ -181,7 +177,7 @@ static mp_status update(mp_gan_ctx *c, mp_gan_group *gr, const int *loss_ids, co
         return MP_OK;
     }
     mp_optim_step(gr->opt, c->o.lr);
-    round_without_master(c, generator);
+    mp_graph_round_low_weights(c->m->g, in_group, &(group_select){c->m, generator});
     return mp_plan_sync_params(c->plan, false);
 }
 

@@ -43,8 +43,6 @@ static mp_status make_gpu_step(mp_step_ctx *c) {
     return mp_cuda_step_create(c->plan, &so, &c->gpu);
 }
 
-static void round_weights_without_master(mp_step_ctx *c);
-
 mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) {
     memset(c, 0, sizeof *c);
     c->m = m;
@@ -52,7 +50,7 @@ mp_status mp_step_ctx_init(mp_step_ctx *c, mp_model *m, const mp_train_opts *o) 
     c->events = o->events ? o->events : o->out;
     mp_graph *g = m->g;
     c->classes = (int)mp_graph_node_shape(g, m->logits, 1).dims[1];
-    round_weights_without_master(c); /* from the first step on, as the GPU holds them (cuda_plan.c) */
+    mp_graph_round_low_weights(m->g, NULL, NULL); /* from the first step on, as the GPU holds them */
     MP_TRY(make_plan(c));
     if (o->loss_scaling) MP_TRY(mp_scaler_init(&c->scaler, o->scaler));
     if (o->device.kind != MP_DEVICE_CPU) {
@@ -236,17 +234,6 @@ static void clip_gradients(mp_step_ctx *c) {
             for (int i = 0; i < c->n_grads; i++)
                 for (int64_t j = 0; j < c->grad_sizes[i]; j++) c->grads[i][j] *= f;
         }
-    }
-}
-
-/* Policies without master weights keep their weights in the low dtype. */
-static void round_weights_without_master(mp_step_ctx *c) {
-    mp_graph *g = c->m->g;
-    if (mp_precision_has_master((mp_precision)g->precision)) return;
-    for (int i = 0; i < g->n_params; i++) {
-        mp_gparam *p = &g->params[i];
-        mp_dtype dt = g->nodes[p->node].compute_dtype;
-        if (p->spec.trainable && dt != MP_DTYPE_F32) mp_round_f32(p->data, mp_shape_numel(&p->spec.shape), dt);
     }
 }
 
@@ -436,7 +423,7 @@ mp_status mp_train_step(mp_step_ctx *c, mp_loader *ld, float lr, int64_t global_
     }
     clip_gradients(c);
     mp_optim_step(c->opt, lr);
-    round_weights_without_master(c);
+    mp_graph_round_low_weights(g, NULL, NULL);
     if (c->o->loss_scaling) mp_scaler_update(&c->scaler);
     return MP_OK;
 }

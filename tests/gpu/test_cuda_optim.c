@@ -510,7 +510,7 @@ static void rig_step(rig *r, mp_rng *rng, int step, float lr, bool lr_on_device,
     if (!skip) {
         cpu_clip(r->h_grad, param_sizes, PT, 0, r->c->clip_norm);
         mp_optim_step(r->cpu, lr);
-        for (int t = 0; t < PT && r->c->no_master; t++) /* as train_step.c's round_weights_without_master */
+        for (int t = 0; t < PT && r->c->no_master; t++) /* as the trainer's mp_graph_round_low_weights */
             if (param_low[t] != MP_DTYPE_F32) mp_round_f32(r->h_param[t], param_sizes[t], param_low[t]);
     }
     mp_scaler_update(&r->cs);

@@ -38,7 +38,6 @@
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_step.h"
-#include "graph/exec_stage.h"
 #include "graph/plan.h"
 #include "models/models.h"
 #include "optim/optim.h"
@@ -285,17 +284,6 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     mp_model_free(&oracle);
 }
 
-/* Policies without master weights: the weights hold f16/bf16 values, as
- * the CPU trainer keeps them (train/train_step.c) and the GPU stores them. */
-static void round_weights_without_master(mp_graph *g) {
-    if (mp_precision_has_master((mp_precision)g->precision)) return;
-    for (int k = 0; k < g->n_params; k++) {
-        const mp_dtype dt = g->nodes[g->params[k].node].compute_dtype;
-        if (g->params[k].spec.trainable && dt != MP_DTYPE_F32)
-            mp_round_f32(g->params[k].data, mp_shape_numel(&g->params[k].spec.shape), dt);
-    }
-}
-
 /* CPU: the same step the GPU graph runs (scaled backward, unscale/check,
  * SGD unless found_inf, scaler update). */
 static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, float *curve) {
@@ -320,7 +308,7 @@ static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, fl
     }
     mp_optim *opt = NULL;
     MP_ASSERT(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt) == MP_OK);
-    round_weights_without_master(g);
+    mp_graph_round_low_weights(g, NULL, NULL); /* as the trainer keeps them */
     mp_scaler sc;
     mp_scaler_init(&sc, (mp_scaler_opts){.dynamic = false, .init_scale = 1024});
     size_t in = mp_plan_numel(p, m.input);
@@ -343,7 +331,7 @@ static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, fl
             skip = mp_scaler_found_inf(&sc);
         }
         if (!skip) mp_optim_step(opt, 0.02f);
-        if (!skip) round_weights_without_master(g);
+        if (!skip) mp_graph_round_low_weights(g, NULL, NULL);
         if (scaling) mp_scaler_update(&sc);
     }
     free(x);
