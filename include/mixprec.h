@@ -187,9 +187,9 @@ typedef struct {
      * mp_dist from src/dist/dist.h), else with this rank's own */
     bool sync_bn;
     void *sync_dist;
-    /* GPU training plans with one loss: the parameters' fp32 gradients live in
-     * the activation arena, from their node's backward to the step's end,
-     * instead of in memory of their own (less peak memory: PyTorch's
+    /* GPU training plans with one loss: the parameters' gradients (f32, or
+     * see low_grads) live in the activation arena, from their node's backward
+     * to the step's end, instead of in memory of their own (less peak memory: PyTorch's
      * zero_grad(set_to_none=True)). Every backward then writes them afresh
      * (as after mp_graph_zero_grad), and they are gone once the next forward
      * runs: no gradient accumulation over several backward passes
@@ -199,9 +199,10 @@ typedef struct {
      * bf16): the gradient of a convolution's or linear layer's weight that
      * has no fp32 master (mp_graph_param_low_only) is stored in the weight's
      * f16/bf16 dtype, as a PyTorch `.half()` model's (half the bytes). The
-     * CPU computes such gradients rounded to that dtype already; only a run
-     * that rescales gradients in place would round them twice, so the GPU
-     * step refuses it with loss scaling, clipping or data parallelism. */
+     * CPU's emulation of those layers rounds such gradients to that dtype too
+     * (oneDNN's native bf16 convolutions write them in f32); a run that
+     * rescales gradients in place would round them twice, so the GPU step
+     * refuses it with loss scaling, clipping or data parallelism. */
     bool low_grads;
 } mp_plan_opts;
 

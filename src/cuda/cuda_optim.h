@@ -49,7 +49,7 @@ extern "C" {
 
 /* ---- gradient lists ------------------------------------------------------ */
 
-/* A device table over n f32 gradient tensors (device pointers), for the
+/* A device table over n gradient tensors (device pointers), for the
  * unscale/check, the norm and the clips; keeps the norm's scratch. The
  * typed form takes each tensor's dtype (F32, F16, BF16; dtypes NULL: all
  * f32): f16/bf16 elements are read as f32 and rescaled values stored back

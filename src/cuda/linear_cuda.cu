@@ -13,7 +13,8 @@
  * cast once. The bias rides the GEMM epilogue (CUBLASLT_EPILOGUE_BIAS) when
  * its dtype is D's, else a bias kernel adds it; db = column sums of dy.
  * Algorithms: cublasLtMatmulAlgoGetHeuristic's best 8 once per GEMM in
- * prepare, with at most 32 MiB of workspace, the fastest of them by timing
+ * prepare, with at most 32 MiB of workspace (split-K reducing in f32 only
+ * when D is f16/bf16), the fastest of them by timing
  * (lt_pick.h: timed once per problem and GPU model in a process; the
  * heuristic's first under MIXPREC_DETERMINISTIC=1). The weight (and bias) arrive in cd
  * (f32 master, or the executor's f16/bf16 cast), see cuda_op.h. */
@@ -95,6 +96,12 @@ static mp_status gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
         s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
+    /* D in f16/bf16: split-K partial sums only in f32 (the compute type), so D is rounded once, as the CPU
+     * rounds it; in place or in D's type they would be rounded at every partial sum */
+    const uint32_t one_rounding = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (s == CUBLAS_STATUS_SUCCESS && dd != MP_DTYPE_F32)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &one_rounding,
+                                                 sizeof one_rounding);
     cublasLtMatmulHeuristicResult_t r[LT_CANDIDATES];
     int found = 0;
     if (s == CUBLAS_STATUS_SUCCESS)

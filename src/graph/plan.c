@@ -62,12 +62,17 @@ bool mp_plan_grads_in_arena(const mp_plan *p) {
     return p && p->dev && p->o.training && p->o.grads_in_arena && p->n_losses == 1;
 }
 
-mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k) {
+/* opts.low_grads's rule, applied once when the plan is created: a layer
+ * moved to fp32 later (--auto-fallback) keeps the dtype its gradient was
+ * allocated in until this plan is gone. */
+static mp_dtype grad_dtype_rule(const mp_plan *p, int k) {
     if (!p->o.low_grads || !mp_plan_grads_in_arena(p)) return MP_DTYPE_F32;
     const mp_gnode *nd = &p->g->nodes[p->g->params[k].node];
     const bool weight = k == nd->first_param && (nd->desc.kind == MP_OP_CONV2D || nd->desc.kind == MP_OP_LINEAR);
     return weight ? mp_graph_param_low_only(p->g, k) : MP_DTYPE_F32;
 }
+
+mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k) { return p->grad_dtype ? p->grad_dtype[k] : MP_DTYPE_F32; }
 
 /* With grads_in_arena, buffers b[0..) for the trainable parameters: written
  * by the first backward that reaches one of their nodes (a parameter shared
@@ -386,6 +391,9 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     mp_impl impl = onednn ? MP_IMPL_AUTO : MP_IMPL_REF;
     if (o.device.kind != MP_DEVICE_CPU) {
         mp_status ds = mp_device_plan_open(p);
+        if (ds == MP_OK && !(p->grad_dtype = calloc((size_t)g->n_params + 1, sizeof *p->grad_dtype)))
+            ds = mp_error(MP_ERR_NOMEM, "plan: out of memory");
+        for (int k = 0; ds == MP_OK && k < g->n_params; k++) p->grad_dtype[k] = grad_dtype_rule(p, k);
         if (ds != MP_OK) {
             mp_plan_destroy(p);
             return ds;
@@ -473,6 +481,7 @@ void mp_plan_destroy(mp_plan *p) {
     }
     free(p->nodes);
     free(p->grad_written);
+    free(p->grad_dtype);
     for (int j = 0; j < MP_MAX_LOSSES; j++) free(p->reach[j]);
     free(p->arena);
     free(p);

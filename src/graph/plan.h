@@ -46,6 +46,7 @@ struct mp_plan {
     uint64_t step;        /* forward passes run, for dropout seeds */
     mp_device_plan *dev;  /* non-NULL: the plan runs on a GPU; arena, workspace,
                              scratch and node tensors are device memory */
+    mp_dtype *grad_dtype; /* device plans: per graph parameter, its gradient's dtype (mp_plan_grad_dtype) */
     /* Called after node i's backward, when the gradients of its parameters
      * are final for this backward (data-parallel training starts their
      * all-reduce there); NULL = none. */
@@ -57,7 +58,8 @@ struct mp_plan {
  * on a GPU training plan with one loss). */
 bool mp_plan_grads_in_arena(const mp_plan *p);
 /* The dtype of graph parameter k's gradient on p's device: F16/BF16 under
- * opts.low_grads (see mixprec.h), else F32 (always F32 on the CPU). */
+ * opts.low_grads (see mixprec.h), else F32 (always F32 on the CPU); fixed
+ * when the plan is created, as its storage is. */
 mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k);
 
 /* Backward of node i through scratch (exec.c): point the call's input

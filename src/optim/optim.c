@@ -198,6 +198,12 @@ const mp_param_ref *mp_optim_param(const mp_optim *o, int i) {
     return &o->params[i].ref;
 }
 
+void mp_optim_set_state_dtype(mp_optim *o, int i, mp_dtype dt) {
+    MP_ASSERT(i >= 0 && i < o->n_params);
+    MP_ASSERT(dt == MP_DTYPE_F32 || dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16);
+    o->params[i].ref.state_dtype = dt;
+}
+
 int mp_optim_state_tensors(const mp_optim *o, int param_index, float **bufs) {
     MP_ASSERT(param_index >= 0 && param_index < o->n_params);
     int nb = n_state_bufs(&o->opts);

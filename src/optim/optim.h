@@ -69,6 +69,10 @@ mp_optim_opts mp_optim_options(const mp_optim *o);
 int mp_optim_param_count(const mp_optim *o);
 /* The stored reference of parameter i (its name is the optimizer's copy). */
 const mp_param_ref *mp_optim_param(const mp_optim *o, int i);
+/* Parameter i's state_dtype from the next step on (F32, F16 or BF16): e.g.
+ * F32 once --auto-fallback moved its layer to fp32. The buffer's values are
+ * kept (f16/bf16 values are f32 values). */
+void mp_optim_set_state_dtype(mp_optim *o, int i, mp_dtype dt);
 
 /* State of parameter i for checkpoints: stores up to 2 pointers in bufs (may
  * be NULL to only count), each to params[i].n floats, and returns how many:

@@ -168,6 +168,8 @@ static mp_status forward_overflow_report(mp_step_ctx *c, int64_t step, int node,
                     nd->name);
         c->consecutive_forward = 0;
         if (c->o->loss_scaling) mp_scaler_forward_ok(&c->scaler);
+        for (int k = 0, j = 0; k < g->n_params; k++) /* its weights now keep f32 momentum, as a master */
+            if (g->params[k].spec.trainable) mp_optim_set_state_dtype(c->opt, j++, mp_graph_param_low_only(g, k));
         return c->gpu ? rebuild_gpu_step(c) : make_plan(c);
     }
     return mp_error(MP_ERR_NONFINITE,

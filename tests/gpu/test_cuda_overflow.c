@@ -7,7 +7,8 @@
  *     before the host saw it are skipped too);
  *  2. the same without loss scaling (fp32, conv2's weights NaN): the device
  *     still checks every step and the run stops naming conv2;
- *  3. --auto-fallback moves conv2 to fp32 on the GPU and training goes on;
+ *  3. --auto-fallback moves conv2 to fp32 on the GPU and training goes on,
+ *     under amp-fp16 and under fp16 with f16 weight, gradient and momentum;
  *  4. a static scale so large that fp16 gradients overflow: both steps are
  *     skipped, the trainable weights stay bit-identical, and each report names the
  *     backward op where the gradient first went non-finite.
@@ -101,29 +102,35 @@ static void test_collapse(bool scaling) {
     mp_dataset_free(&d);
 }
 
-static void test_auto_fallback(void) {
+/* pure: fp16 without loss scaling, SGD with momentum, so conv2's weight,
+ * gradient and momentum live in f16 on the GPU until the fallback moves the
+ * layer (its weights 60000, a value of f16, whose outputs overflow it). */
+static void test_auto_fallback(bool pure) {
+    const char *label = pure ? "fp16, no loss scaling, momentum" : "amp-fp16";
     mp_dataset d = data(256);
-    mp_model m = small_model(MP_PRECISION_AMP_FP16);
-    set_conv2_weights(&m, 1e6f);
-    mp_train_opts o = gpu_opts("amp-fp16");
+    mp_model m = small_model(pure ? MP_PRECISION_FP16 : MP_PRECISION_AMP_FP16);
+    set_conv2_weights(&m, pure ? 6e4f : 1e6f);
+    mp_train_opts o = gpu_opts(pure ? "fp16" : "amp-fp16");
     o.epochs = 2;
-    o.loss_scaling = true;
+    o.loss_scaling = !pure;
     o.scaler = (mp_scaler_opts){.dynamic = true};
+    if (pure) o.optim.momentum = 0.9f;
     o.auto_fallback = true;
     mp_train_result r;
     char *ev = NULL;
     mp_status s = train_capturing(&m, &d, o, &r, &ev);
-    CHECK(s == MP_OK, "auto-fallback run failed: %s", mp_last_error());
+    CHECK(s == MP_OK, "%s: auto-fallback run failed: %s", label, mp_last_error());
     mp_node c2 = mp_graph_find(m.g, "conv2");
     CHECK(m.g->nodes[c2].compute_dtype == MP_DTYPE_F32 && m.g->nodes[c2].storage_dtype == MP_DTYPE_F32,
-          "conv2 moved to fp32");
-    CHECK(ev && strstr(ev, "--auto-fallback: moving conv2 to fp32") != NULL, "the fallback is reported: %s",
+          "%s: conv2 moved to fp32", label);
+    CHECK(ev && strstr(ev, "--auto-fallback: moving conv2 to fp32") != NULL, "%s: the fallback is reported: %s", label,
           ev ? ev : "");
-    CHECK(r.skipped_steps >= 3 && r.skipped_steps <= 8 + QUEUE_LAG, "skipped %lld", (long long)r.skipped_steps);
-    CHECK(r.final_loss_scale >= 256.0f, "loss scale %g after recovery", r.final_loss_scale);
-    CHECK(isfinite(r.train_loss), "training continued with a finite loss: %g", r.train_loss);
-    printf("auto-fallback: %lld skipped steps, final scale %g, train loss %.4f\n", (long long)r.skipped_steps,
-           r.final_loss_scale, r.train_loss);
+    CHECK(r.skipped_steps >= 3 && r.skipped_steps <= 8 + QUEUE_LAG, "%s: skipped %lld", label,
+          (long long)r.skipped_steps);
+    if (!pure) CHECK(r.final_loss_scale >= 256.0f, "loss scale %g after recovery", r.final_loss_scale);
+    CHECK(isfinite(r.train_loss), "%s: training continued with a finite loss: %g", label, r.train_loss);
+    printf("auto-fallback (%s): %lld skipped steps, final scale %g, train loss %.4f\n", label,
+           (long long)r.skipped_steps, r.final_loss_scale, r.train_loss);
     free(ev);
     mp_model_free(&m);
     mp_dataset_free(&d);
@@ -181,7 +188,8 @@ static void test_gradient_overflow_skips(void) {
 int main(void) {
     test_collapse(true);
     test_collapse(false);
-    test_auto_fallback();
+    test_auto_fallback(false);
+    test_auto_fallback(true);
     test_gradient_overflow_skips();
     return test_summary("test_cuda_overflow");
 }

@@ -24,7 +24,8 @@
  *     a static loss scale for amp-fp16 on both sides, so no overflow decision
  *     can differ) whose loss curve follows the CPU's; fp16 and bf16 with
  *     low_grads, the CPU rounding the weights as the trainer does;
- *  3. a step over a low_grads plan refuses loss scaling (one clear error).
+ *  3. a step over a low_grads plan refuses loss scaling (one clear error), and
+ *     its gradients keep their dtype when a layer moves to fp32.
  * Arguments (diagnosis): a model (small, cnn10, resnet18) runs that model's
  * cases only, and a precision after it only that policy's.
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
@@ -389,8 +390,11 @@ static void training_curve(const model_case *mc, mp_precision prec) {
 }
 
 /* f16/bf16 weight gradients are rounded once, by backward: a step that
- * would unscale them in place is refused, naming the cause. */
-static void low_grads_refusal(const model_case *mc) {
+ * would unscale them in place is refused, naming the cause. Their dtype is
+ * the plan's from its creation: a layer moved to fp32 afterwards (as
+ * --auto-fallback does before the old plan syncs its state to the host)
+ * still syncs the gradient it holds. */
+static void low_grads_rules(const model_case *mc) {
     mp_model m = build(mc, MP_PRECISION_FP16);
     mp_plan *p = NULL;
     mp_cuda_step *st = NULL;
@@ -405,6 +409,39 @@ static void low_grads_refusal(const model_case *mc) {
     so = (mp_cuda_step_opts){.optim = {.kind = MP_OPTIM_SGD}, .clip_norm = 1.0f};
     if (s == MP_OK) CHECK_ERR(mp_cuda_step_create(p, &so, &st), MP_ERR_INVALID_ARG, "low_grads", "clipping");
     CHECK(st == NULL, "a refused step is not returned");
+    mp_graph *g = m.g;
+    const size_t n = (size_t)B * mc->c * mc->h * mc->w;
+    float *x = malloc(n * sizeof *x);
+    int32_t y[B];
+    mp_rng r;
+    mp_rng_seed(&r, 5);
+    make_batch(&r, x, n, y);
+    if (s == MP_OK) s = mp_plan_set_input(p, m.input, x, n);
+    if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y, B);
+    if (s == MP_OK) s = mp_plan_forward(p);
+    if (s == MP_OK) s = mp_plan_backward(p, 1.0f);
+    if (s == MP_OK) s = mp_plan_sync_params(p, true);
+    int k = 0; /* the first weight whose gradient is f16 */
+    while (p && k < g->n_params && mp_plan_grad_dtype(p, k) != MP_DTYPE_F16) k++;
+    CHECK(s == MP_OK && k < g->n_params, "low_grads step: %s", s == MP_OK ? "no f16 gradient" : mp_last_error());
+    if (s == MP_OK && k < g->n_params) {
+        const size_t gn = (size_t)mp_shape_numel(&g->params[k].spec.shape);
+        float *before = malloc(gn * sizeof *before);
+        memcpy(before, g->params[k].grad, gn * sizeof *before);
+        mp_gnode *nd = &g->nodes[g->params[k].node];
+        const mp_dtype was = nd->compute_dtype;
+        nd->compute_dtype = MP_DTYPE_F32; /* the fallback's first move */
+        CHECK(mp_plan_grad_dtype(p, k) == MP_DTYPE_F16, "%s: the gradient's dtype moved with the layer",
+              g->params[k].name);
+        memset(g->params[k].grad, 0, gn * sizeof(float));
+        s = mp_plan_sync_params(p, true);
+        CHECK(s == MP_OK && !memcmp(before, g->params[k].grad, gn * sizeof *before),
+              "%s: after the layer moved to fp32 the sync returns the f16 gradient it held: %s", g->params[k].name,
+              s == MP_OK ? "values differ" : mp_last_error());
+        nd->compute_dtype = was;
+        free(before);
+    }
+    free(x);
     mp_cuda_step_destroy(st);
     mp_plan_destroy(p);
     mp_model_free(&m);
@@ -440,7 +477,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < 2; i++)
         for (size_t j = 0; j < 6 && (!only || !strcmp(only, models[i].model)); j++)
             if (!one_prec || curve_precs[j] == only_prec) training_curve(&models[i], curve_precs[j]);
-    if (!only || !strcmp(only, "small")) low_grads_refusal(&models[0]);
+    if (!only || !strcmp(only, "small")) low_grads_rules(&models[0]);
     /* the unfused kernels and gradients of their own (accumulation, MIXPREC_NO_FUSION=1) stay covered */
     if (!only && !one_prec && !getenv("MIXPREC_NO_FUSION")) {
         plain = true;
