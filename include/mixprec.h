@@ -61,6 +61,9 @@ void mp_convert_f32_to_f16(const float *src, mp_f16 *dst, size_t n);
 void mp_convert_f16_to_f32(const mp_f16 *src, float *dst, size_t n);
 void mp_convert_f32_to_bf16(const float *src, mp_bf16 *dst, size_t n);
 void mp_convert_bf16_to_f32(const mp_bf16 *src, float *dst, size_t n);
+/* Round f32 values in place to dtype's precision (f16/bf16: round to nearest
+ * even through the conversions above; any other dtype: unchanged). */
+void mp_round_f32(float *x, int64_t n, mp_dtype dtype);
 
 /* ---- graph construction ------------------------------------------------- */
 typedef struct mp_graph mp_graph;

@@ -11,7 +11,6 @@
 
 #include "amp/policy.h"
 #include "check.h"
-#include "graph/exec_stage.h"
 #include "graph/graph.h"
 #include "models/models.h"
 #include "train/trainer.h"

@@ -21,6 +21,9 @@
  * (bf16 has f32's exponent range), so the AVX-512 BF16 kernel redoes any
  * vector holding a denormal with the integer rounding.
  *
+ * mp_round_f32 (round in place to f16/bf16 precision) is built on the array
+ * conversions.
+ *
  * Environment: MP_FORCE_SCALAR=1 (any value not starting with '0') makes
  * every mp_convert_* function use the portable loops; read once, at the
  * first conversion. */
@@ -311,4 +314,23 @@ void mp_convert_f32_to_bf16(const float *src, mp_bf16 *dst, size_t n) {
 void mp_convert_bf16_to_f32(const mp_bf16 *src, float *dst, size_t n) {
     pthread_once(&g_cvt_once, resolve);
     g_cvt.bf16_to_f32(src, dst, n);
+}
+
+#define ROUND_CHUNK 4096
+
+/* Chunks through 16-bit bits on the stack; all threads for large arrays. */
+void mp_round_f32(float *x, int64_t n, mp_dtype dtype) {
+    if (dtype != MP_DTYPE_F16 && dtype != MP_DTYPE_BF16) return;
+#pragma omp parallel for schedule(static) if (n > 16 * 2 * ROUND_CHUNK)
+    for (int64_t i = 0; i < n; i += ROUND_CHUNK) {
+        uint16_t bits[ROUND_CHUNK];
+        const size_t m = (size_t)(n - i < ROUND_CHUNK ? n - i : ROUND_CHUNK);
+        if (dtype == MP_DTYPE_F16) {
+            mp_convert_f32_to_f16(x + i, (mp_f16 *)bits, m);
+            mp_convert_f16_to_f32((const mp_f16 *)bits, x + i, m);
+        } else {
+            mp_convert_f32_to_bf16(x + i, (mp_bf16 *)bits, m);
+            mp_convert_bf16_to_f32((const mp_bf16 *)bits, x + i, m);
+        }
+    }
 }

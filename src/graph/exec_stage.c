@@ -49,17 +49,6 @@ void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
         store_chunk((char *)dst + (size_t)i * esz, dst_dtype, src + i, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
 }
 
-void mp_round_f32(float *x, int64_t n, mp_dtype dtype) {
-    if (!is_low(dtype)) return;
-#pragma omp parallel for schedule(static) if (n > 2 * CHUNK * 16)
-    for (int64_t i = 0; i < n; i += CHUNK) {
-        uint16_t tmp[CHUNK];
-        int64_t m = n - i < CHUNK ? n - i : CHUNK;
-        store_chunk(tmp, dtype, x + i, m);
-        load_chunk(x + i, tmp, dtype, m);
-    }
-}
-
 void mp_tensor_add(mp_dtype dt, void *dst, const void *src, int64_t n) {
     if (dt == MP_DTYPE_F64) {
         double *d = dst;

@@ -22,7 +22,5 @@ void mp_tensor_add(mp_dtype dt, void *dst, const void *src, int64_t n);
 /* Element conversions between f32 and any float dtype (chunked, vectorized). */
 void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
 void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
-/* Round f32 values to dtype's precision in place (f16/bf16 round-to-nearest-even). */
-void mp_round_f32(float *x, int64_t n, mp_dtype dtype);
 
 #endif

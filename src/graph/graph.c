@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "amp/policy.h"
-#include "graph/exec_stage.h"
 #include "core/rng.h"
 
 mp_graph *mp_graph_create(void) { return calloc(1, sizeof(mp_graph)); }

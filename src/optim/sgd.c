@@ -4,7 +4,7 @@
  * step) and Nesterov momentum; the buffer optionally rounded to f16/bf16
  * each step (a weight without an fp32 master, as a `.half()` model's).
  * Memory-bound: one vectorized pass, split over OpenMP threads when large;
- * the rounded buffer goes in chunks through the vectorized conversions. */
+ * the rounded buffer goes in chunks through mp_round_f32. */
 #include "optim/optim.h"
 
 #include "core/error.h"
@@ -13,30 +13,23 @@
 
 /* The momentum update with b rounded to nearest even to state_dtype (F16 or
  * BF16) before it is stored and used: per chunk, b = mu*buf + g into buf,
- * buf rounded through its 16-bit bits (mp_convert_*, bit-identical to the
- * scalar RNE and to the GPU's), then the weight from the rounded b. */
+ * buf rounded (mp_round_f32, bit-identical to the scalar RNE and to the
+ * GPU's), then the weight from the rounded b. */
 static void sgd_low_state(float *restrict param, const float *restrict grad, float *restrict buf, int64_t n,
                           const mp_sgd_hyper *h) {
     const float lr = h->lr, mu = h->momentum, wd = h->weight_decay;
-    const bool nesterov = h->nesterov, f16 = h->state_dtype == MP_DTYPE_F16;
+    const bool nesterov = h->nesterov;
 #pragma omp parallel for schedule(static) if (n >= MP_OPTIM_PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += LOW_CHUNK) {
         const int64_t m = n - i0 < LOW_CHUNK ? n - i0 : LOW_CHUNK;
         float *restrict p = param + i0, *restrict b = buf + i0;
         const float *restrict gr = grad + i0;
         float g[LOW_CHUNK];
-        uint16_t bits[LOW_CHUNK];
         for (int64_t j = 0; j < m; j++) {
             g[j] = gr[j] + wd * p[j];
             b[j] = mu * b[j] + g[j];
         }
-        if (f16) {
-            mp_convert_f32_to_f16(b, (mp_f16 *)bits, (size_t)m);
-            mp_convert_f16_to_f32((const mp_f16 *)bits, b, (size_t)m);
-        } else {
-            mp_convert_f32_to_bf16(b, (mp_bf16 *)bits, (size_t)m);
-            mp_convert_bf16_to_f32((const mp_bf16 *)bits, b, (size_t)m);
-        }
+        mp_round_f32(b, m, h->state_dtype);
         for (int64_t j = 0; j < m; j++) p[j] = p[j] - lr * (nesterov ? g[j] + mu * b[j] : b[j]);
     }
 }

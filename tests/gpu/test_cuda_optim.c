@@ -31,7 +31,6 @@
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/cuda_optim.h"
-#include "graph/exec_stage.h" /* mp_round_f32 */
 
 static mp_cuda_ctx *ctx;
 
