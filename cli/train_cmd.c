@@ -37,6 +37,9 @@ static void usage(FILE *f) {
             "                      (activations, saved tensors, gradients, workspaces) and, on a GPU, the\n"
             "                      parameters' device copies\n"
             "  --bn-low            fp16/bf16 policies: BatchNorm in low precision too (default fp32)\n"
+            "  --f32-weight-grads  amp/o2 policies: weight gradients stay f32 sums, never rounded to\n"
+            "                      fp16/bf16, so --gpus N and --accumulate N reach one GPU's weights within\n"
+            "                      fp32 tolerance (default: rounded, like PyTorch autocast; faster on GPUs)\n"
             "  --loss-scaling on|off  loss scaling (default on for amp-fp16 and o2-fp16)\n"
             "  --loss-scale S      static loss scale S, or 'dynamic' (default dynamic, init 65536)\n"
             "  --loss-scale-growth X   dynamic growth factor (default 2)\n"
@@ -87,7 +90,7 @@ typedef struct {
     bool scaler_set;
     int accumulate, max_forward_overflows, stop_after;
     float clip_norm, clip_value;
-    bool auto_fallback, bn_low;
+    bool auto_fallback, bn_low, f32_weight_grads;
     int epochs, batch, threads, max_steps;
     bool reference, quiet, print_precision, print_memory;
     uint64_t seed;
@@ -146,6 +149,7 @@ static int parse(int argc, char **argv, train_args *t) {
         } else if (!strcmp(a, "--clip-grad-value")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 1e30, &t->clip_value)) return 2;
         } else if (!strcmp(a, "--max-forward-overflows")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 20, &t->max_forward_overflows)) return 2;
         } else if (!strcmp(a, "--auto-fallback")) { t->auto_fallback = true;
+        } else if (!strcmp(a, "--f32-weight-grads")) { t->f32_weight_grads = true;
         } else if (!strcmp(a, "--bn-low")) { t->bn_low = true;
         } else if (!strcmp(a, "--save")) { NEED_VALUE(); t->save = v;
         } else if (!strcmp(a, "--stop-after")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 100000, &t->stop_after)) return 2;
@@ -232,6 +236,11 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
     }
+    if (t.f32_weight_grads && (precision == MP_PRECISION_FP16 || precision == MP_PRECISION_BF16)) {
+        fprintf(stderr, "mixprec train: --f32-weight-grads needs fp32 master weights (amp-*, o2-*); under %s the "
+                        "weights and their gradients are %s\n", t.precision, t.precision);
+        return 2;
+    }
     mp_device device;
     if (mp_device_parse(t.device, &device) != MP_OK) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
@@ -301,7 +310,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                                              precision == MP_PRECISION_O2_FP16 || t.scaler_set),
                            .scaler = t.scaler, .accumulate = t.accumulate, .clip_norm = t.clip_norm,
                            .clip_value = t.clip_value, .max_forward_overflows = t.max_forward_overflows,
-                           .auto_fallback = t.auto_fallback, .save_path = t.save, .resume_path = t.resume,
+                           .auto_fallback = t.auto_fallback, .f32_weight_grads = t.f32_weight_grads,
+                           .save_path = t.save, .resume_path = t.resume,
                            .stop_after = t.stop_after, .gpus = dist ? 0 : t.gpus, .dist = dist,
                            .allreduce = t.allreduce, .bucket_mb = t.bucket_mb, .dist_timeout = t.dist_timeout, .sync_bn = t.sync_bn,
                            .replica = mp_model_spec_build, .replica_arg = &spec};

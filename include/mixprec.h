@@ -207,6 +207,16 @@ typedef struct {
      * rescales gradients in place would round them twice, so the GPU step
      * refuses it with loss scaling, clipping or data parallelism. */
     bool low_grads;
+    /* Weights with an fp32 master (amp-*, o2-*): their convolutions' and
+     * linear layers' gradients are the f32 sums, never rounded to f16/bf16
+     * (by default a convolution's is, as cuDNN's fast kernels and PyTorch's
+     * autocast give it). Then how a batch is split over GPUs or micro-batches
+     * changes the gradients by f32 summation order only, not by a bf16 ulp
+     * of each part's sum: data-parallel amp-bf16 reaches one GPU's weights
+     * within fp32 tolerance. The GPU computes those passes in f32 (TF32
+     * tensor cores, exact on f16/bf16 values) on f32 copies: slower (bench
+     * notes v0.14). mp_plan_f32_weight_grad says which parameters it covers. */
+    bool f32_weight_grads;
 } mp_plan_opts;
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);

@@ -56,6 +56,7 @@ expect 2 "\-\-gpus 64: more GPUs than this machine has (found" -- train "${syn[@
 expect 2 "\-\-gpus 2: data-parallel training runs on GPUs, not with \-\-device cpu" -- train "${syn[@]}" --gpus 2 --device cpu
 expect 2 "\-\-gpus 0 is out of range" -- train --gpus 0
 expect 2 "\-\-allreduce 'int8' must be auto, fp32, fp16 or bf16" -- train --allreduce int8
+expect 2 "\-\-f32-weight-grads needs fp32 master weights" -- train --precision bf16 --f32-weight-grads
 expect 2 "\-\-bucket-mb 0 is out of range" -- train --bucket-mb 0
 expect 2 "\-\-dist-timeout 'soon' is not a finite number" -- train --dist-timeout soon
 # under mpirun every rank says the world size does not match --gpus, and the job stops

@@ -42,6 +42,16 @@ static bool equals_rounded(float got, double v, mp_dtype dt) {
     return got == a || got == lo || got == hi;
 }
 
+/* `got` is the f32 sum `v` (its terms' magnitudes summing to mag), in any
+ * order of f32 additions: within 1e-5 of mag, not rounded to a low dtype. */
+static bool equals_f32(float got, double v, double mag) { return fabs(got - v) <= 1e-5 * mag + 1e-30; }
+
+/* A parameter gradient: rounded to dt (the default), or the f32 sum
+ * (mp_plan_opts.f32_weight_grads). */
+static bool grad_equals(float got, double v, double mag, mp_dtype dt, bool unrounded) {
+    return unrounded ? equals_f32(got, v, mag) : equals_rounded(got, v, dt);
+}
+
 static mp_dtype widest(mp_dtype a, mp_dtype b) {
     if (a == b) return a;
     if (a == MP_DTYPE_I32) return b;
@@ -526,9 +536,10 @@ typedef struct {
 
 static const int32_t tiny_labels[NB] = {1, 3};
 
-static bool run_tiny(tiny_net *t, const float *x, tiny_run *out) {
+static bool run_tiny(tiny_net *t, const float *x, bool f32_weight_grads, tiny_run *out) {
     mp_plan *p = NULL;
-    mp_plan_opts po = {.batch = NB, .training = true, .loss = t->loss, .reference = true};
+    mp_plan_opts po = {.batch = NB, .training = true, .loss = t->loss, .reference = true,
+                       .f32_weight_grads = f32_weight_grads};
     mp_status s = mp_plan_create(t->g, po, &p);
     CHECK(s == MP_OK, "tiny plan: %s", mp_last_error());
     if (s != MP_OK) return false;
@@ -577,9 +588,9 @@ static void test_staged_numerics(void) {
     const float *fw = g->params[g->nodes[t.fc].first_param].data;       // (NCLS, FEAT)
     const float *fb = g->params[g->nodes[t.fc].first_param + 1].data;   // (NCLS)
 
-    static tiny_run ref32, run, amp16;
+    static tiny_run ref32, run, runf, amp16;
     CHECK(apply(t.g, MP_PRECISION_FP32, false, NULL) == MP_OK, "%s", mp_last_error());
-    if (!run_tiny(&t, x, &ref32)) goto done;
+    if (!run_tiny(&t, x, false, &ref32)) goto done;
 
     static const mp_precision pols[3] = {MP_PRECISION_AMP_BF16, MP_PRECISION_AMP_FP16, MP_PRECISION_O2_FP16};
     for (int pi = 0; pi < 3; pi++) {
@@ -587,7 +598,8 @@ static void test_staged_numerics(void) {
         const mp_dtype low = mp_precision_low_dtype(pol);
         const char *pn = mp_precision_name(pol);
         CHECK(apply(t.g, pol, false, NULL) == MP_OK, "%s", mp_last_error());
-        if (!run_tiny(&t, x, &run)) continue;
+        if (!run_tiny(&t, x, false, &run) || !run_tiny(&t, x, true, &runf)) continue;
+        CHECK(!memcmp(run.fc, runf.fc, sizeof run.fc), "%s: f32_weight_grads changed the forward pass", pn);
         if (pol == MP_PRECISION_AMP_FP16) amp16 = run;
 
         /* input: amp keeps it f32 (exactly what was set), o2 stores it low */
@@ -665,23 +677,12 @@ static void test_staged_numerics(void) {
         CHECK(fabs(run.loss - loss) <= 1e-6 * fabs(loss), "%s: loss %.9g, expected %.9g", pn, run.loss, loss);
 
         /* backward: d(logits) f32; every gradient a low-compute node makes is
-         * rounded to the compute dtype (parameter grads stored f32) */
+         * rounded to the compute dtype (parameter grads stored f32), except,
+         * under f32_weight_grads (runf), parameter gradients: f32 sums */
         float dlog[NB * NCLS], dconv[NB * FEAT];
         for (int n = 0; n < NB; n++)
             for (int k = 0; k < NCLS; k++)
                 dlog[n * NCLS + k] = (float)((prob[n * NCLS + k] - (k == tiny_labels[n])) / NB);
-        int bad_fc = 0;
-        for (int o = 0; o < NCLS; o++) {
-            double db = 0;
-            for (int n = 0; n < NB; n++) db += dlog[n * NCLS + o];
-            bad_fc += !equals_rounded(run.dfc_b[o], db, low);
-            for (int f = 0; f < FEAT; f++) {
-                double dw = 0;
-                for (int n = 0; n < NB; n++) dw += (double)dlog[n * NCLS + o] * run.relu[n * FEAT + f];
-                bad_fc += !equals_rounded(run.dfc_w[o * FEAT + f], dw, low);
-            }
-        }
-        CHECK(bad_fc == 0, "%s: %d fc parameter gradients differ from the emulation", pn, bad_fc);
         for (int n = 0; n < NB; n++)
             for (int f = 0; f < FEAT; f++) {
                 double dx = 0;
@@ -690,38 +691,66 @@ static void test_staged_numerics(void) {
                 float d = round_to(dx, low);
                 dconv[n * FEAT + f] = run.relu[n * FEAT + f] > 0 ? d : 0.0f;
             }
-        int bad_w = 0, first_w = -1;
-        double first_w_want = 0;
-        for (int co = 0; co < CO; co++) {
-            double db = 0;
-            for (int i = 0; i < NB * HW * HW; i++) db += dconv[(i / (HW * HW) * CO + co) * HW * HW + i % (HW * HW)];
-            bad_w += !equals_rounded(run.dconv_b[co], db, low);
-            for (int ci = 0; ci < CI; ci++)
-                for (int kh = 0; kh < K; kh++)
-                    for (int kw = 0; kw < K; kw++) {
-                        double dw = 0;
-                        for (int n = 0; n < NB; n++)
-                            for (int oh = 0; oh < HW; oh++)
-                                for (int ow = 0; ow < HW; ow++) {
-                                    int ih = oh + kh - 1, iw = ow + kw - 1;
-                                    if (ih < 0 || ih >= HW || iw < 0 || iw >= HW) continue;
-                                    dw += (double)dconv[((n * CO + co) * HW + oh) * HW + ow] *
-                                          xr[((n * CI + ci) * HW + ih) * HW + iw];
-                                }
-                        int i = ((co * CI + ci) * K + kh) * K + kw;
-                        if (!equals_rounded(run.dconv_w[i], dw, low)) {
-                            if (first_w < 0) first_w = i, first_w_want = round_to(dw, low);
-                            bad_w++;
-                        }
+        for (int mode = 0; mode < 2; mode++) {
+            const bool unrounded = mode == 1;
+            const tiny_run *r = unrounded ? &runf : &run;
+            const char *how = unrounded ? " (f32_weight_grads)" : "";
+            int bad_fc = 0;
+            for (int o = 0; o < NCLS; o++) {
+                double db = 0, mb = 0;
+                for (int n = 0; n < NB; n++) db += dlog[n * NCLS + o], mb += fabs(dlog[n * NCLS + o]);
+                bad_fc += !grad_equals(r->dfc_b[o], db, mb, low, unrounded);
+                for (int f = 0; f < FEAT; f++) {
+                    double dw = 0, mw = 0;
+                    for (int n = 0; n < NB; n++) {
+                        const double term = (double)dlog[n * NCLS + o] * run.relu[n * FEAT + f];
+                        dw += term, mw += fabs(term);
                     }
+                    bad_fc += !grad_equals(r->dfc_w[o * FEAT + f], dw, mw, low, unrounded);
+                }
+            }
+            CHECK(bad_fc == 0, "%s%s: %d fc parameter gradients differ from the emulation", pn, how, bad_fc);
+            int bad_w = 0, first_w = -1;
+            double first_w_want = 0;
+            for (int co = 0; co < CO; co++) {
+                double db = 0, mb = 0;
+                for (int i = 0; i < NB * HW * HW; i++) {
+                    const float d = dconv[(i / (HW * HW) * CO + co) * HW * HW + i % (HW * HW)];
+                    db += d, mb += fabs(d);
+                }
+                bad_w += !grad_equals(r->dconv_b[co], db, mb, low, unrounded);
+                for (int ci = 0; ci < CI; ci++)
+                    for (int kh = 0; kh < K; kh++)
+                        for (int kw = 0; kw < K; kw++) {
+                            double dw = 0, mw = 0;
+                            for (int n = 0; n < NB; n++)
+                                for (int oh = 0; oh < HW; oh++)
+                                    for (int ow = 0; ow < HW; ow++) {
+                                        int ih = oh + kh - 1, iw = ow + kw - 1;
+                                        if (ih < 0 || ih >= HW || iw < 0 || iw >= HW) continue;
+                                        const double term = (double)dconv[((n * CO + co) * HW + oh) * HW + ow] *
+                                                            xr[((n * CI + ci) * HW + ih) * HW + iw];
+                                        dw += term, mw += fabs(term);
+                                    }
+                            int i = ((co * CI + ci) * K + kh) * K + kw;
+                            if (!grad_equals(r->dconv_w[i], dw, mw, low, unrounded)) {
+                                if (first_w < 0) first_w = i, first_w_want = unrounded ? dw : round_to(dw, low);
+                                bad_w++;
+                            }
+                        }
+            }
+            CHECK(bad_w == 0,
+                  "%s%s: %d conv parameter gradients differ from the emulation (first weight [%d]: %.9g, expected "
+                  "%.9g)", pn, how, bad_w, first_w, first_w >= 0 ? r->dconv_w[first_w] : 0.0, first_w_want);
+            const int not_low = count_unrepresentable(r->dconv_w, CO * CI * K * K, low) +
+                                count_unrepresentable(r->dfc_w, NCLS * FEAT, low);
+            if (unrounded)
+                CHECK(not_low > 0, "%s%s: every conv and fc weight gradient is a %s value: rounded, not f32 sums", pn,
+                      how, mp_dtype_name(low));
+            else
+                CHECK(not_low + count_unrepresentable(r->dconv_b, CO, low) == 0,
+                      "%s: parameter gradients not rounded to %s", pn, mp_dtype_name(low));
         }
-        CHECK(bad_w == 0,
-              "%s: %d conv parameter gradients differ from the emulation (first weight [%d]: %.9g, expected %.9g)",
-              pn, bad_w, first_w, first_w >= 0 ? run.dconv_w[first_w] : 0.0, first_w_want);
-        CHECK(count_unrepresentable(run.dconv_w, CO * CI * K * K, low) == 0 &&
-                  count_unrepresentable(run.dconv_b, CO, low) == 0 &&
-                  count_unrepresentable(run.dfc_w, NCLS * FEAT, low) == 0,
-              "%s: parameter gradients not rounded to %s", pn, mp_dtype_name(low));
 
         /* and close to the fp32 policy */
         double tol = low == MP_DTYPE_BF16 ? 2e-2 : 2e-3;
@@ -737,6 +766,14 @@ static void test_staged_numerics(void) {
                       !memcmp(run.dconv_w, amp16.dconv_w, sizeof run.dconv_w),
                   "o2-fp16 and amp-fp16 differ on this graph");
         }
+    }
+    /* pure bf16, even with f32_weight_grads: no fp32 master, so the weight gradients are bf16 values like the
+     * weights */
+    CHECK(apply(t.g, MP_PRECISION_BF16, false, NULL) == MP_OK, "%s", mp_last_error());
+    if (run_tiny(&t, x, true, &run)) {
+        const int not_bf16 = count_unrepresentable(run.dconv_w, CO * CI * K * K, MP_DTYPE_BF16) +
+                             count_unrepresentable(run.dfc_w, NCLS * FEAT, MP_DTYPE_BF16);
+        CHECK(not_bf16 == 0, "bf16 with f32_weight_grads: %d weight gradients are not bf16 values", not_bf16);
     }
 done:
     mp_graph_destroy(t.g);

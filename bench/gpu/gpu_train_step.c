@@ -6,6 +6,7 @@
  * event times), images/s, device memory used by the run (cudaMemGetInfo
  * difference, library workspaces included), TFLOP/s and its share of the
  * bf16 GEMM rate given with --gemm-tflops (measured in the same device call).
+ * --f32-weight-grads: plans with mp_plan_opts.f32_weight_grads (its cost).
  * --profile: the steps run without a graph, waiting after every node, and
  * each cell's time per op kind goes to stderr (its step times are then the
  * profiled ones, not the graph's).
@@ -34,7 +35,7 @@ typedef struct {
 } cell_result;
 
 static int run_cell(const char *model, mp_precision prec, int batch, int steps, int device, bool profile,
-                    cell_result *r) {
+                    bool f32_wgrad, cell_result *r) {
     memset(r, 0, sizeof *r);
     cudaSetDevice(device);
     cudaFree(0);
@@ -55,7 +56,8 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
     mp_status s = mp_plan_create(m.g,
                                  (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
                                                 .device = {MP_DEVICE_CUDA, device}, .profile = profile,
-                                                .grads_in_arena = true, .low_grads = !scaling},
+                                                .grads_in_arena = true, .low_grads = !scaling,
+                                                .f32_weight_grads = f32_wgrad},
                                  &plan);
     const size_t after_plan = mp_cuda_used_bytes();
     if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
@@ -131,13 +133,13 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
 typedef struct {
     int steps, device;
     double gemm_tflops;
-    bool profile;
+    bool profile, f32_wgrad;
 } step_args;
 
 static int step_row(void *arg, const char *model, const char *batch, mp_precision prec, const char *prec_name) {
     const step_args *a = arg;
     cell_result r;
-    if (run_cell(model, prec, atoi(batch), a->steps, a->device, a->profile, &r)) {
+    if (run_cell(model, prec, atoi(batch), a->steps, a->device, a->profile, a->f32_wgrad, &r)) {
         printf("| %s | %s | %s | failed | | | | | | |\n", model, prec_name, batch);
         return 1;
     }
@@ -152,7 +154,7 @@ int main(int argc, char **argv) {
     const char *models = "cnn10,resnet18", *precisions = "fp32,tf32,amp-fp16,amp-bf16,o2-fp16,fp16",
                *batches = "128,512,2048";
     int steps = 20, device = 0;
-    bool profile = false;
+    bool profile = false, f32_wgrad = false;
     double gemm_tflops = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
@@ -162,9 +164,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gemm-tflops") && i + 1 < argc) gemm_tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--profile")) profile = true;
+        else if (!strcmp(argv[i], "--f32-weight-grads")) f32_wgrad = true;
         else {
             fprintf(stderr, "usage: gpu_train_step [--models a,b] [--precisions p,q] [--batches 128,512] [--steps N] "
-                            "[--device N] [--gemm-tflops X] [--profile]\n");
+                            "[--device N] [--gemm-tflops X] [--profile] [--f32-weight-grads]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -174,7 +177,8 @@ int main(int argc, char **argv) {
     }
     printf("| model | precision | batch | ms/step | images/s | device MiB | TFLOP/s | share of bf16 GEMM | loss first -> last | arena MiB |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
-    step_args sa = {.steps = steps, .device = device, .gemm_tflops = gemm_tflops, .profile = profile};
+    step_args sa = {.steps = steps, .device = device, .gemm_tflops = gemm_tflops, .profile = profile,
+                    .f32_wgrad = f32_wgrad};
     int failures = bench_for_each_cell("gpu_train_step", models, batches, precisions, step_row, &sa);
     return failures < 0 ? 2 : failures ? 1 : 0;
 }

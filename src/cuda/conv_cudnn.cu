@@ -59,6 +59,7 @@ void mp_conv_cudnn_release(void *state) {
     if (st->x_desc) cudnnDestroyTensorDescriptor(st->x_desc);
     if (st->y_desc) cudnnDestroyTensorDescriptor(st->y_desc);
     if (st->w_desc) cudnnDestroyFilterDescriptor(st->w_desc);
+    mp_conv_cudnn_release(st->dw32);
     free(st);
 }
 
@@ -93,6 +94,27 @@ static mp_status create_descriptors(mp_conv_cudnn *st, const bool need[MP_CONV_N
     return MP_OK;
 }
 
+/* backward-filter with an f32 dW from f16/bf16 x and dy: the pass in f32
+ * (TF32 tensor cores: f16 and bf16 values are exact in TF32, their products
+ * exact, the sums f32) on f32 copies of x and dy. cuDNN 9's one graph-API
+ * engine taking bf16 x, dy and writing an f32 dW (runtime-compiled) ran
+ * cnn10's 128-channel 16x16 layer at batch 512 in 0.66 ms, its bf16 engines
+ * in 0.066 ms, and whole steps at half the images/s of this pass (bench
+ * notes v0.14). */
+static mp_status prepare_dw32(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info, mp_conv_cudnn *st) {
+    mp_cuda_node_cfg f32;
+    memset(&f32, 0, sizeof f32); /* every dtype F32 */
+    f32.tf32 = f32.training = true;
+    const bool need[MP_CONV_NPASS] = {false, false, true};
+    size_t ws = 0;
+    MP_TRY(mp_conv_cudnn_prepare(ctx, d, info, &f32, need, &st->dw32, &ws));
+    const mp_conv_geom *g = &st->g;
+    st->dw32_bytes = mp_cuda_lib_bytes(MP_DTYPE_F32, (long long)g->n * g->cx * g->hx * g->wx) +
+                     mp_cuda_lib_bytes(MP_DTYPE_F32, (long long)g->n * g->cy * g->hy * g->wy) +
+                     st->dw32->algo[MP_CONV_BWD_FILTER].workspace + 2 * MP_CUDA_WS_SLACK;
+    return MP_OK;
+}
+
 mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
                                 const mp_cuda_node_cfg *cfg, const bool need[MP_CONV_NPASS], mp_conv_cudnn **out,
                                 size_t *workspace_bytes) {
@@ -109,19 +131,25 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
     st->training = cfg->training;
     st->cd = cd;
     st->math = cd != MP_DTYPE_F32 ? CUDNN_TENSOR_OP_MATH : cfg->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    st->dw_dt = cfg->weight_grad_unrounded && cd != MP_DTYPE_F32 && need[MP_CONV_BWD_FILTER] ? MP_DTYPE_F32 : cd;
+    bool need_cd[MP_CONV_NPASS]; /* the passes in cd: backward-filter goes to dw32 for an f32 dW */
+    memcpy(need_cd, need, sizeof need_cd);
+    if (st->dw_dt != cd) need_cd[MP_CONV_BWD_FILTER] = false;
     describe(st->what_fwd, sizeof st->what_fwd, d, info, cfg, "forward");
     describe(st->what_bwd, sizeof st->what_bwd, d, info, cfg, "backward");
     const bool conv = d->kind == MP_OP_CONV2D;
     const mp_conv_pass op_fwd = conv ? MP_CONV_FWD : MP_CONV_BWD_DATA, op_bwd = conv ? MP_CONV_BWD_DATA : MP_CONV_FWD;
-    mp_status s = create_descriptors(st, need, d, st->what_fwd);
+    mp_status s = create_descriptors(st, need_cd, d, st->what_fwd);
     for (int p = 0; p < MP_CONV_NPASS && s == MP_OK; p++)
-        if (need[p]) {
+        if (need_cd[p]) {
             s = mp_conv_algo_choose(ctx, st, (mp_conv_pass)p, p == op_fwd ? st->what_fwd : st->what_bwd);
             st->has[p] = s == MP_OK;
         }
+    if (s == MP_OK && st->dw_dt != cd) s = prepare_dw32(ctx, d, info, st);
     const mp_conv_geom *g = &st->g;
     const long long wn = (long long)g->cy * (g->cx / g->groups) * g->k * g->k;
     st->w_bytes = mp_cuda_lib_bytes(cd, wn);
+    st->dw_bytes = mp_cuda_lib_bytes(st->dw_dt, wn);
     if (s != MP_OK) {
         mp_conv_cudnn_release(st);
         return s;
@@ -138,7 +166,7 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
         size_t lib = st->algo[op_bwd].workspace > st->algo[MP_CONV_BWD_FILTER].workspace
                          ? st->algo[op_bwd].workspace
                          : st->algo[MP_CONV_BWD_FILTER].workspace;
-        bwd = 2 * st->in_cast_bytes + st->out_cast_bytes + 2 * st->w_bytes + lib +
+        bwd = 2 * st->in_cast_bytes + st->out_cast_bytes + st->w_bytes + st->dw_bytes + lib + st->dw32_bytes +
               (d->attr.conv.bias ? mp_cuda_lib_colsum_workspace(rows, info->out.dims[1]) : 0);
     }
     const size_t total = (fwd > bwd ? fwd : bwd) + 8 * MP_CUDA_WS_SLACK; /* alignment of each slice */
@@ -249,6 +277,22 @@ mp_status mp_conv_cudnn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
                                 o->dims[1], what);
 }
 
+/* dW (f32, KRSC) = st->dw32's backward-filter of f32 copies of x and dy
+ * (conv view, in cd). */
+static mp_status bwd_filter_f32(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy, void *dw,
+                                mp_cuda_ws *ws, const char *what) {
+    const mp_conv_geom *g = &st->g;
+    const long long xn = (long long)g->n * g->cx * g->hx * g->wx, yn = (long long)g->n * g->cy * g->hy * g->wy;
+    const size_t lib_bytes = st->dw32->algo[MP_CONV_BWD_FILTER].workspace;
+    void *x32 = mp_cuda_ws_take(ws, mp_cuda_lib_bytes(MP_DTYPE_F32, xn));
+    void *y32 = mp_cuda_ws_take(ws, mp_cuda_lib_bytes(MP_DTYPE_F32, yn));
+    void *lib = lib_bytes ? mp_cuda_ws_take(ws, lib_bytes) : NULL;
+    if (!x32 || !y32 || (lib_bytes && !lib)) return ws_short(what);
+    MP_TRY(mp_cuda_lib_cast(ctx, x, st->cd, x32, MP_DTYPE_F32, xn, what));
+    MP_TRY(mp_cuda_lib_cast(ctx, dy, st->cd, y32, MP_DTYPE_F32, yn, what));
+    return mp_conv_cudnn_bwd_filter(ctx, st->dw32, x32, y32, dw, lib, lib_bytes, what);
+}
+
 mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_conv_cudnn *st = (const mp_conv_cudnn *)c->state;
     const char *what = st->what_bwd;
@@ -264,7 +308,7 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if (want_dx || want_dw) MP_TRY(stage_in(ctx, &c->d_out, cd, &ws, &dy, what));
     if (want_dw) MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
     void *dx = want_dx ? result_slot(&c->d_in[0], cd, &ws) : NULL;
-    void *dw = want_dw ? mp_cuda_ws_take(&ws, st->w_bytes) : NULL;
+    void *dw = want_dw ? mp_cuda_ws_take(&ws, st->dw_bytes) : NULL;
     if ((want_dx && !dx) || (want_dw && !dw)) return ws_short(what);
     size_t lib_bytes = 0;
     if (want_dx) lib_bytes = st->algo[conv ? MP_CONV_BWD_DATA : MP_CONV_FWD].workspace;
@@ -280,14 +324,16 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     }
     if (want_dw) {
         const mp_dtype gd = c->d_param[0].dtype; /* f32, or cd under the plan's low_grads */
-        if (gd != MP_DTYPE_F32 && gd != cd)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: the weight gradient must be f32 or %s, got %s", what,
-                            mp_dtype_name(cd), mp_dtype_name(gd));
+        const bool low_ok = st->dw_dt == cd && cd != MP_DTYPE_F32; /* not when prepared for an f32 dW */
+        if (gd != MP_DTYPE_F32 && !(low_ok && gd == cd))
+            return mp_error(MP_ERR_INVALID_ARG, "%s: the weight gradient must be f32%s%s, got %s", what,
+                            low_ok ? " or " : "", low_ok ? mp_dtype_name(cd) : "", mp_dtype_name(gd));
         /* conv2d: dW = BWD_FILTER(x = in, dy = d_out); transposed: x = d_out, dy = in */
-        if (conv) MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, x, dy, dw, lib, lib_bytes, what));
-        else MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, dy, x, dw, lib, lib_bytes, what));
-        MP_TRY(mp_cuda_lib_filter_from_krsc(ctx, dw, cd, c->d_param[0].data, gd, g->cy, g->cx / g->groups, g->k * g->k,
-                                            what));
+        const void *fx = conv ? x : dy, *fy = conv ? dy : x;
+        if (st->dw32) MP_TRY(bwd_filter_f32(ctx, st, fx, fy, dw, &ws, what));
+        else MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, fx, fy, dw, lib, lib_bytes, what));
+        MP_TRY(mp_cuda_lib_filter_from_krsc(ctx, dw, st->dw_dt, c->d_param[0].data, gd, g->cy, g->cx / g->groups,
+                                            g->k * g->k, what));
     }
     if (want_db) {
         if (c->d_param[1].dtype != MP_DTYPE_F32)

@@ -12,8 +12,13 @@
  * master, or its f16/bf16 cast for low-precision nodes), so forward() and
  * backward() each permute (and cast) it into a KRSC slice of the workspace:
  * no per-layer copy stays allocated between them. The KRSC filter gradient
- * is computed in the compute dtype into the workspace and permuted into the
- * f32 (cy, cx/groups, k, k) gradient.
+ * is computed into the workspace and permuted into the (cy, cx/groups, k, k)
+ * gradient: in the compute dtype (cuDNN's fast kernels round their f32 sums
+ * to it), or under cfg.weight_grad_unrounded (mp_plan_opts.f32_weight_grads)
+ * in f32, never rounded: an f32 backward-filter (st->dw32, TF32 tensor
+ * cores: exact products of f16/bf16 values, f32 sums) on f32 copies of x and
+ * dy. Then how the batch is split (ranks, micro-batches) moves dW only by
+ * f32 summation order; rounding each split's sum is a bf16 ulp.
  *
  * Dtypes. cuDNN runs in the node's compute dtype cd (f32, f16 or bf16, f32
  * accumulation). Inputs stored in another dtype are cast into the workspace
@@ -51,7 +56,7 @@ typedef struct {
     long long engine_id;
 } mp_conv_algo;
 
-typedef struct {
+typedef struct mp_conv_cudnn_s {
     mp_conv_geom g;           /* conv view */
     mp_op_kind kind;          /* CONV2D or CONV_TRANSPOSE2D */
     bool training;
@@ -60,12 +65,16 @@ typedef struct {
     char what_fwd[320], what_bwd[320]; /* error context: op, node, shapes, dtypes */
     cudnnTensorDescriptor_t x_desc, y_desc;  /* conv view, NHWC, cd */
     cudnnFilterDescriptor_t w_desc;          /* KRSC, cd */
+    mp_dtype dw_dt;           /* backward-filter's dW: cd, or F32 (weight_grad_unrounded) */
+    struct mp_conv_cudnn_s *dw32; /* F32 dW from a low cd: that pass in f32 on f32 copies */
     cudnnConvolutionDescriptor_t conv[MP_CONV_NPASS]; /* one per pass: math types differ */
     bool has[MP_CONV_NPASS];                 /* pass prepared */
     mp_conv_algo algo[MP_CONV_NPASS];
     cudnnBackendDescriptor_t plan[MP_CONV_NPASS]; /* engine passes: the context's plan (not owned) */
     size_t w_bytes;           /* the KRSC filter (cy, k, k, cx/g) in cd */
+    size_t dw_bytes;          /* its gradient in dw_dt */
     size_t in_cast_bytes, out_cast_bytes;    /* workspace slices for dtype staging */
+    size_t dw32_bytes;        /* dw32's f32 copies of x and dy and its cuDNN workspace */
     size_t ws_total;          /* workspace bytes one call may use (the prepare() report) */
 } mp_conv_cudnn;
 

@@ -320,7 +320,7 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
         /* a mode with no answer for this graph is no error: the other may have one */
         if (heuristic_configs(pg.graph, modes[m], caps[m], cfg, &n, what) != MP_OK) mp_clear_error();
         for (int i = 0; i < n; i++) {
-            engine_notes nt;
+            engine_notes nt = {};
             int64_t need = 0;
             cudnnBackendDescriptor_t plan = NULL;
             if (read_notes(cfg[i], &nt) && allowed(&nt, fma_only) && (plan = finalize_plan(ctx, cfg[i], &need)) &&
@@ -333,6 +333,13 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
                             (long long)(need >> 10));
                 cand[nc++] = (timed_engine){t, !nt.nondeterministic, (size_t)need, (int)modes[m], i, (long long)nt.id};
                 if (t >= 0 && (fastest < 0 || t < fastest)) fastest = t;
+            } else if (debug() && nt.id) { /* why a listed engine was not timed */
+                const char *why = !allowed(&nt, fma_only) ? (nt.reduced        ? "reduced"
+                                                             : nt.down_convert ? "down-convert"
+                                                                               : "fma-only")
+                                  : !plan ? "no-build"
+                                          : "workspace";
+                fprintf(stderr, " e%lld%s:%s", (long long)nt.id, m ? "f" : "", why);
             }
             if (plan) cudnnBackendDestroyDescriptor(plan);
             cudnnBackendDestroyDescriptor(cfg[i]);

@@ -14,7 +14,10 @@
  *    executor passes the weight's low-precision cast (refreshed once per step)
  *    in call->param[k] with that dtype. Parameter gradients are f32, except
  *    a conv/linear weight's under the plan's low_grads (cfg.weight_grad):
- *    then in the compute dtype, call->d_param[0].dtype.
+ *    then in the compute dtype, call->d_param[0].dtype. An f32 conv weight
+ *    gradient is rounded to the compute dtype on the way (cuDNN's fast
+ *    kernels write that), except under cfg.weight_grad_unrounded; linear's
+ *    cuBLASLt writes f32 sums.
  *  - arithmetic: f16/bf16 inputs on tensor cores with f32 accumulation (the
  *    CPU reference's contract), reductions and statistics in f32, results
  *    rounded once to the storage dtype.
@@ -44,6 +47,8 @@ typedef struct {
     int batch;
     bool relu_after;             /* batchnorm2d: applies the ReLU that reads it (graph/plan_fuse.h) */
     mp_dtype weight_grad;        /* conv2d/linear: the weight gradient's dtype (F32, or the compute dtype) */
+    bool weight_grad_unrounded;  /* conv: an F32 weight_grad straight from f32 sums, never rounded to the
+                                    compute dtype (mp_plan_opts.f32_weight_grads; see conv_cudnn.h) */
 } mp_cuda_node_cfg;
 
 typedef struct {

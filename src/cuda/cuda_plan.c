@@ -183,6 +183,7 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
     for (int k = 0; k < nd->n_in; k++) cfg.in_dtype[k] = p->g->nodes[nd->in[k]].storage_dtype;
     cfg.tf32 = p->g->precision == MP_PRECISION_TF32 && nd->compute_dtype == MP_DTYPE_F32;
     cfg.weight_grad = nd->n_params ? mp_plan_grad_dtype(p, nd->first_param) : MP_DTYPE_F32;
+    cfg.weight_grad_unrounded = nd->n_params && mp_plan_f32_weight_grad(p, nd->first_param);
     size_t ws = 0, saved = pn->info.saved_bytes;
     MP_TRY(vt->prepare(p->dev->ctx, &nd->desc, &pn->info, &cfg, &pn->call.state, &ws, &saved));
     pn->info.saved_bytes = saved;

@@ -2,7 +2,8 @@
  * Inputs are read into f32 (and rounded to the compute dtype when that is
  * narrower than their storage), weights come from their low-precision cast,
  * the f32 kernel accumulates in f32, and results are rounded on the way to
- * their storage dtype. Gradients follow the same path backwards. */
+ * their storage dtype. Gradients follow the same path backwards (parameter
+ * gradients unrounded under opts.f32_weight_grads). */
 #include "graph/exec_stage.h"
 
 #include <string.h>
@@ -235,9 +236,11 @@ mp_status mp_stage_backward(mp_plan *p, int i, const bool *taken, const bool *fr
         const mp_tensor *t = &pn->call.d_in[k];
         if (t->data) commit(t->data, t->dtype, c.d_in[k].data, mp_tensor_numel(t), taken[k], round_to);
     }
-    for (int k = 0; k < nd->n_params; k++) {
+    for (int k = 0; k < nd->n_params; k++) { /* opts.f32_weight_grads: the f32 sums, unrounded */
         const mp_tensor *t = &pn->call.d_param[k];
-        if (t->data) commit(t->data, MP_DTYPE_F32, c.d_param[k].data, mp_tensor_numel(t), !fresh[k], round_to);
+        if (t->data)
+            commit(t->data, MP_DTYPE_F32, c.d_param[k].data, mp_tensor_numel(t), !fresh[k],
+                   mp_plan_f32_weight_grad(p, nd->first_param + k) ? MP_DTYPE_F32 : round_to);
     }
     return MP_OK;
 }

@@ -61,6 +61,9 @@ bool mp_plan_grads_in_arena(const mp_plan *p);
  * opts.low_grads (see mixprec.h), else F32 (always F32 on the CPU); fixed
  * when the plan is created, as its storage is. */
 mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k);
+/* Graph parameter k's gradient is f32 sums, never rounded to its node's
+ * compute dtype: opts.f32_weight_grads and k has an fp32 master. */
+bool mp_plan_f32_weight_grad(const mp_plan *p, int k);
 
 /* Backward of node i through scratch (exec.c): point the call's input
  * gradients that already hold a value (taken) and its parameter gradients

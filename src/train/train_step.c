@@ -29,7 +29,8 @@ static mp_status make_plan(mp_step_ctx *c) {
                           (mp_plan_opts){.batch = c->o->batch, .training = true, .loss = c->m->loss,
                                          .use_onednn = c->o->use_onednn, .seed = c->o->seed, .device = c->o->device,
                                          .sync_bn = c->o->sync_bn, .sync_dist = c->o->dist,
-                                         .grads_in_arena = c->o->accumulate <= 1, .low_grads = low_grads(c->o)},
+                                         .grads_in_arena = c->o->accumulate <= 1, .low_grads = low_grads(c->o),
+                                         .f32_weight_grads = c->o->f32_weight_grads},
                           &c->plan);
 }
 

@@ -54,6 +54,7 @@ typedef struct {
     double bucket_mb;           /* all-reduce bucket size in MiB, 0 -> 4 */
     double dist_timeout;        /* seconds any rank waits for the others, 0 -> 300 */
     bool sync_bn;               /* BatchNorm with the global batch's statistics (default: per GPU) */
+    bool f32_weight_grads;      /* mp_plan_opts.f32_weight_grads: weight gradients never rounded to fp16/bf16 */
     /* builds another copy of the model (same architecture and policy) for
      * the ranks of a --gpus run beyond the first */
     mp_status (*replica)(void *arg, mp_model *out);

@@ -7,6 +7,10 @@
  * it. Cases cover groups 1 and depthwise, stride 2, padding, dilation, bias,
  * 3 and 13 channels, output_padding, and mixed dtypes (f32 input into a
  * low-precision node; f32 logits out of a low-precision linear).
+ * f32 weight gradients (cfg.weight_grad_unrounded) in f16 and bf16: against
+ * the f64 reference on the values the GPU sees (input, weight and output
+ * gradient rounded to the compute dtype), dW is the f32 sum within 2e-5;
+ * without the flag a convolution's is rounded: more than 4e-5 off.
  * Needs a GPU: without one it prints why and exits 2. Not in ctest. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -14,6 +18,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "cuda/conv_cudnn.h"
 #include "cuda/cuda_op.h"
 #include "op_harness.h"
 
@@ -150,19 +155,55 @@ static void report(const test_case *tc, const precision *p, const char *what, do
     CHECK(ok, "%s %s %s: rel.err %.3g > %.0e", tc->label, p->name, what, err, p->tol);
 }
 
-static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, uint64_t seed) {
+/* The weight-gradient check of one run: unrounded (cfg.weight_grad_unrounded) or not. */
+typedef struct {
+    bool unrounded;
+} dw_check;
+
+/* f64 values rounded to dt, in place (what the GPU gets when they are uploaded in dt). */
+static void round_ref(mp_tensor *t, mp_dtype dt) {
+    double *v = (double *)t->data;
+    for (int64_t i = 0; i < mp_tensor_numel(t); i++) {
+        float h[1];
+        host_store(h, dt, 0, v[i]);
+        v[i] = host_load(h, dt, 0);
+    }
+}
+
+/* dw: the weight gradient's rel. error against the reference on rounded values. */
+static void report_dw(const test_case *tc, const precision *p, const dw_check *dc, const mp_conv_cudnn *st,
+                      double err) {
+    const bool linear = tc->kind == MP_OP_LINEAR, f32_dw = linear || (st->dw_dt == MP_DTYPE_F32 && st->dw32);
+    const char *path = linear ? "cuBLASLt f32 D" : f32_dw ? "f32 copies, TF32" : "dW rounded first";
+    /* f32 sums: ~1e-6; rounded to f16 / bf16: ~1.4e-4 / ~1.1e-3 (half an ulp, uniform, rms) */
+    const double f32_tol = 2e-5, rounded_min = 4e-5;
+    bool ok;
+    if (!dc->unrounded) ok = linear ? err <= f32_tol : err > rounded_min && err <= p->tol;
+    else ok = f32_dw && err <= f32_tol;
+    printf("  %-44s %-5s d_weight %-9s rel.err %-9.3g (%s) %s\n", tc->label, p->name,
+           dc->unrounded ? "unrounded" : "rounded", err, path, ok ? "ok" : "FAIL");
+    CHECK(ok, "%s %s: weight gradient (%s asked, %s) rel.err %.3g against the reference on rounded values",
+          tc->label, p->name, dc->unrounded ? "unrounded" : "rounded", path, err);
+}
+
+static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, uint64_t seed, const dw_check *dc) {
     /* the oracle: f64 reference forward + backward on the same values */
     op_fixture ref;
     mp_status s = op_fixture_init(&ref, tc->kind, tc->attr, 1, &tc->in, NULL, MP_DTYPE_F64, MP_IMPL_REF, true);
     CHECK(s == MP_OK, "%s: reference init: %s", tc->label, mp_last_error());
     if (s != MP_OK) return;
     op_fixture_randomize(&ref, seed);
+    if (dc) { /* the very values the GPU computes with */
+        round_ref(&ref.call.in[0], p->compute);
+        for (int k = 0; k < ref.info.n_params; k++) round_ref(&ref.call.param[k], p->compute);
+        round_ref(&ref.call.d_out, p->compute); /* an f32 d_out is cast to cd for the GEMM too */
+    }
     MP_ASSERT(ref.vt->forward(&ref.call) == MP_OK && ref.vt->backward(&ref.call) == MP_OK);
 
     const mp_dtype cd = p->compute;
     const mp_dtype in_dt = tc->in_f32 ? MP_DTYPE_F32 : cd, out_dt = tc->out_f32 ? MP_DTYPE_F32 : cd;
     mp_cuda_node_cfg cfg = {.storage = out_dt, .compute = cd, .tf32 = p->tf32, .training = true,
-                            .batch = tc->in.dims[0]};
+                            .batch = tc->in.dims[0], .weight_grad_unrounded = dc && dc->unrounded};
     cfg.in_dtype[0] = in_dt;
     mp_op_desc desc = {tc->kind, tc->label, tc->attr};
     const mp_cuda_op_vtable *vt = gpu_vtable(tc->kind);
@@ -196,11 +237,13 @@ static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, 
     s = vt->forward(ctx, &c);
     CHECK(s == MP_OK, "%s %s: forward: %s", tc->label, p->name, mp_last_error());
     CUDA_OK(cudaStreamSynchronize(ctx->stream));
-    if (s == MP_OK) report(tc, p, "out", rel_err(&c.out, &ref.call.out, true));
+    if (s == MP_OK && !dc) report(tc, p, "out", rel_err(&c.out, &ref.call.out, true));
     s = vt->backward(ctx, &c);
     CHECK(s == MP_OK, "%s %s: backward: %s", tc->label, p->name, mp_last_error());
     CUDA_OK(cudaStreamSynchronize(ctx->stream));
-    if (s == MP_OK) {
+    if (s == MP_OK && dc) {
+        report_dw(tc, p, dc, (const mp_conv_cudnn *)state, rel_err(&c.d_param[0], &ref.call.d_param[0], false));
+    } else if (s == MP_OK) {
         report(tc, p, "d_in", rel_err(&c.d_in[0], &ref.call.d_in[0], true));
         for (int k = 0; k < ref.info.n_params; k++) {
             char what[32];
@@ -264,7 +307,28 @@ int main(void) {
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n_cases; i++)
         for (size_t j = 0; j < sizeof precisions / sizeof precisions[0]; j++)
-            run_case(ctx, &cases[i], &precisions[j], 1000 + (uint64_t)i);
+            run_case(ctx, &cases[i], &precisions[j], 1000 + (uint64_t)i, NULL);
+
+    /* f32 weight gradients (mp_plan_opts.f32_weight_grads) on the cases above and some of the zoo's shapes */
+    printf("weight gradients: f32 sums (weight_grad_unrounded) or rounded to the compute dtype (default)\n");
+    const test_case zoo[] = {
+        {"conv2d C64->64 k3 s1 p1 (cnn10, resnet)", MP_OP_CONV2D, conv(64, 3, 1, 1, 1, 1, 0, false),
+         {4, {4, 64, 8, 8}}, 0, 0},
+        {"conv2d C64->128 k3 s2 p1 (resnet stage)", MP_OP_CONV2D, conv(128, 3, 2, 1, 1, 1, 0, false),
+         {4, {4, 64, 8, 8}}, 0, 0},
+        {"conv2d C128->256 k1 s2 (resnet shortcut)", MP_OP_CONV2D, conv(256, 1, 2, 0, 1, 1, 0, false),
+         {4, {4, 128, 8, 8}}, 0, 0},
+        {"conv_transpose2d C64->32 k4 s2 p1 (acgan)", MP_OP_CONV_TRANSPOSE2D, conv(32, 4, 2, 1, 1, 1, 0, false),
+         {4, {4, 64, 7, 7}}, 0, 0},
+    };
+    const dw_check unrounded = {true}, rounded = {false};
+    for (size_t j = 2; j < sizeof precisions / sizeof precisions[0]; j++) { /* fp16, bf16 */
+        for (size_t i = 0; i < sizeof zoo / sizeof zoo[0]; i++) {
+            run_case(ctx, &zoo[i], &precisions[j], 2000 + (uint64_t)i, &unrounded);
+            run_case(ctx, &zoo[i], &precisions[j], 2000 + (uint64_t)i, &rounded);
+        }
+        for (int i = 0; i < n_cases; i++) run_case(ctx, &cases[i], &precisions[j], 3000 + (uint64_t)i, &unrounded);
+    }
     mp_cuda_ctx_destroy(ctx);
     return test_summary("test_cuda_conv_linear");
 }
