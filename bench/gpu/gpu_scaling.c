@@ -9,7 +9,8 @@
  * Under mpirun (one process per GPU) it measures one cell, N-GPU column
  * only: `mpirun -np 2 gpu_scaling --models cnn10 --batches 128`; there the
  * windows are rank 0's (the ranks meet at every step's all-reduce, not at a
- * barrier before each window).
+ * barrier before each window). --f32-weight-grads: plans with
+ * mp_plan_opts.f32_weight_grads (one GPU's weights within fp32 tolerance).
  * Built only with the CUDA backend. */
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ typedef struct {
     int batch, steps, repeats, world;
     const char *wire; /* NULL = the policy's */
     double bucket_mb; /* 0: the default */
+    bool f32_wgrad;   /* mp_plan_opts.f32_weight_grads */
     mp_dist_group *group;
     pthread_barrier_t *barrier;
 } cell;
@@ -66,7 +68,8 @@ static mp_status rank_train(rank_job *j, mp_dist *d) {
     if (s == MP_OK) {
         mp_graph_init_params(m.g, 1);
         s = mp_plan_create(m.g, (mp_plan_opts){.batch = c->batch, .training = true, .loss = m.loss,
-                                               .device = {MP_DEVICE_CUDA, device}, .grads_in_arena = true},
+                                               .device = {MP_DEVICE_CUDA, device}, .grads_in_arena = true,
+                                               .f32_weight_grads = c->f32_wgrad},
                            &plan);
     }
     bool scaling = c->prec == MP_PRECISION_AMP_FP16 || c->prec == MP_PRECISION_O2_FP16;
@@ -216,6 +219,7 @@ int main(int argc, char **argv) {
     const char *models = "resnet18,cnn10", *precisions = "amp-bf16", *batches = "512,128", *wire = NULL;
     int steps = 30, repeats = 5, gpus = 2;
     double bucket_mb = 0;
+    bool f32_wgrad = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
         else if (!strcmp(argv[i], "--precisions") && i + 1 < argc) precisions = argv[++i];
@@ -225,9 +229,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) gpus = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--allreduce") && i + 1 < argc) wire = argv[++i];
         else if (!strcmp(argv[i], "--bucket-mb") && i + 1 < argc) bucket_mb = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--f32-weight-grads")) f32_wgrad = true;
         else {
             fprintf(stderr, "usage: gpu_scaling [--models a,b] [--precisions p,q] [--batches 512,128] (per GPU) "
-                            "[--steps N] [--repeats R] [--gpus N] [--allreduce fp32|fp16|bf16] [--bucket-mb X]\n");
+                            "[--steps N] [--repeats R] [--gpus N] [--allreduce fp32|fp16|bf16] [--bucket-mb X] "
+                            "[--f32-weight-grads]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -241,7 +247,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gpu_scaling: under mpirun, name one model, one batch and one precision\n");
             return 2;
         }
-        cell proto = {.steps = steps, .repeats = repeats, .wire = wire, .bucket_mb = bucket_mb};
+        cell proto = {.steps = steps, .repeats = repeats, .wire = wire, .bucket_mb = bucket_mb,
+                      .f32_wgrad = f32_wgrad};
         return mpi_cell(&proto, models, batches, precisions);
     }
     int found = mp_cuda_device_count();
@@ -253,7 +260,8 @@ int main(int argc, char **argv) {
     printf("| model | precision | batch/GPU | 1 GPU images/s | 1 GPU + 1-rank all-reduce | %d GPUs images/s | speed-up "
            "| buckets |\n", gpus);
     printf("|---|---|---|---|---|---|---|---|\n");
-    cell proto = {.steps = steps, .repeats = repeats, .wire = wire, .bucket_mb = bucket_mb, .world = gpus};
+    cell proto = {.steps = steps, .repeats = repeats, .wire = wire, .bucket_mb = bucket_mb, .world = gpus,
+                  .f32_wgrad = f32_wgrad};
     int failures = bench_for_each_cell("gpu_scaling", models, batches, precisions, scaling_row, &proto);
     return failures < 0 ? 2 : failures ? 1 : 0;
 }
