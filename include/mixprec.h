@@ -64,6 +64,10 @@ void mp_convert_bf16_to_f32(const mp_bf16 *src, float *dst, size_t n);
 /* Round f32 values in place to dtype's precision (f16/bf16: round to nearest
  * even through the conversions above; any other dtype: unchanged). */
 void mp_round_f32(float *x, int64_t n, mp_dtype dtype);
+/* n elements between f32 and any float dtype (F32, F16, BF16; f16/bf16
+ * stores round to nearest even), chunked over all threads when large. */
+void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
+void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
 
 /* ---- graph construction ------------------------------------------------- */
 typedef struct mp_graph mp_graph;

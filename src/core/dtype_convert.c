@@ -21,7 +21,8 @@
  * (bf16 has f32's exponent range), so the AVX-512 BF16 kernel redoes any
  * vector holding a denormal with the integer rounding.
  *
- * mp_round_f32 (round in place to f16/bf16 precision) is built on the array
+ * mp_round_f32 (round in place to f16/bf16 precision) and mp_load_f32 /
+ * mp_store_f32 (f32 from / to any float dtype) are built on the array
  * conversions.
  *
  * Environment: MP_FORCE_SCALAR=1 (any value not starting with '0') makes
@@ -37,6 +38,7 @@
 
 #include "mixprec.h"
 #include "core/bf16_inline.h"
+#include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -333,4 +335,42 @@ void mp_round_f32(float *x, int64_t n, mp_dtype dtype) {
             mp_convert_bf16_to_f32((const mp_bf16 *)bits, x + i, m);
         }
     }
+}
+
+/* Conversions run on all threads for large tensors: on a many-core CPU a
+ * serial conversion of every staged tensor would dominate the step. */
+#define PAR_CHUNK ((int64_t)1 << 16)
+
+static void load_chunk(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
+    switch (src_dtype) {
+    case MP_DTYPE_F16: mp_convert_f16_to_f32(src, dst, (size_t)n); break;
+    case MP_DTYPE_BF16: mp_convert_bf16_to_f32(src, dst, (size_t)n); break;
+    default:
+        MP_ASSERT(src_dtype == MP_DTYPE_F32);
+        if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+static void store_chunk(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
+    switch (dst_dtype) {
+    case MP_DTYPE_F16: mp_convert_f32_to_f16(src, dst, (size_t)n); break;
+    case MP_DTYPE_BF16: mp_convert_f32_to_bf16(src, dst, (size_t)n); break;
+    default:
+        MP_ASSERT(dst_dtype == MP_DTYPE_F32);
+        if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
+    const size_t esz = mp_dtype_size(src_dtype);
+#pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
+    for (int64_t i = 0; i < n; i += PAR_CHUNK)
+        load_chunk(dst + i, (const char *)src + (size_t)i * esz, src_dtype, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
+}
+
+void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
+    const size_t esz = mp_dtype_size(dst_dtype);
+#pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
+    for (int64_t i = 0; i < n; i += PAR_CHUNK)
+        store_chunk((char *)dst + (size_t)i * esz, dst_dtype, src + i, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
 }

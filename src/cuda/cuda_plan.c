@@ -338,11 +338,6 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
  * in f16/bf16 (low_grads), goes through a host staging of its bits,
  * converted on the host (to the device: rounded to nearest even, as the CPU
  * trainer keeps it); one stream synchronization in all. */
-static void low_bits_to_f32(const uint16_t *h, mp_dtype dt, float *dst, size_t n) {
-    if (dt == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)h, dst, n);
-    else mp_convert_bf16_to_f32((const mp_bf16 *)h, dst, n);
-}
-
 mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
     mp_device_plan *d = p->dev;
     mp_graph *g = p->g;
@@ -364,8 +359,7 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
         if (low_dt != MP_DTYPE_F32) {
             mp_dtype unused;
             void *low = mp_cuda_plan_low(p, k, &unused);
-            if (!to_host && low_dt == MP_DTYPE_F16) mp_convert_f32_to_f16(gp->data, (mp_f16 *)h, n);
-            if (!to_host && low_dt == MP_DTYPE_BF16) mp_convert_f32_to_bf16(gp->data, (mp_bf16 *)h, n);
+            if (!to_host) mp_store_f32(h, low_dt, gp->data, (int64_t)n);
             e = to_host ? cudaMemcpyAsync(h, low, n * sizeof *h, cudaMemcpyDeviceToHost, d->ctx->stream)
                         : cudaMemcpyAsync(low, h, n * sizeof *h, cudaMemcpyHostToDevice, d->ctx->stream);
             h += n;
@@ -387,12 +381,12 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
         mp_gparam *gp = &g->params[k];
         const size_t n = (size_t)mp_shape_numel(&gp->spec.shape);
         if (d->low_only[k] != MP_DTYPE_F32) {
-            low_bits_to_f32(h, d->low_only[k], gp->data, n);
+            mp_load_f32(gp->data, h, d->low_only[k], (int64_t)n);
             h += n;
         }
         const mp_dtype grad_dt = mp_plan_grad_dtype(p, k);
         if (gp->grad && d->grad[k] && grad_dt != MP_DTYPE_F32) {
-            low_bits_to_f32(h, grad_dt, gp->grad, n);
+            mp_load_f32(gp->grad, h, grad_dt, (int64_t)n);
             h += n;
         }
     }

@@ -25,6 +25,19 @@ template <typename F> static bool with_type(mp_dtype dt, F f) {
     }
 }
 
+/* f(S{}, D{}) with the C types of two float dtypes; false when either is
+ * none of f32, f16, bf16. */
+template <typename F> static bool with_types(mp_dtype a, mp_dtype b, F f) {
+    bool found = false;
+    with_type(a, [&](auto s) {
+        with_type(b, [&](auto d) {
+            f(s, d);
+            found = true;
+        });
+    });
+    return found;
+}
+
 static mp_status bad_dtype(const char *what, const char *kernel, mp_dtype a, mp_dtype b) {
     return mp_error(MP_ERR_UNSUPPORTED, "%s: %s: dtypes %s -> %s not supported on the GPU", what ? what : "cuda", kernel,
                     mp_dtype_name(a), mp_dtype_name(b));
@@ -49,14 +62,11 @@ mp_status mp_cuda_lib_cast(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, void
         return mp_cuda_check(cudaMemcpyAsync(dst, src, (size_t)n * mp_dtype_size(sdt), cudaMemcpyDeviceToDevice,
                                              ctx->stream),
                              "cudaMemcpyAsync", what);
-    bool ok = with_type(sdt, [&](auto s) {
-        with_type(ddt, [&](auto d) {
+    if (!with_types(sdt, ddt, [&](auto s, auto d) {
             using S = decltype(s);
             using D = decltype(d);
             cast_kernel<S, D><<<mp_cuda_blocks(ctx, n), 256, 0, ctx->stream>>>((const S *)src, (D *)dst, n);
-        });
-    });
-    if (!ok || (ddt != MP_DTYPE_F32 && ddt != MP_DTYPE_F16 && ddt != MP_DTYPE_BF16))
+        }))
         return bad_dtype(what, "cast", sdt, ddt);
     return launched("cast_kernel", what);
 }
@@ -121,32 +131,24 @@ __global__ void from_krsc_kernel(const S *src, D *dst, int k, int c, int rs) {
 mp_status mp_cuda_lib_filter_to_krsc(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, void *dst, mp_dtype ddt, int k,
                                      int c, int rs, const char *what) {
     const long long n = (long long)k * c * rs;
-    int found = 0;
-    with_type(sdt, [&](auto s) {
-        with_type(ddt, [&](auto d) {
+    if (!with_types(sdt, ddt, [&](auto s, auto d) {
             using S = decltype(s);
             using D = decltype(d);
             to_krsc_kernel<S, D><<<mp_cuda_blocks(ctx, n), 256, 0, ctx->stream>>>((const S *)src, (D *)dst, k, c, rs);
-            found = 1;
-        });
-    });
-    if (!found) return bad_dtype(what, "filter to KRSC", sdt, ddt);
+        }))
+        return bad_dtype(what, "filter to KRSC", sdt, ddt);
     return launched("to_krsc_kernel", what);
 }
 
 mp_status mp_cuda_lib_filter_from_krsc(mp_cuda_ctx *ctx, const void *src, mp_dtype sdt, void *dst, mp_dtype ddt, int k,
                                        int c, int rs, const char *what) {
     const long long n = (long long)k * c * rs;
-    int found = 0;
-    with_type(sdt, [&](auto s) {
-        with_type(ddt, [&](auto d) {
+    if (!with_types(sdt, ddt, [&](auto s, auto d) {
             using S = decltype(s);
             using D = decltype(d);
             from_krsc_kernel<S, D><<<mp_cuda_blocks(ctx, n), 256, 0, ctx->stream>>>((const S *)src, (D *)dst, k, c, rs);
-            found = 1;
-        });
-    });
-    if (!found) return bad_dtype(what, "filter gradient from KRSC", sdt, ddt);
+        }))
+        return bad_dtype(what, "filter gradient from KRSC", sdt, ddt);
     return launched("from_krsc_kernel", what);
 }
 

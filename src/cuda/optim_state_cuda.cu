@@ -59,8 +59,7 @@ static mp_status queue_copies(mp_cuda_ctx *ctx, const mp_cuda_optim *dev, const 
         for (int b = 0; b < dev->n_bufs && n > 0; b++) {
             void *d = dev->bufs[2 * i + b], *h = hb[b];
             if (dt != MP_DTYPE_F32) {
-                if (!to_host && dt == MP_DTYPE_F16) mp_convert_f32_to_f16(hb[b], (mp_f16 *)stage, n);
-                if (!to_host && dt == MP_DTYPE_BF16) mp_convert_f32_to_bf16(hb[b], (mp_bf16 *)stage, n);
+                if (!to_host) mp_store_f32(stage, dt, hb[b], (int64_t)n);
                 h = stage;
                 stage += n;
             }
@@ -83,8 +82,7 @@ static void stage_to_host(const mp_cuda_optim *dev, mp_optim *host, const uint16
         mp_optim_state_tensors(host, i, hb);
         const size_t n = (size_t)dev->numel[i];
         for (int b = 0; b < dev->n_bufs; b++) {
-            if (dt == MP_DTYPE_F16) mp_convert_f16_to_f32((const mp_f16 *)stage, hb[b], n);
-            else mp_convert_bf16_to_f32((const mp_bf16 *)stage, hb[b], n);
+            mp_load_f32(hb[b], stage, dt, (int64_t)n);
             stage += n;
         }
     }

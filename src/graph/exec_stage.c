@@ -12,44 +12,6 @@
 
 static bool is_low(mp_dtype d) { return d == MP_DTYPE_F16 || d == MP_DTYPE_BF16; }
 
-/* Conversions run on all threads for large tensors: on a many-core CPU a
- * serial conversion of every staged tensor would dominate the step. */
-#define PAR_CHUNK ((int64_t)1 << 16)
-
-static void load_chunk(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
-    switch (src_dtype) {
-    case MP_DTYPE_F16: mp_convert_f16_to_f32(src, dst, (size_t)n); break;
-    case MP_DTYPE_BF16: mp_convert_bf16_to_f32(src, dst, (size_t)n); break;
-    default:
-        MP_ASSERT(src_dtype == MP_DTYPE_F32);
-        if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
-    }
-}
-
-static void store_chunk(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
-    switch (dst_dtype) {
-    case MP_DTYPE_F16: mp_convert_f32_to_f16(src, dst, (size_t)n); break;
-    case MP_DTYPE_BF16: mp_convert_f32_to_bf16(src, dst, (size_t)n); break;
-    default:
-        MP_ASSERT(dst_dtype == MP_DTYPE_F32);
-        if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
-    }
-}
-
-void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
-    const size_t esz = mp_dtype_size(src_dtype);
-#pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
-    for (int64_t i = 0; i < n; i += PAR_CHUNK)
-        load_chunk(dst + i, (const char *)src + (size_t)i * esz, src_dtype, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
-}
-
-void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
-    const size_t esz = mp_dtype_size(dst_dtype);
-#pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
-    for (int64_t i = 0; i < n; i += PAR_CHUNK)
-        store_chunk((char *)dst + (size_t)i * esz, dst_dtype, src + i, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
-}
-
 void mp_tensor_add(mp_dtype dt, void *dst, const void *src, int64_t n) {
     if (dt == MP_DTYPE_F64) {
         double *d = dst;

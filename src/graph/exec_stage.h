@@ -19,8 +19,4 @@ mp_status mp_stage_backward(mp_plan *p, int i, const bool *taken, const bool *fr
 /* dst += src, n elements of f32 or f64 (gradient accumulation). */
 void mp_tensor_add(mp_dtype dt, void *dst, const void *src, int64_t n);
 
-/* Element conversions between f32 and any float dtype (chunked, vectorized). */
-void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
-void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
-
 #endif

@@ -74,9 +74,8 @@ static mp_dtype grad_dtype_rule(const mp_plan *p, int k) {
 
 mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k) { return p->grad_dtype ? p->grad_dtype[k] : MP_DTYPE_F32; }
 
-bool mp_plan_f32_weight_grad(const mp_plan *p, int k) {
-    return p->o.f32_weight_grads && mp_plan_grad_dtype(p, k) == MP_DTYPE_F32 &&
-           mp_graph_param_low_only(p->g, k) == MP_DTYPE_F32;
+bool mp_plan_f32_weight_grad(const mp_plan *p, int k) { /* (a gradient kept low is a low_only weight's) */
+    return p->o.f32_weight_grads && mp_graph_param_low_only(p->g, k) == MP_DTYPE_F32;
 }
 
 /* With grads_in_arena, buffers b[0..) for the trainable parameters: written
