@@ -119,7 +119,7 @@ static int time_training_step(const char *model, int c, int h, int w, int batch,
     }
     mp_graph_init_params(m.g, 1);
     mp_plan *plan = NULL;
-    if (mp_plan_create(m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss, .use_onednn = true,
+    if (mp_plan_create(m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
                                            .reference = reference, .profile = profile},
                        &plan) != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());

@@ -297,7 +297,7 @@ int cmd_bench(int argc, char **argv) {
                        .gpus = b.gpus, .n_gpus = b.n_gpus,
                        .epochs = b.epochs, .steps = b.steps, .data_name = b.c.data, .lr = lr, .optim = oo,
                        .seed = b.seed, .augment = b.c.augment, .normalize = b.c.normalize,
-                       .use_onednn = !b.reference, .device = b.device, .price_per_hour = b.price,
+                       .reference = b.reference, .device = b.device, .price_per_hour = b.price,
                        .progress = stdout,
                        .train_out = b.verbose ? stdout : NULL, .jsonl = jsonl};
     printf("mixprec bench: %d cells (%d models x %d precisions x %d batch sizes", b.n_models * b.n_precisions *

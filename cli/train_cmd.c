@@ -12,10 +12,10 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common_opts.h"
-#include "amp/policy.h"
 #include "core/error.h"
+#include "data/dataset.h"
 #include "monitor/gpu_monitor.h"
-#include "train/trainer.h"
+#include "train/fit.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -85,7 +85,7 @@ static void usage(FILE *f) {
 typedef struct {
     common_opts c; /* data and optimizer */
     const char *model, *log, *precision, *lr_schedule, *overrides, *save, *resume;
-    const char *loss_scaling; /* "on", "off" or NULL (policy default) */
+    const char *loss_scaling; /* "on", "off" or NULL (the policy's default) */
     mp_scaler_opts scaler;
     bool scaler_set;
     int accumulate, max_forward_overflows, stop_after;
@@ -116,7 +116,7 @@ static int run_train(train_args *t, mp_dist *dist, int rank);
 
 static int parse(int argc, char **argv, train_args *t) {
     *t = (train_args){.c = common_opts_default(), .model = "small", .precision = "fp32", .lr_schedule = "cosine",
-                      .epochs = 3, .batch = 128, .seed = 1, .scaler = {.dynamic = true}, .device = "auto",
+                      .epochs = 3, .batch = 128, .seed = 1, .device = "auto",
                       .monitor_interval = 5};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -137,7 +137,7 @@ static int parse(int argc, char **argv, train_args *t) {
             if (strcmp(v, "on") && strcmp(v, "off")) { fprintf(stderr, "mixprec train: --loss-scaling '%s' must be on or off\n", v); return 2; }
             t->loss_scaling = v;
         } else if (!strcmp(a, "--loss-scale")) { NEED_VALUE(); t->scaler_set = true;
-            if (strcmp(v, "dynamic")) { if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.init_scale)) return 2; t->scaler.dynamic = false; }
+            if (strcmp(v, "dynamic")) { if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.init_scale)) return 2; t->scaler.static_scale = true; }
         } else if (!strcmp(a, "--loss-scale-growth")) { NEED_VALUE(); if (!arg_float("train", a, v, -1e30, 1e30, &t->scaler.growth_factor)) return 2; t->scaler_set = true;
         } else if (!strcmp(a, "--loss-scale-backoff")) { NEED_VALUE(); if (!arg_float("train", a, v, -1e30, 1e30, &t->scaler.backoff_factor)) return 2; t->scaler_set = true;
         } else if (!strcmp(a, "--loss-scale-window")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 30, &t->scaler.growth_interval)) return 2; t->scaler_set = true;
@@ -236,7 +236,7 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
     }
-    if (t.f32_weight_grads && (precision == MP_PRECISION_FP16 || precision == MP_PRECISION_BF16)) {
+    if (t.f32_weight_grads && (precision == MP_PRECISION_FP16 || precision == MP_PRECISION_BF16)) { /* no masters */
         fprintf(stderr, "mixprec train: --f32-weight-grads needs fp32 master weights (amp-*, o2-*); under %s the "
                         "weights and their gradients are %s\n", t.precision, t.precision);
         return 2;
@@ -285,7 +285,7 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         mp_dataset_free(&test);
         return 0;
     }
-    mp_train_result res;
+    mp_fit_result res;
     if (s == MP_OK) {
         FILE *out = t.quiet ? NULL : stdout;
         char dev[32];
@@ -300,24 +300,24 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
             fprintf(out, "mixprec: data parallel over %d GPUs (%s): global batch %d, gradients all-reduced (%s)\n",
                     ranks, dist ? "mpirun ranks" : "one thread each", ranks * t.batch,
                     t.allreduce ? t.allreduce : "auto");
-        mp_train_opts o = {.model_name = t.model, .data_name = t.c.data, .precision = t.precision, .epochs = t.epochs,
-                           .batch = t.batch, .lr = lr, .optim = oo, .lr_schedule = t.lr_schedule, .seed = t.seed,
-                           .augment = t.c.augment, .normalize = t.c.normalize, .max_steps = t.max_steps,
-                           .use_onednn = !t.reference, .device = device, .log_path = t.log, .out = out,
-                           .print_memory = t.print_memory,
-                           .loss_scaling = t.loss_scaling ? !strcmp(t.loss_scaling, "on")
-                                                          : (precision == MP_PRECISION_AMP_FP16 ||
-                                                             precision == MP_PRECISION_O2_FP16 || t.scaler_set),
-                           .scaler = t.scaler, .accumulate = t.accumulate, .clip_norm = t.clip_norm,
-                           .clip_value = t.clip_value, .max_forward_overflows = t.max_forward_overflows,
-                           .auto_fallback = t.auto_fallback, .f32_weight_grads = t.f32_weight_grads,
-                           .save_path = t.save, .resume_path = t.resume,
-                           .stop_after = t.stop_after, .gpus = dist ? 0 : t.gpus, .dist = dist,
-                           .allreduce = t.allreduce, .bucket_mb = t.bucket_mb, .dist_timeout = t.dist_timeout, .sync_bn = t.sync_bn,
-                           .replica = mp_model_spec_build, .replica_arg = &spec};
+        const mp_loss_scaling scaling = t.loss_scaling ? (!strcmp(t.loss_scaling, "on") ? MP_LOSS_SCALING_ON
+                                                                                          : MP_LOSS_SCALING_OFF)
+                                        : t.scaler_set ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_AUTO;
+        mp_fit_opts o = {.model_name = t.model, .data_name = t.c.data,
+                         .trainer = {.batch = t.batch, .device = device, .loss_scaling = scaling, .scaler = t.scaler,
+                                     .accumulate = t.accumulate, .clip_norm = t.clip_norm, .clip_value = t.clip_value,
+                                     .max_forward_overflows = t.max_forward_overflows,
+                                     .auto_fallback = t.auto_fallback, .reference = t.reference,
+                                     .f32_weight_grads = t.f32_weight_grads, .dist = dist, .allreduce = t.allreduce,
+                                     .bucket_mb = t.bucket_mb, .sync_bn = t.sync_bn, .events = out},
+                         .optim = oo, .lr = lr, .lr_schedule = t.lr_schedule, .epochs = t.epochs,
+                         .max_steps = t.max_steps, .stop_after = t.stop_after, .seed = t.seed, .augment = t.c.augment,
+                         .normalize = t.c.normalize, .out = out, .print_memory = t.print_memory, .log_path = t.log,
+                         .save_path = t.save, .resume_path = t.resume, .gpus = dist ? 0 : t.gpus,
+                         .dist_timeout = t.dist_timeout, .replica = mp_model_spec_build, .replica_arg = &spec};
         mp_monitor *mon = NULL;
         s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);
-        if (s == MP_OK) s = mp_train_run(&m, &train, &test, &o, &res);
+        if (s == MP_OK) s = mp_fit(&m, &train, &test, &o, &res);
         if (s == MP_OK && out)
             fprintf(out, "done: %d epochs in %.1fs, test accuracy %.2f%%, %.0f images/s, activation arena %.1f MiB\n",
                     res.epochs_run, res.total_seconds, 100 * res.test_acc, res.images_per_s,

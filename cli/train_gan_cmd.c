@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "amp/policy.h"
+#include "data/dataset.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common_opts.h"
@@ -180,13 +180,13 @@ int cmd_train_gan(int argc, char **argv) {
         return 2;
     }
     if (s == MP_OK) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision});
-    bool scaling = precision == MP_PRECISION_AMP_FP16 || precision == MP_PRECISION_O2_FP16;
+    mp_policy_info policy = {0};
+    if (s == MP_OK) s = mp_graph_policy(m.g, &policy);
+    const bool scaling = policy.loss_scaling;
     mp_gan_train_opts o = {
-        .step = {.batch = t.batch, .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .use_onednn = !t.reference,
-                 .device = device, .loss_scaling = scaling, .scaler = {.dynamic = true},
-                 .aux_fake_weight = t.aux_fake_weight, .seed = t.seed, .events = out},
-        .epochs = t.epochs, .max_steps = t.max_steps, .precision = t.precision, .data_name = t.c.data,
-        .out_dir = t.out, .out = out};
+        .trainer = {.batch = t.batch, .device = device, .reference = t.reference, .events = out},
+        .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .aux_fake_weight = t.aux_fake_weight, .seed = t.seed,
+        .epochs = t.epochs, .max_steps = t.max_steps, .data_name = t.c.data, .out_dir = t.out, .out = out};
     if (s == MP_OK && out) {
         int64_t all = mp_graph_param_count(m.g), gen = mp_acgan_generator_param_count(&m);
         char dev[32];
@@ -194,7 +194,7 @@ int cmd_train_gan(int argc, char **argv) {
                      "%d classes, batch %d, Adam lr %g beta1 %g, D class loss weights real %g generated %g, "
                      "precision %s%s, device %s, %d threads; writing to %s\n",
                 (long long)all, (long long)gen, (long long)(all - gen), train.source, train.n, train.c, train.h,
-                train.w, train.classes, t.batch, o.step.lr, t.beta1, MP_GAN_AUX_REAL_WEIGHT, t.aux_fake_weight,
+                train.w, train.classes, t.batch, o.lr, t.beta1, MP_GAN_AUX_REAL_WEIGHT, t.aux_fake_weight,
                 t.precision,
                 scaling ? " (dynamic loss scaling)" : "", mp_device_name(device, dev, sizeof dev),
                 omp_get_max_threads(), t.out);

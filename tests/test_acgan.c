@@ -12,13 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "check.h"
+#include "core/rng.h"
 #include "data/dataset.h"
 #include "graph/graph.h"
 #include "io/image_grid.h"
 #include "scratch_dir.h"
 #include "train/gan_trainer.h"
+#include "train/trainer.h"
 
 enum { B = 8, LATENT = 100, CLASSES = 10 };
 
@@ -70,6 +71,83 @@ static void real_batch(float *x, int32_t *y) {
     mp_dataset_free(&d);
 }
 
+/* One iteration's inputs: a real batch and the generator's noise and classes. */
+typedef struct {
+    float real[B * 28 * 28], z[B * LATENT], onehot[B * CLASSES], ones[B], zeros[B];
+    int32_t labels[B], fake_labels[B];
+} gan_inputs;
+
+static void make_inputs(gan_inputs *in, uint64_t seed) {
+    real_batch(in->real, in->labels);
+    mp_rng r;
+    mp_rng_seed(&r, seed);
+    for (int i = 0; i < B * LATENT; i++) in->z[i] = (float)mp_rng_normal(&r);
+    memset(in->onehot, 0, sizeof in->onehot);
+    for (int i = 0; i < B; i++) {
+        in->fake_labels[i] = (int32_t)mp_rng_below(&r, CLASSES);
+        in->onehot[i * CLASSES + in->fake_labels[i]] = 1;
+        in->ones[i] = 1, in->zeros[i] = 0;
+    }
+}
+
+/* Sets every input of the GAN through set_input / set_labels of a plan or a
+ * trainer (the same signatures). */
+#define SET_INPUTS(set_input, set_labels, obj, m, in)                                                          \
+    do {                                                                                                         \
+        MP_ASSERT(set_input(obj, (m)->real, (in)->real, B * 28 * 28) == MP_OK);                                  \
+        MP_ASSERT(set_labels(obj, (m)->real_labels, (in)->labels, B) == MP_OK);                                  \
+        MP_ASSERT(set_input(obj, (m)->z, (in)->z, B * LATENT) == MP_OK);                                         \
+        MP_ASSERT(set_input(obj, (m)->onehot, (in)->onehot, B * CLASSES) == MP_OK);                              \
+        MP_ASSERT(set_labels(obj, (m)->fake_labels, (in)->fake_labels, B) == MP_OK);                             \
+        MP_ASSERT(set_input(obj, (m)->ones, (in)->ones, B) == MP_OK);                                            \
+        MP_ASSERT(set_input(obj, (m)->zeros, (in)->zeros, B) == MP_OK);                                          \
+    } while (0)
+
+/* An AC-GAN with its two groups and a trainer over `which` of them (both, or
+ * only the generator's or only the discriminator's). */
+typedef struct {
+    mp_acgan m;
+    mp_train_group groups[2];
+    mp_trainer *t;
+} gan;
+
+enum { BOTH = -1, GEN = 0, DIS = 1 };
+
+static mp_status gan_open(gan *g, uint64_t init_seed, mp_precision p, float aux_fake_weight, float lr, int which) {
+    memset(g, 0, sizeof *g);
+    MP_ASSERT(mp_acgan_build(&g->m, 1, 28, 28, CLASSES, LATENT) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(g->m.g, (mp_policy_opts){.precision = p}) == MP_OK);
+    mp_acgan_init_params(&g->m, init_seed);
+    MP_TRY(mp_gan_groups(&g->m, lr, 0.5f, aux_fake_weight, g->groups));
+    mp_trainer_opts o = {.batch = B, .seed = 5};
+    if (which == BOTH) {
+        o.n_groups = 2;
+        o.groups[0] = g->groups[0], o.groups[1] = g->groups[1];
+    } else {
+        o.n_groups = 1;
+        o.groups[0] = g->groups[which];
+    }
+    return mp_trainer_create(g->m.g, &o, &g->t);
+}
+
+static void gan_close(gan *g) {
+    mp_trainer_destroy(g->t);
+    for (int i = 0; i < 2; i++) mp_optimizer_destroy(g->groups[i].optimizer);
+    mp_acgan_free(&g->m);
+}
+
+static mp_status gan_step(gan *g, const gan_inputs *in) {
+    SET_INPUTS(mp_trainer_set_input, mp_trainer_set_labels, g->t, &g->m, in);
+    return mp_trainer_step(g->t, NULL, NULL);
+}
+
+/* The five losses of the last forward, in mp_acgan_losses order. */
+static void read_losses(gan *g, float *losses) {
+    mp_node ids[MP_MAX_LOSSES];
+    const int n = mp_acgan_losses(&g->m, ids);
+    for (int j = 0; j < n; j++) MP_ASSERT(mp_trainer_read(g->t, ids[j], &losses[j], 1) == MP_OK);
+}
+
 /* Copies of every trainable parameter; returns the elements copied. */
 static int64_t snapshot(const mp_graph *g, float *dst) {
     int64_t at = 0;
@@ -97,64 +175,71 @@ static int64_t changed(const mp_acgan *m, const float *before, bool generator) {
     return diff;
 }
 
-static double grad_norm(const mp_gan_group *gr) {
+/* The gradients of one network's trainable tensors, concatenated in graph
+ * order, into dst (NULL: only count); returns the elements. */
+static int64_t net_grads(const mp_acgan *m, bool generator, float *dst) {
+    int64_t at = 0;
+    for (int k = 0; k < m->g->n_params; k++) {
+        const mp_gparam *p = &m->g->params[k];
+        if (!p->spec.trainable || mp_acgan_is_generator_param(m, k) != generator) continue;
+        const int64_t n = mp_shape_numel(&p->spec.shape);
+        if (dst) memcpy(dst + at, p->grad, (size_t)n * sizeof *dst);
+        at += n;
+    }
+    return at;
+}
+
+static double norm(const float *x, int64_t n) {
     double s = 0;
-    for (int i = 0; i < gr->n; i++)
-        for (int64_t j = 0; j < gr->sizes[i]; j++) s += (double)gr->grads[i][j] * gr->grads[i][j];
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return sqrt(s);
 }
 
+/* Each group moves only its own network: a trainer over the generator's
+ * group alone leaves the discriminator bit-identical, and the other way
+ * round; both together train, and D learns a fixed real batch's classes. */
 static void test_training_steps(void) {
-    mp_acgan m;
-    MP_ASSERT(mp_acgan_build(&m, 1, 28, 28, CLASSES, LATENT) == MP_OK);
-    mp_acgan_init_params(&m, 3);
-    mp_gan_ctx c;
-    mp_status s = mp_gan_ctx_init(&c, &m, &(mp_gan_opts){.batch = B, .lr = 1e-3f, .use_onednn = true, .seed = 5});
-    CHECK(s == MP_OK, "%s", mp_last_error());
-    if (s != MP_OK) return;
-    CHECK(c.gen.n == 9 && c.dis.n == 9, "tensors: G %d (embed, fc, BN 2, up1, BN 2, up2 2), D %d (conv1 2, conv2, BN 2, "
-          "src 2, cls 2)", c.gen.n, c.dis.n);
-    float *real = malloc(B * 28 * 28 * sizeof *real);
-    int32_t labels[B];
-    real_batch(real, labels);
-    int64_t total = mp_graph_param_count(m.g);
-    float *before = malloc((size_t)total * sizeof *before);
-    bool overflow = true, skipped = true;
-    CHECK(mp_gan_forward(&c, real, labels, &overflow) == MP_OK && !overflow, "first forward: %s", mp_last_error());
-    for (int j = 0; j < 5; j++) CHECK(isfinite(c.losses[j]) && c.losses[j] > 0, "loss %d = %g", j, c.losses[j]);
-    const float first_real_cls = c.losses[1];
-    /* G's step: G moves, D's weights stay bit-identical */
-    snapshot(m.g, before);
-    CHECK(mp_gan_update_generator(&c, &skipped) == MP_OK && !skipped, "G update: %s", mp_last_error());
-    CHECK(grad_norm(&c.gen) > 0, "the generator's gradient is zero");
-    CHECK(changed(&m, before, true) > 0, "the generator did not move");
-    CHECK(changed(&m, before, false) == 0, "G's step changed %lld discriminator weights",
-          (long long)changed(&m, before, false));
-    /* D's step: D moves, G's weights stay bit-identical */
-    snapshot(m.g, before);
-    CHECK(mp_gan_update_discriminator(&c, &skipped) == MP_OK && !skipped, "D update: %s", mp_last_error());
-    CHECK(grad_norm(&c.dis) > 0, "the discriminator's gradient is zero");
-    CHECK(changed(&m, before, false) > 0, "the discriminator did not move");
-    CHECK(changed(&m, before, true) == 0, "D's step changed %lld generator weights", (long long)changed(&m, before, true));
-    CHECK(mp_gan_end_iteration(&c) == MP_OK, "%s", mp_last_error());
-    /* more iterations on the same real batch: D learns its classes */
-    for (int it = 0; it < 8; it++) {
-        CHECK(mp_gan_forward(&c, real, labels, &overflow) == MP_OK && !overflow, "%s", mp_last_error());
-        CHECK(mp_gan_update_generator(&c, &skipped) == MP_OK, "%s", mp_last_error());
-        CHECK(mp_gan_update_discriminator(&c, &skipped) == MP_OK, "%s", mp_last_error());
-        mp_gan_end_iteration(&c);
+    static gan_inputs in;
+    make_inputs(&in, 11);
+    int64_t total = 0;
+    for (int which = GEN; which <= DIS; which++) {
+        gan g;
+        mp_status s = gan_open(&g, 3, MP_PRECISION_FP32, 0, 1e-3f, which);
+        CHECK(s == MP_OK, "%s", mp_last_error());
+        if (s != MP_OK) return;
+        CHECK(mp_optimizer_param_count(g.groups[GEN].optimizer) == 9 && mp_optimizer_param_count(g.groups[DIS].optimizer) == 9,
+              "tensors: G %d (embed, fc, BN 2, up1, BN 2, up2 2), D %d (conv1 2, conv2, BN 2, src 2, cls 2)",
+              mp_optimizer_param_count(g.groups[GEN].optimizer), mp_optimizer_param_count(g.groups[DIS].optimizer));
+        total = mp_graph_param_count(g.m.g);
+        float *before = malloc((size_t)total * sizeof *before);
+        snapshot(g.m.g, before);
+        CHECK(gan_step(&g, &in) == MP_OK, "%s", mp_last_error());
+        float losses[5];
+        read_losses(&g, losses);
+        for (int j = 0; j < 5; j++) CHECK(isfinite(losses[j]) && losses[j] > 0, "loss %d = %g", j, losses[j]);
+        const int64_t mine = changed(&g.m, before, which == GEN), other = changed(&g.m, before, which != GEN);
+        CHECK(mine > 0, "%s did not move", which == GEN ? "the generator" : "the discriminator");
+        CHECK(other == 0, "%s's step changed %lld weights of the other network", which == GEN ? "G" : "D",
+              (long long)other);
+        free(before);
+        gan_close(&g);
     }
-    mp_gan_forward(&c, real, labels, &overflow);
-    CHECK(isfinite(mp_gan_d_loss(&c)) && isfinite(mp_gan_g_loss(&c)), "losses D %g G %g", mp_gan_d_loss(&c),
-          mp_gan_g_loss(&c));
-    CHECK(c.losses[1] < 0.5f * first_real_cls, "D's class loss on a fixed real batch: %g -> %g", first_real_cls,
-          c.losses[1]);
-    CHECK(mp_optim_step_count(c.gen.opt) == 9 && mp_optim_step_count(c.dis.opt) == 9, "steps G %lld D %lld",
-          (long long)mp_optim_step_count(c.gen.opt), (long long)mp_optim_step_count(c.dis.opt));
+    gan g;
+    MP_ASSERT(gan_open(&g, 3, MP_PRECISION_FP32, 0, 1e-3f, BOTH) == MP_OK);
+    float first[5], last[5];
+    for (int it = 0; it < 9; it++) {
+        CHECK(gan_step(&g, &in) == MP_OK, "%s", mp_last_error());
+        read_losses(&g, it ? last : first);
+    }
+    CHECK(isfinite(last[0]) && isfinite(last[4]), "losses %g %g", last[0], last[4]);
+    CHECK(last[1] < 0.5f * first[1], "D's class loss on a fixed real batch: %g -> %g", first[1], last[1]);
+    CHECK(mp_optimizer_steps(g.groups[GEN].optimizer) == 9 && mp_optimizer_steps(g.groups[DIS].optimizer) == 9,
+          "steps G %lld D %lld", (long long)mp_optimizer_steps(g.groups[GEN].optimizer),
+          (long long)mp_optimizer_steps(g.groups[DIS].optimizer));
     /* the sample grid: one row per class, the same noise down each column */
     enum { ROWS = 10, COLS = 3 };
     float *grid = malloc(ROWS * COLS * 28 * 28 * sizeof *grid);
-    CHECK(mp_gan_sample_grid(&m, ROWS, COLS, 1, true, (mp_device){0}, grid) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_gan_sample_grid(&g.m, ROWS, COLS, 1, false, (mp_device){0}, grid) == MP_OK, "%s", mp_last_error());
     double lo = 1, hi = -1, row_diff = 0, col_diff = 0;
     for (int i = 0; i < ROWS * COLS * 28 * 28; i++) lo = fmin(lo, grid[i]), hi = fmax(hi, grid[i]);
     for (int i = 0; i < 28 * 28; i++) {
@@ -164,16 +249,7 @@ static void test_training_steps(void) {
     CHECK(lo >= -1 && hi <= 1 && hi > lo, "samples in [%g, %g]", lo, hi);
     CHECK(row_diff > 0 && col_diff > 0, "class and noise change the sample: %g, %g", row_diff, col_diff);
     free(grid);
-    free(before);
-    free(real);
-    mp_gan_ctx_free(&c);
-    mp_acgan_free(&m);
-}
-
-/* A network's gradients (the group's tensors, in order) into dst. */
-static void copy_grads(const mp_gan_group *gr, float *dst) {
-    for (int i = 0; i < gr->n; i++, dst += gr->sizes[i - 1])
-        memcpy(dst, gr->grads[i], (size_t)gr->sizes[i] * sizeof *dst);
+    gan_close(&g);
 }
 
 /* ||got - sum_j w[j] parts[j]|| / ||sum_j w[j] parts[j]|| over n elements. */
@@ -188,68 +264,61 @@ static double combo_error(const float *got, float *const *parts, const double *w
     return sqrt(err / ref);
 }
 
-static double norm(const float *x, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return sqrt(s);
-}
-
 /* The discriminator's class head learns from real images only (Keras'
  * AC-GAN, seed 001): D's gradient is that of real_src + 2 real_cls +
  * fake_src (+ W fake_cls with --aux-fake-weight W), each loss's gradient
  * taken alone on the same forward; the generator's is that of gen_src +
- * fake_cls whatever W is. */
+ * fake_cls whatever W is. Each group's gradient is read from a trainer over
+ * that group alone (with both, D's backward reuses G's gradient arrays). */
 static void test_aux_class_weights(void) {
     enum { RS, RC, FS, FC, GS, N_LOSS };
+    static gan_inputs in;
+    make_inputs(&in, 12);
     for (int variant = 0; variant < 2; variant++) {
         const float w_fake = variant ? 0.5f : 0.0f; /* the default, and --aux-fake-weight 0.5 */
-        mp_acgan m;
-        MP_ASSERT(mp_acgan_build(&m, 1, 28, 28, CLASSES, LATENT) == MP_OK);
-        mp_acgan_init_params(&m, 3);
-        mp_gan_ctx c;
-        mp_status s = mp_gan_ctx_init(
-            &c, &m, &(mp_gan_opts){.batch = B, .use_onednn = true, .aux_fake_weight = w_fake, .seed = 5});
-        CHECK(s == MP_OK, "%s", mp_last_error());
-        if (s != MP_OK) return;
-        int64_t nd = 0, ng = 0;
-        for (int i = 0; i < c.dis.n; i++) nd += c.dis.sizes[i];
-        for (int i = 0; i < c.gen.n; i++) ng += c.gen.sizes[i];
-        float *real = malloc(B * 28 * 28 * sizeof *real), *dg[N_LOSS], *gg[N_LOSS];
-        float *got_d = malloc((size_t)nd * sizeof *got_d), *got_g = malloc((size_t)ng * sizeof *got_g);
+        /* each loss's gradients alone, on a plan over all five losses */
+        gan ref;
+        MP_ASSERT(gan_open(&ref, 3, MP_PRECISION_FP32, w_fake, 1e-3f, BOTH) == MP_OK);
+        mp_plan *plan = mp_trainer_plan(ref.t);
+        const int64_t nd = net_grads(&ref.m, false, NULL), ng = net_grads(&ref.m, true, NULL);
+        float *dg[N_LOSS], *gg[N_LOSS];
         for (int j = 0; j < N_LOSS; j++) {
             dg[j] = malloc((size_t)nd * sizeof *dg[j]);
             gg[j] = malloc((size_t)ng * sizeof *gg[j]);
         }
-        int32_t labels[B];
-        real_batch(real, labels);
-        bool overflow = true, skipped = true;
-        CHECK(mp_gan_forward(&c, real, labels, &overflow) == MP_OK && !overflow, "%s", mp_last_error());
-        /* each loss's gradients alone, before any step */
+        SET_INPUTS(mp_plan_set_input, mp_plan_set_labels, plan, &ref.m, &in);
+        CHECK(mp_plan_forward(plan) == MP_OK, "%s", mp_last_error());
         mp_node losses[MP_MAX_LOSSES];
-        mp_acgan_losses(&m, losses);
+        mp_acgan_losses(&ref.m, losses);
         for (int j = 0; j < N_LOSS; j++) {
-            mp_graph_zero_grad(m.g);
-            CHECK(mp_plan_backward_from(c.plan, losses[j], 1) == MP_OK, "%s", mp_last_error());
-            copy_grads(&c.dis, dg[j]);
-            copy_grads(&c.gen, gg[j]);
+            mp_graph_zero_grad(ref.m.g);
+            CHECK(mp_plan_backward_from(plan, losses[j], 1) == MP_OK, "%s", mp_last_error());
+            net_grads(&ref.m, false, dg[j]);
+            net_grads(&ref.m, true, gg[j]);
         }
         /* guards: the class loss on generated images does reach D and G */
         CHECK(norm(dg[FC], nd) > 0.1 * norm(dg[RC], nd), "D's gradient of fake_cls %g, of real_cls %g",
               norm(dg[FC], nd), norm(dg[RC], nd));
         CHECK(norm(gg[FC], ng) > 0, "fake_cls does not reach the generator");
-        /* the generator: gen_src + fake_cls, as before */
-        CHECK(mp_gan_update_generator(&c, &skipped) == MP_OK && !skipped, "%s", mp_last_error());
-        copy_grads(&c.gen, got_g);
+        float *got = malloc((size_t)(nd > ng ? nd : ng) * sizeof *got);
+        /* the generator: gen_src + fake_cls, whatever W */
+        gan gen;
+        MP_ASSERT(gan_open(&gen, 3, MP_PRECISION_FP32, w_fake, 1e-3f, GEN) == MP_OK);
+        CHECK(gan_step(&gen, &in) == MP_OK, "%s", mp_last_error());
+        net_grads(&gen.m, true, got);
         float *g_parts[] = {gg[GS], gg[FC]};
-        double e = combo_error(got_g, g_parts, (double[]){1, 1}, 2, ng);
+        double e = combo_error(got, g_parts, (double[]){1, 1}, 2, ng);
         CHECK(e < 1e-5, "W %g: G's gradient is not that of gen_src + fake_cls: relative error %g", w_fake, e);
+        gan_close(&gen);
         /* the discriminator: real_src + 2 real_cls + fake_src + W fake_cls */
-        CHECK(mp_gan_update_discriminator(&c, &skipped) == MP_OK && !skipped, "%s", mp_last_error());
-        copy_grads(&c.dis, got_d);
+        gan dis;
+        MP_ASSERT(gan_open(&dis, 3, MP_PRECISION_FP32, w_fake, 1e-3f, DIS) == MP_OK);
+        CHECK(gan_step(&dis, &in) == MP_OK, "%s", mp_last_error());
+        net_grads(&dis.m, false, got);
         float *d_parts[] = {dg[RS], dg[RC], dg[FS], dg[FC]};
         const double w_d[] = {1, MP_GAN_AUX_REAL_WEIGHT, 1, w_fake};
-        e = combo_error(got_d, d_parts, w_d, 4, nd);
-        /* guard: other weights, all 1 (before) or 1 on real_cls, give a gradient far from the expected one */
+        e = combo_error(got, d_parts, w_d, 4, nd);
+        /* guard: other weights, all 1 or 1 on real_cls, give a gradient far from the expected one */
         float *want = malloc((size_t)nd * sizeof *want);
         for (int64_t i = 0; i < nd; i++)
             want[i] = (float)(dg[RS][i] + w_d[1] * dg[RC][i] + dg[FS][i] + w_fake * dg[FC][i]);
@@ -262,65 +331,45 @@ static void test_aux_class_weights(void) {
               "error %g", w_fake, e);
         CHECK(e_equal > 1e-2 && e_no_2 > 1e-2, "W %g: the weights cannot be told apart (%g, %g)", w_fake, e_equal,
               e_no_2);
-        double want_d = c.losses[RS] + 2.0 * c.losses[RC] + c.losses[FS] + (double)w_fake * c.losses[FC];
-        CHECK(fabs(mp_gan_d_loss(&c) - want_d) < 1e-5 * want_d, "W %g: D loss %g, expected %g", w_fake,
-              mp_gan_d_loss(&c), want_d);
-        CHECK(fabs(mp_gan_g_loss(&c) - ((double)c.losses[GS] + c.losses[FC])) < 1e-6 * mp_gan_g_loss(&c),
-              "G loss %g", mp_gan_g_loss(&c));
+        gan_close(&dis);
         for (int j = 0; j < N_LOSS; j++) free(dg[j]), free(gg[j]);
-        free(got_d);
-        free(got_g);
-        free(real);
-        mp_gan_ctx_free(&c);
-        mp_acgan_free(&m);
+        free(got);
+        gan_close(&ref);
     }
     mp_acgan m;
     MP_ASSERT(mp_acgan_build(&m, 1, 28, 28, CLASSES, LATENT) == MP_OK);
-    mp_gan_ctx c;
-    CHECK_ERR(mp_gan_ctx_init(&c, &m, &(mp_gan_opts){.batch = B, .aux_fake_weight = -1}), MP_ERR_INVALID_ARG,
-              "--aux-fake-weight -1");
-    mp_gan_ctx_free(&c);
+    mp_train_group groups[2];
+    CHECK_ERR(mp_gan_groups(&m, 2e-4f, 0.5f, -1, groups), MP_ERR_INVALID_ARG, "--aux-fake-weight -1");
     mp_acgan_free(&m);
 }
 
 /* With the default weights D's step does not depend on the classes asked of
- * the generated images: two runs from the same state whose forwards differ
- * only in the generated images' class labels (the same images) leave D's
- * weights bit-identical; with --aux-fake-weight 1 they differ. */
+ * the generated images: two runs from the same state whose inputs differ only
+ * in the generated images' class labels (the same images: the same noise and
+ * one-hot conditioning) leave D's weights bit-identical; with
+ * --aux-fake-weight 1 they differ. */
 static void test_d_ignores_fake_labels(void) {
+    static gan_inputs in[2];
     for (int variant = 0; variant < 2; variant++) {
         const float w_fake = (float)variant;
-        mp_acgan m[2];
-        mp_gan_ctx c[2];
-        float *real = malloc(B * 28 * 28 * sizeof *real), fake_cls[2] = {0, 0};
-        int32_t labels[B];
-        real_batch(real, labels);
+        gan g[2];
+        float fake_cls[2] = {0, 0};
         for (int r = 0; r < 2; r++) {
-            MP_ASSERT(mp_acgan_build(&m[r], 1, 28, 28, CLASSES, LATENT) == MP_OK);
-            mp_acgan_init_params(&m[r], 3);
-            MP_ASSERT(mp_gan_ctx_init(&c[r], &m[r], &(mp_gan_opts){.batch = B, .use_onednn = true,
-                                                                   .aux_fake_weight = w_fake, .seed = 5}) == MP_OK);
-            bool overflow = true, skipped = true;
-            CHECK(mp_gan_forward(&c[r], real, labels, &overflow) == MP_OK && !overflow, "%s", mp_last_error());
-            if (r == 1) { /* the same images, other class targets for D's class head */
-                int32_t other[B];
-                for (int i = 0; i < B; i++) other[i] = (c[r].fake_labels[i] + 1 + i % (CLASSES - 1)) % CLASSES;
-                MP_ASSERT(mp_plan_set_labels(c[r].plan, m[r].fake_labels, other, B) == MP_OK);
-                MP_ASSERT(mp_plan_forward(c[r].plan) == MP_OK);
-                mp_node losses[MP_MAX_LOSSES];
-                mp_acgan_losses(&m[r], losses);
-                MP_ASSERT(mp_plan_read(c[r].plan, losses[3], &c[r].losses[3], 1) == MP_OK);
-            }
-            fake_cls[r] = c[r].losses[3];
-            CHECK(mp_gan_update_generator(&c[r], &skipped) == MP_OK, "%s", mp_last_error());
-            CHECK(mp_gan_update_discriminator(&c[r], &skipped) == MP_OK && !skipped, "%s", mp_last_error());
+            make_inputs(&in[r], 13);
+            if (r == 1) /* the same images, other class targets for D's class head */
+                for (int i = 0; i < B; i++) in[r].fake_labels[i] = (in[0].fake_labels[i] + 1 + i % (CLASSES - 1)) % CLASSES;
+            MP_ASSERT(gan_open(&g[r], 3, MP_PRECISION_FP32, w_fake, 1e-3f, BOTH) == MP_OK);
+            CHECK(gan_step(&g[r], &in[r]) == MP_OK, "%s", mp_last_error());
+            float losses[5];
+            read_losses(&g[r], losses);
+            fake_cls[r] = losses[3];
         }
         CHECK(fabsf(fake_cls[0] - fake_cls[1]) > 0.01f, "the labels did not change fake_cls: %g, %g", fake_cls[0],
               fake_cls[1]);
         int64_t differ = 0, n = 0;
-        for (int k = 0; k < m[0].g->n_params; k++) {
-            const mp_gparam *a = &m[0].g->params[k], *b = &m[1].g->params[k];
-            if (!a->spec.trainable || mp_acgan_is_generator_param(&m[0], k)) continue;
+        for (int k = 0; k < g[0].m.g->n_params; k++) {
+            const mp_gparam *a = &g[0].m.g->params[k], *b = &g[1].m.g->params[k];
+            if (!a->spec.trainable || mp_acgan_is_generator_param(&g[0].m, k)) continue;
             int64_t len = mp_shape_numel(&a->spec.shape);
             for (int64_t i = 0; i < len; i++) differ += memcmp(&a->data[i], &b->data[i], sizeof(float)) != 0;
             n += len;
@@ -331,48 +380,42 @@ static void test_d_ignores_fake_labels(void) {
         else
             CHECK(differ > n / 100, "--aux-fake-weight 1: D's step should depend on them (%lld of %lld differ)",
                   (long long)differ, (long long)n);
-        for (int r = 0; r < 2; r++) mp_gan_ctx_free(&c[r]), mp_acgan_free(&m[r]);
-        free(real);
+        for (int r = 0; r < 2; r++) gan_close(&g[r]);
     }
 }
 
 /* amp-fp16 with the shared dynamic scaler: one scaler update per iteration
- * (not per optimizer or loss), each optimizer stepped or skipped. */
+ * (not per optimizer or loss), each optimizer stepped or skipped on its own
+ * gradients. */
 static void test_shared_scaler(void) {
-    mp_acgan m;
-    MP_ASSERT(mp_acgan_build(&m, 1, 28, 28, CLASSES, LATENT) == MP_OK);
-    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
-    mp_acgan_init_params(&m, 4);
-    mp_gan_ctx c;
-    mp_status s = mp_gan_ctx_init(&c, &m, &(mp_gan_opts){.batch = B, .use_onednn = true, .loss_scaling = true,
-                                                         .scaler = {.dynamic = true}, .seed = 6});
+    gan g;
+    mp_status s = gan_open(&g, 4, MP_PRECISION_AMP_FP16, 0, 2e-4f, BOTH);
     CHECK(s == MP_OK, "%s", mp_last_error());
     if (s != MP_OK) return;
-    float *real = malloc(B * 28 * 28 * sizeof *real);
-    int32_t labels[B];
-    real_batch(real, labels);
+    static gan_inputs in;
+    make_inputs(&in, 14);
     enum { ITERS = 5 };
     double want_scale = 65536;
     for (int it = 0; it < ITERS; it++) {
-        bool overflow, g_skipped, d_skipped;
-        CHECK(mp_gan_forward(&c, real, labels, &overflow) == MP_OK && !overflow, "%s", mp_last_error());
-        CHECK(mp_gan_update_generator(&c, &g_skipped) == MP_OK, "%s", mp_last_error());
-        CHECK(mp_gan_update_discriminator(&c, &d_skipped) == MP_OK, "%s", mp_last_error());
-        CHECK(mp_gan_end_iteration(&c) == MP_OK, "%s", mp_last_error());
+        const mp_scaler before = g.t->scaler;
+        CHECK(gan_step(&g, &in) == MP_OK, "%s", mp_last_error());
+        const mp_scaler *now = &g.t->scaler;
+        const bool g_skipped = now->group_skips[GEN] > before.group_skips[GEN];
+        const bool d_skipped = now->group_skips[DIS] > before.group_skips[DIS];
         if (g_skipped || d_skipped) want_scale *= 0.5; /* backs off once, whoever overflowed */
-        if (getenv("MP_TEST_VERBOSE")) printf("  iteration %d: G %s, D %s, scale %g\n", it, g_skipped ? "skipped" : "stepped",
-                                              d_skipped ? "skipped" : "stepped", mp_gan_loss_scale(&c));
+        if (getenv("MP_TEST_VERBOSE"))
+            printf("  iteration %d: G %s, D %s, scale %g\n", it, g_skipped ? "skipped" : "stepped",
+                   d_skipped ? "skipped" : "stepped", mp_trainer_loss_scale(g.t));
     }
-    CHECK(mp_gan_loss_scale(&c) == (float)want_scale, "scale %g, expected %g", mp_gan_loss_scale(&c), want_scale);
-    CHECK(c.scaler.step == ITERS, "scaler updates %lld, iterations %d", (long long)c.scaler.step, ITERS);
-    CHECK(mp_optim_step_count(c.gen.opt) + c.gen.skipped == ITERS &&
-              mp_optim_step_count(c.dis.opt) + c.dis.skipped == ITERS,
-          "G %lld+%lld, D %lld+%lld", (long long)mp_optim_step_count(c.gen.opt), (long long)c.gen.skipped,
-          (long long)mp_optim_step_count(c.dis.opt), (long long)c.dis.skipped);
-    CHECK(mp_optim_step_count(c.dis.opt) > 0, "the discriminator never stepped under amp-fp16");
-    free(real);
-    mp_gan_ctx_free(&c);
-    mp_acgan_free(&m);
+    const mp_scaler *sc = &g.t->scaler;
+    CHECK(mp_trainer_loss_scale(g.t) == (float)want_scale, "scale %g, expected %g", mp_trainer_loss_scale(g.t),
+          want_scale);
+    CHECK(sc->step == ITERS, "scaler updates %lld, iterations %d", (long long)sc->step, ITERS);
+    const int64_t gs = mp_optimizer_steps(g.groups[GEN].optimizer), ds = mp_optimizer_steps(g.groups[DIS].optimizer);
+    CHECK(gs + sc->group_skips[GEN] == ITERS && ds + sc->group_skips[DIS] == ITERS, "G %lld+%lld, D %lld+%lld",
+          (long long)gs, sc->group_skips[GEN], (long long)ds, sc->group_skips[DIS]);
+    CHECK(ds > 0, "the discriminator never stepped under amp-fp16");
+    gan_close(&g);
 }
 
 static uint32_t be32(const unsigned char *p) {

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "check.h"
+#include "data/dataset.h"
 #include "graph/graph.h"
 #include "models/models.h"
-#include "train/trainer.h"
+#include "train/fit.h"
 
 static mp_dataset data(int n) {
     mp_dataset d;
@@ -35,11 +35,12 @@ static mp_model plain_model(void) {
     return m;
 }
 
-static mp_train_opts base_opts(void) {
-    return (mp_train_opts){.model_name = "test", .precision = "fp32", .epochs = 1, .batch = 16, .lr = 0.1f,
-                           .optim = {.kind = MP_OPTIM_SGD}, .lr_schedule = "constant", .seed = 9,
-                           .use_onednn = true};
+static mp_fit_opts base_opts(void) {
+    return (mp_fit_opts){.model_name = "test", .epochs = 1, .trainer = {.batch = 16}, .lr = 0.1f,
+                         .optim = {.kind = MP_OPTIM_SGD}, .lr_schedule = "constant", .seed = 9};
 }
+
+static bool has_master(mp_precision p) { return p != MP_PRECISION_FP16 && p != MP_PRECISION_BF16; }
 
 static float *snapshot(const mp_graph *g) {
     int64_t n = 0;
@@ -77,15 +78,13 @@ static void test_collapse_and_fallback(void) {
         MP_ASSERT(conv2 >= 0);
         mp_gparam *w = &m.g->params[m.g->nodes[conv2].first_param];
         for (int64_t j = 0; j < mp_shape_numel(&w->spec.shape); j++) w->data[j] = 1e6f;
-        mp_train_opts o = base_opts();
-        o.precision = "amp-fp16";
-        o.loss_scaling = true;
-        o.scaler = (mp_scaler_opts){.dynamic = true};
-        o.auto_fallback = fallback;
-        o.events = fopen("/dev/null", "w");
-        mp_train_result r;
-        mp_status s = mp_train_run(&m, &d, NULL, &o, &r);
-        fclose(o.events);
+        mp_fit_opts o = base_opts();
+        o.trainer.loss_scaling = MP_LOSS_SCALING_ON;
+        o.trainer.auto_fallback = fallback;
+        o.trainer.events = fopen("/dev/null", "w");
+        mp_fit_result r;
+        mp_status s = mp_fit(&m, &d, NULL, &o, &r);
+        fclose(o.trainer.events);
         if (!fallback) {
             CHECK(s == MP_ERR_NONFINITE, "collapse must stop the run, status %d", s);
             CHECK(strstr(mp_last_error(), "conv2") != NULL, "error names the layer: %s", mp_last_error());
@@ -108,11 +107,11 @@ static void test_collapse_and_fallback(void) {
 }
 
 /* The plain model's parameters after training with options `o` (fp32). */
-static float *params_after(const mp_dataset *d, mp_train_opts o, int64_t *n) {
+static float *params_after(const mp_dataset *d, mp_fit_opts o, int64_t *n) {
     mp_model m = plain_model();
     mp_graph_init_params(m.g, 5);
-    mp_train_result r;
-    CHECK(mp_train_run(&m, d, NULL, &o, &r) == MP_OK, "%s", mp_last_error());
+    mp_fit_result r;
+    CHECK(mp_fit(&m, d, NULL, &o, &r) == MP_OK, "%s", mp_last_error());
     float *p = snapshot(m.g);
     *n = param_floats(m.g);
     mp_model_free(&m);
@@ -123,12 +122,12 @@ static float *params_after(const mp_dataset *d, mp_train_opts o, int64_t *n) {
 static void test_accumulation(void) {
     mp_dataset d = data(256);
     int64_t n = 0;
-    mp_train_opts o = base_opts();
+    mp_fit_opts o = base_opts();
     o.max_steps = 1;
-    o.batch = 64;
+    o.trainer.batch = 64;
     float *whole = params_after(&d, o, &n);
-    o.batch = 16;
-    o.accumulate = 4;
+    o.trainer.batch = 16;
+    o.trainer.accumulate = 4;
     float *micro = params_after(&d, o, &n);
     double diff = max_rel_diff(micro, whole, n);
     CHECK(diff < 1e-4, "4 micro-batches of 16 vs one batch of 64: max rel. diff %g", diff);
@@ -149,12 +148,12 @@ static void test_accumulation(void) {
 static void test_clip_sees_unscaled(void) {
     mp_dataset d = data(256);
     int64_t n = 0;
-    mp_train_opts o = base_opts();
+    mp_fit_opts o = base_opts();
     o.max_steps = 3;
-    o.clip_norm = 0.01f;
+    o.trainer.clip_norm = 0.01f;
     float *plain = params_after(&d, o, &n);
-    o.loss_scaling = true;
-    o.scaler = (mp_scaler_opts){.dynamic = false, .init_scale = 1024};
+    o.trainer.loss_scaling = MP_LOSS_SCALING_ON;
+    o.trainer.scaler = (mp_scaler_opts){.static_scale = true, .init_scale = 1024};
     float *scaled = params_after(&d, o, &n);
     double diff = max_rel_diff(scaled, plain, n);
     CHECK(diff < 1e-5, "clipping with loss scale 1024 vs none: max rel. diff %g", diff);
@@ -171,16 +170,15 @@ static void test_skipped_step_changes_nothing(void) {
     MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
     mp_graph_init_params(m.g, 5);
     float *before = snapshot(m.g);
-    mp_train_opts o = base_opts();
-    o.precision = "amp-fp16";
+    mp_fit_opts o = base_opts();
     o.optim = (mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f};
     o.max_steps = 2;
-    o.loss_scaling = true;
-    o.scaler = (mp_scaler_opts){.dynamic = false, .init_scale = 1e30f};
-    o.events = fopen("/dev/null", "w");
-    mp_train_result r;
-    mp_status s = mp_train_run(&m, &d, NULL, &o, &r);
-    fclose(o.events);
+    o.trainer.loss_scaling = MP_LOSS_SCALING_ON;
+    o.trainer.scaler = (mp_scaler_opts){.static_scale = true, .init_scale = 1e30f};
+    o.trainer.events = fopen("/dev/null", "w");
+    mp_fit_result r;
+    mp_status s = mp_fit(&m, &d, NULL, &o, &r);
+    fclose(o.trainer.events);
     CHECK(s == MP_OK, "%s", mp_last_error());
     CHECK(r.skipped_steps == 2, "both steps skipped, got %lld", (long long)r.skipped_steps);
     float *after = snapshot(m.g);
@@ -224,20 +222,20 @@ static void test_round_low_weights(void) {
             for (int k = 0; k < g->n_params; k++) {
                 const mp_gparam *p = &g->params[k];
                 const mp_dtype dt = g->nodes[p->node].compute_dtype;
-                const bool want = p->spec.trainable && dt != MP_DTYPE_F32 && mp_precision_has_master(prec) == false &&
+                const bool want = p->spec.trainable && dt != MP_DTYPE_F32 && has_master(prec) == false &&
                                   (!selected || k % 2 == 1);
                 const bool is = dt != MP_DTYPE_F32 && representable(p->data, mp_shape_numel(&p->spec.shape), dt);
                 CHECK(want == is, "%s: parameter %s %s rounded to %s", mp_precision_name(prec), p->name,
                       want ? "not" : "wrongly", mp_dtype_name(dt));
                 rounded += is;
                 const mp_dtype lo = mp_graph_param_low_only(g, k);
-                CHECK(lo == (mp_precision_has_master(prec) || !p->spec.trainable ? MP_DTYPE_F32 : dt),
+                CHECK(lo == (has_master(prec) || !p->spec.trainable ? MP_DTYPE_F32 : dt),
                       "%s: parameter %s: low-only dtype %s", mp_precision_name(prec), p->name, mp_dtype_name(lo));
                 low_only += lo != MP_DTYPE_F32;
             }
-            CHECK((rounded > 0) == !mp_precision_has_master(prec), "%s: %d parameters rounded", mp_precision_name(prec),
+            CHECK((rounded > 0) == !has_master(prec), "%s: %d parameters rounded", mp_precision_name(prec),
                   rounded);
-            CHECK((low_only > 0) == !mp_precision_has_master(prec), "%s: %d parameters without a master",
+            CHECK((low_only > 0) == !has_master(prec), "%s: %d parameters without a master",
                   mp_precision_name(prec), low_only);
             mp_model_free(&m);
         }

@@ -467,16 +467,16 @@ static void check_tails(paths *P) {
     CHECK(clobber == 0, "%d writes outside the destination", clobber);
 }
 
-/* MP_FORCE_SCALAR in a child process that has not resolved the dispatch. */
+/* MIXPREC_FORCE_SCALAR in a child process that has not resolved the dispatch. */
 static void check_force_scalar(void) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        setenv("MP_FORCE_SCALAR", "1", 1);
+        setenv("MIXPREC_FORCE_SCALAR", "1", 1);
         const char *name = mp_convert_path_name();
-        int ok = strstr(name, "MP_FORCE_SCALAR") != NULL &&
+        int ok = strstr(name, "MIXPREC_FORCE_SCALAR") != NULL &&
                  strcmp(name, "f32->f16 portable, f16->f32 portable, f32->bf16 portable, "
-                              "bf16->f32 portable (MP_FORCE_SCALAR)") == 0;
+                              "bf16->f32 portable (MIXPREC_FORCE_SCALAR)") == 0;
         float x[37];
         mp_f16 h[37];
         mp_bf16 b[37];
@@ -490,7 +490,7 @@ static void check_force_scalar(void) {
     }
     int st = 0;
     CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-          "MP_FORCE_SCALAR=1 child failed (status %d)", st);
+          "MIXPREC_FORCE_SCALAR=1 child failed (status %d)", st);
 }
 
 int main(void) {
@@ -510,7 +510,7 @@ int main(void) {
 #endif
     CHECK(cf->fma == !!__builtin_cpu_supports("fma"), "fma detection disagrees");
     CHECK(cf->avx512f == !!__builtin_cpu_supports("avx512f"), "avx512f detection disagrees");
-    if (cf->f16c && !getenv("MP_FORCE_SCALAR"))
+    if (cf->f16c && !getenv("MIXPREC_FORCE_SCALAR"))
         CHECK(strstr(mp_convert_path_name(), "f32->f16 f16c, f16->f32 f16c") != NULL, "f16c not dispatched");
 #endif
 

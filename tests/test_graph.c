@@ -226,7 +226,7 @@ static heap_delta step_allocations(bool reference, int warmup, int B) {
     net n = build_net();
     mp_graph_init_params(n.g, 1);
     mp_plan *p = NULL;
-    MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = B, .training = true, .loss = n.loss, .use_onednn = true,
+    MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = B, .training = true, .loss = n.loss,
                                                  .reference = reference},
                              &p) == MP_OK);
     float *x = calloc((size_t)B * 50, sizeof *x);

@@ -144,7 +144,7 @@ static void test_training_step(const step_case *t) {
     if (s != MP_OK) return;
     mp_graph_init_params(m.g, 5);
     mp_plan *p = NULL;
-    s = mp_plan_create(m.g, (mp_plan_opts){.batch = t->batch, .training = true, .loss = m.loss, .use_onednn = true}, &p);
+    s = mp_plan_create(m.g, (mp_plan_opts){.batch = t->batch, .training = true, .loss = m.loss}, &p);
     CHECK(s == MP_OK, "plan %s (%s): %s", t->model, pn, mp_last_error());
     if (s != MP_OK) {
         mp_model_free(&m);

@@ -156,8 +156,8 @@ static void test_per_optimizer_skip(bool shared) {
     MP_ASSERT(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_ADAM}, gref, ng, &opt_g) == MP_OK);
     MP_ASSERT(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_ADAM}, dref, nd, &opt_d) == MP_OK);
     mp_scaler sc_d, sc_g;
-    MP_ASSERT(mp_scaler_init(&sc_d, (mp_scaler_opts){.dynamic = true, .init_scale = 1024}) == MP_OK);
-    MP_ASSERT(mp_scaler_init(&sc_g, (mp_scaler_opts){.dynamic = true, .init_scale = 1024}) == MP_OK);
+    MP_ASSERT(mp_scaler_init(&sc_d, (mp_scaler_opts){.init_scale = 1024}) == MP_OK);
+    MP_ASSERT(mp_scaler_init(&sc_g, (mp_scaler_opts){.init_scale = 1024}) == MP_OK);
     mp_scaler *for_d = &sc_d, *for_g = shared ? &sc_d : &sc_g;
     fill(p, &n, 2);
     float g_before = gref[0].param[0], d_before = dref[0].param[0];

@@ -1,5 +1,5 @@
 /* test_native_bf16.c — bf16 nodes run without the staged f32 emulation,
- * against that emulation of the same policy (MP_NATIVE_BF16=0):
+ * against that emulation of the same policy (mp_plan_opts.native_bf16 = MP_NATIVE_OFF):
  *  - BN, ReLU, add, mul and pooling read and write bf16 through our own kernels
  *    on every CPU, computing exactly what the emulation computes: where the
  *    convolutions stay emulated (no bf16 kernels) the bits must match;
@@ -27,7 +27,6 @@ typedef struct {
 } result;
 
 static result run(bool native_allowed, mp_precision precision) {
-    setenv("MP_NATIVE_BF16", native_allowed ? "1" : "0", 1);
     mp_graph *g = mp_graph_create();
     mp_node x = mp_graph_input(g, "x", 8, 10, 10);
     mp_node c = mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
@@ -45,7 +44,9 @@ static result run(bool native_allowed, mp_precision precision) {
     MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = precision}) == MP_OK);
     mp_graph_init_params(g, 7);
     mp_plan *p = NULL;
-    mp_status s = mp_plan_create(g, (mp_plan_opts){.batch = B, .training = true, .loss = loss, .use_onednn = true}, &p);
+    mp_status s = mp_plan_create(g, (mp_plan_opts){.batch = B, .training = true, .loss = loss,
+                                                    .native_bf16 = native_allowed ? MP_NATIVE_ON : MP_NATIVE_OFF},
+                                 &p);
     MP_ASSERT(s == MP_OK);
     result res = {0};
     for (int i = 0; i < p->n; i++) {
@@ -82,7 +83,7 @@ static void compare(mp_precision precision) {
     bool bf16_cpu = cpu->avx512_bf16 || cpu->amx_bf16;
     result emu = run(false, precision), nat = run(true, precision);
     const char *name = mp_precision_name(precision);
-    CHECK(emu.native == 0, "%s: MP_NATIVE_BF16=0 must keep every node emulated", name);
+    CHECK(emu.native == 0, "%s: MP_NATIVE_OFF must keep every node emulated", name);
     double d2 = 0, r2 = 0;
     for (int64_t i = 0; i < emu.n_grads; i++) {
         d2 += (double)(nat.grads[i] - emu.grads[i]) * (nat.grads[i] - emu.grads[i]);

@@ -47,7 +47,7 @@ int main(void) {
     mp_graph_mark_output(g, loss);
     mp_graph_init_params(g, 3);
     mp_plan *p = NULL;
-    MP_ASSERT(mp_plan_create(g, (mp_plan_opts){.batch = B, .training = true, .loss = loss, .use_onednn = true}, &p) ==
+    MP_ASSERT(mp_plan_create(g, (mp_plan_opts){.batch = B, .training = true, .loss = loss}, &p) ==
               MP_OK);
     /* the arena must actually reuse memory for this test to mean anything */
     size_t all = 0;

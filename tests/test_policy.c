@@ -8,14 +8,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "check.h"
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "graph/graph.h"
 #include "graph/plan.h"
 #include "models/models.h"
-#include "train/trainer.h"
+#include "train/fit.h"
+
+/* The table of mixprec/precision.h, written out again for the checks. */
+static const char *mp_graph_policy_name_for_test(const mp_graph *g) { return mp_precision_name(g->policy.precision); }
+
+static mp_dtype mp_precision_low_dtype(mp_precision p) {
+    static const mp_dtype lows[MP_PRECISION_COUNT] = {MP_DTYPE_F32, MP_DTYPE_F32,  MP_DTYPE_F16, MP_DTYPE_BF16,
+                                                      MP_DTYPE_F16, MP_DTYPE_BF16, MP_DTYPE_F16, MP_DTYPE_BF16};
+    return lows[p];
+}
 
 /* ---- dtype helpers ------------------------------------------------------- */
 
@@ -151,14 +159,30 @@ static void test_precision_names(void) {
         CHECK(mp_precision_parse(name, &p) == MP_OK && p == (mp_precision)i, "parse(\"%s\") -> %d", name, (int)p);
         CHECK(strstr(mp_precision_list(), name) != NULL, "'%s' missing from the list '%s'", name, mp_precision_list());
     }
-    static const mp_dtype lows[MP_PRECISION_COUNT] = {MP_DTYPE_F32, MP_DTYPE_F32,  MP_DTYPE_F16, MP_DTYPE_BF16,
-                                                      MP_DTYPE_F16, MP_DTYPE_BF16, MP_DTYPE_F16, MP_DTYPE_BF16};
+    /* what each policy implies, as the pass records it (mp_graph_policy) */
     for (int i = 0; i < MP_PRECISION_COUNT; i++) {
-        CHECK(mp_precision_low_dtype((mp_precision)i) == lows[i], "%s: low dtype %s",
-              mp_precision_name((mp_precision)i),
-              mp_dtype_name(mp_precision_low_dtype((mp_precision)i)));
-        CHECK(mp_precision_has_master((mp_precision)i) == (i != MP_PRECISION_FP16 && i != MP_PRECISION_BF16),
-              "%s: master weights", mp_precision_name((mp_precision)i));
+        mp_model m;
+        MP_ASSERT(mp_model_build("small", 1, 8, 8, 4, &m) == MP_OK);
+        MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = (mp_precision)i}) == MP_OK);
+        mp_policy_info pi;
+        CHECK(mp_graph_policy(m.g, &pi) == MP_OK && pi.precision == (mp_precision)i, "%s: policy recorded",
+              mp_precision_name((mp_precision)i));
+        const bool pure = i == MP_PRECISION_FP16 || i == MP_PRECISION_BF16;
+        CHECK(pi.low_dtype == mp_precision_low_dtype((mp_precision)i), "%s: low dtype %s",
+              mp_precision_name((mp_precision)i), mp_dtype_name(pi.low_dtype));
+        CHECK(pi.master_weights == !pure, "%s: master weights", mp_precision_name((mp_precision)i));
+        CHECK(pi.loss_scaling == (i == MP_PRECISION_AMP_FP16 || i == MP_PRECISION_O2_FP16), "%s: loss scaling %d",
+              mp_precision_name((mp_precision)i), pi.loss_scaling);
+        CHECK(pi.tf32 == (i == MP_PRECISION_TF32), "%s: tf32", mp_precision_name((mp_precision)i));
+        CHECK(pi.allreduce_dtype == pi.low_dtype, "%s: all-reduce dtype %s", mp_precision_name((mp_precision)i),
+              mp_dtype_name(pi.allreduce_dtype));
+        for (int k = 0; k < m.g->n_nodes; k++) {
+            mp_node_precision np;
+            MP_ASSERT(mp_graph_node_precision(m.g, k, &np) == MP_OK);
+            CHECK(np.tf32 == (pi.tf32 && np.compute == MP_DTYPE_F32), "%s: node %s tf32 %d",
+                  mp_precision_name((mp_precision)i), mp_graph_node_name(m.g, k), np.tf32);
+        }
+        mp_model_free(&m);
     }
     mp_precision p;
     CHECK(mp_precision_parse("fp8", &p) == MP_ERR_INVALID_ARG, "unknown precision accepted");
@@ -284,7 +308,7 @@ static bool mixed_step(mp_graph *g, float *grads, float *loss) {
         mp_graph_zero_grad(g);
         s = mp_plan_backward(p, 1.0f);
     }
-    CHECK(s == MP_OK, "mixed %s step: %s", mp_precision_name((mp_precision)g->precision), mp_last_error());
+    CHECK(s == MP_OK, "mixed %s step: %s", mp_graph_policy_name_for_test(g), mp_last_error());
     for (int k = 0; s == MP_OK && k < g->n_params; k++) {
         const mp_gparam *gp = &g->params[k];
         if (!gp->spec.trainable) continue;
@@ -473,7 +497,8 @@ static void test_overrides(void) {
     CHECK(apply(g, MP_PRECISION_COUNT, false, NULL) == MP_ERR_INVALID_ARG, "policy out of range accepted");
     expect_node(g, "fc1", F, F, "after refused overrides");
     expect_node(g, "conv1", B, B, "after refused overrides");
-    CHECK(g->precision == MP_PRECISION_AMP_BF16, "refused overrides changed the graph's policy to %d", g->precision);
+    CHECK(g->policy.precision == MP_PRECISION_AMP_BF16, "refused overrides changed the graph's policy to %d",
+          g->policy.precision);
     mp_model_free(&m);
 }
 
@@ -847,13 +872,12 @@ static void test_training(void) {
         mp_model m;
         s = mp_model_build("small", 1, 12, 12, 10, &m);
         if (s == MP_OK) s = apply(m.g, pols[i], false, NULL);
-        mp_train_opts o = {.model_name = "small", .data_name = "synthetic", .precision = pn, .epochs = 2,
-                           .batch = 32, .lr = 0.002f, .optim = {.kind = MP_OPTIM_ADAM}, .lr_schedule = "cosine",
-                           .seed = 1, .normalize = true, .use_onednn = true,
-                           /* as the CLI: dynamic loss scaling for the fp16 policies */
-                           .loss_scaling = pols[i] == MP_PRECISION_AMP_FP16, .scaler = {.dynamic = true}};
-        mp_train_result res;
-        if (s == MP_OK) s = mp_train_run(&m, &train, &test, &o, &res);
+        /* the policy's default loss scaling: dynamic for amp-fp16 */
+        mp_fit_opts o = {.model_name = "small", .data_name = "synthetic", .epochs = 2, .trainer = {.batch = 32},
+                         .lr = 0.002f, .optim = {.kind = MP_OPTIM_ADAM}, .lr_schedule = "cosine", .seed = 1,
+                         .normalize = true};
+        mp_fit_result res;
+        if (s == MP_OK) s = mp_fit(&m, &train, &test, &o, &res);
         CHECK(s == MP_OK, "train %s: %s", pn, mp_last_error());
         if (s == MP_OK) {
             CHECK(res.epochs_run == 2, "%s: %d epochs run", pn, res.epochs_run);

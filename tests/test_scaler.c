@@ -310,19 +310,19 @@ static void test_gradscaler(void) {
 
     /* Defaults: rare overflows, so 2000-step clean runs happen. */
     bursty_pattern(pat, PATTERN_LEN, 11, 0.0004, 3);
-    st = compare_sequence("torch default", (mp_scaler_opts){.dynamic = true}, torch_default, pat, NULL, PATTERN_LEN);
+    st = compare_sequence("torch default", (mp_scaler_opts){0}, torch_default, pat, NULL, PATTERN_LEN);
     check_exercised("torch default", st, 2, 2, 0);
 
     ref_cfg c = torch_default;
     c.growth_interval = 3;
     bursty_pattern(pat, PATTERN_LEN, 12, 0.08, 4);
-    st = compare_sequence("torch interval 3", (mp_scaler_opts){.dynamic = true, .growth_interval = 3}, c, pat, NULL,
+    st = compare_sequence("torch interval 3", (mp_scaler_opts){.growth_interval = 3}, c, pat, NULL,
                           PATTERN_LEN);
     check_exercised("torch interval 3", st, 500, 500, 0);
 
     c.growth_interval = 5;
     bursty_pattern(pat, PATTERN_LEN, 13, 0.03, 8);
-    st = compare_sequence("torch interval 5", (mp_scaler_opts){.dynamic = true, .growth_interval = 5}, c, pat, NULL,
+    st = compare_sequence("torch interval 5", (mp_scaler_opts){.growth_interval = 5}, c, pat, NULL,
                           PATTERN_LEN);
     check_exercised("torch interval 5", st, 500, 500, 0);
 
@@ -332,20 +332,20 @@ static void test_gradscaler(void) {
                   .backoff_factor = (double)0.3f, .growth_interval = 4};
     bursty_pattern(pat, PATTERN_LEN, 14, 0.05, 3);
     st = compare_sequence("torch growth 3 backoff 0.3",
-                          (mp_scaler_opts){.dynamic = true, .init_scale = 1000.0f, .growth_factor = 3.0f,
+                          (mp_scaler_opts){.init_scale = 1000.0f, .growth_factor = 3.0f,
                                            .backoff_factor = 0.3f, .growth_interval = 4},
                           c, pat, NULL, PATTERN_LEN);
     check_exercised("torch growth 3 backoff 0.3", st, 500, 500, 0);
 
     /* Scale-dependent overflows with the default interval and with 3. */
     grad_model m = make_model(15, -6, 0, 0.0002, 3);
-    st = compare_sequence("torch default, scale-dependent", (mp_scaler_opts){.dynamic = true}, torch_default, NULL,
+    st = compare_sequence("torch default, scale-dependent", (mp_scaler_opts){0}, torch_default, NULL,
                           &m, PATTERN_LEN);
     check_exercised("torch default, scale-dependent", st, 4, 4, 0);
     c = torch_default;
     c.growth_interval = 3;
     m = make_model(16, -10, -2, 0.02, 6);
-    st = compare_sequence("torch interval 3, scale-dependent", (mp_scaler_opts){.dynamic = true, .growth_interval = 3},
+    st = compare_sequence("torch interval 3, scale-dependent", (mp_scaler_opts){.growth_interval = 3},
                           c, NULL, &m, PATTERN_LEN);
     check_exercised("torch interval 3, scale-dependent", st, 500, 500, 0);
 
@@ -353,7 +353,7 @@ static void test_gradscaler(void) {
     c = torch_default;
     c.growth_interval = 1;
     hand_pattern(pat, 400, "0");
-    st = compare_sequence("torch to the fp32 limit", (mp_scaler_opts){.dynamic = true, .growth_interval = 1}, c,
+    st = compare_sequence("torch to the fp32 limit", (mp_scaler_opts){.growth_interval = 1}, c,
                           pat, NULL, 400);
     CHECK(st.highest == 0x1.0p127 && st.growths == 127 - 16, "torch to the fp32 limit: highest %g after %d growths",
           st.highest, st.growths);
@@ -368,7 +368,7 @@ static void test_gradscaler(void) {
             hand_pattern(pat, 80, hands[k]);
             c = torch_default;
             c.growth_interval = interval;
-            compare_sequence(label, (mp_scaler_opts){.dynamic = true, .growth_interval = interval}, c, pat, NULL,
+            compare_sequence(label, (mp_scaler_opts){.growth_interval = interval}, c, pat, NULL,
                              k == 1 ? 40 : 80); /* at most 40 overflows: 2^16 -> 2^-24, no further */
         }
     }
@@ -384,7 +384,7 @@ static void test_apex(void) {
     ref_cfg c = {.kind = REF_APEX, .init_scale = 65536., .growth_interval = 5, .max_scale = two24};
     bursty_pattern(pat, PATTERN_LEN, 21, 0.02, 5);
     st = compare_sequence("apex max 2^24",
-                          (mp_scaler_opts){.dynamic = true, .growth_interval = 5, .max_scale = 16777216.0f}, c, pat, NULL,
+                          (mp_scaler_opts){.growth_interval = 5, .max_scale = 16777216.0f}, c, pat, NULL,
                           PATTERN_LEN);
     check_exercised("apex max 2^24", st, 100, 100, 0);
     CHECK(st.highest == two24, "apex max 2^24: highest %g", st.highest);
@@ -393,7 +393,7 @@ static void test_apex(void) {
     c = (ref_cfg){.kind = REF_APEX, .init_scale = 65536., .growth_interval = 3, .min_scale = 1., .max_scale = two24};
     bursty_pattern(pat, PATTERN_LEN, 22, 0.3, 10);
     st = compare_sequence("apex min 1",
-                          (mp_scaler_opts){.dynamic = true, .growth_interval = 3, .min_scale = 1.0f,
+                          (mp_scaler_opts){.growth_interval = 3, .min_scale = 1.0f,
                                            .max_scale = 16777216.0f},
                           c, pat, NULL, PATTERN_LEN);
     check_exercised("apex min 1", st, 100, 100, 100);
@@ -404,7 +404,7 @@ static void test_apex(void) {
     c = (ref_cfg){.kind = REF_APEX, .init_scale = 65536., .growth_interval = 2, .min_scale = 0.75, .max_scale = 1024.};
     bursty_pattern(pat, PATTERN_LEN, 23, 0.2, 12);
     st = compare_sequence("apex min 0.75 max 1024",
-                          (mp_scaler_opts){.dynamic = true, .growth_interval = 2, .min_scale = 0.75f,
+                          (mp_scaler_opts){.growth_interval = 2, .min_scale = 0.75f,
                                            .max_scale = 1024.0f},
                           c, pat, NULL, PATTERN_LEN);
     check_exercised("apex min 0.75 max 1024", st, 100, 100, 100);
@@ -415,14 +415,14 @@ static void test_apex(void) {
     c = (ref_cfg){.kind = REF_APEX, .init_scale = 65536., .growth_interval = 4, .max_scale = two24};
     grad_model m = make_model(25, -4, 2, 0.01, 5);
     st = compare_sequence("apex no min, scale-dependent",
-                          (mp_scaler_opts){.dynamic = true, .growth_interval = 4, .max_scale = 16777216.0f}, c, NULL,
+                          (mp_scaler_opts){.growth_interval = 4, .max_scale = 16777216.0f}, c, NULL,
                           &m, PATTERN_LEN);
     check_exercised("apex no min, scale-dependent", st, 300, 300, 0);
 
     /* Apex's default scale_window 2000. */
     c = (ref_cfg){.kind = REF_APEX, .init_scale = 65536., .growth_interval = 2000, .max_scale = two24};
     bursty_pattern(pat, PATTERN_LEN, 24, 0.0006, 2);
-    st = compare_sequence("apex window 2000", (mp_scaler_opts){.dynamic = true, .max_scale = 16777216.0f}, c, pat, NULL,
+    st = compare_sequence("apex window 2000", (mp_scaler_opts){.max_scale = 16777216.0f}, c, pat, NULL,
                           PATTERN_LEN);
     check_exercised("apex window 2000", st, 2, 1, 0);
     free(pat);
@@ -456,7 +456,7 @@ static void test_deepspeed(void) {
         ref_cfg c = {.kind = REF_DS, .init_scale = 65536., .growth_factor = 2., .growth_interval = cases[k].window,
                      .min_scale = cases[k].min, .delayed_shift = cases[k].hyst,
                      .consecutive = cases[k].consecutive};
-        mp_scaler_opts o = {.dynamic = true, .growth_interval = cases[k].window, .min_scale = cases[k].min,
+        mp_scaler_opts o = {.growth_interval = cases[k].window, .min_scale = cases[k].min,
                             .hysteresis = cases[k].hyst, .consecutive_hysteresis = cases[k].consecutive};
         grad_model m = make_model(cases[k].seed, cases[k].log2_lo, cases[k].log2_hi, cases[k].p_burst, cases[k].burst);
         st = compare_sequence(cases[k].label, o, c, NULL, &m, PATTERN_LEN);
@@ -472,7 +472,7 @@ static void test_deepspeed(void) {
                      .delayed_shift = 1};
         grad_model m = make_model(38, -6, 0, 0.02, 4);
         st = compare_sequence(h ? "deepspeed delayed_shift 1 vs hysteresis 1" : "deepspeed delayed_shift 1 vs 0",
-                              (mp_scaler_opts){.dynamic = true, .growth_interval = 3, .hysteresis = h}, c, NULL, &m,
+                              (mp_scaler_opts){.growth_interval = 3, .hysteresis = h}, c, NULL, &m,
                               PATTERN_LEN);
         check_exercised("deepspeed delayed_shift 1", st, 300, 300, 0);
     }
@@ -485,7 +485,7 @@ static void test_deepspeed(void) {
     hand_pattern(pat, 40, "10");
     ref_cfg c = {.kind = REF_DS, .init_scale = 65536., .growth_factor = 2., .growth_interval = 3, .delayed_shift = 2,
                  .consecutive = true};
-    mp_scaler_opts o = {.dynamic = true, .growth_interval = 3, .hysteresis = 2, .consecutive_hysteresis = true};
+    mp_scaler_opts o = {.growth_interval = 3, .hysteresis = 2, .consecutive_hysteresis = true};
     st = compare_sequence("deepspeed hand 10 consecutive", o, c, pat, NULL, 40);
     CHECK(st.lowest == 65536.0 && st.highest == 65536.0 && st.held_on_overflow == 20,
           "deepspeed hand 10 consecutive: %g .. %g, %d held", st.lowest, st.highest, st.held_on_overflow);
@@ -502,7 +502,7 @@ static void test_deepspeed(void) {
                 hand_pattern(pat, 500, hands[k]);
                 c = (ref_cfg){.kind = REF_DS, .init_scale = 65536., .growth_factor = 2., .growth_interval = 4,
                               .min_scale = 1., .delayed_shift = h, .consecutive = cons};
-                o = (mp_scaler_opts){.dynamic = true, .growth_interval = 4, .min_scale = 1.0f, .hysteresis = h,
+                o = (mp_scaler_opts){.growth_interval = 4, .min_scale = 1.0f, .hysteresis = h,
                                      .consecutive_hysteresis = cons};
                 compare_sequence(label, o, c, pat, NULL, 500);
             }
@@ -572,7 +572,7 @@ static void test_unscale_exact(void) {
     const float scales[] = {65536.0f, 0x1.0p-20f, 1024.0f, 1000.0f, 1.0f};
     for (int k = 0; k < 5; k++) {
         mp_scaler s;
-        mp_status st = mp_scaler_init(&s, (mp_scaler_opts){.init_scale = scales[k]});
+        mp_status st = mp_scaler_init(&s, (mp_scaler_opts){.static_scale = true, .init_scale = scales[k]});
         CHECK(st == MP_OK, "unscale scale %g: init: %s", (double)scales[k], mp_last_error());
         grads_reset(&f);
         /* 2^-20 turns FLT_MAX into inf: give it finite ends for this one. */
@@ -601,7 +601,7 @@ static void test_unscale_exact(void) {
      * multiply by 1 would quiet it). */
     {
         mp_scaler s;
-        mp_scaler_init(&s, (mp_scaler_opts){.init_scale = 1.0f});
+        mp_scaler_init(&s, (mp_scaler_opts){.static_scale = true, .init_scale = 1.0f});
         union { uint32_t u; float f; } nan_payload = {.u = 0x7fa01234u};
         float x[4] = {-0.0f, FLT_MIN / 4, 3.0f, nan_payload.f};
         float *p = x;
@@ -615,7 +615,7 @@ static void test_unscale_exact(void) {
      * overflow too. */
     {
         mp_scaler s;
-        mp_scaler_init(&s, (mp_scaler_opts){.init_scale = 0.5f});
+        mp_scaler_init(&s, (mp_scaler_opts){.static_scale = true, .init_scale = 0.5f});
         float a[3] = {1.0f, 2.0f, 3.0f}, b[3] = {1.0f, 2e38f, 3.0f};
         float *p[2] = {a, b};
         const int64_t n[2] = {3, 3};
@@ -627,7 +627,7 @@ static void test_unscale_exact(void) {
      * update; zero tensors and empty lists are fine. */
     {
         mp_scaler s;
-        mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true});
+        mp_scaler_init(&s, (mp_scaler_opts){0});
         float a[2] = {1.0f, INFINITY}, b[2] = {1.0f, 2.0f};
         float *pa = a, *pb = b;
         const int64_t n2 = 2, n0 = 0;
@@ -669,7 +669,7 @@ static void test_unscale_poison(void) {
     const float poisons[3] = {INFINITY, -INFINITY, NAN};
     const int saved_threads = omp_get_max_threads();
     mp_scaler s;
-    mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true});
+    mp_scaler_init(&s, (mp_scaler_opts){0});
     const float inv = 1.0f / 65536.0f;
     int64_t pos[64];
     int cases = 0, failures = 0;
@@ -759,7 +759,7 @@ static void test_collapse(void) {
     /* A NaN forward every step: the scale is not lowered (PyTorch and Apex
      * would halve it each time), the steps are skipped and counted. */
     mp_scaler s;
-    mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true});
+    mp_scaler_init(&s, (mp_scaler_opts){0});
     for (int i = 0; i < 200; i++) {
         mp_scaler_forward_overflow(&s);
         CHECK(mp_scaler_scale(&s) == 65536.0f, "forward overflow %d: scale %g", i, (double)mp_scaler_scale(&s));
@@ -784,7 +784,7 @@ static void test_collapse(void) {
     ref_torch t = {65536.0f, 0};
     for (int i = 0; i < 147; i++) ref_torch_update(&t, true, 2.0, 0.5, 2000);
     CHECK(t.scale == 0x1.0p-131f && t.scale < 3.7e-40f, "reference collapse: %g", (double)t.scale);
-    mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true});
+    mp_scaler_init(&s, (mp_scaler_opts){0});
     int reached = -1;
     for (int i = 0; i < 200; i++) {
         CHECK(drive(&s, true, i), "gradient overflow %d not skipped", i);
@@ -797,7 +797,7 @@ static void test_collapse(void) {
     CHECK(reached == 39 && mp_scaler_scale(&s) == MP_SCALER_DEFAULT_MIN && s.skipped_steps == 200,
           "floor reached at %d, scale %g", reached, (double)mp_scaler_scale(&s));
     /* Clean steps lift it off the floor again. */
-    mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true, .growth_interval = 2});
+    mp_scaler_init(&s, (mp_scaler_opts){.growth_interval = 2});
     for (int i = 0; i < 60; i++) drive(&s, true, i);
     drive(&s, false, 60);
     drive(&s, false, 61);
@@ -805,15 +805,15 @@ static void test_collapse(void) {
           (double)mp_scaler_scale(&s));
 
     /* The same with an explicit minimum and with hysteresis 3. */
-    mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true, .min_scale = 1.0f});
+    mp_scaler_init(&s, (mp_scaler_opts){.min_scale = 1.0f});
     for (int i = 0; i < 30; i++) drive(&s, true, i);
     CHECK(mp_scaler_scale(&s) == 1.0f && mp_scaler_at_floor(&s), "min 1: scale %g", (double)mp_scaler_scale(&s));
-    mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true, .hysteresis = 3});
+    mp_scaler_init(&s, (mp_scaler_opts){.hysteresis = 3});
     for (int i = 0; i < 200; i++) drive(&s, true, i);
     CHECK(mp_scaler_scale(&s) == MP_SCALER_DEFAULT_MIN && mp_scaler_at_floor(&s) && s.skipped_steps == 200,
           "hysteresis 3: scale %g", (double)mp_scaler_scale(&s));
     /* Static mode is never "at the floor": it does not move. */
-    mp_scaler_init(&s, (mp_scaler_opts){.init_scale = 0x1.0p-30f});
+    mp_scaler_init(&s, (mp_scaler_opts){.static_scale = true, .init_scale = 0x1.0p-30f});
     CHECK(!mp_scaler_at_floor(&s), "static at floor");
 }
 
@@ -825,7 +825,7 @@ static void test_static(void) {
     const float inits[2] = {0.0f, 128.0f}; /* 0: the default 65536 */
     for (int k = 0; k < 2; k++) {
         mp_scaler s;
-        mp_status st = mp_scaler_init(&s, (mp_scaler_opts){.init_scale = inits[k], .growth_interval = 1,
+        mp_status st = mp_scaler_init(&s, (mp_scaler_opts){.static_scale = true, .init_scale = inits[k], .growth_interval = 1,
                                                              .hysteresis = 2});
         CHECK(st == MP_OK, "static: init: %s", mp_last_error());
         const float want = inits[k] ? inits[k] : 65536.0f;
@@ -855,31 +855,31 @@ static void test_options(void) {
         mp_scaler_opts o;
         const char *msg;
     } bad[] = {
-        {{.dynamic = true, .growth_factor = 1.0f}, "--loss-scale-growth 1 must be > 1"},
-        {{.dynamic = true, .growth_factor = 0.5f}, "--loss-scale-growth 0.5 must be > 1"},
-        {{.dynamic = true, .growth_factor = -2.0f}, "--loss-scale-growth -2 must be > 1"},
-        {{.dynamic = true, .growth_factor = NAN}, "--loss-scale-growth nan must be > 1"},
-        {{.dynamic = true, .growth_factor = INFINITY}, "--loss-scale-growth inf must be finite"},
-        {{.dynamic = true, .backoff_factor = 1.5f}, "--loss-scale-backoff 1.5 must be in (0, 1)"},
-        {{.dynamic = true, .backoff_factor = 1.0f}, "--loss-scale-backoff 1 must be in (0, 1)"},
-        {{.dynamic = true, .backoff_factor = -0.5f}, "--loss-scale-backoff -0.5 must be in (0, 1)"},
-        {{.dynamic = true, .backoff_factor = NAN}, "--loss-scale-backoff nan must be in (0, 1)"},
-        {{.dynamic = true, .min_scale = 100.0f, .max_scale = 10.0f},
+        {{.growth_factor = 1.0f}, "--loss-scale-growth 1 must be > 1"},
+        {{.growth_factor = 0.5f}, "--loss-scale-growth 0.5 must be > 1"},
+        {{.growth_factor = -2.0f}, "--loss-scale-growth -2 must be > 1"},
+        {{.growth_factor = NAN}, "--loss-scale-growth nan must be > 1"},
+        {{.growth_factor = INFINITY}, "--loss-scale-growth inf must be finite"},
+        {{.backoff_factor = 1.5f}, "--loss-scale-backoff 1.5 must be in (0, 1)"},
+        {{.backoff_factor = 1.0f}, "--loss-scale-backoff 1 must be in (0, 1)"},
+        {{.backoff_factor = -0.5f}, "--loss-scale-backoff -0.5 must be in (0, 1)"},
+        {{.backoff_factor = NAN}, "--loss-scale-backoff nan must be in (0, 1)"},
+        {{.min_scale = 100.0f, .max_scale = 10.0f},
          "--min-loss-scale 100 is larger than --max-loss-scale 10"},
-        {{.dynamic = true, .init_scale = -1.0f}, "--loss-scale -1 must be a finite number > 0"},
+        {{.init_scale = -1.0f}, "--loss-scale -1 must be a finite number > 0"},
         {{.init_scale = INFINITY}, "--loss-scale inf must be a finite number > 0"},
-        {{.dynamic = true, .init_scale = NAN}, "--loss-scale nan must be a finite number > 0"},
+        {{.init_scale = NAN}, "--loss-scale nan must be a finite number > 0"},
         {{.init_scale = 0x1.0p-130f}, "--loss-scale 7.34684e-40 is below the smallest normal float 1.17549e-38"},
-        {{.dynamic = true, .growth_interval = -3}, "--loss-scale-window -3 must be >= 1"},
-        {{.dynamic = true, .hysteresis = -1}, "--loss-scale-hysteresis -1 must be >= 0"},
-        {{.dynamic = true, .min_scale = -1.0f}, "--min-loss-scale -1 must be a finite number > 0"},
-        {{.dynamic = true, .min_scale = 0x1.0p-127f}, "--min-loss-scale 5.87747e-39 is below the smallest normal float"},
-        {{.dynamic = true, .max_scale = INFINITY}, "--max-loss-scale inf must be a finite number > 0"},
-        {{.dynamic = true, .max_scale = 1e-9f}, "--max-loss-scale 1e-09 is below the default minimum loss scale"},
-        {{.dynamic = true, .init_scale = 1e6f, .max_scale = 1000.0f},
+        {{.growth_interval = -3}, "--loss-scale-window -3 must be >= 1"},
+        {{.hysteresis = -1}, "--loss-scale-hysteresis -1 must be >= 0"},
+        {{.min_scale = -1.0f}, "--min-loss-scale -1 must be a finite number > 0"},
+        {{.min_scale = 0x1.0p-127f}, "--min-loss-scale 5.87747e-39 is below the smallest normal float"},
+        {{.max_scale = INFINITY}, "--max-loss-scale inf must be a finite number > 0"},
+        {{.max_scale = 1e-9f}, "--max-loss-scale 1e-09 is below the default minimum loss scale"},
+        {{.init_scale = 1e6f, .max_scale = 1000.0f},
          "--loss-scale 1e+06 is larger than --max-loss-scale 1000"},
-        {{.dynamic = true, .init_scale = 0.5f, .min_scale = 1.0f}, "--loss-scale 0.5 is smaller than --min-loss-scale 1"},
-        {{.dynamic = true, .init_scale = 1e-9f}, "--loss-scale 1e-09 is below the default minimum loss scale"},
+        {{.init_scale = 0.5f, .min_scale = 1.0f}, "--loss-scale 0.5 is smaller than --min-loss-scale 1"},
+        {{.init_scale = 1e-9f}, "--loss-scale 1e-09 is below the default minimum loss scale"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         mp_scaler s;
@@ -891,21 +891,21 @@ static void test_options(void) {
 
     /* Good ones: the defaults, and the default init clamped into [min, max]. */
     mp_scaler s;
-    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true}) == MP_OK && s.scale == 65536.0f &&
+    CHECK(mp_scaler_init(&s, (mp_scaler_opts){0}) == MP_OK && s.scale == 65536.0f &&
               s.opts.growth_factor == 2.0f && s.opts.backoff_factor == 0.5f && s.opts.growth_interval == 2000 &&
               s.min_scale == 0x1.0p-24f && isinf(s.max_scale) && s.hysteresis_left == 1 &&
               s.last_overflow_step == -1 && !s.found_inf,
           "defaults: %s", mp_last_error());
-    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true, .max_scale = 1000.0f}) == MP_OK && s.scale == 1000.0f,
+    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.max_scale = 1000.0f}) == MP_OK && s.scale == 1000.0f,
           "default init under max 1000: %g", (double)s.scale);
-    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true, .min_scale = 1e5f}) == MP_OK && s.scale == 1e5f,
+    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.min_scale = 1e5f}) == MP_OK && s.scale == 1e5f,
           "default init over min 1e5: %g", (double)s.scale);
-    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true, .init_scale = 1e-30f, .min_scale = 1e-35f}) == MP_OK &&
+    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.init_scale = 1e-30f, .min_scale = 1e-35f}) == MP_OK &&
               s.scale == 1e-30f,
           "a small explicit minimum allows a small init: %s", mp_last_error());
-    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true, .hysteresis = 4}) == MP_OK && s.hysteresis_left == 4,
+    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.hysteresis = 4}) == MP_OK && s.hysteresis_left == 4,
           "hysteresis 4: left %d", s.hysteresis_left);
-    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.init_scale = 1e-9f}) == MP_OK && s.scale == 1e-9f,
+    CHECK(mp_scaler_init(&s, (mp_scaler_opts){.static_scale = true, .init_scale = 1e-9f}) == MP_OK && s.scale == 1e-9f,
           "static 1e-9: %s", mp_last_error());
 }
 
@@ -922,8 +922,8 @@ static bool same_state(const mp_scaler *a, const mp_scaler *b) {
 
 static void test_state(void) {
     mp_scaler_opts cfgs[2] = {
-        {.dynamic = true, .growth_interval = 3, .min_scale = 0.5f},
-        {.dynamic = true, .growth_interval = 4, .hysteresis = 3},
+        {.growth_interval = 3, .min_scale = 0.5f},
+        {.growth_interval = 4, .hysteresis = 3},
     };
     bool pat[4000];
     bursty_pattern(pat, 4000, 51, 0.08, 5);
@@ -970,7 +970,7 @@ static void test_state(void) {
     }
     /* Bad entries: an error naming the entry, nothing changes. */
     mp_scaler s, before;
-    mp_scaler_init(&s, (mp_scaler_opts){.dynamic = true, .growth_interval = 3, .max_scale = 1e6f, .hysteresis = 2});
+    mp_scaler_init(&s, (mp_scaler_opts){.growth_interval = 3, .max_scale = 1e6f, .hysteresis = 2});
     before = s;
     struct {
         const char *name;

@@ -18,14 +18,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "amp/policy.h"
 #include "cell_matrix.h"
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "dist/dist.h"
 #include "models/models.h"
-#include "train/trainer.h"
+#include "graph/plan.h"
 
 enum { MAX_RANKS = 8, MAX_REPEATS = 15 };
 
@@ -59,52 +58,52 @@ static mp_status rank_train(rank_job *j, mp_dist *d) {
     const cell *c = j->c;
     const int device = d ? mp_dist_device(d) : 0;
     mp_model m = {0};
-    mp_plan *plan = NULL;
-    mp_cuda_step *step = NULL;
+    mp_optimizer *opt = NULL;
+    mp_trainer *tr = NULL;
     float *x = NULL;
     int32_t *y = NULL;
     mp_status s = mp_model_build(c->model, 3, 32, 32, 10, &m);
     if (s == MP_OK) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = c->prec});
     if (s == MP_OK) {
         mp_graph_init_params(m.g, 1);
-        s = mp_plan_create(m.g, (mp_plan_opts){.batch = c->batch, .training = true, .loss = m.loss,
-                                               .device = {MP_DEVICE_CUDA, device}, .grads_in_arena = true,
-                                               .f32_weight_grads = c->f32_wgrad},
-                           &plan);
+        s = mp_optimizer_create(m.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f},
+                                                          .lr = {.base_lr = 0.01f}},
+                                &opt);
     }
-    bool scaling = c->prec == MP_PRECISION_AMP_FP16 || c->prec == MP_PRECISION_O2_FP16;
-    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.dynamic = true}, .dist = d,
-                            .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0)};
-    if (s == MP_OK) s = mp_train_allreduce_dtype(&(mp_train_opts){.allreduce = c->wire}, m.g, &so.allreduce_dtype);
-    if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
+    /* the policy's loss scaling, the all-reduce in its 16-bit dtype unless --wire says */
+    if (s == MP_OK)
+        s = mp_trainer_create(m.g,
+                              &(mp_trainer_opts){.batch = c->batch, .device = {MP_DEVICE_CUDA, device},
+                                                 .loss = m.loss, .optimizer = opt, .dist = d, .allreduce = c->wire,
+                                                 .bucket_mb = c->bucket_mb, .f32_weight_grads = c->f32_wgrad},
+                              &tr);
     if (s == MP_OK) {
-        j->buckets = mp_cuda_step_buckets(step);
-        size_t in_n = mp_plan_numel(plan, m.input);
+        j->buckets = mp_cuda_trainer_buckets(tr);
+        size_t in_n = mp_plan_numel(mp_trainer_plan(tr), m.input);
         x = malloc(in_n * sizeof *x);
         y = malloc((size_t)c->batch * sizeof *y);
         mp_rng rng;
         mp_rng_seed(&rng, 3 + (uint64_t)j->rank);
         for (size_t i = 0; x && i < in_n; i++) x[i] = (float)mp_rng_normal(&rng);
         for (int i = 0; y && i < c->batch; i++) y[i] = (int32_t)mp_rng_below(&rng, 10);
-        s = x && y ? mp_plan_set_input(plan, m.input, x, in_n) : mp_error(MP_ERR_NOMEM, "batch");
-        if (s == MP_OK) s = mp_plan_set_labels(plan, m.labels, y, (size_t)c->batch);
+        s = x && y ? mp_trainer_set_input(tr, m.input, x, in_n) : mp_error(MP_ERR_NOMEM, "batch");
+        if (s == MP_OK) s = mp_trainer_set_labels(tr, m.labels, y, (size_t)c->batch);
     }
-    for (int i = 0; s == MP_OK && i < 3; i++) s = mp_cuda_step_run(step, 0.01f); /* warm-up, capture */
-    if (s == MP_OK) s = mp_cuda_step_wait(step);
+    for (int i = 0; s == MP_OK && i < 3; i++) s = mp_trainer_step(tr, NULL, NULL); /* warm-up, capture */
+    if (s == MP_OK) s = mp_trainer_wait(tr, NULL);
     for (int r = 0; r < c->repeats; r++) {
         /* every rank reaches the barrier, failed or not, so none waits forever */
         if (c->barrier) pthread_barrier_wait(c->barrier);
         double t0 = now_s();
-        for (int i = 0; s == MP_OK && i < c->steps; i++) s = mp_cuda_step_run(step, 0.01f);
-        if (s == MP_OK) s = mp_cuda_step_wait(step);
+        for (int i = 0; s == MP_OK && i < c->steps; i++) s = mp_trainer_step(tr, NULL, NULL);
+        if (s == MP_OK) s = mp_trainer_wait(tr, NULL);
         j->window_s[r] = now_s() - t0;
     }
     if (s != MP_OK) mp_dist_fail(d, s);
     free(x);
     free(y);
-    mp_cuda_step_destroy(step);
-    mp_plan_destroy(plan);
+    mp_trainer_destroy(tr);
+    mp_optimizer_destroy(opt);
     mp_model_free(&m);
     return s;
 }

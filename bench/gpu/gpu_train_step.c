@@ -16,11 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "cell_matrix.h"
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "graph/plan.h"
 #include "models/models.h"
 
@@ -47,21 +46,22 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
         return -1;
     }
     mp_graph_init_params(m.g, 1);
+    mp_optimizer *opt = NULL;
+    mp_trainer *tr = NULL;
     mp_plan *plan = NULL;
-    mp_cuda_step *step = NULL;
-    bool scaling = prec == MP_PRECISION_AMP_FP16 || prec == MP_PRECISION_O2_FP16;
-    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f},
-                            .loss_scaling = scaling,
-                            .scaler = {.dynamic = true}, .no_graph = profile};
-    mp_status s = mp_plan_create(m.g,
-                                 (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
-                                                .device = {MP_DEVICE_CUDA, device}, .profile = profile,
-                                                .grads_in_arena = true, .low_grads = !scaling,
-                                                .f32_weight_grads = f32_wgrad},
-                                 &plan);
-    const size_t after_plan = mp_cuda_used_bytes();
-    if (s == MP_OK) s = mp_cuda_step_create(plan, &so, &step);
-    const size_t after_step = mp_cuda_used_bytes();
+    /* SGD with momentum, the policy's loss scaling; the plan keeps gradients
+     * in its arena (in the weights' dtype where nothing rescales them) */
+    mp_status s = mp_optimizer_create(m.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f},
+                                                                .lr = {.base_lr = 0.01f}},
+                                      &opt);
+    if (s == MP_OK)
+        s = mp_trainer_create(m.g,
+                              &(mp_trainer_opts){.batch = batch, .device = {MP_DEVICE_CUDA, device}, .loss = m.loss,
+                                                 .optimizer = opt, .profile = profile,
+                                                 .f32_weight_grads = f32_wgrad},
+                              &tr);
+    if (s == MP_OK) plan = mp_trainer_plan(tr);
+    const size_t after_plan = mp_cuda_used_bytes(), after_step = after_plan;
     float *x = NULL;
     int32_t *y = NULL;
     size_t in_n = plan ? mp_plan_numel(plan, m.input) : 0;
@@ -72,25 +72,25 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
         mp_rng_seed(&rng, 3);
         for (size_t i = 0; i < in_n; i++) x[i] = (float)mp_rng_normal(&rng);
         for (int i = 0; i < batch; i++) y[i] = (int32_t)mp_rng_below(&rng, 10);
-        s = mp_plan_set_input(plan, m.input, x, in_n);
-        if (s == MP_OK) s = mp_plan_set_labels(plan, m.labels, y, (size_t)batch);
+        s = mp_trainer_set_input(tr, m.input, x, in_n);
+        if (s == MP_OK) s = mp_trainer_set_labels(tr, m.labels, y, (size_t)batch);
     }
     float *t = calloc((size_t)steps, sizeof *t);
     cudaEvent_t *ev = calloc((size_t)steps + 1, sizeof *ev);
     cudaStream_t stream = s == MP_OK ? mp_cuda_plan_ctx(plan)->stream : 0;
     for (int i = 0; s == MP_OK && i <= steps; i++) cudaEventCreate(&ev[i]);
-    for (int i = 0; s == MP_OK && i < 3; i++) s = mp_cuda_step_run(step, 0.01f); /* warm-up, graph capture */
-    if (s == MP_OK) s = mp_cuda_step_loss(step, m.loss, &r->loss0);
+    for (int i = 0; s == MP_OK && i < 3; i++) s = mp_trainer_step(tr, NULL, NULL); /* warm-up, graph capture */
+    if (s == MP_OK) s = mp_trainer_loss(tr, &r->loss0);
     const size_t after_warm = mp_cuda_used_bytes();
     for (int i = 0; s == MP_OK && i < steps; i++) {
         cudaEventRecord(ev[i], stream);
-        s = mp_cuda_step_run(step, 0.01f);
+        s = mp_trainer_step(tr, NULL, NULL);
     }
     if (s == MP_OK) {
         cudaEventRecord(ev[steps], stream);
         cudaEventSynchronize(ev[steps]);
         for (int i = 0; i < steps; i++) cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]);
-        s = mp_cuda_step_loss(step, m.loss, &r->loss1);
+        s = mp_trainer_loss(tr, &r->loss1);
     }
     if (s == MP_OK) {
         qsort(t, (size_t)steps, sizeof *t, cmp_float);
@@ -103,11 +103,10 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
         /* where the device memory went (stderr; the issue-4 memory bar at batch 128) */
         const double mib = 1.0 / (1 << 20);
         fprintf(stderr,
-                "gpu_train_step: memory %s %s %d: plan %+.0f MiB (arena %.0f, most alive at once %.0f), step "
-                "state %+.0f, first steps and graph capture %+.0f, timed steps %+.0f, total %.0f MiB\n",
+                "gpu_train_step: memory %s %s %d: plan and step state %+.0f MiB (arena %.0f, most alive at once "
+                "%.0f), first steps and graph capture %+.0f, timed steps %+.0f, total %.0f MiB\n",
                 model, mp_precision_name(prec), batch, ((double)after_plan - (double)before) * mib, r->arena_mib,
-                (double)plan->arena_peak.bytes * mib,
-                ((double)after_step - (double)after_plan) * mib, ((double)after_warm - (double)after_step) * mib,
+                (double)plan->arena_peak.bytes * mib, ((double)after_warm - (double)after_step) * mib,
                 ((double)after - (double)after_warm) * mib, r->device_mib);
         mp_plan_print_memory(plan, stderr);
         if (profile) {
@@ -124,8 +123,8 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
     free(t);
     free(x);
     free(y);
-    mp_cuda_step_destroy(step);
-    mp_plan_destroy(plan);
+    mp_trainer_destroy(tr);
+    mp_optimizer_destroy(opt);
     mp_model_free(&m);
     return s == MP_OK ? 0 : -1;
 }

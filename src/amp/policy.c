@@ -28,7 +28,7 @@ const char *mp_precision_name(mp_precision p) { return p < MP_PRECISION_COUNT ? 
 
 const char *mp_precision_list(void) { return "fp32, tf32, amp-fp16, amp-bf16, o2-fp16, o2-bf16, fp16, bf16"; }
 
-mp_dtype mp_precision_low_dtype(mp_precision p) {
+static mp_dtype low_dtype_of(mp_precision p) {
     switch (p) {
     case MP_PRECISION_AMP_FP16:
     case MP_PRECISION_O2_FP16:
@@ -36,11 +36,14 @@ mp_dtype mp_precision_low_dtype(mp_precision p) {
     case MP_PRECISION_AMP_BF16:
     case MP_PRECISION_O2_BF16:
     case MP_PRECISION_BF16: return MP_DTYPE_BF16;
-    default: return MP_DTYPE_F32;
+    case MP_PRECISION_FP32:
+    case MP_PRECISION_TF32:
+    case MP_PRECISION_COUNT: return MP_DTYPE_F32;
     }
+    return MP_DTYPE_F32;
 }
 
-bool mp_precision_has_master(mp_precision p) { return p != MP_PRECISION_FP16 && p != MP_PRECISION_BF16; }
+static bool has_master(mp_precision p) { return p != MP_PRECISION_FP16 && p != MP_PRECISION_BF16; }
 
 static bool is_allow_list(mp_op_kind k) {
     return k == MP_OP_CONV2D || k == MP_OP_CONV_TRANSPOSE2D || k == MP_OP_LINEAR;
@@ -98,12 +101,28 @@ static mp_status parse_overrides(const mp_graph *g, const char *spec, mp_dtype *
     return MP_OK;
 }
 
+/* What every parameter is trained in, from its node's dtypes and whether the
+ * policy keeps fp32 masters: without masters (fp16, bf16) a trainable
+ * parameter of a node computing in f16/bf16 is kept at a value of that dtype
+ * (round_dtype), and when that node is its only user its cast is the weight
+ * and no f32 array exists on a GPU (low_only), as a PyTorch `.half()`
+ * model's. */
+static void record_params(mp_graph *g) {
+    for (int k = 0; k < g->n_params; k++) {
+        mp_gparam *p = &g->params[k];
+        const mp_dtype dt = g->nodes[p->node].compute_dtype;
+        const bool low = dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16;
+        p->round_dtype = !g->policy.master_weights && p->spec.trainable && low ? dt : MP_DTYPE_F32;
+        p->low_only = p->round_dtype != MP_DTYPE_F32 && mp_graph_param_users(g, k) == 1 ? dt : MP_DTYPE_F32;
+    }
+}
+
 mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     if (!g || g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "precision policy: the graph has an error");
     if (o.precision >= MP_PRECISION_COUNT) return mp_error(MP_ERR_INVALID_ARG, "precision policy: unknown policy");
-    const mp_dtype low = mp_precision_low_dtype(o.precision);
+    const mp_dtype low = low_dtype_of(o.precision);
     const bool amp = o.precision == MP_PRECISION_AMP_FP16 || o.precision == MP_PRECISION_AMP_BF16;
-    const bool pure = !mp_precision_has_master(o.precision);
+    const bool pure = !has_master(o.precision);
     mp_dtype *forced = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *forced);
     bool *logits = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *logits);
     if (!forced || !logits) {
@@ -140,9 +159,37 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     }
     free(forced);
     free(logits);
-    if (s == MP_OK) g->precision = o.precision;
-    return s;
+    if (s != MP_OK) return s;
+    const bool fp16 = low == MP_DTYPE_F16;
+    g->policy = (mp_policy_info){.precision = o.precision, .low_dtype = low, .master_weights = !pure,
+                                 .loss_scaling = fp16 && !pure, .tf32 = o.precision == MP_PRECISION_TF32,
+                                 .allreduce_dtype = low, .bn_low = pure && o.bn_low};
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].tf32 = g->policy.tf32 && g->nodes[i].compute_dtype == MP_DTYPE_F32;
+    record_params(g);
+    return MP_OK;
 }
+
+mp_status mp_graph_policy(const mp_graph *g, mp_policy_info *out) {
+    if (!g || !out) return mp_error(MP_ERR_INVALID_ARG, "policy: null graph or output");
+    *out = g->policy;
+    return MP_OK;
+}
+
+mp_status mp_graph_node_precision(const mp_graph *g, mp_node n, mp_node_precision *out) {
+    if (!g || !out || n < 0 || n >= g->n_nodes)
+        return mp_error(MP_ERR_INVALID_ARG, "node precision: node %d is not in the graph", n);
+    const mp_gnode *nd = &g->nodes[n];
+    *out = (mp_node_precision){.compute = nd->compute_dtype, .storage = nd->storage_dtype, .tf32 = nd->tf32};
+    return MP_OK;
+}
+
+void mp_policy_node_to_f32(mp_graph *g, mp_node n) {
+    g->nodes[n].compute_dtype = g->nodes[n].storage_dtype = MP_DTYPE_F32;
+    g->nodes[n].tf32 = g->policy.tf32;
+    record_params(g);
+}
+
+const char *mp_graph_policy_name(const mp_graph *g) { return mp_precision_name(g->policy.precision); }
 
 void mp_graph_print_precision(const mp_graph *g, FILE *out) {
     fprintf(out, "%-20s %-22s %-8s %-8s\n", "node", "op", "compute", "storage");

@@ -1,6 +1,6 @@
-/* scaler.c — the loss scaler: option checks, the GradScaler / Apex /
- * DeepSpeed update rules, the fused unscale + inf/NaN check and the
- * checkpoint state (the rules and decisions are in scaler.h).
+/* scaler.c — the loss scaler on the host: option checks, the update (the
+ * rule of scaler_rule.h, shared with the device), the fused unscale +
+ * inf/NaN check and the checkpoint state (decisions in scaler.h).
  * Non-finite tests look at the exponent bits, so no compiler flag can fold
  * them away; the unscale is one memory-bound pass per tensor, split over
  * OpenMP threads when large. */
@@ -10,17 +10,15 @@
 #include <math.h>
 #include <string.h>
 
+#include "amp/scaler_rule.h"
 #include "core/error.h"
 
 /* Elements scanned per chunk by mp_first_nonfinite. */
 #define FIRST_BLOCK 4096
 
-static inline uint32_t nonfinite_bit(float x) {
-    union { float f; uint32_t u; } v = {.f = x};
-    return (v.u & 0x7f800000u) == 0x7f800000u;
-}
+static inline uint32_t nonfinite_bit(float x) { return mp_scaler_nonfinite(x); }
 
-static inline bool is_finite(float x) { return !nonfinite_bit(x); }
+static inline bool is_finite(float x) { return !mp_scaler_nonfinite(x); }
 
 /* Bit tests for the option checks too, so that -ffast-math cannot make a NaN
  * option look like 0 ("not given") or pass a range test. */
@@ -90,7 +88,7 @@ mp_status mp_scaler_init(mp_scaler *s, mp_scaler_opts o) {
     if (d.hysteresis < 0)
         return mp_error(MP_ERR_INVALID_ARG, "--loss-scale-hysteresis %d must be >= 0", o.hysteresis);
 
-    if (d.dynamic) {
+    if (!d.static_scale) {
         if (init_given && d.init_scale > hi)
             return mp_error(MP_ERR_INVALID_ARG, "--loss-scale %g is larger than --max-loss-scale %g",
                             (double)d.init_scale, (double)hi);
@@ -116,12 +114,27 @@ mp_status mp_scaler_init(mp_scaler *s, mp_scaler_opts o) {
     s->growth_tracker = 0;
     s->hysteresis_left = d.hysteresis > 1 ? d.hysteresis : 1;
     s->last_overflow_step = -1;
+    mp_scaler_reset_bookkeeping(s);
     return MP_OK;
 }
 
+void mp_scaler_init_check_only(mp_scaler *s) {
+    mp_status st = mp_scaler_init(s, (mp_scaler_opts){.static_scale = true, .init_scale = 1});
+    MP_ASSERT(st == MP_OK);
+}
+
+void mp_scaler_reset_bookkeeping(mp_scaler *s) {
+    s->ends = 0;
+    s->last_skip_end = -1;
+    s->forward_peak_end = -1;
+    s->last_found = 0;
+    s->forward_peak = s->consecutive_forward_overflows;
+    s->last_skip_scale = s->scale;
+}
+
 float mp_scaler_scale(const mp_scaler *s) { return s->scale; }
-bool mp_scaler_found_inf(const mp_scaler *s) { return s->found_inf; }
-bool mp_scaler_at_floor(const mp_scaler *s) { return s->opts.dynamic && s->scale <= s->min_scale; }
+bool mp_scaler_found_inf(const mp_scaler *s) { return s->found_inf != 0; }
+bool mp_scaler_at_floor(const mp_scaler *s) { return !s->opts.static_scale && s->scale <= s->min_scale; }
 
 /* ---- unscale and check ---------------------------------------------------- */
 
@@ -142,18 +155,25 @@ static bool unscale_one(float *x, int64_t n, float inv, bool mul) { // x: (n)
     return bad != 0;
 }
 
-int mp_scaler_unscale_check(mp_scaler *s, float *const *grads, const int64_t *sizes, int n) {
+int mp_scaler_unscale_check_group(mp_scaler *s, int group, float *const *grads, const int64_t *sizes, int n) {
     MP_ASSERT(s != NULL && n >= 0 && (n == 0 || (grads != NULL && sizes != NULL)));
-    /* GradScaler.unscale_: inv_scale = self._scale.double().reciprocal().float() */
-    const float inv = (float)(1.0 / (double)s->scale);
+    MP_ASSERT(group >= 0 && group < MP_SCALER_GROUPS);
+    const float inv = mp_scaler_inverse(s->scale);
     const bool mul = s->scale != 1.0f;
     int first = -1;
     for (int t = 0; t < n; t++) {
         MP_ASSERT(sizes[t] >= 0 && (sizes[t] == 0 || grads[t] != NULL));
         if (unscale_one(grads[t], sizes[t], inv, mul) && first < 0) first = t;
     }
-    if (first >= 0) s->found_inf = true;
+    if (first >= 0) {
+        if (s->group_found[group] < MP_FOUND_GRADIENT) s->group_found[group] = MP_FOUND_GRADIENT;
+        if (s->found_inf < MP_FOUND_GRADIENT) s->found_inf = MP_FOUND_GRADIENT;
+    }
     return first;
+}
+
+int mp_scaler_unscale_check(mp_scaler *s, float *const *grads, const int64_t *sizes, int n) {
+    return mp_scaler_unscale_check_group(s, 0, grads, sizes, n);
 }
 
 int64_t mp_first_nonfinite(const float *x, int64_t n) { // x: (n)
@@ -179,80 +199,18 @@ int64_t mp_first_nonfinite(const float *x, int64_t n) { // x: (n)
     return first == n ? -1 : first;
 }
 
-/* ---- update --------------------------------------------------------------- */
+/* ---- update (scaler_rule.h) ---------------------------------------------- */
 
-/* scale * backoff in double, stored as float (torch's fp32 scale tensor),
- * never below the minimum (Apex: max(min_loss_scale, scale / 2)). */
-static void back_off(mp_scaler *s) {
-    float next = (float)((double)s->scale * (double)s->opts.backoff_factor);
-    if (!(next >= s->min_scale)) next = s->min_scale;
-    s->scale = next;
+void mp_scaler_mark_forward(mp_scaler *s) {
+    s->found_inf = MP_FOUND_FORWARD;
+    for (int g = 0; g < MP_SCALER_GROUPS; g++) s->group_found[g] = MP_FOUND_FORWARD;
 }
 
-/* Apex: min(max_loss_scale, scale * 2); GradScaler: kept only if finite. */
-static void grow(mp_scaler *s) {
-    float next = (float)((double)s->scale * (double)s->opts.growth_factor);
-    if (next > s->max_scale) next = s->max_scale;
-    if (is_finite(next)) s->scale = next;
-}
-
-/* GradScaler's _amp_update_scale_ with Apex's clamps. */
-static void update_plain(mp_scaler *s, bool overflow) {
-    if (overflow) {
-        back_off(s);
-        s->growth_tracker = 0;
-    } else {
-        int successful = s->growth_tracker + 1;
-        if (successful == s->opts.growth_interval) {
-            grow(s);
-            s->growth_tracker = 0;
-        } else {
-            s->growth_tracker = successful;
-        }
-    }
-}
-
-/* DeepSpeed's DynamicLossScaler.update_scale (raise_error_at_min_scale is
- * mp_scaler_at_floor, left to the caller). */
-static void update_hysteresis(mp_scaler *s, bool overflow) {
-    const int h = s->opts.hysteresis;
-    if (overflow) {
-        if (s->hysteresis_left == 1) back_off(s);
-        else s->hysteresis_left -= 1;
-        s->growth_tracker = 0;
-    } else {
-        if (s->opts.consecutive_hysteresis) s->hysteresis_left = h;
-        s->growth_tracker += 1;
-        if ((s->step - s->last_overflow_step) % s->opts.growth_interval == 0) {
-            if (!s->opts.consecutive_hysteresis) s->hysteresis_left = h;
-            grow(s);
-            s->growth_tracker = 0;
-        }
-    }
-}
-
-bool mp_scaler_update(mp_scaler *s) {
-    const bool skip = s->found_inf;
-    s->found_inf = false;
-    if (s->opts.dynamic) {
-        if (s->opts.hysteresis > 1) update_hysteresis(s, skip);
-        else update_plain(s, skip);
-    }
-    if (skip) {
-        s->skipped_steps++;
-        s->last_overflow_step = s->step;
-    }
-    s->step++;
-    return skip;
-}
-
-/* ---- forward overflows ---------------------------------------------------- */
+bool mp_scaler_update(mp_scaler *s) { return mp_scaler_rule_update(s); }
 
 void mp_scaler_forward_overflow(mp_scaler *s) {
-    s->found_inf = false;
-    s->skipped_steps++;
-    s->forward_overflows++;
-    if (s->consecutive_forward_overflows < INT32_MAX) s->consecutive_forward_overflows++;
+    mp_scaler_mark_forward(s);
+    mp_scaler_rule_update(s);
 }
 
 void mp_scaler_forward_ok(mp_scaler *s) { s->consecutive_forward_overflows = 0; }
@@ -299,7 +257,7 @@ mp_status mp_scaler_state_set(mp_scaler *s, const char *name, double value) {
         if (!is_finite_d(value) || !(value >= FLT_MIN && value <= FLT_MAX) || (double)(float)value != value)
             return mp_error(MP_ERR_INVALID_ARG, "loss scaler state 'scale' = %g must be a positive normal float", value);
         const float f = (float)value;
-        if (s->opts.dynamic && (f < s->min_scale || f > s->max_scale))
+        if (!s->opts.static_scale && (f < s->min_scale || f > s->max_scale))
             return mp_error(MP_ERR_INVALID_ARG,
                             "loss scaler state 'scale' = %g is outside [%g, %g] given by --min-loss-scale and "
                             "--max-loss-scale",

@@ -1,50 +1,25 @@
 /* scaler.h — the backend-independent loss scaler: the union of PyTorch's
- * GradScaler, Apex's LossScaler and DeepSpeed's DynamicLossScaler (DESIGN.md,
- * "Loss scaling"), the fused unscale + inf/NaN check over the gradients, the
- * forward-overflow counter, and the state saved with a checkpoint.
+ * GradScaler, Apex's LossScaler and DeepSpeed's DynamicLossScaler, as one
+ * plain state struct (mp_scaler) that the host and the device both hold and
+ * update with the same rule (scaler_rule.h); the host's fused unscale +
+ * inf/NaN check; the state saved with a checkpoint.
  *
  * One iteration, as the trainer drives it:
- *   forward; non-finite loss/activation -> mp_scaler_forward_overflow (the
- *   step is skipped, the scale is NOT lowered: lowering it cannot fix a
- *   forward overflow) and nothing else this iteration; otherwise
- *   mp_scaler_forward_ok, backward of loss * mp_scaler_scale(),
- *   mp_scaler_unscale_check over the gradients (one or several calls; found_inf
- *   accumulates), optimizer step unless mp_scaler_found_inf, mp_scaler_update.
- *
- * Update rules (scale factors in double, result stored as float, exactly as
- * torch's _amp_update_scale_ does with its fp32 scale tensor):
- *   hysteresis 0 or 1 (GradScaler, Apex):
- *     overflow: scale = max(min, scale * backoff), growth_tracker = 0;
- *     clean:    growth_tracker += 1; when it reaches growth_interval:
- *               next = min(max, scale * growth), kept only if finite
- *               (GradScaler never grows to inf), growth_tracker = 0.
- *   hysteresis N > 1 (DeepSpeed's delayed_shift, followed literally):
- *     overflow: if hysteresis_left == 1: scale = max(min, scale * backoff)
- *               else hysteresis_left -= 1; last_overflow_step = step;
- *     clean:    if consecutive_hysteresis: hysteresis_left = N;
- *               if (step - last_overflow_step) % growth_interval == 0:
- *                 if !consecutive_hysteresis: hysteresis_left = N;
- *                 grow as above;
- *     DeepSpeed decides growth by the distance to the last overflow where
- *     GradScaler counts clean steps; both give the same growth steps (an
- *     absorbed overflow still restarts the count), and the literal rule is
- *     what is implemented. growth_tracker is kept up to date in both modes.
- *   step += 1 in every mode. A step with non-finite gradients is always
- *   skipped, also when hysteresis absorbs the overflow and in static mode.
+ *   forward; a non-finite loss raises found_inf to MP_FOUND_FORWARD (the step
+ *   is skipped and the scale is NOT lowered); backward of loss * scale; the
+ *   fused unscale/check of each optimizer group's gradients raises that
+ *   group's flag and found_inf to MP_FOUND_GRADIENT; each optimizer steps
+ *   unless its group's flag is set; one mp_scaler_update.
  *
  * Decisions beyond the three libraries:
  *   - The scale never collapses (seed 000: halved to 3.7e-40 = 2^-131 while
- *     the loss stays NaN). Without --min-loss-scale the floor is 2^-24
- *     (MP_SCALER_DEFAULT_MIN); an explicit minimum must be a normal float, so
- *     1/scale is always finite. mp_scaler_at_floor reports a scale that cannot
- *     be lowered further, so the trainer can stop with an error.
+ *     the loss stays NaN). Without --min-loss-scale the floor is 2^-24; an
+ *     explicit minimum must be a normal float, so 1/scale is always finite.
  *   - The unscaled values are checked, not the scaled ones: below a scale of 1
  *     a finite scaled gradient can overflow when unscaled, and that counts.
  *   - The default initial scale is clamped into [min, max] (Apex clamps its
  *     2^16 default to max_loss_scale); an explicit --loss-scale outside the
- *     range is an error.
- *   - Forward overflows are not counted by the growth logic (no update call):
- *     they neither advance step nor reset growth_tracker. */
+ *     range is an error. */
 #ifndef MP_AMP_SCALER_H
 #define MP_AMP_SCALER_H
 
@@ -52,6 +27,10 @@
 #include <stdint.h>
 
 #include "mixprec.h"
+
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (C++) includes this header */
+#endif
 
 #define MP_SCALER_DEFAULT_INIT 65536.0f
 #define MP_SCALER_DEFAULT_GROWTH 2.0f
@@ -63,38 +42,40 @@
 #define MP_SCALER_PAR_MIN ((int64_t)1 << 16)
 /* Number of (name, value) pairs in the checkpoint state. */
 #define MP_SCALER_STATE_COUNT 8
+/* Optimizer groups with a found-inf flag of their own (= MP_MAX_GROUPS). */
+#define MP_SCALER_GROUPS 4
 
-/* A zero field takes the default noted beside it; every field has the CLI
- * option named in its error messages. (mp_scaler_opts){.dynamic = true} is
- * GradScaler's default configuration. */
-typedef struct {
-    bool dynamic;         /* false: static scale (init_scale forever) */
-    float init_scale;     /* --loss-scale, 0 -> 65536 */
-    float growth_factor;  /* --loss-scale-growth, 0 -> 2, > 1 */
-    float backoff_factor; /* --loss-scale-backoff, 0 -> 0.5, in (0, 1) */
-    int growth_interval;  /* --loss-scale-window, 0 -> 2000, clean steps per growth */
-    float min_scale;      /* --min-loss-scale, 0 -> none (floor 2^-24) */
-    float max_scale;      /* --max-loss-scale, 0 -> none (Apex uses 2^24) */
-    int hysteresis;       /* --loss-scale-hysteresis, 0/1 -> none; N: absorb N-1 overflows */
-    bool consecutive_hysteresis; /* --consecutive-hysteresis: restore hysteresis on every clean
-                                    step, not only at growth (no effect without hysteresis) */
-} mp_scaler_opts;
+/* found_inf values: a non-finite gradient, or a non-finite loss (a forward
+ * overflow). The larger wins, also in a data-parallel max all-reduce. */
+enum { MP_FOUND_GRADIENT = 1, MP_FOUND_FORWARD = 2 };
 
-/* Plain state, no allocation: embed it anywhere. Read it through the
- * functions below; the fields are public for logging. */
+/* The scaler: rules and state in one plain struct, no pointers, the same
+ * bytes on the host and the device (copied between them as a whole). */
 typedef struct {
-    mp_scaler_opts opts; /* with defaults applied */
-    float min_scale;     /* effective minimum: opts.min_scale or the 2^-24 floor */
-    float max_scale;     /* effective maximum: opts.max_scale or +inf */
+    mp_scaler_opts opts;         /* with defaults applied */
+    float min_scale;             /* effective minimum: opts.min_scale or the 2^-24 floor */
+    float max_scale;             /* effective maximum: opts.max_scale or +inf */
     float scale;
     int growth_tracker;          /* clean steps since the last overflow or growth */
     int hysteresis_left;         /* DeepSpeed's cur_hysteresis; 1 without hysteresis */
-    int64_t last_overflow_step;  /* step of the last gradient overflow, -1 for none */
-    int64_t step;                /* number of mp_scaler_update calls */
-    int64_t skipped_steps;       /* gradient and forward overflows */
-    int64_t forward_overflows;   /* total */
+    long long last_overflow_step; /* step of the last gradient overflow, -1 for none */
+    long long step;              /* gradient checks (updates without a forward overflow) */
+    long long skipped_steps;     /* gradient and forward overflows */
+    long long forward_overflows; /* total */
     int consecutive_forward_overflows;
-    bool found_inf;              /* since the last update */
+    /* MP_FOUND_* of this iteration: the largest over everything (what the
+     * update reads), and per optimizer group (what each optimizer skips on) */
+    int found_inf;
+    int group_found[MP_SCALER_GROUPS];
+    /* bookkeeping for the host's overflow reports (a GPU's host reads it
+     * without waiting): updates counted, the index of the last skipped one,
+     * its MP_FOUND_* and the scale it ran with; the longest run of
+     * consecutive forward overflows and the update that reached it */
+    long long ends, last_skip_end, forward_peak_end;
+    int last_found, forward_peak;
+    float last_skip_scale;
+    /* steps each optimizer group skipped on its own gradients' NaN/inf */
+    long long group_skips[MP_SCALER_GROUPS];
 } mp_scaler;
 
 /* Validates the options, applies the defaults and starts the state. Errors
@@ -102,17 +83,22 @@ typedef struct {
  * zeroed. */
 mp_status mp_scaler_init(mp_scaler *s, mp_scaler_opts o);
 
+/* A static scale of 1 that only checks for NaN/inf: the state of a run
+ * without loss scaling. */
+void mp_scaler_init_check_only(mp_scaler *s);
+
 /* The factor the loss is multiplied by before backward. */
 float mp_scaler_scale(const mp_scaler *s);
 
 /* Fused unscale + inf/NaN check of n fp32 gradient tensors in place: each
  * element becomes x * inv with inv = (float)(1.0 / (double)scale) as in
- * GradScaler.unscale_ (no multiply at all when the scale is 1), and the
- * result is checked for inf/NaN on its bit pattern (safe under -ffast-math).
- * Every tensor is unscaled, also after a non-finite one. Sets found_inf when
- * any value is non-finite and returns the index of the first such tensor in
- * the given order, or -1. Tensors of MP_SCALER_PAR_MIN elements or more are
- * split over OpenMP threads. */
+ * GradScaler.unscale_ (no multiply at all when the scale is 1), checked on
+ * its bit pattern (safe under -ffast-math). Every tensor is unscaled, also
+ * after a non-finite one. A non-finite value raises group `group`'s flag and
+ * found_inf; returns the index of the first such tensor, or -1. Tensors of
+ * MP_SCALER_PAR_MIN elements or more are split over OpenMP threads. */
+int mp_scaler_unscale_check_group(mp_scaler *s, int group, float *const *grads, const int64_t *sizes, int n);
+/* The same for group 0. */
 int mp_scaler_unscale_check(mp_scaler *s, float *const *grads, const int64_t *sizes, int n);
 
 /* Check only (forward provenance): index of the first non-finite element of
@@ -121,22 +107,28 @@ int64_t mp_first_nonfinite(const float *x, int64_t n); // x: (n)
 
 bool mp_scaler_found_inf(const mp_scaler *s);
 
-/* The one update per iteration, after the optimizer step was taken or
- * skipped. Returns true when the step had to be skipped (found_inf), then
- * clears found_inf. */
+/* A non-finite loss in this iteration's forward: found_inf and every
+ * group's flag become MP_FOUND_FORWARD. */
+void mp_scaler_mark_forward(mp_scaler *s);
+
+/* The one update per iteration (scaler_rule.h), after the optimizers stepped
+ * or skipped. Returns true when the step was skipped; clears the flags. */
 bool mp_scaler_update(mp_scaler *s);
 
 /* Dynamic mode and the scale is at its minimum: an overflow can no longer
  * lower it. */
 bool mp_scaler_at_floor(const mp_scaler *s);
 
-/* A non-finite loss or activation in the forward pass: the step is skipped
- * (skipped_steps, forward_overflows and the consecutive counter increase,
- * found_inf is cleared), the scale is unchanged. mp_scaler_forward_ok, called
- * after every finite forward, resets the consecutive counter. */
+/* A forward overflow handled on its own: mp_scaler_mark_forward then
+ * mp_scaler_update (skipped_steps, forward_overflows and the consecutive
+ * count rise; the scale stays). mp_scaler_forward_ok resets the count. */
 void mp_scaler_forward_overflow(mp_scaler *s);
 void mp_scaler_forward_ok(mp_scaler *s);
 int mp_scaler_consecutive_forward_overflows(const mp_scaler *s);
+
+/* Forget the report bookkeeping (after a checkpoint restore): no update
+ * seen, the longest forward run = the current one. */
+void mp_scaler_reset_bookkeeping(mp_scaler *s);
 
 /* Checkpoint state as (name, value) pairs, in this order: "scale",
  * "growth_tracker", "hysteresis_left", "last_overflow_step", "step",
@@ -148,4 +140,7 @@ int mp_scaler_state_get(const mp_scaler *s, const char **names, double *values, 
  * configured options is MP_ERR_INVALID_ARG and leaves the state unchanged. */
 mp_status mp_scaler_state_set(mp_scaler *s, const char *name, double value);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

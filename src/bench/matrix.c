@@ -2,6 +2,8 @@
  * the seed-000 metrics of each from its fp32 neighbour. */
 #include "bench/matrix.h"
 
+#include "data/dataset.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,16 +61,13 @@ static mp_status train_cell(const mp_bench_opts *o, const mp_dataset *train, con
     /* rank 0's model, and for a cell of several GPUs the other ranks' replicas */
     mp_model_spec spec = {.model = c->model, .data = train, .policy = {.precision = c->precision}};
     mp_status s = mp_model_spec_build(&spec, &model);
-    bool fp16_scaled = c->precision == MP_PRECISION_AMP_FP16 || c->precision == MP_PRECISION_O2_FP16;
-    mp_train_opts t = {.model_name = c->model, .data_name = o->data_name, .precision = mp_precision_name(c->precision),
-                       .epochs = o->epochs, .batch = c->batch, .lr = o->lr, .optim = o->optim,
-                       .lr_schedule = o->lr_schedule ? o->lr_schedule : "cosine", .seed = o->seed,
-                       .augment = o->augment, .normalize = o->normalize, .max_steps = o->steps,
-                       .use_onednn = o->use_onednn, .device = o->device, .out = o->train_out,
-                       .loss_scaling = fp16_scaled,
-                       .scaler = {.dynamic = true},
-                       .gpus = c->gpus > 1 ? c->gpus : 0, .replica = mp_model_spec_build, .replica_arg = &spec};
-    if (s == MP_OK) s = mp_train_run(&model, train, test, &t, &c->res);
+    mp_fit_opts t = {.model_name = c->model, .data_name = o->data_name,
+                     .trainer = {.batch = c->batch, .device = o->device, .reference = o->reference},
+                     .epochs = o->epochs, .lr = o->lr, .optim = o->optim,
+                     .lr_schedule = o->lr_schedule ? o->lr_schedule : "cosine", .seed = o->seed,
+                     .augment = o->augment, .normalize = o->normalize, .max_steps = o->steps, .out = o->train_out,
+                     .gpus = c->gpus > 1 ? c->gpus : 0, .replica = mp_model_spec_build, .replica_arg = &spec};
+    if (s == MP_OK) s = mp_fit(&model, train, test, &t, &c->res);
     mp_model_free(&model);
     return s;
 }

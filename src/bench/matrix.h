@@ -10,9 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "amp/policy.h"
 #include "monitor/gpu_monitor.h"
-#include "train/trainer.h"
+#include "train/fit.h"
 
 typedef enum { MP_CELL_PENDING, MP_CELL_OK, MP_CELL_OOM, MP_CELL_ERROR } mp_cell_status;
 
@@ -23,7 +22,7 @@ typedef struct {
     int gpus;                   /* data-parallel ranks, one GPU each (1: a single device, maybe the CPU) */
     mp_cell_status status;
     char message[512];          /* why a cell failed */
-    mp_train_result res;
+    mp_fit_result res;
     double cell_seconds;        /* wall time of the whole cell: build, train, evaluate */
     double time_per_epoch_s;    /* training time of one full epoch (projected with --steps) */
     bool projected;             /* time_per_epoch_s extrapolated from fewer steps */
@@ -53,7 +52,7 @@ typedef struct {
     mp_optim_opts optim;
     const char *lr_schedule;    /* NULL = cosine, as `mixprec train` */
     uint64_t seed;
-    bool augment, normalize, use_onednn;
+    bool augment, normalize, reference;
     mp_device device;           /* where every cell trains */
     double price_per_hour;      /* USD; 0 = no cost */
     FILE *progress;             /* a line per cell as it starts and ends (NULL = silent) */

@@ -25,7 +25,7 @@
  * mp_store_f32 (f32 from / to any float dtype) are built on the array
  * conversions.
  *
- * Environment: MP_FORCE_SCALAR=1 (any value not starting with '0') makes
+ * Environment: MIXPREC_FORCE_SCALAR=1 (set, neither empty nor "0") makes
  * every mp_convert_* function use the portable loops; read once, at the
  * first conversion. */
 #include "core/cpu_features.h"
@@ -264,8 +264,7 @@ static void resolve(void) {
     g_cvt.f16_to_f32 = f16_to_f32_portable;
     g_cvt.f32_to_bf16 = f32_to_bf16_portable;
     g_cvt.bf16_to_f32 = bf16_to_f32_portable;
-    const char *env = getenv("MP_FORCE_SCALAR");
-    bool forced = env && env[0] && env[0] != '0';
+    const bool forced = mp_env_get()->force_scalar;
     if (!forced) {
         /* later paths in the list win where they do a conversion */
         for (int p = MP_CVT_F16C; p < MP_CVT_PATH_COUNT; p++) {
@@ -290,7 +289,7 @@ static void resolve(void) {
         }
     }
     snprintf(g_cvt.name, sizeof g_cvt.name, "f32->f16 %s, f16->f32 %s, f32->bf16 %s, bf16->f32 %s%s",
-             n16, n16r, nb, nbr, forced ? " (MP_FORCE_SCALAR)" : "");
+             n16, n16r, nb, nbr, forced ? " (MIXPREC_FORCE_SCALAR)" : "");
 }
 
 const char *mp_convert_path_name(void) {

@@ -13,9 +13,10 @@
 #include "mixprec.h"
 
 void mp_prefer_passive_openmp(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("MP_NO_REEXEC")) return;
+    /* MIXPREC_NO_REEXEC marks the re-executed process (and lets a user opt out) */
+    if (getenv("OMP_WAIT_POLICY") || getenv("MIXPREC_NO_REEXEC")) return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
-    setenv("MP_NO_REEXEC", "1", 1);
+    setenv("MIXPREC_NO_REEXEC", "1", 1);
     execv("/proc/self/exe", argv);
     /* exec failed (no /proc): carry on with the default policy */
 }

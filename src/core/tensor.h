@@ -63,6 +63,14 @@ static inline int64_t mp_shape_sample_numel(const mp_shape *s) {
 
 static inline int64_t mp_tensor_numel(const mp_tensor *t) { return mp_shape_numel(&t->shape); }
 
+/* Index of the largest of k values (the first on ties): a predicted class. */
+static inline int mp_argmax(const float *x, int k) {
+    int best = 0;
+    for (int i = 1; i < k; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 /* Format "(2, 3, 4, 5)" into buf; returns buf. */
 const char *mp_shape_str(const mp_shape *s, char *buf, size_t len);
 

@@ -74,7 +74,7 @@ static size_t bn_workspace_floats(const bn_dims *d, int world) {
 /* Synchronized BatchNorm: the (2, C) per-channel shares of every rank, in
  * rank order, into all (world, 2, C). */
 static mp_status bn_gather(mp_cuda_ctx *ctx, const mp_op_call *c, const float *local, float *all, int C) {
-    mp_status s = mp_dist_allgather_f32((mp_dist *)ctx->sync_dist, local, all, 2 * (size_t)C, ctx->stream);
+    mp_status s = mp_dist_allgather_f32((mp_dist *)ctx->dist, local, all, 2 * (size_t)C, ctx->stream);
     if (s != MP_OK)
         return mp_error(s, "batchnorm2d '%s': synchronizing the statistics: %s", c->desc->name ? c->desc->name : "?",
                         mp_last_error());

@@ -33,11 +33,6 @@ void mp_bn_cudnn_release(mp_bn_cudnn *st) {
     free(st);
 }
 
-static bool env_off(const char *name) {
-    const char *e = getenv(name);
-    return e && !strcmp(e, "0");
-}
-
 static size_t round_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static mp_status make_descriptors(mp_bn_cudnn *st, const mp_shape *x, bool relu, const char *what) {
@@ -81,7 +76,7 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     if (!cfg->training || x->ndim != 4 || x->dims[1] % 8 || !fits_kernels || cfg->compute != MP_DTYPE_F32 ||
         cfg->in_dtype[0] != MP_DTYPE_F16 ||
         cfg->storage != MP_DTYPE_F16 || eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || mp_cuda_deterministic() ||
-        env_off("MIXPREC_CUDNN_BN"))
+        (mp_env_get()->cudnn_bn == 0))
         return MP_OK;
     mp_bn_cudnn *st = (mp_bn_cudnn *)calloc(1, sizeof *st);
     if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");

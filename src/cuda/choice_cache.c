@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixprec.h"
+
 static unsigned char *entry(const mp_choice_cache *c, int i) {
     return c->entries + (size_t)i * (c->key_size + c->value_size);
 }
@@ -39,8 +41,7 @@ void mp_choice_put(mp_choice_cache *c, const void *key, const void *value) {
 }
 
 bool mp_cuda_deterministic(void) {
-    const char *e = getenv("MIXPREC_DETERMINISTIC");
-    return e && *e && strcmp(e, "0") != 0;
+    return mp_env_get()->deterministic;
 }
 
 static int cmp_float(const void *a, const void *b) {

@@ -98,8 +98,8 @@ static bool pick(const Perf *r, int n, size_t cap, bool timed, pick_rules rules,
 enum { MAXR = 16, MAX_TRIALS = 5 };
 
 static int find_trials(void) {
-    const char *e = getenv("MP_CUDNN_FIND_TRIALS");
-    int t = e ? atoi(e) : 3;
+    const int e = mp_env_get()->cudnn_find_trials;
+    int t = e ? e : 3;
     return t < 1 ? 1 : t > MAX_TRIALS ? MAX_TRIALS : t;
 }
 
@@ -139,7 +139,7 @@ template <typename Perf> static int median_of_trials(const Perf *all, const int 
  * every candidate as algo/math[nd = not deterministic]:median ms:workspace. */
 template <typename Perf>
 static void debug_search(const char *what, const char *pass, const Perf *m, int nm, bool ok, const mp_conv_algo *a) {
-    if (!getenv("MIXPREC_CUDNN_DEBUG")) return;
+    if (!mp_env_get()->cudnn_debug) return;
     fprintf(stderr, "cudnn: %s %s -> algo %d math %d |", what, pass, ok ? a->algo : -1, ok ? (int)a->math : -1);
     for (int i = 0; i < nm; i++)
         fprintf(stderr, " %d/%d%s:%.4f:%zuK", (int)m[i].algo, (int)m[i].mathType,
@@ -168,8 +168,8 @@ static bool find_and_pick(int trials, size_t ws_bytes, pick_rules rules, mp_conv
  * 2048 ran at 2.7k images/s, PyTorch's 20k). */
 static size_t workspace_cap(void) {
     size_t free_b = 0, total = 0, cap = (size_t)4 << 30;
-    const char *e = getenv("MIXPREC_CUDNN_WORKSPACE_MB"); /* a lower (or higher) ceiling, for comparisons */
-    if (e && atol(e) > 0) cap = (size_t)atol(e) << 20;
+    const double mb = mp_env_get()->cudnn_workspace_mb; /* a lower (or higher) ceiling, for comparisons */
+    if (mb > 0) cap = (size_t)(mb * 1048576.0);
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
         (void)cudaGetLastError();
         return (size_t)256 << 20;
@@ -214,19 +214,16 @@ static bool scratch_alloc(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, size_t cap,
 }
 
 static bool find_enabled(void) {
-    const char *e = getenv("MP_CUDNN_FIND");
-    return !(e && !strcmp(e, "0"));
+    return !mp_env_get()->cudnn_find_off;
 }
 
 static bool engines_enabled(void) {
-    const char *e = getenv("MIXPREC_CUDNN_ENGINES");
-    return !(e && !strcmp(e, "0"));
+    return mp_env_get()->cudnn_engines != 0;
 }
 
 /* MIXPREC_CUDNN_ENGINES=force (tests): an engine that runs wins. */
 static bool engines_forced(void) {
-    const char *e = getenv("MIXPREC_CUDNN_ENGINES");
-    return e && !strcmp(e, "force");
+    return mp_env_get()->cudnn_engines == 2;
 }
 
 /* The graph API's engines (conv_engine.h) against the legacy choice *out
@@ -256,7 +253,7 @@ static bool try_engines(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
         mp_clear_error(); /* the graph API failing for this pass leaves the legacy choice */
         return have_legacy;
     }
-    if (getenv("MIXPREC_CUDNN_DEBUG"))
+    if (mp_env_get()->cudnn_debug)
         fprintf(stderr, "cudnn: %s pass %d: legacy algo %d %.4f ms, engine %lld %.4f ms\n", what, (int)pass,
                 have_legacy ? out->algo : -1, (double)legacy_ms, found ? e.engine_id : -1LL,
                 (double)(found ? e.ms : -1.f));

@@ -16,8 +16,8 @@ enum { MODE_A_DEFAULT = 12, MAX_MODE_A = 64, MAX_FALLBACK = 4, MAX_CAND = MAX_MO
 /* How many of heuristic mode A's candidates are timed
  * (MIXPREC_CUDNN_ENGINE_CANDIDATES, 1..64; default 12). */
 static int mode_a_candidates(void) {
-    const char *e = getenv("MIXPREC_CUDNN_ENGINE_CANDIDATES");
-    const int n = e ? atoi(e) : MODE_A_DEFAULT;
+    const int e = mp_env_get()->cudnn_engine_candidates;
+    const int n = e ? e : MODE_A_DEFAULT;
     return n < 1 ? 1 : n > MAX_MODE_A ? MAX_MODE_A : n;
 }
 
@@ -274,7 +274,7 @@ static float time_plan(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, void *co
     return mp_median_ms(t, TRIALS) / RUNS;
 }
 
-static bool debug(void) { return getenv("MIXPREC_CUDNN_DEBUG") != NULL; }
+static bool debug(void) { return mp_env_get()->cudnn_debug; }
 
 /* One timed candidate. */
 typedef struct {

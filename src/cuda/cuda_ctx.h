@@ -27,8 +27,8 @@ typedef struct mp_cuda_ctx {
     size_t mem_total;
     char name[128];
     /* synchronized BatchNorm (plan opts sync_bn): statistics gathered from
-     * every rank of sync_dist (an mp_dist); NULL: per GPU */
-    void *sync_dist;
+     * every rank of dist (an mp_dist); NULL: per GPU */
+    void *dist;
     int sync_world;
     void *conv_plans; /* cuDNN graph-API execution plans built on this context (conv_engine.cu) */
 } mp_cuda_ctx;

@@ -10,12 +10,12 @@
  * synchronize ctx->stream).
  *
  * One iteration, in stream order (all on ctx->stream):
- *   backward of loss * scale               (scale: mp_cuda_scaler_state.scale)
- *   mp_cuda_unscale_check(ctx, s, grads)   grads *= 1/scale; s->found_inf
+ *   backward of loss * scale               (scale: mp_scaler.scale on the device)
+ *   mp_cuda_unscale_check(ctx, s, g, grads) grads *= 1/scale; s->group_found[g]
  *   mp_cuda_clip_by_value / _by_norm       optional, on the true gradients
  *   mp_cuda_optim_step(ctx, opt, &(mp_cuda_step_args){.lr_device = lr,
- *                      .found_inf = &s->found_inf})
- *   mp_cuda_scaler_update(ctx, s)          reads and clears s->found_inf
+ *                      .found_inf = &s->group_found[g]})
+ *   mp_cuda_scaler_update(ctx, s)          reads and clears the flags
  *
  * The arithmetic is the CPU's, operation for operation, in IEEE round-to-
  * nearest without FMA contraction (optim/sgd.c, optim/adam.c, amp/scaler.c),
@@ -63,63 +63,27 @@ void mp_cuda_grads_destroy(mp_cuda_grads *g);
 
 /* ---- loss scaler ---------------------------------------------------------- */
 
-/* The loss scaler in device memory: the rules of an mp_scaler (after
- * mp_scaler_init validated them) and its state, field for field. */
-typedef struct {
-    /* rules */
-    int dynamic, growth_interval, hysteresis, consecutive_hysteresis;
-    float growth_factor, backoff_factor, min_scale, max_scale;
-    /* state, as in mp_scaler */
-    float scale;
-    int growth_tracker, hysteresis_left;
-    long long last_overflow_step, step, skipped_steps, forward_overflows;
-    int consecutive_forward_overflows;
-    /* MP_CUDA_FOUND_* of this step (the largest wins, also in the
-     * data-parallel max all-reduce): set by mp_cuda_check_loss and
-     * mp_cuda_unscale_check, read by the optimizers (non-zero: skip),
-     * cleared by mp_cuda_scaler_update */
-    int found_inf;
-    /* device-only bookkeeping for the host's overflow reports: step ends
-     * counted by mp_cuda_scaler_update (skipped ones included), the index of
-     * the last skipped one, its MP_CUDA_FOUND_* (0 before any) and the scale
-     * it ran with; the longest run of consecutive forward overflows so far
-     * and the index of the step that reached it (so a run that reached the
-     * limit is seen even when a clean step followed before the host read) */
-    long long ends, last_skip_end, forward_peak_end;
-    int last_found, forward_peak;
-    float last_skip_scale;
-} mp_cuda_scaler_state;
+/* The device keeps an mp_scaler (amp/scaler.h), the same bytes as the host's,
+ * copied to and from it as a whole. Create allocates and uploads; upload and
+ * download copy the whole struct and synchronize ctx->stream. */
+mp_status mp_cuda_scaler_create(mp_cuda_ctx *ctx, const mp_scaler *host, mp_scaler **dev);
+void mp_cuda_scaler_destroy(mp_scaler *dev);
+mp_status mp_cuda_scaler_upload(mp_cuda_ctx *ctx, const mp_scaler *host, mp_scaler *dev);
+mp_status mp_cuda_scaler_download(mp_cuda_ctx *ctx, const mp_scaler *dev, mp_scaler *host);
 
-/* found_inf values: a non-finite gradient, or a non-finite loss (a forward
- * overflow, which the update counts without backing the scale off). */
-enum { MP_CUDA_FOUND_GRADIENT = 1, MP_CUDA_FOUND_FORWARD = 2 };
+/* Fused unscale + inf/NaN check: every element becomes x * (float)(1.0 /
+ * (double)scale) with the scale read from s on the device (no multiply when
+ * it is 1); a non-finite result raises s->group_found[group] and s->found_inf
+ * to at least MP_FOUND_GRADIENT (bit test). Accumulates over calls. */
+mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_scaler *s, int group, const mp_cuda_grads *g);
 
-/* Allocates the device state and uploads host (synchronous, setup time). */
-mp_status mp_cuda_scaler_create(mp_cuda_ctx *ctx, const mp_scaler *host, mp_cuda_scaler_state **dev);
-void mp_cuda_scaler_destroy(mp_cuda_scaler_state *dev);
-/* Host -> device (checkpoint restore) and device -> host (logging,
- * checkpoints: the state fields of host are overwritten, its options kept;
- * host->found_inf = dev found_inf != 0). Both synchronize ctx->stream. */
-mp_status mp_cuda_scaler_upload(mp_cuda_ctx *ctx, const mp_scaler *host, mp_cuda_scaler_state *dev);
-mp_status mp_cuda_scaler_download(mp_cuda_ctx *ctx, const mp_cuda_scaler_state *dev, mp_scaler *host);
+/* After a micro-batch's forward: a NaN/inf f32 loss *loss_dev raises
+ * found_inf and every group's flag to MP_FOUND_FORWARD. */
+mp_status mp_cuda_check_loss(mp_cuda_ctx *ctx, const float *loss_dev, mp_scaler *s);
 
-/* Fused unscale + inf/NaN check, as mp_scaler_unscale_check: every element
- * becomes x * (float)(1.0 / (double)scale) with scale read from s on the
- * device (no multiply when it is 1), and s->found_inf is raised to at least
- * MP_CUDA_FOUND_GRADIENT when any result is non-finite (bit test).
- * Accumulates over several calls. */
-mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s, const mp_cuda_grads *g);
-
-/* After a micro-batch's forward: raises s->found_inf to
- * MP_CUDA_FOUND_FORWARD when the f32 loss *loss_dev is NaN/inf. */
-mp_status mp_cuda_check_loss(mp_cuda_ctx *ctx, const float *loss_dev, mp_cuda_scaler_state *s);
-
-/* The one update per iteration, after the optimizer step: one device thread
- * applies mp_scaler_update's rules (growth, backoff, min/max, hysteresis,
- * static mode) from s->found_inf, counts the step and clears found_inf. A
- * forward overflow is mp_scaler_forward_overflow instead: skipped, counted,
- * scale and step count untouched. */
-mp_status mp_cuda_scaler_update(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s);
+/* The one update per iteration, after the optimizers: one device thread runs
+ * the host's rule (amp/scaler_rule.h) and clears the flags. */
+mp_status mp_cuda_scaler_update(mp_cuda_ctx *ctx, mp_scaler *s);
 
 /* ---- norm and clipping (on the unscaled gradients) ----------------------- */
 
@@ -150,7 +114,7 @@ typedef struct {
                          * weight is left at the value its low copy holds, as the CPU trainer rounds it */
     const char *name;   /* for messages; may be NULL; not kept */
     /* The SGD momentum buffer's dtype, as mp_param_ref.state_dtype: MP_DTYPE_F32 (0), or low_dtype for a
-     * weight with low and no_master (cuda_step.c passes it for those without an f32 array): the buffer is
+     * weight with low and no_master (step_cuda.c passes it for those without an f32 array): the buffer is
      * stored in that dtype, b rounded to nearest even and the rounded b used, bit for bit as optim/sgd.c.
      * Ignored by Adam/AdamW, whose moments stay f32 (v = g^2 under/overflows f16). */
     mp_dtype state_dtype;

@@ -13,10 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "cuda/cuda_op.h"
 #include "cuda/cuda_plan_kernels.h"
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "dist/dist.h"
 #include "graph/device.h"
 
@@ -34,7 +33,6 @@ struct mp_device_plan {
                              is the weight; param[k] NULL), else F32 */
     float *input_nchw;  /* device staging of one host batch (f32, NCHW) */
     size_t input_cap;   /* floats */
-    const float *seed_dev;        /* backward seed read from the device (the loss scale), or NULL */
     bool casts_by_optimizer;      /* the fused optimizer refreshes the low casts */
 };
 
@@ -130,9 +128,9 @@ mp_status mp_device_plan_open(mp_plan *p) {
     if (!d->param || !d->grad || !d->low || !d->low_only) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
     mark_low_only(p);
     MP_TRY(mp_cuda_ctx_create(p->o.device.index, &d->ctx));
-    if (p->o.training && p->o.sync_bn && p->o.sync_dist) {
-        d->ctx->sync_dist = p->o.sync_dist;
-        d->ctx->sync_world = mp_dist_world(p->o.sync_dist);
+    if (p->o.training && p->o.sync_bn && p->o.dist) {
+        d->ctx->dist = p->o.dist;
+        d->ctx->sync_world = mp_dist_world(p->o.dist);
     }
     slab master = {0}, grad = {0}, low = {0};
     place_params(p, &master, &grad, &low);
@@ -181,7 +179,7 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
     mp_cuda_node_cfg cfg = {.storage = nd->storage_dtype, .compute = nd->compute_dtype, .training = p->o.training,
                             .batch = p->o.batch, .relu_after = pn->relu_fused};
     for (int k = 0; k < nd->n_in; k++) cfg.in_dtype[k] = p->g->nodes[nd->in[k]].storage_dtype;
-    cfg.tf32 = p->g->precision == MP_PRECISION_TF32 && nd->compute_dtype == MP_DTYPE_F32;
+    cfg.tf32 = nd->tf32;
     cfg.weight_grad = nd->n_params ? mp_plan_grad_dtype(p, nd->first_param) : MP_DTYPE_F32;
     cfg.weight_grad_unrounded = nd->n_params && mp_plan_f32_weight_grad(p, nd->first_param);
     size_t ws = 0, saved = pn->info.saved_bytes;
@@ -198,9 +196,9 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
  * such a read. */
 mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     MP_TRY(dev_alloc(p, (void **)arena, bytes, "the activation arena"));
-    const char *poison = getenv("MIXPREC_POISON_ARENA");
-    if (poison && !strcmp(poison, "uninit")) return MP_OK;
-    MP_CUDA_TRY(cudaMemsetAsync(*arena, poison && *poison == '1' ? 0xFF : 0, bytes, p->dev->ctx->stream), "arena");
+    const int poison = mp_env_get()->poison_arena;
+    if (poison == 2) return MP_OK; /* "uninit": for compute-sanitizer's initcheck */
+    MP_CUDA_TRY(cudaMemsetAsync(*arena, poison == 1 ? 0xFF : 0, bytes, p->dev->ctx->stream), "arena");
     return MP_OK;
 }
 
@@ -279,15 +277,15 @@ mp_status mp_device_zero_unreached_grads(mp_plan *p) {
     return MP_OK;
 }
 
-mp_status mp_device_set_loss_seed(mp_plan *p, int node, float seed) {
-    if (p->dev->seed_dev) {
-        MP_CUDA_TRY(cudaMemcpyAsync(p->nodes[node].call.d_out.data, p->dev->seed_dev, sizeof(float),
+mp_status mp_device_set_loss_seed(mp_plan *p, int node, mp_seed seed) {
+    if (seed.device) {
+        MP_CUDA_TRY(cudaMemcpyAsync(p->nodes[node].call.d_out.data, seed.device, sizeof(float),
                                     cudaMemcpyDeviceToDevice, p->dev->ctx->stream),
                     node_name(p, node));
         return MP_OK;
     }
-    MP_CUDA_TRY(cudaMemcpyAsync(p->nodes[node].call.d_out.data, &seed, sizeof seed, cudaMemcpyHostToDevice,
-                                p->dev->ctx->stream),
+    MP_CUDA_TRY(cudaMemcpyAsync(p->nodes[node].call.d_out.data, &seed.value, sizeof seed.value,
+                                cudaMemcpyHostToDevice, p->dev->ctx->stream),
                 node_name(p, node));
     return MP_OK;
 }
@@ -414,7 +412,6 @@ void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype) {
     return low;
 }
 
-void mp_cuda_plan_seed_from_device(mp_plan *p, const float *seed_dev) { p->dev->seed_dev = seed_dev; }
 void mp_cuda_plan_casts_by_optimizer(mp_plan *p, bool on) { p->dev->casts_by_optimizer = on; }
 
 void mp_device_profile_sync(const mp_plan *p) {
@@ -425,4 +422,10 @@ void mp_device_profile_sync(const mp_plan *p) {
         return;
     }
     (void)cudaStreamSynchronize(stream);
+}
+
+size_t mp_cuda_used_bytes(void) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return total_b - free_b;
 }

@@ -2,6 +2,7 @@
  * plan's low_grads) and the fused unscale + inf/NaN check: one multi-tensor
  * pass that multiplies by the inverse of the device loss scale and ORs the
  * non-finite bit tests into found_inf. */
+#include "amp/scaler_rule.h"
 #include "cuda/float_bits.cuh"
 #include "cuda/grads_cuda.cuh"
 
@@ -57,9 +58,9 @@ void mp_cuda_grads_destroy(mp_cuda_grads *g) {
 }
 
 /* GradScaler.unscale_: inv = (float)(1 / (double)scale); no multiply at 1. */
-__global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_table t, mp_cuda_scaler_state *s) {
+__global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_table t, mp_scaler *s, int group) {
     const float scale = s->scale;
-    const float inv = (float)(1.0 / (double)scale);
+    const float inv = mp_scaler_inverse(scale);
     const bool mul = scale != 1.0f;
     unsigned bad = 0;
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
@@ -68,12 +69,15 @@ __global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_tabl
         if (mul) y = mp_dev_store_any(ten.ptr[0], dt, i, MP_FMUL(y, inv));
         bad |= mp_dev_nonfinite(y);
     });
-    if (__syncthreads_or(bad) && threadIdx.x == 0) atomicMax(&s->found_inf, (int)MP_CUDA_FOUND_GRADIENT);
+    if (__syncthreads_or(bad) && threadIdx.x == 0) {
+        atomicMax(&s->group_found[group], (int)MP_FOUND_GRADIENT);
+        atomicMax(&s->found_inf, (int)MP_FOUND_GRADIENT);
+    }
 }
 
-mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_cuda_scaler_state *s, const mp_cuda_grads *g) {
-    MP_ASSERT(ctx && s && g);
+mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_scaler *s, int group, const mp_cuda_grads *g) {
+    MP_ASSERT(ctx && s && g && group >= 0 && group < MP_SCALER_GROUPS);
     if (g->table.grid == 0) return MP_OK;
-    unscale_check_kernel<<<g->table.grid, MP_MT_THREADS, 0, ctx->stream>>>(g->table, s);
+    unscale_check_kernel<<<g->table.grid, MP_MT_THREADS, 0, ctx->stream>>>(g->table, s, group);
     return mp_mt_launched("unscale_check_kernel");
 }

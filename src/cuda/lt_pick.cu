@@ -102,6 +102,6 @@ mp_status mp_lt_pick_fastest(mp_cuda_ctx *ctx, const mp_lt_problem *pb, const cu
         pthread_mutex_unlock(&cache.search);
     }
     if (st == MP_OK && i >= 0) *best = i;
-    if (getenv("MIXPREC_LT_DEBUG")) fprintf(stderr, "lt: %s -> candidate %d of %d (%s)\n", what, *best, n, how);
+    if (mp_env_get()->lt_debug) fprintf(stderr, "lt: %s -> candidate %d of %d (%s)\n", what, *best, n, how);
     return st;
 }

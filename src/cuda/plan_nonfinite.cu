@@ -5,7 +5,7 @@
 // one int read back. Runs only while a step that overflowed is replayed,
 // never inside a training step.
 #include "cuda/cuda_kernel_util.cuh"
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "cuda/float_bits.cuh"
 extern "C" {
 #include "graph/device.h"

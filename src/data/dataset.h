@@ -16,13 +16,13 @@
 /* Largest class count accepted anywhere (labels must lie in [0, this)). */
 #define MP_DATASET_MAX_CLASSES 1000
 
-typedef struct {
+struct mp_dataset {
     int n, c, h, w;   /* samples and per-sample shape */
     int classes;      /* labels lie in [0, classes) */
     float *images;    // (n, c, h, w); uint8 sources scaled by 1/255, others as stored
     int32_t *labels;  // (n)
     char source[256]; /* where it came from (a path or a description), for messages */
-} mp_dataset;
+};
 
 /* IDX files (yann.lecun.com MNIST format), gzip-compressed or not: images are
  * 3-D (n, h, w) of any IDX element type (c = 1); labels are 1-D integers.
@@ -46,12 +46,12 @@ mp_status mp_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t
 
 void mp_dataset_free(mp_dataset *d);
 
+/* The public mp_dataset_open_* / _create* functions (dataset_api.c) wrap
+ * these fill-in-place loaders in heap objects. */
+
 /* MP_ERR_NONFINITE naming d->source and the first sample with NaN/inf. */
 mp_status mp_dataset_check_finite(const mp_dataset *d);
 
-/* Per-channel mean and (population) standard deviation over all samples;
- * mean and std each hold d->c floats. */
-void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std);
 
 /* Copy of samples [start, start + n); classes is kept from d. */
 mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *out);

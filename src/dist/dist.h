@@ -22,37 +22,9 @@
 extern "C" { /* the CUDA ops (synchronized BatchNorm) call in */
 #endif
 
-typedef struct mp_dist mp_dist;             /* one rank */
-typedef struct mp_dist_group mp_dist_group; /* the ranks of one process (thread mode) */
+/* mp_dist, mp_dist_group and their creation, rank queries, mp_dist_fail and
+ * mp_dist_destroy are public (mixprec/dist.h); the rest is the library's. */
 
-/* Thread mode: `world` ranks in this process on GPUs 0..world-1; timeout_s
- * bounds any wait on another rank (<= 0: 300 s). */
-mp_status mp_dist_group_create(int world, double timeout_s, mp_dist_group **out);
-/* Called by rank `rank`'s own thread: opens its communicator on GPU
- * `device` (returns once every rank joined, or with an error when one
- * failed or the timeout passed). */
-mp_status mp_dist_group_join(mp_dist_group *g, int rank, int device, mp_dist **out);
-/* After every rank's thread finished (joined threads). */
-void mp_dist_group_destroy(mp_dist_group *g);
-/* The rank that failed first in the group, -1 if none. */
-int mp_dist_group_failed_rank(const mp_dist_group *g);
-/* Rank `rank` of the group never started (e.g. its thread could not be
- * created): the ranks already joining stop instead of waiting for it. */
-void mp_dist_group_fail(mp_dist_group *g, int rank, mp_status s);
-
-/* Process mode (mpirun): true when this process was started by an MPI
- * launcher (Open MPI / PMIx environment); *world and *rank from it. */
-bool mp_dist_mpi_launched(int *world, int *rank);
-/* MPI_Init, the unique id from rank 0, this rank's communicator on the GPU
- * of its local rank. */
-mp_status mp_dist_mpi_create(double timeout_s, mp_dist **out);
-
-int mp_dist_rank(const mp_dist *d);
-int mp_dist_world(const mp_dist *d);
-int mp_dist_device(const mp_dist *d);
-/* This rank failed with `s`: the others are stopped (communicators
- * aborted) instead of waiting for it. */
-void mp_dist_fail(mp_dist *d, mp_status s);
 /* MP_OK, or the error that stopped the group (another rank failed, a NCCL
  * error, the timeout). */
 mp_status mp_dist_check(mp_dist *d);
@@ -64,8 +36,6 @@ void mp_dist_wait_end(mp_dist *d);
  * it to finish, and no work is queued after an abort (MP_ERR_... then). */
 mp_status mp_dist_enqueue_begin(mp_dist *d);
 void mp_dist_enqueue_end(mp_dist *d);
-/* Releases the communicator (and, for MPI, finalizes MPI). */
-void mp_dist_destroy(mp_dist *d);
 /* recv (world x n floats, rank order) = every rank's send (n floats), on
  * `stream` (a cudaStream_t), inside or outside a CUDA graph capture. */
 mp_status mp_dist_allgather_f32(mp_dist *d, const float *send, float *recv, size_t n, void *stream);

@@ -77,7 +77,7 @@ mp_status mp_dist_broadcast_params(mp_dist *d, mp_plan *p) {
     (void)d, (void)p;
     return no_nccl();
 }
-mp_status mp_dist_allreduce_flag(mp_dist *d, mp_plan *p, int *flag_dev) {
-    (void)d, (void)p, (void)flag_dev;
+mp_status mp_dist_allreduce_flags(mp_dist *d, mp_plan *p, int *flags_dev, int n) {
+    (void)d, (void)p, (void)flags_dev, (void)n;
     return no_nccl();
 }

@@ -32,8 +32,8 @@ void mp_grad_allreduce_destroy(mp_grad_allreduce *a);
 /* Rank 0's parameters and buffers (fp32 masters, BN statistics) to every
  * rank, on the plan's stream: all ranks start from the same weights. */
 mp_status mp_dist_broadcast_params(mp_dist *d, mp_plan *p);
-/* *flag = max over ranks of *flag (a device int, e.g. the scaler's
- * found-inf), on the plan's stream: every rank skips the same steps. */
-mp_status mp_dist_allreduce_flag(mp_dist *d, mp_plan *p, int *flag_dev);
+/* flags[i] = max over ranks of flags[i] for n device ints (the scaler's
+ * found-inf flags), on the plan's stream: every rank skips the same steps. */
+mp_status mp_dist_allreduce_flags(mp_dist *d, mp_plan *p, int *flags_dev, int n);
 
 #endif

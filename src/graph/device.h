@@ -33,8 +33,9 @@ mp_status mp_device_forward(mp_plan *p, int i);
 mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh);
 /* Zero the gradients of trainable parameters no backward path reached. */
 mp_status mp_device_zero_unreached_grads(mp_plan *p);
-/* d(loss) = seed for the backward from loss node `node`. */
-mp_status mp_device_set_loss_seed(mp_plan *p, int node, float seed);
+/* d(loss) = seed (a host value or a device scalar) for the backward from
+ * loss node `node`. */
+mp_status mp_device_set_loss_seed(mp_plan *p, int node, mp_seed seed);
 
 mp_status mp_device_set_input(mp_plan *p, int node, const float *host_nchw, size_t n);
 mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t n);

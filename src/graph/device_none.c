@@ -24,7 +24,7 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
     return no_gpu(p);
 }
 mp_status mp_device_zero_unreached_grads(mp_plan *p) { return no_gpu(p); }
-mp_status mp_device_set_loss_seed(mp_plan *p, int node, float seed) {
+mp_status mp_device_set_loss_seed(mp_plan *p, int node, mp_seed seed) {
     (void)node, (void)seed;
     return no_gpu(p);
 }

@@ -173,23 +173,44 @@ static mp_status check_backward_site(const mp_plan *p, int i, mp_nonfinite_site 
     return MP_OK;
 }
 
-static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *site);
+static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site *site);
 
-mp_status mp_plan_backward(mp_plan *p, float seed) { return run_backward(p, 0, seed, NULL); }
+/* Index of loss node `loss` among the plan's losses, or -1 (message set). */
+static int loss_index(const mp_plan *p, mp_node loss) {
+    for (int j = 0; p && j < p->n_losses; j++)
+        if (p->losses[j] == loss) return j;
+    mp_error(MP_ERR_INVALID_ARG, "backward: node %d ('%s') is not one of the plan's losses", loss,
+             p && loss >= 0 && loss < p->n ? p->g->nodes[loss].name : "?");
+    return -1;
+}
+
+mp_status mp_plan_backward(mp_plan *p, float seed) {
+    if (!p) return mp_error(MP_ERR_INVALID_ARG, "backward: null plan");
+    return run_backward(p, 0, (mp_seed){.value = seed}, NULL);
+}
 
 mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed) {
-    for (int j = 0; p && j < p->n_losses; j++)
-        if (p->losses[j] == loss) return run_backward(p, j, seed, NULL);
-    return mp_error(MP_ERR_INVALID_ARG, "backward: node %d is not one of the plan's losses", loss);
+    return mp_plan_backward_seeded(p, loss, (mp_seed){.value = seed});
+}
+
+mp_status mp_plan_backward_seeded(mp_plan *p, mp_node loss, mp_seed seed) {
+    const int j = loss_index(p, loss);
+    return j < 0 ? MP_ERR_INVALID_ARG : run_backward(p, j, seed, NULL);
 }
 
 mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site) {
-    memset(site, 0, sizeof *site);
-    site->node = -1;
-    return run_backward(p, 0, seed, site);
+    if (!p) return mp_error(MP_ERR_INVALID_ARG, "backward: null plan");
+    return mp_plan_backward_checked_from(p, p->losses[0], seed, site);
 }
 
-static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *site) {
+mp_status mp_plan_backward_checked_from(mp_plan *p, mp_node loss, float seed, mp_nonfinite_site *site) {
+    memset(site, 0, sizeof *site);
+    site->node = -1;
+    const int j = loss_index(p, loss);
+    return j < 0 ? MP_ERR_INVALID_ARG : run_backward(p, j, (mp_seed){.value = seed}, site);
+}
+
+static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site *site) {
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
     mp_graph *g = p->g;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
@@ -202,7 +223,7 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
         return mp_plan_grads_in_arena(p) ? mp_device_zero_unreached_grads(p) : MP_OK;
     MP_ASSERT(loss->call.d_out.dtype == MP_DTYPE_F32);
     if (p->dev) MP_TRY(mp_device_set_loss_seed(p, root, seed));
-    else *(float *)loss->call.d_out.data = seed;
+    else *(float *)loss->call.d_out.data = seed.value;
     for (int i = root; i >= 0; i--) {
         mp_pnode *pn = &p->nodes[i];
         if (!reach[i]) continue;

@@ -6,10 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "core/rng.h"
 
-mp_graph *mp_graph_create(void) { return calloc(1, sizeof(mp_graph)); }
+mp_graph *mp_graph_create(void) {
+    mp_graph *g = calloc(1, sizeof(mp_graph));
+    /* fp32 until a precision policy is applied */
+    if (g) g->policy = (mp_policy_info){.low_dtype = MP_DTYPE_F32, .master_weights = true, .allreduce_dtype = MP_DTYPE_F32};
+    return g;
+}
 
 void mp_graph_destroy(mp_graph *g) {
     if (!g) return;
@@ -216,18 +220,11 @@ int mp_graph_param_users(const mp_graph *g, int k) {
 }
 
 void mp_graph_round_low_weights(mp_graph *g, bool (*select)(const void *arg, int k), const void *arg) {
-    if (mp_precision_has_master((mp_precision)g->precision)) return;
     for (int k = 0; k < g->n_params; k++) {
         mp_gparam *p = &g->params[k];
-        const mp_dtype dt = g->nodes[p->node].compute_dtype;
-        if (p->spec.trainable && dt != MP_DTYPE_F32 && (!select || select(arg, k)))
-            mp_round_f32(p->data, mp_shape_numel(&p->spec.shape), dt);
+        if (p->round_dtype != MP_DTYPE_F32 && (!select || select(arg, k)))
+            mp_round_f32(p->data, mp_shape_numel(&p->spec.shape), p->round_dtype);
     }
 }
 
-mp_dtype mp_graph_param_low_only(const mp_graph *g, int k) {
-    if (mp_precision_has_master((mp_precision)g->precision)) return MP_DTYPE_F32;
-    const mp_dtype dt = g->nodes[g->params[k].node].compute_dtype;
-    if (!g->params[k].spec.trainable || mp_graph_param_users(g, k) != 1) return MP_DTYPE_F32;
-    return dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16 ? dt : MP_DTYPE_F32;
-}
+mp_dtype mp_graph_param_low_only(const mp_graph *g, int k) { return g->params[k].low_only; }

@@ -15,8 +15,9 @@ typedef struct {
     int n_in;
     int in[MP_MAX_INPUTS];     /* producer node indices (all < this node) */
     mp_shape sample_shape;     /* output shape with batch 1 */
-    mp_dtype compute_dtype;    /* fp32 everywhere until precision policies land */
+    mp_dtype compute_dtype;    /* set by the precision pass (fp32 before one) */
     mp_dtype storage_dtype;
+    bool tf32;                 /* f32 math may use TF32 (the tf32 policy) */
     int first_param;           /* index into graph params */
     int n_params;
     int n_consumers;
@@ -30,6 +31,12 @@ typedef struct {
     float *data;                 /* (spec.shape) fp32 master */
     float *grad;                 /* (spec.shape) or NULL for buffers */
     bool grad_fresh;             /* no gradient written since zero_grad */
+    /* recorded by the precision pass (amp/policy.c): the dtype the trainers
+     * keep this trainable parameter's value rounded to (F32: an fp32 master
+     * is kept), and the dtype it lives in alone on a GPU (F32: it has an f32
+     * array there) */
+    mp_dtype round_dtype;
+    mp_dtype low_only;
 } mp_gparam;
 
 struct mp_graph {
@@ -39,7 +46,7 @@ struct mp_graph {
     int n_params, cap_params;
     mp_status status;            /* first construction error */
     bool params_initialized;
-    int precision;               /* mp_precision set by the policy pass (0 = fp32) */
+    mp_policy_info policy;       /* what the applied precision policy implies (amp/policy.c) */
 };
 
 /* Add a node; infers shapes with batch 1 and creates its parameters. */
@@ -49,17 +56,14 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
 mp_shape mp_graph_node_shape(const mp_graph *g, mp_node n, int batch);
 /* How many nodes use parameter k (several after mp_graph_share_params). */
 int mp_graph_param_users(const mp_graph *g, int k);
-/* The dtype parameter k lives in while training when it has no fp32 master
- * weights: F16/BF16 when the graph's policy keeps none (fp16, bf16) and k is
- * trainable and used by exactly one node, which computes in that dtype (its
- * cast is the weight, as a PyTorch `.half()` model's); else F32. The CPU
- * trainer and the GPU plan share this rule. */
+/* The dtype parameter k lives in alone while training (mp_gparam.low_only:
+ * F16/BF16 without an fp32 master, else F32). The CPU trainer and the GPU
+ * plan share this rule. */
 mp_dtype mp_graph_param_low_only(const mp_graph *g, int k);
-/* Under the policies without master weights (fp16, bf16) the trainers keep
- * each trainable parameter of a node computing in f16/bf16 at a value of that
- * dtype (rounded to nearest even), from the first step on, as the GPU holds
- * them: this rounds those for which select(arg, k) is true (select NULL:
- * all); a no-op under the other policies. */
+/* The trainers keep each parameter whose round_dtype is F16/BF16 at a value
+ * of that dtype (rounded to nearest even), from the first step on, as the GPU
+ * holds them: this rounds those for which select(arg, k) is true (select
+ * NULL: all); a no-op for parameters with fp32 masters. */
 void mp_graph_round_low_weights(mp_graph *g, bool (*select)(const void *arg, int k), const void *arg);
 
 #endif

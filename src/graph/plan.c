@@ -241,17 +241,19 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
 }
 
 /* How a node storing bf16 can run without the staged f32 emulation
- * (MP_NATIVE_BF16=0 keeps the emulation everywhere, for comparisons). */
+ * (opts.native_bf16 OFF, or MIXPREC_NATIVE_BF16=0 under AUTO, keeps the
+ * emulation everywhere, for comparisons). */
 typedef enum {
     NATIVE_NONE,
     NATIVE_PRIMITIVE, /* convolutions: oneDNN's bf16 primitives, where the CPU has bf16 kernels */
     NATIVE_KERNEL     /* our own kernels reading and writing bf16 (instantiate_act.inc) */
 } native_kind;
 
-static native_kind native_bf16_kind(const mp_graph *g, int i) {
+static native_kind native_bf16_kind(const mp_plan *p, int i) {
+    const mp_graph *g = p->g;
     const mp_gnode *nd = &g->nodes[i];
-    const char *env = getenv("MP_NATIVE_BF16");
-    if (env && !strcmp(env, "0")) return NATIVE_NONE;
+    if (p->o.native_bf16 == MP_NATIVE_OFF) return NATIVE_NONE;
+    if (p->o.native_bf16 == MP_NATIVE_AUTO && mp_env_get()->native_bf16 == 0) return NATIVE_NONE;
     if (nd->storage_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
     mp_op_kind k = nd->desc.kind;
     if (k == MP_OP_CONV2D || k == MP_OP_CONV_TRANSPOSE2D) {
@@ -390,8 +392,8 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         mp_plan_destroy(p);
         return mp_error(MP_ERR_NOMEM, "plan: out of memory");
     }
-    bool onednn = o.use_onednn && !o.reference && mp_onednn_available();
-    if (o.use_onednn && !o.reference && !mp_onednn_available()) notice_reference_kernels();
+    bool onednn = !o.reference && mp_onednn_available();
+    if (!o.reference && !mp_onednn_available()) notice_reference_kernels();
     mp_impl impl = onednn ? MP_IMPL_AUTO : MP_IMPL_REF;
     if (o.device.kind != MP_DEVICE_CPU) {
         mp_status ds = mp_device_plan_open(p);
@@ -434,7 +436,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
             }
             continue; /* its scratch is its own (node_scratch_buffers) */
         }
-        native_kind nk = s == MP_OK ? native_bf16_kind(g, i) : NATIVE_NONE;
+        native_kind nk = s == MP_OK ? native_bf16_kind(p, i) : NATIVE_NONE;
         if (nk == NATIVE_PRIMITIVE && vt->prepare && onednn) {
             /* bf16 primitives where the CPU has bf16 kernels; else staged f32 */
             if (vt->prepare(&nd->desc, &pn->info, MP_DTYPE_BF16, impl, o.training, &pn->call.state) == MP_OK &&

@@ -6,6 +6,7 @@
 
 #include "graph/arena_plan.h"
 #include "graph/graph.h"
+#include "train/step_backend.h"
 
 typedef struct {
     mp_op_info info;
@@ -69,6 +70,12 @@ bool mp_plan_f32_weight_grad(const mp_plan *p, int k);
  * gradients that already hold a value (taken) and its parameter gradients
  * that are not fresh at node i's scratch; the caller adds them after. */
 void mp_plan_gradients_to_scratch(const mp_plan *p, int i, mp_op_call *c, const bool *taken, const bool *fresh);
+
+/* Backward from loss node `loss` with d(loss) read from `seed` (a host
+ * value or a device scalar, train/step_backend.h). */
+mp_status mp_plan_backward_seeded(mp_plan *p, mp_node loss, mp_seed seed);
+/* mp_plan_backward_checked from any of the plan's losses. */
+mp_status mp_plan_backward_checked_from(mp_plan *p, mp_node loss, float seed, mp_nonfinite_site *site);
 
 /* Wall-clock seconds (monotonic), for opts.profile. */
 double mp_plan_clock(void);

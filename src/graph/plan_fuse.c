@@ -5,8 +5,7 @@
 #include <string.h>
 
 static bool fusion_off(void) {
-    const char *e = getenv("MIXPREC_NO_FUSION");
-    return e && *e && strcmp(e, "0") != 0;
+    return mp_env_get()->no_fusion;
 }
 
 /* ReLU node j and the batch norm i it reads can be fused: i feeds j only, is

@@ -5,24 +5,10 @@
 
 #include "mixprec.h"
 
-typedef struct {
-    mp_graph *g;
-    mp_node input, labels, logits, loss;
-} mp_model;
+/* mp_model, mp_model_build, mp_model_free, mp_model_list, mp_model_describe
+ * and mp_model_check_name are public (mixprec/models.h). */
 
 typedef mp_status (*mp_model_builder)(mp_model *m, int c, int h, int w, int classes);
-
-/* Build model `name` (see mp_model_list) for (c, h, w) inputs and `classes`
- * outputs; on error m->g is NULL and the message names the model. */
-mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m);
-void mp_model_free(mp_model *m);
-/* "small, cnn10, resnet18, ..." */
-const char *mp_model_list(void);
-/* One line on the model, or NULL for a name mp_model_build rejects. */
-const char *mp_model_describe(const char *name);
-/* MP_OK for a name mp_model_build accepts, else the reason (unknown model
- * and the list, or the wrn-D-K rule it breaks). */
-mp_status mp_model_check_name(const char *name);
 
 /* Builders (one file each). */
 mp_status mp_model_small_cnn(mp_model *m, int c, int h, int w, int classes);

@@ -226,9 +226,8 @@ void mp_lib_info_query(mp_lib_id id, mp_lib_info *o) {
 
 void mp_cpu_bf16_path_query(mp_bf16_path *out) {
     memset(out, 0, sizeof *out);
-    const char *env = getenv("MP_NATIVE_BF16");
-    if (env && !strcmp(env, "0")) {
-        snprintf(out->detail, sizeof out->detail, "emulated (MP_NATIVE_BF16=0)");
+    if (mp_env_get()->native_bf16 == 0) {
+        snprintf(out->detail, sizeof out->detail, "emulated (MIXPREC_NATIVE_BF16=0)");
         return;
     }
 #ifdef MP_HAVE_ONEDNN

@@ -107,7 +107,7 @@ static void note_failure(mp_dist_group *g, int rank, mp_status s, const char *ms
 /* MIXPREC_DIST_DEBUG=1: the watchdog and the ranks say what they do. */
 __attribute__((format(printf, 1, 2))) static void debug(const char *fmt, ...) {
     static int on = -1;
-    if (on < 0) on = getenv("MIXPREC_DIST_DEBUG") != NULL;
+    if (on < 0) on = mp_env_get()->dist_debug;
     if (!on) return;
     va_list ap;
     va_start(ap, fmt);

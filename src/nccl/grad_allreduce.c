@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "graph/device.h"
 #include "nccl/grad_pack.h"
 #include "nccl/nccl_dist.h"
@@ -183,8 +183,8 @@ mp_status mp_dist_broadcast_params(mp_dist *d, mp_plan *p) {
     return MP_OK;
 }
 
-mp_status mp_dist_allreduce_flag(mp_dist *d, mp_plan *p, int *flag_dev) {
-    MP_NCCL_QUEUE(d, ncclAllReduce(flag_dev, flag_dev, 1, ncclInt32, ncclMax, mp_dist_comm(d),
+mp_status mp_dist_allreduce_flags(mp_dist *d, mp_plan *p, int *flags_dev, int n) {
+    MP_NCCL_QUEUE(d, ncclAllReduce(flags_dev, flags_dev, (size_t)n, ncclInt32, ncclMax, mp_dist_comm(d),
                                    mp_cuda_plan_ctx(p)->stream),
                   "found-inf all-reduce");
     return MP_OK;

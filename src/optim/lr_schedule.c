@@ -144,3 +144,27 @@ mp_status mp_lr_schedule_parse(const char *spec, float base_lr, int total_steps,
     *out = s;
     return MP_OK;
 }
+
+mp_status mp_lr_schedule_check(const mp_lr_schedule *s) {
+    if (!s) return mp_error(MP_ERR_INVALID_ARG, "lr schedule: null");
+    if (!(s->base_lr > 0.0f) || !isfinite(s->base_lr))
+        return mp_error(MP_ERR_INVALID_ARG, "lr schedule: the learning rate %g must be a finite number > 0",
+                        (double)s->base_lr);
+    if (s->warmup_steps < 0)
+        return mp_error(MP_ERR_INVALID_ARG, "lr schedule: warm-up steps %d must be >= 0", s->warmup_steps);
+    switch (s->kind) {
+    case MP_LR_CONSTANT: return MP_OK;
+    case MP_LR_STEP:
+        if (s->step_size <= 0 || !(s->gamma > 0.0f && s->gamma <= 1.0f))
+            return mp_error(MP_ERR_INVALID_ARG, "lr schedule: step needs step_size > 0 (%d) and gamma in (0, 1] (%g)",
+                            s->step_size, (double)s->gamma);
+        return MP_OK;
+    case MP_LR_COSINE:
+        if (s->total_steps <= s->warmup_steps || !(s->min_lr >= 0.0f && s->min_lr <= s->base_lr))
+            return mp_error(MP_ERR_INVALID_ARG,
+                            "lr schedule: cosine needs total_steps (%d) > warmup_steps (%d) and min_lr (%g) in [0, %g]",
+                            s->total_steps, s->warmup_steps, (double)s->min_lr, (double)s->base_lr);
+        return MP_OK;
+    }
+    return mp_error(MP_ERR_INVALID_ARG, "lr schedule: unknown kind %d", (int)s->kind);
+}

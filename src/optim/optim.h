@@ -18,16 +18,7 @@
 
 #include "mixprec.h"
 
-typedef enum { MP_OPTIM_SGD, MP_OPTIM_ADAM, MP_OPTIM_ADAMW } mp_optim_kind;
-
-typedef struct {
-    mp_optim_kind kind;
-    float momentum;     /* SGD only, [0, 1); dampening is always 0 */
-    bool nesterov;      /* SGD only, needs momentum > 0 */
-    float weight_decay; /* >= 0; L2 for SGD/Adam, decoupled for AdamW */
-    float beta1, beta2; /* Adam/AdamW only, [0, 1); 0 -> 0.9 / 0.999 */
-    float eps;          /* Adam/AdamW only, > 0; 0 -> 1e-8 */
-} mp_optim_opts;
+/* mp_optim_kind and mp_optim_opts are public (mixprec/optim.h). */
 
 /* One trainable tensor: param is updated in place from grad, both fp32 with
  * n elements. The optimizer keeps the pointers (not the data) for its
@@ -80,10 +71,6 @@ void mp_optim_set_state_dtype(mp_optim *o, int i, mp_dtype dt);
  * Always f32 arrays; an SGD buffer of state_dtype F16/BF16 holds values of
  * that dtype (a checkpoint stores them as f32, exactly). */
 int mp_optim_state_tensors(const mp_optim *o, int param_index, float **bufs);
-
-/* "sgd", "adam", "adamw"; the error names --optimizer. */
-mp_status mp_optim_kind_parse(const char *name, mp_optim_kind *out);
-const char *mp_optim_kind_name(mp_optim_kind k);
 
 /* ---- per-tensor update kernels (sgd.c, adam.c) ------------------------- */
 

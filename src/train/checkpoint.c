@@ -1,14 +1,28 @@
-/* checkpoint.c — see checkpoint.h. */
-#include "train/checkpoint.h"
-
+/* checkpoint.c — a trainer's whole state in one safetensors file, and
+ * weight files (mixprec/train.h).
+ *
+ * A checkpoint holds every parameter (fp32 masters, BN buffers) under its
+ * name, each optimizer's state under "optim/<param>/<k>", and as metadata
+ * the run's identity (model, precision, optimizers, batch, loss scaling),
+ * the counters (epoch, steps, forward passes, each optimizer's steps) and
+ * the loss scaler's state. Loading checks everything against the trainer
+ * before changing anything: a tensor's name, shape and dtype, finite values
+ * and non-negative running variances, every metadata value typed and in
+ * range, naming the file and the key. */
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/policy.h"
+#include "io/ckpt_meta.h"
 #include "io/safetensors.h"
+#include "train/trainer.h"
 
-#define META_MAX 32
+#define META_MAX 48
 #define NAME_LEN 160
+#define MAX_STEPS 9007199254740992.0 /* 2^53: exact in a double */
 
 static mp_st_tensor tensor_of(const char *name, const mp_shape *s, const float *data) {
     mp_st_tensor t = {.name = name, .dtype = MP_DTYPE_F32, .ndim = s->ndim, .data = data};
@@ -19,145 +33,267 @@ static mp_st_tensor tensor_of(const char *name, const mp_shape *s, const float *
 /* Optimizer state tensor names: "optim/<param>/0", "optim/<param>/1". */
 static void state_name(char *buf, const char *param, int k) { snprintf(buf, NAME_LEN, "optim/%s/%d", param, k); }
 
-mp_status mp_checkpoint_save(const char *path, const mp_graph *g, const mp_optim *opt, const mp_scaler *scaler,
-                             const mp_ckpt_info *info) {
-    int n_opt = mp_optim_param_count(opt);
-    int cap = g->n_params + 2 * n_opt;
-    mp_st_tensor *t = calloc((size_t)cap + 1, sizeof *t);
+/* "adam" or "adam,adam" (one per group). */
+static void optimizer_kinds(const mp_trainer *t, char *buf, size_t len) {
+    buf[0] = '\0';
+    for (int g = 0; g < t->n_groups; g++) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s", g ? "," : "", mp_optim_kind_name(t->groups[g].opt->o.optim.kind));
+    }
+}
+
+/* Metadata key of group g's step count: "mixprec.optim_steps", ".1", ... */
+static void steps_key(char *buf, size_t len, int g) {
+    if (g == 0) snprintf(buf, len, "mixprec.optim_steps");
+    else snprintf(buf, len, "mixprec.optim_steps.%d", g);
+}
+
+typedef struct {
+    const char *keys[META_MAX], *vals[META_MAX];
+    char key_store[META_MAX][48], val_store[META_MAX][64];
+    int n;
+} meta_list;
+
+static void meta_add(meta_list *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void meta_add(meta_list *m, const char *key, const char *fmt, ...) {
+    MP_ASSERT(m->n < META_MAX);
+    snprintf(m->key_store[m->n], sizeof m->key_store[m->n], "%s", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->val_store[m->n], sizeof m->val_store[m->n], fmt, ap);
+    va_end(ap);
+    m->keys[m->n] = m->key_store[m->n];
+    m->vals[m->n] = m->val_store[m->n];
+    m->n++;
+}
+
+mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info) {
+    if (!t || !path) return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null trainer or path");
+    MP_TRY(mp_step_poll(t, true, NULL)); /* overflows before the save are reported, not lost */
+    MP_TRY(t->be->state_to_host(t));
+    const mp_graph *g = t->g;
+    int cap = g->n_params;
+    for (int gi = 0; gi < t->n_groups; gi++) cap += 2 * t->groups[gi].opt->n;
+    mp_st_tensor *ts = calloc((size_t)cap + 1, sizeof *ts);
     char (*names)[NAME_LEN] = calloc((size_t)cap + 1, NAME_LEN);
-    if (!t || !names) {
-        free(t);
+    meta_list *m = calloc(1, sizeof *m);
+    if (!ts || !names || !m) {
+        free(ts);
         free(names);
+        free(m);
         return mp_error(MP_ERR_NOMEM, "%s: out of memory writing the checkpoint", path);
     }
     int n = 0;
-    for (int i = 0; i < g->n_params; i++) t[n++] = tensor_of(g->params[i].name, &g->params[i].spec.shape, g->params[i].data);
-    for (int i = 0; i < n_opt; i++) {
-        const mp_param_ref *ref = mp_optim_param(opt, i);
-        float *bufs[2];
-        int nb = mp_optim_state_tensors(opt, i, bufs);
-        for (int k = 0; k < nb; k++) {
-            state_name(names[n], ref->name, k);
-            mp_shape s = mp_shape1((int)ref->n);
-            t[n] = tensor_of(names[n], &s, bufs[k]);
-            n++;
+    for (int i = 0; i < g->n_params; i++) ts[n++] = tensor_of(g->params[i].name, &g->params[i].spec.shape, g->params[i].data);
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        const mp_optim *opt = t->groups[gi].opt->host;
+        for (int i = 0; i < mp_optim_param_count(opt); i++) {
+            const mp_param_ref *ref = mp_optim_param(opt, i);
+            float *bufs[2];
+            const int nb = mp_optim_state_tensors(opt, i, bufs);
+            for (int k = 0; k < nb; k++) {
+                state_name(names[n], ref->name, k);
+                const mp_shape s = mp_shape1((int)ref->n);
+                ts[n] = tensor_of(names[n], &s, bufs[k]);
+                n++;
+            }
         }
     }
-    const char *keys[META_MAX], *vals[META_MAX];
-    char store[META_MAX][64];
-    int m = 0;
-#define META(k, fmt, v) (keys[m] = (k), snprintf(store[m], sizeof store[m], fmt, v), vals[m] = store[m], m++)
-    META("mixprec.model", "%s", info->model);
-    META("mixprec.precision", "%s", info->precision);
-    META("mixprec.optimizer", "%s", info->optimizer);
-    META("mixprec.batch", "%d", info->batch);
-    META("mixprec.epoch", "%d", info->epoch);
-    META("mixprec.global_step", "%lld", (long long)info->global_step);
-    META("mixprec.plan_step", "%llu", (unsigned long long)info->plan_step);
-    META("mixprec.optim_steps", "%lld", (long long)mp_optim_step_count(opt));
-    static char scaler_keys[MP_SCALER_STATE_COUNT][48];
-    if (scaler) {
-        const char *sn[MP_SCALER_STATE_COUNT];
-        double sv[MP_SCALER_STATE_COUNT];
-        int ns = mp_scaler_state_get(scaler, sn, sv, MP_SCALER_STATE_COUNT);
-        for (int i = 0; i < ns && m < META_MAX; i++) {
-            snprintf(scaler_keys[i], sizeof scaler_keys[i], "scaler.%s", sn[i]);
-            META(scaler_keys[i], "%.17g", sv[i]);
-        }
+    char kinds[64];
+    optimizer_kinds(t, kinds, sizeof kinds);
+    meta_add(m, "mixprec.model", "%s", info && info->model ? info->model : "");
+    meta_add(m, "mixprec.precision", "%s", mp_graph_policy_name(g));
+    meta_add(m, "mixprec.optimizer", "%s", kinds);
+    meta_add(m, "mixprec.batch", "%d", t->o.batch);
+    meta_add(m, "mixprec.loss_scaling", "%s", t->loss_scaling ? "on" : "off");
+    meta_add(m, "mixprec.epoch", "%d", info ? info->epoch : 0);
+    meta_add(m, "mixprec.global_step", "%lld", (long long)t->steps);
+    meta_add(m, "mixprec.plan_step", "%llu", (unsigned long long)mp_plan_step(t->plan));
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        char key[48];
+        steps_key(key, sizeof key, gi);
+        meta_add(m, key, "%lld", (long long)mp_optim_step_count(t->groups[gi].opt->host));
     }
-#undef META
-    mp_status s = mp_safetensors_write(path, t, n, keys, vals, m);
-    free(t);
+    const char *sn[MP_SCALER_STATE_COUNT];
+    double sv[MP_SCALER_STATE_COUNT];
+    const int ns = mp_scaler_state_get(&t->scaler, sn, sv, MP_SCALER_STATE_COUNT);
+    for (int i = 0; i < ns; i++) {
+        char key[48];
+        snprintf(key, sizeof key, "scaler.%s", sn[i]);
+        meta_add(m, key, "%.17g", sv[i]);
+    }
+    mp_status s = mp_safetensors_write(path, ts, n, m->keys, m->vals, m->n);
+    free(ts);
     free(names);
+    free(m);
     return s;
 }
 
-static mp_status meta_string(const mp_st_file *f, const char *path, const char *key, const char **out) {
-    *out = mp_safetensors_meta(f, key);
-    if (!*out) return mp_error(MP_ERR_FORMAT, "%s: not a mixprec checkpoint (metadata '%s' missing)", path, key);
-    return MP_OK;
-}
-
-static mp_status meta_number(const mp_st_file *f, const char *path, const char *key, double *out) {
-    const char *v;
-    MP_TRY(meta_string(f, path, key, &v));
-    char *end;
-    *out = strtod(v, &end);
-    if (end == v || *end) return mp_error(MP_ERR_FORMAT, "%s: metadata '%s' = '%s' is not a number", path, key, v);
-    return MP_OK;
-}
+/* ---- loading ------------------------------------------------------------- */
 
 static mp_status expect_same(const char *path, const char *what, const char *have, const char *want) {
     if (strcmp(have, want))
-        return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint was saved with %s %s, this run uses %s", path,
-                        what, have, want);
+        return mp_error(MP_ERR_INVALID_ARG, "%s: the checkpoint was saved with %s %s, this run uses %s", path, what,
+                        have, want);
     return MP_OK;
 }
 
-static mp_status load_tensor(const mp_st_file *f, const char *path, const char *name, float *dst, int64_t n) {
-    mp_st_tensor t;
-    MP_TRY(mp_safetensors_get(f, name, &t));
-    int64_t have = 1;
-    for (int i = 0; i < t.ndim; i++) have *= t.dims[i];
-    if (t.dtype != MP_DTYPE_F32 || have != n)
-        return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' is %s with %lld elements, expected f32 with %lld", path, name,
-                        mp_dtype_name(t.dtype), (long long)have, (long long)n);
-    memcpy(dst, t.data, (size_t)n * sizeof(float));
+/* A tensor of the file that must match an array of the trainer exactly:
+ * the same shape and f32. */
+static mp_status find_tensor(const mp_st_file *f, const char *path, const char *name, const mp_shape *want,
+                             mp_st_tensor *t) {
+    MP_TRY(mp_safetensors_get(f, name, t));
+    bool same = t->ndim == want->ndim && t->dtype == MP_DTYPE_F32;
+    for (int i = 0; same && i < want->ndim; i++) same = t->dims[i] == want->dims[i];
+    if (same) return MP_OK;
+    char have[96] = "", need[96];
+    for (int i = 0; i < t->ndim; i++) {
+        size_t used = strlen(have);
+        snprintf(have + used, sizeof have - used, "%s%lld", i ? "x" : "", (long long)t->dims[i]);
+    }
+    mp_shape_str(want, need, sizeof need);
+    return mp_error(MP_ERR_SHAPE, "%s: tensor '%s' is %s %s, the model's is f32 %s", path, name,
+                    mp_dtype_name(t->dtype), t->ndim ? have : "scalar", need);
+}
+
+/* Finite values; a BatchNorm running variance also >= 0. */
+static mp_status check_values(const char *path, const char *name, const float *x, int64_t n, bool variance) {
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i]))
+            return mp_error(MP_ERR_NONFINITE, "%s: tensor '%s' holds %g at element %lld", path, name, (double)x[i],
+                            (long long)i);
+        if (variance && x[i] < 0)
+            return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' is a variance but holds %g at element %lld", path, name,
+                            (double)x[i], (long long)i);
+    }
     return MP_OK;
 }
 
-static mp_status load_all(const mp_st_file *f, const char *path, mp_graph *g, mp_optim *opt, mp_scaler *scaler,
-                          mp_ckpt_info *info) {
+static bool is_running_var(const mp_gparam *p) { return !strcmp(p->spec.name, "running_var"); }
+
+/* Everything the file must hold for this trainer, checked before any copy. */
+static mp_status check_file(const mp_st_file *f, const char *path, mp_trainer *t, const mp_checkpoint_info *info) {
+    const mp_graph *g = t->g;
     const char *v;
-    MP_TRY(meta_string(f, path, "mixprec.model", &v));
-    MP_TRY(expect_same(path, "model", v, info->model));
-    MP_TRY(meta_string(f, path, "mixprec.precision", &v));
-    MP_TRY(expect_same(path, "precision", v, info->precision));
-    MP_TRY(meta_string(f, path, "mixprec.optimizer", &v));
-    MP_TRY(expect_same(path, "optimizer", v, info->optimizer));
-    double num;
-    MP_TRY(meta_number(f, path, "mixprec.batch", &num));
-    if ((int)num != info->batch)
-        return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint was saved with batch %d, this run uses %d", path,
-                        (int)num, info->batch);
-    for (int i = 0; i < g->n_params; i++)
-        MP_TRY(load_tensor(f, path, g->params[i].name, g->params[i].data, mp_shape_numel(&g->params[i].spec.shape)));
-    for (int i = 0; i < mp_optim_param_count(opt); i++) {
-        const mp_param_ref *ref = mp_optim_param(opt, i);
-        float *bufs[2];
-        int nb = mp_optim_state_tensors(opt, i, bufs);
-        for (int k = 0; k < nb; k++) {
-            char name[NAME_LEN];
-            state_name(name, ref->name, k);
-            MP_TRY(load_tensor(f, path, name, bufs[k], ref->n));
-        }
+    MP_TRY(mp_ckpt_meta_string(f, path, "mixprec.model", &v));
+    if (info && info->model && info->model[0] && v[0]) MP_TRY(expect_same(path, "model", v, info->model));
+    MP_TRY(mp_ckpt_meta_string(f, path, "mixprec.precision", &v));
+    MP_TRY(expect_same(path, "precision", v, mp_graph_policy_name(g)));
+    char kinds[64];
+    optimizer_kinds(t, kinds, sizeof kinds);
+    MP_TRY(mp_ckpt_meta_string(f, path, "mixprec.optimizer", &v));
+    MP_TRY(expect_same(path, "optimizer", v, kinds));
+    int64_t num;
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.batch", 1, 1 << 30, &num));
+    if (num != t->o.batch)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: the checkpoint was saved with batch %lld, this run uses %d", path,
+                        (long long)num, t->o.batch);
+    const char *scaling = mp_safetensors_meta(f, "mixprec.loss_scaling");
+    if (scaling) MP_TRY(expect_same(path, "loss scaling", scaling, t->loss_scaling ? "on" : "off"));
+    for (int i = 0; i < g->n_params; i++) {
+        const mp_gparam *p = &g->params[i];
+        mp_st_tensor ten;
+        MP_TRY(find_tensor(f, path, p->name, &p->spec.shape, &ten));
+        MP_TRY(check_values(path, p->name, ten.data, mp_shape_numel(&p->spec.shape), is_running_var(p)));
     }
-    MP_TRY(meta_number(f, path, "mixprec.optim_steps", &num));
-    mp_optim_set_step_count(opt, (int64_t)num);
-    MP_TRY(meta_number(f, path, "mixprec.epoch", &num));
-    info->epoch = (int)num;
-    MP_TRY(meta_number(f, path, "mixprec.global_step", &num));
-    info->global_step = (int64_t)num;
-    MP_TRY(meta_number(f, path, "mixprec.plan_step", &num));
-    info->plan_step = (uint64_t)num;
-    if (scaler) {
-        const char *sn[MP_SCALER_STATE_COUNT];
-        double sv[MP_SCALER_STATE_COUNT];
-        int ns = mp_scaler_state_get(scaler, sn, sv, MP_SCALER_STATE_COUNT);
-        for (int i = 0; i < ns; i++) {
-            char key[64];
-            snprintf(key, sizeof key, "scaler.%s", sn[i]);
-            MP_TRY(meta_number(f, path, key, &num));
-            MP_TRY(mp_scaler_state_set(scaler, sn[i], num));
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        const mp_optim *opt = t->groups[gi].opt->host;
+        for (int i = 0; i < mp_optim_param_count(opt); i++) {
+            const mp_param_ref *ref = mp_optim_param(opt, i);
+            const int nb = mp_optim_state_tensors(opt, i, NULL);
+            for (int k = 0; k < nb; k++) {
+                char name[NAME_LEN];
+                state_name(name, ref->name, k);
+                const mp_shape s = mp_shape1((int)ref->n);
+                mp_st_tensor ten;
+                MP_TRY(find_tensor(f, path, name, &s, &ten));
+                MP_TRY(check_values(path, name, ten.data, ref->n, false));
+            }
         }
     }
     return MP_OK;
 }
 
-mp_status mp_checkpoint_load(const char *path, mp_graph *g, mp_optim *opt, mp_scaler *scaler, mp_ckpt_info *info) {
+static void copy_tensor(const mp_st_file *f, const char *name, float *dst, int64_t n) {
+    mp_st_tensor ten;
+    mp_status s = mp_safetensors_get(f, name, &ten);
+    MP_ASSERT(s == MP_OK); /* check_file found it */
+    memcpy(dst, ten.data, (size_t)n * sizeof(float));
+}
+
+/* The counters and the scaler, into copies first (nothing changes on error). */
+static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer *t, int64_t *epoch, int64_t *steps,
+                               uint64_t *plan_step, int64_t *optim_steps, mp_scaler *scaler) {
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.epoch", 0, 1000000, epoch));
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.global_step", 0, (int64_t)MAX_STEPS, steps));
+    MP_TRY(mp_ckpt_meta_u64(f, path, "mixprec.plan_step", plan_step));
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        char key[48];
+        steps_key(key, sizeof key, gi);
+        MP_TRY(mp_ckpt_meta_int(f, path, key, 0, *steps, &optim_steps[gi]));
+    }
+    *scaler = t->scaler;
+    const char *sn[MP_SCALER_STATE_COUNT];
+    const int ns = mp_scaler_state_get(scaler, sn, NULL, MP_SCALER_STATE_COUNT);
+    for (int i = 0; i < ns; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "scaler.%s", sn[i]);
+        if (!mp_safetensors_meta(f, key) && !t->loss_scaling) continue; /* older files without loss scaling */
+        double value;
+        MP_TRY(mp_ckpt_meta_double(f, path, key, -1e300, 1e300, &value));
+        if (mp_scaler_state_set(scaler, sn[i], value) != MP_OK)
+            return mp_error(MP_ERR_FORMAT, "%s: metadata '%s': %s", path, key, mp_last_error());
+    }
+    if (scaler->skipped_steps > *steps)
+        return mp_error(MP_ERR_FORMAT, "%s: metadata 'scaler.skipped_steps' = %lld is more than the %lld steps taken",
+                        path, (long long)scaler->skipped_steps, (long long)*steps);
+    return MP_OK;
+}
+
+mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *info) {
+    if (!t || !path) return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null trainer or path");
+    if (t->micro != 0)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: a checkpoint cannot be loaded in the middle of an accumulated step",
+                        path);
     mp_st_file *f = NULL;
     MP_TRY(mp_safetensors_open(path, &f));
-    mp_status s = load_all(f, path, g, opt, scaler, info);
+    int64_t epoch = 0, steps = 0, optim_steps[MP_MAX_GROUPS] = {0};
+    uint64_t plan_step = 0;
+    mp_scaler scaler;
+    mp_status s = check_file(f, path, t, info);
+    if (s == MP_OK) s = read_counters(f, path, t, &epoch, &steps, &plan_step, optim_steps, &scaler);
+    if (s == MP_OK) s = t->be->wait(t);
+    if (s != MP_OK) {
+        mp_safetensors_close(f);
+        return s;
+    }
+    /* everything checked: now the state changes */
+    mp_graph *g = t->g;
+    for (int i = 0; i < g->n_params; i++)
+        copy_tensor(f, g->params[i].name, g->params[i].data, mp_shape_numel(&g->params[i].spec.shape));
+    mp_graph_round_low_weights(g, NULL, NULL);
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        mp_optim *opt = t->groups[gi].opt->host;
+        for (int i = 0; i < mp_optim_param_count(opt); i++) {
+            const mp_param_ref *ref = mp_optim_param(opt, i);
+            float *bufs[2];
+            const int nb = mp_optim_state_tensors(opt, i, bufs);
+            for (int k = 0; k < nb; k++) {
+                char name[NAME_LEN];
+                state_name(name, ref->name, k);
+                copy_tensor(f, name, bufs[k], ref->n);
+            }
+        }
+        mp_optim_set_step_count(opt, optim_steps[gi]);
+    }
     mp_safetensors_close(f);
-    return s;
+    g->params_initialized = true;
+    t->steps = steps;
+    mp_plan_set_step(t->plan, plan_step);
+    mp_scaler_reset_bookkeeping(&scaler);
+    t->scaler = scaler;
+    t->seen = scaler;
+    t->ends_queued = 0;
+    if (info) info->epoch = (int)epoch;
+    return t->be->state_to_device(t);
 }

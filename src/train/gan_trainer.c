@@ -7,14 +7,16 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "data/loader.h"
+#include "core/rng.h"
+#include "data/dataset.h"
 #include "graph/graph.h"
 #include "io/image_grid.h"
 #include "train/progress.h"
+#include "train/trainer.h"
 
 #define GRID_COLS 10
 
-mp_status mp_gan_sample_grid(mp_acgan *m, int rows, int cols, uint64_t seed, bool use_onednn, mp_device device,
+mp_status mp_gan_sample_grid(mp_acgan *m, int rows, int cols, uint64_t seed, bool reference, mp_device device,
                              float *images) {
     const int n = rows * cols;
     mp_plan *plan = NULL;
@@ -35,7 +37,7 @@ mp_status mp_gan_sample_grid(mp_acgan *m, int rows, int cols, uint64_t seed, boo
                 onehot[(size_t)i * m->classes + labels[i]] = 1;
             }
         s = mp_plan_create(m->g, (mp_plan_opts){.batch = n, .training = false, .loss = m->gen_src_loss,
-                                                .use_onednn = use_onednn, .device = device},
+                                                .reference = reference, .device = device},
                            &plan);
     }
     /* every input is set: the discriminator runs too (on zeros) */
@@ -60,7 +62,7 @@ static mp_status write_samples(mp_acgan *m, const mp_gan_train_opts *o, int epoc
     const int rows = m->classes, n = rows * GRID_COLS;
     float *images = malloc((size_t)n * m->c * m->h * m->w * sizeof *images);
     if (!images) return mp_error(MP_ERR_NOMEM, "gan samples: out of memory");
-    mp_status s = mp_gan_sample_grid(m, rows, GRID_COLS, o->step.seed, o->step.use_onednn, o->step.device, images);
+    mp_status s = mp_gan_sample_grid(m, rows, GRID_COLS, o->seed, o->trainer.reference, o->trainer.device, images);
     char stem[4100];
     snprintf(stem, sizeof stem, "%s/samples_epoch%d", o->out_dir, epoch);
     mp_image_grid gr = {.rows = rows, .cols = GRID_COLS, .c = m->c, .h = m->h, .w = m->w, .lo = -1, .hi = 1};
@@ -74,13 +76,24 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void write_record(FILE *log, const mp_gan_train_opts *o, const mp_gan_ctx *c, int epoch, const double *ms,
-                         int steps, double d_loss, double g_loss, double secs, const char *samples) {
-    double *sorted = malloc((size_t)steps * sizeof *sorted), sum = 0;
-    if (!sorted) return;
-    memcpy(sorted, ms, (size_t)steps * sizeof *sorted);
-    qsort(sorted, (size_t)steps, sizeof *sorted, cmp_double);
-    for (int i = 0; i < steps; i++) sum += ms[i];
+enum { REAL_SRC, REAL_CLS, FAKE_SRC, FAKE_CLS, GEN_SRC, N_LOSSES };
+
+/* One epoch's numbers for its record. */
+typedef struct {
+    int epoch, steps;
+    double d_loss, g_loss, secs;
+    int64_t g_skipped, d_skipped, forward_overflows;
+    float loss_scale;
+} epoch_record;
+
+/* The epoch's JSONL record with every batch's time; every write checked. */
+static mp_status write_record(FILE *log, const char *path, const mp_gan_train_opts *o, const char *precision,
+                              const epoch_record *e, const double *ms, const char *samples) {
+    double *sorted = malloc((size_t)e->steps * sizeof *sorted), sum = 0;
+    if (!sorted) return mp_error(MP_ERR_NOMEM, "gan: out of memory");
+    memcpy(sorted, ms, (size_t)e->steps * sizeof *sorted);
+    qsort(sorted, (size_t)e->steps, sizeof *sorted, cmp_double);
+    for (int i = 0; i < e->steps; i++) sum += ms[i];
     char dev[32];
     fprintf(log,
             "{\"epoch\":%d,\"model\":\"acgan\",\"data\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%d,"
@@ -88,105 +101,216 @@ static void write_record(FILE *log, const mp_gan_train_opts *o, const mp_gan_ctx
             "\"forward_overflows\":%lld,\"loss_scale\":%g,\"epoch_time_s\":%.3f,\"images_per_s\":%.1f,"
             "\"batch_ms_mean\":%.4f,\"batch_ms_median\":%.4f,\"batch_ms_min\":%.4f,\"batch_ms_max\":%.4f,"
             "\"samples\":\"%s\",\"batch_ms\":[",
-            epoch, o->data_name ? o->data_name : "", o->precision ? o->precision : "fp32",
-            mp_device_name(o->step.device, dev, sizeof dev), o->step.batch, steps, d_loss, g_loss,
-            (long long)c->gen.skipped, (long long)c->dis.skipped, (long long)c->forward_overflows,
-            mp_gan_loss_scale(c), secs, (double)steps * o->step.batch / secs, sum / steps, sorted[steps / 2],
-            sorted[0], sorted[steps - 1], samples);
-    for (int i = 0; i < steps; i++) fprintf(log, "%s%.3f", i ? "," : "", ms[i]);
+            e->epoch, o->data_name ? o->data_name : "", precision,
+            mp_device_name(o->trainer.device, dev, sizeof dev), o->trainer.batch, e->steps, e->d_loss, e->g_loss,
+            (long long)e->g_skipped, (long long)e->d_skipped, (long long)e->forward_overflows, e->loss_scale, e->secs,
+            (double)e->steps * o->trainer.batch / e->secs, sum / e->steps, sorted[e->steps / 2], sorted[0],
+            sorted[e->steps - 1], samples);
+    for (int i = 0; i < e->steps; i++) fprintf(log, "%s%.3f", i ? "," : "", ms[i]);
     fputs("]}\n", log);
-    fflush(log);
     free(sorted);
+    if (fflush(log) != 0 || ferror(log)) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return MP_OK;
 }
 
-/* One iteration on the next batch; *ms: its wall time. */
-static mp_status iteration(mp_gan_ctx *c, mp_loader *ld, float *real, double *ms) {
-    const float *x;
-    const int32_t *y;
-    int n = 0;
-    MP_TRY(mp_loader_next(ld, &x, &y, &n));
-    double t0 = mp_now_seconds();
-    size_t numel = (size_t)c->o.batch * c->m->c * c->m->h * c->m->w;
-    for (size_t i = 0; i < numel; i++) real[i] = 2 * x[i] - 1; /* [0, 1] -> [-1, 1], the range of tanh */
-    bool overflow, skipped;
-    MP_TRY(mp_gan_forward(c, real, y, &overflow));
-    if (!overflow) {
-        MP_TRY(mp_gan_update_generator(c, &skipped));
-        MP_TRY(mp_gan_update_discriminator(c, &skipped));
+/* The weight of each loss in D's objective (G's are all 1). */
+static float d_weight(int loss, float aux_fake_weight) {
+    return loss == REAL_CLS ? MP_GAN_AUX_REAL_WEIGHT : loss == FAKE_CLS ? aux_fake_weight : 1.0f;
+}
+
+mp_status mp_gan_groups(mp_acgan *m, float lr, float beta1, float aux_fake_weight, mp_train_group groups[2]) {
+    if (!(aux_fake_weight >= 0) || !isfinite(aux_fake_weight))
+        return mp_error(MP_ERR_INVALID_ARG, "--aux-fake-weight %g must be finite and non-negative", aux_fake_weight);
+    mp_optimizer_opts oo = {.optim = {.kind = MP_OPTIM_ADAM, .beta1 = beta1 > 0 ? beta1 : 0.5f, .beta2 = 0.999f},
+                            .lr = {.base_lr = lr > 0 ? lr : 2e-4f}};
+    mp_optimizer *gen = NULL, *dis = NULL;
+    oo.params = "g_";
+    MP_TRY(mp_optimizer_create(m->g, &oo, &gen));
+    oo.params = "d_";
+    mp_status s = mp_optimizer_create(m->g, &oo, &dis);
+    if (s != MP_OK) {
+        mp_optimizer_destroy(gen);
+        return s;
     }
-    MP_TRY(mp_gan_end_iteration(c));
-    *ms = 1e3 * (mp_now_seconds() - t0);
+    groups[0] = (mp_train_group){.optimizer = gen, .losses = {m->gen_src_loss, m->fake_cls_loss}, .weights = {1, 1},
+                                 .n_losses = 2};
+    groups[1] = (mp_train_group){.optimizer = dis,
+                                 .losses = {m->real_src_loss, m->real_cls_loss, m->fake_src_loss, m->fake_cls_loss},
+                                 .weights = {d_weight(REAL_SRC, aux_fake_weight), d_weight(REAL_CLS, aux_fake_weight),
+                                             d_weight(FAKE_SRC, aux_fake_weight), d_weight(FAKE_CLS, aux_fake_weight)},
+                                 .n_losses = 4};
     return MP_OK;
+}
+
+/* The run's trainer and the buffers of one iteration. */
+typedef struct {
+    mp_acgan *m;
+    mp_trainer *t;
+    mp_train_group groups[2];
+    mp_rng rng;
+    float aux_fake_weight;
+    float *real, *z, *onehot, *ones, *zeros; /* (batch, c, h, w), (batch, latent), (batch, classes), (batch) x 2 */
+    int32_t *fake_labels;                    /* (batch) */
+    float losses[N_LOSSES];                  /* the last forward's */
+} gan_run;
+
+static void gan_run_free(gan_run *g) {
+    mp_trainer_destroy(g->t);
+    for (int i = 0; i < 2; i++) mp_optimizer_destroy(g->groups[i].optimizer);
+    free(g->real);
+    free(g->z);
+    free(g->onehot);
+    free(g->ones);
+    free(g->zeros);
+    free(g->fake_labels);
+}
+
+static mp_status gan_run_open(gan_run *g, mp_acgan *m, const mp_gan_train_opts *o) {
+    g->m = m;
+    g->aux_fake_weight = o->aux_fake_weight;
+    mp_rng_seed(&g->rng, o->seed ^ 0x6A4E0015ull);
+    const size_t b = (size_t)o->trainer.batch;
+    g->real = malloc(b * (size_t)m->c * m->h * m->w * sizeof *g->real);
+    g->z = malloc(b * (size_t)m->latent * sizeof *g->z);
+    g->onehot = malloc(b * (size_t)m->classes * sizeof *g->onehot);
+    g->ones = malloc(b * sizeof *g->ones);
+    g->zeros = malloc(b * sizeof *g->zeros);
+    g->fake_labels = malloc(b * sizeof *g->fake_labels);
+    if (!g->real || !g->z || !g->onehot || !g->ones || !g->zeros || !g->fake_labels)
+        return mp_error(MP_ERR_NOMEM, "gan: out of memory");
+    for (size_t i = 0; i < b; i++) g->ones[i] = 1, g->zeros[i] = 0;
+    MP_TRY(mp_gan_groups(m, o->lr, o->beta1, o->aux_fake_weight, g->groups));
+    mp_trainer_opts to = o->trainer;
+    to.n_groups = 2;
+    to.groups[0] = g->groups[0];
+    to.groups[1] = g->groups[1];
+    to.seed = o->seed;
+    return mp_trainer_create(m->g, &to, &g->t);
+}
+
+/* One iteration on a real batch (images in [0, 1]): fresh noise and fake
+ * classes, the step, the five losses read back. */
+static mp_status iteration(gan_run *g, const float *x, const int32_t *y, int batch) {
+    mp_acgan *m = g->m;
+    const size_t numel = (size_t)batch * m->c * m->h * m->w;
+    for (size_t i = 0; i < numel; i++) g->real[i] = 2 * x[i] - 1; /* [0, 1] -> [-1, 1], the range of tanh */
+    for (int i = 0; i < batch * m->latent; i++) g->z[i] = (float)mp_rng_normal(&g->rng);
+    memset(g->onehot, 0, (size_t)batch * (size_t)m->classes * sizeof *g->onehot);
+    for (int i = 0; i < batch; i++) {
+        g->fake_labels[i] = (int32_t)mp_rng_below(&g->rng, (uint64_t)m->classes);
+        g->onehot[(size_t)i * m->classes + g->fake_labels[i]] = 1;
+    }
+    mp_trainer *t = g->t;
+    MP_TRY(mp_trainer_set_input(t, m->real, g->real, numel));
+    MP_TRY(mp_trainer_set_labels(t, m->real_labels, y, (size_t)batch));
+    MP_TRY(mp_trainer_set_input(t, m->z, g->z, (size_t)batch * m->latent));
+    MP_TRY(mp_trainer_set_input(t, m->onehot, g->onehot, (size_t)batch * m->classes));
+    MP_TRY(mp_trainer_set_labels(t, m->fake_labels, g->fake_labels, (size_t)batch));
+    MP_TRY(mp_trainer_set_input(t, m->ones, g->ones, (size_t)batch));
+    MP_TRY(mp_trainer_set_input(t, m->zeros, g->zeros, (size_t)batch));
+    MP_TRY(mp_trainer_step(t, NULL, NULL));
+    const mp_node losses[N_LOSSES] = {m->real_src_loss, m->real_cls_loss, m->fake_src_loss, m->fake_cls_loss,
+                                      m->gen_src_loss};
+    for (int j = 0; j < N_LOSSES; j++) MP_TRY(mp_trainer_read(t, losses[j], &g->losses[j], 1));
+    return MP_OK;
+}
+
+static double d_loss(const gan_run *g) {
+    double sum = 0;
+    for (int j = REAL_SRC; j <= FAKE_CLS; j++) sum += (double)d_weight(j, g->aux_fake_weight) * g->losses[j];
+    return sum;
+}
+
+static double g_loss(const gan_run *g) { return (double)g->losses[GEN_SRC] + g->losses[FAKE_CLS]; }
+
+static bool losses_finite(const gan_run *g) {
+    for (int j = 0; j < N_LOSSES; j++)
+        if (!isfinite(g->losses[j])) return false;
+    return true;
 }
 
 mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_train_opts *o, mp_gan_train_result *r) {
     memset(r, 0, sizeof *r);
     if (o->epochs < 1) return mp_error(MP_ERR_INVALID_ARG, "--epochs %d must be positive", o->epochs);
-    if (o->step.batch < 1 || o->step.batch > train->n)
-        return mp_error(MP_ERR_INVALID_ARG, "--batch %d must be in [1, %d] (the training set of %s)", o->step.batch,
+    if (o->trainer.batch < 1 || o->trainer.batch > train->n)
+        return mp_error(MP_ERR_INVALID_ARG, "--batch %d must be in [1, %d] (the training set of %s)", o->trainer.batch,
                         train->n, train->source);
     if (train->c != m->c || train->h != m->h || train->w != m->w || train->classes > m->classes)
         return mp_error(MP_ERR_SHAPE, "gan: the data (%dx%dx%d, %d classes) does not fit the model (%dx%dx%d, %d)",
                         train->c, train->h, train->w, train->classes, m->c, m->h, m->w, m->classes);
-    if (!m->g->params_initialized) mp_acgan_init_params(m, o->step.seed);
-    mp_gan_ctx c;
+    if (!m->g->params_initialized) mp_acgan_init_params(m, o->seed);
+    gan_run g = {0};
     mp_loader *ld = NULL;
     FILE *log = NULL;
     char log_path[4200];
     snprintf(log_path, sizeof log_path, "%s/batch_times.jsonl", o->out_dir);
-    mp_status s = mp_gan_ctx_init(&c, m, &o->step);
+    mp_status s = gan_run_open(&g, m, o);
     if (s == MP_OK)
-        s = mp_loader_create(train, (mp_loader_opts){.batch = o->step.batch, .shuffle = true, .drop_last = true,
-                                                     .seed = o->step.seed},
+        s = mp_loader_create(train, (mp_loader_opts){.batch = o->trainer.batch, .shuffle = true, .drop_last = true,
+                                                     .seed = o->seed},
                              &ld);
     int steps = s == MP_OK ? mp_loader_batches(ld) : 0;
     if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
-    float *real = malloc((size_t)o->step.batch * m->c * m->h * m->w * sizeof *real);
     double *ms = malloc((size_t)(steps + 1) * sizeof *ms);
-    if (s == MP_OK && (!real || !ms)) s = mp_error(MP_ERR_NOMEM, "gan: out of memory");
+    if (s == MP_OK && !ms) s = mp_error(MP_ERR_NOMEM, "gan: out of memory");
     if (s == MP_OK && !(log = fopen(log_path, "w")))
         s = mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", log_path, strerror(errno));
+    mp_scaler state = {0};
     for (int epoch = 1; s == MP_OK && epoch <= o->epochs; epoch++) {
         s = mp_loader_start_epoch(ld, epoch);
         double t0 = mp_now_seconds(), d_sum = 0, g_sum = 0;
         int finite = 0;
         for (int step = 0; s == MP_OK && step < steps; step++) {
-            s = iteration(&c, ld, real, &ms[step]);
-            if (s == MP_OK && c.consecutive_forward_overflows == 0) {
-                d_sum += mp_gan_d_loss(&c);
-                g_sum += mp_gan_g_loss(&c);
+            const float *x;
+            const int32_t *y;
+            int n = 0;
+            s = mp_loader_next(ld, &x, &y, &n);
+            const double t1 = mp_now_seconds();
+            if (s == MP_OK) s = iteration(&g, x, y, n);
+            ms[step] = 1e3 * (mp_now_seconds() - t1);
+            if (s == MP_OK && losses_finite(&g)) {
+                d_sum += d_loss(&g);
+                g_sum += g_loss(&g);
                 finite++;
             }
         }
+        if (s == MP_OK) s = mp_trainer_sync(g.t, NULL);
         if (s != MP_OK) break;
-        double secs = mp_now_seconds() - t0;
+        state = g.t->scaler;
+        const double secs = mp_now_seconds() - t0;
         r->epochs_run = epoch;
         r->d_loss = finite ? d_sum / finite : NAN;
         r->g_loss = finite ? g_sum / finite : NAN;
         double total_ms = 0;
         for (int i = 0; i < steps; i++) total_ms += ms[i];
         r->batch_ms = total_ms / steps;
-        s = write_samples(m, o, epoch, r);
-        if (s != MP_OK) break;
-        write_record(log, o, &c, epoch, ms, steps, r->d_loss, r->g_loss, secs, r->samples_path);
-        if (o->out) {
+        if (!finite)
+            s = mp_error(MP_ERR_NONFINITE, "gan: epoch %d: no iteration had finite losses: the GAN diverged; try "
+                         "--precision amp-bf16 or fp32, or a lower --lr", epoch);
+        if (s == MP_OK) s = write_samples(m, o, epoch, r);
+        epoch_record e = {.epoch = epoch, .steps = steps, .d_loss = r->d_loss, .g_loss = r->g_loss, .secs = secs,
+                          .g_skipped = state.group_skips[0], .d_skipped = state.group_skips[1],
+                          .forward_overflows = state.forward_overflows, .loss_scale = state.scale};
+        mp_policy_info policy;
+        mp_graph_policy(m->g, &policy);
+        if (s == MP_OK) s = write_record(log, log_path, o, mp_precision_name(policy.precision), &e, ms, r->samples_path);
+        if (s == MP_OK && o->out) {
             fprintf(o->out, "epoch %d/%d: D loss %.4f - G loss %.4f - %d batches, %.2f ms/batch - %.1fs", epoch,
                     o->epochs, r->d_loss, r->g_loss, steps, r->batch_ms, secs);
-            if (o->step.loss_scaling) fprintf(o->out, " - loss scale %g", mp_gan_loss_scale(&c));
-            fprintf(o->out, " - skipped steps G %lld, D %lld", (long long)c.gen.skipped, (long long)c.dis.skipped);
-            if (c.forward_overflows) fprintf(o->out, ", forward overflows %lld", (long long)c.forward_overflows);
+            if (g.t->loss_scaling) fprintf(o->out, " - loss scale %g", state.scale);
+            fprintf(o->out, " - skipped steps G %lld, D %lld", (long long)e.g_skipped, (long long)e.d_skipped);
+            if (state.forward_overflows) fprintf(o->out, ", forward overflows %lld", (long long)state.forward_overflows);
             fprintf(o->out, " - samples %s\n", r->samples_path);
             fflush(o->out);
         }
     }
-    r->g_skipped = c.gen.skipped;
-    r->d_skipped = c.dis.skipped;
-    r->forward_overflows = c.forward_overflows;
-    r->loss_scale = mp_gan_loss_scale(&c);
+    r->g_skipped = state.group_skips[0];
+    r->d_skipped = state.group_skips[1];
+    r->forward_overflows = state.forward_overflows;
+    r->loss_scale = state.scale;
     if (log && fclose(log) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s: write failed: %s", log_path, strerror(errno));
-    free(real);
     free(ms);
     mp_loader_destroy(ld);
-    mp_gan_ctx_free(&c);
+    gan_run_free(&g);
     return s;
 }

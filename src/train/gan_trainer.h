@@ -1,28 +1,50 @@
-/* gan_trainer.h — the AC-GAN training loop behind `mixprec train-gan`:
- * epochs over a shuffled dataset (images in [0, 1], fed to the networks in
- * [-1, 1]), the iteration of gan_step.h, a progress line per epoch (D and G
- * losses, skipped steps, per-batch time), a sample grid after every epoch
- * (one row per class, the same fixed noise in every column) and a JSONL
- * record per epoch with every batch's time (seed 001's figure 1).
+/* gan_trainer.h — the AC-GAN training loop behind `mixprec train-gan`, on the
+ * public trainer with two optimizer groups (one Adam over the generator's
+ * g_* parameters, one over the discriminator's d_*) and one loss scaler
+ * shared by their losses:
  *
- * Files in out_dir: samples_epochN.png (or .pgm/.ppm without libpng) and
- * batch_times.jsonl.
+ *   forward (G on noise + class, D on the real and on the generated batch);
+ *   a NaN/inf loss is a forward overflow: both skip, the scale stays;
+ *   G: backward of (gen_src + fake_cls) * scale, unscale/check, Adam unless
+ *      its gradients overflowed;
+ *   D: backward of (real_src + 2 real_cls + fake_src + aux_fake_weight
+ *      fake_cls) * scale, unscale/check, Adam unless they overflowed;
+ *   one scaler update.
  *
- * On a GPU each update round-trips the parameters through the host (see
- * gan_step.h), which adds a fixed cost per batch to the times logged. */
+ * D's class head is trained on real images only by default, as in Keras'
+ * AC-GAN example that seed 001 follows (weights 2 on the real images' class
+ * loss and 0 on the generated ones'); G is still trained to make D see the
+ * class it asked for. Both updates come from the same forward; G steps
+ * first (D's gradients do not depend on G's weights).
+ *
+ * Epochs over a shuffled dataset (images in [0, 1], fed in [-1, 1]), a
+ * progress line per epoch (D and G losses, skipped steps, time per batch), a
+ * sample grid after every epoch (one row per class, the same noise in every
+ * column) and a JSONL record per epoch with every batch's time (seed 001's
+ * figure 1). Files in out_dir: samples_epochN.png (or .pgm/.ppm without
+ * libpng) and batch_times.jsonl. */
 #ifndef MP_TRAIN_GAN_TRAINER_H
 #define MP_TRAIN_GAN_TRAINER_H
 
 #include <stdio.h>
 
-#include "data/dataset.h"
-#include "train/gan_step.h"
+#include "models/models.h"
+
+/* The weight of D's class loss on real images (Keras' AC-GAN: 2). */
+#define MP_GAN_AUX_REAL_WEIGHT 2.0f
 
 typedef struct {
-    mp_gan_opts step;        /* batch, lr, beta1, device, scaler, aux_fake_weight, seed, events */
+    /* batch, device, loss scaling and scaler, overflow handling, events;
+     * groups, losses and inputs are the GAN's */
+    mp_trainer_opts trainer;
+    float lr;                /* Adam learning rate of both, 0 -> 2e-4 */
+    float beta1;             /* 0 -> 0.5 (DCGAN) */
+    /* weight of D's class loss on generated images, >= 0: 0 (the default) as
+     * Keras' AC-GAN; the real images' class loss weighs MP_GAN_AUX_REAL_WEIGHT */
+    float aux_fake_weight;
+    uint64_t seed;           /* initialization, noise and fake classes */
     int epochs;
     int max_steps;           /* per epoch, 0 = whole epochs */
-    const char *precision;   /* for logs */
     const char *data_name;   /* for logs */
     const char *out_dir;     /* existing, writable folder */
     FILE *out;               /* progress; NULL = silent */
@@ -44,7 +66,11 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
 /* Generate rows x cols images, row r of class r % classes, column k from
  * noise vector k (the same in every row), with an inference plan of batch
  * rows*cols; images: (rows*cols, c, h, w) in [-1, 1]. */
-mp_status mp_gan_sample_grid(mp_acgan *m, int rows, int cols, uint64_t seed, bool use_onednn, mp_device device,
+mp_status mp_gan_sample_grid(mp_acgan *m, int rows, int cols, uint64_t seed, bool reference, mp_device device,
                              float *images);
+
+/* The two groups (generator, discriminator) of an AC-GAN trainer, their
+ * optimizers made over m's graph with Adam (lr, beta1). Exposed for tests. */
+mp_status mp_gan_groups(mp_acgan *m, float lr, float beta1, float aux_fake_weight, mp_train_group groups[2]);
 
 #endif

@@ -1,4 +1,4 @@
-/* train_gpus.c — see train_gpus.h; also mp_model_spec_build (trainer.h),
+/* train_gpus.c — see train_gpus.h; also mp_model_spec_build (fit.h),
  * the replica builder of `train` and `bench`. Only rank 0 prints progress,
  * writes the log and checkpoints and evaluates; the others train silently. */
 #include "train/train_gpus.h"
@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/error.h"
+#include "data/dataset.h"
 
 mp_status mp_model_spec_build(void *spec, mp_model *out) {
     const mp_model_spec *sp = spec;
@@ -20,8 +23,8 @@ typedef struct {
     mp_model *m;
     mp_model replica;  /* ranks > 0 */
     const mp_dataset *train, *test;
-    mp_train_opts o;
-    mp_train_result r;
+    mp_fit_opts o;
+    mp_fit_result r;
     mp_dist_group *group;
     mp_status s;
     char msg[1024];
@@ -32,16 +35,16 @@ static void *rank_main(void *arg) {
     mp_dist *d = NULL;
     j->s = mp_dist_group_join(j->group, j->rank, j->rank, &d);
     if (j->s == MP_OK) {
-        j->o.dist = d;
-        j->s = mp_train_run(j->m, j->train, j->test, &j->o, &j->r);
+        j->o.trainer.dist = d;
+        j->s = mp_fit(j->m, j->train, j->test, &j->o, &j->r);
     }
     if (j->s != MP_OK) snprintf(j->msg, sizeof j->msg, "%s", mp_last_error());
     mp_dist_destroy(d);
     return NULL;
 }
 
-mp_status mp_train_run_threads(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_train_opts *o,
-                               mp_train_result *r) {
+mp_status mp_fit_threads(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o,
+                         mp_fit_result *r) {
     const int n = o->gpus;
     if (!o->replica) return mp_error(MP_ERR_INVALID_ARG, "--gpus %d: no way to build the model's replicas", n);
     mp_dist_group *group = NULL;
@@ -52,12 +55,12 @@ mp_status mp_train_run_threads(mp_model *m, const mp_dataset *train, const mp_da
     for (int i = 0; s == MP_OK && i < n; i++) {
         rank_job *j = &jobs[i];
         *j = (rank_job){.rank = i, .m = m, .train = train, .test = test, .o = *o, .group = group};
-        j->o.device = (mp_device){.kind = MP_DEVICE_CUDA, .index = i};
+        j->o.trainer.device = (mp_device){.kind = MP_DEVICE_CUDA, .index = i};
         if (i > 0) {
             s = o->replica(o->replica_arg, &j->replica);
             j->m = &j->replica;
             j->o.out = NULL;
-            j->o.events = NULL;
+            j->o.trainer.events = NULL;
             j->o.log_path = NULL;
         }
     }

@@ -1,284 +1,345 @@
-/* trainer.c — the training loop over a compiled plan (see trainer.h). */
+/* trainer.c — the public trainer (mixprec/train.h): checks its options
+ * against the graph, makes the plan and the backend state, feeds batches
+ * to the one step (step.c) and answers the host's questions about it. */
 #include "train/trainer.h"
 
-#include <errno.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "amp/policy.h"
-#include "data/loader.h"
-#include "graph/graph.h"
-#include "train/checkpoint.h"
-#include "train/progress.h"
-#include "train/train_gpus.h"
-#include "train/train_step.h"
+#include "dist/dist.h"
+#include "graph/plan.h"
 
-static int argmax(const float *x, int k) {
-    int best = 0;
-    for (int i = 1; i < k; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+/* ---- options ------------------------------------------------------------ */
+
+static bool is_loss_node(const mp_graph *g, mp_node n) {
+    if (n < 0 || n >= g->n_nodes) return false;
+    const mp_op_kind k = g->nodes[n].desc.kind;
+    return k == MP_OP_SOFTMAX_CE || k == MP_OP_BCE_LOGITS;
 }
 
-mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *mean, const float *std,
-                      bool use_onednn, mp_device device, double *acc, double *loss) {
-    mp_plan *plan = NULL;
-    mp_loader *ld = NULL;
-    float *logits = NULL;
-    int classes = (int)mp_graph_node_shape(m->g, m->logits, 1).dims[1];
-    if (batch > d->n) batch = d->n;
-    mp_status s = mp_plan_create(m->g, (mp_plan_opts){.batch = batch, .training = false, .loss = m->loss,
-                                                      .use_onednn = use_onednn, .device = device},
-                                 &plan);
-    if (s == MP_OK)
-        s = mp_loader_create(d, (mp_loader_opts){.batch = batch, .shuffle = false, .drop_last = false, .mean = mean,
-                                                 .std = std},
-                             &ld);
-    if (s == MP_OK && !(logits = malloc((size_t)batch * (size_t)classes * sizeof *logits)))
-        s = mp_error(MP_ERR_NOMEM, "evaluate: out of memory");
-    if (s == MP_OK) s = mp_loader_start_epoch(ld, 0);
-    int64_t correct = 0, seen = 0;
-    double loss_sum = 0;
-    while (s == MP_OK) {
-        const float *x;
-        const int32_t *y;
-        int n = 0;
-        s = mp_loader_next(ld, &x, &y, &n);
-        if (s != MP_OK || n == 0) break;
-        s = mp_plan_set_input(plan, m->input, x, mp_plan_numel(plan, m->input));
-        if (s == MP_OK) s = mp_plan_set_labels(plan, m->labels, y, (size_t)batch);
-        if (s == MP_OK) s = mp_plan_forward(plan);
-        if (s == MP_OK) s = mp_plan_read(plan, m->logits, logits, (size_t)batch * (size_t)classes);
-        if (s != MP_OK) break;
-        for (int i = 0; i < n; i++) {
-            const float *row = logits + (size_t)i * (size_t)classes;
-            correct += argmax(row, classes) == y[i];
-            double mx = row[0], se = 0;
-            for (int k = 1; k < classes; k++) mx = fmax(mx, row[k]);
-            for (int k = 0; k < classes; k++) se += exp(row[k] - mx);
-            loss_sum += mx + log(se) - row[y[i]];
+/* The groups from the options: one (loss, optimizer) or opts.groups. */
+static mp_status take_groups(mp_trainer *t, const mp_trainer_opts *o) {
+    const mp_train_group one = {.optimizer = o->optimizer, .losses = {o->loss}, .weights = {1}, .n_losses = 1};
+    const mp_train_group *src = o->n_groups > 0 ? o->groups : &one;
+    const int n = o->n_groups > 0 ? o->n_groups : 1;
+    if (o->n_groups < 0 || o->n_groups > MP_MAX_GROUPS)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: %d optimizer groups (1 to %d)", o->n_groups, MP_MAX_GROUPS);
+    for (int gi = 0; gi < n; gi++) {
+        const mp_train_group *s = &src[gi];
+        mp_trainer_group *d = &t->groups[gi];
+        if (!s->optimizer) return mp_error(MP_ERR_INVALID_ARG, "trainer: group %d has no optimizer", gi);
+        if (s->optimizer->g != t->g)
+            return mp_error(MP_ERR_INVALID_ARG, "trainer: group %d's optimizer is over another graph's parameters "
+                            "(make it with mp_optimizer_create on this graph)", gi);
+        if (s->optimizer->bound)
+            return mp_error(MP_ERR_INVALID_ARG, "trainer: group %d's optimizer is already used by another trainer", gi);
+        for (int gj = 0; gj < gi; gj++)
+            if (t->groups[gj].opt == s->optimizer)
+                return mp_error(MP_ERR_INVALID_ARG, "trainer: groups %d and %d share one optimizer", gj, gi);
+        if (s->n_losses < 1 || s->n_losses > MP_MAX_LOSSES)
+            return mp_error(MP_ERR_INVALID_ARG, "trainer: group %d has %d losses (1 to %d)", gi, s->n_losses,
+                            MP_MAX_LOSSES);
+        d->opt = s->optimizer;
+        d->n_losses = s->n_losses;
+        for (int j = 0; j < s->n_losses; j++) {
+            const mp_node l = s->losses[j];
+            if (!is_loss_node(t->g, l))
+                return mp_error(MP_ERR_INVALID_ARG, "trainer: group %d's loss %d (node %d%s%s) is not a loss node "
+                                "(softmax_cross_entropy or bce_with_logits)", gi, j, l,
+                                l >= 0 && l < t->g->n_nodes ? ", " : "", l >= 0 && l < t->g->n_nodes ? t->g->nodes[l].name : "");
+            const float w = s->weights[j];
+            if (!(w >= 0.0f) || !isfinite(w))
+                return mp_error(MP_ERR_INVALID_ARG, "trainer: loss '%s' has weight %g (finite and >= 0)",
+                                t->g->nodes[l].name, (double)w);
+            d->losses[j] = l;
+            d->weights[j] = w;
+            bool known = false;
+            for (int c = 0; c < t->n_checks; c++) known |= t->checks[c] == l;
+            if (!known) {
+                if (t->n_checks == MP_MAX_LOSSES)
+                    return mp_error(MP_ERR_INVALID_ARG, "trainer: more than %d distinct losses", MP_MAX_LOSSES);
+                t->checks[t->n_checks++] = l;
+            }
         }
-        seen += n;
     }
-    if (s == MP_OK) {
-        *acc = seen ? (double)correct / (double)seen : 0;
-        if (loss) *loss = seen ? loss_sum / (double)seen : 0;
-    }
-    free(logits);
-    mp_loader_destroy(ld);
-    mp_plan_destroy(plan);
-    return s;
+    t->n_groups = n;
+    /* optimizers over disjoint parameters: each gradient is unscaled once */
+    for (int gi = 0; gi < n; gi++)
+        for (int gj = 0; gj < gi; gj++)
+            for (int a = 0; a < t->groups[gi].opt->n; a++)
+                for (int b = 0; b < t->groups[gj].opt->n; b++)
+                    if (t->groups[gi].opt->param_index[a] == t->groups[gj].opt->param_index[b])
+                        return mp_error(MP_ERR_INVALID_ARG, "trainer: parameter '%s' is in the optimizers of groups "
+                                        "%d and %d", t->g->params[t->groups[gi].opt->param_index[a]].name, gj, gi);
+    return MP_OK;
 }
 
-static void write_log(FILE *log, const mp_train_opts *o, int epoch, double loss, double train_acc, double test_acc,
-                      double test_loss, double secs, double ips, float lr, size_t arena, int64_t skipped,
-                      float loss_scale) {
-    fprintf(log,
-            "{\"epoch\":%d,\"model\":\"%s\",\"data\":\"%s\",\"precision\":\"%s\",\"batch\":%d,\"lr\":%.6g,"
-            "\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,\"epoch_time_s\":%.3f,"
-            "\"images_per_s\":%.1f,\"arena_bytes\":%zu,\"skipped_steps\":%lld,\"loss_scale\":%g}\n",
-            epoch, o->model_name ? o->model_name : "", o->data_name ? o->data_name : "",
-            o->precision ? o->precision : "fp32", o->batch, lr, loss, train_acc, test_loss, test_acc, secs, ips, arena,
-            (long long)skipped, loss_scale);
-    fflush(log);
-}
-
-static mp_status check_opts(const mp_dataset *train, const mp_train_opts *o) {
-    if (o->epochs <= 0) return mp_error(MP_ERR_INVALID_ARG, "--epochs %d must be positive", o->epochs);
-    if (o->batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "--batch %d must be positive", o->batch);
-    if (o->batch > train->n)
-        return mp_error(MP_ERR_INVALID_ARG, "--batch %d is larger than the training set (%d samples in %s)", o->batch,
-                        train->n, train->source);
-    if (!(o->lr > 0) || !isfinite(o->lr)) return mp_error(MP_ERR_INVALID_ARG, "--lr %g must be a positive number", o->lr);
-    if (o->accumulate < 0) return mp_error(MP_ERR_INVALID_ARG, "--accumulate %d must be at least 1", o->accumulate);
-    if (o->clip_norm < 0 || o->clip_value < 0 || !isfinite(o->clip_norm) || !isfinite(o->clip_value))
-        return mp_error(MP_ERR_INVALID_ARG, "--clip-grad-norm/--clip-grad-value must be finite and >= 0");
-    if (o->gpus < 0) return mp_error(MP_ERR_INVALID_ARG, "--gpus %d must be at least 1", o->gpus);
-    if ((o->gpus > 1 || o->dist) && o->device.kind != MP_DEVICE_CUDA)
-        return mp_error(MP_ERR_INVALID_ARG, "--gpus: data-parallel training runs on GPUs; it needs --device cuda (or auto "
-                                            "with GPUs present)");
-    if (!(o->bucket_mb >= 0) || o->bucket_mb > 4096)
-        return mp_error(MP_ERR_INVALID_ARG, "--bucket-mb %g must lie in [0, 4096]", o->bucket_mb);
-    if (!(o->dist_timeout >= 0) || o->dist_timeout > 1e6)
-        return mp_error(MP_ERR_INVALID_ARG, "--dist-timeout %g must be a number of seconds >= 0", o->dist_timeout);
-    mp_dtype dt;
-    return o->allreduce ? mp_train_allreduce_dtype(o, NULL, &dt) : MP_OK;
-}
-
-/* Tests of the no-hang guarantee: MIXPREC_TEST_RANK_FAILURE=RANK:STEP[:exit]
- * makes that rank of a data-parallel run fail at that global step, with an
- * error, or (":exit") by dying as a crashed process would. Read once per run. */
-typedef struct {
-    long long step; /* -1: this rank does not fail */
-    bool die;
-} injected_failure;
-
-static injected_failure injected_failure_of(const mp_train_opts *o) {
-    const char *spec = o->dist ? getenv("MIXPREC_TEST_RANK_FAILURE") : NULL;
-    int rank = -1;
-    long long at = -1;
-    char how[8] = "";
-    if (!spec || sscanf(spec, "%d:%lld:%7s", &rank, &at, how) < 2 || rank != mp_dist_rank(o->dist))
-        return (injected_failure){.step = -1};
-    return (injected_failure){.step = at, .die = !strcmp(how, "exit")};
-}
-
-static mp_status fail_now(const mp_train_opts *o, const injected_failure *f) {
-    if (f->die) {
-        fprintf(stderr, "mixprec: rank %d: MIXPREC_TEST_RANK_FAILURE: exiting at step %lld\n", mp_dist_rank(o->dist),
-                f->step);
-        _exit(3);
-    }
-    return mp_error(MP_ERR_INTERNAL, "MIXPREC_TEST_RANK_FAILURE: rank %d fails at step %lld", mp_dist_rank(o->dist),
-                    f->step);
-}
-
-mp_status mp_train_allreduce_dtype(const mp_train_opts *o, const mp_graph *g, mp_dtype *out) {
-    const char *a = o->allreduce ? o->allreduce : "auto";
-    if (!strcmp(a, "fp32")) *out = MP_DTYPE_F32;
+static mp_status allreduce_dtype(const mp_trainer *t, const char *a, mp_dtype *out) {
+    if (!a || !strcmp(a, "auto")) *out = t->g->policy.allreduce_dtype;
+    else if (!strcmp(a, "fp32")) *out = MP_DTYPE_F32;
     else if (!strcmp(a, "fp16")) *out = MP_DTYPE_F16;
     else if (!strcmp(a, "bf16")) *out = MP_DTYPE_BF16;
-    else if (!strcmp(a, "auto")) *out = mp_precision_low_dtype(g ? (mp_precision)g->precision : MP_PRECISION_FP32);
     else return mp_error(MP_ERR_INVALID_ARG, "--allreduce '%s' must be auto, fp32, fp16 or bf16", a);
     return MP_OK;
 }
 
-mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_train_opts *o,
-                       mp_train_result *r) {
-    memset(r, 0, sizeof *r);
-    MP_TRY(check_opts(train, o));
-    if (o->gpus > 1 && !o->dist) return mp_train_run_threads(m, train, test, o, r);
-    const int rank = mp_dist_rank(o->dist), world = mp_dist_world(o->dist);
-    const injected_failure fail = injected_failure_of(o);
-    float *mean = calloc((size_t)train->c, sizeof *mean), *std = calloc((size_t)train->c, sizeof *std);
-    mp_loader *ld = NULL;
-    mp_step_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    FILE *log = NULL;
-    mp_status s = MP_OK;
-    if (!mean || !std) s = mp_error(MP_ERR_NOMEM, "trainer: out of memory");
-    if (s == MP_OK && o->normalize) {
-        mp_dataset_channel_stats(train, mean, std);
-        for (int c = 0; c < train->c; c++)
-            if (!(std[c] > 1e-6f)) std[c] = 1.0f; /* a constant channel: centre it only */
-    }
-    int crop = o->augment ? (train->h >= 32 ? 4 : 2) : 0;
-    if (s == MP_OK)
-        s = mp_loader_create(train, (mp_loader_opts){.batch = o->batch, .shuffle = true, .drop_last = true,
-                                                     .seed = o->seed, .crop_pad = crop, .hflip = o->augment,
-                                                     .mean = o->normalize ? mean : NULL,
-                                                     .std = o->normalize ? std : NULL,
-                                                     .shards = world, .shard = rank},
-                             &ld);
-    const int k = o->accumulate > 0 ? o->accumulate : 1;
-    int steps = s == MP_OK ? mp_loader_batches(ld) / k : 0;
-    if (s == MP_OK && steps < 1)
-        s = mp_error(MP_ERR_INVALID_ARG, "--accumulate %d x --batch %d is more than one epoch (%d samples)", k, o->batch,
-                     train->n);
-    if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
-    mp_lr_schedule sched;
-    if (s == MP_OK) s = mp_lr_schedule_parse(o->lr_schedule ? o->lr_schedule : "constant", o->lr, steps * o->epochs, &sched);
-    if (s == MP_OK) {
-        if (!m->g->params_initialized) mp_graph_init_params(m->g, o->seed);
-        s = mp_step_ctx_init(&ctx, m, o);
-    }
-    int first_epoch = 1;
-    int64_t global_step = 0;
-    mp_ckpt_info ck = {.model = o->model_name ? o->model_name : "", .precision = o->precision ? o->precision : "fp32",
-                       .optimizer = mp_optim_kind_name(o->optim.kind), .batch = o->batch};
-    if (s == MP_OK && o->resume_path) {
-        s = mp_checkpoint_load(o->resume_path, m->g, ctx.opt, o->loss_scaling ? &ctx.scaler : NULL, &ck);
-        if (s == MP_OK) {
-            first_epoch = ck.epoch + 1;
-            global_step = ck.global_step;
-            mp_plan_set_step(ctx.plan, ck.plan_step);
-            s = mp_step_ctx_state_to_device(&ctx); /* a GPU run continues from the loaded state */
-        }
-        if (s == MP_OK && o->out)
-            fprintf(o->out, "resumed from %s after epoch %d (step %lld)\n", o->resume_path, ck.epoch,
-                    (long long)global_step);
-    }
-    if (s == MP_OK && o->log_path && !(log = fopen(o->log_path, first_epoch > 1 ? "a" : "w")))
-        s = mp_error(MP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
-    if (s == MP_OK) r->arena_bytes = mp_plan_arena_bytes(ctx.plan);
-    if (s == MP_OK && o->out && o->print_memory) mp_plan_print_memory(ctx.plan, o->out);
-    if (s == MP_OK && o->out) {
-        int native, emulated;
-        mp_plan_precision_counts(ctx.plan, &native, &emulated);
-        if (native + emulated)
-            fprintf(o->out, "mixprec: %d low-precision ops run natively (oneDNN bf16 kernels), %d emulated in f32 "
-                            "with rounding%s\n",
-                    native, emulated, native ? "" : " (this CPU has no bf16 kernels, or the policy is fp16)");
-    }
+/* Options with their defaults applied, checked. */
+static mp_status take_opts(mp_trainer *t, const mp_trainer_opts *in) {
+    mp_trainer_opts o = *in;
+    if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "trainer: batch %d must be positive", o.batch);
+    if (o.accumulate < 0) return mp_error(MP_ERR_INVALID_ARG, "--accumulate %d must be at least 1", o.accumulate);
+    if (!(o.clip_norm >= 0) || !(o.clip_value >= 0) || !isfinite(o.clip_norm) || !isfinite(o.clip_value))
+        return mp_error(MP_ERR_INVALID_ARG, "--clip-grad-norm/--clip-grad-value must be finite and >= 0");
+    if (o.max_forward_overflows < 0)
+        return mp_error(MP_ERR_INVALID_ARG, "--max-forward-overflows %d must be at least 1", o.max_forward_overflows);
+    if (!(o.max_skip_share >= 0) || !isfinite(o.max_skip_share))
+        return mp_error(MP_ERR_INVALID_ARG, "--max-skipped-share %g must be a number >= 0", o.max_skip_share);
+    if (o.skip_check_after < 0)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: skip_check_after %d must be >= 0", o.skip_check_after);
+    if (!(o.scale_floor >= 0) || !isfinite(o.scale_floor))
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: scale_floor %g must be a finite number >= 0",
+                        (double)o.scale_floor);
+    if (!(o.bucket_mb >= 0) || o.bucket_mb > 4096)
+        return mp_error(MP_ERR_INVALID_ARG, "--bucket-mb %g must lie in [0, 4096]", o.bucket_mb);
+    if ((unsigned)o.loss_scaling > MP_LOSS_SCALING_OFF)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: loss_scaling %d is not an mp_loss_scaling", (int)o.loss_scaling);
+    if (o.max_forward_overflows == 0) o.max_forward_overflows = 3;
+    if (o.max_skip_share == 0) o.max_skip_share = 0.05;
+    if (o.skip_check_after == 0) o.skip_check_after = 100;
+    t->k = o.accumulate > 1 ? o.accumulate : 1;
+    t->loss_scaling = o.loss_scaling == MP_LOSS_SCALING_AUTO ? t->g->policy.loss_scaling
+                                                               : o.loss_scaling == MP_LOSS_SCALING_ON;
+    if (o.scale_floor == 0 && t->loss_scaling && t->g->policy.low_dtype == MP_DTYPE_F16 && o.scaler.min_scale == 0)
+        o.scale_floor = 0x1.0p-14f;
+    if (o.dist && o.device.kind != MP_DEVICE_CUDA)
+        return mp_error(MP_ERR_INVALID_ARG, "--gpus: data-parallel training runs on GPUs; it needs --device cuda");
+    MP_TRY(allreduce_dtype(t, o.allreduce, &t->allreduce_dtype));
+    if (o.dist && !o.allreduce) t->allreduce_dtype = t->g->policy.allreduce_dtype;
+    t->o = o;
+    return MP_OK;
+}
 
-    double t_all = mp_now_seconds();
-    for (int epoch = first_epoch; s == MP_OK && epoch <= o->epochs; epoch++) {
-        mp_progress bar;
-        if (o->out) mp_progress_begin(&bar, o->out, epoch, o->epochs, steps);
-        s = mp_loader_start_epoch(ld, epoch);
-        double t0 = mp_now_seconds(), loss_sum = 0;
-        int64_t correct = 0, seen = 0, micro = 0;
-        float lr = 0;
-        for (int step = 1; s == MP_OK && step <= steps; step++) {
-            lr = mp_lr_at(&sched, global_step);
-            mp_step_result sr;
-            ctx.read_now = step == steps; /* every epoch reports a loss, however few its steps */
-            s = global_step + 1 == fail.step ? fail_now(o, &fail) : mp_train_step(&ctx, ld, lr, global_step + 1, &sr);
-            global_step++;
-            if (s != MP_OK) break;
-            loss_sum += sr.loss_sum;
-            correct += sr.correct;
-            seen += sr.seen;
-            micro += sr.seen / o->batch;
-            if (o->out) mp_progress_update(&bar, step, micro ? loss_sum / micro : 0, seen ? (double)correct / seen : 0);
-        }
-        if (s == MP_OK && ctx.gpu) s = mp_step_ctx_sync_gpu(&ctx); /* waits for the queued steps; parameters
-                                                                       and scaler state to the host */
-        if (s != MP_OK) break;
-        double secs = mp_now_seconds() - t0;
-        if (o->out) mp_progress_end(&bar);
-        double test_acc = 0, test_loss = 0;
-        if (test && rank == 0) s = mp_evaluate(m, test, o->batch, o->normalize ? mean : NULL, o->normalize ? std : NULL,
-                                  o->use_onednn, o->device, &test_acc, &test_loss);
-        if (s != MP_OK) break;
-        r->epochs_run = epoch;
-        r->train_loss = micro ? loss_sum / micro : NAN;
-        r->train_acc = seen ? (double)correct / (double)seen : 0;
-        r->test_acc = test_acc;
-        r->epoch_seconds = secs;
-        r->images_per_s = (double)steps * k * o->batch * world / secs;
-        if (o->out) {
-            fprintf(o->out, "epoch %d/%d: loss %.4f - train acc %.4f - test loss %.4f - test acc %.4f - %.1fs - %.0f img/s",
-                    epoch, o->epochs, r->train_loss, r->train_acc, test_loss, test_acc, secs, r->images_per_s);
-            if (o->loss_scaling) fprintf(o->out, " - loss scale %g", mp_scaler_scale(&ctx.scaler));
-            if (ctx.skipped) fprintf(o->out, " - %lld skipped steps", (long long)ctx.skipped);
-            fputc('\n', o->out);
-            fflush(o->out);
-        }
-        if (log) write_log(log, o, epoch, r->train_loss, r->train_acc, test_acc, test_loss, secs, r->images_per_s, lr,
-                           r->arena_bytes, ctx.skipped, o->loss_scaling ? mp_scaler_scale(&ctx.scaler) : 1.0f);
-        if (o->save_path && rank == 0) {
-            ck.epoch = epoch;
-            ck.global_step = global_step;
-            ck.plan_step = mp_plan_step(ctx.plan);
-            s = mp_step_ctx_state_to_host(&ctx); /* a GPU run's optimizer state is on the device */
-            if (s == MP_OK)
-                s = mp_checkpoint_save(o->save_path, m->g, ctx.opt, o->loss_scaling ? &ctx.scaler : NULL, &ck);
-        }
-        if (o->stop_after > 0 && epoch >= o->stop_after) break;
+/* ---- plan and backend ----------------------------------------------------- */
+
+static mp_status make_plan(mp_trainer *t) {
+    mp_plan_opts po = {.batch = t->o.batch, .training = true, .reference = t->o.reference, .seed = t->o.seed,
+                       .profile = t->o.profile, .device = t->o.device, .sync_bn = t->o.sync_bn, .dist = t->o.dist,
+                       .f32_weight_grads = t->o.f32_weight_grads};
+    po.loss = t->groups[0].losses[0];
+    po.n_losses = t->n_checks;
+    memcpy(po.losses, t->checks, sizeof t->checks);
+    /* gradients in the arena when each step writes them once, afresh; in the
+     * weights' dtype when nothing rescales them afterwards */
+    po.grads_in_arena = t->k == 1 && t->n_checks == 1;
+    po.low_grads = po.grads_in_arena && !t->loss_scaling && !(t->o.clip_norm > 0) && !(t->o.clip_value > 0) &&
+                   !t->o.dist;
+    return mp_plan_create(t->g, po, &t->plan);
+}
+
+static void close_plan(mp_trainer *t) {
+    if (t->be && t->bs) t->be->close(t);
+    t->bs = NULL;
+    mp_plan_destroy(t->plan);
+    t->plan = NULL;
+}
+
+static mp_status open_plan(mp_trainer *t) {
+    MP_TRY(make_plan(t));
+    return t->be->open(t);
+}
+
+mp_status mp_trainer_rebuild(mp_trainer *t) {
+    MP_TRY(t->be->state_to_host(t));
+    t->scaler.consecutive_forward_overflows = 0; /* the fallback starts a new count */
+    mp_scaler_reset_bookkeeping(&t->scaler);
+    t->seen = t->scaler;
+    t->ends_queued = 0;
+    for (int gi = 0; gi < t->n_groups; gi++) mp_optimizer_refresh_dtypes(t->groups[gi].opt);
+    close_plan(t);
+    MP_TRY(open_plan(t));
+    t->rebuilds++;
+    return MP_OK;
+}
+
+static size_t buffer_floats(const mp_graph *g) {
+    size_t n = 0;
+    for (int i = 0; i < g->n_params; i++)
+        if (!g->params[i].spec.trainable) n += (size_t)mp_shape_numel(&g->params[i].spec.shape);
+    return n;
+}
+
+mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "trainer: no output pointer");
+    *out = NULL;
+    if (!g || !o) return mp_error(MP_ERR_INVALID_ARG, "trainer: null graph or options");
+    if (g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "trainer: the graph has a construction error");
+    mp_trainer *t = calloc(1, sizeof *t);
+    if (!t) return mp_error(MP_ERR_NOMEM, "trainer: out of memory");
+    t->g = g;
+    mp_status s = take_opts(t, o);
+    if (s == MP_OK) s = take_groups(t, o);
+    if (s == MP_OK && t->n_groups > 1 && (t->k > 1 || t->o.dist))
+        s = mp_error(MP_ERR_INVALID_ARG, "trainer: several optimizer groups cannot accumulate micro-batches or train "
+                     "data parallel");
+    if (s == MP_OK) s = mp_step_backend_for(t->o.device, &t->be);
+    if (s == MP_OK) {
+        if (t->loss_scaling) s = mp_scaler_init(&t->scaler, t->o.scaler);
+        else mp_scaler_init_check_only(&t->scaler);
     }
-    if (s != MP_OK) mp_dist_fail(o->dist, s); /* the other ranks stop instead of waiting for this one */
-    r->total_seconds = mp_now_seconds() - t_all;
-    r->skipped_steps = ctx.skipped;
-    r->final_loss_scale = o->loss_scaling && ctx.opt ? mp_scaler_scale(&ctx.scaler) : 1.0f;
-    if (log && fclose(log) != 0 && s == MP_OK)
-        s = mp_error(MP_ERR_IO, "--log %s: write failed: %s", o->log_path, strerror(errno));
-    mp_step_ctx_free(&ctx);
-    mp_loader_destroy(ld);
-    free(mean);
-    free(std);
+    if (s == MP_OK && !(t->buffers_backup = malloc((buffer_floats(g) + 1) * sizeof(float))))
+        s = mp_error(MP_ERR_NOMEM, "trainer: out of memory");
+    if (s == MP_OK) {
+        if (!g->params_initialized) mp_graph_init_params(g, t->o.seed);
+        mp_graph_round_low_weights(g, NULL, NULL); /* from the first step on, as the GPU holds them */
+        s = open_plan(t);
+    }
+    if (s != MP_OK) {
+        mp_trainer_destroy(t);
+        return s;
+    }
+    for (int gi = 0; gi < t->n_groups; gi++) t->groups[gi].opt->bound = t;
+    t->events = t->o.events;
+    t->seen = t->scaler;
+    for (int gi = 0; gi < MP_MAX_GROUPS; gi++) t->bad_param[gi] = -1;
+    *out = t;
+    return MP_OK;
+}
+
+void mp_trainer_destroy(mp_trainer *t) {
+    if (!t) return;
+    close_plan(t);
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        mp_optimizer *opt = t->groups[gi].opt;
+        if (!opt || opt->bound != t) continue;
+        opt->bound = NULL;
+        if (opt->orphaned) mp_optimizer_destroy(opt);
+    }
+    free(t->buffers_backup);
+    free(t);
+}
+
+/* ---- steps ---------------------------------------------------------------- */
+
+mp_status mp_trainer_set_input(mp_trainer *t, mp_node node, const float *data, size_t n) {
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    return mp_plan_set_input(t->plan, node, data, n);
+}
+
+mp_status mp_trainer_set_labels(mp_trainer *t, mp_node node, const int32_t *labels, size_t n) {
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    return mp_plan_set_labels(t->plan, node, labels, n);
+}
+
+static mp_status set_batch(mp_trainer *t, const mp_batch *b) {
+    if (b->n != t->o.batch)
+        return mp_error(MP_ERR_SHAPE, "trainer: a batch of %d samples, the trainer takes %d", b->n, t->o.batch);
+    if (!b->images || !b->labels) return mp_error(MP_ERR_INVALID_ARG, "trainer: the batch has no images or labels");
+    const mp_graph *g = t->g;
+    if (t->o.input < 0 || t->o.input >= g->n_nodes || g->nodes[t->o.input].desc.kind != MP_OP_INPUT)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: opts.input (node %d) is not an image input; set it, or set the "
+                        "inputs with mp_trainer_set_input and pass no batch", t->o.input);
+    if (t->o.labels < 0 || t->o.labels >= g->n_nodes || g->nodes[t->o.labels].desc.kind != MP_OP_LABELS)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: opts.labels (node %d) is not a label input", t->o.labels);
+    /* a GPU's copies from pageable memory wait for its stream: a bounded wait in data-parallel runs */
+    mp_dist_wait_begin(t->o.dist);
+    mp_status s = mp_plan_set_input(t->plan, t->o.input, b->images, mp_plan_numel(t->plan, t->o.input));
+    if (s == MP_OK) s = mp_plan_set_labels(t->plan, t->o.labels, b->labels, (size_t)b->n);
+    mp_dist_wait_end(t->o.dist);
+    MP_TRY(mp_dist_check(t->o.dist));
     return s;
+}
+
+static mp_launch launch_kind(int micro, int k) {
+    return (micro == 0 ? MP_LAUNCH_FIRST : 0) | (micro == k - 1 ? MP_LAUNCH_LAST : 0);
+}
+
+mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *r) {
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    if (r) memset(r, 0, sizeof *r), r->overflow.node = -1;
+    if (batch) MP_TRY(set_batch(t, batch));
+    const int rebuilds = t->rebuilds;
+    for (int gi = 0; gi < t->n_groups; gi++) t->groups[gi].lr = mp_lr_at(&t->groups[gi].opt->o.lr, t->steps);
+    const mp_launch kind = launch_kind(t->micro, t->k);
+    MP_TRY(t->be->launch(t, kind));
+    t->micro = (t->micro + 1) % t->k;
+    if (kind & MP_LAUNCH_LAST) {
+        t->steps++;
+        t->ends_queued++;
+    }
+    mp_status s = kind & MP_LAUNCH_LAST ? mp_step_poll(t, false, r ? &r->overflow : NULL) : MP_OK;
+    if (r) {
+        r->step_done = kind & MP_LAUNCH_LAST;
+        r->step = t->steps;
+        r->lr = t->groups[0].lr;
+        r->loss_scale = t->scaler.scale;
+        r->skipped_steps = t->scaler.skipped_steps;
+        if (t->rebuilds != rebuilds) r->overflow.found = true;
+    }
+    return s;
+}
+
+mp_status mp_trainer_loss(mp_trainer *t, float *loss) {
+    if (!t || !loss) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    MP_TRY(t->be->wait(t));
+    return mp_plan_read(t->plan, t->groups[0].losses[0], loss, 1);
+}
+
+mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n) {
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    MP_TRY(t->be->wait(t));
+    return mp_plan_read(t->plan, node, dst, n);
+}
+
+mp_status mp_trainer_wait(mp_trainer *t, mp_step_report *r) {
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    if (r) memset(r, 0, sizeof *r), r->overflow.node = -1;
+    MP_TRY(t->be->wait(t));
+    MP_TRY(mp_step_poll(t, true, r ? &r->overflow : NULL));
+    if (r) {
+        r->step = t->steps;
+        r->loss_scale = t->scaler.scale;
+        r->skipped_steps = t->scaler.skipped_steps;
+    }
+    return MP_OK;
+}
+
+mp_status mp_trainer_sync(mp_trainer *t, mp_step_report *r) {
+    MP_TRY(mp_trainer_wait(t, r));
+    return mp_plan_sync_params(t->plan, true);
+}
+
+int64_t mp_trainer_steps(const mp_trainer *t) { return t ? t->steps : 0; }
+float mp_trainer_loss_scale(const mp_trainer *t) { return t ? t->scaler.scale : 0.0f; }
+int64_t mp_trainer_skipped_steps(const mp_trainer *t) { return t ? t->scaler.skipped_steps : 0; }
+mp_plan *mp_trainer_plan(mp_trainer *t) { return t ? t->plan : NULL; }
+
+/* ---- parameters ---------------------------------------------------------- */
+
+mp_status mp_trainer_param_get(mp_trainer *t, const char *name, float *dst, size_t n) {
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    MP_TRY(t->be->wait(t));
+    MP_TRY(mp_plan_sync_params(t->plan, true));
+    return mp_graph_param_get(t->g, name, dst, n);
+}
+
+mp_status mp_trainer_param_set(mp_trainer *t, const char *name, const float *src, size_t n) {
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    if (t->micro != 0) return mp_error(MP_ERR_INVALID_ARG, "trainer: parameter '%s' set in the middle of an "
+                                       "accumulated step", name ? name : "");
+    MP_TRY(t->be->state_to_host(t));
+    MP_TRY(mp_graph_param_set(t->g, name, src, n));
+    mp_graph_round_low_weights(t->g, NULL, NULL);
+    return t->be->state_to_device(t);
+}
+
+mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_t n) {
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    if (t->o.device.kind != MP_DEVICE_CPU && mp_plan_grads_in_arena(t->plan))
+        return mp_error(MP_ERR_UNSUPPORTED, "trainer: gradient '%s': on this GPU plan gradients live in the "
+                        "activation arena and do not outlive a step (accumulate 2 or more keeps them)",
+                        name ? name : "");
+    MP_TRY(t->be->wait(t));
+    MP_TRY(mp_plan_sync_params(t->plan, true));
+    return mp_graph_grad_get(t->g, name, dst, n);
 }

@@ -1,98 +1,101 @@
-/* trainer.h — the training loop: loader -> forward -> backward -> optimizer,
- * with per-epoch evaluation, progress output and a JSONL log. */
+/* trainer.h — the trainer's inside (the public side is mixprec/train.h): a
+ * training plan, its optimizer groups and loss scaler, and the backend that
+ * runs the one step (step.c) where the plan lives (step_backend.h). */
 #ifndef MP_TRAIN_TRAINER_H
 #define MP_TRAIN_TRAINER_H
 
 #include <stdio.h>
 
-#include "amp/policy.h"
 #include "amp/scaler.h"
-#include "data/dataset.h"
-#include "dist/dist.h"
-#include "models/models.h"
-#include "optim/lr_schedule.h"
+#include "graph/graph.h"
 #include "optim/optim.h"
+#include "train/step_backend.h"
 
+/* A public optimizer: its graph, the graph parameters it updates and their
+ * host state (what the CPU steps, and what a GPU's state is copied through
+ * for checkpoints). */
+struct mp_optimizer {
+    mp_graph *g;
+    mp_optimizer_opts o;
+    char prefix[128];
+    int n;              /* trainable tensors */
+    int *param_index;   /* (n) graph parameter indices, in graph order */
+    mp_optim *host;     /* over the graph's host copies */
+    mp_trainer *bound;  /* the trainer stepping it, or NULL */
+    bool orphaned;      /* destroyed while bound: freed with the trainer */
+};
+
+/* Each parameter's SGD momentum dtype from the graph's record again (after
+ * the auto-fallback moved a layer to fp32). */
+void mp_optimizer_refresh_dtypes(mp_optimizer *o);
+
+/* Each group's optimizer, the losses it minimizes and its rate this step. */
 typedef struct {
-    const char *model_name;     /* for logs */
-    const char *data_name;      /* for logs */
-    const char *precision;      /* for logs: "fp32" */
-    int epochs;
-    int batch;
+    mp_optimizer *opt;
+    int n_losses;
+    mp_node losses[MP_MAX_LOSSES];
+    float weights[MP_MAX_LOSSES];
     float lr;
-    mp_optim_opts optim;
-    const char *lr_schedule;    /* "constant", "step:N:G", "cosine[,warmup:N]" */
-    uint64_t seed;
-    bool augment;               /* random crop (pad 4 for 32x32, 2 otherwise) + flip */
-    bool normalize;             /* per-channel mean/std from the training set */
-    int max_steps;              /* per epoch, 0 = the whole epoch */
-    bool use_onednn;
-    mp_device device;           /* where the plans run (default: the CPU) */
-    int read_every;             /* on a GPU: read loss/accuracy back every N steps (0 -> 20) */
-    const char *log_path;       /* JSONL, one record per epoch; NULL = none */
-    FILE *out;                  /* progress and summaries; NULL = silent */
-    bool print_memory;          /* with out: mp_plan_print_memory once the plan is built */
-    /* mixed precision (the policy itself is already applied to the graph) */
-    bool loss_scaling;          /* scale the loss (dynamic unless scaler.dynamic is false) */
-    mp_scaler_opts scaler;
-    int accumulate;             /* micro-batches per optimizer step, 0 -> 1 */
-    float clip_norm;            /* clip the global norm of the true gradients (0 = off) */
-    float clip_value;           /* clip each true gradient element to +-value (0 = off) */
-    int max_forward_overflows;  /* consecutive forward overflows tolerated, 0 -> 3 */
-    bool auto_fallback;         /* move an overflowing layer to fp32 instead of stopping */
-    FILE *events;               /* skipped steps and fallbacks (NULL = o->out) */
-    /* checkpoints */
-    const char *save_path;      /* safetensors file written atomically after each epoch */
-    const char *resume_path;    /* continue the run saved there */
-    int stop_after;             /* stop after this epoch (0 = run all epochs) */
-    /* data parallel over GPUs (dist/dist.h); each rank trains on its shard
-     * of every global batch of batch * ranks samples */
-    int gpus;                   /* > 1: that many ranks as threads of this process, GPUs 0..gpus-1 */
-    mp_dist *dist;              /* this rank's communicator (mpirun launches; set per thread otherwise) */
-    const char *allreduce;      /* gradient all-reduce dtype: auto (the policy's 16-bit dtype, else
-                                   fp32) | fp32 | fp16 | bf16; NULL = auto */
-    double bucket_mb;           /* all-reduce bucket size in MiB, 0 -> 4 */
-    double dist_timeout;        /* seconds any rank waits for the others, 0 -> 300 */
-    bool sync_bn;               /* BatchNorm with the global batch's statistics (default: per GPU) */
-    bool f32_weight_grads;      /* mp_plan_opts.f32_weight_grads: weight gradients never rounded to fp16/bf16 */
-    /* builds another copy of the model (same architecture and policy) for
-     * the ranks of a --gpus run beyond the first */
-    mp_status (*replica)(void *arg, mp_model *out);
-    void *replica_arg;
-} mp_train_opts;
+} mp_trainer_group;
 
-typedef struct {
-    int epochs_run;
-    double train_loss, train_acc, test_acc; /* last epoch */
-    double epoch_seconds;                   /* last epoch (training only) */
-    double images_per_s;                    /* last epoch */
-    double total_seconds;
-    size_t arena_bytes;
-    int64_t skipped_steps;                  /* gradient + forward overflows */
-    float final_loss_scale;                 /* 1 without loss scaling */
-} mp_train_result;
+struct mp_trainer {
+    mp_graph *g;
+    mp_trainer_opts o;        /* with defaults applied; o.groups unused (see groups) */
+    int n_groups;
+    mp_trainer_group groups[MP_MAX_GROUPS];
+    int n_checks;             /* the distinct losses checked for NaN/inf after forward */
+    mp_node checks[MP_MAX_LOSSES];
+    int k;                    /* micro-batches per step */
+    bool loss_scaling;
+    mp_dtype allreduce_dtype;
+    mp_plan *plan;
+    const mp_step_backend *be;
+    void *bs;                 /* the backend's state */
+    /* The scaler: the state itself on the CPU; on a GPU the last state read
+     * back (the device holds the real one). Without loss scaling a static 1
+     * that only checks. */
+    mp_scaler scaler;
+    mp_scaler seen;           /* the state whose overflows were already reported */
+    long long ends_queued;    /* step ends run or queued since the state was last set */
+    int micro;                /* the next micro-batch's index in its step */
+    int64_t steps;            /* optimizer steps attempted */
+    int rebuilds;             /* plans rebuilt by the auto-fallback */
+    float *buffers_backup;    /* BN running statistics, kept across a provenance replay */
+    /* the host backend's last check: per group, the graph parameter whose
+     * gradient was non-finite first (-1: none, or not known on a device) */
+    int bad_param[MP_MAX_GROUPS];
+    FILE *events;
+    /* Library-internal hook: after the gradients are reduced (data parallel)
+     * and before they are checked, in stream order (tests inject a NaN). */
+    mp_status (*after_reduce)(void *arg, mp_trainer *t);
+    void *after_reduce_arg;
+};
 
-/* One rank, or (o->gpus > 1) every rank of a threaded data-parallel run,
- * m being rank 0's model (the result and progress are rank 0's; images/s
- * count every rank). */
-mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_train_opts *o,
-                       mp_train_result *r);
-/* The gradient all-reduce dtype for o->allreduce under m's policy. */
-mp_status mp_train_allreduce_dtype(const mp_train_opts *o, const mp_graph *g, mp_dtype *out);
+/* Rebuild the plan and the backend state from the graph (after the
+ * auto-fallback changed a node's dtype), keeping the training state. */
+mp_status mp_trainer_rebuild(mp_trainer *t);
 
-/* A model by name for a dataset's image shape and classes, with a precision
- * policy applied: what mp_model_spec_build builds, e.g. as mp_train_opts.replica
- * with replica_arg pointing at the spec (train_gpus.c). */
-typedef struct {
-    const char *model;
-    const mp_dataset *data;
-    mp_policy_opts policy;
-} mp_model_spec;
+/* ---- step.c: the one training step --------------------------------------- */
 
-mp_status mp_model_spec_build(void *spec, mp_model *out);
+/* Launch kinds: which part of an accumulated step a launch is. */
+typedef enum {
+    MP_LAUNCH_MIDDLE = 0,                  /* gradients added, nothing after backward */
+    MP_LAUNCH_FIRST = 1,                   /* gradients overwritten */
+    MP_LAUNCH_LAST = 2,                    /* then reduce, unscale/check, clip, optimizers, scaler */
+    MP_LAUNCH_WHOLE = 3,                   /* first and last: a step without accumulation */
+    MP_LAUNCH_KINDS = 4
+} mp_launch;
 
-/* Accuracy of the model on d (inference plan of `batch`). */
-mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *mean, const float *std,
-                      bool use_onednn, mp_device device, double *acc, double *loss);
+/* One launch's work, in stream order, through the backend's primitives: the
+ * only definition of the training step. A backend runs it directly (CPU) or
+ * captures it once and replays it (GPU). */
+mp_status mp_step_enqueue(mp_trainer *t, mp_launch kind);
+
+/* After a launch: compare the scaler state the host can see with what was
+ * reported; report overflows (naming the op when the overflowing step can be
+ * replayed), fall back or stop after too many forward overflows, stop on
+ * gradient overflows that loss scaling cannot absorb and on divergence.
+ * wait: read the exact state (synchronizes a GPU). */
+mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *report);
 
 #endif

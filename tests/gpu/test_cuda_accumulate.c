@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "cuda/cuda_ctx.h"
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "graph/plan.h"
 #include "small_cnn.h"
 
@@ -58,7 +58,7 @@ static run_result train(mp_precision prec, int k, bool inject) {
                                                .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = k == 1},
                            &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.dynamic = true, .init_scale = 1024, .growth_interval = 2},
+                            .scaler = {.init_scale = 1024, .growth_interval = 2},
                             .fault_injection = inject,
                             .accumulate = k};
     if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);

@@ -32,7 +32,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "models/models.h"
 #include "scratch_dir.h"
 #include "train/checkpoint.h"
@@ -240,7 +240,7 @@ static void checkpoint_case(const ckpt_case *c, const char *dir) {
 
     /* the host scaler is given exactly when the run scales the loss */
     mp_scaler other;
-    CHECK_OK(mp_scaler_init(&other, (mp_scaler_opts){.dynamic = true}));
+    CHECK_OK(mp_scaler_init(&other, (mp_scaler_opts){0}));
     if (c->so.loss_scaling)
         CHECK_ERR(mp_cuda_step_state_to_host(u.st, u.opt, NULL), MP_ERR_INVALID_ARG, "no host loss scaler");
     else
@@ -263,7 +263,7 @@ int main(void) {
     const ckpt_case cases[] = {
         {"amp-fp16-adam", MP_PRECISION_AMP_FP16,
          {.optim = {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, .loss_scaling = true,
-          .scaler = {.dynamic = true, .init_scale = 1024, .growth_interval = 2}},
+          .scaler = {.init_scale = 1024, .growth_interval = 2}},
          1e-3f},
         {"fp32-sgd-nesterov", MP_PRECISION_FP32,
          {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 5e-4f},

@@ -33,7 +33,7 @@
 #include "amp/policy.h"
 #include "check.h"
 #include "cuda/cuda_ctx.h"
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "dist/dist.h"
 #include "graph/plan.h"
 #include "models/models.h"
@@ -85,11 +85,11 @@ static mp_status train(rank_run *rr, mp_dist *d) {
     if (s == MP_OK)
         s = mp_plan_create(m.g, (mp_plan_opts){.batch = b, .training = true, .loss = m.loss,
                                                .device = {MP_DEVICE_CUDA, d ? mp_dist_device(d) : 0},
-                                               .sync_bn = rr->cfg.sync_bn, .sync_dist = d,
+                                               .sync_bn = rr->cfg.sync_bn, .dist = d,
                                                .grads_in_arena = k == 1, .f32_weight_grads = rr->cfg.f32_wgrad},
                            &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.dynamic = true}, .dist = d, .allreduce_dtype = rr->cfg.wire,
+                            .scaler = {0}, .dist = d, .allreduce_dtype = rr->cfg.wire,
                             .bucket_bytes = rr->cfg.bucket_bytes, .fault_injection = rr->cfg.inject_rank >= 0,
                             .accumulate = k};
     if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);

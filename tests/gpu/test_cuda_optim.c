@@ -100,7 +100,7 @@ static void unscale_case(const char *name, float scale, float big, int bad_tenso
     mp_rng r;
     mp_rng_seed(&r, 11);
     mp_scaler cs;
-    CHECK_OK(mp_scaler_init(&cs, (mp_scaler_opts){.dynamic = true, .init_scale = scale}));
+    CHECK_OK(mp_scaler_init(&cs, (mp_scaler_opts){.init_scale = scale}));
     mp_cuda_scaler_state *gs = NULL;
     CHECK_OK(mp_cuda_scaler_create(ctx, &cs, &gs));
     float *h[UT], *d[UT], *back[UT];
@@ -343,7 +343,7 @@ static void rig_init(rig *r, const optim_case *c, uint64_t seed) {
     r->d_lr = dev_alloc(sizeof(float));
     CHECK_OK(mp_optim_create(c->o, cref, PT, &r->cpu));
     CHECK_OK(mp_cuda_optim_create(ctx, c->o, gref, PT, &r->gpu));
-    CHECK_OK(mp_scaler_init(&r->cs, (mp_scaler_opts){.dynamic = true, .growth_interval = 3}));
+    CHECK_OK(mp_scaler_init(&r->cs, (mp_scaler_opts){.growth_interval = 3}));
     CHECK_OK(mp_cuda_scaler_create(ctx, &r->cs, &r->gs));
     CHECK_OK(mp_cuda_grads_create(ctx, r->d_grad, param_sizes, PT, &r->gl));
 }
@@ -899,20 +899,20 @@ static void scaler_case_run(const scaler_case *c) {
 
 static void test_scaler_sequences(void) {
     static const scaler_case cases[] = {
-        {"gradscaler-default", {.dynamic = true}, 10000, NULL, 0.0003, 2},
-        {"gradscaler-fast", {.dynamic = true, .growth_interval = 20}, 10000, NULL, 0.02, 3},
-        {"gradscaler-to-fp32-max", {.dynamic = true, .init_scale = 0x1.0p100f, .growth_interval = 2}, 400, "0", 0, 0},
-        {"apex-min-max", {.dynamic = true, .min_scale = 1.0f, .max_scale = 0x1.0p24f, .growth_interval = 10}, 10000,
+        {"gradscaler-default", {0}, 10000, NULL, 0.0003, 2},
+        {"gradscaler-fast", {.growth_interval = 20}, 10000, NULL, 0.02, 3},
+        {"gradscaler-to-fp32-max", {.init_scale = 0x1.0p100f, .growth_interval = 2}, 400, "0", 0, 0},
+        {"apex-min-max", {.min_scale = 1.0f, .max_scale = 0x1.0p24f, .growth_interval = 10}, 10000,
          NULL, 0.05, 40},
-        {"odd-factors", {.dynamic = true, .growth_factor = 3.0f, .backoff_factor = 0.3f, .min_scale = 1e-3f,
+        {"odd-factors", {.growth_factor = 3.0f, .backoff_factor = 0.3f, .min_scale = 1e-3f,
                          .max_scale = 1e5f, .growth_interval = 4}, 10000, NULL, 0.1, 6},
-        {"deepspeed-hysteresis-3", {.dynamic = true, .hysteresis = 3, .growth_interval = 8}, 10000, NULL, 0.05, 5},
+        {"deepspeed-hysteresis-3", {.hysteresis = 3, .growth_interval = 8}, 10000, NULL, 0.05, 5},
         {"deepspeed-h2-consecutive",
-         {.dynamic = true, .hysteresis = 2, .consecutive_hysteresis = true, .growth_interval = 5}, 10000, NULL, 0.08,
+         {.hysteresis = 2, .consecutive_hysteresis = true, .growth_interval = 5}, 10000, NULL, 0.08,
          4},
-        {"hand-pattern", {.dynamic = true, .hysteresis = 2, .growth_interval = 3}, 500, "0001100000111111000101", 0, 0},
-        {"static", {.dynamic = false, .init_scale = 1024.0f}, 2000, NULL, 0.05, 3},
-        {"floor-2^-24", {.dynamic = true, .init_scale = 0x1.0p-20f}, 200, "1", 0, 0},
+        {"hand-pattern", {.hysteresis = 2, .growth_interval = 3}, 500, "0001100000111111000101", 0, 0},
+        {"static", {.static_scale = true, .init_scale = 1024.0f}, 2000, NULL, 0.05, 3},
+        {"floor-2^-24", {.init_scale = 0x1.0p-20f}, 200, "1", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) scaler_case_run(&cases[i]);
 }

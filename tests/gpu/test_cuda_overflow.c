@@ -80,7 +80,7 @@ static void test_collapse(bool scaling) {
     set_conv2_weights(&m, scaling ? 1e6f : NAN); /* fp16: conv2's outputs exceed 65504 */
     mp_train_opts o = gpu_opts(scaling ? "amp-fp16" : "fp32");
     o.loss_scaling = scaling;
-    o.scaler = (mp_scaler_opts){.dynamic = true};
+    o.scaler = (mp_scaler_opts){0};
     mp_train_result r;
     char *ev = NULL;
     mp_status s = train_capturing(&m, &d, o, &r, &ev);
@@ -113,7 +113,7 @@ static void test_auto_fallback(bool pure) {
     mp_train_opts o = gpu_opts(pure ? "fp16" : "amp-fp16");
     o.epochs = 2;
     o.loss_scaling = !pure;
-    o.scaler = (mp_scaler_opts){.dynamic = true};
+    o.scaler = (mp_scaler_opts){0};
     if (pure) o.optim.momentum = 0.9f;
     o.auto_fallback = true;
     mp_train_result r;
@@ -162,7 +162,7 @@ static void test_gradient_overflow_skips(void) {
     o.optim = (mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f};
     o.max_steps = 2;
     o.loss_scaling = true;
-    o.scaler = (mp_scaler_opts){.dynamic = false, .init_scale = 1e30f};
+    o.scaler = (mp_scaler_opts){.static_scale = true, .init_scale = 1e30f};
     mp_train_result r;
     char *ev = NULL;
     mp_status s = train_capturing(&m, &d, o, &r, &ev);

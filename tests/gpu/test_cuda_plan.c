@@ -38,7 +38,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
-#include "cuda/cuda_step.h"
+#include "cuda/cuda_plan.h"
 #include "graph/plan.h"
 #include "models/models.h"
 #include "optim/optim.h"
@@ -147,7 +147,7 @@ static void param_scales(const mp_graph *oracle, double *scale) {
 /* Gradients of one CPU step (policy prec) into g's host gradients; its loss. */
 static float cpu_gradients(mp_model *m, const float *x, size_t n, const int32_t *y, bool onednn) {
     mp_plan *p = NULL;
-    MP_ASSERT(mp_plan_create(m->g, (mp_plan_opts){.batch = B, .training = true, .loss = m->loss, .use_onednn = onednn},
+    MP_ASSERT(mp_plan_create(m->g, (mp_plan_opts){.batch = B, .training = true, .loss = m->loss, .reference = !onednn},
                              &p) == MP_OK);
     float loss = 0;
     mp_plan_set_input(p, m->input, x, n);
@@ -290,7 +290,7 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
 static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, float *curve) {
     mp_model m = build(mc, prec);
     mp_plan *p = NULL;
-    MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss, .use_onednn = true},
+    MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss},
                              &p) == MP_OK);
     mp_graph *g = m.g;
     mp_param_ref refs[256];
@@ -311,7 +311,7 @@ static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, fl
     MP_ASSERT(mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt) == MP_OK);
     mp_graph_round_low_weights(g, NULL, NULL); /* as the trainer keeps them */
     mp_scaler sc;
-    mp_scaler_init(&sc, (mp_scaler_opts){.dynamic = false, .init_scale = 1024});
+    mp_scaler_init(&sc, (mp_scaler_opts){.static_scale = true, .init_scale = 1024});
     size_t in = mp_plan_numel(p, m.input);
     float *x = malloc(2 * in * sizeof *x);
     int32_t y[2 * B];
@@ -354,7 +354,7 @@ static void training_curve(const model_case *mc, mp_precision prec) {
                             .grads_in_arena = true, .low_grads = !scaling},
         &p);
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.dynamic = false, .init_scale = 1024}};
+                            .scaler = {.static_scale = true, .init_scale = 1024}};
     if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
     size_t in = p ? mp_plan_numel(p, m.input) : 0;
     float *x = malloc(2 * (in ? in : 1) * sizeof *x);
@@ -404,7 +404,7 @@ static void low_grads_rules(const model_case *mc) {
                                  &p);
     CHECK(s == MP_OK, "low_grads plan: %s", mp_last_error());
     mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = true,
-                            .scaler = {.dynamic = true}};
+                            .scaler = {0}};
     if (s == MP_OK) CHECK_ERR(mp_cuda_step_create(p, &so, &st), MP_ERR_INVALID_ARG, "low_grads", "loss scaling");
     so = (mp_cuda_step_opts){.optim = {.kind = MP_OPTIM_SGD}, .clip_norm = 1.0f};
     if (s == MP_OK) CHECK_ERR(mp_cuda_step_create(p, &so, &st), MP_ERR_INVALID_ARG, "low_grads", "clipping");

@@ -76,7 +76,7 @@ static mp_train_opts opts_on(mp_device_kind kind) {
     return (mp_train_opts){.model_name = "small", .data_name = "synthetic", .precision = "amp-fp16",
                            .epochs = EPOCHS, .batch = 32, .lr = 3e-4f, .optim = {.kind = MP_OPTIM_ADAM},
                            .lr_schedule = "cosine", .seed = 7, .device = {kind, 0}, .read_every = 1,
-                           .loss_scaling = true, .scaler = {.dynamic = true, .growth_interval = 7}};
+                           .loss_scaling = true, .scaler = {.growth_interval = 7}};
 }
 
 /* The worst relative difference of a's records to b's (NAN when the

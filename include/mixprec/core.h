@@ -1,0 +1,139 @@
+/** @file mixprec/core.h
+ * Status codes and error messages, dtypes and their conversions, devices,
+ * and process set-up. */
+#ifndef MIXPREC_CORE_H
+#define MIXPREC_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mixprec/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status and errors -------------------------------------------------- */
+
+/** What a fallible call returns; MP_OK is 0. */
+typedef enum {
+    MP_OK = 0,
+    MP_ERR_INVALID_ARG,  /**< a bad option or argument, or a call out of order */
+    MP_ERR_IO,           /**< a file could not be opened, read or written */
+    MP_ERR_FORMAT,       /**< a file is corrupt or not of the expected format */
+    MP_ERR_SHAPE,        /**< impossible or mismatched shapes */
+    MP_ERR_NOMEM,        /**< out of memory (host or device) */
+    MP_ERR_NONFINITE,    /**< NaN or inf where finite numbers are required (a diverged run) */
+    MP_ERR_UNSUPPORTED,  /**< a valid request this build or machine cannot do */
+    MP_ERR_INTERNAL,     /**< a library (oneDNN, cuDNN, zlib, ...) failed */
+} mp_status;
+
+/** The message of the last error on this thread ("" if none): what failed,
+ * naming the file, option, op, tensor or shape. */
+MP_API const char *mp_last_error(void);
+/** "MP_OK", "MP_ERR_IO", ... */
+MP_API const char *mp_status_name(mp_status s);
+
+/* ---- dtypes and storage types ------------------------------------------- */
+
+/** Element types of tensors. */
+typedef enum {
+    MP_DTYPE_F32 = 0,
+    MP_DTYPE_F16,
+    MP_DTYPE_BF16,
+    MP_DTYPE_F64,
+    MP_DTYPE_I32, /**< class labels */
+    MP_DTYPE_COUNT
+} mp_dtype;
+
+/** IEEE binary16 bits. */
+typedef struct { uint16_t bits; } mp_f16;
+/** bfloat16 bits (the top half of an f32). */
+typedef struct { uint16_t bits; } mp_bf16;
+
+/** "f32", "f16", "bf16", "f64", "i32" ("?" for anything else). */
+MP_API const char *mp_dtype_name(mp_dtype t);
+/** Bytes per element (0 for an unknown dtype). */
+MP_API size_t mp_dtype_size(mp_dtype t);
+/** True for F16 and BF16, the dtypes mixed precision computes in. */
+MP_API bool mp_dtype_is_low(mp_dtype t);
+
+/** f32 to f16, round to nearest even, IEEE NaN/inf/subnormal rules. */
+MP_API mp_f16 mp_f32_to_f16(float x);
+/** f16 to f32 (exact). */
+MP_API float mp_f16_to_f32(mp_f16 h);
+/** f32 to bf16, round to nearest even (NaN stays NaN). */
+MP_API mp_bf16 mp_f32_to_bf16(float x);
+/** bf16 to f32 (exact). */
+MP_API float mp_bf16_to_f32(mp_bf16 b);
+/** n values f32 -> f16; vectorized (F16C/AVX-512) when the CPU has it,
+ * bit-identical to mp_f32_to_f16. */
+MP_API void mp_convert_f32_to_f16(const float *src, mp_f16 *dst, size_t n);
+/** n values f16 -> f32, as mp_f16_to_f32. */
+MP_API void mp_convert_f16_to_f32(const mp_f16 *src, float *dst, size_t n);
+/** n values f32 -> bf16, as mp_f32_to_bf16. */
+MP_API void mp_convert_f32_to_bf16(const float *src, mp_bf16 *dst, size_t n);
+/** n values bf16 -> f32, as mp_bf16_to_f32. */
+MP_API void mp_convert_bf16_to_f32(const mp_bf16 *src, float *dst, size_t n);
+/** Round n f32 values in place to dtype's precision (f16/bf16: nearest even;
+ * any other dtype: unchanged). */
+MP_API void mp_round_f32(float *x, int64_t n, mp_dtype dtype);
+/** n elements of a float dtype (F32, F16, BF16) into f32. */
+MP_API void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
+/** n f32 values into a float dtype (F32, F16, BF16; rounded to nearest even). */
+MP_API void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
+
+/* ---- devices -------------------------------------------------------------- */
+
+/** Where plans and trainers run. */
+typedef enum { MP_DEVICE_CPU = 0, MP_DEVICE_CUDA = 1 } mp_device_kind;
+
+/** A device; zero-initialized means the CPU. */
+typedef struct {
+    mp_device_kind kind;
+    int index; /**< CUDA device number */
+} mp_device;
+
+/** Parse "cpu", "cuda" (= cuda:0), "cuda:N" or "auto" (cuda:0 when this build
+ * has the CUDA backend and a GPU is present, else the CPU). Errors name the
+ * text; a missing GPU is reported when a plan opens it. */
+MP_API mp_status mp_device_parse(const char *text, mp_device *out);
+/** "cpu", "cuda:0", ... written into buf; returns buf. */
+MP_API const char *mp_device_name(mp_device d, char *buf, size_t len);
+/** GPUs this build can use here (0 without the CUDA backend, a driver or a GPU). */
+MP_API int mp_device_gpu_count(void);
+
+/* ---- process set-up ------------------------------------------------------ */
+
+/** Re-execute the program once with OMP_WAIT_POLICY=passive unless the
+ * environment already sets it (idle OpenMP threads then sleep instead of
+ * spinning, which matters on small shared machines). Call first in main(). */
+MP_API void mp_prefer_passive_openmp(char **argv);
+
+/** Environment variables the library reads, once, at the first call that
+ * needs them (the README lists each with its effect). */
+typedef struct {
+    bool deterministic;        /**< MIXPREC_DETERMINISTIC=1: cuDNN/cuBLASLt heuristics, deterministic algorithms */
+    bool no_fusion;            /**< MIXPREC_NO_FUSION=1: batch norm and ReLU kept apart */
+    bool cudnn_debug;          /**< MIXPREC_CUDNN_DEBUG=1: print every timed convolution search */
+    int cudnn_engines;         /**< MIXPREC_CUDNN_ENGINES: 1 (default) graph-API engines, 0 legacy only, 2 "force" */
+    int cudnn_engine_candidates; /**< MIXPREC_CUDNN_ENGINE_CANDIDATES=N (default 12) */
+    int cudnn_bn;              /**< MIXPREC_CUDNN_BN=0: f16 batch norm on our kernels instead of cuDNN's */
+    double cudnn_workspace_mb; /**< MIXPREC_CUDNN_WORKSPACE_MB (0: default ceiling) */
+    int cudnn_find_trials;     /**< MIXPREC_CUDNN_FIND_TRIALS=N timed runs per candidate (0: default 3) */
+    bool cudnn_find_off;       /**< MIXPREC_CUDNN_FIND=0: cuDNN's heuristic choice without timing */
+    bool lt_debug;             /**< MIXPREC_LT_DEBUG=1: print every cuBLASLt GEMM choice */
+    int poison_arena;          /**< MIXPREC_POISON_ARENA: 1 NaN bytes, 2 "uninit" (not set at all) */
+    bool dist_debug;           /**< MIXPREC_DIST_DEBUG=1: print the communicators' progress */
+    int native_bf16;           /**< MIXPREC_NATIVE_BF16: -1 unset, 0 off, 1 force the native bf16 CPU path */
+    bool force_scalar;         /**< MIXPREC_FORCE_SCALAR=1: scalar dtype conversions (tests) */
+} mp_env;
+/** The environment as read at the first call (the same struct for the process). */
+MP_API const mp_env *mp_env_get(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_CORE_H */

@@ -1,0 +1,94 @@
+/** @file mixprec/data.h
+ * In-memory image classification datasets (IDX as MNIST and Fashion-MNIST,
+ * CIFAR-10 binary batches, synthetic data, arrays from memory) and the
+ * background loader that batches, shuffles, augments and normalizes them. */
+#ifndef MIXPREC_DATA_H
+#define MIXPREC_DATA_H
+
+#include "mixprec/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A dataset: n samples of (c, h, w) f32 images with int32 labels (opaque). */
+typedef struct mp_dataset mp_dataset;
+
+/** Where Debian's dataset-fashion-mnist package puts Fashion-MNIST. */
+#define MP_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/** IDX files (MNIST format, gzip or not): images (n, h, w) of any IDX
+ * element type (uint8 scaled to [0, 1]), labels 1-D integers in [0, classes)
+ * with classes = max label + 1 (at most 1000). Errors name the file. */
+MP_API mp_status mp_dataset_open_idx(const char *images_path, const char *labels_path, mp_dataset **out);
+/** Fashion-MNIST (or MNIST) from dir ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz];
+ * NULL: MP_FASHION_MNIST_DIR): 10 classes. */
+MP_API mp_status mp_dataset_open_fashion_mnist(const char *dir, bool train, mp_dataset **out);
+/** CIFAR-10 binary batches from dir (or dir/cifar-10-batches-bin):
+ * data_batch_1..5.bin (train) or test_batch.bin. */
+MP_API mp_status mp_dataset_open_cifar10(const char *dir, bool train, mp_dataset **out);
+/** Deterministic learnable data: a smooth pattern per class and channel plus
+ * noise; sample i depends only on (seed, i). */
+MP_API mp_status mp_dataset_create_synthetic(int n, int c, int h, int w, int classes, uint64_t seed,
+                                             mp_dataset **out);
+/** A dataset copied from memory: images (n, c, h, w) f32, finite; labels in [0, classes). */
+MP_API mp_status mp_dataset_create(int n, int c, int h, int w, int classes, const float *images,
+                                   const int32_t *labels, const char *name, mp_dataset **out);
+/** Samples [start, start + n) as a new dataset (the same classes). */
+MP_API mp_status mp_dataset_create_slice(const mp_dataset *d, int start, int n, mp_dataset **out);
+/** Frees the dataset (NULL is fine). */
+MP_API void mp_dataset_destroy(mp_dataset *d);
+
+/** A dataset's shape. */
+typedef struct {
+    int n, c, h, w;     /**< samples and per-sample shape */
+    int classes;        /**< labels lie in [0, classes) */
+    const char *source; /**< where it came from (a path or a description) */
+} mp_dataset_info;
+/** d's shape. */
+MP_API void mp_dataset_describe(const mp_dataset *d, mp_dataset_info *out);
+/** Per-channel mean and population standard deviation over all samples
+ * (mean and std hold c floats each). */
+MP_API void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std);
+/** A test set fits a training set: the same per-sample shape and every test
+ * label within the training classes; errors name both sources and shapes. */
+MP_API mp_status mp_dataset_check_compatible(const mp_dataset *train, const mp_dataset *test);
+
+/** Loader options. */
+typedef struct {
+    int batch;        /**< samples per batch, 1..dataset size */
+    bool shuffle;     /**< a fresh permutation per epoch from (seed, epoch) */
+    bool drop_last;   /**< skip the final short batch */
+    uint64_t seed;
+    int crop_pad;     /**< random crop after zero-padding this many pixels per side, 0 = off */
+    bool hflip;       /**< random horizontal flip (probability 1/2) */
+    const float *mean, *std; /**< per-channel normalization (x - mean) / std; NULL = none (copied) */
+    /** Data parallel: each global batch of batch * shards samples is cut into
+     * shards and this loader yields part `shard` (0 -> one shard); every rank
+     * uses the same seed. */
+    int shards, shard;
+} mp_loader_opts;
+
+/** Batches of a dataset, prepared by a background thread while the caller
+ * trains on the current one; order and augmentation depend only on (seed,
+ * epoch, sample), never on thread timing (opaque). */
+typedef struct mp_loader mp_loader;
+
+/** A loader over d (which must outlive it). */
+MP_API mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **out);
+/** Batches per epoch. */
+MP_API int mp_loader_batches(const mp_loader *l);
+/** Begin (or restart, even mid-epoch) epoch `epoch` >= 0. */
+MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
+/** The next batch: images (batch, C, H, W), labels (batch), *n valid samples
+ * (a short last batch without drop_last is padded with zeros and label 0).
+ * At the epoch's end MP_OK with *n = 0. Pointers stay valid until the next
+ * call on the loader. */
+MP_API mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n);
+/** Stops the worker and frees the loader (NULL is fine). */
+MP_API void mp_loader_destroy(mp_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_DATA_H */

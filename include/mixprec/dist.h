@@ -1,0 +1,48 @@
+/** @file mixprec/dist.h
+ * Data-parallel training over GPUs: one rank per GPU and a communicator
+ * each (NCCL), launched as threads of one process or as processes under
+ * mpirun. A rank's communicator goes into mp_trainer_opts.dist. No hang: a
+ * watchdog stops every rank when one fails or stops answering. */
+#ifndef MIXPREC_DIST_H
+#define MIXPREC_DIST_H
+
+#include "mixprec/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The ranks of one process (thread mode; opaque). */
+typedef struct mp_dist_group mp_dist_group;
+
+/** Thread mode: `world` ranks in this process on GPUs 0..world-1; timeout_s
+ * bounds any wait on another rank (<= 0: 300 s). */
+MP_API mp_status mp_dist_group_create(int world, double timeout_s, mp_dist_group **out);
+/** Called from rank `rank`'s own thread: its communicator on GPU `device`,
+ * once every rank joined (or an error when one failed or the timeout passed). */
+MP_API mp_status mp_dist_group_join(mp_dist_group *g, int rank, int device, mp_dist **out);
+/** After every rank's thread was joined. */
+MP_API void mp_dist_group_destroy(mp_dist_group *g);
+/** The rank that failed first, -1 if none. */
+MP_API int mp_dist_group_failed_rank(const mp_dist_group *g);
+/** Rank `rank` never started: the others stop instead of waiting for it. */
+MP_API void mp_dist_group_fail(mp_dist_group *g, int rank, mp_status s);
+/** True when an MPI launcher (Open MPI / PMIx) started this process; its world size and rank. */
+MP_API bool mp_dist_mpi_launched(int *world, int *rank);
+/** Process mode: this rank's communicator on the GPU of its local rank. */
+MP_API mp_status mp_dist_mpi_create(double timeout_s, mp_dist **out);
+/** This communicator's rank. */
+MP_API int mp_dist_rank(const mp_dist *d);
+/** Ranks in the communicator. */
+MP_API int mp_dist_world(const mp_dist *d);
+/** The CUDA device of this rank. */
+MP_API int mp_dist_device(const mp_dist *d);
+/** This rank failed with s: the others stop instead of waiting for it. */
+MP_API void mp_dist_fail(mp_dist *d, mp_status s);
+/** Releases the communicator (and, for MPI, finalizes MPI). */
+MP_API void mp_dist_destroy(mp_dist *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_DIST_H */

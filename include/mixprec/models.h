@@ -1,0 +1,34 @@
+/** @file mixprec/models.h
+ * The model zoo: ready-made classifiers for any image shape and class count
+ * (the seed articles' CNNs, ResNets, MobileNetV2, wide ResNets). */
+#ifndef MIXPREC_MODELS_H
+#define MIXPREC_MODELS_H
+
+#include "mixprec/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A classifier: its graph and the nodes a trainer needs. */
+typedef struct {
+    mp_graph *g;
+    mp_node input, labels, logits, loss;
+} mp_model;
+
+/** Build model `name` (see mp_model_list) for (c, h, w) inputs and `classes`
+ * outputs; on error m->g is NULL and the message names the model. */
+MP_API mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m);
+/** Frees the model's graph (a zeroed model is fine). */
+MP_API void mp_model_free(mp_model *m);
+/** "small, cnn10, resnet18, ..." */
+MP_API const char *mp_model_list(void);
+/** One line on the model, or NULL for a name mp_model_build rejects. */
+MP_API const char *mp_model_describe(const char *name);
+/** MP_OK for a name mp_model_build accepts, else the reason. */
+MP_API mp_status mp_model_check_name(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_MODELS_H */

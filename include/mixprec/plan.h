@@ -1,0 +1,119 @@
+/** @file mixprec/plan.h
+ * Compiled plans: a graph compiled for one batch size, mode (training or
+ * inference) and device, with every activation, gradient and workspace in an
+ * arena planned before the first step. Most programs use a trainer
+ * (mixprec/train.h), which makes its plan; plans are the level below it:
+ * forward, backward, reading outputs, overflow provenance. */
+#ifndef MIXPREC_PLAN_H
+#define MIXPREC_PLAN_H
+
+#include "mixprec/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A compiled plan (opaque). */
+typedef struct mp_plan mp_plan;
+/** A data-parallel communicator (mixprec/dist.h). */
+typedef struct mp_dist mp_dist;
+
+/** Loss nodes one plan can start backward from. */
+#define MP_MAX_LOSSES 8
+
+/** Whether the CPU runs low-precision nodes natively (oneDNN's bf16 kernels). */
+typedef enum {
+    MP_NATIVE_AUTO = 0, /**< native where the CPU has bf16 kernels (MIXPREC_NATIVE_BF16 may say otherwise) */
+    MP_NATIVE_OFF,      /**< always emulate: f32 kernels on rounded inputs */
+    MP_NATIVE_ON,       /**< native wherever a bf16 kernel exists */
+} mp_native_mode;
+
+/** Plan options. */
+typedef struct {
+    int batch;          /**< samples per step */
+    bool training;      /**< keep activations for backward, batch statistics */
+    mp_node loss;       /**< the node whose gradient seeds backward (training) */
+    mp_node losses[MP_MAX_LOSSES]; /**< several losses (a GAN's): backward from any of them */
+    int n_losses;       /**< 0: just `loss` */
+    bool reference;     /**< the plain-C reference kernels instead of oneDNN */
+    mp_native_mode native_bf16; /**< CPU: native bf16 kernels or emulation */
+    uint64_t seed;      /**< dropout masks */
+    bool profile;       /**< time every node's forward and backward (mp_plan_print_profile) */
+    mp_device device;   /**< where the plan runs (default: the CPU) */
+    /** Data parallel on GPUs: with sync_bn, training BatchNorm normalizes with
+     * the global batch's statistics (every rank of dist), else with this rank's. */
+    bool sync_bn;
+    mp_dist *dist;      /**< this rank's communicator, for sync_bn */
+    /** GPU training plans with one loss: parameter gradients live in the
+     * activation arena from their node's backward to the step's end (less
+     * memory, as PyTorch's zero_grad(set_to_none=True)); every backward writes
+     * them afresh, so no accumulation over several backward passes. */
+    bool grads_in_arena;
+    /** With grads_in_arena under fp16/bf16 (no master weights): a conv/linear
+     * weight's gradient is kept in the weight's dtype, as a `.half()` model's;
+     * nothing may rescale it after backward (no loss scaling, clipping,
+     * accumulation or data parallelism). */
+    bool low_grads;
+    /** Weights with an fp32 master: convolution and linear weight gradients are
+     * f32 sums, never rounded to f16/bf16 (slower; data-parallel amp reaches
+     * one GPU's weights within fp32 tolerance). */
+    bool f32_weight_grads;
+} mp_plan_opts;
+
+/** Compile g (its policy applied, parameters initialized) into a plan. */
+MP_API mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);
+/** Frees the plan (NULL is fine); the graph stays. */
+MP_API void mp_plan_destroy(mp_plan *p);
+/** Copy a batch into an input or target node: data (batch, C, H, W) f32; n
+ * must be the node's batch element count. */
+MP_API mp_status mp_plan_set_input(mp_plan *p, mp_node input, const float *data, size_t n);
+/** Copy batch int32 labels into a label node; each must be a class index the
+ * loss reading them accepts. */
+MP_API mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n);
+/** Run the forward pass. */
+MP_API mp_status mp_plan_forward(mp_plan *p);
+/** Backward from opts.loss (the first of opts.losses) with d(loss) = seed. */
+MP_API mp_status mp_plan_backward(mp_plan *p, float seed);
+/** Backward from any of the plan's losses. */
+MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
+/** Read a node's output as f32 (converted); n is its element count. */
+MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
+/** With opts.profile: time per op kind (forward, backward, share) and how
+ * its nodes ran (f32, native bf16, staged emulation). */
+MP_API void mp_plan_print_profile(const mp_plan *p, FILE *out);
+/** Where the plan's memory goes: the arena at its peak by kind (activations,
+ * saved tensors, gradients, workspaces) and on a GPU the parameters' copies. */
+MP_API void mp_plan_print_memory(const mp_plan *p, FILE *out);
+/** GPU plans keep parameters in device memory: copy them to the graph's host
+ * copies (to_host) or from them. No-op on the CPU. */
+MP_API mp_status mp_plan_sync_params(mp_plan *p, bool to_host);
+/** Element count of a node's output in this plan (0 for a bad node). */
+MP_API size_t mp_plan_numel(const mp_plan *p, mp_node node);
+/** Forward passes run so far (dropout masks derive from it). */
+MP_API uint64_t mp_plan_step(const mp_plan *p);
+/** Set the forward count, so a replayed or resumed step sees the same masks. */
+MP_API void mp_plan_set_step(mp_plan *p, uint64_t step);
+/** Bytes of the activation arena. */
+MP_API size_t mp_plan_arena_bytes(const mp_plan *p);
+/** Low-precision nodes running natively (bf16 library kernels) and emulated in f32 with rounding. */
+MP_API void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulated);
+
+/** Overflow provenance: where a NaN/inf first appeared. */
+typedef struct {
+    bool found;
+    bool backward;     /**< false: a forward output; true: a gradient */
+    mp_node node;      /**< the op that produced it */
+    char what[48];     /**< "output", "grad input 0", "grad weight", ... */
+} mp_nonfinite_site;
+/** After a forward: the first node (in forward order) whose output holds a
+ * NaN/inf, found by replaying that forward with checks (same batch and dropout
+ * masks; BN running statistics are updated again). */
+MP_API mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site);
+/** Backward that checks every gradient as it is written and stops at the
+ * first non-finite one. */
+MP_API mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_PLAN_H */

@@ -1,0 +1,214 @@
+/** @file mixprec/train.h
+ * The trainer: one mixed-precision training step for every device, plus
+ * checkpoints, weight files and evaluation.
+ *
+ * mp_trainer_step runs, on the CPU or queued on a GPU (captured once into a
+ * CUDA graph and replayed, with no host synchronization): forward; a check
+ * of the losses (a NaN/inf loss is a forward overflow: the step is skipped
+ * and the loss scale is NOT lowered, since lowering it cannot fix that);
+ * backward of loss * scale; the fused unscale + inf/NaN check of the
+ * gradients; clipping of the true gradients; the optimizer, which skips
+ * itself when its gradients overflowed; one loss-scale update. With
+ * accumulation a step is several calls (micro-batches). A skipped step names
+ * the first tensor that went non-finite (overflow provenance). A run that
+ * cannot recover (forward overflows in a row, gradient overflows at the
+ * minimum scale, too many skipped steps) ends with MP_ERR_NONFINITE and one
+ * line saying what happened and what to do. */
+#ifndef MIXPREC_TRAIN_H
+#define MIXPREC_TRAIN_H
+
+#include "mixprec/data.h"
+#include "mixprec/optim.h"
+#include "mixprec/plan.h"
+#include "mixprec/precision.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A trainer (opaque): a training plan, its optimizers and loss scaler on one device. */
+typedef struct mp_trainer mp_trainer;
+
+/** Optimizers one trainer can step (e.g. a GAN's generator and discriminator). */
+#define MP_MAX_GROUPS 4
+
+/** One optimizer and the weighted sum of losses it minimizes. */
+typedef struct {
+    mp_optimizer *optimizer;
+    mp_node losses[MP_MAX_LOSSES];
+    float weights[MP_MAX_LOSSES]; /**< >= 0; a loss of weight 0 runs no backward */
+    int n_losses;
+} mp_train_group;
+
+/** Whether the loss is scaled. */
+typedef enum {
+    MP_LOSS_SCALING_AUTO = 0, /**< as the policy implies (mp_policy_info.loss_scaling) */
+    MP_LOSS_SCALING_ON,       /**< with opts.scaler */
+    MP_LOSS_SCALING_OFF,
+} mp_loss_scaling;
+
+/** Trainer options; zero fields take the defaults beside them. */
+typedef struct {
+    int batch;                   /**< samples per micro-batch */
+    mp_device device;            /**< where it trains (default: the CPU) */
+    mp_node input, labels;       /**< the nodes mp_batch fills (a classifier's image input and labels) */
+    /** One optimizer minimizing one loss... */
+    mp_node loss;
+    mp_optimizer *optimizer;
+    /** ...or several groups, stepped in order from the same forward (then
+     * loss and optimizer are ignored; no accumulation or data parallelism). */
+    mp_train_group groups[MP_MAX_GROUPS];
+    int n_groups;
+    mp_loss_scaling loss_scaling;
+    mp_scaler_opts scaler;
+    int accumulate;              /**< micro-batches per optimizer step, 0 -> 1 */
+    float clip_norm;             /**< clip the global norm of the true gradients (0: off) */
+    float clip_value;            /**< clip each true gradient element to +-value (0: off) */
+    int max_forward_overflows;   /**< forward overflows in a row that stop training, 0 -> 3 */
+    bool auto_fallback;          /**< move a layer that overflows in the forward pass to fp32 instead */
+    /** Divergence: after skip_check_after steps (0 -> 100), more than
+     * max_skip_share (0 -> 0.05; >= 1: never) of the steps skipped is an error. */
+    double max_skip_share;
+    int skip_check_after;
+    /** A dynamic scale that falls below this is an error (0 -> 2^-14 when the
+     * policy computes in fp16 and scaler.min_scale is not given; else none). */
+    float scale_floor;
+    bool reference;              /**< CPU: the plain-C reference kernels instead of oneDNN */
+    uint64_t seed;               /**< dropout masks */
+    bool profile;                /**< time every node (mp_plan_print_profile on mp_trainer_plan) */
+    bool f32_weight_grads;       /**< see mp_plan_opts */
+    /** Data parallel (GPUs): this rank's communicator (mixprec/dist.h); every
+     * rank trains its shard of each global batch and the gradients are averaged. */
+    mp_dist *dist;
+    const char *allreduce;       /**< all-reduce dtype: "auto" (NULL; the policy's), "fp32", "fp16", "bf16" */
+    double bucket_mb;            /**< all-reduce bucket size in MiB, 0 -> 4 */
+    bool sync_bn;                /**< BatchNorm with the global batch's statistics */
+    FILE *events;                /**< overflow reports as lines here too (NULL: only in mp_step_report) */
+} mp_trainer_opts;
+
+/** A trainer for g (policy applied; parameters initialized unless a
+ * checkpoint or weight file is loaded next). Optimizers must be over g. */
+MP_API mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **out);
+/** Frees the trainer (NULL is fine); the graph and optimizers stay. */
+MP_API void mp_trainer_destroy(mp_trainer *t);
+
+/** A classifier's micro-batch for opts.input and opts.labels. */
+typedef struct {
+    const float *images;    /**< (batch, C, H, W) */
+    const int32_t *labels;  /**< (batch) class indices */
+    int n;                  /**< samples; must equal opts.batch */
+} mp_batch;
+
+/** What the host knows of an overflow (a skipped step). */
+typedef struct {
+    bool found;             /**< a step was skipped since the last report */
+    bool forward;           /**< a NaN/inf loss or activation, else a gradient */
+    int64_t step;           /**< the step (1-based) it happened in */
+    int64_t count;          /**< skipped steps since the last report (a GPU may show several at once) */
+    mp_node node;           /**< the op whose output or gradient went non-finite first; -1: not located */
+    char what[48];          /**< "output", "grad input 0", "grad weight", ... */
+    float scale_before, scale_after;
+    char message[400];      /**< the whole report as one line */
+} mp_overflow_report;
+
+/** What one mp_trainer_step call did. */
+typedef struct {
+    bool step_done;         /**< this call ended an optimizer step (always, without accumulation) */
+    int64_t step;           /**< optimizer steps attempted so far */
+    float lr;               /**< the first group's learning rate used */
+    float loss_scale;       /**< the scale now, as far as the host knows (1 without scaling) */
+    int64_t skipped_steps;  /**< so far, as far as the host knows */
+    mp_overflow_report overflow;
+} mp_step_report;
+
+/** Set an input or target node for the next step (any node a loss reads). */
+MP_API mp_status mp_trainer_set_input(mp_trainer *t, mp_node node, const float *data, size_t n);
+/** Set a label node for the next step. */
+MP_API mp_status mp_trainer_set_labels(mp_trainer *t, mp_node node, const int32_t *labels, size_t n);
+/** One micro-batch: batch (may be NULL when the inputs were set) into
+ * opts.input / opts.labels, then the step; report may be NULL. */
+MP_API mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *report);
+/** The last micro-batch's loss (the first group's first loss; synchronizes on a GPU). */
+MP_API mp_status mp_trainer_loss(mp_trainer *t, float *loss);
+/** Read any output node of the last forward (logits), as f32. */
+MP_API mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n);
+/** Wait for the queued steps (a no-op on the CPU) and report the overflows
+ * not yet reported; report may be NULL. */
+MP_API mp_status mp_trainer_wait(mp_trainer *t, mp_step_report *report);
+/** mp_trainer_wait, then copy the parameters to the graph's host copies. */
+MP_API mp_status mp_trainer_sync(mp_trainer *t, mp_step_report *report);
+/** Optimizer steps attempted (skipped ones included). */
+MP_API int64_t mp_trainer_steps(const mp_trainer *t);
+/** The loss scale and skipped steps as far as the host knows. */
+MP_API float mp_trainer_loss_scale(const mp_trainer *t);
+/** Skipped steps so far (forward and gradient overflows). */
+MP_API int64_t mp_trainer_skipped_steps(const mp_trainer *t);
+/** The trainer's plan (e.g. for mp_plan_print_memory). */
+MP_API mp_plan *mp_trainer_plan(mp_trainer *t);
+/** Parameter `name` from the device (synchronizes). */
+MP_API mp_status mp_trainer_param_get(mp_trainer *t, const char *name, float *dst, size_t n);
+/** Parameter `name` to the device (before the next step). */
+MP_API mp_status mp_trainer_param_set(mp_trainer *t, const char *name, const float *src, size_t n);
+/** The gradient of `name` after the last step (unscaled). */
+MP_API mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_t n);
+
+/* ---- checkpoints and weight files ---------------------------------------- */
+
+/** Identity and position saved with a checkpoint. */
+typedef struct {
+    const char *model;      /**< a name for the model; checked on load when both are non-empty */
+    int epoch;              /**< epochs completed (the caller's count) */
+} mp_checkpoint_info;
+
+/** The whole training state in one safetensors file, written atomically:
+ * fp32 master weights and BN buffers under their names, optimizer state,
+ * the loss scaler, step counters and the run's identity (precision, optimizers,
+ * batch). A resumed run continues exactly. */
+MP_API mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info);
+/** Restore what mp_trainer_save wrote into a trainer of the same model,
+ * policy, optimizers and batch (errors name what differs: a tensor's name,
+ * shape or dtype, a metadata key); info->epoch receives the saved epoch. */
+MP_API mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *info);
+
+/** Options of mp_graph_load_weights. */
+typedef struct {
+    bool allow_missing;     /**< keep parameters the file lacks (default: an error naming them) */
+    bool allow_unused;      /**< ignore tensors no parameter matches (default: an error; PyTorch's
+                                 num_batches_tracked counters are always ignored) */
+} mp_weights_opts;
+/** Load weights only from a safetensors file such as PyTorch's
+ * `safetensors.torch.save_file(model.state_dict())` with matching names:
+ * every tensor must have its parameter's shape and a float dtype (f32, f16,
+ * bf16, f64; converted); values must be finite and running variances >= 0.
+ * Nothing is changed on error. */
+MP_API mp_status mp_graph_load_weights(mp_graph *g, const char *path, const mp_weights_opts *o);
+/** Write every parameter as f32 under its name (loadable by PyTorch's safetensors). */
+MP_API mp_status mp_graph_save_weights(const mp_graph *g, const char *path);
+
+/* ---- evaluation and inference -------------------------------------------- */
+
+/** Inference options. */
+typedef struct {
+    mp_node input, logits;  /**< the image input and the class logits (N, K) */
+    int batch;              /**< 0 -> 256 (at most the dataset's size) */
+    mp_device device;
+    bool reference;
+    const float *mean, *std; /**< per-channel normalization of the images (NULL: none) */
+} mp_eval_opts;
+
+/** Accuracy and mean softmax cross-entropy over a dataset. */
+typedef struct {
+    double accuracy, loss;
+    int64_t samples;
+} mp_eval_result;
+
+/** Evaluate g (running BN statistics, no dropout) on every sample of d,
+ * whose images must have the input's shape and labels its class range. */
+MP_API mp_status mp_evaluate(mp_graph *g, const mp_dataset *d, const mp_eval_opts *o, mp_eval_result *out);
+/** Logits (n, K) of n images (n, C, H, W). */
+MP_API mp_status mp_predict(mp_graph *g, const mp_eval_opts *o, const float *images, int n, float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_TRAIN_H */

@@ -1,0 +1,75 @@
+/* graph_params.c — the public view of a graph's parameters and gradients
+ * (mixprec/graph.h): by index or by name, with shapes and the dtype the
+ * precision pass gave each one. Copies are exact-size: n must be the
+ * parameter's element count. */
+#include <math.h>
+#include <string.h>
+
+#include "graph/graph.h"
+
+int mp_graph_param_tensors(const mp_graph *g) { return g ? g->n_params : 0; }
+
+mp_status mp_graph_param_info(const mp_graph *g, int k, mp_param_info *out) {
+    if (!g || !out || k < 0 || k >= g->n_params)
+        return mp_error(MP_ERR_INVALID_ARG, "parameter %d: not a parameter of the graph (it has %d)", k,
+                        g ? g->n_params : 0);
+    const mp_gparam *p = &g->params[k];
+    mp_param_info in = {.name = p->name, .node = p->node, .ndim = p->spec.shape.ndim,
+                        .numel = mp_shape_numel(&p->spec.shape), .trainable = p->spec.trainable,
+                        .master = p->round_dtype == MP_DTYPE_F32, .dtype = p->round_dtype};
+    for (int i = 0; i < in.ndim && i < MP_PARAM_MAX_DIMS; i++) in.dims[i] = p->spec.shape.dims[i];
+    *out = in;
+    return MP_OK;
+}
+
+int mp_graph_param_find(const mp_graph *g, const char *name) {
+    for (int k = 0; g && name && k < g->n_params; k++)
+        if (!strcmp(g->params[k].name, name)) return k;
+    return -1;
+}
+
+/* Parameter `name`, with n its element count; errors name it and the sizes. */
+static mp_status lookup(const mp_graph *g, const char *name, size_t n, const char *what, mp_gparam **out) {
+    const int k = mp_graph_param_find(g, name);
+    if (k < 0) return mp_error(MP_ERR_INVALID_ARG, "%s: the graph has no parameter named '%s'", what, name ? name : "");
+    mp_gparam *p = &g->params[k];
+    const size_t have = (size_t)mp_shape_numel(&p->spec.shape);
+    if (n != have)
+        return mp_error(MP_ERR_SHAPE, "%s '%s': %zu values given, it has %zu", what, name, n, have);
+    *out = p;
+    return MP_OK;
+}
+
+mp_status mp_graph_param_get(const mp_graph *g, const char *name, float *dst, size_t n) {
+    mp_gparam *p = NULL;
+    MP_TRY(lookup(g, name, n, "param_get", &p));
+    memcpy(dst, p->data, n * sizeof(float));
+    return MP_OK;
+}
+
+mp_status mp_graph_param_set(mp_graph *g, const char *name, const float *src, size_t n) {
+    mp_gparam *p = NULL;
+    MP_TRY(lookup(g, name, n, "param_set", &p));
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(src[i]))
+            return mp_error(MP_ERR_NONFINITE, "param_set '%s': value %zu is %g", name, i, (double)src[i]);
+    memcpy(p->data, src, n * sizeof(float));
+    g->params_initialized = true;
+    return MP_OK;
+}
+
+mp_status mp_graph_grad_get(const mp_graph *g, const char *name, float *dst, size_t n) {
+    mp_gparam *p = NULL;
+    MP_TRY(lookup(g, name, n, "grad_get", &p));
+    if (!p->grad) return mp_error(MP_ERR_INVALID_ARG, "grad_get '%s': a buffer has no gradient", name);
+    memcpy(dst, p->grad, n * sizeof(float));
+    return MP_OK;
+}
+
+mp_status mp_graph_node_sample_shape(const mp_graph *g, mp_node n, int *ndim, int64_t dims[3]) {
+    if (!g || n < 0 || n >= g->n_nodes) return mp_error(MP_ERR_INVALID_ARG, "node %d is not in the graph", n);
+    const mp_shape s = g->nodes[n].sample_shape; /* (1, ...) */
+    *ndim = s.ndim - 1;
+    for (int i = 1; i < s.ndim && i <= 3; i++) dims[i - 1] = s.dims[i];
+    return MP_OK;
+}

@@ -1,0 +1,255 @@
+/* fit.c — the epoch loop (fit.h) over the public trainer. */
+#include "train/fit.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/dataset.h"
+#include "dist/dist.h"
+#include "graph/graph.h"
+#include "train/progress.h"
+#include "train/train_gpus.h"
+
+static mp_status check_opts(const mp_dataset *train, const mp_fit_opts *o) {
+    if (o->epochs <= 0) return mp_error(MP_ERR_INVALID_ARG, "--epochs %d must be positive", o->epochs);
+    if (o->trainer.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "--batch %d must be positive", o->trainer.batch);
+    if (o->trainer.batch > train->n)
+        return mp_error(MP_ERR_INVALID_ARG, "--batch %d is larger than the training set (%d samples in %s)",
+                        o->trainer.batch, train->n, train->source);
+    if (!(o->lr > 0) || !isfinite(o->lr)) return mp_error(MP_ERR_INVALID_ARG, "--lr %g must be a positive number", o->lr);
+    if (o->gpus < 0) return mp_error(MP_ERR_INVALID_ARG, "--gpus %d must be at least 1", o->gpus);
+    if (o->gpus > 1 && o->trainer.device.kind != MP_DEVICE_CUDA)
+        return mp_error(MP_ERR_INVALID_ARG, "--gpus: data-parallel training runs on GPUs; it needs --device cuda (or "
+                                            "auto with GPUs present)");
+    if (!(o->dist_timeout >= 0) || o->dist_timeout > 1e6)
+        return mp_error(MP_ERR_INVALID_ARG, "--dist-timeout %g must be a number of seconds >= 0", o->dist_timeout);
+    return MP_OK;
+}
+
+/* One JSON record per epoch; every write checked. */
+static mp_status write_log(FILE *log, const char *path, const mp_fit_opts *o, const char *precision, int epoch,
+                           const mp_fit_result *r, float lr, int64_t skipped, float loss_scale) {
+    fprintf(log,
+            "{\"epoch\":%d,\"model\":\"%s\",\"data\":\"%s\",\"precision\":\"%s\",\"batch\":%d,\"lr\":%.6g,"
+            "\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,\"epoch_time_s\":%.3f,"
+            "\"images_per_s\":%.1f,\"arena_bytes\":%zu,\"skipped_steps\":%lld,\"loss_scale\":%g}\n",
+            epoch, o->model_name ? o->model_name : "", o->data_name ? o->data_name : "", precision, o->trainer.batch,
+            lr, r->train_loss, r->train_acc, r->test_loss, r->test_acc, r->epoch_seconds, r->images_per_s,
+            r->arena_bytes, (long long)skipped, loss_scale);
+    if (fflush(log) != 0 || ferror(log))
+        return mp_error(MP_ERR_IO, "--log %s: write failed: %s", path, strerror(errno));
+    return MP_OK;
+}
+
+/* Everything one rank's run holds. */
+typedef struct {
+    mp_model *m;
+    const mp_fit_opts *o;
+    mp_optimizer *opt;
+    mp_trainer *t;
+    mp_loader *ld;
+    float *mean, *std;   /* per channel */
+    float *logits;       /* (batch, classes) */
+    int classes, rank, world, k, steps;
+    bool cpu;
+} run;
+
+static void run_free(run *r) {
+    mp_trainer_destroy(r->t);
+    mp_optimizer_destroy(r->opt);
+    mp_loader_destroy(r->ld);
+    free(r->mean);
+    free(r->std);
+    free(r->logits);
+}
+
+/* Loader, optimizer with its schedule over the run's steps, trainer. */
+static mp_status run_open(run *r, const mp_dataset *train) {
+    const mp_fit_opts *o = r->o;
+    mp_graph *g = r->m->g;
+    r->cpu = o->trainer.device.kind == MP_DEVICE_CPU;
+    r->rank = mp_dist_rank(o->trainer.dist), r->world = o->trainer.dist ? mp_dist_world(o->trainer.dist) : 1;
+    r->k = o->trainer.accumulate > 1 ? o->trainer.accumulate : 1;
+    r->classes = (int)g->nodes[r->m->logits].sample_shape.dims[1];
+    r->mean = calloc((size_t)train->c, sizeof *r->mean);
+    r->std = calloc((size_t)train->c, sizeof *r->std);
+    r->logits = malloc((size_t)o->trainer.batch * (size_t)r->classes * sizeof *r->logits);
+    if (!r->mean || !r->std || !r->logits) return mp_error(MP_ERR_NOMEM, "train: out of memory");
+    if (o->normalize) {
+        mp_dataset_channel_stats(train, r->mean, r->std);
+        for (int c = 0; c < train->c; c++)
+            if (!(r->std[c] > 1e-6f)) r->std[c] = 1.0f; /* a constant channel: centre it only */
+    }
+    const int crop = o->augment ? (train->h >= 32 ? 4 : 2) : 0;
+    MP_TRY(mp_loader_create(train, (mp_loader_opts){.batch = o->trainer.batch, .shuffle = true, .drop_last = true,
+                                                    .seed = o->seed, .crop_pad = crop, .hflip = o->augment,
+                                                    .mean = o->normalize ? r->mean : NULL,
+                                                    .std = o->normalize ? r->std : NULL, .shards = r->world,
+                                                    .shard = r->rank},
+                            &r->ld));
+    r->steps = mp_loader_batches(r->ld) / r->k;
+    if (r->steps < 1)
+        return mp_error(MP_ERR_INVALID_ARG, "--accumulate %d x --batch %d is more than one epoch (%d samples)", r->k,
+                        o->trainer.batch, train->n);
+    if (o->max_steps > 0 && o->max_steps < r->steps) r->steps = o->max_steps;
+    mp_lr_schedule sched;
+    MP_TRY(mp_lr_schedule_parse(o->lr_schedule ? o->lr_schedule : "constant", o->lr, r->steps * o->epochs, &sched));
+    MP_TRY(mp_optimizer_create(g, &(mp_optimizer_opts){.optim = o->optim, .lr = sched}, &r->opt));
+    mp_trainer_opts to = o->trainer;
+    to.input = r->m->input;
+    to.labels = r->m->labels;
+    to.loss = r->m->loss;
+    to.optimizer = r->opt;
+    to.n_groups = 0;
+    to.seed = o->seed;
+    if (!g->params_initialized) mp_graph_init_params(g, o->seed);
+    return mp_trainer_create(g, &to, &r->t);
+}
+
+/* The loss and accuracy of the last micro-batch into the epoch's sums (a
+ * skipped step's loss counts nowhere). */
+static mp_status count_batch(run *r, const int32_t *y, int n, double *loss_sum, int64_t *micro, int64_t *correct,
+                             int64_t *seen) {
+    float loss = 0;
+    MP_TRY(mp_trainer_loss(r->t, &loss));
+    if (!isfinite(loss)) return MP_OK;
+    MP_TRY(mp_trainer_read(r->t, r->m->logits, r->logits, (size_t)n * (size_t)r->classes));
+    *loss_sum += loss;
+    ++*micro;
+    for (int i = 0; i < n; i++) *correct += mp_argmax(r->logits + (size_t)i * (size_t)r->classes, r->classes) == y[i];
+    *seen += n;
+    return MP_OK;
+}
+
+/* One epoch's steps; the sums for the summary. */
+static mp_status train_epoch(run *r, int epoch, double *loss_sum, int64_t *micro, int64_t *correct, int64_t *seen) {
+    const mp_fit_opts *o = r->o;
+    mp_progress bar;
+    if (o->out) mp_progress_begin(&bar, o->out, epoch, o->epochs, r->steps);
+    MP_TRY(mp_loader_start_epoch(r->ld, epoch));
+    const int every = o->read_every > 0 ? o->read_every : 20;
+    for (int step = 1; step <= r->steps; step++) {
+        if (o->before_step) MP_TRY(o->before_step(o->before_step_arg, r->rank, mp_trainer_steps(r->t) + 1));
+        for (int j = 0; j < r->k; j++) {
+            const float *x;
+            const int32_t *y;
+            int n = 0;
+            MP_TRY(mp_loader_next(r->ld, &x, &y, &n));
+            MP_TRY(mp_trainer_step(r->t, &(mp_batch){.images = x, .labels = y, .n = n}, NULL));
+            /* the CPU reads every micro-batch (free); a GPU every few steps and at the epoch's end */
+            const bool read = r->cpu || ((mp_trainer_steps(r->t) % every == 0 || step == r->steps) && j == r->k - 1);
+            if (read) MP_TRY(count_batch(r, y, n, loss_sum, micro, correct, seen));
+        }
+        if (o->out) mp_progress_update(&bar, step, *micro ? *loss_sum / (double)*micro : 0,
+                                       *seen ? (double)*correct / (double)*seen : 0);
+    }
+    MP_TRY(mp_trainer_sync(r->t, NULL)); /* waits; overflow reports; parameters to the host */
+    if (o->out) mp_progress_end(&bar);
+    return MP_OK;
+}
+
+/* The run diverged when no step of the epoch had a finite loss, or the test
+ * loss is not finite. */
+static mp_status check_finite_epoch(int epoch, const mp_fit_result *res, bool tested, const mp_trainer *t) {
+    if (isfinite(res->train_loss) && (!tested || isfinite(res->test_loss))) return MP_OK;
+    return mp_error(MP_ERR_NONFINITE,
+                    "epoch %d: the %s loss is %g: the model diverged (%lld steps skipped so far, loss scale %g). Try "
+                    "--precision amp-bf16 or fp32, a lower --lr, or an fp32 --precision-override for the layer the "
+                    "reports name",
+                    epoch, isfinite(res->train_loss) ? "test" : "training",
+                    isfinite(res->train_loss) ? res->test_loss : res->train_loss,
+                    (long long)mp_trainer_skipped_steps(t), mp_trainer_loss_scale(t));
+}
+
+static void print_setup(const run *r, FILE *out, bool print_memory) {
+    mp_plan *p = mp_trainer_plan(r->t);
+    if (print_memory) mp_plan_print_memory(p, out);
+    int native, emulated;
+    mp_plan_precision_counts(p, &native, &emulated);
+    if (native + emulated)
+        fprintf(out, "mixprec: %d low-precision ops run natively (oneDNN bf16 kernels), %d emulated in f32 with "
+                     "rounding%s\n",
+                native, emulated, native ? "" : " (this CPU has no bf16 kernels, or the policy is fp16)");
+}
+
+mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o, mp_fit_result *res) {
+    memset(res, 0, sizeof *res);
+    MP_TRY(check_opts(train, o));
+    if (test) MP_TRY(mp_dataset_check_compatible(train, test));
+    if (o->gpus > 1 && !o->trainer.dist) return mp_fit_threads(m, train, test, o, res);
+    run r = {.m = m, .o = o};
+    mp_status s = run_open(&r, train);
+    mp_policy_info policy;
+    mp_graph_policy(m->g, &policy);
+    const char *precision = mp_precision_name(policy.precision);
+    int first_epoch = 1;
+    if (s == MP_OK && o->resume_path) {
+        mp_checkpoint_info info = {.model = o->model_name};
+        s = mp_trainer_load(r.t, o->resume_path, &info);
+        if (s == MP_OK && info.epoch >= o->epochs)
+            s = mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint already completed epoch %d of --epochs %d: "
+                         "nothing left to train (raise --epochs)", o->resume_path, info.epoch, o->epochs);
+        first_epoch = info.epoch + 1;
+        if (s == MP_OK && o->out)
+            fprintf(o->out, "resumed from %s after epoch %d (step %lld)\n", o->resume_path, info.epoch,
+                    (long long)mp_trainer_steps(r.t));
+    }
+    FILE *log = NULL;
+    if (s == MP_OK && o->log_path && r.rank == 0 && !(log = fopen(o->log_path, first_epoch > 1 ? "a" : "w")))
+        s = mp_error(MP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
+    if (s == MP_OK) res->arena_bytes = mp_plan_arena_bytes(mp_trainer_plan(r.t));
+    if (s == MP_OK && o->out) print_setup(&r, o->out, o->print_memory);
+    const double t_all = mp_now_seconds();
+    for (int epoch = first_epoch; s == MP_OK && epoch <= o->epochs; epoch++) {
+        double t0 = mp_now_seconds(), loss_sum = 0;
+        int64_t correct = 0, seen = 0, micro = 0;
+        s = train_epoch(&r, epoch, &loss_sum, &micro, &correct, &seen);
+        if (s != MP_OK) break;
+        const double secs = mp_now_seconds() - t0;
+        mp_eval_result ev = {0};
+        if (test && r.rank == 0)
+            s = mp_evaluate(m->g, test,
+                            &(mp_eval_opts){.input = m->input, .logits = m->logits, .batch = o->trainer.batch,
+                                            .device = o->trainer.device, .reference = o->trainer.reference,
+                                            .mean = o->normalize ? r.mean : NULL, .std = o->normalize ? r.std : NULL},
+                            &ev);
+        if (s != MP_OK) break;
+        res->epochs_run = epoch;
+        res->train_loss = micro ? loss_sum / (double)micro : NAN;
+        res->train_acc = seen ? (double)correct / (double)seen : 0;
+        res->test_acc = ev.accuracy;
+        res->test_loss = ev.loss;
+        res->epoch_seconds = secs;
+        res->images_per_s = (double)r.steps * r.k * o->trainer.batch * r.world / secs;
+        res->skipped_steps = mp_trainer_skipped_steps(r.t);
+        res->final_loss_scale = mp_trainer_loss_scale(r.t);
+        const mp_optimizer_opts oo = mp_optimizer_options(r.opt);
+        const float lr = mp_lr_at(&oo.lr, mp_trainer_steps(r.t) > 0 ? mp_trainer_steps(r.t) - 1 : 0);
+        if (o->out) {
+            fprintf(o->out, "epoch %d/%d: loss %.4f - train acc %.4f - test loss %.4f - test acc %.4f - %.1fs - %.0f img/s",
+                    epoch, o->epochs, res->train_loss, res->train_acc, ev.loss, ev.accuracy, secs, res->images_per_s);
+            if (r.t && mp_trainer_loss_scale(r.t) != 1.0f) fprintf(o->out, " - loss scale %g", res->final_loss_scale);
+            if (res->skipped_steps) fprintf(o->out, " - %lld skipped steps", (long long)res->skipped_steps);
+            fputc('\n', o->out);
+            fflush(o->out);
+        }
+        if (log) s = write_log(log, o->log_path, o, precision, epoch, res, lr, res->skipped_steps, res->final_loss_scale);
+        if (s == MP_OK) s = check_finite_epoch(epoch, res, test && r.rank == 0, r.t);
+        if (s == MP_OK && o->save_path && r.rank == 0)
+            s = mp_trainer_save(r.t, o->save_path, &(mp_checkpoint_info){.model = o->model_name, .epoch = epoch});
+        if (o->stop_after > 0 && epoch >= o->stop_after) break;
+    }
+    if (s != MP_OK) mp_dist_fail(o->trainer.dist, s); /* the other ranks stop instead of waiting for this one */
+    res->total_seconds = mp_now_seconds() - t_all;
+    if (r.t) { /* also after an error: how far it got */
+        res->skipped_steps = mp_trainer_skipped_steps(r.t);
+        res->final_loss_scale = mp_trainer_loss_scale(r.t);
+    }
+    if (log && fclose(log) != 0 && s == MP_OK)
+        s = mp_error(MP_ERR_IO, "--log %s: write failed: %s", o->log_path, strerror(errno));
+    run_free(&r);
+    return s;
+}

@@ -1,0 +1,78 @@
+/* optimizer.c — the public optimizer (mixprec/optim.h): which of a graph's
+ * trainable parameters it updates, its learning-rate schedule, and a host
+ * mp_optim over the graph's host copies holding its state. A trainer steps
+ * it there (CPU) or mirrors it on its device (GPU). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "train/trainer.h"
+
+static bool selected(const mp_optimizer *o, const mp_gparam *p) {
+    return p->spec.trainable && !strncmp(p->name, o->prefix, strlen(o->prefix));
+}
+
+/* Weight decay applies to convolution and linear weights, not to biases or
+ * BatchNorm's parameters (as the CLI always did). */
+static bool takes_decay(const mp_graph *g, const mp_gparam *p) {
+    return !strcmp(p->spec.name, "weight") && g->nodes[p->node].desc.kind != MP_OP_BATCHNORM2D;
+}
+
+mp_status mp_optimizer_create(mp_graph *g, const mp_optimizer_opts *o, mp_optimizer **out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "optimizer: no output pointer");
+    *out = NULL;
+    if (!g || !o) return mp_error(MP_ERR_INVALID_ARG, "optimizer: null graph or options");
+    if (g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "optimizer: the graph has a construction error");
+    mp_lr_schedule lr = o->lr;
+    MP_TRY(mp_lr_schedule_check(&lr));
+    const char *prefix = o->params ? o->params : "";
+    if (strlen(prefix) >= sizeof ((mp_optimizer *)0)->prefix)
+        return mp_error(MP_ERR_INVALID_ARG, "optimizer: parameter prefix '%.40s...' is too long", prefix);
+    mp_optimizer *opt = calloc(1, sizeof *opt);
+    if (!opt) return mp_error(MP_ERR_NOMEM, "optimizer: out of memory");
+    opt->g = g;
+    opt->o = *o;
+    snprintf(opt->prefix, sizeof opt->prefix, "%s", prefix);
+    opt->o.params = opt->prefix;
+    opt->param_index = calloc((size_t)g->n_params + 1, sizeof *opt->param_index);
+    mp_param_ref *refs = calloc((size_t)g->n_params + 1, sizeof *refs);
+    mp_status s = opt->param_index && refs ? MP_OK : mp_error(MP_ERR_NOMEM, "optimizer: out of memory");
+    for (int k = 0; s == MP_OK && k < g->n_params; k++) {
+        mp_gparam *p = &g->params[k];
+        if (!selected(opt, p)) continue;
+        /* a weight without an fp32 master keeps its SGD momentum in its dtype */
+        refs[opt->n] = (mp_param_ref){.param = p->data, .grad = p->grad, .n = mp_shape_numel(&p->spec.shape),
+                                      .decay = takes_decay(g, p), .name = p->name, .state_dtype = p->low_only};
+        opt->param_index[opt->n++] = k;
+    }
+    if (s == MP_OK && opt->n == 0)
+        s = mp_error(MP_ERR_INVALID_ARG, "optimizer: no trainable parameter of the graph starts with '%s'", prefix);
+    if (s == MP_OK) s = mp_optim_create(o->optim, refs, opt->n, &opt->host);
+    free(refs);
+    if (s != MP_OK) {
+        mp_optimizer_destroy(opt);
+        return s;
+    }
+    opt->o.optim = mp_optim_options(opt->host);
+    *out = opt;
+    return MP_OK;
+}
+
+void mp_optimizer_destroy(mp_optimizer *o) {
+    if (!o) return;
+    if (o->bound) { /* still stepped by a trainer: freed when that trainer is destroyed */
+        o->orphaned = true;
+        return;
+    }
+    mp_optim_destroy(o->host);
+    free(o->param_index);
+    free(o);
+}
+
+int64_t mp_optimizer_steps(const mp_optimizer *o) { return o ? mp_optim_step_count(o->host) : 0; }
+int mp_optimizer_param_count(const mp_optimizer *o) { return o ? o->n : 0; }
+mp_optimizer_opts mp_optimizer_options(const mp_optimizer *o) { return o->o; }
+
+void mp_optimizer_refresh_dtypes(mp_optimizer *o) {
+    for (int i = 0; i < o->n; i++) mp_optim_set_state_dtype(o->host, i, o->g->params[o->param_index[i]].low_only);
+}

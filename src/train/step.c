@@ -1,0 +1,294 @@
+/* step.c — the one mixed-precision training step, for every device, and
+ * what the host does with its outcome.
+ *
+ * mp_step_enqueue is the step's only definition: forward; a NaN/inf check
+ * of each loss (a forward overflow: every optimizer skips, the scale stays);
+ * per optimizer group, backward of its losses times the loss scale (over k
+ * when accumulating k micro-batches), then on the step's last launch the
+ * gradient all-reduce (data parallel), the fused unscale + check, the flags'
+ * all-reduce, clipping of the true gradients and the optimizer, which skips
+ * itself when its flag is set; one scaler update. It calls the backend's
+ * primitives only (step_backend.h), so the CPU runs it directly and a GPU
+ * captures it once into a CUDA graph.
+ *
+ * mp_step_poll reads the scaler state the host can see and turns overflows
+ * into reports: a forward overflow keeps the scale and, after
+ * max_forward_overflows in a row, stops the run naming the layer (or moves
+ * it to fp32 with auto_fallback); a gradient overflow backs the scale off,
+ * and stops the run without loss scaling or at the minimum scale. The op is
+ * named by replaying the step (same batch, same dropout masks) with checks,
+ * which is exact while that step is the last one run: always on the CPU; on
+ * a GPU the host usually sees a step one late, so isolated overflows there
+ * are "not located" and runs of them are named. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "graph/plan.h"
+#include "train/trainer.h"
+
+/* ---- the step ----------------------------------------------------------- */
+
+/* Backward of group gr's losses, each seeded with weight * scale / k. */
+static mp_status backward_group(mp_trainer *t, const mp_trainer_group *gr, int *slot) {
+    for (int j = 0; j < gr->n_losses; j++) {
+        if (gr->weights[j] == 0.0f) continue;
+        mp_seed seed;
+        MP_TRY(t->be->loss_seed(t, (*slot)++, gr->weights[j] / (float)t->k, &seed));
+        MP_TRY(mp_plan_backward_seeded(t->plan, gr->losses[j], seed));
+    }
+    return MP_OK;
+}
+
+mp_status mp_step_enqueue(mp_trainer *t, mp_launch kind) {
+    const mp_step_backend *be = t->be;
+    mp_plan *p = t->plan;
+    mp_graph *g = t->g;
+    const bool first = kind & MP_LAUNCH_FIRST, last = kind & MP_LAUNCH_LAST;
+    MP_TRY(mp_plan_forward(p));
+    for (int j = 0; j < t->n_checks; j++) MP_TRY(be->check_loss(t, t->checks[j]));
+    int slot = 0;
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        /* one group accumulates over micro-batches; several start afresh each */
+        const bool fresh = t->n_groups > 1 || first;
+        for (int k = 0; k < g->n_params; k++) g->params[k].grad_fresh = fresh;
+        /* data parallel: gradients are all-reduced as backward finishes them,
+         * in the step's last micro-batch only */
+        mp_status (*hook)(void *, int) = p->grad_ready;
+        if (!last) p->grad_ready = NULL;
+        mp_status st = backward_group(t, &t->groups[gi], &slot);
+        p->grad_ready = hook;
+        MP_TRY(st);
+        if (!last) continue;
+        if (t->o.dist) MP_TRY(be->reduce_grads(t));
+        if (t->after_reduce) MP_TRY(t->after_reduce(t->after_reduce_arg, t));
+        MP_TRY(be->unscale_check(t, gi));
+        if (t->o.dist) MP_TRY(be->reduce_flags(t));
+        if (t->o.clip_value > 0 || t->o.clip_norm > 0) MP_TRY(be->clip(t, gi));
+        MP_TRY(be->optim_step(t, gi));
+    }
+    return last ? be->scaler_update(t) : MP_OK;
+}
+
+/* ---- reports ------------------------------------------------------------ */
+
+static const char *node_desc(const mp_graph *g, int node, char *buf, size_t len) {
+    const mp_gnode *nd = &g->nodes[node];
+    snprintf(buf, len, "%s (%s, computes %s, stores %s)", nd->name, mp_op_lookup(nd->desc.kind)->name,
+             mp_dtype_name(nd->compute_dtype), mp_dtype_name(nd->storage_dtype));
+    return buf;
+}
+
+/* node's description, or (node < 0) "an op" and why it was not located. */
+static const char *site_desc(const mp_graph *g, int node, const char *why, char *buf, size_t len) {
+    if (node >= 0) return node_desc(g, node, buf, len);
+    snprintf(buf, len, "an op %s", why);
+    return buf;
+}
+
+/* Record one report line: into the report (the latest wins) and t->events. */
+static void say(mp_trainer *t, mp_overflow_report *r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(mp_trainer *t, mp_overflow_report *r, const char *fmt, ...) {
+    char line[sizeof r->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (r) snprintf(r->message, sizeof r->message, "%s", line);
+    if (t->events) {
+        fprintf(t->events, "%s\n", line);
+        fflush(t->events);
+    }
+}
+
+static int forward_limit(const mp_trainer *t) { return t->o.max_forward_overflows; }
+
+/* The BN running statistics (host copies), saved and restored around a
+ * replay, which updates them again. */
+static void copy_buffers(mp_trainer *t, bool save) {
+    mp_graph *g = t->g;
+    float *b = t->buffers_backup;
+    for (int i = 0; i < g->n_params; i++) {
+        mp_gparam *p = &g->params[i];
+        if (p->spec.trainable) continue;
+        const size_t n = (size_t)mp_shape_numel(&p->spec.shape);
+        if (save) memcpy(b, p->data, n * sizeof(float));
+        else memcpy(p->data, b, n * sizeof(float));
+        b += n;
+    }
+}
+
+/* Replay the last micro-batch with checks (its input is still in place):
+ * the forward, then (backward) each group's losses' backward. Parameters,
+ * BN statistics and the dropout step are left as they were; gradients are
+ * overwritten (the step was skipped). A failed replay is "not located". */
+static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_site *site, const char **why) {
+    memset(site, 0, sizeof *site);
+    site->node = -1;
+    if (t->o.dist) {
+        *why = "(not located in data-parallel runs)";
+        return MP_OK;
+    }
+    mp_plan *p = t->plan;
+    MP_TRY(t->be->wait(t));
+    MP_TRY(mp_plan_sync_params(p, true));
+    copy_buffers(t, true);
+    mp_status (*hook)(void *, int) = p->grad_ready;
+    p->grad_ready = NULL;
+    mp_status st = mp_plan_find_nonfinite_forward(p, site);
+    for (int gi = 0; st == MP_OK && backward && !site->found && gi < t->n_groups; gi++) {
+        const mp_trainer_group *gr = &t->groups[gi];
+        for (int j = 0; st == MP_OK && !site->found && j < gr->n_losses; j++) {
+            if (gr->weights[j] == 0.0f) continue;
+            for (int k = 0; k < t->g->n_params; k++) t->g->params[k].grad_fresh = true;
+            st = mp_plan_backward_checked_from(p, gr->losses[j], scale * gr->weights[j] / (float)t->k, site);
+        }
+    }
+    p->grad_ready = hook;
+    copy_buffers(t, false);
+    if (st != MP_OK) { /* the search failed: not located; putting the state back must not */
+        memset(site, 0, sizeof *site);
+        site->node = -1;
+        mp_clear_error();
+        *why = "(not located: the replay failed)";
+    } else if (!site->found) {
+        *why = "(not located: the replay of the step's last micro-batch found no NaN/inf)";
+    }
+    return mp_plan_sync_params(p, false);
+}
+
+/* A forward overflow at `step`, the consecutive-th in a row, first seen in
+ * node's output (-1: not located): report it; at the limit fall back or stop. */
+static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t step, int node, const char *why,
+                                  int consecutive) {
+    mp_graph *g = t->g;
+    char d[200];
+    site_desc(g, node, why, d, sizeof d);
+    say(t, r,
+        "step %lld: forward overflow: first non-finite value in the output of %s; a gradient overflow it is not, so "
+        "the loss scale stays %g; skipping step",
+        (long long)step, d, t->scaler.scale);
+    if (consecutive < forward_limit(t)) return MP_OK;
+    if (node < 0)
+        return mp_error(MP_ERR_NONFINITE,
+                        "step %lld: %d consecutive forward overflows, the first non-finite output in %s. Lowering the "
+                        "loss scale cannot fix a forward overflow; try --precision amp-bf16 or an fp32 "
+                        "--precision-override for that layer%s",
+                        (long long)step, consecutive, d, t->o.auto_fallback ? " (--auto-fallback needs the op)" : "");
+    mp_gnode *nd = &g->nodes[node];
+    if (t->o.auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32)) {
+        say(t, r, "step %lld: --auto-fallback: moving %s to fp32 and continuing", (long long)step, nd->name);
+        mp_policy_node_to_f32(g, node);
+        return mp_trainer_rebuild(t);
+    }
+    return mp_error(MP_ERR_NONFINITE,
+                    "step %lld: %d consecutive forward overflows: %s produces NaN/inf. Lowering the loss scale cannot "
+                    "fix a forward overflow; try --precision amp-bf16, --precision-override %s=fp32, or "
+                    "--auto-fallback",
+                    (long long)step, consecutive, d, nd->name);
+}
+
+/* Too many skipped steps, or a dynamic scale fallen below the floor: the
+ * run diverged, whatever each overflow looked like. */
+static mp_status check_divergence(const mp_trainer *t, const mp_scaler *now) {
+    const int64_t steps = t->steps, skipped = now->skipped_steps;
+    if (t->o.max_skip_share < 1.0 && steps >= t->o.skip_check_after &&
+        (double)skipped > t->o.max_skip_share * (double)steps)
+        return mp_error(MP_ERR_NONFINITE,
+                        "diverged: %lld of %lld steps skipped on NaN/inf (%.1f%%, more than %.1f%%); the loss scale "
+                        "is %g. Try --precision amp-bf16, a lower --lr, or an fp32 --precision-override for the layer "
+                        "the reports name",
+                        (long long)skipped, (long long)steps, 100.0 * (double)skipped / (double)steps,
+                        100.0 * t->o.max_skip_share, now->scale);
+    if (t->loss_scaling && !now->opts.static_scale && t->o.scale_floor > 0 && now->scale < t->o.scale_floor)
+        return mp_error(MP_ERR_NONFINITE,
+                        "diverged: the dynamic loss scale fell to %g, below %g: gradients overflow at every scale. "
+                        "Try --precision amp-bf16, a lower --lr, or --min-loss-scale to allow lower scales",
+                        now->scale, t->o.scale_floor);
+    return MP_OK;
+}
+
+/* Several optimizer groups: which ones skipped, and (on the CPU) the first
+ * parameter whose gradient was non-finite in each. */
+static mp_status group_overflow(mp_trainer *t, mp_overflow_report *r, int64_t at, const mp_scaler *was,
+                                const mp_scaler *now) {
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        if (now->group_skips[gi] == was->group_skips[gi]) continue;
+        const mp_optimizer *o = t->groups[gi].opt;
+        const int bad = t->bad_param[gi];
+        char where[200];
+        if (bad >= 0) snprintf(where, sizeof where, "%s", t->g->params[bad].name);
+        else snprintf(where, sizeof where, "the parameters of group %d (not located on this device)", gi);
+        say(t, r, "step %lld: gradient overflow in %s; the optimizer over '%s' skips its step, loss scale %g -> %g",
+            (long long)at, where, o->prefix[0] ? o->prefix : "*", now->last_skip_scale, now->scale);
+    }
+    if (!t->loss_scaling || (!now->opts.static_scale && now->last_skip_scale <= now->min_scale &&
+                             now->scale <= now->min_scale))
+        return mp_error(MP_ERR_NONFINITE,
+                        "step %lld: non-finite gradients%s; try --precision amp-bf16 or fp32", (long long)at,
+                        t->loss_scaling ? " at the minimum loss scale" : "");
+    return check_divergence(t, now);
+}
+
+mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
+    mp_scaler now;
+    MP_TRY(t->be->read_scaler(t, wait, &now));
+    if (r) memset(r, 0, sizeof *r), r->node = -1;
+    if (now.skipped_steps == t->seen.skipped_steps) {
+        t->scaler = now;
+        return check_divergence(t, &now);
+    }
+    if (!wait) MP_TRY(t->be->read_scaler(t, true, &now)); /* exact counts for the report */
+    const mp_scaler was = t->seen;
+    t->seen = now;
+    t->scaler = now;
+    const long long ago = now.last_skip_end < 0 ? -1 : t->ends_queued - 1 - now.last_skip_end;
+    const int64_t at = t->steps - (ago > 0 ? ago : 0);
+    const int64_t forward = now.forward_overflows - was.forward_overflows;
+    const int64_t gradient = now.skipped_steps - was.skipped_steps - forward;
+    const bool last_forward = now.last_found >= MP_FOUND_FORWARD;
+    if (r) *r = (mp_overflow_report){.found = true, .forward = last_forward, .step = at, .count = forward + gradient,
+                                     .node = -1, .scale_before = now.last_skip_scale, .scale_after = now.scale};
+    if (forward + gradient > 1)
+        say(t, r, "steps up to %lld: %lld forward and %lld gradient overflows since the last report", (long long)at,
+            (long long)forward, (long long)gradient);
+    const int limit = forward_limit(t);
+    const bool limit_now = now.forward_peak >= limit && was.forward_peak < limit;
+    mp_nonfinite_site site = {.node = -1};
+    const char *why = "(not located: later steps ran before the host looked)";
+    /* several groups: the replay would run with the weights of the groups
+     * that already stepped, so it is not the step that overflowed */
+    if (t->n_groups > 1) why = "(not located: an earlier optimizer group stepped before the check)";
+    else if (ago == 0 && (!limit_now || now.consecutive_forward_overflows >= limit))
+        MP_TRY(locate(t, !last_forward, now.last_skip_scale, &site, &why));
+    const int node = site.found ? site.node : -1;
+    if (r) {
+        r->node = node;
+        snprintf(r->what, sizeof r->what, "%s", site.found ? site.what : "");
+    }
+    if (limit_now) { /* a GPU queue may have run past the step that reached the limit: report that step */
+        const int beyond = now.forward_peak - limit;
+        const int64_t reached = now.forward_peak_end >= 0 ? t->steps - (t->ends_queued - 1 - now.forward_peak_end) - beyond
+                                                         : at;
+        if (beyond > 0)
+            say(t, r, "steps %lld to %lld: forward overflows as well (queued before the host saw step %lld's)",
+                (long long)(reached + 1), (long long)(reached + beyond), (long long)reached);
+        return forward_overflow(t, r, reached, node, why, limit);
+    }
+    if (last_forward) return forward_overflow(t, r, at, node, why, now.consecutive_forward_overflows);
+    if (t->n_groups > 1) return group_overflow(t, r, at, &was, &now);
+    char d[200];
+    site_desc(t->g, node, why, d, sizeof d);
+    say(t, r, "step %lld: gradient overflow in %s of %s (%s); skipping step, loss scale %g -> %g", (long long)at,
+        site.found && !site.backward ? "forward" : "backward", d, site.found ? site.what : "?", now.last_skip_scale,
+        now.scale);
+    if (!t->loss_scaling || (!now.opts.static_scale && now.last_skip_scale <= now.min_scale && now.scale <= now.min_scale))
+        return mp_error(MP_ERR_NONFINITE,
+                        "step %lld: non-finite gradients%s in %s; try --precision amp-bf16 or an fp32 override for "
+                        "that layer",
+                        (long long)at, t->loss_scaling ? " at the minimum loss scale" : "", d);
+    return check_divergence(t, &now);
+}
