@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mixprec/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,8 +33,8 @@ typedef enum {
 } mp_status;
 
 /* Message describing the last error on this thread ("" if none). */
-const char *mp_last_error(void);
-const char *mp_status_name(mp_status s);
+MP_API const char *mp_last_error(void);
+MP_API const char *mp_status_name(mp_status s);
 
 /* ---- dtypes and storage types ------------------------------------------- */
 typedef enum {
@@ -47,43 +49,43 @@ typedef enum {
 typedef struct { uint16_t bits; } mp_f16;
 typedef struct { uint16_t bits; } mp_bf16;
 
-const char *mp_dtype_name(mp_dtype t);
-size_t mp_dtype_size(mp_dtype t);
+MP_API const char *mp_dtype_name(mp_dtype t);
+MP_API size_t mp_dtype_size(mp_dtype t);
 
 /* Scalar conversions, round-to-nearest-even, IEEE NaN/inf/subnormal rules. */
-mp_f16 mp_f32_to_f16(float x);
-float mp_f16_to_f32(mp_f16 h);
-mp_bf16 mp_f32_to_bf16(float x);
-float mp_bf16_to_f32(mp_bf16 b);
+MP_API mp_f16 mp_f32_to_f16(float x);
+MP_API float mp_f16_to_f32(mp_f16 h);
+MP_API mp_bf16 mp_f32_to_bf16(float x);
+MP_API float mp_bf16_to_f32(mp_bf16 b);
 /* Array conversions: vectorized (F16C, AVX-512 BF16, AVX2) when the CPU has
  * it, chosen at run time; bit-identical to the scalar functions. */
-void mp_convert_f32_to_f16(const float *src, mp_f16 *dst, size_t n);
-void mp_convert_f16_to_f32(const mp_f16 *src, float *dst, size_t n);
-void mp_convert_f32_to_bf16(const float *src, mp_bf16 *dst, size_t n);
-void mp_convert_bf16_to_f32(const mp_bf16 *src, float *dst, size_t n);
+MP_API void mp_convert_f32_to_f16(const float *src, mp_f16 *dst, size_t n);
+MP_API void mp_convert_f16_to_f32(const mp_f16 *src, float *dst, size_t n);
+MP_API void mp_convert_f32_to_bf16(const float *src, mp_bf16 *dst, size_t n);
+MP_API void mp_convert_bf16_to_f32(const mp_bf16 *src, float *dst, size_t n);
 /* Round f32 values in place to dtype's precision (f16/bf16: round to nearest
  * even through the conversions above; any other dtype: unchanged). */
-void mp_round_f32(float *x, int64_t n, mp_dtype dtype);
+MP_API void mp_round_f32(float *x, int64_t n, mp_dtype dtype);
 /* n elements between f32 and any float dtype (F32, F16, BF16; f16/bf16
  * stores round to nearest even), chunked over all threads when large. */
-void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
-void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
+MP_API void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
+MP_API void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
 
 /* ---- graph construction ------------------------------------------------- */
 typedef struct mp_graph mp_graph;
 typedef int mp_node; /* index of a node in its graph; negative = error */
 
-mp_graph *mp_graph_create(void);
-void mp_graph_destroy(mp_graph *g);
+MP_API mp_graph *mp_graph_create(void);
+MP_API void mp_graph_destroy(mp_graph *g);
 /* The first error met while building (construction calls return -1 then). */
-mp_status mp_graph_status(const mp_graph *g);
+MP_API mp_status mp_graph_status(const mp_graph *g);
 
 /* Image input: per-sample shape (C, H, W); the batch size is chosen when a
  * plan is compiled. Label input: one int32 class index per sample. */
-mp_node mp_graph_input(mp_graph *g, const char *name, int c, int h, int w);
-mp_node mp_graph_labels(mp_graph *g, const char *name);
+MP_API mp_node mp_graph_input(mp_graph *g, const char *name, int c, int h, int w);
+MP_API mp_node mp_graph_labels(mp_graph *g, const char *name);
 /* Dense target input (e.g. 0/1 for BCE): per-sample shape (features). */
-mp_node mp_graph_targets(mp_graph *g, const char *name, int features);
+MP_API mp_node mp_graph_targets(mp_graph *g, const char *name, int features);
 
 typedef struct {
     int out_channels;
@@ -95,70 +97,70 @@ typedef struct {
     int output_padding; /* transposed conv only */
     bool bias;
 } mp_conv_opts;
-mp_node mp_conv2d(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);
-mp_node mp_conv_transpose2d(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);
+MP_API mp_node mp_conv2d(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);
+MP_API mp_node mp_conv_transpose2d(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);
 
 typedef struct {
     float momentum; /* running-stat update weight, 0 -> 0.1 (PyTorch) */
     float eps;      /* 0 -> 1e-5 */
 } mp_batchnorm_opts;
-mp_node mp_batchnorm2d(mp_graph *g, const char *name, mp_node x, mp_batchnorm_opts o);
+MP_API mp_node mp_batchnorm2d(mp_graph *g, const char *name, mp_node x, mp_batchnorm_opts o);
 
 typedef struct {
     int kernel;
     int stride;  /* 0 -> kernel */
     int padding;
 } mp_pool_opts;
-mp_node mp_maxpool2d(mp_graph *g, const char *name, mp_node x, mp_pool_opts o);
-mp_node mp_avgpool2d(mp_graph *g, const char *name, mp_node x, mp_pool_opts o);
-mp_node mp_global_avgpool(mp_graph *g, const char *name, mp_node x);
+MP_API mp_node mp_maxpool2d(mp_graph *g, const char *name, mp_node x, mp_pool_opts o);
+MP_API mp_node mp_avgpool2d(mp_graph *g, const char *name, mp_node x, mp_pool_opts o);
+MP_API mp_node mp_global_avgpool(mp_graph *g, const char *name, mp_node x);
 
 typedef struct {
     int out_features;
     bool bias;
 } mp_linear_opts;
-mp_node mp_linear(mp_graph *g, const char *name, mp_node x, mp_linear_opts o);
+MP_API mp_node mp_linear(mp_graph *g, const char *name, mp_node x, mp_linear_opts o);
 
-mp_node mp_relu(mp_graph *g, const char *name, mp_node x);
-mp_node mp_leaky_relu(mp_graph *g, const char *name, mp_node x, float slope);
-mp_node mp_tanh(mp_graph *g, const char *name, mp_node x);
-mp_node mp_sigmoid(mp_graph *g, const char *name, mp_node x);
-mp_node mp_add(mp_graph *g, const char *name, mp_node a, mp_node b);
+MP_API mp_node mp_relu(mp_graph *g, const char *name, mp_node x);
+MP_API mp_node mp_leaky_relu(mp_graph *g, const char *name, mp_node x, float slope);
+MP_API mp_node mp_tanh(mp_graph *g, const char *name, mp_node x);
+MP_API mp_node mp_sigmoid(mp_graph *g, const char *name, mp_node x);
+MP_API mp_node mp_add(mp_graph *g, const char *name, mp_node a, mp_node b);
 /* Elementwise product of two same-shaped nodes. */
-mp_node mp_mul(mp_graph *g, const char *name, mp_node a, mp_node b);
+MP_API mp_node mp_mul(mp_graph *g, const char *name, mp_node a, mp_node b);
 /* Concatenate along channels (axis 1) for 4-D, features for 2-D. */
-mp_node mp_concat(mp_graph *g, const char *name, const mp_node *xs, int n);
+MP_API mp_node mp_concat(mp_graph *g, const char *name, const mp_node *xs, int n);
 /* Per-sample reshape to (c, h, w), or to (c) when h = w = 0; the element
  * count must be kept. flatten = reshape to (C*H*W). */
-mp_node mp_reshape(mp_graph *g, const char *name, mp_node x, int c, int h, int w);
-mp_node mp_flatten(mp_graph *g, const char *name, mp_node x);
-mp_node mp_dropout(mp_graph *g, const char *name, mp_node x, float p);
+MP_API mp_node mp_reshape(mp_graph *g, const char *name, mp_node x, int c, int h, int w);
+MP_API mp_node mp_flatten(mp_graph *g, const char *name, mp_node x);
+MP_API mp_node mp_dropout(mp_graph *g, const char *name, mp_node x, float p);
 /* Losses: mean over the batch, computed in fp32 whatever the policy. */
-mp_node mp_softmax_cross_entropy(mp_graph *g, const char *name, mp_node logits, mp_node labels);
-mp_node mp_bce_with_logits(mp_graph *g, const char *name, mp_node logits, mp_node targets);
+MP_API mp_node mp_softmax_cross_entropy(mp_graph *g, const char *name, mp_node logits, mp_node labels);
+MP_API mp_node mp_bce_with_logits(mp_graph *g, const char *name, mp_node logits, mp_node targets);
 
 /* Give every parameter its initial value (He normal for weights, fan-in
  * uniform for biases, BN gamma 1 / beta 0), reproducibly from `seed`. */
-void mp_graph_init_params(mp_graph *g, uint64_t seed);
+MP_API void mp_graph_init_params(mp_graph *g, uint64_t seed);
 /* Start a new gradient: the next backward overwrites instead of adding. */
-void mp_graph_zero_grad(mp_graph *g);
+MP_API void mp_graph_zero_grad(mp_graph *g);
 /* Weight tying: `node` uses `from`'s parameters (same op and shapes), e.g. a
  * GAN discriminator applied to real and to generated images. Call right
  * after creating `node`. Gradients from both uses add up. */
-mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from);
+MP_API mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from);
 /* Keep this node's output readable after a step (logits, loss). */
-void mp_graph_mark_output(mp_graph *g, mp_node n);
+MP_API void mp_graph_mark_output(mp_graph *g, mp_node n);
 
 /* Floating-point operations of one step (convolutions and dense layers,
  * 2 per multiply-add; training adds the data and weight gradients). */
-double mp_graph_flops(const mp_graph *g, int batch, bool training);
+MP_API double mp_graph_flops(const mp_graph *g, int batch, bool training);
 
-int mp_graph_node_count(const mp_graph *g);
-mp_node mp_graph_find(const mp_graph *g, const char *name);
-const char *mp_graph_node_name(const mp_graph *g, mp_node n);
-const char *mp_graph_node_op(const mp_graph *g, mp_node n);
+MP_API int mp_graph_node_count(const mp_graph *g);
+MP_API mp_node mp_graph_find(const mp_graph *g, const char *name);
+MP_API const char *mp_graph_node_name(const mp_graph *g, mp_node n);
+MP_API const char *mp_graph_node_op(const mp_graph *g, mp_node n);
 /* Number of trainable parameters (elements). */
-int64_t mp_graph_param_count(const mp_graph *g);
+MP_API int64_t mp_graph_param_count(const mp_graph *g);
 
 /* ---- devices -------------------------------------------------------------- */
 typedef enum { MP_DEVICE_CPU = 0, MP_DEVICE_CUDA = 1 } mp_device_kind;
@@ -169,11 +171,11 @@ typedef struct {
 /* "cpu", "cuda" (= cuda:0), "cuda:N", or "auto" (cuda:0 when this build has
  * the CUDA backend and a GPU is present, else the CPU). Errors name the text;
  * a missing GPU is reported when a plan opens it, listing those found. */
-mp_status mp_device_parse(const char *text, mp_device *out);
+MP_API mp_status mp_device_parse(const char *text, mp_device *out);
 /* "cpu", "cuda:0" */
-const char *mp_device_name(mp_device d, char *buf, size_t len);
+MP_API const char *mp_device_name(mp_device d, char *buf, size_t len);
 /* GPUs this build can use here (0 without the CUDA backend, a driver or a GPU). */
-int mp_device_gpu_count(void);
+MP_API int mp_device_gpu_count(void);
 
 /* ---- compiled plans ----------------------------------------------------- */
 typedef struct mp_plan mp_plan;
@@ -223,40 +225,40 @@ typedef struct {
     bool f32_weight_grads;
 } mp_plan_opts;
 
-mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);
-void mp_plan_destroy(mp_plan *p);
+MP_API mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out);
+MP_API void mp_plan_destroy(mp_plan *p);
 /* Copy a batch in. data: (batch, C, H, W) f32; labels: batch int32. */
-mp_status mp_plan_set_input(mp_plan *p, mp_node input, const float *data, size_t n);
-mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n);
-mp_status mp_plan_forward(mp_plan *p);
+MP_API mp_status mp_plan_set_input(mp_plan *p, mp_node input, const float *data, size_t n);
+MP_API mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n);
+MP_API mp_status mp_plan_forward(mp_plan *p);
 /* Backward from opts.loss (the first of opts.losses) with d(loss) = seed
  * (1 without loss scaling), or from any of the plan's losses. A plan with
  * one loss runs one backward per forward; with several, one per loss. */
-mp_status mp_plan_backward(mp_plan *p, float seed);
-mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
+MP_API mp_status mp_plan_backward(mp_plan *p, float seed);
+MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
 /* Read a node's output as f32 (converted); n is the element count. */
-mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
+MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 /* With opts.profile: a table of the time spent per op kind (forward,
  * backward, share of the total) and how its nodes ran (f32, native bf16,
  * staged emulation), accumulated since the plan was created. */
-void mp_plan_print_profile(const mp_plan *p, FILE *out);
+MP_API void mp_plan_print_profile(const mp_plan *p, FILE *out);
 /* Where the plan's memory goes: the arena and, at the step where most of it
  * is alive, those bytes by kind (activations, saved for backward, activation
  * and parameter gradients, workspaces, scratch) and the node running then;
  * on a GPU also the parameters' device copies (fp32 masters, f16/bf16 casts,
  * gradients outside the arena). Two or three lines starting "memory:". */
-void mp_plan_print_memory(const mp_plan *p, FILE *out);
+MP_API void mp_plan_print_memory(const mp_plan *p, FILE *out);
 /* Plans on a GPU keep the parameters (fp32 masters, gradients) in device
  * memory: copy them to the graph's host copies (to_host, e.g. before saving
  * a checkpoint) or from them (after loading one). A training plan under
  * fp16/bf16 holds a weight of one low node only in that dtype: it comes back
  * as its f32 value and goes over rounded to nearest even. No-op on the CPU. */
-mp_status mp_plan_sync_params(mp_plan *p, bool to_host);
-size_t mp_plan_numel(const mp_plan *p, mp_node node);
+MP_API mp_status mp_plan_sync_params(mp_plan *p, bool to_host);
+MP_API size_t mp_plan_numel(const mp_plan *p, mp_node node);
 /* Forward passes run so far (dropout masks derive from it); settable so a
  * replayed or resumed step sees the same masks. */
-uint64_t mp_plan_step(const mp_plan *p);
-void mp_plan_set_step(mp_plan *p, uint64_t step);
+MP_API uint64_t mp_plan_step(const mp_plan *p);
+MP_API void mp_plan_set_step(mp_plan *p, uint64_t step);
 
 /* Overflow provenance: where a NaN/inf first appeared. */
 typedef struct {
@@ -269,20 +271,20 @@ typedef struct {
  * NaN/inf. Replays that forward (same batch and dropout masks) checking each
  * output as it is written, since the arena reuses dead activations; BN
  * running statistics are updated again (callers that care restore them). */
-mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site);
+MP_API mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site);
 /* Backward that checks every gradient as it is written and stops at the
  * first non-finite one (used to replay a step that overflowed). */
-mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site);
-size_t mp_plan_arena_bytes(const mp_plan *p);
+MP_API mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *site);
+MP_API size_t mp_plan_arena_bytes(const mp_plan *p);
 /* Nodes whose low-precision math runs natively (bf16 library kernels) and
  * nodes emulated in f32 with rounding (low-precision storage or compute). */
-void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulated);
+MP_API void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulated);
 
 /* ---- process set-up ------------------------------------------------------ */
 /* Re-execute the program once with OMP_WAIT_POLICY=passive unless the
  * environment already sets it (idle OpenMP threads then sleep instead of
  * spinning, which matters on small shared machines). Call first in main(). */
-void mp_prefer_passive_openmp(char **argv);
+MP_API void mp_prefer_passive_openmp(char **argv);
 
 #ifdef __cplusplus
 }
