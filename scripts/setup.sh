@@ -13,7 +13,7 @@ case "$mode" in
 esac
 
 # Debian packages the build, the tests and the default job need.
-packages=(build-essential cmake pkg-config zlib1g-dev libdnnl-dev libcjson-dev libpng-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox)
+packages=(build-essential cmake pkg-config doxygen zlib1g-dev libdnnl-dev libcjson-dev libpng-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
