@@ -2,7 +2,9 @@
 # setup.sh — the README's two set-up commands on a fresh Debian machine:
 #   scripts/setup.sh run    install what is missing, build, train the default model
 #   scripts/setup.sh test   install what is missing, build (twice: Release and
-#                           ASan+UBSan) and run the whole test suite in both
+#                           ASan+UBSan) and run the whole test suite in both;
+#                           after the Release suite, install and build and run
+#                           the examples against the installation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +15,7 @@ case "$mode" in
 esac
 
 # Debian packages the build, the tests and the default job need.
-packages=(build-essential cmake pkg-config zlib1g-dev libdnnl-dev libcjson-dev libpng-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox)
+packages=(build-essential cmake pkg-config doxygen zlib1g-dev libdnnl-dev libcjson-dev libpng-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,6 +46,10 @@ if [ "$mode" = run ]; then
 fi
 
 ctest --test-dir build --output-on-failure -j"$jobs"
+echo "setup: installing into a temporary prefix and building examples/ against it"
+prefix=$(mktemp -d)
+scripts/test-install.sh build "$prefix"
+rm -rf "$prefix"
 echo "setup: running the test suite again under AddressSanitizer + UndefinedBehaviorSanitizer"
 mkdir -p build-asan
 # The sanitizers instrument the host C code; the CUDA backend (compiled in the

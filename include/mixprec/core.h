@@ -49,9 +49,13 @@ typedef enum {
 } mp_dtype;
 
 /** IEEE binary16 bits. */
-typedef struct { uint16_t bits; } mp_f16;
+typedef struct {
+    uint16_t bits; /**< the 16 bits: sign, 5 exponent, 10 mantissa */
+} mp_f16;
 /** bfloat16 bits (the top half of an f32). */
-typedef struct { uint16_t bits; } mp_bf16;
+typedef struct {
+    uint16_t bits; /**< the 16 bits: sign, 8 exponent, 7 mantissa */
+} mp_bf16;
 
 /** "f32", "f16", "bf16", "f64", "i32" ("?" for anything else). */
 MP_API const char *mp_dtype_name(mp_dtype t);
@@ -92,8 +96,8 @@ typedef enum { MP_DEVICE_CPU = 0, MP_DEVICE_CUDA = 1 } mp_device_kind;
 
 /** A device; zero-initialized means the CPU. */
 typedef struct {
-    mp_device_kind kind;
-    int index; /**< CUDA device number */
+    mp_device_kind kind; /**< CPU or CUDA */
+    int index;           /**< CUDA device number */
 } mp_device;
 
 /** Parse "cpu", "cuda" (= cuda:0), "cuda:N" or "auto" (cuda:0 when this build

@@ -41,7 +41,10 @@ MP_API void mp_dataset_destroy(mp_dataset *d);
 
 /** A dataset's shape. */
 typedef struct {
-    int n, c, h, w;     /**< samples and per-sample shape */
+    int n;              /**< samples */
+    int c;              /**< channels per sample */
+    int h;              /**< height */
+    int w;              /**< width */
     int classes;        /**< labels lie in [0, classes) */
     const char *source; /**< where it came from (a path or a description) */
 } mp_dataset_info;
@@ -59,14 +62,16 @@ typedef struct {
     int batch;        /**< samples per batch, 1..dataset size */
     bool shuffle;     /**< a fresh permutation per epoch from (seed, epoch) */
     bool drop_last;   /**< skip the final short batch */
-    uint64_t seed;
+    uint64_t seed;    /**< order and augmentation */
     int crop_pad;     /**< random crop after zero-padding this many pixels per side, 0 = off */
     bool hflip;       /**< random horizontal flip (probability 1/2) */
-    const float *mean, *std; /**< per-channel normalization (x - mean) / std; NULL = none (copied) */
+    const float *mean; /**< per-channel normalization (x - mean) / std; NULL = none (copied) */
+    const float *std;  /**< see mean */
     /** Data parallel: each global batch of batch * shards samples is cut into
      * shards and this loader yields part `shard` (0 -> one shard); every rank
      * uses the same seed. */
-    int shards, shard;
+    int shards;       /**< parts of each global batch (data parallel), 0 -> 1 */
+    int shard;        /**< the part this loader yields */
 } mp_loader_opts;
 
 /** Batches of a dataset, prepared by a background thread while the caller

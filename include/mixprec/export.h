@@ -1,9 +1,11 @@
-/** @file mixprec/export.h
- * MP_API marks the functions libmixprec exports; everything else stays
- * private to the library (it is compiled with hidden visibility). */
+/* mixprec/export.h — MP_API, the mark on every function libmixprec exports.
+ *
+ * The library is compiled with -fvisibility=hidden, so libmixprec.so exports
+ * the functions declared with MP_API in the public headers and nothing else. */
 #ifndef MIXPREC_EXPORT_H
 #define MIXPREC_EXPORT_H
 
+/* Gives a public function default visibility (exported from libmixprec.so). */
 #if defined(__GNUC__) || defined(__clang__)
 #define MP_API __attribute__((visibility("default")))
 #else

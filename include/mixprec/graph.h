@@ -34,14 +34,14 @@ MP_API mp_node mp_graph_targets(mp_graph *g, const char *name, int features);
 
 /** Convolution options; zero fields take the default beside them. */
 typedef struct {
-    int out_channels;
+    int out_channels;   /**< output channels */
     int kernel;         /**< square kernel */
     int stride;         /**< 0 -> 1 */
-    int padding;
+    int padding;        /**< zeros added on every side */
     int dilation;       /**< 0 -> 1 */
     int groups;         /**< 0 -> 1; = in_channels for depthwise */
     int output_padding; /**< transposed convolution only */
-    bool bias;
+    bool bias;          /**< add a per-channel bias */
 } mp_conv_opts;
 /** 2-D convolution (NCHW), weight (out, in/groups, k, k). */
 MP_API mp_node mp_conv2d(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);
@@ -59,9 +59,9 @@ MP_API mp_node mp_batchnorm2d(mp_graph *g, const char *name, mp_node x, mp_batch
 
 /** Pooling options. */
 typedef struct {
-    int kernel;
+    int kernel;  /**< square window */
     int stride;  /**< 0 -> kernel */
-    int padding;
+    int padding; /**< on every side */
 } mp_pool_opts;
 /** Max pooling. */
 MP_API mp_node mp_maxpool2d(mp_graph *g, const char *name, mp_node x, mp_pool_opts o);
@@ -72,8 +72,8 @@ MP_API mp_node mp_global_avgpool(mp_graph *g, const char *name, mp_node x);
 
 /** Dense layer options. */
 typedef struct {
-    int out_features;
-    bool bias;
+    int out_features; /**< outputs per sample */
+    bool bias;        /**< add a bias */
 } mp_linear_opts;
 /** y = x W^T + b, weight (out, in) as PyTorch's nn.Linear. */
 MP_API mp_node mp_linear(mp_graph *g, const char *name, mp_node x, mp_linear_opts o);
@@ -141,9 +141,9 @@ MP_API int64_t mp_graph_param_count(const mp_graph *g);
 typedef struct {
     const char *name;   /**< "<node>.<param>", as in checkpoints; valid while the graph lives */
     mp_node node;       /**< the node that owns it */
-    int ndim;
-    int64_t dims[MP_PARAM_MAX_DIMS];
-    int64_t numel;
+    int ndim;           /**< rank of the shape */
+    int64_t dims[MP_PARAM_MAX_DIMS]; /**< the shape, PyTorch's layout */
+    int64_t numel;      /**< elements */
     bool trainable;     /**< false: a buffer (BatchNorm running statistics) */
     bool master;        /**< kept as an fp32 master while training (set by the precision policy) */
     mp_dtype dtype;     /**< the dtype it is trained in: F32 with a master, else its node's F16/BF16 */

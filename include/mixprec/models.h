@@ -12,8 +12,11 @@ extern "C" {
 
 /** A classifier: its graph and the nodes a trainer needs. */
 typedef struct {
-    mp_graph *g;
-    mp_node input, labels, logits, loss;
+    mp_graph *g;     /**< the graph (mp_model_free destroys it) */
+    mp_node input;   /**< the image input */
+    mp_node labels;  /**< the label input */
+    mp_node logits;  /**< the class logits (N, K) */
+    mp_node loss;    /**< softmax cross-entropy of logits and labels */
 } mp_model;
 
 /** Build model `name` (see mp_model_list) for (c, h, w) inputs and `classes`

@@ -16,11 +16,12 @@ typedef enum { MP_OPTIM_SGD = 0, MP_OPTIM_ADAM, MP_OPTIM_ADAMW } mp_optim_kind;
 
 /** Optimizer hyper-parameters; zero fields take the defaults beside them. */
 typedef struct {
-    mp_optim_kind kind;
+    mp_optim_kind kind; /**< SGD, Adam or AdamW */
     float momentum;     /**< SGD only, [0, 1); dampening is always 0 */
     bool nesterov;      /**< SGD only, needs momentum > 0 */
     float weight_decay; /**< >= 0, on conv/linear weights only; L2 for SGD/Adam, decoupled for AdamW */
-    float beta1, beta2; /**< Adam/AdamW, [0, 1); 0 -> 0.9 / 0.999 */
+    float beta1;        /**< Adam/AdamW, [0, 1); 0 -> 0.9 */
+    float beta2;        /**< Adam/AdamW, [0, 1); 0 -> 0.999 */
     float eps;          /**< Adam/AdamW, > 0; 0 -> 1e-8 */
 } mp_optim_opts;
 
@@ -38,8 +39,8 @@ typedef enum { MP_LR_CONSTANT = 0, MP_LR_STEP, MP_LR_COSINE } mp_lr_kind;
  * gamma^floor(t / step_size) (torch StepLR); cosine: min_lr + (base_lr -
  * min_lr) * (1 + cos(pi t / T)) / 2, T = total_steps - warmup_steps. */
 typedef struct {
-    mp_lr_kind kind;
-    float base_lr;
+    mp_lr_kind kind;  /**< constant, step or cosine */
+    float base_lr;    /**< the rate after warm-up */
     int warmup_steps; /**< >= 0 */
     int step_size;    /**< step: > 0 */
     float gamma;      /**< step: in (0, 1] */
@@ -65,7 +66,7 @@ typedef struct mp_optimizer mp_optimizer;
 
 /** Optimizer options. */
 typedef struct {
-    mp_optim_opts optim;
+    mp_optim_opts optim; /**< the algorithm and its hyper-parameters */
     mp_lr_schedule lr;   /**< the learning rate; lr.base_lr > 0 (a zero kind is constant) */
     /** The parameters it updates: every trainable parameter whose name starts
      * with this prefix ("g_" for a GAN's generator); NULL or "": all. */

@@ -100,7 +100,7 @@ MP_API void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulate
 
 /** Overflow provenance: where a NaN/inf first appeared. */
 typedef struct {
-    bool found;
+    bool found;        /**< a NaN/inf was found */
     bool backward;     /**< false: a forward output; true: a gradient */
     mp_node node;      /**< the op that produced it */
     char what[48];     /**< "output", "grad input 0", "grad weight", ... */

@@ -43,7 +43,7 @@ typedef enum {
 
 /** Policy options. */
 typedef struct {
-    mp_precision precision;
+    mp_precision precision; /**< the policy */
     bool bn_low;           /**< fp16/bf16 only: BatchNorm computes in the low dtype too */
     const char *overrides; /**< per-layer dtypes, "conv1=fp32,fc=bf16" (NULL: none); names must exist */
 } mp_policy_opts;

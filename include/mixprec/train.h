@@ -34,10 +34,10 @@ typedef struct mp_trainer mp_trainer;
 
 /** One optimizer and the weighted sum of losses it minimizes. */
 typedef struct {
-    mp_optimizer *optimizer;
-    mp_node losses[MP_MAX_LOSSES];
+    mp_optimizer *optimizer;      /**< over this group's parameters (disjoint from the other groups') */
+    mp_node losses[MP_MAX_LOSSES]; /**< loss nodes */
     float weights[MP_MAX_LOSSES]; /**< >= 0; a loss of weight 0 runs no backward */
-    int n_losses;
+    int n_losses;                 /**< 1..MP_MAX_LOSSES */
 } mp_train_group;
 
 /** Whether the loss is scaled. */
@@ -51,16 +51,16 @@ typedef enum {
 typedef struct {
     int batch;                   /**< samples per micro-batch */
     mp_device device;            /**< where it trains (default: the CPU) */
-    mp_node input, labels;       /**< the nodes mp_batch fills (a classifier's image input and labels) */
-    /** One optimizer minimizing one loss... */
-    mp_node loss;
-    mp_optimizer *optimizer;
+    mp_node input;               /**< the image input mp_batch fills */
+    mp_node labels;              /**< the label input mp_batch fills */
+    mp_node loss;                /**< one optimizer minimizing one loss... */
+    mp_optimizer *optimizer;     /**< ...this one */
     /** ...or several groups, stepped in order from the same forward (then
      * loss and optimizer are ignored; no accumulation or data parallelism). */
     mp_train_group groups[MP_MAX_GROUPS];
-    int n_groups;
-    mp_loss_scaling loss_scaling;
-    mp_scaler_opts scaler;
+    int n_groups;                /**< 0: the loss and optimizer above */
+    mp_loss_scaling loss_scaling; /**< whether the loss is scaled */
+    mp_scaler_opts scaler;       /**< how, when it is */
     int accumulate;              /**< micro-batches per optimizer step, 0 -> 1 */
     float clip_norm;             /**< clip the global norm of the true gradients (0: off) */
     float clip_value;            /**< clip each true gradient element to +-value (0: off) */
@@ -68,8 +68,8 @@ typedef struct {
     bool auto_fallback;          /**< move a layer that overflows in the forward pass to fp32 instead */
     /** Divergence: after skip_check_after steps (0 -> 100), more than
      * max_skip_share (0 -> 0.05; >= 1: never) of the steps skipped is an error. */
-    double max_skip_share;
-    int skip_check_after;
+    double max_skip_share;       /**< see above */
+    int skip_check_after;        /**< see above */
     /** A dynamic scale that falls below this is an error (0 -> 2^-14 when the
      * policy computes in fp16 and scaler.min_scale is not given; else none). */
     float scale_floor;
@@ -107,7 +107,8 @@ typedef struct {
     int64_t count;          /**< skipped steps since the last report (a GPU may show several at once) */
     mp_node node;           /**< the op whose output or gradient went non-finite first; -1: not located */
     char what[48];          /**< "output", "grad input 0", "grad weight", ... */
-    float scale_before, scale_after;
+    float scale_before;     /**< the loss scale the step ran with */
+    float scale_after;      /**< the loss scale after it */
     char message[400];      /**< the whole report as one line */
 } mp_overflow_report;
 
@@ -118,7 +119,7 @@ typedef struct {
     float lr;               /**< the first group's learning rate used */
     float loss_scale;       /**< the scale now, as far as the host knows (1 without scaling) */
     int64_t skipped_steps;  /**< so far, as far as the host knows */
-    mp_overflow_report overflow;
+    mp_overflow_report overflow; /**< overflows the host saw in this call */
 } mp_step_report;
 
 /** Set an input or target node for the next step (any node a loss reads). */
@@ -189,17 +190,20 @@ MP_API mp_status mp_graph_save_weights(const mp_graph *g, const char *path);
 
 /** Inference options. */
 typedef struct {
-    mp_node input, logits;  /**< the image input and the class logits (N, K) */
+    mp_node input;          /**< the image input */
+    mp_node logits;         /**< the class logits (N, K) */
     int batch;              /**< 0 -> 256 (at most the dataset's size) */
-    mp_device device;
-    bool reference;
-    const float *mean, *std; /**< per-channel normalization of the images (NULL: none) */
+    mp_device device;       /**< where the inference plan runs */
+    bool reference;         /**< CPU: the plain-C kernels */
+    const float *mean;      /**< per-channel normalization of the images (NULL: none) */
+    const float *std;       /**< see mean */
 } mp_eval_opts;
 
 /** Accuracy and mean softmax cross-entropy over a dataset. */
 typedef struct {
-    double accuracy, loss;
-    int64_t samples;
+    double accuracy;        /**< share of samples whose largest logit is their label */
+    double loss;            /**< mean softmax cross-entropy */
+    int64_t samples;        /**< samples evaluated */
 } mp_eval_result;
 
 /** Evaluate g (running BN statistics, no dropout) on every sample of d,
