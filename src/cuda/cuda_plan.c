@@ -17,7 +17,7 @@
 #include "cuda/cuda_plan_kernels.h"
 #include "cuda/cuda_plan.h"
 #include "dist/dist.h"
-#include "graph/device.h"
+#include "cuda/cuda_exec.h"
 
 struct mp_device_plan {
     mp_cuda_ctx *ctx;
@@ -156,6 +156,7 @@ void mp_device_plan_close(mp_plan *p) {
     cudaFree(d->grad_slab);
     cudaFree(d->low_slab);
     cudaFree(p->arena);
+    p->arena = NULL;
     cudaFree(d->input_nchw);
     mp_cuda_ctx_destroy(d->ctx);
     free(d->param);
@@ -168,7 +169,8 @@ void mp_device_plan_close(mp_plan *p) {
 
 static bool is_source(mp_op_kind k) { return k == MP_OP_INPUT || k == MP_OP_LABELS || k == MP_OP_TARGETS; }
 
-mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes) {
+mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, size_t *scratch, size_t *stage) {
+    (void)scratch, (void)stage;
     const mp_gnode *nd = &p->g->nodes[i];
     mp_pnode *pn = &p->nodes[i];
     if (is_source(nd->desc.kind)) return MP_OK;
@@ -201,6 +203,8 @@ mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     MP_CUDA_TRY(cudaMemsetAsync(*arena, poison == 1 ? 0xFF : 0, bytes, p->dev->ctx->stream), "arena");
     return MP_OK;
 }
+
+void mp_device_arena_free(mp_plan *p) { (void)p; /* mp_device_plan_close frees it, after its last use */ }
 
 void mp_device_grad_place(mp_plan *p, int k, void *where) { p->dev->grad[k] = where; }
 

@@ -1,4 +1,4 @@
-// plan_nonfinite.cu — overflow provenance on the GPU (graph/device.h):
+// plan_nonfinite.cu — overflow provenance on the GPU (cuda_exec.h):
 // whether a device tensor (an activation or a gradient, f32, f16 or bf16)
 // holds a NaN/inf, by the scaler's bit test (float_bits.cuh) of every
 // element widened to f32 (exact: f16/bf16 inf and NaN stay inf and NaN) and
@@ -8,7 +8,7 @@
 #include "cuda/cuda_plan.h"
 #include "cuda/float_bits.cuh"
 extern "C" {
-#include "graph/device.h"
+#include "cuda/cuda_exec.h"
 }
 
 static __global__ void any_nonfinite_kernel(const void *x, mp_dtype dt, long long n, int *found) {

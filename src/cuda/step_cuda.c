@@ -16,7 +16,7 @@
 #include "cuda/cuda_plan.h"
 #include "cuda/cuda_plan_kernels.h"
 #include "dist/grad_allreduce.h"
-#include "graph/device.h"
+#include "cuda/cuda_exec.h"
 #include "graph/plan.h"
 #include "train/trainer.h"
 

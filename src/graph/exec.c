@@ -5,10 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/scaler.h"
 #include "core/rng.h"
-#include "graph/device.h"
-#include "graph/exec_stage.h"
+#include "graph/exec_backend.h"
 #include "graph/plan.h"
 
 static mp_status check_node(const mp_plan *p, mp_node node, mp_op_kind kind, const char *what) {
@@ -28,10 +26,7 @@ mp_status mp_plan_set_input(mp_plan *p, mp_node node, const float *data, size_t 
     if (n != want)
         return mp_error(MP_ERR_SHAPE, "set_input '%s': got %zu values, the plan takes %zu (batch %d)",
                         p->g->nodes[node].name, n, want, p->o.batch);
-    if (p->dev) return mp_device_set_input(p, node, data, n);
-    const mp_tensor *out = &p->nodes[node].call.out;
-    mp_store_f32(out->data, out->dtype, data, (int64_t)n);
-    return MP_OK;
+    return p->be->set_input(p, node, data, n);
 }
 
 mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n) {
@@ -39,31 +34,26 @@ mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, si
     if (n != (size_t)p->o.batch)
         return mp_error(MP_ERR_SHAPE, "set_labels '%s': got %zu labels, the plan takes %d", p->g->nodes[node].name,
                         n, p->o.batch);
-    if (p->dev) return mp_device_set_labels(p, node, labels, n);
-    memcpy(p->nodes[node].call.out.data, labels, n * sizeof(int32_t));
-    return MP_OK;
+    return p->be->set_labels(p, node, labels, n);
 }
 
 /* Forward of node i at the plan's current step (its dropout seed). */
 static mp_status forward_node(mp_plan *p, int i) {
     mp_op_call *c = &p->nodes[i].call;
     c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
-    if (p->dev) return mp_device_forward(p, i);
-    if (p->nodes[i].staged) return mp_stage_forward(p, i);
-    return mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c);
+    return p->be->forward(p, i);
 }
 
 /* opts.profile: on a device, a node's time is its queued work's, so wait
  * for the stream before reading the clock (not inside a graph capture). */
 static double profile_clock(const mp_plan *p) {
-    if (p->dev) mp_device_profile_sync(p);
+    p->be->profile_sync(p);
     return mp_plan_clock();
 }
 
 mp_status mp_plan_forward(mp_plan *p) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
-    if (p->dev) MP_TRY(mp_device_forward_begin(p));
-    else mp_stage_refresh_weights(p);
+    MP_TRY(p->be->forward_begin(p));
     for (int i = 0; i < p->n; i++) {
         double t0 = p->o.profile ? profile_clock(p) : 0;
         MP_TRY(forward_node(p, i));
@@ -88,40 +78,10 @@ void mp_plan_gradients_to_scratch(const mp_plan *p, int i, mp_op_call *c, const 
         }
 }
 
-/* Backward of an f32 node: kernels write straight into gradients that are
- * not yet written, into scratch for those that must be added. */
-static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const bool *fresh) {
-    const mp_gnode *nd = &p->g->nodes[i];
-    mp_op_call c = p->nodes[i].call;
-    mp_plan_gradients_to_scratch(p, i, &c, taken, fresh);
-    MP_TRY(mp_op_lookup(nd->desc.kind)->backward(&c));
-    const mp_op_call *bound = &p->nodes[i].call;
-    for (int k = 0; k < nd->n_in; k++)
-        if (c.d_in[k].data && taken[k])
-            mp_tensor_add(c.d_in[k].dtype, bound->d_in[k].data, c.d_in[k].data, mp_tensor_numel(&c.d_in[k]));
-    for (int k = 0; k < nd->n_params; k++)
-        if (c.d_param[k].data && !fresh[k])
-            mp_tensor_add(MP_DTYPE_F32, bound->d_param[k].data, c.d_param[k].data, mp_tensor_numel(&c.d_param[k]));
-    return MP_OK;
-}
-
-/* First non-finite element of a tensor of any float dtype, or -1. */
-static int64_t first_nonfinite(const void *x, mp_dtype dt, int64_t n) {
-    if (dt == MP_DTYPE_F32) return mp_first_nonfinite(x, n);
-    if (dt != MP_DTYPE_F16 && dt != MP_DTYPE_BF16) return -1;
-    const uint16_t *h = x;
-    const uint16_t mask = dt == MP_DTYPE_F16 ? 0x7C00 : 0x7F80; /* all-ones exponent */
-    for (int64_t i = 0; i < n; i++)
-        if ((h[i] & mask) == mask) return i;
-    return -1;
-}
-
 /* Whether tensor t of plan p holds a NaN/inf; on a device a kernel tests it
  * there (a replay for provenance only, never per step). */
 static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
-    if (p->dev) return mp_device_tensor_nonfinite(p, t, found);
-    *found = first_nonfinite(t->data, t->dtype, mp_tensor_numel(t)) >= 0;
-    return MP_OK;
+    return p->be->tensor_nonfinite(p, t, found);
 }
 
 /* Activations die as soon as nothing reads them (the arena reuses their
@@ -133,8 +93,7 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: null plan");
     const uint64_t step = p->step;
     if (p->step > 0) p->step--;
-    mp_status s = p->dev ? mp_device_forward_begin(p) : MP_OK;
-    if (!p->dev) mp_stage_refresh_weights(p);
+    mp_status s = p->be->forward_begin(p);
     for (int i = 0; i < p->n && s == MP_OK; i++) {
         bool found = false;
         s = forward_node(p, i);
@@ -163,7 +122,7 @@ static mp_status check_backward_site(const mp_plan *p, int i, mp_nonfinite_site 
     }
     for (int k = 0; k < nd->n_params; k++) {
         mp_tensor grad = c->d_param[k]; /* on a device the gradient is the master's, not the host copy */
-        if (p->dev && grad.data) grad.data = mp_device_grad(p, nd->first_param + k);
+        if (grad.data) grad.data = p->be->param_grad(p, nd->first_param + k);
         if (grad.data) MP_TRY(nonfinite(p, &grad, &found));
         if (!found) continue;
         *site = (mp_nonfinite_site){.found = true, .backward = true, .node = i};
@@ -220,10 +179,9 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
     if (mp_plan_grads_in_arena(p)) /* arena gradients do not outlive a step: every backward writes them afresh */
         for (int k = 0; k < g->n_params; k++) g->params[k].grad_fresh = true;
     if (!reach[root]) /* nothing trainable reaches the loss: zero gradients (arena ones hold garbage until then) */
-        return mp_plan_grads_in_arena(p) ? mp_device_zero_unreached_grads(p) : MP_OK;
+        return mp_plan_grads_in_arena(p) ? p->be->zero_unreached_grads(p) : MP_OK;
     MP_ASSERT(loss->call.d_out.dtype == MP_DTYPE_F32);
-    if (p->dev) MP_TRY(mp_device_set_loss_seed(p, root, seed));
-    else *(float *)loss->call.d_out.data = seed.value;
+    MP_TRY(p->be->set_loss_seed(p, root, seed));
     for (int i = root; i >= 0; i--) {
         mp_pnode *pn = &p->nodes[i];
         if (!reach[i]) continue;
@@ -245,9 +203,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
             fresh[k] = gp->grad_fresh;
         }
         double t0 = p->o.profile ? profile_clock(p) : 0;
-        if (p->dev) MP_TRY(mp_device_backward(p, i, taken, fresh));
-        else if (pn->staged) MP_TRY(mp_stage_backward(p, i, taken, fresh));
-        else MP_TRY(backward_direct(p, i, taken, fresh));
+        MP_TRY(p->be->backward(p, i, taken, fresh));
         if (p->o.profile) pn->bwd_seconds += profile_clock(p) - t0;
         for (int k = 0; k < nd->n_in; k++)
             if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
@@ -260,15 +216,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
         if (p->grad_ready) MP_TRY(p->grad_ready(p->grad_ready_arg, i));
     }
     /* trainable parameters no path reached: their gradient is zero */
-    if (p->dev) return mp_device_zero_unreached_grads(p);
-    for (int k = 0; k < g->n_params; k++) {
-        mp_gparam *gp = &g->params[k];
-        if (gp->spec.trainable && gp->grad_fresh) {
-            memset(gp->grad, 0, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof(float));
-            gp->grad_fresh = false;
-        }
-    }
-    return MP_OK;
+    return p->be->zero_unreached_grads(p);
 }
 
 uint64_t mp_plan_step(const mp_plan *p) { return p ? p->step : 0; }
@@ -288,20 +236,10 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     size_t have = (size_t)mp_tensor_numel(t);
     if (n != have)
         return mp_error(MP_ERR_SHAPE, "read '%s': asked for %zu values, it has %zu", p->g->nodes[node].name, n, have);
-    if (p->dev) return mp_device_read(p, node, dst, n);
-    switch (t->dtype) {
-    case MP_DTYPE_F32: memcpy(dst, t->data, n * sizeof(float)); break;
-    case MP_DTYPE_I32:
-        for (size_t i = 0; i < n; i++) dst[i] = (float)((const int32_t *)t->data)[i];
-        break;
-    case MP_DTYPE_F16: mp_convert_f16_to_f32(t->data, dst, n); break;
-    case MP_DTYPE_BF16: mp_convert_bf16_to_f32(t->data, dst, n); break;
-    default: return mp_error(MP_ERR_UNSUPPORTED, "read '%s': dtype %s", p->g->nodes[node].name, mp_dtype_name(t->dtype));
-    }
-    return MP_OK;
+    return p->be->read(p, node, dst, n);
 }
 
 mp_status mp_plan_sync_params(mp_plan *p, bool to_host) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "sync_params: null plan");
-    return p->dev ? mp_device_params_sync(p, to_host) : MP_OK;
+    return p->be->params_sync(p, to_host);
 }

@@ -3,7 +3,7 @@
  * by kind) and, on a GPU, the sizes of the parameters' device copies. */
 #include <stdio.h>
 
-#include "graph/device.h"
+#include "graph/exec_backend.h"
 #include "graph/plan.h"
 
 #define MIB (1.0 / (1 << 20))
@@ -32,9 +32,9 @@ void mp_plan_print_memory(const mp_plan *p, FILE *out) {
         sep = ", ";
     }
     fprintf(out, "\n");
-    if (!p->dev) return;
+    if (p->o.device.kind == MP_DEVICE_CPU) return; /* the graph's host copies are the parameters */
     size_t b[3];
-    mp_device_param_bytes(p, b);
+    p->be->param_bytes(p, b);
     fprintf(out, "memory: parameters on cuda:%d: fp32 masters %.1f MiB, f16/bf16 casts %.1f, gradients outside the "
             "arena %.1f\n", p->o.device.index, (double)b[0] * MIB, (double)b[1] * MIB, (double)b[2] * MIB);
 }

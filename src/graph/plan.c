@@ -8,17 +8,8 @@
 #include <string.h>
 
 #include "graph/arena_plan.h"
+#include "graph/exec_backend.h"
 #include "graph/plan_fuse.h"
-#include "graph/device.h"
-#include "graph/exec_stage.h"
-
-static bool reference_notice_done;
-
-static void notice_reference_kernels(void) {
-    if (reference_notice_done) return;
-    reference_notice_done = true;
-    fprintf(stderr, "mixprec: built without oneDNN: CPU ops run on the reference kernels (slower)\n");
-}
 
 /* Which nodes backward visits: for each loss, its ancestors downstream of a
  * trainable parameter; a node takes part in backward if any loss reaches it. */
@@ -59,7 +50,7 @@ static bool is_loss_node(const mp_plan *p, int i) {
 }
 
 bool mp_plan_grads_in_arena(const mp_plan *p) {
-    return p && p->dev && p->o.training && p->o.grads_in_arena && p->n_losses == 1;
+    return p && p->be->grads_in_arena && p->o.training && p->o.grads_in_arena && p->n_losses == 1;
 }
 
 /* opts.low_grads's rule, applied once when the plan is created: a layer
@@ -114,7 +105,7 @@ static int param_grad_buffers(const mp_plan *p, mp_arena_buf *b) {
  * shares one workspace (oneDNN's backward can find forward's layout copy
  * there). */
 static int node_workspace_buffers(const mp_plan *p, mp_arena_buf *b) {
-    if (!p->dev) return 0;
+    if (!p->be->per_node_buffers) return 0;
     const int n = p->n;
     for (int i = 0; b && i < n; i++) {
         const size_t ws = p->nodes[i].info.workspace_bytes;
@@ -125,18 +116,16 @@ static int node_workspace_buffers(const mp_plan *p, mp_arena_buf *b) {
     return 2 * n;
 }
 
-static size_t scratch_bytes(const mp_plan *p, int i);
-
 /* On a device, node i's scratch (gradients computed aside to be added,
  * exec.c) is its own too, alive during its backward only: the largest is
  * the gradient of the network's first block output (16 MiB for resnet18 at
  * batch 128 in f16), which a plan-wide scratch held through the step's
  * peak in the last stage's backward. On the CPU one scratch is shared. */
 static int node_scratch_buffers(const mp_plan *p, mp_arena_buf *b) {
-    if (!p->dev) return 0;
+    if (!p->be->per_node_buffers) return 0;
     const int n = p->n;
     for (int i = 0; b && i < n; i++)
-        b[i] = (mp_arena_buf){.size = p->nodes[i].in_backward ? scratch_bytes(p, i) : 0, .first = 2 * n - 1 - i,
+        b[i] = (mp_arena_buf){.size = p->nodes[i].in_backward ? mp_plan_scratch_bytes(p, i) : 0, .first = 2 * n - 1 - i,
                               .last = 2 * n - 1 - i, .kind = MP_MEM_OTHER};
     return n;
 }
@@ -205,23 +194,11 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
     }
     p->arena_bytes = total;
     p->arena_peak = mp_arena_live_peak(b, n_bufs);
-    if (p->dev) {
-        s = mp_device_arena_alloc(p, total ? total : 64, &p->arena);
-        if (s != MP_OK) {
-            free(b);
-            return s;
-        }
-    } else {
-        p->arena = aligned_alloc(64, total ? total : 64);
-    }
-    if (!p->arena) {
+    s = p->be->arena_alloc(p, total ? total : 64, &p->arena);
+    if (s != MP_OK) {
         free(b);
-        return mp_error(MP_ERR_NOMEM,
-                        "plan: cannot allocate %zu bytes (%.1f GiB) of activations and gradients for batch %d; "
-                        "try a smaller batch",
-                        total, (double)total / (1 << 30), p->o.batch);
+        return s;
     }
-    if (!p->dev) memset(p->arena, 0, total);
     for (int i = 0; i < n; i++) {
         p->nodes[i].out_off = b[3 * i].offset;
         p->nodes[i].grad_off = b[3 * i + 1].offset;
@@ -233,83 +210,10 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
     }
     mp_plan_fuse_offsets(p);
     for (int k = 0, m = grads_at; n_grads && k < g->n_params; k++)
-        if (g->params[k].spec.trainable) mp_device_grad_place(p, k, p->arena + b[m++].offset);
+        if (g->params[k].spec.trainable) p->be->grad_place(p, k, p->arena + b[m++].offset);
     p->workspace = p->arena + b[3 * n].offset;
     p->stage = p->arena + b[3 * n + 2].offset;
     free(b);
-    return MP_OK;
-}
-
-/* How a node storing bf16 can run without the staged f32 emulation
- * (opts.native_bf16 OFF, or MIXPREC_NATIVE_BF16=0 under AUTO, keeps the
- * emulation everywhere, for comparisons). */
-typedef enum {
-    NATIVE_NONE,
-    NATIVE_PRIMITIVE, /* convolutions: oneDNN's bf16 primitives, where the CPU has bf16 kernels */
-    NATIVE_KERNEL     /* our own kernels reading and writing bf16 (instantiate_act.inc) */
-} native_kind;
-
-static native_kind native_bf16_kind(const mp_plan *p, int i) {
-    const mp_graph *g = p->g;
-    const mp_gnode *nd = &g->nodes[i];
-    if (p->o.native_bf16 == MP_NATIVE_OFF) return NATIVE_NONE;
-    if (p->o.native_bf16 == MP_NATIVE_AUTO && mp_env_get()->native_bf16 == 0) return NATIVE_NONE;
-    if (nd->storage_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
-    mp_op_kind k = nd->desc.kind;
-    if (k == MP_OP_CONV2D || k == MP_OP_CONV_TRANSPOSE2D) {
-        if (nd->compute_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
-        /* inputs in bf16, or the network's f32 input (cast once per step) */
-        for (int j = 0; j < nd->n_in; j++) {
-            const mp_gnode *src = &g->nodes[nd->in[j]];
-            if (src->storage_dtype != MP_DTYPE_BF16 && src->desc.kind != MP_OP_INPUT) return NATIVE_NONE;
-        }
-        return NATIVE_PRIMITIVE;
-    }
-    for (int j = 0; j < nd->n_in; j++)
-        if (g->nodes[nd->in[j]].storage_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
-    switch (k) {
-    case MP_OP_BATCHNORM2D: /* f32 statistics and parameters over bf16 activations */
-        return nd->compute_dtype == MP_DTYPE_F32 ? NATIVE_KERNEL : NATIVE_NONE;
-    case MP_OP_MAXPOOL2D:
-    case MP_OP_AVGPOOL2D: /* overlapping windows would add gradients in bf16 */
-        return nd->compute_dtype == MP_DTYPE_BF16 && nd->desc.attr.pool.stride >= nd->desc.attr.pool.kernel
-                   ? NATIVE_KERNEL
-                   : NATIVE_NONE;
-    case MP_OP_RELU:
-    case MP_OP_LEAKY_RELU:
-    case MP_OP_TANH:
-    case MP_OP_SIGMOID:
-    case MP_OP_GLOBAL_AVGPOOL:
-    case MP_OP_ADD:
-    case MP_OP_MUL:
-        return nd->compute_dtype == MP_DTYPE_BF16 ? NATIVE_KERNEL : NATIVE_NONE;
-    default:
-        return NATIVE_NONE;
-    }
-}
-
-/* Decide whether node i runs staged and give it low-precision weight copies. */
-static mp_status stage_node(mp_plan *p, int i) {
-    const mp_gnode *nd = &p->g->nodes[i];
-    mp_pnode *pn = &p->nodes[i];
-    bool low_compute = nd->compute_dtype == MP_DTYPE_F16 || nd->compute_dtype == MP_DTYPE_BF16;
-    if (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS)
-        return MP_OK; /* sources are filled by set_input, in their storage dtype */
-    pn->staged = low_compute || (nd->storage_dtype != MP_DTYPE_F32 && nd->storage_dtype != MP_DTYPE_I32);
-    for (int k = 0; k < nd->n_in; k++) {
-        mp_dtype d = p->g->nodes[nd->in[k]].storage_dtype;
-        if (d != MP_DTYPE_F32 && d != MP_DTYPE_I32) pn->staged = true;
-    }
-    if (!low_compute) return MP_OK;
-    for (int k = 0; k < nd->n_params; k++) {
-        const mp_gparam *gp = &p->g->params[nd->first_param + k];
-        if (!gp->spec.trainable) continue; /* buffers (BN running stats) stay fp32 */
-        size_t bytes = MP_ALIGN64((size_t)mp_shape_numel(&gp->spec.shape) * mp_dtype_size(nd->compute_dtype));
-        pn->low_param[k] = aligned_alloc(64, bytes);
-        if (!pn->low_param[k])
-            return mp_error(MP_ERR_NOMEM, "plan: out of memory for the %s copy of %s", mp_dtype_name(nd->compute_dtype),
-                            gp->name);
-    }
     return MP_OK;
 }
 
@@ -318,7 +222,7 @@ static mp_status stage_node(mp_plan *p, int i) {
  * producer has several consumers (in their storage dtype), and parameters
  * (f32: tied weights, several losses, micro-batches; with grads_in_arena
  * only a tied weight's, every other one is written afresh each backward). */
-static size_t scratch_bytes(const mp_plan *p, int i) {
+size_t mp_plan_scratch_bytes(const mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
     const mp_pnode *pn = &p->nodes[i];
     size_t sc = 0;
@@ -355,7 +259,7 @@ static void bind_calls(mp_plan *p) {
             c->param[k] = (mp_tensor){MP_DTYPE_F32, gp->spec.shape, gp->data};
             c->d_param[k] = (mp_tensor){mp_plan_grad_dtype(p, nd->first_param + k), gp->spec.shape, NULL};
         }
-        if (p->dev) mp_device_bind_params(p, i);
+        p->be->bind_params(p, i);
         c->d_out = (mp_tensor){nd->storage_dtype, pn->info.out, pn->in_backward ? p->arena + pn->grad_off : NULL};
         c->saved = p->arena + pn->saved_off;
         c->workspace = p->workspace;
@@ -392,18 +296,14 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         mp_plan_destroy(p);
         return mp_error(MP_ERR_NOMEM, "plan: out of memory");
     }
-    bool onednn = !o.reference && mp_onednn_available();
-    if (!o.reference && !mp_onednn_available()) notice_reference_kernels();
-    mp_impl impl = onednn ? MP_IMPL_AUTO : MP_IMPL_REF;
-    if (o.device.kind != MP_DEVICE_CPU) {
-        mp_status ds = mp_device_plan_open(p);
-        if (ds == MP_OK && !(p->grad_dtype = calloc((size_t)g->n_params + 1, sizeof *p->grad_dtype)))
-            ds = mp_error(MP_ERR_NOMEM, "plan: out of memory");
-        for (int k = 0; ds == MP_OK && k < g->n_params; k++) p->grad_dtype[k] = grad_dtype_rule(p, k);
-        if (ds != MP_OK) {
-            mp_plan_destroy(p);
-            return ds;
-        }
+    mp_status bs = mp_exec_backend_for(o.device, &p->be);
+    if (bs == MP_OK) bs = p->be->open(p);
+    if (bs == MP_OK && !(p->grad_dtype = calloc((size_t)g->n_params + 1, sizeof *p->grad_dtype)))
+        bs = mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    for (int k = 0; bs == MP_OK && k < g->n_params; k++) p->grad_dtype[k] = grad_dtype_rule(p, k);
+    if (bs != MP_OK) {
+        mp_plan_destroy(p);
+        return bs;
     }
     if (o.training) {
         mp_status ms = mark_backward(p);
@@ -428,41 +328,11 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         if (s == MP_OK && (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS ||
                            nd->desc.kind == MP_OP_TARGETS))
             pn->info.out.dims[0] = o.batch;
-        if (p->dev) { /* on the GPU every node runs its own dtypes natively */
-            if (s == MP_OK) s = mp_device_node_prepare(p, i, &ws);
-            if (s != MP_OK) {
-                mp_plan_destroy(p);
-                return s;
-            }
-            continue; /* its scratch is its own (node_scratch_buffers) */
-        }
-        native_kind nk = s == MP_OK ? native_bf16_kind(p, i) : NATIVE_NONE;
-        if (nk == NATIVE_PRIMITIVE && vt->prepare && onednn) {
-            /* bf16 primitives where the CPU has bf16 kernels; else staged f32 */
-            if (vt->prepare(&nd->desc, &pn->info, MP_DTYPE_BF16, impl, o.training, &pn->call.state) == MP_OK &&
-                pn->call.state)
-                pn->native = true;
-            mp_clear_error();
-        } else if (nk == NATIVE_KERNEL) {
-            pn->native = true;
-            if (vt->prepare) s = vt->prepare(&nd->desc, &pn->info, MP_DTYPE_BF16, MP_IMPL_REF, o.training,
-                                             &pn->call.state);
-        }
-        if (s == MP_OK && vt->prepare && !pn->native)
-            s = vt->prepare(&nd->desc, &pn->info, MP_DTYPE_F32, impl, o.training, &pn->call.state);
+        if (s == MP_OK) s = p->be->node_prepare(p, i, &ws, &scratch, &stage);
         if (s != MP_OK) {
             mp_plan_destroy(p);
             return s;
         }
-        pn->call.impl = impl;
-        if (pn->info.workspace_bytes > ws) ws = pn->info.workspace_bytes;
-        if (pn->in_backward && scratch_bytes(p, i) > scratch) scratch = scratch_bytes(p, i);
-        s = stage_node(p, i);
-        if (s != MP_OK) {
-            mp_plan_destroy(p);
-            return s;
-        }
-        if (pn->staged && mp_stage_bytes(p, i) > stage) stage = mp_stage_bytes(p, i);
     }
     mp_status s = plan_memory(p, ws, scratch, stage);
     if (s != MP_OK) {
@@ -476,10 +346,11 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
 
 void mp_plan_destroy(mp_plan *p) {
     if (!p) return;
-    if (p->dev) { /* node states, arena and parameters live on the device */
-        mp_device_plan_close(p);
-        p->arena = NULL;
+    if (p->be) { /* a device's node states, arena and parameters first */
+        p->be->arena_free(p);
+        p->be->close(p);
     }
+    p->arena = NULL;
     for (int i = 0; i < p->n && p->nodes; i++) {
         const mp_op_vtable *vt = mp_op_lookup(p->g->nodes[i].desc.kind);
         if (vt->release && p->nodes[i].call.state) vt->release(p->nodes[i].call.state);
@@ -489,7 +360,6 @@ void mp_plan_destroy(mp_plan *p) {
     free(p->grad_written);
     free(p->grad_dtype);
     for (int j = 0; j < MP_MAX_LOSSES; j++) free(p->reach[j]);
-    free(p->arena);
     free(p);
 }
 

@@ -28,7 +28,8 @@ typedef struct {
     double fwd_seconds, bwd_seconds;  /* with opts.profile */
 } mp_pnode;
 
-typedef struct mp_device_plan mp_device_plan; /* backend state (graph/device.h) */
+typedef struct mp_device_plan mp_device_plan; /* a GPU backend's state (cuda/cuda_plan.c) */
+typedef struct mp_exec_backend mp_exec_backend; /* where nodes run (graph/exec_backend.h) */
 
 struct mp_plan {
     mp_graph *g;
@@ -45,9 +46,11 @@ struct mp_plan {
     int losses[MP_MAX_LOSSES]; /* loss nodes backward can start from */
     bool *reach[MP_MAX_LOSSES]; /* per loss: the nodes its backward visits */
     uint64_t step;        /* forward passes run, for dropout seeds */
-    mp_device_plan *dev;  /* non-NULL: the plan runs on a GPU; arena, workspace,
+    const mp_exec_backend *be; /* where the nodes run (chosen from opts.device) */
+    mp_device_plan *dev;  /* the GPU backend's state: non-NULL when arena, workspace,
                              scratch and node tensors are device memory */
-    mp_dtype *grad_dtype; /* device plans: per graph parameter, its gradient's dtype (mp_plan_grad_dtype) */
+    bool onednn;          /* CPU: heavy ops through oneDNN (else the reference kernels) */
+    mp_dtype *grad_dtype; /* per graph parameter, its gradient's dtype (mp_plan_grad_dtype) */
     /* Called after node i's backward, when the gradients of its parameters
      * are final for this backward (data-parallel training starts their
      * all-reduce there); NULL = none. */
@@ -65,6 +68,10 @@ mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k);
 /* Graph parameter k's gradient is f32 sums, never rounded to its node's
  * compute dtype: opts.f32_weight_grads and k has an fp32 master. */
 bool mp_plan_f32_weight_grad(const mp_plan *p, int k);
+
+/* Scratch node i's backward needs for the gradients it computes aside and
+ * adds (plan.c). */
+size_t mp_plan_scratch_bytes(const mp_plan *p, int i);
 
 /* Backward of node i through scratch (exec.c): point the call's input
  * gradients that already hold a value (taken) and its parameter gradients

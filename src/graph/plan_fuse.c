@@ -1,6 +1,8 @@
 /* plan_fuse.c — see plan_fuse.h. */
 #include "graph/plan_fuse.h"
 
+#include "graph/exec_backend.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +26,7 @@ static bool fusable(const mp_plan *p, int j) {
 }
 
 void mp_plan_fuse_bn_relu(mp_plan *p) {
-    if (!p->dev || fusion_off()) return;
+    if (!p->be->fuses_bn_relu || fusion_off()) return;
     for (int j = 0; j < p->n; j++)
         if (fusable(p, j)) {
             p->nodes[p->g->nodes[j].in[0]].relu_fused = true;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cuda/cuda_plan.h"
-#include "graph/device.h"
+#include "cuda/cuda_exec.h"
 #include "nccl/grad_pack.h"
 #include "nccl/nccl_dist.h"
 

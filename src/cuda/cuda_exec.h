@@ -1,14 +1,16 @@
-/* device.h — the hooks through which plan.c and exec.c run a plan on an
- * accelerator (opts.device.kind != MP_DEVICE_CPU). The planner stays one:
- * shapes, the backward set and the arena's lifetime plan are computed as for
- * the CPU; these hooks prepare each node's GPU op, place the arena and the
- * parameters in device memory and run nodes there. Implemented by
- * src/cuda/cuda_plan.c in CUDA builds and by device_none.c (every hook
- * reports that this build has no GPU support) otherwise. */
-#ifndef MP_GRAPH_DEVICE_H
-#define MP_GRAPH_DEVICE_H
+/* cuda_exec.h — the CUDA backend's execution functions (cuda_plan.c,
+ * plan_nonfinite.cu), which exec_backend_cuda.c collects into the table
+ * graph/exec_backend.h describes: each node's GPU op, the arena and the
+ * parameters in device memory, nodes run there. The rest of the CUDA
+ * backend (the step, the all-reduce) calls some of them directly. */
+#ifndef MP_CUDA_CUDA_EXEC_H
+#define MP_CUDA_CUDA_EXEC_H
 
 #include "graph/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Open the device, give every parameter a device master copy and gradient
  * (uploaded from the graph's host copies) and the low-precision casts that
@@ -16,11 +18,13 @@
 mp_status mp_device_plan_open(mp_plan *p);
 /* Release node states, the arena, parameters and the device context. */
 void mp_device_plan_close(mp_plan *p);
-/* Build node i's GPU op for its shapes and dtypes; may raise the shared
- * workspace and node i's saved bytes. */
-mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes);
-/* Device memory for the arena (zeroed). */
+/* Build node i's GPU op for its shapes and dtypes; may raise node i's saved
+ * bytes (its workspace and scratch are buffers of their own: the shared
+ * sizes are left alone). */
+mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *ws, size_t *scratch, size_t *stage);
+/* Device memory for the arena (zeroed); freed by mp_device_plan_close. */
 mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena);
+void mp_device_arena_free(mp_plan *p);
 /* Parameter k's device gradient is at `where` (a plan keeping its gradients
  * in the arena, mp_plan_grads_in_arena). */
 void mp_device_grad_place(mp_plan *p, int k, void *where);
@@ -59,4 +63,7 @@ void mp_device_param_bytes(const mp_plan *p, size_t bytes[3]);
  * a graph (then nothing): per-node timing (opts.profile) on a device. */
 void mp_device_profile_sync(const mp_plan *p);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
