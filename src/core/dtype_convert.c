@@ -340,24 +340,34 @@ void mp_round_f32(float *x, int64_t n, mp_dtype dtype) {
  * serial conversion of every staged tensor would dominate the step. */
 #define PAR_CHUNK ((int64_t)1 << 16)
 
+/* The float dtypes tensors are stored in; the others are not storage
+ * dtypes of activations or parameters (a caller's bug). */
 static void load_chunk(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
     switch (src_dtype) {
-    case MP_DTYPE_F16: mp_convert_f16_to_f32(src, dst, (size_t)n); break;
-    case MP_DTYPE_BF16: mp_convert_bf16_to_f32(src, dst, (size_t)n); break;
-    default:
-        MP_ASSERT(src_dtype == MP_DTYPE_F32);
+    case MP_DTYPE_F16: mp_convert_f16_to_f32(src, dst, (size_t)n); return;
+    case MP_DTYPE_BF16: mp_convert_bf16_to_f32(src, dst, (size_t)n); return;
+    case MP_DTYPE_F32:
         if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    case MP_DTYPE_F64:
+    case MP_DTYPE_I32:
+    case MP_DTYPE_COUNT: break;
     }
+    MP_ASSERT(!"mp_load_f32: not a storage dtype");
 }
 
 static void store_chunk(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
     switch (dst_dtype) {
-    case MP_DTYPE_F16: mp_convert_f32_to_f16(src, dst, (size_t)n); break;
-    case MP_DTYPE_BF16: mp_convert_f32_to_bf16(src, dst, (size_t)n); break;
-    default:
-        MP_ASSERT(dst_dtype == MP_DTYPE_F32);
+    case MP_DTYPE_F16: mp_convert_f32_to_f16(src, dst, (size_t)n); return;
+    case MP_DTYPE_BF16: mp_convert_f32_to_bf16(src, dst, (size_t)n); return;
+    case MP_DTYPE_F32:
         if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    case MP_DTYPE_F64:
+    case MP_DTYPE_I32:
+    case MP_DTYPE_COUNT: break;
     }
+    MP_ASSERT(!"mp_store_f32: not a storage dtype");
 }
 
 void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {

@@ -13,9 +13,6 @@
 
 static const float one = 1.0f, zero = 0.0f; /* alpha/beta: float for every data type */
 
-static cudnnDataType_t cudnn_dtype(mp_dtype dt) {
-    return dt == MP_DTYPE_F16 ? CUDNN_DATA_HALF : dt == MP_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
 
 /* "conv2d 'c1' forward [in (2, 3, 9, 9) bf16 -> out (2, 16, 9, 9) bf16, kernel 3 stride 1 pad 1
  *  dilation 1 groups 1, compute bf16]" */
@@ -66,7 +63,7 @@ void mp_conv_cudnn_release(void *state) {
 static mp_status create_descriptors(mp_conv_cudnn *st, const bool need[MP_CONV_NPASS], const mp_op_desc *d,
                                     const char *what) {
     const mp_conv_geom *g = &st->g;
-    const cudnnDataType_t dt = cudnn_dtype(st->cd);
+    const cudnnDataType_t dt = mp_cudnn_data_type(st->cd);
     MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->x_desc), what);
     MP_CUDNN_TRY(cudnnSetTensor4dDescriptor(st->x_desc, CUDNN_TENSOR_NHWC, dt, g->n, g->cx, g->hx, g->wx), what);
     MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->y_desc), what);

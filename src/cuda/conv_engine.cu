@@ -35,9 +35,6 @@ static void graph_free(pass_graph *g) {
         if (*d[i]) cudnnBackendDestroyDescriptor(*d[i]), *d[i] = NULL;
 }
 
-static cudnnDataType_t data_type(mp_dtype dt) {
-    return dt == MP_DTYPE_F16 ? CUDNN_DATA_HALF : dt == MP_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
 
 /* A 4-d channels-last tensor (dims n, c, h, w; strides of NHWC / KRSC). */
 static mp_status make_tensor(cudnnBackendDescriptor_t *t, cudnnDataType_t dt, int64_t uid, int64_t n, int64_t c,
@@ -101,7 +98,7 @@ static mp_status make_op(pass_graph *pg, mp_conv_pass pass, const char *what) {
 static mp_status build_graph(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, pass_graph *pg,
                              const char *what) {
     const mp_conv_geom *g = &st->g;
-    const cudnnDataType_t dt = data_type(st->cd);
+    const cudnnDataType_t dt = mp_cudnn_data_type(st->cd);
     memset(pg, 0, sizeof *pg);
     mp_status s = make_tensor(&pg->x, dt, UID_X, g->n, g->cx, g->hx, g->wx, what);
     if (s == MP_OK) s = make_tensor(&pg->w, dt, UID_W, g->cy, g->cx / g->groups, g->k, g->k, what);

@@ -60,6 +60,10 @@ int mp_cuda_gpu_model(const mp_cuda_ctx *ctx);
  * at a few waves per SM (kernels use grid-stride loops). */
 unsigned mp_cuda_blocks(const mp_cuda_ctx *ctx, long long n);
 
+/* The CUDA libraries' names for a dtype (cuda_dtype_table.c). */
+cudaDataType_t mp_cuda_data_type(mp_dtype t);
+cudnnDataType_t mp_cudnn_data_type(mp_dtype t);
+
 #ifdef __cplusplus
 }
 #endif

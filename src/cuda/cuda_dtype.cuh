@@ -24,22 +24,34 @@ static inline bool mp_cuda_float_dtype(mp_dtype dt) {
     return dt == MP_DTYPE_F32 || dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16;
 }
 
+/* Element i of an activation of dtype dt (f32, f16, bf16) as a float; any
+ * other dtype is a bug that stops the kernel (no silent f32 reinterpretation). */
 template <typename I>
 __device__ __forceinline__ float mp_ld(const void *p, mp_dtype dt, I i) {
     switch (dt) {
+    case MP_DTYPE_F32: return static_cast<const float *>(p)[i];
     case MP_DTYPE_F16: return __half2float(static_cast<const __half *>(p)[i]);
     case MP_DTYPE_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-    default: return static_cast<const float *>(p)[i];
+    case MP_DTYPE_F64:
+    case MP_DTYPE_I32:
+    case MP_DTYPE_COUNT: break;
     }
+    __trap();
+    return 0.0f;
 }
 
+/* Element i := v, rounded to nearest even to dtype dt (f32, f16, bf16). */
 template <typename I>
 __device__ __forceinline__ void mp_st(void *p, mp_dtype dt, I i, float v) {
     switch (dt) {
-    case MP_DTYPE_F16: static_cast<__half *>(p)[i] = __float2half_rn(v); break;
-    case MP_DTYPE_BF16: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); break;
-    default: static_cast<float *>(p)[i] = v;
+    case MP_DTYPE_F32: static_cast<float *>(p)[i] = v; return;
+    case MP_DTYPE_F16: static_cast<__half *>(p)[i] = __float2half_rn(v); return;
+    case MP_DTYPE_BF16: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); return;
+    case MP_DTYPE_F64:
+    case MP_DTYPE_I32:
+    case MP_DTYPE_COUNT: break;
     }
+    __trap();
 }
 
 /* v[0..7] = p[i..i+7]; i % 8 == 0, p 16-byte aligned. */

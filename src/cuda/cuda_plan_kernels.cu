@@ -27,8 +27,14 @@ extern "C" mp_status mp_cuda_scale_scalar(mp_cuda_ctx *ctx, float *dst, const fl
 // device flag that it clears, so a captured graph injects exactly once.
 static __global__ void inject_inf_kernel(int *armed, void *dst, mp_dtype dtype) {
     if (*armed) {
-        if (dtype == MP_DTYPE_F32) *(float *)dst = __int_as_float(0x7f800000);
-        else *(unsigned short *)dst = dtype == MP_DTYPE_F16 ? 0x7C00 : 0x7F80;
+        switch (dtype) {
+        case MP_DTYPE_F32: *(float *)dst = __int_as_float(0x7f800000); break;
+        case MP_DTYPE_F16: *(unsigned short *)dst = 0x7C00; break;
+        case MP_DTYPE_BF16: *(unsigned short *)dst = 0x7F80; break;
+        case MP_DTYPE_F64:
+        case MP_DTYPE_I32:
+        case MP_DTYPE_COUNT: __trap();
+        }
         *armed = 0;
     }
 }

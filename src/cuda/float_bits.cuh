@@ -42,13 +42,30 @@ __device__ __forceinline__ unsigned short mp_dev_f32_to_bf16_bits(float x) {
 
 /* The f32 value (exact) of f16 / bf16 bits b (dtype MP_DTYPE_F16 / _BF16). */
 __device__ __forceinline__ float mp_dev_low_bits_to_f32(unsigned short b, int dtype) {
-    return dtype == MP_DTYPE_F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
+    switch ((mp_dtype)dtype) {
+    case MP_DTYPE_F16: return __half2float(__ushort_as_half(b));
+    case MP_DTYPE_BF16: return __uint_as_float((unsigned)b << 16);
+    case MP_DTYPE_F32:
+    case MP_DTYPE_F64:
+    case MP_DTYPE_I32:
+    case MP_DTYPE_COUNT: break;
+    }
+    __trap(); /* not a 16-bit float dtype: a caller's bug */
+    return 0.0f;
 }
 
 /* Element i of a low-precision array of dtype (MP_DTYPE_F16 / _BF16) := x;
  * returns the value stored, as an f32 (exact). */
 __device__ __forceinline__ float mp_dev_store_low(void *low, int dtype, long long i, float x) {
-    const unsigned short b = dtype == MP_DTYPE_F16 ? mp_dev_f32_to_f16_bits(x) : mp_dev_f32_to_bf16_bits(x);
+    unsigned short b = 0;
+    switch ((mp_dtype)dtype) {
+    case MP_DTYPE_F16: b = mp_dev_f32_to_f16_bits(x); break;
+    case MP_DTYPE_BF16: b = mp_dev_f32_to_bf16_bits(x); break;
+    case MP_DTYPE_F32:
+    case MP_DTYPE_F64:
+    case MP_DTYPE_I32:
+    case MP_DTYPE_COUNT: __trap(); /* not a 16-bit float dtype: a caller's bug */
+    }
     ((unsigned short *)low)[i] = b;
     return mp_dev_low_bits_to_f32(b, dtype);
 }

@@ -21,8 +21,11 @@ template <typename F> static bool with_type(mp_dtype dt, F f) {
     case MP_DTYPE_F32: f(float{}); return true;
     case MP_DTYPE_F16: f(__half{}); return true;
     case MP_DTYPE_BF16: f(__nv_bfloat16{}); return true;
-    default: return false;
+    case MP_DTYPE_F64:
+    case MP_DTYPE_I32:
+    case MP_DTYPE_COUNT: return false;
     }
+    return false;
 }
 
 /* f(S{}, D{}) with the C types of two float dtypes; false when either is

@@ -45,9 +45,6 @@ typedef struct {
     char what_fwd[256], what_bwd[256];
 } linear_cuda;
 
-static cudaDataType_t cuda_dtype(mp_dtype dt) {
-    return dt == MP_DTYPE_F16 ? CUDA_R_16F : dt == MP_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-}
 
 /* cuBLASLt writes D in cd, or in f32 from f16/bf16 inputs. */
 static bool d_direct(mp_dtype cd, mp_dtype d) { return d == cd || d == MP_DTYPE_F32; }
@@ -82,9 +79,9 @@ static mp_status gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct,
     MP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
     MP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), what);
     MP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), what);
-    MP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->a, cuda_dtype(ab), a.rows, a.cols, a.ld), what);
-    MP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->b, cuda_dtype(ab), b.rows, b.cols, b.ld), what);
-    MP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->d, cuda_dtype(dd), d.rows, d.cols, d.ld), what);
+    MP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->a, mp_cuda_data_type(ab), a.rows, a.cols, a.ld), what);
+    MP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->b, mp_cuda_data_type(ab), b.rows, b.cols, b.ld), what);
+    MP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->d, mp_cuda_data_type(dd), d.rows, d.cols, d.ld), what);
     cublasLtMatmulPreference_t pref = NULL;
     MP_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref), what);
     const uint64_t max_ws = LT_MAX_WORKSPACE;
@@ -119,9 +116,9 @@ static mp_status gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct,
         .a_bytes = (size_t)a.ld * a.cols * ab_size, .b_bytes = (size_t)b.ld * b.cols * ab_size,
         .d_bytes = (size_t)d.ld * d.cols * d_size, .bias_bytes = epi == CUBLASLT_EPILOGUE_BIAS ? d.rows * ab_size : 0,
         .key = {.compute = ct, .scale = CUDA_R_32F, .epilogue = epi, .trans_a = ta, .trans_b = tb,
-                .a_type = cuda_dtype(ab), .a_rows = (int64_t)a.rows, .a_cols = (int64_t)a.cols, .lda = a.ld,
-                .b_type = cuda_dtype(ab), .b_rows = (int64_t)b.rows, .b_cols = (int64_t)b.cols, .ldb = b.ld,
-                .d_type = cuda_dtype(dd), .d_rows = (int64_t)d.rows, .d_cols = (int64_t)d.cols, .ldd = d.ld}};
+                .a_type = mp_cuda_data_type(ab), .a_rows = (int64_t)a.rows, .a_cols = (int64_t)a.cols, .lda = a.ld,
+                .b_type = mp_cuda_data_type(ab), .b_rows = (int64_t)b.rows, .b_cols = (int64_t)b.cols, .ldb = b.ld,
+                .d_type = mp_cuda_data_type(dd), .d_rows = (int64_t)d.rows, .d_cols = (int64_t)d.cols, .ldd = d.ld}};
     int best = 0;
     MP_TRY(mp_lt_pick_fastest(ctx, &pb, r, found, &best, what));
     g->algo = r[best].algo;

@@ -62,8 +62,17 @@ mp_status mp_nccl_check(ncclResult_t r, const char *call, const char *what) {
                     "%s: %s failed: %s", what ? what : "nccl", name, ncclGetErrorString(r));
 }
 
+_Static_assert(MP_DTYPE_COUNT == 5, "a new dtype needs its row in the NCCL dtype table");
+
 ncclDataType_t mp_nccl_dtype(mp_dtype dt) {
-    return dt == MP_DTYPE_F16 ? ncclFloat16 : dt == MP_DTYPE_BF16 ? ncclBfloat16 : ncclFloat32;
+    static const struct {
+        bool mapped;
+        ncclDataType_t nccl;
+    } rows[MP_DTYPE_COUNT] = {[MP_DTYPE_F32] = {true, ncclFloat32}, [MP_DTYPE_F16] = {true, ncclFloat16},
+                              [MP_DTYPE_BF16] = {true, ncclBfloat16}, [MP_DTYPE_F64] = {true, ncclFloat64},
+                              [MP_DTYPE_I32] = {true, ncclInt32}};
+    MP_ASSERT((unsigned)dt < MP_DTYPE_COUNT && rows[dt].mapped);
+    return rows[dt].nccl;
 }
 
 ncclComm_t mp_dist_comm(const mp_dist *d) { return d ? d->comm : NULL; }

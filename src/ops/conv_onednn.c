@@ -347,7 +347,7 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
         return mp_error(MP_ERR_NOMEM, "%s '%s': out of memory", mp_op_lookup(d->kind)->name, d->name ? d->name : "?");
     bool fallback = false;
     size_t ws = 0;
-    mp_status rc = build(&x, st, dt == MP_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32, training, jit_only, &fallback, &ws);
+    mp_status rc = build(&x, st, mp_onednn_dt(dt), training, jit_only, &fallback, &ws);
     if (rc != MP_OK || fallback) {
         mp_conv_onednn_release(st);
         return rc;

@@ -36,14 +36,14 @@ dnnl_stream_t mp_onednn_stream(void) {
     return stream;
 }
 
+_Static_assert(MP_DTYPE_COUNT == 5, "a new dtype needs its row in the oneDNN dtype table");
+
 dnnl_data_type_t mp_onednn_dt(mp_dtype t) {
-    switch (t) {
-    case MP_DTYPE_F32: return dnnl_f32;
-    case MP_DTYPE_F16: return dnnl_f16;
-    case MP_DTYPE_BF16: return dnnl_bf16;
-    case MP_DTYPE_I32: return dnnl_s32;
-    default: return dnnl_data_type_undef;
-    }
+    static const dnnl_data_type_t rows[MP_DTYPE_COUNT] = {
+        [MP_DTYPE_F32] = dnnl_f32, [MP_DTYPE_F16] = dnnl_f16, [MP_DTYPE_BF16] = dnnl_bf16,
+        [MP_DTYPE_F64] = dnnl_data_type_undef, /* oneDNN computes no f64: the reference kernels do */
+        [MP_DTYPE_I32] = dnnl_s32};
+    return (unsigned)t < MP_DTYPE_COUNT ? rows[t] : dnnl_data_type_undef;
 }
 
 dnnl_status_t mp_onednn_plain_md(dnnl_memory_desc_t *md, const mp_shape *s, dnnl_data_type_t dt) {

@@ -57,22 +57,14 @@ typedef struct {
 /* ---- host <-> device, NCHW <-> NHWC ----------------------------------------- */
 
 static void host_store(void *dst, mp_dtype dt, int64_t i, double v) {
-    switch (dt) {
-    case MP_DTYPE_F32: ((float *)dst)[i] = (float)v; break;
-    case MP_DTYPE_F16: ((mp_f16 *)dst)[i] = mp_f32_to_f16((float)v); break;
-    case MP_DTYPE_BF16: ((mp_bf16 *)dst)[i] = mp_f32_to_bf16((float)v); break;
-    default: MP_ASSERT(!"dtype");
-    }
+    const float f = (float)v;
+    mp_store_f32((char *)dst + i * (int64_t)mp_dtype_size(dt), dt, &f, 1);
 }
 
 static double host_load(const void *src, mp_dtype dt, int64_t i) {
-    switch (dt) {
-    case MP_DTYPE_F32: return ((const float *)src)[i];
-    case MP_DTYPE_F16: return mp_f16_to_f32(((const mp_f16 *)src)[i]);
-    case MP_DTYPE_BF16: return mp_bf16_to_f32(((const mp_bf16 *)src)[i]);
-    default: MP_ASSERT(!"dtype");
-    }
-    return 0;
+    float f = 0;
+    mp_load_f32(&f, (const char *)src + i * (int64_t)mp_dtype_size(dt), dt, 1);
+    return f;
 }
 
 /* Position of NCHW element i in NHWC memory (identity for non-4-D). */
