@@ -55,7 +55,8 @@ static mp_status fail_here(void *arg, int rank, int64_t step) {
         _exit(3);
     }
     atomic_store(&failed_at, now_s());
-    return mp_error(MP_ERR_INTERNAL, "fails on purpose before optimizer step %lld (dist_rank_failure)", (long long)step);
+    return mp_error(MP_ERR_INTERNAL, "fails on purpose before optimizer step %lld (dist_rank_failure)",
+                    (long long)step);
 }
 
 /* Under mpirun the launcher ends the other ranks once one died: they still

@@ -33,7 +33,8 @@ mp_status gpu_inject_attach(mp_trainer *t, gpu_inject *inj) {
     MP_CUDA_TRY(cudaMalloc((void **)&inj->armed, sizeof(int)), "overflow injection flag");
     mp_status s = mp_cuda_check(cudaMemsetAsync(inj->armed, 0, sizeof(int), ctx->stream), "cudaMemsetAsync",
                                 "overflow injection flag");
-    if (s == MP_OK) s = mp_cuda_check(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize", "overflow injection flag");
+    if (s == MP_OK)
+        s = mp_cuda_check(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize", "overflow injection flag");
     if (s != MP_OK) {
         gpu_inject_free(inj);
         return s;

@@ -259,7 +259,8 @@ static void gradients_after_the_step(void) {
         /* fp32 on two devices: summation orders, and a ReLU near zero that goes the other way, move a
          * gradient by up to ~1e-3 (test_cuda_plan); a missing micro-batch, a seed not divided by k or
          * gradients left scaled are errors of O(1) */
-        CHECK(r2 > 0 && e <= 1e-2, "accumulated GPU gradients differ from one CPU batch's by %g (norm %g)", e, sqrt(r2));
+        CHECK(r2 > 0 && e <= 1e-2, "accumulated GPU gradients differ from one CPU batch's by %g (norm %g)", e,
+              sqrt(r2));
     }
     free_step(&gm, go, gt);
     free_step(&am, ao, at);

@@ -235,7 +235,8 @@ static void checkpoint_case(const ckpt_case *c, const char *dir) {
     /* 5. the scaler state is there exactly when the run scales the loss: a
      * trainer of the other kind refuses the file and keeps its own run */
     CHECK_ERR(mp_trainer_load(other.t, path, NULL), MP_ERR_INVALID_ARG, path, "loss scaling",
-              c->scaling ? "saved with loss scaling on, this run uses off" : "saved with loss scaling off, this run uses on");
+              c->scaling ? "saved with loss scaling on, this run uses off"
+                         : "saved with loss scaling off, this run uses on");
     CHECK(other.t->steps == 0, "%s: a refused load moved the step count to %lld", c->name, (long long)other.t->steps);
     CHECK_OK(run_steps(&other, 0, 1, lafter));
     CHECK(isfinite(lafter[0]), "%s: the run after a refused load: loss %g", c->name, lafter[0]);

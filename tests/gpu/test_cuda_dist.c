@@ -108,7 +108,8 @@ static mp_status train(rank_run *rr, mp_dist *d) {
             &(mp_trainer_opts){.batch = b, .device = {MP_DEVICE_CUDA, d ? mp_dist_device(d) : 0}, .input = m.input,
                                .labels = m.labels, .loss = m.loss, .optimizer = opt,
                                .loss_scaling = scaling ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_OFF, .dist = d,
-                               .allreduce = wire_name(rr->cfg.wire), .bucket_mb = (double)rr->cfg.bucket_bytes / 1048576.0,
+                               .allreduce = wire_name(rr->cfg.wire),
+                               .bucket_mb = (double)rr->cfg.bucket_bytes / 1048576.0,
                                .sync_bn = rr->cfg.sync_bn, .f32_weight_grads = rr->cfg.f32_wgrad, .accumulate = k},
             &t);
     if (s == MP_OK && rr->cfg.inject_rank >= 0) s = gpu_inject_attach(t, &inj);

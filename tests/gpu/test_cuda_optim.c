@@ -379,7 +379,8 @@ static void rig_device_calls(rig *r, float lr, bool lr_on_device, bool check_fla
     CHECK_OK(mp_cuda_unscale_check(ctx, r->gs, 0, r->gl));
     if (r->c->clip_norm > 0) CHECK_OK(mp_cuda_clip_by_norm(ctx, r->gl, r->c->clip_norm, NULL));
     /* the optimizer skips on its group's flag, as the trainer's step (step_cuda.c) */
-    mp_cuda_step_args a = {.lr = lr, .lr_device = lr_on_device ? r->d_lr : NULL, .found_inf = &r->gs->group_found[0]};
+    mp_cuda_step_args a = {.lr = lr, .lr_device = lr_on_device ? r->d_lr : NULL,
+                           .found_inf = &r->gs->group_found[0]};
     CHECK_OK(mp_cuda_optim_step(ctx, r->gpu, &a));
     if (check_flag) {
         mp_scaler s = r->cs;
