@@ -423,7 +423,7 @@ static void training_curve(const model_case *mc, mp_precision prec) {
  * rescaled in place: the trainer keeps them in their dtype (low_grads) only
  * when nothing unscales or clips them; with loss scaling or clipping its
  * plan holds f32 gradients, and such a step runs. */
-static void low_grads_choice(const model_case *mc) {
+static void low_grads_choice(const model_case *mc, const float *x, const int32_t *y) {
     static const struct {
         const char *what;
         bool scaling;
@@ -432,12 +432,6 @@ static void low_grads_choice(const model_case *mc) {
     } cases[] = {{"neither loss scaling nor clipping", false, 0, true},
                  {"loss scaling", true, 0, false},
                  {"clipping", false, 1.0f, false}};
-    const size_t n = (size_t)B * mc->c * mc->h * mc->w;
-    float *x = malloc(n * sizeof *x);
-    int32_t y[B];
-    mp_rng r;
-    mp_rng_seed(&r, 5);
-    make_batch(&r, x, n, y);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mp_model m = build(mc, MP_PRECISION_FP16);
         mp_optimizer *opt = NULL;
@@ -459,13 +453,12 @@ static void low_grads_choice(const model_case *mc) {
         mp_optimizer_destroy(opt);
         mp_model_free(&m);
     }
-    free(x);
 }
 
 /* A low_grads plan's gradient dtype is the plan's from its creation: a
  * layer moved to fp32 afterwards (as --auto-fallback does before the old
  * plan syncs its state to the host) still syncs the gradient it holds. */
-static void low_grads_keep_dtype(const model_case *mc) {
+static void low_grads_keep_dtype(const model_case *mc, const float *x, size_t n, const int32_t *y) {
     mp_model m = build(mc, MP_PRECISION_FP16);
     mp_plan *p = NULL;
     mp_status s = mp_plan_create(m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss,
@@ -474,12 +467,6 @@ static void low_grads_keep_dtype(const model_case *mc) {
                                  &p);
     CHECK(s == MP_OK, "low_grads plan: %s", mp_last_error());
     mp_graph *g = m.g;
-    const size_t n = (size_t)B * mc->c * mc->h * mc->w;
-    float *x = malloc(n * sizeof *x);
-    int32_t y[B];
-    mp_rng r;
-    mp_rng_seed(&r, 5);
-    make_batch(&r, x, n, y);
     if (s == MP_OK) s = mp_plan_set_input(p, m.input, x, n);
     if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y, B);
     if (s == MP_OK) s = mp_plan_forward(p);
@@ -505,7 +492,6 @@ static void low_grads_keep_dtype(const model_case *mc) {
         nd->compute_dtype = was;
         free(before);
     }
-    free(x);
     mp_plan_destroy(p);
     mp_model_free(&m);
 }
@@ -553,9 +539,16 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < 2; i++)
         for (size_t j = 0; j < 6 && (!only || !strcmp(only, models[i].model)); j++)
             if (!one_prec || curve_precs[j] == only_prec) training_curve(&models[i], curve_precs[j]);
-    if (!only || !strcmp(only, "small")) {
-        low_grads_choice(&models[0]);
-        low_grads_keep_dtype(&models[0]);
+    if (!only || !strcmp(only, "small")) { /* one batch of the small model for both */
+        const size_t n = (size_t)B * models[0].c * models[0].h * models[0].w;
+        float *x = malloc(n * sizeof *x);
+        int32_t y[B];
+        mp_rng r;
+        mp_rng_seed(&r, 5);
+        make_batch(&r, x, n, y);
+        low_grads_choice(&models[0], x, y);
+        low_grads_keep_dtype(&models[0], x, n, y);
+        free(x);
     }
     /* the unfused kernels and gradients of their own (accumulation, MIXPREC_NO_FUSION=1) stay covered: in a
      * child, as the library reads MIXPREC_NO_FUSION once per process */
