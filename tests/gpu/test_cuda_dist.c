@@ -16,13 +16,20 @@
  *     weights of one bucket (fp32, within reduction-order tolerance);
  *  3. with BatchNorm: synchronized statistics reach one GPU's weights and
  *     running stats, per-GPU statistics (the default) do not;
- *  4. amp-fp16 with an overflow forced on the last rank only: every rank
- *     skips that step (found-inf all-reduced), keeps the same loss scale
- *     and the same weights;
+ *  4. amp-fp16 with an overflow forced on the last rank only (+inf written
+ *     into its gradient after the all-reduce, inject.h): every rank skips
+ *     that step (found-inf all-reduced), keeps the same loss scale and the
+ *     same weights;
  *  5. a rank that fails stops the others with an error within the timeout
  *     (no hang).
- * Usage: test_cuda_dist [RANKS] (default 2; needs that many GPUs; with 1 the
- * communicator has one rank and case 1 must match to 1e-6).
+ * Every rank and the one-GPU reference train through the public trainer
+ * (mp_trainer_opts.dist, .allreduce, .bucket_mb, .sync_bn, .accumulate).
+ * The cases under MIXPREC_DETERMINISTIC=1 (all of case 1 for one rank, the
+ * accumulating references for more) run in a child process started with
+ * it, as the library reads its environment once.
+ * Usage: test_cuda_dist [RANKS [deterministic]] (RANKS default 2; needs that
+ * many GPUs; with 1 the communicator has one rank and case 1 must match to
+ * 1e-6; "deterministic": only the child's cases, under MIXPREC_DETERMINISTIC=1).
  * Run by scripts/gpu-check. */
 #include <pthread.h>
 #include <stdio.h>
@@ -36,8 +43,11 @@
 #include "cuda/cuda_plan.h"
 #include "dist/dist.h"
 #include "graph/plan.h"
+#include "inject.h"
 #include "models/models.h"
+#include "rerun.h"
 #include "small_cnn.h"
+#include "train/trainer.h"
 
 enum { GLOBAL_BATCH = 32, C = SMALL_C, H = SMALL_H, W = SMALL_W, CLASSES = SMALL_CLASSES, STEPS = 8, MAX_RANKS = 8 };
 
@@ -67,6 +77,11 @@ typedef struct {
     double seconds;
 } rank_run;
 
+/* --allreduce's name of an all-reduce dtype. */
+static const char *wire_name(mp_dtype wire) {
+    return wire == MP_DTYPE_F16 ? "fp16" : wire == MP_DTYPE_BF16 ? "bf16" : "fp32";
+}
+
 /* The global batch of step t (the same on every rank). */
 static void global_batch(int t, float *x, int32_t *y) { small_cnn_batch(100 + (uint64_t)t, GLOBAL_BATCH, x, y); }
 
@@ -76,49 +91,54 @@ static mp_status train(rank_run *rr, mp_dist *d) {
     const int b = GLOBAL_BATCH / rr->world / k;
     const size_t per = (size_t)C * H * W;
     mp_model m = {0};
-    mp_plan *p = NULL;
-    mp_cuda_step *st = NULL;
+    mp_optimizer *opt = NULL;
+    mp_trainer *t = NULL;
+    gpu_inject inj = {0};
     float *x = malloc((size_t)GLOBAL_BATCH * per * sizeof *x);
     int32_t y[GLOBAL_BATCH];
     mp_status s = x ? small_cnn_build(rr->cfg.prec, rr->cfg.bn, &m) : mp_error(MP_ERR_NOMEM, "batch");
     bool scaling = rr->cfg.prec == MP_PRECISION_AMP_FP16;
     if (s == MP_OK)
-        s = mp_plan_create(m.g, (mp_plan_opts){.batch = b, .training = true, .loss = m.loss,
-                                               .device = {MP_DEVICE_CUDA, d ? mp_dist_device(d) : 0},
-                                               .sync_bn = rr->cfg.sync_bn, .dist = d,
-                                               .grads_in_arena = k == 1, .f32_weight_grads = rr->cfg.f32_wgrad},
-                           &p);
-    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {0}, .dist = d, .allreduce_dtype = rr->cfg.wire,
-                            .bucket_bytes = rr->cfg.bucket_bytes, .fault_injection = rr->cfg.inject_rank >= 0,
-                            .accumulate = k};
-    if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
-    if (s == MP_OK) rr->buckets = mp_cuda_step_buckets(st);
+        s = mp_optimizer_create(m.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f},
+                                                          .lr = {.base_lr = 0.05f}},
+                                &opt);
+    if (s == MP_OK)
+        s = mp_trainer_create(
+            m.g,
+            &(mp_trainer_opts){.batch = b, .device = {MP_DEVICE_CUDA, d ? mp_dist_device(d) : 0}, .input = m.input,
+                               .labels = m.labels, .loss = m.loss, .optimizer = opt,
+                               .loss_scaling = scaling ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_OFF, .dist = d,
+                               .allreduce = wire_name(rr->cfg.wire),
+                               .bucket_mb = (double)rr->cfg.bucket_bytes / 1048576.0,
+                               .sync_bn = rr->cfg.sync_bn, .f32_weight_grads = rr->cfg.f32_wgrad, .accumulate = k},
+            &t);
+    if (s == MP_OK && rr->cfg.inject_rank >= 0) s = gpu_inject_attach(t, &inj);
+    if (s == MP_OK) rr->buckets = mp_cuda_trainer_buckets(t);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int t = 0; s == MP_OK && t < STEPS; t++) {
-        if (rr->cfg.fail_rank == rr->rank && t == 2) {
+    for (int step = 0; s == MP_OK && step < STEPS; step++) {
+        if (rr->cfg.fail_rank == rr->rank && step == 2) {
             s = mp_error(MP_ERR_INTERNAL, "rank %d: injected failure", rr->rank);
             break;
         }
-        global_batch(t, x, y);
-        if (rr->cfg.inject_rank == rr->rank && t == INJECT_STEP) s = mp_cuda_step_inject_overflow(st);
+        global_batch(step, x, y);
+        if (rr->cfg.inject_rank == rr->rank && step == INJECT_STEP) s = gpu_inject_arm(t, &inj);
         for (int micro = 0; micro < k && s == MP_OK; micro++) { /* rank r's k shards follow rank r-1's */
             const int shard = rr->rank * k + micro;
-            s = mp_plan_set_input(p, m.input, x + (size_t)shard * b * per, (size_t)b * per);
-            if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y + shard * b, (size_t)b);
-            if (s == MP_OK) s = mp_cuda_step_run(st, 0.05f);
+            s = mp_trainer_step(t, &(mp_batch){.images = x + (size_t)shard * b * per, .labels = y + shard * b, .n = b},
+                                NULL);
         }
-        if (s == MP_OK) s = mp_cuda_step_wait(st);
+        if (s == MP_OK) s = mp_trainer_wait(t, NULL);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     rr->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    if (s == MP_OK) s = mp_plan_sync_params(p, true);
-    if (s == MP_OK && scaling) s = mp_cuda_step_scaler(st, &rr->scaler);
+    if (s == MP_OK) s = mp_trainer_sync(t, NULL);
+    if (s == MP_OK) rr->scaler = t->scaler; /* exact after the sync's wait */
     if (s == MP_OK) rr->params = small_cnn_params(m.g, &rr->n_params);
     if (s != MP_OK) mp_dist_fail(d, s);
-    mp_cuda_step_destroy(st);
-    mp_plan_destroy(p);
+    mp_trainer_destroy(t);
+    gpu_inject_free(&inj);
+    mp_optimizer_destroy(opt);
     if (m.g) mp_model_free(&m);
     free(x);
     return s;
@@ -299,41 +319,74 @@ static void failing_rank(int world) {
     free_runs(dp, world);
 }
 
+/* The cases under MIXPREC_DETERMINISTIC=1: the same micro-batches on one GPU
+ * with deterministic convolutions (no atomics), so only the order of f32
+ * sums may differ; for one rank, case 1 against one GPU (the same batch
+ * through the same plan shape: equal up to f32 reduction order when the
+ * algorithms are the same deterministic ones; a timed pick with atomics
+ * put amp-bf16 at 5e-4). */
+static void deterministic_cases(int world) {
+    if (world == 1) {
+        equivalence(1, MP_PRECISION_FP32, MP_DTYPE_F32, false, false, 1, 1e-6);
+        equivalence(1, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, false, 1, 1e-6);
+        equivalence(1, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, true, false, 1, 1e-6);
+        equivalence(1, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, false, false, 1, 0x1p-8);
+        equivalence(1, MP_PRECISION_BF16, MP_DTYPE_BF16, false, false, 1, 0x1p-8);
+        return;
+    }
+    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, false, true, 1, 2e-5);
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, true, 1, 2e-5);
+    /* accumulating ranks: all-reduce once, after each rank's last micro-batch */
+    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, true, 2, 2e-5);
+}
+
 int main(int argc, char **argv) {
     int world = argc > 1 ? atoi(argv[1]) : 2;
+    const bool child = argc > 2 && !strcmp(argv[2], "deterministic");
+    if (argc > 2 && !child) {
+        fprintf(stderr, "test_cuda_dist: unknown argument '%s' (usage: test_cuda_dist [RANKS [deterministic]])\n",
+                argv[2]);
+        return 2;
+    }
     int found = mp_cuda_device_count();
     if (world < 1 || world > MAX_RANKS || world > found || GLOBAL_BATCH % world) {
         fprintf(stderr, "test_cuda_dist: %d ranks need %d GPUs (found %d: %s)\n", world, world, found,
                 mp_cuda_device_list());
         return 2;
     }
-    /* one rank against one GPU: the same batch through the same plan shape,
-     * so equal up to f32 reduction order when the algorithms are the same
-     * deterministic ones (a timed pick with atomics put amp-bf16 at 5e-4) */
-    if (world == 1) setenv("MIXPREC_DETERMINISTIC", "1", 1);
-    equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, false, false, 1, world == 1 ? 1e-6 : 2e-5);
-    /* amp-bf16 by default: each rank's convolution weight gradient is its
-     * batch's sum rounded to bf16 (cuDNN's fast kernels, PyTorch's DDP), so
-     * rounding the parts and the whole differ: one bf16 ulp. With
-     * f32_weight_grads they are f32 sums, and with the f32 all-reduce only
-     * the order of f32 sums differs, as in fp32; the bf16 all-reduce rounds
-     * them again: one bf16 ulp */
-    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, false, 1, world == 1 ? 1e-6 : 0x1p-8);
-    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, true, false, 1, world == 1 ? 1e-6 : 2e-5);
-    equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, false, false, 1, 0x1p-8);
-    /* pure bf16: the weights exist only as bf16 on each GPU (no fp32 master), broadcast in bf16 at the start;
-     * the bf16 all-reduce rounds the gradients even for one rank (1.1e-3 from one GPU, seen) */
-    equivalence(world, MP_PRECISION_BF16, MP_DTYPE_BF16, false, false, 1, 0x1p-8);
-    if (world == 1) unsetenv("MIXPREC_DETERMINISTIC");
-    /* the same micro-batches on one GPU with deterministic convolutions
-     * (no atomics): only the order of f32 sums may differ */
-    if (world > 1) { /* (set before any thread of the runs starts, cleared after they joined) */
-        setenv("MIXPREC_DETERMINISTIC", "1", 1);
-        equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, false, true, 1, 2e-5);
-        equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, true, 1, 2e-5);
-        /* accumulating ranks: all-reduce once, after each rank's last micro-batch */
-        equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, true, 2, 2e-5);
-        unsetenv("MIXPREC_DETERMINISTIC");
+    if (child) {
+        if (!mp_env_get()->deterministic) {
+            fprintf(stderr, "test_cuda_dist %d deterministic: needs MIXPREC_DETERMINISTIC=1 in the environment\n",
+                    world);
+            return 2;
+        }
+        deterministic_cases(world);
+        return test_summary("test_cuda_dist (MIXPREC_DETERMINISTIC=1)");
+    }
+    if (world > 1) {
+        equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, false, false, 1, 2e-5);
+        /* amp-bf16 by default: each rank's convolution weight gradient is its
+         * batch's sum rounded to bf16 (cuDNN's fast kernels, PyTorch's DDP), so
+         * rounding the parts and the whole differ: one bf16 ulp. With
+         * f32_weight_grads they are f32 sums, and with the f32 all-reduce only
+         * the order of f32 sums differs, as in fp32; the bf16 all-reduce rounds
+         * them again: one bf16 ulp */
+        equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, false, 1, 0x1p-8);
+        equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, true, false, 1, 2e-5);
+        equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, false, false, 1, 0x1p-8);
+        /* pure bf16: the weights exist only as bf16 on each GPU (no fp32 master), broadcast in bf16 at the
+         * start; the bf16 all-reduce rounds the gradients even for one rank (1.1e-3 from one GPU, seen) */
+        equivalence(world, MP_PRECISION_BF16, MP_DTYPE_BF16, false, false, 1, 0x1p-8);
+    }
+    if (!mp_env_get()->deterministic) { /* else this process already is such a run */
+        char ranks[16];
+        snprintf(ranks, sizeof ranks, "%d", world);
+        char *args[] = {argv[0], ranks, "deterministic", NULL};
+        const int rc = gpu_test_rerun("MIXPREC_DETERMINISTIC=1", args);
+        CHECK(rc == 0, "the cases under MIXPREC_DETERMINISTIC=1 (%s %d deterministic) failed: exit %d", argv[0],
+              world, rc);
+    } else {
+        deterministic_cases(world);
     }
     buckets(world);
     sync_batchnorm(world);

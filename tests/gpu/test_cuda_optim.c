@@ -9,7 +9,10 @@
  * count bit-identical; the f16/bf16 copies equal mp_convert_f32_to_* of the
  * masters; loss-scale sequences for overflow patterns equal mp_scaler's
  * (amp/scaler.c) exactly, queued without any host synchronization and read
- * back once; and the whole post-backward step captured as a CUDA graph and
+ * back once (the same mp_scaler struct and rule on both sides: every field,
+ * the report bookkeeping and the per-group flags and skip counts too); the
+ * loss check after forward raises the forward-overflow flags, which the
+ * update counts without touching the scale; and the whole post-backward step captured as a CUDA graph and
  * replayed with a changing learning rate; the optimizer and scaler state
  * downloaded to a host mp_optim and uploaded into another device optimizer
  * (checkpoints) round-trips bit for bit, and steps after it equal steps
@@ -17,7 +20,7 @@
  * no-master cases (fp16/bf16 policies) leave each weight with a low copy at
  * that copy's value, as the CPU trainer's rounding does; where such a weight
  * has no f32 array (low-only) its SGD momentum lives in its f16/bf16 dtype
- * (state_dtype, set as cuda_step.c sets it) on both sides, bit for bit,
+ * (state_dtype, set as step_cuda.c sets it) on both sides, bit for bit,
  * through checkpoint transfers too, and bad state dtypes are refused.
  * Needs a GPU: without one it prints one line and exits 2 (run by
  * scripts/gpu-check, not by ctest). Build: compile with -Isrc -Iinclude -Itests and
@@ -101,7 +104,7 @@ static void unscale_case(const char *name, float scale, float big, int bad_tenso
     mp_rng_seed(&r, 11);
     mp_scaler cs;
     CHECK_OK(mp_scaler_init(&cs, (mp_scaler_opts){.init_scale = scale}));
-    mp_cuda_scaler_state *gs = NULL;
+    mp_scaler *gs = NULL;
     CHECK_OK(mp_cuda_scaler_create(ctx, &cs, &gs));
     float *h[UT], *d[UT], *back[UT];
     for (int t = 0; t < UT; t++) {
@@ -118,13 +121,19 @@ static void unscale_case(const char *name, float scale, float big, int bad_tenso
     mp_cuda_grads *gl = NULL;
     CHECK_OK(mp_cuda_grads_create(ctx, d, unscale_sizes, UT, &gl));
     int first = mp_scaler_unscale_check(&cs, h, unscale_sizes, UT);
-    CHECK_OK(mp_cuda_unscale_check(ctx, gs, gl));
+    CHECK_OK(mp_cuda_unscale_check(ctx, gs, 0, gl));
     mp_scaler gback = cs;
     CHECK_OK(mp_cuda_scaler_download(ctx, gs, &gback));
-    CHECK(gback.found_inf == mp_scaler_found_inf(&cs), "unscale %s: device found_inf %d, cpu %d (first %d)", name,
-          gback.found_inf, mp_scaler_found_inf(&cs), first);
-    CHECK(gback.found_inf == (bad_tensor >= 0 || isinf(big * (float)(1.0 / scale))), "unscale %s: found_inf %d", name,
-          gback.found_inf);
+    /* found_inf and group 0's flag, the ones an optimizer of group 0 skips on */
+    CHECK(gback.found_inf == cs.found_inf && gback.group_found[0] == cs.group_found[0],
+          "unscale %s: device found_inf %d group 0 %d, cpu %d %d (first %d)", name, gback.found_inf,
+          gback.group_found[0], cs.found_inf, cs.group_found[0], first);
+    const int want = bad_tensor >= 0 || isinf(big * (float)(1.0 / scale)) ? MP_FOUND_GRADIENT : 0;
+    CHECK(gback.found_inf == want && gback.group_found[0] == want, "unscale %s: found_inf %d, group 0 %d, expected %d",
+          name, gback.found_inf, gback.group_found[0], want);
+    for (int g = 1; g < MP_SCALER_GROUPS; g++)
+        CHECK(gback.group_found[g] == 0, "unscale %s: group %d's flag %d raised by group 0's check", name, g,
+              gback.group_found[g]);
     int64_t diffs = 0;
     for (int t = 0; t < UT; t++) {
         down(back[t], d[t], (size_t)unscale_sizes[t] * sizeof(float));
@@ -276,8 +285,8 @@ typedef struct {
     bool low_only;  /* with no_master: those weights have no f32 array (param NULL), the copy is the weight */
 } optim_case;
 
-/* The state_dtype of tensor t in case c, as cuda_step.c passes it (and
- * train_step.c, by mp_graph_param_low_only): the weight's low dtype when it
+/* The state_dtype of tensor t in case c, as step_cuda.c passes it (and the
+ * host optimizer, by mp_gparam.low_only): the weight's low dtype when it
  * has no f32 array, else f32. */
 static mp_dtype case_state_dtype(const optim_case *c, int t) {
     return c->low_only && param_low[t] != MP_DTYPE_F32 ? param_low[t] : MP_DTYPE_F32;
@@ -297,7 +306,7 @@ typedef struct {
     mp_optim *cpu;
     mp_cuda_optim *gpu;
     mp_scaler cs;
-    mp_cuda_scaler_state *gs;
+    mp_scaler *gs;
     mp_cuda_grads *gl;
     float *h_param[PT], *h_grad[PT];
     float *d_param[PT], *d_grad[PT];
@@ -321,7 +330,7 @@ static void rig_init(rig *r, const optim_case *c, uint64_t seed) {
         r->h_grad[t] = malloc((size_t)n * sizeof(float));
         fill_normal(r->h_param[t], n, &rng, 0.1);
         const bool low_only = c->low_only && param_low[t] != MP_DTYPE_F32;
-        if (low_only) mp_round_f32(r->h_param[t], n, param_low[t]); /* as the trainer's start (train_step.c) */
+        if (low_only) mp_round_f32(r->h_param[t], n, param_low[t]); /* as the trainer's start (mp_graph_round_low_weights) */
         r->d_param[t] = dev_alloc((size_t)n * sizeof(float));
         r->d_grad[t] = dev_alloc((size_t)n * sizeof(float));
         up(r->d_param[t], r->h_param[t], (size_t)n * sizeof(float));
@@ -332,7 +341,7 @@ static void rig_init(rig *r, const optim_case *c, uint64_t seed) {
             else mp_convert_f32_to_bf16(r->h_param[t], (mp_bf16 *)bits, (size_t)n);
             up(r->d_low[t], bits, (size_t)n * 2);
         }
-        /* as cuda_step.c and train_step.c set it: SGD momentum in the dtype of a weight without an f32 array */
+        /* as step_cuda.c and train/optimizer.c set it: SGD momentum in the dtype of a weight without an f32 array */
         const mp_dtype sd = case_state_dtype(c, t);
         cref[t] = (mp_param_ref){.param = r->h_param[t], .grad = r->h_grad[t], .n = n, .decay = param_decay[t],
                                  .state_dtype = sd};
@@ -367,14 +376,17 @@ static void rig_free(rig *r) {
 /* The device's part after backward. check_flag: read found_inf back before
  * the scaler update (never while capturing). */
 static void rig_device_calls(rig *r, float lr, bool lr_on_device, bool check_flag) {
-    CHECK_OK(mp_cuda_unscale_check(ctx, r->gs, r->gl));
+    CHECK_OK(mp_cuda_unscale_check(ctx, r->gs, 0, r->gl));
     if (r->c->clip_norm > 0) CHECK_OK(mp_cuda_clip_by_norm(ctx, r->gl, r->c->clip_norm, NULL));
-    mp_cuda_step_args a = {.lr = lr, .lr_device = lr_on_device ? r->d_lr : NULL, .found_inf = &r->gs->found_inf};
+    /* the optimizer skips on its group's flag, as the trainer's step (step_cuda.c) */
+    mp_cuda_step_args a = {.lr = lr, .lr_device = lr_on_device ? r->d_lr : NULL,
+                           .found_inf = &r->gs->group_found[0]};
     CHECK_OK(mp_cuda_optim_step(ctx, r->gpu, &a));
     if (check_flag) {
         mp_scaler s = r->cs;
         CHECK_OK(mp_cuda_scaler_download(ctx, r->gs, &s));
-        CHECK(s.found_inf, "%s: found_inf not set by a planted inf", r->c->name);
+        CHECK(s.found_inf == MP_FOUND_GRADIENT && s.group_found[0] == MP_FOUND_GRADIENT,
+              "%s: found_inf %d, group 0 %d after a planted inf", r->c->name, s.found_inf, s.group_found[0]);
     }
     CHECK_OK(mp_cuda_scaler_update(ctx, r->gs));
 }
@@ -813,6 +825,24 @@ static void make_pattern(const scaler_case *c, bool *pat, uint64_t seed) {
     }
 }
 
+/* The device's state after an update against the host's, field by field:
+ * the rule's state, the flags (cleared) and the report bookkeeping both
+ * sides keep with the same rule (amp/scaler_rule.h). */
+static bool same_scaler(const mp_scaler *d, const mp_scaler *h) {
+    bool same = memcmp(&d->scale, &h->scale, sizeof h->scale) == 0 && d->growth_tracker == h->growth_tracker &&
+                d->hysteresis_left == h->hysteresis_left && d->last_overflow_step == h->last_overflow_step &&
+                d->step == h->step && d->skipped_steps == h->skipped_steps &&
+                d->forward_overflows == h->forward_overflows &&
+                d->consecutive_forward_overflows == h->consecutive_forward_overflows && d->found_inf == 0 &&
+                h->found_inf == 0 && d->ends == h->ends && d->last_skip_end == h->last_skip_end &&
+                d->forward_peak_end == h->forward_peak_end && d->last_found == h->last_found &&
+                d->forward_peak == h->forward_peak &&
+                memcmp(&d->last_skip_scale, &h->last_skip_scale, sizeof h->last_skip_scale) == 0;
+    for (int g = 0; g < MP_SCALER_GROUPS; g++)
+        same = same && d->group_found[g] == 0 && d->group_skips[g] == h->group_skips[g];
+    return same;
+}
+
 /* The whole sequence is queued on the stream with no host synchronization:
  * per step the two-tensor gradient of test_scaler's drive() is copied in,
  * unscaled and checked, the state is recorded (pre), updated and recorded
@@ -820,7 +850,7 @@ static void make_pattern(const scaler_case *c, bool *pat, uint64_t seed) {
 static void scaler_case_run(const scaler_case *c) {
     static bool pat[SEQ_MAX];
     static float grads[SEQ_MAX][5];
-    static mp_cuda_scaler_state pre[SEQ_MAX], post[SEQ_MAX];
+    static mp_scaler pre[SEQ_MAX], post[SEQ_MAX];
     static const float bad[3] = {INFINITY, -INFINITY, NAN};
     MP_ASSERT(c->steps <= SEQ_MAX);
     make_pattern(c, pat, 77);
@@ -830,20 +860,20 @@ static void scaler_case_run(const scaler_case *c) {
     }
     mp_scaler cs;
     CHECK_OK(mp_scaler_init(&cs, c->o));
-    mp_cuda_scaler_state *gs = NULL;
+    mp_scaler *gs = NULL;
     CHECK_OK(mp_cuda_scaler_create(ctx, &cs, &gs));
     float *d = dev_alloc(5 * sizeof(float));
     float *dg[2] = {d, d + 3};
     const int64_t sizes[2] = {3, 2};
     mp_cuda_grads *gl = NULL;
     CHECK_OK(mp_cuda_grads_create(ctx, dg, sizes, 2, &gl));
-    mp_cuda_scaler_state *dpre = dev_alloc((size_t)c->steps * sizeof *dpre);
-    mp_cuda_scaler_state *dpost = dev_alloc((size_t)c->steps * sizeof *dpost);
-    const size_t sz = sizeof(mp_cuda_scaler_state);
+    mp_scaler *dpre = dev_alloc((size_t)c->steps * sizeof *dpre);
+    mp_scaler *dpost = dev_alloc((size_t)c->steps * sizeof *dpost);
+    const size_t sz = sizeof(mp_scaler);
     int launch_errors = 0;
     for (int i = 0; i < c->steps; i++) {
         launch_errors += cudaMemcpyAsync(d, grads[i], sizeof grads[i], cudaMemcpyHostToDevice, ctx->stream) != 0;
-        launch_errors += mp_cuda_unscale_check(ctx, gs, gl) != MP_OK;
+        launch_errors += mp_cuda_unscale_check(ctx, gs, 0, gl) != MP_OK;
         launch_errors += cudaMemcpyAsync(&dpre[i], gs, sz, cudaMemcpyDeviceToDevice, ctx->stream) != 0;
         launch_errors += mp_cuda_scaler_update(ctx, gs) != MP_OK;
         launch_errors += cudaMemcpyAsync(&dpost[i], gs, sz, cudaMemcpyDeviceToDevice, ctx->stream) != 0;
@@ -861,11 +891,9 @@ static void scaler_case_run(const scaler_case *c) {
         mp_scaler_unscale_check(&cs, gp, sizes, 2);
         bool found = mp_scaler_found_inf(&cs);
         bool skip = mp_scaler_update(&cs);
-        const mp_cuda_scaler_state *p = &post[i];
-        bool same = (pre[i].found_inf != 0) == found && skip == found && memcmp(&p->scale, &cs.scale, 4) == 0 &&
-                    p->growth_tracker == cs.growth_tracker && p->hysteresis_left == cs.hysteresis_left &&
-                    p->last_overflow_step == cs.last_overflow_step && p->step == cs.step &&
-                    p->skipped_steps == cs.skipped_steps && p->found_inf == 0;
+        const mp_scaler *p = &post[i];
+        bool same = (pre[i].found_inf != 0) == found && pre[i].group_found[0] == pre[i].found_inf && skip == found &&
+                    same_scaler(p, &cs);
         if (!same && bad_steps++ == 0) first_bad = i;
         if (!same && bad_steps <= 3)
             fprintf(stderr,
@@ -917,6 +945,48 @@ static void test_scaler_sequences(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) scaler_case_run(&cases[i]);
 }
 
+/* The forward-overflow check of the loss (the step's check after forward)
+ * against the host's rule: a finite loss raises nothing; a NaN or inf one
+ * raises found_inf and every group's flag to MP_FOUND_FORWARD, and the
+ * update then counts a forward overflow and keeps the scale, the step count
+ * and the growth tracker, as mp_scaler_forward_overflow does. */
+static void test_check_loss(void) {
+    static const float losses[4] = {2.5f, NAN, INFINITY, -INFINITY};
+    mp_scaler cs;
+    CHECK_OK(mp_scaler_init(&cs, (mp_scaler_opts){.init_scale = 1024, .growth_interval = 2}));
+    mp_scaler *gs = NULL;
+    CHECK_OK(mp_cuda_scaler_create(ctx, &cs, &gs));
+    float *d = dev_alloc(sizeof(float));
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        up(d, &losses[i], sizeof(float));
+        CHECK_OK(mp_cuda_check_loss(ctx, d, gs));
+        mp_scaler pre = cs, post = cs;
+        CHECK_OK(mp_cuda_scaler_download(ctx, gs, &pre));
+        const int want = i ? MP_FOUND_FORWARD : 0;
+        bool flags = pre.found_inf == want;
+        for (int g = 0; g < MP_SCALER_GROUPS; g++) flags = flags && pre.group_found[g] == want;
+        CHECK(flags, "loss %g: found_inf %d, group flags %d %d %d %d, expected %d", (double)losses[i], pre.found_inf,
+              pre.group_found[0], pre.group_found[1], pre.group_found[2], pre.group_found[3], want);
+        CHECK_OK(mp_cuda_scaler_update(ctx, gs));
+        if (i) mp_scaler_forward_overflow(&cs);
+        else mp_scaler_update(&cs);
+        CHECK_OK(mp_cuda_scaler_download(ctx, gs, &post));
+        bad += !same_scaler(&post, &cs);
+    }
+    CHECK(bad == 0, "check_loss: %d of 4 updates differ from the host's", bad);
+    CHECK(cs.scale == 1024.0f && cs.step == 1 && cs.growth_tracker == 1 && cs.forward_overflows == 3 &&
+              cs.consecutive_forward_overflows == 3 && cs.skipped_steps == 3,
+          "check_loss: host rule after 1 clean step and 3 forward overflows: scale %g step %lld tracker %d "
+          "forward %lld in a row %d skipped %lld",
+          (double)cs.scale, cs.step, cs.growth_tracker, cs.forward_overflows, cs.consecutive_forward_overflows,
+          cs.skipped_steps);
+    printf("  check_loss: finite, NaN, +inf, -inf losses: flags and updates equal the host's (scale kept at %g)\n",
+           (double)cs.scale);
+    mp_cuda_scaler_destroy(gs);
+    cudaFree(d);
+}
+
 /* ---- bad input -------------------------------------------------------------- */
 
 static void test_bad_input(void) {
@@ -966,7 +1036,7 @@ static void test_bad_input(void) {
     CHECK_ERR(mp_cuda_casts_create(ctx, &cr, 1, &c), MP_ERR_INVALID_ARG, "f16 or bf16");
     mp_scaler zero;
     memset(&zero, 0, sizeof zero);
-    mp_cuda_scaler_state *s = NULL;
+    mp_scaler *s = NULL;
     CHECK_ERR(mp_cuda_scaler_create(ctx, &zero, &s), MP_ERR_INVALID_ARG, "not initialized");
     cudaFree(d);
 }
@@ -988,6 +1058,7 @@ int main(void) {
     test_state_transfer();
     test_casts();
     test_scaler_sequences();
+    test_check_loss();
     test_bad_input();
     mp_cuda_ctx_destroy(ctx);
     return test_summary("test_cuda_optim");

@@ -1,6 +1,6 @@
 /* test_cuda_overflow.c — the AMP issue's overflow rules on the GPU, through
- * the trainer (mp_train_run with --device cuda), as test_amp_train.c checks
- * them on the CPU:
+ * the epoch loop over the trainer (mp_fit with --device cuda), as
+ * test_amp_train.c checks them on the CPU:
  *  1. seed 000's collapse (an fp16 inf in conv2's output, NaN loss every
  *     step): the run stops at 3 consecutive forward overflows with an error
  *     naming conv2, the loss scale untouched (steps queued beyond the third
@@ -19,10 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "check.h"
+#include "data/dataset.h"
 #include "graph/graph.h"
-#include "train/trainer.h"
+#include "models/models.h"
+#include "train/fit.h"
 
 /* Steps the GPU may run past the one that reached the limit before the host,
  * which never waits for a step, reads the counts (an epoch here is 16). */
@@ -34,10 +35,10 @@ static mp_dataset data(int n) {
     return d;
 }
 
-static mp_train_opts gpu_opts(const char *precision) {
-    return (mp_train_opts){.model_name = "small", .precision = precision, .epochs = 1, .batch = 16, .lr = 0.1f,
-                           .optim = {.kind = MP_OPTIM_SGD}, .lr_schedule = "constant", .seed = 9,
-                           .device = {MP_DEVICE_CUDA, 0}};
+/* The run's precision is the model's policy (small_model). */
+static mp_fit_opts gpu_opts(void) {
+    return (mp_fit_opts){.model_name = "small", .epochs = 1, .trainer = {.batch = 16, .device = {MP_DEVICE_CUDA, 0}},
+                         .lr = 0.1f, .optim = {.kind = MP_OPTIM_SGD}, .lr_schedule = "constant", .seed = 9};
 }
 
 static mp_model small_model(mp_precision prec) {
@@ -64,12 +65,12 @@ static char *slurp(FILE *f) {
     return s;
 }
 
-/* mp_train_run with its event lines captured into *events (to free). */
-static mp_status train_capturing(mp_model *m, const mp_dataset *d, mp_train_opts o, mp_train_result *r, char **events) {
-    o.events = tmpfile();
-    mp_status s = mp_train_run(m, d, NULL, &o, r);
-    *events = o.events ? slurp(o.events) : NULL;
-    if (o.events) fclose(o.events);
+/* mp_fit with the trainer's event lines captured into *events (to free). */
+static mp_status train_capturing(mp_model *m, const mp_dataset *d, mp_fit_opts o, mp_fit_result *r, char **events) {
+    o.trainer.events = tmpfile();
+    mp_status s = mp_fit(m, d, NULL, &o, r);
+    *events = o.trainer.events ? slurp(o.trainer.events) : NULL;
+    if (o.trainer.events) fclose(o.trainer.events);
     return s;
 }
 
@@ -78,10 +79,10 @@ static void test_collapse(bool scaling) {
     mp_dataset d = data(256);
     mp_model m = small_model(scaling ? MP_PRECISION_AMP_FP16 : MP_PRECISION_FP32);
     set_conv2_weights(&m, scaling ? 1e6f : NAN); /* fp16: conv2's outputs exceed 65504 */
-    mp_train_opts o = gpu_opts(scaling ? "amp-fp16" : "fp32");
-    o.loss_scaling = scaling;
-    o.scaler = (mp_scaler_opts){0};
-    mp_train_result r;
+    mp_fit_opts o = gpu_opts();
+    o.trainer.loss_scaling = scaling ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_OFF;
+    o.trainer.scaler = (mp_scaler_opts){0};
+    mp_fit_result r;
     char *ev = NULL;
     mp_status s = train_capturing(&m, &d, o, &r, &ev);
     CHECK(s == MP_ERR_NONFINITE, "%s: the collapse must stop the run, status %d", label, s);
@@ -110,13 +111,13 @@ static void test_auto_fallback(bool pure) {
     mp_dataset d = data(256);
     mp_model m = small_model(pure ? MP_PRECISION_FP16 : MP_PRECISION_AMP_FP16);
     set_conv2_weights(&m, pure ? 6e4f : 1e6f);
-    mp_train_opts o = gpu_opts(pure ? "fp16" : "amp-fp16");
+    mp_fit_opts o = gpu_opts();
     o.epochs = 2;
-    o.loss_scaling = !pure;
-    o.scaler = (mp_scaler_opts){0};
+    o.trainer.loss_scaling = pure ? MP_LOSS_SCALING_OFF : MP_LOSS_SCALING_ON;
+    o.trainer.scaler = (mp_scaler_opts){0};
     if (pure) o.optim.momentum = 0.9f;
-    o.auto_fallback = true;
-    mp_train_result r;
+    o.trainer.auto_fallback = true;
+    mp_fit_result r;
     char *ev = NULL;
     mp_status s = train_capturing(&m, &d, o, &r, &ev);
     CHECK(s == MP_OK, "%s: auto-fallback run failed: %s", label, mp_last_error());
@@ -158,12 +159,12 @@ static void test_gradient_overflow_skips(void) {
     mp_model m = small_model(MP_PRECISION_AMP_FP16);
     size_t n = 0;
     float *before = snapshot(m.g, &n);
-    mp_train_opts o = gpu_opts("amp-fp16");
+    mp_fit_opts o = gpu_opts();
     o.optim = (mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f};
     o.max_steps = 2;
-    o.loss_scaling = true;
-    o.scaler = (mp_scaler_opts){.static_scale = true, .init_scale = 1e30f};
-    mp_train_result r;
+    o.trainer.loss_scaling = MP_LOSS_SCALING_ON;
+    o.trainer.scaler = (mp_scaler_opts){.static_scale = true, .init_scale = 1e30f};
+    mp_fit_result r;
     char *ev = NULL;
     mp_status s = train_capturing(&m, &d, o, &r, &ev);
     CHECK(s == MP_OK, "%s", mp_last_error());

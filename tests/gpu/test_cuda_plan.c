@@ -18,16 +18,23 @@
  *     and keeps the gradients in the arena, so these comparisons check both;
  *     under fp16/bf16 the arena holds the conv/linear weight gradients in
  *     f16/bf16 (low_grads, as the trainer asks for); cnn10 fp32 and
- *     amp-bf16 run again unfused with gradients of their own;
- *  2. a short training run per policy (SGD, momentum 0.9, two batches in
- *     turn so the loss must fall; the GPU step replayed from its CUDA graph;
- *     a static loss scale for amp-fp16 on both sides, so no overflow decision
- *     can differ) whose loss curve follows the CPU's; fp16 and bf16 with
- *     low_grads, the CPU rounding the weights as the trainer does;
- *  3. a step over a low_grads plan refuses loss scaling (one clear error), and
- *     its gradients keep their dtype when a layer moves to fp32.
+ *     amp-bf16 run again unfused with gradients of their own (in a child
+ *     process started with MIXPREC_NO_FUSION=1: the library reads its
+ *     environment once);
+ *  2. a short training run per policy through the GPU trainer (SGD,
+ *     momentum 0.9, two batches in turn so the loss must fall; the step
+ *     replayed from its CUDA graph; a static loss scale for amp-fp16 on both
+ *     sides, so no overflow decision can differ) whose loss curve follows the
+ *     CPU's; the trainer keeps the gradients in the arena, for fp16 and bf16
+ *     in their dtype (low_grads), the CPU rounding the weights as the
+ *     trainer does;
+ *  3. f16/bf16 gradients are never rescaled in place: the trainer plans
+ *     them (low_grads) only when nothing unscales or clips them, and a
+ *     step with loss scaling or clipping runs over f32 gradients; a
+ *     low_grads plan's gradients keep their dtype when a layer moves to fp32.
  * Arguments (diagnosis): a model (small, cnn10, resnet18) runs that model's
- * cases only, and a precision after it only that policy's.
+ * cases only, and a precision after it only that policy's; "--plain" runs
+ * the unfused cases only (the child of case 1, under MIXPREC_NO_FUSION=1).
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +49,7 @@
 #include "graph/plan.h"
 #include "models/models.h"
 #include "optim/optim.h"
+#include "rerun.h"
 
 enum { B = 16, STEPS = 12 };
 
@@ -214,7 +222,7 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     if (s != MP_OK) return;
     int fused = 0; /* batchnorm2d + relu pairs (graph/plan_fuse.h): every model here has them */
     for (int i = 0; i < pg->n; i++) fused += pg->nodes[i].fused_away;
-    const bool want_fused = !getenv("MIXPREC_NO_FUSION");
+    const bool want_fused = !mp_env_get()->no_fusion;
     CHECK(!want_fused || fused > 0, "%s %s: no batchnorm2d+relu pair was fused", mc->model, mp_precision_name(prec));
     CHECK(want_fused || fused == 0, "%s %s: %d pairs fused under MIXPREC_NO_FUSION", mc->model,
           mp_precision_name(prec), fused);
@@ -342,20 +350,44 @@ static float cpu_curve(const model_case *mc, mp_precision prec, bool scaling, fl
     return curve[STEPS - 1];
 }
 
+/* A GPU trainer of m with SGD (momentum 0.9, constant rate 0.02), loss
+ * scaling on (static scale 1024) or off, and clipping by norm (0: off). */
+static mp_status gpu_trainer(mp_model *m, bool scaling, float clip_norm, mp_optimizer **opt, mp_trainer **t) {
+    MP_TRY(mp_optimizer_create(m->g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f},
+                                                          .lr = {.base_lr = 0.02f}},
+                               opt));
+    return mp_trainer_create(m->g,
+                             &(mp_trainer_opts){.batch = B, .device = {MP_DEVICE_CUDA, 0}, .input = m->input,
+                                                .labels = m->labels, .loss = m->loss, .optimizer = *opt,
+                                                .loss_scaling = scaling ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_OFF,
+                                                .scaler = {.static_scale = true, .init_scale = 1024},
+                                                .clip_norm = clip_norm},
+                             t);
+}
+
+/* Gradients the plan keeps in f16/bf16. */
+static int low_grad_count(const mp_plan *p) {
+    int n = 0;
+    for (int k = 0; k < p->g->n_params; k++) n += mp_plan_grad_dtype(p, k) != MP_DTYPE_F32;
+    return n;
+}
+
 static void training_curve(const model_case *mc, mp_precision prec) {
     bool scaling = prec == MP_PRECISION_AMP_FP16 || prec == MP_PRECISION_O2_FP16;
     float cpu[STEPS], gpu[STEPS];
     cpu_curve(mc, prec, scaling, cpu);
     mp_model m = build(mc, prec);
-    mp_plan *p = NULL;
-    mp_cuda_step *st = NULL;
-    mp_status s = mp_plan_create(
-        m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss, .device = {MP_DEVICE_CUDA, 0},
-                            .grads_in_arena = true, .low_grads = !scaling},
-        &p);
-    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = scaling,
-                            .scaler = {.static_scale = true, .init_scale = 1024}};
-    if (s == MP_OK) s = mp_cuda_step_create(p, &so, &st);
+    mp_optimizer *opt = NULL;
+    mp_trainer *t = NULL;
+    mp_status s = gpu_trainer(&m, scaling, 0, &opt, &t);
+    mp_plan *p = mp_trainer_plan(t);
+    if (s == MP_OK) { /* the plan the trainer made: as the one-step comparisons checked it */
+        CHECK(mp_plan_grads_in_arena(p), "%s %s: the trainer's gradients are not in the arena", mc->model,
+              mp_precision_name(prec));
+        const bool want_low = prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16;
+        CHECK(want_low == (low_grad_count(p) > 0), "%s %s: %d weight gradients in f16/bf16", mc->model,
+              mp_precision_name(prec), low_grad_count(p));
+    }
     size_t in = p ? mp_plan_numel(p, m.input) : 0;
     float *x = malloc(2 * (in ? in : 1) * sizeof *x);
     int32_t y[2 * B];
@@ -364,10 +396,8 @@ static void training_curve(const model_case *mc, mp_precision prec) {
     make_batch(&r, x, in, y);
     make_batch(&r, x + in, in, y + B);
     for (int k = 0; s == MP_OK && k < STEPS; k++) {
-        s = mp_plan_set_input(p, m.input, x + (k % 2) * in, in);
-        if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y + (k % 2) * B, B);
-        if (s == MP_OK) s = mp_cuda_step_run(st, 0.02f);
-        if (s == MP_OK) s = mp_cuda_step_loss(st, m.loss, &gpu[k]);
+        s = mp_trainer_step(t, &(mp_batch){.images = x + (k % 2) * in, .labels = y + (k % 2) * B, .n = B}, NULL);
+        if (s == MP_OK) s = mp_trainer_loss(t, &gpu[k]);
     }
     CHECK(s == MP_OK, "%s %s: GPU training: %s", mc->model, mp_precision_name(prec), mp_last_error());
     if (s == MP_OK) {
@@ -384,38 +414,59 @@ static void training_curve(const model_case *mc, mp_precision prec) {
               mp_precision_name(prec), gpu[0], gpu[STEPS - 1]);
     }
     free(x);
-    mp_cuda_step_destroy(st);
-    mp_plan_destroy(p);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
     mp_model_free(&m);
 }
 
-/* f16/bf16 weight gradients are rounded once, by backward: a step that
- * would unscale them in place is refused, naming the cause. Their dtype is
- * the plan's from its creation: a layer moved to fp32 afterwards (as
- * --auto-fallback does before the old plan syncs its state to the host)
- * still syncs the gradient it holds. */
-static void low_grads_rules(const model_case *mc) {
+/* f16/bf16 weight gradients are rounded once, by backward, and never
+ * rescaled in place: the trainer keeps them in their dtype (low_grads) only
+ * when nothing unscales or clips them; with loss scaling or clipping its
+ * plan holds f32 gradients, and such a step runs. */
+static void low_grads_choice(const model_case *mc, const float *x, const int32_t *y) {
+    static const struct {
+        const char *what;
+        bool scaling;
+        float clip_norm;
+        bool low;
+    } cases[] = {{"neither loss scaling nor clipping", false, 0, true},
+                 {"loss scaling", true, 0, false},
+                 {"clipping", false, 1.0f, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mp_model m = build(mc, MP_PRECISION_FP16);
+        mp_optimizer *opt = NULL;
+        mp_trainer *t = NULL;
+        mp_status s = gpu_trainer(&m, cases[i].scaling, cases[i].clip_norm, &opt, &t);
+        CHECK(s == MP_OK, "fp16 trainer with %s: %s", cases[i].what, mp_last_error());
+        if (s == MP_OK) {
+            const int low = low_grad_count(mp_trainer_plan(t));
+            CHECK((low > 0) == cases[i].low, "fp16 trainer with %s: %d gradients in f16", cases[i].what, low);
+            float loss = NAN;
+            s = mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = B}, NULL);
+            if (s == MP_OK) s = mp_trainer_loss(t, &loss);
+            CHECK(s == MP_OK && isfinite(loss), "fp16 trainer with %s: a step: %s (loss %g)", cases[i].what,
+                  s == MP_OK ? "ok" : mp_last_error(), loss);
+            printf("%-8s fp16      trainer with %s: %d gradients in f16, a step runs (loss %.4f)\n", mc->model,
+                   cases[i].what, low, loss);
+        }
+        mp_trainer_destroy(t);
+        mp_optimizer_destroy(opt);
+        mp_model_free(&m);
+    }
+}
+
+/* A low_grads plan's gradient dtype is the plan's from its creation: a
+ * layer moved to fp32 afterwards (as --auto-fallback does before the old
+ * plan syncs its state to the host) still syncs the gradient it holds. */
+static void low_grads_keep_dtype(const model_case *mc, const float *x, size_t n, const int32_t *y) {
     mp_model m = build(mc, MP_PRECISION_FP16);
     mp_plan *p = NULL;
-    mp_cuda_step *st = NULL;
     mp_status s = mp_plan_create(m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss,
                                                      .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = true,
                                                      .low_grads = true},
                                  &p);
     CHECK(s == MP_OK, "low_grads plan: %s", mp_last_error());
-    mp_cuda_step_opts so = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .loss_scaling = true,
-                            .scaler = {0}};
-    if (s == MP_OK) CHECK_ERR(mp_cuda_step_create(p, &so, &st), MP_ERR_INVALID_ARG, "low_grads", "loss scaling");
-    so = (mp_cuda_step_opts){.optim = {.kind = MP_OPTIM_SGD}, .clip_norm = 1.0f};
-    if (s == MP_OK) CHECK_ERR(mp_cuda_step_create(p, &so, &st), MP_ERR_INVALID_ARG, "low_grads", "clipping");
-    CHECK(st == NULL, "a refused step is not returned");
     mp_graph *g = m.g;
-    const size_t n = (size_t)B * mc->c * mc->h * mc->w;
-    float *x = malloc(n * sizeof *x);
-    int32_t y[B];
-    mp_rng r;
-    mp_rng_seed(&r, 5);
-    make_batch(&r, x, n, y);
     if (s == MP_OK) s = mp_plan_set_input(p, m.input, x, n);
     if (s == MP_OK) s = mp_plan_set_labels(p, m.labels, y, B);
     if (s == MP_OK) s = mp_plan_forward(p);
@@ -441,10 +492,20 @@ static void low_grads_rules(const model_case *mc) {
         nd->compute_dtype = was;
         free(before);
     }
-    free(x);
-    mp_cuda_step_destroy(st);
     mp_plan_destroy(p);
     mp_model_free(&m);
+}
+
+/* The child of case 1: cnn10 fp32 and amp-bf16 unfused, with gradients of their own. */
+static int plain_cases(const model_case *cnn10) {
+    if (!mp_env_get()->no_fusion) {
+        fprintf(stderr, "test_cuda_plan --plain: needs MIXPREC_NO_FUSION=1 in the environment\n");
+        return 2;
+    }
+    plain = true;
+    one_step_gradients(cnn10, MP_PRECISION_FP32);
+    one_step_gradients(cnn10, MP_PRECISION_AMP_BF16);
+    return test_summary("test_cuda_plan --plain");
 }
 
 int main(int argc, char **argv) {
@@ -460,6 +521,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const model_case models[] = {{"small", 1, 28, 28}, {"cnn10", 3, 32, 32}, {"resnet18", 3, 32, 32}};
+    if (only && !strcmp(only, "--plain")) return plain_cases(&models[1]);
     bool known = !only;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) known = known || !strcmp(only, models[i].model);
     if (!known) {
@@ -477,14 +539,23 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < 2; i++)
         for (size_t j = 0; j < 6 && (!only || !strcmp(only, models[i].model)); j++)
             if (!one_prec || curve_precs[j] == only_prec) training_curve(&models[i], curve_precs[j]);
-    if (!only || !strcmp(only, "small")) low_grads_rules(&models[0]);
-    /* the unfused kernels and gradients of their own (accumulation, MIXPREC_NO_FUSION=1) stay covered */
-    if (!only && !one_prec && !getenv("MIXPREC_NO_FUSION")) {
-        plain = true;
-        setenv("MIXPREC_NO_FUSION", "1", 1);
-        one_step_gradients(&models[1], MP_PRECISION_FP32);
-        one_step_gradients(&models[1], MP_PRECISION_AMP_BF16);
-        unsetenv("MIXPREC_NO_FUSION");
+    if (!only || !strcmp(only, "small")) { /* one batch of the small model for both */
+        const size_t n = (size_t)B * models[0].c * models[0].h * models[0].w;
+        float *x = malloc(n * sizeof *x);
+        int32_t y[B];
+        mp_rng r;
+        mp_rng_seed(&r, 5);
+        make_batch(&r, x, n, y);
+        low_grads_choice(&models[0], x, y);
+        low_grads_keep_dtype(&models[0], x, n, y);
+        free(x);
+    }
+    /* the unfused kernels and gradients of their own (accumulation, MIXPREC_NO_FUSION=1) stay covered: in a
+     * child, as the library reads MIXPREC_NO_FUSION once per process */
+    if (!only && !one_prec && !mp_env_get()->no_fusion) {
+        char *child[] = {argv[0], "--plain", NULL};
+        const int rc = gpu_test_rerun("MIXPREC_NO_FUSION=1", child);
+        CHECK(rc == 0, "the unfused cases (MIXPREC_NO_FUSION=1 %s --plain) failed: exit %d", argv[0], rc);
     }
     return test_summary("test_cuda_plan");
 }

@@ -1,5 +1,5 @@
-/* test_cuda_resume.c — --save/--resume of GPU runs through the trainer
- * (mp_train_run, as `mixprec train --device cuda` calls it) on synthetic
+/* test_cuda_resume.c — --save/--resume of GPU runs through the epoch loop
+ * (mp_fit over the trainer, as `mixprec train --device cuda` calls it) on synthetic
  * data: the small CNN under amp-fp16 with dynamic loss scaling, Adam and a
  * cosine schedule, every step's loss read back, 3 epochs:
  *  1. a GPU run stopped after epoch 1 and resumed from its checkpoint logs
@@ -12,7 +12,9 @@
  *  2. a checkpoint written by a GPU run resumes on the CPU, and one written
  *     by a CPU run resumes on the GPU; each continues close to the
  *     uninterrupted run it came from (the devices round differently: the
- *     epoch losses within 10%).
+ *     epoch losses within 10%); the CPU runs the plain-C reference kernels.
+ * The library reads MIXPREC_DETERMINISTIC once per process, so case 2 runs
+ * with deterministic GPU algorithms as well.
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -20,11 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "check.h"
 #include "cuda/cuda_ctx.h"
+#include "data/dataset.h"
+#include "models/models.h"
 #include "scratch_dir.h"
-#include "train/trainer.h"
+#include "train/fit.h"
 
 enum { EPOCHS = 3, FIELDS = 6 };
 
@@ -61,22 +64,23 @@ static int read_log(const char *path, record *rec) {
 
 static mp_dataset train_set, test_set;
 
-/* One mp_train_run of a fresh model (initialized from o.seed by the trainer). */
-static mp_status train(mp_train_opts o) {
+/* One mp_fit of a fresh amp-fp16 model (initialized from o.seed by mp_fit). */
+static mp_status train(mp_fit_opts o) {
     mp_model m;
     MP_TRY(mp_model_build("small", 1, 12, 12, 10, &m));
     mp_status s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16});
-    mp_train_result r;
-    if (s == MP_OK) s = mp_train_run(&m, &train_set, &test_set, &o, &r);
+    mp_fit_result r;
+    if (s == MP_OK) s = mp_fit(&m, &train_set, &test_set, &o, &r);
     mp_model_free(&m);
     return s;
 }
 
-static mp_train_opts opts_on(mp_device_kind kind) {
-    return (mp_train_opts){.model_name = "small", .data_name = "synthetic", .precision = "amp-fp16",
-                           .epochs = EPOCHS, .batch = 32, .lr = 3e-4f, .optim = {.kind = MP_OPTIM_ADAM},
-                           .lr_schedule = "cosine", .seed = 7, .device = {kind, 0}, .read_every = 1,
-                           .loss_scaling = true, .scaler = {.growth_interval = 7}};
+static mp_fit_opts opts_on(mp_device_kind kind) {
+    return (mp_fit_opts){.model_name = "small", .data_name = "synthetic", .epochs = EPOCHS,
+                         .trainer = {.batch = 32, .device = {kind, 0}, .reference = kind == MP_DEVICE_CPU,
+                                     .loss_scaling = MP_LOSS_SCALING_ON, .scaler = {.growth_interval = 7}},
+                         .lr = 3e-4f, .optim = {.kind = MP_OPTIM_ADAM}, .lr_schedule = "cosine", .seed = 7,
+                         .read_every = 1};
 }
 
 /* The worst relative difference of a's records to b's (NAN when the
@@ -98,7 +102,7 @@ static bool same_records(const record *a, const record *b, int n) {
 
 /* 1. GPU: stopped after epoch 1 and resumed, against uninterrupted runs. */
 static void gpu_resume(const char *dir) {
-    mp_train_opts o = opts_on(MP_DEVICE_CUDA);
+    mp_fit_opts o = opts_on(MP_DEVICE_CUDA);
     o.log_path = scratch_path(dir, "full.jsonl");
     CHECK(train(o) == MP_OK, "uninterrupted GPU run: %s", mp_last_error());
     o.log_path = scratch_path(dir, "control.jsonl");
@@ -136,7 +140,7 @@ static void cross_device(const char *dir, mp_device_kind from, mp_device_kind to
     snprintf(full_log, sizeof full_log, "%s_full.jsonl", name);
     snprintf(save, sizeof save, "%s_epoch1.st", name);
     snprintf(cont_log, sizeof cont_log, "%s_cont.jsonl", name);
-    mp_train_opts o = opts_on(from);
+    mp_fit_opts o = opts_on(from);
     if (from == MP_DEVICE_CPU) { /* the GPU test already ran these for the GPU */
         o.log_path = scratch_path(dir, full_log);
         CHECK(train(o) == MP_OK, "%s: uninterrupted run: %s", name, mp_last_error());
@@ -165,6 +169,7 @@ static void cross_device(const char *dir, mp_device_kind from, mp_device_kind to
 }
 
 int main(void) {
+    setenv("MIXPREC_DETERMINISTIC", "1", 1); /* before any plan: the algorithm choices are made in prepare */
     if (mp_cuda_device_count() < 1) {
         fprintf(stderr, "test_cuda_resume: no CUDA device: %s\n", mp_cuda_device_list());
         return 2;
@@ -178,9 +183,7 @@ int main(void) {
     mp_dataset_free(&all);
     char dir[4096];
     scratch_dir_create(dir, sizeof dir, "test_cuda_resume");
-    setenv("MIXPREC_DETERMINISTIC", "1", 1); /* before any plan: the algorithm choices are made in prepare */
     gpu_resume(dir);
-    unsetenv("MIXPREC_DETERMINISTIC");
     cross_device(dir, MP_DEVICE_CUDA, MP_DEVICE_CPU, "gpu-to-cpu");
     cross_device(dir, MP_DEVICE_CPU, MP_DEVICE_CUDA, "cpu-to-gpu");
     scratch_dir_remove(dir);
