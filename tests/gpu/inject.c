@@ -4,7 +4,7 @@
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_plan.h"
 #include "cuda/cuda_plan_kernels.h"
-#include "graph/device.h"
+#include "cuda/cuda_exec.h"
 #include "graph/plan.h"
 #include "train/trainer.h"
 
