@@ -1,10 +1,13 @@
 /* checkpoint.c — see checkpoint.h. */
 #include "train/checkpoint.h"
 
+#include <float.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/ckpt_meta.h"
 #include "io/safetensors.h"
 
 #define META_MAX 32
@@ -72,20 +75,7 @@ mp_status mp_checkpoint_save(const char *path, const mp_graph *g, const mp_optim
     return s;
 }
 
-static mp_status meta_string(const mp_st_file *f, const char *path, const char *key, const char **out) {
-    *out = mp_safetensors_meta(f, key);
-    if (!*out) return mp_error(MP_ERR_FORMAT, "%s: not a mixprec checkpoint (metadata '%s' missing)", path, key);
-    return MP_OK;
-}
-
-static mp_status meta_number(const mp_st_file *f, const char *path, const char *key, double *out) {
-    const char *v;
-    MP_TRY(meta_string(f, path, key, &v));
-    char *end;
-    *out = strtod(v, &end);
-    if (end == v || *end) return mp_error(MP_ERR_FORMAT, "%s: metadata '%s' = '%s' is not a number", path, key, v);
-    return MP_OK;
-}
+#define MAX_STEP ((int64_t)1 << 53) /* step counters stay exact in a double */
 
 static mp_status expect_same(const char *path, const char *what, const char *have, const char *want) {
     if (strcmp(have, want))
@@ -109,17 +99,22 @@ static mp_status load_tensor(const mp_st_file *f, const char *path, const char *
 static mp_status load_all(const mp_st_file *f, const char *path, mp_graph *g, mp_optim *opt, mp_scaler *scaler,
                           mp_ckpt_info *info) {
     const char *v;
-    MP_TRY(meta_string(f, path, "mixprec.model", &v));
+    MP_TRY(mp_ckpt_meta_string(f, path, "mixprec.model", &v));
     MP_TRY(expect_same(path, "model", v, info->model));
-    MP_TRY(meta_string(f, path, "mixprec.precision", &v));
+    MP_TRY(mp_ckpt_meta_string(f, path, "mixprec.precision", &v));
     MP_TRY(expect_same(path, "precision", v, info->precision));
-    MP_TRY(meta_string(f, path, "mixprec.optimizer", &v));
+    MP_TRY(mp_ckpt_meta_string(f, path, "mixprec.optimizer", &v));
     MP_TRY(expect_same(path, "optimizer", v, info->optimizer));
-    double num;
-    MP_TRY(meta_number(f, path, "mixprec.batch", &num));
-    if ((int)num != info->batch)
+    int64_t batch, epoch, global_step, optim_steps;
+    uint64_t plan_step;
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.batch", 1, INT32_MAX, &batch));
+    if (batch != info->batch)
         return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint was saved with batch %d, this run uses %d", path,
-                        (int)num, info->batch);
+                        (int)batch, info->batch);
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.epoch", 0, 100000, &epoch));
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.global_step", 0, MAX_STEP - 1, &global_step));
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.optim_steps", 0, global_step, &optim_steps));
+    MP_TRY(mp_ckpt_meta_u64(f, path, "mixprec.plan_step", 0, UINT64_MAX, &plan_step));
     for (int i = 0; i < g->n_params; i++)
         MP_TRY(load_tensor(f, path, g->params[i].name, g->params[i].data, mp_shape_numel(&g->params[i].spec.shape)));
     for (int i = 0; i < mp_optim_param_count(opt); i++) {
@@ -132,14 +127,10 @@ static mp_status load_all(const mp_st_file *f, const char *path, mp_graph *g, mp
             MP_TRY(load_tensor(f, path, name, bufs[k], ref->n));
         }
     }
-    MP_TRY(meta_number(f, path, "mixprec.optim_steps", &num));
-    mp_optim_set_step_count(opt, (int64_t)num);
-    MP_TRY(meta_number(f, path, "mixprec.epoch", &num));
-    info->epoch = (int)num;
-    MP_TRY(meta_number(f, path, "mixprec.global_step", &num));
-    info->global_step = (int64_t)num;
-    MP_TRY(meta_number(f, path, "mixprec.plan_step", &num));
-    info->plan_step = (uint64_t)num;
+    MP_TRY(mp_optim_set_step_count(opt, optim_steps));
+    info->epoch = (int)epoch;
+    info->global_step = global_step;
+    info->plan_step = plan_step;
     if (scaler) {
         const char *sn[MP_SCALER_STATE_COUNT];
         double sv[MP_SCALER_STATE_COUNT];
@@ -147,8 +138,10 @@ static mp_status load_all(const mp_st_file *f, const char *path, mp_graph *g, mp
         for (int i = 0; i < ns; i++) {
             char key[64];
             snprintf(key, sizeof key, "scaler.%s", sn[i]);
-            MP_TRY(meta_number(f, path, key, &num));
-            MP_TRY(mp_scaler_state_set(scaler, sn[i], num));
+            double num;
+            MP_TRY(mp_ckpt_meta_double(f, path, key, -DBL_MAX, DBL_MAX, &num));
+            if (mp_scaler_state_set(scaler, sn[i], num) != MP_OK)
+                return mp_error(MP_ERR_FORMAT, "%s: metadata '%s': %s", path, key, mp_last_error());
         }
     }
     return MP_OK;
