@@ -34,7 +34,7 @@ expect 1 "\-\-optimizer 'rmsprop': unknown" -- train --optimizer rmsprop --data 
 expect 1 "$work/none" -- train --data-dir "$work/none"
 expect 1 "batch 70000 is larger than the training set" -- train --batch 70000
 expect 1 "\-\-lr-schedule" -- train --data synthetic --synthetic-size 100 --batch 10 --lr-schedule warp:9
-expect 1 "\-\-log $work/no/such/dir/x.jsonl: cannot open" -- train --data synthetic --synthetic-size 100 --batch 10 --log "$work/no/such/dir/x.jsonl"
+expect 2 "\-\-log $work/no/such/dir/x.jsonl: directory $work/no/such/dir does not exist" -- train --data synthetic --synthetic-size 100 --batch 10 --log "$work/no/such/dir/x.jsonl"
 
 # mixed-precision options: clear errors before any training starts
 syn=(--data synthetic --synthetic-size 100 --batch 10)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/output_path.h"
 #include "io/safetensors.h"
 #include "io/safetensors_internal.h"
 
@@ -271,7 +272,8 @@ static void st_header(sbuf *b, const mp_st_tensor *tensors, int n, const char *c
 static mp_status st_commit(const char *path, const char *tmp, const sbuf *hdr, const mp_st_tensor *tensors, int n,
                            const st_order *tord, const uint64_t *nbytes) {
     const char *what = "creating";
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
+    unlink(tmp); /* a leftover of an earlier process with this pid (maybe not a regular file) */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0) goto fail;
     what = "writing";
     unsigned char len8[8];
@@ -321,6 +323,10 @@ mp_status mp_safetensors_write(const char *path, const mp_st_tensor *tensors, in
                         (const void *)tensors);
     if (n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values)))
         return mp_error(MP_ERR_INVALID_ARG, "%s: bad metadata list (n_meta = %d)", path, n_meta);
+    /* Only a regular file or a new path is replaced: renaming over a device
+     * node or a FIFO would replace it. */
+    MP_TRY(mp_output_path_check(path, NULL));
+    mp_output_remove_stale_tmp(path);
 
     uint64_t *nbytes = calloc((size_t)n + 1, sizeof *nbytes);
     st_order *tord = calloc((size_t)n + 1, sizeof *tord);

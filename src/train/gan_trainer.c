@@ -10,6 +10,7 @@
 #include "data/loader.h"
 #include "graph/graph.h"
 #include "io/image_grid.h"
+#include "io/output_path.h"
 #include "train/progress.h"
 
 #define GRID_COLS 10
@@ -74,10 +75,10 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void write_record(FILE *log, const mp_gan_train_opts *o, const mp_gan_ctx *c, int epoch, const double *ms,
+static mp_status write_record(FILE *log, const char *log_path, const mp_gan_train_opts *o, const mp_gan_ctx *c, int epoch, const double *ms,
                          int steps, double d_loss, double g_loss, double secs, const char *samples) {
     double *sorted = malloc((size_t)steps * sizeof *sorted), sum = 0;
-    if (!sorted) return;
+    if (!sorted) return mp_error(MP_ERR_NOMEM, "%s: out of memory", log_path);
     memcpy(sorted, ms, (size_t)steps * sizeof *sorted);
     qsort(sorted, (size_t)steps, sizeof *sorted, cmp_double);
     for (int i = 0; i < steps; i++) sum += ms[i];
@@ -95,8 +96,8 @@ static void write_record(FILE *log, const mp_gan_train_opts *o, const mp_gan_ctx
             sorted[0], sorted[steps - 1], samples);
     for (int i = 0; i < steps; i++) fprintf(log, "%s%.3f", i ? "," : "", ms[i]);
     fputs("]}\n", log);
-    fflush(log);
     free(sorted);
+    return mp_output_flush(log, log_path, NULL); /* a full disk stops the run here */
 }
 
 /* One iteration on the next batch; *ms: its wall time. */
@@ -144,8 +145,7 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
     float *real = malloc((size_t)o->step.batch * m->c * m->h * m->w * sizeof *real);
     double *ms = malloc((size_t)(steps + 1) * sizeof *ms);
     if (s == MP_OK && (!real || !ms)) s = mp_error(MP_ERR_NOMEM, "gan: out of memory");
-    if (s == MP_OK && !(log = fopen(log_path, "w")))
-        s = mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", log_path, strerror(errno));
+    if (s == MP_OK) s = mp_output_open(log_path, NULL, false, &log);
     for (int epoch = 1; s == MP_OK && epoch <= o->epochs; epoch++) {
         s = mp_loader_start_epoch(ld, epoch);
         double t0 = mp_now_seconds(), d_sum = 0, g_sum = 0;
@@ -168,7 +168,8 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
         r->batch_ms = total_ms / steps;
         s = write_samples(m, o, epoch, r);
         if (s != MP_OK) break;
-        write_record(log, o, &c, epoch, ms, steps, r->d_loss, r->g_loss, secs, r->samples_path);
+        s = write_record(log, log_path, o, &c, epoch, ms, steps, r->d_loss, r->g_loss, secs, r->samples_path);
+        if (s != MP_OK) break;
         if (o->out) {
             fprintf(o->out, "epoch %d/%d: D loss %.4f - G loss %.4f - %d batches, %.2f ms/batch - %.1fs", epoch,
                     o->epochs, r->d_loss, r->g_loss, steps, r->batch_ms, secs);
@@ -183,7 +184,8 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
     r->d_skipped = c.dis.skipped;
     r->forward_overflows = c.forward_overflows;
     r->loss_scale = mp_gan_loss_scale(&c);
-    if (log && fclose(log) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s: write failed: %s", log_path, strerror(errno));
+    if (log && s == MP_OK) s = mp_output_close(log, log_path, NULL);
+    else if (log) fclose(log); /* the first error is the one reported */
     free(real);
     free(ms);
     mp_loader_destroy(ld);

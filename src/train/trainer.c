@@ -11,6 +11,7 @@
 #include "amp/policy.h"
 #include "data/loader.h"
 #include "graph/graph.h"
+#include "io/output_path.h"
 #include "train/checkpoint.h"
 #include "train/progress.h"
 #include "train/train_gpus.h"
@@ -73,7 +74,7 @@ mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *
     return s;
 }
 
-static void write_log(FILE *log, const mp_train_opts *o, int epoch, double loss, double train_acc, double test_acc,
+static mp_status write_log(FILE *log, const mp_train_opts *o, int epoch, double loss, double train_acc, double test_acc,
                       double test_loss, double secs, double ips, float lr, size_t arena, int64_t skipped,
                       float loss_scale) {
     fprintf(log,
@@ -83,7 +84,7 @@ static void write_log(FILE *log, const mp_train_opts *o, int epoch, double loss,
             epoch, o->model_name ? o->model_name : "", o->data_name ? o->data_name : "",
             o->precision ? o->precision : "fp32", o->batch, lr, loss, train_acc, test_loss, test_acc, secs, ips, arena,
             (long long)skipped, loss_scale);
-    fflush(log);
+    return mp_output_flush(log, o->log_path, "--log"); /* a full disk stops the run here */
 }
 
 static mp_status check_opts(const mp_dataset *train, const mp_train_opts *o) {
@@ -201,8 +202,7 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
             fprintf(o->out, "resumed from %s after epoch %d (step %lld)\n", o->resume_path, ck.epoch,
                     (long long)global_step);
     }
-    if (s == MP_OK && o->log_path && !(log = fopen(o->log_path, first_epoch > 1 ? "a" : "w")))
-        s = mp_error(MP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
+    if (s == MP_OK && o->log_path) s = mp_output_open(o->log_path, "--log", first_epoch > 1, &log);
     if (s == MP_OK) r->arena_bytes = mp_plan_arena_bytes(ctx.plan);
     if (s == MP_OK && o->out && o->print_memory) mp_plan_print_memory(ctx.plan, o->out);
     if (s == MP_OK && o->out) {
@@ -258,9 +258,9 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
             fputc('\n', o->out);
             fflush(o->out);
         }
-        if (log) write_log(log, o, epoch, r->train_loss, r->train_acc, test_acc, test_loss, secs, r->images_per_s, lr,
+        if (log) s = write_log(log, o, epoch, r->train_loss, r->train_acc, test_acc, test_loss, secs, r->images_per_s, lr,
                            r->arena_bytes, ctx.skipped, o->loss_scaling ? mp_scaler_scale(&ctx.scaler) : 1.0f);
-        if (o->save_path && rank == 0) {
+        if (s == MP_OK && o->save_path && rank == 0) {
             ck.epoch = epoch;
             ck.global_step = global_step;
             ck.plan_step = mp_plan_step(ctx.plan);
@@ -274,8 +274,8 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
     r->total_seconds = mp_now_seconds() - t_all;
     r->skipped_steps = ctx.skipped;
     r->final_loss_scale = o->loss_scaling && ctx.opt ? mp_scaler_scale(&ctx.scaler) : 1.0f;
-    if (log && fclose(log) != 0 && s == MP_OK)
-        s = mp_error(MP_ERR_IO, "--log %s: write failed: %s", o->log_path, strerror(errno));
+    if (log && s == MP_OK) s = mp_output_close(log, o->log_path, "--log");
+    else if (log) fclose(log); /* the first error is the one reported */
     mp_step_ctx_free(&ctx);
     mp_loader_destroy(ld);
     free(mean);
