@@ -29,7 +29,9 @@ typedef struct {
  * classes = max label + 1. source = images_path. */
 mp_status mp_dataset_load_idx(const char *images_path, const char *labels_path, mp_dataset *out);
 
-/* Fashion-MNIST from dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. */
+/* Fashion-MNIST (or MNIST) from dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz];
+ * 10 classes: a label >= 10 is an error naming the labels file and the sample.
+ * source = "Fashion-MNIST train|test (<images path>)". */
 mp_status mp_dataset_load_fashion_mnist(const char *dir, bool train, mp_dataset *out);
 
 /* CIFAR-10 binary version from dir (or dir/cifar-10-batches-bin):
@@ -48,6 +50,15 @@ void mp_dataset_free(mp_dataset *d);
 
 /* MP_ERR_NONFINITE naming d->source and the first sample with NaN/inf. */
 mp_status mp_dataset_check_finite(const mp_dataset *d);
+
+/* Every label of d lies in [0, classes); else MP_ERR_FORMAT naming `path`
+ * (the labels file), the first bad sample and its label. */
+mp_status mp_dataset_check_labels(const mp_dataset *d, int classes, const char *path);
+
+/* A test set usable with a model built for `train`: the same per-sample shape
+ * (c, h, w), and every test label within the training classes. Errors
+ * (MP_ERR_SHAPE, MP_ERR_FORMAT) name both sources. */
+mp_status mp_dataset_check_compatible(const mp_dataset *train, const mp_dataset *test);
 
 /* Per-channel mean and (population) standard deviation over all samples;
  * mean and std each hold d->c floats. */
