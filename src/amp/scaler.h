@@ -69,7 +69,8 @@
  * GradScaler's default configuration. */
 typedef struct {
     bool dynamic;         /* false: static scale (init_scale forever) */
-    float init_scale;     /* --loss-scale, 0 -> 65536 */
+    float init_scale;     /* --loss-scale; dynamic: 0 -> 65536; static: must be > 0 (0 is an
+                             error, never a silent 65536) */
     float growth_factor;  /* --loss-scale-growth, 0 -> 2, > 1 */
     float backoff_factor; /* --loss-scale-backoff, 0 -> 0.5, in (0, 1) */
     int growth_interval;  /* --loss-scale-window, 0 -> 2000, clean steps per growth */
