@@ -122,6 +122,17 @@ int cli_check_output_dir(const char *cmd, const char *option, const char *dir) {
     return 2;
 }
 
+int cli_check_outputs_distinct(const char *cmd, int n, const char *const *options, const char *const *paths) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (paths[i] && paths[j] && mp_output_same_file(paths[i], paths[j])) {
+                fprintf(stderr, "mixprec %s: %s %s and %s %s name the same file: give each output its own path\n",
+                        cmd, options[i], paths[i], options[j], paths[j]);
+                return 2;
+            }
+    return 0;
+}
+
 bool cli_make_dirs(const char *path) {
     char buf[4096];
     if (!*path || strlen(path) >= sizeof buf) {

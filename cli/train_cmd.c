@@ -267,7 +267,10 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     /* every output path, before any data is read or a step trained */
     if (!t.print_precision && ((rc = cli_check_output("train", "--save", rank == 0 ? t.save : NULL)) ||
                                (rc = cli_check_output("train", "--log", t.log)) ||
-                               (rc = cli_check_output("train", "--monitor-csv", t.monitor_csv))))
+                               (rc = cli_check_output("train", "--monitor-csv", t.monitor_csv)) ||
+                               (rc = cli_check_outputs_distinct("train", 3,
+                                                                (const char *[]){"--save", "--log", "--monitor-csv"},
+                                                                (const char *[]){t.save, t.log, t.monitor_csv}))))
         return rc;
     if (t.threads) omp_set_num_threads(t.threads);
     FILE *monitor_csv = NULL;

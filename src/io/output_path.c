@@ -86,6 +86,28 @@ mp_status mp_output_dir_check(const char *dir, const char *option) {
     }
 }
 
+/* The canonical form of path's directory and its last part into buf: what
+ * the file would be called once created. */
+static bool canonical(const char *path, char *buf, size_t cap) {
+    char dir[4096];
+    if (strlen(path) >= sizeof dir) return false;
+    parent_of(path, dir, sizeof dir);
+    const char *slash = strrchr(path, '/');
+    char *real = realpath(dir, NULL);
+    if (!real) return false;
+    int n = snprintf(buf, cap, "%s/%s", real, slash ? slash + 1 : path);
+    free(real);
+    return n >= 0 && (size_t)n < cap;
+}
+
+bool mp_output_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ca[8200], cb[8200];
+    if (!canonical(a, ca, sizeof ca) || !canonical(b, cb, sizeof cb)) return !strcmp(a, b);
+    return !strcmp(ca, cb);
+}
+
 mp_status mp_output_open(const char *path, const char *option, bool append, FILE **out) {
     *out = NULL;
     char w[4200];

@@ -24,6 +24,11 @@ mp_status mp_output_path_check(const char *path, const char *option);
  * will be created). */
 mp_status mp_output_dir_check(const char *dir, const char *option);
 
+/* Whether two output paths name the same file (existing or to be created),
+ * however spelled ("x", "./x", a symbolic link to it): two outputs written
+ * to one file would overwrite each other. */
+bool mp_output_same_file(const char *a, const char *b);
+
 /* Check `path` as above and open it for writing without blocking on a FIFO
  * or device: truncated, or appended to when `append`. */
 mp_status mp_output_open(const char *path, const char *option, bool append, FILE **out);
