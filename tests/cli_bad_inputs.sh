@@ -148,6 +148,7 @@ echo "keep me" >"$in/existing.txt"
 ln -s /dev/null "$in/link_to_null"
 mkfifo "$in/out_fifo"
 mkdir -p "$in/bench_fifo" && mkfifo "$in/bench_fifo/results.jsonl"
+mkdir -p "$in/gan_fifo" && mkfifo "$in/gan_fifo/samples_epoch1.png" "$in/gan_fifo/samples_epoch1.pgm"
 
 # ---- the runner ----------------------------------------------------------------
 # Types and checksums of everything that exists now (new files may appear).
@@ -293,6 +294,7 @@ bsyn=(--data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batches 10
 row bench_out_file 2 "--out $in/existing.txt: $in/existing.txt is a regular file, not a directory" -- bench "${bsyn[@]}" --out "$in/existing.txt"
 row bench_out_under_file 2 "--out $in/existing.txt/sub: $in/existing.txt is a regular file" -- bench "${bsyn[@]}" --out "$in/existing.txt/sub"
 row bench_results_fifo 2 "--out $in/bench_fifo/results.jsonl: is a FIFO" -- bench "${bsyn[@]}" --out "$in/bench_fifo"
+row gan_samples_fifo 1 "$in/gan_fifo/samples_epoch1.p[ng][gm]: is a FIFO" -- train-gan "${syn[@]}" --epochs 1 --max-steps 2 --out "$in/gan_fifo"
 row gan_out_file 2 "--out $in/existing.txt: $in/existing.txt is a regular file" -- train-gan "${syn[@]}" --out "$in/existing.txt"
 
 # ---- table 2: the training step and checkpoint loading (the lead's items) ------------
