@@ -270,7 +270,11 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                (rc = cli_check_output("train", "--monitor-csv", t.monitor_csv)) ||
                                (rc = cli_check_outputs_distinct("train", 3,
                                                                 (const char *[]){"--save", "--log", "--monitor-csv"},
-                                                                (const char *[]){t.save, t.log, t.monitor_csv}))))
+                                                                (const char *[]){t.save, t.log, t.monitor_csv})) ||
+                               /* a log appended to the checkpoint it resumes from would corrupt it */
+                               (rc = cli_check_outputs_distinct("train", 3,
+                                                                (const char *[]){"--resume", "--log", "--monitor-csv"},
+                                                                (const char *[]){t.resume, t.log, t.monitor_csv}))))
         return rc;
     if (t.threads) omp_set_num_threads(t.threads);
     FILE *monitor_csv = NULL;

@@ -288,6 +288,7 @@ row log_fifo 2 "--log $in/out_fifo: is a FIFO" -- "${run[@]}" --log "$in/out_fif
 WRAP=fsize0 row log_disk_full 1 "--log log.jsonl: write failed: File too large" -- "${run[@]}" --log log.jsonl
 row log_is_save 2 "--save run.st and --log ./run.st name the same file" -- "${run[@]}" --save run.st --log ./run.st
 row csv_is_log 2 "--log $in/existing.txt and --monitor-csv $in/../in/existing.txt name the same file" -- "${run[@]}" --log "$in/existing.txt" --monitor-csv "$in/../in/existing.txt"
+row log_is_resume 2 "--resume $ck and --log $ck name the same file" -- "${run[@]}" --resume "$ck" --log "$ck"
 row monitor_csv_fifo 2 "--monitor-csv $in/out_fifo: is a FIFO" -- "${run[@]}" --monitor-csv "$in/out_fifo"
 row monitor_csv_no_dir 2 "--monitor-csv $work/nodir/m.csv: directory" -- "${run[@]}" --monitor-csv "$work/nodir/m.csv"
 bsyn=(--data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batches 10 --precisions fp32)
