@@ -75,8 +75,9 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static mp_status write_record(FILE *log, const char *log_path, const mp_gan_train_opts *o, const mp_gan_ctx *c, int epoch, const double *ms,
-                         int steps, double d_loss, double g_loss, double secs, const char *samples) {
+static mp_status write_record(FILE *log, const char *log_path, const mp_gan_train_opts *o, const mp_gan_ctx *c,
+                              int epoch, const double *ms, int steps, double d_loss, double g_loss, double secs,
+                              const char *samples) {
     double *sorted = malloc((size_t)steps * sizeof *sorted), sum = 0;
     if (!sorted) return mp_error(MP_ERR_NOMEM, "%s: out of memory", log_path);
     memcpy(sorted, ms, (size_t)steps * sizeof *sorted);

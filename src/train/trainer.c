@@ -74,9 +74,9 @@ mp_status mp_evaluate(mp_model *m, const mp_dataset *d, int batch, const float *
     return s;
 }
 
-static mp_status write_log(FILE *log, const mp_train_opts *o, int epoch, double loss, double train_acc, double test_acc,
-                      double test_loss, double secs, double ips, float lr, size_t arena, int64_t skipped,
-                      float loss_scale) {
+static mp_status write_log(FILE *log, const mp_train_opts *o, int epoch, double loss, double train_acc,
+                           double test_acc, double test_loss, double secs, double ips, float lr, size_t arena,
+                           int64_t skipped, float loss_scale) {
     fprintf(log,
             "{\"epoch\":%d,\"model\":\"%s\",\"data\":\"%s\",\"precision\":\"%s\",\"batch\":%d,\"lr\":%.6g,"
             "\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,\"epoch_time_s\":%.3f,"
@@ -258,8 +258,8 @@ mp_status mp_train_run(mp_model *m, const mp_dataset *train, const mp_dataset *t
             fputc('\n', o->out);
             fflush(o->out);
         }
-        if (log) s = write_log(log, o, epoch, r->train_loss, r->train_acc, test_acc, test_loss, secs, r->images_per_s, lr,
-                           r->arena_bytes, ctx.skipped, o->loss_scaling ? mp_scaler_scale(&ctx.scaler) : 1.0f);
+        if (log) s = write_log(log, o, epoch, r->train_loss, r->train_acc, test_acc, test_loss, secs, r->images_per_s,
+                               lr, r->arena_bytes, ctx.skipped, o->loss_scaling ? mp_scaler_scale(&ctx.scaler) : 1.0f);
         if (s == MP_OK && o->save_path && rank == 0) {
             ck.epoch = epoch;
             ck.global_step = global_step;
