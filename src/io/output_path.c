@@ -72,7 +72,8 @@ mp_status mp_output_dir_check(const char *dir, const char *option) {
     for (;;) {
         struct stat st;
         if (stat(at, &st) == 0) {
-            if (!S_ISDIR(st.st_mode)) return mp_error(MP_ERR_IO, "%s: %s is %s, not a directory", w, at, mp_file_kind(st.st_mode));
+            if (!S_ISDIR(st.st_mode))
+                return mp_error(MP_ERR_IO, "%s: %s is %s, not a directory", w, at, mp_file_kind(st.st_mode));
             if (access(at, W_OK | X_OK) != 0)
                 return mp_error(MP_ERR_IO, "%s: cannot write in directory %s: %s", w, at, strerror(errno));
             return MP_OK;
