@@ -310,7 +310,7 @@ lead ckpt_weight_nan 1 "conv2.weight" -- "${run[@]}" --resume "$in/weight_nan.sa
 lead epoch_past_end 1 "epoch_past_end.safetensors: .*epoch 5" -- "${run[@]}" --resume "$in/epoch_past_end.safetensors"
 lead diverge_auto_fallback ! "loss|NaN|nan|scale" -- train "${syn[@]}" --synthetic-size 1000 --epochs 2 --precision amp-fp16 --lr 100 --auto-fallback --quiet
 lead static_scale_skips_all ! "skipped" -- train "${syn[@]}" --synthetic-size 1000 --epochs 2 --precision amp-fp16 --loss-scale 1e30 --quiet
-lead forward_overflows_unbounded ! "skipped|overflow" -- train "${syn[@]}" --synthetic-size 1000 --epochs 2 --precision amp-fp16 --loss-scale 1e30 --max-forward-overflows 1048576 --quiet
+lead forward_overflows_unbounded ! "skipped|overflow" -- train "${syn[@]}" --synthetic-size 1000 --epochs 2 --precision amp-fp16 --lr 100 --max-forward-overflows 1048576 --quiet
 # skipped_steps in the log continues across --resume: a run split by --stop-after
 # and --resume logs what the uninterrupted run logs (an exit-0 check, not a row)
 d=$work/c/resume_skipped_steps && mkdir -p "$d"
