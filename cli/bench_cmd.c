@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/common_opts.h"
 #include "core/error.h"
+#include "io/output_path.h"
 #include "train/progress.h"
 
 #define MAX_LIST 64
@@ -207,8 +208,8 @@ static FILE *open_out(const char *dir) {
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/results.jsonl", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) fprintf(stderr, "mixprec bench: --out '%s': cannot write results.jsonl there: %s\n", dir, strerror(errno));
+    FILE *f = NULL;
+    if (mp_output_open(path, "--out", false, &f) != MP_OK) fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
     return f;
 }
 
@@ -265,6 +266,7 @@ int cmd_bench(int argc, char **argv) {
         strftime(default_out, sizeof default_out, "runs/bench-%Y%m%d-%H%M%S", localtime(&now));
         b.out = default_out;
     }
+    if ((rc = cli_check_output_dir("bench", "--out", b.out))) return rc; /* before the data is read */
     if (b.threads) omp_set_num_threads(b.threads);
 
     mp_dataset train = {0}, test = {0};
@@ -311,17 +313,19 @@ int cmd_bench(int argc, char **argv) {
     /* the GPU monitor: one CSV for the whole matrix, a window per cell */
     char csv_path[4200];
     snprintf(csv_path, sizeof csv_path, "%s/monitor.csv", b.out);
-    FILE *csv = b.monitor_interval > 0 ? fopen(csv_path, "w") : NULL;
-    mp_status s = MP_OK;
-    if (b.monitor_interval > 0 && !csv)
-        s = mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", csv_path, strerror(errno));
+    FILE *csv = NULL;
+    mp_status s = b.monitor_interval > 0 ? mp_output_open(csv_path, NULL, false, &csv) : MP_OK;
     if (s == MP_OK) s = mp_monitor_begin_run(b.monitor_interval, csv, csv_path, stdout, &o.monitor);
     mp_bench_matrix m = {0};
     if (s == MP_OK) s = mp_bench_run(&o, &train, &test, &m);
     mp_status ms = mp_monitor_end_run(o.monitor, s == MP_OK ? stdout : NULL, 0);
     if (s == MP_OK) s = ms;
-    if (csv && fclose(csv) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s: write failed", csv_path);
-    if (fclose(jsonl) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s/results.jsonl: write failed", b.out);
+    /* the first error is the one reported */
+    if (csv && s == MP_OK) s = mp_output_close(csv, csv_path, NULL);
+    else if (csv) fclose(csv);
+    snprintf(csv_path, sizeof csv_path, "%s/results.jsonl", b.out);
+    if (s == MP_OK) s = mp_output_close(jsonl, csv_path, NULL);
+    else fclose(jsonl);
     if (s == MP_OK) rc = report(&m, b.out, mp_now_seconds() - t0);
     else {
         fprintf(stderr, "mixprec bench: %s\n", mp_last_error());

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "core/error.h"
+#include "io/output_path.h"
 
 common_opts common_opts_default(void) {
     return (common_opts){.data = "fashion-mnist", .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_n = 10000,
@@ -88,6 +89,7 @@ mp_status common_opts_load_data(const common_opts *c, uint64_t seed, mp_dataset 
     }
     if (s == MP_OK) s = mp_dataset_check_finite(train);
     if (s == MP_OK) s = mp_dataset_check_finite(test);
+    if (s == MP_OK) s = mp_dataset_check_compatible(train, test);
     if (s != MP_OK) {
         mp_dataset_free(train);
         mp_dataset_free(test);
@@ -106,6 +108,29 @@ mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *
                           .weight_decay = c->wd_set ? c->weight_decay : (sgd ? 5e-4f : 0)};
     *lr = c->lr_set ? c->lr : (sgd ? 0.05f : 0.002f);
     return MP_OK;
+}
+
+int cli_check_output(const char *cmd, const char *option, const char *path) {
+    if (!path || mp_output_path_check(path, option) == MP_OK) return 0;
+    fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error());
+    return 2;
+}
+
+int cli_check_output_dir(const char *cmd, const char *option, const char *dir) {
+    if (!dir || mp_output_dir_check(dir, option) == MP_OK) return 0;
+    fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error());
+    return 2;
+}
+
+int cli_check_outputs_distinct(const char *cmd, int n, const char *const *options, const char *const *paths) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (paths[i] && paths[j] && mp_output_same_file(paths[i], paths[j])) {
+                fprintf(stderr, "mixprec %s: %s %s and %s %s name the same file: give each output its own path\n",
+                        cmd, options[i], paths[i], options[j], paths[j]);
+                return 2;
+            }
+    return 0;
 }
 
 bool cli_make_dirs(const char *path) {

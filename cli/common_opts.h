@@ -58,6 +58,15 @@ mp_status common_opts_load_data(const common_opts *c, uint64_t seed, mp_dataset 
  * an unknown --optimizer is MP_ERR_INVALID_ARG naming it. */
 mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *lr);
 
+/* Output paths checked right after option parsing, before any data is read
+ * or training starts (see io/output_path.h): 0 when `path` is NULL or fine,
+ * else 2 after printing "mixprec <cmd>: <option> <path>: why". */
+int cli_check_output(const char *cmd, const char *option, const char *path);
+int cli_check_output_dir(const char *cmd, const char *option, const char *dir);
+/* No two of the n output paths (NULL: not given) name one file; else 2 after
+ * "mixprec <cmd>: <option> <path> and <option> <path> name the same file". */
+int cli_check_outputs_distinct(const char *cmd, int n, const char *const *options, const char *const *paths);
+
 /* mkdir -p for --out folders; false with errno set (ENOTDIR when a part
  * is a file). */
 bool cli_make_dirs(const char *path);

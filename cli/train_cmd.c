@@ -14,6 +14,7 @@
 #include "cli/common_opts.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "io/output_path.h"
 #include "monitor/gpu_monitor.h"
 #include "train/fit.h"
 
@@ -137,7 +138,8 @@ static int parse(int argc, char **argv, train_args *t) {
             if (strcmp(v, "on") && strcmp(v, "off")) { fprintf(stderr, "mixprec train: --loss-scaling '%s' must be on or off\n", v); return 2; }
             t->loss_scaling = v;
         } else if (!strcmp(a, "--loss-scale")) { NEED_VALUE(); t->scaler_set = true;
-            if (strcmp(v, "dynamic")) { if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.init_scale)) return 2; t->scaler.static_scale = true; }
+            if (strcmp(v, "dynamic")) { if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.init_scale)) return 2; t->scaler.static_scale = true;
+                if (!(t->scaler.init_scale > 0)) { fprintf(stderr, "mixprec train: --loss-scale %s must be a number > 0 or 'dynamic'\n", v); return 2; } }
         } else if (!strcmp(a, "--loss-scale-growth")) { NEED_VALUE(); if (!arg_float("train", a, v, -1e30, 1e30, &t->scaler.growth_factor)) return 2; t->scaler_set = true;
         } else if (!strcmp(a, "--loss-scale-backoff")) { NEED_VALUE(); if (!arg_float("train", a, v, -1e30, 1e30, &t->scaler.backoff_factor)) return 2; t->scaler_set = true;
         } else if (!strcmp(a, "--loss-scale-window")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 30, &t->scaler.growth_interval)) return 2; t->scaler_set = true;
@@ -231,6 +233,7 @@ int cmd_train(int argc, char **argv) {
 
 static int run_train(train_args *targ, mp_dist *dist, int rank) {
     train_args t = *targ;
+    int rc;
     mp_precision precision;
     if (mp_precision_parse(t.precision, &precision) != MP_OK) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
@@ -261,10 +264,22 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         fprintf(stderr, "mixprec train: --model: %s\n", mp_last_error());
         return 2;
     }
+    /* every output path, before any data is read or a step trained */
+    if (!t.print_precision && ((rc = cli_check_output("train", "--save", rank == 0 ? t.save : NULL)) ||
+                               (rc = cli_check_output("train", "--log", t.log)) ||
+                               (rc = cli_check_output("train", "--monitor-csv", t.monitor_csv)) ||
+                               (rc = cli_check_outputs_distinct("train", 3,
+                                                                (const char *[]){"--save", "--log", "--monitor-csv"},
+                                                                (const char *[]){t.save, t.log, t.monitor_csv})) ||
+                               /* a log appended to the checkpoint it resumes from would corrupt it */
+                               (rc = cli_check_outputs_distinct("train", 3,
+                                                                (const char *[]){"--resume", "--log", "--monitor-csv"},
+                                                                (const char *[]){t.resume, t.log, t.monitor_csv}))))
+        return rc;
     if (t.threads) omp_set_num_threads(t.threads);
     FILE *monitor_csv = NULL;
-    if (t.monitor_csv && !t.print_precision && !(monitor_csv = fopen(t.monitor_csv, "w"))) {
-        fprintf(stderr, "mixprec train: --monitor-csv %s: cannot open: %s\n", t.monitor_csv, strerror(errno));
+    if (t.monitor_csv && !t.print_precision && mp_output_open(t.monitor_csv, "--monitor-csv", false, &monitor_csv) != MP_OK) {
+        fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 1;
     }
 
@@ -326,8 +341,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         mp_status ms = mp_monitor_end_run(mon, s == MP_OK ? out : NULL, s == MP_OK && !t.resume ? res.epochs_run : 0);
         if (s == MP_OK) s = ms;
     }
-    if (monitor_csv && fclose(monitor_csv) != 0 && s == MP_OK)
-        s = mp_error(MP_ERR_IO, "--monitor-csv %s: cannot write: %s", t.monitor_csv, strerror(errno));
+    if (monitor_csv && s == MP_OK) s = mp_output_close(monitor_csv, t.monitor_csv, "--monitor-csv");
+    else if (monitor_csv) fclose(monitor_csv); /* the first error is the one reported */
     if (s != MP_OK && dist) fprintf(stderr, "mixprec train: rank %d: %s\n", rank, mp_last_error());
     else if (s != MP_OK) fprintf(stderr, "mixprec train: %s\n", mp_last_error());
     mp_model_free(&m);

@@ -129,19 +129,15 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
                         "synthetic)\n", t->c.data);
         return 2;
     }
+    int rc = cli_check_output_dir("train-gan", "--out", t->out);
+    if (rc) return rc;
     if (!cli_make_dirs(t->out)) {
         fprintf(stderr, "mixprec train-gan: --out '%s': cannot create directory: %s\n", t->out, strerror(errno));
         return 2;
     }
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s/batch_times.jsonl", t->out);
-    FILE *f = fopen(probe, "w");
-    if (!f) {
-        fprintf(stderr, "mixprec train-gan: --out '%s': cannot write there: %s\n", t->out, strerror(errno));
-        return 2;
-    }
-    fclose(f);
-    return 0;
+    char log[4200];
+    snprintf(log, sizeof log, "%s/batch_times.jsonl", t->out);
+    return cli_check_output("train-gan", "--out", log);
 }
 
 int cmd_train_gan(int argc, char **argv) {

@@ -4,7 +4,9 @@
 #   scripts/setup.sh test   install what is missing, build (twice: Release and
 #                           ASan+UBSan) and run the whole test suite in both;
 #                           after the Release suite, install and build and run
-#                           the examples against the installation
+#                           the examples against the installation; at the end
+#                           replay each fuzzer's seed corpus and fuzz it for
+#                           30 s (scripts/fuzz 30; clang + libFuzzer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +17,8 @@ case "$mode" in
 esac
 
 # Debian packages the build, the tests and the default job need.
-packages=(build-essential cmake pkg-config doxygen zlib1g-dev libdnnl-dev libcjson-dev libpng-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox)
+packages=(build-essential cmake pkg-config doxygen python3 python3-venv zlib1g-dev libdnnl-dev libcjson-dev libpng-dev
+          libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -58,3 +61,5 @@ mkdir -p build-asan
 build build-asan -DMP_SANITIZE=ON -DMP_WITH_CUDA=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
+echo "setup: replaying the fuzzers' seed corpora and fuzzing each for 30 s"
+scripts/fuzz 30

@@ -129,8 +129,8 @@ expect "\-\-monitor-interval -1 is out of range" -- "${bad_out[@]}" --monitor-in
 expect "\-\-batches '' is not an integer" -- "${bad_out[@]}" --batches 32,,64
 expect "\-\-batches '32,64,32' lists '32' twice" -- "${bad_out[@]}" --batches 32,64,32
 expect "\-\-batches 1000 is larger than the training set" -- "${bad_out[@]}" --batches 1000
-expect "\-\-out '$work/a_file/sub': cannot create directory" -- --out "$work/a_file/sub"
-expect "\-\-out '$work/a_file': cannot create directory: Not a directory" -- --out "$work/a_file"
+expect "\-\-out $work/a_file/sub: $work/a_file is a regular file, not a directory" -- --out "$work/a_file/sub"
+expect "\-\-out $work/a_file: $work/a_file is a regular file, not a directory" -- --out "$work/a_file"
 expect "\-\-out '/proc/mixprec-bench': cannot create directory" -- --out /proc/mixprec-bench
 expect "\-\-price-per-hour 'cheap' is not a finite number" -- "${bad_out[@]}" --price-per-hour cheap
 expect "\-\-price-per-hour -1 is out of range" -- "${bad_out[@]}" --price-per-hour -1

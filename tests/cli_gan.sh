@@ -63,7 +63,7 @@ expect_error() { # expect_error NAME PATTERN ARGS...
 expect_error precision "--precision 'fp12': unknown precision" --precision fp12 --out "$work/e1"
 expect_error batch0 "--batch 0 is out of range" --batch 0 --out "$work/e2"
 touch "$work/a_file"
-expect_error out_dir "--out '$work/a_file/sub': cannot create directory" --out "$work/a_file/sub"
+expect_error out_dir "--out $work/a_file/sub: $work/a_file is a regular file, not a directory" --out "$work/a_file/sub"
 expect_error optimizer "--optimizer is not an option of train-gan" --optimizer sgd --out "$work/e3"
 expect_error big_batch "--batch 100 is larger than the training set" --batch 100 --out "$work/e4"
 expect_error shape "multiples of 4" --synthetic-shape 1x30x30 --out "$work/e5"

@@ -328,9 +328,48 @@ static void test_fashion_layout(void) {
     if (s == MP_OK) {
         CHECK(d.n == 2 && d.h == 28 && d.w == 28 && d.classes == 10, "shape/classes");
         CHECK(d.images[2 * 784 - 1] == (float)(unsigned char)(2 * 784 - 1) / 255.0f, "last pixel");
-        CHECK(strstr(d.source, "Fashion-MNIST test"), "source %s", d.source);
+        CHECK(strstr(d.source, "Fashion-MNIST test") && strstr(d.source, ip), "source %s", d.source);
         mp_dataset_free(&d);
     }
+    /* a label past Fashion-MNIST's 10 classes names the labels file and the sample */
+    lab[1] = 201;
+    write_labels(lp, true, lab, 2);
+    CHECK_ERR(mp_dataset_load_fashion_mnist(dir, false, &d), MP_ERR_FORMAT, lp,
+              "label 201 of sample 1 is outside the dataset's 10 classes [0, 10)");
+    CHECK(d.images == NULL && d.n == 0, "a failed load left a dataset");
+}
+
+/* Train and test sets checked against each other when opened: one sample
+ * shape, test labels within the training classes. */
+static void test_compatible(void) {
+    mp_dataset train, test, small, other;
+    CHECK_ERR(mp_dataset_synthetic(20, 1, 28, 28, 10, 1, &train), MP_OK);
+    CHECK_ERR(mp_dataset_synthetic(10, 1, 56, 56, 10, 2, &test), MP_OK);
+    CHECK_ERR(mp_dataset_synthetic(10, 1, 28, 28, 4, 3, &small), MP_OK);
+    CHECK_ERR(mp_dataset_synthetic(10, 3, 28, 28, 10, 4, &other), MP_OK);
+    mp_dataset_set_source(&train, "train.idx");
+    mp_dataset_set_source(&test, "t10k.idx");
+    CHECK_ERR(mp_dataset_check_compatible(&train, &test), MP_ERR_SHAPE,
+              "the test set t10k.idx has samples of 1x56x56 but the training set train.idx has 1x28x28");
+    CHECK_ERR(mp_dataset_check_compatible(&test, &train), MP_ERR_SHAPE, "1x28x28", "1x56x56");
+    CHECK_ERR(mp_dataset_check_compatible(&train, &other), MP_ERR_SHAPE, "3x28x28");
+    CHECK_ERR(mp_dataset_check_compatible(&train, &small), MP_OK);
+    /* test labels 0..9 against a 4-class training set: the first one >= 4 is named */
+    mp_dataset_set_source(&small, "small.idx");
+    int first = 0, first9 = 0;
+    while (train.labels[first] < 4) first++;
+    while (train.labels[first9] < 9) first9++;
+    char want[96], want9[96];
+    snprintf(want, sizeof want, "the test set train.idx: label %d of sample %d", (int)train.labels[first], first);
+    snprintf(want9, sizeof want9, "labels.idx: label 9 of sample %d", first9);
+    CHECK_ERR(mp_dataset_check_compatible(&small, &train), MP_ERR_FORMAT, want,
+              "outside the training set's 4 classes [0, 4) (small.idx)");
+    CHECK_ERR(mp_dataset_check_labels(&train, 10, "labels.idx"), MP_OK);
+    CHECK_ERR(mp_dataset_check_labels(&train, 9, "labels.idx"), MP_ERR_FORMAT, want9);
+    mp_dataset_free(&train);
+    mp_dataset_free(&test);
+    mp_dataset_free(&small);
+    mp_dataset_free(&other);
 }
 
 /* CIFAR record g: label g % 10, pixel p = (g * 31 + p * 7) & 255. */
@@ -535,6 +574,7 @@ int main(void) {
     test_idx_types();
     test_idx_errors();
     test_fashion_layout();
+    test_compatible();
     test_cifar();
     test_synthetic();
     test_stats_subset_finite();

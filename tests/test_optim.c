@@ -493,8 +493,11 @@ static void test_state(void) {
     }
     CHECK(aligned && zero && disjoint, "state buffers: aligned %d zeroed %d disjoint %d", aligned, zero, disjoint);
     CHECK(mp_optim_step_count(o) == 0, "fresh step count");
-    mp_optim_set_step_count(o, 41);
-    CHECK(mp_optim_step_count(o) == 41, "set step count");
+    CHECK(mp_optim_set_step_count(o, 41) == MP_OK && mp_optim_step_count(o) == 41, "set step count");
+    /* a count from a checkpoint is user data: an error, never an abort */
+    CHECK_ERR(mp_optim_set_step_count(o, -1), MP_ERR_INVALID_ARG, "optimizer step count -1 must lie in [0, 2^53)");
+    CHECK_ERR(mp_optim_set_step_count(o, (int64_t)1 << 53), MP_ERR_INVALID_ARG, "9007199254740992");
+    CHECK(mp_optim_step_count(o) == 41, "a refused count changed the step count");
     mp_optim_destroy(o);
     mp_optim_destroy(NULL);
 

@@ -822,13 +822,13 @@ static void test_collapse(void) {
 static void test_static(void) {
     bool pat[3000];
     bursty_pattern(pat, 3000, 41, 0.02, 5);
-    const float inits[2] = {0.0f, 128.0f}; /* 0: the default 65536 */
+    const float inits[2] = {65536.0f, 128.0f};
     for (int k = 0; k < 2; k++) {
         mp_scaler s;
         mp_status st = mp_scaler_init(&s, (mp_scaler_opts){.static_scale = true, .init_scale = inits[k], .growth_interval = 1,
                                                              .hysteresis = 2});
         CHECK(st == MP_OK, "static: init: %s", mp_last_error());
-        const float want = inits[k] ? inits[k] : 65536.0f;
+        const float want = inits[k];
         /* Apex's static loss scale: the scale never moves (Apex would not
          * skip either; we skip every step with non-finite gradients). */
         ref_apex a;
@@ -867,6 +867,9 @@ static void test_options(void) {
         {{.min_scale = 100.0f, .max_scale = 10.0f},
          "--min-loss-scale 100 is larger than --max-loss-scale 10"},
         {{.init_scale = -1.0f}, "--loss-scale -1 must be a finite number > 0"},
+        /* a static scale of 0 is an error, never the dynamic default 65536 */
+        {{.static_scale = true, .init_scale = 0.0f}, "--loss-scale 0: a static loss scale must be a finite number > 0"},
+        {{.static_scale = true, .init_scale = -0.0f, .growth_interval = 1}, "--loss-scale 0: a static loss scale must be"},
         {{.init_scale = INFINITY}, "--loss-scale inf must be a finite number > 0"},
         {{.init_scale = NAN}, "--loss-scale nan must be a finite number > 0"},
         {{.init_scale = 0x1.0p-130f}, "--loss-scale 7.34684e-40 is below the smallest normal float 1.17549e-38"},

@@ -116,8 +116,9 @@ MP_API int mp_device_gpu_count(void);
  * spinning, which matters on small shared machines). Call first in main(). */
 MP_API void mp_prefer_passive_openmp(char **argv);
 
-/** Environment variables the library reads, once, at the first call that
- * needs them (the README lists each with its effect). */
+/** Environment variables the library reads, once per process, at the first
+ * call that needs them (the README lists each with its effect): setting one
+ * later in the process changes nothing. */
 typedef struct {
     bool deterministic;        /**< MIXPREC_DETERMINISTIC=1: cuDNN/cuBLASLt heuristics, deterministic algorithms */
     bool no_fusion;            /**< MIXPREC_NO_FUSION=1: batch norm and ReLU kept apart */

@@ -48,7 +48,8 @@ typedef struct {
     float min_lr;     /**< cosine: in [0, base_lr] */
 } mp_lr_schedule;
 
-/** The rate of optimizer step k (0-based). */
+/** The rate of optimizer step k (0-based; a negative k is step 0); NaN for
+ * a schedule mp_lr_schedule_check refuses. */
 MP_API float mp_lr_at(const mp_lr_schedule *s, int64_t step);
 /** Parse "constant", "step:STEP_SIZE:GAMMA", "cosine" or "cosine:MIN_LR",
  * optionally followed by ",warmup:N"; base_lr is the rate, total_steps the
@@ -67,7 +68,7 @@ typedef struct mp_optimizer mp_optimizer;
 /** Optimizer options. */
 typedef struct {
     mp_optim_opts optim; /**< the algorithm and its hyper-parameters */
-    mp_lr_schedule lr;   /**< the learning rate; lr.base_lr > 0 (a zero kind is constant) */
+    mp_lr_schedule lr;   /**< the learning rate; lr.base_lr >= 0 (a zero kind is constant) */
     /** The parameters it updates: every trainable parameter whose name starts
      * with this prefix ("g_" for a GAN's generator); NULL or "": all. */
     const char *params;
@@ -79,7 +80,8 @@ typedef struct {
 MP_API mp_status mp_optimizer_create(mp_graph *g, const mp_optimizer_opts *o, mp_optimizer **out);
 /** Frees the optimizer (NULL is fine); a trainer using it must be destroyed first. */
 MP_API void mp_optimizer_destroy(mp_optimizer *o);
-/** Optimizer steps taken (skipped steps do not count). */
+/** Optimizer steps taken (skipped steps do not count); a GPU trainer's
+ * count is read from the device (synchronizes). */
 MP_API int64_t mp_optimizer_steps(const mp_optimizer *o);
 /** Parameter tensors it updates. */
 MP_API int mp_optimizer_param_count(const mp_optimizer *o);

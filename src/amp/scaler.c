@@ -51,6 +51,11 @@ mp_status mp_scaler_init(mp_scaler *s, mp_scaler_opts o) {
     mp_scaler_opts d = o;
     const bool init_given = !is_zero(o.init_scale);
 
+    /* 0 means "the default 2^16" only for a dynamic scaler, which moves away
+     * from it; a static scale is used as given, so it must be given. */
+    if (!init_given && o.static_scale)
+        return mp_error(MP_ERR_INVALID_ARG, "--loss-scale 0: a static loss scale must be a finite number > 0 "
+                                            "(or use a dynamic scale)");
     if (!init_given) d.init_scale = MP_SCALER_DEFAULT_INIT;
     if (!is_finite(d.init_scale) || !(d.init_scale > 0.0f))
         return mp_error(MP_ERR_INVALID_ARG, "--loss-scale %g must be a finite number > 0", (double)o.init_scale);

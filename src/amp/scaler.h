@@ -24,6 +24,7 @@
 #define MP_AMP_SCALER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mixprec.h"
@@ -77,6 +78,11 @@ typedef struct {
     /* steps each optimizer group skipped on its own gradients' NaN/inf */
     long long group_skips[MP_SCALER_GROUPS];
 } mp_scaler;
+
+/* found_inf and the groups' flags are one block of ints: a data-parallel run
+ * max-all-reduces them together. */
+_Static_assert(offsetof(mp_scaler, group_found) == offsetof(mp_scaler, found_inf) + sizeof(int),
+               "found_inf and group_found must be adjacent");
 
 /* Validates the options, applies the defaults and starts the state. Errors
  * name the option: "--loss-scale-growth 1 must be > 1". On error *s is

@@ -8,6 +8,7 @@
 
 #include "bench/matrix.h"
 #include "core/error.h"
+#include "io/output_path.h"
 
 typedef enum { TIME, TIME_100, SPEEDUP, ACC, ACC_DROP, IMAGES, ARENA, RSS, COST, ENERGY, POWER, VS_1GPU } metric;
 
@@ -148,8 +149,8 @@ static bool any_gpu_readings(const mp_bench_matrix *m) {
 }
 
 mp_status mp_bench_write_markdown(const char *path, const mp_bench_matrix *m) {
-    FILE *f = fopen(path, "w");
-    if (!f) return mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    FILE *f;
+    MP_TRY(mp_output_open(path, NULL, false, &f));
     const mp_bench_opts *o = m->o;
     write_header(f, m);
     for (int model = 0; model < o->n_models; model++) {
@@ -163,6 +164,6 @@ mp_status mp_bench_write_markdown(const char *path, const mp_bench_matrix *m) {
             }
         write_vs_1gpu_table(f, m, model);
     }
-    if (fclose(f) != 0) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    MP_TRY(mp_output_close(f, path, NULL));
     return MP_OK;
 }

@@ -14,6 +14,7 @@
 
 #include "bench/matrix.h"
 #include "core/error.h"
+#include "io/output_path.h"
 
 typedef struct {
     const char *file;   /* time, speedup, accuracy */
@@ -69,8 +70,8 @@ static mp_status write_data(const char *dir, const mp_bench_matrix *m, int model
     char rel[256], path[4096];
     data_path(rel, sizeof rel, m, model, precision);
     snprintf(path, sizeof path, "%s/%s", dir, rel);
-    FILE *f = fopen(path, "w");
-    if (!f) return mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    FILE *f;
+    MP_TRY(mp_output_open(path, NULL, false, &f));
     fprintf(f, "# %s %s: batch time_per_epoch_s speedup_pct test_acc_pct images_per_s (? = missing)\n",
             o->models[model], mp_precision_name(o->precisions[precision]));
     for (int b = 0; b < o->n_batches; b++) {
@@ -83,7 +84,7 @@ static mp_status write_data(const char *dir, const mp_bench_matrix *m, int model
         }
         fputc('\n', f);
     }
-    if (fclose(f) != 0) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    MP_TRY(mp_output_close(f, path, NULL));
     return MP_OK;
 }
 
@@ -205,14 +206,14 @@ mp_status mp_bench_write_plots(const char *dir, const mp_bench_matrix *m, int *n
     for (int model = 0; model < o->n_models; model++)
         for (int p = 0; p < o->n_precisions; p++) MP_TRY(write_data(dir, m, model, p));
     snprintf(path, sizeof path, "%s/plots.gp", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    FILE *f;
+    MP_TRY(mp_output_open(path, NULL, false, &f));
     script_header(f, m);
     int images = 0;
     for (int model = 0; model < o->n_models; model++)
         for (size_t k = 0; k < sizeof plot_kinds / sizeof *plot_kinds; k++)
             images += script_plot(f, m, model, &plot_kinds[k]);
-    if (fclose(f) != 0) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    MP_TRY(mp_output_close(f, path, NULL));
     if (!images) return MP_OK;
     if (!gnuplot_on_path())
         return mp_error(MP_ERR_UNSUPPORTED, "gnuplot not found on PATH: no plots drawn (install the Debian package "

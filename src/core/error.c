@@ -4,14 +4,23 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static _Thread_local char last_error[1024];
 
+/* The message is formatted aside first, so an argument may be
+ * mp_last_error() itself (to prefix it), and is kept to one line: control
+ * characters that came from a file (a tensor name, a metadata key) become
+ * '?', so an error is always one line on stderr. */
 mp_status mp_error(mp_status s, const char *fmt, ...) {
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    memcpy(last_error, msg, sizeof msg);
     return s;
 }
 

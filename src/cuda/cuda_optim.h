@@ -1,5 +1,5 @@
 /* cuda_optim.h — the device side of a training step after backward, with no
- * host synchronization (issue 4, item 3): the fused unscale + inf/NaN check,
+ * host synchronization: the fused unscale + inf/NaN check,
  * the global gradient norm and clipping, fused SGD / Adam / AdamW over f32
  * master weights that skip themselves on a device found-inf flag and refresh
  * the f16/bf16 weight copies (SGD momentum in f16/bf16 for weights without

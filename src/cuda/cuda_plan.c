@@ -396,7 +396,7 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
     return s;
 }
 
-/* ---- for the device training step (cuda_step.c) ------------------------- */
+/* ---- for the device training step (step_cuda.c) ------------------------- */
 
 void *mp_device_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
 

@@ -115,7 +115,7 @@ mp_status mp_cuda_optim_download(mp_cuda_ctx *ctx, const mp_cuda_optim *dev, mp_
     if (s == MP_OK) s = mp_cuda_optim_get_step_count(ctx, dev, &steps); /* waits for the copies too */
     if (s == MP_OK) {
         stage_to_host(dev, host, stage);
-        mp_optim_set_step_count(host, steps);
+        s = mp_optim_set_step_count(host, steps);
     }
     return stage_free(ctx, stage, s);
 }

@@ -306,6 +306,11 @@ static mp_status cuda_state_to_device(mp_trainer *t) {
     return mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "state to the device");
 }
 
+static mp_status cuda_optim_steps(mp_trainer *t, int g, int64_t *out) {
+    MP_TRY(bounded_wait(t, NULL));
+    return mp_cuda_optim_get_step_count(state(t)->ctx, state(t)->opt[g], out);
+}
+
 int mp_cuda_trainer_buckets(const mp_trainer *t) {
     return t && t->bs && t->be == &mp_step_backend_cuda ? mp_grad_allreduce_buckets(state(t)->allreduce) : 0;
 }
@@ -327,4 +332,5 @@ const mp_step_backend mp_step_backend_cuda = {
     .wait = cuda_wait,
     .state_to_host = cuda_state_to_host,
     .state_to_device = cuda_state_to_device,
+    .optim_steps = cuda_optim_steps,
 };

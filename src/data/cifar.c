@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "io/input_file.h"
 
 #define CIFAR_PIXELS 3072
 #define CIFAR_RECORD (1 + CIFAR_PIXELS)
@@ -35,8 +37,19 @@ static bool join(char dst[4096], const char *a, const char *b) {
 /* Read one batch file of `records` records into images/labels (buf: CIFAR_CHUNK records). */
 static mp_status cifar_read_file(const char *path, int records, float *images, int32_t *labels,
                                  unsigned char *buf) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    uint64_t size;
+    MP_TRY(mp_input_open(path, &fd, &size)); /* never blocks on a FIFO or device */
+    if (size != (uint64_t)records * CIFAR_RECORD) {
+        close(fd);
+        return mp_error(MP_ERR_IO, "%s: the file changed while it was being read", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+    }
     for (int r0 = 0; r0 < records; r0 += CIFAR_CHUNK) {
         int k = records - r0 < CIFAR_CHUNK ? records - r0 : CIFAR_CHUNK;
         size_t got = fread(buf, CIFAR_RECORD, (size_t)k, f);

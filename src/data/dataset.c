@@ -41,6 +41,29 @@ mp_status mp_dataset_set_classes(mp_dataset *d, const char *path) {
     return MP_OK;
 }
 
+mp_status mp_dataset_check_labels(const mp_dataset *d, int classes, const char *path) {
+    for (int i = 0; i < d->n; i++)
+        if (d->labels[i] < 0 || d->labels[i] >= classes)
+            return mp_error(MP_ERR_FORMAT, "%s: label %d of sample %d is outside the dataset's %d classes [0, %d)", path,
+                            (int)d->labels[i], i, classes, classes);
+    return MP_OK;
+}
+
+mp_status mp_dataset_check_compatible(const mp_dataset *train, const mp_dataset *test) {
+    if (test->c != train->c || test->h != train->h || test->w != train->w)
+        return mp_error(MP_ERR_SHAPE,
+                        "the test set %s has samples of %dx%dx%d but the training set %s has %dx%dx%d: both must "
+                        "have one shape",
+                        test->source, test->c, test->h, test->w, train->source, train->c, train->h, train->w);
+    for (int i = 0; i < test->n; i++)
+        if (test->labels[i] < 0 || test->labels[i] >= train->classes)
+            return mp_error(MP_ERR_FORMAT,
+                            "the test set %s: label %d of sample %d is outside the training set's %d classes [0, %d) "
+                            "(%s)",
+                            test->source, (int)test->labels[i], i, train->classes, train->classes, train->source);
+    return MP_OK;
+}
+
 mp_status mp_data_check_file(const char *path, const char *hint) {
     struct stat st;
     const char *sep = hint ? " " : "", *h = hint ? hint : "";

@@ -29,7 +29,9 @@ struct mp_dataset {
  * classes = max label + 1. source = images_path. */
 mp_status mp_dataset_load_idx(const char *images_path, const char *labels_path, mp_dataset *out);
 
-/* Fashion-MNIST from dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. */
+/* Fashion-MNIST (or MNIST) from dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz];
+ * 10 classes: a label >= 10 is an error naming the labels file and the sample.
+ * source = "Fashion-MNIST train|test (<images path>)". */
 mp_status mp_dataset_load_fashion_mnist(const char *dir, bool train, mp_dataset *out);
 
 /* CIFAR-10 binary version from dir (or dir/cifar-10-batches-bin):
@@ -52,6 +54,12 @@ void mp_dataset_free(mp_dataset *d);
 /* MP_ERR_NONFINITE naming d->source and the first sample with NaN/inf. */
 mp_status mp_dataset_check_finite(const mp_dataset *d);
 
+/* Every label of d lies in [0, classes); else MP_ERR_FORMAT naming `path`
+ * (the labels file), the first bad sample and its label. */
+mp_status mp_dataset_check_labels(const mp_dataset *d, int classes, const char *path);
+
+/* mp_dataset_check_compatible and mp_dataset_channel_stats are public
+ * (mixprec/data.h). */
 
 /* Copy of samples [start, start + n); classes is kept from d. */
 mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *out);

@@ -1,6 +1,5 @@
 /* dataset_api.c — the public datasets (mixprec/data.h): heap objects over the
- * fill-in-place loaders of dataset.h, datasets from memory, and the check
- * that a test set fits a training set. */
+ * fill-in-place loaders of dataset.h and datasets from memory. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,17 +88,4 @@ void mp_dataset_destroy(mp_dataset *d) {
 
 void mp_dataset_describe(const mp_dataset *d, mp_dataset_info *out) {
     *out = (mp_dataset_info){.n = d->n, .c = d->c, .h = d->h, .w = d->w, .classes = d->classes, .source = d->source};
-}
-
-mp_status mp_dataset_check_compatible(const mp_dataset *train, const mp_dataset *test) {
-    if (!train || !test) return mp_error(MP_ERR_INVALID_ARG, "dataset: null dataset");
-    if (train->c != test->c || train->h != test->h || train->w != test->w)
-        return mp_error(MP_ERR_SHAPE, "%s holds %dx%dx%d images but the training set %s holds %dx%dx%d: a test set must "
-                        "have the training images' shape", test->source, test->c, test->h, test->w, train->source,
-                        train->c, train->h, train->w);
-    for (int i = 0; i < test->n; i++)
-        if (test->labels[i] >= train->classes)
-            return mp_error(MP_ERR_FORMAT, "%s: label %d of sample %d is outside the training set's classes [0, %d) "
-                            "(%s)", test->source, (int)test->labels[i], i, train->classes, train->source);
-    return MP_OK;
 }

@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "io/input_file.h"
 
 /* A header may claim at most this many values (16 GiB as floats), and one
  * image at most MAX_SAMPLE; beyond that it is corrupt, not big. */
@@ -101,10 +103,13 @@ static mp_status idx_open(idx_reader *r, const char *path, const char *what, int
     r->what = what;
     r->unit = want_ndim == 3 ? "image" : "label";
     MP_TRY(mp_data_check_file(path, NULL));
-    errno = 0;
-    r->f = gzopen(path, "rb");
-    if (!r->f)
-        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
+    int fd;
+    MP_TRY(mp_input_open(path, &fd, NULL)); /* never blocks on a FIFO or device */
+    r->f = gzdopen(fd, "rb");
+    if (!r->f) {
+        close(fd);
+        return mp_error(MP_ERR_NOMEM, "%s: cannot open: out of memory", path);
+    }
     gzbuffer(r->f, 1u << 17);
 
     unsigned char m[4];
@@ -322,6 +327,12 @@ mp_status mp_dataset_load_fashion_mnist(const char *dir, bool train, mp_dataset 
     snprintf(name, sizeof name, "%s-labels-idx1-ubyte", pre);
     MP_TRY(fashion_path(dir, name, lpath, sizeof lpath));
     MP_TRY(mp_dataset_load_idx(ipath, lpath, out));
-    mp_dataset_set_source(out, "Fashion-MNIST %s (%s)", train ? "train" : "test", dir);
+    mp_status s = mp_dataset_check_labels(out, 10, lpath);
+    if (s != MP_OK) {
+        mp_dataset_free(out);
+        return s;
+    }
+    out->classes = 10; /* a subset missing the top class still has 10 outputs */
+    mp_dataset_set_source(out, "Fashion-MNIST %s (%s)", train ? "train" : "test", ipath);
     return MP_OK;
 }

@@ -3,61 +3,116 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 
-mp_status mp_ckpt_meta_string(const mp_st_file *f, const char *path, const char *key, const char **out) {
-    *out = mp_safetensors_meta(f, key);
-    if (!*out) return mp_error(MP_ERR_FORMAT, "%s: not a mixprec checkpoint (metadata '%s' missing)", path, key);
-    return MP_OK;
+/* 1..max_digits decimal digits from text, then the end of the string. */
+static bool all_digits(const char *text, size_t max_digits) {
+    size_t n = 0;
+    for (const char *p = text; *p; p++, n++)
+        if (*p < '0' || *p > '9' || n >= max_digits) return false;
+    return n > 0;
 }
 
-/* Digits only (after an optional '-' when negative is allowed). */
-static bool all_digits(const char *s, bool negative) {
-    if (negative && *s == '-') s++;
-    if (!*s) return false;
-    for (; *s; s++)
-        if (*s < '0' || *s > '9') return false;
+bool mp_meta_parse_u64(const char *text, uint64_t lo, uint64_t hi, uint64_t *out) {
+    if (!text || !all_digits(text, 20)) return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = (uint64_t)v;
     return true;
+}
+
+bool mp_meta_parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
+    if (!text || !all_digits(text[0] == '-' ? text + 1 : text, 19)) return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+bool mp_meta_parse_double(const char *text, double lo, double hi, double *out) {
+    if (!text || !*text || strlen(text) > 64) return false;
+    /* digits, sign, point and exponent only: no spaces, "nan", "inf", hex */
+    if (strspn(text, "0123456789+-.eE") != strlen(text) || text[0] == '+') return false;
+    errno = 0;
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !isfinite(v) || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+void mp_meta_quote(const char *text, char *buf, size_t cap) {
+    MP_ASSERT(cap >= 16);
+    size_t k = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    /* each byte takes at most 4; room stays for "..." and the NUL */
+    for (; *p && k + 8 < cap; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '\'' && *p != '\\') buf[k++] = (char)*p;
+        else k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", *p);
+    }
+    if (*p) {
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
+    buf[k] = '\0';
+}
+
+static const char *meta_get(const mp_st_file *f, const char *path, const char *key, mp_status *s) {
+    const char *v = mp_safetensors_meta(f, key);
+    *s = v ? MP_OK : mp_error(MP_ERR_FORMAT, "%s: not a mixprec checkpoint (metadata '%s' missing)", path, key);
+    return v;
+}
+
+static mp_status meta_bad(const char *path, const char *key, const char *v, const char *what) {
+    char q[96];
+    mp_meta_quote(v, q, sizeof q);
+    return mp_error(MP_ERR_FORMAT, "%s: metadata '%s' = '%s' must be %s", path, key, q, what);
+}
+
+mp_status mp_ckpt_meta_string(const mp_st_file *f, const char *path, const char *key, const char **out) {
+    mp_status s;
+    const char *v = meta_get(f, path, key, &s);
+    if (v) *out = v;
+    return s;
 }
 
 mp_status mp_ckpt_meta_int(const mp_st_file *f, const char *path, const char *key, int64_t lo, int64_t hi,
                            int64_t *out) {
-    const char *v;
-    MP_TRY(mp_ckpt_meta_string(f, path, key, &v));
-    errno = 0;
-    char *end;
-    long long x = all_digits(v, true) ? strtoll(v, &end, 10) : 0;
-    if (!all_digits(v, true) || errno || x < lo || x > hi)
-        return mp_error(MP_ERR_FORMAT, "%s: metadata '%s' = '%.40s' must be an integer in [%lld, %lld]", path, key, v,
-                        (long long)lo, (long long)hi);
-    *out = x;
-    return MP_OK;
+    mp_status s;
+    const char *v = meta_get(f, path, key, &s);
+    if (!v) return s;
+    if (mp_meta_parse_int(v, lo, hi, out)) return MP_OK;
+    char what[96];
+    snprintf(what, sizeof what, "an integer in [%lld, %lld]", (long long)lo, (long long)hi);
+    return meta_bad(path, key, v, what);
 }
 
-mp_status mp_ckpt_meta_u64(const mp_st_file *f, const char *path, const char *key, uint64_t *out) {
-    const char *v;
-    MP_TRY(mp_ckpt_meta_string(f, path, key, &v));
-    errno = 0;
-    char *end;
-    unsigned long long x = all_digits(v, false) ? strtoull(v, &end, 10) : 0;
-    if (!all_digits(v, false) || errno)
-        return mp_error(MP_ERR_FORMAT, "%s: metadata '%s' = '%.40s' must be an unsigned 64-bit integer", path, key, v);
-    *out = x;
-    return MP_OK;
+mp_status mp_ckpt_meta_u64(const mp_st_file *f, const char *path, const char *key, uint64_t lo, uint64_t hi,
+                           uint64_t *out) {
+    mp_status s;
+    const char *v = meta_get(f, path, key, &s);
+    if (!v) return s;
+    if (mp_meta_parse_u64(v, lo, hi, out)) return MP_OK;
+    char what[96];
+    snprintf(what, sizeof what, "an integer in [%llu, %llu]", (unsigned long long)lo, (unsigned long long)hi);
+    return meta_bad(path, key, v, what);
 }
 
 mp_status mp_ckpt_meta_double(const mp_st_file *f, const char *path, const char *key, double lo, double hi,
                               double *out) {
-    const char *v;
-    MP_TRY(mp_ckpt_meta_string(f, path, key, &v));
-    errno = 0;
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || errno || !isfinite(x) || x < lo || x > hi)
-        return mp_error(MP_ERR_FORMAT, "%s: metadata '%s' = '%.40s' must be a finite number in [%g, %g]", path, key, v,
-                        lo, hi);
-    *out = x;
-    return MP_OK;
+    mp_status s;
+    const char *v = meta_get(f, path, key, &s);
+    if (!v) return s;
+    if (mp_meta_parse_double(v, lo, hi, out)) return MP_OK;
+    char what[96];
+    snprintf(what, sizeof what, "a finite number in [%g, %g]", lo, hi);
+    return meta_bad(path, key, v, what);
 }

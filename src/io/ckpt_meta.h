@@ -1,21 +1,42 @@
-/* ckpt_meta.h — checkpoint metadata read as user input: typed, ranged
- * getters over a safetensors file's string metadata. Errors name the file,
- * the key and the value ("run.safetensors: metadata 'mixprec.epoch' = '-5'
- * must be an integer in [0, 1000000]"). */
+/* ckpt_meta.h — typed, ranged reads of a checkpoint's safetensors metadata.
+ * Metadata values are strings a user can edit, so every number is parsed
+ * strictly (the whole string, no fraction where an integer is meant, no
+ * "nan", "inf" or out-of-range values cast without a check) and every error
+ * is one line naming the file, the key and the bad value, e.g.
+ *   run.safetensors: metadata 'mixprec.epoch' = '-5' must be an integer in [0, 100000]
+ *
+ * The text parsers underneath are exposed for tests and fuzzers. */
 #ifndef MP_IO_CKPT_META_H
 #define MP_IO_CKPT_META_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "io/safetensors.h"
 
-/* The value of key (present). */
+/* A decimal integer: an optional '-' then 1..19 digits and nothing else
+ * (no spaces, '+', fraction, exponent or trailing text), in [lo, hi]. */
+bool mp_meta_parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out);
+/* As mp_meta_parse_int without the sign, up to 2^64 - 1. */
+bool mp_meta_parse_u64(const char *text, uint64_t lo, uint64_t hi, uint64_t *out);
+/* A finite decimal number ("0.5", "-1e-3", "65536"; not "nan", "inf",
+ * hexadecimal or with surrounding spaces) in [lo, hi]. */
+bool mp_meta_parse_double(const char *text, double lo, double hi, double *out);
+
+/* `text` quoted for a one-line message in buf (cap >= 16 bytes), every byte
+ * that is not printable ASCII written as \xNN, "..." when cut. */
+void mp_meta_quote(const char *text, char *buf, size_t cap);
+
+/* Each reads metadata `key` of `f` (read from `path`). Missing: MP_ERR_FORMAT
+ * "<path>: not a mixprec checkpoint (metadata '<key>' missing)"; malformed or
+ * out of range: MP_ERR_FORMAT "<path>: metadata '<key>' = '<value>' must be
+ * <what> in [lo, hi]". *out is set only on success. */
 mp_status mp_ckpt_meta_string(const mp_st_file *f, const char *path, const char *key, const char **out);
-/* A whole decimal integer in [lo, hi]: no fraction, exponent, sign junk,
- * spaces or trailing characters. */
 mp_status mp_ckpt_meta_int(const mp_st_file *f, const char *path, const char *key, int64_t lo, int64_t hi,
                            int64_t *out);
-/* A whole unsigned decimal integer (64 bits). */
-mp_status mp_ckpt_meta_u64(const mp_st_file *f, const char *path, const char *key, uint64_t *out);
-/* A finite number in [lo, hi]. */
+mp_status mp_ckpt_meta_u64(const mp_st_file *f, const char *path, const char *key, uint64_t lo, uint64_t hi,
+                           uint64_t *out);
 mp_status mp_ckpt_meta_double(const mp_st_file *f, const char *path, const char *key, double lo, double hi,
                               double *out);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "io/output_path.h"
 
 #ifdef MP_HAVE_PNG
 #include <png.h>
@@ -91,14 +92,15 @@ mp_status mp_image_grid_write(const char *stem, const float *images, const mp_im
     uint8_t *pix = malloc((size_t)width * height * gr->c);
     if (!pix) return mp_error(MP_ERR_NOMEM, "%s: out of memory for a %dx%d image", path, width, height);
     assemble(images, gr, pix);
-    FILE *f = fopen(path, "wb");
-    mp_status s = f ? MP_OK : mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    FILE *f = NULL;
+    mp_status s = mp_output_open(path, NULL, false, &f); /* a regular file or a new one; never waits on a FIFO */
 #ifdef MP_HAVE_PNG
     if (s == MP_OK) s = write_png(f, path, pix, width, height, gr->c);
 #else
     if (s == MP_OK) s = write_pnm(f, path, pix, width, height, gr->c);
 #endif
-    if (f && fclose(f) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (f && s == MP_OK) s = mp_output_close(f, path, NULL);
+    else if (f) fclose(f); /* the first error is the one reported */
     free(pix);
     return s;
 }

@@ -5,6 +5,7 @@
 #define MP_IO_SAFETENSORS_INTERNAL_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "io/safetensors.h"
 
@@ -24,6 +25,19 @@ typedef struct {
  * writer sorts by it, widest first, which keeps every tensor aligned). */
 #define ST_NDTYPES 20
 extern const st_dtype_info mp_st_dtypes[];
+
+/* The system calls the writer commits a file with. Tests replace them (a
+ * disk that fills up, an fsync or rename that fails) to check that a failed
+ * write leaves the old file intact and no temporary file behind. */
+typedef struct {
+    ssize_t (*write)(int fd, const void *buf, size_t n);
+    int (*fsync)(int fd);
+    int (*rename)(const char *from, const char *to);
+} mp_st_file_ops;
+
+/* The writer's calls from now on; NULL: the system's. Not thread-safe: for
+ * tests only. */
+void mp_st_set_file_ops(const mp_st_file_ops *ops);
 
 /* Length of the valid UTF-8 prefix of s[0, n) (n when all of it is valid):
  * no overlong forms, no surrogates, nothing above U+10FFFF. */

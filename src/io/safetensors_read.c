@@ -9,13 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef MP_HAVE_CJSON
 #include <cjson/cJSON.h>
 #endif
 
 #include "core/error.h"
+#include "io/input_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_internal.h"
 
@@ -409,17 +410,14 @@ done:
 mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
     MP_ASSERT(path && out);
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0) {
-        mp_status s = mp_error(MP_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        fclose(fp);
-        return s;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fclose(fp);
-        return mp_error(MP_ERR_IO, "%s: not a regular file", path);
+    int fd;
+    uint64_t size;
+    MP_TRY(mp_input_open(path, &fd, &size)); /* never blocks on a FIFO or device */
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        int e = errno;
+        close(fd);
+        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     }
     mp_st_file *f = calloc(1, sizeof *f);
     if (f) f->path = strdup(path);
@@ -428,7 +426,7 @@ mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
         mp_safetensors_close(f);
         return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
     }
-    mp_status s = st_load(path, f, fp, (uint64_t)st.st_size);
+    mp_status s = st_load(path, f, fp, size);
     fclose(fp);
     if (s != MP_OK) {
         mp_safetensors_close(f);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/output_path.h"
 #include "io/safetensors.h"
 #include "io/safetensors_internal.h"
 
@@ -116,18 +117,15 @@ static int st_order_by_name(const void *a, const void *b) {
     return strcmp(((const st_order *)a)->name, ((const st_order *)b)->name);
 }
 
-/* Test hook: MP_TEST_FAIL_WRITE=<stage> ("data", "fsync" or "rename") makes
- * the writer fail at that stage as a full or failing disk would, so tests can
- * check that a failed write leaves the old file intact and no temporary file. */
-static bool st_test_hook_fail_write(const char *stage) {
-    const char *e = getenv("MP_TEST_FAIL_WRITE");
-    return e && strcmp(e, stage) == 0;
-}
+static const mp_st_file_ops system_ops = {.write = write, .fsync = fsync, .rename = rename};
+static const mp_st_file_ops *ops = &system_ops;
+
+void mp_st_set_file_ops(const mp_st_file_ops *o) { ops = o ? o : &system_ops; }
 
 static int st_write_all(int fd, const void *data, size_t n) {
     const char *p = data;
     while (n > 0) {
-        ssize_t k = write(fd, p, n);
+        ssize_t k = ops->write(fd, p, n);
         if (k < 0) {
             if (errno == EINTR) continue;
             return -1;
@@ -271,36 +269,25 @@ static void st_header(sbuf *b, const mp_st_tensor *tensors, int n, const char *c
 static mp_status st_commit(const char *path, const char *tmp, const sbuf *hdr, const mp_st_tensor *tensors, int n,
                            const st_order *tord, const uint64_t *nbytes) {
     const char *what = "creating";
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
+    unlink(tmp); /* a leftover of an earlier process with this pid (maybe not a regular file) */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0) goto fail;
     what = "writing";
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr->len >> (8 * k));
     if (st_write_all(fd, len8, 8) != 0 || st_write_all(fd, hdr->p, hdr->len) != 0) goto fail;
-    if (st_test_hook_fail_write("data")) {
-        errno = ENOSPC;
-        goto fail;
-    }
     for (int i = 0; i < n; i++) {
         const mp_st_tensor *t = &tensors[tord[i].idx];
         if (nbytes[tord[i].idx] > 0 && st_write_all(fd, t->data, (size_t)nbytes[tord[i].idx]) != 0) goto fail;
     }
     what = "syncing";
-    if (st_test_hook_fail_write("fsync")) {
-        errno = EIO;
-        goto fail;
-    }
-    if (fsync(fd) != 0) goto fail;
+    if (ops->fsync(fd) != 0) goto fail;
     what = "closing";
     int r = close(fd);
     fd = -1;
     if (r != 0) goto fail;
     what = "renaming";
-    if (st_test_hook_fail_write("rename")) {
-        errno = EIO;
-        goto fail;
-    }
-    if (rename(tmp, path) != 0) goto fail;
+    if (ops->rename(tmp, path) != 0) goto fail;
     if (st_sync_parent_dir(path) != 0)
         return mp_error(MP_ERR_IO, "%s: written, but syncing its directory failed: %s", path, strerror(errno));
     return MP_OK;
@@ -321,6 +308,10 @@ mp_status mp_safetensors_write(const char *path, const mp_st_tensor *tensors, in
                         (const void *)tensors);
     if (n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values)))
         return mp_error(MP_ERR_INVALID_ARG, "%s: bad metadata list (n_meta = %d)", path, n_meta);
+    /* Only a regular file or a new path is replaced: renaming over a device
+     * node or a FIFO would replace it. */
+    MP_TRY(mp_output_path_check(path, NULL));
+    mp_output_remove_stale_tmp(path);
 
     uint64_t *nbytes = calloc((size_t)n + 1, sizeof *nbytes);
     st_order *tord = calloc((size_t)n + 1, sizeof *tord);

@@ -104,7 +104,7 @@ static mp_status plan_buckets(mp_grad_allreduce *a, size_t bucket_bytes) {
         for (int k = 0; k < g->n_params; k++) {
             const mp_gparam *gp = &g->params[k];
             if (gp->node != node || !gp->spec.trainable) continue;
-            if (mp_plan_grad_dtype(p, k) != MP_DTYPE_F32) /* mp_cuda_step refuses these first */
+            if (mp_plan_grad_dtype(p, k) != MP_DTYPE_F32) /* the trainer never makes such a plan data parallel */
                 return mp_error(MP_ERR_INVALID_ARG, "gradient all-reduce: '%s' has a %s gradient (the plan's "
                                 "low_grads); the all-reduce needs f32 gradients", gp->name,
                                 mp_dtype_name(mp_plan_grad_dtype(p, k)));

@@ -21,16 +21,27 @@ const char *mp_lr_kind_name(mp_lr_kind k) {
     return "unknown";
 }
 
+/* Whether s is a schedule mp_lr_at can evaluate (mp_lr_schedule_check's
+ * rules, without recording an error). */
+static bool valid(const mp_lr_schedule *s) {
+    if (!s || !(s->base_lr >= 0.0f) || !isfinite(s->base_lr) || s->warmup_steps < 0) return false;
+    switch (s->kind) {
+    case MP_LR_CONSTANT: return true;
+    case MP_LR_STEP: return s->step_size > 0 && s->gamma > 0.0f && s->gamma <= 1.0f;
+    case MP_LR_COSINE: return s->total_steps > s->warmup_steps && s->min_lr >= 0.0f && s->min_lr <= s->base_lr;
+    }
+    return false;
+}
+
 float mp_lr_at(const mp_lr_schedule *s, int64_t step) {
-    MP_ASSERT(s != NULL && step >= 0 && s->warmup_steps >= 0);
+    if (!valid(s)) return NAN;
+    if (step < 0) step = 0; /* before the first step: the first step's rate */
     double base = s->base_lr;
     if (step < s->warmup_steps) return (float)(base * (double)(step + 1) / (double)s->warmup_steps);
     int64_t t = step - s->warmup_steps;
     switch (s->kind) {
     case MP_LR_CONSTANT: return s->base_lr;
-    case MP_LR_STEP:
-        MP_ASSERT(s->step_size > 0);
-        return (float)(base * pow((double)s->gamma, (double)(t / s->step_size)));
+    case MP_LR_STEP: return (float)(base * pow((double)s->gamma, (double)(t / s->step_size)));
     case MP_LR_COSINE: {
         int64_t T = (int64_t)s->total_steps - s->warmup_steps;
         if (t >= T) return s->min_lr;
@@ -38,8 +49,7 @@ float mp_lr_at(const mp_lr_schedule *s, int64_t step) {
         return (float)(lo + (base - lo) * 0.5 * (1.0 + cos(M_PI * (double)t / (double)T)));
     }
     }
-    MP_ASSERT(!"unknown lr schedule kind");
-    return 0.0f;
+    return NAN;
 }
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -147,8 +157,8 @@ mp_status mp_lr_schedule_parse(const char *spec, float base_lr, int total_steps,
 
 mp_status mp_lr_schedule_check(const mp_lr_schedule *s) {
     if (!s) return mp_error(MP_ERR_INVALID_ARG, "lr schedule: null");
-    if (!(s->base_lr > 0.0f) || !isfinite(s->base_lr))
-        return mp_error(MP_ERR_INVALID_ARG, "lr schedule: the learning rate %g must be a finite number > 0",
+    if (!(s->base_lr >= 0.0f) || !isfinite(s->base_lr))
+        return mp_error(MP_ERR_INVALID_ARG, "lr schedule: the learning rate %g must be a finite number >= 0",
                         (double)s->base_lr);
     if (s->warmup_steps < 0)
         return mp_error(MP_ERR_INVALID_ARG, "lr schedule: warm-up steps %d must be >= 0", s->warmup_steps);

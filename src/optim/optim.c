@@ -184,9 +184,11 @@ void mp_optim_step(mp_optim *o, float lr) {
 
 int64_t mp_optim_step_count(const mp_optim *o) { return o->steps; }
 
-void mp_optim_set_step_count(mp_optim *o, int64_t steps) {
-    MP_ASSERT(steps >= 0);
+mp_status mp_optim_set_step_count(mp_optim *o, int64_t steps) {
+    if (steps < 0 || steps >= ((int64_t)1 << 53))
+        return mp_error(MP_ERR_INVALID_ARG, "optimizer step count %lld must lie in [0, 2^53)", (long long)steps);
     o->steps = steps;
+    return MP_OK;
 }
 
 mp_optim_opts mp_optim_options(const mp_optim *o) { return o->opts; }

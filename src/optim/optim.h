@@ -52,8 +52,9 @@ void mp_optim_step(mp_optim *o, float lr);
 /* Number of steps taken (Adam's bias correction uses step count + 1 for the
  * next step). */
 int64_t mp_optim_step_count(const mp_optim *o);
-/* For checkpoint restore, together with the state buffers below. */
-void mp_optim_set_step_count(mp_optim *o, int64_t steps);
+/* For checkpoint restore, together with the state buffers below: a count
+ * outside [0, 2^53) is MP_ERR_INVALID_ARG and leaves the count unchanged. */
+mp_status mp_optim_set_step_count(mp_optim *o, int64_t steps);
 
 /* The options after defaults were applied. */
 mp_optim_opts mp_optim_options(const mp_optim *o);

@@ -9,6 +9,7 @@
  * before changing anything: a tensor's name, shape and dtype, finite values
  * and non-negative running variances, every metadata value typed and in
  * range, naming the file and the key. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@
 
 #define META_MAX 48
 #define NAME_LEN 160
-#define MAX_STEPS 9007199254740992.0 /* 2^53: exact in a double */
+#define MAX_STEPS (((int64_t)1 << 53) - 1) /* step counters stay exact in a double */
 
 static mp_st_tensor tensor_of(const char *name, const mp_shape *s, const float *data) {
     mp_st_tensor t = {.name = name, .dtype = MP_DTYPE_F32, .ndim = s->ndim, .data = data};
@@ -69,6 +70,9 @@ static void meta_add(meta_list *m, const char *key, const char *fmt, ...) {
 
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info) {
     if (!t || !path) return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null trainer or path");
+    if (t->micro != 0)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: not saved: in the middle of a step (%d of %d micro-batches queued); "
+                        "save between steps", path, t->micro, t->k);
     MP_TRY(mp_step_poll(t, true, NULL)); /* overflows before the save are reported, not lost */
     MP_TRY(t->be->state_to_host(t));
     const mp_graph *g = t->g;
@@ -224,9 +228,9 @@ static void copy_tensor(const mp_st_file *f, const char *name, float *dst, int64
 /* The counters and the scaler, into copies first (nothing changes on error). */
 static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer *t, int64_t *epoch, int64_t *steps,
                                uint64_t *plan_step, int64_t *optim_steps, mp_scaler *scaler) {
-    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.epoch", 0, 1000000, epoch));
-    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.global_step", 0, (int64_t)MAX_STEPS, steps));
-    MP_TRY(mp_ckpt_meta_u64(f, path, "mixprec.plan_step", plan_step));
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.epoch", 0, 100000, epoch));
+    MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.global_step", 0, MAX_STEPS, steps));
+    MP_TRY(mp_ckpt_meta_u64(f, path, "mixprec.plan_step", 0, UINT64_MAX, plan_step));
     for (int gi = 0; gi < t->n_groups; gi++) {
         char key[48];
         steps_key(key, sizeof key, gi);
@@ -240,7 +244,7 @@ static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer
         snprintf(key, sizeof key, "scaler.%s", sn[i]);
         if (!mp_safetensors_meta(f, key) && !t->loss_scaling) continue; /* older files without loss scaling */
         double value;
-        MP_TRY(mp_ckpt_meta_double(f, path, key, -1e300, 1e300, &value));
+        MP_TRY(mp_ckpt_meta_double(f, path, key, -DBL_MAX, DBL_MAX, &value));
         if (mp_scaler_state_set(scaler, sn[i], value) != MP_OK)
             return mp_error(MP_ERR_FORMAT, "%s: metadata '%s': %s", path, key, mp_last_error());
     }
@@ -284,7 +288,8 @@ mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *i
                 copy_tensor(f, name, bufs[k], ref->n);
             }
         }
-        mp_optim_set_step_count(opt, optim_steps[gi]);
+        mp_status cs = mp_optim_set_step_count(opt, optim_steps[gi]); /* in range: read_counters checked it */
+        MP_ASSERT(cs == MP_OK);
     }
     mp_safetensors_close(f);
     g->params_initialized = true;

@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "dist/dist.h"
 #include "graph/graph.h"
+#include "io/output_path.h"
 #include "train/progress.h"
 #include "train/train_gpus.h"
 
@@ -39,9 +40,7 @@ static mp_status write_log(FILE *log, const char *path, const mp_fit_opts *o, co
             epoch, o->model_name ? o->model_name : "", o->data_name ? o->data_name : "", precision, o->trainer.batch,
             lr, r->train_loss, r->train_acc, r->test_loss, r->test_acc, r->epoch_seconds, r->images_per_s,
             r->arena_bytes, (long long)skipped, loss_scale);
-    if (fflush(log) != 0 || ferror(log))
-        return mp_error(MP_ERR_IO, "--log %s: write failed: %s", path, strerror(errno));
-    return MP_OK;
+    return mp_output_flush(log, path, "--log"); /* a full disk stops the run here */
 }
 
 /* Everything one rank's run holds. */
@@ -189,6 +188,7 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
     if (s == MP_OK && o->resume_path) {
         mp_checkpoint_info info = {.model = o->model_name};
         s = mp_trainer_load(r.t, o->resume_path, &info);
+        if (s != MP_OK) s = mp_error(s, "--resume %s", mp_last_error());
         if (s == MP_OK && info.epoch >= o->epochs)
             s = mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint already completed epoch %d of --epochs %d: "
                          "nothing left to train (raise --epochs)", o->resume_path, info.epoch, o->epochs);
@@ -198,15 +198,19 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
                     (long long)mp_trainer_steps(r.t));
     }
     FILE *log = NULL;
-    if (s == MP_OK && o->log_path && r.rank == 0 && !(log = fopen(o->log_path, first_epoch > 1 ? "a" : "w")))
-        s = mp_error(MP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
+    if (s == MP_OK && o->log_path && r.rank == 0) s = mp_output_open(o->log_path, "--log", first_epoch > 1, &log);
     if (s == MP_OK) res->arena_bytes = mp_plan_arena_bytes(mp_trainer_plan(r.t));
     if (s == MP_OK && o->out) print_setup(&r, o->out, o->print_memory);
     const double t_all = mp_now_seconds();
     for (int epoch = first_epoch; s == MP_OK && epoch <= o->epochs; epoch++) {
         double t0 = mp_now_seconds(), loss_sum = 0;
         int64_t correct = 0, seen = 0, micro = 0;
+        const int64_t skipped_before = mp_trainer_skipped_steps(r.t);
         s = train_epoch(&r, epoch, &loss_sum, &micro, &correct, &seen);
+        if (s == MP_OK && mp_trainer_skipped_steps(r.t) - skipped_before >= r.steps)
+            s = mp_error(MP_ERR_NONFINITE, "epoch %d: all %d steps skipped on NaN/inf gradients or losses (loss scale "
+                         "%g): nothing was trained. Try --precision amp-bf16, a lower --lr or --loss-scale, or "
+                         "dynamic loss scaling", epoch, r.steps, mp_trainer_loss_scale(r.t));
         if (s != MP_OK) break;
         const double secs = mp_now_seconds() - t0;
         mp_eval_result ev = {0};
@@ -248,8 +252,8 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
         res->skipped_steps = mp_trainer_skipped_steps(r.t);
         res->final_loss_scale = mp_trainer_loss_scale(r.t);
     }
-    if (log && fclose(log) != 0 && s == MP_OK)
-        s = mp_error(MP_ERR_IO, "--log %s: write failed: %s", o->log_path, strerror(errno));
+    if (log && s == MP_OK) s = mp_output_close(log, o->log_path, "--log");
+    else if (log) fclose(log); /* the first error is the one reported */
     run_free(&r);
     return s;
 }

@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "graph/graph.h"
 #include "io/image_grid.h"
+#include "io/output_path.h"
 #include "train/progress.h"
 #include "train/trainer.h"
 
@@ -109,8 +110,7 @@ static mp_status write_record(FILE *log, const char *path, const mp_gan_train_op
     for (int i = 0; i < e->steps; i++) fprintf(log, "%s%.3f", i ? "," : "", ms[i]);
     fputs("]}\n", log);
     free(sorted);
-    if (fflush(log) != 0 || ferror(log)) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    return MP_OK;
+    return mp_output_flush(log, path, NULL); /* a full disk stops the run here */
 }
 
 /* The weight of each loss in D's objective (G's are all 1). */
@@ -253,8 +253,7 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
     if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
     double *ms = malloc((size_t)(steps + 1) * sizeof *ms);
     if (s == MP_OK && !ms) s = mp_error(MP_ERR_NOMEM, "gan: out of memory");
-    if (s == MP_OK && !(log = fopen(log_path, "w")))
-        s = mp_error(MP_ERR_IO, "%s: cannot open for writing: %s", log_path, strerror(errno));
+    if (s == MP_OK) s = mp_output_open(log_path, NULL, false, &log);
     mp_scaler state = {0};
     for (int epoch = 1; s == MP_OK && epoch <= o->epochs; epoch++) {
         s = mp_loader_start_epoch(ld, epoch);
@@ -308,7 +307,8 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
     r->d_skipped = state.group_skips[1];
     r->forward_overflows = state.forward_overflows;
     r->loss_scale = state.scale;
-    if (log && fclose(log) != 0 && s == MP_OK) s = mp_error(MP_ERR_IO, "%s: write failed: %s", log_path, strerror(errno));
+    if (log && s == MP_OK) s = mp_output_close(log, log_path, NULL);
+    else if (log) fclose(log); /* the first error is the one reported */
     free(ms);
     mp_loader_destroy(ld);
     gan_run_free(&g);

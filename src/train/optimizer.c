@@ -69,7 +69,15 @@ void mp_optimizer_destroy(mp_optimizer *o) {
     free(o);
 }
 
-int64_t mp_optimizer_steps(const mp_optimizer *o) { return o ? mp_optim_step_count(o->host) : 0; }
+int64_t mp_optimizer_steps(const mp_optimizer *o) {
+    if (!o) return 0;
+    mp_trainer *t = o->bound; /* a GPU trainer holds the count on the device */
+    for (int g = 0; t && g < t->n_groups; g++) {
+        int64_t n = 0;
+        if (t->groups[g].opt == o && t->be->optim_steps(t, g, &n) == MP_OK) return n;
+    }
+    return mp_optim_step_count(o->host);
+}
 int mp_optimizer_param_count(const mp_optimizer *o) { return o ? o->n : 0; }
 mp_optimizer_opts mp_optimizer_options(const mp_optimizer *o) { return o->o; }
 

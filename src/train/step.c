@@ -64,7 +64,7 @@ mp_status mp_step_enqueue(mp_trainer *t, mp_launch kind) {
         MP_TRY(st);
         if (!last) continue;
         if (t->o.dist) MP_TRY(be->reduce_grads(t));
-        if (t->after_reduce) MP_TRY(t->after_reduce(t->after_reduce_arg, t));
+        if (t->after_reduce) MP_TRY(t->after_reduce(t->after_reduce_arg, t, gi));
         MP_TRY(be->unscale_check(t, gi));
         if (t->o.dist) MP_TRY(be->reduce_flags(t));
         if (t->o.clip_value > 0 || t->o.clip_norm > 0) MP_TRY(be->clip(t, gi));

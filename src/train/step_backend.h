@@ -61,6 +61,8 @@ typedef struct mp_step_backend {
      * scaler (t->scaler). No-ops on the CPU, where the host state is the state. */
     mp_status (*state_to_host)(mp_trainer *t);
     mp_status (*state_to_device)(mp_trainer *t);
+    /* Steps group g's optimizer took (synchronizes a GPU). */
+    mp_status (*optim_steps)(mp_trainer *t, int g, int64_t *out);
 } mp_step_backend;
 
 /* The host backend (step_host.c). */

@@ -115,6 +115,11 @@ static mp_status host_read_scaler(mp_trainer *t, bool wait, mp_scaler *out) {
     return MP_OK;
 }
 
+static mp_status host_optim_steps(mp_trainer *t, int g, int64_t *out) {
+    *out = mp_optim_step_count(t->groups[g].opt->host);
+    return MP_OK;
+}
+
 static mp_status host_nothing(mp_trainer *t) {
     (void)t;
     return MP_OK;
@@ -137,4 +142,5 @@ const mp_step_backend mp_step_backend_host = {
     .wait = host_nothing,
     .state_to_host = host_nothing,
     .state_to_device = host_nothing,
+    .optim_steps = host_optim_steps,
 };

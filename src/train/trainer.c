@@ -335,6 +335,9 @@ mp_status mp_trainer_param_set(mp_trainer *t, const char *name, const float *src
 
 mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    if (t->micro != 0)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: gradient '%s' read in the middle of an accumulated step (still "
+                        "scaled and partial); read it after the step's last micro-batch", name ? name : "");
     if (t->o.device.kind != MP_DEVICE_CPU && mp_plan_grads_in_arena(t->plan))
         return mp_error(MP_ERR_UNSUPPORTED, "trainer: gradient '%s': on this GPU plan gradients live in the "
                         "activation arena and do not outlive a step (accumulate 2 or more keeps them)",

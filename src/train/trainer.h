@@ -65,9 +65,11 @@ struct mp_trainer {
      * gradient was non-finite first (-1: none, or not known on a device) */
     int bad_param[MP_MAX_GROUPS];
     FILE *events;
-    /* Library-internal hook: after the gradients are reduced (data parallel)
-     * and before they are checked, in stream order (tests inject a NaN). */
-    mp_status (*after_reduce)(void *arg, mp_trainer *t);
+    /* Library-internal hook: after group g's gradients are reduced (data
+     * parallel) and before they are checked, in stream order (tests inject a
+     * NaN); on a GPU captured into the step's graph, so it may only queue
+     * device work. */
+    mp_status (*after_reduce)(void *arg, mp_trainer *t, int g);
     void *after_reduce_arg;
 };
 

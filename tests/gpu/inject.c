@@ -11,10 +11,11 @@
 /* Graph parameter index of the first optimizer group's first parameter. */
 static int first_param(const mp_trainer *t) { return t->groups[0].opt->param_index[0]; }
 
-/* Called once per optimizer group on a step's last launch; the kernel
- * disarms the flag, so only the first call of an armed step writes. */
-static mp_status inject_hook(void *arg, mp_trainer *t) {
+/* Called once per optimizer group on a step's last launch; group 0's call
+ * writes (the kernel disarms the flag, so an armed step overflows once). */
+static mp_status inject_hook(void *arg, mp_trainer *t, int g) {
     const gpu_inject *inj = arg;
+    if (g != 0) return MP_OK;
     const int k = first_param(t);
     return mp_cuda_inject_inf(mp_cuda_plan_ctx(t->plan), inj->armed, mp_device_grad(t->plan, k),
                               mp_plan_grad_dtype(t->plan, k));

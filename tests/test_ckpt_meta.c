@@ -1,0 +1,103 @@
+/* test_ckpt_meta.c — the checkpoint metadata validation (io/ckpt_meta.h):
+ * the strict text parsers, the one-line quoting of bad values, and the typed
+ * getters' messages (file, key, value, range) on a written safetensors file. */
+#define _GNU_SOURCE /* nftw in scratch_dir.h */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "io/ckpt_meta.h"
+#include "scratch_dir.h"
+
+static char tmp[4096];
+
+static void test_parse_int(void) {
+    static const struct {
+        const char *text;
+        bool ok;
+        int64_t v;
+    } cases[] = {
+        {"0", true, 0},       {"17", true, 17},   {"-5", true, -5},     {"100000", true, 100000},
+        {"1.5", false, 0},    {"128.9", false, 0}, {"nan", false, 0},   {"inf", false, 0},
+        {"1e300", false, 0},  {"1e3", false, 0},  {"", false, 0},       {" 5", false, 0},
+        {"5 ", false, 0},     {"+5", false, 0},   {"-", false, 0},      {"12abc", false, 0},
+        {"0x10", false, 0},   {"--1", false, 0},  {"9223372036854775807", true, INT64_MAX},
+        {"9223372036854775808", false, 0},        {"99999999999999999999", false, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int64_t v = 42;
+        bool ok = mp_meta_parse_int(cases[k].text, INT64_MIN, INT64_MAX, &v);
+        CHECK(ok == cases[k].ok && (!ok || v == cases[k].v) && (ok || v == 42), "int '%s': ok %d, v %lld",
+              cases[k].text, ok, (long long)v);
+    }
+    int64_t v;
+    CHECK(!mp_meta_parse_int("-1", 0, 10, &v) && !mp_meta_parse_int("11", 0, 10, &v) &&
+              mp_meta_parse_int("10", 0, 10, &v) && v == 10,
+          "int range [0, 10]");
+    uint64_t u;
+    CHECK(mp_meta_parse_u64("18446744073709551615", 0, UINT64_MAX, &u) && u == UINT64_MAX, "u64 max");
+    CHECK(!mp_meta_parse_u64("18446744073709551616", 0, UINT64_MAX, &u), "u64 past 2^64 - 1");
+    CHECK(!mp_meta_parse_u64("-1", 0, UINT64_MAX, &u) && !mp_meta_parse_u64("1.0", 0, UINT64_MAX, &u), "u64 sign/fraction");
+    double d;
+    CHECK(mp_meta_parse_double("65536", 0, 1e30, &d) && d == 65536, "double 65536");
+    CHECK(mp_meta_parse_double("6.103515625e-05", 0, 1, &d) && d == 6.103515625e-05, "double exponent");
+    CHECK(mp_meta_parse_double("-0.5", -1, 1, &d) && d == -0.5, "double negative");
+    static const char *const bad_d[] = {"nan", "inf", "-inf", "1e400", "0x1p3", " 1", "1 ", "+1", "", "1e", "."};
+    for (size_t k = 0; k < sizeof bad_d / sizeof *bad_d; k++)
+        CHECK(!mp_meta_parse_double(bad_d[k], -DBL_MAX, DBL_MAX, &d), "double '%s' accepted", bad_d[k]);
+    CHECK(!mp_meta_parse_double("2", 0, 1, &d), "double out of range");
+}
+
+static void test_quote(void) {
+    char q[16];
+    mp_meta_quote("1\n2'\\", q, sizeof q);
+    CHECK(!strcmp(q, "1\\x0a2\\x27\\x5c") || !strcmp(q, "1\\x0a2\\x27..."), "quoted: %s", q);
+    char q2[96];
+    char longv[300];
+    memset(longv, 'a', sizeof longv - 1);
+    longv[sizeof longv - 1] = '\0';
+    mp_meta_quote(longv, q2, sizeof q2);
+    CHECK(strlen(q2) < sizeof q2 && !strcmp(q2 + strlen(q2) - 3, "..."), "long value cut: %zu bytes", strlen(q2));
+}
+
+static void test_getters(void) {
+    const char *p = scratch_path(tmp, "meta.safetensors");
+    const char *keys[] = {"mixprec.epoch", "mixprec.bad", "mixprec.frac", "mixprec.name", "mixprec.nl", "scale"};
+    const char *vals[] = {"7", "-5", "1.5", "small", "1\n2", "65536"};
+    float x = 1;
+    mp_st_tensor t = {.name = "x", .dtype = MP_DTYPE_F32, .ndim = 1, .dims = {1}, .data = &x};
+    CHECK_ERR(mp_safetensors_write(p, &t, 1, keys, vals, 6), MP_OK);
+    mp_st_file *f = NULL;
+    CHECK_ERR(mp_safetensors_open(p, &f), MP_OK);
+    if (!f) return;
+    int64_t v = 0;
+    uint64_t u = 0;
+    double d = 0;
+    const char *s = NULL;
+    CHECK_ERR(mp_ckpt_meta_int(f, p, "mixprec.epoch", 0, 100000, &v), MP_OK);
+    CHECK(v == 7, "epoch %lld", (long long)v);
+    CHECK_ERR(mp_ckpt_meta_int(f, p, "mixprec.bad", 0, 100000, &v), MP_ERR_FORMAT,
+              "meta.safetensors: metadata 'mixprec.bad' = '-5' must be an integer in [0, 100000]");
+    CHECK_ERR(mp_ckpt_meta_u64(f, p, "mixprec.frac", 0, 10, &u), MP_ERR_FORMAT, "'mixprec.frac' = '1.5' must be an integer in [0, 10]");
+    CHECK_ERR(mp_ckpt_meta_int(f, p, "mixprec.nl", 0, 10, &v), MP_ERR_FORMAT, "'mixprec.nl' = '1\\x0a2'");
+    CHECK(!strchr(mp_last_error(), '\n'), "a newline in a value reached the message");
+    CHECK_ERR(mp_ckpt_meta_double(f, p, "mixprec.name", -1, 1, &d), MP_ERR_FORMAT, "'mixprec.name' = 'small' must be a finite number");
+    CHECK_ERR(mp_ckpt_meta_double(f, p, "scale", 0, 1e9, &d), MP_OK);
+    CHECK(d == 65536, "scale %g", d);
+    CHECK_ERR(mp_ckpt_meta_string(f, p, "mixprec.name", &s), MP_OK);
+    CHECK(s && !strcmp(s, "small"), "string");
+    CHECK_ERR(mp_ckpt_meta_int(f, p, "mixprec.none", 0, 1, &v), MP_ERR_FORMAT,
+              "not a mixprec checkpoint (metadata 'mixprec.none' missing)");
+    mp_safetensors_close(f);
+}
+
+int main(void) {
+    scratch_dir_create(tmp, sizeof tmp, "test_ckpt_meta");
+    test_parse_int();
+    test_quote();
+    test_getters();
+    scratch_dir_remove(tmp);
+    return test_summary("test_ckpt_meta");
+}
