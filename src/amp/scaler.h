@@ -80,9 +80,12 @@ typedef struct {
 } mp_scaler;
 
 /* found_inf and the groups' flags are one block of ints: a data-parallel run
- * max-all-reduces them together. */
+ * max-all-reduces them together. (Checked by the C compiler; the CUDA
+ * sources see the same layout.) */
+#ifndef __cplusplus
 _Static_assert(offsetof(mp_scaler, group_found) == offsetof(mp_scaler, found_inf) + sizeof(int),
                "found_inf and group_found must be adjacent");
+#endif
 
 /* Validates the options, applies the defaults and starts the state. Errors
  * name the option: "--loss-scale-growth 1 must be > 1". On error *s is
