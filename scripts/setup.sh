@@ -48,6 +48,14 @@ if [ "$mode" = run ]; then
   exec ./build/mixprec train
 fi
 
+# Python test oracles (NumPy, safetensors' reference reader and writer) in a
+# venv of the build: the tests find them first on PATH.
+if ! build/pyvenv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
+  echo "setup: installing the Python test oracles (numpy, safetensors) into build/pyvenv"
+  python3 -m venv build/pyvenv
+  build/pyvenv/bin/pip install -q --disable-pip-version-check numpy safetensors
+fi
+export PATH="$PWD/build/pyvenv/bin:$PATH"
 ctest --test-dir build --output-on-failure -j"$jobs"
 echo "setup: installing into a temporary prefix and building examples/ against it"
 prefix=$(mktemp -d)

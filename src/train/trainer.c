@@ -45,9 +45,10 @@ static mp_status take_groups(mp_trainer *t, const mp_trainer_opts *o) {
         for (int j = 0; j < s->n_losses; j++) {
             const mp_node l = s->losses[j];
             if (!is_loss_node(t->g, l))
-                return mp_error(MP_ERR_INVALID_ARG, "trainer: group %d's loss %d (node %d%s%s) is not a loss node "
+                return mp_error(MP_ERR_INVALID_ARG, "trainer: group %d's loss %d (node %d%s%s%s) is not a loss node "
                                 "(softmax_cross_entropy or bce_with_logits)", gi, j, l,
-                                l >= 0 && l < t->g->n_nodes ? ", " : "", l >= 0 && l < t->g->n_nodes ? t->g->nodes[l].name : "");
+                                l >= 0 && l < t->g->n_nodes ? ", '" : "", l >= 0 && l < t->g->n_nodes ? t->g->nodes[l].name : "",
+                                l >= 0 && l < t->g->n_nodes ? "'" : "");
             const float w = s->weights[j];
             if (!(w >= 0.0f) || !isfinite(w))
                 return mp_error(MP_ERR_INVALID_ARG, "trainer: loss '%s' has weight %g (finite and >= 0)",

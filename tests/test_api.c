@@ -1,0 +1,246 @@
+/* test_api.c — the public API used out of order or with the wrong objects,
+ * as a program of a user would: each call returns an mp_status error whose
+ * message names the object, tensor or shape, and nothing crashes (the suite
+ * also runs under ASan+UBSan): a step before anything is set up, an
+ * optimizer over another graph's parameters or already in use, groups
+ * sharing a parameter, a loss that is no loss, a batch of the wrong size, a
+ * checkpoint of another model, a weights file missing a tensor, with a wrong
+ * shape or dtype or a tensor the model lacks, parameters set to NaN or with
+ * the wrong count, evaluation on the wrong data or before initialization,
+ * an optimizer destroyed before its trainer, a bad learning-rate schedule.
+ * Only the public API is called, plus the safetensors writer to craft files. */
+#define _GNU_SOURCE /* nftw in scratch_dir.h */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "mixprec.h"
+#include "scratch_dir.h"
+
+static char dir[4096];
+
+/* A small classifier: input (1, 8, 8) -> conv -> bn -> relu -> flatten -> fc (k classes). */
+typedef struct {
+    mp_graph *g;
+    mp_node input, labels, logits, loss;
+} net;
+
+static net make_net(int out_channels, int classes) {
+    net n = {.g = mp_graph_create()};
+    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
+    n.labels = mp_graph_labels(n.g, "label");
+    mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = out_channels, .kernel = 3, .padding = 1});
+    x = mp_relu(n.g, "relu", mp_batchnorm2d(n.g, "bn", x, (mp_batchnorm_opts){0}));
+    n.logits = mp_linear(n.g, "fc", mp_flatten(n.g, "flat", x), (mp_linear_opts){.out_features = classes, .bias = true});
+    n.loss = mp_softmax_cross_entropy(n.g, "loss", n.logits, n.labels);
+    MP_ASSERT(mp_graph_status(n.g) == MP_OK);
+    mp_graph_init_params(n.g, 3);
+    return n;
+}
+
+static mp_optimizer *sgd(mp_graph *g) {
+    mp_optimizer *o = NULL;
+    MP_ASSERT(mp_optimizer_create(g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}}, &o) ==
+              MP_OK);
+    return o;
+}
+
+static void test_trainer_misuse(void) {
+    CHECK_ERR(mp_trainer_step(NULL, NULL, NULL), MP_ERR_INVALID_ARG, "trainer");
+    mp_trainer *t = (mp_trainer *)1;
+    CHECK_ERR(mp_trainer_create(NULL, &(mp_trainer_opts){.batch = 4}, &t), MP_ERR_INVALID_ARG, "null graph");
+    CHECK(t == NULL, "a failed create leaves no trainer");
+    net a = make_net(2, 3), b = make_net(2, 3);
+    mp_optimizer *oa = sgd(a.g), *ob = sgd(b.g);
+    /* an optimizer over another graph's parameters */
+    CHECK_ERR(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 4, .loss = a.loss, .optimizer = ob}, &t),
+              MP_ERR_INVALID_ARG, "another graph's parameters");
+    /* no optimizer; a node that is not a loss; a bad batch */
+    CHECK_ERR(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 4, .loss = a.loss}, &t), MP_ERR_INVALID_ARG,
+              "no optimizer");
+    CHECK_ERR(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 4, .loss = a.logits, .optimizer = oa}, &t),
+              MP_ERR_INVALID_ARG, "'fc'", "not a loss node");
+    CHECK_ERR(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 0, .loss = a.loss, .optimizer = oa}, &t),
+              MP_ERR_INVALID_ARG, "batch 0");
+    /* two groups over the same parameters */
+    mp_optimizer *oa2 = sgd(a.g);
+    mp_trainer_opts two = {.batch = 4, .n_groups = 2};
+    two.groups[0] = (mp_train_group){.optimizer = oa, .losses = {a.loss}, .weights = {1}, .n_losses = 1};
+    two.groups[1] = (mp_train_group){.optimizer = oa2, .losses = {a.loss}, .weights = {1}, .n_losses = 1};
+    CHECK_ERR(mp_trainer_create(a.g, &two, &t), MP_ERR_INVALID_ARG, "conv.weight", "groups 0 and 1");
+    /* a trainer; its optimizer cannot serve a second one */
+    mp_trainer *ta = NULL;
+    CHECK_ERR(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 4, .input = a.input, .labels = a.labels, .loss = a.loss,
+                                                        .optimizer = oa},
+                                &ta),
+              MP_OK);
+    CHECK_ERR(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 4, .loss = a.loss, .optimizer = oa}, &t),
+              MP_ERR_INVALID_ARG, "already used by another trainer");
+    /* a batch of another size, a batch without data */
+    float x[8 * 64] = {0};
+    int32_t y[8] = {0};
+    CHECK_ERR(mp_trainer_step(ta, &(mp_batch){.images = x, .labels = y, .n = 8}, NULL), MP_ERR_SHAPE, "8 samples",
+              "takes 4");
+    CHECK_ERR(mp_trainer_step(ta, &(mp_batch){.n = 4}, NULL), MP_ERR_INVALID_ARG, "no images or labels");
+    /* labels outside the class range */
+    int32_t bad[4] = {0, 1, 7, 2};
+    CHECK_ERR(mp_trainer_step(ta, &(mp_batch){.images = x, .labels = bad, .n = 4}, NULL), MP_ERR_INVALID_ARG, "label",
+              "7");
+    /* a parameter that does not exist, or of the wrong size, or NaN */
+    float w[18];
+    CHECK_ERR(mp_trainer_param_get(ta, "conv.kernel", w, 18), MP_ERR_INVALID_ARG, "'conv.kernel'");
+    CHECK_ERR(mp_trainer_param_get(ta, "conv.weight", w, 17), MP_ERR_SHAPE, "17 values", "it has 18");
+    CHECK_ERR(mp_trainer_param_get(ta, "conv.weight", w, 18), MP_OK);
+    w[5] = NAN;
+    CHECK_ERR(mp_trainer_param_set(ta, "conv.weight", w, 18), MP_ERR_NONFINITE, "conv.weight", "value 5");
+    /* an optimizer destroyed before its trainer is freed with it (ASan sees no leak, no double free) */
+    mp_optimizer_destroy(oa);
+    mp_trainer_destroy(ta);
+    mp_optimizer_destroy(oa2);
+    mp_optimizer_destroy(ob);
+    mp_graph_destroy(a.g);
+    mp_graph_destroy(b.g);
+}
+
+/* A safetensors file of the given tensors (f32 unless dtype says). */
+static const char *write_file(const char *name, const mp_st_tensor *ts, int n) {
+    static char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    MP_ASSERT(mp_safetensors_write(path, ts, n, NULL, NULL, 0) == MP_OK);
+    return path;
+}
+
+static void test_checkpoints_and_weights(void) {
+    net a = make_net(2, 3), other = make_net(4, 3);
+    mp_optimizer *oa = sgd(a.g), *oo = sgd(other.g);
+    mp_trainer *ta = NULL, *to = NULL;
+    MP_ASSERT(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 4, .loss = a.loss, .optimizer = oa}, &ta) == MP_OK);
+    MP_ASSERT(mp_trainer_create(other.g, &(mp_trainer_opts){.batch = 4, .loss = other.loss, .optimizer = oo}, &to) ==
+              MP_OK);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/a.safetensors", dir);
+    CHECK_ERR(mp_trainer_save(ta, path, &(mp_checkpoint_info){.model = "a", .epoch = 1}), MP_OK);
+    /* a checkpoint of another model: the first tensor that differs, with both shapes */
+    CHECK_ERR(mp_trainer_load(to, path, &(mp_checkpoint_info){.model = "a"}), MP_ERR_SHAPE, "conv.weight",
+              "2x1x3x3", "(4, 1, 3, 3)");
+    CHECK_ERR(mp_trainer_load(ta, path, &(mp_checkpoint_info){.model = "b"}), MP_ERR_INVALID_ARG, "model a", "uses b");
+    mp_checkpoint_info back = {.model = "a"};
+    CHECK_ERR(mp_trainer_load(ta, path, &back), MP_OK);
+    CHECK(back.epoch == 1, "epoch %d read back", back.epoch);
+    /* weights only: the trainer's graph's parameters under their names */
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    CHECK_ERR(mp_graph_save_weights(a.g, path), MP_OK);
+    CHECK_ERR(mp_graph_load_weights(other.g, path, NULL), MP_ERR_SHAPE, "conv.weight", "shape 2x1x3x3");
+    CHECK_ERR(mp_graph_load_weights(a.g, path, NULL), MP_OK);
+    /* a file missing a tensor; with one the model lacks; of a non-float dtype */
+    float wv[18] = {0}, bv[3] = {0}, fw[2 * 64 * 3] = {0};
+    const int64_t dw[] = {2, 1, 3, 3}, db[] = {3}, dfc[] = {3, 128};
+    mp_st_tensor only_conv[] = {{.name = "conv.weight", .dtype = MP_DTYPE_F32, .ndim = 4, .dims = {2, 1, 3, 3}, .data = wv}};
+    (void)dw;
+    CHECK_ERR(mp_graph_load_weights(a.g, write_file("missing.safetensors", only_conv, 1), NULL), MP_ERR_FORMAT,
+              "'bn.weight' is not in the file");
+    int32_t iw[18] = {0};
+    mp_st_tensor int_weight[] = {{.name = "conv.weight", .dtype = MP_DTYPE_I32, .ndim = 4, .dims = {2, 1, 3, 3}, .data = iw}};
+    CHECK_ERR(mp_graph_load_weights(a.g, write_file("int.safetensors", int_weight, 1),
+                                    &(mp_weights_opts){.allow_missing = true}),
+              MP_ERR_FORMAT, "'conv.weight' is i32");
+    mp_st_tensor extra[] = {{.name = "fc.weight", .dtype = MP_DTYPE_F32, .ndim = 2, .dims = {3, 128}, .data = fw},
+                            {.name = "head.bias", .dtype = MP_DTYPE_F32, .ndim = 1, .dims = {3}, .data = bv}};
+    (void)db, (void)dfc;
+    const char *ex = write_file("extra.safetensors", extra, 2);
+    CHECK_ERR(mp_graph_load_weights(a.g, ex, &(mp_weights_opts){.allow_missing = true}), MP_ERR_FORMAT,
+              "'head.bias' matches no parameter");
+    CHECK_ERR(mp_graph_load_weights(a.g, ex, &(mp_weights_opts){.allow_missing = true, .allow_unused = true}), MP_OK);
+    float got[3 * 128];
+    CHECK(mp_graph_param_get(a.g, "fc.weight", got, 3 * 128) == MP_OK && got[0] == 0.0f && got[383] == 0.0f,
+          "the file's fc.weight was loaded");
+    /* nothing changes when a file is refused: a NaN in the second tensor */
+    float conv_before[18], nan_w[18];
+    MP_ASSERT(mp_graph_param_get(a.g, "conv.weight", conv_before, 18) == MP_OK);
+    for (int i = 0; i < 18; i++) nan_w[i] = 7.0f;
+    fw[10] = NAN;
+    mp_st_tensor half_bad[] = {{.name = "conv.weight", .dtype = MP_DTYPE_F32, .ndim = 4, .dims = {2, 1, 3, 3}, .data = nan_w},
+                               {.name = "fc.weight", .dtype = MP_DTYPE_F32, .ndim = 2, .dims = {3, 128}, .data = fw}};
+    CHECK_ERR(mp_graph_load_weights(a.g, write_file("nan.safetensors", half_bad, 2),
+                                    &(mp_weights_opts){.allow_missing = true}),
+              MP_ERR_NONFINITE, "'fc.weight' holds nan at element 10");
+    float conv_after[18];
+    MP_ASSERT(mp_graph_param_get(a.g, "conv.weight", conv_after, 18) == MP_OK);
+    CHECK(!memcmp(conv_before, conv_after, sizeof conv_after), "a refused file changed conv.weight");
+    mp_trainer_destroy(ta);
+    mp_trainer_destroy(to);
+    mp_optimizer_destroy(oa);
+    mp_optimizer_destroy(oo);
+    mp_graph_destroy(a.g);
+    mp_graph_destroy(other.g);
+}
+
+static void test_evaluation_misuse(void) {
+    net a = make_net(2, 3);
+    mp_dataset *wrong_shape = NULL, *wrong_classes = NULL, *ok = NULL;
+    MP_ASSERT(mp_dataset_create_synthetic(16, 1, 9, 9, 3, 1, &wrong_shape) == MP_OK);
+    MP_ASSERT(mp_dataset_create_synthetic(16, 1, 8, 8, 5, 1, &wrong_classes) == MP_OK);
+    MP_ASSERT(mp_dataset_create_synthetic(16, 1, 8, 8, 3, 1, &ok) == MP_OK);
+    const mp_eval_opts eo = {.input = a.input, .logits = a.logits};
+    mp_eval_result r;
+    CHECK_ERR(mp_evaluate(a.g, wrong_shape, &eo, &r), MP_ERR_SHAPE, "1x9x9", "'image' takes 1x8x8");
+    CHECK_ERR(mp_evaluate(a.g, wrong_classes, &eo, &r), MP_ERR_SHAPE, "labels up to 4", "3 classes");
+    CHECK_ERR(mp_evaluate(a.g, ok, &(mp_eval_opts){.input = a.labels, .logits = a.logits}, &r), MP_ERR_INVALID_ARG,
+              "not an image input");
+    CHECK_ERR(mp_evaluate(a.g, ok, &eo, &r), MP_OK);
+    CHECK(r.samples == 16 && r.accuracy >= 0 && r.accuracy <= 1 && isfinite(r.loss), "evaluated %lld samples",
+          (long long)r.samples);
+    /* a graph whose parameters were never initialized or loaded */
+    mp_graph *fresh = mp_graph_create();
+    mp_node in = mp_graph_input(fresh, "image", 1, 8, 8);
+    mp_node lg = mp_linear(fresh, "fc", mp_flatten(fresh, "flat", in), (mp_linear_opts){.out_features = 3});
+    CHECK_ERR(mp_evaluate(fresh, ok, &(mp_eval_opts){.input = in, .logits = lg}, &r), MP_ERR_INVALID_ARG,
+              "never initialized");
+    mp_graph_destroy(fresh);
+    /* datasets from memory are checked */
+    float img[2 * 4] = {0, 0, 0, 0, 0, 0, NAN, 0};
+    int32_t lab[2] = {0, 1};
+    mp_dataset *d = NULL;
+    CHECK_ERR(mp_dataset_create(2, 1, 2, 2, 2, img, (int32_t[]){0, 2}, "mine", &d), MP_ERR_INVALID_ARG, "mine",
+              "label 2 of sample 1");
+    CHECK_ERR(mp_dataset_create(2, 1, 2, 2, 2, img, lab, "mine", &d), MP_ERR_NONFINITE, "mine");
+    CHECK(d == NULL, "a refused dataset is NULL");
+    mp_dataset_destroy(wrong_shape);
+    mp_dataset_destroy(wrong_classes);
+    mp_dataset_destroy(ok);
+    mp_graph_destroy(a.g);
+}
+
+static void test_options_misuse(void) {
+    net a = make_net(2, 3);
+    mp_optimizer *o = NULL;
+    CHECK_ERR(mp_optimizer_create(a.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = NAN}}, &o),
+              MP_ERR_INVALID_ARG, "learning rate nan");
+    CHECK_ERR(mp_optimizer_create(a.g, &(mp_optimizer_opts){.lr = {.base_lr = 0.1f}, .params = "decoder."}, &o),
+              MP_ERR_INVALID_ARG, "starts with 'decoder.'");
+    CHECK_ERR(mp_optimizer_create(a.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_ADAM, .momentum = 0.9f},
+                                                           .lr = {.base_lr = 0.1f}},
+                                  &o),
+              MP_ERR_INVALID_ARG, "--momentum");
+    const mp_lr_schedule bad = {.kind = MP_LR_STEP, .base_lr = 0.1f}; /* step_size 0 */
+    CHECK(isnan(mp_lr_at(&bad, 3)), "a bad schedule gives NaN, not a crash");
+    CHECK_ERR(mp_lr_schedule_check(&bad), MP_ERR_INVALID_ARG, "step_size");
+    CHECK_ERR(mp_graph_apply_policy(a.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16, .overrides = "cnv=fp32"}),
+              MP_ERR_INVALID_ARG, "no layer named 'cnv'");
+    mp_policy_info pi;
+    CHECK(mp_graph_policy(a.g, &pi) == MP_OK && pi.precision == MP_PRECISION_FP32, "a refused policy leaves fp32");
+    mp_graph_destroy(a.g);
+}
+
+int main(void) {
+    scratch_dir_create(dir, sizeof dir, "test_api");
+    test_trainer_misuse();
+    test_checkpoints_and_weights();
+    test_evaluation_misuse();
+    test_options_misuse();
+    scratch_dir_remove(dir);
+    return test_summary("test_api");
+}
