@@ -1,6 +1,7 @@
-/* step_backend.c — which step backend runs a trainer on which device: the
- * one place that knows whether this build has the CUDA backend. */
+/* step_backend.c — which step backend runs a trainer on which device; which
+ * devices this build runs is the execution backends' choice (exec_backend.c). */
 #include "core/error.h"
+#include "graph/exec_backend.h"
 #include "train/step_backend.h"
 
 #ifdef MP_HAVE_CUDA
@@ -8,17 +9,15 @@ extern const mp_step_backend mp_step_backend_cuda;
 #endif
 
 mp_status mp_step_backend_for(mp_device device, const mp_step_backend **out) {
+    const mp_exec_backend *exec;
     *out = NULL;
-    switch (device.kind) {
-    case MP_DEVICE_CPU: *out = &mp_step_backend_host; return MP_OK;
-    case MP_DEVICE_CUDA:
+    MP_TRY(mp_exec_backend_for(device, &exec)); /* the device kind is valid and built in */
 #ifdef MP_HAVE_CUDA
+    if (device.kind == MP_DEVICE_CUDA) {
         *out = &mp_step_backend_cuda;
         return MP_OK;
-#else
-        return mp_error(MP_ERR_UNSUPPORTED, "device cuda:%d: this build of mixprec has no CUDA backend (built without "
-                        "nvcc/cuDNN); use --device cpu", device.index);
-#endif
     }
-    return mp_error(MP_ERR_INVALID_ARG, "device kind %d is not a device", (int)device.kind);
+#endif
+    *out = &mp_step_backend_host;
+    return MP_OK;
 }
