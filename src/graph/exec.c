@@ -49,6 +49,7 @@ static mp_status forward_node(mp_plan *p, int i) {
     mp_op_call *c = &p->nodes[i].call;
     c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
     if (p->dev) return mp_device_forward(p, i);
+    if (p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it (plan_fuse.h) */
     if (p->nodes[i].staged) return mp_stage_forward(p, i);
     return mp_op_lookup(p->g->nodes[i].desc.kind)->forward(c);
 }
@@ -225,7 +226,8 @@ static mp_status run_backward(mp_plan *p, int j, float seed, mp_nonfinite_site *
         }
         double t0 = p->o.profile ? profile_clock(p) : 0;
         if (p->dev) MP_TRY(mp_device_backward(p, i, taken, fresh));
-        else if (pn->staged) MP_TRY(mp_stage_backward(p, i, taken, fresh));
+        else if (pn->fused_away) { /* its batch norm masks dy */
+        } else if (pn->staged) MP_TRY(mp_stage_backward(p, i, taken, fresh));
         else MP_TRY(backward_direct(p, i, taken, fresh));
         if (p->o.profile) pn->bwd_seconds += profile_clock(p) - t0;
         for (int k = 0; k < nd->n_in; k++)

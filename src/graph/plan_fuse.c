@@ -25,7 +25,7 @@ static bool fusable(const mp_plan *p, int j) {
 }
 
 void mp_plan_fuse_bn_relu(mp_plan *p) {
-    if (!p->dev || fusion_off()) return;
+    if (fusion_off()) return;
     for (int j = 0; j < p->n; j++)
         if (fusable(p, j)) {
             p->nodes[p->g->nodes[j].in[0]].relu_fused = true;
