@@ -5,6 +5,8 @@
  *  - relu, leaky relu (f32, bf16): bit for bit, NaN, ±0, ±inf and denormal
  *    inputs included, sizes with a vector remainder and above the threading
  *    threshold;
+ *  - avgpool2d 2x2 stride 2 (f32, bf16): bit for bit, odd heights and
+ *    widths (a last row / column in no window) included;
  *  - batchnorm2d (training, inference; 4-D and 2-D; f32, bf16): within 1e-6
  *    in f32 (the double sums are added in another order), the saved and
  *    running statistics too;
@@ -73,10 +75,10 @@ static void setup(run_t *r, mp_op_kind kind, mp_op_attr a, mp_shape s, mp_dtype 
     mp_op_call *c = &r->f.call;
     mp_rng g;
     mp_rng_seed(&g, seed * 7 + 1);
-    const int64_t n = mp_tensor_numel(&c->out);
+    const int64_t n = mp_tensor_numel(&c->in[0]), n_out = mp_tensor_numel(&c->out);
     float *x = c->in[0].data;
     fill_activation(x, n, &g, specials, dt);
-    fill_activation(c->d_out.data, n, &g, specials, dt);
+    fill_activation(c->d_out.data, n_out, &g, specials, dt);
     const int C = s.dims[1];
     const int64_t HW = s.ndim == 4 ? (int64_t)s.dims[2] * s.dims[3] : 1;
     for (int j = 0; shifted && j < s.dims[0]; j++)
@@ -86,9 +88,12 @@ static void setup(run_t *r, mp_op_kind kind, mp_op_attr a, mp_shape s, mp_dtype 
         }
     r->c = *c;
     r->c.relu_after = relu_after;
+    /* a pooling node's oneDNN primitives (f32, JIT) run ahead of the vector
+     * path: test the vector path; a bf16 node never has them */
+    if (kind == MP_OP_AVGPOOL2D || dt == MP_DTYPE_BF16) r->c.state = NULL;
     r->c.in[0] = (mp_tensor){dt, s, as_dtype(r, c->in[0].data, n, dt)};
-    r->c.d_out = (mp_tensor){dt, c->out.shape, as_dtype(r, c->d_out.data, n, dt)};
-    r->c.out = (mp_tensor){dt, c->out.shape, alloc_poisoned(r, (size_t)n * mp_dtype_size(dt))};
+    r->c.d_out = (mp_tensor){dt, c->out.shape, as_dtype(r, c->d_out.data, n_out, dt)};
+    r->c.out = (mp_tensor){dt, c->out.shape, alloc_poisoned(r, (size_t)n_out * mp_dtype_size(dt))};
     r->c.d_in[0] = (mp_tensor){dt, s, alloc_poisoned(r, (size_t)n * mp_dtype_size(dt))};
     for (int p = 0; p < r->f.info.n_params; p++)
         if (c->d_param[p].data) memset(c->d_param[p].data, 0xFF, (size_t)mp_tensor_numel(&c->d_param[p]) * 4);
@@ -131,9 +136,11 @@ static bool same_bits(const mp_tensor *a, const mp_tensor *b) {
 
 static bool same_f32(const float *a, const float *b, int64_t n) { return !memcmp(a, b, (size_t)n * 4); }
 
-/* relu / leaky relu: the fast instance writes the reference's bits. */
+/* relu / leaky relu / 2x2 average pooling: the fast instance writes the
+ * reference's bits. */
 static void check_pointwise(mp_op_kind kind, mp_shape s, mp_dtype dt, uint64_t seed) {
-    mp_op_attr a = {.slope = 0.15f};
+    mp_op_attr a = kind == MP_OP_AVGPOOL2D ? (mp_op_attr){.pool = {.kernel = 2, .stride = 2}}
+                                           : (mp_op_attr){.slope = 0.15f};
     run_t ref, fast;
     setup(&ref, kind, a, s, dt, MP_IMPL_REF, true, false, seed, true, false);
     setup(&fast, kind, a, s, dt, MP_IMPL_AUTO, true, false, seed, true, false);
@@ -230,6 +237,8 @@ int main(void) {
             check_pointwise(MP_OP_RELU, big, dts[d], seed + 1);
             check_pointwise(MP_OP_LEAKY_RELU, small, dts[d], seed + 2);
             check_pointwise(MP_OP_LEAKY_RELU, big, dts[d], seed + 3);
+            check_pointwise(MP_OP_AVGPOOL2D, small, dts[d], seed + 9); /* 7x9: odd */
+            check_pointwise(MP_OP_AVGPOOL2D, big, dts[d], seed + 10);
             for (int relu = 0; relu < 2; relu++)
                 for (int train = 1; train >= 0; train--) {
                     check_bn(small, dts[d], train, relu, seed + 4);
