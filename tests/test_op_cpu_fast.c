@@ -7,9 +7,11 @@
  *    threshold;
  *  - avgpool2d 2x2 stride 2 (f32, bf16): bit for bit, odd heights and
  *    widths (a last row / column in no window) included;
- *  - batchnorm2d (training, inference; 4-D and 2-D; f32, bf16): within 1e-6
- *    in f32 (the double sums are added in another order), the saved and
- *    running statistics too;
+ *  - batchnorm2d (training, inference; 4-D and 2-D; f32, bf16): within the
+ *    op tests' 1e-5 (float arithmetic on centred values where the reference
+ *    goes through double; bf16 outputs within 1e-3, a rounding apart at
+ *    most), the saved and running statistics and parameter gradients too, a
+ *    channel at mean 300, std 0.01 included;
  *  - batchnorm2d with the ReLU fused in (mp_op_call.relu_after): equal to
  *    batchnorm2d then relu, bit for bit, on the reference (f64, f32, bf16)
  *    and on each fast path; its f64 gradient against central differences. */
@@ -169,8 +171,8 @@ static void check_bn(mp_shape s, mp_dtype dt, bool training, bool relu, uint64_t
     char sh[64];
     mp_shape_str(&s, sh, sizeof sh);
     const char *isa = mp_fast_isa_name(mp_fast_isa_current());
-    /* f32: the double sums in another order; bf16: that, across a rounding */
-    const double tol = dt == MP_DTYPE_F32 ? 1e-6 : 1e-4;
+    /* f32: float arithmetic vs double; bf16: that, across a rounding */
+    const double tol = dt == MP_DTYPE_F32 ? 1e-5 : 1e-3;
     double e_out = rel_diff(&fast.c.out, &ref.c.out), e_dx = rel_diff(&fast.c.d_in[0], &ref.c.d_in[0]);
     CHECK(e_out < tol, "batchnorm2d%s %s %s %s on %s: output rel. diff %g", relu ? "+relu" : "", mp_dtype_name(dt),
           training ? "training" : "inference", sh, isa, e_out);
@@ -180,14 +182,19 @@ static void check_bn(mp_shape s, mp_dtype dt, bool training, bool relu, uint64_t
         mp_tensor *t = ref.f.info.params[p].trainable ? &ref.f.call.d_param[p] : &ref.f.call.param[p];
         mp_tensor *u = ref.f.info.params[p].trainable ? &fast.f.call.d_param[p] : &fast.f.call.param[p];
         double e = rel_diff(u, t);
-        CHECK(e < 1e-6, "batchnorm2d%s %s %s %s: %s%s rel. diff %g", relu ? "+relu" : "", mp_dtype_name(dt), sh,
+        CHECK(e < 1e-5, "batchnorm2d%s %s %s %s: %s%s rel. diff %g", relu ? "+relu" : "", mp_dtype_name(dt), sh,
               isa, ref.f.info.params[p].trainable ? "gradient of " : "", ref.f.info.params[p].name, e);
     }
-    if (training) { /* the saved batch statistics backward reads */
+    if (training) { /* the saved batch statistics backward reads: the mean in units of the
+                       channel's standard deviation (what normalizing sees), invstd relative */
         const double *ms = ref.f.call.saved, *mf = fast.f.call.saved;
+        const int C = s.dims[1];
         double worst = 0;
-        for (int k = 0; k < 2 * s.dims[1]; k++) worst = fmax(worst, fabs(mf[k] - ms[k]) / fmax(fabs(ms[k]), 1e-12));
-        CHECK(worst < 1e-12, "batchnorm2d %s %s on %s: saved mean/invstd differ by %g", mp_dtype_name(dt), sh, isa,
+        for (int k = 0; k < C; k++) {
+            worst = fmax(worst, fabs(mf[k] - ms[k]) * ms[C + k]);
+            worst = fmax(worst, fabs(mf[C + k] - ms[C + k]) / ms[C + k]);
+        }
+        CHECK(worst < 1e-5, "batchnorm2d %s %s on %s: saved mean/invstd differ by %g", mp_dtype_name(dt), sh, isa,
               worst);
     }
     free_run(&ref);

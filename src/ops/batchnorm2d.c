@@ -15,7 +15,6 @@
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 
-#define KATTR /* the reference instances: no target attributes */
 #define MP_REF_TEMPLATE "batchnorm2d_ref.inc"
 #include "instantiate_act.inc"
 

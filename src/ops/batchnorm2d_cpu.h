@@ -1,10 +1,10 @@
 /* batchnorm2d_cpu.h — the CPU fast path of batchnorm2d (f32 and bf16
  * activations, AVX-512 / AVX2), with the ReLU that reads it fused in (relu /
- * y): the reference kernels of batchnorm2d_ref.inc, same arguments, compiled
- * for the wider registers (instantiate_fast.inc). One OpenMP task per
- * channel, whose slice stays in cache across a kernel's passes. Within the
- * op tests' tolerance of the reference (its double sums added in another
- * order). batchnorm2d.c calls them when mp_fast_use(c, activation dtype). */
+ * y): the reference kernels' arguments and results (batchnorm2d_ref.inc),
+ * within the op tests' 1e-5, from float arithmetic on centred values
+ * (batchnorm2d_cpu_kernels.inc). One OpenMP task per channel, whose slice
+ * stays in cache across a kernel's passes. batchnorm2d.c calls them when
+ * mp_fast_use(c, activation dtype). */
 #ifndef MP_OPS_BATCHNORM2D_CPU_H
 #define MP_OPS_BATCHNORM2D_CPU_H
 
