@@ -6,13 +6,14 @@
  *                        [--precision fp32,amp-bf16,o2-bf16,bf16] [--threads T] [--reference]
  *                        [--profile] [--ab]
  * Prints the CPU model and a table, one row per precision policy; times are
- * medians over the steps, and each policy's speed is also given relative to
- * fp32's. --profile adds, per policy, where the timed steps went (warm-up
+ * medians over the steps. Every policy's plan is built first and their
+ * steps run interleaved, round by round, in this one process; "vs fp32" is
+ * the median over rounds of fp32's step time over the policy's (load that
+ * comes and goes falls on both alike). --profile adds, per policy, where the timed steps went (warm-up
  * steps excluded) and the share of ReLU + batch norm in them. --ab also
- * times each policy's step with batch norm and ReLU unfused, and on the
- * scalar reference kernels unfused (as before their vector paths), the
- * plans' steps interleaved in one process so that a shared machine's load
- * falls on all alike. */
+ * times each policy's step with batch norm and ReLU unfused, and with the
+ * scalar reference kernels for ReLU, batch norm and pooling, unfused (as
+ * before their vector paths), in the same rounds. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,7 @@ static double onednn_large_conv_gflops(dnnl_data_type_t dt, int reps, char *impl
 
 typedef struct {
     double ms, images_per_s, gflops;
+    double speedup_vs_first; /* median over rounds of the first trainer's time / this one's */
 } step_result;
 
 /* The ways --ab runs the same step, interleaved step by step in one process
@@ -137,10 +139,10 @@ typedef struct {
 typedef enum {
     V_DEFAULT,  /* vector kernels, batch norm + ReLU fused: what plans run */
     V_UNFUSED,  /* vector kernels, MIXPREC_NO_FUSION=1 */
-    V_SCALAR,   /* the scalar reference kernels for ReLU and batch norm, unfused (before the vector paths) */
+    V_SCALAR,   /* the scalar reference kernels for ReLU, batch norm and pooling, unfused (before the vector paths) */
     V_COUNT
 } variant;
-static const char *variant_name[V_COUNT] = {"", " unfused", " scalar BN/ReLU, unfused"};
+static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused"};
 
 /* One model, plan, optimizer and batch. */
 typedef struct {
@@ -221,43 +223,48 @@ static double trainer_step(trainer *t) {
     return sec;
 }
 
-/* Times the step of each of the n_var variants (V_DEFAULT first), steps
- * interleaved; res[v] per variant. */
-static int time_training_step(const char *model, int c, int h, int w, int batch, int steps, bool reference,
-                              bool profile, mp_precision precision, int n_var, step_result *res) {
-    trainer tr[V_COUNT];
-    for (int v = 0; v < n_var; v++)
-        if (trainer_init(&tr[v], model, c, h, w, batch, reference, profile && v == V_DEFAULT, precision,
-                         (variant)v)) {
-            while (v--) trainer_free(&tr[v]);
-            return -1;
-        }
-    double *t = malloc((size_t)(steps * n_var) * sizeof *t);
+/* Times every trainer's step, the trainers' steps interleaved round by round
+ * (so that a shared machine's load falls on all alike; ratios come from the
+ * same rounds); res[k] per trainer. --profile prints each V_DEFAULT one's. */
+static int time_steps(trainer *tr, int n, int steps, bool profile, const char *model, step_result *res) {
+    double *t = malloc((size_t)(steps * n) * sizeof *t);
+    if (!t) return -1;
     for (int s = -3; s < steps; s++) {
-        for (int v = 0; v < n_var; v++) {
-            double sec = trainer_step(&tr[v]);
-            if (s >= 0) t[v * steps + s] = sec;
+        for (int k = 0; k < n; k++) {
+            double sec = trainer_step(&tr[k]);
+            if (s >= 0) t[k * steps + s] = sec;
+            if (s == -1) /* the profile covers the timed steps only */
+                for (int i = 0; i < tr[k].plan->n; i++) tr[k].plan->nodes[i].fwd_seconds = tr[k].plan->nodes[i].bwd_seconds = 0;
         }
-        if (s == -1) /* the profile covers the timed steps only */
-            for (int i = 0; i < tr[0].plan->n; i++) tr[0].plan->nodes[i].fwd_seconds = tr[0].plan->nodes[i].bwd_seconds = 0;
     }
-    if (profile) { /* to stderr, so the table on stdout stays one table */
-        double all = 0;
-        for (int s = 0; s < steps; s++) all += t[s];
-        fprintf(stderr, "\nprofile: %s %s, %d timed steps (%.1f ms in all; 3 warm-up steps not counted)\n", model,
-                mp_precision_name(precision), steps, 1e3 * all);
-        mp_plan_print_profile(tr[0].plan, stderr);
-        double rb_ms, rb = relu_bn_share(tr[0].plan, all, &rb_ms, steps);
-        fprintf(stderr, "relu + batchnorm2d: %.1f ms per step, %.1f%% of the step\n", rb_ms, 100 * rb);
-        mp_plan_print_memory(tr[0].plan, stderr);
+    for (int k = 0; k < n; k++) {
+        const double *tk = t + k * steps;
+        if (profile && tr[k].v == V_DEFAULT) { /* to stderr, so the table on stdout stays one table */
+            double all = 0;
+            for (int s = 0; s < steps; s++) all += tk[s];
+            fprintf(stderr, "\nprofile: %s %s, %d timed steps (%.1f ms in all; 3 warm-up steps not counted)\n", model,
+                    mp_precision_name(tr[k].m.g->precision), steps, 1e3 * all);
+            mp_plan_print_profile(tr[k].plan, stderr);
+            double rb_ms, rb = relu_bn_share(tr[k].plan, all, &rb_ms, steps);
+            fprintf(stderr, "relu + batchnorm2d: %.1f ms per step, %.1f%% of the step\n", rb_ms, 100 * rb);
+            mp_plan_print_memory(tr[k].plan, stderr);
+        }
+        double *sorted = malloc((size_t)steps * sizeof *sorted);
+        memcpy(sorted, tk, (size_t)steps * sizeof *sorted);
+        double sec = median(sorted, steps);
+        free(sorted);
+        res[k].ms = 1e3 * sec;
+        res[k].images_per_s = tr[k].batch / sec;
+        res[k].gflops = mp_graph_flops(tr[k].m.g, tr[k].batch, true) / sec / 1e9;
     }
-    for (int v = 0; v < n_var; v++) {
-        double sec = median(t + v * steps, steps);
-        res[v].ms = 1e3 * sec;
-        res[v].images_per_s = batch / sec;
-        res[v].gflops = mp_graph_flops(tr[v].m.g, batch, true) / sec / 1e9;
-        trainer_free(&tr[v]);
+    /* each round's time of trainer k over trainer 0's (the first precision's default) */
+    for (int k = 1; k < n; k++) {
+        double *r = malloc((size_t)steps * sizeof *r);
+        for (int s = 0; s < steps; s++) r[s] = t[s] / t[k * steps + s];
+        res[k].speedup_vs_first = median(r, steps);
+        free(r);
     }
+    res[0].speedup_vs_first = 1;
     free(t);
     return 0;
 }
@@ -315,8 +322,11 @@ int main(int argc, char **argv) {
         printf("| oneDNN bf16 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | %.0f%% | %.2fx |\n", impl16,
                conv16_gflops, 100.0 * conv16_gflops / conv_gflops, conv16_gflops / conv_gflops);
 #endif
-    double fp32_ips[V_COUNT] = {0};
     const int n_var = ab ? V_COUNT : 1;
+    enum { MAX_PREC = 8 };
+    trainer tr[MAX_PREC * V_COUNT];
+    const char *names[MAX_PREC * V_COUNT];
+    int n = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", precisions);
     for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
@@ -325,19 +335,34 @@ int main(int argc, char **argv) {
             fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
             return 2;
         }
-        step_result res[V_COUNT];
-        if (time_training_step(model, c, h, w, batch, steps, reference, profile, prec, n_var, res)) return 1;
-        for (int v = 0; v < n_var; v++) {
-            if (prec == MP_PRECISION_FP32) fp32_ips[v] = res[v].images_per_s;
-            char share[32] = "n/a", rel[32] = "-", vs_default[32] = "";
-            if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res[v].gflops / conv_gflops);
-            if (fp32_ips[v] > 0) snprintf(rel, sizeof rel, "%.2fx", res[v].images_per_s / fp32_ips[v]);
-            if (v) snprintf(vs_default, sizeof vs_default, " (%.2fx the default's time)", res[v].ms / res[0].ms);
-            printf("| %s %s training step%s%s%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s | %s |\n", model, name,
-                   reference ? " (reference kernels)" : "", variant_name[v], vs_default, batch, c, h, w, res[v].ms,
-                   res[v].images_per_s, res[v].gflops, share, rel);
+        if (n + n_var > MAX_PREC * V_COUNT) {
+            fprintf(stderr, "cpu_train_step: --precision: at most %d policies\n", MAX_PREC);
+            return 2;
         }
-        fflush(stdout);
+        for (int v = 0; v < n_var; v++, n++) {
+            names[n] = name;
+            if (trainer_init(&tr[n], model, c, h, w, batch, reference, profile && v == V_DEFAULT, prec, (variant)v))
+                return 1;
+        }
     }
+    step_result res[MAX_PREC * V_COUNT];
+    if (time_steps(tr, n, steps, profile, model, res)) return 1;
+    for (int k = 0; k < n; k++) {
+        /* "vs fp32": the same variant's fp32 step, from the same rounds */
+        double rel_x = -1;
+        for (int j = 0; j < n; j++)
+            if (tr[j].v == tr[k].v && tr[j].m.g->precision == MP_PRECISION_FP32)
+                rel_x = res[k].speedup_vs_first / res[j].speedup_vs_first;
+        char share[32] = "n/a", rel[32] = "-", vs_default[48] = "";
+        if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res[k].gflops / conv_gflops);
+        if (rel_x > 0) snprintf(rel, sizeof rel, "%.2fx", rel_x);
+        if (tr[k].v != V_DEFAULT) /* the default variant of this precision precedes it */
+            snprintf(vs_default, sizeof vs_default, " (%.2fx the default's time)",
+                     res[k - tr[k].v].speedup_vs_first / res[k].speedup_vs_first);
+        printf("| %s %s training step%s%s%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s | %s |\n", model, names[k],
+               reference ? " (reference kernels)" : "", variant_name[tr[k].v], vs_default, batch, c, h, w, res[k].ms,
+               res[k].images_per_s, res[k].gflops, share, rel);
+    }
+    for (int k = 0; k < n; k++) trainer_free(&tr[k]);
     return 0;
 }
