@@ -4,8 +4,16 @@
  *
  *   bench/cpu_train_step [--model cnn10] [--batch 128] [--steps 20] [--shape 1x28x28]
  *                        [--precision fp32,amp-bf16,o2-bf16,bf16] [--threads T] [--reference]
- * Prints a table, one row per precision policy; times are medians over the
- * steps, and each policy's speed is also given relative to fp32's. */
+ *                        [--profile] [--ab]
+ * Prints the CPU model and a table, one row per precision policy; times are
+ * medians over the steps. Every policy's plan is built first and their
+ * steps run interleaved, round by round, in this one process; "vs fp32" is
+ * the median over rounds of fp32's step time over the policy's (load that
+ * comes and goes falls on both alike). --profile adds, per policy, where the timed steps went (warm-up
+ * steps excluded) and the share of ReLU + batch norm in them. --ab also
+ * times each policy's step with batch norm and ReLU unfused, and with the
+ * scalar reference kernels for ReLU, batch norm and pooling, unfused (as
+ * before their vector paths), in the same rounds. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,15 +21,31 @@
 
 #include "amp/policy.h"
 #include "core/cpu_features.h"
+#include "ops/cpu_fast.h"
 #include "core/rng.h"
 #include "graph/graph.h"
+#include "graph/plan.h"
 #include "models/models.h"
 #include "optim/optim.h"
 #include "train/progress.h"
 
 #ifdef MP_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
+
+#include "monitor/onednn_probe.h"
 #endif
+
+/* Share of the timed steps spent in ReLU and batch-norm nodes (a ReLU fused
+ * into its batch norm counts there), from opts.profile's per-node times. */
+static double relu_bn_share(const mp_plan *p, double step_seconds_total, double *ms_per_step, int steps) {
+    double s = 0;
+    for (int i = 0; i < p->n; i++) {
+        mp_op_kind k = p->g->nodes[i].desc.kind;
+        if (k == MP_OP_RELU || k == MP_OP_BATCHNORM2D) s += p->nodes[i].fwd_seconds + p->nodes[i].bwd_seconds;
+    }
+    *ms_per_step = 1e3 * s / steps;
+    return s / step_seconds_total;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -107,79 +131,149 @@ static double onednn_large_conv_gflops(dnnl_data_type_t dt, int reps, char *impl
 
 typedef struct {
     double ms, images_per_s, gflops;
+    double speedup_vs_first; /* median over rounds of the first trainer's time / this one's */
 } step_result;
 
-static int time_training_step(const char *model, int c, int h, int w, int batch, int steps, bool reference,
-                              bool profile, mp_precision precision, step_result *res) {
+/* The ways --ab runs the same step, interleaved step by step in one process
+ * so that a shared machine's load falls on all of them alike. */
+typedef enum {
+    V_DEFAULT,  /* vector kernels, batch norm + ReLU fused: what plans run */
+    V_UNFUSED,  /* vector kernels, MIXPREC_NO_FUSION=1 */
+    V_SCALAR,   /* the scalar reference kernels for ReLU, batch norm and pooling, unfused (before the vector paths) */
+    V_COUNT
+} variant;
+static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused"};
+
+/* One model, plan, optimizer and batch. */
+typedef struct {
     mp_model m;
-    if (mp_model_build(model, c, h, w, 10, &m) != MP_OK ||
-        mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision}) != MP_OK) {
+    mp_plan *plan;
+    mp_optim *opt;
+    mp_param_ref *refs;
+    float *x;
+    int32_t *y;
+    size_t in_n;
+    int batch;
+    variant v;
+    mp_precision precision;
+} trainer;
+
+static void trainer_free(trainer *t) {
+    free(t->x);
+    free(t->y);
+    free(t->refs);
+    mp_optim_destroy(t->opt);
+    mp_plan_destroy(t->plan);
+    if (t->m.g) mp_model_free(&t->m);
+}
+
+static int trainer_init(trainer *t, const char *model, int c, int h, int w, int batch, bool reference, bool profile,
+                        mp_precision precision, variant v) {
+    memset(t, 0, sizeof *t);
+    t->batch = batch;
+    t->v = v;
+    t->precision = precision;
+    if (mp_model_build(model, c, h, w, 10, &t->m) != MP_OK ||
+        mp_graph_apply_policy(t->m.g, (mp_policy_opts){.precision = precision}) != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
         return -1;
     }
-    mp_graph_init_params(m.g, 1);
-    mp_plan *plan = NULL;
-    if (mp_plan_create(m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = m.loss,
-                                           .reference = reference, .profile = profile},
-                       &plan) != MP_OK) {
+    mp_graph_init_params(t->m.g, 1);
+    mp_fast_isa_set(v == V_SCALAR ? MP_FAST_NONE : MP_FAST_AVX512); /* prepare() asks too */
+    mp_status st = mp_plan_create(t->m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = t->m.loss,
+                                                         .reference = reference, .profile = profile,
+                                                         .no_fusion = v != V_DEFAULT},
+                                  &t->plan);
+    mp_fast_isa_set(MP_FAST_AVX512);
+    if (st != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
-        mp_model_free(&m);
+        trainer_free(t);
         return -1;
     }
-    mp_graph *g = m.g;
-    mp_param_ref *refs = calloc((size_t)g->n_params, sizeof *refs);
+    mp_graph *g = t->m.g;
+    t->refs = calloc((size_t)g->n_params, sizeof *t->refs);
     int n = 0;
     for (int i = 0; i < g->n_params; i++)
         if (g->params[i].spec.trainable)
-            refs[n++] = (mp_param_ref){.param = g->params[i].data, .grad = g->params[i].grad,
-                                       .n = mp_shape_numel(&g->params[i].spec.shape), .decay = true,
-                                       .name = g->params[i].name, .state_dtype = mp_graph_param_low_only(g, i)};
-    mp_optim *opt = NULL;
-    mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, refs, n, &opt);
-    size_t in_n = mp_plan_numel(plan, m.input);
-    float *x = malloc(in_n * sizeof *x);
-    int32_t *y = malloc((size_t)batch * sizeof *y);
+            t->refs[n++] = (mp_param_ref){.param = g->params[i].data, .grad = g->params[i].grad,
+                                          .n = mp_shape_numel(&g->params[i].spec.shape), .decay = true,
+                                          .name = g->params[i].name, .state_dtype = mp_graph_param_low_only(g, i)};
+    mp_optim_create((mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f}, t->refs, n, &t->opt);
+    t->in_n = mp_plan_numel(t->plan, t->m.input);
+    t->x = malloc(t->in_n * sizeof *t->x);
+    t->y = malloc((size_t)batch * sizeof *t->y);
     mp_rng r;
     mp_rng_seed(&r, 3);
-    for (size_t i = 0; i < in_n; i++) x[i] = (float)mp_rng_normal(&r);
-    for (int i = 0; i < batch; i++) y[i] = (int32_t)mp_rng_below(&r, 10);
-    double *t = malloc((size_t)steps * sizeof *t);
+    for (size_t i = 0; i < t->in_n; i++) t->x[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < batch; i++) t->y[i] = (int32_t)mp_rng_below(&r, 10);
+    return 0;
+}
+
+/* One training step; returns its seconds. */
+static double trainer_step(trainer *t) {
+    mp_fast_isa_set(t->v == V_SCALAR ? MP_FAST_NONE : MP_FAST_AVX512);
+    double t0 = mp_now_seconds();
+    mp_plan_set_input(t->plan, t->m.input, t->x, t->in_n);
+    mp_plan_set_labels(t->plan, t->m.labels, t->y, (size_t)t->batch);
+    mp_plan_forward(t->plan);
+    mp_graph_zero_grad(t->m.g);
+    mp_plan_backward(t->plan, 1.0f);
+    mp_optim_step(t->opt, 0.01f);
+    double sec = mp_now_seconds() - t0;
+    mp_fast_isa_set(MP_FAST_AVX512);
+    return sec;
+}
+
+/* Times every trainer's step, the trainers' steps interleaved round by round
+ * (so that a shared machine's load falls on all alike; ratios come from the
+ * same rounds); res[k] per trainer. --profile prints each V_DEFAULT one's. */
+static int time_steps(trainer *tr, int n, int steps, bool profile, const char *model, step_result *res) {
+    double *t = malloc((size_t)(steps * n) * sizeof *t);
+    if (!t) return -1;
     for (int s = -3; s < steps; s++) {
-        double t0 = mp_now_seconds();
-        mp_plan_set_input(plan, m.input, x, in_n);
-        mp_plan_set_labels(plan, m.labels, y, (size_t)batch);
-        mp_plan_forward(plan);
-        mp_graph_zero_grad(g);
-        mp_plan_backward(plan, 1.0f);
-        mp_optim_step(opt, 0.01f);
-        if (s >= 0) t[s] = mp_now_seconds() - t0;
+        for (int k = 0; k < n; k++) {
+            double sec = trainer_step(&tr[k]);
+            if (s >= 0) t[k * steps + s] = sec;
+            if (s == -1) /* the profile covers the timed steps only */
+                for (int i = 0; i < tr[k].plan->n; i++) tr[k].plan->nodes[i].fwd_seconds = tr[k].plan->nodes[i].bwd_seconds = 0;
+        }
     }
-    double sec = median(t, steps);
-    if (profile) { /* to stderr, so the table on stdout stays one table */
-        double all = 0;
-        for (int s = 0; s < steps; s++) all += t[s];
-        fprintf(stderr, "\nprofile: %s %s, %d steps + 3 warm-up (timed steps: %.1f ms in all)\n", model,
-                mp_precision_name(precision), steps, 1e3 * all);
-        mp_plan_print_profile(plan, stderr);
-        mp_plan_print_memory(plan, stderr);
+    for (int k = 0; k < n; k++) {
+        const double *tk = t + k * steps;
+        if (profile && tr[k].v == V_DEFAULT) { /* to stderr, so the table on stdout stays one table */
+            double all = 0;
+            for (int s = 0; s < steps; s++) all += tk[s];
+            fprintf(stderr, "\nprofile: %s %s, %d timed steps (%.1f ms in all; 3 warm-up steps not counted)\n", model,
+                    mp_precision_name(tr[k].precision), steps, 1e3 * all);
+            mp_plan_print_profile(tr[k].plan, stderr);
+            double rb_ms, rb = relu_bn_share(tr[k].plan, all, &rb_ms, steps);
+            fprintf(stderr, "relu + batchnorm2d: %.1f ms per step, %.1f%% of the step\n", rb_ms, 100 * rb);
+            mp_plan_print_memory(tr[k].plan, stderr);
+        }
+        double *sorted = malloc((size_t)steps * sizeof *sorted);
+        memcpy(sorted, tk, (size_t)steps * sizeof *sorted);
+        double sec = median(sorted, steps);
+        free(sorted);
+        res[k].ms = 1e3 * sec;
+        res[k].images_per_s = tr[k].batch / sec;
+        res[k].gflops = mp_graph_flops(tr[k].m.g, tr[k].batch, true) / sec / 1e9;
     }
-    res->ms = 1e3 * sec;
-    res->images_per_s = batch / sec;
-    res->gflops = mp_graph_flops(g, batch, true) / sec / 1e9;
+    /* each round's time of trainer k over trainer 0's (the first precision's default) */
+    for (int k = 1; k < n; k++) {
+        double *r = malloc((size_t)steps * sizeof *r);
+        for (int s = 0; s < steps; s++) r[s] = t[s] / t[k * steps + s];
+        res[k].speedup_vs_first = median(r, steps);
+        free(r);
+    }
+    res[0].speedup_vs_first = 1;
     free(t);
-    free(x);
-    free(y);
-    free(refs);
-    mp_optim_destroy(opt);
-    mp_plan_destroy(plan);
-    mp_model_free(&m);
     return 0;
 }
 
 int main(int argc, char **argv) {
     const char *model = "cnn10", *precisions = "fp32";
     int batch = 128, steps = 20, c = 1, h = 28, w = 28, threads = 0;
-    bool reference = false, profile = false;
+    bool reference = false, profile = false, ab = false;
     mp_prefer_passive_openmp(argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -194,9 +288,10 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--reference")) reference = true;
         else if (!strcmp(argv[i], "--profile")) profile = true;
+        else if (!strcmp(argv[i], "--ab")) ab = true;
         else {
             fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
-                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile]\n");
+                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--ab]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -205,7 +300,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (threads) omp_set_num_threads(threads);
-    printf("cpu_train_step: %d threads, median of %d steps\n", omp_get_max_threads(), steps);
+    char dnnl_version[32] = "none";
+#ifdef MP_HAVE_ONEDNN
+    mp_onednn_probe_version(dnnl_version, sizeof dnnl_version);
+#endif
+    printf("cpu_train_step: %s, %d threads, oneDNN %s, median of %d steps\n", mp_cpu_model_name(),
+           omp_get_max_threads(), dnnl_version, steps);
     double conv_gflops = -1;
     char impl[128] = "n/a (built without oneDNN)";
 #ifdef MP_HAVE_ONEDNN
@@ -223,7 +323,11 @@ int main(int argc, char **argv) {
         printf("| oneDNN bf16 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | %.0f%% | %.2fx |\n", impl16,
                conv16_gflops, 100.0 * conv16_gflops / conv_gflops, conv16_gflops / conv_gflops);
 #endif
-    double fp32_ips = 0;
+    const int n_var = ab ? V_COUNT : 1;
+    enum { MAX_PREC = 8 };
+    trainer tr[MAX_PREC * V_COUNT];
+    const char *names[MAX_PREC * V_COUNT];
+    int n = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", precisions);
     for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
@@ -232,15 +336,34 @@ int main(int argc, char **argv) {
             fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
             return 2;
         }
-        step_result res;
-        if (time_training_step(model, c, h, w, batch, steps, reference, profile, prec, &res)) return 1;
-        if (prec == MP_PRECISION_FP32) fp32_ips = res.images_per_s;
-        char share[32] = "n/a", rel[32] = "-";
-        if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res.gflops / conv_gflops);
-        if (fp32_ips > 0) snprintf(rel, sizeof rel, "%.2fx", res.images_per_s / fp32_ips);
-        printf("| %s %s training step%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s | %s |\n", model, name,
-               reference ? " (reference kernels)" : "", batch, c, h, w, res.ms, res.images_per_s, res.gflops, share, rel);
-        fflush(stdout);
+        if (n + n_var > MAX_PREC * V_COUNT) {
+            fprintf(stderr, "cpu_train_step: --precision: at most %d policies\n", MAX_PREC);
+            return 2;
+        }
+        for (int v = 0; v < n_var; v++, n++) {
+            names[n] = name;
+            if (trainer_init(&tr[n], model, c, h, w, batch, reference, profile && v == V_DEFAULT, prec, (variant)v))
+                return 1;
+        }
     }
+    step_result res[MAX_PREC * V_COUNT];
+    if (time_steps(tr, n, steps, profile, model, res)) return 1;
+    for (int k = 0; k < n; k++) {
+        /* "vs fp32": the same variant's fp32 step, from the same rounds */
+        double rel_x = -1;
+        for (int j = 0; j < n; j++)
+            if (tr[j].v == tr[k].v && tr[j].precision == MP_PRECISION_FP32)
+                rel_x = res[k].speedup_vs_first / res[j].speedup_vs_first;
+        char share[32] = "n/a", rel[32] = "-", vs_default[48] = "";
+        if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res[k].gflops / conv_gflops);
+        if (rel_x > 0) snprintf(rel, sizeof rel, "%.2fx", rel_x);
+        if (tr[k].v != V_DEFAULT) /* the default variant of this precision precedes it */
+            snprintf(vs_default, sizeof vs_default, " (%.2fx the default's time)",
+                     res[k - tr[k].v].speedup_vs_first / res[k].speedup_vs_first);
+        printf("| %s %s training step%s%s%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s | %s |\n", model, names[k],
+               reference ? " (reference kernels)" : "", variant_name[tr[k].v], vs_default, batch, c, h, w, res[k].ms,
+               res[k].images_per_s, res[k].gflops, share, rel);
+    }
+    for (int k = 0; k < n; k++) trainer_free(&tr[k]);
     return 0;
 }

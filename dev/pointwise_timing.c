@@ -1,7 +1,11 @@
 /* pointwise_timing.c — throwaway measurement (not built by CMake): ReLU and
  * BatchNorm forward/backward through the op table on cnn10's first-stage
- * activations (128x64x28x28), f32 vs bf16 storage, median of reps, with the
- * bytes each moves, to tell memory-bound kernels from slow ones.
+ * activations (128x64x28x28), f32 vs bf16 storage, the scalar reference
+ * (MP_IMPL_REF) vs the vector fast path (MP_IMPL_AUTO), batch norm alone and
+ * with the ReLU fused (relu_after), median of reps, with the bytes each
+ * moves, to tell memory-bound kernels from slow ones. CPUTIME=1 times the
+ * process's CPU time (with OMP_NUM_THREADS=1: comparisons on a loaded
+ * machine).
  * Build: gcc -O3 -fopenmp -Iinclude -Isrc dev/pointwise_timing.c BUILD/libmixprec.a -lm -o /tmp/pwt
  *        (plus the libraries libmixprec links: -ldnnl -lz -lpthread)           */
 #include <stdio.h>
@@ -13,7 +17,7 @@
 
 static double now(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(getenv("CPUTIME") ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
@@ -37,7 +41,10 @@ int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 15;
     mp_shape s = mp_shape4(128, 64, 28, 28);
     int64_t n = mp_shape_numel(&s);
-    for (int bf = 0; bf < 2; bf++) {
+    for (int v = 0; v < 4; v++) {
+        const int bf = v & 1;
+        const mp_impl impl = v < 2 ? MP_IMPL_REF : MP_IMPL_AUTO;
+        const char *iname = v < 2 ? "scalar" : "vector";
         mp_dtype dt = bf ? MP_DTYPE_BF16 : MP_DTYPE_F32;
         size_t esz = bf ? 2 : 4;
         void *x = aligned_alloc(64, n * esz), *y = aligned_alloc(64, n * esz), *dy = aligned_alloc(64, n * esz),
@@ -50,14 +57,15 @@ int main(int argc, char **argv) {
         memset(dx, 0, n * esz);
         mp_op_desc d = {.kind = MP_OP_RELU, .name = "relu"};
         mp_op_info info = {.n_in = 1, .in = {s}, .out = s};
-        mp_op_call c = {.desc = &d, .info = &info, .impl = MP_IMPL_REF, .training = true, .n_in = 1};
+        mp_op_call c = {.desc = &d, .info = &info, .impl = impl, .training = true, .n_in = 1};
         c.in[0] = (mp_tensor){dt, s, x};
         c.out = (mp_tensor){dt, s, y};
         c.d_out = (mp_tensor){dt, s, dy};
         c.d_in[0] = (mp_tensor){dt, s, dx};
         const mp_op_vtable *vt = mp_op_lookup(MP_OP_RELU);
         double f = median_ms(vt->forward, &c, reps), b = median_ms(vt->backward, &c, reps);
-        printf("relu %-4s forward %6.2f ms (%5.1f GB/s)  backward %6.2f ms (%5.1f GB/s)\n", bf ? "bf16" : "f32", f,
+        printf("%s relu    %-4s forward %6.2f ms (%5.1f GB/s)  backward %6.2f ms (%5.1f GB/s)\n", iname,
+               bf ? "bf16" : "f32", f,
                2.0 * n * esz / f / 1e6, b, 3.0 * n * esz / b / 1e6);
         /* batchnorm */
         mp_op_desc bd = {.kind = MP_OP_BATCHNORM2D, .name = "bn", .attr.bn = {.eps = 1e-5f, .momentum = 0.1f}};
@@ -69,7 +77,7 @@ int main(int argc, char **argv) {
             for (int j = 0; j < 64; j++) p[k][j] = 1.0f;
         }
         for (int k = 0; k < 2; k++) dp[k] = malloc(64 * sizeof(float));
-        mp_op_call bc = {.desc = &bd, .info = &bi, .impl = MP_IMPL_REF, .training = true, .n_in = 1};
+        mp_op_call bc = {.desc = &bd, .info = &bi, .impl = impl, .training = true, .n_in = 1};
         bc.in[0] = (mp_tensor){dt, s, x};
         bc.out = (mp_tensor){dt, s, y};
         bc.d_out = (mp_tensor){dt, s, dy};
@@ -79,10 +87,14 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 2; k++) bc.d_param[k] = (mp_tensor){MP_DTYPE_F32, c1, dp[k]};
         bc.saved = aligned_alloc(64, 4096);
         const mp_op_vtable *bv = mp_op_lookup(MP_OP_BATCHNORM2D);
-        f = median_ms(bv->forward, &bc, reps);
-        b = median_ms(bv->backward, &bc, reps);
-        printf("bn   %-4s forward %6.2f ms (%5.1f GB/s)  backward %6.2f ms (%5.1f GB/s)\n", bf ? "bf16" : "f32", f,
-               3.0 * n * esz / f / 1e6, b, 5.0 * n * esz / b / 1e6);
+        for (int relu = 0; relu < 2; relu++) {
+            bc.relu_after = relu;
+            f = median_ms(bv->forward, &bc, reps);
+            b = median_ms(bv->backward, &bc, reps);
+            printf("%s bn%-5s %-4s forward %6.2f ms (%5.1f GB/s)  backward %6.2f ms (%5.1f GB/s)\n", iname,
+                   relu ? "+relu" : "", bf ? "bf16" : "f32", f, 2.0 * n * esz / f / 1e6, b,
+                   (relu ? 4.0 : 3.0) * n * esz / b / 1e6);
+        }
     }
     return 0;
 }

@@ -171,8 +171,8 @@ static double check_tensor(op_fixture *f, mp_tensor *x, const mp_tensor *g, cons
     return rel;
 }
 
-double gradcheck_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *in_shapes,
-                    const mp_dtype *in_dtypes, bool training, uint64_t seed, int verbose) {
+static double gradcheck(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *in_shapes,
+                        const mp_dtype *in_dtypes, bool training, bool relu_after, uint64_t seed, int verbose) {
     op_fixture f;
     mp_dtype dts[MP_MAX_INPUTS];
     for (int i = 0; i < n_in; i++)
@@ -183,6 +183,7 @@ double gradcheck_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *
         return INFINITY;
     }
     op_fixture_randomize(&f, seed);
+    f.call.relu_after = relu_after;
     if (f.vt->forward(&f.call) != MP_OK || f.vt->backward(&f.call) != MP_OK) {
         fprintf(stderr, "gradcheck: forward/backward failed: %s\n", mp_last_error());
         op_fixture_free(&f);
@@ -214,6 +215,16 @@ double gradcheck_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *
     op_fixture_free(&g);
     op_fixture_free(&f);
     return worst;
+}
+
+double gradcheck_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *in_shapes,
+                    const mp_dtype *in_dtypes, bool training, uint64_t seed, int verbose) {
+    return gradcheck(kind, attr, n_in, in_shapes, in_dtypes, training, false, seed, verbose);
+}
+
+double gradcheck_op_relu_after(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *in_shapes,
+                               const mp_dtype *in_dtypes, bool training, uint64_t seed, int verbose) {
+    return gradcheck(kind, attr, n_in, in_shapes, in_dtypes, training, true, seed, verbose);
 }
 
 static double rel_err(const mp_tensor *a, const mp_tensor *b) {

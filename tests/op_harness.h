@@ -34,6 +34,10 @@ void op_fixture_copy_data(op_fixture *dst, const op_fixture *src);
  * Returns the worst relative error and prints a line per tensor when verbose. */
 double gradcheck_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *in_shapes,
                     const mp_dtype *in_dtypes, bool training, uint64_t seed, int verbose);
+/* The same with the call's relu_after set (batchnorm2d with the ReLU that
+ * reads it fused in). */
+double gradcheck_op_relu_after(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *in_shapes,
+                               const mp_dtype *in_dtypes, bool training, uint64_t seed, int verbose);
 
 /* Run REF and ONEDNN in f32 on the same data; return the worst
  * ||a-b|| / ||b|| over the output and every gradient. */

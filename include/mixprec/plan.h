@@ -58,6 +58,10 @@ typedef struct {
      * f32 sums, never rounded to f16/bf16 (slower; data-parallel amp reaches
      * one GPU's weights within fp32 tolerance). */
     bool f32_weight_grads;
+    /** Keep each batchnorm2d and the ReLU after it apart instead of fusing
+     * them into one kernel (for comparisons; MIXPREC_NO_FUSION=1 does it for
+     * every plan). */
+    bool no_fusion;
 } mp_plan_opts;
 
 /** Compile g (its policy applied, parameters initialized) into a plan. */

@@ -10,7 +10,6 @@ const mp_exec_backend mp_exec_backend_cuda = {
     .name = "cuda",
     .per_node_buffers = true,
     .grads_in_arena = true,
-    .fuses_bn_relu = true,
     .open = mp_device_plan_open,
     .close = mp_device_plan_close,
     .node_prepare = mp_device_node_prepare,

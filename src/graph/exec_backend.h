@@ -18,8 +18,6 @@ struct mp_exec_backend {
      * and training plans may keep parameter gradients in the arena. */
     bool per_node_buffers;
     bool grads_in_arena;
-    /* Its batch norm kernels apply the ReLU that reads them (plan_fuse.h). */
-    bool fuses_bn_relu;
     /* Set-up: the plan's device side (parameters' copies, context); node i's
      * ops for its shapes and dtypes (may raise the shared workspace *ws,
      * *scratch and *stage bytes); the arena (zeroed); where parameter k's

@@ -52,8 +52,22 @@ static float *take(char **cur, const mp_shape *s) {
     return p;
 }
 
+/* A native node stages only the bf16 cast of an f32 input (native_call)
+ * and, in backward, the gradients it must add to a value already there
+ * (native_backward): no f32 copies of its activations. */
+static size_t native_stage_bytes(const mp_pnode *pn) {
+    size_t b = 0;
+    for (int k = 0; k < pn->info.n_in; k++) {
+        const size_t n = (size_t)mp_shape_numel(&pn->info.in[k]);
+        b += MP_ALIGN64(n * (pn->info.in_dtype[k] == MP_DTYPE_F32 ? sizeof(uint16_t) : mp_dtype_size(pn->info.in_dtype[k])));
+    }
+    for (int k = 0; k < pn->info.n_params; k++) b += f32_bytes(&pn->info.params[k].shape);
+    return b;
+}
+
 size_t mp_stage_bytes(const mp_plan *p, int i) {
     const mp_pnode *pn = &p->nodes[i];
+    if (pn->native) return native_stage_bytes(pn);
     size_t in = 0, par = 0;
     for (int k = 0; k < pn->info.n_in; k++) in += f32_bytes(&pn->info.in[k]);
     for (int k = 0; k < pn->info.n_params; k++) par += f32_bytes(&pn->info.params[k].shape);

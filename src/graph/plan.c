@@ -247,6 +247,7 @@ static void bind_calls(mp_plan *p) {
         c->desc = &nd->desc;
         c->info = &pn->info;
         c->training = p->o.training;
+        c->relu_after = pn->relu_fused;
         c->n_in = nd->n_in;
         c->out = (mp_tensor){nd->storage_dtype, pn->info.out, p->arena + pn->out_off};
         for (int k = 0; k < nd->n_in; k++) {

@@ -17,7 +17,7 @@ typedef struct {
     bool native;          /* ...except this one: it reads and writes its bf16
                              tensors directly (oneDNN's bf16 primitives on CPUs
                              with bf16 kernels, or our bf16-storage kernels) */
-    bool relu_fused;      /* GPU batchnorm2d applying the ReLU that reads it (plan_fuse.h) */
+    bool relu_fused;      /* batchnorm2d applying the ReLU that reads it (plan_fuse.h) */
     bool fused_away;      /* ...that ReLU: runs nothing, shares the batch norm's tensors */
     size_t out_off, grad_off, saved_off;
     size_t ws_fwd_off, ws_bwd_off; /* device plans: the node's workspace in forward and in backward */

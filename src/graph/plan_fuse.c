@@ -1,13 +1,11 @@
 /* plan_fuse.c — see plan_fuse.h. */
 #include "graph/plan_fuse.h"
 
-#include "graph/exec_backend.h"
-
 #include <stdlib.h>
 #include <string.h>
 
-static bool fusion_off(void) {
-    return mp_env_get()->no_fusion;
+static bool fusion_off(const mp_plan *p) {
+    return p->o.no_fusion || mp_env_get()->no_fusion;
 }
 
 /* ReLU node j and the batch norm i it reads can be fused: i feeds j only, is
@@ -26,7 +24,7 @@ static bool fusable(const mp_plan *p, int j) {
 }
 
 void mp_plan_fuse_bn_relu(mp_plan *p) {
-    if (!p->be->fuses_bn_relu || fusion_off()) return;
+    if (fusion_off(p)) return;
     for (int j = 0; j < p->n; j++)
         if (fusable(p, j)) {
             p->nodes[p->g->nodes[j].in[0]].relu_fused = true;

@@ -1,10 +1,12 @@
 /* plan_fuse.h — fusing a ReLU into the batchnorm2d that feeds it, on GPU
- * plans: the batch norm applies max(0, .) as it stores (forward) and masks
- * its incoming gradient with the ReLU's output (backward); the ReLU node runs
- * nothing and shares the batch norm's output and gradient memory. The same
- * values as the two nodes apart (rounding keeps the sign, and NaN passes as
- * in relu), two elementwise passes fewer each way. MIXPREC_NO_FUSION=1
- * turns it off (for comparisons). */
+ * and CPU plans: the batch norm applies max(0, .) as it stores (forward) and
+ * masks its incoming gradient with the ReLU's output (backward); the ReLU
+ * node runs nothing and shares the batch norm's output and gradient memory.
+ * The same values as the two nodes apart (rounding keeps the sign, and NaN
+ * passes as in relu), two elementwise passes fewer each way. On the CPU the
+ * op call carries it (mp_op_call.relu_after) to the batch norm's kernels,
+ * staged (emulated) ones included. MIXPREC_NO_FUSION=1 turns it off (for
+ * comparisons). */
 #ifndef MP_GRAPH_PLAN_FUSE_H
 #define MP_GRAPH_PLAN_FUSE_H
 
@@ -12,7 +14,8 @@
 #include "graph/plan.h"
 
 /* Mark the pairs (pn->relu_fused on the batch norm, pn->fused_away on the
- * ReLU); after mark_backward, before the nodes are prepared. */
+ * ReLU); after mark_backward, before the nodes are prepared; the CPU
+ * executor skips the ReLU's forward and backward. */
 void mp_plan_fuse_bn_relu(mp_plan *p);
 /* The arena buffers of the plan's 3 per node (out, grad, saved): the pair
  * shares the batch norm's output buffer (alive until the batch norm's

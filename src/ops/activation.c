@@ -1,9 +1,13 @@
-/* activation.c — relu, leaky relu, tanh, sigmoid: shape rules and dispatch.
- * Pointwise and memory-bound, so the reference kernels are the fast path. */
+/* activation.c — relu, leaky relu, tanh, sigmoid: shape rules and dispatch
+ * between the reference kernels and, for relu and leaky relu on f32/bf16,
+ * their vectorized instances (activation_cpu.c). */
 #include <math.h>
 
+#include "ops/activation_cpu.h"
+#include "ops/cpu_fast.h"
 #include "ops/op.h"
 
+#define KATTR /* the reference instances: no target attributes */
 #define MP_REF_TEMPLATE "activation_ref.inc"
 #include "instantiate_act.inc"
 
@@ -16,24 +20,28 @@ static mp_status pointwise_infer(const mp_op_desc *d, mp_op_info *info) {
 #define N_OF(c) mp_tensor_numel(&(c)->out)
 
 static mp_status relu_forward(const mp_op_call *c) {
-    MP_ACT_CALL(c->out.dtype, relu_fwd, c->in[0].data, c->out.data, N_OF(c));
+    if (mp_fast_use(c, c->out.dtype)) mp_relu_cpu_forward(c);
+    else MP_ACT_CALL(c->out.dtype, relu_fwd, c->in[0].data, c->out.data, N_OF(c));
     return MP_OK;
 }
 static mp_status relu_backward(const mp_op_call *c) {
-    if (c->d_in[0].data)
-        MP_ACT_CALL(c->out.dtype, relu_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
+    if (!c->d_in[0].data) return MP_OK;
+    if (mp_fast_use(c, c->out.dtype)) mp_relu_cpu_backward(c);
+    else MP_ACT_CALL(c->out.dtype, relu_bwd, c->out.data, c->d_out.data, c->d_in[0].data, N_OF(c));
     return MP_OK;
 }
 
 static mp_status leaky_forward(const mp_op_call *c) {
     float s = c->desc->attr.slope;
-    MP_ACT_CALL(c->out.dtype, leaky_relu_fwd, c->in[0].data, c->out.data, N_OF(c), s);
+    if (mp_fast_use(c, c->out.dtype)) mp_leaky_relu_cpu_forward(c);
+    else MP_ACT_CALL(c->out.dtype, leaky_relu_fwd, c->in[0].data, c->out.data, N_OF(c), s);
     return MP_OK;
 }
 static mp_status leaky_backward(const mp_op_call *c) {
     float s = c->desc->attr.slope;
-    if (c->d_in[0].data)
-        MP_ACT_CALL(c->out.dtype, leaky_relu_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data,
+    if (!c->d_in[0].data) return MP_OK;
+    if (mp_fast_use(c, c->out.dtype)) mp_leaky_relu_cpu_backward(c);
+    else MP_ACT_CALL(c->out.dtype, leaky_relu_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data,
                      N_OF(c), s);
     return MP_OK;
 }

@@ -2,16 +2,27 @@
  * inputs (and of (N, C) inputs, as BatchNorm1d), with PyTorch's semantics:
  * batch statistics and a momentum update of the running statistics in
  * training, running statistics in inference. Shape rules, parameters and
- * dispatch between the reference kernels and the oneDNN fast path (f32). */
+ * dispatch between the reference kernels, their vectorized instances
+ * (batchnorm2d_cpu.c, f32/bf16; what plans run) and oneDNN (f32, for
+ * MP_IMPL_ONEDNN, or MP_IMPL_AUTO where no vector instance runs). With
+ * c->relu_after the ReLU reading this node is fused in (graph/plan_fuse.h). */
 #include <math.h>
 #include <stdio.h>
 
+#include "ops/batchnorm2d_cpu.h"
 #include "ops/batchnorm2d_onednn.h"
+#include "ops/cpu_fast.h"
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 
 #define MP_REF_TEMPLATE "batchnorm2d_ref.inc"
 #include "instantiate_act.inc"
+
+/* Kernel fn of the reference, or of the fast path (mp_bn_<fn>_cpu) when the
+ * call runs it. */
+#define BN_CALL(c, fn, ...)                                                                   \
+    (mp_fast_use((c), (c)->out.dtype) ? mp_##fn##_cpu((c)->out.dtype, __VA_ARGS__)            \
+                                      : MP_ACT_CALL((c)->out.dtype, fn, __VA_ARGS__))
 
 enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
 
@@ -56,7 +67,9 @@ static mp_status bn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, 
     *state = NULL;
     if (training) MP_TRY(check_batch(d, &info->in[0]));
 #ifdef MP_HAVE_ONEDNN
-    if (mp_onednn_wanted(dt, impl)) {
+    /* MP_IMPL_AUTO: the vector kernels beat oneDNN 2.6's plain-layout batch
+     * norm (bench/NOTES.md, CPU section) */
+    if (mp_onednn_wanted(dt, impl) && !(impl == MP_IMPL_AUTO && mp_fast_isa_current() != MP_FAST_NONE)) {
         mp_bn_dnnl *s = NULL;
         MP_TRY(mp_bn_dnnl_create(d, info, training, &s));
         if (s && impl == MP_IMPL_AUTO && !mp_bn_dnnl_is_jit(s)) {
@@ -82,7 +95,7 @@ static void bn_release(void *state) {
 #ifdef MP_HAVE_ONEDNN
 /* True when this call runs through oneDNN primitives built for its mode. */
 static bool use_dnnl(const mp_op_call *c) {
-    return mp_onednn_use(c) && mp_bn_dnnl_training(c->state) == c->training;
+    return mp_onednn_use(c) && mp_bn_dnnl_training(c->state) == c->training && !c->relu_after;
 }
 #endif
 
@@ -97,12 +110,12 @@ static mp_status bn_forward(const mp_op_call *c) {
     double eps = c->desc->attr.bn.eps, mom = c->desc->attr.bn.momentum;
     const mp_tensor *p = c->param;
     if (c->training)
-        MP_ACT_CALL(c->out.dtype, bn_fwd_train, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
-                     p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, mp_bn_saved_mean(c->saved),
-                     mp_bn_saved_invstd(c->saved, C), N, C, HW, eps, mom);
+        BN_CALL(c, bn_fwd_train, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+                p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, mp_bn_saved_mean(c->saved),
+                mp_bn_saved_invstd(c->saved, C), N, C, HW, eps, mom, c->relu_after);
     else
-        MP_ACT_CALL(c->out.dtype, bn_fwd_eval, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
-                     p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, HW, eps);
+        BN_CALL(c, bn_fwd_eval, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+                p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, HW, eps, c->relu_after);
     return MP_OK;
 }
 
@@ -113,10 +126,10 @@ static mp_status bn_backward(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
     int N = xs->dims[0], C = xs->dims[1];
     const mp_tensor *p = c->param;
-    MP_ACT_CALL(c->out.dtype, bn_bwd, c->in[0].data, c->d_out.data, c->d_in[0].data, p[P_WEIGHT].data,
-                 c->d_param[P_WEIGHT].data, c->d_param[P_BIAS].data, c->training, mp_bn_saved_mean(c->saved),
-                 mp_bn_saved_invstd(c->saved, C), p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, spatial(xs),
-                 (double)c->desc->attr.bn.eps);
+    BN_CALL(c, bn_bwd, c->in[0].data, c->relu_after ? c->out.data : NULL, c->d_out.data, c->d_in[0].data,
+            p[P_WEIGHT].data, c->d_param[P_WEIGHT].data, c->d_param[P_BIAS].data, c->training,
+            mp_bn_saved_mean(c->saved), mp_bn_saved_invstd(c->saved, C), p[P_RUNNING_MEAN].data,
+            p[P_RUNNING_VAR].data, N, C, spatial(xs), (double)c->desc->attr.bn.eps);
     return MP_OK;
 }
 

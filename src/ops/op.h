@@ -112,6 +112,8 @@ typedef struct {
     void *state;            /* from prepare(), or NULL */
     mp_impl impl;
     bool training;          /* batch statistics, dropout active */
+    bool relu_after;        /* batchnorm2d: also applies the ReLU that reads it
+                               (graph/plan_fuse.h); backward masks d_out with out */
     uint64_t seed;          /* dropout: differs per node and per step */
     int n_in;
     mp_tensor in[MP_MAX_INPUTS];

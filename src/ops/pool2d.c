@@ -7,6 +7,7 @@
 
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
+#include "ops/pool2d_cpu.h"
 #include "ops/pool2d_onednn.h"
 
 #define MP_REF_TEMPLATE "pool2d_ref.inc"
@@ -88,6 +89,10 @@ static mp_status pool_forward(const mp_op_call *c) {
 #ifdef MP_HAVE_ONEDNN
     if (mp_onednn_use(c)) return mp_pool_dnnl_forward(c->state, c);
 #endif
+    if (mp_pool_cpu_applies(c)) { /* vectorized 2x2 average pooling (pool2d_cpu.c) */
+        mp_pool_cpu_forward(c);
+        return MP_OK;
+    }
     pool_geom g = geom_of(c);
     if (c->desc->kind == MP_OP_MAXPOOL2D)
         MP_ACT_CALL(c->out.dtype, maxpool_fwd, c->in[0].data, c->out.data, c->saved, g.planes, g.H, g.W, g.OH, g.OW,
@@ -108,6 +113,10 @@ static mp_status pool_backward(const mp_op_call *c) {
                             c->desc->name);
     }
 #endif
+    if (mp_pool_cpu_applies(c)) {
+        mp_pool_cpu_backward(c);
+        return MP_OK;
+    }
     pool_geom g = geom_of(c);
     if (c->desc->kind == MP_OP_MAXPOOL2D)
         MP_ACT_CALL(c->out.dtype, maxpool_bwd, c->d_out.data, c->saved, c->d_in[0].data, g.planes, g.H, g.W, g.OH,

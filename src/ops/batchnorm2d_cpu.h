@@ -1,0 +1,23 @@
+/* batchnorm2d_cpu.h — the CPU fast path of batchnorm2d (f32 and bf16
+ * activations, AVX-512 / AVX2), with the ReLU that reads it fused in (relu /
+ * y): the reference kernels' arguments and results (batchnorm2d_ref.inc),
+ * within the op tests' 1e-5, from float arithmetic on centred values
+ * (batchnorm2d_cpu_kernels.inc). One OpenMP task per channel, whose slice
+ * stays in cache across a kernel's passes. batchnorm2d.c calls them when
+ * mp_fast_use(c, activation dtype). */
+#ifndef MP_OPS_BATCHNORM2D_CPU_H
+#define MP_OPS_BATCHNORM2D_CPU_H
+
+#include "ops/op.h"
+
+/* dt: the activations' dtype (F32 or BF16); x, y, dy, dx: (N, C, HW). */
+void mp_bn_fwd_train_cpu(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
+                         float *rvar, double *mean, double *invstd, int N, int C, int64_t HW, double eps, double mom,
+                         bool relu);
+void mp_bn_fwd_eval_cpu(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
+                        const float *rmean, const float *rvar, int N, int C, int64_t HW, double eps, bool relu);
+void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
+                   float *dgamma, float *dbeta, bool batch_stats, const double *mean, const double *invstd,
+                   const float *rmean, const float *rvar, int N, int C, int64_t HW, double eps);
+
+#endif

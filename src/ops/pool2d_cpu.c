@@ -1,0 +1,29 @@
+/* pool2d_cpu.c — see pool2d_cpu.h. The reference walks each 2x2 window with
+ * two nested loops of two and converts bf16 one value at a time; here a row
+ * of windows is one vector loop. */
+#if defined(__GNUC__) && !defined(__clang__) /* see cpu_fast.h */
+#pragma GCC optimize("no-trapping-math")
+#endif
+#include "ops/pool2d_cpu.h"
+
+#include "ops/cpu_fast.h"
+
+#define MP_REF_TEMPLATE "pool2d_cpu_kernels.inc"
+#include "instantiate_fast.inc"
+
+bool mp_pool_cpu_applies(const mp_op_call *c) {
+    const mp_pool_opts *o = &c->desc->attr.pool;
+    return c->desc->kind == MP_OP_AVGPOOL2D && o->kernel == 2 && o->stride == 2 && o->padding == 0 &&
+           mp_fast_use(c, c->out.dtype);
+}
+
+void mp_pool_cpu_forward(const mp_op_call *c) {
+    const int *x = c->in[0].shape.dims, *y = c->out.shape.dims;
+    MP_FAST_CALL(c->out.dtype, avgpool2_fwd, c->in[0].data, c->out.data, (int64_t)x[0] * x[1], x[2], x[3], y[2], y[3]);
+}
+
+void mp_pool_cpu_backward(const mp_op_call *c) {
+    const int *x = c->in[0].shape.dims, *y = c->out.shape.dims;
+    MP_FAST_CALL(c->out.dtype, avgpool2_bwd, c->d_out.data, c->d_in[0].data, (int64_t)x[0] * x[1], x[2], x[3], y[2],
+                 y[3]);
+}
