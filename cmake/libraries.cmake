@@ -1,5 +1,5 @@
 # libraries.cmake — the two libraries built from mixprec_objects:
-#   mixprec_shared  libmixprec.so.0 (soname) -> libmixprec.so.0.1.0, exported as
+#   mixprec_shared  libmixprec.so.0 (soname) -> libmixprec.so.0.2.0, exported as
 #                   mixprec::mixprec; only the MP_API functions are visible;
 #   mixprec         libmixprec.a, exported as mixprec::mixprec_static; the CLI,
 #                   tests and benches link it, as they also call internal
