@@ -139,7 +139,7 @@ typedef struct {
 typedef enum {
     V_DEFAULT,  /* vector kernels, batch norm + ReLU fused: what plans run */
     V_UNFUSED,  /* vector kernels, MIXPREC_NO_FUSION=1 */
-    V_SCALAR,   /* the scalar reference kernels for ReLU, batch norm and pooling, unfused (before the vector paths) */
+    V_SCALAR,   /* ReLU, batch norm and pooling without our vector kernels, unfused (as before them; oneDNN's where it applies) */
     V_COUNT
 } variant;
 static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused"};

@@ -132,8 +132,8 @@ typedef struct {
     bool lt_debug;             /**< MIXPREC_LT_DEBUG=1: print every cuBLASLt GEMM choice */
     int poison_arena;          /**< MIXPREC_POISON_ARENA: 1 NaN bytes, 2 "uninit" (not set at all) */
     bool dist_debug;           /**< MIXPREC_DIST_DEBUG=1: print the communicators' progress */
-    int native_bf16;           /**< MIXPREC_NATIVE_BF16: -1 unset, 0 off, 1 force the native bf16 CPU path */
-    bool force_scalar;         /**< MIXPREC_FORCE_SCALAR=1: scalar dtype conversions (tests) */
+    int native_bf16;           /**< MIXPREC_NATIVE_BF16: -1 unset, 0 every bf16 CPU node emulated, 1 as unset */
+    bool force_scalar;         /**< MIXPREC_FORCE_SCALAR=1: no AVX2/AVX-512 code of ours (conversions, ReLU, BN, pooling) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

@@ -1,7 +1,9 @@
 /* env.c — the environment variables the library reads, read once into one
  * struct (mixprec/core.h: mp_env; the README lists them). Nothing else in
- * the library calls getenv, apart from OMP_WAIT_POLICY in omp_policy.c,
- * which belongs to the OpenMP runtime. */
+ * the library reads a MIXPREC_* variable except omp_policy.c (the CLI's
+ * re-exec with OMP_WAIT_POLICY, marked by MIXPREC_NO_REEXEC); other getenv
+ * calls read what is not ours to configure: the MPI launcher's rank and size
+ * (dist/mpi_env.c) and PATH, to find gnuplot (bench/report_plot.c). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +33,7 @@ static void read_env(void) {
     mp_env e = {0};
     e.deterministic = flag("MIXPREC_DETERMINISTIC");
     e.no_fusion = flag("MIXPREC_NO_FUSION");
-    e.cudnn_debug = getenv("MIXPREC_CUDNN_DEBUG") != NULL;
+    e.cudnn_debug = flag("MIXPREC_CUDNN_DEBUG");
     e.cudnn_engines = equals("MIXPREC_CUDNN_ENGINES", "0") ? 0 : equals("MIXPREC_CUDNN_ENGINES", "force") ? 2 : 1;
     e.cudnn_engine_candidates = number("MIXPREC_CUDNN_ENGINE_CANDIDATES", 0);
     e.cudnn_bn = equals("MIXPREC_CUDNN_BN", "0") ? 0 : 1;
@@ -39,9 +41,9 @@ static void read_env(void) {
     e.cudnn_workspace_mb = ws && atof(ws) > 0 ? atof(ws) : 0;
     e.cudnn_find_trials = number("MIXPREC_CUDNN_FIND_TRIALS", 0);
     e.cudnn_find_off = equals("MIXPREC_CUDNN_FIND", "0");
-    e.lt_debug = getenv("MIXPREC_LT_DEBUG") != NULL;
+    e.lt_debug = flag("MIXPREC_LT_DEBUG");
     e.poison_arena = equals("MIXPREC_POISON_ARENA", "uninit") ? 2 : flag("MIXPREC_POISON_ARENA") ? 1 : 0;
-    e.dist_debug = getenv("MIXPREC_DIST_DEBUG") != NULL;
+    e.dist_debug = flag("MIXPREC_DIST_DEBUG");
     e.native_bf16 = getenv("MIXPREC_NATIVE_BF16") ? (flag("MIXPREC_NATIVE_BF16") ? 1 : 0) : -1;
     e.force_scalar = flag("MIXPREC_FORCE_SCALAR");
     g_env = e;
