@@ -12,7 +12,7 @@
 
 common_opts common_opts_default(void) {
     return (common_opts){.data = "fashion-mnist", .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_n = 10000,
-                         .normalize = true, .optimizer = "adam"};
+                         .normalize = true, .optimizer = "adam", .val_fraction = 0.1f};
 }
 
 int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opts *c) {
@@ -23,7 +23,7 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
     if (!strcmp(a, "--nesterov")) { c->nesterov = true; return 1; }
     static const char *const with_value[] = {"--data", "--data-dir", "--synthetic-shape", "--synthetic-size",
                                              "--train-samples", "--optimizer", "--lr", "--momentum",
-                                             "--weight-decay"};
+                                             "--weight-decay", "--val-fraction", "--npy-layout"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
     if (!known) return 0;
@@ -42,12 +42,58 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
     else if (!strcmp(a, "--lr")) ok = c->lr_set = arg_float(cmd, a, v, 1e-12, 1e6, &c->lr);
     else if (!strcmp(a, "--momentum")) ok = c->momentum_set = arg_float(cmd, a, v, 0, 1, &c->momentum);
     else if (!strcmp(a, "--weight-decay")) ok = c->wd_set = arg_float(cmd, a, v, 0, 1e3, &c->weight_decay);
+    else if (!strcmp(a, "--val-fraction")) {
+        ok = arg_float(cmd, a, v, 0, 1, &c->val_fraction);
+        if (ok && !(c->val_fraction > 0 && c->val_fraction < 1)) {
+            fprintf(stderr, "mixprec %s: --val-fraction %s must lie strictly between 0 and 1\n", cmd, v);
+            ok = false;
+        }
+    } else if (!strcmp(a, "--npy-layout")) {
+        if (!strcmp(v, "auto")) c->npy_layout = MP_NPY_LAYOUT_AUTO;
+        else if (!strcmp(v, "nchw")) c->npy_layout = MP_NPY_LAYOUT_NCHW;
+        else if (!strcmp(v, "nhwc")) c->npy_layout = MP_NPY_LAYOUT_NHWC;
+        else {
+            fprintf(stderr, "mixprec %s: --npy-layout '%s' must be auto, nchw or nhwc\n", cmd, v);
+            ok = false;
+        }
+    }
     return ok ? 1 : -1;
 }
 
 bool common_opts_known_data(const char *name) {
     return !strcmp(name, "fashion-mnist") || !strcmp(name, "mnist") || !strcmp(name, "cifar10") ||
-           !strcmp(name, "synthetic");
+           !strcmp(name, "synthetic") || !strncmp(name, "npy:", 4) || !strncmp(name, "folder:", 7);
+}
+
+/* npy:X,Y (a held-out split by --val-fraction) or npy:X,Y,XT,YT. */
+static mp_status load_npy(const common_opts *c, mp_dataset *train, mp_dataset *test) {
+    char buf[4 * 4096 + 4], *paths[5];
+    const char *list = c->data + 4;
+    if (strlen(list) >= sizeof buf) return mp_error(MP_ERR_INVALID_ARG, "--data npy:...: the file list is too long");
+    strcpy(buf, list);
+    int n = 0;
+    for (char *p = buf, *comma; n < 5; p = comma + 1) {
+        paths[n++] = p;
+        if (!(comma = strchr(p, ','))) break;
+        *comma = '\0';
+    }
+    bool empty = false;
+    for (int i = 0; i < n; i++) empty = empty || !paths[i][0];
+    if ((n != 2 && n != 4) || empty)
+        return mp_error(MP_ERR_INVALID_ARG, "--data '%s': expected npy:IMAGES.npy,LABELS.npy or "
+                        "npy:IMAGES.npy,LABELS.npy,TEST_IMAGES.npy,TEST_LABELS.npy", c->data);
+    const mp_npy_opts o = {.layout = c->npy_layout};
+    if (n == 4) {
+        MP_TRY(mp_dataset_load_npy(paths[0], paths[1], &o, train));
+        mp_status s = mp_dataset_load_npy(paths[2], paths[3], &o, test);
+        if (s == MP_OK && test->classes < train->classes) test->classes = train->classes;
+        return s;
+    }
+    mp_dataset all;
+    MP_TRY(mp_dataset_load_npy(paths[0], paths[1], &o, &all));
+    mp_status s = mp_dataset_split(&all, c->val_fraction, train, test);
+    mp_dataset_free(&all);
+    return s;
 }
 
 static mp_status load_data(const common_opts *c, uint64_t seed, mp_dataset *train, mp_dataset *test) {
@@ -73,8 +119,9 @@ static mp_status load_data(const common_opts *c, uint64_t seed, mp_dataset *trai
         mp_dataset_free(&all);
         return s;
     }
-    return mp_error(MP_ERR_INVALID_ARG, "--data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic)",
-                    c->data);
+    if (!strncmp(c->data, "npy:", 4)) return load_npy(c, train, test);
+    return mp_error(MP_ERR_INVALID_ARG, "--data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic, "
+                    "npy:X.npy,Y.npy, folder:DIR)", c->data);
 }
 
 mp_status common_opts_load_data(const common_opts *c, uint64_t seed, mp_dataset *train, mp_dataset *test) {

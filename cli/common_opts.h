@@ -14,11 +14,16 @@
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
 #define DATA_OPTS_HELP                                                                                 \
-    "  --data D            fashion-mnist | mnist | cifar10 | synthetic (default fashion-mnist)\n"     \
+    "  --data D            fashion-mnist | mnist | cifar10 | synthetic | npy:X.npy,Y.npy[,XT.npy,YT.npy]\n" \
+    "                      | folder:DIR (default fashion-mnist)\n"                                    \
     "  --data-dir DIR      dataset folder (default " FASHION_MNIST_DIR " for fashion-mnist)\n"        \
     "  --synthetic-shape S CxHxW of synthetic samples (default 3x32x32)\n"                             \
     "  --synthetic-size N  synthetic training samples (default 10000; test: N/5)\n"                    \
     "  --train-samples N   train on the first N samples only\n"                                        \
+    "  --val-fraction F    npy: with two files and folder: without train/ and val/, hold out every\n"  \
+    "                      1/F-th sample as the test set (default 0.1)\n"                             \
+    "  --npy-layout L      auto | nchw | nhwc: layout of 4-D .npy images (default auto: NHWC when the\n"\
+    "                      last dimension is 1 or 3)\n"                                               \
     "  --augment           random crop with padding + horizontal flip\n"                               \
     "  --no-normalize      do not normalize inputs by the training set's mean/std\n"
 
@@ -34,6 +39,8 @@ typedef struct {
     const char *data, *data_dir;
     int syn_c, syn_h, syn_w, syn_n, train_samples;
     bool augment, normalize;
+    float val_fraction;
+    mp_npy_layout npy_layout;
     /* optimizer */
     const char *optimizer;
     float lr, momentum, weight_decay;

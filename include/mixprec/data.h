@@ -27,6 +27,28 @@ MP_API mp_status mp_dataset_open_fashion_mnist(const char *dir, bool train, mp_d
 /** CIFAR-10 binary batches from dir (or dir/cifar-10-batches-bin):
  * data_batch_1..5.bin (train) or test_batch.bin. */
 MP_API mp_status mp_dataset_open_cifar10(const char *dir, bool train, mp_dataset **out);
+/** Layout of 4-D .npy image arrays. */
+typedef enum {
+    MP_NPY_LAYOUT_AUTO = 0, /**< NHWC when the last dimension is 1 or 3, else NCHW */
+    MP_NPY_LAYOUT_NCHW,     /**< (N, C, H, W) */
+    MP_NPY_LAYOUT_NHWC,     /**< (N, H, W, C) */
+} mp_npy_layout;
+
+/** Options of mp_dataset_open_npy; zero fields take the defaults beside them. */
+typedef struct {
+    mp_npy_layout layout;   /**< of 4-D image arrays (3-D (N, H, W) arrays have one channel) */
+    int classes;            /**< labels must lie in [0, classes); 0: classes = max label + 1 */
+} mp_npy_opts;
+
+/** NumPy .npy files (format 1.0, 2.0 or 3.0, little-endian, C order): images
+ * (N, H, W), (N, C, H, W) or (N, H, W, C) of uint8 (scaled by 1/255) or
+ * float32 (finite), labels (N,) of uint8, int32 or int64 in [0, classes).
+ * o may be NULL. Errors name the file and what is wrong (bad magic,
+ * truncated, header parse error, unsupported dtype, fortran_order, a count
+ * mismatch naming both files and both counts, a label out of range naming
+ * the sample). */
+MP_API mp_status mp_dataset_open_npy(const char *images_path, const char *labels_path, const mp_npy_opts *o,
+                                     mp_dataset **out);
 /** Deterministic learnable data: a smooth pattern per class and channel plus
  * noise; sample i depends only on (seed, i). */
 MP_API mp_status mp_dataset_create_synthetic(int n, int c, int h, int w, int classes, uint64_t seed,

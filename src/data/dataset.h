@@ -34,6 +34,11 @@ mp_status mp_dataset_load_idx(const char *images_path, const char *labels_path, 
  * source = "Fashion-MNIST train|test (<images path>)". */
 mp_status mp_dataset_load_fashion_mnist(const char *dir, bool train, mp_dataset *out);
 
+/* NumPy .npy images and labels (mp_dataset_open_npy in mixprec/data.h);
+ * o may be NULL. source = images_path. */
+mp_status mp_dataset_load_npy(const char *images_path, const char *labels_path, const mp_npy_opts *o,
+                              mp_dataset *out);
+
 /* CIFAR-10 binary version from dir (or dir/cifar-10-batches-bin):
  * data_batch_1..5.bin (train) or test_batch.bin; records of 1 label byte +
  * 3x32x32 channel-major pixels. */
@@ -66,6 +71,13 @@ mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *ou
 
 /* Copy of the first n samples (1 <= n <= d->n); classes is kept from d. */
 mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out);
+
+/* Held-out split by fraction f in (0, 1) (split.c): sample i is held out
+ * when floor((i + 1) f) > floor(i f) — evenly spaced, floor(n f) samples —
+ * and both parts keep the order. Errors when either part would be empty. */
+bool mp_split_held_out(int i, double fraction);
+int mp_split_count(int n, double fraction);
+mp_status mp_dataset_split(const mp_dataset *d, double fraction, mp_dataset *train, mp_dataset *val);
 
 /* ---- helpers shared by the loaders in src/data (not for other callers) ---- */
 

@@ -33,6 +33,14 @@ mp_status mp_dataset_open_fashion_mnist(const char *dir, bool train, mp_dataset 
     return box(mp_dataset_load_fashion_mnist(dir ? dir : MP_FASHION_MNIST_DIR, train, &d), &d, out);
 }
 
+mp_status mp_dataset_open_npy(const char *images_path, const char *labels_path, const mp_npy_opts *o,
+                              mp_dataset **out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "dataset: no output pointer");
+    if (!images_path || !labels_path) return mp_error(MP_ERR_INVALID_ARG, "npy dataset: null path");
+    mp_dataset d = {0};
+    return box(mp_dataset_load_npy(images_path, labels_path, o, &d), &d, out);
+}
+
 mp_status mp_dataset_open_cifar10(const char *dir, bool train, mp_dataset **out) {
     if (!out) return mp_error(MP_ERR_INVALID_ARG, "dataset: no output pointer");
     mp_dataset d = {0};
