@@ -155,10 +155,28 @@ MP_API mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst
 
 /* ---- checkpoints and weight files ---------------------------------------- */
 
-/** Identity and position saved with a checkpoint. */
+/** Most channels whose normalization statistics a checkpoint records. */
+#define MP_CHECKPOINT_MAX_CHANNELS 64
+
+/** Identity and position saved with a checkpoint, and what the run's inputs
+ * were normalized with, so that evaluation elsewhere normalizes alike. */
 typedef struct {
     const char *model;      /**< a name for the model; checked on load when both are non-empty */
     int epoch;              /**< epochs completed (the caller's count) */
+    /** Per-channel input normalization (x - mean) / std the run trained with.
+     * Saving: written when norm_channels > 0, else the checkpoint says the
+     * run did not normalize. Loading: filled from the file. */
+    int norm_channels;
+    float norm_mean[MP_CHECKPOINT_MAX_CHANNELS]; /**< see norm_channels */
+    float norm_std[MP_CHECKPOINT_MAX_CHANNELS];  /**< see norm_channels */
+    /** Loading: false for checkpoints written before normalization was
+     * recorded (then norm_channels is 0 and the statistics are unknown). */
+    bool norm_recorded;
+    /** Loading (mp_checkpoint_load_weights): the policy name ("amp-bf16") and
+     * batch the run trained with, and the saved model name; ignored when saving. */
+    char saved_precision[24];
+    int saved_batch;         /**< see saved_precision */
+    char saved_model[256];   /**< see saved_precision */
 } mp_checkpoint_info;
 
 /** The whole training state in one safetensors file, written atomically:
@@ -170,6 +188,18 @@ MP_API mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_check
  * policy, optimizers and batch (errors name what differs: a tensor's name,
  * shape or dtype, a metadata key); info->epoch receives the saved epoch. */
 MP_API mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *info);
+
+/** Load a checkpoint's parameters (fp32 masters and BN buffers) into g for
+ * evaluation or export, without a trainer: the optimizer state in the file
+ * is ignored, every parameter must be there with its shape (errors name the
+ * tensor, and the saved model when it differs from info->model), values
+ * finite. info (may be NULL) receives the epoch, normalization statistics,
+ * precision, batch and model name the run saved. Nothing changes on error. */
+MP_API mp_status mp_checkpoint_load_weights(mp_graph *g, const char *path, mp_checkpoint_info *info);
+/** What a checkpoint says about its run (model name, precision, batch,
+ * epoch, normalization statistics) into *info, without loading tensors:
+ * e.g. to build the model it was trained as before mp_checkpoint_load_weights. */
+MP_API mp_status mp_checkpoint_read_info(const char *path, mp_checkpoint_info *info);
 
 /** Options of mp_graph_load_weights. */
 typedef struct {

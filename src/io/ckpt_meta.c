@@ -116,3 +116,59 @@ mp_status mp_ckpt_meta_double(const mp_st_file *f, const char *path, const char 
     snprintf(what, sizeof what, "a finite number in [%g, %g]", lo, hi);
     return meta_bad(path, key, v, what);
 }
+
+bool mp_meta_parse_floats(const char *text, double lo, double hi, float *out, int cap, int *n) {
+    *n = 0;
+    if (!text) return false;
+    if (!*text) return true;
+    char item[72];
+    for (const char *p = text;; ) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        double v;
+        if (len == 0 || len >= sizeof item || *n >= cap) return false;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (!mp_meta_parse_double(item, lo, hi, &v)) return false;
+        out[(*n)++] = (float)v;
+        if (!comma) return true;
+        p = comma + 1;
+    }
+}
+
+/* One of the two statistics lists; absent: *n = -1. */
+static mp_status norm_list(const mp_st_file *f, const char *path, const char *key, double lo, float *out, int *n) {
+    const char *v = mp_safetensors_meta(f, key);
+    *n = -1;
+    if (!v) return MP_OK;
+    if (mp_meta_parse_floats(v, lo, 1e30, out, MP_CHECKPOINT_MAX_CHANNELS, n)) {
+        for (int i = 0; i < *n; i++)
+            if (lo > 0 && !(out[i] > 0)) return meta_bad(path, key, v, "a list of positive numbers");
+        return MP_OK;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "a comma-separated list of at most %d finite numbers%s", MP_CHECKPOINT_MAX_CHANNELS,
+             lo > 0 ? " > 0" : "");
+    return meta_bad(path, key, v, what);
+}
+
+mp_status mp_ckpt_meta_norm(const mp_st_file *f, const char *path, mp_checkpoint_info *info) {
+    float mean[MP_CHECKPOINT_MAX_CHANNELS], std[MP_CHECKPOINT_MAX_CHANNELS];
+    int nm, ns;
+    MP_TRY(norm_list(f, path, "mixprec.norm_mean", -1e30, mean, &nm));
+    MP_TRY(norm_list(f, path, "mixprec.norm_std", 1e-30, std, &ns));
+    if (nm != ns)
+        return mp_error(MP_ERR_FORMAT, "%s: metadata 'mixprec.norm_mean' has %d values but 'mixprec.norm_std' %d: "
+                        "one per channel each", path, nm < 0 ? 0 : nm, ns < 0 ? 0 : ns);
+    info->norm_recorded = nm >= 0;
+    info->norm_channels = nm > 0 ? nm : 0;
+    for (int i = 0; i < info->norm_channels; i++) info->norm_mean[i] = mean[i], info->norm_std[i] = std[i];
+    return MP_OK;
+}
+
+void mp_ckpt_norm_text(const float *values, int n, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%.9g", i ? "," : "", (double)values[i]);
+}

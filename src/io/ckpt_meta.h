@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "io/safetensors.h"
+#include "mixprec.h"
 
 /* A decimal integer: an optional '-' then 1..19 digits and nothing else
  * (no spaces, '+', fraction, exponent or trailing text), in [lo, hi]. */
@@ -39,5 +40,19 @@ mp_status mp_ckpt_meta_u64(const mp_st_file *f, const char *path, const char *ke
                            uint64_t *out);
 mp_status mp_ckpt_meta_double(const mp_st_file *f, const char *path, const char *key, double lo, double hi,
                               double *out);
+
+/* A comma-separated list of at most cap numbers as mp_meta_parse_double
+ * reads them ("" is the empty list); *n receives the count. */
+bool mp_meta_parse_floats(const char *text, double lo, double hi, float *out, int cap, int *n);
+
+/* The run's input normalization (metadata 'mixprec.norm_mean' and
+ * 'mixprec.norm_std', one value per channel, empty when the run did not
+ * normalize) into info's norm fields; both absent (an older checkpoint):
+ * norm_recorded = false. Malformed, non-positive std, or lists of
+ * different lengths: MP_ERR_FORMAT naming the file and key. */
+mp_status mp_ckpt_meta_norm(const mp_st_file *f, const char *path, mp_checkpoint_info *info);
+
+/* n values as the comma-separated text mp_meta_parse_floats reads back exactly (%.9g). */
+void mp_ckpt_norm_text(const float *values, int n, char *buf, size_t cap);
 
 #endif

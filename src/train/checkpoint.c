@@ -5,7 +5,8 @@
  * name, each optimizer's state under "optim/<param>/<k>", and as metadata
  * the run's identity (model, precision, optimizers, batch, loss scaling),
  * the counters (epoch, steps, forward passes, each optimizer's steps) and
- * the loss scaler's state. Loading checks everything against the trainer
+ * the loss scaler's state and the input normalization the run trained with
+ * ('mixprec.norm_mean' / 'mixprec.norm_std'). Loading checks everything against the trainer
  * before changing anything: a tensor's name, shape and dtype, finite values
  * and non-negative running variances, every metadata value typed and in
  * range, naming the file and the key. */
@@ -52,8 +53,27 @@ static void steps_key(char *buf, size_t len, int g) {
 typedef struct {
     const char *keys[META_MAX], *vals[META_MAX];
     char key_store[META_MAX][48], val_store[META_MAX][64];
+    char norm_store[2][MP_CHECKPOINT_MAX_CHANNELS * 18]; /* the statistics lists, longer than a value */
     int n;
 } meta_list;
+
+/* The run's normalization statistics as two metadata lists (empty: none). */
+static mp_status meta_add_norm(meta_list *m, const char *path, const mp_checkpoint_info *info) {
+    const int nc = info && info->norm_channels > 0 ? info->norm_channels : 0;
+    if (nc > MP_CHECKPOINT_MAX_CHANNELS)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: %d normalization channels, at most %d are recorded", path, nc,
+                        MP_CHECKPOINT_MAX_CHANNELS);
+    for (int c = 0; c < nc; c++)
+        if (!isfinite(info->norm_mean[c]) || !(isfinite(info->norm_std[c]) && info->norm_std[c] > 0))
+            return mp_error(MP_ERR_INVALID_ARG, "%s: normalization channel %d: mean %g, std %g (finite, std > 0)", path,
+                            c, (double)info->norm_mean[c], (double)info->norm_std[c]);
+    MP_ASSERT(m->n + 2 <= META_MAX);
+    mp_ckpt_norm_text(nc ? info->norm_mean : NULL, nc, m->norm_store[0], sizeof m->norm_store[0]);
+    mp_ckpt_norm_text(nc ? info->norm_std : NULL, nc, m->norm_store[1], sizeof m->norm_store[1]);
+    m->keys[m->n] = "mixprec.norm_mean", m->vals[m->n++] = m->norm_store[0];
+    m->keys[m->n] = "mixprec.norm_std", m->vals[m->n++] = m->norm_store[1];
+    return MP_OK;
+}
 
 static void meta_add(meta_list *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void meta_add(meta_list *m, const char *key, const char *fmt, ...) {
@@ -126,7 +146,8 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_i
         snprintf(key, sizeof key, "scaler.%s", sn[i]);
         meta_add(m, key, "%.17g", sv[i]);
     }
-    mp_status s = mp_safetensors_write(path, ts, n, m->keys, m->vals, m->n);
+    mp_status s = meta_add_norm(m, path, info);
+    if (s == MP_OK) s = mp_safetensors_write(path, ts, n, m->keys, m->vals, m->n);
     free(ts);
     free(names);
     free(m);
@@ -264,8 +285,10 @@ mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *i
     int64_t epoch = 0, steps = 0, optim_steps[MP_MAX_GROUPS] = {0};
     uint64_t plan_step = 0;
     mp_scaler scaler;
+    mp_checkpoint_info norm = {0};
     mp_status s = check_file(f, path, t, info);
     if (s == MP_OK) s = read_counters(f, path, t, &epoch, &steps, &plan_step, optim_steps, &scaler);
+    if (s == MP_OK) s = mp_ckpt_meta_norm(f, path, &norm);
     if (s == MP_OK) s = t->be->wait(t);
     if (s != MP_OK) {
         mp_safetensors_close(f);
@@ -299,6 +322,12 @@ mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *i
     t->scaler = scaler;
     t->seen = scaler;
     t->ends_queued = 0;
-    if (info) info->epoch = (int)epoch;
+    if (info) {
+        info->epoch = (int)epoch;
+        info->norm_recorded = norm.norm_recorded;
+        info->norm_channels = norm.norm_channels;
+        memcpy(info->norm_mean, norm.norm_mean, sizeof norm.norm_mean);
+        memcpy(info->norm_std, norm.norm_std, sizeof norm.norm_std);
+    }
     return t->be->state_to_device(t);
 }

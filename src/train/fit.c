@@ -163,6 +163,17 @@ static mp_status check_finite_epoch(int epoch, const mp_fit_result *res, bool te
                     (long long)mp_trainer_skipped_steps(t), mp_trainer_loss_scale(t));
 }
 
+/* The checkpoint after an epoch, with the normalization the run used. */
+static mp_status save_checkpoint(const run *r, const mp_dataset *train, int epoch) {
+    mp_checkpoint_info info = {.model = r->o->model_name, .epoch = epoch};
+    if (r->o->normalize && train->c <= MP_CHECKPOINT_MAX_CHANNELS) {
+        info.norm_channels = train->c;
+        memcpy(info.norm_mean, r->mean, (size_t)train->c * sizeof *r->mean);
+        memcpy(info.norm_std, r->std, (size_t)train->c * sizeof *r->std);
+    }
+    return mp_trainer_save(r->t, r->o->save_path, &info);
+}
+
 static void print_setup(const run *r, FILE *out, bool print_memory) {
     mp_plan *p = mp_trainer_plan(r->t);
     if (print_memory) mp_plan_print_memory(p, out);
@@ -242,8 +253,7 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
         }
         if (log) s = write_log(log, o->log_path, o, precision, epoch, res, lr, res->skipped_steps, res->final_loss_scale);
         if (s == MP_OK) s = check_finite_epoch(epoch, res, test && r.rank == 0, r.t);
-        if (s == MP_OK && o->save_path && r.rank == 0)
-            s = mp_trainer_save(r.t, o->save_path, &(mp_checkpoint_info){.model = o->model_name, .epoch = epoch});
+        if (s == MP_OK && o->save_path && r.rank == 0) s = save_checkpoint(&r, train, epoch);
         if (o->stop_after > 0 && epoch >= o->stop_after) break;
     }
     if (s != MP_OK) mp_dist_fail(o->trainer.dist, s); /* the other ranks stop instead of waiting for this one */

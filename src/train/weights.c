@@ -10,6 +10,7 @@
 
 #include "graph/graph.h"
 #include "io/safetensors.h"
+#include "train/weights.h"
 
 mp_status mp_graph_save_weights(const mp_graph *g, const char *path) {
     if (!g || !path) return mp_error(MP_ERR_INVALID_ARG, "save_weights: null graph or path");
@@ -82,11 +83,13 @@ static bool in_file(const mp_st_file *f, const char *name) {
 }
 
 /* Tensors of the file that no parameter has (PyTorch's num_batches_tracked
- * counters aside): an error unless allowed. */
-static mp_status check_unused(const mp_st_file *f, const char *path, const mp_graph *g, bool allowed) {
+ * counters and names starting with `ignore` aside): an error unless allowed. */
+static mp_status check_unused(const mp_st_file *f, const char *path, const mp_graph *g, bool allowed,
+                              const char *ignore) {
     for (int i = 0; !allowed && i < mp_safetensors_count(f); i++) {
         const char *name = mp_safetensors_name(f, i);
         if (ends_with(name, ".num_batches_tracked")) continue;
+        if (ignore && !strncmp(name, ignore, strlen(ignore))) continue;
         bool used = false;
         for (int k = 0; k < g->n_params && !used; k++) used = !strcmp(g->params[k].name, name);
         if (!used)
@@ -98,15 +101,22 @@ static mp_status check_unused(const mp_st_file *f, const char *path, const mp_gr
 
 mp_status mp_graph_load_weights(mp_graph *g, const char *path, const mp_weights_opts *o) {
     if (!g || !path) return mp_error(MP_ERR_INVALID_ARG, "load_weights: null graph or path");
-    const mp_weights_opts opts = o ? *o : (mp_weights_opts){0};
     mp_st_file *f = NULL;
     MP_TRY(mp_safetensors_open(path, &f));
+    mp_status s = mp_weights_load_open(g, f, path, o, NULL);
+    mp_safetensors_close(f);
+    return s;
+}
+
+mp_status mp_weights_load_open(mp_graph *g, const mp_st_file *f, const char *path, const mp_weights_opts *o,
+                               const char *ignore_prefix) {
+    const mp_weights_opts opts = o ? *o : (mp_weights_opts){0};
     int64_t total = 0;
     for (int k = 0; k < g->n_params; k++) total += mp_shape_numel(&g->params[k].spec.shape);
     float *staged = malloc(((size_t)total + 1) * sizeof *staged);
     bool *present = calloc((size_t)g->n_params + 1, sizeof *present);
     mp_status s = staged && present ? MP_OK : mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
-    if (s == MP_OK) s = check_unused(f, path, g, opts.allow_unused);
+    if (s == MP_OK) s = check_unused(f, path, g, opts.allow_unused, ignore_prefix);
     float *at = staged;
     for (int k = 0; s == MP_OK && k < g->n_params; k++) {
         const mp_gparam *p = &g->params[k];
@@ -135,6 +145,5 @@ mp_status mp_graph_load_weights(mp_graph *g, const char *path, const mp_weights_
     }
     free(staged);
     free(present);
-    mp_safetensors_close(f);
     return s;
 }

@@ -1,0 +1,218 @@
+/* eval_cmd.c — `mixprec eval`: the accuracy and mean loss of a checkpoint on
+ * a dataset's test split, under any precision policy and on any device. The
+ * model is built as `train` builds it, the parameters come from the
+ * checkpoint (optimizer state ignored), and the inputs are normalized with
+ * the statistics the checkpoint recorded (older checkpoints: the training
+ * set's, as `train` computes them). By default the precision and batch are
+ * the checkpoint's, so the accuracy `train` printed for that epoch is
+ * reproduced. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common_opts.h"
+#include "cli/json_out.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "train/fit.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mixprec eval --checkpoint FILE [options]\n\n"
+            "Accuracy and mean cross-entropy of a checkpoint on a dataset's test split (the held-out\n"
+            "part for npy: with two files and folder: without val/).\n\n"
+            "  --checkpoint FILE   a checkpoint `mixprec train --save` wrote (required)\n"
+            "  --model M           %s (default: the model the checkpoint was saved for)\n"
+            DATA_OPTS_HELP
+            "  --seed S            seed of --data synthetic (use the training run's; default 1)\n"
+            "  --precision P       %s (default: the checkpoint's)\n"
+            "  --device D          cpu | cuda | cuda:N | auto (default auto)\n"
+            "  --batch B           samples per forward pass (default: the checkpoint's batch)\n"
+            "  --threads T         CPU threads (default: all cores)\n"
+            "  --reference         the plain-C reference kernels instead of oneDNN\n"
+            "  --json              one JSON object instead of the text line\n"
+            "  -h, --help          this help\n\n"
+            "Inputs are normalized with the mean/std the checkpoint recorded; a checkpoint from before\n"
+            "they were recorded uses the training set's (as train does), --no-normalize none.\n",
+            mp_model_list(), mp_precision_list());
+}
+
+typedef struct {
+    common_opts c;
+    const char *checkpoint, *model, *precision, *device;
+    int batch, threads;
+    uint64_t seed;
+    bool reference, json;
+} eval_args;
+
+/* Options of train that make no sense here. */
+static bool is_train_only(const char *a) {
+    static const char *const opts[] = {"--optimizer", "--lr", "--momentum", "--nesterov", "--weight-decay",
+                                       "--augment", "--random-resized-crop"};
+    for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
+        if (!strcmp(a, opts[k])) return true;
+    return false;
+}
+
+static int parse(int argc, char **argv, eval_args *e) {
+    *e = (eval_args){.c = common_opts_default(), .device = "auto", .seed = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_train_only(a)) {
+            fprintf(stderr, "mixprec eval: %s is a training option (see mixprec eval --help)\n", a);
+            return 2;
+        }
+        int shared = common_opts_parse("eval", argc, argv, &i, &e->c);
+        if (shared < 0) return 2;
+        if (shared) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--json")) { e->json = true; continue; }
+        if (!strcmp(a, "--reference")) { e->reference = true; continue; }
+        static const char *const with_value[] = {"--checkpoint", "--model", "--precision", "--device", "--batch",
+                                                 "--threads", "--seed"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "mixprec eval: unknown option '%s' (see mixprec eval --help)\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "mixprec eval: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--checkpoint")) e->checkpoint = v;
+        else if (!strcmp(a, "--model")) e->model = v;
+        else if (!strcmp(a, "--precision")) e->precision = v;
+        else if (!strcmp(a, "--device")) e->device = v;
+        else if (!strcmp(a, "--batch") && !arg_int("eval", a, v, 1, 1 << 20, &e->batch)) return 2;
+        else if (!strcmp(a, "--threads") && !arg_int("eval", a, v, 1, 1024, &e->threads)) return 2;
+        else if (!strcmp(a, "--seed") && !arg_u64("eval", a, v, &e->seed)) return 2;
+    }
+    if (!e->checkpoint) {
+        fprintf(stderr, "mixprec eval: --checkpoint FILE is required (see mixprec eval --help)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* The normalization to evaluate with: the checkpoint's, else (an older
+ * checkpoint) the training set's as train computes it, or none. */
+static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, const mp_dataset *train,
+                           const mp_dataset *test, float *mean, float *std, bool *use, const char **how) {
+    *use = false;
+    if (!e->c.normalize) {
+        *how = "none (--no-normalize)";
+        return MP_OK;
+    }
+    if (info->norm_recorded) {
+        if (info->norm_channels == 0) {
+            *how = "none (the run did not normalize)";
+            return MP_OK;
+        }
+        if (info->norm_channels != test->c)
+            return mp_error(MP_ERR_SHAPE, "%s: the checkpoint's normalization has %d channels, %s has %d",
+                            e->checkpoint, info->norm_channels, test->source, test->c);
+        memcpy(mean, info->norm_mean, (size_t)test->c * sizeof *mean);
+        memcpy(std, info->norm_std, (size_t)test->c * sizeof *std);
+        *use = true;
+        *how = "the checkpoint's";
+        return MP_OK;
+    }
+    mp_dataset_channel_stats(train, mean, std);
+    for (int c = 0; c < train->c; c++)
+        if (!(std[c] > 1e-6f)) std[c] = 1.0f;
+    *use = true;
+    *how = "the training set's (the checkpoint records none)";
+    return MP_OK;
+}
+
+static void print_json(const eval_args *e, const mp_checkpoint_info *info, const char *model, const char *precision,
+                       const char *device, int batch, const mp_dataset *test, const mp_eval_result *r,
+                       const char *norm) {
+    printf("{\"checkpoint\": ");
+    cli_json_string(stdout, e->checkpoint);
+    printf(", \"model\": ");
+    cli_json_string(stdout, model);
+    printf(", \"epoch\": %d, \"data\": ", info->epoch);
+    cli_json_string(stdout, test->source);
+    printf(", \"samples\": %lld, \"loss\": %.6f, \"accuracy\": %.6f, \"precision\": ", (long long)r->samples, r->loss,
+           r->accuracy);
+    cli_json_string(stdout, precision);
+    printf(", \"device\": ");
+    cli_json_string(stdout, device);
+    printf(", \"batch\": %d, \"normalization\": ", batch);
+    cli_json_string(stdout, norm);
+    printf("}\n");
+}
+
+static int run_eval(const eval_args *e) {
+    mp_checkpoint_info info = {0};
+    if (mp_checkpoint_read_info(e->checkpoint, &info) != MP_OK) {
+        fprintf(stderr, "mixprec eval: --checkpoint %s\n", mp_last_error());
+        return 1;
+    }
+    const char *model = e->model ? e->model : info.saved_model;
+    const char *precision = e->precision ? e->precision : info.saved_precision;
+    if (!model[0]) {
+        fprintf(stderr, "mixprec eval: %s does not name its model: give --model\n", e->checkpoint);
+        return 2;
+    }
+    mp_precision prec;
+    mp_device device;
+    if (mp_precision_parse(precision, &prec) != MP_OK || mp_device_parse(e->device, &device) != MP_OK) {
+        fprintf(stderr, "mixprec eval: %s\n", mp_last_error());
+        return 2;
+    }
+    if (mp_model_check_name(model) != MP_OK) {
+        fprintf(stderr, "mixprec eval: --model: %s\n", mp_last_error());
+        return 2;
+    }
+    if (e->threads) omp_set_num_threads(e->threads);
+    mp_dataset train = {0}, test = {0};
+    mp_model m = {0};
+    mp_status s = common_opts_load_data(&e->c, e->seed, &train, &test);
+    mp_model_spec spec = {.model = model, .data = &train, .policy = {.precision = prec}};
+    if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
+    mp_checkpoint_info loaded = {.model = model};
+    if (s == MP_OK) s = mp_checkpoint_load_weights(m.g, e->checkpoint, &loaded);
+    float *mean = calloc((size_t)train.c + 1, sizeof *mean), *std = calloc((size_t)train.c + 1, sizeof *std);
+    bool use_norm = false;
+    const char *how = "";
+    if (s == MP_OK && (!mean || !std)) s = mp_error(MP_ERR_NOMEM, "eval: out of memory");
+    if (s == MP_OK) s = pick_norm(e, &loaded, &train, &test, mean, std, &use_norm, &how);
+    const int batch = e->batch ? e->batch : loaded.saved_batch;
+    mp_eval_result r = {0};
+    if (s == MP_OK)
+        s = mp_evaluate(m.g, &test,
+                        &(mp_eval_opts){.input = m.input, .logits = m.logits, .batch = batch, .device = device,
+                                        .reference = e->reference, .mean = use_norm ? mean : NULL,
+                                        .std = use_norm ? std : NULL},
+                        &r);
+    char dev[32] = "";
+    mp_device_name(device, dev, sizeof dev);
+    if (s == MP_OK && e->json) print_json(e, &loaded, model, precision, dev, batch, &test, &r, how);
+    else if (s == MP_OK)
+        printf("eval: %lld samples, loss %.4f, accuracy %.2f%% (%s, %s)\n", (long long)r.samples, r.loss,
+               100 * r.accuracy, precision, dev);
+    else fprintf(stderr, "mixprec eval: %s\n", mp_last_error());
+    free(mean);
+    free(std);
+    mp_model_free(&m);
+    mp_dataset_free(&train);
+    mp_dataset_free(&test);
+    return s == MP_OK ? 0 : 1;
+}
+
+int cmd_eval(int argc, char **argv) {
+    eval_args e;
+    int rc = parse(argc, argv, &e);
+    if (rc) return rc == 1 ? 0 : rc;
+    return run_eval(&e);
+}
