@@ -8,11 +8,13 @@
 
 #include "cli/args.h"
 #include "core/error.h"
+#include "data/folder.h"
 #include "io/output_path.h"
 
 common_opts common_opts_default(void) {
     return (common_opts){.data = "fashion-mnist", .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_n = 10000,
-                         .normalize = true, .optimizer = "adam", .val_fraction = 0.1f};
+                         .normalize = true, .optimizer = "adam", .val_fraction = 0.1f,
+                         .decode_memory_mb = 2048};
 }
 
 int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opts *c) {
@@ -21,9 +23,12 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
     if (!strcmp(a, "--augment")) { c->augment = true; return 1; }
     if (!strcmp(a, "--no-normalize")) { c->normalize = false; return 1; }
     if (!strcmp(a, "--nesterov")) { c->nesterov = true; return 1; }
+    if (!strcmp(a, "--random-resized-crop")) { c->random_resized_crop = true; return 1; }
     static const char *const with_value[] = {"--data", "--data-dir", "--synthetic-shape", "--synthetic-size",
                                              "--train-samples", "--optimizer", "--lr", "--momentum",
-                                             "--weight-decay", "--val-fraction", "--npy-layout"};
+                                             "--weight-decay", "--val-fraction", "--npy-layout", "--image-size",
+                                             "--image-channels", "--bad-images", "--decode-threads",
+                                             "--decode-memory-mb"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
     if (!known) return 0;
@@ -48,6 +53,30 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
             fprintf(stderr, "mixprec %s: --val-fraction %s must lie strictly between 0 and 1\n", cmd, v);
             ok = false;
         }
+    } else if (!strcmp(a, "--image-size")) {
+        char extra;
+        if (sscanf(v, "%dx%d%c", &c->image_h, &c->image_w, &extra) != 2 || c->image_h < 1 || c->image_w < 1 ||
+            c->image_h > 16384 || c->image_w > 16384) {
+            fprintf(stderr, "mixprec %s: --image-size '%s' must be HxW with each in 1..16384 (e.g. 224x224)\n", cmd, v);
+            ok = false;
+        }
+    } else if (!strcmp(a, "--image-channels")) {
+        ok = arg_int(cmd, a, v, 1, 3, &c->image_c);
+        if (ok && c->image_c == 2) {
+            fprintf(stderr, "mixprec %s: --image-channels 2: 1 (gray) or 3 (RGB)\n", cmd);
+            ok = false;
+        }
+    } else if (!strcmp(a, "--bad-images")) {
+        if (!strcmp(v, "fail")) c->bad_images = MP_BAD_IMAGES_FAIL;
+        else if (!strcmp(v, "skip")) c->bad_images = MP_BAD_IMAGES_SKIP;
+        else {
+            fprintf(stderr, "mixprec %s: --bad-images '%s' must be skip or fail\n", cmd, v);
+            ok = false;
+        }
+    } else if (!strcmp(a, "--decode-threads")) {
+        ok = arg_int(cmd, a, v, 1, 1024, &c->decode_threads);
+    } else if (!strcmp(a, "--decode-memory-mb")) {
+        ok = arg_int(cmd, a, v, 0, 1 << 30, &c->decode_memory_mb);
     } else if (!strcmp(a, "--npy-layout")) {
         if (!strcmp(v, "auto")) c->npy_layout = MP_NPY_LAYOUT_AUTO;
         else if (!strcmp(v, "nchw")) c->npy_layout = MP_NPY_LAYOUT_NCHW;
@@ -120,6 +149,14 @@ static mp_status load_data(const common_opts *c, uint64_t seed, mp_dataset *trai
         return s;
     }
     if (!strncmp(c->data, "npy:", 4)) return load_npy(c, train, test);
+    if (!strncmp(c->data, "folder:", 7)) {
+        if (!c->data[7]) return mp_error(MP_ERR_INVALID_ARG, "--data folder:DIR needs a folder");
+        const mp_folder_opts fo = {.height = c->image_h, .width = c->image_w, .channels = c->image_c,
+                                   .bad_images = c->bad_images, .val_fraction = c->val_fraction,
+                                   .max_memory = (size_t)c->decode_memory_mb << 20,
+                                   .lazy = c->decode_memory_mb == 0, .threads = c->decode_threads};
+        return mp_dataset_load_folder(c->data + 7, &fo, train, test);
+    }
     return mp_error(MP_ERR_INVALID_ARG, "--data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic, "
                     "npy:X.npy,Y.npy, folder:DIR)", c->data);
 }

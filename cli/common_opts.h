@@ -24,7 +24,16 @@
     "                      1/F-th sample as the test set (default 0.1)\n"                             \
     "  --npy-layout L      auto | nchw | nhwc: layout of 4-D .npy images (default auto: NHWC when the\n"\
     "                      last dimension is 1 or 3)\n"                                               \
+    "  --image-size HxW    folder: sample size (default: the images' size, when all share one); images\n"\
+    "                      are resized to cover it (the shorter side) and centre-cropped\n"           \
+    "  --image-channels C  folder: 1 (gray) or 3 (RGB) (default 3 when any image has colour, else 1)\n" \
+    "  --bad-images P      folder: fail | skip a corrupt or unreadable image (default fail)\n"        \
+    "  --decode-threads N  folder: decoder threads (default: the online CPUs)\n"                      \
+    "  --decode-memory-mb M  folder: decode once into memory when the decoded images take at most M\n" \
+    "                      MiB (default 2048; 0: decode every batch)\n"                              \
     "  --augment           random crop with padding + horizontal flip\n"                               \
+    "  --random-resized-crop  random-resized-crop as torchvision (scale 0.08-1, aspect 3/4-4/3), then\n"\
+    "                      --augment's crop and flip if given\n"                                       \
     "  --no-normalize      do not normalize inputs by the training set's mean/std\n"
 
 #define OPTIM_OPTS_HELP                                                                                \
@@ -41,6 +50,9 @@ typedef struct {
     bool augment, normalize;
     float val_fraction;
     mp_npy_layout npy_layout;
+    bool random_resized_crop;
+    int image_h, image_w, image_c, decode_threads, decode_memory_mb;
+    mp_bad_images bad_images;
     /* optimizer */
     const char *optimizer;
     float lr, momentum, weight_decay;

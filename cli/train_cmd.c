@@ -327,7 +327,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                      .bucket_mb = t.bucket_mb, .sync_bn = t.sync_bn, .events = out},
                          .optim = oo, .lr = lr, .lr_schedule = t.lr_schedule, .epochs = t.epochs,
                          .max_steps = t.max_steps, .stop_after = t.stop_after, .seed = t.seed, .augment = t.c.augment,
-                         .normalize = t.c.normalize, .out = out, .print_memory = t.print_memory, .log_path = t.log,
+                         .normalize = t.c.normalize, .random_resized_crop = t.c.random_resized_crop,
+                         .data_workers = t.c.decode_threads, .out = out, .print_memory = t.print_memory, .log_path = t.log,
                          .save_path = t.save, .resume_path = t.resume, .gpus = dist ? 0 : t.gpus,
                          .dist_timeout = t.dist_timeout, .replica = mp_model_spec_build, .replica_arg = &spec};
         mp_monitor *mon = NULL;

@@ -17,7 +17,7 @@ case "$mode" in
 esac
 
 # Debian packages the build, the tests and the default job need.
-packages=(build-essential cmake pkg-config doxygen python3 python3-venv zlib1g-dev libdnnl-dev libcjson-dev libpng-dev
+packages=(build-essential cmake pkg-config doxygen python3 python3-venv zlib1g-dev libdnnl-dev libcjson-dev libpng-dev libjpeg-dev
           libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do

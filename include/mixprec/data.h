@@ -49,6 +49,42 @@ typedef struct {
  * the sample). */
 MP_API mp_status mp_dataset_open_npy(const char *images_path, const char *labels_path, const mp_npy_opts *o,
                                      mp_dataset **out);
+/** What to do with an image that cannot be decoded. */
+typedef enum {
+    MP_BAD_IMAGES_FAIL = 0, /**< an error naming the file */
+    MP_BAD_IMAGES_SKIP,     /**< leave it out (counted in mp_dataset_info.skipped) */
+} mp_bad_images;
+
+/** Options of mp_dataset_open_folder; zero fields take the defaults beside them. */
+typedef struct {
+    int height, width;      /**< sample size; 0: the images' size, which must then be the same for all */
+    int channels;           /**< 1 (gray) or 3 (RGB); 0: 3 when any image has colour, else 1 */
+    mp_bad_images bad_images; /**< corrupt, truncated or unreadable images */
+    double val_fraction;    /**< without DIR/train and DIR/val: the held-out share, 0 -> 0.1 */
+    /** Decode every image once into memory when the decoded set (n x C x H x W
+     * floats, both parts) takes at most this many bytes, 0 -> 2 GiB; else
+     * the loader decodes each batch (with random-resized crops taken from
+     * the full decoded image). */
+    size_t max_memory;
+    bool lazy;              /**< always decode per batch, whatever the size */
+    int threads;            /**< decoder threads for the one-time decode and the header scan, 0 -> online CPUs */
+} mp_folder_opts;
+
+/** An ImageNet-style folder: DIR/<class>/<image> (JPEG or PNG), classes the
+ * sorted subfolder names (mp_dataset_class_name), or DIR/train/<class>/...
+ * and DIR/val/<class>/... as the two parts; without those, every
+ * 1/val_fraction-th image (ordered by file name, then class) is held out.
+ * Images are converted to the channels, resized so that they cover the
+ * sample size (the shorter side for square samples, bilinear) and
+ * centre-cropped; pixels are scaled to [0, 1]. *train and *val receive the
+ * two parts (both freed with mp_dataset_destroy). Errors name the folder or
+ * file: not found, no class subfolders, no images, a bad image under
+ * MP_BAD_IMAGES_FAIL, images of different sizes without a size given. */
+MP_API mp_status mp_dataset_open_folder(const char *dir, const mp_folder_opts *o, mp_dataset **train,
+                                        mp_dataset **val);
+/** The name of class k (an image folder's subfolder), or NULL when the
+ * dataset has no class names or k is out of range. */
+MP_API const char *mp_dataset_class_name(const mp_dataset *d, int k);
 /** Deterministic learnable data: a smooth pattern per class and channel plus
  * noise; sample i depends only on (seed, i). */
 MP_API mp_status mp_dataset_create_synthetic(int n, int c, int h, int w, int classes, uint64_t seed,
@@ -69,6 +105,8 @@ typedef struct {
     int w;              /**< width */
     int classes;        /**< labels lie in [0, classes) */
     const char *source; /**< where it came from (a path or a description) */
+    bool lazy;          /**< decoded per batch by the loader, not held in memory */
+    int skipped;        /**< images left out as bad (MP_BAD_IMAGES_SKIP) */
 } mp_dataset_info;
 /** d's shape. */
 MP_API void mp_dataset_describe(const mp_dataset *d, mp_dataset_info *out);
@@ -94,6 +132,14 @@ typedef struct {
      * uses the same seed. */
     int shards;       /**< parts of each global batch (data parallel), 0 -> 1 */
     int shard;        /**< the part this loader yields */
+    /** torchvision's RandomResizedCrop (scale (0.08, 1), aspect (3/4, 4/3))
+     * before crop_pad/hflip: from the full decoded image for datasets
+     * decoded per batch, else from the image held in memory. */
+    bool random_resized_crop;
+    /** Threads preparing each batch (decoding, augmenting), 0 -> the online
+     * CPUs for datasets decoded per batch or with random_resized_crop, else 1.
+     * Batches are the same for any number. */
+    int workers;
 } mp_loader_opts;
 
 /** Batches of a dataset, prepared by a background thread while the caller
@@ -109,9 +155,14 @@ MP_API int mp_loader_batches(const mp_loader *l);
 MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
 /** The next batch: images (batch, C, H, W), labels (batch), *n valid samples
  * (a short last batch without drop_last is padded with zeros and label 0).
+ * An image that fails to decode (datasets decoded per batch) is an error
+ * naming the file.
  * At the epoch's end MP_OK with *n = 0. Pointers stay valid until the next
  * call on the loader. */
 MP_API mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n);
+/** Seconds mp_loader_next has waited for batches since the epoch began (the
+ * step waited on decoding when this is more than a small share of the epoch). */
+MP_API double mp_loader_wait_seconds(const mp_loader *l);
 /** Stops the worker and frees the loader (NULL is fine). */
 MP_API void mp_loader_destroy(mp_loader *l);
 

@@ -12,10 +12,32 @@
 
 #include "core/error.h"
 
+void mp_sample_source_retain(mp_sample_source *s) {
+    if (s) __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+}
+
+void mp_sample_source_release(mp_sample_source *s) {
+    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) s->destroy(s);
+}
+
+mp_class_names *mp_class_names_retain(mp_class_names *c) {
+    if (c) __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+    return c;
+}
+
+void mp_class_names_release(mp_class_names *c) {
+    if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    for (int i = 0; i < c->n; i++) free(c->names[i]);
+    free(c->names);
+    free(c);
+}
+
 void mp_dataset_free(mp_dataset *d) {
     if (!d) return;
     free(d->images);
     free(d->labels);
+    mp_sample_source_release(d->src);
+    mp_class_names_release(d->names);
     memset(d, 0, sizeof *d);
 }
 
@@ -78,6 +100,7 @@ mp_status mp_data_check_file(const char *path, const char *hint) {
 }
 
 mp_status mp_dataset_check_finite(const mp_dataset *d) {
+    if (!d->images) return MP_OK; /* decoded images: bytes / 255 */
     size_t per = (size_t)d->c * d->h * d->w;
     for (int i = 0; i < d->n; i++) {
         const float *x = d->images + (size_t)i * per; // (c, h, w)
@@ -93,7 +116,35 @@ mp_status mp_dataset_check_finite(const mp_dataset *d) {
     return MP_OK;
 }
 
+/* A lazy dataset's statistics from at most LAZY_STATS_SAMPLES evenly spaced
+ * samples (decoding all of a large folder would take as long as an epoch);
+ * samples that fail to decode are left out. */
+#define LAZY_STATS_SAMPLES 2048
+static void lazy_channel_stats(const mp_dataset *d, float *mean, float *std) {
+    const size_t hw = (size_t)d->h * d->w;
+    const int k = d->n < LAZY_STATS_SAMPLES ? d->n : LAZY_STATS_SAMPLES;
+    double *s1 = calloc((size_t)d->c, sizeof *s1), *s2 = calloc((size_t)d->c, sizeof *s2);
+    float *x = malloc((size_t)d->c * hw * sizeof *x);
+    double count = 0;
+    for (int j = 0; s1 && s2 && x && j < k; j++) {
+        if (mp_dataset_fetch(d, (int)((long long)j * d->n / k), NULL, x) != MP_OK) continue;
+        for (int ch = 0; ch < d->c; ch++)
+            for (size_t q = 0; q < hw; q++) s1[ch] += x[ch * hw + q], s2[ch] += (double)x[ch * hw + q] * x[ch * hw + q];
+        count += (double)hw;
+    }
+    for (int ch = 0; ch < d->c; ch++) {
+        const double m = count > 0 ? s1[ch] / count : 0, v = count > 0 ? s2[ch] / count - m * m : 0;
+        mean[ch] = (float)m;
+        std[ch] = (float)sqrt(v > 0 ? v : 0);
+    }
+    free(s1), free(s2), free(x);
+}
+
 void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std) {
+    if (!d->images && d->src) {
+        lazy_channel_stats(d, mean, std);
+        return;
+    }
     size_t hw = (size_t)d->h * d->w;
     double count = (double)d->n * (double)hw;
     for (int ch = 0; ch < d->c; ch++) {
@@ -119,14 +170,20 @@ mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *ou
         return mp_error(MP_ERR_INVALID_ARG, "%s: samples [%d, %d) requested, the dataset has %d",
                         d->source, start, start + n, d->n);
     size_t per = (size_t)d->c * d->h * d->w;
-    out->images = malloc((size_t)n * per * sizeof(float));
+    out->images = d->images ? malloc((size_t)n * per * sizeof(float)) : NULL;
     out->labels = malloc((size_t)n * sizeof(int32_t));
-    if (!out->images || !out->labels) {
+    if ((d->images && !out->images) || !out->labels) {
         mp_dataset_free(out);
         return mp_error(MP_ERR_NOMEM, "%s: out of memory for a subset of %d samples", d->source, n);
     }
-    memcpy(out->images, d->images + (size_t)start * per, (size_t)n * per * sizeof(float));
+    if (d->images) memcpy(out->images, d->images + (size_t)start * per, (size_t)n * per * sizeof(float));
     memcpy(out->labels, d->labels + start, (size_t)n * sizeof(int32_t));
+    if (d->src) {
+        mp_sample_source_retain(d->src);
+        out->src = d->src;
+        out->src_offset = d->src_offset + start;
+    }
+    out->names = mp_class_names_retain(d->names);
     out->n = n;
     out->c = d->c;
     out->h = d->h;

@@ -16,13 +16,49 @@
 /* Largest class count accepted anywhere (labels must lie in [0, this)). */
 #define MP_DATASET_MAX_CLASSES 1000
 
+#include "core/rng.h"
+
+/* Samples produced on demand (an image folder too large to hold decoded):
+ * shared by a dataset and its slices through a reference count. */
+typedef struct mp_sample_source mp_sample_source;
+struct mp_sample_source {
+    /* Sample i as (c, h, w) floats into dst: the dataset's fixed geometry,
+     * or with rrc != NULL a random-resized crop drawn from rrc. Safe to call
+     * from several threads at once. */
+    mp_status (*fetch)(mp_sample_source *s, int i, mp_rng *rrc, float *dst);
+    void (*destroy)(mp_sample_source *s);
+    int refs; /* atomic */
+};
+
+/* Class names, shared by a dataset and its slices (reference counted). */
+typedef struct {
+    int refs; /* atomic */
+    int n;
+    char **names;
+} mp_class_names;
+
 struct mp_dataset {
     int n, c, h, w;   /* samples and per-sample shape */
     int classes;      /* labels lie in [0, classes) */
-    float *images;    // (n, c, h, w); uint8 sources scaled by 1/255, others as stored
+    float *images;    // (n, c, h, w); uint8 sources scaled by 1/255, others as stored; NULL when src is set
     int32_t *labels;  // (n)
     char source[256]; /* where it came from (a path or a description), for messages */
+    mp_sample_source *src; /* lazy datasets: sample i is src's sample src_offset + i */
+    int src_offset;
+    mp_class_names *names; /* may be NULL */
+    int skipped;      /* bad images left out */
 };
+
+/* Sample i of a lazy dataset (geometry as stored, or a random-resized crop from rrc). */
+static inline mp_status mp_dataset_fetch(const mp_dataset *d, int i, mp_rng *rrc, float *dst) {
+    return d->src->fetch(d->src, d->src_offset + i, rrc, dst);
+}
+
+/* Reference counting of the shared parts (NULL is fine). */
+void mp_sample_source_retain(mp_sample_source *s);
+void mp_sample_source_release(mp_sample_source *s);
+mp_class_names *mp_class_names_retain(mp_class_names *c);
+void mp_class_names_release(mp_class_names *c);
 
 /* IDX files (yann.lecun.com MNIST format), gzip-compressed or not: images are
  * 3-D (n, h, w) of any IDX element type (c = 1); labels are 1-D integers.

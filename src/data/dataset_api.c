@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/folder.h"
 
 /* A heap copy of a filled dataset (which is emptied), or an error. */
 static mp_status box(mp_status s, mp_dataset *filled, mp_dataset **out) {
@@ -95,5 +96,29 @@ void mp_dataset_destroy(mp_dataset *d) {
 }
 
 void mp_dataset_describe(const mp_dataset *d, mp_dataset_info *out) {
-    *out = (mp_dataset_info){.n = d->n, .c = d->c, .h = d->h, .w = d->w, .classes = d->classes, .source = d->source};
+    *out = (mp_dataset_info){.n = d->n, .c = d->c, .h = d->h, .w = d->w, .classes = d->classes, .source = d->source,
+                             .lazy = d->images == NULL && d->src != NULL, .skipped = d->skipped};
+}
+
+const char *mp_dataset_class_name(const mp_dataset *d, int k) {
+    if (!d || !d->names || k < 0 || k >= d->names->n) return NULL;
+    return d->names->names[k];
+}
+
+mp_status mp_dataset_open_folder(const char *dir, const mp_folder_opts *o, mp_dataset **train, mp_dataset **val) {
+    if (!dir || !train || !val) return mp_error(MP_ERR_INVALID_ARG, "folder dataset: null folder or output pointer");
+    *train = *val = NULL;
+    mp_dataset t = {0}, v = {0};
+    MP_TRY(mp_dataset_load_folder(dir, o, &t, &v));
+    mp_status s = box(MP_OK, &t, train);
+    if (s != MP_OK) {
+        mp_dataset_free(&v);
+        return s;
+    }
+    s = box(MP_OK, &v, val);
+    if (s != MP_OK) {
+        mp_dataset_destroy(*train);
+        *train = NULL;
+    }
+    return s;
 }

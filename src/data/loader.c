@@ -1,25 +1,39 @@
 /* loader.c — the batch loader: one worker thread fills a ring of LOADER_SLOTS
- * batch buffers in epoch order while the caller consumes them.
+ * batch buffers in epoch order while the caller consumes them; each batch's
+ * samples are prepared on a pool of `workers` threads (decode_pool.h), the
+ * loader thread among them, each sample written to its own place, so the
+ * batches do not depend on the number of threads.
+ *
+ * A sample comes from memory, or (datasets decoded per batch) from the
+ * dataset's sample source, which decodes the file; random-resized-crop is
+ * drawn from its own RNG stream keyed on (seed, epoch, sample) and applied
+ * to the full decoded image (per batch) or to the image in memory; then the
+ * crop/flip and normalization below.
  *
  * Protocol (all counters under mu): the worker may fill batch `produced` when
  * produced - released < LOADER_SLOTS, i.e. its slot is not the one the caller
  * still reads. mp_loader_next releases the previous batch, waits for
- * produced > consumed and hands out slot consumed % LOADER_SLOTS. Restarting
- * an epoch bumps `gen`, waits for a fill in progress to finish (its result is
- * dropped) and resets the counters. */
+ * produced > consumed and hands out slot consumed % LOADER_SLOTS, or the
+ * error that filling it met. Restarting an epoch bumps `gen`, waits for a
+ * fill in progress to finish (its result is dropped) and resets the
+ * counters. */
 #include "data/loader.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/decode_pool.h"
+#include "data/image_resize.h"
 
 #define LOADER_SLOTS 3
 #define LOADER_KEY_PERM 0x5045524D5554ull
 #define LOADER_KEY_AUG 0x4155474D454Eull
+#define LOADER_KEY_RRC 0x5252432D4352ull
 
 struct mp_loader {
     const mp_dataset *d;
@@ -32,6 +46,11 @@ struct mp_loader {
     float *img[LOADER_SLOTS];   // (batch, C, H, W) each
     int32_t *lab[LOADER_SLOTS]; // (batch) each
     int count[LOADER_SLOTS];    /* valid samples per slot */
+    mp_status status[LOADER_SLOTS]; /* what filling the slot met */
+    char *message[LOADER_SLOTS];    /* its error message */
+    mp_pool *pool;     /* the threads preparing samples */
+    float **tmp;       /* (workers) per-worker (C, H, W) buffers: decoded or cropped samples */
+    double wait_s;     /* the caller's waits this epoch */
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -42,11 +61,32 @@ struct mp_loader {
     int produced, consumed, released;
 };
 
+/* The sample before crop/flip: from memory, decoded, and/or a random-resized crop. */
+static mp_status loader_source(const mp_loader *l, int idx, int worker, const float **src) {
+    const mp_dataset *d = l->d;
+    mp_rng r;
+    if (l->o.random_resized_crop)
+        mp_rng_seed(&r, mp_hash64(mp_hash64(l->o.seed ^ LOADER_KEY_RRC, (uint64_t)l->epoch), (uint64_t)idx));
+    mp_rng *rrc = l->o.random_resized_crop ? &r : NULL;
+    if (!d->images) {
+        MP_TRY(mp_dataset_fetch(d, idx, rrc, l->tmp[worker]));
+        *src = l->tmp[worker];
+        return MP_OK;
+    }
+    *src = d->images + (size_t)idx * l->per; // (C, H, W)
+    if (!rrc) return MP_OK;
+    MP_TRY(mp_resample_bilinear(*src, d->c, d->h, d->w, mp_box_random_resized(rrc, d->h, d->w), l->tmp[worker], d->h,
+                                d->w));
+    *src = l->tmp[worker];
+    return MP_OK;
+}
+
 /* One sample: crop (from a zero-padded image) and flip chosen by an RNG
  * keyed on (seed, epoch, sample index), then per-channel normalization. */
-static void loader_sample(const mp_loader *l, int idx, float *dst) {
+static mp_status loader_sample(const mp_loader *l, int idx, int worker, float *dst) {
     const mp_dataset *d = l->d;
-    const float *src = d->images + (size_t)idx * l->per; // (C, H, W)
+    const float *src;
+    MP_TRY(loader_source(l, idx, worker, &src));
     int C = d->c, H = d->h, W = d->w, P = l->o.crop_pad;
     int dy = 0, dx = 0;
     bool flip = false;
@@ -62,7 +102,7 @@ static void loader_sample(const mp_loader *l, int idx, float *dst) {
     }
     if (dy == 0 && dx == 0 && !flip && !l->mean && !l->std) {
         memcpy(dst, src, l->per * sizeof(float));
-        return;
+        return MP_OK;
     }
     /* out[y][x] = in[y + dy][x' + dx], x' = flip ? W-1-x : x; 0 outside;
      * then (v - mean) / std. Valid columns: no flip x + dx in [0, W);
@@ -88,16 +128,34 @@ static void loader_sample(const mp_loader *l, int idx, float *dst) {
             for (int x = x1 > x0 ? x1 : x0; x < W; x++) o[x] = zero;
         }
     }
+    return MP_OK;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    mp_loader *l;
+    int start, slot;
+} fill_job;
+
+static mp_status fill_one(void *arg, int j, int worker) {
+    const fill_job *f = arg;
+    mp_loader *l = f->l;
+    const int idx = l->perm[f->start + j];
+    l->lab[f->slot][j] = l->d->labels[idx];
+    return loader_sample(l, idx, worker, l->img[f->slot] + (size_t)j * l->per);
 }
 
 static void loader_fill(mp_loader *l, int b, int slot) {
     int B = l->o.batch, start = (b * l->shards + l->o.shard) * B, k = l->d->n - start < B ? l->d->n - start : B;
     if (k < 0) k = 0;
-    for (int j = 0; j < k; j++) {
-        int idx = l->perm[start + j];
-        loader_sample(l, idx, l->img[slot] + (size_t)j * l->per);
-        l->lab[slot][j] = l->d->labels[idx];
-    }
+    fill_job job = {.l = l, .start = start, .slot = slot};
+    l->status[slot] = mp_pool_run(l->pool, k, fill_one, &job);
+    if (l->status[slot] != MP_OK) snprintf(l->message[slot], 1024, "%s", mp_last_error());
     if (k < B) {
         memset(l->img[slot] + (size_t)k * l->per, 0, (size_t)(B - k) * l->per * sizeof(float));
         memset(l->lab[slot] + k, 0, (size_t)(B - k) * sizeof(int32_t));
@@ -128,6 +186,10 @@ static void *loader_worker(void *arg) {
 }
 
 static void loader_free(mp_loader *l) {
+    mp_pool_destroy(l->pool);
+    for (int w = 0; l->tmp && w < l->o.workers; w++) free(l->tmp[w]);
+    free(l->tmp);
+    for (int s = 0; s < LOADER_SLOTS; s++) free(l->message[s]);
     free(l->mean);
     free(l->std);
     free(l->perm);
@@ -140,7 +202,7 @@ static void loader_free(mp_loader *l) {
 
 mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **out) {
     *out = NULL;
-    if (!d || d->n < 1 || !d->images || !d->labels)
+    if (!d || d->n < 1 || (!d->images && !d->src) || !d->labels)
         return mp_error(MP_ERR_INVALID_ARG, "loader: the dataset %s is empty", d ? d->source : "(null)");
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "loader: batch %d must be positive (%s)", o.batch, d->source);
     if (o.batch > d->n)
@@ -161,6 +223,9 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
             return mp_error(MP_ERR_INVALID_ARG, "loader: normalization std[%d] = %g must be positive and finite", c,
                             o.std[c]);
     }
+    if (o.workers < 0 || o.workers > 1024)
+        return mp_error(MP_ERR_INVALID_ARG, "loader: %d workers is out of range [0, 1024] (%s)", o.workers, d->source);
+    if (!o.workers) o.workers = !d->images || o.random_resized_crop ? mp_online_cpus() : 1;
     mp_loader *l = calloc(1, sizeof *l);
     if (!l) return mp_error(MP_ERR_NOMEM, "loader: out of memory");
     l->d = d;
@@ -174,12 +239,20 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
     if (o.std) ok = ok && (l->std = malloc((size_t)d->c * sizeof(float))) != NULL;
     for (int s = 0; s < LOADER_SLOTS && ok; s++) {
         ok = (l->img[s] = malloc((size_t)o.batch * l->per * sizeof(float))) != NULL &&
-             (l->lab[s] = malloc((size_t)o.batch * sizeof(int32_t))) != NULL;
+             (l->lab[s] = malloc((size_t)o.batch * sizeof(int32_t))) != NULL &&
+             (l->message[s] = calloc(1024, 1)) != NULL;
     }
+    ok = ok && (l->tmp = calloc((size_t)o.workers, sizeof *l->tmp)) != NULL;
+    for (int w = 0; w < o.workers && ok; w++) ok = (l->tmp[w] = malloc(l->per * sizeof(float))) != NULL;
     if (!ok) {
         loader_free(l);
         return mp_error(MP_ERR_NOMEM, "loader: out of memory for %d x %d batches of %d samples (%s)", LOADER_SLOTS,
                         o.batch, o.batch, d->source);
+    }
+    if (mp_pool_create(o.workers, &l->pool) != MP_OK) {
+        mp_status ps = mp_error(MP_ERR_INTERNAL, "loader: %s (%s)", mp_last_error(), d->source);
+        loader_free(l);
+        return ps;
     }
     if (o.mean) memcpy(l->mean, o.mean, (size_t)d->c * sizeof(float));
     if (o.std) memcpy(l->std, o.std, (size_t)d->c * sizeof(float));
@@ -226,6 +299,7 @@ mp_status mp_loader_start_epoch(mp_loader *l, int epoch) {
     }
     l->epoch = epoch;
     l->produced = l->consumed = l->released = 0;
+    l->wait_s = 0;
     l->active = true;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
@@ -248,14 +322,30 @@ mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **lab
         pthread_mutex_unlock(&l->mu);
         return MP_OK;
     }
-    while (l->produced <= l->consumed) pthread_cond_wait(&l->cv, &l->mu);
+    if (l->produced <= l->consumed) {
+        const double t0 = now_seconds();
+        while (l->produced <= l->consumed) pthread_cond_wait(&l->cv, &l->mu);
+        l->wait_s += now_seconds() - t0;
+    }
     int slot = l->consumed % LOADER_SLOTS;
+    l->consumed++;
+    if (l->status[slot] != MP_OK) {
+        mp_status s = mp_error(l->status[slot], "%s", l->message[slot]);
+        pthread_mutex_unlock(&l->mu);
+        return s;
+    }
     *images = l->img[slot];
     *labels = l->lab[slot];
     *n = l->count[slot];
-    l->consumed++;
     pthread_mutex_unlock(&l->mu);
     return MP_OK;
+}
+
+double mp_loader_wait_seconds(const mp_loader *l) {
+    pthread_mutex_lock((pthread_mutex_t *)&l->mu);
+    const double w = l->wait_s;
+    pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
+    return w;
 }
 
 void mp_loader_destroy(mp_loader *l) {

@@ -1,9 +1,12 @@
 /* loader.h — batches from an mp_dataset, prepared by a background thread
- * (triple buffering) while the caller trains on the current one.
+ * (triple buffering) and its pool of sample workers while the caller trains
+ * on the current one.
  *
  * Order and augmentation are functions of (seed, epoch, sample index) only,
- * so results never depend on thread timing. Nothing is allocated per batch.
- * The dataset must outlive the loader. */
+ * so results never depend on thread timing or the number of workers. Batch
+ * buffers are allocated once; decoding a file (datasets decoded per batch)
+ * and random-resized crops allocate per sample. The dataset must outlive
+ * the loader. */
 #ifndef MP_DATA_LOADER_H
 #define MP_DATA_LOADER_H
 

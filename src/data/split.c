@@ -19,6 +19,8 @@ int mp_split_count(int n, double fraction) { return (int)floor((double)n * fract
 mp_status mp_dataset_split(const mp_dataset *d, double fraction, mp_dataset *train, mp_dataset *val) {
     memset(train, 0, sizeof *train);
     memset(val, 0, sizeof *val);
+    if (!d->images)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: a dataset decoded per batch is split when it is opened", d->source);
     if (!(fraction > 0 && fraction < 1))
         return mp_error(MP_ERR_INVALID_ARG, "--val-fraction %g must lie in (0, 1)", fraction);
     const int nv = mp_split_count(d->n, fraction), nt = d->n - nv;
@@ -45,6 +47,8 @@ mp_status mp_dataset_split(const mp_dataset *d, double fraction, mp_dataset *tra
         memcpy(parts[k]->images + (size_t)at[k] * per, d->images + (size_t)i * per, per * sizeof(float));
         parts[k]->labels[at[k]++] = d->labels[i];
     }
+    train->names = mp_class_names_retain(d->names);
+    val->names = mp_class_names_retain(d->names);
     mp_dataset_set_source(train, "%s [train: %d of %d, --val-fraction %g held out]", d->source, nt, d->n, fraction);
     mp_dataset_set_source(val, "%s [held out: %d of %d, --val-fraction %g]", d->source, nv, d->n, fraction);
     return MP_OK;

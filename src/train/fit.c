@@ -87,7 +87,8 @@ static mp_status run_open(run *r, const mp_dataset *train) {
                                                     .seed = o->seed, .crop_pad = crop, .hflip = o->augment,
                                                     .mean = o->normalize ? r->mean : NULL,
                                                     .std = o->normalize ? r->std : NULL, .shards = r->world,
-                                                    .shard = r->rank},
+                                                    .shard = r->rank, .random_resized_crop = o->random_resized_crop,
+                                                    .workers = o->data_workers},
                             &r->ld));
     r->steps = mp_loader_batches(r->ld) / r->k;
     if (r->steps < 1)

@@ -28,6 +28,8 @@ typedef struct {
     uint64_t seed;              /* initialization, shuffling, dropout */
     bool augment;               /* random crop (pad 4 for 32x32, 2 otherwise) + flip */
     bool normalize;             /* per-channel mean/std from the training set */
+    bool random_resized_crop;   /* torchvision's, before augment's crop and flip */
+    int data_workers;           /* threads preparing batches (decoding), 0: the loader's default */
     int read_every;             /* on a GPU: read the loss back every N steps (0 -> 20) */
     /* output */
     FILE *out;                  /* progress and summaries; NULL = silent */
