@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# cli_data_inputs.sh — bad inputs of the .npy and image-folder datasets and of
+# `mixprec eval`, in the manner of cli_bad_inputs.sh: each row asserts the
+# exit status, exactly one stderr line matching the row's pattern (naming
+# the file, option or tensor), no sanitizer report and no hang. The bad
+# files are made here (python3, standard library).
+set -u
+export LC_ALL=C
+bin=$(realpath "$1")
+work=${MP_WORK:-/tmp/mp_cli_test}/data_inputs
+rm -rf "$work" && mkdir -p "$work/in" "$work/c"
+in=$work/in
+pass=0 fail=0
+
+python3 - "$in" <<'PY' || { echo "FAIL: making the bad files"; exit 1; }
+import os, struct, sys, zlib
+d = sys.argv[1]
+def npy(name, descr, shape, body, fortran=False, major=1):
+    h = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, shape)
+    pre = 10 if major == 1 else 12
+    h += " " * (-(pre + len(h) + 1) % 64) + "\n"
+    ln = struct.pack("<H", len(h)) if major == 1 else struct.pack("<I", len(h))
+    open(os.path.join(d, name), "wb").write(b"\x93NUMPY" + bytes([major, 0]) + ln + h.encode() + body)
+npy("x10.npy", "|u1", "(10, 4, 4)", bytes(range(160)))
+npy("y10.npy", "<i8", "(10,)", struct.pack("<10q", *[i % 3 for i in range(10)]))
+npy("y9.npy", "<i8", "(9,)", struct.pack("<9q", *[0] * 9))
+npy("yneg.npy", "<i4", "(10,)", struct.pack("<10i", *([0] * 9 + [-2])))
+npy("xf8.npy", "<f8", "(10, 4, 4)", bytes(8 * 160))
+npy("xfortran.npy", "|u1", "(10, 4, 4)", bytes(160), fortran=True)
+npy("xtrunc.npy", "|u1", "(10, 4, 4)", bytes(100))
+npy("xbig.npy", ">f4", "(10, 4, 4)", bytes(640))
+open(os.path.join(d, "xzip.npy"), "wb").write(b"PK\x03\x04" + bytes(60))
+def png(path, w, h, rows):
+    raw = b"".join(b"\x00" + r for r in rows)
+    chunk = lambda t, b: struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)) \
+        + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "wb").write(data)
+for k in range(2):
+    for i in range(6):
+        png(os.path.join(d, "f", "c%d" % k, "%02d.png" % (6 * k + i)), 6, 6, [bytes([(i * 40 + y) % 256] * 6) for y in range(6)])
+os.makedirs(os.path.join(d, "f_corrupt"), exist_ok=True)
+os.system("cp -r %s/f/c0 %s/f/c1 %s/f_corrupt/" % (d, d, d))
+open(os.path.join(d, "f_corrupt", "c1", "99.jpg"), "wb").write(b"\xff\xd8\xff\xe0" + bytes(40) + b"garbage")
+b = open(os.path.join(d, "f", "c0", "00.png"), "rb").read()
+os.makedirs(os.path.join(d, "f_trunc"), exist_ok=True)
+os.system("cp -r %s/f/c0 %s/f/c1 %s/f_trunc/" % (d, d, d))
+open(os.path.join(d, "f_trunc", "c0", "03.png"), "wb").write(b[:len(b) - 20])
+os.makedirs(os.path.join(d, "empty"), exist_ok=True)
+os.makedirs(os.path.join(d, "noimg", "a"), exist_ok=True)
+open(os.path.join(d, "noimg", "a", "x.txt"), "w").write("x")
+png(os.path.join(d, "sizes", "a", "0.png"), 6, 6, [bytes(6)] * 6)
+png(os.path.join(d, "sizes", "b", "1.png"), 5, 6, [bytes(5)] * 6)
+open(os.path.join(d, "garbage.safetensors"), "wb").write(b"not a checkpoint")
+PY
+
+# a real checkpoint: the small model on 1x8x8 synthetic data
+syn=(--data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batch 10)
+ck=$in/syn.safetensors
+"$bin" train "${syn[@]}" --epochs 1 --quiet --save "$ck" 2>"$in/ck.err" || { echo "FAIL: checkpoint: $(cat "$in/ck.err")"; exit 1; }
+
+row() {
+  local id=$1 want=$2 pattern=$3; shift 4
+  local dir=$work/c/$id rc why=""
+  mkdir -p "$dir"
+  (cd "$dir" && timeout -k 5 120 "$bin" "$@" >"$dir/out" 2>"$dir/err"); rc=$?
+  local lines; lines=$(wc -l <"$dir/err")
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="hung"
+  elif [ "$rc" -eq 0 ]; then why="exit 0"
+  elif [ "$want" != "!" ] && [ "$rc" -ne "$want" ]; then why="exit $rc, want $want"
+  elif grep -qE "Sanitizer|runtime error:|internal assertion" "$dir/err"; then why="sanitizer report or assertion"
+  elif [ "$lines" -ne 1 ]; then why="$lines stderr lines, want 1"
+  elif ! grep -qE -- "$pattern" "$dir/err"; then why="message does not match /$pattern/"
+  fi
+  if [ -z "$why" ]; then pass=$((pass + 1))
+  else fail=$((fail + 1)); echo "FAIL: $id: mixprec $* -> $why; stderr: $(head -c 600 "$dir/err")"; fi
+}
+np() { echo "npy:$in/$1,$in/$2"; }
+t=(train --epochs 1 --batch 2 --quiet)
+
+# ---- .npy ------------------------------------------------------------------------
+row npy_count 1 "count mismatch: $in/x10.npy has 10 images but $in/y9.npy has 9 labels" -- "${t[@]}" --data "$(np x10.npy y9.npy)"
+row npy_label_neg 1 "$in/yneg.npy: label -2 of sample 9 is out of range" -- "${t[@]}" --data "$(np x10.npy yneg.npy)"
+row npy_f8 1 "$in/xf8.npy: images of dtype float64 are not supported" -- "${t[@]}" --data "$(np xf8.npy y10.npy)"
+row npy_fortran 1 "$in/xfortran.npy: fortran_order is True" -- "${t[@]}" --data "$(np xfortran.npy y10.npy)"
+row npy_trunc 1 "$in/xtrunc.npy: truncated: the header declares 160 bytes of data, the file holds 100" -- "${t[@]}" --data "$(np xtrunc.npy y10.npy)"
+row npy_big_endian 1 "$in/xbig.npy: dtype '>f4' is big-endian" -- "${t[@]}" --data "$(np xbig.npy y10.npy)"
+row npy_magic 1 "$in/xzip.npy: bad magic" -- "${t[@]}" --data "$(np xzip.npy y10.npy)"
+row npy_missing 1 "$in/none.npy: not found" -- "${t[@]}" --data "$(np none.npy y10.npy)"
+row npy_three 1 "expected npy:IMAGES.npy,LABELS.npy or" -- "${t[@]}" --data "npy:$in/x10.npy,$in/y10.npy,$in/x10.npy"
+row npy_layout 2 "--npy-layout 'chw' must be auto, nchw or nhwc" -- "${t[@]}" --npy-layout chw
+row val_fraction_one 2 "--val-fraction 1 must lie strictly between 0 and 1" -- "${t[@]}" --val-fraction 1
+row val_fraction_tiny 1 "--val-fraction 0.01 of 10 samples leaves 10 for training and 0 held out" -- "${t[@]}" --data "$(np x10.npy y10.npy)" --val-fraction 0.01
+
+# ---- image folders -----------------------------------------------------------------
+row folder_missing 1 "$in/none: not found" -- "${t[@]}" --data "folder:$in/none"
+row folder_empty 1 "$in/empty: no class subfolders" -- "${t[@]}" --data "folder:$in/empty"
+row folder_no_images 1 "$in/noimg: no images \(.jpg, .jpeg, .png\) in its 1 class subfolders" -- "${t[@]}" --data "folder:$in/noimg"
+row folder_corrupt_jpeg 1 "$in/f_corrupt/c1/99.jpg: corrupt JPEG" -- "${t[@]}" --data "folder:$in/f_corrupt"
+row folder_trunc_png 1 "$in/f_trunc/c0/03.png: corrupt PNG" -- "${t[@]}" --data "folder:$in/f_trunc"
+row folder_trunc_lazy 1 "$in/f_trunc/c0/03.png: corrupt PNG" -- "${t[@]}" --data "folder:$in/f_trunc" --decode-memory-mb 0
+row folder_sizes 1 "images differ in size .*give the sample size \(--image-size HxW\)" -- "${t[@]}" --data "folder:$in/sizes" --val-fraction 0.5
+row folder_not_dir 1 "$in/x10.npy: not a folder" -- "${t[@]}" --data "folder:$in/x10.npy"
+row folder_none 1 "--data folder:DIR needs a folder" -- "${t[@]}" --data "folder:"
+row bad_images_maybe 2 "--bad-images 'maybe' must be skip or fail" -- "${t[@]}" --bad-images maybe
+row image_size_zero 2 "--image-size '0x5' must be HxW" -- "${t[@]}" --image-size 0x5
+row image_channels_2 2 "--image-channels 2: 1 \(gray\) or 3 \(RGB\)" -- "${t[@]}" --image-channels 2
+row decode_threads_0 2 "--decode-threads 0 is out of range" -- "${t[@]}" --decode-threads 0
+# skip: the bad images are left out and training runs
+d=$work/c/skip && mkdir -p "$d"
+if "$bin" "${t[@]}" --data "folder:$in/f_corrupt" --bad-images skip --val-fraction 0.25 >"$d/out" 2>"$d/err"; then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: skip: $(cat "$d/err")"; fi
+
+# ---- eval ----------------------------------------------------------------------------
+row eval_no_checkpoint 2 "--checkpoint FILE is required" -- eval
+row eval_missing 1 "--checkpoint $in/none.safetensors: not found" -- eval --checkpoint "$in/none.safetensors"
+row eval_garbage 1 "$in/garbage.safetensors: " -- eval --checkpoint "$in/garbage.safetensors"
+row eval_train_option 2 "--lr is a training option" -- eval --checkpoint "$ck" --lr 0.1
+row eval_unknown 2 "unknown option '--epochs'" -- eval --checkpoint "$ck" --epochs 2
+row eval_model_other 1 "tensor '[a-z0-9_]+\.(weight|bias|running_mean|running_var)'.*\(the checkpoint was saved for model 'small', this model is 'cnn10'\)" -- eval --checkpoint "$ck" "${syn[@]}" --model cnn10
+row eval_data_shape 1 "$ck: tensor 'fc[0-9]*\.weight' has shape" -- eval --checkpoint "$ck" --data synthetic --synthetic-shape 1x12x12
+row eval_precision 2 "--precision 'fp8'|precision 'fp8'" -- eval --checkpoint "$ck" "${syn[@]}" --precision fp8
+# a good eval: one line, the accuracy train would print
+out=$("$bin" eval --checkpoint "$ck" "${syn[@]}" 2>&1)
+grep -Eq "^eval: 20 samples, loss [0-9.]+, accuracy [0-9.]+% \(fp32, cpu\)$" <<<"$out" && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: eval line: $out"; }
+"$bin" eval --help | grep -q -- "--checkpoint FILE" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: eval --help"; }
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
