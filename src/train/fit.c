@@ -225,6 +225,11 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
                          "dynamic loss scaling", epoch, r.steps, mp_trainer_loss_scale(r.t));
         if (s != MP_OK) break;
         const double secs = mp_now_seconds() - t0;
+        const double waited = mp_loader_wait_seconds(r.ld);
+        if (o->out && waited > 0.1 * secs) /* the CPU does not keep up with the steps */
+            fprintf(o->out, "input pipeline: the steps waited %.1fs of the epoch's %.1fs for batches: decoding is the "
+                            "bottleneck (more --decode-threads, a smaller --image-size, or a dataset held in memory)\n",
+                    waited, secs);
         mp_eval_result ev = {0};
         if (test && r.rank == 0)
             s = mp_evaluate(m->g, test,
