@@ -299,6 +299,7 @@ int cmd_bench(int argc, char **argv) {
                        .gpus = b.gpus, .n_gpus = b.n_gpus,
                        .epochs = b.epochs, .steps = b.steps, .data_name = b.c.data, .lr = lr, .optim = oo,
                        .seed = b.seed, .augment = b.c.augment, .normalize = b.c.normalize,
+                       .random_resized_crop = b.c.random_resized_crop, .data_workers = b.c.decode_threads,
                        .reference = b.reference, .device = b.device, .price_per_hour = b.price,
                        .progress = stdout,
                        .train_out = b.verbose ? stdout : NULL, .jsonl = jsonl};

@@ -57,7 +57,8 @@ typedef enum {
 
 /** Options of mp_dataset_open_folder; zero fields take the defaults beside them. */
 typedef struct {
-    int height, width;      /**< sample size; 0: the images' size, which must then be the same for all */
+    int height;             /**< sample height; 0 (with width 0): the images' size, which must then be the same for all */
+    int width;              /**< sample width; see height */
     int channels;           /**< 1 (gray) or 3 (RGB); 0: 3 when any image has colour, else 1 */
     mp_bad_images bad_images; /**< corrupt, truncated or unreadable images */
     double val_fraction;    /**< without DIR/train and DIR/val: the held-out share, 0 -> 0.1 */
@@ -70,9 +71,9 @@ typedef struct {
     int threads;            /**< decoder threads for the one-time decode and the header scan, 0 -> online CPUs */
 } mp_folder_opts;
 
-/** An ImageNet-style folder: DIR/<class>/<image> (JPEG or PNG), classes the
- * sorted subfolder names (mp_dataset_class_name), or DIR/train/<class>/...
- * and DIR/val/<class>/... as the two parts; without those, every
+/** An ImageNet-style folder: `DIR/CLASS/IMAGE` (JPEG or PNG), classes the
+ * sorted subfolder names (mp_dataset_class_name), or `DIR/train/CLASS/...`
+ * and `DIR/val/CLASS/...` as the two parts; without those, every
  * 1/val_fraction-th image (ordered by file name, then class) is held out.
  * Images are converted to the channels, resized so that they cover the
  * sample size (the shorter side for square samples, bilinear) and

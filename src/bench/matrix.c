@@ -65,7 +65,8 @@ static mp_status train_cell(const mp_bench_opts *o, const mp_dataset *train, con
                      .trainer = {.batch = c->batch, .device = o->device, .reference = o->reference},
                      .epochs = o->epochs, .lr = o->lr, .optim = o->optim,
                      .lr_schedule = o->lr_schedule ? o->lr_schedule : "cosine", .seed = o->seed,
-                     .augment = o->augment, .normalize = o->normalize, .max_steps = o->steps, .out = o->train_out,
+                     .augment = o->augment, .normalize = o->normalize,
+                     .random_resized_crop = o->random_resized_crop, .data_workers = o->data_workers, .max_steps = o->steps, .out = o->train_out,
                      .gpus = c->gpus > 1 ? c->gpus : 0, .replica = mp_model_spec_build, .replica_arg = &spec};
     if (s == MP_OK) s = mp_fit(&model, train, test, &t, &c->res);
     mp_model_free(&model);

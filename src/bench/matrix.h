@@ -53,6 +53,8 @@ typedef struct {
     const char *lr_schedule;    /* NULL = cosine, as `mixprec train` */
     uint64_t seed;
     bool augment, normalize, reference;
+    bool random_resized_crop; /* torchvision's, before augment's crop and flip */
+    int data_workers;         /* decoder threads of the loader, 0: its default */
     mp_device device;           /* where every cell trains */
     double price_per_hour;      /* USD; 0 = no cost */
     FILE *progress;             /* a line per cell as it starts and ends (NULL = silent) */
