@@ -93,11 +93,68 @@ static void test_getters(void) {
     mp_safetensors_close(f);
 }
 
+/* The normalization statistics lists: parsed back exactly, malformed ones named. */
+static void test_norm(void) {
+    float v[4];
+    int n = -1;
+    CHECK(mp_meta_parse_floats("", -1, 1, v, 4, &n) && n == 0, "empty list");
+    CHECK(mp_meta_parse_floats("0.5,-0.25,1e-3", -1, 1, v, 4, &n) && n == 3 && v[1] == -0.25f && v[2] == 1e-3f, "list");
+    CHECK(!mp_meta_parse_floats("0.5,,1", -1, 1, v, 4, &n), "empty item");
+    CHECK(!mp_meta_parse_floats("0.5,nan", -1, 1, v, 4, &n), "nan");
+    CHECK(!mp_meta_parse_floats("1,2,3,4,5", -10, 10, v, 4, &n), "too many");
+    CHECK(!mp_meta_parse_floats("0.5 ,1", -1, 1, v, 4, &n), "space");
+    const float mean[3] = {0.2860402f, 1.0f / 3.0f, -7e-8f};
+    char text[128];
+    mp_ckpt_norm_text(mean, 3, text, sizeof text);
+    CHECK(mp_meta_parse_floats(text, -1, 1, v, 4, &n) && n == 3 && !memcmp(v, mean, sizeof mean), "round trip '%s'",
+          text);
+    const char *p = scratch_path(tmp, "norm.safetensors");
+    float x = 1;
+    mp_st_tensor t = {.name = "x", .dtype = MP_DTYPE_F32, .ndim = 1, .dims = {1}, .data = &x};
+    struct {
+        const char *mean, *std, *needle;
+        mp_status s;
+        int channels;
+    } rows[] = {
+        {"0.5,0.25", "0.1,0.2", NULL, MP_OK, 2},
+        {"", "", NULL, MP_OK, 0},
+        {"0.5", "0", "'mixprec.norm_std' = '0' must be a comma-separated list of at most 64 finite numbers > 0",
+         MP_ERR_FORMAT, 0},
+        {"0.5,x", "1,1", "'mixprec.norm_mean' = '0.5,x' must be a comma-separated list", MP_ERR_FORMAT, 0},
+        {"0.5,0.5", "1", "'mixprec.norm_mean' has 2 values but 'mixprec.norm_std' 1", MP_ERR_FORMAT, 0},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        const char *keys[] = {"mixprec.norm_mean", "mixprec.norm_std"}, *vals[] = {rows[r].mean, rows[r].std};
+        CHECK_ERR(mp_safetensors_write(p, &t, 1, keys, vals, 2), MP_OK);
+        mp_st_file *f = NULL;
+        CHECK_ERR(mp_safetensors_open(p, &f), MP_OK);
+        if (!f) return;
+        mp_checkpoint_info info = {0};
+        if (rows[r].needle) CHECK_ERR(mp_ckpt_meta_norm(f, p, &info), rows[r].s, rows[r].needle);
+        else CHECK_ERR(mp_ckpt_meta_norm(f, p, &info), MP_OK);
+        if (rows[r].s == MP_OK)
+            CHECK(info.norm_recorded && info.norm_channels == rows[r].channels, "row %zu: %d channels", r,
+                  info.norm_channels);
+        mp_safetensors_close(f);
+    }
+    /* an older checkpoint: neither key */
+    const char *keys[] = {"mixprec.epoch"}, *vals[] = {"1"};
+    CHECK_ERR(mp_safetensors_write(p, &t, 1, keys, vals, 1), MP_OK);
+    mp_st_file *f = NULL;
+    CHECK_ERR(mp_safetensors_open(p, &f), MP_OK);
+    if (!f) return;
+    mp_checkpoint_info info = {.norm_recorded = true};
+    CHECK_ERR(mp_ckpt_meta_norm(f, p, &info), MP_OK);
+    CHECK(!info.norm_recorded && info.norm_channels == 0, "older checkpoint: nothing recorded");
+    mp_safetensors_close(f);
+}
+
 int main(void) {
     scratch_dir_create(tmp, sizeof tmp, "test_ckpt_meta");
     test_parse_int();
     test_quote();
     test_getters();
+    test_norm();
     scratch_dir_remove(tmp);
     return test_summary("test_ckpt_meta");
 }

@@ -141,11 +141,7 @@ static mp_status norm_list(const mp_st_file *f, const char *path, const char *ke
     const char *v = mp_safetensors_meta(f, key);
     *n = -1;
     if (!v) return MP_OK;
-    if (mp_meta_parse_floats(v, lo, 1e30, out, MP_CHECKPOINT_MAX_CHANNELS, n)) {
-        for (int i = 0; i < *n; i++)
-            if (lo > 0 && !(out[i] > 0)) return meta_bad(path, key, v, "a list of positive numbers");
-        return MP_OK;
-    }
+    if (mp_meta_parse_floats(v, lo, 1e30, out, MP_CHECKPOINT_MAX_CHANNELS, n)) return MP_OK;
     char what[128];
     snprintf(what, sizeof what, "a comma-separated list of at most %d finite numbers%s", MP_CHECKPOINT_MAX_CHANNELS,
              lo > 0 ? " > 0" : "");
