@@ -168,7 +168,7 @@ static void test_bad(void) {
     const char *good_x = write_npy("gx.npy", "|u1", "(2, 2, 2)", x, 8);
     const char *good_y = write_npy("gy.npy", "<i4", "(2,)", y2, sizeof y2);
     mp_dataset d;
-    const char *p = write_bytes("magic.npy", "PK\x03\x04 this is a zip", 20);
+    const char *p = write_bytes("magic.npy", "PK\x03\x04 this is a zip", 18);
     CHECK_ERR(mp_dataset_load_npy(p, good_y, NULL, &d), MP_ERR_FORMAT, "magic.npy: bad magic");
     CHECK(d.images == NULL && d.labels == NULL, "nothing allocated on error");
     p = write_bytes("short.npy", "\x93NUM", 4);
