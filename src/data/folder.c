@@ -35,6 +35,11 @@ static mp_status decode_sample(const char *path, int c, int h, int w, mp_rng *rr
     mp_status s = mp_image_decode(buf, len, path, c, &im);
     free(buf);
     if (s != MP_OK) return s;
+    if (!rrc && im.h == h && im.w == w) { /* the sample size already: straight into dst */
+        mp_image_to_planar(im.pixels, h, w, c, dst);
+        mp_image_free(&im);
+        return MP_OK;
+    }
     float *planar = malloc((size_t)im.w * im.h * (size_t)c * sizeof *planar);
     if (!planar) {
         mp_image_free(&im);
