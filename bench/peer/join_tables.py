@@ -60,7 +60,7 @@ def main():
         if prec.startswith("amp-"):
             base = [ours.get((model, b, batch, "eager")) for b in ("fp32", "tf32")]
             base = [b[0] for b in base if b]
-            own = "yes" if base and o[0] >= max(base) else "NO"
+            own = ("yes" if o[0] >= max(base) else "NO") if base else ""
         eager = theirs.get("eager")
         best = max((v[0] for v in theirs.values() if v), default=0)
         best_mode = next((m for m in modes if theirs[m] and theirs[m][0] == best), "")
