@@ -70,7 +70,7 @@ static int bn_for_add(const mp_plan *p, int j, int k) {
 }
 
 static void fuse_bn_add_relu(mp_plan *p) {
-    if (p->o.device.kind != MP_DEVICE_CUDA || !(p->o.fuse_bn_add_relu || mp_env_get()->fuse_bn_add_relu)) return;
+    if (p->o.device.kind != MP_DEVICE_CUDA || p->o.no_bn_add_relu_fusion || mp_env_get()->no_bn_add_relu_fusion) return;
     for (int j = 0; j < p->n; j++) {
         const int k = p->g->nodes[j].desc.kind == MP_OP_ADD ? relu_after_add(p, j) : -1;
         const int i = k < 0 ? -1 : bn_for_add(p, j, k);

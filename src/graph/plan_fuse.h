@@ -9,7 +9,8 @@
  * comparisons).
  *
  * GPU plans also fuse a batch norm -> residual add -> ReLU (a ResNet block's
- * tail) when asked (mp_plan_opts.fuse_bn_add_relu, MIXPREC_FUSE_BN_ADD_RELU=1):
+ * tail) unless told not to (mp_plan_opts.no_bn_add_relu_fusion,
+ * MIXPREC_FUSE_BN_ADD_RELU=0, or no fusion at all):
  * the batch norm stores relu(bn(x) + r), r the add's other input (its
  * mp_op_call.resid), and its backward masks dy with that output, writes the
  * add's gradient to r (d_resid) and its own dx in the same pass; the add and
