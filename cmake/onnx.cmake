@@ -30,6 +30,8 @@ if(MP_HAVE_ONNX)
     DEPENDS ${MP_ONNX_PROTO}
     COMMENT "protoc-c: generating the ONNX schema's C code"
     VERBATIM)
+  # targets of other folders (tests/fuzz) depend on this one for the files
+  add_custom_target(mp_onnx_proto DEPENDS ${MP_ONNX_GEN_DIR}/onnx.pb-c.c ${MP_ONNX_GEN_DIR}/onnx.pb-c.h)
   set(MP_ONNX_GENERATED ${MP_ONNX_GEN_DIR}/onnx.pb-c.c)
   file(GLOB MP_ONNX_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/onnx/*.c)
   list(FILTER MP_ONNX_SOURCES EXCLUDE REGEX "/onnx_none\\.c$")
@@ -44,6 +46,7 @@ function(mp_add_onnx target)
   target_sources(${target} PRIVATE ${MP_ONNX_SOURCES})
   if(MP_HAVE_ONNX)
     target_sources(${target} PRIVATE ${MP_ONNX_GENERATED})
+    add_dependencies(${target} mp_onnx_proto)
     target_include_directories(${target} PRIVATE ${MP_ONNX_GEN_DIR} ${PROTOBUF_C_INCLUDE_DIR})
     target_compile_definitions(${target} PRIVATE MP_HAVE_ONNX=1)
   endif()

@@ -31,8 +31,11 @@ typedef void (*mp_onnx_param_fn)(void *arg, const char *param, const char *initi
 /** Import options; zero fields take the defaults beside them. */
 typedef struct {
     /** Per-sample input shape (C, H, W) for the dims the model leaves dynamic
-     * (0: none given; a dynamic dim is then an error naming the input). */
-    int c, h, w;
+     * (0: none given; a dynamic dim is then an error naming the input):
+     * channels, */
+    int c;
+    int h; /**< height, */
+    int w; /**< and width */
     /** Use c, h, w even where the model fixes them (e.g. a CNN with global
      * pooling exported at 224x224, run at 32x32). */
     bool override_shape;

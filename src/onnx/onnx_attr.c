@@ -1,5 +1,7 @@
 /* onnx_attr.c — reading ONNX TensorProtos (initializers, Constant values)
  * into import-time constants, and node attributes by name and type. */
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "onnx/onnx_import.h"
@@ -20,6 +22,14 @@ static int elem_size(int t) {
     }
 }
 
+/* double -> float without undefined behaviour: out of range is +-inf (which
+ * parameters then refuse), NaN stays NaN */
+static float d2f(double d) {
+    if (d > FLT_MAX) return INFINITY;
+    if (d < -FLT_MAX) return -INFINITY;
+    return (float)d;
+}
+
 static bool is_float_type(int t) { return t == T_FLOAT || t == T_FLOAT16 || t == T_BFLOAT16 || t == T_DOUBLE; }
 
 /* Element k of little-endian raw data of type t. */
@@ -31,7 +41,7 @@ static void raw_elem(const uint8_t *p, int t, float *f, int64_t *i) {
     case T_FLOAT: { uint32_t w = (uint32_t)u; memcpy(f, &w, 4); break; }
     case T_FLOAT16: *f = mp_f16_to_f32((mp_f16){(uint16_t)u}); break;
     case T_BFLOAT16: *f = mp_bf16_to_f32((mp_bf16){(uint16_t)u}); break;
-    case T_DOUBLE: { double d; memcpy(&d, &u, 8); *f = (float)d; break; }
+    case T_DOUBLE: { double d; memcpy(&d, &u, 8); *f = d2f(d); break; }
     case T_INT8: *i = (int8_t)u; break;
     case T_INT16: *i = (int16_t)u; break;
     case T_INT32: *i = (int32_t)u; break;
@@ -52,32 +62,34 @@ mp_status onnx_tensor_load(onnx_ctx *c, const Onnx__TensorProto *t, onnx_value *
                                                 "double and integer tensors)", nm, type);
     if (t->n_dims > ONNX_MAX_DIMS)
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "tensor '%s' has %zu dims (at most %d)", nm, t->n_dims, ONNX_MAX_DIMS);
-    int64_t dims[ONNX_MAX_DIMS];
-    for (size_t k = 0; k < t->n_dims; k++) dims[k] = t->dims[k];
+    int64_t dims[ONNX_MAX_DIMS], n = 1;
+    for (size_t k = 0; k < t->n_dims; k++) {
+        dims[k] = t->dims[k];
+        if (dims[k] < 0) return onnx_fail(c, MP_ERR_FORMAT, "tensor '%s' has a negative dim", nm);
+        n = dims[k] && n > ((int64_t)1 << 31) / dims[k] ? ((int64_t)1 << 31) + 1 : n * dims[k];
+    }
+    /* the data must be there before anything is allocated for it */
+    const int es = elem_size(type);
+    const size_t have = t->has_raw_data ? t->raw_data.len / (size_t)es
+                        : type == T_FLOAT ? t->n_float_data
+                        : type == T_DOUBLE ? t->n_double_data
+                        : type == T_INT64 ? t->n_int64_data
+                        : type == T_UINT32 || type == T_UINT64 ? t->n_uint64_data
+                        : t->n_int32_data;
+    if ((int64_t)have != n || (t->has_raw_data && t->raw_data.len % (size_t)es))
+        return onnx_fail(c, MP_ERR_FORMAT, "tensor '%s' holds %zu %s; its shape needs %lld", nm,
+                         t->has_raw_data ? t->raw_data.len : have, t->has_raw_data ? "bytes" : "values",
+                         (long long)(t->has_raw_data ? n * es : n));
     MP_TRY(onnx_const_alloc(c, v, !is_float_type(type), (int)t->n_dims, dims));
     onnx_value tmp = *v;
-    const int64_t n = tmp.numel;
-    const int es = elem_size(type);
-    mp_status s = MP_OK;
     if (t->has_raw_data) {
-        if ((int64_t)t->raw_data.len != n * es)
-            s = onnx_fail(c, MP_ERR_FORMAT, "tensor '%s' holds %zu bytes of data; its shape needs %lld", nm,
-                          t->raw_data.len, (long long)(n * es));
-        for (int64_t k = 0; s == MP_OK && k < n; k++)
+        for (int64_t k = 0; k < n; k++)
             raw_elem(t->raw_data.data + k * es, type, tmp.f ? &tmp.f[k] : NULL, tmp.i ? &tmp.i[k] : NULL);
     } else {
-        size_t have = type == T_FLOAT ? t->n_float_data
-                      : type == T_DOUBLE ? t->n_double_data
-                      : type == T_INT64 ? t->n_int64_data
-                      : type == T_UINT32 || type == T_UINT64 ? t->n_uint64_data
-                      : t->n_int32_data;
-        if ((int64_t)have != n)
-            s = onnx_fail(c, MP_ERR_FORMAT, "tensor '%s' holds %zu values; its shape needs %lld", nm, have,
-                          (long long)n);
-        for (int64_t k = 0; s == MP_OK && k < n; k++) {
+        for (int64_t k = 0; k < n; k++) {
             switch (type) {
             case T_FLOAT: tmp.f[k] = t->float_data[k]; break;
-            case T_DOUBLE: tmp.f[k] = (float)t->double_data[k]; break;
+            case T_DOUBLE: tmp.f[k] = d2f(t->double_data[k]); break;
             case T_FLOAT16: tmp.f[k] = mp_f16_to_f32((mp_f16){(uint16_t)t->int32_data[k]}); break;
             case T_BFLOAT16: tmp.f[k] = mp_bf16_to_f32((mp_bf16){(uint16_t)t->int32_data[k]}); break;
             case T_INT64: tmp.i[k] = t->int64_data[k]; break;
@@ -86,7 +98,7 @@ mp_status onnx_tensor_load(onnx_ctx *c, const Onnx__TensorProto *t, onnx_value *
             }
         }
     }
-    return s;
+    return MP_OK;
 }
 
 const Onnx__AttributeProto *onnx_attr(const onnx_ctx *c, const char *name) {

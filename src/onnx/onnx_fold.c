@@ -38,9 +38,20 @@ static int64_t prod(const int64_t *d, int from, int to) {
 
 static bool is_sym(int64_t x) { return x == ONNX_BATCH || x == ONNX_DYN; }
 
+/* Folded constants are shapes and small tensors: a larger one is refused
+ * before it is allocated. */
+#define MAX_FOLDED ((int64_t)1 << 24)
+
 /* The current node's output 0 as a new constant. */
 static mp_status out_const(onnx_ctx *c, bool is_int, int ndim, const int64_t *dims, onnx_value **out) {
     if (c->node->n_output < 1) return onnx_fail(c, MP_ERR_FORMAT, "the node has no output");
+    int64_t n = 1;
+    for (int k = 0; k < ndim; k++) {
+        if (dims[k] < 0) return onnx_fail(c, MP_ERR_SHAPE, "the folded constant has a negative dim");
+        n = dims[k] == 0 ? 0 : n > MAX_FOLDED / dims[k] ? MAX_FOLDED + 1 : n * dims[k];
+    }
+    if (n > MAX_FOLDED)
+        return onnx_fail(c, MP_ERR_UNSUPPORTED, "the folded constant would have more than 2^24 elements");
     MP_TRY(onnx_new_const(c, c->node->output[0], is_int, ndim, dims, out));
     char src[160];
     snprintf(src, sizeof src, "%s", c->node->name && c->node->name[0] ? c->node->name : c->node->op_type);
@@ -256,11 +267,14 @@ static mp_status fold_slice(onnx_ctx *c) {
     if (x->ndim != 1 || ns != 1 || ne != 1 || (na >= 0 && na != 1) || (nsp >= 0 && nsp != 1))
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "only a Slice of a 1-D constant along its one axis is folded");
     if (ax[0] != 0 && ax[0] != -1) return onnx_fail(c, MP_ERR_FORMAT, "Slice axis %lld", (long long)ax[0]);
-    const int64_t len = x->dims[0], step = nsp < 0 ? 1 : sp[0];
+    const int64_t len = x->dims[0];
+    int64_t step = nsp < 0 ? 1 : sp[0];
     if (step == 0) return onnx_fail(c, MP_ERR_FORMAT, "Slice step 0");
+    if (step > len + 1) step = len + 1; /* one element at most either way */
+    if (step < -len - 1) step = -len - 1;
     int64_t s = st[0], e = en[0];
-    if (s < 0) s += len;
-    if (e < 0) e += len;
+    if (s < 0) s = s < -len ? -1 - len : s + len;
+    if (e < 0) e = e < -len ? -1 - len : e + len;
     if (step > 0) {
         s = s < 0 ? 0 : s > len ? len : s;
         e = e < 0 ? 0 : e > len ? len : e;
@@ -268,13 +282,13 @@ static mp_status fold_slice(onnx_ctx *c) {
         s = s < 0 ? -1 : s > len - 1 ? len - 1 : s;
         e = e < -1 ? -1 : e > len - 1 ? len - 1 : e;
     }
-    int64_t n = 0;
-    for (int64_t k = s; step > 0 ? k < e : k > e; k += step) n++;
+    const int64_t n = step > 0 ? (e > s ? 1 + (e - s - 1) / step : 0) : (s > e ? 1 + (s - e - 1) / -step : 0);
     const bool is_int = x->is_int;
     onnx_value *o;
     MP_TRY(out_const(c, is_int, 1, &n, &o));
     MP_TRY(onnx_const(c, 0, &x));
-    for (int64_t k = 0, j = s; k < n; k++, j += step) {
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t j = s + k * step;
         if (is_int) o->i[k] = x->i[j];
         else o->f[k] = x->f[j];
     }
@@ -294,7 +308,9 @@ static mp_status fold_reshape(onnx_ctx *c) {
         if (shape[k] == 0 && k < x->ndim) shape[k] = x->dims[k];
         if (shape[k] == -1 && infer < 0) infer = k;
         else if (shape[k] < 0) return onnx_fail(c, MP_ERR_SHAPE, "Reshape of a constant to a dynamic shape");
-        else known *= shape[k];
+        else if (shape[k] > x->numel) return onnx_fail(c, MP_ERR_SHAPE, "Reshape of %lld elements to a dim of %lld",
+                                                        (long long)x->numel, (long long)shape[k]);
+        else known = shape[k] && known > x->numel / shape[k] ? x->numel + 1 : known * shape[k];
     }
     if (infer >= 0) shape[infer] = known ? x->numel / known : 0;
     return copy_value(c, n, shape);
@@ -407,8 +423,12 @@ static mp_status fold_binary(onnx_ctx *c, char op) {
                 o->i[k] = ONNX_DYN;
                 continue;
             }
-            if (op == '/' && y == 0) return onnx_fail(c, MP_ERR_FORMAT, "integer division by zero");
-            o->i[k] = op == '+' ? x + y : op == '-' ? x - y : op == '*' ? x * y : x / y;
+            if (op == '/' && (y == 0 || (x == INT64_MIN && y == -1)))
+                return onnx_fail(c, MP_ERR_FORMAT, "integer division %lld / %lld", (long long)x, (long long)y);
+            /* wrapping, as the runtimes' int64 arithmetic (no undefined overflow) */
+            const uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
+            o->i[k] = op == '+' ? (int64_t)(ux + uy) : op == '-' ? (int64_t)(ux - uy)
+                    : op == '*' ? (int64_t)(ux * uy) : x / y;
         } else {
             float x = a->f[i], y = b->f[j];
             o->f[k] = op == '+' ? x + y : op == '-' ? x - y : op == '*' ? x * y : x / y;

@@ -119,6 +119,9 @@ static mp_status make_input(onnx_ctx *c, mp_node *input) {
             return mp_error(MP_ERR_SHAPE, "%s: input '%s' dimension %zu is %lld", c->path, in->name, k,
                             (long long)dims[k]);
     }
+    if (dims[1] * dims[2] * dims[3] > ((int64_t)1 << 28))
+        return mp_error(MP_ERR_SHAPE, "%s: input '%s' of %lldx%lldx%lld is too large (at most 2^28 values per sample)",
+                        c->path, in->name, (long long)dims[1], (long long)dims[2], (long long)dims[3]);
     char name[MP_NAME_MAX], base[MP_NAME_MAX + 20];
     snprintf(base, sizeof base, "%.16s%.60s", c->o.prefix ? c->o.prefix : "", in->name);
     onnx_unique_name(c, base, NULL, name);
@@ -146,6 +149,7 @@ static mp_status import_node(onnx_ctx *c) {
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "op %s of domain '%s' is not supported (mixprec imports ops of the "
                                                 "default ONNX domain: %s)", n->op_type, n->domain, onnx_op_list());
+    if (n->n_output < 1 || !n->output[0][0]) return onnx_fail(c, MP_ERR_FORMAT, "the node has no output");
     if (onnx_foldable(c)) return onnx_fold(c);
     onnx_emit_fn emit = onnx_op_lookup(n->op_type);
     if (!emit)

@@ -25,7 +25,7 @@ static mp_status square_attr(onnx_ctx *c, const char *name, int64_t def, int64_t
     if (v[0] != v[1])
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "%s [%lld, %lld] is not square: mixprec's convolutions and pools take "
                                                 "one value for height and width", name, (long long)v[0], (long long)v[1]);
-    if (v[0] < lo || v[0] > (1 << 20))
+    if (v[0] < lo || v[0] > 4096)
         return onnx_fail(c, MP_ERR_FORMAT, "%s %lld is out of range", name, (long long)v[0]);
     *out = v[0];
     return MP_OK;
@@ -54,6 +54,8 @@ static mp_status spatial_attrs(onnx_ctx *c, const onnx_value *x, int64_t kh, int
     if (!strcmp(auto_pad, "NOTSET") || !auto_pad[0]) {
         if (np >= 0 && np != 4) return onnx_fail(c, MP_ERR_UNSUPPORTED, "pads has %d values: mixprec's ops are 2-D", np);
         if (np == 4) {
+            if (pads[0] < 0 || pads[0] > 4096)
+                return onnx_fail(c, MP_ERR_FORMAT, "pads %lld out of range", (long long)pads[0]);
             if (pads[0] != pads[1] || pads[0] != pads[2] || pads[0] != pads[3])
                 return onnx_fail(c, MP_ERR_UNSUPPORTED,
                                  "pads [%lld, %lld, %lld, %lld] are not symmetric: mixprec pads all four sides alike",
@@ -77,7 +79,7 @@ static mp_status spatial_attrs(onnx_ctx *c, const onnx_value *x, int64_t kh, int
     } else {
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "auto_pad %s is not supported", auto_pad);
     }
-    if (pad < 0 || pad > (1 << 20)) return onnx_fail(c, MP_ERR_FORMAT, "pads %lld out of range", (long long)pad);
+    if (pad < 0 || pad > 4096) return onnx_fail(c, MP_ERR_FORMAT, "pads %lld out of range", (long long)pad);
     *out = (spatial){(int)k, (int)s, (int)pad, (int)d};
     return MP_OK;
 }

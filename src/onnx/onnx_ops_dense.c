@@ -154,16 +154,19 @@ mp_status onnx_emit_reshape(onnx_ctx *c, const char *name) {
     int infer = -1;
     for (int k = 1; k < n; k++) {
         if (d[k] == 0 && !allowzero && k < x->ndim) d[k] = x->dims[k];
+        if (d[k] > have)
+            return onnx_fail(c, MP_ERR_SHAPE, "cannot reshape '%s' (%lld values per sample) to %s", x->name,
+                             (long long)have, onnx_dims_str(n, sh->i, b1, sizeof b1));
         if (d[k] == -1 && infer < 0 && d[0] != -1) infer = k;
         else if (d[k] < 1)
             return onnx_fail(c, MP_ERR_SHAPE, "cannot resolve the dynamic target shape %s of '%s' %s; export with "
                                               "static shapes (or give the input shape)", onnx_dims_str(n, sh->i, b1, sizeof b1),
                              x->name, onnx_dims_str(x->ndim, x->dims, b2, sizeof b2));
-        else known *= d[k];
+        else known = known > have / d[k] ? have + 1 : known * d[k]; /* no overflow */
     }
     if (infer >= 0) d[infer] = known > 0 && have % known == 0 ? have / known : -1;
     int64_t want = 1;
-    for (int k = 1; k < n; k++) want *= d[k];
+    for (int k = 1; k < n; k++) want = d[k] < 1 || want > have / d[k] ? have + 1 : want * d[k];
     if (want != have || (infer >= 0 && d[infer] < 1))
         return onnx_fail(c, MP_ERR_SHAPE, "cannot reshape '%s' %s (%lld values per sample) to %s", x->name,
                          onnx_dims_str(x->ndim, x->dims, b1, sizeof b1), (long long)have,

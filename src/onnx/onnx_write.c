@@ -120,12 +120,12 @@ void onnx_w_initializer(onnx_writer *w, const char *name, int dtype, int ndim, c
     g->initializer = inits;
     onnx__tensor_proto__init(t);
     t->name = dup(w, name);
-    memcpy(d, dims, (size_t)ndim * sizeof *d);
+    if (ndim) memcpy(d, dims, (size_t)ndim * sizeof *d);
     t->dims = d;
     t->n_dims = (size_t)ndim;
     t->has_data_type = true;
     t->data_type = dtype;
-    memcpy(raw, data, bytes); /* little-endian, as ONNX stores raw data (x86, Arm) */
+    if (bytes) memcpy(raw, data, bytes); /* little-endian, as ONNX stores raw data (x86, Arm) */
     t->has_raw_data = true;
     t->raw_data.data = raw;
     t->raw_data.len = bytes;
