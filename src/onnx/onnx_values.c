@@ -198,9 +198,12 @@ void onnx_unique_name(onnx_ctx *c, const char *base, const char *suffix, char ou
     const char *tail = len > room ? clean + (len - room) : clean;
     while (*tail == '_' && tail[1]) tail++;
     snprintf(b, sizeof b, "%.48s%.8s", tail, suffix ? suffix : "");
-    snprintf(out, MP_NAME_MAX, "%s", b);
-    for (int k = 2; mp_graph_find(c->g, out) >= 0 || !strcmp(out, "labels") || !strcmp(out, "loss"); k++)
-        snprintf(out, MP_NAME_MAX, "%.56s_%d", b, k % 1000000);
+    char cand[MP_NAME_MAX + 16] = {0};
+    snprintf(cand, sizeof cand, "%s", b);
+    for (unsigned k = 2; mp_graph_find(c->g, cand) >= 0 || !strcmp(cand, "labels") || !strcmp(cand, "loss"); k++)
+        snprintf(cand, sizeof cand, "%.50s_%u", b, k % 1000000u);
+    memcpy(out, cand, MP_NAME_MAX - 1);
+    out[MP_NAME_MAX - 1] = 0;
 }
 
 void onnx_node_name(onnx_ctx *c, char out[MP_NAME_MAX]) {
