@@ -2,7 +2,7 @@
  * not protobuf, truncated at every byte, unsupported ops and opsets,
  * unresolvable dynamic shapes, missing initializers, asymmetric pads and
  * non-square kernels each give one clear error (status and message checked),
- * never a crash; a valid classifier imports with its initializers as the
+ * never a crash; a dead branch is skipped; a valid classifier imports with its initializers as the
  * parameters, keeps them in a trainer, trains, exports, and enters the zoo by
  * file name with the data's shape checked. In a build without protobuf-c
  * every call says so. */
@@ -183,6 +183,22 @@ static void test_unresolvable(void) {
     free(model.b);
     gr = mp_graph_create();
     CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, "node 'pool'", "count_include_pad=0");
+    mp_graph_destroy(gr);
+
+    /* a branch the output does not depend on is skipped, whatever its ops */
+    g = (pb){0};
+    onnx_node(&g, "Softmax", "unused", "x", "s", NULL);
+    onnx_node(&g, "Relu", "relu", "x", "y", NULL);
+    onnx_value_info(&g, 11, "x", in, 4, params);
+    onnx_value_info(&g, 12, "y", in, 4, params);
+    model = onnx_model(&g, 17);
+    p = scratch_path(dir, "dead_branch.onnx");
+    pb_save(&model, p);
+    free(model.b);
+    gr = mp_graph_create();
+    mp_onnx_info info;
+    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, &info), MP_OK);
+    CHECK(mp_graph_node_count(gr) == 2 && mp_graph_find(gr, "unused") < 0, "%d nodes", mp_graph_node_count(gr));
     mp_graph_destroy(gr);
 }
 

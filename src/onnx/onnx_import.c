@@ -159,6 +159,26 @@ static mp_status import_node(onnx_ctx *c) {
     return emit(c, name);
 }
 
+/* Nodes the graph's output does not depend on are skipped (marked in
+ * c->absorbed): dead branches would cost every step and may hold ops mixprec
+ * does not have. */
+static void mark_dead(onnx_ctx *c) {
+    const Onnx__GraphProto *g = c->graph;
+    const char *out = g->n_output ? g->output[0]->name : NULL;
+    for (size_t k = g->n_node; k-- > 0;) {
+        const Onnx__NodeProto *n = g->node[k];
+        bool live = false;
+        for (size_t o = 0; !live && o < n->n_output; o++) {
+            if (!n->output[o][0]) continue;
+            live = out && !strcmp(n->output[o], out);
+            for (size_t j = k + 1; !live && j < g->n_node; j++)
+                for (size_t i = 0; !live && !c->absorbed[j] && i < g->node[j]->n_input; i++)
+                    live = !strcmp(g->node[j]->input[i], n->output[o]);
+        }
+        c->absorbed[k] = !live;
+    }
+}
+
 /* The import proper; *out_ndim / out_dims receive the output's ONNX shape. */
 static mp_status import(onnx_ctx *c, mp_onnx_info *info, int *out_ndim, int64_t *out_dims) {
     const Onnx__GraphProto *g = c->graph;
@@ -167,6 +187,7 @@ static mp_status import(onnx_ctx *c, mp_onnx_info *info, int *out_ndim, int64_t 
     MP_TRY(make_input(c, &input));
     c->absorbed = calloc(g->n_node ? g->n_node : 1, sizeof *c->absorbed);
     if (!c->absorbed) return mp_error(MP_ERR_NOMEM, "%s: out of memory", c->path);
+    mark_dead(c);
     for (size_t k = 0; k < g->n_node; k++) {
         c->node = g->node[k];
         c->node_index = (int)k;

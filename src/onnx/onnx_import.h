@@ -41,7 +41,7 @@ typedef struct {
     const Onnx__GraphProto *graph;
     onnx_value *vals;
     int n_vals, cap_vals;
-    bool *absorbed;                /* per ONNX node: folded into an earlier one (a bias Add) */
+    bool *absorbed;                /* per ONNX node: folded into an earlier one (a bias Add) or dead */
     const Onnx__NodeProto *node;   /* the node being imported, for messages */
     int node_index;
     int params;                    /* parameter tensors set */
