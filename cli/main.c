@@ -12,6 +12,7 @@ static void usage(FILE *f) {
             "  train     train a model (bare `mixprec train` trains the default CNN on Fashion-MNIST)\n"
             "  train-gan train an AC-GAN; a sample grid per epoch, per-batch times (JSONL)\n"
             "  bench     train a models x precisions x batch sizes matrix; tables, JSONL and plots\n"
+            "  export    write a trained model as an ONNX model (--format onnx)\n"
             "  info      devices, CPU features, tensor-core dtypes and library versions (--json)\n"
             "  version   print the version\n\n"
             "`mixprec <command> --help` describes each command's options.\n");
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "train-gan")) return cmd_train_gan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("mixprec %s\n", MP_VERSION_STRING);
         return 0;
