@@ -9,5 +9,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_train_gan(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #endif

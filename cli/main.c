@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "  train-gan train an AC-GAN; a sample grid per epoch, per-batch times (JSONL)\n"
             "  bench     train a models x precisions x batch sizes matrix; tables, JSONL and plots\n"
             "  eval      accuracy and loss of a checkpoint on a dataset, in any precision\n"
+            "  export    write a trained model as an ONNX model (--format onnx)\n"
             "  info      devices, CPU features, tensor-core dtypes and library versions (--json)\n"
             "  version   print the version\n\n"
             "`mixprec <command> --help` describes each command's options.\n");
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("mixprec %s\n", MP_VERSION_STRING);
         return 0;

@@ -11,7 +11,8 @@
  *   graph (mixprec/graph.h) -> precision policy (mixprec/precision.h)
  *   -> optimizer (mixprec/optim.h) -> trainer: mp_trainer_step(batch)
  *   (mixprec/train.h) over data (mixprec/data.h); checkpoints and
- *   evaluation in mixprec/train.h; the model zoo in mixprec/models.h. */
+ *   evaluation in mixprec/train.h; the model zoo in mixprec/models.h; ONNX
+ *   import and export in mixprec/onnx.h. */
 #ifndef MIXPREC_H
 #define MIXPREC_H
 
@@ -27,5 +28,6 @@
 #include "mixprec/train.h"
 #include "mixprec/models.h"
 #include "mixprec/dist.h"
+#include "mixprec/onnx.h"
 
 #endif /* MIXPREC_H */

@@ -18,7 +18,7 @@ esac
 
 # Debian packages the build, the tests and the default job need.
 packages=(build-essential cmake pkg-config doxygen python3 python3-venv zlib1g-dev libdnnl-dev libcjson-dev libpng-dev libjpeg-dev
-          libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox clang-14 libclang-rt-14-dev libomp-14-dev)
+          libprotobuf-c-dev protobuf-c-compiler libopenmpi-dev openmpi-bin dataset-fashion-mnist gnuplot-nox clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -48,12 +48,12 @@ if [ "$mode" = run ]; then
   exec ./build/mixprec train
 fi
 
-# Python test oracles (NumPy, safetensors' reference reader and writer) in a
-# venv of the build: the tests find them first on PATH.
-if ! build/pyvenv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
-  echo "setup: installing the Python test oracles (numpy, safetensors) into build/pyvenv"
+# Python test oracles (NumPy, safetensors' reference reader and writer, onnx
+# and onnxruntime) in a venv of the build: the tests find them first on PATH.
+if ! build/pyvenv/bin/python -c "import numpy, safetensors, onnx, onnxruntime" 2>/dev/null; then
+  echo "setup: installing the Python test oracles (numpy, safetensors, onnx, onnxruntime) into build/pyvenv"
   python3 -m venv build/pyvenv
-  build/pyvenv/bin/pip install -q --disable-pip-version-check numpy safetensors
+  build/pyvenv/bin/pip install -q --disable-pip-version-check numpy safetensors onnx onnxruntime
 fi
 export PATH="$PWD/build/pyvenv/bin:$PATH"
 ctest --test-dir build --output-on-failure -j"$jobs"

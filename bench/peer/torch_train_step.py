@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """torch_train_step.py — the PyTorch peer of bench/gpu/gpu_train_step: the
-same architectures (cnn10, CIFAR resnet18) trained the way a careful PyTorch
-user would on one GPU: eager mode, channels_last, cudnn.benchmark, SGD with
-momentum 0.9, synthetic CIFAR-shaped data (3x32x32, 10 classes) kept on the
-device; fp32 (TF32 off), tf32, amp-fp16 (torch.autocast + GradScaler),
+same architectures (torch_models.py: cnn10, resnet18, resnet50, mobilenetv2,
+wrn-28-10) trained the way a careful PyTorch user would on one GPU:
+channels_last, cudnn.benchmark, SGD with momentum 0.9 (the fused CUDA kernel
+where this PyTorch has it), synthetic CIFAR-shaped data (3x32x32, 10 classes)
+kept on the device, in eager mode and under torch.compile (`--modes
+eager,compile,reduce-overhead`: Inductor's default mode, and Inductor with
+CUDA graphs; the model is compiled, the fused optimizer step is one kernel
+either way); fp32 (TF32 off), tf32, amp-fp16 (torch.autocast + GradScaler),
 amp-bf16 (autocast, no scaler), fp16 (.half() model, BatchNorm kept fp32, as
 Apex's network_to_half), o2-fp16 (half model + fp32 BN + fp32 master copy,
 Apex O2 style, GradScaler). Prints the same table as gpu_train_step: median
@@ -11,57 +15,20 @@ ms/step from CUDA events, images/s, device memory used by the run
 (torch.cuda.mem_get_info difference, allocator cache and cuDNN workspaces
 included). --profile: after timing, 3 more steps under torch.profiler, and the
 CUDA kernels per step on stderr (top 12, then totals by kind), to set beside
-gpu_train_step --profile."""
+gpu_train_step --profile. Each row also gives the step's FLOPs (counted by
+torch.utils.flop_counter on one eager step) as TFLOP/s and, with
+--gemm-tflops, as a share of the bf16 GEMM rate measured in the same call."""
 import argparse
 import statistics
+import sys
+import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
-
-def conv_bn_relu(cin, cout):
-    return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
-
-
-def cnn10(classes=10, cin=3):
-    layers, c = [], cin
-    for stage, width in enumerate((64, 128, 256)):
-        for _ in range(3):
-            layers += conv_bn_relu(c, width)
-            c = width
-        if stage < 2:
-            layers.append(nn.AvgPool2d(2))
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, classes))
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut = nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + self.shortcut(x))
-
-
-def resnet18(classes=10, cin=3):
-    layers, c = [nn.Conv2d(cin, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)], 64
-    for i, width in enumerate((64, 128, 256, 512)):
-        for j in range(2):
-            layers.append(BasicBlock(c, width, 2 if (i > 0 and j == 0) else 1))
-            c = width
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes))
-
-
-MODELS = {"cnn10": cnn10, "resnet18": resnet18}
+from torch_models import MODELS
 
 
 def half_keep_bn(model):
@@ -84,7 +51,6 @@ def kernel_kind(name):
 
 
 def print_kernel_profile(title, step, n=3):
-    import sys
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
@@ -107,7 +73,24 @@ def print_kernel_profile(title, step, n=3):
           + f", total {sum(per.values()):.2f} ms", file=sys.stderr)
 
 
-def run_cell(name, precision, batch, steps, profile=False):
+def make_sgd(params):
+    """SGD with momentum 0.9, PyTorch's fused CUDA kernel where it has one."""
+    try:
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, fused=True), "fused"
+    except (TypeError, RuntimeError):
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=True), "foreach"
+
+
+def step_flops(step):
+    """FLOPs of one training step as torch.utils.flop_counter counts them
+    (convolutions and matrix products, forward and backward)."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step()
+    return counter.get_total_flops()
+
+
+def run_cell(name, precision, batch, steps, mode="eager", profile=False):
     torch.cuda.empty_cache()
     torch.cuda.synchronize()
     free0, _ = torch.cuda.mem_get_info()
@@ -122,19 +105,24 @@ def run_cell(name, precision, batch, steps, profile=False):
         x = x.half()
     if precision == "o2-fp16":  # fp32 master copy, Apex O2 style
         master = [p.detach().clone().float().requires_grad_() for p in model.parameters()]
-        opt = torch.optim.SGD(master, lr=0.01, momentum=0.9)
+        opt, sgd = make_sgd(master)
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        opt, sgd = make_sgd(model.parameters())
     scaler = torch.amp.GradScaler("cuda") if precision in ("amp-fp16", "o2-fp16") else None
     autocast = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(precision)
+    net = model
+    if mode != "eager":
+        net = torch.compile(model, mode=None if mode == "compile" else mode, dynamic=False)
 
-    def step():
+    def step(forward=net):
+        if mode == "reduce-overhead" and forward is net:
+            torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad(set_to_none=True)
         if autocast is not None:
             with torch.autocast("cuda", dtype=autocast):
-                loss = F.cross_entropy(model(x), y)
+                loss = F.cross_entropy(forward(x), y)
         else:
-            out = model(x)
+            out = forward(x)
             loss = F.cross_entropy(out.float(), y)
         if master is not None:
             model.zero_grad(set_to_none=True)
@@ -153,10 +141,14 @@ def run_cell(name, precision, batch, steps, profile=False):
         else:
             loss.backward()
             opt.step()
-        return loss
+        return loss.detach().clone() if mode == "reduce-overhead" else loss  # CUDA graphs reuse outputs
 
+    flops = step_flops(lambda: step(model))
+    t0 = time.perf_counter()
     for _ in range(3):
         loss0 = step()
+    torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - t0
     loss0 = float(loss0)
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
     for i in range(steps):
@@ -167,30 +159,54 @@ def run_cell(name, precision, batch, steps, profile=False):
     times = [ev[i].elapsed_time(ev[i + 1]) for i in range(steps)]
     ms = statistics.median(times)
     if profile:
-        print_kernel_profile(f"{name} {precision} batch {batch}", step)
+        print_kernel_profile(f"{name} {precision} batch {batch} {mode}", step)
     free1, _ = torch.cuda.mem_get_info()
     used = max(free0 - free1, 0) / 2**20
-    del model, opt, x, y, master, scaler
-    return ms, batch / (ms / 1e3), used, loss0, float(loss)
+    del model, net, opt, x, y, master, scaler
+    if mode != "eager":
+        torch._dynamo.reset()
+    return dict(ms=ms, ips=batch / (ms / 1e3), mib=used, l0=loss0, l1=float(loss), tflops=flops / (ms / 1e3) / 1e12,
+                sgd=sgd, warmup_s=warmup_s)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="cnn10,resnet18")
+    ap.add_argument("--models", default="cnn10,resnet18", help="of " + ",".join(MODELS))
     ap.add_argument("--precisions", default="fp32,tf32,amp-fp16,amp-bf16,o2-fp16,fp16")
     ap.add_argument("--batches", default="128,512,2048")
+    ap.add_argument("--modes", default="eager", help="eager,compile,reduce-overhead")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--gemm-tflops", type=float, default=0, help="bf16 GEMM rate measured in this call")
     ap.add_argument("--profile", action="store_true", help="CUDA kernel times per step on stderr")
     a = ap.parse_args()
+    modes = a.modes.split(",")
+    for m in modes:
+        if m not in ("eager", "compile", "reduce-overhead"):
+            ap.error(f"--modes: unknown mode '{m}' (eager, compile, reduce-overhead)")
+    for m in a.models.split(","):
+        if m not in MODELS:
+            ap.error(f"--models: unknown model '{m}' (known: {', '.join(MODELS)})")
     torch.backends.cudnn.benchmark = True
     torch.zeros(1, device="cuda")
-    print("| model | precision | batch | ms/step | images/s | device MiB | loss first -> last |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"PyTorch {torch.__version__}, {torch.cuda.get_device_name()}", file=sys.stderr)
+    print("| model | precision | batch | mode | ms/step | images/s | device MiB | TFLOP/s | share of bf16 GEMM "
+          "| loss first -> last | optimizer | compile + warm-up s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in a.models.split(","):
         for b in (int(v) for v in a.batches.split(",")):
             for p in a.precisions.split(","):
-                ms, ips, mib, l0, l1 = run_cell(name, p, b, a.steps, a.profile)
-                print(f"| {name} | {p} | {b} | {ms:.2f} | {ips:.0f} | {mib:.0f} | {l0:.3f} -> {l1:.3f} |", flush=True)
+                for mode in modes:
+                    try:
+                        r = run_cell(name, p, b, a.steps, mode, a.profile)
+                    except Exception as e:  # one failed cell (e.g. out of memory) must not end the table
+                        print(f"torch_train_step: {name} {p} {b} {mode}: {type(e).__name__}: {e}"[:400], file=sys.stderr)
+                        print(f"| {name} | {p} | {b} | {mode} | failed | | | | | | | |", flush=True)
+                        torch._dynamo.reset()
+                        continue
+                    share = f"{100 * r['tflops'] / a.gemm_tflops:.1f}%" if a.gemm_tflops > 0 else ""
+                    print(f"| {name} | {p} | {b} | {mode} | {r['ms']:.2f} | {r['ips']:.0f} | {r['mib']:.0f} | "
+                          f"{r['tflops']:.1f} | {share} | {r['l0']:.3f} -> {r['l1']:.3f} | {r['sgd']} | "
+                          f"{r['warmup_s']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ typedef struct {
 } mp_model;
 
 /** Build model `name` (see mp_model_list) for (c, h, w) inputs and `classes`
- * outputs; on error m->g is NULL and the message names the model. */
+ * outputs; on error m->g is NULL and the message names the model. A name
+ * ending in ".onnx" is a file imported with mp_model_from_onnx (mixprec/onnx.h;
+ * c, h, w fill the dims its input leaves dynamic), whose input shape and
+ * class count must then be (c, h, w) and `classes`. */
 MP_API mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m);
 /** Frees the model's graph (a zeroed model is fine). */
 MP_API void mp_model_free(mp_model *m);
@@ -28,7 +31,8 @@ MP_API void mp_model_free(mp_model *m);
 MP_API const char *mp_model_list(void);
 /** One line on the model, or NULL for a name mp_model_build rejects. */
 MP_API const char *mp_model_describe(const char *name);
-/** MP_OK for a name mp_model_build accepts, else the reason. */
+/** MP_OK for a name mp_model_build accepts (for a .onnx name: a readable
+ * regular file), else the reason. */
 MP_API mp_status mp_model_check_name(const char *name);
 
 #ifdef __cplusplus

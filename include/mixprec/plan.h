@@ -62,6 +62,11 @@ typedef struct {
      * them into one kernel (for comparisons; MIXPREC_NO_FUSION=1 does it for
      * every plan). */
     bool no_fusion;
+    /** GPU plans fuse each batchnorm2d -> residual add -> ReLU (a ResNet
+     * block's tail) into one pass each way; true keeps them apart (for
+     * comparisons; MIXPREC_FUSE_BN_ADD_RELU=0 does it for every plan, and
+     * no_fusion implies it). */
+    bool no_bn_add_relu_fusion;
 } mp_plan_opts;
 
 /** Compile g (its policy applied, parameters initialized) into a plan. */

@@ -46,6 +46,7 @@ static void read_env(void) {
     e.dist_debug = flag("MIXPREC_DIST_DEBUG");
     e.native_bf16 = getenv("MIXPREC_NATIVE_BF16") ? (flag("MIXPREC_NATIVE_BF16") ? 1 : 0) : -1;
     e.force_scalar = flag("MIXPREC_FORCE_SCALAR");
+    e.no_bn_add_relu_fusion = equals("MIXPREC_FUSE_BN_ADD_RELU", "0");
     g_env = e;
 }
 

@@ -13,12 +13,17 @@
  * saved; the workspace holds the partials and per-channel coefficients.
  * Fused with the ReLU that reads it (cfg->relu_after, graph/plan_fuse.h),
  * forward stores relu(y) and backward masks dy where that output is <= 0,
- * with activation_cuda.cu's relu semantics (NaN passes). Training in f16
- * runs on cuDNN's NHWC kernels where they apply (batchnorm2d_cudnn.h). */
+ * with activation_cuda.cu's relu semantics (NaN passes). With a residual
+ * add fused in as well (cfg->add_relu_after), the elementwise passes are
+ * bn_add_relu_cuda.h's: forward stores relu(bn(x) + resid), backward writes
+ * dx and the residual's gradient from one read of dy and the mask.
+ * Training in f16 runs on cuDNN's NHWC kernels where they apply
+ * (batchnorm2d_cudnn.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda/batchnorm2d_cudnn.h"
+#include "cuda/bn_add_relu_cuda.h"
 #include "cuda/cuda_kernel_util.cuh"
 #include "dist/dist.h"
 
@@ -357,10 +362,15 @@ __global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dty
 
 typedef struct {
     bool relu;          /* the ReLU reading this node is fused in */
+    bool add;           /* ...with the residual add before it (mp_op_call.resid) */
     mp_bn_cudnn *cudnn; /* cuDNN's kernels for training, or NULL */
 } bn_state;
 
 static bool fused_relu(const mp_op_call *c) { return c->state && ((const bn_state *)c->state)->relu; }
+/* A residual add fused in too (its input bound: plan.c). */
+static bool fused_add(const mp_op_call *c) {
+    return c->state && ((const bn_state *)c->state)->add && c->resid.data;
+}
 
 /* cuDNN's state when it runs this call (batchnorm2d_cudnn.h), else NULL. */
 static const mp_bn_cudnn *on_cudnn(const mp_op_call *c, bool backward) {
@@ -389,6 +399,13 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     if (cfg->training && dm.M < 2) return bn_batch_error(d, &info->in[0]);
     mp_bn_cudnn *cudnn = NULL;
     MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, workspace_bytes, saved_bytes));
+    if (cfg->add_relu_after && mp_env_get()->cudnn_debug) {
+        char s[64];
+        fprintf(stderr, "mixprec: batchnorm2d '%s' %s %s: residual add (%s) + ReLU fused, training on %s\n",
+                d->name ? d->name : "?", mp_shape_str(&info->in[0], s, sizeof s), mp_dtype_name(cfg->storage),
+                mp_dtype_name(cfg->resid_dtype),
+                cudnn ? "cuDNN's BN_ADD_ACTIVATION kernels (ours where a call does not fit)" : "our kernels");
+    }
     if (cfg->relu_after || cudnn) {
         bn_state *st = (bn_state *)calloc(1, sizeof *st);
         if (!st) {
@@ -396,6 +413,7 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
             return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
         }
         st->relu = cfg->relu_after;
+        st->add = cfg->add_relu_after;
         st->cudnn = cudnn;
         *state = st;
     }
@@ -429,7 +447,8 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
     float *save_mean = (float *)c->saved, *save_invstd = save_mean + C;
     const float eps = c->desc->attr.bn.eps, mom = c->desc->attr.bn.momentum;
-    const bn_block b = bn_block_of(C, mp_cuda_aligned16(x->data) && mp_cuda_aligned16(y->data));
+    const bn_block b = bn_block_of(C, mp_cuda_aligned16(x->data) && mp_cuda_aligned16(y->data) &&
+                                          (!fused_add(c) || mp_cuda_aligned16(c->resid.data)));
     const dim3 block(b.bx, b.by), fin_grid((C + FIN_BX - 1) / FIN_BX);
     if (c->training) {
         float *pmean = ws, *pm2 = ws + (size_t)dm.G * C;
@@ -458,6 +477,9 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     }
     const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
     const bool relu = fused_relu(c);
+    if (fused_add(c))
+        return mp_cuda_op_status(
+            c, "forward", mp_bn_add_relu_apply(ctx->stream, grid, block, b.vec, x, &c->resid, y, dm.M, C, coef));
     if (b.vec == 8)
         bn_apply_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, y->data, y->dtype, dm.M, C, coef, relu);
     else
@@ -469,7 +491,9 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     MP_TRY(bn_param_check(c));
     const mp_tensor *x = &c->in[0], *dy = &c->d_out, *dx = &c->d_in[0], *p = c->param;
     const mp_tensor *dg = &c->d_param[P_WEIGHT], *db = &c->d_param[P_BIAS];
-    if (!dx->data && !dg->data && !db->data) return MP_OK;
+    const bool add = fused_add(c);
+    void *dr = add ? c->d_resid.data : NULL; /* the fused add's gradient to its residual input */
+    if (!dx->data && !dg->data && !db->data && !dr) return MP_OK;
     if (const mp_bn_cudnn *cudnn = on_cudnn(c, true)) return mp_bn_cudnn_backward(ctx, cudnn, c);
     const bn_dims dm = bn_dims_of(ctx, &x->shape);
     const int C = dm.C;
@@ -481,7 +505,8 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_tensor *y = &c->out; /* with a fused ReLU: its output, the mask of dy */
     const void *mask = fused_relu(c) ? y->data : NULL;
     const bool aligned = mp_cuda_aligned16(x->data) && mp_cuda_aligned16(dy->data) &&
-                         (!dx->data || mp_cuda_aligned16(dx->data)) && (!mask || mp_cuda_aligned16(mask));
+                         (!dx->data || mp_cuda_aligned16(dx->data)) && (!mask || mp_cuda_aligned16(mask)) &&
+                         (!dr || mp_cuda_aligned16(dr));
     const bn_block b = bn_block_of(C, aligned);
     const dim3 block(b.bx, b.by);
     /* inference with only dx wanted needs no sums: a = b = 0 */
@@ -511,6 +536,12 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
         psdy, psdyx, stride, G, M, C, NULL, batch_stats, save_mean, save_invstd, rmean, rvar, c->desc->attr.bn.eps,
         p[P_WEIGHT].data, p[P_WEIGHT].dtype, dgamma, dg->dtype, dbeta, db->dtype, coef);
+    if (add && (dx->data || dr)) {
+        const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
+        return mp_cuda_op_status(c, "backward",
+                                 mp_bn_add_relu_dx(ctx->stream, grid, block, b.vec, x, dy, y, dx->data, dx->dtype, dr,
+                                                   c->d_resid.dtype, c->d_resid_add, dm.M, C, coef));
+    }
     if (dx->data) {
         const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
         if (b.vec == 8)

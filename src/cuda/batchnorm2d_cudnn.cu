@@ -18,6 +18,7 @@ struct mp_bn_cudnn {
     int C;
     double eps, momentum;
     cudnnBatchNormOps_t ops;
+    bool add;                                /* BN_ADD_ACTIVATION: the fused residual add (z = resid, dz = d_resid) */
     cudnnTensorDescriptor_t x_desc, bn_desc; /* x, y, dy, dx: (N, C, H, W) NHWC f16; bn: (1, C, 1, 1) f32 */
     cudnnActivationDescriptor_t act;         /* the fused ReLU, or NULL */
     size_t fwd_ws, bwd_ws, reserve;          /* bytes */
@@ -50,13 +51,13 @@ static mp_status make_descriptors(mp_bn_cudnn *st, const mp_shape *x, bool relu,
 }
 
 static mp_status query_sizes(mp_cuda_ctx *ctx, mp_bn_cudnn *st, const char *what) {
-    MP_CUDNN_TRY(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx->cudnn, MODE, st->ops, st->x_desc, NULL,
-                                                                          st->x_desc, st->bn_desc, st->act,
-                                                                          &st->fwd_ws),
+    MP_CUDNN_TRY(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx->cudnn, MODE, st->ops, st->x_desc,
+                                                                          st->add ? st->x_desc : NULL, st->x_desc,
+                                                                          st->bn_desc, st->act, &st->fwd_ws),
                  what);
     MP_CUDNN_TRY(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx->cudnn, MODE, st->ops, st->x_desc, st->x_desc,
-                                                                   st->x_desc, NULL, st->x_desc, st->bn_desc, st->act,
-                                                                   &st->bwd_ws),
+                                                                   st->x_desc, st->add ? st->x_desc : NULL,
+                                                                   st->x_desc, st->bn_desc, st->act, &st->bwd_ws),
                  what);
     MP_CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx->cudnn, MODE, st->ops, st->act, st->x_desc,
                                                                       &st->reserve),
@@ -76,17 +77,20 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     if (!cfg->training || x->ndim != 4 || x->dims[1] % 8 || !fits_kernels || cfg->compute != MP_DTYPE_F32 ||
         cfg->in_dtype[0] != MP_DTYPE_F16 ||
         cfg->storage != MP_DTYPE_F16 || eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || mp_cuda_deterministic() ||
-        (mp_env_get()->cudnn_bn == 0))
+        (mp_env_get()->cudnn_bn == 0) || (cfg->add_relu_after && cfg->resid_dtype != MP_DTYPE_F16))
         return MP_OK;
     mp_bn_cudnn *st = (mp_bn_cudnn *)calloc(1, sizeof *st);
     if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
     st->C = x->dims[1];
     st->eps = eps;
     st->momentum = d->attr.bn.momentum;
-    st->ops = relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+    st->add = cfg->add_relu_after;
+    st->ops = st->add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+              : relu  ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+                      : CUDNN_BATCHNORM_OPS_BN;
     char shape[64];
     mp_shape_str(x, shape, sizeof shape);
-    const char *name = d->name ? d->name : "?", *fused = relu ? ", ReLU fused" : "";
+    const char *name = d->name ? d->name : "?", *fused = st->add ? ", add + ReLU fused" : relu ? ", ReLU fused" : "";
     snprintf(st->what_fwd, sizeof st->what_fwd, "batchnorm2d '%.60s' forward [%.60s f16, cuDNN%s]", name, shape, fused);
     snprintf(st->what_bwd, sizeof st->what_bwd, "batchnorm2d '%.60s' backward [%.60s f16, cuDNN%s]", name, shape,
              fused);
@@ -108,6 +112,9 @@ bool mp_bn_cudnn_fits(const mp_bn_cudnn *st, const mp_op_call *c, bool backward)
     if (!st || !c->training || c->in[0].dtype != MP_DTYPE_F16 || c->out.dtype != MP_DTYPE_F16) return false;
     for (int k = P_WEIGHT; k <= P_RUNNING_VAR; k++)
         if (c->param[k].dtype != MP_DTYPE_F32) return false;
+    if (st->add && (!c->resid.data || c->resid.dtype != MP_DTYPE_F16)) return false;
+    /* cuDNN writes the residual's gradient, never adds to it */
+    if (backward && st->add && (!c->d_resid.data || c->d_resid.dtype != MP_DTYPE_F16 || c->d_resid_add)) return false;
     if (!backward) return true;
     if (c->d_out.dtype != MP_DTYPE_F16 || !c->d_in[0].data || c->d_in[0].dtype != MP_DTYPE_F16) return false;
     for (int k = P_WEIGHT; k <= P_BIAS; k++)
@@ -121,8 +128,8 @@ mp_status mp_bn_cudnn_forward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_
     void *reserve = st->reserve ? (void *)(save_invstd + st->C) : NULL;
     const mp_tensor *p = c->param;
     MP_CUDNN_TRY(cudnnBatchNormalizationForwardTrainingEx(
-                     ctx->cudnn, MODE, st->ops, &one, &zero, st->x_desc, c->in[0].data, NULL, NULL, st->x_desc,
-                     c->out.data, st->bn_desc, p[P_WEIGHT].data, p[P_BIAS].data, st->momentum,
+                     ctx->cudnn, MODE, st->ops, &one, &zero, st->x_desc, c->in[0].data, st->add ? st->x_desc : NULL,
+                     st->add ? c->resid.data : NULL, st->x_desc, c->out.data, st->bn_desc, p[P_WEIGHT].data, p[P_BIAS].data, st->momentum,
                      p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, st->eps, save_mean, save_invstd, st->act,
                      st->fwd_ws ? c->workspace : NULL, st->fwd_ws, reserve, st->reserve),
                  st->what_fwd);
@@ -141,7 +148,8 @@ mp_status mp_bn_cudnn_backward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp
     void *dbeta = c->d_param[P_BIAS].data ? c->d_param[P_BIAS].data : spare + st->C;
     MP_CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
                      ctx->cudnn, MODE, st->ops, &one, &zero, &one, &zero, st->x_desc, c->in[0].data, st->x_desc,
-                     c->out.data, st->x_desc, c->d_out.data, NULL, NULL, st->x_desc, c->d_in[0].data, st->bn_desc,
+                     c->out.data, st->x_desc, c->d_out.data, st->add ? st->x_desc : NULL,
+                     st->add ? c->d_resid.data : NULL, st->x_desc, c->d_in[0].data, st->bn_desc,
                      p[P_WEIGHT].data, p[P_BIAS].data, dgamma, dbeta, st->eps, save_mean, save_invstd, st->act,
                      st->bwd_ws ? c->workspace : NULL, st->bwd_ws, reserve, st->reserve),
                  st->what_bwd);

@@ -15,7 +15,11 @@
  * Same contract as our kernels: saved holds the batch mean and 1/std (f32,
  * C each) where our backward reads them, then cuDNN's reserve space; the
  * running variance moves towards the unbiased batch variance; the ReLU lets
- * NaN through (CUDNN_PROPAGATE_NAN). */
+ * NaN through (CUDNN_PROPAGATE_NAN). With a residual add fused in
+ * (cfg->add_relu_after, graph/plan_fuse.h) the ops are
+ * CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: z = the f16 residual forward, dz
+ * its gradient backward (written, so a call that must add to it, or whose
+ * residual is not f16, runs on our kernels). */
 #ifndef MP_CUDA_BATCHNORM2D_CUDNN_H
 #define MP_CUDA_BATCHNORM2D_CUDNN_H
 

@@ -46,6 +46,8 @@ typedef struct {
     bool training;
     int batch;
     bool relu_after;             /* batchnorm2d: applies the ReLU that reads it (graph/plan_fuse.h) */
+    bool add_relu_after;         /* batchnorm2d: ...and before it the residual add of resid_dtype (relu_after too) */
+    mp_dtype resid_dtype;
     mp_dtype weight_grad;        /* conv2d/linear: the weight gradient's dtype (F32, or the compute dtype) */
     bool weight_grad_unrounded;  /* conv: an F32 weight_grad straight from f32 sums, never rounded to the
                                     compute dtype (mp_plan_opts.f32_weight_grads; see conv_cudnn.h) */

@@ -18,6 +18,7 @@
 #include "cuda/cuda_plan.h"
 #include "dist/dist.h"
 #include "cuda/cuda_exec.h"
+#include "graph/plan_fuse.h"
 
 struct mp_device_plan {
     mp_cuda_ctx *ctx;
@@ -180,6 +181,11 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
                         mp_op_lookup(nd->desc.kind)->name, nd->name);
     mp_cuda_node_cfg cfg = {.storage = nd->storage_dtype, .compute = nd->compute_dtype, .training = p->o.training,
                             .batch = p->o.batch, .relu_after = pn->relu_fused};
+    const int resid = mp_plan_fused_resid(p, i); /* a residual add + ReLU fused in (graph/plan_fuse.h) */
+    if (resid >= 0) {
+        cfg.add_relu_after = true;
+        cfg.resid_dtype = p->g->nodes[p->g->nodes[pn->add_fused].in[resid]].storage_dtype;
+    }
     for (int k = 0; k < nd->n_in; k++) cfg.in_dtype[k] = p->g->nodes[nd->in[k]].storage_dtype;
     cfg.tf32 = nd->tf32;
     cfg.weight_grad = nd->n_params ? mp_plan_grad_dtype(p, nd->first_param) : MP_DTYPE_F32;
@@ -248,6 +254,13 @@ mp_status mp_device_forward(mp_plan *p, int i) {
  * added. */
 mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     const mp_gnode *nd = &p->g->nodes[i];
+    if (p->nodes[i].fused_away && nd->desc.kind == MP_OP_ADD) { /* its batch norm writes the residual's gradient */
+        const int bn = p->nodes[i].fused_into, m = mp_plan_fused_resid(p, bn);
+        mp_op_call *bc = &p->nodes[bn].call;
+        bc->d_resid.data = p->nodes[i].call.d_in[m].data;
+        bc->d_resid_add = taken[m];
+        return MP_OK;
+    }
     if (is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
     mp_device_plan *d = p->dev;
     mp_op_call c = p->nodes[i].call;

@@ -262,6 +262,12 @@ static void bind_calls(mp_plan *p) {
         }
         p->be->bind_params(p, i);
         c->d_out = (mp_tensor){nd->storage_dtype, pn->info.out, pn->in_backward ? p->arena + pn->grad_off : NULL};
+        const int m = mp_plan_fused_resid(p, i); /* a residual add fused in (plan_fuse.h) */
+        if (m >= 0) {
+            const int s = g->nodes[pn->add_fused].in[m];
+            c->resid = (mp_tensor){g->nodes[s].storage_dtype, p->nodes[s].info.out, p->arena + p->nodes[s].out_off};
+            c->d_resid = (mp_tensor){c->resid.dtype, c->resid.shape, NULL}; /* set by each backward (device) */
+        }
         c->saved = p->arena + pn->saved_off;
         c->workspace = p->workspace;
     }

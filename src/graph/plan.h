@@ -19,6 +19,9 @@ typedef struct {
                              with bf16 kernels, or our bf16-storage kernels) */
     bool relu_fused;      /* batchnorm2d applying the ReLU that reads it (plan_fuse.h) */
     bool fused_away;      /* ...that ReLU: runs nothing, shares the batch norm's tensors */
+    int fused_into;       /* a fused_away node: the batch norm that runs it */
+    int add_fused;        /* batchnorm2d: the residual add fused in with the ReLU after it (GPU
+                             plans, plan_fuse.h), else 0 (node 0 is never such an add) */
     size_t out_off, grad_off, saved_off;
     size_t ws_fwd_off, ws_bwd_off; /* device plans: the node's workspace in forward and in backward */
     size_t scratch_off;            /* gradients its backward computes aside to add them (own on a device,

@@ -23,16 +23,84 @@ static bool fusable(const mp_plan *p, int j) {
            bn->storage_dtype == r->storage_dtype && p->nodes[i].in_backward == p->nodes[j].in_backward;
 }
 
+/* The ReLU reading add j when it is j's only consumer, else -1. */
+static int relu_after_add(const mp_plan *p, int j) {
+    const mp_gnode *a = &p->g->nodes[j];
+    if (a->n_consumers != 1 || a->is_output) return -1;
+    for (int k = j + 1; k < p->n; k++) {
+        const mp_gnode *r = &p->g->nodes[k];
+        for (int m = 0; m < r->n_in; m++)
+            if (r->in[m] == j) return r->desc.kind == MP_OP_RELU && r->n_in == 1 ? k : -1;
+    }
+    return -1;
+}
+
+/* No consumer of s runs between the batch norm i (inclusive) and add j:
+ * the batch norm, run at i, then writes s's gradient from the add (or adds
+ * to what consumers after j wrote) before any consumer before i adds to it,
+ * and s exists when i runs (s < i). */
+static bool resid_ok(const mp_plan *p, int s, int i, int j) {
+    if (s >= i) return false;
+    for (int c = i; c < j; c++) {
+        const mp_gnode *nd = &p->g->nodes[c];
+        for (int m = 0; m < nd->n_in; m++)
+            if (nd->in[m] == s) return false;
+    }
+    return true;
+}
+
+/* bn -> add (with a residual s) -> relu, on a GPU plan: the batch norm that
+ * runs the three (the later one of two batch norms, as in a projection
+ * shortcut's block), or -1. */
+static int bn_for_add(const mp_plan *p, int j, int k) {
+    const mp_gnode *a = &p->g->nodes[j], *r = &p->g->nodes[k];
+    if (a->desc.kind != MP_OP_ADD || a->n_in != 2 || a->in[0] == a->in[1]) return -1;
+    int best = -1;
+    for (int m = 0; m < 2; m++) {
+        const int i = a->in[m], s = a->in[1 - m];
+        const mp_gnode *bn = &p->g->nodes[i];
+        if (bn->desc.kind != MP_OP_BATCHNORM2D || bn->n_consumers != 1 || bn->is_output || p->nodes[i].relu_fused ||
+            bn->storage_dtype != a->storage_dtype || a->storage_dtype != r->storage_dtype ||
+            p->nodes[i].in_backward != p->nodes[j].in_backward || p->nodes[j].in_backward != p->nodes[k].in_backward ||
+            !resid_ok(p, s, i, j))
+            continue;
+        if (i > best) best = i;
+    }
+    return best;
+}
+
+static void fuse_bn_add_relu(mp_plan *p) {
+    if (p->o.device.kind != MP_DEVICE_CUDA || p->o.no_bn_add_relu_fusion || mp_env_get()->no_bn_add_relu_fusion) return;
+    for (int j = 0; j < p->n; j++) {
+        const int k = p->g->nodes[j].desc.kind == MP_OP_ADD ? relu_after_add(p, j) : -1;
+        const int i = k < 0 ? -1 : bn_for_add(p, j, k);
+        if (i < 0) continue;
+        p->nodes[i].relu_fused = true;
+        p->nodes[i].add_fused = j;
+        p->nodes[j].fused_away = p->nodes[k].fused_away = true;
+        p->nodes[j].fused_into = p->nodes[k].fused_into = i;
+    }
+}
+
 void mp_plan_fuse_bn_relu(mp_plan *p) {
     if (fusion_off(p)) return;
     for (int j = 0; j < p->n; j++)
         if (fusable(p, j)) {
             p->nodes[p->g->nodes[j].in[0]].relu_fused = true;
             p->nodes[j].fused_away = true;
+            p->nodes[j].fused_into = p->g->nodes[j].in[0];
         }
+    fuse_bn_add_relu(p);
 }
 
-int mp_plan_fused_producer(const mp_plan *p, int i) { return p->nodes[i].fused_away ? p->g->nodes[i].in[0] : -1; }
+int mp_plan_fused_producer(const mp_plan *p, int i) { return p->nodes[i].fused_away ? p->nodes[i].fused_into : -1; }
+
+int mp_plan_fused_resid(const mp_plan *p, int i) {
+    const int j = p->nodes[i].add_fused;
+    if (!j) return -1;
+    const mp_gnode *a = &p->g->nodes[j];
+    return a->in[0] == i ? 1 : 0;
+}
 
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b) {
     const int n = p->n;
@@ -45,10 +113,10 @@ void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b) {
         if (bwd && 2 * n - 1 - i > out->last) out->last = 2 * n - 1 - i; /* the mask */
         r_out->size = 0;
         b[3 * j + 2].size = 0; /* the ReLU saves nothing */
-        if (bwd) {
-            if (2 * n - 1 - i > r_grad->last) r_grad->last = 2 * n - 1 - i; /* the batch norm's dy */
-            grad->size = 0;
-        }
+        if (!bwd) continue;
+        grad->size = 0;
+        if (p->g->nodes[j].desc.kind == MP_OP_ADD) r_grad->size = 0; /* the ReLU's dy goes straight to the batch norm */
+        else if (2 * n - 1 - i > r_grad->last) r_grad->last = 2 * n - 1 - i; /* the batch norm's dy */
     }
 }
 
@@ -57,6 +125,9 @@ void mp_plan_fuse_offsets(mp_plan *p) {
         const int i = mp_plan_fused_producer(p, j);
         if (i < 0) continue;
         p->nodes[j].out_off = p->nodes[i].out_off;
-        p->nodes[i].grad_off = p->nodes[j].grad_off;
+        if (p->g->nodes[j].desc.kind != MP_OP_ADD) p->nodes[i].grad_off = p->nodes[j].grad_off;
     }
+    for (int j = 0; j < p->n; j++) /* a fused add's (unused) gradient: the ReLU's, as its batch norm's */
+        if (p->nodes[j].fused_away && p->g->nodes[j].desc.kind == MP_OP_ADD)
+            p->nodes[j].grad_off = p->nodes[p->nodes[j].fused_into].grad_off;
 }

@@ -6,7 +6,19 @@
  * passes as in relu), two elementwise passes fewer each way. On the CPU the
  * op call carries it (mp_op_call.relu_after) to the batch norm's kernels,
  * staged (emulated) ones included. MIXPREC_NO_FUSION=1 turns it off (for
- * comparisons). */
+ * comparisons).
+ *
+ * GPU plans also fuse a batch norm -> residual add -> ReLU (a ResNet block's
+ * tail) unless told not to (mp_plan_opts.no_bn_add_relu_fusion,
+ * MIXPREC_FUSE_BN_ADD_RELU=0, or no fusion at all):
+ * the batch norm stores relu(bn(x) + r), r the add's other input (its
+ * mp_op_call.resid), and its backward masks dy with that output, writes the
+ * add's gradient to r (d_resid) and its own dx in the same pass; the add and
+ * the ReLU run nothing. Where r's producer has other consumers they must all
+ * come before the batch norm (r's gradient is then written first and added
+ * to after); with two batch norms feeding the add (a projection shortcut)
+ * the later one takes the other's output as r. CPU plans keep the three
+ * apart (the host kernels see the same graph as before). */
 #ifndef MP_GRAPH_PLAN_FUSE_H
 #define MP_GRAPH_PLAN_FUSE_H
 
@@ -23,7 +35,10 @@ void mp_plan_fuse_bn_relu(mp_plan *p);
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b);
 /* After placement: point the shared tensors at one another's offsets. */
 void mp_plan_fuse_offsets(mp_plan *p);
-/* The batch norm a fused-away ReLU node i reads, or -1. */
+/* The batch norm that runs fused-away node i (a ReLU, or an add), or -1. */
 int mp_plan_fused_producer(const mp_plan *p, int i);
+/* Batch norm i with an add fused in: the add's input index of the residual
+ * (0 or 1), else -1. */
+int mp_plan_fused_resid(const mp_plan *p, int i);
 
 #endif

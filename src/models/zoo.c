@@ -42,7 +42,7 @@ static const char wide_resnet_description[] =
 
 const char *mp_model_list(void) {
     return "small, cnn10, resnet18, resnet34, resnet50, resnet101, wrn (= wrn-28-10; any wrn-D-K with D = 6n+4), "
-           "mobilenetv2, convnet256";
+           "mobilenetv2, convnet256, or a FILE.onnx";
 }
 
 static const zoo_entry *find(const char *name) {
@@ -56,6 +56,8 @@ static bool is_wide_resnet_name(const char *name) { return !strncmp(name, "wrn",
 const char *mp_model_describe(const char *name) {
     const zoo_entry *e = find(name);
     if (e) return e->description;
+    if (mp_model_is_onnx_name(name) && mp_model_onnx_check(name) == MP_OK)
+        return "a model imported from an ONNX file (its inference graph and initializers)";
     int depth, widen;
     if (is_wide_resnet_name(name) && mp_wide_resnet_parse(name, &depth, &widen) == MP_OK)
         return wide_resnet_description;
@@ -65,12 +67,14 @@ const char *mp_model_describe(const char *name) {
 mp_status mp_model_check_name(const char *name) {
     int depth, widen;
     if (find(name)) return MP_OK;
+    if (mp_model_is_onnx_name(name)) return mp_model_onnx_check(name);
     if (is_wide_resnet_name(name)) return mp_wide_resnet_parse(name, &depth, &widen);
     return mp_error(MP_ERR_INVALID_ARG, "unknown model '%s' (known: %s)", name, mp_model_list());
 }
 
 mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m) {
     memset(m, 0, sizeof *m);
+    if (mp_model_is_onnx_name(name)) return mp_model_onnx_build(name, c, h, w, classes, m);
     const zoo_entry *e = find(name);
     int depth = 0, widen = 0;
     if (!e) {

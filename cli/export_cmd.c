@@ -1,0 +1,112 @@
+/* export_cmd.c — `mixprec export --format onnx`: build a model for the data
+ * shape it was trained on, load a checkpoint's (or weights file's) weights
+ * into it and write its inference graph as an ONNX model. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common_opts.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mixprec export --format onnx --checkpoint FILE --model M -o OUT.onnx [options]\n\n"
+            "Write a trained model's inference graph (no loss or labels) as an ONNX model (opset 17, dynamic batch):\n"
+            "its weights, and BatchNorm with its running statistics.\n\n"
+            "  --format F          onnx (the only format; default onnx)\n"
+            "  --checkpoint FILE   a `train --save` checkpoint or a weights-only safetensors file (required unless\n"
+            "                      --model is an .onnx file, whose own weights are then written)\n"
+            "  --model M           the model the checkpoint holds: %s (default small)\n"
+            "  --input-shape CxHxW the input shape it was trained on (default 1x28x28, Fashion-MNIST)\n"
+            "  --classes K         its number of classes (default 10)\n"
+            "  -o, --output FILE   the .onnx file to write (required)\n"
+            "  --fp16-weights      store the weights as fp16, each widened by a Cast node (half the file)\n"
+            "  --batch N           a fixed batch size instead of a dynamic one\n",
+            mp_model_list());
+}
+
+typedef struct {
+    const char *format, *checkpoint, *model, *output;
+    int c, h, w, classes, batch;
+    bool fp16;
+} export_args;
+
+/* 0: parsed; 1: --help printed; 2: a bad option (message printed). */
+static int parse(int argc, char **argv, export_args *e) {
+    *e = (export_args){.format = "onnx", .model = "small", .c = 1, .h = 28, .w = 28, .classes = 10};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--fp16-weights")) {
+            e->fp16 = true;
+            continue;
+        }
+        static const char *const with_value[] = {"--format", "--checkpoint", "--model", "--input-shape",
+                                                  "--classes", "-o", "--output", "--batch"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "mixprec export: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "mixprec export: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--format")) e->format = v;
+        else if (!strcmp(a, "--checkpoint")) e->checkpoint = v;
+        else if (!strcmp(a, "--model")) e->model = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) e->output = v;
+        else if (!strcmp(a, "--input-shape")) {
+            if (!arg_shape3("export", a, v, &e->c, &e->h, &e->w)) return 2;
+        } else if (!strcmp(a, "--classes")) {
+            if (!arg_int("export", a, v, 2, 100000, &e->classes)) return 2;
+        } else if (!arg_int("export", a, v, 1, 1 << 20, &e->batch)) return 2;
+    }
+    if (strcmp(e->format, "onnx")) {
+        fprintf(stderr, "mixprec export: --format '%s': the only format is onnx\n", e->format);
+        return 2;
+    }
+    if (!e->output) {
+        fprintf(stderr, "mixprec export: needs -o OUT.onnx (see --help)\n");
+        return 2;
+    }
+    if (mp_model_check_name(e->model) != MP_OK) {
+        fprintf(stderr, "mixprec export: --model: %s\n", mp_last_error());
+        return 2;
+    }
+    const size_t n = strlen(e->model);
+    if (!e->checkpoint && !(n > 5 && !strcmp(e->model + n - 5, ".onnx"))) {
+        fprintf(stderr, "mixprec export: needs --checkpoint FILE (a `train --save` checkpoint or a weights file) "
+                        "for model %s\n", e->model);
+        return 2;
+    }
+    return cli_check_output("export", "-o", e->output);
+}
+
+int cmd_export(int argc, char **argv) {
+    export_args e;
+    int rc = parse(argc, argv, &e);
+    if (rc) return rc == 1 ? 0 : rc;
+    mp_model m = {0};
+    mp_status s = mp_model_build(e.model, e.c, e.h, e.w, e.classes, &m);
+    /* a checkpoint also holds optimizer and scaler state: only the
+     * parameters are read, and every one of them must be there */
+    if (s == MP_OK && e.checkpoint)
+        s = mp_graph_load_weights(m.g, e.checkpoint, &(mp_weights_opts){.allow_unused = true});
+    if (s == MP_OK)
+        s = mp_model_export_onnx(&m, e.output, &(mp_onnx_export_opts){.fp16_weights = e.fp16, .batch = e.batch});
+    if (s != MP_OK) {
+        fprintf(stderr, "mixprec export: %s\n", mp_last_error());
+        mp_model_free(&m);
+        return 1;
+    }
+    printf("mixprec export: %s (%dx%dx%d -> %d classes, %lld parameters%s) -> %s\n", e.model, e.c, e.h, e.w,
+           e.classes, (long long)mp_graph_param_count(m.g), e.fp16 ? ", fp16 weights" : "", e.output);
+    mp_model_free(&m);
+    return 0;
+}

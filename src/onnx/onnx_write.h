@@ -1,0 +1,38 @@
+/* onnx_write.h — the exporter's message builders (onnx_write.c) and its op
+ * table (onnx_write_ops.c). Every message is malloc'ed, so the whole model is
+ * released with onnx__model_proto__free_unpacked; a failed allocation sets
+ * oom, checked once at the end. */
+#ifndef MP_ONNX_ONNX_WRITE_H
+#define MP_ONNX_ONNX_WRITE_H
+
+#include "core/error.h"
+#include "graph/graph.h"
+#include "onnx.pb-c.h"
+
+typedef struct {
+    Onnx__GraphProto *g;
+    size_t cap_node, cap_init;
+    bool oom;
+    bool fp16;  /* parameters as fp16 initializers + Cast nodes */
+} onnx_writer;
+
+/* TensorProto data types the exporter writes. */
+#define ONNX_T_FLOAT 1
+#define ONNX_T_INT64 7
+#define ONNX_T_FLOAT16 10
+
+Onnx__AttributeProto *onnx_w_attr_ints(onnx_writer *w, const char *name, const int64_t *v, int n);
+Onnx__AttributeProto *onnx_w_attr_int(onnx_writer *w, const char *name, int64_t v);
+Onnx__AttributeProto *onnx_w_attr_float(onnx_writer *w, const char *name, float v);
+/* A node with one output; takes the attributes. */
+void onnx_w_node(onnx_writer *w, const char *op, const char *name, const char *const *inputs, int n_in,
+                 const char *output, Onnx__AttributeProto **attrs, int n_attr);
+/* An initializer of raw little-endian data. */
+void onnx_w_initializer(onnx_writer *w, const char *name, int dtype, int ndim, const int64_t *dims, const void *data,
+                        size_t bytes);
+
+/* The ONNX node(s) computing mixprec node i of g, reading its inputs by
+ * their node names and writing a value named after node i. */
+mp_status onnx_w_op(onnx_writer *w, const mp_graph *g, int i);
+
+#endif

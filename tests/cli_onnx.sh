@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# cli_onnx.sh MIXPREC — ONNX through the CLI: a model trained and saved by
+# `train` is exported (`export --format onnx`, fp32 and fp16 weights), then
+# trained again from the .onnx file (`train --model m.onnx`, starting from the
+# exported weights, which `export --model m.onnx` writes back unchanged) and
+# benchmarked beside a zoo model (`bench --models m.onnx,small`). Bad model
+# files and bad export options each exit non-zero with one stderr line naming
+# the file or option. The exported models must run in onnxruntime (python3
+# with numpy and onnxruntime: scripts/setup.sh test puts them in build/pyvenv).
+set -u
+bin=$(realpath "$1")
+work=${MP_WORK:-/tmp/mp_cli_test}/onnx_cli
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+data=(--data synthetic --synthetic-shape 1x12x12 --synthetic-size 256 --epochs 1 --seed 3)
+syn=("${data[@]}" --batch 32)
+
+# expect NAME RC PATTERN -- ARGS...: exit status RC ("!" = any non-zero) and
+# exactly one stderr line, matching PATTERN
+expect() {
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  timeout 300 "$bin" "$@" >"$name.out" 2>"$name.err"
+  local rc=$? lines
+  lines=$(wc -l <"$name.err")
+  if { [ "$want" = "!" ] && [ $rc -ne 0 ]; } || [ "$rc" = "$want" ]; then :; else
+    bad "$name: exit $rc, expected $want: $(cat "$name.err")"; return; fi
+  if [ "$lines" -ne 1 ] || ! grep -Eq -- "$pattern" "$name.err"; then
+    bad "$name: stderr should be one line matching '$pattern', got $lines: $(cat "$name.err")"; return; fi
+  ok
+}
+
+"$bin" train "${syn[@]}" --max-steps 8 --save run.safetensors >train.out 2>&1 || bad "train --save: $(tail -3 train.out)"
+"$bin" export --format onnx --checkpoint run.safetensors --model small --input-shape 1x12x12 -o m.onnx >export.out 2>&1 \
+  && [ -s m.onnx ] && ok || bad "export: $(cat export.out)"
+"$bin" export --checkpoint run.safetensors --model small --input-shape 1x12x12 --fp16-weights -o m16.onnx \
+  >export16.out 2>&1 && [ -s m16.onnx ] && [ "$(stat -c %s m16.onnx)" -lt "$(stat -c %s m.onnx)" ] && ok \
+  || bad "export --fp16-weights: $(cat export16.out)"
+# an imported model keeps its weights: exported again, it computes the same
+# logits (checked in onnxruntime below)
+"$bin" export --model m.onnx --input-shape 1x12x12 -o again.onnx >again.out 2>&1 && ok || bad "export --model m.onnx: $(cat again.out)"
+"$bin" train "${syn[@]}" --model m.onnx --max-steps 2 >train_onnx.out 2>&1 && grep -q "test accuracy" train_onnx.out && ok \
+  || bad "train --model m.onnx: $(tail -3 train_onnx.out)"
+"$bin" bench "${data[@]}" --batches 32 --models m.onnx,small --precisions fp32,amp-bf16 --steps 2 --out bench >bench.out 2>&1 \
+  && grep -q "4 ok, 0 failed" bench.out && ok || bad "bench --models m.onnx,small: $(tail -5 bench.out)"
+
+echo "this is not an ONNX file" >bad.onnx
+head -c 3000 m.onnx >truncated.onnx
+expect train_bad_onnx 1 "bad.onnx: not an ONNX model" -- train "${syn[@]}" --model bad.onnx
+expect train_truncated_onnx 1 "truncated.onnx: " -- train "${syn[@]}" --model truncated.onnx
+expect train_missing_onnx 2 "--model: model file missing.onnx: not found" -- train --model missing.onnx
+expect train_shape_onnx 1 "m.onnx: the model takes 1x12x12 inputs .* the data has 3x8x8" -- \
+  train --data synthetic --synthetic-shape 3x8x8 --model m.onnx --max-steps 1
+# bench reports a model that cannot be built as the failure of its cells
+"$bin" bench "${data[@]}" --batches 32 --models bad.onnx --precisions fp32 --steps 1 --out bench2 >bench2.out 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "bad.onnx fp32 batch 32: error: bad.onnx: not an ONNX model" bench2.out \
+  && grep -q "0 ok, 1 failed" bench2.out && ok || bad "bench --models bad.onnx: exit $rc: $(tail -3 bench2.out)"
+expect export_no_output 2 "needs -o" -- export --checkpoint run.safetensors
+expect export_format 2 "--format 'tflite'" -- export --format tflite --checkpoint run.safetensors -o x.onnx
+expect export_no_checkpoint 2 "needs --checkpoint" -- export -o x.onnx
+expect export_missing_checkpoint 1 "nope.safetensors" -- export --checkpoint nope.safetensors -o x.onnx
+expect export_wrong_model 1 "run.safetensors: .*'conv1_1.weight' is not in the file" -- export --checkpoint run.safetensors --model cnn10 \
+  --input-shape 1x12x12 -o x.onnx
+expect export_shape 2 "--input-shape '1x12'" -- export --checkpoint run.safetensors --input-shape 1x12 -o x.onnx
+expect export_to_dir 2 "-o .*" -- export --checkpoint run.safetensors --input-shape 1x12x12 -o "$work"
+[ ! -e x.onnx ] && ok || bad "a failed export left x.onnx"
+"$bin" export --help | grep -q -- "--fp16-weights" && ok || bad "export --help"
+
+python3 - m.onnx m16.onnx again.onnx <<'PY' && ok || bad "onnxruntime cannot run the exported models (or python3 lacks onnxruntime)"
+import sys
+import numpy as np, onnxruntime as ort
+x = np.random.default_rng(0).standard_normal((5, 1, 12, 12)).astype(np.float32)
+outs = []
+for path in sys.argv[1:]:
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    outs.append(s.run(None, {s.get_inputs()[0].name: x})[0])
+    assert outs[-1].shape == (5, 10), outs[-1].shape
+assert np.max(np.abs(outs[0] - outs[1])) <= 1e-2 * np.max(np.abs(outs[0])), "fp16 weights change the logits"
+assert np.array_equal(outs[0], outs[2]), "an imported and re-exported model computes other logits"
+PY
+echo "cli_onnx: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

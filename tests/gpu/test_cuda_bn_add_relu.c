@@ -1,0 +1,246 @@
+/* test_cuda_bn_add_relu.c — batch norm + residual add + ReLU fused into one
+ * pass each way on the GPU (graph/plan_fuse.h, mp_plan_opts.no_bn_add_relu_fusion)
+ * against the same plan unfused and the CPU:
+ *  - resnet18 (3x3 convs, stride-2 blocks with 1x1 projection shortcuts,
+ *    channels multiples of 8: the 16-byte kernels, and in f16 cuDNN's
+ *    BN_ADD_ACTIVATION kernels) and a small residual net of 20/40 channels
+ *    (the scalar kernels) whose residual has a consumer after the add, so
+ *    the fused backward adds to a gradient already written;
+ *  - amp-bf16, amp-fp16, bf16 and fp16: every add of a block tail fused; one
+ *    training step: the loss and the gradients of every parameter as close
+ *    to the fp32 CPU oracle as test_cuda_plan asks, and to the unfused GPU
+ *    plan's; the running statistics after it (f32 sums) as the unfused
+ *    plan's and the CPU's; then an inference plan (running statistics in the
+ *    fused pass) whose logits match the unfused plan's and the CPU's.
+ * Needs a GPU: one clear line and exit 2 without one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "check.h"
+#include "core/rng.h"
+#include "cuda/cuda_ctx.h"
+#include "graph/plan.h"
+#include "models/models.h"
+
+enum { B = 8, MAX_PARAMS = 256 };
+
+typedef struct {
+    const char *model; /* a zoo model, or "resblocks" (built here) */
+    int c, h, w;
+    int fused_adds; /* adds every fused plan must fuse */
+} model_case;
+
+/* input -> stem conv+BN+ReLU r0 -> [conv+BN + r0, ReLU] r1 -> late = r1 + r0
+ * -> [conv+BN+ReLU s2, conv+BN + projection conv+BN of late, ReLU] -> gap ->
+ * fc. r0 is read by the late add after the fused one: its gradient is
+ * written there first and the fused backward adds to it. */
+static mp_status resblocks(mp_model *m, int c, int h, int w, int classes) {
+    mp_graph *g = m->g;
+    mp_node x = m->input = mp_graph_input(g, "input", c, h, w);
+    mp_node r0 = mp_conv_bn_relu(g, "stem", x, 20, 3, 1);
+    mp_node a = mp_conv_bn(g, "a_conv", r0, (mp_conv_opts){.out_channels = 20, .kernel = 3, .padding = 1});
+    mp_node r1 = mp_relu(g, "a_relu", mp_add(g, "a_add", a, r0));
+    mp_node late = mp_add(g, "late", r1, r0);
+    mp_node b = mp_conv_bn_relu(g, "b_conv1", late, 40, 3, 2);
+    b = mp_conv_bn(g, "b_conv2", b, (mp_conv_opts){.out_channels = 40, .kernel = 3, .padding = 1});
+    mp_node sc = mp_conv_bn(g, "b_shortcut", late, (mp_conv_opts){.out_channels = 40, .kernel = 1, .stride = 2});
+    mp_node y = mp_relu(g, "b_relu", mp_add(g, "b_add", b, sc));
+    y = mp_global_avgpool(g, "gap", y);
+    y = mp_linear(g, "fc", y, (mp_linear_opts){.out_features = classes, .bias = true});
+    return mp_model_finish(m, y);
+}
+
+static mp_model build(const model_case *mc, mp_precision prec) {
+    mp_model m;
+    if (!strcmp(mc->model, "resblocks")) {
+        memset(&m, 0, sizeof m);
+        m.g = mp_graph_create();
+        MP_ASSERT(m.g && resblocks(&m, mc->c, mc->h, mc->w, 10) == MP_OK);
+    } else {
+        MP_ASSERT(mp_model_build(mc->model, mc->c, mc->h, mc->w, 10, &m) == MP_OK);
+    }
+    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(m.g, 5);
+    return m;
+}
+
+/* ||a_k - b_k|| / ||b_k|| over the selected values of every parameter k
+ * (grads: trainable gradients; else: the non-trainable values, the running
+ * statistics); worst: the largest single-parameter ratio, named. */
+static double diff(const mp_graph *a, const mp_graph *b, bool grads, double *worst, char *wname, size_t wlen) {
+    double d2 = 0, r2 = 0;
+    *worst = 0;
+    for (int k = 0; k < b->n_params; k++) {
+        const mp_gparam *pa = &a->params[k], *pb = &b->params[k];
+        if (pb->spec.trainable != grads) continue;
+        const float *va = grads ? pa->grad : pa->data, *vb = grads ? pb->grad : pb->data;
+        double pd2 = 0, pr2 = 0;
+        for (int64_t i = 0; i < mp_shape_numel(&pb->spec.shape); i++) {
+            const double e = (double)va[i] - vb[i];
+            pd2 += e * e;
+            pr2 += (double)vb[i] * vb[i];
+        }
+        d2 += pd2, r2 += pr2;
+        const double rel = sqrt(pd2 / (pr2 > 1e-30 ? pr2 : 1e-30));
+        if (pr2 > 1e-20 && rel > *worst) {
+            *worst = rel;
+            snprintf(wname, wlen, "%s", pb->name);
+        }
+    }
+    return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
+}
+
+static void make_batch(mp_rng *r, float *x, size_t n, int32_t *y) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)mp_rng_normal(r);
+    for (int i = 0; i < B; i++) y[i] = (int32_t)mp_rng_below(r, 10);
+}
+
+/* One training forward + backward; host gradients and parameters (running
+ * statistics moved) afterwards. gpu: on the GPU, fused or not. */
+static mp_status train_step(mp_model *m, bool gpu, bool fused, mp_precision prec, const float *x, size_t n,
+                            const int32_t *y, float *loss, int *n_fused) {
+    const bool pure = prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16;
+    mp_plan_opts o = {.batch = B, .training = true, .loss = m->loss, .no_bn_add_relu_fusion = !fused};
+    if (gpu) {
+        o.device = (mp_device){MP_DEVICE_CUDA, 0};
+        o.grads_in_arena = true;
+        o.low_grads = pure;
+    }
+    mp_plan *p = NULL;
+    MP_TRY(mp_plan_create(m->g, o, &p));
+    *n_fused = 0;
+    for (int i = 0; i < p->n; i++) *n_fused += p->nodes[i].add_fused != 0;
+    mp_status s = mp_plan_set_input(p, m->input, x, n);
+    if (s == MP_OK) s = mp_plan_set_labels(p, m->labels, y, B);
+    if (s == MP_OK) s = mp_plan_forward(p);
+    if (s == MP_OK) s = mp_plan_read(p, m->loss, loss, 1);
+    mp_graph_zero_grad(m->g);
+    if (s == MP_OK) s = mp_plan_backward(p, 1.0f);
+    if (s == MP_OK && gpu) s = mp_plan_sync_params(p, true);
+    mp_plan_destroy(p);
+    return s;
+}
+
+/* Inference (running statistics) logits into out (B x 10). */
+static mp_status eval_logits(mp_model *m, bool gpu, bool fused, const float *x, size_t n, const int32_t *y,
+                             float *out, int *n_fused) {
+    mp_plan_opts o = {.batch = B, .training = false, .loss = m->loss, .no_bn_add_relu_fusion = !fused};
+    if (gpu) o.device = (mp_device){MP_DEVICE_CUDA, 0};
+    mp_plan *p = NULL;
+    MP_TRY(mp_plan_create(m->g, o, &p));
+    *n_fused = 0;
+    for (int i = 0; i < p->n; i++) *n_fused += p->nodes[i].add_fused != 0;
+    mp_status s = mp_plan_set_input(p, m->input, x, n);
+    if (s == MP_OK) s = mp_plan_set_labels(p, m->labels, y, B);
+    if (s == MP_OK) s = mp_plan_forward(p);
+    if (s == MP_OK) s = mp_plan_read(p, m->logits, out, (size_t)B * 10);
+    mp_plan_destroy(p);
+    return s;
+}
+
+static double vec_diff(const float *a, const float *b, size_t n) {
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < n; i++) d2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r2 += (double)b[i] * b[i];
+    return sqrt(d2 / (r2 > 0 ? r2 : 1e-30));
+}
+
+static void one_case(const model_case *mc, mp_precision prec) {
+    const char *pn = mp_precision_name(prec);
+    mp_model fused = build(mc, prec), plain = build(mc, prec), cpu = build(mc, prec),
+             oracle = build(mc, MP_PRECISION_FP32);
+    const size_t n = (size_t)B * mc->c * mc->h * mc->w;
+    float *x = malloc(n * sizeof *x);
+    int32_t y[B];
+    mp_rng r;
+    mp_rng_seed(&r, 11);
+    make_batch(&r, x, n, y);
+    float lf = 0, lp = 0, lc = 0, lo = 0;
+    int nf = 0, np = 0, nc = 0, no = 0;
+    mp_status s = train_step(&fused, true, true, prec, x, n, y, &lf, &nf);
+    CHECK(s == MP_OK, "%s %s: fused GPU step: %s", mc->model, pn, mp_last_error());
+    mp_status s2 = train_step(&plain, true, false, prec, x, n, y, &lp, &np);
+    CHECK(s2 == MP_OK, "%s %s: unfused GPU step: %s", mc->model, pn, mp_last_error());
+    MP_ASSERT(train_step(&cpu, false, true, prec, x, n, y, &lc, &nc) == MP_OK);
+    MP_ASSERT(train_step(&oracle, false, true, MP_PRECISION_FP32, x, n, y, &lo, &no) == MP_OK);
+    const bool no_fusion = mp_env_get()->no_fusion || mp_env_get()->no_bn_add_relu_fusion;
+    CHECK(nf == (no_fusion ? 0 : mc->fused_adds), "%s %s: %d adds fused, want %d", mc->model, pn, nf,
+          no_fusion ? 0 : mc->fused_adds);
+    CHECK(np == 0, "%s %s: %d adds fused in the plan told not to fuse", mc->model, pn, np);
+    CHECK(nc == 0 && no == 0, "%s %s: the CPU fused %d/%d adds (GPU plans only)", mc->model, pn, nc, no);
+    if (s == MP_OK && s2 == MP_OK) {
+        char w1[128] = "-", w2[128] = "-", w3[128] = "-", w4[128] = "-";
+        double pw1, pw2, pw3, pw4;
+        const double e_f = diff(fused.g, oracle.g, true, &pw1, w1, sizeof w1);
+        const double e_p = diff(plain.g, oracle.g, true, &pw2, w2, sizeof w2);
+        const double e_c = diff(cpu.g, oracle.g, true, &pw3, w3, sizeof w3);
+        const double e_fp = diff(fused.g, plain.g, true, &pw4, w4, sizeof w4);
+        double sw1, sw2;
+        char s1[128] = "-", s2n[128] = "-";
+        const double st_fp = diff(fused.g, plain.g, false, &sw1, s1, sizeof s1);
+        const double st_fc = diff(fused.g, cpu.g, false, &sw2, s2n, sizeof s2n);
+        const double tol = 2 * e_c + 2e-2;
+        printf("%-9s %-8s fused %d: loss fused %.6f unfused %.6f cpu %.6f oracle %.6f; gradients vs the fp32 oracle: "
+               "fused %.2e unfused %.2e cpu emulation %.2e (tolerance %.2e); fused vs unfused %.2e (worst %s "
+               "%.2e); running stats fused vs unfused %.2e (worst %s), vs cpu %.2e (worst %s %.2e)\n",
+               mc->model, pn, nf, lf, lp, lc, lo, e_f, e_p, e_c, tol, e_fp, w4, pw4, st_fp, s1, st_fc, s2n, sw2);
+        CHECK(fabsf(lf - lp) <= 1e-3f * fabsf(lp) + 1e-5f, "%s %s: loss fused %g, unfused %g", mc->model, pn, lf, lp);
+        CHECK(fabsf(lf - lc) <= 1e-2f * fabsf(lc), "%s %s: loss fused %g, cpu %g", mc->model, pn, lf, lc);
+        CHECK(e_f <= tol, "%s %s: fused gradients %.3e from the oracle (tolerance %.3e; worst %s %.3e)", mc->model,
+              pn, e_f, tol, w1, pw1);
+        /* the same values but for summation orders and ReLU flips they cause */
+        CHECK(e_fp <= 0.5 * tol, "%s %s: fused gradients %.3e from the unfused GPU's (worst %s %.3e)", mc->model, pn,
+              e_fp, w4, pw4);
+        CHECK(pw4 <= tol, "%s %s: parameter %s: fused gradient %.3e from the unfused GPU's", mc->model, pn, w4, pw4);
+        CHECK(st_fp <= 1e-3, "%s %s: running statistics %.3e from the unfused GPU's (worst %s)", mc->model, pn, st_fp,
+              s1);
+        CHECK(st_fc <= 2e-2 && sw2 <= 5e-2, "%s %s: running statistics %.3e from the CPU's (worst %s %.3e)", mc->model,
+              pn, st_fc, s2n, sw2);
+        /* inference: every graph now holds its own moved running statistics */
+        float *zf = malloc((size_t)B * 10 * sizeof *zf), *zp = malloc((size_t)B * 10 * sizeof *zp),
+              *zc = malloc((size_t)B * 10 * sizeof *zc);
+        int ef = 0, ep = 0, ec = 0;
+        s = eval_logits(&fused, true, true, x, n, y, zf, &ef);
+        CHECK(s == MP_OK, "%s %s: fused GPU inference: %s", mc->model, pn, mp_last_error());
+        s2 = eval_logits(&plain, true, false, x, n, y, zp, &ep);
+        CHECK(s2 == MP_OK, "%s %s: unfused GPU inference: %s", mc->model, pn, mp_last_error());
+        MP_ASSERT(eval_logits(&cpu, false, true, x, n, y, zc, &ec) == MP_OK);
+        CHECK(ef == (no_fusion ? 0 : mc->fused_adds), "%s %s inference: %d adds fused", mc->model, pn, ef);
+        if (s == MP_OK && s2 == MP_OK) {
+            const double d_fp = vec_diff(zf, zp, (size_t)B * 10), d_fc = vec_diff(zf, zc, (size_t)B * 10);
+            printf("%-9s %-8s inference logits: fused vs unfused %.2e, vs cpu emulation %.2e\n", mc->model, pn, d_fp,
+                   d_fc);
+            CHECK(d_fp <= 1e-2, "%s %s: inference logits %.3e from the unfused GPU's", mc->model, pn, d_fp);
+            CHECK(d_fc <= 5e-2, "%s %s: inference logits %.3e from the CPU's", mc->model, pn, d_fc);
+        }
+        free(zf), free(zp), free(zc);
+    }
+    free(x);
+    mp_model_free(&fused);
+    mp_model_free(&plain);
+    mp_model_free(&cpu);
+    mp_model_free(&oracle);
+}
+
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL; /* one model's cases (diagnosis) */
+    if (mp_cuda_device_count() < 1) {
+        fprintf(stderr, "test_cuda_bn_add_relu: no CUDA device: %s\n", mp_cuda_device_list());
+        return 2;
+    }
+    const model_case models[] = {{"resblocks", 3, 16, 16, 2}, {"resnet18", 3, 32, 32, 8}};
+    bool known = !only;
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) known = known || !strcmp(only, models[i].model);
+    if (!known) {
+        fprintf(stderr, "test_cuda_bn_add_relu: unknown model '%s' (resblocks, resnet18)\n", only);
+        return 2;
+    }
+    const mp_precision precs[] = {MP_PRECISION_AMP_BF16, MP_PRECISION_AMP_FP16, MP_PRECISION_BF16,
+                                  MP_PRECISION_FP16};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        for (size_t j = 0; j < sizeof precs / sizeof precs[0] && (!only || !strcmp(only, models[i].model)); j++)
+            one_case(&models[i], precs[j]);
+    return test_summary("test_cuda_bn_add_relu");
+}

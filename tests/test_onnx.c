@@ -1,0 +1,283 @@
+/* test_onnx.c — the ONNX importer on bad input, and its hooks: files that are
+ * not protobuf, truncated at every byte, unsupported ops and opsets,
+ * unresolvable dynamic shapes, missing initializers, asymmetric pads and
+ * non-square kernels each give one clear error (status and message checked),
+ * never a crash; a dead branch is skipped; a valid classifier imports with its initializers as the
+ * parameters, keeps them in a trainer, trains, exports, and enters the zoo by
+ * file name with the data's shape checked. In a build without protobuf-c
+ * every call says so. */
+#define _GNU_SOURCE /* nftw (scratch_dir.h) */
+#include <math.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "onnx_pb.h"
+#include "scratch_dir.h"
+
+static char dir[4096];
+
+/* Input (N, 1, 4, 4) -> Conv 3x3 (2 channels, pads 1) -> Relu -> Flatten ->
+ * Gemm (10 classes); `op`, `pads`, `kernel` and the initializers vary per test. */
+typedef struct {
+    int opset;
+    const char *act_op;      /* the op after the conv ("Relu") */
+    int64_t pads[4];
+    int64_t kernel[2];
+    bool drop_weight;        /* the conv weight's initializer is missing */
+    bool dynamic_hw;         /* the input's H and W are symbols */
+} spec;
+
+static const float w_conv[2 * 1 * 3 * 3] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f, 0.9f,
+                                            -0.1f, 0.2f, -0.3f, 0.4f, 0.5f, -0.6f, 0.7f, 0.8f, -0.9f};
+
+static pb build(spec s) {
+    pb g = {0}, a = {0};
+    if (s.kernel[0] == 0) s.kernel[0] = s.kernel[1] = 3;
+    const int64_t wd[4] = {2, 1, s.kernel[0], s.kernel[1]}, fcd[2] = {10, 32}, bd[1] = {10};
+    static float fc[320], fcb[10], wbig[2 * 3 * 5];
+    for (int k = 0; k < 320; k++) fc[k] = (float)((k * 37) % 19 - 9) / 50;
+    for (int k = 0; k < 10; k++) fcb[k] = (float)k / 10;
+    if (!s.drop_weight) {
+        if (s.kernel[1] != 3) onnx_init(&g, "W", 1, wd, 4, wbig, sizeof wbig);
+        else onnx_init(&g, "W", 1, wd, 4, w_conv, sizeof w_conv);
+    }
+    onnx_init(&g, "fc.w", 1, fcd, 2, fc, sizeof fc);
+    onnx_init(&g, "fc.b", 1, bd, 1, fcb, sizeof fcb);
+    onnx_attr_ints(&a, "kernel_shape", s.kernel, 2);
+    onnx_attr_ints(&a, "pads", s.pads, 4);
+    onnx_node(&g, "Conv", "conv1", "x,W", "c1", &a);
+    onnx_node(&g, s.act_op ? s.act_op : "Relu", "act1", "c1", "r1", NULL);
+    onnx_attr_int(&a, "axis", 1);
+    onnx_node(&g, "Flatten", "flat", "r1", "f1", &a);
+    onnx_attr_int(&a, "transB", 1);
+    onnx_node(&g, "Gemm", "fc", "f1,fc.w,fc.b", "logits", &a);
+    const int64_t in[4] = {-1, 1, s.dynamic_hw ? -1 : 4, s.dynamic_hw ? -1 : 4}, out[2] = {-1, 10};
+    const char *const params[4] = {"batch", NULL, "height", "width"};
+    onnx_value_info(&g, 11, "x", in, 4, params);
+    onnx_value_info(&g, 12, "logits", out, 2, params);
+    return onnx_model(&g, s.opset ? s.opset : 17);
+}
+
+static const char *save(const char *name, spec s) {
+    const char *path = scratch_path(dir, name);
+    pb m = build(s);
+    pb_save(&m, path);
+    free(m.b);
+    return path;
+}
+
+static const int64_t sym[4] = {1, 1, 1, 1};
+
+static void test_bad_files(void) {
+    mp_model m;
+    const char *path = scratch_path(dir, "text.onnx");
+    FILE *f = fopen(path, "w");
+    fputs("this is not a protobuf file, just text\n", f);
+    fclose(f);
+    CHECK_ERR(mp_model_from_onnx(path, NULL, &m), MP_ERR_FORMAT, path, "not an ONNX model");
+    CHECK(m.g == NULL, "a failed import leaves no graph");
+    path = scratch_path(dir, "empty.onnx");
+    fclose(fopen(path, "w"));
+    CHECK_ERR(mp_model_from_onnx(path, NULL, &m), MP_ERR_FORMAT, path, "not an ONNX model");
+    CHECK_ERR(mp_model_from_onnx(scratch_path(dir, "missing.onnx"), NULL, &m), MP_ERR_IO, "missing.onnx");
+    CHECK_ERR(mp_model_from_onnx(dir, NULL, &m), MP_ERR_IO, "directory");
+
+    /* every truncation of a valid model fails cleanly; the whole file loads */
+    pb full = build((spec){.pads = {1, 1, 1, 1}});
+    path = scratch_path(dir, "truncated.onnx");
+    int failed = 0;
+    for (size_t n = 0; n < full.n; n++) {
+        pb part = {.b = full.b, .n = n};
+        pb_save(&part, path);
+        mp_status s = mp_model_from_onnx(path, NULL, &m);
+        if (s != MP_OK && strstr(mp_last_error(), path) && !strchr(mp_last_error(), '\n') && !m.g) failed++;
+        else CHECK(false, "truncated to %zu of %zu bytes: %s (%s)", n, full.n, mp_status_name(s), mp_last_error());
+        mp_model_free(&m);
+    }
+    printf("  %d truncations of %zu bytes each fail with one line naming the file\n", failed, full.n);
+    pb_save(&full, path);
+    CHECK_ERR(mp_model_from_onnx(path, NULL, &m), MP_OK);
+    mp_model_free(&m);
+    free(full.b);
+}
+
+static void test_bad_models(void) {
+    mp_model m;
+    const char *p = save("softmax.onnx", (spec){.act_op = "Softmax", .pads = {1, 1, 1, 1}});
+    CHECK_ERR(mp_model_from_onnx(p, NULL, &m), MP_ERR_UNSUPPORTED, p, "node 'act1'", "Softmax", "opset 17",
+              "unsupported op");
+    p = save("opset9.onnx", (spec){.opset = 9, .pads = {1, 1, 1, 1}});
+    CHECK_ERR(mp_model_from_onnx(p, NULL, &m), MP_ERR_UNSUPPORTED, p, "opset 9", "13 to 21");
+    p = save("opset22.onnx", (spec){.opset = 22, .pads = {1, 1, 1, 1}});
+    CHECK_ERR(mp_model_from_onnx(p, NULL, &m), MP_ERR_UNSUPPORTED, "opset 22");
+    p = save("no_weight.onnx", (spec){.drop_weight = true, .pads = {1, 1, 1, 1}});
+    CHECK_ERR(mp_model_from_onnx(p, NULL, &m), MP_ERR_FORMAT, p, "node 'conv1'", "'W'", "initializer");
+    p = save("asym.onnx", (spec){.pads = {0, 0, 1, 1}});
+    CHECK_ERR(mp_model_from_onnx(p, NULL, &m), MP_ERR_UNSUPPORTED, p, "node 'conv1'", "pads [0, 0, 1, 1]",
+              "symmetric");
+    p = save("rect.onnx", (spec){.pads = {1, 1, 1, 1}, .kernel = {3, 5}});
+    CHECK_ERR(mp_model_from_onnx(p, NULL, &m), MP_ERR_UNSUPPORTED, p, "node 'conv1'", "not square");
+    p = save("dynamic.onnx", (spec){.pads = {1, 1, 1, 1}, .dynamic_hw = true});
+    CHECK_ERR(mp_model_from_onnx(p, NULL, &m), MP_ERR_SHAPE, p, "input 'x'", "dynamic", "height", "--input-shape");
+    /* given the shape, it imports */
+    CHECK_ERR(mp_model_from_onnx(p, &(mp_onnx_opts){.c = 1, .h = 4, .w = 4}, &m), MP_OK);
+    mp_model_free(&m);
+    (void)sym;
+}
+
+/* A reshape whose target is computed from the batch size (Shape -> Gather ->
+ * Mul by 2 -> Reshape) cannot be resolved per sample; an Add with a
+ * broadcast constant and an average pool not counting its padding are refused. */
+static void test_unresolvable(void) {
+    pb g = {0}, a = {0};
+    const int64_t one = 1, zero_d[1] = {1};
+    const int64_t idx0 = 0, two = 2, minus1 = -1;
+    onnx_init(&g, "zero", 7, NULL, 0, &idx0, 8);
+    onnx_init(&g, "two", 7, NULL, 0, &two, 8);
+    onnx_init(&g, "axes", 7, zero_d, 1, &idx0, 8);
+    onnx_init(&g, "m1", 7, &one, 1, &minus1, 8);
+    onnx_node(&g, "Shape", "shape", "x", "s", NULL);
+    onnx_node(&g, "Gather", "gather", "s,zero", "n", NULL);
+    onnx_node(&g, "Mul", "double", "n,two", "n2", NULL);
+    onnx_node(&g, "Unsqueeze", "unsq", "n2,axes", "n2u", NULL);
+    onnx_attr_int(&a, "axis", 0);
+    onnx_node(&g, "Concat", "cat", "n2u,m1", "target", &a);
+    onnx_node(&g, "Reshape", "reshape", "x,target", "y", NULL);
+    const int64_t in[4] = {-1, 1, 4, 4}, out[2] = {-1, 8};
+    const char *const params[4] = {"N", NULL, NULL, NULL};
+    onnx_value_info(&g, 11, "x", in, 4, params);
+    onnx_value_info(&g, 12, "y", out, 2, params);
+    pb model = onnx_model(&g, 17);
+    const char *p = scratch_path(dir, "reshape_batch.onnx");
+    pb_save(&model, p);
+    free(model.b);
+    mp_graph *gr = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, p, "node 'reshape'", "batch dimension");
+    mp_graph_destroy(gr);
+
+    g = (pb){0};
+    const int64_t cd[1] = {4};
+    const float c4[4] = {1, 2, 3, 4};
+    onnx_init(&g, "c", 1, cd, 1, c4, sizeof c4);
+    onnx_node(&g, "Add", "add_const", "x,c", "y", NULL);
+    onnx_value_info(&g, 11, "x", in, 4, params);
+    onnx_value_info(&g, 12, "y", in, 4, params);
+    model = onnx_model(&g, 17);
+    p = scratch_path(dir, "add_const.onnx");
+    pb_save(&model, p);
+    free(model.b);
+    gr = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, "node 'add_const'", "constant 'c'");
+    mp_graph_destroy(gr);
+
+    g = (pb){0};
+    const int64_t k3[2] = {3, 3}, p1[4] = {1, 1, 1, 1};
+    onnx_attr_ints(&a, "kernel_shape", k3, 2);
+    onnx_attr_ints(&a, "pads", p1, 4);
+    onnx_node(&g, "AveragePool", "pool", "x", "y", &a);
+    onnx_value_info(&g, 11, "x", in, 4, params);
+    onnx_value_info(&g, 12, "y", in, 4, params);
+    model = onnx_model(&g, 17);
+    p = scratch_path(dir, "avgpool.onnx");
+    pb_save(&model, p);
+    free(model.b);
+    gr = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, "node 'pool'", "count_include_pad=0");
+    mp_graph_destroy(gr);
+
+    /* a branch the output does not depend on is skipped, whatever its ops */
+    g = (pb){0};
+    onnx_node(&g, "Softmax", "unused", "x", "s", NULL);
+    onnx_node(&g, "Relu", "relu", "x", "y", NULL);
+    onnx_value_info(&g, 11, "x", in, 4, params);
+    onnx_value_info(&g, 12, "y", in, 4, params);
+    model = onnx_model(&g, 17);
+    p = scratch_path(dir, "dead_branch.onnx");
+    pb_save(&model, p);
+    free(model.b);
+    gr = mp_graph_create();
+    mp_onnx_info info;
+    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, &info), MP_OK);
+    CHECK(mp_graph_node_count(gr) == 2 && mp_graph_find(gr, "unused") < 0, "%d nodes", mp_graph_node_count(gr));
+    mp_graph_destroy(gr);
+}
+
+static void record_param(void *arg, const char *param, const char *init) {
+    int *n = arg;
+    if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
+    ++*n;
+}
+
+/* A valid model: parameters from the initializers, names from the nodes,
+ * kept by a trainer, trained, exported, and in the zoo by file name. */
+static void test_valid(void) {
+    const char *p = save("valid.onnx", (spec){.pads = {1, 1, 1, 1}});
+    int reported = 0;
+    mp_model m;
+    CHECK_ERR(mp_model_from_onnx(p, &(mp_onnx_opts){.on_param = record_param, .on_param_arg = &reported}, &m), MP_OK);
+    if (!m.g) return;
+    CHECK(reported == 3, "%d parameters reported, expected 3", reported);
+    float w[18];
+    CHECK_ERR(mp_graph_param_get(m.g, "conv1.weight", w, 18), MP_OK);
+    CHECK(!memcmp(w, w_conv, sizeof w), "conv1.weight holds the initializer");
+    CHECK(mp_graph_find(m.g, "fc") >= 0 && mp_graph_find(m.g, "act1") >= 0 && mp_graph_find(m.g, "loss") >= 0,
+          "node names come from the ONNX nodes");
+    mp_optimizer *opt = NULL;
+    mp_trainer *t = NULL;
+    CHECK_ERR(mp_optimizer_create(m.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}},
+                                  &opt), MP_OK);
+    CHECK_ERR(mp_trainer_create(m.g, &(mp_trainer_opts){.batch = 4, .input = m.input, .labels = m.labels,
+                                                        .loss = m.loss, .optimizer = opt}, &t), MP_OK);
+    float w2[18];
+    CHECK_ERR(mp_trainer_param_get(t, "conv1.weight", w2, 18), MP_OK);
+    CHECK(!memcmp(w2, w_conv, sizeof w2), "the trainer keeps the imported weights");
+    float x[4 * 16];
+    int32_t y[4] = {1, 2, 3, 4};
+    for (int k = 0; k < 64; k++) x[k] = (float)sin(k);
+    CHECK_ERR(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL), MP_OK);
+    CHECK_ERR(mp_trainer_sync(t, NULL), MP_OK);
+    CHECK_ERR(mp_graph_param_get(m.g, "conv1.weight", w2, 18), MP_OK);
+    CHECK(memcmp(w2, w_conv, sizeof w2), "a training step moves the imported weights");
+    const char *out = scratch_path(dir, "exported.onnx");
+    CHECK_ERR(mp_model_export_onnx(&m, out, NULL), MP_OK);
+    CHECK_ERR(mp_graph_to_onnx(m.g, m.input, m.loss, out, NULL), MP_ERR_UNSUPPORTED, "loss");
+    CHECK_ERR(mp_graph_to_onnx(m.g, m.logits, m.logits, out, NULL), MP_ERR_INVALID_ARG, "not an image input");
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    mp_model_free(&m);
+    /* the export imports back with the trained weights under the same names */
+    CHECK_ERR(mp_model_from_onnx(out, NULL, &m), MP_OK);
+    float w3[18];
+    if (m.g) CHECK_ERR(mp_graph_param_get(m.g, "conv1.weight", w3, 18), MP_OK);
+    CHECK(m.g && !memcmp(w2, w3, sizeof w3), "the exported weights are the trained ones");
+    mp_model_free(&m);
+
+    /* the zoo: a .onnx name imports, with the data's shape and classes checked */
+    CHECK_ERR(mp_model_check_name(p), MP_OK);
+    CHECK(mp_model_describe(p) != NULL, "a .onnx file has a description");
+    CHECK_ERR(mp_model_check_name(scratch_path(dir, "nope.onnx")), MP_ERR_IO, "nope.onnx", "not found");
+    CHECK_ERR(mp_model_build(p, 1, 4, 4, 10, &m), MP_OK);
+    mp_model_free(&m);
+    CHECK_ERR(mp_model_build(p, 3, 32, 32, 10, &m), MP_ERR_SHAPE, p, "1x4x4", "3x32x32");
+    CHECK(m.g == NULL, "no graph after a shape mismatch");
+    CHECK_ERR(mp_model_build(p, 1, 4, 4, 7, &m), MP_ERR_SHAPE, "10 classes", "7 classes");
+}
+
+int main(void) {
+    scratch_dir_create(dir, sizeof dir, "test_onnx");
+    mp_model m;
+    const char *p = save("probe.onnx", (spec){.pads = {1, 1, 1, 1}});
+    if (mp_model_from_onnx(p, NULL, &m) == MP_ERR_UNSUPPORTED && strstr(mp_last_error(), "no ONNX support")) {
+        /* a build without protobuf-c: every call says so */
+        CHECK_ERR(mp_graph_to_onnx(NULL, 0, 0, "x.onnx", NULL), MP_ERR_UNSUPPORTED, "protobuf-c");
+        CHECK_ERR(mp_model_build(p, 1, 4, 4, 10, &m), MP_ERR_UNSUPPORTED, "no ONNX support");
+    } else {
+        mp_model_free(&m);
+        test_bad_files();
+        test_bad_models();
+        test_unresolvable();
+        test_valid();
+    }
+    scratch_dir_remove(dir);
+    return test_summary("test_onnx");
+}
