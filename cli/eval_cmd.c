@@ -19,12 +19,20 @@
 #include "data/dataset.h"
 #include "train/fit.h"
 
+/* An ONNX model file, which brings its own weights. */
+static bool is_onnx(const char *model) {
+    const size_t n = model ? strlen(model) : 0;
+    return n > 5 && !strcmp(model + n - 5, ".onnx");
+}
+
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: mixprec eval --checkpoint FILE [options]\n\n"
+            "usage: mixprec eval --checkpoint FILE [options]\n"
+            "       mixprec eval --model FILE.onnx [options]\n\n"
             "Accuracy and mean cross-entropy of a checkpoint on a dataset's test split (the held-out\n"
             "part for npy: with two files and folder: without val/).\n\n"
-            "  --checkpoint FILE   a checkpoint `mixprec train --save` wrote (required)\n"
+            "  --checkpoint FILE   a checkpoint `mixprec train --save` wrote (required unless --model is an\n"
+            "                      .onnx file: then its own weights, fp32 and batch 256 by default)\n"
             "  --model M           %s (default: the model the checkpoint was saved for)\n"
             DATA_OPTS_HELP
             "  --seed S            seed of --data synthetic (use the training run's; default 1)\n"
@@ -95,8 +103,9 @@ static int parse(int argc, char **argv, eval_args *e) {
         else if (!strcmp(a, "--threads") && !arg_int("eval", a, v, 1, 1024, &e->threads)) return 2;
         else if (!strcmp(a, "--seed") && !arg_u64("eval", a, v, &e->seed)) return 2;
     }
-    if (!e->checkpoint) {
-        fprintf(stderr, "mixprec eval: --checkpoint FILE is required (see mixprec eval --help)\n");
+    if (!e->checkpoint && !is_onnx(e->model)) {
+        fprintf(stderr, "mixprec eval: --checkpoint FILE is required unless --model is an .onnx file with its "
+                        "weights (see mixprec eval --help)\n");
         return 2;
     }
     return 0;
@@ -118,7 +127,7 @@ static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, c
         }
         if (info->norm_channels != test->c)
             return mp_error(MP_ERR_SHAPE, "%s: the checkpoint's normalization has %d channels, %s has %d",
-                            e->checkpoint, info->norm_channels, test->source, test->c);
+                            e->checkpoint ? e->checkpoint : e->model, info->norm_channels, test->source, test->c);
         memcpy(mean, info->norm_mean, (size_t)test->c * sizeof *mean);
         memcpy(std, info->norm_std, (size_t)test->c * sizeof *std);
         *use = true;
@@ -129,7 +138,7 @@ static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, c
     for (int c = 0; c < train->c; c++)
         if (!(std[c] > 1e-6f)) std[c] = 1.0f;
     *use = true;
-    *how = "the training set's (the checkpoint records none)";
+    *how = e->checkpoint ? "the training set's (the checkpoint records none)" : "the training set's";
     return MP_OK;
 }
 
@@ -137,7 +146,8 @@ static void print_json(const eval_args *e, const mp_checkpoint_info *info, const
                        const char *device, int batch, const mp_dataset *test, const mp_eval_result *r,
                        const char *norm) {
     printf("{\"checkpoint\": ");
-    cli_json_string(stdout, e->checkpoint);
+    if (e->checkpoint) cli_json_string(stdout, e->checkpoint);
+    else printf("null");
     printf(", \"model\": ");
     cli_json_string(stdout, model);
     printf(", \"epoch\": %d, \"data\": ", info->epoch);
@@ -153,8 +163,10 @@ static void print_json(const eval_args *e, const mp_checkpoint_info *info, const
 }
 
 static int run_eval(const eval_args *e) {
-    mp_checkpoint_info info = {0};
-    if (mp_checkpoint_read_info(e->checkpoint, &info) != MP_OK) {
+    /* Without a checkpoint (an .onnx model with its weights): fp32, batch 256,
+     * the training set's normalization unless --no-normalize. */
+    mp_checkpoint_info info = {.saved_precision = "fp32", .saved_batch = 256};
+    if (e->checkpoint && mp_checkpoint_read_info(e->checkpoint, &info) != MP_OK) {
         fprintf(stderr, "mixprec eval: --checkpoint %s\n", mp_last_error());
         return 1;
     }
@@ -180,8 +192,8 @@ static int run_eval(const eval_args *e) {
     mp_status s = common_opts_load_data(&e->c, e->seed, &train, &test);
     mp_model_spec spec = {.model = model, .data = &train, .policy = {.precision = prec}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
-    mp_checkpoint_info loaded = {.model = model};
-    if (s == MP_OK) s = mp_checkpoint_load_weights(m.g, e->checkpoint, &loaded);
+    mp_checkpoint_info loaded = e->checkpoint ? (mp_checkpoint_info){.model = model} : info;
+    if (s == MP_OK && e->checkpoint) s = mp_checkpoint_load_weights(m.g, e->checkpoint, &loaded);
     float *mean = calloc((size_t)train.c + 1, sizeof *mean), *std = calloc((size_t)train.c + 1, sizeof *std);
     bool use_norm = false;
     const char *how = "";

@@ -41,6 +41,14 @@ expect() {
 # an imported model keeps its weights: exported again, it computes the same
 # logits (checked in onnxruntime below)
 "$bin" export --model m.onnx --input-shape 1x12x12 -o again.onnx >again.out 2>&1 && ok || bad "export --model m.onnx: $(cat again.out)"
+# eval of the exported model without a checkpoint (its own weights) equals
+# eval of the checkpoint it came from: same samples, loss and accuracy
+evaldata=(--data synthetic --synthetic-shape 1x12x12 --synthetic-size 256 --seed 3 --precision fp32 --batch 32)
+"$bin" eval --checkpoint run.safetensors "${evaldata[@]}" >eval_ckpt.out 2>&1 \
+  && "$bin" eval --model m.onnx "${evaldata[@]}" >eval_onnx.out 2>&1 \
+  && grep -q "^eval: .* samples, loss" eval_onnx.out && [ "$(cat eval_ckpt.out)" = "$(cat eval_onnx.out)" ] && ok \
+  || bad "eval --model m.onnx vs --checkpoint: $(cat eval_ckpt.out eval_onnx.out)"
+expect eval_no_weights 2 "--checkpoint FILE is required unless --model is an .onnx" -- eval --model small
 "$bin" train "${syn[@]}" --model m.onnx --max-steps 2 >train_onnx.out 2>&1 && grep -q "test accuracy" train_onnx.out && ok \
   || bad "train --model m.onnx: $(tail -3 train_onnx.out)"
 "$bin" bench "${data[@]}" --batches 32 --models m.onnx,small --precisions fp32,amp-bf16 --steps 2 --out bench >bench.out 2>&1 \
