@@ -11,7 +11,8 @@
  *   graph (mixprec/graph.h) -> precision policy (mixprec/precision.h)
  *   -> optimizer (mixprec/optim.h) -> trainer: mp_trainer_step(batch)
  *   (mixprec/train.h) over data (mixprec/data.h); checkpoints and
- *   evaluation in mixprec/train.h; the model zoo in mixprec/models.h. */
+ *   evaluation in mixprec/train.h; the model zoo in mixprec/models.h;
+ *   per-tensor fp16/bf16 range statistics in mixprec/numerics.h. */
 #ifndef MIXPREC_H
 #define MIXPREC_H
 
@@ -25,6 +26,7 @@
 #include "mixprec/optim.h"
 #include "mixprec/data.h"
 #include "mixprec/train.h"
+#include "mixprec/numerics.h"
 #include "mixprec/models.h"
 #include "mixprec/dist.h"
 
