@@ -74,6 +74,11 @@ static void usage(FILE *f) {
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --log FILE.jsonl    write one JSON record per epoch\n"
+            "  --numerics-log FILE.jsonl  per-tensor range statistics (amax, smallest non-zero, fp16/bf16\n"
+            "                      overflow/underflow/subnormal counts, octave histogram) of every output,\n"
+            "                      gradient, parameter and parameter gradient, one JSON line per collected\n"
+            "                      step (CPU)\n"
+            "  --numerics-every N  collect them every N optimizer steps (default 100)\n"
             "  --monitor-interval S  seconds between GPU monitor samples (NVML: clocks, load, memory,\n"
             "                      power, temperature, fan; default 5; 0 = off); the run ends with mean\n"
             "                      load, mean power and energy per epoch, and always time and peak RSS\n"
@@ -85,6 +90,8 @@ static void usage(FILE *f) {
 
 typedef struct {
     common_opts c; /* data and optimizer */
+    const char *numerics_log;
+    int numerics_every;
     const char *model, *log, *precision, *lr_schedule, *overrides, *save, *resume;
     const char *loss_scaling; /* "on", "off" or NULL (the policy's default) */
     mp_scaler_opts scaler;
@@ -130,6 +137,8 @@ static int parse(int argc, char **argv, train_args *t) {
         } else if (!strcmp(a, "--model")) { NEED_VALUE(); t->model = v;
         } else if (!strcmp(a, "--device")) { NEED_VALUE(); t->device = v;
         } else if (!strcmp(a, "--log")) { NEED_VALUE(); t->log = v;
+        } else if (!strcmp(a, "--numerics-log")) { NEED_VALUE(); t->numerics_log = v;
+        } else if (!strcmp(a, "--numerics-every")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 30, &t->numerics_every)) return 2;
         } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v;
         } else if (!strcmp(a, "--precision-override")) { NEED_VALUE(); t->overrides = v;
         } else if (!strcmp(a, "--print-precision")) { t->print_precision = true;
@@ -220,7 +229,7 @@ int cmd_train(int argc, char **argv) {
     int rank = 0;
     if (!t.print_precision && (rc = join_mpi(&t, &dist, &rank)) != 0) return rc;
     if (dist) {
-        if (rank != 0) t.quiet = true, t.log = NULL, t.monitor_csv = NULL;
+        if (rank != 0) t.quiet = true, t.log = NULL, t.monitor_csv = NULL, t.numerics_log = NULL;
         char dev[16];
         snprintf(dev, sizeof dev, "cuda:%d", mp_dist_device(dist));
         t.device = strdup(dev);
@@ -242,6 +251,10 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     if (t.f32_weight_grads && (precision == MP_PRECISION_FP16 || precision == MP_PRECISION_BF16)) { /* no masters */
         fprintf(stderr, "mixprec train: --f32-weight-grads needs fp32 master weights (amp-*, o2-*); under %s the "
                         "weights and their gradients are %s\n", t.precision, t.precision);
+        return 2;
+    }
+    if (t.numerics_every && !t.numerics_log) {
+        fprintf(stderr, "mixprec train: --numerics-every needs --numerics-log FILE\n");
         return 2;
     }
     mp_device device;
@@ -268,9 +281,12 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     if (!t.print_precision && ((rc = cli_check_output("train", "--save", rank == 0 ? t.save : NULL)) ||
                                (rc = cli_check_output("train", "--log", t.log)) ||
                                (rc = cli_check_output("train", "--monitor-csv", t.monitor_csv)) ||
-                               (rc = cli_check_outputs_distinct("train", 3,
-                                                                (const char *[]){"--save", "--log", "--monitor-csv"},
-                                                                (const char *[]){t.save, t.log, t.monitor_csv})) ||
+                               (rc = cli_check_output("train", "--numerics-log", t.numerics_log)) ||
+                               (rc = cli_check_outputs_distinct("train", 4,
+                                                                (const char *[]){"--save", "--log", "--monitor-csv",
+                                                                                 "--numerics-log"},
+                                                                (const char *[]){t.save, t.log, t.monitor_csv,
+                                                                                 t.numerics_log})) ||
                                /* a log appended to the checkpoint it resumes from would corrupt it */
                                (rc = cli_check_outputs_distinct("train", 3,
                                                                 (const char *[]){"--resume", "--log", "--monitor-csv"},
@@ -328,7 +344,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                          .optim = oo, .lr = lr, .lr_schedule = t.lr_schedule, .epochs = t.epochs,
                          .max_steps = t.max_steps, .stop_after = t.stop_after, .seed = t.seed, .augment = t.c.augment,
                          .normalize = t.c.normalize, .out = out, .print_memory = t.print_memory, .log_path = t.log,
-                         .save_path = t.save, .resume_path = t.resume, .gpus = dist ? 0 : t.gpus,
+                         .save_path = t.save, .resume_path = t.resume, .numerics_log = t.numerics_log,
+                         .numerics_every = t.numerics_every, .gpus = dist ? 0 : t.gpus,
                          .dist_timeout = t.dist_timeout, .replica = mp_model_spec_build, .replica_arg = &spec};
         mp_monitor *mon = NULL;
         s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);

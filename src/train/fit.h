@@ -35,6 +35,8 @@ typedef struct {
     const char *log_path;       /* JSONL, one record per epoch; NULL = none */
     const char *save_path;      /* checkpoint written atomically after each epoch */
     const char *resume_path;    /* continue the run saved there */
+    const char *numerics_log;   /* numerics statistics as JSONL (amp/numerics_log.h), CPU; NULL = none */
+    int numerics_every;         /* ...collected every N optimizer steps, 0 -> 100 */
     /* data parallel: gpus > 1 runs that many ranks as threads of this process
      * (GPUs 0..gpus-1); trainer.dist set: this process is one rank (mpirun) */
     int gpus;
