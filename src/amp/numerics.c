@@ -99,7 +99,7 @@ mp_status mp_tensor_stats_compute(const void *data, mp_dtype dtype, int64_t n, m
                 add_values(&local, buf, m, b);
             }
         }
-#pragma omp critical(mp_tensor_stats_merge)
+#pragma omp critical
         merge(out, &local);
     }
     return MP_OK;
