@@ -8,5 +8,6 @@ int cmd_train(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train_gan(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train     train a model (bare `mixprec train` trains the default CNN on Fashion-MNIST)\n"
             "  train-gan train an AC-GAN; a sample grid per epoch, per-batch times (JSONL)\n"
+            "  doctor    probe a run in fp32, predict where fp16/bf16 fails, write the policy avoiding it\n"
             "  bench     train a models x precisions x batch sizes matrix; tables, JSONL and plots\n"
             "  info      devices, CPU features, tensor-core dtypes and library versions (--json)\n"
             "  version   print the version\n\n"
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "train-gan")) return cmd_train_gan(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "doctor")) return cmd_doctor(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {

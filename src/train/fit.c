@@ -125,13 +125,16 @@ static mp_status count_batch(run *r, const int32_t *y, int n, double *loss_sum, 
     return MP_OK;
 }
 
-/* The step's numerics statistics into --numerics-log, when it collected them. */
+/* The step's numerics statistics into --numerics-log and the callback, when
+ * it collected them. */
 static mp_status write_numerics(run *r) {
     const mp_numerics_record *rec;
     int n;
     int64_t step;
     MP_TRY(mp_trainer_numerics(r->t, &rec, &n, &step));
     if (step == 0 || step != mp_trainer_steps(r->t)) return MP_OK;
+    if (r->o->numerics_cb) MP_TRY(r->o->numerics_cb(r->o->numerics_arg, step, rec, n));
+    if (!r->numerics) return MP_OK;
     float scale = 1.0f; /* the step's: a gradient record carries it */
     for (int i = n - 1; i >= 0; i--)
         if (rec[i].kind == MP_NUMERICS_GRAD || rec[i].kind == MP_NUMERICS_PARAM_GRAD) scale = rec[i].scale;
@@ -153,13 +156,14 @@ static mp_status train_epoch(run *r, int epoch, double *loss_sum, int64_t *micro
             int n = 0;
             MP_TRY(mp_loader_next(r->ld, &x, &y, &n));
             MP_TRY(mp_trainer_step(r->t, &(mp_batch){.images = x, .labels = y, .n = n}, NULL));
-            if (r->numerics) MP_TRY(write_numerics(r));
+            if (r->numerics || o->numerics_cb) MP_TRY(write_numerics(r));
             /* the CPU reads every micro-batch (free); a GPU every few steps and at the epoch's end */
             const bool read = r->cpu || ((mp_trainer_steps(r->t) % every == 0 || step == r->steps) && j == r->k - 1);
             if (read) MP_TRY(count_batch(r, y, n, loss_sum, micro, correct, seen));
         }
         if (o->out) mp_progress_update(&bar, step, *micro ? *loss_sum / (double)*micro : 0,
                                        *seen ? (double)*correct / (double)*seen : 0);
+        if (o->stop_at_step > 0 && mp_trainer_steps(r->t) >= o->stop_at_step) break;
     }
     MP_TRY(mp_trainer_sync(r->t, NULL)); /* waits; overflow reports; parameters to the host */
     if (o->out) mp_progress_end(&bar);
@@ -215,6 +219,8 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
     }
     FILE *log = NULL;
     if (s == MP_OK && o->log_path && r.rank == 0) s = mp_output_open(o->log_path, "--log", first_epoch > 1, &log);
+    if (s == MP_OK && o->numerics_cb && !o->numerics_log && r.rank == 0)
+        s = mp_trainer_numerics_enable(r.t, &(mp_numerics_opts){.every = o->numerics_every > 0 ? o->numerics_every : 1});
     if (s == MP_OK && o->numerics_log && r.rank == 0) {
         if (!mp_numerics_json_available())
             s = mp_error(MP_ERR_UNSUPPORTED, "--numerics-log %s: writing JSON needs cJSON (Debian libcjson-dev); this "
@@ -271,6 +277,7 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
         if (s == MP_OK && o->save_path && r.rank == 0)
             s = mp_trainer_save(r.t, o->save_path, &(mp_checkpoint_info){.model = o->model_name, .epoch = epoch});
         if (o->stop_after > 0 && epoch >= o->stop_after) break;
+        if (o->stop_at_step > 0 && mp_trainer_steps(r.t) >= o->stop_at_step) break;
     }
     if (s != MP_OK) mp_dist_fail(o->trainer.dist, s); /* the other ranks stop instead of waiting for this one */
     res->total_seconds = mp_now_seconds() - t_all;
