@@ -125,6 +125,10 @@ static mp_status take_opts(mp_trainer *t, const mp_trainer_opts *in) {
 /* ---- plan and backend ----------------------------------------------------- */
 
 static mp_status make_plan(mp_trainer *t) {
+    /* the losses stay readable after the step (mp_trainer_loss): outputs,
+     * so the arena does not reuse their memory */
+    for (int gi = 0; gi < t->n_groups; gi++)
+        for (int j = 0; j < t->groups[gi].n_losses; j++) mp_graph_mark_output(t->g, t->groups[gi].losses[j]);
     mp_plan_opts po = {.batch = t->o.batch, .training = true, .reference = t->o.reference, .seed = t->o.seed,
                        .profile = t->o.profile, .device = t->o.device, .sync_bn = t->o.sync_bn, .dist = t->o.dist,
                        .f32_weight_grads = t->o.f32_weight_grads};
