@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common_opts.h"
+#include "cli/train_args.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "io/output_path.h"
@@ -33,6 +34,8 @@ static void usage(FILE *f) {
             "                      (default cosine)\n"
             "  --precision P       %s (default fp32)\n"
             "  --precision-override L  per-layer dtypes, e.g. fc=fp32,conv1=bf16\n"
+            "  --policy FILE       apply a policy file (`mixprec doctor --policy-out`): its precision,\n"
+            "                      per-layer overrides (merged with --precision-override) and loss scale\n"
             "  --print-precision   list every node's compute and storage dtype, then exit\n"
             "  --print-memory      say where the memory goes: the activation arena at its peak by kind\n"
             "                      (activations, saved tensors, gradients, workspaces) and, on a GPU, the\n"
@@ -74,6 +77,11 @@ static void usage(FILE *f) {
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --log FILE.jsonl    write one JSON record per epoch\n"
+            "  --numerics-log FILE.jsonl  per-tensor range statistics (amax, smallest non-zero, fp16/bf16\n"
+            "                      overflow/underflow/subnormal counts, octave histogram) of every output,\n"
+            "                      gradient, parameter and parameter gradient, one JSON line per collected\n"
+            "                      step (CPU)\n"
+            "  --numerics-every N  collect them every N optimizer steps (default 100)\n"
             "  --monitor-interval S  seconds between GPU monitor samples (NVML: clocks, load, memory,\n"
             "                      power, temperature, fan; default 5; 0 = off); the run ends with mean\n"
             "                      load, mean power and energy per epoch, and always time and peak RSS\n"
@@ -83,45 +91,26 @@ static void usage(FILE *f) {
             mp_model_list(), mp_precision_list());
 }
 
-typedef struct {
-    common_opts c; /* data and optimizer */
-    const char *model, *log, *precision, *lr_schedule, *overrides, *save, *resume;
-    const char *loss_scaling; /* "on", "off" or NULL (the policy's default) */
-    mp_scaler_opts scaler;
-    bool scaler_set;
-    int accumulate, max_forward_overflows, stop_after;
-    float clip_norm, clip_value;
-    bool auto_fallback, bn_low, f32_weight_grads;
-    int epochs, batch, threads, max_steps;
-    bool reference, quiet, print_precision, print_memory;
-    uint64_t seed;
-    const char *device;       /* --device text */
-    float monitor_interval;   /* seconds, 0 = GPU monitor off */
-    const char *monitor_csv;  /* NULL = no CSV */
-    int gpus;                 /* 0: not given */
-    const char *allreduce;
-    float bucket_mb, dist_timeout;
-    bool sync_bn;
-} train_args;
-
 static int run_train(train_args *t, mp_dist *dist, int rank);
 
 #define NEED_VALUE()                                                                      \
     do {                                                                                  \
         if (i + 1 >= argc) {                                                              \
-            fprintf(stderr, "mixprec train: %s needs a value (see --help)\n", a);        \
+            fprintf(stderr, "mixprec %s: %s needs a value (see --help)\n", cmd, a);      \
             return 2;                                                                     \
         }                                                                                 \
         v = argv[++i];                                                                    \
     } while (0)
 
-static int parse(int argc, char **argv, train_args *t) {
+int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
+                     int (*extra)(void *arg, int argc, char **argv, int *i), void *extra_arg, void (*usage)(FILE *)) {
     *t = (train_args){.c = common_opts_default(), .model = "small", .precision = "fp32", .lr_schedule = "cosine",
                       .epochs = 3, .batch = 128, .seed = 1, .device = "auto",
                       .monitor_interval = 5};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        int shared = common_opts_parse("train", argc, argv, &i, &t->c);
+        int shared = extra ? extra(extra_arg, argc, argv, &i) : 0;
+        if (!shared) shared = common_opts_parse(cmd, argc, argv, &i, &t->c);
         if (shared < 0) return 2;
         if (shared) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -130,50 +119,53 @@ static int parse(int argc, char **argv, train_args *t) {
         } else if (!strcmp(a, "--model")) { NEED_VALUE(); t->model = v;
         } else if (!strcmp(a, "--device")) { NEED_VALUE(); t->device = v;
         } else if (!strcmp(a, "--log")) { NEED_VALUE(); t->log = v;
-        } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v;
+        } else if (!strcmp(a, "--numerics-log")) { NEED_VALUE(); t->numerics_log = v;
+        } else if (!strcmp(a, "--numerics-every")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 30, &t->numerics_every)) return 2;
+        } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v; t->precision_set = true;
+        } else if (!strcmp(a, "--policy")) { NEED_VALUE(); t->policy = v;
         } else if (!strcmp(a, "--precision-override")) { NEED_VALUE(); t->overrides = v;
         } else if (!strcmp(a, "--print-precision")) { t->print_precision = true;
         } else if (!strcmp(a, "--print-memory")) { t->print_memory = true;
         } else if (!strcmp(a, "--loss-scaling")) { NEED_VALUE();
-            if (strcmp(v, "on") && strcmp(v, "off")) { fprintf(stderr, "mixprec train: --loss-scaling '%s' must be on or off\n", v); return 2; }
+            if (strcmp(v, "on") && strcmp(v, "off")) { fprintf(stderr, "mixprec %s: --loss-scaling '%s' must be on or off\n", cmd, v); return 2; }
             t->loss_scaling = v;
         } else if (!strcmp(a, "--loss-scale")) { NEED_VALUE(); t->scaler_set = true;
-            if (strcmp(v, "dynamic")) { if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.init_scale)) return 2; t->scaler.static_scale = true;
-                if (!(t->scaler.init_scale > 0)) { fprintf(stderr, "mixprec train: --loss-scale %s must be a number > 0 or 'dynamic'\n", v); return 2; } }
-        } else if (!strcmp(a, "--loss-scale-growth")) { NEED_VALUE(); if (!arg_float("train", a, v, -1e30, 1e30, &t->scaler.growth_factor)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--loss-scale-backoff")) { NEED_VALUE(); if (!arg_float("train", a, v, -1e30, 1e30, &t->scaler.backoff_factor)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--loss-scale-window")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 30, &t->scaler.growth_interval)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--min-loss-scale")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.min_scale)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--max-loss-scale")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 3.4e38, &t->scaler.max_scale)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--loss-scale-hysteresis")) { NEED_VALUE(); if (!arg_int("train", a, v, 0, 1 << 20, &t->scaler.hysteresis)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--accumulate")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 20, &t->accumulate)) return 2;
-        } else if (!strcmp(a, "--clip-grad-norm")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 1e30, &t->clip_norm)) return 2;
-        } else if (!strcmp(a, "--clip-grad-value")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 1e30, &t->clip_value)) return 2;
-        } else if (!strcmp(a, "--max-forward-overflows")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 20, &t->max_forward_overflows)) return 2;
+            if (strcmp(v, "dynamic")) { if (!arg_float(cmd, a, v, 0, 3.4e38, &t->scaler.init_scale)) return 2; t->scaler.static_scale = true;
+                if (!(t->scaler.init_scale > 0)) { fprintf(stderr, "mixprec %s: --loss-scale %s must be a number > 0 or 'dynamic'\n", cmd, v); return 2; } }
+        } else if (!strcmp(a, "--loss-scale-growth")) { NEED_VALUE(); if (!arg_float(cmd, a, v, -1e30, 1e30, &t->scaler.growth_factor)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--loss-scale-backoff")) { NEED_VALUE(); if (!arg_float(cmd, a, v, -1e30, 1e30, &t->scaler.backoff_factor)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--loss-scale-window")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 30, &t->scaler.growth_interval)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--min-loss-scale")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 3.4e38, &t->scaler.min_scale)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--max-loss-scale")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 3.4e38, &t->scaler.max_scale)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--loss-scale-hysteresis")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 0, 1 << 20, &t->scaler.hysteresis)) return 2; t->scaler_set = true;
+        } else if (!strcmp(a, "--accumulate")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 20, &t->accumulate)) return 2;
+        } else if (!strcmp(a, "--clip-grad-norm")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 1e30, &t->clip_norm)) return 2;
+        } else if (!strcmp(a, "--clip-grad-value")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 1e30, &t->clip_value)) return 2;
+        } else if (!strcmp(a, "--max-forward-overflows")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 20, &t->max_forward_overflows)) return 2;
         } else if (!strcmp(a, "--auto-fallback")) { t->auto_fallback = true;
         } else if (!strcmp(a, "--f32-weight-grads")) { t->f32_weight_grads = true;
         } else if (!strcmp(a, "--bn-low")) { t->bn_low = true;
         } else if (!strcmp(a, "--save")) { NEED_VALUE(); t->save = v;
-        } else if (!strcmp(a, "--stop-after")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 100000, &t->stop_after)) return 2;
+        } else if (!strcmp(a, "--stop-after")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 100000, &t->stop_after)) return 2;
         } else if (!strcmp(a, "--resume")) { NEED_VALUE(); t->resume = v;
         } else if (!strcmp(a, "--lr-schedule")) { NEED_VALUE(); t->lr_schedule = v;
-        } else if (!strcmp(a, "--epochs")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 100000, &t->epochs)) return 2;
-        } else if (!strcmp(a, "--batch")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 20, &t->batch)) return 2;
-        } else if (!strcmp(a, "--threads")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1024, &t->threads)) return 2;
-        } else if (!strcmp(a, "--max-steps")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1 << 30, &t->max_steps)) return 2;
-        } else if (!strcmp(a, "--seed")) { NEED_VALUE(); if (!arg_u64("train", a, v, &t->seed)) return 2;
-        } else if (!strcmp(a, "--monitor-interval")) { NEED_VALUE(); if (!arg_float("train", a, v, 0, 86400, &t->monitor_interval)) return 2;
+        } else if (!strcmp(a, "--epochs")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 100000, &t->epochs)) return 2;
+        } else if (!strcmp(a, "--batch")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 20, &t->batch)) return 2;
+        } else if (!strcmp(a, "--threads")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1024, &t->threads)) return 2;
+        } else if (!strcmp(a, "--max-steps")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 30, &t->max_steps)) return 2;
+        } else if (!strcmp(a, "--seed")) { NEED_VALUE(); if (!arg_u64(cmd, a, v, &t->seed)) return 2;
+        } else if (!strcmp(a, "--monitor-interval")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 86400, &t->monitor_interval)) return 2;
         } else if (!strcmp(a, "--monitor-csv")) { NEED_VALUE(); t->monitor_csv = v;
-        } else if (!strcmp(a, "--gpus")) { NEED_VALUE(); if (!arg_int("train", a, v, 1, 1024, &t->gpus)) return 2;
+        } else if (!strcmp(a, "--gpus")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1024, &t->gpus)) return 2;
         } else if (!strcmp(a, "--allreduce")) { NEED_VALUE(); t->allreduce = v;
-            if (strcmp(v, "auto") && strcmp(v, "fp32") && strcmp(v, "fp16") && strcmp(v, "bf16")) { fprintf(stderr, "mixprec train: --allreduce '%s' must be auto, fp32, fp16 or bf16\n", v); return 2; }
-        } else if (!strcmp(a, "--bucket-mb")) { NEED_VALUE(); if (!arg_float("train", a, v, 0.01f, 4096, &t->bucket_mb)) return 2;
-        } else if (!strcmp(a, "--dist-timeout")) { NEED_VALUE(); if (!arg_float("train", a, v, 1, 1e6f, &t->dist_timeout)) return 2;
+            if (strcmp(v, "auto") && strcmp(v, "fp32") && strcmp(v, "fp16") && strcmp(v, "bf16")) { fprintf(stderr, "mixprec %s: --allreduce '%s' must be auto, fp32, fp16 or bf16\n", cmd, v); return 2; }
+        } else if (!strcmp(a, "--bucket-mb")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0.01f, 4096, &t->bucket_mb)) return 2;
+        } else if (!strcmp(a, "--dist-timeout")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 1, 1e6f, &t->dist_timeout)) return 2;
         } else if (!strcmp(a, "--sync-bn")) { t->sync_bn = true;
         } else if (!strcmp(a, "--reference")) { t->reference = true;
         } else if (!strcmp(a, "--quiet")) { t->quiet = true;
         } else {
-            fprintf(stderr, "mixprec train: unknown option '%s' (see mixprec train --help)\n", a);
+            fprintf(stderr, "mixprec %s: unknown option '%s' (see mixprec %s --help)\n", cmd, a, cmd);
             return 2;
         }
     }
@@ -214,13 +206,13 @@ static int join_mpi(const train_args *t, mp_dist **dist, int *rank) {
 
 int cmd_train(int argc, char **argv) {
     train_args t;
-    int rc = parse(argc, argv, &t);
+    int rc = train_args_parse("train", argc, argv, &t, NULL, NULL, usage);
     if (rc) return rc == 1 ? 0 : rc;
     mp_dist *dist = NULL;
     int rank = 0;
     if (!t.print_precision && (rc = join_mpi(&t, &dist, &rank)) != 0) return rc;
     if (dist) {
-        if (rank != 0) t.quiet = true, t.log = NULL, t.monitor_csv = NULL;
+        if (rank != 0) t.quiet = true, t.log = NULL, t.monitor_csv = NULL, t.numerics_log = NULL;
         char dev[16];
         snprintf(dev, sizeof dev, "cuda:%d", mp_dist_device(dist));
         t.device = strdup(dev);
@@ -242,6 +234,10 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     if (t.f32_weight_grads && (precision == MP_PRECISION_FP16 || precision == MP_PRECISION_BF16)) { /* no masters */
         fprintf(stderr, "mixprec train: --f32-weight-grads needs fp32 master weights (amp-*, o2-*); under %s the "
                         "weights and their gradients are %s\n", t.precision, t.precision);
+        return 2;
+    }
+    if (t.numerics_every && !t.numerics_log) {
+        fprintf(stderr, "mixprec train: --numerics-every needs --numerics-log FILE\n");
         return 2;
     }
     mp_device device;
@@ -268,9 +264,12 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     if (!t.print_precision && ((rc = cli_check_output("train", "--save", rank == 0 ? t.save : NULL)) ||
                                (rc = cli_check_output("train", "--log", t.log)) ||
                                (rc = cli_check_output("train", "--monitor-csv", t.monitor_csv)) ||
-                               (rc = cli_check_outputs_distinct("train", 3,
-                                                                (const char *[]){"--save", "--log", "--monitor-csv"},
-                                                                (const char *[]){t.save, t.log, t.monitor_csv})) ||
+                               (rc = cli_check_output("train", "--numerics-log", t.numerics_log)) ||
+                               (rc = cli_check_outputs_distinct("train", 4,
+                                                                (const char *[]){"--save", "--log", "--monitor-csv",
+                                                                                 "--numerics-log"},
+                                                                (const char *[]){t.save, t.log, t.monitor_csv,
+                                                                                 t.numerics_log})) ||
                                /* a log appended to the checkpoint it resumes from would corrupt it */
                                (rc = cli_check_outputs_distinct("train", 3,
                                                                 (const char *[]){"--resume", "--log", "--monitor-csv"},
@@ -293,6 +292,15 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     mp_model_spec spec = {.model = t.model, .data = &train,
                           .policy = {.precision = precision, .overrides = t.overrides, .bn_low = t.bn_low}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
+    char merged[4096];
+    if (s == MP_OK) s = train_apply_policy_file(&t, m.g, &spec.policy, merged, sizeof merged);
+    if (s != MP_OK && t.policy && m.g) { /* a bad policy file is a usage error: one line, exit 2 */
+        fprintf(stderr, "mixprec train: --policy %s\n", mp_last_error());
+        mp_model_free(&m);
+        mp_dataset_free(&train);
+        mp_dataset_free(&test);
+        return 2;
+    }
     if (s == MP_OK && t.print_precision) {
         mp_graph_print_precision(m.g, stdout);
         mp_model_free(&m);
@@ -329,7 +337,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                          .max_steps = t.max_steps, .stop_after = t.stop_after, .seed = t.seed, .augment = t.c.augment,
                          .normalize = t.c.normalize, .random_resized_crop = t.c.random_resized_crop,
                          .data_workers = t.c.decode_threads, .out = out, .print_memory = t.print_memory, .log_path = t.log,
-                         .save_path = t.save, .resume_path = t.resume, .gpus = dist ? 0 : t.gpus,
+                         .save_path = t.save, .resume_path = t.resume, .numerics_log = t.numerics_log,
+                         .numerics_every = t.numerics_every, .gpus = dist ? 0 : t.gpus,
                          .dist_timeout = t.dist_timeout, .replica = mp_model_spec_build, .replica_arg = &spec};
         mp_monitor *mon = NULL;
         s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);

@@ -12,7 +12,8 @@
  *   -> optimizer (mixprec/optim.h) -> trainer: mp_trainer_step(batch)
  *   (mixprec/train.h) over data (mixprec/data.h); checkpoints and
  *   evaluation in mixprec/train.h; the model zoo in mixprec/models.h; ONNX
- *   import and export in mixprec/onnx.h. */
+ *   import and export in mixprec/onnx.h; per-tensor fp16/bf16 range
+ *   statistics in mixprec/numerics.h. */
 #ifndef MIXPREC_H
 #define MIXPREC_H
 
@@ -26,6 +27,7 @@
 #include "mixprec/optim.h"
 #include "mixprec/data.h"
 #include "mixprec/train.h"
+#include "mixprec/numerics.h"
 #include "mixprec/models.h"
 #include "mixprec/dist.h"
 #include "mixprec/onnx.h"

@@ -235,12 +235,38 @@ static void test_options_misuse(void) {
     mp_graph_destroy(a.g);
 }
 
+/* mp_trainer_loss on a loss the program never marked as an output: the
+ * trainer keeps it readable (it is the value a marked loss gives). */
+static void test_loss_not_marked(void) {
+    float loss[2] = {0, 0};
+    for (int marked = 0; marked < 2; marked++) {
+        net n = make_net(4, 3);
+        if (marked) mp_graph_mark_output(n.g, n.loss);
+        MP_ASSERT(mp_graph_apply_policy(n.g, (mp_policy_opts){.precision = MP_PRECISION_FP32}) == MP_OK);
+        mp_optimizer *o = sgd(n.g);
+        mp_trainer *t = NULL;
+        MP_ASSERT(mp_trainer_create(n.g, &(mp_trainer_opts){.batch = 4, .input = n.input, .labels = n.labels,
+                                                             .loss = n.loss, .optimizer = o},
+                                    &t) == MP_OK);
+        float x[4 * 64];
+        int32_t y[4] = {0, 1, 2, 1};
+        for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+        MP_ASSERT(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
+        CHECK(mp_trainer_loss(t, &loss[marked]) == MP_OK, "%s", mp_last_error());
+        mp_trainer_destroy(t);
+        mp_optimizer_destroy(o);
+        mp_graph_destroy(n.g);
+    }
+    CHECK(isfinite(loss[0]) && loss[0] > 0 && loss[0] == loss[1], "loss unmarked %g, marked %g", loss[0], loss[1]);
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_api");
     test_trainer_misuse();
     test_checkpoints_and_weights();
     test_evaluation_misuse();
     test_options_misuse();
+    test_loss_not_marked();
     scratch_dir_remove(dir);
     return test_summary("test_api");
 }

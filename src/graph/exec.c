@@ -58,6 +58,7 @@ mp_status mp_plan_forward(mp_plan *p) {
         double t0 = p->o.profile ? profile_clock(p) : 0;
         MP_TRY(forward_node(p, i));
         if (p->o.profile) p->nodes[i].fwd_seconds += profile_clock(p) - t0;
+        if (p->observe) MP_TRY(p->observe(p->observe_arg, i, false, &p->nodes[i].call.out));
     }
     p->step++;
     return MP_OK;
@@ -205,6 +206,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
             c->d_param[k].data = gp->spec.trainable ? gp->grad : NULL;
             fresh[k] = gp->grad_fresh;
         }
+        if (p->observe && !site) MP_TRY(p->observe(p->observe_arg, i, true, &c->d_out));
         double t0 = p->o.profile ? profile_clock(p) : 0;
         MP_TRY(p->be->backward(p, i, taken, fresh));
         if (p->o.profile) pn->bwd_seconds += profile_clock(p) - t0;

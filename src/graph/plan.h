@@ -59,6 +59,11 @@ struct mp_plan {
      * all-reduce there); NULL = none. */
     mp_status (*grad_ready)(void *arg, int node);
     void *grad_ready_arg;
+    /* Numerics statistics (train/numerics_collect.h): called with node i's
+     * output after its forward (grad false) and with its output's gradient,
+     * complete, before its backward (grad true); host plans, NULL = none. */
+    mp_status (*observe)(void *arg, int node, bool grad, const mp_tensor *t);
+    void *observe_arg;
 };
 
 /* Whether p keeps its parameter gradients in the arena (opts.grads_in_arena

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/dataset.h"
+#include "amp/numerics_log.h"
 #include "dist/dist.h"
 #include "graph/graph.h"
 #include "io/output_path.h"
@@ -54,6 +55,7 @@ typedef struct {
     float *logits;       /* (batch, classes) */
     int classes, rank, world, k, steps;
     bool cpu;
+    FILE *numerics;      /* --numerics-log, rank 0 */
 } run;
 
 static void run_free(run *r) {
@@ -124,6 +126,22 @@ static mp_status count_batch(run *r, const int32_t *y, int n, double *loss_sum, 
     return MP_OK;
 }
 
+/* The step's numerics statistics into --numerics-log and the callback, when
+ * it collected them. */
+static mp_status write_numerics(run *r) {
+    const mp_numerics_record *rec;
+    int n;
+    int64_t step;
+    MP_TRY(mp_trainer_numerics(r->t, &rec, &n, &step));
+    if (step == 0 || step != mp_trainer_steps(r->t)) return MP_OK;
+    if (r->o->numerics_cb) MP_TRY(r->o->numerics_cb(r->o->numerics_arg, step, rec, n));
+    if (!r->numerics) return MP_OK;
+    float scale = 1.0f; /* the step's: a gradient record carries it */
+    for (int i = n - 1; i >= 0; i--)
+        if (rec[i].kind == MP_NUMERICS_GRAD || rec[i].kind == MP_NUMERICS_PARAM_GRAD) scale = rec[i].scale;
+    return mp_numerics_log_write(r->numerics, r->o->numerics_log, "--numerics-log", step, scale, rec, n);
+}
+
 /* One epoch's steps; the sums for the summary. */
 static mp_status train_epoch(run *r, int epoch, double *loss_sum, int64_t *micro, int64_t *correct, int64_t *seen) {
     const mp_fit_opts *o = r->o;
@@ -139,12 +157,14 @@ static mp_status train_epoch(run *r, int epoch, double *loss_sum, int64_t *micro
             int n = 0;
             MP_TRY(mp_loader_next(r->ld, &x, &y, &n));
             MP_TRY(mp_trainer_step(r->t, &(mp_batch){.images = x, .labels = y, .n = n}, NULL));
+            if (r->numerics || o->numerics_cb) MP_TRY(write_numerics(r));
             /* the CPU reads every micro-batch (free); a GPU every few steps and at the epoch's end */
             const bool read = r->cpu || ((mp_trainer_steps(r->t) % every == 0 || step == r->steps) && j == r->k - 1);
             if (read) MP_TRY(count_batch(r, y, n, loss_sum, micro, correct, seen));
         }
         if (o->out) mp_progress_update(&bar, step, *micro ? *loss_sum / (double)*micro : 0,
                                        *seen ? (double)*correct / (double)*seen : 0);
+        if (o->stop_at_step > 0 && mp_trainer_steps(r->t) >= o->stop_at_step) break;
     }
     MP_TRY(mp_trainer_sync(r->t, NULL)); /* waits; overflow reports; parameters to the host */
     if (o->out) mp_progress_end(&bar);
@@ -211,6 +231,18 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
     }
     FILE *log = NULL;
     if (s == MP_OK && o->log_path && r.rank == 0) s = mp_output_open(o->log_path, "--log", first_epoch > 1, &log);
+    if (s == MP_OK && o->numerics_cb && !o->numerics_log && r.rank == 0)
+        s = mp_trainer_numerics_enable(r.t, &(mp_numerics_opts){.every = o->numerics_every > 0 ? o->numerics_every : 1});
+    if (s == MP_OK && o->numerics_log && r.rank == 0) {
+        if (!mp_numerics_json_available())
+            s = mp_error(MP_ERR_UNSUPPORTED, "--numerics-log %s: writing JSON needs cJSON (Debian libcjson-dev); this "
+                         "mixprec was built without it", o->numerics_log);
+        if (s == MP_OK)
+            s = mp_trainer_numerics_enable(r.t, &(mp_numerics_opts){.every = o->numerics_every > 0 ? o->numerics_every
+                                                                                                      : 100});
+        if (s != MP_OK) s = mp_error(s, "--numerics-log: %s", mp_last_error());
+        if (s == MP_OK) s = mp_output_open(o->numerics_log, "--numerics-log", first_epoch > 1, &r.numerics);
+    }
     if (s == MP_OK) res->arena_bytes = mp_plan_arena_bytes(mp_trainer_plan(r.t));
     if (s == MP_OK && o->out) print_setup(&r, o->out, o->print_memory);
     const double t_all = mp_now_seconds();
@@ -261,6 +293,7 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
         if (s == MP_OK) s = check_finite_epoch(epoch, res, test && r.rank == 0, r.t);
         if (s == MP_OK && o->save_path && r.rank == 0) s = save_checkpoint(&r, train, epoch);
         if (o->stop_after > 0 && epoch >= o->stop_after) break;
+        if (o->stop_at_step > 0 && mp_trainer_steps(r.t) >= o->stop_at_step) break;
     }
     if (s != MP_OK) mp_dist_fail(o->trainer.dist, s); /* the other ranks stop instead of waiting for this one */
     res->total_seconds = mp_now_seconds() - t_all;
@@ -270,6 +303,8 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
     }
     if (log && s == MP_OK) s = mp_output_close(log, o->log_path, "--log");
     else if (log) fclose(log); /* the first error is the one reported */
+    if (r.numerics && s == MP_OK) s = mp_output_close(r.numerics, o->numerics_log, "--numerics-log");
+    else if (r.numerics) fclose(r.numerics);
     run_free(&r);
     return s;
 }

@@ -37,6 +37,15 @@ typedef struct {
     const char *log_path;       /* JSONL, one record per epoch; NULL = none */
     const char *save_path;      /* checkpoint written atomically after each epoch */
     const char *resume_path;    /* continue the run saved there */
+    const char *numerics_log;   /* numerics statistics as JSONL (amp/numerics_log.h), CPU; NULL = none */
+    int numerics_every;         /* ...collected every N optimizer steps, 0 -> 100 */
+    /* Also (or instead of the log) every collection to this callback, CPU,
+     * e.g. the precision doctor's probe (mp_doctor_add). */
+    mp_status (*numerics_cb)(void *arg, int64_t step, const mp_numerics_record *rec, int n);
+    void *numerics_arg;
+    /* Stop after this many optimizer steps of the whole run (0: none); the
+     * learning-rate schedule still spans every epoch, as the full run's. */
+    int64_t stop_at_step;
     /* data parallel: gpus > 1 runs that many ranks as threads of this process
      * (GPUs 0..gpus-1); trainer.dist set: this process is one rank (mpirun) */
     int gpus;

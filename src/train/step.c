@@ -28,6 +28,7 @@
 
 #include "amp/policy.h"
 #include "graph/plan.h"
+#include "train/numerics_collect.h"
 #include "train/trainer.h"
 
 /* ---- the step ----------------------------------------------------------- */
@@ -63,6 +64,7 @@ mp_status mp_step_enqueue(mp_trainer *t, mp_launch kind) {
         p->grad_ready = hook;
         MP_TRY(st);
         if (!last) continue;
+        if (t->numerics) MP_TRY(mp_numerics_group_grads(t, gi));
         if (t->o.dist) MP_TRY(be->reduce_grads(t));
         if (t->after_reduce) MP_TRY(t->after_reduce(t->after_reduce_arg, t, gi));
         MP_TRY(be->unscale_check(t, gi));

@@ -9,6 +9,7 @@
 
 #include "dist/dist.h"
 #include "graph/plan.h"
+#include "train/numerics_collect.h"
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -124,6 +125,10 @@ static mp_status take_opts(mp_trainer *t, const mp_trainer_opts *in) {
 /* ---- plan and backend ----------------------------------------------------- */
 
 static mp_status make_plan(mp_trainer *t) {
+    /* the losses stay readable after the step (mp_trainer_loss): outputs,
+     * so the arena does not reuse their memory */
+    for (int gi = 0; gi < t->n_groups; gi++)
+        for (int j = 0; j < t->groups[gi].n_losses; j++) mp_graph_mark_output(t->g, t->groups[gi].losses[j]);
     mp_plan_opts po = {.batch = t->o.batch, .training = true, .reference = t->o.reference, .seed = t->o.seed,
                        .profile = t->o.profile, .device = t->o.device, .sync_bn = t->o.sync_bn, .dist = t->o.dist,
                        .f32_weight_grads = t->o.f32_weight_grads};
@@ -216,6 +221,7 @@ void mp_trainer_destroy(mp_trainer *t) {
         opt->bound = NULL;
         if (opt->orphaned) mp_optimizer_destroy(opt);
     }
+    mp_numerics_state_free(t->numerics);
     free(t->buffers_backup);
     free(t);
 }
@@ -262,7 +268,10 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
     const int rebuilds = t->rebuilds;
     for (int gi = 0; gi < t->n_groups; gi++) t->groups[gi].lr = mp_lr_at(&t->groups[gi].opt->o.lr, t->steps);
     const mp_launch kind = launch_kind(t->micro, t->k);
-    MP_TRY(t->be->launch(t, kind));
+    mp_status ls = mp_numerics_launch_begin(t, kind);
+    if (ls == MP_OK) ls = t->be->launch(t, kind);
+    mp_numerics_launch_end(t);
+    MP_TRY(ls);
     t->micro = (t->micro + 1) % t->k;
     if (kind & MP_LAUNCH_LAST) {
         t->steps++;

@@ -71,6 +71,7 @@ struct mp_trainer {
      * device work. */
     mp_status (*after_reduce)(void *arg, mp_trainer *t, int g);
     void *after_reduce_arg;
+    struct mp_numerics_state *numerics; /* statistics (numerics_collect.h), NULL: off */
 };
 
 /* Rebuild the plan and the backend state from the graph (after the

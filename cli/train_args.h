@@ -1,0 +1,51 @@
+/* train_args.h — `mixprec train`'s options, parsed by train_cmd.c and shared
+ * with `mixprec doctor`, which takes the same model, data and training
+ * options plus its own (the extra hook). */
+#ifndef MP_CLI_TRAIN_ARGS_H
+#define MP_CLI_TRAIN_ARGS_H
+
+#include "cli/common_opts.h"
+#include "mixprec.h"
+#include "train/fit.h"
+
+typedef struct {
+    common_opts c; /* data and optimizer */
+    const char *numerics_log;
+    int numerics_every;
+    const char *policy;       /* --policy FILE (the doctor's) */
+    bool precision_set;       /* --precision given */
+    const char *model, *log, *precision, *lr_schedule, *overrides, *save, *resume;
+    const char *loss_scaling; /* "on", "off" or NULL (the policy's default) */
+    mp_scaler_opts scaler;
+    bool scaler_set;
+    int accumulate, max_forward_overflows, stop_after;
+    float clip_norm, clip_value;
+    bool auto_fallback, bn_low, f32_weight_grads;
+    int epochs, batch, threads, max_steps;
+    bool reference, quiet, print_precision, print_memory;
+    uint64_t seed;
+    const char *device;       /* --device text */
+    float monitor_interval;   /* seconds, 0 = GPU monitor off */
+    const char *monitor_csv;  /* NULL = no CSV */
+    int gpus;                 /* 0: not given */
+    const char *allreduce;
+    float bucket_mb, dist_timeout;
+    bool sync_bn;
+} train_args;
+
+/* Options after argv[0] into t. extra (may be NULL) is offered each option
+ * first: 1 consumed (advancing *i past its value), 0 not its, -1 bad (it
+ * printed why). Returns 0, 1 after --help (usage printed), 2 on an error
+ * (one line "mixprec <cmd>: ..." printed). */
+int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
+                     int (*extra)(void *arg, int argc, char **argv, int *i), void *extra_arg, void (*usage)(FILE *));
+
+/* --policy FILE on top of --precision and --precision-override
+ * (amp/policy_file.h): the file's layers are checked against g, a layer in
+ * both, or a precision or loss-scale setting the options give differently,
+ * is an error naming the file and the key. Then policy (in: the options',
+ * out: the run's, its overrides in buf) is applied to g and the file's loss
+ * scale goes into t's scaler options. */
+mp_status train_apply_policy_file(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap);
+
+#endif

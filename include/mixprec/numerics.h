@@ -1,0 +1,117 @@
+/** @file mixprec/numerics.h
+ * Numerics statistics: what fp16 and bf16 would do to a tensor's values.
+ *
+ * For one tensor, in one pass: the largest magnitude, the smallest non-zero
+ * magnitude, NaN/inf/zero counts, how many values would overflow, round to
+ * zero or become subnormal when rounded (nearest even) to fp16 and to bf16,
+ * and a histogram of magnitudes by octave (floor(log2 |x|)), from which the
+ * same shares follow for any power-of-two loss scale.
+ *
+ * A trainer collects them, on request every N optimizer steps, for chosen
+ * nodes' outputs and output gradients and for parameters and parameter
+ * gradients (mp_trainer_numerics_enable, then mp_trainer_numerics after a
+ * step). Gradients are measured as the low-precision backward sees them:
+ * scaled by the loss scale the step ran with (the record says which), so an
+ * fp16 share of a gradient is the share that scale would lose.
+ *
+ * Devices: the CPU computes the statistics with a host pass over each tensor
+ * as the step writes it (activations die early in the arena). The API is shaped
+ * for a GPU implementation that does not stall the step: a collecting step would
+ * be a second captured CUDA graph of the same step with one fused reduction
+ * kernel queued after each observed tensor is written, accumulating into a
+ * device array of mp_tensor_stats (counts by atomics, amax/amin as atomic
+ * max/min on the float bits), copied to pinned host memory at the step's end
+ * as the overflow counts are; mp_trainer_numerics would then return the
+ * newest finished collection and its step, which may be a step behind the
+ * queue. That device side is not built yet: enabling statistics on a GPU
+ * trainer is MP_ERR_UNSUPPORTED. */
+#ifndef MIXPREC_NUMERICS_H
+#define MIXPREC_NUMERICS_H
+
+#include "mixprec/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The low-precision formats a tensor is measured against. */
+typedef enum {
+    MP_NUMERICS_FP16 = 0, /**< IEEE binary16: max 65504, min normal 2^-14, min subnormal 2^-24 */
+    MP_NUMERICS_BF16 = 1, /**< bfloat16: max 3.39e38, min normal 2^-126, min subnormal 2^-133 */
+    MP_NUMERICS_FORMATS = 2
+} mp_numerics_format;
+
+/** Lowest octave of the magnitude histogram: bin b counts finite non-zero
+ * |x| in [2^(MP_NUMERICS_HIST_MIN + b), 2^(MP_NUMERICS_HIST_MIN + b + 1)). */
+#define MP_NUMERICS_HIST_MIN (-150)
+/** Octaves of the histogram: 2^-150 .. 2^130 hold every finite non-zero f32. */
+#define MP_NUMERICS_HIST_BINS 280
+
+/** One tensor's statistics. Shares are counts over numel. */
+typedef struct {
+    int64_t numel;        /**< values */
+    int64_t nan;          /**< NaN values */
+    int64_t inf;          /**< +-inf values */
+    int64_t zero;         /**< exact zeros */
+    double amax;          /**< largest finite |x| (0 when none) */
+    double amin;          /**< smallest finite non-zero |x| (0 when none) */
+    /** Finite values that round to +-inf in the format. */
+    int64_t overflow[MP_NUMERICS_FORMATS];
+    /** Non-zero finite values that round to +-0 in the format. */
+    int64_t underflow[MP_NUMERICS_FORMATS];
+    /** Values that round to a non-zero subnormal of the format. */
+    int64_t subnormal[MP_NUMERICS_FORMATS];
+    /** Finite non-zero |x| by octave (see MP_NUMERICS_HIST_MIN). */
+    int64_t hist[MP_NUMERICS_HIST_BINS];
+} mp_tensor_stats;
+
+/** Statistics of n values of dtype F32, F16 or BF16 (the dtypes activations,
+ * gradients and parameters are stored in). */
+MP_API mp_status mp_tensor_stats_compute(const void *data, mp_dtype dtype, int64_t n, mp_tensor_stats *out);
+
+/** Values of s whose magnitude times 2^log2_scale is below 2^below_log2,
+ * counted from the histogram (exact when the bound is a power of two). */
+MP_API int64_t mp_tensor_stats_below(const mp_tensor_stats *s, int log2_scale, int below_log2);
+
+/** What a record measures (flags, combinable in mp_numerics_opts.kinds). */
+typedef enum {
+    MP_NUMERICS_OUTPUT = 1,     /**< a node's forward output */
+    MP_NUMERICS_GRAD = 2,       /**< the gradient of a node's output (loss-scaled) */
+    MP_NUMERICS_PARAM = 4,      /**< a trainable parameter as the forward used it */
+    MP_NUMERICS_PARAM_GRAD = 8, /**< a trainable parameter's gradient (loss-scaled, before unscaling) */
+    MP_NUMERICS_ALL = 15
+} mp_numerics_kind;
+
+/** One measured tensor of one step. */
+typedef struct {
+    mp_numerics_kind kind; /**< what it is */
+    mp_node node;          /**< the node (a parameter's owner) */
+    int param;             /**< graph parameter index, or -1 */
+    const char *name;      /**< node or parameter name (valid while the graph lives) */
+    mp_dtype dtype;        /**< the dtype the values were stored in */
+    float scale;           /**< the loss scale the values carry (gradients), else 1 */
+    mp_tensor_stats stats; /**< the statistics */
+} mp_numerics_record;
+
+/** Which tensors to measure, and when. */
+typedef struct {
+    int every;          /**< collect on optimizer steps (1-based) divisible by this; 0 -> 1 */
+    unsigned kinds;     /**< mp_numerics_kind flags; 0 -> MP_NUMERICS_ALL */
+    const char *nodes;  /**< comma-separated node names ("fc1,conv2"); NULL or "": every node */
+} mp_numerics_opts;
+
+/** Start collecting statistics on t's steps (again with new options, or
+ * o = NULL to stop). Unknown node names are an error naming them. With
+ * accumulation, the step's last micro-batch is measured. CPU trainers only
+ * for now (see the file comment). */
+MP_API mp_status mp_trainer_numerics_enable(mp_trainer *t, const mp_numerics_opts *o);
+
+/** The newest collection: *records (owned by the trainer, valid until its
+ * next step), *n of them and the optimizer step (1-based) they belong to;
+ * *step = 0 and *n = 0 before any. */
+MP_API mp_status mp_trainer_numerics(mp_trainer *t, const mp_numerics_record **records, int *n, int64_t *step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_NUMERICS_H */

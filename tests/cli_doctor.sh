@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# cli_doctor.sh — `mixprec doctor` and `train --policy` end to end on a small
+# synthetic run: the doctor writes a policy that train accepts and trains
+# with; bad policy files and conflicting options are one stderr line naming
+# the file and the key with a non-zero exit; `train --numerics-log` writes
+# one valid JSON object per line; bad --numerics-every and doctor options.
+set -u
+bin=$(realpath "$1")
+work=${MP_WORK:-/tmp/mp_cli_test}/doctor
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+D=(--data synthetic --synthetic-shape 1x8x8 --synthetic-size 256 --batch 32 --epochs 1 --threads 2 --quiet)
+
+# expect RC PATTERN -- command...: the exit status, exactly one stderr line matching PATTERN
+expect() {
+    local rc=$1 pat=$2
+    shift 3
+    timeout 120 "$@" >out.txt 2>err.txt
+    local got=$? lines
+    lines=$(wc -l <err.txt)
+    if [ "$got" != "$rc" ] || [ "$lines" != 1 ] || ! grep -qE -- "$pat" err.txt; then
+        bad "$* -> rc $got (want $rc), stderr: $(cat err.txt)"
+    else ok; fi
+}
+
+# the doctor writes a policy; train applies it
+timeout 300 "$bin" doctor "${D[@]}" --probe-steps 5 --policy-out pol.json >doc.txt 2>err.txt
+if [ $? = 0 ] && grep -q '^verdict: ' doc.txt && grep -q '^fc1 ' doc.txt && [ ! -s err.txt ] &&
+    python3 -c 'import json,sys; d=json.load(open("pol.json")); sys.exit(d["mixprec_policy"] != 1)'; then ok
+else bad "doctor: $(cat doc.txt err.txt)"; fi
+timeout 300 "$bin" train "${D[@]}" --policy pol.json --log run.jsonl >/dev/null 2>err.txt
+if [ $? = 0 ] && grep -q '"precision":"amp-fp16"' run.jsonl; then ok; else bad "train --policy pol.json: $(cat err.txt)"; fi
+# the default output is policy.json in the current directory
+(timeout 300 "$bin" doctor "${D[@]}" --probe-steps 2 >/dev/null 2>&1) && [ -s policy.json ] && ok || bad "doctor default policy.json"
+"$bin" doctor --help | grep -q -- '--probe-steps' && ok || bad "doctor --help"
+
+# bad policy files: one line naming the file and the key, exit 2
+printf '{not json' >nj.json
+printf '{"mixprec_policy": 1, "overrides": {"fc9": "fp32"}}' >miss.json
+printf '{"mixprec_policy": 1, "overrides": {"fc1": "fp8"}}' >dt.json
+printf '{"mixprec_policy": 1, "overrides": {"fc1": "fp32"}}' >fc1.json
+expect 2 'nj.json: not JSON' -- "$bin" train "${D[@]}" --policy nj.json
+expect 2 "miss.json: overrides.fc9: no layer named 'fc9'" -- "$bin" train "${D[@]}" --policy miss.json
+expect 2 "dt.json: overrides.fc1: dtype 'fp8' unknown" -- "$bin" train "${D[@]}" --policy dt.json
+expect 2 'fc1.json: overrides.fc1 conflicts with --precision-override fc1=bf16' -- \
+    "$bin" train "${D[@]}" --policy fc1.json --precision-override fc1=bf16
+expect 2 "pol.json: precision: 'amp-fp16' conflicts with --precision bf16" -- \
+    "$bin" train "${D[@]}" --policy pol.json --precision bf16
+expect 2 'absent.json: cannot open' -- "$bin" train "${D[@]}" --policy absent.json
+expect 2 '--policy needs a value' -- "$bin" train --policy
+
+# doctor's own bad options, and its output path checked before probing
+expect 2 '--probe-steps 0 is out of range' -- "$bin" doctor "${D[@]}" --probe-steps 0
+expect 2 "--planned-steps 'x'" -- "$bin" doctor "${D[@]}" --planned-steps x
+expect 2 '--policy-out .*/nodir/p.json' -- "$bin" doctor "${D[@]}" --policy-out "$work/nodir/p.json"
+expect 2 '--gpus is not a doctor option' -- "$bin" doctor "${D[@]}" --gpus 2
+expect 2 "unknown option '--bogus'" -- "$bin" doctor --bogus
+
+# --numerics-log: one JSON object per line
+timeout 300 "$bin" train "${D[@]}" --precision amp-fp16 --numerics-log num.jsonl --numerics-every 2 >/dev/null 2>err.txt
+if [ $? = 0 ] && [ "$(wc -l <num.jsonl)" -ge 3 ] &&
+    python3 -c 'import json,sys
+for l in open("num.jsonl"):
+    d = json.loads(l); assert d["step"] % 2 == 0 and d["tensors"], l[:80]'; then ok
+else bad "--numerics-log: $(cat err.txt)"; fi
+expect 2 '--numerics-every 0 is out of range' -- "$bin" train "${D[@]}" --numerics-log n2.jsonl --numerics-every 0
+expect 2 "--numerics-every 'x'" -- "$bin" train "${D[@]}" --numerics-log n2.jsonl --numerics-every x
+expect 2 '--numerics-every needs --numerics-log' -- "$bin" train "${D[@]}" --numerics-every 5
+
+echo "cli_doctor: $pass passed, $fail failed"
+[ "$fail" = 0 ]
