@@ -126,12 +126,12 @@ static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, c
             return MP_OK;
         }
         if (info->norm_channels != test->c)
-            return mp_error(MP_ERR_SHAPE, "%s: the checkpoint's normalization has %d channels, %s has %d",
+            return mp_error(MP_ERR_SHAPE, "%s: the recorded normalization has %d channels, %s has %d",
                             e->checkpoint ? e->checkpoint : e->model, info->norm_channels, test->source, test->c);
         memcpy(mean, info->norm_mean, (size_t)test->c * sizeof *mean);
         memcpy(std, info->norm_std, (size_t)test->c * sizeof *std);
         *use = true;
-        *how = "the checkpoint's";
+        *how = e->checkpoint ? "the checkpoint's" : "the model's metadata";
         return MP_OK;
     }
     mp_dataset_channel_stats(train, mean, std);
@@ -166,6 +166,14 @@ static int run_eval(const eval_args *e) {
     /* Without a checkpoint (an .onnx model with its weights): fp32, batch 256,
      * the training set's normalization unless --no-normalize. */
     mp_checkpoint_info info = {.saved_precision = "fp32", .saved_batch = 256};
+    if (!e->checkpoint) { /* an .onnx model: the normalization its metadata records, if any */
+        if (mp_onnx_read_normalization(e->model, MP_CHECKPOINT_MAX_CHANNELS, &info.norm_channels, info.norm_mean,
+                                       info.norm_std) != MP_OK) {
+            fprintf(stderr, "mixprec eval: --model %s\n", mp_last_error());
+            return 1;
+        }
+        info.norm_recorded = info.norm_channels > 0;
+    }
     if (e->checkpoint && mp_checkpoint_read_info(e->checkpoint, &info) != MP_OK) {
         fprintf(stderr, "mixprec eval: --checkpoint %s\n", mp_last_error());
         return 1;

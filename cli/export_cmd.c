@@ -1,12 +1,16 @@
 /* export_cmd.c — `mixprec export --format onnx`: build a model for the data
  * shape it was trained on, load a checkpoint's (or weights file's) weights
- * into it and write its inference graph as an ONNX model. */
+ * into it and write its inference graph as an ONNX model, with the input
+ * normalization a `train --save` checkpoint recorded (or an .onnx model's
+ * own) as the model's metadata. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common_opts.h"
+#include "core/error.h"
+#include "io/safetensors.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -88,6 +92,32 @@ static int parse(int argc, char **argv, export_args *e) {
     return cli_check_output("export", "-o", e->output);
 }
 
+/* The normalization to record: a checkpoint's (a weights-only file has no
+ * mixprec metadata: none), or an .onnx model's own. */
+static mp_status export_norm(const export_args *e, mp_checkpoint_info *info) {
+    memset(info, 0, sizeof *info);
+    if (!e->checkpoint) {
+        const size_t n = strlen(e->model);
+        if (n > 5 && !strcmp(e->model + n - 5, ".onnx"))
+            return mp_onnx_read_normalization(e->model, MP_CHECKPOINT_MAX_CHANNELS, &info->norm_channels,
+                                              info->norm_mean, info->norm_std);
+        return MP_OK;
+    }
+    mp_st_file *f = NULL;
+    MP_TRY(mp_safetensors_open(e->checkpoint, &f));
+    const bool run = mp_safetensors_meta(f, "mixprec.model") != NULL;
+    mp_safetensors_close(f);
+    if (!run) return MP_OK;
+    MP_TRY(mp_checkpoint_read_info(e->checkpoint, info));
+    if (info->norm_recorded && info->norm_channels == 0 && e->c <= MP_CHECKPOINT_MAX_CHANNELS) {
+        /* the run did not normalize: record the identity, so that evaluation
+         * elsewhere does not normalize either */
+        info->norm_channels = e->c;
+        for (int i = 0; i < e->c; i++) info->norm_mean[i] = 0.0f, info->norm_std[i] = 1.0f;
+    }
+    return MP_OK;
+}
+
 int cmd_export(int argc, char **argv) {
     export_args e;
     int rc = parse(argc, argv, &e);
@@ -98,15 +128,21 @@ int cmd_export(int argc, char **argv) {
      * parameters are read, and every one of them must be there */
     if (s == MP_OK && e.checkpoint)
         s = mp_graph_load_weights(m.g, e.checkpoint, &(mp_weights_opts){.allow_unused = true});
+    mp_checkpoint_info info;
+    if (s == MP_OK) s = export_norm(&e, &info);
     if (s == MP_OK)
-        s = mp_model_export_onnx(&m, e.output, &(mp_onnx_export_opts){.fp16_weights = e.fp16, .batch = e.batch});
+        s = mp_model_export_onnx(&m, e.output,
+                                 &(mp_onnx_export_opts){.fp16_weights = e.fp16, .batch = e.batch,
+                                                        .norm_channels = info.norm_channels,
+                                                        .norm_mean = info.norm_mean, .norm_std = info.norm_std});
     if (s != MP_OK) {
         fprintf(stderr, "mixprec export: %s\n", mp_last_error());
         mp_model_free(&m);
         return 1;
     }
-    printf("mixprec export: %s (%dx%dx%d -> %d classes, %lld parameters%s) -> %s\n", e.model, e.c, e.h, e.w,
-           e.classes, (long long)mp_graph_param_count(m.g), e.fp16 ? ", fp16 weights" : "", e.output);
+    printf("mixprec export: %s (%dx%dx%d -> %d classes, %lld parameters%s%s) -> %s\n", e.model, e.c, e.h, e.w,
+           e.classes, (long long)mp_graph_param_count(m.g), e.fp16 ? ", fp16 weights" : "",
+           info.norm_channels ? ", input normalization in the metadata" : "", e.output);
     mp_model_free(&m);
     return 0;
 }

@@ -89,5 +89,36 @@ for path in sys.argv[1:]:
 assert np.max(np.abs(outs[0] - outs[1])) <= 1e-2 * np.max(np.abs(outs[0])), "fp16 weights change the logits"
 assert np.array_equal(outs[0], outs[2]), "an imported and re-exported model computes other logits"
 PY
+
+# the input normalization travels in the model's metadata: the checkpoint's
+# per-channel statistics (and again after import -> export), the identity
+# for a run that did not normalize; eval of either model equals eval of
+# its checkpoint; a malformed record is one error naming the key
+python3 - run.safetensors m.onnx again.onnx <<'PY' && ok || bad "normalization metadata of the exported models"
+import json, struct, sys
+import onnx
+with open(sys.argv[1], "rb") as f:
+    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+for path in sys.argv[2:]:
+    props = {p.key: p.value for p in onnx.load(path).metadata_props}
+    for key in ("mixprec.norm_mean", "mixprec.norm_std"):
+        got = [float(v) for v in props[key].split(",")]
+        want = [float(v) for v in meta[key].split(",")]
+        assert len(got) == len(want) == 1 and abs(got[0] - want[0]) <= 1e-6 * abs(want[0]), (path, key, got, want)
+PY
+"$bin" train "${syn[@]}" --max-steps 4 --no-normalize --save raw.safetensors >raw.out 2>&1 \
+  && "$bin" export --checkpoint raw.safetensors --model small --input-shape 1x12x12 -o raw.onnx >raw_export.out 2>&1 \
+  && "$bin" eval --checkpoint raw.safetensors "${evaldata[@]}" >raw_ckpt.out 2>&1 \
+  && "$bin" eval --model raw.onnx "${evaldata[@]}" >raw_onnx.out 2>&1 && [ "$(cat raw_ckpt.out)" = "$(cat raw_onnx.out)" ] \
+  && ok || bad "--no-normalize run: eval of its export differs: $(cat raw.out raw_export.out raw_ckpt.out raw_onnx.out | tail -6)"
+python3 - m.onnx badmeta.onnx <<'PY' || bad "could not write badmeta.onnx"
+import sys, onnx
+m = onnx.load(sys.argv[1])
+for p in m.metadata_props:
+    if p.key == "mixprec.norm_std":
+        p.value = "0.5,abc"
+onnx.save(m, sys.argv[2])
+PY
+expect eval_bad_metadata 1 "badmeta.onnx: metadata mixprec.norm_std: '0.5,abc' is not a list of" -- eval --model badmeta.onnx "${evaldata[@]}"
 echo "cli_onnx: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

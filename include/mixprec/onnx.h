@@ -79,6 +79,13 @@ typedef struct {
     bool fp16_weights;
     /** A fixed batch size for the input and output (0: a dynamic "N"). */
     int batch;
+    /** The input normalization (x - mean) / std the model was trained with,
+     * written as the model's metadata "mixprec.norm_mean" and
+     * "mixprec.norm_std" (comma-separated decimals, one per channel) so that
+     * evaluation elsewhere reproduces its accuracy; 0 writes none. */
+    int norm_channels;
+    const float *norm_mean; /**< norm_channels means (see norm_channels) */
+    const float *norm_std;  /**< norm_channels standard deviations, > 0 */
 } mp_onnx_export_opts;
 
 /** Write the inference graph that computes `output` from `input` (an image
@@ -92,6 +99,13 @@ MP_API mp_status mp_graph_to_onnx(const mp_graph *g, mp_node input, mp_node outp
 
 /** mp_graph_to_onnx of a classifier: its input to its logits. */
 MP_API mp_status mp_model_export_onnx(const mp_model *m, const char *path, const mp_onnx_export_opts *o);
+
+/** The input normalization an ONNX model's metadata records (as
+ * mp_graph_to_onnx writes it): *channels values each into mean and std
+ * (room for max_channels), or *channels = 0 when the model records none.
+ * A malformed or partial record is an error naming the file and the key. */
+MP_API mp_status mp_onnx_read_normalization(const char *path, int max_channels, int *channels, float *mean,
+                                            float *std);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@
 
 #define MAX_FILE_BYTES ((uint64_t)2 << 30) /* protobuf's own limit */
 
-static mp_status read_model(const char *path, Onnx__ModelProto **out) {
+mp_status onnx_read_model(const char *path, Onnx__ModelProto **out) {
     *out = NULL;
     int fd;
     uint64_t size;
@@ -221,7 +221,7 @@ static mp_status from_onnx(mp_graph *g, const char *path, const mp_onnx_opts *o,
     onnx_ctx c = {.path = path, .g = g, .input_batch = -1};
     if (o) c.o = *o;
     Onnx__ModelProto *m;
-    MP_TRY(read_model(path, &m));
+    MP_TRY(onnx_read_model(path, &m));
     c.graph = m->graph;
     mp_status s = check_opset(&c, m);
     if (s == MP_OK) s = import(&c, info, out_ndim, out_dims);

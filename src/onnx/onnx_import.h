@@ -47,6 +47,10 @@ typedef struct {
     int params;                    /* parameter tensors set */
 } onnx_ctx;
 
+/* Read and unpack an ONNX file (onnx_import.c); errors name the file. Free
+ * with onnx__model_proto__free_unpacked. */
+mp_status onnx_read_model(const char *path, Onnx__ModelProto **out);
+
 /* ---- messages (onnx_values.c) ---- */
 /* mp_error with "<file>: node '<name>' (<op>, opset N): " before the message. */
 mp_status onnx_fail(onnx_ctx *c, mp_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

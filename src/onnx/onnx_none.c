@@ -28,6 +28,13 @@ mp_status mp_graph_to_onnx(const mp_graph *g, mp_node input, mp_node output, con
     return no_onnx(path);
 }
 
+mp_status mp_onnx_read_normalization(const char *path, int max_channels, int *channels, float *mean,
+                                     float *std) {
+    (void)max_channels, (void)mean, (void)std;
+    if (channels) *channels = 0;
+    return no_onnx(path);
+}
+
 mp_status mp_model_export_onnx(const mp_model *m, const char *path, const mp_onnx_export_opts *o) {
     (void)m, (void)o;
     return no_onnx(path);

@@ -261,6 +261,7 @@ mp_status mp_graph_to_onnx(const mp_graph *g, mp_node input, mp_node output, con
     outs[0] = value_info(&w, g->nodes[output].name, os->ndim, dims);
     gp->n_output = outs[0] ? 1 : 0;
 
+    if (s == MP_OK) s = onnx_w_normalization(m, opts.norm_channels, opts.norm_mean, opts.norm_std, path);
     for (int i = 0; s == MP_OK && i <= output && !w.oom; i++)
         if (need[i] && i != input) s = onnx_w_op(&w, g, i);
     if (s == MP_OK && w.oom) s = mp_error(MP_ERR_NOMEM, "%s: out of memory building the model", path);

@@ -35,4 +35,9 @@ void onnx_w_initializer(onnx_writer *w, const char *name, int dtype, int ndim, c
  * their node names and writing a value named after node i. */
 mp_status onnx_w_op(onnx_writer *w, const mp_graph *g, int i);
 
+/* The input normalization as m's metadata (onnx_metadata.c): nothing for
+ * channels <= 0; values must be finite, std > 0; errors name path. */
+mp_status onnx_w_normalization(Onnx__ModelProto *m, int channels, const float *mean, const float *std,
+                               const char *path);
+
 #endif
