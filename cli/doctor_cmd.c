@@ -34,7 +34,9 @@ static void usage(FILE *f) {
             "  --planned-steps N   the run's optimizer steps (default: --epochs x batches per epoch)\n"
             "  --policy-out FILE   the policy file (default policy.json); `mixprec train --policy FILE`\n"
             "                      applies it\n"
-            "  --precision P       the run's policy to check: %s (default amp-fp16)\n\n"
+            "  --precision P       the run's policy to check: %s (default amp-fp16)\n"
+            "  --precision-override LAYER=DTYPE,...  part of the run's policy: analysed with it and kept in\n"
+            "                      the policy file (so not given again to `train --policy`)\n\n"
             "the run (as `mixprec train`, see its --help): --model, --data, --data-dir, --synthetic-*,\n"
             "--train-samples, --augment, --no-normalize, --epochs, --batch, --optimizer, --lr, --momentum,\n"
             "--nesterov, --weight-decay, --lr-schedule, --loss-scaling, --loss-scale and the other scaler\n"
@@ -74,7 +76,6 @@ static int reject(const train_args *t) {
         {t->log != NULL, "--log", "the probe ends before an epoch does"},
         {t->numerics_log != NULL, "--numerics-log", "the doctor reads the statistics itself"},
         {t->numerics_every > 0, "--numerics-every", "the doctor collects every probe step"},
-        {t->overrides != NULL, "--precision-override", "give overrides to `train` with --policy"},
         {t->policy != NULL, "--policy", "the doctor writes the policy (--policy-out)"},
         {t->print_precision || t->print_memory, "--print-precision/--print-memory", "use `train`"},
         {t->auto_fallback, "--auto-fallback", "the probe is fp32"},
@@ -126,6 +127,16 @@ int cmd_doctor(int argc, char **argv) {
     if (s == MP_OK) s = common_opts_load_data(&t.c, t.seed, &train, &test);
     mp_model_spec spec = {.model = t.model, .data = &train, .policy = {.precision = MP_PRECISION_FP32}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
+    /* the user's overrides are part of the analysed policy: checked now, before probing */
+    if (s == MP_OK && t.overrides &&
+        mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = target, .overrides = t.overrides}) != MP_OK) {
+        fprintf(stderr, "mixprec doctor: %s\n", mp_last_error()); /* a usage error: exit 2 */
+        mp_model_free(&m);
+        mp_dataset_free(&train);
+        mp_dataset_free(&test);
+        return 2;
+    }
+    if (s == MP_OK && t.overrides) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_FP32});
     if (s == MP_OK) s = mp_doctor_create(m.g, &doc);
     const int k = t.accumulate > 1 ? t.accumulate : 1;
     int64_t per_epoch = t.batch > 0 ? train.n / t.batch / k : 0;
@@ -153,7 +164,8 @@ int cmd_doctor(int argc, char **argv) {
         if (s != MP_OK) s = mp_error(s, "the fp32 probe: %s", mp_last_error());
     }
     if (s == MP_OK) {
-        mp_doctor_opts o = {.target = target, .planned_steps = planned, .loss_scaling = scaling, .scaler = t.scaler};
+        mp_doctor_opts o = {.target = target, .planned_steps = planned, .loss_scaling = scaling, .scaler = t.scaler,
+                             .overrides = t.overrides};
         s = mp_doctor_analyze(doc, m.g, &o, &rep);
     }
     if (s == MP_OK) {

@@ -35,6 +35,12 @@ if [ $? = 0 ] && grep -q '"precision":"amp-fp16"' run.jsonl; then ok; else bad "
 # the default output is policy.json in the current directory
 (timeout 300 "$bin" doctor "${D[@]}" --probe-steps 2 >/dev/null 2>&1) && [ -s policy.json ] && ok || bad "doctor default policy.json"
 "$bin" doctor --help | grep -q -- '--probe-steps' && ok || bad "doctor --help"
+# --precision-override is part of the analysed policy and kept in the file
+timeout 300 "$bin" doctor "${D[@]}" --probe-steps 3 --precision-override fc1=bf16 --policy-out ov.json >/dev/null 2>err.txt
+if [ $? = 0 ] && python3 -c 'import json,sys; sys.exit(json.load(open("ov.json"))["overrides"].get("fc1") != "bf16")'; then ok
+else bad "doctor --precision-override: $(cat err.txt)"; fi
+timeout 300 "$bin" train "${D[@]}" --policy ov.json >/dev/null 2>err.txt && ok || bad "train --policy ov.json: $(cat err.txt)"
+expect 2 "no layer named 'fc9'" -- "$bin" doctor "${D[@]}" --precision-override fc9=bf16
 
 # bad policy files: one line naming the file and the key, exit 2
 printf '{not json' >nj.json
