@@ -11,5 +11,6 @@ int cmd_info(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_numerics(int argc, char **argv);
 
 #endif

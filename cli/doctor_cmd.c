@@ -14,12 +14,14 @@
 #include "amp/policy_file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/doctor_verify.h"
 #include "cli/train_args.h"
 #include "core/error.h"
 #include "train/fit.h"
 
 typedef struct {
-    int probe_steps, planned_steps;
+    int probe_steps, planned_steps, verify_epochs;
+    bool verify;
     const char *policy_out;
 } doctor_args;
 
@@ -34,7 +36,13 @@ static void usage(FILE *f) {
             "  --planned-steps N   the run's optimizer steps (default: --epochs x batches per epoch)\n"
             "  --policy-out FILE   the policy file (default policy.json); `mixprec train --policy FILE`\n"
             "                      applies it\n"
-            "  --precision P       the run's policy to check: %s (default amp-fp16)\n\n"
+            "  --verify            then train the policy, the run's precision unchanged (if not amp-fp16),\n"
+            "                      plain amp-fp16 and fp32 on the same data and seed, and print their test\n"
+            "                      accuracies and skipped steps side by side\n"
+            "  --verify-epochs E   epochs of each --verify run (default 1)\n"
+            "  --precision P       the run's policy to check: %s (default amp-fp16)\n"
+            "  --precision-override LAYER=DTYPE,...  part of the run's policy: analysed with it and kept in\n"
+            "                      the policy file (so not given again to `train --policy`)\n\n"
             "the run (as `mixprec train`, see its --help): --model, --data, --data-dir, --synthetic-*,\n"
             "--train-samples, --augment, --no-normalize, --epochs, --batch, --optimizer, --lr, --momentum,\n"
             "--nesterov, --weight-decay, --lr-schedule, --loss-scaling, --loss-scale and the other scaler\n"
@@ -47,16 +55,22 @@ static void usage(FILE *f) {
 static int extra(void *arg, int argc, char **argv, int *i) {
     doctor_args *d = arg;
     const char *a = argv[*i];
+    if (!strcmp(a, "--verify")) {
+        d->verify = true;
+        return 1;
+    }
     const bool probe = !strcmp(a, "--probe-steps"), planned = !strcmp(a, "--planned-steps"),
-               out = !strcmp(a, "--policy-out");
-    if (!probe && !planned && !out) return 0;
+               out = !strcmp(a, "--policy-out"), ve = !strcmp(a, "--verify-epochs");
+    if (!probe && !planned && !out && !ve) return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "mixprec doctor: %s needs a value (see --help)\n", a);
         return -1;
     }
     const char *v = argv[++*i];
     if (out) d->policy_out = v;
-    else if (!arg_int("doctor", a, v, 1, 1 << 30, probe ? &d->probe_steps : &d->planned_steps)) return -1;
+    else if (!arg_int("doctor", a, v, 1, ve ? 10000 : 1 << 30,
+                      probe ? &d->probe_steps : planned ? &d->planned_steps : &d->verify_epochs))
+        return -1;
     return 1;
 }
 
@@ -74,7 +88,6 @@ static int reject(const train_args *t) {
         {t->log != NULL, "--log", "the probe ends before an epoch does"},
         {t->numerics_log != NULL, "--numerics-log", "the doctor reads the statistics itself"},
         {t->numerics_every > 0, "--numerics-every", "the doctor collects every probe step"},
-        {t->overrides != NULL, "--precision-override", "give overrides to `train` with --policy"},
         {t->policy != NULL, "--policy", "the doctor writes the policy (--policy-out)"},
         {t->print_precision || t->print_memory, "--print-precision/--print-memory", "use `train`"},
         {t->auto_fallback, "--auto-fallback", "the probe is fp32"},
@@ -98,6 +111,10 @@ int cmd_doctor(int argc, char **argv) {
     int rc = train_args_parse("doctor", argc, argv, &t, extra, &d, usage);
     if (rc) return rc == 1 ? 0 : rc;
     if ((rc = reject(&t))) return rc;
+    if (d.verify_epochs && !d.verify) {
+        fprintf(stderr, "mixprec doctor: --verify-epochs needs --verify\n");
+        return 2;
+    }
     mp_precision target = MP_PRECISION_AMP_FP16;
     if (t.precision_set && mp_precision_parse(t.precision, &target) != MP_OK) {
         fprintf(stderr, "mixprec doctor: %s\n", mp_last_error());
@@ -126,6 +143,16 @@ int cmd_doctor(int argc, char **argv) {
     if (s == MP_OK) s = common_opts_load_data(&t.c, t.seed, &train, &test);
     mp_model_spec spec = {.model = t.model, .data = &train, .policy = {.precision = MP_PRECISION_FP32}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
+    /* the user's overrides are part of the analysed policy: checked now, before probing */
+    if (s == MP_OK && t.overrides &&
+        mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = target, .overrides = t.overrides}) != MP_OK) {
+        fprintf(stderr, "mixprec doctor: %s\n", mp_last_error()); /* a usage error: exit 2 */
+        mp_model_free(&m);
+        mp_dataset_free(&train);
+        mp_dataset_free(&test);
+        return 2;
+    }
+    if (s == MP_OK && t.overrides) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_FP32});
     if (s == MP_OK) s = mp_doctor_create(m.g, &doc);
     const int k = t.accumulate > 1 ? t.accumulate : 1;
     int64_t per_epoch = t.batch > 0 ? train.n / t.batch / k : 0;
@@ -153,7 +180,8 @@ int cmd_doctor(int argc, char **argv) {
         if (s != MP_OK) s = mp_error(s, "the fp32 probe: %s", mp_last_error());
     }
     if (s == MP_OK) {
-        mp_doctor_opts o = {.target = target, .planned_steps = planned, .loss_scaling = scaling, .scaler = t.scaler};
+        mp_doctor_opts o = {.target = target, .planned_steps = planned, .loss_scaling = scaling, .scaler = t.scaler,
+                             .overrides = t.overrides};
         s = mp_doctor_analyze(doc, m.g, &o, &rep);
     }
     if (s == MP_OK) {
@@ -162,6 +190,8 @@ int cmd_doctor(int argc, char **argv) {
     }
     if (s == MP_OK && out) fprintf(out, "policy written to %s (apply it with `mixprec train --policy %s`)\n",
                                    d.policy_out, d.policy_out);
+    if (s == MP_OK && d.verify) s = doctor_verify(&t, &rep, scaling, &train, &test, d.verify_epochs ? d.verify_epochs : 1,
+                                                  stdout);
     if (s != MP_OK) fprintf(stderr, "mixprec doctor: %s\n", mp_last_error());
     mp_doctor_report_free(&rep);
     mp_doctor_destroy(doc);

@@ -12,6 +12,7 @@ static void usage(FILE *f) {
             "  train     train a model (bare `mixprec train` trains the default CNN on Fashion-MNIST)\n"
             "  train-gan train an AC-GAN; a sample grid per epoch, per-batch times (JSONL)\n"
             "  doctor    probe a run in fp32, predict where fp16/bf16 fails, write the policy avoiding it\n"
+            "  numerics  plot a numerics log (train --numerics-log): per-layer ranges vs the fp16/bf16 limits\n"
             "  bench     train a models x precisions x batch sizes matrix; tables, JSONL and plots\n"
             "  eval      accuracy and loss of a checkpoint on a dataset, in any precision\n"
             "  export    write a trained model as an ONNX model (--format onnx)\n"
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "train-gan")) return cmd_train_gan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "doctor")) return cmd_doctor(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "numerics")) return cmd_numerics(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);

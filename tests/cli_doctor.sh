@@ -2,7 +2,8 @@
 # cli_doctor.sh — `mixprec doctor` and `train --policy` end to end on a small
 # synthetic run: the doctor writes a policy that train accepts and trains
 # with; bad policy files and conflicting options are one stderr line naming
-# the file and the key with a non-zero exit; `train --numerics-log` writes
+# the file and the key with a non-zero exit; --verify's table and
+# --precision-override kept in the policy; `train --numerics-log` writes
 # one valid JSON object per line; bad --numerics-every and doctor options.
 set -u
 bin=$(realpath "$1")
@@ -35,6 +36,21 @@ if [ $? = 0 ] && grep -q '"precision":"amp-fp16"' run.jsonl; then ok; else bad "
 # the default output is policy.json in the current directory
 (timeout 300 "$bin" doctor "${D[@]}" --probe-steps 2 >/dev/null 2>&1) && [ -s policy.json ] && ok || bad "doctor default policy.json"
 "$bin" doctor --help | grep -q -- '--probe-steps' && ok || bad "doctor --help"
+# --precision-override is part of the analysed policy and kept in the file
+timeout 300 "$bin" doctor "${D[@]}" --probe-steps 3 --precision-override fc1=bf16 --policy-out ov.json >/dev/null 2>err.txt
+if [ $? = 0 ] && python3 -c 'import json,sys; sys.exit(json.load(open("ov.json"))["overrides"].get("fc1") != "bf16")'; then ok
+else bad "doctor --precision-override: $(cat err.txt)"; fi
+timeout 300 "$bin" train "${D[@]}" --policy ov.json >/dev/null 2>err.txt && ok || bad "train --policy ov.json: $(cat err.txt)"
+expect 2 "no layer named 'fc9'" -- "$bin" doctor "${D[@]}" --precision-override fc9=bf16
+
+# --verify: the policy, the target unchanged (when not amp-fp16), amp-fp16 and fp32 side by side
+timeout 300 "$bin" doctor "${D[@]}" --probe-steps 3 --policy-out ver.json --precision fp16 --verify >ver.txt 2>err.txt
+if [ $? = 0 ] && [ ! -s err.txt ] && grep -q '^verify: 1 epoch each' ver.txt &&
+    [ "$(grep -cE '^(doctor.s policy|unchanged|plain amp-fp16|fp32) .*%' ver.txt)" = 4 ] &&
+    grep -qE '^unchanged +fp16 ' ver.txt; then ok
+else bad "doctor --verify: $(cat ver.txt err.txt)"; fi
+expect 2 '--verify-epochs needs --verify' -- "$bin" doctor "${D[@]}" --verify-epochs 2
+expect 2 '--verify-epochs 0 is out of range' -- "$bin" doctor "${D[@]}" --verify --verify-epochs 0
 
 # bad policy files: one line naming the file and the key, exit 2
 printf '{not json' >nj.json

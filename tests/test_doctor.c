@@ -7,7 +7,12 @@
  *   (b) gradients that underflow at a static loss scale of 1: the doctor
  *       reports the share and a scale, and at that scale the trainer's own
  *       statistics show the fp16 gradients no longer round to zero;
- *   (c) a model fp16 suits: amp-fp16 unchanged, no policy changes.
+ *   (c) a model fp16 suits: amp-fp16 unchanged, no policy changes;
+ *   (d) a healthy model whose gradients overflow the default initial scale
+ *       2^16: a few start-up back-off skips are harmless (amp-fp16 works
+ *       unchanged, and trains skipping that many); more than the run's
+ *       divergence bound (5% of the first 100 steps) is a failure the policy's
+ *       initial scale fixes (amp-fp16 then stops "diverged", the policy trains).
  * Also: an fp16 overflow is stored as +-inf, not saturated (a ReLU turns
  * -inf into 0 unseen, as fp32 would), the policy file's round trip and its
  * strict reading. */
@@ -86,7 +91,8 @@ static mp_trainer *trainer(net *n, const setup *su, mp_optimizer **opt) {
 }
 
 /* Train `steps` steps; the first failing status (its message stays in mp_last_error). */
-static double fc1_amax; /* the largest fc1 output the last train() measured */
+static double fc1_amax;      /* the largest fc1 output the last train() measured */
+static int64_t last_skipped; /* the steps the last train() skipped */
 
 static mp_status train(net *n, const setup *su, int steps, mp_doctor *d, double *worst_fp16_underflow) {
     mp_optimizer *opt;
@@ -116,6 +122,7 @@ static mp_status train(net *n, const setup *su, int steps, mp_doctor *d, double 
                                                                         (double)st->numel);
         }
     }
+    last_skipped = mp_trainer_skipped_steps(t);
     mp_trainer_destroy(t);
     mp_optimizer_destroy(opt);
     return s;
@@ -259,6 +266,44 @@ static void test_fp16_fine(void) {
     mp_graph_destroy(n.g);
 }
 
+/* (d): loss weight w multiplies every gradient (the lr is divided by it, so
+ * training is the same): the largest fitting scale falls by log2 w octaves. */
+static void test_startup_backoff(void) {
+    for (int many = 0; many < 2; many++) {
+        const float w = many ? 1024.0f : 8.0f;
+        const setup su = {.lr = 0.01f / w, .lo = -1, .hi = 1, .loss_weight = w};
+        net n = build(1.0f);
+        mp_doctor_report r;
+        probe(&n, &su, 20, 200, &r);
+        CHECK(r.startup_skips > 0 && r.skip_window == 100 && r.fwd_risks == 0 && r.overrides[0] == '\0',
+              "w %g: %d start-up skips in %d: %s", w, r.startup_skips, r.skip_window, r.verdict);
+        net a = build(1.0f);
+        MP_ASSERT(mp_graph_apply_policy(a.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
+        const mp_status st = train(&a, &su, 150, NULL, NULL);
+        if (!many) {
+            CHECK(r.startup_harmless && r.target_ok && !r.set_scale && r.startup_skips <= 5 &&
+                      strstr(r.verdict, "works unchanged") && strstr(r.verdict, "harmless"), "%s", r.verdict);
+            CHECK(st == MP_OK && last_skipped >= 1 && last_skipped <= r.startup_skips + 1,
+                  "amp-fp16 unchanged: %s, %lld skipped (%d predicted)", st ? mp_last_error() : "ok",
+                  (long long)last_skipped, r.startup_skips);
+        } else {
+            CHECK(!r.startup_harmless && !r.target_ok && r.set_scale && !r.policy_static &&
+                      r.init_scale <= exp2f((float)r.hi_log2) && strstr(r.verdict, "beyond train's divergence bound"),
+                  "%s (init %g)", r.verdict, r.init_scale);
+            CHECK_ERR(st, MP_ERR_NONFINITE, "diverged");
+            setup fixed = su;
+            fixed.scaler.init_scale = r.init_scale, fixed.scaler.min_scale = r.min_scale;
+            net b = build(1.0f);
+            MP_ASSERT(mp_graph_apply_policy(b.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
+            CHECK(train(&b, &fixed, 150, NULL, NULL) == MP_OK && last_skipped <= 1, "with the policy's scale %g: %s, "
+                  "%lld skipped", r.init_scale, mp_last_error(), (long long)last_skipped);
+            mp_graph_destroy(b.g);
+        }
+        mp_doctor_report_free(&r);
+        mp_graph_destroy(n.g), mp_graph_destroy(a.g);
+    }
+}
+
 /* Bad policy files: one error naming the file and the key. */
 static void test_bad_files(const char *dir) {
     net n = build(1.0f);
@@ -302,6 +347,7 @@ int main(void) {
     test_forward_overflow(dir);
     test_gradient_underflow();
     test_fp16_fine();
+    test_startup_backoff();
     test_bad_files(dir);
     scratch_dir_remove(dir);
     return test_summary("test_doctor");

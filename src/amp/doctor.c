@@ -178,6 +178,78 @@ static double worst_at(const mp_doctor *d, const mp_doctor_layer *L, mp_graph *g
 
 static int ilog2f(float x) { return (int)floor(log2(x)); }
 
+/* Marks the layers the user's overrides name. */
+static void mark_user(const mp_graph *g, const char *ov, mp_doctor_layer *L) {
+    for (const char *p = ov; p && *p;) {
+        const char *end = strchr(p, ','), *eq = strchr(p, '=');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq && eq < p + len ? (size_t)(eq - p) : len), p);
+        const mp_node n = mp_graph_find(g, name);
+        if (n >= 0) L[n].user = true;
+        p = end ? end + 1 : NULL;
+    }
+}
+
+/* A dynamic scale starting above the largest that fits (2^raw_hi) backs off
+ * by backoff_factor per overflow, after `hysteresis` overflows each: those
+ * steps are skipped. That is normal dynamic scaling, harmless unless the
+ * skips exceed the run's divergence bound: more than max_skip_share of the
+ * steps once skip_check_after ran (the trainer stops the run then), or of a
+ * run shorter than that. */
+static void startup_backoff(const mp_doctor_opts *o, mp_doctor_report *R, float init, int raw_hi) {
+    R->max_skip_share = o->max_skip_share > 0 ? o->max_skip_share : 0.05;
+    const int64_t after = o->skip_check_after > 0 ? o->skip_check_after : 100;
+    R->skip_window = (int)(R->planned_steps < after ? R->planned_steps : after);
+    R->startup_skips = 0;
+    R->startup_harmless = true;
+    R->start_log2 = ilog2f(init);
+    if (!R->scaling || R->static_scale || ilog2f(init) <= raw_hi) return;
+    const double per = -log2(o->scaler.backoff_factor > 0 && o->scaler.backoff_factor < 1 ? o->scaler.backoff_factor
+                                                                                             : 0.5);
+    const int hyst = o->scaler.hysteresis > 1 ? o->scaler.hysteresis : 1;
+    R->startup_skips = (int)ceil((ilog2f(init) - raw_hi) / per) * hyst;
+    R->startup_harmless = R->startup_skips <= R->max_skip_share * R->skip_window;
+}
+
+static void verdict(mp_doctor_report *R, bool grads_ok, int risks_left, int lo, int hi, const char *user) {
+    const char *tn = mp_precision_name(R->target);
+    char backoff[200] = "";
+    if (R->startup_skips)
+        snprintf(backoff, sizeof backoff, "start-up back-off from 2^%d to 2^%d: %d skipped step%s expected in the "
+                 "first %d", R->start_log2, R->settle_log2, R->startup_skips,
+                 R->startup_skips == 1 ? "" : "s", R->skip_window);
+    if (R->target_ok) {
+        snprintf(R->verdict, sizeof R->verdict, "verdict: %s works unchanged (no layer near fp16's range; the loss scale "
+                 "settles at 2^%d, window [2^%d, 2^%d]%s%s%s%s)", tn, R->settle_log2, lo, hi, backoff[0] ? "; " : "",
+                 backoff, backoff[0] ? ", harmless" : "", user && *user ? "; with your overrides" : "");
+        return;
+    }
+    if (R->precision != R->target) {
+        snprintf(R->verdict, sizeof R->verdict, "verdict: %s fails: the gradients need a loss scale >= 2^%d and "
+                 "overflow above 2^%d; use %s (the policy says so)", tn, lo, hi, mp_precision_name(R->precision));
+        return;
+    }
+    char why[400] = "";
+    size_t n = 0;
+    if (R->fwd_risks)
+        n += (size_t)snprintf(why + n, sizeof why - n, "%d layer%s overflow%s fp16 in the forward pass", R->fwd_risks,
+                              R->fwd_risks == 1 ? "" : "s", R->fwd_risks == 1 ? "s" : "");
+    if (!grads_ok && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "%sgradients lost at the run's loss scale", n ? "; " : "");
+    if (!R->startup_harmless && n < sizeof why)
+        snprintf(why + n, sizeof why - n, "%s%s (%.0f%%), beyond train's divergence bound of %g%% skipped", n ? "; " : "",
+                 backoff, 100.0 * R->startup_skips / R->skip_window, 100 * R->max_skip_share);
+    char left[120] = "";
+    if (risks_left)
+        snprintf(left, sizeof left, "; %d layer%s you set still overflow%s", risks_left, risks_left == 1 ? "" : "s",
+                 risks_left == 1 ? "s" : "");
+    snprintf(R->verdict, sizeof R->verdict, "verdict: %s fails unchanged (%s); with the policy (%.300s%s%s) it %s%s", tn,
+             why, R->overrides[0] ? R->overrides : "no overrides", R->set_scale ? ", loss scale " : "",
+             R->set_scale ? (R->policy_static ? "static" : "dynamic") : "", risks_left ? "does not work either" : "works",
+             left);
+}
+
 mp_status mp_doctor_analyze(mp_doctor *d, mp_graph *g, const mp_doctor_opts *oin, mp_doctor_report *R) {
     memset(R, 0, sizeof *R);
     if (d->steps < 1) return mp_error(MP_ERR_INVALID_ARG, "doctor: no probe steps were measured");
@@ -225,13 +297,15 @@ mp_status mp_doctor_analyze(mp_doctor *d, mp_graph *g, const mp_doctor_opts *oin
     if (s == MP_OK) s = evaluate(d, g, MP_PRECISION_BF16, NULL, &o, tmp, nn, out_pred, &e_bf);
     R->bf16_ok = true; /* bf16 has fp32's range: only values beyond 3.4e38 or below 2^-133 fail */
     for (int i = 0; i < nn; i++) R->bf16_ok = R->bf16_ok && out_pred[i] * o.margin < 3.38e38;
-    /* the target as the run would train it */
+    /* the target as the run would train it, with the user's overrides */
     mp_policy_info pi = {0};
-    if (s == MP_OK) s = evaluate(d, g, o.target, NULL, &o, L, nn, out_pred, &e);
+    if (s == MP_OK) s = evaluate(d, g, o.target, o.overrides, &o, L, nn, out_pred, &e);
     if (s == MP_OK) s = mp_graph_policy(g, &pi);
+    mark_user(g, o.overrides, L);
     R->scaling = o.loss_scaling == MP_LOSS_SCALING_ON || (o.loss_scaling == MP_LOSS_SCALING_AUTO && pi.loss_scaling);
     R->static_scale = o.scaler.static_scale;
-    const float init = o.scaler.init_scale > 0 ? o.scaler.init_scale : 65536.0f;
+    float init = o.scaler.init_scale > 0 ? o.scaler.init_scale : 65536.0f;
+    if (!R->static_scale && o.scaler.max_scale > 0 && init > o.scaler.max_scale) init = o.scaler.max_scale;
     const float growth = o.scaler.growth_factor > 1 ? o.scaler.growth_factor : 2.0f;
     const int interval = o.scaler.growth_interval > 0 ? o.scaler.growth_interval : 2000;
     int settle = 0;
@@ -246,14 +320,17 @@ mp_status mp_doctor_analyze(mp_doctor *d, mp_graph *g, const mp_doctor_opts *oin
     if (s == MP_OK) R->under_settle = worst_at(d, L, g, settle, L);
     const bool grads_ok = R->under_settle <= o.underflow_max && settle <= e.raw_hi;
     R->target_ok = s == MP_OK && e.risks == 0 && grads_ok;
-    /* the policy: fp32 for every layer at forward risk (again, until none is left) */
+    /* the policy: the user's overrides, then fp32 for every layer at forward
+     * risk (again, until none is left) */
     R->precision = o.target;
+    snprintf(R->overrides, sizeof R->overrides, "%s", o.overrides ? o.overrides : "");
     /* one layer at a time, the first in forward order: the layers after it
-     * may follow its dtype and be fixed by it */
+     * may follow its dtype and be fixed by it; a layer the user set is left
+     * as the user set it */
     memcpy(tmp, L, (size_t)nn * sizeof *tmp);
     for (int round = 0; s == MP_OK && round < nn && e.risks; round++) {
         int i = 0;
-        while (i < nn && !(tmp[i].fwd_risk && !L[i].fix)) i++;
+        while (i < nn && !(tmp[i].fwd_risk && !L[i].fix && !L[i].user)) i++;
         if (i == nn) break;
         L[i].fix = "fp32";
         L[i].fwd_risk = true;
@@ -261,12 +338,11 @@ mp_status mp_doctor_analyze(mp_doctor *d, mp_graph *g, const mp_doctor_opts *oin
         snprintf(R->overrides + len, sizeof R->overrides - len, "%s%s=fp32", len ? "," : "", L[i].name);
         s = evaluate(d, g, o.target, R->overrides, &o, tmp, nn, out_pred, &e);
     }
+    const int risks_left = e.risks;
     const bool window = e.lo <= e.hi;
-    /* a dynamic scale starting above the largest that fits backs off one
-     * skipped step per octave: start inside the window instead */
-    const bool startup_skips = R->scaling && !R->static_scale && ilog2f(init) > e.raw_hi;
-    if (startup_skips) R->target_ok = false;
-    if (s == MP_OK && (!grads_ok || startup_skips) && window) {
+    startup_backoff(&o, R, init, e.raw_hi);
+    if (!R->startup_harmless) R->target_ok = false;
+    if (s == MP_OK && (!grads_ok || !R->startup_harmless) && window) {
         R->set_scale = true;
         R->policy_static = R->static_scale || !R->scaling;
         const int pick = R->policy_static ? (e.lo + e.hi + 1) / 2 : e.hi;
@@ -279,25 +355,9 @@ mp_status mp_doctor_analyze(mp_doctor *d, mp_graph *g, const mp_doctor_opts *oin
     }
     if (s == MP_OK && !grads_ok && !window && R->init_scale == 0) { /* no fp16 scale fits: bf16 */
         R->precision = o.target == MP_PRECISION_FP16 ? MP_PRECISION_BF16 : MP_PRECISION_AMP_BF16;
-        R->overrides[0] = '\0';
+        snprintf(R->overrides, sizeof R->overrides, "%s", o.overrides ? o.overrides : "");
     }
-    const char *tn = mp_precision_name(o.target);
-    if (s == MP_OK) {
-        if (R->target_ok)
-            snprintf(R->verdict, sizeof R->verdict, "verdict: %s works unchanged (no layer near fp16's range; loss "
-                     "scale 2^%d within the window [2^%d, 2^%d])", tn, settle, e.lo, e.hi);
-        else if (R->precision != o.target)
-            snprintf(R->verdict, sizeof R->verdict, "verdict: %s fails: the gradients need a loss scale >= 2^%d and "
-                     "overflow above 2^%d; use %s (the policy says so)", tn, e.lo, e.hi,
-                     mp_precision_name(R->precision));
-        else
-            snprintf(R->verdict, sizeof R->verdict, "verdict: %s fails unchanged (%d layer%s overflow%s fp16 in the "
-                     "forward pass%s%s); with the policy (%.300s%s%s) it works", tn, R->fwd_risks, R->fwd_risks == 1 ? "" : "s",
-                     R->fwd_risks == 1 ? "s" : "", grads_ok ? "" : ", gradients lost at the run's loss scale",
-                     startup_skips ? ", the initial loss scale overflows the gradients" : "",
-                     R->overrides[0] ? R->overrides : "no overrides", R->set_scale ? ", loss scale " : "",
-                     R->set_scale ? (R->policy_static ? "static" : "dynamic") : "");
-    }
+    if (s == MP_OK) verdict(R, grads_ok, risks_left, e.lo, e.hi, o.overrides);
     /* leave g as the probe found it */
     mp_status s2 = mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_FP32});
     free(out_pred);
@@ -332,6 +392,11 @@ void mp_doctor_print(const mp_doctor_report *R, FILE *out) {
     else
         fprintf(out, "loss-scale window for fp16 gradients: none (underflow needs >= 2^%d, overflow above 2^%d)\n",
                 R->lo_log2, R->hi_log2);
+    if (R->startup_skips)
+        fprintf(out, "start-up: the dynamic loss scale backs off from 2^%d: %d skipped step%s expected in the first "
+                     "%d (%s train's divergence bound of %g%% skipped)\n", R->start_log2, R->startup_skips,
+                R->startup_skips == 1 ? "" : "s", R->skip_window, R->startup_harmless ? "harmless, within" : "beyond",
+                100 * R->max_skip_share);
     fprintf(out, "pure fp16: %s (worst gradient share lost at scale 1: %.3f%%; lost weight updates without fp32 "
                  "masters are not measured)\n", R->fp16_ok ? "range ok" : "FAILS", 100 * R->fp16_under1);
     fprintf(out, "amp-fp16 (dynamic scaling, no overrides): %s\n", R->amp_ok ? "range ok" : "FAILS");

@@ -18,6 +18,11 @@ typedef struct {
     mp_scaler_opts scaler;   /* the run's scaler options */
     double margin;           /* amax x margin must stay below fp16's 65504 (0 -> 2) */
     double underflow_max;    /* share of a gradient's non-zero values allowed below fp16's 2^-24 (0 -> 1e-3) */
+    /* the run's divergence bound, as mp_trainer_opts: more than max_skip_share
+     * (0 -> 0.05) of the steps skipped once skip_check_after (0 -> 100) steps ran */
+    double max_skip_share;
+    int skip_check_after;
+    const char *overrides;   /* the user's per-layer overrides ("fc1=fp32,..."), part of the analysed policy */
 } mp_doctor_opts;
 
 typedef struct {
@@ -31,6 +36,7 @@ typedef struct {
     bool fwd_risk;               /* the target policy overflows here in the forward pass */
     bool grad_fp16;              /* its gradients are fp16 under the target policy */
     const char *fix;             /* "fp32" or NULL */
+    bool user;                   /* the user's --precision-override names it */
 } mp_doctor_layer;
 
 typedef struct {
@@ -44,6 +50,13 @@ typedef struct {
     double under_settle;         /* worst fp16 gradient share lost there */
     int fwd_risks;               /* layers at forward risk under the target */
     bool target_ok;              /* the target works unchanged */
+    /* a dynamic scale starting above the largest that fits backs off, one
+     * skipped step per octave (x hysteresis): expected skips, over the first
+     * skip_window steps (min(planned, skip_check_after)); harmless when within
+     * the run's divergence bound max_skip_share */
+    int startup_skips, skip_window, start_log2; /* start_log2: the initial scale */
+    double max_skip_share;
+    bool startup_harmless;
     bool amp_ok, fp16_ok, bf16_ok; /* amp-fp16 (dynamic scaling), pure fp16 (scale 1), bf16: range-wise */
     double fp16_under1;          /* pure fp16: worst share lost at scale 1 */
     /* the recommended policy */

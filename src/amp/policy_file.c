@@ -56,9 +56,20 @@ mp_status mp_policy_file_write(const char *path, const mp_doctor_report *r) {
     }
     cJSON_AddNumberToObject(root, "mixprec_policy", 1);
     cJSON_AddStringToObject(root, "precision", mp_precision_name(r->precision));
+    /* the user's overrides and the doctor's fixes, as the analysis applied them */
+    for (const char *p = r->overrides; *p;) {
+        const char *end = strchr(p, ','), *eq = strchr(p, '=');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (eq && eq < p + len) {
+            char name[128], dt[32];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - p), p);
+            snprintf(dt, sizeof dt, "%.*s", (int)(p + len - eq - 1), eq + 1);
+            cJSON_AddStringToObject(ov, name, dt);
+        }
+        p = end ? end + 1 : p + len;
+    }
     for (int i = 0; i < r->n; i++) {
         const mp_doctor_layer *l = &r->layers[i];
-        if (l->fix && r->precision == r->target) cJSON_AddStringToObject(ov, l->name, l->fix);
         if (!l->fwd_risk) continue;
         char why[200];
         snprintf(why, sizeof why, "fp16 forward overflow: output amax %.4g seen, %.4g predicted, input %.4g predicted "
@@ -76,6 +87,7 @@ mp_status mp_policy_file_write(const char *path, const mp_doctor_report *r) {
     cJSON_AddStringToObject(doc, "verdict", r->verdict);
     cJSON_AddNumberToObject(doc, "probe_steps", (double)r->probe_steps);
     cJSON_AddNumberToObject(doc, "planned_steps", (double)r->planned_steps);
+    if (r->startup_skips) cJSON_AddNumberToObject(doc, "startup_skipped_steps", r->startup_skips);
     if (r->lo_log2 <= r->hi_log2) {
         cJSON *w = cJSON_CreateArray();
         cJSON_AddItemToArray(w, cJSON_CreateNumber(exp2(r->lo_log2)));

@@ -4,16 +4,14 @@
  * Writes plotdata/<model>_<precision>.dat and plots.gp into the output folder
  * and runs gnuplot there (fork + exec), checking its exit status. */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench/matrix.h"
 #include "core/error.h"
+#include "io/gnuplot.h"
 #include "io/output_path.h"
 
 typedef struct {
@@ -140,62 +138,6 @@ static int script_plot(FILE *f, const mp_bench_matrix *m, int model, const plot_
     return 2;
 }
 
-static bool gnuplot_on_path(void) {
-    const char *path = getenv("PATH");
-    if (!path) return false;
-    char dir[4096];
-    for (const char *p = path; *p;) {
-        size_t len = strcspn(p, ":");
-        if (len && len + sizeof "/gnuplot" < sizeof dir) {
-            snprintf(dir, sizeof dir, "%.*s/gnuplot", (int)len, p);
-            if (access(dir, X_OK) == 0) return true;
-        }
-        p += len + (p[len] == ':');
-    }
-    return false;
-}
-
-/* The last non-empty line of gnuplot's log, for the error message. */
-static void last_line(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    char line[512];
-    buf[0] = '\0';
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (line[0]) snprintf(buf, n, "%s", line);
-    }
-    if (f) fclose(f);
-}
-
-static mp_status run_gnuplot(const char *dir) {
-    char log[4096];
-    snprintf(log, sizeof log, "%s/gnuplot.log", dir);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return mp_error(MP_ERR_INTERNAL, "gnuplot: cannot fork: %s", strerror(errno));
-    if (pid == 0) {
-        if (chdir(dir) != 0) _exit(126);
-        int fd = open("gnuplot.log", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            close(fd);
-        }
-        execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return mp_error(MP_ERR_INTERNAL, "gnuplot: waitpid failed: %s", strerror(errno));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return MP_OK;
-    char why[512];
-    last_line(log, why, sizeof why);
-    if (WIFEXITED(status))
-        return mp_error(MP_ERR_INTERNAL, "gnuplot %s/plots.gp failed (exit %d): %s", dir, WEXITSTATUS(status), why);
-    return mp_error(MP_ERR_INTERNAL, "gnuplot %s/plots.gp was killed by signal %d", dir, WTERMSIG(status));
-}
-
 mp_status mp_bench_write_plots(const char *dir, const mp_bench_matrix *m, int *n_images) {
     const mp_bench_opts *o = m->o;
     *n_images = 0;
@@ -215,10 +157,10 @@ mp_status mp_bench_write_plots(const char *dir, const mp_bench_matrix *m, int *n
             images += script_plot(f, m, model, &plot_kinds[k]);
     MP_TRY(mp_output_close(f, path, NULL));
     if (!images) return MP_OK;
-    if (!gnuplot_on_path())
+    if (!mp_gnuplot_on_path())
         return mp_error(MP_ERR_UNSUPPORTED, "gnuplot not found on PATH: no plots drawn (install the Debian package "
                                             "gnuplot-nox, then run `gnuplot plots.gp` in %s)", dir);
-    MP_TRY(run_gnuplot(dir));
+    MP_TRY(mp_gnuplot_run(dir, "plots.gp"));
     *n_images = images;
     return MP_OK;
 }
