@@ -6,25 +6,11 @@
 # --precision-override kept in the policy; `train --numerics-log` writes
 # one valid JSON object per line; bad --numerics-every and doctor options.
 set -u
+. "$(dirname "$0")/expect.sh"
 bin=$(realpath "$1")
 work=${MP_WORK:-/tmp/mp_cli_test}/doctor
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 D=(--data synthetic --synthetic-shape 1x8x8 --synthetic-size 256 --batch 32 --epochs 1 --threads 2 --quiet)
-
-# expect RC PATTERN -- command...: the exit status, exactly one stderr line matching PATTERN
-expect() {
-    local rc=$1 pat=$2
-    shift 3
-    timeout 120 "$@" >out.txt 2>err.txt
-    local got=$? lines
-    lines=$(wc -l <err.txt)
-    if [ "$got" != "$rc" ] || [ "$lines" != 1 ] || ! grep -qE -- "$pat" err.txt; then
-        bad "$* -> rc $got (want $rc), stderr: $(cat err.txt)"
-    else ok; fi
-}
 
 # the doctor writes a policy; train applies it
 timeout 300 "$bin" doctor "${D[@]}" --probe-steps 5 --policy-out pol.json >doc.txt 2>err.txt

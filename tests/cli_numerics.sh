@@ -4,25 +4,11 @@
 # missing and empty logs and bad options are one stderr line naming the file
 # (and line) with a non-zero exit.
 set -u
+. "$(dirname "$0")/expect.sh"
 bin=$(realpath "$1")
 work=${MP_WORK:-/tmp/mp_cli_test}/numerics
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 D=(--data synthetic --synthetic-shape 1x8x8 --synthetic-size 256 --batch 32 --epochs 1 --threads 2 --quiet)
-
-# expect RC PATTERN -- command...: the exit status, exactly one stderr line matching PATTERN
-expect() {
-    local rc=$1 pat=$2
-    shift 3
-    timeout 120 "$@" >out.txt 2>err.txt
-    local got=$? lines
-    lines=$(wc -l <err.txt)
-    if [ "$got" != "$rc" ] || [ "$lines" != 1 ] || ! grep -qE -- "$pat" err.txt; then
-        bad "$* -> rc $got (want $rc), stderr: $(cat err.txt)"
-    else ok; fi
-}
 
 timeout 300 "$bin" train "${D[@]}" --precision amp-fp16 --numerics-log num.jsonl --numerics-every 1 >/dev/null 2>err.txt ||
     bad "train --numerics-log: $(cat err.txt)"
