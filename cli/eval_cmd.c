@@ -188,7 +188,13 @@ static int run_eval(const eval_args *e) {
     mp_model_spec spec = {.model = model, .data = &train, .policy = {.precision = prec}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
     mp_checkpoint_info loaded = e->checkpoint ? (mp_checkpoint_info){.model = model} : info;
-    if (s == MP_OK && e->checkpoint) s = mp_checkpoint_load_weights(m.g, e->checkpoint, &loaded);
+    if (s == MP_OK && e->checkpoint) {
+        s = mp_checkpoint_load_weights(m.g, e->checkpoint, &loaded);
+        /* the checkpoint's tensors do not fit the model named by --model */
+        if ((s == MP_ERR_FORMAT || s == MP_ERR_SHAPE) && e->model)
+            s = mp_error(s, "%s: give the --model the checkpoint was trained with%s", mp_last_error(),
+                         info.saved_model[0] ? " (or leave --model out)" : "");
+    }
     float *mean = calloc((size_t)train.c + 1, sizeof *mean), *std = calloc((size_t)train.c + 1, sizeof *std);
     bool use_norm = false;
     const char *how = "";
