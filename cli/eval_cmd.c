@@ -14,9 +14,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common_opts.h"
-#include "cli/json_out.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "io/json_write.h"
 #include "train/fit.h"
 
 /* An ONNX model file, which brings its own weights. */
@@ -142,24 +142,19 @@ static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, c
     return MP_OK;
 }
 
-static void print_json(const eval_args *e, const mp_checkpoint_info *info, const char *model, const char *precision,
-                       const char *device, int batch, const mp_dataset *test, const mp_eval_result *r,
-                       const char *norm) {
-    printf("{\"checkpoint\": ");
-    if (e->checkpoint) cli_json_string(stdout, e->checkpoint);
-    else printf("null");
-    printf(", \"model\": ");
-    cli_json_string(stdout, model);
-    printf(", \"epoch\": %d, \"data\": ", info->epoch);
-    cli_json_string(stdout, test->source);
-    printf(", \"samples\": %lld, \"loss\": %.6f, \"accuracy\": %.6f, \"precision\": ", (long long)r->samples, r->loss,
-           r->accuracy);
-    cli_json_string(stdout, precision);
-    printf(", \"device\": ");
-    cli_json_string(stdout, device);
-    printf(", \"batch\": %d, \"normalization\": ", batch);
-    cli_json_string(stdout, norm);
-    printf("}\n");
+/* One JSON object on stdout. */
+static mp_status print_json(const eval_args *e, const mp_checkpoint_info *info, const char *model,
+                            const char *precision, const char *device, int batch, const mp_dataset *test,
+                            const mp_eval_result *r, const char *norm) {
+    cJSON *j = cJSON_CreateObject();
+    bool ok = mp_json_add(j, "checkpoint", e->checkpoint ? mp_json_str(e->checkpoint) : cJSON_CreateNull()) &&
+              mp_json_add(j, "model", mp_json_str(model)) && mp_json_add(j, "epoch", mp_json_int(info->epoch)) &&
+              mp_json_add(j, "data", mp_json_str(test->source)) && mp_json_add(j, "samples", mp_json_int(r->samples)) &&
+              mp_json_add(j, "loss", mp_json_fixed(r->loss, 6)) &&
+              mp_json_add(j, "accuracy", mp_json_fixed(r->accuracy, 6)) &&
+              mp_json_add(j, "precision", mp_json_str(precision)) && mp_json_add(j, "device", mp_json_str(device)) &&
+              mp_json_add(j, "batch", mp_json_int(batch)) && mp_json_add(j, "normalization", mp_json_str(norm));
+    return mp_json_write_line(stdout, j, ok, "--json");
 }
 
 static int run_eval(const eval_args *e) {
@@ -201,7 +196,13 @@ static int run_eval(const eval_args *e) {
     mp_model_spec spec = {.model = model, .data = &train, .policy = {.precision = prec}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
     mp_checkpoint_info loaded = e->checkpoint ? (mp_checkpoint_info){.model = model} : info;
-    if (s == MP_OK && e->checkpoint) s = mp_checkpoint_load_weights(m.g, e->checkpoint, &loaded);
+    if (s == MP_OK && e->checkpoint) {
+        s = mp_checkpoint_load_weights(m.g, e->checkpoint, &loaded);
+        /* the checkpoint's tensors do not fit the model named by --model */
+        if ((s == MP_ERR_FORMAT || s == MP_ERR_SHAPE) && e->model)
+            s = mp_error(s, "%s: give the --model the checkpoint was trained with%s", mp_last_error(),
+                         info.saved_model[0] ? " (or leave --model out)" : "");
+    }
     float *mean = calloc((size_t)train.c + 1, sizeof *mean), *std = calloc((size_t)train.c + 1, sizeof *std);
     bool use_norm = false;
     const char *how = "";
@@ -217,11 +218,11 @@ static int run_eval(const eval_args *e) {
                         &r);
     char dev[32] = "";
     mp_device_name(device, dev, sizeof dev);
-    if (s == MP_OK && e->json) print_json(e, &loaded, model, precision, dev, batch, &test, &r, how);
+    if (s == MP_OK && e->json) s = print_json(e, &loaded, model, precision, dev, batch, &test, &r, how);
     else if (s == MP_OK)
         printf("eval: %lld samples, loss %.4f, accuracy %.2f%% (%s, %s)\n", (long long)r.samples, r.loss,
                100 * r.accuracy, precision, dev);
-    else fprintf(stderr, "mixprec eval: %s\n", mp_last_error());
+    if (s != MP_OK) fprintf(stderr, "mixprec eval: %s\n", mp_last_error());
     free(mean);
     free(std);
     mp_model_free(&m);

@@ -7,6 +7,8 @@
 
 #include "cli/commands.h"
 #include "core/cpu_features.h"
+#include "core/error.h"
+#include "io/json_write.h"
 #include "monitor/sysinfo.h"
 
 static void usage(FILE *f) {
@@ -108,63 +110,66 @@ static void print_text(const machine_info *mi) {
 
 /* ---- JSON ------------------------------------------------------------------- */
 
-static void json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c == '\n') printf("\\n");
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
+/* The CPU part of the JSON object; false when out of memory. */
+static bool json_cpu(cJSON *cpu, const machine_info *mi) {
+    feature fs[16];
+    const int nf = features_of(mi->f, fs);
+    char line[512];
+    low_precision_hw(mi->f, line, sizeof line);
+    bool ok = mp_json_add(cpu, "model", mp_json_str(mi->model)) &&
+              mp_json_add(cpu, "physical_cores", mp_json_int(mi->topo.physical_cores)) &&
+              mp_json_add(cpu, "logical_cpus", mp_json_int(mi->topo.logical_cpus)) &&
+              mp_json_add(cpu, "available_cpus", mp_json_int(mi->topo.available_cpus)) &&
+              mp_json_add(cpu, "openmp_threads", mp_json_int(mi->omp_threads));
+    cJSON *features = cJSON_AddObjectToObject(cpu, "features");
+    for (int i = 0; i < nf; i++) ok = ok && mp_json_add(features, fs[i].flag, cJSON_CreateBool(fs[i].on));
+    return ok && features && mp_json_add(cpu, "low_precision_hw", mp_json_str(line[0] ? line : "none")) &&
+           mp_json_add(cpu, "bf16_native", cJSON_CreateBool(mi->bf16.native)) &&
+           mp_json_add(cpu, "bf16_path", mp_json_str(mi->bf16.detail));
 }
 
-static void print_json(const machine_info *mi) {
-    feature fs[16];
-    int nf = features_of(mi->f, fs);
-    char line[512];
-    printf("{\"version\": ");
-    json_str(MP_VERSION_STRING);
-    printf(",\n \"cpu\": {\"model\": ");
-    json_str(mi->model);
-    printf(", \"physical_cores\": %d, \"logical_cpus\": %d, \"available_cpus\": %d, \"openmp_threads\": %d,\n",
-           mi->topo.physical_cores, mi->topo.logical_cpus, mi->topo.available_cpus, mi->omp_threads);
-    printf("  \"features\": {");
-    for (int i = 0; i < nf; i++) printf("%s\"%s\": %s", i ? ", " : "", fs[i].flag, fs[i].on ? "true" : "false");
-    low_precision_hw(mi->f, line, sizeof line);
-    printf("},\n  \"low_precision_hw\": ");
-    json_str(line[0] ? line : "none");
-    printf(", \"bf16_native\": %s, \"bf16_path\": ", mi->bf16.native ? "true" : "false");
-    json_str(mi->bf16.detail);
-    printf("},\n \"gpus\": [");
-    for (int i = 0; i < mi->gpus.count; i++) {
-        const mp_gpu_device *d = &mi->gpus.dev[i];
-        unsigned tc = mp_gpu_tensor_core_dtypes(d->cc_major, d->cc_minor);
-        printf("%s\n  {\"index\": %d, \"name\": ", i ? "," : "", i);
-        json_str(d->name);
-        printf(", \"compute_capability\": \"%d.%d\", \"sm_count\": %d, \"clock_mhz\": %d, \"memory_mib\": %.0f, "
-               "\"tensor_core_dtypes\": [",
-               d->cc_major, d->cc_minor, d->sm_count, d->clock_mhz, (double)d->total_bytes / (1 << 20));
-        int k = 0;
-        for (unsigned bit = 1; bit <= MP_TC_FP8; bit <<= 1)
-            if (tc & bit) printf("%s\"%s\"", k++ ? ", " : "", mp_tensor_core_dtype_name(bit));
-        printf("]}");
-    }
-    printf("],\n \"gpu_error\": ");
-    if (mi->gpus.count) printf("null");
-    else json_str(mi->gpus.error);
-    printf(",\n \"libraries\": {");
+/* One GPU's entry. */
+static cJSON *json_gpu(int index, const mp_gpu_device *d) {
+    const unsigned tc = mp_gpu_tensor_core_dtypes(d->cc_major, d->cc_minor);
+    char cc[32];
+    snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
+    cJSON *g = cJSON_CreateObject();
+    bool ok = mp_json_add(g, "index", mp_json_int(index)) && mp_json_add(g, "name", mp_json_str(d->name)) &&
+              mp_json_add(g, "compute_capability", mp_json_str(cc)) &&
+              mp_json_add(g, "sm_count", mp_json_int(d->sm_count)) &&
+              mp_json_add(g, "clock_mhz", mp_json_int(d->clock_mhz)) &&
+              mp_json_add(g, "memory_mib", mp_json_fixed((double)d->total_bytes / (1 << 20), 0));
+    cJSON *dtypes = cJSON_AddArrayToObject(g, "tensor_core_dtypes");
+    for (unsigned bit = 1; bit <= MP_TC_FP8; bit <<= 1)
+        if (tc & bit) ok = ok && mp_json_push(dtypes, mp_json_str(mp_tensor_core_dtype_name(bit)));
+    if (ok && dtypes) return g;
+    cJSON_Delete(g);
+    return NULL;
+}
+
+/* Everything as one JSON object (indented) on stdout. */
+static mp_status print_json(const machine_info *mi) {
+    cJSON *j = cJSON_CreateObject();
+    bool ok = mp_json_add(j, "version", mp_json_str(MP_VERSION_STRING));
+    cJSON *cpu = cJSON_AddObjectToObject(j, "cpu");
+    ok = ok && json_cpu(cpu, mi);
+    cJSON *gpus = cJSON_AddArrayToObject(j, "gpus");
+    for (int i = 0; i < mi->gpus.count; i++) ok = ok && mp_json_push(gpus, json_gpu(i, &mi->gpus.dev[i]));
+    ok = ok && gpus &&
+         mp_json_add(j, "gpu_error", mi->gpus.count ? cJSON_CreateNull() : mp_json_str(mi->gpus.error));
+    cJSON *libs = cJSON_AddObjectToObject(j, "libraries");
     for (int i = 0; i < MP_LIB_COUNT; i++) {
         const mp_lib_info *l = &mi->libs[i];
-        printf("%s\n  \"%s\": {\"found\": %s, \"version\": ", i ? "," : "", l->key, l->found ? "true" : "false");
-        if (l->found) json_str(l->version);
-        else printf("null");
-        printf(", \"detail\": ");
-        json_str(l->detail);
-        printf("}");
+        cJSON *lib = cJSON_AddObjectToObject(libs, l->key);
+        ok = ok && mp_json_add(lib, "found", cJSON_CreateBool(l->found)) &&
+             mp_json_add(lib, "version", l->found ? mp_json_str(l->version) : cJSON_CreateNull()) &&
+             mp_json_add(lib, "detail", mp_json_str(l->detail));
     }
-    printf("}}\n");
+    char *text = mp_json_print(j, ok && libs, true);
+    if (!text) return mp_error(MP_ERR_NOMEM, "--json: out of memory writing JSON");
+    puts(text);
+    cJSON_free(text);
+    return MP_OK;
 }
 
 int cmd_info(int argc, char **argv) {
@@ -185,7 +190,11 @@ int cmd_info(int argc, char **argv) {
     mp_cpu_bf16_path_query(&mi.bf16);
     mp_gpu_list_query(&mi.gpus);
     for (int i = 0; i < MP_LIB_COUNT; i++) mp_lib_info_query((mp_lib_id)i, &mi.libs[i]);
-    if (json) print_json(&mi);
-    else print_text(&mi);
-    return 0;
+    if (!json) {
+        print_text(&mi);
+        return 0;
+    }
+    if (print_json(&mi) == MP_OK) return 0;
+    fprintf(stderr, "mixprec info: %s\n", mp_last_error());
+    return 1;
 }

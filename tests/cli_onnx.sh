@@ -72,6 +72,11 @@ expect export_no_checkpoint 2 "needs --checkpoint" -- export -o x.onnx
 expect export_missing_checkpoint 1 "nope.safetensors" -- export --checkpoint nope.safetensors -o x.onnx
 expect export_wrong_model 1 "run.safetensors: .*'conv1_1.weight' is not in the file" -- export --checkpoint run.safetensors --model cnn10 \
   --input-shape 1x12x12 -o x.onnx
+# eval of a checkpoint under another --model: what to do, no API option names
+expect eval_wrong_model 1 "run.safetensors: .*saved for model 'small', this model is 'cnn10'\): give the --model the \
+checkpoint was trained with \(or leave --model out\)$" -- eval --checkpoint run.safetensors --model cnn10 \
+  --data synthetic --synthetic-shape 1x12x12 --synthetic-size 256
+! grep -q mp_weights_opts eval_wrong_model.err && ok || bad "eval names an API option: $(cat eval_wrong_model.err)"
 expect export_shape 2 "--input-shape '1x12'" -- export --checkpoint run.safetensors --input-shape 1x12 -o x.onnx
 expect export_to_dir 2 "-o .*" -- export --checkpoint run.safetensors --input-shape 1x12x12 -o "$work"
 [ ! -e x.onnx ] && ok || bad "a failed export left x.onnx"

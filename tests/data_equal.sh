@@ -35,10 +35,10 @@ for pair in "npy $a_npy" "folder $a_folder" "folder-per-batch $a_lazy"; do
 done
 # eval reproduces the accuracy of the saved (last) epoch, with the checkpoint's normalization
 ev=$("$bin" eval --checkpoint "$work/folder.safetensors" --data "folder:$c/folder" --json 2>"$work/eval.err")
-got=$(sed -n 's/.*"accuracy": \([0-9.]*\).*/\1/p' <<<"$ev")
+got=$(sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p' <<<"$ev")
 [ -n "$got" ] && [ "$got" = "$a_folder" ] && ok || bad "eval accuracy '$got' != train's $a_folder: $ev $(cat "$work/eval.err")"
-grep -q '"normalization": "the checkpoint'"'"'s"' <<<"$ev" && ok || bad "eval did not use the checkpoint's normalization: $ev"
-grep -q '"samples": 10000' <<<"$ev" && ok || bad "eval sample count: $ev"
+grep -q '"normalization":"the checkpoint'"'"'s"' <<<"$ev" && ok || bad "eval did not use the checkpoint's normalization: $ev"
+grep -q '"samples":10000,' <<<"$ev" && ok || bad "eval sample count: $ev"
 line=$("$bin" eval --checkpoint "$work/folder.safetensors" --data "folder:$c/folder" --precision bf16 2>&1)
 grep -Eq "^eval: 10000 samples, loss [0-9.]+, accuracy [0-9.]+% \(bf16, cpu\)$" <<<"$line" && ok || bad "eval line: $line"
 echo "$pass passed, $fail failed"

@@ -2,10 +2,9 @@
  * (scalars, empty and 8-d tensors), the exact bytes of tiny files, JSON
  * escaping, every corrupt-file case (MP_ERR_FORMAT naming the file), bad
  * writer arguments, and atomic replacement (a failed write leaves the old
- * file intact and no temporary file). Without cJSON the reader must refuse
- * clearly and everything about writing still holds. When python3 can import
- * the reference `safetensors` package, it also reads every file written here
- * and must lay the same tensors out identically. Files go to a temp dir. */
+ * file intact and no temporary file). When python3 can import the reference
+ * `safetensors` package, it also reads every file written here and must lay
+ * the same tensors out identically. Files go to a temp dir. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -25,7 +24,6 @@
 #include "io/safetensors_internal.h"
 
 static char tmp[4096];
-static bool have_reader; /* built with cJSON */
 static bool have_python; /* python3 imports the reference package */
 
 static const char *tpath(const char *name) { return scratch_path(tmp, name); }
@@ -183,20 +181,13 @@ static void check_contents(const char *path, const mp_st_tensor *want, int n) {
 
 /* ---- writer and round trips --------------------------------------------- */
 
-static void test_reader_presence(void) {
+static void test_empty_file(void) {
     const char *p = tpath("probe.safetensors");
     CHECK_ERR(mp_safetensors_write(p, NULL, 0, NULL, NULL, 0), MP_OK);
     mp_st_file *f = NULL;
     mp_status s = mp_safetensors_open(p, &f);
-    have_reader = s != MP_ERR_UNSUPPORTED;
-    if (have_reader) {
-        CHECK(s == MP_OK && f && mp_safetensors_count(f) == 0 && mp_safetensors_meta_count(f) == 0,
-              "empty file: %s", mp_last_error());
-    } else {
-        CHECK(f == NULL, "out set on failure");
-        CHECK(strstr(mp_last_error(), "needs cJSON (Debian libcjson-dev)") && strstr(mp_last_error(), p),
-              "message: %s", mp_last_error());
-    }
+    CHECK(s == MP_OK && f && mp_safetensors_count(f) == 0 && mp_safetensors_meta_count(f) == 0, "empty file: %s",
+          mp_last_error());
     mp_safetensors_close(f);
 }
 
@@ -241,32 +232,30 @@ static void test_roundtrip(void) {
     free(raw);
     check_with_python(p, n);
 
-    if (have_reader) {
-        check_contents(p, ts, n);
-        mp_st_file *f = NULL;
-        CHECK_ERR(mp_safetensors_open(p, &f), MP_OK);
-        if (f) {
-            /* file order: widest dtype first, then by name */
-            const char *order[] = {"deep", "step", "conv1.weight", "empty", "we\"ird\\name",
-                                   "\xc3\xbcn\xc3\xaf" "code.name", "labels", "bn.var", "bn.mean"};
-            for (int i = 0; i < n && i < mp_safetensors_count(f); i++)
-                CHECK(strcmp(mp_safetensors_name(f, i), order[i]) == 0, "name %d is '%s', expected '%s'", i,
-                      mp_safetensors_name(f, i), order[i]);
-            CHECK(mp_safetensors_meta(f, "note") && strcmp(mp_safetensors_meta(f, "note"), vals[0]) == 0,
-                  "note = %s", mp_safetensors_meta(f, "note"));
-            CHECK(mp_safetensors_meta(f, "framework") && strcmp(mp_safetensors_meta(f, "framework"), "mixprec") == 0,
-                  "framework");
-            CHECK(mp_safetensors_meta(f, "absent") == NULL, "absent key");
-            CHECK(mp_safetensors_meta_count(f) == 2, "meta count %d", mp_safetensors_meta_count(f));
-            CHECK(mp_safetensors_meta_count(f) == 2 && strcmp(mp_safetensors_meta_key(f, 0), "framework") == 0 &&
-                      strcmp(mp_safetensors_meta_key(f, 1), "note") == 0,
-                  "metadata written sorted by key");
-            mp_st_tensor t;
-            CHECK_ERR(mp_safetensors_get(f, "nope", &t), MP_ERR_FORMAT, p, "no tensor named 'nope'");
-            CHECK_ERR(mp_safetensors_get(f, "step", &t), MP_OK);
-            CHECK(t.ndim == 0 && *(const double *)t.data == 1234.5, "0-d f64");
-            mp_safetensors_close(f);
-        }
+    check_contents(p, ts, n);
+    mp_st_file *f = NULL;
+    CHECK_ERR(mp_safetensors_open(p, &f), MP_OK);
+    if (f) {
+        /* file order: widest dtype first, then by name */
+        const char *order[] = {"deep", "step", "conv1.weight", "empty", "we\"ird\\name",
+                               "\xc3\xbcn\xc3\xaf" "code.name", "labels", "bn.var", "bn.mean"};
+        for (int i = 0; i < n && i < mp_safetensors_count(f); i++)
+            CHECK(strcmp(mp_safetensors_name(f, i), order[i]) == 0, "name %d is '%s', expected '%s'", i,
+                  mp_safetensors_name(f, i), order[i]);
+        CHECK(mp_safetensors_meta(f, "note") && strcmp(mp_safetensors_meta(f, "note"), vals[0]) == 0,
+              "note = %s", mp_safetensors_meta(f, "note"));
+        CHECK(mp_safetensors_meta(f, "framework") && strcmp(mp_safetensors_meta(f, "framework"), "mixprec") == 0,
+              "framework");
+        CHECK(mp_safetensors_meta(f, "absent") == NULL, "absent key");
+        CHECK(mp_safetensors_meta_count(f) == 2, "meta count %d", mp_safetensors_meta_count(f));
+        CHECK(mp_safetensors_meta_count(f) == 2 && strcmp(mp_safetensors_meta_key(f, 0), "framework") == 0 &&
+                  strcmp(mp_safetensors_meta_key(f, 1), "note") == 0,
+              "metadata written sorted by key");
+        mp_st_tensor t;
+        CHECK_ERR(mp_safetensors_get(f, "nope", &t), MP_ERR_FORMAT, p, "no tensor named 'nope'");
+        CHECK_ERR(mp_safetensors_get(f, "step", &t), MP_OK);
+        CHECK(t.ndim == 0 && *(const double *)t.data == 1234.5, "0-d f64");
+        mp_safetensors_close(f);
     }
 
     /* no metadata: no "__metadata__" at all, as the reference writer */
@@ -276,13 +265,11 @@ static void test_roundtrip(void) {
     CHECK(raw && !memmem(raw, len, "__metadata__", 12), "nometa has a __metadata__ entry");
     free(raw);
     check_with_python(p2, 5);
-    if (have_reader) {
-        check_contents(p2, ts, 5);
-        mp_st_file *f = NULL;
-        CHECK_ERR(mp_safetensors_open(p2, &f), MP_OK);
-        if (f) CHECK(mp_safetensors_meta_count(f) == 0 && !mp_safetensors_meta(f, "note"), "no metadata");
-        mp_safetensors_close(f);
-    }
+    check_contents(p2, ts, 5);
+    f = NULL;
+    CHECK_ERR(mp_safetensors_open(p2, &f), MP_OK);
+    if (f) CHECK(mp_safetensors_meta_count(f) == 0 && !mp_safetensors_meta(f, "note"), "no metadata");
+    mp_safetensors_close(f);
 
     /* one 1-element tensor of each dtype, reference-identical bytes */
     static const char *const one_names[] = {"f32", "f16", "bf16", "f64", "i32"};
@@ -298,7 +285,7 @@ static void test_roundtrip(void) {
     const char *p3 = tpath("ones.safetensors");
     CHECK_ERR(mp_safetensors_write(p3, one, 5, step_k, step_v, 1), MP_OK);
     check_with_python(p3, 5);
-    if (have_reader) check_contents(p3, one, 5);
+    check_contents(p3, one, 5);
 }
 
 /* The format pinned byte for byte (these are also what the reference writes). */
@@ -347,16 +334,14 @@ static void test_exact_bytes(void) {
           "escaped header differs: %.*s", got ? (int)len - 8 : 0, got ? (const char *)got + 8 : "");
     free(got);
     check_with_python(pq, 1);
-    if (have_reader) {
-        mp_st_file *f = NULL;
-        CHECK_ERR(mp_safetensors_open(pq, &f), MP_OK);
-        if (f) {
-            CHECK(strcmp(mp_safetensors_name(f, 0), q.name) == 0, "escaped name read back as %s",
-                  mp_safetensors_name(f, 0));
-            CHECK(strcmp(mp_safetensors_meta(f, "k"), ev[0]) == 0, "escaped value read back");
-        }
-        mp_safetensors_close(f);
+    mp_st_file *f = NULL;
+    CHECK_ERR(mp_safetensors_open(pq, &f), MP_OK);
+    if (f) {
+        CHECK(strcmp(mp_safetensors_name(f, 0), q.name) == 0, "escaped name read back as %s",
+              mp_safetensors_name(f, 0));
+        CHECK(strcmp(mp_safetensors_meta(f, "k"), ev[0]) == 0, "escaped value read back");
     }
+    mp_safetensors_close(f);
 }
 
 static void test_write_args(void) {
@@ -446,7 +431,7 @@ static void test_atomic(void) {
               fails[i].stage);
         free(after);
         CHECK(count_prefixed("ckpt.safetensors.tmp") == 0, "temporary file left behind after '%s'", fails[i].stage);
-        if (have_reader) check_contents(p, &old_t, 1);
+        check_contents(p, &old_t, 1);
     }
 
     /* a directory in the way: refused before anything is written */
@@ -462,7 +447,7 @@ static void test_atomic(void) {
     CHECK(after && len > len0 + 4000, "file not replaced (%zu bytes)", len);
     free(after);
     free(before);
-    if (have_reader) check_contents(p, new_t, 2);
+    check_contents(p, new_t, 2);
     check_with_python(p, 2);
 }
 
@@ -646,15 +631,13 @@ static void test_reader_accepts(void) {
 int main(void) {
     scratch_dir_create(tmp, sizeof tmp, "test_safetensors");
     write_py_script();
-    test_reader_presence();
+    test_empty_file();
     test_exact_bytes();
     test_roundtrip();
     test_write_args();
     test_atomic();
-    if (have_reader) {
-        test_reader_rejects();
-        test_reader_accepts();
-    }
+    test_reader_rejects();
+    test_reader_accepts();
     scratch_dir_remove(tmp);
     return test_summary("test_safetensors");
 }

@@ -8,9 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef MP_HAVE_CJSON
 #include <cjson/cJSON.h>
-#endif
 
 #include "core/error.h"
 #include "io/output_path.h"
@@ -46,7 +44,6 @@ mp_status mp_policy_file_merge(const mp_policy_file *f, const char *path, const 
     return MP_OK;
 }
 
-#ifdef MP_HAVE_CJSON
 mp_status mp_policy_file_write(const char *path, const mp_doctor_report *r) {
     cJSON *root = cJSON_CreateObject(), *ov = cJSON_CreateObject(), *doc = cJSON_CreateObject(),
           *layers = cJSON_CreateObject();
@@ -206,17 +203,3 @@ mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_fil
     cJSON_Delete(root);
     return s;
 }
-#else
-mp_status mp_policy_file_write(const char *path, const mp_doctor_report *r) {
-    (void)r;
-    return mp_error(MP_ERR_UNSUPPORTED, "%s: writing a policy file needs cJSON (Debian libcjson-dev); this mixprec was "
-                                        "built without it", path);
-}
-
-mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_file *out) {
-    (void)g;
-    memset(out, 0, sizeof *out);
-    return mp_error(MP_ERR_UNSUPPORTED, "%s: reading a policy file needs cJSON (Debian libcjson-dev); this mixprec was "
-                                        "built without it", path);
-}
-#endif

@@ -2,7 +2,7 @@
  * `mixprec doctor --policy-out` writes and `mixprec train --policy` applies
  * through the public precision API (per-layer overrides) and the scaler
  * options. Reading is strict: anything unknown or unusable is one error
- * naming the file and the key. Needs cJSON (MP_ERR_UNSUPPORTED without). */
+ * naming the file and the key. */
 #ifndef MP_AMP_POLICY_FILE_H
 #define MP_AMP_POLICY_FILE_H
 

@@ -134,9 +134,10 @@ static int fp32_index(const mp_bench_opts *o) {
     return -1;
 }
 
-/* Train one cell, derive its metrics, report it and write its record. */
-static void run_cell(mp_bench_matrix *m, const mp_dataset *train, const mp_dataset *test, int mi, int gi, int pi,
-                     int bi, int done) {
+/* Train one cell, derive its metrics, report it and write its record (a
+ * record that cannot be written stops the matrix). */
+static mp_status run_cell(mp_bench_matrix *m, const mp_dataset *train, const mp_dataset *test, int mi, int gi,
+                          int pi, int bi, int done) {
     const mp_bench_opts *o = m->o;
     mp_bench_cell *c = mp_bench_cell_at(m, mi, gi, pi, bi);
     *c = (mp_bench_cell){.model = o->models[mi], .precision = o->precisions[pi], .batch = o->batches[bi],
@@ -159,10 +160,10 @@ static void run_cell(mp_bench_matrix *m, const mp_dataset *train, const mp_datas
     if (s != MP_OK) snprintf(c->message, sizeof c->message, "%s", mp_last_error());
     mp_bench_derive(m, mi, gi, pi, bi);
     report_cell(o->progress, o, done + 1, m->n, c);
-    if (o->jsonl) {
-        mp_bench_write_record(o->jsonl, m, c);
-        fflush(o->jsonl);
-    }
+    if (!o->jsonl) return MP_OK;
+    s = mp_bench_write_record(o->jsonl, m, c);
+    fflush(o->jsonl);
+    return s;
 }
 
 mp_status mp_bench_run(const mp_bench_opts *o, const mp_dataset *train, const mp_dataset *test, mp_bench_matrix *m) {
@@ -186,8 +187,8 @@ mp_status mp_bench_run(const mp_bench_opts *o, const mp_dataset *train, const mp
         for (int mi = 0; mi < o->n_models; mi++)
             for (int g = 0; g < o->n_gpus; g++)
                 for (int bi = 0; bi < o->n_batches; bi++)
-                    for (int k = 0; k < o->n_precisions; k++)
-                        run_cell(m, train, test, mi, g_order[g], p_order[k], bi, done++);
+                    for (int k = 0; s == MP_OK && k < o->n_precisions; k++)
+                        s = run_cell(m, train, test, mi, g_order[g], p_order[k], bi, done++);
     }
     free(p_order);
     free(g_order);

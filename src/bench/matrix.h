@@ -90,8 +90,9 @@ void mp_bench_derive(const mp_bench_matrix *m, int model, int gpus, int precisio
 
 const char *mp_cell_status_name(mp_cell_status s); /* "ok", "OOM", "error" */
 
-/* report_jsonl.c: one JSON object per line, every field, null where unknown. */
-void mp_bench_write_record(FILE *f, const mp_bench_matrix *m, const mp_bench_cell *c);
+/* report_jsonl.c: one JSON object per line, every field, null where unknown;
+ * MP_ERR_NOMEM when the record cannot be built (write errors stay in f). */
+mp_status mp_bench_write_record(FILE *f, const mp_bench_matrix *m, const mp_bench_cell *c);
 
 /* report_markdown.c: one table per model, metric and GPU count, precisions
  * as rows and batch sizes as columns, laid out like seed 000; and per model,

@@ -4,9 +4,9 @@
  * tensors' bytes, contiguous, little-endian, row-major.
  *
  * Writing is atomic (temporary file in the same directory, fsync, rename,
- * fsync of the directory) and needs no JSON library. Reading parses the
- * header with cJSON and validates it as strictly as the reference
- * implementation; a build without cJSON can write but not read. */
+ * fsync of the directory); the header is built and printed with cJSON.
+ * Reading parses the header with cJSON and validates it as strictly as the
+ * reference implementation. */
 #ifndef MP_IO_SAFETENSORS_H
 #define MP_IO_SAFETENSORS_H
 
@@ -51,8 +51,7 @@ typedef struct mp_st_file mp_st_file;
  * offsets not matching shape x dtype, out of the buffer, overlapping, leaving
  * gaps, trailing bytes, duplicate names, non-string metadata) gives
  * MP_ERR_FORMAT with one message naming the file and the defect; a file that
- * cannot be opened or read gives MP_ERR_IO; a build without cJSON gives
- * MP_ERR_UNSUPPORTED. *out is NULL on failure.
+ * cannot be opened or read gives MP_ERR_IO. *out is NULL on failure.
  *
  * Every dtype of the format is accepted at open (BOOL, U8, I8, I16, U16, U32,
  * I64, U64, F8_*, F4, F6_*, C64 too); only mixprec's five can be fetched. */

@@ -1,6 +1,6 @@
 /* safetensors_read.c — the validating safetensors checkpoint reader: open
- * (header parsed with cJSON when built with it, checked as strictly as the
- * reference implementation), tensor and metadata lookups, close. */
+ * (header parsed with cJSON, checked as strictly as the reference
+ * implementation), tensor and metadata lookups, close. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -11,9 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef MP_HAVE_CJSON
 #include <cjson/cJSON.h>
-#endif
 
 #include "core/error.h"
 #include "io/input_file.h"
@@ -112,8 +110,6 @@ mp_status mp_safetensors_get(const mp_st_file *f, const char *name, mp_st_tensor
     out->data = e->data;
     return MP_OK;
 }
-
-#ifdef MP_HAVE_CJSON
 
 /* MP_ERR_FORMAT "<path>: <message>". */
 __attribute__((format(printf, 2, 3))) static mp_status st_bad(const char *path, const char *fmt, ...) {
@@ -435,15 +431,3 @@ mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
     *out = f;
     return MP_OK;
 }
-
-#else /* !MP_HAVE_CJSON */
-
-mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
-    MP_ASSERT(path && out);
-    *out = NULL;
-    return mp_error(MP_ERR_UNSUPPORTED,
-                    "%s: reading checkpoints needs cJSON (Debian libcjson-dev); this mixprec was built without it",
-                    path);
-}
-
-#endif

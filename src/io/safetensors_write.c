@@ -1,7 +1,7 @@
 /* safetensors_write.c — the atomic safetensors checkpoint writer: checks the
- * tensors and metadata, lays them out as the reference writer does, emits the
- * JSON header itself (escaped as serde_json does, so it needs no library),
- * then writes a temporary file, fsyncs it and renames it into place. */
+ * tensors and metadata, lays them out as the reference writer does, builds
+ * the JSON header with cJSON, then writes a temporary file, fsyncs it and
+ * renames it into place. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/json_write.h"
 #include "io/output_path.h"
 #include "io/safetensors.h"
 #include "io/safetensors_internal.h"
@@ -40,65 +41,6 @@ static const char *st_name_problem(const char *s) {
 }
 
 /* ---- writer -------------------------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_u64(sbuf *b, uint64_t v) {
-    char tmp[24];
-    int k = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-    sb_put(b, tmp, (size_t)k);
-}
-
-/* A JSON string, escaped as serde_json does (so the header bytes equal the
- * reference writer's): \" \\ \b \f \n \r \t, other controls as \u00xx,
- * everything else (UTF-8 included) as is. */
-static void sb_json_string(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        switch (*p) {
-        case '"': sb_put(b, "\\\"", 2); break;
-        case '\\': sb_put(b, "\\\\", 2); break;
-        case '\b': sb_put(b, "\\b", 2); break;
-        case '\f': sb_put(b, "\\f", 2); break;
-        case '\n': sb_put(b, "\\n", 2); break;
-        case '\r': sb_put(b, "\\r", 2); break;
-        case '\t': sb_put(b, "\\t", 2); break;
-        default:
-            if (*p < 0x20) {
-                snprintf(esc, sizeof esc, "\\u%04x", *p);
-                sb_put(b, esc, 6);
-            } else {
-                sb_put(b, (const char *)p, 1);
-            }
-        }
-    }
-    sb_put(b, "\"", 1);
-}
 
 typedef struct {
     const char *name;
@@ -185,13 +127,17 @@ static mp_status st_check_args(const char *path, const mp_st_tensor *tensors, in
             if (t->dims[d] < 0)
                 return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': dimension %d is %" PRId64, path, t->name, d,
                                 t->dims[d]);
-            if (__builtin_mul_overflow(numel, (uint64_t)t->dims[d], &numel) || numel >= ST_MAX_INT)
+            if (__builtin_mul_overflow(numel, (uint64_t)t->dims[d], &numel) || numel > MP_JSON_INT_MAX)
                 return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': too many elements", path, t->name);
+            if (t->dims[d] > MP_JSON_INT_MAX) /* beside a 0 dimension */
+                return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': dimension %d is %" PRId64 " (the most written "
+                                "is 10^15 - 1)", path, t->name, d, t->dims[d]);
         }
         nbytes[i] = numel * mp_dtype_size(t->dtype);
         total += nbytes[i];
-        if (nbytes[i] >= ST_MAX_INT || total >= ST_MAX_INT)
-            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': the tensors exceed 2^53 bytes", path, t->name);
+        /* every offset, a number in the header, must print exactly (json_write.h) */
+        if (nbytes[i] > MP_JSON_INT_MAX || total > MP_JSON_INT_MAX)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': the tensors exceed 10^15 - 1 bytes", path, t->name);
         if (nbytes[i] > 0 && !t->data)
             return mp_error(MP_ERR_INVALID_ARG, "%s: tensor '%s': data is NULL for %" PRIu64 " bytes", path,
                             t->name, nbytes[i]);
@@ -227,46 +173,50 @@ static mp_status st_plan(const char *path, const mp_st_tensor *tensors, int n, c
     return MP_OK;
 }
 
-/* The header JSON, compact, padded with spaces to a multiple of 8 bytes. */
-static void st_header(sbuf *b, const mp_st_tensor *tensors, int n, const char *const *meta_values, int n_meta,
-                      const st_order *tord, const st_order *mord, const uint64_t *nbytes) {
-    sb_puts(b, "{");
+/* The header JSON, compact, padded with spaces to a multiple of 8 bytes (its
+ * length in *len); NULL when out of memory. cJSON escapes strings as
+ * serde_json does (\" \\ \b \f \n \r \t, other controls as \u00xx, UTF-8
+ * as is) and keeps the insertion order, so the bytes equal the reference
+ * writer's. */
+static char *st_header(const mp_st_tensor *tensors, int n, const char *const *meta_values, int n_meta,
+                       const st_order *tord, const st_order *mord, const uint64_t *nbytes, size_t *len) {
+    cJSON *root = cJSON_CreateObject();
+    bool ok = root != NULL;
     if (n_meta > 0) {
-        sb_puts(b, "\"__metadata__\":{");
-        for (int i = 0; i < n_meta; i++) {
-            if (i) sb_puts(b, ",");
-            sb_json_string(b, mord[i].name);
-            sb_puts(b, ":");
-            sb_json_string(b, meta_values[mord[i].idx]);
-        }
-        sb_puts(b, "}");
+        cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+        for (int i = 0; i < n_meta; i++)
+            ok = ok && mp_json_add(meta, mord[i].name, mp_json_str(meta_values[mord[i].idx]));
     }
-    uint64_t offset = 0;
-    for (int i = 0; i < n; i++) {
+    uint64_t offset = 0; /* at most MP_JSON_INT_MAX (st_check_args) */
+    for (int i = 0; ok && i < n; i++) {
         const mp_st_tensor *t = &tensors[tord[i].idx];
-        if (i || n_meta > 0) sb_puts(b, ",");
-        sb_json_string(b, t->name);
-        sb_puts(b, ":{\"dtype\":\"");
-        sb_puts(b, mp_st_dtypes[tord[i].rank].name);
-        sb_puts(b, "\",\"shape\":[");
-        for (int d = 0; d < t->ndim; d++) {
-            if (d) sb_puts(b, ",");
-            sb_u64(b, (uint64_t)t->dims[d]);
-        }
-        sb_puts(b, "],\"data_offsets\":[");
-        sb_u64(b, offset);
-        sb_puts(b, ",");
+        cJSON *e = cJSON_AddObjectToObject(root, t->name);
+        ok = mp_json_add(e, "dtype", mp_json_str(mp_st_dtypes[tord[i].rank].name));
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t->ndim; d++) ok = ok && mp_json_push(shape, mp_json_int(t->dims[d]));
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        ok = ok && shape && mp_json_push(offs, mp_json_int((int64_t)offset));
         offset += nbytes[tord[i].idx];
-        sb_u64(b, offset);
-        sb_puts(b, "]}");
+        ok = ok && mp_json_push(offs, mp_json_int((int64_t)offset));
     }
-    sb_puts(b, "}");
-    while (!b->oom && b->len % 8 != 0) sb_puts(b, " ");
+    char *text = mp_json_print(root, ok, false);
+    if (!text) return NULL;
+    size_t n0 = strlen(text), padded = (n0 + 7) / 8 * 8;
+    char *h = malloc(padded + 1);
+    if (h) {
+        memcpy(h, text, n0);
+        memset(h + n0, ' ', padded - n0);
+        h[padded] = '\0';
+        *len = padded;
+    }
+    cJSON_free(text);
+    return h;
 }
 
 /* Write the file bytes to `tmp` and move it over `path`. On failure the
  * temporary file is gone and mp_last_error() says what failed. */
-static mp_status st_commit(const char *path, const char *tmp, const sbuf *hdr, const mp_st_tensor *tensors, int n,
+static mp_status st_commit(const char *path, const char *tmp, const char *hdr, size_t hdr_len,
+                           const mp_st_tensor *tensors, int n,
                            const st_order *tord, const uint64_t *nbytes) {
     const char *what = "creating";
     unlink(tmp); /* a leftover of an earlier process with this pid (maybe not a regular file) */
@@ -274,8 +224,8 @@ static mp_status st_commit(const char *path, const char *tmp, const sbuf *hdr, c
     if (fd < 0) goto fail;
     what = "writing";
     unsigned char len8[8];
-    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr->len >> (8 * k));
-    if (st_write_all(fd, len8, 8) != 0 || st_write_all(fd, hdr->p, hdr->len) != 0) goto fail;
+    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr_len >> (8 * k));
+    if (st_write_all(fd, len8, 8) != 0 || st_write_all(fd, hdr, hdr_len) != 0) goto fail;
     for (int i = 0; i < n; i++) {
         const mp_st_tensor *t = &tensors[tord[i].idx];
         if (nbytes[tord[i].idx] > 0 && st_write_all(fd, t->data, (size_t)nbytes[tord[i].idx]) != 0) goto fail;
@@ -316,7 +266,8 @@ mp_status mp_safetensors_write(const char *path, const mp_st_tensor *tensors, in
     uint64_t *nbytes = calloc((size_t)n + 1, sizeof *nbytes);
     st_order *tord = calloc((size_t)n + 1, sizeof *tord);
     st_order *mord = calloc((size_t)n_meta + 1, sizeof *mord);
-    sbuf hdr = {0};
+    char *hdr = NULL;
+    size_t hdr_len = 0;
     char *tmp = malloc(strlen(path) + 32);
     mp_status s;
     if (!nbytes || !tord || !mord || !tmp) {
@@ -326,18 +277,18 @@ mp_status mp_safetensors_write(const char *path, const mp_st_tensor *tensors, in
     s = st_check_args(path, tensors, n, meta_keys, meta_values, n_meta, nbytes);
     if (s == MP_OK) s = st_plan(path, tensors, n, meta_keys, n_meta, tord, mord);
     if (s != MP_OK) goto done;
-    st_header(&hdr, tensors, n, meta_values, n_meta, tord, mord, nbytes);
-    if (hdr.oom || hdr.len > ST_MAX_HEADER) {
-        s = hdr.oom ? mp_error(MP_ERR_NOMEM, "%s: out of memory building the header", path)
-                    : mp_error(MP_ERR_INVALID_ARG, "%s: header of %zu bytes exceeds the format's %llu-byte limit",
-                               path, hdr.len, ST_MAX_HEADER);
+    hdr = st_header(tensors, n, meta_values, n_meta, tord, mord, nbytes, &hdr_len);
+    if (!hdr || hdr_len > ST_MAX_HEADER) {
+        s = !hdr ? mp_error(MP_ERR_NOMEM, "%s: out of memory building the header", path)
+                 : mp_error(MP_ERR_INVALID_ARG, "%s: header of %zu bytes exceeds the format's %llu-byte limit",
+                            path, hdr_len, ST_MAX_HEADER);
         goto done;
     }
     sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-    s = st_commit(path, tmp, &hdr, tensors, n, tord, nbytes);
+    s = st_commit(path, tmp, hdr, hdr_len, tensors, n, tord, nbytes);
 
 done:
-    free(hdr.p);
+    free(hdr);
     free(tmp);
     free(mord);
     free(tord);

@@ -11,6 +11,7 @@
 #include "amp/numerics_log.h"
 #include "dist/dist.h"
 #include "graph/graph.h"
+#include "io/json_write.h"
 #include "io/output_path.h"
 #include "train/progress.h"
 #include "train/train_gpus.h"
@@ -34,13 +35,20 @@ static mp_status check_opts(const mp_dataset *train, const mp_fit_opts *o) {
 /* One JSON record per epoch; every write checked. */
 static mp_status write_log(FILE *log, const char *path, const mp_fit_opts *o, const char *precision, int epoch,
                            const mp_fit_result *r, float lr, int64_t skipped, float loss_scale) {
-    fprintf(log,
-            "{\"epoch\":%d,\"model\":\"%s\",\"data\":\"%s\",\"precision\":\"%s\",\"batch\":%d,\"lr\":%.6g,"
-            "\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,\"epoch_time_s\":%.3f,"
-            "\"images_per_s\":%.1f,\"arena_bytes\":%zu,\"skipped_steps\":%lld,\"loss_scale\":%g}\n",
-            epoch, o->model_name ? o->model_name : "", o->data_name ? o->data_name : "", precision, o->trainer.batch,
-            lr, r->train_loss, r->train_acc, r->test_loss, r->test_acc, r->epoch_seconds, r->images_per_s,
-            r->arena_bytes, (long long)skipped, loss_scale);
+    cJSON *j = cJSON_CreateObject();
+    bool ok = mp_json_add(j, "epoch", mp_json_int(epoch)) && mp_json_add(j, "model", mp_json_str(o->model_name)) &&
+              mp_json_add(j, "data", mp_json_str(o->data_name)) && mp_json_add(j, "precision", mp_json_str(precision)) &&
+              mp_json_add(j, "batch", mp_json_int(o->trainer.batch)) && mp_json_add(j, "lr", mp_json_sig(lr, 6)) &&
+              mp_json_add(j, "train_loss", mp_json_fixed(r->train_loss, 6)) &&
+              mp_json_add(j, "train_acc", mp_json_fixed(r->train_acc, 6)) &&
+              mp_json_add(j, "test_loss", mp_json_fixed(r->test_loss, 6)) &&
+              mp_json_add(j, "test_acc", mp_json_fixed(r->test_acc, 6)) &&
+              mp_json_add(j, "epoch_time_s", mp_json_fixed(r->epoch_seconds, 3)) &&
+              mp_json_add(j, "images_per_s", mp_json_fixed(r->images_per_s, 1)) &&
+              mp_json_add(j, "arena_bytes", mp_json_int((int64_t)r->arena_bytes)) &&
+              mp_json_add(j, "skipped_steps", mp_json_int(skipped)) &&
+              mp_json_add(j, "loss_scale", mp_json_sig(loss_scale, 6));
+    MP_TRY(mp_json_write_line(log, j, ok, "--log"));
     return mp_output_flush(log, path, "--log"); /* a full disk stops the run here */
 }
 
@@ -234,11 +242,7 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
     if (s == MP_OK && o->numerics_cb && !o->numerics_log && r.rank == 0)
         s = mp_trainer_numerics_enable(r.t, &(mp_numerics_opts){.every = o->numerics_every > 0 ? o->numerics_every : 1});
     if (s == MP_OK && o->numerics_log && r.rank == 0) {
-        if (!mp_numerics_json_available())
-            s = mp_error(MP_ERR_UNSUPPORTED, "--numerics-log %s: writing JSON needs cJSON (Debian libcjson-dev); this "
-                         "mixprec was built without it", o->numerics_log);
-        if (s == MP_OK)
-            s = mp_trainer_numerics_enable(r.t, &(mp_numerics_opts){.every = o->numerics_every > 0 ? o->numerics_every
+        s = mp_trainer_numerics_enable(r.t, &(mp_numerics_opts){.every = o->numerics_every > 0 ? o->numerics_every
                                                                                                       : 100});
         if (s != MP_OK) s = mp_error(s, "--numerics-log: %s", mp_last_error());
         if (s == MP_OK) s = mp_output_open(o->numerics_log, "--numerics-log", first_epoch > 1, &r.numerics);

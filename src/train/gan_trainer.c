@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "graph/graph.h"
 #include "io/image_grid.h"
+#include "io/json_write.h"
 #include "io/output_path.h"
 #include "train/progress.h"
 #include "train/trainer.h"
@@ -96,20 +97,28 @@ static mp_status write_record(FILE *log, const char *path, const mp_gan_train_op
     qsort(sorted, (size_t)e->steps, sizeof *sorted, cmp_double);
     for (int i = 0; i < e->steps; i++) sum += ms[i];
     char dev[32];
-    fprintf(log,
-            "{\"epoch\":%d,\"model\":\"acgan\",\"data\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%d,"
-            "\"steps\":%d,\"d_loss\":%.6f,\"g_loss\":%.6f,\"g_skipped\":%lld,\"d_skipped\":%lld,"
-            "\"forward_overflows\":%lld,\"loss_scale\":%g,\"epoch_time_s\":%.3f,\"images_per_s\":%.1f,"
-            "\"batch_ms_mean\":%.4f,\"batch_ms_median\":%.4f,\"batch_ms_min\":%.4f,\"batch_ms_max\":%.4f,"
-            "\"samples\":\"%s\",\"batch_ms\":[",
-            e->epoch, o->data_name ? o->data_name : "", precision,
-            mp_device_name(o->trainer.device, dev, sizeof dev), o->trainer.batch, e->steps, e->d_loss, e->g_loss,
-            (long long)e->g_skipped, (long long)e->d_skipped, (long long)e->forward_overflows, e->loss_scale, e->secs,
-            (double)e->steps * o->trainer.batch / e->secs, sum / e->steps, sorted[e->steps / 2], sorted[0],
-            sorted[e->steps - 1], samples);
-    for (int i = 0; i < e->steps; i++) fprintf(log, "%s%.3f", i ? "," : "", ms[i]);
-    fputs("]}\n", log);
+    cJSON *j = cJSON_CreateObject();
+    bool ok = mp_json_add(j, "epoch", mp_json_int(e->epoch)) && mp_json_add(j, "model", mp_json_str("acgan")) &&
+              mp_json_add(j, "data", mp_json_str(o->data_name)) && mp_json_add(j, "precision", mp_json_str(precision)) &&
+              mp_json_add(j, "device", mp_json_str(mp_device_name(o->trainer.device, dev, sizeof dev))) &&
+              mp_json_add(j, "batch", mp_json_int(o->trainer.batch)) && mp_json_add(j, "steps", mp_json_int(e->steps)) &&
+              mp_json_add(j, "d_loss", mp_json_fixed(e->d_loss, 6)) &&
+              mp_json_add(j, "g_loss", mp_json_fixed(e->g_loss, 6)) &&
+              mp_json_add(j, "g_skipped", mp_json_int(e->g_skipped)) &&
+              mp_json_add(j, "d_skipped", mp_json_int(e->d_skipped)) &&
+              mp_json_add(j, "forward_overflows", mp_json_int(e->forward_overflows)) &&
+              mp_json_add(j, "loss_scale", mp_json_sig(e->loss_scale, 6)) &&
+              mp_json_add(j, "epoch_time_s", mp_json_fixed(e->secs, 3)) &&
+              mp_json_add(j, "images_per_s", mp_json_fixed((double)e->steps * o->trainer.batch / e->secs, 1)) &&
+              mp_json_add(j, "batch_ms_mean", mp_json_fixed(sum / e->steps, 4)) &&
+              mp_json_add(j, "batch_ms_median", mp_json_fixed(sorted[e->steps / 2], 4)) &&
+              mp_json_add(j, "batch_ms_min", mp_json_fixed(sorted[0], 4)) &&
+              mp_json_add(j, "batch_ms_max", mp_json_fixed(sorted[e->steps - 1], 4)) &&
+              mp_json_add(j, "samples", mp_json_str(samples));
+    cJSON *all = cJSON_AddArrayToObject(j, "batch_ms");
+    for (int i = 0; i < e->steps; i++) ok = ok && mp_json_push(all, mp_json_fixed(ms[i], 3));
     free(sorted);
+    MP_TRY(mp_json_write_line(log, j, ok && all, path));
     return mp_output_flush(log, path, NULL); /* a full disk stops the run here */
 }
 

@@ -85,7 +85,7 @@ static bool in_file(const mp_st_file *f, const char *name) {
 /* Tensors of the file that no parameter has (PyTorch's num_batches_tracked
  * counters and names starting with `ignore` aside): an error unless allowed. */
 static mp_status check_unused(const mp_st_file *f, const char *path, const mp_graph *g, bool allowed,
-                              const char *ignore) {
+                              const char *ignore, bool hint) {
     for (int i = 0; !allowed && i < mp_safetensors_count(f); i++) {
         const char *name = mp_safetensors_name(f, i);
         if (ends_with(name, ".num_batches_tracked")) continue;
@@ -93,8 +93,8 @@ static mp_status check_unused(const mp_st_file *f, const char *path, const mp_gr
         bool used = false;
         for (int k = 0; k < g->n_params && !used; k++) used = !strcmp(g->params[k].name, name);
         if (!used)
-            return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' matches no parameter of the model (mp_weights_opts."
-                            "allow_unused ignores such tensors)", path, name);
+            return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' matches no parameter of the model%s", path, name,
+                            hint ? " (mp_weights_opts.allow_unused ignores such tensors)" : "");
     }
     return MP_OK;
 }
@@ -103,7 +103,7 @@ mp_status mp_graph_load_weights(mp_graph *g, const char *path, const mp_weights_
     if (!g || !path) return mp_error(MP_ERR_INVALID_ARG, "load_weights: null graph or path");
     mp_st_file *f = NULL;
     MP_TRY(mp_safetensors_open(path, &f));
-    mp_status s = mp_weights_load_open(g, f, path, o, NULL);
+    mp_status s = mp_weights_load_open(g, f, path, o ? o : &(mp_weights_opts){0}, NULL); /* errors name the options */
     mp_safetensors_close(f);
     return s;
 }
@@ -111,12 +111,13 @@ mp_status mp_graph_load_weights(mp_graph *g, const char *path, const mp_weights_
 mp_status mp_weights_load_open(mp_graph *g, const mp_st_file *f, const char *path, const mp_weights_opts *o,
                                const char *ignore_prefix) {
     const mp_weights_opts opts = o ? *o : (mp_weights_opts){0};
+    const bool hint = o != NULL; /* a caller without options gets no advice about them */
     int64_t total = 0;
     for (int k = 0; k < g->n_params; k++) total += mp_shape_numel(&g->params[k].spec.shape);
     float *staged = malloc(((size_t)total + 1) * sizeof *staged);
     bool *present = calloc((size_t)g->n_params + 1, sizeof *present);
     mp_status s = staged && present ? MP_OK : mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
-    if (s == MP_OK) s = check_unused(f, path, g, opts.allow_unused, ignore_prefix);
+    if (s == MP_OK) s = check_unused(f, path, g, opts.allow_unused, ignore_prefix, hint);
     float *at = staged;
     for (int k = 0; s == MP_OK && k < g->n_params; k++) {
         const mp_gparam *p = &g->params[k];
@@ -124,8 +125,8 @@ mp_status mp_weights_load_open(mp_graph *g, const mp_st_file *f, const char *pat
         mp_st_tensor t;
         if (!in_file(f, p->name)) {
             if (!opts.allow_missing)
-                s = mp_error(MP_ERR_FORMAT, "%s: the model's parameter '%s' is not in the file (mp_weights_opts."
-                             "allow_missing keeps such parameters)", path, p->name);
+                s = mp_error(MP_ERR_FORMAT, "%s: the model's parameter '%s' is not in the file%s", path, p->name,
+                             hint ? " (mp_weights_opts.allow_missing keeps such parameters)" : "");
         } else {
             s = check_tensor(f, path, p, &t);
             if (s == MP_OK) s = convert(path, p, &t, at, n);
