@@ -4,9 +4,7 @@
 
 #include <math.h>
 
-#ifdef MP_HAVE_CJSON
 #include <cjson/cJSON.h>
-#endif
 
 #include "core/error.h"
 #include "io/output_path.h"
@@ -21,9 +19,6 @@ const char *mp_numerics_kind_name(mp_numerics_kind k) {
     }
     return "?";
 }
-
-#ifdef MP_HAVE_CJSON
-bool mp_numerics_json_available(void) { return true; }
 
 /* One format's counts. */
 static cJSON *format_obj(const mp_tensor_stats *s, int f) {
@@ -93,13 +88,3 @@ mp_status mp_numerics_log_write(FILE *f, const char *path, const char *option, i
     cJSON_free(text);
     return mp_output_flush(f, path, option);
 }
-#else
-bool mp_numerics_json_available(void) { return false; }
-
-mp_status mp_numerics_log_write(FILE *f, const char *path, const char *option, int64_t step, float loss_scale,
-                                const mp_numerics_record *rec, int n) {
-    (void)f, (void)step, (void)loss_scale, (void)rec, (void)n;
-    return mp_error(MP_ERR_UNSUPPORTED, "%s %s: writing JSON needs cJSON (Debian libcjson-dev); this mixprec was built "
-                                        "without it", option, path);
-}
-#endif

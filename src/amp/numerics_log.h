@@ -1,16 +1,12 @@
 /* numerics_log.h — numerics statistics as JSON: one JSONL line per collected
  * step (`mixprec train --numerics-log`), each tensor an object with its
- * statistics and its trimmed octave histogram. Written with cJSON; without
- * it these calls are MP_ERR_UNSUPPORTED naming the option. */
+ * statistics and its trimmed octave histogram. Written with cJSON. */
 #ifndef MP_AMP_NUMERICS_LOG_H
 #define MP_AMP_NUMERICS_LOG_H
 
 #include <stdio.h>
 
 #include "mixprec.h"
-
-/* Whether this build can write (and read) the JSON files. */
-bool mp_numerics_json_available(void);
 
 /* One line {"step":..,"loss_scale":..,"tensors":[...]} to f; write errors
  * are reported naming `option` and `path`. */

@@ -11,9 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef MP_HAVE_CJSON
 #include <cjson/cJSON.h>
-#endif
 
 #include "core/error.h"
 #include "io/gnuplot.h"
@@ -57,7 +55,6 @@ static void safe(char *dst, size_t n, const char *src) {
     dst[i] = '\0';
 }
 
-#ifdef MP_HAVE_CJSON
 static series *find_or_add(series_set *ss, const char *name, int kind) {
     for (int i = 0; i < ss->n; i++)
         if (ss->s[i].kind == kind && !strcmp(ss->s[i].name, name)) return &ss->s[i];
@@ -161,13 +158,6 @@ static mp_status read_log(const char *path, series_set *ss, int *records) {
     if (s == MP_OK && ss->n == 0) s = mp_error(MP_ERR_FORMAT, "%s: no activation or gradient statistics to plot", path);
     return s;
 }
-#else
-static mp_status read_log(const char *path, series_set *ss, int *records) {
-    (void)ss, (void)records;
-    return mp_error(MP_ERR_UNSUPPORTED, "%s: reading a numerics log needs cJSON (Debian libcjson-dev); this mixprec was "
-                                        "built without it", path);
-}
-#endif
 
 /* Octaves from the series' range to the nearest fp16 limit (65504, 2^-24). */
 static double margin(const series *s) {
