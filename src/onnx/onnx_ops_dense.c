@@ -13,8 +13,8 @@ static onnx_value *bias_add(onnx_ctx *c, int64_t m, const char **out_name) {
     int only;
     if (onnx_consumers(c, c->node->output[0], &only) != 1 || only <= c->node_index) return NULL;
     const Onnx__NodeProto *a = c->graph->node[only];
-    if (strcmp(a->op_type, "Add") || (a->domain && a->domain[0] && strcmp(a->domain, "ai.onnx")) || a->n_input != 2 ||
-        a->n_output != 1)
+    if (!a->op_type || strcmp(a->op_type, "Add") || (a->domain && a->domain[0] && strcmp(a->domain, "ai.onnx")) ||
+        a->n_input != 2 || a->n_output != 1) /* a later node: not checked yet (it may have no op type) */
         return NULL;
     const int other = strcmp(a->input[0], c->node->output[0]) ? 0 : 1;
     onnx_value *b = onnx_find(c, a->input[other]);
