@@ -14,7 +14,7 @@ static void usage(FILE *f) {
             "  doctor    probe a run in fp32, predict where fp16/bf16 fails, write the policy avoiding it\n"
             "  numerics  plot a numerics log (train --numerics-log): per-layer ranges vs the fp16/bf16 limits\n"
             "  bench     train a models x precisions x batch sizes matrix; tables, JSONL and plots\n"
-            "  eval      accuracy and loss of a checkpoint on a dataset, in any precision\n"
+            "  eval      accuracy and loss of a checkpoint or ONNX model on a dataset, in any precision\n"
             "  export    write a trained model as an ONNX model (--format onnx)\n"
             "  info      devices, CPU features, tensor-core dtypes and library versions (--json)\n"
             "  version   print the version\n\n"
