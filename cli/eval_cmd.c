@@ -17,13 +17,8 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "io/json_write.h"
+#include "models/models.h"
 #include "train/fit.h"
-
-/* An ONNX model file, which brings its own weights. */
-static bool is_onnx(const char *model) {
-    const size_t n = model ? strlen(model) : 0;
-    return n > 5 && !strcmp(model + n - 5, ".onnx");
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -103,7 +98,7 @@ static int parse(int argc, char **argv, eval_args *e) {
         else if (!strcmp(a, "--threads") && !arg_int("eval", a, v, 1, 1024, &e->threads)) return 2;
         else if (!strcmp(a, "--seed") && !arg_u64("eval", a, v, &e->seed)) return 2;
     }
-    if (!e->checkpoint && !is_onnx(e->model)) {
+    if (!e->checkpoint && !mp_model_is_onnx_name(e->model)) {
         fprintf(stderr, "mixprec eval: --checkpoint FILE is required unless --model is an .onnx file with its "
                         "weights (see mixprec eval --help)\n");
         return 2;

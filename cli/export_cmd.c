@@ -11,6 +11,7 @@
 #include "cli/common_opts.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/models.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -83,8 +84,7 @@ static int parse(int argc, char **argv, export_args *e) {
         fprintf(stderr, "mixprec export: --model: %s\n", mp_last_error());
         return 2;
     }
-    const size_t n = strlen(e->model);
-    if (!e->checkpoint && !(n > 5 && !strcmp(e->model + n - 5, ".onnx"))) {
+    if (!e->checkpoint && !mp_model_is_onnx_name(e->model)) {
         fprintf(stderr, "mixprec export: needs --checkpoint FILE (a `train --save` checkpoint or a weights file) "
                         "for model %s\n", e->model);
         return 2;
@@ -97,8 +97,7 @@ static int parse(int argc, char **argv, export_args *e) {
 static mp_status export_norm(const export_args *e, mp_checkpoint_info *info) {
     memset(info, 0, sizeof *info);
     if (!e->checkpoint) {
-        const size_t n = strlen(e->model);
-        if (n > 5 && !strcmp(e->model + n - 5, ".onnx"))
+        if (mp_model_is_onnx_name(e->model))
             return mp_onnx_read_normalization(e->model, MP_CHECKPOINT_MAX_CHANNELS, &info->norm_channels,
                                               info->norm_mean, info->norm_std);
         return MP_OK;
