@@ -66,11 +66,31 @@ static mp_status sigmoid_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_relu_vt = {"relu", pointwise_infer, NULL, NULL, relu_forward, relu_backward,
-                                    MP_BWD_SKIPS_INPUTS};
-const mp_op_vtable mp_op_leaky_relu_vt = {"leaky_relu", pointwise_infer, NULL, NULL, leaky_forward,
-                                          leaky_backward, MP_BWD_SKIPS_OUTPUT};
-const mp_op_vtable mp_op_tanh_vt = {"tanh", pointwise_infer, NULL, NULL, tanh_forward, tanh_backward,
-                                    MP_BWD_SKIPS_INPUTS};
-const mp_op_vtable mp_op_sigmoid_vt = {"sigmoid", pointwise_infer, NULL, NULL, sigmoid_forward,
-                                       sigmoid_backward, MP_BWD_SKIPS_INPUTS};
+const mp_op_vtable mp_op_relu_vt = {
+    .name = "relu",
+    .infer = pointwise_infer,
+    .forward = relu_forward,
+    .backward = relu_backward,
+    .bwd_skips = MP_BWD_SKIPS_INPUTS,
+};
+const mp_op_vtable mp_op_leaky_relu_vt = {
+    .name = "leaky_relu",
+    .infer = pointwise_infer,
+    .forward = leaky_forward,
+    .backward = leaky_backward,
+    .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+};
+const mp_op_vtable mp_op_tanh_vt = {
+    .name = "tanh",
+    .infer = pointwise_infer,
+    .forward = tanh_forward,
+    .backward = tanh_backward,
+    .bwd_skips = MP_BWD_SKIPS_INPUTS,
+};
+const mp_op_vtable mp_op_sigmoid_vt = {
+    .name = "sigmoid",
+    .infer = pointwise_infer,
+    .forward = sigmoid_forward,
+    .backward = sigmoid_backward,
+    .bwd_skips = MP_BWD_SKIPS_INPUTS,
+};

@@ -20,5 +20,10 @@ static mp_status add_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_add_vt = {"add", mp_op_infer_same_shape2, NULL, NULL, add_forward, add_backward,
-                                   MP_BWD_SKIPS_BOTH};
+const mp_op_vtable mp_op_add_vt = {
+    .name = "add",
+    .infer = mp_op_infer_same_shape2,
+    .forward = add_forward,
+    .backward = add_backward,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};

@@ -133,5 +133,12 @@ static mp_status bn_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_batchnorm2d_vt = {"batchnorm2d", bn_infer, bn_prepare, bn_release, bn_forward, bn_backward,
-                                           MP_BWD_SKIPS_OUTPUT};
+const mp_op_vtable mp_op_batchnorm2d_vt = {
+    .name = "batchnorm2d",
+    .infer = bn_infer,
+    .prepare = bn_prepare,
+    .release = bn_release,
+    .forward = bn_forward,
+    .backward = bn_backward,
+    .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+};

@@ -50,4 +50,9 @@ static mp_status bce_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_bce_logits_vt = {"bce_with_logits", bce_infer, NULL, NULL, bce_forward, bce_backward, 0};
+const mp_op_vtable mp_op_bce_logits_vt = {
+    .name = "bce_with_logits",
+    .infer = bce_infer,
+    .forward = bce_forward,
+    .backward = bce_backward,
+};

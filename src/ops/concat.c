@@ -78,5 +78,10 @@ static mp_status concat_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_concat_vt = {"concat", concat_infer, NULL, NULL, concat_forward, concat_backward,
-                                      MP_BWD_SKIPS_BOTH};
+const mp_op_vtable mp_op_concat_vt = {
+    .name = "concat",
+    .infer = concat_infer,
+    .forward = concat_forward,
+    .backward = concat_backward,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};

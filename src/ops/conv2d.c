@@ -86,5 +86,12 @@ static mp_status conv2d_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_conv2d_vt = {"conv2d", conv2d_infer, mp_conv_prepare, mp_conv_release,
-                                      conv2d_forward, conv2d_backward, MP_BWD_SKIPS_OUTPUT};
+const mp_op_vtable mp_op_conv2d_vt = {
+    .name = "conv2d",
+    .infer = conv2d_infer,
+    .prepare = mp_conv_prepare,
+    .release = mp_conv_release,
+    .forward = conv2d_forward,
+    .backward = conv2d_backward,
+    .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+};

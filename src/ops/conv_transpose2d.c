@@ -90,5 +90,12 @@ static mp_status convt_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_conv_transpose2d_vt = {"conv_transpose2d", convt_infer, mp_conv_prepare,
-                                                mp_conv_release, convt_forward, convt_backward, MP_BWD_SKIPS_OUTPUT};
+const mp_op_vtable mp_op_conv_transpose2d_vt = {
+    .name = "conv_transpose2d",
+    .infer = convt_infer,
+    .prepare = mp_conv_prepare,
+    .release = mp_conv_release,
+    .forward = convt_forward,
+    .backward = convt_backward,
+    .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+};

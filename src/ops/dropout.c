@@ -49,5 +49,10 @@ static mp_status dropout_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_dropout_vt = {"dropout", dropout_infer, NULL, NULL, dropout_forward, dropout_backward,
-                                       MP_BWD_SKIPS_BOTH};
+const mp_op_vtable mp_op_dropout_vt = {
+    .name = "dropout",
+    .infer = dropout_infer,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};

@@ -38,5 +38,10 @@ static mp_status gap_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_global_avgpool_vt = {"global_avgpool", gap_infer, NULL, NULL, gap_forward, gap_backward,
-                                              MP_BWD_SKIPS_BOTH};
+const mp_op_vtable mp_op_global_avgpool_vt = {
+    .name = "global_avgpool",
+    .infer = gap_infer,
+    .forward = gap_forward,
+    .backward = gap_backward,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};

@@ -15,7 +15,24 @@ static mp_status source_noop(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_input_vt = {"input", source_infer, NULL, NULL, source_noop, source_noop, MP_BWD_SKIPS_BOTH};
-const mp_op_vtable mp_op_labels_vt = {"labels", source_infer, NULL, NULL, source_noop, source_noop, MP_BWD_SKIPS_BOTH};
-const mp_op_vtable mp_op_targets_vt = {"targets", source_infer, NULL, NULL, source_noop, source_noop,
-                                       MP_BWD_SKIPS_BOTH};
+const mp_op_vtable mp_op_input_vt = {
+    .name = "input",
+    .infer = source_infer,
+    .forward = source_noop,
+    .backward = source_noop,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};
+const mp_op_vtable mp_op_labels_vt = {
+    .name = "labels",
+    .infer = source_infer,
+    .forward = source_noop,
+    .backward = source_noop,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};
+const mp_op_vtable mp_op_targets_vt = {
+    .name = "targets",
+    .infer = source_infer,
+    .forward = source_noop,
+    .backward = source_noop,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};

@@ -85,5 +85,12 @@ static mp_status linear_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_linear_vt = {"linear", linear_infer, linear_prepare, linear_release, linear_forward,
-                                      linear_backward, MP_BWD_SKIPS_OUTPUT};
+const mp_op_vtable mp_op_linear_vt = {
+    .name = "linear",
+    .infer = linear_infer,
+    .prepare = linear_prepare,
+    .release = linear_release,
+    .forward = linear_forward,
+    .backward = linear_backward,
+    .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+};

@@ -18,5 +18,10 @@ static mp_status mul_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_mul_vt = {"mul", mp_op_infer_same_shape2, NULL, NULL, mul_forward, mul_backward,
-                                   MP_BWD_SKIPS_OUTPUT};
+const mp_op_vtable mp_op_mul_vt = {
+    .name = "mul",
+    .infer = mp_op_infer_same_shape2,
+    .forward = mul_forward,
+    .backward = mul_backward,
+    .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+};

@@ -131,6 +131,23 @@ typedef struct {
     mp_tensor d_out;                  /* for loss ops: shape (1), the seed */
     mp_tensor d_in[MP_MAX_INPUTS];    /* data NULL = not needed */
     mp_tensor d_param[MP_MAX_PARAMS]; /* data NULL = not needed (or buffer) */
+    /* Tangents, for second derivatives (forward-over-reverse: a direction
+     * is pushed through the forward and then through the backward, so the
+     * parameter gradients' tangents are Hessian-vector products). Same
+     * shapes and dtype as the primal tensors they belong to.
+     * forward_tangent reads t_in/t_param (data NULL = zero direction) and
+     * writes t_out = J_forward * (t_in, t_param).
+     * backward_tangent reads the primal call (in, param, out, d_out, saved)
+     * plus t_in, t_param, t_out and t_d_out (data NULL = zero) and writes
+     * t_d_in / t_d_param (data NULL = not needed), OVERWRITING them: the
+     * derivative of backward's outputs along (t_in, t_param, t_d_out). For
+     * loss ops d_out is the seed, whose tangent is zero. */
+    mp_tensor t_in[MP_MAX_INPUTS];
+    mp_tensor t_param[MP_MAX_PARAMS];
+    mp_tensor t_out;
+    mp_tensor t_d_out;
+    mp_tensor t_d_in[MP_MAX_INPUTS];
+    mp_tensor t_d_param[MP_MAX_PARAMS];
     void *saved;            /* info->saved_bytes, aligned to 64 */
     void *workspace;        /* info->workspace_bytes, aligned to 64 */
 } mp_op_call;
@@ -148,6 +165,11 @@ typedef struct {
      * planner frees those activations after forward. 0 (the default) keeps
      * the inputs and the output for backward. */
     unsigned bwd_skips;
+    /* Second derivatives (see the tangent fields of mp_op_call); NULL: the op
+     * has none yet, and a plan that needs them names the op in its error.
+     * Called only after forward and backward ran on the same call. */
+    mp_status (*forward_tangent)(const mp_op_call *c);
+    mp_status (*backward_tangent)(const mp_op_call *c);
 } mp_op_vtable;
 
 #define MP_BWD_SKIPS_INPUTS 1u /* backward reads no input (relu/tanh/sigmoid read their output) */

@@ -127,7 +127,21 @@ static mp_status pool_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_maxpool2d_vt = {"maxpool2d", pool_infer, pool_prepare, pool_release, pool_forward,
-                                         pool_backward, MP_BWD_SKIPS_BOTH};
-const mp_op_vtable mp_op_avgpool2d_vt = {"avgpool2d", pool_infer, pool_prepare, pool_release, pool_forward,
-                                         pool_backward, MP_BWD_SKIPS_BOTH};
+const mp_op_vtable mp_op_maxpool2d_vt = {
+    .name = "maxpool2d",
+    .infer = pool_infer,
+    .prepare = pool_prepare,
+    .release = pool_release,
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};
+const mp_op_vtable mp_op_avgpool2d_vt = {
+    .name = "avgpool2d",
+    .infer = pool_infer,
+    .prepare = pool_prepare,
+    .release = pool_release,
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};

@@ -43,5 +43,10 @@ static mp_status reshape_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_reshape_vt = {"reshape", reshape_infer, NULL, NULL, reshape_forward, reshape_backward,
-                                       MP_BWD_SKIPS_BOTH};
+const mp_op_vtable mp_op_reshape_vt = {
+    .name = "reshape",
+    .infer = reshape_infer,
+    .forward = reshape_forward,
+    .backward = reshape_backward,
+    .bwd_skips = MP_BWD_SKIPS_BOTH,
+};

@@ -56,5 +56,9 @@ static mp_status softmax_ce_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-const mp_op_vtable mp_op_softmax_ce_vt = {"softmax_cross_entropy", softmax_ce_infer, NULL, NULL,
-                                          softmax_ce_forward, softmax_ce_backward, 0};
+const mp_op_vtable mp_op_softmax_ce_vt = {
+    .name = "softmax_cross_entropy",
+    .infer = softmax_ce_infer,
+    .forward = softmax_ce_forward,
+    .backward = softmax_ce_backward,
+};
