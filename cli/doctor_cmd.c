@@ -47,7 +47,8 @@ static void usage(FILE *f) {
             "--train-samples, --augment, --no-normalize, --epochs, --batch, --optimizer, --lr, --momentum,\n"
             "--nesterov, --weight-decay, --lr-schedule, --loss-scaling, --loss-scale and the other scaler\n"
             "options, --accumulate, --clip-grad-norm, --clip-grad-value, --max-steps, --seed, --threads,\n"
-            "--reference, --quiet. The probe runs on the CPU.\n"
+            "--reference, --quiet, --device (default auto: the first GPU when there is one; the probe and\n"
+            "the --verify runs use it).\n"
             "  -h, --help          this help\n",
             mp_precision_list());
 }
@@ -80,8 +81,7 @@ static int reject(const train_args *t) {
         bool given;
         const char *opt, *why;
     } rows[] = {
-        {t->gpus > 0, "--gpus", "the probe runs on one CPU"},
-        {t->device && strcmp(t->device, "auto") && strcmp(t->device, "cpu"), "--device", "the probe runs on the CPU"},
+        {t->gpus > 0, "--gpus", "the probe runs on one device"},
         {t->resume != NULL, "--resume", "the probe starts from the initialization"},
         {t->save != NULL, "--save", "the probe trains in fp32 and keeps nothing"},
         {t->stop_after > 0, "--stop-after", "the probe stops after --probe-steps"},
@@ -118,6 +118,11 @@ int cmd_doctor(int argc, char **argv) {
     mp_precision target = MP_PRECISION_AMP_FP16;
     if (t.precision_set && mp_precision_parse(t.precision, &target) != MP_OK) {
         fprintf(stderr, "mixprec doctor: %s\n", mp_last_error());
+        return 2;
+    }
+    mp_device device;
+    if (mp_device_parse(t.device, &device) != MP_OK) {
+        fprintf(stderr, "mixprec doctor: --device: %s\n", mp_last_error());
         return 2;
     }
     if (mp_model_check_name(t.model) != MP_OK) {
@@ -164,7 +169,7 @@ int cmd_doctor(int argc, char **argv) {
     mp_fit_result res;
     if (s == MP_OK) {
         mp_fit_opts o = {.model_name = t.model, .data_name = t.c.data,
-                         .trainer = {.batch = t.batch, .device = {.kind = MP_DEVICE_CPU}, .accumulate = t.accumulate,
+                         .trainer = {.batch = t.batch, .device = device, .accumulate = t.accumulate,
                                      .clip_norm = t.clip_norm, .clip_value = t.clip_value,
                                      .max_forward_overflows = t.max_forward_overflows, .reference = t.reference},
                          .optim = oo, .lr = lr, .lr_schedule = t.lr_schedule, .epochs = t.epochs,
@@ -185,8 +190,8 @@ int cmd_doctor(int argc, char **argv) {
     }
     if (s == MP_OK && out) fprintf(out, "policy written to %s (apply it with `mixprec train --policy %s`)\n",
                                    d.policy_out, d.policy_out);
-    if (s == MP_OK && d.verify) s = doctor_verify(&t, &rep, scaling, &train, &test, d.verify_epochs ? d.verify_epochs : 1,
-                                                  stdout);
+    if (s == MP_OK && d.verify) s = doctor_verify(&t, device, &rep, scaling, &train, &test,
+                                                  d.verify_epochs ? d.verify_epochs : 1, stdout);
     if (s != MP_OK) fprintf(stderr, "mixprec doctor: %s\n", mp_last_error());
     mp_doctor_report_free(&rep);
     mp_doctor_destroy(doc);

@@ -12,7 +12,7 @@
 
 /* Trains the rows and prints the table to out; a run that stops with an
  * error is a row saying so. Returns MP_OK unless a model cannot be built. */
-mp_status doctor_verify(const train_args *t, const mp_doctor_report *rep, mp_loss_scaling scaling,
+mp_status doctor_verify(const train_args *t, mp_device device, const mp_doctor_report *rep, mp_loss_scaling scaling,
                         const mp_dataset *train, const mp_dataset *test, int epochs, FILE *out);
 
 #endif

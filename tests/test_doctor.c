@@ -15,7 +15,8 @@
  *       initial scale fixes (amp-fp16 then stops "diverged", the policy trains).
  * Also: an fp16 overflow is stored as +-inf, not saturated (a ReLU turns
  * -inf into 0 unseen, as fp32 would), the policy file's round trip and its
- * strict reading. */
+ * strict reading. MP_TEST_DEVICE=cuda runs the trainers on the first GPU
+ * (scripts/gpu-check doctor), where statistics arrive a step late. */
 #define _XOPEN_SOURCE 700 /* nftw (scratch_dir.h) */
 #include <math.h>
 #include <stdlib.h>
@@ -78,10 +79,16 @@ typedef struct {
     mp_scaler_opts scaler;
 } setup;
 
+static mp_device test_device(void) {
+    const char *d = getenv("MP_TEST_DEVICE");
+    return (mp_device){d && !strcmp(d, "cuda") ? MP_DEVICE_CUDA : MP_DEVICE_CPU, 0};
+}
+
 static mp_trainer *trainer(net *n, const setup *su, mp_optimizer **opt) {
     MP_ASSERT(mp_optimizer_create(n->g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f},
                                                               .lr = {.base_lr = su->lr}}, opt) == MP_OK);
-    mp_trainer_opts o = {.batch = B, .input = n->in, .labels = n->y, .loss_scaling = su->scaling, .scaler = su->scaler,
+    mp_trainer_opts o = {.batch = B, .device = test_device(), .input = n->in, .labels = n->y,
+                         .loss_scaling = su->scaling, .scaler = su->scaler,
                          .events = getenv("MP_TEST_VERBOSE") ? stdout : NULL};
     o.groups[0] = (mp_train_group){.optimizer = *opt, .losses = {n->loss}, .weights = {su->loss_weight}, .n_losses = 1};
     o.n_groups = 1;
@@ -104,13 +111,20 @@ static mp_status train(net *n, const setup *su, int steps, mp_doctor *d, double 
     float x[B * F];
     int32_t y[B];
     mp_status s = MP_OK;
-    for (int k = 0; k < steps && s == MP_OK; k++) {
-        batch(k, su->lo, su->hi, x, y);
-        s = mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = B}, NULL);
+    int64_t seen = 0;
+    for (int k = 0; k <= steps && s == MP_OK; k++) {
+        if (k < steps) {
+            batch(k, su->lo, su->hi, x, y);
+            s = mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = B}, NULL);
+        } else {
+            s = mp_trainer_wait(t, NULL); /* a GPU's last collection */
+        }
         const mp_numerics_record *rec;
-        int nr;
-        int64_t step;
+        int nr = 0;
+        int64_t step = 0;
         if (s == MP_OK) s = mp_trainer_numerics(t, &rec, &nr, &step);
+        if (step <= seen) continue; /* nothing new (a GPU's arrive a step late) */
+        seen = step;
         for (int i = 0; s == MP_OK && i < nr; i++)
             if (rec[i].kind == MP_NUMERICS_OUTPUT && !strcmp(rec[i].name, "fc1")) fc1_amax = fmax(fc1_amax, rec[i].stats.amax);
         if (s == MP_OK && d) s = mp_doctor_add(d, step, rec, nr);

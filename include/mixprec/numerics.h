@@ -14,17 +14,18 @@
  * scaled by the loss scale the step ran with (the record says which), so an
  * fp16 share of a gradient is the share that scale would lose.
  *
- * Devices: the CPU computes the statistics with a host pass over each tensor
- * as the step writes it (activations die early in the arena). The API is shaped
- * for a GPU implementation that does not stall the step: a collecting step would
- * be a second captured CUDA graph of the same step with one fused reduction
- * kernel queued after each observed tensor is written, accumulating into a
- * device array of mp_tensor_stats (counts by atomics, amax/amin as atomic
- * max/min on the float bits), copied to pinned host memory at the step's end
- * as the overflow counts are; mp_trainer_numerics would then return the
- * newest finished collection and its step, which may be a step behind the
- * queue. That device side is not built yet: enabling statistics on a GPU
- * trainer is MP_ERR_UNSUPPORTED. */
+ * Devices: the CPU measures each tensor with a host pass as the step writes
+ * it (activations die early in the arena). A GPU does not stall the step: a
+ * collecting step replays a CUDA graph of its own, the same step with one
+ * reduction kernel queued after each observed tensor is written (counts by
+ * atomics, amax/amin as atomic max on the f32 bits, the same classification
+ * rule as the CPU's, so both give equal statistics for equal values); the
+ * results are copied to pinned host memory at the step's end and
+ * mp_trainer_numerics returns them once that copy is seen finished, usually
+ * a step later (mp_trainer_wait makes the newest one available). A node
+ * fused into its producer (a ReLU applied by its batch norm) is measured
+ * as that producer's output, on both devices. On a GPU the loss scale a
+ * gradient record carries is the host's view of it when the step was queued. */
 #ifndef MIXPREC_NUMERICS_H
 #define MIXPREC_NUMERICS_H
 
@@ -102,13 +103,15 @@ typedef struct {
 
 /** Start collecting statistics on t's steps (again with new options, or
  * o = NULL to stop). Unknown node names are an error naming them. With
- * accumulation, the step's last micro-batch is measured. CPU trainers only
- * for now (see the file comment). */
+ * accumulation, the step's last micro-batch is measured. CPU and GPU
+ * trainers (see the file comment). */
 MP_API mp_status mp_trainer_numerics_enable(mp_trainer *t, const mp_numerics_opts *o);
 
-/** The newest collection: *records (owned by the trainer, valid until its
- * next step), *n of them and the optimizer step (1-based) they belong to;
- * *step = 0 and *n = 0 before any. */
+/** The newest finished collection: *records (owned by the trainer, valid
+ * until its next step), *n of them and the optimizer step (1-based) they
+ * belong to; *step = 0 and *n = 0 before any. On a GPU a collection not yet
+ * returned is returned before a newer one replaces it, so a caller asking
+ * after every step sees each collection once, a step late (never waits). */
 MP_API mp_status mp_trainer_numerics(mp_trainer *t, const mp_numerics_record **records, int *n, int64_t *step);
 
 #ifdef __cplusplus

@@ -18,6 +18,7 @@
 #include "dist/grad_allreduce.h"
 #include "cuda/cuda_exec.h"
 #include "graph/plan.h"
+#include "train/numerics_collect.h"
 #include "train/trainer.h"
 
 #define SEED_SLOTS (MP_MAX_GROUPS * MP_MAX_LOSSES)
@@ -33,8 +34,9 @@ typedef struct {
     float *scalars;               /* device: lr[MP_MAX_GROUPS], then seeds[SEED_SLOTS] */
     mp_grad_allreduce *allreduce; /* data parallel, else NULL */
     cudaEvent_t queued[2];        /* data parallel: the ends of the last two launches */
-    cudaGraph_t graph[MP_LAUNCH_KINDS];
-    cudaGraphExec_t exec[MP_LAUNCH_KINDS];
+    /* [1]: the same step measuring numerics statistics (a collecting launch) */
+    cudaGraph_t graph[2][MP_LAUNCH_KINDS];
+    cudaGraphExec_t exec[2][MP_LAUNCH_KINDS];
     bool queued_once[MP_LAUNCH_KINDS]; /* the first of each kind runs directly (warms the libraries) */
     int launches;
 } cuda_step;
@@ -92,10 +94,11 @@ static void cuda_close(mp_trainer *t) {
     cuda_step *s = state(t);
     if (!s) return;
     if (s->ctx) cudaStreamSynchronize(s->ctx->stream);
-    for (int i = 0; i < MP_LAUNCH_KINDS; i++) {
-        if (s->exec[i]) cudaGraphExecDestroy(s->exec[i]);
-        if (s->graph[i]) cudaGraphDestroy(s->graph[i]);
-    }
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < MP_LAUNCH_KINDS; i++) {
+            if (s->exec[c][i]) cudaGraphExecDestroy(s->exec[c][i]);
+            if (s->graph[c][i]) cudaGraphDestroy(s->graph[c][i]);
+        }
     mp_grad_allreduce_destroy(s->allreduce);
     for (int i = 0; i < 2; i++)
         if (s->queued[i]) cudaEventDestroy(s->queued[i]);
@@ -199,7 +202,7 @@ static mp_status cuda_scaler_update(mp_trainer *t) {
 
 /* ---- launches ------------------------------------------------------------- */
 
-static mp_status capture(mp_trainer *t, int kind) {
+static mp_status capture(mp_trainer *t, int kind, int c) {
     cuda_step *s = state(t);
     MP_CUDA_TRY(cudaStreamBeginCapture(s->ctx->stream, cudaStreamCaptureModeThreadLocal), "CUDA graph capture");
     mp_status st = mp_step_enqueue(t, (mp_launch)kind);
@@ -210,13 +213,13 @@ static mp_status capture(mp_trainer *t, int kind) {
         return st;
     }
     MP_CUDA_TRY(e, "CUDA graph capture of the training step");
-    cudaError_t ie = cudaGraphInstantiate(&s->exec[kind], graph, 0);
+    cudaError_t ie = cudaGraphInstantiate(&s->exec[c][kind], graph, 0);
     if (ie != cudaSuccess) {
         cudaGraphDestroy(graph);
-        s->exec[kind] = NULL;
+        s->exec[c][kind] = NULL;
         return mp_cuda_check(ie, "cudaGraphInstantiate", "CUDA graph instantiation of the training step");
     }
-    s->graph[kind] = graph;
+    s->graph[c][kind] = graph;
     return MP_OK;
 }
 
@@ -227,9 +230,10 @@ static mp_status run_launch(mp_trainer *t, int kind) {
         MP_TRY(mp_step_enqueue(t, (mp_launch)kind));
         s->queued_once[kind] = true;
     } else {
-        const bool captured_now = !s->exec[kind]; /* the capture's mp_plan_forward counted this step */
-        if (captured_now) MP_TRY(capture(t, kind));
-        MP_CUDA_TRY(cudaGraphLaunch(s->exec[kind], s->ctx->stream), "CUDA graph launch of the training step");
+        const int c = mp_numerics_collecting(t);
+        const bool captured_now = !s->exec[c][kind]; /* the capture's mp_plan_forward counted this step */
+        if (captured_now) MP_TRY(capture(t, kind, c));
+        MP_CUDA_TRY(cudaGraphLaunch(s->exec[c][kind], s->ctx->stream), "CUDA graph launch of the training step");
         if (!captured_now) t->plan->step++; /* as mp_plan_forward counts queued steps */
     }
     s->launches++;
@@ -311,6 +315,18 @@ static mp_status cuda_optim_steps(mp_trainer *t, int g, int64_t *out) {
     return mp_cuda_optim_get_step_count(state(t)->ctx, state(t)->opt[g], out);
 }
 
+/* Collecting launches are recaptured with the new selection's slots. */
+static void cuda_numerics_changed(mp_trainer *t) {
+    cuda_step *s = state(t);
+    if (!s) return;
+    cudaStreamSynchronize(s->ctx->stream); /* nothing queued still writes the old slots */
+    for (int i = 0; i < MP_LAUNCH_KINDS; i++) {
+        if (s->exec[1][i]) cudaGraphExecDestroy(s->exec[1][i]);
+        if (s->graph[1][i]) cudaGraphDestroy(s->graph[1][i]);
+        s->exec[1][i] = NULL, s->graph[1][i] = NULL;
+    }
+}
+
 int mp_cuda_trainer_buckets(const mp_trainer *t) {
     return t && t->bs && t->be == &mp_step_backend_cuda ? mp_grad_allreduce_buckets(state(t)->allreduce) : 0;
 }
@@ -333,4 +349,5 @@ const mp_step_backend mp_step_backend_cuda = {
     .state_to_host = cuda_state_to_host,
     .state_to_device = cuda_state_to_device,
     .optim_steps = cuda_optim_steps,
+    .numerics_changed = cuda_numerics_changed,
 };

@@ -64,6 +64,7 @@ typedef struct {
     int classes, rank, world, k, steps;
     bool cpu;
     FILE *numerics;      /* --numerics-log, rank 0 */
+    int64_t numerics_written; /* the last step whose statistics went out */
 } run;
 
 static void run_free(run *r) {
@@ -134,14 +135,15 @@ static mp_status count_batch(run *r, const int32_t *y, int n, double *loss_sum, 
     return MP_OK;
 }
 
-/* The step's numerics statistics into --numerics-log and the callback, when
- * it collected them. */
+/* The newest numerics statistics into --numerics-log and the callback, once
+ * (on a GPU they arrive a step or more after the step that made them). */
 static mp_status write_numerics(run *r) {
     const mp_numerics_record *rec;
     int n;
     int64_t step;
     MP_TRY(mp_trainer_numerics(r->t, &rec, &n, &step));
-    if (step == 0 || step != mp_trainer_steps(r->t)) return MP_OK;
+    if (step <= r->numerics_written) return MP_OK;
+    r->numerics_written = step;
     if (r->o->numerics_cb) MP_TRY(r->o->numerics_cb(r->o->numerics_arg, step, rec, n));
     if (!r->numerics) return MP_OK;
     float scale = 1.0f; /* the step's: a gradient record carries it */
@@ -255,6 +257,10 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
         int64_t correct = 0, seen = 0, micro = 0;
         const int64_t skipped_before = mp_trainer_skipped_steps(r.t);
         s = train_epoch(&r, epoch, &loss_sum, &micro, &correct, &seen);
+        if (s == MP_OK && (r.numerics || o->numerics_cb)) { /* a GPU's last collection of the epoch */
+            s = mp_trainer_wait(r.t, NULL);
+            if (s == MP_OK) s = write_numerics(&r);
+        }
         if (s == MP_OK && mp_trainer_skipped_steps(r.t) - skipped_before >= r.steps)
             s = mp_error(MP_ERR_NONFINITE, "epoch %d: all %d steps skipped on NaN/inf gradients or losses (loss scale "
                          "%g): nothing was trained. Try --precision amp-bf16, a lower --lr or --loss-scale, or "

@@ -37,7 +37,7 @@ typedef struct {
     const char *log_path;       /* JSONL, one record per epoch; NULL = none */
     const char *save_path;      /* checkpoint written atomically after each epoch */
     const char *resume_path;    /* continue the run saved there */
-    const char *numerics_log;   /* numerics statistics as JSONL (amp/numerics_log.h), CPU; NULL = none */
+    const char *numerics_log;   /* numerics statistics as JSONL (amp/numerics_log.h); NULL = none */
     int numerics_every;         /* ...collected every N optimizer steps, 0 -> 100 */
     /* Also (or instead of the log) every collection to this callback, CPU,
      * e.g. the precision doctor's probe (mp_doctor_add). */

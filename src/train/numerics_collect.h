@@ -12,9 +12,14 @@ typedef struct mp_numerics_state mp_numerics_state;
 
 void mp_numerics_state_free(mp_numerics_state *s);
 /* Around one launch of kind (an mp_launch): start collecting when it ends a
- * step that is due; end: the collection belongs to step t->steps. */
+ * step that is due; end (ok: the launch succeeded): the collection belongs
+ * to step t->steps + 1 (on a GPU once its readback is seen finished). */
 mp_status mp_numerics_launch_begin(mp_trainer *t, int kind);
-void mp_numerics_launch_end(mp_trainer *t);
+mp_status mp_numerics_launch_end(mp_trainer *t, bool ok);
+/* Whether the launch being made collects (a GPU replays its own graphs then). */
+bool mp_numerics_collecting(const mp_trainer *t);
+/* At the start of a collecting launch's step code: the parameters (step.c). */
+mp_status mp_numerics_params(mp_trainer *t);
 /* After group g's backward in a collecting launch (step.c). */
 mp_status mp_numerics_group_grads(mp_trainer *t, int g);
 

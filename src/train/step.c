@@ -49,6 +49,7 @@ mp_status mp_step_enqueue(mp_trainer *t, mp_launch kind) {
     mp_plan *p = t->plan;
     mp_graph *g = t->g;
     const bool first = kind & MP_LAUNCH_FIRST, last = kind & MP_LAUNCH_LAST;
+    if (t->numerics) MP_TRY(mp_numerics_params(t));
     MP_TRY(mp_plan_forward(p));
     for (int j = 0; j < t->n_checks; j++) MP_TRY(be->check_loss(t, t->checks[j]));
     int slot = 0;

@@ -63,6 +63,10 @@ typedef struct mp_step_backend {
     mp_status (*state_to_device)(mp_trainer *t);
     /* Steps group g's optimizer took (synchronizes a GPU). */
     mp_status (*optim_steps)(mp_trainer *t, int g, int64_t *out);
+    /* Optional: the numerics selection changed (or stopped); a backend that
+     * captured collecting launches drops them (they measure the old one
+     * into its device slots, which are about to be freed). */
+    void (*numerics_changed)(mp_trainer *t);
 } mp_step_backend;
 
 /* The host backend (step_host.c). */

@@ -270,8 +270,9 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
     const mp_launch kind = launch_kind(t->micro, t->k);
     mp_status ls = mp_numerics_launch_begin(t, kind);
     if (ls == MP_OK) ls = t->be->launch(t, kind);
-    mp_numerics_launch_end(t);
+    const mp_status le = mp_numerics_launch_end(t, ls == MP_OK);
     MP_TRY(ls);
+    MP_TRY(le);
     t->micro = (t->micro + 1) % t->k;
     if (kind & MP_LAUNCH_LAST) {
         t->steps++;
