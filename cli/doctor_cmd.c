@@ -181,7 +181,8 @@ int cmd_doctor(int argc, char **argv) {
     }
     if (s == MP_OK) {
         mp_doctor_opts o = {.target = target, .planned_steps = planned, .loss_scaling = scaling, .scaler = t.scaler,
-                             .overrides = t.overrides};
+                             .overrides = t.overrides, .gpu = device.kind == MP_DEVICE_CUDA,
+                             .clips = t.clip_norm > 0 || t.clip_value > 0};
         s = mp_doctor_analyze(doc, m.g, &o, &rep);
     }
     if (s == MP_OK) {

@@ -119,6 +119,25 @@ typedef struct {
     double under1;               /* worst share at scale 1 */
 } policy_eval;
 
+/* Whether the policy applied to g runs with loss scaling under o. */
+static bool scales(const mp_graph *g, const mp_doctor_opts *o) {
+    mp_policy_info pi = {0};
+    if (mp_graph_policy(g, &pi) != MP_OK) return false;
+    return o->loss_scaling == MP_LOSS_SCALING_ON || (o->loss_scaling == MP_LOSS_SCALING_AUTO && pi.loss_scaling);
+}
+
+/* Whether record r is a gradient the run keeps in fp16 under the policy
+ * applied to g: a node's output gradient when it stores fp16, its
+ * parameters' gradients when it computes in fp16, except on a GPU that
+ * scales or clips them (it writes them in fp32, o->gpu). */
+static bool grad_fp16(const mp_graph *g, const mp_doctor_opts *o, const mp_numerics_record *r) {
+    if (r->kind != MP_NUMERICS_GRAD && r->kind != MP_NUMERICS_PARAM_GRAD) return false;
+    if (r->kind == MP_NUMERICS_PARAM_GRAD && o->gpu && (o->clips || scales(g, o))) return false;
+    mp_node_precision np;
+    if (mp_graph_node_precision(g, r->node, &np) != MP_OK) return false;
+    return (r->kind == MP_NUMERICS_GRAD ? np.storage : np.compute) == MP_DTYPE_F16;
+}
+
 static mp_status evaluate(const mp_doctor *d, mp_graph *g, mp_precision p, const char *overrides, const mp_doctor_opts *o,
                           mp_doctor_layer *L, int nn, const double *out_pred, policy_eval *e) {
     MP_TRY(mp_graph_apply_policy(g, (mp_policy_opts){.precision = p, .overrides = overrides}));
@@ -136,15 +155,10 @@ static mp_status evaluate(const mp_doctor *d, mp_graph *g, mp_precision p, const
         L[i].grad_fp16 = false;
         e->risks += L[i].fwd_risk;
     }
-    /* fp16 gradient tensors: a node's output gradient when it stores fp16,
-     * its parameters' gradients when it computes in fp16 */
+    /* fp16 gradient tensors (grad_fp16) */
     for (int j = 0; j < d->n; j++) {
         const mp_numerics_record *r = at(d, 0, j);
-        if (r->kind != MP_NUMERICS_GRAD && r->kind != MP_NUMERICS_PARAM_GRAD) continue;
-        mp_node_precision np;
-        MP_TRY(mp_graph_node_precision(g, r->node, &np));
-        const bool f16 = r->kind == MP_NUMERICS_GRAD ? np.storage == MP_DTYPE_F16 : np.compute == MP_DTYPE_F16;
-        if (!f16) continue;
+        if (!grad_fp16(g, o, r)) continue;
         L[r->node].grad_fp16 = true;
         G = fmax(G, amax_seen(d, j));
         int lo = -24;
@@ -161,14 +175,12 @@ static mp_status evaluate(const mp_doctor *d, mp_graph *g, mp_precision p, const
 }
 
 /* Worst fp16 gradient share at 2^k under the policy evaluate() applied last. */
-static double worst_at(const mp_doctor *d, const mp_doctor_layer *L, mp_graph *g, int k, mp_doctor_layer *Lout) {
+static double worst_at(const mp_doctor *d, const mp_doctor_layer *L, mp_graph *g, const mp_doctor_opts *o, int k,
+                       mp_doctor_layer *Lout) {
     double w = 0;
     for (int j = 0; j < d->n; j++) {
         const mp_numerics_record *r = at(d, 0, j);
-        if ((r->kind != MP_NUMERICS_GRAD && r->kind != MP_NUMERICS_PARAM_GRAD) || !L[r->node].grad_fp16) continue;
-        mp_node_precision np;
-        mp_graph_node_precision(g, r->node, &np);
-        if (!(r->kind == MP_NUMERICS_GRAD ? np.storage == MP_DTYPE_F16 : np.compute == MP_DTYPE_F16)) continue;
+        if (!L[r->node].grad_fp16 || !grad_fp16(g, o, r)) continue;
         const double s = lost_share(d, j, k);
         if (Lout) Lout[r->node].under_settle = fmax(Lout[r->node].under_settle, s);
         w = fmax(w, s);
@@ -317,7 +329,7 @@ mp_status mp_doctor_analyze(mp_doctor *d, mp_graph *g, const mp_doctor_opts *oin
         if (o.scaler.min_scale > 0 && ilog2f(o.scaler.min_scale) > settle) settle = ilog2f(o.scaler.min_scale);
     }
     R->lo_log2 = e.lo, R->hi_log2 = e.hi, R->settle_log2 = settle, R->fwd_risks = e.risks;
-    if (s == MP_OK) R->under_settle = worst_at(d, L, g, settle, L);
+    if (s == MP_OK) R->under_settle = worst_at(d, L, g, &o, settle, L);
     const bool grads_ok = R->under_settle <= o.underflow_max && settle <= e.raw_hi;
     R->target_ok = s == MP_OK && e.risks == 0 && grads_ok;
     /* the policy: the user's overrides, then fp32 for every layer at forward

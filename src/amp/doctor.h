@@ -23,6 +23,12 @@ typedef struct {
     double max_skip_share;
     int skip_check_after;
     const char *overrides;   /* the user's per-layer overrides ("fc1=fp32,..."), part of the analysed policy */
+    /* the run trains on a GPU: with loss scaling or clipping (clips) it
+     * writes parameter gradients in fp32 whatever their node computes in
+     * (cuBLASLt and cuDNN accumulate and write fp32), where the CPU rounds
+     * them to the node's dtype; then only activation gradients can leave
+     * fp16's range */
+    bool gpu, clips;
 } mp_doctor_opts;
 
 typedef struct {

@@ -9,7 +9,8 @@
  *  2. a GPU trainer's collection equals a CPU trainer's on the same small
  *     CNN, weights and batches in fp32: the same records (kind, node,
  *     parameter, numel), no NaN/inf, amax within 2e-3, zero counts within 1%
- *     of the values (ReLU outputs near 0 may round either way);
+ *     of the values (ReLU outputs near 0 may round either way), except the
+ *     gradients of the conv biases before batch norms, zero up to rounding;
  *  3. collecting every 3rd step while the step replays its CUDA graphs:
  *     exactly steps 3, 6, 9, 12 arrive (reading after every step, never
  *     waiting, and the last after mp_trainer_wait), each once, and the
@@ -114,9 +115,11 @@ static void kernel_equals_cpu(void) {
         mp_cuda_numerics_get(num, 1, n, &gpu);
         CHECK_OK(mp_tensor_stats_compute(host, dt, n, &cpu));
         check_equal(&gpu, &cpu, what);
-        CHECK(cpu.nan >= 2 && cpu.inf >= 2 && cpu.zero >= 1000 && cpu.overflow[MP_NUMERICS_FP16] > 0 &&
-                  cpu.underflow[MP_NUMERICS_FP16] > 0 && cpu.subnormal[MP_NUMERICS_FP16] > 0,
+        CHECK(cpu.nan >= 2 && cpu.inf >= 2 && cpu.zero >= 1000 && cpu.subnormal[MP_NUMERICS_FP16] > 0,
               "%s: the values cover every class", what);
+        if (dt != MP_DTYPE_F16) /* an f16 tensor holds no value fp16 overflows or flushes */
+            CHECK(cpu.overflow[MP_NUMERICS_FP16] > 0 && cpu.underflow[MP_NUMERICS_FP16] > 0,
+                  "%s: values fp16 overflows and flushes", what);
         if (dt == MP_DTYPE_F32)
             CHECK(cpu.overflow[MP_NUMERICS_BF16] > 0 && cpu.underflow[MP_NUMERICS_BF16] > 0 &&
                       cpu.subnormal[MP_NUMERICS_BF16] > 0,
@@ -197,7 +200,7 @@ static void trainer_equals_cpu(void) {
         CHECK(sc == k + 1 && sg == k + 1, "step %d: collections of steps %lld (CPU) and %lld (GPU)", k + 1,
               (long long)sc, (long long)sg);
         CHECK(nc == ng && nc > 20, "step %d: %d records on the CPU, %d on the GPU", k + 1, nc, ng);
-        int matched = 0;
+        int matched = 0, noise = 0;
         for (int i = 0; i < ng; i++) {
             const mp_numerics_record *g = &rg[i], *c = find(rc, nc, g);
             CHECK(c != NULL, "step %d: GPU record '%s' kind %d has no CPU twin", k + 1, g->name, g->kind);
@@ -207,13 +210,18 @@ static void trainer_equals_cpu(void) {
             CHECK(a->numel == b->numel && a->nan == 0 && a->inf == 0 && b->nan == 0 && b->inf == 0,
                   "'%s' kind %d: numel %lld/%lld, nan %lld, inf %lld", g->name, g->kind, (long long)a->numel,
                   (long long)b->numel, (long long)a->nan, (long long)a->inf);
+            if (b->amax < 1e-6 && g->kind == MP_NUMERICS_PARAM_GRAD) { /* a bias before BN: rounding noise */
+                noise++;
+                continue;
+            }
             CHECK(fabs(a->amax - b->amax) <= 2e-3 * b->amax + 1e-30, "'%s' kind %d step %d: amax %g (GPU) vs %g (CPU)",
                   g->name, g->kind, k + 1, a->amax, b->amax);
             CHECK(llabs(a->zero - b->zero) <= a->numel / 100, "'%s' kind %d: %lld zeros (GPU) vs %lld (CPU)", g->name,
                   g->kind, (long long)a->zero, (long long)b->zero);
             CHECK(g->scale == c->scale, "'%s': scale %g vs %g", g->name, g->scale, c->scale);
         }
-        CHECK(matched == ng, "step %d: %d of %d records matched", k + 1, matched, ng);
+        CHECK(matched == ng && noise <= 2, "step %d: %d of %d records matched, %d of them noise-level (the two conv "
+              "biases before batch norms have zero gradients up to rounding)", k + 1, matched, ng, noise);
     }
 out:
     run_close(&cpu);
@@ -256,11 +264,14 @@ static void replayed_collections(void) {
               (long long)seen[i], conv1_amax[i - 1]);
     /* a new selection: the collecting graph is captured again, for fc alone */
     CHECK_OK(mp_trainer_numerics_enable(r.t, &(mp_numerics_opts){.every = 1, .nodes = "fc"}));
-    for (int k = 0; k < 3; k++) CHECK_OK(step(&r, k));
-    CHECK_OK(mp_trainer_wait(r.t, NULL));
     const mp_numerics_record *rec;
     int n = 0;
     int64_t s = 0;
+    for (int k = 0; k < 3; k++) { /* read after every step, as a log writer does: each arrives, a step late */
+        CHECK_OK(step(&r, k));
+        CHECK_OK(mp_trainer_numerics(r.t, &rec, &n, &s));
+    }
+    CHECK_OK(mp_trainer_wait(r.t, NULL));
     CHECK_OK(mp_trainer_numerics(r.t, &rec, &n, &s));
     CHECK(s == STEPS + 3, "newest collection of step %lld, expected %d", (long long)s, STEPS + 3);
     int fc = 0;
