@@ -12,6 +12,7 @@
 
 #include "ops/conv_onednn.h"
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define MP_REF_TEMPLATE "conv_transpose2d_ref.inc"
 #include "instantiate_real.inc"
@@ -61,6 +62,7 @@ static mp_status convt_infer(const mp_op_desc *d, mp_op_info *info) {
         info->params[1] = (mp_param_spec){"bias", mp_shape1(cout), true, MP_INIT_UNIFORM_FAN_IN, fan_in};
     info->saved_bytes = 0;
     info->workspace_bytes = 0;
+    info->tangent_workspace_bytes = mp_tangent_affine_workspace(info);
     return MP_OK;
 }
 
@@ -90,6 +92,27 @@ static mp_status convt_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h): the reference kernels, bilinear in their
+ * two operands. */
+#define CONVT_GEOM(c) mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape)
+static void convt_fwd_k(const mp_op_call *c, const void *x, const void *w, void *y) {
+    const mp_conv_geom g = CONVT_GEOM(c);
+    MP_REAL_CALL(c->out.dtype, convt_fwd, &g, x, w, NULL, y);
+}
+static void convt_bwd_data_k(const mp_op_call *c, const void *dy, const void *w, void *dx) {
+    const mp_conv_geom g = CONVT_GEOM(c);
+    MP_REAL_CALL(c->out.dtype, convt_bwd_data, &g, dy, w, dx);
+}
+static void convt_bwd_weights_k(const mp_op_call *c, const void *x, const void *dy, void *dw) {
+    const mp_conv_geom g = CONVT_GEOM(c);
+    MP_REAL_CALL(c->out.dtype, convt_bwd_weights, &g, x, dy, dw);
+}
+#undef CONVT_GEOM
+
+static const mp_tangent_affine convt_kernels = {convt_fwd_k, convt_bwd_data_k, convt_bwd_weights_k};
+static mp_status convt_forward_tangent(const mp_op_call *c) { return mp_tangent_affine_forward(c, &convt_kernels); }
+static mp_status convt_backward_tangent(const mp_op_call *c) { return mp_tangent_affine_backward(c, &convt_kernels); }
+
 const mp_op_vtable mp_op_conv_transpose2d_vt = {
     .name = "conv_transpose2d",
     .infer = convt_infer,
@@ -98,4 +121,6 @@ const mp_op_vtable mp_op_conv_transpose2d_vt = {
     .forward = convt_forward,
     .backward = convt_backward,
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+    .forward_tangent = convt_forward_tangent,
+    .backward_tangent = convt_backward_tangent,
 };
