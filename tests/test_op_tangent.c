@@ -219,16 +219,6 @@ static cmp compare_fd(const mp_tensor *an, const mp_tensor *p, const mp_tensor *
     return r;
 }
 
-static double rel_diff(const mp_tensor *a, const mp_tensor *b) {
-    double d2 = 0, r2 = 0;
-    for (int64_t j = 0; j < mp_tensor_numel(b); j++) {
-        double x = get(a, j), y = get(b, j);
-        d2 += (x - y) * (x - y);
-        r2 += y * y;
-    }
-    return d2 <= DBL_MAX ? sqrt(d2) / fmax(sqrt(r2), 1e-30) : INFINITY;
-}
-
 static void prep_inputs(const tcase *tc, op_fixture *f, mp_rng *r) {
     mp_tensor *x = &f->call.in[0];
     int64_t n = mp_tensor_numel(x);
@@ -287,11 +277,11 @@ static double f32_vs_f64(const tcase *tc, const op_fixture *f, uint64_t seed, mp
     double worst = INFINITY;
     if (run_tangents(&a, tc->label)) {
         const mp_op_call *c = &a.call, *d = &f->call;
-        worst = rel_diff(&c->t_out, &d->t_out);
+        worst = op_rel_err(&c->t_out, &d->t_out);
         for (int i = 0; i < c->n_in; i++)
-            if (c->t_d_in[i].data) worst = fmax(worst, rel_diff(&c->t_d_in[i], &d->t_d_in[i]));
+            if (c->t_d_in[i].data) worst = fmax(worst, op_rel_err(&c->t_d_in[i], &d->t_d_in[i]));
         for (int p = 0; p < a.info.n_params; p++)
-            if (c->t_d_param[p].data) worst = fmax(worst, rel_diff(&c->t_d_param[p], &d->t_d_param[p]));
+            if (c->t_d_param[p].data) worst = fmax(worst, op_rel_err(&c->t_d_param[p], &d->t_d_param[p]));
     }
     tangents_free(&T);
     op_fixture_free(&a);

@@ -89,7 +89,8 @@ static mp_status conv2d_backward(const mp_op_call *c) {
 }
 
 /* Second derivatives (tangent.h): the reference kernels, bilinear in their
- * two operands. */
+ * two operands, in the conv view of either op. conv_transpose2d's passes are
+ * conv2d's exchanged (conv_transpose2d_ref.inc), so its kernels are here too. */
 #define CONV_GEOM(c) mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape)
 static void conv_fwd_k(const mp_op_call *c, const void *x, const void *w, void *y) {
     const mp_conv_geom g = CONV_GEOM(c);
@@ -104,10 +105,20 @@ static void conv_bwd_weights_k(const mp_op_call *c, const void *x, const void *d
     MP_REAL_CALL(c->out.dtype, conv_bwd_weights, &g, x, dy, dw);
 }
 #undef CONV_GEOM
+/* conv_transpose2d's weight gradient: conv_bwd_weights with x = d_out, dy = in */
+static void convt_bwd_weights_k(const mp_op_call *c, const void *in, const void *d_out, void *dw) {
+    conv_bwd_weights_k(c, d_out, in, dw);
+}
 
-static const mp_tangent_affine conv2d_kernels = {conv_fwd_k, conv_bwd_data_k, conv_bwd_weights_k};
-static mp_status conv2d_forward_tangent(const mp_op_call *c) { return mp_tangent_affine_forward(c, &conv2d_kernels); }
-static mp_status conv2d_backward_tangent(const mp_op_call *c) { return mp_tangent_affine_backward(c, &conv2d_kernels); }
+const mp_tangent_affine mp_conv2d_tangent_kernels = {conv_fwd_k, conv_bwd_data_k, conv_bwd_weights_k};
+const mp_tangent_affine mp_conv_transpose2d_tangent_kernels = {conv_bwd_data_k, conv_fwd_k, convt_bwd_weights_k};
+
+static mp_status conv2d_forward_tangent(const mp_op_call *c) {
+    return mp_tangent_affine_forward(c, &mp_conv2d_tangent_kernels);
+}
+static mp_status conv2d_backward_tangent(const mp_op_call *c) {
+    return mp_tangent_affine_backward(c, &mp_conv2d_tangent_kernels);
+}
 
 const mp_op_vtable mp_op_conv2d_vt = {
     .name = "conv2d",

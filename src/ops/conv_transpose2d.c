@@ -92,26 +92,14 @@ static mp_status convt_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-/* Second derivatives (tangent.h): the reference kernels, bilinear in their
- * two operands. */
-#define CONVT_GEOM(c) mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape)
-static void convt_fwd_k(const mp_op_call *c, const void *x, const void *w, void *y) {
-    const mp_conv_geom g = CONVT_GEOM(c);
-    MP_REAL_CALL(c->out.dtype, convt_fwd, &g, x, w, NULL, y);
+/* Second derivatives (tangent.h), with conv2d's kernels exchanged
+ * (mp_conv_transpose2d_tangent_kernels, conv2d.c). */
+static mp_status convt_forward_tangent(const mp_op_call *c) {
+    return mp_tangent_affine_forward(c, &mp_conv_transpose2d_tangent_kernels);
 }
-static void convt_bwd_data_k(const mp_op_call *c, const void *dy, const void *w, void *dx) {
-    const mp_conv_geom g = CONVT_GEOM(c);
-    MP_REAL_CALL(c->out.dtype, convt_bwd_data, &g, dy, w, dx);
+static mp_status convt_backward_tangent(const mp_op_call *c) {
+    return mp_tangent_affine_backward(c, &mp_conv_transpose2d_tangent_kernels);
 }
-static void convt_bwd_weights_k(const mp_op_call *c, const void *x, const void *dy, void *dw) {
-    const mp_conv_geom g = CONVT_GEOM(c);
-    MP_REAL_CALL(c->out.dtype, convt_bwd_weights, &g, x, dy, dw);
-}
-#undef CONVT_GEOM
-
-static const mp_tangent_affine convt_kernels = {convt_fwd_k, convt_bwd_data_k, convt_bwd_weights_k};
-static mp_status convt_forward_tangent(const mp_op_call *c) { return mp_tangent_affine_forward(c, &convt_kernels); }
-static mp_status convt_backward_tangent(const mp_op_call *c) { return mp_tangent_affine_backward(c, &convt_kernels); }
 
 const mp_op_vtable mp_op_conv_transpose2d_vt = {
     .name = "conv_transpose2d",
