@@ -292,7 +292,8 @@ static double f32_vs_f64(const tcase *tc, const op_fixture *f, uint64_t seed, mp
  * backward relative errors in fwd/bwd. */
 static void check_fd(const tcase *tc, op_fixture *f, const tangents *T, double *fwd, double *bwd) {
     op_fixture gp, gm;
-    MP_ASSERT(fixture(tc, &gp, MP_DTYPE_F64, MP_IMPL_REF) == MP_OK && fixture(tc, &gm, MP_DTYPE_F64, MP_IMPL_REF) == MP_OK);
+    MP_ASSERT(fixture(tc, &gp, MP_DTYPE_F64, MP_IMPL_REF) == MP_OK);
+    MP_ASSERT(fixture(tc, &gm, MP_DTYPE_F64, MP_IMPL_REF) == MP_OK);
     gp.call.seed = gm.call.seed = f->call.seed; /* dropout: the same mask */
     mp_op_call *c = &f->call;
     for (int v = 0; v < V_COUNT; v++) {
@@ -341,8 +342,8 @@ static void check_fd(const tcase *tc, op_fixture *f, const tangents *T, double *
     op_fixture_free(&gm);
 }
 
-/* Other dtypes, a tangent of another dtype and (batchnorm) the fused
- * residual add: errors naming the op and the node. */
+/* Other dtypes, mixed dtypes, a tangent of another dtype and (batchnorm)
+ * the fused residual add: errors naming the op and the node. */
 static void check_errors(const tcase *tc, const op_fixture *f) {
     const char *name = f->vt->name;
     op_fixture b;
@@ -351,6 +352,9 @@ static void check_errors(const tcase *tc, const op_fixture *f) {
     CHECK_ERR(b.vt->backward_tangent(&b.call), MP_ERR_UNSUPPORTED, name, "test_op", "backward_tangent", "bf16");
     op_fixture_free(&b);
     mp_op_call c = f->call;
+    c.in[0].dtype = MP_DTYPE_F32; /* the f64 call with one f32 input */
+    CHECK_ERR(f->vt->backward_tangent(&c), MP_ERR_UNSUPPORTED, name, "test_op", "f64 and f32");
+    c = f->call;
     float wrong[1];
     c.t_in[0] = (mp_tensor){MP_DTYPE_F32, c.in[0].shape, wrong};
     CHECK_ERR(f->vt->forward_tangent(&c), MP_ERR_INVALID_ARG, name, "test_op", "f32", "f64");

@@ -76,7 +76,9 @@ static mp_status sigmoid_backward(const mp_op_call *c) {
  * the output (activation_tangent_ref.inc). */
 static mp_status relu_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_by_backward(c, relu_backward); }
 static mp_status relu_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, relu_backward); }
-static mp_status leaky_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_by_backward(c, leaky_backward); }
+static mp_status leaky_forward_tangent(const mp_op_call *c) {
+    return mp_tangent_forward_by_backward(c, leaky_backward);
+}
 static mp_status leaky_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, leaky_backward); }
 static mp_status tanh_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_by_backward(c, tanh_backward); }
 static mp_status sigmoid_forward_tangent(const mp_op_call *c) {

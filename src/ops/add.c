@@ -28,7 +28,8 @@ static mp_status add_forward_tangent(const mp_op_call *c) {
     const void *ta = c->t_in[0].data, *tb = c->t_in[1].data;
     if (!c->t_out.data) return MP_OK;
     if (ta && tb) MP_ACT_CALL(c->out.dtype, add_fwd, ta, tb, c->t_out.data, mp_tensor_numel(&c->out));
-    else if (ta || tb) copy_par(c->t_out.data, ta ? ta : tb, (size_t)mp_tensor_numel(&c->out) * mp_dtype_size(c->out.dtype));
+    else if (ta || tb)
+        copy_par(c->t_out.data, ta ? ta : tb, (size_t)mp_tensor_numel(&c->out) * mp_dtype_size(c->out.dtype));
     else mp_tangent_zero(&c->t_out);
     return MP_OK;
 }

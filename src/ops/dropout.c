@@ -56,7 +56,9 @@ static mp_status dropout_backward(const mp_op_call *c) {
 static mp_status dropout_forward_tangent(const mp_op_call *c) {
     return mp_tangent_forward_by_backward(c, dropout_backward);
 }
-static mp_status dropout_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, dropout_backward); }
+static mp_status dropout_backward_tangent(const mp_op_call *c) {
+    return mp_tangent_backward_linear(c, dropout_backward);
+}
 
 const mp_op_vtable mp_op_dropout_vt = {
     .name = "dropout",

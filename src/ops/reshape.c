@@ -46,7 +46,9 @@ static mp_status reshape_backward(const mp_op_call *c) {
 
 /* Second derivatives (tangent.h): copies, linear, so the tangents are copies too. */
 static mp_status reshape_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_linear(c, reshape_forward); }
-static mp_status reshape_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, reshape_backward); }
+static mp_status reshape_backward_tangent(const mp_op_call *c) {
+    return mp_tangent_backward_linear(c, reshape_backward);
+}
 
 const mp_op_vtable mp_op_reshape_vt = {
     .name = "reshape",

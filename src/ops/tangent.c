@@ -18,16 +18,24 @@ static mp_status same_dtype(const mp_op_call *c, const char *which, const mp_ten
                     mp_dtype_name(t->dtype), mp_dtype_name(p->dtype));
 }
 
+/* The first real tensor of the call whose dtype is not out's, else out's. */
+static mp_dtype other_dtype(const mp_op_call *c) {
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i].dtype != MP_DTYPE_I32 && c->in[i].dtype != c->out.dtype) return c->in[i].dtype;
+    for (int p = 0; p < c->info->n_params; p++)
+        if (c->param[p].dtype != c->out.dtype) return c->param[p].dtype;
+    return c->out.dtype;
+}
+
 mp_status mp_tangent_check(const mp_op_call *c, const char *which) {
     const char *op = mp_op_lookup(c->desc->kind)->name, *node = c->desc->name ? c->desc->name : "?";
-    mp_dtype dt = c->out.dtype;
-    for (int i = 0; i < c->n_in && real_dtype(dt); i++)
-        if (c->in[i].dtype != MP_DTYPE_I32 && c->in[i].dtype != dt) dt = c->in[i].dtype;
-    if (!real_dtype(dt))
+    mp_dtype dt = c->out.dtype, other = other_dtype(c);
+    if (!real_dtype(dt) || other != dt)
         return mp_error(MP_ERR_UNSUPPORTED,
-                        "%s '%s': %s runs in f32 or f64 only, this node computes in %s "
+                        "%s '%s': %s runs in f32 or f64 only, every tensor in one of them; this node has %s%s%s "
                         "(second derivatives: compute the node in f32)",
-                        op, node, which, mp_dtype_name(dt));
+                        op, node, which, mp_dtype_name(dt), other != dt ? " and " : "",
+                        other != dt ? mp_dtype_name(other) : "");
     if (c->resid.data)
         return mp_error(MP_ERR_UNSUPPORTED,
                         "%s '%s': %s does not support the fused residual add (plan without fusing it)", op, node,
@@ -87,7 +95,8 @@ void mp_tangent_bilinear(const mp_op_call *c, mp_bilinear_fn k, const mp_tensor 
 }
 
 size_t mp_tangent_affine_workspace(const mp_op_info *info) {
-    int64_t most = mp_shape_numel(&info->in[0]), y = mp_shape_numel(&info->out), w = mp_shape_numel(&info->params[0].shape);
+    int64_t most = mp_shape_numel(&info->in[0]), y = mp_shape_numel(&info->out);
+    int64_t w = mp_shape_numel(&info->params[0].shape);
     if (y > most) most = y;
     if (w > most) most = w;
     return mp_tangent_bytes(most);
