@@ -1,9 +1,10 @@
 // numerics_cuda.cu — numerics statistics on the GPU (numerics_cuda.h): one
 // grid-stride kernel per tensor. Each thread classifies its values by the
-// shared rule (amp/numerics_bounds.h); counts are summed per warp by shuffles,
-// the octave histogram per warp in shared memory (lanes that hit the same bin
-// add once, by __match_any_sync), then each block adds its non-zero totals
-// to the slot in global memory.
+// shared rule (amp/numerics_bounds.h); counts are summed per warp by shuffles
+// and per block in shared memory, the octave histogram per warp in shared
+// memory (lanes that hit the same bin add once, by __match_any_sync); each
+// block then adds its non-zero totals to the slot in global memory, one
+// atomic per count and bin.
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,7 @@ constexpr int WARPS = MP_CUDA_THREADS / 32;
 
 __global__ void stats_kernel(const void *x, mp_dtype dt, long long n, dev_stats *out) {
     __shared__ unsigned int hist[WARPS][MP_NUMERICS_HIST_BINS];
+    __shared__ unsigned int warp_count[WARPS][N_COUNTS + 2]; // the counts, then amax and amin
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int b = threadIdx.x; b < WARPS * MP_NUMERICS_HIST_BINS; b += blockDim.x) (&hist[0][0])[b] = 0;
     __syncthreads();
@@ -65,12 +67,21 @@ __global__ void stats_kernel(const void *x, mp_dtype dt, long long n, dev_stats 
         amin = min(amin, __shfl_down_sync(0xffffffffu, amin, off));
     }
     if (lane == 0) {
-        for (int c = 0; c < N_COUNTS; c++)
-            if (count[c]) atomicAdd(&out->count[c], (unsigned long long)count[c]);
-        if (amax) atomicMax(&out->amax_bits, amax);
-        if (amin < MP_NB_F32_INF) atomicMax(&out->amin_inverted, MP_NB_F32_INF - amin);
+        for (int c = 0; c < N_COUNTS; c++) warp_count[warp][c] = count[c];
+        warp_count[warp][N_COUNTS] = amax;
+        warp_count[warp][N_COUNTS + 1] = amin;
     }
     __syncthreads();
+    if (threadIdx.x < N_COUNTS) { // one global atomic per block and count
+        unsigned long long sum = 0;
+        for (int w = 0; w < WARPS; w++) sum += warp_count[w][threadIdx.x];
+        if (sum) atomicAdd(&out->count[threadIdx.x], sum);
+    } else if (threadIdx.x == N_COUNTS) {
+        unsigned int hi = 0, lo = MP_NB_F32_INF;
+        for (int w = 0; w < WARPS; w++) hi = max(hi, warp_count[w][N_COUNTS]), lo = min(lo, warp_count[w][N_COUNTS + 1]);
+        if (hi) atomicMax(&out->amax_bits, hi);
+        if (lo < MP_NB_F32_INF) atomicMax(&out->amin_inverted, MP_NB_F32_INF - lo);
+    }
     for (int b = threadIdx.x; b < MP_NUMERICS_HIST_BINS; b += blockDim.x) {
         unsigned long long sum = 0;
         for (int w = 0; w < WARPS; w++) sum += hist[w][b];
@@ -130,7 +141,11 @@ extern "C" mp_status mp_cuda_numerics_tensor(mp_cuda_numerics *n, int slot, cons
     if (!mp_cuda_float_dtype(dt))
         return mp_error(MP_ERR_INVALID_ARG, "numerics statistics: dtype %s is not f32, f16 or bf16", mp_dtype_name(dt));
     if (numel <= 0) return MP_OK;
-    stats_kernel<<<mp_cuda_grid(n->ctx, numel), MP_CUDA_THREADS, 0, n->ctx->stream>>>(x, dt, numel, n->dev + slot);
+    /* few blocks, many values per thread: every block ends in ~25 global atomics on the slot's few addresses */
+    const long long per_block = (long long)MP_CUDA_THREADS * 16, cap = 4LL * (n->ctx->sm_count > 0 ? n->ctx->sm_count : 132);
+    long long blocks = (numel + per_block - 1) / per_block;
+    if (blocks > cap) blocks = cap;
+    stats_kernel<<<(unsigned)blocks, MP_CUDA_THREADS, 0, n->ctx->stream>>>(x, dt, numel, n->dev + slot);
     return mp_cuda_check(cudaGetLastError(), "stats_kernel", "numerics statistics");
 }
 
