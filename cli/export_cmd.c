@@ -124,9 +124,14 @@ int cmd_export(int argc, char **argv) {
     mp_model m = {0};
     mp_status s = mp_model_build(e.model, e.c, e.h, e.w, e.classes, &m);
     /* a checkpoint also holds optimizer and scaler state: only the
-     * parameters are read, and every one of them must be there */
-    if (s == MP_OK && e.checkpoint)
-        s = mp_graph_load_weights(m.g, e.checkpoint, &(mp_weights_opts){.allow_unused = true});
+     * parameters are read, and every one of them must be there; a file of
+     * another model is named as such */
+    if (s == MP_OK && e.checkpoint) {
+        mp_checkpoint_info saved = {.model = e.model};
+        s = mp_checkpoint_load_weights(m.g, e.checkpoint, &saved);
+        if (s == MP_ERR_FORMAT || s == MP_ERR_SHAPE)
+            s = mp_error(s, "%s: give --model the model the checkpoint was trained with", mp_last_error());
+    }
     mp_checkpoint_info info;
     if (s == MP_OK) s = export_norm(&e, &info);
     if (s == MP_OK)

@@ -70,8 +70,9 @@ expect export_no_output 2 "needs -o" -- export --checkpoint run.safetensors
 expect export_format 2 "--format 'tflite'" -- export --format tflite --checkpoint run.safetensors -o x.onnx
 expect export_no_checkpoint 2 "needs --checkpoint" -- export -o x.onnx
 expect export_missing_checkpoint 1 "nope.safetensors" -- export --checkpoint nope.safetensors -o x.onnx
-expect export_wrong_model 1 "run.safetensors: .*'conv1_1.weight' is not in the file" -- export --checkpoint run.safetensors --model cnn10 \
-  --input-shape 1x12x12 -o x.onnx
+expect export_wrong_model 1 "run.safetensors: .*saved for model 'small', this model is 'cnn10'\): give --model the model" -- \
+  export --checkpoint run.safetensors --model cnn10 --input-shape 1x12x12 -o x.onnx
+grep -q "mp_weights_opts" export_wrong_model.err && bad "export_wrong_model names an API option: $(cat export_wrong_model.err)"
 # eval of a checkpoint under another --model: what to do, no API option names
 expect eval_wrong_model 1 "run.safetensors: .*saved for model 'small', this model is 'cnn10'\): give the --model the \
 checkpoint was trained with \(or leave --model out\)$" -- eval --checkpoint run.safetensors --model cnn10 \
