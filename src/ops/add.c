@@ -1,6 +1,7 @@
 /* add.c — elementwise sum of two tensors of identical shape (residual add).
  * Backward hands d_out unchanged to both inputs. */
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #include "copy_par.inc"
 
@@ -20,10 +21,25 @@ static mp_status add_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h): add is linear, t_out = t_a + t_b (a NULL
+ * tangent is zero) and backward's tangent is backward on t_d_out. */
+static mp_status add_forward_tangent(const mp_op_call *c) {
+    MP_TRY(mp_tangent_check(c, "forward_tangent"));
+    const void *ta = c->t_in[0].data, *tb = c->t_in[1].data;
+    if (!c->t_out.data) return MP_OK;
+    if (ta && tb) MP_ACT_CALL(c->out.dtype, add_fwd, ta, tb, c->t_out.data, mp_tensor_numel(&c->out));
+    else if (ta || tb) copy_par(c->t_out.data, ta ? ta : tb, (size_t)mp_tensor_numel(&c->out) * mp_dtype_size(c->out.dtype));
+    else mp_tangent_zero(&c->t_out);
+    return MP_OK;
+}
+static mp_status add_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, add_backward); }
+
 const mp_op_vtable mp_op_add_vt = {
     .name = "add",
     .infer = mp_op_infer_same_shape2,
     .forward = add_forward,
     .backward = add_backward,
     .bwd_skips = MP_BWD_SKIPS_BOTH,
+    .forward_tangent = add_forward_tangent,
+    .backward_tangent = add_backward_tangent,
 };

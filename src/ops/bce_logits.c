@@ -5,10 +5,16 @@
 #include <stdio.h>
 
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define BCE_BLOCK 8192 /* elements per partial sum */
 
+/* sigmoid, split by sign so exp never overflows */
+static inline double bce_sigmoid(double v) { return v >= 0 ? 1.0 / (1.0 + exp(-v)) : exp(v) / (1.0 + exp(v)); }
+
 #define MP_REF_TEMPLATE "bce_logits_ref.inc"
+#include "instantiate_real.inc"
+#define MP_REF_TEMPLATE "bce_logits_tangent_ref.inc"
 #include "instantiate_real.inc"
 
 static mp_status bce_infer(const mp_op_desc *d, mp_op_info *info) {
@@ -50,9 +56,35 @@ static mp_status bce_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h, bce_logits_tangent_ref.inc); the forward
+ * tangent's block sums go through the workspace like forward's. */
+static mp_status bce_forward_tangent(const mp_op_call *c) {
+    MP_TRY(mp_tangent_check(c, "forward_tangent"));
+    if (!c->t_out.data) return MP_OK;
+    int64_t n = mp_tensor_numel(&c->in[0]);
+    double *partial = c->workspace, sum = 0;
+    MP_REAL_CALL(c->out.dtype, bce_fwd_tangent, c->in[0].data, c->in[1].data, c->t_in[0].data, c->t_in[1].data, n,
+                 partial);
+    for (int64_t b = 0; b < (n + BCE_BLOCK - 1) / BCE_BLOCK; b++) sum += partial[b];
+    mp_tangent_set_scalar(&c->t_out, sum / (double)n);
+    return MP_OK;
+}
+
+static mp_status bce_backward_tangent(const mp_op_call *c) {
+    MP_TRY(mp_tangent_check(c, "backward_tangent"));
+    if (!c->t_d_in[0].data && !c->t_d_in[1].data) return MP_OK;
+    int64_t n = mp_tensor_numel(&c->in[0]);
+    MP_REAL_CALL(c->out.dtype, bce_bwd_tangent, c->in[0].data, c->in[1].data, c->t_in[0].data, c->t_in[1].data, n,
+                 mp_tangent_scalar(&c->d_out) / (double)n, mp_tangent_scalar(&c->t_d_out) / (double)n,
+                 c->t_d_in[0].data, c->t_d_in[1].data);
+    return MP_OK;
+}
+
 const mp_op_vtable mp_op_bce_logits_vt = {
     .name = "bce_with_logits",
     .infer = bce_infer,
     .forward = bce_forward,
     .backward = bce_backward,
+    .forward_tangent = bce_forward_tangent,
+    .backward_tangent = bce_backward_tangent,
 };

@@ -6,6 +6,7 @@
 #include "ops/linear_onednn.h"
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define MP_REF_TEMPLATE "linear_ref.inc"
 #include "instantiate_real.inc"
@@ -33,6 +34,9 @@ static mp_status linear_infer(const mp_op_desc *d, mp_op_info *info) {
             .name = "bias", .shape = mp_shape1(O), .trainable = true, .init = MP_INIT_UNIFORM_FAN_IN, .fan_in = F};
     info->saved_bytes = 0;
     info->workspace_bytes = 0;
+    /* a tangent's second kernel term: out, input or weight sized */
+    int64_t most = (int64_t)x->dims[0] * (O > F ? O : F);
+    info->tangent_workspace_bytes = mp_tangent_bytes(most > (int64_t)O * F ? most : (int64_t)O * F);
     return MP_OK;
 }
 
@@ -85,6 +89,24 @@ static mp_status linear_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h): the kernels above, bilinear in their two
+ * operands, at the call's (N, F, O). */
+#define LINEAR_DIMS(c) c->in[0].shape.dims[0], c->in[0].shape.dims[1], c->out.shape.dims[1]
+static void lin_fwd_k(const mp_op_call *c, const void *x, const void *w, void *y) {
+    MP_REAL_CALL(c->out.dtype, linear_fwd, x, w, NULL, y, LINEAR_DIMS(c));
+}
+static void lin_bwd_data_k(const mp_op_call *c, const void *dy, const void *w, void *dx) {
+    MP_REAL_CALL(c->out.dtype, linear_bwd_data, dy, w, dx, LINEAR_DIMS(c));
+}
+static void lin_bwd_weights_k(const mp_op_call *c, const void *x, const void *dy, void *dw) {
+    MP_REAL_CALL(c->out.dtype, linear_bwd_weights, x, dy, dw, NULL, LINEAR_DIMS(c));
+}
+#undef LINEAR_DIMS
+
+static const mp_tangent_affine linear_kernels = {lin_fwd_k, lin_bwd_data_k, lin_bwd_weights_k};
+static mp_status linear_forward_tangent(const mp_op_call *c) { return mp_tangent_affine_forward(c, &linear_kernels); }
+static mp_status linear_backward_tangent(const mp_op_call *c) { return mp_tangent_affine_backward(c, &linear_kernels); }
+
 const mp_op_vtable mp_op_linear_vt = {
     .name = "linear",
     .infer = linear_infer,
@@ -93,4 +115,6 @@ const mp_op_vtable mp_op_linear_vt = {
     .forward = linear_forward,
     .backward = linear_backward,
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+    .forward_tangent = linear_forward_tangent,
+    .backward_tangent = linear_backward_tangent,
 };

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #include "copy_par.inc"
 
@@ -43,10 +44,16 @@ static mp_status reshape_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h): copies, linear, so the tangents are copies too. */
+static mp_status reshape_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_linear(c, reshape_forward); }
+static mp_status reshape_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, reshape_backward); }
+
 const mp_op_vtable mp_op_reshape_vt = {
     .name = "reshape",
     .infer = reshape_infer,
     .forward = reshape_forward,
     .backward = reshape_backward,
     .bwd_skips = MP_BWD_SKIPS_BOTH,
+    .forward_tangent = reshape_forward_tangent,
+    .backward_tangent = reshape_backward_tangent,
 };

@@ -6,8 +6,11 @@
 #include <stdio.h>
 
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define MP_REF_TEMPLATE "softmax_ce_ref.inc"
+#include "instantiate_real.inc"
+#define MP_REF_TEMPLATE "softmax_ce_tangent_ref.inc"
 #include "instantiate_real.inc"
 
 static mp_status softmax_ce_infer(const mp_op_desc *d, mp_op_info *info) {
@@ -56,9 +59,38 @@ static mp_status softmax_ce_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h, softmax_ce_tangent_ref.inc), from the saved
+ * probabilities; the per-sample tangents go through the workspace (the
+ * per-sample losses' bytes) and are summed serially, as forward does. */
+static mp_status softmax_ce_forward_tangent(const mp_op_call *c) {
+    MP_TRY(mp_tangent_check(c, "forward_tangent"));
+    if (!c->t_out.data) return MP_OK;
+    int64_t n = c->in[0].shape.dims[0], k = c->in[0].shape.dims[1];
+    double sum = 0;
+    if (c->t_in[0].data) {
+        double *tl = c->workspace;
+        MP_REAL_CALL(c->out.dtype, softmax_ce_fwd_tangent, c->saved, c->in[1].data, c->t_in[0].data, n, k, tl);
+        for (int64_t i = 0; i < n; i++) sum += tl[i];
+    }
+    mp_tangent_set_scalar(&c->t_out, sum / (double)n);
+    return MP_OK;
+}
+
+static mp_status softmax_ce_backward_tangent(const mp_op_call *c) {
+    MP_TRY(mp_tangent_check(c, "backward_tangent"));
+    if (!c->t_d_in[0].data) return MP_OK;
+    int64_t n = c->in[0].shape.dims[0], k = c->in[0].shape.dims[1];
+    MP_REAL_CALL(c->out.dtype, softmax_ce_bwd_tangent, c->saved, c->in[1].data, c->t_in[0].data, n, k,
+                 mp_tangent_scalar(&c->d_out) / (double)n, mp_tangent_scalar(&c->t_d_out) / (double)n,
+                 c->t_d_in[0].data);
+    return MP_OK;
+}
+
 const mp_op_vtable mp_op_softmax_ce_vt = {
     .name = "softmax_cross_entropy",
     .infer = softmax_ce_infer,
     .forward = softmax_ce_forward,
     .backward = softmax_ce_backward,
+    .forward_tangent = softmax_ce_forward_tangent,
+    .backward_tangent = softmax_ce_backward_tangent,
 };
