@@ -21,12 +21,15 @@ typedef struct {
 } net;
 
 /* A classifier (x -> linear -> relu -> linear -> softmax CE) or, disc, a
- * discriminator (x -> linear -> relu -> linear -> relu -> linear(1) -> BCE). */
+ * discriminator (x -> linear -> tanh -> linear -> tanh -> linear(1) -> BCE). */
 static void build(net *n, bool disc, mp_precision prec) {
     mp_graph *g = n->g = mp_graph_create();
     n->x = mp_graph_targets(g, "x", F);
-    mp_node h = mp_relu(g, "r1", mp_linear(g, "fc1", n->x, (mp_linear_opts){.out_features = H, .bias = true}));
-    if (disc) h = mp_relu(g, "r2", mp_linear(g, "fc2", h, (mp_linear_opts){.out_features = H, .bias = true}));
+    mp_node h = mp_linear(g, "fc1", n->x, (mp_linear_opts){.out_features = H, .bias = true});
+    /* the input-gradient penalties of a ReLU network jump where a unit
+     * crosses zero, so central differences would straddle jumps: tanh */
+    h = disc ? mp_tanh(g, "t1", h) : mp_relu(g, "r1", h);
+    if (disc) h = mp_tanh(g, "t2", mp_linear(g, "fc2", h, (mp_linear_opts){.out_features = H, .bias = true}));
     n->out = mp_linear(g, "head", h, (mp_linear_opts){.out_features = disc ? 1 : K, .bias = true});
     n->y = disc ? mp_graph_targets(g, "t", 1) : mp_graph_labels(g, "y");
     n->loss = disc ? mp_bce_with_logits(g, "loss", n->out, n->y) : mp_softmax_cross_entropy(g, "loss", n->out, n->y);
