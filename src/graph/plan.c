@@ -288,6 +288,9 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
     if (o.n_losses < 0 || o.n_losses > MP_MAX_LOSSES)
         return mp_error(MP_ERR_INVALID_ARG, "plan: %d losses (at most %d)", o.n_losses, MP_MAX_LOSSES);
+    if (o.second_order && o.device.kind != MP_DEVICE_CPU)
+        return mp_error(MP_ERR_UNSUPPORTED, "plan: second-order plans (gradient penalties) run on the CPU only in "
+                        "this version");
     const mp_node *losses = o.n_losses ? o.losses : &o.loss;
     int n_losses = o.n_losses ? o.n_losses : 1;
     for (int j = 0; o.training && j < n_losses; j++)

@@ -48,9 +48,6 @@ mp_status mp_so_mark(mp_plan *p) {
     if (o->input_grad && !o->second_order)
         return mp_error(MP_ERR_INVALID_ARG, "plan: input_grad needs a second_order plan");
     if (!o->second_order) return MP_OK;
-    if (o->device.kind != MP_DEVICE_CPU)
-        return mp_error(MP_ERR_UNSUPPORTED, "plan: second-order plans (gradient penalties) run on the CPU only in "
-                        "this version");
     if (!o->training) return mp_error(MP_ERR_INVALID_ARG, "plan: a second_order plan must be a training plan");
     p->so = calloc(1, sizeof *p->so);
     if (!p->so) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
