@@ -229,7 +229,7 @@ double gradcheck_op_relu_after(mp_op_kind kind, mp_op_attr attr, int n_in, const
     return gradcheck(kind, attr, n_in, in_shapes, in_dtypes, training, true, seed, verbose);
 }
 
-static double rel_err(const mp_tensor *a, const mp_tensor *b) {
+double op_rel_err(const mp_tensor *a, const mp_tensor *b) {
     double d2 = 0, r2 = 0;
     for (int64_t j = 0; j < mp_tensor_numel(b); j++) {
         double x = get_elem(a, j), y = get_elem(b, j);
@@ -258,7 +258,7 @@ double compare_impls_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_sha
         worst = INFINITY;
         goto done;
     }
-    worst = fmax(worst, rel_err(&a.call.out, &b.call.out));
+    worst = fmax(worst, op_rel_err(&a.call.out, &b.call.out));
     if (verbose) printf("  %-16s out      rel.err=%.3g\n", a.vt->name, worst);
     for (int i = 0; i < n_in; i++)
         if (a.call.d_in[i].data) memset(a.call.d_in[i].data, 0xff, (size_t)mp_tensor_numel(&a.call.d_in[i]) * 4);
@@ -271,20 +271,20 @@ double compare_impls_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_sha
     }
     for (int i = 0; i < n_in; i++) {
         if (!a.call.d_in[i].data) continue;
-        double e = rel_err(&a.call.d_in[i], &b.call.d_in[i]);
+        double e = op_rel_err(&a.call.d_in[i], &b.call.d_in[i]);
         if (verbose) printf("  %-16s d_in%d    rel.err=%.3g\n", a.vt->name, i, e);
         worst = fmax(worst, e);
     }
     for (int p = 0; p < a.info.n_params; p++) {
         if (!a.call.d_param[p].data) continue;
-        double e = rel_err(&a.call.d_param[p], &b.call.d_param[p]);
+        double e = op_rel_err(&a.call.d_param[p], &b.call.d_param[p]);
         if (verbose) printf("  %-16s d_%-7s rel.err=%.3g\n", a.vt->name, a.info.params[p].name, e);
         worst = fmax(worst, e);
     }
     /* running statistics (buffers) must agree too */
     for (int p = 0; p < a.info.n_params; p++) {
         if (a.info.params[p].trainable) continue;
-        worst = fmax(worst, rel_err(&a.call.param[p], &b.call.param[p]));
+        worst = fmax(worst, op_rel_err(&a.call.param[p], &b.call.param[p]));
     }
 done:
     op_fixture_free(&a);

@@ -39,6 +39,10 @@ double gradcheck_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *
 double gradcheck_op_relu_after(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *in_shapes,
                                const mp_dtype *in_dtypes, bool training, uint64_t seed, int verbose);
 
+/* ||a - b|| / ||b|| over two tensors of one shape (f32/f64/i32, any mix);
+ * inf when a difference is not finite. */
+double op_rel_err(const mp_tensor *a, const mp_tensor *b);
+
 /* Run REF and ONEDNN in f32 on the same data; return the worst
  * ||a-b|| / ||b|| over the output and every gradient. */
 double compare_impls_op(mp_op_kind kind, mp_op_attr attr, int n_in, const mp_shape *in_shapes,

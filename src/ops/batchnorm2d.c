@@ -14,9 +14,12 @@
 #include "ops/cpu_fast.h"
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define MP_REF_TEMPLATE "batchnorm2d_ref.inc"
 #include "instantiate_act.inc"
+#define MP_REF_TEMPLATE "batchnorm2d_tangent_ref.inc"
+#include "instantiate_real.inc"
 
 /* Kernel fn of the reference, or of the fast path (mp_bn_<fn>_cpu) when the
  * call runs it. */
@@ -133,6 +136,37 @@ static mp_status bn_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h, batchnorm2d_tangent_ref.inc): from the
+ * statistics forward saved (training; every path saves them in double) or
+ * the running ones (eval), with the fused ReLU's mask read from the stored
+ * output. The running statistics are neither read in training nor updated. */
+static mp_status bn_forward_tangent(const mp_op_call *c) {
+    MP_TRY(mp_tangent_check(c, "forward_tangent"));
+    if (!c->t_out.data) return MP_OK;
+    const mp_shape *xs = &c->in[0].shape;
+    int N = xs->dims[0], C = xs->dims[1];
+    const mp_tensor *p = c->param, *tp = c->t_param;
+    MP_REAL_CALL(c->out.dtype, bn_fwd_tangent, c->in[0].data, c->relu_after ? c->out.data : NULL, c->t_in[0].data,
+                 p[P_WEIGHT].data, tp[P_WEIGHT].data, tp[P_BIAS].data, c->t_out.data, c->training,
+                 mp_bn_saved_mean(c->saved), mp_bn_saved_invstd(c->saved, C), p[P_RUNNING_MEAN].data,
+                 p[P_RUNNING_VAR].data, N, C, spatial(xs), (double)c->desc->attr.bn.eps);
+    return MP_OK;
+}
+
+static mp_status bn_backward_tangent(const mp_op_call *c) {
+    MP_TRY(mp_tangent_check(c, "backward_tangent"));
+    const mp_shape *xs = &c->in[0].shape;
+    int N = xs->dims[0], C = xs->dims[1];
+    const mp_tensor *p = c->param, *tp = c->t_param, *td = c->t_d_param;
+    if (!c->t_d_in[0].data && !td[P_WEIGHT].data && !td[P_BIAS].data) return MP_OK;
+    MP_REAL_CALL(c->out.dtype, bn_bwd_tangent, c->in[0].data, c->relu_after ? c->out.data : NULL, c->d_out.data,
+                 c->t_in[0].data, c->t_d_out.data, p[P_WEIGHT].data, tp[P_WEIGHT].data, c->t_d_in[0].data,
+                 td[P_WEIGHT].data, td[P_BIAS].data, c->training, mp_bn_saved_mean(c->saved),
+                 mp_bn_saved_invstd(c->saved, C), p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, spatial(xs),
+                 (double)c->desc->attr.bn.eps);
+    return MP_OK;
+}
+
 const mp_op_vtable mp_op_batchnorm2d_vt = {
     .name = "batchnorm2d",
     .infer = bn_infer,
@@ -141,4 +175,6 @@ const mp_op_vtable mp_op_batchnorm2d_vt = {
     .forward = bn_forward,
     .backward = bn_backward,
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+    .forward_tangent = bn_forward_tangent,
+    .backward_tangent = bn_backward_tangent,
 };

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define CONCAT_PAR_BYTES ((size_t)1 << 20) /* below this one thread copies */
 
@@ -37,7 +38,8 @@ static mp_status concat_infer(const mp_op_desc *d, mp_op_info *info) {
     return MP_OK;
 }
 
-/* forward: parts -> whole; backward: whole -> parts (NULL parts skipped). */
+/* forward: parts -> whole (a NULL part: zeros, for the tangents); backward:
+ * whole -> parts (NULL parts skipped). */
 static void concat_move(const mp_op_call *c, bool forward) {
     const mp_tensor *whole = forward ? &c->out : &c->d_out;
     size_t es = mp_dtype_size(whole->dtype);
@@ -61,7 +63,8 @@ static void concat_move(const mp_op_call *c, bool forward) {
         char *w = wd + (size_t)(s * out_sample + offset[i]) * es;
         size_t len = (size_t)part_sample[i] * es;
         if (forward) {
-            memcpy(w, (const char *)c->in[i].data + (size_t)s * len, len);
+            if (c->in[i].data) memcpy(w, (const char *)c->in[i].data + (size_t)s * len, len);
+            else memset(w, 0, len);
         } else if (c->d_in[i].data) {
             memcpy((char *)c->d_in[i].data + (size_t)s * len, w, len);
         }
@@ -78,10 +81,17 @@ static mp_status concat_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h): data movement, linear, so the tangents
+ * move the same way. */
+static mp_status concat_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_linear(c, concat_forward); }
+static mp_status concat_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, concat_backward); }
+
 const mp_op_vtable mp_op_concat_vt = {
     .name = "concat",
     .infer = concat_infer,
     .forward = concat_forward,
     .backward = concat_backward,
     .bwd_skips = MP_BWD_SKIPS_BOTH,
+    .forward_tangent = concat_forward_tangent,
+    .backward_tangent = concat_backward_tangent,
 };

@@ -8,6 +8,7 @@
 
 #include "ops/conv_onednn.h"
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define MP_REF_TEMPLATE "conv2d_ref.inc"
 #include "instantiate_real.inc"
@@ -57,6 +58,7 @@ static mp_status conv2d_infer(const mp_op_desc *d, mp_op_info *info) {
         info->params[1] = (mp_param_spec){"bias", mp_shape1(cout), true, MP_INIT_UNIFORM_FAN_IN, fan_in};
     info->saved_bytes = 0;
     info->workspace_bytes = 0;
+    info->tangent_workspace_bytes = mp_tangent_affine_workspace(info);
     return MP_OK;
 }
 
@@ -86,6 +88,38 @@ static mp_status conv2d_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h): the reference kernels, bilinear in their
+ * two operands, in the conv view of either op. conv_transpose2d's passes are
+ * conv2d's exchanged (conv_transpose2d_ref.inc), so its kernels are here too. */
+#define CONV_GEOM(c) mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape)
+static void conv_fwd_k(const mp_op_call *c, const void *x, const void *w, void *y) {
+    const mp_conv_geom g = CONV_GEOM(c);
+    MP_REAL_CALL(c->out.dtype, conv_fwd, &g, x, w, NULL, y);
+}
+static void conv_bwd_data_k(const mp_op_call *c, const void *dy, const void *w, void *dx) {
+    const mp_conv_geom g = CONV_GEOM(c);
+    MP_REAL_CALL(c->out.dtype, conv_bwd_data, &g, dy, w, NULL, dx);
+}
+static void conv_bwd_weights_k(const mp_op_call *c, const void *x, const void *dy, void *dw) {
+    const mp_conv_geom g = CONV_GEOM(c);
+    MP_REAL_CALL(c->out.dtype, conv_bwd_weights, &g, x, dy, dw);
+}
+#undef CONV_GEOM
+/* conv_transpose2d's weight gradient: conv_bwd_weights with x = d_out, dy = in */
+static void convt_bwd_weights_k(const mp_op_call *c, const void *in, const void *d_out, void *dw) {
+    conv_bwd_weights_k(c, d_out, in, dw);
+}
+
+const mp_tangent_affine mp_conv2d_tangent_kernels = {conv_fwd_k, conv_bwd_data_k, conv_bwd_weights_k};
+const mp_tangent_affine mp_conv_transpose2d_tangent_kernels = {conv_bwd_data_k, conv_fwd_k, convt_bwd_weights_k};
+
+static mp_status conv2d_forward_tangent(const mp_op_call *c) {
+    return mp_tangent_affine_forward(c, &mp_conv2d_tangent_kernels);
+}
+static mp_status conv2d_backward_tangent(const mp_op_call *c) {
+    return mp_tangent_affine_backward(c, &mp_conv2d_tangent_kernels);
+}
+
 const mp_op_vtable mp_op_conv2d_vt = {
     .name = "conv2d",
     .infer = conv2d_infer,
@@ -94,4 +128,6 @@ const mp_op_vtable mp_op_conv2d_vt = {
     .forward = conv2d_forward,
     .backward = conv2d_backward,
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+    .forward_tangent = conv2d_forward_tangent,
+    .backward_tangent = conv2d_backward_tangent,
 };

@@ -15,6 +15,7 @@
 
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 typedef struct {
     int n, groups;
@@ -71,6 +72,10 @@ static inline mp_status mp_conv_prepare(const mp_op_desc *d, mp_op_info *info, m
 #endif
     return MP_OK;
 }
+
+/* The bilinear kernels of both ops' tangents (conv2d.c; reference, any conv
+ * view). */
+extern const mp_tangent_affine mp_conv2d_tangent_kernels, mp_conv_transpose2d_tangent_kernels;
 
 /* release() of conv2d and conv_transpose2d. */
 static inline void mp_conv_release(void *state) {

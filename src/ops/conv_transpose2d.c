@@ -12,6 +12,7 @@
 
 #include "ops/conv_onednn.h"
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define MP_REF_TEMPLATE "conv_transpose2d_ref.inc"
 #include "instantiate_real.inc"
@@ -61,6 +62,7 @@ static mp_status convt_infer(const mp_op_desc *d, mp_op_info *info) {
         info->params[1] = (mp_param_spec){"bias", mp_shape1(cout), true, MP_INIT_UNIFORM_FAN_IN, fan_in};
     info->saved_bytes = 0;
     info->workspace_bytes = 0;
+    info->tangent_workspace_bytes = mp_tangent_affine_workspace(info);
     return MP_OK;
 }
 
@@ -90,6 +92,15 @@ static mp_status convt_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h), with conv2d's kernels exchanged
+ * (mp_conv_transpose2d_tangent_kernels, conv2d.c). */
+static mp_status convt_forward_tangent(const mp_op_call *c) {
+    return mp_tangent_affine_forward(c, &mp_conv_transpose2d_tangent_kernels);
+}
+static mp_status convt_backward_tangent(const mp_op_call *c) {
+    return mp_tangent_affine_backward(c, &mp_conv_transpose2d_tangent_kernels);
+}
+
 const mp_op_vtable mp_op_conv_transpose2d_vt = {
     .name = "conv_transpose2d",
     .infer = convt_infer,
@@ -98,4 +109,6 @@ const mp_op_vtable mp_op_conv_transpose2d_vt = {
     .forward = convt_forward,
     .backward = convt_backward,
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
+    .forward_tangent = convt_forward_tangent,
+    .backward_tangent = convt_backward_tangent,
 };

@@ -6,6 +6,7 @@
 
 #include "core/rng.h"
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #include "copy_par.inc"
 
@@ -49,10 +50,20 @@ static mp_status dropout_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h): with the mask saved by forward held fixed
+ * dropout is a diagonal linear map, which backward applies: both tangents
+ * are backward, on t_in and on t_d_out. */
+static mp_status dropout_forward_tangent(const mp_op_call *c) {
+    return mp_tangent_forward_by_backward(c, dropout_backward);
+}
+static mp_status dropout_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, dropout_backward); }
+
 const mp_op_vtable mp_op_dropout_vt = {
     .name = "dropout",
     .infer = dropout_infer,
     .forward = dropout_forward,
     .backward = dropout_backward,
     .bwd_skips = MP_BWD_SKIPS_BOTH,
+    .forward_tangent = dropout_forward_tangent,
+    .backward_tangent = dropout_backward_tangent,
 };

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "ops/op.h"
+#include "ops/tangent.h"
 
 #define MP_REF_TEMPLATE "global_avgpool_ref.inc"
 #include "instantiate_act.inc"
@@ -38,10 +39,16 @@ static mp_status gap_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h): linear, so forward and backward on the tangents. */
+static mp_status gap_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_linear(c, gap_forward); }
+static mp_status gap_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, gap_backward); }
+
 const mp_op_vtable mp_op_global_avgpool_vt = {
     .name = "global_avgpool",
     .infer = gap_infer,
     .forward = gap_forward,
     .backward = gap_backward,
     .bwd_skips = MP_BWD_SKIPS_BOTH,
+    .forward_tangent = gap_forward_tangent,
+    .backward_tangent = gap_backward_tangent,
 };

@@ -34,9 +34,7 @@ static mp_status linear_infer(const mp_op_desc *d, mp_op_info *info) {
             .name = "bias", .shape = mp_shape1(O), .trainable = true, .init = MP_INIT_UNIFORM_FAN_IN, .fan_in = F};
     info->saved_bytes = 0;
     info->workspace_bytes = 0;
-    /* a tangent's second kernel term: out, input or weight sized */
-    int64_t most = (int64_t)x->dims[0] * (O > F ? O : F);
-    info->tangent_workspace_bytes = mp_tangent_bytes(most > (int64_t)O * F ? most : (int64_t)O * F);
+    info->tangent_workspace_bytes = mp_tangent_affine_workspace(info);
     return MP_OK;
 }
 

@@ -144,7 +144,14 @@ typedef struct {
      * plus t_in, t_param, t_out and t_d_out (data NULL = zero) and writes
      * t_d_in / t_d_param (data NULL = not needed), OVERWRITING them: the
      * derivative of backward's outputs along (t_in, t_param, t_d_out). For
-     * loss ops d_out is the seed, whose tangent is zero. */
+     * loss ops d_out is the seed, whose tangent is zero.
+     * Why forward-over-reverse, and the helpers the ops share: tangent.h.
+     * What the tangent calls read of the primal call is what backward reads
+     * (bwd_skips holds for them too; neither writes saved or the running
+     * statistics), with two additions: backward_tangent of tanh and sigmoid
+     * reads t_out (as backward reads out), and maxpool2d's forward_tangent
+     * reads its input when its forward ran oneDNN (saved then holds oneDNN's
+     * workspace, not the argmax). Tangents run in f32 or f64 only. */
     mp_tensor t_in[MP_MAX_INPUTS];
     mp_tensor t_param[MP_MAX_PARAMS];
     mp_tensor t_out;

@@ -7,11 +7,14 @@
 
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
+#include "ops/tangent.h"
 #include "ops/pool2d_cpu.h"
 #include "ops/pool2d_onednn.h"
 
 #define MP_REF_TEMPLATE "pool2d_ref.inc"
 #include "instantiate_act.inc"
+#define MP_REF_TEMPLATE "pool2d_tangent_ref.inc"
+#include "instantiate_real.inc"
 
 static mp_status pool_attr_error(const mp_op_desc *d, const mp_op_info *info, const char *what) {
     char s[64];
@@ -43,6 +46,9 @@ static mp_status pool_infer(const mp_op_desc *d, mp_op_info *info) {
     /* max: the argmax (int32 index in the input plane) of every output */
     info->saved_bytes = d->kind == MP_OP_MAXPOOL2D ? (size_t)mp_shape_numel(&info->out) * sizeof(int32_t) : 0;
     info->workspace_bytes = 0;
+    /* max, after a oneDNN forward: the argmax found again, and its values */
+    info->tangent_workspace_bytes =
+        d->kind == MP_OP_MAXPOOL2D ? MP_ALIGN64(info->saved_bytes) + mp_tangent_bytes(mp_shape_numel(&info->out)) : 0;
     return MP_OK;
 }
 
@@ -127,6 +133,36 @@ static mp_status pool_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Second derivatives (tangent.h). Average pooling is linear; max pooling is
+ * linear with its argmax held fixed (away from ties): t_out gathers t_in at
+ * the argmax and backward scatters t_d_out there. The reference forward
+ * saved the argmax; oneDNN's saved its own workspace, so after a oneDNN
+ * forward the reference kernel finds the argmax again, in the workspace. */
+static mp_status maxpool_forward_tangent(const mp_op_call *c) {
+    MP_TRY(mp_tangent_check(c, "forward_tangent"));
+    if (!c->t_out.data) return MP_OK;
+    if (!c->t_in[0].data) {
+        mp_tangent_zero(&c->t_out);
+        return MP_OK;
+    }
+    pool_geom g = geom_of(c);
+    const int32_t *arg = c->saved; // (P, OH, OW)
+#ifdef MP_HAVE_ONEDNN
+    if (mp_onednn_use(c)) {
+        int32_t *found = c->workspace;
+        void *values = (char *)c->workspace + MP_ALIGN64(c->info->saved_bytes);
+        MP_ACT_CALL(c->out.dtype, maxpool_fwd, c->in[0].data, values, found, g.planes, g.H, g.W, g.OH, g.OW, g.k, g.s,
+                    g.p);
+        arg = found;
+    }
+#endif
+    MP_REAL_CALL(c->out.dtype, maxpool_gather, c->t_in[0].data, arg, c->t_out.data, g.planes, (int64_t)g.H * g.W,
+                 (int64_t)g.OH * g.OW);
+    return MP_OK;
+}
+static mp_status avgpool_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_linear(c, pool_forward); }
+static mp_status pool_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, pool_backward); }
+
 const mp_op_vtable mp_op_maxpool2d_vt = {
     .name = "maxpool2d",
     .infer = pool_infer,
@@ -135,6 +171,8 @@ const mp_op_vtable mp_op_maxpool2d_vt = {
     .forward = pool_forward,
     .backward = pool_backward,
     .bwd_skips = MP_BWD_SKIPS_BOTH,
+    .forward_tangent = maxpool_forward_tangent,
+    .backward_tangent = pool_backward_tangent,
 };
 const mp_op_vtable mp_op_avgpool2d_vt = {
     .name = "avgpool2d",
@@ -144,4 +182,6 @@ const mp_op_vtable mp_op_avgpool2d_vt = {
     .forward = pool_forward,
     .backward = pool_backward,
     .bwd_skips = MP_BWD_SKIPS_BOTH,
+    .forward_tangent = avgpool_forward_tangent,
+    .backward_tangent = pool_backward_tangent,
 };

@@ -86,6 +86,13 @@ void mp_tangent_bilinear(const mp_op_call *c, mp_bilinear_fn k, const mp_tensor 
     MP_REAL_CALL(out->dtype, tan_add, out->data, c->workspace, mp_tensor_numel(out));
 }
 
+size_t mp_tangent_affine_workspace(const mp_op_info *info) {
+    int64_t most = mp_shape_numel(&info->in[0]), y = mp_shape_numel(&info->out), w = mp_shape_numel(&info->params[0].shape);
+    if (y > most) most = y;
+    if (w > most) most = w;
+    return mp_tangent_bytes(most);
+}
+
 mp_status mp_tangent_affine_forward(const mp_op_call *c, const mp_tangent_affine *k) {
     MP_TRY(mp_tangent_check(c, "forward_tangent"));
     const mp_tensor *y = &c->t_out;

@@ -69,11 +69,13 @@ typedef struct {
     mp_bilinear_fn bwd_data;    /* (dy, W) -> dx */
     mp_bilinear_fn bwd_weights; /* (x, dy) -> dW */
 } mp_tangent_affine;
-/* t_y = K(t_x, W) + K(x, t_W) + t_b; workspace: out's bytes. */
+/* Their tangent_workspace_bytes (set in infer, after out and params[0]):
+ * the largest of y, x and W, for the second kernel term of a tangent. */
+size_t mp_tangent_affine_workspace(const mp_op_info *info);
+/* t_y = K(t_x, W) + K(x, t_W) + t_b. */
 mp_status mp_tangent_affine_forward(const mp_op_call *c, const mp_tangent_affine *k);
 /* t_dx = bwd_data(t_dy, W) + bwd_data(dy, t_W), t_dW = bwd_weights(t_x, dy) +
- * bwd_weights(x, t_dy), t_db = sums of t_dy; workspace: the largest of
- * in[0]'s and param[0]'s bytes. */
+ * bwd_weights(x, t_dy), t_db = sums of t_dy. */
 mp_status mp_tangent_affine_backward(const mp_op_call *c, const mp_tangent_affine *k);
 
 /* Ops whose forward is linear in the inputs and has no parameters (avg and
