@@ -109,6 +109,7 @@ static void penalty_forward_overflow(mp_trainer *t, int gi) {
 
 /* The gradient the penalty reads overflowed: a gradient overflow of its group. */
 static void penalty_gradient_overflow(mp_trainer *t, int gi) {
+    t->pen_grad_overflow = true;
     if (t->scaler.group_found[gi] < MP_FOUND_GRADIENT) t->scaler.group_found[gi] = MP_FOUND_GRADIENT;
     if (t->scaler.found_inf < MP_FOUND_GRADIENT) t->scaler.found_inf = MP_FOUND_GRADIENT;
 }
@@ -167,14 +168,17 @@ static mp_status l2_penalty(mp_trainer *t, int gi, double scale) {
 /* R1 / WGAN-GP on the gradient of the output's sum w.r.t. the input node,
  * per sample i (g_i, its norm n_i, batch N):
  *   R1:      P = w/2 mean_i n_i^2,      v_i = w g_i / N
- *   WGAN-GP: P = w mean_i (n_i - 1)^2,  v_i = 2 w (n_i - 1) g_i / (N n_i) */
+ *   WGAN-GP: P = w mean_i (n_i - 1)^2,  v_i = 2 w (n_i - 1) g_i / (N n_i)
+ * The backward is seeded with scale / N on every output (the gradient of
+ * the batch mean, as the losses' own backward is), so one loss scale suits
+ * both; the direction is then N v, making the tangents scale * grad P. */
 static mp_status input_penalty(mp_trainer *t, int gi, double scale) {
     const mp_penalty *pen = &t->o.penalty;
     mp_plan *p = t->plan;
-    MP_TRY(mp_plan_backward_input_grad(p, (float)scale));
-    MP_TRY(mp_plan_read_input_grad(p, t->pen_grad, t->pen_n));
-    const double inv = 1.0 / scale, w = pen->weight;
     const int batch = t->o.batch;
+    MP_TRY(mp_plan_backward_input_grad(p, (float)(scale / batch)));
+    MP_TRY(mp_plan_read_input_grad(p, t->pen_grad, t->pen_n));
+    const double inv = batch / scale, w = pen->weight;
     const size_t per = t->pen_n / (size_t)batch;
     for (size_t j = 0; j < t->pen_n; j++) t->pen_grad[j] = (float)(t->pen_grad[j] * inv);
     if (mp_first_nonfinite(t->pen_grad, (int64_t)t->pen_n) >= 0) {
@@ -191,10 +195,10 @@ static mp_status input_penalty(mp_trainer *t, int gi, double scale) {
         double f;
         if (pen->kind == MP_PENALTY_R1) {
             sum += s;
-            f = w / batch;
+            f = w; /* N v_i */
         } else {
             sum += (n - 1) * (n - 1);
-            f = n > 0 ? 2 * w * (n - 1) / (batch * n) : 0;
+            f = n > 0 ? 2 * w * (n - 1) / n : 0;
         }
         for (size_t j = 0; j < per; j++) v[j] = (float)(f * gi_[j]);
     }
@@ -214,7 +218,7 @@ static mp_status input_penalty(mp_trainer *t, int gi, double scale) {
 
 mp_status mp_step_host_penalty(mp_trainer *t, int gi) {
     t->pen_ran = true;
-    t->pen_forward_overflow = false;
+    t->pen_forward_overflow = t->pen_grad_overflow = false;
     t->pen_value = NAN;
     if (t->scaler.found_inf >= MP_FOUND_FORWARD) return MP_OK; /* the forward overflowed: the step is skipped */
     const double scale = mp_scaler_scale(&t->scaler);

@@ -228,6 +228,10 @@ static mp_status group_overflow(mp_trainer *t, mp_overflow_report *r, int64_t at
         const int bad = t->bad_param[gi];
         char where[200];
         if (bad >= 0) snprintf(where, sizeof where, "%s", t->g->params[bad].name);
+        else if (t->pen_grad_overflow && t->o.penalty.group == gi)
+            snprintf(where, sizeof where, "the input gradient the %s penalty reads (d %s / d %s)",
+                     mp_penalty_kind_name(t->o.penalty.kind), t->g->nodes[t->o.penalty.output].name,
+                     t->g->nodes[t->o.penalty.input].name);
         else snprintf(where, sizeof where, "the parameters of group %d (not located on this device)", gi);
         say(t, r, "step %lld: gradient overflow in %s; the optimizer over '%s' skips its step, loss scale %g -> %g",
             (long long)at, where, o->prefix[0] ? o->prefix : "*", now->last_skip_scale, now->scale);
@@ -270,6 +274,8 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
      * that already stepped, so it is not the step that overflowed */
     if (last_forward && t->pen_forward_overflow)
         why = "(none: the gradient penalty's value is NaN/inf although the gradients it reads are finite)";
+    else if (!last_forward && t->pen_grad_overflow)
+        why = "(none: the input gradient the gradient penalty reads overflowed)";
     else if (t->n_groups > 1) why = "(not located: an earlier optimizer group stepped before the check)";
     else if (ago == 0 && (!limit_now || now.consecutive_forward_overflows >= limit))
         MP_TRY(locate(t, !last_forward, now.last_skip_scale, &site, &why));

@@ -77,7 +77,7 @@ struct mp_trainer {
      * was NaN/inf, and the unscaled input gradient and direction of R1 /
      * WGAN-GP (pen_n floats each) */
     float pen_value;
-    bool pen_ran, pen_forward_overflow;
+    bool pen_ran, pen_forward_overflow, pen_grad_overflow;
     float *pen_grad, *pen_dir;
     size_t pen_n;
 };
