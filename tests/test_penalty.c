@@ -3,7 +3,8 @@
  * central differences of the penalty (L2 of the parameter gradients, R1 and
  * WGAN-GP on an input gradient), which is itself checked against
  * differences of the network's output; under amp-fp16 with dynamic scaling
- * the penalty equals fp32's on the same weights. The plans are f32 (there is
+ * the penalty equals fp32's on the same weights. Each on an MLP and on a
+ * network with conv, batch norm (batch statistics) and max pooling. The plans are f32 (there is
  * no f64 policy), so the tolerances are those of f32 differences. */
 #include <math.h>
 #include <stdio.h>
@@ -13,19 +14,31 @@
 #include "core/error.h"
 #include "core/rng.h"
 
-enum { B = 6, F = 5, H = 8, K = 3 };
+enum { B = 6, F = 5, H = 8, K = 3, S = 6, XMAX = B * S * S };
 
 typedef struct {
     mp_graph *g;
+    bool conv;               /* images (1, S, S) through conv + BN + pool, else F features */
+    int xn;                  /* the input's elements */
     mp_node x, y, out, loss; /* out: the classifier's logits or the discriminator's logit */
 } net;
 
+/* conv 3x3 (4) -> BN -> tanh -> maxpool 2 -> flatten */
+static mp_node conv_trunk(mp_graph *g, mp_node x) {
+    mp_node h = mp_conv2d(g, "conv", x, (mp_conv_opts){.out_channels = 4, .kernel = 3, .padding = 1, .bias = true});
+    h = mp_tanh(g, "conv_act", mp_batchnorm2d(g, "bn", h, (mp_batchnorm_opts){0}));
+    return mp_flatten(g, "flat", mp_maxpool2d(g, "pool", h, (mp_pool_opts){.kernel = 2}));
+}
+
 /* A classifier (x -> linear -> relu -> linear -> softmax CE) or, disc, a
- * discriminator (x -> linear -> tanh -> linear -> tanh -> linear(1) -> BCE). */
-static void build(net *n, bool disc, mp_precision prec) {
+ * discriminator (x -> linear -> tanh -> linear -> tanh -> linear(1) -> BCE);
+ * with conv, the conv trunk first. */
+static void build(net *n, bool disc, bool conv, mp_precision prec) {
     mp_graph *g = n->g = mp_graph_create();
-    n->x = mp_graph_targets(g, "x", F);
-    mp_node h = mp_linear(g, "fc1", n->x, (mp_linear_opts){.out_features = H, .bias = true});
+    n->conv = conv;
+    n->xn = conv ? B * S * S : B * F;
+    n->x = conv ? mp_graph_input(g, "x", 1, S, S) : mp_graph_targets(g, "x", F);
+    mp_node h = mp_linear(g, "fc1", conv ? conv_trunk(g, n->x) : n->x, (mp_linear_opts){.out_features = H, .bias = true});
     /* the input-gradient penalties of a ReLU network jump where a unit
      * crosses zero, so central differences would straddle jumps: tanh */
     h = disc ? mp_tanh(g, "t1", h) : mp_relu(g, "r1", h);
@@ -39,19 +52,19 @@ static void build(net *n, bool disc, mp_precision prec) {
 }
 
 typedef struct {
-    float x[B * F], t[B];
+    float x[XMAX], t[B];
     int32_t y[B];
 } batch;
 
 static void make_batch(batch *b, uint64_t seed) {
     mp_rng r;
     mp_rng_seed(&r, seed);
-    for (int i = 0; i < B * F; i++) b->x[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < XMAX; i++) b->x[i] = (float)mp_rng_normal(&r);
     for (int i = 0; i < B; i++) b->y[i] = (int32_t)mp_rng_below(&r, K), b->t[i] = (float)(i % 2);
 }
 
 static mp_status feed_plan(mp_plan *p, const net *n, bool disc, const batch *b) {
-    MP_TRY(mp_plan_set_input(p, n->x, b->x, B * F));
+    MP_TRY(mp_plan_set_input(p, n->x, b->x, (size_t)n->xn));
     return disc ? mp_plan_set_input(p, n->y, b->t, B) : mp_plan_set_labels(p, n->y, b->y, B);
 }
 
@@ -67,6 +80,7 @@ static double penalty_at(mp_plan *p, const net *n, mp_penalty_kind kind, float w
         for (int k = 0; k < mp_graph_param_tensors(n->g); k++) {
             mp_param_info pi;
             mp_graph_param_info(n->g, k, &pi);
+            if (!pi.trainable) continue;
             float *gr = malloc((size_t)pi.numel * sizeof *gr);
             MP_ASSERT(mp_graph_grad_get(n->g, pi.name, gr, (size_t)pi.numel) == MP_OK);
             for (int64_t j = 0; j < pi.numel; j++) ss += (double)gr[j] * gr[j];
@@ -74,13 +88,14 @@ static double penalty_at(mp_plan *p, const net *n, mp_penalty_kind kind, float w
         }
         return w * sqrt(ss);
     }
-    float gx[B * F];
+    float gx[XMAX];
+    const int per = n->xn / B;
     MP_ASSERT(mp_plan_backward_input_grad(p, 1.0f) == MP_OK);
-    MP_ASSERT(mp_plan_read_input_grad(p, gx, B * F) == MP_OK);
+    MP_ASSERT(mp_plan_read_input_grad(p, gx, (size_t)n->xn) == MP_OK);
     double sum = 0;
     for (int i = 0; i < B; i++) {
         double s = 0;
-        for (int j = 0; j < F; j++) s += (double)gx[i * F + j] * gx[i * F + j];
+        for (int j = 0; j < per; j++) s += (double)gx[i * per + j] * gx[i * per + j];
         sum += kind == MP_PENALTY_R1 ? s : (sqrt(s) - 1) * (sqrt(s) - 1);
     }
     return (kind == MP_PENALTY_R1 ? 0.5 : 1.0) * w * sum / B;
@@ -96,7 +111,7 @@ static mp_status make_trainer(const net *n, const mp_penalty *pen, mp_trainer **
 }
 
 static mp_status step(mp_trainer *t, const net *n, bool disc, const batch *b, mp_step_report *r) {
-    MP_TRY(mp_trainer_set_input(t, n->x, b->x, B * F));
+    MP_TRY(mp_trainer_set_input(t, n->x, b->x, (size_t)n->xn));
     MP_TRY(disc ? mp_trainer_set_input(t, n->y, b->t, B) : mp_trainer_set_labels(t, n->y, b->y, B));
     return mp_trainer_step(t, NULL, r);
 }
@@ -116,10 +131,11 @@ static int64_t read_grads(const net *n, float *dst) {
 
 /* Penalized step's gradient - the loss's own gradient = d(penalty)/d(theta),
  * against central differences of penalty_at over every weight. */
-static void check_fd(mp_penalty_kind kind, float w) {
+static void check_fd(mp_penalty_kind kind, float w, bool conv) {
     const bool disc = kind != MP_PENALTY_L2_GRAD;
+    const char *arch = conv ? "conv+bn+pool" : "mlp";
     net n;
-    build(&n, disc, MP_PRECISION_FP32);
+    build(&n, disc, conv, MP_PRECISION_FP32);
     batch b;
     make_batch(&b, 21);
     mp_penalty pen = {.kind = kind, .weight = w, .input = n.x, .output = n.out};
@@ -128,7 +144,7 @@ static void check_fd(mp_penalty_kind kind, float w) {
     MP_ASSERT(make_trainer(&n, &pen, &t, &opt) == MP_OK);
     mp_step_report r;
     if (step(t, &n, disc, &b, &r) != MP_OK) fprintf(stderr, "%s\n", mp_last_error()), exit(1);
-    float *with = malloc(4096 * sizeof *with), *without = malloc(4096 * sizeof *without);
+    float *with = malloc(8192 * sizeof *with), *without = malloc(8192 * sizeof *without);
     const int64_t m = read_grads(&n, with);
     mp_plan *p = NULL;
     mp_plan_opts po = {.batch = B, .training = true, .loss = n.loss, .second_order = true, .input_grad = disc,
@@ -147,6 +163,7 @@ static void check_fd(mp_penalty_kind kind, float w) {
     for (int k = 0; k < mp_graph_param_tensors(n.g); k++) {
         mp_param_info pi;
         mp_graph_param_info(n.g, k, &pi);
+        if (!pi.trainable) continue; /* BN running statistics: no gradient */
         float *v = malloc((size_t)pi.numel * sizeof *v);
         mp_graph_param_get(n.g, pi.name, v, (size_t)pi.numel);
         for (int64_t j = 0; j < pi.numel; j++, at++) {
@@ -167,31 +184,32 @@ static void check_fd(mp_penalty_kind kind, float w) {
     }
     CHECK(at == m && biggest > 1e-3, "%s: the penalty's gradient is all zero (largest %g) or sizes differ",
           mp_penalty_kind_name(kind), biggest);
-    printf("%-8s weight %g: penalty %.6g; d(penalty)/d(theta) vs central differences over %lld weights: worst "
-           "rel. error %.2e (largest component %.3g)\n", mp_penalty_kind_name(kind), (double)w, p0, (long long)m,
-           worst, biggest);
+    printf("%-8s %-12s weight %g: penalty %.6g; d(penalty)/d(theta) vs central differences over %lld weights: "
+           "worst rel. error %.2e (largest component %.3g)\n", mp_penalty_kind_name(kind), arch, (double)w, p0,
+           (long long)m, worst, biggest);
     if (disc) { /* the input gradient itself, against differences of sum(out) */
-        float gx[B * F], out[B];
-        MP_ASSERT(mp_trainer_penalty_input_grad(t, gx, B * F) == MP_OK);
-        double worst_x = 0;
-        for (int j = 0; j < B * F; j += 3) {
+        float gx[XMAX], out[B];
+        MP_ASSERT(mp_trainer_penalty_input_grad(t, gx, (size_t)n.xn) == MP_OK);
+        double worst_x = 0, big = 0; /* f32 differences of sum(out): good to ~1e-4 absolute */
+        for (int j = 0; j < n.xn; j++) big = fmax(big, fabs(gx[j]));
+        for (int j = 0; j < n.xn; j += 3) {
             double s[2];
             const float saved = b.x[j];
             for (int sgn = 0; sgn < 2; sgn++) {
-                b.x[j] = saved + (sgn ? -1e-2f : 1e-2f);
+                b.x[j] = saved + (sgn ? -3e-3f : 3e-3f); /* max-pool windows switch at 1e-2 */
                 MP_ASSERT(feed_plan(p, &n, disc, &b) == MP_OK && mp_plan_forward(p) == MP_OK);
                 MP_ASSERT(mp_plan_read(p, n.out, out, B) == MP_OK);
                 s[sgn] = 0;
                 for (int i = 0; i < B; i++) s[sgn] += out[i];
             }
             b.x[j] = saved;
-            const double num = (s[0] - s[1]) / 2e-2, err = fabs(num - gx[j]) / fmax(fabs(num), 1e-2);
+            const double num = (s[0] - s[1]) / 6e-3, err = fabs(num - gx[j]) / fmax(fabs(num), 0.1 * big);
             if (err > worst_x) worst_x = err;
-            CHECK(err < 1e-2, "%s: d sum(out)/dx[%d]: %g, central difference %g", mp_penalty_kind_name(kind), j,
+            CHECK(err < 3e-2, "%s: d sum(out)/dx[%d]: %g, central difference %g", mp_penalty_kind_name(kind), j,
                   (double)gx[j], num);
         }
-        printf("%-8s input gradient vs central differences: worst rel. error %.2e\n", mp_penalty_kind_name(kind),
-               worst_x);
+        printf("%-8s %-12s input gradient vs central differences: worst rel. error %.2e\n",
+               mp_penalty_kind_name(kind), arch, worst_x);
     }
     free(with), free(without);
     mp_plan_destroy(p);
@@ -202,10 +220,11 @@ static void check_fd(mp_penalty_kind kind, float w) {
 
 /* The penalty of the first step that was not skipped (lr 0: the same
  * weights every step), and the steps skipped before it. */
-static double penalty_in(mp_precision prec, mp_penalty_kind kind, float w, int64_t *skipped, float *scale) {
+static double penalty_in(mp_precision prec, mp_penalty_kind kind, float w, bool conv, int64_t *skipped,
+                         float *scale) {
     const bool disc = kind != MP_PENALTY_L2_GRAD;
     net n;
-    build(&n, disc, prec);
+    build(&n, disc, conv, prec);
     batch b;
     make_batch(&b, 33);
     mp_penalty pen = {.kind = kind, .weight = w, .input = n.x, .output = n.out};
@@ -225,25 +244,28 @@ static double penalty_in(mp_precision prec, mp_penalty_kind kind, float w, int64
     return r.penalty;
 }
 
-static void check_amp(mp_penalty_kind kind, float w) {
+static void check_amp(mp_penalty_kind kind, float w, bool conv) {
     int64_t s32, s16;
     float scale32, scale16;
-    const double p32 = penalty_in(MP_PRECISION_FP32, kind, w, &s32, &scale32);
-    const double p16 = penalty_in(MP_PRECISION_AMP_FP16, kind, w, &s16, &scale16);
+    const double p32 = penalty_in(MP_PRECISION_FP32, kind, w, conv, &s32, &scale32);
+    const double p16 = penalty_in(MP_PRECISION_AMP_FP16, kind, w, conv, &s16, &scale16);
     const double rel = fabs(p16 - p32) / fabs(p32);
     CHECK(isfinite(p16) && rel < 1e-2 && p32 > 0, "%s: amp-fp16 penalty %g vs fp32 %g", mp_penalty_kind_name(kind),
           p16, p32);
     CHECK(scale16 > 1 && s32 == 0, "%s: amp-fp16 ran at loss scale %g; fp32 skipped %lld steps",
           mp_penalty_kind_name(kind), (double)scale16, (long long)s32);
-    printf("%-8s amp-fp16 (dynamic scale, now %g, %lld steps skipped first) penalty %.6g vs fp32 %.6g: rel. "
-           "difference %.2e\n", mp_penalty_kind_name(kind), (double)scale16, (long long)s16, p16, p32, rel);
+    printf("%-8s %-12s amp-fp16 (dynamic scale, now %g, %lld steps skipped first) penalty %.6g vs fp32 %.6g: rel. "
+           "difference %.2e\n", mp_penalty_kind_name(kind), conv ? "conv+bn+pool" : "mlp", (double)scale16,
+           (long long)s16, p16, p32, rel);
 }
 
 int main(void) {
-    check_fd(MP_PENALTY_L2_GRAD, 0.5f);
-    check_fd(MP_PENALTY_R1, 2.0f);
-    check_fd(MP_PENALTY_WGAN_GP, 1.0f);
-    check_amp(MP_PENALTY_L2_GRAD, 0.5f);
-    check_amp(MP_PENALTY_R1, 2.0f);
+    for (int conv = 0; conv < 2; conv++) {
+        check_fd(MP_PENALTY_L2_GRAD, 0.5f, conv);
+        check_fd(MP_PENALTY_R1, 2.0f, conv);
+        check_fd(MP_PENALTY_WGAN_GP, 1.0f, conv);
+        check_amp(MP_PENALTY_L2_GRAD, 0.5f, conv);
+        check_amp(MP_PENALTY_R1, 2.0f, conv);
+    }
     return test_summary("test_penalty");
 }
