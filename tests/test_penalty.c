@@ -116,6 +116,29 @@ static mp_status step(mp_trainer *t, const net *n, bool disc, const batch *b, mp
     return mp_trainer_step(t, NULL, r);
 }
 
+/* A network of one kind, its batch and a penalized trainer over it. */
+typedef struct {
+    net n;
+    batch b;
+    bool disc;
+    mp_trainer *t;
+    mp_optimizer *opt;
+} rig;
+
+static void rig_open(rig *r, mp_penalty_kind kind, float w, bool conv, mp_precision prec, uint64_t seed) {
+    r->disc = kind != MP_PENALTY_L2_GRAD;
+    build(&r->n, r->disc, conv, prec);
+    make_batch(&r->b, seed);
+    mp_penalty pen = {.kind = kind, .weight = w, .input = r->n.x, .output = r->n.out};
+    if (make_trainer(&r->n, &pen, &r->t, &r->opt) != MP_OK) fprintf(stderr, "%s\n", mp_last_error()), exit(1);
+}
+
+static void rig_close(rig *r) {
+    mp_trainer_destroy(r->t);
+    mp_optimizer_destroy(r->opt);
+    mp_graph_destroy(r->n.g);
+}
+
 /* All trainable gradients of the graph, concatenated. */
 static int64_t read_grads(const net *n, float *dst) {
     int64_t m = 0;
@@ -132,16 +155,13 @@ static int64_t read_grads(const net *n, float *dst) {
 /* Penalized step's gradient - the loss's own gradient = d(penalty)/d(theta),
  * against central differences of penalty_at over every weight. */
 static void check_fd(mp_penalty_kind kind, float w, bool conv) {
-    const bool disc = kind != MP_PENALTY_L2_GRAD;
     const char *arch = conv ? "conv+bn+pool" : "mlp";
-    net n;
-    build(&n, disc, conv, MP_PRECISION_FP32);
-    batch b;
-    make_batch(&b, 21);
-    mp_penalty pen = {.kind = kind, .weight = w, .input = n.x, .output = n.out};
-    mp_trainer *t = NULL;
-    mp_optimizer *opt = NULL;
-    MP_ASSERT(make_trainer(&n, &pen, &t, &opt) == MP_OK);
+    rig rg;
+    rig_open(&rg, kind, w, conv, MP_PRECISION_FP32, 21);
+    const bool disc = rg.disc;
+    net n = rg.n;
+    batch b = rg.b;
+    mp_trainer *t = rg.t;
     mp_step_report r;
     if (step(t, &n, disc, &b, &r) != MP_OK) fprintf(stderr, "%s\n", mp_last_error()), exit(1);
     float *with = malloc(8192 * sizeof *with), *without = malloc(8192 * sizeof *without);
@@ -213,34 +233,23 @@ static void check_fd(mp_penalty_kind kind, float w, bool conv) {
     }
     free(with), free(without);
     mp_plan_destroy(p);
-    mp_trainer_destroy(t);
-    mp_optimizer_destroy(opt);
-    mp_graph_destroy(n.g);
+    rig_close(&rg);
 }
 
 /* The penalty of the first step that was not skipped (lr 0: the same
  * weights every step), and the steps skipped before it. */
 static double penalty_in(mp_precision prec, mp_penalty_kind kind, float w, bool conv, int64_t *skipped,
                          float *scale) {
-    const bool disc = kind != MP_PENALTY_L2_GRAD;
-    net n;
-    build(&n, disc, conv, prec);
-    batch b;
-    make_batch(&b, 33);
-    mp_penalty pen = {.kind = kind, .weight = w, .input = n.x, .output = n.out};
-    mp_trainer *t = NULL;
-    mp_optimizer *opt = NULL;
-    MP_ASSERT(make_trainer(&n, &pen, &t, &opt) == MP_OK);
+    rig rg;
+    rig_open(&rg, kind, w, conv, prec, 33);
     mp_step_report r = {0};
     for (int i = 0; i < 30; i++) {
-        MP_ASSERT(step(t, &n, disc, &b, &r) == MP_OK);
+        MP_ASSERT(step(rg.t, &rg.n, rg.disc, &rg.b, &r) == MP_OK);
         if (!r.overflow.found) break;
     }
     *skipped = r.skipped_steps;
     *scale = r.loss_scale;
-    mp_trainer_destroy(t);
-    mp_optimizer_destroy(opt);
-    mp_graph_destroy(n.g);
+    rig_close(&rg);
     return r.penalty;
 }
 
