@@ -50,7 +50,7 @@ typedef enum {
 
 /** A gradient penalty (zero: none). */
 typedef struct {
-    mp_penalty_kind kind;
+    mp_penalty_kind kind; /**< which penalty (MP_PENALTY_NONE: none) */
     float weight;      /**< lambda or gamma: finite and >= 0 */
     int group;         /**< the optimizer group whose gradients receive it (0: the first) */
     /** R1 / WGAN-GP: the node whose outputs' sum is differentiated (a
@@ -58,7 +58,7 @@ typedef struct {
      * with respect to (the images, or the interpolates): its output
      * gradient, per sample, is what the penalty reads. */
     mp_node output;
-    mp_node input;
+    mp_node input;     /**< see output */
 } mp_penalty;
 
 /** "l2", "r1", "wgan-gp" ("none" for MP_PENALTY_NONE). */
