@@ -92,6 +92,7 @@ static int reject(const train_args *t) {
         {t->print_precision || t->print_memory, "--print-precision/--print-memory", "use `train`"},
         {t->auto_fallback, "--auto-fallback", "the probe is fp32"},
         {t->f32_weight_grads || t->bn_low, "--f32-weight-grads/--bn-low", "not analysed"},
+        {t->penalty != MP_PENALTY_NONE, "--gradient-penalty", "the probe trains the plain loss"},
     };
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
         if (rows[k].given) {

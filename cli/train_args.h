@@ -31,6 +31,8 @@ typedef struct {
     const char *allreduce;
     float bucket_mb, dist_timeout;
     bool sync_bn;
+    mp_penalty_kind penalty;  /* --gradient-penalty l2:LAMBDA */
+    float penalty_weight;
 } train_args;
 
 /* Options after argv[0] into t. extra (may be NULL) is offered each option

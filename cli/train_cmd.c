@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/penalty_arg.h"
 #include "cli/common_opts.h"
 #include "cli/train_args.h"
 #include "core/error.h"
@@ -54,6 +55,9 @@ static void usage(FILE *f) {
             "  --accumulate N      micro-batches per optimizer step (default 1)\n"
             "  --clip-grad-norm X  clip the global norm of the (unscaled) gradients\n"
             "  --clip-grad-value X clip each (unscaled) gradient element to [-X, X]\n"
+            "  --gradient-penalty l2:LAMBDA  add LAMBDA x the L2 norm of the loss's parameter gradients to the\n"
+            "                      loss (seed 003; second derivatives, CPU only, no --accumulate): the\n"
+            "                      penalty is computed from unscaled gradients and reported per epoch\n"
             "  --max-forward-overflows N  consecutive NaN/inf forwards before stopping (default 3)\n"
             "  --auto-fallback     move a layer that overflows in the forward pass to fp32\n"
             "  --save FILE         write a checkpoint (safetensors) after every epoch\n"
@@ -140,6 +144,7 @@ int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
         } else if (!strcmp(a, "--loss-scale-hysteresis")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 0, 1 << 20, &t->scaler.hysteresis)) return 2; t->scaler_set = true;
         } else if (!strcmp(a, "--accumulate")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 20, &t->accumulate)) return 2;
         } else if (!strcmp(a, "--clip-grad-norm")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 1e30, &t->clip_norm)) return 2;
+        } else if (!strcmp(a, "--gradient-penalty")) { NEED_VALUE(); if (!penalty_arg_parse(cmd, v, false, &t->penalty, &t->penalty_weight)) return 2;
         } else if (!strcmp(a, "--clip-grad-value")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 1e30, &t->clip_value)) return 2;
         } else if (!strcmp(a, "--max-forward-overflows")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 20, &t->max_forward_overflows)) return 2;
         } else if (!strcmp(a, "--auto-fallback")) { t->auto_fallback = true;
@@ -332,7 +337,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                      .max_forward_overflows = t.max_forward_overflows,
                                      .auto_fallback = t.auto_fallback, .reference = t.reference,
                                      .f32_weight_grads = t.f32_weight_grads, .dist = dist, .allreduce = t.allreduce,
-                                     .bucket_mb = t.bucket_mb, .sync_bn = t.sync_bn, .events = out},
+                                     .bucket_mb = t.bucket_mb, .sync_bn = t.sync_bn, .events = out,
+                                     .penalty = {.kind = t.penalty, .weight = t.penalty_weight}},
                          .optim = oo, .lr = lr, .lr_schedule = t.lr_schedule, .epochs = t.epochs,
                          .max_steps = t.max_steps, .stop_after = t.stop_after, .seed = t.seed, .augment = t.c.augment,
                          .normalize = t.c.normalize, .random_resized_crop = t.c.random_resized_crop,

@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common_opts.h"
+#include "cli/penalty_arg.h"
 #include "core/error.h"
 #include "io/image_grid.h"
 #include "train/gan_trainer.h"
@@ -40,6 +41,11 @@ static void usage(FILE *f) {
             "  --aux-fake-weight W weight of the discriminator's class loss on generated images (default 0,\n"
             "                      as Keras' AC-GAN: its class head learns from real images only, whose class\n"
             "                      loss weighs 2); the generator's class loss weighs 1 whatever W is\n"
+            "  --gradient-penalty r1:GAMMA | wgan-gp:LAMBDA\n"
+            "                      a gradient penalty on the discriminator (second derivatives; CPU only):\n"
+            "                      r1 = GAMMA/2 x mean ||d D(x)/dx||^2 on the real images; wgan-gp = LAMBDA x\n"
+            "                      mean (||d D(x)/dx|| - 1)^2 on random mixes of real and generated images.\n"
+            "                      Computed from unscaled gradients; its value is in the epoch line and log\n"
             "  --precision P       %s (default fp32); loss scaling\n"
             "                      (dynamic) for amp-fp16 and o2-fp16\n"
             "  --seed S            random seed for init, shuffling, noise (default 1)\n"
@@ -63,6 +69,8 @@ typedef struct {
     float beta1, aux_fake_weight;
     uint64_t seed;
     bool reference, quiet;
+    mp_penalty_kind penalty;
+    float penalty_weight;
 } gan_args;
 
 /* 0: go on; 1: --help printed; 2: bad usage (message printed). */
@@ -85,7 +93,7 @@ static int parse(int argc, char **argv, gan_args *t) {
         if (!strcmp(a, "--quiet")) { t->quiet = true; continue; }
         static const char *const with_value[] = {"--precision", "--device", "--out", "--epochs", "--batch",
                                                  "--threads", "--max-steps", "--seed", "--beta1",
-                                                 "--aux-fake-weight"};
+                                                 "--aux-fake-weight", "--gradient-penalty"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
         if (!known) {
@@ -108,6 +116,7 @@ static int parse(int argc, char **argv, gan_args *t) {
         else if (!strcmp(a, "--seed")) ok = arg_u64("train-gan", a, v, &t->seed);
         else if (!strcmp(a, "--beta1")) ok = arg_float("train-gan", a, v, 0, 0.9999, &t->beta1);
         else if (!strcmp(a, "--aux-fake-weight")) ok = arg_float("train-gan", a, v, 0, 100, &t->aux_fake_weight);
+        else if (!strcmp(a, "--gradient-penalty")) ok = penalty_arg_parse("train-gan", v, true, &t->penalty, &t->penalty_weight);
         if (!ok) return 2;
     }
     return 0;
@@ -175,6 +184,7 @@ int cmd_train_gan(int argc, char **argv) {
         mp_dataset_free(&test);
         return 2;
     }
+    if (s == MP_OK && t.penalty == MP_PENALTY_WGAN_GP) s = mp_acgan_add_interpolates(&m);
     if (s == MP_OK) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision});
     mp_policy_info policy = {0};
     if (s == MP_OK) s = mp_graph_policy(m.g, &policy);
@@ -182,7 +192,8 @@ int cmd_train_gan(int argc, char **argv) {
     mp_gan_train_opts o = {
         .trainer = {.batch = t.batch, .device = device, .reference = t.reference, .events = out},
         .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .aux_fake_weight = t.aux_fake_weight, .seed = t.seed,
-        .epochs = t.epochs, .max_steps = t.max_steps, .data_name = t.c.data, .out_dir = t.out, .out = out};
+        .epochs = t.epochs, .max_steps = t.max_steps, .data_name = t.c.data, .out_dir = t.out, .out = out,
+        .penalty = t.penalty, .penalty_weight = t.penalty_weight};
     if (s == MP_OK && out) {
         int64_t all = mp_graph_param_count(m.g), gen = mp_acgan_generator_param_count(&m);
         char dev[32];
@@ -194,6 +205,10 @@ int cmd_train_gan(int argc, char **argv) {
                 t.precision,
                 scaling ? " (dynamic loss scaling)" : "", mp_device_name(device, dev, sizeof dev),
                 omp_get_max_threads(), t.out);
+        if (t.penalty != MP_PENALTY_NONE)
+            fprintf(out, "mixprec train-gan: gradient penalty %s:%g on the discriminator (%s; second derivatives: "
+                         "tangent forward and backward passes each step)\n", mp_penalty_kind_name(t.penalty),
+                    (double)t.penalty_weight, t.penalty == MP_PENALTY_R1 ? "real images" : "interpolates");
     }
     mp_gan_train_result r;
     if (s == MP_OK) s = mp_gan_train_run(&m, &train, &o, &r);

@@ -26,6 +26,7 @@
 #include "mixprec/precision.h"
 #include "mixprec/optim.h"
 #include "mixprec/data.h"
+#include "mixprec/penalty.h"
 #include "mixprec/train.h"
 #include "mixprec/numerics.h"
 #include "mixprec/models.h"

@@ -19,6 +19,7 @@
 
 #include "mixprec/data.h"
 #include "mixprec/optim.h"
+#include "mixprec/penalty.h"
 #include "mixprec/plan.h"
 #include "mixprec/precision.h"
 
@@ -84,6 +85,13 @@ typedef struct {
     double bucket_mb;            /**< all-reduce bucket size in MiB, 0 -> 4 */
     bool sync_bn;                /**< BatchNorm with the global batch's statistics */
     FILE *events;                /**< overflow reports as lines here too (NULL: only in mp_step_report) */
+    /** A gradient penalty added to one group's objective (mixprec/penalty.h;
+     * zero: none). The plan is then a second-order one (CPU only; no
+     * accumulation). Its gradient joins the group's loss-scaled gradients
+     * before their unscale/check; a NaN/inf gradient it reads is a gradient
+     * overflow (the scale backs off), a NaN/inf value computed from finite
+     * gradients a forward overflow of the penalty (the scale stays). */
+    mp_penalty penalty;
 } mp_trainer_opts;
 
 /** A trainer for g (policy applied; parameters initialized unless a
@@ -120,6 +128,8 @@ typedef struct {
     float loss_scale;       /**< the scale now, as far as the host knows (1 without scaling) */
     int64_t skipped_steps;  /**< so far, as far as the host knows */
     mp_overflow_report overflow; /**< overflows the host saw in this call */
+    float penalty;          /**< opts.penalty's value in this step (unscaled, weighted; NaN: not computed, the
+                                 step overflowed); 0 without a penalty */
 } mp_step_report;
 
 /** Set an input or target node for the next step (any node a loss reads). */

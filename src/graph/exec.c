@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "graph/exec_backend.h"
 #include "graph/plan.h"
+#include "graph/second_order.h"
 
 static mp_status check_node(const mp_plan *p, mp_node node, mp_op_kind kind, const char *what) {
     if (!p || node < 0 || node >= p->n) return mp_error(MP_ERR_INVALID_ARG, "%s: node %d is not in this plan", what, node);
@@ -61,6 +62,7 @@ mp_status mp_plan_forward(mp_plan *p) {
         if (p->observe) MP_TRY(p->observe(p->observe_arg, i, false, &p->nodes[i].call.out));
     }
     p->step++;
+    mp_so_note_forward(p);
     return MP_OK;
 }
 
@@ -179,6 +181,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
     const int root = p->losses[j];
     const bool *reach = p->reach[j];
+    mp_so_note_backward(p, root);
     mp_pnode *loss = &p->nodes[root];
     if (mp_plan_grads_in_arena(p)) /* arena gradients do not outlive a step: every backward writes them afresh */
         for (int k = 0; k < g->n_params; k++) g->params[k].grad_fresh = true;

@@ -32,6 +32,10 @@ void mp_plan_print_memory(const mp_plan *p, FILE *out) {
         sep = ", ";
     }
     fprintf(out, "\n");
+    if (p->o.second_order)
+        fprintf(out, "memory: second order (gradient penalty): no arena reuse (every activation, saved tensor and "
+                "gradient lives through the step), plus %.1f MiB of f32 tangent buffers\n",
+                (double)mp_plan_tangent_bytes(p) * MIB);
     if (p->o.device.kind == MP_DEVICE_CPU) return; /* the graph's host copies are the parameters */
     size_t b[3];
     p->be->param_bytes(p, b);

@@ -10,6 +10,7 @@
 #include "graph/arena_plan.h"
 #include "graph/exec_backend.h"
 #include "graph/plan_fuse.h"
+#include "graph/second_order.h"
 
 /* Which nodes backward visits: for each loss, its ancestors downstream of a
  * trainable parameter; a node takes part in backward if any loss reaches it. */
@@ -186,6 +187,10 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
     node_workspace_buffers(p, b + ws_at);
     node_scratch_buffers(p, b + sc_at);
     mp_plan_fuse_buffers(p, b);
+    /* second order: the tangent pass reads every activation, saved tensor
+     * and gradient of the step after its backward, so none shares memory
+     * (the simplest honest plan; its cost is mp_plan_print_memory's) */
+    for (int k = 0; p->so && k < n_bufs; k++) b[k].first = 0, b[k].last = end;
     size_t total = 0;
     mp_status s = mp_arena_plan(b, n_bufs, &total);
     if (s != MP_OK) {
@@ -283,6 +288,9 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
     if (o.n_losses < 0 || o.n_losses > MP_MAX_LOSSES)
         return mp_error(MP_ERR_INVALID_ARG, "plan: %d losses (at most %d)", o.n_losses, MP_MAX_LOSSES);
+    if (o.second_order && o.device.kind != MP_DEVICE_CPU)
+        return mp_error(MP_ERR_UNSUPPORTED, "plan: second-order plans (gradient penalties) run on the CPU only in "
+                        "this version");
     const mp_node *losses = o.n_losses ? o.losses : &o.loss;
     int n_losses = o.n_losses ? o.n_losses : 1;
     for (int j = 0; o.training && j < n_losses; j++)
@@ -312,8 +320,10 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         mp_plan_destroy(p);
         return bs;
     }
-    if (o.training) {
-        mp_status ms = mark_backward(p);
+    if (o.second_order) p->o.native_bf16 = MP_NATIVE_OFF; /* tangents read f32-staged tensors */
+    if (o.training || o.second_order || o.input_grad) {
+        mp_status ms = o.training ? mark_backward(p) : MP_OK;
+        if (ms == MP_OK) ms = mp_so_mark(p);
         if (ms != MP_OK) {
             mp_plan_destroy(p);
             return ms;
@@ -336,6 +346,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
                            nd->desc.kind == MP_OP_TARGETS))
             pn->info.out.dims[0] = o.batch;
         if (s == MP_OK) s = p->be->node_prepare(p, i, &ws, &scratch, &stage);
+        if (p->so && pn->info.tangent_workspace_bytes > ws) ws = pn->info.tangent_workspace_bytes;
         if (s != MP_OK) {
             mp_plan_destroy(p);
             return s;
@@ -347,6 +358,11 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         return s;
     }
     bind_calls(p);
+    s = mp_so_create(p);
+    if (s != MP_OK) {
+        mp_plan_destroy(p);
+        return s;
+    }
     *out = p;
     return MP_OK;
 }
@@ -363,6 +379,7 @@ void mp_plan_destroy(mp_plan *p) {
         if (vt->release && p->nodes[i].call.state) vt->release(p->nodes[i].call.state);
         for (int k = 0; k < MP_MAX_PARAMS; k++) free(p->nodes[i].low_param[k]);
     }
+    mp_so_free(p);
     free(p->nodes);
     free(p->grad_written);
     free(p->grad_dtype);

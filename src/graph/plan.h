@@ -64,6 +64,7 @@ struct mp_plan {
      * complete, before its backward (grad true); host plans, NULL = none. */
     mp_status (*observe)(void *arg, int node, bool grad, const mp_tensor *t);
     void *observe_arg;
+    struct mp_plan_so *so; /* opts.second_order: tangent buffers and state (second_order.h), else NULL */
 };
 
 /* Whether p keeps its parameter gradients in the arena (opts.grads_in_arena

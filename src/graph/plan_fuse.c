@@ -5,7 +5,8 @@
 #include <string.h>
 
 static bool fusion_off(const mp_plan *p) {
-    return p->o.no_fusion || mp_env_get()->no_fusion;
+    /* second-order plans: the tangent functions know no fused ops */
+    return p->o.no_fusion || mp_env_get()->no_fusion || p->o.second_order;
 }
 
 /* ReLU node j and the batch norm i it reads can be fused: i feeds j only, is

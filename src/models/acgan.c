@@ -126,6 +126,23 @@ void mp_acgan_free(mp_acgan *m) {
     m->g = NULL;
 }
 
+mp_status mp_acgan_add_interpolates(mp_acgan *m) {
+    mp_graph *g = m->g;
+    if (m->has_interp) return mp_error(MP_ERR_INVALID_ARG, "acgan: the interpolates are already there");
+    const d_nodes real = {.conv1 = mp_graph_find(g, "d_conv1"), .conv2 = mp_graph_find(g, "d_conv2"),
+                          .bn2 = mp_graph_find(g, "d_conv2_bn"), .src = mp_graph_find(g, "d_src"),
+                          .cls = mp_graph_find(g, "d_cls")};
+    m->gp_eps = mp_graph_input(g, "gp_eps", m->c, m->h, m->w);
+    m->gp_keep = mp_graph_input(g, "gp_keep", m->c, m->h, m->w);
+    m->interp = mp_add(g, "gp_interp", mp_mul(g, "gp_real_part", m->gp_eps, m->real),
+                       mp_mul(g, "gp_fake_part", m->gp_keep, m->fake));
+    d_nodes on;
+    MP_TRY(discriminator(g, "d_interp_", m->interp, m->classes, &real, &on));
+    m->interp_src = on.src;
+    m->has_interp = true;
+    return mp_graph_status(g);
+}
+
 int mp_acgan_losses(const mp_acgan *m, mp_node *losses) {
     const mp_node all[] = {m->real_src_loss, m->real_cls_loss, m->fake_src_loss, m->fake_cls_loss, m->gen_src_loss};
     memcpy(losses, all, sizeof all);

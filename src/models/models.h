@@ -46,12 +46,21 @@ typedef struct {
     /* losses: D on real = real_src_loss + real_cls_loss; D on fake =
      * fake_src_loss + fake_cls_loss; G = gen_src_loss + fake_cls_loss */
     mp_node real_src_loss, real_cls_loss, fake_src_loss, fake_cls_loss, gen_src_loss;
+    /* WGAN-GP (mp_acgan_add_interpolates): interp = eps * real + keep * fake
+     * with eps, keep = 1 - eps per sample (inputs of the image's shape), and
+     * a third tied discriminator copy (d_interp_*) on it, interp_src its
+     * real/fake logit; has_interp false: none */
+    bool has_interp;
+    mp_node gp_eps, gp_keep, interp, interp_src;
 } mp_acgan;
 
 /* Builds the AC-GAN for (c, h, w) images (h and w multiples of 4),
  * `classes` classes and `latent` noise features; on error m->g is NULL. */
 mp_status mp_acgan_build(mp_acgan *m, int c, int h, int w, int classes, int latent);
 void mp_acgan_free(mp_acgan *m);
+/* Adds the interpolates and the discriminator on them (WGAN-GP's gradient
+ * penalty, mixprec/penalty.h), before the policy is applied. */
+mp_status mp_acgan_add_interpolates(mp_acgan *m);
 /* The five losses in the order above, for mp_plan_opts.losses. */
 int mp_acgan_losses(const mp_acgan *m, mp_node *losses);
 /* DCGAN initialization: conv/linear weights N(0, 0.02), biases 0, BN gamma

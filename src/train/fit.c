@@ -48,6 +48,10 @@ static mp_status write_log(FILE *log, const char *path, const mp_fit_opts *o, co
               mp_json_add(j, "arena_bytes", mp_json_int((int64_t)r->arena_bytes)) &&
               mp_json_add(j, "skipped_steps", mp_json_int(skipped)) &&
               mp_json_add(j, "loss_scale", mp_json_sig(loss_scale, 6));
+    if (ok && o->trainer.penalty.kind != MP_PENALTY_NONE)
+        ok = mp_json_add(j, "penalty", mp_json_str(mp_penalty_kind_name(o->trainer.penalty.kind))) &&
+             mp_json_add(j, "penalty_weight", mp_json_sig(o->trainer.penalty.weight, 6)) &&
+             mp_json_add(j, "penalty_value", isfinite(r->penalty) ? mp_json_sig(r->penalty, 6) : cJSON_CreateNull());
     MP_TRY(mp_json_write_line(log, j, ok, "--log"));
     return mp_output_flush(log, path, "--log"); /* a full disk stops the run here */
 }
@@ -65,6 +69,8 @@ typedef struct {
     bool cpu;
     FILE *numerics;      /* --numerics-log, rank 0 */
     int64_t numerics_written; /* the last step whose statistics went out */
+    double pen_sum;      /* the epoch's finite gradient-penalty values, and their count */
+    int64_t pen_n;
 } run;
 
 static void run_free(run *r) {
@@ -166,7 +172,9 @@ static mp_status train_epoch(run *r, int epoch, double *loss_sum, int64_t *micro
             const int32_t *y;
             int n = 0;
             MP_TRY(mp_loader_next(r->ld, &x, &y, &n));
-            MP_TRY(mp_trainer_step(r->t, &(mp_batch){.images = x, .labels = y, .n = n}, NULL));
+            mp_step_report rep;
+            MP_TRY(mp_trainer_step(r->t, &(mp_batch){.images = x, .labels = y, .n = n}, &rep));
+            if (o->trainer.penalty.kind != MP_PENALTY_NONE && isfinite(rep.penalty)) r->pen_sum += rep.penalty, r->pen_n++;
             if (r->numerics || o->numerics_cb) MP_TRY(write_numerics(r));
             /* the CPU reads every micro-batch (free); a GPU every few steps and at the epoch's end */
             const bool read = r->cpu || ((mp_trainer_steps(r->t) % every == 0 || step == r->steps) && j == r->k - 1);
@@ -256,6 +264,7 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
         double t0 = mp_now_seconds(), loss_sum = 0;
         int64_t correct = 0, seen = 0, micro = 0;
         const int64_t skipped_before = mp_trainer_skipped_steps(r.t);
+        r.pen_sum = 0, r.pen_n = 0;
         s = train_epoch(&r, epoch, &loss_sum, &micro, &correct, &seen);
         if (s == MP_OK && (r.numerics || o->numerics_cb)) { /* a GPU's last collection of the epoch */
             s = mp_trainer_wait(r.t, NULL);
@@ -289,13 +298,19 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
         res->images_per_s = (double)r.steps * r.k * o->trainer.batch * r.world / secs;
         res->skipped_steps = mp_trainer_skipped_steps(r.t);
         res->final_loss_scale = mp_trainer_loss_scale(r.t);
+        res->penalty = r.pen_n ? r.pen_sum / (double)r.pen_n : o->trainer.penalty.kind ? NAN : 0;
         const mp_optimizer_opts oo = mp_optimizer_options(r.opt);
         const float lr = mp_lr_at(&oo.lr, mp_trainer_steps(r.t) > 0 ? mp_trainer_steps(r.t) - 1 : 0);
         if (o->out) {
             fprintf(o->out, "epoch %d/%d: loss %.4f - train acc %.4f - test loss %.4f - test acc %.4f - %.1fs - %.0f img/s",
                     epoch, o->epochs, res->train_loss, res->train_acc, ev.loss, ev.accuracy, secs, res->images_per_s);
-            if (r.t && mp_trainer_loss_scale(r.t) != 1.0f) fprintf(o->out, " - loss scale %g", res->final_loss_scale);
-            if (res->skipped_steps) fprintf(o->out, " - %lld skipped steps", (long long)res->skipped_steps);
+            if (o->trainer.penalty.kind != MP_PENALTY_NONE) /* always, with a penalty: the bar */
+                fprintf(o->out, " - %s penalty %.4g - loss scale %g - %lld skipped steps",
+                        mp_penalty_kind_name(o->trainer.penalty.kind), res->penalty, res->final_loss_scale,
+                        (long long)res->skipped_steps);
+            else if (r.t && mp_trainer_loss_scale(r.t) != 1.0f) fprintf(o->out, " - loss scale %g", res->final_loss_scale);
+            if (res->skipped_steps && o->trainer.penalty.kind == MP_PENALTY_NONE)
+                fprintf(o->out, " - %lld skipped steps", (long long)res->skipped_steps);
             fputc('\n', o->out);
             fflush(o->out);
         }

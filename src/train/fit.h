@@ -69,6 +69,7 @@ typedef struct {
     size_t arena_bytes;
     int64_t skipped_steps;                  /* gradient + forward overflows, over the whole run */
     float final_loss_scale;                 /* 1 without loss scaling */
+    double penalty;                         /* last epoch's mean gradient penalty (finite steps), 0 without */
 } mp_fit_result;
 
 /* Train m (policy applied) on train, evaluating on test (may be NULL) after

@@ -84,6 +84,8 @@ enum { REAL_SRC, REAL_CLS, FAKE_SRC, FAKE_CLS, GEN_SRC, N_LOSSES };
 typedef struct {
     int epoch, steps;
     double d_loss, g_loss, secs;
+    const char *penalty;     /* its kind's name, NULL: none */
+    double penalty_value;    /* mean over the finite steps */
     int64_t g_skipped, d_skipped, forward_overflows;
     float loss_scale;
 } epoch_record;
@@ -115,6 +117,9 @@ static mp_status write_record(FILE *log, const char *path, const mp_gan_train_op
               mp_json_add(j, "batch_ms_min", mp_json_fixed(sorted[0], 4)) &&
               mp_json_add(j, "batch_ms_max", mp_json_fixed(sorted[e->steps - 1], 4)) &&
               mp_json_add(j, "samples", mp_json_str(samples));
+    if (ok && e->penalty)
+        ok = mp_json_add(j, "penalty", mp_json_str(e->penalty)) &&
+             mp_json_add(j, "penalty_value", isfinite(e->penalty_value) ? mp_json_sig(e->penalty_value, 6) : cJSON_CreateNull());
     cJSON *all = cJSON_AddArrayToObject(j, "batch_ms");
     for (int i = 0; i < e->steps; i++) ok = ok && mp_json_push(all, mp_json_fixed(ms[i], 3));
     free(sorted);
@@ -159,6 +164,8 @@ typedef struct {
     mp_rng rng;
     float aux_fake_weight;
     float *real, *z, *onehot, *ones, *zeros; /* (batch, c, h, w), (batch, latent), (batch, classes), (batch) x 2 */
+    float *eps, *keep;                       /* WGAN-GP: (batch, c, h, w) each, or NULL */
+    float penalty;                           /* the last step's penalty (NaN: skipped) */
     int32_t *fake_labels;                    /* (batch) */
     float losses[N_LOSSES];                  /* the last forward's */
 } gan_run;
@@ -172,6 +179,26 @@ static void gan_run_free(gan_run *g) {
     free(g->ones);
     free(g->zeros);
     free(g->fake_labels);
+    free(g->eps);
+    free(g->keep);
+}
+
+/* The trainer's penalty option from the GAN's: on D (group 1). */
+static mp_status gan_penalty(const mp_acgan *m, const mp_gan_train_opts *o, mp_penalty *pen) {
+    *pen = (mp_penalty){.kind = o->penalty, .weight = o->penalty_weight, .group = 1};
+    switch (o->penalty) {
+    case MP_PENALTY_NONE: return MP_OK;
+    case MP_PENALTY_R1: pen->input = m->real, pen->output = m->real_src; return MP_OK;
+    case MP_PENALTY_WGAN_GP:
+        if (!m->has_interp)
+            return mp_error(MP_ERR_INVALID_ARG, "gan: the wgan-gp penalty needs the interpolates in the model "
+                            "(mp_acgan_add_interpolates before the policy)");
+        pen->input = m->interp, pen->output = m->interp_src;
+        return MP_OK;
+    case MP_PENALTY_L2_GRAD: break;
+    }
+    return mp_error(MP_ERR_INVALID_ARG, "gan: gradient penalty %s: a GAN takes r1 or wgan-gp",
+                    mp_penalty_kind_name(o->penalty));
 }
 
 static mp_status gan_run_open(gan_run *g, mp_acgan *m, const mp_gan_train_opts *o) {
@@ -187,6 +214,11 @@ static mp_status gan_run_open(gan_run *g, mp_acgan *m, const mp_gan_train_opts *
     g->fake_labels = malloc(b * sizeof *g->fake_labels);
     if (!g->real || !g->z || !g->onehot || !g->ones || !g->zeros || !g->fake_labels)
         return mp_error(MP_ERR_NOMEM, "gan: out of memory");
+    if (m->has_interp) {
+        g->eps = malloc(b * (size_t)m->c * m->h * m->w * sizeof *g->eps);
+        g->keep = malloc(b * (size_t)m->c * m->h * m->w * sizeof *g->keep);
+        if (!g->eps || !g->keep) return mp_error(MP_ERR_NOMEM, "gan: out of memory");
+    }
     for (size_t i = 0; i < b; i++) g->ones[i] = 1, g->zeros[i] = 0;
     MP_TRY(mp_gan_groups(m, o->lr, o->beta1, o->aux_fake_weight, g->groups));
     mp_trainer_opts to = o->trainer;
@@ -194,6 +226,7 @@ static mp_status gan_run_open(gan_run *g, mp_acgan *m, const mp_gan_train_opts *
     to.groups[0] = g->groups[0];
     to.groups[1] = g->groups[1];
     to.seed = o->seed;
+    MP_TRY(gan_penalty(m, o, &to.penalty));
     return mp_trainer_create(m->g, &to, &g->t);
 }
 
@@ -217,7 +250,18 @@ static mp_status iteration(gan_run *g, const float *x, const int32_t *y, int bat
     MP_TRY(mp_trainer_set_labels(t, m->fake_labels, g->fake_labels, (size_t)batch));
     MP_TRY(mp_trainer_set_input(t, m->ones, g->ones, (size_t)batch));
     MP_TRY(mp_trainer_set_input(t, m->zeros, g->zeros, (size_t)batch));
-    MP_TRY(mp_trainer_step(t, NULL, NULL));
+    if (m->has_interp) { /* WGAN-GP: one mixing weight per sample */
+        const size_t per = (size_t)m->c * m->h * m->w;
+        for (int i = 0; i < batch; i++) {
+            const float u = (float)mp_rng_uniform(&g->rng);
+            for (size_t j = 0; j < per; j++) g->eps[i * per + j] = u, g->keep[i * per + j] = 1 - u;
+        }
+        MP_TRY(mp_trainer_set_input(t, m->gp_eps, g->eps, numel));
+        MP_TRY(mp_trainer_set_input(t, m->gp_keep, g->keep, numel));
+    }
+    mp_step_report rep;
+    MP_TRY(mp_trainer_step(t, NULL, &rep));
+    g->penalty = rep.penalty;
     const mp_node losses[N_LOSSES] = {m->real_src_loss, m->real_cls_loss, m->fake_src_loss, m->fake_cls_loss,
                                       m->gen_src_loss};
     for (int j = 0; j < N_LOSSES; j++) MP_TRY(mp_trainer_read(t, losses[j], &g->losses[j], 1));
@@ -266,8 +310,8 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
     mp_scaler state = {0};
     for (int epoch = 1; s == MP_OK && epoch <= o->epochs; epoch++) {
         s = mp_loader_start_epoch(ld, epoch);
-        double t0 = mp_now_seconds(), d_sum = 0, g_sum = 0;
-        int finite = 0;
+        double t0 = mp_now_seconds(), d_sum = 0, g_sum = 0, pen_sum = 0;
+        int finite = 0, pen_n = 0;
         for (int step = 0; s == MP_OK && step < steps; step++) {
             const float *x;
             const int32_t *y;
@@ -281,6 +325,7 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
                 g_sum += g_loss(&g);
                 finite++;
             }
+            if (s == MP_OK && o->penalty != MP_PENALTY_NONE && isfinite(g.penalty)) pen_sum += g.penalty, pen_n++;
         }
         if (s == MP_OK) s = mp_trainer_sync(g.t, NULL);
         if (s != MP_OK) break;
@@ -292,19 +337,23 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
         double total_ms = 0;
         for (int i = 0; i < steps; i++) total_ms += ms[i];
         r->batch_ms = total_ms / steps;
+        r->penalty = pen_n ? pen_sum / pen_n : o->penalty != MP_PENALTY_NONE ? NAN : 0;
         if (!finite)
             s = mp_error(MP_ERR_NONFINITE, "gan: epoch %d: no iteration had finite losses: the GAN diverged; try "
                          "--precision amp-bf16 or fp32, or a lower --lr", epoch);
         if (s == MP_OK) s = write_samples(m, o, epoch, r);
         epoch_record e = {.epoch = epoch, .steps = steps, .d_loss = r->d_loss, .g_loss = r->g_loss, .secs = secs,
                           .g_skipped = state.group_skips[0], .d_skipped = state.group_skips[1],
-                          .forward_overflows = state.forward_overflows, .loss_scale = state.scale};
+                          .forward_overflows = state.forward_overflows, .loss_scale = state.scale,
+                          .penalty = o->penalty != MP_PENALTY_NONE ? mp_penalty_kind_name(o->penalty) : NULL,
+                          .penalty_value = r->penalty};
         mp_policy_info policy;
         mp_graph_policy(m->g, &policy);
         if (s == MP_OK) s = write_record(log, log_path, o, mp_precision_name(policy.precision), &e, ms, r->samples_path);
         if (s == MP_OK && o->out) {
             fprintf(o->out, "epoch %d/%d: D loss %.4f - G loss %.4f - %d batches, %.2f ms/batch - %.1fs", epoch,
                     o->epochs, r->d_loss, r->g_loss, steps, r->batch_ms, secs);
+            if (o->penalty != MP_PENALTY_NONE) fprintf(o->out, " - %s penalty %.4g", e.penalty, r->penalty);
             if (g.t->loss_scaling) fprintf(o->out, " - loss scale %g", state.scale);
             fprintf(o->out, " - skipped steps G %lld, D %lld", (long long)e.g_skipped, (long long)e.d_skipped);
             if (state.forward_overflows) fprintf(o->out, ", forward overflows %lld", (long long)state.forward_overflows);

@@ -8,7 +8,9 @@
  *   G: backward of (gen_src + fake_cls) * scale, unscale/check, Adam unless
  *      its gradients overflowed;
  *   D: backward of (real_src + 2 real_cls + fake_src + aux_fake_weight
- *      fake_cls) * scale, unscale/check, Adam unless they overflowed;
+ *      fake_cls) * scale, plus the gradient of an optional penalty (R1 on
+ *      the real images, WGAN-GP on interpolates between real and generated
+ *      ones, mixprec/penalty.h), unscale/check, Adam unless they overflowed;
  *   one scaler update.
  *
  * D's class head is trained on real images only by default, as in Keras'
@@ -48,6 +50,11 @@ typedef struct {
     const char *data_name;   /* for logs */
     const char *out_dir;     /* existing, writable folder */
     FILE *out;               /* progress; NULL = silent */
+    /* a gradient penalty on D (mixprec/penalty.h): MP_PENALTY_R1 on the
+     * real images' logits, or MP_PENALTY_WGAN_GP on the interpolates (the
+     * model built with mp_acgan_add_interpolates); NONE: none */
+    mp_penalty_kind penalty;
+    float penalty_weight;
 } mp_gan_train_opts;
 
 typedef struct {
@@ -56,6 +63,7 @@ typedef struct {
     double batch_ms;         /* last epoch's mean time per batch */
     int64_t g_skipped, d_skipped, forward_overflows;
     float loss_scale;
+    double penalty;          /* last epoch's mean penalty (finite steps), 0 without */
     char samples_path[4200]; /* last grid written */
 } mp_gan_train_result;
 

@@ -64,6 +64,11 @@ mp_status mp_step_enqueue(mp_trainer *t, mp_launch kind) {
         mp_status st = backward_group(t, &t->groups[gi], &slot);
         p->grad_ready = hook;
         MP_TRY(st);
+        if (t->o.penalty.kind != MP_PENALTY_NONE && t->o.penalty.group == gi) {
+            if (!be->penalty)
+                return mp_error(MP_ERR_UNSUPPORTED, "gradient penalty: the %s step has no second-order pass", be->name);
+            MP_TRY(be->penalty(t, gi)); /* its gradient joins the group's before the unscale/check */
+        }
         if (!last) continue;
         if (t->numerics) MP_TRY(mp_numerics_group_grads(t, gi));
         if (t->o.dist) MP_TRY(be->reduce_grads(t));
@@ -224,6 +229,10 @@ static mp_status group_overflow(mp_trainer *t, mp_overflow_report *r, int64_t at
         const int bad = t->bad_param[gi];
         char where[200];
         if (bad >= 0) snprintf(where, sizeof where, "%s", t->g->params[bad].name);
+        else if (t->pen_grad_overflow && t->o.penalty.group == gi)
+            snprintf(where, sizeof where, "the input gradient the %s penalty reads (d %s / d %s)",
+                     mp_penalty_kind_name(t->o.penalty.kind), t->g->nodes[t->o.penalty.output].name,
+                     t->g->nodes[t->o.penalty.input].name);
         else snprintf(where, sizeof where, "the parameters of group %d (not located on this device)", gi);
         say(t, r, "step %lld: gradient overflow in %s; the optimizer over '%s' skips its step, loss scale %g -> %g",
             (long long)at, where, o->prefix[0] ? o->prefix : "*", now->last_skip_scale, now->scale);
@@ -264,7 +273,11 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
     const char *why = "(not located: later steps ran before the host looked)";
     /* several groups: the replay would run with the weights of the groups
      * that already stepped, so it is not the step that overflowed */
-    if (t->n_groups > 1) why = "(not located: an earlier optimizer group stepped before the check)";
+    if (last_forward && t->pen_forward_overflow)
+        why = "(none: the gradient penalty's value is NaN/inf although the gradients it reads are finite)";
+    else if (!last_forward && t->pen_grad_overflow)
+        why = "(none: the input gradient the gradient penalty reads overflowed)";
+    else if (t->n_groups > 1) why = "(not located: an earlier optimizer group stepped before the check)";
     else if (ago == 0 && (!limit_now || now.consecutive_forward_overflows >= limit))
         MP_TRY(locate(t, !last_forward, now.last_skip_scale, &site, &why));
     const int node = site.found ? site.node : -1;

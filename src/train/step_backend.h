@@ -47,6 +47,10 @@ typedef struct mp_step_backend {
     mp_status (*clip)(mp_trainer *t, int g);
     /* Group g's optimizer at its rate, skipped when its flag is set. */
     mp_status (*optim_step)(mp_trainer *t, int g);
+    /* Group g's gradient penalty (mixprec/penalty.h), after its backward and
+     * before its unscale/check: adds its loss-scaled gradient to the
+     * group's; NULL where the device has no second-order pass. */
+    mp_status (*penalty)(mp_trainer *t, int g);
     /* The one scaler update per step; the host can then read the state. */
     mp_status (*scaler_update)(mp_trainer *t);
 

@@ -137,6 +137,7 @@ const mp_step_backend mp_step_backend_host = {
     .unscale_check = host_unscale_check,
     .clip = host_clip,
     .optim_step = host_optim_step,
+    .penalty = mp_step_host_penalty,
     .scaler_update = host_scaler_update,
     .read_scaler = host_read_scaler,
     .wait = host_nothing,

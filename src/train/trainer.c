@@ -138,6 +138,7 @@ static mp_status make_plan(mp_trainer *t) {
     /* gradients in the arena when each step writes them once, afresh; in the
      * weights' dtype when nothing rescales them afterwards */
     po.grads_in_arena = t->k == 1 && t->n_checks == 1;
+    mp_penalty_plan_opts(t, &po);
     po.low_grads = po.grads_in_arena && !t->loss_scaling && !(t->o.clip_norm > 0) && !(t->o.clip_value > 0) &&
                    !t->o.dist;
     return mp_plan_create(t->g, po, &t->plan);
@@ -152,6 +153,7 @@ static void close_plan(mp_trainer *t) {
 
 static mp_status open_plan(mp_trainer *t) {
     MP_TRY(make_plan(t));
+    MP_TRY(mp_penalty_open(t));
     return t->be->open(t);
 }
 
@@ -188,6 +190,7 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
     if (s == MP_OK && t->n_groups > 1 && (t->k > 1 || t->o.dist))
         s = mp_error(MP_ERR_INVALID_ARG, "trainer: several optimizer groups cannot accumulate micro-batches or train "
                      "data parallel");
+    if (s == MP_OK) s = mp_penalty_check(t);
     if (s == MP_OK) s = mp_step_backend_for(t->o.device, &t->be);
     if (s == MP_OK) {
         if (t->loss_scaling) s = mp_scaler_init(&t->scaler, t->o.scaler);
@@ -222,6 +225,7 @@ void mp_trainer_destroy(mp_trainer *t) {
         if (opt->orphaned) mp_optimizer_destroy(opt);
     }
     mp_numerics_state_free(t->numerics);
+    mp_penalty_close(t);
     free(t->buffers_backup);
     free(t);
 }
@@ -285,6 +289,7 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
         r->lr = t->groups[0].lr;
         r->loss_scale = t->scaler.scale;
         r->skipped_steps = t->scaler.skipped_steps;
+        r->penalty = t->o.penalty.kind != MP_PENALTY_NONE ? t->pen_value : 0.0f;
         if (t->rebuilds != rebuilds) r->overflow.found = true;
     }
     return s;

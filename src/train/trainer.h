@@ -72,7 +72,27 @@ struct mp_trainer {
     mp_status (*after_reduce)(void *arg, mp_trainer *t, int g);
     void *after_reduce_arg;
     struct mp_numerics_state *numerics; /* statistics (numerics_collect.h), NULL: off */
+    /* the gradient penalty (o.penalty, penalty.c): its value in the last
+     * step, whether it has run, whether its value (from finite gradients)
+     * was NaN/inf, and the unscaled input gradient and direction of R1 /
+     * WGAN-GP (pen_n floats each) */
+    float pen_value;
+    bool pen_ran, pen_forward_overflow, pen_grad_overflow;
+    float *pen_grad, *pen_dir;
+    size_t pen_n;
 };
+
+/* ---- penalty.c: gradient penalties --------------------------------------- */
+
+/* The penalty option checked against the graph and the other options. */
+mp_status mp_penalty_check(mp_trainer *t);
+/* Plan options for it (second order, the input gradient's nodes). */
+void mp_penalty_plan_opts(const mp_trainer *t, mp_plan_opts *po);
+/* Its buffers, once the plan exists. */
+mp_status mp_penalty_open(mp_trainer *t);
+void mp_penalty_close(mp_trainer *t);
+/* The host's step primitive `penalty` (step_backend.h). */
+mp_status mp_step_host_penalty(mp_trainer *t, int g);
 
 /* Rebuild the plan and the backend state from the graph (after the
  * auto-fallback changed a node's dtype), keeping the training state. */

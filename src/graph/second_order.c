@@ -1,0 +1,261 @@
+/* second_order.c — setting up a second-order plan (second_order.h): its
+ * options checked, the input-gradient backward's nodes, the tangent buffers;
+ * that backward itself and the public calls that set directions and read
+ * results (mixprec/penalty.h). The tangent traversals are tangent_exec.c. */
+#include "graph/second_order.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/exec_backend.h"
+
+static const char *node_name(const mp_plan *p, mp_node n) {
+    return n >= 0 && n < p->n ? p->g->nodes[n].name : "?";
+}
+
+/* The nodes backward from input_grad_of visits: its ancestors that are
+ * input_grad_wrt or downstream of it (the penalty's gradient path; nothing
+ * upstream of the input, such as a generator, is visited). */
+static mp_status input_grad_reach(mp_plan *p, bool *reach) {
+    const mp_graph *g = p->g;
+    const mp_node of = p->o.input_grad_of, wrt = p->o.input_grad_wrt;
+    if (of < 0 || of >= p->n || wrt < 0 || wrt >= p->n)
+        return mp_error(MP_ERR_INVALID_ARG, "plan: input_grad nodes %d and %d: not both nodes of the graph (it has %d)",
+                        of, wrt, p->n);
+    bool *down = calloc((size_t)p->n, sizeof *down);
+    if (!down) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    down[wrt] = true;
+    for (int i = wrt + 1; i < p->n; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++) down[i] |= down[g->nodes[i].in[k]];
+    reach[of] = true;
+    for (int i = of; i >= 0; i--)
+        if (reach[i])
+            for (int k = 0; k < g->nodes[i].n_in; k++) reach[g->nodes[i].in[k]] = true;
+    for (int i = 0; i < p->n; i++) reach[i] = reach[i] && down[i];
+    free(down);
+    if (!reach[wrt])
+        return mp_error(MP_ERR_INVALID_ARG, "plan: input_grad: node '%s' does not feed node '%s', so '%s' has no "
+                        "gradient with respect to it", node_name(p, wrt), node_name(p, of), node_name(p, of));
+    if (g->nodes[wrt].storage_dtype == MP_DTYPE_I32)
+        return mp_error(MP_ERR_INVALID_ARG, "plan: input_grad: node '%s' holds integer labels, which have no gradient",
+                        node_name(p, wrt));
+    return MP_OK;
+}
+
+mp_status mp_so_mark(mp_plan *p) {
+    const mp_plan_opts *o = &p->o;
+    if (o->input_grad && !o->second_order)
+        return mp_error(MP_ERR_INVALID_ARG, "plan: input_grad needs a second_order plan");
+    if (!o->second_order) return MP_OK;
+    if (!o->training) return mp_error(MP_ERR_INVALID_ARG, "plan: a second_order plan must be a training plan");
+    p->so = calloc(1, sizeof *p->so);
+    if (!p->so) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    p->so->last_root = -1;
+    if (!o->input_grad) return MP_OK;
+    p->so->root_reach = calloc((size_t)p->n, sizeof *p->so->root_reach);
+    if (!p->so->root_reach) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    MP_TRY(input_grad_reach(p, p->so->root_reach));
+    for (int i = 0; i < p->n; i++)
+        if (p->so->root_reach[i]) p->nodes[i].in_backward = true;
+    return MP_OK;
+}
+
+/* f32 bytes of a shape, 64-aligned. */
+static size_t f32b(const mp_shape *s) { return MP_ALIGN64((size_t)mp_shape_numel(s) * sizeof(float)); }
+
+/* Staging one tangent call may need: f32 copies of its inputs, output,
+ * output gradient and parameters, and room for the tangents it computes
+ * aside to add them (inputs with several consumers, shared parameters). */
+static size_t call_stage_bytes(const mp_plan *p, int i) {
+    const mp_pnode *pn = &p->nodes[i];
+    size_t b = 2 * f32b(&pn->info.out);
+    for (int k = 0; k < pn->info.n_in; k++) b += 2 * f32b(&pn->info.in[k]);
+    for (int k = 0; k < pn->info.n_params; k++) b += 2 * f32b(&pn->info.params[k].shape);
+    return b;
+}
+
+static void *take(mp_plan_so *so, size_t bytes) {
+    void *m = aligned_alloc(64, MP_ALIGN64(bytes ? bytes : 1));
+    if (m) {
+        memset(m, 0, MP_ALIGN64(bytes ? bytes : 1));
+        so->bytes += MP_ALIGN64(bytes ? bytes : 1);
+    }
+    return m;
+}
+
+mp_status mp_so_create(mp_plan *p) {
+    mp_plan_so *so = p->so;
+    if (!so) return MP_OK;
+    const mp_graph *g = p->g;
+    const int n = p->n, np = g->n_params;
+    so->t_out = calloc((size_t)n, sizeof *so->t_out);
+    so->t_dout = calloc((size_t)n, sizeof *so->t_dout);
+    so->t_zero = calloc((size_t)n, sizeof *so->t_zero);
+    so->t_dwritten = calloc((size_t)n, sizeof *so->t_dwritten);
+    so->t_param = calloc((size_t)np + 1, sizeof *so->t_param);
+    so->t_param_set = calloc((size_t)np + 1, sizeof *so->t_param_set);
+    so->t_dparam = calloc((size_t)np + 1, sizeof *so->t_dparam);
+    so->t_dparam_written = calloc((size_t)np + 1, sizeof *so->t_dparam_written);
+    bool ok = so->t_out && so->t_dout && so->t_zero && so->t_dwritten && so->t_param && so->t_param_set &&
+              so->t_dparam && so->t_dparam_written;
+    for (int i = 0; ok && i < n; i++) {
+        if (g->nodes[i].storage_dtype == MP_DTYPE_I32) continue; /* labels: no tangent */
+        const size_t bytes = (size_t)mp_shape_numel(&p->nodes[i].info.out) * sizeof(float);
+        ok = (so->t_out[i] = take(so, bytes)) != NULL;
+        if (ok && p->nodes[i].in_backward) ok = (so->t_dout[i] = take(so, bytes)) != NULL;
+        const size_t sb = call_stage_bytes(p, i);
+        if (sb > so->stage_bytes) so->stage_bytes = sb;
+    }
+    for (int k = 0; ok && k < np; k++) {
+        if (!g->params[k].spec.trainable) continue;
+        const size_t bytes = (size_t)mp_shape_numel(&g->params[k].spec.shape) * sizeof(float);
+        ok = (so->t_param[k] = take(so, bytes)) && (so->t_dparam[k] = take(so, bytes));
+    }
+    if (ok) ok = (so->stage = take(so, so->stage_bytes)) != NULL;
+    return ok ? MP_OK : mp_error(MP_ERR_NOMEM, "plan: out of memory for the tangent buffers of a second-order plan");
+}
+
+void mp_so_free(mp_plan *p) {
+    mp_plan_so *so = p->so;
+    if (!so) return;
+    for (int i = 0; so->t_out && i < p->n; i++) free(so->t_out[i]);
+    for (int i = 0; so->t_dout && i < p->n; i++) free(so->t_dout[i]);
+    for (int k = 0; so->t_param && k < p->g->n_params; k++) free(so->t_param[k]);
+    for (int k = 0; so->t_dparam && k < p->g->n_params; k++) free(so->t_dparam[k]);
+    free(so->t_out), free(so->t_dout), free(so->t_zero), free(so->t_dwritten);
+    free(so->t_param), free(so->t_param_set), free(so->t_dparam), free(so->t_dparam_written);
+    free(so->root_reach);
+    free(so->stage);
+    free(so);
+    p->so = NULL;
+}
+
+void mp_so_note_forward(mp_plan *p) {
+    if (!p->so) return;
+    p->so->forwarded = true;
+    p->so->tangent_forwarded = false;
+    p->so->last_root = -1;
+}
+
+void mp_so_note_backward(mp_plan *p, int root) {
+    if (!p->so) return;
+    p->so->last_root = root;
+    p->so->last_input_grad = false;
+}
+
+size_t mp_plan_tangent_bytes(const mp_plan *p) { return p && p->so ? p->so->bytes : 0; }
+
+/* p is a second-order plan (and, with input, one with opts.input_grad). */
+static mp_status need_so(const mp_plan *p, bool input, const char *what) {
+    if (!p) return mp_error(MP_ERR_INVALID_ARG, "%s: null plan", what);
+    if (!p->so) return mp_error(MP_ERR_INVALID_ARG, "%s: the plan was not compiled with opts.second_order", what);
+    if (input && !p->o.input_grad)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: the plan was not compiled with opts.input_grad", what);
+    return MP_OK;
+}
+
+/* Every element of node's output gradient = seed (in its storage dtype). */
+static void fill_seed(mp_plan *p, int node, float seed) {
+    const mp_tensor *d = &p->nodes[node].call.d_out;
+    const int64_t n = mp_tensor_numel(d);
+    const size_t esz = mp_dtype_size(d->dtype);
+    float chunk[256];
+    for (int j = 0; j < 256; j++) chunk[j] = seed;
+    for (int64_t i = 0; i < n; i += 256)
+        mp_store_f32((char *)d->data + (size_t)i * esz, d->dtype, chunk, n - i < 256 ? n - i : 256);
+}
+
+mp_status mp_plan_backward_input_grad(mp_plan *p, float seed) {
+    MP_TRY(need_so(p, true, "backward_input_grad"));
+    if (!p->so->forwarded)
+        return mp_error(MP_ERR_INVALID_ARG, "backward_input_grad: called before any forward (run mp_plan_forward first)");
+    if (!isfinite(seed)) return mp_error(MP_ERR_INVALID_ARG, "backward_input_grad: seed %g is not finite", (double)seed);
+    mp_graph *g = p->g;
+    const int root = p->o.input_grad_of, wrt = p->o.input_grad_wrt;
+    const bool *reach = p->so->root_reach;
+    memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
+    fill_seed(p, root, seed);
+    const bool fresh[MP_MAX_PARAMS] = {true, true, true, true};
+    for (int i = root; i > wrt; i--) {
+        if (!reach[i]) continue;
+        const mp_gnode *nd = &g->nodes[i];
+        mp_op_call *c = &p->nodes[i].call;
+        bool taken[MP_MAX_INPUTS] = {0};
+        for (int k = 0; k < nd->n_in; k++) {
+            const int src = nd->in[k];
+            c->d_in[k].data = reach[src] ? p->arena + p->nodes[src].grad_off : NULL;
+            taken[k] = p->grad_written[src];
+            for (int j = 0; j < k; j++)
+                if (nd->in[j] == src) taken[k] = true;
+        }
+        for (int k = 0; k < nd->n_params; k++) c->d_param[k].data = NULL; /* the penalty's path only */
+        MP_TRY(p->be->backward(p, i, taken, fresh));
+        for (int k = 0; k < nd->n_in; k++)
+            if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
+    }
+    p->so->last_root = root;
+    p->so->last_input_grad = true;
+    return MP_OK;
+}
+
+mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n) {
+    MP_TRY(need_so(p, true, "read_input_grad"));
+    if (!p->so->last_input_grad || p->so->last_root != p->o.input_grad_of)
+        return mp_error(MP_ERR_INVALID_ARG, "read_input_grad: no mp_plan_backward_input_grad since the last forward "
+                        "and backward");
+    const mp_pnode *pn = &p->nodes[p->o.input_grad_wrt];
+    const size_t have = (size_t)mp_shape_numel(&pn->info.out);
+    if (n != have)
+        return mp_error(MP_ERR_SHAPE, "read_input_grad '%s': asked for %zu values, it has %zu",
+                        node_name(p, p->o.input_grad_wrt), n, have);
+    mp_load_f32(dst, p->arena + pn->grad_off, p->g->nodes[p->o.input_grad_wrt].storage_dtype, (int64_t)n);
+    return MP_OK;
+}
+
+mp_status mp_plan_set_tangent_input(mp_plan *p, const float *v, size_t n) {
+    MP_TRY(need_so(p, true, "set_tangent_input"));
+    const mp_node wrt = p->o.input_grad_wrt;
+    const size_t have = (size_t)mp_shape_numel(&p->nodes[wrt].info.out);
+    if (v && n != have)
+        return mp_error(MP_ERR_SHAPE, "set_tangent_input '%s': got %zu values, it has %zu", node_name(p, wrt), n, have);
+    if (v) memcpy(p->so->t_out[wrt], v, n * sizeof *v);
+    p->so->input_dir_set = v != NULL;
+    p->so->tangent_forwarded = false;
+    return MP_OK;
+}
+
+mp_status mp_plan_set_tangent_param(mp_plan *p, const char *name, const float *v, size_t n) {
+    MP_TRY(need_so(p, false, "set_tangent_param"));
+    const int k = mp_graph_param_find(p->g, name);
+    if (k < 0 || !p->g->params[k].spec.trainable)
+        return mp_error(MP_ERR_INVALID_ARG, "set_tangent_param: '%s' is not a trainable parameter of the graph",
+                        name ? name : "");
+    const size_t have = (size_t)mp_shape_numel(&p->g->params[k].spec.shape);
+    if (v && n != have)
+        return mp_error(MP_ERR_SHAPE, "set_tangent_param '%s': got %zu values, it has %zu", name, n, have);
+    if (v) memcpy(p->so->t_param[k], v, n * sizeof *v);
+    p->so->t_param_set[k] = v != NULL;
+    p->so->tangent_forwarded = false;
+    return MP_OK;
+}
+
+void mp_plan_clear_tangents(mp_plan *p) {
+    if (!p || !p->so) return;
+    memset(p->so->t_param_set, 0, (size_t)p->g->n_params * sizeof *p->so->t_param_set);
+    p->so->input_dir_set = false;
+    p->so->tangent_forwarded = false;
+}
+
+mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, float *dst, size_t n) {
+    MP_TRY(need_so(p, false, "read_tangent_grad"));
+    const int k = mp_graph_param_find(p->g, name);
+    if (k < 0 || !p->g->params[k].spec.trainable)
+        return mp_error(MP_ERR_INVALID_ARG, "read_tangent_grad: '%s' is not a trainable parameter of the graph",
+                        name ? name : "");
+    const size_t have = (size_t)mp_shape_numel(&p->g->params[k].spec.shape);
+    if (n != have) return mp_error(MP_ERR_SHAPE, "read_tangent_grad '%s': asked for %zu values, it has %zu", name, n, have);
+    if (p->so->t_dparam_written[k]) memcpy(dst, p->so->t_dparam[k], n * sizeof *dst);
+    else memset(dst, 0, n * sizeof *dst);
+    return MP_OK;
+}

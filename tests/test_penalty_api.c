@@ -1,0 +1,201 @@
+/* test_penalty_api.c — misuse of the gradient-penalty API (mixprec/penalty.h)
+ * is one clear error naming the thing: bad weights and kinds, missing or
+ * unconnected nodes, options a penalty cannot be combined with, calls out of
+ * order, an op without tangents; and an overflowing input gradient under
+ * amp-fp16 is a gradient overflow the dynamic scale backs off from (the
+ * step skipped, the penalty NaN), after which the penalty is finite. */
+#include <math.h>
+#include <stdio.h>
+
+#include "check.h"
+#include "core/error.h"
+#include "ops/op.h"
+
+enum { B = 4, F = 3 };
+
+typedef struct {
+    mp_graph *g;
+    mp_node x, x2, out, t, loss, loss2;
+} net;
+
+static void build(net *n, mp_precision prec) {
+    mp_graph *g = n->g = mp_graph_create();
+    n->x = mp_graph_targets(g, "x", F);
+    n->x2 = mp_graph_targets(g, "unused_input", F);
+    mp_node h = mp_tanh(g, "t1", mp_linear(g, "fc1", n->x, (mp_linear_opts){.out_features = 4, .bias = true}));
+    n->out = mp_linear(g, "head", h, (mp_linear_opts){.out_features = 1, .bias = true});
+    n->t = mp_graph_targets(g, "t", 1);
+    n->loss = mp_bce_with_logits(g, "loss", n->out, n->t);
+    n->loss2 = mp_bce_with_logits(g, "loss2", n->out, n->t);
+    mp_graph_mark_output(g, n->loss);
+    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(g, 5);
+}
+
+static mp_status trainer(const net *n, mp_penalty pen, int accumulate, mp_device dev, mp_optimizer *opt,
+                         mp_trainer **t) {
+    mp_trainer_opts to = {.batch = B, .loss = n->loss, .optimizer = opt, .penalty = pen, .accumulate = accumulate,
+                          .device = dev};
+    return mp_trainer_create(n->g, &to, t);
+}
+
+static void bad_options(void) {
+    net n;
+    build(&n, MP_PRECISION_FP32);
+    mp_optimizer *opt = NULL;
+    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
+    mp_trainer *t = NULL;
+    const mp_device cpu = {0}, gpu = {.kind = MP_DEVICE_CUDA};
+    const mp_penalty r1 = {.kind = MP_PENALTY_R1, .weight = 1, .input = n.x, .output = n.out};
+    mp_penalty p = r1;
+    p.weight = -1;
+    CHECK_ERR(trainer(&n, p, 0, cpu, opt, &t), MP_ERR_INVALID_ARG, "gradient penalty r1", "weight -1", ">= 0");
+    p.weight = NAN;
+    CHECK_ERR(trainer(&n, p, 0, cpu, opt, &t), MP_ERR_INVALID_ARG, "weight nan");
+    p.weight = INFINITY;
+    CHECK_ERR(trainer(&n, p, 0, cpu, opt, &t), MP_ERR_INVALID_ARG, "weight inf");
+    p = r1, p.kind = (mp_penalty_kind)9;
+    CHECK_ERR(trainer(&n, p, 0, cpu, opt, &t), MP_ERR_INVALID_ARG, "kind 9 is not an mp_penalty_kind");
+    p = r1, p.input = -1;
+    CHECK_ERR(trainer(&n, p, 0, cpu, opt, &t), MP_ERR_INVALID_ARG, "needs the graph's input node and output node");
+    p = r1, p.input = n.t; /* created after the logits */
+    CHECK_ERR(trainer(&n, p, 0, cpu, opt, &t), MP_ERR_INVALID_ARG, "node 't' does not feed node 'head'");
+    p = r1, p.input = n.x2; /* before the logits, on no path to them */
+    CHECK_ERR(trainer(&n, p, 0, cpu, opt, &t), MP_ERR_INVALID_ARG, "'unused_input' does not feed node 'head'");
+    CHECK_ERR(trainer(&n, r1, 2, cpu, opt, &t), MP_ERR_UNSUPPORTED, "r1 with --accumulate 2");
+    CHECK_ERR(trainer(&n, r1, 0, gpu, opt, &t), MP_ERR_UNSUPPORTED, "GPU trainer has no second-order pass");
+    p = r1, p.group = 2;
+    CHECK_ERR(trainer(&n, p, 0, cpu, opt, &t), MP_ERR_INVALID_ARG, "group 2 (the trainer has 1)");
+    /* L2 needs a group with one loss */
+    mp_trainer_opts two = {.batch = B, .n_groups = 1, .penalty = {.kind = MP_PENALTY_L2_GRAD, .weight = 1}};
+    two.groups[0] = (mp_train_group){.optimizer = opt, .losses = {n.loss, n.loss2}, .weights = {1, 1}, .n_losses = 2};
+    CHECK_ERR(mp_trainer_create(n.g, &two, &t), MP_ERR_INVALID_ARG, "l2: group 0 must minimize one loss");
+    /* calls out of order */
+    MP_ASSERT(trainer(&n, (mp_penalty){.kind = MP_PENALTY_L2_GRAD, .weight = 1}, 0, cpu, opt, &t) == MP_OK);
+    float v = 0, gx[B * F];
+    CHECK_ERR(mp_trainer_penalty_value(t, &v), MP_ERR_INVALID_ARG, "no step has run yet");
+    CHECK_ERR(mp_trainer_penalty_input_grad(t, gx, B * F), MP_ERR_INVALID_ARG, "no R1 or WGAN-GP penalty");
+    mp_trainer_destroy(t);
+    MP_ASSERT(trainer(&n, (mp_penalty){0}, 0, cpu, opt, &t) == MP_OK);
+    CHECK_ERR(mp_trainer_penalty_value(t, &v), MP_ERR_INVALID_ARG, "has no gradient penalty");
+    mp_trainer_destroy(t);
+    MP_ASSERT(trainer(&n, r1, 0, cpu, opt, &t) == MP_OK);
+    const float x[B * F] = {0.1f, -0.2f, 0.3f}, tt[B] = {1, 0, 1, 0};
+    MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
+    mp_step_report r;
+    MP_ASSERT(mp_trainer_step(t, NULL, &r) == MP_OK);
+    CHECK(isfinite(r.penalty) && r.penalty > 0, "penalty %g", (double)r.penalty);
+    CHECK_ERR(mp_trainer_penalty_input_grad(t, gx, 5), MP_ERR_SHAPE, "'x'", "asked for 5 values, it has 12");
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    mp_graph_destroy(n.g);
+}
+
+static void plan_order(void) {
+    net n;
+    build(&n, MP_PRECISION_FP32);
+    mp_plan *p = NULL;
+    mp_plan_opts po = {.batch = B, .training = true, .loss = n.loss, .input_grad = true, .input_grad_of = n.out,
+                       .input_grad_wrt = n.x};
+    CHECK_ERR(mp_plan_create(n.g, po, &p), MP_ERR_INVALID_ARG, "input_grad needs a second_order plan");
+    po.second_order = true, po.training = false;
+    CHECK_ERR(mp_plan_create(n.g, po, &p), MP_ERR_INVALID_ARG, "must be a training plan");
+    po.training = true, po.device.kind = MP_DEVICE_CUDA;
+    CHECK_ERR(mp_plan_create(n.g, po, &p), MP_ERR_UNSUPPORTED, "second-order plans", "CPU only");
+    po.device.kind = MP_DEVICE_CPU;
+    MP_ASSERT(mp_plan_create(n.g, po, &p) == MP_OK);
+    CHECK(mp_plan_tangent_bytes(p) > 0, "no tangent buffers");
+    float gx[B * F] = {0};
+    CHECK_ERR(mp_plan_forward_tangent(p), MP_ERR_INVALID_ARG, "before any forward");
+    CHECK_ERR(mp_plan_backward_input_grad(p, 1), MP_ERR_INVALID_ARG, "before any forward");
+    MP_ASSERT(mp_plan_forward(p) == MP_OK);
+    CHECK_ERR(mp_plan_read_input_grad(p, gx, B * F), MP_ERR_INVALID_ARG, "no mp_plan_backward_input_grad");
+    CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "before mp_plan_forward_tangent");
+    CHECK_ERR(mp_plan_set_tangent_param(p, "nope.weight", NULL, 0), MP_ERR_INVALID_ARG, "'nope.weight' is not a trainable");
+    CHECK_ERR(mp_plan_set_tangent_input(p, gx, 3), MP_ERR_SHAPE, "got 3 values, it has 12");
+    MP_ASSERT(mp_plan_set_tangent_input(p, gx, B * F) == MP_OK && mp_plan_forward_tangent(p) == MP_OK);
+    CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "the last backward since the forward is none");
+    MP_ASSERT(mp_plan_backward_input_grad(p, 1) == MP_OK);
+    CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "started at 'head'");
+    CHECK(mp_plan_backward_tangent(p, n.out) == MP_OK, "%s", mp_last_error());
+    CHECK_ERR(mp_plan_read_input_grad(p, gx, 2), MP_ERR_SHAPE, "asked for 2 values");
+    mp_plan_destroy(p);
+    CHECK_ERR(mp_plan_forward_tangent(NULL), MP_ERR_INVALID_ARG, "not compiled with opts.second_order");
+    mp_graph_destroy(n.g);
+}
+
+/* A network through the first op kind that has no tangent yet (if any):
+ * one error naming the op and the node. */
+static void op_without_tangent(void) {
+    const mp_op_kind kinds[] = {MP_OP_MAXPOOL2D, MP_OP_AVGPOOL2D, MP_OP_GLOBAL_AVGPOOL, MP_OP_DROPOUT, MP_OP_CONV2D};
+    mp_op_kind k = MP_OP_COUNT;
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds && k == MP_OP_COUNT; i++)
+        if (!mp_op_lookup(kinds[i])->forward_tangent || !mp_op_lookup(kinds[i])->backward_tangent) k = kinds[i];
+    if (k == MP_OP_COUNT) {
+        printf("every op checked has tangents: no missing-tangent error to provoke\n");
+        return;
+    }
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "img", 2, 4, 4), h;
+    if (k == MP_OP_MAXPOOL2D) h = mp_maxpool2d(g, "the_op", x, (mp_pool_opts){.kernel = 2});
+    else if (k == MP_OP_AVGPOOL2D) h = mp_avgpool2d(g, "the_op", x, (mp_pool_opts){.kernel = 2});
+    else if (k == MP_OP_GLOBAL_AVGPOOL) h = mp_global_avgpool(g, "the_op", x);
+    else if (k == MP_OP_DROPOUT) h = mp_dropout(g, "the_op", x, 0.5f);
+    else h = mp_conv2d(g, "the_op", x, (mp_conv_opts){.out_channels = 2, .kernel = 3, .padding = 1});
+    mp_node out = mp_linear(g, "fc", mp_flatten(g, "flat", h), (mp_linear_opts){.out_features = 1});
+    mp_node loss = mp_bce_with_logits(g, "loss", out, mp_graph_targets(g, "t", 1));
+    mp_graph_init_params(g, 1);
+    mp_plan *p = NULL;
+    MP_ASSERT(mp_plan_create(g, (mp_plan_opts){.batch = 2, .training = true, .loss = loss, .second_order = true,
+                                               .input_grad = true, .input_grad_of = out, .input_grad_wrt = x},
+                             &p) == MP_OK);
+    float v[2 * 32] = {1};
+    MP_ASSERT(mp_plan_forward(p) == MP_OK && mp_plan_set_tangent_input(p, v, 64) == MP_OK);
+    char want[96];
+    snprintf(want, sizeof want, "op %s (node 'the_op') has no", mp_op_lookup(k)->name);
+    mp_status s = mp_plan_forward_tangent(p);
+    if (s == MP_OK) s = mp_plan_backward_input_grad(p, 1);
+    if (s == MP_OK) s = mp_plan_backward_tangent(p, out);
+    CHECK_ERR(s, MP_ERR_UNSUPPORTED, want, "gradient penalty cannot pass through it");
+    mp_plan_destroy(p);
+    mp_graph_destroy(g);
+}
+
+/* amp-fp16 at an initial scale of 2^30: the input gradient (seeded with the
+ * scale on every logit) overflows fp16 — a gradient overflow: skipped, the
+ * scale backs off, the penalty is NaN; at a lower scale it is finite. */
+static void overflow_backs_off(void) {
+    net n;
+    build(&n, MP_PRECISION_AMP_FP16);
+    mp_optimizer *opt = NULL;
+    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
+    mp_trainer_opts to = {.batch = B, .loss = n.loss, .optimizer = opt, .scaler = {.init_scale = 0x1p30f},
+                          .max_skip_share = 1, .penalty = {.kind = MP_PENALTY_R1, .weight = 1, .input = n.x,
+                                                           .output = n.out}};
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+    const float x[B * F] = {0.5f, -1, 2, 0.1f, 0.3f, -0.7f, 1, 1, -1, 0.2f, 0.4f, 0.9f}, tt[B] = {1, 0, 1, 0};
+    MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
+    mp_step_report r;
+    MP_ASSERT(mp_trainer_step(t, NULL, &r) == MP_OK);
+    CHECK(r.overflow.found && !r.overflow.forward && isnan(r.penalty) && r.loss_scale < 0x1p30f,
+          "first step: overflow %d forward %d penalty %g scale %g", r.overflow.found, r.overflow.forward,
+          (double)r.penalty, (double)r.loss_scale);
+    int steps = 1;
+    while (r.overflow.found && steps < 40) MP_ASSERT(mp_trainer_step(t, NULL, &r) == MP_OK), steps++;
+    CHECK(!r.overflow.found && isfinite(r.penalty) && r.penalty > 0, "after %d steps: penalty %g", steps,
+          (double)r.penalty);
+    printf("amp-fp16 from scale 2^30: %lld steps skipped on input-gradient overflows, then penalty %g at scale %g\n",
+           (long long)r.skipped_steps, (double)r.penalty, (double)r.loss_scale);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    mp_graph_destroy(n.g);
+}
+
+int main(void) {
+    bad_options();
+    plan_order();
+    op_without_tangent();
+    overflow_backs_off();
+    return test_summary("test_penalty_api");
+}
