@@ -60,8 +60,7 @@ mp_status op_fixture_init(op_fixture *f, mp_op_kind kind, mp_op_attr attr, int n
         if (f->info.params[i].trainable) make_tensor(f, &c->d_param[i], dt, f->info.params[i].shape);
     }
     c->saved = fixture_alloc(f, f->info.saved_bytes);
-    size_t ws = f->info.workspace_bytes;
-    if (f->info.tangent_workspace_bytes > ws) ws = f->info.tangent_workspace_bytes; /* op.h: the tangents' too */
+    const size_t ws = MP_ALIGN64(f->info.workspace_bytes) + f->info.tangent_workspace_bytes; /* op.h: the tangents' too */
     c->workspace = fixture_alloc(f, ws);
     return MP_OK;
 }

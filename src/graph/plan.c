@@ -346,7 +346,8 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
                            nd->desc.kind == MP_OP_TARGETS))
             pn->info.out.dims[0] = o.batch;
         if (s == MP_OK) s = p->be->node_prepare(p, i, &ws, &scratch, &stage);
-        if (p->so && pn->info.tangent_workspace_bytes > ws) ws = pn->info.tangent_workspace_bytes;
+        if (p->so && MP_ALIGN64(pn->info.workspace_bytes) + pn->info.tangent_workspace_bytes > ws) /* op.h */
+            ws = MP_ALIGN64(pn->info.workspace_bytes) + pn->info.tangent_workspace_bytes;
         if (s != MP_OK) {
             mp_plan_destroy(p);
             return s;

@@ -5,6 +5,7 @@
  * output (N, Cout, Ho, Wo), Ho = (H + 2 pad - dil (K - 1) - 1) / stride + 1. */
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "ops/conv_onednn.h"
 #include "ops/op.h"
@@ -58,7 +59,8 @@ static mp_status conv2d_infer(const mp_op_desc *d, mp_op_info *info) {
         info->params[1] = (mp_param_spec){"bias", mp_shape1(cout), true, MP_INIT_UNIFORM_FAN_IN, fan_in};
     info->saved_bytes = 0;
     info->workspace_bytes = 0;
-    info->tangent_workspace_bytes = mp_tangent_affine_workspace(info);
+    /* the second term, then room for a zero bias / a discarded bias gradient (oneDNN tangent kernels) */
+    info->tangent_workspace_bytes = mp_tangent_affine_workspace(info) + MP_ALIGN64((size_t)cout * sizeof(double));
     return MP_OK;
 }
 
@@ -88,19 +90,59 @@ static mp_status conv2d_backward(const mp_op_call *c) {
     return MP_OK;
 }
 
-/* Second derivatives (tangent.h): the reference kernels, bilinear in their
- * two operands, in the conv view of either op. conv_transpose2d's passes are
- * conv2d's exchanged (conv_transpose2d_ref.inc), so its kernels are here too. */
+/* Second derivatives (tangent.h): kernels bilinear in their two operands,
+ * in the conv view of either op. conv_transpose2d's passes are conv2d's
+ * exchanged (conv_transpose2d_ref.inc), so its kernels are here too. A conv2d
+ * node with oneDNN primitives runs them (the bias a zero vector in, the bias
+ * gradient discarded, both in the tangent scratch's extra room); else, and
+ * if oneDNN fails, the reference kernels. */
 #define CONV_GEOM(c) mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape)
+#ifdef MP_HAVE_ONEDNN
+/* A copy of c for one oneDNN pass of a tangent: no gradients asked, the bias
+ * pointing at `bias` (zeroed first when zero). */
+static mp_op_call dnnl_call(const mp_op_call *c, bool zero) {
+    mp_op_call s = *c;
+    for (int k = 0; k < MP_MAX_INPUTS; k++) s.d_in[k].data = NULL;
+    for (int k = 0; k < MP_MAX_PARAMS; k++) s.d_param[k].data = NULL;
+    if (c->desc->attr.conv.bias) {
+        s.param[1].data = mp_tangent_affine_extra(c);
+        if (zero) memset(s.param[1].data, 0, (size_t)mp_tensor_numel(&c->param[1]) * mp_dtype_size(c->out.dtype));
+    }
+    return s;
+}
+static bool dnnl_tangent(const mp_op_call *c) { return c->desc->kind == MP_OP_CONV2D && mp_onednn_use(c); }
+#endif
 static void conv_fwd_k(const mp_op_call *c, const void *x, const void *w, void *y) {
+#ifdef MP_HAVE_ONEDNN
+    if (dnnl_tangent(c)) {
+        mp_op_call s = dnnl_call(c, true);
+        s.in[0].data = (void *)x, s.param[0].data = (void *)w, s.out.data = y;
+        if (mp_conv_onednn_forward(c->state, &s) == MP_OK) return;
+    }
+#endif
     const mp_conv_geom g = CONV_GEOM(c);
     MP_REAL_CALL(c->out.dtype, conv_fwd, &g, x, w, NULL, y);
 }
 static void conv_bwd_data_k(const mp_op_call *c, const void *dy, const void *w, void *dx) {
+#ifdef MP_HAVE_ONEDNN
+    if (dnnl_tangent(c) && mp_conv_onednn_has_backward(c->state)) {
+        mp_op_call s = dnnl_call(c, false);
+        s.d_out.data = (void *)dy, s.param[0].data = (void *)w, s.d_in[0].data = dx;
+        if (mp_conv_onednn_backward(c->state, &s) == MP_OK) return;
+    }
+#endif
     const mp_conv_geom g = CONV_GEOM(c);
     MP_REAL_CALL(c->out.dtype, conv_bwd_data, &g, dy, w, NULL, dx);
 }
 static void conv_bwd_weights_k(const mp_op_call *c, const void *x, const void *dy, void *dw) {
+#ifdef MP_HAVE_ONEDNN
+    if (dnnl_tangent(c) && mp_conv_onednn_has_backward(c->state)) {
+        mp_op_call s = dnnl_call(c, false);
+        s.in[0].data = (void *)x, s.d_out.data = (void *)dy, s.d_param[0].data = dw;
+        if (c->desc->attr.conv.bias) s.d_param[1].data = mp_tangent_affine_extra(c);
+        if (mp_conv_onednn_backward(c->state, &s) == MP_OK) return;
+    }
+#endif
     const mp_conv_geom g = CONV_GEOM(c);
     MP_REAL_CALL(c->out.dtype, conv_bwd_weights, &g, x, dy, dw);
 }

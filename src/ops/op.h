@@ -98,8 +98,9 @@ typedef struct {
     mp_param_spec params[MP_MAX_PARAMS];
     size_t saved_bytes;     /* forward -> backward (masks, argmax, mean/invstd) */
     size_t workspace_bytes; /* scratch within one forward or backward call */
-    /* scratch within one forward_tangent or backward_tangent call; their
-     * c->workspace holds max(workspace_bytes, tangent_workspace_bytes) */
+    /* scratch within one forward_tangent or backward_tangent call: their
+     * c->workspace holds workspace_bytes (64-aligned; the op's own kernels,
+     * which a tangent may run, use it) followed by tangent_workspace_bytes */
     size_t tangent_workspace_bytes;
 } mp_op_info;
 

@@ -53,6 +53,8 @@ mp_status mp_tangent_check(const mp_op_call *c, const char *which) {
     return MP_OK;
 }
 
+void *mp_tangent_scratch(const mp_op_call *c) { return (char *)c->workspace + MP_ALIGN64(c->info->workspace_bytes); }
+
 double mp_tangent_scalar(const mp_tensor *t) {
     if (!t->data) return 0;
     return t->dtype == MP_DTYPE_F64 ? ((const double *)t->data)[0] : (double)((const float *)t->data)[0];
@@ -90,8 +92,9 @@ void mp_tangent_bilinear(const mp_op_call *c, mp_bilinear_fn k, const mp_tensor 
         k(c, a, tb, out->data);
         return;
     }
-    k(c, a, tb, c->workspace);
-    MP_REAL_CALL(out->dtype, tan_add, out->data, c->workspace, mp_tensor_numel(out));
+    void *second = mp_tangent_scratch(c); /* after the op's own scratch, which k may use */
+    k(c, a, tb, second);
+    MP_REAL_CALL(out->dtype, tan_add, out->data, second, mp_tensor_numel(out));
 }
 
 size_t mp_tangent_affine_workspace(const mp_op_info *info) {
@@ -100,6 +103,10 @@ size_t mp_tangent_affine_workspace(const mp_op_info *info) {
     if (y > most) most = y;
     if (w > most) most = w;
     return mp_tangent_bytes(most);
+}
+
+void *mp_tangent_affine_extra(const mp_op_call *c) {
+    return (char *)mp_tangent_scratch(c) + mp_tangent_affine_workspace(c->info);
 }
 
 mp_status mp_tangent_affine_forward(const mp_op_call *c, const mp_tangent_affine *k) {

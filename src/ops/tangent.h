@@ -55,9 +55,13 @@ void mp_tangent_channel_sum(const mp_tensor *db, const void *dy, int64_t outer, 
 /* A kernel bilinear in (a, b) at the call's shapes and dtype: out = K(a, b). */
 typedef void (*mp_bilinear_fn)(const mp_op_call *c, const void *a, const void *b, void *out);
 
+/* The tangent scratch of a call: c->workspace after the op's own scratch
+ * (op.h), which the op's kernels use when a tangent runs them. */
+void *mp_tangent_scratch(const mp_op_call *c);
+
 /* out = K(ta, b) + K(a, tb), the tangent of K(a, b) along (ta, tb). A NULL
  * ta or tb drops its term; none left: out = 0. With both, the second term
- * goes through c->workspace (out's bytes). out NULL: nothing. */
+ * goes through the tangent scratch (out's bytes). out NULL: nothing. */
 void mp_tangent_bilinear(const mp_op_call *c, mp_bilinear_fn k, const mp_tensor *out, const void *a, const void *ta,
                          const void *b, const void *tb);
 
@@ -70,8 +74,11 @@ typedef struct {
     mp_bilinear_fn bwd_weights; /* (x, dy) -> dW */
 } mp_tangent_affine;
 /* Their tangent_workspace_bytes (set in infer, after out and params[0]):
- * the largest of y, x and W, for the second kernel term of a tangent. */
+ * the largest of y, x and W, for the second kernel term of a tangent (an
+ * op may add room after it, mp_tangent_affine_extra). */
 size_t mp_tangent_affine_workspace(const mp_op_info *info);
+/* Where that room starts in a call's tangent scratch. */
+void *mp_tangent_affine_extra(const mp_op_call *c);
 /* t_y = K(t_x, W) + K(x, t_W) + t_b. */
 mp_status mp_tangent_affine_forward(const mp_op_call *c, const mp_tangent_affine *k);
 /* t_dx = bwd_data(t_dy, W) + bwd_data(dy, t_W), t_dW = bwd_weights(t_x, dy) +
