@@ -4,6 +4,7 @@
  * propagates, relu/tanh/sigmoid backward read the output, leaky relu reads
  * the input. */
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 struct relu_fwd {
     __device__ float operator()(const float (&a)[1]) const { return a[0] < 0.f ? 0.f : a[0]; }
@@ -45,7 +46,11 @@ static mp_status act_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_
     return mp_cuda_op_check_dtypes(d, info, cfg, -1);
 }
 
-#define MP_ACT_VT(name, label, FWD, BWD, BWD_SRC, ...)                                                   \
+/* Tangents (cuda_op.h, ops/tangent.h): every Jacobian here is diagonal and
+ * backward applies it, so forward_tangent is backward on t_in; relu's and
+ * leaky relu's backward_tangent is backward on t_d_out, tanh's and
+ * sigmoid's move with the output too (activation_tangent_cuda.cu). */
+#define MP_ACT_VT(name, label, FWD, BWD, BWD_SRC, BWD_TANGENT, ...)                                      \
     static mp_status name##_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {                             \
         return mp_cuda_op_status(c, "forward", mp_ew1(ctx, &c->in[0], &c->out, FWD{__VA_ARGS__}));       \
     }                                                                                                    \
@@ -54,10 +59,18 @@ static mp_status act_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_
         return mp_cuda_op_status(c, "backward",                                                          \
                                  mp_ew2(ctx, &c->BWD_SRC, &c->d_out, &c->d_in[0], BWD{__VA_ARGS__}));    \
     }                                                                                                    \
+    static mp_status name##_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {                     \
+        return mp_cuda_tangent_forward_by_backward(ctx, c, name##_backward);                             \
+    }                                                                                                    \
+    static mp_status name##_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {                    \
+        return BWD_TANGENT;                                                                              \
+    }                                                                                                    \
     extern "C" const mp_cuda_op_vtable mp_cuda_##name##_vt = {label, act_prepare, NULL, name##_forward, \
-                                                              name##_backward};
+                                                              name##_backward, name##_forward_tangent,  \
+                                                              name##_backward_tangent};
 
-MP_ACT_VT(relu, "relu", relu_fwd, relu_bwd, out)
-MP_ACT_VT(tanh, "tanh", tanh_fwd, tanh_bwd, out)
-MP_ACT_VT(sigmoid, "sigmoid", sigmoid_fwd, sigmoid_bwd, out)
-MP_ACT_VT(leaky_relu, "leaky_relu", leaky_fwd, leaky_bwd, in[0], c->desc->attr.slope)
+MP_ACT_VT(relu, "relu", relu_fwd, relu_bwd, out, mp_cuda_tangent_backward_linear(ctx, c, relu_backward))
+MP_ACT_VT(tanh, "tanh", tanh_fwd, tanh_bwd, out, mp_cuda_smooth_backward_tangent(ctx, c))
+MP_ACT_VT(sigmoid, "sigmoid", sigmoid_fwd, sigmoid_bwd, out, mp_cuda_smooth_backward_tangent(ctx, c))
+MP_ACT_VT(leaky_relu, "leaky_relu", leaky_fwd, leaky_bwd, in[0],
+          mp_cuda_tangent_backward_linear(ctx, c, leaky_relu_backward), c->desc->attr.slope)

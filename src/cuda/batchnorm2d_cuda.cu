@@ -25,6 +25,7 @@
 #include "cuda/batchnorm2d_cudnn.h"
 #include "cuda/bn_add_relu_cuda.h"
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 #include "dist/dist.h"
 
 enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
@@ -419,6 +420,7 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     }
     mp_cuda_raise(workspace_bytes, bn_workspace_floats(&dm, cfg->training ? ctx->sync_world : 1) * sizeof(float));
     mp_cuda_raise(saved_bytes, 2 * (size_t)dm.C * sizeof(float));
+    if (cfg->tangents) mp_cuda_raise(workspace_bytes, mp_cuda_bn_tangent_workspace(ctx, info));
     return MP_OK;
 }
 
@@ -554,5 +556,24 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", cudaSuccess);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt = {"batchnorm2d", bn_prepare, bn_release, bn_forward,
-                                                             bn_backward};
+/* Tangents (batchnorm2d_tangent_cuda.cu), from the statistics forward saved
+ * (training; ours and cuDNN's kernels both keep the f32 mean and 1/std
+ * there) or the running ones (eval), the fused ReLU's mask read from the
+ * stored output. The fused residual add (add_relu_after) has none. */
+static mp_status bn_tangent(mp_cuda_ctx *ctx, const mp_op_call *c, bool backward) {
+    const bn_state *st = (const bn_state *)c->state;
+    if (st && st->add)
+        return mp_error(MP_ERR_UNSUPPORTED,
+                        "batchnorm2d '%s' on the GPU: %s: the fused residual add + ReLU (add_relu_after) has no "
+                        "tangent; plan second derivatives without fusing it",
+                        c->desc->name ? c->desc->name : "?", backward ? "backward_tangent" : "forward_tangent");
+    MP_TRY(bn_param_check(c));
+    return mp_cuda_bn_tangent(ctx, c, fused_relu(c), backward);
+}
+static mp_status bn_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) { return bn_tangent(ctx, c, false); }
+static mp_status bn_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) { return bn_tangent(ctx, c, true); }
+
+extern "C" const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt = {"batchnorm2d",      bn_prepare,
+                                                             bn_release,         bn_forward,
+                                                             bn_backward,        bn_forward_tangent,
+                                                             bn_backward_tangent};

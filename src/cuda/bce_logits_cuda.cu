@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 #define BCE_ITEMS_PER_BLOCK 4096
 #define BCE_MAX_BLOCKS 1024
@@ -61,6 +62,7 @@ static mp_status bce_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_
     *state = NULL;
     MP_TRY(mp_cuda_op_check_dtypes(d, info, cfg, -1));
     mp_cuda_raise(workspace_bytes, (size_t)bce_blocks(mp_shape_numel(&info->in[0])) * sizeof(double));
+    if (cfg->tangents) mp_cuda_raise(workspace_bytes, mp_cuda_bce_tangent_workspace(mp_shape_numel(&info->in[0])));
     return MP_OK;
 }
 
@@ -85,5 +87,8 @@ static mp_status bce_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", cudaSuccess);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_bce_logits_vt = {"bce_with_logits", bce_prepare, NULL, bce_forward,
-                                                            bce_backward};
+/* Tangents: bce_logits_tangent_cuda.cu. */
+extern "C" const mp_cuda_op_vtable mp_cuda_bce_logits_vt = {"bce_with_logits", bce_prepare,
+                                                            NULL,              bce_forward,
+                                                            bce_backward,      mp_cuda_bce_forward_tangent,
+                                                            mp_cuda_bce_backward_tangent};

@@ -6,6 +6,7 @@
  * when a part's dtype differs from the whole's; 8 channels per thread when
  * every part's width allows 16-byte accesses. */
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 typedef struct {
     void *data[MP_MAX_INPUTS]; /* NULL: skipped (backward) */
@@ -92,5 +93,15 @@ static mp_status concat_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", concat_move(ctx, c, false));
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_concat_vt = {"concat", concat_prepare, NULL, concat_forward,
-                                                        concat_backward};
+/* Tangents (cuda_op.h): data movement, linear; a NULL part's tangent is zero
+ * (t_out zeroed first, the move skips that part). */
+static mp_status concat_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_forward_linear(ctx, c, concat_forward, true);
+}
+static mp_status concat_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_backward_linear(ctx, c, concat_backward);
+}
+
+extern "C" const mp_cuda_op_vtable mp_cuda_concat_vt = {"concat",        concat_prepare,  NULL,
+                                                        concat_forward,  concat_backward, concat_forward_tangent,
+                                                        concat_backward_tangent};

@@ -274,9 +274,7 @@ mp_status mp_conv_cudnn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
                                 o->dims[1], what);
 }
 
-/* dW (f32, KRSC) = st->dw32's backward-filter of f32 copies of x and dy
- * (conv view, in cd). */
-static mp_status bwd_filter_f32(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy, void *dw,
+mp_status mp_conv_cudnn_bwd_filter_f32(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy, void *dw,
                                 mp_cuda_ws *ws, const char *what) {
     const mp_conv_geom *g = &st->g;
     const long long xn = (long long)g->n * g->cx * g->hx * g->wx, yn = (long long)g->n * g->cy * g->hy * g->wy;
@@ -327,7 +325,7 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
                             low_ok ? " or " : "", low_ok ? mp_dtype_name(cd) : "", mp_dtype_name(gd));
         /* conv2d: dW = BWD_FILTER(x = in, dy = d_out); transposed: x = d_out, dy = in */
         const void *fx = conv ? x : dy, *fy = conv ? dy : x;
-        if (st->dw32) MP_TRY(bwd_filter_f32(ctx, st, fx, fy, dw, &ws, what));
+        if (st->dw32) MP_TRY(mp_conv_cudnn_bwd_filter_f32(ctx, st, fx, fy, dw, &ws, what));
         else MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, fx, fy, dw, lib, lib_bytes, what));
         MP_TRY(mp_cuda_lib_filter_from_krsc(ctx, dw, st->dw_dt, c->d_param[0].data, gd, g->cy, g->cx / g->groups,
                                             g->k * g->k, what));

@@ -35,6 +35,7 @@
 #define MP_CUDA_CONV_CUDNN_H
 
 #include "cuda/cuda_op.h"
+#include "cuda/lib_kernels.h" /* mp_cuda_ws */
 #include "ops/conv_onednn.h" /* mp_conv_geom, mp_conv_geom_of */
 
 #ifdef __cplusplus
@@ -93,6 +94,15 @@ mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, cons
                                  void *dx, void *ws, size_t ws_bytes, const char *what);
 mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
                                    void *dw_krsc, void *ws, size_t ws_bytes, const char *what);
+
+/* dW (f32, KRSC) = st->dw32's backward-filter of f32 copies of x and dy
+ * (conv view, in cd), through slices of ws (st->dw32_bytes). */
+mp_status mp_conv_cudnn_bwd_filter_f32(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
+                                       void *dw, mp_cuda_ws *ws, const char *what);
+
+/* The workspace bytes of both ops' tangents (conv_tangent_cuda.cu); prepare
+ * raises st->ws_total and *workspace_bytes to it under cfg->tangents. */
+size_t mp_conv_tangent_workspace(const mp_conv_cudnn *st, const mp_op_info *info);
 
 /* forward()/backward() of both ops: the pass mapping in the header comment. */
 mp_status mp_conv_cudnn_forward(mp_cuda_ctx *ctx, const mp_op_call *c);

@@ -27,6 +27,35 @@
  *    workspace: the arena's shared workspace, *workspace_bytes from prepare.
  *  - no host synchronization and no allocation in forward/backward: they are
  *    captured into CUDA graphs.
+ *
+ * Second derivatives (forward_tangent / backward_tangent; the tangent fields
+ * of mp_op_call and why forward-over-reverse: ops/op.h, ops/tangent.h). Same
+ * semantics as the CPU's, on device pointers, with these dtype rules:
+ *  - an activation's tangent (t_in, t_out, t_d_out, t_d_in) has the layout
+ *    of the tensor it belongs to (NHWC for 4-D) and, as the executor
+ *    should give it, its dtype; the kernels read and write any of f32, f16
+ *    and bf16 (they convert), and refuse any other dtype with an error
+ *    naming the op, the node and the tensor;
+ *  - parameters' tangents t_param are f32 like the masters (also for nodes
+ *    computing f16/bf16: the op casts t_param to its compute dtype where a
+ *    library call needs it, as it receives param already cast); their
+ *    gradients' tangents t_d_param are f32, except that a conv/linear
+ *    weight's may be in the dtype its d_param has under the plan's
+ *    low_grads (cfg.weight_grad);
+ *  - arithmetic in f32 (per-channel and loss sums in double), each result
+ *    rounded to its tensor's dtype. A tangent that is the sum of two library
+ *    calls (conv/linear: K(t_x, W) + K(x, t_W)) rounds each call's result to
+ *    the compute dtype, as forward does, then the sum once to the tangent's
+ *    dtype: two roundings in f16/bf16, none in f32.
+ *  - NULL tangent data is a zero direction (inputs) or not wanted (outputs);
+ *    outputs are OVERWRITTEN. Called only after forward and backward ran on
+ *    the same call (training; eval for the ops whose forward_tangent needs no
+ *    backward pass). No allocation and no host synchronization (captured
+ *    into CUDA graphs); scratch is the call's workspace, which prepare()
+ *    raises for the tangents when cfg->tangents is set.
+ *  - a NULL slot: the op has no GPU tangent (the executor names it); fused
+ *    modes an op cannot differentiate return MP_ERR_UNSUPPORTED naming the
+ *    op and the node (batchnorm2d with add_relu_after / a residual).
  */
 #ifndef MP_CUDA_CUDA_OP_H
 #define MP_CUDA_CUDA_OP_H
@@ -51,6 +80,8 @@ typedef struct {
     mp_dtype weight_grad;        /* conv2d/linear: the weight gradient's dtype (F32, or the compute dtype) */
     bool weight_grad_unrounded;  /* conv: an F32 weight_grad straight from f32 sums, never rounded to the
                                     compute dtype (mp_plan_opts.f32_weight_grads; see conv_cudnn.h) */
+    bool tangents;               /* the plan calls forward_tangent / backward_tangent: prepare() raises
+                                    *workspace_bytes for their scratch too */
 } mp_cuda_node_cfg;
 
 typedef struct {
@@ -63,6 +94,9 @@ typedef struct {
     void (*release)(void *state);
     mp_status (*forward)(mp_cuda_ctx *ctx, const mp_op_call *c);
     mp_status (*backward)(mp_cuda_ctx *ctx, const mp_op_call *c);
+    /* Second derivatives (see above); NULL: none on the GPU yet. */
+    mp_status (*forward_tangent)(mp_cuda_ctx *ctx, const mp_op_call *c);
+    mp_status (*backward_tangent)(mp_cuda_ctx *ctx, const mp_op_call *c);
 } mp_cuda_op_vtable;
 
 /* NULL for kinds with no GPU implementation (input/labels/targets need none). */

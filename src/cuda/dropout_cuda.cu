@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 /* mp_hash64 of core/rng.h (splitmix64 of key ^ counter * K), on the device. */
 __device__ __forceinline__ unsigned long long dev_hash64(unsigned long long key, unsigned long long counter) {
@@ -154,5 +155,15 @@ static mp_status dropout_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", cudaSuccess);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_dropout_vt = {"dropout", dropout_prepare, NULL, dropout_forward,
-                                                         dropout_backward};
+/* Tangents (cuda_op.h): with the saved mask held fixed dropout is a diagonal
+ * linear map, which backward applies: both tangents are backward. */
+static mp_status dropout_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_forward_by_backward(ctx, c, dropout_backward);
+}
+static mp_status dropout_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_backward_linear(ctx, c, dropout_backward);
+}
+
+extern "C" const mp_cuda_op_vtable mp_cuda_dropout_vt = {"dropout",       dropout_prepare,  NULL,
+                                                         dropout_forward, dropout_backward, dropout_forward_tangent,
+                                                         dropout_backward_tangent};

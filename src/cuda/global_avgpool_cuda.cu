@@ -4,6 +4,7 @@
  * fixed-order tree (deterministic); f32 sums, one rounding on store.
  * Backward broadcasts dy / (H*W) to every pixel. */
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 typedef struct {
     int vec, bx, by;
@@ -107,5 +108,14 @@ static mp_status gap_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", cudaSuccess);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_global_avgpool_vt = {"global_avgpool", gap_prepare, NULL, gap_forward,
-                                                                gap_backward};
+/* Tangents (cuda_op.h): linear, so forward and backward on the tangents. */
+static mp_status gap_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_forward_linear(ctx, c, gap_forward, false);
+}
+static mp_status gap_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_backward_linear(ctx, c, gap_backward);
+}
+
+extern "C" const mp_cuda_op_vtable mp_cuda_global_avgpool_vt = {"global_avgpool",    gap_prepare,  NULL,
+                                                                gap_forward,         gap_backward, gap_forward_tangent,
+                                                                gap_backward_tangent};

@@ -21,29 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cuda/cuda_op.h"
-#include "cuda/lib_kernels.h"
+#include "cuda/linear_cuda.h"
 #include "cuda/lt_pick.h"
+#include "cuda/tangent_cuda.h"
 
 #define LT_MAX_WORKSPACE ((size_t)32 << 20)
 #define LT_CANDIDATES 8
-
-typedef struct {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, d;
-    cublasLtMatmulAlgo_t algo;
-    size_t workspace;
-    mp_dtype d_dtype;
-} lt_gemm;
-
-typedef struct {
-    int n, f, o;
-    bool bias, bias_epilogue, training;
-    mp_dtype cd;
-    lt_gemm fwd, bwd_data, bwd_weight;
-    size_t ws_total;
-    char what_fwd[256], what_bwd[256];
-} linear_cuda;
 
 
 /* cuBLASLt writes D in cd, or in f32 from f16/bf16 inputs. */
@@ -126,10 +109,10 @@ static mp_status gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct,
     return MP_OK;
 }
 
-static mp_status gemm_run(mp_cuda_ctx *ctx, const lt_gemm *g, const void *a, const void *b, void *d, void *ws,
-                          const char *what) {
-    const float one = 1.0f, zero = 0.0f;
-    MP_CUBLAS_TRY(cublasLtMatmul(ctx->lt, g->op, &one, a, g->a, b, g->b, &zero, d, g->d, d, g->d, &g->algo, ws,
+mp_status mp_linear_gemm_run(mp_cuda_ctx *ctx, const lt_gemm *g, const void *a, const void *b, void *d, float beta,
+                             void *ws, const char *what) {
+    const float one = 1.0f;
+    MP_CUBLAS_TRY(cublasLtMatmul(ctx->lt, g->op, &one, a, g->a, b, g->b, &beta, d, g->d, d, g->d, &g->algo, ws,
                                  g->workspace, ctx->stream),
                   what);
     return MP_OK;
@@ -194,6 +177,10 @@ static mp_status linear_cuda_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, cons
         bwd = out_cast + 2 * in_cast + lt + (st->bias ? mp_cuda_lib_colsum_workspace(st->n, st->o) : 0);
     }
     st->ws_total = (fwd > bwd ? fwd : bwd) + 6 * MP_CUDA_WS_SLACK;
+    if (cfg->tangents) {
+        const size_t t = mp_linear_tangent_workspace(st);
+        if (t > st->ws_total) st->ws_total = t;
+    }
     if (*workspace_bytes < st->ws_total) *workspace_bytes = st->ws_total;
     *state = st;
     return MP_OK;
@@ -237,7 +224,7 @@ static mp_status linear_cuda_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
         MP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(st->fwd.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b),
                       what);
     }
-    MP_TRY(gemm_run(ctx, &st->fwd, c->param[0].data, x, y, lt, what));
+    MP_TRY(mp_linear_gemm_run(ctx, &st->fwd, c->param[0].data, x, y, 0.0f, lt, what));
     const bool kernel_bias = st->bias && !st->bias_epilogue;
     if (direct && !kernel_bias) return MP_OK;
     return mp_cuda_lib_add_bias(ctx, y, st->fwd.d_dtype, c->out.data, c->out.dtype,
@@ -265,7 +252,7 @@ static mp_status linear_cuda_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if ((want_dx && !dx) || (lt_bytes && !lt)) return ws_short(what);
     if (want_dx) {
         if (c->param[0].dtype != st->cd) return param_dtype_error(what, "the weight", c->param[0].dtype, st->cd);
-        MP_TRY(gemm_run(ctx, &st->bwd_data, c->param[0].data, dy, dx, lt, what));
+        MP_TRY(mp_linear_gemm_run(ctx, &st->bwd_data, c->param[0].data, dy, dx, 0.0f, lt, what));
         if (!dx_direct)
             MP_TRY(mp_cuda_lib_cast(ctx, dx, st->bwd_data.d_dtype, c->d_in[0].data, c->d_in[0].dtype,
                                     mp_tensor_numel(&c->d_in[0]), what));
@@ -273,7 +260,7 @@ static mp_status linear_cuda_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if (want_dw) {
         if (c->d_param[0].dtype != st->bwd_weight.d_dtype)
             return param_dtype_error(what, "the weight gradient", c->d_param[0].dtype, st->bwd_weight.d_dtype);
-        MP_TRY(gemm_run(ctx, &st->bwd_weight, x, dy, c->d_param[0].data, lt, what));
+        MP_TRY(mp_linear_gemm_run(ctx, &st->bwd_weight, x, dy, c->d_param[0].data, 0.0f, lt, what));
     }
     if (want_db) {
         if (c->d_param[1].dtype != MP_DTYPE_F32)
@@ -286,5 +273,11 @@ static mp_status linear_cuda_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return MP_OK;
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_linear_vt = {"linear", linear_cuda_prepare, linear_cuda_release,
-                                                        linear_cuda_forward, linear_cuda_backward};
+/* Tangents: linear_tangent_cuda.cu. */
+extern "C" const mp_cuda_op_vtable mp_cuda_linear_vt = {"linear",
+                                                        linear_cuda_prepare,
+                                                        linear_cuda_release,
+                                                        linear_cuda_forward,
+                                                        linear_cuda_backward,
+                                                        mp_cuda_linear_forward_tangent,
+                                                        mp_cuda_linear_backward_tangent};

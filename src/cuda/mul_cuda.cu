@@ -3,6 +3,7 @@
  * one rounding on store. Backward: d_a = d_out * b, d_b = d_out * a, each
  * written in its input gradient's dtype. */
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 /* a * b in f32. */
 struct prod2 {
@@ -20,4 +21,7 @@ static mp_status mul_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", e);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_mul_vt = {"mul", mp_cuda_prepare_stateless, NULL, mul_forward, mul_backward};
+/* Tangents: mul_tangent_cuda.cu. */
+extern "C" const mp_cuda_op_vtable mp_cuda_mul_vt = {"mul",       mp_cuda_prepare_stateless,     NULL,
+                                                     mul_forward, mul_backward,                  mp_cuda_mul_forward_tangent,
+                                                     mp_cuda_mul_backward_tangent};

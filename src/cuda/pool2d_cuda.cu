@@ -7,6 +7,7 @@
  * element sums, in output order, the windows that reach it, so no atomics
  * and the same summation order as the CPU scatter. */
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 typedef struct {
     int C, H, W, OH, OW, k, s, p;
@@ -252,7 +253,20 @@ static mp_status pool_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", cudaSuccess);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_maxpool2d_vt = {"maxpool2d", pool_prepare, NULL, pool_forward,
-                                                           pool_backward};
-extern "C" const mp_cuda_op_vtable mp_cuda_avgpool2d_vt = {"avgpool2d", pool_prepare, NULL, pool_forward,
-                                                           pool_backward};
+/* Tangents (cuda_op.h). Average pooling is linear; max pooling is linear with
+ * its argmax (saved by forward) held fixed: its forward tangent gathers t_in
+ * at the argmax (pool2d_tangent_cuda.cu), and backward on t_d_out scatters
+ * there. */
+static mp_status avgpool_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_forward_linear(ctx, c, pool_forward, false);
+}
+static mp_status pool_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_backward_linear(ctx, c, pool_backward);
+}
+
+extern "C" const mp_cuda_op_vtable mp_cuda_maxpool2d_vt = {"maxpool2d",  pool_prepare,  NULL,
+                                                           pool_forward, pool_backward, mp_cuda_maxpool_forward_tangent,
+                                                           pool_backward_tangent};
+extern "C" const mp_cuda_op_vtable mp_cuda_avgpool2d_vt = {"avgpool2d",  pool_prepare,  NULL,
+                                                           pool_forward, pool_backward, avgpool_forward_tangent,
+                                                           pool_backward_tangent};

@@ -5,6 +5,7 @@
  * a gather for 4-D -> 4-D, and a plain copy when both layouts already agree
  * (2-D, C == 1 or H*W == 1). Backward is the same move from d_out to d_in. */
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 /* NHWC memory order equals the logical NCHW order. */
 static bool layout_is_logical(const mp_shape *s) {
@@ -59,5 +60,14 @@ static mp_status reshape_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", reshape_move(ctx, &c->d_out, &c->d_in[0]));
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_reshape_vt = {"reshape", reshape_prepare, NULL, reshape_forward,
-                                                         reshape_backward};
+/* Tangents (cuda_op.h): moves, linear, so the tangents are the same moves. */
+static mp_status reshape_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_forward_linear(ctx, c, reshape_forward, false);
+}
+static mp_status reshape_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return mp_cuda_tangent_backward_linear(ctx, c, reshape_backward);
+}
+
+extern "C" const mp_cuda_op_vtable mp_cuda_reshape_vt = {"reshape",        reshape_prepare,         NULL,
+                                                         reshape_forward,  reshape_backward,        reshape_forward_tangent,
+                                                         reshape_backward_tangent};

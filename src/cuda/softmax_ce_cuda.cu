@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/tangent_cuda.h"
 
 #define WARP 32
 
@@ -88,5 +89,12 @@ static mp_status softmax_ce_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "backward", cudaSuccess);
 }
 
-extern "C" const mp_cuda_op_vtable mp_cuda_softmax_ce_vt = {"softmax_cross_entropy", softmax_ce_prepare, NULL,
-                                                            softmax_ce_forward, softmax_ce_backward};
+/* Tangents: softmax_ce_tangent_cuda.cu (its forward tangent's per-sample
+ * sums use the N doubles of workspace asked for above). */
+extern "C" const mp_cuda_op_vtable mp_cuda_softmax_ce_vt = {"softmax_cross_entropy",
+                                                            softmax_ce_prepare,
+                                                            NULL,
+                                                            softmax_ce_forward,
+                                                            softmax_ce_backward,
+                                                            mp_cuda_softmax_ce_forward_tangent,
+                                                            mp_cuda_softmax_ce_backward_tangent};

@@ -57,7 +57,7 @@ static void round_tensor(mp_tensor *t, mp_dtype dt, mp_dtype also) {
 /* ---- device memory ------------------------------------------------------ */
 
 typedef struct {
-    void *ptr[96];
+    void *ptr[192];
     int n;
     mp_cuda_ctx *ctx;
     char *error; /* r->error */
@@ -189,6 +189,41 @@ static bool compare(dev_pool *p, cuda_op_result *r, const char *name, const mp_t
     return true;
 }
 
+/* ---- tangents ----------------------------------------------------------- */
+
+/* Host tensors the check allocates beside the fixture's. */
+typedef struct {
+    void *mem[4 * MP_MAX_INPUTS + 4 * MP_MAX_PARAMS + 4];
+    int n;
+} host_pool;
+
+static mp_tensor host_like(host_pool *h, const mp_tensor *p) {
+    mp_tensor t = *p;
+    t.data = calloc((size_t)mp_tensor_numel(p) + 1, mp_dtype_size(p->dtype));
+    MP_ASSERT(t.data && h->n < (int)(sizeof h->mem / sizeof h->mem[0]));
+    h->mem[h->n++] = t.data;
+    return t;
+}
+
+static void host_free_all(host_pool *h) {
+    for (int i = 0; i < h->n; i++) free(h->mem[i]);
+    h->n = 0;
+}
+
+/* N(0, 1) values from a fixed seed (xorshift64*, Box-Muller). */
+static double normal(uint64_t *s) {
+    double u[2];
+    for (int k = 0; k < 2; k++) {
+        *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
+        u[k] = ((double)((*s * 0x2545F4914F6CDD1DULL) >> 11) + 0.5) / 9007199254740992.0;
+    }
+    return sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]);
+}
+
+static void fill_normal(mp_tensor *t, uint64_t *s) {
+    for (int64_t j = 0; j < mp_tensor_numel(t); j++) host_set(t, j, normal(s));
+}
+
 /* ---- the check ---------------------------------------------------------- */
 
 /* A fused ReLU after the reference's forward, with activation_cuda.cu's
@@ -254,6 +289,7 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
     cfg.tf32 = k->tf32;
     cfg.training = k->training;
     cfg.relu_after = k->relu_after;
+    cfg.tangents = k->tangents;
     cfg.batch = k->in_shape[0].dims[0];
     void *state = NULL;
     size_t ws_bytes = info.workspace_bytes, saved_bytes = info.saved_bytes;
@@ -315,6 +351,66 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
         ok = false;
     }
 
+    /* the tangents: directions on both sides, the reference's in f64 */
+    host_pool hp = {.n = 0};
+    if (ok && k->tangents) {
+        uint64_t s = k->seed * 0x9E3779B97F4A7C15ULL + 12345;
+        if (!k->vt->forward_tangent || !k->vt->backward_tangent) {
+            snprintf(r->error, sizeof r->error, "%s has no GPU tangents", k->vt->name);
+            ok = false;
+        }
+        for (int i = 0; i < k->n_in && ok; i++) {
+            if (is_label(k, i)) continue;
+            if (!(k->tangent_nulls & TANGENT_NULL_IN)) {
+                rc->t_in[i] = host_like(&hp, &rc->in[i]);
+                fill_normal(&rc->t_in[i], &s);
+                round_tensor(&rc->t_in[i], input_dtype(k, i), k->compute);
+                ok = upload(&pool, &rc->t_in[i], input_dtype(k, i), false, &gc.t_in[i]);
+            }
+            if (ok && gc.d_in[i].data) {
+                rc->t_d_in[i] = host_like(&hp, &rc->in[i]);
+                ok = dev_tensor(&pool, input_dtype(k, i), k->in_shape[i], &gc.t_d_in[i]);
+            }
+        }
+        for (int q = 0; q < ref.info.n_params && ok; q++) {
+            if (!ref.info.params[q].trainable) continue;
+            if (!(k->tangent_nulls & TANGENT_NULL_PARAM)) {
+                rc->t_param[q] = host_like(&hp, &rc->param[q]);
+                fill_normal(&rc->t_param[q], &s);
+                round_tensor(&rc->t_param[q], param_dt[q], MP_DTYPE_F32);
+                ok = upload(&pool, &rc->t_param[q], MP_DTYPE_F32, flat_params, &gc.t_param[q]);
+            }
+            if (ok && gc.d_param[q].data) {
+                rc->t_d_param[q] = host_like(&hp, &rc->param[q]);
+                ok = dev_tensor(&pool, MP_DTYPE_F32, ref.info.params[q].shape, &gc.t_d_param[q]);
+            }
+        }
+        if (ok && !(k->tangent_nulls & TANGENT_NULL_DOUT)) {
+            rc->t_d_out = host_like(&hp, &rc->d_out);
+            fill_normal(&rc->t_d_out, &s);
+            if (loss) host_set(&rc->t_d_out, 0, 0.75 + 0.25 * (double)(k->seed % 5));
+            round_tensor(&rc->t_d_out, out_dt, MP_DTYPE_F32);
+            ok = upload(&pool, &rc->t_d_out, out_dt, false, &gc.t_d_out);
+        }
+        if (ok) {
+            rc->t_out = host_like(&hp, &rc->out);
+            ok = dev_tensor(&pool, out_dt, info.out, &gc.t_out);
+        }
+        if (ok && (ref.vt->forward_tangent(rc) != MP_OK || ref.vt->backward_tangent(rc) != MP_OK)) {
+            snprintf(r->error, sizeof r->error, "CPU reference tangents: %s", mp_last_error());
+            ok = false;
+        }
+        if (ok && ((st = k->vt->forward_tangent(ctx, &gc)) != MP_OK ||
+                   (st = k->vt->backward_tangent(ctx, &gc)) != MP_OK)) {
+            snprintf(r->error, sizeof r->error, "%s", mp_last_error());
+            ok = false;
+        }
+        if (ok && (ce = cudaStreamSynchronize(ctx->stream)) != cudaSuccess) {
+            snprintf(r->error, sizeof r->error, "%s tangents: %s", k->vt->name, cudaGetErrorString(ce));
+            ok = false;
+        }
+    }
+
     /* compare everything the op wrote */
     ok = ok && compare(&pool, r, "out", &gc.out, &rc->out, false);
     for (int i = 0; i < k->n_in && ok; i++) {
@@ -333,6 +429,22 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
             ok = compare(&pool, r, ref.info.params[q].name, &gc.param[q], &rc->param[q], flat_params);
         }
     }
+    if (k->tangents) {
+        ok = ok && compare(&pool, r, "t_out", &gc.t_out, &rc->t_out, false);
+        for (int i = 0; i < k->n_in && ok; i++) {
+            if (!gc.t_d_in[i].data) continue;
+            char name[24];
+            snprintf(name, sizeof name, "t_d_in%d", i);
+            ok = compare(&pool, r, name, &gc.t_d_in[i], &rc->t_d_in[i], false);
+        }
+        for (int q = 0; q < ref.info.n_params && ok; q++) {
+            if (!gc.t_d_param[q].data) continue;
+            char name[24];
+            snprintf(name, sizeof name, "t_d_%s", ref.info.params[q].name);
+            ok = compare(&pool, r, name, &gc.t_d_param[q], &rc->t_d_param[q], flat_params);
+        }
+    }
+    host_free_all(&hp);
 
     dev_free_all(&pool);
     if (k->vt->release && state) k->vt->release(state);

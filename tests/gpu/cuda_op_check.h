@@ -17,7 +17,17 @@
  * (O, I, kh, kw)) unless params_channels_last asks for 4-D ones permuted
  * like activations ((O, kh, kw, I)); their gradients are read back the same way.
  * Like exec_stage.c, when the compute dtype is f16/bf16 the reference also
- * rounds f32-stored inputs to it. */
+ * rounds f32-stored inputs to it.
+ *
+ * With `tangents` the case also checks second derivatives (cuda_op.h): after
+ * forward and backward, random directions t_in (each input's dtype, rounded
+ * like it), t_param (trainable parameters, f32 holding values rounded like
+ * the parameters) and t_d_out (d_out's dtype; a loss's seed tangent is one
+ * f32) go through forward_tangent and backward_tangent on both sides (the
+ * node prepared with cfg.tangents), and t_out, every t_d_in and t_d_param
+ * (f32) are compared like the rest, poisoned with NaN first.
+ * tangent_nulls drops directions: TANGENT_NULL_IN (t_in NULL), _PARAM
+ * (t_param NULL), _DOUT (t_d_out NULL). */
 #ifndef MP_TESTS_GPU_CUDA_OP_CHECK_H
 #define MP_TESTS_GPU_CUDA_OP_CHECK_H
 
@@ -25,7 +35,11 @@
 
 #include "cuda/cuda_op.h"
 
-#define CUDA_OP_CHECK_MAX_TENSORS (1 + MP_MAX_INPUTS + 2 * MP_MAX_PARAMS)
+#define CUDA_OP_CHECK_MAX_TENSORS (2 + 2 * MP_MAX_INPUTS + 3 * MP_MAX_PARAMS)
+
+#define TANGENT_NULL_IN 1u
+#define TANGENT_NULL_PARAM 2u
+#define TANGENT_NULL_DOUT 4u
 
 typedef struct {
     const char *label;               /* shown in the result line; NULL: the op name */
@@ -51,6 +65,8 @@ typedef struct {
     bool no_param_grads;             /* parameter gradients not asked for (d_param NULL, as for a frozen layer
                                       * or a GAN's discriminator in the generator's backward): input gradients
                                       * still checked, nothing written where a gradient would be */
+    bool tangents;                   /* also forward_tangent and backward_tangent (see above) */
+    unsigned tangent_nulls;          /* TANGENT_NULL_*: directions left NULL (zero) */
 } cuda_op_case;
 
 typedef struct {
