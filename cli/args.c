@@ -34,6 +34,16 @@ bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out) 
     return true;
 }
 
+bool arg_monitor_interval(const char *cmd, const char *opt, const char *text, float *out) {
+    if (!arg_float(cmd, opt, text, 0, 86400, out)) return false;
+    if (*out > 0 && *out < 0.01f) { /* NVML's counters move every ~10 ms; faster sampling only costs */
+        fprintf(stderr, "mixprec %s: %s %g is below 0.01 s (the GPU monitor samples at most every 10 ms; 0 turns it "
+                        "off)\n", cmd, opt, (double)*out);
+        return false;
+    }
+    return true;
+}
+
 bool arg_float(const char *cmd, const char *opt, const char *text, double lo, double hi, float *out) {
     char *end;
     errno = 0;

@@ -10,6 +10,8 @@
 bool arg_int(const char *cmd, const char *opt, const char *text, int lo, int hi, int *out);
 bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out);
 bool arg_float(const char *cmd, const char *opt, const char *text, double lo, double hi, float *out);
+/* --monitor-interval S: 0 (off) or 0.01 .. 86400 seconds; one error line otherwise. */
+bool arg_monitor_interval(const char *cmd, const char *opt, const char *text, float *out);
 /* "CxHxW" */
 bool arg_shape3(const char *cmd, const char *opt, const char *text, int *c, int *h, int *w);
 

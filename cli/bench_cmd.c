@@ -114,7 +114,7 @@ static int parse(int argc, char **argv, bench_args *b) {
         else if (!strcmp(a, "--epochs")) ok = arg_int("bench", a, v, 1, 100000, &b->epochs);
         else if (!strcmp(a, "--steps")) ok = arg_int("bench", a, v, 1, 1 << 30, &b->steps);
         else if (!strcmp(a, "--threads")) ok = arg_int("bench", a, v, 1, 1024, &b->threads);
-        else if (!strcmp(a, "--monitor-interval")) ok = arg_float("bench", a, v, 0, 86400, &b->monitor_interval);
+        else if (!strcmp(a, "--monitor-interval")) ok = arg_monitor_interval("bench", a, v, &b->monitor_interval);
         else if (!strcmp(a, "--price-per-hour")) ok = arg_float("bench", a, v, 0, 1e9, &b->price);
         else if (!strcmp(a, "--seed")) ok = arg_u64("bench", a, v, &b->seed);
         if (!ok) return 2;

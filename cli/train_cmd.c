@@ -159,7 +159,7 @@ int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
         } else if (!strcmp(a, "--threads")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1024, &t->threads)) return 2;
         } else if (!strcmp(a, "--max-steps")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 30, &t->max_steps)) return 2;
         } else if (!strcmp(a, "--seed")) { NEED_VALUE(); if (!arg_u64(cmd, a, v, &t->seed)) return 2;
-        } else if (!strcmp(a, "--monitor-interval")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 86400, &t->monitor_interval)) return 2;
+        } else if (!strcmp(a, "--monitor-interval")) { NEED_VALUE(); if (!arg_monitor_interval(cmd, a, v, &t->monitor_interval)) return 2;
         } else if (!strcmp(a, "--monitor-csv")) { NEED_VALUE(); t->monitor_csv = v;
         } else if (!strcmp(a, "--gpus")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1024, &t->gpus)) return 2;
         } else if (!strcmp(a, "--allreduce")) { NEED_VALUE(); t->allreduce = v;

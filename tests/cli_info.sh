@@ -104,6 +104,7 @@ syn=(train --data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batch
 expect 2 "\-\-monitor-interval -1 is out of range" -- "${syn[@]}" --monitor-interval -1
 expect 2 "\-\-monitor-interval 'often' is not a finite number" -- "${syn[@]}" --monitor-interval often
 expect 2 "\-\-monitor-interval needs a value" -- "${syn[@]}" --monitor-interval
+expect 2 "\-\-monitor-interval 1e-09 is below 0.01 s" -- "${syn[@]}" --monitor-interval 1e-9
 expect 2 "\-\-monitor-csv $work/no/such/dir/m.csv: directory $work/no/such/dir does not exist" -- "${syn[@]}" --monitor-csv "$work/no/such/dir/m.csv"
 ! grep -q "Epoch" "$work/expect.out" && ok || bad "training started despite an unwritable --monitor-csv"
 "$bin" train --help | grep -q -- "--monitor-interval S" && ok || bad "train --help lacks --monitor-interval"
