@@ -5,6 +5,7 @@
 #include "ops/bf16_conv_math.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <time.h>
 
 #include "core/cpu_features.h"
@@ -35,34 +36,28 @@ static double seconds(void) {
     op "%%zmm6\n\t" op "%%zmm7\n\t" op "%%zmm8\n\t" op "%%zmm9\n\t" op "%%zmm10\n\t" op "%%zmm11\n\t"
 #define MP_CLOBBER12 "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"
 
-/* Seconds for CHAINS x ITERS vdpbf16ps (64 flops each). */
-__attribute__((target("avx512f"))) static double time_dot(void) {
-    const __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-30f);
-    long n = ITERS;
-    const double t0 = seconds();
-    __asm__ volatile("1:\n\t" MP_X12("vdpbf16ps %1, %2, ") "dec %0\n\tjnz 1b"
-                     : "+r"(n)
-                     : "v"(x), "v"(y)
-                     : MP_CLOBBER12, "cc");
-    return seconds() - t0;
-}
+/* The loop: ITERS rounds of `op x, y` into each of the twelve chains. */
+#define MP_CHAINS_LOOP(op)                                                         \
+    __asm__ volatile("1:\n\t" MP_X12(op " %1, %2, ") "dec %0\n\tjnz 1b"          \
+                     : "+r"(n)                                                     \
+                     : "v"(x), "v"(y)                                              \
+                     : MP_CLOBBER12, "cc")
 
-/* Seconds for CHAINS x ITERS vfmadd231ps (32 flops each). */
-__attribute__((target("avx512f"))) static double time_fma(void) {
+/* Seconds for CHAINS x ITERS vdpbf16ps (dot: 64 flops each) or vfmadd231ps
+ * (32 flops each). */
+__attribute__((target("avx512f"))) static double time_chains(bool dot) {
     const __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-30f);
     long n = ITERS;
     const double t0 = seconds();
-    __asm__ volatile("1:\n\t" MP_X12("vfmadd231ps %1, %2, ") "dec %0\n\tjnz 1b"
-                     : "+r"(n)
-                     : "v"(x), "v"(y)
-                     : MP_CLOBBER12, "cc");
+    if (dot) MP_CHAINS_LOOP("vdpbf16ps");
+    else MP_CHAINS_LOOP("vfmadd231ps");
     return seconds() - t0;
 }
 
 static double probe_rate(void) {
     double dot = 1e30, fma = 1e30;
     for (int t = 0; t < TRIES; t++) { /* alternate, keep the best of each: a preempted try only loses */
-        double d = time_dot(), f = time_fma();
+        double d = time_chains(true), f = time_chains(false);
         dot = d < dot ? d : dot;
         fma = f < fma ? f : fma;
     }
@@ -72,11 +67,15 @@ static double probe_rate(void) {
 
 static void detect(void) {
     const mp_cpu_features *f = mp_cpu_features_get();
+    bool slow_dot = false; /* unmeasured: oneDNN's bf16 kernels, as before the probe */
 #ifdef MP_BF16_PROBE
-    if (f->avx512_bf16) g_rate = probe_rate();
+    if (f->avx512_bf16) {
+        g_rate = probe_rate();
+        slow_dot = g_rate < 1.0;
+    }
 #endif
     /* without AVX-512 BF16 oneDNN has no bf16 kernels: DOT leaves those nodes to the staged emulation */
-    g_auto = f->avx512_bf16 && !f->amx_bf16 && g_rate < 1.0 ? MP_BF16_MATH_F32 : MP_BF16_MATH_DOT;
+    g_auto = f->avx512_bf16 && !f->amx_bf16 && slow_dot ? MP_BF16_MATH_F32 : MP_BF16_MATH_DOT;
 }
 
 double mp_bf16_dot_rate(void) {

@@ -24,8 +24,8 @@ mp_bf16_math mp_bf16_math_current(void);
  * returns to the CPU's choice. Returns the math in use afterwards. */
 mp_bf16_math mp_bf16_math_set(mp_bf16_math m);
 /* The measured rate of bf16 dot products (vdpbf16ps, 512-bit, one thread)
- * over that of f32 FMAs, in flops; 0 without AVX-512 BF16 (or in builds
- * that cannot compile the probe). */
+ * over that of f32 FMAs, in flops; 0 without AVX-512 BF16, or in builds
+ * that cannot compile the probe (AUTO is DOT there). */
 double mp_bf16_dot_rate(void);
 const char *mp_bf16_math_name(mp_bf16_math m);
 
