@@ -354,11 +354,14 @@ int main(int argc, char **argv) {
     const mp_cpu_features *cpu = mp_cpu_features_get();
     double conv16_gflops = cpu->avx512_bf16 || cpu->amx_bf16 ? onednn_large_conv_gflops(dnnl_bf16, 10, impl16, sizeof impl16) : -1;
 #endif
+    const double gbps = copy_gbps(5);
     printf("copy bandwidth: %.1f GB/s (read + write, %d threads); bf16 dot products at %.2fx the f32 FMA rate "
            "(1 thread); bf16 convolutions: %s\n",
-           copy_gbps(5), omp_get_max_threads(), mp_bf16_dot_rate(), mp_bf16_math_name(mp_bf16_math_current()));
+           gbps, omp_get_max_threads(), mp_bf16_dot_rate(), mp_bf16_math_name(mp_bf16_math_current()));
     printf("\n| what | batch | input | ms/step | images/s | GFLOP/s | share of large conv | vs fp32 |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
+    printf("| CPU: %s, %d threads, copy %.1f GB/s, bf16 dot products %.2fx f32 FMA | - | - | - | - | - | - | - |\n",
+           mp_cpu_model_name(), omp_get_max_threads(), gbps, mp_bf16_dot_rate());
     if (conv_gflops > 0)
         printf("| oneDNN fp32 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | 100%% | - |\n", impl, conv_gflops);
 #ifdef MP_HAVE_ONEDNN
