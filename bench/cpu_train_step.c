@@ -13,7 +13,10 @@
  * steps excluded) and the share of ReLU + batch norm in them. --ab also
  * times each policy's step with batch norm and ReLU unfused, and with the
  * scalar reference kernels for ReLU, batch norm and pooling, unfused (as
- * before their vector paths), in the same rounds. */
+ * before their vector paths), and the bf16 policies' step with the other
+ * math for bf16 convolutions (bf16_conv_math.h), in the same rounds. The
+ * table starts with the copy bandwidth of the machine (what the
+ * memory-bound ops' bytes take) and the bf16 dot-product rate. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@
 
 #include "amp/policy.h"
 #include "core/cpu_features.h"
+#include "ops/bf16_conv_math.h"
 #include "ops/cpu_fast.h"
 #include "core/rng.h"
 #include "graph/graph.h"
@@ -140,9 +144,43 @@ typedef enum {
     V_DEFAULT,  /* vector kernels, batch norm + ReLU fused: what plans run */
     V_UNFUSED,  /* vector kernels, MIXPREC_NO_FUSION=1 */
     V_SCALAR,   /* ReLU, batch norm and pooling without our vector kernels, unfused (as before them; oneDNN's where it applies) */
+    V_MATH,     /* bf16 policies: the convolutions on the math AUTO did not choose */
     V_COUNT
 } variant;
-static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused"};
+static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused", " other conv math: "};
+
+/* The bf16 convolution math V_MATH uses. */
+static mp_bf16_math other_math(void) {
+    mp_bf16_math m = mp_bf16_math_set(MP_BF16_MATH_AUTO);
+    return m == MP_BF16_MATH_DOT ? MP_BF16_MATH_F32 : MP_BF16_MATH_DOT;
+}
+
+/* Copy bandwidth in GB/s (bytes read + written) of 2 x 256 MiB f32 arrays
+ * on all threads, best of reps. */
+static double copy_gbps(int reps) {
+    const size_t n = (size_t)64 << 20;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return -1;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = (float)(i & 1023), b[i] = 0;
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = mp_now_seconds();
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) b[i] = a[i];
+        double t = mp_now_seconds() - t0;
+        best = t < best ? t : best;
+    }
+    volatile float sink = b[n / 3];
+    (void)sink;
+    free(a);
+    free(b);
+    return 2.0 * (double)(n * sizeof(float)) / best / 1e9;
+}
 
 /* One model, plan, optimizer and batch. */
 typedef struct {
@@ -180,11 +218,13 @@ static int trainer_init(trainer *t, const char *model, int c, int h, int w, int 
     }
     mp_graph_init_params(t->m.g, 1);
     mp_fast_isa_set(v == V_SCALAR ? MP_FAST_NONE : MP_FAST_AVX512); /* prepare() asks too */
+    mp_bf16_math_set(v == V_MATH ? other_math() : MP_BF16_MATH_AUTO);
     mp_status st = mp_plan_create(t->m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = t->m.loss,
                                                          .reference = reference, .profile = profile,
-                                                         .no_fusion = v != V_DEFAULT},
+                                                         .no_fusion = v == V_UNFUSED || v == V_SCALAR},
                                   &t->plan);
     mp_fast_isa_set(MP_FAST_AVX512);
+    mp_bf16_math_set(MP_BF16_MATH_AUTO);
     if (st != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
         trainer_free(t);
@@ -314,8 +354,14 @@ int main(int argc, char **argv) {
     const mp_cpu_features *cpu = mp_cpu_features_get();
     double conv16_gflops = cpu->avx512_bf16 || cpu->amx_bf16 ? onednn_large_conv_gflops(dnnl_bf16, 10, impl16, sizeof impl16) : -1;
 #endif
+    const double gbps = copy_gbps(5);
+    printf("copy bandwidth: %.1f GB/s (read + write, %d threads); bf16 dot products at %.2fx the f32 FMA rate "
+           "(1 thread); bf16 convolutions: %s\n",
+           gbps, omp_get_max_threads(), mp_bf16_dot_rate(), mp_bf16_math_name(mp_bf16_math_current()));
     printf("\n| what | batch | input | ms/step | images/s | GFLOP/s | share of large conv | vs fp32 |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
+    printf("| CPU: %s, %d threads, copy %.1f GB/s, bf16 dot products %.2fx f32 FMA | - | - | - | - | - | - | - |\n",
+           mp_cpu_model_name(), omp_get_max_threads(), gbps, mp_bf16_dot_rate());
     if (conv_gflops > 0)
         printf("| oneDNN fp32 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | 100%% | - |\n", impl, conv_gflops);
 #ifdef MP_HAVE_ONEDNN
@@ -340,19 +386,22 @@ int main(int argc, char **argv) {
             fprintf(stderr, "cpu_train_step: --precision: at most %d policies\n", MAX_PREC);
             return 2;
         }
-        for (int v = 0; v < n_var; v++, n++) {
+        const bool has_bf16 = strstr(name, "bf16") != NULL;
+        for (int v = 0; v < n_var; v++) {
+            if (v == V_MATH && !has_bf16) continue; /* no bf16 convolutions */
             names[n] = name;
             if (trainer_init(&tr[n], model, c, h, w, batch, reference, profile && v == V_DEFAULT, prec, (variant)v))
                 return 1;
+            n++;
         }
     }
     step_result res[MAX_PREC * V_COUNT];
     if (time_steps(tr, n, steps, profile, model, res)) return 1;
     for (int k = 0; k < n; k++) {
-        /* "vs fp32": the same variant's fp32 step, from the same rounds */
+        /* "vs fp32": the same variant's fp32 step (V_MATH: the default's), from the same rounds */
         double rel_x = -1;
         for (int j = 0; j < n; j++)
-            if (tr[j].v == tr[k].v && tr[j].precision == MP_PRECISION_FP32)
+            if (tr[j].v == (tr[k].v == V_MATH ? V_DEFAULT : tr[k].v) && tr[j].precision == MP_PRECISION_FP32)
                 rel_x = res[k].speedup_vs_first / res[j].speedup_vs_first;
         char share[32] = "n/a", rel[32] = "-", vs_default[48] = "";
         if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res[k].gflops / conv_gflops);
@@ -360,8 +409,9 @@ int main(int argc, char **argv) {
         if (tr[k].v != V_DEFAULT) /* the default variant of this precision precedes it */
             snprintf(vs_default, sizeof vs_default, " (%.2fx the default's time)",
                      res[k - tr[k].v].speedup_vs_first / res[k].speedup_vs_first);
-        printf("| %s %s training step%s%s%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s | %s |\n", model, names[k],
-               reference ? " (reference kernels)" : "", variant_name[tr[k].v], vs_default, batch, c, h, w, res[k].ms,
+        printf("| %s %s training step%s%s%s%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s | %s |\n", model, names[k],
+               reference ? " (reference kernels)" : "", variant_name[tr[k].v],
+               tr[k].v == V_MATH ? mp_bf16_math_name(other_math()) : "", vs_default, batch, c, h, w, res[k].ms,
                res[k].images_per_s, res[k].gflops, share, rel);
     }
     for (int k = 0; k < n; k++) trainer_free(&tr[k]);

@@ -5,7 +5,10 @@
  *    convolutions stay emulated (no bf16 kernels) the bits must match;
  *  - convolutions go to oneDNN's bf16 primitives on CPUs that have bf16
  *    kernels (AVX-512 BF16 / AMX) and must agree with the emulation to bf16
- *    accuracy (losses, every parameter gradient). */
+ *    accuracy (losses, every parameter gradient);
+ *  - with the f32 math for bf16 convolutions (bf16_conv_math.h: f32
+ *    primitives between bf16 tensors, what CPUs with slow bf16 dot products
+ *    run) they go native on every CPU with oneDNN, to the same accuracy. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 #include "core/cpu_features.h"
 #include "core/rng.h"
 #include "graph/plan.h"
+#include "ops/bf16_conv_math.h"
 
 enum { B = 16 };
 
@@ -78,11 +82,14 @@ static result run(bool native_allowed, mp_precision precision) {
     return res;
 }
 
-static void compare(mp_precision precision) {
+static void compare(mp_precision precision, mp_bf16_math math) {
     const mp_cpu_features *cpu = mp_cpu_features_get();
-    bool bf16_cpu = cpu->avx512_bf16 || cpu->amx_bf16;
+    const bool f32_math = mp_bf16_math_set(math) == MP_BF16_MATH_F32;
+    bool bf16_cpu = cpu->avx512_bf16 || cpu->amx_bf16 || f32_math;
     result emu = run(false, precision), nat = run(true, precision);
-    const char *name = mp_precision_name(precision);
+    mp_bf16_math_set(MP_BF16_MATH_AUTO);
+    char name[64];
+    snprintf(name, sizeof name, "%s, %s", mp_precision_name(precision), mp_bf16_math_name(math));
     CHECK(emu.native == 0, "%s: MP_NATIVE_OFF must keep every node emulated", name);
     double d2 = 0, r2 = 0;
     for (int64_t i = 0; i < emu.n_grads; i++) {
@@ -90,7 +97,7 @@ static void compare(mp_precision precision) {
         r2 += (double)emu.grads[i] * emu.grads[i];
     }
     double rel = sqrt(d2 / fmax(r2, 1e-30));
-    printf("%s: %d native bf16 nodes, %d of them convolutions (CPU bf16 kernels: %s), loss native %.6f emulated "
+    printf("%s: %d native bf16 nodes, %d of them convolutions (CPU bf16 kernels or f32 math: %s), loss native %.6f emulated "
            "%.6f, grad rel. diff %.3g\n",
            name, nat.native, nat.native_primitive, bf16_cpu ? "yes" : "no", nat.loss, emu.loss, rel);
     /* bn1, r1, sum, prod and gap run on bf16 kernels everywhere */
@@ -112,8 +119,11 @@ static void compare(mp_precision precision) {
 }
 
 int main(void) {
-    compare(MP_PRECISION_AMP_BF16);
-    compare(MP_PRECISION_O2_BF16);
-    compare(MP_PRECISION_BF16);
+    const mp_bf16_math maths[] = {MP_BF16_MATH_DOT, MP_BF16_MATH_F32};
+    for (int m = 0; m < 2; m++) {
+        compare(MP_PRECISION_AMP_BF16, maths[m]);
+        compare(MP_PRECISION_O2_BF16, maths[m]);
+        compare(MP_PRECISION_BF16, maths[m]);
+    }
     return test_summary("test_native_bf16");
 }

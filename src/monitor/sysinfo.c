@@ -13,6 +13,7 @@
 #include "core/cpu_features.h"
 #ifdef MP_HAVE_ONEDNN
 #include "monitor/onednn_probe.h"
+#include "ops/bf16_conv_math.h"
 #endif
 
 /* Opens the first loadable soname of names (NULL-terminated). On success
@@ -235,7 +236,11 @@ void mp_cpu_bf16_path_query(mp_bf16_path *out) {
     out->native = mp_onednn_probe_bf16_conv(impl, sizeof impl);
     const mp_cpu_features *f = mp_cpu_features_get();
     const char *hw = f->amx_bf16 ? "AMX-BF16" : f->avx512_bf16 ? "AVX-512 BF16" : NULL;
-    if (out->native)
+    if (out->native && mp_bf16_math_current() == MP_BF16_MATH_F32)
+        snprintf(out->detail, sizeof out->detail,
+                 "native: oneDNN f32 convolutions between bf16 tensors (%s dot products: %.2fx the f32 FMA rate)",
+                 hw ? hw : "bf16", mp_bf16_dot_rate());
+    else if (out->native)
         snprintf(out->detail, sizeof out->detail, "native: oneDNN bf16 kernels (%s%s%s)", impl, hw ? " on " : "",
                  hw ? hw : "");
     else if (impl[0])

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ops/bf16_conv_math.h"
 #include "ops/onednn_common.h"
 
 /* One primitive argument bound to a plain tensor of the call. When the
@@ -176,14 +177,17 @@ static mp_status make_pd(const conv_ctx *x, const_dnnl_op_desc_t od, const_dnnl_
 
 /* Memory descriptors of the plain tensors, in oneDNN's view of the op:
  * src = op input, dst = op output, weights (G, O/G, I/G, K, K) or (O, I, K, K)
- * laid out as PyTorch stores them. */
+ * laid out as PyTorch stores them, in the tensors' dtype; the *_any and
+ * plain *_p ones in the dtype the primitive computes in (bf16_conv_math.h:
+ * f32 for bf16 tensors where bf16 dot products are slow; the reorders then
+ * convert). */
 typedef struct {
-    dnnl_memory_desc_t src, dst, wei, bias, src_any, dst_any, wei_any;
+    dnnl_memory_desc_t src, dst, wei, bias, src_any, dst_any, wei_any, src_p, dst_p, wei_p;
     dnnl_memory_desc_t dwei, dwei_any; /* weight gradients: always f32 */
     dnnl_dims_t strides, dilates, pad_l, pad_r;
 } conv_mds;
 
-static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, bool *fallback) {
+static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, dnnl_data_type_t ct, bool *fallback) {
     const mp_op_desc *d = x->d;
     const mp_op_info *info = x->info;
     const mp_conv_opts *o = &d->attr.conv;
@@ -192,22 +196,26 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, b
     const int g = o->groups, cin = in->dims[1], cout = out->dims[1], k = o->kernel;
     CONV_CK(x, mp_onednn_plain_md(&m->src, in, dt));
     CONV_CK(x, mp_onednn_plain_md(&m->dst, out, dt));
+    CONV_CK(x, mp_onednn_plain_md(&m->src_p, in, ct));
+    CONV_CK(x, mp_onednn_plain_md(&m->dst_p, out, ct));
     dnnl_dims_t sd = {in->dims[0], cin, in->dims[2], in->dims[3]};
     dnnl_dims_t dd = {out->dims[0], cout, out->dims[2], out->dims[3]};
-    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_any, 4, sd, dt, dnnl_format_tag_any));
-    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_any, 4, dd, dt, dnnl_format_tag_any));
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_any, 4, sd, ct, dnnl_format_tag_any));
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_any, 4, dd, ct, dnnl_format_tag_any));
     if (g > 1) {
         dnnl_dims_t wd = {g, cout / g, cin / g, k, k};
         dnnl_format_tag_t tag = tr ? dnnl_giohw : dnnl_goihw;
         CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei, 5, wd, dt, tag));
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 5, wd, dt, dnnl_format_tag_any));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_p, 5, wd, ct, tag));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 5, wd, ct, dnnl_format_tag_any));
         CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dwei, 5, wd, dnnl_f32, tag));
         CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dwei_any, 5, wd, dnnl_f32, dnnl_format_tag_any));
     } else {
         dnnl_dims_t wd = {cout, cin, k, k};
         dnnl_format_tag_t tag = tr ? dnnl_iohw : dnnl_oihw;
         CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei, 4, wd, dt, tag));
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 4, wd, dt, dnnl_format_tag_any));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_p, 4, wd, ct, tag));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->wei_any, 4, wd, ct, dnnl_format_tag_any));
         CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dwei, 4, wd, dnnl_f32, tag));
         CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dwei_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
     }
@@ -225,12 +233,12 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, b
     return MP_OK;
 }
 
-static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, bool training, bool jit_only,
-                       bool *fallback, size_t *ws_bytes) {
+static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, dnnl_data_type_t ct, bool training,
+                       bool jit_only, bool *fallback, size_t *ws_bytes) {
     const bool tr = x->d->kind == MP_OP_CONV_TRANSPOSE2D;
     const bool bias = x->d->attr.conv.bias;
     conv_mds m;
-    MP_TRY(make_mds(x, &m, dt, fallback));
+    MP_TRY(make_mds(x, &m, dt, ct, fallback));
     if (*fallback) return MP_OK;
     const dnnl_memory_desc_t *bmd = bias ? &m.bias : NULL;
     /* Layouts of each pass (F forward, D backward data, W backward weights):
@@ -243,10 +251,10 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, b
     const int cin = x->info->in[0].dims[1];
     const bool plain_f = !tr && x->d->attr.conv.groups == 1 && cin == 1;
     const bool plain_d = !tr && x->d->attr.conv.groups == 1 && cin < 8;
-    const dnnl_memory_desc_t *sF = plain_f ? &m.src : &m.src_any, *wF = plain_f ? &m.wei : &m.wei_any,
-                             *dF = plain_f ? &m.dst : &m.dst_any;
-    const dnnl_memory_desc_t *sD = plain_d ? &m.src : &m.src_any, *wD = plain_d ? &m.wei : &m.wei_any,
-                             *dD = plain_d ? &m.dst : &m.dst_any;
+    const dnnl_memory_desc_t *sF = plain_f ? &m.src_p : &m.src_any, *wF = plain_f ? &m.wei_p : &m.wei_any,
+                             *dF = plain_f ? &m.dst_p : &m.dst_any;
+    const dnnl_memory_desc_t *sD = plain_d ? &m.src_p : &m.src_any, *wD = plain_d ? &m.wei_p : &m.wei_any,
+                             *dD = plain_d ? &m.dst_p : &m.dst_any;
     const dnnl_memory_desc_t *sW = &m.src_any, *wW = &m.dwei_any, *dW = &m.dst_any;
     dnnl_convolution_desc_t fd, bdd, bwd; /* dnnl_deconvolution_desc_t is the same type */
     dnnl_prop_kind_t prop = training ? dnnl_forward_training : dnnl_forward_inference;
@@ -347,7 +355,10 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
         return mp_error(MP_ERR_NOMEM, "%s '%s': out of memory", mp_op_lookup(d->kind)->name, d->name ? d->name : "?");
     bool fallback = false;
     size_t ws = 0;
-    mp_status rc = build(&x, st, mp_onednn_dt(dt), training, jit_only, &fallback, &ws);
+    /* bf16 tensors: bf16 primitives, or f32 ones where bf16 dot products are slow */
+    const bool f32_math = dt == MP_DTYPE_BF16 && mp_bf16_math_current() == MP_BF16_MATH_F32;
+    mp_status rc = build(&x, st, mp_onednn_dt(dt), f32_math ? dnnl_f32 : mp_onednn_dt(dt), training, jit_only,
+                         &fallback, &ws);
     if (rc != MP_OK || fallback) {
         mp_conv_onednn_release(st);
         return rc;

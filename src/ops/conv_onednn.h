@@ -40,7 +40,9 @@ static inline mp_conv_geom mp_conv_geom_of(const mp_op_desc *d, const mp_shape *
  * exact shapes (forward, and when training backward data + weights) in dt:
  * F32, or BF16 (bf16 activations and weights, f32 accumulation, bias and
  * weight gradients in f32: tensor-core style on CPUs with AVX-512 BF16 /
- * AMX; oneDNN has no bf16 kernels elsewhere and *state stays NULL),
+ * AMX; oneDNN has no bf16 kernels elsewhere and *state stays NULL; where
+ * bf16 dot products are slower than f32 FMAs the primitives compute in f32
+ * between bf16 tensors, bf16_conv_math.h),
  * raising info->workspace_bytes to what forward/backward need (scratchpads
  * and the blocked copies of the plain tensors). *state is NULL when oneDNN
  * has no implementation for this configuration, or (jit_only, MP_IMPL_AUTO)
