@@ -218,7 +218,11 @@ mp_status mp_numerics_launch_begin(mp_trainer *t, int kind) {
 #ifdef MP_HAVE_CUDA
     if (s->gpu) {
         MP_TRY(open_device(t));
-        MP_TRY(fetch(s, true)); /* the host copy is about to be reused */
+        /* the host copy is about to be reused: wait for the last one, except
+         * on a data-parallel rank, which never waits outside the watchdog
+         * (a dead peer would hang it): that rank skips this collection */
+        MP_TRY(fetch(s, !t->o.dist));
+        if (s->pending_step) return MP_OK;
         MP_TRY(mp_cuda_numerics_clear(s->dev));
         s->build.n = 0;
         s->kind = kind;
