@@ -27,12 +27,7 @@ struct tanh_bwd { /* (y, dy) */
     __device__ float operator()(const float (&a)[2]) const { return a[1] * (1.f - a[0] * a[0]); }
 };
 struct sigmoid_fwd { /* split by sign so exp never overflows */
-    __device__ float operator()(const float (&a)[1]) const {
-        float v = a[0];
-        if (v >= 0.f) return 1.f / (1.f + expf(-v));
-        float e = expf(v);
-        return e / (1.f + e);
-    }
+    __device__ float operator()(const float (&a)[1]) const { return mp_dev_sigmoid(a[0]); }
 };
 struct sigmoid_bwd { /* (y, dy) */
     __device__ float operator()(const float (&a)[2]) const { return a[1] * a[0] * (1.f - a[0]); }

@@ -27,13 +27,7 @@ __global__ void bce_partial_kernel(const void *x, mp_dtype xdt, const void *t, m
         float v = mp_ld(x, xdt, i), tt = mp_ld(t, tdt, i);
         acc += (double)(fmaxf(v, 0.f) - v * tt + log1pf(expf(-fabsf(v))));
     }
-    s[threadIdx.x] = acc;
-    __syncthreads();
-    for (int k = MP_CUDA_THREADS / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+    mp_dev_block_sum(s, acc, &partial[blockIdx.x]);
 }
 
 __global__ void bce_bwd_kernel(const void *x, mp_dtype xdt, const void *t, mp_dtype tdt, long long n,
@@ -43,13 +37,7 @@ __global__ void bce_bwd_kernel(const void *x, mp_dtype xdt, const void *t, mp_dt
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const float v = mp_ld(x, xdt, i);
         if (dx) {
-            float sig;
-            if (v >= 0.f) sig = 1.f / (1.f + expf(-v));
-            else {
-                float e = expf(v);
-                sig = e / (1.f + e);
-            }
-            mp_st(dx, dxdt, i, g * (sig - mp_ld(t, tdt, i)));
+            mp_st(dx, dxdt, i, g * (mp_dev_sigmoid(v) - mp_ld(t, tdt, i)));
         }
         if (dt) mp_st(dt, dtdt, i, -g * v);
     }

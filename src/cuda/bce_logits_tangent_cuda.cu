@@ -21,12 +21,6 @@ static int tan_blocks(long long n) {
 
 extern "C" size_t mp_cuda_bce_tangent_workspace(long long n) { return (size_t)tan_blocks(n) * sizeof(double); }
 
-__device__ __forceinline__ float tan_sigmoid(float v) {
-    if (v >= 0.f) return 1.f / (1.f + expf(-v));
-    const float e = expf(v);
-    return e / (1.f + e);
-}
-
 __global__ void bce_fwd_tangent_kernel(const void *x, mp_dtype xdt, const void *t, mp_dtype tdt, const void *tx,
                                        mp_dtype txdt, const void *tt, mp_dtype ttdt, long long n, double *partial) {
     __shared__ double s[MP_CUDA_THREADS];
@@ -34,17 +28,11 @@ __global__ void bce_fwd_tangent_kernel(const void *x, mp_dtype xdt, const void *
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const float v = mp_ld(x, xdt, i);
         float r = 0.f;
-        if (tx) r += (tan_sigmoid(v) - mp_ld(t, tdt, i)) * mp_ld(tx, txdt, i);
+        if (tx) r += (mp_dev_sigmoid(v) - mp_ld(t, tdt, i)) * mp_ld(tx, txdt, i);
         if (tt) r -= v * mp_ld(tt, ttdt, i);
         acc += (double)r;
     }
-    s[threadIdx.x] = acc;
-    __syncthreads();
-    for (int k = MP_CUDA_THREADS / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+    mp_dev_block_sum(s, acc, &partial[blockIdx.x]);
 }
 
 __global__ void bce_bwd_tangent_kernel(const void *x, mp_dtype xdt, const void *t, mp_dtype tdt, const void *tx,
@@ -56,7 +44,7 @@ __global__ void bce_bwd_tangent_kernel(const void *x, mp_dtype xdt, const void *
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const float v = mp_ld(x, xdt, i), txv = tx ? mp_ld(tx, txdt, i) : 0.f;
         if (tdx) {
-            const float sg = tan_sigmoid(v), ttv = tt ? mp_ld(tt, ttdt, i) : 0.f;
+            const float sg = mp_dev_sigmoid(v), ttv = tt ? mp_ld(tt, ttdt, i) : 0.f;
             mp_st(tdx, tdxdt, i, g * (sg * (1.f - sg) * txv - ttv) + tg * (sg - mp_ld(t, tdt, i)));
         }
         if (tdtg) mp_st(tdtg, tdtgdt, i, -g * txv - tg * v);

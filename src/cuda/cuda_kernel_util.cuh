@@ -126,4 +126,25 @@ static cudaError_t mp_ew2(mp_cuda_ctx *ctx, const mp_tensor *a, const mp_tensor 
     return mp_ew_launch(ctx, io, f);
 }
 
+/* ---- device helpers ------------------------------------------------------ */
+
+/* The logistic sigmoid without overflow for either sign of v. */
+__device__ __forceinline__ float mp_dev_sigmoid(float v) {
+    if (v >= 0.f) return 1.f / (1.f + expf(-v));
+    const float e = expf(v);
+    return e / (1.f + e);
+}
+
+/* Every thread's acc summed in a fixed tree order through s (MP_CUDA_THREADS
+ * doubles of shared memory); thread 0 stores the block's sum at *out. */
+__device__ __forceinline__ void mp_dev_block_sum(double *s, double acc, double *out) {
+    s[threadIdx.x] = acc;
+    __syncthreads();
+    for (int k = MP_CUDA_THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = s[0];
+}
+
 #endif
