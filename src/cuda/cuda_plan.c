@@ -8,7 +8,10 @@
  * a plan with grads_in_arena has no gradient slab (the arena holds them).
  * Under the policies without master weights (fp16, bf16) a weight that one
  * low-precision node uses has no fp32 copy at all: its cast is the weight
- * (low_only), as a PyTorch `.half()` model's. */
+ * (low_only), as a PyTorch `.half()` model's. Nodes sharing a weight
+ * (mp_graph_share_params: a discriminator applied to real and generated
+ * images) share its cast where they compute in the same dtype, so the one
+ * cast the optimizer refreshes is the one every user reads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,7 @@ struct mp_device_plan {
     float *input_nchw;  /* device staging of one host batch (f32, NCHW) */
     size_t input_cap;   /* floats */
     bool casts_by_optimizer;      /* the fused optimizer refreshes the low casts */
+    bool casts_unshared;          /* a shared weight has casts of two dtypes: the forward casts every step */
 };
 
 static const char *node_name(const mp_plan *p, int i) { return p->g->nodes[i].name; }
@@ -79,6 +83,20 @@ static void mark_low_only(mp_plan *p) {
         p->dev->low_only[k] = p->o.training ? mp_graph_param_low_only(g, k) : MP_DTYPE_F32;
 }
 
+static bool is_low(mp_dtype d) { return d == MP_DTYPE_F16 || d == MP_DTYPE_BF16; }
+
+/* An earlier node than i computing in f16/bf16 with node i's parameters
+ * (weights shared by mp_graph_share_params), or -1. */
+static int earlier_cast(const mp_plan *p, int i) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    for (int j = 0; j < i; j++) {
+        const mp_gnode *o = &p->g->nodes[j];
+        if (is_low(o->compute_dtype) && o->first_param == nd->first_param && o->n_params == nd->n_params)
+            return j;
+    }
+    return -1;
+}
+
 /* Places every master, gradient and low-precision cast in its slab; run once
  * on bases of NULL to size the slabs, then again on the allocations. */
 static void place_params(mp_plan *p, slab *master, slab *grad, slab *low) {
@@ -93,12 +111,19 @@ static void place_params(mp_plan *p, slab *master, slab *grad, slab *low) {
         d->param[k] = d->low_only[k] != MP_DTYPE_F32 ? NULL : slab_take(master, bytes);
         if (gp->spec.trainable && !in_arena) d->grad[k] = slab_take(grad, bytes); /* else plan_memory places it */
     }
+    d->casts_unshared = false;
     for (int i = 0; i < p->n; i++) {
         const mp_gnode *nd = &g->nodes[i];
-        if (nd->compute_dtype != MP_DTYPE_F16 && nd->compute_dtype != MP_DTYPE_BF16) continue;
+        if (!is_low(nd->compute_dtype)) continue;
         for (int k = 0; k < nd->n_params; k++) {
             const mp_gparam *gp = &g->params[nd->first_param + k];
             if (!gp->spec.trainable) continue; /* BN running stats stay fp32 */
+            const int j = earlier_cast(p, i);
+            if (j >= 0 && g->nodes[j].compute_dtype == nd->compute_dtype) { /* shared weights: one cast */
+                d->low[i * MP_MAX_PARAMS + k] = d->low[j * MP_MAX_PARAMS + k];
+                continue;
+            }
+            if (j >= 0) d->casts_unshared = true; /* a second dtype: a cast the optimizer does not refresh */
             d->low[i * MP_MAX_PARAMS + k] =
                 slab_take(low, (size_t)mp_shape_numel(&gp->spec.shape) * mp_dtype_size(nd->compute_dtype));
         }
@@ -420,16 +445,26 @@ void mp_device_param_bytes(const mp_plan *p, size_t bytes[3]) {
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : NULL; }
 float *mp_cuda_plan_param(const mp_plan *p, int k) { return p->dev->param[k]; }
 
-/* The low cast of graph parameter k (its first user's), or NULL. */
+/* The low cast of graph parameter k (its first low-precision user's, which
+ * users of the same dtype share), or NULL. */
 void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype) {
     const mp_gparam *gp = &p->g->params[k];
-    const mp_gnode *nd = &p->g->nodes[gp->node];
-    void *low = p->dev->low[gp->node * MP_MAX_PARAMS + (k - nd->first_param)];
-    *dtype = p->dev->low_only[k] != MP_DTYPE_F32 ? p->dev->low_only[k] : nd->compute_dtype; /* as allocated */
-    return low;
+    *dtype = p->dev->low_only[k];
+    for (int i = gp->node; i < p->n; i++) {
+        const mp_gnode *nd = &p->g->nodes[i];
+        if (k < nd->first_param || k >= nd->first_param + nd->n_params) continue;
+        void *low = p->dev->low[i * MP_MAX_PARAMS + (k - nd->first_param)];
+        if (!low) continue;
+        if (*dtype == MP_DTYPE_F32) *dtype = nd->compute_dtype; /* as allocated */
+        return low;
+    }
+    if (*dtype == MP_DTYPE_F32) *dtype = p->g->nodes[gp->node].compute_dtype;
+    return NULL;
 }
 
-void mp_cuda_plan_casts_by_optimizer(mp_plan *p, bool on) { p->dev->casts_by_optimizer = on; }
+void mp_cuda_plan_casts_by_optimizer(mp_plan *p, bool on) {
+    p->dev->casts_by_optimizer = on && !p->dev->casts_unshared;
+}
 
 void mp_device_profile_sync(const mp_plan *p) {
     enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
