@@ -56,7 +56,7 @@ static void usage(FILE *f) {
             "  --clip-grad-norm X  clip the global norm of the (unscaled) gradients\n"
             "  --clip-grad-value X clip each (unscaled) gradient element to [-X, X]\n"
             "  --gradient-penalty l2:LAMBDA  add LAMBDA x the L2 norm of the loss's parameter gradients to the\n"
-            "                      loss (seed 003; second derivatives, CPU only, no --accumulate): the\n"
+            "                      loss (seed 003; second derivatives, no --accumulate or --gpus): the\n"
             "                      penalty is computed from unscaled gradients and reported per epoch\n"
             "  --max-forward-overflows N  consecutive NaN/inf forwards before stopping (default 3)\n"
             "  --auto-fallback     move a layer that overflows in the forward pass to fp32\n"

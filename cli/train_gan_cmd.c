@@ -42,7 +42,7 @@ static void usage(FILE *f) {
             "                      as Keras' AC-GAN: its class head learns from real images only, whose class\n"
             "                      loss weighs 2); the generator's class loss weighs 1 whatever W is\n"
             "  --gradient-penalty r1:GAMMA | wgan-gp:LAMBDA\n"
-            "                      a gradient penalty on the discriminator (second derivatives; CPU only):\n"
+            "                      a gradient penalty on the discriminator (second derivatives):\n"
             "                      r1 = GAMMA/2 x mean ||d D(x)/dx||^2 on the real images; wgan-gp = LAMBDA x\n"
             "                      mean (||d D(x)/dx|| - 1)^2 on random mixes of real and generated images.\n"
             "                      Computed from unscaled gradients; its value is in the epoch line and log\n"

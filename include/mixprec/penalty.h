@@ -23,8 +23,15 @@
  * activation, weight cast and gradient is widened to f32 for the tangent
  * kernels), its output is in the same loss-scaled units as the gradients and
  * is added to them before the unscale/overflow check, so the scaler's skip
- * and growth rules are unchanged. GPU plans and trainers return
- * MP_ERR_UNSUPPORTED for second order in this version. */
+ * and growth rules are unchanged.
+ *
+ * On a GPU the same holds with two differences: the tangent kernels read
+ * the primal tensors as stored (f16/bf16 activations, weight casts and
+ * gradients, library calls in the node's compute dtype with f32
+ * accumulation) instead of widened copies, and a trainer computes the
+ * penalty and its direction on the device inside the step's CUDA graph, so
+ * mp_trainer_penalty_value may report the step before the last until
+ * mp_trainer_wait (as the loss scale does). */
 #ifndef MIXPREC_PENALTY_H
 #define MIXPREC_PENALTY_H
 

@@ -67,12 +67,14 @@ typedef struct {
      * comparisons; MIXPREC_FUSE_BN_ADD_RELU=0 does it for every plan, and
      * no_fusion implies it). */
     bool no_bn_add_relu_fusion;
-    /** Second derivatives (mixprec/penalty.h), CPU plans only: tangent
-     * buffers for every node and trainable parameter; every activation,
-     * saved tensor and gradient keeps its own memory for the whole step (no
-     * arena reuse: a second-order arena is the sum of its buffers, often 2-4x
-     * a training plan's); no op fusion; low-precision nodes run on the staged
-     * f32 emulation (no native bf16 kernels). */
+    /** Second derivatives (mixprec/penalty.h), on the CPU or a GPU: f32
+     * tangent buffers for every node and trainable parameter (device memory
+     * on a GPU, whose host arrays in and out keep the graph's layout);
+     * every activation, saved tensor and gradient keeps its own memory for
+     * the whole step (no arena reuse: a second-order arena is the sum of its
+     * buffers, often 2-4x a training plan's); no op fusion; on the CPU
+     * low-precision nodes run on the staged f32 emulation (no native bf16
+     * kernels). */
     bool second_order;
     /** With second_order: backward may also start from node input_grad_of
      * (the sum of its outputs; a logits node or a loss) and stop at node

@@ -86,8 +86,8 @@ typedef struct {
     bool sync_bn;                /**< BatchNorm with the global batch's statistics */
     FILE *events;                /**< overflow reports as lines here too (NULL: only in mp_step_report) */
     /** A gradient penalty added to one group's objective (mixprec/penalty.h;
-     * zero: none). The plan is then a second-order one (CPU only; no
-     * accumulation). Its gradient joins the group's loss-scaled gradients
+     * zero: none). The plan is then a second-order one (no
+     * accumulation, no data parallelism; CPU or one GPU). Its gradient joins the group's loss-scaled gradients
      * before their unscale/check; a NaN/inf gradient it reads is a gradient
      * overflow (the scale backs off), a NaN/inf value computed from finite
      * gradients a forward overflow of the penalty (the scale stays). */

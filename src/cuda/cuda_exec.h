@@ -42,6 +42,11 @@ mp_status mp_device_zero_unreached_grads(mp_plan *p);
 mp_status mp_device_set_loss_seed(mp_plan *p, int node, mp_seed seed);
 
 mp_status mp_device_set_input(mp_plan *p, int node, const float *host_nchw, size_t n);
+/* Any device tensor of the plan (float dtype, its device layout) from or to
+ * a host f32 array in the graph's layout (NCHW; other ranks as they lie);
+ * n must be its element count. to_host synchronizes. */
+mp_status mp_device_tensor_from_host(mp_plan *p, const mp_tensor *t, const float *host_nchw, size_t n);
+mp_status mp_device_tensor_to_host(const mp_plan *p, const mp_tensor *t, float *host_nchw, size_t n);
 mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t n);
 mp_status mp_device_read(const mp_plan *p, int node, float *host_nchw, size_t n);
 /* Whether a device tensor of the plan (an activation or a gradient) holds a
@@ -62,6 +67,14 @@ void mp_device_param_bytes(const mp_plan *p, size_t bytes[3]);
 /* Wait for the plan's queued work, unless its stream is being captured into
  * a graph (then nothing): per-node timing (opts.profile) on a device. */
 void mp_device_profile_sync(const mp_plan *p);
+
+/* ---- second order (tangent_plan_cuda.c; graph/second_order.h) ---------- */
+mp_status mp_device_so_alloc(mp_plan *p, size_t bytes, void **out);
+void mp_device_so_free(mp_plan *p, void *mem);
+mp_op_call mp_device_tangent_primal(const mp_plan *p, int i, char **stage);
+mp_status mp_device_tangent_run(mp_plan *p, int i, const mp_op_call *c, bool backward);
+mp_status mp_device_tangent_add(mp_plan *p, float *dst, const float *src, int64_t n);
+mp_status mp_device_tensor_fill(mp_plan *p, const mp_tensor *t, float value);
 
 #ifdef __cplusplus
 }

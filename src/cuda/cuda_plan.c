@@ -205,7 +205,7 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
         return mp_error(MP_ERR_UNSUPPORTED, "%s '%s': no GPU implementation of this op yet",
                         mp_op_lookup(nd->desc.kind)->name, nd->name);
     mp_cuda_node_cfg cfg = {.storage = nd->storage_dtype, .compute = nd->compute_dtype, .training = p->o.training,
-                            .batch = p->o.batch, .relu_after = pn->relu_fused};
+                            .batch = p->o.batch, .relu_after = pn->relu_fused, .tangents = p->so != NULL};
     const int resid = mp_plan_fused_resid(p, i); /* a residual add + ReLU fused in (graph/plan_fuse.h) */
     if (resid >= 0) {
         cfg.add_relu_after = true;
@@ -332,18 +332,53 @@ mp_status mp_device_set_loss_seed(mp_plan *p, int node, mp_seed seed) {
     return MP_OK;
 }
 
-mp_status mp_device_set_input(mp_plan *p, int node, const float *host, size_t n) {
+/* The host staging buffer (device f32, NCHW) grown to n floats. */
+static mp_status staging(const mp_plan *p, size_t n, const char *what) {
     mp_device_plan *d = p->dev;
-    if (n > d->input_cap) {
-        cudaFree(d->input_nchw);
-        d->input_nchw = NULL;
-        d->input_cap = 0;
-        MP_TRY(dev_alloc(p, (void **)&d->input_nchw, n * sizeof(float), "the input batch"));
-        d->input_cap = n;
-    }
+    if (n <= d->input_cap) return MP_OK;
+    cudaFree(d->input_nchw);
+    d->input_nchw = NULL;
+    d->input_cap = 0;
+    MP_TRY(dev_alloc((mp_plan *)p, (void **)&d->input_nchw, n * sizeof(float), what));
+    d->input_cap = n;
+    return MP_OK;
+}
+
+static mp_status check_numel(const mp_tensor *t, size_t n, const char *what) {
+    if ((size_t)mp_tensor_numel(t) == n) return MP_OK;
+    return mp_error(MP_ERR_SHAPE, "%s: %zu values for a tensor of %lld", what, n, (long long)mp_tensor_numel(t));
+}
+
+mp_status mp_device_tensor_from_host(mp_plan *p, const mp_tensor *t, const float *host, size_t n) {
+    mp_device_plan *d = p->dev;
+    MP_TRY(check_numel(t, n, "copy to the device"));
+    MP_TRY(staging(p, n, "a host batch's staging"));
     MP_CUDA_TRY(cudaMemcpyAsync(d->input_nchw, host, n * sizeof(float), cudaMemcpyHostToDevice, d->ctx->stream),
-                node_name(p, node));
-    return mp_cuda_nchw_f32_to_device(d->ctx, d->input_nchw, &p->nodes[node].call.out);
+                "copy to the device");
+    return mp_cuda_nchw_f32_to_device(d->ctx, d->input_nchw, t);
+}
+
+mp_status mp_device_tensor_to_host(const mp_plan *p, const mp_tensor *t, float *host, size_t n) {
+    mp_device_plan *d = p->dev;
+    MP_TRY(check_numel(t, n, "copy to the host"));
+    MP_TRY(staging(p, n, "a read-back buffer"));
+    MP_TRY(mp_cuda_device_to_nchw_f32(d->ctx, t, d->input_nchw));
+    MP_CUDA_TRY(cudaMemcpyAsync(host, d->input_nchw, n * sizeof(float), cudaMemcpyDeviceToHost, d->ctx->stream),
+                "copy to the host");
+    MP_CUDA_TRY(cudaStreamSynchronize(d->ctx->stream), "copy to the host");
+    return MP_OK;
+}
+
+/* A failed copy's error with the node it was for in front. */
+static mp_status about_node(mp_status s, const char *what, const mp_plan *p, int node) {
+    if (s == MP_OK) return s;
+    char why[512]; /* mp_last_error() is the buffer mp_error writes: copy it first */
+    snprintf(why, sizeof why, "%s", mp_last_error());
+    return mp_error(s, "%s '%s': %s", what, node_name(p, node), why);
+}
+
+mp_status mp_device_set_input(mp_plan *p, int node, const float *host, size_t n) {
+    return about_node(mp_device_tensor_from_host(p, &p->nodes[node].call.out, host, n), "input", p, node);
 }
 
 mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t n) {
@@ -354,23 +389,11 @@ mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t
 }
 
 mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
-    mp_device_plan *d = p->dev;
     const mp_tensor *t = &p->nodes[node].call.out;
     if (t->dtype == MP_DTYPE_I32)
         return mp_error(MP_ERR_UNSUPPORTED, "read '%s': int32 outputs are not read back from the GPU",
                         node_name(p, node));
-    if (n > d->input_cap) { /* reuse the staging buffer, grown if needed */
-        cudaFree(d->input_nchw);
-        d->input_nchw = NULL;
-        d->input_cap = 0;
-        MP_TRY(dev_alloc((mp_plan *)p, (void **)&d->input_nchw, n * sizeof(float), "a read-back buffer"));
-        d->input_cap = n;
-    }
-    MP_TRY(mp_cuda_device_to_nchw_f32(d->ctx, t, d->input_nchw));
-    MP_CUDA_TRY(cudaMemcpyAsync(host, d->input_nchw, n * sizeof(float), cudaMemcpyDeviceToHost, d->ctx->stream),
-                node_name(p, node));
-    MP_CUDA_TRY(cudaStreamSynchronize(d->ctx->stream), node_name(p, node));
-    return MP_OK;
+    return about_node(mp_device_tensor_to_host(p, t, host, n), "read", p, node);
 }
 
 /* Parameters (and, to the host, gradients) between the device and the

@@ -14,6 +14,11 @@ extern "C" {
 
 /* dst += src (n elements of dtype; f32 arithmetic, one rounding). */
 mp_status mp_cuda_accumulate(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const void *src, int64_t n);
+/* dst += src with each in its own dtype (f32 arithmetic, one rounding). */
+mp_status mp_cuda_add_into(mp_cuda_ctx *ctx, void *dst, mp_dtype dst_dtype, const void *src, mp_dtype src_dtype,
+                           int64_t n);
+/* Every element of dst (n of dtype) = value * *factor_dev (NULL: value). */
+mp_status mp_cuda_fill(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, int64_t n, float value, const float *factor_dev);
 /* dst (dtype) = src (f32), rounded to nearest even. */
 mp_status mp_cuda_cast_from_f32(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const float *src, int64_t n);
 

@@ -2,7 +2,8 @@
  * (graph/exec_backend.h) over cuda_plan.c and plan_nonfinite.cu: each node
  * and workspace gets memory of its own in the arena (as a caching
  * allocator's), gradients may live in the arena, and batch norm kernels
- * apply the ReLU after them. */
+ * apply the ReLU after them; tangent passes run on the GPU ops' tangents
+ * (tangent_plan_cuda.c). */
 #include "cuda/cuda_exec.h"
 #include "graph/exec_backend.h"
 
@@ -30,4 +31,13 @@ const mp_exec_backend mp_exec_backend_cuda = {
     .params_sync = mp_device_params_sync,
     .param_bytes = mp_device_param_bytes,
     .profile_sync = mp_device_profile_sync,
+    .tangent_stages_primals = false,
+    .so_alloc = mp_device_so_alloc,
+    .so_free = mp_device_so_free,
+    .tangent_primal = mp_device_tangent_primal,
+    .tangent_run = mp_device_tangent_run,
+    .tangent_add = mp_device_tangent_add,
+    .tensor_from_host = mp_device_tensor_from_host,
+    .tensor_to_host = mp_device_tensor_to_host,
+    .tensor_fill = mp_device_tensor_fill,
 };

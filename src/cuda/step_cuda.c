@@ -6,18 +6,24 @@
  * scaler lives on the device as the same mp_scaler struct the host holds,
  * updated by the same rule; at each step's end it is copied to pinned host
  * memory, which the host reads without waiting. Data parallel: gradients
+ * A gradient penalty runs after its group's backward, on the device too
+ * (penalty_step_cuda.c); its outcome is copied to the host beside the
+ * scaler state. Data parallel: gradients
  * are all-reduced in buckets during backward, the found-inf flags after the
  * check, and at most two launches are in flight so that a rank whose peer
  * died has little queued behind a stopped collective. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_optim.h"
 #include "cuda/cuda_plan.h"
 #include "cuda/cuda_plan_kernels.h"
+#include "cuda/penalty_cuda.h"
 #include "dist/grad_allreduce.h"
 #include "cuda/cuda_exec.h"
 #include "graph/plan.h"
+#include "graph/second_order.h"
 #include "train/numerics_collect.h"
 #include "train/trainer.h"
 
@@ -31,6 +37,8 @@ typedef struct {
     mp_cuda_optim *opt[MP_MAX_GROUPS];
     mp_scaler *scaler;            /* device state */
     mp_scaler *mirror;            /* pinned host copy, written at each step's end */
+    mp_cuda_penalty *pen;         /* the gradient penalty's device state (NULL: none) */
+    mp_cuda_penalty_out *pen_mirror; /* pinned host copy of its outcome, written beside the scaler's */
     float *scalars;               /* device: lr[MP_MAX_GROUPS], then seeds[SEED_SLOTS] */
     mp_grad_allreduce *allreduce; /* data parallel, else NULL */
     cudaEvent_t queued[2];        /* data parallel: the ends of the last two launches */
@@ -90,6 +98,40 @@ static mp_status open_group(mp_trainer *t, int g) {
 
 static mp_status cuda_state_to_device(mp_trainer *t);
 
+/* The penalty's device state over its group's gradients and the plan's
+ * tangent buffers (mp_penalty_check allowed it). */
+static mp_status open_penalty(mp_trainer *t) {
+    cuda_step *s = state(t);
+    const mp_penalty *pen = &t->o.penalty;
+    const mp_optimizer *o = t->groups[pen->group].opt;
+    const int n = o->n;
+    void **grads = calloc((size_t)n + 1, sizeof *grads);
+    mp_dtype *dts = calloc((size_t)n + 1, sizeof *dts);
+    float **dir = calloc((size_t)n + 1, sizeof *dir), **tgrad = calloc((size_t)n + 1, sizeof *tgrad);
+    int64_t *numel = calloc((size_t)n + 1, sizeof *numel);
+    mp_status st = grads && dts && dir && tgrad && numel ? MP_OK : mp_error(MP_ERR_NOMEM, "cuda step: out of memory");
+    for (int i = 0; st == MP_OK && i < n; i++) {
+        const int k = o->param_index[i];
+        grads[i] = mp_device_grad(t->plan, k);
+        dts[i] = mp_plan_grad_dtype(t->plan, k);
+        dir[i] = t->plan->so->t_param[k];
+        tgrad[i] = t->plan->so->t_dparam[k];
+        numel[i] = mp_shape_numel(&t->g->params[k].spec.shape);
+    }
+    const bool on_input = pen->kind == MP_PENALTY_R1 || pen->kind == MP_PENALTY_WGAN_GP;
+    const mp_cuda_penalty_spec spec = {
+        .kind = pen->kind, .weight = pen->weight, .group = pen->group, .batch = t->o.batch,
+        .per_sample = on_input ? mp_shape_sample_numel(&t->plan->nodes[pen->input].info.out) : 0,
+        .n = n, .grads = grads, .grad_dtypes = dts, .t_param = dir, .t_dparam = tgrad, .numel = numel};
+    if (st == MP_OK) st = mp_cuda_penalty_create(s->ctx, &spec, &s->pen);
+    if (st == MP_OK)
+        st = mp_cuda_check(cudaMallocHost((void **)&s->pen_mirror, sizeof *s->pen_mirror), "cudaMallocHost",
+                           "cuda step");
+    if (st == MP_OK) *s->pen_mirror = (mp_cuda_penalty_out){NAN, MP_PEN_NOT_RUN};
+    free(grads), free(dts), free(dir), free(tgrad), free(numel);
+    return st;
+}
+
 static void cuda_close(mp_trainer *t) {
     cuda_step *s = state(t);
     if (!s) return;
@@ -108,6 +150,8 @@ static void cuda_close(mp_trainer *t) {
     }
     cudaFree(s->scaler);
     if (s->mirror) cudaFreeHost(s->mirror);
+    mp_cuda_penalty_destroy(s->pen);
+    if (s->pen_mirror) cudaFreeHost(s->pen_mirror);
     cudaFree(s->scalars);
     if (t->plan && t->plan->dev) mp_cuda_plan_casts_by_optimizer(t->plan, false);
     free(s);
@@ -121,6 +165,7 @@ static mp_status cuda_open(mp_trainer *t) {
     s->ctx = mp_cuda_plan_ctx(t->plan);
     mp_status st = MP_OK;
     for (int g = 0; st == MP_OK && g < t->n_groups; g++) st = open_group(t, g);
+    if (st == MP_OK && t->o.penalty.kind != MP_PENALTY_NONE) st = open_penalty(t);
     if (st == MP_OK) st = mp_cuda_check(cudaMalloc((void **)&s->scaler, sizeof *s->scaler), "cudaMalloc", "cuda step");
     if (st == MP_OK)
         st = mp_cuda_check(cudaMallocHost((void **)&s->mirror, sizeof *s->mirror), "cudaMallocHost", "cuda step");
@@ -191,8 +236,17 @@ static mp_status cuda_optim_step(mp_trainer *t, int g) {
     return mp_cuda_optim_step(s->ctx, s->opt[g], &a);
 }
 
+static mp_status cuda_penalty(mp_trainer *t, int g) {
+    cuda_step *s = state(t);
+    return mp_cuda_step_penalty(t, g, s->ctx, s->scaler, s->grads[g], s->pen);
+}
+
 static mp_status cuda_scaler_update(mp_trainer *t) {
     cuda_step *s = state(t);
+    if (s->pen) /* the penalty's outcome reaches the host beside the scaler state */
+        MP_CUDA_TRY(cudaMemcpyAsync(s->pen_mirror, mp_cuda_penalty_result(s->pen), sizeof *s->pen_mirror,
+                                    cudaMemcpyDeviceToHost, s->ctx->stream),
+                    "gradient penalty outcome to the host");
     MP_TRY(mp_cuda_scaler_update(s->ctx, s->scaler));
     /* the host reads the state from here without synchronizing */
     return mp_cuda_check(cudaMemcpyAsync(s->mirror, s->scaler, sizeof *s->mirror, cudaMemcpyDeviceToHost,
@@ -268,13 +322,24 @@ static mp_status cuda_launch(mp_trainer *t, int kind) {
 
 static mp_status cuda_wait(mp_trainer *t) { return bounded_wait(t, NULL); }
 
+/* The penalty's outcome of the step the scaler state is from. */
+static void read_penalty(mp_trainer *t) {
+    const mp_cuda_penalty_out *o = state(t)->pen_mirror;
+    if (!o) return;
+    t->pen_value = o->value;
+    t->pen_grad_overflow = o->status == MP_PEN_GRAD_OVERFLOW;
+    t->pen_forward_overflow = o->status == MP_PEN_FORWARD_OVERFLOW;
+}
+
 static mp_status cuda_read_scaler(mp_trainer *t, bool wait, mp_scaler *out) {
     cuda_step *s = state(t);
     if (!wait) {
         memcpy(out, (const void *)s->mirror, sizeof *out);
+        read_penalty(t);
         return MP_OK;
     }
     MP_TRY(bounded_wait(t, NULL));
+    read_penalty(t); /* nothing queued: the mirror holds the last step's */
     MP_CUDA_TRY(cudaMemcpyAsync(out, s->scaler, sizeof *out, cudaMemcpyDeviceToHost, s->ctx->stream), "loss scaler state");
     return mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "loss scaler state");
 }
@@ -315,6 +380,15 @@ static mp_status cuda_optim_steps(mp_trainer *t, int g, int64_t *out) {
     return mp_cuda_optim_get_step_count(state(t)->ctx, state(t)->opt[g], out);
 }
 
+/* R1 / WGAN-GP's unscaled input gradient of the last step, to the host. */
+static mp_status cuda_penalty_input_grad(mp_trainer *t, float *dst, size_t n) {
+    cuda_step *s = state(t);
+    const mp_node in = t->o.penalty.input;
+    MP_TRY(bounded_wait(t, NULL));
+    const mp_tensor grad = {MP_DTYPE_F32, t->plan->nodes[in].info.out, mp_cuda_penalty_grad(s->pen)};
+    return mp_device_tensor_to_host(t->plan, &grad, dst, n);
+}
+
 /* Collecting launches are recaptured with the new selection's slots. */
 static void cuda_numerics_changed(mp_trainer *t) {
     cuda_step *s = state(t);
@@ -343,6 +417,7 @@ const mp_step_backend mp_step_backend_cuda = {
     .unscale_check = cuda_unscale_check,
     .clip = cuda_clip,
     .optim_step = cuda_optim_step,
+    .penalty = cuda_penalty,
     .scaler_update = cuda_scaler_update,
     .read_scaler = cuda_read_scaler,
     .wait = cuda_wait,
@@ -350,4 +425,5 @@ const mp_step_backend mp_step_backend_cuda = {
     .state_to_device = cuda_state_to_device,
     .optim_steps = cuda_optim_steps,
     .numerics_changed = cuda_numerics_changed,
+    .penalty_input_grad = cuda_penalty_input_grad,
 };

@@ -52,6 +52,28 @@ struct mp_exec_backend {
     void (*param_bytes)(const mp_plan *p, size_t bytes[3]);
     /* Wait for queued work before reading a clock (opts.profile). */
     void (*profile_sync)(const mp_plan *p);
+
+    /* ---- second order (graph/second_order.h) ---- */
+    /* The host stages every primal tensor of a tangent call in f32 (its
+     * tangent kernels are the f32 ones); a GPU's read them as stored. */
+    bool tangent_stages_primals;
+    /* Zeroed memory for the tangent buffers (f32; device memory on a GPU). */
+    mp_status (*so_alloc)(mp_plan *p, size_t bytes, void **out);
+    void (*so_free)(mp_plan *p, void *mem);
+    /* Node i's call with its primal tensors as its tangent kernels read
+     * them, staged at *stage where the backend stages (advanced past what
+     * it used); tangent and gradient fields cleared. */
+    mp_op_call (*tangent_primal)(const mp_plan *p, int i, char **stage);
+    /* Node i's forward_tangent or (backward) backward_tangent on c; an op
+     * without one is an error naming it (mp_so_no_tangent). */
+    mp_status (*tangent_run)(mp_plan *p, int i, const mp_op_call *c, bool backward);
+    /* dst += src over n f32 values of the backend's memory. */
+    mp_status (*tangent_add)(mp_plan *p, float *dst, const float *src, int64_t n);
+    /* A tensor of the backend's (any float dtype, its layout) from or to a
+     * host f32 array in the graph's layout (NCHW); every element = value. */
+    mp_status (*tensor_from_host)(mp_plan *p, const mp_tensor *t, const float *src, size_t n);
+    mp_status (*tensor_to_host)(const mp_plan *p, const mp_tensor *t, float *dst, size_t n);
+    mp_status (*tensor_fill)(mp_plan *p, const mp_tensor *t, float value);
 };
 
 extern const mp_exec_backend mp_exec_backend_host;

@@ -14,6 +14,7 @@
 #include "core/dtype_traits.h"
 #include "graph/exec_backend.h"
 #include "graph/exec_stage.h"
+#include "graph/second_order.h"
 
 static bool reference_notice_done;
 
@@ -280,4 +281,13 @@ const mp_exec_backend mp_exec_backend_host = {
     .params_sync = host_params_sync,
     .param_bytes = host_param_bytes,
     .profile_sync = host_profile_sync,
+    .tangent_stages_primals = true,
+    .so_alloc = mp_so_host_alloc,
+    .so_free = mp_so_host_free,
+    .tangent_primal = mp_so_primal_f32,
+    .tangent_run = mp_so_host_run,
+    .tangent_add = mp_so_host_add,
+    .tensor_from_host = mp_so_host_from,
+    .tensor_to_host = mp_so_host_to,
+    .tensor_fill = mp_so_host_fill,
 };

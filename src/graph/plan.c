@@ -111,7 +111,8 @@ static int node_workspace_buffers(const mp_plan *p, mp_arena_buf *b) {
     for (int i = 0; b && i < n; i++) {
         const size_t ws = p->nodes[i].info.workspace_bytes;
         b[2 * i] = (mp_arena_buf){.size = ws, .first = i, .last = i, .kind = MP_MEM_WORKSPACE};
-        b[2 * i + 1] = (mp_arena_buf){.size = p->nodes[i].in_backward ? ws : 0, .first = 2 * n - 1 - i,
+        /* a second-order plan's tangent calls use the backward's (every node's) */
+        b[2 * i + 1] = (mp_arena_buf){.size = p->nodes[i].in_backward || p->so ? ws : 0, .first = 2 * n - 1 - i,
                                       .last = 2 * n - 1 - i, .kind = MP_MEM_WORKSPACE};
     }
     return 2 * n;
@@ -288,9 +289,6 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
     if (o.n_losses < 0 || o.n_losses > MP_MAX_LOSSES)
         return mp_error(MP_ERR_INVALID_ARG, "plan: %d losses (at most %d)", o.n_losses, MP_MAX_LOSSES);
-    if (o.second_order && o.device.kind != MP_DEVICE_CPU)
-        return mp_error(MP_ERR_UNSUPPORTED, "plan: second-order plans (gradient penalties) run on the CPU only in "
-                        "this version");
     const mp_node *losses = o.n_losses ? o.losses : &o.loss;
     int n_losses = o.n_losses ? o.n_losses : 1;
     for (int j = 0; o.training && j < n_losses; j++)
@@ -370,6 +368,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
 
 void mp_plan_destroy(mp_plan *p) {
     if (!p) return;
+    mp_so_free(p); /* its buffers live on the plan's device: before the device closes */
     if (p->be) { /* a device's node states, arena and parameters first */
         p->be->arena_free(p);
         p->be->close(p);
@@ -380,7 +379,6 @@ void mp_plan_destroy(mp_plan *p) {
         if (vt->release && p->nodes[i].call.state) vt->release(p->nodes[i].call.state);
         for (int k = 0; k < MP_MAX_PARAMS; k++) free(p->nodes[i].low_param[k]);
     }
-    mp_so_free(p);
     free(p->nodes);
     free(p->grad_written);
     free(p->grad_dtype);

@@ -64,31 +64,50 @@ mp_status mp_so_mark(mp_plan *p) {
 /* f32 bytes of a shape, 64-aligned. */
 static size_t f32b(const mp_shape *s) { return MP_ALIGN64((size_t)mp_shape_numel(s) * sizeof(float)); }
 
-/* Staging one tangent call may need: f32 copies of its inputs, output,
- * output gradient and parameters, and room for the tangents it computes
- * aside to add them (inputs with several consumers, shared parameters). */
+/* Scratch one tangent call may need: room for the tangents it computes
+ * aside to add them (inputs with several consumers, shared parameters) and,
+ * where the backend stages primals (the host), f32 copies of its inputs,
+ * output, output gradient and parameters. */
 static size_t call_stage_bytes(const mp_plan *p, int i) {
     const mp_pnode *pn = &p->nodes[i];
-    size_t b = 2 * f32b(&pn->info.out);
-    for (int k = 0; k < pn->info.n_in; k++) b += 2 * f32b(&pn->info.in[k]);
-    for (int k = 0; k < pn->info.n_params; k++) b += 2 * f32b(&pn->info.params[k].shape);
+    const size_t copies = p->be->tangent_stages_primals ? 2 : 1;
+    size_t b = (copies - 1) * 2 * f32b(&pn->info.out);
+    for (int k = 0; k < pn->info.n_in; k++) b += copies * f32b(&pn->info.in[k]);
+    for (int k = 0; k < pn->info.n_params; k++) b += copies * f32b(&pn->info.params[k].shape);
     return b;
 }
 
-static void *take(mp_plan_so *so, size_t bytes) {
-    void *m = aligned_alloc(64, MP_ALIGN64(bytes ? bytes : 1));
-    if (m) {
-        memset(m, 0, MP_ALIGN64(bytes ? bytes : 1));
-        so->bytes += MP_ALIGN64(bytes ? bytes : 1);
+/* The next buffer of `bytes` in the slab (base NULL: sizing only). */
+static float *place(mp_plan_so *so, char *base, size_t bytes) {
+    const size_t at = so->bytes;
+    so->bytes += MP_ALIGN64(bytes ? bytes : 1);
+    return base ? (float *)(base + at) : NULL;
+}
+
+/* Every tangent buffer in the slab at base, run once on NULL to size it. */
+static void place_all(mp_plan *p, char *base) {
+    mp_plan_so *so = p->so;
+    const mp_graph *g = p->g;
+    so->bytes = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (g->nodes[i].storage_dtype == MP_DTYPE_I32) continue; /* labels: no tangent */
+        const size_t bytes = (size_t)mp_shape_numel(&p->nodes[i].info.out) * sizeof(float);
+        so->t_out[i] = place(so, base, bytes);
+        if (p->nodes[i].in_backward) so->t_dout[i] = place(so, base, bytes);
     }
-    return m;
+    for (int k = 0; k < g->n_params; k++) {
+        if (!g->params[k].spec.trainable) continue;
+        const size_t bytes = (size_t)mp_shape_numel(&g->params[k].spec.shape) * sizeof(float);
+        so->t_param[k] = place(so, base, bytes);
+        so->t_dparam[k] = place(so, base, bytes);
+    }
+    so->stage = (char *)place(so, base, so->stage_bytes);
 }
 
 mp_status mp_so_create(mp_plan *p) {
     mp_plan_so *so = p->so;
     if (!so) return MP_OK;
-    const mp_graph *g = p->g;
-    const int n = p->n, np = g->n_params;
+    const int n = p->n, np = p->g->n_params;
     so->t_out = calloc((size_t)n, sizeof *so->t_out);
     so->t_dout = calloc((size_t)n, sizeof *so->t_dout);
     so->t_zero = calloc((size_t)n, sizeof *so->t_zero);
@@ -97,36 +116,28 @@ mp_status mp_so_create(mp_plan *p) {
     so->t_param_set = calloc((size_t)np + 1, sizeof *so->t_param_set);
     so->t_dparam = calloc((size_t)np + 1, sizeof *so->t_dparam);
     so->t_dparam_written = calloc((size_t)np + 1, sizeof *so->t_dparam_written);
-    bool ok = so->t_out && so->t_dout && so->t_zero && so->t_dwritten && so->t_param && so->t_param_set &&
-              so->t_dparam && so->t_dparam_written;
-    for (int i = 0; ok && i < n; i++) {
-        if (g->nodes[i].storage_dtype == MP_DTYPE_I32) continue; /* labels: no tangent */
-        const size_t bytes = (size_t)mp_shape_numel(&p->nodes[i].info.out) * sizeof(float);
-        ok = (so->t_out[i] = take(so, bytes)) != NULL;
-        if (ok && p->nodes[i].in_backward) ok = (so->t_dout[i] = take(so, bytes)) != NULL;
+    if (!(so->t_out && so->t_dout && so->t_zero && so->t_dwritten && so->t_param && so->t_param_set && so->t_dparam &&
+          so->t_dparam_written))
+        return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    for (int i = 0; i < n; i++) {
         const size_t sb = call_stage_bytes(p, i);
         if (sb > so->stage_bytes) so->stage_bytes = sb;
     }
-    for (int k = 0; ok && k < np; k++) {
-        if (!g->params[k].spec.trainable) continue;
-        const size_t bytes = (size_t)mp_shape_numel(&g->params[k].spec.shape) * sizeof(float);
-        ok = (so->t_param[k] = take(so, bytes)) && (so->t_dparam[k] = take(so, bytes));
-    }
-    if (ok) ok = (so->stage = take(so, so->stage_bytes)) != NULL;
-    return ok ? MP_OK : mp_error(MP_ERR_NOMEM, "plan: out of memory for the tangent buffers of a second-order plan");
+    place_all(p, NULL);
+    if (p->be->so_alloc(p, so->bytes, &so->slab) != MP_OK)
+        return mp_error(MP_ERR_NOMEM, "plan: out of memory for the %zu bytes of tangent buffers of a second-order "
+                        "plan (batch %d); try a smaller batch", so->bytes, p->o.batch);
+    place_all(p, so->slab);
+    return MP_OK;
 }
 
 void mp_so_free(mp_plan *p) {
     mp_plan_so *so = p->so;
     if (!so) return;
-    for (int i = 0; so->t_out && i < p->n; i++) free(so->t_out[i]);
-    for (int i = 0; so->t_dout && i < p->n; i++) free(so->t_dout[i]);
-    for (int k = 0; so->t_param && k < p->g->n_params; k++) free(so->t_param[k]);
-    for (int k = 0; so->t_dparam && k < p->g->n_params; k++) free(so->t_dparam[k]);
+    if (so->slab && p->be) p->be->so_free(p, so->slab);
     free(so->t_out), free(so->t_dout), free(so->t_zero), free(so->t_dwritten);
     free(so->t_param), free(so->t_param_set), free(so->t_dparam), free(so->t_dparam_written);
     free(so->root_reach);
-    free(so->stage);
     free(so);
     p->so = NULL;
 }
@@ -144,6 +155,10 @@ void mp_so_note_backward(mp_plan *p, int root) {
     p->so->last_input_grad = false;
 }
 
+/* A parameter's f32 tangent as a flat tensor: copied as it lies, whatever
+ * the shape (parameters keep the graph's layout on every device). */
+static mp_tensor flat(float *data, size_t n) { return (mp_tensor){MP_DTYPE_F32, mp_shape1((int)n), data}; }
+
 size_t mp_plan_tangent_bytes(const mp_plan *p) { return p && p->so ? p->so->bytes : 0; }
 
 /* p is a second-order plan (and, with input, one with opts.input_grad). */
@@ -155,27 +170,11 @@ static mp_status need_so(const mp_plan *p, bool input, const char *what) {
     return MP_OK;
 }
 
-/* Every element of node's output gradient = seed (in its storage dtype). */
-static void fill_seed(mp_plan *p, int node, float seed) {
-    const mp_tensor *d = &p->nodes[node].call.d_out;
-    const int64_t n = mp_tensor_numel(d);
-    const size_t esz = mp_dtype_size(d->dtype);
-    float chunk[256];
-    for (int j = 0; j < 256; j++) chunk[j] = seed;
-    for (int64_t i = 0; i < n; i += 256)
-        mp_store_f32((char *)d->data + (size_t)i * esz, d->dtype, chunk, n - i < 256 ? n - i : 256);
-}
-
-mp_status mp_plan_backward_input_grad(mp_plan *p, float seed) {
-    MP_TRY(need_so(p, true, "backward_input_grad"));
-    if (!p->so->forwarded)
-        return mp_error(MP_ERR_INVALID_ARG, "backward_input_grad: called before any forward (run mp_plan_forward first)");
-    if (!isfinite(seed)) return mp_error(MP_ERR_INVALID_ARG, "backward_input_grad: seed %g is not finite", (double)seed);
+mp_status mp_so_input_grad_backward(mp_plan *p) {
     mp_graph *g = p->g;
     const int root = p->o.input_grad_of, wrt = p->o.input_grad_wrt;
     const bool *reach = p->so->root_reach;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
-    fill_seed(p, root, seed);
     const bool fresh[MP_MAX_PARAMS] = {true, true, true, true};
     for (int i = root; i > wrt; i--) {
         if (!reach[i]) continue;
@@ -199,6 +198,15 @@ mp_status mp_plan_backward_input_grad(mp_plan *p, float seed) {
     return MP_OK;
 }
 
+mp_status mp_plan_backward_input_grad(mp_plan *p, float seed) {
+    MP_TRY(need_so(p, true, "backward_input_grad"));
+    if (!p->so->forwarded)
+        return mp_error(MP_ERR_INVALID_ARG, "backward_input_grad: called before any forward (run mp_plan_forward first)");
+    if (!isfinite(seed)) return mp_error(MP_ERR_INVALID_ARG, "backward_input_grad: seed %g is not finite", (double)seed);
+    MP_TRY(p->be->tensor_fill(p, &p->nodes[p->o.input_grad_of].call.d_out, seed));
+    return mp_so_input_grad_backward(p);
+}
+
 mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n) {
     MP_TRY(need_so(p, true, "read_input_grad"));
     if (!p->so->last_input_grad || p->so->last_root != p->o.input_grad_of)
@@ -209,8 +217,8 @@ mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n) {
     if (n != have)
         return mp_error(MP_ERR_SHAPE, "read_input_grad '%s': asked for %zu values, it has %zu",
                         node_name(p, p->o.input_grad_wrt), n, have);
-    mp_load_f32(dst, p->arena + pn->grad_off, p->g->nodes[p->o.input_grad_wrt].storage_dtype, (int64_t)n);
-    return MP_OK;
+    const mp_tensor grad = {p->g->nodes[p->o.input_grad_wrt].storage_dtype, pn->info.out, p->arena + pn->grad_off};
+    return p->be->tensor_to_host(p, &grad, dst, n);
 }
 
 mp_status mp_plan_set_tangent_input(mp_plan *p, const float *v, size_t n) {
@@ -219,7 +227,10 @@ mp_status mp_plan_set_tangent_input(mp_plan *p, const float *v, size_t n) {
     const size_t have = (size_t)mp_shape_numel(&p->nodes[wrt].info.out);
     if (v && n != have)
         return mp_error(MP_ERR_SHAPE, "set_tangent_input '%s': got %zu values, it has %zu", node_name(p, wrt), n, have);
-    if (v) memcpy(p->so->t_out[wrt], v, n * sizeof *v);
+    if (v) {
+        const mp_tensor t = {MP_DTYPE_F32, p->nodes[wrt].info.out, p->so->t_out[wrt]};
+        MP_TRY(p->be->tensor_from_host(p, &t, v, n));
+    }
     p->so->input_dir_set = v != NULL;
     p->so->tangent_forwarded = false;
     return MP_OK;
@@ -234,7 +245,8 @@ mp_status mp_plan_set_tangent_param(mp_plan *p, const char *name, const float *v
     const size_t have = (size_t)mp_shape_numel(&p->g->params[k].spec.shape);
     if (v && n != have)
         return mp_error(MP_ERR_SHAPE, "set_tangent_param '%s': got %zu values, it has %zu", name, n, have);
-    if (v) memcpy(p->so->t_param[k], v, n * sizeof *v);
+    const mp_tensor t = flat(p->so->t_param[k], n);
+    if (v) MP_TRY(p->be->tensor_from_host(p, &t, v, n));
     p->so->t_param_set[k] = v != NULL;
     p->so->tangent_forwarded = false;
     return MP_OK;
@@ -255,7 +267,8 @@ mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, float *d
                         name ? name : "");
     const size_t have = (size_t)mp_shape_numel(&p->g->params[k].spec.shape);
     if (n != have) return mp_error(MP_ERR_SHAPE, "read_tangent_grad '%s': asked for %zu values, it has %zu", name, n, have);
-    if (p->so->t_dparam_written[k]) memcpy(dst, p->so->t_dparam[k], n * sizeof *dst);
-    else memset(dst, 0, n * sizeof *dst);
+    const mp_tensor t = flat(p->so->t_dparam[k], n);
+    if (p->so->t_dparam_written[k]) return p->be->tensor_to_host(p, &t, dst, n);
+    memset(dst, 0, n * sizeof *dst);
     return MP_OK;
 }

@@ -3,6 +3,10 @@
  * input-gradient backward visits, and what has run since the last forward
  * (the tangent pass must follow the forward and backward it differentiates).
  *
+ * The buffers are f32 in the backend's memory and layout (host arrays, or
+ * device memory with 4-D tensors channels-last on a GPU); the exec
+ * backend's second-order hooks allocate them and run the tangent calls.
+ *
  * Forward-over-reverse, one mechanism: no backward nodes are added to the
  * graph; each op has a forward_tangent and a backward_tangent beside its
  * forward and backward (ops/op.h), and these traversals call them in node
@@ -26,7 +30,8 @@ typedef struct mp_plan_so {
     bool *root_reach;    /* per node: visited by the input-gradient backward */
     char *stage;         /* f32 widening and accumulation scratch of one tangent call */
     size_t stage_bytes;
-    size_t bytes;        /* all of the above */
+    void *slab;          /* the one allocation (exec backend's so_alloc) every buffer above lies in */
+    size_t bytes;        /* its size */
     /* what ran since the last forward */
     bool forwarded;      /* a forward ran */
     bool tangent_forwarded; /* mp_plan_forward_tangent ran after it */
@@ -45,7 +50,31 @@ void mp_so_free(mp_plan *p);
 void mp_so_note_forward(mp_plan *p);
 void mp_so_note_backward(mp_plan *p, int root);
 
-/* tangent_exec.c: f32 staging of node i's primal tensors for a tangent call. */
+/* The backward from opts.input_grad_of down to opts.input_grad_wrt over
+ * root_reach, its output gradient already seeded (mp_plan_backward_input_grad
+ * seeds it from the host, a GPU step from the device's loss scale). */
+mp_status mp_so_input_grad_backward(mp_plan *p);
+
+/* The next f32 tensor of shape s at *cur (64-byte steps). */
+static inline float *mp_so_take(char **cur, const mp_shape *s) {
+    float *f = (float *)*cur;
+    *cur += MP_ALIGN64((size_t)mp_shape_numel(s) * sizeof(float));
+    return f;
+}
+
+/* tangent_exec.c: the error for node i's op without a `which` ("forward",
+ * "backward") tangent on this plan's device. */
+mp_status mp_so_no_tangent(const mp_plan *p, int i, const char *which);
+
+/* tangent_host.c: the host's second-order hooks (exec_backend.h). */
+void mp_so_clear_call(mp_op_call *c);
 mp_op_call mp_so_primal_f32(const mp_plan *p, int i, char **cur);
+mp_status mp_so_host_alloc(mp_plan *p, size_t bytes, void **out);
+void mp_so_host_free(mp_plan *p, void *mem);
+mp_status mp_so_host_run(mp_plan *p, int i, const mp_op_call *c, bool backward);
+mp_status mp_so_host_add(mp_plan *p, float *dst, const float *src, int64_t n);
+mp_status mp_so_host_from(mp_plan *p, const mp_tensor *t, const float *src, size_t n);
+mp_status mp_so_host_to(const mp_plan *p, const mp_tensor *t, float *dst, size_t n);
+mp_status mp_so_host_fill(mp_plan *p, const mp_tensor *t, float value);
 
 #endif

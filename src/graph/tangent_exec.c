@@ -3,76 +3,23 @@
  * backward's in reverse order from the root of the last backward,
  * accumulating where a tensor has several consumers as run_backward does.
  *
- * The tangent pass runs in f32 whatever the policy: tangents are f32
- * buffers, and every primal tensor a tangent kernel reads that is stored in
- * f16/bf16 (activations, output gradients) is widened to f32 first, with
- * the inputs rounded to the node's compute dtype and the weights taken from
- * the same low-precision casts the forward used, so the derivatives are
- * those of the function the forward computed. */
+ * Tangents are f32 buffers on the plan's device; the exec backend runs each
+ * call (exec_backend.h): the host on f32 copies of the primal tensors
+ * (tangent_host.c), a GPU on them as stored. */
 #include <string.h>
 
-#include "graph/exec_stage.h"
+#include "graph/exec_backend.h"
 #include "graph/second_order.h"
-
-static bool is_low(mp_dtype d) { return d == MP_DTYPE_F16 || d == MP_DTYPE_BF16; }
-
-static float *take(char **cur, const mp_shape *s) {
-    float *f = (float *)*cur;
-    *cur += MP_ALIGN64((size_t)mp_shape_numel(s) * sizeof(float));
-    return f;
-}
-
-/* An f32 copy of t (a tensor stored in f16/bf16), rounded to round_to. */
-static mp_tensor widen(const mp_tensor *t, mp_dtype round_to, char **cur) {
-    if (!t->data || !is_low(t->dtype)) return *t;
-    float *f = take(cur, &t->shape);
-    const int64_t n = mp_tensor_numel(t);
-    mp_load_f32(f, t->data, t->dtype, n);
-    if (is_low(round_to) && round_to != t->dtype) mp_round_f32(f, n, round_to);
-    return (mp_tensor){MP_DTYPE_F32, t->shape, f};
-}
-
-mp_op_call mp_so_primal_f32(const mp_plan *p, int i, char **cur) {
-    const mp_gnode *nd = &p->g->nodes[i];
-    const mp_pnode *pn = &p->nodes[i];
-    mp_op_call c = pn->call;
-    const mp_dtype comp = nd->compute_dtype;
-    for (int k = 0; k < c.n_in; k++) {
-        if (c.in[k].dtype == MP_DTYPE_I32) continue;
-        if (c.in[k].dtype == MP_DTYPE_F32 && is_low(comp)) { /* the forward rounded it to the compute dtype */
-            float *f = take(cur, &c.in[k].shape);
-            const int64_t n = mp_tensor_numel(&c.in[k]);
-            memcpy(f, c.in[k].data, (size_t)n * sizeof *f);
-            mp_round_f32(f, n, comp);
-            c.in[k].data = f;
-        } else {
-            c.in[k] = widen(&c.in[k], comp, cur);
-        }
-        c.d_in[k].data = NULL;
-    }
-    for (int k = 0; k < nd->n_params; k++) {
-        c.d_param[k].data = NULL;
-        if (!pn->low_param[k]) continue;
-        float *f = take(cur, &c.param[k].shape);
-        mp_load_f32(f, pn->low_param[k], comp, mp_tensor_numel(&c.param[k]));
-        c.param[k] = (mp_tensor){MP_DTYPE_F32, c.param[k].shape, f};
-    }
-    c.out = widen(&c.out, MP_DTYPE_F32, cur);
-    c.d_out = widen(&c.d_out, MP_DTYPE_F32, cur);
-    for (int k = 0; k < MP_MAX_INPUTS; k++) c.t_in[k].data = c.t_d_in[k].data = NULL;
-    for (int k = 0; k < MP_MAX_PARAMS; k++) c.t_param[k].data = c.t_d_param[k].data = NULL;
-    c.t_out.data = c.t_d_out.data = NULL;
-    return c;
-}
 
 static bool is_source(const mp_gnode *nd) {
     return nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS;
 }
 
-static mp_status no_tangent(const mp_plan *p, int i, const char *which) {
+mp_status mp_so_no_tangent(const mp_plan *p, int i, const char *which) {
     const mp_gnode *nd = &p->g->nodes[i];
-    return mp_error(MP_ERR_UNSUPPORTED, "second order: op %s (node '%s') has no %s tangent yet, so a gradient penalty "
-                    "cannot pass through it", mp_op_lookup(nd->desc.kind)->name, nd->name, which);
+    return mp_error(MP_ERR_UNSUPPORTED, "second order: op %s (node '%s') has no %s tangent on the %s yet, so a "
+                    "gradient penalty cannot pass through it", mp_op_lookup(nd->desc.kind)->name, nd->name, which,
+                    p->be->name);
 }
 
 static mp_tensor f32t(const mp_shape *s, float *data) { return (mp_tensor){MP_DTYPE_F32, *s, data}; }
@@ -111,13 +58,11 @@ mp_status mp_plan_forward_tangent(mp_plan *p) {
         for (int k = 0; k < nd->n_in; k++) any |= !so->t_zero[nd->in[k]];
         for (int k = 0; k < nd->n_params; k++) any |= so->t_param_set[nd->first_param + k];
         if (!any) continue; /* a zero tangent: nothing to run */
-        const mp_op_vtable *vt = mp_op_lookup(nd->desc.kind);
-        if (!vt->forward_tangent) return no_tangent(p, i, "forward");
         char *cur = so->stage;
-        mp_op_call c = mp_so_primal_f32(p, i, &cur);
+        mp_op_call c = p->be->tangent_primal(p, i, &cur);
         bind_tangents(p, i, &c);
         c.t_out = f32t(&c.out.shape, so->t_out[i]);
-        MP_TRY(vt->forward_tangent(&c));
+        MP_TRY(p->be->tangent_run(p, i, &c, false));
         so->t_zero[i] = false;
     }
     so->tangent_forwarded = true;
@@ -146,14 +91,14 @@ static void tangent_grad_targets(const mp_plan *p, int i, const bool *reach, int
         taken[k] = so->t_dwritten[src];
         for (int j = 0; j < k; j++)
             if (nd->in[j] == src) taken[k] = true;
-        c->t_d_in[k] = f32t(&c->in[k].shape, taken[k] ? take(cur, &c->in[k].shape) : so->t_dout[src]);
+        c->t_d_in[k] = f32t(&c->in[k].shape, taken[k] ? mp_so_take(cur, &c->in[k].shape) : so->t_dout[src]);
     }
     for (int k = 0; k < nd->n_params; k++) {
         const int gp = nd->first_param + k;
         added[k] = false;
         if (!so->t_dparam[gp]) continue;
         added[k] = so->t_dparam_written[gp];
-        c->t_d_param[k] = f32t(&c->param[k].shape, added[k] ? take(cur, &c->param[k].shape) : so->t_dparam[gp]);
+        c->t_d_param[k] = f32t(&c->param[k].shape, added[k] ? mp_so_take(cur, &c->param[k].shape) : so->t_dparam[gp]);
     }
 }
 
@@ -177,25 +122,24 @@ mp_status mp_plan_backward_tangent(mp_plan *p, mp_node root) {
         if (!reach[i] || is_source(nd)) continue;
         const bool has_tdout = i != root && so->t_dwritten[i];
         if (!has_tdout && so->t_zero[i]) continue; /* every tangent it reads is zero */
-        const mp_op_vtable *vt = mp_op_lookup(nd->desc.kind);
-        if (!vt->backward_tangent) return no_tangent(p, i, "backward");
         char *cur = so->stage;
-        mp_op_call c = mp_so_primal_f32(p, i, &cur);
+        mp_op_call c = p->be->tangent_primal(p, i, &cur);
         bind_tangents(p, i, &c);
         c.t_d_out = f32t(&c.out.shape, has_tdout ? so->t_dout[i] : NULL);
         bool taken[MP_MAX_INPUTS], added[MP_MAX_PARAMS];
         tangent_grad_targets(p, i, reach, stop, &c, taken, added, &cur);
-        MP_TRY(vt->backward_tangent(&c));
+        MP_TRY(p->be->tangent_run(p, i, &c, true));
         for (int k = 0; k < nd->n_in; k++) {
             if (!c.t_d_in[k].data) continue;
             const int src = nd->in[k];
-            if (taken[k]) mp_tensor_add(MP_DTYPE_F32, so->t_dout[src], c.t_d_in[k].data, mp_tensor_numel(&c.t_d_in[k]));
+            if (taken[k]) MP_TRY(p->be->tangent_add(p, so->t_dout[src], c.t_d_in[k].data, mp_tensor_numel(&c.t_d_in[k])));
             so->t_dwritten[src] = true;
         }
         for (int k = 0; k < nd->n_params; k++) {
             if (!c.t_d_param[k].data) continue;
             const int gp = nd->first_param + k;
-            if (added[k]) mp_tensor_add(MP_DTYPE_F32, so->t_dparam[gp], c.t_d_param[k].data, mp_tensor_numel(&c.t_d_param[k]));
+            if (added[k])
+                MP_TRY(p->be->tangent_add(p, so->t_dparam[gp], c.t_d_param[k].data, mp_tensor_numel(&c.t_d_param[k])));
             so->t_dparam_written[gp] = true;
         }
     }

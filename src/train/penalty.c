@@ -48,9 +48,9 @@ mp_status mp_penalty_check(mp_trainer *t) {
     if (!(pen->weight >= 0) || !isfinite(pen->weight))
         return mp_error(MP_ERR_INVALID_ARG, "gradient penalty %s: weight %g must be a finite number >= 0", name,
                         (double)pen->weight);
-    if (t->o.device.kind != MP_DEVICE_CPU)
-        return mp_error(MP_ERR_UNSUPPORTED, "gradient penalty %s: the GPU trainer has no second-order pass in this "
-                        "version; train with --device cpu", name);
+    if (t->o.dist)
+        return mp_error(MP_ERR_UNSUPPORTED, "gradient penalty %s in a data-parallel run: not supported (the "
+                        "penalty's gradient would join after the all-reduce); train on one GPU or the CPU", name);
     if (t->k > 1)
         return mp_error(MP_ERR_UNSUPPORTED, "gradient penalty %s with --accumulate %d: not supported (each "
                         "micro-batch's penalty needs its own gradient); use --accumulate 1", name, t->k);
@@ -242,6 +242,7 @@ mp_status mp_trainer_penalty_input_grad(const mp_trainer *t, float *dst, size_t 
     if (n != t->pen_n)
         return mp_error(MP_ERR_SHAPE, "penalty_input_grad '%s': asked for %zu values, it has %zu",
                         t->g->nodes[t->o.penalty.input].name, n, t->pen_n);
+    if (t->be->penalty_input_grad) return t->be->penalty_input_grad((mp_trainer *)t, dst, n); /* a GPU waits */
     memcpy(dst, t->pen_grad, n * sizeof *dst);
     return MP_OK;
 }

@@ -71,6 +71,10 @@ typedef struct mp_step_backend {
      * captured collecting launches drops them (they measure the old one
      * into its device slots, which are about to be freed). */
     void (*numerics_changed)(mp_trainer *t);
+    /* Optional: R1 / WGAN-GP's unscaled input gradient of the last step (n
+     * floats, the graph's layout) where the host does not hold it
+     * (t->pen_grad); waits for queued work. */
+    mp_status (*penalty_input_grad)(mp_trainer *t, float *dst, size_t n);
 } mp_step_backend;
 
 /* The host backend (step_host.c). */

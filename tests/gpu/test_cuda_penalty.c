@@ -309,7 +309,12 @@ static mp_status rig_open(rig *r, bool disc, mp_precision prec, mp_device dev) {
                                &r->opt));
     mp_trainer_opts to = {.batch = B, .device = dev, .input = n->x, .labels = n->y, .loss = n->loss,
                           .optimizer = r->opt, .penalty = penalty_of(n)};
-    if (prec == MP_PRECISION_AMP_FP16) to.scaler.init_scale = 0x1p20f; /* the first steps overflow and are skipped */
+    /* R1 under amp-fp16 from 2^20: the first steps' activation gradients
+     * overflow fp16 on both devices and are skipped. Not for L2: its skips
+     * there would come from the parameter gradients, which the CPU rounds
+     * to fp16 and a GPU keeps in fp32 under scaling (the doctor's
+     * mp_doctor_opts.gpu), so the devices would skip different steps. */
+    if (prec == MP_PRECISION_AMP_FP16 && disc) to.scaler.init_scale = 0x1p20f;
     return mp_trainer_create(n->g, &to, &r->t);
 }
 
@@ -357,7 +362,8 @@ static bool close_or_nan(double a, double ref, double tol) {
 
 /* Per step: penalty, loss, skips, scale and R1's input gradient. Worst
  * relative differences into worst[0..2]. */
-static void compare_step(rig *rc, rig *rg, int k, const char *label, double tol, double worst[3]) {
+static void compare_step(rig *rc, rig *rg, int k, const char *label, double tol, double worst[3],
+                         int64_t *skipped_before) {
     float pc = NAN, pg = NAN, lc = NAN, lg = NAN;
     CHECK(mp_trainer_penalty_value(rc->t, &pc) == MP_OK, "%s: CPU penalty: %s", label, mp_last_error());
     CHECK(mp_trainer_penalty_value(rg->t, &pg) == MP_OK, "%s: GPU penalty: %s", label, mp_last_error());
@@ -367,6 +373,13 @@ static void compare_step(rig *rc, rig *rg, int k, const char *label, double tol,
     const float scale_c = mp_trainer_loss_scale(rc->t), scale_g = mp_trainer_loss_scale(rg->t);
     CHECK(sc == sg && scale_c == scale_g, "%s, step %d: skipped steps %lld on the GPU, %lld on the CPU; loss scale "
           "%g and %g", label, k + 1, (long long)sg, (long long)sc, (double)scale_g, (double)scale_c);
+    /* a step both skipped: where it overflowed may differ (a GPU's conv
+     * writes an input gradient in the f16 compute dtype, the CPU's
+     * emulation in its f32 storage dtype), so its penalty is NaN on one
+     * side and finite on the other; nothing of it was applied */
+    const bool skipped = sc > *skipped_before && sg > *skipped_before;
+    *skipped_before = sc;
+    if (skipped) return;
     CHECK(close_or_nan(pg, pc, tol), "%s, step %d: penalty %.7g on the GPU, %.7g on the CPU", label, k + 1,
           (double)pg, (double)pc);
     CHECK(close_or_nan(lg, lc, tol), "%s, step %d: loss %.7g on the GPU, %.7g on the CPU", label, k + 1, (double)lg,
@@ -403,6 +416,7 @@ static void trainer_case(bool disc, mp_precision prec) {
     CHECK(read_all(&rc, init) == MP_OK && read_all(&rg, pg) == MP_OK, "%s: %s", label, mp_last_error());
     CHECK(rel_err(pg, init, n) == 0, "%s: the GPU trainer starts from other weights", label);
     double worst[3] = {0}, p_first = NAN, p_last = NAN;
+    int64_t skipped_before = 0;
     for (int k = 0; k < STEPS; k++) {
         batch b;
         make_batch(&b, 200 + (uint64_t)k);
@@ -411,7 +425,7 @@ static void trainer_case(bool disc, mp_precision prec) {
         mp_status c = rig_step(&rg, &b);
         CHECK(c == MP_OK, "%s, step %d: GPU: %s", label, k + 1, mp_last_error());
         if (a != MP_OK || c != MP_OK) break;
-        compare_step(&rc, &rg, k, label, tol, worst);
+        compare_step(&rc, &rg, k, label, tol, worst, &skipped_before);
         float v = NAN;
         mp_trainer_penalty_value(rc.t, &v);
         if (k == 0) p_first = v;
