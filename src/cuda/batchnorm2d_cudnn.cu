@@ -19,7 +19,8 @@ struct mp_bn_cudnn {
     double eps, momentum;
     cudnnBatchNormOps_t ops;
     bool add;                                /* BN_ADD_ACTIVATION: the fused residual add (z = resid, dz = d_resid) */
-    cudnnTensorDescriptor_t x_desc, bn_desc; /* x, y, dy, dx: (N, C, H, W) NHWC f16; bn: (1, C, 1, 1) f32 */
+    mp_dtype dt;                             /* of x, y, dy, dx and the residual: F16 or BF16 */
+    cudnnTensorDescriptor_t x_desc, bn_desc; /* x, y, dy, dx: (N, C, H, W) NHWC dt; bn: (1, C, 1, 1) f32 */
     cudnnActivationDescriptor_t act;         /* the fused ReLU, or NULL */
     size_t fwd_ws, bwd_ws, reserve;          /* bytes */
     size_t dparam_off;                       /* workspace: 2C f32 for unwanted dgamma/dbeta, after cuDNN's */
@@ -36,9 +37,12 @@ void mp_bn_cudnn_release(mp_bn_cudnn *st) {
 
 static size_t round_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
+static bool is_low(mp_dtype d) { return d == MP_DTYPE_F16 || d == MP_DTYPE_BF16; }
+
 static mp_status make_descriptors(mp_bn_cudnn *st, const mp_shape *x, bool relu, const char *what) {
     MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->x_desc), what);
-    MP_CUDNN_TRY(cudnnSetTensor4dDescriptor(st->x_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, x->dims[0], x->dims[1],
+    const cudnnDataType_t dt = st->dt == MP_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+    MP_CUDNN_TRY(cudnnSetTensor4dDescriptor(st->x_desc, CUDNN_TENSOR_NHWC, dt, x->dims[0], x->dims[1],
                                             x->dims[2], x->dims[3]),
                  what);
     MP_CUDNN_TRY(cudnnCreateTensorDescriptor(&st->bn_desc), what);
@@ -74,10 +78,11 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     /* PyTorch's limits for these kernels: 32-bit indexing, and at most
      * 880 801 samples in training */
     const bool fits_kernels = mp_shape_numel(x) < INT32_MAX && x->dims[0] <= 880801;
+    const mp_dtype dt = cfg->storage;
     if (!cfg->training || x->ndim != 4 || x->dims[1] % 8 || !fits_kernels || cfg->compute != MP_DTYPE_F32 ||
-        cfg->in_dtype[0] != MP_DTYPE_F16 ||
-        cfg->storage != MP_DTYPE_F16 || eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || mp_cuda_deterministic() ||
-        (mp_env_get()->cudnn_bn == 0) || (cfg->add_relu_after && cfg->resid_dtype != MP_DTYPE_F16))
+        !is_low(dt) || cfg->in_dtype[0] != dt ||
+        eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || mp_cuda_deterministic() ||
+        (mp_env_get()->cudnn_bn == 0) || (cfg->add_relu_after && cfg->resid_dtype != dt))
         return MP_OK;
     mp_bn_cudnn *st = (mp_bn_cudnn *)calloc(1, sizeof *st);
     if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
@@ -85,15 +90,17 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     st->eps = eps;
     st->momentum = d->attr.bn.momentum;
     st->add = cfg->add_relu_after;
+    st->dt = dt;
     st->ops = st->add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
               : relu  ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
                       : CUDNN_BATCHNORM_OPS_BN;
     char shape[64];
     mp_shape_str(x, shape, sizeof shape);
     const char *name = d->name ? d->name : "?", *fused = st->add ? ", add + ReLU fused" : relu ? ", ReLU fused" : "";
-    snprintf(st->what_fwd, sizeof st->what_fwd, "batchnorm2d '%.60s' forward [%.60s f16, cuDNN%s]", name, shape, fused);
-    snprintf(st->what_bwd, sizeof st->what_bwd, "batchnorm2d '%.60s' backward [%.60s f16, cuDNN%s]", name, shape,
-             fused);
+    snprintf(st->what_fwd, sizeof st->what_fwd, "batchnorm2d '%.60s' forward [%.60s %s, cuDNN%s]", name, shape,
+             mp_dtype_name(dt), fused);
+    snprintf(st->what_bwd, sizeof st->what_bwd, "batchnorm2d '%.60s' backward [%.60s %s, cuDNN%s]", name, shape,
+             mp_dtype_name(dt), fused);
     mp_status s = make_descriptors(st, x, relu, st->what_fwd);
     if (s == MP_OK) s = query_sizes(ctx, st, st->what_fwd);
     if (s != MP_OK) { /* cuDNN does not take this shape: our kernels will */
@@ -109,14 +116,14 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
 }
 
 bool mp_bn_cudnn_fits(const mp_bn_cudnn *st, const mp_op_call *c, bool backward) {
-    if (!st || !c->training || c->in[0].dtype != MP_DTYPE_F16 || c->out.dtype != MP_DTYPE_F16) return false;
+    if (!st || !c->training || c->in[0].dtype != st->dt || c->out.dtype != st->dt) return false;
     for (int k = P_WEIGHT; k <= P_RUNNING_VAR; k++)
         if (c->param[k].dtype != MP_DTYPE_F32) return false;
-    if (st->add && (!c->resid.data || c->resid.dtype != MP_DTYPE_F16)) return false;
+    if (st->add && (!c->resid.data || c->resid.dtype != st->dt)) return false;
     /* cuDNN writes the residual's gradient, never adds to it */
-    if (backward && st->add && (!c->d_resid.data || c->d_resid.dtype != MP_DTYPE_F16 || c->d_resid_add)) return false;
+    if (backward && st->add && (!c->d_resid.data || c->d_resid.dtype != st->dt || c->d_resid_add)) return false;
     if (!backward) return true;
-    if (c->d_out.dtype != MP_DTYPE_F16 || !c->d_in[0].data || c->d_in[0].dtype != MP_DTYPE_F16) return false;
+    if (c->d_out.dtype != st->dt || !c->d_in[0].data || c->d_in[0].dtype != st->dt) return false;
     for (int k = P_WEIGHT; k <= P_BIAS; k++)
         if (c->d_param[k].data && c->d_param[k].dtype != MP_DTYPE_F32) return false;
     return true;
