@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/penalty_arg.h"
+#include "cli/scaler_args.h"
 #include "cli/common_opts.h"
 #include "cli/train_args.h"
 #include "core/error.h"
@@ -45,13 +46,10 @@ static void usage(FILE *f) {
             "  --f32-weight-grads  amp/o2 policies: conv/linear weight gradients stay f32 sums, never rounded\n"
             "                      to fp16/bf16, so --gpus N ends within fp32 tolerance of one GPU with N x the\n"
             "                      batch (default: rounded, as with PyTorch autocast; ~1.6x the images/s)\n"
-            "  --loss-scaling on|off  loss scaling (default on for amp-fp16 and o2-fp16)\n"
-            "  --loss-scale S      static loss scale S, or 'dynamic' (default dynamic, init 65536)\n"
-            "  --loss-scale-growth X   dynamic growth factor (default 2)\n"
-            "  --loss-scale-backoff X  dynamic backoff factor (default 0.5)\n"
-            "  --loss-scale-window N   clean steps before growing (default 2000)\n"
-            "  --min-loss-scale X / --max-loss-scale X   clamps (Apex: max 16777216)\n"
-            "  --loss-scale-hysteresis N  absorb N-1 overflows before backing off (DeepSpeed)\n"
+            "  --loss-scaling on|off  loss scaling (default on for amp-fp16 and o2-fp16)\n",
+            mp_model_list(), mp_precision_list());
+    scaler_args_help(f);
+    fprintf(f,
             "  --accumulate N      micro-batches per optimizer step (default 1)\n"
             "  --clip-grad-norm X  clip the global norm of the (unscaled) gradients\n"
             "  --clip-grad-value X clip each (unscaled) gradient element to [-X, X]\n"
@@ -91,8 +89,7 @@ static void usage(FILE *f) {
             "                      load, mean power and energy per epoch, and always time and peak RSS\n"
             "  --monitor-csv FILE  write every GPU monitor sample to FILE as CSV (default: no CSV)\n"
             "  --quiet             no progress output\n"
-            "  -h, --help          this help\n",
-            mp_model_list(), mp_precision_list());
+            "  -h, --help          this help\n");
 }
 
 static int run_train(train_args *t, mp_dist *dist, int rank);
@@ -115,6 +112,7 @@ int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
         const char *a = argv[i], *v = NULL;
         int shared = extra ? extra(extra_arg, argc, argv, &i) : 0;
         if (!shared) shared = common_opts_parse(cmd, argc, argv, &i, &t->c);
+        if (!shared) shared = scaler_arg_parse(cmd, argc, argv, &i, &t->scaler, &t->scaler_set);
         if (shared < 0) return 2;
         if (shared) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -133,15 +131,6 @@ int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
         } else if (!strcmp(a, "--loss-scaling")) { NEED_VALUE();
             if (strcmp(v, "on") && strcmp(v, "off")) { fprintf(stderr, "mixprec %s: --loss-scaling '%s' must be on or off\n", cmd, v); return 2; }
             t->loss_scaling = v;
-        } else if (!strcmp(a, "--loss-scale")) { NEED_VALUE(); t->scaler_set = true;
-            if (strcmp(v, "dynamic")) { if (!arg_float(cmd, a, v, 0, 3.4e38, &t->scaler.init_scale)) return 2; t->scaler.static_scale = true;
-                if (!(t->scaler.init_scale > 0)) { fprintf(stderr, "mixprec %s: --loss-scale %s must be a number > 0 or 'dynamic'\n", cmd, v); return 2; } }
-        } else if (!strcmp(a, "--loss-scale-growth")) { NEED_VALUE(); if (!arg_float(cmd, a, v, -1e30, 1e30, &t->scaler.growth_factor)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--loss-scale-backoff")) { NEED_VALUE(); if (!arg_float(cmd, a, v, -1e30, 1e30, &t->scaler.backoff_factor)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--loss-scale-window")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 30, &t->scaler.growth_interval)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--min-loss-scale")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 3.4e38, &t->scaler.min_scale)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--max-loss-scale")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 3.4e38, &t->scaler.max_scale)) return 2; t->scaler_set = true;
-        } else if (!strcmp(a, "--loss-scale-hysteresis")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 0, 1 << 20, &t->scaler.hysteresis)) return 2; t->scaler_set = true;
         } else if (!strcmp(a, "--accumulate")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 20, &t->accumulate)) return 2;
         } else if (!strcmp(a, "--clip-grad-norm")) { NEED_VALUE(); if (!arg_float(cmd, a, v, 0, 1e30, &t->clip_norm)) return 2;
         } else if (!strcmp(a, "--gradient-penalty")) { NEED_VALUE(); if (!penalty_arg_parse(cmd, v, false, &t->penalty, &t->penalty_weight)) return 2;

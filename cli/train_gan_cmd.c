@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/common_opts.h"
 #include "cli/penalty_arg.h"
+#include "cli/scaler_args.h"
 #include "core/error.h"
 #include "io/image_grid.h"
 #include "train/gan_trainer.h"
@@ -47,7 +48,11 @@ static void usage(FILE *f) {
             "                      mean (||d D(x)/dx|| - 1)^2 on random mixes of real and generated images.\n"
             "                      Computed from unscaled gradients; its value is in the epoch line and log\n"
             "  --precision P       %s (default fp32); loss scaling\n"
-            "                      (dynamic) for amp-fp16 and o2-fp16\n"
+            "                      (dynamic) for amp-fp16 and o2-fp16\n",
+            mp_precision_list());
+    scaler_args_help(f);
+    fprintf(f,
+
             "  --seed S            random seed for init, shuffling, noise (default 1)\n"
             "  --max-steps N       stop each epoch after N batches (quick runs)\n\n"
             "execution and output:\n"
@@ -58,8 +63,7 @@ static void usage(FILE *f) {
             "                      (PGM/PPM without libpng) and batch_times.jsonl (a record per epoch with\n"
             "                      every batch's time in ms, its mean/median/min/max, losses, skipped steps)\n"
             "  --quiet             no progress output\n"
-            "  -h, --help          this help\n",
-            mp_precision_list());
+            "  -h, --help          this help\n");
 }
 
 typedef struct {
@@ -71,6 +75,8 @@ typedef struct {
     bool reference, quiet;
     mp_penalty_kind penalty;
     float penalty_weight;
+    mp_scaler_opts scaler; /* --loss-scale and the other scaler options */
+    bool scaler_set;
 } gan_args;
 
 /* 0: go on; 1: --help printed; 2: bad usage (message printed). */
@@ -78,6 +84,7 @@ static int parse(int argc, char **argv, gan_args *t) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int shared = common_opts_parse("train-gan", argc, argv, &i, &t->c);
+        if (!shared) shared = scaler_arg_parse("train-gan", argc, argv, &i, &t->scaler, &t->scaler_set);
         if (shared < 0) return 2;
         if (shared) {
             if (!strcmp(a, "--augment") || !strcmp(a, "--optimizer") || !strcmp(a, "--momentum") ||
@@ -188,9 +195,15 @@ int cmd_train_gan(int argc, char **argv) {
     if (s == MP_OK) s = mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = precision});
     mp_policy_info policy = {0};
     if (s == MP_OK) s = mp_graph_policy(m.g, &policy);
-    const bool scaling = policy.loss_scaling;
+    const bool scaling = policy.loss_scaling || t.scaler_set;
+    char scaling_desc[64] = "";
+    if (scaling && t.scaler.static_scale)
+        snprintf(scaling_desc, sizeof scaling_desc, " (static loss scale %g)", (double)t.scaler.init_scale);
+    else if (scaling)
+        snprintf(scaling_desc, sizeof scaling_desc, " (dynamic loss scaling)");
     mp_gan_train_opts o = {
-        .trainer = {.batch = t.batch, .device = device, .reference = t.reference, .events = out},
+        .trainer = {.batch = t.batch, .device = device, .reference = t.reference, .events = out, .scaler = t.scaler,
+                    .loss_scaling = t.scaler_set ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_AUTO},
         .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .aux_fake_weight = t.aux_fake_weight, .seed = t.seed,
         .epochs = t.epochs, .max_steps = t.max_steps, .data_name = t.c.data, .out_dir = t.out, .out = out,
         .penalty = t.penalty, .penalty_weight = t.penalty_weight};
@@ -203,7 +216,7 @@ int cmd_train_gan(int argc, char **argv) {
                 (long long)all, (long long)gen, (long long)(all - gen), train.source, train.n, train.c, train.h,
                 train.w, train.classes, t.batch, o.lr, t.beta1, MP_GAN_AUX_REAL_WEIGHT, t.aux_fake_weight,
                 t.precision,
-                scaling ? " (dynamic loss scaling)" : "", mp_device_name(device, dev, sizeof dev),
+                scaling_desc, mp_device_name(device, dev, sizeof dev),
                 omp_get_max_threads(), t.out);
         if (t.penalty != MP_PENALTY_NONE)
             fprintf(out, "mixprec train-gan: gradient penalty %s:%g on the discriminator (%s; second derivatives: "
