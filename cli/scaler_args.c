@@ -33,7 +33,7 @@ int scaler_arg_parse(const char *cmd, int argc, char **argv, int *i, mp_scaler_o
     bool ok = true;
     if (!strcmp(a, "--loss-scale")) {
         if (!strncmp(v, "dynamic:", 8)) {
-            ok = arg_float(cmd, a, v + 8, 0, 3.4e38, &s->init_scale);
+            ok = arg_float(cmd, "--loss-scale dynamic:", v + 8, 0, 3.4e38, &s->init_scale);
             if (ok && !(s->init_scale > 0)) {
                 fprintf(stderr, "mixprec %s: --loss-scale %s: the initial scale must be a number > 0\n", cmd, v);
                 ok = false;

@@ -48,7 +48,7 @@ static void usage(FILE *f) {
             "                      mean (||d D(x)/dx|| - 1)^2 on random mixes of real and generated images.\n"
             "                      Computed from unscaled gradients; its value is in the epoch line and log\n"
             "  --precision P       %s (default fp32); loss scaling\n"
-            "                      (dynamic) for amp-fp16 and o2-fp16\n",
+            "                      (dynamic) for amp-fp16 and o2-fp16, and for any precision given one of:\n",
             mp_precision_list());
     scaler_args_help(f);
     fprintf(f,
@@ -199,6 +199,8 @@ int cmd_train_gan(int argc, char **argv) {
     char scaling_desc[64] = "";
     if (scaling && t.scaler.static_scale)
         snprintf(scaling_desc, sizeof scaling_desc, " (static loss scale %g)", (double)t.scaler.init_scale);
+    else if (scaling && t.scaler.init_scale > 0)
+        snprintf(scaling_desc, sizeof scaling_desc, " (dynamic loss scaling from %g)", (double)t.scaler.init_scale);
     else if (scaling)
         snprintf(scaling_desc, sizeof scaling_desc, " (dynamic loss scaling)");
     mp_gan_train_opts o = {

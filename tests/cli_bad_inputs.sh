@@ -215,7 +215,7 @@ row loss_scale_tiny 2 "--loss-scale 1e-50 must be a number > 0" -- train "${syn[
 row loss_scale_negative 2 "--loss-scale -1 is out of range" -- train "${syn[@]}" --loss-scale -1
 row loss_scale_nan 2 "--loss-scale 'nan' is not a finite number" -- train "${syn[@]}" --loss-scale nan
 row loss_scale_dynamic_zero 2 "--loss-scale dynamic:0: the initial scale must be a number > 0" -- train "${syn[@]}" --precision amp-fp16 --loss-scale dynamic:0
-row loss_scale_dynamic_text 2 "--loss-scale 'x' is not a finite number" -- train "${syn[@]}" --loss-scale dynamic:x
+row loss_scale_dynamic_text 2 "--loss-scale dynamic: 'x' is not a finite number" -- train "${syn[@]}" --loss-scale dynamic:x
 row loss_scale_dynamic_max 1 "--loss-scale 1e\+06 is larger than --max-loss-scale 1000" -- train "${syn[@]}" --precision amp-fp16 --loss-scale dynamic:1e6 --max-loss-scale 1000
 row gan_scale_window 2 "mixprec train-gan: --loss-scale-window 0 is out of range" -- train-gan --data synthetic --loss-scale-window 0
 row gan_scale_value 2 "mixprec train-gan: --max-loss-scale needs a value" -- train-gan --data synthetic --max-loss-scale

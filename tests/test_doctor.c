@@ -325,7 +325,7 @@ static void test_startup_backoff(void) {
                       r.init_scale <= exp2f((float)r.hi_log2) && strstr(r.verdict, "beyond train's divergence bound"),
                   "%s (init %g)", r.verdict, r.init_scale);
             /* the run's error names the start-up back-off and where to start the scale */
-            CHECK_ERR(st, MP_ERR_NONFINITE, "diverged at start-up", "and none since", "--loss-scale dynamic:");
+            CHECK_ERR(st, MP_ERR_NONFINITE, "diverged at start-up", "and none since", "--loss-scale dynamic:128 ");
             setup fixed = su;
             fixed.scaler.init_scale = r.init_scale, fixed.scaler.min_scale = r.min_scale;
             net b = build(1.0f);

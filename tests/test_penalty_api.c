@@ -142,7 +142,7 @@ static void every_op_has_tangents(void) {
     MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = B, .training = true, .loss = n.loss, .second_order = true},
                              &p) == MP_OK);
     CHECK_ERR(mp_so_no_tangent(p, 2, "backward"), MP_ERR_UNSUPPORTED, "op linear (node 'fc1') has no backward tangent",
-              "on the cpu", "gradient penalty cannot pass through it");
+              "on the CPU", "gradient penalty cannot pass through it");
     mp_plan_destroy(p);
     mp_graph_destroy(n.g);
 }

@@ -125,7 +125,7 @@ typedef struct {
     bool cudnn_debug;          /**< MIXPREC_CUDNN_DEBUG=1: print every timed convolution search */
     int cudnn_engines;         /**< MIXPREC_CUDNN_ENGINES: 1 (default) graph-API engines, 0 legacy only, 2 "force" */
     int cudnn_engine_candidates; /**< MIXPREC_CUDNN_ENGINE_CANDIDATES=N (default 12) */
-    int cudnn_bn;              /**< MIXPREC_CUDNN_BN=0: f16 batch norm on our kernels instead of cuDNN's */
+    int cudnn_bn;              /**< MIXPREC_CUDNN_BN=0: f16/bf16 batch norm on our kernels instead of cuDNN's */
     double cudnn_workspace_mb; /**< MIXPREC_CUDNN_WORKSPACE_MB (0: default ceiling) */
     int cudnn_find_trials;     /**< MIXPREC_CUDNN_FIND_TRIALS=N timed runs per candidate (0: default 3) */
     bool cudnn_find_off;       /**< MIXPREC_CUDNN_FIND=0: cuDNN's heuristic choice without timing */

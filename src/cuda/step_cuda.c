@@ -322,7 +322,9 @@ static mp_status cuda_launch(mp_trainer *t, int kind) {
 
 static mp_status cuda_wait(mp_trainer *t) { return bounded_wait(t, NULL); }
 
-/* The penalty's outcome of the step the scaler state is from. */
+/* The penalty's outcome of the step the scaler state is from. Read without
+ * waiting (as the scaler mirror is), a copy may be landing: value and
+ * status can then come from adjacent steps; after a wait they are exact. */
 static void read_penalty(mp_trainer *t) {
     const mp_cuda_penalty_out *o = state(t)->pen_mirror;
     if (!o) return;

@@ -5,6 +5,7 @@
 #include "graph/second_order.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,9 +125,13 @@ mp_status mp_so_create(mp_plan *p) {
         if (sb > so->stage_bytes) so->stage_bytes = sb;
     }
     place_all(p, NULL);
-    if (p->be->so_alloc(p, so->bytes, &so->slab) != MP_OK)
-        return mp_error(MP_ERR_NOMEM, "plan: out of memory for the %zu bytes of tangent buffers of a second-order "
-                        "plan (batch %d); try a smaller batch", so->bytes, p->o.batch);
+    const mp_status s = p->be->so_alloc(p, so->bytes, &so->slab);
+    if (s != MP_OK) {
+        char why[512]; /* mp_last_error() is the buffer mp_error writes: copy it first */
+        snprintf(why, sizeof why, "%s", mp_last_error());
+        return mp_error(s, "plan: the tangent buffers of a second-order plan (batch %d): %s%s", p->o.batch, why,
+                        s == MP_ERR_NOMEM ? "; try a smaller batch" : "");
+    }
     place_all(p, so->slab);
     return MP_OK;
 }

@@ -17,9 +17,10 @@ static bool is_source(const mp_gnode *nd) {
 
 mp_status mp_so_no_tangent(const mp_plan *p, int i, const char *which) {
     const mp_gnode *nd = &p->g->nodes[i];
+    const bool host = !strcmp(p->be->name, "cpu");
     return mp_error(MP_ERR_UNSUPPORTED, "second order: op %s (node '%s') has no %s tangent on the %s yet, so a "
                     "gradient penalty cannot pass through it", mp_op_lookup(nd->desc.kind)->name, nd->name, which,
-                    p->be->name);
+                    host ? "CPU" : "GPU");
 }
 
 static mp_tensor f32t(const mp_shape *s, float *data) { return (mp_tensor){MP_DTYPE_F32, *s, data}; }

@@ -205,18 +205,19 @@ static mp_status check_divergence(const mp_trainer *t, const mp_scaler *now) {
     const int64_t steps = t->steps, skipped = now->skipped_steps;
     const bool over = t->o.max_skip_share < 1.0 && steps >= t->o.skip_check_after &&
                       (double)skipped > t->o.max_skip_share * (double)steps;
-    /* every gradient overflow in the first half of the run, none since: a
-     * dynamic scale that started too high and backed off to one that fits */
-    const int64_t gradient_skips = now->skipped_steps - now->forward_overflows;
-    if (over && t->loss_scaling && !now->opts.static_scale && gradient_skips > 0 && now->last_overflow_step >= 0 &&
-        2 * (now->last_overflow_step + 1) <= now->step)
+    /* every skip a gradient overflow in the first half of the run, none
+     * since: a dynamic scale that started too high and backed off to one
+     * that fits */
+    if (over && t->loss_scaling && !now->opts.static_scale && now->forward_overflows == 0 &&
+        now->last_overflow_step >= 0 && 2 * (now->last_overflow_step + 1) <= now->step)
         return mp_error(MP_ERR_NONFINITE,
-                        "diverged at start-up: the dynamic loss scale backed off %lld times in the first %lld gradient "
-                        "checks, to %g, and none since; %lld of %lld steps (%.1f%%, more than %.1f%%) were skipped. "
-                        "Start it lower: --loss-scale dynamic:%g (mixprec doctor predicts these start-up skips)",
-                        (long long)gradient_skips, (long long)now->last_overflow_step + 1, now->scale,
-                        (long long)skipped, (long long)steps, 100.0 * (double)skipped / (double)steps,
-                        100.0 * t->o.max_skip_share, now->scale);
+                        "diverged at start-up: %lld of the first %lld gradient checks overflowed while the dynamic "
+                        "loss scale backed off to %.9g, and none since; %lld of %lld steps (%.1f%%, more than "
+                        "%.1f%%) were skipped. Start it lower: --loss-scale dynamic:%.9g (mixprec doctor predicts "
+                        "these start-up skips)",
+                        (long long)skipped, (long long)now->last_overflow_step + 1, now->scale, (long long)skipped,
+                        (long long)steps, 100.0 * (double)skipped / (double)steps, 100.0 * t->o.max_skip_share,
+                        now->scale);
     if (over)
         return mp_error(MP_ERR_NONFINITE,
                         "diverged: %lld of %lld steps skipped on NaN/inf (%.1f%%, more than %.1f%%); the loss scale "
