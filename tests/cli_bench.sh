@@ -10,9 +10,7 @@ set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/bench
 rm -rf "$work" && mkdir -p "$work"
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/expect.sh"
 
 # 1. The tiny matrix: small x {fp32, bf16} x {32, 64}, 3 steps per epoch.
 out=$work/tiny
@@ -108,7 +106,7 @@ assert len(r) == 1 and r[0]["speedup_vs_fp32"] is None and r[0]["cost_per_millio
 
 # 4. Bad input: exit 2, one stderr line naming the option and value, no cell started.
 touch "$work/a_file"
-expect() { # PATTERN -- ARGS...
+expect_bench() { # PATTERN -- ARGS...: `bench` refuses them, exit 2, one stderr line, no cell started
   local pattern=$1; shift 2
   local err rc
   err=$("$bin" bench --steps 1 --train-samples 512 "$@" 2>&1 >"$work/bad.out"); rc=$?
@@ -120,40 +118,40 @@ expect() { # PATTERN -- ARGS...
   fi
 }
 bad_out=(--out "$work/bad_run")
-expect "\-\-models: unknown model 'resnet999'" -- "${bad_out[@]}" --models small,resnet999
-expect "\-\-precisions 'fp12': unknown precision" -- "${bad_out[@]}" --precisions fp32,fp12
-expect "\-\-batches 0 is out of range" -- "${bad_out[@]}" --batches 32,0
-expect "\-\-batches -64 is out of range" -- "${bad_out[@]}" --batches -64
-expect "\-\-batches 'big' is not an integer" -- "${bad_out[@]}" --batches big
-expect "\-\-monitor-interval -1 is out of range" -- "${bad_out[@]}" --monitor-interval -1
-expect "\-\-batches '' is not an integer" -- "${bad_out[@]}" --batches 32,,64
-expect "\-\-batches '32,64,32' lists '32' twice" -- "${bad_out[@]}" --batches 32,64,32
-expect "\-\-batches 1000 is larger than the training set" -- "${bad_out[@]}" --batches 1000
-expect "\-\-out $work/a_file/sub: $work/a_file is a regular file, not a directory" -- --out "$work/a_file/sub"
-expect "\-\-out $work/a_file: $work/a_file is a regular file, not a directory" -- --out "$work/a_file"
-expect "\-\-out '/proc/mixprec-bench': cannot create directory" -- --out /proc/mixprec-bench
-expect "\-\-price-per-hour 'cheap' is not a finite number" -- "${bad_out[@]}" --price-per-hour cheap
-expect "\-\-price-per-hour -1 is out of range" -- "${bad_out[@]}" --price-per-hour -1
-expect "\-\-epochs 0 is out of range" -- "${bad_out[@]}" --epochs 0
-expect "\-\-steps 'x' is not an integer" -- "${bad_out[@]}" --steps x
-expect "\-\-models needs a value" -- "${bad_out[@]}" --models
-expect "\-\-optimizer 'rmsprop': unknown" -- "${bad_out[@]}" --optimizer rmsprop
-expect "\-\-data 'imagenet': unknown dataset" -- "${bad_out[@]}" --data imagenet
-expect "unknown option '--batch'" -- "${bad_out[@]}" --batch 32
-expect "\-\-gpus 0 is out of range" -- "${bad_out[@]}" --gpus 0
-expect "\-\-gpus 0 is out of range" -- "${bad_out[@]}" --gpus 1,0
-expect "\-\-gpus 'x' is not an integer" -- "${bad_out[@]}" --gpus x
-expect "\-\-gpus '1.5' is not an integer" -- "${bad_out[@]}" --gpus 1.5
-expect "\-\-gpus '1,2,1' lists '1' twice" -- "${bad_out[@]}" --gpus 1,2,1
-expect "\-\-gpus needs a value" -- "${bad_out[@]}" --gpus
-expect "\-\-gpus 2: data-parallel training runs on GPUs, not with \-\-device cpu" -- "${bad_out[@]}" --gpus 1,2 \
+expect_bench "\-\-models: unknown model 'resnet999'" -- "${bad_out[@]}" --models small,resnet999
+expect_bench "\-\-precisions 'fp12': unknown precision" -- "${bad_out[@]}" --precisions fp32,fp12
+expect_bench "\-\-batches 0 is out of range" -- "${bad_out[@]}" --batches 32,0
+expect_bench "\-\-batches -64 is out of range" -- "${bad_out[@]}" --batches -64
+expect_bench "\-\-batches 'big' is not an integer" -- "${bad_out[@]}" --batches big
+expect_bench "\-\-monitor-interval -1 is out of range" -- "${bad_out[@]}" --monitor-interval -1
+expect_bench "\-\-batches '' is not an integer" -- "${bad_out[@]}" --batches 32,,64
+expect_bench "\-\-batches '32,64,32' lists '32' twice" -- "${bad_out[@]}" --batches 32,64,32
+expect_bench "\-\-batches 1000 is larger than the training set" -- "${bad_out[@]}" --batches 1000
+expect_bench "\-\-out $work/a_file/sub: $work/a_file is a regular file, not a directory" -- --out "$work/a_file/sub"
+expect_bench "\-\-out $work/a_file: $work/a_file is a regular file, not a directory" -- --out "$work/a_file"
+expect_bench "\-\-out '/proc/mixprec-bench': cannot create directory" -- --out /proc/mixprec-bench
+expect_bench "\-\-price-per-hour 'cheap' is not a finite number" -- "${bad_out[@]}" --price-per-hour cheap
+expect_bench "\-\-price-per-hour -1 is out of range" -- "${bad_out[@]}" --price-per-hour -1
+expect_bench "\-\-epochs 0 is out of range" -- "${bad_out[@]}" --epochs 0
+expect_bench "\-\-steps 'x' is not an integer" -- "${bad_out[@]}" --steps x
+expect_bench "\-\-models needs a value" -- "${bad_out[@]}" --models
+expect_bench "\-\-optimizer 'rmsprop': unknown" -- "${bad_out[@]}" --optimizer rmsprop
+expect_bench "\-\-data 'imagenet': unknown dataset" -- "${bad_out[@]}" --data imagenet
+expect_bench "unknown option '--batch'" -- "${bad_out[@]}" --batch 32
+expect_bench "\-\-gpus 0 is out of range" -- "${bad_out[@]}" --gpus 0
+expect_bench "\-\-gpus 0 is out of range" -- "${bad_out[@]}" --gpus 1,0
+expect_bench "\-\-gpus 'x' is not an integer" -- "${bad_out[@]}" --gpus x
+expect_bench "\-\-gpus '1.5' is not an integer" -- "${bad_out[@]}" --gpus 1.5
+expect_bench "\-\-gpus '1,2,1' lists '1' twice" -- "${bad_out[@]}" --gpus 1,2,1
+expect_bench "\-\-gpus needs a value" -- "${bad_out[@]}" --gpus
+expect_bench "\-\-gpus 2: data-parallel training runs on GPUs, not with \-\-device cpu" -- "${bad_out[@]}" --gpus 1,2 \
   --device cpu
 # more GPUs than present: 2 on the CPU-only CI machine (found 0), one more than found elsewhere
 found=$("$bin" info | sed -n 's/^GPUs: \([0-9][0-9]*\)$/\1/p')
 found=${found:-0}
 over=$((found + 1 > 2 ? found + 1 : 2))
-expect "\-\-gpus $over: more GPUs than this machine has (found $found GPU" -- "${bad_out[@]}" --gpus "$over"
-expect "\-\-gpus $over: more GPUs than this machine has (found $found GPU" -- "${bad_out[@]}" --gpus "1,$over"
+expect_bench "\-\-gpus $over: more GPUs than this machine has (found $found GPU" -- "${bad_out[@]}" --gpus "$over"
+expect_bench "\-\-gpus $over: more GPUs than this machine has (found $found GPU" -- "${bad_out[@]}" --gpus "1,$over"
 [ ! -e "$work/bad_run" ] && ok || bad "bad input created the output folder"
 
 # 5. --gpus 1 on the CPU: a plain single-device matrix that records its GPU count.

@@ -4,21 +4,11 @@
 # `mixprec train`'s GPU monitor options: clear errors before training, the
 # one-line "GPU monitor: ..." status, the summary and the CSV.
 set -u
-bin=$1
+bin=$(realpath "$1")
 work=${MP_WORK:-/tmp/mp_cli_test}/info
-rm -rf "$work" && mkdir -p "$work"
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+. "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/expect.sh"
 
-# expect EXIT_CODE PATTERN -- ARGS...: stderr matches, at most one line
-expect() {
-  local want_rc=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1 >"$work/expect.out"); rc=$?
-  if [ "$rc" -eq "$want_rc" ] && grep -q -- "$pattern" <<<"$out" && [ "$(wc -l <<<"$out")" -eq 1 ]; then ok
-  else bad "mixprec $* -> rc $rc (want $want_rc), stderr: $out (want /$pattern/ in one line)"; fi
-}
 
 # 1. text output
 "$bin" info >"$work/info.txt" 2>"$work/info.err" && ok || bad "mixprec info failed: $(cat "$work/info.err")"
@@ -94,19 +84,19 @@ sys.exit(1 if errors else 0)
 PY
 
 # 5. options
-expect 2 "mixprec info: unknown option '--bogus'" -- info --bogus
-expect 2 "unknown option '--jsn'" -- info --jsn
+expect 2 "mixprec info: unknown option '--bogus'" -- "$bin" info --bogus
+expect 2 "unknown option '--jsn'" -- "$bin" info --jsn
 "$bin" info --help | grep -q -- "--json" && ok || bad "info --help"
 "$bin" --help | grep -q "^  info " && ok || bad "mixprec --help does not list info"
 
 # 6. train's monitor options: errors before any training starts
 syn=(train --data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batch 10 --epochs 1)
-expect 2 "\-\-monitor-interval -1 is out of range" -- "${syn[@]}" --monitor-interval -1
-expect 2 "\-\-monitor-interval 'often' is not a finite number" -- "${syn[@]}" --monitor-interval often
-expect 2 "\-\-monitor-interval needs a value" -- "${syn[@]}" --monitor-interval
-expect 2 "\-\-monitor-interval 1e-09 is below 0.01 s" -- "${syn[@]}" --monitor-interval 1e-9
-expect 2 "\-\-monitor-csv $work/no/such/dir/m.csv: directory $work/no/such/dir does not exist" -- "${syn[@]}" --monitor-csv "$work/no/such/dir/m.csv"
-! grep -q "Epoch" "$work/expect.out" && ok || bad "training started despite an unwritable --monitor-csv"
+expect 2 "\-\-monitor-interval -1 is out of range" -- "$bin" "${syn[@]}" --monitor-interval -1
+expect 2 "\-\-monitor-interval 'often' is not a finite number" -- "$bin" "${syn[@]}" --monitor-interval often
+expect 2 "\-\-monitor-interval needs a value" -- "$bin" "${syn[@]}" --monitor-interval
+expect 2 "\-\-monitor-interval 1e-09 is below 0.01 s" -- "$bin" "${syn[@]}" --monitor-interval 1e-9
+expect 2 "\-\-monitor-csv $work/no/such/dir/m.csv: directory $work/no/such/dir does not exist" -- "$bin" "${syn[@]}" --monitor-csv "$work/no/such/dir/m.csv"
+! grep -q "Epoch" "$work/out.txt" && ok || bad "training started despite an unwritable --monitor-csv"
 "$bin" train --help | grep -q -- "--monitor-interval S" && ok || bad "train --help lacks --monitor-interval"
 
 # 7. a short run with the monitor: one status line, the summary, the CSV

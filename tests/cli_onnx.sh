@@ -11,15 +11,13 @@ set -u
 bin=$(realpath "$1")
 work=${MP_WORK:-/tmp/mp_cli_test}/onnx_cli
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/expect.sh"
 data=(--data synthetic --synthetic-shape 1x12x12 --synthetic-size 256 --epochs 1 --seed 3)
 syn=("${data[@]}" --batch 32)
 
-# expect NAME RC PATTERN -- ARGS...: exit status RC ("!" = any non-zero) and
+# expect_named NAME RC PATTERN -- ARGS...: exit status RC ("!" = any non-zero) and
 # exactly one stderr line, matching PATTERN
-expect() {
+expect_named() {
   local name=$1 want=$2 pattern=$3
   shift 4
   timeout 300 "$bin" "$@" >"$name.out" 2>"$name.err"
@@ -48,7 +46,7 @@ evaldata=(--data synthetic --synthetic-shape 1x12x12 --synthetic-size 256 --seed
   && "$bin" eval --model m.onnx "${evaldata[@]}" >eval_onnx.out 2>&1 \
   && grep -q "^eval: .* samples, loss" eval_onnx.out && [ "$(cat eval_ckpt.out)" = "$(cat eval_onnx.out)" ] && ok \
   || bad "eval --model m.onnx vs --checkpoint: $(cat eval_ckpt.out eval_onnx.out)"
-expect eval_no_weights 2 "--checkpoint FILE is required unless --model is an .onnx" -- eval --model small
+expect_named eval_no_weights 2 "--checkpoint FILE is required unless --model is an .onnx" -- eval --model small
 "$bin" train "${syn[@]}" --model m.onnx --max-steps 2 >train_onnx.out 2>&1 && grep -q "test accuracy" train_onnx.out && ok \
   || bad "train --model m.onnx: $(tail -3 train_onnx.out)"
 "$bin" bench "${data[@]}" --batches 32 --models m.onnx,small --precisions fp32,amp-bf16 --steps 2 --out bench >bench.out 2>&1 \
@@ -56,30 +54,30 @@ expect eval_no_weights 2 "--checkpoint FILE is required unless --model is an .on
 
 echo "this is not an ONNX file" >bad.onnx
 head -c 3000 m.onnx >truncated.onnx
-expect train_bad_onnx 1 "bad.onnx: not an ONNX model" -- train "${syn[@]}" --model bad.onnx
-expect train_truncated_onnx 1 "truncated.onnx: " -- train "${syn[@]}" --model truncated.onnx
-expect train_missing_onnx 2 "--model: model file missing.onnx: not found" -- train --model missing.onnx
-expect train_shape_onnx 1 "m.onnx: the model takes 1x12x12 inputs .* the data has 3x8x8" -- \
+expect_named train_bad_onnx 1 "bad.onnx: not an ONNX model" -- train "${syn[@]}" --model bad.onnx
+expect_named train_truncated_onnx 1 "truncated.onnx: " -- train "${syn[@]}" --model truncated.onnx
+expect_named train_missing_onnx 2 "--model: model file missing.onnx: not found" -- train --model missing.onnx
+expect_named train_shape_onnx 1 "m.onnx: the model takes 1x12x12 inputs .* the data has 3x8x8" -- \
   train --data synthetic --synthetic-shape 3x8x8 --model m.onnx --max-steps 1
 # bench reports a model that cannot be built as the failure of its cells
 "$bin" bench "${data[@]}" --batches 32 --models bad.onnx --precisions fp32 --steps 1 --out bench2 >bench2.out 2>&1
 rc=$?
 [ $rc -ne 0 ] && grep -q "bad.onnx fp32 batch 32: error: bad.onnx: not an ONNX model" bench2.out \
   && grep -q "0 ok, 1 failed" bench2.out && ok || bad "bench --models bad.onnx: exit $rc: $(tail -3 bench2.out)"
-expect export_no_output 2 "needs -o" -- export --checkpoint run.safetensors
-expect export_format 2 "--format 'tflite'" -- export --format tflite --checkpoint run.safetensors -o x.onnx
-expect export_no_checkpoint 2 "needs --checkpoint" -- export -o x.onnx
-expect export_missing_checkpoint 1 "nope.safetensors" -- export --checkpoint nope.safetensors -o x.onnx
-expect export_wrong_model 1 "run.safetensors: .*saved for model 'small', this model is 'cnn10'\): give --model the model" -- \
+expect_named export_no_output 2 "needs -o" -- export --checkpoint run.safetensors
+expect_named export_format 2 "--format 'tflite'" -- export --format tflite --checkpoint run.safetensors -o x.onnx
+expect_named export_no_checkpoint 2 "needs --checkpoint" -- export -o x.onnx
+expect_named export_missing_checkpoint 1 "nope.safetensors" -- export --checkpoint nope.safetensors -o x.onnx
+expect_named export_wrong_model 1 "run.safetensors: .*saved for model 'small', this model is 'cnn10'\): give --model the model" -- \
   export --checkpoint run.safetensors --model cnn10 --input-shape 1x12x12 -o x.onnx
 grep -q "mp_weights_opts" export_wrong_model.err && bad "export_wrong_model names an API option: $(cat export_wrong_model.err)"
 # eval of a checkpoint under another --model: what to do, no API option names
-expect eval_wrong_model 1 "run.safetensors: .*saved for model 'small', this model is 'cnn10'\): give the --model the \
+expect_named eval_wrong_model 1 "run.safetensors: .*saved for model 'small', this model is 'cnn10'\): give the --model the \
 checkpoint was trained with \(or leave --model out\)$" -- eval --checkpoint run.safetensors --model cnn10 \
   --data synthetic --synthetic-shape 1x12x12 --synthetic-size 256
 ! grep -q mp_weights_opts eval_wrong_model.err && ok || bad "eval names an API option: $(cat eval_wrong_model.err)"
-expect export_shape 2 "--input-shape '1x12'" -- export --checkpoint run.safetensors --input-shape 1x12 -o x.onnx
-expect export_to_dir 2 "-o .*" -- export --checkpoint run.safetensors --input-shape 1x12x12 -o "$work"
+expect_named export_shape 2 "--input-shape '1x12'" -- export --checkpoint run.safetensors --input-shape 1x12 -o x.onnx
+expect_named export_to_dir 2 "-o .*" -- export --checkpoint run.safetensors --input-shape 1x12x12 -o "$work"
 [ ! -e x.onnx ] && ok || bad "a failed export left x.onnx"
 "$bin" export --help | grep -q -- "--fp16-weights" && ok || bad "export --help"
 
@@ -125,6 +123,6 @@ for p in m.metadata_props:
         p.value = "0.5,abc"
 onnx.save(m, sys.argv[2])
 PY
-expect eval_bad_metadata 1 "badmeta.onnx: metadata mixprec.norm_std: '0.5,abc' is not a list of" -- eval --model badmeta.onnx "${evaldata[@]}"
+expect_named eval_bad_metadata 1 "badmeta.onnx: metadata mixprec.norm_std: '0.5,abc' is not a list of" -- eval --model badmeta.onnx "${evaldata[@]}"
 echo "cli_onnx: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

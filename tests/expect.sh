@@ -1,5 +1,7 @@
 # expect.sh — the pass/fail counters and `expect` of the CLI tests that
-# source it (cli_doctor.sh, cli_numerics.sh): run from their work folder.
+# source it (cli_doctor, cli_numerics, cli_penalty, cli_info; cli_bench and
+# cli_onnx take the counters and keep checks of their own): run from their
+# work folder.
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
