@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool arg_int(const char *cmd, const char *opt, const char *text, int lo, int hi, int *out) {
     char *end;
@@ -68,4 +69,18 @@ bool arg_shape3(const char *cmd, const char *opt, const char *text, int *c, int 
         return false;
     }
     return true;
+}
+
+int arg_option_value(const char *cmd, int argc, char **argv, int *i, const char *const *options, size_t n,
+                     const char **value) {
+    const char *a = argv[*i];
+    bool known = false;
+    for (size_t k = 0; k < n && !known; k++) known = !strcmp(a, options[k]);
+    if (!known) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "mixprec %s: %s needs a value (see --help)\n", cmd, a);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
 }

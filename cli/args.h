@@ -4,6 +4,7 @@
 #define MP_CLI_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Each returns false after printing "mixprec <cmd>: --opt 'text': why". */
@@ -12,6 +13,11 @@ bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out);
 bool arg_float(const char *cmd, const char *opt, const char *text, double lo, double hi, float *out);
 /* --monitor-interval S: 0 (off) or 0.01 .. 86400 seconds; one error line otherwise. */
 bool arg_monitor_interval(const char *cmd, const char *opt, const char *text, float *out);
+/* argv[*i] as one of the n options that take a value (options[]): 1 with
+ * *value its value and *i advanced past it, 0 when it is none of them, -1
+ * after printing "mixprec <cmd>: --opt needs a value". */
+int arg_option_value(const char *cmd, int argc, char **argv, int *i, const char *const *options, size_t n,
+                     const char **value);
 /* "CxHxW" */
 bool arg_shape3(const char *cmd, const char *opt, const char *text, int *c, int *h, int *w);
 

@@ -89,17 +89,14 @@ static int parse(int argc, char **argv, bench_args *b) {
         static const char *const with_value[] = {"--models", "--precisions", "--batches", "--gpus", "--epochs",
                                                  "--steps", "--out", "--price-per-hour", "--threads", "--seed",
                                                  "--device", "--monitor-interval"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
-        if (!known) {
+        v = NULL;
+        const int taken =
+            arg_option_value("bench", argc, argv, &i, with_value, sizeof with_value / sizeof *with_value, &v);
+        if (taken < 0) return 2;
+        if (!taken) {
             fprintf(stderr, "mixprec bench: unknown option '%s' (see mixprec bench --help)\n", a);
             return 2;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "mixprec bench: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        v = argv[++i];
         bool ok = true;
         if (!strcmp(a, "--models")) b->models_arg = v;
         else if (!strcmp(a, "--precisions")) b->precisions_arg = v;

@@ -29,14 +29,9 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
                                              "--weight-decay", "--val-fraction", "--npy-layout", "--image-size",
                                              "--image-channels", "--bad-images", "--decode-threads",
                                              "--decode-memory-mb"};
-    bool known = false;
-    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
-    if (!known) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "mixprec %s: %s needs a value (see --help)\n", cmd, a);
-        return -1;
-    }
-    const char *v = argv[++*i];
+    const char *v = NULL;
+    const int taken = arg_option_value(cmd, argc, argv, i, with_value, sizeof with_value / sizeof *with_value, &v);
+    if (taken <= 0) return taken;
     bool ok = true;
     if (!strcmp(a, "--data")) c->data = v;
     else if (!strcmp(a, "--data-dir")) c->data_dir = v;

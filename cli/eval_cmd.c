@@ -79,17 +79,14 @@ static int parse(int argc, char **argv, eval_args *e) {
         if (!strcmp(a, "--reference")) { e->reference = true; continue; }
         static const char *const with_value[] = {"--checkpoint", "--model", "--precision", "--device", "--batch",
                                                  "--threads", "--seed"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
-        if (!known) {
+        const char *v = NULL;
+        const int taken =
+            arg_option_value("eval", argc, argv, &i, with_value, sizeof with_value / sizeof *with_value, &v);
+        if (taken < 0) return 2;
+        if (!taken) {
             fprintf(stderr, "mixprec eval: unknown option '%s' (see mixprec eval --help)\n", a);
             return 2;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "mixprec eval: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
         if (!strcmp(a, "--checkpoint")) e->checkpoint = v;
         else if (!strcmp(a, "--model")) e->model = v;
         else if (!strcmp(a, "--precision")) e->precision = v;

@@ -21,15 +21,9 @@ static const char *const OPTIONS[] = {"--loss-scale",     "--loss-scale-growth",
                                       "--loss-scale-hysteresis"};
 
 int scaler_arg_parse(const char *cmd, int argc, char **argv, int *i, mp_scaler_opts *s, bool *set) {
-    const char *a = argv[*i];
-    bool known = false;
-    for (size_t k = 0; k < sizeof OPTIONS / sizeof *OPTIONS; k++) known = known || !strcmp(a, OPTIONS[k]);
-    if (!known) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "mixprec %s: %s needs a value (see --help)\n", cmd, a);
-        return -1;
-    }
-    const char *v = argv[++*i];
+    const char *a = argv[*i], *v = NULL;
+    const int taken = arg_option_value(cmd, argc, argv, i, OPTIONS, sizeof OPTIONS / sizeof *OPTIONS, &v);
+    if (taken <= 0) return taken;
     bool ok = true;
     if (!strcmp(a, "--loss-scale")) {
         if (!strncmp(v, "dynamic:", 8)) {

@@ -52,7 +52,6 @@ static void usage(FILE *f) {
             mp_precision_list());
     scaler_args_help(f);
     fprintf(f,
-
             "  --seed S            random seed for init, shuffling, noise (default 1)\n"
             "  --max-steps N       stop each epoch after N batches (quick runs)\n\n"
             "execution and output:\n"
@@ -101,17 +100,14 @@ static int parse(int argc, char **argv, gan_args *t) {
         static const char *const with_value[] = {"--precision", "--device", "--out", "--epochs", "--batch",
                                                  "--threads", "--max-steps", "--seed", "--beta1",
                                                  "--aux-fake-weight", "--gradient-penalty"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known = known || !strcmp(a, with_value[k]);
-        if (!known) {
+        const char *v = NULL;
+        const int taken =
+            arg_option_value("train-gan", argc, argv, &i, with_value, sizeof with_value / sizeof *with_value, &v);
+        if (taken < 0) return 2;
+        if (!taken) {
             fprintf(stderr, "mixprec train-gan: unknown option '%s' (see mixprec train-gan --help)\n", a);
             return 2;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "mixprec train-gan: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
         bool ok = true;
         if (!strcmp(a, "--precision")) t->precision = v;
         else if (!strcmp(a, "--device")) t->device = v;

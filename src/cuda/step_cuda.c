@@ -5,10 +5,9 @@
  * graph per launch kind (whole step; first, middle, last micro-batch). The
  * scaler lives on the device as the same mp_scaler struct the host holds,
  * updated by the same rule; at each step's end it is copied to pinned host
- * memory, which the host reads without waiting. Data parallel: gradients
- * A gradient penalty runs after its group's backward, on the device too
- * (penalty_step_cuda.c); its outcome is copied to the host beside the
- * scaler state. Data parallel: gradients
+ * memory, which the host reads without waiting. A gradient penalty runs
+ * after its group's backward, on the device too (penalty_step_cuda.c); its
+ * outcome is copied to the host beside the scaler state. Data parallel: gradients
  * are all-reduced in buckets during backward, the found-inf flags after the
  * check, and at most two launches are in flight so that a rank whose peer
  * died has little queued behind a stopped collective. */

@@ -84,7 +84,8 @@ void mp_penalty_plan_opts(const mp_trainer *t, mp_plan_opts *po) {
 
 mp_status mp_penalty_open(mp_trainer *t) {
     mp_penalty_close(t);
-    if (!on_input(t->o.penalty.kind)) return MP_OK;
+    /* host arrays for the host step; a GPU keeps them on the device */
+    if (!on_input(t->o.penalty.kind) || t->be->penalty_input_grad) return MP_OK;
     t->pen_n = mp_plan_numel(t->plan, t->o.penalty.input);
     t->pen_grad = malloc((t->pen_n + 1) * sizeof *t->pen_grad);
     t->pen_dir = malloc((t->pen_n + 1) * sizeof *t->pen_dir);
