@@ -22,16 +22,18 @@ extern "C" mp_status mp_cuda_add_into(mp_cuda_ctx *ctx, void *dst, mp_dtype dst_
     return mp_cuda_check(mp_ew_launch(ctx, io, mp_sum2()), "mp_ew_launch", "add into");
 }
 
-static __global__ void fill_kernel(void *dst, mp_dtype dtype, long long n, float value, const float *factor) {
-    const float v = factor ? value * *factor : value;
+static __global__ void fill_kernel(void *dst, mp_dtype dtype, long long n, float value, const float *scale,
+                                   double divisor) {
+    const float v = scale ? (float)((double)*scale / divisor) : value;
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) mp_st(dst, dtype, i, v);
 }
 
 extern "C" mp_status mp_cuda_fill(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, int64_t n, float value,
-                                  const float *factor_dev) {
+                                  const float *scale_dev, double divisor) {
     if (n <= 0) return MP_OK;
-    fill_kernel<<<mp_cuda_grid(ctx, n), MP_CUDA_THREADS, 0, ctx->stream>>>(dst, dtype, (long long)n, value, factor_dev);
+    fill_kernel<<<mp_cuda_grid(ctx, n), MP_CUDA_THREADS, 0, ctx->stream>>>(dst, dtype, (long long)n, value, scale_dev,
+                                                                         divisor);
     return mp_cuda_check(cudaGetLastError(), "fill_kernel", "fill");
 }
 

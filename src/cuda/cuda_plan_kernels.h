@@ -17,8 +17,10 @@ mp_status mp_cuda_accumulate(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const 
 /* dst += src with each in its own dtype (f32 arithmetic, one rounding). */
 mp_status mp_cuda_add_into(mp_cuda_ctx *ctx, void *dst, mp_dtype dst_dtype, const void *src, mp_dtype src_dtype,
                            int64_t n);
-/* Every element of dst (n of dtype) = value * *factor_dev (NULL: value). */
-mp_status mp_cuda_fill(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, int64_t n, float value, const float *factor_dev);
+/* Every element of dst (n of dtype) = value, or with scale_dev (device) *scale_dev / divisor (f64
+ * division, one rounding: the host's seed of a batch mean, scale / N). */
+mp_status mp_cuda_fill(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, int64_t n, float value, const float *scale_dev,
+                       double divisor);
 /* dst (dtype) = src (f32), rounded to nearest even. */
 mp_status mp_cuda_cast_from_f32(mp_cuda_ctx *ctx, mp_dtype dtype, void *dst, const float *src, int64_t n);
 

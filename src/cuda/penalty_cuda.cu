@@ -24,9 +24,9 @@ struct mp_cuda_penalty {
     mp_cuda_penalty_out *out;
     double *sums;              /* per sample: sum of squares (R1 / WGAN-GP); [0]: L2's norm */
     int *bad;                  /* per sample: a NaN/inf in its gradient */
-    float *factor;             /* per sample: the direction's factor (0: none) */
+    double *factor;            /* per sample: the direction's factor (0: none) */
     float *grad;               /* the unscaled input gradient (batch * per_sample) */
-    float *coef;               /* L2: the direction's factor */
+    double *coef;              /* L2: the direction's factor */
 };
 
 static __device__ void raise_flag(mp_scaler *s, int group, int found) {
@@ -41,11 +41,11 @@ static __global__ void __launch_bounds__(MP_CUDA_THREADS)
                        double *sums, int *bad) {
     __shared__ double red[MP_CUDA_THREADS];
     const long long base = (long long)blockIdx.x * per;
-    const float inv = (float)((double)batch / (double)s->scale);
+    const double inv = (double)batch / (double)s->scale; /* as the host unscales: f64 factor, one rounding */
     double acc = 0.0;
     int nonfinite = 0;
     for (long long j = threadIdx.x; j < per; j += blockDim.x) {
-        const float v = mp_ld(g, dt, base + j) * inv;
+        const float v = (float)((double)mp_ld(g, dt, base + j) * inv);
         ug[base + j] = v;
         nonfinite |= (int)mp_dev_nonfinite(v);
         acc += (double)v * v;
@@ -57,7 +57,7 @@ static __global__ void __launch_bounds__(MP_CUDA_THREADS)
 
 static __global__ void __launch_bounds__(MP_CUDA_THREADS)
     input_finish_kernel(mp_cuda_penalty_out *out, mp_scaler *s, int group, bool wgan, float w, int batch,
-                        const double *sums, const int *bad, float *factor) {
+                        const double *sums, const int *bad, double *factor) {
     __shared__ double red[MP_CUDA_THREADS];
     __shared__ double total;
     __shared__ int any_bad;
@@ -83,10 +83,10 @@ static __global__ void __launch_bounds__(MP_CUDA_THREADS)
         if (mp_dev_nonfinite(value)) status = MP_PEN_FORWARD_OVERFLOW;
     }
     for (int i = threadIdx.x; i < batch; i += blockDim.x) {
-        float f = 0.0f;
+        double f = 0.0;
         if (status == MP_PEN_OK && w != 0.0f) {
             const double n = sqrt(sums[i]);
-            f = wgan ? (n > 0 ? (float)(2.0 * w * (n - 1) / n) : 0.0f) : w;
+            f = wgan ? (n > 0 ? 2.0 * w * (n - 1) / n : 0.0) : w;
         }
         factor[i] = f;
     }
@@ -97,11 +97,12 @@ static __global__ void __launch_bounds__(MP_CUDA_THREADS)
     if (status == MP_PEN_FORWARD_OVERFLOW) raise_flag(s, group, MP_FOUND_FORWARD);
 }
 
-static __global__ void direction_kernel(const float *ug, const float *factor, long long per, long long n, float *dir) {
+/* The factors stay f64 and each element is rounded once, as on the host. */
+static __global__ void direction_kernel(const float *ug, const double *factor, long long per, long long n, float *dir) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) {
-        const float f = factor[k / per];
-        dir[k] = f == 0.0f ? 0.0f : f * ug[k]; /* never 0 * inf */
+        const double f = factor[k / per];
+        dir[k] = f == 0.0 ? 0.0f : (float)(f * ug[k]); /* never 0 * inf */
     }
 }
 
@@ -126,16 +127,17 @@ extern "C" mp_status mp_cuda_penalty_input(mp_cuda_ctx *ctx, mp_cuda_penalty *p,
 /* ---- L2 of the parameter gradients ------------------------------------------ */
 
 static __global__ void l2_finish_kernel(mp_cuda_penalty_out *out, mp_scaler *s, int group, float w,
-                                        const double *norm_scaled, float *coef) {
+                                        const double *norm_scaled, double *coef) {
     int status = MP_PEN_OK;
-    float value = NAN, f = 0.0f;
+    float value = NAN;
+    double f = 0.0;
     const double norm = *norm_scaled / (double)s->scale;
     if (s->found_inf >= MP_FOUND_FORWARD || !isfinite(norm)) {
         status = MP_PEN_NOT_RUN; /* skipped, or the unscale/check finds the gradients' overflow */
     } else {
         value = (float)(w * norm);
         if (mp_dev_nonfinite(value)) status = MP_PEN_FORWARD_OVERFLOW;
-        else if (w != 0.0f && norm != 0.0) f = (float)(w / ((double)s->scale * norm));
+        else if (w != 0.0f && norm != 0.0) f = w / ((double)s->scale * norm);
     }
     *coef = f;
     out->value = value;
@@ -143,11 +145,11 @@ static __global__ void l2_finish_kernel(mp_cuda_penalty_out *out, mp_scaler *s, 
     if (status == MP_PEN_FORWARD_OVERFLOW) raise_flag(s, group, MP_FOUND_FORWARD);
 }
 
-static __global__ void __launch_bounds__(MP_MT_THREADS) l2_direction_kernel(mp_mt_table t, const float *coef) {
-    const float f = *coef;
+static __global__ void __launch_bounds__(MP_MT_THREADS) l2_direction_kernel(mp_mt_table t, const double *coef) {
+    const double f = *coef;
     mp_mt_for_each(t, [&](const mp_mt_tensor &ten, long long i) {
         const float g = mp_dev_load_any(ten.ptr[SLOT_GRAD], ten.flags & MP_MT_DTYPE_MASK, i);
-        ((float *)ten.ptr[SLOT_DIR])[i] = f == 0.0f ? 0.0f : f * g;
+        ((float *)ten.ptr[SLOT_DIR])[i] = f == 0.0 ? 0.0f : (float)(f * g); /* one rounding, as on the host */
     });
 }
 
@@ -205,8 +207,8 @@ extern "C" mp_status mp_cuda_penalty_create(mp_cuda_ctx *ctx, const mp_cuda_pena
     if (st == MP_OK) st = dev((void **)&p->out, sizeof *p->out);
     if (st == MP_OK) st = dev((void **)&p->sums, batch * sizeof(double));
     if (st == MP_OK) st = dev((void **)&p->bad, batch * sizeof(int));
-    if (st == MP_OK) st = dev((void **)&p->factor, batch * sizeof(float));
-    if (st == MP_OK) st = dev((void **)&p->coef, sizeof(float));
+    if (st == MP_OK) st = dev((void **)&p->factor, batch * sizeof(double));
+    if (st == MP_OK) st = dev((void **)&p->coef, sizeof(double));
     if (st == MP_OK && on_input) st = dev((void **)&p->grad, (size_t)spec->batch * spec->per_sample * sizeof(float));
     if (st == MP_OK) {
         const mp_cuda_penalty_out none = {NAN, MP_PEN_NOT_RUN};

@@ -17,7 +17,7 @@ static mp_status input_penalty(mp_trainer *t, mp_cuda_ctx *ctx, mp_scaler *s, mp
     mp_plan *p = t->plan;
     const mp_penalty *o = &t->o.penalty;
     const mp_tensor *seed = &p->nodes[o->output].call.d_out;
-    MP_TRY(mp_cuda_fill(ctx, seed->dtype, seed->data, mp_tensor_numel(seed), 1.0f / (float)t->o.batch, &s->scale));
+    MP_TRY(mp_cuda_fill(ctx, seed->dtype, seed->data, mp_tensor_numel(seed), 0.0f, &s->scale, (double)t->o.batch));
     MP_TRY(mp_so_input_grad_backward(p));
     const mp_pnode *in = &p->nodes[o->input];
     const mp_tensor grad = {t->g->nodes[o->input].storage_dtype, in->info.out, p->arena + in->grad_off};
@@ -41,11 +41,26 @@ static mp_status l2_penalty(mp_trainer *t, int g, mp_cuda_ctx *ctx, mp_scaler *s
     return mp_plan_backward_tangent(p, t->groups[g].losses[0]);
 }
 
+/* Group g's gradient tangents the tangent backward did not write are zero
+ * (mp_cuda_penalty_add adds every one of the group's). */
+static mp_status zero_unwritten(mp_trainer *t, int g, mp_cuda_ctx *ctx) {
+    const mp_optimizer *opt = t->groups[g].opt;
+    const mp_plan_so *so = t->plan->so;
+    for (int i = 0; i < opt->n; i++) {
+        const int k = opt->param_index[i];
+        if (so->t_dparam_written[k] || !so->t_dparam[k]) continue;
+        const size_t bytes = (size_t)mp_shape_numel(&t->g->params[k].spec.shape) * sizeof(float);
+        MP_CUDA_TRY(cudaMemsetAsync(so->t_dparam[k], 0, bytes, ctx->stream), t->g->params[k].name);
+    }
+    return MP_OK;
+}
+
 mp_status mp_cuda_step_penalty(mp_trainer *t, int g, mp_cuda_ctx *ctx, mp_scaler *scaler_dev, mp_cuda_grads *grads,
                                mp_cuda_penalty *pen) {
     if (!pen) return mp_error(MP_ERR_INTERNAL, "cuda step: gradient penalty without its device state");
     t->pen_ran = true;
     MP_TRY(t->o.penalty.kind == MP_PENALTY_L2_GRAD ? l2_penalty(t, g, ctx, scaler_dev, grads, pen)
                                                    : input_penalty(t, ctx, scaler_dev, pen));
+    MP_TRY(zero_unwritten(t, g, ctx));
     return mp_cuda_penalty_add(ctx, pen);
 }

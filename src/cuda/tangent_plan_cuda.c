@@ -54,5 +54,5 @@ mp_status mp_device_tangent_add(mp_plan *p, float *dst, const float *src, int64_
 }
 
 mp_status mp_device_tensor_fill(mp_plan *p, const mp_tensor *t, float value) {
-    return mp_cuda_fill(mp_cuda_plan_ctx(p), t->dtype, t->data, mp_tensor_numel(t), value, NULL);
+    return mp_cuda_fill(mp_cuda_plan_ctx(p), t->dtype, t->data, mp_tensor_numel(t), value, NULL, 1.0);
 }

@@ -187,9 +187,10 @@ static void one_case(const model_case *mc, mp_precision prec) {
                "fused %.2e unfused %.2e cpu emulation %.2e (tolerance %.2e); fused vs unfused %.2e (worst %s "
                "%.2e); running stats fused vs unfused %.2e (worst %s), vs cpu %.2e (worst %s %.2e)\n",
                mc->model, pn, nf, lf, lp, lc, lo, e_f, e_p, e_c, tol, e_fp, w4, pw4, st_fp, s1, st_fc, s2n, sw2);
-        /* fused and unfused round at different places: within one relative
-         * spacing of the activations' dtype (2^-10 f16, 2^-7 bf16) */
-        const float loss_tol = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16 ? 0x1p-7f : 1e-3f;
+        /* fused and unfused round at different places: in bf16 within half a
+         * relative spacing (2^-8, the round-to-nearest bound; 2.6e-3 measured
+         * on cuDNN's kernels), in f16 1e-3 */
+        const float loss_tol = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16 ? 0x1p-8f : 1e-3f;
         CHECK(fabsf(lf - lp) <= loss_tol * fabsf(lp) + 1e-5f, "%s %s: loss fused %g, unfused %g (tolerance %g)",
               mc->model, pn, lf, lp, (double)loss_tol);
         CHECK(fabsf(lf - lc) <= 1e-2f * fabsf(lc), "%s %s: loss fused %g, cpu %g", mc->model, pn, lf, lc);
