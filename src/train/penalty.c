@@ -84,9 +84,10 @@ void mp_penalty_plan_opts(const mp_trainer *t, mp_plan_opts *po) {
 
 mp_status mp_penalty_open(mp_trainer *t) {
     mp_penalty_close(t);
-    /* host arrays for the host step; a GPU keeps them on the device */
-    if (!on_input(t->o.penalty.kind) || t->be->penalty_input_grad) return MP_OK;
+    if (!on_input(t->o.penalty.kind)) return MP_OK;
     t->pen_n = mp_plan_numel(t->plan, t->o.penalty.input);
+    /* host arrays for the host step; a GPU keeps them on the device */
+    if (t->be->penalty_input_grad) return MP_OK;
     t->pen_grad = malloc((t->pen_n + 1) * sizeof *t->pen_grad);
     t->pen_dir = malloc((t->pen_n + 1) * sizeof *t->pen_dir);
     if (!t->pen_grad || !t->pen_dir) return mp_error(MP_ERR_NOMEM, "gradient penalty: out of memory");
