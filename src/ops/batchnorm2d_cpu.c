@@ -5,11 +5,32 @@
 #include "ops/batchnorm2d_cpu.h"
 
 #include <math.h>
+#include <omp.h>
 
 #include "ops/cpu_fast.h"
 
 #define MP_REF_TEMPLATE "batchnorm2d_cpu_kernels.inc"
 #include "instantiate_fast.inc"
+
+/* Channels-last: C rounded up to a multiple of 16 (each workspace array
+ * 64-byte aligned), and the threads the kernels run on (at most the
+ * workspace's, see batchnorm2d_cpu.h). */
+static inline int64_t bnn_cpad(int C) { return ((int64_t)C + 15) / 16 * 16; }
+
+static inline int bnn_threads(void) {
+    const int t = omp_get_max_threads(), p = omp_get_num_procs();
+    return t < p ? t : p;
+}
+
+#define MP_REF_TEMPLATE "batchnorm2d_nhwc_kernels.inc"
+#include "instantiate_fast.inc"
+
+size_t mp_bn_nhwc_workspace_bytes(int C) {
+    const int t = omp_get_max_threads(), p = omp_get_num_procs();
+    const int64_t slots = t > p ? t : p;
+    /* four float arrays shared by the threads, then two double arrays per thread */
+    return (size_t)(bnn_cpad(C) * (4 * (int64_t)sizeof(float) + 2 * slots * (int64_t)sizeof(double)));
+}
 
 void mp_bn_fwd_train_cpu(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
                          float *rvar, double *mean, double *invstd, int N, int C, int64_t HW, double eps, double mom,
@@ -27,4 +48,22 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
                    const float *rmean, const float *rvar, int N, int C, int64_t HW, double eps) {
     MP_FAST_CALL(dt, bnf_bwd, x, y, dy, dx, gamma, dgamma, dbeta, batch_stats, mean, invstd, rmean, rvar, N, C, HW,
                  eps);
+}
+
+void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
+                              float *rvar, double *mean, double *invstd, int64_t M, int C, double eps, double mom,
+                              bool relu, void *ws) {
+    MP_FAST_CALL(dt, bnn_fwd_train, x, y, gamma, beta, rmean, rvar, mean, invstd, M, C, eps, mom, relu, ws);
+}
+
+void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
+                             const float *rmean, const float *rvar, int64_t M, int C, double eps, bool relu) {
+    MP_FAST_CALL(dt, bnn_fwd_eval, x, y, gamma, beta, rmean, rvar, M, C, eps, relu);
+}
+
+void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
+                        float *dgamma, float *dbeta, bool batch_stats, const double *mean, const double *invstd,
+                        const float *rmean, const float *rvar, int64_t M, int C, double eps, void *ws) {
+    MP_FAST_CALL(dt, bnn_bwd, x, y, dy, dx, gamma, dgamma, dbeta, batch_stats, mean, invstd, rmean, rvar, M, C, eps,
+                 ws);
 }

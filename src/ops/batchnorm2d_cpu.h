@@ -20,4 +20,24 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
                    float *dgamma, float *dbeta, bool batch_stats, const double *mean, const double *invstd,
                    const float *rmean, const float *rvar, int N, int C, int64_t HW, double eps);
 
+/* Channels-last (batchnorm2d_nhwc_kernels.inc): x, y, dy, dx are (M, C)
+ * row-major (an NHWC tensor, M = N*H*W); the same arguments, results and
+ * tolerance as the (N, C, HW) functions above. Rows are split among the
+ * OpenMP threads, each summing every channel; their sums are added in thread
+ * order, so results repeat for a given thread count. ws: scratch of
+ * mp_bn_nhwc_workspace_bytes(C) bytes, 64-byte aligned, for those per-thread
+ * sums: it holds max(omp_get_max_threads(), omp_get_num_procs()) threads'
+ * sums, and the kernels run on min(omp_get_max_threads(), omp_get_num_procs())
+ * threads, so a workspace sized once stays large enough if the thread count
+ * changes later. */
+size_t mp_bn_nhwc_workspace_bytes(int C);
+void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
+                              float *rvar, double *mean, double *invstd, int64_t M, int C, double eps, double mom,
+                              bool relu, void *ws);
+void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
+                             const float *rmean, const float *rvar, int64_t M, int C, double eps, bool relu);
+void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
+                        float *dgamma, float *dbeta, bool batch_stats, const double *mean, const double *invstd,
+                        const float *rmean, const float *rvar, int64_t M, int C, double eps, void *ws);
+
 #endif
