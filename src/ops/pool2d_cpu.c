@@ -10,6 +10,8 @@
 
 #define MP_REF_TEMPLATE "pool2d_cpu_kernels.inc"
 #include "instantiate_fast.inc"
+#define MP_REF_TEMPLATE "pool2d_nhwc_kernels.inc"
+#include "instantiate_fast.inc"
 
 bool mp_pool_cpu_applies(const mp_op_call *c) {
     const mp_pool_opts *o = &c->desc->attr.pool;
@@ -26,4 +28,12 @@ void mp_pool_cpu_backward(const mp_op_call *c) {
     const int *x = c->in[0].shape.dims, *y = c->out.shape.dims;
     MP_FAST_CALL(c->out.dtype, avgpool2_bwd, c->d_out.data, c->d_in[0].data, (int64_t)x[0] * x[1], x[2], x[3], y[2],
                  y[3]);
+}
+
+void mp_avgpool2_fwd_cpu_nhwc(mp_dtype dt, const void *x, void *y, int N, int C, int H, int W) {
+    MP_FAST_CALL(dt, avgpool2n_fwd, x, y, N, C, H, W);
+}
+
+void mp_avgpool2_bwd_cpu_nhwc(mp_dtype dt, const void *dy, void *dx, int N, int C, int H, int W) {
+    MP_FAST_CALL(dt, avgpool2n_bwd, dy, dx, N, C, H, W);
 }

@@ -11,4 +11,11 @@ bool mp_pool_cpu_applies(const mp_op_call *c);
 void mp_pool_cpu_forward(const mp_op_call *c);
 void mp_pool_cpu_backward(const mp_op_call *c); /* c->d_in[0].data non-NULL */
 
+/* Channels-last 2x2 / stride 2 / no padding (pool2d_nhwc_kernels.inc):
+ * x (N, H, W, C), y (N, H/2, W/2, C); the NCHW kernels' values bit for bit.
+ * dt F32 or BF16; callers check mp_fast_isa_current() != MP_FAST_NONE. */
+void mp_avgpool2_fwd_cpu_nhwc(mp_dtype dt, const void *x, void *y, int N, int C, int H, int W);
+/* backward: an odd last row or column (in no window) gets 0 */
+void mp_avgpool2_bwd_cpu_nhwc(mp_dtype dt, const void *dy, void *dx, int N, int C, int H, int W);
+
 #endif
