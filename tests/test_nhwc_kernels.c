@@ -1,0 +1,379 @@
+/* test_nhwc_kernels.c — the channels-last (NHWC) CPU kernels against their
+ * NCHW counterparts, on every fast instruction set this CPU runs, f32 and
+ * bf16: random NCHW data is transposed to NHWC, the NHWC kernel runs (every
+ * output and the workspace poisoned with NaN bytes first), its results are
+ * transposed back and compared with
+ *  - batch norm (training and inference forward, ReLU fused or not;
+ *    backward with batch or running statistics, masked by a ReLU or not):
+ *    the NCHW fast kernels (mp_bn_*_cpu), within 1e-5 (f32; bf16 outputs
+ *    1e-3, a rounding apart) — output, input gradient, saved mean / invstd,
+ *    running statistics, gamma / beta gradients — a channel at mean 300,
+ *    std 0.01 included, C = 1, C not a multiple of 16, C above one tile,
+ *    few rows; a second run repeats the first bit for bit, and a call that
+ *    wants only some gradients writes the same ones;
+ *  - 2x2 stride-2 average pooling: the NCHW fast kernel and the reference,
+ *    bit for bit, odd heights and widths included;
+ *  - global average pooling: the reference, within 1e-6 (and how many values
+ *    differ at all is printed). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/bf16_inline.h"
+#include "core/rng.h"
+#include "op_harness.h"
+#include "ops/batchnorm2d_cpu.h"
+#include "ops/cpu_fast.h"
+#include "ops/global_avgpool_cpu.h"
+#include "ops/pool2d_cpu.h"
+
+/* the worst error of each kind over the whole run (printed at the end) */
+enum { W_Y, W_DX, W_STAT, W_RUN, W_PGRAD, W_GAP, W_COUNT };
+static const char *const worst_name[W_COUNT] = {"bn output",          "bn input gradient", "bn mean/invstd",
+                                                "bn running stats",   "bn gamma/beta grad", "global avgpool"};
+static double worst[2][W_COUNT]; /* [bf16][kind] */
+
+static void *alloc_poisoned(size_t bytes) {
+    void *p = aligned_alloc(64, MP_ALIGN64(bytes ? bytes : 64));
+    MP_ASSERT(p);
+    memset(p, 0xFF, MP_ALIGN64(bytes ? bytes : 64)); /* NaN in f32, bf16 and f64 */
+    return p;
+}
+
+static size_t esize(mp_dtype dt) { return dt == MP_DTYPE_BF16 ? 2 : 4; }
+
+static double get(mp_dtype dt, const void *p, int64_t i) {
+    return dt == MP_DTYPE_BF16 ? mp_bf16_bits_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static void put(mp_dtype dt, void *p, int64_t i, float v) {
+    if (dt == MP_DTYPE_BF16)
+        ((uint16_t *)p)[i] = mp_f32_to_bf16_bits(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+/* (N, C, HW) <-> (N, HW, C), elements of es bytes */
+static void to_nhwc(size_t es, const void *src, void *dst, int N, int C, int64_t HW) {
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int64_t i = 0; i < HW; i++)
+                memcpy((char *)dst + (((int64_t)n * HW + i) * C + c) * es,
+                       (const char *)src + (((int64_t)n * C + c) * HW + i) * es, es);
+}
+
+static void to_nchw(size_t es, const void *src, void *dst, int N, int C, int64_t HW) {
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int64_t i = 0; i < HW; i++)
+                memcpy((char *)dst + (((int64_t)n * C + c) * HW + i) * es,
+                       (const char *)src + (((int64_t)n * HW + i) * C + c) * es, es);
+}
+
+/* NHWC result transposed back to NCHW in a fresh buffer (caller frees) */
+static void *back(mp_dtype dt, const void *nhwc, int N, int C, int64_t HW) {
+    void *p = alloc_poisoned((size_t)N * C * HW * esize(dt));
+    to_nchw(esize(dt), nhwc, p, N, C, HW);
+    return p;
+}
+
+/* ||a - b|| / ||b||; a NaN or inf in either counts as infinite */
+static double rel_l2(mp_dtype dt, const void *a, const void *b, int64_t n) {
+    double d2 = 0, r2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = get(dt, a, i), y = get(dt, b, i);
+        if (!isfinite(x) || !isfinite(y)) return INFINITY;
+        d2 += (x - y) * (x - y);
+        r2 += y * y;
+    }
+    return sqrt(d2) / fmax(sqrt(r2), 1e-30);
+}
+
+/* max |a - b| / max |b| */
+static double rel_max(mp_dtype dt, const void *a, const void *b, int64_t n) {
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = get(dt, a, i), y = get(dt, b, i);
+        if (!isfinite(x) || !isfinite(y)) return INFINITY;
+        d = fmax(d, fabs(x - y));
+        r = fmax(r, fabs(y));
+    }
+    return d / fmax(r, 1e-30);
+}
+
+static void note(mp_dtype dt, int kind, double e) {
+    double *w = &worst[dt == MP_DTYPE_BF16][kind];
+    if (!(e <= *w)) *w = e; /* NaN sticks */
+}
+
+typedef struct {
+    int N, C, H, W;
+    bool shifted; /* last channel: 300 + 0.01 N(0,1) */
+} bn_shape;
+
+/* One shape, dtype and relu setting: train forward, eval forward, backward
+ * (batch statistics or running ones, masked by the NCHW forward's y when
+ * relu) — NHWC against NCHW. */
+static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
+    const int N = sh.N, C = sh.C;
+    const int64_t HW = (int64_t)sh.H * sh.W, M = N * HW, n = M * C;
+    const size_t es = esize(dt), bytes = (size_t)n * es;
+    const double eps = 1e-5, mom = 0.1;
+    const char *isa = mp_fast_isa_name(mp_fast_isa_current());
+    char tag[128];
+    snprintf(tag, sizeof tag, "bn %s %dx%dx%dx%d%s%s on %s", mp_dtype_name(dt), N, C, sh.H, sh.W,
+             sh.shifted ? " (mean-300 channel)" : "", relu ? " +relu" : "", isa);
+    /* tolerances: f32 float arithmetic summed in another order; bf16 outputs a rounding apart */
+    const double tol = 1e-5, tol_act = dt == MP_DTYPE_F32 ? 1e-5 : 1e-3;
+
+    mp_rng g;
+    mp_rng_seed(&g, seed);
+    void *x = alloc_poisoned(bytes), *dy = alloc_poisoned(bytes), *xh = alloc_poisoned(bytes),
+         *dyh = alloc_poisoned(bytes), *yh0 = alloc_poisoned(bytes);
+    for (int64_t i = 0; i < n; i++) put(dt, x, i, (float)(mp_rng_normal(&g) * 2.0 + 0.5));
+    for (int64_t i = 0; i < n; i++) put(dt, dy, i, (float)mp_rng_normal(&g));
+    if (sh.shifted)
+        for (int k = 0; k < N; k++)
+            for (int64_t i = 0; i < HW; i++)
+                put(dt, x, ((int64_t)k * C + C - 1) * HW + i, (float)(300.0 + 0.01 * mp_rng_normal(&g)));
+    float *gamma = malloc(C * 4), *beta = malloc(C * 4), *rm0 = malloc(C * 4), *rv0 = malloc(C * 4);
+    for (int c = 0; c < C; c++) {
+        gamma[c] = (float)(1.0 + 0.5 * mp_rng_normal(&g));
+        beta[c] = (float)(0.3 * mp_rng_normal(&g));
+        rm0[c] = (float)mp_rng_normal(&g);
+        rv0[c] = (float)(0.2 + 2 * mp_rng_uniform(&g));
+    }
+    to_nhwc(es, x, xh, N, C, HW);
+    to_nhwc(es, dy, dyh, N, C, HW);
+
+    const size_t wsb = mp_bn_nhwc_workspace_bytes(C);
+    void *ws = alloc_poisoned(wsb);
+    float *rm1 = malloc(C * 4), *rv1 = malloc(C * 4), *rm2 = malloc(C * 4), *rv2 = malloc(C * 4);
+    double *mean1 = alloc_poisoned(C * 8), *is1 = alloc_poisoned(C * 8), *mean2 = alloc_poisoned(C * 8),
+           *is2 = alloc_poisoned(C * 8);
+    void *y1 = alloc_poisoned(bytes), *y2h = alloc_poisoned(bytes);
+
+    /* training forward */
+    memcpy(rm1, rm0, C * 4), memcpy(rv1, rv0, C * 4), memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
+    mp_bn_fwd_train_cpu(dt, x, y1, gamma, beta, rm1, rv1, mean1, is1, N, C, HW, eps, mom, relu);
+    mp_bn_fwd_train_cpu_nhwc(dt, xh, y2h, gamma, beta, rm2, rv2, mean2, is2, M, C, eps, mom, relu, ws);
+    void *y2 = back(dt, y2h, N, C, HW);
+    double e = rel_l2(dt, y2, y1, n), em = rel_max(dt, y2, y1, n);
+    note(dt, W_Y, dt == MP_DTYPE_F32 ? fmax(e, em) : e);
+    CHECK(e < tol_act, "%s training: output rel. diff %g (tolerance %g)", tag, e, tol_act);
+    if (dt == MP_DTYPE_F32) CHECK(em < tol, "%s training: output max rel. diff %g (tolerance %g)", tag, em, tol);
+    double es_ = 0, er = 0;
+    for (int c = 0; c < C; c++) {
+        /* the mean in units of the channel's standard deviation, invstd relative */
+        es_ = fmax(es_, fabs(mean2[c] - mean1[c]) * is1[c]);
+        es_ = fmax(es_, fabs(is2[c] - is1[c]) / is1[c]);
+        if (isnan(mean2[c]) || isnan(is2[c])) es_ = INFINITY;
+        er = fmax(er, fabs((double)rm2[c] - rm1[c]) / (fabs(rm1[c]) + 1 / is1[c]));
+        er = fmax(er, fabs((double)rv2[c] - rv1[c]) / fabs(rv1[c]));
+        if (isnan(rm2[c]) || isnan(rv2[c])) er = INFINITY;
+    }
+    note(dt, W_STAT, es_);
+    note(dt, W_RUN, er);
+    CHECK(es_ < tol, "%s training: saved mean/invstd differ by %g (tolerance %g)", tag, es_, tol);
+    CHECK(er < tol, "%s training: running mean/var differ by %g (tolerance %g)", tag, er, tol);
+    /* again: the same bits (fixed thread count) */
+    {
+        void *y3h = alloc_poisoned(bytes);
+        double *mean3 = alloc_poisoned(C * 8), *is3 = alloc_poisoned(C * 8);
+        memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
+        memset(ws, 0xFF, wsb);
+        mp_bn_fwd_train_cpu_nhwc(dt, xh, y3h, gamma, beta, rm2, rv2, mean3, is3, M, C, eps, mom, relu, ws);
+        CHECK(!memcmp(y3h, y2h, bytes) && !memcmp(mean3, mean2, C * 8) && !memcmp(is3, is2, C * 8),
+              "%s training: a second run differs", tag);
+        free(y3h), free(mean3), free(is3);
+    }
+
+    /* inference forward */
+    void *y4h = alloc_poisoned(bytes);
+    mp_bn_fwd_eval_cpu(dt, x, y1, gamma, beta, rm0, rv0, N, C, HW, eps, relu);
+    mp_bn_fwd_eval_cpu_nhwc(dt, xh, y4h, gamma, beta, rm0, rv0, M, C, eps, relu);
+    void *y4 = back(dt, y4h, N, C, HW);
+    e = rel_l2(dt, y4, y1, n), em = rel_max(dt, y4, y1, n);
+    note(dt, W_Y, dt == MP_DTYPE_F32 ? fmax(e, em) : e);
+    CHECK(e < tol_act, "%s inference: output rel. diff %g (tolerance %g)", tag, e, tol_act);
+    if (dt == MP_DTYPE_F32) CHECK(em < tol, "%s inference: output max rel. diff %g (tolerance %g)", tag, em, tol);
+
+    /* backward: both read the NCHW training forward's statistics and y (the mask) */
+    mp_bn_fwd_train_cpu(dt, x, y1, gamma, beta, rm1, rv1, mean1, is1, N, C, HW, eps, mom, relu);
+    to_nhwc(es, y1, yh0, N, C, HW);
+    for (int bs = 1; bs >= 0; bs--) {
+        void *dx1 = alloc_poisoned(bytes), *dx2h = alloc_poisoned(bytes), *dx3h = alloc_poisoned(bytes);
+        float *dg1 = alloc_poisoned(C * 4), *db1 = alloc_poisoned(C * 4), *dg2 = alloc_poisoned(C * 4),
+              *db2 = alloc_poisoned(C * 4), *dg3 = alloc_poisoned(C * 4), *db3 = alloc_poisoned(C * 4);
+        memset(ws, 0xFF, wsb);
+        mp_bn_bwd_cpu(dt, x, relu ? y1 : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C, HW, eps);
+        mp_bn_bwd_cpu_nhwc(dt, xh, relu ? yh0 : NULL, dyh, dx2h, gamma, dg2, db2, bs, mean1, is1, rm0, rv0, M, C,
+                           eps, ws);
+        void *dx2 = back(dt, dx2h, N, C, HW);
+        const char *st = bs ? "batch statistics" : "running statistics";
+        e = rel_l2(dt, dx2, dx1, n), em = rel_max(dt, dx2, dx1, n);
+        note(dt, W_DX, dt == MP_DTYPE_F32 ? fmax(e, em) : e);
+        CHECK(e < tol_act, "%s backward (%s): input gradient rel. diff %g (tolerance %g)", tag, st, e, tol_act);
+        if (dt == MP_DTYPE_F32)
+            CHECK(em < tol, "%s backward (%s): input gradient max rel. diff %g (tolerance %g)", tag, st, em, tol);
+        const double eg = rel_l2(MP_DTYPE_F32, dg2, dg1, C), eb = rel_l2(MP_DTYPE_F32, db2, db1, C);
+        note(dt, W_PGRAD, fmax(eg, eb));
+        CHECK(eg < tol, "%s backward (%s): gamma gradient rel. diff %g (tolerance %g)", tag, st, eg, tol);
+        CHECK(eb < tol, "%s backward (%s): beta gradient rel. diff %g (tolerance %g)", tag, st, eb, tol);
+        /* only some outputs wanted: the same values where written, nothing else */
+        mp_bn_bwd_cpu_nhwc(dt, xh, relu ? yh0 : NULL, dyh, dx3h, gamma, NULL, NULL, bs, mean1, is1, rm0, rv0, M, C,
+                           eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, relu ? yh0 : NULL, dyh, NULL, gamma, dg3, db3, bs, mean1, is1, rm0, rv0, M, C,
+                           eps, ws);
+        CHECK(!memcmp(dx3h, dx2h, bytes), "%s backward (%s): dx alone differs", tag, st);
+        CHECK(!memcmp(dg3, dg2, C * 4) && !memcmp(db3, db2, C * 4),
+              "%s backward (%s): dgamma/dbeta alone differ", tag, st);
+        free(dx1), free(dx2h), free(dx3h), free(dx2), free(dg1), free(db1), free(dg2), free(db2), free(dg3),
+            free(db3);
+    }
+    free(x), free(dy), free(xh), free(dyh), free(yh0), free(gamma), free(beta), free(rm0), free(rv0), free(ws);
+    free(rm1), free(rv1), free(rm2), free(rv2), free(mean1), free(is1), free(mean2), free(is2);
+    free(y1), free(y2h), free(y2), free(y4h), free(y4);
+}
+
+/* A pooling op's reference (or NCHW fast path) through its vtable on dt
+ * tensors x (NCHW) and dy: writes y and dx. */
+static void run_op(mp_op_kind kind, mp_impl impl, mp_shape s, mp_dtype dt, const void *x, const void *dy, void *y,
+                   void *dx) {
+    op_fixture f;
+    const mp_op_attr a = kind == MP_OP_AVGPOOL2D ? (mp_op_attr){.pool = {.kernel = 2, .stride = 2}} : (mp_op_attr){0};
+    MP_ASSERT(op_fixture_init(&f, kind, a, 1, &s, NULL, MP_DTYPE_F32, impl, true) == MP_OK);
+    mp_op_call c = f.call;
+    c.state = NULL; /* a pooling node's oneDNN primitives (f32) would run ahead of the vector path */
+    c.in[0] = (mp_tensor){dt, s, (void *)x};
+    c.out = (mp_tensor){dt, f.call.out.shape, y};
+    c.d_out = (mp_tensor){dt, f.call.out.shape, (void *)dy};
+    c.d_in[0] = (mp_tensor){dt, s, dx};
+    CHECK(f.vt->forward(&c) == MP_OK, "%s forward: %s", f.vt->name, mp_last_error());
+    CHECK(f.vt->backward(&c) == MP_OK, "%s backward: %s", f.vt->name, mp_last_error());
+    op_fixture_free(&f);
+}
+
+static void fill(mp_dtype dt, void *p, int64_t n, mp_rng *g) {
+    for (int64_t i = 0; i < n; i++) put(dt, p, i, (float)mp_rng_normal(g));
+}
+
+/* 2x2 stride-2 average pooling: NHWC against the reference and the NCHW fast path, bit for bit */
+static void check_pool(int N, int C, int H, int W, mp_dtype dt, uint64_t seed) {
+    const int OH = H / 2, OW = W / 2;
+    const int64_t nx = (int64_t)N * C * H * W, ny = (int64_t)N * C * OH * OW;
+    const size_t es = esize(dt);
+    mp_rng g;
+    mp_rng_seed(&g, seed);
+    void *x = alloc_poisoned(nx * es), *dy = alloc_poisoned(ny * es), *xh = alloc_poisoned(nx * es),
+         *dyh = alloc_poisoned(ny * es);
+    fill(dt, x, nx, &g);
+    fill(dt, dy, ny, &g);
+    to_nhwc(es, x, xh, N, C, (int64_t)H * W);
+    to_nhwc(es, dy, dyh, N, C, (int64_t)OH * OW);
+    void *yr = alloc_poisoned(ny * es), *dxr = alloc_poisoned(nx * es), *yf = alloc_poisoned(ny * es),
+         *dxf = alloc_poisoned(nx * es), *yh = alloc_poisoned(ny * es), *dxh = alloc_poisoned(nx * es);
+    const mp_shape s = mp_shape4(N, C, H, W);
+    run_op(MP_OP_AVGPOOL2D, MP_IMPL_REF, s, dt, x, dy, yr, dxr);
+    run_op(MP_OP_AVGPOOL2D, MP_IMPL_AUTO, s, dt, x, dy, yf, dxf);
+    mp_avgpool2_fwd_cpu_nhwc(dt, xh, yh, N, C, H, W);
+    mp_avgpool2_bwd_cpu_nhwc(dt, dyh, dxh, N, C, H, W);
+    void *y = back(dt, yh, N, C, (int64_t)OH * OW), *dx = back(dt, dxh, N, C, (int64_t)H * W);
+    const char *isa = mp_fast_isa_name(mp_fast_isa_current());
+    int64_t bad_y = 0, bad_dx = 0;
+    for (int64_t i = 0; i < ny; i++) bad_y += memcmp((char *)y + i * es, (char *)yr + i * es, es) != 0;
+    for (int64_t i = 0; i < nx; i++) bad_dx += memcmp((char *)dx + i * es, (char *)dxr + i * es, es) != 0;
+    CHECK(bad_y == 0, "avgpool2 %s %dx%dx%dx%d on %s: %lld of %lld outputs differ from the reference (rel. diff %g)",
+          mp_dtype_name(dt), N, C, H, W, isa, (long long)bad_y, (long long)ny, rel_l2(dt, y, yr, ny));
+    CHECK(bad_dx == 0,
+          "avgpool2 %s %dx%dx%dx%d on %s: %lld of %lld input gradients differ from the reference (rel. diff %g)",
+          mp_dtype_name(dt), N, C, H, W, isa, (long long)bad_dx, (long long)nx, rel_l2(dt, dx, dxr, nx));
+    CHECK(!memcmp(y, yf, ny * es) && !memcmp(dx, dxf, nx * es),
+          "avgpool2 %s %dx%dx%dx%d on %s: differs from the NCHW fast path", mp_dtype_name(dt), N, C, H, W, isa);
+    free(x), free(dy), free(xh), free(dyh), free(yr), free(dxr), free(yf), free(dxf), free(yh), free(dxh), free(y),
+        free(dx);
+}
+
+/* global average pooling: NHWC against the reference within 1e-6 */
+static void check_gap(int N, int C, int H, int W, mp_dtype dt, uint64_t seed) {
+    const int64_t HW = (int64_t)H * W, nx = N * HW * C, ny = (int64_t)N * C;
+    const size_t es = esize(dt);
+    mp_rng g;
+    mp_rng_seed(&g, seed);
+    void *x = alloc_poisoned(nx * es), *dy = alloc_poisoned(ny * es), *xh = alloc_poisoned(nx * es);
+    fill(dt, x, nx, &g);
+    for (int64_t i = 0; i < nx; i++) /* channel means well away from 0 (a relative error means something) */
+        put(dt, x, i, (float)(get(dt, x, i) + 1.0 + (double)((i / HW) % C % 5)));
+    fill(dt, dy, ny, &g);
+    to_nhwc(es, x, xh, N, C, HW);
+    void *yr = alloc_poisoned(ny * es), *dxr = alloc_poisoned(nx * es), *yh = alloc_poisoned(ny * es),
+         *dxh = alloc_poisoned(nx * es);
+    run_op(MP_OP_GLOBAL_AVGPOOL, MP_IMPL_REF, mp_shape4(N, C, H, W), dt, x, dy, yr, dxr);
+    mp_global_avgpool_fwd_cpu_nhwc(dt, xh, yh, N, C, HW);
+    mp_global_avgpool_bwd_cpu_nhwc(dt, dy, dxh, N, C, HW);
+    void *dx = back(dt, dxh, N, C, HW);
+    const char *isa = mp_fast_isa_name(mp_fast_isa_current());
+    double e = 0;
+    int64_t differ = 0;
+    for (int64_t i = 0; i < ny; i++) { /* y is (N, C) in both layouts */
+        const double a = get(dt, yh, i), b = get(dt, yr, i);
+        e = isfinite(a) ? fmax(e, fabs(a - b) / fmax(fabs(b), 1e-30)) : INFINITY;
+        differ += a != b;
+    }
+    note(dt, W_GAP, e);
+    const double tol = dt == MP_DTYPE_F32 ? 1e-6 : 4e-3; /* bf16: a rounding apart at most */
+    CHECK(e < tol, "global avgpool %s %dx%dx%dx%d on %s: output rel. diff %g (tolerance %g)", mp_dtype_name(dt), N,
+          C, H, W, isa, e, tol);
+    if (differ)
+        printf("  global avgpool %s %dx%dx%dx%d on %s: %lld of %lld outputs not the reference's bits\n",
+               mp_dtype_name(dt), N, C, H, W, isa, (long long)differ, (long long)ny);
+    CHECK(!memcmp(dx, dxr, nx * es), "global avgpool %s %dx%dx%dx%d on %s: input gradient differs from the reference",
+          mp_dtype_name(dt), N, C, H, W, isa);
+    free(x), free(dy), free(xh), free(yr), free(dxr), free(yh), free(dxh), free(dx);
+}
+
+int main(void) {
+    const mp_fast_isa best = mp_fast_isa_best();
+    printf("fast paths on this CPU: up to %s; %d OpenMP threads\n", mp_fast_isa_name(best), omp_get_max_threads());
+    if (best == MP_FAST_NONE) {
+        printf("no fast instruction set: the NHWC kernels do not run here\n");
+        return test_summary("test_nhwc_kernels");
+    }
+    const bn_shape bns[] = {
+        {2, 1, 3, 5, true},     /* C = 1 (the mean-300 channel) */
+        {3, 19, 5, 7, true},    /* C not a multiple of 16 */
+        {1, 3, 1, 3, false},    /* M = 3 rows (2: dx is 0 up to rounding) */
+        {16, 24, 20, 20, true}, /* rows span several blocks and threads */
+        {4, 64, 14, 14, true},
+        {2, 600, 3, 5, true}, /* C above one tile of channels */
+    };
+    const int n_bns = (int)(sizeof bns / sizeof bns[0]);
+    const mp_dtype dts[2] = {MP_DTYPE_F32, MP_DTYPE_BF16};
+    int isas = 0;
+    for (int isa = best; isa >= MP_FAST_AVX2; isa--, isas++) {
+        CHECK(mp_fast_isa_set((mp_fast_isa)isa) == (mp_fast_isa)isa, "cannot select %s",
+              mp_fast_isa_name((mp_fast_isa)isa));
+        for (int d = 0; d < 2; d++) {
+            const uint64_t seed = 1000 * (uint64_t)isa + 100 * (uint64_t)d;
+            for (int k = 0; k < n_bns; k++)
+                for (int relu = 0; relu < 2; relu++)
+                    check_bn(bns[k], dts[d], relu, seed + 10 * (uint64_t)k + (uint64_t)relu);
+            check_pool(2, 3, 7, 9, dts[d], seed + 1);  /* odd H and W */
+            check_pool(4, 20, 8, 6, dts[d], seed + 2); /* even */
+            check_pool(3, 1, 5, 4, dts[d], seed + 3);  /* C = 1, odd H */
+            check_pool(2, 33, 2, 3, dts[d], seed + 4); /* one output row, odd W */
+            check_pool(8, 64, 28, 28, dts[d], seed + 5);
+            check_gap(2, 3, 7, 7, dts[d], seed + 6);
+            check_gap(4, 130, 5, 3, dts[d], seed + 7); /* C above one tile */
+            check_gap(3, 1, 1, 1, dts[d], seed + 8);   /* HW = 1 */
+            check_gap(16, 512, 7, 7, dts[d], seed + 9);
+        }
+    }
+    printf("NHWC kernels checked on %d instruction set(s); worst errors (f32 / bf16):\n", isas);
+    for (int k = 0; k < W_COUNT; k++) printf("  %-20s %.3g / %.3g\n", worst_name[k], worst[0][k], worst[1][k]);
+    mp_fast_isa_set(best);
+    return test_summary("test_nhwc_kernels");
+}
