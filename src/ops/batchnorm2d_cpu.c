@@ -1,6 +1,10 @@
 /* batchnorm2d_cpu.c — see batchnorm2d_cpu.h. */
 #if defined(__GNUC__) && !defined(__clang__) /* see cpu_fast.h */
 #pragma GCC optimize("no-trapping-math")
+/* -O3's unroll-and-jam fuses pairs of rows of the channels-last sums
+ * (batchnorm2d_nhwc_kernels.inc) into a scalar loop, 5x slower; it touches
+ * no other loop here */
+#pragma GCC optimize("no-loop-unroll-and-jam")
 #endif
 #include "ops/batchnorm2d_cpu.h"
 
