@@ -71,6 +71,7 @@ static mp_status conv2d_forward(const mp_op_call *c) {
 #ifdef MP_HAVE_ONEDNN
     if (mp_onednn_use(c)) return mp_conv_onednn_forward(c->state, c);
 #endif
+    if (c->info->nhwc) return mp_op_layout_error(c, "the reference convolution kernels");
     const mp_conv_geom g = mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape);
     const void *b = c->desc->attr.conv.bias ? c->param[1].data : NULL;
     MP_REAL_CALL(c->out.dtype, conv_fwd, &g, c->in[0].data, c->param[0].data, b, c->out.data);
@@ -81,6 +82,7 @@ static mp_status conv2d_backward(const mp_op_call *c) {
 #ifdef MP_HAVE_ONEDNN
     if (mp_onednn_use(c) && mp_conv_onednn_has_backward(c->state)) return mp_conv_onednn_backward(c->state, c);
 #endif
+    if (c->info->nhwc) return mp_op_layout_error(c, "the reference convolution kernels");
     const mp_conv_geom g = mp_conv_geom_of(c->desc, &c->in[0].shape, &c->out.shape);
     const mp_dtype dt = c->out.dtype;
     if (c->d_in[0].data) MP_REAL_CALL(dt, conv_bwd_data, &g, c->d_out.data, c->param[0].data, NULL, c->d_in[0].data);

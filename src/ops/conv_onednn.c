@@ -2,9 +2,11 @@
  * kernels) of conv2d (convolution primitives)
  * and conv_transpose2d (deconvolution primitives), shared by both ops.
  *
- * Layout: the library keeps plain NCHW / OIHW tensors, but the primitives are
- * created with format_tag_any and the call's tensors are reordered into (and
- * out of) the layouts oneDNN picks, in the op's workspace. Measured over the
+ * Layout: weights are plain OIHW, activations NCHW or, where the plan stores
+ * them channels-last (op.h: info->nhwc), NHWC. The primitives are created
+ * with format_tag_any for NCHW activations and the weights, and the call's
+ * tensors are reordered into (and out of) the layouts oneDNN picks, in the
+ * op's workspace; NHWC activations are computed on as they are. Measured over the
  * cnn10 training convolutions (dev/conv_layout_timing.c, 2-core AVX2 EPYC,
  * batch 128), blocked jit:avx2 + reorders against plain-layout gemm:
  * forward 131 vs 99 GFLOP/s, backward data 144 vs 87, backward weights
@@ -185,6 +187,7 @@ typedef struct {
     dnnl_memory_desc_t src, dst, wei, bias, src_any, dst_any, wei_any, src_p, dst_p, wei_p;
     dnnl_memory_desc_t dwei, dwei_any; /* weight gradients: always f32 */
     dnnl_dims_t strides, dilates, pad_l, pad_r;
+    bool keep_nhwc; /* in: compute on channels-last tensors as they are; out: there are some */
 } conv_mds;
 
 static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, dnnl_data_type_t ct, bool *fallback) {
@@ -194,14 +197,34 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, d
     const bool tr = d->kind == MP_OP_CONV_TRANSPOSE2D;
     const mp_shape *in = &info->in[0], *out = &info->out;
     const int g = o->groups, cin = in->dims[1], cout = out->dims[1], k = o->kernel;
-    CONV_CK(x, mp_onednn_plain_md(&m->src, in, dt));
-    CONV_CK(x, mp_onednn_plain_md(&m->dst, out, dt));
-    CONV_CK(x, mp_onednn_plain_md(&m->src_p, in, ct));
-    CONV_CK(x, mp_onednn_plain_md(&m->dst_p, out, ct));
     dnnl_dims_t sd = {in->dims[0], cin, in->dims[2], in->dims[3]};
     dnnl_dims_t dd = {out->dims[0], cout, out->dims[2], out->dims[3]};
-    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_any, 4, sd, ct, dnnl_format_tag_any));
-    CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_any, 4, dd, ct, dnnl_format_tag_any));
+    /* a channels-last tensor of the plan (op.h: info->nhwc) is bound as such,
+     * and with m->keep_nhwc the primitive computes on it in place (no reorder
+     * but a dtype's); a tensor of one channel or one pixel is the same bytes
+     * in either layout, so it follows the other one */
+    bool nhwc_in = mp_info_nhwc_in(info, 0), nhwc_out = mp_info_nhwc_out(info);
+    if (nhwc_out && (cin == 1 || (int64_t)in->dims[2] * in->dims[3] == 1)) nhwc_in = true;
+    if (nhwc_in && (cout == 1 || (int64_t)out->dims[2] * out->dims[3] == 1)) nhwc_out = true;
+    m->keep_nhwc = m->keep_nhwc && (nhwc_in || nhwc_out);
+    if (nhwc_in) {
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src, 4, sd, dt, dnnl_nhwc));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_p, 4, sd, ct, dnnl_nhwc));
+    } else {
+        CONV_CK(x, mp_onednn_plain_md(&m->src, in, dt));
+        CONV_CK(x, mp_onednn_plain_md(&m->src_p, in, ct));
+    }
+    if (nhwc_out) {
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst, 4, dd, dt, dnnl_nhwc));
+        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_p, 4, dd, ct, dnnl_nhwc));
+    } else {
+        CONV_CK(x, mp_onednn_plain_md(&m->dst, out, dt));
+        CONV_CK(x, mp_onednn_plain_md(&m->dst_p, out, ct));
+    }
+    if (m->keep_nhwc && nhwc_in) m->src_any = m->src_p;
+    else CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_any, 4, sd, ct, dnnl_format_tag_any));
+    if (m->keep_nhwc && nhwc_out) m->dst_any = m->dst_p;
+    else CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_any, 4, dd, ct, dnnl_format_tag_any));
     if (g > 1) {
         dnnl_dims_t wd = {g, cout / g, cin / g, k, k};
         dnnl_format_tag_t tag = tr ? dnnl_giohw : dnnl_goihw;
@@ -234,10 +257,10 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, d
 }
 
 static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, dnnl_data_type_t ct, bool training,
-                       bool jit_only, bool *fallback, size_t *ws_bytes) {
+                       bool jit_only, bool keep_nhwc, bool *fallback, size_t *ws_bytes) {
     const bool tr = x->d->kind == MP_OP_CONV_TRANSPOSE2D;
     const bool bias = x->d->attr.conv.bias;
-    conv_mds m;
+    conv_mds m = {.keep_nhwc = keep_nhwc};
     MP_TRY(make_mds(x, &m, dt, ct, fallback));
     if (*fallback) return MP_OK;
     const dnnl_memory_desc_t *bmd = bias ? &m.bias : NULL;
@@ -249,8 +272,8 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
      * backward-weights kernel slows down 10-300x (to seconds per call) as
      * soon as another process competes for the cores; jit:avx2 does not. */
     const int cin = x->info->in[0].dims[1];
-    const bool plain_f = !tr && x->d->attr.conv.groups == 1 && cin == 1;
-    const bool plain_d = !tr && x->d->attr.conv.groups == 1 && cin < 8;
+    const bool plain_f = !m.keep_nhwc && !tr && x->d->attr.conv.groups == 1 && cin == 1;
+    const bool plain_d = !m.keep_nhwc && !tr && x->d->attr.conv.groups == 1 && cin < 8;
     const dnnl_memory_desc_t *sF = plain_f ? &m.src_p : &m.src_any, *wF = plain_f ? &m.wei_p : &m.wei_any,
                              *dF = plain_f ? &m.dst_p : &m.dst_any;
     const dnnl_memory_desc_t *sD = plain_d ? &m.src_p : &m.src_any, *wD = plain_d ? &m.wei_p : &m.wei_any,
@@ -358,7 +381,19 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
     /* bf16 tensors: bf16 primitives, or f32 ones where bf16 dot products are slow */
     const bool f32_math = dt == MP_DTYPE_BF16 && mp_bf16_math_current() == MP_BF16_MATH_F32;
     mp_status rc = build(&x, st, mp_onednn_dt(dt), f32_math ? dnnl_f32 : mp_onednn_dt(dt), training, jit_only,
-                         &fallback, &ws);
+                         true, &fallback, &ws);
+    if (rc == MP_OK && fallback && info->nhwc) {
+        /* no JIT kernel on these channels-last tensors as they are: the
+         * layouts oneDNN picks, with reorders, as for NCHW ones */
+        mp_conv_onednn_release(st);
+        if (!(st = calloc(1, sizeof *st)))
+            return mp_error(MP_ERR_NOMEM, "%s '%s': out of memory", mp_op_lookup(d->kind)->name,
+                            d->name ? d->name : "?");
+        fallback = false;
+        ws = 0;
+        rc = build(&x, st, mp_onednn_dt(dt), f32_math ? dnnl_f32 : mp_onednn_dt(dt), training, jit_only, false,
+                   &fallback, &ws);
+    }
     if (rc != MP_OK || fallback) {
         mp_conv_onednn_release(st);
         return rc;

@@ -102,7 +102,14 @@ typedef struct {
      * c->workspace holds workspace_bytes (64-aligned; the op's own kernels,
      * which a tangent may run, use it) followed by tangent_workspace_bytes */
     size_t tangent_workspace_bytes;
+    /* Storage layout of the 4-D activations (CPU plans, graph/plan_layout.c):
+     * bit k set, input k (and its gradient) is channels-last, (N, H, W, C) in
+     * memory; MP_NHWC_OUT, the output (and its gradient). 0 (every op test,
+     * every GPU plan's host view): NCHW. Set before prepare(). */
+    unsigned nhwc;
 } mp_op_info;
+
+#define MP_NHWC_OUT (1u << MP_MAX_INPUTS)
 
 /* REF: the plain-C reference kernels. ONEDNN: oneDNN wherever the op has a
  * path (tests use it to check that path). AUTO (plans): oneDNN where it is
@@ -189,6 +196,10 @@ typedef struct {
 
 const mp_op_vtable *mp_op_lookup(mp_op_kind k);
 
+/* Whether input k / the output of a call (or of an op being prepared) is stored channels-last. */
+static inline bool mp_info_nhwc_in(const mp_op_info *info, int k) { return (info->nhwc >> k & 1u) != 0; }
+static inline bool mp_info_nhwc_out(const mp_op_info *info) { return (info->nhwc & MP_NHWC_OUT) != 0; }
+
 /* The vtables, one per op file. */
 extern const mp_op_vtable mp_op_input_vt, mp_op_labels_vt, mp_op_targets_vt;
 extern const mp_op_vtable mp_op_conv2d_vt, mp_op_conv_transpose2d_vt, mp_op_batchnorm2d_vt;
@@ -199,6 +210,9 @@ extern const mp_op_vtable mp_op_dropout_vt, mp_op_softmax_ce_vt, mp_op_bce_logit
 
 /* Helpers for op files. */
 mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const char *what);
+/* A call whose tensors are channels-last (info->nhwc) reaching kernels that
+ * read NCHW only (the planner never plans one: a guard, named). */
+mp_status mp_op_layout_error(const mp_op_call *c, const char *kernels);
 /* infer() of the same-shape binary ops (add, mul): two inputs of identical
  * shape, the output of that shape; the error names the op, node and shapes. */
 mp_status mp_op_infer_same_shape2(const mp_op_desc *d, mp_op_info *info);

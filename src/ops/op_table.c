@@ -45,6 +45,11 @@ mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const c
                     d->name ? d->name : "?", what, buf);
 }
 
+mp_status mp_op_layout_error(const mp_op_call *c, const char *kernels) {
+    return mp_error(MP_ERR_INTERNAL, "%s '%s': its tensors are stored channels-last, which %s do not read",
+                    mp_op_lookup(c->desc->kind)->name, c->desc->name ? c->desc->name : "?", kernels);
+}
+
 mp_status mp_op_infer_same_shape2(const mp_op_desc *d, mp_op_info *info) {
     if (info->n_in != 2) return mp_op_shape_error(d, info, "takes exactly two inputs");
     if (!mp_shape_equal(&info->in[0], &info->in[1])) {
