@@ -135,6 +135,7 @@ typedef struct {
     int native_bf16;           /**< MIXPREC_NATIVE_BF16: -1 unset, 0 every bf16 CPU node emulated, 1 as unset */
     bool force_scalar;         /**< MIXPREC_FORCE_SCALAR=1: no AVX2/AVX-512 code of ours (conversions, ReLU, BN, pooling) */
     bool no_bn_add_relu_fusion; /**< MIXPREC_FUSE_BN_ADD_RELU=0: GPU batch norm, residual add and ReLU kept apart */
+    bool no_channels_last;     /**< MIXPREC_CPU_CHANNELS_LAST=0: CPU plans keep every activation NCHW */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

@@ -67,6 +67,12 @@ typedef struct {
      * comparisons; MIXPREC_FUSE_BN_ADD_RELU=0 does it for every plan, and
      * no_fusion implies it). */
     bool no_bn_add_relu_fusion;
+    /** CPU plans store a 4-D activation channels-last (NHWC) where every op
+     * writing and reading it works on that layout (oneDNN's convolutions
+     * then need no reorders around them); true keeps every activation NCHW
+     * (for comparisons; MIXPREC_CPU_CHANNELS_LAST=0 does it for every plan).
+     * Arrays in and out of the plan are NCHW either way. */
+    bool channels_first;
     /** Second derivatives (mixprec/penalty.h), on the CPU or a GPU: f32
      * tangent buffers for every node and trainable parameter (device memory
      * on a GPU, whose host arrays in and out keep the graph's layout);
@@ -122,6 +128,9 @@ MP_API void mp_plan_set_step(mp_plan *p, uint64_t step);
 MP_API size_t mp_plan_arena_bytes(const mp_plan *p);
 /** Low-precision nodes running natively (bf16 library kernels) and emulated in f32 with rounding. */
 MP_API void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulated);
+/** Activations a CPU plan stores channels-last (NHWC; see mp_plan_opts.channels_first), of the
+ * 4-D activations it has; 0 of them on a GPU plan (whose device tensors are all NHWC) or with NULL. */
+MP_API int mp_plan_channels_last(const mp_plan *p, int *activations_4d);
 
 /** Overflow provenance: where a NaN/inf first appeared. */
 typedef struct {

@@ -25,6 +25,9 @@ struct mp_exec_backend {
     mp_status (*open)(mp_plan *p);
     void (*close)(mp_plan *p);
     mp_status (*node_prepare)(mp_plan *p, int i, size_t *ws, size_t *scratch, size_t *stage);
+    /* Optional, after every node's prepare: the activations' storage layouts
+     * (plan_layout.h; nodes prepared again, *ws raised). NULL: NCHW. */
+    mp_status (*choose_layout)(mp_plan *p, size_t *ws);
     mp_status (*arena_alloc)(mp_plan *p, size_t bytes, char **arena);
     void (*arena_free)(mp_plan *p);
     void (*grad_place)(mp_plan *p, int k, void *where);

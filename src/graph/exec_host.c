@@ -14,6 +14,7 @@
 #include "core/dtype_traits.h"
 #include "graph/exec_backend.h"
 #include "graph/exec_stage.h"
+#include "graph/plan_layout.h"
 #include "graph/second_order.h"
 
 static bool reference_notice_done;
@@ -105,13 +106,17 @@ static mp_status stage_node(mp_plan *p, int i) {
     return MP_OK;
 }
 
-static mp_status host_node_prepare(mp_plan *p, int i, size_t *ws, size_t *scratch, size_t *stage) {
+/* Node i's op state for its shapes, dtypes and layouts (info.nhwc): oneDNN's
+ * bf16 primitives where the node runs natively, else f32 ones; sets
+ * pn->native and the call's impl. */
+static mp_status host_op_prepare(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
     mp_pnode *pn = &p->nodes[i];
     const mp_op_vtable *vt = mp_op_lookup(nd->desc.kind);
     const mp_impl impl = p->onednn ? MP_IMPL_AUTO : MP_IMPL_REF;
     mp_status s = MP_OK;
     const native_kind nk = native_bf16_kind(p, i);
+    pn->native = false;
     if (nk == NATIVE_PRIMITIVE && vt->prepare && p->onednn) {
         /* bf16 primitives where the CPU has bf16 kernels; else staged f32 */
         if (vt->prepare(&nd->desc, &pn->info, MP_DTYPE_BF16, impl, p->o.training, &pn->call.state) == MP_OK &&
@@ -124,14 +129,34 @@ static mp_status host_node_prepare(mp_plan *p, int i, size_t *ws, size_t *scratc
     }
     if (s == MP_OK && vt->prepare && !pn->native)
         s = vt->prepare(&nd->desc, &pn->info, MP_DTYPE_F32, impl, p->o.training, &pn->call.state);
-    MP_TRY(s);
     pn->call.impl = impl;
+    return s;
+}
+
+static mp_status host_node_prepare(mp_plan *p, int i, size_t *ws, size_t *scratch, size_t *stage) {
+    mp_pnode *pn = &p->nodes[i];
+    MP_TRY(host_op_prepare(p, i));
     if (pn->info.workspace_bytes > *ws) *ws = pn->info.workspace_bytes;
     if (pn->in_backward && mp_plan_scratch_bytes(p, i) > *scratch) *scratch = mp_plan_scratch_bytes(p, i);
     MP_TRY(stage_node(p, i));
     if (pn->staged && mp_stage_bytes(p, i) > *stage) *stage = mp_stage_bytes(p, i);
     return MP_OK;
 }
+
+/* Node i again, for the layouts plan_layout.c chose (its staging, which
+ * depends on dtypes only, stays). */
+static mp_status host_node_reprepare(mp_plan *p, int i, size_t *ws) {
+    mp_pnode *pn = &p->nodes[i];
+    const mp_op_vtable *vt = mp_op_lookup(p->g->nodes[i].desc.kind);
+    if (!vt->prepare) return MP_OK;
+    if (vt->release && pn->call.state) vt->release(pn->call.state);
+    pn->call.state = NULL;
+    MP_TRY(host_op_prepare(p, i));
+    if (pn->info.workspace_bytes > *ws) *ws = pn->info.workspace_bytes;
+    return MP_OK;
+}
+
+static mp_status host_choose_layout(mp_plan *p, size_t *ws) { return mp_plan_choose_layout(p, ws, host_node_reprepare); }
 
 static mp_status host_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     *arena = aligned_alloc(64, MP_ALIGN64(bytes));
@@ -205,6 +230,7 @@ static mp_status host_set_loss_seed(mp_plan *p, int node, mp_seed seed) {
 
 static mp_status host_set_input(mp_plan *p, int node, const float *data, size_t n) {
     const mp_tensor *out = &p->nodes[node].call.out;
+    if (mp_info_nhwc_out(&p->nodes[node].info)) return mp_nchw_to_nhwc_store(out->data, out->dtype, data, &out->shape);
     mp_store_f32(out->data, out->dtype, data, (int64_t)n);
     return MP_OK;
 }
@@ -222,6 +248,7 @@ static mp_status host_read(const mp_plan *p, int node, float *dst, size_t n) {
     }
     if (t->dtype != MP_DTYPE_F32 && !mp_dtype_is_low(t->dtype))
         return mp_error(MP_ERR_UNSUPPORTED, "read '%s': dtype %s", p->g->nodes[node].name, mp_dtype_name(t->dtype));
+    if (mp_info_nhwc_out(&p->nodes[node].info)) return mp_nhwc_to_nchw_load(dst, t->data, t->dtype, &t->shape);
     mp_load_f32(dst, t->data, t->dtype, (int64_t)n);
     return MP_OK;
 }
@@ -264,6 +291,7 @@ const mp_exec_backend mp_exec_backend_host = {
     .open = host_open,
     .close = host_close,
     .node_prepare = host_node_prepare,
+    .choose_layout = host_choose_layout,
     .arena_alloc = host_arena_alloc,
     .arena_free = host_arena_free,
     .grad_place = host_grad_place,

@@ -5,7 +5,9 @@
  * dispatch between the reference kernels, their vectorized instances
  * (batchnorm2d_cpu.c, f32/bf16; what plans run) and oneDNN (f32, for
  * MP_IMPL_ONEDNN, or MP_IMPL_AUTO where no vector instance runs). With
- * c->relu_after the ReLU reading this node is fused in (graph/plan_fuse.h). */
+ * c->relu_after the ReLU reading this node is fused in (graph/plan_fuse.h).
+ * Channels-last tensors (a CPU plan's, graph/plan_layout.h) run the vector
+ * kernels' NHWC instances. */
 #include <math.h>
 #include <stdio.h>
 
@@ -69,6 +71,11 @@ static mp_status bn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, 
                             void **state) {
     *state = NULL;
     if (training) MP_TRY(check_batch(d, &info->in[0]));
+    if (info->nhwc) { /* channels-last: the vector kernels, whose threads sum into the workspace */
+        const size_t ws = mp_bn_nhwc_workspace_bytes(info->in[0].dims[1]);
+        if (ws > info->workspace_bytes) info->workspace_bytes = ws;
+        return MP_OK;
+    }
 #ifdef MP_HAVE_ONEDNN
     /* MP_IMPL_AUTO: the vector kernels beat oneDNN 2.6's plain-layout batch
      * norm (bench/NOTES.md, CPU section) */
@@ -102,9 +109,41 @@ static bool use_dnnl(const mp_op_call *c) {
 }
 #endif
 
+/* Channels-last tensors (op.h: info->nhwc) as (N*H*W, C) rows, on the vector kernels. */
+static mp_status bn_forward_nhwc(const mp_op_call *c) {
+    if (!mp_fast_use(c, c->out.dtype)) return mp_op_layout_error(c, "the reference batch-norm kernels");
+    const mp_shape *xs = &c->in[0].shape;
+    const int C = xs->dims[1];
+    const int64_t M = (int64_t)xs->dims[0] * spatial(xs);
+    const double eps = c->desc->attr.bn.eps, mom = c->desc->attr.bn.momentum;
+    const mp_tensor *p = c->param;
+    if (c->training)
+        mp_bn_fwd_train_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+                                 p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, mp_bn_saved_mean(c->saved),
+                                 mp_bn_saved_invstd(c->saved, C), M, C, eps, mom, c->relu_after, c->workspace);
+    else
+        mp_bn_fwd_eval_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+                                p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, M, C, eps, c->relu_after);
+    return MP_OK;
+}
+
+static mp_status bn_backward_nhwc(const mp_op_call *c) {
+    if (!mp_fast_use(c, c->out.dtype)) return mp_op_layout_error(c, "the reference batch-norm kernels");
+    const mp_shape *xs = &c->in[0].shape;
+    const int C = xs->dims[1];
+    const mp_tensor *p = c->param;
+    mp_bn_bwd_cpu_nhwc(c->out.dtype, c->in[0].data, c->relu_after ? c->out.data : NULL, c->d_out.data,
+                       c->d_in[0].data, p[P_WEIGHT].data, c->d_param[P_WEIGHT].data, c->d_param[P_BIAS].data,
+                       c->training, mp_bn_saved_mean(c->saved), mp_bn_saved_invstd(c->saved, C),
+                       p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, (int64_t)xs->dims[0] * spatial(xs), C,
+                       (double)c->desc->attr.bn.eps, c->workspace);
+    return MP_OK;
+}
+
 static mp_status bn_forward(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
     if (c->training) MP_TRY(check_batch(c->desc, xs));
+    if (c->info->nhwc) return bn_forward_nhwc(c);
 #ifdef MP_HAVE_ONEDNN
     if (use_dnnl(c)) return mp_bn_dnnl_forward(c->state, c);
 #endif
@@ -123,6 +162,7 @@ static mp_status bn_forward(const mp_op_call *c) {
 }
 
 static mp_status bn_backward(const mp_op_call *c) {
+    if (c->info->nhwc) return bn_backward_nhwc(c);
 #ifdef MP_HAVE_ONEDNN
     if (use_dnnl(c) && c->training && c->d_in[0].data) return mp_bn_dnnl_backward(c->state, c);
 #endif
@@ -141,6 +181,7 @@ static mp_status bn_backward(const mp_op_call *c) {
  * the running ones (eval), with the fused ReLU's mask read from the stored
  * output. The running statistics are neither read in training nor updated. */
 static mp_status bn_forward_tangent(const mp_op_call *c) {
+    if (c->info->nhwc) return mp_op_layout_error(c, "the tangent kernels");
     MP_TRY(mp_tangent_check(c, "forward_tangent"));
     if (!c->t_out.data) return MP_OK;
     const mp_shape *xs = &c->in[0].shape;
@@ -154,6 +195,7 @@ static mp_status bn_forward_tangent(const mp_op_call *c) {
 }
 
 static mp_status bn_backward_tangent(const mp_op_call *c) {
+    if (c->info->nhwc) return mp_op_layout_error(c, "the tangent kernels");
     MP_TRY(mp_tangent_check(c, "backward_tangent"));
     const mp_shape *xs = &c->in[0].shape;
     int N = xs->dims[0], C = xs->dims[1];

@@ -1,8 +1,11 @@
 /* global_avgpool.c — global average pooling (N, C, H, W) -> (N, C), so a
  * linear layer can follow directly. A memory-bound reduction: the reference
- * kernels are the fast path. */
+ * kernels are the fast path for NCHW tensors; channels-last ones (a CPU
+ * plan's, graph/plan_layout.h) run global_avgpool_cpu.c. */
 #include <stdio.h>
 
+#include "ops/cpu_fast.h"
+#include "ops/global_avgpool_cpu.h"
 #include "ops/op.h"
 #include "ops/tangent.h"
 
@@ -26,6 +29,12 @@ static mp_status gap_infer(const mp_op_desc *d, mp_op_info *info) {
 
 static mp_status gap_forward(const mp_op_call *c) {
     const mp_shape *x = &c->in[0].shape;
+    if (c->info->nhwc) { /* channels-last (graph/plan_layout.h): the vector kernels */
+        if (!mp_fast_use(c, c->out.dtype)) return mp_op_layout_error(c, "the reference kernels");
+        mp_global_avgpool_fwd_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, x->dims[0], x->dims[1],
+                                       (int64_t)x->dims[2] * x->dims[3]);
+        return MP_OK;
+    }
     MP_ACT_CALL(c->out.dtype, gap_fwd, c->in[0].data, c->out.data, (int64_t)x->dims[0] * x->dims[1],
                  (int64_t)x->dims[2] * x->dims[3]);
     return MP_OK;
@@ -33,6 +42,12 @@ static mp_status gap_forward(const mp_op_call *c) {
 
 static mp_status gap_backward(const mp_op_call *c) {
     const mp_shape *x = &c->in[0].shape;
+    if (c->info->nhwc && c->d_in[0].data) {
+        if (!mp_fast_use(c, c->out.dtype)) return mp_op_layout_error(c, "the reference kernels");
+        mp_global_avgpool_bwd_cpu_nhwc(c->out.dtype, c->d_out.data, c->d_in[0].data, x->dims[0], x->dims[1],
+                                       (int64_t)x->dims[2] * x->dims[3]);
+        return MP_OK;
+    }
     if (c->d_in[0].data)
         MP_ACT_CALL(c->out.dtype, gap_bwd, c->d_out.data, c->d_in[0].data, (int64_t)x->dims[0] * x->dims[1],
                      (int64_t)x->dims[2] * x->dims[3]);

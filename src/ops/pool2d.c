@@ -56,7 +56,7 @@ static mp_status pool_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt
                               void **state) {
     *state = NULL;
 #ifdef MP_HAVE_ONEDNN
-    if (mp_onednn_wanted(dt, impl)) {
+    if (mp_onednn_wanted(dt, impl) && !info->nhwc) { /* channels-last: our 2x2 kernels */
         mp_pool_dnnl *s = NULL;
         MP_TRY(mp_pool_dnnl_create(d, info, training, &s));
         if (s && impl == MP_IMPL_AUTO && !mp_pool_dnnl_is_jit(s)) {
@@ -99,6 +99,7 @@ static mp_status pool_forward(const mp_op_call *c) {
         mp_pool_cpu_forward(c);
         return MP_OK;
     }
+    if (c->info->nhwc) return mp_op_layout_error(c, "the reference pooling kernels");
     pool_geom g = geom_of(c);
     if (c->desc->kind == MP_OP_MAXPOOL2D)
         MP_ACT_CALL(c->out.dtype, maxpool_fwd, c->in[0].data, c->out.data, c->saved, g.planes, g.H, g.W, g.OH, g.OW,
@@ -123,6 +124,7 @@ static mp_status pool_backward(const mp_op_call *c) {
         mp_pool_cpu_backward(c);
         return MP_OK;
     }
+    if (c->info->nhwc) return mp_op_layout_error(c, "the reference pooling kernels");
     pool_geom g = geom_of(c);
     if (c->desc->kind == MP_OP_MAXPOOL2D)
         MP_ACT_CALL(c->out.dtype, maxpool_bwd, c->d_out.data, c->saved, c->d_in[0].data, g.planes, g.H, g.W, g.OH,

@@ -21,11 +21,19 @@ bool mp_pool_cpu_applies(const mp_op_call *c) {
 
 void mp_pool_cpu_forward(const mp_op_call *c) {
     const int *x = c->in[0].shape.dims, *y = c->out.shape.dims;
+    if (c->info->nhwc) { /* channels-last (graph/plan_layout.h) */
+        mp_avgpool2_fwd_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, x[0], x[1], x[2], x[3]);
+        return;
+    }
     MP_FAST_CALL(c->out.dtype, avgpool2_fwd, c->in[0].data, c->out.data, (int64_t)x[0] * x[1], x[2], x[3], y[2], y[3]);
 }
 
 void mp_pool_cpu_backward(const mp_op_call *c) {
     const int *x = c->in[0].shape.dims, *y = c->out.shape.dims;
+    if (c->info->nhwc) {
+        mp_avgpool2_bwd_cpu_nhwc(c->out.dtype, c->d_out.data, c->d_in[0].data, x[0], x[1], x[2], x[3]);
+        return;
+    }
     MP_FAST_CALL(c->out.dtype, avgpool2_bwd, c->d_out.data, c->d_in[0].data, (int64_t)x[0] * x[1], x[2], x[3], y[2],
                  y[3]);
 }

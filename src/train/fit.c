@@ -222,6 +222,9 @@ static void print_setup(const run *r, FILE *out, bool print_memory) {
         fprintf(out, "mixprec: %d low-precision ops run natively (oneDNN bf16 kernels), %d emulated in f32 with "
                      "rounding%s\n",
                 native, emulated, native ? "" : " (this CPU has no bf16 kernels, or the policy is fp16)");
+    int all4d = 0;
+    const int nhwc = mp_plan_channels_last(p, &all4d);
+    if (nhwc) fprintf(out, "mixprec: %d of %d activations stored channels-last (NHWC) on the CPU\n", nhwc, all4d);
 }
 
 mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o, mp_fit_result *res) {

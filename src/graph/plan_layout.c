@@ -1,0 +1,156 @@
+/* plan_layout.c — the channels-last decision of CPU plans (plan_layout.h). */
+#include "graph/plan_layout.h"
+
+#include <stdlib.h>
+
+#include "mixprec.h"
+#include "ops/cpu_fast.h"
+
+typedef enum {
+    LAYOUT_NCHW_ONLY, /* reads and writes NCHW tensors only */
+    LAYOUT_EACH,      /* each tensor in its own layout (convolutions, the input) */
+    LAYOUT_ALIKE      /* either layout, all its 4-D tensors the same one */
+} layout_kind;
+
+/* One channel or one pixel per sample, or not 4-D: the same bytes either way. */
+static bool neutral(const mp_shape *s) {
+    return s->ndim != 4 || s->dims[1] == 1 || (int64_t)s->dims[2] * s->dims[3] == 1;
+}
+
+static layout_kind kind_of(const mp_plan *p, int i) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    const mp_pnode *pn = &p->nodes[i];
+    const bool vector = mp_fast_isa_current() != MP_FAST_NONE; /* our NHWC kernels */
+    switch (nd->desc.kind) {
+    case MP_OP_INPUT:
+        return LAYOUT_EACH;
+    case MP_OP_CONV2D:
+    case MP_OP_CONV_TRANSPOSE2D: /* oneDNN's primitives (the reference kernels read NCHW) */
+        return pn->call.state ? LAYOUT_EACH : LAYOUT_NCHW_ONLY;
+    case MP_OP_BATCHNORM2D:
+        return vector && pn->info.out.ndim == 4 ? LAYOUT_ALIKE : LAYOUT_NCHW_ONLY;
+    case MP_OP_AVGPOOL2D: {
+        const mp_pool_opts *o = &nd->desc.attr.pool;
+        return vector && o->kernel == 2 && o->stride == 2 && o->padding == 0 ? LAYOUT_ALIKE : LAYOUT_NCHW_ONLY;
+    }
+    case MP_OP_GLOBAL_AVGPOOL:
+        return vector ? LAYOUT_ALIKE : LAYOUT_NCHW_ONLY;
+    case MP_OP_RELU:
+    case MP_OP_LEAKY_RELU:
+    case MP_OP_TANH:
+    case MP_OP_SIGMOID:
+    case MP_OP_ADD: /* inputs of one shape (no broadcasting) */
+    case MP_OP_MUL:
+        return LAYOUT_ALIKE;
+    default: /* dropout's masks follow the element order; concat, reshape, linear, losses read NCHW */
+        return LAYOUT_NCHW_ONLY;
+    }
+}
+
+/* The decision over node outputs: nhwc[i] for node i's output. */
+static void decide(const mp_plan *p, bool *nhwc) {
+    const mp_graph *g = p->g;
+    const int n = p->n;
+    for (int i = 0; i < n; i++)
+        nhwc[i] = !neutral(&p->nodes[i].info.out) && kind_of(p, i) != LAYOUT_NCHW_ONLY &&
+                  g->nodes[i].storage_dtype != MP_DTYPE_I32;
+    for (int j = 0; j < n; j++)
+        if (kind_of(p, j) == LAYOUT_NCHW_ONLY)
+            for (int k = 0; k < g->nodes[j].n_in; k++) nhwc[g->nodes[j].in[k]] = false;
+    /* an op that needs its tensors alike: all NHWC or all NCHW (demotion
+     * only, so this ends) */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int j = 0; j < n; j++) {
+            if (kind_of(p, j) != LAYOUT_ALIKE) continue;
+            const mp_gnode *nd = &g->nodes[j];
+            bool any_nhwc = nhwc[j], any_nchw = !neutral(&p->nodes[j].info.out) && !nhwc[j];
+            for (int k = 0; k < nd->n_in; k++) {
+                if (neutral(&p->nodes[nd->in[k]].info.out)) continue;
+                any_nhwc |= nhwc[nd->in[k]];
+                any_nchw |= !nhwc[nd->in[k]];
+            }
+            if (!(any_nhwc && any_nchw)) continue;
+            nhwc[j] = false;
+            for (int k = 0; k < nd->n_in; k++) nhwc[nd->in[k]] = false;
+            changed = true;
+        }
+    }
+}
+
+static unsigned flags_of(const mp_plan *p, int i, const bool *nhwc) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    unsigned f = nhwc && nhwc[i] ? MP_NHWC_OUT : 0;
+    for (int k = 0; nhwc && k < nd->n_in; k++)
+        if (nhwc[nd->in[k]]) f |= 1u << k;
+    return f;
+}
+
+/* Set every node's flags (nhwc NULL: none) and prepare the nodes whose flags changed. */
+static mp_status apply(mp_plan *p, const bool *nhwc, size_t *ws, mp_layout_reprepare_fn reprepare) {
+    for (int i = 0; i < p->n; i++) {
+        const unsigned f = flags_of(p, i, nhwc);
+        if (f == p->nodes[i].info.nhwc) continue;
+        p->nodes[i].info.nhwc = f;
+        MP_TRY(reprepare(p, i, ws));
+    }
+    return MP_OK;
+}
+
+mp_status mp_plan_choose_layout(mp_plan *p, size_t *ws, mp_layout_reprepare_fn reprepare) {
+    if (p->so || p->o.second_order || p->o.input_grad || !p->onednn || p->o.channels_first ||
+        mp_env_get()->no_channels_last)
+        return MP_OK;
+    bool *nhwc = calloc((size_t)p->n + 1, sizeof *nhwc);
+    if (!nhwc) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    decide(p, nhwc);
+    mp_status s = apply(p, nhwc, ws, reprepare);
+    for (int i = 0; s == MP_OK && i < p->n; i++) /* a convolution left without its primitives */
+        if (p->nodes[i].info.nhwc && kind_of(p, i) == LAYOUT_NCHW_ONLY) s = MP_ERR_UNSUPPORTED;
+    free(nhwc);
+    if (s == MP_ERR_UNSUPPORTED || s == MP_ERR_INTERNAL) { /* all NCHW again, as prepared first */
+        mp_clear_error();
+        s = apply(p, NULL, ws, reprepare);
+    }
+    return s;
+}
+
+int mp_plan_channels_last(const mp_plan *p, int *activations_4d) {
+    int k = 0, all = 0;
+    for (int i = 0; p && i < p->n; i++) {
+        k += mp_info_nhwc_out(&p->nodes[i].info);
+        all += p->nodes[i].info.out.ndim == 4;
+    }
+    if (activations_4d) *activations_4d = all;
+    return k;
+}
+
+mp_status mp_nchw_to_nhwc_store(void *dst, mp_dtype dt, const float *src, const mp_shape *s) {
+    const int N = s->dims[0], C = s->dims[1];
+    const int64_t HW = (int64_t)s->dims[2] * s->dims[3], per = (int64_t)C * HW;
+    float *row = malloc((size_t)per * sizeof *row);
+    if (!row) return mp_error(MP_ERR_NOMEM, "set_input: out of memory for a channels-last sample");
+    for (int n = 0; n < N; n++) {
+        const float *x = src + n * per;
+        for (int64_t i = 0; i < HW; i++)
+            for (int c = 0; c < C; c++) row[i * C + c] = x[(int64_t)c * HW + i];
+        mp_store_f32((char *)dst + (size_t)(n * per) * mp_dtype_size(dt), dt, row, per);
+    }
+    free(row);
+    return MP_OK;
+}
+
+mp_status mp_nhwc_to_nchw_load(float *dst, const void *src, mp_dtype dt, const mp_shape *s) {
+    const int N = s->dims[0], C = s->dims[1];
+    const int64_t HW = (int64_t)s->dims[2] * s->dims[3], per = (int64_t)C * HW;
+    float *row = malloc((size_t)per * sizeof *row);
+    if (!row) return mp_error(MP_ERR_NOMEM, "read: out of memory for a channels-last sample");
+    for (int n = 0; n < N; n++) {
+        mp_load_f32(row, (const char *)src + (size_t)(n * per) * mp_dtype_size(dt), dt, per);
+        float *y = dst + n * per;
+        for (int64_t i = 0; i < HW; i++)
+            for (int c = 0; c < C; c++) y[(int64_t)c * HW + i] = row[i * C + c];
+    }
+    free(row);
+    return MP_OK;
+}

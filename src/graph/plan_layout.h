@@ -1,0 +1,34 @@
+/* plan_layout.h — which activations a CPU plan stores channels-last. oneDNN's
+ * convolutions compute on NHWC tensors (AMX and AVX-512 kernels want
+ * them), and an NCHW network paid a reorder into that layout and one out of
+ * it around every convolution, each way. A 4-D activation is stored NHWC
+ * when the op writing it and every op reading it can work on that layout:
+ * convolutions (oneDNN, each tensor in its own layout), the input (set_input
+ * transposes the caller's NCHW batch), and the ops that need all their 4-D
+ * tensors alike: batch norm (+ fused ReLU), elementwise activations, add and
+ * mul, 2x2 average pooling and global average pooling on the vector
+ * kernels. Everything else, and every tensor of one channel or one pixel
+ * (the same bytes either way), stays NCHW. Host arrays in and out
+ * (mp_plan_set_input, mp_plan_read) keep the graph's NCHW layout. */
+#ifndef MP_GRAPH_PLAN_LAYOUT_H
+#define MP_GRAPH_PLAN_LAYOUT_H
+
+#include "graph/plan.h"
+
+/* Node i's op prepared again for the layouts now in its info.nhwc (its
+ * previous state released); *ws raised to its workspace. */
+typedef mp_status (*mp_layout_reprepare_fn)(mp_plan *p, int i, size_t *ws);
+
+/* Decide the layouts of a host plan whose nodes are all prepared (NCHW),
+ * set every node's info.nhwc and prepare again the nodes that changed.
+ * Every activation stays NCHW for plans with second derivatives or an
+ * input gradient, on the reference kernels, with opts.channels_first or
+ * MIXPREC_CPU_CHANNELS_LAST=0; and, whole, when a convolution finds no
+ * oneDNN kernel for its channels-last tensors. */
+mp_status mp_plan_choose_layout(mp_plan *p, size_t *ws, mp_layout_reprepare_fn reprepare);
+
+/* (N, C, H, W) f32 host order <-> a channels-last tensor of dtype dt. */
+mp_status mp_nchw_to_nhwc_store(void *dst, mp_dtype dt, const float *src, const mp_shape *s);
+mp_status mp_nhwc_to_nchw_load(float *dst, const void *src, mp_dtype dt, const mp_shape *s);
+
+#endif
