@@ -4,7 +4,7 @@
  *
  *   bench/cpu_train_step [--model cnn10] [--batch 128] [--steps 20] [--shape 1x28x28]
  *                        [--precision fp32,amp-bf16,o2-bf16,bf16] [--threads T] [--reference]
- *                        [--profile] [--ab]
+ *                        [--profile] [--ab] [--ab-layout]
  * Prints the CPU model and a table, one row per precision policy; times are
  * medians over the steps. Every policy's plan is built first and their
  * steps run interleaved, round by round, in this one process; "vs fp32" is
@@ -14,7 +14,9 @@
  * times each policy's step with batch norm and ReLU unfused, and with the
  * scalar reference kernels for ReLU, batch norm and pooling, unfused (as
  * before their vector paths), and the bf16 policies' step with the other
- * math for bf16 convolutions (bf16_conv_math.h), in the same rounds. The
+ * math for bf16 convolutions (bf16_conv_math.h), in the same rounds, and
+ * each policy's step with every activation NCHW (opts.channels_first;
+ * --ab-layout times that one beside the default alone). The
  * table starts with the copy bandwidth of the machine (what the
  * memory-bound ops' bytes take) and the bf16 dot-product rate. */
 #include <omp.h>
@@ -145,9 +147,11 @@ typedef enum {
     V_UNFUSED,  /* vector kernels, MIXPREC_NO_FUSION=1 */
     V_SCALAR,   /* ReLU, batch norm and pooling without our vector kernels, unfused (as before them; oneDNN's where it applies) */
     V_MATH,     /* bf16 policies: the convolutions on the math AUTO did not choose */
+    V_NCHW,     /* every activation NCHW (no channels-last, graph/plan_layout.h) */
     V_COUNT
 } variant;
-static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused", " other conv math: "};
+static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused", " other conv math: ",
+                                            " activations NCHW"};
 
 /* The bf16 convolution math V_MATH uses. */
 static mp_bf16_math other_math(void) {
@@ -221,7 +225,8 @@ static int trainer_init(trainer *t, const char *model, int c, int h, int w, int 
     mp_bf16_math_set(v == V_MATH ? other_math() : MP_BF16_MATH_AUTO);
     mp_status st = mp_plan_create(t->m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = t->m.loss,
                                                          .reference = reference, .profile = profile,
-                                                         .no_fusion = v == V_UNFUSED || v == V_SCALAR},
+                                                         .no_fusion = v == V_UNFUSED || v == V_SCALAR,
+                                                         .channels_first = v == V_NCHW},
                                   &t->plan);
     mp_fast_isa_set(MP_FAST_AVX512);
     mp_bf16_math_set(MP_BF16_MATH_AUTO);
@@ -313,7 +318,7 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
 int main(int argc, char **argv) {
     const char *model = "cnn10", *precisions = "fp32";
     int batch = 128, steps = 20, c = 1, h = 28, w = 28, threads = 0;
-    bool reference = false, profile = false, ab = false;
+    bool reference = false, profile = false, ab = false, ab_layout = false;
     mp_prefer_passive_openmp(argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -329,9 +334,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--reference")) reference = true;
         else if (!strcmp(argv[i], "--profile")) profile = true;
         else if (!strcmp(argv[i], "--ab")) ab = true;
+        else if (!strcmp(argv[i], "--ab-layout")) ab_layout = true;
         else {
             fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
-                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--ab]\n");
+                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--ab] [--ab-layout]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -369,7 +375,7 @@ int main(int argc, char **argv) {
         printf("| oneDNN bf16 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | %.0f%% | %.2fx |\n", impl16,
                conv16_gflops, 100.0 * conv16_gflops / conv_gflops, conv16_gflops / conv_gflops);
 #endif
-    const int n_var = ab ? V_COUNT : 1;
+    const int n_var = ab || ab_layout ? V_COUNT : 1;
     enum { MAX_PREC = 8 };
     trainer tr[MAX_PREC * V_COUNT];
     const char *names[MAX_PREC * V_COUNT];
@@ -389,6 +395,7 @@ int main(int argc, char **argv) {
         const bool has_bf16 = strstr(name, "bf16") != NULL;
         for (int v = 0; v < n_var; v++) {
             if (v == V_MATH && !has_bf16) continue; /* no bf16 convolutions */
+            if (ab_layout && !ab && v != V_DEFAULT && v != V_NCHW) continue;
             names[n] = name;
             if (trainer_init(&tr[n], model, c, h, w, batch, reference, profile && v == V_DEFAULT, prec, (variant)v))
                 return 1;
@@ -406,9 +413,10 @@ int main(int argc, char **argv) {
         char share[32] = "n/a", rel[32] = "-", vs_default[48] = "";
         if (conv_gflops > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * res[k].gflops / conv_gflops);
         if (rel_x > 0) snprintf(rel, sizeof rel, "%.2fx", rel_x);
-        if (tr[k].v != V_DEFAULT) /* the default variant of this precision precedes it */
-            snprintf(vs_default, sizeof vs_default, " (%.2fx the default's time)",
-                     res[k - tr[k].v].speedup_vs_first / res[k].speedup_vs_first);
+        for (int j = 0; j < n && tr[k].v != V_DEFAULT; j++) /* the default variant of this precision */
+            if (tr[j].v == V_DEFAULT && tr[j].precision == tr[k].precision)
+                snprintf(vs_default, sizeof vs_default, " (%.2fx the default's time)",
+                         res[j].speedup_vs_first / res[k].speedup_vs_first);
         printf("| %s %s training step%s%s%s%s | %d | %dx%dx%d | %.1f | %.0f | %.1f | %s | %s |\n", model, names[k],
                reference ? " (reference kernels)" : "", variant_name[tr[k].v],
                tr[k].v == V_MATH ? mp_bf16_math_name(other_math()) : "", vs_default, batch, c, h, w, res[k].ms,
