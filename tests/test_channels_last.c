@@ -4,9 +4,10 @@
  * went NHWC (none with channels_first; where the rules say otherwise), the
  * same loss, logits, an intermediate activation read back through
  * mp_plan_read (NCHW either way), parameter gradients, running statistics
- * and inference logits, within what the two layouts' different summation
- * orders allow (f32 1e-4 relative, bf16 storage 1e-2). Arenas are poisoned
- * (NaN bytes) first, so a tensor read before it is written shows. */
+ * and inference logits (fp32; bf16 run natively; amp-fp16 staged in f32),
+ * within what the two layouts' different summation orders allow (f32 1e-4
+ * relative, 16-bit storage 1e-2). Arenas are poisoned (NaN bytes) first,
+ * so a tensor read before it is written shows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,7 +194,7 @@ int main(void) {
         void (*make)(net *);
         const char *name;
     } nets[] = {{cnn, "cnn"}, {residual, "residual"}, {mixed, "mixed"}, {upsample, "upsample"}};
-    const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_AMP_BF16, MP_PRECISION_BF16};
+    const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_AMP_BF16, MP_PRECISION_BF16, MP_PRECISION_AMP_FP16};
     const bool env_off = mp_env_get()->no_channels_last;
     for (size_t k = 0; k < sizeof nets / sizeof nets[0]; k++)
         for (size_t q = 0; q < sizeof precs / sizeof precs[0]; q++) {
