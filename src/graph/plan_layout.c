@@ -13,9 +13,7 @@ typedef enum {
 } layout_kind;
 
 /* One channel or one pixel per sample, or not 4-D: the same bytes either way. */
-static bool neutral(const mp_shape *s) {
-    return s->ndim != 4 || s->dims[1] == 1 || (int64_t)s->dims[2] * s->dims[3] == 1;
-}
+static bool neutral(const mp_shape *s) { return mp_shape_layout_free(s); }
 
 static layout_kind kind_of(const mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
@@ -47,15 +45,17 @@ static layout_kind kind_of(const mp_plan *p, int i) {
     }
 }
 
-/* The decision over node outputs: nhwc[i] for node i's output. */
-static void decide(const mp_plan *p, bool *nhwc) {
+/* The decision over node outputs: nhwc[i] for node i's output; nodes
+ * `excluded` (convolutions that found no primitive for channels-last
+ * tensors) read and write NCHW. */
+static void decide(const mp_plan *p, bool *nhwc, const bool *excluded) {
     const mp_graph *g = p->g;
     const int n = p->n;
     for (int i = 0; i < n; i++)
-        nhwc[i] = !neutral(&p->nodes[i].info.out) && kind_of(p, i) != LAYOUT_NCHW_ONLY &&
+        nhwc[i] = !neutral(&p->nodes[i].info.out) && kind_of(p, i) != LAYOUT_NCHW_ONLY && !excluded[i] &&
                   g->nodes[i].storage_dtype != MP_DTYPE_I32;
     for (int j = 0; j < n; j++)
-        if (kind_of(p, j) == LAYOUT_NCHW_ONLY)
+        if (kind_of(p, j) == LAYOUT_NCHW_ONLY || excluded[j])
             for (int k = 0; k < g->nodes[j].n_in; k++) nhwc[g->nodes[j].in[k]] = false;
     /* an op that needs its tensors alike: all NHWC or all NCHW (demotion
      * only, so this ends) */
@@ -87,30 +87,37 @@ static unsigned flags_of(const mp_plan *p, int i, const bool *nhwc) {
 }
 
 /* Set every node's flags (nhwc NULL: none) and prepare the nodes whose flags changed. */
-static mp_status apply(mp_plan *p, const bool *nhwc, size_t *ws, mp_layout_reprepare_fn reprepare) {
+static mp_status apply(mp_plan *p, const bool *nhwc, mp_layout_sizes *sz, mp_layout_reprepare_fn reprepare) {
     for (int i = 0; i < p->n; i++) {
         const unsigned f = flags_of(p, i, nhwc);
         if (f == p->nodes[i].info.nhwc) continue;
         p->nodes[i].info.nhwc = f;
-        MP_TRY(reprepare(p, i, ws));
+        MP_TRY(reprepare(p, i, sz));
     }
     return MP_OK;
 }
 
-mp_status mp_plan_choose_layout(mp_plan *p, size_t *ws, mp_layout_reprepare_fn reprepare) {
+mp_status mp_plan_choose_layout(mp_plan *p, mp_layout_sizes *sz, mp_layout_reprepare_fn reprepare) {
     if (p->so || p->o.second_order || p->o.input_grad || !p->onednn || p->o.channels_first ||
         mp_env_get()->no_channels_last)
         return MP_OK;
-    bool *nhwc = calloc((size_t)p->n + 1, sizeof *nhwc);
+    bool *nhwc = calloc(2 * (size_t)p->n + 1, sizeof *nhwc), *excluded = nhwc + p->n;
     if (!nhwc) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
-    decide(p, nhwc);
-    mp_status s = apply(p, nhwc, ws, reprepare);
-    for (int i = 0; s == MP_OK && i < p->n; i++) /* a convolution left without its primitives */
-        if (p->nodes[i].info.nhwc && kind_of(p, i) == LAYOUT_NCHW_ONLY) s = MP_ERR_UNSUPPORTED;
+    /* a convolution left without primitives on its channels-last tensors
+     * keeps NCHW ones, and the rest is decided again (each round excludes
+     * one more convolution, so this ends) */
+    mp_status s = MP_OK;
+    for (bool lost = true; s == MP_OK && lost;) {
+        decide(p, nhwc, excluded);
+        s = apply(p, nhwc, sz, reprepare);
+        lost = false;
+        for (int i = 0; s == MP_OK && i < p->n; i++)
+            if (p->nodes[i].info.nhwc && kind_of(p, i) == LAYOUT_NCHW_ONLY) excluded[i] = lost = true;
+    }
     free(nhwc);
-    if (s == MP_ERR_UNSUPPORTED || s == MP_ERR_INTERNAL) { /* all NCHW again, as prepared first */
+    if (s != MP_OK) { /* a node failed to prepare for its layouts: all NCHW, as prepared first */
         mp_clear_error();
-        s = apply(p, NULL, ws, reprepare);
+        s = apply(p, NULL, sz, reprepare);
     }
     return s;
 }

@@ -15,17 +15,26 @@
 
 #include "graph/plan.h"
 
+/* The shared buffers' sizes a node's prepare may raise (the plan's one
+ * workspace, and its staging buffer: a node may change between running
+ * natively and staged when prepared for other layouts). */
+typedef struct {
+    size_t ws, stage;
+} mp_layout_sizes;
+
 /* Node i's op prepared again for the layouts now in its info.nhwc (its
- * previous state released); *ws raised to its workspace. */
-typedef mp_status (*mp_layout_reprepare_fn)(mp_plan *p, int i, size_t *ws);
+ * previous state released); the sizes raised to what it needs. */
+typedef mp_status (*mp_layout_reprepare_fn)(mp_plan *p, int i, mp_layout_sizes *sz);
 
 /* Decide the layouts of a host plan whose nodes are all prepared (NCHW),
  * set every node's info.nhwc and prepare again the nodes that changed.
  * Every activation stays NCHW for plans with second derivatives or an
  * input gradient, on the reference kernels, with opts.channels_first or
- * MIXPREC_CPU_CHANNELS_LAST=0; and, whole, when a convolution finds no
- * oneDNN kernel for its channels-last tensors. */
-mp_status mp_plan_choose_layout(mp_plan *p, size_t *ws, mp_layout_reprepare_fn reprepare);
+ * MIXPREC_CPU_CHANNELS_LAST=0; a convolution that finds no oneDNN kernel
+ * for channels-last tensors keeps NCHW ones (and so do the tensors next to
+ * it that must match); a node failing to prepare otherwise puts the whole
+ * plan back to NCHW. */
+mp_status mp_plan_choose_layout(mp_plan *p, mp_layout_sizes *sz, mp_layout_reprepare_fn reprepare);
 
 /* (N, C, H, W) f32 host order <-> a channels-last tensor of dtype dt. */
 mp_status mp_nchw_to_nhwc_store(void *dst, mp_dtype dt, const float *src, const mp_shape *s);

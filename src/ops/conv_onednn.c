@@ -204,8 +204,8 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, d
      * but a dtype's); a tensor of one channel or one pixel is the same bytes
      * in either layout, so it follows the other one */
     bool nhwc_in = mp_info_nhwc_in(info, 0), nhwc_out = mp_info_nhwc_out(info);
-    if (nhwc_out && (cin == 1 || (int64_t)in->dims[2] * in->dims[3] == 1)) nhwc_in = true;
-    if (nhwc_in && (cout == 1 || (int64_t)out->dims[2] * out->dims[3] == 1)) nhwc_out = true;
+    if (nhwc_out && mp_shape_layout_free(in)) nhwc_in = true;
+    if (nhwc_in && mp_shape_layout_free(out)) nhwc_out = true;
     m->keep_nhwc = m->keep_nhwc && (nhwc_in || nhwc_out);
     if (nhwc_in) {
         CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src, 4, sd, dt, dnnl_nhwc));
@@ -272,8 +272,9 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
      * backward-weights kernel slows down 10-300x (to seconds per call) as
      * soon as another process competes for the cores; jit:avx2 does not. */
     const int cin = x->info->in[0].dims[1];
-    const bool plain_f = !m.keep_nhwc && !tr && x->d->attr.conv.groups == 1 && cin == 1;
-    const bool plain_d = !m.keep_nhwc && !tr && x->d->attr.conv.groups == 1 && cin < 8;
+    const bool nchw = x->info->nhwc == 0; /* (oneDNN has no gemm kernels on mixed layouts) */
+    const bool plain_f = nchw && !tr && x->d->attr.conv.groups == 1 && cin == 1;
+    const bool plain_d = nchw && !tr && x->d->attr.conv.groups == 1 && cin < 8;
     const dnnl_memory_desc_t *sF = plain_f ? &m.src_p : &m.src_any, *wF = plain_f ? &m.wei_p : &m.wei_any,
                              *dF = plain_f ? &m.dst_p : &m.dst_any;
     const dnnl_memory_desc_t *sD = plain_d ? &m.src_p : &m.src_any, *wD = plain_d ? &m.wei_p : &m.wei_any,

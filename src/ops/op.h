@@ -196,6 +196,12 @@ typedef struct {
 
 const mp_op_vtable *mp_op_lookup(mp_op_kind k);
 
+/* A shape whose NCHW and NHWC layouts are the same bytes: not 4-D, one
+ * channel or one pixel per sample. */
+static inline bool mp_shape_layout_free(const mp_shape *s) {
+    return s->ndim != 4 || s->dims[1] == 1 || (int64_t)s->dims[2] * s->dims[3] == 1;
+}
+
 /* Whether input k / the output of a call (or of an op being prepared) is stored channels-last. */
 static inline bool mp_info_nhwc_in(const mp_op_info *info, int k) { return (info->nhwc >> k & 1u) != 0; }
 static inline bool mp_info_nhwc_out(const mp_op_info *info) { return (info->nhwc & MP_NHWC_OUT) != 0; }
