@@ -26,8 +26,8 @@ struct mp_exec_backend {
     void (*close)(mp_plan *p);
     mp_status (*node_prepare)(mp_plan *p, int i, size_t *ws, size_t *scratch, size_t *stage);
     /* Optional, after every node's prepare: the activations' storage layouts
-     * (plan_layout.h; nodes prepared again, *ws raised). NULL: NCHW. */
-    mp_status (*choose_layout)(mp_plan *p, size_t *ws);
+     * (plan_layout.h; nodes prepared again, *ws and *stage raised). NULL: NCHW. */
+    mp_status (*choose_layout)(mp_plan *p, size_t *ws, size_t *stage);
     mp_status (*arena_alloc)(mp_plan *p, size_t bytes, char **arena);
     void (*arena_free)(mp_plan *p);
     void (*grad_place)(mp_plan *p, int k, void *where);

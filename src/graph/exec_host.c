@@ -143,20 +143,27 @@ static mp_status host_node_prepare(mp_plan *p, int i, size_t *ws, size_t *scratc
     return MP_OK;
 }
 
-/* Node i again, for the layouts plan_layout.c chose (its staging, which
- * depends on dtypes only, stays). */
-static mp_status host_node_reprepare(mp_plan *p, int i, size_t *ws) {
+/* Node i again, for the layouts plan_layout.c chose; a node that now runs
+ * staged instead of natively (its bf16 primitive refused those layouts)
+ * raises the staging buffer. */
+static mp_status host_node_reprepare(mp_plan *p, int i, mp_layout_sizes *sz) {
     mp_pnode *pn = &p->nodes[i];
     const mp_op_vtable *vt = mp_op_lookup(p->g->nodes[i].desc.kind);
     if (!vt->prepare) return MP_OK;
     if (vt->release && pn->call.state) vt->release(pn->call.state);
     pn->call.state = NULL;
     MP_TRY(host_op_prepare(p, i));
-    if (pn->info.workspace_bytes > *ws) *ws = pn->info.workspace_bytes;
+    if (pn->info.workspace_bytes > sz->ws) sz->ws = pn->info.workspace_bytes;
+    if (pn->staged && mp_stage_bytes(p, i) > sz->stage) sz->stage = mp_stage_bytes(p, i);
     return MP_OK;
 }
 
-static mp_status host_choose_layout(mp_plan *p, size_t *ws) { return mp_plan_choose_layout(p, ws, host_node_reprepare); }
+static mp_status host_choose_layout(mp_plan *p, size_t *ws, size_t *stage) {
+    mp_layout_sizes sz = {*ws, *stage};
+    MP_TRY(mp_plan_choose_layout(p, &sz, host_node_reprepare));
+    *ws = sz.ws, *stage = sz.stage;
+    return MP_OK;
+}
 
 static mp_status host_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     *arena = aligned_alloc(64, MP_ALIGN64(bytes));

@@ -351,7 +351,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
             return s;
         }
     }
-    mp_status s = p->be->choose_layout ? p->be->choose_layout(p, &ws) : MP_OK;
+    mp_status s = p->be->choose_layout ? p->be->choose_layout(p, &ws, &stage) : MP_OK;
     if (s == MP_OK) s = plan_memory(p, ws, scratch, stage);
     if (s != MP_OK) {
         mp_plan_destroy(p);

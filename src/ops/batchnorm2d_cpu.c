@@ -22,16 +22,15 @@
 static inline int64_t bnn_cpad(int C) { return ((int64_t)C + 15) / 16 * 16; }
 
 static inline int bnn_threads(void) {
-    const int t = omp_get_max_threads(), p = omp_get_num_procs();
-    return t < p ? t : p;
+    const int t = omp_get_max_threads(), p = omp_get_num_procs(), n = t < p ? t : p;
+    return n < MP_BN_NHWC_MAX_THREADS ? n : MP_BN_NHWC_MAX_THREADS;
 }
 
 #define MP_REF_TEMPLATE "batchnorm2d_nhwc_kernels.inc"
 #include "instantiate_fast.inc"
 
 size_t mp_bn_nhwc_workspace_bytes(int C) {
-    const int t = omp_get_max_threads(), p = omp_get_num_procs();
-    const int64_t slots = t > p ? t : p;
+    const int64_t slots = MP_BN_NHWC_MAX_THREADS;
     /* four float arrays shared by the threads, then two double arrays per thread */
     return (size_t)(bnn_cpad(C) * (4 * (int64_t)sizeof(float) + 2 * slots * (int64_t)sizeof(double)));
 }

@@ -26,10 +26,11 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
  * OpenMP threads, each summing every channel; their sums are added in thread
  * order, so results repeat for a given thread count. ws: scratch of
  * mp_bn_nhwc_workspace_bytes(C) bytes, 64-byte aligned, for those per-thread
- * sums: it holds max(omp_get_max_threads(), omp_get_num_procs()) threads'
- * sums, and the kernels run on min(omp_get_max_threads(), omp_get_num_procs())
- * threads, so a workspace sized once stays large enough if the thread count
- * changes later. */
+ * sums: it holds MP_BN_NHWC_MAX_THREADS threads' sums, and the kernels run
+ * on at most that many threads (fewer: min(omp_get_max_threads(),
+ * omp_get_num_procs())), so a workspace sized when a plan is made stays
+ * large enough whatever the thread count is later. */
+#define MP_BN_NHWC_MAX_THREADS 64
 size_t mp_bn_nhwc_workspace_bytes(int C);
 void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
                               float *rvar, double *mean, double *invstd, int64_t M, int C, double eps, double mom,
