@@ -190,6 +190,13 @@ typedef struct {
     bool keep_nhwc; /* in: compute on channels-last tensors as they are; out: there are some */
 } conv_mds;
 
+/* An activation's memory descriptor: NCHW, or NHWC (channels-last). */
+static dnnl_status_t activation_md(dnnl_memory_desc_t *md, const mp_shape *s, dnnl_data_type_t dt, bool nhwc) {
+    if (!nhwc) return mp_onednn_plain_md(md, s, dt);
+    dnnl_dims_t dims = {s->dims[0], s->dims[1], s->dims[2], s->dims[3]};
+    return dnnl_memory_desc_init_by_tag(md, 4, dims, dt, dnnl_nhwc);
+}
+
 static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, dnnl_data_type_t ct, bool *fallback) {
     const mp_op_desc *d = x->d;
     const mp_op_info *info = x->info;
@@ -207,20 +214,10 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, d
     if (nhwc_out && mp_shape_layout_free(in)) nhwc_in = true;
     if (nhwc_in && mp_shape_layout_free(out)) nhwc_out = true;
     m->keep_nhwc = m->keep_nhwc && (nhwc_in || nhwc_out);
-    if (nhwc_in) {
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src, 4, sd, dt, dnnl_nhwc));
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_p, 4, sd, ct, dnnl_nhwc));
-    } else {
-        CONV_CK(x, mp_onednn_plain_md(&m->src, in, dt));
-        CONV_CK(x, mp_onednn_plain_md(&m->src_p, in, ct));
-    }
-    if (nhwc_out) {
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst, 4, dd, dt, dnnl_nhwc));
-        CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->dst_p, 4, dd, ct, dnnl_nhwc));
-    } else {
-        CONV_CK(x, mp_onednn_plain_md(&m->dst, out, dt));
-        CONV_CK(x, mp_onednn_plain_md(&m->dst_p, out, ct));
-    }
+    CONV_CK(x, activation_md(&m->src, in, dt, nhwc_in));
+    CONV_CK(x, activation_md(&m->src_p, in, ct, nhwc_in));
+    CONV_CK(x, activation_md(&m->dst, out, dt, nhwc_out));
+    CONV_CK(x, activation_md(&m->dst_p, out, ct, nhwc_out));
     if (m->keep_nhwc && nhwc_in) m->src_any = m->src_p;
     else CONV_CK(x, dnnl_memory_desc_init_by_tag(&m->src_any, 4, sd, ct, dnnl_format_tag_any));
     if (m->keep_nhwc && nhwc_out) m->dst_any = m->dst_p;
