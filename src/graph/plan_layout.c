@@ -4,45 +4,12 @@
 #include <stdlib.h>
 
 #include "mixprec.h"
-#include "ops/cpu_fast.h"
 
-typedef enum {
-    LAYOUT_NCHW_ONLY, /* reads and writes NCHW tensors only */
-    LAYOUT_EACH,      /* each tensor in its own layout (convolutions, the input) */
-    LAYOUT_ALIKE      /* either layout, all its 4-D tensors the same one */
-} layout_kind;
-
-/* One channel or one pixel per sample, or not 4-D: the same bytes either way. */
-static bool neutral(const mp_shape *s) { return mp_shape_layout_free(s); }
-
-static layout_kind kind_of(const mp_plan *p, int i) {
+/* What node i's op, as prepared, says it can run on (ops/op.h: layouts). */
+static mp_layout_support kind_of(const mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
-    const mp_pnode *pn = &p->nodes[i];
-    const bool vector = mp_fast_isa_current() != MP_FAST_NONE; /* our NHWC kernels */
-    switch (nd->desc.kind) {
-    case MP_OP_INPUT:
-        return LAYOUT_EACH;
-    case MP_OP_CONV2D:
-    case MP_OP_CONV_TRANSPOSE2D: /* oneDNN's primitives (the reference kernels read NCHW) */
-        return pn->call.state ? LAYOUT_EACH : LAYOUT_NCHW_ONLY;
-    case MP_OP_BATCHNORM2D:
-        return vector && pn->info.out.ndim == 4 ? LAYOUT_ALIKE : LAYOUT_NCHW_ONLY;
-    case MP_OP_AVGPOOL2D: {
-        const mp_pool_opts *o = &nd->desc.attr.pool;
-        return vector && o->kernel == 2 && o->stride == 2 && o->padding == 0 ? LAYOUT_ALIKE : LAYOUT_NCHW_ONLY;
-    }
-    case MP_OP_GLOBAL_AVGPOOL:
-        return vector ? LAYOUT_ALIKE : LAYOUT_NCHW_ONLY;
-    case MP_OP_RELU:
-    case MP_OP_LEAKY_RELU:
-    case MP_OP_TANH:
-    case MP_OP_SIGMOID:
-    case MP_OP_ADD: /* inputs of one shape (no broadcasting) */
-    case MP_OP_MUL:
-        return LAYOUT_ALIKE;
-    default: /* dropout's masks follow the element order; concat, reshape, linear, losses read NCHW */
-        return LAYOUT_NCHW_ONLY;
-    }
+    const mp_op_vtable *vt = mp_op_lookup(nd->desc.kind);
+    return vt->layouts ? vt->layouts(&nd->desc, &p->nodes[i].info, p->nodes[i].call.state) : MP_LAYOUT_NCHW_ONLY;
 }
 
 /* The decision over node outputs: nhwc[i] for node i's output; nodes
@@ -52,21 +19,21 @@ static void decide(const mp_plan *p, bool *nhwc, const bool *excluded) {
     const mp_graph *g = p->g;
     const int n = p->n;
     for (int i = 0; i < n; i++)
-        nhwc[i] = !neutral(&p->nodes[i].info.out) && kind_of(p, i) != LAYOUT_NCHW_ONLY && !excluded[i] &&
+        nhwc[i] = !mp_shape_layout_free(&p->nodes[i].info.out) && kind_of(p, i) != MP_LAYOUT_NCHW_ONLY && !excluded[i] &&
                   g->nodes[i].storage_dtype != MP_DTYPE_I32;
     for (int j = 0; j < n; j++)
-        if (kind_of(p, j) == LAYOUT_NCHW_ONLY || excluded[j])
+        if (kind_of(p, j) == MP_LAYOUT_NCHW_ONLY || excluded[j])
             for (int k = 0; k < g->nodes[j].n_in; k++) nhwc[g->nodes[j].in[k]] = false;
     /* an op that needs its tensors alike: all NHWC or all NCHW (demotion
      * only, so this ends) */
     for (bool changed = true; changed;) {
         changed = false;
         for (int j = 0; j < n; j++) {
-            if (kind_of(p, j) != LAYOUT_ALIKE) continue;
+            if (kind_of(p, j) != MP_LAYOUT_ALIKE) continue;
             const mp_gnode *nd = &g->nodes[j];
-            bool any_nhwc = nhwc[j], any_nchw = !neutral(&p->nodes[j].info.out) && !nhwc[j];
+            bool any_nhwc = nhwc[j], any_nchw = !mp_shape_layout_free(&p->nodes[j].info.out) && !nhwc[j];
             for (int k = 0; k < nd->n_in; k++) {
-                if (neutral(&p->nodes[nd->in[k]].info.out)) continue;
+                if (mp_shape_layout_free(&p->nodes[nd->in[k]].info.out)) continue;
                 any_nhwc |= nhwc[nd->in[k]];
                 any_nchw |= !nhwc[nd->in[k]];
             }
@@ -112,7 +79,7 @@ mp_status mp_plan_choose_layout(mp_plan *p, mp_layout_sizes *sz, mp_layout_repre
         s = apply(p, nhwc, sz, reprepare);
         lost = false;
         for (int i = 0; s == MP_OK && i < p->n; i++)
-            if (p->nodes[i].info.nhwc && kind_of(p, i) == LAYOUT_NCHW_ONLY) excluded[i] = lost = true;
+            if (p->nodes[i].info.nhwc && kind_of(p, i) == MP_LAYOUT_NCHW_ONLY) excluded[i] = lost = true;
     }
     free(nhwc);
     if (s != MP_OK) { /* a node failed to prepare for its layouts: all NCHW, as prepared first */

@@ -2,13 +2,14 @@
  * convolutions compute on NHWC tensors (AMX and AVX-512 kernels want
  * them), and an NCHW network paid a reorder into that layout and one out of
  * it around every convolution, each way. A 4-D activation is stored NHWC
- * when the op writing it and every op reading it can work on that layout:
- * convolutions (oneDNN, each tensor in its own layout), the input (set_input
- * transposes the caller's NCHW batch), and the ops that need all their 4-D
- * tensors alike: batch norm (+ fused ReLU), elementwise activations, add and
- * mul, 2x2 average pooling and global average pooling on the vector
- * kernels. Everything else, and every tensor of one channel or one pixel
- * (the same bytes either way), stays NCHW. Host arrays in and out
+ * when the op writing it and every op reading it can work on that layout, as
+ * each op's vtable says (ops/op.h: layouts): convolutions with oneDNN
+ * primitives and the input (set_input transposes the caller's NCHW batch)
+ * take each tensor in its own layout; batch norm (+ fused ReLU), elementwise
+ * activations, add and mul, 2x2 average pooling and global average pooling
+ * on the vector kernels need all their 4-D tensors alike. Everything else,
+ * and every tensor of one channel or one pixel (the same bytes either way),
+ * stays NCHW. Host arrays in and out
  * (mp_plan_set_input, mp_plan_read) keep the graph's NCHW layout. */
 #ifndef MP_GRAPH_PLAN_LAYOUT_H
 #define MP_GRAPH_PLAN_LAYOUT_H

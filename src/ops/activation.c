@@ -105,6 +105,7 @@ const mp_op_vtable mp_op_relu_vt = {
     .bwd_skips = MP_BWD_SKIPS_INPUTS,
     .forward_tangent = relu_forward_tangent,
     .backward_tangent = relu_backward_tangent,
+    .layouts = mp_op_layouts_alike,
 };
 const mp_op_vtable mp_op_leaky_relu_vt = {
     .name = "leaky_relu",
@@ -114,6 +115,7 @@ const mp_op_vtable mp_op_leaky_relu_vt = {
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
     .forward_tangent = leaky_forward_tangent,
     .backward_tangent = leaky_backward_tangent,
+    .layouts = mp_op_layouts_alike,
 };
 const mp_op_vtable mp_op_tanh_vt = {
     .name = "tanh",
@@ -123,6 +125,7 @@ const mp_op_vtable mp_op_tanh_vt = {
     .bwd_skips = MP_BWD_SKIPS_INPUTS,
     .forward_tangent = tanh_forward_tangent,
     .backward_tangent = smooth_backward_tangent,
+    .layouts = mp_op_layouts_alike,
 };
 const mp_op_vtable mp_op_sigmoid_vt = {
     .name = "sigmoid",
@@ -132,4 +135,5 @@ const mp_op_vtable mp_op_sigmoid_vt = {
     .bwd_skips = MP_BWD_SKIPS_INPUTS,
     .forward_tangent = sigmoid_forward_tangent,
     .backward_tangent = smooth_backward_tangent,
+    .layouts = mp_op_layouts_alike,
 };

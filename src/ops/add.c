@@ -43,4 +43,5 @@ const mp_op_vtable mp_op_add_vt = {
     .bwd_skips = MP_BWD_SKIPS_BOTH,
     .forward_tangent = add_forward_tangent,
     .backward_tangent = add_backward_tangent,
+    .layouts = mp_op_layouts_alike, /* inputs of one shape (no broadcasting) */
 };

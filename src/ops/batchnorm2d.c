@@ -209,6 +209,12 @@ static mp_status bn_backward_tangent(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* Channels-last on the vector kernels (plans prepare with MP_IMPL_AUTO). */
+static mp_layout_support bn_layouts(const mp_op_desc *d, const mp_op_info *info, const void *state) {
+    (void)d, (void)state;
+    return info->out.ndim == 4 && mp_fast_isa_current() != MP_FAST_NONE ? MP_LAYOUT_ALIKE : MP_LAYOUT_NCHW_ONLY;
+}
+
 const mp_op_vtable mp_op_batchnorm2d_vt = {
     .name = "batchnorm2d",
     .infer = bn_infer,
@@ -219,4 +225,5 @@ const mp_op_vtable mp_op_batchnorm2d_vt = {
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
     .forward_tangent = bn_forward_tangent,
     .backward_tangent = bn_backward_tangent,
+    .layouts = bn_layouts,
 };

@@ -174,4 +174,5 @@ const mp_op_vtable mp_op_conv2d_vt = {
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
     .forward_tangent = conv2d_forward_tangent,
     .backward_tangent = conv2d_backward_tangent,
+    .layouts = mp_conv_layouts,
 };

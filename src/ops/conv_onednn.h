@@ -79,6 +79,14 @@ static inline mp_status mp_conv_prepare(const mp_op_desc *d, mp_op_info *info, m
  * view). */
 extern const mp_tangent_affine mp_conv2d_tangent_kernels, mp_conv_transpose2d_tangent_kernels;
 
+/* layouts() of conv2d and conv_transpose2d: with oneDNN primitives each
+ * tensor in its own layout (they bind NHWC ones, conv_onednn.c); the
+ * reference kernels read NCHW. */
+static inline mp_layout_support mp_conv_layouts(const mp_op_desc *d, const mp_op_info *info, const void *state) {
+    (void)d, (void)info;
+    return state ? MP_LAYOUT_EACH : MP_LAYOUT_NCHW_ONLY;
+}
+
 /* release() of conv2d and conv_transpose2d. */
 static inline void mp_conv_release(void *state) {
 #ifdef MP_HAVE_ONEDNN

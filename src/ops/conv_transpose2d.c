@@ -113,4 +113,5 @@ const mp_op_vtable mp_op_conv_transpose2d_vt = {
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
     .forward_tangent = convt_forward_tangent,
     .backward_tangent = convt_backward_tangent,
+    .layouts = mp_conv_layouts,
 };

@@ -58,6 +58,11 @@ static mp_status gap_backward(const mp_op_call *c) {
 static mp_status gap_forward_tangent(const mp_op_call *c) { return mp_tangent_forward_linear(c, gap_forward); }
 static mp_status gap_backward_tangent(const mp_op_call *c) { return mp_tangent_backward_linear(c, gap_backward); }
 
+static mp_layout_support gap_layouts(const mp_op_desc *d, const mp_op_info *info, const void *state) {
+    (void)d, (void)info, (void)state;
+    return mp_fast_isa_current() != MP_FAST_NONE ? MP_LAYOUT_ALIKE : MP_LAYOUT_NCHW_ONLY;
+}
+
 const mp_op_vtable mp_op_global_avgpool_vt = {
     .name = "global_avgpool",
     .infer = gap_infer,
@@ -66,4 +71,5 @@ const mp_op_vtable mp_op_global_avgpool_vt = {
     .bwd_skips = MP_BWD_SKIPS_BOTH,
     .forward_tangent = gap_forward_tangent,
     .backward_tangent = gap_backward_tangent,
+    .layouts = gap_layouts,
 };

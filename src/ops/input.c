@@ -15,12 +15,19 @@ static mp_status source_noop(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* set_input writes the caller's NCHW batch in the layout the plan chose */
+static mp_layout_support input_layouts(const mp_op_desc *d, const mp_op_info *info, const void *state) {
+    (void)d, (void)info, (void)state;
+    return MP_LAYOUT_EACH;
+}
+
 const mp_op_vtable mp_op_input_vt = {
     .name = "input",
     .infer = source_infer,
     .forward = source_noop,
     .backward = source_noop,
     .bwd_skips = MP_BWD_SKIPS_BOTH,
+    .layouts = input_layouts,
 };
 const mp_op_vtable mp_op_labels_vt = {
     .name = "labels",

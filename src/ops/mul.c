@@ -52,4 +52,5 @@ const mp_op_vtable mp_op_mul_vt = {
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,
     .forward_tangent = mul_forward_tangent,
     .backward_tangent = mul_backward_tangent,
+    .layouts = mp_op_layouts_alike,
 };

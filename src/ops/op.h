@@ -170,6 +170,14 @@ typedef struct {
     void *workspace;        /* info->workspace_bytes, aligned to 64 */
 } mp_op_call;
 
+/* Which storage layouts of its 4-D activations an op reads and writes on
+ * the CPU (graph/plan_layout.h decides a plan's from these). */
+typedef enum {
+    MP_LAYOUT_NCHW_ONLY = 0, /* NCHW only */
+    MP_LAYOUT_EACH,          /* each tensor NCHW or NHWC on its own (oneDNN convolutions, the input) */
+    MP_LAYOUT_ALIKE          /* NCHW or NHWC, all its 4-D tensors the same */
+} mp_layout_support;
+
 typedef struct {
     const char *name; /* "conv2d", ... */
     mp_status (*infer)(const mp_op_desc *d, mp_op_info *info);
@@ -188,6 +196,10 @@ typedef struct {
      * Called only after forward and backward ran on the same call. */
     mp_status (*forward_tangent)(const mp_op_call *c);
     mp_status (*backward_tangent)(const mp_op_call *c);
+    /* Optional: the layouts this node, prepared (state from prepare(), with
+     * impl MP_IMPL_AUTO), can run on; NULL: MP_LAYOUT_NCHW_ONLY. The op's
+     * forward and backward then take info->nhwc as the planner sets it. */
+    mp_layout_support (*layouts)(const mp_op_desc *d, const mp_op_info *info, const void *state);
 } mp_op_vtable;
 
 #define MP_BWD_SKIPS_INPUTS 1u /* backward reads no input (relu/tanh/sigmoid read their output) */
@@ -216,6 +228,8 @@ extern const mp_op_vtable mp_op_dropout_vt, mp_op_softmax_ce_vt, mp_op_bce_logit
 
 /* Helpers for op files. */
 mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const char *what);
+/* layouts() of the elementwise ops: either layout, all tensors alike. */
+mp_layout_support mp_op_layouts_alike(const mp_op_desc *d, const mp_op_info *info, const void *state);
 /* A call whose tensors are channels-last (info->nhwc) reaching kernels that
  * read NCHW only (the planner never plans one: a guard, named). */
 mp_status mp_op_layout_error(const mp_op_call *c, const char *kernels);

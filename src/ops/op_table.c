@@ -45,6 +45,11 @@ mp_status mp_op_shape_error(const mp_op_desc *d, const mp_op_info *info, const c
                     d->name ? d->name : "?", what, buf);
 }
 
+mp_layout_support mp_op_layouts_alike(const mp_op_desc *d, const mp_op_info *info, const void *state) {
+    (void)d, (void)info, (void)state;
+    return MP_LAYOUT_ALIKE;
+}
+
 mp_status mp_op_layout_error(const mp_op_call *c, const char *kernels) {
     return mp_error(MP_ERR_INTERNAL, "%s '%s': its tensors are stored channels-last, which %s do not read",
                     mp_op_lookup(c->desc->kind)->name, c->desc->name ? c->desc->name : "?", kernels);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/cpu_fast.h"
 #include "ops/onednn_dispatch.h"
 #include "ops/op.h"
 #include "ops/tangent.h"
@@ -176,6 +177,13 @@ const mp_op_vtable mp_op_maxpool2d_vt = {
     .forward_tangent = maxpool_forward_tangent,
     .backward_tangent = pool_backward_tangent,
 };
+/* Channels-last on the vector 2x2 kernels (plans prepare with MP_IMPL_AUTO;
+ * pool_prepare then builds no oneDNN primitive). */
+static mp_layout_support avgpool_layouts(const mp_op_desc *d, const mp_op_info *info, const void *state) {
+    (void)info, (void)state;
+    return mp_pool_cpu_window(d) && mp_fast_isa_current() != MP_FAST_NONE ? MP_LAYOUT_ALIKE : MP_LAYOUT_NCHW_ONLY;
+}
+
 const mp_op_vtable mp_op_avgpool2d_vt = {
     .name = "avgpool2d",
     .infer = pool_infer,
@@ -186,4 +194,5 @@ const mp_op_vtable mp_op_avgpool2d_vt = {
     .bwd_skips = MP_BWD_SKIPS_BOTH,
     .forward_tangent = avgpool_forward_tangent,
     .backward_tangent = pool_backward_tangent,
+    .layouts = avgpool_layouts,
 };

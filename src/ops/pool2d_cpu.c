@@ -13,11 +13,12 @@
 #define MP_REF_TEMPLATE "pool2d_nhwc_kernels.inc"
 #include "instantiate_fast.inc"
 
-bool mp_pool_cpu_applies(const mp_op_call *c) {
-    const mp_pool_opts *o = &c->desc->attr.pool;
-    return c->desc->kind == MP_OP_AVGPOOL2D && o->kernel == 2 && o->stride == 2 && o->padding == 0 &&
-           mp_fast_use(c, c->out.dtype);
+bool mp_pool_cpu_window(const mp_op_desc *d) {
+    const mp_pool_opts *o = &d->attr.pool;
+    return d->kind == MP_OP_AVGPOOL2D && o->kernel == 2 && o->stride == 2 && o->padding == 0;
 }
+
+bool mp_pool_cpu_applies(const mp_op_call *c) { return mp_pool_cpu_window(c->desc) && mp_fast_use(c, c->out.dtype); }
 
 void mp_pool_cpu_forward(const mp_op_call *c) {
     const int *x = c->in[0].shape.dims, *y = c->out.shape.dims;

@@ -7,6 +7,8 @@
 
 #include "ops/op.h"
 
+/* The window the fast path computes: average pooling, 2x2, stride 2, no padding. */
+bool mp_pool_cpu_window(const mp_op_desc *d);
 bool mp_pool_cpu_applies(const mp_op_call *c);
 void mp_pool_cpu_forward(const mp_op_call *c);
 void mp_pool_cpu_backward(const mp_op_call *c); /* c->d_in[0].data non-NULL */
