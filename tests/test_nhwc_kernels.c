@@ -57,27 +57,10 @@ static void put(mp_dtype dt, void *p, int64_t i, float v) {
         ((float *)p)[i] = v;
 }
 
-/* (N, C, HW) <-> (N, HW, C), elements of es bytes */
-static void to_nhwc(size_t es, const void *src, void *dst, int N, int C, int64_t HW) {
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            for (int64_t i = 0; i < HW; i++)
-                memcpy((char *)dst + (((int64_t)n * HW + i) * C + c) * es,
-                       (const char *)src + (((int64_t)n * C + c) * HW + i) * es, es);
-}
-
-static void to_nchw(size_t es, const void *src, void *dst, int N, int C, int64_t HW) {
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            for (int64_t i = 0; i < HW; i++)
-                memcpy((char *)dst + (((int64_t)n * C + c) * HW + i) * es,
-                       (const char *)src + (((int64_t)n * HW + i) * C + c) * es, es);
-}
-
 /* NHWC result transposed back to NCHW in a fresh buffer (caller frees) */
 static void *back(mp_dtype dt, const void *nhwc, int N, int C, int64_t HW) {
     void *p = alloc_poisoned((size_t)N * C * HW * esize(dt));
-    to_nchw(esize(dt), nhwc, p, N, C, HW);
+    mp_transpose_batch(p, nhwc, esize(dt), N, HW, C);
     return p;
 }
 
@@ -147,8 +130,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         rm0[c] = (float)mp_rng_normal(&g);
         rv0[c] = (float)(0.2 + 2 * mp_rng_uniform(&g));
     }
-    to_nhwc(es, x, xh, N, C, HW);
-    to_nhwc(es, dy, dyh, N, C, HW);
+    mp_transpose_batch(xh, x, es, N, C, HW);
+    mp_transpose_batch(dyh, dy, es, N, C, HW);
 
     const size_t wsb = mp_bn_nhwc_workspace_bytes(C);
     void *ws = alloc_poisoned(wsb);
@@ -204,7 +187,7 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
 
     /* backward: both read the NCHW training forward's statistics and y (the mask) */
     mp_bn_fwd_train_cpu(dt, x, y1, gamma, beta, rm1, rv1, mean1, is1, N, C, HW, eps, mom, relu);
-    to_nhwc(es, y1, yh0, N, C, HW);
+    mp_transpose_batch(yh0, y1, es, N, C, HW);
     for (int bs = 1; bs >= 0; bs--) {
         void *dx1 = alloc_poisoned(bytes), *dx2h = alloc_poisoned(bytes), *dx3h = alloc_poisoned(bytes);
         float *dg1 = alloc_poisoned(C * 4), *db1 = alloc_poisoned(C * 4), *dg2 = alloc_poisoned(C * 4),
@@ -273,8 +256,8 @@ static void check_pool(int N, int C, int H, int W, mp_dtype dt, uint64_t seed) {
          *dyh = alloc_poisoned(ny * es);
     fill(dt, x, nx, &g);
     fill(dt, dy, ny, &g);
-    to_nhwc(es, x, xh, N, C, (int64_t)H * W);
-    to_nhwc(es, dy, dyh, N, C, (int64_t)OH * OW);
+    mp_transpose_batch(xh, x, es, N, C, (int64_t)H * W);
+    mp_transpose_batch(dyh, dy, es, N, C, (int64_t)OH * OW);
     void *yr = alloc_poisoned(ny * es), *dxr = alloc_poisoned(nx * es), *yf = alloc_poisoned(ny * es),
          *dxf = alloc_poisoned(nx * es), *yh = alloc_poisoned(ny * es), *dxh = alloc_poisoned(nx * es);
     const mp_shape s = mp_shape4(N, C, H, W);
@@ -309,7 +292,7 @@ static void check_gap(int N, int C, int H, int W, mp_dtype dt, uint64_t seed) {
     for (int64_t i = 0; i < nx; i++) /* channel means well away from 0 (a relative error means something) */
         put(dt, x, i, (float)(get(dt, x, i) + 1.0 + (double)((i / HW) % C % 5)));
     fill(dt, dy, ny, &g);
-    to_nhwc(es, x, xh, N, C, HW);
+    mp_transpose_batch(xh, x, es, N, C, HW);
     void *yr = alloc_poisoned(ny * es), *dxr = alloc_poisoned(nx * es), *yh = alloc_poisoned(ny * es),
          *dxh = alloc_poisoned(nx * es);
     run_op(MP_OP_GLOBAL_AVGPOOL, MP_IMPL_REF, mp_shape4(N, C, H, W), dt, x, dy, yr, dxr);

@@ -71,6 +71,10 @@ static inline int mp_argmax(const float *x, int k) {
     return best;
 }
 
+/* dst[b][s][r] = src[b][r][s] for b < B, r < R, s < S, elements of es bytes
+ * (NCHW (B, C, HW) <-> NHWC (B, HW, C) and back); threads over b. */
+void mp_transpose_batch(void *dst, const void *src, size_t es, int64_t B, int64_t R, int64_t S);
+
 /* Format "(2, 3, 4, 5)" into buf; returns buf. */
 const char *mp_shape_str(const mp_shape *s, char *buf, size_t len);
 

@@ -99,37 +99,23 @@ int mp_plan_channels_last(const mp_plan *p, int *activations_4d) {
     return k;
 }
 
-/* The batch is transposed in f32 (threads over samples) and converted in one pass. */
+/* The batch is transposed in f32 and converted in one pass. */
 mp_status mp_nchw_to_nhwc_store(void *dst, mp_dtype dt, const float *src, const mp_shape *s) {
-    const int N = s->dims[0], C = s->dims[1];
-    const int64_t HW = (int64_t)s->dims[2] * s->dims[3], per = (int64_t)C * HW;
-    float *t = malloc((size_t)(N * per) * sizeof *t);
+    const int64_t N = s->dims[0], C = s->dims[1], HW = (int64_t)s->dims[2] * s->dims[3];
+    float *t = malloc((size_t)(N * C * HW) * sizeof *t);
     if (!t) return mp_error(MP_ERR_NOMEM, "set_input: out of memory for the channels-last copy of a batch");
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = src + n * per;
-        float *y = t + n * per;
-        for (int64_t i = 0; i < HW; i++)
-            for (int c = 0; c < C; c++) y[i * C + c] = x[(int64_t)c * HW + i];
-    }
-    mp_store_f32(dst, dt, t, N * per);
+    mp_transpose_batch(t, src, sizeof *t, N, C, HW);
+    mp_store_f32(dst, dt, t, N * C * HW);
     free(t);
     return MP_OK;
 }
 
 mp_status mp_nhwc_to_nchw_load(float *dst, const void *src, mp_dtype dt, const mp_shape *s) {
-    const int N = s->dims[0], C = s->dims[1];
-    const int64_t HW = (int64_t)s->dims[2] * s->dims[3], per = (int64_t)C * HW;
-    float *t = malloc((size_t)(N * per) * sizeof *t);
+    const int64_t N = s->dims[0], C = s->dims[1], HW = (int64_t)s->dims[2] * s->dims[3];
+    float *t = malloc((size_t)(N * C * HW) * sizeof *t);
     if (!t) return mp_error(MP_ERR_NOMEM, "read: out of memory for the NCHW copy of a channels-last tensor");
-    mp_load_f32(t, src, dt, N * per);
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = t + n * per;
-        float *y = dst + n * per;
-        for (int64_t i = 0; i < HW; i++)
-            for (int c = 0; c < C; c++) y[(int64_t)c * HW + i] = x[i * C + c];
-    }
+    mp_load_f32(t, src, dt, N * C * HW);
+    mp_transpose_batch(dst, t, sizeof *t, N, HW, C);
     free(t);
     return MP_OK;
 }
