@@ -19,6 +19,7 @@ gpu_train_step --profile. Each row also gives the step's FLOPs (counted by
 torch.utils.flop_counter on one eager step) as TFLOP/s and, with
 --gemm-tflops, as a share of the bf16 GEMM rate measured in the same call."""
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -64,7 +65,7 @@ def print_kernel_profile(title, step, n=3):
         if t > 0 and e.device_type == torch.autograd.DeviceType.CUDA:
             per[e.key] = per.get(e.key, 0) + t / n / 1e3
     print(f"\ntorch profile: {title}, ms per step by kernel:", file=sys.stderr)
-    for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:12]:
+    for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:int(os.environ.get("PEER_PROFILE_TOP", "12"))]:
         print(f"  {v:7.3f}  {kernel_kind(k):11s}  {k[:110]}", file=sys.stderr)
     kinds = {}
     for k, v in per.items():
