@@ -62,7 +62,7 @@ static mp_status act_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_
     }                                                                                                    \
     extern "C" const mp_cuda_op_vtable mp_cuda_##name##_vt = {label, act_prepare, NULL, name##_forward, \
                                                               name##_backward, name##_forward_tangent,  \
-                                                              name##_backward_tangent};
+                                                              name##_backward_tangent, NULL};
 
 MP_ACT_VT(relu, "relu", relu_fwd, relu_bwd, out, mp_cuda_tangent_backward_linear(ctx, c, relu_backward))
 MP_ACT_VT(tanh, "tanh", tanh_fwd, tanh_bwd, out, mp_cuda_smooth_backward_tangent(ctx, c))

@@ -40,4 +40,4 @@ static mp_status add_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
 
 extern "C" const mp_cuda_op_vtable mp_cuda_add_vt = {"add",       mp_cuda_prepare_stateless, NULL,
                                                      add_forward, add_backward,              add_forward_tangent,
-                                                     add_backward_tangent};
+                                                     add_backward_tangent, NULL};

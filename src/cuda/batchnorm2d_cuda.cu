@@ -576,4 +576,4 @@ static mp_status bn_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) { re
 extern "C" const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt = {"batchnorm2d",      bn_prepare,
                                                              bn_release,         bn_forward,
                                                              bn_backward,        bn_forward_tangent,
-                                                             bn_backward_tangent};
+                                                             bn_backward_tangent, NULL};

@@ -79,4 +79,4 @@ static mp_status bce_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
 extern "C" const mp_cuda_op_vtable mp_cuda_bce_logits_vt = {"bce_with_logits", bce_prepare,
                                                             NULL,              bce_forward,
                                                             bce_backward,      mp_cuda_bce_forward_tangent,
-                                                            mp_cuda_bce_backward_tangent};
+                                                            mp_cuda_bce_backward_tangent, NULL};

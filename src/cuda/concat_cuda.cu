@@ -104,4 +104,4 @@ static mp_status concat_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) 
 
 extern "C" const mp_cuda_op_vtable mp_cuda_concat_vt = {"concat",        concat_prepare,  NULL,
                                                         concat_forward,  concat_backward, concat_forward_tangent,
-                                                        concat_backward_tangent};
+                                                        concat_backward_tangent, NULL};

@@ -28,4 +28,5 @@ extern "C" const mp_cuda_op_vtable mp_cuda_conv2d_vt = {"conv2d",
                                                         mp_conv_cudnn_forward,
                                                         mp_conv_cudnn_backward,
                                                         mp_cuda_conv_forward_tangent,
-                                                        mp_cuda_conv_backward_tangent};
+                                                        mp_cuda_conv_backward_tangent,
+                                                        mp_conv_cudnn_adds_input_grad};

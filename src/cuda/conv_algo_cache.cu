@@ -366,17 +366,25 @@ static mp_status search_and_cache(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_p
  * this context cannot rebuild it (another cuDNN answer on an equal GPU
  * model), the legacy algorithm searched beside it runs instead, with its own
  * workspace; without one the error stands. */
-static mp_status engine_plan_or_legacy(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const algo_key *k,
-                                       mp_conv_algo *a, const char *what) {
-    struct {
-        algo_key k;
-        int mode, index;
-        long long id;
-    } pk;
+/* A plan's key in the context's table: the pass, the choice and beta. */
+typedef struct {
+    algo_key k;
+    int mode, index, beta;
+    long long id;
+} plan_key;
+
+static plan_key plan_key_of(const algo_key *k, const mp_conv_algo *a, int beta) {
+    plan_key pk;
     memset(&pk, 0, sizeof pk); /* compared with memcmp, padding included */
     pk.k = *k;
-    pk.mode = a->engine_mode, pk.index = a->engine_index, pk.id = a->engine_id;
-    const mp_status s = mp_conv_engine_plan(ctx, st, pass, a, &pk, sizeof pk, &st->plan[pass], what);
+    pk.mode = a->engine_mode, pk.index = a->engine_index, pk.id = a->engine_id, pk.beta = beta;
+    return pk;
+}
+
+static mp_status engine_plan_or_legacy(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const algo_key *k,
+                                       mp_conv_algo *a, const char *what) {
+    plan_key pk = plan_key_of(k, a, 0);
+    const mp_status s = mp_conv_engine_plan(ctx, st, pass, a, 0.0f, &pk, sizeof pk, &st->plan[pass], what);
     if (s == MP_OK || a->algo < 0) return s;
     fprintf(stderr, "mixprec: warning: %s: %s; the legacy algorithm %d runs instead\n", what, mp_last_error(),
             a->algo);
@@ -386,6 +394,27 @@ static mp_status engine_plan_or_legacy(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_c
     MP_TRY(workspace_of(ctx, st, pass, a, &bytes, what));
     a->workspace = bytes;
     return MP_OK;
+}
+
+/* conv2d's backward-data adding into a gradient another consumer wrote
+ * (mp_cuda_op_vtable.adds_input_grad): the legacy algorithms blend with
+ * beta = 1 as they are; an engine needs a plan of its own, with the same
+ * engine and workspace. Where cuDNN has none, the executor adds a scratch
+ * result instead, as before (MIXPREC_CUDNN_ADD_DX=0 keeps that everywhere). */
+static void choose_adding_dx(mp_cuda_ctx *ctx, mp_conv_cudnn *st, const algo_key *k, const char *what) {
+    const mp_conv_algo *a = &st->algo[MP_CONV_BWD_DATA];
+    if (mp_env_get()->no_cudnn_add_dx) return;
+    if (a->engine_mode < 0) {
+        st->adds_dx = true;
+        return;
+    }
+    plan_key pk = plan_key_of(k, a, 1);
+    if (mp_conv_engine_plan(ctx, st, MP_CONV_BWD_DATA, a, 1.0f, &pk, sizeof pk, &st->plan_add_dx, what) == MP_OK)
+        st->adds_dx = true;
+    else {
+        if (mp_env_get()->cudnn_debug) fprintf(stderr, "cudnn engines: %s: no adding plan: %s\n", what, mp_last_error());
+        mp_clear_error();
+    }
 }
 
 mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what) {
@@ -405,5 +434,6 @@ mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass 
     MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a.math), what);
     if (a.engine_mode >= 0) MP_TRY(engine_plan_or_legacy(ctx, st, pass, &k, &a, what));
     st->algo[pass] = a;
+    if (pass == MP_CONV_BWD_DATA && st->kind == MP_OP_CONV2D && st->training) choose_adding_dx(ctx, st, &k, what);
     return MP_OK;
 }

@@ -186,16 +186,35 @@ mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const voi
     return MP_OK;
 }
 
-mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc,
-                                 void *dx, void *ws, size_t ws_bytes, const char *what) {
-    if (st->plan[MP_CONV_BWD_DATA])
-        return mp_conv_engine_run(ctx, st->plan[MP_CONV_BWD_DATA], dx, w_krsc, dy, ws, what);
+static mp_status bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc, void *dx,
+                          void *ws, size_t ws_bytes, bool add, const char *what) {
+    const cudnnBackendDescriptor_t plan = add ? st->plan_add_dx : st->plan[MP_CONV_BWD_DATA];
+    if (st->plan[MP_CONV_BWD_DATA]) {
+        if (!plan) return mp_error(MP_ERR_INTERNAL, "%s: backward-data asked to add, and its engine has no plan for it", what);
+        return mp_conv_engine_run(ctx, plan, dx, w_krsc, dy, ws, what);
+    }
     MP_CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, st->w_desc, w_krsc, st->y_desc, dy,
                                               st->conv[MP_CONV_BWD_DATA],
                                               (cudnnConvolutionBwdDataAlgo_t)st->algo[MP_CONV_BWD_DATA].algo, ws,
-                                              ws_bytes, &zero, st->x_desc, dx),
+                                              ws_bytes, add ? &one : &zero, st->x_desc, dx),
                  what);
     return MP_OK;
+}
+
+mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc,
+                                 void *dx, void *ws, size_t ws_bytes, const char *what) {
+    return bwd_data(ctx, st, dy, w_krsc, dx, ws, ws_bytes, false, what);
+}
+
+mp_status mp_conv_cudnn_bwd_data_add(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc,
+                                     void *dx, void *ws, size_t ws_bytes, const char *what) {
+    if (!st->adds_dx) return mp_error(MP_ERR_INTERNAL, "%s: backward-data cannot add into dx here", what);
+    return bwd_data(ctx, st, dy, w_krsc, dx, ws, ws_bytes, true, what);
+}
+
+bool mp_conv_cudnn_adds_input_grad(const void *state, int k) {
+    const mp_conv_cudnn *st = (const mp_conv_cudnn *)state;
+    return st && k == 0 && st->adds_dx && st->kind == MP_OP_CONV2D && st->in_cast_bytes == 0;
 }
 
 mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
@@ -236,6 +255,10 @@ static mp_status stage_in(mp_cuda_ctx *ctx, const mp_tensor *t, mp_dtype cd, mp_
  * no per-layer copy then lives between them). */
 static mp_status stage_weight(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const mp_op_call *c, mp_cuda_ws *ws,
                               const void **w, const char *what) {
+    if (c->weight_krsc) { /* the plan's copy of this step (filter_krsc_batch.h) */
+        *w = c->weight_krsc;
+        return MP_OK;
+    }
     const mp_conv_geom *g = &st->g;
     void *dst = mp_cuda_ws_take(ws, st->w_bytes);
     if (!dst) return ws_short(what);
@@ -243,6 +266,15 @@ static mp_status stage_weight(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const m
                                       g->k * g->k, what));
     *w = dst;
     return MP_OK;
+}
+
+bool mp_conv2d_krsc_job(const void *state, mp_krsc_job *job) {
+    const mp_conv_cudnn *st = (const mp_conv_cudnn *)state;
+    if (!st || st->kind != MP_OP_CONV2D) return false;
+    const mp_conv_geom *g = &st->g;
+    job->k = g->cy, job->c = g->cx / g->groups, job->rs = g->k * g->k;
+    job->ddt = st->cd;
+    return true;
 }
 
 /* Where a result in cd goes: t's data, or a workspace slice (then committed). */
@@ -310,9 +342,13 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if (want_dw && st->algo[MP_CONV_BWD_FILTER].workspace > lib_bytes) lib_bytes = st->algo[MP_CONV_BWD_FILTER].workspace;
     void *lib = lib_bytes ? mp_cuda_ws_take(&ws, lib_bytes) : NULL;
     if (lib_bytes && !lib) return ws_short(what);
+    const bool add_dx = (c->d_in_add & 1u) != 0;
+    if (add_dx && (!want_dx || !mp_conv_cudnn_adds_input_grad(st, 0) || dx != c->d_in[0].data))
+        return mp_error(MP_ERR_INTERNAL, "%s: asked to add into d_in, which this node's backward-data cannot", what);
     if (want_dx) {
-        /* conv2d: dx = BWD_DATA(dy); conv_transpose2d: d_in = FWD(x = d_out) */
-        if (conv) MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, dy, w, dx, lib, lib_bytes, what));
+        /* conv2d: dx = BWD_DATA(dy) (or dx += under d_in_add); conv_transpose2d: d_in = FWD(x = d_out) */
+        if (add_dx) MP_TRY(mp_conv_cudnn_bwd_data_add(ctx, st, dy, w, dx, lib, lib_bytes, what));
+        else if (conv) MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, dy, w, dx, lib, lib_bytes, what));
         else MP_TRY(mp_conv_cudnn_fwd(ctx, st, dy, w, dx, lib, lib_bytes, what));
         if (dx != c->d_in[0].data)
             MP_TRY(mp_cuda_lib_cast(ctx, dx, cd, c->d_in[0].data, c->d_in[0].dtype, mp_tensor_numel(&c->d_in[0]), what));

@@ -35,6 +35,7 @@
 #define MP_CUDA_CONV_CUDNN_H
 
 #include "cuda/cuda_op.h"
+#include "cuda/filter_krsc_batch.h"
 #include "cuda/lib_kernels.h" /* mp_cuda_ws */
 #include "ops/conv_onednn.h" /* mp_conv_geom, mp_conv_geom_of */
 
@@ -72,6 +73,8 @@ typedef struct mp_conv_cudnn_s {
     bool has[MP_CONV_NPASS];                 /* pass prepared */
     mp_conv_algo algo[MP_CONV_NPASS];
     cudnnBackendDescriptor_t plan[MP_CONV_NPASS]; /* engine passes: the context's plan (not owned) */
+    bool adds_dx;             /* conv2d backward-data can add into dx (legacy beta 1, or plan_add_dx) */
+    cudnnBackendDescriptor_t plan_add_dx; /* an engine's backward-data with beta 1 (not owned) */
     size_t w_bytes;           /* the KRSC filter (cy, k, k, cx/g) in cd */
     size_t dw_bytes;          /* its gradient in dw_dt */
     size_t in_cast_bytes, out_cast_bytes;    /* workspace slices for dtype staging */
@@ -92,6 +95,14 @@ mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const voi
                             void *ws, size_t ws_bytes, const char *what);
 mp_status mp_conv_cudnn_bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc,
                                  void *dx, void *ws, size_t ws_bytes, const char *what);
+/* The same, adding the result into what dx holds (st->adds_dx). */
+mp_status mp_conv_cudnn_bwd_data_add(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc,
+                                     void *dx, void *ws, size_t ws_bytes, const char *what);
+/* A conv2d node's filter as a job of its plan's KRSC batch: fills k, c, rs
+ * and ddt (its compute dtype); false for any other state. */
+bool mp_conv2d_krsc_job(const void *state, mp_krsc_job *job);
+/* adds_input_grad of conv2d's vtable: input 0 when adds_dx. */
+bool mp_conv_cudnn_adds_input_grad(const void *state, int k);
 mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
                                    void *dw_krsc, void *ws, size_t ws_bytes, const char *what);
 

@@ -67,7 +67,7 @@ static mp_status make_conv(cudnnBackendDescriptor_t *c, const mp_conv_geom *g, c
 }
 
 /* The pass's operation: its three tensor attributes in (x, w, y) roles. */
-static mp_status make_op(pass_graph *pg, mp_conv_pass pass, const char *what) {
+static mp_status make_op(pass_graph *pg, mp_conv_pass pass, float beta, const char *what) {
     static const cudnnBackendDescriptorType_t type[MP_CONV_NPASS] = {
         CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
         CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
@@ -82,7 +82,7 @@ static mp_status make_op(pass_graph *pg, mp_conv_pass pass, const char *what) {
         {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA}};
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     const cudnnBackendAttributeName_t *a = attr[pass];
     BE_TRY(cudnnBackendCreateDescriptor(type[pass], &pg->op), what);
     BE_TRY(cudnnBackendSetAttribute(pg->op, a[0], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pg->x), what);
@@ -95,8 +95,9 @@ static mp_status make_op(pass_graph *pg, mp_conv_pass pass, const char *what) {
     return MP_OK;
 }
 
-static mp_status build_graph(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, pass_graph *pg,
-                             const char *what) {
+/* beta: 0 writes the pass's output, 1 adds to what it holds. */
+static mp_status build_graph(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, float beta,
+                             pass_graph *pg, const char *what) {
     const mp_conv_geom *g = &st->g;
     const cudnnDataType_t dt = mp_cudnn_data_type(st->cd);
     memset(pg, 0, sizeof *pg);
@@ -104,7 +105,7 @@ static mp_status build_graph(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_
     if (s == MP_OK) s = make_tensor(&pg->w, dt, UID_W, g->cy, g->cx / g->groups, g->k, g->k, what);
     if (s == MP_OK) s = make_tensor(&pg->y, dt, UID_Y, g->n, g->cy, g->hy, g->wy, what);
     if (s == MP_OK) s = make_conv(&pg->conv, g, what);
-    if (s == MP_OK) s = make_op(pg, pass, what);
+    if (s == MP_OK) s = make_op(pg, pass, beta, what);
     if (s == MP_OK)
         s = mp_cudnn_check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &pg->graph),
                            "cudnnBackendCreateDescriptor(OPERATIONGRAPH)", what);
@@ -306,7 +307,7 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
     const int caps[2] = {mode_a_candidates(), MAX_FALLBACK};
     *found = false;
     pass_graph pg;
-    MP_TRY(build_graph(ctx, st, pass, &pg, what));
+    MP_TRY(build_graph(ctx, st, pass, 0.0f, &pg, what));
     timed_engine cand[MAX_CAND];
     int nc = 0;
     float fastest = -1;
@@ -393,19 +394,30 @@ static void entry_free(plan_entry *e) {
 }
 
 /* Graph, the heuristic list of a's mode, a's config (checked to be the same
- * engine), its plan. */
+ * engine), its plan. With beta != 0 the graph differs from the searched one
+ * (its output is added to), so its list may rank engines otherwise: the
+ * config is the one of a's engine wherever it is listed. */
 static mp_status build_entry(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
-                             plan_entry *e, const char *what) {
-    MP_TRY(build_graph(ctx, st, pass, &e->pg, what));
+                             float beta, plan_entry *e, const char *what) {
+    MP_TRY(build_graph(ctx, st, pass, beta, &e->pg, what));
     cudnnBackendDescriptor_t cfg[MAX_CAND];
     int n = 0;
-    MP_TRY(heuristic_configs(e->pg.graph, (cudnnBackendHeurMode_t)a->engine_mode, a->engine_index + 1, cfg, &n, what));
-    for (int i = 0; i < n; i++)
-        if (i != a->engine_index) cudnnBackendDestroyDescriptor(cfg[i]);
-    if (n <= a->engine_index)
+    const int cap = beta != 0.0f ? MAX_MODE_A : a->engine_index + 1;
+    MP_TRY(heuristic_configs(e->pg.graph, (cudnnBackendHeurMode_t)a->engine_mode, cap, cfg, &n, what));
+    int pick = -1;
+    for (int i = 0; i < n; i++) {
+        engine_notes nt;
+        const bool same = beta != 0.0f ? read_notes(cfg[i], &nt) && nt.id == a->engine_id : i == a->engine_index;
+        if (same && pick < 0) pick = i;
+        else cudnnBackendDestroyDescriptor(cfg[i]);
+    }
+    if (pick < 0 && beta != 0.0f)
+        return mp_error(MP_ERR_UNSUPPORTED, "%s: cuDNN engine %lld does not add to its output here", what,
+                        a->engine_id);
+    if (pick < 0)
         return mp_error(MP_ERR_INTERNAL, "%s: cuDNN's heuristics list %d engines now, the cached choice was number %d",
                         what, n, a->engine_index + 1);
-    e->cfg = cfg[a->engine_index];
+    e->cfg = cfg[pick];
     engine_notes nt;
     int64_t need = 0;
     if (!read_notes(e->cfg, &nt) || nt.id != a->engine_id)
@@ -420,7 +432,8 @@ static mp_status build_entry(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_
 }
 
 mp_status mp_conv_engine_plan(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
-                              const void *key, size_t key_len, cudnnBackendDescriptor_t *plan, const char *what) {
+                              float beta, const void *key, size_t key_len, cudnnBackendDescriptor_t *plan,
+                              const char *what) {
     *plan = NULL;
     plan_table *t = table_of(ctx);
     if (!t) return mp_error(MP_ERR_NOMEM, "%s: out of host memory for the cuDNN plan table", what);
@@ -431,7 +444,7 @@ mp_status mp_conv_engine_plan(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv
     if (!*plan) {
         plan_entry *e = (plan_entry *)calloc(1, sizeof *e + key_len);
         if (!e) s = mp_error(MP_ERR_NOMEM, "%s: out of host memory for a cuDNN plan", what);
-        else if ((s = build_entry(ctx, st, pass, a, e, what)) != MP_OK) entry_free(e);
+        else if ((s = build_entry(ctx, st, pass, a, beta, e, what)) != MP_OK) entry_free(e);
         else {
             e->key_len = key_len;
             memcpy(e->key, key, key_len);

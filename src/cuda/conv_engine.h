@@ -44,9 +44,14 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
                                 const char *what);
 
 /* The execution plan of choice a for this pass on ctx, built on first use
- * under key (key_len bytes, compared with memcmp) and owned by ctx. */
+ * under key (key_len bytes, compared with memcmp; the caller's key tells
+ * betas apart) and owned by ctx. beta 0: the pass writes its output; 1: it
+ * adds its result to what the output holds (one rounding of the sum), with
+ * a's engine (MP_ERR_UNSUPPORTED when that engine does not take beta there,
+ * or needs more workspace than a). */
 mp_status mp_conv_engine_plan(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
-                              const void *key, size_t key_len, cudnnBackendDescriptor_t *plan, const char *what);
+                              float beta, const void *key, size_t key_len, cudnnBackendDescriptor_t *plan,
+                              const char *what);
 
 /* Runs a plan on (x, w, y) as above with workspace ws. */
 mp_status mp_conv_engine_run(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, const void *x, const void *w,

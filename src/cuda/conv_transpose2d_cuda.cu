@@ -30,4 +30,4 @@ extern "C" const mp_cuda_op_vtable mp_cuda_conv_transpose2d_vt = {"conv_transpos
                                                                   mp_conv_cudnn_forward,
                                                                   mp_conv_cudnn_backward,
                                                                   mp_cuda_conv_forward_tangent,
-                                                                  mp_cuda_conv_backward_tangent};
+                                                                  mp_cuda_conv_backward_tangent, NULL};

@@ -21,7 +21,8 @@
  *  - arithmetic: f16/bf16 inputs on tensor cores with f32 accumulation (the
  *    CPU reference's contract), reductions and statistics in f32, results
  *    rounded once to the storage dtype.
- *  - backward OVERWRITES every gradient given (data non-NULL), like the CPU.
+ *  - backward OVERWRITES every gradient given (data non-NULL), like the CPU,
+ *    except the inputs marked in call->d_in_add (adds_input_grad below).
  *  - saved: info->saved_bytes of device memory kept from forward to backward
  *    (on the GPU ops may ask for more in prepare: *saved_bytes);
  *    workspace: the arena's shared workspace, *workspace_bytes from prepare.
@@ -97,6 +98,10 @@ typedef struct {
     /* Second derivatives (see above); NULL: none on the GPU yet. */
     mp_status (*forward_tangent)(mp_cuda_ctx *ctx, const mp_op_call *c);
     mp_status (*backward_tangent)(mp_cuda_ctx *ctx, const mp_op_call *c);
+    /* Whether backward can add its gradient for input k into what d_in[k]
+     * holds (mp_op_call.d_in_add), as prepared in state; NULL: never. The
+     * executor then skips the scratch copy and the kernel that sums it. */
+    bool (*adds_input_grad)(const void *state, int k);
 } mp_cuda_op_vtable;
 
 /* NULL for kinds with no GPU implementation (input/labels/targets need none). */

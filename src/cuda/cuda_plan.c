@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/conv_cudnn.h" /* mp_conv2d_krsc_job */
 #include "cuda/cuda_op.h"
 #include "cuda/cuda_plan_kernels.h"
 #include "cuda/cuda_plan.h"
@@ -39,9 +40,13 @@ struct mp_device_plan {
     size_t input_cap;   /* floats */
     bool casts_by_optimizer;      /* the fused optimizer refreshes the low casts */
     bool casts_unshared;          /* a shared weight has casts of two dtypes: the forward casts every step */
+    mp_krsc_batch krsc_batch;     /* every conv2d filter to KRSC, once per forward (filter_krsc_batch.h) */
+    void *krsc_slab;              /* their KRSC copies */
+    void **krsc_of;               /* per node: its copy in krsc_slab, or NULL */
 };
 
 static const char *node_name(const mp_plan *p, int i) { return p->g->nodes[i].name; }
+static mp_status refresh_casts(mp_plan *p);
 
 static mp_status dev_alloc(mp_plan *p, void **ptr, size_t bytes, const char *what) {
     cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 16);
@@ -181,6 +186,9 @@ void mp_device_plan_close(mp_plan *p) {
     cudaFree(d->master_slab); /* param, grad and low point into these */
     cudaFree(d->grad_slab);
     cudaFree(d->low_slab);
+    mp_krsc_batch_free(&d->krsc_batch);
+    cudaFree(d->krsc_slab);
+    free(d->krsc_of);
     cudaFree(p->arena);
     p->arena = NULL;
     cudaFree(d->input_nchw);
@@ -227,7 +235,46 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
  * a NaN in f32, f16 and bf16, so a read before a write shows as NaN, not as
  * 0; =uninit it is not set at all, so compute-sanitizer's initcheck reports
  * such a read. */
+/* The KRSC copies of the conv2d filters and the batch that refreshes them
+ * (filter_krsc_batch.h): after every node is prepared, before the calls are
+ * bound. MIXPREC_CONV_KRSC_COPIES=0 leaves each convolution its own. */
+static mp_status build_krsc_batch(mp_plan *p) {
+    mp_device_plan *d = p->dev;
+    if (mp_env_get()->no_conv_krsc_copies) return MP_OK;
+    d->krsc_of = calloc((size_t)p->n + 1, sizeof *d->krsc_of);
+    mp_krsc_job *jobs = calloc((size_t)p->n + 1, sizeof *jobs);
+    int *node = calloc((size_t)p->n + 1, sizeof *node);
+    size_t *offset = calloc((size_t)p->n + 1, sizeof *offset);
+    mp_status s = d->krsc_of && jobs && node && offset ? MP_OK : mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    int n = 0;
+    size_t bytes = 0;
+    for (int i = 0; s == MP_OK && i < p->n; i++) {
+        const mp_gnode *nd = &p->g->nodes[i];
+        mp_krsc_job j = {0};
+        if (nd->desc.kind != MP_OP_CONV2D || p->nodes[i].fused_away || !mp_conv2d_krsc_job(p->nodes[i].call.state, &j))
+            continue;
+        void *low = d->low[i * MP_MAX_PARAMS]; /* what bind_params gives the node as param[0] */
+        j.src = low ? low : (const void *)d->param[nd->first_param];
+        j.sdt = low ? nd->compute_dtype : MP_DTYPE_F32;
+        offset[n] = bytes;
+        bytes += ((size_t)j.k * j.c * j.rs * mp_dtype_size(j.ddt) + SLAB_ALIGN - 1) / SLAB_ALIGN * SLAB_ALIGN;
+        node[n] = i;
+        jobs[n++] = j;
+    }
+    if (s == MP_OK && n) s = dev_alloc(p, &d->krsc_slab, bytes, "the convolutions' KRSC filters");
+    for (int m = 0; s == MP_OK && m < n; m++) {
+        jobs[m].dst = (char *)d->krsc_slab + offset[m];
+        d->krsc_of[node[m]] = jobs[m].dst;
+    }
+    if (s == MP_OK) s = mp_krsc_batch_build(d->ctx, jobs, n, &d->krsc_batch, "plan");
+    free(jobs);
+    free(node);
+    free(offset);
+    return s;
+}
+
 mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
+    MP_TRY(build_krsc_batch(p));
     MP_TRY(dev_alloc(p, (void **)arena, bytes, "the activation arena"));
     const int poison = mp_env_get()->poison_arena;
     if (poison == 2) return MP_OK; /* "uninit": for compute-sanitizer's initcheck */
@@ -248,9 +295,18 @@ void mp_device_bind_params(mp_plan *p, int i) {
         c->param[k].data = low ? low : p->dev->param[gi];
         c->param[k].dtype = low ? nd->compute_dtype : MP_DTYPE_F32;
     }
+    c->weight_krsc = p->dev->krsc_of ? p->dev->krsc_of[i] : NULL;
 }
 
+/* The weights as the forward pass reads them: the low-precision casts
+ * (unless the optimizer refreshed them), then the conv filters' KRSC copies
+ * of those. */
 mp_status mp_device_forward_begin(mp_plan *p) {
+    MP_TRY(refresh_casts(p));
+    return mp_krsc_batch_run(p->dev->ctx, &p->dev->krsc_batch);
+}
+
+static mp_status refresh_casts(mp_plan *p) {
     mp_device_plan *d = p->dev;
     if (d->casts_by_optimizer) return MP_OK;
     for (int i = 0; i < p->n; i++) {
@@ -288,15 +344,27 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
     }
     if (is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
     mp_device_plan *d = p->dev;
+    const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(nd->desc.kind);
     mp_op_call c = p->nodes[i].call;
     c.workspace = p->arena + p->nodes[i].ws_bwd_off;
     for (int k = 0; k < nd->n_params; k++) /* gradients go to the device's (f32, or low_grads) */
         c.d_param[k].data = c.d_param[k].data ? d->grad[nd->first_param + k] : NULL;
-    mp_plan_gradients_to_scratch(p, i, &c, taken, fresh);
-    MP_TRY(mp_cuda_op_lookup(nd->desc.kind)->backward(d->ctx, &c));
+    /* a gradient another consumer wrote: the op adds into it where it can,
+     * else its result goes to scratch and a kernel adds it */
+    bool to_add[MP_MAX_INPUTS] = {0};
+    c.d_in_add = 0;
+    for (int k = 0; k < nd->n_in; k++) {
+        to_add[k] = taken[k];
+        if (taken[k] && c.d_in[k].data && vt->adds_input_grad && vt->adds_input_grad(c.state, k)) {
+            c.d_in_add |= 1u << k;
+            to_add[k] = false;
+        }
+    }
+    mp_plan_gradients_to_scratch(p, i, &c, to_add, fresh);
+    MP_TRY(vt->backward(d->ctx, &c));
     const mp_op_call *bound = &p->nodes[i].call;
     for (int k = 0; k < nd->n_in; k++)
-        if (c.d_in[k].data && taken[k])
+        if (c.d_in[k].data && to_add[k])
             MP_TRY(mp_cuda_accumulate(d->ctx, c.d_in[k].dtype, bound->d_in[k].data, c.d_in[k].data,
                                       mp_tensor_numel(&c.d_in[k])));
     for (int k = 0; k < nd->n_params; k++)

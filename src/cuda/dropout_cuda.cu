@@ -166,4 +166,4 @@ static mp_status dropout_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c)
 
 extern "C" const mp_cuda_op_vtable mp_cuda_dropout_vt = {"dropout",       dropout_prepare,  NULL,
                                                          dropout_forward, dropout_backward, dropout_forward_tangent,
-                                                         dropout_backward_tangent};
+                                                         dropout_backward_tangent, NULL};

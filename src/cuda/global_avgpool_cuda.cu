@@ -118,4 +118,4 @@ static mp_status gap_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
 
 extern "C" const mp_cuda_op_vtable mp_cuda_global_avgpool_vt = {"global_avgpool",    gap_prepare,  NULL,
                                                                 gap_forward,         gap_backward, gap_forward_tangent,
-                                                                gap_backward_tangent};
+                                                                gap_backward_tangent, NULL};

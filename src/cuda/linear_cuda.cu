@@ -280,4 +280,4 @@ extern "C" const mp_cuda_op_vtable mp_cuda_linear_vt = {"linear",
                                                         linear_cuda_forward,
                                                         linear_cuda_backward,
                                                         mp_cuda_linear_forward_tangent,
-                                                        mp_cuda_linear_backward_tangent};
+                                                        mp_cuda_linear_backward_tangent, NULL};

@@ -24,4 +24,4 @@ static mp_status mul_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
 /* Tangents: mul_tangent_cuda.cu. */
 extern "C" const mp_cuda_op_vtable mp_cuda_mul_vt = {"mul",       mp_cuda_prepare_stateless,     NULL,
                                                      mul_forward, mul_backward,                  mp_cuda_mul_forward_tangent,
-                                                     mp_cuda_mul_backward_tangent};
+                                                     mp_cuda_mul_backward_tangent, NULL};

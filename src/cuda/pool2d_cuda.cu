@@ -266,7 +266,7 @@ static mp_status pool_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) {
 
 extern "C" const mp_cuda_op_vtable mp_cuda_maxpool2d_vt = {"maxpool2d",  pool_prepare,  NULL,
                                                            pool_forward, pool_backward, mp_cuda_maxpool_forward_tangent,
-                                                           pool_backward_tangent};
+                                                           pool_backward_tangent, NULL};
 extern "C" const mp_cuda_op_vtable mp_cuda_avgpool2d_vt = {"avgpool2d",  pool_prepare,  NULL,
                                                            pool_forward, pool_backward, avgpool_forward_tangent,
-                                                           pool_backward_tangent};
+                                                           pool_backward_tangent, NULL};

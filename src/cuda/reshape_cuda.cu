@@ -70,4 +70,4 @@ static mp_status reshape_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c)
 
 extern "C" const mp_cuda_op_vtable mp_cuda_reshape_vt = {"reshape",        reshape_prepare,         NULL,
                                                          reshape_forward,  reshape_backward,        reshape_forward_tangent,
-                                                         reshape_backward_tangent};
+                                                         reshape_backward_tangent, NULL};

@@ -97,4 +97,4 @@ extern "C" const mp_cuda_op_vtable mp_cuda_softmax_ce_vt = {"softmax_cross_entro
                                                             softmax_ce_forward,
                                                             softmax_ce_backward,
                                                             mp_cuda_softmax_ce_forward_tangent,
-                                                            mp_cuda_softmax_ce_backward_tangent};
+                                                            mp_cuda_softmax_ce_backward_tangent, NULL};

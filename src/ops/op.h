@@ -134,6 +134,14 @@ typedef struct {
     mp_tensor resid;
     mp_tensor d_resid;      /* data NULL = not needed */
     bool d_resid_add;
+    /* GPU plans: bit k set, backward ADDS its gradient for input k into
+     * d_in[k] (another consumer's gradient is there) instead of overwriting
+     * it; only for inputs the op's mp_cuda_op_vtable.adds_input_grad takes. */
+    unsigned d_in_add;
+    /* GPU conv2d nodes of a plan: param[0] already permuted to KRSC in the
+     * compute dtype, refreshed at the start of every forward pass
+     * (cuda/filter_krsc_batch.h); NULL: the op permutes param[0] itself. */
+    const void *weight_krsc;
     int n_in;
     mp_tensor in[MP_MAX_INPUTS];
     mp_tensor out;

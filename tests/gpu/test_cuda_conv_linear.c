@@ -178,6 +178,35 @@ static void report_dw(const test_case *tc, const precision *p, const dw_check *d
           tc->label, p->name, dc->unrounded ? "unrounded" : "rounded", path, err);
 }
 
+/* A second consumer's gradient already in d_in (the executor's d_in_add):
+ * backward run again onto the d_in it wrote must leave twice the
+ * reference there, where the op says it adds; where an op that can add
+ * does not for this node (its input cast), asking it to is refused by name
+ * (never a silent overwrite). Ops without adds_input_grad (linear) are
+ * never asked: the executor adds their scratch result. */
+static void check_adding_dx(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, const mp_cuda_op_vtable *vt,
+                            void *state, mp_op_call *c, op_fixture *ref) {
+    if (!vt->adds_input_grad) return;
+    const bool adds = vt->adds_input_grad(state, 0);
+    if (tc->kind == MP_OP_CONV2D && !tc->in_f32 && !mp_env_get()->no_cudnn_add_dx)
+        CHECK(adds, "%s %s: conv2d's backward-data does not add into d_in", tc->label, p->name);
+    c->d_in_add = 1;
+    const mp_status s = vt->backward(ctx, c);
+    c->d_in_add = 0;
+    CUDA_OK(cudaStreamSynchronize(ctx->stream));
+    if (!adds) {
+        CHECK(s == MP_ERR_INTERNAL && strstr(mp_last_error(), "add"), "%s %s: adding into d_in where it cannot: %d %s",
+              tc->label, p->name, (int)s, mp_last_error());
+        mp_clear_error();
+        return;
+    }
+    CHECK(s == MP_OK, "%s %s: backward adding into d_in: %s", tc->label, p->name, mp_last_error());
+    if (s != MP_OK) return;
+    double *want = (double *)ref->call.d_in[0].data;
+    for (int64_t i = 0; i < mp_tensor_numel(&ref->call.d_in[0]); i++) want[i] *= 2;
+    report(tc, p, "d_in added to itself", rel_err(&c->d_in[0], &ref->call.d_in[0], true));
+}
+
 static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, uint64_t seed, const dw_check *dc) {
     /* the oracle: f64 reference forward + backward on the same values */
     op_fixture ref;
@@ -242,6 +271,7 @@ static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, 
             snprintf(what, sizeof what, "d_%s", ref.info.params[k].name);
             report(tc, p, what, rel_err(&c.d_param[k], &ref.call.d_param[k], false));
         }
+        check_adding_dx(ctx, tc, p, vt, state, &c, &ref);
     }
     vt->release(state);
     dev_free_all();

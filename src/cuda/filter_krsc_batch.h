@@ -1,0 +1,48 @@
+/* filter_krsc_batch.h — every conv2d filter of a GPU plan permuted to the
+ * KRSC layout cuDNN's NHWC convolutions read, in one kernel launch per step.
+ *
+ * Why: weights live in the graph's (K, C, R, S) order (the optimizer, the
+ * host copies and the checkpoints share it), and each convolution's forward
+ * and backward used to permute its own filter into the workspace: two small
+ * kernels per layer and step (39 launches for resnet18, ~0.16 ms of a 6 ms
+ * step on an H200, bench notes v0.20). The plan instead keeps one KRSC copy
+ * per conv2d node in a slab, refreshed by a single launch at the start of
+ * every forward pass (mp_device_forward_begin, after the weights' casts), and
+ * hands it to the node in mp_op_call.weight_krsc; forward and backward read
+ * it as it is. */
+#ifndef MP_CUDA_FILTER_KRSC_BATCH_H
+#define MP_CUDA_FILTER_KRSC_BATCH_H
+
+#include "cuda/cuda_ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One filter: src (k, c, rs) in sdt -> dst (k, rs, c) in ddt. start: its
+ * first element in the batch's flat index (set by mp_krsc_batch_build). */
+typedef struct {
+    const void *src;
+    void *dst;
+    long long start;
+    int k, c, rs;
+    mp_dtype sdt, ddt;
+} mp_krsc_job;
+
+typedef struct {
+    mp_krsc_job *jobs; /* device copy of the job list (NULL when empty) */
+    int n;
+    long long total;   /* elements over all jobs */
+} mp_krsc_batch;
+
+/* Copies the n jobs (their start fields are filled here) to the device;
+ * synchronizes ctx->stream (set-up time only). Dtypes f32, f16, bf16. */
+mp_status mp_krsc_batch_build(mp_cuda_ctx *ctx, mp_krsc_job *jobs, int n, mp_krsc_batch *out, const char *what);
+/* Runs every job in one launch on ctx->stream (nothing when empty). */
+mp_status mp_krsc_batch_run(mp_cuda_ctx *ctx, const mp_krsc_batch *b);
+void mp_krsc_batch_free(mp_krsc_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
