@@ -3,8 +3,7 @@
  * by binary search over the jobs' starts, its threads step forward from
  * there (a block's 256 elements span a few jobs at most), write their KRSC
  * element in order (coalesced stores) and read the (K, C, R, S) source
- * element, with 32-bit index arithmetic inside a filter (64-bit division
- * per element made the first version 3x slower than its bytes). */
+ * element, with 32-bit index arithmetic inside a filter. */
 #include "cuda/filter_krsc_batch.h"
 #include "cuda/cuda_dtype.cuh"
 
