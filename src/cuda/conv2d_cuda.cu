@@ -8,7 +8,7 @@
 static mp_status conv2d_cuda_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
                                      const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
                                      size_t *saved_bytes) {
-    (void)saved_bytes; /* nothing kept beyond the op state's KRSC weight copy */
+    (void)saved_bytes; /* nothing kept from forward to backward: backward reads the input and filter again */
     const bool need[MP_CONV_NPASS] = {true, cfg->training, cfg->training}; /* FWD, BWD_DATA, BWD_FILTER */
     mp_conv_cudnn *st = NULL;
     MP_TRY(mp_conv_cudnn_prepare(ctx, d, info, cfg, need, &st, workspace_bytes));

@@ -249,10 +249,9 @@ static mp_status stage_in(mp_cuda_ctx *ctx, const mp_tensor *t, mp_dtype cd, mp_
     return MP_OK;
 }
 
-/* The weight (param[0], CPU layout) permuted and cast into a KRSC
- * workspace slice in cd; NULL when the workspace is short. Forward and
- * backward each make their own (weights are small next to activations, and
- * no per-layer copy then lives between them). */
+/* The weight in KRSC and cd: the plan's copy (weight_krsc), else param[0]
+ * (CPU layout) permuted and cast into a workspace slice, an error when the
+ * workspace is short. */
 static mp_status stage_weight(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const mp_op_call *c, mp_cuda_ws *ws,
                               const void **w, const char *what) {
     if (c->weight_krsc) { /* the plan's copy of this step (filter_krsc_batch.h) */

@@ -9,9 +9,11 @@
  * Layouts. Activations are NHWC (CUDNN_TENSOR_NHWC); the filter is KRSC
  * (cy, k, k, cx/groups), what cuDNN's NHWC tensor-core kernels read. The
  * executor passes the weight in the CPU layout (cy, cx/groups, k, k) (f32
- * master, or its f16/bf16 cast for low-precision nodes), so forward() and
- * backward() each permute (and cast) it into a KRSC slice of the workspace:
- * no per-layer copy stays allocated between them. The KRSC filter gradient
+ * master, or its f16/bf16 cast for low-precision nodes); a plan's conv2d
+ * nodes also get its KRSC copy, made for every forward in one launch for
+ * all of them (mp_op_call.weight_krsc, filter_krsc_batch.h), and read that.
+ * Without one (tests, conv_transpose2d), forward() and backward() each
+ * permute (and cast) it into a KRSC slice of the workspace. The KRSC filter gradient
  * is computed into the workspace and permuted into the (cy, cx/groups, k, k)
  * gradient: in the compute dtype (cuDNN's fast kernels round their f32 sums
  * to it), or under cfg.weight_grad_unrounded (mp_plan_opts.f32_weight_grads)

@@ -47,8 +47,8 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
  * under key (key_len bytes, compared with memcmp; the caller's key tells
  * betas apart) and owned by ctx. beta 0: the pass writes its output; 1: it
  * adds its result to what the output holds (one rounding of the sum), with
- * a's engine (MP_ERR_UNSUPPORTED when that engine does not take beta there,
- * or needs more workspace than a). */
+ * a's engine: an error when no listed config of that engine takes beta
+ * there (MP_ERR_UNSUPPORTED) or it needs more workspace than a. */
 mp_status mp_conv_engine_plan(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
                               float beta, const void *key, size_t key_len, cudnnBackendDescriptor_t *plan,
                               const char *what);

@@ -8,7 +8,8 @@
  * Each pass runs as forward/backward run it (operands staged into the
  * compute dtype cd, the weight and t_W permuted into KRSC slices, dW through
  * st->dw32 when the plan wants an unrounded f32 dW) and writes cd (dW:
- * st->dw_dt). cuDNN's graph-API engines fix beta = 0, so the second pass of
+ * st->dw_dt). The searched graph-API plans have beta = 0 (only backward-data
+ * has a beta = 1 twin, conv_engine.h), so the second pass of
  * a sum writes its own slice and one f32 kernel adds the two and rounds
  * once to the tangent's dtype (the bias added after, in place). */
 #include "cuda/conv_cudnn.h"

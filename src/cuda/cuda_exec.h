@@ -22,7 +22,9 @@ void mp_device_plan_close(mp_plan *p);
  * bytes (its workspace and scratch are buffers of their own: the shared
  * sizes are left alone). */
 mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *ws, size_t *scratch, size_t *stage);
-/* Device memory for the arena (zeroed); freed by mp_device_plan_close. */
+/* Device memory for the arena (zeroed), and the conv filters' KRSC copies
+ * with the batch that makes them (filter_krsc_batch.h: every node is
+ * prepared by then); freed by mp_device_plan_close. */
 mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena);
 void mp_device_arena_free(mp_plan *p);
 /* Parameter k's device gradient is at `where` (a plan keeping its gradients
@@ -31,7 +33,10 @@ void mp_device_grad_place(mp_plan *p, int k, void *where);
 /* Point node i's parameters and their gradients at the device copies. */
 void mp_device_bind_params(mp_plan *p, int i);
 
-mp_status mp_device_forward_begin(mp_plan *p); /* refresh low-precision weight casts */
+/* The weights as forward and backward read them: the low-precision casts
+ * (unless the optimizer refreshes them), then the conv filters' KRSC copies;
+ * again after an optimizer group's update when another group follows. */
+mp_status mp_device_forward_begin(mp_plan *p);
 mp_status mp_device_forward(mp_plan *p, int i);
 /* taken/fresh as for the CPU (exec_stage.h). */
 mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh);

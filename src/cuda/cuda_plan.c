@@ -231,10 +231,6 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
     return MP_OK;
 }
 
-/* MIXPREC_POISON_ARENA (diagnosis): =1 the arena starts as all-ones bytes,
- * a NaN in f32, f16 and bf16, so a read before a write shows as NaN, not as
- * 0; =uninit it is not set at all, so compute-sanitizer's initcheck reports
- * such a read. */
 /* The KRSC copies of the conv2d filters and the batch that refreshes them
  * (filter_krsc_batch.h): after every node is prepared, before the calls are
  * bound. MIXPREC_CONV_KRSC_COPIES=0 leaves each convolution its own. */
@@ -273,6 +269,10 @@ static mp_status build_krsc_batch(mp_plan *p) {
     return s;
 }
 
+/* MIXPREC_POISON_ARENA (diagnosis): =1 the arena starts as all-ones bytes,
+ * a NaN in f32, f16 and bf16, so a read before a write shows as NaN, not as
+ * 0; =uninit it is not set at all, so compute-sanitizer's initcheck reports
+ * such a read. */
 mp_status mp_device_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
     MP_TRY(build_krsc_batch(p));
     MP_TRY(dev_alloc(p, (void **)arena, bytes, "the activation arena"));
@@ -332,7 +332,8 @@ mp_status mp_device_forward(mp_plan *p, int i) {
 
 /* As backward_direct on the CPU: gradients that already hold a value (a
  * second consumer, an earlier micro-batch) are computed into scratch and
- * added. */
+ * added, except an input gradient the op adds into itself
+ * (adds_input_grad: conv2d's backward-data with beta = 1). */
 mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     const mp_gnode *nd = &p->g->nodes[i];
     if (p->nodes[i].fused_away && nd->desc.kind == MP_OP_ADD) { /* its batch norm writes the residual's gradient */

@@ -229,10 +229,14 @@ static mp_status cuda_clip(mp_trainer *t, int g) {
     return MP_OK;
 }
 
+/* Group g's update. A later group's backward in the same step reads the
+ * updated weights, as on the CPU: the casts and the conv filters' KRSC copies
+ * (filter_krsc_batch.h), made at the forward's start, are made again. */
 static mp_status cuda_optim_step(mp_trainer *t, int g) {
     cuda_step *s = state(t);
     mp_cuda_step_args a = {.lr_device = s->scalars + g, .found_inf = &s->scaler->group_found[g]};
-    return mp_cuda_optim_step(s->ctx, s->opt[g], &a);
+    MP_TRY(mp_cuda_optim_step(s->ctx, s->opt[g], &a));
+    return g + 1 < t->n_groups ? mp_device_forward_begin(t->plan) : MP_OK;
 }
 
 static mp_status cuda_penalty(mp_trainer *t, int g) {

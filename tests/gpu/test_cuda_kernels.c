@@ -307,14 +307,15 @@ static void nan_propagation(mp_cuda_ctx *ctx, mp_dtype dt) {
  * (filter_krsc_batch.h) must equal each filter permuted alone by
  * mp_cuda_lib_filter_to_krsc, bit for bit, over a mix of shapes and dtypes. */
 static void krsc_batch(mp_cuda_ctx *ctx) {
-    enum { N = 4 };
-    const int dims[N][3] = {{5, 3, 9}, {4, 8, 1}, {2, 6, 4}, {64, 64, 9}};
-    const mp_dtype sdt[N] = {MP_DTYPE_F32, MP_DTYPE_BF16, MP_DTYPE_F16, MP_DTYPE_BF16};
-    const mp_dtype ddt[N] = {MP_DTYPE_BF16, MP_DTYPE_BF16, MP_DTYPE_F32, MP_DTYPE_BF16};
+    /* small filters sharing a block; one larger than a whole grid (the kernel's grid-stride loop) */
+    enum { N = 5 };
+    const int dims[N][3] = {{5, 3, 9}, {4, 8, 1}, {2, 6, 4}, {64, 64, 9}, {512, 512, 9}};
+    const mp_dtype sdt[N] = {MP_DTYPE_F32, MP_DTYPE_BF16, MP_DTYPE_F16, MP_DTYPE_BF16, MP_DTYPE_F32};
+    const mp_dtype ddt[N] = {MP_DTYPE_BF16, MP_DTYPE_BF16, MP_DTYPE_F32, MP_DTYPE_BF16, MP_DTYPE_F16};
     mp_krsc_job jobs[N];
     void *src[N] = {0}, *dst[N] = {0}, *want[N] = {0};
     float *f32 = NULL;
-    bool ok = cudaMalloc((void **)&f32, 64 * 64 * 9 * sizeof(float)) == cudaSuccess;
+    bool ok = cudaMalloc((void **)&f32, 512 * 512 * 9 * sizeof(float)) == cudaSuccess;
     mp_rng rng;
     mp_rng_seed(&rng, 0x4B525343);
     for (int j = 0; j < N && ok; j++) {
@@ -332,7 +333,7 @@ static void krsc_batch(mp_cuda_ctx *ctx) {
         jobs[j] = (mp_krsc_job){.src = src[j], .dst = dst[j], .k = dims[j][0], .c = dims[j][1], .rs = dims[j][2],
                                 .sdt = sdt[j], .ddt = ddt[j]};
     }
-    mp_krsc_batch b;
+    mp_krsc_batch b = {0};
     ok = ok && mp_krsc_batch_build(ctx, jobs, N, &b, "test") == MP_OK;
     ok = ok && mp_krsc_batch_run(ctx, &b) == MP_OK && cudaStreamSynchronize(ctx->stream) == cudaSuccess;
     int same = 0;
@@ -357,7 +358,7 @@ static void krsc_batch(mp_cuda_ctx *ctx) {
     const mp_status s = mp_krsc_batch_build(ctx, &bad, 1, &nb, "test");
     expect(s == MP_ERR_INTERNAL && strstr(mp_last_error(), "KRSC batch"));
     mp_clear_error();
-    if (ok) mp_krsc_batch_free(&b);
+    if (b.jobs) mp_krsc_batch_free(&b);
     for (int j = 0; j < N; j++) cudaFree(src[j]), cudaFree(dst[j]), cudaFree(want[j]);
     cudaFree(f32);
     printf("KRSC batch: %d of %d filters equal to their own permutation\n", same, N);
