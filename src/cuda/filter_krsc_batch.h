@@ -7,7 +7,8 @@
  * kernels per layer and step (39 launches for resnet18, ~0.16 ms of a 6 ms
  * step on an H200, bench notes v0.20). The plan instead keeps one KRSC copy
  * per conv2d node in a slab, refreshed by a single launch at the start of
- * every forward pass (mp_device_forward_begin, after the weights' casts), and
+ * every forward pass (mp_device_forward_begin, after the weights' casts, and
+ * again after an optimizer group's update when another group follows), and
  * hands it to the node in mp_op_call.weight_krsc; forward and backward read
  * it as it is. */
 #ifndef MP_CUDA_FILTER_KRSC_BATCH_H

@@ -139,7 +139,8 @@ typedef struct {
      * it; only for inputs the op's mp_cuda_op_vtable.adds_input_grad takes. */
     unsigned d_in_add;
     /* GPU conv2d nodes of a plan: param[0] already permuted to KRSC in the
-     * compute dtype, refreshed at the start of every forward pass
+     * compute dtype, refreshed at the start of every forward pass and after
+     * an optimizer group's update that another group's backward follows
      * (cuda/filter_krsc_batch.h); NULL: the op permutes param[0] itself. */
     const void *weight_krsc;
     int n_in;
