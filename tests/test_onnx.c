@@ -101,6 +101,30 @@ static void test_bad_files(void) {
     free(full.b);
 }
 
+/* An input whose TypeProto holds a sequence, not a tensor: tensor_type
+ * shares that oneof, so reading it regardless read past the sequence's
+ * message (a heap over-read the ONNX fuzzer found); now one clear error. */
+static void test_non_tensor_input(void) {
+    pb g = {0}, tensor = {0}, elem = {0}, seq = {0}, type = {0}, vi = {0};
+    pb_int(&tensor, 1, 1);     /* TypeProto.Tensor: elem_type float */
+    pb_msg(&elem, 1, &tensor); /* TypeProto { tensor_type } */
+    pb_msg(&seq, 1, &elem);    /* TypeProto.Sequence { elem_type } */
+    pb_msg(&type, 4, &seq);    /* TypeProto { sequence_type } */
+    pb_str(&vi, 1, "x");
+    pb_msg(&vi, 2, &type);
+    pb_msg(&g, 11, &vi);
+    onnx_node(&g, "Relu", "act", "x", "y", NULL);
+    const int64_t out[2] = {-1, 10};
+    const char *const params[2] = {"batch", NULL};
+    onnx_value_info(&g, 12, "y", out, 2, params);
+    pb m = onnx_model(&g, 17);
+    const char *p = scratch_path(dir, "sequence_input.onnx");
+    pb_save(&m, p);
+    free(m.b);
+    mp_model model;
+    CHECK_ERR(mp_model_from_onnx(p, NULL, &model), MP_ERR_UNSUPPORTED, p, "input 'x'", "not a tensor");
+}
+
 static void test_bad_models(void) {
     mp_model m;
     const char *p = save("softmax.onnx", (spec){.act_op = "Softmax", .pads = {1, 1, 1, 1}});
@@ -275,6 +299,7 @@ int main(void) {
         mp_model_free(&m);
         test_bad_files();
         test_bad_models();
+        test_non_tensor_input();
         test_unresolvable();
         test_valid();
     }

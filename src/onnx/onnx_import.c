@@ -87,7 +87,10 @@ static mp_status make_input(onnx_ctx *c, mp_node *input) {
         in = g->input[k];
     }
     if (!in) return mp_error(MP_ERR_FORMAT, "%s: the graph has no input", c->path);
-    const Onnx__TypeProto__Tensor *t = in->type ? in->type->tensor_type : NULL;
+    /* tensor_type shares a oneof with the sequence, map, optional and sparse
+     * types: read it only when the case says that is what the union holds */
+    const Onnx__TypeProto__Tensor *t =
+        in->type && in->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ? in->type->tensor_type : NULL;
     if (!t) return mp_error(MP_ERR_UNSUPPORTED, "%s: input '%s' is not a tensor", c->path, in->name);
     if (t->has_elem_type && t->elem_type != 1)
         return mp_error(MP_ERR_UNSUPPORTED, "%s: input '%s' has element type %d; mixprec feeds float inputs", c->path,

@@ -120,4 +120,9 @@ put("asymmetric_pads", model([node("Conv", ["x", "w1"], ["y"], kernel_shape=[3, 
 put("unsupported_op", model([node("Softmax", ["x"], ["y"], axis=1)], [], x, ("y", ["N", 2, 6, 6])))
 put("missing_initializer", model([node("Conv", ["x", "nowhere"], ["y"], kernel_shape=[3, 3])], [], x,
                                  ("y", ["N", 3, 4, 4])))
+# an input whose TypeProto is a sequence (field 4) of float tensors, not a tensor
+put("input_sequence_type", fint(1, 8) + fbytes(7, fbytes(1, node("Relu", ["x"], ["y"])) + fbytes(2, "g")
+                                               + fbytes(11, fbytes(1, "x") + fbytes(2, fbytes(4, fbytes(1, fbytes(1, fint(1, 1))))))
+                                               + fbytes(12, value_info("y", ["N", 2, 6, 6])))
+    + fbytes(8, fbytes(1, "") + fint(2, 17)))
 put("not_protobuf", b"\x08\x96\x01this is not an ONNX model\xff\xff")
