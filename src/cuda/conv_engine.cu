@@ -2,7 +2,7 @@
  * of one pass, the heuristics' candidates, their timing, execution plans kept
  * per context, and runs through variant packs (see conv_engine.h). */
 #include "cuda/conv_engine.h"
-#include "cuda/choice_cache.h" /* mp_median_ms */
+#include "cuda/cudnn_plans.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 enum { UID_X = 'x', UID_W = 'w', UID_Y = 'y' };
+static const int64_t uids[3] = {UID_X, UID_W, UID_Y}; /* the (x, w, y) of every pass's variant pack */
 enum { MODE_A_DEFAULT = 12, MAX_MODE_A = 64, MAX_FALLBACK = 4, MAX_CAND = MAX_MODE_A + MAX_FALLBACK };
 
 /* How many of heuristic mode A's candidates are timed
@@ -120,108 +121,8 @@ static mp_status build_graph(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_
     return s;
 }
 
-/* The engine configs heuristic `mode` ranks for the graph, at most cap of
- * them, into cfg (created here; the caller destroys *n of them). */
-static mp_status heuristic_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode, int cap,
-                                   cudnnBackendDescriptor_t *cfg, int *n, const char *what) {
-    cudnnBackendDescriptor_t heur = NULL;
-    *n = 0;
-    int64_t count = 0;
-    mp_status s = mp_cudnn_check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur),
-                                 "cudnnBackendCreateDescriptor(ENGINEHEUR)", what);
-    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph),
-                                       "cudnnBackendSetAttribute(ENGINEHEUR_OPERATION_GRAPH)", what);
-    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE,
-                                                                1, &mode),
-                                       "cudnnBackendSetAttribute(ENGINEHEUR_MODE)", what);
-    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendFinalize(heur), "cudnnBackendFinalize(ENGINEHEUR)", what);
-    if (s == MP_OK) s = mp_cudnn_check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL),
-                                       "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS count)", what);
-    if (s == MP_OK && count > 0) {
-        const int64_t want = count < cap ? count : cap;
-        int made = 0;
-        while (made < want && cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[made]) ==
-                                  CUDNN_STATUS_SUCCESS)
-            made++;
-        if (made < want) s = mp_error(MP_ERR_NOMEM, "%s: cuDNN could not create an engine config descriptor", what);
-        if (s == MP_OK) s = mp_cudnn_check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &count, cfg),
-                                           "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS)", what);
-        if (s == MP_OK) *n = (int)(count < want ? count : want);
-        for (int i = s == MP_OK ? *n : 0; i < made; i++) cudnnBackendDestroyDescriptor(cfg[i]);
-    }
-    cudnnBackendDestroyDescriptor(heur);
-    return s;
-}
-
-typedef struct {
-    int64_t id;
-    bool tensor_core, nondeterministic, reduced, down_convert, runtime_compiled;
-} engine_notes;
-
-/* The engine behind a config: its global index and the notes that matter. */
-static bool read_notes(cudnnBackendDescriptor_t cfg, engine_notes *n) {
-    memset(n, 0, sizeof *n);
-    cudnnBackendDescriptor_t eng = NULL;
-    int64_t cnt = 0;
-    cudnnBackendNumericalNote_t num[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    cudnnBackendBehaviorNote_t beh[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-    bool ok = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) == CUDNN_STATUS_SUCCESS &&
-              cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt,
-                                       &eng) == CUDNN_STATUS_SUCCESS &&
-              cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &n->id) ==
-                  CUDNN_STATUS_SUCCESS;
-    if (ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &cnt, num) == CUDNN_STATUS_SUCCESS)
-        for (int64_t i = 0; i < cnt && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
-            n->tensor_core |= num[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
-            n->nondeterministic |= num[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-            n->reduced |= num[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION;
-            n->down_convert |= num[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
-        }
-    else ok = false;
-    if (ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-                                       CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &cnt, beh) == CUDNN_STATUS_SUCCESS)
-        for (int64_t i = 0; i < cnt && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
-            n->runtime_compiled |= beh[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
-    if (eng) cudnnBackendDestroyDescriptor(eng);
-    return ok;
-}
-
-static bool allowed(const engine_notes *n, bool fma_only) {
+static bool allowed(const mp_cudnn_engine_notes *n, bool fma_only) {
     return !n->reduced && !n->down_convert && !(fma_only && n->tensor_core);
-}
-
-/* A finalized plan of cfg, or NULL when cuDNN cannot build it here. */
-static cudnnBackendDescriptor_t finalize_plan(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t cfg, int64_t *ws) {
-    cudnnBackendDescriptor_t plan = NULL;
-    int64_t cnt = 0;
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS)
-        return NULL;
-    if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &ctx->cudnn) ||
-        cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                 &cfg) ||
-        cudnnBackendFinalize(plan) ||
-        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, ws)) {
-        cudnnBackendDestroyDescriptor(plan);
-        return NULL;
-    }
-    return plan;
-}
-
-/* A variant pack binding (x, w, y) and the workspace. */
-static cudnnStatus_t make_variant_pack(cudnnBackendDescriptor_t *vp, void *const ptrs[3], void *ws) {
-    const int64_t uids[3] = {UID_X, UID_W, UID_Y};
-    cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, vp);
-    if (e) return e;
-    e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
-    if (!e) e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
-    if (!e) e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
-    if (!e) e = cudnnBackendFinalize(*vp);
-    if (e) cudnnBackendDestroyDescriptor(*vp), *vp = NULL;
-    return e;
 }
 
 mp_status mp_conv_engine_run(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, const void *x, const void *w,
@@ -232,44 +133,10 @@ mp_status mp_conv_engine_run(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, co
             return mp_error(MP_ERR_INTERNAL, "%s: tensor %c at %p is not 16-byte aligned (cuDNN engine plan)", what,
                             "xwy"[i], ptrs[i]);
     cudnnBackendDescriptor_t vp = NULL;
-    BE_TRY(make_variant_pack(&vp, ptrs, ws), what);
+    BE_TRY(mp_cudnn_variant_pack(&vp, 3, ptrs, uids, ws), what);
     const cudnnStatus_t e = cudnnBackendExecute(ctx->cudnn, plan, vp);
     cudnnBackendDestroyDescriptor(vp);
     return mp_cudnn_check(e, "cudnnBackendExecute", what);
-}
-
-/* GPU milliseconds of one run of plan: a timed warm-up run, then 3 trials
- * of 4 runs queued back to back (the host's per-call cost hides behind the
- * kernels, as inside a CUDA graph), the median trial / 4; < 0 when a run
- * fails. A warm-up slower than cutoff (> 0) is the answer: the candidate
- * has lost (the fallback list's engine 0 takes up to 2 s a run at batch 2048). */
-static float time_plan(mp_cuda_ctx *ctx, cudnnBackendDescriptor_t plan, void *const ptrs[3], void *ws, float cutoff) {
-    enum { TRIALS = 3, RUNS = 4 };
-    cudaEvent_t ev[2] = {NULL, NULL};
-    cudnnBackendDescriptor_t vp = NULL;
-    float t[TRIALS], warm = -1;
-    bool ok = make_variant_pack(&vp, ptrs, ws) == CUDNN_STATUS_SUCCESS &&
-              cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess &&
-              cudaEventRecord(ev[0], ctx->stream) == cudaSuccess &&
-              cudnnBackendExecute(ctx->cudnn, plan, vp) == CUDNN_STATUS_SUCCESS &&
-              cudaEventRecord(ev[1], ctx->stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
-              cudaEventElapsedTime(&warm, ev[0], ev[1]) == cudaSuccess;
-    const bool lost = ok && cutoff > 0 && warm > cutoff;
-    for (int k = 0; k < TRIALS && ok && !lost; k++) {
-        ok = cudaEventRecord(ev[0], ctx->stream) == cudaSuccess;
-        for (int r = 0; r < RUNS && ok; r++) ok = cudnnBackendExecute(ctx->cudnn, plan, vp) == CUDNN_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(ev[1], ctx->stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
-             cudaEventElapsedTime(&t[k], ev[0], ev[1]) == cudaSuccess;
-    }
-    for (int i = 0; i < 2; i++)
-        if (ev[i]) cudaEventDestroy(ev[i]);
-    if (vp) cudnnBackendDestroyDescriptor(vp);
-    if (!ok) {
-        (void)cudaGetLastError();
-        return -1;
-    }
-    if (lost) return warm;
-    return mp_median_ms(t, TRIALS) / RUNS;
 }
 
 static bool debug(void) { return mp_env_get()->cudnn_debug; }
@@ -316,15 +183,17 @@ mp_status mp_conv_engine_search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_co
         cudnnBackendDescriptor_t cfg[MAX_CAND];
         int n = 0;
         /* a mode with no answer for this graph is no error: the other may have one */
-        if (heuristic_configs(pg.graph, modes[m], caps[m], cfg, &n, what) != MP_OK) mp_clear_error();
+        if (mp_cudnn_heuristic_configs(pg.graph, modes[m], caps[m], cfg, &n, what) != MP_OK) mp_clear_error();
         for (int i = 0; i < n; i++) {
-            engine_notes nt = {};
+            mp_cudnn_engine_notes nt = {};
             int64_t need = 0;
             cudnnBackendDescriptor_t plan = NULL;
-            if (read_notes(cfg[i], &nt) && allowed(&nt, fma_only) && (plan = finalize_plan(ctx, cfg[i], &need)) &&
+            if (mp_cudnn_engine_notes_of(cfg[i], &nt) && allowed(&nt, fma_only) &&
+                (plan = mp_cudnn_finalize_plan(ctx->cudnn, cfg[i], &need)) &&
                 (size_t)need <= ws_bytes && nc < MAX_CAND) {
                 void *const ptrs[3] = {x, w, y};
-                const float t = time_plan(ctx, plan, ptrs, ws, fastest > 0 ? 4.f * fastest : 0.f);
+                const float t = mp_cudnn_time_plan(ctx->cudnn, ctx->stream, plan, 3, ptrs, uids, ws,
+                                                   fastest > 0 ? 4.f * fastest : 0.f);
                 if (debug())
                     fprintf(stderr, " e%lld%s%s%s:%.4f:%lldK", (long long)nt.id, m ? "f" : "",
                             nt.nondeterministic ? "nd" : "", nt.runtime_compiled ? "rt" : "", (double)t,
@@ -403,11 +272,12 @@ static mp_status build_entry(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_
     cudnnBackendDescriptor_t cfg[MAX_CAND];
     int n = 0;
     const int cap = beta != 0.0f ? MAX_MODE_A : a->engine_index + 1;
-    MP_TRY(heuristic_configs(e->pg.graph, (cudnnBackendHeurMode_t)a->engine_mode, cap, cfg, &n, what));
+    MP_TRY(mp_cudnn_heuristic_configs(e->pg.graph, (cudnnBackendHeurMode_t)a->engine_mode, cap, cfg, &n, what));
     int pick = -1;
     for (int i = 0; i < n; i++) {
-        engine_notes nt;
-        const bool same = beta != 0.0f ? read_notes(cfg[i], &nt) && nt.id == a->engine_id : i == a->engine_index;
+        mp_cudnn_engine_notes nt;
+        const bool same =
+            beta != 0.0f ? mp_cudnn_engine_notes_of(cfg[i], &nt) && nt.id == a->engine_id : i == a->engine_index;
         if (same && pick < 0) pick = i;
         else cudnnBackendDestroyDescriptor(cfg[i]);
     }
@@ -418,12 +288,12 @@ static mp_status build_entry(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_
         return mp_error(MP_ERR_INTERNAL, "%s: cuDNN's heuristics list %d engines now, the cached choice was number %d",
                         what, n, a->engine_index + 1);
     e->cfg = cfg[pick];
-    engine_notes nt;
+    mp_cudnn_engine_notes nt;
     int64_t need = 0;
-    if (!read_notes(e->cfg, &nt) || nt.id != a->engine_id)
+    if (!mp_cudnn_engine_notes_of(e->cfg, &nt) || nt.id != a->engine_id)
         return mp_error(MP_ERR_INTERNAL, "%s: cuDNN engine %lld expected at heuristic rank %d, found %lld", what,
                         a->engine_id, a->engine_index + 1, (long long)nt.id);
-    e->plan = finalize_plan(ctx, e->cfg, &need);
+    e->plan = mp_cudnn_finalize_plan(ctx->cudnn, e->cfg, &need);
     if (!e->plan) return mp_error(MP_ERR_INTERNAL, "%s: cuDNN engine %lld no longer builds", what, a->engine_id);
     if ((size_t)need > a->workspace)
         return mp_error(MP_ERR_INTERNAL, "%s: cuDNN engine %lld now needs %lld bytes of workspace, searched with %zu",

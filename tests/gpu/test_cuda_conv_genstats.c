@@ -41,6 +41,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
+#include "cuda/cudnn_plans.h"
 
 typedef struct {
     const char *name;
@@ -68,7 +69,7 @@ enum { N_SBR_TRY = sizeof sbr_try / sizeof sbr_try[0] };
 
 /* Tensor slots; slot i has unique id i + 1. */
 enum { T_X, T_W, T_Y, T_SUM, T_SQSUM, T_SCALE, T_BIAS, T_XS, T_XB, T_XR, N_TENSORS };
-enum { MODE_A_CAP = 16, FALLBACK_CAP = 4, MAX_OPS = 5, TRIALS = 3, RUNS = 4 };
+enum { MODE_A_CAP = 16, FALLBACK_CAP = 4, MAX_OPS = 5 };
 
 #define BE(call)                                                                                     \
     do {                                                                                             \
@@ -240,81 +241,6 @@ out:
     return false;
 }
 
-/* The engine configs heuristic mode ranks for the graph, at most cap of them,
- * into cfg (the caller destroys the returned count); 0 with status set when
- * the heuristic has no answer. */
-static int heuristic_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode, int cap,
-                             cudnnBackendDescriptor_t *cfg, cudnnStatus_t *status) {
-    cudnnBackendDescriptor_t heur = NULL;
-    int64_t count = 0;
-    int made = 0, n = 0;
-    cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
-    if (!e) e = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                         &graph);
-    if (!e) e = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    if (!e) e = cudnnBackendFinalize(heur);
-    if (!e) e = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                         NULL);
-    const int want = count < cap ? (int)count : cap;
-    while (!e && made < want && !(e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[made])))
-        made++;
-    if (!e && want > 0)
-        e = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &count,
-                                     cfg);
-    if (!e) n = count < want ? (int)count : want;
-    for (int i = n; i < made; i++) cudnnBackendDestroyDescriptor(cfg[i]);
-    if (heur) cudnnBackendDestroyDescriptor(heur);
-    *status = e;
-    return n;
-}
-
-typedef struct {
-    int64_t id;
-    bool reduced, down_convert, runtime_compiled;
-} engine_notes;
-
-/* The engine behind a config: its global index and the notes that matter. */
-static bool read_notes(cudnnBackendDescriptor_t cfg, engine_notes *n) {
-    memset(n, 0, sizeof *n);
-    cudnnBackendDescriptor_t eng = NULL;
-    int64_t cnt = 0;
-    cudnnBackendNumericalNote_t num[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    cudnnBackendBehaviorNote_t beh[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-    bool ok = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) == CUDNN_STATUS_SUCCESS &&
-              cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt,
-                                       &eng) == CUDNN_STATUS_SUCCESS &&
-              cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &n->id) ==
-                  CUDNN_STATUS_SUCCESS &&
-              cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &cnt, num) == CUDNN_STATUS_SUCCESS;
-    for (int64_t i = 0; ok && i < cnt && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
-        n->reduced |= num[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION;
-        n->down_convert |= num[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
-    }
-    if (ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-                                       CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &cnt, beh) == CUDNN_STATUS_SUCCESS)
-        for (int64_t i = 0; i < cnt && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
-            n->runtime_compiled |= beh[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
-    if (eng) cudnnBackendDestroyDescriptor(eng);
-    return ok;
-}
-
-/* A finalized plan of cfg and its workspace bytes, or NULL. */
-static cudnnBackendDescriptor_t finalize_plan(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, int64_t *ws) {
-    cudnnBackendDescriptor_t plan = NULL;
-    int64_t cnt = 0;
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan)) return NULL;
-    if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
-        cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                 &cfg) ||
-        cudnnBackendFinalize(plan) ||
-        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, ws)) {
-        cudnnBackendDestroyDescriptor(plan);
-        return NULL;
-    }
-    return plan;
-}
-
 /* The device pointers of a graph's non-virtual tensors, by unique id. */
 typedef struct {
     void *ptr[7];
@@ -348,61 +274,14 @@ static bool ws_fit(workspace *ws, int64_t need) {
     return true;
 }
 
-static cudnnStatus_t make_pack(cudnnBackendDescriptor_t *vp, const bindings *b, void *ws) {
-    cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, vp);
-    if (e) return e;
-    e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, b->n, b->ptr);
-    if (!e) e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, b->n, b->uid);
-    if (!e) e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
-    if (!e) e = cudnnBackendFinalize(*vp);
-    if (e) cudnnBackendDestroyDescriptor(*vp), *vp = NULL;
-    return e;
-}
-
 /* One run of plan, finished; false when it fails. */
 static bool run_once(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const bindings *b, void *ws) {
     cudnnBackendDescriptor_t vp = NULL;
-    const bool ok = make_pack(&vp, b, ws) == CUDNN_STATUS_SUCCESS &&
+    const bool ok = mp_cudnn_variant_pack(&vp, b->n, b->ptr, b->uid, ws) == CUDNN_STATUS_SUCCESS &&
                     cudnnBackendExecute(h, plan, vp) == CUDNN_STATUS_SUCCESS && cudaDeviceSynchronize() == cudaSuccess;
     if (vp) cudnnBackendDestroyDescriptor(vp);
     if (!ok) (void)cudaGetLastError();
     return ok;
-}
-
-/* GPU ms of one run of plan, as the library times a candidate: a timed
- * warm-up run, then TRIALS trials of RUNS runs queued back to back, the median
- * trial / RUNS; < 0 when a run fails. A warm-up slower than cutoff (> 0) is the
- * answer: the candidate has lost. */
-static float time_plan(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const bindings *b, void *ws, float cutoff) {
-    cudaEvent_t ev[2] = {NULL, NULL};
-    cudnnBackendDescriptor_t vp = NULL;
-    float t[TRIALS], warm = -1;
-    bool ok = make_pack(&vp, b, ws) == CUDNN_STATUS_SUCCESS && cudaEventCreate(&ev[0]) == cudaSuccess &&
-              cudaEventCreate(&ev[1]) == cudaSuccess && cudaEventRecord(ev[0], 0) == cudaSuccess &&
-              cudnnBackendExecute(h, plan, vp) == CUDNN_STATUS_SUCCESS && cudaEventRecord(ev[1], 0) == cudaSuccess &&
-              cudaEventSynchronize(ev[1]) == cudaSuccess && cudaEventElapsedTime(&warm, ev[0], ev[1]) == cudaSuccess;
-    const bool lost = ok && cutoff > 0 && warm > cutoff;
-    for (int k = 0; k < TRIALS && ok && !lost; k++) {
-        ok = cudaEventRecord(ev[0], 0) == cudaSuccess;
-        for (int r = 0; r < RUNS && ok; r++) ok = cudnnBackendExecute(h, plan, vp) == CUDNN_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(ev[1], 0) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
-             cudaEventElapsedTime(&t[k], ev[0], ev[1]) == cudaSuccess;
-    }
-    for (int i = 0; i < 2; i++)
-        if (ev[i]) cudaEventDestroy(ev[i]);
-    if (vp) cudnnBackendDestroyDescriptor(vp);
-    if (!ok) {
-        (void)cudaGetLastError();
-        return -1;
-    }
-    if (lost) return warm;
-    for (int i = 0; i < TRIALS; i++) /* sort for the median */
-        for (int j = i + 1; j < TRIALS; j++)
-            if (t[j] < t[i]) {
-                const float z = t[i];
-                t[i] = t[j], t[j] = z;
-            }
-    return t[TRIALS / 2] / RUNS;
 }
 
 /* What a graph's search found: the fastest plan (NULL when none ran) and
@@ -413,7 +292,7 @@ typedef struct {
     int64_t engine, ws;
     bool fallback, runtime_compiled;
     int listed, skipped, finalized, ran, over_ws, untried;
-    cudnnStatus_t heur[2]; /* mode A's and the fallback list's status */
+    char heur_why[2][200]; /* mode A's and the fallback list's error, when the heuristic had no answer */
     double seconds;
 } search_result;
 
@@ -437,18 +316,24 @@ static void search(cudnnHandle_t h, const op_graph *g, const bindings *b, worksp
     const double t0 = now_s(), share = budget_s / (searches_left > 0 ? searches_left : 1);
     for (int m = 0; m < 2 && !r->plan; m++) {
         cudnnBackendDescriptor_t cfg[MODE_A_CAP];
-        const int n = heuristic_configs(g->graph, modes[m], caps[m], cfg, &r->heur[m]);
+        int n = 0;
+        if (mp_cudnn_heuristic_configs(g->graph, modes[m], caps[m], cfg, &n, "probe") != MP_OK) {
+            snprintf(r->heur_why[m], sizeof r->heur_why[m], "%s", mp_last_error());
+            mp_clear_error();
+        }
         r->listed += n;
         for (int i = 0; i < n; i++) {
-            engine_notes nt;
+            mp_cudnn_engine_notes nt;
             cudnnBackendDescriptor_t plan = NULL;
             int64_t need = 0;
             if (r->plan && now_s() - t0 > share) r->untried++;
-            else if (!read_notes(cfg[i], &nt) || nt.reduced || nt.down_convert) r->skipped++;
-            else if ((plan = finalize_plan(h, cfg[i], &need)) && !ws_fit(ws, need)) r->finalized++, r->over_ws++;
+            else if (!mp_cudnn_engine_notes_of(cfg[i], &nt) || nt.reduced || nt.down_convert) r->skipped++;
+            else if ((plan = mp_cudnn_finalize_plan(h, cfg[i], &need)) && !ws_fit(ws, need))
+                r->finalized++, r->over_ws++;
             else if (plan) {
                 r->finalized++;
-                const float ms = time_plan(h, plan, b, ws->p, r->plan ? 4.f * r->ms : 0.f);
+                const float ms =
+                    mp_cudnn_time_plan(h, 0, plan, b->n, b->ptr, b->uid, ws->p, r->plan ? 4.f * r->ms : 0.f);
                 if (ms >= 0) r->ran++;
                 if (ms >= 0 && (!r->plan || ms < r->ms)) {
                     if (r->plan) cudnnBackendDestroyDescriptor(r->plan);
@@ -475,7 +360,7 @@ static void report(const conv_case *cc, mp_dtype dt, graph_kind kind, const char
     else {
         printf("NO ENGINE");
         for (int m = 0; m < 2; m++)
-            if (r->heur[m]) printf(" (%s heuristic: %s)", m ? "fallback" : "mode A", cudnnGetErrorString(r->heur[m]));
+            if (r->heur_why[m][0]) printf(" (%s heuristic: %s)", m ? "fallback" : "mode A", r->heur_why[m]);
         printf(";");
     }
     printf(" %d listed, %d skipped for reduced-precision/down-convert notes, %d finalized, %d ran", r->listed,
