@@ -231,6 +231,15 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
     return MP_OK;
 }
 
+/* What node i reads as parameter k: its low-precision cast, else the f32
+ * master (bind_params, and the source of a conv filter's KRSC copy). */
+static void *bound_param(const mp_plan *p, int i, int k, mp_dtype *dtype) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    void *low = p->dev->low[i * MP_MAX_PARAMS + k];
+    *dtype = low ? nd->compute_dtype : MP_DTYPE_F32;
+    return low ? low : (void *)p->dev->param[nd->first_param + k];
+}
+
 /* The KRSC copies of the conv2d filters and the batch that refreshes them
  * (filter_krsc_batch.h): after every node is prepared, before the calls are
  * bound. MIXPREC_CONV_KRSC_COPIES=0 leaves each convolution its own. */
@@ -249,9 +258,7 @@ static mp_status build_krsc_batch(mp_plan *p) {
         mp_krsc_job j = {0};
         if (nd->desc.kind != MP_OP_CONV2D || p->nodes[i].fused_away || !mp_conv2d_krsc_job(p->nodes[i].call.state, &j))
             continue;
-        void *low = d->low[i * MP_MAX_PARAMS]; /* what bind_params gives the node as param[0] */
-        j.src = low ? low : (const void *)d->param[nd->first_param];
-        j.sdt = low ? nd->compute_dtype : MP_DTYPE_F32;
+        j.src = bound_param(p, i, 0, &j.sdt);
         offset[n] = bytes;
         bytes += ((size_t)j.k * j.c * j.rs * mp_dtype_size(j.ddt) + SLAB_ALIGN - 1) / SLAB_ALIGN * SLAB_ALIGN;
         node[n] = i;
@@ -289,12 +296,7 @@ void mp_device_grad_place(mp_plan *p, int k, void *where) { p->dev->grad[k] = wh
 void mp_device_bind_params(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
     mp_op_call *c = &p->nodes[i].call;
-    for (int k = 0; k < nd->n_params; k++) {
-        int gi = nd->first_param + k;
-        void *low = p->dev->low[i * MP_MAX_PARAMS + k];
-        c->param[k].data = low ? low : p->dev->param[gi];
-        c->param[k].dtype = low ? nd->compute_dtype : MP_DTYPE_F32;
-    }
+    for (int k = 0; k < nd->n_params; k++) c->param[k].data = bound_param(p, i, k, &c->param[k].dtype);
     c->weight_krsc = p->dev->krsc_of ? p->dev->krsc_of[i] : NULL;
 }
 
