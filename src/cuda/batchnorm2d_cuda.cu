@@ -497,6 +497,9 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     void *dr = add ? c->d_resid.data : NULL; /* the fused add's gradient to its residual input */
     if (!dx->data && !dg->data && !db->data && !dr) return MP_OK;
     if (const mp_bn_cudnn *cudnn = on_cudnn(c, true)) return mp_bn_cudnn_backward(ctx, cudnn, c);
+    if (c->d_in_add)
+        return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': backward adding into dx needs cuDNN's kernels, which this "
+                        "call does not fit", c->desc->name ? c->desc->name : "?");
     const bn_dims dm = bn_dims_of(ctx, &x->shape);
     const int C = dm.C;
     float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
@@ -573,7 +576,13 @@ static mp_status bn_tangent(mp_cuda_ctx *ctx, const mp_op_call *c, bool backward
 static mp_status bn_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) { return bn_tangent(ctx, c, false); }
 static mp_status bn_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) { return bn_tangent(ctx, c, true); }
 
+/* dx added into another consumer's gradient: on cuDNN's kernels only. */
+static bool bn_adds_input_grad(const void *state, int k) {
+    const bn_state *st = (const bn_state *)state;
+    return k == 0 && st && mp_bn_cudnn_adds_dx(st->cudnn);
+}
+
 extern "C" const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt = {"batchnorm2d",      bn_prepare,
                                                              bn_release,         bn_forward,
                                                              bn_backward,        bn_forward_tangent,
-                                                             bn_backward_tangent, NULL};
+                                                             bn_backward_tangent, bn_adds_input_grad};

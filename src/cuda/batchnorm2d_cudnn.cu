@@ -129,6 +129,8 @@ bool mp_bn_cudnn_fits(const mp_bn_cudnn *st, const mp_op_call *c, bool backward)
     return true;
 }
 
+bool mp_bn_cudnn_adds_dx(const mp_bn_cudnn *st) { return st && !st->add && !mp_env_get()->no_cudnn_add_dx; }
+
 mp_status mp_bn_cudnn_forward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_op_call *c) {
     const float one = 1.f, zero = 0.f;
     float *save_mean = (float *)c->saved, *save_invstd = save_mean + st->C;
@@ -145,6 +147,7 @@ mp_status mp_bn_cudnn_forward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_
 
 mp_status mp_bn_cudnn_backward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_op_call *c) {
     const float one = 1.f, zero = 0.f;
+    const float *beta_dx = (c->d_in_add & 1u) ? &one : &zero; /* add into dx (mp_bn_cudnn_adds_dx) */
     const float *save_mean = (const float *)c->saved, *save_invstd = save_mean + st->C;
     void *reserve = st->reserve ? (void *)(save_invstd + st->C) : NULL;
     const mp_tensor *p = c->param;
@@ -154,7 +157,7 @@ mp_status mp_bn_cudnn_backward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp
     void *dgamma = c->d_param[P_WEIGHT].data ? c->d_param[P_WEIGHT].data : spare;
     void *dbeta = c->d_param[P_BIAS].data ? c->d_param[P_BIAS].data : spare + st->C;
     MP_CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
-                     ctx->cudnn, MODE, st->ops, &one, &zero, &one, &zero, st->x_desc, c->in[0].data, st->x_desc,
+                     ctx->cudnn, MODE, st->ops, &one, beta_dx, &one, &zero, st->x_desc, c->in[0].data, st->x_desc,
                      c->out.data, st->x_desc, c->d_out.data, st->add ? st->x_desc : NULL,
                      st->add ? c->d_resid.data : NULL, st->x_desc, c->d_in[0].data, st->bn_desc,
                      p[P_WEIGHT].data, p[P_BIAS].data, dgamma, dbeta, st->eps, save_mean, save_invstd, st->act,

@@ -44,6 +44,13 @@ void mp_bn_cudnn_release(mp_bn_cudnn *st);
  * our kernels run it. */
 bool mp_bn_cudnn_fits(const mp_bn_cudnn *st, const mp_op_call *c, bool backward);
 
+/* Whether backward can add its dx into a gradient another consumer of x
+ * already wrote (mp_op_call.d_in_add bit 0: cuDNN's betaDataDiff = 1, one
+ * rounding of the sum): plain batch norm and BN + ReLU, not the fused
+ * residual add (whose calls may need our kernels), and not under
+ * MIXPREC_CUDNN_ADD_DX=0. */
+bool mp_bn_cudnn_adds_dx(const mp_bn_cudnn *st);
+
 mp_status mp_bn_cudnn_forward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_op_call *c);
 mp_status mp_bn_cudnn_backward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_op_call *c);
 

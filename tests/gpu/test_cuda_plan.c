@@ -32,7 +32,9 @@
  *     them (low_grads) only when nothing unscales or clips them, and a
  *     step with loss scaling or clipping runs over f32 gradients; a
  *     low_grads plan's gradients keep their dtype when a layer moves to fp32.
- * Arguments (diagnosis): a model (small, cnn10, resnet18) runs that model's
+ * wrn-16-1's pre-activation blocks add a batch norm's dx into the identity
+ * shortcut's gradient (mp_op_call.d_in_add on cuDNN's kernels).
+ * Arguments (diagnosis): a model (small, cnn10, resnet18, wrn-16-1) runs that model's
  * cases only, and a precision after it only that policy's; "--plain" runs
  * the unfused cases only (the child of case 1, under MIXPREC_NO_FUSION=1).
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
@@ -520,12 +522,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_cuda_plan: no CUDA device: %s\n", mp_cuda_device_list());
         return 2;
     }
-    const model_case models[] = {{"small", 1, 28, 28}, {"cnn10", 3, 32, 32}, {"resnet18", 3, 32, 32}};
+    /* wrn-16-1: pre-activation blocks whose input feeds a batch norm and an identity shortcut, so the
+     * batch norm's backward adds its dx to the shortcut's gradient (on cuDNN's kernels, f16/bf16) */
+    const model_case models[] = {
+        {"small", 1, 28, 28}, {"cnn10", 3, 32, 32}, {"resnet18", 3, 32, 32}, {"wrn-16-1", 3, 32, 32}};
     if (only && !strcmp(only, "--plain")) return plain_cases(&models[1]);
     bool known = !only;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) known = known || !strcmp(only, models[i].model);
     if (!known) {
-        fprintf(stderr, "test_cuda_plan: unknown model '%s' (small, cnn10, resnet18)\n", only);
+        fprintf(stderr, "test_cuda_plan: unknown model '%s' (small, cnn10, resnet18, wrn-16-1)\n", only);
         return 2;
     }
     const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_TF32, MP_PRECISION_AMP_FP16,
