@@ -30,10 +30,18 @@ typedef struct {
     mp_dtype sdt, ddt;
 } mp_krsc_job;
 
+/* One block's share of a job: output channels k0 .. k0 + nk - 1, input
+ * channels c0 .. c0 + nc - 1 of each (nk > 1 only where nc is all of c),
+ * at most one shared-memory tile of elements. Made by mp_krsc_batch_build. */
 typedef struct {
-    mp_krsc_job *jobs; /* device copy of the job list (NULL when empty) */
-    int n;
-    long long total;   /* elements over all jobs */
+    int job, k0, nk, c0, nc;
+} mp_krsc_unit;
+
+typedef struct {
+    mp_krsc_job *jobs;    /* device copy of the job list (NULL when empty) */
+    mp_krsc_unit *units;  /* device, in the jobs' allocation */
+    int n, n_units;
+    long long total;      /* elements over all jobs */
 } mp_krsc_batch;
 
 /* Copies the n jobs (their start fields are filled here) to the device;

@@ -307,11 +307,15 @@ static void nan_propagation(mp_cuda_ctx *ctx, mp_dtype dt) {
  * (filter_krsc_batch.h) must equal each filter permuted alone by
  * mp_cuda_lib_filter_to_krsc, bit for bit, over a mix of shapes and dtypes. */
 static void krsc_batch(mp_cuda_ctx *ctx) {
-    /* small filters sharing a block; one larger than a whole grid (the kernel's grid-stride loop) */
-    enum { N = 5 };
-    const int dims[N][3] = {{5, 3, 9}, {4, 8, 1}, {2, 6, 4}, {64, 64, 9}, {512, 512, 9}};
-    const mp_dtype sdt[N] = {MP_DTYPE_F32, MP_DTYPE_BF16, MP_DTYPE_F16, MP_DTYPE_BF16, MP_DTYPE_F32};
-    const mp_dtype ddt[N] = {MP_DTYPE_BF16, MP_DTYPE_BF16, MP_DTYPE_F32, MP_DTYPE_BF16, MP_DTYPE_F16};
+    /* small filters: several whole filters to a shared-memory tile, the last tile short; filters
+     * larger than a tile (512 x 9, 1000 x 9: runs of input channels, the last run short); 2048 x 1
+     * (a 1x1 convolution: the permutation is a copy) */
+    enum { N = 7 };
+    const int dims[N][3] = {{5, 3, 9}, {4, 8, 1}, {2, 6, 4}, {64, 64, 9}, {512, 512, 9}, {3, 1000, 9}, {40, 2048, 1}};
+    const mp_dtype sdt[N] = {MP_DTYPE_F32, MP_DTYPE_BF16, MP_DTYPE_F16, MP_DTYPE_BF16,
+                             MP_DTYPE_F32, MP_DTYPE_F16,  MP_DTYPE_F32};
+    const mp_dtype ddt[N] = {MP_DTYPE_BF16, MP_DTYPE_BF16, MP_DTYPE_F32, MP_DTYPE_BF16,
+                             MP_DTYPE_F16,  MP_DTYPE_F32,  MP_DTYPE_BF16};
     mp_krsc_job jobs[N];
     void *src[N] = {0}, *dst[N] = {0}, *want[N] = {0};
     float *f32 = NULL;
