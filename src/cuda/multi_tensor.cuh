@@ -67,6 +67,22 @@ static inline mp_status mp_mt_launched(const char *kernel) {
 }
 
 #ifdef __CUDACC__
+/* Calls f(tensor, start, len) for each chunk of this block (chunks
+ * blockIdx.x, + gridDim.x, ...); f spreads the chunk over the block's
+ * threads itself (the four-wide paths of sgd_cuda.cu and grads_cuda.cu). */
+template <class F>
+__device__ __forceinline__ void mp_mt_for_each_chunk(const mp_mt_table &t, F &&f) {
+    for (int c = blockIdx.x; c < t.n_chunks; c += gridDim.x) {
+        const mp_mt_chunk ch = t.chunks[c];
+        f(t.tensors[ch.tensor], ch.start, ch.len);
+    }
+}
+
+/* Whether p + start elements of size bytes is aligned to `to` bytes. */
+__device__ __forceinline__ bool mp_mt_aligned(const void *p, long long start, int size, int to) {
+    return ((unsigned long long)p + (unsigned long long)(start * size)) % to == 0;
+}
+
 /* Calls f(tensor, i) for each element i this thread owns: every chunk of
  * this block, elements threadIdx.x + k * blockDim.x of the chunk. */
 template <class F>

@@ -11,8 +11,6 @@
 #include "cuda/float_bits.cuh"
 #include "cuda/optim_cuda.cuh"
 
-#include <stdint.h>
-
 typedef struct {
     float lr, mu, weight_decay;
     bool nesterov;
@@ -44,19 +42,15 @@ __device__ __forceinline__ void sgd_element(const mp_mt_tensor &ten, long long i
     mp_dev_store_weight(ten, i, sgd_new_weight(p, g, b, h));
 }
 
-static __device__ __forceinline__ bool aligned(const void *p, long long start, int size, int to) {
-    return ((uintptr_t)p + (uintptr_t)(start * size)) % to == 0;
-}
-
 /* Whether a chunk starting at start takes the four-wide path: f32 master,
  * gradient and (with momentum) buffer at 16 bytes, the low copy (if any) at 8. */
 __device__ __forceinline__ bool sgd_vector_chunk(const mp_mt_tensor &ten, long long start, const sgd_hyper &h) {
     const int low = ten.flags & MP_MT_DTYPE_MASK;
     if (!ten.ptr[MP_MT_PARAM] || (ten.flags & (MP_MT_GRAD_LOW | MP_MT_STATE_LOW | MP_MT_NO_MASTER))) return false;
     if (low != MP_DTYPE_F32 && low != MP_DTYPE_F16 && low != MP_DTYPE_BF16) return false;
-    return aligned(ten.ptr[MP_MT_PARAM], start, 4, 16) && aligned(ten.ptr[MP_MT_GRAD], start, 4, 16) &&
-           (h.mu == 0.0f || aligned(ten.ptr[MP_MT_BUF0], start, 4, 16)) &&
-           (low == MP_DTYPE_F32 || aligned(ten.ptr[MP_MT_LOW], start, 2, 8));
+    return mp_mt_aligned(ten.ptr[MP_MT_PARAM], start, 4, 16) && mp_mt_aligned(ten.ptr[MP_MT_GRAD], start, 4, 16) &&
+           (h.mu == 0.0f || mp_mt_aligned(ten.ptr[MP_MT_BUF0], start, 4, 16)) &&
+           (low == MP_DTYPE_F32 || mp_mt_aligned(ten.ptr[MP_MT_LOW], start, 2, 8));
 }
 
 /* Four elements from start + 4 q: the element path's operations, lane by lane. */
@@ -87,17 +81,15 @@ __device__ __forceinline__ void sgd_four(const mp_mt_tensor &ten, long long star
 __global__ void __launch_bounds__(MP_MT_THREADS) sgd_kernel(mp_mt_table t, const mp_step_hyper *hy, sgd_hyper h) {
     if (hy->skip) return;
     h.lr = hy->lr;
-    for (int c = blockIdx.x; c < t.n_chunks; c += gridDim.x) {
-        const mp_mt_chunk ch = t.chunks[c];
-        const mp_mt_tensor ten = t.tensors[ch.tensor];
+    mp_mt_for_each_chunk(t, [&](const mp_mt_tensor &ten, long long start, int len) {
         int done = 0;
-        if (sgd_vector_chunk(ten, ch.start, h)) {
-            const int quads = ch.len / 4;
-            for (int q = threadIdx.x; q < quads; q += blockDim.x) sgd_four(ten, ch.start, q, h);
+        if (sgd_vector_chunk(ten, start, h)) {
+            const int quads = len / 4;
+            for (int q = threadIdx.x; q < quads; q += blockDim.x) sgd_four(ten, start, q, h);
             done = quads * 4;
         }
-        for (long long i = ch.start + done + threadIdx.x; i < ch.start + ch.len; i += blockDim.x) sgd_element(ten, i, h);
-    }
+        for (long long i = start + done + threadIdx.x; i < start + len; i += blockDim.x) sgd_element(ten, i, h);
+    });
 }
 
 mp_status mp_cuda_sgd_launch(mp_cuda_ctx *ctx, const mp_cuda_optim *o) {
