@@ -1,10 +1,11 @@
 /* filter_krsc_batch.cu — see filter_krsc_batch.h. The batch is cut into
- * units at build time, each a tile of at most KRSC_TILE elements that is
- * contiguous in the (K, C, R, S) source: whole (C, R, S) filters of several
- * output channels where they fit, otherwise a run of input channels of one
- * output channel. A block reads its tile in order into shared memory
- * (coalesced loads) and writes it out in KRSC order (coalesced stores, runs
- * of the tile's channels), so the permutation costs about its bytes. */
+ * tiles at build time: whole filters of several output channels where
+ * c * rs fits a tile, else a run of input channels of one output channel.
+ * Either way the tile is one contiguous run of the (K, C, RS) source, which
+ * a block copies into shared memory in order (coalesced, unrolled loads in
+ * flight together), then writes out in KRSC order: rows of the tile's input
+ * channels, coalesced stores, with the row/column digits carried forward
+ * instead of divided per element. */
 #include "cuda/filter_krsc_batch.h"
 #include "cuda/cuda_dtype.cuh"
 
@@ -12,30 +13,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { KRSC_THREADS = 256, KRSC_TILE = 4096 };
+enum { KRSC_THREADS = 256, KRSC_TILE = 4096 /* elements: f32 in shared memory, 16 KiB */ };
 
 __global__ void krsc_batch_kernel(const mp_krsc_job *jobs, const mp_krsc_unit *units, int n_units) {
-    __shared__ float tile[KRSC_TILE];
+    __shared__ float tile[KRSC_TILE]; /* the tile in source order: [kk][ci][r] */
     for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-        const mp_krsc_unit un = units[u];
-        const mp_krsc_job &j = jobs[un.job];
-        const int per_k = un.nc * j.rs, count = un.nk * per_k; /* <= KRSC_TILE */
-        __syncthreads(); /* the previous unit's readers of tile are done */
-        const int src0 = (un.k0 * j.c + un.c0) * j.rs; /* per k: per_k contiguous elements, a filter apart */
-        for (int e = threadIdx.x; e < count; e += KRSC_THREADS) {
-            const int kk = e / per_k, rem = e - kk * per_k;
-            tile[e] = mp_ld(j.src, j.sdt, src0 + kk * j.c * j.rs + rem);
-        }
+        const mp_krsc_unit t = units[u];
+        const mp_krsc_job &j = jobs[t.job];
+        const int rs = j.rs, count = t.nk * t.nc * rs;
+        const int src0 = (t.k0 * j.c + t.c0) * rs; /* contiguous: nk > 1 only where nc is all of c */
+        __syncthreads();                           /* the previous tile's readers are done */
+#pragma unroll 4
+        for (int e = threadIdx.x; e < count; e += KRSC_THREADS) tile[e] = mp_ld(j.src, j.sdt, src0 + e);
         __syncthreads();
-        for (int e = threadIdx.x; e < count; e += KRSC_THREADS) { /* e: (kk, r, c) of the tile */
-            const int kk = e / per_k, rem = e - kk * per_k;
-            const int r = rem / un.nc, ci = rem - r * un.nc;
-            mp_st(j.dst, j.ddt, ((un.k0 + kk) * j.rs + r) * j.c + un.c0 + ci, tile[kk * per_k + ci * j.rs + r]);
+        /* this thread's (kk, r, ci) digits of flat destination index threadIdx.x, + KRSC_THREADS, ... */
+        const int row = rs * t.nc, sa = KRSC_THREADS / row, sb = (KRSC_THREADS - sa * row) / t.nc,
+                  sc = KRSC_THREADS - sa * row - sb * t.nc;
+        int kk = threadIdx.x / row, r = (threadIdx.x - kk * row) / t.nc, ci = threadIdx.x - kk * row - r * t.nc;
+        while (kk < t.nk) {
+            mp_st(j.dst, j.ddt, ((t.k0 + kk) * rs + r) * j.c + t.c0 + ci, tile[(kk * t.nc + ci) * rs + r]);
+            ci += sc;
+            if (ci >= t.nc) ci -= t.nc, r++;
+            r += sb;
+            if (r >= rs) r -= rs, kk++;
+            kk += sa;
         }
     }
 }
 
-/* The units of one job, appended to *units (NULL: counted only). */
+/* The tiles of one job, appended to *units (NULL: counted only). */
 static long long job_units(const mp_krsc_job *jb, int job, mp_krsc_unit *units) {
     const int filter = jb->c * jb->rs;
     long long m = 0;
@@ -45,7 +51,7 @@ static long long job_units(const mp_krsc_job *jb, int job, mp_krsc_unit *units) 
             if (units) units[m] = (mp_krsc_unit){job, k0, jb->k - k0 < per ? jb->k - k0 : per, 0, jb->c};
         return m;
     }
-    const int per = KRSC_TILE / jb->rs; /* input channels of one output channel */
+    const int per = KRSC_TILE / jb->rs; /* runs of input channels of one output channel */
     for (int k0 = 0; k0 < jb->k; k0++)
         for (int c0 = 0; c0 < jb->c; c0 += per, m++)
             if (units) units[m] = (mp_krsc_unit){job, k0, 1, c0, jb->c - c0 < per ? jb->c - c0 : per};

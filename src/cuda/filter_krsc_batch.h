@@ -30,9 +30,9 @@ typedef struct {
     mp_dtype sdt, ddt;
 } mp_krsc_job;
 
-/* One block's share of a job: output channels k0 .. k0 + nk - 1, input
- * channels c0 .. c0 + nc - 1 of each (nk > 1 only where nc is all of c),
- * at most one shared-memory tile of elements. Made by mp_krsc_batch_build. */
+/* One block's share of a job, a tile of at most 4096 elements: output
+ * channels k0 .. k0 + nk - 1, input channels c0 .. c0 + nc - 1 of each
+ * (nk > 1 only where nc is all of c). Made by mp_krsc_batch_build. */
 typedef struct {
     int job, k0, nk, c0, nc;
 } mp_krsc_unit;

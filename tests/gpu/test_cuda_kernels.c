@@ -368,6 +368,50 @@ static void krsc_batch(mp_cuda_ctx *ctx) {
     printf("KRSC batch: %d of %d filters equal to their own permutation\n", same, N);
 }
 
+/* The weight gradient's way back, mp_cuda_lib_filter_from_krsc, against the
+ * host's permutation, exactly: f32 and bf16 KRSC sources (bf16 widened
+ * exactly) into f32, for 3x3, 7x7 and 1x1 filters of 3 to 2048 channels. */
+static void from_krsc_exact(mp_cuda_ctx *ctx) {
+    enum { N = 6 };
+    const int dims[N][3] = {{5, 3, 9}, {64, 64, 9}, {512, 512, 9}, {3, 1000, 9}, {40, 2048, 1}, {7, 5, 49}};
+    mp_rng rng;
+    mp_rng_seed(&rng, 0x46524B52);
+    int same = 0, cases = 0;
+    for (int j = 0; j < N; j++)
+        for (int bf = 0; bf < 2; bf++, cases++) {
+            const int k = dims[j][0], c = dims[j][1], rs = dims[j][2];
+            const size_t n = (size_t)k * c * rs;
+            float *h = malloc(n * sizeof *h), *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+            mp_bf16 *hb = malloc(n * sizeof *hb);
+            void *src = NULL;
+            float *dst = NULL;
+            bool ok = h && want && got && hb && cudaMalloc(&src, n * 4) == cudaSuccess &&
+                      cudaMalloc((void **)&dst, n * 4) == cudaSuccess;
+            for (size_t i = 0; ok && i < n; i++) h[i] = (float)mp_rng_normal(&rng);
+            if (ok && bf) { /* the source as bf16; the values it holds, exactly */
+                mp_convert_f32_to_bf16(h, hb, n);
+                mp_convert_bf16_to_f32(hb, h, n);
+            }
+            for (int ki = 0; ok && ki < k; ki++) /* h is (K, RS, C); want (K, C, RS) */
+                for (int r = 0; r < rs; r++)
+                    for (int ci = 0; ci < c; ci++)
+                        want[((size_t)ki * c + ci) * rs + r] = h[((size_t)ki * rs + r) * c + ci];
+            ok = ok && cudaMemcpy(src, bf ? (const void *)hb : (const void *)h, n * (bf ? 2 : 4),
+                                  cudaMemcpyHostToDevice) == cudaSuccess &&
+                 mp_cuda_lib_filter_from_krsc(ctx, src, bf ? MP_DTYPE_BF16 : MP_DTYPE_F32, dst, MP_DTYPE_F32, k, c, rs,
+                                              "test") == MP_OK &&
+                 cudaMemcpy(got, dst, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
+            if (ok && !memcmp(got, want, n * 4)) same++;
+            else
+                printf("FAIL: filter from KRSC (%d, %d, %d) %s -> f32: %s\n", k, c, rs, bf ? "bf16" : "f32",
+                       ok ? "differs from the host's permutation" : mp_last_error());
+            cudaFree(src), cudaFree(dst);
+            free(h), free(want), free(got), free(hb);
+        }
+    expect(same == cases);
+    printf("filter from KRSC: %d of %d cases equal to the host's permutation\n", same, cases);
+}
+
 int main(void) {
     mp_cuda_ctx *ctx = NULL;
     if (mp_cuda_ctx_create(0, &ctx) != MP_OK) {
@@ -388,6 +432,7 @@ int main(void) {
         nan_propagation(ctx, DTYPES[d]);
     }
     krsc_batch(ctx);
+    from_krsc_exact(ctx);
     printf("test_cuda_kernels: %d passed, %d failed\n", n_run - n_failed, n_failed);
     mp_cuda_ctx_destroy(ctx);
     return n_failed ? 1 : 0;
