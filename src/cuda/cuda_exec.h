@@ -67,8 +67,9 @@ void *mp_device_grad(const mp_plan *p, int k);
  * to the device after the host copies changed (a resumed checkpoint). */
 mp_status mp_device_params_sync(mp_plan *p, bool to_host);
 /* Bytes of the parameters' device copies: [0] fp32 masters, [1] f16/bf16
- * casts, [2] gradients outside the arena (all 0 without a device). */
-void mp_device_param_bytes(const mp_plan *p, size_t bytes[3]);
+ * casts, [2] gradients outside the arena, [3] the conv filters' KRSC copies
+ * (filter_krsc_batch.h) (all 0 without a device). */
+void mp_device_param_bytes(const mp_plan *p, size_t bytes[4]);
 /* Wait for the plan's queued work, unless its stream is being captured into
  * a graph (then nothing): per-node timing (opts.profile) on a device. */
 void mp_device_profile_sync(const mp_plan *p);

@@ -42,6 +42,7 @@ struct mp_device_plan {
     bool casts_unshared;          /* a shared weight has casts of two dtypes: the forward casts every step */
     mp_krsc_batch krsc_batch;     /* every conv2d filter to KRSC, once per forward (filter_krsc_batch.h) */
     void *krsc_slab;              /* their KRSC copies */
+    size_t krsc_bytes;            /* of krsc_slab (mp_device_param_bytes) */
     void **krsc_of;               /* per node: its copy in krsc_slab, or NULL */
 };
 
@@ -265,6 +266,7 @@ static mp_status build_krsc_batch(mp_plan *p) {
         jobs[n++] = j;
     }
     if (s == MP_OK && n) s = dev_alloc(p, &d->krsc_slab, bytes, "the convolutions' KRSC filters");
+    if (s == MP_OK && n) d->krsc_bytes = bytes;
     for (int m = 0; s == MP_OK && m < n; m++) {
         jobs[m].dst = (char *)d->krsc_slab + offset[m];
         d->krsc_of[node[m]] = jobs[m].dst;
@@ -532,8 +534,9 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
 
 void *mp_device_grad(const mp_plan *p, int k) { return p->dev->grad[k]; }
 
-void mp_device_param_bytes(const mp_plan *p, size_t bytes[3]) {
+void mp_device_param_bytes(const mp_plan *p, size_t bytes[4]) {
     for (int i = 0; i < 3; i++) bytes[i] = p->dev ? p->dev->slab_bytes[i] : 0;
+    bytes[3] = p->dev ? p->dev->krsc_bytes : 0;
 }
 
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : NULL; }

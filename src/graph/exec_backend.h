@@ -51,8 +51,9 @@ struct mp_exec_backend {
     /* Parameters (masters, gradients) to or from the graph's host copies. */
     mp_status (*params_sync)(mp_plan *p, bool to_host);
     /* Bytes of the parameters' device copies: [0] masters, [1] f16/bf16
-     * casts, [2] gradients outside the arena. */
-    void (*param_bytes)(const mp_plan *p, size_t bytes[3]);
+     * casts, [2] gradients outside the arena, [3] the convolutions' KRSC
+     * filter copies. */
+    void (*param_bytes)(const mp_plan *p, size_t bytes[4]);
     /* Wait for queued work before reading a clock (opts.profile). */
     void (*profile_sync)(const mp_plan *p);
 

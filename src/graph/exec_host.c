@@ -284,9 +284,9 @@ static mp_status host_params_sync(mp_plan *p, bool to_host) {
     return MP_OK;
 }
 
-static void host_param_bytes(const mp_plan *p, size_t bytes[3]) {
+static void host_param_bytes(const mp_plan *p, size_t bytes[4]) {
     (void)p;
-    bytes[0] = bytes[1] = bytes[2] = 0;
+    bytes[0] = bytes[1] = bytes[2] = bytes[3] = 0;
 }
 
 static void host_profile_sync(const mp_plan *p) { (void)p; }

@@ -37,8 +37,9 @@ void mp_plan_print_memory(const mp_plan *p, FILE *out) {
                 "gradient lives through the step), plus %.1f MiB of f32 tangent buffers\n",
                 (double)mp_plan_tangent_bytes(p) * MIB);
     if (p->o.device.kind == MP_DEVICE_CPU) return; /* the graph's host copies are the parameters */
-    size_t b[3];
+    size_t b[4];
     p->be->param_bytes(p, b);
     fprintf(out, "memory: parameters on cuda:%d: fp32 masters %.1f MiB, f16/bf16 casts %.1f, gradients outside the "
-            "arena %.1f\n", p->o.device.index, (double)b[0] * MIB, (double)b[1] * MIB, (double)b[2] * MIB);
+            "arena %.1f, conv filters in KRSC order %.1f\n", p->o.device.index, (double)b[0] * MIB, (double)b[1] * MIB,
+            (double)b[2] * MIB, (double)b[3] * MIB);
 }

@@ -48,6 +48,7 @@
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_plan.h"
+#include "graph/exec_backend.h"
 #include "graph/plan.h"
 #include "models/models.h"
 #include "optim/optim.h"
@@ -235,6 +236,18 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     const bool want_low = !plain && (prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16);
     CHECK(want_low == (low_grads > 0), "%s %s: %d weight gradients in f16/bf16", mc->model, mp_precision_name(prec),
           low_grads);
+    /* the conv filters' KRSC copies are in the memory report (mp_plan_print_memory): each conv2d weight
+     * once, in its compute dtype (2 or 4 bytes), each copy 256-byte aligned */
+    size_t pb[4], krsc_lo = 0, krsc_hi = 0;
+    pg->be->param_bytes(pg, pb);
+    for (int i = 0; i < pg->n; i++)
+        if (gpu.g->nodes[i].desc.kind == MP_OP_CONV2D && !pg->nodes[i].fused_away) {
+            const size_t wn = mp_shape_numel(&gpu.g->params[gpu.g->nodes[i].first_param].spec.shape);
+            krsc_lo += 2 * wn, krsc_hi += 4 * wn + 256;
+        }
+    CHECK(mp_env_get()->no_conv_krsc_copies ? pb[3] == 0 : pb[3] >= krsc_lo && pb[3] <= krsc_hi,
+          "%s %s: KRSC filter copies of %zu bytes, not in [%zu, %zu]", mc->model, mp_precision_name(prec), pb[3],
+          krsc_lo, krsc_hi);
     size_t n = (size_t)B * mc->c * mc->h * mc->w;
     float *x = malloc(n * sizeof *x);
     int32_t y[B];
