@@ -13,7 +13,8 @@
  *     deterministic ones), amp-bf16 too is within fp32 reduction-order
  *     tolerance, and so are ranks that themselves accumulate 2 micro-batches;
  *  2. small buckets (many all-reduces overlapping backward) give the
- *     weights of one bucket (fp32, within reduction-order tolerance);
+ *     weights of one bucket (fp32, within reduction-order tolerance, with
+ *     deterministic convolutions; by default the difference is printed);
  *  3. with BatchNorm: synchronized statistics reach one GPU's weights and
  *     running stats, per-GPU statistics (the default) do not;
  *  4. amp-fp16 with an overflow forced on the last rank only (+inf written
@@ -25,8 +26,8 @@
  * Every rank and the one-GPU reference train through the public trainer
  * (mp_trainer_opts.dist, .allreduce, .bucket_mb, .sync_bn, .accumulate).
  * The cases under MIXPREC_DETERMINISTIC=1 (all of case 1 for one rank, the
- * accumulating references for more) run in a child process started with
- * it, as the library reads its environment once.
+ * accumulating references for more, and case 2's check) run in a child
+ * process started with it, as the library reads its environment once.
  * Usage: test_cuda_dist [RANKS [deterministic]] (RANKS default 2; needs that
  * many GPUs; with 1 the communicator has one rank and case 1 must match to
  * 1e-6; "deterministic": only the child's cases, under MIXPREC_DETERMINISTIC=1).
@@ -251,7 +252,11 @@ static void sync_batchnorm(int world) {
     free_runs(own, world);
 }
 
-static void buckets(int world) {
+/* checked: under MIXPREC_DETERMINISTIC=1 (the child), where only the
+ * bucket layout differs between the two runs; else the difference is
+ * printed only: a timed convolution pick with atomics makes two runs of the
+ * same training differ by itself (4e-5 after 60 steps seen, fp32, 1 rank). */
+static void buckets(int world, bool checked) {
     run_cfg one = {.prec = MP_PRECISION_FP32, .wire = MP_DTYPE_F32, .bucket_bytes = 1 << 30, .inject_rank = -1,
                    .fail_rank = -1};
     run_cfg many = one;
@@ -264,11 +269,12 @@ static void buckets(int world) {
     CHECK(ok, "bucket runs failed: %s %s", a[0].msg, b[0].msg);
     if (ok) {
         double e = rel_diff(&b[0], &a[0]);
-        printf("buckets: fp32, %d bucket vs %d buckets (all-reduces overlapping backward): weights differ by %.2e "
-               "(tolerance 1e-5)\n", a[0].buckets, b[0].buckets, e);
+        printf("buckets: fp32, %d bucket vs %d buckets (all-reduces overlapping backward)%s: weights differ by %.2e "
+               "(%s)\n", a[0].buckets, b[0].buckets, checked ? ", deterministic convolutions" : "", e,
+               checked ? "tolerance 1e-5" : "not checked: timed convolution picks may use atomics");
         /* 256-byte buckets close at the first tensor that fills them: fc.w | fc.b conv2.w | conv2.b conv1.w | conv1.b */
         CHECK(a[0].buckets == 1 && b[0].buckets == 4, "bucket counts %d and %d", a[0].buckets, b[0].buckets);
-        CHECK(e <= 1e-5, "many small buckets change the result by %g", e);
+        CHECK(!checked || e <= 1e-5, "many small buckets change the result by %g", e);
     }
     free_runs(a, world);
     free_runs(b, world);
@@ -332,12 +338,14 @@ static void deterministic_cases(int world) {
         equivalence(1, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, true, false, 1, 1e-6);
         equivalence(1, MP_PRECISION_AMP_BF16, MP_DTYPE_BF16, false, false, 1, 0x1p-8);
         equivalence(1, MP_PRECISION_BF16, MP_DTYPE_BF16, false, false, 1, 0x1p-8);
+        buckets(1, true);
         return;
     }
     equivalence(world, MP_PRECISION_FP32, MP_DTYPE_F32, false, true, 1, 2e-5);
     equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, true, 1, 2e-5);
     /* accumulating ranks: all-reduce once, after each rank's last micro-batch */
     equivalence(world, MP_PRECISION_AMP_BF16, MP_DTYPE_F32, false, true, 2, 2e-5);
+    buckets(world, true);
 }
 
 int main(int argc, char **argv) {
@@ -388,7 +396,7 @@ int main(int argc, char **argv) {
     } else {
         deterministic_cases(world);
     }
-    buckets(world);
+    if (!mp_env_get()->deterministic) buckets(world, false); /* checked in the deterministic cases */
     sync_batchnorm(world);
     forced_overflow(world);
     if (world > 1) failing_rank(world);
