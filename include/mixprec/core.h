@@ -137,7 +137,8 @@ typedef struct {
     bool no_bn_add_relu_fusion; /**< MIXPREC_FUSE_BN_ADD_RELU=0: GPU batch norm, residual add and ReLU kept apart */
     bool no_channels_last;     /**< MIXPREC_CPU_CHANNELS_LAST=0: CPU plans keep every activation NCHW */
     bool no_cudnn_add_dx;      /**< MIXPREC_CUDNN_ADD_DX=0: a GPU input gradient with two consumers is summed by a
-                                    kernel of its own, not by the convolution's backward-data (beta 1) */
+                                    kernel of its own, not by the convolution's backward-data or cuDNN's batch-norm
+                                    backward (beta 1) */
     bool no_conv_krsc_copies;  /**< MIXPREC_CONV_KRSC_COPIES=0: each GPU convolution permutes its own filter (twice
                                     a step) instead of reading the plan's copy made in one launch per forward */
 } mp_env;

@@ -257,7 +257,8 @@ static mp_status build_krsc_batch(mp_plan *p) {
     for (int i = 0; s == MP_OK && i < p->n; i++) {
         const mp_gnode *nd = &p->g->nodes[i];
         mp_krsc_job j = {0};
-        if (nd->desc.kind != MP_OP_CONV2D || p->nodes[i].fused_away || !mp_conv2d_krsc_job(p->nodes[i].call.state, &j))
+        if (nd->desc.kind != MP_OP_CONV2D || p->nodes[i].fused_away || !mp_conv2d_krsc_job(p->nodes[i].call.state, &j) ||
+            j.rs > MP_KRSC_BATCH_MAX_RS) /* a kernel that large permutes its own filter */
             continue;
         j.src = bound_param(p, i, 0, &j.sdt);
         offset[n] = bytes;

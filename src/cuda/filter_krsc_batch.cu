@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { KRSC_THREADS = 256, KRSC_TILE = 4096 /* elements: f32 in shared memory, 16 KiB */ };
+enum { KRSC_THREADS = 256, KRSC_TILE = MP_KRSC_BATCH_MAX_RS /* elements: f32 in shared memory, 16 KiB */ };
 
 __global__ void krsc_batch_kernel(const mp_krsc_job *jobs, const mp_krsc_unit *units, int n_units) {
     __shared__ float tile[KRSC_TILE]; /* the tile in source order: [kk][ci][r] */
@@ -47,14 +47,14 @@ static long long job_units(const mp_krsc_job *jb, int job, mp_krsc_unit *units) 
     long long m = 0;
     if (filter <= KRSC_TILE) { /* whole filters, as many output channels as fit */
         const int per = KRSC_TILE / filter;
-        for (int k0 = 0; k0 < jb->k; k0 += per, m++)
-            if (units) units[m] = (mp_krsc_unit){job, k0, jb->k - k0 < per ? jb->k - k0 : per, 0, jb->c};
+        for (long long k0 = 0; k0 < jb->k; k0 += per, m++)
+            if (units) units[m] = (mp_krsc_unit){job, (int)k0, jb->k - k0 < per ? (int)(jb->k - k0) : per, 0, jb->c};
         return m;
     }
     const int per = KRSC_TILE / jb->rs; /* runs of input channels of one output channel */
     for (int k0 = 0; k0 < jb->k; k0++)
-        for (int c0 = 0; c0 < jb->c; c0 += per, m++)
-            if (units) units[m] = (mp_krsc_unit){job, k0, 1, c0, jb->c - c0 < per ? jb->c - c0 : per};
+        for (long long c0 = 0; c0 < jb->c; c0 += per, m++)
+            if (units) units[m] = (mp_krsc_unit){job, k0, 1, (int)c0, jb->c - c0 < per ? (int)(jb->c - c0) : per};
     return m;
 }
 

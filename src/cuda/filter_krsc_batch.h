@@ -20,6 +20,10 @@
 extern "C" {
 #endif
 
+/* The largest rs (kernel height x width) a batch takes; a convolution with
+ * a larger kernel permutes its own filter (mp_op_call.weight_krsc NULL). */
+#define MP_KRSC_BATCH_MAX_RS 4096
+
 /* One filter: src (k, c, rs) in sdt -> dst (k, rs, c) in ddt. start: its
  * first element in the batch's flat index (set by mp_krsc_batch_build). */
 typedef struct {

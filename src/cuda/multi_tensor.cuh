@@ -74,7 +74,8 @@ template <class F>
 __device__ __forceinline__ void mp_mt_for_each_chunk(const mp_mt_table &t, F &&f) {
     for (int c = blockIdx.x; c < t.n_chunks; c += gridDim.x) {
         const mp_mt_chunk ch = t.chunks[c];
-        f(t.tensors[ch.tensor], ch.start, ch.len);
+        const mp_mt_tensor ten = t.tensors[ch.tensor]; /* a copy: f's stores cannot make it reload */
+        f(ten, ch.start, ch.len);
     }
 }
 

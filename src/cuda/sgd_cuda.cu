@@ -60,7 +60,7 @@ __device__ __forceinline__ void sgd_four(const mp_mt_tensor &ten, long long star
     float4 *pp = (float4 *)((float *)ten.ptr[MP_MT_PARAM] + start) + q;
     const float4 g4 = ((const float4 *)((const float *)ten.ptr[MP_MT_GRAD] + start))[q];
     float4 *bp = h.mu != 0.0f ? (float4 *)((float *)ten.ptr[MP_MT_BUF0] + start) + q : NULL;
-    float p[4], g[4], b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __align__(16) float p[4], g[4], b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     *(float4 *)p = *pp;
     *(float4 *)g = g4;
     if (bp) *(float4 *)b = *bp;
@@ -72,7 +72,7 @@ __device__ __forceinline__ void sgd_four(const mp_mt_tensor &ten, long long star
     if (bp) *bp = *(float4 *)b;
     *pp = *(float4 *)p;
     if (low == MP_DTYPE_F32) return;
-    unsigned short bits[4];
+    __align__(8) unsigned short bits[4];
     for (int l = 0; l < 4; l++)
         bits[l] = low == MP_DTYPE_F16 ? mp_dev_f32_to_f16_bits(p[l]) : mp_dev_f32_to_bf16_bits(p[l]);
     ((uint2 *)((unsigned short *)ten.ptr[MP_MT_LOW] + start))[q] = *(uint2 *)bits;

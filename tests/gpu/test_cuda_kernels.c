@@ -396,10 +396,13 @@ static void from_krsc_exact(mp_cuda_ctx *ctx) {
                 for (int r = 0; r < rs; r++)
                     for (int ci = 0; ci < c; ci++)
                         want[((size_t)ki * c + ci) * rs + r] = h[((size_t)ki * rs + r) * c + ci];
+            /* ctx->stream does not wait for the legacy stream's copies, nor they for it: synchronize both ways */
             ok = ok && cudaMemcpy(src, bf ? (const void *)hb : (const void *)h, n * (bf ? 2 : 4),
                                   cudaMemcpyHostToDevice) == cudaSuccess &&
+                 cudaDeviceSynchronize() == cudaSuccess &&
                  mp_cuda_lib_filter_from_krsc(ctx, src, bf ? MP_DTYPE_BF16 : MP_DTYPE_F32, dst, MP_DTYPE_F32, k, c, rs,
                                               "test") == MP_OK &&
+                 cudaStreamSynchronize(ctx->stream) == cudaSuccess &&
                  cudaMemcpy(got, dst, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
             if (ok && !memcmp(got, want, n * 4)) same++;
             else

@@ -47,6 +47,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
+#include "cuda/cuda_op.h"
 #include "cuda/cuda_plan.h"
 #include "graph/exec_backend.h"
 #include "graph/plan.h"
@@ -236,8 +237,8 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     const bool want_low = !plain && (prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16);
     CHECK(want_low == (low_grads > 0), "%s %s: %d weight gradients in f16/bf16", mc->model, mp_precision_name(prec),
           low_grads);
-    /* the conv filters' KRSC copies are in the memory report (mp_plan_print_memory): each conv2d weight
-     * once, in its compute dtype (2 or 4 bytes), each copy 256-byte aligned */
+    /* the conv filters' KRSC copies are in the memory report (mp_plan_print_memory): each conv2d node's
+     * weight once, in its compute dtype (2 or 4 bytes), each copy 256-byte aligned */
     size_t pb[4], krsc_lo = 0, krsc_hi = 0;
     pg->be->param_bytes(pg, pb);
     for (int i = 0; i < pg->n; i++)
@@ -248,6 +249,20 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     CHECK(mp_env_get()->no_conv_krsc_copies ? pb[3] == 0 : pb[3] >= krsc_lo && pb[3] <= krsc_hi,
           "%s %s: KRSC filter copies of %zu bytes, not in [%zu, %zu]", mc->model, mp_precision_name(prec), pb[3],
           krsc_lo, krsc_hi);
+    /* wrn-16-1 in amp: its batch norms run on cuDNN's kernels, which can add their dx into a gradient already
+     * written (the executor asks for it where an identity shortcut's gradient is there first, so the gradients
+     * checked below went that way), unless the environment turns either off */
+    const mp_env *env = mp_env_get();
+    if (!strcmp(mc->model, "wrn-16-1") && (prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_AMP_FP16) &&
+        !env->no_cudnn_add_dx && env->cudnn_bn && !env->deterministic) {
+        const mp_cuda_op_vtable *bn = mp_cuda_op_lookup(MP_OP_BATCHNORM2D);
+        int adding = 0;
+        for (int i = 0; i < pg->n; i++)
+            adding += gpu.g->nodes[i].desc.kind == MP_OP_BATCHNORM2D && !pg->nodes[i].fused_away &&
+                      bn->adds_input_grad && bn->adds_input_grad(pg->nodes[i].call.state, 0);
+        CHECK(adding > 0, "%s %s: no batch norm adds its dx into another consumer's gradient", mc->model,
+              mp_precision_name(prec));
+    }
     size_t n = (size_t)B * mc->c * mc->h * mc->w;
     float *x = malloc(n * sizeof *x);
     int32_t y[B];
