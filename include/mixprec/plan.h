@@ -113,7 +113,9 @@ MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t
  * its nodes ran (f32, native bf16, staged emulation). */
 MP_API void mp_plan_print_profile(const mp_plan *p, FILE *out);
 /** Where the plan's memory goes: the arena at its peak by kind (activations,
- * saved tensors, gradients, workspaces) and on a GPU the parameters' copies. */
+ * saved tensors, gradients, workspaces) and on a GPU the parameters' copies
+ * (fp32 masters, f16/bf16 casts, gradients outside the arena, the conv
+ * filters' KRSC copies). */
 MP_API void mp_plan_print_memory(const mp_plan *p, FILE *out);
 /** GPU plans keep parameters in device memory: copy them to the graph's host
  * copies (to_host) or from them. No-op on the CPU. */
