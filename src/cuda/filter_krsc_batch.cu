@@ -15,29 +15,27 @@
 
 enum { KRSC_THREADS = 256, KRSC_TILE = MP_KRSC_BATCH_MAX_RS /* elements: f32 in shared memory, 16 KiB */ };
 
-__global__ void krsc_batch_kernel(const mp_krsc_job *jobs, const mp_krsc_unit *units, int n_units) {
+/* Block u permutes tile u (a grid of n_units blocks, at most INT_MAX). */
+__global__ void krsc_batch_kernel(const mp_krsc_job *jobs, const mp_krsc_unit *units) {
     __shared__ float tile[KRSC_TILE]; /* the tile in source order: [kk][ci][r] */
-    for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
-        const mp_krsc_unit t = units[u];
-        const mp_krsc_job &j = jobs[t.job];
-        const int rs = j.rs, count = t.nk * t.nc * rs;
-        const int src0 = (t.k0 * j.c + t.c0) * rs; /* contiguous: nk > 1 only where nc is all of c */
-        __syncthreads();                           /* the previous tile's readers are done */
+    const mp_krsc_unit t = units[blockIdx.x];
+    const mp_krsc_job &j = jobs[t.job];
+    const int rs = j.rs, count = t.nk * t.nc * rs;
+    const int src0 = (t.k0 * j.c + t.c0) * rs; /* contiguous: nk > 1 only where nc is all of c */
 #pragma unroll 4
-        for (int e = threadIdx.x; e < count; e += KRSC_THREADS) tile[e] = mp_ld(j.src, j.sdt, src0 + e);
-        __syncthreads();
-        /* this thread's (kk, r, ci) digits of flat destination index threadIdx.x, + KRSC_THREADS, ... */
-        const int row = rs * t.nc, sa = KRSC_THREADS / row, sb = (KRSC_THREADS - sa * row) / t.nc,
-                  sc = KRSC_THREADS - sa * row - sb * t.nc;
-        int kk = threadIdx.x / row, r = (threadIdx.x - kk * row) / t.nc, ci = threadIdx.x - kk * row - r * t.nc;
-        while (kk < t.nk) {
-            mp_st(j.dst, j.ddt, ((t.k0 + kk) * rs + r) * j.c + t.c0 + ci, tile[(kk * t.nc + ci) * rs + r]);
-            ci += sc;
-            if (ci >= t.nc) ci -= t.nc, r++;
-            r += sb;
-            if (r >= rs) r -= rs, kk++;
-            kk += sa;
-        }
+    for (int e = threadIdx.x; e < count; e += KRSC_THREADS) tile[e] = mp_ld(j.src, j.sdt, src0 + e);
+    __syncthreads();
+    /* this thread's (kk, r, ci) digits of flat destination index threadIdx.x, + KRSC_THREADS, ... */
+    const int row = rs * t.nc, sa = KRSC_THREADS / row, sb = (KRSC_THREADS - sa * row) / t.nc,
+              sc = KRSC_THREADS - sa * row - sb * t.nc;
+    int kk = threadIdx.x / row, r = (threadIdx.x - kk * row) / t.nc, ci = threadIdx.x - kk * row - r * t.nc;
+    while (kk < t.nk) {
+        mp_st(j.dst, j.ddt, ((t.k0 + kk) * rs + r) * j.c + t.c0 + ci, tile[(kk * t.nc + ci) * rs + r]);
+        ci += sc;
+        if (ci >= t.nc) ci -= t.nc, r++;
+        r += sb;
+        if (r >= rs) r -= rs, kk++;
+        kk += sa;
     }
 }
 
@@ -58,17 +56,15 @@ static long long job_units(const mp_krsc_job *jb, int job, mp_krsc_unit *units) 
     return m;
 }
 
-mp_status mp_krsc_batch_build(mp_cuda_ctx *ctx, mp_krsc_job *jobs, int n, mp_krsc_batch *out, const char *what) {
+mp_status mp_krsc_batch_build(mp_cuda_ctx *ctx, const mp_krsc_job *jobs, int n, mp_krsc_batch *out, const char *what) {
     memset(out, 0, sizeof *out);
-    long long total = 0, n_units = 0;
+    long long n_units = 0;
     for (int i = 0; i < n; i++) {
         if (!mp_cuda_float_dtype(jobs[i].sdt) || !mp_cuda_float_dtype(jobs[i].ddt) || jobs[i].k <= 0 ||
             jobs[i].c <= 0 || jobs[i].rs <= 0 || jobs[i].rs > KRSC_TILE ||
             (long long)jobs[i].k * jobs[i].c * jobs[i].rs > INT_MAX)
             return mp_error(MP_ERR_INTERNAL, "%s: filter %d of the KRSC batch: %s -> %s, (%d, %d, %d)", what, i,
                             mp_dtype_name(jobs[i].sdt), mp_dtype_name(jobs[i].ddt), jobs[i].k, jobs[i].c, jobs[i].rs);
-        jobs[i].start = total;
-        total += (long long)jobs[i].k * jobs[i].c * jobs[i].rs;
         n_units += job_units(&jobs[i], i, NULL);
     }
     if (!n) return MP_OK;
@@ -95,14 +91,12 @@ mp_status mp_krsc_batch_build(mp_cuda_ctx *ctx, mp_krsc_job *jobs, int n, mp_krs
     out->units = (mp_krsc_unit *)(dev + job_bytes);
     out->n = n;
     out->n_units = (int)n_units;
-    out->total = total;
     return MP_OK;
 }
 
 mp_status mp_krsc_batch_run(mp_cuda_ctx *ctx, const mp_krsc_batch *b) {
     if (!b->n) return MP_OK;
-    const unsigned blocks = b->n_units < 65535 * 8 ? (unsigned)b->n_units : 65535u * 8;
-    krsc_batch_kernel<<<blocks, KRSC_THREADS, 0, ctx->stream>>>(b->jobs, b->units, b->n_units);
+    krsc_batch_kernel<<<(unsigned)b->n_units, KRSC_THREADS, 0, ctx->stream>>>(b->jobs, b->units);
     return mp_cuda_check(cudaGetLastError(), "krsc_batch_kernel", "the conv filters' KRSC copies");
 }
 

@@ -24,12 +24,10 @@ extern "C" {
  * a larger kernel permutes its own filter (mp_op_call.weight_krsc NULL). */
 #define MP_KRSC_BATCH_MAX_RS 4096
 
-/* One filter: src (k, c, rs) in sdt -> dst (k, rs, c) in ddt. start: its
- * first element in the batch's flat index (set by mp_krsc_batch_build). */
+/* One filter: src (k, c, rs) in sdt -> dst (k, rs, c) in ddt. */
 typedef struct {
     const void *src;
     void *dst;
-    long long start;
     int k, c, rs;
     mp_dtype sdt, ddt;
 } mp_krsc_job;
@@ -43,14 +41,13 @@ typedef struct {
 
 typedef struct {
     mp_krsc_job *jobs;    /* device copy of the job list (NULL when empty) */
-    mp_krsc_unit *units;  /* device, in the jobs' allocation */
+    mp_krsc_unit *units;  /* device, in the jobs' allocation: one thread block each */
     int n, n_units;
-    long long total;      /* elements over all jobs */
 } mp_krsc_batch;
 
-/* Copies the n jobs (their start fields are filled here) to the device;
+/* Cuts the n jobs into tiles and copies both lists to the device;
  * synchronizes ctx->stream (set-up time only). Dtypes f32, f16, bf16. */
-mp_status mp_krsc_batch_build(mp_cuda_ctx *ctx, mp_krsc_job *jobs, int n, mp_krsc_batch *out, const char *what);
+mp_status mp_krsc_batch_build(mp_cuda_ctx *ctx, const mp_krsc_job *jobs, int n, mp_krsc_batch *out, const char *what);
 /* Runs every job in one launch on ctx->stream (nothing when empty). */
 mp_status mp_krsc_batch_run(mp_cuda_ctx *ctx, const mp_krsc_batch *b);
 void mp_krsc_batch_free(mp_krsc_batch *b);
