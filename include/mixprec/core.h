@@ -141,6 +141,9 @@ typedef struct {
                                     backward (beta 1) */
     bool no_conv_krsc_copies;  /**< MIXPREC_CONV_KRSC_COPIES=0: each GPU convolution permutes its own filter (twice
                                     a step) instead of reading the plan's copy made in one launch per forward */
+    bool no_conv_weights_krsc; /**< MIXPREC_CONV_WEIGHTS_KRSC=0: a GPU plan keeps conv2d filters (masters, casts,
+                                    gradients, optimizer state) in the CPU's KCRS order and permutes them every
+                                    step, not in the KRSC order cuDNN reads */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

@@ -50,6 +50,7 @@ static void read_env(void) {
     e.no_channels_last = equals("MIXPREC_CPU_CHANNELS_LAST", "0");
     e.no_cudnn_add_dx = equals("MIXPREC_CUDNN_ADD_DX", "0");
     e.no_conv_krsc_copies = equals("MIXPREC_CONV_KRSC_COPIES", "0");
+    e.no_conv_weights_krsc = equals("MIXPREC_CONV_WEIGHTS_KRSC", "0");
     g_env = e;
 }
 

@@ -249,11 +249,16 @@ static mp_status stage_in(mp_cuda_ctx *ctx, const mp_tensor *t, mp_dtype cd, mp_
     return MP_OK;
 }
 
-/* The weight in KRSC and cd: the plan's copy (weight_krsc), else param[0]
- * (CPU layout) permuted and cast into a workspace slice, an error when the
- * workspace is short. */
+/* The weight in KRSC and cd: param[0] itself where the plan keeps it in KRSC
+ * (param_krsc; cast into a workspace slice if it is not in cd), the plan's
+ * copy (weight_krsc), else param[0] (CPU layout) permuted and cast into a
+ * workspace slice; an error when the workspace is short. */
 static mp_status stage_weight(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const mp_op_call *c, mp_cuda_ws *ws,
                               const void **w, const char *what) {
+    if (c->param_krsc && c->param[0].dtype == st->cd) {
+        *w = c->param[0].data;
+        return MP_OK;
+    }
     if (c->weight_krsc) { /* the plan's copy of this step (filter_krsc_batch.h) */
         *w = c->weight_krsc;
         return MP_OK;
@@ -261,10 +266,11 @@ static mp_status stage_weight(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const m
     const mp_conv_geom *g = &st->g;
     void *dst = mp_cuda_ws_take(ws, st->w_bytes);
     if (!dst) return ws_short(what);
-    MP_TRY(mp_cuda_lib_filter_to_krsc(ctx, c->param[0].data, c->param[0].dtype, dst, st->cd, g->cy, g->cx / g->groups,
-                                      g->k * g->k, what));
     *w = dst;
-    return MP_OK;
+    if (c->param_krsc) return mp_cuda_lib_cast(ctx, c->param[0].data, c->param[0].dtype, dst, st->cd,
+                                               mp_tensor_numel(&c->param[0]), what);
+    return mp_cuda_lib_filter_to_krsc(ctx, c->param[0].data, c->param[0].dtype, dst, st->cd, g->cy,
+                                      g->cx / g->groups, g->k * g->k, what);
 }
 
 bool mp_conv2d_krsc_job(const void *state, mp_krsc_job *job) {
@@ -334,7 +340,9 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if (want_dx || want_dw) MP_TRY(stage_in(ctx, &c->d_out, cd, &ws, &dy, what));
     if (want_dw) MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
     void *dx = want_dx ? result_slot(&c->d_in[0], cd, &ws) : NULL;
-    void *dw = want_dw ? mp_cuda_ws_take(&ws, st->dw_bytes) : NULL;
+    /* dW straight into the gradient where the plan keeps it in KRSC and in the dtype cuDNN writes */
+    const bool dw_direct = want_dw && c->param_krsc && c->d_param[0].dtype == st->dw_dt;
+    void *dw = dw_direct ? c->d_param[0].data : want_dw ? mp_cuda_ws_take(&ws, st->dw_bytes) : NULL;
     if ((want_dx && !dx) || (want_dw && !dw)) return ws_short(what);
     size_t lib_bytes = 0;
     if (want_dx) lib_bytes = st->algo[conv ? MP_CONV_BWD_DATA : MP_CONV_FWD].workspace;
@@ -362,8 +370,11 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
         const void *fx = conv ? x : dy, *fy = conv ? dy : x;
         if (st->dw32) MP_TRY(mp_conv_cudnn_bwd_filter_f32(ctx, st, fx, fy, dw, &ws, what));
         else MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, fx, fy, dw, lib, lib_bytes, what));
-        MP_TRY(mp_cuda_lib_filter_from_krsc(ctx, dw, st->dw_dt, c->d_param[0].data, gd, g->cy, g->cx / g->groups,
-                                            g->k * g->k, what));
+        if (c->param_krsc && !dw_direct)
+            MP_TRY(mp_cuda_lib_cast(ctx, dw, st->dw_dt, c->d_param[0].data, gd, mp_tensor_numel(&c->d_param[0]), what));
+        else if (!c->param_krsc)
+            MP_TRY(mp_cuda_lib_filter_from_krsc(ctx, dw, st->dw_dt, c->d_param[0].data, gd, g->cy, g->cx / g->groups,
+                                                g->k * g->k, what));
     }
     if (want_db) {
         if (c->d_param[1].dtype != MP_DTYPE_F32)

@@ -118,6 +118,10 @@ typedef struct {
      * stored in that dtype, b rounded to nearest even and the rounded b used, bit for bit as optim/sgd.c.
      * Ignored by Adam/AdamW, whose moments stay f32 (v = g^2 under/overflows f16). */
     mp_dtype state_dtype;
+    /* filter[2] > 0: a conv filter of (k, c, rs) = filter whose param, grad, low copy (and so the state) the
+     * device keeps in KRSC order; checkpoint transfers (mp_cuda_optim_download/upload) permute its state.
+     * All 0 (the default): the CPU layout. */
+    int filter[3];
 } mp_cuda_param_ref;
 
 /* SGD (momentum, Nesterov, L2 decay) or Adam / AdamW over f32 master

@@ -22,6 +22,7 @@
 #include "cuda/cuda_plan.h"
 #include "dist/dist.h"
 #include "cuda/cuda_exec.h"
+#include "cuda/host_copy.h"
 #include "graph/plan_fuse.h"
 
 struct mp_device_plan {
@@ -44,6 +45,8 @@ struct mp_device_plan {
     void *krsc_slab;              /* their KRSC copies */
     size_t krsc_bytes;            /* of krsc_slab (mp_device_param_bytes) */
     void **krsc_of;               /* per node: its copy in krsc_slab, or NULL */
+    bool *krsc;                   /* per graph parameter: a conv2d filter whose master, cast, gradient and
+                                     optimizer state the device keeps in KRSC order (choose_krsc) */
 };
 
 static const char *node_name(const mp_plan *p, int i) { return p->g->nodes[i].name; }
@@ -90,6 +93,33 @@ static void mark_low_only(mp_plan *p) {
 }
 
 static bool is_low(mp_dtype d) { return d == MP_DTYPE_F16 || d == MP_DTYPE_BF16; }
+
+/* The conv2d filters the device keeps in KRSC order, cuDNN's with NHWC
+ * activations, so no permutation runs in a step: a 4-d parameter that only
+ * conv2d nodes read, as their weight. Not in a second-order plan (the
+ * tangent passes read filters in the CPU layout), nor under
+ * MIXPREC_CONV_WEIGHTS_KRSC=0. The layout never leaves the device: every
+ * host copy goes through mp_cuda_host_copies. */
+static void choose_krsc(mp_plan *p) {
+    const mp_graph *g = p->g;
+    if (p->o.second_order || mp_env_get()->no_conv_weights_krsc) return;
+    for (int k = 0; k < g->n_params; k++) {
+        bool conv_only = g->params[k].spec.shape.ndim == 4, used = false;
+        for (int i = 0; i < g->n_nodes && conv_only; i++) {
+            const mp_gnode *nd = &g->nodes[i];
+            if (k < nd->first_param || k >= nd->first_param + nd->n_params) continue;
+            used = true;
+            conv_only = nd->desc.kind == MP_OP_CONV2D && k == nd->first_param;
+        }
+        p->dev->krsc[k] = used && conv_only;
+    }
+}
+
+/* A KRSC parameter's (k, c, rs) as its host copy's shape (K, C/groups, R, S). */
+static void filter_dims(const mp_gparam *gp, mp_host_copy *x) {
+    const int *d = gp->spec.shape.dims;
+    x->k = d[0], x->c = d[1], x->rs = d[2] * d[3];
+}
 
 /* An earlier node than i computing in f16/bf16 with node i's parameters
  * (weights shared by mp_graph_share_params), or -1. */
@@ -156,9 +186,12 @@ mp_status mp_device_plan_open(mp_plan *p) {
     d->grad = calloc((size_t)(g->n_params + 1), sizeof *d->grad);
     d->low = calloc((size_t)(p->n + 1) * MP_MAX_PARAMS, sizeof *d->low);
     d->low_only = calloc((size_t)(g->n_params + 1), sizeof *d->low_only);
+    d->krsc = calloc((size_t)(g->n_params + 1), sizeof *d->krsc);
     p->dev = d;
-    if (!d->param || !d->grad || !d->low || !d->low_only) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
+    if (!d->param || !d->grad || !d->low || !d->low_only || !d->krsc)
+        return mp_error(MP_ERR_NOMEM, "plan: out of memory");
     mark_low_only(p);
+    choose_krsc(p);
     MP_TRY(mp_cuda_ctx_create(p->o.device.index, &d->ctx));
     if (p->o.training && p->o.sync_bn && p->o.dist) {
         d->ctx->dist = p->o.dist;
@@ -198,6 +231,7 @@ void mp_device_plan_close(mp_plan *p) {
     free(d->grad);
     free(d->low);
     free(d->low_only);
+    free(d->krsc);
     free(d);
     p->dev = NULL;
 }
@@ -257,7 +291,8 @@ static mp_status build_krsc_batch(mp_plan *p) {
     for (int i = 0; s == MP_OK && i < p->n; i++) {
         const mp_gnode *nd = &p->g->nodes[i];
         mp_krsc_job j = {0};
-        if (nd->desc.kind != MP_OP_CONV2D || p->nodes[i].fused_away || !mp_conv2d_krsc_job(p->nodes[i].call.state, &j) ||
+        if (nd->desc.kind != MP_OP_CONV2D || p->nodes[i].fused_away || d->krsc[nd->first_param] ||
+            !mp_conv2d_krsc_job(p->nodes[i].call.state, &j) ||
             j.rs > MP_KRSC_BATCH_MAX_RS) /* a kernel that large permutes its own filter */
             continue;
         j.src = bound_param(p, i, 0, &j.sdt);
@@ -301,6 +336,7 @@ void mp_device_bind_params(mp_plan *p, int i) {
     mp_op_call *c = &p->nodes[i].call;
     for (int k = 0; k < nd->n_params; k++) c->param[k].data = bound_param(p, i, k, &c->param[k].dtype);
     c->weight_krsc = p->dev->krsc_of ? p->dev->krsc_of[i] : NULL;
+    c->param_krsc = nd->n_params && p->dev->krsc[nd->first_param];
 }
 
 /* The weights as the forward pass reads them: the low-precision casts
@@ -471,63 +507,29 @@ mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
 }
 
 /* Parameters (and, to the host, gradients) between the device and the
- * graph's host copies. A low_only weight, and to the host a gradient kept
- * in f16/bf16 (low_grads), goes through a host staging of its bits,
- * converted on the host (to the device: rounded to nearest even, as the CPU
- * trainer keeps it); one stream synchronization in all. */
+ * graph's host copies, through mp_cuda_host_copies: a low_only weight, and a
+ * gradient kept in f16/bf16 (low_grads), converted on the host (to the
+ * device rounded to nearest even, as the CPU trainer keeps it), a conv
+ * filter kept in KRSC permuted there; one stream synchronization in all. */
 mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
     mp_device_plan *d = p->dev;
     mp_graph *g = p->g;
-    size_t staged = 0;
+    mp_host_copy *x = calloc(2 * (size_t)g->n_params + 1, sizeof *x);
+    if (!x) return mp_error(MP_ERR_NOMEM, "parameter copy: out of memory");
+    int n = 0;
     for (int k = 0; k < g->n_params; k++) {
-        const size_t n = (size_t)mp_shape_numel(&g->params[k].spec.shape);
-        if (d->low_only[k] != MP_DTYPE_F32) staged += n;
-        if (to_host && g->params[k].grad && d->grad[k] && mp_plan_grad_dtype(p, k) != MP_DTYPE_F32) staged += n;
-    }
-    uint16_t *stage = staged ? malloc(staged * sizeof *stage) : NULL;
-    if (staged && !stage) return mp_error(MP_ERR_NOMEM, "parameter copy: out of memory staging %zu values", staged);
-    mp_status s = MP_OK;
-    uint16_t *h = stage;
-    for (int k = 0; k < g->n_params && s == MP_OK; k++) {
         mp_gparam *gp = &g->params[k];
-        const size_t n = (size_t)mp_shape_numel(&gp->spec.shape), bytes = n * sizeof(float);
-        const mp_dtype low_dt = d->low_only[k];
-        cudaError_t e;
-        if (low_dt != MP_DTYPE_F32) {
-            mp_dtype unused;
-            void *low = mp_cuda_plan_low(p, k, &unused);
-            if (!to_host) mp_store_f32(h, low_dt, gp->data, (int64_t)n);
-            e = to_host ? cudaMemcpyAsync(h, low, n * sizeof *h, cudaMemcpyDeviceToHost, d->ctx->stream)
-                        : cudaMemcpyAsync(low, h, n * sizeof *h, cudaMemcpyHostToDevice, d->ctx->stream);
-            h += n;
-        } else {
-            e = to_host ? cudaMemcpyAsync(gp->data, d->param[k], bytes, cudaMemcpyDeviceToHost, d->ctx->stream)
-                        : cudaMemcpyAsync(d->param[k], gp->data, bytes, cudaMemcpyHostToDevice, d->ctx->stream);
-        }
-        if (e == cudaSuccess && to_host && gp->grad && d->grad[k]) {
-            const bool low_grad = mp_plan_grad_dtype(p, k) != MP_DTYPE_F32;
-            e = cudaMemcpyAsync(low_grad ? (void *)h : (void *)gp->grad, d->grad[k], low_grad ? n * sizeof *h : bytes,
-                                cudaMemcpyDeviceToHost, d->ctx->stream);
-            if (low_grad) h += n;
-        }
-        s = mp_cuda_check(e, "cudaMemcpyAsync", gp->name);
+        mp_host_copy one = {.host = gp->data, .dev = d->param[k], .dt = MP_DTYPE_F32,
+                            .n = mp_shape_numel(&gp->spec.shape)};
+        if (d->krsc[k]) filter_dims(gp, &one);
+        if (d->low_only[k] != MP_DTYPE_F32) one.dev = mp_cuda_plan_low(p, k, &one.dt);
+        x[n++] = one;
+        if (!to_host || !gp->grad || !d->grad[k]) continue;
+        one.host = gp->grad, one.dev = d->grad[k], one.dt = mp_plan_grad_dtype(p, k);
+        x[n++] = one;
     }
-    if (s == MP_OK) s = mp_cuda_check(cudaStreamSynchronize(d->ctx->stream), "cudaStreamSynchronize", "parameter copy");
-    h = stage;
-    for (int k = 0; k < g->n_params && s == MP_OK && to_host; k++) { /* in the order staged above */
-        mp_gparam *gp = &g->params[k];
-        const size_t n = (size_t)mp_shape_numel(&gp->spec.shape);
-        if (d->low_only[k] != MP_DTYPE_F32) {
-            mp_load_f32(gp->data, h, d->low_only[k], (int64_t)n);
-            h += n;
-        }
-        const mp_dtype grad_dt = mp_plan_grad_dtype(p, k);
-        if (gp->grad && d->grad[k] && grad_dt != MP_DTYPE_F32) {
-            mp_load_f32(gp->grad, h, grad_dt, (int64_t)n);
-            h += n;
-        }
-    }
-    free(stage);
+    const mp_status s = mp_cuda_host_copies(d->ctx, x, n, to_host, "parameter copy");
+    free(x);
     return s;
 }
 
@@ -541,6 +543,14 @@ void mp_device_param_bytes(const mp_plan *p, size_t bytes[4]) {
 }
 
 mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : NULL; }
+
+bool mp_cuda_plan_param_krsc(const mp_plan *p, int k, int dims[3]) {
+    if (!p->dev->krsc[k]) return false;
+    mp_host_copy x = {0};
+    filter_dims(&p->g->params[k], &x);
+    dims[0] = x.k, dims[1] = x.c, dims[2] = x.rs;
+    return true;
+}
 float *mp_cuda_plan_param(const mp_plan *p, int k) { return p->dev->param[k]; }
 
 /* The low cast of graph parameter k (its first low-precision user's, which

@@ -18,6 +18,10 @@ mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p);
 float *mp_cuda_plan_param(const mp_plan *p, int k);
 /* Graph parameter k's f16/bf16 cast (NULL if none) and its dtype. */
 void *mp_cuda_plan_low(const mp_plan *p, int k, mp_dtype *dtype);
+/* Whether graph parameter k is a conv2d filter the device keeps in KRSC
+ * order (its master, cast, gradient and optimizer state); then dims gets its
+ * (k, c, rs) for mp_host_copy. */
+bool mp_cuda_plan_param_krsc(const mp_plan *p, int k, int dims[3]);
 /* on: the fused optimizer refreshes the casts after each update, so the
  * forward reads them as they are; off: the forward casts the masters. */
 void mp_cuda_plan_casts_by_optimizer(mp_plan *p, bool on);

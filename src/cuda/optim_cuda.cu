@@ -36,6 +36,10 @@ static mp_status check_param(const mp_cuda_param_ref *r, int i) {
         return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' has a gradient of dtype %s (f32, or its "
                         "low-precision copy's dtype %s)", i, nm, mp_dtype_name(r->grad_dtype),
                         r->low ? mp_dtype_name(r->low_dtype) : "(none)");
+    if (r->filter[2] != 0 && (r->filter[0] <= 0 || r->filter[1] <= 0 || r->filter[2] < 0 ||
+                              (int64_t)r->filter[0] * r->filter[1] * r->filter[2] != r->n))
+        return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' is a (%d, %d, %d) filter of %lld values",
+                        i, nm, r->filter[0], r->filter[1], r->filter[2], (long long)r->n);
     if (r->state_dtype != MP_DTYPE_F32 && !(r->low && r->no_master && r->state_dtype == r->low_dtype))
         return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' has state dtype %s, which needs a "
                         "low-precision copy of that dtype and no master weights (copy: %s, no_master: %d)", i, nm,
@@ -73,6 +77,7 @@ static mp_status alloc_state(mp_cuda_ctx *ctx, mp_cuda_optim *o, const mp_cuda_p
             next += round_up((size_t)r->n * mp_dtype_size(o->state_dtype[i]));
         }
         o->numel[i] = r->n;
+        for (int j = 0; j < 3; j++) o->filter[3 * i + j] = r->filter[j];
         rec[i].ptr[MP_MT_PARAM] = r->param;
         rec[i].ptr[MP_MT_GRAD] = (void *)r->grad;
         rec[i].ptr[MP_MT_LOW] = r->low;
@@ -100,7 +105,8 @@ mp_status mp_cuda_optim_create(mp_cuda_ctx *ctx, mp_optim_opts opts, const mp_cu
     if (opt) opt->bufs = (void **)calloc(2 * (size_t)n_params + 1, sizeof *opt->bufs);
     if (opt) opt->state_dtype = (mp_dtype *)calloc((size_t)n_params + 1, sizeof *opt->state_dtype);
     if (opt) opt->numel = (long long *)calloc((size_t)n_params + 1, sizeof *opt->numel);
-    mp_status st = opt && rec && opt->bufs && opt->state_dtype && opt->numel
+    if (opt) opt->filter = (int *)calloc(3 * (size_t)n_params + 1, sizeof *opt->filter);
+    mp_status st = opt && rec && opt->bufs && opt->state_dtype && opt->numel && opt->filter
                        ? MP_OK
                        : mp_error(MP_ERR_NOMEM, "cuda optimizer: out of host memory");
     if (st == MP_OK) {
@@ -128,6 +134,7 @@ void mp_cuda_optim_destroy(mp_cuda_optim *o) {
     free(o->bufs);
     free(o->state_dtype);
     free(o->numel);
+    free(o->filter);
     free(o);
 }
 

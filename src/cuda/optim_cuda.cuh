@@ -55,6 +55,7 @@ struct mp_cuda_optim {
     void **bufs;               /* host: n_params * 2 device pointers */
     mp_dtype *state_dtype;     /* host: per parameter, its buffers' dtype (f32, or f16/bf16: SGD, MP_MT_STATE_LOW) */
     long long *numel;          /* host: elements per parameter (checkpoint checks) */
+    int *filter;               /* host: per parameter its mp_cuda_param_ref.filter (3 ints; checkpoint transfers) */
     mp_optim_scalars *scalars; /* device */
 };
 

@@ -85,6 +85,7 @@ static mp_status open_group(mp_trainer *t, int g) {
                                       .name = par->name,
                                       /* no f32 array (low_only): SGD momentum in the weight's dtype */
                                       .state_dtype = !mp_cuda_plan_param(t->plan, k) && low ? low_dtype : MP_DTYPE_F32};
+        mp_cuda_plan_param_krsc(t->plan, k, refs[i].filter); /* a filter kept in KRSC: its state is too */
     }
     if (st == MP_OK) st = mp_cuda_grads_create_typed(s->ctx, gp, gdt, numel, n, &s->grads[g]);
     if (st == MP_OK) st = mp_cuda_optim_create(s->ctx, mp_optim_options(o->host), refs, n, &s->opt[g]);
@@ -230,7 +231,7 @@ static mp_status cuda_clip(mp_trainer *t, int g) {
 }
 
 /* Group g's update. A later group's backward in the same step reads the
- * updated weights, as on the CPU: the casts and the conv filters' KRSC copies
+ * updated weights, as on the CPU: the casts and any conv filters' KRSC copies
  * (filter_krsc_batch.h), made at the forward's start, are made again. */
 static mp_status cuda_optim_step(mp_trainer *t, int g) {
     cuda_step *s = state(t);

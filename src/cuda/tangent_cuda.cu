@@ -22,6 +22,9 @@ mp_status mp_cuda_tangent_check(const mp_op_call *c, const char *which) {
         return mp_error(MP_ERR_UNSUPPORTED,
                         "%s '%s' on the GPU: %s does not support the fused residual add (plan without fusing it)",
                         op_name(c), node_name(c), which);
+    if (c->param_krsc) /* choose_krsc (cuda_plan.c) leaves second-order plans their filters in the CPU layout */
+        return mp_error(MP_ERR_INTERNAL, "%s '%s' on the GPU: %s reads its filter in the CPU layout, which this plan "
+                                         "keeps in KRSC", op_name(c), node_name(c), which);
     if (c->t_out.data && !mp_cuda_float_dtype(c->t_out.dtype)) return bad_dtype(c, which, "t_out", 0, &c->t_out);
     if (c->t_d_out.data && !mp_cuda_float_dtype(c->t_d_out.dtype))
         return bad_dtype(c, which, "t_d_out", 0, &c->t_d_out);

@@ -143,6 +143,10 @@ typedef struct {
      * an optimizer group's update that another group's backward follows
      * (cuda/filter_krsc_batch.h); NULL: the op permutes param[0] itself. */
     const void *weight_krsc;
+    /* On a GPU: param[0] and its gradient d_param[0] are in KRSC order as the
+     * plan keeps the conv2d filter (cuda/cuda_plan.c: choose_krsc); the op
+     * reads and writes them as they are. */
+    bool param_krsc;
     int n_in;
     mp_tensor in[MP_MAX_INPUTS];
     mp_tensor out;

@@ -12,6 +12,7 @@
 
 #include "core/rng.h"
 #include "cuda/filter_krsc_batch.h"
+#include "cuda/host_copy.h"
 #include "cuda/lib_kernels.h"
 #include "cuda_op_check.h"
 
@@ -415,6 +416,73 @@ static void from_krsc_exact(mp_cuda_ctx *ctx) {
     printf("filter from KRSC: %d of %d cases equal to the host's permutation\n", same, cases);
 }
 
+/* Filters through mp_cuda_host_copies (host_copy.h) into KRSC on the device:
+ * the device bytes equal the f32/f16/bf16 cast of the CPU-layout filter
+ * permuted by the device's own mp_cuda_lib_filter_to_krsc (the order cuDNN
+ * is checked with), and the way back gives the host values exactly (f32)
+ * or as the dtype rounds them; one filter beside them in the CPU layout
+ * (rs 0) round-trips too. A filter whose dims do not match its count is an
+ * error. */
+static void host_copies_krsc(mp_cuda_ctx *ctx) {
+    enum { N = 4 };
+    const int dims[N][3] = {{5, 3, 9}, {64, 32, 9}, {7, 5, 49}, {40, 256, 1}};
+    mp_rng rng;
+    mp_rng_seed(&rng, 0x484F5354);
+    int same = 0, cases = 0;
+    for (int j = 0; j < N; j++)
+        for (int d = 0; d < 3; d++, cases++) {
+            const mp_dtype dt = DTYPES[d];
+            const int k = dims[j][0], c = dims[j][1], rs = dims[j][2];
+            const size_t n = (size_t)k * c * rs, es = mp_dtype_size(dt);
+            float *h = malloc(n * 4), *back = malloc(n * 4), *rounded = malloc(n * 4);
+            char *got = malloc(n * es), *want = malloc(n * es);
+            void *dev = NULL, *plain = NULL, *perm = NULL;
+            bool ok = h && back && rounded && got && want && cudaMalloc(&dev, n * es) == cudaSuccess &&
+                      cudaMalloc(&plain, n * 4) == cudaSuccess && cudaMalloc(&perm, n * es) == cudaSuccess;
+            for (size_t i = 0; ok && i < n; i++) h[i] = (float)mp_rng_normal(&rng);
+            if (ok) { /* the values dt holds */
+                mp_store_f32(got, dt, h, (int64_t)n);
+                mp_load_f32(rounded, got, dt, (int64_t)n);
+            }
+            mp_host_copy x = {.host = h, .dev = dev, .dt = dt, .n = (int64_t)n, .k = k, .c = c, .rs = rs};
+            ok = ok && mp_cuda_host_copies(ctx, &x, 1, false, "test") == MP_OK &&
+                 cudaMemcpy(plain, h, n * 4, cudaMemcpyHostToDevice) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
+                 mp_cuda_lib_filter_to_krsc(ctx, plain, MP_DTYPE_F32, perm, dt, k, c, rs, "test") == MP_OK &&
+                 cudaStreamSynchronize(ctx->stream) == cudaSuccess &&
+                 cudaMemcpy(got, dev, n * es, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                 cudaMemcpy(want, perm, n * es, cudaMemcpyDeviceToHost) == cudaSuccess;
+            const bool dev_same = ok && !memcmp(got, want, n * es);
+            x.host = back;
+            ok = ok && mp_cuda_host_copies(ctx, &x, 1, true, "test") == MP_OK;
+            const bool back_same = ok && !memcmp(back, rounded, n * 4);
+            if (dev_same && back_same) same++;
+            else
+                printf("FAIL: host copy of a (%d, %d, %d) %s filter: %s\n", k, c, rs, mp_dtype_name(dt),
+                       !ok ? mp_last_error() : !dev_same ? "the device's KRSC differs from to_krsc's"
+                                                          : "the way back differs from the host's values");
+            cudaFree(dev), cudaFree(plain), cudaFree(perm);
+            free(h), free(back), free(rounded), free(got), free(want);
+        }
+    /* the CPU layout (rs 0) beside a KRSC filter in one call, and a filter whose dims miss its count */
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {0}, f[6] = {-1, -2, -3, -4, -5, -6}, g[6] = {0};
+    void *da = NULL, *df = NULL;
+    bool ok = cudaMalloc(&da, sizeof a) == cudaSuccess && cudaMalloc(&df, sizeof f) == cudaSuccess;
+    mp_host_copy two[2] = {{.host = a, .dev = da, .dt = MP_DTYPE_F32, .n = 6},
+                           {.host = f, .dev = df, .dt = MP_DTYPE_F32, .n = 6, .k = 1, .c = 2, .rs = 3}};
+    ok = ok && mp_cuda_host_copies(ctx, two, 2, false, "test") == MP_OK;
+    two[0].host = b, two[1].host = g;
+    ok = ok && mp_cuda_host_copies(ctx, two, 2, true, "test") == MP_OK && !memcmp(a, b, sizeof a) &&
+         !memcmp(f, g, sizeof f);
+    expect(ok);
+    cases++, same += ok;
+    two[1].rs = 4;
+    const mp_status s = mp_cuda_host_copies(ctx, two, 2, true, "test copy");
+    expect(s == MP_ERR_INTERNAL && strstr(mp_last_error(), "test copy") && strstr(mp_last_error(), "(1, 2, 4)"));
+    cudaFree(da), cudaFree(df);
+    expect(same == cases);
+    printf("host copies: %d of %d filters in KRSC on the device as to_krsc makes them, and back\n", same, cases);
+}
+
 int main(void) {
     mp_cuda_ctx *ctx = NULL;
     if (mp_cuda_ctx_create(0, &ctx) != MP_OK) {
@@ -436,6 +504,7 @@ int main(void) {
     }
     krsc_batch(ctx);
     from_krsc_exact(ctx);
+    host_copies_krsc(ctx);
     printf("test_cuda_kernels: %d passed, %d failed\n", n_run - n_failed, n_failed);
     mp_cuda_ctx_destroy(ctx);
     return n_failed ? 1 : 0;

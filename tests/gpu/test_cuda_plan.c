@@ -237,14 +237,25 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     const bool want_low = !plain && (prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16);
     CHECK(want_low == (low_grads > 0), "%s %s: %d weight gradients in f16/bf16", mc->model, mp_precision_name(prec),
           low_grads);
-    /* the conv filters' KRSC copies are in the memory report (mp_plan_print_memory): each conv2d node's
-     * weight once, in its compute dtype (2 or 4 bytes), each copy 256-byte aligned */
+    /* the device keeps every conv2d filter in KRSC (unless MIXPREC_CONV_WEIGHTS_KRSC=0), so none needs a
+     * copy; else the copies are in the memory report (mp_plan_print_memory): each conv2d node's weight
+     * once, in its compute dtype (2 or 4 bytes), each copy 256-byte aligned. The gradients compared
+     * below come back through that layout. */
     size_t pb[4], krsc_lo = 0, krsc_hi = 0;
     pg->be->param_bytes(pg, pb);
+    const bool weights_krsc = !mp_env_get()->no_conv_weights_krsc;
     for (int i = 0; i < pg->n; i++)
         if (gpu.g->nodes[i].desc.kind == MP_OP_CONV2D && !pg->nodes[i].fused_away) {
-            const size_t wn = mp_shape_numel(&gpu.g->params[gpu.g->nodes[i].first_param].spec.shape);
-            krsc_lo += 2 * wn, krsc_hi += 4 * wn + 256;
+            const int k = gpu.g->nodes[i].first_param;
+            const size_t wn = mp_shape_numel(&gpu.g->params[k].spec.shape);
+            int dims[3] = {0};
+            const bool krsc = mp_cuda_plan_param_krsc(pg, k, dims);
+            const mp_shape *ws = &gpu.g->params[k].spec.shape;
+            CHECK(krsc == weights_krsc && (!krsc || (dims[0] == ws->dims[0] && dims[1] == ws->dims[1] &&
+                                                     dims[2] == ws->dims[2] * ws->dims[3])),
+                  "%s %s: conv filter '%s' %s in KRSC (dims %d, %d, %d)", mc->model, mp_precision_name(prec),
+                  gpu.g->params[k].name, krsc ? "kept" : "not kept", dims[0], dims[1], dims[2]);
+            if (!krsc) krsc_lo += 2 * wn, krsc_hi += 4 * wn + 256;
         }
     CHECK(mp_env_get()->no_conv_krsc_copies ? pb[3] == 0 : pb[3] >= krsc_lo && pb[3] <= krsc_hi,
           "%s %s: KRSC filter copies of %zu bytes, not in [%zu, %zu]", mc->model, mp_precision_name(prec), pb[3],

@@ -1,0 +1,84 @@
+/* host_copy.c — host <-> device tensor copies with dtype conversion and the
+ * KRSC filter order (host_copy.h). f32 tensors in the CPU layout are copied
+ * straight; the others are converted / permuted on the host through one
+ * staging buffer, so the device only ever sees its own layout. */
+#include "cuda/host_copy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "core/filter_layout.h"
+#include "cuda/cuda_ctx.h"
+
+static bool staged(const mp_host_copy *x) { return x->dt != MP_DTYPE_F32 || x->rs > 0; }
+
+static size_t dev_bytes(const mp_host_copy *x) { return (size_t)x->n * mp_dtype_size(x->dt); }
+
+/* Host f32 (CPU layout) into the device's form at stage, using tmp (n f32) for the permutation. */
+static void to_device_form(const mp_host_copy *x, void *stage, float *tmp) {
+    const float *src = x->host;
+    if (x->rs > 0) {
+        mp_filter_to_krsc_host(tmp, x->host, sizeof(float), x->k, x->c, x->rs);
+        src = tmp;
+    }
+    if (x->dt == MP_DTYPE_F32) memcpy(stage, src, dev_bytes(x));
+    else mp_store_f32(stage, x->dt, src, x->n);
+}
+
+/* The device's form at stage back into host f32 (CPU layout), exactly. */
+static void to_host_form(const mp_host_copy *x, const void *stage, float *tmp) {
+    if (x->rs <= 0) {
+        mp_load_f32(x->host, stage, x->dt, x->n);
+        return;
+    }
+    const float *src = (const float *)stage;
+    if (x->dt != MP_DTYPE_F32) {
+        mp_load_f32(tmp, stage, x->dt, x->n);
+        src = tmp;
+    }
+    mp_filter_from_krsc_host(x->host, src, sizeof(float), x->k, x->c, x->rs);
+}
+
+mp_status mp_cuda_host_copies(mp_cuda_ctx *ctx, const mp_host_copy *x, int count, bool to_host, const char *what) {
+    size_t stage_bytes = 0, tmp_n = 0;
+    for (int i = 0; i < count; i++) {
+        if (x[i].rs > 0 && (int64_t)x[i].k * x[i].c * x[i].rs != x[i].n)
+            return mp_error(MP_ERR_INTERNAL, "%s: a (%d, %d, %d) filter of %lld values", what, x[i].k, x[i].c,
+                            x[i].rs, (long long)x[i].n);
+        if (!staged(&x[i])) continue;
+        stage_bytes += (dev_bytes(&x[i]) + 15) / 16 * 16;
+        if (x[i].rs > 0 && (size_t)x[i].n > tmp_n) tmp_n = (size_t)x[i].n;
+    }
+    char *stage = stage_bytes ? malloc(stage_bytes) : NULL;
+    float *tmp = tmp_n ? malloc(tmp_n * sizeof *tmp) : NULL;
+    mp_status s = (stage_bytes && !stage) || (tmp_n && !tmp)
+                      ? mp_error(MP_ERR_NOMEM, "%s: out of memory staging %zu bytes", what, stage_bytes)
+                      : MP_OK;
+    char *at = stage;
+    for (int i = 0; i < count && s == MP_OK; i++) {
+        const size_t bytes = dev_bytes(&x[i]);
+        void *h = x[i].host;
+        if (staged(&x[i])) {
+            h = at;
+            at += (bytes + 15) / 16 * 16;
+            if (!to_host) to_device_form(&x[i], h, tmp);
+        }
+        s = mp_cuda_check(to_host ? cudaMemcpyAsync(h, x[i].dev, bytes, cudaMemcpyDeviceToHost, ctx->stream)
+                                  : cudaMemcpyAsync(x[i].dev, h, bytes, cudaMemcpyHostToDevice, ctx->stream),
+                          "cudaMemcpyAsync", what);
+    }
+    /* waited for on failure too: no copy may still read or write the staging when it is freed */
+    const mp_status w = mp_cuda_check(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize", what);
+    if (s == MP_OK) s = w;
+    at = stage;
+    for (int i = 0; i < count && s == MP_OK && to_host; i++) {
+        if (!staged(&x[i])) continue;
+        to_host_form(&x[i], at, tmp);
+        at += (dev_bytes(&x[i]) + 15) / 16 * 16;
+    }
+    free(stage);
+    free(tmp);
+    return s;
+}
