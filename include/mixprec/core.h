@@ -139,8 +139,9 @@ typedef struct {
     bool no_cudnn_add_dx;      /**< MIXPREC_CUDNN_ADD_DX=0: a GPU input gradient with two consumers is summed by a
                                     kernel of its own, not by the convolution's backward-data or cuDNN's batch-norm
                                     backward (beta 1) */
-    bool no_conv_krsc_copies;  /**< MIXPREC_CONV_KRSC_COPIES=0: each GPU convolution permutes its own filter (twice
-                                    a step) instead of reading the plan's copy made in one launch per forward */
+    bool no_conv_krsc_copies;  /**< MIXPREC_CONV_KRSC_COPIES=0: a GPU convolution whose filter the plan keeps in KCRS
+                                    (MIXPREC_CONV_WEIGHTS_KRSC=0, second-order plans) permutes its own (twice a step)
+                                    instead of reading the plan's copy made in one launch per forward */
     bool no_conv_weights_krsc; /**< MIXPREC_CONV_WEIGHTS_KRSC=0: a GPU plan keeps conv2d filters (masters, casts,
                                     gradients, optimizer state) in the CPU's KCRS order and permutes them every
                                     step, not in the KRSC order cuDNN reads */

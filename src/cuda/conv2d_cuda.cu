@@ -1,5 +1,5 @@
 /* conv2d_cuda.cu — conv2d on the GPU with cuDNN: NHWC activations, KRSC
- * filter copy, algorithms searched once per shape (conv_cudnn.h explains
+ * filters, algorithms searched once per shape (conv_cudnn.h explains
  * layouts, dtypes and math types). Passes: forward = FWD; backward:
  * d_in = BWD_DATA, dW = BWD_FILTER, db = column sums of d_out. */
 #include "cuda/conv_cudnn.h"

@@ -7,15 +7,19 @@
  *   forward = BWD_DATA(dy = in),  d_in = FWD(x = d_out),  dW = BWD_FILTER(d_out, in).
  *
  * Layouts. Activations are NHWC (CUDNN_TENSOR_NHWC); the filter is KRSC
- * (cy, k, k, cx/groups), what cuDNN's NHWC tensor-core kernels read. The
- * executor passes the weight in the CPU layout (cy, cx/groups, k, k) (f32
- * master, or its f16/bf16 cast for low-precision nodes); a plan's conv2d
- * nodes also get its KRSC copy, made for every forward in one launch for
- * all of them (mp_op_call.weight_krsc, filter_krsc_batch.h), and read that.
- * Without one (tests, conv_transpose2d), forward() and backward() each
- * permute (and cast) it into a KRSC slice of the workspace. The KRSC filter gradient
- * is computed into the workspace and permuted into the (cy, cx/groups, k, k)
- * gradient: in the compute dtype (cuDNN's fast kernels round their f32 sums
+ * (cy, k, k, cx/groups), what cuDNN's NHWC tensor-core kernels read. A
+ * plan's conv2d nodes mostly get their weight (f32 master, or its f16/bf16
+ * cast for low-precision nodes) and its gradient in KRSC already
+ * (mp_op_call.param_krsc): forward and backward read the weight as it is,
+ * and cuDNN writes dW straight into the gradient when its dtype is the
+ * gradient's, else into the workspace and cast. Otherwise the executor
+ * passes the weight in the CPU layout (cy, cx/groups, k, k), with a KRSC
+ * copy made for every forward in one launch for all such nodes
+ * (mp_op_call.weight_krsc, filter_krsc_batch.h); without one (tests,
+ * conv_transpose2d), forward() and backward() each permute (and cast) it
+ * into a KRSC slice of the workspace, and the KRSC filter gradient is
+ * computed into the workspace and permuted into the (cy, cx/groups, k, k)
+ * gradient. dW is in the compute dtype (cuDNN's fast kernels round their f32 sums
  * to it), or under cfg.weight_grad_unrounded (mp_plan_opts.f32_weight_grads)
  * in f32, never rounded: an f32 backward-filter (st->dw32, TF32 tensor
  * cores: exact products of f16/bf16 values, f32 sums) on f32 copies of x and

@@ -17,7 +17,9 @@
  *    then in the compute dtype, call->d_param[0].dtype. An f32 conv weight
  *    gradient is rounded to the compute dtype on the way (cuDNN's fast
  *    kernels write that), except under cfg.weight_grad_unrounded; linear's
- *    cuBLASLt writes f32 sums.
+ *    cuBLASLt writes f32 sums. A plan may keep a conv2d filter, its cast
+ *    and its gradient in KRSC order instead (call->param_krsc, set by the
+ *    executor only for conv2d: cuda_plan.c's choose_krsc).
  *  - arithmetic: f16/bf16 inputs on tensor cores with f32 accumulation (the
  *    CPU reference's contract), reductions and statistics in f32, results
  *    rounded once to the storage dtype.

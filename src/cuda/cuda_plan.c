@@ -520,7 +520,7 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
     for (int k = 0; k < g->n_params; k++) {
         mp_gparam *gp = &g->params[k];
         mp_host_copy one = {.host = gp->data, .dev = d->param[k], .dt = MP_DTYPE_F32,
-                            .n = mp_shape_numel(&gp->spec.shape)};
+                            .n = mp_shape_numel(&gp->spec.shape), .name = gp->name};
         if (d->krsc[k]) filter_dims(gp, &one);
         if (d->low_only[k] != MP_DTYPE_F32) one.dev = mp_cuda_plan_low(p, k, &one.dt);
         x[n++] = one;

@@ -1,8 +1,10 @@
 /* filter_krsc_batch.h — every conv2d filter of a GPU plan permuted to the
  * KRSC layout cuDNN's NHWC convolutions read, in one kernel launch per step.
  *
- * Why: weights live in the graph's (K, C, R, S) order (the optimizer, the
- * host copies and the checkpoints share it), and each convolution's forward
+ * Used where a plan keeps conv2d filters in the graph's (K, C, R, S) order
+ * on the device: second-order plans, filters a non-conv2d node shares, and
+ * MIXPREC_CONV_WEIGHTS_KRSC=0 (every other filter lives in KRSC there,
+ * cuda_plan.c: choose_krsc, and needs no copy). Why: then each convolution's forward
  * and backward used to permute its own filter into the workspace: two small
  * kernels per layer and step (39 launches for resnet18, ~0.16 ms of a 6 ms
  * step on an H200, bench notes v0.20). The plan instead keeps one KRSC copy

@@ -16,6 +16,8 @@ static bool staged(const mp_host_copy *x) { return x->dt != MP_DTYPE_F32 || x->r
 
 static size_t dev_bytes(const mp_host_copy *x) { return (size_t)x->n * mp_dtype_size(x->dt); }
 
+static const char *name_of(const mp_host_copy *x) { return x->name ? x->name : "(unnamed)"; }
+
 /* Host f32 (CPU layout) into the device's form at stage, using tmp (n f32) for the permutation. */
 static void to_device_form(const mp_host_copy *x, void *stage, float *tmp) {
     const float *src = x->host;
@@ -45,8 +47,8 @@ mp_status mp_cuda_host_copies(mp_cuda_ctx *ctx, const mp_host_copy *x, int count
     size_t stage_bytes = 0, tmp_n = 0;
     for (int i = 0; i < count; i++) {
         if (x[i].rs > 0 && (int64_t)x[i].k * x[i].c * x[i].rs != x[i].n)
-            return mp_error(MP_ERR_INTERNAL, "%s: a (%d, %d, %d) filter of %lld values", what, x[i].k, x[i].c,
-                            x[i].rs, (long long)x[i].n);
+            return mp_error(MP_ERR_INTERNAL, "%s: '%s' is a (%d, %d, %d) filter of %lld values", what,
+                            name_of(&x[i]), x[i].k, x[i].c, x[i].rs, (long long)x[i].n);
         if (!staged(&x[i])) continue;
         stage_bytes += (dev_bytes(&x[i]) + 15) / 16 * 16;
         if (x[i].rs > 0 && (size_t)x[i].n > tmp_n) tmp_n = (size_t)x[i].n;
@@ -54,7 +56,8 @@ mp_status mp_cuda_host_copies(mp_cuda_ctx *ctx, const mp_host_copy *x, int count
     char *stage = stage_bytes ? malloc(stage_bytes) : NULL;
     float *tmp = tmp_n ? malloc(tmp_n * sizeof *tmp) : NULL;
     mp_status s = (stage_bytes && !stage) || (tmp_n && !tmp)
-                      ? mp_error(MP_ERR_NOMEM, "%s: out of memory staging %zu bytes", what, stage_bytes)
+                      ? mp_error(MP_ERR_NOMEM, "%s: out of memory staging %zu bytes (and %zu for permuting)", what,
+                                 stage_bytes, tmp_n * sizeof(float))
                       : MP_OK;
     char *at = stage;
     for (int i = 0; i < count && s == MP_OK; i++) {
@@ -67,11 +70,12 @@ mp_status mp_cuda_host_copies(mp_cuda_ctx *ctx, const mp_host_copy *x, int count
         }
         s = mp_cuda_check(to_host ? cudaMemcpyAsync(h, x[i].dev, bytes, cudaMemcpyDeviceToHost, ctx->stream)
                                   : cudaMemcpyAsync(x[i].dev, h, bytes, cudaMemcpyHostToDevice, ctx->stream),
-                          "cudaMemcpyAsync", what);
+                          "cudaMemcpyAsync", name_of(&x[i]));
     }
-    /* waited for on failure too: no copy may still read or write the staging when it is freed */
-    const mp_status w = mp_cuda_check(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize", what);
-    if (s == MP_OK) s = w;
+    /* waited for on failure too (no copy may still read or write the staging when it is freed), keeping
+     * the first error's words */
+    if (s == MP_OK) s = mp_cuda_check(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize", what);
+    else (void)cudaStreamSynchronize(ctx->stream);
     at = stage;
     for (int i = 0; i < count && s == MP_OK && to_host; i++) {
         if (!staged(&x[i])) continue;

@@ -24,6 +24,7 @@ typedef struct {
     mp_dtype dt;     /* MP_DTYPE_F32, F16 or BF16; f16/bf16 are rounded to nearest even on the way there */
     int64_t n;
     int k, c, rs;    /* rs > 0: a (k, c, rs) filter the device holds in (k, rs, c) order (k * c * rs == n) */
+    const char *name; /* the tensor, for errors (may be NULL) */
 } mp_host_copy;
 
 /* Every copy one way on ctx's stream, then waits for the stream: a host copy

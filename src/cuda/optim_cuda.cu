@@ -37,7 +37,7 @@ static mp_status check_param(const mp_cuda_param_ref *r, int i) {
                         "low-precision copy's dtype %s)", i, nm, mp_dtype_name(r->grad_dtype),
                         r->low ? mp_dtype_name(r->low_dtype) : "(none)");
     if (r->filter[2] != 0 && (r->filter[0] <= 0 || r->filter[1] <= 0 || r->filter[2] < 0 ||
-                              (int64_t)r->filter[0] * r->filter[1] * r->filter[2] != r->n))
+                              (int64_t)r->filter[0] * r->filter[1] * r->filter[2] != r->n)) /* rs < 0 too */
         return mp_error(MP_ERR_INVALID_ARG, "cuda optimizer: parameter %d '%s' is a (%d, %d, %d) filter of %lld values",
                         i, nm, r->filter[0], r->filter[1], r->filter[2], (long long)r->n);
     if (r->state_dtype != MP_DTYPE_F32 && !(r->low && r->no_master && r->state_dtype == r->low_dtype))

@@ -40,6 +40,6 @@ void mp_plan_print_memory(const mp_plan *p, FILE *out) {
     size_t b[4];
     p->be->param_bytes(p, b);
     fprintf(out, "memory: parameters on cuda:%d: fp32 masters %.1f MiB, f16/bf16 casts %.1f, gradients outside the "
-            "arena %.1f, conv filters in KRSC order %.1f\n", p->o.device.index, (double)b[0] * MIB, (double)b[1] * MIB,
+            "arena %.1f, KRSC filter copies %.1f\n", p->o.device.index, (double)b[0] * MIB, (double)b[1] * MIB,
             (double)b[2] * MIB, (double)b[3] * MIB);
 }

@@ -141,7 +141,8 @@ typedef struct {
     /* GPU conv2d nodes of a plan: param[0] already permuted to KRSC in the
      * compute dtype, refreshed at the start of every forward pass and after
      * an optimizer group's update that another group's backward follows
-     * (cuda/filter_krsc_batch.h); NULL: the op permutes param[0] itself. */
+     * (cuda/filter_krsc_batch.h); NULL: the op reads param[0] as it is
+     * under param_krsc, else permutes it itself. */
     const void *weight_krsc;
     /* On a GPU: param[0] and its gradient d_param[0] are in KRSC order as the
      * plan keeps the conv2d filter (cuda/cuda_plan.c: choose_krsc); the op

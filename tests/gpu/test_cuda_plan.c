@@ -214,16 +214,22 @@ static void fp32_spread(const model_case *mc, const float *x, size_t n, const in
 /* The GPU plan as the trainer makes it (fused pairs, gradients in the arena),
  * or, when set, plain: MIXPREC_NO_FUSION=1 and gradients of their own. */
 static bool plain;
+static bool f32_wgrad; /* mp_plan_opts.f32_weight_grads: cuDNN writes conv weight gradients in f32, straight into
+                          the gradient the plan keeps in KRSC */
 
 static void one_step_gradients(const model_case *mc, mp_precision prec) {
     mp_model cpu = build(mc, prec), gpu = build(mc, prec), oracle = build(mc, MP_PRECISION_FP32);
     mp_plan *pg = NULL;
     mp_status s = mp_plan_create(gpu.g, (mp_plan_opts){.batch = B, .training = true, .loss = gpu.loss,
                                                        .device = {MP_DEVICE_CUDA, 0}, .grads_in_arena = !plain,
-                                                       .low_grads = !plain},
+                                                       .low_grads = !plain, .f32_weight_grads = f32_wgrad},
                                  &pg);
     CHECK(s == MP_OK, "%s %s: GPU plan: %s", mc->model, mp_precision_name(prec), mp_last_error());
     if (s != MP_OK) return;
+    int f32_grads = 0; /* weight gradients kept as f32 sums (conv and linear weights under f32_wgrad) */
+    for (int k = 0; k < gpu.g->n_params; k++) f32_grads += mp_plan_f32_weight_grad(pg, k);
+    CHECK(f32_wgrad == (f32_grads > 0), "%s %s: %d f32 weight gradients with f32_weight_grads %s", mc->model,
+          mp_precision_name(prec), f32_grads, f32_wgrad ? "on" : "off");
     int fused = 0; /* batchnorm2d + relu pairs (graph/plan_fuse.h): every model here has them */
     for (int i = 0; i < pg->n; i++) fused += pg->nodes[i].fused_away;
     const bool want_fused = !mp_env_get()->no_fusion;
@@ -315,7 +321,7 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
         printf("%s%-8s %-9s one step: loss cpu %.6f gpu %.6f; gradients vs the fp32 CPU: gpu %.2e, cpu emulation "
                "%.2e, cpu reference kernels %.2e, inputs and weights moved 1 ulp %.2e (tolerance %.2e); "
                "per-parameter worst %s\n",
-               plain ? "plain " : "", mc->model, mp_precision_name(prec), lc, lg, e_gpu, e_cpu, e_order, e_ulp, tol,
+               plain ? "plain " : f32_wgrad ? "f32-dW " : "", mc->model, mp_precision_name(prec), lc, lg, e_gpu, e_cpu, e_order, e_ulp, tol,
                worst_s);
         CHECK(fabsf(lg - lc) <= 1e-2f * fabsf(lc), "%s %s: loss %g vs %g", mc->model, mp_precision_name(prec), lg, lc);
         CHECK(e_gpu <= tol, "%s %s: GPU gradients %g from the fp32 oracle (CPU emulation %g); worst parameter: %s",
@@ -578,6 +584,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         for (size_t j = 0; j < sizeof precs / sizeof precs[0] && (!only || !strcmp(only, models[i].model)); j++)
             if (!one_prec || precs[j] == only_prec) one_step_gradients(&models[i], precs[j]);
+    /* amp with unrounded (f32) weight gradients: the convolutions' dW written by cuDNN in f32 */
+    f32_wgrad = true;
+    for (size_t i = 1; i < 3; i++)
+        for (int j = 2; j < 4 && (!only || !strcmp(only, models[i].model)); j++) /* amp-fp16, amp-bf16 */
+            if (!one_prec || precs[j] == only_prec) one_step_gradients(&models[i], precs[j]);
+    f32_wgrad = false;
     const mp_precision curve_precs[] = {MP_PRECISION_FP32, MP_PRECISION_TF32, MP_PRECISION_AMP_FP16,
                                         MP_PRECISION_AMP_BF16, MP_PRECISION_FP16, MP_PRECISION_BF16};
     for (size_t i = 0; i < 2; i++)
