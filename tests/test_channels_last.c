@@ -7,17 +7,14 @@
  * and inference logits (fp32; bf16 run natively; amp-fp16 staged in f32),
  * within what the two layouts' different summation orders allow (f32 1e-4
  * relative, 16-bit storage 1e-2). Arenas are poisoned (NaN bytes) first,
- * so a tensor read before it is written shows. Also the host's conv filter
- * permutation to channels-last (KRSC) order and back. */
+ * so a tensor read before it is written shows. */
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "amp/policy.h"
 #include "check.h"
-#include "core/filter_layout.h"
 #include "core/rng.h"
 #include "graph/plan.h"
 #include "graph/plan_layout.h"
@@ -210,32 +207,7 @@ static double rel(const float *a, const float *b, int64_t n) {
     return s > 0 ? sqrt(d / s) : sqrt(d);
 }
 
-/* The host's KCRS <-> KRSC filter permutation (core/filter_layout.h), which
- * a GPU plan's host copies go through: every element lands where
- * (k, r, c) indexing puts it, for 4- and 2-byte elements, and back. */
-static void filter_layout(void) {
-    enum { K = 3, C = 5, RS = 4, N = K * C * RS };
-    uint32_t src[N], krsc[N], back[N];
-    uint16_t src16[N], krsc16[N], back16[N];
-    for (int i = 0; i < N; i++) src[i] = 1000u + (uint32_t)i, src16[i] = (uint16_t)(7u * i + 1u);
-    mp_filter_to_krsc_host(krsc, src, 4, K, C, RS);
-    mp_filter_to_krsc_host(krsc16, src16, 2, K, C, RS);
-    int wrong = 0;
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < C; c++)
-            for (int r = 0; r < RS; r++) {
-                const int kcrs = (k * C + c) * RS + r, krs_c = (k * RS + r) * C + c;
-                wrong += krsc[krs_c] != src[kcrs] || krsc16[krs_c] != src16[kcrs];
-            }
-    mp_filter_from_krsc_host(back, krsc, 4, K, C, RS);
-    mp_filter_from_krsc_host(back16, krsc16, 2, K, C, RS);
-    CHECK(wrong == 0, "filter to KRSC: %d of %d elements misplaced", wrong, 2 * N);
-    CHECK(!memcmp(back, src, sizeof src) && !memcmp(back16, src16, sizeof src16),
-          "filter from KRSC does not undo filter to KRSC");
-}
-
 int main(void) {
-    filter_layout();
     struct {
         void (*make)(net *);
         const char *name;

@@ -370,11 +370,11 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
         const void *fx = conv ? x : dy, *fy = conv ? dy : x;
         if (st->dw32) MP_TRY(mp_conv_cudnn_bwd_filter_f32(ctx, st, fx, fy, dw, &ws, what));
         else MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, fx, fy, dw, lib, lib_bytes, what));
-        if (c->param_krsc && !dw_direct)
-            MP_TRY(mp_cuda_lib_cast(ctx, dw, st->dw_dt, c->d_param[0].data, gd, mp_tensor_numel(&c->d_param[0]), what));
-        else if (!c->param_krsc)
+        if (!c->param_krsc) /* the gradient in the CPU layout */
             MP_TRY(mp_cuda_lib_filter_from_krsc(ctx, dw, st->dw_dt, c->d_param[0].data, gd, g->cy, g->cx / g->groups,
                                                 g->k * g->k, what));
+        else if (!dw_direct)
+            MP_TRY(mp_cuda_lib_cast(ctx, dw, st->dw_dt, c->d_param[0].data, gd, mp_tensor_numel(&c->d_param[0]), what));
     }
     if (want_db) {
         if (c->d_param[1].dtype != MP_DTYPE_F32)

@@ -115,10 +115,10 @@ static void choose_krsc(mp_plan *p) {
     }
 }
 
-/* A KRSC parameter's (k, c, rs) as its host copy's shape (K, C/groups, R, S). */
-static void filter_dims(const mp_gparam *gp, mp_host_copy *x) {
+/* A KRSC parameter's (k, c, rs) from its host copy's shape (K, C/groups, R, S). */
+static void filter_dims(const mp_gparam *gp, int dims[3]) {
     const int *d = gp->spec.shape.dims;
-    x->k = d[0], x->c = d[1], x->rs = d[2] * d[3];
+    dims[0] = d[0], dims[1] = d[1], dims[2] = d[2] * d[3];
 }
 
 /* An earlier node than i computing in f16/bf16 with node i's parameters
@@ -521,7 +521,7 @@ mp_status mp_device_params_sync(mp_plan *p, bool to_host) {
         mp_gparam *gp = &g->params[k];
         mp_host_copy one = {.host = gp->data, .dev = d->param[k], .dt = MP_DTYPE_F32,
                             .n = mp_shape_numel(&gp->spec.shape), .name = gp->name};
-        if (d->krsc[k]) filter_dims(gp, &one);
+        if (d->krsc[k]) filter_dims(gp, one.filter);
         if (d->low_only[k] != MP_DTYPE_F32) one.dev = mp_cuda_plan_low(p, k, &one.dt);
         x[n++] = one;
         if (!to_host || !gp->grad || !d->grad[k]) continue;
@@ -546,9 +546,7 @@ mp_cuda_ctx *mp_cuda_plan_ctx(const mp_plan *p) { return p->dev ? p->dev->ctx : 
 
 bool mp_cuda_plan_param_krsc(const mp_plan *p, int k, int dims[3]) {
     if (!p->dev->krsc[k]) return false;
-    mp_host_copy x = {0};
-    filter_dims(&p->g->params[k], &x);
-    dims[0] = x.k, dims[1] = x.c, dims[2] = x.rs;
+    filter_dims(&p->g->params[k], dims);
     return true;
 }
 float *mp_cuda_plan_param(const mp_plan *p, int k) { return p->dev->param[k]; }

@@ -1,6 +1,6 @@
 /* host_copy.h — tensors copied between host f32 arrays (CPU layout) and
  * device memory as the GPU keeps them: f32, f16 or bf16, and conv2d filters
- * in KRSC order (core/filter_layout.h). Parameters and gradients
+ * in KRSC order (K, R, S, C). Parameters and gradients
  * (cuda_plan.c) and optimizer state (optim_state_cuda.cu) cross this way
  * for host copies and checkpoints. */
 #ifndef MP_CUDA_HOST_COPY_H
@@ -23,7 +23,8 @@ typedef struct {
     void *dev;       /* n values of dt on the device */
     mp_dtype dt;     /* MP_DTYPE_F32, F16 or BF16; f16/bf16 are rounded to nearest even on the way there */
     int64_t n;
-    int k, c, rs;    /* rs > 0: a (k, c, rs) filter the device holds in (k, rs, c) order (k * c * rs == n) */
+    int filter[3];   /* (k, c, rs) with rs > 0: a filter the device holds in (k, rs, c) order (k * c * rs == n),
+                        as mp_cuda_param_ref.filter; all 0: the CPU layout */
     const char *name; /* the tensor, for errors (may be NULL) */
 } mp_host_copy;
 

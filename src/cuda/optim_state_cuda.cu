@@ -55,7 +55,7 @@ static mp_host_copy *state_copies(const mp_cuda_optim *dev, const mp_optim *host
         const int *f = dev->filter + 3 * i;
         for (int b = 0; b < dev->n_bufs && dev->numel[i] > 0; b++)
             x[n++] = (mp_host_copy){.host = hb[b], .dev = dev->bufs[2 * i + b], .dt = dev->state_dtype[i],
-                                    .n = dev->numel[i], .k = f[0], .c = f[1], .rs = f[2], .name = "optimizer state"};
+                                    .n = dev->numel[i], .filter = {f[0], f[1], f[2]}, .name = "optimizer state"};
     }
     *count = n;
     return x;

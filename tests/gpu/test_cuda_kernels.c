@@ -444,7 +444,7 @@ static void host_copies_krsc(mp_cuda_ctx *ctx) {
                 mp_store_f32(got, dt, h, (int64_t)n);
                 mp_load_f32(rounded, got, dt, (int64_t)n);
             }
-            mp_host_copy x = {.host = h, .dev = dev, .dt = dt, .n = (int64_t)n, .k = k, .c = c, .rs = rs};
+            mp_host_copy x = {.host = h, .dev = dev, .dt = dt, .n = (int64_t)n, .filter = {k, c, rs}};
             ok = ok && mp_cuda_host_copies(ctx, &x, 1, false, "test") == MP_OK &&
                  cudaMemcpy(plain, h, n * 4, cudaMemcpyHostToDevice) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
                  mp_cuda_lib_filter_to_krsc(ctx, plain, MP_DTYPE_F32, perm, dt, k, c, rs, "test") == MP_OK &&
@@ -468,14 +468,14 @@ static void host_copies_krsc(mp_cuda_ctx *ctx) {
     void *da = NULL, *df = NULL;
     bool ok = cudaMalloc(&da, sizeof a) == cudaSuccess && cudaMalloc(&df, sizeof f) == cudaSuccess;
     mp_host_copy two[2] = {{.host = a, .dev = da, .dt = MP_DTYPE_F32, .n = 6},
-                           {.host = f, .dev = df, .dt = MP_DTYPE_F32, .n = 6, .k = 1, .c = 2, .rs = 3}};
+                           {.host = f, .dev = df, .dt = MP_DTYPE_F32, .n = 6, .filter = {1, 2, 3}}};
     ok = ok && mp_cuda_host_copies(ctx, two, 2, false, "test") == MP_OK;
     two[0].host = b, two[1].host = g;
     ok = ok && mp_cuda_host_copies(ctx, two, 2, true, "test") == MP_OK && !memcmp(a, b, sizeof a) &&
          !memcmp(f, g, sizeof f);
     expect(ok);
     cases++, same += ok;
-    two[1].rs = 4;
+    two[1].filter[2] = 4;
     const mp_status s = mp_cuda_host_copies(ctx, two, 2, true, "test copy");
     expect(s == MP_ERR_INTERNAL && strstr(mp_last_error(), "test copy") && strstr(mp_last_error(), "(1, 2, 4)"));
     cudaFree(da), cudaFree(df);
