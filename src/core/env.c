@@ -36,7 +36,8 @@ static void read_env(void) {
     e.cudnn_debug = flag("MIXPREC_CUDNN_DEBUG");
     e.cudnn_engines = equals("MIXPREC_CUDNN_ENGINES", "0") ? 0 : equals("MIXPREC_CUDNN_ENGINES", "force") ? 2 : 1;
     e.cudnn_engine_candidates = number("MIXPREC_CUDNN_ENGINE_CANDIDATES", 0);
-    e.cudnn_bn = equals("MIXPREC_CUDNN_BN", "0") ? 0 : 1;
+    e.cudnn_bn = equals("MIXPREC_CUDNN_BN", "0") ? 0 : equals("MIXPREC_CUDNN_BN", "1") ? 1 : 2;
+    e.no_bn_fast = equals("MIXPREC_BN_FAST", "0");
     const char *ws = getenv("MIXPREC_CUDNN_WORKSPACE_MB");
     e.cudnn_workspace_mb = ws && atof(ws) > 0 ? atof(ws) : 0;
     e.cudnn_find_trials = number("MIXPREC_CUDNN_FIND_TRIALS", 0);

@@ -17,12 +17,18 @@
  * add fused in as well (cfg->add_relu_after), the elementwise passes are
  * bn_add_relu_cuda.h's: forward stores relu(bn(x) + resid), backward writes
  * dx and the residual's gradient from one read of dy and the mask.
- * Training in f16 runs on cuDNN's NHWC kernels where they apply
- * (batchnorm2d_cudnn.h). */
+ * Where every activation of a call has one dtype and C fits, the streaming
+ * passes run batchnorm2d_fast.h's kernels (the same partials and finalize);
+ * training in f16/bf16 may run on cuDNN's NHWC kernels instead where they
+ * apply (batchnorm2d_cudnn.h), when timing says they are faster for the
+ * layer (batchnorm2d_pick.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda/batchnorm2d_cudnn.h"
+#include "cuda/batchnorm2d_fast.h"
+#include "cuda/batchnorm2d_math.cuh"
+#include "cuda/batchnorm2d_pick.h"
 #include "cuda/bn_add_relu_cuda.h"
 #include "cuda/cuda_kernel_util.cuh"
 #include "cuda/tangent_cuda.h"
@@ -30,8 +36,12 @@
 
 enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
 
+/* Saved from forward to backward, per channel (f32): the batch mean, 1/std,
+ * and the scale and shift the forward applied. */
+enum { BN_SAVED = 4 };
+
 #define FIN_BX 32 /* finalize: channels per block */
-#define FIN_BY 8  /* finalize: partial chunks read in parallel per channel */
+#define FIN_BY 32 /* finalize: partial chunks read in parallel per channel */
 
 /* ---- geometry ----------------------------------------------------------- */
 
@@ -42,16 +52,25 @@ typedef struct {
     long long R;   /* rows per chunk (the last may be shorter) */
 } bn_dims;
 
-static bn_dims bn_dims_of(const mp_cuda_ctx *ctx, const mp_shape *x) {
+/* min_rows: rows a chunk should have at least (64 for the general kernels;
+ * eight of the fast kernels' passes, bn_fast_dims). */
+static bn_dims bn_dims_rows(const mp_cuda_ctx *ctx, const mp_shape *x, long long min_rows) {
     bn_dims d;
     d.M = mp_cuda_rows(x);
     d.C = mp_cuda_channels(x);
-    long long g = (d.M + 63) / 64, cap = 4LL * (ctx->sm_count > 0 ? ctx->sm_count : 1);
+    long long g = (d.M + min_rows - 1) / min_rows, cap = 4LL * (ctx->sm_count > 0 ? ctx->sm_count : 1);
     if (g > cap) g = cap;
     if (g < 1) g = 1;
     d.R = (d.M + g - 1) / g;
     d.G = (int)((d.M + d.R - 1) / d.R); /* no empty chunk */
     return d;
+}
+
+static bn_dims bn_dims_of(const mp_cuda_ctx *ctx, const mp_shape *x) { return bn_dims_rows(ctx, x, 64); }
+
+/* The fast kernels' chunks (batchnorm2d_fast.h), rpp rows per pass. */
+static bn_dims bn_fast_dims(const mp_cuda_ctx *ctx, const mp_shape *x, int rpp) {
+    return bn_dims_rows(ctx, x, 8LL * rpp);
 }
 
 /* Block of VEC-channel groups (x) by rows (y), 256 threads. */
@@ -85,17 +104,6 @@ static mp_status bn_gather(mp_cuda_ctx *ctx, const mp_op_call *c, const float *l
         return mp_error(s, "batchnorm2d '%s': synchronizing the statistics: %s", c->desc->name ? c->desc->name : "?",
                         mp_last_error());
     return MP_OK;
-}
-
-/* ---- device helpers ----------------------------------------------------- */
-
-/* (na, ma, m2a) += (nb, mb, m2b): Chan et al.'s pairwise update. */
-__device__ __forceinline__ void chan_merge(float &na, float &ma, float &m2a, float nb, float mb, float m2b) {
-    if (nb == 0.f) return;
-    float n = na + nb, d = mb - ma, w = nb / n;
-    ma += d * w;
-    m2a += m2b + d * d * na * w;
-    na = n;
 }
 
 /* ---- forward: statistics ------------------------------------------------ */
@@ -138,7 +146,7 @@ __global__ void bn_stats_kernel(const void *x, mp_dtype xdt, long long M, int C,
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 float na = s_n[t];
-                chan_merge(na, s_mean[t * VEC + k], s_m2[t * VEC + k], s_n[o], s_mean[o * VEC + k],
+                mp_bn_chan_merge(na, s_mean[t * VEC + k], s_m2[t * VEC + k], s_n[o], s_mean[o * VEC + k],
                            s_m2[o * VEC + k]);
             }
             s_n[t] += s_n[o];
@@ -154,35 +162,53 @@ __global__ void bn_stats_kernel(const void *x, mp_dtype xdt, long long M, int C,
         }
 }
 
-/* Per channel: merge the G partials (fixed order; partial p is at
- * p * stride, of min(R, M - p * R) rows), save mean and 1/std, update the
- * running stats, write the coefficients (mu, scale, shift). With `local`:
- * only write the merged (mean, m2) to local[c], local[C + c] (a rank's
- * share of synchronized BatchNorm, merged again over the ranks). */
+/* Per channel: merge the G partials (partial p is at p * stride, of
+ * min(R, M - p * R) rows) as two sums, each in a fixed order and in f64:
+ * the mean = sum(n_p mean_p) / M, then m2 = sum(m2_p + n_p (mean_p -
+ * mean)^2) (Chan et al.'s merge of all partials at once: no division per
+ * partial, every partial's loads independent). Then save mean and 1/std,
+ * update the running stats, write the coefficients (mu, scale, shift). With
+ * `local`: only write the merged (mean, m2) to local[c], local[C + c] (a
+ * rank's share of synchronized BatchNorm, merged again over the ranks). */
+__device__ __forceinline__ double fin_tree_sum(double (*s)[FIN_BX], double v, int tx, int ty) {
+    s[ty][tx] = v;
+    __syncthreads();
+    for (int k = FIN_BY / 2; k > 0; k >>= 1) {
+        if (ty < k) s[ty][tx] += s[ty + k][tx];
+        __syncthreads();
+    }
+    const double total = s[0][tx];
+    __syncthreads(); /* s is reused */
+    return total;
+}
+
 __global__ void bn_finalize_fwd_kernel(const float *pmean, const float *pm2, long long stride, int G, long long M,
                                        long long R, int C, const void *gamma, mp_dtype gdt, const void *beta,
                                        mp_dtype bdt, float *rmean, float *rvar, float eps, float mom,
                                        float *save_mean, float *save_invstd, float *coef, float *local) {
-    __shared__ float s_n[FIN_BY][FIN_BX], s_mean[FIN_BY][FIN_BX], s_m2[FIN_BY][FIN_BX];
+    /* save_invstd + C: the scale and shift too (BN_SAVED floats per channel),
+     * for a backward that recomputes the fused ReLU's mask */
+    __shared__ double s_sum[FIN_BY][FIN_BX];
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
-    float n = 0.f, mean = 0.f, m2 = 0.f;
+    double a = 0.0;
     if (c < C)
+#pragma unroll 4
         for (int p = ty; p < G; p += FIN_BY) {
-            long long rows = (p + 1LL) * R < M ? R : M - p * R;
-            chan_merge(n, mean, m2, (float)rows, pmean[(long long)p * stride + c], pm2[(long long)p * stride + c]);
+            const long long rows = (p + 1LL) * R < M ? R : M - p * R;
+            a += (double)rows * pmean[(long long)p * stride + c];
         }
-    s_n[ty][tx] = n, s_mean[ty][tx] = mean, s_m2[ty][tx] = m2;
-    __syncthreads();
-    for (int s = FIN_BY / 2; s > 0; s >>= 1) {
-        if (ty < s) {
-            float na = s_n[ty][tx];
-            chan_merge(na, s_mean[ty][tx], s_m2[ty][tx], s_n[ty + s][tx], s_mean[ty + s][tx], s_m2[ty + s][tx]);
-            s_n[ty][tx] = na;
+    const double mean_d = fin_tree_sum(s_sum, a, tx, ty) / (double)M;
+    double b = 0.0;
+    if (c < C)
+#pragma unroll 4
+        for (int p = ty; p < G; p += FIN_BY) {
+            const long long rows = (p + 1LL) * R < M ? R : M - p * R;
+            const double d = pmean[(long long)p * stride + c] - mean_d;
+            b += pm2[(long long)p * stride + c] + (double)rows * d * d;
         }
-        __syncthreads();
-    }
+    const double m2_d = fin_tree_sum(s_sum, b, tx, ty);
     if (ty != 0 || c >= C) return;
-    mean = s_mean[0][tx], m2 = s_m2[0][tx];
+    float mean = (float)mean_d, m2 = (float)m2_d;
     if (local) {
         local[c] = mean, local[C + c] = m2;
         return;
@@ -195,6 +221,8 @@ __global__ void bn_finalize_fwd_kernel(const float *pmean, const float *pm2, lon
     coef[c] = mean;
     coef[C + c] = mp_ld(gamma, gdt, c) * invstd;
     coef[2 * C + c] = mp_ld(beta, bdt, c);
+    save_invstd[C + c] = coef[C + c];
+    save_invstd[2 * C + c] = coef[2 * C + c];
 }
 
 /* Inference: the running stats give the coefficients (mu, scale, shift). */
@@ -241,7 +269,7 @@ __global__ void bn_apply_kernel(const void *x, mp_dtype xdt, void *y, mp_dtype y
         float v[VEC];
         mp_ldv<VEC>(x, xdt, at, v);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) v[k] = (v[k] - mu[k]) * sc[k] + sh[k];
+        for (int k = 0; k < VEC; k++) v[k] = mp_bn_affine(v[k], mu[k], sc[k], sh[k]);
         if (relu)
 #pragma unroll
             for (int k = 0; k < VEC; k++) v[k] = relu_of(v[k]);
@@ -314,6 +342,7 @@ __global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, lo
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
     float sa = 0.f, sb = 0.f;
     if (c < C)
+#pragma unroll 4
         for (int p = ty; p < G; p += FIN_BY) sa += psdy[(long long)p * stride + c], sb += psdyx[(long long)p * stride + c];
     s_a[ty][tx] = sa, s_b[ty][tx] = sb;
     __syncthreads();
@@ -337,9 +366,10 @@ __global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, lo
     coef[3 * C + c] = batch_stats ? sb * is * is / (float)M : 0.f;
 }
 
+/* add: dx += that (one rounding), for a dx another consumer wrote first. */
 template <int VEC>
 __global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dtype dydt, const void *y, mp_dtype ydt,
-                             void *dx, mp_dtype dxdt, long long M, int C, const float *coef) {
+                             void *dx, mp_dtype dxdt, bool add, long long M, int C, const float *coef) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= C / VEC) return;
     float mu[VEC], kk[VEC], a[VEC], b[VEC];
@@ -355,6 +385,12 @@ __global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dty
         load_dy<VEC>(dy, dydt, y, ydt, at, gv);
 #pragma unroll
         for (int k = 0; k < VEC; k++) gv[k] = kk[k] * (gv[k] - a[k] - (xv[k] - mu[k]) * b[k]);
+        if (add) {
+            float ov[VEC];
+            mp_ldv<VEC>(dx, dxdt, at, ov);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) gv[k] += ov[k];
+        }
         mp_stv<VEC>(dx, dxdt, at, gv);
     }
 }
@@ -391,6 +427,9 @@ static mp_status bn_batch_error(const mp_op_desc *d, const mp_shape *x) {
                     d->name ? d->name : "?", mp_shape_str(x, s, sizeof s));
 }
 
+static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c);
+static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c);
+
 static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
                             const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
                             size_t *saved_bytes) {
@@ -398,8 +437,36 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     MP_TRY(mp_cuda_op_check_dtypes(d, info, cfg, -1));
     bn_dims dm = bn_dims_of(ctx, &info->in[0]);
     if (cfg->training && dm.M < 2) return bn_batch_error(d, &info->in[0]);
+    const int rpp = mp_bn_fast_rows_per_pass(cfg->storage, dm.C);
+    if (rpp) { /* the fast kernels' chunks may be more or fewer */
+        const bn_dims fd = bn_fast_dims(ctx, &info->in[0], rpp);
+        if (fd.G > dm.G) dm = fd;
+    }
+    /* our kernels' needs, then cuDNN's on top where its kernels apply */
+    size_t ws = bn_workspace_floats(&dm, cfg->training ? ctx->sync_world : 1) * sizeof(float);
+    size_t saved = BN_SAVED * (size_t)dm.C * sizeof(float);
+    if (cfg->tangents) mp_cuda_raise(&ws, mp_cuda_bn_tangent_workspace(ctx, info));
+    size_t ws_cudnn = ws, saved_cudnn = saved;
     mp_bn_cudnn *cudnn = NULL;
-    MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, workspace_bytes, saved_bytes));
+    MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, &ws_cudnn, &saved_cudnn));
+    bn_state *st = (bn_state *)calloc(1, sizeof *st);
+    if (!st) {
+        mp_bn_cudnn_release(cudnn);
+        return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
+    }
+    st->relu = cfg->relu_after;
+    st->add = cfg->add_relu_after;
+    if (cudnn && mp_env_get()->cudnn_bn == 2) { /* timed: cuDNN's or ours (batchnorm2d_pick.h) */
+        bn_state ours = *st;
+        st->cudnn = cudnn;
+        const mp_bn_candidates cand = {bn_forward, bn_backward, &ours, st, ws_cudnn, saved_cudnn};
+        if (!mp_bn_pick_cudnn(ctx, d, info, cfg, &cand)) {
+            mp_bn_cudnn_release(cudnn);
+            cudnn = st->cudnn = NULL;
+        }
+    }
+    st->cudnn = cudnn;
+    *state = st;
     if (cfg->add_relu_after && mp_env_get()->cudnn_debug) {
         char s[64];
         fprintf(stderr, "mixprec: batchnorm2d '%s' %s %s: residual add (%s) + ReLU fused, training on %s\n",
@@ -407,20 +474,8 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
                 mp_dtype_name(cfg->resid_dtype),
                 cudnn ? "cuDNN's BN_ADD_ACTIVATION kernels (ours where a call does not fit)" : "our kernels");
     }
-    if (cfg->relu_after || cudnn) {
-        bn_state *st = (bn_state *)calloc(1, sizeof *st);
-        if (!st) {
-            mp_bn_cudnn_release(cudnn);
-            return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
-        }
-        st->relu = cfg->relu_after;
-        st->add = cfg->add_relu_after;
-        st->cudnn = cudnn;
-        *state = st;
-    }
-    mp_cuda_raise(workspace_bytes, bn_workspace_floats(&dm, cfg->training ? ctx->sync_world : 1) * sizeof(float));
-    mp_cuda_raise(saved_bytes, 2 * (size_t)dm.C * sizeof(float));
-    if (cfg->tangents) mp_cuda_raise(workspace_bytes, mp_cuda_bn_tangent_workspace(ctx, info));
+    mp_cuda_raise(workspace_bytes, cudnn ? ws_cudnn : ws);
+    mp_cuda_raise(saved_bytes, cudnn ? saved_cudnn : saved);
     return MP_OK;
 }
 
@@ -439,12 +494,29 @@ static mp_status bn_param_check(const mp_op_call *c) {
                     mp_dtype_name(c->param[P_RUNNING_VAR].dtype));
 }
 
+/* The fast kernels' rows per pass for this call (batchnorm2d_fast.h), or 0:
+ * one dtype for every activation it touches, every pointer 16-byte aligned. */
+static int fast_rows(const mp_op_call *c, const mp_tensor *const *ts, int n) {
+    if (mp_env_get()->no_bn_fast) return 0;
+    const mp_dtype dt = c->in[0].dtype;
+    for (int i = 0; i < n; i++)
+        if (ts[i] && ts[i]->data && (ts[i]->dtype != dt || !mp_cuda_aligned16(ts[i]->data))) return 0;
+    return mp_bn_fast_rows_per_pass(dt, mp_cuda_channels(&c->in[0].shape));
+}
+
+static int fast_forward_rows(const mp_op_call *c) {
+    const mp_tensor *ts[] = {&c->in[0], &c->out, fused_add(c) ? &c->resid : NULL};
+    return fast_rows(c, ts, 3);
+}
+
 static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     MP_TRY(bn_param_check(c));
-    const bn_dims dm = bn_dims_of(ctx, &c->in[0].shape);
+    bn_dims dm = bn_dims_of(ctx, &c->in[0].shape);
     if (c->training && dm.M < 2) return bn_batch_error(c->desc, &c->in[0].shape);
     if (const mp_bn_cudnn *cudnn = on_cudnn(c, false)) return mp_bn_cudnn_forward(ctx, cudnn, c);
     const mp_tensor *x = &c->in[0], *y = &c->out, *p = c->param;
+    const int rpp = fast_forward_rows(c);
+    if (rpp) dm = bn_fast_dims(ctx, &x->shape, rpp);
     const int C = dm.C;
     float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
     float *save_mean = (float *)c->saved, *save_invstd = save_mean + C;
@@ -454,7 +526,10 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const dim3 block(b.bx, b.by), fin_grid((C + FIN_BX - 1) / FIN_BX);
     if (c->training) {
         float *pmean = ws, *pm2 = ws + (size_t)dm.G * C;
-        if (b.vec == 8)
+        if (rpp)
+            MP_TRY(mp_cuda_op_status(c, "forward",
+                                     mp_bn_fast_stats(ctx->stream, x->dtype, x->data, dm.M, C, dm.G, dm.R, pmean, pm2)));
+        else if (b.vec == 8)
             bn_stats_kernel<8><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dm.M, C, dm.R, pmean, pm2);
         else
             bn_stats_kernel<1><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(x->data, x->dtype, dm.M, C, dm.R, pmean, pm2);
@@ -477,8 +552,12 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
             C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
             (const float *)p[P_RUNNING_MEAN].data, (const float *)p[P_RUNNING_VAR].data, eps, coef);
     }
-    const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
     const bool relu = fused_relu(c);
+    if (rpp)
+        return mp_cuda_op_status(c, "forward",
+                                 mp_bn_fast_apply(ctx->stream, x->dtype, x->data, fused_add(c) ? c->resid.data : NULL,
+                                                  y->data, dm.M, C, dm.G, dm.R, coef, relu));
+    const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
     if (fused_add(c))
         return mp_cuda_op_status(
             c, "forward", mp_bn_add_relu_apply(ctx->stream, grid, block, b.vec, x, &c->resid, y, dm.M, C, coef));
@@ -497,17 +576,20 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     void *dr = add ? c->d_resid.data : NULL; /* the fused add's gradient to its residual input */
     if (!dx->data && !dg->data && !db->data && !dr) return MP_OK;
     if (const mp_bn_cudnn *cudnn = on_cudnn(c, true)) return mp_bn_cudnn_backward(ctx, cudnn, c);
-    if (c->d_in_add)
-        return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': backward adding into dx needs cuDNN's kernels, which this "
-                        "call does not fit", c->desc->name ? c->desc->name : "?");
-    const bn_dims dm = bn_dims_of(ctx, &x->shape);
+    const mp_tensor *y = &c->out; /* with a fused ReLU: its output, the mask of dy */
+    const mp_tensor *ts[] = {x, dy, dx, fused_relu(c) ? y : NULL, add ? &c->d_resid : NULL};
+    const int rpp = fast_rows(c, ts, 5);
+    const bool add_dx = (c->d_in_add & 1u) != 0;
+    if (add_dx && (add || !dx->data))
+        return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': asked to add into dx, which a fused residual add's "
+                        "backward (or one without dx) cannot", c->desc->name ? c->desc->name : "?");
+    const bn_dims dm = rpp ? bn_fast_dims(ctx, &x->shape, rpp) : bn_dims_of(ctx, &x->shape);
     const int C = dm.C;
     float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
     float *psdy = ws, *psdyx = ws + (size_t)dm.G * C;
     const float *save_mean = (const float *)c->saved, *save_invstd = save_mean + C;
     const float *rmean = (const float *)p[P_RUNNING_MEAN].data, *rvar = (const float *)p[P_RUNNING_VAR].data;
     const bool batch_stats = c->training;
-    const mp_tensor *y = &c->out; /* with a fused ReLU: its output, the mask of dy */
     const void *mask = fused_relu(c) ? y->data : NULL;
     const bool aligned = mp_cuda_aligned16(x->data) && mp_cuda_aligned16(dy->data) &&
                          (!dx->data || mp_cuda_aligned16(dx->data)) && (!mask || mp_cuda_aligned16(mask)) &&
@@ -517,7 +599,15 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     /* inference with only dx wanted needs no sums: a = b = 0 */
     const bool reduce = batch_stats || dg->data || db->data;
     const float *mu = batch_stats ? save_mean : rmean;
-    if (reduce) {
+    mp_bn_fast_mask fm = {mask, NULL, NULL};
+    /* a fused ReLU alone: its mask recomputed from x and what our forward
+     * saved (not cuDNN's, whose forward leaves no scale and shift) */
+    if (mask && !add && batch_stats && !on_cudnn(c, false)) fm = (mp_bn_fast_mask){NULL, save_mean, save_invstd + C};
+    if (reduce && rpp)
+        MP_TRY(mp_cuda_op_status(c, "backward",
+                                 mp_bn_fast_bwd_reduce(ctx->stream, x->dtype, x->data, dy->data, fm, mu, dm.M, C, dm.G,
+                                                       dm.R, psdy, psdyx)));
+    else if (reduce) {
         if (b.vec == 8)
             bn_bwd_reduce_kernel<8><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(
                 x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype, mu, dm.M, C, dm.R, psdy, psdyx);
@@ -541,6 +631,10 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
         psdy, psdyx, stride, G, M, C, NULL, batch_stats, save_mean, save_invstd, rmean, rvar, c->desc->attr.bn.eps,
         p[P_WEIGHT].data, p[P_WEIGHT].dtype, dgamma, dg->dtype, dbeta, db->dtype, coef);
+    if (rpp && (dx->data || dr))
+        return mp_cuda_op_status(c, "backward",
+                                 mp_bn_fast_dx(ctx->stream, x->dtype, x->data, dy->data, fm, dx->data, add_dx, dr,
+                                               c->d_resid_add, dm.M, C, dm.G, dm.R, coef));
     if (add && (dx->data || dr)) {
         const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
         return mp_cuda_op_status(c, "backward",
@@ -551,10 +645,10 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
         const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
         if (b.vec == 8)
             bn_dx_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype,
-                                                             dx->data, dx->dtype, dm.M, C, coef);
+                                                             dx->data, dx->dtype, add_dx, dm.M, C, coef);
         else
             bn_dx_kernel<1><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype,
-                                                             dx->data, dx->dtype, dm.M, C, coef);
+                                                             dx->data, dx->dtype, add_dx, dm.M, C, coef);
     }
     return mp_cuda_op_status(c, "backward", cudaSuccess);
 }
@@ -576,10 +670,12 @@ static mp_status bn_tangent(mp_cuda_ctx *ctx, const mp_op_call *c, bool backward
 static mp_status bn_forward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) { return bn_tangent(ctx, c, false); }
 static mp_status bn_backward_tangent(mp_cuda_ctx *ctx, const mp_op_call *c) { return bn_tangent(ctx, c, true); }
 
-/* dx added into another consumer's gradient: on cuDNN's kernels only. */
+/* dx added into another consumer's gradient (cuDNN's kernels and ours;
+ * not with the residual add fused in, whose dx kernel writes two gradients). */
 static bool bn_adds_input_grad(const void *state, int k) {
     const bn_state *st = (const bn_state *)state;
-    return k == 0 && st && mp_bn_cudnn_adds_dx(st->cudnn);
+    if (k != 0 || !st || st->add) return false;
+    return st->cudnn ? mp_bn_cudnn_adds_dx(st->cudnn) : !mp_env_get()->no_cudnn_add_dx;
 }
 
 extern "C" const mp_cuda_op_vtable mp_cuda_batchnorm2d_vt = {"batchnorm2d",      bn_prepare,

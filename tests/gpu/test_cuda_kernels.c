@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "cuda/batchnorm2d_fast.h"
 #include "cuda/filter_krsc_batch.h"
 #include "cuda/host_copy.h"
 #include "cuda/lib_kernels.h"
@@ -483,6 +484,129 @@ static void host_copies_krsc(mp_cuda_ctx *ctx) {
     printf("host copies: %d of %d filters in KRSC on the device as to_krsc makes them, and back\n", same, cases);
 }
 
+/* ---- batch norm's fast kernels (batchnorm2d_fast.h) ---------------------- */
+
+/* v rounded to dt and back, on the host (round to nearest even). */
+static float host_round(float v, mp_dtype dt) {
+    if (dt == MP_DTYPE_F16) return mp_f16_to_f32(mp_f32_to_f16(v));
+    if (dt == MP_DTYPE_BF16) return mp_bf16_to_f32(mp_f32_to_bf16(v));
+    return v;
+}
+
+static void to_dtype(const float *f, void *out, size_t n, mp_dtype dt) {
+    for (size_t i = 0; i < n; i++) {
+        if (dt == MP_DTYPE_F16) ((mp_f16 *)out)[i] = mp_f32_to_f16(f[i]);
+        else if (dt == MP_DTYPE_BF16) ((mp_bf16 *)out)[i] = mp_f32_to_bf16(f[i]);
+        else ((float *)out)[i] = f[i];
+    }
+}
+
+static float from_dtype(const void *p, size_t i, mp_dtype dt) {
+    if (dt == MP_DTYPE_F16) return mp_f16_to_f32(((const mp_f16 *)p)[i]);
+    if (dt == MP_DTYPE_BF16) return mp_bf16_to_f32(((const mp_bf16 *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static bool same_value(float a, float b) { return a == b || (isnan(a) && isnan(b)); }
+
+/* The fused ReLU's backward mask, recomputed from x and the forward's
+ * (mu, scale, shift), gives what reading the stored output gives, bit for
+ * bit: the reductions' partials and dx, over channels whose scales put
+ * values where rounding to the storage dtype makes them 0 (f16 below
+ * 2^-25, bf16 below 2^-134) and NaNs. The apply's y equals the host's
+ * round(relu(fma(x - mu, scale, shift))); dx_add gives old + dx within a
+ * rounding and dr the masked dy. */
+static void bn_fast_mask_exact(mp_cuda_ctx *ctx, mp_dtype dt) {
+    const int C = dt == MP_DTYPE_F32 ? 24 : 40, G = 7;
+    const long long M = 3001, R = (M + G - 1) / G;
+    const size_t n = (size_t)M * C, es = mp_dtype_size(dt);
+    const int rpp = mp_bn_fast_rows_per_pass(dt, C);
+    float *x = malloc(n * 4), *dy = malloc(n * 4), *old = malloc(n * 4), *coef = malloc(7 * (size_t)C * 4);
+    void *hx = malloc(n * es), *hdy = malloc(n * es), *hold = malloc(n * es), *hy = malloc(n * es);
+    void *hdx[3] = {malloc(n * es), malloc(n * es), malloc(n * es)}, *hdr = malloc(n * es);
+    float *hp[4] = {malloc((size_t)G * C * 4), malloc((size_t)G * C * 4), malloc((size_t)G * C * 4),
+                    malloc((size_t)G * C * 4)};
+    void *dX = NULL, *dDY = NULL, *dY = NULL, *dDX = NULL, *dDR = NULL;
+    float *dCoef = NULL, *dP = NULL;
+    bool ok = rpp > 0 && x && dy && old && coef && hx && hdy && hold && hy && hdx[0] && hdx[1] && hdx[2] && hdr &&
+              hp[0] && hp[1] && hp[2] && hp[3];
+    mp_rng rng;
+    mp_rng_seed(&rng, 0x424E4653 + (uint64_t)dt);
+    /* coef: forward (mu, scale, shift) at 0, C, 2C; dx's (mu, k, a, b) at 3C.. */
+    const float scales[] = {1.f, 0x1p-20f, 0x1p-126f, 1e-3f, -1.f, 0x1p-30f, 2.f, -0x1p-125f};
+    for (int c = 0; ok && c < C; c++) {
+        coef[c] = (float)(0.1 * mp_rng_normal(&rng));
+        coef[C + c] = scales[c % 8] * (c % 3 ? 1.f : 0.75f);
+        coef[2 * C + c] = c % 5 == 0 ? 1e-9f : 0.f;
+        coef[3 * C + c] = coef[c];
+        coef[4 * C + c] = (float)mp_rng_normal(&rng);
+        coef[5 * C + c] = (float)(0.01 * mp_rng_normal(&rng));
+        coef[6 * C + c] = (float)(0.01 * mp_rng_normal(&rng));
+    }
+    for (size_t i = 0; ok && i < n; i++) {
+        x[i] = i % 97 == 5 ? NAN : (float)(mp_rng_normal(&rng) * (i % 2 ? 1e-3 : 1.0));
+        dy[i] = (float)mp_rng_normal(&rng);
+        old[i] = (float)mp_rng_normal(&rng);
+    }
+    if (ok) to_dtype(x, hx, n, dt), to_dtype(dy, hdy, n, dt), to_dtype(old, hold, n, dt);
+    ok = ok && cudaMalloc(&dX, n * es) == cudaSuccess && cudaMalloc(&dDY, n * es) == cudaSuccess &&
+         cudaMalloc(&dY, n * es) == cudaSuccess && cudaMalloc(&dDX, n * es) == cudaSuccess &&
+         cudaMalloc(&dDR, n * es) == cudaSuccess && cudaMalloc((void **)&dCoef, 7 * (size_t)C * 4) == cudaSuccess &&
+         cudaMalloc((void **)&dP, 4 * (size_t)G * C * 4) == cudaSuccess &&
+         cudaMemcpy(dX, hx, n * es, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(dDY, hdy, n * es, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(dCoef, coef, 7 * (size_t)C * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaDeviceSynchronize() == cudaSuccess;
+    const cudaStream_t st = ctx->stream;
+    const mp_bn_fast_mask by_y = {dY, NULL, NULL}, by_x = {NULL, dCoef, dCoef + C};
+    const float *dxc = dCoef + 3 * C;
+    ok = ok && mp_bn_fast_apply(st, dt, dX, NULL, dY, M, C, G, R, dCoef, true) == cudaSuccess &&
+         mp_bn_fast_bwd_reduce(st, dt, dX, dDY, by_y, dxc, M, C, G, R, dP, dP + G * C) == cudaSuccess &&
+         mp_bn_fast_bwd_reduce(st, dt, dX, dDY, by_x, dxc, M, C, G, R, dP + 2 * G * C, dP + 3 * G * C) ==
+             cudaSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess && cudaMemcpy(hy, dY, n * es, cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (int k = 0; ok && k < 4; k++)
+        ok = cudaMemcpy(hp[k], dP + (size_t)k * G * C, (size_t)G * C * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
+    /* dx by y, dx by x, then dx_add over old with dr */
+    for (int v = 0; ok && v < 3; v++) {
+        ok = (v < 2 || cudaMemcpy(dDX, hold, n * es, cudaMemcpyHostToDevice) == cudaSuccess) &&
+             cudaDeviceSynchronize() == cudaSuccess &&
+             mp_bn_fast_dx(st, dt, dX, dDY, v == 0 ? by_y : by_x, dDX, v == 2, v == 2 ? dDR : NULL, false, M, C, G, R,
+                           dxc) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess &&
+             cudaMemcpy(hdx[v], dDX, n * es, cudaMemcpyDeviceToHost) == cudaSuccess &&
+             (v < 2 || cudaMemcpy(hdr, dDR, n * es, cudaMemcpyDeviceToHost) == cudaSuccess);
+    }
+    long long y_bad = 0, rounded_away = 0, dx_bad = 0, add_bad = 0, dr_bad = 0;
+    const float eps = dt == MP_DTYPE_F16 ? 0x1p-11f : dt == MP_DTYPE_BF16 ? 0x1p-8f : 0x1p-24f;
+    for (size_t i = 0; ok && i < n; i++) {
+        const int c = (int)(i % C);
+        const float xv = from_dtype(hx, i, dt), v = fmaf(xv - coef[c], coef[C + c], coef[2 * C + c]);
+        const float want = host_round(v < 0.f ? 0.f : v, dt), got = from_dtype(hy, i, dt);
+        y_bad += !same_value(got, want);
+        rounded_away += v > 0.f && want == 0.f;
+        dx_bad += memcmp((const char *)hdx[0] + i * es, (const char *)hdx[1] + i * es, es) != 0;
+        /* old + dx rounded once, against old + (dx rounded): two of dt's roundings of the terms' size */
+        const float o = from_dtype(hold, i, dt), d = from_dtype(hdx[1], i, dt), sum = o + d,
+                    added = from_dtype(hdx[2], i, dt);
+        add_bad += !(fabsf(added - sum) <= 2 * eps * (fabsf(o) + fabsf(d)) + 1e-30f) && !(isnan(sum) && isnan(added));
+        const float g = !(got <= 0.f) ? from_dtype(hdy, i, dt) : 0.f;
+        dr_bad += !same_value(from_dtype(hdr, i, dt), g);
+    }
+    const bool sums_same = ok && !memcmp(hp[0], hp[2], (size_t)G * C * 4) && !memcmp(hp[1], hp[3], (size_t)G * C * 4);
+    const bool pass = ok && sums_same && !y_bad && !dx_bad && !add_bad && !dr_bad &&
+                      (dt == MP_DTYPE_F32 || rounded_away > 0);
+    expect(pass);
+    printf("%s: batch norm fast kernels %s, %lld x %d: y vs host %lld off, %lld values rounded to 0; recomputed mask: "
+           "sums %s, dx %lld off; dx_add %lld off, dr %lld off%s%s\n",
+           pass ? "ok" : "FAIL", mp_dtype_name(dt), M, C, y_bad, rounded_away, sums_same ? "equal" : "DIFFER", dx_bad,
+           add_bad, dr_bad, ok ? "" : ": ", ok ? "" : mp_last_error());
+    cudaFree(dX), cudaFree(dDY), cudaFree(dY), cudaFree(dDX), cudaFree(dDR), cudaFree(dCoef), cudaFree(dP);
+    free(x), free(dy), free(old), free(coef), free(hx), free(hdy), free(hold), free(hy), free(hdr);
+    for (int k = 0; k < 3; k++) free(hdx[k]);
+    for (int k = 0; k < 4; k++) free(hp[k]);
+}
+
 int main(void) {
     mp_cuda_ctx *ctx = NULL;
     if (mp_cuda_ctx_create(0, &ctx) != MP_OK) {
@@ -505,6 +629,7 @@ int main(void) {
     krsc_batch(ctx);
     from_krsc_exact(ctx);
     host_copies_krsc(ctx);
+    for (int d = 0; d < 3; d++) bn_fast_mask_exact(ctx, DTYPES[d]);
     printf("test_cuda_kernels: %d passed, %d failed\n", n_run - n_failed, n_failed);
     mp_cuda_ctx_destroy(ctx);
     return n_failed ? 1 : 0;

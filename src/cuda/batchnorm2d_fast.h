@@ -1,0 +1,72 @@
+/* batchnorm2d_fast.h — batchnorm2d's streaming passes at memory speed, for
+ * batchnorm2d_cuda.cu: the training statistics, the apply, the backward
+ * sums and dx over channels-last rows of C channels where every activation
+ * of the call has one dtype T (f32, f16 or bf16), C is a multiple of
+ * VEC = 16 / sizeof(T) and at most 256 * VEC, and every pointer is 16-byte
+ * aligned. CUDA only (C-callable, for the tests). Same arithmetic as batchnorm2d_cuda.cu's general kernels (Welford
+ * within a thread, Chan's merge in a fixed order, f32 sums), so the same
+ * finalize kernels merge their partials; what differs is how they move
+ * bytes: the dtype is a template parameter (no per-element dispatch), a
+ * block's threads cover whole rows (consecutive threads read consecutive
+ * 16 bytes, whatever C is), each thread has four rows' loads in flight, the
+ * second pass over a chunk walks it backwards (its last rows are still in
+ * L2), and the backward of a fused ReLU recomputes its mask from x and the
+ * forward's coefficients instead of reading the output.
+ *
+ * Each pass splits the M rows into G chunks of R rows (the last may be
+ * shorter), one block each; the reductions write one partial per chunk and
+ * channel into (G, C) arrays as the general kernels do. */
+#ifndef MP_CUDA_BATCHNORM2D_FAST_H
+#define MP_CUDA_BATCHNORM2D_FAST_H
+
+#include <cuda_runtime.h>
+
+#include "mixprec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Rows per block pass for dtype dt and C channels, or 0 where these
+ * kernels do not apply (dtype, C not a multiple of VEC or above 256 * VEC). */
+int mp_bn_fast_rows_per_pass(mp_dtype dt, int C);
+
+/* Per chunk and channel: mean and sum of squared deviations -> pmean/pm2 (G, C). */
+cudaError_t mp_bn_fast_stats(cudaStream_t st, mp_dtype dt, const void *x, long long M, int C, int G, long long R,
+                             float *pmean, float *pm2);
+
+/* y = bn(x) = (x - mu) * scale + shift with coef = (mu, scale, shift), C
+ * each; relu: y = relu(bn(x)); resid (non-NULL, relu too): y =
+ * relu(round(bn(x)) + resid), the unfused add's rounding kept. */
+cudaError_t mp_bn_fast_apply(cudaStream_t st, mp_dtype dt, const void *x, const void *resid, void *y, long long M,
+                             int C, int G, long long R, const float *coef, bool relu);
+
+/* The dy a batch norm's backward sees: dy itself (all NULL), dy where the
+ * stored output y > 0 (y_mask, a fused add + ReLU's), or dy where
+ * round(bn(x)) > 0 with the forward's mu (fwd_mu[c]), scale
+ * (fwd_scale[c]) and shift (fwd_scale[C + c]) (a fused ReLU's, recomputed:
+ * the stored output's sign, bit for bit). NaN passes either mask, as
+ * relu's backward. */
+typedef struct {
+    const void *y_mask;
+    const float *fwd_mu, *fwd_scale;
+} mp_bn_fast_mask;
+
+/* Per chunk and channel: sum(g) and sum(g * (x - mu)) -> psdy/psdyx (G, C),
+ * g the masked dy. */
+cudaError_t mp_bn_fast_bwd_reduce(cudaStream_t st, mp_dtype dt, const void *x, const void *dy, mp_bn_fast_mask mask,
+                                  const float *mu, long long M, int C, int G, long long R, float *psdy,
+                                  float *psdyx);
+
+/* dx = k * (g - a - (x - mu) * b) with coef = (mu, k, a, b), C each, g the
+ * masked dy, when dx is non-NULL (dx_add: dx + that, one rounding); the
+ * fused add's residual gradient dr = g when dr is non-NULL (dr_add: dr + g). */
+cudaError_t mp_bn_fast_dx(cudaStream_t st, mp_dtype dt, const void *x, const void *dy, mp_bn_fast_mask mask,
+                          void *dx, bool dx_add, void *dr, bool dr_add, long long M, int C, int G, long long R,
+                          const float *coef);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
