@@ -125,8 +125,8 @@ typedef struct {
     bool cudnn_debug;          /**< MIXPREC_CUDNN_DEBUG=1: print every timed convolution search */
     int cudnn_engines;         /**< MIXPREC_CUDNN_ENGINES: 1 (default) graph-API engines, 0 legacy only, 2 "force" */
     int cudnn_engine_candidates; /**< MIXPREC_CUDNN_ENGINE_CANDIDATES=N (default 12) */
-    int cudnn_bn;              /**< MIXPREC_CUDNN_BN: 2 (unset) timed per layer between cuDNN's f16/bf16 batch-norm
-                                    kernels and ours, 1 cuDNN's wherever they apply, 0 ours only */
+    int cudnn_bn;              /**< MIXPREC_CUDNN_BN: 0 our batch-norm kernels only, 1 cuDNN's f16/bf16 ones wherever
+                                    they apply, 2 (unset or any other value) timed per layer between the two */
     bool no_bn_fast;           /**< MIXPREC_BN_FAST=0: GPU batch norm on our general kernels only, not the fast
                                     one-dtype ones */
     double cudnn_workspace_mb; /**< MIXPREC_CUDNN_WORKSPACE_MB (0: default ceiling) */

@@ -9,8 +9,9 @@
  * reductions are deterministic: G row chunks (fixed by M and the SM count)
  * each give one partial per channel (Welford within a thread, Chan's merge
  * across threads, fixed tree order), and a finalize kernel merges the G
- * partials in a fixed order. Forward keeps the batch mean and 1/std (f32) in
- * saved; the workspace holds the partials and per-channel coefficients.
+ * partials in a fixed order. Forward keeps the batch mean, 1/std and the
+ * scale and shift it applied (f32, BN_SAVED per channel) in saved; the
+ * workspace holds the partials and per-channel coefficients.
  * Fused with the ReLU that reads it (cfg->relu_after, graph/plan_fuse.h),
  * forward stores relu(y) and backward masks dy where that output is <= 0,
  * with activation_cuda.cu's relu semantics (NaN passes). With a residual
@@ -182,10 +183,11 @@ __device__ __forceinline__ double fin_tree_sum(double (*s)[FIN_BX], double v, in
     return total;
 }
 
-__global__ void bn_finalize_fwd_kernel(const float *pmean, const float *pm2, long long stride, int G, long long M,
-                                       long long R, int C, const void *gamma, mp_dtype gdt, const void *beta,
-                                       mp_dtype bdt, float *rmean, float *rvar, float eps, float mom,
-                                       float *save_mean, float *save_invstd, float *coef, float *local) {
+__global__ void __launch_bounds__(FIN_BX * FIN_BY)
+    bn_finalize_fwd_kernel(const float *pmean, const float *pm2, long long stride, int G, long long M,
+                           long long R, int C, const void *gamma, mp_dtype gdt, const void *beta, mp_dtype bdt,
+                           float *rmean, float *rvar, float eps, float mom, float *save_mean, float *save_invstd,
+                           float *coef, float *local) {
     /* save_invstd + C: the scale and shift too (BN_SAVED floats per channel),
      * for a backward that recomputes the fused ReLU's mask */
     __shared__ double s_sum[FIN_BY][FIN_BX];
@@ -333,11 +335,11 @@ __global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy
  * With `local`: write the sums to local[c], local[C + c] (and dgamma,
  * dbeta, which stay this rank's own: data parallelism averages them) and
  * stop; synchronized BatchNorm then sums the ranks' sums for a and b. */
-__global__ void bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, long long stride, int G, long long M,
-                                       int C, float *local,
-                                       bool batch_stats, const float *mean, const float *invstd, const float *rmean,
-                                       const float *rvar, float eps, const void *gamma, mp_dtype gdt, void *dgamma,
-                                       mp_dtype dgdt, void *dbeta, mp_dtype dbdt, float *coef) {
+__global__ void __launch_bounds__(FIN_BX * FIN_BY)
+    bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, long long stride, int G, long long M, int C,
+                           float *local, bool batch_stats, const float *mean, const float *invstd,
+                           const float *rmean, const float *rvar, float eps, const void *gamma, mp_dtype gdt,
+                           void *dgamma, mp_dtype dgdt, void *dbeta, mp_dtype dbdt, float *coef) {
     __shared__ float s_a[FIN_BY][FIN_BX], s_b[FIN_BY][FIN_BX];
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
     float sa = 0.f, sb = 0.f;

@@ -9,12 +9,15 @@
  * f16 or bf16 input and output (one dtype), f32 compute, f32 parameters and running stats,
  * channels a multiple of 8, fewer than 2^31 elements and at most 880 801 samples (PyTorch's
  * limits for them), eps >= CUDNN_BN_MIN_EPSILON, no synchronized BatchNorm, not under
- * MIXPREC_DETERMINISTIC=1, and MIXPREC_CUDNN_BN is not 0. cuDNN 9 runs them in bf16 too
+ * MIXPREC_DETERMINISTIC=1, MIXPREC_CUDNN_BN is not 0, and (unless it is 1) they
+ * timed faster than ours for the layer (batchnorm2d_pick.h). cuDNN 9 runs them in bf16 too
  * on the H200: resnet18 b512 amp-bf16 68.7k -> 84.5k images/s, level with f16 (bench
  * notes v0.18); a shape cuDNN refuses at prepare() stays on our kernels.
  *
  * Same contract as our kernels: saved holds the batch mean and 1/std (f32,
- * C each) where our backward reads them, then cuDNN's reserve space; the
+ * C each) where our backward reads them, then cuDNN's reserve space (where
+ * our forward keeps its scale and shift: a backward after cuDNN's forward
+ * reads the ReLU's mask from the output, never recomputes it); the
  * running variance moves towards the unbiased batch variance; the ReLU lets
  * NaN through (CUDNN_PROPAGATE_NAN). With a residual add fused in
  * (cfg->add_relu_after, graph/plan_fuse.h) the ops are

@@ -32,8 +32,12 @@ static void scratch_free(scratch *s) {
 
 /* The call over scratch: x, y, dy, dx (+ resid, d_resid), gamma, beta and
  * the running statistics f32, every byte 0x3C (finite, positive values in
- * every dtype: the passes' speed does not depend on them). */
-static bool scratch_call(const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
+ * every dtype: the passes' speed does not depend on them), set on the
+ * context's stream (non-blocking: the legacy stream's memsets would not be
+ * ordered before the timed passes). The executor may also ask a backward
+ * to add into the residual's gradient, which only our kernels do: such
+ * calls run ours whatever the pick, so the pick times the common call. */
+static bool scratch_call(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
                          const mp_bn_candidates *cand, scratch *s, mp_op_call *c) {
     memset(s, 0, sizeof *s);
     const mp_shape *x = &info->in[0];
@@ -41,11 +45,13 @@ static bool scratch_call(const mp_op_desc *d, const mp_op_info *info, const mp_c
     const size_t bytes = (size_t)mp_shape_numel(x) * mp_dtype_size(cfg->storage);
     bool ok = true;
     for (int i = 0; ok && i < n_act; i++)
-        ok = cudaMalloc(&s->act[i], bytes) == cudaSuccess && cudaMemset(s->act[i], 0x3C, bytes) == cudaSuccess;
+        ok = cudaMalloc(&s->act[i], bytes) == cudaSuccess &&
+             cudaMemsetAsync(s->act[i], 0x3C, bytes, ctx->stream) == cudaSuccess;
     ok = ok && cudaMalloc((void **)&s->params, 6 * (size_t)C * sizeof(float)) == cudaSuccess &&
-         cudaMemset(s->params, 0x3C, 6 * (size_t)C * sizeof(float)) == cudaSuccess &&
+         cudaMemsetAsync(s->params, 0x3C, 6 * (size_t)C * sizeof(float), ctx->stream) == cudaSuccess &&
          cudaMalloc(&s->saved, cand->saved ? cand->saved : 1) == cudaSuccess &&
-         cudaMalloc(&s->workspace, cand->workspace ? cand->workspace : 1) == cudaSuccess;
+         cudaMalloc(&s->workspace, cand->workspace ? cand->workspace : 1) == cudaSuccess &&
+         cudaStreamSynchronize(ctx->stream) == cudaSuccess;
     if (!ok) {
         scratch_free(s);
         cudaGetLastError(); /* the failed allocation's error is not the stream's */
@@ -76,7 +82,10 @@ static float time_passes(mp_cuda_ctx *ctx, const mp_bn_candidates *cand, mp_op_c
     cudaGraphExec_t exec = NULL;
     cudaEvent_t ev[2] = {NULL, NULL};
     float t[TRIALS], ms = -1.f;
-    if (cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1.f;
+    if (cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError(); /* not the next kernel's error */
+        return -1.f;
+    }
     mp_status st = MP_OK;
     for (int r = 0; st == MP_OK && r < REPS; r++) {
         st = cand->forward(ctx, c);
@@ -118,7 +127,7 @@ bool mp_bn_pick_cudnn(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *i
     scratch s;
     mp_op_call c;
     float ours = -1.f, theirs = -1.f;
-    if (scratch_call(d, info, cfg, cand, &s, &c)) {
+    if (scratch_call(ctx, d, info, cfg, cand, &s, &c)) {
         ours = time_passes(ctx, cand, &c, cand->ours);
         theirs = time_passes(ctx, cand, &c, cand->cudnn);
         scratch_free(&s);

@@ -6,9 +6,11 @@
  * choice is timed once per (GPU model, shape, dtype, fusion) and process:
  * forward + backward on scratch tensors of the node's shapes, captured in a
  * CUDA graph as the training step runs them (launch costs as there), the
- * median of three replays of each. MIXPREC_CUDNN_BN=1 takes cuDNN's and =0
- * ours without timing; so does MIXPREC_DETERMINISTIC=1 (ours: cuDNN's are
- * off there). CUDA only. */
+ * median of three replays of each. As with the convolutions, the choice
+ * (and so the last bits of the results: the two round differently) may
+ * differ between runs and processes; MIXPREC_CUDNN_BN=1 takes cuDNN's and
+ * =0 ours without timing, and MIXPREC_DETERMINISTIC=1 ours (cuDNN's are off
+ * there). CUDA only. */
 #ifndef MP_CUDA_BATCHNORM2D_PICK_H
 #define MP_CUDA_BATCHNORM2D_PICK_H
 

@@ -3,9 +3,10 @@
  * against the same plan unfused and the CPU:
  *  - resnet18 (3x3 convs, stride-2 blocks with 1x1 projection shortcuts,
  *    channels multiples of 8: cuDNN's BN_ADD_ACTIVATION kernels in f16 and
- *    bf16, our 16-byte kernels under MIXPREC_CUDNN_BN=0, which
- *    scripts/gpu-check runs too) and a small residual net of 20/40 channels
- *    (the scalar kernels) whose residual has a consumer after the add, so
+ *    bf16 where timed faster, else our 16-byte kernels; scripts/gpu-check
+ *    also runs it with ours forced, fast and general) and a small residual
+ *    net of 20/40 channels (20: the scalar kernels; 40: the fast ones in
+ *    f16/bf16) whose residual has a consumer after the add, so
  *    the fused backward adds to a gradient already written;
  *  - amp-bf16, amp-fp16, bf16 and fp16: every add of a block tail fused; one
  *    training step: the loss and the gradients of every parameter as close

@@ -514,8 +514,9 @@ static bool same_value(float a, float b) { return a == b || (isnan(a) && isnan(b
  * bit: the reductions' partials and dx, over channels whose scales put
  * values where rounding to the storage dtype makes them 0 (f16 below
  * 2^-25, bf16 below 2^-134) and NaNs. The apply's y equals the host's
- * round(relu(fma(x - mu, scale, shift))); dx_add gives old + dx within a
- * rounding and dr the masked dy. */
+ * round(relu(fma(x - mu, scale, shift))); dx is written everywhere (over
+ * NaN bytes); dx_add gives old + dx within a rounding, dr the masked dy and
+ * dr_add old + that. */
 static void bn_fast_mask_exact(mp_cuda_ctx *ctx, mp_dtype dt) {
     const int C = dt == MP_DTYPE_F32 ? 24 : 40, G = 7;
     const long long M = 3001, R = (M + G - 1) / G;
@@ -523,12 +524,12 @@ static void bn_fast_mask_exact(mp_cuda_ctx *ctx, mp_dtype dt) {
     const int rpp = mp_bn_fast_rows_per_pass(dt, C);
     float *x = malloc(n * 4), *dy = malloc(n * 4), *old = malloc(n * 4), *coef = malloc(7 * (size_t)C * 4);
     void *hx = malloc(n * es), *hdy = malloc(n * es), *hold = malloc(n * es), *hy = malloc(n * es);
-    void *hdx[3] = {malloc(n * es), malloc(n * es), malloc(n * es)}, *hdr = malloc(n * es);
+    void *hdx[3] = {malloc(n * es), malloc(n * es), malloc(n * es)}, *hdr = malloc(n * es), *hdr_add = malloc(n * es);
     float *hp[4] = {malloc((size_t)G * C * 4), malloc((size_t)G * C * 4), malloc((size_t)G * C * 4),
                     malloc((size_t)G * C * 4)};
     void *dX = NULL, *dDY = NULL, *dY = NULL, *dDX = NULL, *dDR = NULL;
     float *dCoef = NULL, *dP = NULL;
-    bool ok = rpp > 0 && x && dy && old && coef && hx && hdy && hold && hy && hdx[0] && hdx[1] && hdx[2] && hdr &&
+    bool ok = rpp > 0 && x && dy && old && coef && hx && hdy && hold && hy && hdx[0] && hdx[1] && hdx[2] && hdr && hdr_add &&
               hp[0] && hp[1] && hp[2] && hp[3];
     mp_rng rng;
     mp_rng_seed(&rng, 0x424E4653 + (uint64_t)dt);
@@ -567,15 +568,17 @@ static void bn_fast_mask_exact(mp_cuda_ctx *ctx, mp_dtype dt) {
          cudaStreamSynchronize(st) == cudaSuccess && cudaMemcpy(hy, dY, n * es, cudaMemcpyDeviceToHost) == cudaSuccess;
     for (int k = 0; ok && k < 4; k++)
         ok = cudaMemcpy(hp[k], dP + (size_t)k * G * C, (size_t)G * C * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
-    /* dx by y, dx by x, then dx_add over old with dr */
-    for (int v = 0; ok && v < 3; v++) {
-        ok = (v < 2 || cudaMemcpy(dDX, hold, n * es, cudaMemcpyHostToDevice) == cudaSuccess) &&
-             cudaDeviceSynchronize() == cudaSuccess &&
-             mp_bn_fast_dx(st, dt, dX, dDY, v == 0 ? by_y : by_x, dDX, v == 2, v == 2 ? dDR : NULL, false, M, C, G, R,
-                           dxc) == cudaSuccess &&
+    /* dx by y, dx by x (each over NaN bytes: a value not written shows), then dx_add over old with dr
+     * written, then dr_add over old without dx */
+    for (int v = 0; ok && v < 4; v++) {
+        ok = (v < 2 ? cudaMemset(dDX, 0xFF, n * es) == cudaSuccess
+                    : cudaMemcpy(v == 2 ? dDX : dDR, hold, n * es, cudaMemcpyHostToDevice) == cudaSuccess) &&
+             (v != 2 || cudaMemset(dDR, 0xFF, n * es) == cudaSuccess) && cudaDeviceSynchronize() == cudaSuccess &&
+             mp_bn_fast_dx(st, dt, dX, dDY, v == 0 ? by_y : by_x, v < 3 ? dDX : NULL, v == 2, v >= 2 ? dDR : NULL,
+                           v == 3, M, C, G, R, dxc) == cudaSuccess &&
              cudaStreamSynchronize(st) == cudaSuccess &&
-             cudaMemcpy(hdx[v], dDX, n * es, cudaMemcpyDeviceToHost) == cudaSuccess &&
-             (v < 2 || cudaMemcpy(hdr, dDR, n * es, cudaMemcpyDeviceToHost) == cudaSuccess);
+             (v == 3 || cudaMemcpy(hdx[v], dDX, n * es, cudaMemcpyDeviceToHost) == cudaSuccess) &&
+             (v < 2 || cudaMemcpy(v == 2 ? hdr : hdr_add, dDR, n * es, cudaMemcpyDeviceToHost) == cudaSuccess);
     }
     long long y_bad = 0, rounded_away = 0, dx_bad = 0, add_bad = 0, dr_bad = 0;
     const float eps = dt == MP_DTYPE_F16 ? 0x1p-11f : dt == MP_DTYPE_BF16 ? 0x1p-8f : 0x1p-24f;
@@ -585,13 +588,17 @@ static void bn_fast_mask_exact(mp_cuda_ctx *ctx, mp_dtype dt) {
         const float want = host_round(v < 0.f ? 0.f : v, dt), got = from_dtype(hy, i, dt);
         y_bad += !same_value(got, want);
         rounded_away += v > 0.f && want == 0.f;
-        dx_bad += memcmp((const char *)hdx[0] + i * es, (const char *)hdx[1] + i * es, es) != 0;
+        dx_bad += memcmp((const char *)hdx[0] + i * es, (const char *)hdx[1] + i * es, es) != 0 ||
+                  isnan(from_dtype(hdx[0], i, dt)) != isnan(xv); /* written: NaN only where x is */
         /* old + dx rounded once, against old + (dx rounded): two of dt's roundings of the terms' size */
         const float o = from_dtype(hold, i, dt), d = from_dtype(hdx[1], i, dt), sum = o + d,
                     added = from_dtype(hdx[2], i, dt);
         add_bad += !(fabsf(added - sum) <= 2 * eps * (fabsf(o) + fabsf(d)) + 1e-30f) && !(isnan(sum) && isnan(added));
         const float g = !(got <= 0.f) ? from_dtype(hdy, i, dt) : 0.f;
         dr_bad += !same_value(from_dtype(hdr, i, dt), g);
+        /* dr_add: old + g rounded once */
+        const float dra = from_dtype(hdr_add, i, dt), drw = o + g;
+        dr_bad += !(fabsf(dra - drw) <= eps * fabsf(drw) + 1e-30f) && !(isnan(dra) && isnan(drw));
     }
     const bool sums_same = ok && !memcmp(hp[0], hp[2], (size_t)G * C * 4) && !memcmp(hp[1], hp[3], (size_t)G * C * 4);
     const bool pass = ok && sums_same && !y_bad && !dx_bad && !add_bad && !dr_bad &&
@@ -602,7 +609,7 @@ static void bn_fast_mask_exact(mp_cuda_ctx *ctx, mp_dtype dt) {
            pass ? "ok" : "FAIL", mp_dtype_name(dt), M, C, y_bad, rounded_away, sums_same ? "equal" : "DIFFER", dx_bad,
            add_bad, dr_bad, ok ? "" : ": ", ok ? "" : mp_last_error());
     cudaFree(dX), cudaFree(dDY), cudaFree(dY), cudaFree(dDX), cudaFree(dDR), cudaFree(dCoef), cudaFree(dP);
-    free(x), free(dy), free(old), free(coef), free(hx), free(hdy), free(hold), free(hy), free(hdr);
+    free(x), free(dy), free(old), free(coef), free(hx), free(hdy), free(hold), free(hy), free(hdr), free(hdr_add);
     for (int k = 0; k < 3; k++) free(hdx[k]);
     for (int k = 0; k < 4; k++) free(hp[k]);
 }

@@ -266,12 +266,12 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     CHECK(mp_env_get()->no_conv_krsc_copies ? pb[3] == 0 : pb[3] >= krsc_lo && pb[3] <= krsc_hi,
           "%s %s: KRSC filter copies of %zu bytes, not in [%zu, %zu]", mc->model, mp_precision_name(prec), pb[3],
           krsc_lo, krsc_hi);
-    /* wrn-16-1 in amp: its batch norms run on cuDNN's kernels, which can add their dx into a gradient already
+    /* wrn-16-1 in amp: its batch norms (cuDNN's kernels or ours, as timed) add their dx into a gradient already
      * written (the executor asks for it where an identity shortcut's gradient is there first, so the gradients
-     * checked below went that way), unless the environment turns either off */
+     * checked below went that way), unless the environment turns it off */
     const mp_env *env = mp_env_get();
     if (!strcmp(mc->model, "wrn-16-1") && (prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_AMP_FP16) &&
-        !env->no_cudnn_add_dx && env->cudnn_bn && !env->deterministic) {
+        !env->no_cudnn_add_dx) {
         const mp_cuda_op_vtable *bn = mp_cuda_op_lookup(MP_OP_BATCHNORM2D);
         int adding = 0;
         for (int i = 0; i < pg->n; i++)
