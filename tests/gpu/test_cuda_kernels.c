@@ -487,24 +487,13 @@ static void host_copies_krsc(mp_cuda_ctx *ctx) {
 /* ---- batch norm's fast kernels (batchnorm2d_fast.h) ---------------------- */
 
 /* v rounded to dt and back, on the host (round to nearest even). */
-static float host_round(float v, mp_dtype dt) {
-    if (dt == MP_DTYPE_F16) return mp_f16_to_f32(mp_f32_to_f16(v));
-    if (dt == MP_DTYPE_BF16) return mp_bf16_to_f32(mp_f32_to_bf16(v));
-    return v;
-}
+static float host_round(float v, mp_dtype dt) { return dt == MP_DTYPE_F32 ? v : low_value(low_bits(v, dt), dt); }
 
-static void to_dtype(const float *f, void *out, size_t n, mp_dtype dt) {
-    for (size_t i = 0; i < n; i++) {
-        if (dt == MP_DTYPE_F16) ((mp_f16 *)out)[i] = mp_f32_to_f16(f[i]);
-        else if (dt == MP_DTYPE_BF16) ((mp_bf16 *)out)[i] = mp_f32_to_bf16(f[i]);
-        else ((float *)out)[i] = f[i];
-    }
-}
-
+/* Element i of n values of dt, as f32. */
 static float from_dtype(const void *p, size_t i, mp_dtype dt) {
-    if (dt == MP_DTYPE_F16) return mp_f16_to_f32(((const mp_f16 *)p)[i]);
-    if (dt == MP_DTYPE_BF16) return mp_bf16_to_f32(((const mp_bf16 *)p)[i]);
-    return ((const float *)p)[i];
+    float v;
+    mp_load_f32(&v, (const char *)p + i * mp_dtype_size(dt), dt, 1);
+    return v;
 }
 
 static bool same_value(float a, float b) { return a == b || (isnan(a) && isnan(b)); }
@@ -549,7 +538,7 @@ static void bn_fast_mask_exact(mp_cuda_ctx *ctx, mp_dtype dt) {
         dy[i] = (float)mp_rng_normal(&rng);
         old[i] = (float)mp_rng_normal(&rng);
     }
-    if (ok) to_dtype(x, hx, n, dt), to_dtype(dy, hdy, n, dt), to_dtype(old, hold, n, dt);
+    if (ok) mp_store_f32(hx, dt, x, n), mp_store_f32(hdy, dt, dy, n), mp_store_f32(hold, dt, old, n);
     ok = ok && cudaMalloc(&dX, n * es) == cudaSuccess && cudaMalloc(&dDY, n * es) == cudaSuccess &&
          cudaMalloc(&dY, n * es) == cudaSuccess && cudaMalloc(&dDX, n * es) == cudaSuccess &&
          cudaMalloc(&dDR, n * es) == cudaSuccess && cudaMalloc((void **)&dCoef, 7 * (size_t)C * 4) == cudaSuccess &&
