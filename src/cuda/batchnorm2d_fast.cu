@@ -382,9 +382,11 @@ int mp_bn_fast_rows_per_pass(mp_dtype dt, int C) {
     return THREADS / (C / v);
 }
 
-/* The statements that follow dt with T the dtype's type (one of vec_of's). */
+/* The statements that follow dt with T the dtype's type; any other dtype
+ * is the caller's error (mp_bn_fast_rows_per_pass said 0 for it). */
 #define FAST_DISPATCH(dt, ...)                                                                                        \
     do {                                                                                                              \
+        if (!vec_of(dt)) return cudaErrorInvalidValue;                                                                \
         if ((dt) == MP_DTYPE_F32) { typedef float T; __VA_ARGS__; }                                                   \
         else if ((dt) == MP_DTYPE_F16) { typedef __half T; __VA_ARGS__; }                                             \
         else { typedef __nv_bfloat16 T; __VA_ARGS__; }                                                                \
