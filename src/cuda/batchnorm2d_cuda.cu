@@ -28,7 +28,9 @@
 
 #include "cuda/batchnorm2d_cudnn.h"
 #include "cuda/batchnorm2d_fast.h"
+#include "cuda/batchnorm2d_finalize.cuh"
 #include "cuda/batchnorm2d_math.cuh"
+#include "cuda/batchnorm2d_persist.h"
 #include "cuda/batchnorm2d_pick.h"
 #include "cuda/bn_add_relu_cuda.h"
 #include "cuda/cuda_kernel_util.cuh"
@@ -171,25 +173,9 @@ __global__ void bn_stats_kernel(const void *x, mp_dtype xdt, long long M, int C,
  * update the running stats, write the coefficients (mu, scale, shift). With
  * `local`: only write the merged (mean, m2) to local[c], local[C + c] (a
  * rank's share of synchronized BatchNorm, merged again over the ranks). */
-__device__ __forceinline__ double fin_tree_sum(double (*s)[FIN_BX], double v, int tx, int ty) {
-    s[ty][tx] = v;
-    __syncthreads();
-    for (int k = FIN_BY / 2; k > 0; k >>= 1) {
-        if (ty < k) s[ty][tx] += s[ty + k][tx];
-        __syncthreads();
-    }
-    const double total = s[0][tx];
-    __syncthreads(); /* s is reused */
-    return total;
-}
-
 __global__ void __launch_bounds__(FIN_BX * FIN_BY)
     bn_finalize_fwd_kernel(const float *pmean, const float *pm2, long long stride, int G, long long M,
-                           long long R, int C, const void *gamma, mp_dtype gdt, const void *beta, mp_dtype bdt,
-                           float *rmean, float *rvar, float eps, float mom, float *save_mean, float *save_invstd,
-                           float *coef, float *local) {
-    /* save_invstd + C: the scale and shift too (BN_SAVED floats per channel),
-     * for a backward that recomputes the fused ReLU's mask */
+                           long long R, int C, mp_bn_fwd_out out, float *local) {
     __shared__ double s_sum[FIN_BY][FIN_BX];
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
     double a = 0.0;
@@ -199,7 +185,7 @@ __global__ void __launch_bounds__(FIN_BX * FIN_BY)
             const long long rows = (p + 1LL) * R < M ? R : M - p * R;
             a += (double)rows * pmean[(long long)p * stride + c];
         }
-    const double mean_d = fin_tree_sum(s_sum, a, tx, ty) / (double)M;
+    const double mean_d = mp_bn_column_sum<FIN_BY, FIN_BX>(s_sum, a, tx, ty) / (double)M;
     double b = 0.0;
     if (c < C)
 #pragma unroll 4
@@ -208,23 +194,14 @@ __global__ void __launch_bounds__(FIN_BX * FIN_BY)
             const double d = pmean[(long long)p * stride + c] - mean_d;
             b += pm2[(long long)p * stride + c] + (double)rows * d * d;
         }
-    const double m2_d = fin_tree_sum(s_sum, b, tx, ty);
+    const double m2_d = mp_bn_column_sum<FIN_BY, FIN_BX>(s_sum, b, tx, ty);
     if (ty != 0 || c >= C) return;
-    float mean = (float)mean_d, m2 = (float)m2_d;
+    const float mean = (float)mean_d, m2 = (float)m2_d;
     if (local) {
         local[c] = mean, local[C + c] = m2;
         return;
     }
-    float invstd = 1.f / sqrtf(m2 / (float)M + eps);
-    save_mean[c] = mean;
-    save_invstd[c] = invstd;
-    rmean[c] = (1.f - mom) * rmean[c] + mom * mean;
-    rvar[c] = (1.f - mom) * rvar[c] + mom * (m2 / (float)(M - 1));
-    coef[c] = mean;
-    coef[C + c] = mp_ld(gamma, gdt, c) * invstd;
-    coef[2 * C + c] = mp_ld(beta, bdt, c);
-    save_invstd[C + c] = coef[C + c];
-    save_invstd[2 * C + c] = coef[2 * C + c];
+    mp_bn_fwd_out_channel(out, c, C, M, mean, m2);
 }
 
 /* Inference: the running stats give the coefficients (mu, scale, shift). */
@@ -337,35 +314,22 @@ __global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy
  * stop; synchronized BatchNorm then sums the ranks' sums for a and b. */
 __global__ void __launch_bounds__(FIN_BX * FIN_BY)
     bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, long long stride, int G, long long M, int C,
-                           float *local, bool batch_stats, const float *mean, const float *invstd,
-                           const float *rmean, const float *rvar, float eps, const void *gamma, mp_dtype gdt,
-                           void *dgamma, mp_dtype dgdt, void *dbeta, mp_dtype dbdt, float *coef) {
+                           mp_bn_bwd_out out, float *local) {
     __shared__ float s_a[FIN_BY][FIN_BX], s_b[FIN_BY][FIN_BX];
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
     float sa = 0.f, sb = 0.f;
     if (c < C)
 #pragma unroll 4
         for (int p = ty; p < G; p += FIN_BY) sa += psdy[(long long)p * stride + c], sb += psdyx[(long long)p * stride + c];
-    s_a[ty][tx] = sa, s_b[ty][tx] = sb;
-    __syncthreads();
-    for (int s = FIN_BY / 2; s > 0; s >>= 1) {
-        if (ty < s) s_a[ty][tx] += s_a[ty + s][tx], s_b[ty][tx] += s_b[ty + s][tx];
-        __syncthreads();
-    }
+    sa = mp_bn_column_sum<FIN_BY, FIN_BX>(s_a, sa, tx, ty);
+    sb = mp_bn_column_sum<FIN_BY, FIN_BX>(s_b, sb, tx, ty);
     if (ty != 0 || c >= C) return;
-    sa = s_a[0][tx], sb = s_b[0][tx];
-    float mu = batch_stats ? mean[c] : rmean[c];
-    float is = batch_stats ? invstd[c] : 1.f / sqrtf(rvar[c] + eps);
-    if (dgamma) mp_st(dgamma, dgdt, c, sb * is);
-    if (dbeta) mp_st(dbeta, dbdt, c, sa);
     if (local) {
+        mp_bn_bwd_param_grads(out, c, sa, sb);
         local[c] = sa, local[C + c] = sb;
         return;
     }
-    coef[c] = mu;
-    coef[C + c] = mp_ld(gamma, gdt, c) * is;
-    coef[2 * C + c] = batch_stats ? sa / (float)M : 0.f;
-    coef[3 * C + c] = batch_stats ? sb * is * is / (float)M : 0.f;
+    mp_bn_bwd_out_channel(out, c, C, M, sa, sb);
 }
 
 /* add: dx += that (one rounding), for a dx another consumer wrote first. */
@@ -402,6 +366,7 @@ __global__ void bn_dx_kernel(const void *x, mp_dtype xdt, const void *dy, mp_dty
 typedef struct {
     bool relu;          /* the ReLU reading this node is fused in */
     bool add;           /* ...with the residual add before it (mp_op_call.resid) */
+    bool persist;       /* training passes on the fast kernels as one cooperative kernel each */
     mp_bn_cudnn *cudnn; /* cuDNN's kernels for training, or NULL */
 } bn_state;
 
@@ -432,6 +397,13 @@ static mp_status bn_batch_error(const mp_op_desc *d, const mp_shape *x) {
 static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c);
 static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c);
 
+/* The device launches cooperative kernels (asked once: a process's GPUs are of one kind). */
+static bool persist_supported(void) {
+    static int supported = -1;
+    if (supported < 0) supported = mp_bn_persist_supported();
+    return supported != 0;
+}
+
 static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
                             const mp_cuda_node_cfg *cfg, void **state, size_t *workspace_bytes,
                             size_t *saved_bytes) {
@@ -458,14 +430,27 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     }
     st->relu = cfg->relu_after;
     st->add = cfg->add_relu_after;
-    if (cudnn && mp_env_get()->cudnn_bn == 2) { /* timed: cuDNN's or ours (batchnorm2d_pick.h) */
-        bn_state ours = *st;
-        st->cudnn = cudnn;
-        const mp_bn_candidates cand = {bn_forward, bn_backward, &ours, st, ws_cudnn, saved_cudnn};
-        if (!mp_bn_pick_cudnn(ctx, d, info, cfg, &cand)) {
+    const mp_env *env = mp_env_get();
+    /* our one-kernel passes: training on the fast kernels, one rank, the device launches them */
+    const bool one_ok = cfg->training && rpp && ctx->sync_world <= 1 && env->bn_persist != 0 && !env->no_bn_fast &&
+                        persist_supported();
+    const bool one_forced = one_ok && env->bn_persist == 1, one_timed = one_ok && env->bn_persist == 2 &&
+                                                                        !env->deterministic;
+    const bool cudnn_timed = cudnn && env->cudnn_bn == 2;
+    st->persist = one_forced;
+    if (cudnn_timed || one_timed) { /* timed (batchnorm2d_pick.h) */
+        bn_state three = *st, one = *st, theirs = *st;
+        three.persist = false, one.persist = true;
+        theirs.cudnn = cudnn;
+        const mp_bn_candidates cand = {bn_forward,          bn_backward, one_forced ? NULL : &three,
+                                       one_ok ? &one : NULL, cudnn_timed ? &theirs : NULL,
+                                       ws_cudnn,            saved_cudnn};
+        const mp_bn_run run = mp_bn_pick(ctx, d, info, cfg, &cand);
+        if (cudnn_timed && run != MP_BN_RUN_CUDNN) {
             mp_bn_cudnn_release(cudnn);
-            cudnn = st->cudnn = NULL;
+            cudnn = NULL;
         }
+        st->persist = run == MP_BN_RUN_ONE || (run == MP_BN_RUN_CUDNN && one_forced);
     }
     st->cudnn = cudnn;
     *state = st;
@@ -506,6 +491,13 @@ static int fast_rows(const mp_op_call *c, const mp_tensor *const *ts, int n) {
     return mp_bn_fast_rows_per_pass(dt, mp_cuda_channels(&c->in[0].shape));
 }
 
+/* One cooperative kernel per pass (batchnorm2d_persist.h): where the pick
+ * chose it (which takes one rank's statistics only) and the context still
+ * has one rank. */
+static bool persist_on(const mp_cuda_ctx *ctx, const mp_op_call *c) {
+    return c->state && ((const bn_state *)c->state)->persist && ctx->sync_world <= 1;
+}
+
 static int fast_forward_rows(const mp_op_call *c) {
     const mp_tensor *ts[] = {&c->in[0], &c->out, fused_add(c) ? &c->resid : NULL};
     return fast_rows(c, ts, 3);
@@ -526,8 +518,18 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const bn_block b = bn_block_of(C, mp_cuda_aligned16(x->data) && mp_cuda_aligned16(y->data) &&
                                           (!fused_add(c) || mp_cuda_aligned16(c->resid.data)));
     const dim3 block(b.bx, b.by), fin_grid((C + FIN_BX - 1) / FIN_BX);
+    const bool relu = fused_relu(c);
     if (c->training) {
         float *pmean = ws, *pm2 = ws + (size_t)dm.G * C;
+        const mp_bn_fwd_out out = {p[P_WEIGHT].data, p[P_BIAS].data, p[P_WEIGHT].dtype, p[P_BIAS].dtype,
+                                   (float *)p[P_RUNNING_MEAN].data, (float *)p[P_RUNNING_VAR].data, eps, mom,
+                                   save_mean, save_invstd, coef};
+        if (rpp && persist_on(ctx, c)) { /* one kernel (batchnorm2d_persist.h), or the three below where none fits */
+            const cudaError_t e = mp_bn_persist_forward(ctx->stream, ctx->sm_count, x->dtype, x->data,
+                                                        fused_add(c) ? c->resid.data : NULL, y->data, dm.M, C, dm.G,
+                                                        pmean, pm2, out, relu);
+            if (e != cudaErrorCooperativeLaunchTooLarge) return mp_cuda_op_status(c, "forward", e);
+        }
         if (rpp)
             MP_TRY(mp_cuda_op_status(c, "forward",
                                      mp_bn_fast_stats(ctx->stream, x->dtype, x->data, dm.M, C, dm.G, dm.R, pmean, pm2)));
@@ -539,22 +541,18 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
         int G = dm.G;
         if (ctx->sync_world > 1) { /* merge this rank's partials, gather every rank's, merge those */
             float *local = coef + 4 * (size_t)C, *all = local + 2 * (size_t)C;
-            bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
-                pmean, pm2, C, dm.G, dm.M, dm.R, C, NULL, MP_DTYPE_F32, NULL, MP_DTYPE_F32, NULL, NULL, eps, mom, NULL,
-                NULL, NULL, local);
+            bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(pmean, pm2, C, dm.G, dm.M,
+                                                                                      dm.R, C, out, local);
             MP_TRY(bn_gather(ctx, c, local, all, C));
             pmean = all, pm2 = all + C, stride = 2LL * C, G = ctx->sync_world, R = dm.M, M = dm.M * ctx->sync_world;
         }
-        bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
-            pmean, pm2, stride, G, M, R, C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
-            (float *)p[P_RUNNING_MEAN].data, (float *)p[P_RUNNING_VAR].data, eps, mom, save_mean, save_invstd, coef,
-            NULL);
+        bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(pmean, pm2, stride, G, M, R, C, out,
+                                                                                  NULL);
     } else {
         bn_eval_coef_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(
             C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
             (const float *)p[P_RUNNING_MEAN].data, (const float *)p[P_RUNNING_VAR].data, eps, coef);
     }
-    const bool relu = fused_relu(c);
     if (rpp)
         return mp_cuda_op_status(c, "forward",
                                  mp_bn_fast_apply(ctx->stream, x->dtype, x->data, fused_add(c) ? c->resid.data : NULL,
@@ -605,6 +603,13 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     /* a fused ReLU alone: its mask recomputed from x and what our forward
      * saved (not cuDNN's, whose forward leaves no scale and shift) */
     if (mask && !add && batch_stats && !on_cudnn(c, false)) fm = (mp_bn_fast_mask){NULL, save_mean, save_invstd + C};
+    mp_bn_bwd_out out = {batch_stats, save_mean, save_invstd, rmean, rvar, c->desc->attr.bn.eps, p[P_WEIGHT].data,
+                         p[P_WEIGHT].dtype, dg->data, db->data, dg->dtype, db->dtype, coef};
+    if (rpp && batch_stats && persist_on(ctx, c)) { /* one kernel, as the forward's */
+        const cudaError_t e = mp_bn_persist_backward(ctx->stream, ctx->sm_count, x->dtype, x->data, dy->data, fm, dm.M,
+                                                     C, dm.G, psdy, psdyx, out, dx->data, add_dx, dr, c->d_resid_add);
+        if (e != cudaErrorCooperativeLaunchTooLarge) return mp_cuda_op_status(c, "backward", e);
+    }
     if (reduce && rpp)
         MP_TRY(mp_cuda_op_status(c, "backward",
                                  mp_bn_fast_bwd_reduce(ctx->stream, x->dtype, x->data, dy->data, fm, mu, dm.M, C, dm.G,
@@ -618,21 +623,18 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
                 x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype, mu, dm.M, C, dm.R, psdy, psdyx);
     }
     const unsigned fin_blocks = (C + FIN_BX - 1) / FIN_BX;
-    void *dgamma = dg->data, *dbeta = db->data;
     long long stride = C, M = dm.M;
     int G = reduce ? dm.G : 0;
     if (batch_stats && ctx->sync_world > 1) { /* this rank's sums (and its dgamma, dbeta), then every rank's */
         float *local = coef + 4 * (size_t)C, *all = local + 2 * (size_t)C;
-        bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
-            psdy, psdyx, C, dm.G, dm.M, C, local, batch_stats, save_mean, save_invstd, rmean, rvar,
-            c->desc->attr.bn.eps, p[P_WEIGHT].data, p[P_WEIGHT].dtype, dgamma, dg->dtype, dbeta, db->dtype, coef);
+        bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(psdy, psdyx, C, dm.G, dm.M, C,
+                                                                                    out, local);
         MP_TRY(bn_gather(ctx, c, local, all, C));
         psdy = all, psdyx = all + C, stride = 2LL * C, G = ctx->sync_world, M = dm.M * ctx->sync_world;
-        dgamma = dbeta = NULL;
+        out.dgamma = out.dbeta = NULL;
     }
-    bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(
-        psdy, psdyx, stride, G, M, C, NULL, batch_stats, save_mean, save_invstd, rmean, rvar, c->desc->attr.bn.eps,
-        p[P_WEIGHT].data, p[P_WEIGHT].dtype, dgamma, dg->dtype, dbeta, db->dtype, coef);
+    bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(psdy, psdyx, stride, G, M, C, out,
+                                                                                NULL);
     if (rpp && (dx->data || dr))
         return mp_cuda_op_status(c, "backward",
                                  mp_bn_fast_dx(ctx->stream, x->dtype, x->data, dy->data, fm, dx->data, add_dx, dr,

@@ -11,7 +11,7 @@
 enum { REPS = 3, TRIALS = 3 }; /* forward + backward REPS times per graph; median of TRIALS replays */
 
 typedef struct {
-    int gpu_model, dtype, relu, add;
+    int gpu_model, dtype, relu, add, candidates; /* candidates: 1 one-kernel, 2 cuDNN */
     int dims[4];
 } pick_key;
 
@@ -109,40 +109,52 @@ static float time_passes(mp_cuda_ctx *ctx, const mp_bn_candidates *cand, mp_op_c
     return ms;
 }
 
-bool mp_bn_pick_cudnn(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
-                      const mp_bn_candidates *cand) {
+mp_bn_run mp_bn_pick(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
+                     const mp_bn_candidates *cand) {
     const mp_shape *x = &info->in[0];
     pick_key key;
     memset(&key, 0, sizeof key);
     key.gpu_model = mp_cuda_gpu_model(ctx), key.dtype = (int)cfg->storage;
     key.relu = cfg->relu_after, key.add = cfg->add_relu_after;
+    key.candidates = (cand->one ? 1 : 0) | (cand->cudnn ? 2 : 0);
     for (int i = 0; i < x->ndim && i < 4; i++) key.dims[i] = x->dims[i];
     int pick;
-    if (mp_choice_get(&cache, &key, &pick)) return pick == 1;
+    if (mp_choice_get(&cache, &key, &pick)) return (mp_bn_run)pick;
     pthread_mutex_lock(&cache.search);
     if (mp_choice_get(&cache, &key, &pick)) {
         pthread_mutex_unlock(&cache.search);
-        return pick == 1;
+        return (mp_bn_run)pick;
     }
     scratch s;
     mp_op_call c;
-    float ours = -1.f, theirs = -1.f;
+    float ms[3] = {-1.f, -1.f, -1.f}; /* by mp_bn_run */
+    void *const states[3] = {cand->three, cand->one, cand->cudnn};
     if (scratch_call(ctx, d, info, cfg, cand, &s, &c)) {
-        ours = time_passes(ctx, cand, &c, cand->ours);
-        theirs = time_passes(ctx, cand, &c, cand->cudnn);
+        for (int k = 0; k < 3; k++)
+            if (states[k]) ms[k] = time_passes(ctx, cand, &c, states[k]);
         scratch_free(&s);
     }
     mp_clear_error();
-    const bool timed = ours > 0.f && theirs > 0.f;
-    pick = !timed || theirs <= ours ? 1 : 0;
-    if (timed) mp_choice_put(&cache, &key, &pick);
+    bool timed = true;
+    pick = -1;
+    for (int k = 0; k < 3; k++) {
+        if (states[k] && !(ms[k] > 0.f)) timed = false;
+        if (states[k] && ms[k] > 0.f && (pick < 0 || ms[k] < ms[pick])) pick = k;
+    }
+    if (!timed) pick = cand->cudnn ? MP_BN_RUN_CUDNN : cand->three ? MP_BN_RUN_THREE : MP_BN_RUN_ONE;
+    else mp_choice_put(&cache, &key, &pick);
     pthread_mutex_unlock(&cache.search);
     if (mp_env_get()->cudnn_debug) {
-        char sh[64];
-        fprintf(stderr, "mixprec: batchnorm2d '%s' %s %s%s: cuDNN %.4f ms, ours %.4f ms (forward + backward): %s\n",
+        static const char *const names[3] = {"ours (three kernels per pass)", "ours (one kernel per pass)", "cuDNN's"};
+        char sh[64], t[3][24];
+        for (int k = 0; k < 3; k++) {
+            if (states[k]) snprintf(t[k], sizeof t[k], "%.4f ms", ms[k]);
+            else snprintf(t[k], sizeof t[k], "-");
+        }
+        fprintf(stderr, "mixprec: batchnorm2d '%s' %s %s%s: forward + backward, ours three %s, ours one %s, cuDNN %s: %s%s\n",
                 d->name ? d->name : "?", mp_shape_str(x, sh, sizeof sh), mp_dtype_name(cfg->storage),
-                cfg->add_relu_after ? " +add+ReLU" : cfg->relu_after ? " +ReLU" : "", theirs, ours,
-                !timed ? "not timed, cuDNN's" : pick ? "cuDNN's" : "ours");
+                cfg->add_relu_after ? " +add+ReLU" : cfg->relu_after ? " +ReLU" : "", t[0], t[1], t[2],
+                timed ? "" : "not timed, ", names[pick]);
     }
-    return pick == 1;
+    return (mp_bn_run)pick;
 }

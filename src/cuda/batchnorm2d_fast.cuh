@@ -1,0 +1,402 @@
+/* batchnorm2d_fast.cuh — the device code of batchnorm2d_fast.h's passes,
+ * one block's share of each (its chunk of rows), so that the kernels of
+ * batchnorm2d_fast.cu (one pass each) and of batchnorm2d_persist.cu (a
+ * whole forward or backward in one cooperative kernel) run the same code.
+ * A block has FAST_THREADS threads; block b of a grid of G works on chunk b of
+ * the G chunks of R rows. CUDA only. */
+#ifndef MP_CUDA_BATCHNORM2D_FAST_CUH
+#define MP_CUDA_BATCHNORM2D_FAST_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda/batchnorm2d_math.cuh"
+#include "mixprec.h"
+
+enum { FAST_THREADS = 256, FAST_UNROLL = 4 };
+
+/* ---- 16-byte vectors of T as floats ------------------------------------- */
+
+template <typename T> struct fast_vec;
+template <> struct fast_vec<float> {
+    static constexpr int N = 4;
+    static __device__ __forceinline__ void widen(uint4 u, float (&v)[4]) {
+        v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y), v[2] = __uint_as_float(u.z),
+        v[3] = __uint_as_float(u.w);
+    }
+    static __device__ __forceinline__ uint4 narrow(const float (&v)[4]) {
+        return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+    }
+    static __device__ __forceinline__ float round(float v) { return v; }
+};
+template <> struct fast_vec<__half> {
+    static constexpr int N = 8;
+    static __device__ __forceinline__ void widen(uint4 u, float (&v)[8]) {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[k]));
+            v[2 * k] = f.x, v[2 * k + 1] = f.y;
+        }
+    }
+    static __device__ __forceinline__ uint4 narrow(const float (&v)[8]) {
+        uint32_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+            w[k] = *reinterpret_cast<const uint32_t *>(&h);
+        }
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    static __device__ __forceinline__ float round(float v) { return __half2float(__float2half_rn(v)); }
+};
+template <> struct fast_vec<__nv_bfloat16> {
+    static constexpr int N = 8;
+    static __device__ __forceinline__ void widen(uint4 u, float (&v)[8]) {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[k]));
+            v[2 * k] = f.x, v[2 * k + 1] = f.y;
+        }
+    }
+    static __device__ __forceinline__ uint4 narrow(const float (&v)[8]) {
+        uint32_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+            w[k] = *reinterpret_cast<const uint32_t *>(&h);
+        }
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    static __device__ __forceinline__ float round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+};
+
+template <typename T> __device__ __forceinline__ uint4 ld16(const T *p) { return *reinterpret_cast<const uint4 *>(p); }
+template <typename T> __device__ __forceinline__ void st16(T *p, uint4 u) { *reinterpret_cast<uint4 *>(p) = u; }
+
+/* ---- where a thread works ----------------------------------------------- */
+
+/* A block's FAST_THREADS cover rpp whole rows of cg 16-byte groups per pass;
+ * thread t has group g of row slot rr (threads past rpp * cg idle). A
+ * second pass (backwards) takes the chunks from the last: the blocks of the
+ * first pass's last wave read those last. */
+struct fast_lane {
+    int cg, rpp, rr, g;
+    long long r0, r1; /* the block's chunk of rows */
+};
+
+template <typename T>
+__device__ __forceinline__ fast_lane lane_of(long long M, int C, long long R, bool backwards) {
+    fast_lane l;
+    l.cg = C / fast_vec<T>::N;
+    l.rpp = FAST_THREADS / l.cg;
+    l.rr = (int)threadIdx.x / l.cg;
+    l.g = (int)threadIdx.x - l.rr * l.cg;
+    l.r0 = (long long)(backwards ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * R;
+    l.r1 = l.r0 + R < M ? l.r0 + R : M;
+    return l;
+}
+
+/* ---- per-channel values -------------------------------------------------- */
+
+/* The per-channel values of a thread's group, p[c0 .. c0 + N - 1]. Plain
+ * loads (the block's threads share them through L1; a one-kernel pass
+ * reads what other blocks wrote before its grid barrier, which makes them
+ * visible; __ldcg here sent every thread to L2 and doubled small layers'
+ * times). */
+template <int N>
+__device__ __forceinline__ void load_coef(const float *p, int c0, float (&v)[N]) {
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = p[c0 + k];
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+template <typename T>
+__device__ __forceinline__ void welford_row(const float (&v)[fast_vec<T>::N], float &n, float (&mean)[fast_vec<T>::N],
+                                            float (&m2)[fast_vec<T>::N]) {
+    n += 1.f;
+    const float inv = __frcp_rn(n); /* 1 / n, as rounded as the division */
+#pragma unroll
+    for (int k = 0; k < fast_vec<T>::N; k++) {
+        const float d = v[k] - mean[k];
+        mean[k] += d * inv;
+        m2[k] += d * (v[k] - mean[k]);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void fast_stats_block(const T *x, long long M, int C, long long R, float *pmean,
+                                                 float *pm2) {
+    constexpr int N = fast_vec<T>::N;
+    __shared__ float s_n[FAST_THREADS], s_mean[FAST_THREADS * N], s_m2[FAST_THREADS * N];
+    const fast_lane l = lane_of<T>(M, C, R, false);
+    const bool active = l.rr < l.rpp;
+    const int t = threadIdx.x;
+    float n = 0.f, mean[N], m2[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) mean[k] = m2[k] = 0.f;
+    if (active) {
+        const long long step = (long long)l.rpp * C;
+        long long r = l.r0 + l.rr;
+        const T *p = x + r * C + l.g * N;
+        for (; r + (FAST_UNROLL - 1) * l.rpp < l.r1; r += FAST_UNROLL * l.rpp, p += FAST_UNROLL * step) {
+            uint4 u[FAST_UNROLL];
+#pragma unroll
+            for (int j = 0; j < FAST_UNROLL; j++) u[j] = ld16(p + j * step);
+#pragma unroll
+            for (int j = 0; j < FAST_UNROLL; j++) {
+                float v[N];
+                fast_vec<T>::widen(u[j], v);
+                welford_row<T>(v, n, mean, m2);
+            }
+        }
+        for (; r < l.r1; r += l.rpp, p += step) {
+            float v[N];
+            fast_vec<T>::widen(ld16(p), v);
+            welford_row<T>(v, n, mean, m2);
+        }
+    }
+    s_n[t] = n;
+#pragma unroll
+    for (int k = 0; k < N; k++) s_mean[t * N + k] = mean[k], s_m2[t * N + k] = m2[k];
+    __syncthreads();
+    for (int s = 1; s < l.rpp; s <<= 1) { /* slot rr takes slot rr + s: a fixed tree */
+        if (active && (l.rr & (2 * s - 1)) == 0 && l.rr + s < l.rpp) {
+            const int o = t + s * l.cg;
+            const float na = s_n[t];
+#pragma unroll
+            for (int k = 0; k < N; k++) {
+                float nk = na;
+                mp_bn_chan_merge(nk, s_mean[t * N + k], s_m2[t * N + k], s_n[o], s_mean[o * N + k], s_m2[o * N + k]);
+            }
+            s_n[t] = na + s_n[o];
+        }
+        __syncthreads();
+    }
+    if (active && l.rr == 0) {
+        const long long at = (long long)blockIdx.x * C + l.g * N;
+#pragma unroll
+        for (int k = 0; k < N; k++) pmean[at + k] = s_mean[t * N + k], pm2[at + k] = s_m2[t * N + k];
+    }
+}
+
+/* One row's group: x (and the residual) in, y out. */
+template <typename T, bool RELU, bool RESID>
+__device__ __forceinline__ uint4 apply_group(uint4 ux, uint4 ur, const float (&mu)[fast_vec<T>::N],
+                                             const float (&sc)[fast_vec<T>::N], const float (&sh)[fast_vec<T>::N]) {
+    constexpr int N = fast_vec<T>::N;
+    float v[N];
+    fast_vec<T>::widen(ux, v);
+    float rv[N];
+    if (RESID) fast_vec<T>::widen(ur, rv);
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        float b = mp_bn_affine(v[k], mu[k], sc[k], sh[k]);
+        if (RESID) b = fast_vec<T>::round(b) + rv[k];
+        v[k] = (RELU || RESID) && b < 0.f ? 0.f : b; /* NaN passes */
+    }
+    return fast_vec<T>::narrow(v);
+}
+
+/* The chunk's rows from its last: the statistics pass read them last, so
+ * the L2 may still hold them. mirror: block b takes chunk G - 1 - b (the
+ * chunks a statistics kernel's last wave read). */
+template <typename T, bool RELU, bool RESID>
+__device__ __forceinline__ void fast_apply_block(const T *x, const T *resid, T *y, long long M, int C, long long R,
+                                                 const float *coef, bool mirror) {
+    constexpr int N = fast_vec<T>::N;
+    const fast_lane l = lane_of<T>(M, C, R, mirror);
+    if (l.rr >= l.rpp) return;
+    float mu[N], sc[N], sh[N];
+    load_coef<N>(coef, l.g * N, mu);
+    load_coef<N>(coef + C, l.g * N, sc);
+    load_coef<N>(coef + 2 * C, l.g * N, sh);
+    const long long step = (long long)l.rpp * C;
+    long long r = l.r1 - 1 - l.rr, at = r * C + l.g * N;
+    for (; r - (FAST_UNROLL - 1) * l.rpp >= l.r0; r -= FAST_UNROLL * l.rpp, at -= FAST_UNROLL * step) {
+        uint4 ux[FAST_UNROLL], ur[FAST_UNROLL];
+#pragma unroll
+        for (int j = 0; j < FAST_UNROLL; j++) {
+            ux[j] = ld16(x + at - j * step);
+            if (RESID) ur[j] = ld16(resid + at - j * step);
+        }
+#pragma unroll
+        for (int j = 0; j < FAST_UNROLL; j++) st16(y + at - j * step, apply_group<T, RELU, RESID>(ux[j], ur[j], mu, sc, sh));
+    }
+    for (; r >= l.r0; r -= l.rpp, at -= step)
+        st16(y + at, apply_group<T, RELU, RESID>(ld16(x + at), RESID ? ld16(resid + at) : uint4{}, mu, sc, sh));
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+enum { MASK_NONE, MASK_Y, MASK_RECOMPUTE };
+
+/* The forward's coefficients a recomputed mask needs (MASK_RECOMPUTE). */
+template <int N> struct fwd_coefs {
+    float mu[N], sc[N], sh[N];
+};
+
+/* g = dy masked: where the output y > 0 (MASK_Y), or where round(bn(x)) > 0
+ * (MASK_RECOMPUTE); NaN passes. */
+template <typename T, int MASK>
+__device__ __forceinline__ void masked_dy(uint4 udy, uint4 uy, const float (&xv)[fast_vec<T>::N],
+                                          const fwd_coefs<fast_vec<T>::N> &f, float (&g)[fast_vec<T>::N]) {
+    constexpr int N = fast_vec<T>::N;
+    fast_vec<T>::widen(udy, g);
+    if (MASK == MASK_Y) {
+        float yv[N];
+        fast_vec<T>::widen(uy, yv);
+#pragma unroll
+        for (int k = 0; k < N; k++) g[k] = yv[k] <= 0.f ? 0.f : g[k];
+    } else if (MASK == MASK_RECOMPUTE) {
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            g[k] = fast_vec<T>::round(mp_bn_affine(xv[k], f.mu[k], f.sc[k], f.sh[k])) <= 0.f ? 0.f : g[k];
+    }
+}
+
+template <typename T, int MASK>
+__device__ __forceinline__ void load_fwd(const float *fwd_mu, const float *fwd_scale, int C, int c0,
+                                         fwd_coefs<fast_vec<T>::N> &f) {
+    if (MASK != MASK_RECOMPUTE) return;
+    load_coef<fast_vec<T>::N>(fwd_mu, c0, f.mu);
+    load_coef<fast_vec<T>::N>(fwd_scale, c0, f.sc);
+    load_coef<fast_vec<T>::N>(fwd_scale + C, c0, f.sh);
+}
+
+template <typename T, int MASK>
+__device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, const T *ym, const float *fwd_mu,
+                                                      const float *fwd_scale, const float *mu, long long M, int C,
+                                                      long long R, float *psdy, float *psdyx) {
+    constexpr int N = fast_vec<T>::N;
+    __shared__ float s_a[FAST_THREADS * N], s_b[FAST_THREADS * N];
+    const fast_lane l = lane_of<T>(M, C, R, false);
+    const bool active = l.rr < l.rpp;
+    const int t = threadIdx.x;
+    float sa[N], sb[N], m[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) sa[k] = sb[k] = m[k] = 0.f;
+    if (active) {
+        load_coef<N>(mu, l.g * N, m);
+        fwd_coefs<N> f;
+        load_fwd<T, MASK>(fwd_mu, fwd_scale, C, l.g * N, f);
+        const long long step = (long long)l.rpp * C;
+        long long r = l.r0 + l.rr, at = r * C + l.g * N;
+        auto one = [&](uint4 ux, uint4 udy, uint4 uy) {
+            float xv[N], g[N];
+            fast_vec<T>::widen(ux, xv);
+            masked_dy<T, MASK>(udy, uy, xv, f, g);
+#pragma unroll
+            for (int k = 0; k < N; k++) sa[k] += g[k], sb[k] += g[k] * (xv[k] - m[k]);
+        };
+        for (; r + (FAST_UNROLL - 1) * l.rpp < l.r1; r += FAST_UNROLL * l.rpp, at += FAST_UNROLL * step) {
+            uint4 ux[FAST_UNROLL], ud[FAST_UNROLL], uy[FAST_UNROLL];
+#pragma unroll
+            for (int j = 0; j < FAST_UNROLL; j++) {
+                ux[j] = ld16(x + at + j * step);
+                ud[j] = ld16(dy + at + j * step);
+                uy[j] = MASK == MASK_Y ? ld16(ym + at + j * step) : uint4{};
+            }
+#pragma unroll
+            for (int j = 0; j < FAST_UNROLL; j++) one(ux[j], ud[j], uy[j]);
+        }
+        for (; r < l.r1; r += l.rpp, at += step) one(ld16(x + at), ld16(dy + at), MASK == MASK_Y ? ld16(ym + at) : uint4{});
+    }
+#pragma unroll
+    for (int k = 0; k < N; k++) s_a[t * N + k] = sa[k], s_b[t * N + k] = sb[k];
+    __syncthreads();
+    for (int s = 1; s < l.rpp; s <<= 1) {
+        if (active && (l.rr & (2 * s - 1)) == 0 && l.rr + s < l.rpp) {
+            const int o = t + s * l.cg;
+#pragma unroll
+            for (int k = 0; k < N; k++) s_a[t * N + k] += s_a[o * N + k], s_b[t * N + k] += s_b[o * N + k];
+        }
+        __syncthreads();
+    }
+    if (active && l.rr == 0) {
+        const long long at = (long long)blockIdx.x * C + l.g * N;
+#pragma unroll
+        for (int k = 0; k < N; k++) psdy[at + k] = s_a[t * N + k], psdyx[at + k] = s_b[t * N + k];
+    }
+}
+
+/* Rows from the chunk's last, as the apply: the reduction read them last
+ * (mirror as for the apply). */
+template <typename T, int MASK>
+__device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const T *ym, const float *fwd_mu,
+                                              const float *fwd_scale, T *dx, bool dx_add, T *dr, bool dr_add,
+                                              long long M, int C, long long R, const float *coef, bool mirror) {
+    constexpr int N = fast_vec<T>::N, U = 2;
+    const fast_lane l = lane_of<T>(M, C, R, mirror);
+    if (l.rr >= l.rpp) return;
+    float mu[N], kk[N], a[N], b[N];
+    load_coef<N>(coef, l.g * N, mu);
+    load_coef<N>(coef + C, l.g * N, kk);
+    load_coef<N>(coef + 2 * C, l.g * N, a);
+    load_coef<N>(coef + 3 * C, l.g * N, b);
+    fwd_coefs<N> f;
+    load_fwd<T, MASK>(fwd_mu, fwd_scale, C, l.g * N, f);
+    const long long step = (long long)l.rpp * C;
+    auto one = [&](long long at, uint4 ux, uint4 udy, uint4 uy) {
+        float xv[N], g[N];
+        fast_vec<T>::widen(ux, xv);
+        masked_dy<T, MASK>(udy, uy, xv, f, g);
+        if (dr) {
+            float o[N];
+            if (dr_add) {
+                fast_vec<T>::widen(ld16(dr + at), o);
+#pragma unroll
+                for (int k = 0; k < N; k++) o[k] += g[k];
+            } else {
+#pragma unroll
+                for (int k = 0; k < N; k++) o[k] = g[k];
+            }
+            st16(dr + at, fast_vec<T>::narrow(o));
+        }
+        if (dx) {
+#pragma unroll
+            for (int k = 0; k < N; k++) g[k] = kk[k] * (g[k] - a[k] - (xv[k] - mu[k]) * b[k]);
+            if (dx_add) {
+                float o[N];
+                fast_vec<T>::widen(ld16(dx + at), o);
+#pragma unroll
+                for (int k = 0; k < N; k++) g[k] += o[k];
+            }
+            st16(dx + at, fast_vec<T>::narrow(g));
+        }
+    };
+    long long r = l.r1 - 1 - l.rr, at = r * C + l.g * N;
+    for (; r - (U - 1) * l.rpp >= l.r0; r -= U * l.rpp, at -= U * step) {
+        uint4 ux[U], ud[U], uy[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            ux[j] = ld16(x + at - j * step);
+            ud[j] = ld16(dy + at - j * step);
+            uy[j] = MASK == MASK_Y ? ld16(ym + at - j * step) : uint4{};
+        }
+#pragma unroll
+        for (int j = 0; j < U; j++) one(at - j * step, ux[j], ud[j], uy[j]);
+    }
+    for (; r >= l.r0; r -= l.rpp, at -= step) one(at, ld16(x + at), ld16(dy + at), MASK == MASK_Y ? ld16(ym + at) : uint4{});
+}
+
+/* ---- host side: the dtype as T ----------------------------------------- */
+
+static inline int vec_of(mp_dtype dt) {
+    return dt == MP_DTYPE_F32 ? 4 : dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16 ? 8 : 0;
+}
+
+/* The statements that follow dt with T the dtype's type; any other dtype
+ * is the caller's error (mp_bn_fast_rows_per_pass said 0 for it). */
+#define FAST_DISPATCH(dt, ...)                                                                                        \
+    do {                                                                                                              \
+        if (!vec_of(dt)) return cudaErrorInvalidValue;                                                                \
+        if ((dt) == MP_DTYPE_F32) { typedef float T; __VA_ARGS__; }                                                   \
+        else if ((dt) == MP_DTYPE_F16) { typedef __half T; __VA_ARGS__; }                                             \
+        else { typedef __nv_bfloat16 T; __VA_ARGS__; }                                                                \
+    } while (0)
+
+#endif

@@ -1,0 +1,169 @@
+/* batchnorm2d_persist.cu — see batchnorm2d_persist.h. */
+#include "cuda/batchnorm2d_persist.h"
+
+#include <cooperative_groups.h>
+
+#include "cuda/batchnorm2d_fast.cuh"
+#include "cuda/batchnorm2d_finalize.cuh"
+
+namespace cg = cooperative_groups;
+
+/* The finalize phase: a block takes FIN_CH consecutive channels at a time
+ * (coalesced loads), its threads FIN_SL slices of the partials each, summed
+ * in a fixed tree (deterministic). One block per SM: at these sizes the
+ * grid barriers' cost grows with the blocks, and the bytes are few. */
+enum { FIN_CH = 8, FIN_SL = FAST_THREADS / FIN_CH, BLOCKS_PER_SM = 1 };
+
+__device__ __forceinline__ long long chunk_rows(int p, long long M, long long R) {
+    return (p + 1LL) * R < M ? R : M - p * R;
+}
+
+/* The statistics of the grid's G = gridDim.x chunks merged (Chan's merge as
+ * two fixed-order double sums, as bn_finalize_fwd_kernel). */
+__device__ __forceinline__ void finalize_forward(const float *pmean, const float *pm2, long long M, int C, long long R,
+                                                 const mp_bn_fwd_out &out) {
+    __shared__ double s[FIN_SL][FIN_CH];
+    const int ch = threadIdx.x % FIN_CH, sl = threadIdx.x / FIN_CH, G = gridDim.x;
+    for (int c0 = blockIdx.x * FIN_CH; c0 < C; c0 += G * FIN_CH) {
+        const int c = c0 + ch;
+        double a = 0.0, b = 0.0;
+        if (c < C)
+#pragma unroll 4
+            for (int p = sl; p < G; p += FIN_SL) a += (double)chunk_rows(p, M, R) * __ldcg(pmean + (long long)p * C + c);
+        const double mean = mp_bn_column_sum<FIN_SL, FIN_CH>(s, a, ch, sl) / (double)M;
+        if (c < C)
+#pragma unroll 4
+            for (int p = sl; p < G; p += FIN_SL) {
+                const double d = __ldcg(pmean + (long long)p * C + c) - mean;
+                b += __ldcg(pm2 + (long long)p * C + c) + (double)chunk_rows(p, M, R) * d * d;
+            }
+        const double m2 = mp_bn_column_sum<FIN_SL, FIN_CH>(s, b, ch, sl);
+        if (c < C && sl == 0) mp_bn_fwd_out_channel(out, c, C, M, (float)mean, (float)m2);
+    }
+}
+
+__device__ __forceinline__ void finalize_backward(const float *psdy, const float *psdyx, long long M, int C,
+                                                  const mp_bn_bwd_out &out) {
+    __shared__ float s_a[FIN_SL][FIN_CH], s_b[FIN_SL][FIN_CH];
+    const int ch = threadIdx.x % FIN_CH, sl = threadIdx.x / FIN_CH, G = gridDim.x;
+    for (int c0 = blockIdx.x * FIN_CH; c0 < C; c0 += G * FIN_CH) {
+        const int c = c0 + ch;
+        float sa = 0.f, sb = 0.f;
+        if (c < C)
+#pragma unroll 4
+            for (int p = sl; p < G; p += FIN_SL)
+                sa += __ldcg(psdy + (long long)p * C + c), sb += __ldcg(psdyx + (long long)p * C + c);
+        sa = mp_bn_column_sum<FIN_SL, FIN_CH>(s_a, sa, ch, sl);
+        sb = mp_bn_column_sum<FIN_SL, FIN_CH>(s_b, sb, ch, sl);
+        if (c < C && sl == 0) mp_bn_bwd_out_channel(out, c, C, M, sa, sb);
+    }
+}
+
+template <typename T, bool RELU, bool RESID>
+__global__ void __launch_bounds__(FAST_THREADS, 2)
+    persist_forward_kernel(const T *x, const T *resid, T *y, long long M, int C, long long R, float *pmean,
+                           float *pm2, mp_bn_fwd_out out) {
+    const cg::grid_group grid = cg::this_grid();
+    fast_stats_block<T>(x, M, C, R, pmean, pm2);
+    grid.sync();
+    finalize_forward(pmean, pm2, M, C, R, out);
+    grid.sync();
+    fast_apply_block<T, RELU, RESID>(x, resid, y, M, C, R, out.coef, false);
+}
+
+template <typename T, int MASK>
+__global__ void __launch_bounds__(FAST_THREADS, 2)
+    persist_backward_kernel(const T *x, const T *dy, const T *ym, const float *fwd_mu, const float *fwd_scale,
+                            long long M, int C, long long R, float *psdy, float *psdyx, mp_bn_bwd_out out, T *dx,
+                            bool dx_add, T *dr, bool dr_add) {
+    const cg::grid_group grid = cg::this_grid();
+    fast_bwd_reduce_block<T, MASK>(x, dy, ym, fwd_mu, fwd_scale, out.save_mean, M, C, R, psdy, psdyx);
+    grid.sync();
+    finalize_backward(psdy, psdyx, M, C, out);
+    grid.sync();
+    if (dx || dr)
+        fast_dx_block<T, MASK>(x, dy, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R, out.coef, false);
+}
+
+/* ---- host side ---------------------------------------------------------- */
+
+bool mp_bn_persist_supported(void) {
+    int dev = 0, coop = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) == cudaSuccess && coop;
+}
+
+/* Chunks of R rows for at most max_blocks blocks, all of kernel k resident
+ * on sm_count SMs; G = 0 where none fit. */
+template <typename K> static void persist_dims(K k, int sm_count, long long M, int max_blocks, int *G, long long *R) {
+    int per_sm = 0;
+    *G = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FAST_THREADS, 0) != cudaSuccess) return;
+    if (per_sm > BLOCKS_PER_SM) per_sm = BLOCKS_PER_SM;
+    long long g = (long long)per_sm * (sm_count > 0 ? sm_count : 1);
+    if (g > max_blocks) g = max_blocks;
+    if (g > M) g = M;
+    if (g < 1) return;
+    *R = (M + g - 1) / g;
+    *G = (int)((M + *R - 1) / *R); /* no empty chunk */
+}
+
+template <typename K, typename... Args> static cudaError_t launch_cooperative(K k, int G, cudaStream_t st, Args... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)G);
+    cfg.blockDim = dim3(FAST_THREADS);
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, args...);
+}
+
+template <typename T>
+static cudaError_t forward_as(cudaStream_t st, int sm_count, const T *x, const T *resid, T *y, long long M, int C,
+                              int max_blocks, float *pmean, float *pm2, const mp_bn_fwd_out &out, bool relu) {
+    void (*k)(const T *, const T *, T *, long long, int, long long, float *, float *, mp_bn_fwd_out) =
+        resid ? persist_forward_kernel<T, true, true>
+              : relu ? persist_forward_kernel<T, true, false> : persist_forward_kernel<T, false, false>;
+    int G;
+    long long R;
+    persist_dims(k, sm_count, M, max_blocks, &G, &R);
+    if (!G) return cudaErrorCooperativeLaunchTooLarge;
+    return launch_cooperative(k, G, st, x, resid, y, M, C, R, pmean, pm2, out);
+}
+
+template <typename T>
+static cudaError_t backward_as(cudaStream_t st, int sm_count, const T *x, const T *dy, mp_bn_fast_mask mask,
+                               long long M, int C, int max_blocks, float *psdy, float *psdyx,
+                               const mp_bn_bwd_out &out, T *dx, bool dx_add, T *dr, bool dr_add) {
+    void (*k)(const T *, const T *, const T *, const float *, const float *, long long, int, long long, float *,
+              float *, mp_bn_bwd_out, T *, bool, T *, bool) =
+        mask.y_mask ? persist_backward_kernel<T, MASK_Y>
+                    : mask.fwd_mu ? persist_backward_kernel<T, MASK_RECOMPUTE> : persist_backward_kernel<T, MASK_NONE>;
+    int G;
+    long long R;
+    persist_dims(k, sm_count, M, max_blocks, &G, &R);
+    if (!G) return cudaErrorCooperativeLaunchTooLarge;
+    return launch_cooperative(k, G, st, x, dy, (const T *)mask.y_mask, mask.fwd_mu, mask.fwd_scale, M, C, R, psdy,
+                              psdyx, out, dx, dx_add, dr, dr_add);
+}
+
+cudaError_t mp_bn_persist_forward(cudaStream_t st, int sm_count, mp_dtype dt, const void *x, const void *resid,
+                                  void *y, long long M, int C, int max_blocks, float *pmean, float *pm2,
+                                  mp_bn_fwd_out out, bool relu) {
+    if (!mp_bn_fast_rows_per_pass(dt, C)) return cudaErrorInvalidValue;
+    FAST_DISPATCH(dt, return forward_as<T>(st, sm_count, (const T *)x, (const T *)resid, (T *)y, M, C, max_blocks,
+                                           pmean, pm2, out, relu));
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t mp_bn_persist_backward(cudaStream_t st, int sm_count, mp_dtype dt, const void *x, const void *dy,
+                                   mp_bn_fast_mask mask, long long M, int C, int max_blocks, float *psdy,
+                                   float *psdyx, mp_bn_bwd_out out, void *dx, bool dx_add, void *dr, bool dr_add) {
+    if (!mp_bn_fast_rows_per_pass(dt, C)) return cudaErrorInvalidValue;
+    FAST_DISPATCH(dt, return backward_as<T>(st, sm_count, (const T *)x, (const T *)dy, mask, M, C, max_blocks, psdy,
+                                            psdyx, out, (T *)dx, dx_add, (T *)dr, dr_add));
+    return cudaErrorInvalidValue;
+}

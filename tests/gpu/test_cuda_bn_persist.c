@@ -1,0 +1,266 @@
+/* test_cuda_bn_persist.c — batchnorm2d_persist.h's one-kernel training
+ * passes against the fast kernels' three (batchnorm2d_fast.h) and the host.
+ * Each phase of a one-kernel pass runs the fast kernels' block code, so with
+ * the same chunks its partial sums are bit for bit theirs, and its output
+ * (y; dx and the residual's gradient) is bit for bit what the fast apply
+ * and dx kernels make from the coefficients it wrote. Its finalize is
+ * checked against the host's double-precision statistics: mean, 1/std,
+ * scale, shift, the running statistics, dgamma, dbeta. Also: the fused
+ * ReLU's recomputed mask gives the stored output's (bit for bit), dx_add,
+ * a grid larger than the device holds is cut to what it holds (no hang),
+ * and a dtype the kernels do not take is refused. f32, f16, bf16. Exit 1
+ * on any failure, 2 when no GPU can be opened. Run by scripts/gpu-check. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "cuda/batchnorm2d_persist.h"
+#include "cuda/cuda_ctx.h"
+
+static int n_run, n_failed;
+
+static void expect(bool ok, const char *what) {
+    n_run++;
+    if (!ok) n_failed++, printf("FAIL: %s\n", what);
+}
+
+typedef struct {
+    mp_dtype dt;
+    int C, max_blocks;
+    long long M;
+    bool relu, resid;
+} bn_case;
+
+static bool close_to(double got, double want, double tol) { return fabs(got - want) <= tol; }
+
+/* Device buffers of one case. */
+typedef struct {
+    void *x, *resid, *y, *y3, *dy, *dx, *dx3, *dr, *dr3;
+    float *part, *part3, *save, *coef_f, *coef_b, *rmean, *rvar, *gamma, *beta, *dgamma, *dbeta;
+} bn_dev;
+
+static bool dev_alloc(bn_dev *d, size_t bytes, int C, int G) {
+    memset(d, 0, sizeof *d);
+    void **act[] = {&d->x, &d->resid, &d->y, &d->y3, &d->dy, &d->dx, &d->dx3, &d->dr, &d->dr3};
+    for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
+        if (cudaMalloc(act[i], bytes) != cudaSuccess) return false;
+    float **f[] = {&d->part, &d->part3};
+    for (size_t i = 0; i < 2; i++)
+        if (cudaMalloc((void **)f[i], 2 * (size_t)G * C * 4) != cudaSuccess) return false;
+    float **ch[] = {&d->save, &d->coef_f, &d->coef_b, &d->rmean, &d->rvar, &d->gamma, &d->beta, &d->dgamma, &d->dbeta};
+    for (size_t i = 0; i < sizeof ch / sizeof ch[0]; i++)
+        if (cudaMalloc((void **)ch[i], 4 * (size_t)C * 4) != cudaSuccess) return false;
+    return true;
+}
+
+static void dev_free(bn_dev *d) {
+    void *p[] = {d->x, d->resid, d->y, d->y3, d->dy, d->dx, d->dx3, d->dr, d->dr3, d->part, d->part3, d->save,
+                 d->coef_f, d->coef_b, d->rmean, d->rvar, d->gamma, d->beta, d->dgamma, d->dbeta};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cudaFree(p[i]);
+}
+
+static bool same_bytes(const void *a, const void *b, size_t bytes) {
+    void *ha = malloc(bytes), *hb = malloc(bytes);
+    bool same = ha && hb && cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost) == cudaSuccess && !memcmp(ha, hb, bytes);
+    free(ha), free(hb);
+    return same;
+}
+
+static bool to_dev(void *dst, const void *src, size_t bytes) {
+    return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+}
+static bool to_host(void *dst, const void *src, size_t bytes) {
+    return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+}
+
+/* The chunks a one-kernel pass takes for max_blocks blocks when the device
+ * holds that many (persist_dims' arithmetic). */
+static void chunks(long long M, int max_blocks, int *G, long long *R) {
+    long long g = max_blocks < M ? max_blocks : M;
+    *R = (M + g - 1) / g;
+    *G = (int)((M + *R - 1) / *R);
+}
+
+static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
+    const mp_dtype dt = k->dt;
+    const int C = k->C;
+    const long long M = k->M;
+    const size_t n = (size_t)M * C, es = mp_dtype_size(dt), bytes = n * es;
+    const bool partials = k->max_blocks <= 64; /* the device holds that many: the fast kernels get the same chunks */
+    int G;
+    long long R;
+    chunks(M, k->max_blocks, &G, &R);
+    char label[160];
+    snprintf(label, sizeof label, "%s C=%d M=%lld blocks<=%d%s%s", mp_dtype_name(dt), C, M, k->max_blocks,
+             k->relu ? " relu" : "", k->resid ? " +resid" : "");
+    float *hx = malloc(n * 4), *hdy = malloc(n * 4), *hr = malloc(n * 4), *hy = malloc(n * 4), *hdx = malloc(n * 4);
+    void *raw = malloc(bytes);
+    float gamma[2048], beta[2048], r0[2048], r1[2048], save[4 * 2048], rm[2048], rv[2048], dg[2048], db[2048],
+        cb[4 * 2048];
+    bn_dev d;
+    bool ok = C <= 2048 && hx && hdy && hr && hy && hdx && raw && dev_alloc(&d, bytes, C, k->max_blocks < 1024 ? k->max_blocks : 1024);
+    mp_rng rng;
+    mp_rng_seed(&rng, 0x50455253 + (uint64_t)C * 31 + (uint64_t)dt);
+    for (int c = 0; ok && c < C; c++) {
+        gamma[c] = (float)(1 + 0.3 * mp_rng_normal(&rng)), beta[c] = (float)(0.2 * mp_rng_normal(&rng));
+        r0[c] = 0.5f, r1[c] = 2.f;
+    }
+    for (size_t i = 0; ok && i < n; i++) { /* channel c: mean up to ~3, scale 0.05 .. 2 */
+        const int c = (int)(i % C);
+        hx[i] = (float)((c % 7) * 0.5 + (0.05 + (c % 5) * 0.45) * mp_rng_normal(&rng));
+        hdy[i] = (float)mp_rng_normal(&rng);
+        hr[i] = (float)mp_rng_normal(&rng);
+    }
+    if (ok) { /* the values dt holds */
+        mp_store_f32(raw, dt, hx, (int64_t)n), mp_load_f32(hx, raw, dt, (int64_t)n);
+        ok = to_dev(d.x, raw, bytes);
+        mp_store_f32(raw, dt, hdy, (int64_t)n), mp_load_f32(hdy, raw, dt, (int64_t)n);
+        ok = ok && to_dev(d.dy, raw, bytes);
+        mp_store_f32(raw, dt, hr, (int64_t)n), mp_load_f32(hr, raw, dt, (int64_t)n);
+        ok = ok && to_dev(d.resid, raw, bytes) && to_dev(d.gamma, gamma, C * 4) && to_dev(d.beta, beta, C * 4) &&
+             to_dev(d.rmean, r0, C * 4) && to_dev(d.rvar, r1, C * 4);
+    }
+    const cudaStream_t st = ctx->stream;
+    const float eps = 1e-5f, mom = 0.1f;
+    const mp_bn_fwd_out fo = {d.gamma, d.beta, MP_DTYPE_F32, MP_DTYPE_F32, d.rmean, d.rvar, eps, mom,
+                              d.save, d.save + C, d.coef_f};
+    const void *resid = k->resid ? d.resid : NULL;
+    const int gp = k->max_blocks < 1024 ? k->max_blocks : 1024; /* partial scratch rows */
+    ok = ok && mp_bn_persist_forward(st, ctx->sm_count, dt, d.x, resid, d.y, M, C, gp, d.part, d.part + (size_t)gp * C,
+                                     fo, k->relu) == cudaSuccess;
+    /* the fast kernels from the same chunks (statistics) and coefficients (y) */
+    if (partials)
+        ok = ok && mp_bn_fast_stats(st, dt, d.x, M, C, G, R, d.part3, d.part3 + (size_t)G * C) == cudaSuccess;
+    ok = ok && mp_bn_fast_apply(st, dt, d.x, resid, d.y3, M, C, G, R, d.coef_f, k->relu) == cudaSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess;
+    if (ok && partials) {
+        bool same = same_bytes(d.part, d.part3, (size_t)G * C * 4) &&
+                    same_bytes(d.part + (size_t)gp * C, d.part3 + (size_t)G * C, (size_t)G * C * 4);
+        expect(same, label), ok = same;
+    }
+    if (ok) expect(same_bytes(d.y, d.y3, bytes), label);
+    /* the finalize against the host's statistics */
+    ok = ok && to_host(save, d.save, 4 * (size_t)C * 4) && to_host(rm, d.rmean, C * 4) && to_host(rv, d.rvar, C * 4);
+    int stats_bad = 0;
+    for (int c = 0; ok && c < C; c++) {
+        double s = 0, q = 0;
+        for (long long r = 0; r < M; r++) s += hx[r * C + c];
+        const double mean = s / (double)M;
+        for (long long r = 0; r < M; r++) q += (hx[r * C + c] - mean) * (hx[r * C + c] - mean);
+        const double var = q / (double)M, sd = sqrt(var), invstd = 1 / sqrt(var + eps);
+        stats_bad += !close_to(save[c], mean, 1e-5 * (fabs(mean) + sd)) ||
+                     !close_to(save[C + c], invstd, 1e-5 * invstd) || save[2 * C + c] != gamma[c] * save[C + c] ||
+                     save[3 * C + c] != beta[c] || !close_to(rm[c], 0.9 * 0.5 + 0.1 * mean, 1e-5 * (fabs(mean) + sd)) ||
+                     !close_to(rv[c], 0.9 * 2.0 + 0.1 * q / (double)(M - 1), 1e-5 * (2 + var));
+    }
+    if (ok) expect(stats_bad == 0, label);
+    /* backward: the mask as the op sets it (the stored output's with a residual add, else recomputed from x) */
+    const mp_bn_fast_mask by_y = {k->relu ? d.y : NULL, NULL, NULL},
+                          by_x = {NULL, k->relu ? d.save : NULL, k->relu ? d.save + 2 * C : NULL};
+    const mp_bn_fast_mask mask = k->resid ? by_y : by_x;
+    const mp_bn_bwd_out bo = {true, d.save, d.save + C, d.rmean, d.rvar, eps, d.gamma, MP_DTYPE_F32,
+                              d.dgamma, d.dbeta, MP_DTYPE_F32, MP_DTYPE_F32, d.coef_b};
+    void *dr = k->resid ? d.dr : NULL, *dr3 = k->resid ? d.dr3 : NULL;
+    ok = ok && cudaMemset(d.dx, 0xFF, bytes) == cudaSuccess &&
+         mp_bn_persist_backward(st, ctx->sm_count, dt, d.x, d.dy, mask, M, C, gp, d.part, d.part + (size_t)gp * C, bo,
+                                d.dx, false, dr, false) == cudaSuccess;
+    if (partials)
+        ok = ok && mp_bn_fast_bwd_reduce(st, dt, d.x, d.dy, mask, d.save, M, C, G, R, d.part3,
+                                         d.part3 + (size_t)G * C) == cudaSuccess;
+    ok = ok && mp_bn_fast_dx(st, dt, d.x, d.dy, mask, d.dx3, false, dr3, false, M, C, G, R, d.coef_b) == cudaSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess;
+    if (ok && partials)
+        expect(same_bytes(d.part, d.part3, (size_t)G * C * 4) &&
+                   same_bytes(d.part + (size_t)gp * C, d.part3 + (size_t)G * C, (size_t)G * C * 4), label);
+    if (ok) expect(same_bytes(d.dx, d.dx3, bytes) && (!dr || same_bytes(dr, dr3, bytes)), label);
+    if (ok && k->relu && !k->resid) { /* the stored output's mask: the same bits */
+        ok = mp_bn_persist_backward(st, ctx->sm_count, dt, d.x, d.dy, by_y, M, C, gp, d.part, d.part + (size_t)gp * C,
+                                    (mp_bn_bwd_out){true, d.save, d.save + C, d.rmean, d.rvar, eps, d.gamma,
+                                                    MP_DTYPE_F32, d.dgamma + C, d.dbeta + C, MP_DTYPE_F32,
+                                                    MP_DTYPE_F32, d.coef_b + 4 * 0},
+                                    d.dx3, false, NULL, false) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        expect(ok && same_bytes(d.dx, d.dx3, bytes) && same_bytes(d.dgamma, d.dgamma + C, C * 4) &&
+                   same_bytes(d.dbeta, d.dbeta + C, C * 4),
+               label);
+    }
+    /* dgamma, dbeta against the host's sums; dx against the host's formula from the device's coefficients */
+    ok = ok && to_host(dg, d.dgamma, C * 4) && to_host(db, d.dbeta, C * 4) && to_host(cb, d.coef_b, 4 * (size_t)C * 4);
+    ok = ok && to_host(raw, d.y, bytes);
+    if (ok) mp_load_f32(hy, raw, dt, (int64_t)n);
+    ok = ok && to_host(raw, d.dx, bytes);
+    if (ok) mp_load_f32(hdx, raw, dt, (int64_t)n);
+    int grads_bad = 0;
+    long long dx_bad = 0;
+    const double rel = dt == MP_DTYPE_F32 ? 1e-6 : dt == MP_DTYPE_F16 ? 1e-3 : 4e-3;
+    const double tiny = dt == MP_DTYPE_F16 ? 0x1p-24 : 1e-30; /* f16's subnormal spacing, below 2^-14 */
+    for (int c = 0; ok && c < C; c++) {
+        double sa = 0, sb = 0, abs_a = 0, abs_b = 0;
+        for (long long r = 0; r < M; r++) {
+            const size_t i = (size_t)(r * C + c);
+            const double g = k->relu && !(hy[i] > 0) ? 0 : hdy[i];
+            sa += g, sb += g * (hx[i] - save[c]), abs_a += fabs(g), abs_b += fabs(g * (hx[i] - save[c]));
+        }
+        grads_bad += !close_to(db[c], sa, 1e-5 * abs_a + 1e-6) || !close_to(dg[c], sb * save[C + c], 1e-5 * abs_b * save[C + c] + 1e-6);
+        for (long long r = 0; r < M; r++) {
+            const size_t i = (size_t)(r * C + c);
+            const float g = k->relu && !(hy[i] > 0) ? 0.f : hdy[i];
+            const float kk = cb[C + c], a = cb[2 * C + c], b = cb[3 * C + c], xc = hx[i] - cb[c];
+            const float want = kk * (g - a - xc * b);
+            /* dt's rounding of the result, and f32's of the terms (the device may fuse a multiply-add) */
+            const double terms = fabs(kk) * (fabs(g) + fabs(a) + fabs(xc * b));
+            dx_bad += !close_to(hdx[i], want, rel * fabs(want) + 1e-5 * terms + tiny);
+        }
+    }
+    if (ok) expect(grads_bad == 0 && dx_bad == 0, label);
+    /* dx added into what another consumer wrote */
+    if (ok && !k->resid) {
+        ok = to_dev(d.dx, raw, bytes) && to_dev(d.dx3, raw, bytes) &&
+             mp_bn_persist_backward(st, ctx->sm_count, dt, d.x, d.dy, mask, M, C, gp, d.part, d.part + (size_t)gp * C,
+                                    bo, d.dx, true, NULL, false) == cudaSuccess &&
+             mp_bn_fast_dx(st, dt, d.x, d.dy, mask, d.dx3, true, NULL, false, M, C, G, R, d.coef_b) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        expect(ok && same_bytes(d.dx, d.dx3, bytes), label);
+    }
+    printf("%s: one-kernel batch norm %s (%d chunks%s): stats %d off, dgamma/dbeta %d off, dx %lld off%s%s\n",
+           ok && !stats_bad && !grads_bad && !dx_bad ? "ok" : "FAIL", label, G,
+           partials ? ", partials compared" : ", cut to the device", stats_bad, grads_bad, dx_bad, ok ? "" : ": ",
+           ok ? "" : cudaGetErrorString(cudaGetLastError()));
+    if (!ok) expect(false, label);
+    dev_free(&d);
+    free(hx), free(hdy), free(hr), free(hy), free(hdx), free(raw);
+}
+
+int main(void) {
+    mp_cuda_ctx *ctx = NULL;
+    if (mp_cuda_ctx_create(0, &ctx) != MP_OK) {
+        printf("test_cuda_bn_persist: no usable GPU, nothing tested: %s\n", mp_last_error());
+        return 2;
+    }
+    if (!mp_bn_persist_supported()) {
+        printf("FAIL: %s launches no cooperative kernels\n", ctx->name);
+        return 1;
+    }
+    const mp_dtype dts[3] = {MP_DTYPE_F32, MP_DTYPE_F16, MP_DTYPE_BF16};
+    for (int i = 0; i < 3; i++) {
+        const mp_dtype dt = dts[i];
+        const int c_small = dt == MP_DTYPE_F32 ? 24 : 40;
+        const bn_case cases[] = {
+            {dt, c_small, 7, 3001, false, false},  {dt, c_small, 7, 3001, true, false},
+            {dt, c_small, 64, 5003, true, true},   {dt, 256, 33, 4099, true, false},
+            {dt, 512, 1000000, 65536, true, false}, /* more blocks asked than the device holds */
+        };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(ctx, &cases[k]);
+    }
+    /* refused, not run: a dtype the kernels do not take */
+    const mp_bn_fwd_out none = {0};
+    expect(mp_bn_persist_forward(ctx->stream, ctx->sm_count, MP_DTYPE_I32, NULL, NULL, NULL, 64, 8, 4, NULL, NULL,
+                                 none, false) == cudaErrorInvalidValue,
+           "an i32 input is refused");
+    printf("test_cuda_bn_persist: %d passed, %d failed\n", n_run - n_failed, n_failed);
+    mp_cuda_ctx_destroy(ctx);
+    return n_failed ? 1 : 0;
+}
