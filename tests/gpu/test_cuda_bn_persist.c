@@ -225,10 +225,12 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
              cudaStreamSynchronize(st) == cudaSuccess;
         expect(ok && same_bytes(d.dx, d.dx3, bytes), label);
     }
-    printf("%s: one-kernel batch norm %s (%d chunks%s): stats %d off, dgamma/dbeta %d off, dx %lld off%s%s\n",
-           ok && !stats_bad && !grads_bad && !dx_bad ? "ok" : "FAIL", label, G,
-           partials ? ", partials compared" : ", cut to the device", stats_bad, grads_bad, dx_bad, ok ? "" : ": ",
-           ok ? "" : cudaGetErrorString(cudaGetLastError()));
+    char chunk_note[48];
+    if (partials) snprintf(chunk_note, sizeof chunk_note, "%d chunks, partials compared", G);
+    else snprintf(chunk_note, sizeof chunk_note, "cut to one block per SM");
+    printf("%s: one-kernel batch norm %s (%s): stats %d off, dgamma/dbeta %d off, dx %lld off%s%s\n",
+           ok && !stats_bad && !grads_bad && !dx_bad ? "ok" : "FAIL", label, chunk_note, stats_bad, grads_bad, dx_bad,
+           ok ? "" : ": ", ok ? "" : cudaGetErrorString(cudaGetLastError()));
     if (!ok) expect(false, label);
     dev_free(&d);
     free(hx), free(hdy), free(hr), free(hy), free(hdx), free(raw);
