@@ -93,7 +93,7 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_i
     if (t->micro != 0)
         return mp_error(MP_ERR_INVALID_ARG, "%s: not saved: in the middle of a step (%d of %d micro-batches queued); "
                         "save between steps", path, t->micro, t->k);
-    MP_TRY(mp_step_poll(t, true, NULL)); /* overflows before the save are reported, not lost */
+    MP_TRY(mp_trainer_poll(t, true, NULL)); /* overflows before the save are reported, not lost */
     MP_TRY(t->be->state_to_host(t));
     const mp_graph *g = t->g;
     int cap = g->n_params;

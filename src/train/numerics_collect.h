@@ -6,7 +6,7 @@
 #ifndef MP_TRAIN_NUMERICS_COLLECT_H
 #define MP_TRAIN_NUMERICS_COLLECT_H
 
-#include "train/trainer.h"
+#include "train/trainer_state.h"
 
 typedef struct mp_numerics_state mp_numerics_state;
 

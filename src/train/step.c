@@ -29,7 +29,7 @@
 #include "amp/policy.h"
 #include "graph/plan.h"
 #include "train/numerics_collect.h"
-#include "train/trainer.h"
+#include "train/step.h"
 
 /* ---- the step ----------------------------------------------------------- */
 
@@ -190,7 +190,8 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
     if (t->o.auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32)) {
         say(t, r, "step %lld: --auto-fallback: moving %s to fp32 and continuing", (long long)step, nd->name);
         mp_policy_node_to_f32(g, node);
-        return mp_trainer_rebuild(t);
+        t->rebuild_pending = true; /* the trainer rebuilds its plan (mp_trainer_poll) */
+        return MP_OK;
     }
     return mp_error(MP_ERR_NONFINITE,
                     "step %lld: %d consecutive forward overflows: %s produces NaN/inf. Lowering the loss scale cannot "

@@ -170,6 +170,13 @@ mp_status mp_trainer_rebuild(mp_trainer *t) {
     return MP_OK;
 }
 
+mp_status mp_trainer_poll(mp_trainer *t, bool wait, mp_overflow_report *report) {
+    MP_TRY(mp_step_poll(t, wait, report));
+    if (!t->rebuild_pending) return MP_OK;
+    t->rebuild_pending = false;
+    return mp_trainer_rebuild(t);
+}
+
 static size_t buffer_floats(const mp_graph *g) {
     size_t n = 0;
     for (int i = 0; i < g->n_params; i++)
@@ -282,7 +289,7 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
         t->steps++;
         t->ends_queued++;
     }
-    mp_status s = kind & MP_LAUNCH_LAST ? mp_step_poll(t, false, r ? &r->overflow : NULL) : MP_OK;
+    mp_status s = kind & MP_LAUNCH_LAST ? mp_trainer_poll(t, false, r ? &r->overflow : NULL) : MP_OK;
     if (r) {
         r->step_done = kind & MP_LAUNCH_LAST;
         r->step = t->steps;
@@ -311,7 +318,7 @@ mp_status mp_trainer_wait(mp_trainer *t, mp_step_report *r) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     if (r) memset(r, 0, sizeof *r), r->overflow.node = -1;
     MP_TRY(t->be->wait(t));
-    MP_TRY(mp_step_poll(t, true, r ? &r->overflow : NULL));
+    MP_TRY(mp_trainer_poll(t, true, r ? &r->overflow : NULL));
     if (r) {
         r->step = t->steps;
         r->loss_scale = t->scaler.scale;
