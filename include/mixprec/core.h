@@ -130,8 +130,11 @@ typedef struct {
     bool no_bn_fast;           /**< MIXPREC_BN_FAST=0: GPU batch norm on our general kernels only, not the fast
                                     one-dtype ones */
     int bn_persist;            /**< MIXPREC_BN_PERSIST: our fast GPU batch norm's training passes 0 as three kernels
-                                    each, 1 as one cooperative kernel each, 2 (unset or any other value) timed per
-                                    layer between the two */
+                                    each, 1 as one cooperative kernel each (also under MIXPREC_DETERMINISTIC=1:
+                                    both are deterministic), 2 (unset or any other value) timed per layer with
+                                    cuDNN's as a third candidate where they apply; three kernels where the one
+                                    kernel cannot run (synchronized batch norm, MIXPREC_BN_FAST=0, no cooperative
+                                    launch) and under MIXPREC_DETERMINISTIC=1 */
     double cudnn_workspace_mb; /**< MIXPREC_CUDNN_WORKSPACE_MB (0: default ceiling) */
     int cudnn_find_trials;     /**< MIXPREC_CUDNN_FIND_TRIALS=N timed runs per candidate (0: default 3) */
     bool cudnn_find_off;       /**< MIXPREC_CUDNN_FIND=0: cuDNN's heuristic choice without timing */

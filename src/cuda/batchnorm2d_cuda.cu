@@ -19,10 +19,12 @@
  * bn_add_relu_cuda.h's: forward stores relu(bn(x) + resid), backward writes
  * dx and the residual's gradient from one read of dy and the mask.
  * Where every activation of a call has one dtype and C fits, the streaming
- * passes run batchnorm2d_fast.h's kernels (the same partials and finalize);
+ * passes run batchnorm2d_fast.h's kernels (the same partials and finalize),
+ * and a training pass may run as one cooperative kernel instead
+ * (batchnorm2d_persist.h: the same block code, its own finalize phase);
  * training in f16/bf16 may run on cuDNN's NHWC kernels instead where they
- * apply (batchnorm2d_cudnn.h), when timing says they are faster for the
- * layer (batchnorm2d_pick.h). */
+ * apply (batchnorm2d_cudnn.h). Timing picks among these per layer
+ * (batchnorm2d_pick.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -397,11 +399,11 @@ static mp_status bn_batch_error(const mp_op_desc *d, const mp_shape *x) {
 static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c);
 static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c);
 
-/* The device launches cooperative kernels (asked once: a process's GPUs are of one kind). */
+/* The device launches cooperative kernels (asked once, by the first
+ * caller: a process's GPUs are of one kind). */
 static bool persist_supported(void) {
-    static int supported = -1;
-    if (supported < 0) supported = mp_bn_persist_supported();
-    return supported != 0;
+    static const bool supported = mp_bn_persist_supported();
+    return supported;
 }
 
 static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info,
@@ -431,11 +433,13 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     st->relu = cfg->relu_after;
     st->add = cfg->add_relu_after;
     const mp_env *env = mp_env_get();
-    /* our one-kernel passes: training on the fast kernels, one rank, the device launches them */
+    /* our one-kernel passes: training on the fast kernels, one rank, the device launches them; timed
+       unless forced, or deterministic runs, or cuDNN's kernels are forced (ours then run only the calls
+       theirs do not take) */
     const bool one_ok = cfg->training && rpp && ctx->sync_world <= 1 && env->bn_persist != 0 && !env->no_bn_fast &&
                         persist_supported();
-    const bool one_forced = one_ok && env->bn_persist == 1, one_timed = one_ok && env->bn_persist == 2 &&
-                                                                        !env->deterministic;
+    const bool one_forced = one_ok && env->bn_persist == 1;
+    const bool one_timed = one_ok && env->bn_persist == 2 && !env->deterministic && !(cudnn && env->cudnn_bn == 1);
     const bool cudnn_timed = cudnn && env->cudnn_bn == 2;
     st->persist = one_forced;
     if (cudnn_timed || one_timed) { /* timed (batchnorm2d_pick.h) */
@@ -445,12 +449,12 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
         const mp_bn_candidates cand = {bn_forward,          bn_backward, one_forced ? NULL : &three,
                                        one_ok ? &one : NULL, cudnn_timed ? &theirs : NULL,
                                        ws_cudnn,            saved_cudnn};
-        const mp_bn_run run = mp_bn_pick(ctx, d, info, cfg, &cand);
-        if (cudnn_timed && run != MP_BN_RUN_CUDNN) {
+        const mp_bn_choice pick = mp_bn_pick(ctx, d, info, cfg, &cand);
+        if (cudnn_timed && pick.run != MP_BN_RUN_CUDNN) {
             mp_bn_cudnn_release(cudnn);
             cudnn = NULL;
         }
-        st->persist = run == MP_BN_RUN_ONE || (run == MP_BN_RUN_CUDNN && one_forced);
+        st->persist = pick.ours_one;
     }
     st->cudnn = cudnn;
     *state = st;

@@ -5,7 +5,8 @@
  * VEC = 16 / sizeof(T) and at most 256 * VEC, and every pointer is 16-byte
  * aligned. CUDA only (C-callable, for the tests). Same arithmetic as batchnorm2d_cuda.cu's general kernels (Welford
  * within a thread, Chan's merge in a fixed order, f32 sums), so the same
- * finalize kernels merge their partials; what differs is how they move
+ * finalize kernels merge their partials (batchnorm2d_persist.h runs the same
+ * block code in one kernel with a finalize phase of its own); what differs is how they move
  * bytes: the dtype is a template parameter (no per-element dispatch), a
  * block's threads cover whole rows (consecutive threads read consecutive
  * 16 bytes, whatever C is), each thread has four rows' loads in flight, the

@@ -93,14 +93,23 @@ bool mp_bn_persist_supported(void) {
            cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) == cudaSuccess && coop;
 }
 
-/* Chunks of R rows for at most max_blocks blocks, all of kernel k resident
- * on sm_count SMs; G = 0 where none fit. */
-template <typename K> static void persist_dims(K k, int sm_count, long long M, int max_blocks, int *G, long long *R) {
-    int per_sm = 0;
-    *G = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FAST_THREADS, 0) != cudaSuccess) return;
-    if (per_sm > BLOCKS_PER_SM) per_sm = BLOCKS_PER_SM;
+/* Blocks of kernel k one SM holds at once, at most BLOCKS_PER_SM (0 where
+ * the query fails; its error is cleared: not the next launch's). Asked
+ * once per kernel and process (a process's GPUs are of one kind). */
+template <typename K> static int blocks_per_sm(K k) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, FAST_THREADS, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n < BLOCKS_PER_SM ? n : BLOCKS_PER_SM;
+}
+
+/* Chunks of R rows for at most max_blocks blocks, per_sm on each of
+ * sm_count SMs; G = 0 where none fit. */
+static void persist_dims(int per_sm, int sm_count, long long M, int max_blocks, int *G, long long *R) {
     long long g = (long long)per_sm * (sm_count > 0 ? sm_count : 1);
+    *G = 0;
     if (g > max_blocks) g = max_blocks;
     if (g > M) g = M;
     if (g < 1) return;
@@ -108,6 +117,8 @@ template <typename K> static void persist_dims(K k, int sm_count, long long M, i
     *G = (int)((M + *R - 1) / *R); /* no empty chunk */
 }
 
+/* A refused launch (more blocks than fit) leaves its error behind; the
+ * caller takes the three kernels then, whose launches must not find it. */
 template <typename K, typename... Args> static cudaError_t launch_cooperative(K k, int G, cudaStream_t st, Args... args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeCooperative;
@@ -118,36 +129,42 @@ template <typename K, typename... Args> static cudaError_t launch_cooperative(K 
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, k, args...);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, k, args...);
+    if (e == cudaErrorCooperativeLaunchTooLarge) (void)cudaGetLastError();
+    return e;
 }
 
 template <typename T>
 static cudaError_t forward_as(cudaStream_t st, int sm_count, const T *x, const T *resid, T *y, long long M, int C,
                               int max_blocks, float *pmean, float *pm2, const mp_bn_fwd_out &out, bool relu) {
-    void (*k)(const T *, const T *, T *, long long, int, long long, float *, float *, mp_bn_fwd_out) =
-        resid ? persist_forward_kernel<T, true, true>
-              : relu ? persist_forward_kernel<T, true, false> : persist_forward_kernel<T, false, false>;
+    void (*const kernels[3])(const T *, const T *, T *, long long, int, long long, float *, float *, mp_bn_fwd_out) = {
+        persist_forward_kernel<T, false, false>, persist_forward_kernel<T, true, false>,
+        persist_forward_kernel<T, true, true>};
+    static const int per_sm[3] = {blocks_per_sm(kernels[0]), blocks_per_sm(kernels[1]), blocks_per_sm(kernels[2])};
+    const int v = resid ? 2 : relu ? 1 : 0;
     int G;
     long long R;
-    persist_dims(k, sm_count, M, max_blocks, &G, &R);
+    persist_dims(per_sm[v], sm_count, M, max_blocks, &G, &R);
     if (!G) return cudaErrorCooperativeLaunchTooLarge;
-    return launch_cooperative(k, G, st, x, resid, y, M, C, R, pmean, pm2, out);
+    return launch_cooperative(kernels[v], G, st, x, resid, y, M, C, R, pmean, pm2, out);
 }
 
 template <typename T>
 static cudaError_t backward_as(cudaStream_t st, int sm_count, const T *x, const T *dy, mp_bn_fast_mask mask,
                                long long M, int C, int max_blocks, float *psdy, float *psdyx,
                                const mp_bn_bwd_out &out, T *dx, bool dx_add, T *dr, bool dr_add) {
-    void (*k)(const T *, const T *, const T *, const float *, const float *, long long, int, long long, float *,
-              float *, mp_bn_bwd_out, T *, bool, T *, bool) =
-        mask.y_mask ? persist_backward_kernel<T, MASK_Y>
-                    : mask.fwd_mu ? persist_backward_kernel<T, MASK_RECOMPUTE> : persist_backward_kernel<T, MASK_NONE>;
+    void (*const kernels[3])(const T *, const T *, const T *, const float *, const float *, long long, int, long long,
+                             float *, float *, mp_bn_bwd_out, T *, bool, T *, bool) = {
+        persist_backward_kernel<T, MASK_NONE>, persist_backward_kernel<T, MASK_Y>,
+        persist_backward_kernel<T, MASK_RECOMPUTE>};
+    static const int per_sm[3] = {blocks_per_sm(kernels[0]), blocks_per_sm(kernels[1]), blocks_per_sm(kernels[2])};
+    const int v = mask.y_mask ? 1 : mask.fwd_mu ? 2 : 0;
     int G;
     long long R;
-    persist_dims(k, sm_count, M, max_blocks, &G, &R);
+    persist_dims(per_sm[v], sm_count, M, max_blocks, &G, &R);
     if (!G) return cudaErrorCooperativeLaunchTooLarge;
-    return launch_cooperative(k, G, st, x, dy, (const T *)mask.y_mask, mask.fwd_mu, mask.fwd_scale, M, C, R, psdy,
-                              psdyx, out, dx, dx_add, dr, dr_add);
+    return launch_cooperative(kernels[v], G, st, x, dy, (const T *)mask.y_mask, mask.fwd_mu, mask.fwd_scale, M, C, R,
+                              psdy, psdyx, out, dx, dx_add, dr, dr_add);
 }
 
 cudaError_t mp_bn_persist_forward(cudaStream_t st, int sm_count, mp_dtype dt, const void *x, const void *resid,

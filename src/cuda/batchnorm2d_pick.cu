@@ -11,11 +11,11 @@
 enum { REPS = 3, TRIALS = 3 }; /* forward + backward REPS times per graph; median of TRIALS replays */
 
 typedef struct {
-    int gpu_model, dtype, relu, add, candidates; /* candidates: 1 one-kernel, 2 cuDNN */
+    int gpu_model, dtype, relu, add, candidates; /* candidates: bit k for mp_bn_run k */
     int dims[4];
 } pick_key;
 
-static mp_choice_cache cache = MP_CHOICE_CACHE_INIT(pick_key, int);
+static mp_choice_cache cache = MP_CHOICE_CACHE_INIT(pick_key, mp_bn_choice);
 
 /* Device scratch for one call: the activations and their gradients, the
  * residual and its gradient (add), the parameters, saved and workspace. */
@@ -109,52 +109,58 @@ static float time_passes(mp_cuda_ctx *ctx, const mp_bn_candidates *cand, mp_op_c
     return ms;
 }
 
-mp_bn_run mp_bn_pick(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
-                     const mp_bn_candidates *cand) {
+mp_bn_choice mp_bn_pick(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
+                        const mp_bn_candidates *cand) {
+    void *const states[3] = {cand->three, cand->one, cand->cudnn}; /* by mp_bn_run */
     const mp_shape *x = &info->in[0];
     pick_key key;
     memset(&key, 0, sizeof key);
     key.gpu_model = mp_cuda_gpu_model(ctx), key.dtype = (int)cfg->storage;
     key.relu = cfg->relu_after, key.add = cfg->add_relu_after;
-    key.candidates = (cand->one ? 1 : 0) | (cand->cudnn ? 2 : 0);
+    for (int k = 0; k < 3; k++) key.candidates |= states[k] ? 1 << k : 0;
     for (int i = 0; i < x->ndim && i < 4; i++) key.dims[i] = x->dims[i];
-    int pick;
-    if (mp_choice_get(&cache, &key, &pick)) return (mp_bn_run)pick;
+    mp_bn_choice pick;
+    if (mp_choice_get(&cache, &key, &pick)) return pick;
     pthread_mutex_lock(&cache.search);
     if (mp_choice_get(&cache, &key, &pick)) {
         pthread_mutex_unlock(&cache.search);
-        return (mp_bn_run)pick;
+        return pick;
     }
     scratch s;
     mp_op_call c;
-    float ms[3] = {-1.f, -1.f, -1.f}; /* by mp_bn_run */
-    void *const states[3] = {cand->three, cand->one, cand->cudnn};
+    float ms[3] = {-1.f, -1.f, -1.f};
     if (scratch_call(ctx, d, info, cfg, cand, &s, &c)) {
         for (int k = 0; k < 3; k++)
             if (states[k]) ms[k] = time_passes(ctx, cand, &c, states[k]);
         scratch_free(&s);
     }
     mp_clear_error();
-    bool timed = true;
-    pick = -1;
-    for (int k = 0; k < 3; k++) {
-        if (states[k] && !(ms[k] > 0.f)) timed = false;
-        if (states[k] && ms[k] > 0.f && (pick < 0 || ms[k] < ms[pick])) pick = k;
-    }
-    if (!timed) pick = cand->cudnn ? MP_BN_RUN_CUDNN : cand->three ? MP_BN_RUN_THREE : MP_BN_RUN_ONE;
-    else mp_choice_put(&cache, &key, &pick);
+    int best = -1, timed = 0;
+    for (int k = 0; k < 3; k++)
+        if (states[k] && ms[k] > 0.f) {
+            timed++;
+            if (best < 0 || ms[k] < ms[best]) best = k;
+        }
+    if (best < 0) best = cand->cudnn ? MP_BN_RUN_CUDNN : cand->three ? MP_BN_RUN_THREE : MP_BN_RUN_ONE;
+    pick.run = (mp_bn_run)best;
+    /* ours for the calls cuDNN's kernels do not take: one kernel where it timed faster than three (or three is
+       not offered) */
+    pick.ours_one = cand->one && (!cand->three || (ms[MP_BN_RUN_ONE] > 0.f && (!(ms[MP_BN_RUN_THREE] > 0.f) ||
+                                                                                ms[MP_BN_RUN_ONE] < ms[MP_BN_RUN_THREE])));
+    if (timed >= 2) mp_choice_put(&cache, &key, &pick);
     pthread_mutex_unlock(&cache.search);
     if (mp_env_get()->cudnn_debug) {
         static const char *const names[3] = {"ours (three kernels per pass)", "ours (one kernel per pass)", "cuDNN's"};
         char sh[64], t[3][24];
         for (int k = 0; k < 3; k++) {
-            if (states[k]) snprintf(t[k], sizeof t[k], "%.4f ms", ms[k]);
-            else snprintf(t[k], sizeof t[k], "-");
+            if (!states[k]) snprintf(t[k], sizeof t[k], "-");
+            else if (ms[k] > 0.f) snprintf(t[k], sizeof t[k], "%.4f ms", ms[k]);
+            else snprintf(t[k], sizeof t[k], "not timed");
         }
         fprintf(stderr, "mixprec: batchnorm2d '%s' %s %s%s: forward + backward, ours three %s, ours one %s, cuDNN %s: %s%s\n",
                 d->name ? d->name : "?", mp_shape_str(x, sh, sizeof sh), mp_dtype_name(cfg->storage),
                 cfg->add_relu_after ? " +add+ReLU" : cfg->relu_after ? " +ReLU" : "", t[0], t[1], t[2],
-                timed ? "" : "not timed, ", names[pick]);
+                timed ? "" : "none timed, ", names[best]);
     }
-    return (mp_bn_run)pick;
+    return pick;
 }

@@ -13,7 +13,7 @@
  * between runs and processes. MIXPREC_CUDNN_BN=1 takes cuDNN's and =0 ours,
  * MIXPREC_BN_PERSIST=0 our three-kernel passes and =1 our one-kernel ones
  * (what is left is timed), and MIXPREC_DETERMINISTIC=1 our three-kernel
- * passes, without timing.
+ * passes (one-kernel under MIXPREC_BN_PERSIST=1), without timing.
  * CUDA only. */
 #ifndef MP_CUDA_BATCHNORM2D_PICK_H
 #define MP_CUDA_BATCHNORM2D_PICK_H
@@ -32,13 +32,20 @@ typedef struct {
 
 typedef enum { MP_BN_RUN_THREE, MP_BN_RUN_ONE, MP_BN_RUN_CUDNN } mp_bn_run;
 
-/* The candidate that ran the node's training forward + backward (ReLU, or
- * residual add + ReLU, fused as cfg says) fastest; where they could not be
- * timed (no memory for the scratch, a failed capture), cuDNN's if it is a
- * candidate (the choice before timing existed), else our three-kernel
- * passes if they are one, else our one-kernel passes; the error is cleared. Prints the times under
- * MIXPREC_CUDNN_DEBUG=1. */
-mp_bn_run mp_bn_pick(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
-                     const mp_bn_candidates *cand);
+typedef struct {
+    mp_bn_run run; /* the fastest candidate */
+    bool ours_one; /* of our passes offered, the one-kernel ones were faster (or the only ones): what runs the
+                      calls cuDNN's kernels do not take */
+} mp_bn_choice;
+
+/* The candidates' training forward + backward (ReLU, or residual add +
+ * ReLU, fused as cfg says) timed; the fastest of those that could be timed.
+ * Where none could (no memory for the scratch, failed captures): cuDNN's if
+ * it is a candidate (the choice before timing existed), else our
+ * three-kernel passes if they are one, else our one-kernel passes. Errors
+ * are cleared; the choice is kept for the process where at least two
+ * candidates were timed. Prints the times under MIXPREC_CUDNN_DEBUG=1. */
+mp_bn_choice mp_bn_pick(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info *info, const mp_cuda_node_cfg *cfg,
+                        const mp_bn_candidates *cand);
 
 #endif

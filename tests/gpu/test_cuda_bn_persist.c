@@ -89,19 +89,22 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
     const int C = k->C;
     const long long M = k->M;
     const size_t n = (size_t)M * C, es = mp_dtype_size(dt), bytes = n * es;
-    const bool partials = k->max_blocks <= 64; /* the device holds that many: the fast kernels get the same chunks */
+    /* at most one block per SM: the one-kernel pass takes the chunks asked, and the fast kernels get the same */
+    const bool partials = k->max_blocks <= ctx->sm_count;
+    const int gp = k->max_blocks < 1024 ? k->max_blocks : 1024; /* blocks asked (the partials' scratch rows) */
     int G;
     long long R;
     chunks(M, k->max_blocks, &G, &R);
     char label[160];
-    snprintf(label, sizeof label, "%s C=%d M=%lld blocks<=%d%s%s", mp_dtype_name(dt), C, M, k->max_blocks,
+    snprintf(label, sizeof label, "%s C=%d M=%lld blocks<=%d%s%s", mp_dtype_name(dt), C, M, gp,
              k->relu ? " relu" : "", k->resid ? " +resid" : "");
     float *hx = malloc(n * 4), *hdy = malloc(n * 4), *hr = malloc(n * 4), *hy = malloc(n * 4), *hdx = malloc(n * 4);
     void *raw = malloc(bytes);
     float gamma[2048], beta[2048], r0[2048], r1[2048], save[4 * 2048], rm[2048], rv[2048], dg[2048], db[2048],
-        cb[4 * 2048];
+        cb[4 * 2048], cf[3 * 2048];
     bn_dev d;
-    bool ok = C <= 2048 && hx && hdy && hr && hy && hdx && raw && dev_alloc(&d, bytes, C, k->max_blocks < 1024 ? k->max_blocks : 1024);
+    memset(&d, 0, sizeof d);
+    bool ok = C <= 2048 && hx && hdy && hr && hy && hdx && raw && dev_alloc(&d, bytes, C, gp);
     mp_rng rng;
     mp_rng_seed(&rng, 0x50455253 + (uint64_t)C * 31 + (uint64_t)dt);
     for (int c = 0; ok && c < C; c++) {
@@ -128,7 +131,6 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
     const mp_bn_fwd_out fo = {d.gamma, d.beta, MP_DTYPE_F32, MP_DTYPE_F32, d.rmean, d.rvar, eps, mom,
                               d.save, d.save + C, d.coef_f};
     const void *resid = k->resid ? d.resid : NULL;
-    const int gp = k->max_blocks < 1024 ? k->max_blocks : 1024; /* partial scratch rows */
     ok = ok && mp_bn_persist_forward(st, ctx->sm_count, dt, d.x, resid, d.y, M, C, gp, d.part, d.part + (size_t)gp * C,
                                      fo, k->relu) == cudaSuccess;
     /* the fast kernels from the same chunks (statistics) and coefficients (y) */
@@ -143,7 +145,8 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
     }
     if (ok) expect(same_bytes(d.y, d.y3, bytes), label);
     /* the finalize against the host's statistics */
-    ok = ok && to_host(save, d.save, 4 * (size_t)C * 4) && to_host(rm, d.rmean, C * 4) && to_host(rv, d.rvar, C * 4);
+    ok = ok && to_host(save, d.save, 4 * (size_t)C * 4) && to_host(rm, d.rmean, C * 4) && to_host(rv, d.rvar, C * 4) &&
+         to_host(cf, d.coef_f, 3 * (size_t)C * 4);
     int stats_bad = 0;
     for (int c = 0; ok && c < C; c++) {
         double s = 0, q = 0;
@@ -153,7 +156,8 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
         const double var = q / (double)M, sd = sqrt(var), invstd = 1 / sqrt(var + eps);
         stats_bad += !close_to(save[c], mean, 1e-5 * (fabs(mean) + sd)) ||
                      !close_to(save[C + c], invstd, 1e-5 * invstd) || save[2 * C + c] != gamma[c] * save[C + c] ||
-                     save[3 * C + c] != beta[c] || !close_to(rm[c], 0.9 * 0.5 + 0.1 * mean, 1e-5 * (fabs(mean) + sd)) ||
+                     save[3 * C + c] != beta[c] || cf[c] != save[c] || cf[C + c] != save[2 * C + c] ||
+                     cf[2 * C + c] != save[3 * C + c] || !close_to(rm[c], 0.9 * 0.5 + 0.1 * mean, 1e-5 * (fabs(mean) + sd)) ||
                      !close_to(rv[c], 0.9 * 2.0 + 0.1 * q / (double)(M - 1), 1e-5 * (2 + var));
     }
     if (ok) expect(stats_bad == 0, label);
@@ -180,7 +184,7 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
         ok = mp_bn_persist_backward(st, ctx->sm_count, dt, d.x, d.dy, by_y, M, C, gp, d.part, d.part + (size_t)gp * C,
                                     (mp_bn_bwd_out){true, d.save, d.save + C, d.rmean, d.rvar, eps, d.gamma,
                                                     MP_DTYPE_F32, d.dgamma + C, d.dbeta + C, MP_DTYPE_F32,
-                                                    MP_DTYPE_F32, d.coef_b + 4 * 0},
+                                                    MP_DTYPE_F32, d.coef_b},
                                     d.dx3, false, NULL, false) == cudaSuccess &&
              cudaStreamSynchronize(st) == cudaSuccess;
         expect(ok && same_bytes(d.dx, d.dx3, bytes) && same_bytes(d.dgamma, d.dgamma + C, C * 4) &&
@@ -204,7 +208,11 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
             const double g = k->relu && !(hy[i] > 0) ? 0 : hdy[i];
             sa += g, sb += g * (hx[i] - save[c]), abs_a += fabs(g), abs_b += fabs(g * (hx[i] - save[c]));
         }
-        grads_bad += !close_to(db[c], sa, 1e-5 * abs_a + 1e-6) || !close_to(dg[c], sb * save[C + c], 1e-5 * abs_b * save[C + c] + 1e-6);
+        const double is = save[C + c];
+        grads_bad += !close_to(db[c], sa, 1e-5 * abs_a + 1e-6) || !close_to(dg[c], sb * is, 1e-5 * abs_b * is + 1e-6) ||
+                     cb[c] != save[c] || cb[C + c] != gamma[c] * save[C + c] ||
+                     !close_to(cb[2 * C + c], sa / (double)M, (1e-5 * abs_a + 1e-6) / (double)M) ||
+                     !close_to(cb[3 * C + c], sb * is * is / (double)M, (1e-5 * abs_b + 1e-6) * is * is / (double)M);
         for (long long r = 0; r < M; r++) {
             const size_t i = (size_t)(r * C + c);
             const float g = k->relu && !(hy[i] > 0) ? 0.f : hdy[i];
@@ -216,6 +224,27 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
         }
     }
     if (ok) expect(grads_bad == 0 && dx_bad == 0, label);
+    /* the residual's gradient added into what another consumer wrote */
+    if (ok && k->resid) {
+        ok = to_dev(d.dr, raw, bytes) && to_dev(d.dr3, raw, bytes) &&
+             mp_bn_persist_backward(st, ctx->sm_count, dt, d.x, d.dy, mask, M, C, gp, d.part, d.part + (size_t)gp * C,
+                                    bo, d.dx, false, d.dr, true) == cudaSuccess &&
+             mp_bn_fast_dx(st, dt, d.x, d.dy, mask, d.dx3, false, d.dr3, true, M, C, G, R, d.coef_b) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        expect(ok && same_bytes(d.dr, d.dr3, bytes), label);
+    }
+    /* more blocks than the device holds (as if it had 64 times its SMs): refused, and the refusal is not left
+       for the next launch to find */
+    if (ok && !partials) {
+        const cudaError_t e = mp_bn_persist_forward(st, ctx->sm_count * 64, dt, d.x, resid, d.y, M, C, gp, d.part,
+                                                    d.part + (size_t)gp * C, fo, k->relu);
+        const cudaError_t after = cudaGetLastError();
+        ok = mp_bn_fast_stats(st, dt, d.x, M, C, G, R, d.part3, d.part3 + (size_t)G * C) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        expect(e == cudaErrorCooperativeLaunchTooLarge && after == cudaSuccess && ok, label);
+        if (e != cudaErrorCooperativeLaunchTooLarge || after != cudaSuccess)
+            printf("FAIL: %s: a grid too large gave %s, then %s\n", label, cudaGetErrorString(e), cudaGetErrorString(after));
+    }
     /* dx added into what another consumer wrote */
     if (ok && !k->resid) {
         ok = to_dev(d.dx, raw, bytes) && to_dev(d.dx3, raw, bytes) &&
@@ -244,15 +273,19 @@ int main(void) {
     }
     if (!mp_bn_persist_supported()) {
         printf("FAIL: %s launches no cooperative kernels\n", ctx->name);
+        mp_cuda_ctx_destroy(ctx);
         return 1;
     }
     const mp_dtype dts[3] = {MP_DTYPE_F32, MP_DTYPE_F16, MP_DTYPE_BF16};
     for (int i = 0; i < 3; i++) {
         const mp_dtype dt = dts[i];
         const int c_small = dt == MP_DTYPE_F32 ? 24 : 40;
+        /* f32: 20 channels end in a part of the finalize's 8-channel group; f16/bf16: 56 take 3 blocks' 24 twice */
+        const int c_odd = dt == MP_DTYPE_F32 ? 20 : 56;
         const bn_case cases[] = {
-            {dt, c_small, 7, 3001, false, false},  {dt, c_small, 7, 3001, true, false},
-            {dt, c_small, 64, 5003, true, true},   {dt, 256, 33, 4099, true, false},
+            {dt, c_small, 7, 3001, false, false}, {dt, c_small, 7, 3001, true, false},
+            {dt, c_small, 64, 5003, true, true},  {dt, 256, 33, 4099, true, false},
+            {dt, c_odd, 3, 3001, true, false},    {dt, 512, 7, 4099, true, false}, /* the finalize: 512 > 8 x 7 */
             {dt, 512, 1000000, 65536, true, false}, /* more blocks asked than the device holds */
         };
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(ctx, &cases[k]);
