@@ -14,7 +14,6 @@
 #include "io/json_write.h"
 #include "io/output_path.h"
 #include "train/progress.h"
-#include "train/train_gpus.h"
 
 static mp_status check_opts(const mp_dataset *train, const mp_fit_opts *o) {
     if (o->epochs <= 0) return mp_error(MP_ERR_INVALID_ARG, "--epochs %d must be positive", o->epochs);
@@ -227,11 +226,15 @@ static void print_setup(const run *r, FILE *out, bool print_memory) {
     if (nhwc) fprintf(out, "mixprec: %d of %d activations stored channels-last (NHWC) on the CPU\n", nhwc, all4d);
 }
 
-mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o, mp_fit_result *res) {
-    memset(res, 0, sizeof *res);
+mp_status mp_fit_check(const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o) {
     MP_TRY(check_opts(train, o));
-    if (test) MP_TRY(mp_dataset_check_compatible(train, test));
-    if (o->gpus > 1 && !o->trainer.dist) return mp_fit_threads(m, train, test, o, res);
+    return test ? mp_dataset_check_compatible(train, test) : MP_OK;
+}
+
+mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o,
+                      mp_fit_result *res) {
+    memset(res, 0, sizeof *res);
+    MP_TRY(mp_fit_check(train, test, o));
     run r = {.m = m, .o = o};
     mp_status s = run_open(&r, train);
     mp_policy_info policy;

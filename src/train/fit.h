@@ -73,9 +73,19 @@ typedef struct {
 } mp_fit_result;
 
 /* Train m (policy applied) on train, evaluating on test (may be NULL) after
- * each epoch. With o->gpus > 1, every rank of a threaded data-parallel run,
- * m being rank 0's model (the result and progress are rank 0's). */
+ * each epoch. With o->gpus > 1 (and no communicator in o->trainer.dist),
+ * every rank of a threaded data-parallel run, m being rank 0's model (the
+ * result and progress are rank 0's). fit_entry.c: the options checked, then
+ * mp_fit_rank here or mp_fit_threads (train_gpus.h) on every rank. */
 mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o, mp_fit_result *r);
+
+/* mp_fit's options checked against the datasets (test may be NULL). */
+mp_status mp_fit_check(const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o);
+
+/* One process's training, or one rank's where o->trainer.dist is set: what
+ * mp_fit runs in this thread or in each rank's (fit.c). */
+mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o,
+                      mp_fit_result *r);
 
 /* A model by name for a dataset's image shape and classes with a precision
  * policy applied, e.g. as mp_fit_opts.replica with replica_arg pointing at

@@ -36,7 +36,7 @@ static void *rank_main(void *arg) {
     j->s = mp_dist_group_join(j->group, j->rank, j->rank, &d);
     if (j->s == MP_OK) {
         j->o.trainer.dist = d;
-        j->s = mp_fit(j->m, j->train, j->test, &j->o, &j->r);
+        j->s = mp_fit_rank(j->m, j->train, j->test, &j->o, &j->r);
     }
     if (j->s != MP_OK) snprintf(j->msg, sizeof j->msg, "%s", mp_last_error());
     mp_dist_destroy(d);

@@ -1,5 +1,5 @@
 /* train_gpus.h — `mixprec train --gpus N`: N ranks as threads of this
- * process, rank r on GPU r, each running mp_fit on its own replica of the
+ * process, rank r on GPU r, each running mp_fit_rank on its own replica of the
  * model and its shard of the data, joined by one NCCL communicator. */
 #ifndef MP_TRAIN_TRAIN_GPUS_H
 #define MP_TRAIN_TRAIN_GPUS_H
