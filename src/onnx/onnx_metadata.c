@@ -3,13 +3,14 @@
  * per channel): written by the exporter (onnx_write.c), read back by
  * mp_onnx_read_normalization so that `mixprec eval` of an exported model
  * normalizes as the training run did. */
+#include "onnx/onnx_metadata.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/ckpt_meta.h"
 #include "onnx/onnx_import.h"
-#include "onnx/onnx_write.h"
 
 #define NORM_MEAN_KEY "mixprec.norm_mean"
 #define NORM_STD_KEY "mixprec.norm_std"

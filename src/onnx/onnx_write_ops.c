@@ -2,12 +2,12 @@
  * mixprec op of an inference graph, and its parameters as initializers (f32,
  * or f16 each widened by a Cast node). BatchNorm is written in inference form
  * with the running statistics; dropout is an identity at inference. */
+#include "onnx/onnx_write_ops.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "onnx/onnx_write.h"
 
 /* Parameter k of node i as an initializer; *value receives the name ops read
  * it by (the parameter's name, or its Cast's output). */

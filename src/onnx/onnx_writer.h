@@ -1,9 +1,10 @@
-/* onnx_write.h — the exporter's message builders (onnx_write.c) and its op
- * table (onnx_write_ops.c). Every message is malloc'ed, so the whole model is
- * released with onnx__model_proto__free_unpacked; a failed allocation sets
- * oom, checked once at the end. */
-#ifndef MP_ONNX_ONNX_WRITE_H
-#define MP_ONNX_ONNX_WRITE_H
+/* onnx_writer.h — the exporter's message builders (onnx_writer.c), which
+ * the exporter (onnx_write.c) and its op table (onnx_write_ops.h) share.
+ * Every message is malloc'ed, so the whole model is released with
+ * onnx__model_proto__free_unpacked; a failed allocation sets oom, checked
+ * once at the end. */
+#ifndef MP_ONNX_ONNX_WRITER_H
+#define MP_ONNX_ONNX_WRITER_H
 
 #include "core/error.h"
 #include "graph/graph.h"
@@ -30,14 +31,9 @@ void onnx_w_node(onnx_writer *w, const char *op, const char *name, const char *c
 /* An initializer of raw little-endian data. */
 void onnx_w_initializer(onnx_writer *w, const char *name, int dtype, int ndim, const int64_t *dims, const void *data,
                         size_t bytes);
-
-/* The ONNX node(s) computing mixprec node i of g, reading its inputs by
- * their node names and writing a value named after node i. */
-mp_status onnx_w_op(onnx_writer *w, const mp_graph *g, int i);
-
-/* The input normalization as m's metadata (onnx_metadata.c): nothing for
- * channels <= 0; values must be finite, std > 0; errors name path. */
-mp_status onnx_w_normalization(Onnx__ModelProto *m, int channels, const float *mean, const float *std,
-                               const char *path);
+/* A copy of s ("" for NULL), or NULL (oom set). */
+char *onnx_w_strdup(onnx_writer *w, const char *s);
+/* A float tensor's value info of ndim dims (a negative dim: the batch, "N"). */
+Onnx__ValueInfoProto *onnx_w_value_info(onnx_writer *w, const char *name, int ndim, const int64_t *dims);
 
 #endif
