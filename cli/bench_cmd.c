@@ -197,6 +197,13 @@ static bool check_gpus(const bench_args *b) {
     return true;
 }
 
+/* A finished cell's record into results.jsonl (mp_bench_opts.cell_done), flushed: a run cut short keeps it. */
+static mp_status write_record(void *jsonl, const mp_bench_matrix *m, const mp_bench_cell *c) {
+    const mp_status s = mp_bench_write_record(jsonl, m, c);
+    fflush(jsonl);
+    return s;
+}
+
 /* Create the output folder and open results.jsonl in it. */
 static FILE *open_out(const char *dir) {
     if (!cli_make_dirs(dir)) {
@@ -299,7 +306,7 @@ int cmd_bench(int argc, char **argv) {
                        .random_resized_crop = b.c.random_resized_crop, .data_workers = b.c.decode_threads,
                        .reference = b.reference, .device = b.device, .price_per_hour = b.price,
                        .progress = stdout,
-                       .train_out = b.verbose ? stdout : NULL, .jsonl = jsonl};
+                       .train_out = b.verbose ? stdout : NULL, .cell_done = write_record, .cell_done_arg = jsonl};
     printf("mixprec bench: %d cells (%d models x %d precisions x %d batch sizes", b.n_models * b.n_precisions *
            b.n_batches * b.n_gpus, b.n_models, b.n_precisions, b.n_batches);
     if (b.n_gpus > 1) printf(" x %d GPU counts", b.n_gpus);

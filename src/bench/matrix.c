@@ -160,10 +160,7 @@ static mp_status run_cell(mp_bench_matrix *m, const mp_dataset *train, const mp_
     if (s != MP_OK) snprintf(c->message, sizeof c->message, "%s", mp_last_error());
     mp_bench_derive(m, mi, gi, pi, bi);
     report_cell(o->progress, o, done + 1, m->n, c);
-    if (!o->jsonl) return MP_OK;
-    s = mp_bench_write_record(o->jsonl, m, c);
-    fflush(o->jsonl);
-    return s;
+    return o->cell_done ? o->cell_done(o->cell_done_arg, m, c) : MP_OK;
 }
 
 mp_status mp_bench_run(const mp_bench_opts *o, const mp_dataset *train, const mp_dataset *test, mp_bench_matrix *m) {

@@ -35,6 +35,8 @@ typedef struct {
     mp_monitor_summary gpu;     /* the GPU monitor over the cell (gpu.gpu false: no GPU readings) */
 } mp_bench_cell;
 
+struct mp_bench_matrix;
+
 typedef struct {
     const char *const *models;
     int n_models;
@@ -59,11 +61,14 @@ typedef struct {
     double price_per_hour;      /* USD; 0 = no cost */
     FILE *progress;             /* a line per cell as it starts and ends (NULL = silent) */
     FILE *train_out;            /* the trainer's own progress (NULL = none) */
-    FILE *jsonl;                /* a record per cell as it ends (NULL = none) */
+    /* called as each cell ends, e.g. to stream its record (mp_bench_write_record); an error stops the matrix
+       (NULL = none) */
+    mp_status (*cell_done)(void *arg, const struct mp_bench_matrix *m, const mp_bench_cell *c);
+    void *cell_done_arg;
     mp_monitor *monitor;        /* GPU monitor marked around every cell (NULL = none) */
 } mp_bench_opts;
 
-typedef struct {
+typedef struct mp_bench_matrix {
     const mp_bench_opts *o;
     mp_bench_cell *cells;       /* n_models × n_gpus × n_precisions × n_batches, see mp_bench_cell_at */
     int n;
