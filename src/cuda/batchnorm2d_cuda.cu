@@ -167,11 +167,9 @@ __global__ void bn_stats_kernel(const void *x, mp_dtype xdt, long long M, int C,
         }
 }
 
-/* Per channel: merge the G partials (partial p is at p * stride, of
- * min(R, M - p * R) rows) as two sums, each in a fixed order and in f64:
- * the mean = sum(n_p mean_p) / M, then m2 = sum(m2_p + n_p (mean_p -
- * mean)^2) (Chan et al.'s merge of all partials at once: no division per
- * partial, every partial's loads independent). Then save mean and 1/std,
+/* Per channel: merge the G partials (mp_bn_merge_stats: two fixed-order
+ * f64 sums, no division per partial, every partial's loads independent),
+ * a block of FIN_BX channels by FIN_BY slices of the partials. Then save mean and 1/std,
  * update the running stats, write the coefficients (mu, scale, shift). With
  * `local`: only write the merged (mean, m2) to local[c], local[C + c] (a
  * rank's share of synchronized BatchNorm, merged again over the ranks). */
@@ -180,23 +178,8 @@ __global__ void __launch_bounds__(FIN_BX * FIN_BY)
                            long long R, int C, mp_bn_fwd_out out, float *local) {
     __shared__ double s_sum[FIN_BY][FIN_BX];
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
-    double a = 0.0;
-    if (c < C)
-#pragma unroll 4
-        for (int p = ty; p < G; p += FIN_BY) {
-            const long long rows = (p + 1LL) * R < M ? R : M - p * R;
-            a += (double)rows * pmean[(long long)p * stride + c];
-        }
-    const double mean_d = mp_bn_column_sum<FIN_BY, FIN_BX>(s_sum, a, tx, ty) / (double)M;
-    double b = 0.0;
-    if (c < C)
-#pragma unroll 4
-        for (int p = ty; p < G; p += FIN_BY) {
-            const long long rows = (p + 1LL) * R < M ? R : M - p * R;
-            const double d = pmean[(long long)p * stride + c] - mean_d;
-            b += pm2[(long long)p * stride + c] + (double)rows * d * d;
-        }
-    const double m2_d = mp_bn_column_sum<FIN_BY, FIN_BX>(s_sum, b, tx, ty);
+    double mean_d, m2_d;
+    mp_bn_merge_stats<FIN_BY, FIN_BX>(pmean, pm2, stride, G, M, R, c, C, tx, ty, s_sum, &mean_d, &m2_d);
     if (ty != 0 || c >= C) return;
     const float mean = (float)mean_d, m2 = (float)m2_d;
     if (local) {
@@ -319,12 +302,8 @@ __global__ void __launch_bounds__(FIN_BX * FIN_BY)
                            mp_bn_bwd_out out, float *local) {
     __shared__ float s_a[FIN_BY][FIN_BX], s_b[FIN_BY][FIN_BX];
     const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
-    float sa = 0.f, sb = 0.f;
-    if (c < C)
-#pragma unroll 4
-        for (int p = ty; p < G; p += FIN_BY) sa += psdy[(long long)p * stride + c], sb += psdyx[(long long)p * stride + c];
-    sa = mp_bn_column_sum<FIN_BY, FIN_BX>(s_a, sa, tx, ty);
-    sb = mp_bn_column_sum<FIN_BY, FIN_BX>(s_b, sb, tx, ty);
+    float sa, sb;
+    mp_bn_merge_sums<FIN_BY, FIN_BX>(psdy, psdyx, stride, G, c, C, tx, ty, s_a, s_b, &sa, &sb);
     if (ty != 0 || c >= C) return;
     if (local) {
         mp_bn_bwd_param_grads(out, c, sa, sb);

@@ -1,5 +1,7 @@
-/* batchnorm2d_finalize.cuh — one channel's finalize, given its merged sums:
- * what batchnorm2d_finalize.h's structs say goes where. CUDA only. */
+/* batchnorm2d_finalize.cuh — a batch norm pass's finalize: the per-chunk
+ * partials merged per channel (in a fixed order: the same bits every run,
+ * whichever kernel's block layout runs it), and what batchnorm2d_finalize.h's
+ * structs say goes where. CUDA only. */
 #ifndef MP_CUDA_BATCHNORM2D_FINALIZE_CUH
 #define MP_CUDA_BATCHNORM2D_FINALIZE_CUH
 
@@ -21,6 +23,49 @@ __device__ __forceinline__ F mp_bn_column_sum(F (*s)[COLS], F v, int col, int ro
     const F total = s[0][col];
     __syncthreads(); /* s is reused */
     return total;
+}
+
+/* Rows of chunk p when M rows are cut into chunks of R (the last may be shorter). */
+__device__ __forceinline__ long long mp_bn_chunk_rows(int p, long long M, long long R) {
+    return (p + 1LL) * R < M ? R : M - p * R;
+}
+
+/* Channel c's mean and sum of squared deviations over M rows from G
+ * partials (partial p at p * stride, of mp_bn_chunk_rows(p, M, R) rows):
+ * Chan et al.'s merge of all partials at once as two double sums, the mean
+ * = sum(n_p mean_p) / M, then m2 = sum(m2_p + n_p (mean_p - mean)^2), each
+ * down column `col` of a (ROWS, COLS) tile (row `row` takes partials row,
+ * row + ROWS, ...). Every thread of the block calls it; c >= C adds 0. */
+template <int ROWS, int COLS>
+__device__ __forceinline__ void mp_bn_merge_stats(const float *pmean, const float *pm2, long long stride, int G,
+                                                  long long M, long long R, int c, int C, int col, int row,
+                                                  double (*s)[COLS], double *mean, double *m2) {
+    double a = 0.0, b = 0.0;
+    if (c < C)
+#pragma unroll 4
+        for (int p = row; p < G; p += ROWS) a += (double)mp_bn_chunk_rows(p, M, R) * __ldcg(pmean + p * stride + c);
+    *mean = mp_bn_column_sum<ROWS, COLS>(s, a, col, row) / (double)M;
+    if (c < C)
+#pragma unroll 4
+        for (int p = row; p < G; p += ROWS) {
+            const double d = __ldcg(pmean + p * stride + c) - *mean;
+            b += __ldcg(pm2 + p * stride + c) + (double)mp_bn_chunk_rows(p, M, R) * d * d;
+        }
+    *m2 = mp_bn_column_sum<ROWS, COLS>(s, b, col, row);
+}
+
+/* Channel c's backward sums sa = sum(g), sb = sum(g * (x - mu)) from G
+ * partials, laid out and ordered as mp_bn_merge_stats's (f32 sums). */
+template <int ROWS, int COLS>
+__device__ __forceinline__ void mp_bn_merge_sums(const float *psdy, const float *psdyx, long long stride, int G, int c,
+                                                 int C, int col, int row, float (*s_a)[COLS], float (*s_b)[COLS],
+                                                 float *sa, float *sb) {
+    float a = 0.f, b = 0.f;
+    if (c < C)
+#pragma unroll 4
+        for (int p = row; p < G; p += ROWS) a += __ldcg(psdy + p * stride + c), b += __ldcg(psdyx + p * stride + c);
+    *sa = mp_bn_column_sum<ROWS, COLS>(s_a, a, col, row);
+    *sb = mp_bn_column_sum<ROWS, COLS>(s_b, b, col, row);
 }
 
 /* Channel c's mean and sum of squared deviations over M rows. */

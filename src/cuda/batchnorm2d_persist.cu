@@ -14,47 +14,28 @@ namespace cg = cooperative_groups;
  * grid barriers' cost grows with the blocks, and the bytes are few. */
 enum { FIN_CH = 8, FIN_SL = FAST_THREADS / FIN_CH, BLOCKS_PER_SM = 1 };
 
-__device__ __forceinline__ long long chunk_rows(int p, long long M, long long R) {
-    return (p + 1LL) * R < M ? R : M - p * R;
-}
-
-/* The statistics of the grid's G = gridDim.x chunks merged (Chan's merge as
- * two fixed-order double sums, as bn_finalize_fwd_kernel). */
+/* The statistics of the grid's G = gridDim.x chunks merged, FIN_CH channels per block at a time. */
 __device__ __forceinline__ void finalize_forward(const float *pmean, const float *pm2, long long M, int C, long long R,
                                                  const mp_bn_fwd_out &out) {
     __shared__ double s[FIN_SL][FIN_CH];
     const int ch = threadIdx.x % FIN_CH, sl = threadIdx.x / FIN_CH, G = gridDim.x;
-    for (int c0 = blockIdx.x * FIN_CH; c0 < C; c0 += G * FIN_CH) {
+    for (int c0 = blockIdx.x * FIN_CH; c0 < C; c0 += G * FIN_CH) { /* uniform over the block */
         const int c = c0 + ch;
-        double a = 0.0, b = 0.0;
-        if (c < C)
-#pragma unroll 4
-            for (int p = sl; p < G; p += FIN_SL) a += (double)chunk_rows(p, M, R) * __ldcg(pmean + (long long)p * C + c);
-        const double mean = mp_bn_column_sum<FIN_SL, FIN_CH>(s, a, ch, sl) / (double)M;
-        if (c < C)
-#pragma unroll 4
-            for (int p = sl; p < G; p += FIN_SL) {
-                const double d = __ldcg(pmean + (long long)p * C + c) - mean;
-                b += __ldcg(pm2 + (long long)p * C + c) + (double)chunk_rows(p, M, R) * d * d;
-            }
-        const double m2 = mp_bn_column_sum<FIN_SL, FIN_CH>(s, b, ch, sl);
+        double mean, m2;
+        mp_bn_merge_stats<FIN_SL, FIN_CH>(pmean, pm2, C, G, M, R, c, C, ch, sl, s, &mean, &m2);
         if (c < C && sl == 0) mp_bn_fwd_out_channel(out, c, C, M, (float)mean, (float)m2);
     }
 }
 
+/* The backward sums merged, as finalize_forward. */
 __device__ __forceinline__ void finalize_backward(const float *psdy, const float *psdyx, long long M, int C,
                                                   const mp_bn_bwd_out &out) {
     __shared__ float s_a[FIN_SL][FIN_CH], s_b[FIN_SL][FIN_CH];
     const int ch = threadIdx.x % FIN_CH, sl = threadIdx.x / FIN_CH, G = gridDim.x;
     for (int c0 = blockIdx.x * FIN_CH; c0 < C; c0 += G * FIN_CH) {
         const int c = c0 + ch;
-        float sa = 0.f, sb = 0.f;
-        if (c < C)
-#pragma unroll 4
-            for (int p = sl; p < G; p += FIN_SL)
-                sa += __ldcg(psdy + (long long)p * C + c), sb += __ldcg(psdyx + (long long)p * C + c);
-        sa = mp_bn_column_sum<FIN_SL, FIN_CH>(s_a, sa, ch, sl);
-        sb = mp_bn_column_sum<FIN_SL, FIN_CH>(s_b, sb, ch, sl);
+        float sa, sb;
+        mp_bn_merge_sums<FIN_SL, FIN_CH>(psdy, psdyx, C, G, c, C, ch, sl, s_a, s_b, &sa, &sb);
         if (c < C && sl == 0) mp_bn_bwd_out_channel(out, c, C, M, sa, sb);
     }
 }
