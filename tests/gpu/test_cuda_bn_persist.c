@@ -92,9 +92,9 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
     /* at most one block per SM: the one-kernel pass takes the chunks asked, and the fast kernels get the same */
     const bool partials = k->max_blocks <= ctx->sm_count;
     const int gp = k->max_blocks < 1024 ? k->max_blocks : 1024; /* blocks asked (the partials' scratch rows) */
-    int G;
+    int G; /* the fast kernels' chunks: the one-kernel pass's where it holds them all; never more than scratch rows */
     long long R;
-    chunks(M, k->max_blocks, &G, &R);
+    chunks(M, gp, &G, &R);
     char label[160];
     snprintf(label, sizeof label, "%s C=%d M=%lld blocks<=%d%s%s", mp_dtype_name(dt), C, M, gp,
              k->relu ? " relu" : "", k->resid ? " +resid" : "");
