@@ -234,7 +234,6 @@ mp_status mp_fit_check(const mp_dataset *train, const mp_dataset *test, const mp
 mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o,
                       mp_fit_result *res) {
     memset(res, 0, sizeof *res);
-    MP_TRY(mp_fit_check(train, test, o));
     run r = {.m = m, .o = o};
     mp_status s = run_open(&r, train);
     mp_policy_info policy;

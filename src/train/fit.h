@@ -83,7 +83,9 @@ mp_status mp_fit(mp_model *m, const mp_dataset *train, const mp_dataset *test, c
 mp_status mp_fit_check(const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o);
 
 /* One process's training, or one rank's where o->trainer.dist is set: what
- * mp_fit runs in this thread or in each rank's (fit.c). */
+ * mp_fit runs in this thread or in each rank's (fit.c), after mp_fit_check
+ * (mp_fit checks once for every rank; the ranks' options differ only in
+ * their communicator). */
 mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o,
                       mp_fit_result *r);
 
