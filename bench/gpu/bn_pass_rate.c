@@ -88,8 +88,9 @@ static cudaError_t run_copy(const void *p) {
 }
 
 /* TB/s of `bytes` moved per launch of f: median of reps timed launches
- * after two untimed; 0 where a launch fails (its error is printed). */
-static double rate(pass_fn f, const pass_ctx *c, double bytes, int reps, cudaEvent_t *ev) {
+ * after two untimed; 0 where a launch fails (its error is printed, naming
+ * the pass `what`). */
+static double rate(const char *what, pass_fn f, const pass_ctx *c, double bytes, int reps, cudaEvent_t *ev) {
     float *ms = malloc((size_t)reps * sizeof *ms);
     cudaError_t e = ms ? cudaSuccess : cudaErrorMemoryAllocation;
     for (int i = 0; e == cudaSuccess && i < 2; i++) e = f(c);
@@ -105,7 +106,7 @@ static double rate(pass_fn f, const pass_ctx *c, double bytes, int reps, cudaEve
         qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
         r = bytes / (ms[reps / 2] * 1e-3) / 1e12;
     } else {
-        fprintf(stderr, "bn_pass_rate: %s\n", cudaGetErrorString(e));
+        fprintf(stderr, "bn_pass_rate: %s, %lld x %d: %s\n", what, c->M, c->C, cudaGetErrorString(e));
         (void)cudaGetLastError();
     }
     free(ms);
@@ -170,6 +171,7 @@ int main(int argc, char **argv) {
                 cudaGetErrorString(cudaGetLastError()));
         return 1;
     }
+    const bool one_kernel = mp_bn_persist_supported();
     printf("bn_pass_rate on %s (%d SMs), %s, median of %d launches, TB/s of each pass's own reads + writes\n\n",
            prop.name, prop.multiProcessorCount, mp_dtype_name(dt), reps);
     printf("| layer | rows x C | MB | copy | blocks/SM | stats | apply+ReLU | sums | dx | one-kernel fwd | one-kernel bwd |\n"
@@ -179,17 +181,19 @@ int main(int argc, char **argv) {
         c.M = sh->M, c.C = sh->C;
         if (!mp_bn_fast_rows_per_pass(dt, sh->C)) continue;
         const double t = (double)sh->M * sh->C * es;
-        const double copy = rate(run_copy, &c, 2 * t, reps, ev);
+        const double copy = rate("copy", run_copy, &c, 2 * t, reps, ev);
         c.max_blocks = max_g;
-        const double pf = mp_bn_persist_supported() ? rate(run_persist_fwd, &c, 3 * t, reps, ev) : 0;
-        const double pb = mp_bn_persist_supported() ? rate(run_persist_bwd, &c, 5 * t, reps, ev) : 0;
+        const double pf = one_kernel ? rate("one-kernel forward", run_persist_fwd, &c, 3 * t, reps, ev) : 0;
+        const double pb = one_kernel ? rate("one-kernel backward", run_persist_bwd, &c, 5 * t, reps, ev) : 0;
         for (size_t k = 0; k < sizeof per_sm / sizeof per_sm[0]; k++) {
             long long g = (long long)per_sm[k] * prop.multiProcessorCount;
             if (g > sh->M) g = sh->M;
             c.R = (sh->M + g - 1) / g;
             c.G = (int)((sh->M + c.R - 1) / c.R);
-            const double st = rate(run_stats, &c, t, reps, ev), ap = rate(run_apply, &c, 2 * t, reps, ev),
-                         su = rate(run_sums, &c, 2 * t, reps, ev), dx = rate(run_dx, &c, 3 * t, reps, ev);
+            const double st = rate("statistics", run_stats, &c, t, reps, ev),
+                         ap = rate("apply", run_apply, &c, 2 * t, reps, ev),
+                         su = rate("backward sums", run_sums, &c, 2 * t, reps, ev),
+                         dx = rate("dx", run_dx, &c, 3 * t, reps, ev);
             if (k == 0)
                 printf("| %s | %lld x %d | %.1f | %.2f | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", sh->layer,
                        sh->M, sh->C, t / 1e6, copy, per_sm[k], st, ap, su, dx, pf, pb);
