@@ -7,7 +7,7 @@
  * device-to-device copy of the same tensor measured in the same run (the
  * rate a pass cannot beat). Each figure: TB/s of the pass's own reads and
  * writes, from the median of --reps timed launches (CUDA events). The
- * library's pick uses 4 blocks per SM for the three kernels' passes
+ * library's pick uses 2 blocks per SM for the three kernels' passes
  * (batchnorm2d_cuda.cu) and one for the one-kernel ones; this table shows
  * what other grids would give. Built only with the CUDA backend. */
 #include <cuda_runtime_api.h>
