@@ -5,7 +5,9 @@
  *   cc -O2 -shared -fPIC -I$CUDA/include dev/cuda_kernel_trace.c -o kt.so -L<cupti dir> -lcupti -lstdc++
  *   CUDA_INJECTION64_PATH=$PWD/kt.so build-gpu/bench/gpu_train_step --models resnet18 ...
  * Only kernels launched from CUDA graphs are counted (a step's replays, not
- * the algorithm search or the warm-up outside the graph). At exit it prints,
+ * the algorithm search or the warm-up outside the graph), and of those only
+ * the graph(s) replayed most often: the step's, not the few replays of the
+ * graphs batch norm's pick times its candidates with. At exit it prints,
  * on stderr, every kernel's GPU time per replay of its graph, largest first:
  * one table per process, so run one cell per process. KERNEL_TRACE_TOP=N
  * caps the rows (default 40). */
@@ -93,17 +95,47 @@ static long launches_of(uint32_t graph) {
     return g && g->launches ? g->launches : 1;
 }
 
+/* What a kernel is, from its name: a convolution or GEMM (cuDNN's and
+ * cuBLASLt's kernel families, depthwise ones included), batch norm (cuDNN's
+ * and ours), or other. */
+static int kind_of(const char *name) {
+    static const char *const conv[] = {"xmma", "implicit_gemm", "nvjet", "cutlass", "convolve", "gemm",
+                                       "conv2d", "dgrad", "wgrad", "cublasLt"};
+    static const char *const bn[] = {"batchnorm", "bn_", "fast_stats", "fast_apply", "fast_bwd", "fast_dx", "persist_"};
+    for (size_t i = 0; i < sizeof conv / sizeof conv[0]; i++)
+        if (strstr(name, conv[i])) return 0;
+    for (size_t i = 0; i < sizeof bn / sizeof bn[0]; i++)
+        if (strstr(name, bn[i])) return 1;
+    return 2;
+}
+
 static void report(void) {
     cuptiActivityFlushAll(1);
-    for (int i = 0; i < n_totals; i++) totals[i].ns /= (double)launches_of(totals[i].graph);
+    long most = 0;
+    for (int i = 0; i < n_graphs; i++)
+        if (graphs[i].launches > most) most = graphs[i].launches;
+    double left_out = 0; /* ms per replay of the graphs replayed fewer times */
+    int kept = 0;
+    for (int i = 0; i < n_totals; i++) {
+        totals[i].ns /= (double)launches_of(totals[i].graph);
+        if (launches_of(totals[i].graph) == most) totals[kept++] = totals[i];
+        else left_out += totals[i].ns;
+    }
+    n_totals = kept;
     qsort(totals, (size_t)n_totals, sizeof *totals, by_time);
-    double all = 0;
-    for (int i = 0; i < n_totals; i++) all += totals[i].ns;
+    double all = 0, kinds[3] = {0, 0, 0};
+    for (int i = 0; i < n_totals; i++) {
+        all += totals[i].ns;
+        kinds[kind_of(totals[i].name)] += totals[i].ns;
+    }
     const char *top_env = getenv("KERNEL_TRACE_TOP");
     const int top = top_env ? atoi(top_env) : 40;
-    fprintf(stderr, "\nkernel trace: %d graph(s), %d kernels, %.3f ms of GPU time per replay of each graph "
-            "(%ld kernels outside graphs not counted)\n", n_graphs, n_totals, all / 1e6, ungraphed);
-    for (int i = 0; i < n_graphs; i++) fprintf(stderr, "  graph %u: %ld replays\n", graphs[i].graph, graphs[i].launches);
+    int step_graphs = 0;
+    for (int i = 0; i < n_graphs; i++) step_graphs += graphs[i].launches == most;
+    fprintf(stderr, "\nkernel trace: %d graph(s) replayed %ld times, %d kernels, %.3f ms of GPU time per replay "
+            "(convolutions and GEMMs %.3f, batch norm %.3f, other %.3f); not counted: %d graph(s) replayed fewer "
+            "times (%.3f ms per replay of each), %ld kernels outside graphs\n", step_graphs, most, n_totals, all / 1e6,
+            kinds[0] / 1e6, kinds[1] / 1e6, kinds[2] / 1e6, n_graphs - step_graphs, left_out / 1e6, ungraphed);
     fprintf(stderr, "| ms per replay | share | calls per replay | kernel |\n|---|---|---|---|\n");
     for (int i = 0; i < n_totals && i < top; i++) {
         int status = -1;
