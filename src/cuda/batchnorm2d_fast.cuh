@@ -30,34 +30,28 @@ template <> struct fast_vec<float> {
     }
     static __device__ __forceinline__ float round(float v) { return v; }
 };
-template <> struct fast_vec<__half> {
-    static constexpr int N = 8;
-    static __device__ __forceinline__ void widen(uint4 u, float (&v)[8]) {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[k]));
-            v[2 * k] = f.x, v[2 * k + 1] = f.y;
-        }
-    }
-    static __device__ __forceinline__ uint4 narrow(const float (&v)[8]) {
-        uint32_t w[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-            w[k] = *reinterpret_cast<const uint32_t *>(&h);
-        }
-        return make_uint4(w[0], w[1], w[2], w[3]);
-    }
+/* f16 and bf16: eight values, converted in pairs by the type's intrinsics */
+template <typename T> struct fast_pair;
+template <> struct fast_pair<__half> {
+    using P = __half2;
+    static __device__ __forceinline__ float2 widen(P p) { return __half22float2(p); }
+    static __device__ __forceinline__ P narrow(float a, float b) { return __floats2half2_rn(a, b); }
     static __device__ __forceinline__ float round(float v) { return __half2float(__float2half_rn(v)); }
 };
-template <> struct fast_vec<__nv_bfloat16> {
+template <> struct fast_pair<__nv_bfloat16> {
+    using P = __nv_bfloat162;
+    static __device__ __forceinline__ float2 widen(P p) { return __bfloat1622float2(p); }
+    static __device__ __forceinline__ P narrow(float a, float b) { return __floats2bfloat162_rn(a, b); }
+    static __device__ __forceinline__ float round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+};
+template <typename T> struct fast_vec16 {
+    using pair = fast_pair<T>;
     static constexpr int N = 8;
     static __device__ __forceinline__ void widen(uint4 u, float (&v)[8]) {
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[k]));
+            const float2 f = pair::widen(*reinterpret_cast<const typename pair::P *>(&w[k]));
             v[2 * k] = f.x, v[2 * k + 1] = f.y;
         }
     }
@@ -65,13 +59,15 @@ template <> struct fast_vec<__nv_bfloat16> {
         uint32_t w[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+            const typename pair::P h = pair::narrow(v[2 * k], v[2 * k + 1]);
             w[k] = *reinterpret_cast<const uint32_t *>(&h);
         }
         return make_uint4(w[0], w[1], w[2], w[3]);
     }
-    static __device__ __forceinline__ float round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+    static __device__ __forceinline__ float round(float v) { return pair::round(v); }
 };
+template <> struct fast_vec<__half> : fast_vec16<__half> {};
+template <> struct fast_vec<__nv_bfloat16> : fast_vec16<__nv_bfloat16> {};
 
 template <typename T> __device__ __forceinline__ uint4 ld16(const T *p) { return *reinterpret_cast<const uint4 *>(p); }
 template <typename T> __device__ __forceinline__ void st16(T *p, uint4 u) { *reinterpret_cast<uint4 *>(p) = u; }
