@@ -35,6 +35,8 @@
 #include "optim/optim.h"
 #include "train/progress.h"
 
+#include "median.h"
+
 #ifdef MP_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 
@@ -51,16 +53,6 @@ static double relu_bn_share(const mp_plan *p, double step_seconds_total, double 
     }
     *ms_per_step = 1e3 * s / steps;
     return s / step_seconds_total;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 #ifdef MP_HAVE_ONEDNN
@@ -120,7 +112,7 @@ static double onednn_large_conv_gflops(dnnl_data_type_t dt, int reps, char *impl
         DNNL_OK(dnnl_stream_wait(st));
         if (r >= 0) t[r] = mp_now_seconds() - t0;
     }
-    double sec = median(t, reps);
+    double sec = bench_median_double(t, reps);
     free(t);
     dnnl_memory_destroy(ms);
     dnnl_memory_destroy(mw);
@@ -297,7 +289,7 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
         }
         double *sorted = malloc((size_t)steps * sizeof *sorted);
         memcpy(sorted, tk, (size_t)steps * sizeof *sorted);
-        double sec = median(sorted, steps);
+        double sec = bench_median_double(sorted, steps);
         free(sorted);
         res[k].ms = 1e3 * sec;
         res[k].images_per_s = tr[k].batch / sec;
@@ -307,7 +299,7 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
     for (int k = 1; k < n; k++) {
         double *r = malloc((size_t)steps * sizeof *r);
         for (int s = 0; s < steps; s++) r[s] = t[s] / t[k * steps + s];
-        res[k].speedup_vs_first = median(r, steps);
+        res[k].speedup_vs_first = bench_median_double(r, steps);
         free(r);
     }
     res[0].speedup_vs_first = 1;

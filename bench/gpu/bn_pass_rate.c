@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda/batchnorm2d_persist.h"
+#include "../median.h"
 
 typedef struct {
     const char *layer;
@@ -30,11 +31,6 @@ static const bn_shape SHAPES[] = {
     {"mobilenetv2 block1_expand", 512LL * 32 * 32, 96}, {"mobilenetv2 block2_expand", 512LL * 32 * 32, 144},
     {"mobilenetv2 block4_expand", 512LL * 16 * 16, 192}, {"mobilenetv2 block11_expand", 512LL * 8 * 8, 576},
 };
-
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* What one timed pass launches; returns the launch's error. */
 typedef cudaError_t (*pass_fn)(const void *ctx);
@@ -103,8 +99,7 @@ static double rate(const char *what, pass_fn f, const pass_ctx *c, double bytes,
     }
     double r = 0;
     if (e == cudaSuccess) {
-        qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
-        r = bytes / (ms[reps / 2] * 1e-3) / 1e12;
+        r = bytes / (bench_median_float(ms, reps) * 1e-3) / 1e12;
     } else {
         fprintf(stderr, "bn_pass_rate: %s, %lld x %d: %s\n", what, c->M, c->C, cudaGetErrorString(e));
         (void)cudaGetLastError();

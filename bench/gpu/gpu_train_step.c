@@ -22,11 +22,7 @@
 #include "cuda/cuda_plan.h"
 #include "graph/plan.h"
 #include "models/models.h"
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
+#include "../median.h"
 
 typedef struct {
     double ms, images_per_s, device_mib, arena_mib, tflops;
@@ -93,8 +89,7 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
         s = mp_trainer_loss(tr, &r->loss1);
     }
     if (s == MP_OK) {
-        qsort(t, (size_t)steps, sizeof *t, cmp_float);
-        r->ms = t[steps / 2];
+        r->ms = bench_median_float(t, steps);
         r->images_per_s = batch / (r->ms / 1e3);
         size_t after = mp_cuda_used_bytes();
         r->device_mib = after > before ? (double)(after - before) / (1 << 20) : 0;

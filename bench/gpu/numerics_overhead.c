@@ -21,6 +21,7 @@
 #include "cuda/cuda_plan.h"
 #include "mixprec/numerics.h"
 #include "models/models.h"
+#include "../median.h"
 
 typedef struct {
     int every, segment, rounds, device;
@@ -32,16 +33,6 @@ typedef struct {
     mp_trainer *t;
     cudaStream_t stream;
 } run;
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n ? v[n / 2] : 0;
-}
 
 static mp_status run_open(run *r, const char *model, mp_precision prec, int batch, int device) {
     memset(r, 0, sizeof *r);
@@ -133,9 +124,9 @@ static int cell(void *arg, const char *model, const char *batch_s, mp_precision 
         }
     }
     if (s == MP_OK) {
-        const double off_ms = median(mean_off, a->rounds), on_ms = median(mean_on, a->rounds);
+        const double off_ms = bench_median_double(mean_off, a->rounds), on_ms = bench_median_double(mean_on, a->rounds);
         printf("| %s | %s | %d | %d | %.3f | %.3f | %+.2f%% | %.3f | %.3f | %d |\n", model, prec_name, batch, a->every,
-               off_ms, on_ms, 100 * (on_ms / off_ms - 1), median(plain, n_plain), n_coll ? median(collecting, n_coll) : 0,
+               off_ms, on_ms, 100 * (on_ms / off_ms - 1), bench_median_double(plain, n_plain), n_coll ? bench_median_double(collecting, n_coll) : 0,
                records);
     } else {
         fprintf(stderr, "numerics_overhead: %s %s batch %d: %s\n", model, prec_name, batch, mp_last_error());
