@@ -24,11 +24,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "cuda/batchnorm2d_fast.h"
+#include "probe_common.cuh"
 
 /* CUTLASS's headers in the order its own examples include them (the device
  * headers use the problem-size helpers the kernel headers bring) */
@@ -41,6 +40,11 @@
 #include "cutlass/epilogue/thread/linear_combination.h"
 
 namespace {
+
+using probe::check;
+using probe::Layer;
+using probe::LAYERS;
+using probe::time_ms;
 
 using Elem = cutlass::half_t;
 using Nhwc = cutlass::layout::TensorNHWC;
@@ -60,21 +64,6 @@ using FusedConv =
         cutlass::arch::Sm80, Tile, Warp, Mma, Epilogue, Swizzle, Stages, cutlass::arch::OpMultiplyAdd,
         cutlass::conv::IteratorAlgorithm::kOptimized>::Kernel>;
 
-struct Layer {
-    const char *name;
-    int n, h, w, c, k, r, stride;
-};
-
-/* resnet18 at batch 512 on 3x32x32: each stage's 3x3 convolution with stride
- * 1 (its blocks' second convolution, whose input is relu(bn1(...)): the
- * fusion's place) and each stage's first, strided convolution (plain only). */
-const Layer LAYERS[] = {
-    {"layer1 3x3 64 s1", 512, 32, 32, 64, 64, 3, 1},     {"layer2 3x3 128 s1", 512, 16, 16, 128, 128, 3, 1},
-    {"layer3 3x3 256 s1", 512, 8, 8, 256, 256, 3, 1},     {"layer4 3x3 512 s1", 512, 4, 4, 512, 512, 3, 1},
-    {"layer2_0 3x3 64->128 s2", 512, 32, 32, 64, 128, 3, 2}, {"layer3_0 3x3 128->256 s2", 512, 16, 16, 128, 256, 3, 2},
-    {"layer4_0 3x3 256->512 s2", 512, 8, 8, 256, 512, 3, 2},
-};
-
 struct Buffers {
     Elem *x, *xt, *w, *y, *yref, *scale, *bias;
     float *coef; /* the library's apply pass: mean, scale, shift per channel */
@@ -87,15 +76,6 @@ cutlass::conv::Conv2dProblemSize problem_of(const Layer &l) {
     return cutlass::conv::Conv2dProblemSize({l.n, l.h, l.w, l.c}, {l.k, l.r, l.r, l.c}, {pad, pad, pad, pad},
                                             {l.stride, l.stride}, {1, 1}, {l.n, p, q, l.k},
                                             cutlass::conv::Mode::kCrossCorrelation, 1);
-}
-
-/* Values in [-1, 1) from an integer hash: reproducible, no host copy. */
-__global__ void fill_kernel(Elem *p, size_t n, unsigned seed, float scale, float offset) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned v = (unsigned)i * 2654435761u ^ seed;
-        v ^= v >> 15, v *= 2246822519u, v ^= v >> 13;
-        p[i] = Elem(offset + scale * ((float)(v & 0xFFFF) / 32768.0f - 1.0f));
-    }
 }
 
 /* The fusion's transform as a separate pass: one f16 fma, then ReLU. */
@@ -112,35 +92,6 @@ __global__ void max_diff_kernel(const Elem *a, const Elem *b, size_t n, float *o
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         m = fmaxf(m, fabsf(float(a[i]) - float(b[i])));
     atomicMax((int *)out, __float_as_int(m)); /* non-negative floats order like ints */
-}
-
-bool check(cudaError_t e, const char *what) {
-    if (e == cudaSuccess) return true;
-    fprintf(stderr, "conv_fusion_cutlass: %s: %s\n", what, cudaGetErrorString(e));
-    return false;
-}
-
-/* Median GPU ms of reps runs of launch() (three warm-ups first); < 0 when a
- * launch fails. */
-template <class F> double time_ms(F launch, int reps) {
-    cudaEvent_t a, b;
-    if (!check(cudaEventCreate(&a), "event") || !check(cudaEventCreate(&b), "event")) return -1;
-    std::vector<float> t;
-    bool ok = true;
-    for (int i = 0; ok && i < 3; i++) ok = launch();
-    for (int i = 0; ok && i < reps; i++) {
-        cudaEventRecord(a);
-        ok = launch();
-        cudaEventRecord(b);
-        float ms = 0;
-        ok = ok && check(cudaEventSynchronize(b), "timed run") && check(cudaEventElapsedTime(&ms, a, b), "event time");
-        t.push_back(ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    if (!ok || t.empty()) return -1;
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
 }
 
 /* Plain convolution y = conv(in, w) with one tile configuration: the median
@@ -198,21 +149,13 @@ double max_diff(const Elem *a, const Elem *b, size_t n, float *d) {
 } // namespace
 
 int main(int argc, char **argv) {
-    int reps = 20;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-            if (reps < 1) {
-                fprintf(stderr, "conv_fusion_cutlass: --reps must be at least 1\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "usage: conv_fusion_cutlass [--reps N]\n"
-                            "  times CUTLASS's implicit-GEMM convolution of resnet18 b512's 3x3 layers (f16 NHWC),\n"
-                            "  plain and with batch norm's scale + bias + ReLU of its input fused into the mainloop\n");
-            return !strcmp(argv[i], "--help") ? 0 : 2;
-        }
-    }
+    probe::tool = "conv_fusion_cutlass";
+    int reps, status;
+    if (!probe::parse_reps(argc, argv,
+                           "  times CUTLASS's implicit-GEMM convolution of resnet18 b512's 3x3 layers (f16 NHWC),\n"
+                           "  plain and with batch norm's scale + bias + ReLU of its input fused into the mainloop\n",
+                           &reps, &status))
+        return status;
     cudaDeviceProp prop;
     if (!check(cudaGetDeviceProperties(&prop, 0), "no GPU")) return 1;
     size_t most_x = 0, most_y = 0, most_w = 0;
@@ -235,11 +178,9 @@ int main(int argc, char **argv) {
               check(cudaMalloc(&b.coef, 3 * (size_t)widest * sizeof(float)), "coefficients") &&
               check(cudaMemset(b.coef, 0, 3 * (size_t)widest * sizeof(float)), "coefficients");
     if (!ok) return 1;
-    fill_kernel<<<1024, 256>>>(b.x, most_x, 1u, 1.0f, 0.0f);
-    fill_kernel<<<1024, 256>>>(b.w, most_w, 2u, 0.05f, 0.0f);
-    fill_kernel<<<64, 256>>>(b.scale, widest, 3u, 0.5f, 1.0f); /* scale in [0.5, 1.5) */
-    fill_kernel<<<64, 256>>>(b.bias, widest, 4u, 0.5f, 0.0f);
-    if (!check(cudaDeviceSynchronize(), "fill")) return 1;
+    probe::fill_kernel<Elem><<<64, 256>>>(b.scale, widest, 3u, 0.5f, 1.0f); /* scale in [0.5, 1.5) */
+    probe::fill_kernel<Elem><<<64, 256>>>(b.bias, widest, 4u, 0.5f, 0.0f);
+    if (!probe::fill_conv_inputs(b.x, most_x, b.w, most_w)) return 1;
 
     printf("conv_fusion_cutlass on %s (%d SMs), f16 NHWC, f32 accumulation, median of %d runs, ms\n\n", prop.name,
            prop.multiProcessorCount, reps);

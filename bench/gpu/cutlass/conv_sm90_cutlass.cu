@@ -18,8 +18,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 /* CUTLASS's headers in the order its own examples include them */
@@ -36,7 +34,9 @@
 #include "cutlass/conv/device/conv_universal_adapter.hpp"
 #include "cutlass/conv/kernel/conv_universal.hpp"
 
-namespace sm90probe { /* named: nvcc's host stubs of kernels in an unnamed namespace clash with cute's names */
+#include "probe_common.cuh"
+
+namespace probe { /* probe_common.cuh's namespace (named: see there) */
 
 using namespace cute;
 using Elem = cutlass::bfloat16_t;
@@ -58,35 +58,6 @@ template <class Tile, class Cluster, class MainSchedule, class EpiSchedule> stru
     using Device = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 };
 
-struct Layer {
-    const char *name;
-    int n, h, w, c, k, r, stride;
-};
-
-/* resnet18 at batch 512 on 3x32x32 (the peer's cell), as conv_fusion_cutlass */
-const Layer LAYERS[] = {
-    {"layer1 3x3 64 s1", 512, 32, 32, 64, 64, 3, 1},     {"layer2 3x3 128 s1", 512, 16, 16, 128, 128, 3, 1},
-    {"layer3 3x3 256 s1", 512, 8, 8, 256, 256, 3, 1},     {"layer4 3x3 512 s1", 512, 4, 4, 512, 512, 3, 1},
-    {"layer2_0 3x3 64->128 s2", 512, 32, 32, 64, 128, 3, 2}, {"layer3_0 3x3 128->256 s2", 512, 16, 16, 128, 256, 3, 2},
-    {"layer4_0 3x3 256->512 s2", 512, 8, 8, 256, 512, 3, 2},
-};
-
-int out_extent(int in, const Layer &l) { return (in + 2 * (l.r / 2) - l.r) / l.stride + 1; }
-
-bool check(cudaError_t e, const char *what) {
-    if (e == cudaSuccess) return true;
-    fprintf(stderr, "conv_sm90_cutlass: %s: %s\n", what, cudaGetErrorString(e));
-    return false;
-}
-
-__global__ void fill_kernel(Elem *p, size_t n, unsigned seed, float scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned v = (unsigned)i * 2654435761u ^ seed;
-        v ^= v >> 15, v *= 2246822519u, v ^= v >> 13;
-        p[i] = Elem(scale * ((float)(v & 0xFFFF) / 32768.0f - 1.0f));
-    }
-}
-
 /* y's largest |y - direct convolution| over every output, f32 sums. */
 __global__ void direct_check_kernel(const Elem *x, const Elem *w, const Elem *y, Layer l, int p, int q,
                                     float *worst) {
@@ -106,27 +77,6 @@ __global__ void direct_check_kernel(const Elem *x, const Elem *w, const Elem *y,
         m = fmaxf(m, fabsf(float(y[i]) - s) / fmaxf(1.f, fabsf(s)));
     }
     atomicMax((int *)worst, __float_as_int(m));
-}
-
-template <class F> double time_ms(F launch, int reps) {
-    cudaEvent_t a, b;
-    if (!check(cudaEventCreate(&a), "event") || !check(cudaEventCreate(&b), "event")) return -1;
-    std::vector<float> t;
-    bool ok = true;
-    for (int i = 0; ok && i < 3; i++) ok = launch();
-    for (int i = 0; ok && i < reps; i++) {
-        cudaEventRecord(a);
-        ok = launch();
-        cudaEventRecord(b);
-        float ms = 0;
-        ok = ok && check(cudaEventSynchronize(b), "timed run") && check(cudaEventElapsedTime(&ms, a, b), "event time");
-        t.push_back(ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    if (!ok || t.empty()) return -1;
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
 }
 
 struct Buffers {
@@ -191,22 +141,17 @@ struct Best {
     }
 };
 
-} // namespace sm90probe
+} // namespace probe
 
-using namespace sm90probe;
+using namespace probe;
 
 int main(int argc, char **argv) {
-    int reps = 20;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--reps") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: conv_sm90_cutlass [--reps N (>= 1)]\n"
-                            "  times CUTLASS's sm_90a implicit-GEMM forward convolutions on resnet18 b512's layers "
-                            "(bf16 NHWC)\n");
-            return !strcmp(argv[i], "--help") ? 0 : 2;
-        }
-    }
+    probe::tool = "conv_sm90_cutlass";
+    int reps, status;
+    if (!parse_reps(argc, argv,
+                    "  times CUTLASS's sm_90a implicit-GEMM forward convolutions on resnet18 b512's layers (bf16 NHWC)\n",
+                    &reps, &status))
+        return status;
     cudaDeviceProp prop;
     if (!check(cudaGetDeviceProperties(&prop, 0), "no GPU")) return 1;
     if (prop.major != 9) {
@@ -227,9 +172,7 @@ int main(int argc, char **argv) {
         !check(cudaMalloc(&b.y, most_y * 2), "y") || !check(cudaMalloc(&b.ws, b.ws_bytes), "workspace") ||
         !check(cudaMalloc(&worst, sizeof *worst), "check"))
         return 1;
-    fill_kernel<<<1024, 256>>>(b.x, most_x, 1u, 1.0f);
-    fill_kernel<<<1024, 256>>>(b.w, most_w, 2u, 0.05f);
-    if (!check(cudaDeviceSynchronize(), "fill")) return 1;
+    if (!fill_conv_inputs(b.x, most_x, b.w, most_w)) return 1;
 
     printf("conv_sm90_cutlass on %s (%d SMs), bf16 NHWC, f32 accumulation, median of %d runs, ms\n\n", prop.name,
            prop.multiProcessorCount, reps);
