@@ -124,10 +124,12 @@ static int cell(void *arg, const char *model, const char *batch_s, mp_precision 
         }
     }
     if (s == MP_OK) {
-        const double off_ms = bench_median_double(mean_off, a->rounds), on_ms = bench_median_double(mean_on, a->rounds);
+        const double off_ms = bench_median_double(mean_off, a->rounds);
+        const double on_ms = bench_median_double(mean_on, a->rounds);
+        const double plain_ms = bench_median_double(plain, n_plain);
+        const double collecting_ms = n_coll ? bench_median_double(collecting, n_coll) : 0;
         printf("| %s | %s | %d | %d | %.3f | %.3f | %+.2f%% | %.3f | %.3f | %d |\n", model, prec_name, batch, a->every,
-               off_ms, on_ms, 100 * (on_ms / off_ms - 1), bench_median_double(plain, n_plain), n_coll ? bench_median_double(collecting, n_coll) : 0,
-               records);
+               off_ms, on_ms, 100 * (on_ms / off_ms - 1), plain_ms, collecting_ms, records);
     } else {
         fprintf(stderr, "numerics_overhead: %s %s batch %d: %s\n", model, prec_name, batch, mp_last_error());
         printf("| %s | %s | %d | %d | failed | | | | | |\n", model, prec_name, batch, a->every);

@@ -12,8 +12,9 @@
  * between shared memory and the tensor cores (CUTLASS's fprop fusion, whose
  * padding stays zero after the transform). Three threadblock tiles each; the
  * fastest is reported, beside the pass the fusion would remove: the
- * library's own batch-norm apply + ReLU (batchnorm2d_fast.h, its grid). Compare with the library's cuDNN time for the same
- * layer (MIXPREC_CUDNN_DEBUG=1 gpu_train_step, pass 0: `scripts/gpu-check
+ * library's own batch-norm apply + ReLU (batchnorm2d_fast.h, its grid).
+ * Compare with the library's cuDNN time for the same layer
+ * (MIXPREC_CUDNN_DEBUG=1 gpu_train_step, pass 0: `scripts/gpu-check
  * cutlass` prints both). Each fused result is checked against the plain
  * convolution of the input transformed by a separate kernel (same rounding:
  * one f16 fma, then ReLU).
@@ -110,7 +111,8 @@ template <class Conv> double run_plain(const Layer &l, const Buffers &b, const E
 /* The same with relu(in * scale + bias) applied in the mainloop. */
 template <class Conv> double run_fused(const Layer &l, const Buffers &b, Elem *y, int reps) {
     const auto ps = problem_of(l);
-    typename Conv::Arguments args(ps, {b.x, Nhwc::packed({l.n, l.h, l.w, l.c})}, {b.w, Nhwc::packed({l.k, l.r, l.r, l.c})},
+    typename Conv::Arguments args(ps, {b.x, Nhwc::packed({l.n, l.h, l.w, l.c})},
+                                  {b.w, Nhwc::packed({l.k, l.r, l.r, l.c})},
                                   {b.scale, cutlass::layout::RowMajor(l.c)}, {b.bias, cutlass::layout::RowMajor(l.c)},
                                   {y, Nhwc::packed(ps.output_extent())}, {y, Nhwc::packed(ps.output_extent())},
                                   {1.0f, 0.0f});
@@ -121,14 +123,14 @@ template <class Conv> double run_fused(const Layer &l, const Buffers &b, Elem *y
 }
 
 /* The tile configurations tried: (threadblock, warp, stages). */
+using Tile128x128 = cutlass::gemm::GemmShape<128, 128, 32>;
+using Tile128x64 = cutlass::gemm::GemmShape<128, 64, 32>;
+using Tile256x64 = cutlass::gemm::GemmShape<256, 64, 32>;
+using Warp64x64 = cutlass::gemm::GemmShape<64, 64, 32>;
+using Warp64x32 = cutlass::gemm::GemmShape<64, 32, 32>;
 #define MP_TILES(X)                                                                                                   \
-    X(cutlass::gemm::GemmShape<128 MP_COMMA 128 MP_COMMA 32>, cutlass::gemm::GemmShape<64 MP_COMMA 64 MP_COMMA 32>, 4,  \
-      "128x128x32/4")                                                                                                 \
-    X(cutlass::gemm::GemmShape<128 MP_COMMA 64 MP_COMMA 32>, cutlass::gemm::GemmShape<64 MP_COMMA 32 MP_COMMA 32>, 4,   \
-      "128x64x32/4")                                                                                                  \
-    X(cutlass::gemm::GemmShape<256 MP_COMMA 64 MP_COMMA 32>, cutlass::gemm::GemmShape<64 MP_COMMA 64 MP_COMMA 32>, 3,   \
-      "256x64x32/3")
-#define MP_COMMA ,
+    X(Tile128x128, Warp64x64, 4, "128x128x32/4") X(Tile128x64, Warp64x32, 4, "128x64x32/4")                          \
+    X(Tile256x64, Warp64x64, 3, "256x64x32/3")
 
 struct Best {
     double ms = -1;
@@ -172,7 +174,8 @@ int main(int argc, char **argv) {
     float *d = nullptr;
     bool ok = check(cudaMalloc(&b.x, most_x * 2), "x") && check(cudaMalloc(&b.xt, most_x * 2), "transformed x") &&
               check(cudaMalloc(&b.w, most_w * 2), "w") && check(cudaMalloc(&b.y, most_y * 2), "y") &&
-              check(cudaMalloc(&b.yref, most_y * 2), "reference y") && check(cudaMalloc(&b.scale, widest * 2), "scale") &&
+              check(cudaMalloc(&b.yref, most_y * 2), "reference y") &&
+              check(cudaMalloc(&b.scale, widest * 2), "scale") &&
               check(cudaMalloc(&b.bias, widest * 2), "bias") && check(cudaMalloc(&b.ws, b.ws_bytes), "workspace") &&
               check(cudaMalloc(&d, sizeof *d), "difference") &&
               check(cudaMalloc(&b.coef, 3 * (size_t)widest * sizeof(float)), "coefficients") &&
@@ -184,8 +187,8 @@ int main(int argc, char **argv) {
 
     printf("conv_fusion_cutlass on %s (%d SMs), f16 NHWC, f32 accumulation, median of %d runs, ms\n\n", prop.name,
            prop.multiProcessorCount, reps);
-    printf("| layer | GFLOP | our apply + ReLU pass | plain: ms (tile) | fused: ms (tile) | fused / plain | TFLOP/s fused | "
-           "max |fused - plain(transformed)| |\n|---|---|---|---|---|---|---|---|\n");
+    printf("| layer | GFLOP | our apply + ReLU pass | plain: ms (tile) | fused: ms (tile) | fused / plain | "
+           "TFLOP/s fused | max |fused - plain(transformed)| |\n|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
     for (const Layer &l : LAYERS) {
         const auto ps = problem_of(l);

@@ -149,7 +149,8 @@ int main(int argc, char **argv) {
     probe::tool = "conv_sm90_cutlass";
     int reps, status;
     if (!parse_reps(argc, argv,
-                    "  times CUTLASS's sm_90a implicit-GEMM forward convolutions on resnet18 b512's layers (bf16 NHWC)\n",
+                    "  times CUTLASS's sm_90a implicit-GEMM forward convolutions on resnet18 b512's layers\n"
+                    "  (bf16 NHWC)\n",
                     &reps, &status))
         return status;
     cudaDeviceProp prop;
