@@ -99,8 +99,8 @@ static long launches_of(uint32_t graph) {
  * cuBLASLt's kernel families, depthwise ones included), batch norm (cuDNN's
  * and ours), or other. */
 static int kind_of(const char *name) {
-    static const char *const conv[] = {"xmma", "implicit_gemm", "nvjet", "cutlass", "convolve", "gemm",
-                                       "conv2d", "dgrad", "wgrad", "cublasLt"};
+    static const char *const conv[] = {"xmma", "gemm", "nvjet", "cutlass", "convolve", "conv2d", "dgrad", "wgrad",
+                                       "cublasLt"};
     static const char *const bn[] = {"batchnorm", "bn_", "fast_stats", "fast_apply", "fast_bwd", "fast_dx", "persist_"};
     for (size_t i = 0; i < sizeof conv / sizeof conv[0]; i++)
         if (strstr(name, conv[i])) return 0;

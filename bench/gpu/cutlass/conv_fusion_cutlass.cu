@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "cuda/batchnorm2d_fast.h"
-#include "probe_common.cuh"
 
 /* CUTLASS's headers in the order its own examples include them (the device
  * headers use the problem-size helpers the kernel headers bring) */
@@ -39,6 +38,8 @@
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
 #include "cutlass/conv/device/implicit_gemm_convolution_fusion.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
+
+#include "probe_common.cuh"
 
 namespace {
 
@@ -73,7 +74,7 @@ struct Buffers {
 };
 
 cutlass::conv::Conv2dProblemSize problem_of(const Layer &l) {
-    const int pad = l.r / 2, p = (l.h + 2 * pad - l.r) / l.stride + 1, q = (l.w + 2 * pad - l.r) / l.stride + 1;
+    const int pad = l.r / 2, p = probe::out_extent(l.h, l), q = probe::out_extent(l.w, l);
     return cutlass::conv::Conv2dProblemSize({l.n, l.h, l.w, l.c}, {l.k, l.r, l.r, l.c}, {pad, pad, pad, pad},
                                             {l.stride, l.stride}, {1, 1}, {l.n, p, q, l.k},
                                             cutlass::conv::Mode::kCrossCorrelation, 1);
@@ -102,10 +103,7 @@ template <class Conv> double run_plain(const Layer &l, const Buffers &b, const E
     typename Conv::Arguments args(ps, {const_cast<Elem *>(in), Nhwc::packed({l.n, l.h, l.w, l.c})},
                                   {b.w, Nhwc::packed({l.k, l.r, l.r, l.c})}, {y, Nhwc::packed(ps.output_extent())},
                                   {y, Nhwc::packed(ps.output_extent())}, {1.0f, 0.0f});
-    Conv conv;
-    if (conv.can_implement(args) != cutlass::Status::kSuccess || Conv::get_workspace_size(args) > b.ws_bytes) return -1;
-    if (conv.initialize(args, b.ws) != cutlass::Status::kSuccess) return -1;
-    return time_ms([&] { return conv() == cutlass::Status::kSuccess; }, reps);
+    return probe::time_op<Conv>(args, b.ws, b.ws_bytes, reps);
 }
 
 /* The same with relu(in * scale + bias) applied in the mainloop. */
@@ -116,10 +114,7 @@ template <class Conv> double run_fused(const Layer &l, const Buffers &b, Elem *y
                                   {b.scale, cutlass::layout::RowMajor(l.c)}, {b.bias, cutlass::layout::RowMajor(l.c)},
                                   {y, Nhwc::packed(ps.output_extent())}, {y, Nhwc::packed(ps.output_extent())},
                                   {1.0f, 0.0f});
-    Conv conv;
-    if (conv.can_implement(args) != cutlass::Status::kSuccess || Conv::get_workspace_size(args) > b.ws_bytes) return -1;
-    if (conv.initialize(args, b.ws) != cutlass::Status::kSuccess) return -1;
-    return time_ms([&] { return conv() == cutlass::Status::kSuccess; }, reps);
+    return probe::time_op<Conv>(args, b.ws, b.ws_bytes, reps);
 }
 
 /* The tile configurations tried: (threadblock, warp, stages). */

@@ -97,11 +97,7 @@ template <class C> double run(const Layer &l, const Buffers &b, int reps) {
     cute::for_each(cute::make_seq<cute::rank<0>(typename Device::ConvKernel::StrideC{})>{},
                    [&](auto i) { cute::get<0, i>(sc) = ps.stride_C[Problem::RankT - 2 - i]; });
     typename Device::Arguments args{ps, {b.x, b.w}, {{1.0f, 0.0f}, b.y, sc, b.y, sc}};
-    Device conv;
-    if (conv.can_implement(args) != cutlass::Status::kSuccess || Device::get_workspace_size(args) > b.ws_bytes)
-        return -1;
-    if (conv.initialize(args, b.ws) != cutlass::Status::kSuccess) return -1;
-    return time_ms([&] { return conv.run() == cutlass::Status::kSuccess; }, reps);
+    return time_op<Device>(args, b.ws, b.ws_bytes, reps);
 }
 
 /* CUTLASS 4.2 runs sm90 convolutions with one schedule only (not

@@ -12,8 +12,11 @@
 #include <vector>
 
 #include "../../median.h"
+#include "cutlass/cutlass.h" /* cutlass::Status */
 
-namespace probe { /* named: nvcc's host stubs of kernels in an unnamed namespace clash with cute's names */
+/* a named namespace: nvcc's generated host code cannot name kernels of an
+ * unnamed one once cute's names are in scope */
+namespace probe {
 
 static const char *tool = "probe";
 
@@ -77,6 +80,16 @@ template <class F> double time_ms(F launch, int reps) {
     cudaEventDestroy(b);
     if (!ok || t.empty()) return -1;
     return bench_median_float(t.data(), (int)t.size());
+}
+
+/* Median ms of one CUTLASS device-level operator (2.x or 3.x: both have
+ * can_implement, get_workspace_size, initialize, run) on args, with the
+ * workspace ws of ws_bytes; < 0 where it cannot run the problem there. */
+template <class Op> double time_op(const typename Op::Arguments &args, void *ws, size_t ws_bytes, int reps) {
+    Op op;
+    if (op.can_implement(args) != cutlass::Status::kSuccess || Op::get_workspace_size(args) > ws_bytes) return -1;
+    if (op.initialize(args, ws) != cutlass::Status::kSuccess) return -1;
+    return time_ms([&] { return op.run() == cutlass::Status::kSuccess; }, reps);
 }
 
 /* The probes' command line: --reps N (at least 1; default 20) or --help.
