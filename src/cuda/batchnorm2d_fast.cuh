@@ -12,65 +12,10 @@
 #include <stdint.h>
 
 #include "cuda/batchnorm2d_math.cuh"
+#include "cuda/vec16.cuh"
 #include "mixprec.h"
 
 enum { FAST_THREADS = 256, FAST_UNROLL = 4 };
-
-/* ---- 16-byte vectors of T as floats ------------------------------------- */
-
-template <typename T> struct fast_vec;
-template <> struct fast_vec<float> {
-    static constexpr int N = 4;
-    static __device__ __forceinline__ void widen(uint4 u, float (&v)[4]) {
-        v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y), v[2] = __uint_as_float(u.z),
-        v[3] = __uint_as_float(u.w);
-    }
-    static __device__ __forceinline__ uint4 narrow(const float (&v)[4]) {
-        return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
-    }
-    static __device__ __forceinline__ float round(float v) { return v; }
-};
-/* f16 and bf16: eight values, converted in pairs by the type's intrinsics */
-template <typename T> struct fast_pair;
-template <> struct fast_pair<__half> {
-    using P = __half2;
-    static __device__ __forceinline__ float2 widen(P p) { return __half22float2(p); }
-    static __device__ __forceinline__ P narrow(float a, float b) { return __floats2half2_rn(a, b); }
-    static __device__ __forceinline__ float round(float v) { return __half2float(__float2half_rn(v)); }
-};
-template <> struct fast_pair<__nv_bfloat16> {
-    using P = __nv_bfloat162;
-    static __device__ __forceinline__ float2 widen(P p) { return __bfloat1622float2(p); }
-    static __device__ __forceinline__ P narrow(float a, float b) { return __floats2bfloat162_rn(a, b); }
-    static __device__ __forceinline__ float round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-};
-template <typename T> struct fast_vec16 {
-    using pair = fast_pair<T>;
-    static constexpr int N = 8;
-    static __device__ __forceinline__ void widen(uint4 u, float (&v)[8]) {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 f = pair::widen(*reinterpret_cast<const typename pair::P *>(&w[k]));
-            v[2 * k] = f.x, v[2 * k + 1] = f.y;
-        }
-    }
-    static __device__ __forceinline__ uint4 narrow(const float (&v)[8]) {
-        uint32_t w[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const typename pair::P h = pair::narrow(v[2 * k], v[2 * k + 1]);
-            w[k] = *reinterpret_cast<const uint32_t *>(&h);
-        }
-        return make_uint4(w[0], w[1], w[2], w[3]);
-    }
-    static __device__ __forceinline__ float round(float v) { return pair::round(v); }
-};
-template <> struct fast_vec<__half> : fast_vec16<__half> {};
-template <> struct fast_vec<__nv_bfloat16> : fast_vec16<__nv_bfloat16> {};
-
-template <typename T> __device__ __forceinline__ uint4 ld16(const T *p) { return *reinterpret_cast<const uint4 *>(p); }
-template <typename T> __device__ __forceinline__ void st16(T *p, uint4 u) { *reinterpret_cast<uint4 *>(p) = u; }
 
 /* ---- where a thread works ----------------------------------------------- */
 

@@ -6,14 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+#include "cuda/vec16.cuh" /* to_f32, from_f32 */
 
 /* Call f with a value of the C++ type of dt; false for other dtypes. */
 template <typename F> static bool with_type(mp_dtype dt, F f) {
