@@ -154,6 +154,9 @@ typedef struct {
     bool no_conv_weights_krsc; /**< MIXPREC_CONV_WEIGHTS_KRSC=0: a GPU plan keeps conv2d filters (masters, casts,
                                     gradients, optimizer state) in the CPU's KCRS order and permutes them every
                                     step, not in the KRSC order cuDNN reads */
+    int conv_own;              /**< MIXPREC_CONV_OWN: 1 (default) our depthwise convolution kernels timed beside
+                                    cuDNN's choice for each pass, the faster kept; 0 never; 2 "force": ours wherever
+                                    they apply (tests) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

@@ -12,7 +12,9 @@
  * heuristics (cudnnGet*_v7) choose. Beside Find's choice, the graph API's
  * engines (conv_engine.h: heuristic mode A's best 12, else the fallback list)
  * are timed on the same scratch and the faster is kept
- * (MIXPREC_CUDNN_ENGINES=0: the legacy algorithms only).
+ * (MIXPREC_CUDNN_ENGINES=0: the legacy algorithms only). Depthwise 3x3
+ * convolutions also time our own kernels (conv_depthwise.h) against that
+ * choice (MIXPREC_CONV_OWN=0: not; =force: ours wherever they apply).
  * The fastest algorithm wins, or one within 5% of it that is deterministic
  * or, next, needs less workspace. For f32 without TF32 the math type
  * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
@@ -29,6 +31,7 @@
 
 #include "cuda/choice_cache.h"
 #include "cuda/conv_cudnn.h"
+#include "cuda/conv_depthwise.h"
 #include "cuda/conv_engine.h"
 
 typedef struct {
@@ -264,8 +267,43 @@ static bool try_engines(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
     return true;
 }
 
-/* Search one pass: Find on scratch (and the graph API's engines beside its
- * choice), else heuristics. */
+/* Our depthwise kernels (conv_depthwise.h) against the choice so far (*out,
+ * when have), on the same scratch, timed as the engines are (4 runs queued
+ * back to back); they replace it when faster by more than 3%, and under
+ * MIXPREC_CONV_OWN=force wherever they apply. They are deterministic. True
+ * when *out holds a choice. */
+static bool try_own(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const scratch *s, bool have,
+                    mp_conv_algo *out, const char *what) {
+    const int mode = mp_env_get()->conv_own;
+    if (!mode || !mp_dw_applies(&st->g, st->cd)) return have;
+    const size_t need = mp_dw_workspace(ctx, &st->g, st->cd, pass);
+    if (need > s->ws_bytes || (need && !s->ws)) return have;
+    float ms = -1.f;
+    if (mp_dw_time(ctx, &st->g, st->cd, pass, s->x, s->w, s->y, s->ws, s->ws_bytes, &ms, what) != MP_OK) {
+        if (mp_env_get()->cudnn_debug) fprintf(stderr, "cudnn: %s pass %d: ours failed: %s\n", what, (int)pass,
+                                               mp_last_error());
+        mp_clear_error();
+        return have;
+    }
+    if (mp_env_get()->cudnn_debug)
+        fprintf(stderr, "cudnn: %s pass %d: cuDNN's choice %.4f ms, ours (depthwise) %.4f ms\n", what, (int)pass,
+                (double)(have ? out->ms : -1.f), (double)ms);
+    if (have && out->ms >= 0 && ms >= 0.97f * out->ms && mode != 2) return true;
+    mp_conv_algo own;
+    memset(&own, 0, sizeof own);
+    own.algo = -1;
+    own.math = have ? out->math : st->math;
+    own.workspace = need;
+    own.deterministic = true;
+    own.ms = ms;
+    own.engine_mode = -1;
+    own.own = true;
+    *out = own;
+    return true;
+}
+
+/* Search one pass: Find on scratch (and the graph API's engines and our
+ * depthwise kernels beside its choice), else heuristics. */
 static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, mp_conv_algo *out,
                         const char *what) {
     cudnnConvolutionDescriptor_t cv = st->conv[pass];
@@ -299,6 +337,7 @@ static mp_status search(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
                                                                      st->w_desc, s.w, MAXR, n, p, s.ws, s.ws_bytes);
             });
         if (engines_enabled()) ok = try_engines(ctx, st, pass, &s, rules, ok, out, what);
+        ok = try_own(ctx, st, pass, &s, ok, out, what);
         scratch_free(&s);
     }
     if (ok) return MP_OK;
@@ -356,7 +395,7 @@ static mp_status search_and_cache(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_p
     if (st->math == CUDNN_FMA_MATH) a->math = CUDNN_FMA_MATH; /* f32 stays free of TF32 */
     MP_CUDNN_TRY(cudnnSetConvolutionMathType(st->conv[pass], a->math), what);
     size_t bytes = 0;
-    if (a->engine_mode < 0) MP_TRY(workspace_of(ctx, st, pass, a, &bytes, what)); /* an engine's is exact */
+    if (a->engine_mode < 0 && !a->own) MP_TRY(workspace_of(ctx, st, pass, a, &bytes, what)); /* engines', ours exact */
     if (bytes > a->workspace) a->workspace = bytes;
     mp_choice_put(&cache, k, a);
     return MP_OK;

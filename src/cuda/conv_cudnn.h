@@ -62,6 +62,7 @@ typedef struct {
      * engine engine_id */
     int engine_mode, engine_index;
     long long engine_id;
+    bool own;                 /* our depthwise kernels (conv_depthwise.h) replace algo and engine */
 } mp_conv_algo;
 
 typedef struct mp_conv_cudnn_s {

@@ -11,6 +11,10 @@
  * the f64 reference on the values the GPU sees (input, weight and output
  * gradient rounded to the compute dtype), dW is the f32 sum within 2e-5;
  * without the flag a convolution's is rounded: more than 4e-5 off.
+ * Depthwise 3x3 cases run on our kernels where they win the timed search
+ * (conv_depthwise.h); under MIXPREC_CONV_OWN=force every pass of those that
+ * apply must be ours (checked), and every result is held to the same
+ * tolerances.
  * Needs a GPU: without one it prints why and exits 2. Not in ctest. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -20,6 +24,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/conv_cudnn.h"
+#include "cuda/conv_depthwise.h"
 #include "cuda/cuda_op.h"
 #include "op_harness.h"
 
@@ -258,6 +263,19 @@ static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, 
         return;
     }
 
+    if (tc->kind != MP_OP_LINEAR) { /* which kernels run each pass */
+        const mp_conv_cudnn *st = (const mp_conv_cudnn *)state;
+        const mp_conv_cudnn *fst = st->dw32 ? st->dw32 : st; /* the state that computes dW */
+        const bool fwd = st->algo[MP_CONV_FWD].own, bwd = st->algo[MP_CONV_BWD_DATA].own,
+                   flt = fst->algo[MP_CONV_BWD_FILTER].own;
+        if (fwd || bwd || flt) printf("  %-44s %-5s ours: forward %d, backward-data %d, backward-filter %d\n",
+                                      tc->label, p->name, fwd, bwd, flt);
+        if (mp_env_get()->conv_own == 2 && mp_dw_applies(&st->g, cd))
+            CHECK(fwd && bwd && (flt || !mp_dw_applies(&fst->g, fst->cd)),
+                  "%s %s: MIXPREC_CONV_OWN=force, yet not every pass runs our depthwise kernels (%d %d %d)", tc->label,
+                  p->name, fwd, bwd, flt);
+    }
+
     mp_op_call c = {0};
     c.desc = &desc;
     c.info = &ref.info;
@@ -337,6 +355,12 @@ int main(void) {
         {"conv2d depthwise C13 x2 k3 s2 p1 bias", MP_OP_CONV2D, conv(26, 3, 2, 1, 1, 13, 0, true),
          {4, {2, 13, 10, 10}}, 0, 0},
         {"conv2d depthwise C16 k3 s1 p1", MP_OP_CONV2D, conv(16, 3, 1, 1, 1, 16, 0, false), {4, {3, 16, 8, 8}}, 0, 0},
+        {"conv2d depthwise C24 k3 s1 p1 bias, W 9", MP_OP_CONV2D, conv(24, 3, 1, 1, 1, 24, 0, true),
+         {4, {2, 24, 7, 9}}, 0, 0},
+        {"conv2d depthwise C32 k3 s2 p1, 9x10", MP_OP_CONV2D, conv(32, 3, 2, 1, 1, 32, 0, false), {4, {2, 32, 9, 10}},
+         0, 0},
+        {"conv2d depthwise C16 k3 s1 p0", MP_OP_CONV2D, conv(16, 3, 1, 0, 1, 16, 0, false), {4, {2, 16, 6, 7}}, 0, 0},
+        {"conv2d depthwise C8 k3 s2 p2", MP_OP_CONV2D, conv(8, 3, 2, 2, 1, 8, 0, false), {4, {3, 8, 5, 6}}, 0, 0},
         {"conv2d C16->32 k3 p2 dil2 g2", MP_OP_CONV2D, conv(32, 3, 1, 2, 2, 2, 0, false), {4, {2, 16, 8, 8}}, 0, 0},
         {"conv2d C8->16 k5 s2 p2 bias (f32 input)", MP_OP_CONV2D, conv(16, 5, 2, 2, 1, 1, 0, true),
          {4, {2, 8, 12, 12}}, 1, 0},
@@ -364,6 +388,10 @@ int main(void) {
          {4, {4, 64, 8, 8}}, 0, 0},
         {"conv2d C128->256 k1 s2 (resnet shortcut)", MP_OP_CONV2D, conv(256, 1, 2, 0, 1, 1, 0, false),
          {4, {4, 128, 8, 8}}, 0, 0},
+        {"conv2d depthwise C96 k3 s1 p1 (mobilenetv2)", MP_OP_CONV2D, conv(96, 3, 1, 1, 1, 96, 0, false),
+         {4, {4, 96, 8, 8}}, 0, 0},
+        {"conv2d depthwise C144 k3 s2 p1 (mobilenetv2)", MP_OP_CONV2D, conv(144, 3, 2, 1, 1, 144, 0, false),
+         {4, {4, 144, 8, 8}}, 0, 0},
         {"conv_transpose2d C64->32 k4 s2 p1 (acgan)", MP_OP_CONV_TRANSPOSE2D, conv(32, 4, 2, 1, 1, 1, 0, false),
          {4, {4, 64, 7, 7}}, 0, 0},
     };

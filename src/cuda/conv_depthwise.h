@@ -1,0 +1,59 @@
+/* conv_depthwise.h — our own kernels for depthwise 3x3 convolutions (groups
+ * = input channels = output channels: MobileNet's filtering layers), in the
+ * conv view of conv_cudnn.h: NHWC activations, the KRSC filter (C, 3, 3, 1),
+ * one dtype cd (f32, f16 or bf16) throughout, f32 sums.
+ *
+ * Why: cuDNN's depthwise kernels on sm_90 stream well below memory speed
+ * (bench/NOTES.md v0.27). A depthwise convolution is memory-bound: these
+ * kernels read 16-byte channel vectors and reuse each input vector from
+ * registers across a strip of outputs along the width.
+ *
+ * conv_algo_cache.cu times them for each pass beside cuDNN's choice, on the
+ * same scratch, and keeps the faster (mp_conv_algo.own);
+ * MIXPREC_CONV_OWN=0: never, =force: wherever they apply (tests).
+ *
+ * Passes, with the tensors in the roles of conv_engine.h (x, w, y):
+ *   forward          y = x (*) w                    (cross-correlation)
+ *   backward-data    dx = dy (*) w flipped, or dx += that (add)
+ *   backward-filter  dW[c, r, s] = sum over n, oh, ow of x * dy: partial sums
+ *                    of each block in the workspace, then summed in block
+ *                    order (the same bits every run), rounded once to cd.
+ * Every kernel runs on ctx->stream, allocates nothing and never
+ * synchronizes. */
+#ifndef MP_CUDA_CONV_DEPTHWISE_H
+#define MP_CUDA_CONV_DEPTHWISE_H
+
+#include "cuda/conv_cudnn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether the kernels take geometry g in dtype cd: groups = cx = cy <= 1024,
+ * a multiple of 8 (f16, bf16) or 4 (f32); kernel 3, stride 1 or 2,
+ * dilation 1, padding 0..2. */
+bool mp_dw_applies(const mp_conv_geom *g, mp_dtype cd);
+
+/* Workspace bytes of a pass on ctx (the backward-filter's partial sums;
+ * 0 for the others). */
+size_t mp_dw_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass);
+
+mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *w, void *y,
+                        const char *what);
+/* add: dx += the result (one rounding of the sum), else dx = it. */
+mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *dy, const void *w,
+                              void *dx, bool add, const char *what);
+/* dw (KRSC, cd); ws of at least mp_dw_workspace(..., MP_CONV_BWD_FILTER) bytes. */
+mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *dy,
+                                void *dw, void *ws, size_t ws_bytes, const char *what);
+
+/* GPU milliseconds of one run of a pass on (x, w, y) in the roles above: a
+ * warm-up, then the median of 3 trials of 4 runs queued back to back (as
+ * the graph API's engines are timed). */
+mp_status mp_dw_time(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass, void *x, void *w,
+                     void *y, void *ws, size_t ws_bytes, float *ms, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
