@@ -41,7 +41,8 @@ template <typename T, bool FLIP> __device__ void filter_to_shared(const T *w, in
  * any is used; outside the image: zeros (the load reads the image's first
  * vector instead, so no address leaves it). */
 template <typename T, int COLS>
-__device__ __forceinline__ void load_window(const T *img, int ih0, int iw0, int h, int w, int c, uint4 (&win)[DW_K][COLS]) {
+__device__ __forceinline__ void load_window(const T *img, int ih0, int iw0, int h, int w, int c,
+                                            uint4 (&win)[DW_K][COLS]) {
 #pragma unroll
     for (int r = 0; r < DW_K; r++)
 #pragma unroll
@@ -317,7 +318,8 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
     const int cvs = g->cx / vec_width(cd);
     if (g->stride == 1) { /* dx = dy (*) w flipped, padded by 2 - pad */
         const dw_shape sh = {g->n, g->cx, g->hy, g->wy, g->hx, g->wx, DW_K - 1 - g->pad};
-        const unsigned blocks = stride_blocks(ctx, (long long)g->n * g->hx * ((g->wx + FORWARD_TW - 1) / FORWARD_TW) * cvs);
+        const long long items = (long long)g->n * g->hx * ((g->wx + FORWARD_TW - 1) / FORWARD_TW) * cvs;
+        const unsigned blocks = stride_blocks(ctx, items);
         with_type(cd, [&](auto t) {
             using T = decltype(t);
             dw_correlate<T, 1, FORWARD_TW, true>
@@ -348,10 +350,9 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
     const unsigned sum_blocks = (unsigned)((DW_TAPS * g->cx + 31) / 32);
     with_type(cd, [&](auto t) {
         using T = decltype(t);
-        if (g->stride == 1)
-            dw_filter_partial<T, 1, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>((const T *)x, (const T *)dy, part, sh);
-        else
-            dw_filter_partial<T, 2, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>((const T *)x, (const T *)dy, part, sh);
+        const T *xt = (const T *)x, *dyt = (const T *)dy;
+        if (g->stride == 1) dw_filter_partial<T, 1, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
+        else dw_filter_partial<T, 2, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
         dw_filter_sum<T><<<sum_blocks, 32 * DW_SUM_GROUPS, 0, ctx->stream>>>(part, blocks, g->cx, (T *)dw);
     });
     return mp_cuda_check(cudaGetLastError(), "dw_filter_partial / dw_filter_sum", what);

@@ -3,10 +3,11 @@
  * conv view of conv_cudnn.h: NHWC activations, the KRSC filter (C, 3, 3, 1),
  * one dtype cd (f32, f16 or bf16) throughout, f32 sums.
  *
- * Why: cuDNN's depthwise kernels on sm_90 stream well below memory speed
- * (bench/NOTES.md v0.27). A depthwise convolution is memory-bound: these
- * kernels read 16-byte channel vectors and reuse each input vector from
- * registers across a strip of outputs along the width.
+ * Why: a depthwise convolution is memory-bound, and cuDNN's backward-data
+ * for it streams at 1.3 TB/s on sm_90 (mobilenetv2's large layers; the copy
+ * rate is 3.3, bench/NOTES.md v0.27). These kernels read 16-byte channel
+ * vectors and reuse each input vector from registers across a strip of
+ * outputs along the width.
  *
  * conv_algo_cache.cu times them for each pass beside cuDNN's choice, on the
  * same scratch, and keeps the faster (mp_conv_algo.own);
