@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "the run (as `mixprec train`, see its --help): --model, --data, --data-dir, --synthetic-*,\n"
             "--train-samples, --augment, --no-normalize, --epochs, --batch, --optimizer, --lr, --momentum,\n"
             "--nesterov, --weight-decay, --lr-schedule, --loss-scaling, --loss-scale and the other scaler\n"
-            "options, --accumulate, --clip-grad-norm, --clip-grad-value, --max-steps, --seed, --threads,\n"
+            "options, --accumulate, --clip-grad-norm, --clip-grad-value, --max-steps, --seed, --init, --threads,\n"
             "--reference, --quiet, --device (default auto: the first GPU when there is one; the probe and\n"
             "the --verify runs use it).\n"
             "  -h, --help          this help\n",
@@ -174,7 +174,8 @@ int cmd_doctor(int argc, char **argv) {
                                      .clip_norm = t.clip_norm, .clip_value = t.clip_value,
                                      .max_forward_overflows = t.max_forward_overflows, .reference = t.reference},
                          .optim = oo, .lr = lr, .lr_schedule = t.lr_schedule, .epochs = t.epochs,
-                         .max_steps = t.max_steps, .seed = t.seed, .augment = t.c.augment, .normalize = t.c.normalize,
+                         .max_steps = t.max_steps, .seed = t.seed, .init = t.init, .augment = t.c.augment,
+                         .normalize = t.c.normalize,
                          .numerics_cb = add_records, .numerics_arg = doc, .numerics_every = 1,
                          .stop_at_step = d.probe_steps};
         s = mp_fit(&m, &train, NULL, &o, &res);

@@ -33,7 +33,7 @@ static mp_status run_row(const train_args *t, mp_device device, const verify_row
                                  .clip_value = t->clip_value, .max_forward_overflows = t->max_forward_overflows,
                                  .reference = t->reference},
                      .optim = oo, .lr = lr, .lr_schedule = t->lr_schedule, .epochs = epochs,
-                     .max_steps = t->max_steps, .seed = t->seed, .augment = t->c.augment,
+                     .max_steps = t->max_steps, .seed = t->seed, .init = t->init, .augment = t->c.augment,
                      .normalize = t->c.normalize};
     memset(res, 0, sizeof *res);
     *fit = mp_fit(&m, train, test, &o, res);

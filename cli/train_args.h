@@ -24,6 +24,7 @@ typedef struct {
     int epochs, batch, threads, max_steps;
     bool reference, quiet, print_precision, print_memory;
     uint64_t seed;
+    mp_init_scheme init;      /* --init */
     const char *device;       /* --device text */
     float monitor_interval;   /* seconds, 0 = GPU monitor off */
     const char *monitor_csv;  /* NULL = no CSV */

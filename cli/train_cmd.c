@@ -63,6 +63,9 @@ static void usage(FILE *f) {
             "  --stop-after N      stop after epoch N (the schedule still spans --epochs); split a\n"
             "                      long run into jobs with --save and --resume\n"
             "  --seed S            random seed for init, shuffling, dropout (default 1)\n"
+            "  --init I            weight initialization: he (default: He normal) or torch (PyTorch's\n"
+            "                      default, uniform with 1/sqrt(fan_in) bounds: a model from PyTorch\n"
+            "                      starts as it did there)\n"
             "  --max-steps N       stop each epoch after N steps (quick runs)\n\n"
             "execution and output:\n"
             "  --device D          cpu | cuda | cuda:N | auto (default auto: the first GPU when this build\n"
@@ -148,6 +151,8 @@ int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
         } else if (!strcmp(a, "--threads")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1024, &t->threads)) return 2;
         } else if (!strcmp(a, "--max-steps")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1 << 30, &t->max_steps)) return 2;
         } else if (!strcmp(a, "--seed")) { NEED_VALUE(); if (!arg_u64(cmd, a, v, &t->seed)) return 2;
+        } else if (!strcmp(a, "--init")) { NEED_VALUE();
+            if (mp_init_scheme_parse(v, &t->init) != MP_OK) { fprintf(stderr, "mixprec %s: --init: %s\n", cmd, mp_last_error()); return 2; }
         } else if (!strcmp(a, "--monitor-interval")) { NEED_VALUE(); if (!arg_monitor_interval(cmd, a, v, &t->monitor_interval)) return 2;
         } else if (!strcmp(a, "--monitor-csv")) { NEED_VALUE(); t->monitor_csv = v;
         } else if (!strcmp(a, "--gpus")) { NEED_VALUE(); if (!arg_int(cmd, a, v, 1, 1024, &t->gpus)) return 2;
@@ -329,7 +334,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                      .bucket_mb = t.bucket_mb, .sync_bn = t.sync_bn, .events = out,
                                      .penalty = {.kind = t.penalty, .weight = t.penalty_weight}},
                          .optim = oo, .lr = lr, .lr_schedule = t.lr_schedule, .epochs = t.epochs,
-                         .max_steps = t.max_steps, .stop_after = t.stop_after, .seed = t.seed, .augment = t.c.augment,
+                         .max_steps = t.max_steps, .stop_after = t.stop_after, .seed = t.seed, .init = t.init,
+                         .augment = t.c.augment,
                          .normalize = t.c.normalize, .random_resized_crop = t.c.random_resized_crop,
                          .data_workers = t.c.decode_threads, .out = out, .print_memory = t.print_memory, .log_path = t.log,
                          .save_path = t.save, .resume_path = t.resume, .numerics_log = t.numerics_log,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_train.sh — short real training runs through the CLI: accuracy gates on
-# Fashion-MNIST, the JSONL log, progress output, reproducibility by seed, and
-# cnn10 / the reference kernels on synthetic data.
+# Fashion-MNIST, the JSONL log, progress output, reproducibility by seed (and
+# --init), and cnn10 / the reference kernels on synthetic data.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/train
@@ -28,6 +28,10 @@ run_losses() { "$bin" train --data synthetic --synthetic-shape 1x12x12 --synthet
 a=$(run_losses 5 a) && b=$(run_losses 5 b) && c=$(run_losses 6 c) || bad "synthetic runs failed"
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "same seed gave different losses"
 [ "$a" != "$c" ] && ok || bad "different seeds gave identical losses"
+# --init reaches the run: torch (PyTorch's default) starts elsewhere than he (the default), which --init he names
+d=$(run_losses 5 d --init torch) && e=$(run_losses 5 e --init he) || bad "--init runs failed"
+[ -n "$d" ] && [ "$d" != "$a" ] && ok || bad "--init torch gave the default's losses"
+[ "$e" = "$a" ] && ok || bad "--init he differs from the default"
 
 # 3. The reference kernels learn the same synthetic task (accuracy gate).
 "$bin" train --data synthetic --synthetic-shape 1x12x12 --synthetic-size 640 --batch 32 --epochs 3 --quiet \

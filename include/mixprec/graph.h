@@ -104,9 +104,22 @@ MP_API mp_node mp_softmax_cross_entropy(mp_graph *g, const char *name, mp_node l
 /** Binary cross-entropy with logits against dense targets, mean over the batch, fp32. */
 MP_API mp_node mp_bce_with_logits(mp_graph *g, const char *name, mp_node logits, mp_node targets);
 
+/** How mp_graph_init_params_scheme draws conv, conv_transpose and linear
+ * weights (biases, batch norm and the rest are the same in both). */
+typedef enum {
+    MP_INIT_SCHEME_HE = 0, /**< He normal, N(0, 2 / fan_in): mp_graph_init_params' (and the CLI's) default */
+    /** PyTorch's default for Conv2d / ConvTranspose2d / Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), a standard
+     * deviation sqrt(6) below He's; a model ported from PyTorch then starts where it did there */
+    MP_INIT_SCHEME_TORCH
+} mp_init_scheme;
 /** Give every parameter its initial value (He normal for weights, fan-in
  * uniform for biases, BN gamma 1 / beta 0), reproducibly from seed. */
 MP_API void mp_graph_init_params(mp_graph *g, uint64_t seed);
+/** The same with the weights drawn as `scheme` says; MP_ERR_INVALID_ARG
+ * (nothing changed) for a scheme that is not one of mp_init_scheme's. */
+MP_API mp_status mp_graph_init_params_scheme(mp_graph *g, uint64_t seed, mp_init_scheme scheme);
+/** "he" or "torch" into *out; MP_ERR_INVALID_ARG naming the text otherwise. */
+MP_API mp_status mp_init_scheme_parse(const char *text, mp_init_scheme *out);
 /** Start a new gradient: the next backward overwrites instead of adding. */
 MP_API void mp_graph_zero_grad(mp_graph *g);
 /** Weight tying: `node` uses `from`'s parameters (same op and shapes), e.g. a

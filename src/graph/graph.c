@@ -125,7 +125,22 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
     return id;
 }
 
+mp_status mp_init_scheme_parse(const char *text, mp_init_scheme *out) {
+    if (text && !strcmp(text, "he")) *out = MP_INIT_SCHEME_HE;
+    else if (text && !strcmp(text, "torch")) *out = MP_INIT_SCHEME_TORCH;
+    else return mp_error(MP_ERR_INVALID_ARG, "unknown initialization '%s' (he, torch)", text ? text : "(null)");
+    return MP_OK;
+}
+
 void mp_graph_init_params(mp_graph *g, uint64_t seed) {
+    (void)mp_graph_init_params_scheme(g, seed, MP_INIT_SCHEME_HE);
+}
+
+mp_status mp_graph_init_params_scheme(mp_graph *g, uint64_t seed, mp_init_scheme scheme) {
+    if (!g) return mp_error(MP_ERR_INVALID_ARG, "init_params: no graph");
+    if (scheme != MP_INIT_SCHEME_HE && scheme != MP_INIT_SCHEME_TORCH)
+        return mp_error(MP_ERR_INVALID_ARG, "init_params: unknown initialization scheme %d (MP_INIT_SCHEME_HE, "
+                        "MP_INIT_SCHEME_TORCH)", (int)scheme);
     mp_rng r;
     mp_rng_seed(&r, seed);
     for (int i = 0; i < g->n_params; i++) {
@@ -137,13 +152,17 @@ void mp_graph_init_params(mp_graph *g, uint64_t seed) {
             switch (p->spec.init) {
             case MP_INIT_ZERO: v = 0; break;
             case MP_INIT_ONE: v = 1; break;
-            case MP_INIT_HE_NORMAL: v = mp_rng_normal(&r) * sqrt(2.0 / fan); break;
+            case MP_INIT_HE_NORMAL:
+                v = scheme == MP_INIT_SCHEME_TORCH ? (2 * mp_rng_uniform(&r) - 1) / sqrt(fan)
+                                                   : mp_rng_normal(&r) * sqrt(2.0 / fan);
+                break;
             case MP_INIT_UNIFORM_FAN_IN: v = (2 * mp_rng_uniform(&r) - 1) / sqrt(fan); break;
             }
             p->data[j] = (float)v;
         }
     }
     g->params_initialized = true;
+    return MP_OK;
 }
 
 mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from) {

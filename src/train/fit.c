@@ -121,7 +121,7 @@ static mp_status run_open(run *r, const mp_dataset *train) {
     to.optimizer = r->opt;
     to.n_groups = 0;
     to.seed = o->seed;
-    if (!g->params_initialized) mp_graph_init_params(g, o->seed);
+    if (!g->params_initialized) MP_TRY(mp_graph_init_params_scheme(g, o->seed, o->init));
     return mp_trainer_create(g, &to, &r->t);
 }
 

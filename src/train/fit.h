@@ -26,6 +26,7 @@ typedef struct {
     int max_steps;              /* per epoch, 0 = the whole epoch */
     int stop_after;             /* stop after this epoch (0 = run all epochs) */
     uint64_t seed;              /* initialization, shuffling, dropout */
+    mp_init_scheme init;        /* how the weights start (zero: He normal) */
     bool augment;               /* random crop (pad 4 for 32x32, 2 otherwise) + flip */
     bool normalize;             /* per-channel mean/std from the training set */
     bool random_resized_crop;   /* torchvision's, before augment's crop and flip */
