@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "                      cell's last epoch, so --epochs 2 --steps N times N steps after a warm-up\n\n"
             "data:\n" DATA_OPTS_HELP "\n"
             "training:\n" OPTIM_OPTS_HELP
-            "  --seed S            random seed for init, shuffling, synthetic data (default 1)\n\n"
+            "  --seed S            random seed for init, shuffling, synthetic data (default 1)\n"
+            "  --init I            weight initialization: he (default) or torch (PyTorch's default)\n\n"
             "execution and output:\n"
             "  --out DIR           output folder (default runs/bench-YYYYmmdd-HHMMSS): results.jsonl, tables.md,\n"
             "                      {time,speedup,accuracy}_<model>.{svg,png} drawn by gnuplot (the 1-GPU\n"
@@ -68,6 +69,7 @@ typedef struct {
     int epochs, steps, threads;
     float price;
     uint64_t seed;
+    mp_init_scheme init;
     bool reference, verbose;
     /* the parsed lists (items point into list_buf) */
     char list_buf[4][4096];
@@ -88,7 +90,7 @@ static int parse(int argc, char **argv, bench_args *b) {
         if (!strcmp(a, "--verbose")) { b->verbose = true; continue; }
         static const char *const with_value[] = {"--models", "--precisions", "--batches", "--gpus", "--epochs",
                                                  "--steps", "--out", "--price-per-hour", "--threads", "--seed",
-                                                 "--device", "--monitor-interval"};
+                                                 "--init", "--device", "--monitor-interval"};
         v = NULL;
         const int taken =
             arg_option_value("bench", argc, argv, &i, with_value, sizeof with_value / sizeof *with_value, &v);
@@ -114,6 +116,10 @@ static int parse(int argc, char **argv, bench_args *b) {
         else if (!strcmp(a, "--monitor-interval")) ok = arg_monitor_interval("bench", a, v, &b->monitor_interval);
         else if (!strcmp(a, "--price-per-hour")) ok = arg_float("bench", a, v, 0, 1e9, &b->price);
         else if (!strcmp(a, "--seed")) ok = arg_u64("bench", a, v, &b->seed);
+        else if (!strcmp(a, "--init")) {
+            ok = mp_init_scheme_parse(v, &b->init) == MP_OK;
+            if (!ok) fprintf(stderr, "mixprec bench: --init: %s\n", mp_last_error());
+        }
         if (!ok) return 2;
     }
     return 0;
@@ -302,7 +308,7 @@ int cmd_bench(int argc, char **argv) {
                        .n_precisions = b.n_precisions, .batches = b.batches, .n_batches = b.n_batches,
                        .gpus = b.gpus, .n_gpus = b.n_gpus,
                        .epochs = b.epochs, .steps = b.steps, .data_name = b.c.data, .lr = lr, .optim = oo,
-                       .seed = b.seed, .augment = b.c.augment, .normalize = b.c.normalize,
+                       .seed = b.seed, .init = b.init, .augment = b.c.augment, .normalize = b.c.normalize,
                        .random_resized_crop = b.c.random_resized_crop, .data_workers = b.c.decode_threads,
                        .reference = b.reference, .device = b.device, .price_per_hour = b.price,
                        .progress = stdout,

@@ -223,6 +223,7 @@ row accumulate_zero 2 "--accumulate 0 is out of range" -- train --accumulate 0
 row loss_scaling_maybe 2 "--loss-scaling 'maybe' must be on or off" -- train --loss-scaling maybe
 row init_unknown 2 "mixprec train: --init: unknown initialization 'xavier' \(he, torch\)" -- train --init xavier
 row init_doctor 2 "mixprec doctor: --init: unknown initialization 'He' \(he, torch\)" -- doctor --init He
+row init_bench 2 "mixprec bench: --init: unknown initialization 'glorot' \(he, torch\)" -- bench --init glorot
 row gpus_too_many 2 "--gpus 64: more GPUs than this machine has \(found" -- train "${syn[@]}" --gpus 64
 row gpus_cpu 2 "--gpus 2: data-parallel training runs on GPUs, not with --device cpu" -- train "${syn[@]}" --gpus 2 --device cpu
 row gpus_zero 2 "--gpus 0 is out of range" -- train --gpus 0

@@ -56,6 +56,15 @@ PY
 "$bin" bench --models small --precisions fp32 --batches 32 --steps 1 --train-samples 256 --monitor-interval 0 \
   --out "$work/nomon" >"$work/nomon.log" 2>&1 && [ ! -e "$work/nomon/monitor.csv" ] && ok \
   || bad "--monitor-interval 0 still wrote monitor.csv or failed: $(tail -2 "$work/nomon.log")"
+# --init torch: the same cell from PyTorch's initialization, said in the tables' header, another first loss
+"$bin" bench --models small --precisions fp32 --batches 32 --steps 1 --train-samples 256 --monitor-interval 0 \
+  --init torch --out "$work/torchinit" >"$work/torchinit.log" 2>&1 && ok \
+  || bad "--init torch failed: $(tail -2 "$work/torchinit.log")"
+grep -q "; seed 1, PyTorch's weight initialization (--init torch)\.$" "$work/torchinit/tables.md" && ok \
+  || bad "tables.md does not say --init torch"
+loss() { grep -o '"train_loss":[0-9.e+-]*' "$1/results.jsonl"; }
+[ -n "$(loss "$work/torchinit")" ] && [ "$(loss "$work/torchinit")" != "$(loss "$work/nomon")" ] && ok \
+  || bad "--init torch trained the default's cell: $(loss "$work/torchinit") / $(loss "$work/nomon")"
 grep -q "^| batch | 32 | 64 |$" "$out/tables.md" && ok || bad "tables.md lacks the batch columns"
 for t in "time per epoch" "time per 100 epochs" "speed-up vs fp32" "test accuracy" "accuracy difference" \
          "images/s" "activation arena" "peak RSS" "cost per million samples"; do

@@ -64,7 +64,7 @@ static mp_status train_cell(const mp_bench_opts *o, const mp_dataset *train, con
     mp_fit_opts t = {.model_name = c->model, .data_name = o->data_name,
                      .trainer = {.batch = c->batch, .device = o->device, .reference = o->reference},
                      .epochs = o->epochs, .lr = o->lr, .optim = o->optim,
-                     .lr_schedule = o->lr_schedule ? o->lr_schedule : "cosine", .seed = o->seed,
+                     .lr_schedule = o->lr_schedule ? o->lr_schedule : "cosine", .seed = o->seed, .init = o->init,
                      .augment = o->augment, .normalize = o->normalize,
                      .random_resized_crop = o->random_resized_crop, .data_workers = o->data_workers, .max_steps = o->steps, .out = o->train_out,
                      .gpus = c->gpus > 1 ? c->gpus : 0, .replica = mp_model_spec_build, .replica_arg = &spec};

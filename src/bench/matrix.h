@@ -54,6 +54,7 @@ typedef struct {
     mp_optim_opts optim;
     const char *lr_schedule;    /* NULL = cosine, as `mixprec train` */
     uint64_t seed;
+    mp_init_scheme init;        /* how the weights start (zero: He normal) */
     bool augment, normalize, reference;
     bool random_resized_crop; /* torchvision's, before augment's crop and flip */
     int data_workers;         /* decoder threads of the loader, 0: its default */

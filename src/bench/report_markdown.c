@@ -128,7 +128,8 @@ static void write_header(FILE *f, const mp_bench_matrix *m) {
     fprintf(f, "Data: %s, %d training / %d test samples; %d epoch%s per cell", o->data_name, m->train_samples,
             m->test_samples, o->epochs, o->epochs == 1 ? "" : "s");
     if (o->steps > 0) fprintf(f, ", at most %d steps per epoch (times projected to a full epoch)", o->steps);
-    fprintf(f, "; seed %llu.\n\n", (unsigned long long)o->seed);
+    fprintf(f, "; seed %llu%s.\n\n", (unsigned long long)o->seed,
+            o->init == MP_INIT_SCHEME_TORCH ? ", PyTorch's weight initialization (--init torch)" : "");
     fprintf(f, "Times are training time of the last epoch (evaluation excluded). Speed-up is T_fp32 / T - 1 within "
                "one batch size and the accuracy difference is fp32's test accuracy minus this one's, as in seed "
                "000; both are blank without an fp32 cell. Failed cells read OOM or error (see results.jsonl).\n\n");
