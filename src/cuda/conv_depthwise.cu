@@ -270,12 +270,8 @@ static unsigned stride_blocks(const mp_cuda_ctx *ctx, long long items) {
     return (unsigned)(need < 1 ? 1 : need < most ? need : most);
 }
 
-/* f(T{}) with the C++ type of cd. */
-template <typename F> static void with_type(mp_dtype cd, F f) {
-    if (cd == MP_DTYPE_F32) f(float{});
-    else if (cd == MP_DTYPE_F16) f(__half{});
-    else f(__nv_bfloat16{});
-}
+/* The filter as floats in shared memory (filter_to_shared). */
+static size_t filter_smem_bytes(const mp_conv_geom *g) { return (size_t)DW_TAPS * g->cx * sizeof(float); }
 
 static mp_status refuse(const mp_conv_geom *g, mp_dtype cd, const char *what) {
     return mp_error(MP_ERR_INTERNAL,
@@ -296,9 +292,9 @@ mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, co
     MP_TRY(aligned(x, y, what));
     const dw_shape sh = forward_shape(g);
     const long long items = (long long)g->n * g->hy * ((g->wy + FORWARD_TW - 1) / FORWARD_TW) * (g->cx / vec_width(cd));
-    const size_t smem = (size_t)DW_TAPS * g->cx * sizeof(float);
+    const size_t smem = filter_smem_bytes(g);
     const unsigned blocks = stride_blocks(ctx, items);
-    with_type(cd, [&](auto t) {
+    (void)with_type(cd, [&](auto t) { /* cd is f32, f16 or bf16 (mp_dw_applies) */
         using T = decltype(t);
         if (g->stride == 1)
             dw_correlate<T, 1, FORWARD_TW, false>
@@ -314,13 +310,13 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
                               void *dx, bool add, const char *what) {
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(dy, dx, what));
-    const size_t smem = (size_t)DW_TAPS * g->cx * sizeof(float);
+    const size_t smem = filter_smem_bytes(g);
     const int cvs = g->cx / vec_width(cd);
     if (g->stride == 1) { /* dx = dy (*) w flipped, padded by 2 - pad */
         const dw_shape sh = {g->n, g->cx, g->hy, g->wy, g->hx, g->wx, DW_K - 1 - g->pad};
         const long long items = (long long)g->n * g->hx * ((g->wx + FORWARD_TW - 1) / FORWARD_TW) * cvs;
         const unsigned blocks = stride_blocks(ctx, items);
-        with_type(cd, [&](auto t) {
+        (void)with_type(cd, [&](auto t) {
             using T = decltype(t);
             dw_correlate<T, 1, FORWARD_TW, true>
                 <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)dy, (const T *)w, (T *)dx, sh, add);
@@ -329,7 +325,7 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
     }
     const dw_shape sh = {g->n, g->cx, g->hy, g->wy, g->hx, g->wx, g->pad};
     const unsigned blocks = stride_blocks(ctx, (long long)g->n * g->hx * g->wx * cvs);
-    with_type(cd, [&](auto t) {
+    (void)with_type(cd, [&](auto t) {
         using T = decltype(t);
         dw_gather_strided<T, 2>
             <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)dy, (const T *)w, (T *)dx, sh, add);
@@ -348,11 +344,13 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
     const dw_shape sh = forward_shape(g);
     float *part = (float *)ws;
     const unsigned sum_blocks = (unsigned)((DW_TAPS * g->cx + 31) / 32);
-    with_type(cd, [&](auto t) {
+    (void)with_type(cd, [&](auto t) {
         using T = decltype(t);
         const T *xt = (const T *)x, *dyt = (const T *)dy;
-        if (g->stride == 1) dw_filter_partial<T, 1, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
-        else dw_filter_partial<T, 2, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
+        if (g->stride == 1)
+            dw_filter_partial<T, 1, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
+        else
+            dw_filter_partial<T, 2, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
         dw_filter_sum<T><<<sum_blocks, 32 * DW_SUM_GROUPS, 0, ctx->stream>>>(part, blocks, g->cx, (T *)dw);
     });
     return mp_cuda_check(cudaGetLastError(), "dw_filter_partial / dw_filter_sum", what);

@@ -6,20 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda/vec16.cuh" /* to_f32, from_f32 */
-
-/* Call f with a value of the C++ type of dt; false for other dtypes. */
-template <typename F> static bool with_type(mp_dtype dt, F f) {
-    switch (dt) {
-    case MP_DTYPE_F32: f(float{}); return true;
-    case MP_DTYPE_F16: f(__half{}); return true;
-    case MP_DTYPE_BF16: f(__nv_bfloat16{}); return true;
-    case MP_DTYPE_F64:
-    case MP_DTYPE_I32:
-    case MP_DTYPE_COUNT: return false;
-    }
-    return false;
-}
+#include "cuda/vec16.cuh" /* with_type, to_f32, from_f32 */
 
 /* f(S{}, D{}) with the C types of two float dtypes; false when either is
  * none of f32, f16, bf16. */

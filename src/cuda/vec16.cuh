@@ -1,6 +1,7 @@
 /* vec16.cuh — f32, f16 and bf16 values widened to float and narrowed back
  * (round to nearest even), one at a time or as 16-byte vectors (four f32 or
- * eight f16/bf16 per load and store). Shared by the library's kernels
+ * eight f16/bf16 per load and store), and the C++ type of a dtype
+ * (with_type). Shared by the library's kernels
  * (lib_kernels.cu), batch norm's fast kernels and the depthwise
  * convolutions. CUDA only. */
 #ifndef MP_CUDA_VEC16_CUH
@@ -9,6 +10,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "mixprec.h"
 
 /* ---- one value ---------------------------------------------------------- */
 
@@ -20,6 +23,19 @@ template <typename T> __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+/* Call f with a value of the C++ type of dt; false for other dtypes. */
+template <typename F> static inline bool with_type(mp_dtype dt, F f) {
+    switch (dt) {
+    case MP_DTYPE_F32: f(float{}); return true;
+    case MP_DTYPE_F16: f(__half{}); return true;
+    case MP_DTYPE_BF16: f(__nv_bfloat16{}); return true;
+    case MP_DTYPE_F64:
+    case MP_DTYPE_I32:
+    case MP_DTYPE_COUNT: return false;
+    }
+    return false;
+}
 
 /* ---- 16-byte vectors of T as floats ------------------------------------- */
 
