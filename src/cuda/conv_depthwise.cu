@@ -1,10 +1,11 @@
 /* conv_depthwise.cu — see conv_depthwise.h. A thread owns one 16-byte
- * vector of channels (cv) of a strip of TW outputs along the width: it loads
- * each input vector of the strip's 3 x ((TW - 1) * S + 3) window once and
- * applies it to every output of the strip that uses it. Consecutive threads
- * take consecutive channel vectors of the same pixel, so a warp's loads are
- * contiguous. The filter is read into shared memory as floats, one row of C
- * per tap. */
+ * vector of channels (cv) of a band of output rows: TW outputs along the
+ * width (forward, backward-data) or one (backward-filter). The 3 input rows
+ * its window needs roll down the band, so each input vector is loaded
+ * about once per band row instead of three times. Consecutive threads take
+ * consecutive channel vectors of the same pixel, so a warp's loads are
+ * contiguous. The filter is read into shared memory as floats, one row of
+ * C per tap. */
 #include "cuda/conv_depthwise.h"
 
 #include <cuda_bf16.h>
@@ -20,7 +21,8 @@ enum { DW_THREADS = 256, DW_K = 3, DW_TAPS = 9, DW_MAX_C = 1024, DW_SUM_GROUPS =
 typedef struct {
     int n, c;
     int hi, wi, ho, wo;
-    int pad; /* out (oh, ow) reads in (oh * S - pad + r, ow * S - pad + s) */
+    int pad;  /* out (oh, ow) reads in (oh * S - pad + r, ow * S - pad + s) */
+    int band; /* output rows per thread (the last band of an image may have fewer) */
 } dw_shape;
 
 template <typename T> __device__ __forceinline__ void load_vec(const T *p, float (&v)[fast_vec<T>::N]) {
@@ -36,164 +38,229 @@ template <typename T, bool FLIP> __device__ void filter_to_shared(const T *w, in
     __syncthreads();
 }
 
-/* The 3 x COLS window of 16-byte vectors at rows ih0.., columns iw0.. of
- * image `img` (its channel vector's first element), all loads issued before
- * any is used; outside the image: zeros (the load reads the image's first
- * vector instead, so no address leaves it). */
+/* Row ih of a window: COLS 16-byte vectors from column iw0 of image `img`
+ * (its channel vector's first element), all loads issued before any is
+ * used; outside the image: zeros (the load reads the image's first vector
+ * instead, so no address leaves it). Read-only loads: the passes never read
+ * what they write. */
 template <typename T, int COLS>
-__device__ __forceinline__ void load_window(const T *img, int ih0, int iw0, int h, int w, int c,
-                                            uint4 (&win)[DW_K][COLS]) {
+__device__ __forceinline__ void load_row(const T *img, int ih, int iw0, int h, int w, int c, uint4 (&row)[COLS]) {
 #pragma unroll
-    for (int r = 0; r < DW_K; r++)
-#pragma unroll
-        for (int j = 0; j < COLS; j++) {
-            const int ih = ih0 + r, iw = iw0 + j;
-            const bool in = (unsigned)ih < (unsigned)h && (unsigned)iw < (unsigned)w;
-            const uint4 u = ld16(img + (in ? ih * w + iw : 0) * c);
-            win[r][j] = in ? u : make_uint4(0, 0, 0, 0);
-        }
+    for (int j = 0; j < COLS; j++) {
+        const int iw = iw0 + j;
+        const bool in = (unsigned)ih < (unsigned)h && (unsigned)iw < (unsigned)w;
+        const uint4 u = __ldg(reinterpret_cast<const uint4 *>(img + (in ? ih * w + iw : 0) * c));
+        row[j] = in ? u : make_uint4(0, 0, 0, 0);
+    }
 }
 
 /* out = in (*) w as a 3x3 cross-correlation with stride S (forward), or
  * with the filter flipped (FLIP; stride 1: backward-data, in = dy, out =
- * dx, pad = 2 - the forward's). add: out += the result. Indices fit in int
+ * dx, pad = 2 - the forward's). add: out += the result. A thread owns a
+ * band of sh.band output rows of a strip of TW outputs: the window's 3
+ * input rows roll down the band (S new rows per output row, loaded one
+ * output row ahead), so at stride 1 each input vector is loaded about
+ * (band + 2) / band times per strip instead of 3. Indices fit in int
  * (mp_dw_applies). */
 template <typename T, int S, int TW, bool FLIP>
-__global__ void __launch_bounds__(DW_THREADS) dw_correlate(const T *in, const T *w, T *out, dw_shape sh, bool add) {
+__global__ void __launch_bounds__(DW_THREADS, 2) dw_correlate(const T *__restrict__ in, const T *__restrict__ w,
+                                                              T *__restrict__ out, dw_shape sh, bool add) {
     using V = fast_vec<T>;
-    constexpr int VN = V::N, COLS = (TW - 1) * S + DW_K;
+    constexpr int VN = V::N, COLS = (TW - 1) * S + DW_K, KEEP = DW_K - S;
     extern __shared__ float wsm[];
     filter_to_shared<T, FLIP>(w, sh.c, wsm);
-    const int cvs = sh.c / VN, strips = (sh.wo + TW - 1) / TW;
-    const int total = sh.n * sh.ho * strips * cvs;
+    const int cvs = sh.c / VN, strips = (sh.wo + TW - 1) / TW, bands = (sh.ho + sh.band - 1) / sh.band;
+    const int total = sh.n * bands * strips * cvs;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const int cv = i % cvs, q = i / cvs;
-        const int strip = q % strips, oh = q / strips % sh.ho, n = q / strips / sh.ho;
-        const int ow0 = strip * TW, c0 = cv * VN;
-        uint4 win[DW_K][COLS];
-        load_window<T, COLS>(in + n * sh.hi * sh.wi * sh.c + c0, oh * S - sh.pad, ow0 * S - sh.pad, sh.hi, sh.wi,
-                             sh.c, win);
-        float acc[TW][VN] = {};
+        const int strip = q % strips, band = q / strips % bands, n = q / strips / bands;
+        const int ow0 = strip * TW, oh0 = band * sh.band, c0 = cv * VN;
+        const int rows = min(sh.band, sh.ho - oh0);
+        const int iw0 = ow0 * S - sh.pad, ih0 = oh0 * S - sh.pad;
+        const T *img = in + n * sh.hi * sh.wi * sh.c + c0;
+        uint4 win[DW_K][COLS], next[S][COLS];
 #pragma unroll
-        for (int r = 0; r < DW_K; r++) {
-            float wr[DW_K][VN];
+        for (int r = 0; r < KEEP; r++) load_row<T, COLS>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r]);
 #pragma unroll
-            for (int s = 0; s < DW_K; s++)
+        for (int r = 0; r < S; r++) load_row<T, COLS>(img, ih0 + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r]);
+        for (int t = 0; t < rows; t++) {
+            /* output row oh0 + t reads input rows ih0 + t * S + 0..2 */
 #pragma unroll
-                for (int v = 0; v < VN; v += 4) {
-                    const float4 f = *reinterpret_cast<const float4 *>(&wsm[(r * DW_K + s) * sh.c + c0 + v]);
-                    wr[s][v] = f.x, wr[s][v + 1] = f.y, wr[s][v + 2] = f.z, wr[s][v + 3] = f.w;
-                }
+            for (int r = 0; r < S; r++)
 #pragma unroll
-            for (int j = 0; j < COLS; j++) {
-                float xv[VN];
-                V::widen(win[r][j], xv);
+                for (int j = 0; j < COLS; j++) win[KEEP + r][j] = next[r][j];
+            if (t + 1 < rows)
 #pragma unroll
-                for (int t = 0; t < TW; t++) {
-                    const int s = j - t * S;
-                    if (s < 0 || s >= DW_K) continue;
+                for (int r = 0; r < S; r++)
+                    load_row<T, COLS>(img, ih0 + (t + 1) * S + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r]);
+            float acc[TW][VN] = {};
 #pragma unroll
-                    for (int v = 0; v < VN; v++) acc[t][v] = fmaf(xv[v], wr[s][v], acc[t][v]);
+            for (int r = 0; r < DW_K; r++) {
+                float wr[DW_K][VN];
+#pragma unroll
+                for (int s = 0; s < DW_K; s++)
+#pragma unroll
+                    for (int v = 0; v < VN; v += 4) {
+                        const float4 f = *reinterpret_cast<const float4 *>(&wsm[(r * DW_K + s) * sh.c + c0 + v]);
+                        wr[s][v] = f.x, wr[s][v + 1] = f.y, wr[s][v + 2] = f.z, wr[s][v + 3] = f.w;
+                    }
+#pragma unroll
+                for (int j = 0; j < COLS; j++) {
+                    float xv[VN];
+                    V::widen(win[r][j], xv);
+#pragma unroll
+                    for (int u = 0; u < TW; u++) {
+                        const int s = j - u * S;
+                        if (s < 0 || s >= DW_K) continue;
+#pragma unroll
+                        for (int v = 0; v < VN; v++) acc[u][v] = fmaf(xv[v], wr[s][v], acc[u][v]);
+                    }
                 }
             }
-        }
-        T *o = out + ((n * sh.ho + oh) * sh.wo + ow0) * sh.c + c0;
+            T *o = out + ((n * sh.ho + oh0 + t) * sh.wo + ow0) * sh.c + c0;
 #pragma unroll
-        for (int t = 0; t < TW; t++) {
-            if (ow0 + t >= sh.wo) break;
-            if (add) {
-                float prev[VN];
-                load_vec(o + t * sh.c, prev);
+            for (int u = 0; u < TW; u++) {
+                if (ow0 + u >= sh.wo) break;
+                if (add) {
+                    float prev[VN];
+                    load_vec(o + u * sh.c, prev);
 #pragma unroll
-                for (int v = 0; v < VN; v++) acc[t][v] += prev[v];
+                    for (int v = 0; v < VN; v++) acc[u][v] += prev[v];
+                }
+                st16(o + u * sh.c, V::narrow(acc[u]));
             }
-            st16(o + t * sh.c, V::narrow(acc[t]));
+#pragma unroll
+            for (int r = 0; r < KEEP; r++)
+#pragma unroll
+                for (int j = 0; j < COLS; j++) win[r][j] = win[r + S][j];
         }
     }
 }
 
-/* Backward-data of a strided convolution, one output vector per thread: dx
- * (out: the forward input's ho x wo here) at (y, x) gathers dy (in) at
- * ((y + pad - r) / S, (x + pad - s) / S) wherever both divide. */
-template <typename T, int S>
-__global__ void __launch_bounds__(DW_THREADS) dw_gather_strided(const T *dy, const T *w, T *dx, dw_shape sh,
-                                                                 bool add) {
+/* Backward-data of a stride-2 convolution with padding P: dx (out, the
+ * forward input's ho x wo here) at (y, x) gathers dy (in) at ((y + P - r)
+ * / 2, (x + P - s) / 2) wherever both divide. A thread owns a 2 x 2 block
+ * of dx, rows 2a + e and columns 2b + f (e, f = 0, 1), which reads dy rows
+ * a - 1 .. a + 1 and columns b - 1 .. b + 1 (offset (e + P - r) / 2), each
+ * tap in exactly one of the four outputs; a band of sh.band such row pairs
+ * rolls the 3 x 3 dy window down by one row each (3 loads per 4 outputs). */
+template <typename T, int P>
+__global__ void __launch_bounds__(DW_THREADS, 2) dw_dgrad_stride2(const T *__restrict__ dy, const T *__restrict__ w,
+                                                                  T *__restrict__ dx, dw_shape sh, bool add) {
     using V = fast_vec<T>;
     constexpr int VN = V::N;
     extern __shared__ float wsm[];
     filter_to_shared<T, false>(w, sh.c, wsm);
-    const int cvs = sh.c / VN;
-    const int total = sh.n * sh.ho * sh.wo * cvs;
+    const int cvs = sh.c / VN, pairs_w = (sh.wo + 1) / 2, pairs_h = (sh.ho + 1) / 2;
+    const int bands = (pairs_h + sh.band - 1) / sh.band;
+    const int total = sh.n * bands * pairs_w * cvs;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const int cv = i % cvs, q = i / cvs;
-        const int x = q % sh.wo, y = q / sh.wo % sh.ho, n = q / sh.wo / sh.ho;
-        const int c0 = cv * VN;
-        float acc[VN] = {};
+        const int b = q % pairs_w, band = q / pairs_w % bands, n = q / pairs_w / bands;
+        const int a0 = band * sh.band, c0 = cv * VN;
+        const int rows = min(sh.band, pairs_h - a0);
+        const T *img = dy + n * sh.hi * sh.wi * sh.c + c0;
+        uint4 win[DW_K][DW_K], next[DW_K];
+        load_row<T, DW_K>(img, a0 - 1, b - 1, sh.hi, sh.wi, sh.c, win[0]);
+        load_row<T, DW_K>(img, a0, b - 1, sh.hi, sh.wi, sh.c, win[1]);
+        load_row<T, DW_K>(img, a0 + 1, b - 1, sh.hi, sh.wi, sh.c, next);
+        for (int t = 0; t < rows; t++) {
+            const int a = a0 + t;
 #pragma unroll
-        for (int r = 0; r < DW_K; r++) {
-            const int ty = y + sh.pad - r;
-            if (ty < 0 || ty % S || ty / S >= sh.hi) continue;
+            for (int j = 0; j < DW_K; j++) win[2][j] = next[j];
+            if (t + 1 < rows) load_row<T, DW_K>(img, a + 2, b - 1, sh.hi, sh.wi, sh.c, next);
+            float acc[2][2][VN] = {};
 #pragma unroll
-            for (int s = 0; s < DW_K; s++) {
-                const int tx = x + sh.pad - s;
-                if (tx < 0 || tx % S || tx / S >= sh.wi) continue;
-                float d[VN];
-                load_vec(dy + ((n * sh.hi + ty / S) * sh.wi + tx / S) * sh.c + c0, d);
+            for (int r = 0; r < DW_K; r++) {
+                const int e = (P - r) & 1, dr = (e + P - r) / 2; /* the output row pair member tap r feeds */
 #pragma unroll
-                for (int v = 0; v < VN; v++) acc[v] = fmaf(d[v], wsm[(r * DW_K + s) * sh.c + c0 + v], acc[v]);
+                for (int s = 0; s < DW_K; s++) {
+                    const int f = (P - s) & 1, ds = (f + P - s) / 2;
+                    float d[VN];
+                    V::widen(win[1 + dr][1 + ds], d);
+#pragma unroll
+                    for (int v = 0; v < VN; v += 4) {
+                        const float4 k = *reinterpret_cast<const float4 *>(&wsm[(r * DW_K + s) * sh.c + c0 + v]);
+                        acc[e][f][v] = fmaf(d[v], k.x, acc[e][f][v]);
+                        acc[e][f][v + 1] = fmaf(d[v + 1], k.y, acc[e][f][v + 1]);
+                        acc[e][f][v + 2] = fmaf(d[v + 2], k.z, acc[e][f][v + 2]);
+                        acc[e][f][v + 3] = fmaf(d[v + 3], k.w, acc[e][f][v + 3]);
+                    }
+                }
             }
-        }
-        T *o = dx + ((n * sh.ho + y) * sh.wo + x) * sh.c + c0;
-        if (add) {
-            float prev[VN];
-            load_vec(o, prev);
 #pragma unroll
-            for (int v = 0; v < VN; v++) acc[v] += prev[v];
+            for (int e = 0; e < 2; e++) {
+                const int y = 2 * a + e;
+                if (y >= sh.ho) break;
+#pragma unroll
+                for (int f = 0; f < 2; f++) {
+                    const int x = 2 * b + f;
+                    if (x >= sh.wo) break;
+                    T *o = dx + ((n * sh.ho + y) * sh.wo + x) * sh.c + c0;
+                    if (add) {
+                        float prev[VN];
+                        load_vec(o, prev);
+#pragma unroll
+                        for (int v = 0; v < VN; v++) acc[e][f][v] += prev[v];
+                    }
+                    st16(o, V::narrow(acc[e][f]));
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int j = 0; j < DW_K; j++) win[r][j] = win[r + 1][j];
         }
-        st16(o, V::narrow(acc));
     }
 }
 
-/* Backward-filter, first kernel: block b's sums of x * dy over its strips,
- * part[(b * 9 + tap) * C + c]. Threads are lanes x channel vectors (lane =
- * t / cvs; threads past lanes * cvs only help reduce); lane l of block b
- * takes strips b * lanes + l, then every gridDim.x * lanes further. Here sh
- * is the forward's: in = x, out = dy. */
-template <typename T, int S, int TW>
-__global__ void __launch_bounds__(DW_THREADS, 2) dw_filter_partial(const T *x, const T *dy, float *part, dw_shape sh) {
+/* Backward-filter, first kernel: block b's sums of x * dy over its items,
+ * part[(b * 9 + tap) * C + c]. An item is a band of sh.band output rows of one
+ * output column; the window's 3 x 3 input vectors roll down the band as in
+ * dw_correlate. Threads are lanes x channel vectors (lane = t / cvs;
+ * threads past lanes * cvs only help reduce); lane l of block b takes items
+ * b * lanes + l, then every gridDim.x * lanes further. Here sh is the
+ * forward's: in = x, out = dy. */
+template <typename T, int S>
+__global__ void __launch_bounds__(DW_THREADS, 2)
+    dw_filter_partial(const T *__restrict__ x, const T *__restrict__ dy, float *__restrict__ part, dw_shape sh) {
     using V = fast_vec<T>;
-    constexpr int VN = V::N, COLS = (TW - 1) * S + DW_K;
+    constexpr int VN = V::N, KEEP = DW_K - S;
     __shared__ float red[DW_THREADS * 8];
     const int cvs = sh.c / VN, lanes = DW_THREADS / cvs;
     const int lane = threadIdx.x / cvs, cv = threadIdx.x - lane * cvs, c0 = cv * VN;
     float acc[DW_TAPS][VN] = {};
-    const int strips = (sh.wo + TW - 1) / TW, total = sh.n * sh.ho * strips;
+    const int bands = (sh.ho + sh.band - 1) / sh.band, total = sh.n * bands * sh.wo;
     if (lane < lanes)
         for (int q = blockIdx.x * lanes + lane; q < total; q += gridDim.x * lanes) {
-            const int strip = q % strips, oh = q / strips % sh.ho, n = q / strips / sh.ho;
-            const int ow0 = strip * TW;
-            uint4 win[DW_K][COLS], dv[TW];
-            const T *drow = dy + ((n * sh.ho + oh) * sh.wo + ow0) * sh.c + c0;
+            const int ow = q % sh.wo, band = q / sh.wo % bands, n = q / sh.wo / bands;
+            const int oh0 = band * sh.band, iw0 = ow * S - sh.pad, ih0 = oh0 * S - sh.pad;
+            const int rows = min(sh.band, sh.ho - oh0);
+            const T *img = x + n * sh.hi * sh.wi * sh.c + c0;
+            const T *dcol = dy + (n * sh.ho * sh.wo + ow) * sh.c + c0;
+            uint4 win[DW_K][DW_K];
 #pragma unroll
-            for (int t = 0; t < TW; t++) {
-                const uint4 u = ld16(drow + (ow0 + t < sh.wo ? t : 0) * sh.c);
-                dv[t] = ow0 + t < sh.wo ? u : make_uint4(0, 0, 0, 0);
-            }
-            load_window<T, COLS>(x + n * sh.hi * sh.wi * sh.c + c0, oh * S - sh.pad, ow0 * S - sh.pad, sh.hi, sh.wi,
-                                 sh.c, win);
+            for (int r = 0; r < KEEP; r++) load_row<T, DW_K>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r]);
+#pragma unroll 1
+            for (int t = 0; t < rows; t++) {
 #pragma unroll
-            for (int t = 0; t < TW; t++) {
+                for (int r = KEEP; r < DW_K; r++)
+                    load_row<T, DW_K>(img, ih0 + t * S + r, iw0, sh.hi, sh.wi, sh.c, win[r]);
                 float d[VN];
-                V::widen(dv[t], d);
+                V::widen(__ldg(reinterpret_cast<const uint4 *>(dcol + (oh0 + t) * sh.wo * sh.c)), d);
 #pragma unroll
                 for (int r = 0; r < DW_K; r++)
 #pragma unroll
                     for (int s = 0; s < DW_K; s++) {
                         float xv[VN];
-                        V::widen(win[r][t * S + s], xv);
+                        V::widen(win[r][s], xv);
 #pragma unroll
                         for (int v = 0; v < VN; v++) acc[r * DW_K + s][v] = fmaf(xv[v], d[v], acc[r * DW_K + s][v]);
                     }
+#pragma unroll
+                for (int r = 0; r < KEEP; r++)
+#pragma unroll
+                    for (int j = 0; j < DW_K; j++) win[r][j] = win[r + S][j];
             }
         }
     /* the block's lanes summed per tap in lane order: red[lane * C + c] */
@@ -242,25 +309,36 @@ bool mp_dw_applies(const mp_conv_geom *g, mp_dtype cd) {
            (long long)g->n * g->cx * (g->hx * g->wx > g->hy * g->wy ? g->hx * g->wx : g->hy * g->wy) < INT_MAX / 2;
 }
 
-static dw_shape forward_shape(const mp_conv_geom *g) {
-    return (dw_shape){g->n, g->cx, g->hx, g->wx, g->hy, g->wy, g->pad};
+/* Output rows per thread (dw_shape.band): 8, fewer for smaller images. */
+static int band_rows(int ho) { return ho >= 8 ? 8 : ho > 0 ? ho : 1; }
+
+/* The shape of a pass that reads `in` (hi x wi) and writes `out` (ho x wo). */
+static dw_shape pass_shape(const mp_conv_geom *g, int hi, int wi, int ho, int wo, int pad) {
+    return (dw_shape){g->n, g->cx, hi, wi, ho, wo, pad, band_rows(ho)};
 }
 
+static dw_shape forward_shape(const mp_conv_geom *g) { return pass_shape(g, g->hx, g->wx, g->hy, g->wy, g->pad); }
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
 /* Blocks of the backward-filter's first kernel: two per SM (its 256 threads
- * hold 9 x 8 sums each), no more than there are lanes' strips. */
-static int filter_blocks(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, int tw) {
+ * hold 9 x 8 sums each), no more than there are lanes' items (bands of one
+ * output column). */
+static int filter_blocks(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd) {
     const int lanes = DW_THREADS / (g->cx / vec_width(cd));
-    const long long strips = (long long)g->n * g->hy * ((g->wy + tw - 1) / tw);
-    const long long need = (strips + lanes - 1) / lanes;
+    const long long items = (long long)g->n * ceil_div(g->hy, band_rows(g->hy)) * g->wy;
+    const long long need = (items + lanes - 1) / lanes;
     const int most = 2 * (ctx->sm_count > 0 ? ctx->sm_count : 1);
     return need < most ? (int)(need > 0 ? need : 1) : most;
 }
 
-enum { FILTER_TW = 1, FORWARD_TW = 2 };
+/* Outputs along the width per thread in dw_correlate: 2 at stride 1, 1 at
+ * stride 2 (whose window and next rows would take 100 registers at 2). */
+static constexpr int correlate_tw(int stride) { return stride == 1 ? 2 : 1; }
 
 size_t mp_dw_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass) {
     if (pass != MP_CONV_BWD_FILTER || !mp_dw_applies(g, cd)) return 0;
-    return (size_t)filter_blocks(ctx, g, cd, FILTER_TW) * DW_TAPS * g->cx * sizeof(float);
+    return (size_t)filter_blocks(ctx, g, cd) * DW_TAPS * g->cx * sizeof(float);
 }
 
 /* Blocks for a grid-stride loop over `items` threads' work: at most 8 per SM
@@ -268,6 +346,12 @@ size_t mp_dw_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype c
 static unsigned stride_blocks(const mp_cuda_ctx *ctx, long long items) {
     const long long need = (items + DW_THREADS - 1) / DW_THREADS, most = 8LL * (ctx->sm_count > 0 ? ctx->sm_count : 1);
     return (unsigned)(need < 1 ? 1 : need < most ? need : most);
+}
+
+/* Threads of a dw_correlate pass: bands x strips x channel vectors. */
+static long long correlate_items(const dw_shape *sh, int stride, mp_dtype cd) {
+    return (long long)sh->n * ceil_div(sh->ho, band_rows(sh->ho)) * ceil_div(sh->wo, correlate_tw(stride)) *
+           (sh->c / vec_width(cd));
 }
 
 /* The filter as floats in shared memory (filter_to_shared). */
@@ -291,16 +375,15 @@ mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, co
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(x, y, what));
     const dw_shape sh = forward_shape(g);
-    const long long items = (long long)g->n * g->hy * ((g->wy + FORWARD_TW - 1) / FORWARD_TW) * (g->cx / vec_width(cd));
     const size_t smem = filter_smem_bytes(g);
-    const unsigned blocks = stride_blocks(ctx, items);
+    const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, g->stride, cd));
     (void)with_type(cd, [&](auto t) { /* cd is f32, f16 or bf16 (mp_dw_applies) */
         using T = decltype(t);
         if (g->stride == 1)
-            dw_correlate<T, 1, FORWARD_TW, false>
+            dw_correlate<T, 1, correlate_tw(1), false>
                 <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false);
         else
-            dw_correlate<T, 2, FORWARD_TW, false>
+            dw_correlate<T, 2, correlate_tw(2), false>
                 <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false);
     });
     return mp_cuda_check(cudaGetLastError(), "dw_correlate", what);
@@ -313,31 +396,40 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
     const size_t smem = filter_smem_bytes(g);
     const int cvs = g->cx / vec_width(cd);
     if (g->stride == 1) { /* dx = dy (*) w flipped, padded by 2 - pad */
-        const dw_shape sh = {g->n, g->cx, g->hy, g->wy, g->hx, g->wx, DW_K - 1 - g->pad};
-        const long long items = (long long)g->n * g->hx * ((g->wx + FORWARD_TW - 1) / FORWARD_TW) * cvs;
-        const unsigned blocks = stride_blocks(ctx, items);
+        const dw_shape sh = pass_shape(g, g->hy, g->wy, g->hx, g->wx, DW_K - 1 - g->pad);
+        const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, 1, cd));
         (void)with_type(cd, [&](auto t) {
             using T = decltype(t);
-            dw_correlate<T, 1, FORWARD_TW, true>
+            dw_correlate<T, 1, correlate_tw(1), true>
                 <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)dy, (const T *)w, (T *)dx, sh, add);
         });
         return mp_cuda_check(cudaGetLastError(), "dw_correlate (flipped)", what);
     }
-    const dw_shape sh = {g->n, g->cx, g->hy, g->wy, g->hx, g->wx, g->pad};
-    const unsigned blocks = stride_blocks(ctx, (long long)g->n * g->hx * g->wx * cvs);
+    /* stride 2: bands of row pairs of dx, 2 x 2 outputs per thread */
+    dw_shape sh = pass_shape(g, g->hy, g->wy, g->hx, g->wx, g->pad);
+    sh.band = band_rows((g->hx + 1) / 2);
+    const long long items =
+        (long long)g->n * ceil_div((g->hx + 1) / 2, sh.band) * ((g->wx + 1) / 2) * cvs;
+    const unsigned blocks = stride_blocks(ctx, items);
     (void)with_type(cd, [&](auto t) {
         using T = decltype(t);
-        dw_gather_strided<T, 2>
-            <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)dy, (const T *)w, (T *)dx, sh, add);
+        const T *dyt = (const T *)dy, *wt = (const T *)w;
+        T *dxt = (T *)dx;
+        if (g->pad == 0)
+            dw_dgrad_stride2<T, 0><<<blocks, DW_THREADS, smem, ctx->stream>>>(dyt, wt, dxt, sh, add);
+        else if (g->pad == 1)
+            dw_dgrad_stride2<T, 1><<<blocks, DW_THREADS, smem, ctx->stream>>>(dyt, wt, dxt, sh, add);
+        else
+            dw_dgrad_stride2<T, 2><<<blocks, DW_THREADS, smem, ctx->stream>>>(dyt, wt, dxt, sh, add);
     });
-    return mp_cuda_check(cudaGetLastError(), "dw_gather_strided", what);
+    return mp_cuda_check(cudaGetLastError(), "dw_dgrad_stride2", what);
 }
 
 mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *dy,
                                 void *dw, void *ws, size_t ws_bytes, const char *what) {
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(x, dy, what));
-    const int blocks = filter_blocks(ctx, g, cd, FILTER_TW);
+    const int blocks = filter_blocks(ctx, g, cd);
     if (!ws || ws_bytes < mp_dw_workspace(ctx, g, cd, MP_CONV_BWD_FILTER))
         return mp_error(MP_ERR_INTERNAL, "%s: the depthwise backward-filter's workspace is short (%zu bytes)", what,
                         ws_bytes);
@@ -348,9 +440,9 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
         using T = decltype(t);
         const T *xt = (const T *)x, *dyt = (const T *)dy;
         if (g->stride == 1)
-            dw_filter_partial<T, 1, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
+            dw_filter_partial<T, 1><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
         else
-            dw_filter_partial<T, 2, FILTER_TW><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
+            dw_filter_partial<T, 2><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
         dw_filter_sum<T><<<sum_blocks, 32 * DW_SUM_GROUPS, 0, ctx->stream>>>(part, blocks, g->cx, (T *)dw);
     });
     return mp_cuda_check(cudaGetLastError(), "dw_filter_partial / dw_filter_sum", what);

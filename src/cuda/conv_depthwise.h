@@ -6,8 +6,9 @@
  * Why: a depthwise convolution is memory-bound, and cuDNN's backward-data
  * for it streams at 1.3 TB/s on sm_90 (mobilenetv2's large layers; the copy
  * rate is 3.3, bench/NOTES.md v0.27). These kernels read 16-byte channel
- * vectors and reuse each input vector from registers across a strip of
- * outputs along the width.
+ * vectors and keep each thread's input window in registers as it rolls
+ * down a band of output rows (a strip of outputs along the width; 2 x 2
+ * blocks of dx for a strided backward-data).
  *
  * conv_algo_cache.cu times them for each pass beside cuDNN's choice, on the
  * same scratch, and keeps the faster (mp_conv_algo.own);

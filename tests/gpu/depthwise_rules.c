@@ -3,7 +3,7 @@
  * time them: exactly the geometries the kernels handle (the shared-memory
  * filter, the backward-filter's lanes and the 32-bit indices set the
  * limits), and the backward-filter's workspace (two blocks per SM, 9 sums
- * per channel each, never more blocks than strips of work). Needs no GPU:
+ * per channel each, never more blocks than items of work). Needs no GPU:
  * it is in ctest wherever the CUDA backend is built. */
 #include <stdio.h>
 #include <string.h>
@@ -63,7 +63,7 @@ int main(void) {
     expect_applies("2^31 elements (32-bit indices)", dw(4096, 1024, 32, 32, 1, 1), MP_DTYPE_BF16, false);
     expect_applies("2^29 elements", dw(512, 1024, 32, 32, 1, 1), MP_DTYPE_BF16, true);
 
-    /* workspace: only backward-filter's partial sums, min(2 per SM, the strips' lanes) blocks x 9 x C floats */
+    /* workspace: only backward-filter's partial sums, min(2 per SM, the items' lanes) blocks x 9 x C floats */
     mp_cuda_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.sm_count = 132;
@@ -72,9 +72,19 @@ int main(void) {
     CHECK(mp_dw_workspace(&ctx, &big, MP_DTYPE_BF16, MP_CONV_BWD_DATA) == 0, "backward-data needs no workspace");
     const size_t w_big = mp_dw_workspace(&ctx, &big, MP_DTYPE_BF16, MP_CONV_BWD_FILTER);
     CHECK(w_big == (size_t)264 * 9 * 144 * sizeof(float), "backward-filter, 512 x 32 x 32 x 144: %zu bytes", w_big);
-    /* 1 x 4 x 4 outputs in strips of 1 = 16 strips; 960 / 8 = 120 vectors -> 2 lanes per block: 8 blocks */
+    /* 1 x 4 x 4 outputs: 4 columns of one band of 4 rows = 4 items; 960 / 8 = 120 vectors -> 2 lanes per
+     * block: 2 blocks */
     const size_t w_tiny = mp_dw_workspace(&ctx, &tiny, MP_DTYPE_BF16, MP_CONV_BWD_FILTER);
-    CHECK(w_tiny == (size_t)8 * 9 * 960 * sizeof(float), "backward-filter, 1 x 4 x 4 x 960: %zu bytes", w_tiny);
+    CHECK(w_tiny == (size_t)2 * 9 * 960 * sizeof(float), "backward-filter, 1 x 4 x 4 x 960: %zu bytes", w_tiny);
+    /* 3 x 19 x 5 outputs: bands of 8, 8 and 3 rows x 5 columns x 3 images = 45 items; 16 / 8 = 2 vectors ->
+     * 128 lanes: 1 block */
+    const mp_conv_geom tall = dw(3, 16, 19, 5, 1, 1);
+    const size_t w_tall = mp_dw_workspace(&ctx, &tall, MP_DTYPE_BF16, MP_CONV_BWD_FILTER);
+    CHECK(w_tall == (size_t)1 * 9 * 16 * sizeof(float), "backward-filter, 3 x 19 x 5 x 16: %zu bytes", w_tall);
+    /* 64 x 19 x 5: 960 items over 128 lanes: 8 blocks (rows one per item would be 48) */
+    const mp_conv_geom tall64 = dw(64, 16, 19, 5, 1, 1);
+    const size_t w_tall64 = mp_dw_workspace(&ctx, &tall64, MP_DTYPE_BF16, MP_CONV_BWD_FILTER);
+    CHECK(w_tall64 == (size_t)8 * 9 * 16 * sizeof(float), "backward-filter, 64 x 19 x 5 x 16: %zu bytes", w_tall64);
     const mp_conv_geom odd = dw(2, 13, 8, 8, 1, 1);
     CHECK(mp_dw_workspace(&ctx, &odd, MP_DTYPE_BF16, MP_CONV_BWD_FILTER) == 0,
           "a geometry the kernels do not take asks for no workspace");
