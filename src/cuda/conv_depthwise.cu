@@ -321,12 +321,18 @@ static dw_shape forward_shape(const mp_conv_geom *g) { return pass_shape(g, g->h
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* Output rows per item of the backward-filter: bands of band_rows at stride
+ * 1; one at stride 2, where a band's window keeps only one of its three rows
+ * and bands measured slower than single rows (mobilenetv2's block3 0.084 ->
+ * 0.109 ms, bench/NOTES.md v0.28). */
+static int filter_band(const mp_conv_geom *g) { return g->stride == 2 ? 1 : band_rows(g->hy); }
+
 /* Blocks of the backward-filter's first kernel: two per SM (its 256 threads
  * hold 9 x 8 sums each), no more than there are lanes' items (bands of one
  * output column). */
 static int filter_blocks(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd) {
     const int lanes = DW_THREADS / (g->cx / vec_width(cd));
-    const long long items = (long long)g->n * ceil_div(g->hy, band_rows(g->hy)) * g->wy;
+    const long long items = (long long)g->n * ceil_div(g->hy, filter_band(g)) * g->wy;
     const long long need = (items + lanes - 1) / lanes;
     const int most = 2 * (ctx->sm_count > 0 ? ctx->sm_count : 1);
     return need < most ? (int)(need > 0 ? need : 1) : most;
@@ -433,7 +439,8 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
     if (!ws || ws_bytes < mp_dw_workspace(ctx, g, cd, MP_CONV_BWD_FILTER))
         return mp_error(MP_ERR_INTERNAL, "%s: the depthwise backward-filter's workspace is short (%zu bytes)", what,
                         ws_bytes);
-    const dw_shape sh = forward_shape(g);
+    dw_shape sh = forward_shape(g);
+    sh.band = filter_band(g);
     float *part = (float *)ws;
     const unsigned sum_blocks = (unsigned)((DW_TAPS * g->cx + 31) / 32);
     (void)with_type(cd, [&](auto t) {

@@ -3,7 +3,8 @@
  * time them: exactly the geometries the kernels handle (the shared-memory
  * filter, the backward-filter's lanes and the 32-bit indices set the
  * limits), and the backward-filter's workspace (two blocks per SM, 9 sums
- * per channel each, never more blocks than items of work). Needs no GPU:
+ * per channel each, never more blocks than items of work: bands of rows at
+ * stride 1, single rows at stride 2). Needs no GPU:
  * it is in ctest wherever the CUDA backend is built. */
 #include <stdio.h>
 #include <string.h>
@@ -85,6 +86,11 @@ int main(void) {
     const mp_conv_geom tall64 = dw(64, 16, 19, 5, 1, 1);
     const size_t w_tall64 = mp_dw_workspace(&ctx, &tall64, MP_DTYPE_BF16, MP_CONV_BWD_FILTER);
     CHECK(w_tall64 == (size_t)8 * 9 * 16 * sizeof(float), "backward-filter, 64 x 19 x 5 x 16: %zu bytes", w_tall64);
+    /* stride 2, 64 x 19 x 5 outputs too: one row per item (bench/NOTES.md v0.28), 6080 items: 48 blocks */
+    const mp_conv_geom s2 = dw(64, 16, 38, 10, 2, 1);
+    const size_t w_s2 = mp_dw_workspace(&ctx, &s2, MP_DTYPE_BF16, MP_CONV_BWD_FILTER);
+    CHECK(s2.hy == 19 && s2.wy == 5 && w_s2 == (size_t)48 * 9 * 16 * sizeof(float),
+          "backward-filter, stride 2, 64 x 19 x 5 x 16 outputs: %zu bytes", w_s2);
     const mp_conv_geom odd = dw(2, 13, 8, 8, 1, 1);
     CHECK(mp_dw_workspace(&ctx, &odd, MP_DTYPE_BF16, MP_CONV_BWD_FILTER) == 0,
           "a geometry the kernels do not take asks for no workspace");
