@@ -67,6 +67,15 @@ typedef struct {
      * comparisons; MIXPREC_FUSE_BN_ADD_RELU=0 does it for every plan, and
      * no_fusion implies it). */
     bool no_bn_add_relu_fusion;
+    /** GPU training plans: fuse a batchnorm2d + ReLU whose output only a
+     * depthwise 3x3 convolution reads (MobileNet's expansion into its
+     * filtering layer) into that convolution: its forward and weight
+     * gradient apply the batch norm as they load its input, and the batch
+     * norm's output is not written (but when an overflow is traced or
+     * numerics are collected). Off by default: mobilenetv2 amp-bf16 b512
+     * measured 13% slower with it (bench/NOTES.md v0.29).
+     * MIXPREC_FUSE_BN_DW=1 turns it on for every plan; no_fusion wins. */
+    bool bn_dw_fusion;
     /** CPU plans store a 4-D activation channels-last (NHWC) where every op
      * writing and reading it works on that layout (oneDNN's convolutions
      * then need no reorders around them); true keeps every activation NCHW

@@ -18,6 +18,11 @@
  * add fused in as well (cfg->add_relu_after), the elementwise passes are
  * bn_add_relu_cuda.h's: forward stores relu(bn(x) + resid), backward writes
  * dx and the residual's gradient from one read of dy and the mask.
+ * Fused into the depthwise conv2d reading that ReLU (cfg->feeds_dw,
+ * graph/plan_fuse.h), a training forward under mp_op_call.skip_out
+ * computes the statistics and coefficients but stores no output (the conv
+ * applies them as it loads x), on our kernels only: the backward's mask is
+ * recomputed from x.
  * Where every activation of a call has one dtype and C fits, the streaming
  * passes run batchnorm2d_fast.h's kernels (the same partials and finalize),
  * and a training pass may run as one cooperative kernel instead
@@ -353,8 +358,16 @@ typedef struct {
     bool relu;          /* the ReLU reading this node is fused in */
     bool add;           /* ...with the residual add before it (mp_op_call.resid) */
     bool persist;       /* training passes on the fast kernels as one cooperative kernel each */
+    bool feeds_dw;      /* a depthwise conv applies it (cfg->feeds_dw): our kernels, the mask from x */
     mp_bn_cudnn *cudnn; /* cuDNN's kernels for training, or NULL */
 } bn_state;
+
+static bool feeds_dw(const mp_op_call *c) { return c->state && ((const bn_state *)c->state)->feeds_dw; }
+
+void mp_cuda_bn_saved_coef(const void *saved, int C, const float **mu, const float **scale, const float **shift) {
+    const float *f = (const float *)saved; /* mean, 1/std, scale, shift (BN_SAVED) */
+    *mu = f, *scale = f + 2 * (size_t)C, *shift = f + 3 * (size_t)C;
+}
 
 static bool fused_relu(const mp_op_call *c) { return c->state && ((const bn_state *)c->state)->relu; }
 /* A residual add fused in too (its input bound: plan.c). */
@@ -407,8 +420,8 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     size_t saved = BN_SAVED * (size_t)dm.C * sizeof(float);
     if (cfg->tangents) mp_cuda_raise(&ws, mp_cuda_bn_tangent_workspace(ctx, info));
     size_t ws_cudnn = ws, saved_cudnn = saved;
-    mp_bn_cudnn *cudnn = NULL;
-    MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, &ws_cudnn, &saved_cudnn));
+    mp_bn_cudnn *cudnn = NULL; /* not under a depthwise conv: cuDNN's forward leaves no scale and shift */
+    if (!cfg->feeds_dw) MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, &ws_cudnn, &saved_cudnn));
     bn_state *st = (bn_state *)calloc(1, sizeof *st);
     if (!st) {
         mp_bn_cudnn_release(cudnn);
@@ -416,6 +429,7 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     }
     st->relu = cfg->relu_after;
     st->add = cfg->add_relu_after;
+    st->feeds_dw = cfg->feeds_dw;
     const mp_env *env = mp_env_get();
     /* our one-kernel passes: training on the fast kernels, one rank, the device launches them; timed
        unless forced, or deterministic runs, or cuDNN's kernels are forced (ours then run only the calls
@@ -499,6 +513,11 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_tensor *x = &c->in[0], *y = &c->out, *p = c->param;
     const int rpp = fast_forward_rows(c);
     if (rpp) dm = bn_fast_dims(ctx, &x->shape, rpp);
+    /* no output: a depthwise conv applies the coefficients saved below (the training ones) */
+    const bool store = !c->skip_out;
+    if (!store && (!c->training || !feeds_dw(c)))
+        return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': asked to skip its output outside a training step fused "
+                        "into a depthwise convolution", c->desc->name ? c->desc->name : "?");
     const int C = dm.C;
     float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
     float *save_mean = (float *)c->saved, *save_invstd = save_mean + C;
@@ -514,8 +533,8 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
                                    save_mean, save_invstd, coef};
         if (rpp && persist_on(ctx, c)) { /* one kernel (batchnorm2d_persist.h), or the three below where none fits */
             const cudaError_t e = mp_bn_persist_forward(ctx->stream, ctx->sm_count, x->dtype, x->data,
-                                                        fused_add(c) ? c->resid.data : NULL, y->data, dm.M, C, dm.G,
-                                                        pmean, pm2, out, relu);
+                                                        fused_add(c) ? c->resid.data : NULL, store ? y->data : NULL,
+                                                        dm.M, C, dm.G, pmean, pm2, out, relu);
             if (e != cudaErrorCooperativeLaunchTooLarge) return mp_cuda_op_status(c, "forward", e);
         }
         if (rpp)
@@ -541,6 +560,7 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
             C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
             (const float *)p[P_RUNNING_MEAN].data, (const float *)p[P_RUNNING_VAR].data, eps, coef);
     }
+    if (!store) return mp_cuda_op_status(c, "forward", cudaSuccess);
     if (rpp)
         return mp_cuda_op_status(c, "forward",
                                  mp_bn_fast_apply(ctx->stream, x->dtype, x->data, fused_add(c) ? c->resid.data : NULL,
@@ -567,6 +587,9 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_tensor *y = &c->out; /* with a fused ReLU: its output, the mask of dy */
     const mp_tensor *ts[] = {x, dy, dx, fused_relu(c) ? y : NULL, add ? &c->d_resid : NULL};
     const int rpp = fast_rows(c, ts, 5);
+    if (feeds_dw(c) && (!rpp || !c->training)) /* the general kernels would read the mask from y */
+        return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': fused into a depthwise convolution, its backward needs "
+                        "the fast kernels and batch statistics", c->desc->name ? c->desc->name : "?");
     const bool add_dx = (c->d_in_add & 1u) != 0;
     if (add_dx && (add || !dx->data))
         return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': asked to add into dx, which a fused residual add's "

@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(FAST_THREADS, 2)
     fast_stats_block<T>(x, M, C, R, pmean, pm2);
     grid.sync();
     finalize_forward(pmean, pm2, M, C, R, out);
+    if (!y) return; /* statistics and coefficients only (batchnorm2d_persist.h) */
     grid.sync();
     fast_apply_block<T, RELU, RESID>(x, resid, y, M, C, R, out.coef, false);
 }

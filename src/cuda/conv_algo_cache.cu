@@ -289,17 +289,23 @@ static bool try_own(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass
         fprintf(stderr, "cudnn: %s pass %d: cuDNN's choice %.4f ms, ours (depthwise) %.4f ms\n", what, (int)pass,
                 (double)(have ? out->ms : -1.f), (double)ms);
     if (have && out->ms >= 0 && ms >= 0.97f * out->ms && mode != 2) return true;
+    const cudnnMathType_t math = have ? out->math : st->math;
+    *out = mp_conv_algo_own(ctx, st, pass, ms);
+    out->math = math;
+    return true;
+}
+
+mp_conv_algo mp_conv_algo_own(const mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, float ms) {
     mp_conv_algo own;
     memset(&own, 0, sizeof own);
     own.algo = -1;
-    own.math = have ? out->math : st->math;
-    own.workspace = need;
+    own.math = st->math;
+    own.workspace = mp_dw_workspace(ctx, &st->g, st->cd, pass);
     own.deterministic = true;
     own.ms = ms;
     own.engine_mode = -1;
     own.own = true;
-    *out = own;
-    return true;
+    return own;
 }
 
 /* Search one pass: Find on scratch (and the graph API's engines and our

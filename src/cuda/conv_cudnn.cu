@@ -138,8 +138,16 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
     const bool conv = d->kind == MP_OP_CONV2D;
     const mp_conv_pass op_fwd = conv ? MP_CONV_FWD : MP_CONV_BWD_DATA, op_bwd = conv ? MP_CONV_BWD_DATA : MP_CONV_FWD;
     mp_status s = create_descriptors(st, need_cd, d, st->what_fwd);
+    /* a fused batch norm's input (cfg->bn_relu_input): forward and backward-filter on our depthwise kernels,
+       which apply it as they load; untimed (they replace the batch norm's pass over its output too) */
+    st->bn_input = conv && cfg->bn_relu_input && st->training && cfg->in_dtype[0] == cd && st->dw_dt == cd &&
+                   need_cd[MP_CONV_FWD] && need_cd[MP_CONV_BWD_FILTER] && mp_dw_applies(&st->g, cd) &&
+                   mp_env_get()->conv_own != 0;
     for (int p = 0; p < MP_CONV_NPASS && s == MP_OK; p++)
-        if (need_cd[p]) {
+        if (st->bn_input && p != MP_CONV_BWD_DATA) {
+            st->algo[p] = mp_conv_algo_own(ctx, st, (mp_conv_pass)p, -1.f);
+            st->has[p] = true;
+        } else if (need_cd[p]) {
             s = mp_conv_algo_choose(ctx, st, (mp_conv_pass)p, p == op_fwd ? st->what_fwd : st->what_bwd);
             st->has[p] = s == MP_OK;
         }
@@ -179,7 +187,7 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
 
 mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *w_krsc, void *y,
                             void *ws, size_t ws_bytes, const char *what) {
-    if (st->algo[MP_CONV_FWD].own) return mp_dw_forward(ctx, &st->g, st->cd, x, w_krsc, y, what);
+    if (st->algo[MP_CONV_FWD].own) return mp_dw_forward(ctx, &st->g, st->cd, x, NULL, w_krsc, y, what);
     if (st->plan[MP_CONV_FWD]) return mp_conv_engine_run(ctx, st->plan[MP_CONV_FWD], x, w_krsc, y, ws, what);
     MP_CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, st->x_desc, x, st->w_desc, w_krsc,
                                          st->conv[MP_CONV_FWD], (cudnnConvolutionFwdAlgo_t)st->algo[MP_CONV_FWD].algo,
@@ -223,7 +231,7 @@ bool mp_conv_cudnn_adds_input_grad(const void *state, int k) {
 mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
                                    void *dw_krsc, void *ws, size_t ws_bytes, const char *what) {
     if (st->algo[MP_CONV_BWD_FILTER].own)
-        return mp_dw_backward_filter(ctx, &st->g, st->cd, x, dy, dw_krsc, ws, ws_bytes, what);
+        return mp_dw_backward_filter(ctx, &st->g, st->cd, x, NULL, dy, dw_krsc, ws, ws_bytes, what);
     if (st->plan[MP_CONV_BWD_FILTER])
         return mp_conv_engine_run(ctx, st->plan[MP_CONV_BWD_FILTER], x, dw_krsc, dy, ws, what);
     MP_CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, st->x_desc, x, st->y_desc, dy,
@@ -292,6 +300,17 @@ static void *result_slot(const mp_tensor *t, mp_dtype cd, mp_cuda_ws *ws) {
     return t->dtype == cd ? t->data : mp_cuda_ws_take(ws, mp_cuda_lib_bytes(cd, mp_tensor_numel(t)));
 }
 
+bool mp_conv2d_reads_bn_input(const void *state) {
+    const mp_conv_cudnn *st = (const mp_conv_cudnn *)state;
+    return st && st->bn_input;
+}
+
+/* The call's fused batch norm (mp_op_call.bn_x) where st takes it: its coefficients in *bn. */
+static bool fused_bn(const mp_conv_cudnn *st, const mp_op_call *c, mp_dw_bn_relu *bn) {
+    *bn = (mp_dw_bn_relu){c->bn_mu, c->bn_scale, c->bn_shift};
+    return st->bn_input && c->bn_x.data;
+}
+
 mp_status mp_conv_cudnn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_conv_cudnn *st = (const mp_conv_cudnn *)c->state;
     const char *what = st->what_fwd;
@@ -301,12 +320,16 @@ mp_status mp_conv_cudnn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     mp_cuda_ws ws = mp_cuda_ws_begin(c->workspace, st->ws_total);
     const void *w = NULL, *x = NULL;
     MP_TRY(stage_weight(ctx, st, c, &ws, &w, what));
-    MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
+    mp_dw_bn_relu bn;
+    const bool fused = fused_bn(st, c, &bn);
+    if (fused) x = c->bn_x.data;
+    else MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
     void *y = result_slot(&c->out, cd, &ws);
     const size_t lib_bytes = st->algo[pass].workspace;
     void *lib = lib_bytes ? mp_cuda_ws_take(&ws, lib_bytes) : NULL;
     if (!y || (lib_bytes && !lib)) return ws_short(what);
-    if (conv) MP_TRY(mp_conv_cudnn_fwd(ctx, st, x, w, y, lib, lib_bytes, what));
+    if (fused) MP_TRY(mp_dw_forward(ctx, &st->g, cd, x, &bn, w, y, what));
+    else if (conv) MP_TRY(mp_conv_cudnn_fwd(ctx, st, x, w, y, lib, lib_bytes, what));
     else MP_TRY(mp_conv_cudnn_bwd_data(ctx, st, x, w, y, lib, lib_bytes, what));
     const bool bias = c->desc->attr.conv.bias;
     if (!bias && y == c->out.data) return MP_OK;
@@ -343,7 +366,10 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const void *dy = NULL, *x = NULL, *w = NULL;
     if (want_dx) MP_TRY(stage_weight(ctx, st, c, &ws, &w, what));
     if (want_dx || want_dw) MP_TRY(stage_in(ctx, &c->d_out, cd, &ws, &dy, what));
-    if (want_dw) MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
+    mp_dw_bn_relu bn;
+    const bool fused = want_dw && fused_bn(st, c, &bn);
+    if (fused) x = c->bn_x.data;
+    else if (want_dw) MP_TRY(stage_in(ctx, &c->in[0], cd, &ws, &x, what));
     void *dx = want_dx ? result_slot(&c->d_in[0], cd, &ws) : NULL;
     /* dW straight into the gradient where the plan keeps it in KRSC and in the dtype cuDNN writes */
     const bool dw_direct = want_dw && c->param_krsc && c->d_param[0].dtype == st->dw_dt;
@@ -373,7 +399,8 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
                             low_ok ? " or " : "", low_ok ? mp_dtype_name(cd) : "", mp_dtype_name(gd));
         /* conv2d: dW = BWD_FILTER(x = in, dy = d_out); transposed: x = d_out, dy = in */
         const void *fx = conv ? x : dy, *fy = conv ? dy : x;
-        if (st->dw32) MP_TRY(mp_conv_cudnn_bwd_filter_f32(ctx, st, fx, fy, dw, &ws, what));
+        if (fused) MP_TRY(mp_dw_backward_filter(ctx, g, cd, x, &bn, dy, dw, lib, lib_bytes, what));
+        else if (st->dw32) MP_TRY(mp_conv_cudnn_bwd_filter_f32(ctx, st, fx, fy, dw, &ws, what));
         else MP_TRY(mp_conv_cudnn_bwd_filter(ctx, st, fx, fy, dw, lib, lib_bytes, what));
         if (!c->param_krsc) /* the gradient in the CPU layout */
             MP_TRY(mp_cuda_lib_filter_from_krsc(ctx, dw, st->dw_dt, c->d_param[0].data, gd, g->cy, g->cx / g->groups,

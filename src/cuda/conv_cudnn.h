@@ -87,6 +87,8 @@ typedef struct mp_conv_cudnn_s {
     size_t in_cast_bytes, out_cast_bytes;    /* workspace slices for dtype staging */
     size_t dw32_bytes;        /* dw32's f32 copies of x and dy and its cuDNN workspace */
     size_t ws_total;          /* workspace bytes one call may use (the prepare() report) */
+    bool bn_input;            /* conv2d prepared for cfg->bn_relu_input: forward and backward-filter on our
+                                 depthwise kernels, untimed, applying mp_op_call.bn_x's batch norm */
 } mp_conv_cudnn;
 
 /* Descriptors and algorithm search for the passes `need` (indexed by
@@ -128,6 +130,10 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c);
 
 /* Algorithm search with the process-wide cache (conv_algo_cache.cu). */
 mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what);
+/* Our depthwise kernels (conv_depthwise.h) as pass's choice, timed at ms (< 0: not timed). */
+mp_conv_algo mp_conv_algo_own(const mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, float ms);
+/* Whether conv2d state (prepared) reads its input as a fused batch norm's (mp_conv_cudnn.bn_input). */
+bool mp_conv2d_reads_bn_input(const void *state);
 
 #ifdef __cplusplus
 }

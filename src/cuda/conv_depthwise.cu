@@ -12,7 +12,10 @@
 #include <cuda_fp16.h>
 #include <limits.h>
 
-#include "cuda/choice_cache.h" /* mp_median_ms */
+#include <type_traits>
+
+#include "cuda/batchnorm2d_fast.cuh" /* apply_group, load_coef */
+#include "cuda/choice_cache.h"        /* mp_median_ms */
 #include "cuda/vec16.cuh"
 
 enum { DW_THREADS = 256, DW_K = 3, DW_TAPS = 9, DW_MAX_C = 1024, DW_SUM_GROUPS = 8 };
@@ -38,19 +41,61 @@ template <typename T, bool FLIP> __device__ void filter_to_shared(const T *w, in
     __syncthreads();
 }
 
+/* A thread's channel vector of mp_dw_bn_relu's coefficients (BN: a batch
+ * norm + ReLU applied to the input as it is loaded), or nothing. */
+template <typename T, bool BN> struct dw_bn {
+    __device__ __forceinline__ void load(const mp_dw_bn_relu &, int) {}
+    __device__ __forceinline__ uint4 apply(uint4 u) const { return u; }
+};
+template <typename T> struct dw_bn<T, true> {
+    static constexpr int N = fast_vec<T>::N;
+    float mu[N], sc[N], sh[N];
+    __device__ __forceinline__ void load(const mp_dw_bn_relu &b, int c0) {
+        load_coef<N>(b.mu, c0, mu);
+        load_coef<N>(b.scale, c0, sc);
+        load_coef<N>(b.shift, c0, sh);
+    }
+    /* the batch norm's own apply (batchnorm2d_fast.cuh): the same bits as the output it would store */
+    __device__ __forceinline__ uint4 apply(uint4 u) const { return apply_group<T, true, false>(u, uint4{}, mu, sc, sh); }
+};
+
+/* The same coefficients read from shared memory at each use (k: mu, scale,
+ * shift of C channels each, from the thread's first channel): for a kernel
+ * whose registers are taken by its sums. */
+template <typename T> struct dw_bn_shared {
+    static constexpr int N = fast_vec<T>::N;
+    const float *k;
+    int c;
+    __device__ __forceinline__ uint4 apply(uint4 u) const {
+        float mu[N], sc[N], sh[N];
+        load_coef<N>(k, 0, mu);
+        load_coef<N>(k + c, 0, sc);
+        load_coef<N>(k + 2 * c, 0, sh);
+        return apply_group<T, true, false>(u, uint4{}, mu, sc, sh);
+    }
+};
+
+/* bn_relu's coefficients into shared memory (mu, scale, shift: C each). */
+__device__ __forceinline__ void bn_to_shared(const mp_dw_bn_relu &b, int c_count, float *sm) {
+    for (int i = threadIdx.x; i < c_count; i += blockDim.x)
+        sm[i] = b.mu[i], sm[c_count + i] = b.scale[i], sm[2 * c_count + i] = b.shift[i];
+    __syncthreads();
+}
+
 /* Row ih of a window: COLS 16-byte vectors from column iw0 of image `img`
  * (its channel vector's first element), all loads issued before any is
  * used; outside the image: zeros (the load reads the image's first vector
- * instead, so no address leaves it). Read-only loads: the passes never read
- * what they write. */
-template <typename T, int COLS>
-__device__ __forceinline__ void load_row(const T *img, int ih, int iw0, int h, int w, int c, uint4 (&row)[COLS]) {
+ * instead, so no address leaves it), inside: bn applied. Read-only loads:
+ * the passes never read what they write. */
+template <typename T, int COLS, typename B = dw_bn<T, false>>
+__device__ __forceinline__ void load_row(const T *img, int ih, int iw0, int h, int w, int c, uint4 (&row)[COLS],
+                                         const B &bn = B{}) {
 #pragma unroll
     for (int j = 0; j < COLS; j++) {
         const int iw = iw0 + j;
         const bool in = (unsigned)ih < (unsigned)h && (unsigned)iw < (unsigned)w;
         const uint4 u = __ldg(reinterpret_cast<const uint4 *>(img + (in ? ih * w + iw : 0) * c));
-        row[j] = in ? u : make_uint4(0, 0, 0, 0);
+        row[j] = in ? bn.apply(u) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -61,10 +106,12 @@ __device__ __forceinline__ void load_row(const T *img, int ih, int iw0, int h, i
  * input rows roll down the band (S new rows per output row, loaded one
  * output row ahead), so at stride 1 each input vector is loaded about
  * (band + 2) / band times per strip instead of 3. Indices fit in int
- * (mp_dw_applies). */
-template <typename T, int S, int TW, bool FLIP>
-__global__ void __launch_bounds__(DW_THREADS, 2) dw_correlate(const T *__restrict__ in, const T *__restrict__ w,
-                                                              T *__restrict__ out, dw_shape sh, bool add) {
+ * (mp_dw_applies). BN: in is a batch norm's input, bn_relu applied as it
+ * is loaded (forward only). */
+template <typename T, int S, int TW, bool FLIP, bool BN>
+__global__ void __launch_bounds__(DW_THREADS, 2)
+    dw_correlate(const T *__restrict__ in, const T *__restrict__ w, T *__restrict__ out, dw_shape sh, bool add,
+                 mp_dw_bn_relu bn_relu) {
     using V = fast_vec<T>;
     constexpr int VN = V::N, COLS = (TW - 1) * S + DW_K, KEEP = DW_K - S;
     extern __shared__ float wsm[];
@@ -78,11 +125,13 @@ __global__ void __launch_bounds__(DW_THREADS, 2) dw_correlate(const T *__restric
         const int rows = min(sh.band, sh.ho - oh0);
         const int iw0 = ow0 * S - sh.pad, ih0 = oh0 * S - sh.pad;
         const T *img = in + n * sh.hi * sh.wi * sh.c + c0;
+        dw_bn<T, BN> bn;
+        bn.load(bn_relu, c0);
         uint4 win[DW_K][COLS], next[S][COLS];
 #pragma unroll
-        for (int r = 0; r < KEEP; r++) load_row<T, COLS>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r]);
+        for (int r = 0; r < KEEP; r++) load_row<T, COLS, dw_bn<T, BN>>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r], bn);
 #pragma unroll
-        for (int r = 0; r < S; r++) load_row<T, COLS>(img, ih0 + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r]);
+        for (int r = 0; r < S; r++) load_row<T, COLS, dw_bn<T, BN>>(img, ih0 + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r], bn);
         for (int t = 0; t < rows; t++) {
             /* output row oh0 + t reads input rows ih0 + t * S + 0..2 */
 #pragma unroll
@@ -92,7 +141,7 @@ __global__ void __launch_bounds__(DW_THREADS, 2) dw_correlate(const T *__restric
             if (t + 1 < rows)
 #pragma unroll
                 for (int r = 0; r < S; r++)
-                    load_row<T, COLS>(img, ih0 + (t + 1) * S + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r]);
+                    load_row<T, COLS, dw_bn<T, BN>>(img, ih0 + (t + 1) * S + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r], bn);
             float acc[TW][VN] = {};
 #pragma unroll
             for (int r = 0; r < DW_K; r++) {
@@ -220,16 +269,26 @@ __global__ void __launch_bounds__(DW_THREADS, 2) dw_dgrad_stride2(const T *__res
  * dw_correlate. Threads are lanes x channel vectors (lane = t / cvs;
  * threads past lanes * cvs only help reduce); lane l of block b takes items
  * b * lanes + l, then every gridDim.x * lanes further. Here sh is the
- * forward's: in = x, out = dy. */
-template <typename T, int S>
+ * forward's: in = x, out = dy. BN: x is a batch norm's input, bn_relu
+ * applied as it is loaded (its coefficients in shared memory: the sums
+ * take the registers). */
+template <typename T, int S, bool BN>
 __global__ void __launch_bounds__(DW_THREADS, 2)
-    dw_filter_partial(const T *__restrict__ x, const T *__restrict__ dy, float *__restrict__ part, dw_shape sh) {
+    dw_filter_partial(const T *__restrict__ x, const T *__restrict__ dy, float *__restrict__ part, dw_shape sh,
+                      mp_dw_bn_relu bn_relu) {
     using V = fast_vec<T>;
+    using B = std::conditional_t<BN, dw_bn_shared<T>, dw_bn<T, false>>;
     constexpr int VN = V::N, KEEP = DW_K - S;
     __shared__ float red[DW_THREADS * 8];
+    extern __shared__ float coef_sm[]; /* BN: 3 * C floats */
     const int cvs = sh.c / VN, lanes = DW_THREADS / cvs;
     const int lane = threadIdx.x / cvs, cv = threadIdx.x - lane * cvs, c0 = cv * VN;
     float acc[DW_TAPS][VN] = {};
+    B bn{};
+    if constexpr (BN) {
+        bn_to_shared(bn_relu, sh.c, coef_sm);
+        bn = B{coef_sm + c0, sh.c};
+    }
     const int bands = (sh.ho + sh.band - 1) / sh.band, total = sh.n * bands * sh.wo;
     if (lane < lanes)
         for (int q = blockIdx.x * lanes + lane; q < total; q += gridDim.x * lanes) {
@@ -240,12 +299,12 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
             const T *dcol = dy + (n * sh.ho * sh.wo + ow) * sh.c + c0;
             uint4 win[DW_K][DW_K];
 #pragma unroll
-            for (int r = 0; r < KEEP; r++) load_row<T, DW_K>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r]);
+            for (int r = 0; r < KEEP; r++) load_row<T, DW_K, B>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r], bn);
 #pragma unroll 1
             for (int t = 0; t < rows; t++) {
 #pragma unroll
                 for (int r = KEEP; r < DW_K; r++)
-                    load_row<T, DW_K>(img, ih0 + t * S + r, iw0, sh.hi, sh.wi, sh.c, win[r]);
+                    load_row<T, DW_K, B>(img, ih0 + t * S + r, iw0, sh.hi, sh.wi, sh.c, win[r], bn);
                 float d[VN];
                 V::widen(__ldg(reinterpret_cast<const uint4 *>(dcol + (oh0 + t) * sh.wo * sh.c)), d);
 #pragma unroll
@@ -376,21 +435,38 @@ static mp_status aligned(const void *a, const void *b, const char *what) {
     return MP_OK;
 }
 
-mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *w, void *y,
-                        const char *what) {
+/* f(std::integral_constant<bool, bn != NULL>{}): a kernel template's BN argument from the call's. */
+template <typename F> static void with_bn(const mp_dw_bn_relu *bn, F f) {
+    if (bn) f(std::integral_constant<bool, true>{});
+    else f(std::integral_constant<bool, false>{});
+}
+
+static mp_status bn_aligned(const mp_dw_bn_relu *bn, const char *what) {
+    if (bn && (!bn->mu || !bn->scale || !bn->shift))
+        return mp_error(MP_ERR_INTERNAL, "%s: the fused batch norm's coefficients are missing", what);
+    return MP_OK;
+}
+
+mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const mp_dw_bn_relu *bn,
+                        const void *w, void *y, const char *what) {
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(x, y, what));
+    MP_TRY(bn_aligned(bn, what));
     const dw_shape sh = forward_shape(g);
     const size_t smem = filter_smem_bytes(g);
     const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, g->stride, cd));
+    const mp_dw_bn_relu coef = bn ? *bn : mp_dw_bn_relu{NULL, NULL, NULL};
     (void)with_type(cd, [&](auto t) { /* cd is f32, f16 or bf16 (mp_dw_applies) */
         using T = decltype(t);
-        if (g->stride == 1)
-            dw_correlate<T, 1, correlate_tw(1), false>
-                <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false);
-        else
-            dw_correlate<T, 2, correlate_tw(2), false>
-                <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false);
+        with_bn(bn, [&](auto on) {
+            constexpr bool BN = decltype(on)::value;
+            if (g->stride == 1)
+                dw_correlate<T, 1, correlate_tw(1), false, BN>
+                    <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false, coef);
+            else
+                dw_correlate<T, 2, correlate_tw(2), false, BN>
+                    <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false, coef);
+        });
     });
     return mp_cuda_check(cudaGetLastError(), "dw_correlate", what);
 }
@@ -406,8 +482,8 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
         const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, 1, cd));
         (void)with_type(cd, [&](auto t) {
             using T = decltype(t);
-            dw_correlate<T, 1, correlate_tw(1), true>
-                <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)dy, (const T *)w, (T *)dx, sh, add);
+            dw_correlate<T, 1, correlate_tw(1), true, false><<<blocks, DW_THREADS, smem, ctx->stream>>>(
+                (const T *)dy, (const T *)w, (T *)dx, sh, add, mp_dw_bn_relu{NULL, NULL, NULL});
         });
         return mp_cuda_check(cudaGetLastError(), "dw_correlate (flipped)", what);
     }
@@ -431,10 +507,12 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
     return mp_cuda_check(cudaGetLastError(), "dw_dgrad_stride2", what);
 }
 
-mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *dy,
-                                void *dw, void *ws, size_t ws_bytes, const char *what) {
+mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x,
+                                const mp_dw_bn_relu *bn, const void *dy, void *dw, void *ws, size_t ws_bytes,
+                                const char *what) {
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(x, dy, what));
+    MP_TRY(bn_aligned(bn, what));
     const int blocks = filter_blocks(ctx, g, cd);
     if (!ws || ws_bytes < mp_dw_workspace(ctx, g, cd, MP_CONV_BWD_FILTER))
         return mp_error(MP_ERR_INTERNAL, "%s: the depthwise backward-filter's workspace is short (%zu bytes)", what,
@@ -443,13 +521,18 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
     sh.band = filter_band(g);
     float *part = (float *)ws;
     const unsigned sum_blocks = (unsigned)((DW_TAPS * g->cx + 31) / 32);
+    const mp_dw_bn_relu coef = bn ? *bn : mp_dw_bn_relu{NULL, NULL, NULL};
     (void)with_type(cd, [&](auto t) {
         using T = decltype(t);
         const T *xt = (const T *)x, *dyt = (const T *)dy;
-        if (g->stride == 1)
-            dw_filter_partial<T, 1><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
-        else
-            dw_filter_partial<T, 2><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
+        with_bn(bn, [&](auto on) {
+            constexpr bool BN = decltype(on)::value;
+            const size_t smem = BN ? 3 * (size_t)g->cx * sizeof(float) : 0;
+            if (g->stride == 1)
+                dw_filter_partial<T, 1, BN><<<blocks, DW_THREADS, smem, ctx->stream>>>(xt, dyt, part, sh, coef);
+            else
+                dw_filter_partial<T, 2, BN><<<blocks, DW_THREADS, smem, ctx->stream>>>(xt, dyt, part, sh, coef);
+        });
         dw_filter_sum<T><<<sum_blocks, 32 * DW_SUM_GROUPS, 0, ctx->stream>>>(part, blocks, g->cx, (T *)dw);
     });
     return mp_cuda_check(cudaGetLastError(), "dw_filter_partial / dw_filter_sum", what);
@@ -457,9 +540,9 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
 
 static mp_status run_pass(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass, void *x, void *w,
                           void *y, void *ws, size_t ws_bytes, const char *what) {
-    if (pass == MP_CONV_FWD) return mp_dw_forward(ctx, g, cd, x, w, y, what);
+    if (pass == MP_CONV_FWD) return mp_dw_forward(ctx, g, cd, x, NULL, w, y, what);
     if (pass == MP_CONV_BWD_DATA) return mp_dw_backward_data(ctx, g, cd, y, w, x, false, what);
-    return mp_dw_backward_filter(ctx, g, cd, x, y, w, ws, ws_bytes, what);
+    return mp_dw_backward_filter(ctx, g, cd, x, NULL, y, w, ws, ws_bytes, what);
 }
 
 mp_status mp_dw_time(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass, void *x, void *w,

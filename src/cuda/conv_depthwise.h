@@ -31,6 +31,15 @@
 extern "C" {
 #endif
 
+/* A batch norm and the ReLU after it, applied to x as the forward and
+ * backward-filter load it, so that the batch norm's output need never be
+ * stored (graph/plan_fuse.h): x' = relu((x - mu[c]) * scale[c] + shift[c])
+ * rounded to cd, bit for bit what batchnorm2d_fast.h's apply stores; the
+ * padding stays zero. Per channel, f32, on the device. */
+typedef struct {
+    const float *mu, *scale, *shift;
+} mp_dw_bn_relu;
+
 /* Whether the kernels take geometry g in dtype cd: groups = cx = cy <= 1024,
  * a multiple of 8 (f16, bf16) or 4 (f32); kernel 3, stride 1 or 2,
  * dilation 1, padding 0..2. */
@@ -40,14 +49,16 @@ bool mp_dw_applies(const mp_conv_geom *g, mp_dtype cd);
  * 0 for the others). */
 size_t mp_dw_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass);
 
-mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *w, void *y,
-                        const char *what);
+/* bn: NULL, or applied to x (above). */
+mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const mp_dw_bn_relu *bn,
+                        const void *w, void *y, const char *what);
 /* add: dx += the result (one rounding of the sum), else dx = it. */
 mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *dy, const void *w,
                               void *dx, bool add, const char *what);
-/* dw (KRSC, cd); ws of at least mp_dw_workspace(..., MP_CONV_BWD_FILTER) bytes. */
-mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *dy,
-                                void *dw, void *ws, size_t ws_bytes, const char *what);
+/* dw (KRSC, cd); ws of at least mp_dw_workspace(..., MP_CONV_BWD_FILTER) bytes; bn as the forward's. */
+mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x,
+                                const mp_dw_bn_relu *bn, const void *dy, void *dw, void *ws, size_t ws_bytes,
+                                const char *what);
 
 /* GPU milliseconds of one run of a pass on (x, w, y) in the roles above: a
  * warm-up, then the median of 3 trials of 4 runs queued back to back (as

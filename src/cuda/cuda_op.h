@@ -80,6 +80,11 @@ typedef struct {
     bool relu_after;             /* batchnorm2d: applies the ReLU that reads it (graph/plan_fuse.h) */
     bool add_relu_after;         /* batchnorm2d: ...and before it the residual add of resid_dtype (relu_after too) */
     mp_dtype resid_dtype;
+    bool feeds_dw;               /* batchnorm2d: a depthwise conv2d applies it as it loads (mp_op_call.skip_out)
+                                    on training steps: the batch norm runs on our kernels, whose backward
+                                    recomputes the ReLU's mask from x */
+    bool bn_relu_input;          /* conv2d: reads such a batch norm's input (mp_op_call.bn_x) where its
+                                    depthwise kernels take it (mp_conv2d_reads_bn_input) */
     mp_dtype weight_grad;        /* conv2d/linear: the weight gradient's dtype (F32, or the compute dtype) */
     bool weight_grad_unrounded;  /* conv: an F32 weight_grad straight from f32 sums, never rounded to the
                                     compute dtype (mp_plan_opts.f32_weight_grads; see conv_cudnn.h) */
@@ -105,6 +110,10 @@ typedef struct {
      * executor then skips the scratch copy and the kernel that sums it. */
     bool (*adds_input_grad)(const void *state, int k);
 } mp_cuda_op_vtable;
+
+/* A training batchnorm2d's per-channel coefficients of its last forward, in
+ * its saved bytes (C channels): bn(x) = (x - *mu) * *scale + *shift. */
+void mp_cuda_bn_saved_coef(const void *saved, int C, const float **mu, const float **scale, const float **shift);
 
 /* NULL for kinds with no GPU implementation (input/labels/targets need none). */
 const mp_cuda_op_vtable *mp_cuda_op_lookup(mp_op_kind k);

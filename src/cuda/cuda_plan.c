@@ -258,8 +258,12 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
     cfg.tf32 = nd->tf32;
     cfg.weight_grad = nd->n_params ? mp_plan_grad_dtype(p, nd->first_param) : MP_DTYPE_F32;
     cfg.weight_grad_unrounded = nd->n_params && mp_plan_f32_weight_grad(p, nd->first_param);
+    const bool conv_dw = pn->dw_fused && nd->desc.kind == MP_OP_CONV2D; /* a batch norm fused in (plan_fuse.h) */
+    cfg.feeds_dw = pn->dw_fused && !conv_dw;
+    cfg.bn_relu_input = conv_dw;
     size_t ws = 0, saved = pn->info.saved_bytes;
     MP_TRY(vt->prepare(p->dev->ctx, &nd->desc, &pn->info, &cfg, &pn->call.state, &ws, &saved));
+    if (conv_dw && !mp_conv2d_reads_bn_input(pn->call.state)) mp_plan_unfuse_bn_dw(p, i); /* its kernels declined */
     pn->info.saved_bytes = saved;
     pn->info.workspace_bytes = ws;
     if (ws > *workspace_bytes) *workspace_bytes = ws;
@@ -337,6 +341,13 @@ void mp_device_bind_params(mp_plan *p, int i) {
     for (int k = 0; k < nd->n_params; k++) c->param[k].data = bound_param(p, i, k, &c->param[k].dtype);
     c->weight_krsc = p->dev->krsc_of ? p->dev->krsc_of[i] : NULL;
     c->param_krsc = nd->n_params && p->dev->krsc[nd->first_param];
+    const int b = p->nodes[i].dw_fused;
+    if (nd->desc.kind != MP_OP_CONV2D || !b) return;
+    /* a batch norm + ReLU fused in (plan_fuse.h): its input, and its coefficients of each step in its saved */
+    const int x = p->g->nodes[b].in[0];
+    c->bn_x = (mp_tensor){p->g->nodes[x].storage_dtype, p->nodes[x].info.out, p->arena + p->nodes[x].out_off};
+    mp_cuda_bn_saved_coef(p->arena + p->nodes[b].saved_off, p->nodes[x].info.out.dims[1], &c->bn_mu, &c->bn_scale,
+                          &c->bn_shift);
 }
 
 /* The weights as the forward pass reads them: the low-precision casts
@@ -368,6 +379,7 @@ mp_status mp_device_forward(mp_plan *p, int i) {
     if (is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it */
     mp_op_call *c = &p->nodes[i].call;
     c->workspace = p->arena + p->nodes[i].ws_fwd_off; /* each pass has its own (plan.c) */
+    c->skip_out = p->nodes[i].dw_fused && nd->desc.kind == MP_OP_BATCHNORM2D && !mp_plan_fused_output_stored(p);
     return mp_cuda_op_lookup(nd->desc.kind)->forward(p->dev->ctx, c);
 }
 

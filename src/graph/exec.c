@@ -96,6 +96,7 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: null plan");
     const uint64_t step = p->step;
     if (p->step > 0) p->step--;
+    p->replaying = true; /* fused outputs are stored, to be checked (plan_fuse.h) */
     mp_status s = p->be->forward_begin(p);
     for (int i = 0; i < p->n && s == MP_OK; i++) {
         bool found = false;
@@ -106,6 +107,7 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
         snprintf(site->what, sizeof site->what, "output");
         break;
     }
+    p->replaying = false;
     p->step = step;
     return s;
 }
@@ -240,6 +242,12 @@ size_t mp_plan_numel(const mp_plan *p, mp_node node) {
 
 mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     MP_TRY(check_node(p, node, MP_OP_COUNT, "read"));
+    const int bn = p->nodes[node].fused_away ? p->nodes[node].fused_into : node;
+    if (p->nodes[bn].dw_fused && p->g->nodes[bn].desc.kind == MP_OP_BATCHNORM2D) /* plan_fuse.h */
+        return mp_error(MP_ERR_INVALID_ARG,
+                        "read '%s': not stored: its batch norm is applied by the depthwise convolution '%s' as it "
+                        "loads (read it from a plan without mp_plan_opts.bn_dw_fusion, MIXPREC_FUSE_BN_DW unset)",
+                        p->g->nodes[node].name, p->g->nodes[p->nodes[bn].dw_fused].name);
     const mp_tensor *t = &p->nodes[node].call.out;
     size_t have = (size_t)mp_tensor_numel(t);
     if (n != have)

@@ -22,6 +22,8 @@ typedef struct {
     int fused_into;       /* a fused_away node: the batch norm that runs it */
     int add_fused;        /* batchnorm2d: the residual add fused in with the ReLU after it (GPU
                              plans, plan_fuse.h), else 0 (node 0 is never such an add) */
+    int dw_fused;         /* batchnorm2d with its ReLU fused: the depthwise conv2d that applies both as it
+                             loads (GPU training plans, plan_fuse.h); that conv2d: this batch norm; else 0 */
     size_t out_off, grad_off, saved_off;
     size_t ws_fwd_off, ws_bwd_off; /* device plans: the node's workspace in forward and in backward */
     size_t scratch_off;            /* gradients its backward computes aside to add them (own on a device,
@@ -64,6 +66,7 @@ struct mp_plan {
      * complete, before its backward (grad true); host plans, NULL = none. */
     mp_status (*observe)(void *arg, int node, bool grad, const mp_tensor *t);
     void *observe_arg;
+    bool replaying; /* mp_plan_find_nonfinite_forward's replay is running */
     struct mp_plan_so *so; /* opts.second_order: tangent buffers and state (second_order.h), else NULL */
 };
 

@@ -83,6 +83,45 @@ static void fuse_bn_add_relu(mp_plan *p) {
     }
 }
 
+/* The only consumer of node j, or -1. */
+static int sole_consumer(const mp_plan *p, int j) {
+    if (p->g->nodes[j].n_consumers != 1 || p->g->nodes[j].is_output) return -1;
+    for (int k = j + 1; k < p->n; k++)
+        for (int m = 0; m < p->g->nodes[k].n_in; m++)
+            if (p->g->nodes[k].in[m] == j) return k;
+    return -1;
+}
+
+/* A 3x3 depthwise conv2d that reads ReLU j (fused into batch norm i) as its
+ * only input and computes in the dtype all three store, on the backward path
+ * as they are: the conv (its kernels decide at prepare whether they take
+ * the shape and dtype: conv_depthwise.h), else -1. */
+static int dw_after(const mp_plan *p, int i, int j) {
+    const int k = sole_consumer(p, j);
+    if (k < 0) return -1;
+    const mp_gnode *cv = &p->g->nodes[k], *bn = &p->g->nodes[i], *x = &p->g->nodes[bn->in[0]];
+    const mp_conv_opts *o = &cv->desc.attr.conv;
+    const bool dw = cv->desc.kind == MP_OP_CONV2D && cv->n_in == 1 && o->groups > 1 && o->groups == o->out_channels &&
+                    o->kernel == 3;
+    const bool dtypes = cv->compute_dtype == bn->storage_dtype && x->storage_dtype == bn->storage_dtype;
+    return dw && dtypes && p->nodes[i].in_backward && p->nodes[k].in_backward ? k : -1;
+}
+
+/* Batch norm + ReLU -> depthwise conv2d on GPU training plans (see plan_fuse.h). */
+static void fuse_bn_dw(mp_plan *p) {
+    const mp_env *env = mp_env_get();
+    if (p->o.device.kind != MP_DEVICE_CUDA || !p->o.training || !(p->o.bn_dw_fusion || env->bn_dw_fusion) ||
+        env->no_bn_fast)
+        return;
+    for (int j = 0; j < p->n; j++) {
+        if (!p->nodes[j].fused_away || p->g->nodes[j].desc.kind != MP_OP_RELU) continue;
+        const int i = p->nodes[j].fused_into, k = p->nodes[i].add_fused ? -1 : dw_after(p, i, j);
+        if (k < 0) continue;
+        p->nodes[i].dw_fused = k;
+        p->nodes[k].dw_fused = i;
+    }
+}
+
 void mp_plan_fuse_bn_relu(mp_plan *p) {
     if (fusion_off(p)) return;
     for (int j = 0; j < p->n; j++)
@@ -92,7 +131,16 @@ void mp_plan_fuse_bn_relu(mp_plan *p) {
             p->nodes[j].fused_into = p->g->nodes[j].in[0];
         }
     fuse_bn_add_relu(p);
+    fuse_bn_dw(p);
 }
+
+void mp_plan_unfuse_bn_dw(mp_plan *p, int k) {
+    const int i = p->nodes[k].dw_fused;
+    if (!i) return;
+    p->nodes[i].dw_fused = p->nodes[k].dw_fused = 0;
+}
+
+bool mp_plan_fused_output_stored(const mp_plan *p) { return p->observe || p->replaying; }
 
 int mp_plan_fused_producer(const mp_plan *p, int i) { return p->nodes[i].fused_away ? p->nodes[i].fused_into : -1; }
 

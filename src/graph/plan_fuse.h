@@ -18,7 +18,22 @@
  * come before the batch norm (r's gradient is then written first and added
  * to after); with two batch norms feeding the add (a projection shortcut)
  * the later one takes the other's output as r. CPU plans keep the three
- * apart (the host kernels see the same graph as before). */
+ * apart (the host kernels see the same graph as before).
+ *
+ * GPU training plans may go one step further where a fused batch norm +
+ * ReLU's output feeds only a 3x3 depthwise conv2d (MobileNet's expansion
+ * into its filtering layer), when asked (mp_plan_opts.bn_dw_fusion,
+ * MIXPREC_FUSE_BN_DW=1; not under MIXPREC_BN_FAST=0 or no fusion at all;
+ * off by default: measured slower, bench/NOTES.md v0.29): the
+ * conv's forward and backward-filter read the batch norm's input and apply
+ * its coefficients and the ReLU as they load it (cuda/conv_depthwise.h:
+ * the same bits the batch norm would store), the batch norm computes its
+ * statistics but writes no output (mp_op_call.skip_out), and its backward
+ * recomputes the ReLU's mask from its input as it does already. The output
+ * keeps its memory: it is written while an overflow is traced or numerics
+ * are collected (mp_plan_fused_output_stored), which read it. Both pn get
+ * dw_fused (each other's index); the conv's prepare may decline (its
+ * kernels do not take the shape or dtype: mp_plan_unfuse_bn_dw). */
 #ifndef MP_GRAPH_PLAN_FUSE_H
 #define MP_GRAPH_PLAN_FUSE_H
 
@@ -35,6 +50,12 @@ void mp_plan_fuse_bn_relu(mp_plan *p);
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b);
 /* After placement: point the shared tensors at one another's offsets. */
 void mp_plan_fuse_offsets(mp_plan *p);
+/* Undo the batch norm + depthwise conv fusion of conv k (its prepare
+ * declined it): the batch norm stores its output again. */
+void mp_plan_unfuse_bn_dw(mp_plan *p, int k);
+/* Whether a batch norm fused into a depthwise conv stores its output in
+ * this forward: while numerics are observed or an overflow is replayed. */
+bool mp_plan_fused_output_stored(const mp_plan *p);
 /* The batch norm that runs fused-away node i (a ReLU, or an add), or -1. */
 int mp_plan_fused_producer(const mp_plan *p, int i);
 /* Batch norm i with an add fused in: the add's input index of the residual

@@ -134,6 +134,17 @@ typedef struct {
     mp_tensor resid;
     mp_tensor d_resid;      /* data NULL = not needed */
     bool d_resid_add;
+    /* A batch norm + ReLU whose output only a depthwise conv2d reads, fused
+     * into that conv (GPU training plans, graph/plan_fuse.h). The conv2d:
+     * bn_x is the batch norm's input and bn_mu, bn_scale, bn_shift its
+     * per-channel coefficients of this step (the batch norm's saved), which
+     * the conv's forward and backward-filter apply as they load bn_x
+     * instead of reading in[0]; bn_x.data NULL: none. The batch norm:
+     * skip_out, its output is not stored in this call (its backward
+     * recomputes the ReLU's mask from x). */
+    mp_tensor bn_x;
+    const float *bn_mu, *bn_scale, *bn_shift;
+    bool skip_out;
     /* GPU plans: bit k set, backward ADDS its gradient for input k into
      * d_in[k] (another consumer's gradient is there) instead of overwriting
      * it; only for inputs the op's mp_cuda_op_vtable.adds_input_grad takes. */
