@@ -421,7 +421,8 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     if (cfg->tangents) mp_cuda_raise(&ws, mp_cuda_bn_tangent_workspace(ctx, info));
     size_t ws_cudnn = ws, saved_cudnn = saved;
     mp_bn_cudnn *cudnn = NULL; /* not under a depthwise conv: cuDNN's forward leaves no scale and shift */
-    if (!cfg->feeds_dw) MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, &ws_cudnn, &saved_cudnn));
+    if (!cfg->feeds_dw)
+        MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, &ws_cudnn, &saved_cudnn));
     bn_state *st = (bn_state *)calloc(1, sizeof *st);
     if (!st) {
         mp_bn_cudnn_release(cudnn);

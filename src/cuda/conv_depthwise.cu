@@ -56,7 +56,9 @@ template <typename T> struct dw_bn<T, true> {
         load_coef<N>(b.shift, c0, sh);
     }
     /* the batch norm's own apply (batchnorm2d_fast.cuh): the same bits as the output it would store */
-    __device__ __forceinline__ uint4 apply(uint4 u) const { return apply_group<T, true, false>(u, uint4{}, mu, sc, sh); }
+    __device__ __forceinline__ uint4 apply(uint4 u) const {
+        return apply_group<T, true, false>(u, uint4{}, mu, sc, sh);
+    }
 };
 
 /* The same coefficients read from shared memory at each use (k: mu, scale,
@@ -125,13 +127,14 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
         const int rows = min(sh.band, sh.ho - oh0);
         const int iw0 = ow0 * S - sh.pad, ih0 = oh0 * S - sh.pad;
         const T *img = in + n * sh.hi * sh.wi * sh.c + c0;
-        dw_bn<T, BN> bn;
+        using B = dw_bn<T, BN>;
+        B bn;
         bn.load(bn_relu, c0);
         uint4 win[DW_K][COLS], next[S][COLS];
 #pragma unroll
-        for (int r = 0; r < KEEP; r++) load_row<T, COLS, dw_bn<T, BN>>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r], bn);
+        for (int r = 0; r < KEEP; r++) load_row<T, COLS, B>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r], bn);
 #pragma unroll
-        for (int r = 0; r < S; r++) load_row<T, COLS, dw_bn<T, BN>>(img, ih0 + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r], bn);
+        for (int r = 0; r < S; r++) load_row<T, COLS, B>(img, ih0 + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r], bn);
         for (int t = 0; t < rows; t++) {
             /* output row oh0 + t reads input rows ih0 + t * S + 0..2 */
 #pragma unroll
@@ -141,7 +144,7 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
             if (t + 1 < rows)
 #pragma unroll
                 for (int r = 0; r < S; r++)
-                    load_row<T, COLS, dw_bn<T, BN>>(img, ih0 + (t + 1) * S + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r], bn);
+                    load_row<T, COLS, B>(img, ih0 + (t + 1) * S + KEEP + r, iw0, sh.hi, sh.wi, sh.c, next[r], bn);
             float acc[TW][VN] = {};
 #pragma unroll
             for (int r = 0; r < DW_K; r++) {

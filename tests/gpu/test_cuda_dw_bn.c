@@ -36,18 +36,9 @@
 #include "cuda/batchnorm2d_fast.h"
 #include "cuda/conv_depthwise.h"
 #include "cuda/cuda_ctx.h"
+#include "dw_geom.h"
 #include "graph/plan.h"
 #include "models/models.h"
-
-/* A depthwise conv view: groups = C. */
-static mp_conv_geom dw_geom(int n, int c, int h, int w, int stride, int pad) {
-    mp_conv_geom g;
-    memset(&g, 0, sizeof g);
-    g.n = n, g.groups = c, g.cx = c, g.cy = c, g.hx = h, g.wx = w;
-    g.k = 3, g.stride = stride, g.pad = pad, g.dil = 1;
-    g.hy = (h + 2 * pad - 3) / stride + 1, g.wy = (w + 2 * pad - 3) / stride + 1;
-    return g;
-}
 
 /* n normal values (times scale) of dt on the device. */
 static void *device_random(mp_rng *r, mp_dtype dt, size_t n, double scale) {
@@ -105,7 +96,8 @@ static void kernel_case(mp_cuda_ctx *ctx, mp_dtype dt, mp_conv_geom g) {
          mp_dw_backward_filter(ctx, &g, dt, x, &bn, dy, dw[0], ws, ws_bytes, what) == MP_OK &&
          mp_dw_backward_filter(ctx, &g, dt, bn_out, NULL, dy, dw[1], ws, ws_bytes, what) == MP_OK &&
          cudaStreamSynchronize(ctx->stream) == cudaSuccess;
-    const bool fwd_same = ok && same_bytes(out[0], out[1], yn * es), dw_same = ok && same_bytes(dw[0], dw[1], g.cx * 9 * es);
+    const bool fwd_same = ok && same_bytes(out[0], out[1], yn * es);
+    const bool dw_same = ok && same_bytes(dw[0], dw[1], (size_t)g.cx * 9 * es);
     const bool applied = ok && !same_bytes(out[0], out[2], yn * es);
     CHECK(ok, "%s: a kernel failed: %s", what, mp_last_error());
     CHECK(!ok || fwd_same, "%s: forward on x with the batch norm differs from forward on its stored output", what);
@@ -138,7 +130,8 @@ static mp_status dw_net(mp_model *m) {
 static mp_status dw_net2(mp_model *m) {
     mp_graph *g = m->g;
     mp_node x = m->input = mp_graph_input(g, "input", 3, 20, 12);
-    x = mp_relu(g, "conv_relu", mp_conv_bn(g, "conv", x, (mp_conv_opts){.out_channels = 24, .kernel = 3, .padding = 1}));
+    x = mp_relu(g, "conv_relu",
+                mp_conv_bn(g, "conv", x, (mp_conv_opts){.out_channels = 24, .kernel = 3, .padding = 1}));
     x = mp_relu(g, "dw1_relu", mp_conv_bn(g, "dw1", x,
                                           (mp_conv_opts){.out_channels = 24, .kernel = 3, .padding = 1, .groups = 24}));
     x = mp_relu(g, "dw2_relu", mp_conv_bn(g, "dw2", x,
@@ -207,7 +200,10 @@ static void exact_step(mp_precision prec) {
         bool same = !memcmp(va, vb, (size_t)n * sizeof *va);
         if (!same && !strcmp(pb->name, "conv.weight")) { /* cuDNN's weight gradient: maybe atomics */
             double d2 = 0, r2 = 0;
-            for (int64_t i = 0; i < n; i++) d2 += ((double)va[i] - vb[i]) * ((double)va[i] - vb[i]), r2 += (double)vb[i] * vb[i];
+            for (int64_t i = 0; i < n; i++) {
+                const double e = (double)va[i] - vb[i];
+                d2 += e * e, r2 += (double)vb[i] * vb[i];
+            }
             same = d2 <= 1e-10 * r2;
         }
         if (!same && !differ++) first = pb->name;
@@ -309,8 +305,9 @@ int main(void) {
         fprintf(stderr, "test_cuda_dw_bn: %s\n", mp_last_error());
         return 2;
     }
-    const mp_conv_geom shapes[] = {dw_geom(2, 16, 19, 5, 1, 1), dw_geom(2, 8, 21, 6, 2, 1), dw_geom(3, 8, 9, 8, 2, 0),
-                                   dw_geom(2, 32, 8, 8, 1, 1),  dw_geom(2, 24, 7, 7, 1, 2), dw_geom(1, 1024, 4, 4, 1, 1),
+    const mp_conv_geom shapes[] = {dw_geom(2, 16, 19, 5, 1, 1), dw_geom(2, 8, 21, 6, 2, 1),
+                                   dw_geom(3, 8, 9, 8, 2, 0),   dw_geom(2, 32, 8, 8, 1, 1),
+                                   dw_geom(2, 24, 7, 7, 1, 2),  dw_geom(1, 1024, 4, 4, 1, 1),
                                    dw_geom(4, 144, 16, 16, 2, 1)};
     const mp_dtype dts[] = {MP_DTYPE_F32, MP_DTYPE_F16, MP_DTYPE_BF16};
     for (size_t d = 0; d < 3; d++)
