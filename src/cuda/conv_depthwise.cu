@@ -444,7 +444,7 @@ template <typename F> static void with_bn(const mp_dw_bn_relu *bn, F f) {
     else f(std::integral_constant<bool, false>{});
 }
 
-static mp_status bn_aligned(const mp_dw_bn_relu *bn, const char *what) {
+static mp_status bn_given(const mp_dw_bn_relu *bn, const char *what) {
     if (bn && (!bn->mu || !bn->scale || !bn->shift))
         return mp_error(MP_ERR_INTERNAL, "%s: the fused batch norm's coefficients are missing", what);
     return MP_OK;
@@ -454,7 +454,7 @@ mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, co
                         const void *w, void *y, const char *what) {
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(x, y, what));
-    MP_TRY(bn_aligned(bn, what));
+    MP_TRY(bn_given(bn, what));
     const dw_shape sh = forward_shape(g);
     const size_t smem = filter_smem_bytes(g);
     const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, g->stride, cd));
@@ -515,7 +515,7 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
                                 const char *what) {
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(x, dy, what));
-    MP_TRY(bn_aligned(bn, what));
+    MP_TRY(bn_given(bn, what));
     const int blocks = filter_blocks(ctx, g, cd);
     if (!ws || ws_bytes < mp_dw_workspace(ctx, g, cd, MP_CONV_BWD_FILTER))
         return mp_error(MP_ERR_INTERNAL, "%s: the depthwise backward-filter's workspace is short (%zu bytes)", what,
