@@ -278,7 +278,7 @@ static void provenance(bool fused) {
         CHECK(rs == MP_OK, "reading the unfused ReLU's output: %s", mp_last_error());
     free(act);
     const mp_env *env = mp_env_get();
-    const bool want_fused = (fused || env->bn_dw_fusion) && !env->no_fusion && !env->no_bn_fast;
+    const bool want_fused = (fused || env->bn_dw_fusion) && !env->no_fusion && !env->no_bn_fast && env->conv_own != 0;
     CHECK(s == MP_OK, "provenance (%s): %s", fused ? "fused" : "unfused", mp_last_error());
     CHECK(marked == want_fused, "provenance: the batch norm is %sfused into the depthwise conv, want %s",
           marked ? "" : "not ", want_fused ? "fused" : "apart");
