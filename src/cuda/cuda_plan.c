@@ -263,10 +263,19 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
     cfg.bn_relu_input = conv_dw;
     size_t ws = 0, saved = pn->info.saved_bytes;
     MP_TRY(vt->prepare(p->dev->ctx, &nd->desc, &pn->info, &cfg, &pn->call.state, &ws, &saved));
-    if (conv_dw && !mp_conv2d_reads_bn_input(pn->call.state)) mp_plan_unfuse_bn_dw(p, i); /* its kernels declined */
     pn->info.saved_bytes = saved;
     pn->info.workspace_bytes = ws;
     if (ws > *workspace_bytes) *workspace_bytes = ws;
+    if (conv_dw && !mp_conv2d_reads_bn_input(pn->call.state)) { /* its kernels declined the batch norm */
+        const int b = pn->dw_fused;
+        mp_plan_unfuse_bn_dw(p, i);
+        /* the batch norm, prepared for the fusion (our kernels only, the fast ones required), prepared again as
+           it is unfused (before the arena is planned, so its sizes may still change) */
+        const mp_cuda_op_vtable *bvt = mp_cuda_op_lookup(p->g->nodes[b].desc.kind);
+        if (bvt->release) bvt->release(p->nodes[b].call.state);
+        p->nodes[b].call.state = NULL;
+        return mp_device_node_prepare(p, b, workspace_bytes, scratch, stage);
+    }
     return MP_OK;
 }
 

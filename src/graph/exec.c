@@ -245,8 +245,9 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     const int bn = p->nodes[node].fused_away ? p->nodes[node].fused_into : node;
     if (p->nodes[bn].dw_fused && p->g->nodes[bn].desc.kind == MP_OP_BATCHNORM2D) /* plan_fuse.h */
         return mp_error(MP_ERR_INVALID_ARG,
-                        "read '%s': not stored: its batch norm is applied by the depthwise convolution '%s' as it "
-                        "loads (read it from a plan without mp_plan_opts.bn_dw_fusion, MIXPREC_FUSE_BN_DW unset)",
+                        "read '%s': not stored on training steps: its batch norm is applied by the depthwise "
+                        "convolution '%s' as it loads (read it from a plan without mp_plan_opts.bn_dw_fusion, "
+                        "MIXPREC_FUSE_BN_DW unset)",
                         p->g->nodes[node].name, p->g->nodes[p->nodes[bn].dw_fused].name);
     const mp_tensor *t = &p->nodes[node].call.out;
     size_t have = (size_t)mp_tensor_numel(t);

@@ -51,7 +51,8 @@ void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b);
 /* After placement: point the shared tensors at one another's offsets. */
 void mp_plan_fuse_offsets(mp_plan *p);
 /* Undo the batch norm + depthwise conv fusion of conv k (its prepare
- * declined it): the batch norm stores its output again. */
+ * declined it): the batch norm stores its output again (the device then
+ * prepares it again, as an unfused one). */
 void mp_plan_unfuse_bn_dw(mp_plan *p, int k);
 /* Whether a batch norm fused into a depthwise conv stores its output in
  * this forward: while numerics are observed or an overflow is replayed. */
