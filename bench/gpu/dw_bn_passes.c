@@ -107,6 +107,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
+        const bool known = !strcmp(a, "--batch") || !strcmp(a, "--reps") || !strcmp(a, "--dtype");
+        if (!known) return fprintf(stderr, "dw_bn_passes: unknown option %s\n", a), usage(stderr), 2;
         if (!v) return fprintf(stderr, "dw_bn_passes: %s needs a value\n", a), usage(stderr), 2;
         if (!strcmp(a, "--batch")) {
             if ((batch = atoi(v)) < 1) return fprintf(stderr, "dw_bn_passes: --batch %s: a positive count\n", v), 2;
@@ -116,8 +118,6 @@ int main(int argc, char **argv) {
             dt = !strcmp(v, "bf16") ? MP_DTYPE_BF16 : !strcmp(v, "f16") ? MP_DTYPE_F16
                                                      : !strcmp(v, "f32") ? MP_DTYPE_F32 : MP_DTYPE_I32;
             if (dt == MP_DTYPE_I32) return fprintf(stderr, "dw_bn_passes: --dtype %s: bf16, f16 or f32\n", v), 2;
-        } else {
-            return fprintf(stderr, "dw_bn_passes: unknown option %s\n", a), usage(stderr), 2;
         }
         i++;
     }
@@ -175,6 +175,7 @@ int main(int argc, char **argv) {
                    L->hw, L->stride, L->count, t[FWD], t[FWD_BN], t[APPLY], t[WGRAD], t[WGRAD_BN], d);
         }
         cudaFree(b.x), cudaFree(b.y), cudaFree(b.out), cudaFree(b.w), cudaFree(b.dw), cudaFree(b.ws), cudaFree(b.coef);
+        b.x = b.y = b.out = b.w = b.dw = b.ws = NULL, b.coef = NULL; /* a failed allocation frees no stale one */
     }
     if (!rc)
         printf("| all 17, x count | | | %.3f | %.3f | %.3f | %.3f | %.3f | %+.3f |\n", sum[FWD], sum[FWD_BN],
