@@ -24,16 +24,19 @@ static bool fusable(const mp_plan *p, int j) {
            bn->storage_dtype == r->storage_dtype && p->nodes[i].in_backward == p->nodes[j].in_backward;
 }
 
+/* The only consumer of node j, or -1. */
+static int sole_consumer(const mp_plan *p, int j) {
+    if (p->g->nodes[j].n_consumers != 1 || p->g->nodes[j].is_output) return -1;
+    for (int k = j + 1; k < p->n; k++)
+        for (int m = 0; m < p->g->nodes[k].n_in; m++)
+            if (p->g->nodes[k].in[m] == j) return k;
+    return -1;
+}
+
 /* The ReLU reading add j when it is j's only consumer, else -1. */
 static int relu_after_add(const mp_plan *p, int j) {
-    const mp_gnode *a = &p->g->nodes[j];
-    if (a->n_consumers != 1 || a->is_output) return -1;
-    for (int k = j + 1; k < p->n; k++) {
-        const mp_gnode *r = &p->g->nodes[k];
-        for (int m = 0; m < r->n_in; m++)
-            if (r->in[m] == j) return r->desc.kind == MP_OP_RELU && r->n_in == 1 ? k : -1;
-    }
-    return -1;
+    const int k = sole_consumer(p, j);
+    return k >= 0 && p->g->nodes[k].desc.kind == MP_OP_RELU && p->g->nodes[k].n_in == 1 ? k : -1;
 }
 
 /* No consumer of s runs between the batch norm i (inclusive) and add j:
@@ -81,15 +84,6 @@ static void fuse_bn_add_relu(mp_plan *p) {
         p->nodes[j].fused_away = p->nodes[k].fused_away = true;
         p->nodes[j].fused_into = p->nodes[k].fused_into = i;
     }
-}
-
-/* The only consumer of node j, or -1. */
-static int sole_consumer(const mp_plan *p, int j) {
-    if (p->g->nodes[j].n_consumers != 1 || p->g->nodes[j].is_output) return -1;
-    for (int k = j + 1; k < p->n; k++)
-        for (int m = 0; m < p->g->nodes[k].n_in; m++)
-            if (p->g->nodes[k].in[m] == j) return k;
-    return -1;
 }
 
 /* A 3x3 depthwise conv2d that reads ReLU j (fused into batch norm i) as its
