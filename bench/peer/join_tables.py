@@ -64,9 +64,10 @@ def main():
         eager = theirs.get("eager")
         best = max((v[0] for v in theirs.values() if v), default=0)
         best_mode = next((m for m in modes if theirs[m] and theirs[m][0] == best), "")
+        eager_mib = f"{eager[1]:.0f}" if eager else "-"  # eager not run: no memory to compare against
+        mem = f"{o[1] / eager[1]:.2f}" if eager and eager[1] else "-"
         print(f"| {model} | {prec} | {batch} | {o[0]:.0f} | {cols} | {ratio(o[0], eager[0]) if eager else '-'} | "
-              f"{ratio(o[0], best)} {best_mode} | {o[2]} | {o[1]:.0f} | {eager[1] if eager else 0:.0f} | "
-              f"{o[1] / eager[1] if eager and eager[1] else float('nan'):.2f} | {own} |")
+              f"{ratio(o[0], best)} {best_mode} | {o[2]} | {o[1]:.0f} | {eager_mib} | {mem} | {own} |")
 
 
 if __name__ == "__main__":
