@@ -268,10 +268,8 @@ __global__ void __launch_bounds__(DW_THREADS, 2) dw_dgrad_stride2(const T *__res
 
 /* Backward-filter, first kernel: block b's sums of x * dy over its items,
  * part[(b * 9 + tap) * C + c]. An item is a band of sh.band output rows of one
- * output column; the band's input rows are read once each, 3 vectors at a
- * time (the next row loaded while this one is used), and each meets the dy
- * rows it feeds, of which the last 3 are kept (a rolled 3 x 3 window beside
- * the 9 x 8 sums spilled past 128 registers in f16 and bf16). Threads are lanes x channel vectors (lane = t / cvs;
+ * output column; the window's 3 x 3 input vectors roll down the band as in
+ * dw_correlate. Threads are lanes x channel vectors (lane = t / cvs;
  * threads past lanes * cvs only help reduce); lane l of block b takes items
  * b * lanes + l, then every gridDim.x * lanes further. Here sh is the
  * forward's: in = x, out = dy. BN: x is a batch norm's input, bn_relu
@@ -283,7 +281,7 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
                       mp_dw_bn_relu bn_relu) {
     using V = fast_vec<T>;
     using B = std::conditional_t<BN, dw_bn_shared<T>, dw_bn<T, false>>;
-    constexpr int VN = V::N;
+    constexpr int VN = V::N, KEEP = DW_K - S;
     __shared__ float red[DW_THREADS * 8];
     extern __shared__ float coef_sm[]; /* BN: 3 * C floats */
     const int cvs = sh.c / VN, lanes = DW_THREADS / cvs;
@@ -302,36 +300,29 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
             const int rows = min(sh.band, sh.ho - oh0);
             const T *img = x + n * sh.hi * sh.wi * sh.c + c0;
             const T *dcol = dy + (n * sh.ho * sh.wo + ow) * sh.c + c0;
-            /* input row i of the band feeds output row t = (i - r) / S through tap row r; d[k]
-             * holds dy row i / S - k (kept as loaded: widened per use, to stay within 128
-             * registers beside the 72 sums). Each tap's sum still runs over t in order. */
-            const int ins = (rows - 1) * S + DW_K;
-            uint4 d[DW_K] = {}, next[DW_K];
-            load_row<T, DW_K, B>(img, ih0, iw0, sh.hi, sh.wi, sh.c, next, bn);
+            uint4 win[DW_K][DW_K];
+#pragma unroll
+            for (int r = 0; r < KEEP; r++) load_row<T, DW_K, B>(img, ih0 + r, iw0, sh.hi, sh.wi, sh.c, win[r], bn);
 #pragma unroll 1
-            for (int i = 0; i < ins; i++) {
-                uint4 xr[DW_K];
+            for (int t = 0; t < rows; t++) {
 #pragma unroll
-                for (int s = 0; s < DW_K; s++) xr[s] = next[s];
-                if (i + 1 < ins) load_row<T, DW_K, B>(img, ih0 + i + 1, iw0, sh.hi, sh.wi, sh.c, next, bn);
-                if (i % S == 0) {
+                for (int r = KEEP; r < DW_K; r++)
+                    load_row<T, DW_K, B>(img, ih0 + t * S + r, iw0, sh.hi, sh.wi, sh.c, win[r], bn);
+                float d[VN];
+                V::widen(__ldg(reinterpret_cast<const uint4 *>(dcol + (oh0 + t) * sh.wo * sh.c)), d);
 #pragma unroll
-                    for (int k = DW_K - 1; k > 0; k--) d[k] = d[k - 1];
-                    if (i / S < rows) d[0] = __ldg(reinterpret_cast<const uint4 *>(dcol + (oh0 + i / S) * sh.wo * sh.c));
-                }
-#pragma unroll
-                for (int r = 0; r < DW_K; r++) {
-                    if (i < r || (i - r) % S || (i - r) / S >= rows) continue;
-                    float dv[VN];
-                    V::widen(d[S == 1 ? r : r / 2], dv); /* stride 2: rows i and i - 1 share i / 2 */
+                for (int r = 0; r < DW_K; r++)
 #pragma unroll
                     for (int s = 0; s < DW_K; s++) {
                         float xv[VN];
-                        V::widen(xr[s], xv);
+                        V::widen(win[r][s], xv);
 #pragma unroll
-                        for (int v = 0; v < VN; v++) acc[r * DW_K + s][v] = fmaf(xv[v], dv[v], acc[r * DW_K + s][v]);
+                        for (int v = 0; v < VN; v++) acc[r * DW_K + s][v] = fmaf(xv[v], d[v], acc[r * DW_K + s][v]);
                     }
-                }
+#pragma unroll
+                for (int r = 0; r < KEEP; r++)
+#pragma unroll
+                    for (int j = 0; j < DW_K; j++) win[r][j] = win[r + S][j];
             }
         }
     /* the block's lanes summed per tap in lane order: red[lane * C + c] */
