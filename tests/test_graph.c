@@ -1,7 +1,8 @@
 /* test_graph.c — graph, autodiff and memory planning: gradients of a whole
  * graph with a residual branch and a shared input against finite
  * differences, the arena planner's no-overlap guarantee, no allocation inside
- * a training step, and construction/plan errors. */
+ * a training step, construction/plan errors, and reads of intermediates whose
+ * memory later nodes reuse refused. */
 #include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
@@ -307,6 +308,74 @@ static void test_errors(void) {
     mp_graph_destroy(g);
 }
 
+/* x -> r1 = relu -> tanh -> relu -> out = tanh; r1 marked an output or not. */
+static mp_plan *chain_plan(mp_graph **g, bool keep_r1, mp_node *x, mp_node *r1, mp_node *out) {
+    *g = mp_graph_create();
+    *x = mp_graph_input(*g, "x", 1, 4, 4);
+    *r1 = mp_relu(*g, "r1", *x);
+    mp_node t1 = mp_tanh(*g, "t1", *r1);
+    mp_node r2 = mp_relu(*g, "r2", t1);
+    *out = mp_tanh(*g, "out", r2);
+    mp_graph_mark_output(*g, *out);
+    if (keep_r1) mp_graph_mark_output(*g, *r1);
+    mp_plan *p = NULL;
+    MP_ASSERT(mp_plan_create(*g, (mp_plan_opts){.batch = 2}, &p) == MP_OK);
+    return p;
+}
+
+/* mp_plan_read of a node whose memory the arena gives to later nodes is an
+ * error naming it, not whatever those nodes wrote there; marked an output,
+ * it reads its values. In training, what the backward still needed reads
+ * after the forward and is refused after the backward. */
+static void test_read_kept(void) {
+    float in[32], got[32];
+    for (int i = 0; i < 32; i++) in[i] = (float)(i % 7) - 3.f;
+    for (int keep = 0; keep < 2; keep++) {
+        mp_graph *g;
+        mp_node x, r1, out;
+        mp_plan *p = chain_plan(&g, keep, &x, &r1, &out);
+        MP_ASSERT(mp_plan_set_input(p, x, in, 32) == MP_OK && mp_plan_forward(p) == MP_OK);
+        CHECK(mp_plan_read(p, out, got, 32) == MP_OK, "the output reads: %s", mp_last_error());
+        const mp_status s = mp_plan_read(p, r1, got, 32);
+        if (!keep) {
+            CHECK(s == MP_ERR_INVALID_ARG && strstr(mp_last_error(), "'r1'") &&
+                      strstr(mp_last_error(), "mp_graph_mark_output"),
+                  "an intermediate later nodes overwrite is refused, naming it: %d %s", s, mp_last_error());
+        } else {
+            int wrong = 0;
+            for (int i = 0; i < 32; i++) wrong += got[i] != (in[i] > 0 ? in[i] : 0.f);
+            CHECK(s == MP_OK && wrong == 0, "r1 marked an output reads relu(x): %d wrong (%s)", wrong,
+                  s == MP_OK ? "" : mp_last_error());
+        }
+        mp_plan_destroy(p);
+        mp_graph_destroy(g);
+    }
+
+    enum { B = 2 };
+    net n = build_net();
+    mp_graph_init_params(n.g, 3);
+    mp_plan *p = NULL;
+    MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = B, .training = true, .loss = n.loss}, &p) == MP_OK);
+    float x[B * 2 * 5 * 5], c1[B * 3 * 5 * 5];
+    int32_t y[B] = {1, 3};
+    for (int i = 0; i < B * 2 * 5 * 5; i++) x[i] = (float)((i * 37) % 11) / 11.f - 0.5f;
+    const mp_node c1_node = mp_graph_find(n.g, "c1");
+    MP_ASSERT(mp_plan_set_input(p, n.in, x, sizeof x / sizeof x[0]) == MP_OK &&
+              mp_plan_set_labels(p, n.labels, y, B) == MP_OK && mp_plan_forward(p) == MP_OK);
+    CHECK(mp_plan_read(p, c1_node, c1, sizeof c1 / sizeof c1[0]) == MP_OK,
+          "c1 (its batch norm's backward reads it) reads after the forward: %s", mp_last_error());
+    MP_ASSERT(mp_plan_backward(p, 1.f) == MP_OK);
+    const mp_status s = mp_plan_read(p, c1_node, c1, sizeof c1 / sizeof c1[0]);
+    CHECK(s == MP_ERR_INVALID_ARG && strstr(mp_last_error(), "after the backward"),
+          "c1 after the backward is refused: %d %s", s, mp_last_error());
+    float loss = 0;
+    CHECK(mp_plan_read(p, n.loss, &loss, 1) == MP_OK && isfinite(loss), "the loss (an output) reads after the backward");
+    MP_ASSERT(mp_plan_forward(p) == MP_OK);
+    CHECK(mp_plan_read(p, c1_node, c1, sizeof c1 / sizeof c1[0]) == MP_OK, "c1 reads again after the next forward");
+    mp_plan_destroy(p);
+    mp_graph_destroy(n.g);
+}
+
 /* The standard deviation of n floats about 0, and the largest |v|. */
 static double rms_of(const float *v, int64_t n, double *max_abs) {
     double s = 0;
@@ -384,5 +453,6 @@ int main(void) {
     test_arena_planner();
     test_no_allocation_in_step();
     test_errors();
+    test_read_kept();
     return test_summary("test_graph");
 }

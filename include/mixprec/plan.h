@@ -116,7 +116,11 @@ MP_API mp_status mp_plan_forward(mp_plan *p);
 MP_API mp_status mp_plan_backward(mp_plan *p, float seed);
 /** Backward from any of the plan's losses. */
 MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
-/** Read a node's output as f32 (converted); n is its element count. */
+/** Read a node's output as f32 (converted); n is its element count. The
+ * plan's memory holds what the step still needs: outputs
+ * (mp_graph_mark_output) and inputs read at any time; any other node reads
+ * after mp_plan_forward only if a later node or the backward still reads it,
+ * and not after a backward. Elsewhere: MP_ERR_INVALID_ARG naming the node. */
 MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 /** With opts.profile: time per op kind (forward, backward, share) and how
  * its nodes ran (f32, native bf16, staged emulation). */

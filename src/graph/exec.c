@@ -55,6 +55,7 @@ static double profile_clock(const mp_plan *p) {
 mp_status mp_plan_forward(mp_plan *p) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
     MP_TRY(p->be->forward_begin(p));
+    p->backward_ran = false;
     for (int i = 0; i < p->n; i++) {
         double t0 = p->o.profile ? profile_clock(p) : 0;
         MP_TRY(forward_node(p, i));
@@ -181,6 +182,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
     mp_graph *g = p->g;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
+    p->backward_ran = true;
     const int root = p->losses[j];
     const bool *reach = p->reach[j];
     mp_so_note_backward(p, root);
@@ -249,6 +251,14 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
                         "convolution '%s' as it loads (read it from a plan without mp_plan_opts.bn_dw_fusion, "
                         "MIXPREC_FUSE_BN_DW unset)",
                         p->g->nodes[node].name, p->g->nodes[p->nodes[bn].dw_fused].name);
+    /* the arena gives a node's memory to later nodes once nothing reads it: after the forward, what
+     * outlived it is intact; after a backward, only what the whole step keeps (outputs, sources) */
+    const int kept_to = p->backward_ran ? 2 * p->n - 1 : p->n - 1;
+    if (p->nodes[node].out_last < kept_to)
+        return mp_error(MP_ERR_INVALID_ARG,
+                        "read '%s': its output is not kept after the %s (later nodes reuse its memory); mark it "
+                        "with mp_graph_mark_output before mp_plan_create to read it",
+                        p->g->nodes[node].name, p->backward_ran ? "backward" : "forward");
     const mp_tensor *t = &p->nodes[node].call.out;
     size_t have = (size_t)mp_tensor_numel(t);
     if (n != have)

@@ -206,6 +206,8 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
         return s;
     }
     for (int i = 0; i < n; i++) {
+        const int producer = mp_plan_fused_producer(p, i); /* a fused ReLU's output is its batch norm's */
+        p->nodes[i].out_last = b[3 * (producer >= 0 ? producer : i)].last;
         p->nodes[i].out_off = b[3 * i].offset;
         p->nodes[i].grad_off = b[3 * i + 1].offset;
         p->nodes[i].saved_off = b[3 * i + 2].offset;

@@ -25,6 +25,8 @@ typedef struct {
     int dw_fused;         /* batchnorm2d with its ReLU fused: the depthwise conv2d that applies both as it
                              loads (GPU training plans, plan_fuse.h); that conv2d: this batch norm; else 0 */
     size_t out_off, grad_off, saved_off;
+    int out_last;                  /* the last plan step its output's memory is kept for (plan.c: node i's
+                                      forward is step i, its backward 2n-1-i; 2n+1 = the whole step) */
     size_t ws_fwd_off, ws_bwd_off; /* device plans: the node's workspace in forward and in backward */
     size_t scratch_off;            /* gradients its backward computes aside to add them (own on a device,
                                       shared on the CPU) */
@@ -67,6 +69,8 @@ struct mp_plan {
     mp_status (*observe)(void *arg, int node, bool grad, const mp_tensor *t);
     void *observe_arg;
     bool replaying; /* mp_plan_find_nonfinite_forward's replay is running */
+    bool backward_ran; /* a backward ran since the last forward: intermediates it no longer needed may be
+                          overwritten (mp_plan_read refuses them) */
     struct mp_plan_so *so; /* opts.second_order: tangent buffers and state (second_order.h), else NULL */
 };
 
