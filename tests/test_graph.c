@@ -376,6 +376,80 @@ static void test_read_kept(void) {
     mp_graph_destroy(n.g);
 }
 
+/* A batch norm whose ReLU the plan fuses into it holds relu(bn): reading it
+ * is refused, the ReLU reads as the unfused plan's, and with fusion off the
+ * batch norm reads (negatives included). */
+static void test_read_fused(void) {
+    float in[64], fused_relu[96], plain_relu[96], plain_bn[96];
+    for (int i = 0; i < 64; i++) in[i] = (float)((i * 37) % 11) - 5.f;
+    for (int fuse = 1; fuse >= 0; fuse--) {
+        mp_graph *g = mp_graph_create();
+        mp_node x = mp_graph_input(g, "x", 2, 4, 4);
+        mp_node c = mp_conv2d(g, "c", x, (mp_conv_opts){.out_channels = 3, .kernel = 3, .padding = 1});
+        mp_node bn = mp_batchnorm2d(g, "bn", c, (mp_batchnorm_opts){0});
+        mp_node r = mp_relu(g, "r", bn);
+        mp_graph_mark_output(g, r);
+        mp_graph_init_params(g, 1);
+        mp_plan *p = NULL;
+        MP_ASSERT(mp_plan_create(g, (mp_plan_opts){.batch = 2, .no_fusion = !fuse}, &p) == MP_OK);
+        MP_ASSERT(mp_plan_set_input(p, x, in, 64) == MP_OK && mp_plan_forward(p) == MP_OK);
+        CHECK(mp_plan_read(p, r, fuse ? fused_relu : plain_relu, 96) == MP_OK, "the ReLU reads: %s", mp_last_error());
+        const mp_status s = mp_plan_read(p, bn, plain_bn, 96);
+        if (fuse && p->nodes[bn].relu_fused)
+            CHECK(s == MP_ERR_INVALID_ARG && strstr(mp_last_error(), "'bn'"),
+                  "the fused batch norm is refused, naming it: %d %s", s, mp_last_error());
+        if (!fuse) {
+            int negative = 0;
+            for (int i = 0; i < 96; i++) negative += plain_bn[i] < 0;
+            CHECK(s == MP_OK && negative > 0, "unfused, the batch norm reads with its negatives (%d)", negative);
+        }
+        mp_plan_destroy(p);
+        mp_graph_destroy(g);
+    }
+    CHECK(memcmp(fused_relu, plain_relu, sizeof fused_relu) == 0, "the fused ReLU reads as the unfused one");
+}
+
+/* After mp_plan_find_nonfinite_forward found an early non-finite output,
+ * the loss and logits read as after the forward it replayed (the replay's
+ * early nodes may have taken their memory). */
+static void test_read_after_replay(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 4, 4);
+    mp_node f = mp_flatten(g, "flat", x);
+    mp_node a = mp_linear(g, "fa", f, (mp_linear_opts){.out_features = 64, .bias = true});
+    mp_node sq = mp_mul(g, "sq", a, a); /* (1e9)^2 ... overflows f32 by sq3 */
+    mp_node b = mp_linear(g, "fb", sq, (mp_linear_opts){.out_features = 64, .bias = true});
+    mp_node sq2 = mp_mul(g, "sq2", b, b);
+    mp_node sq3 = mp_mul(g, "sq3", sq2, sq2);
+    mp_node logits = mp_linear(g, "fc", sq3, (mp_linear_opts){.out_features = 3, .bias = true});
+    mp_node y = mp_graph_labels(g, "y");
+    mp_node loss = mp_softmax_cross_entropy(g, "loss", logits, y);
+    mp_graph_mark_output(g, loss);
+    mp_graph_mark_output(g, logits);
+    mp_graph_init_params(g, 1);
+    for (int training = 0; training < 2; training++) {
+        mp_plan *p = NULL;
+        MP_ASSERT(mp_plan_create(g, (mp_plan_opts){.batch = 2, .training = training, .loss = loss, .reference = true},
+                                 &p) == MP_OK);
+        float in[32], l0, l1, c0[6], c1[6];
+        for (int i = 0; i < 32; i++) in[i] = (float)(i % 5) * 1e9f;
+        int32_t lab[2] = {0, 1};
+        MP_ASSERT(mp_plan_set_input(p, x, in, 32) == MP_OK && mp_plan_set_labels(p, y, lab, 2) == MP_OK &&
+                  mp_plan_forward(p) == MP_OK);
+        MP_ASSERT(mp_plan_read(p, loss, &l0, 1) == MP_OK && mp_plan_read(p, logits, c0, 6) == MP_OK);
+        if (training) MP_ASSERT(mp_plan_backward(p, 1.f) == MP_OK);
+        mp_nonfinite_site site;
+        MP_ASSERT(mp_plan_find_nonfinite_forward(p, &site) == MP_OK);
+        CHECK(site.found && site.node < logits, "the replay finds an early overflow (node %d)", site.node);
+        const bool read = mp_plan_read(p, loss, &l1, 1) == MP_OK && mp_plan_read(p, logits, c1, 6) == MP_OK;
+        CHECK(read && memcmp(&l0, &l1, sizeof l0) == 0 && memcmp(c0, c1, sizeof c0) == 0,
+              "%s plan: loss and logits after the replay as after the forward: %g / %g, %g / %g",
+              training ? "training" : "inference", l0, l1, c0[0], c1[0]);
+        mp_plan_destroy(p);
+    }
+    mp_graph_destroy(g);
+}
+
 /* The standard deviation of n floats about 0, and the largest |v|. */
 static double rms_of(const float *v, int64_t n, double *max_abs) {
     double s = 0;
@@ -454,5 +528,7 @@ int main(void) {
     test_no_allocation_in_step();
     test_errors();
     test_read_kept();
+    test_read_fused();
+    test_read_after_replay();
     return test_summary("test_graph");
 }

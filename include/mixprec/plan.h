@@ -120,7 +120,10 @@ MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
  * plan's memory holds what the step still needs: outputs
  * (mp_graph_mark_output) and inputs read at any time; any other node reads
  * after mp_plan_forward only if a later node or the backward still reads it,
- * and not after a backward. Elsewhere: MP_ERR_INVALID_ARG naming the node. */
+ * and not after a backward; a batch norm (or add) the plan runs fused with
+ * the ReLU after it is not stored apart unless marked an output.
+ * Elsewhere: MP_ERR_INVALID_ARG naming the node. After
+ * mp_plan_find_nonfinite_forward everything reads as after a forward. */
 MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 /** With opts.profile: time per op kind (forward, backward, share) and how
  * its nodes ran (f32, native bf16, staged emulation). */

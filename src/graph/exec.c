@@ -90,7 +90,10 @@ static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
 
 /* Activations die as soon as nothing reads them (the arena reuses their
  * memory), so the search replays the last forward pass (same batch, same
- * dropout masks) and checks every output as soon as it is written. */
+ * dropout masks) and checks every output as soon as it is written. Past the
+ * first non-finite output it runs the rest unchecked: the nodes it re-ran
+ * may have taken the memory of later outputs (the loss, the logits), which
+ * must read as after a forward, not as those nodes' bytes. */
 mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     memset(site, 0, sizeof *site);
     site->node = -1;
@@ -99,14 +102,14 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     if (p->step > 0) p->step--;
     p->replaying = true; /* fused outputs are stored, to be checked (plan_fuse.h) */
     mp_status s = p->be->forward_begin(p);
+    p->backward_ran = false;
     for (int i = 0; i < p->n && s == MP_OK; i++) {
         bool found = false;
         s = forward_node(p, i);
-        if (s == MP_OK) s = nonfinite(p, &p->nodes[i].call.out, &found);
+        if (s == MP_OK && !site->found) s = nonfinite(p, &p->nodes[i].call.out, &found);
         if (s != MP_OK || !found) continue;
         *site = (mp_nonfinite_site){.found = true, .backward = false, .node = i};
         snprintf(site->what, sizeof site->what, "output");
-        break;
     }
     p->replaying = false;
     p->step = step;
@@ -251,6 +254,14 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
                         "convolution '%s' as it loads (read it from a plan without mp_plan_opts.bn_dw_fusion, "
                         "MIXPREC_FUSE_BN_DW unset)",
                         p->g->nodes[node].name, p->g->nodes[p->nodes[bn].dw_fused].name);
+    /* a batch norm whose ReLU (and add) runs fused into it stores only the fused result (plan_fuse.h) */
+    const mp_pnode *pn = &p->nodes[node];
+    const bool fused_add = pn->fused_away && p->g->nodes[node].desc.kind == MP_OP_ADD;
+    if (pn->relu_fused || fused_add)
+        return mp_error(MP_ERR_INVALID_ARG,
+                        "read '%s': not stored: the plan fuses it with the ReLU after it and stores only that "
+                        "ReLU's output; mark it with mp_graph_mark_output before mp_plan_create to read it",
+                        p->g->nodes[node].name);
     /* the arena gives a node's memory to later nodes once nothing reads it: after the forward, what
      * outlived it is intact; after a backward, only what the whole step keeps (outputs, sources) */
     const int kept_to = p->backward_ran ? 2 * p->n - 1 : p->n - 1;
