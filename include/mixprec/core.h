@@ -159,8 +159,6 @@ typedef struct {
     int conv_own;              /**< MIXPREC_CONV_OWN: 1 (default) our depthwise convolution kernels timed beside
                                     cuDNN's choice for each pass, the faster kept; 0 never; 2 "force": ours wherever
                                     they apply (tests) */
-    bool dw_wide;              /**< MIXPREC_DW_WIDE=1: the depthwise forward and stride-1 backward-data on their
-                                    8-channel kernel instead of the 4-channel one (comparisons) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

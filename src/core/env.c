@@ -55,7 +55,6 @@ static void read_env(void) {
     e.no_conv_krsc_copies = equals("MIXPREC_CONV_KRSC_COPIES", "0");
     e.no_conv_weights_krsc = equals("MIXPREC_CONV_WEIGHTS_KRSC", "0");
     e.conv_own = equals("MIXPREC_CONV_OWN", "0") ? 0 : equals("MIXPREC_CONV_OWN", "force") ? 2 : 1;
-    e.dw_wide = flag("MIXPREC_DW_WIDE");
     g_env = e;
 }
 

@@ -101,10 +101,6 @@ __device__ __forceinline__ void load_row(const T *img, int ih, int iw0, int h, i
     }
 }
 
-/* The same correlation with four channels per thread, its filter in
- * registers (needs dw_shape, DW_* and filter_to_shared above). */
-#include "cuda/conv_depthwise_narrow.cuh"
-
 /* out = in (*) w as a 3x3 cross-correlation with stride S (forward), or
  * with the filter flipped (FLIP; stride 1: backward-data, in = dy, out =
  * dx, pad = 2 - the forward's). add: out += the result. A thread owns a
@@ -393,18 +389,11 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
  * 0.109 ms, bench/NOTES.md v0.28). */
 static int filter_band(const mp_conv_geom *g) { return g->stride == 2 ? 1 : band_rows(g->hy); }
 
-/* The 4-channel kernels (conv_depthwise_narrow.cuh) unless
- * MIXPREC_DW_WIDE=1 asks for the 8-channel ones (f32: 4 either way). */
-static bool use_narrow(void) { return !mp_env_get()->dw_wide; }
-
-/* Channels per thread of the forward, stride-1 backward-data and backward-filter kernels. */
-static int thread_channels(mp_dtype cd) { return use_narrow() ? 4 : vec_width(cd); }
-
 /* Blocks of the backward-filter's first kernel: two per SM (its 256 threads
- * hold 9 x 4 or 9 x 8 sums each), no more than there are lanes' items
- * (bands of one output column). */
+ * hold 9 x 8 sums each), no more than there are lanes' items (bands of one
+ * output column). */
 static int filter_blocks(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd) {
-    const int lanes = DW_THREADS / (g->cx / thread_channels(cd));
+    const int lanes = DW_THREADS / (g->cx / vec_width(cd));
     const long long items = (long long)g->n * ceil_div(g->hy, filter_band(g)) * g->wy;
     const long long need = (items + lanes - 1) / lanes;
     const int most = 2 * (ctx->sm_count > 0 ? ctx->sm_count : 1);
@@ -433,30 +422,8 @@ static long long correlate_items(const dw_shape *sh, int stride, mp_dtype cd) {
            (sh->c / vec_width(cd));
 }
 
-/* Outputs along the width per thread in dw_correlate_narrow: 2 at stride 1
- * for f16 and bf16; 1 at stride 2 and for f32, whose wider raw rows would
- * not leave registers for 2. */
-static constexpr int narrow_tw(int stride, int bytes) { return stride == 1 && bytes == 2 ? 2 : 1; }
-
-/* Threads of a dw_correlate_narrow pass: bands x strips x 4-channel groups. */
-static long long narrow_items(const dw_shape *sh, int tw) {
-    return (long long)sh->n * ceil_div(sh->ho, band_rows(sh->ho)) * ceil_div(sh->wo, tw) * (sh->c / 4);
-}
-
 /* The filter as floats in shared memory (filter_to_shared). */
 static size_t filter_smem_bytes(const mp_conv_geom *g) { return (size_t)DW_TAPS * g->cx * sizeof(float); }
-
-/* dw_correlate_narrow<T, S, tw, FLIP, BN> on sh, its filter (and BN's
- * coefficients after it) in shared memory; add as dw_correlate's. */
-template <typename T, int S, bool FLIP, bool BN>
-static void launch_narrow(mp_cuda_ctx *ctx, const mp_conv_geom *g, const dw_shape &sh, const void *in, const void *w,
-                          void *out, bool add, const mp_dw_bn_relu &coef) {
-    constexpr int TW = narrow_tw(S, (int)sizeof(T));
-    const unsigned blocks = stride_blocks(ctx, narrow_items(&sh, TW));
-    const size_t smem = filter_smem_bytes(g) + (BN ? 3 * (size_t)g->cx * sizeof(float) : 0);
-    dw_correlate_narrow<T, S, TW, FLIP, BN>
-        <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)in, (const T *)w, (T *)out, sh, add, coef);
-}
 
 static mp_status refuse(const mp_conv_geom *g, mp_dtype cd, const char *what) {
     return mp_error(MP_ERR_INTERNAL,
@@ -496,10 +463,7 @@ mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, co
         using T = decltype(t);
         with_bn(bn, [&](auto on) {
             constexpr bool BN = decltype(on)::value;
-            if (use_narrow()) {
-                if (g->stride == 1) launch_narrow<T, 1, false, BN>(ctx, g, sh, x, w, y, false, coef);
-                else launch_narrow<T, 2, false, BN>(ctx, g, sh, x, w, y, false, coef);
-            } else if (g->stride == 1)
+            if (g->stride == 1)
                 dw_correlate<T, 1, correlate_tw(1), false, BN>
                     <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false, coef);
             else
@@ -507,7 +471,7 @@ mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, co
                     <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false, coef);
         });
     });
-    return mp_cuda_check(cudaGetLastError(), "dw_correlate(_narrow)", what);
+    return mp_cuda_check(cudaGetLastError(), "dw_correlate", what);
 }
 
 mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *dy, const void *w,
@@ -521,14 +485,10 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
         const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, 1, cd));
         (void)with_type(cd, [&](auto t) {
             using T = decltype(t);
-            if (use_narrow()) {
-                launch_narrow<T, 1, true, false>(ctx, g, sh, dy, w, dx, add, mp_dw_bn_relu{NULL, NULL, NULL});
-                return;
-            }
             dw_correlate<T, 1, correlate_tw(1), true, false><<<blocks, DW_THREADS, smem, ctx->stream>>>(
                 (const T *)dy, (const T *)w, (T *)dx, sh, add, mp_dw_bn_relu{NULL, NULL, NULL});
         });
-        return mp_cuda_check(cudaGetLastError(), "dw_correlate(_narrow) (flipped)", what);
+        return mp_cuda_check(cudaGetLastError(), "dw_correlate (flipped)", what);
     }
     /* stride 2: bands of row pairs of dx, 2 x 2 outputs per thread */
     dw_shape sh = pass_shape(g, g->hy, g->wy, g->hx, g->wx, g->pad);
@@ -571,12 +531,7 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
         with_bn(bn, [&](auto on) {
             constexpr bool BN = decltype(on)::value;
             const size_t smem = BN ? 3 * (size_t)g->cx * sizeof(float) : 0;
-            if (use_narrow()) {
-                if (g->stride == 1)
-                    dw_filter_partial_narrow<T, 1, BN><<<blocks, DW_THREADS, smem, ctx->stream>>>(xt, dyt, part, sh, coef);
-                else
-                    dw_filter_partial_narrow<T, 2, BN><<<blocks, DW_THREADS, smem, ctx->stream>>>(xt, dyt, part, sh, coef);
-            } else if (g->stride == 1)
+            if (g->stride == 1)
                 dw_filter_partial<T, 1, BN><<<blocks, DW_THREADS, smem, ctx->stream>>>(xt, dyt, part, sh, coef);
             else
                 dw_filter_partial<T, 2, BN><<<blocks, DW_THREADS, smem, ctx->stream>>>(xt, dyt, part, sh, coef);

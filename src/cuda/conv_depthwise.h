@@ -5,13 +5,10 @@
  *
  * Why: a depthwise convolution is memory-bound, and cuDNN's backward-data
  * for it streams at 1.3 TB/s on sm_90 (mobilenetv2's large layers; the copy
- * rate is 3.3, bench/NOTES.md v0.27). A thread owns 4 channels (8 bytes of
- * f16/bf16: conv_depthwise_narrow.cuh) and keeps its filter taps and its
- * input window, as floats, in registers as the window rolls down a band of
- * output rows (a strip of outputs along the width); a strided
- * backward-data owns 2 x 2 blocks of dx of one 16-byte channel vector.
- * MIXPREC_DW_WIDE=1: the forward, stride-1 backward-data and
- * backward-filter on the older 16-byte-vector kernels instead (comparisons).
+ * rate is 3.3, bench/NOTES.md v0.27). These kernels read 16-byte channel
+ * vectors and keep each thread's input window in registers as it rolls
+ * down a band of output rows (a strip of outputs along the width; 2 x 2
+ * blocks of dx for a strided backward-data).
  *
  * conv_algo_cache.cu times them for each pass beside cuDNN's choice, on the
  * same scratch, and keeps the faster (mp_conv_algo.own);
