@@ -32,11 +32,26 @@ template <typename T> __device__ __forceinline__ void load_vec(const T *p, float
     fast_vec<T>::widen(ld16(p), v);
 }
 
-/* The filter (C, 3, 3) as floats in shared memory, tap-major: wsm[tap * C + c]; flipped: tap 8 - tap. */
+/* The filter (C, 3, 3) as floats in shared memory, tap-major (flipped: tap
+ * 8 - tap), each tap's row of C split into quarters of channel vectors: the
+ * float4 q of vector cv at filter_quad(wsm, tap, C, cv, q). A thread reads
+ * its vector's VN / 4 float4s per tap; with vectors of 8 (f16, bf16) kept
+ * whole, neighbouring threads' float4s were 32 bytes apart and every such
+ * read took twice the shared-memory wavefronts (bank conflicts), the bulk
+ * of the forward's L1 traffic (bench/NOTES.md v0.31); split, they are 16
+ * bytes apart. */
+template <typename T> __device__ __forceinline__ const float4 *filter_quad(const float *wsm, int tap, int c_count,
+                                                                         int cv, int q) {
+    constexpr int Q = fast_vec<T>::N / 4; /* float4s per vector */
+    return reinterpret_cast<const float4 *>(wsm + tap * c_count + q * (c_count / Q) + cv * 4);
+}
+
 template <typename T, bool FLIP> __device__ void filter_to_shared(const T *w, int c_count, float *wsm) {
+    constexpr int VN = fast_vec<T>::N, Q = VN / 4;
     for (int i = threadIdx.x; i < DW_TAPS * c_count; i += blockDim.x) {
         const int tap = i / c_count, c = i - tap * c_count;
-        wsm[i] = to_f32(w[c * DW_TAPS + (FLIP ? DW_TAPS - 1 - tap : tap)]);
+        const int at = tap * c_count + (c % VN / 4) * (c_count / Q) + c / VN * 4 + c % 4;
+        wsm[at] = to_f32(w[c * DW_TAPS + (FLIP ? DW_TAPS - 1 - tap : tap)]);
     }
     __syncthreads();
 }
@@ -153,7 +168,7 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
                 for (int s = 0; s < DW_K; s++)
 #pragma unroll
                     for (int v = 0; v < VN; v += 4) {
-                        const float4 f = *reinterpret_cast<const float4 *>(&wsm[(r * DW_K + s) * sh.c + c0 + v]);
+                        const float4 f = *filter_quad<T>(wsm, r * DW_K + s, sh.c, cv, v / 4);
                         wr[s][v] = f.x, wr[s][v + 1] = f.y, wr[s][v + 2] = f.z, wr[s][v + 3] = f.w;
                     }
 #pragma unroll
@@ -232,7 +247,7 @@ __global__ void __launch_bounds__(DW_THREADS, 2) dw_dgrad_stride2(const T *__res
                     V::widen(win[1 + dr][1 + ds], d);
 #pragma unroll
                     for (int v = 0; v < VN; v += 4) {
-                        const float4 k = *reinterpret_cast<const float4 *>(&wsm[(r * DW_K + s) * sh.c + c0 + v]);
+                        const float4 k = *filter_quad<T>(wsm, r * DW_K + s, sh.c, cv, v / 4);
                         acc[e][f][v] = fmaf(d[v], k.x, acc[e][f][v]);
                         acc[e][f][v + 1] = fmaf(d[v + 1], k.y, acc[e][f][v + 1]);
                         acc[e][f][v + 2] = fmaf(d[v + 2], k.z, acc[e][f][v + 2]);
