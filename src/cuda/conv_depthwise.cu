@@ -33,13 +33,14 @@ template <typename T> __device__ __forceinline__ void load_vec(const T *p, float
 }
 
 /* The filter (C, 3, 3) as floats in shared memory, tap-major (flipped: tap
- * 8 - tap), each tap's row of C split into quarters of channel vectors: the
- * float4 q of vector cv at filter_quad(wsm, tap, C, cv, q). A thread reads
- * its vector's VN / 4 float4s per tap; with vectors of 8 (f16, bf16) kept
- * whole, neighbouring threads' float4s were 32 bytes apart and every such
- * read took twice the shared-memory wavefronts (bank conflicts), the bulk
- * of the forward's L1 traffic (bench/NOTES.md v0.31); split, they are 16
- * bytes apart. */
+ * 8 - tap). A thread reads its channel vector's VN / 4 float4s per tap, so
+ * each tap's row of C holds first every vector's float4 0, then every
+ * vector's float4 1 (f16, bf16; f32 vectors are one float4): float4 q of
+ * vector cv is at filter_quad(wsm, tap, C, cv, q). With the vectors of 8
+ * kept whole, neighbouring threads' float4s were 32 bytes apart and every
+ * such read took twice the shared-memory wavefronts (bank conflicts), the
+ * bulk of the forward's L1 traffic (bench/NOTES.md v0.31); split, they are
+ * 16 bytes apart. */
 template <typename T> __device__ __forceinline__ const float4 *filter_quad(const float *wsm, int tap, int c_count,
                                                                          int cv, int q) {
     constexpr int Q = fast_vec<T>::N / 4; /* float4s per vector */
