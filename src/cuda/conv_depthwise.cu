@@ -40,7 +40,8 @@ template <typename T> __device__ __forceinline__ void load_vec(const T *p, float
  * kept whole, neighbouring threads' float4s were 32 bytes apart and every
  * such read took twice the shared-memory wavefronts (bank conflicts), the
  * bulk of the forward's L1 traffic (bench/NOTES.md v0.31); split, they are
- * 16 bytes apart. */
+ * 16 bytes apart (except where a quarter-warp wraps from the last vector
+ * to the first). */
 template <typename T> __device__ __forceinline__ const float4 *filter_quad(const float *wsm, int tap, int c_count,
                                                                          int cv, int q) {
     constexpr int Q = fast_vec<T>::N / 4; /* float4s per vector */
