@@ -36,24 +36,28 @@ template <typename T> __device__ __forceinline__ void load_vec(const T *p, float
  * 8 - tap). A thread reads its channel vector's VN / 4 float4s per tap, so
  * each tap's row of C holds first every vector's float4 0, then every
  * vector's float4 1 (f16, bf16; f32 vectors are one float4): float4 q of
- * vector cv is at filter_quad(wsm, tap, C, cv, q). With the vectors of 8
+ * vector cv is at filter_offset(tap, C, cv, q) (filter_quad). With the vectors of 8
  * kept whole, neighbouring threads' float4s were 32 bytes apart and every
  * such read took twice the shared-memory wavefronts (bank conflicts), the
  * bulk of the forward's L1 traffic (bench/NOTES.md v0.31); split, they are
  * 16 bytes apart (except where a quarter-warp wraps from the last vector
  * to the first). */
+template <typename T> __device__ __forceinline__ int filter_offset(int tap, int c_count, int cv, int q) {
+    constexpr int Q = fast_vec<T>::N / 4; /* float4s per vector */
+    return tap * c_count + q * (c_count / Q) + cv * 4;
+}
+
 template <typename T> __device__ __forceinline__ const float4 *filter_quad(const float *wsm, int tap, int c_count,
                                                                          int cv, int q) {
-    constexpr int Q = fast_vec<T>::N / 4; /* float4s per vector */
-    return reinterpret_cast<const float4 *>(wsm + tap * c_count + q * (c_count / Q) + cv * 4);
+    return reinterpret_cast<const float4 *>(wsm + filter_offset<T>(tap, c_count, cv, q));
 }
 
 template <typename T, bool FLIP> __device__ void filter_to_shared(const T *w, int c_count, float *wsm) {
-    constexpr int VN = fast_vec<T>::N, Q = VN / 4;
+    constexpr int VN = fast_vec<T>::N;
     for (int i = threadIdx.x; i < DW_TAPS * c_count; i += blockDim.x) {
         const int tap = i / c_count, c = i - tap * c_count;
-        const int at = tap * c_count + (c % VN / 4) * (c_count / Q) + c / VN * 4 + c % 4;
-        wsm[at] = to_f32(w[c * DW_TAPS + (FLIP ? DW_TAPS - 1 - tap : tap)]);
+        wsm[filter_offset<T>(tap, c_count, c / VN, c % VN / 4) + c % 4] =
+            to_f32(w[c * DW_TAPS + (FLIP ? DW_TAPS - 1 - tap : tap)]);
     }
     __syncthreads();
 }
@@ -62,7 +66,7 @@ template <typename T, bool FLIP> __device__ void filter_to_shared(const T *w, in
  * norm + ReLU applied to the input as it is loaded), or nothing. */
 template <typename T, bool BN> struct dw_bn {
     __device__ __forceinline__ void load(const mp_dw_bn_relu &, int) {}
-    __device__ __forceinline__ uint4 apply(uint4 u) const { return u; }
+    template <typename R> __device__ __forceinline__ R apply(R u) const { return u; }
 };
 template <typename T> struct dw_bn<T, true> {
     static constexpr int N = fast_vec<T>::N;
@@ -101,22 +105,33 @@ __device__ __forceinline__ void bn_to_shared(const mp_dw_bn_relu &b, int c_count
     __syncthreads();
 }
 
-/* Row ih of a window: COLS 16-byte vectors from column iw0 of image `img`
- * (its channel vector's first element), all loads issued before any is
- * used; outside the image: zeros (the load reads the image's first vector
- * instead, so no address leaves it), inside: bn applied. Read-only loads:
- * the passes never read what they write. */
-template <typename T, int COLS, typename B = dw_bn<T, false>>
-__device__ __forceinline__ void load_row(const T *img, int ih, int iw0, int h, int w, int c, uint4 (&row)[COLS],
+/* Row ih of a window: COLS vectors (R: 16 bytes, or a quad's 8) from
+ * column iw0 of image `img` (its channel vector's first element), all loads
+ * issued before any is used; outside the image: zeros (the load reads the
+ * image's first vector instead, so no address leaves it), inside: bn
+ * applied. Read-only loads: the passes never read what they write. */
+template <typename T, int COLS, typename B = dw_bn<T, false>, typename R = uint4>
+__device__ __forceinline__ void load_row(const T *img, int ih, int iw0, int h, int w, int c, R (&row)[COLS],
                                          const B &bn = B{}) {
 #pragma unroll
     for (int j = 0; j < COLS; j++) {
         const int iw = iw0 + j;
         const bool in = (unsigned)ih < (unsigned)h && (unsigned)iw < (unsigned)w;
-        const uint4 u = __ldg(reinterpret_cast<const uint4 *>(img + (in ? ih * w + iw : 0) * c));
-        row[j] = in ? bn.apply(u) : make_uint4(0, 0, 0, 0);
+        const R u = __ldg(reinterpret_cast<const R *>(img + (in ? ih * w + iw : 0) * c));
+        row[j] = in ? bn.apply(u) : R{};
     }
 }
+
+/* Four channels of f16 or bf16 as one 8-byte load (a quad). */
+template <typename T> struct quad_of {
+    using R = uint2;
+    static __device__ __forceinline__ void widen(R u, float (&v)[4]) {
+        using P = typename fast_pair<T>::P;
+        const float2 a = fast_pair<T>::widen(*reinterpret_cast<const P *>(&u.x));
+        const float2 b = fast_pair<T>::widen(*reinterpret_cast<const P *>(&u.y));
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    }
+};
 
 /* out = in (*) w as a 3x3 cross-correlation with stride S (forward), or
  * with the filter flipped (FLIP; stride 1: backward-data, in = dy, out =
@@ -283,6 +298,28 @@ __global__ void __launch_bounds__(DW_THREADS, 2) dw_dgrad_stride2(const T *__res
     }
 }
 
+/* The backward-filter's block sums: each thread's VN channels x 9 taps
+ * (acc; live: the thread had items), summed over the block's lanes per tap in
+ * lane order into part[(blockIdx.x * 9 + tap) * C + c]; red holds
+ * DW_THREADS * VN floats (lane l's channel c at l * C + c). */
+template <int VN>
+__device__ __forceinline__ void block_partials(const float (&acc)[DW_TAPS][VN], bool live, int lanes, int c_count,
+                                               float *red, float *part) {
+#pragma unroll
+    for (int tap = 0; tap < DW_TAPS; tap++) {
+        if (live)
+#pragma unroll
+            for (int v = 0; v < VN; v++) red[threadIdx.x * VN + v] = acc[tap][v];
+        __syncthreads();
+        for (int c = threadIdx.x; c < c_count; c += blockDim.x) {
+            float s = 0.f;
+            for (int l = 0; l < lanes; l++) s += red[l * c_count + c];
+            part[(blockIdx.x * DW_TAPS + tap) * c_count + c] = s;
+        }
+        __syncthreads();
+    }
+}
+
 /* Backward-filter, first kernel: block b's sums of x * dy over its items,
  * part[(b * 9 + tap) * C + c]. An item is a band of sh.band output rows of one
  * output column; the window's 3 x 3 input vectors roll down the band as in
@@ -342,20 +379,65 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
                     for (int j = 0; j < DW_K; j++) win[r][j] = win[r + S][j];
             }
         }
-    /* the block's lanes summed per tap in lane order: red[lane * C + c] */
+    block_partials<VN>(acc, lane < lanes, lanes, sh.c, red, part);
+}
+
+/* Backward-filter, first kernel, stride 1, f16 or bf16, with 4 channels
+ * per thread (a quad, 8-byte loads): as dw_filter_partial without BN, but
+ * with 9 x 4 sums the thread has the registers to load the next output
+ * row's input row and dy while it sums this one's (the 8-channel kernel
+ * uses each row's loads in the row that issues them); MINB blocks per SM
+ * (3: 80 registers, 2: 128). */
+template <typename T, int MINB>
+__global__ void __launch_bounds__(DW_THREADS, MINB)
+    dw_filter_partial_quad(const T *__restrict__ x, const T *__restrict__ dy, float *__restrict__ part, dw_shape sh) {
+    using Q = quad_of<T>;
+    using R = typename Q::R;
+    using B = dw_bn<T, false>;
+    __shared__ float red[DW_THREADS * 4];
+    const int cqs = sh.c / 4, lanes = DW_THREADS / cqs;
+    const int lane = threadIdx.x / cqs, cq = threadIdx.x - lane * cqs, c0 = cq * 4;
+    float acc[DW_TAPS][4] = {};
+    const int bands = (sh.ho + sh.band - 1) / sh.band, total = sh.n * bands * sh.wo;
+    if (lane < lanes)
+        for (int q = blockIdx.x * lanes + lane; q < total; q += gridDim.x * lanes) {
+            const int ow = q % sh.wo, band = q / sh.wo % bands, n = q / sh.wo / bands;
+            const int oh0 = band * sh.band, iw0 = ow - sh.pad, ih0 = oh0 - sh.pad;
+            const int rows = min(sh.band, sh.ho - oh0);
+            const T *img = x + n * sh.hi * sh.wi * sh.c + c0;
+            const T *dp = dy + (n * sh.ho * sh.wo + oh0 * sh.wo + ow) * sh.c + c0; /* dy at output row t */
+            R win[DW_K][DW_K], next[DW_K];
+            load_row<T, DW_K, B, R>(img, ih0, iw0, sh.hi, sh.wi, sh.c, win[0]);
+            load_row<T, DW_K, B, R>(img, ih0 + 1, iw0, sh.hi, sh.wi, sh.c, win[1]);
+            load_row<T, DW_K, B, R>(img, ih0 + 2, iw0, sh.hi, sh.wi, sh.c, next);
+            R dnext = __ldg(reinterpret_cast<const R *>(dp));
+#pragma unroll 1
+            for (int t = 0; t < rows; t++) {
 #pragma unroll
-    for (int tap = 0; tap < DW_TAPS; tap++) {
-        if (lane < lanes)
+                for (int j = 0; j < DW_K; j++) win[2][j] = next[j];
+                float d[4];
+                Q::widen(dnext, d);
+                if (t + 1 < rows) { /* output row t + 1's loads, in flight while row t is summed */
+                    load_row<T, DW_K, B, R>(img, ih0 + t + 3, iw0, sh.hi, sh.wi, sh.c, next);
+                    dp += sh.wo * sh.c;
+                    dnext = __ldg(reinterpret_cast<const R *>(dp));
+                }
 #pragma unroll
-            for (int v = 0; v < VN; v++) red[threadIdx.x * VN + v] = acc[tap][v];
-        __syncthreads();
-        for (int c = threadIdx.x; c < sh.c; c += blockDim.x) {
-            float s = 0.f;
-            for (int l = 0; l < lanes; l++) s += red[l * sh.c + c];
-            part[(blockIdx.x * DW_TAPS + tap) * sh.c + c] = s;
+                for (int r = 0; r < DW_K; r++)
+#pragma unroll
+                    for (int s = 0; s < DW_K; s++) {
+                        float xv[4];
+                        Q::widen(win[r][s], xv);
+#pragma unroll
+                        for (int v = 0; v < 4; v++) acc[r * DW_K + s][v] = fmaf(xv[v], d[v], acc[r * DW_K + s][v]);
+                    }
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int j = 0; j < DW_K; j++) win[r][j] = win[r + 1][j];
+            }
         }
-        __syncthreads();
-    }
+    block_partials<4>(acc, lane < lanes, lanes, sh.c, red, part);
 }
 
 /* Backward-filter, second kernel: dw[c * 9 + tap] = the blocks' partial sums
@@ -406,14 +488,22 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
  * 0.109 ms, bench/NOTES.md v0.28). */
 static int filter_band(const mp_conv_geom *g) { return g->stride == 2 ? 1 : band_rows(g->hy); }
 
+/* Blocks per SM of dw_filter_partial_quad (4 channels per thread: stride
+ * 1, f16 or bf16, no batch norm fused in) where the backward-filter runs it,
+ * else 0: dw_filter_partial (a 16-byte vector per thread). */
+static int quad_blocks_per_sm(const mp_conv_geom *g, mp_dtype cd, bool bn) {
+    return g->stride == 1 && cd != MP_DTYPE_F32 && !bn ? mp_env_get()->dw_wgrad_quad : 0;
+}
+
 /* Blocks of the backward-filter's first kernel: two per SM (its 256 threads
- * hold 9 x 8 sums each), no more than there are lanes' items (bands of one
- * output column). */
-static int filter_blocks(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd) {
-    const int lanes = DW_THREADS / (g->cx / vec_width(cd));
+ * hold 9 x 8 sums each; three with 9 x 4), no more than there are lanes'
+ * items (bands of one output column). */
+static int filter_blocks(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, bool bn) {
+    const int quad = quad_blocks_per_sm(g, cd, bn);
+    const int lanes = DW_THREADS / (g->cx / (quad ? 4 : vec_width(cd)));
     const long long items = (long long)g->n * ceil_div(g->hy, filter_band(g)) * g->wy;
     const long long need = (items + lanes - 1) / lanes;
-    const int most = 2 * (ctx->sm_count > 0 ? ctx->sm_count : 1);
+    const int most = (quad ? quad : 2) * (ctx->sm_count > 0 ? ctx->sm_count : 1);
     return need < most ? (int)(need > 0 ? need : 1) : most;
 }
 
@@ -423,7 +513,8 @@ static constexpr int correlate_tw(int stride) { return stride == 1 ? 2 : 1; }
 
 size_t mp_dw_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass) {
     if (pass != MP_CONV_BWD_FILTER || !mp_dw_applies(g, cd)) return 0;
-    return (size_t)filter_blocks(ctx, g, cd) * DW_TAPS * g->cx * sizeof(float);
+    const int plain = filter_blocks(ctx, g, cd, false), fused = filter_blocks(ctx, g, cd, true);
+    return (size_t)(plain > fused ? plain : fused) * DW_TAPS * g->cx * sizeof(float);
 }
 
 /* Blocks for a grid-stride loop over `items` threads' work: at most 8 per SM
@@ -533,7 +624,7 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(x, dy, what));
     MP_TRY(bn_given(bn, what));
-    const int blocks = filter_blocks(ctx, g, cd);
+    const int blocks = filter_blocks(ctx, g, cd, bn != NULL);
     if (!ws || ws_bytes < mp_dw_workspace(ctx, g, cd, MP_CONV_BWD_FILTER))
         return mp_error(MP_ERR_INTERNAL, "%s: the depthwise backward-filter's workspace is short (%zu bytes)", what,
                         ws_bytes);
@@ -548,6 +639,12 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
         with_bn(bn, [&](auto on) {
             constexpr bool BN = decltype(on)::value;
             const size_t smem = BN ? 3 * (size_t)g->cx * sizeof(float) : 0;
+            if constexpr (!BN && !std::is_same_v<T, float>) {
+                const int quad = quad_blocks_per_sm(g, cd, BN);
+                if (quad == 3) dw_filter_partial_quad<T, 3><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
+                if (quad == 2) dw_filter_partial_quad<T, 2><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
+                if (quad) return;
+            }
             if (g->stride == 1)
                 dw_filter_partial<T, 1, BN><<<blocks, DW_THREADS, smem, ctx->stream>>>(xt, dyt, part, sh, coef);
             else
