@@ -42,21 +42,22 @@ template <typename T> __device__ __forceinline__ void load_vec(const T *p, float
  * bulk of the forward's L1 traffic (bench/NOTES.md v0.31); split, they are
  * 16 bytes apart (except where a quarter-warp wraps from the last vector
  * to the first). */
-template <typename T> __device__ __forceinline__ int filter_offset(int tap, int c_count, int cv, int q) {
-    constexpr int Q = fast_vec<T>::N / 4; /* float4s per vector */
+template <int VN> __device__ __forceinline__ int filter_offset(int tap, int c_count, int cv, int q) {
+    constexpr int Q = VN / 4; /* float4s per vector */
     return tap * c_count + q * (c_count / Q) + cv * 4;
 }
 
 template <typename T> __device__ __forceinline__ const float4 *filter_quad(const float *wsm, int tap, int c_count,
                                                                          int cv, int q) {
-    return reinterpret_cast<const float4 *>(wsm + filter_offset<T>(tap, c_count, cv, q));
+    return reinterpret_cast<const float4 *>(wsm + filter_offset<fast_vec<T>::N>(tap, c_count, cv, q));
 }
 
-template <typename T, bool FLIP> __device__ void filter_to_shared(const T *w, int c_count, float *wsm) {
-    constexpr int VN = fast_vec<T>::N;
+/* VN: channels per thread (a quad kernel's 4: each tap's row is plain C). */
+template <typename T, bool FLIP, int VN = fast_vec<T>::N>
+__device__ void filter_to_shared(const T *w, int c_count, float *wsm) {
     for (int i = threadIdx.x; i < DW_TAPS * c_count; i += blockDim.x) {
         const int tap = i / c_count, c = i - tap * c_count;
-        wsm[filter_offset<T>(tap, c_count, c / VN, c % VN / 4) + c % 4] =
+        wsm[filter_offset<VN>(tap, c_count, c / VN, c % VN / 4) + c % 4] =
             to_f32(w[c * DW_TAPS + (FLIP ? DW_TAPS - 1 - tap : tap)]);
     }
     __syncthreads();
@@ -125,11 +126,15 @@ __device__ __forceinline__ void load_row(const T *img, int ih, int iw0, int h, i
 /* Four channels of f16 or bf16 as one 8-byte load (a quad). */
 template <typename T> struct quad_of {
     using R = uint2;
+    using P = typename fast_pair<T>::P;
     static __device__ __forceinline__ void widen(R u, float (&v)[4]) {
-        using P = typename fast_pair<T>::P;
         const float2 a = fast_pair<T>::widen(*reinterpret_cast<const P *>(&u.x));
         const float2 b = fast_pair<T>::widen(*reinterpret_cast<const P *>(&u.y));
         v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    }
+    static __device__ __forceinline__ R narrow(const float (&v)[4]) {
+        const P a = fast_pair<T>::narrow(v[0], v[1]), b = fast_pair<T>::narrow(v[2], v[3]);
+        return make_uint2(*reinterpret_cast<const uint32_t *>(&a), *reinterpret_cast<const uint32_t *>(&b));
     }
 };
 
@@ -217,6 +222,80 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
             for (int r = 0; r < KEEP; r++)
 #pragma unroll
                 for (int j = 0; j < COLS; j++) win[r][j] = win[r + S][j];
+        }
+    }
+}
+
+/* dw_correlate at stride 1 without BN, f16 or bf16, with 4 channels per
+ * thread (a quad, 8-byte loads): the thread's 9 x 4 filter taps stay in
+ * registers for its band (9 shared-memory reads per band instead of 18 per
+ * output row), the window stays raw, and the next output row's input row is
+ * loaded while this one is summed. Same sums in the same order per output
+ * as dw_correlate, so the same bits. */
+template <typename T, int TW, bool FLIP>
+__global__ void __launch_bounds__(DW_THREADS, 2)
+    dw_correlate_quad(const T *__restrict__ in, const T *__restrict__ w, T *__restrict__ out, dw_shape sh, bool add) {
+    using Q = quad_of<T>;
+    using R = typename Q::R;
+    using B = dw_bn<T, false>;
+    constexpr int COLS = TW + DW_K - 1;
+    extern __shared__ float wsm[];
+    filter_to_shared<T, FLIP, 4>(w, sh.c, wsm);
+    const int cqs = sh.c / 4, strips = (sh.wo + TW - 1) / TW, bands = (sh.ho + sh.band - 1) / sh.band;
+    const int total = sh.n * bands * strips * cqs;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int cq = i % cqs, q = i / cqs;
+        const int strip = q % strips, band = q / strips % bands, n = q / strips / bands;
+        const int ow0 = strip * TW, oh0 = band * sh.band, c0 = cq * 4;
+        const int rows = min(sh.band, sh.ho - oh0);
+        const int iw0 = ow0 - sh.pad, ih0 = oh0 - sh.pad;
+        const T *img = in + n * sh.hi * sh.wi * sh.c + c0;
+        R win[DW_K][COLS], next[COLS];
+        load_row<T, COLS, B, R>(img, ih0, iw0, sh.hi, sh.wi, sh.c, win[0]);
+        load_row<T, COLS, B, R>(img, ih0 + 1, iw0, sh.hi, sh.wi, sh.c, win[1]);
+        load_row<T, COLS, B, R>(img, ih0 + 2, iw0, sh.hi, sh.wi, sh.c, next);
+        float f[DW_TAPS][4];
+#pragma unroll
+        for (int tap = 0; tap < DW_TAPS; tap++) {
+            const float4 k = *reinterpret_cast<const float4 *>(wsm + filter_offset<4>(tap, sh.c, cq, 0));
+            f[tap][0] = k.x, f[tap][1] = k.y, f[tap][2] = k.z, f[tap][3] = k.w;
+        }
+        T *o = out + ((n * sh.ho + oh0) * sh.wo + ow0) * sh.c + c0;
+        for (int t = 0; t < rows; t++, o += sh.wo * sh.c) {
+#pragma unroll
+            for (int j = 0; j < COLS; j++) win[2][j] = next[j];
+            if (t + 1 < rows) load_row<T, COLS, B, R>(img, ih0 + t + 3, iw0, sh.hi, sh.wi, sh.c, next);
+            float acc[TW][4] = {};
+#pragma unroll
+            for (int r = 0; r < DW_K; r++)
+#pragma unroll
+                for (int j = 0; j < COLS; j++) {
+                    float xv[4];
+                    Q::widen(win[r][j], xv);
+#pragma unroll
+                    for (int u = 0; u < TW; u++) {
+                        const int s = j - u;
+                        if (s < 0 || s >= DW_K) continue;
+#pragma unroll
+                        for (int v = 0; v < 4; v++) acc[u][v] = fmaf(xv[v], f[r * DW_K + s][v], acc[u][v]);
+                    }
+                }
+#pragma unroll
+            for (int u = 0; u < TW; u++) {
+                if (ow0 + u >= sh.wo) break;
+                R *at = reinterpret_cast<R *>(o + u * sh.c);
+                if (add) {
+                    float prev[4];
+                    Q::widen(*at, prev);
+#pragma unroll
+                    for (int v = 0; v < 4; v++) acc[u][v] += prev[v];
+                }
+                *at = Q::narrow(acc[u]);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int j = 0; j < COLS; j++) win[r][j] = win[r + 1][j];
         }
     }
 }
@@ -558,6 +637,27 @@ static mp_status bn_given(const mp_dw_bn_relu *bn, const char *what) {
     return MP_OK;
 }
 
+/* Outputs along the width per thread of dw_correlate_quad where a stride-1
+ * f16/bf16 pass without BN runs it (MIXPREC_DW_FWD_QUAD: 2 or 4), else 0. */
+static int quad_strip(const mp_conv_geom *g, mp_dtype cd, bool bn) {
+    return g->stride == 1 && cd != MP_DTYPE_F32 && !bn ? mp_env_get()->dw_fwd_quad : 0;
+}
+
+/* dw_correlate_quad<T, tw, FLIP> on sh (tw: quad_strip's answer, 2 or 4). */
+template <typename T, bool FLIP>
+static void launch_correlate_quad(mp_cuda_ctx *ctx, int tw, const dw_shape &sh, const void *in, const void *w,
+                                  void *out, bool add) {
+    const long long items = (long long)sh.n * ceil_div(sh.ho, sh.band) * ceil_div(sh.wo, tw) * (sh.c / 4);
+    const unsigned blocks = stride_blocks(ctx, items);
+    const size_t smem = (size_t)DW_TAPS * sh.c * sizeof(float);
+    if (tw == 4)
+        dw_correlate_quad<T, 4, FLIP>
+            <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)in, (const T *)w, (T *)out, sh, add);
+    else
+        dw_correlate_quad<T, 2, FLIP>
+            <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)in, (const T *)w, (T *)out, sh, add);
+}
+
 mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const mp_dw_bn_relu *bn,
                         const void *w, void *y, const char *what) {
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
@@ -571,6 +671,10 @@ mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, co
         using T = decltype(t);
         with_bn(bn, [&](auto on) {
             constexpr bool BN = decltype(on)::value;
+            if constexpr (!std::is_same_v<T, float>) {
+                const int tw = quad_strip(g, cd, BN);
+                if (tw) return launch_correlate_quad<T, false>(ctx, tw, sh, x, w, y, false);
+            }
             if (g->stride == 1)
                 dw_correlate<T, 1, correlate_tw(1), false, BN>
                     <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false, coef);
@@ -593,6 +697,10 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
         const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, 1, cd));
         (void)with_type(cd, [&](auto t) {
             using T = decltype(t);
+            if constexpr (!std::is_same_v<T, float>) {
+                const int tw = quad_strip(g, cd, false);
+                if (tw) return launch_correlate_quad<T, true>(ctx, tw, sh, dy, w, dx, add);
+            }
             dw_correlate<T, 1, correlate_tw(1), true, false><<<blocks, DW_THREADS, smem, ctx->stream>>>(
                 (const T *)dy, (const T *)w, (T *)dx, sh, add, mp_dw_bn_relu{NULL, NULL, NULL});
         });
