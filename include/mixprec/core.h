@@ -159,12 +159,8 @@ typedef struct {
     int conv_own;              /**< MIXPREC_CONV_OWN: 1 (default) our depthwise convolution kernels timed beside
                                     cuDNN's choice for each pass, the faster kept; 0 never; 2 "force": ours wherever
                                     they apply (tests) */
-    int dw_wgrad_quad;         /**< MIXPREC_DW_WGRAD_QUAD=2 or 3: the depthwise backward-filter at stride 1 in
-                                    f16/bf16 on its 4-channel kernel (next row's loads in flight), that many blocks
-                                    per SM, instead of the 8-channel one; 0 (default): not (comparisons) */
-    int dw_fwd_quad;           /**< MIXPREC_DW_FWD_QUAD=2 or 4: the depthwise forward and backward-data at stride 1
-                                    in f16/bf16 on their 4-channel kernel (filter taps in registers), that many
-                                    outputs along the width per thread; 0 (default): not (comparisons) */
+    bool no_dw_quad;           /**< MIXPREC_DW_QUAD=0: the depthwise forward and backward-data at stride 1 in
+                                    f16/bf16 on their 8-channel kernel instead of the 4-channel one (comparisons) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

@@ -54,8 +54,7 @@ static void read_env(void) {
     e.no_cudnn_add_dx = equals("MIXPREC_CUDNN_ADD_DX", "0");
     e.no_conv_krsc_copies = equals("MIXPREC_CONV_KRSC_COPIES", "0");
     e.no_conv_weights_krsc = equals("MIXPREC_CONV_WEIGHTS_KRSC", "0");
-    e.dw_wgrad_quad = number("MIXPREC_DW_WGRAD_QUAD", 0) == 2 ? 2 : number("MIXPREC_DW_WGRAD_QUAD", 0) == 3 ? 3 : 0;
-    e.dw_fwd_quad = number("MIXPREC_DW_FWD_QUAD", 0) == 2 ? 2 : number("MIXPREC_DW_FWD_QUAD", 0) == 4 ? 4 : 0;
+    e.no_dw_quad = equals("MIXPREC_DW_QUAD", "0");
     e.conv_own = equals("MIXPREC_CONV_OWN", "0") ? 0 : equals("MIXPREC_CONV_OWN", "force") ? 2 : 1;
     g_env = e;
 }

@@ -1,6 +1,8 @@
 /* conv_depthwise.cu — see conv_depthwise.h. A thread owns one 16-byte
  * vector of channels (cv) of a band of output rows: TW outputs along the
- * width (forward, backward-data) or one (backward-filter). The 3 input rows
+ * width (forward, backward-data) or one (backward-filter); at stride 1 in
+ * f16/bf16 the forward and backward-data take 4 channels (a quad, 8 bytes)
+ * per thread instead, with the filter taps in registers. The 3 input rows
  * its window needs roll down the band, so each input vector is loaded
  * about once per band row instead of three times. Consecutive threads take
  * consecutive channel vectors of the same pixel, so a warp's loads are
@@ -18,7 +20,7 @@
 #include "cuda/choice_cache.h"        /* mp_median_ms */
 #include "cuda/vec16.cuh"
 
-enum { DW_THREADS = 256, DW_K = 3, DW_TAPS = 9, DW_MAX_C = 1024, DW_SUM_GROUPS = 8 };
+enum { DW_THREADS = 256, DW_K = 3, DW_TAPS = 9, DW_MAX_C = 1024, DW_SUM_GROUPS = 8, DW_QUAD_TW = 4 };
 
 /* The two activations of a pass: `in` is read, `out` written. */
 typedef struct {
@@ -227,14 +229,17 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
 }
 
 /* dw_correlate at stride 1 without BN, f16 or bf16, with 4 channels per
- * thread (a quad, 8-byte loads): the thread's 9 x 4 filter taps stay in
- * registers for its band (9 shared-memory reads per band instead of 18 per
- * output row), the window stays raw, and the next output row's input row is
- * loaded while this one is summed. Same sums in the same order per output
- * as dw_correlate, so the same bits. */
-template <typename T, int TW, bool FLIP>
+ * thread (a quad, 8-byte loads) and a strip of DW_QUAD_TW outputs: the
+ * thread's 9 x 4 filter taps stay in registers for its band (9 shared-memory
+ * reads per band instead of 18 per output row: those reads kept
+ * dw_correlate's L1 pipe 70 % busy, bench/NOTES.md v0.31), the window stays
+ * raw, and the next output row's input row is loaded while this one is
+ * summed (118 registers). Same sums in the same order per output as
+ * dw_correlate, so the same bits. */
+template <typename T, bool FLIP>
 __global__ void __launch_bounds__(DW_THREADS, 2)
     dw_correlate_quad(const T *__restrict__ in, const T *__restrict__ w, T *__restrict__ out, dw_shape sh, bool add) {
+    constexpr int TW = DW_QUAD_TW;
     using Q = quad_of<T>;
     using R = typename Q::R;
     using B = dw_bn<T, false>;
@@ -461,64 +466,6 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
     block_partials<VN>(acc, lane < lanes, lanes, sh.c, red, part);
 }
 
-/* Backward-filter, first kernel, stride 1, f16 or bf16, with 4 channels
- * per thread (a quad, 8-byte loads): as dw_filter_partial without BN, but
- * with 9 x 4 sums the thread has the registers to load the next output
- * row's input row and dy while it sums this one's (the 8-channel kernel
- * uses each row's loads in the row that issues them); MINB blocks per SM
- * (3: 80 registers, 2: 128). */
-template <typename T, int MINB>
-__global__ void __launch_bounds__(DW_THREADS, MINB)
-    dw_filter_partial_quad(const T *__restrict__ x, const T *__restrict__ dy, float *__restrict__ part, dw_shape sh) {
-    using Q = quad_of<T>;
-    using R = typename Q::R;
-    using B = dw_bn<T, false>;
-    __shared__ float red[DW_THREADS * 4];
-    const int cqs = sh.c / 4, lanes = DW_THREADS / cqs;
-    const int lane = threadIdx.x / cqs, cq = threadIdx.x - lane * cqs, c0 = cq * 4;
-    float acc[DW_TAPS][4] = {};
-    const int bands = (sh.ho + sh.band - 1) / sh.band, total = sh.n * bands * sh.wo;
-    if (lane < lanes)
-        for (int q = blockIdx.x * lanes + lane; q < total; q += gridDim.x * lanes) {
-            const int ow = q % sh.wo, band = q / sh.wo % bands, n = q / sh.wo / bands;
-            const int oh0 = band * sh.band, iw0 = ow - sh.pad, ih0 = oh0 - sh.pad;
-            const int rows = min(sh.band, sh.ho - oh0);
-            const T *img = x + n * sh.hi * sh.wi * sh.c + c0;
-            const T *dp = dy + (n * sh.ho * sh.wo + oh0 * sh.wo + ow) * sh.c + c0; /* dy at output row t */
-            R win[DW_K][DW_K], next[DW_K];
-            load_row<T, DW_K, B, R>(img, ih0, iw0, sh.hi, sh.wi, sh.c, win[0]);
-            load_row<T, DW_K, B, R>(img, ih0 + 1, iw0, sh.hi, sh.wi, sh.c, win[1]);
-            load_row<T, DW_K, B, R>(img, ih0 + 2, iw0, sh.hi, sh.wi, sh.c, next);
-            R dnext = __ldg(reinterpret_cast<const R *>(dp));
-#pragma unroll 1
-            for (int t = 0; t < rows; t++) {
-#pragma unroll
-                for (int j = 0; j < DW_K; j++) win[2][j] = next[j];
-                float d[4];
-                Q::widen(dnext, d);
-                if (t + 1 < rows) { /* output row t + 1's loads, in flight while row t is summed */
-                    load_row<T, DW_K, B, R>(img, ih0 + t + 3, iw0, sh.hi, sh.wi, sh.c, next);
-                    dp += sh.wo * sh.c;
-                    dnext = __ldg(reinterpret_cast<const R *>(dp));
-                }
-#pragma unroll
-                for (int r = 0; r < DW_K; r++)
-#pragma unroll
-                    for (int s = 0; s < DW_K; s++) {
-                        float xv[4];
-                        Q::widen(win[r][s], xv);
-#pragma unroll
-                        for (int v = 0; v < 4; v++) acc[r * DW_K + s][v] = fmaf(xv[v], d[v], acc[r * DW_K + s][v]);
-                    }
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int j = 0; j < DW_K; j++) win[r][j] = win[r + 1][j];
-            }
-        }
-    block_partials<4>(acc, lane < lanes, lanes, sh.c, red, part);
-}
-
 /* Backward-filter, second kernel: dw[c * 9 + tap] = the blocks' partial sums
  * in a fixed order (group g of DW_SUM_GROUPS sums blocks g, g + 8, ...; the
  * groups are added in order), rounded once. A block covers 32 (tap, c). */
@@ -567,22 +514,14 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
  * 0.109 ms, bench/NOTES.md v0.28). */
 static int filter_band(const mp_conv_geom *g) { return g->stride == 2 ? 1 : band_rows(g->hy); }
 
-/* Blocks per SM of dw_filter_partial_quad (4 channels per thread: stride
- * 1, f16 or bf16, no batch norm fused in) where the backward-filter runs it,
- * else 0: dw_filter_partial (a 16-byte vector per thread). */
-static int quad_blocks_per_sm(const mp_conv_geom *g, mp_dtype cd, bool bn) {
-    return g->stride == 1 && cd != MP_DTYPE_F32 && !bn ? mp_env_get()->dw_wgrad_quad : 0;
-}
-
 /* Blocks of the backward-filter's first kernel: two per SM (its 256 threads
- * hold 9 x 8 sums each; three with 9 x 4), no more than there are lanes'
- * items (bands of one output column). */
-static int filter_blocks(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, bool bn) {
-    const int quad = quad_blocks_per_sm(g, cd, bn);
-    const int lanes = DW_THREADS / (g->cx / (quad ? 4 : vec_width(cd)));
+ * hold 9 x 8 sums each), no more than there are lanes' items (bands of one
+ * output column). */
+static int filter_blocks(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd) {
+    const int lanes = DW_THREADS / (g->cx / vec_width(cd));
     const long long items = (long long)g->n * ceil_div(g->hy, filter_band(g)) * g->wy;
     const long long need = (items + lanes - 1) / lanes;
-    const int most = (quad ? quad : 2) * (ctx->sm_count > 0 ? ctx->sm_count : 1);
+    const int most = 2 * (ctx->sm_count > 0 ? ctx->sm_count : 1);
     return need < most ? (int)(need > 0 ? need : 1) : most;
 }
 
@@ -592,8 +531,7 @@ static constexpr int correlate_tw(int stride) { return stride == 1 ? 2 : 1; }
 
 size_t mp_dw_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass) {
     if (pass != MP_CONV_BWD_FILTER || !mp_dw_applies(g, cd)) return 0;
-    const int plain = filter_blocks(ctx, g, cd, false), fused = filter_blocks(ctx, g, cd, true);
-    return (size_t)(plain > fused ? plain : fused) * DW_TAPS * g->cx * sizeof(float);
+    return (size_t)filter_blocks(ctx, g, cd) * DW_TAPS * g->cx * sizeof(float);
 }
 
 /* Blocks for a grid-stride loop over `items` threads' work: at most 8 per SM
@@ -637,25 +575,23 @@ static mp_status bn_given(const mp_dw_bn_relu *bn, const char *what) {
     return MP_OK;
 }
 
-/* Outputs along the width per thread of dw_correlate_quad where a stride-1
- * f16/bf16 pass without BN runs it (MIXPREC_DW_FWD_QUAD: 2 or 4), else 0. */
-static int quad_strip(const mp_conv_geom *g, mp_dtype cd, bool bn) {
-    return g->stride == 1 && cd != MP_DTYPE_F32 && !bn ? mp_env_get()->dw_fwd_quad : 0;
+/* Whether a pass runs dw_correlate_quad: stride 1, f16 or bf16, no batch
+ * norm fused in, unless MIXPREC_DW_QUAD=0. Measured 4-7 % faster than
+ * dw_correlate on mobilenetv2's stride-1 shapes in both passes (bench/NOTES.md
+ * v0.32), where 2 outputs per thread and a 4-channel backward-filter were
+ * slower. */
+static bool use_quad(const mp_conv_geom *g, mp_dtype cd, bool bn) {
+    return g->stride == 1 && cd != MP_DTYPE_F32 && !bn && !mp_env_get()->no_dw_quad;
 }
 
-/* dw_correlate_quad<T, tw, FLIP> on sh (tw: quad_strip's answer, 2 or 4). */
+/* dw_correlate_quad<T, FLIP> on sh. */
 template <typename T, bool FLIP>
-static void launch_correlate_quad(mp_cuda_ctx *ctx, int tw, const dw_shape &sh, const void *in, const void *w,
-                                  void *out, bool add) {
-    const long long items = (long long)sh.n * ceil_div(sh.ho, sh.band) * ceil_div(sh.wo, tw) * (sh.c / 4);
+static void launch_correlate_quad(mp_cuda_ctx *ctx, const dw_shape &sh, const void *in, const void *w, void *out,
+                                  bool add) {
+    const long long items = (long long)sh.n * ceil_div(sh.ho, sh.band) * ceil_div(sh.wo, DW_QUAD_TW) * (sh.c / 4);
     const unsigned blocks = stride_blocks(ctx, items);
     const size_t smem = (size_t)DW_TAPS * sh.c * sizeof(float);
-    if (tw == 4)
-        dw_correlate_quad<T, 4, FLIP>
-            <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)in, (const T *)w, (T *)out, sh, add);
-    else
-        dw_correlate_quad<T, 2, FLIP>
-            <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)in, (const T *)w, (T *)out, sh, add);
+    dw_correlate_quad<T, FLIP><<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)in, (const T *)w, (T *)out, sh, add);
 }
 
 mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const mp_dw_bn_relu *bn,
@@ -671,10 +607,8 @@ mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, co
         using T = decltype(t);
         with_bn(bn, [&](auto on) {
             constexpr bool BN = decltype(on)::value;
-            if constexpr (!std::is_same_v<T, float>) {
-                const int tw = quad_strip(g, cd, BN);
-                if (tw) return launch_correlate_quad<T, false>(ctx, tw, sh, x, w, y, false);
-            }
+            if constexpr (!std::is_same_v<T, float>)
+                if (use_quad(g, cd, BN)) return launch_correlate_quad<T, false>(ctx, sh, x, w, y, false);
             if (g->stride == 1)
                 dw_correlate<T, 1, correlate_tw(1), false, BN>
                     <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false, coef);
@@ -697,10 +631,8 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
         const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, 1, cd));
         (void)with_type(cd, [&](auto t) {
             using T = decltype(t);
-            if constexpr (!std::is_same_v<T, float>) {
-                const int tw = quad_strip(g, cd, false);
-                if (tw) return launch_correlate_quad<T, true>(ctx, tw, sh, dy, w, dx, add);
-            }
+            if constexpr (!std::is_same_v<T, float>)
+                if (use_quad(g, cd, false)) return launch_correlate_quad<T, true>(ctx, sh, dy, w, dx, add);
             dw_correlate<T, 1, correlate_tw(1), true, false><<<blocks, DW_THREADS, smem, ctx->stream>>>(
                 (const T *)dy, (const T *)w, (T *)dx, sh, add, mp_dw_bn_relu{NULL, NULL, NULL});
         });
@@ -732,7 +664,7 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(x, dy, what));
     MP_TRY(bn_given(bn, what));
-    const int blocks = filter_blocks(ctx, g, cd, bn != NULL);
+    const int blocks = filter_blocks(ctx, g, cd);
     if (!ws || ws_bytes < mp_dw_workspace(ctx, g, cd, MP_CONV_BWD_FILTER))
         return mp_error(MP_ERR_INTERNAL, "%s: the depthwise backward-filter's workspace is short (%zu bytes)", what,
                         ws_bytes);
@@ -747,12 +679,6 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
         with_bn(bn, [&](auto on) {
             constexpr bool BN = decltype(on)::value;
             const size_t smem = BN ? 3 * (size_t)g->cx * sizeof(float) : 0;
-            if constexpr (!BN && !std::is_same_v<T, float>) {
-                const int quad = quad_blocks_per_sm(g, cd, BN);
-                if (quad == 3) dw_filter_partial_quad<T, 3><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
-                if (quad == 2) dw_filter_partial_quad<T, 2><<<blocks, DW_THREADS, 0, ctx->stream>>>(xt, dyt, part, sh);
-                if (quad) return;
-            }
             if (g->stride == 1)
                 dw_filter_partial<T, 1, BN><<<blocks, DW_THREADS, smem, ctx->stream>>>(xt, dyt, part, sh, coef);
             else

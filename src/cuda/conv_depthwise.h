@@ -6,7 +6,8 @@
  * Why: a depthwise convolution is memory-bound, and cuDNN's backward-data
  * for it streams at 1.3 TB/s on sm_90 (mobilenetv2's large layers; the copy
  * rate is 3.3, bench/NOTES.md v0.27). These kernels read 16-byte channel
- * vectors and keep each thread's input window in registers as it rolls
+ * vectors (8-byte ones of 4 channels in the stride-1 f16/bf16 forward and
+ * backward-data) and keep each thread's input window in registers as it rolls
  * down a band of output rows (a strip of outputs along the width; 2 x 2
  * blocks of dx for a strided backward-data).
  *
