@@ -576,10 +576,10 @@ static mp_status bn_given(const mp_dw_bn_relu *bn, const char *what) {
 }
 
 /* Whether a pass runs dw_correlate_quad: stride 1, f16 or bf16, no batch
- * norm fused in, unless MIXPREC_DW_QUAD=0. Measured 4-7 % faster than
- * dw_correlate on mobilenetv2's stride-1 shapes in both passes (bench/NOTES.md
- * v0.32), where 2 outputs per thread and a 4-channel backward-filter were
- * slower. */
+ * norm fused in, unless MIXPREC_DW_QUAD=0. Measured 1-8 % faster than
+ * dw_correlate on every stride-1 shape of mobilenetv2 in both passes
+ * (bench/NOTES.md v0.32), where 2 outputs per thread and a 4-channel
+ * backward-filter were slower. */
 static bool use_quad(const mp_conv_geom *g, mp_dtype cd, bool bn) {
     return g->stride == 1 && cd != MP_DTYPE_F32 && !bn && !mp_env_get()->no_dw_quad;
 }
