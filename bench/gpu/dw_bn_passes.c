@@ -3,7 +3,9 @@
  * and saves, pass by pass, on mobilenetv2's depthwise layers (CIFAR variant,
  * 3x32x32): our forward and backward-filter (src/cuda/conv_depthwise.h) on
  * the stored batch-norm output, the same two applying the batch norm as they
- * load its input, and the batch norm's apply + ReLU (batchnorm2d_fast.h)
+ * load its input (at stride 1 in f16/bf16 the forward on the stored output
+ * is the 4-channel kernel, the fused one the 8-channel kernel, so the
+ * difference includes theirs), and the batch norm's apply + ReLU (batchnorm2d_fast.h)
  * that the fusion removes. GPU milliseconds, the median of --reps timed
  * launches each (CUDA events). The last column is fused minus apart
  * (forward + backward-filter + apply), times the layer's count in the model:

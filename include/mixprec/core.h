@@ -160,7 +160,8 @@ typedef struct {
                                     cuDNN's choice for each pass, the faster kept; 0 never; 2 "force": ours wherever
                                     they apply (tests) */
     bool no_dw_quad;           /**< MIXPREC_DW_QUAD=0: the depthwise forward and backward-data at stride 1 in
-                                    f16/bf16 on their 8-channel kernel instead of the 4-channel one (comparisons) */
+                                    f16/bf16 on their 8-channel kernel instead of the 4-channel one (comparisons;
+                                    a forward with a batch norm fused in runs the 8-channel kernel either way) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

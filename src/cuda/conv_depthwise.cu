@@ -234,8 +234,8 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
  * reads per band instead of 18 per output row: those reads kept
  * dw_correlate's L1 pipe 70 % busy, bench/NOTES.md v0.31), the window stays
  * raw, and the next output row's input row is loaded while this one is
- * summed (118 registers). Same sums in the same order per output as
- * dw_correlate, so the same bits. */
+ * summed (118 registers in bf16, 114 in f16). Same sums in the same order
+ * per output as dw_correlate, so the same bits. */
 template <typename T, bool FLIP>
 __global__ void __launch_bounds__(DW_THREADS, 2)
     dw_correlate_quad(const T *__restrict__ in, const T *__restrict__ w, T *__restrict__ out, dw_shape sh, bool add) {
