@@ -365,6 +365,11 @@ int main(void) {
          conv(16, 3, 1, 1, 1, 16, 0, false),
          {4, {2, 16, 19, 5}}, 0, 0},
         {"conv2d depthwise C8 k3 s2 p0, 9x8", MP_OP_CONV2D, conv(8, 3, 2, 0, 1, 8, 0, false), {4, {2, 8, 9, 8}}, 0, 0},
+        /* the stride-1 forward's strips of 4 outputs ending in 2 and in 3 (its padding 2 too) */
+        {"conv2d depthwise C16 k3 s1 p2, 5x4 (output 7x6)", MP_OP_CONV2D, conv(16, 3, 1, 2, 1, 16, 0, false),
+         {4, {2, 16, 5, 4}}, 0, 0},
+        {"conv2d depthwise C8 k3 s1 p1, 5x11", MP_OP_CONV2D, conv(8, 3, 1, 1, 1, 8, 0, false), {4, {2, 8, 5, 11}}, 0,
+         0},
         {"conv2d depthwise C8 k3 s2 p1, 21x6 (bands of 8, 3 rows)", MP_OP_CONV2D, conv(8, 3, 2, 1, 1, 8, 0, false),
          {4, {2, 8, 21, 6}}, 0, 0},
         {"conv2d C16->32 k3 p2 dil2 g2", MP_OP_CONV2D, conv(32, 3, 1, 2, 2, 2, 0, false), {4, {2, 16, 8, 8}}, 0, 0},
