@@ -382,28 +382,6 @@ __global__ void __launch_bounds__(DW_THREADS, 2) dw_dgrad_stride2(const T *__res
     }
 }
 
-/* The backward-filter's block sums: each thread's VN channels x 9 taps
- * (acc; live: the thread had items), summed over the block's lanes per tap in
- * lane order into part[(blockIdx.x * 9 + tap) * C + c]; red holds
- * DW_THREADS * VN floats (lane l's channel c at l * C + c). */
-template <int VN>
-__device__ __forceinline__ void block_partials(const float (&acc)[DW_TAPS][VN], bool live, int lanes, int c_count,
-                                               float *red, float *part) {
-#pragma unroll
-    for (int tap = 0; tap < DW_TAPS; tap++) {
-        if (live)
-#pragma unroll
-            for (int v = 0; v < VN; v++) red[threadIdx.x * VN + v] = acc[tap][v];
-        __syncthreads();
-        for (int c = threadIdx.x; c < c_count; c += blockDim.x) {
-            float s = 0.f;
-            for (int l = 0; l < lanes; l++) s += red[l * c_count + c];
-            part[(blockIdx.x * DW_TAPS + tap) * c_count + c] = s;
-        }
-        __syncthreads();
-    }
-}
-
 /* Backward-filter, first kernel: block b's sums of x * dy over its items,
  * part[(b * 9 + tap) * C + c]. An item is a band of sh.band output rows of one
  * output column; the window's 3 x 3 input vectors roll down the band as in
@@ -463,7 +441,20 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
                     for (int j = 0; j < DW_K; j++) win[r][j] = win[r + S][j];
             }
         }
-    block_partials<VN>(acc, lane < lanes, lanes, sh.c, red, part);
+    /* the block's lanes summed per tap in lane order: red[lane * C + c] */
+#pragma unroll
+    for (int tap = 0; tap < DW_TAPS; tap++) {
+        if (lane < lanes)
+#pragma unroll
+            for (int v = 0; v < VN; v++) red[threadIdx.x * VN + v] = acc[tap][v];
+        __syncthreads();
+        for (int c = threadIdx.x; c < sh.c; c += blockDim.x) {
+            float s = 0.f;
+            for (int l = 0; l < lanes; l++) s += red[l * sh.c + c];
+            part[(blockIdx.x * DW_TAPS + tap) * sh.c + c] = s;
+        }
+        __syncthreads();
+    }
 }
 
 /* Backward-filter, second kernel: dw[c * 9 + tap] = the blocks' partial sums
@@ -541,10 +532,20 @@ static unsigned stride_blocks(const mp_cuda_ctx *ctx, long long items) {
     return (unsigned)(need < 1 ? 1 : need < most ? need : most);
 }
 
-/* Threads of a dw_correlate pass: bands x strips x channel vectors. */
-static long long correlate_items(const dw_shape *sh, int stride, mp_dtype cd) {
-    return (long long)sh->n * ceil_div(sh->ho, band_rows(sh->ho)) * ceil_div(sh->wo, correlate_tw(stride)) *
-           (sh->c / vec_width(cd));
+/* Whether a pass runs dw_correlate_quad: stride 1, f16 or bf16, no batch
+ * norm fused in, unless MIXPREC_DW_QUAD=0. Measured 1-8 % faster than
+ * dw_correlate on every stride-1 shape of mobilenetv2 in both passes
+ * (bench/NOTES.md v0.32), where 2 outputs per thread and a 4-channel
+ * backward-filter were slower. */
+static bool use_quad(const mp_conv_geom *g, mp_dtype cd, bool bn) {
+    return g->stride == 1 && cd != MP_DTYPE_F32 && !bn && !mp_env_get()->no_dw_quad;
+}
+
+/* Threads of a dw_correlate pass (quad: of dw_correlate_quad): bands x
+ * strips x channel vectors (quads). */
+static long long correlate_items(const dw_shape *sh, int stride, mp_dtype cd, bool quad) {
+    const int tw = quad ? DW_QUAD_TW : correlate_tw(stride), per_thread = quad ? 4 : vec_width(cd);
+    return (long long)sh->n * ceil_div(sh->ho, band_rows(sh->ho)) * ceil_div(sh->wo, tw) * (sh->c / per_thread);
 }
 
 /* The filter as floats in shared memory (filter_to_shared). */
@@ -575,25 +576,6 @@ static mp_status bn_given(const mp_dw_bn_relu *bn, const char *what) {
     return MP_OK;
 }
 
-/* Whether a pass runs dw_correlate_quad: stride 1, f16 or bf16, no batch
- * norm fused in, unless MIXPREC_DW_QUAD=0. Measured 1-8 % faster than
- * dw_correlate on every stride-1 shape of mobilenetv2 in both passes
- * (bench/NOTES.md v0.32), where 2 outputs per thread and a 4-channel
- * backward-filter were slower. */
-static bool use_quad(const mp_conv_geom *g, mp_dtype cd, bool bn) {
-    return g->stride == 1 && cd != MP_DTYPE_F32 && !bn && !mp_env_get()->no_dw_quad;
-}
-
-/* dw_correlate_quad<T, FLIP> on sh. */
-template <typename T, bool FLIP>
-static void launch_correlate_quad(mp_cuda_ctx *ctx, const dw_shape &sh, const void *in, const void *w, void *out,
-                                  bool add) {
-    const long long items = (long long)sh.n * ceil_div(sh.ho, sh.band) * ceil_div(sh.wo, DW_QUAD_TW) * (sh.c / 4);
-    const unsigned blocks = stride_blocks(ctx, items);
-    const size_t smem = (size_t)DW_TAPS * sh.c * sizeof(float);
-    dw_correlate_quad<T, FLIP><<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)in, (const T *)w, (T *)out, sh, add);
-}
-
 mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const mp_dw_bn_relu *bn,
                         const void *w, void *y, const char *what) {
     if (!mp_dw_applies(g, cd)) return refuse(g, cd, what);
@@ -601,14 +583,19 @@ mp_status mp_dw_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, co
     MP_TRY(bn_given(bn, what));
     const dw_shape sh = forward_shape(g);
     const size_t smem = filter_smem_bytes(g);
-    const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, g->stride, cd));
+    const bool quad = use_quad(g, cd, bn != NULL);
+    const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, g->stride, cd, quad));
     const mp_dw_bn_relu coef = bn ? *bn : mp_dw_bn_relu{NULL, NULL, NULL};
     (void)with_type(cd, [&](auto t) { /* cd is f32, f16 or bf16 (mp_dw_applies) */
         using T = decltype(t);
         with_bn(bn, [&](auto on) {
             constexpr bool BN = decltype(on)::value;
-            if constexpr (!std::is_same_v<T, float>)
-                if (use_quad(g, cd, BN)) return launch_correlate_quad<T, false>(ctx, sh, x, w, y, false);
+            if constexpr (!std::is_same_v<T, float> && !BN)
+                if (quad) {
+                    dw_correlate_quad<T, false>
+                        <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false);
+                    return;
+                }
             if (g->stride == 1)
                 dw_correlate<T, 1, correlate_tw(1), false, BN>
                     <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, sh, false, coef);
@@ -628,11 +615,16 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
     const int cvs = g->cx / vec_width(cd);
     if (g->stride == 1) { /* dx = dy (*) w flipped, padded by 2 - pad */
         const dw_shape sh = pass_shape(g, g->hy, g->wy, g->hx, g->wx, DW_K - 1 - g->pad);
-        const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, 1, cd));
+        const bool quad = use_quad(g, cd, false);
+        const unsigned blocks = stride_blocks(ctx, correlate_items(&sh, 1, cd, quad));
         (void)with_type(cd, [&](auto t) {
             using T = decltype(t);
             if constexpr (!std::is_same_v<T, float>)
-                if (use_quad(g, cd, false)) return launch_correlate_quad<T, true>(ctx, sh, dy, w, dx, add);
+                if (quad) {
+                    dw_correlate_quad<T, true>
+                        <<<blocks, DW_THREADS, smem, ctx->stream>>>((const T *)dy, (const T *)w, (T *)dx, sh, add);
+                    return;
+                }
             dw_correlate<T, 1, correlate_tw(1), true, false><<<blocks, DW_THREADS, smem, ctx->stream>>>(
                 (const T *)dy, (const T *)w, (T *)dx, sh, add, mp_dw_bn_relu{NULL, NULL, NULL});
         });
