@@ -63,9 +63,10 @@ typedef struct {
      * every plan). */
     bool no_fusion;
     /** GPU plans fuse each batchnorm2d -> residual add -> ReLU (a ResNet
-     * block's tail) into one pass each way; true keeps them apart (for
-     * comparisons; MIXPREC_FUSE_BN_ADD_RELU=0 does it for every plan, and
-     * no_fusion implies it). */
+     * block's tail), and each batchnorm2d -> residual add with no ReLU after
+     * it (a MobileNetV2 block's), into one pass each way; true keeps them
+     * apart (for comparisons; MIXPREC_FUSE_BN_ADD_RELU=0 does it for every
+     * plan, and no_fusion implies it). */
     bool no_bn_add_relu_fusion;
     /** GPU training plans: fuse a batchnorm2d + ReLU whose output only a
      * depthwise 3x3 convolution reads (MobileNet's expansion into its

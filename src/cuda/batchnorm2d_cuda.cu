@@ -15,9 +15,10 @@
  * Fused with the ReLU that reads it (cfg->relu_after, graph/plan_fuse.h),
  * forward stores relu(y) and backward masks dy where that output is <= 0,
  * with activation_cuda.cu's relu semantics (NaN passes). With a residual
- * add fused in as well (cfg->add_relu_after), the elementwise passes are
- * bn_add_relu_cuda.h's: forward stores relu(bn(x) + resid), backward writes
- * dx and the residual's gradient from one read of dy and the mask.
+ * add fused in as well (cfg->add_after; with or without that ReLU), the
+ * elementwise passes are bn_add_relu_cuda.h's: forward stores
+ * relu(bn(x) + resid) (or bn(x) + resid), backward writes dx and the
+ * residual's gradient from one read of dy (and the mask).
  * Fused into the depthwise conv2d reading that ReLU (cfg->feeds_dw,
  * graph/plan_fuse.h), a training forward under mp_op_call.skip_out
  * computes the statistics and coefficients but stores no output (the conv
@@ -429,7 +430,7 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
         return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
     }
     st->relu = cfg->relu_after;
-    st->add = cfg->add_relu_after;
+    st->add = cfg->add_after;
     st->feeds_dw = cfg->feeds_dw;
     const mp_env *env = mp_env_get();
     /* our one-kernel passes: training on the fast kernels, one rank, the device launches them; timed
@@ -457,11 +458,11 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     }
     st->cudnn = cudnn;
     *state = st;
-    if (cfg->add_relu_after && mp_env_get()->cudnn_debug) {
+    if (cfg->add_after && mp_env_get()->cudnn_debug) {
         char s[64];
-        fprintf(stderr, "mixprec: batchnorm2d '%s' %s %s: residual add (%s) + ReLU fused, training on %s\n",
+        fprintf(stderr, "mixprec: batchnorm2d '%s' %s %s: residual add (%s)%s fused, training on %s\n",
                 d->name ? d->name : "?", mp_shape_str(&info->in[0], s, sizeof s), mp_dtype_name(cfg->storage),
-                mp_dtype_name(cfg->resid_dtype),
+                mp_dtype_name(cfg->resid_dtype), cfg->relu_after ? " + ReLU" : "",
                 cudnn ? "cuDNN's BN_ADD_ACTIVATION kernels (ours where a call does not fit)" : "our kernels");
     }
     mp_cuda_raise(workspace_bytes, cudnn ? ws_cudnn : ws);
@@ -569,7 +570,7 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
     if (fused_add(c))
         return mp_cuda_op_status(
-            c, "forward", mp_bn_add_relu_apply(ctx->stream, grid, block, b.vec, x, &c->resid, y, dm.M, C, coef));
+            c, "forward", mp_bn_add_relu_apply(ctx->stream, grid, block, b.vec, x, &c->resid, y, dm.M, C, coef, relu));
     if (b.vec == 8)
         bn_apply_kernel<8><<<grid, block, 0, ctx->stream>>>(x->data, x->dtype, y->data, y->dtype, dm.M, C, coef, relu);
     else
@@ -654,7 +655,8 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if (add && (dx->data || dr)) {
         const dim3 grid(b.gx, bn_rows_grid(ctx, &dm, &b));
         return mp_cuda_op_status(c, "backward",
-                                 mp_bn_add_relu_dx(ctx->stream, grid, block, b.vec, x, dy, y, dx->data, dx->dtype, dr,
+                                 mp_bn_add_relu_dx(ctx->stream, grid, block, b.vec, x, dy, fused_relu(c) ? y : NULL,
+                                                   dx->data, dx->dtype, dr,
                                                    c->d_resid.dtype, c->d_resid_add, dm.M, C, coef));
     }
     if (dx->data) {
@@ -672,12 +674,12 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
 /* Tangents (batchnorm2d_tangent_cuda.cu), from the statistics forward saved
  * (training; ours and cuDNN's kernels both keep the f32 mean and 1/std
  * there) or the running ones (eval), the fused ReLU's mask read from the
- * stored output. The fused residual add (add_relu_after) has none. */
+ * stored output. The fused residual add (add_after) has none. */
 static mp_status bn_tangent(mp_cuda_ctx *ctx, const mp_op_call *c, bool backward) {
     const bn_state *st = (const bn_state *)c->state;
     if (st && st->add)
         return mp_error(MP_ERR_UNSUPPORTED,
-                        "batchnorm2d '%s' on the GPU: %s: the fused residual add + ReLU (add_relu_after) has no "
+                        "batchnorm2d '%s' on the GPU: %s: the fused residual add (add_after) has no "
                         "tangent; plan second derivatives without fusing it",
                         c->desc->name ? c->desc->name : "?", backward ? "backward_tangent" : "forward_tangent");
     MP_TRY(bn_param_check(c));

@@ -82,14 +82,14 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     if (!cfg->training || x->ndim != 4 || x->dims[1] % 8 || !fits_kernels || cfg->compute != MP_DTYPE_F32 ||
         !is_low(dt) || cfg->in_dtype[0] != dt ||
         eps < CUDNN_BN_MIN_EPSILON || ctx->sync_world > 1 || mp_cuda_deterministic() ||
-        (mp_env_get()->cudnn_bn == 0) || (cfg->add_relu_after && cfg->resid_dtype != dt))
+        (mp_env_get()->cudnn_bn == 0) || (cfg->add_after && (cfg->resid_dtype != dt || !relu)))
         return MP_OK;
     mp_bn_cudnn *st = (mp_bn_cudnn *)calloc(1, sizeof *st);
     if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
     st->C = x->dims[1];
     st->eps = eps;
     st->momentum = d->attr.bn.momentum;
-    st->add = cfg->add_relu_after;
+    st->add = cfg->add_after;
     st->dt = dt;
     st->ops = st->add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
               : relu  ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION

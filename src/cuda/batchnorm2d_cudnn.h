@@ -20,8 +20,9 @@
  * reads the ReLU's mask from the output, never recomputes it); the
  * running variance moves towards the unbiased batch variance; the ReLU lets
  * NaN through (CUDNN_PROPAGATE_NAN). With a residual add fused in
- * (cfg->add_relu_after, graph/plan_fuse.h) the ops are
- * CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: z = the f16 residual forward, dz
+ * (cfg->add_after, graph/plan_fuse.h) and the ReLU after it, the ops are
+ * CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION (cuDNN has no add without the
+ * activation: that fusion runs on our kernels): z = the f16 residual forward, dz
  * its gradient backward (written, so a call that must add to it, or whose
  * residual is not f16, runs on our kernels). */
 #ifndef MP_CUDA_BATCHNORM2D_CUDNN_H

@@ -50,7 +50,8 @@ cudaError_t mp_bn_fast_apply(cudaStream_t st, mp_dtype dt, const void *x, const 
     FAST_DISPATCH(dt, {
         const T *xt = (const T *)x, *rt = (const T *)resid;
         T *yt = (T *)y;
-        if (resid) fast_apply_kernel<T, true, true><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        if (resid && relu) fast_apply_kernel<T, true, true><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        else if (resid) fast_apply_kernel<T, false, true><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
         else if (relu) fast_apply_kernel<T, true, false><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
         else fast_apply_kernel<T, false, false><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
     });

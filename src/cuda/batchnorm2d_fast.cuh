@@ -137,7 +137,7 @@ __device__ __forceinline__ uint4 apply_group(uint4 ux, uint4 ur, const float (&m
     for (int k = 0; k < N; k++) {
         float b = mp_bn_affine(v[k], mu[k], sc[k], sh[k]);
         if (RESID) b = fast_vec<T>::round(b) + rv[k];
-        v[k] = (RELU || RESID) && b < 0.f ? 0.f : b; /* NaN passes */
+        v[k] = RELU && b < 0.f ? 0.f : b; /* NaN passes */
     }
     return fast_vec<T>::narrow(v);
 }

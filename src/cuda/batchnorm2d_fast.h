@@ -37,8 +37,8 @@ cudaError_t mp_bn_fast_stats(cudaStream_t st, mp_dtype dt, const void *x, long l
                              float *pmean, float *pm2);
 
 /* y = bn(x) = (x - mu) * scale + shift with coef = (mu, scale, shift), C
- * each; relu: y = relu(bn(x)); resid (non-NULL, relu too): y =
- * relu(round(bn(x)) + resid), the unfused add's rounding kept. */
+ * each; relu: y = relu(bn(x)); resid (non-NULL): y = round(bn(x)) + resid,
+ * relu(round(bn(x)) + resid) with relu, the unfused add's rounding kept. */
 cudaError_t mp_bn_fast_apply(cudaStream_t st, mp_dtype dt, const void *x, const void *resid, void *y, long long M,
                              int C, int G, long long R, const float *coef, bool relu);
 

@@ -119,11 +119,12 @@ template <typename K, typename... Args> static cudaError_t launch_cooperative(K 
 template <typename T>
 static cudaError_t forward_as(cudaStream_t st, int sm_count, const T *x, const T *resid, T *y, long long M, int C,
                               int max_blocks, float *pmean, float *pm2, const mp_bn_fwd_out &out, bool relu) {
-    void (*const kernels[3])(const T *, const T *, T *, long long, int, long long, float *, float *, mp_bn_fwd_out) = {
+    void (*const kernels[4])(const T *, const T *, T *, long long, int, long long, float *, float *, mp_bn_fwd_out) = {
         persist_forward_kernel<T, false, false>, persist_forward_kernel<T, true, false>,
-        persist_forward_kernel<T, true, true>};
-    static const int per_sm[3] = {blocks_per_sm(kernels[0]), blocks_per_sm(kernels[1]), blocks_per_sm(kernels[2])};
-    const int v = resid ? 2 : relu ? 1 : 0;
+        persist_forward_kernel<T, false, true>, persist_forward_kernel<T, true, true>};
+    static const int per_sm[4] = {blocks_per_sm(kernels[0]), blocks_per_sm(kernels[1]), blocks_per_sm(kernels[2]),
+                                  blocks_per_sm(kernels[3])};
+    const int v = (resid ? 2 : 0) + (relu ? 1 : 0);
     int G;
     long long R;
     persist_dims(per_sm[v], sm_count, M, max_blocks, &G, &R);

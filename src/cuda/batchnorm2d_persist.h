@@ -27,7 +27,7 @@ bool mp_bn_persist_supported(void);
 /* Training forward of M rows of C channels: the per-chunk statistics into
  * pmean/pm2 (scratch of max_blocks * C floats each), the merged ones to
  * out (batchnorm2d_finalize.h), then y = bn(x) (relu: relu(bn(x)); resid
- * non-NULL: relu(round(bn(x)) + resid)) as mp_bn_fast_apply; y NULL: no
+ * non-NULL: round(bn(x)) + resid, under relu if relu) as mp_bn_fast_apply; y NULL: no
  * output (the coefficients only, for a consumer that applies them). At most
  * max_blocks blocks, and at most what sm_count SMs hold at once.
  * cudaErrorCooperativeLaunchTooLarge: none fit (take the three kernels). */

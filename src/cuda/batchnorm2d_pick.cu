@@ -41,7 +41,7 @@ static bool scratch_call(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info
                          const mp_bn_candidates *cand, scratch *s, mp_op_call *c) {
     memset(s, 0, sizeof *s);
     const mp_shape *x = &info->in[0];
-    const int C = x->dims[1], n_act = cfg->add_relu_after ? 6 : 4;
+    const int C = x->dims[1], n_act = cfg->add_after ? 6 : 4;
     const size_t bytes = (size_t)mp_shape_numel(x) * mp_dtype_size(cfg->storage);
     bool ok = true;
     for (int i = 0; ok && i < n_act; i++)
@@ -62,7 +62,7 @@ static bool scratch_call(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info
     const mp_tensor act = {cfg->storage, *x, NULL};
     c->in[0] = act, c->out = act, c->d_out = act, c->d_in[0] = act;
     c->in[0].data = s->act[0], c->out.data = s->act[1], c->d_out.data = s->act[2], c->d_in[0].data = s->act[3];
-    if (cfg->add_relu_after) {
+    if (cfg->add_after) {
         c->resid = act, c->d_resid = act;
         c->resid.data = s->act[4], c->d_resid.data = s->act[5];
     }
@@ -116,7 +116,7 @@ mp_bn_choice mp_bn_pick(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info 
     pick_key key;
     memset(&key, 0, sizeof key);
     key.gpu_model = mp_cuda_gpu_model(ctx), key.dtype = (int)cfg->storage;
-    key.relu = cfg->relu_after, key.add = cfg->add_relu_after;
+    key.relu = cfg->relu_after, key.add = cfg->add_after;
     for (int k = 0; k < 3; k++) key.candidates |= states[k] ? 1 << k : 0;
     for (int i = 0; i < x->ndim && i < 4; i++) key.dims[i] = x->dims[i];
     mp_bn_choice pick;
@@ -159,7 +159,8 @@ mp_bn_choice mp_bn_pick(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_info 
         }
         fprintf(stderr, "mixprec: batchnorm2d '%s' %s %s%s: forward + backward, ours three %s, ours one %s, cuDNN %s: %s%s\n",
                 d->name ? d->name : "?", mp_shape_str(x, sh, sizeof sh), mp_dtype_name(cfg->storage),
-                cfg->add_relu_after ? " +add+ReLU" : cfg->relu_after ? " +ReLU" : "", t[0], t[1], t[2],
+                cfg->add_after ? (cfg->relu_after ? " +add+ReLU" : " +add") : cfg->relu_after ? " +ReLU" : "", t[0],
+                t[1], t[2],
                 timed ? "" : "none timed, ", names[best]);
     }
     return pick;

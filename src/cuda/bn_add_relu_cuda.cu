@@ -10,7 +10,7 @@ __device__ __forceinline__ float round_as(mp_dtype dt, float v) {
 
 template <int VEC>
 __global__ void bn_add_relu_apply_kernel(const void *x, mp_dtype xdt, const void *r, mp_dtype rdt, void *z,
-                                         mp_dtype zdt, long long M, int C, const float *coef) {
+                                         mp_dtype zdt, long long M, int C, const float *coef, bool relu) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= C / VEC) return;
     float mu[VEC], sc[VEC], sh[VEC];
@@ -28,7 +28,7 @@ __global__ void bn_add_relu_apply_kernel(const void *x, mp_dtype xdt, const void
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             const float s = round_as(zdt, (v[k] - mu[k]) * sc[k] + sh[k]) + rv[k];
-            v[k] = s < 0.f ? 0.f : s; /* NaN passes */
+            v[k] = relu && s < 0.f ? 0.f : s; /* NaN passes */
         }
         mp_stv<VEC>(z, zdt, at, v);
     }
@@ -49,11 +49,14 @@ __global__ void bn_add_relu_dx_kernel(const void *x, mp_dtype xdt, const void *d
     for (long long row = (long long)blockIdx.y * blockDim.y + threadIdx.y; row < M;
          row += (long long)gridDim.y * blockDim.y) {
         const long long at = row * C + (long long)g * VEC;
-        float gv[VEC], zv[VEC];
+        float gv[VEC];
         mp_ldv<VEC>(dz, dzdt, at, gv);
-        mp_ldv<VEC>(z, zdt, at, zv);
+        if (z) { /* the ReLU's mask */
+            float zv[VEC];
+            mp_ldv<VEC>(z, zdt, at, zv);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) gv[k] = zv[k] <= 0.f ? 0.f : gv[k];
+            for (int k = 0; k < VEC; k++) gv[k] = zv[k] <= 0.f ? 0.f : gv[k];
+        }
         if (dr) {
             float rv[VEC];
             if (dr_add) {
@@ -77,24 +80,27 @@ __global__ void bn_add_relu_dx_kernel(const void *x, mp_dtype xdt, const void *d
 }
 
 cudaError_t mp_bn_add_relu_apply(cudaStream_t st, dim3 grid, dim3 block, int vec, const mp_tensor *x,
-                                 const mp_tensor *r, const mp_tensor *z, long long M, int C, const float *coef) {
+                                 const mp_tensor *r, const mp_tensor *z, long long M, int C, const float *coef,
+                                 bool relu) {
     if (vec == 8)
         bn_add_relu_apply_kernel<8><<<grid, block, 0, st>>>(x->data, x->dtype, r->data, r->dtype, z->data, z->dtype,
-                                                            M, C, coef);
+                                                            M, C, coef, relu);
     else
         bn_add_relu_apply_kernel<1><<<grid, block, 0, st>>>(x->data, x->dtype, r->data, r->dtype, z->data, z->dtype,
-                                                            M, C, coef);
+                                                            M, C, coef, relu);
     return cudaGetLastError();
 }
 
 cudaError_t mp_bn_add_relu_dx(cudaStream_t st, dim3 grid, dim3 block, int vec, const mp_tensor *x,
                               const mp_tensor *dz, const mp_tensor *z, void *dx, mp_dtype dx_dt, void *dr,
                               mp_dtype dr_dt, bool dr_add, long long M, int C, const float *coef) {
+    const void *mask = z ? z->data : NULL;
+    const mp_dtype mask_dt = z ? z->dtype : dz->dtype;
     if (vec == 8)
-        bn_add_relu_dx_kernel<8><<<grid, block, 0, st>>>(x->data, x->dtype, dz->data, dz->dtype, z->data, z->dtype,
-                                                         dx, dx_dt, dr, dr_dt, dr_add, M, C, coef);
+        bn_add_relu_dx_kernel<8><<<grid, block, 0, st>>>(x->data, x->dtype, dz->data, dz->dtype, mask, mask_dt, dx,
+                                                         dx_dt, dr, dr_dt, dr_add, M, C, coef);
     else
-        bn_add_relu_dx_kernel<1><<<grid, block, 0, st>>>(x->data, x->dtype, dz->data, dz->dtype, z->data, z->dtype,
-                                                         dx, dx_dt, dr, dr_dt, dr_add, M, C, coef);
+        bn_add_relu_dx_kernel<1><<<grid, block, 0, st>>>(x->data, x->dtype, dz->data, dz->dtype, mask, mask_dt, dx,
+                                                         dx_dt, dr, dr_dt, dr_add, M, C, coef);
     return cudaGetLastError();
 }

@@ -58,7 +58,7 @@
  *    raises for the tangents when cfg->tangents is set.
  *  - a NULL slot: the op has no GPU tangent (the executor names it); fused
  *    modes an op cannot differentiate return MP_ERR_UNSUPPORTED naming the
- *    op and the node (batchnorm2d with add_relu_after / a residual).
+ *    op and the node (batchnorm2d with add_after / a residual).
  */
 #ifndef MP_CUDA_CUDA_OP_H
 #define MP_CUDA_CUDA_OP_H
@@ -78,7 +78,8 @@ typedef struct {
     bool training;
     int batch;
     bool relu_after;             /* batchnorm2d: applies the ReLU that reads it (graph/plan_fuse.h) */
-    bool add_relu_after;         /* batchnorm2d: ...and before it the residual add of resid_dtype (relu_after too) */
+    bool add_after;              /* batchnorm2d: the residual add of resid_dtype reading it (before that ReLU
+                                    where relu_after) */
     mp_dtype resid_dtype;
     bool feeds_dw;               /* batchnorm2d: a depthwise conv2d applies it as it loads (mp_op_call.skip_out)
                                     on training steps: the batch norm runs on our kernels, whose backward

@@ -249,9 +249,9 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
                         mp_op_lookup(nd->desc.kind)->name, nd->name);
     mp_cuda_node_cfg cfg = {.storage = nd->storage_dtype, .compute = nd->compute_dtype, .training = p->o.training,
                             .batch = p->o.batch, .relu_after = pn->relu_fused, .tangents = p->so != NULL};
-    const int resid = mp_plan_fused_resid(p, i); /* a residual add + ReLU fused in (graph/plan_fuse.h) */
+    const int resid = mp_plan_fused_resid(p, i); /* a residual add (+ ReLU) fused in (graph/plan_fuse.h) */
     if (resid >= 0) {
-        cfg.add_relu_after = true;
+        cfg.add_after = true;
         cfg.resid_dtype = p->g->nodes[p->g->nodes[pn->add_fused].in[resid]].storage_dtype;
     }
     for (int k = 0; k < nd->n_in; k++) cfg.in_dtype[k] = p->g->nodes[nd->in[k]].storage_dtype;

@@ -20,8 +20,8 @@ typedef struct {
     bool relu_fused;      /* batchnorm2d applying the ReLU that reads it (plan_fuse.h) */
     bool fused_away;      /* ...that ReLU: runs nothing, shares the batch norm's tensors */
     int fused_into;       /* a fused_away node: the batch norm that runs it */
-    int add_fused;        /* batchnorm2d: the residual add fused in with the ReLU after it (GPU
-                             plans, plan_fuse.h), else 0 (node 0 is never such an add) */
+    int add_fused;        /* batchnorm2d: the residual add fused in, with the ReLU after it if
+                             relu_fused (GPU plans, plan_fuse.h), else 0 (node 0 is never such an add) */
     int dw_fused;         /* batchnorm2d with its ReLU fused: the depthwise conv2d that applies both as it
                              loads (GPU training plans, plan_fuse.h); that conv2d: this batch norm; else 0 */
     size_t out_off, grad_off, saved_off;

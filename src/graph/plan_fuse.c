@@ -53,11 +53,11 @@ static bool resid_ok(const mp_plan *p, int s, int i, int j) {
     return true;
 }
 
-/* bn -> add (with a residual s) -> relu, on a GPU plan: the batch norm that
- * runs the three (the later one of two batch norms, as in a projection
- * shortcut's block), or -1. */
+/* bn -> add (with a residual s) [-> relu k, or k = -1: none], on a GPU plan:
+ * the batch norm that runs them (the later one of two batch norms, as in a
+ * projection shortcut's block), or -1. */
 static int bn_for_add(const mp_plan *p, int j, int k) {
-    const mp_gnode *a = &p->g->nodes[j], *r = &p->g->nodes[k];
+    const mp_gnode *a = &p->g->nodes[j], *r = k >= 0 ? &p->g->nodes[k] : a;
     if (a->desc.kind != MP_OP_ADD || a->n_in != 2 || a->in[0] == a->in[1]) return -1;
     int best = -1;
     for (int m = 0; m < 2; m++) {
@@ -65,24 +65,30 @@ static int bn_for_add(const mp_plan *p, int j, int k) {
         const mp_gnode *bn = &p->g->nodes[i];
         if (bn->desc.kind != MP_OP_BATCHNORM2D || bn->n_consumers != 1 || bn->is_output || p->nodes[i].relu_fused ||
             bn->storage_dtype != a->storage_dtype || a->storage_dtype != r->storage_dtype ||
-            p->nodes[i].in_backward != p->nodes[j].in_backward || p->nodes[j].in_backward != p->nodes[k].in_backward ||
-            !resid_ok(p, s, i, j))
+            p->nodes[i].in_backward != p->nodes[j].in_backward ||
+            (k >= 0 && p->nodes[j].in_backward != p->nodes[k].in_backward) || !resid_ok(p, s, i, j))
             continue;
         if (i > best) best = i;
     }
     return best;
 }
 
-static void fuse_bn_add_relu(mp_plan *p) {
+/* Each residual add fed by a batch norm, with the ReLU after it where the
+ * add is that ReLU's only input (a ResNet block's tail) or without one (a
+ * MobileNetV2 block's). */
+static void fuse_bn_add(mp_plan *p) {
     if (p->o.device.kind != MP_DEVICE_CUDA || p->o.no_bn_add_relu_fusion || mp_env_get()->no_bn_add_relu_fusion) return;
     for (int j = 0; j < p->n; j++) {
-        const int k = p->g->nodes[j].desc.kind == MP_OP_ADD ? relu_after_add(p, j) : -1;
-        const int i = k < 0 ? -1 : bn_for_add(p, j, k);
+        if (p->g->nodes[j].desc.kind != MP_OP_ADD) continue;
+        const int k = relu_after_add(p, j), i = bn_for_add(p, j, k);
         if (i < 0) continue;
-        p->nodes[i].relu_fused = true;
+        p->nodes[i].relu_fused = k >= 0;
         p->nodes[i].add_fused = j;
-        p->nodes[j].fused_away = p->nodes[k].fused_away = true;
-        p->nodes[j].fused_into = p->nodes[k].fused_into = i;
+        p->nodes[j].fused_away = true;
+        p->nodes[j].fused_into = i;
+        if (k < 0) continue;
+        p->nodes[k].fused_away = true;
+        p->nodes[k].fused_into = i;
     }
 }
 
@@ -124,7 +130,7 @@ void mp_plan_fuse_bn_relu(mp_plan *p) {
             p->nodes[j].fused_away = true;
             p->nodes[j].fused_into = p->g->nodes[j].in[0];
         }
-    fuse_bn_add_relu(p);
+    fuse_bn_add(p);
     fuse_bn_dw(p);
 }
 
@@ -145,6 +151,12 @@ int mp_plan_fused_resid(const mp_plan *p, int i) {
     return a->in[0] == i ? 1 : 0;
 }
 
+/* Fused-away node j is the last of its batch norm's chain (the ReLU, or an
+ * add with no ReLU after it): its gradient is the batch norm's dy. */
+static bool chain_tail(const mp_plan *p, int j) {
+    return p->g->nodes[j].desc.kind != MP_OP_ADD || !p->nodes[p->nodes[j].fused_into].relu_fused;
+}
+
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b) {
     const int n = p->n;
     for (int j = 0; j < n; j++) {
@@ -153,12 +165,12 @@ void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b) {
         mp_arena_buf *out = &b[3 * i], *r_out = &b[3 * j], *grad = &b[3 * i + 1], *r_grad = &b[3 * j + 1];
         if (r_out->last > out->last) out->last = r_out->last;
         const bool bwd = p->nodes[i].in_backward;
-        if (bwd && 2 * n - 1 - i > out->last) out->last = 2 * n - 1 - i; /* the mask */
+        if (bwd && p->nodes[i].relu_fused && 2 * n - 1 - i > out->last) out->last = 2 * n - 1 - i; /* the mask */
         r_out->size = 0;
-        b[3 * j + 2].size = 0; /* the ReLU saves nothing */
+        b[3 * j + 2].size = 0; /* the ReLU and the add save nothing */
         if (!bwd) continue;
         grad->size = 0;
-        if (p->g->nodes[j].desc.kind == MP_OP_ADD) r_grad->size = 0; /* the ReLU's dy goes straight to the batch norm */
+        if (!chain_tail(p, j)) r_grad->size = 0; /* an add before a ReLU: the ReLU's dy goes to the batch norm */
         else if (2 * n - 1 - i > r_grad->last) r_grad->last = 2 * n - 1 - i; /* the batch norm's dy */
     }
 }
@@ -168,9 +180,8 @@ void mp_plan_fuse_offsets(mp_plan *p) {
         const int i = mp_plan_fused_producer(p, j);
         if (i < 0) continue;
         p->nodes[j].out_off = p->nodes[i].out_off;
-        if (p->g->nodes[j].desc.kind != MP_OP_ADD) p->nodes[i].grad_off = p->nodes[j].grad_off;
+        if (chain_tail(p, j)) p->nodes[i].grad_off = p->nodes[j].grad_off;
     }
-    for (int j = 0; j < p->n; j++) /* a fused add's (unused) gradient: the ReLU's, as its batch norm's */
-        if (p->nodes[j].fused_away && p->g->nodes[j].desc.kind == MP_OP_ADD)
-            p->nodes[j].grad_off = p->nodes[p->nodes[j].fused_into].grad_off;
+    for (int j = 0; j < p->n; j++) /* an add before a fused ReLU: its (unused) gradient, the ReLU's */
+        if (p->nodes[j].fused_away && !chain_tail(p, j)) p->nodes[j].grad_off = p->nodes[p->nodes[j].fused_into].grad_off;
 }

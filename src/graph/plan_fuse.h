@@ -9,12 +9,15 @@
  * comparisons).
  *
  * GPU plans also fuse a batch norm -> residual add -> ReLU (a ResNet block's
- * tail) unless told not to (mp_plan_opts.no_bn_add_relu_fusion,
+ * tail), and a batch norm -> residual add with no ReLU after it (a
+ * MobileNetV2 block's), unless told not to (mp_plan_opts.no_bn_add_relu_fusion,
  * MIXPREC_FUSE_BN_ADD_RELU=0, or no fusion at all):
- * the batch norm stores relu(bn(x) + r), r the add's other input (its
- * mp_op_call.resid), and its backward masks dy with that output, writes the
- * add's gradient to r (d_resid) and its own dx in the same pass; the add and
- * the ReLU run nothing. Where r's producer has other consumers they must all
+ * the batch norm stores relu(bn(x) + r) (or bn(x) + r), r the add's other
+ * input (its mp_op_call.resid), and its backward masks dy with that output
+ * (with the ReLU), writes the add's gradient to r (d_resid) and its own dx in
+ * the same pass; the add and the ReLU run nothing. Without the ReLU the
+ * add's gradient is the batch norm's dy and the add's output its output, which
+ * mp_plan_read reads. Where r's producer has other consumers they must all
  * come before the batch norm (r's gradient is then written first and added
  * to after); with two batch norms feeding the add (a projection shortcut)
  * the later one takes the other's output as r. CPU plans keep the three
@@ -44,9 +47,10 @@
  * ReLU); after mark_backward, before the nodes are prepared; the CPU
  * executor skips the ReLU's forward and backward. */
 void mp_plan_fuse_bn_relu(mp_plan *p);
-/* The arena buffers of the plan's 3 per node (out, grad, saved): the pair
- * shares the batch norm's output buffer (alive until the batch norm's
- * backward, which reads it for the mask) and the ReLU's gradient buffer. */
+/* The arena buffers of the plan's 3 per node (out, grad, saved): the fused
+ * nodes share the batch norm's output buffer (with a ReLU alive until the
+ * batch norm's backward, which reads it for the mask) and the last one's
+ * (the ReLU's, or a ReLU-less add's) gradient buffer. */
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b);
 /* After placement: point the shared tensors at one another's offsets. */
 void mp_plan_fuse_offsets(mp_plan *p);

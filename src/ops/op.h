@@ -126,10 +126,10 @@ typedef struct {
     bool relu_after;        /* batchnorm2d: also applies the ReLU that reads it
                                (graph/plan_fuse.h); backward masks d_out with out */
     uint64_t seed;          /* dropout: differs per node and per step */
-    /* batchnorm2d with the residual add after it and that add's ReLU fused
-     * in (GPU plans only, graph/plan_fuse.h): out = relu(bn(x) + resid),
-     * the bn value rounded to out's dtype before the add as the unfused ops
-     * round it; backward also writes d_resid, the add's gradient to resid
+    /* batchnorm2d with the residual add after it fused in, and that add's
+     * ReLU where relu_after (GPU plans only, graph/plan_fuse.h): out =
+     * relu(bn(x) + resid) (or bn(x) + resid), the bn value rounded to out's
+     * dtype before the add as the unfused ops round it; backward also writes d_resid, the add's gradient to resid
      * (added to what it holds when d_resid_add). resid.data NULL: none. */
     mp_tensor resid;
     mp_tensor d_resid;      /* data NULL = not needed */

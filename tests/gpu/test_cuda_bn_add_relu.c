@@ -1,13 +1,17 @@
-/* test_cuda_bn_add_relu.c — batch norm + residual add + ReLU fused into one
- * pass each way on the GPU (graph/plan_fuse.h, mp_plan_opts.no_bn_add_relu_fusion)
- * against the same plan unfused and the CPU:
+/* test_cuda_bn_add_relu.c — batch norm + residual add (+ ReLU) fused into
+ * one pass each way on the GPU (graph/plan_fuse.h,
+ * mp_plan_opts.no_bn_add_relu_fusion) against the same plan unfused and the
+ * CPU:
  *  - resnet18 (3x3 convs, stride-2 blocks with 1x1 projection shortcuts,
  *    channels multiples of 8: cuDNN's BN_ADD_ACTIVATION kernels in f16 and
  *    bf16 where timed faster, else our 16-byte kernels; scripts/gpu-check
  *    also runs it with ours forced, fast and general) and a small residual
  *    net of 20/40 channels (20: the scalar kernels; 40: the fast ones in
  *    f16/bf16) whose residual has a consumer after the add, so
- *    the fused backward adds to a gradient already written;
+ *    the fused backward adds to a gradient already written, and two
+ *    block tails with an add and no ReLU (MobileNetV2's): at 20 channels,
+ *    its residual read again after it (the scalar kernels, adding to the
+ *    residual's gradient), and at 40 (the fast ones, writing it);
  *  - amp-bf16, amp-fp16, bf16 and fp16: every add of a block tail fused; one
  *    training step: the loss and the gradients of every parameter as close
  *    to the fp32 CPU oracle as test_cuda_plan asks, and to the unfused GPU
@@ -36,9 +40,11 @@ typedef struct {
 } model_case;
 
 /* input -> stem conv+BN+ReLU r0 -> [conv+BN + r0, ReLU] r1 -> late = r1 + r0
- * -> [conv+BN+ReLU s2, conv+BN + projection conv+BN of late, ReLU] -> gap ->
- * fc. r0 is read by the late add after the fused one: its gradient is
- * written there first and the fused backward adds to it. */
+ * -> mid = conv+BN + late (no ReLU) -> [conv+BN+ReLU s2 of mid, conv+BN +
+ * projection conv+BN of late, ReLU] t -> conv+BN + t (no ReLU) -> gap -> fc.
+ * r0 is read by the late add after the fused one, late by the projection
+ * after mid's: their gradients are written there first and the fused
+ * backwards add to them. */
 static mp_status resblocks(mp_model *m, int c, int h, int w, int classes) {
     mp_graph *g = m->g;
     mp_node x = m->input = mp_graph_input(g, "input", c, h, w);
@@ -46,10 +52,14 @@ static mp_status resblocks(mp_model *m, int c, int h, int w, int classes) {
     mp_node a = mp_conv_bn(g, "a_conv", r0, (mp_conv_opts){.out_channels = 20, .kernel = 3, .padding = 1});
     mp_node r1 = mp_relu(g, "a_relu", mp_add(g, "a_add", a, r0));
     mp_node late = mp_add(g, "late", r1, r0);
-    mp_node b = mp_conv_bn_relu(g, "b_conv1", late, 40, 3, 2);
+    mp_node mb = mp_conv_bn(g, "m_conv", late, (mp_conv_opts){.out_channels = 20, .kernel = 3, .padding = 1});
+    mp_node mid = mp_add(g, "m_add", mb, late);
+    mp_node b = mp_conv_bn_relu(g, "b_conv1", mid, 40, 3, 2);
     b = mp_conv_bn(g, "b_conv2", b, (mp_conv_opts){.out_channels = 40, .kernel = 3, .padding = 1});
     mp_node sc = mp_conv_bn(g, "b_shortcut", late, (mp_conv_opts){.out_channels = 40, .kernel = 1, .stride = 2});
     mp_node y = mp_relu(g, "b_relu", mp_add(g, "b_add", b, sc));
+    mp_node t = mp_conv_bn(g, "t_conv", y, (mp_conv_opts){.out_channels = 40, .kernel = 3, .padding = 1});
+    y = mp_add(g, "t_add", t, y);
     y = mp_global_avgpool(g, "gap", y);
     y = mp_linear(g, "fc", y, (mp_linear_opts){.out_features = classes, .bias = true});
     return mp_model_finish(m, y);
@@ -237,7 +247,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_cuda_bn_add_relu: no CUDA device: %s\n", mp_cuda_device_list());
         return 2;
     }
-    const model_case models[] = {{"resblocks", 3, 16, 16, 2}, {"resnet18", 3, 32, 32, 8}};
+    const model_case models[] = {{"resblocks", 3, 16, 16, 4}, {"resnet18", 3, 32, 32, 8}};
     bool known = !only;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) known = known || !strcmp(only, models[i].model);
     if (!known) {

@@ -284,7 +284,8 @@ int main(void) {
         const int c_odd = dt == MP_DTYPE_F32 ? 20 : 56;
         const bn_case cases[] = {
             {dt, c_small, 7, 3001, false, false}, {dt, c_small, 7, 3001, true, false},
-            {dt, c_small, 64, 5003, true, true},  {dt, 256, 33, 4099, true, false},
+            {dt, c_small, 64, 5003, true, true},  {dt, c_small, 64, 5003, false, true}, /* an add, no ReLU */
+            {dt, 256, 33, 4099, true, false},
             {dt, c_odd, 3, 3001, true, false},    {dt, 512, 7, 4099, true, false}, /* the finalize: 512 > 8 x 7 */
             {dt, 512, 1000000, 65536, true, false}, /* more blocks asked than the device holds */
         };

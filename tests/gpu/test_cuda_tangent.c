@@ -260,7 +260,7 @@ static void refusals(mp_cuda_ctx *ctx) {
     bi.n_in = 1;
     bi.in[0] = mp_shape4(2, 8, 3, 3);
     MP_ASSERT(mp_op_lookup(MP_OP_BATCHNORM2D)->infer(&bd, &bi) == MP_OK);
-    cfg.relu_after = cfg.add_relu_after = true;
+    cfg.relu_after = cfg.add_after = true;
     cfg.resid_dtype = MP_DTYPE_F32;
     void *bst = NULL;
     ws = saved = 0;
@@ -269,7 +269,7 @@ static void refusals(mp_cuda_ctx *ctx) {
     b.desc = &bd, b.info = &bi, b.state = bst;
     b.resid.data = NULL;
     CHECK_ERR(mp_cuda_batchnorm2d_vt.forward_tangent(ctx, &b), MP_ERR_UNSUPPORTED, "batchnorm2d", "bn3",
-              "add_relu_after");
+              "add_after");
     CHECK_ERR(mp_cuda_batchnorm2d_vt.backward_tangent(ctx, &b), MP_ERR_UNSUPPORTED, "batchnorm2d", "bn3",
               "backward_tangent");
     mp_cuda_batchnorm2d_vt.release(bst);
