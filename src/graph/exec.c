@@ -257,12 +257,13 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     /* a batch norm whose ReLU and/or add run fused into it stores only the last one's result (plan_fuse.h) */
     const mp_pnode *pn = &p->nodes[node];
     const bool fused_add = pn->fused_away && p->g->nodes[node].desc.kind == MP_OP_ADD;
-    if (pn->relu_fused || pn->add_fused || (fused_add && p->nodes[pn->fused_into].relu_fused))
+    if (pn->relu_fused || pn->add_fused || (fused_add && p->nodes[pn->fused_into].relu_fused)) {
+        const bool relu = pn->relu_fused || fused_add; /* else a batch norm whose add alone is fused */
         return mp_error(MP_ERR_INVALID_ARG,
                         "read '%s': not stored: the plan fuses it with the %s after it and stores only that "
                         "%s's output; mark it with mp_graph_mark_output before mp_plan_create to read it",
-                        p->g->nodes[node].name, pn->relu_fused || fused_add ? "ReLU" : "residual add",
-                        pn->relu_fused || fused_add ? "ReLU" : "add");
+                        p->g->nodes[node].name, relu ? "ReLU" : "residual add", relu ? "ReLU" : "add");
+    }
     /* the arena gives a node's memory to later nodes once nothing reads it: after the forward, what
      * outlived it is intact; after a backward, only what the whole step keeps (outputs, sources) */
     const int kept_to = p->backward_ran ? 2 * p->n - 1 : p->n - 1;
