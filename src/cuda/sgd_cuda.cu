@@ -42,15 +42,32 @@ __device__ __forceinline__ void sgd_element(const mp_mt_tensor &ten, long long i
     mp_dev_store_weight(ten, i, sgd_new_weight(p, g, b, h));
 }
 
-/* Whether a chunk starting at start takes the four-wide path: f32 master,
- * gradient and (with momentum) buffer at 16 bytes, the low copy (if any) at 8. */
+/* Whether a chunk starting at start takes the four-wide path: f32 master
+ * and (with momentum) buffer at 16 bytes, the gradient at 16 (f32) or 8
+ * (MP_MT_GRAD_LOW: in the low copy's dtype), the low copy (if any) at 8. */
 __device__ __forceinline__ bool sgd_vector_chunk(const mp_mt_tensor &ten, long long start, const sgd_hyper &h) {
     const int low = ten.flags & MP_MT_DTYPE_MASK;
-    if (!ten.ptr[MP_MT_PARAM] || (ten.flags & (MP_MT_GRAD_LOW | MP_MT_STATE_LOW | MP_MT_NO_MASTER))) return false;
+    const bool grad_low = (ten.flags & MP_MT_GRAD_LOW) != 0;
+    if (!ten.ptr[MP_MT_PARAM] || (ten.flags & (MP_MT_STATE_LOW | MP_MT_NO_MASTER))) return false;
     if (low != MP_DTYPE_F32 && low != MP_DTYPE_F16 && low != MP_DTYPE_BF16) return false;
-    return mp_mt_aligned(ten.ptr[MP_MT_PARAM], start, 4, 16) && mp_mt_aligned(ten.ptr[MP_MT_GRAD], start, 4, 16) &&
+    if (grad_low && low == MP_DTYPE_F32) return false;
+    return mp_mt_aligned(ten.ptr[MP_MT_PARAM], start, 4, 16) &&
+           (grad_low ? mp_mt_aligned(ten.ptr[MP_MT_GRAD], start, 2, 8)
+                     : mp_mt_aligned(ten.ptr[MP_MT_GRAD], start, 4, 16)) &&
            (h.mu == 0.0f || mp_mt_aligned(ten.ptr[MP_MT_BUF0], start, 4, 16)) &&
            (low == MP_DTYPE_F32 || mp_mt_aligned(ten.ptr[MP_MT_LOW], start, 2, 8));
+}
+
+/* Four gradients from start + 4 q: one 16-byte f32 load, or one 8-byte load
+ * of f16/bf16 values (MP_MT_GRAD_LOW) widened exactly. */
+__device__ __forceinline__ void sgd_four_grads(const mp_mt_tensor &ten, long long start, int q, float *g) {
+    if (!(ten.flags & MP_MT_GRAD_LOW)) {
+        *(float4 *)g = ((const float4 *)((const float *)ten.ptr[MP_MT_GRAD] + start))[q];
+        return;
+    }
+    __align__(8) unsigned short bits[4];
+    *(uint2 *)bits = ((const uint2 *)((const unsigned short *)ten.ptr[MP_MT_GRAD] + start))[q];
+    for (int l = 0; l < 4; l++) g[l] = mp_dev_low_bits_to_f32(bits[l], ten.flags & MP_MT_DTYPE_MASK);
 }
 
 /* Four elements from start + 4 q: the element path's operations, lane by lane. */
@@ -58,11 +75,10 @@ __device__ __forceinline__ void sgd_four(const mp_mt_tensor &ten, long long star
     const float wd = (ten.flags & MP_MT_DECAY) ? h.weight_decay : 0.0f;
     const int low = ten.flags & MP_MT_DTYPE_MASK;
     float4 *pp = (float4 *)((float *)ten.ptr[MP_MT_PARAM] + start) + q;
-    const float4 g4 = ((const float4 *)((const float *)ten.ptr[MP_MT_GRAD] + start))[q];
     float4 *bp = h.mu != 0.0f ? (float4 *)((float *)ten.ptr[MP_MT_BUF0] + start) + q : NULL;
     __align__(16) float p[4], g[4], b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     *(float4 *)p = *pp;
-    *(float4 *)g = g4;
+    sgd_four_grads(ten, start, q, g);
     if (bp) *(float4 *)b = *bp;
     for (int l = 0; l < 4; l++) {
         g[l] = sgd_decayed_grad(g[l], p[l], wd);

@@ -21,7 +21,10 @@
  * that copy's value, as the CPU trainer's rounding does; where such a weight
  * has no f32 array (low-only) its SGD momentum lives in its f16/bf16 dtype
  * (state_dtype, set as step_cuda.c sets it) on both sides, bit for bit,
- * through checkpoint transfers too, and bad state dtypes are refused.
+ * through checkpoint transfers too, and bad state dtypes are refused. f16/bf16
+ * gradients beside fp32 masters (a low_grads plan's conv filters under amp)
+ * give SGD and AdamW the step f32 gradients of the same values give, bit for
+ * bit.
  * Needs a GPU: without one it prints one line and exits 2 (run by
  * scripts/gpu-check, not by ctest). Build: compile with -Isrc -Iinclude -Itests and
  * the CUDA include path, link the src/cuda objects, libmixprec and -lcudart. */
@@ -731,6 +734,112 @@ static void test_state_transfer(void) {
     state_transfer_mismatch();
 }
 
+/* ---- gradients kept in f16/bf16 beside fp32 masters --------------------------- */
+
+/* A low_grads plan's conv filters under amp: fp32 master, a low copy, the
+ * gradient in the copy's dtype. SGD (momentum, Nesterov, weight decay) reads
+ * it widened exactly, four at a time where aligned and element by element in
+ * the tails, so its step equals, bit for bit, the device step over f32
+ * gradients holding the same values, and the CPU step within 1e-6; the low
+ * copies equal mp_convert of the masters. */
+static void low_grad_case(const char *name, mp_optim_opts o) {
+    mp_rng rng;
+    mp_rng_seed(&rng, 77);
+    float *h_param[PT], *h_grad[PT], *d_param[2][PT], *d_grad32[PT];
+    void *d_grad_low[PT], *d_low[2][PT];
+    mp_param_ref cref[PT];
+    mp_cuda_param_ref lref[PT], fref[PT];
+    for (int t = 0; t < PT; t++) {
+        const size_t n = (size_t)param_sizes[t], lb = param_low[t] == MP_DTYPE_F32 ? 4 : 2;
+        h_param[t] = malloc(n * sizeof(float));
+        h_grad[t] = malloc(n * sizeof(float));
+        fill_normal(h_param[t], (int64_t)n, &rng, 0.1);
+        d_grad32[t] = dev_alloc(n * sizeof(float));
+        d_grad_low[t] = lb == 2 ? dev_alloc(n * 2) : d_grad32[t]; /* an f32 weight keeps an f32 gradient */
+        for (int v = 0; v < 2; v++) {
+            d_param[v][t] = dev_alloc(n * sizeof(float));
+            up(d_param[v][t], h_param[t], n * sizeof(float));
+            d_low[v][t] = lb == 2 ? dev_alloc(n * 2) : NULL;
+        }
+        cref[t] = (mp_param_ref){.param = h_param[t], .grad = h_grad[t], .n = (int64_t)n, .decay = param_decay[t]};
+        for (int v = 0; v < 2; v++) {
+            mp_cuda_param_ref *r = v ? &fref[t] : &lref[t];
+            *r = (mp_cuda_param_ref){.param = d_param[v][t], .grad = v ? d_grad32[t] : d_grad_low[t],
+                                     .low = d_low[v][t], .low_dtype = param_low[t], .n = (int64_t)n,
+                                     .decay = param_decay[t], .name = name};
+            if (!v) r->grad_dtype = param_low[t]; /* F32 for the tensor without a low copy */
+        }
+    }
+    mp_optim *cpu = NULL;
+    mp_cuda_optim *low = NULL, *f32 = NULL;
+    CHECK_OK(mp_optim_create(o, cref, PT, &cpu));
+    CHECK_OK(mp_cuda_optim_create(ctx, o, lref, PT, &low));
+    CHECK_OK(mp_cuda_optim_create(ctx, o, fref, PT, &f32));
+    static uint16_t bits[PMAX];
+    static float dev[PMAX], dev32[PMAX];
+    double worst = 0;
+    int64_t differ = 0, copies_off = 0;
+    for (int step = 0; step < 4 && cpu && low && f32; step++) {
+        const float lr = 0.05f * (1.0f + 0.5f * (float)step);
+        for (int t = 0; t < PT; t++) {
+            const size_t n = (size_t)param_sizes[t];
+            fill_normal(h_grad[t], (int64_t)n, &rng, 0.01);
+            if (param_low[t] != MP_DTYPE_F32) mp_round_f32(h_grad[t], (int64_t)n, param_low[t]);
+            up(d_grad32[t], h_grad[t], n * sizeof(float));
+            if (param_low[t] == MP_DTYPE_F32) continue;
+            if (param_low[t] == MP_DTYPE_F16) mp_convert_f32_to_f16(h_grad[t], (mp_f16 *)bits, n);
+            else mp_convert_f32_to_bf16(h_grad[t], (mp_bf16 *)bits, n);
+            up(d_grad_low[t], bits, n * 2);
+        }
+        mp_optim_step(cpu, lr);
+        CHECK_OK(mp_cuda_optim_step(ctx, low, &(mp_cuda_step_args){.lr = lr}));
+        CHECK_OK(mp_cuda_optim_step(ctx, f32, &(mp_cuda_step_args){.lr = lr}));
+        sync_stream();
+        for (int t = 0; t < PT; t++) {
+            const size_t n = (size_t)param_sizes[t];
+            down(dev, d_param[0][t], n * sizeof(float));
+            down(dev32, d_param[1][t], n * sizeof(float));
+            differ += bit_diffs(dev, dev32, (int64_t)n, sizeof(float));
+            const double e = rel_err(dev, h_param[t], (int64_t)n);
+            worst = e > worst ? e : worst;
+            CHECK(e <= 1e-6, "%s step %d: tensor %d: rel err %.3g against the CPU", name, step, t, e);
+            if (!d_low[0][t]) continue;
+            static uint16_t want[PMAX];
+            if (param_low[t] == MP_DTYPE_F16) mp_convert_f32_to_f16(dev, (mp_f16 *)want, n);
+            else mp_convert_f32_to_bf16(dev, (mp_bf16 *)want, n);
+            down(bits, d_low[0][t], n * 2);
+            copies_off += bit_diffs(bits, want, (int64_t)n, 2);
+        }
+    }
+    CHECK(differ == 0, "%s: %lld weights differ from the step over f32 gradients of the same values", name,
+          (long long)differ);
+    CHECK(copies_off == 0, "%s: %lld low-copy values differ from mp_convert of the masters", name,
+          (long long)copies_off);
+    printf("  %-26s 4 steps, f16/bf16 gradients: %lld weights differ from the f32-gradient step, rel err vs cpu "
+           "<= %.2g, %lld copy values off\n", name, (long long)differ, worst, (long long)copies_off);
+    mp_optim_destroy(cpu);
+    mp_cuda_optim_destroy(low);
+    mp_cuda_optim_destroy(f32);
+    for (int t = 0; t < PT; t++) {
+        free(h_param[t]);
+        free(h_grad[t]);
+        if (d_grad_low[t] != d_grad32[t]) cudaFree(d_grad_low[t]);
+        cudaFree(d_grad32[t]);
+        for (int v = 0; v < 2; v++) {
+            cudaFree(d_param[v][t]);
+            if (d_low[v][t]) cudaFree(d_low[v][t]);
+        }
+    }
+}
+
+static void test_low_grads(void) {
+    low_grad_case("sgd-momentum-low-grads", (mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f,
+                                                             .weight_decay = 5e-4f});
+    low_grad_case("sgd-nesterov-low-grads", (mp_optim_opts){.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true,
+                                                             .weight_decay = 5e-4f});
+    low_grad_case("adamw-low-grads", (mp_optim_opts){.kind = MP_OPTIM_ADAMW, .weight_decay = 0.05f});
+}
+
 /* ---- weight casts ----------------------------------------------------------- */
 
 static float from_bits(uint32_t u) {
@@ -1055,6 +1164,7 @@ int main(void) {
     test_clip();
     test_optimizers();
     test_graph_step();
+    test_low_grads();
     test_state_transfer();
     test_casts();
     test_scaler_sequences();
