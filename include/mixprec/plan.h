@@ -51,8 +51,11 @@ typedef struct {
     bool grads_in_arena;
     /** With grads_in_arena under fp16/bf16 (no master weights): a conv/linear
      * weight's gradient is kept in the weight's dtype, as a `.half()` model's;
-     * nothing may rescale it after backward (no loss scaling, clipping,
-     * accumulation or data parallelism). */
+     * with fp32 master weights, a conv2d filter used by one node computing in
+     * f16/bf16 keeps its gradient in that dtype (the library writes it so;
+     * not under f32_weight_grads or second_order). Nothing may rescale such
+     * a gradient after backward (no loss scaling, clipping, accumulation or
+     * data parallelism). */
     bool low_grads;
     /** Weights with an fp32 master: convolution and linear weight gradients are
      * f32 sums, never rounded to f16/bf16 (slower; data-parallel amp reaches

@@ -13,8 +13,9 @@
  *    gradients are f32 master copies; for nodes computing f16/bf16 the
  *    executor passes the weight's low-precision cast (refreshed once per step)
  *    in call->param[k] with that dtype. Parameter gradients are f32, except
- *    a conv/linear weight's under the plan's low_grads (cfg.weight_grad):
- *    then in the compute dtype, call->d_param[0].dtype. An f32 conv weight
+ *    a conv/linear weight's under the plan's low_grads (cfg.weight_grad; with
+ *    an fp32 master only a conv2d filter's): then in the compute dtype,
+ *    call->d_param[0].dtype. An f32 conv weight
  *    gradient is rounded to the compute dtype on the way (cuDNN's fast
  *    kernels write that), except under cfg.weight_grad_unrounded; linear's
  *    cuBLASLt writes f32 sums. A plan may keep a conv2d filter, its cast

@@ -54,6 +54,24 @@ bool mp_plan_grads_in_arena(const mp_plan *p) {
     return p && p->be->grads_in_arena && p->o.training && p->o.grads_in_arena && p->n_losses == 1;
 }
 
+/* A conv2d filter with an fp32 master whose one user computes in f16/bf16:
+ * its backward-filter writes the gradient in that dtype, which the plan then
+ * keeps instead of casting it to f32 (the same values, one launch fewer per
+ * layer), unless f32_weight_grads asks for unrounded sums or a second-order
+ * pass adds to it. F32 otherwise. */
+static mp_dtype master_conv_grad_dtype(const mp_plan *p, int k) {
+    if (p->o.f32_weight_grads || p->o.second_order) return MP_DTYPE_F32;
+    int users = 0;
+    mp_dtype dt = MP_DTYPE_F32;
+    for (int i = 0; i < p->g->n_nodes; i++) {
+        const mp_gnode *nd = &p->g->nodes[i];
+        if (!nd->n_params || nd->first_param != k) continue;
+        users++;
+        dt = nd->desc.kind == MP_OP_CONV2D && mp_dtype_is_low(nd->compute_dtype) ? nd->compute_dtype : MP_DTYPE_F32;
+    }
+    return users == 1 ? dt : MP_DTYPE_F32; /* shared weights add their gradients in f32 */
+}
+
 /* opts.low_grads's rule, applied once when the plan is created: a layer
  * moved to fp32 later (--auto-fallback) keeps the dtype its gradient was
  * allocated in until this plan is gone. */
@@ -61,7 +79,9 @@ static mp_dtype grad_dtype_rule(const mp_plan *p, int k) {
     if (!p->o.low_grads || !mp_plan_grads_in_arena(p)) return MP_DTYPE_F32;
     const mp_gnode *nd = &p->g->nodes[p->g->params[k].node];
     const bool weight = k == nd->first_param && (nd->desc.kind == MP_OP_CONV2D || nd->desc.kind == MP_OP_LINEAR);
-    return weight ? mp_graph_param_low_only(p->g, k) : MP_DTYPE_F32;
+    if (!weight) return MP_DTYPE_F32;
+    const mp_dtype low_only = mp_graph_param_low_only(p->g, k);
+    return low_only != MP_DTYPE_F32 ? low_only : master_conv_grad_dtype(p, k);
 }
 
 mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k) { return p->grad_dtype ? p->grad_dtype[k] : MP_DTYPE_F32; }

@@ -78,7 +78,7 @@ struct mp_plan {
  * on a GPU training plan with one loss). */
 bool mp_plan_grads_in_arena(const mp_plan *p);
 /* The dtype of graph parameter k's gradient on p's device: F16/BF16 under
- * opts.low_grads (see mixprec.h), else F32 (always F32 on the CPU); fixed
+ * opts.low_grads (see mixprec/plan.h), else F32 (always F32 on the CPU); fixed
  * when the plan is created, as its storage is. */
 mp_dtype mp_plan_grad_dtype(const mp_plan *p, int k);
 /* Graph parameter k's gradient is f32 sums, never rounded to its node's

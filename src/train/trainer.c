@@ -135,8 +135,9 @@ static mp_status make_plan(mp_trainer *t) {
     po.loss = t->groups[0].losses[0];
     po.n_losses = t->n_checks;
     memcpy(po.losses, t->checks, sizeof t->checks);
-    /* gradients in the arena when each step writes them once, afresh; in the
-     * weights' dtype when nothing rescales them afterwards */
+    /* gradients in the arena when each step writes them once, afresh; when
+     * nothing rescales them afterwards, in the weights' dtype (and, with
+     * master weights, a conv filter's in the dtype cuDNN writes it in) */
     po.grads_in_arena = t->k == 1 && t->n_checks == 1;
     mp_penalty_plan_opts(t, &po);
     po.low_grads = po.grads_in_arena && !t->loss_scaling && !(t->o.clip_norm > 0) && !(t->o.clip_value > 0) &&

@@ -17,7 +17,8 @@
  *     batchnorm2d + relu pair of these models (graph/plan_fuse.h)
  *     and keeps the gradients in the arena, so these comparisons check both;
  *     under fp16/bf16 the arena holds the conv/linear weight gradients in
- *     f16/bf16 (low_grads, as the trainer asks for); cnn10 fp32 and
+ *     f16/bf16 (low_grads, as the trainer asks for), under amp and O2 the
+ *     conv filters'; cnn10 fp32 and
  *     amp-bf16 run again unfused with gradients of their own (in a child
  *     process started with MIXPREC_NO_FUSION=1: the library reads its
  *     environment once);
@@ -25,18 +26,26 @@
  *     momentum 0.9, two batches in turn so the loss must fall; the step
  *     replayed from its CUDA graph; a static loss scale for amp-fp16 on both
  *     sides, so no overflow decision can differ) whose loss curve follows the
- *     CPU's; the trainer keeps the gradients in the arena, for fp16 and bf16
- *     in their dtype (low_grads), the CPU rounding the weights as the
+ *     CPU's; the trainer keeps the gradients in the arena, the weights' in
+ *     their dtype (low_grads) for fp16 and bf16 and the conv filters' for
+ *     amp-bf16 (no loss scaling), the CPU rounding the weights as the
  *     trainer does;
  *  3. f16/bf16 gradients are never rescaled in place: the trainer plans
  *     them (low_grads) only when nothing unscales or clips them, and a
  *     step with loss scaling or clipping runs over f32 gradients; a
- *     low_grads plan's gradients keep their dtype when a layer moves to fp32.
+ *     low_grads plan's gradients keep their dtype when a layer moves to fp32;
+ *     with fp32 masters (amp, O2) a low_grads plan keeps the conv filters'
+ *     gradients in the compute dtype cuDNN writes them in (linear weights'
+ *     stay f32 sums), and in a child under MIXPREC_DETERMINISTIC=1
+ *     ("--same-values") such a plan's gradients equal, bit for bit, those of
+ *     a plan with f32 gradients (cnn10 amp-bf16 and amp-fp16, resnet18
+ *     amp-bf16).
  * wrn-16-1's pre-activation blocks add a batch norm's dx into the identity
  * shortcut's gradient (mp_op_call.d_in_add on cuDNN's kernels).
  * Arguments (diagnosis): a model (small, cnn10, resnet18, wrn-16-1) runs that model's
  * cases only, and a precision after it only that policy's; "--plain" runs
- * the unfused cases only (the child of case 1, under MIXPREC_NO_FUSION=1).
+ * the unfused cases only (the child of case 1, under MIXPREC_NO_FUSION=1),
+ * "--same-values" case 3's bit-for-bit comparison (MIXPREC_DETERMINISTIC=1).
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
 #include <math.h>
 #include <stdio.h>
@@ -240,9 +249,18 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
           plain ? "" : "not ");
     int low_grads = 0; /* weight gradients the plan keeps in f16/bf16 */
     for (int k = 0; k < gpu.g->n_params; k++) low_grads += mp_plan_grad_dtype(pg, k) != MP_DTYPE_F32;
-    const bool want_low = !plain && (prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16);
+    /* fp16/bf16: every conv/linear weight's; with fp32 masters (amp, O2) the conv filters', which cuDNN writes
+     * in the compute dtype, unless f32_weight_grads asks for f32 sums */
+    const bool want_low = !plain && prec != MP_PRECISION_FP32 && prec != MP_PRECISION_TF32 && !f32_wgrad;
     CHECK(want_low == (low_grads > 0), "%s %s: %d weight gradients in f16/bf16", mc->model, mp_precision_name(prec),
           low_grads);
+    for (int k = 0; k < gpu.g->n_params; k++) { /* a linear weight with a master keeps cuBLASLt's f32 sums */
+        const mp_gnode *wn = &gpu.g->nodes[gpu.g->params[k].node];
+        if (wn->desc.kind == MP_OP_LINEAR && k == wn->first_param && mp_graph_param_low_only(gpu.g, k) == MP_DTYPE_F32)
+            CHECK(mp_plan_grad_dtype(pg, k) == MP_DTYPE_F32, "%s %s: linear weight '%s' with an fp32 master has a %s "
+                  "gradient", mc->model, mp_precision_name(prec), gpu.g->params[k].name,
+                  mp_dtype_name(mp_plan_grad_dtype(pg, k)));
+    }
     /* the device keeps every conv2d filter in KRSC (unless MIXPREC_CONV_WEIGHTS_KRSC=0), so none needs a
      * copy; else the copies are in the memory report (mp_plan_print_memory): each conv2d node's weight
      * once, in its compute dtype (2 or 4 bytes), each copy 256-byte aligned. The gradients compared
@@ -431,7 +449,7 @@ static void training_curve(const model_case *mc, mp_precision prec) {
     if (s == MP_OK) { /* the plan the trainer made: as the one-step comparisons checked it */
         CHECK(mp_plan_grads_in_arena(p), "%s %s: the trainer's gradients are not in the arena", mc->model,
               mp_precision_name(prec));
-        const bool want_low = prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16;
+        const bool want_low = !scaling && prec != MP_PRECISION_FP32 && prec != MP_PRECISION_TF32;
         CHECK(want_low == (low_grad_count(p) > 0), "%s %s: %d weight gradients in f16/bf16", mc->model,
               mp_precision_name(prec), low_grad_count(p));
     }
@@ -543,6 +561,75 @@ static void low_grads_keep_dtype(const model_case *mc, const float *x, size_t n,
     mp_model_free(&m);
 }
 
+/* One forward and backward of m on plan p, the gradients synced to the host. */
+static mp_status plan_gradients(mp_model *m, mp_plan *p, const float *x, size_t n, const int32_t *y) {
+    MP_TRY(mp_plan_set_input(p, m->input, x, n));
+    MP_TRY(mp_plan_set_labels(p, m->labels, y, B));
+    MP_TRY(mp_plan_forward(p));
+    mp_graph_zero_grad(m->g);
+    MP_TRY(mp_plan_backward(p, 1.0f));
+    return mp_plan_sync_params(p, true);
+}
+
+/* With fp32 master weights (amp) a low_grads plan keeps each conv filter's
+ * gradient in the dtype cuDNN writes it in instead of casting it to f32: the
+ * same values, so the host gets the gradients bit for bit as from a plan
+ * with f32 gradients. Run under MIXPREC_DETERMINISTIC=1 (the child
+ * "--same-values"), where both plans run the same algorithms. */
+static void low_grads_same_values(const model_case *mc, mp_precision prec) {
+    mp_model a = build(mc, prec), b = build(mc, prec);
+    mp_plan *pa = NULL, *pb = NULL;
+    const mp_plan_opts o = {.batch = B, .training = true, .loss = a.loss, .device = {MP_DEVICE_CUDA, 0},
+                            .grads_in_arena = true, .low_grads = true};
+    mp_plan_opts o32 = o;
+    o32.loss = b.loss, o32.low_grads = false;
+    mp_status s = mp_plan_create(a.g, o, &pa);
+    if (s == MP_OK) s = mp_plan_create(b.g, o32, &pb);
+    CHECK(s == MP_OK, "%s %s: plans: %s", mc->model, mp_precision_name(prec), mp_last_error());
+    const int low = s == MP_OK ? low_grad_count(pa) : 0;
+    CHECK(s != MP_OK || (low > 0 && low_grad_count(pb) == 0), "%s %s: %d low gradients with low_grads, %d without",
+          mc->model, mp_precision_name(prec), low, s == MP_OK ? low_grad_count(pb) : 0);
+    const size_t n = (size_t)B * mc->c * mc->h * mc->w;
+    float *x = malloc(n * sizeof *x);
+    int32_t y[B];
+    mp_rng r;
+    mp_rng_seed(&r, 13);
+    make_batch(&r, x, n, y);
+    if (s == MP_OK) s = plan_gradients(&a, pa, x, n, y);
+    if (s == MP_OK) s = plan_gradients(&b, pb, x, n, y);
+    CHECK(s == MP_OK, "%s %s: steps: %s", mc->model, mp_precision_name(prec), mp_last_error());
+    int differ = 0, first = -1;
+    for (int k = 0; s == MP_OK && k < a.g->n_params; k++) {
+        const mp_gparam *ga = &a.g->params[k], *gb = &b.g->params[k];
+        if (!ga->spec.trainable || !ga->grad) continue;
+        const size_t bytes = (size_t)mp_shape_numel(&ga->spec.shape) * sizeof(float);
+        if (memcmp(ga->grad, gb->grad, bytes)) differ++, first = first < 0 ? k : first;
+    }
+    CHECK(differ == 0, "%s %s: %d gradients differ between low and f32 gradient plans (first '%s')", mc->model,
+          mp_precision_name(prec), differ, first >= 0 ? a.g->params[first].name : "");
+    if (s == MP_OK)
+        printf("%-8s %-9s %d conv filter gradients kept in %s: every gradient bit for bit as with f32 ones (%d "
+               "differ)\n", mc->model, mp_precision_name(prec), low, prec == MP_PRECISION_AMP_FP16 ? "f16" : "bf16",
+               differ);
+    free(x);
+    mp_plan_destroy(pa);
+    mp_plan_destroy(pb);
+    mp_model_free(&a);
+    mp_model_free(&b);
+}
+
+/* The child "--same-values", under MIXPREC_DETERMINISTIC=1. */
+static int same_value_cases(const model_case *cnn10, const model_case *resnet18) {
+    if (!mp_env_get()->deterministic) {
+        fprintf(stderr, "test_cuda_plan --same-values: needs MIXPREC_DETERMINISTIC=1 in the environment\n");
+        return 2;
+    }
+    low_grads_same_values(cnn10, MP_PRECISION_AMP_BF16);
+    low_grads_same_values(cnn10, MP_PRECISION_AMP_FP16);
+    low_grads_same_values(resnet18, MP_PRECISION_AMP_BF16);
+    return test_summary("test_cuda_plan --same-values");
+}
+
 /* The child of case 1: cnn10 fp32 and amp-bf16 unfused, with gradients of their own. */
 static int plain_cases(const model_case *cnn10) {
     if (!mp_env_get()->no_fusion) {
@@ -572,6 +659,7 @@ int main(int argc, char **argv) {
     const model_case models[] = {
         {"small", 1, 28, 28}, {"cnn10", 3, 32, 32}, {"resnet18", 3, 32, 32}, {"wrn-16-1", 3, 32, 32}};
     if (only && !strcmp(only, "--plain")) return plain_cases(&models[1]);
+    if (only && !strcmp(only, "--same-values")) return same_value_cases(&models[1], &models[2]);
     bool known = !only;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) known = known || !strcmp(only, models[i].model);
     if (!known) {
@@ -612,6 +700,12 @@ int main(int argc, char **argv) {
         char *child[] = {argv[0], "--plain", NULL};
         const int rc = gpu_test_rerun("MIXPREC_NO_FUSION=1", child);
         CHECK(rc == 0, "the unfused cases (MIXPREC_NO_FUSION=1 %s --plain) failed: exit %d", argv[0], rc);
+    }
+    if (!only && !one_prec && !mp_env_get()->deterministic) { /* the algorithm choices fixed: another child */
+        char *child[] = {argv[0], "--same-values", NULL};
+        const int rc = gpu_test_rerun("MIXPREC_DETERMINISTIC=1", child);
+        CHECK(rc == 0, "the same-value cases (MIXPREC_DETERMINISTIC=1 %s --same-values) failed: exit %d", argv[0],
+              rc);
     }
     return test_summary("test_cuda_plan");
 }
