@@ -162,6 +162,9 @@ typedef struct {
     bool no_dw_quad;           /**< MIXPREC_DW_QUAD=0: the depthwise forward and backward-data at stride 1 in
                                     f16/bf16 on their 8-channel kernel instead of the 4-channel one (comparisons;
                                     a forward with a batch norm fused in runs the 8-channel kernel either way) */
+    bool no_low_conv_grads;    /**< MIXPREC_LOW_CONV_GRADS=0: a GPU plan with mp_plan_opts.low_grads keeps a conv
+                                    filter with an fp32 master's gradient f32 (cuDNN's f16/bf16 values cast into it)
+                                    instead of in the compute dtype (comparisons) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

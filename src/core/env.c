@@ -55,6 +55,7 @@ static void read_env(void) {
     e.no_conv_krsc_copies = equals("MIXPREC_CONV_KRSC_COPIES", "0");
     e.no_conv_weights_krsc = equals("MIXPREC_CONV_WEIGHTS_KRSC", "0");
     e.no_dw_quad = equals("MIXPREC_DW_QUAD", "0");
+    e.no_low_conv_grads = equals("MIXPREC_LOW_CONV_GRADS", "0");
     e.conv_own = equals("MIXPREC_CONV_OWN", "0") ? 0 : equals("MIXPREC_CONV_OWN", "force") ? 2 : 1;
     g_env = e;
 }

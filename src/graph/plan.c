@@ -57,10 +57,10 @@ bool mp_plan_grads_in_arena(const mp_plan *p) {
 /* A conv2d filter with an fp32 master whose one user computes in f16/bf16:
  * its backward-filter writes the gradient in that dtype, which the plan then
  * keeps instead of casting it to f32 (the same values, one launch fewer per
- * layer), unless f32_weight_grads asks for unrounded sums or a second-order
- * pass adds to it. F32 otherwise. */
+ * layer), unless f32_weight_grads asks for unrounded sums, a second-order
+ * pass adds to it or MIXPREC_LOW_CONV_GRADS=0 says not to. F32 otherwise. */
 static mp_dtype master_conv_grad_dtype(const mp_plan *p, int k) {
-    if (p->o.f32_weight_grads || p->o.second_order) return MP_DTYPE_F32;
+    if (p->o.f32_weight_grads || p->o.second_order || mp_env_get()->no_low_conv_grads) return MP_DTYPE_F32;
     int users = 0;
     mp_dtype dt = MP_DTYPE_F32;
     for (int i = 0; i < p->g->n_nodes; i++) {

@@ -251,7 +251,9 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     for (int k = 0; k < gpu.g->n_params; k++) low_grads += mp_plan_grad_dtype(pg, k) != MP_DTYPE_F32;
     /* fp16/bf16: every conv/linear weight's; with fp32 masters (amp, O2) the conv filters', which cuDNN writes
      * in the compute dtype, unless f32_weight_grads asks for f32 sums */
-    const bool want_low = !plain && prec != MP_PRECISION_FP32 && prec != MP_PRECISION_TF32 && !f32_wgrad;
+    const bool pure = prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16;
+    const bool want_low = !plain && prec != MP_PRECISION_FP32 && prec != MP_PRECISION_TF32 && !f32_wgrad &&
+                          (pure || !mp_env_get()->no_low_conv_grads);
     CHECK(want_low == (low_grads > 0), "%s %s: %d weight gradients in f16/bf16", mc->model, mp_precision_name(prec),
           low_grads);
     for (int k = 0; k < gpu.g->n_params; k++) { /* a linear weight with a master keeps cuBLASLt's f32 sums */
@@ -449,7 +451,9 @@ static void training_curve(const model_case *mc, mp_precision prec) {
     if (s == MP_OK) { /* the plan the trainer made: as the one-step comparisons checked it */
         CHECK(mp_plan_grads_in_arena(p), "%s %s: the trainer's gradients are not in the arena", mc->model,
               mp_precision_name(prec));
-        const bool want_low = !scaling && prec != MP_PRECISION_FP32 && prec != MP_PRECISION_TF32;
+        const bool want_low = !scaling && prec != MP_PRECISION_FP32 && prec != MP_PRECISION_TF32 &&
+                              (prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16 ||
+                               !mp_env_get()->no_low_conv_grads);
         CHECK(want_low == (low_grad_count(p) > 0), "%s %s: %d weight gradients in f16/bf16", mc->model,
               mp_precision_name(prec), low_grad_count(p));
     }
@@ -701,7 +705,8 @@ int main(int argc, char **argv) {
         const int rc = gpu_test_rerun("MIXPREC_NO_FUSION=1", child);
         CHECK(rc == 0, "the unfused cases (MIXPREC_NO_FUSION=1 %s --plain) failed: exit %d", argv[0], rc);
     }
-    if (!only && !one_prec && !mp_env_get()->deterministic) { /* the algorithm choices fixed: another child */
+    /* the algorithm choices fixed: another child (not under MIXPREC_LOW_CONV_GRADS=0, which it compares against) */
+    if (!only && !one_prec && !mp_env_get()->deterministic && !mp_env_get()->no_low_conv_grads) {
         char *child[] = {argv[0], "--same-values", NULL};
         const int rc = gpu_test_rerun("MIXPREC_DETERMINISTIC=1", child);
         CHECK(rc == 0, "the same-value cases (MIXPREC_DETERMINISTIC=1 %s --same-values) failed: exit %d", argv[0],
