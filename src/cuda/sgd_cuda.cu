@@ -50,7 +50,6 @@ __device__ __forceinline__ bool sgd_vector_chunk(const mp_mt_tensor &ten, long l
     const bool grad_low = (ten.flags & MP_MT_GRAD_LOW) != 0;
     if (!ten.ptr[MP_MT_PARAM] || (ten.flags & (MP_MT_STATE_LOW | MP_MT_NO_MASTER))) return false;
     if (low != MP_DTYPE_F32 && low != MP_DTYPE_F16 && low != MP_DTYPE_BF16) return false;
-    if (grad_low && low == MP_DTYPE_F32) return false;
     return mp_mt_aligned(ten.ptr[MP_MT_PARAM], start, 4, 16) &&
            (grad_low ? mp_mt_aligned(ten.ptr[MP_MT_GRAD], start, 2, 8)
                      : mp_mt_aligned(ten.ptr[MP_MT_GRAD], start, 4, 16)) &&

@@ -60,16 +60,11 @@ bool mp_plan_grads_in_arena(const mp_plan *p) {
  * layer), unless f32_weight_grads asks for unrounded sums, a second-order
  * pass adds to it or MIXPREC_LOW_CONV_GRADS=0 says not to. F32 otherwise. */
 static mp_dtype master_conv_grad_dtype(const mp_plan *p, int k) {
-    if (p->o.f32_weight_grads || p->o.second_order || mp_env_get()->no_low_conv_grads) return MP_DTYPE_F32;
-    int users = 0;
-    mp_dtype dt = MP_DTYPE_F32;
-    for (int i = 0; i < p->g->n_nodes; i++) {
-        const mp_gnode *nd = &p->g->nodes[i];
-        if (!nd->n_params || nd->first_param != k) continue;
-        users++;
-        dt = nd->desc.kind == MP_OP_CONV2D && mp_dtype_is_low(nd->compute_dtype) ? nd->compute_dtype : MP_DTYPE_F32;
-    }
-    return users == 1 ? dt : MP_DTYPE_F32; /* shared weights add their gradients in f32 */
+    const mp_gnode *nd = &p->g->nodes[p->g->params[k].node];
+    const bool low = nd->desc.kind == MP_OP_CONV2D && mp_dtype_is_low(nd->compute_dtype) &&
+                     mp_graph_param_users(p->g, k) == 1; /* shared weights add their gradients in f32 */
+    if (!low || p->o.f32_weight_grads || p->o.second_order || mp_env_get()->no_low_conv_grads) return MP_DTYPE_F32;
+    return nd->compute_dtype;
 }
 
 /* opts.low_grads's rule, applied once when the plan is created: a layer

@@ -103,6 +103,26 @@ static void make_batch(mp_rng *r, float *x, size_t n, int32_t *y) {
     for (int i = 0; i < B; i++) y[i] = (int32_t)mp_rng_below(r, 10);
 }
 
+/* One batch of B of mc's images (*n floats, malloc'd) and labels y from seed. */
+static float *seeded_batch(const model_case *mc, uint64_t seed, size_t *n, int32_t *y) {
+    *n = (size_t)B * mc->c * mc->h * mc->w;
+    float *x = malloc(*n * sizeof *x);
+    MP_ASSERT(x);
+    mp_rng r;
+    mp_rng_seed(&r, seed);
+    make_batch(&r, x, *n, y);
+    return x;
+}
+
+/* Whether a low_grads plan of policy prec keeps weight gradients in f16/bf16:
+ * fp16/bf16 every conv/linear weight's; with fp32 masters (amp, O2) the conv
+ * filters', which cuDNN writes in the compute dtype, unless
+ * MIXPREC_LOW_CONV_GRADS=0. */
+static bool low_grads_expected(mp_precision prec) {
+    if (prec == MP_PRECISION_FP32 || prec == MP_PRECISION_TF32) return false;
+    return prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16 || !mp_env_get()->no_low_conv_grads;
+}
+
 static mp_model build(const model_case *mc, mp_precision prec) {
     mp_model m;
     MP_ASSERT(mp_model_build(mc->model, mc->c, mc->h, mc->w, 10, &m) == MP_OK);
@@ -249,11 +269,8 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
           plain ? "" : "not ");
     int low_grads = 0; /* weight gradients the plan keeps in f16/bf16 */
     for (int k = 0; k < gpu.g->n_params; k++) low_grads += mp_plan_grad_dtype(pg, k) != MP_DTYPE_F32;
-    /* fp16/bf16: every conv/linear weight's; with fp32 masters (amp, O2) the conv filters', which cuDNN writes
-     * in the compute dtype, unless f32_weight_grads asks for f32 sums */
-    const bool pure = prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16;
-    const bool want_low = !plain && prec != MP_PRECISION_FP32 && prec != MP_PRECISION_TF32 && !f32_wgrad &&
-                          (pure || !mp_env_get()->no_low_conv_grads);
+    /* (f32_weight_grads: the amp cases here, whose filter gradients are then f32 sums) */
+    const bool want_low = !plain && !f32_wgrad && low_grads_expected(prec);
     CHECK(want_low == (low_grads > 0), "%s %s: %d weight gradients in f16/bf16", mc->model, mp_precision_name(prec),
           low_grads);
     for (int k = 0; k < gpu.g->n_params; k++) { /* a linear weight with a master keeps cuBLASLt's f32 sums */
@@ -300,12 +317,9 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
         CHECK(adding > 0, "%s %s: no batch norm adds its dx into another consumer's gradient", mc->model,
               mp_precision_name(prec));
     }
-    size_t n = (size_t)B * mc->c * mc->h * mc->w;
-    float *x = malloc(n * sizeof *x);
+    size_t n;
     int32_t y[B];
-    mp_rng r;
-    mp_rng_seed(&r, 9);
-    make_batch(&r, x, n, y);
+    float *x = seeded_batch(mc, 9, &n, y);
     float lg = 0, lc = cpu_gradients(&cpu, x, n, y, true);
     cpu_gradients(&oracle, x, n, y, true);
     double e_order = 0, e_ulp = 0, move[MAX_PARAMS] = {0};
@@ -451,9 +465,7 @@ static void training_curve(const model_case *mc, mp_precision prec) {
     if (s == MP_OK) { /* the plan the trainer made: as the one-step comparisons checked it */
         CHECK(mp_plan_grads_in_arena(p), "%s %s: the trainer's gradients are not in the arena", mc->model,
               mp_precision_name(prec));
-        const bool want_low = !scaling && prec != MP_PRECISION_FP32 && prec != MP_PRECISION_TF32 &&
-                              (prec == MP_PRECISION_FP16 || prec == MP_PRECISION_BF16 ||
-                               !mp_env_get()->no_low_conv_grads);
+        const bool want_low = !scaling && low_grads_expected(prec);
         CHECK(want_low == (low_grad_count(p) > 0), "%s %s: %d weight gradients in f16/bf16", mc->model,
               mp_precision_name(prec), low_grad_count(p));
     }
@@ -593,12 +605,9 @@ static void low_grads_same_values(const model_case *mc, mp_precision prec) {
     const int low = s == MP_OK ? low_grad_count(pa) : 0;
     CHECK(s != MP_OK || (low > 0 && low_grad_count(pb) == 0), "%s %s: %d low gradients with low_grads, %d without",
           mc->model, mp_precision_name(prec), low, s == MP_OK ? low_grad_count(pb) : 0);
-    const size_t n = (size_t)B * mc->c * mc->h * mc->w;
-    float *x = malloc(n * sizeof *x);
+    size_t n;
     int32_t y[B];
-    mp_rng r;
-    mp_rng_seed(&r, 13);
-    make_batch(&r, x, n, y);
+    float *x = seeded_batch(mc, 13, &n, y);
     if (s == MP_OK) s = plan_gradients(&a, pa, x, n, y);
     if (s == MP_OK) s = plan_gradients(&b, pb, x, n, y);
     CHECK(s == MP_OK, "%s %s: steps: %s", mc->model, mp_precision_name(prec), mp_last_error());
@@ -688,12 +697,9 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < 6 && (!only || !strcmp(only, models[i].model)); j++)
             if (!one_prec || curve_precs[j] == only_prec) training_curve(&models[i], curve_precs[j]);
     if (!only || !strcmp(only, "small")) { /* one batch of the small model for both */
-        const size_t n = (size_t)B * models[0].c * models[0].h * models[0].w;
-        float *x = malloc(n * sizeof *x);
+        size_t n;
         int32_t y[B];
-        mp_rng r;
-        mp_rng_seed(&r, 5);
-        make_batch(&r, x, n, y);
+        float *x = seeded_batch(&models[0], 5, &n, y);
         low_grads_choice(&models[0], x, y);
         low_grads_keep_dtype(&models[0], x, n, y);
         free(x);
