@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "graph/exec_backend.h"
 #include "graph/plan.h"
+#include "graph/plan_fuse.h"
 #include "graph/second_order.h"
 
 static mp_status check_node(const mp_plan *p, mp_node node, mp_op_kind kind, const char *what) {
@@ -125,6 +126,15 @@ static mp_status check_backward_site(const mp_plan *p, int i, mp_nonfinite_site 
     /* a residual add fused into a batch norm (plan_fuse.h) has computed
      * nothing yet: the batch norm writes both its gradients, later */
     if (p->nodes[i].fused_away && nd->desc.kind == MP_OP_ADD) return MP_OK;
+    /* node i is such a batch norm: the residual's gradient it wrote (or
+     * added to) is the add's, which an unfused plan checks first */
+    const int m = mp_plan_fused_resid(p, i);
+    if (m >= 0 && c->d_resid.data) MP_TRY(nonfinite(p, &c->d_resid, &found));
+    if (found) {
+        *site = (mp_nonfinite_site){.found = true, .backward = true, .node = p->nodes[i].add_fused};
+        snprintf(site->what, sizeof site->what, "grad input %d", m);
+        return MP_OK;
+    }
     for (int k = 0; k < nd->n_in; k++) {
         if (c->d_in[k].data) MP_TRY(nonfinite(p, &c->d_in[k], &found));
         if (!found) continue;

@@ -17,7 +17,10 @@
  *    to the fp32 CPU oracle as test_cuda_plan asks, and to the unfused GPU
  *    plan's; the running statistics after it (f32 sums) as the unfused
  *    plan's and the CPU's; then an inference plan (running statistics in the
- *    fused pass) whose logits match the unfused plan's and the CPU's.
+ *    fused pass) whose logits match the unfused plan's and the CPU's;
+ *  - overflow provenance: a residual's fp16 gradient that overflows where
+ *    the fused backward adds to it is named as the add's, as the unfused
+ *    GPU plan and the CPU name it (mp_plan_backward_checked).
  * Needs a GPU: one clear line and exit 2 without one. */
 #include <math.h>
 #include <stdio.h>
@@ -241,6 +244,73 @@ static void one_case(const model_case *mc, mp_precision prec) {
     mp_model_free(&oracle);
 }
 
+/* input (4 x 1 x 1) -> 1x1 conv r -> [1x1 conv + BN a_bn] + r = s -> s + r = t
+ * -> gap -> fc (no bias; class 0's row -1, the rest 0) -> loss, in amp-fp16
+ * with a zero input (every activation 0, the softmax uniform) and labels 0.
+ * A backward seeded with SEED gives t, s and r each the gradient
+ * v = 0.1125 SEED (< 65504 in fp16), so r's gradient, written v by t and
+ * then added v by s, is the first to overflow (the CPU names s_add's
+ * input 1 for seeds 3e5 to 5e5; the batch norm's dx is 0, its parameter
+ * gradients f32). */
+#define OVERFLOW_SEED 4e5f
+
+static void overflow_site(mp_device dev, bool fused, mp_nonfinite_site *site, char *name, size_t name_len,
+                          bool *was_fused) {
+    mp_model m;
+    memset(&m, 0, sizeof m);
+    memset(site, 0, sizeof *site);
+    snprintf(name, name_len, "nothing");
+    *was_fused = false;
+    mp_graph *g = m.g = mp_graph_create();
+    MP_ASSERT(g);
+    mp_node x = m.input = mp_graph_input(g, "input", 4, 1, 1);
+    mp_node r = mp_conv2d(g, "r_conv", x, (mp_conv_opts){.out_channels = 8, .kernel = 1});
+    mp_node a = mp_conv_bn(g, "a", r, (mp_conv_opts){.out_channels = 8, .kernel = 1});
+    mp_node s = mp_add(g, "s_add", a, r);
+    mp_node y = mp_global_avgpool(g, "gap", mp_add(g, "t_add", s, r));
+    y = mp_linear(g, "fc", y, (mp_linear_opts){.out_features = 10, .bias = false});
+    MP_ASSERT(mp_model_finish(&m, y) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
+    mp_graph_init_params(g, 5);
+    for (int k = 0; k < g->n_params; k++)
+        if (!strcmp(g->params[k].name, "fc.weight"))
+            for (int64_t e = 0; e < mp_shape_numel(&g->params[k].spec.shape); e++)
+                g->params[k].data[e] = e < 8 ? -1.f : 0.f; /* (10, 8): row 0 */
+    mp_plan_opts o = {.batch = B, .training = true, .loss = m.loss, .device = dev, .no_bn_add_relu_fusion = !fused};
+    float in[B * 4] = {0};
+    int32_t labels[B] = {0};
+    mp_plan *p = NULL;
+    mp_status st = mp_plan_create(g, o, &p);
+    if (st == MP_OK) *was_fused = p->nodes[a].add_fused == s;
+    if (st == MP_OK) st = mp_plan_set_input(p, m.input, in, B * 4);
+    if (st == MP_OK) st = mp_plan_set_labels(p, m.labels, labels, B);
+    if (st == MP_OK) st = mp_plan_forward(p);
+    if (st == MP_OK) st = mp_plan_backward_checked(p, OVERFLOW_SEED, site);
+    CHECK(st == MP_OK, "overflow provenance plan (%s, %s): %s", dev.kind == MP_DEVICE_CUDA ? "cuda" : "cpu",
+          fused ? "fused" : "unfused", mp_last_error());
+    if (site->found) snprintf(name, name_len, "%s", g->nodes[site->node].name);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
+static void test_overflow_provenance(void) {
+    mp_nonfinite_site cpu, apart, fused;
+    char cpu_name[64], apart_name[64], fused_name[64];
+    bool f_cpu, f_apart, f_fused;
+    overflow_site((mp_device){MP_DEVICE_CPU, 0}, false, &cpu, cpu_name, sizeof cpu_name, &f_cpu);
+    overflow_site((mp_device){MP_DEVICE_CUDA, 0}, false, &apart, apart_name, sizeof apart_name, &f_apart);
+    overflow_site((mp_device){MP_DEVICE_CUDA, 0}, true, &fused, fused_name, sizeof fused_name, &f_fused);
+    CHECK(f_fused && !f_apart, "overflow provenance: the GPU plan fuses a_bn with s_add (%s) and the unfused one "
+          "does not (%s)", f_fused ? "yes" : "no", f_apart ? "it does" : "no");
+    CHECK(cpu.found && !strcmp(cpu_name, "s_add") && !strcmp(cpu.what, "grad input 1"),
+          "overflow provenance, cpu: %s '%s' (expected s_add's grad input 1)", cpu_name, cpu.what);
+    CHECK(apart.found && !strcmp(apart_name, "s_add") && !strcmp(apart.what, "grad input 1"),
+          "overflow provenance, gpu unfused: %s '%s' (expected s_add's grad input 1)", apart_name, apart.what);
+    CHECK(fused.found && !strcmp(fused_name, "s_add") && !strcmp(fused.what, "grad input 1"),
+          "overflow provenance, gpu fused: %s '%s' (expected s_add's grad input 1, as unfused)", fused_name,
+          fused.what);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL; /* one model's cases (diagnosis) */
     if (mp_cuda_device_count() < 1) {
@@ -259,5 +329,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         for (size_t j = 0; j < sizeof precs / sizeof precs[0] && (!only || !strcmp(only, models[i].model)); j++)
             one_case(&models[i], precs[j]);
+    if (!only) test_overflow_provenance();
     return test_summary("test_cuda_bn_add_relu");
 }
