@@ -7,7 +7,11 @@
  * checkpoint of another model, a weights file missing a tensor, with a wrong
  * shape or dtype or a tensor the model lacks, parameters set to NaN or with
  * the wrong count, evaluation on the wrong data or before initialization,
- * an optimizer destroyed before its trainer, a bad learning-rate schedule.
+ * an optimizer destroyed before its trainer, a bad learning-rate schedule,
+ * a plan's backward before any forward or twice after one (refused: its
+ * first backward reused the memory; with repeat_backward allowed and equal
+ * bit for bit), and two optimizer groups sharing one loss (each group's
+ * backward as exact as a lone group's).
  * Only the public API is called, plus the safetensors writer to craft files. */
 #define _GNU_SOURCE /* nftw in scratch_dir.h */
 #include <math.h>
@@ -260,6 +264,97 @@ static void test_loss_not_marked(void) {
     CHECK(isfinite(loss[0]) && loss[0] > 0 && loss[0] == loss[1], "loss unmarked %g, marked %g", loss[0], loss[1]);
 }
 
+/* One batch of make_net's 4 x (1, 8, 8) images and labels. */
+static void small_batch(float *x, int32_t *y) {
+    for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+    for (int i = 0; i < 4; i++) y[i] = (i * 5) % 3;
+}
+
+/* Every trainable gradient of g, concatenated into out (at most cap values); the count. */
+static size_t copy_grads(const mp_graph *g, float *out, size_t cap) {
+    size_t n = 0;
+    for (int k = 0; k < mp_graph_param_tensors(g); k++) {
+        mp_param_info pi;
+        MP_ASSERT(mp_graph_param_info(g, k, &pi) == MP_OK);
+        if (!pi.trainable) continue;
+        MP_ASSERT(n + (size_t)pi.numel <= cap);
+        MP_ASSERT(mp_graph_grad_get(g, pi.name, out + n, (size_t)pi.numel) == MP_OK);
+        n += (size_t)pi.numel;
+    }
+    return n;
+}
+
+static void test_backward_order(void) {
+    float x[4 * 64], g1[2048], g2[2048];
+    int32_t y[4];
+    small_batch(x, y);
+    for (int repeat = 0; repeat < 2; repeat++) {
+        net n = make_net(4, 3);
+        MP_ASSERT(mp_graph_apply_policy(n.g, (mp_policy_opts){.precision = MP_PRECISION_FP32}) == MP_OK);
+        mp_plan *p = NULL;
+        MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss,
+                                                     .repeat_backward = repeat},
+                                 &p) == MP_OK);
+        MP_ASSERT(mp_plan_set_input(p, n.input, x, 4 * 64) == MP_OK);
+        MP_ASSERT(mp_plan_set_labels(p, n.labels, y, 4) == MP_OK);
+        CHECK_ERR(mp_plan_backward(p, 1.0f), MP_ERR_INVALID_ARG, "no forward", "mp_plan_forward");
+        MP_ASSERT(mp_plan_forward(p) == MP_OK);
+        mp_graph_zero_grad(n.g);
+        CHECK_ERR(mp_plan_backward(p, 1.0f), MP_OK);
+        const size_t count = copy_grads(n.g, g1, sizeof g1 / sizeof g1[0]);
+        mp_graph_zero_grad(n.g);
+        if (!repeat) {
+            CHECK_ERR(mp_plan_backward(p, 1.0f), MP_ERR_INVALID_ARG, "already ran since the last forward",
+                      "repeat_backward");
+            MP_ASSERT(mp_plan_forward(p) == MP_OK); /* a new forward makes it legal again */
+        }
+        CHECK_ERR(mp_plan_backward(p, 1.0f), MP_OK);
+        copy_grads(n.g, g2, sizeof g2 / sizeof g2[0]);
+        CHECK(count > 0 && !memcmp(g1, g2, count * sizeof g1[0]),
+              "%s: the second backward's %zu gradients equal the first's bit for bit",
+              repeat ? "repeat_backward, no forward between" : "a forward between", count);
+        mp_plan_destroy(p);
+        mp_graph_destroy(n.g);
+    }
+}
+
+/* Two groups minimizing one loss (the convolution's and the classifier's
+ * parameters, SGD each): the classifier's update equals a lone group's over
+ * the same parameters, whose gradient the convolution's update cannot
+ * change (it reads only the forward's activations). */
+static void test_groups_share_loss(void) {
+    float x[4 * 64], w[2][3 * 256];
+    int32_t y[4];
+    small_batch(x, y);
+    for (int two = 0; two < 2; two++) {
+        net n = make_net(4, 3);
+        MP_ASSERT(mp_graph_apply_policy(n.g, (mp_policy_opts){.precision = MP_PRECISION_FP32}) == MP_OK);
+        mp_optimizer *o[2] = {NULL, NULL};
+        const char *prefix[2] = {"fc", "conv"};
+        for (int k = 0; k <= two; k++)
+            MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD},
+                                                                    .lr = {.base_lr = 0.1f}, .params = prefix[k]},
+                                          &o[k]) == MP_OK);
+        mp_trainer_opts to = {.batch = 4, .input = n.input, .labels = n.labels, .loss = n.loss, .optimizer = o[0]};
+        if (two) { /* the convolution's group first: the classifier's backward runs second */
+            to.n_groups = 2;
+            to.groups[0] = (mp_train_group){.optimizer = o[1], .losses = {n.loss}, .weights = {1}, .n_losses = 1};
+            to.groups[1] = (mp_train_group){.optimizer = o[0], .losses = {n.loss}, .weights = {1}, .n_losses = 1};
+        }
+        mp_trainer *t = NULL;
+        MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+        CHECK_ERR(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL), MP_OK);
+        CHECK_ERR(mp_trainer_param_get(t, "fc.weight", w[two], 3 * 256), MP_OK);
+        mp_trainer_destroy(t);
+        mp_optimizer_destroy(o[0]);
+        mp_optimizer_destroy(o[1]);
+        mp_graph_destroy(n.g);
+    }
+    double d = 0;
+    for (int i = 0; i < 3 * 256; i++) d = fmax(d, fabs((double)w[1][i] - w[0][i]));
+    CHECK(d == 0, "two groups sharing one loss: fc.weight after a step as a lone group's (largest difference %g)", d);
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_api");
     test_trainer_misuse();
@@ -267,6 +362,8 @@ int main(void) {
     test_evaluation_misuse();
     test_options_misuse();
     test_loss_not_marked();
+    test_backward_order();
+    test_groups_share_loss();
     scratch_dir_remove(dir);
     return test_summary("test_api");
 }

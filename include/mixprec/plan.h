@@ -102,6 +102,13 @@ typedef struct {
     bool input_grad;
     mp_node input_grad_of;  /**< see input_grad */
     mp_node input_grad_wrt; /**< see input_grad */
+    /** Training: several backward passes may run from one loss after one
+     * forward (a trainer's optimizer groups sharing that loss): the
+     * forward's outputs and saved tensors stay for all of them, as a plan
+     * with several losses keeps them for one pass per loss. Without it a
+     * one-loss plan's backward reuses that memory as it goes, and a second
+     * backward before the next forward is refused. */
+    bool repeat_backward;
 } mp_plan_opts;
 
 /** Compile g (its policy applied, parameters initialized) into a plan. */
@@ -116,9 +123,13 @@ MP_API mp_status mp_plan_set_input(mp_plan *p, mp_node input, const float *data,
 MP_API mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n);
 /** Run the forward pass. */
 MP_API mp_status mp_plan_forward(mp_plan *p);
-/** Backward from opts.loss (the first of opts.losses) with d(loss) = seed. */
+/** Backward from opts.loss (the first of opts.losses) with d(loss) = seed,
+ * after a forward. A plan with one loss runs one backward per forward unless
+ * made with repeat_backward or second_order; another is MP_ERR_INVALID_ARG
+ * (its backward reused the memory a second one would read), as is a
+ * backward before any forward. */
 MP_API mp_status mp_plan_backward(mp_plan *p, float seed);
-/** Backward from any of the plan's losses. */
+/** Backward from any of the plan's losses (the rules of mp_plan_backward). */
 MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
 /** Read a node's output as f32 (converted); n is its element count. The
  * plan's memory holds what the step still needs: outputs

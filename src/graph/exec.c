@@ -57,6 +57,7 @@ mp_status mp_plan_forward(mp_plan *p) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
     MP_TRY(p->be->forward_begin(p));
     p->backward_ran = false;
+    p->forward_ran = false; /* until every node has run */
     for (int i = 0; i < p->n; i++) {
         double t0 = p->o.profile ? profile_clock(p) : 0;
         MP_TRY(forward_node(p, i));
@@ -64,6 +65,7 @@ mp_status mp_plan_forward(mp_plan *p) {
         if (p->observe) MP_TRY(p->observe(p->observe_arg, i, false, &p->nodes[i].call.out));
     }
     p->step++;
+    p->forward_ran = true;
     mp_so_note_forward(p);
     return MP_OK;
 }
@@ -114,6 +116,7 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     }
     p->replaying = false;
     p->step = step;
+    p->forward_ran = s == MP_OK;
     return s;
 }
 
@@ -193,6 +196,12 @@ mp_status mp_plan_backward_checked_from(mp_plan *p, mp_node loss, float seed, mp
 
 static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site *site) {
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
+    if (!p->forward_ran)
+        return mp_error(MP_ERR_INVALID_ARG, "backward: no forward has completed on this plan (run mp_plan_forward first)");
+    if (p->backward_ran && !mp_plan_backward_repeats(p) && !p->so)
+        return mp_error(MP_ERR_INVALID_ARG, "backward: a backward already ran since the last forward, and it reused the "
+                        "memory a second one would read; run mp_plan_forward again (or make the plan with "
+                        "mp_plan_opts.repeat_backward)");
     mp_graph *g = p->g;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
     p->backward_ran = true;

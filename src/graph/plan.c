@@ -51,8 +51,10 @@ static bool is_loss_node(const mp_plan *p, int i) {
 }
 
 bool mp_plan_grads_in_arena(const mp_plan *p) {
-    return p && p->be->grads_in_arena && p->o.training && p->o.grads_in_arena && p->n_losses == 1;
+    return p && p->be->grads_in_arena && p->o.training && p->o.grads_in_arena && !mp_plan_backward_repeats(p);
 }
+
+bool mp_plan_backward_repeats(const mp_plan *p) { return p->n_losses > 1 || p->o.repeat_backward; }
 
 /* A conv2d filter with an fp32 master whose one user computes in f16/bf16:
  * its backward-filter writes the gradient in that dtype, which the plan then
@@ -192,9 +194,10 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
                 grad->first = 2 * n - 1 - i;
         }
         if (nd->is_output) b[3 * i].last = end;
-        /* several losses = several backward passes per forward: every pass
-         * needs the forward outputs and saved tensors of its nodes */
-        if (p->n_losses > 1 && p->nodes[i].in_backward) b[3 * i].last = b[3 * i + 2].last = end;
+        /* several losses or repeat_backward = several backward passes per
+         * forward: every pass needs the forward outputs and saved tensors of
+         * its nodes */
+        if (mp_plan_backward_repeats(p) && p->nodes[i].in_backward) b[3 * i].last = b[3 * i + 2].last = end;
     }
     b[3 * n] = (mp_arena_buf){.size = n_ws ? 0 : ws_bytes, .first = 0, .last = end, .kind = MP_MEM_WORKSPACE};
     b[3 * n + 1] = (mp_arena_buf){.size = n_sc ? 0 : shared_scratch, .first = 0, .last = end, .kind = MP_MEM_OTHER};

@@ -69,14 +69,19 @@ struct mp_plan {
     mp_status (*observe)(void *arg, int node, bool grad, const mp_tensor *t);
     void *observe_arg;
     bool replaying; /* mp_plan_find_nonfinite_forward's replay is running */
+    bool forward_ran;  /* a forward (or find_nonfinite_forward's replay) completed: backward may run */
     bool backward_ran; /* a backward ran since the last forward: intermediates it no longer needed may be
-                          overwritten (mp_plan_read refuses them) */
+                          overwritten (mp_plan_read refuses them; a one-loss plan refuses another backward) */
     struct mp_plan_so *so; /* opts.second_order: tangent buffers and state (second_order.h), else NULL */
 };
 
 /* Whether p keeps its parameter gradients in the arena (opts.grads_in_arena
- * on a GPU training plan with one loss). */
+ * on a GPU training plan with one backward pass per forward). */
 bool mp_plan_grads_in_arena(const mp_plan *p);
+/* Whether several backward passes may follow one forward (several losses,
+ * or opts.repeat_backward): the forward's outputs and saved tensors then
+ * stay until the step's end. */
+bool mp_plan_backward_repeats(const mp_plan *p);
 /* The dtype of graph parameter k's gradient on p's device: F16/BF16 under
  * opts.low_grads (see mixprec/plan.h), else F32 (always F32 on the CPU); fixed
  * when the plan is created, as its storage is. */

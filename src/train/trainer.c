@@ -135,10 +135,16 @@ static mp_status make_plan(mp_trainer *t) {
     po.loss = t->groups[0].losses[0];
     po.n_losses = t->n_checks;
     memcpy(po.losses, t->checks, sizeof t->checks);
+    /* a backward per group and loss of nonzero weight: groups sharing a loss
+     * run several from one loss, which must find the forward's memory intact */
+    int passes = 0;
+    for (int gi = 0; gi < t->n_groups; gi++)
+        for (int j = 0; j < t->groups[gi].n_losses; j++) passes += t->groups[gi].weights[j] != 0.0f;
+    po.repeat_backward = passes > t->n_checks;
     /* gradients in the arena when each step writes them once, afresh; when
      * nothing rescales them afterwards, in the weights' dtype (and, with
      * master weights, a conv filter's in the dtype cuDNN writes it in) */
-    po.grads_in_arena = t->k == 1 && t->n_checks == 1;
+    po.grads_in_arena = t->k == 1 && t->n_checks == 1 && passes == 1;
     mp_penalty_plan_opts(t, &po);
     po.low_grads = po.grads_in_arena && !t->loss_scaling && !(t->o.clip_norm > 0) && !(t->o.clip_value > 0) &&
                    !t->o.dist;
