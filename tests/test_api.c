@@ -8,10 +8,11 @@
  * shape or dtype or a tensor the model lacks, parameters set to NaN or with
  * the wrong count, evaluation on the wrong data or before initialization,
  * an optimizer destroyed before its trainer, a bad learning-rate schedule,
- * a plan's backward before any forward or twice after one (refused: its
- * first backward reused the memory; with repeat_backward allowed and equal
- * bit for bit), and two optimizer groups sharing one loss (each group's
- * backward as exact as a lone group's).
+ * a plan's forward before its inputs and labels have a batch, a read or a
+ * backward before any forward, a trainer's loss before any step, a second
+ * backward after one forward (refused: the first reused the memory; with
+ * repeat_backward allowed and equal bit for bit), and two optimizer groups
+ * sharing one loss (each group's backward as exact as a lone group's).
  * Only the public API is called, plus the safetensors writer to craft files. */
 #define _GNU_SOURCE /* nftw in scratch_dir.h */
 #include <math.h>
@@ -295,7 +296,11 @@ static void test_backward_order(void) {
         MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss,
                                                      .repeat_backward = repeat},
                                  &p) == MP_OK);
+        float logits[4 * 3];
+        CHECK_ERR(mp_plan_forward(p), MP_ERR_INVALID_ARG, "input 'image' has no batch yet", "mp_plan_set_input");
+        CHECK_ERR(mp_plan_read(p, n.logits, logits, 4 * 3), MP_ERR_INVALID_ARG, "'fc'", "no forward has completed");
         MP_ASSERT(mp_plan_set_input(p, n.input, x, 4 * 64) == MP_OK);
+        CHECK_ERR(mp_plan_forward(p), MP_ERR_INVALID_ARG, "labels 'label' has no batch yet", "mp_plan_set_labels");
         MP_ASSERT(mp_plan_set_labels(p, n.labels, y, 4) == MP_OK);
         CHECK_ERR(mp_plan_backward(p, 1.0f), MP_ERR_INVALID_ARG, "no forward", "mp_plan_forward");
         MP_ASSERT(mp_plan_forward(p) == MP_OK);
@@ -343,6 +348,8 @@ static void test_groups_share_loss(void) {
         }
         mp_trainer *t = NULL;
         MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+        float loss = 0;
+        CHECK_ERR(mp_trainer_loss(t, &loss), MP_ERR_INVALID_ARG, "'loss'", "no forward has completed");
         CHECK_ERR(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL), MP_OK);
         CHECK_ERR(mp_trainer_param_get(t, "fc.weight", w[two], 3 * 256), MP_OK);
         mp_trainer_destroy(t);

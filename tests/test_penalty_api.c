@@ -111,6 +111,9 @@ static void plan_order(void) {
     float gx[B * F] = {0};
     CHECK_ERR(mp_plan_forward_tangent(p), MP_ERR_INVALID_ARG, "before any forward");
     CHECK_ERR(mp_plan_backward_input_grad(p, 1), MP_ERR_INVALID_ARG, "before any forward");
+    CHECK_ERR(mp_plan_forward(p), MP_ERR_INVALID_ARG, "targets 'x' has no batch yet");
+    const float tt[B] = {1, 0, 1, 0};
+    MP_ASSERT(mp_plan_set_input(p, n.x, gx, B * F) == MP_OK && mp_plan_set_input(p, n.t, tt, B) == MP_OK);
     MP_ASSERT(mp_plan_forward(p) == MP_OK);
     CHECK_ERR(mp_plan_read_input_grad(p, gx, B * F), MP_ERR_INVALID_ARG, "no mp_plan_backward_input_grad");
     CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "before mp_plan_forward_tangent");

@@ -121,7 +121,9 @@ MP_API mp_status mp_plan_set_input(mp_plan *p, mp_node input, const float *data,
 /** Copy batch int32 labels into a label node; each must be a class index the
  * loss reading them accepts. */
 MP_API mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n);
-/** Run the forward pass. */
+/** Run the forward pass. Every input, labels and targets node that a node
+ * reads must have had a batch (mp_plan_set_input, mp_plan_set_labels; it
+ * stays for later passes until replaced): else MP_ERR_INVALID_ARG naming it. */
 MP_API mp_status mp_plan_forward(mp_plan *p);
 /** Backward from opts.loss (the first of opts.losses) with d(loss) = seed,
  * after a forward. A plan with one loss runs one backward per forward unless
@@ -137,7 +139,8 @@ MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
  * after mp_plan_forward only if a later node or the backward still reads it,
  * and not after a backward; a batch norm (or add) the plan runs fused with
  * the ReLU after it is not stored apart unless marked an output.
- * Elsewhere: MP_ERR_INVALID_ARG naming the node. After
+ * Elsewhere, or before a forward has completed: MP_ERR_INVALID_ARG naming
+ * the node. After
  * mp_plan_find_nonfinite_forward everything reads as after a forward. */
 MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 /** With opts.profile: time per op kind (forward, backward, share) and how

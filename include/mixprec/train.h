@@ -139,9 +139,12 @@ MP_API mp_status mp_trainer_set_labels(mp_trainer *t, mp_node node, const int32_
 /** One micro-batch: batch (may be NULL when the inputs were set) into
  * opts.input / opts.labels, then the step; report may be NULL. */
 MP_API mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *report);
-/** The last micro-batch's loss (the first group's first loss; synchronizes on a GPU). */
+/** The last micro-batch's loss (the first group's first loss; synchronizes on a
+ * GPU); NaN when auto_fallback rebuilt the plan after it (the step was
+ * skipped); MP_ERR_INVALID_ARG before any step. */
 MP_API mp_status mp_trainer_loss(mp_trainer *t, float *loss);
-/** Read any output node of the last forward (logits), as f32. */
+/** Read any output node of the last forward (logits), as f32; NaN when
+ * auto_fallback rebuilt the plan after that step (it was skipped). */
 MP_API mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n);
 /** Wait for the queued steps (a no-op on the CPU) and report the overflows
  * not yet reported; report may be NULL. */

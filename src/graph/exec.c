@@ -28,7 +28,9 @@ mp_status mp_plan_set_input(mp_plan *p, mp_node node, const float *data, size_t 
     if (n != want)
         return mp_error(MP_ERR_SHAPE, "set_input '%s': got %zu values, the plan takes %zu (batch %d)",
                         p->g->nodes[node].name, n, want, p->o.batch);
-    return p->be->set_input(p, node, data, n);
+    MP_TRY(p->be->set_input(p, node, data, n));
+    p->nodes[node].data_set = true;
+    return MP_OK;
 }
 
 mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n) {
@@ -36,7 +38,9 @@ mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, si
     if (n != (size_t)p->o.batch)
         return mp_error(MP_ERR_SHAPE, "set_labels '%s': got %zu labels, the plan takes %d", p->g->nodes[node].name,
                         n, p->o.batch);
-    return p->be->set_labels(p, node, labels, n);
+    MP_TRY(p->be->set_labels(p, node, labels, n));
+    p->nodes[node].data_set = true;
+    return MP_OK;
 }
 
 /* Forward of node i at the plan's current step (its dropout seed). */
@@ -53,8 +57,23 @@ static double profile_clock(const mp_plan *p) {
     return mp_plan_clock();
 }
 
+/* Every input, labels and targets node that a node reads has had a batch:
+ * a forward would otherwise compute on whatever its memory holds. */
+static mp_status check_data_set(const mp_plan *p) {
+    for (int i = 0; i < p->n; i++) {
+        const mp_op_kind k = p->g->nodes[i].desc.kind;
+        if ((k == MP_OP_INPUT || k == MP_OP_TARGETS || k == MP_OP_LABELS) && p->g->nodes[i].n_consumers > 0 &&
+            !p->nodes[i].data_set)
+            return mp_error(MP_ERR_INVALID_ARG, "forward: %s '%s' has no batch yet (%s first)",
+                            k == MP_OP_LABELS ? "labels" : k == MP_OP_TARGETS ? "targets" : "input",
+                            p->g->nodes[i].name, k == MP_OP_LABELS ? "mp_plan_set_labels" : "mp_plan_set_input");
+    }
+    return MP_OK;
+}
+
 mp_status mp_plan_forward(mp_plan *p) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "forward: null plan");
+    MP_TRY(check_data_set(p));
     MP_TRY(p->be->forward_begin(p));
     p->backward_ran = false;
     p->forward_ran = false; /* until every node has run */
@@ -266,6 +285,10 @@ size_t mp_plan_numel(const mp_plan *p, mp_node node) {
 
 mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     MP_TRY(check_node(p, node, MP_OP_COUNT, "read"));
+    const mp_op_kind kind = p->g->nodes[node].desc.kind;
+    if (!p->forward_ran && kind != MP_OP_INPUT && kind != MP_OP_TARGETS && kind != MP_OP_LABELS)
+        return mp_error(MP_ERR_INVALID_ARG, "read '%s': no forward has completed on this plan (mp_plan_forward first)",
+                        p->g->nodes[node].name);
     const int bn = p->nodes[node].fused_away ? p->nodes[node].fused_into : node;
     if (p->nodes[bn].dw_fused && p->g->nodes[bn].desc.kind == MP_OP_BATCHNORM2D) /* plan_fuse.h */
         return mp_error(MP_ERR_INVALID_ARG,

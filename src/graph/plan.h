@@ -19,6 +19,7 @@ typedef struct {
                              with bf16 kernels, or our bf16-storage kernels) */
     bool relu_fused;      /* batchnorm2d applying the ReLU that reads it (plan_fuse.h) */
     bool fused_away;      /* ...that ReLU: runs nothing, shares the batch norm's tensors */
+    bool data_set;        /* an input, labels or targets node: mp_plan_set_input/_labels gave it a batch */
     int fused_into;       /* a fused_away node: the batch norm that runs it */
     int add_fused;        /* batchnorm2d: the residual add fused in, with the ReLU after it if
                              relu_fused (GPU plans, plan_fuse.h), else 0 (node 0 is never such an add) */

@@ -50,6 +50,8 @@ mp_status mp_gan_sample_grid(mp_acgan *m, int rows, int cols, uint64_t seed, boo
     if (s == MP_OK) s = mp_plan_set_input(plan, m->real, zero, (size_t)n * m->c * m->h * m->w);
     if (s == MP_OK) s = mp_plan_set_input(plan, m->ones, zero, (size_t)n);
     if (s == MP_OK) s = mp_plan_set_input(plan, m->zeros, zero, (size_t)n);
+    if (s == MP_OK && m->has_interp) s = mp_plan_set_input(plan, m->gp_eps, zero, (size_t)n * m->c * m->h * m->w);
+    if (s == MP_OK && m->has_interp) s = mp_plan_set_input(plan, m->gp_keep, zero, (size_t)n * m->c * m->h * m->w);
     if (s == MP_OK) s = mp_plan_forward(plan);
     if (s == MP_OK) s = mp_plan_read(plan, m->fake, images, (size_t)n * m->c * m->h * m->w);
     mp_plan_destroy(plan);

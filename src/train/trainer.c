@@ -309,15 +309,27 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
     return s;
 }
 
+/* auto_fallback rebuilt the plan after the last step, which it skipped:
+ * the new plan has run no forward, so that step's values are NaN. */
+static bool rebuilt_since_step(const mp_trainer *t) { return t->rebuilds > 0 && !t->plan->forward_ran; }
+
 mp_status mp_trainer_loss(mp_trainer *t, float *loss) {
     if (!t || !loss) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     MP_TRY(t->be->wait(t));
+    if (rebuilt_since_step(t)) {
+        *loss = NAN;
+        return MP_OK;
+    }
     return mp_plan_read(t->plan, t->groups[0].losses[0], loss, 1);
 }
 
 mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     MP_TRY(t->be->wait(t));
+    if (rebuilt_since_step(t) && dst && n > 0 && n == mp_plan_numel(t->plan, node)) {
+        for (size_t i = 0; i < n; i++) dst[i] = NAN;
+        return MP_OK;
+    }
     return mp_plan_read(t->plan, node, dst, n);
 }
 
