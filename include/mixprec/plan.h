@@ -44,7 +44,8 @@ typedef struct {
      * the global batch's statistics (every rank of dist), else with this rank's. */
     bool sync_bn;
     mp_dist *dist;      /**< this rank's communicator, for sync_bn */
-    /** GPU training plans with one loss: parameter gradients live in the
+    /** GPU training plans with one backward pass per forward (one loss, no
+     * repeat_backward): parameter gradients live in the
      * activation arena from their node's backward to the step's end (less
      * memory, as PyTorch's zero_grad(set_to_none=True)); every backward writes
      * them afresh, so no accumulation over several backward passes. */
@@ -103,11 +104,13 @@ typedef struct {
     mp_node input_grad_of;  /**< see input_grad */
     mp_node input_grad_wrt; /**< see input_grad */
     /** Training: several backward passes may run from one loss after one
-     * forward (a trainer's optimizer groups sharing that loss): the
-     * forward's outputs and saved tensors stay for all of them, as a plan
-     * with several losses keeps them for one pass per loss. Without it a
-     * one-loss plan's backward reuses that memory as it goes, and a second
-     * backward before the next forward is refused. */
+     * forward (a trainer's optimizer groups sharing that loss): what any
+     * backward reads of the forward (outputs, saved tensors) stays for all
+     * of them, as a plan with several losses keeps it for one pass per loss;
+     * more memory, and parameter gradients outside the arena (no
+     * grads_in_arena, no low_grads). Without it a one-loss plan's backward
+     * reuses that memory as it goes, and a second backward before the next
+     * forward is refused. */
     bool repeat_backward;
 } mp_plan_opts;
 
@@ -129,7 +132,7 @@ MP_API mp_status mp_plan_forward(mp_plan *p);
  * after a forward. A plan with one loss runs one backward per forward unless
  * made with repeat_backward or second_order; another is MP_ERR_INVALID_ARG
  * (its backward reused the memory a second one would read), as is a
- * backward before any forward. */
+ * backward without a completed forward. */
 MP_API mp_status mp_plan_backward(mp_plan *p, float seed);
 /** Backward from any of the plan's losses (the rules of mp_plan_backward). */
 MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);

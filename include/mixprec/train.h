@@ -140,11 +140,12 @@ MP_API mp_status mp_trainer_set_labels(mp_trainer *t, mp_node node, const int32_
  * opts.input / opts.labels, then the step; report may be NULL. */
 MP_API mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *report);
 /** The last micro-batch's loss (the first group's first loss; synchronizes on a
- * GPU); NaN when auto_fallback rebuilt the plan after it (the step was
- * skipped); MP_ERR_INVALID_ARG before any step. */
+ * GPU); NaN once auto_fallback has rebuilt the plan, until the next step;
+ * MP_ERR_INVALID_ARG before any step. */
 MP_API mp_status mp_trainer_loss(mp_trainer *t, float *loss);
-/** Read any output node of the last forward (logits), as f32; NaN when
- * auto_fallback rebuilt the plan after that step (it was skipped). */
+/** Read any output node of the last forward (logits), as f32; NaN once
+ * auto_fallback has rebuilt the plan, until the next step; MP_ERR_INVALID_ARG
+ * before any step. */
 MP_API mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n);
 /** Wait for the queued steps (a no-op on the CPU) and report the overflows
  * not yet reported; report may be NULL. */

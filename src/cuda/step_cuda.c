@@ -293,7 +293,8 @@ static mp_status run_launch(mp_trainer *t, int kind) {
         if (captured_now) MP_TRY(capture(t, kind, c));
         MP_CUDA_TRY(cudaGraphLaunch(s->exec[c][kind], s->ctx->stream), "CUDA graph launch of the training step");
         if (!captured_now) t->plan->step++; /* as mp_plan_forward counts queued steps */
-        t->plan->backward_ran = true;       /* every launch kind runs the backward */
+        t->plan->forward_ran = true;        /* every launch kind runs the forward */
+        t->plan->backward_ran = true;       /* and the backward */
     }
     s->launches++;
     return MP_OK;

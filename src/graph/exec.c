@@ -120,6 +120,9 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     memset(site, 0, sizeof *site);
     site->node = -1;
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: null plan");
+    if (p->step == 0) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: no forward has run to replay");
+    MP_TRY(check_data_set(p));
+    const bool had_forward = p->forward_ran;
     const uint64_t step = p->step;
     if (p->step > 0) p->step--;
     p->replaying = true; /* fused outputs are stored, to be checked (plan_fuse.h) */
@@ -135,7 +138,10 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     }
     p->replaying = false;
     p->step = step;
-    p->forward_ran = s == MP_OK;
+    /* a failed replay leaves the outputs (kept whole) as the forward wrote
+     * them, and what it re-ran recomputed alike */
+    p->forward_ran = s == MP_OK || had_forward;
+    if (s != MP_OK) p->backward_ran = true; /* but only kept outputs read as a forward's; no backward */
     return s;
 }
 

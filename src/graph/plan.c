@@ -186,9 +186,10 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
         for (int k = 0; k < nd->n_in; k++) {
             int src = nd->in[k];
             mp_arena_buf *out = &b[3 * src], *grad = &b[3 * src + 1];
-            /* the consumer's forward reads it, and its backward unless it skips its inputs */
+            /* the consumer's forward reads it, and its backward unless it skips its inputs (every
+             * backward pass's, when several follow one forward) */
             bool read_back = p->nodes[i].in_backward && !(mp_op_lookup(nd->desc.kind)->bwd_skips & MP_BWD_SKIPS_INPUTS);
-            int use = read_back ? 2 * n - 1 - i : i;
+            int use = read_back ? (mp_plan_backward_repeats(p) ? end : 2 * n - 1 - i) : i;
             if (use > out->last) out->last = use;
             if (p->nodes[i].in_backward && p->nodes[src].in_backward && 2 * n - 1 - i < grad->first)
                 grad->first = 2 * n - 1 - i;

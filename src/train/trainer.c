@@ -309,14 +309,23 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
     return s;
 }
 
-/* auto_fallback rebuilt the plan after the last step, which it skipped:
- * the new plan has run no forward, so that step's values are NaN. */
-static bool rebuilt_since_step(const mp_trainer *t) { return t->rebuilds > 0 && !t->plan->forward_ran; }
+/* Whether the plan has values of a step to read: MP_OK with *nan set when
+ * auto_fallback has rebuilt it since (no step on the new plan yet: what the
+ * last step left reads as NaN), an error before any step. */
+static mp_status step_values(const mp_trainer *t, bool *nan) {
+    *nan = false;
+    if (!t->plan) return mp_error(MP_ERR_INVALID_ARG, "trainer: no plan (a rebuild failed)");
+    if (t->plan->forward_ran) return MP_OK;
+    if (t->rebuilds > 0) return *nan = true, MP_OK;
+    return mp_error(MP_ERR_INVALID_ARG, "trainer: no step has run yet (mp_trainer_step first)");
+}
 
 mp_status mp_trainer_loss(mp_trainer *t, float *loss) {
     if (!t || !loss) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     MP_TRY(t->be->wait(t));
-    if (rebuilt_since_step(t)) {
+    bool nan;
+    MP_TRY(step_values(t, &nan));
+    if (nan) {
         *loss = NAN;
         return MP_OK;
     }
@@ -326,7 +335,9 @@ mp_status mp_trainer_loss(mp_trainer *t, float *loss) {
 mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     MP_TRY(t->be->wait(t));
-    if (rebuilt_since_step(t) && dst && n > 0 && n == mp_plan_numel(t->plan, node)) {
+    bool nan;
+    MP_TRY(step_values(t, &nan));
+    if (nan && dst && n > 0 && n == mp_plan_numel(t->plan, node)) {
         for (size_t i = 0; i < n; i++) dst[i] = NAN;
         return MP_OK;
     }
