@@ -242,6 +242,12 @@ static void test_options_misuse(void) {
 
 /* mp_trainer_loss on a loss the program never marked as an output: the
  * trainer keeps it readable (it is the value a marked loss gives). */
+/* One batch of make_net's 4 x (1, 8, 8) images and labels. */
+static void small_batch(float *x, int32_t *y) {
+    for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+    for (int i = 0; i < 4; i++) y[i] = (i * 5) % 3;
+}
+
 static void test_loss_not_marked(void) {
     float loss[2] = {0, 0};
     for (int marked = 0; marked < 2; marked++) {
@@ -254,8 +260,8 @@ static void test_loss_not_marked(void) {
                                                              .loss = n.loss, .optimizer = o},
                                     &t) == MP_OK);
         float x[4 * 64];
-        int32_t y[4] = {0, 1, 2, 1};
-        for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+        int32_t y[4];
+        small_batch(x, y);
         MP_ASSERT(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
         CHECK(mp_trainer_loss(t, &loss[marked]) == MP_OK, "%s", mp_last_error());
         mp_trainer_destroy(t);
@@ -263,12 +269,6 @@ static void test_loss_not_marked(void) {
         mp_graph_destroy(n.g);
     }
     CHECK(isfinite(loss[0]) && loss[0] > 0 && loss[0] == loss[1], "loss unmarked %g, marked %g", loss[0], loss[1]);
-}
-
-/* One batch of make_net's 4 x (1, 8, 8) images and labels. */
-static void small_batch(float *x, int32_t *y) {
-    for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
-    for (int i = 0; i < 4; i++) y[i] = (i * 5) % 3;
 }
 
 /* Every trainable gradient of g, concatenated into out (at most cap values); the count. */

@@ -236,13 +236,11 @@ void mp_device_plan_close(mp_plan *p) {
     p->dev = NULL;
 }
 
-static bool is_source(mp_op_kind k) { return k == MP_OP_INPUT || k == MP_OP_LABELS || k == MP_OP_TARGETS; }
-
 mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, size_t *scratch, size_t *stage) {
     (void)scratch, (void)stage;
     const mp_gnode *nd = &p->g->nodes[i];
     mp_pnode *pn = &p->nodes[i];
-    if (is_source(nd->desc.kind)) return MP_OK;
+    if (mp_op_is_source(nd->desc.kind)) return MP_OK;
     const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(nd->desc.kind);
     if (!vt)
         return mp_error(MP_ERR_UNSUPPORTED, "%s '%s': no GPU implementation of this op yet",
@@ -385,7 +383,7 @@ static mp_status refresh_casts(mp_plan *p) {
 
 mp_status mp_device_forward(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
-    if (is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it */
+    if (mp_op_is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it */
     mp_op_call *c = &p->nodes[i].call;
     c->workspace = p->arena + p->nodes[i].ws_fwd_off; /* each pass has its own (plan.c) */
     c->skip_out = p->nodes[i].dw_fused && nd->desc.kind == MP_OP_BATCHNORM2D && !mp_plan_fused_output_stored(p);
@@ -405,7 +403,7 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
         bc->d_resid_add = taken[m];
         return MP_OK;
     }
-    if (is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
+    if (mp_op_is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
     mp_device_plan *d = p->dev;
     const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(nd->desc.kind);
     mp_op_call c = p->nodes[i].call;

@@ -62,8 +62,7 @@ static double profile_clock(const mp_plan *p) {
 static mp_status check_data_set(const mp_plan *p) {
     for (int i = 0; i < p->n; i++) {
         const mp_op_kind k = p->g->nodes[i].desc.kind;
-        if ((k == MP_OP_INPUT || k == MP_OP_TARGETS || k == MP_OP_LABELS) && p->g->nodes[i].n_consumers > 0 &&
-            !p->nodes[i].data_set)
+        if (mp_op_is_source(k) && p->g->nodes[i].n_consumers > 0 && !p->nodes[i].data_set)
             return mp_error(MP_ERR_INVALID_ARG, "forward: %s '%s' has no batch yet (%s first)",
                             k == MP_OP_LABELS ? "labels" : k == MP_OP_TARGETS ? "targets" : "input",
                             p->g->nodes[i].name, k == MP_OP_LABELS ? "mp_plan_set_labels" : "mp_plan_set_input");
@@ -291,8 +290,7 @@ size_t mp_plan_numel(const mp_plan *p, mp_node node) {
 
 mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     MP_TRY(check_node(p, node, MP_OP_COUNT, "read"));
-    const mp_op_kind kind = p->g->nodes[node].desc.kind;
-    if (!p->forward_ran && kind != MP_OP_INPUT && kind != MP_OP_TARGETS && kind != MP_OP_LABELS)
+    if (!p->forward_ran && !mp_op_is_source(p->g->nodes[node].desc.kind))
         return mp_error(MP_ERR_INVALID_ARG, "read '%s': no forward has completed on this plan (mp_plan_forward first)",
                         p->g->nodes[node].name);
     const int bn = p->nodes[node].fused_away ? p->nodes[node].fused_into : node;

@@ -86,8 +86,7 @@ static mp_status stage_node(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
     mp_pnode *pn = &p->nodes[i];
     bool low_compute = nd->compute_dtype == MP_DTYPE_F16 || nd->compute_dtype == MP_DTYPE_BF16;
-    if (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS)
-        return MP_OK; /* sources are filled by set_input, in their storage dtype */
+    if (mp_op_is_source(nd->desc.kind)) return MP_OK; /* sources are filled by set_input, in their storage dtype */
     pn->staged = low_compute || (nd->storage_dtype != MP_DTYPE_F32 && nd->storage_dtype != MP_DTYPE_I32);
     for (int k = 0; k < nd->n_in; k++) {
         mp_dtype d = p->g->nodes[nd->in[k]].storage_dtype;

@@ -167,7 +167,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
         mp_arena_buf *out = &b[3 * i], *grad = &b[3 * i + 1], *saved = &b[3 * i + 2];
         out->kind = MP_MEM_ACTIVATIONS, grad->kind = MP_MEM_ACT_GRADS, saved->kind = MP_MEM_SAVED;
         out->size = (size_t)mp_shape_numel(&pn->info.out) * mp_dtype_size(nd->storage_dtype);
-        bool source = nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS;
+        bool source = mp_op_is_source(nd->desc.kind);
         bool own_backward_reads_it = bwd && !(mp_op_lookup(nd->desc.kind)->bwd_skips & MP_BWD_SKIPS_OUTPUT);
         /* sources keep their batch for the whole step and the next forward */
         out->first = source ? 0 : i;
@@ -361,9 +361,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         }
         const mp_op_vtable *vt = mp_op_lookup(nd->desc.kind);
         mp_status s = vt->infer(&nd->desc, &pn->info);
-        if (s == MP_OK && (nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS ||
-                           nd->desc.kind == MP_OP_TARGETS))
-            pn->info.out.dims[0] = o.batch;
+        if (s == MP_OK && mp_op_is_source(nd->desc.kind)) pn->info.out.dims[0] = o.batch;
         if (s == MP_OK) s = p->be->node_prepare(p, i, &ws, &scratch, &stage);
         if (p->so && MP_ALIGN64(pn->info.workspace_bytes) + pn->info.tangent_workspace_bytes > ws) /* op.h */
             ws = MP_ALIGN64(pn->info.workspace_bytes) + pn->info.tangent_workspace_bytes;

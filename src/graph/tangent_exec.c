@@ -11,10 +11,6 @@
 #include "graph/exec_backend.h"
 #include "graph/second_order.h"
 
-static bool is_source(const mp_gnode *nd) {
-    return nd->desc.kind == MP_OP_INPUT || nd->desc.kind == MP_OP_LABELS || nd->desc.kind == MP_OP_TARGETS;
-}
-
 mp_status mp_so_no_tangent(const mp_plan *p, int i, const char *which) {
     const mp_gnode *nd = &p->g->nodes[i];
     const bool host = !strcmp(p->be->name, "cpu");
@@ -54,7 +50,7 @@ mp_status mp_plan_forward_tangent(mp_plan *p) {
             continue;
         }
         so->t_zero[i] = true;
-        if (is_source(nd) || nd->storage_dtype == MP_DTYPE_I32) continue;
+        if (mp_op_is_source(nd->desc.kind) || nd->storage_dtype == MP_DTYPE_I32) continue;
         bool any = false;
         for (int k = 0; k < nd->n_in; k++) any |= !so->t_zero[nd->in[k]];
         for (int k = 0; k < nd->n_params; k++) any |= so->t_param_set[nd->first_param + k];
@@ -120,7 +116,7 @@ mp_status mp_plan_backward_tangent(mp_plan *p, mp_node root) {
     memset(so->t_dparam_written, 0, (size_t)g->n_params * sizeof *so->t_dparam_written);
     for (int i = root; i > stop; i--) {
         const mp_gnode *nd = &g->nodes[i];
-        if (!reach[i] || is_source(nd)) continue;
+        if (!reach[i] || mp_op_is_source(nd->desc.kind)) continue;
         const bool has_tdout = i != root && so->t_dwritten[i];
         if (!has_tdout && so->t_zero[i]) continue; /* every tangent it reads is zero */
         char *cur = so->stage;

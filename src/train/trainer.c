@@ -309,37 +309,21 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
     return s;
 }
 
-/* Whether the plan has values of a step to read: MP_OK with *nan set when
- * auto_fallback has rebuilt it since (no step on the new plan yet: what the
- * last step left reads as NaN), an error before any step. */
-static mp_status step_values(const mp_trainer *t, bool *nan) {
-    *nan = false;
-    if (!t->plan) return mp_error(MP_ERR_INVALID_ARG, "trainer: no plan (a rebuild failed)");
-    if (t->plan->forward_ran) return MP_OK;
-    if (t->rebuilds > 0) return *nan = true, MP_OK;
-    return mp_error(MP_ERR_INVALID_ARG, "trainer: no step has run yet (mp_trainer_step first)");
-}
-
 mp_status mp_trainer_loss(mp_trainer *t, float *loss) {
     if (!t || !loss) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
-    MP_TRY(t->be->wait(t));
-    bool nan;
-    MP_TRY(step_values(t, &nan));
-    if (nan) {
-        *loss = NAN;
-        return MP_OK;
-    }
-    return mp_plan_read(t->plan, t->groups[0].losses[0], loss, 1);
+    return mp_trainer_read(t, t->groups[0].losses[0], loss, 1);
 }
 
 mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     MP_TRY(t->be->wait(t));
-    bool nan;
-    MP_TRY(step_values(t, &nan));
-    if (nan && dst && n > 0 && n == mp_plan_numel(t->plan, node)) {
-        for (size_t i = 0; i < n; i++) dst[i] = NAN;
-        return MP_OK;
+    if (!t->plan) return mp_error(MP_ERR_INVALID_ARG, "trainer: no plan (a rebuild failed)");
+    if (!t->plan->forward_ran) {
+        if (t->rebuilds == 0) return mp_error(MP_ERR_INVALID_ARG, "trainer: no step has run yet (mp_trainer_step first)");
+        if (dst && n > 0 && n == mp_plan_numel(t->plan, node)) { /* auto_fallback rebuilt the plan: no step on it yet */
+            for (size_t i = 0; i < n; i++) dst[i] = NAN;
+            return MP_OK;
+        }
     }
     return mp_plan_read(t->plan, node, dst, n);
 }
