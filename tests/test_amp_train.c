@@ -1,6 +1,7 @@
 /* test_amp_train.c — the AMP training step end to end on small synthetic
  * problems: seed 000's collapse (NaN forward every step) ends in a clear
- * error naming the layer with the scale untouched, --auto-fallback recovers;
+ * error naming the layer with the scale untouched, --auto-fallback recovers
+ * (also on inputs set once, which the rebuilt plan keeps);
  * k micro-batches of b equal one batch of k*b; clipping sees unscaled
  * gradients; a skipped step changes nothing; the pure policies' weights
  * are kept at values of their dtype (mp_graph_round_low_weights) and the
@@ -104,6 +105,58 @@ static void test_collapse_and_fallback(void) {
         mp_model_free(&m);
     }
     mp_dataset_free(&d);
+}
+
+/* A trainer stepping on inputs set once (mp_trainer_set_input, no batch per
+ * step) goes on after --auto-fallback rebuilds its plan: the rebuilt plan
+ * holds the same image and labels (read back before its first step, bit for
+ * bit) and the later steps train on them. */
+static void test_fallback_keeps_set_inputs(void) {
+    enum { B = 16 };
+    mp_model m;
+    MP_ASSERT(mp_model_build("small", 1, 8, 8, 4, &m) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
+    mp_graph_init_params(m.g, 1);
+    const mp_node conv2 = mp_graph_find(m.g, "conv2");
+    MP_ASSERT(conv2 >= 0);
+    mp_gparam *w = &m.g->params[m.g->nodes[conv2].first_param];
+    for (int64_t j = 0; j < mp_shape_numel(&w->spec.shape); j++) w->data[j] = 1e6f; /* inf in fp16 */
+    float x[B * 64], back[B * 64], yf[B];
+    int32_t y[B];
+    for (int i = 0; i < B * 64; i++) x[i] = (float)((i * 37) % 101) / 101.0f;
+    for (int i = 0; i < B; i++) y[i] = i % 4;
+    mp_optimizer *opt = NULL;
+    MP_ASSERT(mp_optimizer_create(m.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.01f}},
+                                  &opt) == MP_OK);
+    FILE *events = fopen("/dev/null", "w");
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(m.g, &(mp_trainer_opts){.batch = B, .loss = m.loss, .optimizer = opt,
+                                                        .loss_scaling = MP_LOSS_SCALING_ON, .auto_fallback = true,
+                                                        .events = events},
+                                &t) == MP_OK);
+    CHECK(mp_trainer_set_input(t, m.input, x, B * 64) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_trainer_set_labels(t, m.labels, y, B) == MP_OK, "%s", mp_last_error());
+    bool rebuilt = false;
+    for (int step = 0; step < 6; step++) {
+        mp_step_report r;
+        const mp_status s = mp_trainer_step(t, NULL, &r);
+        CHECK(s == MP_OK, "step %d after %s: %s", step, rebuilt ? "the rebuild" : "set_input", mp_last_error());
+        if (s != MP_OK) break;
+        if (rebuilt || m.g->nodes[conv2].compute_dtype != MP_DTYPE_F32) continue;
+        rebuilt = true; /* before the rebuilt plan's first step: the batch it was handed */
+        CHECK(mp_trainer_read(t, m.input, back, B * 64) == MP_OK && !memcmp(back, x, sizeof x),
+              "the image set before the rebuild reads back unchanged: %s", mp_last_error());
+        const bool read = mp_trainer_read(t, m.labels, yf, B) == MP_OK;
+        CHECK(read, "labels read: %s", mp_last_error());
+        for (int i = 0; read && i < B; i++) CHECK(yf[i] == (float)y[i], "label %d: %g, set %d", i, yf[i], y[i]);
+    }
+    CHECK(rebuilt, "conv2's forward overflows must move it to fp32");
+    float loss = NAN;
+    CHECK(mp_trainer_loss(t, &loss) == MP_OK && isfinite(loss), "the last step's loss %g", loss);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    fclose(events);
+    mp_model_free(&m);
 }
 
 /* The plain model's parameters after training with options `o` (fp32). */
@@ -247,6 +300,7 @@ static void test_round_low_weights(void) {
 int main(void) {
     test_round_low_weights();
     test_collapse_and_fallback();
+    test_fallback_keeps_set_inputs();
     test_accumulation();
     test_clip_sees_unscaled();
     test_skipped_step_changes_nothing();

@@ -318,9 +318,14 @@ static void test_backward_order(void) {
         float logits[4 * 3];
         CHECK_ERR(mp_plan_forward(p), MP_ERR_INVALID_ARG, "input 'image' has no batch yet", "mp_plan_set_input");
         CHECK_ERR(mp_plan_read(p, n.logits, logits, 4 * 3), MP_ERR_INVALID_ARG, "'fc'", "no forward has completed");
+        float labels_back[4];
+        CHECK_ERR(mp_plan_read(p, n.labels, labels_back, 4), MP_ERR_INVALID_ARG, "'label'", "no batch yet",
+                  "mp_plan_set_labels");
         MP_ASSERT(mp_plan_set_input(p, n.input, x, 4 * 64) == MP_OK);
         CHECK_ERR(mp_plan_forward(p), MP_ERR_INVALID_ARG, "labels 'label' has no batch yet", "mp_plan_set_labels");
         MP_ASSERT(mp_plan_set_labels(p, n.labels, y, 4) == MP_OK);
+        CHECK_ERR(mp_plan_read(p, n.labels, labels_back, 4), MP_OK); /* a batch reads back before any forward */
+        for (int i = 0; i < 4; i++) CHECK(labels_back[i] == (float)y[i], "label %d reads %g, set %d", i, labels_back[i], y[i]);
         CHECK_ERR(mp_plan_backward(p, 1.0f), MP_ERR_INVALID_ARG, "no forward", "mp_plan_forward");
         MP_ASSERT(mp_plan_forward(p) == MP_OK);
         mp_graph_zero_grad(n.g);

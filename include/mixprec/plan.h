@@ -136,9 +136,10 @@ MP_API mp_status mp_plan_forward(mp_plan *p);
 MP_API mp_status mp_plan_backward(mp_plan *p, float seed);
 /** Backward from any of the plan's losses (the rules of mp_plan_backward). */
 MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
-/** Read a node's output as f32 (converted); n is its element count. The
- * plan's memory holds what the step still needs: outputs
- * (mp_graph_mark_output) and inputs read at any time; any other node reads
+/** Read a node's output as f32 (converted; labels as their values); n is
+ * its element count. The plan's memory holds what the step still needs:
+ * outputs (mp_graph_mark_output), and inputs, labels and targets, which read
+ * at any time once given a batch (before: MP_ERR_INVALID_ARG); any other node reads
  * after mp_plan_forward only if a later node or the backward still reads it,
  * and not after a backward; a batch norm (or add) the plan runs fused with
  * the ReLU after it is not stored apart unless marked an output.

@@ -66,7 +66,8 @@ typedef struct {
     float clip_norm;             /**< clip the global norm of the true gradients (0: off) */
     float clip_value;            /**< clip each true gradient element to +-value (0: off) */
     int max_forward_overflows;   /**< forward overflows in a row that stop training, 0 -> 3 */
-    bool auto_fallback;          /**< move a layer that overflows in the forward pass to fp32 instead */
+    bool auto_fallback;          /**< move a layer that overflows in the forward pass to fp32 instead (the plan
+                                      is rebuilt; inputs set with mp_trainer_set_input carry over) */
     /** Divergence: after skip_check_after steps (0 -> 100), more than
      * max_skip_share (0 -> 0.05; >= 1: never) of the steps skipped is an error. */
     double max_skip_share;       /**< see above */
@@ -145,7 +146,7 @@ MP_API mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_r
 MP_API mp_status mp_trainer_loss(mp_trainer *t, float *loss);
 /** Read any output node of the last forward (logits), as f32; NaN once
  * auto_fallback has rebuilt the plan, until the next step; MP_ERR_INVALID_ARG
- * before any step. */
+ * before any step. Inputs, labels and targets read as set, at any time. */
 MP_API mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n);
 /** Wait for the queued steps (a no-op on the CPU) and report the overflows
  * not yet reported; report may be NULL. */

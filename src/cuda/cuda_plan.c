@@ -517,11 +517,24 @@ mp_status mp_device_set_labels(mp_plan *p, int node, const int32_t *host, size_t
     return MP_OK;
 }
 
+/* Labels (int32) come back as their float values, as the CPU plan reads them:
+ * copied into the caller's buffer (4 bytes each), then converted in place. */
+static mp_status labels_to_host(const mp_plan *p, const mp_tensor *t, float *host, size_t n) {
+    MP_TRY(check_numel(t, n, "copy to the host"));
+    MP_CUDA_TRY(cudaMemcpyAsync(host, t->data, n * sizeof(int32_t), cudaMemcpyDeviceToHost, p->dev->ctx->stream),
+                "copy to the host");
+    MP_CUDA_TRY(cudaStreamSynchronize(p->dev->ctx->stream), "copy to the host");
+    for (size_t i = 0; i < n; i++) {
+        int32_t v;
+        memcpy(&v, &host[i], sizeof v);
+        host[i] = (float)v;
+    }
+    return MP_OK;
+}
+
 mp_status mp_device_read(const mp_plan *p, int node, float *host, size_t n) {
     const mp_tensor *t = &p->nodes[node].call.out;
-    if (t->dtype == MP_DTYPE_I32)
-        return mp_error(MP_ERR_UNSUPPORTED, "read '%s': int32 outputs are not read back from the GPU",
-                        node_name(p, node));
+    if (t->dtype == MP_DTYPE_I32) return about_node(labels_to_host(p, t, host, n), "read", p, node);
     return about_node(mp_device_tensor_to_host(p, t, host, n), "read", p, node);
 }
 

@@ -290,9 +290,13 @@ size_t mp_plan_numel(const mp_plan *p, mp_node node) {
 
 mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     MP_TRY(check_node(p, node, MP_OP_COUNT, "read"));
-    if (!p->forward_ran && !mp_op_is_source(p->g->nodes[node].desc.kind))
+    const bool source = mp_op_is_source(p->g->nodes[node].desc.kind);
+    if (!p->forward_ran && !source)
         return mp_error(MP_ERR_INVALID_ARG, "read '%s': no forward has completed on this plan (mp_plan_forward first)",
                         p->g->nodes[node].name);
+    if (source && !p->nodes[node].data_set)
+        return mp_error(MP_ERR_INVALID_ARG, "read '%s': it has no batch yet (mp_plan_set_%s first)",
+                        p->g->nodes[node].name, p->g->nodes[node].desc.kind == MP_OP_LABELS ? "labels" : "input");
     const int bn = p->nodes[node].fused_away ? p->nodes[node].fused_into : node;
     if (p->nodes[bn].dw_fused && p->g->nodes[bn].desc.kind == MP_OP_BATCHNORM2D) /* plan_fuse.h */
         return mp_error(MP_ERR_INVALID_ARG,

@@ -164,6 +164,55 @@ static mp_status open_plan(mp_trainer *t) {
     return t->be->open(t);
 }
 
+/* The batch a plan holds: every input, labels and targets node that has
+ * been given one, read back to the host (labels as their exact float
+ * values), so that a rebuilt plan goes on with it. */
+typedef struct {
+    int n;
+    mp_node *node;
+    float **data;
+    size_t *len;
+} carried_batch;
+
+static void carried_free(carried_batch *c) {
+    for (int i = 0; i < c->n; i++) free(c->data[i]);
+    free(c->node), free(c->data), free(c->len);
+    *c = (carried_batch){0};
+}
+
+static mp_status carry_out(const mp_plan *p, carried_batch *c) {
+    const size_t most = (size_t)p->n + 1;
+    c->node = malloc(most * sizeof *c->node), c->data = calloc(most, sizeof *c->data);
+    c->len = malloc(most * sizeof *c->len);
+    if (!c->node || !c->data || !c->len) return mp_error(MP_ERR_NOMEM, "trainer: out of memory keeping the inputs");
+    for (int i = 0; i < p->n; i++) {
+        if (!mp_op_is_source(p->g->nodes[i].desc.kind) || !p->nodes[i].data_set) continue;
+        const size_t n = mp_plan_numel(p, i);
+        float *d = malloc(n * sizeof *d);
+        if (!d) return mp_error(MP_ERR_NOMEM, "trainer: out of memory keeping input '%s'", p->g->nodes[i].name);
+        c->node[c->n] = i, c->data[c->n] = d, c->len[c->n] = n, c->n++;
+        MP_TRY(mp_plan_read(p, i, d, n));
+    }
+    return MP_OK;
+}
+
+static mp_status carry_in(mp_plan *p, const carried_batch *c) {
+    for (int i = 0; i < c->n; i++) {
+        const mp_node node = c->node[i];
+        if (p->g->nodes[node].desc.kind != MP_OP_LABELS) {
+            MP_TRY(mp_plan_set_input(p, node, c->data[i], c->len[i]));
+            continue;
+        }
+        int32_t *labels = malloc(c->len[i] * sizeof *labels);
+        if (!labels) return mp_error(MP_ERR_NOMEM, "trainer: out of memory restoring labels '%s'", p->g->nodes[node].name);
+        for (size_t j = 0; j < c->len[i]; j++) labels[j] = (int32_t)c->data[i][j];
+        const mp_status s = mp_plan_set_labels(p, node, labels, c->len[i]);
+        free(labels);
+        MP_TRY(s);
+    }
+    return MP_OK;
+}
+
 mp_status mp_trainer_rebuild(mp_trainer *t) {
     MP_TRY(t->be->state_to_host(t));
     t->scaler.consecutive_forward_overflows = 0; /* the fallback starts a new count */
@@ -171,8 +220,16 @@ mp_status mp_trainer_rebuild(mp_trainer *t) {
     t->seen = t->scaler;
     t->ends_queued = 0;
     for (int gi = 0; gi < t->n_groups; gi++) mp_optimizer_refresh_dtypes(t->groups[gi].opt);
-    close_plan(t);
-    MP_TRY(open_plan(t));
+    /* inputs set once (mp_trainer_set_input, steps without a batch) outlive the plan */
+    carried_batch c = {0};
+    mp_status s = carry_out(t->plan, &c);
+    if (s == MP_OK) {
+        close_plan(t);
+        s = open_plan(t);
+    }
+    if (s == MP_OK) s = carry_in(t->plan, &c);
+    carried_free(&c);
+    MP_TRY(s);
     t->rebuilds++;
     return MP_OK;
 }
@@ -318,7 +375,8 @@ mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     MP_TRY(t->be->wait(t));
     if (!t->plan) return mp_error(MP_ERR_INVALID_ARG, "trainer: no plan (a rebuild failed)");
-    if (!t->plan->forward_ran) {
+    const bool source = node >= 0 && node < t->g->n_nodes && mp_op_is_source(t->g->nodes[node].desc.kind);
+    if (!t->plan->forward_ran && !source) { /* a batch set is readable before any step */
         if (t->rebuilds == 0) return mp_error(MP_ERR_INVALID_ARG, "trainer: no step has run yet (mp_trainer_step first)");
         if (dst && n > 0 && n == mp_plan_numel(t->plan, node)) { /* auto_fallback rebuilt the plan: no step on it yet */
             for (size_t i = 0; i < n; i++) dst[i] = NAN;

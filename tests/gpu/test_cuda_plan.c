@@ -332,6 +332,14 @@ static void one_step_gradients(const model_case *mc, mp_precision prec) {
     if (s == MP_OK) s = mp_plan_backward(pg, 1.0f);
     if (s == MP_OK) s = mp_plan_sync_params(pg, true);
     CHECK(s == MP_OK, "%s %s: GPU step: %s", mc->model, mp_precision_name(prec), mp_last_error());
+    if (s == MP_OK) { /* labels read back as their values, as the CPU plan reads them */
+        float yb[B];
+        const mp_status r = mp_plan_read(pg, gpu.labels, yb, B);
+        int wrong = 0;
+        for (int i = 0; r == MP_OK && i < B; i++) wrong += yb[i] != (float)y[i];
+        CHECK(r == MP_OK && wrong == 0, "%s %s: labels read back: %d of %d differ %s", mc->model,
+              mp_precision_name(prec), wrong, B, r == MP_OK ? "" : mp_last_error());
+    }
     if (s == MP_OK) {
         const mp_graph *o = oracle.g;
         double scale[MAX_PARAMS], d_gpu[MAX_PARAMS], d_cpu[MAX_PARAMS], e[MAX_PARAMS] = {0}, t[MAX_PARAMS] = {0};
