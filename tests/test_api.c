@@ -12,7 +12,10 @@
  * backward before any forward, a trainer's loss before any step, a second
  * backward after one forward (refused: the first reused the memory; with
  * repeat_backward allowed and equal bit for bit), and two optimizer groups
- * sharing one loss (each group's backward as exact as a lone group's).
+ * sharing one loss (each group's backward as exact as a lone group's); a
+ * batch set between a forward and its backward, a NaN seed, NULL data; a
+ * gradient no group unscaled or a later group overwrote, a group whose
+ * losses all weigh 0; mp_predict's normalization, NaN images, negative batch.
  * Only the public API is called, plus the safetensors writer to craft files. */
 #define _GNU_SOURCE /* nftw in scratch_dir.h */
 #include <math.h>
@@ -205,6 +208,25 @@ static void test_evaluation_misuse(void) {
     CHECK_ERR(mp_evaluate(fresh, ok, &(mp_eval_opts){.input = in, .logits = lg}, &r), MP_ERR_INVALID_ARG,
               "never initialized");
     mp_graph_destroy(fresh);
+    /* mp_predict normalizes as mp_evaluate does: with mean/std the logits are those of the images normalized here */
+    float images[2 * 64], normalized[2 * 64], with[2 * 3], by_hand[2 * 3], plain[2 * 3];
+    const float mean[1] = {0.25f}, sd[1] = {0.5f};
+    for (int i = 0; i < 2 * 64; i++) images[i] = (float)(i % 13) / 13.0f, normalized[i] = (images[i] - 0.25f) / 0.5f;
+    mp_eval_opts norm = eo;
+    norm.mean = mean, norm.std = sd;
+    CHECK_ERR(mp_predict(a.g, &norm, images, 2, with), MP_OK);
+    CHECK_ERR(mp_predict(a.g, &eo, normalized, 2, by_hand), MP_OK);
+    CHECK_ERR(mp_predict(a.g, &eo, images, 2, plain), MP_OK);
+    CHECK(!memcmp(with, by_hand, sizeof with) && memcmp(with, plain, sizeof with),
+          "predict with mean/std: logit 0 %g, normalized by hand %g, unnormalized %g", with[0], by_hand[0], plain[0]);
+    norm.std = (const float[]){0.0f};
+    CHECK_ERR(mp_predict(a.g, &norm, images, 2, with), MP_ERR_INVALID_ARG, "predict", "std[0] = 0");
+    CHECK_ERR(mp_predict(a.g, &(mp_eval_opts){.input = a.input, .logits = a.logits, .batch = -1}, images, 2, with),
+              MP_ERR_INVALID_ARG, "batch -1");
+    CHECK_ERR(mp_evaluate(a.g, ok, &(mp_eval_opts){.input = a.input, .logits = a.logits, .batch = -2}, &r),
+              MP_ERR_INVALID_ARG, "batch -2");
+    images[64 + 7] = NAN;
+    CHECK_ERR(mp_predict(a.g, &eo, images, 2, with), MP_ERR_NONFINITE, "image 1", "element 7");
     /* datasets from memory are checked */
     float img[2 * 4] = {0, 0, 0, 0, 0, 0, NAN, 0};
     int32_t lab[2] = {0, 1};
@@ -237,6 +259,16 @@ static void test_options_misuse(void) {
               MP_ERR_INVALID_ARG, "no layer named 'cnv'");
     mp_policy_info pi;
     CHECK(mp_graph_policy(a.g, &pi) == MP_OK && pi.precision == MP_PRECISION_FP32, "a refused policy leaves fp32");
+    CHECK_ERR(mp_lr_schedule_parse("cosine", 0.1f, 10, NULL), MP_ERR_INVALID_ARG, "cosine", "NULL");
+    /* scaler options: checked with scaling off too; a floor above the first scale */
+    mp_optimizer *sg = sgd(a.g);
+    mp_trainer *t = NULL;
+    mp_trainer_opts to = {.batch = 4, .loss = a.loss, .optimizer = sg, .loss_scaling = MP_LOSS_SCALING_OFF,
+                          .scaler = {.init_scale = -5}};
+    CHECK_ERR(mp_trainer_create(a.g, &to, &t), MP_ERR_INVALID_ARG, "-5");
+    to.loss_scaling = MP_LOSS_SCALING_ON, to.scaler.init_scale = 1024, to.scale_floor = 4096;
+    CHECK_ERR(mp_trainer_create(a.g, &to, &t), MP_ERR_INVALID_ARG, "scale_floor 4096", "initial loss scale 1024");
+    mp_optimizer_destroy(sg);
     mp_graph_destroy(a.g);
 }
 
@@ -353,6 +385,138 @@ static void test_backward_order(void) {
  * parameters, SGD each): the classifier's update equals a lone group's over
  * the same parameters, whose gradient the convolution's update cannot
  * change (it reads only the forward's activations). */
+/* A trainer over n with SGD of the given momentum and loss scaling. */
+static mp_trainer *sgd_trainer(net n, float momentum, mp_scaler_opts scaler, mp_optimizer **opt) {
+    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD, .momentum = momentum},
+                                                            .lr = {.base_lr = 0.1f}},
+                                  opt) == MP_OK);
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(n.g, &(mp_trainer_opts){.batch = 4, .input = n.input, .labels = n.labels,
+                                                        .loss = n.loss, .optimizer = *opt,
+                                                        .loss_scaling = MP_LOSS_SCALING_ON, .scaler = scaler},
+                                &t) == MP_OK);
+    return t;
+}
+
+/* Checkpoints that do not fit the resuming trainer are refused by name: a
+ * bigger model's (a tensor left over), state of other optimizer options
+ * either way; a static loss scale stays the run's own; a model name of any
+ * length round-trips. */
+static void test_checkpoint_mismatches(void) {
+    float x[4 * 64];
+    int32_t y[4];
+    small_batch(x, y);
+    net a = make_net(2, 3), big = make_net(2, 3);
+    big.logits = mp_linear(big.g, "fc2", big.logits, (mp_linear_opts){.out_features = 3, .bias = true});
+    big.loss = mp_softmax_cross_entropy(big.g, "loss2", big.logits, big.labels);
+    mp_graph_init_params(big.g, 3);
+    mp_optimizer *oa = NULL, *om = NULL, *ob = NULL;
+    mp_trainer *ta = sgd_trainer(a, 0, (mp_scaler_opts){0}, &oa);
+    mp_trainer *tb = sgd_trainer(big, 0, (mp_scaler_opts){0}, &ob);
+    char big_path[4200], mom_path[4200], plain_path[4200];
+    snprintf(big_path, sizeof big_path, "%s/big.safetensors", dir);
+    snprintf(mom_path, sizeof mom_path, "%s/momentum.safetensors", dir);
+    snprintf(plain_path, sizeof plain_path, "%s/plain.safetensors", dir);
+    CHECK_ERR(mp_trainer_save(tb, big_path, &(mp_checkpoint_info){.model = "a"}), MP_OK);
+    CHECK_ERR(mp_trainer_load(ta, big_path, &(mp_checkpoint_info){.model = "a"}), MP_ERR_INVALID_ARG, "'fc2.",
+              "does not have");
+    char name[100];
+    memset(name, 'm', sizeof name - 1), name[sizeof name - 1] = '\0';
+    MP_ASSERT(mp_trainer_step(ta, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
+    CHECK_ERR(mp_trainer_save(ta, plain_path, &(mp_checkpoint_info){.model = name}), MP_OK);
+    CHECK_ERR(mp_trainer_load(ta, plain_path, &(mp_checkpoint_info){.model = name}), MP_OK);
+    mp_trainer_destroy(ta);
+    mp_optimizer_destroy(oa);
+    mp_trainer *tm = sgd_trainer(a, 0.9f, (mp_scaler_opts){0}, &om);
+    MP_ASSERT(mp_trainer_step(tm, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
+    CHECK_ERR(mp_trainer_save(tm, mom_path, &(mp_checkpoint_info){.model = "a"}), MP_OK);
+    CHECK_ERR(mp_trainer_load(tm, plain_path, NULL), MP_ERR_INVALID_ARG, "holds no optimizer state 'optim/",
+              "other optimizer options");
+    mp_trainer_destroy(tm);
+    mp_optimizer_destroy(om);
+    /* without momentum, from a run with it; then a static scale of 128 resuming a dynamic run's 65536 */
+    ta = sgd_trainer(a, 0, (mp_scaler_opts){.static_scale = true, .init_scale = 128}, &oa);
+    CHECK_ERR(mp_trainer_load(ta, mom_path, NULL), MP_ERR_INVALID_ARG, "optimizer state 'optim/", "does not keep");
+    CHECK_ERR(mp_trainer_load(ta, plain_path, NULL), MP_OK);
+    CHECK(mp_trainer_loss_scale(ta) == 128.0f, "a static scale of 128 after resuming a dynamic run: %g",
+          mp_trainer_loss_scale(ta));
+    mp_trainer_destroy(ta);
+    mp_trainer_destroy(tb);
+    mp_optimizer_destroy(oa);
+    mp_optimizer_destroy(ob);
+    mp_graph_destroy(a.g);
+    mp_graph_destroy(big.g);
+}
+
+/* A batch set between a forward and its backward, a NaN seed, NULL data or
+ * sites: refused by name, and the plan still works after the forward is redone. */
+static void test_plan_call_misuse(void) {
+    float x[4 * 64], x2[4 * 64];
+    int32_t y[4];
+    small_batch(x, y);
+    for (int i = 0; i < 4 * 64; i++) x2[i] = -x[i];
+    net n = make_net(4, 3);
+    mp_plan *p = NULL;
+    MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss}, &p) == MP_OK);
+    CHECK_ERR(mp_plan_set_input(p, n.input, NULL, 4 * 64), MP_ERR_INVALID_ARG, "'image'", "NULL");
+    CHECK_ERR(mp_plan_set_labels(p, n.labels, NULL, 4), MP_ERR_INVALID_ARG, "'label'", "NULL");
+    MP_ASSERT(mp_plan_set_input(p, n.input, x, 4 * 64) == MP_OK && mp_plan_set_labels(p, n.labels, y, 4) == MP_OK);
+    for (int labels = 0; labels < 2; labels++) {
+        MP_ASSERT(mp_plan_forward(p) == MP_OK);
+        if (labels) MP_ASSERT(mp_plan_set_labels(p, n.labels, (int32_t[]){2, 1, 0, 2}, 4) == MP_OK);
+        else MP_ASSERT(mp_plan_set_input(p, n.input, x2, 4 * 64) == MP_OK);
+        CHECK_ERR(mp_plan_backward(p, 1.0f), MP_ERR_INVALID_ARG, labels ? "'label'" : "'image'",
+                  "new batch after the last forward", "mix two batches");
+    }
+    MP_ASSERT(mp_plan_forward(p) == MP_OK);
+    CHECK_ERR(mp_plan_backward(p, NAN), MP_ERR_INVALID_ARG, "seed", "not finite");
+    CHECK_ERR(mp_plan_backward_checked(p, 1.0f, NULL), MP_ERR_INVALID_ARG, "site");
+    CHECK_ERR(mp_plan_find_nonfinite_forward(p, NULL), MP_ERR_INVALID_ARG, "site");
+    CHECK_ERR(mp_plan_backward(p, 1.0f), MP_OK);
+    mp_plan_destroy(p);
+    mp_graph_destroy(n.g);
+}
+
+/* Gradients a trainer cannot vouch for are refused: a parameter no group
+ * trains under loss scaling (never unscaled: 65536 times the gradient), a
+ * group's before a later group's backward overwrote it; and a group whose
+ * losses all weigh 0 (it stepped on the other groups' gradients). */
+static void test_trainer_gradients(void) {
+    float x[4 * 64];
+    int32_t y[4];
+    small_batch(x, y);
+    net n = make_net(4, 3);
+    mp_optimizer *fc = NULL, *conv = NULL;
+    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f},
+                                                            .params = "fc"},
+                                  &fc) == MP_OK);
+    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f},
+                                                            .params = "conv"},
+                                  &conv) == MP_OK);
+    mp_trainer *t = NULL;
+    mp_trainer_opts o = {.batch = 4, .input = n.input, .labels = n.labels, .loss = n.loss, .optimizer = fc,
+                         .loss_scaling = MP_LOSS_SCALING_ON};
+    MP_ASSERT(mp_trainer_create(n.g, &o, &t) == MP_OK);
+    MP_ASSERT(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
+    float g[64];
+    CHECK_ERR(mp_trainer_grad_get(t, "fc.bias", g, 3), MP_OK);
+    CHECK_ERR(mp_trainer_grad_get(t, "conv.weight", g, 36), MP_ERR_INVALID_ARG, "'conv.weight'", "never unscaled");
+    mp_trainer_destroy(t);
+    mp_trainer_opts two = {.batch = 4, .input = n.input, .labels = n.labels, .n_groups = 2};
+    two.groups[0] = (mp_train_group){.optimizer = fc, .losses = {n.loss}, .weights = {1}, .n_losses = 1};
+    two.groups[1] = (mp_train_group){.optimizer = conv, .losses = {n.loss}, .weights = {0}, .n_losses = 1};
+    CHECK_ERR(mp_trainer_create(n.g, &two, &t), MP_ERR_INVALID_ARG, "group 1", "weight 0");
+    two.groups[1].weights[0] = 1;
+    MP_ASSERT(mp_trainer_create(n.g, &two, &t) == MP_OK);
+    MP_ASSERT(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
+    CHECK_ERR(mp_trainer_grad_get(t, "fc.bias", g, 3), MP_ERR_INVALID_ARG, "group 0", "overwrite");
+    CHECK_ERR(mp_trainer_grad_get(t, "conv.weight", g, 36), MP_OK);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(fc);
+    mp_optimizer_destroy(conv);
+    mp_graph_destroy(n.g);
+}
+
 static void test_groups_share_loss(void) {
     float x[4 * 64], w[2][3 * 256];
     int32_t y[4];
@@ -397,6 +561,9 @@ int main(void) {
     test_loss_not_marked();
     test_backward_order();
     test_groups_share_loss();
+    test_plan_call_misuse();
+    test_checkpoint_mismatches();
+    test_trainer_gradients();
     scratch_dir_remove(dir);
     return test_summary("test_api");
 }

@@ -85,7 +85,7 @@ MP_API void mp_optimizer_destroy(mp_optimizer *o);
 MP_API int64_t mp_optimizer_steps(const mp_optimizer *o);
 /** Parameter tensors it updates. */
 MP_API int mp_optimizer_param_count(const mp_optimizer *o);
-/** The options, defaults applied. */
+/** The options, defaults applied (all zero for a NULL optimizer). */
 MP_API mp_optimizer_opts mp_optimizer_options(const mp_optimizer *o);
 
 /** Loss-scaler options; zero fields take the defaults beside them, so

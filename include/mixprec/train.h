@@ -159,13 +159,19 @@ MP_API int64_t mp_trainer_steps(const mp_trainer *t);
 MP_API float mp_trainer_loss_scale(const mp_trainer *t);
 /** Skipped steps so far (forward and gradient overflows). */
 MP_API int64_t mp_trainer_skipped_steps(const mp_trainer *t);
-/** The trainer's plan (e.g. for mp_plan_print_memory). */
+/** The trainer's plan (e.g. for mp_plan_print_memory). With auto_fallback a
+ * step (or mp_trainer_wait) may replace it, freeing this one: ask again
+ * after each step rather than keeping the pointer. */
 MP_API mp_plan *mp_trainer_plan(mp_trainer *t);
 /** Parameter `name` from the device (synchronizes). */
 MP_API mp_status mp_trainer_param_get(mp_trainer *t, const char *name, float *dst, size_t n);
 /** Parameter `name` to the device (before the next step). */
 MP_API mp_status mp_trainer_param_set(mp_trainer *t, const char *name, const float *src, size_t n);
-/** The gradient of `name` after the last step (unscaled). */
+/** The gradient of `name` after the last step (unscaled). Each group's
+ * backward overwrites every gradient and only a group's own are unscaled, so
+ * with several groups only the last group's parameters are readable, and
+ * with loss scaling a parameter no group trains is not (MP_ERR_INVALID_ARG
+ * saying which). */
 MP_API mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_t n);
 
 /* ---- checkpoints and weight files ---------------------------------------- */
@@ -201,7 +207,9 @@ typedef struct {
 MP_API mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info);
 /** Restore what mp_trainer_save wrote into a trainer of the same model,
  * policy, optimizers and batch (errors name what differs: a tensor's name,
- * shape or dtype, a metadata key); info->epoch receives the saved epoch. */
+ * shape or dtype, a tensor this trainer would not read, optimizer state its
+ * options keep or do not, a metadata key); info->epoch receives the saved
+ * epoch. A run with a static loss scale keeps its own scale. */
 MP_API mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *info);
 
 /** Load a checkpoint's parameters (fp32 masters and BN buffers) into g for
@@ -237,10 +245,10 @@ MP_API mp_status mp_graph_save_weights(const mp_graph *g, const char *path);
 typedef struct {
     mp_node input;          /**< the image input */
     mp_node logits;         /**< the class logits (N, K) */
-    int batch;              /**< 0 -> 256 (at most the dataset's size) */
+    int batch;              /**< 0 -> 256 (at most the dataset's size or n); negative: MP_ERR_INVALID_ARG */
     mp_device device;       /**< where the inference plan runs */
     bool reference;         /**< CPU: the plain-C kernels */
-    const float *mean;      /**< per-channel normalization of the images (NULL: none) */
+    const float *mean;      /**< per-channel normalization (x - mean) / std of the images, as trained (NULL: none) */
     const float *std;       /**< see mean */
 } mp_eval_opts;
 
@@ -254,7 +262,8 @@ typedef struct {
 /** Evaluate g (running BN statistics, no dropout) on every sample of d,
  * whose images must have the input's shape and labels its class range. */
 MP_API mp_status mp_evaluate(mp_graph *g, const mp_dataset *d, const mp_eval_opts *o, mp_eval_result *out);
-/** Logits (n, K) of n images (n, C, H, W). */
+/** Logits (n, K) of n images (n, C, H, W), finite (else MP_ERR_NONFINITE
+ * naming the image), normalized with opts' mean and std on the way in. */
 MP_API mp_status mp_predict(mp_graph *g, const mp_eval_opts *o, const float *images, int n, float *logits);
 
 #ifdef __cplusplus

@@ -294,6 +294,7 @@ static mp_status run_launch(mp_trainer *t, int kind) {
         MP_CUDA_TRY(cudaGraphLaunch(s->exec[c][kind], s->ctx->stream), "CUDA graph launch of the training step");
         if (!captured_now) t->plan->step++; /* as mp_plan_forward counts queued steps */
         t->plan->forward_ran = true;        /* every launch kind runs the forward */
+        t->plan->changed_source = 0;        /* on the batch just set */
         t->plan->backward_ran = true;       /* and the backward */
     }
     s->launches++;

@@ -1,6 +1,7 @@
 /* exec.c — run a plan: copy a batch in, forward in node order, backward in
  * reverse order (autodiff is this traversal calling each op's backward),
  * accumulating gradients where a tensor feeds several consumers. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +20,15 @@ static mp_status check_node(const mp_plan *p, mp_node node, mp_op_kind kind, con
     return MP_OK;
 }
 
+/* A source node has its batch; after a forward, the next backward would mix batches. */
+static void note_batch(mp_plan *p, int node) {
+    p->nodes[node].data_set = true;
+    if (p->forward_ran) p->changed_source = node + 1;
+}
+
 mp_status mp_plan_set_input(mp_plan *p, mp_node node, const float *data, size_t n) {
     MP_TRY(check_node(p, node, MP_OP_COUNT, "set_input"));
+    if (!data) return mp_error(MP_ERR_INVALID_ARG, "set_input '%s': no data (NULL)", p->g->nodes[node].name);
     mp_op_kind k = p->g->nodes[node].desc.kind;
     if (k != MP_OP_INPUT && k != MP_OP_TARGETS)
         return mp_error(MP_ERR_INVALID_ARG, "set_input: node '%s' is not an input", p->g->nodes[node].name);
@@ -29,17 +37,18 @@ mp_status mp_plan_set_input(mp_plan *p, mp_node node, const float *data, size_t 
         return mp_error(MP_ERR_SHAPE, "set_input '%s': got %zu values, the plan takes %zu (batch %d)",
                         p->g->nodes[node].name, n, want, p->o.batch);
     MP_TRY(p->be->set_input(p, node, data, n));
-    p->nodes[node].data_set = true;
+    note_batch(p, node);
     return MP_OK;
 }
 
 mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n) {
     MP_TRY(check_node(p, node, MP_OP_LABELS, "set_labels"));
+    if (!labels) return mp_error(MP_ERR_INVALID_ARG, "set_labels '%s': no labels (NULL)", p->g->nodes[node].name);
     if (n != (size_t)p->o.batch)
         return mp_error(MP_ERR_SHAPE, "set_labels '%s': got %zu labels, the plan takes %d", p->g->nodes[node].name,
                         n, p->o.batch);
     MP_TRY(p->be->set_labels(p, node, labels, n));
-    p->nodes[node].data_set = true;
+    note_batch(p, node);
     return MP_OK;
 }
 
@@ -84,6 +93,7 @@ mp_status mp_plan_forward(mp_plan *p) {
     }
     p->step++;
     p->forward_ran = true;
+    p->changed_source = 0;
     mp_so_note_forward(p);
     return MP_OK;
 }
@@ -116,6 +126,7 @@ static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
  * may have taken the memory of later outputs (the loss, the logits), which
  * must read as after a forward, not as those nodes' bytes. */
 mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
+    if (!site) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: no site to fill");
     memset(site, 0, sizeof *site);
     site->node = -1;
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "find_nonfinite: null plan");
@@ -140,6 +151,7 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     /* a failed replay leaves the outputs (kept whole) as the forward wrote
      * them, and what it re-ran recomputed alike */
     p->forward_ran = s == MP_OK || had_forward;
+    if (s == MP_OK) p->changed_source = 0;
     if (s != MP_OK) p->backward_ran = true; /* but only kept outputs read as a forward's; no backward */
     return s;
 }
@@ -212,6 +224,7 @@ mp_status mp_plan_backward_checked(mp_plan *p, float seed, mp_nonfinite_site *si
 }
 
 mp_status mp_plan_backward_checked_from(mp_plan *p, mp_node loss, float seed, mp_nonfinite_site *site) {
+    if (!site) return mp_error(MP_ERR_INVALID_ARG, "backward_checked: no site to fill");
     memset(site, 0, sizeof *site);
     site->node = -1;
     const int j = loss_index(p, loss);
@@ -222,6 +235,12 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
     if (!p->forward_ran)
         return mp_error(MP_ERR_INVALID_ARG, "backward: no forward has completed on this plan (run mp_plan_forward first)");
+    if (!seed.device && !isfinite(seed.value))
+        return mp_error(MP_ERR_INVALID_ARG, "backward: the seed d(loss) = %g is not finite", (double)seed.value);
+    if (p->changed_source)
+        return mp_error(MP_ERR_INVALID_ARG, "backward: '%s' was given a new batch after the last forward; the "
+                        "gradients would mix two batches (run mp_plan_forward first)",
+                        p->g->nodes[p->changed_source - 1].name);
     if (p->backward_ran && !mp_plan_backward_repeats(p) && !p->so)
         return mp_error(MP_ERR_INVALID_ARG, "backward: a backward already ran since the last forward, and it reused the "
                         "memory a second one would read; run mp_plan_forward again (or make the plan with "

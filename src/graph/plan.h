@@ -71,6 +71,8 @@ struct mp_plan {
     void *observe_arg;
     bool replaying; /* mp_plan_find_nonfinite_forward's replay is running */
     bool forward_ran;  /* a forward (or find_nonfinite_forward's replay) completed: backward may run */
+    int changed_source; /* 1 + the input, labels or targets node given a new batch after the last forward
+                           (a backward then would mix two batches: refused), or 0 */
     bool backward_ran; /* a backward ran since the last forward: intermediates it no longer needed may be
                           overwritten (mp_plan_read refuses them; a one-loss plan refuses another backward) */
     struct mp_plan_so *so; /* opts.second_order: tangent buffers and state (second_order.h), else NULL */

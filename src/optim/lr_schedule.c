@@ -87,7 +87,7 @@ static char *cut(char *s, char c) {
 }
 
 mp_status mp_lr_schedule_parse(const char *spec, float base_lr, int total_steps, mp_lr_schedule *out) {
-    MP_ASSERT(out != NULL);
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "--lr-schedule '%s': no schedule to fill (NULL)", spec ? spec : "");
     if (!spec) spec = "";
     if (!(base_lr >= 0.0f && isfinite(base_lr)))
         return mp_error(MP_ERR_INVALID_ARG, "--lr %g must be a finite number >= 0", base_lr);

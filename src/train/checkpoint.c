@@ -125,7 +125,9 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_i
     }
     char kinds[64];
     optimizer_kinds(t, kinds, sizeof kinds);
-    meta_add(m, "mixprec.model", "%s", info && info->model ? info->model : "");
+    /* the model's name whole (an .onnx path may be long): the writer copies it */
+    MP_ASSERT(m->n < META_MAX);
+    m->keys[m->n] = "mixprec.model", m->vals[m->n++] = info && info->model ? info->model : "";
     meta_add(m, "mixprec.precision", "%s", mp_graph_policy_name(g));
     meta_add(m, "mixprec.optimizer", "%s", kinds);
     meta_add(m, "mixprec.batch", "%d", t->o.batch);
@@ -196,6 +198,39 @@ static mp_status check_values(const char *path, const char *name, const float *x
 
 static bool is_running_var(const mp_gparam *p) { return !strcmp(p->spec.name, "running_var"); }
 
+/* Whether this trainer's checkpoint would hold a tensor named `name`: a
+ * parameter, or the state "optim/<param>/<k>" its optimizers keep. */
+static bool expected_tensor(const mp_trainer *t, const char *name) {
+    if (mp_graph_param_find(t->g, name) >= 0) return true;
+    for (int gi = 0; gi < t->n_groups; gi++) {
+        const mp_optim *opt = t->groups[gi].opt->host;
+        for (int i = 0; i < mp_optim_param_count(opt); i++) {
+            const int nb = mp_optim_state_tensors(opt, i, NULL);
+            for (int k = 0; k < nb; k++) {
+                char want[NAME_LEN];
+                state_name(want, mp_optim_param(opt, i)->name, k);
+                if (!strcmp(want, name)) return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* Every tensor of the file is one this trainer reads: a tensor left over
+ * is a layer this model lacks, or state its optimizer's options do not keep. */
+static mp_status check_no_extra(const mp_st_file *f, const char *path, const mp_trainer *t) {
+    for (int i = 0; i < mp_safetensors_count(f); i++) {
+        const char *name = mp_safetensors_name(f, i);
+        if (expected_tensor(t, name)) continue;
+        if (!strncmp(name, "optim/", 6))
+            return mp_error(MP_ERR_INVALID_ARG, "%s: holds optimizer state '%s' that this run's optimizer does not "
+                            "keep: it was saved with other optimizer options (momentum, Adam's moments)", path, name);
+        return mp_error(MP_ERR_INVALID_ARG, "%s: holds tensor '%s', which this model does not have (a checkpoint "
+                        "of another model?)", path, name);
+    }
+    return MP_OK;
+}
+
 /* Everything the file must hold for this trainer, checked before any copy. */
 static mp_status check_file(const mp_st_file *f, const char *path, mp_trainer *t, const mp_checkpoint_info *info) {
     const mp_graph *g = t->g;
@@ -231,12 +266,16 @@ static mp_status check_file(const mp_st_file *f, const char *path, mp_trainer *t
                 state_name(name, ref->name, k);
                 const mp_shape s = mp_shape1((int)ref->n);
                 mp_st_tensor ten;
+                if (mp_safetensors_get(f, name, &ten) != MP_OK)
+                    return mp_error(MP_ERR_INVALID_ARG, "%s: holds no optimizer state '%s', which this run's "
+                                    "optimizer keeps: it was saved with other optimizer options (momentum, Adam's "
+                                    "moments)", path, name);
                 MP_TRY(find_tensor(f, path, name, &s, &ten));
                 MP_TRY(check_values(path, name, ten.data, ref->n, false));
             }
         }
     }
-    return MP_OK;
+    return check_no_extra(f, path, t);
 }
 
 static void copy_tensor(const mp_st_file *f, const char *name, float *dst, int64_t n) {
@@ -264,6 +303,7 @@ static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer
         char key[64];
         snprintf(key, sizeof key, "scaler.%s", sn[i]);
         if (!mp_safetensors_meta(f, key) && !t->loss_scaling) continue; /* older files without loss scaling */
+        if (scaler->opts.static_scale && !strcmp(sn[i], "scale")) continue; /* this run's static scale stays */
         double value;
         MP_TRY(mp_ckpt_meta_double(f, path, key, -DBL_MAX, DBL_MAX, &value));
         if (mp_scaler_state_set(scaler, sn[i], value) != MP_OK)

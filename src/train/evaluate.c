@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/dataset.h"
+#include "data/normalize.h"
 #include "graph/graph.h"
 
 #define DEFAULT_BATCH 256
@@ -66,6 +67,7 @@ mp_status mp_evaluate(mp_graph *g, const mp_dataset *d, const mp_eval_opts *o, m
         return mp_error(MP_ERR_SHAPE, "evaluate: %s has labels up to %d, the model's logits '%s' have %d classes",
                         d->source, d->classes - 1, g->nodes[o->logits].name, classes);
     if (d->n < 1) return mp_error(MP_ERR_INVALID_ARG, "evaluate: %s has no samples", d->source);
+    if (o->batch < 0) return mp_error(MP_ERR_INVALID_ARG, "evaluate: batch %d (0: the default)", o->batch);
     int batch = o->batch > 0 ? o->batch : DEFAULT_BATCH;
     if (batch > d->n) batch = d->n;
     mp_plan *plan = NULL;
@@ -115,7 +117,15 @@ mp_status mp_predict(mp_graph *g, const mp_eval_opts *o, const float *images, in
     MP_TRY(check_nodes(g, o, &classes));
     if (n < 1 || !images || !logits)
         return mp_error(MP_ERR_INVALID_ARG, "predict: %d images (at least 1, with image and logit arrays)", n);
-    const int64_t per = mp_shape_numel(&g->nodes[o->input].sample_shape);
+    const mp_shape in = g->nodes[o->input].sample_shape;
+    const int64_t per = mp_shape_numel(&in);
+    const int channels = in.ndim == 4 ? (int)in.dims[1] : 1;
+    MP_TRY(mp_normalization_check(o->mean, o->std, channels, "predict"));
+    if (o->batch < 0) return mp_error(MP_ERR_INVALID_ARG, "predict: batch %d (0: the default)", o->batch);
+    for (int64_t i = 0; i < (int64_t)n * per; i++)
+        if (!isfinite(images[i]))
+            return mp_error(MP_ERR_NONFINITE, "predict: image %lld has a non-finite value (%g at element %lld)",
+                            (long long)(i / per), (double)images[i], (long long)(i % per));
     int batch = o->batch > 0 ? o->batch : DEFAULT_BATCH;
     if (batch > n) batch = n;
     mp_plan *plan = NULL;
@@ -126,6 +136,7 @@ mp_status mp_predict(mp_graph *g, const mp_eval_opts *o, const float *images, in
     for (int at = 0; s == MP_OK && at < n; at += batch) {
         const int m = n - at < batch ? n - at : batch;
         memcpy(x, images + (size_t)at * (size_t)per, (size_t)m * (size_t)per * sizeof *x);
+        mp_normalize_images(x, m, channels, per / channels, o->mean, o->std);
         if (m < batch) memset(x + (size_t)m * (size_t)per, 0, (size_t)(batch - m) * (size_t)per * sizeof *x);
         s = mp_plan_set_input(plan, o->input, x, (size_t)batch * (size_t)per);
         if (s == MP_OK) s = fill_other_inputs(plan, g, zeros, batch);

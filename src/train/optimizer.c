@@ -79,7 +79,7 @@ int64_t mp_optimizer_steps(const mp_optimizer *o) {
     return mp_optim_step_count(o->host);
 }
 int mp_optimizer_param_count(const mp_optimizer *o) { return o ? o->n : 0; }
-mp_optimizer_opts mp_optimizer_options(const mp_optimizer *o) { return o->o; }
+mp_optimizer_opts mp_optimizer_options(const mp_optimizer *o) { return o ? o->o : (mp_optimizer_opts){0}; }
 
 void mp_optimizer_refresh_dtypes(mp_optimizer *o) {
     for (int i = 0; i < o->n; i++) mp_optim_set_state_dtype(o->host, i, o->g->params[o->param_index[i]].low_only);

@@ -43,6 +43,7 @@ static mp_status take_groups(mp_trainer *t, const mp_trainer_opts *o) {
                             MP_MAX_LOSSES);
         d->opt = s->optimizer;
         d->n_losses = s->n_losses;
+        bool any_weight = false;
         for (int j = 0; j < s->n_losses; j++) {
             const mp_node l = s->losses[j];
             if (!is_loss_node(t->g, l))
@@ -56,6 +57,7 @@ static mp_status take_groups(mp_trainer *t, const mp_trainer_opts *o) {
                                 t->g->nodes[l].name, (double)w);
             d->losses[j] = l;
             d->weights[j] = w;
+            any_weight |= w > 0;
             bool known = false;
             for (int c = 0; c < t->n_checks; c++) known |= t->checks[c] == l;
             if (!known) {
@@ -64,6 +66,9 @@ static mp_status take_groups(mp_trainer *t, const mp_trainer_opts *o) {
                 t->checks[t->n_checks++] = l;
             }
         }
+        if (!any_weight) /* no backward of its own: it would step on gradients other passes left */
+            return mp_error(MP_ERR_INVALID_ARG, "trainer: group %d's losses all have weight 0: its optimizer would "
+                            "step on no gradient of its own (leave the group out)", gi);
     }
     t->n_groups = n;
     /* optimizers over disjoint parameters: each gradient is unscaled once */
@@ -263,10 +268,13 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
                      "data parallel");
     if (s == MP_OK) s = mp_penalty_check(t);
     if (s == MP_OK) s = mp_step_backend_for(t->o.device, &t->be);
-    if (s == MP_OK) {
-        if (t->loss_scaling) s = mp_scaler_init(&t->scaler, t->o.scaler);
-        else mp_scaler_init_check_only(&t->scaler);
+    if (s == MP_OK) { /* the scaler's options are checked even when scaling is off: a typo is not ignored */
+        s = mp_scaler_init(&t->scaler, t->o.scaler);
+        if (s == MP_OK && !t->loss_scaling) mp_scaler_init_check_only(&t->scaler);
     }
+    if (s == MP_OK && t->loss_scaling && !t->o.scaler.static_scale && t->o.scale_floor > t->scaler.scale)
+        s = mp_error(MP_ERR_INVALID_ARG, "trainer: scale_floor %g is above the initial loss scale %g: the first "
+                     "check would call the run diverged", (double)t->o.scale_floor, (double)t->scaler.scale);
     if (s == MP_OK && !(t->buffers_backup = malloc((buffer_floats(g) + 1) * sizeof(float))))
         s = mp_error(MP_ERR_NOMEM, "trainer: out of memory");
     if (s == MP_OK) {
@@ -428,8 +436,35 @@ mp_status mp_trainer_param_set(mp_trainer *t, const char *name, const float *src
     return t->be->state_to_device(t);
 }
 
+/* The optimizer group that trains graph parameter k, or -1. */
+static int param_group(const mp_trainer *t, int k) {
+    for (int gi = 0; gi < t->n_groups; gi++)
+        for (int a = 0; a < t->groups[gi].opt->n; a++)
+            if (t->groups[gi].opt->param_index[a] == k) return gi;
+    return -1;
+}
+
+/* Whether the gradient the graph holds for parameter k after a step is its
+ * group's, unscaled: each group's backward overwrites every gradient, and
+ * only the group's own are unscaled; else the error saying why not. */
+static mp_status grad_readable(const mp_trainer *t, int k) {
+    const mp_gparam *p = &t->g->params[k];
+    if (!p->spec.trainable) return MP_OK; /* mp_graph_grad_get says a buffer has none */
+    const int gi = param_group(t, k);
+    if (gi < 0 && t->loss_scaling)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: gradient '%s': no optimizer group trains it, so it is never "
+                        "unscaled (it holds the loss scale times the gradient)", p->name);
+    if (gi >= 0 && gi != t->n_groups - 1)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: gradient '%s': group %d's, which the later groups' backward "
+                        "passes overwrite within the step; only the last group's (%d) gradients are kept", p->name,
+                        gi, t->n_groups - 1);
+    return MP_OK;
+}
+
 mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    const int k = mp_graph_param_find(t->g, name);
+    if (k >= 0) MP_TRY(grad_readable(t, k));
     if (t->micro != 0)
         return mp_error(MP_ERR_INVALID_ARG, "trainer: gradient '%s' read in the middle of an accumulated step (still "
                         "scaled and partial); read it after the step's last micro-batch", name ? name : "");
