@@ -193,6 +193,7 @@ static void test_precision_names(void) {
               mp_precision_name((mp_precision)i), msg);
     CHECK(mp_precision_parse("AMP-BF16", &p) == MP_ERR_INVALID_ARG, "names are lower case");
     CHECK(mp_precision_parse(NULL, &p) == MP_ERR_INVALID_ARG, "NULL name accepted");
+    CHECK_ERR(mp_precision_parse("fp32", NULL), MP_ERR_INVALID_ARG, "'fp32'", "null output");
 }
 
 static void check_all_policies(mp_graph *g, const char *what) {
@@ -523,6 +524,41 @@ static void test_override_keeps_logits_f32(void) {
     expect_node(m.g, "fc2", MP_DTYPE_BF16, MP_DTYPE_F32, "amp-bf16 fc2=bf16 (logits)");
     CHECK(apply(m.g, MP_PRECISION_FP32, false, "fc2=fp16") == MP_OK, "%s", mp_last_error());
     expect_node(m.g, "fc2", MP_DTYPE_F16, MP_DTYPE_F32, "fp32 fc2=fp16 (logits)");
+    mp_model_free(&m);
+}
+
+/* A plan or trainer holds the dtypes the policy gave its graph (buffers
+ * sized for them): applying another while one is alive is refused, naming
+ * what to destroy; once it is gone the policy applies. */
+static void test_policy_with_live_plans(void) {
+    mp_model m;
+    if (mp_model_build("small", 1, 12, 12, 10, &m) != MP_OK) return;
+    CHECK(apply(m.g, MP_PRECISION_FP16, false, NULL) == MP_OK, "%s", mp_last_error());
+    mp_plan *p = NULL, *q = NULL;
+    MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = 4}, &p) == MP_OK);
+    MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = 2}, &q) == MP_OK);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_ERR_INVALID_ARG, "2 plan(s)", "destroy the plans");
+    mp_plan_destroy(p);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_ERR_INVALID_ARG, "1 plan(s)");
+    CHECK(m.g->policy.precision == MP_PRECISION_FP16, "a refused policy changed the graph's to %d",
+          m.g->policy.precision);
+    mp_plan_destroy(q);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_OK);
+    /* a plan that failed to build is not counted */
+    CHECK(mp_plan_create(m.g, (mp_plan_opts){.batch = 0}, &p) != MP_OK, "batch 0 accepted");
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP16, false, NULL), MP_OK);
+    /* a trainer owns a plan */
+    mp_optimizer *o = NULL;
+    MP_ASSERT(mp_optimizer_create(m.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}},
+                                  &o) == MP_OK);
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(m.g, &(mp_trainer_opts){.batch = 4, .input = m.input, .labels = m.labels,
+                                                        .loss = m.loss, .optimizer = o},
+                                &t) == MP_OK);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_ERR_INVALID_ARG, "trainers first");
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(o);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_OK);
     mp_model_free(&m);
 }
 
@@ -905,6 +941,7 @@ int main(void) {
     test_overrides();
     test_override_propagates();
     test_override_keeps_logits_f32();
+    test_policy_with_live_plans();
     test_staged_numerics();
     test_fp16_overflow();
     test_training();

@@ -47,6 +47,10 @@ struct mp_graph {
     mp_status status;            /* first construction error */
     bool params_initialized;
     mp_policy_info policy;       /* what the applied precision policy implies (amp/policy.c) */
+    /* plans made from this graph and not yet destroyed (graph/plan.c): they
+     * hold its dtypes and parameter layout, so the public calls that change
+     * those (apply_policy, share_params) refuse while any is alive */
+    int live_plans;
 };
 
 /* Add a node; infers shapes with batch 1 and creates its parameters. */

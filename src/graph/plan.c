@@ -382,12 +382,15 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         mp_plan_destroy(p);
         return s;
     }
+    p->counted = true;
+    g->live_plans++;
     *out = p;
     return MP_OK;
 }
 
 void mp_plan_destroy(mp_plan *p) {
     if (!p) return;
+    if (p->counted) p->g->live_plans--;
     mp_so_free(p); /* its buffers live on the plan's device: before the device closes */
     if (p->be) { /* a device's node states, arena and parameters first */
         p->be->arena_free(p);
