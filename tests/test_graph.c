@@ -413,6 +413,87 @@ static void test_null_args(void) {
     mp_graph_destroy(g);
 }
 
+/* Sizes past what the types hold are refused, naming the node: an input of
+ * more than INT_MAX elements per sample, a flatten of one, a concat whose
+ * channels add up past INT_MAX, a plan whose batch makes a tensor larger
+ * than 2^48 bytes (the byte counts wrapped, then set_input wrote far past
+ * the arena). */
+static void test_size_limits(void) {
+    mp_graph *g = mp_graph_create();
+    CHECK_ERR(mp_graph_input(g, "x", 1 << 20, 1 << 20, 1 << 20) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_SHAPE,
+              "input 'x'", "1152921504606846976 elements per sample", "2147483647");
+    mp_graph_destroy(g);
+
+    g = mp_graph_create(); /* 2^32 elements per sample: an input may have them, a flatten not */
+    mp_node x = mp_graph_input(g, "x", 4, 1 << 15, 1 << 15);
+    CHECK(x < 0 || mp_flatten(g, "flat", x) < 0, "flatten of 2^32 elements per sample accepted");
+    CHECK_ERR(mp_graph_status(g), MP_ERR_SHAPE, x < 0 ? "input 'x'" : "flatten 'flat'", "2147483647");
+    mp_graph_destroy(g);
+
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 1 << 10, 1 << 20); /* 2^30 per sample */
+    mp_node f = mp_flatten(g, "f", x);
+    const mp_node xs[4] = {f, f, f, f};
+    CHECK(mp_concat(g, "cat2", xs, 2) < 0, "concat of 2^31 features accepted");
+    CHECK_ERR(mp_graph_status(g), MP_ERR_SHAPE, "concat 'cat2'", "more than 2147483647");
+    mp_graph_destroy(g);
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 1 << 10, 1 << 20);
+    f = mp_flatten(g, "f", x);
+    const mp_node fs[4] = {f, f, f, f};
+    CHECK(mp_concat(g, "cat4", fs, 4) < 0, "concat of 2^32 features (0 in int) accepted");
+    CHECK_ERR(mp_graph_status(g), MP_ERR_SHAPE, "concat 'cat4'");
+    mp_graph_destroy(g);
+
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 1 << 15, 1 << 15); /* 4 GiB per sample */
+    mp_graph_mark_output(g, mp_relu(g, "r", x));
+    mp_plan *p = NULL;
+    CHECK_ERR(mp_plan_create(g, (mp_plan_opts){.batch = 1 << 17}, &p), MP_ERR_SHAPE, "input 'x'", "131072",
+              "2^48 bytes");
+    CHECK(p == NULL, "a refused plan was returned");
+    mp_graph_destroy(g);
+}
+
+/* Float options that are not numbers are refused where the node is built. */
+static void test_nonfinite_options(void) {
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) {
+        mp_graph *g = mp_graph_create();
+        mp_node x = mp_graph_input(g, "x", 2, 2, 2);
+        CHECK_ERR(mp_leaky_relu(g, "leaky", x, bad[i]) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_INVALID_ARG,
+                  "leaky_relu 'leaky'", "slope");
+        mp_graph_destroy(g);
+        g = mp_graph_create();
+        x = mp_graph_input(g, "x", 2, 2, 2);
+        CHECK_ERR(mp_batchnorm2d(g, "bn", x, (mp_batchnorm_opts){.eps = bad[i]}) < 0 ? mp_graph_status(g) : MP_OK,
+                  MP_ERR_INVALID_ARG, "batchnorm2d 'bn'", "eps");
+        mp_graph_destroy(g);
+        g = mp_graph_create();
+        x = mp_graph_input(g, "x", 2, 2, 2);
+        CHECK_ERR(mp_batchnorm2d(g, "bn", x, (mp_batchnorm_opts){.momentum = bad[i]}) < 0 ? mp_graph_status(g) : MP_OK,
+                  MP_ERR_INVALID_ARG, "batchnorm2d 'bn'", "momentum");
+        mp_graph_destroy(g);
+    }
+}
+
+/* param_set refuses a negative running variance, as the weights loader does. */
+static void test_param_set_negative_variance(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 2, 2, 2);
+    mp_graph_mark_output(g, mp_batchnorm2d(g, "bn", x, (mp_batchnorm_opts){0}));
+    mp_graph_init_params(g, 1);
+    const float var[2] = {1.0f, -4.0f};
+    float got[2];
+    CHECK_ERR(mp_graph_param_set(g, "bn.running_var", var, 2), MP_ERR_FORMAT, "'bn.running_var' is a variance",
+              "-4 at element 1");
+    MP_ASSERT(mp_graph_param_get(g, "bn.running_var", got, 2) == MP_OK);
+    CHECK(got[0] == 1.0f && got[1] == 1.0f, "a refused variance was stored: %g %g", (double)got[0], (double)got[1]);
+    const float mean[2] = {-4.0f, 3.0f}; /* a mean may be negative */
+    CHECK_ERR(mp_graph_param_set(g, "bn.running_mean", mean, 2), MP_OK);
+    mp_graph_destroy(g);
+}
+
 /* x -> r1 = relu -> tanh -> relu -> out = tanh; r1 marked an output or not. */
 static mp_plan *chain_plan(mp_graph **g, bool keep_r1, mp_node *x, mp_node *r1, mp_node *out) {
     *g = mp_graph_create();
@@ -636,6 +717,9 @@ int main(void) {
     test_labels_only_to_losses();
     test_control_char_names();
     test_null_args();
+    test_size_limits();
+    test_nonfinite_options();
+    test_param_set_negative_variance();
     test_read_kept();
     test_read_fused();
     test_read_after_replay();

@@ -4,11 +4,13 @@
  * overrides and their errors, the exact numerics of staged low-precision
  * execution (forward values and parameter gradients emulated in the test),
  * fp16 overflow to inf in storage, and a short training run per policy. */
+#define _GNU_SOURCE /* nftw in scratch_dir.h */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "scratch_dir.h"
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "graph/graph.h"
@@ -842,6 +844,39 @@ done:
 
 /* ---- 3. fp16 overflow -------------------------------------------------------- */
 
+/* Under fp16/bf16 (no fp32 masters) a parameter lives in the low dtype: a
+ * finite value it cannot hold (70000 > 65504 in f16) is refused by the
+ * weights loader and param_set, naming the tensor, element and dtype, and
+ * nothing changes; bf16 holds 70000. */
+static void test_weights_out_of_range(void) {
+    char dir[4096];
+    scratch_dir_create(dir, sizeof dir, "test_policy");
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 2, 2);
+    mp_graph_mark_output(g, mp_linear(g, "fc", mp_flatten(g, "f", x), (mp_linear_opts){.out_features = 1}));
+    mp_graph_init_params(g, 1);
+    float big[4] = {1.0f, 70000.0f, 1.0f, 1.0f}, before[4], after[4];
+    CHECK_ERR(mp_graph_param_set(g, "fc.weight", big, 4), MP_OK); /* fp32: fine */
+    const char *path = scratch_path(dir, "big.safetensors");
+    CHECK_ERR(mp_graph_save_weights(g, path), MP_OK);
+    const float small[4] = {0.5f, 0.25f, 0.125f, 2.0f};
+    CHECK_ERR(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_FP16}), MP_OK);
+    CHECK_ERR(mp_graph_param_set(g, "fc.weight", small, 4), MP_OK);
+    MP_ASSERT(mp_graph_param_get(g, "fc.weight", before, 4) == MP_OK);
+    CHECK_ERR(mp_graph_load_weights(g, path, NULL), MP_ERR_NONFINITE, "big.safetensors", "'fc.weight'", "70000",
+              "element 1", "f16");
+    CHECK_ERR(mp_graph_param_set(g, "fc.weight", big, 4), MP_ERR_NONFINITE, "param_set", "'fc.weight'", "element 1",
+              "f16");
+    MP_ASSERT(mp_graph_param_get(g, "fc.weight", after, 4) == MP_OK);
+    CHECK(!memcmp(before, after, sizeof after), "a refused weight changed fc.weight: %g", (double)after[1]);
+    CHECK_ERR(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_BF16}), MP_OK);
+    CHECK_ERR(mp_graph_load_weights(g, path, NULL), MP_OK);
+    MP_ASSERT(mp_graph_param_get(g, "fc.weight", after, 4) == MP_OK);
+    CHECK(after[1] == round_to(70000.0, MP_DTYPE_BF16), "bf16 fc.weight[1] = %g", (double)after[1]);
+    mp_graph_destroy(g);
+    scratch_dir_remove(dir);
+}
+
 static void test_fp16_overflow(void) {
     mp_graph *g = mp_graph_create();
     mp_node x = mp_graph_input(g, "x", 1, 1, 1);
@@ -944,6 +979,7 @@ int main(void) {
     test_policy_with_live_plans();
     test_staged_numerics();
     test_fp16_overflow();
+    test_weights_out_of_range();
     test_training();
     return test_summary("test_policy");
 }

@@ -43,6 +43,31 @@ static mp_status lookup(const mp_graph *g, const char *name, size_t n, const voi
     return MP_OK;
 }
 
+/* Value v as parameter p keeps it (rounded to the dtype it trains in when it
+ * has no fp32 master, as mp_graph_round_low_weights does). */
+static float as_kept(const mp_gparam *p, float v) {
+    mp_round_f32(&v, 1, p->round_dtype); /* a no-op for F32 */
+    return v;
+}
+
+mp_status mp_gparam_check_values(const mp_gparam *p, const float *v, int64_t n, const char *where) {
+    const bool variance = !strcmp(p->spec.name, "running_var");
+    for (int64_t i = 0; i < n; i++) {
+        const float kept = as_kept(p, v[i]);
+        if (!isfinite(v[i]))
+            return mp_error(MP_ERR_NONFINITE, "%s: tensor '%s' holds %g at element %lld", where, p->name, (double)v[i],
+                            (long long)i);
+        if (!isfinite(kept))
+            return mp_error(MP_ERR_NONFINITE, "%s: tensor '%s' holds %g at element %lld, %g in %s, the dtype it trains "
+                            "in (no fp32 master)", where, p->name, (double)v[i], (long long)i, (double)kept,
+                            mp_dtype_name(p->round_dtype));
+        if (variance && v[i] < 0)
+            return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' is a variance but holds %g at element %lld", where, p->name,
+                            (double)v[i], (long long)i);
+    }
+    return MP_OK;
+}
+
 mp_status mp_graph_param_get(const mp_graph *g, const char *name, float *dst, size_t n) {
     mp_gparam *p = NULL;
     MP_TRY(lookup(g, name, n, dst, "param_get", &p));
@@ -53,9 +78,7 @@ mp_status mp_graph_param_get(const mp_graph *g, const char *name, float *dst, si
 mp_status mp_graph_param_set(mp_graph *g, const char *name, const float *src, size_t n) {
     mp_gparam *p = NULL;
     MP_TRY(lookup(g, name, n, src, "param_set", &p));
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(src[i]))
-            return mp_error(MP_ERR_NONFINITE, "param_set '%s': value %zu is %g", name, i, (double)src[i]);
+    MP_TRY(mp_gparam_check_values(p, src, (int64_t)n, "param_set"));
     memcpy(p->data, src, n * sizeof(float));
     g->params_initialized = true;
     return MP_OK;
