@@ -424,10 +424,13 @@ static void test_size_limits(void) {
               "input 'x'", "1152921504606846976 elements per sample", "2147483647");
     mp_graph_destroy(g);
 
-    g = mp_graph_create(); /* 2^32 elements per sample: an input may have them, a flatten not */
-    mp_node x = mp_graph_input(g, "x", 4, 1 << 15, 1 << 15);
-    CHECK(x < 0 || mp_flatten(g, "flat", x) < 0, "flatten of 2^32 elements per sample accepted");
-    CHECK_ERR(mp_graph_status(g), MP_ERR_SHAPE, x < 0 ? "input 'x'" : "flatten 'flat'", "2147483647");
+    g = mp_graph_create(); /* 2^31 elements per sample: a concat may have them, a flatten not */
+    mp_node x = mp_graph_input(g, "x", 1 << 10, 1 << 10, 1 << 10);
+    const mp_node xx[2] = {x, x};
+    mp_node wide = mp_concat(g, "wide", xx, 2);
+    CHECK(wide >= 0, "%s", mp_last_error());
+    CHECK(mp_flatten(g, "flat", wide) < 0, "flatten of 2^31 elements per sample accepted");
+    CHECK_ERR(mp_graph_status(g), MP_ERR_SHAPE, "flatten 'flat'", "'wide' (1, 2048, 1024, 1024)", "2147483647");
     mp_graph_destroy(g);
 
     g = mp_graph_create();
