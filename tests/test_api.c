@@ -103,7 +103,7 @@ static void test_trainer_misuse(void) {
     CHECK_ERR(mp_trainer_param_get(ta, "conv.weight", w, 17), MP_ERR_SHAPE, "17 values", "it has 18");
     CHECK_ERR(mp_trainer_param_get(ta, "conv.weight", w, 18), MP_OK);
     w[5] = NAN;
-    CHECK_ERR(mp_trainer_param_set(ta, "conv.weight", w, 18), MP_ERR_NONFINITE, "conv.weight", "value 5");
+    CHECK_ERR(mp_trainer_param_set(ta, "conv.weight", w, 18), MP_ERR_NONFINITE, "conv.weight", "element 5");
     /* an optimizer destroyed before its trainer is freed with it (ASan sees no leak, no double free) */
     mp_optimizer_destroy(oa);
     mp_trainer_destroy(ta);

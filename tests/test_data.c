@@ -354,6 +354,12 @@ static void test_compatible(void) {
     CHECK_ERR(mp_dataset_check_compatible(&test, &train), MP_ERR_SHAPE, "1x28x28", "1x56x56");
     CHECK_ERR(mp_dataset_check_compatible(&train, &other), MP_ERR_SHAPE, "3x28x28");
     CHECK_ERR(mp_dataset_check_compatible(&train, &small), MP_OK);
+    CHECK_ERR(mp_dataset_check_compatible(NULL, NULL), MP_ERR_INVALID_ARG, "no training set");
+    CHECK_ERR(mp_dataset_check_compatible(&train, NULL), MP_ERR_INVALID_ARG, "no test set");
+    mp_dataset_info info = {.n = 7};
+    mp_dataset_describe(NULL, &info); /* nothing to describe: zeros */
+    CHECK(info.n == 0 && info.source == NULL, "describe(NULL) left n %d", info.n);
+    mp_dataset_describe(&train, NULL);
     /* test labels 0..9 against a 4-class training set: the first one >= 4 is named */
     mp_dataset_set_source(&small, "small.idx");
     int first = 0, first9 = 0;

@@ -308,6 +308,195 @@ static void test_errors(void) {
     mp_graph_destroy(g);
 }
 
+/* mp_graph_share_params: a node that already shares (or whose parameters
+ * another node uses) is refused, as is any sharing while a plan of the graph
+ * is alive (it holds the parameters); the graph keeps its parameters. */
+static void test_share_params_refusals(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 4, 4);
+    mp_node f = mp_flatten(g, "f", x);
+    mp_node a = mp_linear(g, "a", f, (mp_linear_opts){.out_features = 16, .bias = true});
+    mp_node b = mp_linear(g, "b", f, (mp_linear_opts){.out_features = 16, .bias = true});
+    CHECK_ERR(mp_graph_share_params(g, b, a), MP_OK);
+    CHECK_ERR(mp_graph_share_params(g, b, a), MP_ERR_INVALID_ARG, "'b' already shares");
+    CHECK_ERR(mp_graph_share_params(g, a, b), MP_ERR_INVALID_ARG, "'a' already shares");
+    CHECK(mp_graph_param_tensors(g) == 2, "%d parameter tensors, expected a's 2", mp_graph_param_tensors(g));
+    CHECK(mp_graph_param_find(g, "a.weight") == 0 && mp_graph_param_find(g, "a.bias") == 1, "a's parameters lost");
+    mp_graph_destroy(g);
+
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 2, 2);
+    f = mp_flatten(g, "f", x);
+    a = mp_linear(g, "a", f, (mp_linear_opts){.out_features = 4});
+    b = mp_linear(g, "b", f, (mp_linear_opts){.out_features = 4});
+    mp_graph_mark_output(g, mp_add(g, "s", a, b));
+    mp_graph_init_params(g, 1);
+    mp_plan *p = NULL;
+    MP_ASSERT(mp_plan_create(g, (mp_plan_opts){.batch = 1, .reference = true}, &p) == MP_OK);
+    CHECK_ERR(mp_graph_share_params(g, b, a), MP_ERR_INVALID_ARG, "'b'", "1 plan(s)", "destroy the plans");
+    CHECK(mp_graph_param_tensors(g) == 2, "a refused share dropped parameters: %d", mp_graph_param_tensors(g));
+    mp_plan_destroy(p);
+    mp_graph_destroy(g);
+}
+
+/* The int32 labels node feeds only softmax_cross_entropy's labels input:
+ * a float op reading it is refused where it is built, naming both. */
+static void test_labels_only_to_losses(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node y = mp_graph_labels(g, "y");
+    CHECK_ERR(mp_reshape(g, "as_features", y, 1, 0, 0) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_INVALID_ARG,
+              "reshape 'as_features'", "labels node 'y'");
+    mp_graph_destroy(g);
+    const mp_op_kind kinds[] = {MP_OP_TANH, MP_OP_RELU, MP_OP_LINEAR};
+    for (int i = 0; i < 3; i++) {
+        g = mp_graph_create();
+        y = mp_graph_labels(g, "y");
+        mp_op_attr a = {.linear = {.out_features = 2}};
+        CHECK_ERR(mp_graph_add(g, kinds[i], "op", &a, &y, 1) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_INVALID_ARG,
+                  "'op'", "labels node 'y'");
+        mp_graph_destroy(g);
+    }
+    /* the loss's first input is its logits, not labels */
+    g = mp_graph_create();
+    y = mp_graph_labels(g, "y");
+    mp_node y2 = mp_graph_labels(g, "y2");
+    CHECK_ERR(mp_softmax_cross_entropy(g, "loss", y, y2) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_INVALID_ARG,
+              "'loss'", "input 0", "labels node 'y'");
+    mp_graph_destroy(g);
+    /* the labels input of the loss is fine */
+    g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 2, 2);
+    mp_node fc = mp_linear(g, "fc", mp_flatten(g, "f", x), (mp_linear_opts){.out_features = 3});
+    CHECK(mp_softmax_cross_entropy(g, "loss", fc, mp_graph_labels(g, "y")) >= 0, "%s", mp_last_error());
+    mp_graph_destroy(g);
+}
+
+/* A node name with a control character (which no weights file, report or
+ * policy file could carry) is refused where it is built, escaped. */
+static void test_control_char_names(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 2, 2);
+    CHECK_ERR(mp_relu(g, "re\nlu", x) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_INVALID_ARG, "node 1",
+              "\"re\\x0alu\"", "control character");
+    mp_graph_destroy(g);
+    g = mp_graph_create();
+    CHECK_ERR(mp_graph_input(g, "\x7fin", 1, 2, 2) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_INVALID_ARG, "node 0",
+              "\\x7fin");
+    mp_graph_destroy(g);
+    g = mp_graph_create(); /* UTF-8 and quotes are names like any other */
+    CHECK(mp_graph_input(g, "we\"ird\\name\u00e9", 1, 2, 2) >= 0, "%s", mp_last_error());
+    mp_graph_destroy(g);
+}
+
+/* Null pointers the API is handed: errors, not crashes; void calls do nothing. */
+static void test_null_args(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 4, 4);
+    mp_node fc = mp_linear(g, "fc", mp_flatten(g, "f", x), (mp_linear_opts){.out_features = 2});
+    int nd = 0;
+    int64_t dims[3];
+    CHECK_ERR(mp_graph_node_sample_shape(g, x, &nd, NULL), MP_ERR_INVALID_ARG, "sample_shape");
+    CHECK_ERR(mp_graph_node_sample_shape(g, x, NULL, dims), MP_ERR_INVALID_ARG, "sample_shape");
+    CHECK_ERR(mp_graph_param_get(g, "fc.weight", NULL, 32), MP_ERR_INVALID_ARG, "param_get 'fc.weight'", "null");
+    CHECK_ERR(mp_graph_param_set(g, "fc.weight", NULL, 32), MP_ERR_INVALID_ARG, "param_set 'fc.weight'", "null");
+    CHECK_ERR(mp_graph_grad_get(g, "fc.weight", NULL, 32), MP_ERR_INVALID_ARG, "grad_get 'fc.weight'", "null");
+    CHECK_ERR(mp_graph_param_get(g, NULL, NULL, 0), MP_ERR_INVALID_ARG, "no parameter");
+    mp_init_scheme sch;
+    CHECK_ERR(mp_init_scheme_parse("he", NULL), MP_ERR_INVALID_ARG, "initialization");
+    CHECK_ERR(mp_init_scheme_parse(NULL, &sch), MP_ERR_INVALID_ARG, "(null)");
+    mp_graph_zero_grad(NULL);
+    mp_graph_print_precision(NULL, stdout);
+    mp_graph_print_precision(g, NULL);
+    CHECK_ERR(mp_concat(g, "cat", NULL, 2) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_INVALID_ARG, "concat 'cat'",
+              "null");
+    (void)fc;
+    mp_graph_destroy(g);
+}
+
+/* Sizes past what the types hold are refused, naming the node: an input of
+ * more than INT_MAX elements per sample, a flatten of one, a concat whose
+ * channels add up past INT_MAX, a plan whose batch makes a tensor larger
+ * than 2^48 bytes (the byte counts wrapped, then set_input wrote far past
+ * the arena). */
+static void test_size_limits(void) {
+    mp_graph *g = mp_graph_create();
+    CHECK_ERR(mp_graph_input(g, "x", 1 << 20, 1 << 20, 1 << 20) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_SHAPE,
+              "input 'x'", "1152921504606846976 elements per sample", "2147483647");
+    mp_graph_destroy(g);
+
+    g = mp_graph_create(); /* 2^31 elements per sample: a concat may have them, a flatten not */
+    mp_node x = mp_graph_input(g, "x", 1 << 10, 1 << 10, 1 << 10);
+    const mp_node xx[2] = {x, x};
+    mp_node wide = mp_concat(g, "wide", xx, 2);
+    CHECK(wide >= 0, "%s", mp_last_error());
+    CHECK(mp_flatten(g, "flat", wide) < 0, "flatten of 2^31 elements per sample accepted");
+    CHECK_ERR(mp_graph_status(g), MP_ERR_SHAPE, "flatten 'flat'", "'wide' (1, 2048, 1024, 1024)", "2147483647");
+    mp_graph_destroy(g);
+
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 1 << 10, 1 << 20); /* 2^30 per sample */
+    mp_node f = mp_flatten(g, "f", x);
+    const mp_node xs[4] = {f, f, f, f};
+    CHECK(mp_concat(g, "cat2", xs, 2) < 0, "concat of 2^31 features accepted");
+    CHECK_ERR(mp_graph_status(g), MP_ERR_SHAPE, "concat 'cat2'", "more than 2147483647");
+    mp_graph_destroy(g);
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 1 << 10, 1 << 20);
+    f = mp_flatten(g, "f", x);
+    const mp_node fs[4] = {f, f, f, f};
+    CHECK(mp_concat(g, "cat4", fs, 4) < 0, "concat of 2^32 features (0 in int) accepted");
+    CHECK_ERR(mp_graph_status(g), MP_ERR_SHAPE, "concat 'cat4'");
+    mp_graph_destroy(g);
+
+    g = mp_graph_create();
+    x = mp_graph_input(g, "x", 1, 1 << 15, 1 << 15); /* 4 GiB per sample */
+    mp_graph_mark_output(g, mp_relu(g, "r", x));
+    mp_plan *p = NULL;
+    CHECK_ERR(mp_plan_create(g, (mp_plan_opts){.batch = 1 << 17}, &p), MP_ERR_SHAPE, "input 'x'", "131072",
+              "2^48 bytes");
+    CHECK(p == NULL, "a refused plan was returned");
+    mp_graph_destroy(g);
+}
+
+/* Float options that are not numbers are refused where the node is built. */
+static void test_nonfinite_options(void) {
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) {
+        mp_graph *g = mp_graph_create();
+        mp_node x = mp_graph_input(g, "x", 2, 2, 2);
+        CHECK_ERR(mp_leaky_relu(g, "leaky", x, bad[i]) < 0 ? mp_graph_status(g) : MP_OK, MP_ERR_INVALID_ARG,
+                  "leaky_relu 'leaky'", "slope");
+        mp_graph_destroy(g);
+        g = mp_graph_create();
+        x = mp_graph_input(g, "x", 2, 2, 2);
+        CHECK_ERR(mp_batchnorm2d(g, "bn", x, (mp_batchnorm_opts){.eps = bad[i]}) < 0 ? mp_graph_status(g) : MP_OK,
+                  MP_ERR_INVALID_ARG, "batchnorm2d 'bn'", "eps");
+        mp_graph_destroy(g);
+        g = mp_graph_create();
+        x = mp_graph_input(g, "x", 2, 2, 2);
+        CHECK_ERR(mp_batchnorm2d(g, "bn", x, (mp_batchnorm_opts){.momentum = bad[i]}) < 0 ? mp_graph_status(g) : MP_OK,
+                  MP_ERR_INVALID_ARG, "batchnorm2d 'bn'", "momentum");
+        mp_graph_destroy(g);
+    }
+}
+
+/* param_set refuses a negative running variance, as the weights loader does. */
+static void test_param_set_negative_variance(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 2, 2, 2);
+    mp_graph_mark_output(g, mp_batchnorm2d(g, "bn", x, (mp_batchnorm_opts){0}));
+    mp_graph_init_params(g, 1);
+    const float var[2] = {1.0f, -4.0f};
+    float got[2];
+    CHECK_ERR(mp_graph_param_set(g, "bn.running_var", var, 2), MP_ERR_FORMAT, "'bn.running_var' is a variance",
+              "-4 at element 1");
+    MP_ASSERT(mp_graph_param_get(g, "bn.running_var", got, 2) == MP_OK);
+    CHECK(got[0] == 1.0f && got[1] == 1.0f, "a refused variance was stored: %g %g", (double)got[0], (double)got[1]);
+    const float mean[2] = {-4.0f, 3.0f}; /* a mean may be negative */
+    CHECK_ERR(mp_graph_param_set(g, "bn.running_mean", mean, 2), MP_OK);
+    mp_graph_destroy(g);
+}
+
 /* x -> r1 = relu -> tanh -> relu -> out = tanh; r1 marked an output or not. */
 static mp_plan *chain_plan(mp_graph **g, bool keep_r1, mp_node *x, mp_node *r1, mp_node *out) {
     *g = mp_graph_create();
@@ -527,6 +716,13 @@ int main(void) {
     test_arena_planner();
     test_no_allocation_in_step();
     test_errors();
+    test_share_params_refusals();
+    test_labels_only_to_losses();
+    test_control_char_names();
+    test_null_args();
+    test_size_limits();
+    test_nonfinite_options();
+    test_param_set_negative_variance();
     test_read_kept();
     test_read_fused();
     test_read_after_replay();

@@ -337,6 +337,19 @@ static void test_shards(void) {
     CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = 40, .shards = 3, .shard = 0}, &l) == MP_ERR_INVALID_ARG &&
               strstr(mp_last_error(), "3 ranks x batch 40 is larger than the dataset (103 samples"),
           "global batch too large: %s", mp_last_error());
+    /* shards 0 is one shard: only shard 0 exists */
+    const int bad_shards[2] = {2, -1};
+    for (int i = 0; i < 2; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "shard %d of 0 does not exist", bad_shards[i]);
+        CHECK_ERR(mp_loader_create(&d, (mp_loader_opts){.batch = B, .shards = 0, .shard = bad_shards[i]}, &l),
+                  MP_ERR_INVALID_ARG, want, "[0, 1)");
+        CHECK(l == NULL, "a refused loader was returned");
+    }
+    CHECK_ERR(mp_loader_create(&d, (mp_loader_opts){.batch = B, .shards = 3, .shard = -1}, &l), MP_ERR_INVALID_ARG,
+              "shard -1 of 3");
+    CHECK_ERR(mp_loader_create(&d, (mp_loader_opts){.batch = B}, NULL), MP_ERR_INVALID_ARG, "null output");
+    CHECK_ERR(mp_loader_create(NULL, (mp_loader_opts){.batch = B}, NULL), MP_ERR_INVALID_ARG, "null output");
     mp_dataset_free(&d);
 }
 

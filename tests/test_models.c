@@ -227,6 +227,12 @@ static void test_bad_names(void) {
     CHECK_ERR(mp_model_build("ResNet18", 3, 32, 32, 10, &m), MP_ERR_INVALID_ARG, "ResNet18");
     CHECK_ERR(mp_model_build("resnet50", 3, 32, 32, 1, &m), MP_ERR_INVALID_ARG, "resnet50", "2 classes");
     CHECK_ERR(mp_model_build("wrn-16-2", 3, 0, 32, 10, &m), MP_ERR_SHAPE, "wrn-16-2");
+    /* no name, no output */
+    CHECK_ERR(mp_model_build(NULL, 1, 28, 28, 10, &m), MP_ERR_INVALID_ARG, "no name", "resnet18");
+    CHECK(m.g == NULL, "graph left after an error");
+    CHECK_ERR(mp_model_build("small", 1, 28, 28, 10, NULL), MP_ERR_INVALID_ARG, "'small'", "null output");
+    CHECK_ERR(mp_model_check_name(NULL), MP_ERR_INVALID_ARG, "no name");
+    CHECK(mp_model_describe(NULL) == NULL, "describes NULL");
     CHECK(mp_model_describe("wrn-27-10") == NULL, "describes wrn-27-10");
     CHECK(mp_model_describe("resnet19") == NULL, "describes resnet19");
     CHECK(mp_model_describe("wrn-22-2") != NULL && mp_model_describe("wrn") != NULL, "no description for wrn-22-2");

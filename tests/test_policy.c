@@ -4,11 +4,13 @@
  * overrides and their errors, the exact numerics of staged low-precision
  * execution (forward values and parameter gradients emulated in the test),
  * fp16 overflow to inf in storage, and a short training run per policy. */
+#define _GNU_SOURCE /* nftw in scratch_dir.h */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "scratch_dir.h"
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "graph/graph.h"
@@ -193,6 +195,7 @@ static void test_precision_names(void) {
               mp_precision_name((mp_precision)i), msg);
     CHECK(mp_precision_parse("AMP-BF16", &p) == MP_ERR_INVALID_ARG, "names are lower case");
     CHECK(mp_precision_parse(NULL, &p) == MP_ERR_INVALID_ARG, "NULL name accepted");
+    CHECK_ERR(mp_precision_parse("fp32", NULL), MP_ERR_INVALID_ARG, "'fp32'", "null output");
 }
 
 static void check_all_policies(mp_graph *g, const char *what) {
@@ -526,6 +529,41 @@ static void test_override_keeps_logits_f32(void) {
     mp_model_free(&m);
 }
 
+/* A plan or trainer holds the dtypes the policy gave its graph (buffers
+ * sized for them): applying another while one is alive is refused, naming
+ * what to destroy; once it is gone the policy applies. */
+static void test_policy_with_live_plans(void) {
+    mp_model m;
+    if (mp_model_build("small", 1, 12, 12, 10, &m) != MP_OK) return;
+    CHECK(apply(m.g, MP_PRECISION_FP16, false, NULL) == MP_OK, "%s", mp_last_error());
+    mp_plan *p = NULL, *q = NULL;
+    MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = 4}, &p) == MP_OK);
+    MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = 2}, &q) == MP_OK);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_ERR_INVALID_ARG, "2 plan(s)", "destroy the plans");
+    mp_plan_destroy(p);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_ERR_INVALID_ARG, "1 plan(s)");
+    CHECK(m.g->policy.precision == MP_PRECISION_FP16, "a refused policy changed the graph's to %d",
+          m.g->policy.precision);
+    mp_plan_destroy(q);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_OK);
+    /* a plan that failed to build is not counted */
+    CHECK(mp_plan_create(m.g, (mp_plan_opts){.batch = 0}, &p) != MP_OK, "batch 0 accepted");
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP16, false, NULL), MP_OK);
+    /* a trainer owns a plan */
+    mp_optimizer *o = NULL;
+    MP_ASSERT(mp_optimizer_create(m.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}},
+                                  &o) == MP_OK);
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(m.g, &(mp_trainer_opts){.batch = 4, .input = m.input, .labels = m.labels,
+                                                        .loss = m.loss, .optimizer = o},
+                                &t) == MP_OK);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_ERR_INVALID_ARG, "trainers first");
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(o);
+    CHECK_ERR(apply(m.g, MP_PRECISION_FP32, false, NULL), MP_OK);
+    mp_model_free(&m);
+}
+
 /* ---- 2. staged execution, exactly ------------------------------------------ */
 
 enum { NB = 2, CI = 2, HW = 5, CO = 3, K = 3, FEAT = CO * HW * HW, NCLS = 4 };
@@ -806,6 +844,39 @@ done:
 
 /* ---- 3. fp16 overflow -------------------------------------------------------- */
 
+/* Under fp16/bf16 (no fp32 masters) a parameter lives in the low dtype: a
+ * finite value it cannot hold (70000 > 65504 in f16) is refused by the
+ * weights loader and param_set, naming the tensor, element and dtype, and
+ * nothing changes; bf16 holds 70000. */
+static void test_weights_out_of_range(void) {
+    char dir[4096];
+    scratch_dir_create(dir, sizeof dir, "test_policy");
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 2, 2);
+    mp_graph_mark_output(g, mp_linear(g, "fc", mp_flatten(g, "f", x), (mp_linear_opts){.out_features = 1}));
+    mp_graph_init_params(g, 1);
+    float big[4] = {1.0f, 70000.0f, 1.0f, 1.0f}, before[4], after[4];
+    CHECK_ERR(mp_graph_param_set(g, "fc.weight", big, 4), MP_OK); /* fp32: fine */
+    const char *path = scratch_path(dir, "big.safetensors");
+    CHECK_ERR(mp_graph_save_weights(g, path), MP_OK);
+    const float small[4] = {0.5f, 0.25f, 0.125f, 2.0f};
+    CHECK_ERR(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_FP16}), MP_OK);
+    CHECK_ERR(mp_graph_param_set(g, "fc.weight", small, 4), MP_OK);
+    MP_ASSERT(mp_graph_param_get(g, "fc.weight", before, 4) == MP_OK);
+    CHECK_ERR(mp_graph_load_weights(g, path, NULL), MP_ERR_NONFINITE, "big.safetensors", "'fc.weight'", "70000",
+              "element 1", "f16");
+    CHECK_ERR(mp_graph_param_set(g, "fc.weight", big, 4), MP_ERR_NONFINITE, "param_set", "'fc.weight'", "element 1",
+              "f16");
+    MP_ASSERT(mp_graph_param_get(g, "fc.weight", after, 4) == MP_OK);
+    CHECK(!memcmp(before, after, sizeof after), "a refused weight changed fc.weight: %g", (double)after[1]);
+    CHECK_ERR(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_BF16}), MP_OK);
+    CHECK_ERR(mp_graph_load_weights(g, path, NULL), MP_OK);
+    MP_ASSERT(mp_graph_param_get(g, "fc.weight", after, 4) == MP_OK);
+    CHECK(after[1] == round_to(70000.0, MP_DTYPE_BF16), "bf16 fc.weight[1] = %g", (double)after[1]);
+    mp_graph_destroy(g);
+    scratch_dir_remove(dir);
+}
+
 static void test_fp16_overflow(void) {
     mp_graph *g = mp_graph_create();
     mp_node x = mp_graph_input(g, "x", 1, 1, 1);
@@ -905,8 +976,10 @@ int main(void) {
     test_overrides();
     test_override_propagates();
     test_override_keeps_logits_f32();
+    test_policy_with_live_plans();
     test_staged_numerics();
     test_fp16_overflow();
+    test_weights_out_of_range();
     test_training();
     return test_summary("test_policy");
 }

@@ -109,7 +109,7 @@ typedef struct {
     bool lazy;          /**< decoded per batch by the loader, not held in memory */
     int skipped;        /**< images left out as bad (MP_BAD_IMAGES_SKIP) */
 } mp_dataset_info;
-/** d's shape. */
+/** d's shape (NULL d: *out zeroed; NULL out: nothing). */
 MP_API void mp_dataset_describe(const mp_dataset *d, mp_dataset_info *out);
 /** Per-channel mean and population standard deviation over all samples
  * (mean and std hold c floats each). */
@@ -132,7 +132,7 @@ typedef struct {
      * shards and this loader yields part `shard` (0 -> one shard); every rank
      * uses the same seed. */
     int shards;       /**< parts of each global batch (data parallel), 0 -> 1 */
-    int shard;        /**< the part this loader yields */
+    int shard;        /**< the part this loader yields, in [0, max(shards, 1)) */
     /** torchvision's RandomResizedCrop (scale (0.08, 1), aspect (3/4, 4/3))
      * before crop_pad/hflip: from the full decoded image for datasets
      * decoded per batch, else from the image held in memory. */

@@ -120,11 +120,15 @@ MP_API void mp_graph_init_params(mp_graph *g, uint64_t seed);
 MP_API mp_status mp_graph_init_params_scheme(mp_graph *g, uint64_t seed, mp_init_scheme scheme);
 /** "he" or "torch" into *out; MP_ERR_INVALID_ARG naming the text otherwise. */
 MP_API mp_status mp_init_scheme_parse(const char *text, mp_init_scheme *out);
-/** Start a new gradient: the next backward overwrites instead of adding. */
+/** Start a new gradient: the next backward overwrites instead of adding
+ * (NULL: nothing to do). */
 MP_API void mp_graph_zero_grad(mp_graph *g);
 /** Weight tying: `node` uses `from`'s parameters (same op and shapes), e.g. a
  * GAN discriminator applied to real and to generated images. Call right
- * after creating `node`; gradients from both uses add up. */
+ * after creating `node`, once, before any plan or trainer of the graph
+ * exists; gradients from both uses add up. MP_ERR_INVALID_ARG, nothing
+ * changed, when `node` already shares (or another node uses its parameters)
+ * or while a plan or trainer of g is alive (destroy those first). */
 MP_API mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from);
 /** Keep this node's output readable after a step (logits, loss). */
 MP_API void mp_graph_mark_output(mp_graph *g, mp_node n);

@@ -58,7 +58,10 @@ MP_API const char *mp_precision_list(void);
 /** Apply a policy (again, if one was applied before): sets every node's
  * compute and storage dtype, then the overrides, then each parameter's
  * training dtype. An override naming a missing node or an unknown dtype is an
- * error naming it. Call before making plans or trainers. */
+ * error naming it. Call before making plans or trainers: plans hold the
+ * dtypes (their buffers are sized for them), so while any plan or trainer
+ * of g is alive this is refused (MP_ERR_INVALID_ARG, g unchanged); destroy
+ * them, apply, then make new ones. */
 MP_API mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o);
 
 /** What the applied policy implies for training. */
@@ -82,7 +85,8 @@ typedef struct {
 } mp_node_precision;
 /** Node n's precision. */
 MP_API mp_status mp_graph_node_precision(const mp_graph *g, mp_node n, mp_node_precision *out);
-/** One line per node: name, op, compute dtype, storage dtype. */
+/** One line per node: name, op, compute dtype, storage dtype (NULL g or out:
+ * nothing printed). */
 MP_API void mp_graph_print_precision(const mp_graph *g, FILE *out);
 
 #ifdef __cplusplus

@@ -16,6 +16,7 @@ static const char *names[MP_PRECISION_COUNT] = {"fp32",    "tf32",    "amp-fp16"
                                                  "o2-fp16", "o2-bf16", "fp16",     "bf16"};
 
 mp_status mp_precision_parse(const char *name, mp_precision *out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "precision '%s': null output", name ? name : "(null)");
     for (int i = 0; name && i < MP_PRECISION_COUNT; i++)
         if (!strcmp(name, names[i])) {
             *out = (mp_precision)i;
@@ -120,6 +121,9 @@ static void record_params(mp_graph *g) {
 mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     if (!g || g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "precision policy: the graph has an error");
     if (o.precision >= MP_PRECISION_COUNT) return mp_error(MP_ERR_INVALID_ARG, "precision policy: unknown policy");
+    if (g->live_plans > 0)
+        return mp_error(MP_ERR_INVALID_ARG, "precision policy: %d plan(s) of this graph are alive and hold its "
+                        "dtypes; destroy the plans and trainers first", g->live_plans);
     const mp_dtype low = low_dtype_of(o.precision);
     const bool amp = o.precision == MP_PRECISION_AMP_FP16 || o.precision == MP_PRECISION_AMP_BF16;
     const bool pure = !has_master(o.precision);
@@ -192,6 +196,7 @@ void mp_policy_node_to_f32(mp_graph *g, mp_node n) {
 const char *mp_graph_policy_name(const mp_graph *g) { return mp_precision_name(g->policy.precision); }
 
 void mp_graph_print_precision(const mp_graph *g, FILE *out) {
+    if (!g || !out) return;
     fprintf(out, "%-20s %-22s %-8s %-8s\n", "node", "op", "compute", "storage");
     for (int i = 0; i < g->n_nodes; i++) {
         const mp_gnode *nd = &g->nodes[i];

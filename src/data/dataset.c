@@ -72,6 +72,8 @@ mp_status mp_dataset_check_labels(const mp_dataset *d, int classes, const char *
 }
 
 mp_status mp_dataset_check_compatible(const mp_dataset *train, const mp_dataset *test) {
+    if (!train || !test)
+        return mp_error(MP_ERR_INVALID_ARG, "check_compatible: no %s set given", !train ? "training" : "test");
     if (test->c != train->c || test->h != train->h || test->w != train->w)
         return mp_error(MP_ERR_SHAPE,
                         "the test set %s has samples of %dx%dx%d but the training set %s has %dx%dx%d: both must "

@@ -96,6 +96,11 @@ void mp_dataset_destroy(mp_dataset *d) {
 }
 
 void mp_dataset_describe(const mp_dataset *d, mp_dataset_info *out) {
+    if (!out) return;
+    if (!d) {
+        *out = (mp_dataset_info){0};
+        return;
+    }
     *out = (mp_dataset_info){.n = d->n, .c = d->c, .h = d->h, .w = d->w, .classes = d->classes, .source = d->source,
                              .lazy = d->images == NULL && d->src != NULL, .skipped = d->skipped};
 }

@@ -201,6 +201,7 @@ static void loader_free(mp_loader *l) {
 }
 
 mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "loader: null output (%s)", d ? d->source : "no dataset");
     *out = NULL;
     if (!d || d->n < 1 || (!d->images && !d->src) || !d->labels)
         return mp_error(MP_ERR_INVALID_ARG, "loader: the dataset %s is empty", d ? d->source : "(null)");
@@ -208,8 +209,10 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
     if (o.batch > d->n)
         return mp_error(MP_ERR_INVALID_ARG, "loader: batch %d is larger than the dataset (%d samples in %s)", o.batch,
                         d->n, d->source);
-    if (o.shards < 0 || (o.shards > 0 && (o.shard < 0 || o.shard >= o.shards)))
-        return mp_error(MP_ERR_INVALID_ARG, "loader: shard %d of %d does not exist (%s)", o.shard, o.shards, d->source);
+    /* shards 0 means one shard: shard 0 */
+    if (o.shards < 0 || o.shard < 0 || o.shard >= (o.shards > 0 ? o.shards : 1))
+        return mp_error(MP_ERR_INVALID_ARG, "loader: shard %d of %d does not exist: it must lie in [0, %d) (%s)",
+                        o.shard, o.shards, o.shards > 0 ? o.shards : 1, d->source);
     if ((long long)o.batch * (o.shards > 1 ? o.shards : 1) > d->n)
         return mp_error(MP_ERR_INVALID_ARG, "loader: %d ranks x batch %d is larger than the dataset (%d samples in %s)",
                         o.shards, o.batch, d->n, d->source);

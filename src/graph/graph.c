@@ -72,21 +72,64 @@ static mp_status add_params(mp_graph *g, int node, const mp_op_info *info) {
     return MP_OK;
 }
 
+/* The first control character of name (saved weights, reports and policy
+ * files cannot carry one), or -1; *shown gets the name with them escaped. */
+static int control_char(const char *name, char *shown, size_t cap) {
+    int at = -1;
+    size_t o = 0;
+    for (int i = 0; name[i] && o + 5 < cap; i++) {
+        const unsigned char c = (unsigned char)name[i];
+        if (c < 0x20 || c == 0x7f) {
+            if (at < 0) at = i;
+            o += (size_t)snprintf(shown + o, cap - o, "\\x%02x", c);
+        } else {
+            shown[o++] = (char)c;
+        }
+    }
+    shown[o] = '\0';
+    return at;
+}
+
+/* An input that is the int32 labels node: only a loss's labels input
+ * (softmax_cross_entropy's second) reads one; float ops would read its bits. */
+static mp_status check_labels_use(const mp_graph *g, mp_op_kind kind, const char *name, const mp_node *inputs,
+                                  int n_in) {
+    for (int i = 0; i < n_in; i++) {
+        const mp_gnode *src = &g->nodes[inputs[i]];
+        if (src->desc.kind == MP_OP_LABELS && !(kind == MP_OP_SOFTMAX_CE && i == 1))
+            return mp_error(MP_ERR_INVALID_ARG,
+                            "%s '%s': input %d is the int32 labels node '%s'; only softmax_cross_entropy's "
+                            "labels input (its second) reads labels",
+                            mp_op_lookup(kind)->name, name, i, src->name);
+    }
+    return MP_OK;
+}
+
 mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op_attr *attr,
                      const mp_node *inputs, int n_in) {
     if (!g) return -1;
     if (g->status != MP_OK) return -1; /* keep the first error */
     if (!name || !*name || strlen(name) >= MP_NAME_MAX)
         return fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: node name must be 1..%d characters", MP_NAME_MAX - 1));
+    char shown[4 * MP_NAME_MAX + 1];
+    const int bad = control_char(name, shown, sizeof shown);
+    if (bad >= 0)
+        return fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: node %d's name \"%s\" has a control character at byte %d",
+                                g->n_nodes, shown, bad));
     if (mp_graph_find(g, name) >= 0)
         return fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: duplicate node name '%s'", name));
     if (n_in < 0 || n_in > MP_MAX_INPUTS)
         return fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': %d inputs (at most %d)", mp_op_lookup(kind)->name,
                                 name, n_in, MP_MAX_INPUTS));
+    if (n_in > 0 && !inputs)
+        return fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': %d inputs given as a null array",
+                                mp_op_lookup(kind)->name, name, n_in));
     for (int i = 0; i < n_in; i++)
         if (inputs[i] < 0 || inputs[i] >= g->n_nodes)
             return fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': input %d is not a node of this graph",
                                     mp_op_lookup(kind)->name, name, i));
+    mp_status ls = check_labels_use(g, kind, name, inputs, n_in);
+    if (ls != MP_OK) return fail(g, ls);
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? 2 * g->cap_nodes : 32;
         mp_gnode *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
@@ -126,6 +169,7 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
 }
 
 mp_status mp_init_scheme_parse(const char *text, mp_init_scheme *out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "initialization '%s': null output", text ? text : "(null)");
     if (text && !strcmp(text, "he")) *out = MP_INIT_SCHEME_HE;
     else if (text && !strcmp(text, "torch")) *out = MP_INIT_SCHEME_TORCH;
     else return mp_error(MP_ERR_INVALID_ARG, "unknown initialization '%s' (he, torch)", text ? text : "(null)");
@@ -173,6 +217,12 @@ mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from) {
     if (a->desc.kind != b->desc.kind || a->n_params != b->n_params || a->n_params == 0)
         return mp_error(MP_ERR_INVALID_ARG, "share_params: '%s' (%s) cannot use the parameters of '%s' (%s)", a->name,
                         mp_op_lookup(a->desc.kind)->name, b->name, mp_op_lookup(b->desc.kind)->name);
+    if (g->live_plans > 0)
+        return mp_error(MP_ERR_INVALID_ARG, "share_params: '%s': %d plan(s) of this graph are alive; destroy the "
+                        "plans and trainers first", a->name, g->live_plans);
+    if (mp_graph_param_users(g, a->first_param) > 1)
+        return mp_error(MP_ERR_INVALID_ARG, "share_params: '%s' already shares its parameters with another node",
+                        a->name);
     if (a->first_param + a->n_params != g->n_params)
         return mp_error(MP_ERR_INVALID_ARG, "share_params: call it right after creating '%s'", a->name);
     for (int k = 0; k < a->n_params; k++) {
@@ -194,7 +244,7 @@ mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from) {
 }
 
 void mp_graph_zero_grad(mp_graph *g) {
-    for (int i = 0; i < g->n_params; i++) g->params[i].grad_fresh = true;
+    for (int i = 0; g && i < g->n_params; i++) g->params[i].grad_fresh = true;
 }
 
 void mp_graph_mark_output(mp_graph *g, mp_node n) {

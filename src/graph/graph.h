@@ -5,9 +5,14 @@
 #ifndef MP_GRAPH_GRAPH_H
 #define MP_GRAPH_GRAPH_H
 
+#include <limits.h>
+
 #include "ops/op.h"
 
 #define MP_NAME_MAX 64
+/* Elements per sample a source or a flatten may have: shapes and features
+ * are ints (2^31 f32 values per sample is 8 GiB) */
+#define MP_SAMPLE_NUMEL_MAX INT_MAX
 
 typedef struct {
     mp_op_desc desc;           /* desc.name points at name[] */
@@ -47,6 +52,10 @@ struct mp_graph {
     mp_status status;            /* first construction error */
     bool params_initialized;
     mp_policy_info policy;       /* what the applied precision policy implies (amp/policy.c) */
+    /* plans made from this graph and not yet destroyed (graph/plan.c): they
+     * hold its dtypes and parameter layout, so the public calls that change
+     * those (apply_policy, share_params) refuse while any is alive */
+    int live_plans;
 };
 
 /* Add a node; infers shapes with batch 1 and creates its parameters. */
@@ -60,6 +69,13 @@ int mp_graph_param_users(const mp_graph *g, int k);
  * F16/BF16 without an fp32 master, else F32). The CPU trainer and the GPU
  * plan share this rule. */
 mp_dtype mp_graph_param_low_only(const mp_graph *g, int k);
+/* Values v[0..n) for parameter p, checked as mp_graph_param_set and the
+ * weights loader (train/weights.c) check them before anything changes:
+ * finite also once rounded to the dtype p trains in without an fp32 master
+ * (f16 turns 70000 into inf), and a BatchNorm running variance >= 0.
+ * MP_ERR_NONFINITE / MP_ERR_FORMAT naming `where`, the tensor, the element
+ * (and the dtype). The trainer's parameter set goes through param_set. */
+mp_status mp_gparam_check_values(const mp_gparam *p, const float *v, int64_t n, const char *where);
 /* The trainers keep each parameter whose round_dtype is F16/BF16 at a value
  * of that dtype (rounded to nearest even), from the first step on, as the GPU
  * holds them: this rounds those for which select(arg, k) is true (select

@@ -28,10 +28,13 @@ int mp_graph_param_find(const mp_graph *g, const char *name) {
     return -1;
 }
 
-/* Parameter `name`, with n its element count; errors name it and the sizes. */
-static mp_status lookup(const mp_graph *g, const char *name, size_t n, const char *what, mp_gparam **out) {
+/* Parameter `name`, with n its element count and buf the caller's array;
+ * errors name it and the sizes. */
+static mp_status lookup(const mp_graph *g, const char *name, size_t n, const void *buf, const char *what,
+                        mp_gparam **out) {
     const int k = mp_graph_param_find(g, name);
     if (k < 0) return mp_error(MP_ERR_INVALID_ARG, "%s: the graph has no parameter named '%s'", what, name ? name : "");
+    if (!buf) return mp_error(MP_ERR_INVALID_ARG, "%s '%s': null buffer", what, name);
     mp_gparam *p = &g->params[k];
     const size_t have = (size_t)mp_shape_numel(&p->spec.shape);
     if (n != have)
@@ -40,19 +43,42 @@ static mp_status lookup(const mp_graph *g, const char *name, size_t n, const cha
     return MP_OK;
 }
 
+/* Value v as parameter p keeps it (rounded to the dtype it trains in when it
+ * has no fp32 master, as mp_graph_round_low_weights does). */
+static float as_kept(const mp_gparam *p, float v) {
+    mp_round_f32(&v, 1, p->round_dtype); /* a no-op for F32 */
+    return v;
+}
+
+mp_status mp_gparam_check_values(const mp_gparam *p, const float *v, int64_t n, const char *where) {
+    const bool variance = !strcmp(p->spec.name, "running_var");
+    for (int64_t i = 0; i < n; i++) {
+        const float kept = as_kept(p, v[i]);
+        if (!isfinite(v[i]))
+            return mp_error(MP_ERR_NONFINITE, "%s: tensor '%s' holds %g at element %lld", where, p->name, (double)v[i],
+                            (long long)i);
+        if (!isfinite(kept))
+            return mp_error(MP_ERR_NONFINITE, "%s: tensor '%s' holds %g at element %lld, %g in %s, the dtype it trains "
+                            "in (no fp32 master)", where, p->name, (double)v[i], (long long)i, (double)kept,
+                            mp_dtype_name(p->round_dtype));
+        if (variance && v[i] < 0)
+            return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' is a variance but holds %g at element %lld", where, p->name,
+                            (double)v[i], (long long)i);
+    }
+    return MP_OK;
+}
+
 mp_status mp_graph_param_get(const mp_graph *g, const char *name, float *dst, size_t n) {
     mp_gparam *p = NULL;
-    MP_TRY(lookup(g, name, n, "param_get", &p));
+    MP_TRY(lookup(g, name, n, dst, "param_get", &p));
     memcpy(dst, p->data, n * sizeof(float));
     return MP_OK;
 }
 
 mp_status mp_graph_param_set(mp_graph *g, const char *name, const float *src, size_t n) {
     mp_gparam *p = NULL;
-    MP_TRY(lookup(g, name, n, "param_set", &p));
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(src[i]))
-            return mp_error(MP_ERR_NONFINITE, "param_set '%s': value %zu is %g", name, i, (double)src[i]);
+    MP_TRY(lookup(g, name, n, src, "param_set", &p));
+    MP_TRY(mp_gparam_check_values(p, src, (int64_t)n, "param_set"));
     memcpy(p->data, src, n * sizeof(float));
     g->params_initialized = true;
     return MP_OK;
@@ -60,7 +86,7 @@ mp_status mp_graph_param_set(mp_graph *g, const char *name, const float *src, si
 
 mp_status mp_graph_grad_get(const mp_graph *g, const char *name, float *dst, size_t n) {
     mp_gparam *p = NULL;
-    MP_TRY(lookup(g, name, n, "grad_get", &p));
+    MP_TRY(lookup(g, name, n, dst, "grad_get", &p));
     if (!p->grad) return mp_error(MP_ERR_INVALID_ARG, "grad_get '%s': a buffer has no gradient", name);
     memcpy(dst, p->grad, n * sizeof(float));
     return MP_OK;
@@ -68,6 +94,8 @@ mp_status mp_graph_grad_get(const mp_graph *g, const char *name, float *dst, siz
 
 mp_status mp_graph_node_sample_shape(const mp_graph *g, mp_node n, int *ndim, int64_t dims[3]) {
     if (!g || n < 0 || n >= g->n_nodes) return mp_error(MP_ERR_INVALID_ARG, "node %d is not in the graph", n);
+    if (!ndim || !dims)
+        return mp_error(MP_ERR_INVALID_ARG, "node_sample_shape '%s': null ndim or dims", g->nodes[n].name);
     const mp_shape s = g->nodes[n].sample_shape; /* (1, ...) */
     *ndim = s.ndim - 1;
     for (int i = 1; i < s.ndim && i <= 3; i++) dims[i - 1] = s.dims[i];

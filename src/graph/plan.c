@@ -265,6 +265,28 @@ size_t mp_plan_scratch_bytes(const mp_plan *p, int i) {
     return sc;
 }
 
+/* A tensor the plan may hold: 2^48 bytes, past any memory, and far enough
+ * from SIZE_MAX that the arena's sums of buffers cannot wrap. */
+#define PLAN_TENSOR_BYTES_MAX ((size_t)1 << 48)
+
+/* Node i's output at the plan's batch must fit PLAN_TENSOR_BYTES_MAX (its
+ * element count is a product of ints, checked as it is formed). */
+static mp_status check_output_size(const mp_plan *p, int i) {
+    const mp_shape *s = &p->nodes[i].info.out;
+    const mp_gnode *nd = &p->g->nodes[i];
+    size_t bytes = mp_dtype_size(nd->storage_dtype);
+    for (int k = 0; k < s->ndim; k++) {
+        if (s->dims[k] < 0 || (s->dims[k] > 0 && bytes > PLAN_TENSOR_BYTES_MAX / (size_t)s->dims[k])) {
+            char sh[96];
+            return mp_error(MP_ERR_SHAPE, "plan: %s '%s' output %s at batch %d is more than 2^48 bytes",
+                            mp_op_lookup(nd->desc.kind)->name, nd->name, mp_shape_str(s, sh, sizeof sh),
+                            p->o.batch);
+        }
+        bytes *= (size_t)s->dims[k];
+    }
+    return MP_OK;
+}
+
 static void bind_calls(mp_plan *p) {
     mp_graph *g = p->g;
     for (int i = 0; i < p->n; i++) {
@@ -362,6 +384,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         const mp_op_vtable *vt = mp_op_lookup(nd->desc.kind);
         mp_status s = vt->infer(&nd->desc, &pn->info);
         if (s == MP_OK && mp_op_is_source(nd->desc.kind)) pn->info.out.dims[0] = o.batch;
+        if (s == MP_OK) s = check_output_size(p, i);
         if (s == MP_OK) s = p->be->node_prepare(p, i, &ws, &scratch, &stage);
         if (p->so && MP_ALIGN64(pn->info.workspace_bytes) + pn->info.tangent_workspace_bytes > ws) /* op.h */
             ws = MP_ALIGN64(pn->info.workspace_bytes) + pn->info.tangent_workspace_bytes;
@@ -382,12 +405,15 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         mp_plan_destroy(p);
         return s;
     }
+    p->counted = true;
+    g->live_plans++;
     *out = p;
     return MP_OK;
 }
 
 void mp_plan_destroy(mp_plan *p) {
     if (!p) return;
+    if (p->counted) p->g->live_plans--;
     mp_so_free(p); /* its buffers live on the plan's device: before the device closes */
     if (p->be) { /* a device's node states, arena and parameters first */
         p->be->arena_free(p);

@@ -41,6 +41,7 @@ typedef struct mp_exec_backend mp_exec_backend; /* where nodes run (graph/exec_b
 
 struct mp_plan {
     mp_graph *g;
+    bool counted;              /* counted in g->live_plans (made successfully) */
     mp_plan_opts o;
     int n;
     mp_pnode *nodes;

@@ -55,6 +55,7 @@ static const zoo_entry *find(const char *name) {
 static bool is_wide_resnet_name(const char *name) { return !strncmp(name, "wrn", 3); }
 
 const char *mp_model_describe(const char *name) {
+    if (!name) return NULL;
     const zoo_entry *e = find(name);
     if (e) return e->description;
     if (mp_model_is_onnx_name(name) && mp_model_onnx_check(name) == MP_OK)
@@ -67,6 +68,7 @@ const char *mp_model_describe(const char *name) {
 
 mp_status mp_model_check_name(const char *name) {
     int depth, widen;
+    if (!name) return mp_error(MP_ERR_INVALID_ARG, "model: no name (known: %s)", mp_model_list());
     if (find(name)) return MP_OK;
     if (mp_model_is_onnx_name(name)) return mp_model_onnx_check(name);
     if (is_wide_resnet_name(name)) return mp_wide_resnet_parse(name, &depth, &widen);
@@ -74,7 +76,9 @@ mp_status mp_model_check_name(const char *name) {
 }
 
 mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m) {
+    if (!m) return mp_error(MP_ERR_INVALID_ARG, "model '%s': null output", name ? name : "(null)");
     memset(m, 0, sizeof *m);
+    if (!name) return mp_error(MP_ERR_INVALID_ARG, "model: no name (known: %s)", mp_model_list());
     if (mp_model_is_onnx_name(name)) return mp_model_onnx_build(name, c, h, w, classes, m);
     const zoo_entry *e = find(name);
     int depth = 0, widen = 0;

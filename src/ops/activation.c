@@ -20,6 +20,15 @@ static mp_status pointwise_infer(const mp_op_desc *d, mp_op_info *info) {
     return MP_OK;
 }
 
+/* leaky relu: its negative slope must be a number (NaN or inf makes every
+ * negative input NaN or inf) */
+static mp_status leaky_infer(const mp_op_desc *d, mp_op_info *info) {
+    if (!isfinite(d->attr.slope))
+        return mp_error(MP_ERR_INVALID_ARG, "leaky_relu '%s': slope %g must be finite", d->name ? d->name : "?",
+                        (double)d->attr.slope);
+    return pointwise_infer(d, info);
+}
+
 #define N_OF(c) mp_tensor_numel(&(c)->out)
 
 static mp_status relu_forward(const mp_op_call *c) {
@@ -109,7 +118,7 @@ const mp_op_vtable mp_op_relu_vt = {
 };
 const mp_op_vtable mp_op_leaky_relu_vt = {
     .name = "leaky_relu",
-    .infer = pointwise_infer,
+    .infer = leaky_infer,
     .forward = leaky_forward,
     .backward = leaky_backward,
     .bwd_skips = MP_BWD_SKIPS_OUTPUT,

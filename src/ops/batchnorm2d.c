@@ -42,9 +42,9 @@ static mp_status bn_infer(const mp_op_desc *d, mp_op_info *info) {
         return mp_op_shape_error(d, info, msg);
     }
     const mp_batchnorm_opts *o = &d->attr.bn;
-    if (!(o->eps > 0) || !(o->momentum >= 0 && o->momentum <= 1))
+    if (!(o->eps > 0 && isfinite(o->eps)) || !(o->momentum >= 0 && o->momentum <= 1))
         return mp_error(MP_ERR_INVALID_ARG,
-                        "batchnorm2d '%s': need eps > 0 and 0 <= momentum <= 1 (got eps %g, momentum %g)",
+                        "batchnorm2d '%s': need a finite eps > 0 and 0 <= momentum <= 1 (got eps %g, momentum %g)",
                         d->name ? d->name : "?", (double)o->eps, (double)o->momentum);
     int C = x->dims[1];
     mp_shape c1 = mp_shape1(C);

@@ -1,6 +1,7 @@
 /* concat.c — concatenation of 2..8 tensors along channels (4-D, (N, C, H, W))
  * or features (2-D, (N, F)). Pure data movement, so one byte-wise kernel
  * serves every dtype; backward slices d_out back into the inputs. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +31,10 @@ static mp_status concat_infer(const mp_op_desc *d, mp_op_info *info) {
             if (k == 1 || s->dims[k] == s0->dims[k]) continue;
             snprintf(what, sizeof what, "input %d differs from input 0 in dim %d (%d vs %d); only dim 1 may differ",
                      i, k, s->dims[k], s0->dims[k]);
+            return mp_op_shape_error(d, info, what);
+        }
+        if ((int64_t)out.dims[1] + s->dims[1] > INT_MAX) {
+            snprintf(what, sizeof what, "inputs 0..%d have more than %d channels/features together", i, INT_MAX);
             return mp_op_shape_error(d, info, what);
         }
         out.dims[1] += s->dims[1];

@@ -1,9 +1,9 @@
 /* weights.c — weight files (mixprec/train.h): every parameter under its name
  * as f32 safetensors, and loading such a file, or one PyTorch wrote with
  * `safetensors.torch.save_file(model.state_dict())`, into a graph. Every
- * tensor is checked (name, shape, float dtype, finite values, non-negative
- * running variances) before any parameter changes. */
-#include <math.h>
+ * tensor is checked (name, shape, float dtype, finite values also in the
+ * dtype a parameter without an fp32 master trains in, non-negative running
+ * variances) before any parameter changes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,16 +64,7 @@ static mp_status convert(const char *path, const mp_gparam *p, const mp_st_tenso
     if (t->dtype == MP_DTYPE_F64)
         for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)t->data)[i];
     else mp_load_f32(dst, t->data, t->dtype, n);
-    const bool variance = !strcmp(p->spec.name, "running_var");
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(dst[i]))
-            return mp_error(MP_ERR_NONFINITE, "%s: tensor '%s' holds %g at element %lld", path, p->name, (double)dst[i],
-                            (long long)i);
-        if (variance && dst[i] < 0)
-            return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' is a variance but holds %g at element %lld", path, p->name,
-                            (double)dst[i], (long long)i);
-    }
-    return MP_OK;
+    return mp_gparam_check_values(p, dst, n, path);
 }
 
 static bool in_file(const mp_st_file *f, const char *name) {
