@@ -457,7 +457,12 @@ static void test_plan_call_misuse(void) {
     for (int i = 0; i < 4 * 64; i++) x2[i] = -x[i];
     net n = make_net(4, 3);
     mp_plan *p = NULL;
+    CHECK_ERR(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss}, NULL),
+              MP_ERR_INVALID_ARG, "no output pointer");
     MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss}, &p) == MP_OK);
+    int native = -1;
+    mp_plan_precision_counts(p, &native, NULL);
+    CHECK(native == 0, "an fp32 plan has no native low-precision nodes: %d", native);
     CHECK_ERR(mp_plan_set_input(p, n.input, NULL, 4 * 64), MP_ERR_INVALID_ARG, "'image'", "NULL");
     CHECK_ERR(mp_plan_set_labels(p, n.labels, NULL, 4), MP_ERR_INVALID_ARG, "'label'", "NULL");
     MP_ASSERT(mp_plan_set_input(p, n.input, x, 4 * 64) == MP_OK && mp_plan_set_labels(p, n.labels, y, 4) == MP_OK);

@@ -29,6 +29,7 @@
 #include "core/rng.h"
 #include "data/decode_pool.h"
 #include "data/image_resize.h"
+#include "data/normalize.h"
 
 #define LOADER_SLOTS 3
 #define LOADER_KEY_PERM 0x5045524D5554ull
@@ -219,13 +220,7 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
     if (o.crop_pad < 0 || o.crop_pad > d->h || o.crop_pad > d->w)
         return mp_error(MP_ERR_INVALID_ARG, "loader: crop_pad %d must lie in [0, %d] for %dx%d images (%s)",
                         o.crop_pad, d->h < d->w ? d->h : d->w, d->h, d->w, d->source);
-    for (int c = 0; c < d->c; c++) {
-        if (o.mean && !isfinite(o.mean[c]))
-            return mp_error(MP_ERR_INVALID_ARG, "loader: normalization mean[%d] = %g is not finite", c, o.mean[c]);
-        if (o.std && !(isfinite(o.std[c]) && o.std[c] > 0))
-            return mp_error(MP_ERR_INVALID_ARG, "loader: normalization std[%d] = %g must be positive and finite", c,
-                            o.std[c]);
-    }
+    MP_TRY(mp_normalization_check(o.mean, o.std, d->c, "loader"));
     if (o.workers < 0 || o.workers > 1024)
         return mp_error(MP_ERR_INVALID_ARG, "loader: %d workers is out of range [0, 1024] (%s)", o.workers, d->source);
     if (!o.workers) o.workers = !d->images || o.random_resized_crop ? mp_online_cpus() : 1;

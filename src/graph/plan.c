@@ -323,6 +323,7 @@ static void bind_calls(mp_plan *p) {
 }
 
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "plan: no output pointer");
     *out = NULL;
     if (!g || g->status != MP_OK) {
         char why[512]; /* mp_last_error() is the buffer mp_error writes: copy it first */
@@ -435,9 +436,11 @@ void mp_plan_destroy(mp_plan *p) {
 size_t mp_plan_arena_bytes(const mp_plan *p) { return p ? p->arena_bytes : 0; }
 
 void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulated) {
-    *native = *emulated = 0;
+    int nat = 0, emu = 0;
     for (int i = 0; p && i < p->n; i++) {
-        if (p->nodes[i].native) (*native)++;
-        else if (p->nodes[i].staged) (*emulated)++;
+        if (p->nodes[i].native) nat++;
+        else if (p->nodes[i].staged) emu++;
     }
+    if (native) *native = nat;
+    if (emulated) *emulated = emu;
 }
