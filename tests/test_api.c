@@ -522,6 +522,35 @@ static void test_trainer_gradients(void) {
     mp_graph_destroy(n.g);
 }
 
+/* An optimizer made before the policy was applied steps as one made after
+ * it: the trainer gives its state the policy's dtypes (pure fp16: fp16
+ * momentum), so the weights after two steps agree bit for bit. */
+static void test_optimizer_before_policy(void) {
+    float x[4 * 64], w[2][36];
+    int32_t y[4];
+    small_batch(x, y);
+    for (int before = 0; before < 2; before++) {
+        net n = make_net(4, 3);
+        mp_optimizer *o = NULL;
+        const mp_optimizer_opts oo = {.optim = {.kind = MP_OPTIM_SGD, .momentum = 0.9f}, .lr = {.base_lr = 0.1f}};
+        if (before) MP_ASSERT(mp_optimizer_create(n.g, &oo, &o) == MP_OK);
+        MP_ASSERT(mp_graph_apply_policy(n.g, (mp_policy_opts){.precision = MP_PRECISION_FP16}) == MP_OK);
+        if (!before) MP_ASSERT(mp_optimizer_create(n.g, &oo, &o) == MP_OK);
+        mp_trainer *t = NULL;
+        MP_ASSERT(mp_trainer_create(n.g, &(mp_trainer_opts){.batch = 4, .input = n.input, .labels = n.labels,
+                                                            .loss = n.loss, .optimizer = o,
+                                                            .loss_scaling = MP_LOSS_SCALING_OFF},
+                                    &t) == MP_OK);
+        for (int s = 0; s < 2; s++) MP_ASSERT(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
+        CHECK_ERR(mp_trainer_param_get(t, "conv.weight", w[before], 36), MP_OK);
+        mp_trainer_destroy(t);
+        mp_optimizer_destroy(o);
+        mp_graph_destroy(n.g);
+    }
+    CHECK(!memcmp(w[0], w[1], sizeof w[0]), "conv.weight after 2 steps: optimizer made before the policy %g, after %g",
+          w[1][0], w[0][0]);
+}
+
 static void test_groups_share_loss(void) {
     float x[4 * 64], w[2][3 * 256];
     int32_t y[4];
@@ -568,6 +597,7 @@ int main(void) {
     test_groups_share_loss();
     test_plan_call_misuse();
     test_checkpoint_mismatches();
+    test_optimizer_before_policy();
     test_trainer_gradients();
     scratch_dir_remove(dir);
     return test_summary("test_api");

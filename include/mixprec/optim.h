@@ -74,9 +74,10 @@ typedef struct {
     const char *params;
 } mp_optimizer_opts;
 
-/** An optimizer over g's trainable parameters selected by o->params. The
- * graph's precision policy must be applied first (weights without an fp32
- * master keep SGD momentum in their dtype). Errors name the bad option. */
+/** An optimizer over g's trainable parameters selected by o->params.
+ * Weights without an fp32 master keep SGD momentum in their dtype: the
+ * dtypes of the policy applied when a trainer is made with it (before or
+ * after this call). Errors name the bad option. */
 MP_API mp_status mp_optimizer_create(mp_graph *g, const mp_optimizer_opts *o, mp_optimizer **out);
 /** Frees the optimizer (NULL is fine); a trainer using it must be destroyed first. */
 MP_API void mp_optimizer_destroy(mp_optimizer *o);

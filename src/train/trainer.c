@@ -267,6 +267,8 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
         s = mp_error(MP_ERR_INVALID_ARG, "trainer: several optimizer groups cannot accumulate micro-batches or train "
                      "data parallel");
     if (s == MP_OK) s = mp_penalty_check(t);
+    /* an optimizer made before the policy was applied keeps state in the dtypes the policy gives now */
+    for (int gi = 0; s == MP_OK && gi < t->n_groups; gi++) mp_optimizer_refresh_dtypes(t->groups[gi].opt);
     if (s == MP_OK) s = mp_step_backend_for(t->o.device, &t->be);
     if (s == MP_OK) { /* the scaler's options are checked even when scaling is off: a typo is not ignored */
         s = mp_scaler_init(&t->scaler, t->o.scaler);
