@@ -154,6 +154,23 @@ static void test_fallback_keeps_set_inputs(void) {
     float loss = NAN;
     CHECK(mp_trainer_loss(t, &loss) == MP_OK && isfinite(loss), "the last step's loss %g", loss);
     mp_trainer_destroy(t);
+    /* another plan of the graph alive (sized for conv2's fp16): no fallback, an error naming the layer */
+    for (int64_t j = 0; j < mp_shape_numel(&w->spec.shape); j++) w->data[j] = 1e6f;
+    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
+    mp_plan *other = NULL;
+    MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = B, .loss = m.logits}, &other) == MP_OK);
+    MP_ASSERT(mp_trainer_create(m.g, &(mp_trainer_opts){.batch = B, .loss = m.loss, .optimizer = opt,
+                                                        .loss_scaling = MP_LOSS_SCALING_ON, .auto_fallback = true,
+                                                        .events = events},
+                                &t) == MP_OK);
+    MP_ASSERT(mp_trainer_set_input(t, m.input, x, B * 64) == MP_OK && mp_trainer_set_labels(t, m.labels, y, B) == MP_OK);
+    mp_status s = MP_OK;
+    for (int step = 0; step < 3 && s == MP_OK; step++) s = mp_trainer_step(t, NULL, NULL);
+    CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "conv2") && strstr(mp_last_error(), "another plan"),
+          "a fallback with another plan alive: status %d: %s", s, mp_last_error());
+    CHECK(m.g->nodes[conv2].compute_dtype != MP_DTYPE_F32, "conv2 left as the live plan holds it");
+    mp_trainer_destroy(t);
+    mp_plan_destroy(other);
     mp_optimizer_destroy(opt);
     fclose(events);
     mp_model_free(&m);

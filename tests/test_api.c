@@ -517,6 +517,16 @@ static void test_trainer_gradients(void) {
     CHECK_ERR(mp_trainer_grad_get(t, "fc.bias", g, 3), MP_ERR_INVALID_ARG, "group 0", "overwrite");
     CHECK_ERR(mp_trainer_grad_get(t, "conv.weight", g, 36), MP_OK);
     mp_trainer_destroy(t);
+    /* a loss weight times the scale past FLT_MAX: an overflowing seed is a skipped step, not an error */
+    mp_trainer_opts heavy = {.batch = 4, .input = n.input, .labels = n.labels, .n_groups = 1,
+                             .loss_scaling = MP_LOSS_SCALING_ON, .events = fopen("/dev/null", "w")};
+    heavy.groups[0] = (mp_train_group){.optimizer = fc, .losses = {n.loss}, .weights = {1e35f}, .n_losses = 1};
+    MP_ASSERT(heavy.events && mp_trainer_create(n.g, &heavy, &t) == MP_OK);
+    CHECK_ERR(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL), MP_OK);
+    CHECK(mp_trainer_skipped_steps(t) == 1, "an inf seed skips the step: %lld skipped",
+          (long long)mp_trainer_skipped_steps(t));
+    mp_trainer_destroy(t);
+    fclose(heavy.events);
     mp_optimizer_destroy(fc);
     mp_optimizer_destroy(conv);
     mp_graph_destroy(n.g);

@@ -125,6 +125,13 @@ static void plan_order(void) {
     CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "started at 'head'");
     CHECK(mp_plan_backward_tangent(p, n.out) == MP_OK, "%s", mp_last_error());
     CHECK_ERR(mp_plan_read_input_grad(p, gx, 2), MP_ERR_SHAPE, "asked for 2 values");
+    /* a new batch after the forward: every pass that reads the forward's values refuses until the next forward */
+    MP_ASSERT(mp_plan_set_input(p, n.t, tt, B) == MP_OK);
+    CHECK_ERR(mp_plan_backward_input_grad(p, 1), MP_ERR_INVALID_ARG, "backward_input_grad", "'t'", "new batch");
+    CHECK_ERR(mp_plan_forward_tangent(p), MP_ERR_INVALID_ARG, "forward_tangent", "'t'", "new batch");
+    CHECK_ERR(mp_plan_backward_tangent(p, n.out), MP_ERR_INVALID_ARG, "backward_tangent", "'t'", "new batch");
+    MP_ASSERT(mp_plan_forward(p) == MP_OK);
+    CHECK_ERR(mp_plan_backward_input_grad(p, 1), MP_OK);
     mp_plan_destroy(p);
     CHECK_ERR(mp_plan_forward_tangent(NULL), MP_ERR_INVALID_ARG, "not compiled with opts.second_order");
     mp_graph_destroy(n.g);

@@ -534,7 +534,7 @@ static void test_override_keeps_logits_f32(void) {
  * what to destroy; once it is gone the policy applies. */
 static void test_policy_with_live_plans(void) {
     mp_model m;
-    if (mp_model_build("small", 1, 12, 12, 10, &m) != MP_OK) return;
+    MP_ASSERT(mp_model_build("small", 1, 12, 12, 10, &m) == MP_OK);
     CHECK(apply(m.g, MP_PRECISION_FP16, false, NULL) == MP_OK, "%s", mp_last_error());
     mp_plan *p = NULL, *q = NULL;
     MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = 4}, &p) == MP_OK);

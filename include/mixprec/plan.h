@@ -128,11 +128,14 @@ MP_API mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *lab
  * reads must have had a batch (mp_plan_set_input, mp_plan_set_labels; it
  * stays for later passes until replaced): else MP_ERR_INVALID_ARG naming it. */
 MP_API mp_status mp_plan_forward(mp_plan *p);
-/** Backward from opts.loss (the first of opts.losses) with d(loss) = seed,
- * after a forward. A plan with one loss runs one backward per forward unless
- * made with repeat_backward or second_order; another is MP_ERR_INVALID_ARG
- * (its backward reused the memory a second one would read), as is a
- * backward without a completed forward. */
+/** Backward from opts.loss (the first of opts.losses) with d(loss) = seed
+ * (finite), after a forward. A plan with one loss runs one backward per
+ * forward unless made with repeat_backward or second_order; another is
+ * MP_ERR_INVALID_ARG (its backward reused the memory a second one would
+ * read), as is a backward without a completed forward, or after an input,
+ * labels or targets node was given a new batch since the forward (the
+ * gradients would mix two batches; also refused by the second-order and
+ * tangent passes). */
 MP_API mp_status mp_plan_backward(mp_plan *p, float seed);
 /** Backward from any of the plan's losses (the rules of mp_plan_backward). */
 MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);

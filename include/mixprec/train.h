@@ -61,19 +61,21 @@ typedef struct {
     mp_train_group groups[MP_MAX_GROUPS];
     int n_groups;                /**< 0: the loss and optimizer above */
     mp_loss_scaling loss_scaling; /**< whether the loss is scaled */
-    mp_scaler_opts scaler;       /**< how, when it is */
+    mp_scaler_opts scaler;       /**< how, when it is (checked either way) */
     int accumulate;              /**< micro-batches per optimizer step, 0 -> 1 */
     float clip_norm;             /**< clip the global norm of the true gradients (0: off) */
     float clip_value;            /**< clip each true gradient element to +-value (0: off) */
     int max_forward_overflows;   /**< forward overflows in a row that stop training, 0 -> 3 */
     bool auto_fallback;          /**< move a layer that overflows in the forward pass to fp32 instead (the plan
-                                      is rebuilt; inputs set with mp_trainer_set_input carry over) */
+                                      is rebuilt; inputs and labels set with mp_trainer_set_input/_set_labels
+                                      carry over); an error instead while another plan of the graph is alive */
     /** Divergence: after skip_check_after steps (0 -> 100), more than
      * max_skip_share (0 -> 0.05; >= 1: never) of the steps skipped is an error. */
     double max_skip_share;       /**< see above */
     int skip_check_after;        /**< see above */
     /** A dynamic scale that falls below this is an error (0 -> 2^-14 when the
-     * policy computes in fp16 and scaler.min_scale is not given; else none). */
+     * policy computes in fp16 and scaler.min_scale is not given; else none);
+     * one above the initial scale is refused at mp_trainer_create. */
     float scale_floor;
     bool reference;              /**< CPU: the plain-C reference kernels instead of oneDNN */
     uint64_t seed;               /**< dropout masks */
@@ -160,8 +162,8 @@ MP_API float mp_trainer_loss_scale(const mp_trainer *t);
 /** Skipped steps so far (forward and gradient overflows). */
 MP_API int64_t mp_trainer_skipped_steps(const mp_trainer *t);
 /** The trainer's plan (e.g. for mp_plan_print_memory). With auto_fallback a
- * step (or mp_trainer_wait) may replace it, freeing this one: ask again
- * after each step rather than keeping the pointer. */
+ * step, mp_trainer_wait or mp_trainer_save may replace it, freeing this one:
+ * ask again rather than keeping the pointer. */
 MP_API mp_plan *mp_trainer_plan(mp_trainer *t);
 /** Parameter `name` from the device (synchronizes). */
 MP_API mp_status mp_trainer_param_get(mp_trainer *t, const char *name, float *dst, size_t n);

@@ -195,6 +195,19 @@ static mp_status check_backward_site(const mp_plan *p, int i, mp_nonfinite_site 
 
 static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site *site);
 
+mp_status mp_plan_check_batch_unchanged(const mp_plan *p, const char *what) {
+    if (!p->changed_source) return MP_OK;
+    return mp_error(MP_ERR_INVALID_ARG, "%s: '%s' was given a new batch after the last forward; the gradients would "
+                    "mix two batches (run mp_plan_forward first)", what, p->g->nodes[p->changed_source - 1].name);
+}
+
+/* The public unchecked backward's seed: a NaN/inf d(loss) is a caller's
+ * error (the trainer's own seeds may overflow: that is a skipped step). */
+static mp_status check_seed(float seed) {
+    if (isfinite(seed)) return MP_OK;
+    return mp_error(MP_ERR_INVALID_ARG, "backward: the seed d(loss) = %g is not finite", (double)seed);
+}
+
 /* Index of loss node `loss` among the plan's losses, or -1 (message set). */
 static int loss_index(const mp_plan *p, mp_node loss) {
     for (int j = 0; p && j < p->n_losses; j++)
@@ -206,10 +219,12 @@ static int loss_index(const mp_plan *p, mp_node loss) {
 
 mp_status mp_plan_backward(mp_plan *p, float seed) {
     if (!p) return mp_error(MP_ERR_INVALID_ARG, "backward: null plan");
+    MP_TRY(check_seed(seed));
     return run_backward(p, 0, (mp_seed){.value = seed}, NULL);
 }
 
 mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed) {
+    MP_TRY(check_seed(seed));
     return mp_plan_backward_seeded(p, loss, (mp_seed){.value = seed});
 }
 
@@ -235,12 +250,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
     if (!p || !p->o.training) return mp_error(MP_ERR_INVALID_ARG, "backward: the plan was not compiled for training");
     if (!p->forward_ran)
         return mp_error(MP_ERR_INVALID_ARG, "backward: no forward has completed on this plan (run mp_plan_forward first)");
-    if (!seed.device && !isfinite(seed.value))
-        return mp_error(MP_ERR_INVALID_ARG, "backward: the seed d(loss) = %g is not finite", (double)seed.value);
-    if (p->changed_source)
-        return mp_error(MP_ERR_INVALID_ARG, "backward: '%s' was given a new batch after the last forward; the "
-                        "gradients would mix two batches (run mp_plan_forward first)",
-                        p->g->nodes[p->changed_source - 1].name);
+    MP_TRY(mp_plan_check_batch_unchanged(p, "backward"));
     if (p->backward_ran && !mp_plan_backward_repeats(p) && !p->so)
         return mp_error(MP_ERR_INVALID_ARG, "backward: a backward already ran since the last forward, and it reused the "
                         "memory a second one would read; run mp_plan_forward again (or make the plan with "

@@ -79,6 +79,11 @@ struct mp_plan {
     struct mp_plan_so *so; /* opts.second_order: tangent buffers and state (second_order.h), else NULL */
 };
 
+/* MP_OK unless an input, labels or targets node got a new batch after the
+ * last forward (a pass reading the forward's values would mix batches):
+ * then MP_ERR_INVALID_ARG naming `what` and the node. */
+mp_status mp_plan_check_batch_unchanged(const mp_plan *p, const char *what);
+
 /* Whether p keeps its parameter gradients in the arena (opts.grads_in_arena
  * on a GPU training plan with one backward pass per forward). */
 bool mp_plan_grads_in_arena(const mp_plan *p);

@@ -208,6 +208,7 @@ mp_status mp_plan_backward_input_grad(mp_plan *p, float seed) {
     if (!p->so->forwarded)
         return mp_error(MP_ERR_INVALID_ARG, "backward_input_grad: called before any forward (run mp_plan_forward first)");
     if (!isfinite(seed)) return mp_error(MP_ERR_INVALID_ARG, "backward_input_grad: seed %g is not finite", (double)seed);
+    MP_TRY(mp_plan_check_batch_unchanged(p, "backward_input_grad"));
     MP_TRY(p->be->tensor_fill(p, &p->nodes[p->o.input_grad_of].call.d_out, seed));
     return mp_so_input_grad_backward(p);
 }

@@ -41,6 +41,7 @@ mp_status mp_plan_forward_tangent(mp_plan *p) {
     if (!p || !p->so) return mp_error(MP_ERR_INVALID_ARG, "forward_tangent: the plan was not compiled with opts.second_order");
     mp_plan_so *so = p->so;
     if (!so->forwarded) return mp_error(MP_ERR_INVALID_ARG, "forward_tangent: called before any forward (run mp_plan_forward first)");
+    MP_TRY(mp_plan_check_batch_unchanged(p, "forward_tangent"));
     const mp_graph *g = p->g;
     const int wrt = p->o.input_grad ? p->o.input_grad_wrt : -1;
     for (int i = 0; i < p->n; i++) {
@@ -104,6 +105,7 @@ mp_status mp_plan_backward_tangent(mp_plan *p, mp_node root) {
     mp_plan_so *so = p->so;
     if (!so->tangent_forwarded)
         return mp_error(MP_ERR_INVALID_ARG, "backward_tangent: called before mp_plan_forward_tangent (after the forward)");
+    MP_TRY(mp_plan_check_batch_unchanged(p, "backward_tangent"));
     if (root < 0 || root >= p->n || so->last_root != root)
         return mp_error(MP_ERR_INVALID_ARG, "backward_tangent from node %d: the last backward since the forward %s%s%s; "
                         "run the backward from that node first", root, so->last_root < 0 ? "" : "started at '",

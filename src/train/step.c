@@ -187,6 +187,13 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
                         "--precision-override for that layer%s",
                         (long long)step, consecutive, d, t->o.auto_fallback ? " (--auto-fallback needs the op)" : "");
     mp_gnode *nd = &g->nodes[node];
+    if (t->o.auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32) &&
+        g->live_plans > 1)
+        return mp_error(MP_ERR_NONFINITE,
+                        "step %lld: %d consecutive forward overflows in %s; --auto-fallback cannot move it to fp32 "
+                        "while another plan of the graph is alive (%d in all: plans hold the dtypes they were made "
+                        "for); destroy it, or use --precision-override %s=fp32",
+                        (long long)step, consecutive, d, g->live_plans, nd->name);
     if (t->o.auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32)) {
         say(t, r, "step %lld: --auto-fallback: moving %s to fp32 and continuing", (long long)step, nd->name);
         mp_policy_node_to_f32(g, node);

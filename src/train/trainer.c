@@ -228,12 +228,11 @@ mp_status mp_trainer_rebuild(mp_trainer *t) {
     /* inputs set once (mp_trainer_set_input, steps without a batch) outlive the plan */
     carried_batch c = {0};
     mp_status s = carry_out(t->plan, &c);
-    if (s == MP_OK) {
-        close_plan(t);
-        s = open_plan(t);
-    }
+    close_plan(t); /* whatever happens: its buffers were sized for the dtypes before the fallback */
+    if (s == MP_OK) s = open_plan(t);
     if (s == MP_OK) s = carry_in(t->plan, &c);
     carried_free(&c);
+    if (s != MP_OK) close_plan(t); /* no half-made plan: the trainer then says a rebuild failed */
     MP_TRY(s);
     t->rebuilds++;
     return MP_OK;
@@ -275,7 +274,7 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
         if (s == MP_OK && !t->loss_scaling) mp_scaler_init_check_only(&t->scaler);
     }
     if (s == MP_OK && t->loss_scaling && !t->o.scaler.static_scale && t->o.scale_floor > t->scaler.scale)
-        s = mp_error(MP_ERR_INVALID_ARG, "trainer: scale_floor %g is above the initial loss scale %g: the first "
+        s = mp_error(MP_ERR_INVALID_ARG, "trainer: scale_floor %g (the divergence floor) is above the initial loss scale %g: the first "
                      "check would call the run diverged", (double)t->o.scale_floor, (double)t->scaler.scale);
     if (s == MP_OK && !(t->buffers_backup = malloc((buffer_floats(g) + 1) * sizeof(float))))
         s = mp_error(MP_ERR_NOMEM, "trainer: out of memory");
@@ -349,6 +348,7 @@ static mp_launch launch_kind(int micro, int k) {
 mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *r) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     if (r) memset(r, 0, sizeof *r), r->overflow.node = -1;
+    if (!t->plan) return mp_error(MP_ERR_INVALID_ARG, "trainer: no plan (a rebuild failed)");
     if (batch) MP_TRY(set_batch(t, batch));
     const int rebuilds = t->rebuilds;
     for (int gi = 0; gi < t->n_groups; gi++) t->groups[gi].lr = mp_lr_at(&t->groups[gi].opt->o.lr, t->steps);
