@@ -1,7 +1,8 @@
 /* test_amp_train.c — the AMP training step end to end on small synthetic
  * problems: seed 000's collapse (NaN forward every step) ends in a clear
  * error naming the layer with the scale untouched, --auto-fallback recovers
- * (also on inputs set once, which the rebuilt plan keeps);
+ * (also on inputs set once, which the rebuilt plan keeps, with running
+ * statistics the overflows reached restarted, not NaN);
  * k micro-batches of b equal one batch of k*b; clipping sees unscaled
  * gradients; a skipped step changes nothing; the pure policies' weights
  * are kept at values of their dtype (mp_graph_round_low_weights) and the
@@ -153,16 +154,26 @@ static void test_fallback_keeps_set_inputs(void) {
     CHECK(rebuilt, "conv2's forward overflows must move it to fp32");
     float loss = NAN;
     CHECK(mp_trainer_loss(t, &loss) == MP_OK && isfinite(loss), "the last step's loss %g", loss);
+    /* the overflowing forwards' NaN did not stay in the batch norms' running statistics (eval would read it) */
+    MP_ASSERT(mp_trainer_sync(t, NULL) == MP_OK);
+    for (int k = 0; k < m.g->n_params; k++) {
+        const mp_gparam *p = &m.g->params[k];
+        int64_t bad = 0;
+        for (int64_t j = 0; !p->spec.trainable && j < mp_shape_numel(&p->spec.shape); j++) bad += !isfinite(p->data[j]);
+        CHECK(bad == 0, "%s holds %lld non-finite values after the fallback", p->name, (long long)bad);
+    }
     mp_trainer_destroy(t);
     /* another plan of the graph alive (sized for conv2's fp16): no fallback, an error naming the layer */
     for (int64_t j = 0; j < mp_shape_numel(&w->spec.shape); j++) w->data[j] = 1e6f;
     MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
     mp_plan *other = NULL;
     MP_ASSERT(mp_plan_create(m.g, (mp_plan_opts){.batch = B, .loss = m.logits}, &other) == MP_OK);
-    MP_ASSERT(mp_trainer_create(m.g, &(mp_trainer_opts){.batch = B, .loss = m.loss, .optimizer = opt,
-                                                        .loss_scaling = MP_LOSS_SCALING_ON, .auto_fallback = true,
-                                                        .events = events},
-                                &t) == MP_OK);
+    const mp_status made = mp_trainer_create(m.g, &(mp_trainer_opts){.batch = B, .loss = m.loss, .optimizer = opt,
+                                                                     .loss_scaling = MP_LOSS_SCALING_ON,
+                                                                     .auto_fallback = true, .events = events},
+                                             &t);
+    CHECK(made == MP_OK, "second trainer: %s", mp_last_error());
+    MP_ASSERT(made == MP_OK);
     MP_ASSERT(mp_trainer_set_input(t, m.input, x, B * 64) == MP_OK && mp_trainer_set_labels(t, m.labels, y, B) == MP_OK);
     mp_status s = MP_OK;
     for (int step = 0; step < 3 && s == MP_OK; step++) s = mp_trainer_step(t, NULL, NULL);
@@ -170,6 +181,22 @@ static void test_fallback_keeps_set_inputs(void) {
           "a fallback with another plan alive: status %d: %s", s, mp_last_error());
     CHECK(m.g->nodes[conv2].compute_dtype != MP_DTYPE_F32, "conv2 left as the live plan holds it");
     mp_trainer_destroy(t);
+    /* a NaN running statistic (as a run without this reset left one) is refused by evaluation, by name */
+    const mp_node bn2 = mp_graph_find(m.g, "conv2_bn");
+    MP_ASSERT(bn2 >= 0);
+    float *running_mean = NULL;
+    for (int k = 0; k < m.g->n_params; k++)
+        if (m.g->params[k].node == bn2 && !strcmp(m.g->params[k].spec.name, "running_mean"))
+            running_mean = m.g->params[k].data;
+    MP_ASSERT(running_mean);
+    const float kept = running_mean[3];
+    running_mean[3] = NAN;
+    float logits[B * 4];
+    s = mp_predict(m.g, &(mp_eval_opts){.input = m.input, .logits = m.logits}, x, B, logits);
+    CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "conv2_bn.running_mean") &&
+              strstr(mp_last_error(), "element 3"),
+          "predict with a NaN running mean: status %d: %s", s, mp_last_error());
+    running_mean[3] = kept;
     mp_plan_destroy(other);
     mp_optimizer_destroy(opt);
     fclose(events);

@@ -227,6 +227,7 @@ static void test_evaluation_misuse(void) {
               MP_ERR_INVALID_ARG, "batch -2");
     images[64 + 7] = NAN;
     CHECK_ERR(mp_predict(a.g, &eo, images, 2, with), MP_ERR_NONFINITE, "image 1", "element 7");
+
     /* datasets from memory are checked */
     float img[2 * 4] = {0, 0, 0, 0, 0, 0, NAN, 0};
     int32_t lab[2] = {0, 1};

@@ -848,6 +848,32 @@ done:
  * finite value it cannot hold (70000 > 65504 in f16) is refused by the
  * weights loader and param_set, naming the tensor, element and dtype, and
  * nothing changes; bf16 holds 70000. */
+/* A weight set under fp32 that a pure fp16 policy applied afterwards cannot
+ * hold: the trainer refuses it by name instead of training on inf; an
+ * mp_precision outside the enum (negative too) is refused. */
+static void test_trainer_checks_low_weights(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 2, 2), y = mp_graph_labels(g, "y");
+    mp_node logits = mp_linear(g, "fc", mp_flatten(g, "f", x), (mp_linear_opts){.out_features = 2});
+    mp_node loss = mp_softmax_cross_entropy(g, "loss", logits, y);
+    mp_graph_init_params(g, 1);
+    CHECK_ERR(mp_graph_apply_policy(g, (mp_policy_opts){.precision = (mp_precision)-1}), MP_ERR_INVALID_ARG,
+              "unknown policy -1");
+    const float big[8] = {1, 70000.0f, 1, 1, 1, 1, 1, 1};
+    CHECK_ERR(mp_graph_param_set(g, "fc.weight", big, 8), MP_OK);
+    CHECK_ERR(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_FP16}), MP_OK);
+    mp_optimizer *o = NULL;
+    MP_ASSERT(mp_optimizer_create(g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}},
+                                  &o) == MP_OK);
+    mp_trainer *t = NULL;
+    CHECK_ERR(mp_trainer_create(g, &(mp_trainer_opts){.batch = 2, .input = x, .labels = y, .loss = loss, .optimizer = o},
+                                &t),
+              MP_ERR_NONFINITE, "trainer", "'fc.weight'", "element 1", "f16");
+    CHECK(t == NULL, "no trainer on a weight f16 cannot hold");
+    mp_optimizer_destroy(o);
+    mp_graph_destroy(g);
+}
+
 static void test_weights_out_of_range(void) {
     char dir[4096];
     scratch_dir_create(dir, sizeof dir, "test_policy");
@@ -977,6 +1003,7 @@ int main(void) {
     test_override_propagates();
     test_override_keeps_logits_f32();
     test_policy_with_live_plans();
+    test_trainer_checks_low_weights();
     test_staged_numerics();
     test_fp16_overflow();
     test_weights_out_of_range();

@@ -25,7 +25,7 @@ mp_status mp_precision_parse(const char *name, mp_precision *out) {
     return mp_error(MP_ERR_INVALID_ARG, "--precision '%s': unknown (known: %s)", name ? name : "", mp_precision_list());
 }
 
-const char *mp_precision_name(mp_precision p) { return p < MP_PRECISION_COUNT ? names[p] : "?"; }
+const char *mp_precision_name(mp_precision p) { return (unsigned)p < MP_PRECISION_COUNT ? names[p] : "?"; }
 
 const char *mp_precision_list(void) { return "fp32, tf32, amp-fp16, amp-bf16, o2-fp16, o2-bf16, fp16, bf16"; }
 
@@ -120,7 +120,8 @@ static void record_params(mp_graph *g) {
 
 mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     if (!g || g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "precision policy: the graph has an error");
-    if (o.precision >= MP_PRECISION_COUNT) return mp_error(MP_ERR_INVALID_ARG, "precision policy: unknown policy");
+    if ((unsigned)o.precision >= MP_PRECISION_COUNT)
+        return mp_error(MP_ERR_INVALID_ARG, "precision policy: unknown policy %d", (int)o.precision);
     if (g->live_plans > 0)
         return mp_error(MP_ERR_INVALID_ARG, "precision policy: %d plan(s) of this graph are alive and hold its "
                         "dtypes; destroy the plans and trainers first", g->live_plans);

@@ -27,6 +27,9 @@ static mp_status check_nodes(const mp_graph *g, const mp_eval_opts *o, int *clas
 static mp_status make_plan(mp_graph *g, const mp_eval_opts *o, int batch, mp_plan **plan) {
     if (!g->params_initialized)
         return mp_error(MP_ERR_INVALID_ARG, "evaluate: the graph's parameters were never initialized or loaded");
+    for (int k = 0; k < g->n_params; k++) /* a NaN weight or running statistic would give NaN logits */
+        MP_TRY(mp_gparam_check_values(&g->params[k], g->params[k].data, mp_shape_numel(&g->params[k].spec.shape),
+                                      "evaluate"));
     mp_graph_mark_output(g, o->logits); /* readable after the forward */
     mp_plan_opts po = {.batch = batch, .training = false, .loss = o->logits, .reference = o->reference,
                        .device = o->device};

@@ -168,6 +168,24 @@ static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_
     return mp_plan_sync_params(p, false);
 }
 
+/* A forward overflow's NaN/inf reaches the batch norms' running statistics
+ * (the forward updates them whatever the step's fate), and NaN stays NaN in
+ * a running average: those values restart from their initial ones (mean 0,
+ * variance 1) and are estimated again. *reset: how many. */
+static mp_status reset_nonfinite_running_stats(mp_trainer *t, int64_t *reset) {
+    *reset = 0;
+    MP_TRY(t->be->state_to_host(t));
+    mp_graph *g = t->g;
+    for (int k = 0; k < g->n_params; k++) {
+        mp_gparam *p = &g->params[k];
+        const bool var = !strcmp(p->spec.name, "running_var"), mean = !strcmp(p->spec.name, "running_mean");
+        if (p->spec.trainable || (!var && !mean)) continue;
+        for (int64_t i = 0; i < mp_shape_numel(&p->spec.shape); i++)
+            if (!isfinite(p->data[i])) p->data[i] = var ? 1.0f : 0.0f, (*reset)++;
+    }
+    return *reset ? t->be->state_to_device(t) : MP_OK;
+}
+
 /* A forward overflow at `step`, the consecutive-th in a row, first seen in
  * node's output (-1: not located): report it; at the limit fall back or stop. */
 static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t step, int node, const char *why,
@@ -175,10 +193,16 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
     mp_graph *g = t->g;
     char d[200];
     site_desc(g, node, why, d, sizeof d);
+    int64_t reset = 0;
+    MP_TRY(reset_nonfinite_running_stats(t, &reset));
+    char restarted[120] = "";
+    if (reset)
+        snprintf(restarted, sizeof restarted, "; %lld batch-norm running statistics it made NaN/inf restart from 0 "
+                 "and 1", (long long)reset);
     say(t, r,
         "step %lld: forward overflow: first non-finite value in the output of %s; a gradient overflow it is not, so "
-        "the loss scale stays %g; skipping step",
-        (long long)step, d, t->scaler.scale);
+        "the loss scale stays %g; skipping step%s",
+        (long long)step, d, t->scaler.scale, restarted);
     if (consecutive < forward_limit(t)) return MP_OK;
     if (node < 0)
         return mp_error(MP_ERR_NONFINITE,

@@ -278,8 +278,12 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
                      "check would call the run diverged", (double)t->o.scale_floor, (double)t->scaler.scale);
     if (s == MP_OK && !(t->buffers_backup = malloc((buffer_floats(g) + 1) * sizeof(float))))
         s = mp_error(MP_ERR_NOMEM, "trainer: out of memory");
+    if (s == MP_OK && !g->params_initialized) mp_graph_init_params(g, t->o.seed);
+    /* values set before a policy without fp32 masters was applied must fit the dtype they now train in */
+    for (int k = 0; s == MP_OK && k < g->n_params; k++)
+        s = mp_gparam_check_values(&g->params[k], g->params[k].data, mp_shape_numel(&g->params[k].spec.shape),
+                                   "trainer");
     if (s == MP_OK) {
-        if (!g->params_initialized) mp_graph_init_params(g, t->o.seed);
         mp_graph_round_low_weights(g, NULL, NULL); /* from the first step on, as the GPU holds them */
         s = open_plan(t);
     }
