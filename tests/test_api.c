@@ -358,7 +358,8 @@ static void test_backward_order(void) {
         CHECK_ERR(mp_plan_forward(p), MP_ERR_INVALID_ARG, "labels 'label' has no batch yet", "mp_plan_set_labels");
         MP_ASSERT(mp_plan_set_labels(p, n.labels, y, 4) == MP_OK);
         CHECK_ERR(mp_plan_read(p, n.labels, labels_back, 4), MP_OK); /* a batch reads back before any forward */
-        for (int i = 0; i < 4; i++) CHECK(labels_back[i] == (float)y[i], "label %d reads %g, set %d", i, labels_back[i], y[i]);
+        for (int i = 0; i < 4; i++)
+            CHECK(labels_back[i] == (float)y[i], "label %d reads %g, set %d", i, labels_back[i], y[i]);
         CHECK_ERR(mp_plan_backward(p, 1.0f), MP_ERR_INVALID_ARG, "no forward", "mp_plan_forward");
         MP_ASSERT(mp_plan_forward(p) == MP_OK);
         mp_graph_zero_grad(n.g);
@@ -552,7 +553,8 @@ static void test_optimizer_before_policy(void) {
                                                             .loss = n.loss, .optimizer = o,
                                                             .loss_scaling = MP_LOSS_SCALING_OFF},
                                     &t) == MP_OK);
-        for (int s = 0; s < 2; s++) MP_ASSERT(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
+        for (int s = 0; s < 2; s++)
+            MP_ASSERT(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
         CHECK_ERR(mp_trainer_param_get(t, "conv.weight", w[before], 36), MP_OK);
         mp_trainer_destroy(t);
         mp_optimizer_destroy(o);

@@ -866,7 +866,8 @@ static void test_trainer_checks_low_weights(void) {
     MP_ASSERT(mp_optimizer_create(g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}},
                                   &o) == MP_OK);
     mp_trainer *t = NULL;
-    CHECK_ERR(mp_trainer_create(g, &(mp_trainer_opts){.batch = 2, .input = x, .labels = y, .loss = loss, .optimizer = o},
+    CHECK_ERR(mp_trainer_create(g, &(mp_trainer_opts){.batch = 2, .input = x, .labels = y, .loss = loss,
+                                                       .optimizer = o},
                                 &t),
               MP_ERR_NONFINITE, "trainer", "'fc.weight'", "element 1", "f16");
     CHECK(t == NULL, "no trainer on a weight f16 cannot hold");

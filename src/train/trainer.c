@@ -209,7 +209,8 @@ static mp_status carry_in(mp_plan *p, const carried_batch *c) {
             continue;
         }
         int32_t *labels = malloc(c->len[i] * sizeof *labels);
-        if (!labels) return mp_error(MP_ERR_NOMEM, "trainer: out of memory restoring labels '%s'", p->g->nodes[node].name);
+        if (!labels)
+            return mp_error(MP_ERR_NOMEM, "trainer: out of memory restoring labels '%s'", p->g->nodes[node].name);
         for (size_t j = 0; j < c->len[i]; j++) labels[j] = (int32_t)c->data[i][j];
         const mp_status s = mp_plan_set_labels(p, node, labels, c->len[i]);
         free(labels);
@@ -274,8 +275,9 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
         if (s == MP_OK && !t->loss_scaling) mp_scaler_init_check_only(&t->scaler);
     }
     if (s == MP_OK && t->loss_scaling && !t->o.scaler.static_scale && t->o.scale_floor > t->scaler.scale)
-        s = mp_error(MP_ERR_INVALID_ARG, "trainer: scale_floor %g (the divergence floor) is above the initial loss scale %g: the first "
-                     "check would call the run diverged", (double)t->o.scale_floor, (double)t->scaler.scale);
+        s = mp_error(MP_ERR_INVALID_ARG, "trainer: scale_floor %g (the divergence floor) is above the initial loss "
+                     "scale %g: the first check would call the run diverged", (double)t->o.scale_floor,
+                     (double)t->scaler.scale);
     if (s == MP_OK && !(t->buffers_backup = malloc((buffer_floats(g) + 1) * sizeof(float))))
         s = mp_error(MP_ERR_NOMEM, "trainer: out of memory");
     if (s == MP_OK && !g->params_initialized) mp_graph_init_params(g, t->o.seed);
