@@ -162,6 +162,19 @@ static void test_checkpoints_and_weights(void) {
     CHECK_ERR(mp_graph_load_weights(a.g, ex, &(mp_weights_opts){.allow_missing = true}), MP_ERR_FORMAT,
               "'head.bias' matches no parameter");
     CHECK_ERR(mp_graph_load_weights(a.g, ex, &(mp_weights_opts){.allow_missing = true, .allow_unused = true}), MP_OK);
+    /* allow_missing on a graph never initialized would keep zeros and call the graph initialized */
+    mp_graph *fresh = mp_graph_create();
+    mp_node fin = mp_graph_input(fresh, "image", 1, 8, 8);
+    mp_node fx = mp_relu(fresh, "relu", mp_batchnorm2d(fresh, "bn", mp_conv2d(fresh, "conv", fin,
+                                                                          (mp_conv_opts){.out_channels = 2, .kernel = 3,
+                                                                                         .padding = 1}),
+                                                         (mp_batchnorm_opts){0}));
+    mp_linear(fresh, "fc", mp_flatten(fresh, "flat", fx), (mp_linear_opts){.out_features = 3, .bias = true});
+    const mp_weights_opts keep = {.allow_missing = true, .allow_unused = true};
+    CHECK_ERR(mp_graph_load_weights(fresh, ex, &keep), MP_ERR_INVALID_ARG, "'conv.weight'", "never initialized");
+    mp_graph_init_params(fresh, 1);
+    CHECK_ERR(mp_graph_load_weights(fresh, ex, &keep), MP_OK);
+    mp_graph_destroy(fresh);
     float got[3 * 128];
     CHECK(mp_graph_param_get(a.g, "fc.weight", got, 3 * 128) == MP_OK && got[0] == 0.0f && got[383] == 0.0f,
           "the file's fc.weight was loaded");

@@ -228,7 +228,8 @@ MP_API mp_status mp_checkpoint_read_info(const char *path, mp_checkpoint_info *i
 
 /** Options of mp_graph_load_weights. */
 typedef struct {
-    bool allow_missing;     /**< keep parameters the file lacks (default: an error naming them) */
+    bool allow_missing;     /**< keep parameters the file lacks, which must then have been initialized
+                                 (default: an error naming them) */
     bool allow_unused;      /**< ignore tensors no parameter matches (default: an error; PyTorch's
                                  num_batches_tracked counters are always ignored) */
 } mp_weights_opts;

@@ -118,6 +118,10 @@ mp_status mp_weights_load_open(mp_graph *g, const mp_st_file *f, const char *pat
             if (!opts.allow_missing)
                 s = mp_error(MP_ERR_FORMAT, "%s: the model's parameter '%s' is not in the file%s", path, p->name,
                              hint ? " (mp_weights_opts.allow_missing keeps such parameters)" : "");
+            else if (!g->params_initialized) /* kept would mean zeros, and the graph then counted as initialized */
+                s = mp_error(MP_ERR_INVALID_ARG, "%s: the model's parameter '%s' is not in the file, and allow_missing "
+                             "keeps what the graph holds, but its parameters were never initialized "
+                             "(mp_graph_init_params first)", path, p->name);
         } else {
             s = check_tensor(f, path, p, &t);
             if (s == MP_OK) s = convert(path, p, &t, at, n);
