@@ -28,7 +28,7 @@ void mp_graph_destroy(mp_graph *g) {
 
 mp_status mp_graph_status(const mp_graph *g) { return g ? g->status : MP_ERR_INVALID_ARG; }
 
-static mp_node fail(mp_graph *g, mp_status s) {
+mp_node mp_graph_fail(mp_graph *g, mp_status s) {
     if (g->status == MP_OK) g->status = s;
     return -1;
 }
@@ -110,30 +110,32 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
     if (!g) return -1;
     if (g->status != MP_OK) return -1; /* keep the first error */
     if (!name || !*name || strlen(name) >= MP_NAME_MAX)
-        return fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: node name must be 1..%d characters", MP_NAME_MAX - 1));
+        return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: node name must be 1..%d characters",
+                                         MP_NAME_MAX - 1));
     char shown[4 * MP_NAME_MAX + 1];
     const int bad = control_char(name, shown, sizeof shown);
     if (bad >= 0)
-        return fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: node %d's name \"%s\" has a control character at byte %d",
-                                g->n_nodes, shown, bad));
+        return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG,
+                                         "graph: node %d's name \"%s\" has a control character at byte %d",
+                                         g->n_nodes, shown, bad));
     if (mp_graph_find(g, name) >= 0)
-        return fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: duplicate node name '%s'", name));
+        return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: duplicate node name '%s'", name));
     if (n_in < 0 || n_in > MP_MAX_INPUTS)
-        return fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': %d inputs (at most %d)", mp_op_lookup(kind)->name,
-                                name, n_in, MP_MAX_INPUTS));
+        return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': %d inputs (at most %d)",
+                                         mp_op_lookup(kind)->name, name, n_in, MP_MAX_INPUTS));
     if (n_in > 0 && !inputs)
-        return fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': %d inputs given as a null array",
-                                mp_op_lookup(kind)->name, name, n_in));
+        return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': %d inputs given as a null array",
+                                         mp_op_lookup(kind)->name, name, n_in));
     for (int i = 0; i < n_in; i++)
         if (inputs[i] < 0 || inputs[i] >= g->n_nodes)
-            return fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': input %d is not a node of this graph",
-                                    mp_op_lookup(kind)->name, name, i));
+            return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG, "%s '%s': input %d is not a node of this graph",
+                                             mp_op_lookup(kind)->name, name, i));
     mp_status ls = check_labels_use(g, kind, name, inputs, n_in);
-    if (ls != MP_OK) return fail(g, ls);
+    if (ls != MP_OK) return mp_graph_fail(g, ls);
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? 2 * g->cap_nodes : 32;
         mp_gnode *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
-        if (!nn) return fail(g, mp_error(MP_ERR_NOMEM, "graph: out of memory adding node '%s'", name));
+        if (!nn) return mp_graph_fail(g, mp_error(MP_ERR_NOMEM, "graph: out of memory adding node '%s'", name));
         g->nodes = nn;
         g->cap_nodes = cap;
     }
@@ -159,12 +161,12 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
     mp_op_desc d = nd->desc;
     d.name = nd->name;
     mp_status s = mp_op_lookup(kind)->infer(&d, &info);
-    if (s != MP_OK) return fail(g, s);
+    if (s != MP_OK) return mp_graph_fail(g, s);
     nd->sample_shape = info.out;
     g->n_nodes++;
     for (int i = 0; i < n_in; i++) g->nodes[inputs[i]].n_consumers++;
     s = add_params(g, id, &info);
-    if (s != MP_OK) return fail(g, s);
+    if (s != MP_OK) return mp_graph_fail(g, s);
     return id;
 }
 

@@ -58,6 +58,8 @@ struct mp_graph {
     int live_plans;
 };
 
+/* Record a construction error in g (the first one stays); returns -1, no node. */
+mp_node mp_graph_fail(mp_graph *g, mp_status s);
 /* Add a node; infers shapes with batch 1 and creates its parameters. */
 mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op_attr *attr,
                      const mp_node *inputs, int n_in);
@@ -76,6 +78,9 @@ mp_dtype mp_graph_param_low_only(const mp_graph *g, int k);
  * MP_ERR_NONFINITE / MP_ERR_FORMAT naming `where`, the tensor, the element
  * (and the dtype). The trainer's parameter set goes through param_set. */
 mp_status mp_gparam_check_values(const mp_gparam *p, const float *v, int64_t n, const char *where);
+/* mp_gparam_check_values over every parameter's held values: what a trainer
+ * or an evaluation is about to run on. */
+mp_status mp_graph_check_param_values(const mp_graph *g, const char *where);
 /* The trainers keep each parameter whose round_dtype is F16/BF16 at a value
  * of that dtype (rounded to nearest even), from the first step on, as the GPU
  * holds them: this rounds those for which select(arg, k) is true (select

@@ -6,23 +6,17 @@
 
 #include "graph/graph.h"
 
-/* Record a construction error (the first one stays) and return no node. */
-static mp_node build_fail(mp_graph *g, mp_status s) {
-    if (g->status == MP_OK) g->status = s;
-    return -1;
-}
-
 static mp_node source(mp_graph *g, mp_op_kind kind, const char *name, mp_shape s) {
     if (!g) return -1;
     if (g->status != MP_OK) return -1;
     for (int i = 1; i < s.ndim; i++)
         if (s.dims[i] <= 0 || s.dims[i] > (1 << 20))
-            return build_fail(g, mp_error(MP_ERR_SHAPE, "input '%s': dimension %d is %d (must be 1..%d)",
-                                          name ? name : "?", i, s.dims[i], 1 << 20));
+            return mp_graph_fail(g, mp_error(MP_ERR_SHAPE, "input '%s': dimension %d is %d (must be 1..%d)",
+                                             name ? name : "?", i, s.dims[i], 1 << 20));
     const int64_t per = mp_shape_sample_numel(&s); /* at most 2^60: no overflow */
     if (per > MP_SAMPLE_NUMEL_MAX)
-        return build_fail(g, mp_error(MP_ERR_SHAPE, "input '%s': %lld elements per sample, more than the limit %d",
-                                      name ? name : "?", (long long)per, MP_SAMPLE_NUMEL_MAX));
+        return mp_graph_fail(g, mp_error(MP_ERR_SHAPE, "input '%s': %lld elements per sample, more than the limit %d",
+                                         name ? name : "?", (long long)per, MP_SAMPLE_NUMEL_MAX));
     mp_op_attr a;
     memset(&a, 0, sizeof a);
     a.reshape = s;
@@ -134,10 +128,10 @@ mp_node mp_flatten(mp_graph *g, const char *name, mp_node x) {
         f *= s->dims[i];
         if (f > MP_SAMPLE_NUMEL_MAX) {
             char sh[64];
-            return build_fail(g, mp_error(MP_ERR_SHAPE, "flatten '%s': input '%s' %s has more than %d elements per "
-                                          "sample, the limit",
-                                          name ? name : "?", g->nodes[x].name, mp_shape_str(s, sh, sizeof sh),
-                                          MP_SAMPLE_NUMEL_MAX));
+            return mp_graph_fail(g, mp_error(MP_ERR_SHAPE, "flatten '%s': input '%s' %s has more than %d elements per "
+                                             "sample, the limit",
+                                             name ? name : "?", g->nodes[x].name, mp_shape_str(s, sh, sizeof sh),
+                                             MP_SAMPLE_NUMEL_MAX));
         }
     }
     return mp_reshape(g, name, x, (int)f, 0, 0);

@@ -50,6 +50,13 @@ static float as_kept(const mp_gparam *p, float v) {
     return v;
 }
 
+mp_status mp_graph_check_param_values(const mp_graph *g, const char *where) {
+    for (int k = 0; k < g->n_params; k++)
+        MP_TRY(mp_gparam_check_values(&g->params[k], g->params[k].data, mp_shape_numel(&g->params[k].spec.shape),
+                                      where));
+    return MP_OK;
+}
+
 mp_status mp_gparam_check_values(const mp_gparam *p, const float *v, int64_t n, const char *where) {
     const bool variance = !strcmp(p->spec.name, "running_var");
     for (int64_t i = 0; i < n; i++) {

@@ -342,6 +342,7 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     mp_plan *p = calloc(1, sizeof *p);
     if (!p) return mp_error(MP_ERR_NOMEM, "plan: out of memory");
     p->g = g;
+    g->live_plans++; /* every failure below goes through mp_plan_destroy, which uncounts it */
     p->o = o;
     p->n_losses = n_losses;
     for (int j = 0; j < n_losses; j++) p->losses[j] = losses[j];
@@ -406,15 +407,13 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         mp_plan_destroy(p);
         return s;
     }
-    p->counted = true;
-    g->live_plans++;
     *out = p;
     return MP_OK;
 }
 
 void mp_plan_destroy(mp_plan *p) {
     if (!p) return;
-    if (p->counted) p->g->live_plans--;
+    p->g->live_plans--;
     mp_so_free(p); /* its buffers live on the plan's device: before the device closes */
     if (p->be) { /* a device's node states, arena and parameters first */
         p->be->arena_free(p);

@@ -40,8 +40,7 @@ typedef struct mp_device_plan mp_device_plan; /* a GPU backend's state (cuda/cud
 typedef struct mp_exec_backend mp_exec_backend; /* where nodes run (graph/exec_backend.h) */
 
 struct mp_plan {
-    mp_graph *g;
-    bool counted;              /* counted in g->live_plans (made successfully) */
+    mp_graph *g;               /* counts the plan in g->live_plans from its allocation to mp_plan_destroy */
     mp_plan_opts o;
     int n;
     mp_pnode *nodes;

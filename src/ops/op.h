@@ -239,10 +239,11 @@ static inline bool mp_shape_layout_free(const mp_shape *s) {
     return s->ndim != 4 || s->dims[1] == 1 || (int64_t)s->dims[2] * s->dims[3] == 1;
 }
 
-/* Whether input k / the output of a call (or of an op being prepared) is stored channels-last. */
 /* Input, labels and targets nodes: no compute, filled with a batch by
  * mp_plan_set_input / mp_plan_set_labels. */
 static inline bool mp_op_is_source(mp_op_kind k) { return k == MP_OP_INPUT || k == MP_OP_LABELS || k == MP_OP_TARGETS; }
+
+/* Whether input k / the output of a call (or of an op being prepared) is stored channels-last. */
 static inline bool mp_info_nhwc_in(const mp_op_info *info, int k) { return (info->nhwc >> k & 1u) != 0; }
 static inline bool mp_info_nhwc_out(const mp_op_info *info) { return (info->nhwc & MP_NHWC_OUT) != 0; }
 

@@ -183,20 +183,13 @@ static mp_status find_tensor(const mp_st_file *f, const char *path, const char *
                     mp_dtype_name(t->dtype), t->ndim ? have : "scalar", need);
 }
 
-/* Finite values; a BatchNorm running variance also >= 0. */
-static mp_status check_values(const char *path, const char *name, const float *x, int64_t n, bool variance) {
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(x[i]))
-            return mp_error(MP_ERR_NONFINITE, "%s: tensor '%s' holds %g at element %lld", path, name, (double)x[i],
-                            (long long)i);
-        if (variance && x[i] < 0)
-            return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' is a variance but holds %g at element %lld", path, name,
-                            (double)x[i], (long long)i);
-    }
-    return MP_OK;
+/* Finite optimizer state (parameters go through mp_gparam_check_values). */
+static mp_status check_finite(const char *path, const char *name, const float *x, int64_t n) {
+    const int64_t i = mp_first_nonfinite(x, n);
+    if (i < 0) return MP_OK;
+    return mp_error(MP_ERR_NONFINITE, "%s: tensor '%s' holds %g at element %lld", path, name, (double)x[i],
+                    (long long)i);
 }
-
-static bool is_running_var(const mp_gparam *p) { return !strcmp(p->spec.name, "running_var"); }
 
 /* Whether this trainer's checkpoint would hold a tensor named `name`: a
  * parameter, or the state "optim/<param>/<k>" its optimizers keep. */
@@ -254,7 +247,7 @@ static mp_status check_file(const mp_st_file *f, const char *path, mp_trainer *t
         const mp_gparam *p = &g->params[i];
         mp_st_tensor ten;
         MP_TRY(find_tensor(f, path, p->name, &p->spec.shape, &ten));
-        MP_TRY(check_values(path, p->name, ten.data, mp_shape_numel(&p->spec.shape), is_running_var(p)));
+        MP_TRY(mp_gparam_check_values(p, ten.data, mp_shape_numel(&p->spec.shape), path));
     }
     for (int gi = 0; gi < t->n_groups; gi++) {
         const mp_optim *opt = t->groups[gi].opt->host;
@@ -271,7 +264,7 @@ static mp_status check_file(const mp_st_file *f, const char *path, mp_trainer *t
                                     "optimizer keeps: it was saved with other optimizer options (momentum, Adam's "
                                     "moments)", path, name);
                 MP_TRY(find_tensor(f, path, name, &s, &ten));
-                MP_TRY(check_values(path, name, ten.data, ref->n, false));
+                MP_TRY(check_finite(path, name, ten.data, ref->n));
             }
         }
     }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/scaler.h"
 #include "data/dataset.h"
 #include "data/normalize.h"
 #include "graph/graph.h"
@@ -27,9 +28,7 @@ static mp_status check_nodes(const mp_graph *g, const mp_eval_opts *o, int *clas
 static mp_status make_plan(mp_graph *g, const mp_eval_opts *o, int batch, mp_plan **plan) {
     if (!g->params_initialized)
         return mp_error(MP_ERR_INVALID_ARG, "evaluate: the graph's parameters were never initialized or loaded");
-    for (int k = 0; k < g->n_params; k++) /* a NaN weight or running statistic would give NaN logits */
-        MP_TRY(mp_gparam_check_values(&g->params[k], g->params[k].data, mp_shape_numel(&g->params[k].spec.shape),
-                                      "evaluate"));
+    MP_TRY(mp_graph_check_param_values(g, "evaluate")); /* a NaN weight or running statistic: NaN logits */
     mp_graph_mark_output(g, o->logits); /* readable after the forward */
     mp_plan_opts po = {.batch = batch, .training = false, .loss = o->logits, .reference = o->reference,
                        .device = o->device};
@@ -125,10 +124,10 @@ mp_status mp_predict(mp_graph *g, const mp_eval_opts *o, const float *images, in
     const int channels = in.ndim == 4 ? (int)in.dims[1] : 1;
     MP_TRY(mp_normalization_check(o->mean, o->std, channels, "predict"));
     if (o->batch < 0) return mp_error(MP_ERR_INVALID_ARG, "predict: batch %d (0: the default)", o->batch);
-    for (int64_t i = 0; i < (int64_t)n * per; i++)
-        if (!isfinite(images[i]))
-            return mp_error(MP_ERR_NONFINITE, "predict: image %lld has a non-finite value (%g at element %lld)",
-                            (long long)(i / per), (double)images[i], (long long)(i % per));
+    const int64_t bad = mp_first_nonfinite(images, (int64_t)n * per);
+    if (bad >= 0)
+        return mp_error(MP_ERR_NONFINITE, "predict: image %lld has a non-finite value (%g at element %lld)",
+                        (long long)(bad / per), (double)images[bad], (long long)(bad % per));
     int batch = o->batch > 0 ? o->batch : DEFAULT_BATCH;
     if (batch > n) batch = n;
     mp_plan *plan = NULL;

@@ -282,9 +282,7 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
         s = mp_error(MP_ERR_NOMEM, "trainer: out of memory");
     if (s == MP_OK && !g->params_initialized) mp_graph_init_params(g, t->o.seed);
     /* values set before a policy without fp32 masters was applied must fit the dtype they now train in */
-    for (int k = 0; s == MP_OK && k < g->n_params; k++)
-        s = mp_gparam_check_values(&g->params[k], g->params[k].data, mp_shape_numel(&g->params[k].spec.shape),
-                                   "trainer");
+    if (s == MP_OK) s = mp_graph_check_param_values(g, "trainer");
     if (s == MP_OK) {
         mp_graph_round_low_weights(g, NULL, NULL); /* from the first step on, as the GPU holds them */
         s = open_plan(t);
