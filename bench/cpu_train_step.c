@@ -353,9 +353,14 @@ int main(int argc, char **argv) {
     double conv16_gflops = cpu->avx512_bf16 || cpu->amx_bf16 ? onednn_large_conv_gflops(dnnl_bf16, 10, impl16, sizeof impl16) : -1;
 #endif
     const double gbps = copy_gbps(5);
+    /* Without AVX-512 BF16 or AMX no oneDNN bf16 kernel exists: bf16 nodes
+     * are emulated (f32 kernels on bf16-rounded copies), whatever the math
+     * setting says. */
+    const bool bf16_hw = mp_bf16_dot_rate() > 0 || mp_cpu_features_get()->amx_bf16;
     printf("copy bandwidth: %.1f GB/s (read + write, %d threads); bf16 dot products at %.2fx the f32 FMA rate "
            "(1 thread); bf16 convolutions: %s\n",
-           gbps, omp_get_max_threads(), mp_bf16_dot_rate(), mp_bf16_math_name(mp_bf16_math_current()));
+           gbps, omp_get_max_threads(), mp_bf16_dot_rate(),
+           bf16_hw ? mp_bf16_math_name(mp_bf16_math_current()) : "emulated (no bf16 instructions on this CPU)");
     printf("\n| what | batch | input | ms/step | images/s | GFLOP/s | share of large conv | vs fp32 |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
     printf("| CPU: %s, %d threads, copy %.1f GB/s, bf16 dot products %.2fx f32 FMA | - | - | - | - | - | - | - |\n",

@@ -9,6 +9,7 @@
 
 #include "data/dataset.h"
 #include "amp/numerics_log.h"
+#include "core/cpu_features.h"
 #include "dist/dist.h"
 #include "graph/graph.h"
 #include "io/json_write.h"
@@ -217,10 +218,16 @@ static void print_setup(const run *r, FILE *out, bool print_memory) {
     if (print_memory) mp_plan_print_memory(p, out);
     int native, emulated;
     mp_plan_precision_counts(p, &native, &emulated);
+    /* Without AVX-512 BF16 or AMX the convolutions and linear layers are
+     * among the emulated ops, and they are most of a CPU step's time. */
+    const mp_cpu_features *cpu = mp_cpu_features_get();
+    const bool bf16_hw = cpu->avx512_bf16 || cpu->amx_bf16;
     if (native + emulated)
-        fprintf(out, "mixprec: %d low-precision ops run natively (oneDNN bf16 kernels), %d emulated in f32 with "
+        fprintf(out, "mixprec: %d low-precision ops run natively on bf16 tensors, %d emulated in f32 with "
                      "rounding%s\n",
-                native, emulated, native ? "" : " (this CPU has no bf16 kernels, or the policy is fp16)");
+                native, emulated,
+                !bf16_hw ? " (this CPU has no bf16 instructions: convolutions compute in f32, at fp32's speed)"
+                : native ? "" : " (fp16, and bf16 under MIXPREC_NATIVE_BF16=0, are emulated on the CPU)");
     int all4d = 0;
     const int nhwc = mp_plan_channels_last(p, &all4d);
     if (nhwc) fprintf(out, "mixprec: %d of %d activations stored channels-last (NHWC) on the CPU\n", nhwc, all4d);
