@@ -16,6 +16,7 @@
 #include "graph/exec_stage.h"
 #include "graph/plan_layout.h"
 #include "graph/second_order.h"
+#include "ops/bf16_conv_math.h"
 
 static bool reference_notice_done;
 
@@ -38,7 +39,7 @@ static void host_close(mp_plan *p) { (void)p; }
  * emulation everywhere, for comparisons). */
 typedef enum {
     NATIVE_NONE,
-    NATIVE_PRIMITIVE, /* convolutions: oneDNN's bf16 primitives, where the CPU has bf16 kernels */
+    NATIVE_PRIMITIVE, /* convolutions: oneDNN's bf16 primitives, where the CPU multiplies bf16 in hardware */
     NATIVE_KERNEL     /* our own kernels reading and writing bf16 (instantiate_act.inc) */
 } native_kind;
 
@@ -50,7 +51,7 @@ static native_kind native_bf16_kind(const mp_plan *p, int i) {
     if (nd->storage_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
     mp_op_kind k = nd->desc.kind;
     if (k == MP_OP_CONV2D || k == MP_OP_CONV_TRANSPOSE2D) {
-        if (nd->compute_dtype != MP_DTYPE_BF16) return NATIVE_NONE;
+        if (nd->compute_dtype != MP_DTYPE_BF16 || !mp_bf16_conv_primitives_pay()) return NATIVE_NONE;
         /* inputs in bf16, or the network's f32 input (cast once per step) */
         for (int j = 0; j < nd->n_in; j++) {
             const mp_gnode *src = &g->nodes[nd->in[j]];

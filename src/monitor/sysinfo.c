@@ -233,10 +233,16 @@ void mp_cpu_bf16_path_query(mp_bf16_path *out) {
     }
 #ifdef MP_HAVE_ONEDNN
     char impl[128];
-    out->native = mp_onednn_probe_bf16_conv(impl, sizeof impl);
+    const bool jit = mp_onednn_probe_bf16_conv(impl, sizeof impl);
+    out->native = jit && mp_bf16_conv_primitives_pay();
     const mp_cpu_features *f = mp_cpu_features_get();
     const char *hw = f->amx_bf16 ? "AMX-BF16" : f->avx512_bf16 ? "AVX-512 BF16" : NULL;
-    if (out->native && mp_bf16_math_current() == MP_BF16_MATH_F32)
+    if (jit && !out->native)
+        snprintf(out->detail, sizeof out->detail,
+                 "emulated: f32 kernels on bf16-rounded inputs (oneDNN's bf16 kernel here, %.64s, would emulate the bf16 "
+                 "dot products this CPU lacks, slower than f32)",
+                 impl);
+    else if (out->native && mp_bf16_math_current() == MP_BF16_MATH_F32)
         snprintf(out->detail, sizeof out->detail,
                  "native: oneDNN f32 convolutions between bf16 tensors (%s dot products: %.2fx the f32 FMA rate)",
                  hw ? hw : "bf16", mp_bf16_dot_rate());

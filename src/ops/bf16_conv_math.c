@@ -74,7 +74,8 @@ static void detect(void) {
         slow_dot = g_rate < 1.0;
     }
 #endif
-    /* without AVX-512 BF16 oneDNN has no bf16 kernels: DOT leaves those nodes to the staged emulation */
+    /* without AVX-512 BF16 or AMX, DOT leaves bf16 convolutions to the staged
+     * emulation (mp_bf16_conv_primitives_pay) */
     g_auto = f->avx512_bf16 && !f->amx_bf16 && slow_dot ? MP_BF16_MATH_F32 : MP_BF16_MATH_DOT;
 }
 
@@ -91,6 +92,11 @@ mp_bf16_math mp_bf16_math_current(void) {
 mp_bf16_math mp_bf16_math_set(mp_bf16_math m) {
     g_forced = m;
     return mp_bf16_math_current();
+}
+
+bool mp_bf16_conv_primitives_pay(void) {
+    const mp_cpu_features *f = mp_cpu_features_get();
+    return f->avx512_bf16 || f->amx_bf16 || mp_bf16_math_current() == MP_BF16_MATH_F32;
 }
 
 const char *mp_bf16_math_name(mp_bf16_math m) {

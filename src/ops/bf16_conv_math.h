@@ -9,6 +9,8 @@
 #ifndef MP_OPS_BF16_CONV_MATH_H
 #define MP_OPS_BF16_CONV_MATH_H
 
+#include <stdbool.h>
+
 typedef enum {
     MP_BF16_MATH_AUTO = 0, /* F32 on CPUs with AVX-512 BF16, no AMX and bf16 dot products slower than
                               f32 FMAs; else DOT (oneDNN's bf16 kernels where it has them) */
@@ -28,5 +30,11 @@ mp_bf16_math mp_bf16_math_set(mp_bf16_math m);
  * that cannot compile the probe (AUTO is DOT there). */
 double mp_bf16_dot_rate(void);
 const char *mp_bf16_math_name(mp_bf16_math m);
+/* Whether bf16 convolutions may run on oneDNN primitives rather than the
+ * staged f32 emulation: the CPU multiplies bf16 in hardware (AVX-512 BF16,
+ * AMX), or the math is F32. Elsewhere oneDNN's bf16 kernels (it has JIT ones
+ * for AVX-512 CPUs without BF16) emulate the dot products: measured at 0.31x
+ * the fp32 step, where the staged emulation runs at fp32's speed. */
+bool mp_bf16_conv_primitives_pay(void);
 
 #endif
