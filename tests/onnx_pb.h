@@ -65,6 +65,13 @@ static inline void onnx_attr_int(pb *node, const char *name, int64_t v) {
     pb_int(&a, 20, 2);
     pb_msg(node, 5, &a);
 }
+static inline void onnx_attr_float(pb *node, const char *name, float v) {
+    pb a = {0};
+    pb_str(&a, 1, name);
+    pb_float(&a, 2, v);
+    pb_int(&a, 20, 1);
+    pb_msg(node, 5, &a);
+}
 static inline void onnx_attr_ints(pb *node, const char *name, const int64_t *v, int n) {
     pb a = {0};
     pb_str(&a, 1, name);

@@ -226,6 +226,62 @@ static void test_unresolvable(void) {
     mp_graph_destroy(gr);
 }
 
+/* The graph g (freed) as a model of opset 17 in the scratch dir: its path. */
+static const char *save_graph(const char *name, pb *g) {
+    const char *path = scratch_path(dir, name);
+    pb m = onnx_model(g, 17);
+    pb_save(&m, path);
+    free(m.b);
+    return path;
+}
+
+/* The n outputs of the model at `path` for one sample x (reference kernels). */
+static mp_status forward_one(const char *path, const float *x, float *y, size_t n) {
+    mp_graph *g = mp_graph_create();
+    mp_onnx_info info;
+    mp_plan *p = NULL;
+    mp_status s = mp_graph_from_onnx(g, path, NULL, &info);
+    if (s == MP_OK) s = mp_plan_create(g, (mp_plan_opts){.batch = 1, .reference = true, .channels_first = true}, &p);
+    if (s == MP_OK) s = mp_plan_set_input(p, info.input, x, mp_plan_numel(p, info.input));
+    if (s == MP_OK) s = mp_plan_forward(p);
+    const size_t got = s == MP_OK ? mp_plan_numel(p, info.output) : n;
+    CHECK(got == n, "%zu outputs, expected %zu", got, n);
+    if (s == MP_OK && got == n) s = mp_plan_read(p, info.output, y, n);
+    mp_plan_destroy(p);
+    mp_graph_destroy(g);
+    return s;
+}
+
+static const char *const batch_sym[4] = {"N", NULL, NULL, NULL};
+
+/* x (N, 4) -> Gemm with B (4, 3) -> `tail`: the Gemm's beta scales its own C
+ * only; ONNX's Gemm ignores beta without C, so a bias absorbed from a
+ * following Add is not scaled. */
+static void test_gemm_beta(void) {
+    const int64_t bd[2] = {4, 3}, cd[1] = {3}, in[2] = {-1, 4}, out[2] = {-1, 3};
+    float bw[12], bias[3] = {1, 2, 3}, y[3];
+    for (int k = 0; k < 12; k++) bw[k] = (float)(k % 5) / 4; /* row 0: 0, 0.25, 0.5 */
+    const float x[4] = {1, 0, 0, 0};
+    for (int with_c = 0; with_c < 2; with_c++) {
+        pb g = {0}, a = {0};
+        onnx_init(&g, "B", 1, bd, 2, bw, sizeof bw);
+        onnx_init(&g, "bias", 1, cd, 1, bias, sizeof bias);
+        onnx_attr_float(&a, "beta", 0.5f);
+        if (with_c) onnx_node(&g, "Gemm", "gemm", "x,B,bias", "y", &a);
+        else {
+            onnx_node(&g, "Gemm", "gemm", "x,B", "t", &a);
+            onnx_node(&g, "Add", "add_bias", "t,bias", "y", NULL);
+        }
+        onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+        onnx_value_info(&g, 12, "y", out, 2, batch_sym);
+        const char *p = save_graph(with_c ? "gemm_beta_c.onnx" : "gemm_beta_add.onnx", &g);
+        CHECK_ERR(forward_one(p, x, y, 3), MP_OK);
+        const float s = with_c ? 0.5f : 1.0f;
+        CHECK(y[0] == s * 1 && y[1] == 0.25f + s * 2 && y[2] == 0.5f + s * 3, "%s: %g %g %g",
+              with_c ? "Gemm's C times beta 0.5" : "an Add's bias after a Gemm with beta 0.5", y[0], y[1], y[2]);
+    }
+}
+
 static void record_param(void *arg, const char *param, const char *init) {
     int *n = arg;
     if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
@@ -301,6 +357,7 @@ int main(void) {
         test_bad_models();
         test_non_tensor_input();
         test_unresolvable();
+        test_gemm_beta();
         test_valid();
     }
     scratch_dir_remove(dir);
