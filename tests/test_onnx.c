@@ -282,6 +282,53 @@ static void test_gemm_beta(void) {
     }
 }
 
+/* x (N, 4) -> Gemm whose weight (as_weight: B (4, 3)) or C (else, with B
+ * zero and transB) is folded from `op` of constants a and b. */
+static const char *save_folded_gemm(const char *name, const char *op, const int64_t *ad, int an, const float *a,
+                                    const int64_t *bd, int bn, const float *b, bool as_weight) {
+    pb g = {0}, attrs = {0};
+    const int64_t zd[2] = {3, 4}, in[2] = {-1, 4}, out[2] = {-1, 3};
+    static const float zero[12];
+    int64_t na = 1, nb = 1;
+    for (int k = 0; k < an; k++) na *= ad[k];
+    for (int k = 0; k < bn; k++) nb *= bd[k];
+    onnx_init(&g, "a", 1, ad, an, a, (size_t)na * sizeof *a);
+    onnx_init(&g, "b", 1, bd, bn, b, (size_t)nb * sizeof *b);
+    onnx_node(&g, op, "fold", "a,b", "folded", NULL);
+    if (as_weight) onnx_node(&g, "Gemm", "gemm", "x,folded", "y", NULL);
+    else {
+        onnx_init(&g, "B", 1, zd, 2, zero, sizeof zero);
+        onnx_attr_int(&attrs, "transB", 1);
+        onnx_node(&g, "Gemm", "gemm", "x,B,folded", "y", &attrs);
+    }
+    onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+    onnx_value_info(&g, 12, "y", out, 2, batch_sym);
+    return save_graph(name, &g);
+}
+
+/* Folded Add/Sub/Mul/Div broadcast as numpy does: shapes right-aligned to
+ * the larger rank, dims equal or 1; other shapes are refused by node. */
+static void test_fold_broadcast(void) {
+    const int64_t d11[2] = {1, 1}, d3[1] = {3}, d41[2] = {4, 1}, d13[2] = {1, 3}, d2[1] = {2};
+    const float zero = 0, bias[3] = {1, 2, 3}, col[4] = {1, 2, 3, 4}, row[3] = {1, -1, 0.5f};
+    const float x[4] = {1, 10, 100, 1000};
+    float y[3] = {0};
+    /* [1, 1] + [3] is (1, 3), the bias itself (it folded to shape (1, 1)) */
+    const char *p = save_folded_gemm("fold_add_11_3.onnx", "Add", d11, 2, &zero, d3, 1, bias, false);
+    CHECK_ERR(forward_one(p, x, y, 3), MP_OK);
+    CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3, "Gemm's C folded from [1, 1] + [3]: %g %g %g", y[0], y[1], y[2]);
+    /* (4, 1) * (1, 3) is the (4, 3) outer product: y = row * (x . col) */
+    p = save_folded_gemm("fold_mul_41_13.onnx", "Mul", d41, 2, col, d13, 2, row, true);
+    CHECK_ERR(forward_one(p, x, y, 3), MP_OK);
+    CHECK(y[0] == 4321 && y[1] == -4321 && y[2] == 2160.5f, "weight folded from (4, 1) * (1, 3): %g %g %g", y[0],
+          y[1], y[2]);
+    p = save_folded_gemm("fold_add_2_3.onnx", "Add", d2, 1, col, d3, 1, bias, false);
+    mp_graph *g = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(g, p, NULL, NULL), MP_ERR_SHAPE, p, "node 'fold'", "'a' [2] and 'b' [3]",
+              "do not broadcast");
+    mp_graph_destroy(g);
+}
+
 static void record_param(void *arg, const char *param, const char *init) {
     int *n = arg;
     if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
@@ -358,6 +405,7 @@ int main(void) {
         test_non_tensor_input();
         test_unresolvable();
         test_gemm_beta();
+        test_fold_broadcast();
         test_valid();
     }
     scratch_dir_remove(dir);
