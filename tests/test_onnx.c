@@ -235,19 +235,25 @@ static const char *save_graph(const char *name, pb *g) {
     return path;
 }
 
-/* The n outputs of the model at `path` for one sample x (reference kernels). */
+/* The n outputs of node `out` of g for one sample x (reference kernels). */
+static mp_status forward_graph(mp_graph *g, mp_node in, mp_node out, const float *x, float *y, size_t n) {
+    mp_plan *p = NULL;
+    mp_status s = mp_plan_create(g, (mp_plan_opts){.batch = 1, .reference = true, .channels_first = true}, &p);
+    if (s == MP_OK) s = mp_plan_set_input(p, in, x, mp_plan_numel(p, in));
+    if (s == MP_OK) s = mp_plan_forward(p);
+    const size_t got = s == MP_OK ? mp_plan_numel(p, out) : n;
+    CHECK(got == n, "%zu outputs, expected %zu", got, n);
+    if (s == MP_OK && got == n) s = mp_plan_read(p, out, y, n);
+    mp_plan_destroy(p);
+    return s;
+}
+
+/* The n outputs of the model at `path` for one sample x. */
 static mp_status forward_one(const char *path, const float *x, float *y, size_t n) {
     mp_graph *g = mp_graph_create();
     mp_onnx_info info;
-    mp_plan *p = NULL;
     mp_status s = mp_graph_from_onnx(g, path, NULL, &info);
-    if (s == MP_OK) s = mp_plan_create(g, (mp_plan_opts){.batch = 1, .reference = true, .channels_first = true}, &p);
-    if (s == MP_OK) s = mp_plan_set_input(p, info.input, x, mp_plan_numel(p, info.input));
-    if (s == MP_OK) s = mp_plan_forward(p);
-    const size_t got = s == MP_OK ? mp_plan_numel(p, info.output) : n;
-    CHECK(got == n, "%zu outputs, expected %zu", got, n);
-    if (s == MP_OK && got == n) s = mp_plan_read(p, info.output, y, n);
-    mp_plan_destroy(p);
+    if (s == MP_OK) s = forward_graph(g, info.input, info.output, x, y, n);
     mp_graph_destroy(g);
     return s;
 }
@@ -329,6 +335,43 @@ static void test_fold_broadcast(void) {
     mp_graph_destroy(g);
 }
 
+/* Parameters two nodes share (mp_graph_share_params) are written once, both
+ * nodes reading the one initializer (fp16: the one Cast): the export used to
+ * write them twice, and its import failed on the repeated value name. */
+static void test_export_tied(void) {
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        mp_graph *g = mp_graph_create();
+        mp_node x = mp_graph_input(g, "x", 2, 6, 6);
+        const mp_conv_opts co = {.out_channels = 2, .kernel = 3, .padding = 1, .bias = true};
+        mp_node a = mp_conv2d(g, "c1", x, co);
+        mp_node b = mp_conv2d(g, "c1b", mp_relu(g, "r", a), co);
+        CHECK_ERR(mp_graph_share_params(g, b, a), MP_OK);
+        mp_node f = mp_linear(g, "fc", mp_global_avgpool(g, "gap", b), (mp_linear_opts){.out_features = 3});
+        mp_graph_init_params(g, 1);
+        float in[72], y0[3], y1[3], w0[36], w1[36];
+        for (int k = 0; k < 72; k++) in[k] = (float)sin(k * 0.37);
+        CHECK_ERR(forward_graph(g, x, f, in, y0, 3), MP_OK);
+        CHECK_ERR(mp_graph_param_get(g, "c1.weight", w0, 36), MP_OK);
+        const char *p = scratch_path(dir, fp16 ? "tied_f16.onnx" : "tied.onnx");
+        CHECK_ERR(mp_graph_to_onnx(g, x, f, p, &(mp_onnx_export_opts){.fp16_weights = fp16}), MP_OK);
+        mp_graph *r = mp_graph_create();
+        mp_onnx_info info;
+        const mp_status st = mp_graph_from_onnx(r, p, NULL, &info);
+        CHECK_ERR(st, MP_OK);
+        if (st == MP_OK) {
+            CHECK_ERR(mp_graph_param_get(r, "c1b.weight", w1, 36), MP_OK);
+            CHECK_ERR(forward_graph(r, info.input, info.output, in, y1, 3), MP_OK);
+            const float tol = fp16 ? 1e-2f : 0;
+            for (int k = 0; k < 36; k++) CHECK(fabsf(w0[k] - w1[k]) <= tol * fabsf(w0[k]), "c1b.weight[%d]", k);
+            for (int k = 0; k < 3; k++)
+                CHECK(fabsf(y0[k] - y1[k]) <= tol * (1 + fabsf(y0[k])), "%s: output %d %g, before export %g",
+                      fp16 ? "fp16" : "fp32", k, y1[k], y0[k]);
+        }
+        mp_graph_destroy(r);
+        mp_graph_destroy(g);
+    }
+}
+
 static void record_param(void *arg, const char *param, const char *init) {
     int *n = arg;
     if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
@@ -406,6 +449,7 @@ int main(void) {
         test_unresolvable();
         test_gemm_beta();
         test_fold_broadcast();
+        test_export_tied();
         test_valid();
     }
     scratch_dir_remove(dir);

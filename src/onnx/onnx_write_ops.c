@@ -9,12 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parameter k of node i as an initializer; *value receives the name ops read
- * it by (the parameter's name, or its Cast's output). */
-static mp_status param(onnx_writer *w, const mp_graph *g, int i, int k, char value[2 * MP_NAME_MAX + 8]) {
-    const mp_gnode *nd = &g->nodes[i];
-    if (k >= nd->n_params) return mp_error(MP_ERR_INTERNAL, "%s: no parameter %d", nd->name, k);
-    const mp_gparam *p = &g->params[nd->first_param + k];
+/* Parameter p as an initializer (fp16: plus its Cast); *value receives the
+ * name ops read it by (the parameter's name, or its Cast's output). */
+static mp_status write_param(onnx_writer *w, const mp_gparam *p, char value[2 * MP_NAME_MAX + 8]) {
     int64_t dims[MP_MAX_DIMS];
     for (int d = 0; d < p->spec.shape.ndim; d++) dims[d] = p->spec.shape.dims[d];
     const size_t n = (size_t)mp_shape_numel(&p->spec.shape);
@@ -40,6 +37,21 @@ static mp_status param(onnx_writer *w, const mp_graph *g, int i, int k, char val
     const char *in[1] = {f16name};
     Onnx__AttributeProto *to[1] = {onnx_w_attr_int(w, "to", ONNX_T_FLOAT)};
     onnx_w_node(w, "Cast", value, in, 1, value, to, 1);
+    return MP_OK;
+}
+
+/* The value node i reads its parameter k by, the parameter written the first
+ * time a node reads it: parameters nodes share (mp_graph_share_params) are
+ * written once. */
+static mp_status param(onnx_writer *w, const mp_graph *g, int i, int k, char value[2 * MP_NAME_MAX + 8]) {
+    const mp_gnode *nd = &g->nodes[i];
+    if (k >= nd->n_params) return mp_error(MP_ERR_INTERNAL, "%s: no parameter %d", nd->name, k);
+    const int idx = nd->first_param + k;
+    if (!w->param_value[idx]) {
+        MP_TRY(write_param(w, &g->params[idx], value));
+        w->param_value[idx] = onnx_w_strdup(w, value);
+    }
+    snprintf(value, 2 * MP_NAME_MAX + 8, "%s", w->param_value[idx] ? w->param_value[idx] : "");
     return MP_OK;
 }
 

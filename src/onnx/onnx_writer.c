@@ -16,6 +16,12 @@ static void *grow(void *p, size_t *cap, size_t n, size_t size, bool *oom) {
     return q;
 }
 
+void onnx_w_release(onnx_writer *w) {
+    for (int k = 0; w->param_value && k < w->n_params; k++) free(w->param_value[k]);
+    free(w->param_value);
+    w->param_value = NULL;
+}
+
 char *onnx_w_strdup(onnx_writer *w, const char *s) {
     char *d = strdup(s ? s : "");
     if (!d) w->oom = true;

@@ -15,6 +15,11 @@ typedef struct {
     size_t cap_node, cap_init;
     bool oom;
     bool fp16;  /* parameters as fp16 initializers + Cast nodes */
+    /* per parameter of the graph written: the value its readers use, once
+     * written (parameters shared by several nodes are written once); NULL
+     * before */
+    char **param_value;
+    int n_params;
 } onnx_writer;
 
 /* TensorProto data types the exporter writes. */
@@ -31,6 +36,8 @@ void onnx_w_node(onnx_writer *w, const char *op, const char *name, const char *c
 /* An initializer of raw little-endian data. */
 void onnx_w_initializer(onnx_writer *w, const char *name, int dtype, int ndim, const int64_t *dims, const void *data,
                         size_t bytes);
+/* Frees what the writer holds beside the model (param_value). */
+void onnx_w_release(onnx_writer *w);
 /* A copy of s ("" for NULL), or NULL (oom set). */
 char *onnx_w_strdup(onnx_writer *w, const char *s);
 /* A float tensor's value info of ndim dims (a negative dim: the batch, "N"). */
