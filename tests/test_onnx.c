@@ -372,6 +372,43 @@ static void test_export_tied(void) {
     }
 }
 
+/* The names the exporter adds (a parameter's initializer and fp16 Cast, a
+ * global pool's pooled value, a reshape's shape, a dropout's ratio) are made
+ * unique against the graph's node names: nodes named like them used to give
+ * a value written twice, which the import refused. */
+static void test_export_name_clash(void) {
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        mp_graph *g = mp_graph_create();
+        mp_node x = mp_graph_input(g, "x", 2, 6, 6);
+        mp_node c = mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 2, .kernel = 3, .padding = 1, .bias = true});
+        c = mp_relu(g, "c1.weight.f16", mp_relu(g, "c1.weight", c));
+        mp_node p = mp_global_avgpool(g, "gap", mp_relu(g, "gap_pool", c));
+        mp_node r = mp_relu(g, "rs.shape", mp_reshape(g, "rs", p, 2, 1, 1));
+        mp_node d = mp_relu(g, "d.ratio", mp_dropout(g, "d", mp_flatten(g, "fl", r), 0.25f));
+        mp_node f = mp_linear(g, "fc", d, (mp_linear_opts){.out_features = 3});
+        CHECK_ERR(mp_graph_status(g), MP_OK);
+        mp_graph_init_params(g, 1);
+        float in[72], y0[3], y1[3];
+        for (int k = 0; k < 72; k++) in[k] = (float)sin(k * 0.37);
+        CHECK_ERR(forward_graph(g, x, f, in, y0, 3), MP_OK);
+        const char *path = scratch_path(dir, fp16 ? "clash_f16.onnx" : "clash.onnx");
+        CHECK_ERR(mp_graph_to_onnx(g, x, f, path, &(mp_onnx_export_opts){.fp16_weights = fp16}), MP_OK);
+        mp_graph *back = mp_graph_create();
+        mp_onnx_info info;
+        const mp_status st = mp_graph_from_onnx(back, path, NULL, &info);
+        CHECK_ERR(st, MP_OK);
+        if (st == MP_OK) {
+            CHECK_ERR(forward_graph(back, info.input, info.output, in, y1, 3), MP_OK);
+            const float tol = fp16 ? 1e-2f : 0;
+            for (int k = 0; k < 3; k++)
+                CHECK(fabsf(y0[k] - y1[k]) <= tol * (1 + fabsf(y0[k])), "%s: output %d %g, before export %g",
+                      fp16 ? "fp16" : "fp32", k, y1[k], y0[k]);
+        }
+        mp_graph_destroy(back);
+        mp_graph_destroy(g);
+    }
+}
+
 static void record_param(void *arg, const char *param, const char *init) {
     int *n = arg;
     if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
@@ -450,6 +487,7 @@ int main(void) {
         test_gemm_beta();
         test_fold_broadcast();
         test_export_tied();
+        test_export_name_clash();
         test_valid();
     }
     scratch_dir_remove(dir);
