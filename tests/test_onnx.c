@@ -409,6 +409,42 @@ static void test_export_name_clash(void) {
     }
 }
 
+/* Export, import, export, import: the node names stay those of the graph
+ * (a global pool's too: it was exported as 'gap_pool' + a Flatten 'gap',
+ * imported as 'gap_pool', then 'gap_pool_pool', and a --precision-override
+ * of 'gap' no longer found it). */
+static void test_export_names_stable(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 4, 4);
+    mp_node c = mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 2, .kernel = 3, .padding = 1});
+    mp_node p = mp_global_avgpool(g, "gap", mp_relu(g, "r", c));
+    mp_node f = mp_linear(g, "fc", p, (mp_linear_opts){.out_features = 3});
+    mp_graph_init_params(g, 1);
+    const char *paths[2] = {scratch_path(dir, "names1.onnx"), NULL};
+    CHECK_ERR(mp_graph_to_onnx(g, x, f, paths[0], NULL), MP_OK);
+    mp_graph *back[2] = {mp_graph_create(), mp_graph_create()};
+    mp_onnx_info info;
+    for (int round = 0; round < 2; round++) {
+        CHECK_ERR(mp_graph_from_onnx(back[round], paths[round], NULL, &info), MP_OK);
+        const mp_graph *was = round ? back[0] : g;
+        CHECK(mp_graph_node_count(back[round]) == mp_graph_node_count(was), "round %d: %d nodes, exported %d", round,
+              mp_graph_node_count(back[round]), mp_graph_node_count(was));
+        for (int i = 0; i < mp_graph_node_count(was) && i < mp_graph_node_count(back[round]); i++)
+            CHECK(!strcmp(mp_graph_node_name(back[round], i), mp_graph_node_name(was, i)),
+                  "round %d: node %d is '%s', exported '%s'", round, i, mp_graph_node_name(back[round], i),
+                  mp_graph_node_name(was, i));
+        if (round == 0) {
+            paths[1] = scratch_path(dir, "names2.onnx");
+            CHECK_ERR(mp_graph_to_onnx(back[0], info.input, info.output, paths[1], NULL), MP_OK);
+        }
+    }
+    const mp_node gap = mp_graph_find(back[1], "gap");
+    CHECK(gap >= 0 && !strcmp(mp_graph_node_op(back[1], gap), "global_avgpool"), "'gap' is not the global pool");
+    mp_graph_destroy(back[0]);
+    mp_graph_destroy(back[1]);
+    mp_graph_destroy(g);
+}
+
 static void record_param(void *arg, const char *param, const char *init) {
     int *n = arg;
     if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
@@ -488,6 +524,7 @@ int main(void) {
         test_fold_broadcast();
         test_export_tied();
         test_export_name_clash();
+        test_export_names_stable();
         test_valid();
     }
     scratch_dir_remove(dir);

@@ -112,17 +112,22 @@ static mp_status write_pool(onnx_writer *w, const mp_graph *g, int i, bool max) 
     return MP_OK;
 }
 
-/* mixprec's (N, C) output of global pooling: GlobalAveragePool, then Flatten. */
+/* mixprec's (N, C) output of global pooling: a GlobalAveragePool named
+ * after the node, then a Flatten writing the node's value, which the
+ * importer folds into the pool: the node keeps its name through an export
+ * and import. */
 static mp_status write_global_avgpool(onnx_writer *w, const mp_graph *g, int i) {
     const mp_gnode *nd = &g->nodes[i];
     char base[MP_NAME_MAX + 8];
     snprintf(base, sizeof base, "%s_pool", nd->name);
     const char *pooled = onnx_w_unique(w, base);
-    if (!pooled) return MP_OK; /* oom, reported once by the caller */
+    snprintf(base, sizeof base, "%s_flat", nd->name);
+    const char *flat = onnx_w_unique(w, base);
+    if (!pooled || !flat) return MP_OK; /* oom, reported once by the caller */
     const char *in[1] = {in_name(g, i, 0)}, *in2[1] = {pooled};
-    onnx_w_node(w, "GlobalAveragePool", pooled, in, 1, pooled, NULL, 0);
+    onnx_w_node(w, "GlobalAveragePool", nd->name, in, 1, pooled, NULL, 0);
     Onnx__AttributeProto *a[1] = {onnx_w_attr_int(w, "axis", 1)};
-    onnx_w_node(w, "Flatten", nd->name, in2, 1, nd->name, a, 1);
+    onnx_w_node(w, "Flatten", flat, in2, 1, nd->name, a, 1);
     return MP_OK;
 }
 
