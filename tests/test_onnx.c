@@ -445,6 +445,33 @@ static void test_export_names_stable(void) {
     mp_graph_destroy(g);
 }
 
+/* A folded Slice with a negative step clamps a start before the first
+ * element to it (ONNX: to [0, len - 1]); it was clamped to -1, which left
+ * nothing: here v[-10:-100:-1] of v = [-1, 0] is [-1], so the Reshape's
+ * target [0, -1] flattens each sample. */
+static void test_fold_slice_negative_step(void) {
+    pb g = {0}, a = {0};
+    const int64_t two[1] = {2}, one[1] = {1}, v[2] = {-1, 0}, start = -10, end = -100, step = -1, zero = 0;
+    onnx_init(&g, "v", 7, two, 1, v, sizeof v);
+    onnx_init(&g, "start", 7, one, 1, &start, 8);
+    onnx_init(&g, "end", 7, one, 1, &end, 8);
+    onnx_init(&g, "axis", 7, one, 1, &zero, 8);
+    onnx_init(&g, "step", 7, one, 1, &step, 8);
+    onnx_init(&g, "zero", 7, one, 1, &zero, 8);
+    onnx_node(&g, "Slice", "slice", "v,start,end,axis,step", "tail", NULL);
+    onnx_attr_int(&a, "axis", 0);
+    onnx_node(&g, "Concat", "target", "zero,tail", "shape", &a);
+    onnx_node(&g, "Reshape", "flat", "x,shape", "y", NULL);
+    const int64_t in[4] = {-1, 2, 3, 4}, out[2] = {-1, 24};
+    onnx_value_info(&g, 11, "x", in, 4, batch_sym);
+    onnx_value_info(&g, 12, "y", out, 2, batch_sym);
+    const char *p = save_graph("slice_negative_step.onnx", &g);
+    float x[24], y[24] = {0};
+    for (int k = 0; k < 24; k++) x[k] = (float)k;
+    CHECK_ERR(forward_one(p, x, y, 24), MP_OK);
+    CHECK(!memcmp(x, y, sizeof x), "the flattened sample differs from the input");
+}
+
 static void record_param(void *arg, const char *param, const char *init) {
     int *n = arg;
     if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
@@ -525,6 +552,7 @@ int main(void) {
         test_export_tied();
         test_export_name_clash();
         test_export_names_stable();
+        test_fold_slice_negative_step();
         test_valid();
     }
     scratch_dir_remove(dir);

@@ -279,7 +279,8 @@ static mp_status fold_slice(onnx_ctx *c) {
         s = s < 0 ? 0 : s > len ? len : s;
         e = e < 0 ? 0 : e > len ? len : e;
     } else {
-        s = s < 0 ? -1 : s > len - 1 ? len - 1 : s;
+        s = s < 0 ? 0 : s; /* a start before the first element clamps to it; an empty axis gives -1: nothing */
+        s = s > len - 1 ? len - 1 : s;
         e = e < -1 ? -1 : e > len - 1 ? len - 1 : e;
     }
     const int64_t n = step > 0 ? (e > s ? 1 + (e - s - 1) / step : 0) : (s > e ? 1 + (s - e - 1) / -step : 0);
