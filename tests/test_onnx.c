@@ -472,6 +472,28 @@ static void test_fold_slice_negative_step(void) {
     CHECK(!memcmp(x, y, sizeof x), "the flattened sample differs from the input");
 }
 
+/* A Dropout whose training_mode is a true constant is refused by name (a
+ * model exported in training mode); false imports as inference. */
+static void test_dropout_training_mode(void) {
+    for (uint8_t training = 0; training < 2; training++) {
+        pb g = {0};
+        const float ratio = 0.5f;
+        onnx_init(&g, "ratio", 1, NULL, 0, &ratio, sizeof ratio);
+        onnx_init(&g, "train", 9, NULL, 0, &training, 1); /* BOOL */
+        onnx_node(&g, "Dropout", "drop", "x,ratio,train", "y", NULL);
+        const int64_t in[2] = {-1, 4};
+        onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+        onnx_value_info(&g, 12, "y", in, 2, batch_sym);
+        const char *p = save_graph(training ? "dropout_train.onnx" : "dropout_eval.onnx", &g);
+        mp_graph *gr = mp_graph_create();
+        if (training)
+            CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, p, "node 'drop'",
+                      "training_mode 'train' is true");
+        else CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_OK);
+        mp_graph_destroy(gr);
+    }
+}
+
 static void record_param(void *arg, const char *param, const char *init) {
     int *n = arg;
     if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
@@ -553,6 +575,7 @@ int main(void) {
         test_export_name_clash();
         test_export_names_stable();
         test_fold_slice_negative_step();
+        test_dropout_training_mode();
         test_valid();
     }
     scratch_dir_remove(dir);
