@@ -77,6 +77,8 @@ checkpoint was trained with \(or leave --model out\)$" -- eval --checkpoint run.
   --data synthetic --synthetic-shape 1x12x12 --synthetic-size 256
 ! grep -q mp_weights_opts eval_wrong_model.err && ok || bad "eval names an API option: $(cat eval_wrong_model.err)"
 expect_named export_shape 2 "--input-shape '1x12'" -- export --checkpoint run.safetensors --input-shape 1x12 -o x.onnx
+expect_named export_shape_wrap 2 "--input-shape '4294967297x12x12' must be CxHxW" -- \
+  export --checkpoint run.safetensors --input-shape 4294967297x12x12 -o x.onnx
 expect_named export_to_dir 2 "-o .*" -- export --checkpoint run.safetensors --input-shape 1x12x12 -o "$work"
 # -o naming the file the weights come from is refused before anything is written
 cp run.safetensors keep.safetensors && cp m.onnx keep.onnx
