@@ -34,7 +34,8 @@ bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out) 
     char *end;
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
-    if (errno || end == text || *end || text[0] == '-') {
+    /* a digit first: strtoull skips spaces and takes a sign, so " -1" read as 2^64 - 1 */
+    if (errno || end == text || *end || !(text[0] >= '0' && text[0] <= '9')) {
         fprintf(stderr, "mixprec %s: %s '%s' is not a non-negative integer\n", cmd, opt, text);
         return false;
     }

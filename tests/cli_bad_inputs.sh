@@ -195,6 +195,9 @@ row model_unknown 2 "--model: unknown model 'resnet999'" -- train --model resnet
 row model_wrn_depth 2 "--model: model 'wrn-27-10': depth 27 is not 6n\+4" -- train --model wrn-27-10
 row data_unknown 1 "--data 'imagenet': unknown dataset" -- train --data imagenet
 row epochs_text 2 "--epochs 'many' is not an integer" -- train --epochs many
+row seed_minus 2 "--seed '-1' is not a non-negative integer" -- train --seed -1
+row seed_space_minus 2 "--seed ' -1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed " -1"
+row seed_plus 2 "--seed '\+1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed +1
 row batch_zero 2 "--batch 0 is out of range" -- train --batch 0
 row lr_nan 2 "--lr 'nan' is not a finite number" -- train --lr nan
 row epochs_no_value 2 "--epochs needs a value" -- train --epochs
