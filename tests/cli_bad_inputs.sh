@@ -191,6 +191,7 @@ row() {
 # ---- table 1: options -----------------------------------------------------------
 row unknown_option 2 "unknown option '--bogus'" -- train --bogus
 row unknown_command 2 "unknown command 'trian'" -- trian
+row version_option 2 "mixprec version: unknown option '--bogus'" -- version --bogus
 row model_unknown 2 "--model: unknown model 'resnet999'" -- train --model resnet999
 row model_wrn_depth 2 "--model: model 'wrn-27-10': depth 27 is not 6n\+4" -- train --model wrn-27-10
 row data_unknown 1 "--data 'imagenet': unknown dataset" -- train --data imagenet
