@@ -7,11 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The decimal integer text starts with, *end past it: false when there is
+ * none or it does not fit a long. */
+static bool scan_long(const char *text, char **end, long *v) {
+    errno = 0;
+    *v = strtol(text, end, 10);
+    return !errno && *end != text;
+}
+
 bool arg_int(const char *cmd, const char *opt, const char *text, int lo, int hi, int *out) {
     char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end) {
+    long v;
+    if (!scan_long(text, &end, &v) || *end) {
         fprintf(stderr, "mixprec %s: %s '%s' is not an integer\n", cmd, opt, text);
         return false;
     }
@@ -27,7 +34,8 @@ bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out) 
     char *end;
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
-    if (errno || end == text || *end || text[0] == '-') {
+    /* a digit first: strtoull skips spaces and takes a sign, so " -1" read as 2^64 - 1 */
+    if (errno || end == text || *end || !(text[0] >= '0' && text[0] <= '9')) {
         fprintf(stderr, "mixprec %s: %s '%s' is not a non-negative integer\n", cmd, opt, text);
         return false;
     }
@@ -61,13 +69,28 @@ bool arg_float(const char *cmd, const char *opt, const char *text, double lo, do
     return true;
 }
 
-bool arg_shape3(const char *cmd, const char *opt, const char *text, int *c, int *h, int *w) {
-    char extra;
-    if (sscanf(text, "%dx%dx%d%c", c, h, w, &extra) != 3 || *c < 1 || *h < 1 || *w < 1 || *c > 4096 ||
-        *h > 4096 || *w > 4096) {
-        fprintf(stderr, "mixprec %s: %s '%s' must be CxHxW with each in 1..4096 (e.g. 3x32x32)\n", cmd, opt, text);
+bool arg_dims(const char *cmd, const char *opt, const char *text, int n, int lo, int hi, const char *form, int *out) {
+    int d[8];
+    const char *p = text;
+    bool ok = n >= 1 && n <= 8;
+    for (int k = 0; ok && k < n; k++) {
+        char *end;
+        long v;
+        ok = *p >= '0' && *p <= '9' && scan_long(p, &end, &v) && v >= lo && v <= hi && *end == (k + 1 < n ? 'x' : 0);
+        if (ok) d[k] = (int)v, p = end + 1;
+    }
+    if (!ok) {
+        fprintf(stderr, "mixprec %s: %s '%s' must be %s, each an integer in %d..%d\n", cmd, opt, text, form, lo, hi);
         return false;
     }
+    memcpy(out, d, (size_t)n * sizeof *out);
+    return true;
+}
+
+bool arg_shape3(const char *cmd, const char *opt, const char *text, int *c, int *h, int *w) {
+    int d[3];
+    if (!arg_dims(cmd, opt, text, 3, 1, 4096, "CxHxW (e.g. 3x32x32)", d)) return false;
+    *c = d[0], *h = d[1], *w = d[2];
     return true;
 }
 

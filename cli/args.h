@@ -18,7 +18,10 @@ bool arg_monitor_interval(const char *cmd, const char *opt, const char *text, fl
  * after printing "mixprec <cmd>: --opt needs a value". */
 int arg_option_value(const char *cmd, int argc, char **argv, int *i, const char *const *options, size_t n,
                      const char **value);
-/* "CxHxW" */
+/* n (1..8) decimal integers in [lo, hi] joined by 'x' ("3x32x32") into out,
+ * or false after printing "--opt 'text' must be <form>, each an integer in lo..hi". */
+bool arg_dims(const char *cmd, const char *opt, const char *text, int n, int lo, int hi, const char *form, int *out);
+/* "CxHxW", each in 1..4096 */
 bool arg_shape3(const char *cmd, const char *opt, const char *text, int *c, int *h, int *w);
 
 #endif

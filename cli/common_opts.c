@@ -49,12 +49,9 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
             ok = false;
         }
     } else if (!strcmp(a, "--image-size")) {
-        char extra;
-        if (sscanf(v, "%dx%d%c", &c->image_h, &c->image_w, &extra) != 2 || c->image_h < 1 || c->image_w < 1 ||
-            c->image_h > 16384 || c->image_w > 16384) {
-            fprintf(stderr, "mixprec %s: --image-size '%s' must be HxW with each in 1..16384 (e.g. 224x224)\n", cmd, v);
-            ok = false;
-        }
+        int hw[2];
+        ok = arg_dims(cmd, a, v, 2, 1, 16384, "HxW (e.g. 224x224)", hw);
+        if (ok) c->image_h = hw[0], c->image_w = hw[1];
     } else if (!strcmp(a, "--image-channels")) {
         ok = arg_int(cmd, a, v, 1, 3, &c->image_c);
         if (ok && c->image_c == 2) {

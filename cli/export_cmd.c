@@ -89,7 +89,12 @@ static int parse(int argc, char **argv, export_args *e) {
                         "for model %s\n", e->model);
         return 2;
     }
-    return cli_check_output("export", "-o", e->output);
+    const int rc = cli_check_output("export", "-o", e->output);
+    if (rc) return rc;
+    /* writing over the file the weights are read from would lose them */
+    return cli_check_outputs_distinct("export", 3, (const char *[]){"-o", "--checkpoint", "--model"},
+                                      (const char *[]){e->output, e->checkpoint,
+                                                       mp_model_is_onnx_name(e->model) ? e->model : NULL});
 }
 
 /* The normalization to record: a checkpoint's (a weights-only file has no

@@ -21,6 +21,20 @@ static void usage(FILE *f) {
             "`mixprec <command> --help` describes each command's options.\n");
 }
 
+/* `mixprec version`: no options but --help. */
+static int cmd_version(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: mixprec version\n\nPrint mixprec's version.\n");
+            return 0;
+        }
+        fprintf(stderr, "mixprec version: unknown option '%s' (see mixprec version --help)\n", argv[i]);
+        return 2;
+    }
+    printf("mixprec %s\n", MP_VERSION_STRING);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     mp_prefer_passive_openmp(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
@@ -35,10 +49,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export")) return cmd_export(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
-        printf("mixprec %s\n", MP_VERSION_STRING);
-        return 0;
-    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
     fprintf(stderr, "mixprec: unknown command '%s' (try `mixprec --help`)\n", argv[1]);
     return 2;
 }

@@ -26,14 +26,17 @@ int scaler_arg_parse(const char *cmd, int argc, char **argv, int *i, mp_scaler_o
     if (taken <= 0) return taken;
     bool ok = true;
     if (!strcmp(a, "--loss-scale")) {
-        if (!strncmp(v, "dynamic:", 8)) {
+        if (!strcmp(v, "dynamic")) { /* the default: an earlier --loss-scale's static or initial scale goes */
+            s->static_scale = false;
+            s->init_scale = 0;
+        } else if (!strncmp(v, "dynamic:", 8)) {
             ok = arg_float(cmd, "--loss-scale dynamic:", v + 8, 0, 3.4e38, &s->init_scale);
             if (ok && !(s->init_scale > 0)) {
                 fprintf(stderr, "mixprec %s: --loss-scale %s: the initial scale must be a number > 0\n", cmd, v);
                 ok = false;
             }
             s->static_scale = false;
-        } else if (strcmp(v, "dynamic")) {
+        } else {
             ok = arg_float(cmd, a, v, 0, 3.4e38, &s->init_scale);
             if (ok && !(s->init_scale > 0)) {
                 fprintf(stderr, "mixprec %s: --loss-scale %s must be a number > 0 or 'dynamic'\n", cmd, v);

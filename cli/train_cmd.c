@@ -2,6 +2,7 @@
  * train with progress output. A bare `mixprec train` trains the default
  * model on Fashion-MNIST. */
 #include <errno.h>
+#include <limits.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -275,17 +276,16 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                                                 (const char *[]){t.resume, t.log, t.monitor_csv}))))
         return rc;
     if (t.threads) omp_set_num_threads(t.threads);
-    FILE *monitor_csv = NULL;
-    if (t.monitor_csv && !t.print_precision && mp_output_open(t.monitor_csv, "--monitor-csv", false, &monitor_csv) != MP_OK) {
-        fprintf(stderr, "mixprec train: %s\n", mp_last_error());
-        return 1;
-    }
+    FILE *monitor_csv = NULL; /* opened once the run is checked: a refused run leaves the file as it was */
 
     mp_dataset train = {0}, test = {0};
     mp_model m = {0};
     mp_optim_opts oo;
     float lr = 0;
     mp_status s = common_opts_optimizer(&t.c, &oo, &lr);
+    /* the schedule's spec; mp_fit parses it again with the run's number of steps */
+    mp_lr_schedule sched;
+    if (s == MP_OK) s = mp_lr_schedule_parse(t.lr_schedule, lr, INT_MAX, &sched);
     if (s == MP_OK) s = common_opts_load_data(&t.c, t.seed, &train, &test);
     /* rank 0's model, and (--gpus) the other ranks' replicas */
     mp_model_spec spec = {.model = t.model, .data = &train,
@@ -342,7 +342,9 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                          .numerics_every = t.numerics_every, .gpus = dist ? 0 : t.gpus,
                          .dist_timeout = t.dist_timeout, .replica = mp_model_spec_build, .replica_arg = &spec};
         mp_monitor *mon = NULL;
-        s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);
+        s = mp_fit_check(&train, &test, &o);
+        if (s == MP_OK && t.monitor_csv) s = mp_output_open(t.monitor_csv, "--monitor-csv", false, &monitor_csv);
+        if (s == MP_OK) s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);
         if (s == MP_OK) s = mp_fit(&m, &train, &test, &o, &res);
         if (s == MP_OK && out)
             fprintf(out, "done: %d epochs in %.1fs, test accuracy %.2f%%, %.0f images/s, activation arena %.1f MiB\n",

@@ -143,6 +143,7 @@ printf 'not a checkpoint at all' >"$in/garbage.safetensors"
 mkfifo "$in/fifo.safetensors"
 mkdir -p "$in/adir"
 echo "keep me" >"$in/existing.txt"
+for k in optimizer schedule batch data; do echo "keep me" >"$in/keep_$k.csv"; done
 ln -s /dev/null "$in/link_to_null"
 mkfifo "$in/out_fifo"
 mkdir -p "$in/bench_fifo" && mkfifo "$in/bench_fifo/results.jsonl"
@@ -190,10 +191,14 @@ row() {
 # ---- table 1: options -----------------------------------------------------------
 row unknown_option 2 "unknown option '--bogus'" -- train --bogus
 row unknown_command 2 "unknown command 'trian'" -- trian
+row version_option 2 "mixprec version: unknown option '--bogus'" -- version --bogus
 row model_unknown 2 "--model: unknown model 'resnet999'" -- train --model resnet999
 row model_wrn_depth 2 "--model: model 'wrn-27-10': depth 27 is not 6n\+4" -- train --model wrn-27-10
 row data_unknown 1 "--data 'imagenet': unknown dataset" -- train --data imagenet
 row epochs_text 2 "--epochs 'many' is not an integer" -- train --epochs many
+row seed_minus 2 "--seed '-1' is not a non-negative integer" -- train --seed -1
+row seed_space_minus 2 "--seed ' -1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed " -1"
+row seed_plus 2 "--seed '\+1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed +1
 row batch_zero 2 "--batch 0 is out of range" -- train --batch 0
 row lr_nan 2 "--lr 'nan' is not a finite number" -- train --lr nan
 row epochs_no_value 2 "--epochs needs a value" -- train --epochs
@@ -294,6 +299,15 @@ row csv_is_log 2 "--log $in/existing.txt and --monitor-csv $in/../in/existing.tx
 row log_is_resume 2 "--resume $ck and --log $ck name the same file" -- "${run[@]}" --resume "$ck" --log "$ck"
 row monitor_csv_fifo 2 "--monitor-csv $in/out_fifo: is a FIFO" -- "${run[@]}" --monitor-csv "$in/out_fifo"
 row monitor_csv_no_dir 2 "--monitor-csv $work/nodir/m.csv: directory" -- "${run[@]}" --monitor-csv "$work/nodir/m.csv"
+# a run refused before training leaves an existing --monitor-csv as it was (the runner compares it; one file each)
+kept() {
+  local id=$1 rc=$2 pat=$3; shift 3
+  row "csv_kept_$id" "$rc" "$pat" -- "${run[@]}" --monitor-csv "$in/keep_$id.csv" "$@"
+}
+kept optimizer 1 "--optimizer 'bogus': unknown" --optimizer bogus
+kept schedule 1 "--lr-schedule 'warp:9': unknown schedule" --lr-schedule warp:9
+kept batch 1 "batch 70000 is larger than the training set" --batch 70000
+row csv_kept_data 1 "$work/none" -- train --data-dir "$work/none" --monitor-csv "$in/keep_data.csv"
 bsyn=(--data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batches 10 --precisions fp32)
 row bench_out_file 2 "--out $in/existing.txt: $in/existing.txt is a regular file, not a directory" -- bench "${bsyn[@]}" --out "$in/existing.txt"
 row bench_out_under_file 2 "--out $in/existing.txt/sub: $in/existing.txt is a regular file" -- bench "${bsyn[@]}" --out "$in/existing.txt/sub"

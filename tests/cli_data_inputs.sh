@@ -105,6 +105,14 @@ row folder_not_dir 1 "$in/x10.npy: not a folder" -- "${t[@]}" --data "folder:$in
 row folder_none 1 "--data folder:DIR needs a folder" -- "${t[@]}" --data "folder:"
 row bad_images_maybe 2 "--bad-images 'maybe' must be skip or fail" -- "${t[@]}" --bad-images maybe
 row image_size_zero 2 "--image-size '0x5' must be HxW" -- "${t[@]}" --image-size 0x5
+# sizes past INT_MAX wrapped (2^32 + 8 read as 8): refused, as are signs and text after the numbers
+row image_size_wrap 2 "--image-size '4294967304x8' must be HxW" -- "${t[@]}" --image-size 4294967304x8
+row shape_wrap 2 "--synthetic-shape '4294967297x8x8' must be CxHxW" -- train "${syn[@]}" \
+  --synthetic-shape 4294967297x8x8
+row shape_huge 2 "--synthetic-shape '1x99999999999999999999x8' must be CxHxW" -- train "${syn[@]}" \
+  --synthetic-shape 1x99999999999999999999x8
+row shape_sign 2 "--synthetic-shape '1x\+8x8' must be CxHxW" -- train "${syn[@]}" --synthetic-shape 1x+8x8
+row shape_tail 2 "--synthetic-shape '1x8x8x' must be CxHxW" -- train "${syn[@]}" --synthetic-shape 1x8x8x
 row image_channels_2 2 "--image-channels 2: 1 \(gray\) or 3 \(RGB\)" -- "${t[@]}" --image-channels 2
 row decode_threads_0 2 "--decode-threads 0 is out of range" -- "${t[@]}" --decode-threads 0
 # skip: the bad images are left out and training runs

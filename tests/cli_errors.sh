@@ -39,6 +39,9 @@ fi
 # help works everywhere
 "$bin" --help | grep -q "train" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: mixprec --help"; }
 "$bin" train --help | grep -q -- "--precision" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: train --help"; }
+"$bin" version --help | grep -q "usage: mixprec version" && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: version --help"; }
+"$bin" version | grep -Eq "^mixprec [0-9]" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: version"; }
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -77,7 +77,16 @@ checkpoint was trained with \(or leave --model out\)$" -- eval --checkpoint run.
   --data synthetic --synthetic-shape 1x12x12 --synthetic-size 256
 ! grep -q mp_weights_opts eval_wrong_model.err && ok || bad "eval names an API option: $(cat eval_wrong_model.err)"
 expect_named export_shape 2 "--input-shape '1x12'" -- export --checkpoint run.safetensors --input-shape 1x12 -o x.onnx
+expect_named export_shape_wrap 2 "--input-shape '4294967297x12x12' must be CxHxW" -- \
+  export --checkpoint run.safetensors --input-shape 4294967297x12x12 -o x.onnx
 expect_named export_to_dir 2 "-o .*" -- export --checkpoint run.safetensors --input-shape 1x12x12 -o "$work"
+# -o naming the file the weights come from is refused before anything is written
+cp run.safetensors keep.safetensors && cp m.onnx keep.onnx
+expect_named export_over_checkpoint 2 "-o ./keep.safetensors and --checkpoint keep.safetensors name the same file" -- \
+  export --checkpoint keep.safetensors --input-shape 1x12x12 -o ./keep.safetensors
+expect_named export_over_model 2 "-o keep.onnx and --model keep.onnx name the same file" -- \
+  export --model keep.onnx --input-shape 1x12x12 -o keep.onnx
+cmp -s keep.safetensors run.safetensors && cmp -s keep.onnx m.onnx && ok || bad "export -o overwrote its input"
 [ ! -e x.onnx ] && ok || bad "a failed export left x.onnx"
 "$bin" export --help | grep -q -- "--fp16-weights" && ok || bad "export --help"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_train.sh — short real training runs through the CLI: accuracy gates on
 # Fashion-MNIST, the JSONL log, progress output, reproducibility by seed (and
-# --init), and cnn10 / the reference kernels on synthetic data.
+# --init), repeated --loss-scale options, and cnn10 / the reference kernels on
+# synthetic data.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/train
@@ -71,7 +72,18 @@ printf 'not a checkpoint' >"$work/bad.st"
 out=$("$bin" train "${args[@]}" --resume "$work/bad.st" 2>&1 >/dev/null)
 grep -q "$work/bad.st" <<<"$out" && ok || bad "corrupt checkpoint not named: $out"
 
-# 6. Every policy trains the default model on Fashion-MNIST (12k samples, 2
+# 6. The last --loss-scale wins: 'dynamic' after a static scale is the default dynamic scaler (the scale
+#    the log ends with is the plain dynamic run's), and a static scale after 'dynamic' stays static.
+ls_run() { "$bin" train --data synthetic --synthetic-shape 1x8x8 --synthetic-size 100 --batch 10 --epochs 1 \
+  --max-steps 2 --precision amp-fp16 --quiet --log "$work/ls_$1.jsonl" "${@:2}" \
+  && sed -n 's/.*"loss_scale":\([0-9.e+]*\).*/\1/p' "$work/ls_$1.jsonl"; }
+dyn=$(ls_run dyn --loss-scale dynamic) && back=$(ls_run back --loss-scale 128 --loss-scale dynamic) \
+  && stat=$(ls_run stat --loss-scale dynamic --loss-scale 128) || bad "--loss-scale runs failed"
+[ -n "$dyn" ] && [ "$dyn" != 128 ] && [ "$back" = "$dyn" ] && ok \
+  || bad "--loss-scale 128 --loss-scale dynamic ends at scale $back, --loss-scale dynamic at $dyn"
+[ "$stat" = 128 ] && ok || bad "--loss-scale dynamic --loss-scale 128 ends at scale $stat"
+
+# 7. Every policy trains the default model on Fashion-MNIST (12k samples, 2
 #    epochs) within 1 point of fp32 for amp-* and o2-*; printed side by side.
 declare -A acc
 for p in fp32 amp-fp16 amp-bf16 o2-fp16 o2-bf16 fp16 bf16; do

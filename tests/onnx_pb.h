@@ -58,19 +58,31 @@ static inline void pb_float(pb *p, int field, float f) {
 
 /* ---- ONNX messages ---- */
 /* AttributeProto: name 1, f 2, i 3, ints 8, type 20 (FLOAT 1, INT 2, INTS 7) */
-static inline void onnx_attr_int(pb *node, const char *name, int64_t v) {
+/* The attribute `name` of that type with the value fields `value` holds
+ * (freed), appended to the node's attributes. */
+static inline void onnx_attr_put(pb *node, const char *name, int type, pb *value) {
     pb a = {0};
     pb_str(&a, 1, name);
-    pb_int(&a, 3, v);
-    pb_int(&a, 20, 2);
+    pb_raw(&a, value->b, value->n);
+    free(value->b);
+    *value = (pb){0};
+    pb_int(&a, 20, type);
     pb_msg(node, 5, &a);
 }
+static inline void onnx_attr_int(pb *node, const char *name, int64_t v) {
+    pb f = {0};
+    pb_int(&f, 3, v);
+    onnx_attr_put(node, name, 2, &f);
+}
+static inline void onnx_attr_float(pb *node, const char *name, float v) {
+    pb f = {0};
+    pb_float(&f, 2, v);
+    onnx_attr_put(node, name, 1, &f);
+}
 static inline void onnx_attr_ints(pb *node, const char *name, const int64_t *v, int n) {
-    pb a = {0};
-    pb_str(&a, 1, name);
-    for (int k = 0; k < n; k++) pb_int(&a, 8, v[k]);
-    pb_int(&a, 20, 7);
-    pb_msg(node, 5, &a);
+    pb f = {0};
+    for (int k = 0; k < n; k++) pb_int(&f, 8, v[k]);
+    onnx_attr_put(node, name, 7, &f);
 }
 /* NodeProto: input 1, output 2, name 3, op_type 4, attribute 5; `ins` and
  * `outs` are comma-separated ("x,W,B"); the node is appended to the graph. */

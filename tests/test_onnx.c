@@ -226,6 +226,273 @@ static void test_unresolvable(void) {
     mp_graph_destroy(gr);
 }
 
+/* The graph g (freed) as a model of opset 17 in the scratch dir: its path. */
+static const char *save_graph(const char *name, pb *g) {
+    const char *path = scratch_path(dir, name);
+    pb m = onnx_model(g, 17);
+    pb_save(&m, path);
+    free(m.b);
+    return path;
+}
+
+/* The n outputs of node `out` of g for one sample x (reference kernels). */
+static mp_status forward_graph(mp_graph *g, mp_node in, mp_node out, const float *x, float *y, size_t n) {
+    mp_plan *p = NULL;
+    mp_status s = mp_plan_create(g, (mp_plan_opts){.batch = 1, .reference = true, .channels_first = true}, &p);
+    if (s == MP_OK) s = mp_plan_set_input(p, in, x, mp_plan_numel(p, in));
+    if (s == MP_OK) s = mp_plan_forward(p);
+    const size_t got = s == MP_OK ? mp_plan_numel(p, out) : n;
+    CHECK(got == n, "%zu outputs, expected %zu", got, n);
+    if (s == MP_OK && got == n) s = mp_plan_read(p, out, y, n);
+    mp_plan_destroy(p);
+    return s;
+}
+
+/* The n outputs of the model at `path` for one sample x. */
+static mp_status forward_one(const char *path, const float *x, float *y, size_t n) {
+    mp_graph *g = mp_graph_create();
+    mp_onnx_info info;
+    mp_status s = mp_graph_from_onnx(g, path, NULL, &info);
+    if (s == MP_OK) s = forward_graph(g, info.input, info.output, x, y, n);
+    mp_graph_destroy(g);
+    return s;
+}
+
+static const char *const batch_sym[4] = {"N", NULL, NULL, NULL};
+
+/* x (N, 4) -> Gemm with B (4, 3) -> `tail`: the Gemm's beta scales its own C
+ * only; ONNX's Gemm ignores beta without C, so a bias absorbed from a
+ * following Add is not scaled. */
+static void test_gemm_beta(void) {
+    const int64_t bd[2] = {4, 3}, cd[1] = {3}, in[2] = {-1, 4}, out[2] = {-1, 3};
+    float bw[12], bias[3] = {1, 2, 3}, y[3];
+    for (int k = 0; k < 12; k++) bw[k] = (float)(k % 5) / 4; /* row 0: 0, 0.25, 0.5 */
+    const float x[4] = {1, 0, 0, 0};
+    for (int with_c = 0; with_c < 2; with_c++) {
+        pb g = {0}, a = {0};
+        onnx_init(&g, "B", 1, bd, 2, bw, sizeof bw);
+        onnx_init(&g, "bias", 1, cd, 1, bias, sizeof bias);
+        onnx_attr_float(&a, "beta", 0.5f);
+        if (with_c) onnx_node(&g, "Gemm", "gemm", "x,B,bias", "y", &a);
+        else {
+            onnx_node(&g, "Gemm", "gemm", "x,B", "t", &a);
+            onnx_node(&g, "Add", "add_bias", "t,bias", "y", NULL);
+        }
+        onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+        onnx_value_info(&g, 12, "y", out, 2, batch_sym);
+        const char *p = save_graph(with_c ? "gemm_beta_c.onnx" : "gemm_beta_add.onnx", &g);
+        CHECK_ERR(forward_one(p, x, y, 3), MP_OK);
+        const float s = with_c ? 0.5f : 1.0f;
+        CHECK(y[0] == s * 1 && y[1] == 0.25f + s * 2 && y[2] == 0.5f + s * 3, "%s: %g %g %g",
+              with_c ? "Gemm's C times beta 0.5" : "an Add's bias after a Gemm with beta 0.5", y[0], y[1], y[2]);
+    }
+}
+
+/* x (N, 4) -> Gemm whose weight (as_weight: B (4, 3)) or C (else, with B
+ * zero and transB) is folded from `op` of constants a and b. */
+static const char *save_folded_gemm(const char *name, const char *op, const int64_t *ad, int an, const float *a,
+                                    const int64_t *bd, int bn, const float *b, bool as_weight) {
+    pb g = {0}, attrs = {0};
+    const int64_t zd[2] = {3, 4}, in[2] = {-1, 4}, out[2] = {-1, 3};
+    static const float zero[12];
+    int64_t na = 1, nb = 1;
+    for (int k = 0; k < an; k++) na *= ad[k];
+    for (int k = 0; k < bn; k++) nb *= bd[k];
+    onnx_init(&g, "a", 1, ad, an, a, (size_t)na * sizeof *a);
+    onnx_init(&g, "b", 1, bd, bn, b, (size_t)nb * sizeof *b);
+    onnx_node(&g, op, "fold", "a,b", "folded", NULL);
+    if (as_weight) onnx_node(&g, "Gemm", "gemm", "x,folded", "y", NULL);
+    else {
+        onnx_init(&g, "B", 1, zd, 2, zero, sizeof zero);
+        onnx_attr_int(&attrs, "transB", 1);
+        onnx_node(&g, "Gemm", "gemm", "x,B,folded", "y", &attrs);
+    }
+    onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+    onnx_value_info(&g, 12, "y", out, 2, batch_sym);
+    return save_graph(name, &g);
+}
+
+/* Folded Add/Sub/Mul/Div broadcast as numpy does: shapes right-aligned to
+ * the larger rank, dims equal or 1; other shapes are refused by node. */
+static void test_fold_broadcast(void) {
+    const int64_t d11[2] = {1, 1}, d3[1] = {3}, d41[2] = {4, 1}, d13[2] = {1, 3}, d2[1] = {2};
+    const float zero = 0, bias[3] = {1, 2, 3}, col[4] = {1, 2, 3, 4}, row[3] = {1, -1, 0.5f};
+    const float x[4] = {1, 10, 100, 1000};
+    float y[3] = {0};
+    /* [1, 1] + [3] is (1, 3), the bias itself (it folded to shape (1, 1)) */
+    const char *p = save_folded_gemm("fold_add_11_3.onnx", "Add", d11, 2, &zero, d3, 1, bias, false);
+    CHECK_ERR(forward_one(p, x, y, 3), MP_OK);
+    CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3, "Gemm's C folded from [1, 1] + [3]: %g %g %g", y[0], y[1], y[2]);
+    /* (4, 1) * (1, 3) is the (4, 3) outer product: y = row * (x . col) */
+    p = save_folded_gemm("fold_mul_41_13.onnx", "Mul", d41, 2, col, d13, 2, row, true);
+    CHECK_ERR(forward_one(p, x, y, 3), MP_OK);
+    CHECK(y[0] == 4321 && y[1] == -4321 && y[2] == 2160.5f, "weight folded from (4, 1) * (1, 3): %g %g %g", y[0],
+          y[1], y[2]);
+    p = save_folded_gemm("fold_add_2_3.onnx", "Add", d2, 1, col, d3, 1, bias, false);
+    mp_graph *g = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(g, p, NULL, NULL), MP_ERR_SHAPE, p, "node 'fold'", "'a' [2] and 'b' [3]",
+              "do not broadcast");
+    mp_graph_destroy(g);
+}
+
+/* Exports g (input x of 72 values per sample, output `out` of 3) as `name`,
+ * with fp32 or fp16 weights, and imports it back: the imported graph, whose
+ * output must equal g's (within fp16's rounding for fp16 weights), or NULL
+ * when the import failed. */
+static mp_graph *export_round_trip(mp_graph *g, mp_node x, mp_node out, const char *name, bool fp16) {
+    float in[72], y0[3], y1[3];
+    for (int k = 0; k < 72; k++) in[k] = (float)sin(k * 0.37);
+    CHECK_ERR(forward_graph(g, x, out, in, y0, 3), MP_OK);
+    const char *path = scratch_path(dir, name);
+    CHECK_ERR(mp_graph_to_onnx(g, x, out, path, &(mp_onnx_export_opts){.fp16_weights = fp16}), MP_OK);
+    mp_graph *back = mp_graph_create();
+    mp_onnx_info info;
+    const mp_status st = mp_graph_from_onnx(back, path, NULL, &info);
+    CHECK_ERR(st, MP_OK);
+    if (st != MP_OK) {
+        mp_graph_destroy(back);
+        return NULL;
+    }
+    CHECK_ERR(forward_graph(back, info.input, info.output, in, y1, 3), MP_OK);
+    const float tol = fp16 ? 1e-2f : 0;
+    for (int k = 0; k < 3; k++)
+        CHECK(fabsf(y0[k] - y1[k]) <= tol * (1 + fabsf(y0[k])), "%s: output %d %g, before export %g", name, k, y1[k],
+              y0[k]);
+    return back;
+}
+
+/* Parameters two nodes share (mp_graph_share_params) are written once, both
+ * nodes reading the one initializer (fp16: the one Cast): the export used to
+ * write them twice, and its import failed on the repeated value name. */
+static void test_export_tied(void) {
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        mp_graph *g = mp_graph_create();
+        mp_node x = mp_graph_input(g, "x", 2, 6, 6);
+        const mp_conv_opts co = {.out_channels = 2, .kernel = 3, .padding = 1, .bias = true};
+        mp_node a = mp_conv2d(g, "c1", x, co);
+        mp_node b = mp_conv2d(g, "c1b", mp_relu(g, "r", a), co);
+        CHECK_ERR(mp_graph_share_params(g, b, a), MP_OK);
+        mp_node f = mp_linear(g, "fc", mp_global_avgpool(g, "gap", b), (mp_linear_opts){.out_features = 3});
+        mp_graph_init_params(g, 1);
+        float w0[36], w1[36];
+        CHECK_ERR(mp_graph_param_get(g, "c1.weight", w0, 36), MP_OK);
+        mp_graph *back = export_round_trip(g, x, f, fp16 ? "tied_f16.onnx" : "tied.onnx", fp16);
+        if (back) {
+            CHECK_ERR(mp_graph_param_get(back, "c1b.weight", w1, 36), MP_OK);
+            const float tol = fp16 ? 1e-2f : 0;
+            for (int k = 0; k < 36; k++) CHECK(fabsf(w0[k] - w1[k]) <= tol * fabsf(w0[k]), "c1b.weight[%d]", k);
+        }
+        mp_graph_destroy(back);
+        mp_graph_destroy(g);
+    }
+}
+
+/* The names the exporter adds (a parameter's initializer and fp16 Cast, a
+ * global pool's pooled value, a reshape's shape, a dropout's ratio) are made
+ * unique against the graph's node names: nodes named like them used to give
+ * a value written twice, which the import refused. */
+static void test_export_name_clash(void) {
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        mp_graph *g = mp_graph_create();
+        mp_node x = mp_graph_input(g, "x", 2, 6, 6);
+        mp_node c = mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 2, .kernel = 3, .padding = 1, .bias = true});
+        c = mp_relu(g, "c1.weight.f16", mp_relu(g, "c1.weight", c));
+        mp_node p = mp_global_avgpool(g, "gap", mp_relu(g, "gap_pool", c));
+        mp_node r = mp_relu(g, "rs.shape", mp_reshape(g, "rs", p, 2, 1, 1));
+        mp_node d = mp_relu(g, "d.ratio", mp_dropout(g, "d", mp_flatten(g, "fl", r), 0.25f));
+        mp_node f = mp_linear(g, "fc", d, (mp_linear_opts){.out_features = 3});
+        CHECK_ERR(mp_graph_status(g), MP_OK);
+        mp_graph_init_params(g, 1);
+        mp_graph_destroy(export_round_trip(g, x, f, fp16 ? "clash_f16.onnx" : "clash.onnx", fp16));
+        mp_graph_destroy(g);
+    }
+}
+
+/* Export, import, export, import: the node names stay those of the graph
+ * (a global pool's too: it was exported as 'gap_pool' + a Flatten 'gap',
+ * imported as 'gap_pool', then 'gap_pool_pool', and a --precision-override
+ * of 'gap' no longer found it). */
+static void test_export_names_stable(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 1, 4, 4);
+    mp_node c = mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 2, .kernel = 3, .padding = 1});
+    mp_node p = mp_global_avgpool(g, "gap", mp_relu(g, "r", c));
+    mp_node f = mp_linear(g, "fc", p, (mp_linear_opts){.out_features = 3});
+    mp_graph_init_params(g, 1);
+    const char *paths[2] = {scratch_path(dir, "names1.onnx"), NULL};
+    CHECK_ERR(mp_graph_to_onnx(g, x, f, paths[0], NULL), MP_OK);
+    mp_graph *back[2] = {mp_graph_create(), mp_graph_create()};
+    mp_onnx_info info;
+    for (int round = 0; round < 2; round++) {
+        CHECK_ERR(mp_graph_from_onnx(back[round], paths[round], NULL, &info), MP_OK);
+        const mp_graph *was = round ? back[0] : g;
+        CHECK(mp_graph_node_count(back[round]) == mp_graph_node_count(was), "round %d: %d nodes, exported %d", round,
+              mp_graph_node_count(back[round]), mp_graph_node_count(was));
+        for (int i = 0; i < mp_graph_node_count(was) && i < mp_graph_node_count(back[round]); i++)
+            CHECK(!strcmp(mp_graph_node_name(back[round], i), mp_graph_node_name(was, i)),
+                  "round %d: node %d is '%s', exported '%s'", round, i, mp_graph_node_name(back[round], i),
+                  mp_graph_node_name(was, i));
+        if (round == 0) {
+            paths[1] = scratch_path(dir, "names2.onnx");
+            CHECK_ERR(mp_graph_to_onnx(back[0], info.input, info.output, paths[1], NULL), MP_OK);
+        }
+    }
+    const mp_node gap = mp_graph_find(back[1], "gap");
+    CHECK(gap >= 0 && !strcmp(mp_graph_node_op(back[1], gap), "global_avgpool"), "'gap' is not the global pool");
+    mp_graph_destroy(back[0]);
+    mp_graph_destroy(back[1]);
+    mp_graph_destroy(g);
+}
+
+/* A folded Slice with a negative step clamps a start before the first
+ * element to it (ONNX: to [0, len - 1]); it was clamped to -1, which left
+ * nothing: here v[-10:-100:-1] of v = [-1, 0] is [-1], so the Reshape's
+ * target [0, -1] flattens each sample. */
+static void test_fold_slice_negative_step(void) {
+    pb g = {0}, a = {0};
+    const int64_t two[1] = {2}, one[1] = {1}, v[2] = {-1, 0}, start = -10, end = -100, step = -1, zero = 0;
+    onnx_init(&g, "v", 7, two, 1, v, sizeof v);
+    onnx_init(&g, "start", 7, one, 1, &start, 8);
+    onnx_init(&g, "end", 7, one, 1, &end, 8);
+    onnx_init(&g, "axis", 7, one, 1, &zero, 8);
+    onnx_init(&g, "step", 7, one, 1, &step, 8);
+    onnx_init(&g, "zero", 7, one, 1, &zero, 8);
+    onnx_node(&g, "Slice", "slice", "v,start,end,axis,step", "tail", NULL);
+    onnx_attr_int(&a, "axis", 0);
+    onnx_node(&g, "Concat", "target", "zero,tail", "shape", &a);
+    onnx_node(&g, "Reshape", "flat", "x,shape", "y", NULL);
+    const int64_t in[4] = {-1, 2, 3, 4}, out[2] = {-1, 24};
+    onnx_value_info(&g, 11, "x", in, 4, batch_sym);
+    onnx_value_info(&g, 12, "y", out, 2, batch_sym);
+    const char *p = save_graph("slice_negative_step.onnx", &g);
+    float x[24], y[24] = {0};
+    for (int k = 0; k < 24; k++) x[k] = (float)k;
+    CHECK_ERR(forward_one(p, x, y, 24), MP_OK);
+    CHECK(!memcmp(x, y, sizeof x), "the flattened sample differs from the input");
+}
+
+/* A Dropout whose training_mode is a true constant is refused by name (a
+ * model exported in training mode); false imports as inference. */
+static void test_dropout_training_mode(void) {
+    for (uint8_t training = 0; training < 2; training++) {
+        pb g = {0};
+        const float ratio = 0.5f;
+        onnx_init(&g, "ratio", 1, NULL, 0, &ratio, sizeof ratio);
+        onnx_init(&g, "train", 9, NULL, 0, &training, 1); /* BOOL */
+        onnx_node(&g, "Dropout", "drop", "x,ratio,train", "y", NULL);
+        const int64_t in[2] = {-1, 4};
+        onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+        onnx_value_info(&g, 12, "y", in, 2, batch_sym);
+        const char *p = save_graph(training ? "dropout_train.onnx" : "dropout_eval.onnx", &g);
+        mp_graph *gr = mp_graph_create();
+        if (training)
+            CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, p, "node 'drop'",
+                      "training_mode 'train' is true");
+        else CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_OK);
+        mp_graph_destroy(gr);
+    }
+}
+
 static void record_param(void *arg, const char *param, const char *init) {
     int *n = arg;
     if (!strcmp(param, "conv1.weight")) CHECK(!strcmp(init, "W"), "conv1.weight came from %s", init);
@@ -301,6 +568,13 @@ int main(void) {
         test_bad_models();
         test_non_tensor_input();
         test_unresolvable();
+        test_gemm_beta();
+        test_fold_broadcast();
+        test_export_tied();
+        test_export_name_clash();
+        test_export_names_stable();
+        test_fold_slice_negative_step();
+        test_dropout_training_mode();
         test_valid();
     }
     scratch_dir_remove(dir);

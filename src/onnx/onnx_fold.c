@@ -279,7 +279,8 @@ static mp_status fold_slice(onnx_ctx *c) {
         s = s < 0 ? 0 : s > len ? len : s;
         e = e < 0 ? 0 : e > len ? len : e;
     } else {
-        s = s < 0 ? -1 : s > len - 1 ? len - 1 : s;
+        s = s < 0 ? 0 : s; /* a start before the first element clamps to it; an empty axis gives -1: nothing */
+        s = s > len - 1 ? len - 1 : s;
         e = e < -1 ? -1 : e > len - 1 ? len - 1 : e;
     }
     const int64_t n = step > 0 ? (e > s ? 1 + (e - s - 1) / step : 0) : (s > e ? 1 + (s - e - 1) / -step : 0);
@@ -398,25 +399,35 @@ static mp_status fold_binary(onnx_ctx *c, char op) {
     MP_TRY(onnx_const(c, 0, &a));
     MP_TRY(onnx_const(c, 1, &b));
     if (a->is_int != b->is_int) return onnx_fail(c, MP_ERR_FORMAT, "operands of different types");
-    const onnx_value *big = a->numel >= b->numel ? a : b;
-    bool same = a->ndim == b->ndim;
-    for (int k = 0; same && k < a->ndim; k++) same = a->dims[k] == b->dims[k];
-    if (!same && a->numel != 1 && b->numel != 1)
-        return onnx_fail(c, MP_ERR_UNSUPPORTED, "broadcasting of constants beyond scalars is not folded");
+    /* numpy's broadcast: shapes right-aligned to the larger rank, each pair of
+     * dims equal or one of them 1; an operand's stride is 0 along its dims of 1 */
+    const int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    int64_t dims[ONNX_MAX_DIMS], sa[ONNX_MAX_DIMS], sb[ONNX_MAX_DIMS], ta = 1, tb = 1;
+    for (int k = nd - 1, ka = a->ndim - 1, kb = b->ndim - 1; k >= 0; k--, ka--, kb--) {
+        const int64_t da = ka >= 0 ? a->dims[ka] : 1, db = kb >= 0 ? b->dims[kb] : 1;
+        if (da != db && da != 1 && db != 1) {
+            char b1[96], b2[96];
+            return onnx_fail(c, MP_ERR_SHAPE, "constants '%s' %s and '%s' %s do not broadcast", a->name,
+                             onnx_dims_str(a->ndim, a->dims, b1, sizeof b1), b->name,
+                             onnx_dims_str(b->ndim, b->dims, b2, sizeof b2));
+        }
+        dims[k] = da == 1 ? db : da;
+        sa[k] = da == 1 ? 0 : ta, sb[k] = db == 1 ? 0 : tb;
+        ta *= da, tb *= db;
+    }
     const bool is_int = a->is_int;
-    int64_t dims[ONNX_MAX_DIMS];
-    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-    if (same || big->ndim >= nd) {
-        nd = big->ndim;
-        memcpy(dims, big->dims, sizeof dims);
-    } else
-        for (int k = 0; k < nd; k++) dims[k] = 1;
     onnx_value *o;
     MP_TRY(out_const(c, is_int, nd, dims, &o));
     MP_TRY(onnx_const(c, 0, &a));
     MP_TRY(onnx_const(c, 1, &b));
+    int64_t idx[ONNX_MAX_DIMS] = {0}, i = 0, j = 0;
     for (int64_t k = 0; k < o->numel; k++) {
-        const int64_t i = a->numel == 1 ? 0 : k, j = b->numel == 1 ? 0 : k;
+        if (k > 0) /* the next index of the output, and of a and b */
+            for (int d = nd - 1; d >= 0; d--) {
+                i += sa[d], j += sb[d];
+                if (++idx[d] < dims[d]) break;
+                i -= sa[d] * dims[d], j -= sb[d] * dims[d], idx[d] = 0;
+            }
         if (is_int) {
             int64_t x = a->i[i], y = b->i[j];
             if (is_sym(x) || is_sym(y)) {

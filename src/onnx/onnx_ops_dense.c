@@ -67,6 +67,7 @@ static mp_status emit_dense(onnx_ctx *c, const char *name, bool gemm) {
                          onnx_dims_str(bm->ndim, bm->dims, b2, sizeof b2), trans_b ? " (transposed)" : "");
     if (m < 1 || m > (1 << 24)) return onnx_fail(c, MP_ERR_SHAPE, "%lld outputs", (long long)m);
     const char *out_name = c->node->output[0];
+    const float c_scale = cv ? beta : 1; /* ONNX's Gemm ignores beta without C: not applied to an absorbed Add */
     if (cv) {
         if (cv->kind != ONNX_V_CONST || cv->is_int || (cv->numel != m && cv->numel != 1) ||
             (cv->ndim == 2 && cv->dims[0] != 1))
@@ -83,7 +84,7 @@ static mp_status emit_dense(onnx_ctx *c, const char *name, bool gemm) {
     }
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < k; j++) w[i * k + j] = alpha * (trans_b ? bm->f[i * k + j] : bm->f[j * m + i]);
-    for (int64_t i = 0; cv && i < m; i++) b[i] = beta * cv->f[cv->numel == 1 ? 0 : i];
+    for (int64_t i = 0; cv && i < m; i++) b[i] = c_scale * cv->f[cv->numel == 1 ? 0 : i];
     mp_status s = emit_linear(c, name, x, bm, w, m, cv, b, out_name);
     free(w), free(b);
     return s;

@@ -95,6 +95,10 @@ mp_status onnx_emit_dropout(onnx_ctx *c, const char *name) {
     }
     if (mode && mode->kind != ONNX_V_CONST)
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "training_mode '%s' is not a constant", mode->name);
+    if (mode && mode->numel != 1) return onnx_fail(c, MP_ERR_FORMAT, "training_mode '%s' is not one value", mode->name);
+    if (mode && (mode->is_int ? mode->i[0] != 0 : mode->f[0] != 0))
+        return onnx_fail(c, MP_ERR_UNSUPPORTED, "training_mode '%s' is true: export the model in inference (eval) mode",
+                         mode->name);
     if (!(p >= 0 && p < 1)) return onnx_fail(c, MP_ERR_FORMAT, "ratio %g is not in [0, 1)", p);
     MP_TRY(onnx_single_output(c));
     if (p == 0) return onnx_alias(c, x, x->ndim, x->dims);

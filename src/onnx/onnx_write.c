@@ -75,7 +75,9 @@ mp_status mp_graph_to_onnx(const mp_graph *g, mp_node input, mp_node output, con
     onnx__model_proto__init(m);
     onnx__graph_proto__init(gp);
     onnx__operator_set_id_proto__init(op);
-    onnx_writer w = {.g = gp, .fp16 = opts.fp16_weights};
+    onnx_writer w = {.g = gp, .graph = g, .fp16 = opts.fp16_weights, .n_params = g->n_params,
+                     .param_value = calloc((size_t)(g->n_params ? g->n_params : 1), sizeof(char *))};
+    if (!w.param_value) w.oom = true;
     m->has_ir_version = true;
     m->ir_version = EXPORT_IR_VERSION;
     m->producer_name = onnx_w_strdup(&w, "mixprec");
@@ -112,6 +114,7 @@ mp_status mp_graph_to_onnx(const mp_graph *g, mp_node input, mp_node output, con
         if (strncmp(msg, path, strlen(path))) s = mp_error(s, "%s: %s", path, msg);
     }
     onnx__model_proto__free_unpacked(m, NULL);
+    onnx_w_release(&w);
     free(need);
     return s;
 }

@@ -9,18 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parameter k of node i as an initializer; *value receives the name ops read
- * it by (the parameter's name, or its Cast's output). */
-static mp_status param(onnx_writer *w, const mp_graph *g, int i, int k, char value[2 * MP_NAME_MAX + 8]) {
-    const mp_gnode *nd = &g->nodes[i];
-    if (k >= nd->n_params) return mp_error(MP_ERR_INTERNAL, "%s: no parameter %d", nd->name, k);
-    const mp_gparam *p = &g->params[nd->first_param + k];
+/* Parameter p as an initializer (fp16: plus its Cast); *value receives the
+ * name ops read it by: the parameter's name, or its Cast's output, made
+ * unique against the graph's node names and the other added names. */
+static mp_status write_param(onnx_writer *w, const mp_gparam *p, char value[2 * MP_NAME_MAX + 8]) {
+    value[0] = '\0';
     int64_t dims[MP_MAX_DIMS];
     for (int d = 0; d < p->spec.shape.ndim; d++) dims[d] = p->spec.shape.dims[d];
     const size_t n = (size_t)mp_shape_numel(&p->spec.shape);
     if (!w->fp16) {
-        onnx_w_initializer(w, p->name, ONNX_T_FLOAT, p->spec.shape.ndim, dims, p->data, n * sizeof(float));
-        snprintf(value, 2 * MP_NAME_MAX + 8, "%s", p->name);
+        const char *name = onnx_w_unique(w, p->name);
+        if (!name) return MP_OK; /* oom, reported once by the caller */
+        onnx_w_initializer(w, name, ONNX_T_FLOAT, p->spec.shape.ndim, dims, p->data, n * sizeof(float));
+        snprintf(value, 2 * MP_NAME_MAX + 8, "%s", name);
         return MP_OK;
     }
     mp_f16 *h = malloc((n ? n : 1) * sizeof *h);
@@ -32,14 +33,32 @@ static mp_status param(onnx_writer *w, const mp_graph *g, int i, int k, char val
                             p->name, (double)p->data[e]);
         }
     mp_convert_f32_to_f16(p->data, h, n);
-    char f16name[2 * MP_NAME_MAX + 8];
-    snprintf(f16name, sizeof f16name, "%s.f16", p->name);
-    onnx_w_initializer(w, f16name, ONNX_T_FLOAT16, p->spec.shape.ndim, dims, h, n * sizeof *h);
+    char f16base[2 * MP_NAME_MAX + 8];
+    snprintf(f16base, sizeof f16base, "%s.f16", p->name);
+    const char *f16name = onnx_w_unique(w, f16base), *cast = onnx_w_unique(w, p->name);
+    if (f16name && cast) onnx_w_initializer(w, f16name, ONNX_T_FLOAT16, p->spec.shape.ndim, dims, h, n * sizeof *h);
     free(h);
-    snprintf(value, 2 * MP_NAME_MAX + 8, "%s", p->name);
+    if (!f16name || !cast) return MP_OK;
+    snprintf(value, 2 * MP_NAME_MAX + 8, "%s", cast);
     const char *in[1] = {f16name};
     Onnx__AttributeProto *to[1] = {onnx_w_attr_int(w, "to", ONNX_T_FLOAT)};
-    onnx_w_node(w, "Cast", value, in, 1, value, to, 1);
+    onnx_w_node(w, "Cast", cast, in, 1, cast, to, 1);
+    return MP_OK;
+}
+
+/* The value node i reads its parameter k by, the parameter written the first
+ * time a node reads it: parameters nodes share (mp_graph_share_params) are
+ * written once. */
+static mp_status param(onnx_writer *w, const mp_graph *g, int i, int k, char value[2 * MP_NAME_MAX + 8]) {
+    const mp_gnode *nd = &g->nodes[i];
+    if (k >= nd->n_params) return mp_error(MP_ERR_INTERNAL, "%s: no parameter %d", nd->name, k);
+    const int idx = nd->first_param + k;
+    if (!w->param_value[idx]) {
+        MP_TRY(write_param(w, &g->params[idx], value));
+        if (w->oom) return MP_OK; /* reported once by the caller */
+        w->param_value[idx] = onnx_w_strdup(w, value);
+    }
+    snprintf(value, 2 * MP_NAME_MAX + 8, "%s", w->param_value[idx] ? w->param_value[idx] : "");
     return MP_OK;
 }
 
@@ -93,15 +112,22 @@ static mp_status write_pool(onnx_writer *w, const mp_graph *g, int i, bool max) 
     return MP_OK;
 }
 
-/* mixprec's (N, C) output of global pooling: GlobalAveragePool, then Flatten. */
+/* mixprec's (N, C) output of global pooling: a GlobalAveragePool named
+ * after the node, then a Flatten writing the node's value, which the
+ * importer folds into the pool: the node keeps its name through an export
+ * and import. */
 static mp_status write_global_avgpool(onnx_writer *w, const mp_graph *g, int i) {
     const mp_gnode *nd = &g->nodes[i];
-    char pooled[MP_NAME_MAX + 8];
-    snprintf(pooled, sizeof pooled, "%s_pool", nd->name);
+    char base[MP_NAME_MAX + 8];
+    snprintf(base, sizeof base, "%s_pool", nd->name);
+    const char *pooled = onnx_w_unique(w, base);
+    snprintf(base, sizeof base, "%s_flat", nd->name);
+    const char *flat = onnx_w_unique(w, base);
+    if (!pooled || !flat) return MP_OK; /* oom, reported once by the caller */
     const char *in[1] = {in_name(g, i, 0)}, *in2[1] = {pooled};
-    onnx_w_node(w, "GlobalAveragePool", pooled, in, 1, pooled, NULL, 0);
+    onnx_w_node(w, "GlobalAveragePool", nd->name, in, 1, pooled, NULL, 0);
     Onnx__AttributeProto *a[1] = {onnx_w_attr_int(w, "axis", 1)};
-    onnx_w_node(w, "Flatten", nd->name, in2, 1, nd->name, a, 1);
+    onnx_w_node(w, "Flatten", flat, in2, 1, nd->name, a, 1);
     return MP_OK;
 }
 
@@ -128,8 +154,10 @@ static mp_status write_reshape(onnx_writer *w, const mp_graph *g, int i) {
         onnx_w_node(w, "Flatten", nd->name, in, 1, nd->name, a, 1);
         return MP_OK;
     }
-    char shape[MP_NAME_MAX + 8];
-    snprintf(shape, sizeof shape, "%s.shape", nd->name);
+    char base[MP_NAME_MAX + 8];
+    snprintf(base, sizeof base, "%s.shape", nd->name);
+    const char *shape = onnx_w_unique(w, base);
+    if (!shape) return MP_OK; /* oom, reported once by the caller */
     int64_t dims[MP_MAX_DIMS] = {0}, n = t->ndim;
     for (int k = 1; k < t->ndim; k++) dims[k] = t->dims[k];
     onnx_w_initializer(w, shape, ONNX_T_INT64, 1, &n, dims, (size_t)n * sizeof *dims);
@@ -140,8 +168,10 @@ static mp_status write_reshape(onnx_writer *w, const mp_graph *g, int i) {
 
 static mp_status write_dropout(onnx_writer *w, const mp_graph *g, int i) {
     const mp_gnode *nd = &g->nodes[i];
-    char ratio[MP_NAME_MAX + 8];
-    snprintf(ratio, sizeof ratio, "%s.ratio", nd->name);
+    char base[MP_NAME_MAX + 8];
+    snprintf(base, sizeof base, "%s.ratio", nd->name);
+    const char *ratio = onnx_w_unique(w, base);
+    if (!ratio) return MP_OK; /* oom, reported once by the caller */
     const float p = nd->desc.attr.p;
     onnx_w_initializer(w, ratio, ONNX_T_FLOAT, 0, NULL, &p, sizeof p);
     const char *in[2] = {in_name(g, i, 0), ratio};

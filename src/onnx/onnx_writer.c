@@ -16,6 +16,39 @@ static void *grow(void *p, size_t *cap, size_t n, size_t size, bool *oom) {
     return q;
 }
 
+void onnx_w_release(onnx_writer *w) {
+    for (int k = 0; w->param_value && k < w->n_params; k++) free(w->param_value[k]);
+    free(w->param_value);
+    w->param_value = NULL;
+    for (size_t k = 0; k < w->n_names; k++) free(w->names[k]);
+    free(w->names);
+    w->names = NULL;
+    w->n_names = w->cap_names = 0;
+}
+
+static bool name_taken(const onnx_writer *w, const char *s) {
+    if (mp_graph_find(w->graph, s) >= 0) return true;
+    for (size_t k = 0; k < w->n_names; k++)
+        if (!strcmp(w->names[k], s)) return true;
+    return false;
+}
+
+const char *onnx_w_unique(onnx_writer *w, const char *base) {
+    const size_t n = strlen(base) + 16;
+    char *s = malloc(n);
+    char **names = grow(w->names, &w->cap_names, w->n_names, sizeof *names, &w->oom);
+    if (!s || !names) {
+        free(s);
+        w->oom = true;
+        return NULL;
+    }
+    w->names = names;
+    snprintf(s, n, "%s", base);
+    for (unsigned k = 2; name_taken(w, s); k++) snprintf(s, n, "%s_%u", base, k);
+    w->names[w->n_names++] = s;
+    return s;
+}
+
 char *onnx_w_strdup(onnx_writer *w, const char *s) {
     char *d = strdup(s ? s : "");
     if (!d) w->oom = true;

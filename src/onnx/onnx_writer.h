@@ -12,9 +12,17 @@
 
 typedef struct {
     Onnx__GraphProto *g;
+    const mp_graph *graph; /* the graph written: its node names are the values of its nodes' outputs */
     size_t cap_node, cap_init;
     bool oom;
     bool fp16;  /* parameters as fp16 initializers + Cast nodes */
+    /* per parameter of the graph written: the value its readers use, once
+     * written (parameters shared by several nodes are written once); NULL
+     * before */
+    char **param_value;
+    int n_params;
+    char **names; /* the names onnx_w_unique made, in the order made */
+    size_t n_names, cap_names;
 } onnx_writer;
 
 /* TensorProto data types the exporter writes. */
@@ -31,6 +39,13 @@ void onnx_w_node(onnx_writer *w, const char *op, const char *name, const char *c
 /* An initializer of raw little-endian data. */
 void onnx_w_initializer(onnx_writer *w, const char *name, int dtype, int ndim, const int64_t *dims, const void *data,
                         size_t bytes);
+/* Frees what the writer holds beside the model (param_value, names). */
+void onnx_w_release(onnx_writer *w);
+/* A name for a value or node the exporter adds beside the graph's nodes
+ * (an initializer, a Cast, a pooled value): base, or base_2, base_3, ...,
+ * the first that is neither a node name of the graph nor a name made
+ * before. Kept by the writer; NULL when out of memory (oom set). */
+const char *onnx_w_unique(onnx_writer *w, const char *base);
 /* A copy of s ("" for NULL), or NULL (oom set). */
 char *onnx_w_strdup(onnx_writer *w, const char *s);
 /* A float tensor's value info of ndim dims (a negative dim: the batch, "N"). */
