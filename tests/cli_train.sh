@@ -98,7 +98,7 @@ for p in amp-fp16 amp-bf16 o2-fp16 o2-bf16; do
     && ok || bad "$p test accuracy ${acc[$p]} is not within 1 point of fp32 ${acc[fp32]}"
 done
 
-# 7. The set-up line says how bf16 runs on this CPU: without bf16 instructions
+# 8. The set-up line says how bf16 runs on this CPU: without bf16 instructions
 #    (mixprec info: neither AVX-512 BF16 nor AMX-BF16) it says the convolutions compute in f32.
 out=$("$bin" train --precision amp-bf16 --data synthetic --synthetic-shape 1x12x12 --synthetic-size 64 --batch 32 \
   --epochs 1 2>&1) || bad "amp-bf16 set-up run failed: $out"
