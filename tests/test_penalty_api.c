@@ -3,9 +3,12 @@
  * unconnected nodes, options a penalty cannot be combined with, calls out of
  * order, the error an op without tangents would give; and an overflowing input gradient under
  * amp-fp16 is a gradient overflow the dynamic scale backs off from (the
- * step skipped, the penalty NaN), after which the penalty is finite. */
+ * step skipped, the penalty NaN), after which the penalty is finite; a step
+ * skipped on a forward overflow reports NaN for the penalty and its input
+ * gradient alike. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "check.h"
 #include "core/error.h"
@@ -188,10 +191,43 @@ static void overflow_backs_off(void) {
     mp_graph_destroy(n.g);
 }
 
+/* A step skipped on a forward overflow (1e6 is inf in fp16: inf - inf in fc1)
+ * computes no penalty: its value and every element of its input gradient are
+ * NaN, not the previous step's gradient or uninitialized memory. */
+static void skipped_step_input_grad(void) {
+    net n;
+    build(&n, MP_PRECISION_AMP_FP16);
+    mp_optimizer *opt = NULL;
+    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
+    mp_trainer_opts to = {.batch = B, .loss = n.loss, .optimizer = opt, .max_skip_share = 1,
+                          .penalty = {.kind = MP_PENALTY_R1, .weight = 1, .input = n.x, .output = n.out}};
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+    const float x[B * F] = {0.5f, -1, 2, 0.1f, 0.3f, -0.7f, 1, 1, -1, 0.2f, 0.4f, 0.9f}, tt[B] = {1, 0, 1, 0};
+    float big[B * F], gx[B * F], v = 0;
+    memcpy(big, x, sizeof big);
+    big[0] = 1e6f, big[1] = -1e6f, big[2] = 1e6f;
+    mp_step_report r;
+    MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
+    MP_ASSERT(mp_trainer_step(t, NULL, &r) == MP_OK && !r.overflow.found); /* a finite gradient first */
+    MP_ASSERT(mp_trainer_set_input(t, n.x, big, B * F) == MP_OK);
+    MP_ASSERT(mp_trainer_step(t, NULL, &r) == MP_OK);
+    CHECK(r.overflow.found && r.overflow.forward, "overflow %d forward %d", r.overflow.found, r.overflow.forward);
+    CHECK(mp_trainer_penalty_value(t, &v) == MP_OK && isnan(v), "penalty value %g", (double)v);
+    CHECK(mp_trainer_penalty_input_grad(t, gx, B * F) == MP_OK, "%s", mp_last_error());
+    int nan = 0;
+    for (int i = 0; i < B * F; i++) nan += isnan(gx[i]);
+    CHECK(nan == B * F, "input gradient after a skipped step: %d of %d NaN (gx[0] %g)", nan, B * F, (double)gx[0]);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    mp_graph_destroy(n.g);
+}
+
 int main(void) {
     bad_options();
     plan_order();
     every_op_has_tangents();
     overflow_backs_off();
+    skipped_step_input_grad();
     return test_summary("test_penalty_api");
 }

@@ -114,13 +114,16 @@ MP_API mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, f
 typedef struct mp_trainer mp_trainer;
 
 /** The penalty's value (unscaled, weight included) in the last step; an
- * error before the first step or without a penalty. NaN when the gradient it
- * reads overflowed (the step was skipped). On a GPU: of the last step the
- * host has seen, which may be the one before the last until mp_trainer_wait. */
+ * error before the first step or without a penalty. NaN when the step was
+ * skipped: the gradient it reads overflowed, or the forward did (the penalty
+ * was not computed). On a GPU: of the last step the host has seen, which may
+ * be the one before the last until mp_trainer_wait. */
 MP_API mp_status mp_trainer_penalty_value(const mp_trainer *t, float *value);
 /** R1 / WGAN-GP: the gradient (unscaled, f32) of the penalty's output sum
  * with respect to its input node in the last step; n is that node's element
- * count. On a GPU it waits for the queued steps and copies it back. */
+ * count. After a step skipped on a forward overflow, both this gradient
+ * (every element) and the value are NaN. On a GPU it waits for the queued
+ * steps and copies it back. */
 MP_API mp_status mp_trainer_penalty_input_grad(const mp_trainer *t, float *dst, size_t n);
 
 #ifdef __cplusplus

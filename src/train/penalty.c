@@ -88,8 +88,8 @@ mp_status mp_penalty_open(mp_trainer *t) {
     t->pen_n = mp_plan_numel(t->plan, t->o.penalty.input);
     /* host arrays for the host step; a GPU keeps them on the device */
     if (t->be->penalty_input_grad) return MP_OK;
-    t->pen_grad = malloc((t->pen_n + 1) * sizeof *t->pen_grad);
-    t->pen_dir = malloc((t->pen_n + 1) * sizeof *t->pen_dir);
+    t->pen_grad = calloc(t->pen_n + 1, sizeof *t->pen_grad);
+    t->pen_dir = calloc(t->pen_n + 1, sizeof *t->pen_dir);
     if (!t->pen_grad || !t->pen_dir) return mp_error(MP_ERR_NOMEM, "gradient penalty: out of memory");
     return MP_OK;
 }
@@ -222,7 +222,11 @@ mp_status mp_step_host_penalty(mp_trainer *t, int gi) {
     t->pen_ran = true;
     t->pen_forward_overflow = t->pen_grad_overflow = false;
     t->pen_value = NAN;
-    if (t->scaler.found_inf >= MP_FOUND_FORWARD) return MP_OK; /* the forward overflowed: the step is skipped */
+    if (t->scaler.found_inf >= MP_FOUND_FORWARD) { /* the forward overflowed: the step is skipped */
+        if (t->pen_grad) /* R1 / WGAN-GP on the host: no input gradient either, as no value */
+            for (size_t j = 0; j < t->pen_n; j++) t->pen_grad[j] = NAN;
+        return MP_OK;
+    }
     const double scale = mp_scaler_scale(&t->scaler);
     return t->o.penalty.kind == MP_PENALTY_L2_GRAD ? l2_penalty(t, gi, scale) : input_penalty(t, gi, scale);
 }
