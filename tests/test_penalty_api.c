@@ -111,7 +111,7 @@ static void plan_order(void) {
     po.training = true;
     MP_ASSERT(mp_plan_create(n.g, po, &p) == MP_OK);
     CHECK(mp_plan_tangent_bytes(p) > 0, "no tangent buffers");
-    float gx[B * F] = {0};
+    float gx[B * F] = {0}, tg[4] = {0};
     CHECK_ERR(mp_plan_forward_tangent(p), MP_ERR_INVALID_ARG, "before any forward");
     CHECK_ERR(mp_plan_backward_input_grad(p, 1), MP_ERR_INVALID_ARG, "before any forward");
     CHECK_ERR(mp_plan_forward(p), MP_ERR_INVALID_ARG, "targets 'x' has no batch yet");
@@ -127,6 +127,10 @@ static void plan_order(void) {
     MP_ASSERT(mp_plan_backward_input_grad(p, 1) == MP_OK);
     CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "started at 'head'");
     CHECK(mp_plan_backward_tangent(p, n.out) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_plan_read_tangent_grad(p, "head.weight", tg, 4) == MP_OK, "%s", mp_last_error());
+    CHECK_ERR(mp_plan_read_tangent_grad(p, "head.weight", NULL, 4), MP_ERR_INVALID_ARG,
+              "read_tangent_grad: null output");
+    CHECK_ERR(mp_plan_read_input_grad(p, NULL, B * F), MP_ERR_INVALID_ARG, "read_input_grad: null output");
     CHECK_ERR(mp_plan_read_input_grad(p, gx, 2), MP_ERR_SHAPE, "asked for 2 values");
     /* a new batch after the forward: every pass that reads the forward's values refuses until the next forward */
     MP_ASSERT(mp_plan_set_input(p, n.t, tt, B) == MP_OK);

@@ -84,7 +84,7 @@ MP_API size_t mp_plan_tangent_bytes(const mp_plan *p);
  * output gradient it leaves readable. Parameter gradients are not touched. */
 MP_API mp_status mp_plan_backward_input_grad(mp_plan *p, float seed);
 /** opts.input_grad_wrt's output gradient from the last
- * mp_plan_backward_input_grad, as f32 (n: its element count). */
+ * mp_plan_backward_input_grad, as f32 (n: its element count; dst not NULL). */
 MP_API mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n);
 
 /** The direction of the next tangent pass on opts.input_grad_wrt (n: its
@@ -105,7 +105,7 @@ MP_API mp_status mp_plan_forward_tangent(mp_plan *p);
 MP_API mp_status mp_plan_backward_tangent(mp_plan *p, mp_node root);
 /** The tangent of trainable parameter `name`'s gradient from the last
  * mp_plan_backward_tangent (a Hessian-vector product times that backward's
- * seed), as f32. */
+ * seed), as f32 into dst (not NULL). */
 MP_API mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, float *dst, size_t n);
 
 /* ---- trainers (mp_trainer_opts.penalty) ----------------------------------- */

@@ -215,6 +215,7 @@ mp_status mp_plan_backward_input_grad(mp_plan *p, float seed) {
 
 mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n) {
     MP_TRY(need_so(p, true, "read_input_grad"));
+    if (!dst) return mp_error(MP_ERR_INVALID_ARG, "read_input_grad: null output");
     if (!p->so->last_input_grad || p->so->last_root != p->o.input_grad_of)
         return mp_error(MP_ERR_INVALID_ARG, "read_input_grad: no mp_plan_backward_input_grad since the last forward "
                         "and backward");
@@ -267,6 +268,7 @@ void mp_plan_clear_tangents(mp_plan *p) {
 
 mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, float *dst, size_t n) {
     MP_TRY(need_so(p, false, "read_tangent_grad"));
+    if (!dst) return mp_error(MP_ERR_INVALID_ARG, "read_tangent_grad: null output");
     const int k = mp_graph_param_find(p->g, name);
     if (k < 0 || !p->g->params[k].spec.trainable)
         return mp_error(MP_ERR_INVALID_ARG, "read_tangent_grad: '%s' is not a trainable parameter of the graph",
