@@ -119,6 +119,8 @@ static void plan_order(void) {
     MP_ASSERT(mp_plan_set_input(p, n.x, gx, B * F) == MP_OK && mp_plan_set_input(p, n.t, tt, B) == MP_OK);
     MP_ASSERT(mp_plan_forward(p) == MP_OK);
     CHECK_ERR(mp_plan_read_input_grad(p, gx, B * F), MP_ERR_INVALID_ARG, "no mp_plan_backward_input_grad");
+    CHECK_ERR(mp_plan_read_tangent_grad(p, "head.weight", tg, 4), MP_ERR_INVALID_ARG, "read_tangent_grad 'head.weight'",
+              "no mp_plan_backward_tangent since the last forward");
     CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "before mp_plan_forward_tangent");
     CHECK_ERR(mp_plan_set_tangent_param(p, "nope.weight", NULL, 0), MP_ERR_INVALID_ARG, "'nope.weight' is not a trainable");
     CHECK_ERR(mp_plan_set_tangent_input(p, gx, 3), MP_ERR_SHAPE, "got 3 values, it has 12");
@@ -138,6 +140,7 @@ static void plan_order(void) {
     CHECK_ERR(mp_plan_forward_tangent(p), MP_ERR_INVALID_ARG, "forward_tangent", "'t'", "new batch");
     CHECK_ERR(mp_plan_backward_tangent(p, n.out), MP_ERR_INVALID_ARG, "backward_tangent", "'t'", "new batch");
     MP_ASSERT(mp_plan_forward(p) == MP_OK);
+    CHECK_ERR(mp_plan_read_tangent_grad(p, "head.weight", tg, 4), MP_ERR_INVALID_ARG, "no mp_plan_backward_tangent");
     CHECK_ERR(mp_plan_backward_input_grad(p, 1), MP_OK);
     mp_plan_destroy(p);
     CHECK_ERR(mp_plan_forward_tangent(NULL), MP_ERR_INVALID_ARG, "not compiled with opts.second_order");

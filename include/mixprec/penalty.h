@@ -105,7 +105,9 @@ MP_API mp_status mp_plan_forward_tangent(mp_plan *p);
 MP_API mp_status mp_plan_backward_tangent(mp_plan *p, mp_node root);
 /** The tangent of trainable parameter `name`'s gradient from the last
  * mp_plan_backward_tangent (a Hessian-vector product times that backward's
- * seed), as f32 into dst (not NULL). */
+ * seed), as f32 into dst (not NULL); zero for a parameter that backward did
+ * not reach. An error when no mp_plan_backward_tangent completed since the
+ * last forward. */
 MP_API mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, float *dst, size_t n);
 
 /* ---- trainers (mp_trainer_opts.penalty) ----------------------------------- */

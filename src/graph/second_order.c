@@ -151,6 +151,7 @@ void mp_so_note_forward(mp_plan *p) {
     if (!p->so) return;
     p->so->forwarded = true;
     p->so->tangent_forwarded = false;
+    p->so->tangent_backwarded = false;
     p->so->last_root = -1;
 }
 
@@ -275,6 +276,9 @@ mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, float *d
                         name ? name : "");
     const size_t have = (size_t)mp_shape_numel(&p->g->params[k].spec.shape);
     if (n != have) return mp_error(MP_ERR_SHAPE, "read_tangent_grad '%s': asked for %zu values, it has %zu", name, n, have);
+    if (!p->so->tangent_backwarded)
+        return mp_error(MP_ERR_INVALID_ARG, "read_tangent_grad '%s': no mp_plan_backward_tangent since the last "
+                        "forward", name);
     const mp_tensor t = flat(p->so->t_dparam[k], n);
     if (p->so->t_dparam_written[k]) return p->be->tensor_to_host(p, &t, dst, n);
     memset(dst, 0, n * sizeof *dst);
