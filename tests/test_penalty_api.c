@@ -121,6 +121,12 @@ static void plan_order(void) {
     CHECK_ERR(mp_plan_read_input_grad(p, gx, B * F), MP_ERR_INVALID_ARG, "no mp_plan_backward_input_grad");
     CHECK_ERR(mp_plan_read_tangent_grad(p, "head.weight", tg, 4), MP_ERR_INVALID_ARG, "read_tangent_grad 'head.weight'",
               "no mp_plan_backward_tangent since the last forward");
+    float bad[B * F] = {0};
+    bad[5] = NAN;
+    CHECK_ERR(mp_plan_set_tangent_input(p, bad, B * F), MP_ERR_NONFINITE, "set_tangent_input 'x'", "nan at element 5");
+    bad[5] = 0, bad[2] = -INFINITY;
+    CHECK_ERR(mp_plan_set_tangent_param(p, "head.weight", bad, 4), MP_ERR_NONFINITE, "set_tangent_param 'head.weight'",
+              "-inf at element 2");
     CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "before mp_plan_forward_tangent");
     CHECK_ERR(mp_plan_set_tangent_param(p, "nope.weight", NULL, 0), MP_ERR_INVALID_ARG, "'nope.weight' is not a trainable");
     CHECK_ERR(mp_plan_set_tangent_input(p, gx, 3), MP_ERR_SHAPE, "got 3 values, it has 12");
@@ -230,11 +236,38 @@ static void skipped_step_input_grad(void) {
     mp_graph_destroy(n.g);
 }
 
+/* R1 with weight 3e38 on an input gradient of 1.2: the value (2.2e38) is a
+ * float but the direction weight * 1.2 is not: a forward overflow of the
+ * penalty (the step skipped, the value NaN), not a failed step. */
+static void huge_weight_direction(void) {
+    net n;
+    build(&n, MP_PRECISION_FP32);
+    float w1[12] = {1}, b1[4] = {0}, w2[4] = {1.2f}, b2[1] = {0}, x[B * F] = {0}, v = 0;
+    MP_ASSERT(mp_graph_param_set(n.g, "fc1.weight", w1, 12) == 0 && mp_graph_param_set(n.g, "fc1.bias", b1, 4) == 0);
+    MP_ASSERT(mp_graph_param_set(n.g, "head.weight", w2, 4) == 0 && mp_graph_param_set(n.g, "head.bias", b2, 1) == 0);
+    mp_optimizer *opt = NULL;
+    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
+    mp_trainer_opts to = {.batch = B, .loss = n.loss, .optimizer = opt, .max_skip_share = 1,
+                          .penalty = {.kind = MP_PENALTY_R1, .weight = 3e38f, .input = n.x, .output = n.out}};
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+    const float tt[B] = {1, 0, 1, 0};
+    MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
+    mp_step_report r;
+    CHECK(mp_trainer_step(t, NULL, &r) == MP_OK, "%s", mp_last_error());
+    CHECK(r.overflow.found && r.overflow.forward, "overflow %d forward %d", r.overflow.found, r.overflow.forward);
+    CHECK(mp_trainer_penalty_value(t, &v) == MP_OK && isnan(v), "penalty value %g", (double)v);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    mp_graph_destroy(n.g);
+}
+
 int main(void) {
     bad_options();
     plan_order();
     every_op_has_tangents();
     overflow_backs_off();
     skipped_step_input_grad();
+    huge_weight_direction();
     return test_summary("test_penalty_api");
 }

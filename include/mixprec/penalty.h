@@ -88,10 +88,11 @@ MP_API mp_status mp_plan_backward_input_grad(mp_plan *p, float seed);
 MP_API mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n);
 
 /** The direction of the next tangent pass on opts.input_grad_wrt (n: its
- * element count; NULL: zero). */
+ * element count; NULL: zero). A NaN/inf element is an error naming it. */
 MP_API mp_status mp_plan_set_tangent_input(mp_plan *p, const float *v, size_t n);
 /** The direction on trainable parameter `name` (n: its element count; NULL:
- * zero). Every parameter's direction is zero until set. */
+ * zero). Every parameter's direction is zero until set. A NaN/inf element is
+ * an error naming it. */
 MP_API mp_status mp_plan_set_tangent_param(mp_plan *p, const char *name, const float *v, size_t n);
 /** Set every direction (inputs and parameters) back to zero. */
 MP_API void mp_plan_clear_tangents(mp_plan *p);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/scaler.h"
 #include "graph/exec_backend.h"
 
 static const char *node_name(const mp_plan *p, mp_node n) {
@@ -229,12 +230,21 @@ mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n) {
     return p->be->tensor_to_host(p, &grad, dst, n);
 }
 
+/* A direction (NULL: zero) is finite: a NaN/inf would reach every tangent. */
+static mp_status finite_direction(const float *v, size_t n, const char *what, const char *name) {
+    const int64_t bad = v ? mp_first_nonfinite(v, (int64_t)n) : -1;
+    if (bad < 0) return MP_OK;
+    return mp_error(MP_ERR_NONFINITE, "%s '%s': the direction holds %g at element %lld", what, name, (double)v[bad],
+                    (long long)bad);
+}
+
 mp_status mp_plan_set_tangent_input(mp_plan *p, const float *v, size_t n) {
     MP_TRY(need_so(p, true, "set_tangent_input"));
     const mp_node wrt = p->o.input_grad_wrt;
     const size_t have = (size_t)mp_shape_numel(&p->nodes[wrt].info.out);
     if (v && n != have)
         return mp_error(MP_ERR_SHAPE, "set_tangent_input '%s': got %zu values, it has %zu", node_name(p, wrt), n, have);
+    MP_TRY(finite_direction(v, n, "set_tangent_input", node_name(p, wrt)));
     if (v) {
         const mp_tensor t = {MP_DTYPE_F32, p->nodes[wrt].info.out, p->so->t_out[wrt]};
         MP_TRY(p->be->tensor_from_host(p, &t, v, n));
@@ -253,6 +263,7 @@ mp_status mp_plan_set_tangent_param(mp_plan *p, const char *name, const float *v
     const size_t have = (size_t)mp_shape_numel(&p->g->params[k].spec.shape);
     if (v && n != have)
         return mp_error(MP_ERR_SHAPE, "set_tangent_param '%s': got %zu values, it has %zu", name, n, have);
+    MP_TRY(finite_direction(v, n, "set_tangent_param", name));
     const mp_tensor t = flat(p->so->t_param[k], n);
     if (v) MP_TRY(p->be->tensor_from_host(p, &t, v, n));
     p->so->t_param_set[k] = v != NULL;

@@ -210,6 +210,11 @@ static mp_status input_penalty(mp_trainer *t, int gi, double scale) {
         return MP_OK;
     }
     if (w == 0) return MP_OK;
+    if (mp_first_nonfinite(t->pen_dir, (int64_t)t->pen_n) >= 0) { /* w * g past f32 (a huge weight): as a value's */
+        t->pen_value = NAN;
+        penalty_forward_overflow(t, gi);
+        return MP_OK;
+    }
     mp_plan_clear_tangents(p);
     MP_TRY(mp_plan_set_tangent_input(p, t->pen_dir, t->pen_n));
     MP_TRY(mp_plan_forward_tangent(p));
