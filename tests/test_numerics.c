@@ -6,6 +6,7 @@
  * 2^127; then the trainer's collection: which steps, which tensors, and
  * gradients carrying the loss scale. */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -203,8 +204,30 @@ static void test_trainer_collection(void) {
     mp_graph_destroy(g);
 }
 
+/* mp_tensor_stats_below at the ints' limits: the exponents' sum does not
+ * overflow (3e38 times 2^INT_MAX is not below 1, 1e-45 times 2^-INT_MAX is),
+ * and a NULL s counts nothing instead of crashing. */
+static void test_below_extremes(void) {
+    const float tiny = 1e-45f, big = 3e38f, one = 1;
+    mp_tensor_stats s;
+    CHECK(mp_tensor_stats_compute(&tiny, MP_DTYPE_F32, 1, &s) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tensor_stats_below(&s, -INT_MAX, 0) == 1, "1e-45 * 2^-INT_MAX below 1: %lld",
+          (long long)mp_tensor_stats_below(&s, -INT_MAX, 0));
+    CHECK(mp_tensor_stats_below(&s, INT_MIN, INT_MAX) == 1, "1e-45 * 2^INT_MIN below 2^INT_MAX: %lld",
+          (long long)mp_tensor_stats_below(&s, INT_MIN, INT_MAX));
+    CHECK(mp_tensor_stats_compute(&big, MP_DTYPE_F32, 1, &s) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tensor_stats_below(&s, INT_MAX, 0) == 0, "3e38 * 2^INT_MAX below 1: %lld",
+          (long long)mp_tensor_stats_below(&s, INT_MAX, 0));
+    CHECK(mp_tensor_stats_compute(&one, MP_DTYPE_F32, 1, &s) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tensor_stats_below(&s, 10, INT_MAX) == 1 && mp_tensor_stats_below(&s, 0, INT_MIN) == 0,
+          "1 at the limits of below_log2: %lld %lld", (long long)mp_tensor_stats_below(&s, 10, INT_MAX),
+          (long long)mp_tensor_stats_below(&s, 0, INT_MIN));
+    CHECK(mp_tensor_stats_below(NULL, 0, 0) == 0, "NULL statistics");
+}
+
 int main(void) {
     test_against_f64();
+    test_below_extremes();
     test_trainer_collection();
     return test_summary("test_numerics");
 }

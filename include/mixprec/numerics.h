@@ -71,7 +71,8 @@ typedef struct {
 MP_API mp_status mp_tensor_stats_compute(const void *data, mp_dtype dtype, int64_t n, mp_tensor_stats *out);
 
 /** Values of s whose magnitude times 2^log2_scale is below 2^below_log2,
- * counted from the histogram (exact when the bound is a power of two). */
+ * counted from the histogram (exact when the bound is a power of two); any
+ * int exponents, however large; 0 for a NULL s. */
 MP_API int64_t mp_tensor_stats_below(const mp_tensor_stats *s, int log2_scale, int below_log2);
 
 /** What a record measures (flags, combinable in mp_numerics_opts.kinds). */
