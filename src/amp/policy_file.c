@@ -174,9 +174,15 @@ mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_fil
     text[n] = '\0';
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
-    const size_t where = end ? (size_t)(end - text) : 0;
+    size_t where = end ? (size_t)(end - text) : 0;
+    if (root) /* JSON whitespace only after the object: no second object, text or NUL byte */
+        while (where < n && strchr(" \t\n\r", text[where]) && text[where]) where++;
     free(text);
     if (!root) return mp_error(MP_ERR_FORMAT, "%s: not JSON (parse error near byte %zu)", path, where);
+    if (where < n) {
+        cJSON_Delete(root);
+        return mp_error(MP_ERR_FORMAT, "%s: unexpected data after the JSON object at byte %zu", path, where);
+    }
     mp_status s = MP_OK;
     bool version = false;
     if (!cJSON_IsObject(root)) s = mp_error(MP_ERR_FORMAT, "%s: not a JSON object", path);
