@@ -355,6 +355,12 @@ static void test_bad_files(const char *dir) {
         {"{\"mixprec_policy\": 1, \"loss_scale\": {\"mode\": \"auto\"}}", "loss_scale.mode"},
         {"{\"mixprec_policy\": 1, \"extra\": 3}", "extra: unknown key"},
         {"{\"overrides\": {}}", "mixprec_policy: missing"},
+        {"{\"mixprec_policy\": 1, \"precision\": \"fp16\", \"precision\": \"fp32\"}",
+         "bad.json: precision: given twice"},
+        {"{\"mixprec_policy\": 1, \"mixprec_policy\": 1}", "bad.json: mixprec_policy: given twice"},
+        {"{\"mixprec_policy\": 1, \"overrides\": {\"fc1\": \"fp32\", \"fc1\": \"fp16\"}}",
+         "overrides.fc1: given twice"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": 1024, \"init\": 8}}", "loss_scale.init: given twice"},
         {"{\"mixprec_policy\": 1} x", "unexpected data after the JSON object at byte 22"},
         {"{\"mixprec_policy\": 1}\n{\"precision\": \"fp16\"}", "unexpected data after the JSON object at byte 22"},
     };

@@ -111,11 +111,20 @@ static mp_status bad(const char *path, const char *key, const char *why) {
     return mp_error(MP_ERR_FORMAT, "%s: %s: %s", path, key, why);
 }
 
+/* Member `it` of object `obj` is the first with its key (JSON allows a key
+ * twice; which one would apply is a guess, so it is an error). */
+static mp_status once(const char *path, const cJSON *obj, const cJSON *it, const char *key) {
+    for (const cJSON *p = obj->child; p != it; p = p->next)
+        if (!strcmp(p->string, it->string)) return bad(path, key, "given twice");
+    return MP_OK;
+}
+
 static mp_status read_overrides(const char *path, const cJSON *ov, const mp_graph *g, mp_policy_file *out) {
     if (!cJSON_IsObject(ov)) return bad(path, "overrides", "must be an object {\"layer\": \"fp32\", ...}");
     for (const cJSON *it = ov->child; it; it = it->next) {
         char key[160];
         snprintf(key, sizeof key, "overrides.%s", it->string);
+        MP_TRY(once(path, ov, it, key));
         if (!cJSON_IsString(it)) return bad(path, key, "must be a dtype string (fp32, fp16, bf16)");
         const char *dt = it->valuestring;
         if (strcmp(dt, "fp32") && strcmp(dt, "f32") && strcmp(dt, "fp16") && strcmp(dt, "f16") && strcmp(dt, "bf16"))
@@ -141,6 +150,7 @@ static mp_status read_scale(const char *path, const cJSON *ls, mp_policy_file *o
     for (const cJSON *it = ls->child; it; it = it->next) {
         char key[160];
         snprintf(key, sizeof key, "loss_scale.%s", it->string);
+        MP_TRY(once(path, ls, it, key));
         if (!strcmp(it->string, "mode")) {
             if (!cJSON_IsString(it) || (strcmp(it->valuestring, "dynamic") && strcmp(it->valuestring, "static")))
                 return bad(path, key, "must be \"dynamic\" or \"static\"");
@@ -187,6 +197,9 @@ mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_fil
     bool version = false;
     if (!cJSON_IsObject(root)) s = mp_error(MP_ERR_FORMAT, "%s: not a JSON object", path);
     for (const cJSON *it = s == MP_OK ? root->child : NULL; s == MP_OK && it; it = it->next) {
+        char key[160];
+        snprintf(key, sizeof key, "%s", it->string);
+        if ((s = once(path, root, it, key)) != MP_OK) break;
         if (!strcmp(it->string, "mixprec_policy")) {
             version = true;
             if (!cJSON_IsNumber(it) || it->valuedouble != 1) s = bad(path, "mixprec_policy", "must be 1 (the version)");
@@ -200,8 +213,6 @@ mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_fil
         } else if (!strcmp(it->string, "loss_scale")) {
             s = read_scale(path, it, out);
         } else if (strcmp(it->string, "doctor")) {
-            char key[160];
-            snprintf(key, sizeof key, "%s", it->string);
             s = bad(path, key, "unknown key (known: mixprec_policy, precision, overrides, loss_scale, doctor)");
         }
     }
