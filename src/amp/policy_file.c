@@ -4,6 +4,7 @@
 #include "amp/policy_file.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,7 @@ static mp_status read_overrides(const char *path, const cJSON *ov, const mp_grap
 static mp_status read_scale(const char *path, const cJSON *ls, mp_policy_file *out) {
     if (!cJSON_IsObject(ls)) return bad(path, "loss_scale", "must be an object {\"mode\": ..., \"init\": ..., \"min\": ...}");
     out->has_scale = true;
+    bool has_init = false;
     for (const cJSON *it = ls->child; it; it = it->next) {
         char key[160];
         snprintf(key, sizeof key, "loss_scale.%s", it->string);
@@ -157,14 +159,21 @@ static mp_status read_scale(const char *path, const cJSON *ls, mp_policy_file *o
             out->static_scale = !strcmp(it->valuestring, "static");
         } else if (!strcmp(it->string, "init") || !strcmp(it->string, "min")) {
             const bool init = !strcmp(it->string, "init");
-            if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble > 3.4e38 ||
-                (init ? !(it->valuedouble > 0) : !(it->valuedouble >= 0)))
-                return bad(path, key, init ? "must be a number > 0" : "must be a number >= 0");
-            *(init ? &out->init_scale : &out->min_scale) = (float)it->valuedouble;
+            const double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+            /* a float the scaler takes: 1e-50 would become 0, which means the default or none */
+            if (!isfinite(v) || v > 3.4e38 || ((init || v != 0) && !((float)v >= FLT_MIN))) {
+                char why[160];
+                snprintf(why, sizeof why, "must be %sa number from %g (the smallest normal float) to 3.4e38",
+                         init ? "" : "0 (none) or ", (double)FLT_MIN);
+                return bad(path, key, why);
+            }
+            *(init ? &out->init_scale : &out->min_scale) = (float)v;
+            has_init |= init;
         } else {
             return bad(path, key, "unknown key (known: mode, init, min)");
         }
     }
+    if (!has_init) return bad(path, "loss_scale.init", "missing (a loss_scale gives at least its init)");
     return MP_OK;
 }
 
