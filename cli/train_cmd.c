@@ -129,6 +129,10 @@ int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
         } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v; t->precision_set = true;
         } else if (!strcmp(a, "--policy")) { NEED_VALUE(); t->policy = v;
         } else if (!strcmp(a, "--precision-override")) { NEED_VALUE(); t->overrides = v;
+            if (!*v) {
+                fprintf(stderr, "mixprec %s: --precision-override is empty (give LAYER=DTYPE,...)\n", cmd);
+                return 2;
+            }
         } else if (!strcmp(a, "--print-precision")) { t->print_precision = true;
         } else if (!strcmp(a, "--print-memory")) { t->print_memory = true;
         } else if (!strcmp(a, "--loss-scaling")) { NEED_VALUE();

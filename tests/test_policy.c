@@ -478,6 +478,7 @@ static void test_overrides(void) {
     /* a fresh apply forgets earlier overrides */
     CHECK(apply(g, MP_PRECISION_FP32, false, NULL) == MP_OK, "%s", mp_last_error());
     expect_node(g, "conv1", F, F, "fp32 after overrides");
+    CHECK(apply(g, MP_PRECISION_FP32, false, "") == MP_OK, "\"\" (none): %s", mp_last_error());
 
     /* errors name what is wrong, and leave the graph as it was */
     CHECK(apply(g, MP_PRECISION_AMP_BF16, false, "fc1=fp32") == MP_OK, "%s", mp_last_error());
@@ -489,7 +490,14 @@ static void test_overrides(void) {
     CHECK(strstr(mp_last_error(), "'fc2'") && strstr(mp_last_error(), "LAYER=DTYPE"), "message: %s", mp_last_error());
     CHECK(apply(g, MP_PRECISION_AMP_BF16, false, "=fp32") == MP_ERR_INVALID_ARG, "empty layer name accepted");
     CHECK(apply(g, MP_PRECISION_AMP_BF16, false, "fc2=") == MP_ERR_INVALID_ARG, "empty dtype accepted");
-    CHECK(apply(g, MP_PRECISION_AMP_BF16, false, "fc1=fp32,,fc2=fp32") == MP_ERR_INVALID_ARG, "empty entry accepted");
+    /* an empty entry anywhere, the trailing one too, is the same error; each layer once */
+    static const char *const empty[] = {"fc1=fp32,,fc2=fp32", ",fc1=fp32", "fc1=fp32,", ","};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++)
+        CHECK_ERR(apply(g, MP_PRECISION_AMP_BF16, false, empty[i]), MP_ERR_INVALID_ARG, "--precision-override '",
+                  empty[i], "an empty entry");
+    CHECK_ERR(apply(g, MP_PRECISION_AMP_BF16, false, "fc1=fp32,fc2=bf16,fc1=fp16"), MP_ERR_INVALID_ARG,
+              "--precision-override: layer 'fc1' given twice");
+    CHECK_ERR(apply(g, MP_PRECISION_AMP_BF16, false, "fc1=fp32,fc1=fp32"), MP_ERR_INVALID_ARG, "'fc1' given twice");
     CHECK(apply(g, MP_PRECISION_AMP_FP16, false, "loss=fp16") == MP_ERR_INVALID_ARG, "override of the loss accepted");
     CHECK(strstr(mp_last_error(), "'loss'"), "message names the loss: %s", mp_last_error());
     CHECK(apply(g, MP_PRECISION_AMP_FP16, false, "labels=fp32") == MP_ERR_INVALID_ARG, "override of labels accepted");

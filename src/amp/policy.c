@@ -72,13 +72,18 @@ static mp_status parse_dtype(const char *s, size_t len, mp_dtype *out) {
     return mp_error(MP_ERR_INVALID_ARG, "--precision-override: dtype '%.*s' unknown (fp32, fp16, bf16)", (int)len, s);
 }
 
-/* Parse "LAYER=DTYPE,..." into per-node dtypes (MP_DTYPE_COUNT = none). */
+/* Parse "LAYER=DTYPE,..." into per-node dtypes (MP_DTYPE_COUNT = none);
+ * NULL or "": none. Every entry names one layer once, and none is empty (a
+ * comma too many, leading, doubled or trailing). */
 static mp_status parse_overrides(const mp_graph *g, const char *spec, mp_dtype *forced) {
     for (int i = 0; i < g->n_nodes; i++) forced[i] = MP_DTYPE_COUNT;
-    const char *p = spec;
-    while (p && *p) {
+    const char *p = spec && *spec ? spec : NULL;
+    while (p) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0)
+            return mp_error(MP_ERR_INVALID_ARG, "--precision-override '%s': an empty entry (a comma too many); "
+                            "expected LAYER=DTYPE,...", spec);
         const char *eq = memchr(p, '=', len);
         if (!eq || eq == p)
             return mp_error(MP_ERR_INVALID_ARG, "--precision-override '%.*s': expected LAYER=DTYPE", (int)len, p);
@@ -96,6 +101,8 @@ static mp_status parse_overrides(const mp_graph *g, const char *spec, mp_dtype *
         if (k == MP_OP_LABELS || k == MP_OP_TARGETS || is_loss(k))
             return mp_error(MP_ERR_INVALID_ARG, "--precision-override: '%s' is a %s and always fp32/int32", name,
                             mp_op_lookup(k)->name);
+        if (forced[n] != MP_DTYPE_COUNT)
+            return mp_error(MP_ERR_INVALID_ARG, "--precision-override: layer '%s' given twice", name);
         forced[n] = dt;
         p = end ? end + 1 : NULL;
     }
