@@ -155,6 +155,11 @@ static void test_trainer_collection(void) {
                                                    .scaler = {.static_scale = true, .init_scale = 1024}},
                             &t) == MP_OK, "%s", mp_last_error());
     CHECK_ERR(mp_trainer_numerics_enable(t, &(mp_numerics_opts){.nodes = "fc,nope"}), MP_ERR_INVALID_ARG, "'nope'");
+    /* an empty name anywhere, a trailing comma's too, is the same error */
+    static const char *const empty[] = {"fc,,loss", ",fc", "fc,", ","};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++)
+        CHECK_ERR(mp_trainer_numerics_enable(t, &(mp_numerics_opts){.nodes = empty[i]}), MP_ERR_INVALID_ARG,
+                  "node list '", empty[i], "empty");
     CHECK(mp_trainer_numerics_enable(t, &(mp_numerics_opts){.every = 2, .nodes = "fc,loss"}) == MP_OK, "%s",
           mp_last_error());
     float xs[32];

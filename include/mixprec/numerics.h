@@ -99,7 +99,7 @@ typedef struct {
 typedef struct {
     int every;          /**< collect on optimizer steps (1-based) divisible by this; 0 -> 1 */
     unsigned kinds;     /**< mp_numerics_kind flags; 0 -> MP_NUMERICS_ALL */
-    const char *nodes;  /**< comma-separated node names ("fc1,conv2"); NULL or "": every node */
+    const char *nodes;  /**< comma-separated node names ("fc1,conv2", no empty name); NULL or "": every node */
 } mp_numerics_opts;
 
 /** Start collecting statistics on t's steps (again with new options, or

@@ -68,11 +68,12 @@ static mp_status grow(record_list *l) {
     return MP_OK;
 }
 
-/* Mark the nodes named in "a,b,c" (NULL or "": all). */
+/* Mark the nodes named in "a,b,c" (NULL or "": all; no empty name, a
+ * trailing comma's included). */
 static mp_status select_nodes(const mp_graph *g, const char *list, bool *on) {
     const bool all = !list || !*list;
     for (int i = 0; i < g->n_nodes; i++) on[i] = all;
-    for (const char *p = list; p && *p;) {
+    for (const char *p = all ? NULL : list; p;) {
         const char *end = strchr(p, ',');
         const size_t len = end ? (size_t)(end - p) : strlen(p);
         char name[MP_NAME_MAX];
