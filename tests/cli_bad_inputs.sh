@@ -208,6 +208,8 @@ row bench_device 2 "--device 'cuda:x'" -- bench --device cuda:x
 row override_layer 1 "no layer named 'conv9'" -- train "${syn[@]}" --precision amp-bf16 --precision-override conv9=fp32
 row override_dtype 1 "dtype 'fp64' unknown" -- train "${syn[@]}" --precision amp-bf16 --precision-override fc2=fp64
 row override_empty 2 "mixprec train: --precision-override is empty" -- train "${syn[@]}" --precision-override ""
+row bn_low_amp 1 "bn_low \(--bn-low\) applies to the fp16 and bf16 policies only \(got amp-fp16\)" -- \
+  train "${syn[@]}" --precision amp-fp16 --bn-low
 row override_empty_doctor 2 "mixprec doctor: --precision-override is empty" -- \
   doctor "${syn[@]}" --precision-override ""
 row override_twice 1 "--precision-override: layer 'fc2' given twice" -- \

@@ -129,6 +129,9 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     if (!g || g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "precision policy: the graph has an error");
     if ((unsigned)o.precision >= MP_PRECISION_COUNT)
         return mp_error(MP_ERR_INVALID_ARG, "precision policy: unknown policy %d", (int)o.precision);
+    if (o.bn_low && has_master(o.precision))
+        return mp_error(MP_ERR_INVALID_ARG, "precision policy: bn_low (--bn-low) applies to the fp16 and bf16 policies "
+                        "only (got %s)", mp_precision_name(o.precision));
     if (g->live_plans > 0)
         return mp_error(MP_ERR_INVALID_ARG, "precision policy: %d plan(s) of this graph are alive and hold its "
                         "dtypes; destroy the plans and trainers first", g->live_plans);
@@ -159,7 +162,7 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
         } else if (k == MP_OP_TARGETS || is_loss(k)) {
             nd->compute_dtype = nd->storage_dtype = MP_DTYPE_F32;
         } else if (k == MP_OP_BATCHNORM2D) {
-            nd->compute_dtype = pure && o.bn_low ? low : MP_DTYPE_F32;
+            nd->compute_dtype = o.bn_low ? low : MP_DTYPE_F32;
             nd->storage_dtype = in;
         } else if (is_allow_list(k)) {
             nd->compute_dtype = nd->storage_dtype = low;
@@ -175,7 +178,7 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     const bool fp16 = low == MP_DTYPE_F16;
     g->policy = (mp_policy_info){.precision = o.precision, .low_dtype = low, .master_weights = !pure,
                                  .loss_scaling = fp16 && !pure, .tf32 = o.precision == MP_PRECISION_TF32,
-                                 .allreduce_dtype = low, .bn_low = pure && o.bn_low};
+                                 .allreduce_dtype = low, .bn_low = o.bn_low};
     for (int i = 0; i < g->n_nodes; i++) g->nodes[i].tf32 = g->policy.tf32 && g->nodes[i].compute_dtype == MP_DTYPE_F32;
     record_params(g);
     return MP_OK;
