@@ -109,7 +109,8 @@ typedef struct {
 MP_API mp_status mp_trainer_numerics_enable(mp_trainer *t, const mp_numerics_opts *o);
 
 /** The newest finished collection: *records (owned by the trainer, valid
- * until its next step), *n of them and the optimizer step (1-based) they
+ * until the trainer's next step or next mp_trainer_numerics_enable call,
+ * which frees them), *n of them and the optimizer step (1-based) they
  * belong to; *step = 0 and *n = 0 before any. On a GPU a collection not yet
  * returned is returned before a newer one replaces it, so a caller asking
  * after every step sees each collection once, a step late (never waits). */
