@@ -44,8 +44,11 @@ extern "C" {
 /** The penalty a trainer adds to one optimizer group's objective. */
 typedef enum {
     MP_PENALTY_NONE = 0,
-    /** weight * ||dL/dtheta||_2 over the group's trainable parameters (seed
-     * 003's example: the norm, not its square); the group has one loss L. */
+    /** weight * ||dJ/dtheta||_2 over the group's trainable parameters (seed
+     * 003's example: the norm, not its square), J the group's weighted
+     * objective: the sum of its losses times their weights. The group has
+     * one loss L of weight w > 0, so J = w L and the penalty is
+     * weight * w * ||dL/dtheta||. */
     MP_PENALTY_L2_GRAD,
     /** R1: weight/2 * mean_i ||d(sum of output)/d(input)_i||^2, the gradient
      * of the discriminator's real logits with respect to the real images. */

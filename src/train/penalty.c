@@ -129,8 +129,10 @@ static void add_tangents(mp_trainer *t, int gi) {
     }
 }
 
-/* Seed 003: P = weight * ||dL/dtheta||, v = weight * g / ||g|| on every
- * parameter of the group, the tangent backward from its loss. */
+/* Seed 003: P = weight * ||g||, g = dJ/dtheta the gradient of the group's
+ * weighted objective J = w L (its one loss times its weight, as the
+ * backward computed it), v = weight * g / ||g|| on every parameter of the
+ * group, the tangent backward from its loss. */
 static mp_status l2_penalty(mp_trainer *t, int gi, double scale) {
     const mp_trainer_group *gr = &t->groups[gi];
     const mp_optimizer *o = gr->opt;
