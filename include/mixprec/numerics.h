@@ -24,7 +24,9 @@
  * mp_trainer_numerics returns them once that copy is seen finished, usually
  * a step later (mp_trainer_wait makes the newest one available). A node
  * fused into its producer (a ReLU applied by its batch norm) is measured
- * as that producer's output, on both devices. On a GPU the loss scale a
+ * as that producer's output (and output gradient), which holds the fused
+ * result, on both devices; its records carry its own node and name, also
+ * when it is selected without its producer. On a GPU the loss scale a
  * gradient record carries is the host's view of it when the step was queued. */
 #ifndef MIXPREC_NUMERICS_H
 #define MIXPREC_NUMERICS_H
