@@ -43,6 +43,18 @@ static mp_status trainer(const net *n, mp_penalty pen, int accumulate, mp_device
     return mp_trainer_create(n->g, &to, t);
 }
 
+/* An SGD trainer of n's loss with an R1 penalty of weight w on x -> out,
+ * from loss scale init_scale (0: the default), that skipped steps never stop. */
+static mp_trainer *r1_trainer(const net *n, float w, float init_scale, mp_optimizer **opt) {
+    MP_ASSERT(mp_optimizer_create(n->g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, opt) == MP_OK);
+    mp_trainer_opts to = {.batch = B, .loss = n->loss, .optimizer = *opt, .scaler = {.init_scale = init_scale},
+                          .max_skip_share = 1,
+                          .penalty = {.kind = MP_PENALTY_R1, .weight = w, .input = n->x, .output = n->out}};
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(n->g, &to, &t) == MP_OK);
+    return t;
+}
+
 static void bad_options(void) {
     net n;
     build(&n, MP_PRECISION_FP32);
@@ -180,12 +192,7 @@ static void overflow_backs_off(void) {
     net n;
     build(&n, MP_PRECISION_AMP_FP16);
     mp_optimizer *opt = NULL;
-    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
-    mp_trainer_opts to = {.batch = B, .loss = n.loss, .optimizer = opt, .scaler = {.init_scale = 0x1p30f},
-                          .max_skip_share = 1, .penalty = {.kind = MP_PENALTY_R1, .weight = 1, .input = n.x,
-                                                           .output = n.out}};
-    mp_trainer *t = NULL;
-    MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+    mp_trainer *t = r1_trainer(&n, 1, 0x1p30f, &opt);
     const float x[B * F] = {0.5f, -1, 2, 0.1f, 0.3f, -0.7f, 1, 1, -1, 0.2f, 0.4f, 0.9f}, tt[B] = {1, 0, 1, 0};
     MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
     mp_step_report r;
@@ -211,11 +218,7 @@ static void skipped_step_input_grad(void) {
     net n;
     build(&n, MP_PRECISION_AMP_FP16);
     mp_optimizer *opt = NULL;
-    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
-    mp_trainer_opts to = {.batch = B, .loss = n.loss, .optimizer = opt, .max_skip_share = 1,
-                          .penalty = {.kind = MP_PENALTY_R1, .weight = 1, .input = n.x, .output = n.out}};
-    mp_trainer *t = NULL;
-    MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+    mp_trainer *t = r1_trainer(&n, 1, 0, &opt);
     const float x[B * F] = {0.5f, -1, 2, 0.1f, 0.3f, -0.7f, 1, 1, -1, 0.2f, 0.4f, 0.9f}, tt[B] = {1, 0, 1, 0};
     float big[B * F], gx[B * F], v = 0;
     memcpy(big, x, sizeof big);
@@ -246,11 +249,7 @@ static void huge_weight_direction(void) {
     MP_ASSERT(mp_graph_param_set(n.g, "fc1.weight", w1, 12) == 0 && mp_graph_param_set(n.g, "fc1.bias", b1, 4) == 0);
     MP_ASSERT(mp_graph_param_set(n.g, "head.weight", w2, 4) == 0 && mp_graph_param_set(n.g, "head.bias", b2, 1) == 0);
     mp_optimizer *opt = NULL;
-    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
-    mp_trainer_opts to = {.batch = B, .loss = n.loss, .optimizer = opt, .max_skip_share = 1,
-                          .penalty = {.kind = MP_PENALTY_R1, .weight = 3e38f, .input = n.x, .output = n.out}};
-    mp_trainer *t = NULL;
-    MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+    mp_trainer *t = r1_trainer(&n, 3e38f, 0, &opt);
     const float tt[B] = {1, 0, 1, 0};
     MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
     mp_step_report r;
