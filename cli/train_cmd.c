@@ -130,6 +130,10 @@ int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
         } else if (!strcmp(a, "--precision")) { NEED_VALUE(); t->precision = v; t->precision_set = true;
         } else if (!strcmp(a, "--policy")) { NEED_VALUE(); t->policy = v;
         } else if (!strcmp(a, "--precision-override")) { NEED_VALUE(); t->overrides = v;
+            if (!*v) {
+                fprintf(stderr, "mixprec %s: --precision-override is empty (give LAYER=DTYPE,...)\n", cmd);
+                return 2;
+            }
         } else if (!strcmp(a, "--print-precision")) { t->print_precision = true;
         } else if (!strcmp(a, "--print-memory")) { t->print_memory = true;
         } else if (!strcmp(a, "--loss-scaling")) { NEED_VALUE();
@@ -231,7 +235,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
     }
-    if (t.f32_weight_grads && (precision == MP_PRECISION_FP16 || precision == MP_PRECISION_BF16)) { /* no masters */
+    const bool pure = precision == MP_PRECISION_FP16 || precision == MP_PRECISION_BF16; /* no fp32 masters */
+    if (t.f32_weight_grads && pure) {
         fprintf(stderr, "mixprec train: --f32-weight-grads needs fp32 master weights (amp-*, o2-*); under %s the "
                         "weights and their gradients are %s\n", t.precision, t.precision);
         return 2;
@@ -288,8 +293,10 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     if (s == MP_OK) s = mp_lr_schedule_parse(t.lr_schedule, lr, INT_MAX, &sched);
     if (s == MP_OK) s = common_opts_load_data(&t.c, t.seed, &train, &test);
     /* rank 0's model, and (--gpus) the other ranks' replicas */
+    /* with --policy the file may set the precision: --bn-low waits for it unless this precision takes it */
     mp_model_spec spec = {.model = t.model, .data = &train,
-                          .policy = {.precision = precision, .overrides = t.overrides, .bn_low = t.bn_low}};
+                          .policy = {.precision = precision, .overrides = t.overrides,
+                                     .bn_low = t.bn_low && (pure || !t.policy)}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
     char merged[4096];
     if (s == MP_OK) s = train_apply_policy_file(&t, m.g, &spec.policy, merged, sizeof merged);

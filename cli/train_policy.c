@@ -34,6 +34,7 @@ mp_status train_apply_policy_file(train_args *t, mp_graph *g, mp_policy_opts *po
         if (pf.min_scale > 0) t->scaler.min_scale = pf.min_scale;
         t->scaler_set = true;
     }
+    policy->bn_low = t->bn_low; /* the build left it out when only the file's precision takes it */
     mp_status s = mp_graph_apply_policy(g, *policy);
     return s == MP_OK ? MP_OK : mp_error(s, "%s: %s", t->policy, mp_last_error());
 }

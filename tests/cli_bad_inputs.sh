@@ -212,6 +212,15 @@ row device_cuda7 1 "cuda:7" -- train "${syn[@]}" --device cuda:7
 row bench_device 2 "--device 'cuda:x'" -- bench --device cuda:x
 row override_layer 1 "no layer named 'conv9'" -- train "${syn[@]}" --precision amp-bf16 --precision-override conv9=fp32
 row override_dtype 1 "dtype 'fp64' unknown" -- train "${syn[@]}" --precision amp-bf16 --precision-override fc2=fp64
+row override_empty 2 "mixprec train: --precision-override is empty" -- train "${syn[@]}" --precision-override ""
+row bn_low_amp 1 "bn_low \(--bn-low\) applies to the fp16 and bf16 policies only \(got amp-fp16\)" -- \
+  train "${syn[@]}" --precision amp-fp16 --bn-low
+row override_empty_doctor 2 "mixprec doctor: --precision-override is empty" -- \
+  doctor "${syn[@]}" --precision-override ""
+row override_twice 1 "--precision-override: layer 'fc2' given twice" -- \
+  train "${syn[@]}" --precision amp-bf16 --precision-override fc2=fp32,fc2=bf16
+row override_comma 1 "--precision-override 'fc2=fp32,': an empty entry" -- \
+  train "${syn[@]}" --precision amp-bf16 --precision-override fc2=fp32,
 row scale_growth 1 "--loss-scale-growth 1 must be > 1" -- train "${syn[@]}" --precision amp-fp16 --loss-scale-growth 1
 row scale_backoff 1 "--loss-scale-backoff 1.5 must be in \(0, 1\)" -- train "${syn[@]}" --precision amp-fp16 --loss-scale-backoff 1.5
 row scale_min_max 1 "--min-loss-scale 100 is larger than --max-loss-scale 10" -- train "${syn[@]}" --precision amp-fp16 --min-loss-scale 100 --max-loss-scale 10

@@ -15,7 +15,9 @@
  * sharing one loss (each group's backward as exact as a lone group's); a
  * batch set between a forward and its backward, a NaN seed, NULL data; a
  * gradient no group unscaled or a later group overwrote, a group whose
- * losses all weigh 0; mp_predict's normalization, NaN images, negative batch.
+ * losses all weigh 0; mp_predict's normalization, NaN images, negative batch;
+ * the data-parallel calls' NULL outputs and MPI environments that are no
+ * launch (a rank outside the world, text that is no integer).
  * Only the public API is called, plus the safetensors writer to craft files. */
 #define _GNU_SOURCE /* nftw in scratch_dir.h */
 #include <math.h>
@@ -612,6 +614,30 @@ static void test_groups_share_loss(void) {
     CHECK(d == 0, "two groups sharing one loss: fc.weight after a step as a lone group's (largest difference %g)", d);
 }
 
+/* The data-parallel entry points: a NULL output is refused, not written
+ * (any build: without NCCL the error is still the null output's); an MPI
+ * launch is recognized only from whole decimal sizes and ranks with
+ * 0 <= rank < world, and NULL outputs are never written. */
+static void test_dist_misuse(void) {
+    CHECK_ERR(mp_dist_group_create(1, 0, NULL), MP_ERR_INVALID_ARG, "mp_dist_group_create", "null output");
+    CHECK_ERR(mp_dist_group_join(NULL, 0, 0, NULL), MP_ERR_INVALID_ARG, "mp_dist_group_join", "null output");
+    CHECK_ERR(mp_dist_mpi_create(0, NULL), MP_ERR_INVALID_ARG, "mp_dist_mpi_create", "null output");
+    static const char *const bad[][2] = {{"2", "5"}, {"2", "2"}, {"2", "-1"}, {"2", "abc"}, {"2", "1x"}, {"2", ""},
+                                         {"3000000000", "0"}, {"0", "0"}, {"-2", "0"}, {" 2", "0"}, {"2.0", "0"}};
+    int world = -7, rank = -7;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("OMPI_COMM_WORLD_SIZE", bad[i][0], 1), setenv("OMPI_COMM_WORLD_RANK", bad[i][1], 1);
+        const bool launched = mp_dist_mpi_launched(&world, &rank);
+        CHECK(!launched && world == -7 && rank == -7, "size '%s' rank '%s': launched %d, world %d rank %d written",
+              bad[i][0], bad[i][1], launched, world, rank);
+    }
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1), setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    CHECK(!mp_dist_mpi_launched(NULL, NULL) && !mp_dist_mpi_launched(&world, NULL), "NULL outputs");
+    CHECK(mp_dist_mpi_launched(&world, &rank) && world == 2 && rank == 1, "size 2 rank 1: world %d rank %d", world,
+          rank);
+    unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_RANK");
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_api");
     test_trainer_misuse();
@@ -625,6 +651,7 @@ int main(void) {
     test_checkpoint_mismatches();
     test_optimizer_before_policy();
     test_trainer_gradients();
+    test_dist_misuse();
     scratch_dir_remove(dir);
     return test_summary("test_api");
 }

@@ -351,10 +351,24 @@ static void test_bad_files(const char *dir) {
         {"{\"mixprec_policy\": 1, \"overrides\": {\"fc1\": \"fp8\"}}", "overrides.fc1: dtype 'fp8' unknown"},
         {"{\"mixprec_policy\": 1, \"overrides\": {\"loss\": \"fp16\"}}", "overrides.loss: 'loss' is a"},
         {"{\"mixprec_policy\": 1, \"precision\": \"fp12\"}", "precision: 'fp12' unknown"},
-        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": -3}}", "loss_scale.init: must be a number > 0"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": -3}}", "loss_scale.init: must be a number from"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": 1e-50}}", "loss_scale.init: must be a number from 1.1754"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": 8, \"min\": 1e-50}}",
+         "loss_scale.min: must be 0 (none) or a number from 1.17549e-38"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": 8, \"min\": -1e-50}}", "loss_scale.min: must be 0 (none)"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {}}", "loss_scale.init: missing"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"mode\": \"static\", \"min\": 4}}", "loss_scale.init: missing"},
         {"{\"mixprec_policy\": 1, \"loss_scale\": {\"mode\": \"auto\"}}", "loss_scale.mode"},
         {"{\"mixprec_policy\": 1, \"extra\": 3}", "extra: unknown key"},
         {"{\"overrides\": {}}", "mixprec_policy: missing"},
+        {"{\"mixprec_policy\": 1, \"precision\": \"fp16\", \"precision\": \"fp32\"}",
+         "bad.json: precision: given twice"},
+        {"{\"mixprec_policy\": 1, \"mixprec_policy\": 1}", "bad.json: mixprec_policy: given twice"},
+        {"{\"mixprec_policy\": 1, \"overrides\": {\"fc1\": \"fp32\", \"fc1\": \"fp16\"}}",
+         "overrides.fc1: given twice"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": 1024, \"init\": 8}}", "loss_scale.init: given twice"},
+        {"{\"mixprec_policy\": 1} x", "unexpected data after the JSON object at byte 22"},
+        {"{\"mixprec_policy\": 1}\n{\"precision\": \"fp16\"}", "unexpected data after the JSON object at byte 22"},
     };
     char path[600];
     snprintf(path, sizeof path, "%s/bad.json", dir);
@@ -365,7 +379,20 @@ static void test_bad_files(const char *dir) {
         mp_policy_file pf;
         CHECK_ERR(mp_policy_file_read(path, n.g, &pf), MP_ERR_FORMAT, "bad.json", rows[i].needle);
     }
-    mp_policy_file pf = {0};
+    /* a NUL byte after the object is data too; trailing whitespace is not */
+    static const char nul[] = "{\"mixprec_policy\": 1}\n\0{\"precision\": \"fp16\"}";
+    static const char blank[] = "{\"mixprec_policy\": 1}\n\t \r\n";
+    FILE *f = fopen(path, "wb");
+    fwrite(nul, 1, sizeof nul - 1, f);
+    fclose(f);
+    mp_policy_file pf;
+    CHECK_ERR(mp_policy_file_read(path, n.g, &pf), MP_ERR_FORMAT, "bad.json: unexpected data after the JSON object at "
+              "byte 22");
+    f = fopen(path, "wb");
+    fputs(blank, f);
+    fclose(f);
+    CHECK(mp_policy_file_read(path, n.g, &pf) == MP_OK, "trailing whitespace: %s", mp_last_error());
+    pf = (mp_policy_file){0};
     snprintf(pf.overrides, sizeof pf.overrides, "fc1=fp32");
     char merged[256];
     CHECK_ERR(mp_policy_file_merge(&pf, "p.json", "fc2=bf16,fc1=bf16", merged, sizeof merged), MP_ERR_INVALID_ARG,

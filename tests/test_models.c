@@ -233,6 +233,10 @@ static void test_bad_names(void) {
     CHECK_ERR(mp_model_build("small", 1, 28, 28, 10, NULL), MP_ERR_INVALID_ARG, "'small'", "null output");
     CHECK_ERR(mp_model_check_name(NULL), MP_ERR_INVALID_ARG, "no name");
     CHECK(mp_model_describe(NULL) == NULL, "describes NULL");
+    mp_model_free(NULL); /* a no-op: the program reaching its summary is the check */
+    mp_model zeroed = {0};
+    mp_model_free(&zeroed);
+    CHECK(zeroed.g == NULL, "freeing a zeroed model");
     CHECK(mp_model_describe("wrn-27-10") == NULL, "describes wrn-27-10");
     CHECK(mp_model_describe("resnet19") == NULL, "describes resnet19");
     CHECK(mp_model_describe("wrn-22-2") != NULL && mp_model_describe("wrn") != NULL, "no description for wrn-22-2");

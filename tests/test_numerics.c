@@ -6,12 +6,14 @@
  * 2^127; then the trainer's collection: which steps, which tensors, and
  * gradients carrying the loss scale. */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "core/error.h"
 
 /* a rounded to a format with p significand bits and exponents emin..emax;
  * INFINITY when it overflows. Uses the default rounding mode (ties to even). */
@@ -154,6 +156,11 @@ static void test_trainer_collection(void) {
                                                    .scaler = {.static_scale = true, .init_scale = 1024}},
                             &t) == MP_OK, "%s", mp_last_error());
     CHECK_ERR(mp_trainer_numerics_enable(t, &(mp_numerics_opts){.nodes = "fc,nope"}), MP_ERR_INVALID_ARG, "'nope'");
+    /* an empty name anywhere, a trailing comma's too, is the same error */
+    static const char *const empty[] = {"fc,,loss", ",fc", "fc,", ","};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++)
+        CHECK_ERR(mp_trainer_numerics_enable(t, &(mp_numerics_opts){.nodes = empty[i]}), MP_ERR_INVALID_ARG,
+                  "node list '", empty[i], "empty");
     CHECK(mp_trainer_numerics_enable(t, &(mp_numerics_opts){.every = 2, .nodes = "fc,loss"}) == MP_OK, "%s",
           mp_last_error());
     float xs[32];
@@ -203,8 +210,79 @@ static void test_trainer_collection(void) {
     mp_graph_destroy(g);
 }
 
+/* mp_tensor_stats_below at the ints' limits: the exponents' sum does not
+ * overflow (3e38 times 2^INT_MAX is not below 1, 1e-45 times 2^-INT_MAX is),
+ * and a NULL s counts nothing instead of crashing. */
+static void test_below_extremes(void) {
+    const float tiny = 1e-45f, big = 3e38f, one = 1;
+    mp_tensor_stats s;
+    CHECK(mp_tensor_stats_compute(&tiny, MP_DTYPE_F32, 1, &s) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tensor_stats_below(&s, -INT_MAX, 0) == 1, "1e-45 * 2^-INT_MAX below 1: %lld",
+          (long long)mp_tensor_stats_below(&s, -INT_MAX, 0));
+    CHECK(mp_tensor_stats_below(&s, INT_MIN, INT_MAX) == 1, "1e-45 * 2^INT_MIN below 2^INT_MAX: %lld",
+          (long long)mp_tensor_stats_below(&s, INT_MIN, INT_MAX));
+    CHECK(mp_tensor_stats_compute(&big, MP_DTYPE_F32, 1, &s) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tensor_stats_below(&s, INT_MAX, 0) == 0, "3e38 * 2^INT_MAX below 1: %lld",
+          (long long)mp_tensor_stats_below(&s, INT_MAX, 0));
+    CHECK(mp_tensor_stats_compute(&one, MP_DTYPE_F32, 1, &s) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tensor_stats_below(&s, 10, INT_MAX) == 1 && mp_tensor_stats_below(&s, 0, INT_MIN) == 0,
+          "1 at the limits of below_log2: %lld %lld", (long long)mp_tensor_stats_below(&s, 10, INT_MAX),
+          (long long)mp_tensor_stats_below(&s, 0, INT_MIN));
+    CHECK(mp_tensor_stats_below(NULL, 0, 0) == 0, "NULL statistics");
+}
+
+/* A ReLU fused into its batch norm (CPU plans fuse it) selected alone: it is
+ * measured as the batch norm's output, which holds the ReLU's result, and
+ * its records carry its own name and node, forward and gradient. */
+static void test_fused_node(void) {
+    enum { NB = 2, HW = 8 };
+    mp_model m;
+    MP_ASSERT(mp_model_build("small", 1, HW, HW, 3, &m) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_FP32}) == MP_OK);
+    mp_graph_init_params(m.g, 3);
+    mp_optimizer *opt;
+    MP_ASSERT(mp_optimizer_create(m.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
+    const mp_node relu = mp_graph_find(m.g, "conv1_relu");
+    MP_ASSERT(relu >= 0);
+    mp_graph_mark_output(m.g, relu); /* read back below (still fused: the batch norm is not an output) */
+    mp_trainer *t;
+    MP_ASSERT(mp_trainer_create(m.g, &(mp_trainer_opts){.batch = NB, .loss = m.loss, .optimizer = opt,
+                                                        .input = m.input, .labels = m.labels}, &t) == MP_OK);
+    MP_ASSERT(mp_trainer_numerics_enable(t, &(mp_numerics_opts){.nodes = "conv1_relu"}) == MP_OK);
+    float img[NB * HW * HW];
+    for (int i = 0; i < NB * HW * HW; i++) img[i] = sinf((float)i * 0.37f);
+    int32_t lab[NB] = {0, 2};
+    CHECK(mp_trainer_step(t, &(mp_batch){img, lab, NB}, NULL) == MP_OK, "%s", mp_last_error());
+    const mp_numerics_record *rec;
+    int n = 0;
+    int64_t step;
+    CHECK(mp_trainer_numerics(t, &rec, &n, &step) == MP_OK && n == 2 && step == 1, "fused ReLU: %d records", n);
+    bool out = false, grad = false;
+    for (int i = 0; i < n; i++) {
+        CHECK(rec[i].node == relu && !strcmp(rec[i].name, "conv1_relu"), "record %d is node %d '%s'", i, rec[i].node,
+              rec[i].name);
+        out |= rec[i].kind == MP_NUMERICS_OUTPUT, grad |= rec[i].kind == MP_NUMERICS_GRAD;
+        if (rec[i].kind != MP_NUMERICS_OUTPUT) continue;
+        const int64_t numel = rec[i].stats.numel;
+        float *y = malloc((size_t)numel * sizeof *y);
+        mp_tensor_stats s;
+        CHECK(mp_trainer_read(t, relu, y, (size_t)numel) == MP_OK && mp_tensor_stats_compute(y, MP_DTYPE_F32, numel,
+              &s) == MP_OK, "%s", mp_last_error());
+        CHECK(rec[i].stats.amax == s.amax && rec[i].stats.zero == s.zero && s.zero > 0, "fused ReLU output: amax %g "
+              "and %lld zeros, read back %g and %lld", rec[i].stats.amax, (long long)rec[i].stats.zero, s.amax,
+              (long long)s.zero);
+        free(y);
+    }
+    CHECK(out && grad, "fused ReLU: output record %d, gradient record %d", out, grad);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    mp_model_free(&m);
+}
+
 int main(void) {
     test_against_f64();
+    test_below_extremes();
     test_trainer_collection();
+    test_fused_node();
     return test_summary("test_numerics");
 }

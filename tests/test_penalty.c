@@ -3,9 +3,11 @@
  * central differences of the penalty (L2 of the parameter gradients, R1 and
  * WGAN-GP on an input gradient), which is itself checked against
  * differences of the network's output; under amp-fp16 with dynamic scaling
- * the penalty equals fp32's on the same weights. Each on an MLP and on a
- * network with conv, batch norm (batch statistics) and max pooling. The plans are f32 (there is
- * no f64 policy), so the tolerances are those of f32 differences. */
+ * the penalty equals fp32's on the same weights; the L2 penalty scales with
+ * its loss's weight (the norm of the weighted objective's gradient). Each on
+ * an MLP and on a network with conv, batch norm (batch statistics) and max
+ * pooling. The plans are f32 (there is no f64 policy), so the tolerances are
+ * those of f32 differences. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,6 +270,45 @@ static void check_amp(mp_penalty_kind kind, float w, bool conv) {
            (long long)s16, p16, p32, rel);
 }
 
+/* The L2 penalty is the norm of the gradient of the group's weighted
+ * objective (its loss times the loss's weight), not of the loss alone: a
+ * loss weight of 0.25 gives 0.25 times the penalty of weight 1, whose value
+ * is weight * ||dL/dtheta|| from a plan on the same weights. */
+static void check_l2_loss_weight(void) {
+    net n;
+    build(&n, false, false, MP_PRECISION_FP32);
+    batch b;
+    make_batch(&b, 5);
+    const float pw = 0.5f, lw[2] = {1, 0.25f};
+    double pen[2];
+    for (int i = 0; i < 2; i++) {
+        mp_optimizer *opt = NULL;
+        MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0}},
+                                      &opt) == MP_OK);
+        mp_trainer_opts to = {.batch = B, .input = n.x, .labels = n.y, .n_groups = 1,
+                              .groups = {{.optimizer = opt, .losses = {n.loss}, .weights = {lw[i]}, .n_losses = 1}},
+                              .penalty = {.kind = MP_PENALTY_L2_GRAD, .weight = pw}};
+        mp_trainer *t = NULL;
+        MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+        mp_step_report r;
+        MP_ASSERT(step(t, &n, false, &b, &r) == MP_OK && !r.overflow.found);
+        pen[i] = r.penalty;
+        mp_trainer_destroy(t);
+        mp_optimizer_destroy(opt);
+    }
+    mp_plan *p = NULL;
+    MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = B, .training = true, .loss = n.loss}, &p) == MP_OK);
+    MP_ASSERT(feed_plan(p, &n, false, &b) == MP_OK);
+    const double direct = penalty_at(p, &n, MP_PENALTY_L2_GRAD, pw);
+    mp_plan_destroy(p);
+    CHECK(fabs(pen[0] - direct) <= 1e-5 * direct && direct > 0, "loss weight 1: penalty %g, weight * ||dL/dtheta|| %g",
+          pen[0], direct);
+    CHECK(fabs(pen[1] - 0.25 * pen[0]) <= 1e-6 * pen[0], "loss weight 0.25: penalty %g, 0.25 x weight 1's is %g",
+          pen[1], 0.25 * pen[0]);
+    printf("l2       mlp          loss weight 0.25: penalty %.6g = 0.25 x %.6g (weight 1)\n", pen[1], pen[0]);
+    mp_graph_destroy(n.g);
+}
+
 int main(void) {
     for (int conv = 0; conv < 2; conv++) {
         check_fd(MP_PENALTY_L2_GRAD, 0.5f, conv);
@@ -276,5 +317,6 @@ int main(void) {
         check_amp(MP_PENALTY_L2_GRAD, 0.5f, conv);
         check_amp(MP_PENALTY_R1, 2.0f, conv);
     }
+    check_l2_loss_weight();
     return test_summary("test_penalty");
 }

@@ -3,9 +3,12 @@
  * unconnected nodes, options a penalty cannot be combined with, calls out of
  * order, the error an op without tangents would give; and an overflowing input gradient under
  * amp-fp16 is a gradient overflow the dynamic scale backs off from (the
- * step skipped, the penalty NaN), after which the penalty is finite. */
+ * step skipped, the penalty NaN), after which the penalty is finite; a step
+ * skipped on a forward overflow reports NaN for the penalty and its input
+ * gradient alike. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "check.h"
 #include "core/error.h"
@@ -38,6 +41,18 @@ static mp_status trainer(const net *n, mp_penalty pen, int accumulate, mp_device
     mp_trainer_opts to = {.batch = B, .loss = n->loss, .optimizer = opt, .penalty = pen, .accumulate = accumulate,
                           .device = dev};
     return mp_trainer_create(n->g, &to, t);
+}
+
+/* An SGD trainer of n's loss with an R1 penalty of weight w on x -> out,
+ * from loss scale init_scale (0: the default), that skipped steps never stop. */
+static mp_trainer *r1_trainer(const net *n, float w, float init_scale, mp_optimizer **opt) {
+    MP_ASSERT(mp_optimizer_create(n->g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, opt) == MP_OK);
+    mp_trainer_opts to = {.batch = B, .loss = n->loss, .optimizer = *opt, .scaler = {.init_scale = init_scale},
+                          .max_skip_share = 1,
+                          .penalty = {.kind = MP_PENALTY_R1, .weight = w, .input = n->x, .output = n->out}};
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(n->g, &to, &t) == MP_OK);
+    return t;
 }
 
 static void bad_options(void) {
@@ -108,7 +123,7 @@ static void plan_order(void) {
     po.training = true;
     MP_ASSERT(mp_plan_create(n.g, po, &p) == MP_OK);
     CHECK(mp_plan_tangent_bytes(p) > 0, "no tangent buffers");
-    float gx[B * F] = {0};
+    float gx[B * F] = {0}, tg[4] = {0};
     CHECK_ERR(mp_plan_forward_tangent(p), MP_ERR_INVALID_ARG, "before any forward");
     CHECK_ERR(mp_plan_backward_input_grad(p, 1), MP_ERR_INVALID_ARG, "before any forward");
     CHECK_ERR(mp_plan_forward(p), MP_ERR_INVALID_ARG, "targets 'x' has no batch yet");
@@ -116,6 +131,14 @@ static void plan_order(void) {
     MP_ASSERT(mp_plan_set_input(p, n.x, gx, B * F) == MP_OK && mp_plan_set_input(p, n.t, tt, B) == MP_OK);
     MP_ASSERT(mp_plan_forward(p) == MP_OK);
     CHECK_ERR(mp_plan_read_input_grad(p, gx, B * F), MP_ERR_INVALID_ARG, "no mp_plan_backward_input_grad");
+    CHECK_ERR(mp_plan_read_tangent_grad(p, "head.weight", tg, 4), MP_ERR_INVALID_ARG, "read_tangent_grad 'head.weight'",
+              "no mp_plan_backward_tangent since the last forward");
+    float bad[B * F] = {0};
+    bad[5] = NAN;
+    CHECK_ERR(mp_plan_set_tangent_input(p, bad, B * F), MP_ERR_NONFINITE, "set_tangent_input 'x'", "nan at element 5");
+    bad[5] = 0, bad[2] = -INFINITY;
+    CHECK_ERR(mp_plan_set_tangent_param(p, "head.weight", bad, 4), MP_ERR_NONFINITE, "set_tangent_param 'head.weight'",
+              "-inf at element 2");
     CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "before mp_plan_forward_tangent");
     CHECK_ERR(mp_plan_set_tangent_param(p, "nope.weight", NULL, 0), MP_ERR_INVALID_ARG, "'nope.weight' is not a trainable");
     CHECK_ERR(mp_plan_set_tangent_input(p, gx, 3), MP_ERR_SHAPE, "got 3 values, it has 12");
@@ -124,6 +147,10 @@ static void plan_order(void) {
     MP_ASSERT(mp_plan_backward_input_grad(p, 1) == MP_OK);
     CHECK_ERR(mp_plan_backward_tangent(p, n.loss), MP_ERR_INVALID_ARG, "started at 'head'");
     CHECK(mp_plan_backward_tangent(p, n.out) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_plan_read_tangent_grad(p, "head.weight", tg, 4) == MP_OK, "%s", mp_last_error());
+    CHECK_ERR(mp_plan_read_tangent_grad(p, "head.weight", NULL, 4), MP_ERR_INVALID_ARG,
+              "read_tangent_grad: null output");
+    CHECK_ERR(mp_plan_read_input_grad(p, NULL, B * F), MP_ERR_INVALID_ARG, "read_input_grad: null output");
     CHECK_ERR(mp_plan_read_input_grad(p, gx, 2), MP_ERR_SHAPE, "asked for 2 values");
     /* a new batch after the forward: every pass that reads the forward's values refuses until the next forward */
     MP_ASSERT(mp_plan_set_input(p, n.t, tt, B) == MP_OK);
@@ -131,6 +158,7 @@ static void plan_order(void) {
     CHECK_ERR(mp_plan_forward_tangent(p), MP_ERR_INVALID_ARG, "forward_tangent", "'t'", "new batch");
     CHECK_ERR(mp_plan_backward_tangent(p, n.out), MP_ERR_INVALID_ARG, "backward_tangent", "'t'", "new batch");
     MP_ASSERT(mp_plan_forward(p) == MP_OK);
+    CHECK_ERR(mp_plan_read_tangent_grad(p, "head.weight", tg, 4), MP_ERR_INVALID_ARG, "no mp_plan_backward_tangent");
     CHECK_ERR(mp_plan_backward_input_grad(p, 1), MP_OK);
     mp_plan_destroy(p);
     CHECK_ERR(mp_plan_forward_tangent(NULL), MP_ERR_INVALID_ARG, "not compiled with opts.second_order");
@@ -164,12 +192,7 @@ static void overflow_backs_off(void) {
     net n;
     build(&n, MP_PRECISION_AMP_FP16);
     mp_optimizer *opt = NULL;
-    MP_ASSERT(mp_optimizer_create(n.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt) == MP_OK);
-    mp_trainer_opts to = {.batch = B, .loss = n.loss, .optimizer = opt, .scaler = {.init_scale = 0x1p30f},
-                          .max_skip_share = 1, .penalty = {.kind = MP_PENALTY_R1, .weight = 1, .input = n.x,
-                                                           .output = n.out}};
-    mp_trainer *t = NULL;
-    MP_ASSERT(mp_trainer_create(n.g, &to, &t) == MP_OK);
+    mp_trainer *t = r1_trainer(&n, 1, 0x1p30f, &opt);
     const float x[B * F] = {0.5f, -1, 2, 0.1f, 0.3f, -0.7f, 1, 1, -1, 0.2f, 0.4f, 0.9f}, tt[B] = {1, 0, 1, 0};
     MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
     mp_step_report r;
@@ -188,10 +211,62 @@ static void overflow_backs_off(void) {
     mp_graph_destroy(n.g);
 }
 
+/* A step skipped on a forward overflow (1e6 is inf in fp16: inf - inf in fc1)
+ * computes no penalty: its value and every element of its input gradient are
+ * NaN, not the previous step's gradient or uninitialized memory. */
+static void skipped_step_input_grad(void) {
+    net n;
+    build(&n, MP_PRECISION_AMP_FP16);
+    mp_optimizer *opt = NULL;
+    mp_trainer *t = r1_trainer(&n, 1, 0, &opt);
+    const float x[B * F] = {0.5f, -1, 2, 0.1f, 0.3f, -0.7f, 1, 1, -1, 0.2f, 0.4f, 0.9f}, tt[B] = {1, 0, 1, 0};
+    float big[B * F], gx[B * F], v = 0;
+    memcpy(big, x, sizeof big);
+    big[0] = 1e6f, big[1] = -1e6f, big[2] = 1e6f;
+    mp_step_report r;
+    MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
+    MP_ASSERT(mp_trainer_step(t, NULL, &r) == MP_OK && !r.overflow.found); /* a finite gradient first */
+    MP_ASSERT(mp_trainer_set_input(t, n.x, big, B * F) == MP_OK);
+    MP_ASSERT(mp_trainer_step(t, NULL, &r) == MP_OK);
+    CHECK(r.overflow.found && r.overflow.forward, "overflow %d forward %d", r.overflow.found, r.overflow.forward);
+    CHECK(mp_trainer_penalty_value(t, &v) == MP_OK && isnan(v), "penalty value %g", (double)v);
+    CHECK(mp_trainer_penalty_input_grad(t, gx, B * F) == MP_OK, "%s", mp_last_error());
+    int nan = 0;
+    for (int i = 0; i < B * F; i++) nan += isnan(gx[i]);
+    CHECK(nan == B * F, "input gradient after a skipped step: %d of %d NaN (gx[0] %g)", nan, B * F, (double)gx[0]);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    mp_graph_destroy(n.g);
+}
+
+/* R1 with weight 3e38 on an input gradient of 1.2: the value (2.2e38) is a
+ * float but the direction weight * 1.2 is not: a forward overflow of the
+ * penalty (the step skipped, the value NaN), not a failed step. */
+static void huge_weight_direction(void) {
+    net n;
+    build(&n, MP_PRECISION_FP32);
+    float w1[12] = {1}, b1[4] = {0}, w2[4] = {1.2f}, b2[1] = {0}, x[B * F] = {0}, v = 0;
+    MP_ASSERT(mp_graph_param_set(n.g, "fc1.weight", w1, 12) == 0 && mp_graph_param_set(n.g, "fc1.bias", b1, 4) == 0);
+    MP_ASSERT(mp_graph_param_set(n.g, "head.weight", w2, 4) == 0 && mp_graph_param_set(n.g, "head.bias", b2, 1) == 0);
+    mp_optimizer *opt = NULL;
+    mp_trainer *t = r1_trainer(&n, 3e38f, 0, &opt);
+    const float tt[B] = {1, 0, 1, 0};
+    MP_ASSERT(mp_trainer_set_input(t, n.x, x, B * F) == MP_OK && mp_trainer_set_input(t, n.t, tt, B) == MP_OK);
+    mp_step_report r;
+    CHECK(mp_trainer_step(t, NULL, &r) == MP_OK, "%s", mp_last_error());
+    CHECK(r.overflow.found && r.overflow.forward, "overflow %d forward %d", r.overflow.found, r.overflow.forward);
+    CHECK(mp_trainer_penalty_value(t, &v) == MP_OK && isnan(v), "penalty value %g", (double)v);
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(opt);
+    mp_graph_destroy(n.g);
+}
+
 int main(void) {
     bad_options();
     plan_order();
     every_op_has_tangents();
     overflow_backs_off();
+    skipped_step_input_grad();
+    huge_weight_direction();
     return test_summary("test_penalty_api");
 }

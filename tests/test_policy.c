@@ -201,6 +201,11 @@ static void test_precision_names(void) {
 static void check_all_policies(mp_graph *g, const char *what) {
     for (int i = 0; i < MP_PRECISION_COUNT; i++)
         for (int bn_low = 0; bn_low < 2; bn_low++) {
+            if (bn_low && i != MP_PRECISION_FP16 && i != MP_PRECISION_BF16) { /* fp16 and bf16 only */
+                CHECK_ERR(apply(g, (mp_precision)i, true, NULL), MP_ERR_INVALID_ARG, "bn_low (--bn-low) applies to the "
+                          "fp16 and bf16 policies only", mp_precision_name((mp_precision)i));
+                continue;
+            }
             mp_status s = apply(g, (mp_precision)i, bn_low, NULL);
             CHECK(s == MP_OK, "%s %s: %s", what, mp_precision_name((mp_precision)i), mp_last_error());
             if (s == MP_OK) check_against_contract(g, (mp_precision)i, bn_low, (override_t){0}, what);
@@ -238,7 +243,10 @@ static void test_pass_models(void) {
         expect_node(m.g, "fc2", B, F, "small amp-bf16");
         expect_node(m.g, "labels", I, I, "small amp-bf16");
         expect_node(m.g, "loss", F, F, "small amp-bf16");
-        apply(m.g, MP_PRECISION_O2_FP16, true, NULL); /* bn_low is for pure policies only */
+        CHECK_ERR(apply(m.g, MP_PRECISION_O2_FP16, true, NULL), MP_ERR_INVALID_ARG, /* pure policies only */
+                  "bn_low (--bn-low) applies to the fp16 and bf16 policies only (got o2-fp16)");
+        expect_node(m.g, "input", F, F, "small amp-bf16 after a refused bn_low");
+        apply(m.g, MP_PRECISION_O2_FP16, false, NULL);
         expect_node(m.g, "input", H, H, "small o2-fp16");
         expect_node(m.g, "conv2_bn", F, H, "small o2-fp16");
         expect_node(m.g, "fc2", H, F, "small o2-fp16");
@@ -248,7 +256,9 @@ static void test_pass_models(void) {
         expect_node(m.g, "conv1_bn", B, B, "small bf16 +bn_low");
         expect_node(m.g, "input", B, B, "small bf16 +bn_low");
         for (int p = MP_PRECISION_FP32; p <= MP_PRECISION_TF32; p++) {
-            apply(m.g, (mp_precision)p, true, NULL);
+            CHECK(apply(m.g, (mp_precision)p, true, NULL) == MP_ERR_INVALID_ARG, "%s took bn_low",
+                  mp_precision_name((mp_precision)p));
+            apply(m.g, (mp_precision)p, false, NULL);
             for (int i = 0; i < m.g->n_nodes; i++) {
                 mp_dtype want = m.g->nodes[i].desc.kind == MP_OP_LABELS ? I : F;
                 CHECK(m.g->nodes[i].compute_dtype == want && m.g->nodes[i].storage_dtype == want,
@@ -478,6 +488,7 @@ static void test_overrides(void) {
     /* a fresh apply forgets earlier overrides */
     CHECK(apply(g, MP_PRECISION_FP32, false, NULL) == MP_OK, "%s", mp_last_error());
     expect_node(g, "conv1", F, F, "fp32 after overrides");
+    CHECK(apply(g, MP_PRECISION_FP32, false, "") == MP_OK, "\"\" (none): %s", mp_last_error());
 
     /* errors name what is wrong, and leave the graph as it was */
     CHECK(apply(g, MP_PRECISION_AMP_BF16, false, "fc1=fp32") == MP_OK, "%s", mp_last_error());
@@ -489,7 +500,14 @@ static void test_overrides(void) {
     CHECK(strstr(mp_last_error(), "'fc2'") && strstr(mp_last_error(), "LAYER=DTYPE"), "message: %s", mp_last_error());
     CHECK(apply(g, MP_PRECISION_AMP_BF16, false, "=fp32") == MP_ERR_INVALID_ARG, "empty layer name accepted");
     CHECK(apply(g, MP_PRECISION_AMP_BF16, false, "fc2=") == MP_ERR_INVALID_ARG, "empty dtype accepted");
-    CHECK(apply(g, MP_PRECISION_AMP_BF16, false, "fc1=fp32,,fc2=fp32") == MP_ERR_INVALID_ARG, "empty entry accepted");
+    /* an empty entry anywhere, the trailing one too, is the same error; each layer once */
+    static const char *const empty[] = {"fc1=fp32,,fc2=fp32", ",fc1=fp32", "fc1=fp32,", ","};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++)
+        CHECK_ERR(apply(g, MP_PRECISION_AMP_BF16, false, empty[i]), MP_ERR_INVALID_ARG, "--precision-override '",
+                  empty[i], "an empty entry");
+    CHECK_ERR(apply(g, MP_PRECISION_AMP_BF16, false, "fc1=fp32,fc2=bf16,fc1=fp16"), MP_ERR_INVALID_ARG,
+              "--precision-override: layer 'fc1' given twice");
+    CHECK_ERR(apply(g, MP_PRECISION_AMP_BF16, false, "fc1=fp32,fc1=fp32"), MP_ERR_INVALID_ARG, "'fc1' given twice");
     CHECK(apply(g, MP_PRECISION_AMP_FP16, false, "loss=fp16") == MP_ERR_INVALID_ARG, "override of the loss accepted");
     CHECK(strstr(mp_last_error(), "'loss'"), "message names the loss: %s", mp_last_error());
     CHECK(apply(g, MP_PRECISION_AMP_FP16, false, "labels=fp32") == MP_ERR_INVALID_ARG, "override of labels accepted");

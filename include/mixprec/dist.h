@@ -16,10 +16,11 @@ extern "C" {
 typedef struct mp_dist_group mp_dist_group;
 
 /** Thread mode: `world` ranks in this process on GPUs 0..world-1; timeout_s
- * bounds any wait on another rank (<= 0: 300 s). */
+ * bounds any wait on another rank (<= 0: 300 s). out must not be NULL. */
 MP_API mp_status mp_dist_group_create(int world, double timeout_s, mp_dist_group **out);
 /** Called from rank `rank`'s own thread: its communicator on GPU `device`,
- * once every rank joined (or an error when one failed or the timeout passed). */
+ * once every rank joined (or an error when one failed or the timeout passed).
+ * out must not be NULL. */
 MP_API mp_status mp_dist_group_join(mp_dist_group *g, int rank, int device, mp_dist **out);
 /** After every rank's thread was joined. */
 MP_API void mp_dist_group_destroy(mp_dist_group *g);
@@ -27,9 +28,13 @@ MP_API void mp_dist_group_destroy(mp_dist_group *g);
 MP_API int mp_dist_group_failed_rank(const mp_dist_group *g);
 /** Rank `rank` never started: the others stop instead of waiting for it. */
 MP_API void mp_dist_group_fail(mp_dist_group *g, int rank, mp_status s);
-/** True when an MPI launcher (Open MPI / PMIx) started this process; its world size and rank. */
+/** True when an MPI launcher (Open MPI / PMIx) started this process: its
+ * world size and rank variables are whole decimal integers with 0 <= rank <
+ * world; they are then written to *world and *rank. False otherwise, with
+ * the outputs untouched (also when either is NULL). */
 MP_API bool mp_dist_mpi_launched(int *world, int *rank);
-/** Process mode: this rank's communicator on the GPU of its local rank. */
+/** Process mode: this rank's communicator on the GPU of its local rank (out
+ * must not be NULL). */
 MP_API mp_status mp_dist_mpi_create(double timeout_s, mp_dist **out);
 /** This communicator's rank. */
 MP_API int mp_dist_rank(const mp_dist *d);

@@ -25,7 +25,7 @@ typedef struct {
  * c, h, w fill the dims its input leaves dynamic), whose input shape and
  * class count must then be (c, h, w) and `classes`. */
 MP_API mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m);
-/** Frees the model's graph (a zeroed model is fine). */
+/** Frees the model's graph (a zeroed model is fine; NULL does nothing). */
 MP_API void mp_model_free(mp_model *m);
 /** "small, cnn10, resnet18, ..." */
 MP_API const char *mp_model_list(void);

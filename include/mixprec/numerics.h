@@ -24,7 +24,9 @@
  * mp_trainer_numerics returns them once that copy is seen finished, usually
  * a step later (mp_trainer_wait makes the newest one available). A node
  * fused into its producer (a ReLU applied by its batch norm) is measured
- * as that producer's output, on both devices. On a GPU the loss scale a
+ * as that producer's output (and output gradient), which holds the fused
+ * result, on both devices; its records carry its own node and name, also
+ * when it is selected without its producer. On a GPU the loss scale a
  * gradient record carries is the host's view of it when the step was queued. */
 #ifndef MIXPREC_NUMERICS_H
 #define MIXPREC_NUMERICS_H
@@ -71,7 +73,8 @@ typedef struct {
 MP_API mp_status mp_tensor_stats_compute(const void *data, mp_dtype dtype, int64_t n, mp_tensor_stats *out);
 
 /** Values of s whose magnitude times 2^log2_scale is below 2^below_log2,
- * counted from the histogram (exact when the bound is a power of two). */
+ * counted from the histogram (exact when the bound is a power of two); any
+ * int exponents, however large; 0 for a NULL s. */
 MP_API int64_t mp_tensor_stats_below(const mp_tensor_stats *s, int log2_scale, int below_log2);
 
 /** What a record measures (flags, combinable in mp_numerics_opts.kinds). */
@@ -98,7 +101,7 @@ typedef struct {
 typedef struct {
     int every;          /**< collect on optimizer steps (1-based) divisible by this; 0 -> 1 */
     unsigned kinds;     /**< mp_numerics_kind flags; 0 -> MP_NUMERICS_ALL */
-    const char *nodes;  /**< comma-separated node names ("fc1,conv2"); NULL or "": every node */
+    const char *nodes;  /**< comma-separated node names ("fc1,conv2", no empty name); NULL or "": every node */
 } mp_numerics_opts;
 
 /** Start collecting statistics on t's steps (again with new options, or
@@ -108,7 +111,8 @@ typedef struct {
 MP_API mp_status mp_trainer_numerics_enable(mp_trainer *t, const mp_numerics_opts *o);
 
 /** The newest finished collection: *records (owned by the trainer, valid
- * until its next step), *n of them and the optimizer step (1-based) they
+ * until the trainer's next step or next mp_trainer_numerics_enable call,
+ * which frees them), *n of them and the optimizer step (1-based) they
  * belong to; *step = 0 and *n = 0 before any. On a GPU a collection not yet
  * returned is returned before a newer one replaces it, so a caller asking
  * after every step sees each collection once, a step late (never waits). */

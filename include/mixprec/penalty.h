@@ -44,8 +44,11 @@ extern "C" {
 /** The penalty a trainer adds to one optimizer group's objective. */
 typedef enum {
     MP_PENALTY_NONE = 0,
-    /** weight * ||dL/dtheta||_2 over the group's trainable parameters (seed
-     * 003's example: the norm, not its square); the group has one loss L. */
+    /** weight * ||dJ/dtheta||_2 over the group's trainable parameters (seed
+     * 003's example: the norm, not its square), J the group's weighted
+     * objective: the sum of its losses times their weights. The group has
+     * one loss L of weight w > 0, so J = w L and the penalty is
+     * weight * w * ||dL/dtheta||. */
     MP_PENALTY_L2_GRAD,
     /** R1: weight/2 * mean_i ||d(sum of output)/d(input)_i||^2, the gradient
      * of the discriminator's real logits with respect to the real images. */
@@ -84,14 +87,15 @@ MP_API size_t mp_plan_tangent_bytes(const mp_plan *p);
  * output gradient it leaves readable. Parameter gradients are not touched. */
 MP_API mp_status mp_plan_backward_input_grad(mp_plan *p, float seed);
 /** opts.input_grad_wrt's output gradient from the last
- * mp_plan_backward_input_grad, as f32 (n: its element count). */
+ * mp_plan_backward_input_grad, as f32 (n: its element count; dst not NULL). */
 MP_API mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n);
 
 /** The direction of the next tangent pass on opts.input_grad_wrt (n: its
- * element count; NULL: zero). */
+ * element count; NULL: zero). A NaN/inf element is an error naming it. */
 MP_API mp_status mp_plan_set_tangent_input(mp_plan *p, const float *v, size_t n);
 /** The direction on trainable parameter `name` (n: its element count; NULL:
- * zero). Every parameter's direction is zero until set. */
+ * zero). Every parameter's direction is zero until set. A NaN/inf element is
+ * an error naming it. */
 MP_API mp_status mp_plan_set_tangent_param(mp_plan *p, const char *name, const float *v, size_t n);
 /** Set every direction (inputs and parameters) back to zero. */
 MP_API void mp_plan_clear_tangents(mp_plan *p);
@@ -105,7 +109,9 @@ MP_API mp_status mp_plan_forward_tangent(mp_plan *p);
 MP_API mp_status mp_plan_backward_tangent(mp_plan *p, mp_node root);
 /** The tangent of trainable parameter `name`'s gradient from the last
  * mp_plan_backward_tangent (a Hessian-vector product times that backward's
- * seed), as f32. */
+ * seed), as f32 into dst (not NULL); zero for a parameter that backward did
+ * not reach. An error when no mp_plan_backward_tangent completed since the
+ * last forward. */
 MP_API mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, float *dst, size_t n);
 
 /* ---- trainers (mp_trainer_opts.penalty) ----------------------------------- */
@@ -114,13 +120,16 @@ MP_API mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, f
 typedef struct mp_trainer mp_trainer;
 
 /** The penalty's value (unscaled, weight included) in the last step; an
- * error before the first step or without a penalty. NaN when the gradient it
- * reads overflowed (the step was skipped). On a GPU: of the last step the
- * host has seen, which may be the one before the last until mp_trainer_wait. */
+ * error before the first step or without a penalty. NaN when the step was
+ * skipped: the gradient it reads overflowed, or the forward did (the penalty
+ * was not computed). On a GPU: of the last step the host has seen, which may
+ * be the one before the last until mp_trainer_wait. */
 MP_API mp_status mp_trainer_penalty_value(const mp_trainer *t, float *value);
 /** R1 / WGAN-GP: the gradient (unscaled, f32) of the penalty's output sum
  * with respect to its input node in the last step; n is that node's element
- * count. On a GPU it waits for the queued steps and copies it back. */
+ * count. After a step skipped on a forward overflow, both this gradient
+ * (every element) and the value are NaN. On a GPU it waits for the queued
+ * steps and copies it back. */
 MP_API mp_status mp_trainer_penalty_input_grad(const mp_trainer *t, float *dst, size_t n);
 
 #ifdef __cplusplus

@@ -44,8 +44,10 @@ typedef enum {
 /** Policy options. */
 typedef struct {
     mp_precision precision; /**< the policy */
-    bool bn_low;           /**< fp16/bf16 only: BatchNorm computes in the low dtype too */
-    const char *overrides; /**< per-layer dtypes, "conv1=fp32,fc=bf16" (NULL: none); names must exist */
+    bool bn_low;           /**< fp16/bf16 only (an error otherwise): BatchNorm computes in the low dtype too */
+    /** per-layer dtypes, "conv1=fp32,fc=bf16" (NULL or "": none); names must exist, each layer once, no
+     * empty entry (no leading, doubled or trailing comma) */
+    const char *overrides;
 } mp_policy_opts;
 
 /** "fp32", "amp-bf16", ... -> the policy; errors list the known names. */

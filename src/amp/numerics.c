@@ -87,9 +87,11 @@ mp_status mp_tensor_stats_compute(const void *data, mp_dtype dtype, int64_t n, m
 
 int64_t mp_tensor_stats_below(const mp_tensor_stats *s, int log2_scale, int below_log2) {
     /* bin k holds [2^(MIN+k), 2^(MIN+k+1)); scaled by 2^log2_scale it lies
-     * wholly below 2^below_log2 when MIN + k + 1 + log2_scale <= below_log2 */
+     * wholly below 2^below_log2 when MIN + k + 1 + log2_scale <= below_log2
+     * (in int64_t: any two ints, INT_MAX and INT_MIN too, without overflow) */
+    if (!s) return 0;
     int64_t n = 0;
     for (int k = 0; k < MP_NUMERICS_HIST_BINS; k++)
-        if (MP_NUMERICS_HIST_MIN + k + 1 + log2_scale <= below_log2) n += s->hist[k];
+        if ((int64_t)MP_NUMERICS_HIST_MIN + k + 1 + log2_scale <= below_log2) n += s->hist[k];
     return n;
 }

@@ -72,13 +72,18 @@ static mp_status parse_dtype(const char *s, size_t len, mp_dtype *out) {
     return mp_error(MP_ERR_INVALID_ARG, "--precision-override: dtype '%.*s' unknown (fp32, fp16, bf16)", (int)len, s);
 }
 
-/* Parse "LAYER=DTYPE,..." into per-node dtypes (MP_DTYPE_COUNT = none). */
+/* Parse "LAYER=DTYPE,..." into per-node dtypes (MP_DTYPE_COUNT = none);
+ * NULL or "": none. Every entry names one layer once, and none is empty (a
+ * comma too many, leading, doubled or trailing). */
 static mp_status parse_overrides(const mp_graph *g, const char *spec, mp_dtype *forced) {
     for (int i = 0; i < g->n_nodes; i++) forced[i] = MP_DTYPE_COUNT;
-    const char *p = spec;
-    while (p && *p) {
+    const char *p = spec && *spec ? spec : NULL;
+    while (p) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0)
+            return mp_error(MP_ERR_INVALID_ARG, "--precision-override '%s': an empty entry (a comma too many); "
+                            "expected LAYER=DTYPE,...", spec);
         const char *eq = memchr(p, '=', len);
         if (!eq || eq == p)
             return mp_error(MP_ERR_INVALID_ARG, "--precision-override '%.*s': expected LAYER=DTYPE", (int)len, p);
@@ -96,6 +101,8 @@ static mp_status parse_overrides(const mp_graph *g, const char *spec, mp_dtype *
         if (k == MP_OP_LABELS || k == MP_OP_TARGETS || is_loss(k))
             return mp_error(MP_ERR_INVALID_ARG, "--precision-override: '%s' is a %s and always fp32/int32", name,
                             mp_op_lookup(k)->name);
+        if (forced[n] != MP_DTYPE_COUNT)
+            return mp_error(MP_ERR_INVALID_ARG, "--precision-override: layer '%s' given twice", name);
         forced[n] = dt;
         p = end ? end + 1 : NULL;
     }
@@ -122,6 +129,9 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     if (!g || g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "precision policy: the graph has an error");
     if ((unsigned)o.precision >= MP_PRECISION_COUNT)
         return mp_error(MP_ERR_INVALID_ARG, "precision policy: unknown policy %d", (int)o.precision);
+    if (o.bn_low && has_master(o.precision))
+        return mp_error(MP_ERR_INVALID_ARG, "precision policy: bn_low (--bn-low) applies to the fp16 and bf16 policies "
+                        "only (got %s)", mp_precision_name(o.precision));
     if (g->live_plans > 0)
         return mp_error(MP_ERR_INVALID_ARG, "precision policy: %d plan(s) of this graph are alive and hold its "
                         "dtypes; destroy the plans and trainers first", g->live_plans);
@@ -152,7 +162,7 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
         } else if (k == MP_OP_TARGETS || is_loss(k)) {
             nd->compute_dtype = nd->storage_dtype = MP_DTYPE_F32;
         } else if (k == MP_OP_BATCHNORM2D) {
-            nd->compute_dtype = pure && o.bn_low ? low : MP_DTYPE_F32;
+            nd->compute_dtype = o.bn_low ? low : MP_DTYPE_F32;
             nd->storage_dtype = in;
         } else if (is_allow_list(k)) {
             nd->compute_dtype = nd->storage_dtype = low;
@@ -168,7 +178,7 @@ mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
     const bool fp16 = low == MP_DTYPE_F16;
     g->policy = (mp_policy_info){.precision = o.precision, .low_dtype = low, .master_weights = !pure,
                                  .loss_scaling = fp16 && !pure, .tf32 = o.precision == MP_PRECISION_TF32,
-                                 .allreduce_dtype = low, .bn_low = pure && o.bn_low};
+                                 .allreduce_dtype = low, .bn_low = o.bn_low};
     for (int i = 0; i < g->n_nodes; i++) g->nodes[i].tf32 = g->policy.tf32 && g->nodes[i].compute_dtype == MP_DTYPE_F32;
     record_params(g);
     return MP_OK;

@@ -4,6 +4,7 @@
 #include "amp/policy_file.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,11 +112,20 @@ static mp_status bad(const char *path, const char *key, const char *why) {
     return mp_error(MP_ERR_FORMAT, "%s: %s: %s", path, key, why);
 }
 
+/* Member `it` of object `obj` is the first with its key (JSON allows a key
+ * twice; which one would apply is a guess, so it is an error). */
+static mp_status once(const char *path, const cJSON *obj, const cJSON *it, const char *key) {
+    for (const cJSON *p = obj->child; p != it; p = p->next)
+        if (!strcmp(p->string, it->string)) return bad(path, key, "given twice");
+    return MP_OK;
+}
+
 static mp_status read_overrides(const char *path, const cJSON *ov, const mp_graph *g, mp_policy_file *out) {
     if (!cJSON_IsObject(ov)) return bad(path, "overrides", "must be an object {\"layer\": \"fp32\", ...}");
     for (const cJSON *it = ov->child; it; it = it->next) {
         char key[160];
         snprintf(key, sizeof key, "overrides.%s", it->string);
+        MP_TRY(once(path, ov, it, key));
         if (!cJSON_IsString(it)) return bad(path, key, "must be a dtype string (fp32, fp16, bf16)");
         const char *dt = it->valuestring;
         if (strcmp(dt, "fp32") && strcmp(dt, "f32") && strcmp(dt, "fp16") && strcmp(dt, "f16") && strcmp(dt, "bf16"))
@@ -138,23 +148,32 @@ static mp_status read_overrides(const char *path, const cJSON *ov, const mp_grap
 static mp_status read_scale(const char *path, const cJSON *ls, mp_policy_file *out) {
     if (!cJSON_IsObject(ls)) return bad(path, "loss_scale", "must be an object {\"mode\": ..., \"init\": ..., \"min\": ...}");
     out->has_scale = true;
+    bool has_init = false;
     for (const cJSON *it = ls->child; it; it = it->next) {
         char key[160];
         snprintf(key, sizeof key, "loss_scale.%s", it->string);
+        MP_TRY(once(path, ls, it, key));
         if (!strcmp(it->string, "mode")) {
             if (!cJSON_IsString(it) || (strcmp(it->valuestring, "dynamic") && strcmp(it->valuestring, "static")))
                 return bad(path, key, "must be \"dynamic\" or \"static\"");
             out->static_scale = !strcmp(it->valuestring, "static");
         } else if (!strcmp(it->string, "init") || !strcmp(it->string, "min")) {
             const bool init = !strcmp(it->string, "init");
-            if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble > 3.4e38 ||
-                (init ? !(it->valuedouble > 0) : !(it->valuedouble >= 0)))
-                return bad(path, key, init ? "must be a number > 0" : "must be a number >= 0");
-            *(init ? &out->init_scale : &out->min_scale) = (float)it->valuedouble;
+            const double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+            /* a float the scaler takes: 1e-50 would become 0, which means the default or none */
+            if (!isfinite(v) || v > 3.4e38 || ((init || v != 0) && !((float)v >= FLT_MIN))) {
+                char why[160];
+                snprintf(why, sizeof why, "must be %sa number from %g (the smallest normal float) to 3.4e38",
+                         init ? "" : "0 (none) or ", (double)FLT_MIN);
+                return bad(path, key, why);
+            }
+            *(init ? &out->init_scale : &out->min_scale) = (float)v;
+            has_init |= init;
         } else {
             return bad(path, key, "unknown key (known: mode, init, min)");
         }
     }
+    if (!has_init) return bad(path, "loss_scale.init", "missing (a loss_scale gives at least its init)");
     return MP_OK;
 }
 
@@ -174,13 +193,22 @@ mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_fil
     text[n] = '\0';
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
-    const size_t where = end ? (size_t)(end - text) : 0;
+    size_t where = end ? (size_t)(end - text) : 0;
+    if (root) /* JSON whitespace only after the object: no second object, text or NUL byte */
+        while (where < n && strchr(" \t\n\r", text[where]) && text[where]) where++;
     free(text);
     if (!root) return mp_error(MP_ERR_FORMAT, "%s: not JSON (parse error near byte %zu)", path, where);
+    if (where < n) {
+        cJSON_Delete(root);
+        return mp_error(MP_ERR_FORMAT, "%s: unexpected data after the JSON object at byte %zu", path, where);
+    }
     mp_status s = MP_OK;
     bool version = false;
     if (!cJSON_IsObject(root)) s = mp_error(MP_ERR_FORMAT, "%s: not a JSON object", path);
     for (const cJSON *it = s == MP_OK ? root->child : NULL; s == MP_OK && it; it = it->next) {
+        char key[160];
+        snprintf(key, sizeof key, "%s", it->string);
+        if ((s = once(path, root, it, key)) != MP_OK) break;
         if (!strcmp(it->string, "mixprec_policy")) {
             version = true;
             if (!cJSON_IsNumber(it) || it->valuedouble != 1) s = bad(path, "mixprec_policy", "must be 1 (the version)");
@@ -194,8 +222,6 @@ mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_fil
         } else if (!strcmp(it->string, "loss_scale")) {
             s = read_scale(path, it, out);
         } else if (strcmp(it->string, "doctor")) {
-            char key[160];
-            snprintf(key, sizeof key, "%s", it->string);
             s = bad(path, key, "unknown key (known: mixprec_policy, precision, overrides, loss_scale, doctor)");
         }
     }

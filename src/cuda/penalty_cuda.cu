@@ -42,11 +42,12 @@ static __global__ void __launch_bounds__(MP_CUDA_THREADS)
     __shared__ double red[MP_CUDA_THREADS];
     const long long base = (long long)blockIdx.x * per;
     const double inv = (double)batch / (double)s->scale; /* as the host unscales: f64 factor, one rounding */
+    const bool skipped = s->found_inf >= MP_FOUND_FORWARD; /* the forward overflowed: NaN, as the value */
     double acc = 0.0;
     int nonfinite = 0;
     for (long long j = threadIdx.x; j < per; j += blockDim.x) {
         const float v = (float)((double)mp_ld(g, dt, base + j) * inv);
-        ug[base + j] = v;
+        ug[base + j] = skipped ? NAN : v;
         nonfinite |= (int)mp_dev_nonfinite(v);
         acc += (double)v * v;
     }

@@ -9,11 +9,13 @@ static mp_status no_nccl(void) {
 
 mp_status mp_dist_group_create(int world, double timeout_s, mp_dist_group **out) {
     (void)world, (void)timeout_s;
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "mp_dist_group_create: null output");
     *out = NULL;
     return no_nccl();
 }
 mp_status mp_dist_group_join(mp_dist_group *g, int rank, int device, mp_dist **out) {
     (void)g, (void)rank, (void)device;
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "mp_dist_group_join: null output");
     *out = NULL;
     return no_nccl();
 }
@@ -25,6 +27,7 @@ int mp_dist_group_failed_rank(const mp_dist_group *g) {
 void mp_dist_group_fail(mp_dist_group *g, int rank, mp_status s) { (void)g, (void)rank, (void)s; }
 mp_status mp_dist_mpi_create(double timeout_s, mp_dist **out) {
     (void)timeout_s;
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "mp_dist_mpi_create: null output");
     *out = NULL;
     return no_nccl();
 }

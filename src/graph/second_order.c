@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/scaler.h"
 #include "graph/exec_backend.h"
 
 static const char *node_name(const mp_plan *p, mp_node n) {
@@ -151,6 +152,7 @@ void mp_so_note_forward(mp_plan *p) {
     if (!p->so) return;
     p->so->forwarded = true;
     p->so->tangent_forwarded = false;
+    p->so->tangent_backwarded = false;
     p->so->last_root = -1;
 }
 
@@ -215,6 +217,7 @@ mp_status mp_plan_backward_input_grad(mp_plan *p, float seed) {
 
 mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n) {
     MP_TRY(need_so(p, true, "read_input_grad"));
+    if (!dst) return mp_error(MP_ERR_INVALID_ARG, "read_input_grad: null output");
     if (!p->so->last_input_grad || p->so->last_root != p->o.input_grad_of)
         return mp_error(MP_ERR_INVALID_ARG, "read_input_grad: no mp_plan_backward_input_grad since the last forward "
                         "and backward");
@@ -227,12 +230,21 @@ mp_status mp_plan_read_input_grad(const mp_plan *p, float *dst, size_t n) {
     return p->be->tensor_to_host(p, &grad, dst, n);
 }
 
+/* A direction (NULL: zero) is finite: a NaN/inf would reach every tangent. */
+static mp_status finite_direction(const float *v, size_t n, const char *what, const char *name) {
+    const int64_t bad = v ? mp_first_nonfinite(v, (int64_t)n) : -1;
+    if (bad < 0) return MP_OK;
+    return mp_error(MP_ERR_NONFINITE, "%s '%s': the direction holds %g at element %lld", what, name, (double)v[bad],
+                    (long long)bad);
+}
+
 mp_status mp_plan_set_tangent_input(mp_plan *p, const float *v, size_t n) {
     MP_TRY(need_so(p, true, "set_tangent_input"));
     const mp_node wrt = p->o.input_grad_wrt;
     const size_t have = (size_t)mp_shape_numel(&p->nodes[wrt].info.out);
     if (v && n != have)
         return mp_error(MP_ERR_SHAPE, "set_tangent_input '%s': got %zu values, it has %zu", node_name(p, wrt), n, have);
+    MP_TRY(finite_direction(v, n, "set_tangent_input", node_name(p, wrt)));
     if (v) {
         const mp_tensor t = {MP_DTYPE_F32, p->nodes[wrt].info.out, p->so->t_out[wrt]};
         MP_TRY(p->be->tensor_from_host(p, &t, v, n));
@@ -251,6 +263,7 @@ mp_status mp_plan_set_tangent_param(mp_plan *p, const char *name, const float *v
     const size_t have = (size_t)mp_shape_numel(&p->g->params[k].spec.shape);
     if (v && n != have)
         return mp_error(MP_ERR_SHAPE, "set_tangent_param '%s': got %zu values, it has %zu", name, n, have);
+    MP_TRY(finite_direction(v, n, "set_tangent_param", name));
     const mp_tensor t = flat(p->so->t_param[k], n);
     if (v) MP_TRY(p->be->tensor_from_host(p, &t, v, n));
     p->so->t_param_set[k] = v != NULL;
@@ -267,12 +280,16 @@ void mp_plan_clear_tangents(mp_plan *p) {
 
 mp_status mp_plan_read_tangent_grad(const mp_plan *p, const char *name, float *dst, size_t n) {
     MP_TRY(need_so(p, false, "read_tangent_grad"));
+    if (!dst) return mp_error(MP_ERR_INVALID_ARG, "read_tangent_grad: null output");
     const int k = mp_graph_param_find(p->g, name);
     if (k < 0 || !p->g->params[k].spec.trainable)
         return mp_error(MP_ERR_INVALID_ARG, "read_tangent_grad: '%s' is not a trainable parameter of the graph",
                         name ? name : "");
     const size_t have = (size_t)mp_shape_numel(&p->g->params[k].spec.shape);
     if (n != have) return mp_error(MP_ERR_SHAPE, "read_tangent_grad '%s': asked for %zu values, it has %zu", name, n, have);
+    if (!p->so->tangent_backwarded)
+        return mp_error(MP_ERR_INVALID_ARG, "read_tangent_grad '%s': no mp_plan_backward_tangent since the last "
+                        "forward", name);
     const mp_tensor t = flat(p->so->t_dparam[k], n);
     if (p->so->t_dparam_written[k]) return p->be->tensor_to_host(p, &t, dst, n);
     memset(dst, 0, n * sizeof *dst);

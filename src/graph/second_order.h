@@ -35,6 +35,7 @@ typedef struct mp_plan_so {
     /* what ran since the last forward */
     bool forwarded;      /* a forward ran */
     bool tangent_forwarded; /* mp_plan_forward_tangent ran after it */
+    bool tangent_backwarded; /* mp_plan_backward_tangent completed after it */
     int last_root;       /* the root of the last backward, -1: none since the forward */
     bool last_input_grad; /* ...which was mp_plan_backward_input_grad */
 } mp_plan_so;

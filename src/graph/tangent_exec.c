@@ -116,6 +116,7 @@ mp_status mp_plan_backward_tangent(mp_plan *p, mp_node root) {
     const mp_graph *g = p->g;
     memset(so->t_dwritten, 0, (size_t)p->n * sizeof *so->t_dwritten);
     memset(so->t_dparam_written, 0, (size_t)g->n_params * sizeof *so->t_dparam_written);
+    so->tangent_backwarded = false;
     for (int i = root; i > stop; i--) {
         const mp_gnode *nd = &g->nodes[i];
         if (!reach[i] || mp_op_is_source(nd->desc.kind)) continue;
@@ -142,5 +143,6 @@ mp_status mp_plan_backward_tangent(mp_plan *p, mp_node root) {
             so->t_dparam_written[gp] = true;
         }
     }
+    so->tangent_backwarded = true;
     return MP_OK;
 }

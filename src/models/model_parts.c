@@ -6,6 +6,7 @@
 #include "models/models.h"
 
 void mp_model_free(mp_model *m) {
+    if (!m) return;
     mp_graph_destroy(m->g);
     m->g = NULL;
 }

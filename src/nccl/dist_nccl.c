@@ -223,6 +223,7 @@ static mp_status group_new(int world, int n_local, double timeout_s, mp_dist_gro
 }
 
 mp_status mp_dist_group_create(int world, double timeout_s, mp_dist_group **out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "mp_dist_group_create: null output");
     *out = NULL;
     if (world < 1) return mp_error(MP_ERR_INVALID_ARG, "--gpus %d must be at least 1", world);
     int found = 0;
@@ -310,6 +311,7 @@ static mp_status init_comm(mp_dist_group *g, mp_dist *d, int slot) {
 }
 
 mp_status mp_dist_group_join(mp_dist_group *g, int rank, int device, mp_dist **out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "mp_dist_group_join: null output");
     *out = NULL;
     if (!g || rank < 0 || rank >= g->n_local) return mp_error(MP_ERR_INVALID_ARG, "dist: rank %d out of range", rank);
     mp_dist *d = calloc(1, sizeof *d);
@@ -326,6 +328,7 @@ mp_status mp_dist_group_join(mp_dist_group *g, int rank, int device, mp_dist **o
 }
 
 mp_status mp_dist_mpi_create(double timeout_s, mp_dist **out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "mp_dist_mpi_create: null output");
     *out = NULL;
     int rank = 0, world = 1, local = 0;
     MP_TRY(mp_mpi_start(&rank, &world, &local));

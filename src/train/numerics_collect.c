@@ -13,6 +13,7 @@
 
 #include "graph/exec_backend.h"
 #include "graph/plan.h"
+#include "graph/plan_fuse.h"
 #ifdef MP_HAVE_CUDA
 #include "cuda/cuda_plan.h"
 #include "cuda/numerics_cuda.h"
@@ -68,11 +69,12 @@ static mp_status grow(record_list *l) {
     return MP_OK;
 }
 
-/* Mark the nodes named in "a,b,c" (NULL or "": all). */
+/* Mark the nodes named in "a,b,c" (NULL or "": all; no empty name, a
+ * trailing comma's included). */
 static mp_status select_nodes(const mp_graph *g, const char *list, bool *on) {
     const bool all = !list || !*list;
     for (int i = 0; i < g->n_nodes; i++) on[i] = all;
-    for (const char *p = list; p && *p;) {
+    for (const char *p = all ? NULL : list; p;) {
         const char *end = strchr(p, ',');
         const size_t len = end ? (size_t)(end - p) : strlen(p);
         char name[MP_NAME_MAX];
@@ -190,8 +192,11 @@ static mp_status observe(void *arg, int i, bool grad, const mp_tensor *x) {
     mp_numerics_state *s = t->numerics;
     if (!s || !s->node_on[i] || !x->data || !is_float(x->dtype)) return MP_OK;
     if (!(s->kinds & (grad ? MP_NUMERICS_GRAD : MP_NUMERICS_OUTPUT))) return MP_OK;
-    /* a fused node runs nothing: its producer's tensors hold the fused result */
-    if (t->plan->nodes[i].fused_away) return MP_OK;
+    /* a fused node runs nothing: it is measured as its producer's output
+     * (or gradient), which holds the fused result, under its own name */
+    const int producer = mp_plan_fused_producer(t->plan, i);
+    if (producer >= 0) x = grad ? &t->plan->nodes[producer].call.d_out : &t->plan->nodes[producer].call.out;
+    if (!x->data) return MP_OK;
     return add(t, grad ? MP_NUMERICS_GRAD : MP_NUMERICS_OUTPUT, i, -1, t->g->nodes[i].name, x->data, x->dtype,
                mp_tensor_numel(x), grad ? s->scale : 1.0f);
 }

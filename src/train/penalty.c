@@ -88,8 +88,8 @@ mp_status mp_penalty_open(mp_trainer *t) {
     t->pen_n = mp_plan_numel(t->plan, t->o.penalty.input);
     /* host arrays for the host step; a GPU keeps them on the device */
     if (t->be->penalty_input_grad) return MP_OK;
-    t->pen_grad = malloc((t->pen_n + 1) * sizeof *t->pen_grad);
-    t->pen_dir = malloc((t->pen_n + 1) * sizeof *t->pen_dir);
+    t->pen_grad = calloc(t->pen_n + 1, sizeof *t->pen_grad);
+    t->pen_dir = calloc(t->pen_n + 1, sizeof *t->pen_dir);
     if (!t->pen_grad || !t->pen_dir) return mp_error(MP_ERR_NOMEM, "gradient penalty: out of memory");
     return MP_OK;
 }
@@ -129,8 +129,10 @@ static void add_tangents(mp_trainer *t, int gi) {
     }
 }
 
-/* Seed 003: P = weight * ||dL/dtheta||, v = weight * g / ||g|| on every
- * parameter of the group, the tangent backward from its loss. */
+/* Seed 003: P = weight * ||g||, g = dJ/dtheta the gradient of the group's
+ * weighted objective J = w L (its one loss times its weight, as the
+ * backward computed it), v = weight * g / ||g|| on every parameter of the
+ * group, the tangent backward from its loss. */
 static mp_status l2_penalty(mp_trainer *t, int gi, double scale) {
     const mp_trainer_group *gr = &t->groups[gi];
     const mp_optimizer *o = gr->opt;
@@ -210,6 +212,11 @@ static mp_status input_penalty(mp_trainer *t, int gi, double scale) {
         return MP_OK;
     }
     if (w == 0) return MP_OK;
+    if (mp_first_nonfinite(t->pen_dir, (int64_t)t->pen_n) >= 0) { /* w * g past f32 (a huge weight): as a value's */
+        t->pen_value = NAN;
+        penalty_forward_overflow(t, gi);
+        return MP_OK;
+    }
     mp_plan_clear_tangents(p);
     MP_TRY(mp_plan_set_tangent_input(p, t->pen_dir, t->pen_n));
     MP_TRY(mp_plan_forward_tangent(p));
@@ -222,7 +229,11 @@ mp_status mp_step_host_penalty(mp_trainer *t, int gi) {
     t->pen_ran = true;
     t->pen_forward_overflow = t->pen_grad_overflow = false;
     t->pen_value = NAN;
-    if (t->scaler.found_inf >= MP_FOUND_FORWARD) return MP_OK; /* the forward overflowed: the step is skipped */
+    if (t->scaler.found_inf >= MP_FOUND_FORWARD) { /* the forward overflowed: the step is skipped */
+        if (t->pen_grad) /* R1 / WGAN-GP on the host: no input gradient either, as no value */
+            for (size_t j = 0; j < t->pen_n; j++) t->pen_grad[j] = NAN;
+        return MP_OK;
+    }
     const double scale = mp_scaler_scale(&t->scaler);
     return t->o.penalty.kind == MP_PENALTY_L2_GRAD ? l2_penalty(t, gi, scale) : input_penalty(t, gi, scale);
 }
