@@ -26,8 +26,11 @@
  * fused into its producer (a ReLU applied by its batch norm) is measured
  * as that producer's output (and output gradient), which holds the fused
  * result, on both devices; its records carry its own node and name, also
- * when it is selected without its producer. On a GPU the loss scale a
- * gradient record carries is the host's view of it when the step was queued. */
+ * when it is selected without its producer. A GPU plan also fuses a residual
+ * add between a batch norm and its ReLU; that sum is never stored, so the add
+ * has no records (naming it in mp_numerics_opts.nodes is refused). On a GPU
+ * the loss scale a gradient record carries is the host's view of it when the
+ * step was queued. */
 #ifndef MIXPREC_NUMERICS_H
 #define MIXPREC_NUMERICS_H
 

@@ -157,6 +157,8 @@ static bool chain_tail(const mp_plan *p, int j) {
     return p->g->nodes[j].desc.kind != MP_OP_ADD || !p->nodes[p->nodes[j].fused_into].relu_fused;
 }
 
+bool mp_plan_fused_value_stored(const mp_plan *p, int i) { return p->nodes[i].fused_away && chain_tail(p, i); }
+
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b) {
     const int n = p->n;
     for (int j = 0; j < n; j++) {

@@ -63,6 +63,11 @@ void mp_plan_unfuse_bn_dw(mp_plan *p, int k);
 bool mp_plan_fused_output_stored(const mp_plan *p);
 /* The batch norm that runs fused-away node i (a ReLU, or an add), or -1. */
 int mp_plan_fused_producer(const mp_plan *p, int i);
+/* Whether fused-away node i's value is in its producer's tensors (output
+ * and output gradient): when i ends the chain (the ReLU, or an add with no
+ * ReLU after it). An add between a batch norm and its fused ReLU (GPU plans)
+ * is never stored. */
+bool mp_plan_fused_value_stored(const mp_plan *p, int i);
 /* Batch norm i with an add fused in: the add's input index of the residual
  * (0 or 1), else -1. */
 int mp_plan_fused_resid(const mp_plan *p, int i);

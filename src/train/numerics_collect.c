@@ -90,6 +90,21 @@ static mp_status select_nodes(const mp_graph *g, const char *list, bool *on) {
     return MP_OK;
 }
 
+/* A node named in the list whose value the plan never stores (an add fused
+ * between a batch norm and its ReLU) would give no record: refused. */
+static mp_status check_selected_stored(const mp_trainer *t, const bool *on) {
+    const mp_plan *p = t->plan;
+    for (int i = 0; p && i < p->n; i++) {
+        const int producer = mp_plan_fused_producer(p, i);
+        if (on[i] && producer >= 0 && !mp_plan_fused_value_stored(p, i))
+            return mp_error(MP_ERR_INVALID_ARG,
+                            "numerics: '%s' is fused between batch norm '%s' and its ReLU on this plan, so its output "
+                            "is never stored: select the ReLU after it (MIXPREC_NO_FUSION=1 keeps it apart)",
+                            t->g->nodes[i].name, t->g->nodes[producer].name);
+    }
+    return MP_OK;
+}
+
 /* The selection changes: graphs captured for the old one go first. */
 static void replace_state(mp_trainer *t, mp_numerics_state *s) {
     if (t->numerics && t->be && t->be->numerics_changed) t->be->numerics_changed(t);
@@ -113,6 +128,7 @@ mp_status mp_trainer_numerics_enable(mp_trainer *t, const mp_numerics_opts *o) {
         return mp_error(MP_ERR_NOMEM, "numerics: out of memory");
     }
     mp_status st = select_nodes(t->g, o->nodes, s->node_on);
+    if (st == MP_OK && o->nodes && *o->nodes) st = check_selected_stored(t, s->node_on);
     if (st != MP_OK) {
         mp_numerics_state_free(s);
         return st;
@@ -192,9 +208,11 @@ static mp_status observe(void *arg, int i, bool grad, const mp_tensor *x) {
     mp_numerics_state *s = t->numerics;
     if (!s || !s->node_on[i] || !x->data || !is_float(x->dtype)) return MP_OK;
     if (!(s->kinds & (grad ? MP_NUMERICS_GRAD : MP_NUMERICS_OUTPUT))) return MP_OK;
-    /* a fused node runs nothing: it is measured as its producer's output
-     * (or gradient), which holds the fused result, under its own name */
+    /* a fused node runs nothing: the last of a chain is measured as its
+     * producer's output (or gradient), which holds the fused result, under
+     * its own name; an add inside batch norm + add + ReLU has no stored value */
     const int producer = mp_plan_fused_producer(t->plan, i);
+    if (producer >= 0 && !mp_plan_fused_value_stored(t->plan, i)) return MP_OK;
     if (producer >= 0) x = grad ? &t->plan->nodes[producer].call.d_out : &t->plan->nodes[producer].call.out;
     if (!x->data) return MP_OK;
     return add(t, grad ? MP_NUMERICS_GRAD : MP_NUMERICS_OUTPUT, i, -1, t->g->nodes[i].name, x->data, x->dtype,

@@ -18,7 +18,11 @@
  *     values, not the captured ones); a new selection (one node) is
  *     recaptured and measures only that node; stopping leaves the step
  *     running;
- *  4. an unknown node is an error naming it.
+ *  4. an unknown node is an error naming it;
+ *  5. a residual add the GPU plan fuses between a batch norm and its ReLU
+ *     (its sum never stored) has no records, naming it alone is refused, and
+ *     the ReLU after it is measured (zeros in its output); a CPU plan,
+ *     which keeps the add apart, measures the add when named.
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +33,7 @@
 #include "core/rng.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/numerics_cuda.h"
+#include "graph/plan.h"
 #include "mixprec/numerics.h"
 #include "small_cnn.h"
 #include "train/trainer.h"
@@ -289,6 +294,65 @@ out:
     run_close(&r);
 }
 
+/* input -> stem conv+BN+ReLU r0 -> conv+BN a -> relu(a + r0) -> gap -> fc */
+static mp_status resblock_open(run *r, mp_device device, mp_node *add) {
+    memset(r, 0, sizeof *r);
+    mp_graph *g = r->m.g = mp_graph_create();
+    if (!g) return mp_error(MP_ERR_NOMEM, "graph");
+    mp_node x = r->m.input = mp_graph_input(g, "input", SMALL_C, SMALL_H, SMALL_W);
+    mp_node r0 = mp_conv_bn_relu(g, "stem", x, 8, 3, 1);
+    mp_node a = mp_conv_bn(g, "a_conv", r0, (mp_conv_opts){.out_channels = 8, .kernel = 3, .padding = 1});
+    *add = mp_add(g, "a_add", a, r0);
+    mp_node y = mp_global_avgpool(g, "gap", mp_relu(g, "a_relu", *add));
+    y = mp_linear(g, "fc", y, (mp_linear_opts){.out_features = 10, .bias = true});
+    MP_TRY(mp_model_finish(&r->m, y));
+    mp_graph_init_params(g, 7);
+    MP_TRY(mp_optimizer_create(g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.01f}},
+                               &r->opt));
+    return mp_trainer_create(g,
+                             &(mp_trainer_opts){.batch = B, .device = device, .input = r->m.input,
+                                                .labels = r->m.labels, .loss = r->m.loss, .optimizer = r->opt},
+                             &r->t);
+}
+
+/* 5. */
+static void fused_add_records(void) {
+    run gpu, cpu;
+    mp_node add = -1, cpu_add = -1;
+    CHECK_OK(resblock_open(&gpu, (mp_device){MP_DEVICE_CUDA, 0}, &add));
+    CHECK_OK(resblock_open(&cpu, (mp_device){MP_DEVICE_CPU, 0}, &cpu_add));
+    if (!gpu.t || !cpu.t) goto out;
+    const mp_plan *p = mp_trainer_plan(gpu.t);
+    CHECK(p->nodes[add].fused_away, "the GPU plan fuses a_add into a_conv's batch norm");
+    CHECK_ERR(mp_trainer_numerics_enable(gpu.t, &(mp_numerics_opts){.nodes = "a_add"}), MP_ERR_INVALID_ARG,
+              "never stored");
+    CHECK_OK(mp_trainer_numerics_enable(cpu.t, &(mp_numerics_opts){.nodes = "a_add"}));
+    CHECK_OK(mp_trainer_numerics_enable(gpu.t, &(mp_numerics_opts){.every = 1}));
+    CHECK_OK(step(&gpu, 0));
+    CHECK_OK(step(&cpu, 0));
+    CHECK_OK(mp_trainer_wait(gpu.t, NULL));
+    const mp_numerics_record *rec;
+    int n = 0, adds = 0, relu_out = 0, cpu_adds = 0;
+    int64_t s = 0;
+    CHECK_OK(mp_trainer_numerics(gpu.t, &rec, &n, &s));
+    for (int i = 0; i < n; i++) {
+        adds += rec[i].node == add;
+        if (rec[i].kind == MP_NUMERICS_OUTPUT && !strcmp(rec[i].name, "a_relu")) {
+            relu_out++;
+            CHECK(rec[i].stats.zero > 0 && rec[i].stats.amax > 0, "a_relu's output: %lld zeros, amax %g",
+                  (long long)rec[i].stats.zero, rec[i].stats.amax);
+        }
+    }
+    CHECK(n > 0 && adds == 0 && relu_out == 1, "GPU: %d records, %d of the fused add (expected none), %d of "
+          "a_relu's output (expected 1)", n, adds, relu_out);
+    CHECK_OK(mp_trainer_numerics(cpu.t, &rec, &n, &s));
+    for (int i = 0; i < n; i++) cpu_adds += rec[i].node == cpu_add;
+    CHECK(cpu_adds == 2 && n == 2, "CPU: %d records, %d of a_add (expected its output and gradient)", n, cpu_adds);
+out:
+    run_close(&gpu);
+    run_close(&cpu);
+}
+
 int main(void) {
     if (mp_cuda_device_count() < 1) {
         fprintf(stderr, "test_cuda_numerics: no CUDA device (%s)\n", mp_cuda_device_list());
@@ -298,5 +362,6 @@ int main(void) {
     kernel_equals_cpu();
     trainer_equals_cpu();
     replayed_collections();
+    fused_add_records();
     return test_summary("test_cuda_numerics");
 }
