@@ -127,9 +127,11 @@ typedef struct mp_trainer mp_trainer;
 MP_API mp_status mp_trainer_penalty_value(const mp_trainer *t, float *value);
 /** R1 / WGAN-GP: the gradient (unscaled, f32) of the penalty's output sum
  * with respect to its input node in the last step; n is that node's element
- * count. After a step skipped on a forward overflow, both this gradient
- * (every element) and the value are NaN. On a GPU it waits for the queued
- * steps and copies it back. */
+ * count. After a step skipped because the network's forward overflowed, both
+ * this gradient (every element) and the value are NaN; when the penalty itself
+ * overflowed (a value or a weight x gradient past f32), the value is NaN and
+ * this gradient is still the step's. On a GPU it waits for the queued steps
+ * and copies it back. */
 MP_API mp_status mp_trainer_penalty_input_grad(const mp_trainer *t, float *dst, size_t n);
 
 #ifdef __cplusplus

@@ -98,12 +98,22 @@ static __global__ void __launch_bounds__(MP_CUDA_THREADS)
     if (status == MP_PEN_FORWARD_OVERFLOW) raise_flag(s, group, MP_FOUND_FORWARD);
 }
 
-/* The factors stay f64 and each element is rounded once, as on the host. */
-static __global__ void direction_kernel(const float *ug, const double *factor, long long per, long long n, float *dir) {
+/* The factors stay f64 and each element is rounded once, as on the host. An
+ * element past f32 (a huge weight times a finite gradient) is a forward
+ * overflow of the penalty, as the host step treats it: value NaN, step
+ * skipped (every thread that sees one writes the same). */
+static __global__ void direction_kernel(const float *ug, const double *factor, long long per, long long n, float *dir,
+                                        mp_cuda_penalty_out *out, mp_scaler *s, int group) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) {
         const double f = factor[k / per];
-        dir[k] = f == 0.0 ? 0.0f : (float)(f * ug[k]); /* never 0 * inf */
+        const float d = f == 0.0 ? 0.0f : (float)(f * ug[k]); /* never 0 * inf */
+        dir[k] = d;
+        if (mp_dev_nonfinite(d)) {
+            out->value = NAN;
+            out->status = MP_PEN_FORWARD_OVERFLOW;
+            raise_flag(s, group, MP_FOUND_FORWARD);
+        }
     }
 }
 
@@ -121,7 +131,7 @@ extern "C" mp_status mp_cuda_penalty_input(mp_cuda_ctx *ctx, mp_cuda_penalty *p,
                                                               sp->weight, sp->batch, p->sums, p->bad, p->factor);
     MP_TRY(mp_cuda_check(cudaGetLastError(), "input_finish_kernel", "gradient penalty"));
     direction_kernel<<<mp_cuda_grid(ctx, n), MP_CUDA_THREADS, 0, ctx->stream>>>(p->grad, p->factor, sp->per_sample, n,
-                                                                               dir);
+                                                                               dir, p->out, s, sp->group);
     return mp_cuda_check(cudaGetLastError(), "direction_kernel", "gradient penalty");
 }
 

@@ -24,7 +24,10 @@
  *     amp-fp16 the scale starts at 2^20, so that the first steps overflow
  *     (3 of 5 skipped on the CPU) and both sides must skip the same ones;
  *  3. calls out of order on a GPU plan fail as on a CPU plan (same status,
- *     same words), and a GPU trainer's penalty value before its first step.
+ *     same words), and a GPU trainer's penalty value before its first step;
+ *  4. an R1 weight (3e38) whose value stays finite (2.2e38) while weight x
+ *     input gradient (3.6e38) passes f32: a forward overflow of the penalty,
+ *     value NaN, on both devices.
  * Convolutions before a batchnorm2d have no bias: its gradient would be zero
  * up to rounding, whose relative error means nothing. Tolerances, as
  * ||gpu - cpu|| / ||cpu|| per tensor: 1e-4 in fp32, 3e-2 under amp (the GPU's
@@ -533,6 +536,63 @@ static void order_case(void) {
     for (int d = 0; d < 2; d++) mp_plan_destroy(p[d]), mp_graph_destroy(n[d].g);
 }
 
+/* ---- 4. a huge R1 weight ------------------------------------------------- */
+
+/* x (3 features) -> fc1 (4) -> tanh -> head (1) -> BCE with logits, with
+ * weights that make the logit's gradient w.r.t. every sample's x (1.2, 0, 0)
+ * at x = 0. */
+static mp_status huge_weight_step(mp_device dev, mp_step_report *rep, float *value) {
+    enum { HB = 4, HF = 3 };
+    mp_graph *g = mp_graph_create();
+    if (!g) return mp_error(MP_ERR_NOMEM, "graph");
+    mp_node x = mp_graph_targets(g, "x", HF);
+    mp_node h = mp_tanh(g, "t1", mp_linear(g, "fc1", x, (mp_linear_opts){.out_features = 4, .bias = true}));
+    mp_node out = mp_linear(g, "head", h, (mp_linear_opts){.out_features = 1, .bias = true});
+    mp_node t = mp_graph_targets(g, "t", 1);
+    mp_node loss = mp_bce_with_logits(g, "loss", out, t);
+    mp_graph_mark_output(g, loss);
+    mp_optimizer *opt = NULL;
+    mp_trainer *tr = NULL;
+    const float w1[12] = {1}, b1[4] = {0}, w2[4] = {1.2f}, b2[1] = {0}, xs[HB * HF] = {0}, ts[HB] = {1, 0, 1, 0};
+    mp_status st = mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_FP32});
+    if (st == MP_OK) mp_graph_init_params(g, 5);
+    if (st == MP_OK) st = mp_graph_param_set(g, "fc1.weight", w1, 12);
+    if (st == MP_OK) st = mp_graph_param_set(g, "fc1.bias", b1, 4);
+    if (st == MP_OK) st = mp_graph_param_set(g, "head.weight", w2, 4);
+    if (st == MP_OK) st = mp_graph_param_set(g, "head.bias", b2, 1);
+    if (st == MP_OK) st = mp_optimizer_create(g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}}, &opt);
+    if (st == MP_OK)
+        st = mp_trainer_create(g, &(mp_trainer_opts){.batch = HB, .loss = loss, .optimizer = opt, .device = dev,
+                                                     .max_skip_share = 1,
+                                                     .penalty = {.kind = MP_PENALTY_R1, .weight = 3e38f,
+                                                                 .input = x, .output = out}},
+                               &tr);
+    if (st == MP_OK) st = mp_trainer_set_input(tr, x, xs, HB * HF);
+    if (st == MP_OK) st = mp_trainer_set_input(tr, t, ts, HB);
+    if (st == MP_OK) st = mp_trainer_step(tr, NULL, rep);
+    if (st == MP_OK) st = mp_trainer_wait(tr, NULL);
+    if (st == MP_OK) st = mp_trainer_penalty_value(tr, value);
+    mp_trainer_destroy(tr);
+    mp_optimizer_destroy(opt);
+    mp_graph_destroy(g);
+    return st;
+}
+
+static void huge_weight_case(void) {
+    const int failed_before = check_failed;
+    for (int d = 0; d < 2; d++) {
+        mp_step_report rep = {0};
+        float v = 0;
+        const mp_status st = huge_weight_step(d ? GPU : CPU, &rep, &v);
+        CHECK(st == MP_OK, "huge weight on the %s: %s", d ? "GPU" : "CPU", mp_last_error());
+        CHECK(st != MP_OK || (rep.overflow.found && rep.overflow.forward && isnan(v)),
+              "huge weight on the %s: overflow %d, forward %d, value %g (expected a forward overflow, NaN)",
+              d ? "GPU" : "CPU", rep.overflow.found, rep.overflow.forward, (double)v);
+    }
+    printf("%-4s huge R1 weight: weight x gradient past f32 is a forward overflow of the penalty on both devices\n",
+           check_failed > failed_before ? "FAIL" : "ok");
+}
+
 int main(void) {
     if (mp_cuda_device_count() < 1) {
         printf("test_cuda_penalty: no CUDA device, nothing tested (%s)\n", mp_cuda_device_list());
@@ -546,5 +606,6 @@ int main(void) {
     for (int disc = 0; disc < 2; disc++)
         for (int k = 0; k < 3; k++) trainer_case(disc, trainer_precs[k]);
     order_case();
+    huge_weight_case();
     return test_summary("test_cuda_penalty");
 }
