@@ -96,7 +96,8 @@ mp_status onnx_emit_dropout(onnx_ctx *c, const char *name) {
     if (mode && mode->kind != ONNX_V_CONST)
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "training_mode '%s' is not a constant", mode->name);
     if (mode && mode->numel != 1) return onnx_fail(c, MP_ERR_FORMAT, "training_mode '%s' is not one value", mode->name);
-    if (mode && (mode->is_int ? mode->i[0] != 0 : mode->f[0] != 0))
+    /* training mode draws a random mask, except at ratio 0 (the identity) */
+    if (mode && (mode->is_int ? mode->i[0] != 0 : mode->f[0] != 0) && p != 0)
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "training_mode '%s' is true: export the model in inference (eval) mode",
                          mode->name);
     if (!(p >= 0 && p < 1)) return onnx_fail(c, MP_ERR_FORMAT, "ratio %g is not in [0, 1)", p);
