@@ -349,14 +349,14 @@ int main(int argc, char **argv) {
 #ifdef MP_HAVE_ONEDNN
     conv_gflops = onednn_large_conv_gflops(dnnl_f32, 10, impl, sizeof impl);
     char impl16[128] = "";
-    const mp_cpu_features *cpu = mp_cpu_features_get();
-    double conv16_gflops = cpu->avx512_bf16 || cpu->amx_bf16 ? onednn_large_conv_gflops(dnnl_bf16, 10, impl16, sizeof impl16) : -1;
+    double conv16_gflops =
+        mp_cpu_multiplies_bf16() ? onednn_large_conv_gflops(dnnl_bf16, 10, impl16, sizeof impl16) : -1;
 #endif
     const double gbps = copy_gbps(5);
     /* Without AVX-512 BF16 or AMX no oneDNN bf16 kernel exists: bf16 nodes
      * are emulated (f32 kernels on bf16-rounded copies), whatever the math
      * setting says. */
-    const bool bf16_hw = mp_bf16_dot_rate() > 0 || mp_cpu_features_get()->amx_bf16;
+    const bool bf16_hw = mp_cpu_multiplies_bf16();
     printf("copy bandwidth: %.1f GB/s (read + write, %d threads); bf16 dot products at %.2fx the f32 FMA rate "
            "(1 thread); bf16 convolutions: %s\n",
            gbps, omp_get_max_threads(), mp_bf16_dot_rate(),

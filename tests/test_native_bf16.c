@@ -83,9 +83,8 @@ static result run(bool native_allowed, mp_precision precision) {
 }
 
 static void compare(mp_precision precision, mp_bf16_math math) {
-    const mp_cpu_features *cpu = mp_cpu_features_get();
     const bool f32_math = mp_bf16_math_set(math) == MP_BF16_MATH_F32;
-    bool bf16_cpu = cpu->avx512_bf16 || cpu->amx_bf16 || f32_math;
+    bool bf16_cpu = mp_cpu_multiplies_bf16() || f32_math;
     result emu = run(false, precision), nat = run(true, precision);
     mp_bf16_math_set(MP_BF16_MATH_AUTO);
     char name[64];

@@ -169,10 +169,10 @@ MP_API uint64_t mp_plan_step(const mp_plan *p);
 MP_API void mp_plan_set_step(mp_plan *p, uint64_t step);
 /** Bytes of the activation arena. */
 MP_API size_t mp_plan_arena_bytes(const mp_plan *p);
-/** Low-precision nodes running natively on bf16 tensors (oneDNN's convolutions and
- * dense layers where the CPU has bf16 instructions; mixprec's own elementwise, batch
- * norm and pooling kernels) and those emulated in f32 with rounding; either pointer
- * may be NULL. */
+/** Low-precision nodes running natively on bf16 tensors (oneDNN's convolutions
+ * where the CPU has bf16 instructions; mixprec's own elementwise, batch norm and
+ * pooling kernels) and those emulated in f32 with rounding; either pointer may be
+ * NULL. */
 MP_API void mp_plan_precision_counts(const mp_plan *p, int *native, int *emulated);
 /** Activations a CPU plan stores channels-last (NHWC; see mp_plan_opts.channels_first), of the
  * 4-D activations it has; 0 of them on a GPU plan (whose device tensors are all NHWC) or with NULL. */

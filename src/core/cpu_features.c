@@ -69,6 +69,11 @@ const mp_cpu_features *mp_cpu_features_get(void) {
     return &g_features;
 }
 
+bool mp_cpu_multiplies_bf16(void) {
+    const mp_cpu_features *f = mp_cpu_features_get();
+    return f->avx512_bf16 || f->amx_bf16;
+}
+
 /* ---- brand string ------------------------------------------------------- */
 
 static char g_model[64];

@@ -19,6 +19,10 @@ typedef struct {
 /* Detected once (thread-safe); the pointer stays valid for the process. */
 const mp_cpu_features *mp_cpu_features_get(void);
 
+/* Whether the CPU multiplies bf16 in hardware (AVX-512 BF16 or AMX-BF16):
+ * without, bf16 compute is emulated and no faster than f32. */
+bool mp_cpu_multiplies_bf16(void);
+
 /* The CPU's brand string ("Intel(R) Xeon(R) Platinum 8480+", from CPUID
  * leaves 0x80000002-4, else /proc/cpuinfo's "model name"), "unknown" when
  * neither says. Detected once; valid for the process. */

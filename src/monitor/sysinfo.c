@@ -239,8 +239,8 @@ void mp_cpu_bf16_path_query(mp_bf16_path *out) {
     const char *hw = f->amx_bf16 ? "AMX-BF16" : f->avx512_bf16 ? "AVX-512 BF16" : NULL;
     if (jit && !out->native)
         snprintf(out->detail, sizeof out->detail,
-                 "emulated: f32 kernels on bf16-rounded inputs (oneDNN's bf16 kernel here, %.64s, would emulate the bf16 "
-                 "dot products this CPU lacks, slower than f32)",
+                 "emulated: f32 kernels on bf16-rounded inputs (oneDNN's bf16 kernel here, %.64s, would emulate "
+                 "the bf16 dot products this CPU lacks, slower than f32)",
                  impl);
     else if (out->native && mp_bf16_math_current() == MP_BF16_MATH_F32)
         snprintf(out->detail, sizeof out->detail,

@@ -95,8 +95,7 @@ mp_bf16_math mp_bf16_math_set(mp_bf16_math m) {
 }
 
 bool mp_bf16_conv_primitives_pay(void) {
-    const mp_cpu_features *f = mp_cpu_features_get();
-    return f->avx512_bf16 || f->amx_bf16 || mp_bf16_math_current() == MP_BF16_MATH_F32;
+    return mp_cpu_multiplies_bf16() || mp_bf16_math_current() == MP_BF16_MATH_F32;
 }
 
 const char *mp_bf16_math_name(mp_bf16_math m) {

@@ -220,8 +220,7 @@ static void print_setup(const run *r, FILE *out, bool print_memory) {
     mp_plan_precision_counts(p, &native, &emulated);
     /* Without AVX-512 BF16 or AMX the convolutions and linear layers are
      * among the emulated ops, and they are most of a CPU step's time. */
-    const mp_cpu_features *cpu = mp_cpu_features_get();
-    const bool bf16_hw = cpu->avx512_bf16 || cpu->amx_bf16;
+    const bool bf16_hw = mp_cpu_multiplies_bf16();
     if (native + emulated)
         fprintf(out, "mixprec: %d low-precision ops run natively on bf16 tensors, %d emulated in f32 with "
                      "rounding%s\n",
