@@ -143,7 +143,9 @@ printf 'not a checkpoint at all' >"$in/garbage.safetensors"
 mkfifo "$in/fifo.safetensors"
 mkdir -p "$in/adir"
 echo "keep me" >"$in/existing.txt"
-for k in optimizer schedule batch data; do echo "keep me" >"$in/keep_$k.csv"; done
+for k in optimizer schedule batch data warmup resume_garbage resume_done accumulate; do
+  echo "keep me" >"$in/keep_$k.csv"
+done
 ln -s /dev/null "$in/link_to_null"
 mkfifo "$in/out_fifo"
 mkdir -p "$in/bench_fifo" && mkfifo "$in/bench_fifo/results.jsonl"
@@ -316,6 +318,13 @@ kept() {
 kept optimizer 1 "--optimizer 'bogus': unknown" --optimizer bogus
 kept schedule 1 "--lr-schedule 'warp:9': unknown schedule" --lr-schedule warp:9
 kept batch 1 "batch 70000 is larger than the training set" --batch 70000
+# ...and one refused inside mp_fit, once the run's steps are known or the checkpoint read
+kept warmup 1 "--lr-schedule 'cosine,warmup:1000': cosine needs more total steps \(30\) than warm-up steps \(1000\)" \
+  --lr-schedule cosine,warmup:1000
+kept resume_garbage 1 "--resume $in/garbage.safetensors: " --resume "$in/garbage.safetensors"
+kept resume_done 1 "epoch_past_end.safetensors: the checkpoint already completed epoch 5 of --epochs 3" \
+  --resume "$in/epoch_past_end.safetensors"
+kept accumulate 1 "--accumulate 20 x --batch 10 is more than one epoch \(100 samples\)" --accumulate 20
 row csv_kept_data 1 "$work/none" -- train --data-dir "$work/none" --monitor-csv "$in/keep_data.csv"
 bsyn=(--data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batches 10 --precisions fp32)
 row bench_out_file 2 "--out $in/existing.txt: $in/existing.txt is a regular file, not a directory" -- bench "${bsyn[@]}" --out "$in/existing.txt"
