@@ -301,16 +301,13 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     float lr = 0;
     mp_status s = common_opts_optimizer(&t.c, &oo, &lr);
     if (s == MP_OK) s = common_opts_load_data(&t.c, t.seed, &train, &test);
-    /* rank 0's model, and (--gpus) the other ranks' replicas */
-    /* with --policy the file may set the precision: --bn-low waits for it unless this precision takes it */
+    /* rank 0's model, and (--gpus) the other ranks' replicas; --policy and --bn-low then give the final policy */
     mp_model_spec spec = {.model = t.model, .data = &train,
-                          .policy = {.precision = precision, .overrides = t.overrides,
-                                     .bn_low = t.bn_low && (pure || !t.policy)}};
+                          .policy = {.precision = precision, .overrides = t.overrides}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
     char merged[4096];
-    if (s == MP_OK) s = train_apply_policy_file(&t, m.g, &spec.policy, merged, sizeof merged);
-    if (s != MP_OK && t.policy && m.g) { /* a bad policy file is a usage error: one line, exit 2 */
-        fprintf(stderr, "mixprec train: --policy %s\n", mp_last_error());
+    if (s == MP_OK && train_apply_policy(&t, m.g, &spec.policy, merged, sizeof merged) != MP_OK) {
+        fprintf(stderr, "mixprec train: %s\n", mp_last_error()); /* a usage error: exit 2 */
         mp_model_free(&m);
         mp_dataset_free(&train);
         mp_dataset_free(&test);

@@ -143,6 +143,8 @@ printf 'not a checkpoint at all' >"$in/garbage.safetensors"
 mkfifo "$in/fifo.safetensors"
 mkdir -p "$in/adir"
 echo "keep me" >"$in/existing.txt"
+echo '{"mixprec_policy": 1}' >"$in/no_precision.json"
+echo '{"mixprec_policy": 1, "precision": "amp-fp16"}' >"$in/amp16.json"
 for k in optimizer schedule batch data warmup resume_garbage resume_done accumulate; do
   echo "keep me" >"$in/keep_$k.csv"
 done
@@ -215,8 +217,14 @@ row bench_device 2 "--device 'cuda:x'" -- bench --device cuda:x
 row override_layer 1 "no layer named 'conv9'" -- train "${syn[@]}" --precision amp-bf16 --precision-override conv9=fp32
 row override_dtype 1 "dtype 'fp64' unknown" -- train "${syn[@]}" --precision amp-bf16 --precision-override fc2=fp64
 row override_empty 2 "mixprec train: --precision-override is empty" -- train "${syn[@]}" --precision-override ""
-row bn_low_amp 1 "bn_low \(--bn-low\) applies to the fp16 and bf16 policies only \(got amp-fp16\)" -- \
-  train "${syn[@]}" --precision amp-fp16 --bn-low
+# --bn-low against the run's final precision: one usage error naming where the precision came from
+bnl="mixprec train: --bn-low applies to the fp16 and bf16 precisions only; this run's is"
+row bn_low_amp 2 "$bnl amp-fp16 \(from --precision\)$" -- train "${syn[@]}" --precision amp-fp16 --bn-low
+row bn_low_amp_policy 2 "$bnl amp-fp16 \(from --precision\)$" -- \
+  train "${syn[@]}" --precision amp-fp16 --bn-low --policy "$in/no_precision.json"
+row bn_low_policy_amp 2 "$bnl amp-fp16 \(from --policy $in/amp16.json\)$" -- \
+  train "${syn[@]}" --bn-low --policy "$in/amp16.json"
+row bn_low_default 2 "$bnl fp32 \(the default\)$" -- train "${syn[@]}" --bn-low
 row override_empty_doctor 2 "mixprec doctor: --precision-override is empty" -- \
   doctor "${syn[@]}" --precision-override ""
 row override_twice 1 "--precision-override: layer 'fc2' given twice" -- \
