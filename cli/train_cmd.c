@@ -189,9 +189,14 @@ static void on_sigterm(int sig) {
  * the number of ranks. Returns 0, or the exit code after the error line. */
 static int join_mpi(const train_args *t, mp_dist **dist, int *rank) {
     int world = 1;
+    bool launched = false;
     *dist = NULL;
     *rank = 0;
-    if (!mp_dist_mpi_launched(&world, rank)) return 0;
+    if (mp_dist_mpi_env(&launched, &world, rank) != MP_OK) { /* each process would train alone as rank 0 */
+        fprintf(stderr, "mixprec train: %s\n", mp_last_error());
+        return 2;
+    }
+    if (!launched) return 0;
     if (t->gpus && t->gpus != world) {
         fprintf(stderr, "mixprec train: rank %d: --gpus %d, but mpirun started %d ranks (one GPU per rank): the "
                         "world size must match\n", *rank, t->gpus, world);

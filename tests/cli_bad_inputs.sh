@@ -255,6 +255,12 @@ row allreduce_int8 2 "--allreduce 'int8' must be auto, fp32, fp16 or bf16" -- tr
 row f32_grads_bf16 2 "--f32-weight-grads needs fp32 master weights" -- train --precision bf16 --f32-weight-grads
 row bucket_zero 2 "--bucket-mb 0 is out of range" -- train --bucket-mb 0
 row dist_timeout_text 2 "--dist-timeout 'soon' is not a finite number" -- train --dist-timeout soon
+# an inconsistent MPI launch: refused, not trained alone as rank 0 by every process
+mpienv="mixprec train: the MPI launch environment:"
+OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=5 row mpi_rank_outside 2 \
+  "$mpienv OMPI_COMM_WORLD_RANK='5' must be a rank in \[0, 1\] \(OMPI_COMM_WORLD_SIZE=2\)$" -- "${run[@]}"
+PMI_SIZE=many PMI_RANK=0 row mpi_size_junk 2 "$mpienv PMI_SIZE='many' must be a world size in \[1, 2147483647\]$" -- \
+  "${run[@]}"
 
 # ---- table 1: data files ----------------------------------------------------------
 row data_dir_missing 1 "$work/none" -- train --data-dir "$work/none"
