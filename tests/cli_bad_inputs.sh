@@ -203,6 +203,15 @@ row epochs_text 2 "--epochs 'many' is not an integer" -- train --epochs many
 row seed_minus 2 "--seed '-1' is not a non-negative integer" -- train --seed -1
 row seed_space_minus 2 "--seed ' -1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed " -1"
 row seed_plus 2 "--seed '\+1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed +1
+# every integer option: a digit first (or a '-', then out of range), as strtol's leading spaces and '+' are not
+row batch_space_plus 2 "--batch ' \+10' is not an integer$" -- train "${syn[@]}" --epochs 1 --max-steps 1 --batch " +10"
+row batch_plus 2 "--batch '\+10' is not an integer$" -- train "${syn[@]}" --epochs 1 --max-steps 1 --batch +10
+row epochs_space 2 "--epochs ' 1' is not an integer$" -- train "${syn[@]}" --max-steps 1 --epochs " 1"
+row batch_minus 2 "--batch -5 is out of range \[1, 1048576\]$" -- train "${syn[@]}" --max-steps 1 --batch -5
+row shape_space 2 "--synthetic-shape ' 1x8x8' must be CxHxW" -- train "${syn[@]}" --max-steps 1 \
+  --synthetic-shape " 1x8x8"
+row bench_batches_space 2 "--batches ' 10' is not an integer$" -- bench --data synthetic --synthetic-size 100 \
+  --synthetic-shape 1x8x8 --precisions fp32 --batches " 10" --out "$work/c/bench_batches_space/o"
 row batch_zero 2 "--batch 0 is out of range" -- train --batch 0
 row lr_nan 2 "--lr 'nan' is not a finite number" -- train --lr nan
 row epochs_no_value 2 "--epochs needs a value" -- train --epochs
