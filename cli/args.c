@@ -7,9 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The decimal integer text starts with, *end past it: false when there is
- * none or it does not fit a long. */
-static bool scan_long(const char *text, char **end, long *v) {
+/* Whether text starts as a plain decimal integer: a digit, or (minus) '-'
+ * and a digit. strtol and strtoull also skip leading spaces and take a '+'
+ * (and strtoull a '-', " -1" read as 2^64 - 1): every integer option
+ * refuses those alike. */
+static bool plain_integer_start(const char *text, bool minus) {
+    if (minus && *text == '-') text++;
+    return *text >= '0' && *text <= '9';
+}
+
+/* The decimal integer text starts with (plain_integer_start), *end past it:
+ * false when there is none or it does not fit a long. */
+static bool scan_long(const char *text, bool minus, char **end, long *v) {
+    if (!plain_integer_start(text, minus)) return false;
     errno = 0;
     *v = strtol(text, end, 10);
     return !errno && *end != text;
@@ -18,7 +28,8 @@ static bool scan_long(const char *text, char **end, long *v) {
 bool arg_int(const char *cmd, const char *opt, const char *text, int lo, int hi, int *out) {
     char *end;
     long v;
-    if (!scan_long(text, &end, &v) || *end) {
+    /* a '-' is an integer's: a negative value is then out of range, not "not an integer" */
+    if (!scan_long(text, true, &end, &v) || *end) {
         fprintf(stderr, "mixprec %s: %s '%s' is not an integer\n", cmd, opt, text);
         return false;
     }
@@ -34,8 +45,7 @@ bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out) 
     char *end;
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
-    /* a digit first: strtoull skips spaces and takes a sign, so " -1" read as 2^64 - 1 */
-    if (errno || end == text || *end || !(text[0] >= '0' && text[0] <= '9')) {
+    if (errno || end == text || *end || !plain_integer_start(text, false)) {
         fprintf(stderr, "mixprec %s: %s '%s' is not a non-negative integer\n", cmd, opt, text);
         return false;
     }
@@ -76,7 +86,7 @@ bool arg_dims(const char *cmd, const char *opt, const char *text, int n, int lo,
     for (int k = 0; ok && k < n; k++) {
         char *end;
         long v;
-        ok = *p >= '0' && *p <= '9' && scan_long(p, &end, &v) && v >= lo && v <= hi && *end == (k + 1 < n ? 'x' : 0);
+        ok = scan_long(p, false, &end, &v) && v >= lo && v <= hi && *end == (k + 1 < n ? 'x' : 0);
         if (ok) d[k] = (int)v, p = end + 1;
     }
     if (!ok) {

@@ -43,12 +43,14 @@ typedef struct {
 int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
                      int (*extra)(void *arg, int argc, char **argv, int *i), void *extra_arg, void (*usage)(FILE *));
 
-/* --policy FILE on top of --precision and --precision-override
- * (amp/policy_file.h): the file's layers are checked against g, a layer in
- * both, or a precision or loss-scale setting the options give differently,
- * is an error naming the file and the key. Then policy (in: the options',
- * out: the run's, its overrides in buf) is applied to g and the file's loss
- * scale goes into t's scaler options. */
-mp_status train_apply_policy_file(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap);
+/* The run's precision policy, on g built with the options' policy without
+ * bn_low: --policy FILE on top of --precision and --precision-override
+ * (amp/policy_file.h), the file's layers checked against g, a layer in both,
+ * or a precision or loss-scale setting the options give differently, an
+ * error naming --policy, the file and the key; the file's loss scale into
+ * t's scaler options. Then --bn-low against the final precision, an error
+ * naming where that came from. policy (in: the options', out: the run's,
+ * its overrides in buf) is applied to g. Every error is a usage error. */
+mp_status train_apply_policy(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap);
 
 #endif

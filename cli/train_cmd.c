@@ -2,7 +2,6 @@
  * train with progress output. A bare `mixprec train` trains the default
  * model on Fashion-MNIST. */
 #include <errno.h>
-#include <limits.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -190,9 +189,14 @@ static void on_sigterm(int sig) {
  * the number of ranks. Returns 0, or the exit code after the error line. */
 static int join_mpi(const train_args *t, mp_dist **dist, int *rank) {
     int world = 1;
+    bool launched = false;
     *dist = NULL;
     *rank = 0;
-    if (!mp_dist_mpi_launched(&world, rank)) return 0;
+    if (mp_dist_mpi_env(&launched, &world, rank) != MP_OK) { /* each process would train alone as rank 0 */
+        fprintf(stderr, "mixprec train: %s\n", mp_last_error());
+        return 2;
+    }
+    if (!launched) return 0;
     if (t->gpus && t->gpus != world) {
         fprintf(stderr, "mixprec train: rank %d: --gpus %d, but mpirun started %d ranks (one GPU per rank): the "
                         "world size must match\n", *rank, t->gpus, world);
@@ -225,6 +229,20 @@ int cmd_train(int argc, char **argv) {
     mp_dist_destroy(dist);
     if (dist) free((char *)t.device);
     return rc;
+}
+
+/* The run's monitor and its --monitor-csv, begun by mp_fit's on_start. */
+typedef struct {
+    double interval;
+    const char *csv_path;
+    FILE *out, *csv;
+    mp_monitor *mon;
+} monitor_run;
+
+static mp_status begin_monitor(void *arg) {
+    monitor_run *mr = arg;
+    if (mr->csv_path) MP_TRY(mp_output_open(mr->csv_path, "--monitor-csv", false, &mr->csv));
+    return mp_monitor_begin_run(mr->interval, mr->csv, mr->csv_path, mr->out, &mr->mon);
 }
 
 static int run_train(train_args *targ, mp_dist *dist, int rank) {
@@ -281,27 +299,20 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                                                 (const char *[]){t.resume, t.log, t.monitor_csv}))))
         return rc;
     if (t.threads) omp_set_num_threads(t.threads);
-    FILE *monitor_csv = NULL; /* opened once the run is checked: a refused run leaves the file as it was */
 
     mp_dataset train = {0}, test = {0};
     mp_model m = {0};
     mp_optim_opts oo;
     float lr = 0;
     mp_status s = common_opts_optimizer(&t.c, &oo, &lr);
-    /* the schedule's spec; mp_fit parses it again with the run's number of steps */
-    mp_lr_schedule sched;
-    if (s == MP_OK) s = mp_lr_schedule_parse(t.lr_schedule, lr, INT_MAX, &sched);
     if (s == MP_OK) s = common_opts_load_data(&t.c, t.seed, &train, &test);
-    /* rank 0's model, and (--gpus) the other ranks' replicas */
-    /* with --policy the file may set the precision: --bn-low waits for it unless this precision takes it */
+    /* rank 0's model, and (--gpus) the other ranks' replicas; --policy and --bn-low then give the final policy */
     mp_model_spec spec = {.model = t.model, .data = &train,
-                          .policy = {.precision = precision, .overrides = t.overrides,
-                                     .bn_low = t.bn_low && (pure || !t.policy)}};
+                          .policy = {.precision = precision, .overrides = t.overrides}};
     if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
     char merged[4096];
-    if (s == MP_OK) s = train_apply_policy_file(&t, m.g, &spec.policy, merged, sizeof merged);
-    if (s != MP_OK && t.policy && m.g) { /* a bad policy file is a usage error: one line, exit 2 */
-        fprintf(stderr, "mixprec train: --policy %s\n", mp_last_error());
+    if (s == MP_OK && train_apply_policy(&t, m.g, &spec.policy, merged, sizeof merged) != MP_OK) {
+        fprintf(stderr, "mixprec train: %s\n", mp_last_error()); /* a usage error: exit 2 */
         mp_model_free(&m);
         mp_dataset_free(&train);
         mp_dataset_free(&test);
@@ -315,6 +326,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         return 0;
     }
     mp_fit_result res;
+    /* --monitor-csv is opened once mp_fit has set the run up and checked it: a refused run leaves it as it was */
+    monitor_run mr = {.interval = t.monitor_interval, .csv_path = t.monitor_csv};
     if (s == MP_OK) {
         FILE *out = t.quiet ? NULL : stdout;
         char dev[32];
@@ -347,22 +360,21 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                          .data_workers = t.c.decode_threads, .out = out, .print_memory = t.print_memory, .log_path = t.log,
                          .save_path = t.save, .resume_path = t.resume, .numerics_log = t.numerics_log,
                          .numerics_every = t.numerics_every, .gpus = dist ? 0 : t.gpus,
-                         .dist_timeout = t.dist_timeout, .replica = mp_model_spec_build, .replica_arg = &spec};
-        mp_monitor *mon = NULL;
-        s = mp_fit_check(&train, &test, &o);
-        if (s == MP_OK && t.monitor_csv) s = mp_output_open(t.monitor_csv, "--monitor-csv", false, &monitor_csv);
-        if (s == MP_OK) s = mp_monitor_begin_run(t.monitor_interval, monitor_csv, t.monitor_csv, out, &mon);
-        if (s == MP_OK) s = mp_fit(&m, &train, &test, &o, &res);
+                         .dist_timeout = t.dist_timeout, .replica = mp_model_spec_build, .replica_arg = &spec,
+                         .on_start = begin_monitor, .on_start_arg = &mr};
+        mr.out = out;
+        s = mp_fit(&m, &train, &test, &o, &res);
         if (s == MP_OK && out)
             fprintf(out, "done: %d epochs in %.1fs, test accuracy %.2f%%, %.0f images/s, activation arena %.1f MiB\n",
                     res.epochs_run, res.total_seconds, 100 * res.test_acc, res.images_per_s,
                     (double)res.arena_bytes / (1 << 20));
         /* per-epoch energy: epochs_run counts from 1 even after --resume, so only for fresh runs */
-        mp_status ms = mp_monitor_end_run(mon, s == MP_OK ? out : NULL, s == MP_OK && !t.resume ? res.epochs_run : 0);
+        mp_status ms = mp_monitor_end_run(mr.mon, s == MP_OK ? out : NULL,
+                                          s == MP_OK && !t.resume ? res.epochs_run : 0);
         if (s == MP_OK) s = ms;
     }
-    if (monitor_csv && s == MP_OK) s = mp_output_close(monitor_csv, t.monitor_csv, "--monitor-csv");
-    else if (monitor_csv) fclose(monitor_csv); /* the first error is the one reported */
+    if (mr.csv && s == MP_OK) s = mp_output_close(mr.csv, t.monitor_csv, "--monitor-csv");
+    else if (mr.csv) fclose(mr.csv); /* the first error is the one reported */
     if (s != MP_OK && dist) fprintf(stderr, "mixprec train: rank %d: %s\n", rank, mp_last_error());
     else if (s != MP_OK) fprintf(stderr, "mixprec train: %s\n", mp_last_error());
     mp_model_free(&m);

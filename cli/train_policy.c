@@ -1,15 +1,17 @@
-/* train_policy.c — `mixprec train --policy FILE`: the doctor's policy file
- * applied through the public precision API on top of --precision and
- * --precision-override, its loss scale into the scaler options; every
- * disagreement with the options is an error naming the file and the key. */
+/* train_policy.c — `mixprec train`'s final precision policy: the doctor's
+ * policy file (--policy FILE) applied through the public precision API on
+ * top of --precision and --precision-override, its loss scale into the
+ * scaler options (every disagreement with the options is an error naming
+ * the file and the key), then --bn-low checked against the precision. */
 #include <string.h>
 
 #include "amp/policy_file.h"
 #include "cli/train_args.h"
 #include "core/error.h"
 
-mp_status train_apply_policy_file(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap) {
-    if (!t->policy) return MP_OK;
+/* The file's settings into t and policy; *file_precision: the file sets the precision. */
+static mp_status read_policy_file(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap,
+                                  bool *file_precision) {
     mp_policy_file pf;
     MP_TRY(mp_policy_file_read(t->policy, g, &pf));
     if (pf.has_precision && t->precision_set && pf.precision != policy->precision)
@@ -34,7 +36,22 @@ mp_status train_apply_policy_file(train_args *t, mp_graph *g, mp_policy_opts *po
         if (pf.min_scale > 0) t->scaler.min_scale = pf.min_scale;
         t->scaler_set = true;
     }
-    policy->bn_low = t->bn_low; /* the build left it out when only the file's precision takes it */
-    mp_status s = mp_graph_apply_policy(g, *policy);
-    return s == MP_OK ? MP_OK : mp_error(s, "%s: %s", t->policy, mp_last_error());
+    *file_precision = pf.has_precision;
+    return MP_OK;
+}
+
+mp_status train_apply_policy(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap) {
+    bool file_precision = false;
+    mp_status s = t->policy ? read_policy_file(t, g, policy, buf, cap, &file_precision) : MP_OK;
+    if (s != MP_OK) return mp_error(s, "--policy %s", mp_last_error());
+    if (t->bn_low && policy->precision != MP_PRECISION_FP16 && policy->precision != MP_PRECISION_BF16)
+        return mp_error(MP_ERR_INVALID_ARG, "--bn-low applies to the fp16 and bf16 precisions only; this run's is %s "
+                        "(%s%s)", mp_precision_name(policy->precision),
+                        file_precision ? "from --policy " : t->precision_set ? "from --precision" : "the default",
+                        file_precision ? t->policy : "");
+    if (!t->policy && !t->bn_low) return MP_OK; /* as the model was built */
+    policy->bn_low = t->bn_low;
+    s = mp_graph_apply_policy(g, *policy);
+    if (s != MP_OK && t->policy) return mp_error(s, "--policy %s: %s", t->policy, mp_last_error());
+    return s;
 }

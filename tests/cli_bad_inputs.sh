@@ -143,7 +143,11 @@ printf 'not a checkpoint at all' >"$in/garbage.safetensors"
 mkfifo "$in/fifo.safetensors"
 mkdir -p "$in/adir"
 echo "keep me" >"$in/existing.txt"
-for k in optimizer schedule batch data; do echo "keep me" >"$in/keep_$k.csv"; done
+echo '{"mixprec_policy": 1}' >"$in/no_precision.json"
+echo '{"mixprec_policy": 1, "precision": "amp-fp16"}' >"$in/amp16.json"
+for k in optimizer schedule batch data warmup resume_garbage resume_done accumulate; do
+  echo "keep me" >"$in/keep_$k.csv"
+done
 ln -s /dev/null "$in/link_to_null"
 mkfifo "$in/out_fifo"
 mkdir -p "$in/bench_fifo" && mkfifo "$in/bench_fifo/results.jsonl"
@@ -199,6 +203,15 @@ row epochs_text 2 "--epochs 'many' is not an integer" -- train --epochs many
 row seed_minus 2 "--seed '-1' is not a non-negative integer" -- train --seed -1
 row seed_space_minus 2 "--seed ' -1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed " -1"
 row seed_plus 2 "--seed '\+1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed +1
+# every integer option: a digit first (or a '-', then out of range), as strtol's leading spaces and '+' are not
+row batch_space_plus 2 "--batch ' \+10' is not an integer$" -- train "${syn[@]}" --epochs 1 --max-steps 1 --batch " +10"
+row batch_plus 2 "--batch '\+10' is not an integer$" -- train "${syn[@]}" --epochs 1 --max-steps 1 --batch +10
+row epochs_space 2 "--epochs ' 1' is not an integer$" -- train "${syn[@]}" --max-steps 1 --epochs " 1"
+row batch_minus 2 "--batch -5 is out of range \[1, 1048576\]$" -- train "${syn[@]}" --max-steps 1 --batch -5
+row shape_space 2 "--synthetic-shape ' 1x8x8' must be CxHxW" -- train "${syn[@]}" --max-steps 1 \
+  --synthetic-shape " 1x8x8"
+row bench_batches_space 2 "--batches ' 10' is not an integer$" -- bench --data synthetic --synthetic-size 100 \
+  --synthetic-shape 1x8x8 --precisions fp32 --batches " 10" --out "$work/c/bench_batches_space/o"
 row batch_zero 2 "--batch 0 is out of range" -- train --batch 0
 row lr_nan 2 "--lr 'nan' is not a finite number" -- train --lr nan
 row epochs_no_value 2 "--epochs needs a value" -- train --epochs
@@ -213,8 +226,14 @@ row bench_device 2 "--device 'cuda:x'" -- bench --device cuda:x
 row override_layer 1 "no layer named 'conv9'" -- train "${syn[@]}" --precision amp-bf16 --precision-override conv9=fp32
 row override_dtype 1 "dtype 'fp64' unknown" -- train "${syn[@]}" --precision amp-bf16 --precision-override fc2=fp64
 row override_empty 2 "mixprec train: --precision-override is empty" -- train "${syn[@]}" --precision-override ""
-row bn_low_amp 1 "bn_low \(--bn-low\) applies to the fp16 and bf16 policies only \(got amp-fp16\)" -- \
-  train "${syn[@]}" --precision amp-fp16 --bn-low
+# --bn-low against the run's final precision: one usage error naming where the precision came from
+bnl="mixprec train: --bn-low applies to the fp16 and bf16 precisions only; this run's is"
+row bn_low_amp 2 "$bnl amp-fp16 \(from --precision\)$" -- train "${syn[@]}" --precision amp-fp16 --bn-low
+row bn_low_amp_policy 2 "$bnl amp-fp16 \(from --precision\)$" -- \
+  train "${syn[@]}" --precision amp-fp16 --bn-low --policy "$in/no_precision.json"
+row bn_low_policy_amp 2 "$bnl amp-fp16 \(from --policy $in/amp16.json\)$" -- \
+  train "${syn[@]}" --bn-low --policy "$in/amp16.json"
+row bn_low_default 2 "$bnl fp32 \(the default\)$" -- train "${syn[@]}" --bn-low
 row override_empty_doctor 2 "mixprec doctor: --precision-override is empty" -- \
   doctor "${syn[@]}" --precision-override ""
 row override_twice 1 "--precision-override: layer 'fc2' given twice" -- \
@@ -245,6 +264,12 @@ row allreduce_int8 2 "--allreduce 'int8' must be auto, fp32, fp16 or bf16" -- tr
 row f32_grads_bf16 2 "--f32-weight-grads needs fp32 master weights" -- train --precision bf16 --f32-weight-grads
 row bucket_zero 2 "--bucket-mb 0 is out of range" -- train --bucket-mb 0
 row dist_timeout_text 2 "--dist-timeout 'soon' is not a finite number" -- train --dist-timeout soon
+# an inconsistent MPI launch: refused, not trained alone as rank 0 by every process
+mpienv="mixprec train: the MPI launch environment:"
+OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=5 row mpi_rank_outside 2 \
+  "$mpienv OMPI_COMM_WORLD_RANK='5' must be a rank in \[0, 1\] \(OMPI_COMM_WORLD_SIZE=2\)$" -- "${run[@]}"
+PMI_SIZE=many PMI_RANK=0 row mpi_size_junk 2 "$mpienv PMI_SIZE='many' must be a world size in \[1, 2147483647\]$" -- \
+  "${run[@]}"
 
 # ---- table 1: data files ----------------------------------------------------------
 row data_dir_missing 1 "$work/none" -- train --data-dir "$work/none"
@@ -316,6 +341,13 @@ kept() {
 kept optimizer 1 "--optimizer 'bogus': unknown" --optimizer bogus
 kept schedule 1 "--lr-schedule 'warp:9': unknown schedule" --lr-schedule warp:9
 kept batch 1 "batch 70000 is larger than the training set" --batch 70000
+# ...and one refused inside mp_fit, once the run's steps are known or the checkpoint read
+kept warmup 1 "--lr-schedule 'cosine,warmup:1000': cosine needs more total steps \(30\) than warm-up steps \(1000\)" \
+  --lr-schedule cosine,warmup:1000
+kept resume_garbage 1 "--resume $in/garbage.safetensors: " --resume "$in/garbage.safetensors"
+kept resume_done 1 "epoch_past_end.safetensors: the checkpoint already completed epoch 5 of --epochs 3" \
+  --resume "$in/epoch_past_end.safetensors"
+kept accumulate 1 "--accumulate 20 x --batch 10 is more than one epoch \(100 samples\)" --accumulate 20
 row csv_kept_data 1 "$work/none" -- train --data-dir "$work/none" --monitor-csv "$in/keep_data.csv"
 bsyn=(--data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batches 10 --precisions fp32)
 row bench_out_file 2 "--out $in/existing.txt: $in/existing.txt is a regular file, not a directory" -- bench "${bsyn[@]}" --out "$in/existing.txt"

@@ -52,6 +52,11 @@ expect 2 "pol.json: precision: 'amp-fp16' conflicts with --precision bf16" -- \
     "$bin" train "${D[@]}" --policy pol.json --precision bf16
 expect 2 'absent.json: cannot open' -- "$bin" train "${D[@]}" --policy absent.json
 expect 2 '--policy needs a value' -- "$bin" train --policy
+# --bn-low is taken when the file's precision is fp16 or bf16 (the refusals are cli_bad_inputs' bn_low_* rows)
+printf '{"mixprec_policy": 1, "precision": "bf16"}' >bf16.json
+bn=$("$bin" train "${D[@]}" --policy bf16.json --bn-low --print-precision 2>err.txt | awk '$2 == "batchnorm2d"')
+if [ -n "$bn" ] && ! grep -qv ' bf16 *bf16 *$' <<<"$bn"; then ok
+else bad "--bn-low under the file's bf16: BatchNorm is not bf16: $bn $(cat err.txt)"; fi
 
 # doctor's own bad options, and its output path checked before probing
 expect 2 '--probe-steps 0 is out of range' -- "$bin" doctor "${D[@]}" --probe-steps 0

@@ -100,6 +100,7 @@ expect 2 "\-\-monitor-csv $work/no/such/dir/m.csv: directory $work/no/such/dir d
 "$bin" train --help | grep -q -- "--monitor-interval S" && ok || bad "train --help lacks --monitor-interval"
 
 # 7. a short run with the monitor: one status line, the summary, the CSV
+echo "an older run" >"$work/m.csv" # replaced: the run writes its own CSV
 if "$bin" "${syn[@]}" --monitor-interval 1 --monitor-csv "$work/m.csv" >"$work/run.out" 2>&1; then ok; else bad "monitored run failed: $(tail -3 "$work/run.out")"; fi
 [ "$(grep -c '^GPU monitor: ' "$work/run.out")" -eq 1 ] && ok || bad "want one 'GPU monitor:' line: $(grep 'GPU monitor' "$work/run.out")"
 grep -Eq "^monitor: wall time [0-9.]+ s, peak RSS [0-9.]+ MiB$" "$work/run.out" && ok || bad "no time/RSS summary line"

@@ -615,27 +615,53 @@ static void test_groups_share_loss(void) {
 }
 
 /* The data-parallel entry points: a NULL output is refused, not written
- * (any build: without NCCL the error is still the null output's); an MPI
+ * (any build: without NCCL the error is still the null output's). An MPI
  * launch is recognized only from whole decimal sizes and ranks with
- * 0 <= rank < world, and NULL outputs are never written. */
+ * 0 <= rank < world; a malformed pair is an error naming the variable and
+ * its value (mp_dist_mpi_env) and no launch to mp_dist_mpi_launched, absent
+ * variables no launch and no error, and NULL outputs are never written. */
 static void test_dist_misuse(void) {
     CHECK_ERR(mp_dist_group_create(1, 0, NULL), MP_ERR_INVALID_ARG, "mp_dist_group_create", "null output");
     CHECK_ERR(mp_dist_group_join(NULL, 0, 0, NULL), MP_ERR_INVALID_ARG, "mp_dist_group_join", "null output");
     CHECK_ERR(mp_dist_mpi_create(0, NULL), MP_ERR_INVALID_ARG, "mp_dist_mpi_create", "null output");
-    static const char *const bad[][2] = {{"2", "5"}, {"2", "2"}, {"2", "-1"}, {"2", "abc"}, {"2", "1x"}, {"2", ""},
-                                         {"3000000000", "0"}, {"0", "0"}, {"-2", "0"}, {" 2", "0"}, {"2.0", "0"}};
+    static const char *const bad[][3] = {
+        {"2", "5", "OMPI_COMM_WORLD_RANK='5' must be a rank in [0, 1] (OMPI_COMM_WORLD_SIZE=2)"},
+        {"2", "2", "OMPI_COMM_WORLD_RANK='2'"}, {"2", "-1", "OMPI_COMM_WORLD_RANK='-1'"},
+        {"2", "abc", "OMPI_COMM_WORLD_RANK='abc'"}, {"2", "1x", "OMPI_COMM_WORLD_RANK='1x'"},
+        {"2", "", "OMPI_COMM_WORLD_RANK=''"}, {"3000000000", "0", "OMPI_COMM_WORLD_SIZE='3000000000' must be a world"},
+        {"0", "0", "OMPI_COMM_WORLD_SIZE='0'"}, {"-2", "0", "OMPI_COMM_WORLD_SIZE='-2'"},
+        {" 2", "0", "OMPI_COMM_WORLD_SIZE=' 2'"}, {"2.0", "0", "OMPI_COMM_WORLD_SIZE='2.0'"},
+        {"2\n", "0", "OMPI_COMM_WORLD_SIZE='2\\x0a'"}};
     int world = -7, rank = -7;
+    bool launched = true;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("OMPI_COMM_WORLD_SIZE", bad[i][0], 1), setenv("OMPI_COMM_WORLD_RANK", bad[i][1], 1);
-        const bool launched = mp_dist_mpi_launched(&world, &rank);
+        CHECK_ERR(mp_dist_mpi_env(&launched, &world, &rank), MP_ERR_INVALID_ARG, bad[i][2]);
+        CHECK(!launched && world == -7 && rank == -7, "size '%s' rank '%s': launched %d, world %d rank %d written",
+              bad[i][0], bad[i][1], launched, world, rank);
+        launched = mp_dist_mpi_launched(&world, &rank);
         CHECK(!launched && world == -7 && rank == -7, "size '%s' rank '%s': launched %d, world %d rank %d written",
               bad[i][0], bad[i][1], launched, world, rank);
     }
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1), setenv("OMPI_COMM_WORLD_RANK", "1", 1);
     CHECK(!mp_dist_mpi_launched(NULL, NULL) && !mp_dist_mpi_launched(&world, NULL), "NULL outputs");
+    CHECK_ERR(mp_dist_mpi_env(NULL, &world, &rank), MP_ERR_INVALID_ARG, "mp_dist_mpi_env: null output");
     CHECK(mp_dist_mpi_launched(&world, &rank) && world == 2 && rank == 1, "size 2 rank 1: world %d rank %d", world,
           rank);
-    unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_RANK");
+    world = rank = -7;
+    CHECK(mp_dist_mpi_env(&launched, &world, &rank) == MP_OK && launched && world == 2 && rank == 1,
+          "mp_dist_mpi_env, size 2 rank 1: launched %d world %d rank %d", launched, world, rank);
+    /* a lone variable of a pair is no launch, nor an error; the PMI pair is read as well */
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    world = rank = -7;
+    CHECK(mp_dist_mpi_env(&launched, &world, &rank) == MP_OK && !launched && world == -7 && rank == -7,
+          "OMPI_COMM_WORLD_SIZE alone: launched %d world %d rank %d", launched, world, rank);
+    setenv("PMI_SIZE", "4", 1), setenv("PMI_RANK", "4", 1);
+    CHECK_ERR(mp_dist_mpi_env(&launched, &world, &rank), MP_ERR_INVALID_ARG, "PMI_RANK='4' must be a rank in [0, 3]");
+    setenv("PMI_RANK", "3", 1);
+    CHECK(mp_dist_mpi_env(&launched, &world, &rank) == MP_OK && launched && world == 4 && rank == 3,
+          "PMI size 4 rank 3: launched %d world %d rank %d", launched, world, rank);
+    unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("PMI_SIZE"), unsetenv("PMI_RANK");
 }
 
 int main(void) {

@@ -261,6 +261,11 @@ static void test_errors_and_no_gpu(void) {
           "no_gpu summary: gpu %d, %d samples, energy %g, RSS %g", r.gpu, r.samples, r.energy_j, r.peak_rss_mib);
     CHECK(f.reads == 0, "the source was read %d times with no_gpu", f.reads);
     CHECK(mp_monitor_stop(NULL, NULL) == MP_OK, "stop(NULL)");
+    /* a run refused before its monitor began ends it as NULL: no summary */
+    FILE *out = tmpfile();
+    CHECK(out && mp_monitor_end_run(NULL, out, 3) == MP_OK && ftell(out) == 0, "end_run(NULL) wrote %ld bytes",
+          out ? ftell(out) : -1L);
+    if (out) fclose(out);
 }
 
 /* The real NVML source: on a machine without NVML the status says why in

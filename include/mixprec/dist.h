@@ -28,10 +28,20 @@ MP_API void mp_dist_group_destroy(mp_dist_group *g);
 MP_API int mp_dist_group_failed_rank(const mp_dist_group *g);
 /** Rank `rank` never started: the others stop instead of waiting for it. */
 MP_API void mp_dist_group_fail(mp_dist_group *g, int rank, mp_status s);
-/** True when an MPI launcher (Open MPI / PMIx) started this process: its
- * world size and rank variables are whole decimal integers with 0 <= rank <
- * world; they are then written to *world and *rank. False otherwise, with
- * the outputs untouched (also when either is NULL). */
+/** Whether an MPI launcher (Open MPI, MPICH's PMI, PMIx) started this
+ * process, from the first of the pairs OMPI_COMM_WORLD_SIZE/_RANK,
+ * PMI_SIZE/PMI_RANK and PMIX_SIZE/PMIX_RANK whose two variables are both
+ * set (a lone one is no launch). Such a pair must be whole decimal integers
+ * with 0 <= rank < world: MP_OK, *launched true and *world and *rank
+ * written. No pair: MP_OK, *launched false, *world and *rank untouched. A
+ * malformed pair (e.g. size 2, rank 5): MP_ERR_INVALID_ARG, one line naming
+ * the variable and its value, *launched false, *world and *rank untouched.
+ * NULL outputs: MP_ERR_INVALID_ARG. */
+MP_API mp_status mp_dist_mpi_env(bool *launched, int *world, int *rank);
+/** mp_dist_mpi_env as a yes/no: true when it found a launch (written to
+ * *world and *rank); false for no launch, a malformed one (which it cannot
+ * tell apart: call mp_dist_mpi_env to refuse that) or a NULL output, with
+ * the outputs untouched. */
 MP_API bool mp_dist_mpi_launched(int *world, int *rank);
 /** Process mode: this rank's communicator on the GPU of its local rank (out
  * must not be NULL). */

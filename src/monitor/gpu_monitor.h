@@ -114,7 +114,8 @@ mp_status mp_monitor_begin_run(double interval_s, FILE *csv, const char *csv_nam
 /* Stops m and prints the run's summary to out (NULL: silent): "monitor:
  * wall time 12.3 s, peak RSS 345.6 MiB" and, with a GPU, "monitor: GPU mean load
  * 87.2%, mean power 312.4 W, energy 3.85 kJ (1.28 kJ per epoch), peak
- * memory used 12345 MiB, 4 samples" (per epoch when epochs > 0). */
+ * memory used 12345 MiB, 4 samples" (per epoch when epochs > 0). NULL m,
+ * a run refused before its monitor began: prints nothing, MP_OK. */
 mp_status mp_monitor_end_run(mp_monitor *m, FILE *out, int epochs);
 
 /* The CSV header line (no newline). */

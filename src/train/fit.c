@@ -270,6 +270,7 @@ mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *te
     }
     if (s == MP_OK) res->arena_bytes = mp_plan_arena_bytes(mp_trainer_plan(r.t));
     if (s == MP_OK && o->out) print_setup(&r, o->out, o->print_memory);
+    if (s == MP_OK && o->on_start && r.rank == 0) s = o->on_start(o->on_start_arg);
     const double t_all = mp_now_seconds();
     for (int epoch = first_epoch; s == MP_OK && epoch <= o->epochs; epoch++) {
         double t0 = mp_now_seconds(), loss_sum = 0;

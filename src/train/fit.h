@@ -59,6 +59,12 @@ typedef struct {
      * stops that rank as a failure would (tests of the no-hang guarantee). */
     mp_status (*before_step)(void *arg, int rank, int64_t step);
     void *before_step_arg;
+    /* Called once, by rank 0, when the run is set up and checked (trainer
+     * built, --resume loaded and checked, logs opened, set-up printed) and
+     * before the first epoch, e.g. to open an output that a run refused
+     * before training must leave untouched; an error stops the run. */
+    mp_status (*on_start)(void *arg);
+    void *on_start_arg;
 } mp_fit_opts;
 
 typedef struct {
