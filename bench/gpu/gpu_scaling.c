@@ -231,7 +231,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     int mpi_world = 0, mpi_rank = 0;
-    if (mp_dist_mpi_launched(&mpi_world, &mpi_rank)) {
+    bool mpi = false;
+    if (mp_dist_mpi_env(&mpi, &mpi_world, &mpi_rank) != MP_OK) {
+        fprintf(stderr, "gpu_scaling: %s\n", mp_last_error());
+        return 2;
+    }
+    if (mpi) {
         if (strchr(models, ',') || strchr(batches, ',') || strchr(precisions, ',')) {
             fprintf(stderr, "gpu_scaling: under mpirun, name one model, one batch and one precision\n");
             return 2;

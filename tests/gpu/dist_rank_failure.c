@@ -100,7 +100,8 @@ int main(int argc, char **argv) {
         }
     }
     int world = gpus, mpi_rank = 0;
-    const bool mpi = mp_dist_mpi_launched(&world, &mpi_rank);
+    bool mpi = false;
+    if (mp_dist_mpi_env(&mpi, &world, &mpi_rank) != MP_OK) return usage(mp_last_error());
     if (mpi && gpus && gpus != world) return usage("--gpus N must equal the number of ranks mpirun started");
     if (!mpi && !gpus) return usage("give --gpus N, or start it under mpirun");
     if (rank_arg >= world) return usage("RANK must be below the number of ranks");
