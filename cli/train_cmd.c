@@ -253,12 +253,6 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
     }
-    const bool pure = precision == MP_PRECISION_FP16 || precision == MP_PRECISION_BF16; /* no fp32 masters */
-    if (t.f32_weight_grads && pure) {
-        fprintf(stderr, "mixprec train: --f32-weight-grads needs fp32 master weights (amp-*, o2-*); under %s the "
-                        "weights and their gradients are %s\n", t.precision, t.precision);
-        return 2;
-    }
     if (t.numerics_every && !t.numerics_log) {
         fprintf(stderr, "mixprec train: --numerics-every needs --numerics-log FILE\n");
         return 2;

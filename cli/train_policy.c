@@ -44,10 +44,14 @@ mp_status train_apply_policy(train_args *t, mp_graph *g, mp_policy_opts *policy,
     bool file_precision = false;
     mp_status s = t->policy ? read_policy_file(t, g, policy, buf, cap, &file_precision) : MP_OK;
     if (s != MP_OK) return mp_error(s, "--policy %s", mp_last_error());
-    if (t->bn_low && policy->precision != MP_PRECISION_FP16 && policy->precision != MP_PRECISION_BF16)
+    const bool pure = policy->precision == MP_PRECISION_FP16 || policy->precision == MP_PRECISION_BF16;
+    const char *from = file_precision ? "from --policy " : t->precision_set ? "from --precision" : "the default";
+    if (t->bn_low && !pure)
         return mp_error(MP_ERR_INVALID_ARG, "--bn-low applies to the fp16 and bf16 precisions only; this run's is %s "
-                        "(%s%s)", mp_precision_name(policy->precision),
-                        file_precision ? "from --policy " : t->precision_set ? "from --precision" : "the default",
+                        "(%s%s)", mp_precision_name(policy->precision), from, file_precision ? t->policy : "");
+    if (t->f32_weight_grads && pure) /* no fp32 masters: the weights and their gradients are in that dtype */
+        return mp_error(MP_ERR_INVALID_ARG, "--f32-weight-grads needs fp32 master weights (amp-*, o2-*); this run's "
+                        "precision is %s (%s%s)", mp_precision_name(policy->precision), from,
                         file_precision ? t->policy : "");
     if (!t->policy && !t->bn_low) return MP_OK; /* as the model was built */
     policy->bn_low = t->bn_low;

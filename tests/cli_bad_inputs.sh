@@ -145,6 +145,7 @@ mkdir -p "$in/adir"
 echo "keep me" >"$in/existing.txt"
 echo '{"mixprec_policy": 1}' >"$in/no_precision.json"
 echo '{"mixprec_policy": 1, "precision": "amp-fp16"}' >"$in/amp16.json"
+echo '{"mixprec_policy": 1, "precision": "fp16"}' >"$in/fp16.json"
 for k in optimizer schedule batch data warmup resume_garbage resume_done accumulate; do
   echo "keep me" >"$in/keep_$k.csv"
 done
@@ -261,7 +262,10 @@ row gpus_too_many 2 "--gpus 64: more GPUs than this machine has \(found" -- trai
 row gpus_cpu 2 "--gpus 2: data-parallel training runs on GPUs, not with --device cpu" -- train "${syn[@]}" --gpus 2 --device cpu
 row gpus_zero 2 "--gpus 0 is out of range" -- train --gpus 0
 row allreduce_int8 2 "--allreduce 'int8' must be auto, fp32, fp16 or bf16" -- train --allreduce int8
-row f32_grads_bf16 2 "--f32-weight-grads needs fp32 master weights" -- train --precision bf16 --f32-weight-grads
+row f32_grads_bf16 2 "--f32-weight-grads needs fp32 master weights" -- train "${syn[@]}" --precision bf16 \
+  --f32-weight-grads
+row f32_grads_policy_fp16 2 "--f32-weight-grads needs fp32 master weights .*fp16 \(from --policy $in/fp16.json\)$" -- \
+  train "${syn[@]}" --f32-weight-grads --policy "$in/fp16.json"
 row bucket_zero 2 "--bucket-mb 0 is out of range" -- train --bucket-mb 0
 row dist_timeout_text 2 "--dist-timeout 'soon' is not a finite number" -- train --dist-timeout soon
 # an inconsistent MPI launch: refused, not trained alone as rank 0 by every process
