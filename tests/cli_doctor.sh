@@ -17,6 +17,13 @@ timeout 300 "$bin" doctor "${D[@]}" --probe-steps 5 --policy-out pol.json >doc.t
 if [ $? = 0 ] && grep -q '^verdict: ' doc.txt && grep -q '^fc1 ' doc.txt && [ ! -s err.txt ] &&
     python3 -c 'import json,sys; d=json.load(open("pol.json")); sys.exit(d["mixprec_policy"] != 1)'; then ok
 else bad "doctor: $(cat doc.txt err.txt)"; fi
+# a layer's "min scale" is what its most demanding gradient needs, so the window's lower end (the worst fp16
+# gradient's) is reached by some layer's
+lo=$(sed -n 's/^loss-scale window for fp16 gradients: \[2^\(-\{0,1\}[0-9]*\), .*/\1/p' doc.txt)
+top=$(awk '$1 != "layer" && $(NF-1) ~ /^2\^/ { v = substr($(NF-1), 3) + 0; if (!n++ || v > m) m = v } END { print m }' \
+  doc.txt)
+[ -n "$lo" ] && [ -n "$top" ] && [ "$top" -ge "$lo" ] && ok \
+  || bad "the layers' min scales reach 2^$top, below the window's 2^$lo: $(cat doc.txt)"
 timeout 300 "$bin" train "${D[@]}" --policy pol.json --log run.jsonl >/dev/null 2>err.txt
 if [ $? = 0 ] && grep -q '"precision":"amp-fp16"' run.jsonl; then ok; else bad "train --policy pol.json: $(cat err.txt)"; fi
 # the default output is policy.json in the current directory

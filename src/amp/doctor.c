@@ -16,6 +16,7 @@
  * once or by growing once per growth_interval clean steps. */
 #include "amp/doctor.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,18 +286,22 @@ mp_status mp_doctor_analyze(mp_doctor *d, mp_graph *g, const mp_doctor_opts *oin
         L[i].node = i;
         snprintf(L[i].name, sizeof L[i].name, "%s", mp_graph_node_name(g, i));
         snprintf(L[i].op, sizeof L[i].op, "%s", mp_graph_node_op(g, i));
-        L[i].lo_log2 = NO_SCALE;
+        L[i].lo_log2 = INT_MIN; /* no gradient seen yet */
     }
     for (int j = 0; j < d->n; j++) {
         const mp_numerics_record *r = at(d, 0, j);
         if (r->kind == MP_NUMERICS_OUTPUT) out_pred[r->node] = predict(d, j, R->planned_steps, &L[r->node].out_seen);
         if (r->kind == MP_NUMERICS_GRAD || r->kind == MP_NUMERICS_PARAM_GRAD) {
             L[r->node].grad_amax = fmax(L[r->node].grad_amax, amax_seen(d, j));
+            /* the layer needs the scale its most demanding gradient needs */
             int lo = -24;
             while (lo < 60 && lost_share(d, j, lo) > o.underflow_max) lo++;
-            if (lo < L[r->node].lo_log2 || L[r->node].lo_log2 == NO_SCALE) L[r->node].lo_log2 = lo < 60 ? lo : NO_SCALE;
+            if (lo >= 60) lo = NO_SCALE;
+            if (lo > L[r->node].lo_log2) L[r->node].lo_log2 = lo;
         }
     }
+    for (int i = 0; i < nn; i++)
+        if (L[i].lo_log2 == INT_MIN) L[i].lo_log2 = NO_SCALE;
     for (int i = 0; i < nn; i++) L[i].out_pred = out_pred[i];
     mp_status s = MP_OK;
     policy_eval e_amp, e_pure, e_bf, e;

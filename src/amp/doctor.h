@@ -38,7 +38,8 @@ typedef struct {
     double in_pred;              /* largest predicted input amax */
     double grad_amax;            /* largest gradient (output and parameter gradients) seen */
     double under_settle;         /* worst share of its fp16 gradients lost at the target's scale */
-    int lo_log2;                 /* smallest log2 scale keeping its gradients' losses <= underflow_max (999: none) */
+    int lo_log2;                 /* smallest log2 scale keeping every one of its gradients' losses <=
+                                    underflow_max: its most demanding gradient's (999: none, or no gradient) */
     bool fwd_risk;               /* the target policy overflows here in the forward pass */
     bool grad_fp16;              /* its gradients are fp16 under the target policy */
     const char *fix;             /* "fp32" or NULL */
