@@ -18,6 +18,17 @@ if command -v gnuplot >/dev/null; then
         grep -q '<svg' plots/num.svg && [ "$(head -c 4 plots/num.png | tail -c 3)" = PNG ] &&
         grep -q 'fp16 max 65504' plots/num.gp && grep -q '^8 records' out.txt; then ok
     else bad "numerics plot: $(cat out.txt err.txt)"; fi
+    # NaN/inf (counted beside amax, which covers finite values only) are marked at the panel's top, in the data
+    # (4th column) and the script; the tensor with them is the first highlighted
+    printf '%s\n' '{"step": 1, "tensors": [{"name": "ok", "kind": "output", "amax": 2, "amin_nonzero": 1, "nan": 0,' \
+        ' "inf": 0}, {"name": "hot", "kind": "output", "amax": 65504, "amin_nonzero": 1, "nan": 0, "inf": 0}]}' \
+        '{"step": 2, "tensors": [{"name": "ok", "kind": "output", "amax": 2, "amin_nonzero": 1, "nan": 0,' \
+        ' "inf": 0}, {"name": "hot", "kind": "output", "amax": 65504, "amin_nonzero": 1, "nan": 0, "inf": 7}]}' |
+        paste -d '' - - >inf.jsonl
+    timeout 120 "$bin" numerics plot inf.jsonl -o pinf >out.txt 2>err.txt
+    if [ $? = 0 ] && grep -q '^2 1 65504 1$' pinf/inf_output.dat 2>/dev/null && grep -q '^2 1 2 0$' pinf/inf_output.dat &&
+        grep -q 'red x at the top: NaN/inf' pinf/inf.gp && grep -q "title 'hot'" pinf/inf.gp; then ok
+    else bad "numerics plot of a log with inf: $(cat out.txt err.txt pinf/inf_output.dat 2>/dev/null)"; fi
     # the default folder is the current one
     (timeout 120 "$bin" numerics plot num.jsonl >/dev/null 2>&1) && [ -s num.png ] && ok || bad "numerics plot into ."
 else
@@ -34,12 +45,14 @@ printf '{"step": 1, "tensors": [{"name": "a", "kind": "weird", "amax": 1, "amin_
 printf '[1, 2]\n' >arr.jsonl
 : >empty.jsonl
 printf '\n\n' >blank.jsonl
+printf '{"step": 1, "tensors": [{"name": "a", "kind": "output", "amax": 0, "amin_nonzero": 0}]}\n' >zero.jsonl
 expect 1 'trunc.jsonl:3: not JSON' -- "$bin" numerics plot trunc.jsonl -o p2
 expect 1 'nokey.jsonl:2: tensors\[0\]\.amax: missing' -- "$bin" numerics plot nokey.jsonl -o p2
 expect 1 "kind.jsonl:1: tensors\[0\]\.kind: 'weird' unknown" -- "$bin" numerics plot kind.jsonl -o p2
 expect 1 'arr.jsonl:1: (not a JSON object|step: missing)' -- "$bin" numerics plot arr.jsonl -o p2
 expect 1 'empty.jsonl: no records' -- "$bin" numerics plot empty.jsonl -o p2
 expect 1 'blank.jsonl: no records' -- "$bin" numerics plot blank.jsonl -o p2
+expect 1 'zero.jsonl: every tensor is zero at every step: nothing to plot' -- "$bin" numerics plot zero.jsonl -o p2
 expect 1 'absent.jsonl: cannot open' -- "$bin" numerics plot absent.jsonl -o p2
 # bad usage: exit 2
 expect 2 'which log' -- "$bin" numerics plot

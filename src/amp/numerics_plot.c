@@ -29,7 +29,9 @@ typedef struct {
     char name[96];
     int kind, n, cap;
     double *step, *lo, *hi;
-    double margin; /* octaves to the nearest fp16 limit (negative: beyond it) */
+    unsigned char *bad; /* NaN or inf among the values at that step */
+    int n_bad;
+    double margin; /* octaves to the nearest fp16 limit (negative: beyond it; -inf: NaN/inf seen) */
 } series;
 
 typedef struct {
@@ -38,7 +40,7 @@ typedef struct {
 } series_set;
 
 static void set_free(series_set *ss) {
-    for (int i = 0; i < ss->n; i++) free(ss->s[i].step), free(ss->s[i].lo), free(ss->s[i].hi);
+    for (int i = 0; i < ss->n; i++) free(ss->s[i].step), free(ss->s[i].lo), free(ss->s[i].hi), free(ss->s[i].bad);
     free(ss->s);
 }
 
@@ -71,7 +73,7 @@ static series *find_or_add(series_set *ss, const char *name, int kind) {
     return s;
 }
 
-static mp_status push(series *s, double step, double lo, double hi) {
+static mp_status push(series *s, double step, double lo, double hi, bool bad) {
     if (s->n == s->cap) {
         const int cap = s->cap ? 2 * s->cap : 64;
         double *a = realloc(s->step, (size_t)cap * sizeof *a);
@@ -80,11 +82,13 @@ static mp_status push(series *s, double step, double lo, double hi) {
         if (b) s->lo = b;
         double *c = realloc(s->hi, (size_t)cap * sizeof *c);
         if (c) s->hi = c;
-        if (!a || !b || !c) return mp_error(MP_ERR_NOMEM, "numerics plot: out of memory");
+        unsigned char *d = realloc(s->bad, (size_t)cap * sizeof *d);
+        if (d) s->bad = d;
+        if (!a || !b || !c || !d) return mp_error(MP_ERR_NOMEM, "numerics plot: out of memory");
         s->cap = cap;
     }
-    s->step[s->n] = step, s->lo[s->n] = lo, s->hi[s->n] = hi;
-    s->n++;
+    s->step[s->n] = step, s->lo[s->n] = lo, s->hi[s->n] = hi, s->bad[s->n] = bad;
+    s->n++, s->n_bad += bad;
     return MP_OK;
 }
 
@@ -125,8 +129,12 @@ static mp_status read_line(const char *path, long line, const char *text, size_t
             break;
         }
         if (p < 0) continue; /* parameters: not drawn */
+        /* amax and amin cover finite values only: NaN/inf (counts, absent in
+         * older logs) are marked beside them */
+        const cJSON *nan = number(t, "nan"), *inf = number(t, "inf");
+        const bool nonfinite = (nan && nan->valuedouble > 0) || (inf && inf->valuedouble > 0);
         series *se = find_or_add(ss, name->valuestring, p);
-        s = se ? push(se, step->valuedouble, amin->valuedouble, amax->valuedouble)
+        s = se ? push(se, step->valuedouble, amin->valuedouble, amax->valuedouble, nonfinite)
                : mp_error(MP_ERR_NOMEM, "numerics plot: out of memory");
     }
     cJSON_Delete(root);
@@ -156,11 +164,17 @@ static mp_status read_log(const char *path, series_set *ss, int *records) {
         s = mp_error(MP_ERR_FORMAT, "%s: no records (an empty numerics log; `mixprec train --numerics-log` writes one)",
                      path);
     if (s == MP_OK && ss->n == 0) s = mp_error(MP_ERR_FORMAT, "%s: no activation or gradient statistics to plot", path);
+    bool drawable = false;
+    for (int i = 0; s == MP_OK && i < ss->n; i++)
+        for (int k = 0; k < ss->s[i].n; k++) drawable = drawable || ss->s[i].hi[k] > 0 || ss->s[i].bad[k];
+    if (s == MP_OK && !drawable)
+        s = mp_error(MP_ERR_FORMAT, "%s: every tensor is zero at every step: nothing to plot", path);
     return s;
 }
 
 /* Octaves from the series' range to the nearest fp16 limit (65504, 2^-24). */
 static double margin(const series *s) {
+    if (s->n_bad) return -INFINITY;
     double m = INFINITY;
     for (int i = 0; i < s->n; i++) {
         if (s->hi[i] > 0) m = fmin(m, log2(65504.0) - log2(s->hi[i]));
@@ -172,7 +186,8 @@ static double margin(const series *s) {
 static mp_status write_data(const char *path, const series_set *ss, int panel) {
     FILE *f;
     MP_TRY(mp_output_open(path, NULL, false, &f));
-    fprintf(f, "# %s: one block per tensor: step smallest_nonzero_abs largest_abs (? = none)\n", kind_key[panel]);
+    fprintf(f, "# %s: one block per tensor: step smallest_nonzero_abs largest_abs (? = none) nan_or_inf (1 = some)\n",
+            kind_key[panel]);
     int block = 0;
     for (int i = 0; i < ss->n; i++) {
         const series *s = &ss->s[i];
@@ -182,8 +197,9 @@ static mp_status write_data(const char *path, const series_set *ss, int panel) {
             fprintf(f, "%.17g", s->step[k]);
             if (s->lo[k] > 0) fprintf(f, " %.9g", s->lo[k]);
             else fputs(" ?", f);
-            if (s->hi[k] > 0) fprintf(f, " %.9g\n", s->hi[k]);
-            else fputs(" ?\n", f);
+            if (s->hi[k] > 0) fprintf(f, " %.9g", s->hi[k]);
+            else fputs(" ?", f);
+            fprintf(f, " %d\n", s->bad[k] ? 1 : 0);
         }
     }
     return mp_output_close(f, path, NULL);
@@ -200,7 +216,7 @@ static int by_margin(const void *a, const void *b) {
 /* One panel: grey bands for every tensor, the `highlight` closest to a limit
  * in colour, the fp16 (and, in range, bf16) limits as lines. */
 static mp_status script_panel(FILE *f, const char *stem, series_set *ss, int panel, int highlight, bool last) {
-    int n = 0;
+    int n = 0, n_bad = 0;
     double lo = INFINITY, hi = 0;
     series **order = malloc((size_t)(ss->n ? ss->n : 1) * sizeof *order);
     if (!order) return mp_error(MP_ERR_NOMEM, "numerics plot: out of memory");
@@ -209,14 +225,15 @@ static mp_status script_panel(FILE *f, const char *stem, series_set *ss, int pan
         if (s->kind != panel) continue;
         s->margin = margin(s);
         order[n++] = s;
+        n_bad += s->n_bad > 0;
         for (int k = 0; k < s->n; k++) {
             if (s->lo[k] > 0) lo = fmin(lo, s->lo[k]);
             hi = fmax(hi, s->hi[k]);
         }
     }
     const int shown = n < highlight ? n : highlight;
-    fprintf(f, "\nset title '%s: %d tensor%s, the %d closest to an fp16 limit in colour' noenhanced\n",
-            kind_title[panel], n, n == 1 ? "" : "s", shown);
+    fprintf(f, "\nset title '%s: %d tensor%s, the %d closest to an fp16 limit in colour%s' noenhanced\n",
+            kind_title[panel], n, n == 1 ? "" : "s", shown, n_bad ? "; red x at the top: NaN/inf at that step" : "");
     if (last) fputs("set xlabel 'optimizer step'\n", f);
     else fputs("unset xlabel\n", f);
     if (!n) {
@@ -232,6 +249,9 @@ static mp_status script_panel(FILE *f, const char *stem, series_set *ss, int pan
     snprintf(data, sizeof data, "%s_%s.dat", stem, kind_key[panel]);
     fprintf(f, "plot for [i=0:%d] '%s' index i using 1:2:3 with filledcurves fc rgb '#b0b0b0' "
                "fs transparent solid 0.3 noborder notitle", n - 1, data);
+    if (n_bad) /* NaN/inf: a mark at the panel's top, whatever the finite range */
+        fprintf(f, ", \\\n  for [i=0:%d] '%s' index i using 1:($4 > 0 ? %.6g : 1/0) with points pt 2 ps 1.2 "
+                   "lc rgb '#ff0000' notitle", n - 1, data, yhi / 2);
     for (int h = 0; h < shown; h++) {
         int idx = 0; /* the series' block in the data file */
         for (int i = 0; i < ss->n && &ss->s[i] != order[h]; i++) idx += ss->s[i].kind == panel;
