@@ -137,7 +137,7 @@ static float d_weight(int loss, float aux_fake_weight) {
 mp_status mp_gan_groups(mp_acgan *m, float lr, float beta1, float aux_fake_weight, mp_train_group groups[2]) {
     if (!(aux_fake_weight >= 0) || !isfinite(aux_fake_weight))
         return mp_error(MP_ERR_INVALID_ARG, "--aux-fake-weight %g must be finite and non-negative", aux_fake_weight);
-    mp_optimizer_opts oo = {.optim = {.kind = MP_OPTIM_ADAM, .beta1 = beta1 > 0 ? beta1 : 0.5f, .beta2 = 0.999f},
+    mp_optimizer_opts oo = {.optim = {.kind = MP_OPTIM_ADAM, .beta1 = beta1, .beta2 = 0.999f, .betas_as_given = true},
                             .lr = {.base_lr = lr > 0 ? lr : 2e-4f}};
     mp_optimizer *gen = NULL, *dis = NULL;
     oo.params = "g_";
@@ -222,7 +222,8 @@ static mp_status gan_run_open(gan_run *g, mp_acgan *m, const mp_gan_train_opts *
         if (!g->eps || !g->keep) return mp_error(MP_ERR_NOMEM, "gan: out of memory");
     }
     for (size_t i = 0; i < b; i++) g->ones[i] = 1, g->zeros[i] = 0;
-    MP_TRY(mp_gan_groups(m, o->lr, o->beta1, o->aux_fake_weight, g->groups));
+    const float beta1 = o->beta1_as_given || o->beta1 != 0.0f ? o->beta1 : 0.5f;
+    MP_TRY(mp_gan_groups(m, o->lr, beta1, o->aux_fake_weight, g->groups));
     mp_trainer_opts to = o->trainer;
     to.n_groups = 2;
     to.groups[0] = g->groups[0];
