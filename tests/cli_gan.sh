@@ -6,7 +6,8 @@
 # images, 0 on generated ones by default); bad input (unknown precision,
 # batch 0, an --out that cannot be created, an option of `train` only, a
 # negative --aux-fake-weight) is one error line and exit 2 before any
-# training; --beta1 0 is used as given.
+# training; --beta1 0 is used as given; skipped steps are counted per
+# epoch.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/gan
@@ -90,6 +91,25 @@ losses = [[(r["d_loss"], r["g_loss"]) for r in map(json.loads, open(p))] for p i
 zero, half, default = losses
 assert len(zero) == 2 and half == default, losses
 assert zero != half, f"--beta1 0 trained as --beta1 0.5: {zero}"
+PY
+
+# 4. Skipped steps are counted per epoch (the *_total fields since the run began): fp16 with a loss scale of 1e30
+# overflows every step of three epochs of 4 steps, so each epoch skips at most its 4 steps, not 4, 8, 12.
+"$bin" train-gan "${small[@]}" --epochs 3 --batch 16 --precision amp-fp16 --loss-scale dynamic:1e30 \
+  --max-loss-scale 1e30 --out "$work/skips" >"$work/skips.log" 2>&1 && ok || bad "skips: $(tail -3 "$work/skips.log")"
+[ "$(grep -c "^epoch [123]/3: .* - skipped steps G [1-4], D [1-4] - " "$work/skips.log")" = 3 ] && ok \
+  || bad "epoch lines' skipped steps: $(grep ^epoch "$work/skips.log")"
+python3 - "$work/skips/batch_times.jsonl" <<'PY' && ok || bad "per-epoch skipped steps check failed"
+import json, sys
+recs = [json.loads(line) for line in open(sys.argv[1])]
+assert len(recs) == 3, recs
+totals = {"g_skipped": 0, "d_skipped": 0, "forward_overflows": 0}
+assert all(0 <= r[k] <= r["steps"] == 4 for r in recs for k in totals), recs
+for r in recs:
+    for k in totals:
+        totals[k] += r[k]
+        assert r[k + "_total"] == totals[k], (k, r)
+assert totals["g_skipped"] > 4 and totals["d_skipped"] > 4, totals  # more than one epoch's steps in all
 PY
 
 echo "cli_gan: $pass passed, $fail failed"

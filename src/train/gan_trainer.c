@@ -88,7 +88,8 @@ typedef struct {
     double d_loss, g_loss, secs;
     const char *penalty;     /* its kind's name, NULL: none */
     double penalty_value;    /* mean over the finite steps */
-    int64_t g_skipped, d_skipped, forward_overflows;
+    int64_t g_skipped, d_skipped, forward_overflows; /* in this epoch */
+    int64_t g_skipped_total, d_skipped_total, forward_overflows_total; /* since the run began */
     float loss_scale;
 } epoch_record;
 
@@ -111,6 +112,9 @@ static mp_status write_record(FILE *log, const char *path, const mp_gan_train_op
               mp_json_add(j, "g_skipped", mp_json_int(e->g_skipped)) &&
               mp_json_add(j, "d_skipped", mp_json_int(e->d_skipped)) &&
               mp_json_add(j, "forward_overflows", mp_json_int(e->forward_overflows)) &&
+              mp_json_add(j, "g_skipped_total", mp_json_int(e->g_skipped_total)) &&
+              mp_json_add(j, "d_skipped_total", mp_json_int(e->d_skipped_total)) &&
+              mp_json_add(j, "forward_overflows_total", mp_json_int(e->forward_overflows_total)) &&
               mp_json_add(j, "loss_scale", mp_json_sig(e->loss_scale, 6)) &&
               mp_json_add(j, "epoch_time_s", mp_json_fixed(e->secs, 3)) &&
               mp_json_add(j, "images_per_s", mp_json_fixed((double)e->steps * o->trainer.batch / e->secs, 1)) &&
@@ -332,6 +336,7 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
         }
         if (s == MP_OK) s = mp_trainer_sync(g.t, NULL);
         if (s != MP_OK) break;
+        const mp_scaler before = state;
         state = g.t->scaler;
         const double secs = mp_now_seconds() - t0;
         r->epochs_run = epoch;
@@ -345,9 +350,13 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
             s = mp_error(MP_ERR_NONFINITE, "gan: epoch %d: no iteration had finite losses: the GAN diverged; try "
                          "--precision amp-bf16 or fp32, or a lower --lr", epoch);
         if (s == MP_OK) s = write_samples(m, o, epoch, r);
+        /* the scaler counts since the run began; the record and the line give this epoch's */
         epoch_record e = {.epoch = epoch, .steps = steps, .d_loss = r->d_loss, .g_loss = r->g_loss, .secs = secs,
-                          .g_skipped = state.group_skips[0], .d_skipped = state.group_skips[1],
-                          .forward_overflows = state.forward_overflows, .loss_scale = state.scale,
+                          .g_skipped = state.group_skips[0] - before.group_skips[0],
+                          .d_skipped = state.group_skips[1] - before.group_skips[1],
+                          .forward_overflows = state.forward_overflows - before.forward_overflows,
+                          .g_skipped_total = state.group_skips[0], .d_skipped_total = state.group_skips[1],
+                          .forward_overflows_total = state.forward_overflows, .loss_scale = state.scale,
                           .penalty = o->penalty != MP_PENALTY_NONE ? mp_penalty_kind_name(o->penalty) : NULL,
                           .penalty_value = r->penalty};
         mp_policy_info policy;
@@ -359,7 +368,7 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
             if (o->penalty != MP_PENALTY_NONE) fprintf(o->out, " - %s penalty %.4g", e.penalty, r->penalty);
             if (g.t->loss_scaling) fprintf(o->out, " - loss scale %g", state.scale);
             fprintf(o->out, " - skipped steps G %lld, D %lld", (long long)e.g_skipped, (long long)e.d_skipped);
-            if (state.forward_overflows) fprintf(o->out, ", forward overflows %lld", (long long)state.forward_overflows);
+            if (e.forward_overflows) fprintf(o->out, ", forward overflows %lld", (long long)e.forward_overflows);
             fprintf(o->out, " - samples %s\n", r->samples_path);
             fflush(o->out);
         }

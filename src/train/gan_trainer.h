@@ -20,8 +20,8 @@
  * first (D's gradients do not depend on G's weights).
  *
  * Epochs over a shuffled dataset (images in [0, 1], fed in [-1, 1]), a
- * progress line per epoch (D and G losses, skipped steps, time per batch), a
- * sample grid after every epoch (one row per class, the same noise in every
+ * progress line per epoch (D and G losses, the epoch's skipped steps, time
+ * per batch), a sample grid after every epoch (one row per class, the same noise in every
  * column) and a JSONL record per epoch with every batch's time (seed 001's
  * figure 1). Files in out_dir: samples_epochN.png (or .pgm/.ppm without
  * libpng) and batch_times.jsonl. */
@@ -62,7 +62,7 @@ typedef struct {
     int epochs_run;
     double d_loss, g_loss;   /* last epoch's means */
     double batch_ms;         /* last epoch's mean time per batch */
-    int64_t g_skipped, d_skipped, forward_overflows;
+    int64_t g_skipped, d_skipped, forward_overflows; /* over the whole run */
     float loss_scale;
     double penalty;          /* last epoch's mean penalty (finite steps), 0 without */
     char samples_path[4200]; /* last grid written */
