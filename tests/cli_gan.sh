@@ -44,6 +44,9 @@ assert r["device"] == "cpu" and r["steps"] == 8 and len(r["batch_ms"]) == 8, r
 assert all(t > 0 for t in r["batch_ms"]), r
 assert math.isclose(r["batch_ms_mean"], sum(r["batch_ms"]) / 8, rel_tol=1e-3), r
 assert r["batch_ms_min"] <= r["batch_ms_median"] <= r["batch_ms_max"], r
+# an even count: the mean of the two middle times (each rounded to 3 decimals), not the upper one
+ms = sorted(r["batch_ms"])
+assert abs(r["batch_ms_median"] - (ms[3] + ms[4]) / 2) <= 6e-4, (r["batch_ms_median"], ms)
 assert math.isfinite(r["d_loss"]) and math.isfinite(r["g_loss"]) and r["d_loss"] > 0, r
 assert r["g_skipped"] == 0 and r["d_skipped"] == 0 and r["loss_scale"] == 1, r
 assert r["samples"].endswith(("samples_epoch1.png", "samples_epoch1.pgm")), r

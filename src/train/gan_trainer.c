@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/median.h"
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "graph/graph.h"
@@ -75,11 +76,6 @@ static mp_status write_samples(mp_acgan *m, const mp_gan_train_opts *o, int epoc
     return s;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 enum { REAL_SRC, REAL_CLS, FAKE_SRC, FAKE_CLS, GEN_SRC, N_LOSSES };
 
 /* One epoch's numbers for its record. */
@@ -99,7 +95,7 @@ static mp_status write_record(FILE *log, const char *path, const mp_gan_train_op
     double *sorted = malloc((size_t)e->steps * sizeof *sorted), sum = 0;
     if (!sorted) return mp_error(MP_ERR_NOMEM, "gan: out of memory");
     memcpy(sorted, ms, (size_t)e->steps * sizeof *sorted);
-    qsort(sorted, (size_t)e->steps, sizeof *sorted, cmp_double);
+    const double median = mp_median_double(sorted, e->steps); /* sorts them */
     for (int i = 0; i < e->steps; i++) sum += ms[i];
     char dev[32];
     cJSON *j = cJSON_CreateObject();
@@ -119,7 +115,7 @@ static mp_status write_record(FILE *log, const char *path, const mp_gan_train_op
               mp_json_add(j, "epoch_time_s", mp_json_fixed(e->secs, 3)) &&
               mp_json_add(j, "images_per_s", mp_json_fixed((double)e->steps * o->trainer.batch / e->secs, 1)) &&
               mp_json_add(j, "batch_ms_mean", mp_json_fixed(sum / e->steps, 4)) &&
-              mp_json_add(j, "batch_ms_median", mp_json_fixed(sorted[e->steps / 2], 4)) &&
+              mp_json_add(j, "batch_ms_median", mp_json_fixed(median, 4)) &&
               mp_json_add(j, "batch_ms_min", mp_json_fixed(sorted[0], 4)) &&
               mp_json_add(j, "batch_ms_max", mp_json_fixed(sorted[e->steps - 1], 4)) &&
               mp_json_add(j, "samples", mp_json_str(samples));
