@@ -35,7 +35,7 @@
 #include "optim/optim.h"
 #include "train/progress.h"
 
-#include "median.h"
+#include "core/median.h"
 
 #ifdef MP_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
@@ -112,7 +112,7 @@ static double onednn_large_conv_gflops(dnnl_data_type_t dt, int reps, char *impl
         DNNL_OK(dnnl_stream_wait(st));
         if (r >= 0) t[r] = mp_now_seconds() - t0;
     }
-    double sec = bench_median_double(t, reps);
+    double sec = mp_median_double(t, reps);
     free(t);
     dnnl_memory_destroy(ms);
     dnnl_memory_destroy(mw);
@@ -289,7 +289,7 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
         }
         double *sorted = malloc((size_t)steps * sizeof *sorted);
         memcpy(sorted, tk, (size_t)steps * sizeof *sorted);
-        double sec = bench_median_double(sorted, steps);
+        double sec = mp_median_double(sorted, steps);
         free(sorted);
         res[k].ms = 1e3 * sec;
         res[k].images_per_s = tr[k].batch / sec;
@@ -299,7 +299,7 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
     for (int k = 1; k < n; k++) {
         double *r = malloc((size_t)steps * sizeof *r);
         for (int s = 0; s < steps; s++) r[s] = t[s] / t[k * steps + s];
-        res[k].speedup_vs_first = bench_median_double(r, steps);
+        res[k].speedup_vs_first = mp_median_double(r, steps);
         free(r);
     }
     res[0].speedup_vs_first = 1;

@@ -38,7 +38,7 @@ static void usage(FILE *f) {
             "  --epochs N          epochs (default 5)\n"
             "  --batch B           batch size (default 64)\n"
             "  --lr X              Adam learning rate of both networks (default 0.0002)\n"
-            "  --beta1 X           Adam beta1 (default 0.5)\n"
+            "  --beta1 X           Adam beta1, 0 (no momentum) included (default 0.5)\n"
             "  --aux-fake-weight W weight of the discriminator's class loss on generated images (default 0,\n"
             "                      as Keras' AC-GAN: its class head learns from real images only, whose class\n"
             "                      loss weighs 2); the generator's class loss weighs 1 whatever W is\n"
@@ -202,7 +202,8 @@ int cmd_train_gan(int argc, char **argv) {
     mp_gan_train_opts o = {
         .trainer = {.batch = t.batch, .device = device, .reference = t.reference, .events = out, .scaler = t.scaler,
                     .loss_scaling = t.scaler_set ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_AUTO},
-        .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .aux_fake_weight = t.aux_fake_weight, .seed = t.seed,
+        .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .beta1_as_given = true,
+        .aux_fake_weight = t.aux_fake_weight, .seed = t.seed,
         .epochs = t.epochs, .max_steps = t.max_steps, .data_name = t.c.data, .out_dir = t.out, .out = out,
         .penalty = t.penalty, .penalty_weight = t.penalty_weight};
     if (s == MP_OK && out) {
@@ -212,7 +213,7 @@ int cmd_train_gan(int argc, char **argv) {
                      "%d classes, batch %d, Adam lr %g beta1 %g, D class loss weights real %g generated %g, "
                      "precision %s%s, device %s, %d threads; writing to %s\n",
                 (long long)all, (long long)gen, (long long)(all - gen), train.source, train.n, train.c, train.h,
-                train.w, train.classes, t.batch, o.lr, t.beta1, MP_GAN_AUX_REAL_WEIGHT, t.aux_fake_weight,
+                train.w, train.classes, t.batch, o.lr, o.beta1, MP_GAN_AUX_REAL_WEIGHT, t.aux_fake_weight,
                 t.precision,
                 scaling_desc, mp_device_name(device, dev, sizeof dev),
                 omp_get_max_threads(), t.out);

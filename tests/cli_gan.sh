@@ -6,7 +6,8 @@
 # images, 0 on generated ones by default); bad input (unknown precision,
 # batch 0, an --out that cannot be created, an option of `train` only, a
 # negative --aux-fake-weight) is one error line and exit 2 before any
-# training.
+# training; --beta1 0 is used as given; skipped steps are counted per
+# epoch.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/gan
@@ -43,6 +44,9 @@ assert r["device"] == "cpu" and r["steps"] == 8 and len(r["batch_ms"]) == 8, r
 assert all(t > 0 for t in r["batch_ms"]), r
 assert math.isclose(r["batch_ms_mean"], sum(r["batch_ms"]) / 8, rel_tol=1e-3), r
 assert r["batch_ms_min"] <= r["batch_ms_median"] <= r["batch_ms_max"], r
+# an even count: the mean of the two middle times (each rounded to 3 decimals), not the upper one
+ms = sorted(r["batch_ms"])
+assert abs(r["batch_ms_median"] - (ms[3] + ms[4]) / 2) <= 6e-4, (r["batch_ms_median"], ms)
 assert math.isfinite(r["d_loss"]) and math.isfinite(r["g_loss"]) and r["d_loss"] > 0, r
 assert r["g_skipped"] == 0 and r["d_skipped"] == 0 and r["loss_scale"] == 1, r
 assert r["samples"].endswith(("samples_epoch1.png", "samples_epoch1.pgm")), r
@@ -72,6 +76,44 @@ expect_error aux_weight "--aux-fake-weight -1 is out of range" --aux-fake-weight
 "$bin" train-gan --help | grep -q -- "--aux-fake-weight W" && ok || bad "--help lacks --aux-fake-weight"
 grep -q "D class loss weights real 2 generated 0," "$work/run.log" && ok \
   || bad "the banner does not give the default class loss weights: $(head -1 "$work/run.log")"
+
+# 3. --beta1 0 is Adam without momentum, not the default 0.5: its losses differ from --beta1 0.5's (which are the
+# default run's, bit for bit), and the banner names the beta1 used.
+small=(--data synthetic --synthetic-shape 1x8x8 --synthetic-size 64 --device cpu --epochs 2 --batch 8)
+for b in 0 0.5 default; do
+  args=(--beta1 "$b")
+  [ "$b" = default ] && args=()
+  "$bin" train-gan "${small[@]}" "${args[@]}" --out "$work/beta1_$b" >"$work/beta1_$b.log" 2>&1 && ok \
+    || bad "--beta1 $b failed: $(tail -3 "$work/beta1_$b.log")"
+done
+grep -q "Adam lr 0.0002 beta1 0, " "$work/beta1_0.log" && ok || bad "banner: $(head -1 "$work/beta1_0.log")"
+grep -q "Adam lr 0.0002 beta1 0.5, " "$work/beta1_default.log" && ok || bad "banner: $(head -1 "$work/beta1_default.log")"
+python3 - "$work"/beta1_{0,0.5,default}/batch_times.jsonl <<'PY' && ok || bad "--beta1 0 check failed"
+import json, sys
+losses = [[(r["d_loss"], r["g_loss"]) for r in map(json.loads, open(p))] for p in sys.argv[1:]]
+zero, half, default = losses
+assert len(zero) == 2 and half == default, losses
+assert zero != half, f"--beta1 0 trained as --beta1 0.5: {zero}"
+PY
+
+# 4. Skipped steps are counted per epoch (the *_total fields since the run began): fp16 with a loss scale of 1e30
+# overflows every step of three epochs of 4 steps, so each epoch skips at most its 4 steps, not 4, 8, 12.
+"$bin" train-gan "${small[@]}" --epochs 3 --batch 16 --precision amp-fp16 --loss-scale dynamic:1e30 \
+  --max-loss-scale 1e30 --out "$work/skips" >"$work/skips.log" 2>&1 && ok || bad "skips: $(tail -3 "$work/skips.log")"
+[ "$(grep -c "^epoch [123]/3: .* - skipped steps G [1-4], D [1-4] - " "$work/skips.log")" = 3 ] && ok \
+  || bad "epoch lines' skipped steps: $(grep ^epoch "$work/skips.log")"
+python3 - "$work/skips/batch_times.jsonl" <<'PY' && ok || bad "per-epoch skipped steps check failed"
+import json, sys
+recs = [json.loads(line) for line in open(sys.argv[1])]
+assert len(recs) == 3, recs
+totals = {"g_skipped": 0, "d_skipped": 0, "forward_overflows": 0}
+assert all(0 <= r[k] <= r["steps"] == 4 for r in recs for k in totals), recs
+for r in recs:
+    for k in totals:
+        totals[k] += r[k]
+        assert r[k + "_total"] == totals[k], (k, r)
+assert totals["g_skipped"] > 4 and totals["d_skipped"] > 4, totals  # more than one epoch's steps in all
+PY
 
 echo "cli_gan: $pass passed, $fail failed"
 [ "$fail" = 0 ]

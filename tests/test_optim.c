@@ -131,7 +131,8 @@ static void check_against_reference(const char *label, mp_optim_opts o, int step
     }
     /* The reference reads the same fp32 hyper-parameters, widened. */
     double mu = o.momentum, wd = o.weight_decay;
-    double b1 = o.beta1 ? o.beta1 : 0.9f, b2 = o.beta2 ? o.beta2 : 0.999f, eps = o.eps ? o.eps : 1e-8f;
+    double b1 = o.beta1 || o.betas_as_given ? o.beta1 : 0.9f, b2 = o.beta2 || o.betas_as_given ? o.beta2 : 0.999f;
+    double eps = o.eps ? o.eps : 1e-8f;
     mp_rng r;
     mp_rng_seed(&r, 99);
     double worst_p = 0.0, worst_s = 0.0;
@@ -456,6 +457,68 @@ static void test_bad_options(void) {
     CHECK(mp_optim_kind_parse("Adam", &k) == MP_ERR_INVALID_ARG, "kind names are lower case");
 }
 
+/* ---- betas taken as given ---------------------------------------------- */
+
+/* Adam(beta1 = 0, beta2 = 0.9) with betas_as_given over two steps against
+ * the closed form: no momentum, so the first moment is the gradient itself
+ * (the default beta1 = 0.9 keeps 0.1 g) and the second step moves along
+ * -g2 alone (beta1 = 0.9 would still follow g1). Without the flag the zeros
+ * are the defaults. */
+static void test_betas_as_given(void) {
+    enum { N = 3 };
+    const float g1[N] = {1.0f, -2.0f, 0.25f}, g2[N] = {-0.5f, 3.0f, 0.25f}, lr = 0.01f;
+    const double b2 = 0.9f, eps = 1e-8f;
+    float p[N] = {0.5f, -0.5f, 1.0f}, g[N];
+    const float p0[N] = {0.5f, -0.5f, 1.0f};
+    mp_param_ref ref = {.param = p, .grad = g, .n = N, .name = "w"};
+    mp_optim *o = NULL;
+    mp_optim_opts opts = {.kind = MP_OPTIM_ADAM, .beta1 = 0.0f, .beta2 = 0.9f, .betas_as_given = true};
+    CHECK(mp_optim_create(opts, &ref, 1, &o) == MP_OK, "betas as given: %s", mp_last_error());
+    if (!o) return;
+    mp_optim_opts d = mp_optim_options(o);
+    CHECK(d.beta1 == 0.0f && d.beta2 == 0.9f, "betas as given became %g/%g", d.beta1, d.beta2);
+    memcpy(g, g1, sizeof g);
+    mp_optim_step(o, lr);
+    float *st[2] = {NULL, NULL};
+    CHECK(mp_optim_state_tensors(o, 0, st) == 2, "adam: two buffers");
+    double want[N];
+    for (int i = 0; i < N; i++) {
+        want[i] = p0[i] - lr * g1[i] / (fabs(g1[i]) + eps);
+        CHECK(st[0][i] == g1[i], "step 1: first moment %d is %g, want the gradient %g", i, st[0][i], g1[i]);
+        CHECK(fabs(p[i] - want[i]) <= 1e-6 * fabs(want[i]), "step 1: param %d is %.9g, want %.9g", i, p[i], want[i]);
+    }
+    memcpy(g, g2, sizeof g);
+    mp_optim_step(o, lr);
+    for (int i = 0; i < N; i++) {
+        double v = b2 * (1 - b2) * g1[i] * g1[i] + (1 - b2) * g2[i] * g2[i];
+        want[i] -= lr * g2[i] / (sqrt(v / (1 - b2 * b2)) + eps);
+        CHECK(fabs(p[i] - want[i]) <= 1e-6 * fabs(want[i]), "step 2: param %d is %.9g, want %.9g", i, p[i], want[i]);
+    }
+    /* step 2 moves element 0 up, to about p0 - 0.36 lr; beta1 = 0.9 would keep it going down, to about
+     * p0 - 1.27 lr, as its first moment (0.09 g1 + 0.1 g2) / 0.19 is still positive */
+    CHECK(p[0] > p0[0] - 0.5f * lr, "step 2 followed a momentum: param 0 is %.9g", p[0]);
+    mp_optim_destroy(o);
+
+    opts.betas_as_given = false; /* the zero beta1 is the default again */
+    CHECK(mp_optim_create(opts, &ref, 1, &o) == MP_OK, "%s", mp_last_error());
+    d = mp_optim_options(o);
+    CHECK(d.beta1 == 0.9f && d.beta2 == 0.9f, "default beta1: %g/%g", d.beta1, d.beta2);
+    memcpy(g, g1, sizeof g);
+    mp_optim_step(o, lr);
+    CHECK(mp_optim_state_tensors(o, 0, st) == 2 && fabsf(st[0][0] - 0.1f * g1[0]) < 1e-7f,
+          "default beta1: first moment %g", st[0][0]);
+    mp_optim_destroy(o);
+
+    opts = (mp_optim_opts){.kind = MP_OPTIM_ADAMW, .betas_as_given = true}; /* both 0: allowed */
+    CHECK(mp_optim_create(opts, &ref, 1, &o) == MP_OK && mp_optim_options(o).beta2 == 0.0f, "betas 0/0: %s",
+          mp_last_error());
+    mp_optim_destroy(o);
+    expect_create_error((mp_optim_opts){.kind = MP_OPTIM_SGD, .betas_as_given = true},
+                        "--beta1/--beta2/--eps apply to adam and adamw, not sgd (got 0/0/0, betas as given)");
+    expect_create_error((mp_optim_opts){.kind = MP_OPTIM_ADAM, .beta2 = 1.0f, .betas_as_given = true},
+                        "--beta2 1 must be in [0, 1)");
+}
+
 /* ---- state, defaults, step count --------------------------------------- */
 
 static void test_state(void) {
@@ -618,6 +681,13 @@ int main(void) {
     check_against_reference("adamw wd betas",
                             (mp_optim_opts){.kind = MP_OPTIM_ADAMW, .weight_decay = 0.5f, .beta1 = 0.5f,
                                             .beta2 = 0.9f}, 6);
+    check_against_reference("adam beta1 0 as given",
+                            (mp_optim_opts){.kind = MP_OPTIM_ADAM, .weight_decay = 0.1f, .beta2 = 0.9f,
+                                            .betas_as_given = true}, 6);
+    check_against_reference("adamw beta1 0 as given",
+                            (mp_optim_opts){.kind = MP_OPTIM_ADAMW, .weight_decay = 0.1f, .beta2 = 0.99f, .eps = 1e-3f,
+                                            .betas_as_given = true}, 6);
+    test_betas_as_given();
     const mp_optim_opts mom = {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 0.05f};
     const mp_optim_opts nest = {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 0.05f};
     test_low_state("sgd momentum f32 state", mom, MP_DTYPE_F32);

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "cuda/batchnorm2d_persist.h"
-#include "../median.h"
+#include "core/median.h"
 
 typedef struct {
     const char *layer;
@@ -99,7 +99,7 @@ static double rate(const char *what, pass_fn f, const pass_ctx *c, double bytes,
     }
     double r = 0;
     if (e == cudaSuccess) {
-        r = bytes / (bench_median_float(ms, reps) * 1e-3) / 1e12;
+        r = bytes / (mp_median_float(ms, reps) * 1e-3) / 1e12;
     } else {
         fprintf(stderr, "bn_pass_rate: %s, %lld x %d: %s\n", what, c->M, c->C, cudaGetErrorString(e));
         (void)cudaGetLastError();

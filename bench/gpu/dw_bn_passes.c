@@ -21,7 +21,7 @@
 #include "cuda/batchnorm2d_fast.h"
 #include "cuda/conv_depthwise.h"
 #include "cuda/cuda_ctx.h"
-#include "../median.h"
+#include "core/median.h"
 
 typedef struct {
     const char *layer;
@@ -80,7 +80,7 @@ static double time_pass(const bench *b, int pass, int reps, cudaEvent_t *ev) {
         if (s == MP_OK) s = mp_cuda_check(cudaEventSynchronize(ev[1]), "cudaEventSynchronize", "timing");
         if (s == MP_OK) cudaEventElapsedTime(&ms[i], ev[0], ev[1]);
     }
-    const double r = s == MP_OK ? bench_median_float(ms, reps) : -1;
+    const double r = s == MP_OK ? mp_median_float(ms, reps) : -1;
     if (s != MP_OK) fprintf(stderr, "dw_bn_passes: pass %d: %s\n", pass, mp_last_error());
     free(ms);
     return r;

@@ -25,7 +25,7 @@
 #include "dist/dist.h"
 #include "models/models.h"
 #include "graph/plan.h"
-#include "../median.h"
+#include "core/median.h"
 
 enum { MAX_RANKS = 8, MAX_REPEATS = 15 };
 
@@ -159,7 +159,7 @@ static double run(cell c, int world, bool with_comm, int *buckets) {
             if (jobs[r].window_s[i] > w[i]) w[i] = jobs[r].window_s[i];
     }
     *buckets = jobs[0].buckets;
-    return (double)world * c.batch * c.steps / bench_median_double(w, c.repeats);
+    return (double)world * c.batch * c.steps / mp_median_double(w, c.repeats);
 }
 
 /* One row: the cell on 1 GPU, on 1 GPU with a one-rank communicator, on
@@ -196,7 +196,7 @@ static int mpi_cell(const cell *proto, const char *model, const char *batch, con
         j.s = rank_train(&j, d);
     }
     if (j.s != MP_OK) fprintf(stderr, "gpu_scaling: rank %d: %s\n", j.rank, mp_last_error());
-    const double t = bench_median_double(j.window_s, c.repeats);
+    const double t = mp_median_double(j.window_s, c.repeats);
     if (j.s == MP_OK && j.rank == 0)
         printf("| %s | %s | %s | %d processes (mpirun) | %.0f images/s | %.3f ms/step |\n", model, prec_name, batch,
                c.world, (double)c.world * c.batch * c.steps / t, 1e3 * t / c.steps);

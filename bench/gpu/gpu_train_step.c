@@ -22,7 +22,7 @@
 #include "cuda/cuda_plan.h"
 #include "graph/plan.h"
 #include "models/models.h"
-#include "../median.h"
+#include "core/median.h"
 
 typedef struct {
     double ms, images_per_s, device_mib, arena_mib, tflops;
@@ -89,7 +89,7 @@ static int run_cell(const char *model, mp_precision prec, int batch, int steps, 
         s = mp_trainer_loss(tr, &r->loss1);
     }
     if (s == MP_OK) {
-        r->ms = bench_median_float(t, steps);
+        r->ms = mp_median_float(t, steps);
         r->images_per_s = batch / (r->ms / 1e3);
         size_t after = mp_cuda_used_bytes();
         r->device_mib = after > before ? (double)(after - before) / (1 << 20) : 0;

@@ -21,7 +21,7 @@
 #include "cuda/cuda_plan.h"
 #include "mixprec/numerics.h"
 #include "models/models.h"
-#include "../median.h"
+#include "core/median.h"
 
 typedef struct {
     int every, segment, rounds, device;
@@ -124,10 +124,10 @@ static int cell(void *arg, const char *model, const char *batch_s, mp_precision 
         }
     }
     if (s == MP_OK) {
-        const double off_ms = bench_median_double(mean_off, a->rounds);
-        const double on_ms = bench_median_double(mean_on, a->rounds);
-        const double plain_ms = bench_median_double(plain, n_plain);
-        const double collecting_ms = n_coll ? bench_median_double(collecting, n_coll) : 0;
+        const double off_ms = mp_median_double(mean_off, a->rounds);
+        const double on_ms = mp_median_double(mean_on, a->rounds);
+        const double plain_ms = mp_median_double(plain, n_plain);
+        const double collecting_ms = n_coll ? mp_median_double(collecting, n_coll) : 0;
         printf("| %s | %s | %d | %d | %.3f | %.3f | %+.2f%% | %.3f | %.3f | %d |\n", model, prec_name, batch, a->every,
                off_ms, on_ms, 100 * (on_ms / off_ms - 1), plain_ms, collecting_ms, records);
     } else {

@@ -14,7 +14,8 @@ extern "C" {
 /** Optimizer algorithms. */
 typedef enum { MP_OPTIM_SGD = 0, MP_OPTIM_ADAM, MP_OPTIM_ADAMW } mp_optim_kind;
 
-/** Optimizer hyper-parameters; zero fields take the defaults beside them. */
+/** Optimizer hyper-parameters; zero fields take the defaults beside them
+ * (beta1 and beta2 only while betas_as_given is false). */
 typedef struct {
     mp_optim_kind kind; /**< SGD, Adam or AdamW */
     float momentum;     /**< SGD only, [0, 1); dampening is always 0 */
@@ -23,6 +24,9 @@ typedef struct {
     float beta1;        /**< Adam/AdamW, [0, 1); 0 -> 0.9 */
     float beta2;        /**< Adam/AdamW, [0, 1); 0 -> 0.999 */
     float eps;          /**< Adam/AdamW, > 0; 0 -> 1e-8 */
+    /** Adam/AdamW: beta1 and beta2 are taken as given, 0 included (beta1 = 0:
+     * no momentum, as WGAN-GP's Adam(0, 0.9)); false: a 0 takes its default. */
+    bool betas_as_given;
 } mp_optim_opts;
 
 /** "sgd", "adam", "adamw" -> the kind; errors name --optimizer. */

@@ -53,10 +53,11 @@ static mp_status validate(mp_optim_opts *o) {
         return mp_error(MP_ERR_INVALID_ARG, "optimizer: --weight-decay %g must be a finite number >= 0",
                         o->weight_decay);
     if (o->kind == MP_OPTIM_SGD) {
-        if (o->beta1 != 0.0f || o->beta2 != 0.0f || o->eps != 0.0f)
+        if (o->beta1 != 0.0f || o->beta2 != 0.0f || o->eps != 0.0f || o->betas_as_given)
             return mp_error(MP_ERR_INVALID_ARG,
                             "optimizer: --beta1/--beta2/--eps apply to adam and adamw, not sgd "
-                            "(got %g/%g/%g)", o->beta1, o->beta2, o->eps);
+                            "(got %g/%g/%g%s)", o->beta1, o->beta2, o->eps,
+                            o->betas_as_given ? ", betas as given" : "");
         if (!in_unit(o->momentum))
             return mp_error(MP_ERR_INVALID_ARG, "optimizer: --momentum %g must be in [0, 1)", o->momentum);
         if (o->nesterov && o->momentum == 0.0f)
@@ -68,8 +69,8 @@ static mp_status validate(mp_optim_opts *o) {
                         o->momentum, kn);
     if (o->nesterov)
         return mp_error(MP_ERR_INVALID_ARG, "optimizer: --nesterov applies to sgd only, not %s", kn);
-    if (o->beta1 == 0.0f) o->beta1 = 0.9f;
-    if (o->beta2 == 0.0f) o->beta2 = 0.999f;
+    if (o->beta1 == 0.0f && !o->betas_as_given) o->beta1 = 0.9f;
+    if (o->beta2 == 0.0f && !o->betas_as_given) o->beta2 = 0.999f;
     if (o->eps == 0.0f) o->eps = 1e-8f;
     if (!in_unit(o->beta1))
         return mp_error(MP_ERR_INVALID_ARG, "optimizer: --beta1 %g must be in [0, 1)", o->beta1);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/median.h"
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "graph/graph.h"
@@ -75,11 +76,6 @@ static mp_status write_samples(mp_acgan *m, const mp_gan_train_opts *o, int epoc
     return s;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 enum { REAL_SRC, REAL_CLS, FAKE_SRC, FAKE_CLS, GEN_SRC, N_LOSSES };
 
 /* One epoch's numbers for its record. */
@@ -88,7 +84,8 @@ typedef struct {
     double d_loss, g_loss, secs;
     const char *penalty;     /* its kind's name, NULL: none */
     double penalty_value;    /* mean over the finite steps */
-    int64_t g_skipped, d_skipped, forward_overflows;
+    int64_t g_skipped, d_skipped, forward_overflows; /* in this epoch */
+    int64_t g_skipped_total, d_skipped_total, forward_overflows_total; /* since the run began */
     float loss_scale;
 } epoch_record;
 
@@ -98,7 +95,7 @@ static mp_status write_record(FILE *log, const char *path, const mp_gan_train_op
     double *sorted = malloc((size_t)e->steps * sizeof *sorted), sum = 0;
     if (!sorted) return mp_error(MP_ERR_NOMEM, "gan: out of memory");
     memcpy(sorted, ms, (size_t)e->steps * sizeof *sorted);
-    qsort(sorted, (size_t)e->steps, sizeof *sorted, cmp_double);
+    const double median = mp_median_double(sorted, e->steps); /* sorts them */
     for (int i = 0; i < e->steps; i++) sum += ms[i];
     char dev[32];
     cJSON *j = cJSON_CreateObject();
@@ -111,11 +108,14 @@ static mp_status write_record(FILE *log, const char *path, const mp_gan_train_op
               mp_json_add(j, "g_skipped", mp_json_int(e->g_skipped)) &&
               mp_json_add(j, "d_skipped", mp_json_int(e->d_skipped)) &&
               mp_json_add(j, "forward_overflows", mp_json_int(e->forward_overflows)) &&
+              mp_json_add(j, "g_skipped_total", mp_json_int(e->g_skipped_total)) &&
+              mp_json_add(j, "d_skipped_total", mp_json_int(e->d_skipped_total)) &&
+              mp_json_add(j, "forward_overflows_total", mp_json_int(e->forward_overflows_total)) &&
               mp_json_add(j, "loss_scale", mp_json_sig(e->loss_scale, 6)) &&
               mp_json_add(j, "epoch_time_s", mp_json_fixed(e->secs, 3)) &&
               mp_json_add(j, "images_per_s", mp_json_fixed((double)e->steps * o->trainer.batch / e->secs, 1)) &&
               mp_json_add(j, "batch_ms_mean", mp_json_fixed(sum / e->steps, 4)) &&
-              mp_json_add(j, "batch_ms_median", mp_json_fixed(sorted[e->steps / 2], 4)) &&
+              mp_json_add(j, "batch_ms_median", mp_json_fixed(median, 4)) &&
               mp_json_add(j, "batch_ms_min", mp_json_fixed(sorted[0], 4)) &&
               mp_json_add(j, "batch_ms_max", mp_json_fixed(sorted[e->steps - 1], 4)) &&
               mp_json_add(j, "samples", mp_json_str(samples));
@@ -137,7 +137,7 @@ static float d_weight(int loss, float aux_fake_weight) {
 mp_status mp_gan_groups(mp_acgan *m, float lr, float beta1, float aux_fake_weight, mp_train_group groups[2]) {
     if (!(aux_fake_weight >= 0) || !isfinite(aux_fake_weight))
         return mp_error(MP_ERR_INVALID_ARG, "--aux-fake-weight %g must be finite and non-negative", aux_fake_weight);
-    mp_optimizer_opts oo = {.optim = {.kind = MP_OPTIM_ADAM, .beta1 = beta1 > 0 ? beta1 : 0.5f, .beta2 = 0.999f},
+    mp_optimizer_opts oo = {.optim = {.kind = MP_OPTIM_ADAM, .beta1 = beta1, .beta2 = 0.999f, .betas_as_given = true},
                             .lr = {.base_lr = lr > 0 ? lr : 2e-4f}};
     mp_optimizer *gen = NULL, *dis = NULL;
     oo.params = "g_";
@@ -222,7 +222,8 @@ static mp_status gan_run_open(gan_run *g, mp_acgan *m, const mp_gan_train_opts *
         if (!g->eps || !g->keep) return mp_error(MP_ERR_NOMEM, "gan: out of memory");
     }
     for (size_t i = 0; i < b; i++) g->ones[i] = 1, g->zeros[i] = 0;
-    MP_TRY(mp_gan_groups(m, o->lr, o->beta1, o->aux_fake_weight, g->groups));
+    const float beta1 = o->beta1_as_given || o->beta1 != 0.0f ? o->beta1 : 0.5f;
+    MP_TRY(mp_gan_groups(m, o->lr, beta1, o->aux_fake_weight, g->groups));
     mp_trainer_opts to = o->trainer;
     to.n_groups = 2;
     to.groups[0] = g->groups[0];
@@ -331,6 +332,7 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
         }
         if (s == MP_OK) s = mp_trainer_sync(g.t, NULL);
         if (s != MP_OK) break;
+        const mp_scaler before = state;
         state = g.t->scaler;
         const double secs = mp_now_seconds() - t0;
         r->epochs_run = epoch;
@@ -344,9 +346,13 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
             s = mp_error(MP_ERR_NONFINITE, "gan: epoch %d: no iteration had finite losses: the GAN diverged; try "
                          "--precision amp-bf16 or fp32, or a lower --lr", epoch);
         if (s == MP_OK) s = write_samples(m, o, epoch, r);
+        /* the scaler counts since the run began; the record and the line give this epoch's */
         epoch_record e = {.epoch = epoch, .steps = steps, .d_loss = r->d_loss, .g_loss = r->g_loss, .secs = secs,
-                          .g_skipped = state.group_skips[0], .d_skipped = state.group_skips[1],
-                          .forward_overflows = state.forward_overflows, .loss_scale = state.scale,
+                          .g_skipped = state.group_skips[0] - before.group_skips[0],
+                          .d_skipped = state.group_skips[1] - before.group_skips[1],
+                          .forward_overflows = state.forward_overflows - before.forward_overflows,
+                          .g_skipped_total = state.group_skips[0], .d_skipped_total = state.group_skips[1],
+                          .forward_overflows_total = state.forward_overflows, .loss_scale = state.scale,
                           .penalty = o->penalty != MP_PENALTY_NONE ? mp_penalty_kind_name(o->penalty) : NULL,
                           .penalty_value = r->penalty};
         mp_policy_info policy;
@@ -358,7 +364,7 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
             if (o->penalty != MP_PENALTY_NONE) fprintf(o->out, " - %s penalty %.4g", e.penalty, r->penalty);
             if (g.t->loss_scaling) fprintf(o->out, " - loss scale %g", state.scale);
             fprintf(o->out, " - skipped steps G %lld, D %lld", (long long)e.g_skipped, (long long)e.d_skipped);
-            if (state.forward_overflows) fprintf(o->out, ", forward overflows %lld", (long long)state.forward_overflows);
+            if (e.forward_overflows) fprintf(o->out, ", forward overflows %lld", (long long)e.forward_overflows);
             fprintf(o->out, " - samples %s\n", r->samples_path);
             fflush(o->out);
         }

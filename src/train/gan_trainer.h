@@ -20,8 +20,8 @@
  * first (D's gradients do not depend on G's weights).
  *
  * Epochs over a shuffled dataset (images in [0, 1], fed in [-1, 1]), a
- * progress line per epoch (D and G losses, skipped steps, time per batch), a
- * sample grid after every epoch (one row per class, the same noise in every
+ * progress line per epoch (D and G losses, the epoch's skipped steps, time
+ * per batch), a sample grid after every epoch (one row per class, the same noise in every
  * column) and a JSONL record per epoch with every batch's time (seed 001's
  * figure 1). Files in out_dir: samples_epochN.png (or .pgm/.ppm without
  * libpng) and batch_times.jsonl. */
@@ -40,7 +40,8 @@ typedef struct {
      * groups, losses and inputs are the GAN's */
     mp_trainer_opts trainer;
     float lr;                /* Adam learning rate of both, 0 -> 2e-4 */
-    float beta1;             /* 0 -> 0.5 (DCGAN) */
+    float beta1;             /* Adam's beta1 of both, [0, 1); 0 -> 0.5 (DCGAN) unless beta1_as_given */
+    bool beta1_as_given;     /* beta1 is used as given, 0 (no momentum) included; beta2 is 0.999 */
     /* weight of D's class loss on generated images, >= 0: 0 (the default) as
      * Keras' AC-GAN; the real images' class loss weighs MP_GAN_AUX_REAL_WEIGHT */
     float aux_fake_weight;
@@ -61,7 +62,7 @@ typedef struct {
     int epochs_run;
     double d_loss, g_loss;   /* last epoch's means */
     double batch_ms;         /* last epoch's mean time per batch */
-    int64_t g_skipped, d_skipped, forward_overflows;
+    int64_t g_skipped, d_skipped, forward_overflows; /* over the whole run */
     float loss_scale;
     double penalty;          /* last epoch's mean penalty (finite steps), 0 without */
     char samples_path[4200]; /* last grid written */
@@ -78,7 +79,8 @@ mp_status mp_gan_sample_grid(mp_acgan *m, int rows, int cols, uint64_t seed, boo
                              float *images);
 
 /* The two groups (generator, discriminator) of an AC-GAN trainer, their
- * optimizers made over m's graph with Adam (lr, beta1). Exposed for tests. */
+ * optimizers made over m's graph with Adam (lr, beta1 as given, beta2
+ * 0.999). Exposed for tests. */
 mp_status mp_gan_groups(mp_acgan *m, float lr, float beta1, float aux_fake_weight, mp_train_group groups[2]);
 
 #endif

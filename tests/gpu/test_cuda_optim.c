@@ -576,6 +576,8 @@ static const optim_case optim_cases[] = {
     {"adamw", {.kind = MP_OPTIM_ADAMW, .weight_decay = 0.05f}, 1e-3f, 0, false, false},
     {"adamw-betas-clip", {.kind = MP_OPTIM_ADAMW, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.1f},
      2e-3f, 1.0f, false, false},
+    {"adam-beta1-0-as-given", {.kind = MP_OPTIM_ADAM, .beta2 = 0.9f, .weight_decay = 0.01f, .betas_as_given = true},
+     1e-3f, 0, false, false},
     {"sgd-momentum-no-master", {.kind = MP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}, 0.05f, 0, true,
      false},
     {"adam-no-master", {.kind = MP_OPTIM_ADAM, .weight_decay = 0.01f}, 1e-3f, 0, true, false},

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../../median.h"
+#include "core/median.h"
 #include "cutlass/cutlass.h" /* cutlass::Status */
 
 /* a named namespace: nvcc's generated host code cannot name kernels of an
@@ -79,7 +79,7 @@ template <class F> double time_ms(F launch, int reps) {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     if (!ok || t.empty()) return -1;
-    return bench_median_float(t.data(), (int)t.size());
+    return mp_median_float(t.data(), (int)t.size());
 }
 
 /* Median ms of one CUTLASS device-level operator (2.x or 3.x: both have
