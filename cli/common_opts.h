@@ -86,6 +86,13 @@ int cli_check_output_dir(const char *cmd, const char *option, const char *dir);
  * "mixprec <cmd>: <option> <path> and <option> <path> name the same file". */
 int cli_check_outputs_distinct(const char *cmd, int n, const char *const *options, const char *const *paths);
 
+/* None of the n output paths (NULL: not given) is an input: --model when it
+ * names an .onnx file (model may be NULL), a file of --data npy:... (c may be
+ * NULL); else 2 after "mixprec <cmd>: <option> <path> is the <input option>
+ * input <file>: ...". */
+int cli_check_inputs_kept(const char *cmd, const common_opts *c, const char *model, int n,
+                          const char *const *options, const char *const *paths);
+
 /* mkdir -p for --out folders; false with errno set (ENOTDIR when a part
  * is a file). */
 bool cli_make_dirs(const char *path);
