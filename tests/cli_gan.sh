@@ -4,9 +4,9 @@
 # or PGM without libpng) and batch_times.jsonl (a record per epoch with every
 # batch's time) and names the discriminator's class loss weights (2 on real
 # images, 0 on generated ones by default); bad input (unknown precision,
-# batch 0, an --out that cannot be created, an option of `train` only, a
-# negative --aux-fake-weight) is one error line and exit 2 before any
-# training.
+# batch 0, an --out that cannot be created, an option of `train` only or one
+# it does not use, a negative --aux-fake-weight) is one error line and exit 2
+# before any training; npy: data takes --val-fraction.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/gan
@@ -68,6 +68,30 @@ expect_error optimizer "--optimizer is not an option of train-gan" --optimizer s
 expect_error big_batch "--batch 100 is larger than the training set" --batch 100 --out "$work/e4"
 expect_error shape "multiples of 4" --synthetic-shape 1x30x30 --out "$work/e5"
 expect_error aux_weight "--aux-fake-weight -1 is out of range" --aux-fake-weight -1 --out "$work/e6"
+# options of `train` the GAN does not use: refused, not silently ignored
+expect_error augment "--augment is not used by train-gan" --augment --out "$work/e7"
+expect_error rrc "--random-resized-crop is not used by train-gan" --random-resized-crop --out "$work/e8"
+expect_error no_normalize "--no-normalize is not used by train-gan" --no-normalize --out "$work/e9"
+expect_error data "--data 'imagenet': unknown dataset (known: .*npy:X.npy,Y.npy, folder:DIR)" --data imagenet \
+  --out "$work/e10"
+for o in "npy:X.npy" "folder:DIR" "--val-fraction F" "--npy-layout L" "--image-size HxW" "--decode-threads N"; do
+  "$bin" train-gan --help | grep -q -- "$o" && ok || bad "--help lacks $o"
+done
+# the .npy options it does use: --val-fraction holds out part of npy: data
+python3 - "$work" <<'PY' || bad "making the .npy files"
+import os, struct, sys
+def npy(name, descr, shape, body):
+    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    h += " " * (-(11 + len(h)) % 64) + "\n"
+    open(os.path.join(sys.argv[1], name), "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode()
+                                                       + body)
+npy("x.npy", "|u1", "(64, 1, 8, 8)", bytes(i % 251 for i in range(64 * 64)))
+npy("y.npy", "<i8", "(64,)", struct.pack("<64q", *[i % 10 for i in range(64)]))
+PY
+"$bin" train-gan --data "npy:$work/x.npy,$work/y.npy" --val-fraction 0.5 --epochs 1 --batch 16 --device cpu \
+  --out "$work/npy" >"$work/npy.log" 2>&1 && ok || bad "train-gan on npy: data failed: $(tail -2 "$work/npy.log")"
+grep -q ": 32 samples of 1x8x8," "$work/npy.log" && ok \
+  || bad "--val-fraction 0.5 not applied: $(head -1 "$work/npy.log")"
 "$bin" train-gan --help | grep -q -- "--precision P" && ok || bad "--help lacks --precision"
 "$bin" train-gan --help | grep -q -- "--aux-fake-weight W" && ok || bad "--help lacks --aux-fake-weight"
 grep -q "D class loss weights real 2 generated 0," "$work/run.log" && ok \
