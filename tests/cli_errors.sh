@@ -54,6 +54,13 @@ full train train "${syn[@]}" --synthetic-shape 1x8x8 --max-steps 1
 # help works everywhere
 "$bin" --help | grep -q "train" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: mixprec --help"; }
 "$bin" train --help | grep -q -- "--precision" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: train --help"; }
+# eval refuses the augmentation options, so its help does not offer them; train's does
+eval_help=$("$bin" eval --help)
+! grep -qE -- "--augment|--random-resized-crop" <<<"$eval_help" && grep -q -- "--no-normalize" <<<"$eval_help" \
+  && grep -q -- "--decode-memory-mb M" <<<"$eval_help" && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: eval --help lists the augmentation options or lacks the data ones"; }
+[ "$("$bin" train --help | grep -cE -- "^  (--augment|--random-resized-crop|--no-normalize) ")" -eq 3 ] \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: train --help lacks an augmentation option"; }
 "$bin" version --help | grep -q "usage: mixprec version" && pass=$((pass + 1)) \
   || { fail=$((fail + 1)); echo "FAIL: version --help"; }
 "$bin" version | grep -Eq "^mixprec [0-9]" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: version"; }
