@@ -157,16 +157,8 @@ mkdir -p "$in/gan_fifo" && mkfifo "$in/gan_fifo/samples_epoch1.png" "$in/gan_fif
 if ! "$bin" export --checkpoint "$ck" --input-shape 1x8x8 -o "$in/model.onnx" >/dev/null 2>"$in/export.err"; then
   echo "FAIL: could not export the .onnx model: $(cat "$in/export.err")"; exit 1
 fi
-$py - "$in" <<'PY'
-import os, struct, sys
-def npy(name, descr, shape, body):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
-    h += " " * (-(11 + len(h)) % 64) + "\n"
-    open(os.path.join(sys.argv[1], name), "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode()
-                                                       + body)
-npy("x.npy", "|u1", "(100, 1, 8, 8)", bytes(i % 251 for i in range(100 * 64)))
-npy("y.npy", "<i8", "(100,)", struct.pack("<100q", *[i % 10 for i in range(100)]))
-PY
+$py "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$in" 100 \
+  || { echo "FAIL: making the .npy files"; exit 1; }
 # a set for each command, so a failure of one leaves the other's inputs whole
 cp "$in/model.onnx" "$in/model_t.onnx" && cp "$in/x.npy" "$in/xt.npy" && cp "$in/y.npy" "$in/yt.npy"
 npy=(--data "npy:$in/x.npy,$in/y.npy" --batch 10)

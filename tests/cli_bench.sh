@@ -178,16 +178,7 @@ grep -q "^### small: time per epoch" "$out/tables.md" && ! grep -q "GPU" "$out/t
 #    gnuplot command still plots, and the command does not run.
 npy_dir=$work/"d';system(\"touch INJECTED\");#"
 mkdir -p "$npy_dir"
-python3 - "$npy_dir" <<'PY' || bad "making the .npy files"
-import os, struct, sys
-def npy(name, descr, shape, body):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
-    h += " " * (-(11 + len(h)) % 64) + "\n"
-    open(os.path.join(sys.argv[1], name), "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode()
-                                                       + body)
-npy("x.npy", "|u1", "(64, 1, 8, 8)", bytes(i % 251 for i in range(64 * 64)))
-npy("y.npy", "<i8", "(64,)", struct.pack("<64q", *[i % 10 for i in range(64)]))
-PY
+python3 "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$npy_dir" 64 || bad "making the .npy files"
 out=$work/quoted
 "$bin" bench --models small --precisions fp32 --batches 16 --steps 1 --monitor-interval 0 --device cpu \
   --data "npy:$npy_dir/x.npy,$npy_dir/y.npy" --out "$out" >"$work/quoted.log" 2>&1 && ok \

@@ -78,16 +78,7 @@ for o in "npy:X.npy" "folder:DIR" "--val-fraction F" "--npy-layout L" "--image-s
   "$bin" train-gan --help | grep -q -- "$o" && ok || bad "--help lacks $o"
 done
 # the .npy options it does use: --val-fraction holds out part of npy: data
-python3 - "$work" <<'PY' || bad "making the .npy files"
-import os, struct, sys
-def npy(name, descr, shape, body):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
-    h += " " * (-(11 + len(h)) % 64) + "\n"
-    open(os.path.join(sys.argv[1], name), "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode()
-                                                       + body)
-npy("x.npy", "|u1", "(64, 1, 8, 8)", bytes(i % 251 for i in range(64 * 64)))
-npy("y.npy", "<i8", "(64,)", struct.pack("<64q", *[i % 10 for i in range(64)]))
-PY
+python3 "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$work" 64 || bad "making the .npy files"
 "$bin" train-gan --data "npy:$work/x.npy,$work/y.npy" --val-fraction 0.5 --epochs 1 --batch 16 --device cpu \
   --out "$work/npy" >"$work/npy.log" 2>&1 && ok || bad "train-gan on npy: data failed: $(tail -2 "$work/npy.log")"
 grep -q ": 32 samples of 1x8x8," "$work/npy.log" && ok \
