@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "data/folder.h"
 #include "io/output_path.h"
+#include "models/models.h"
 
 common_opts common_opts_default(void) {
     return (common_opts){.data = "fashion-mnist", .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_n = 10000,
@@ -86,11 +87,12 @@ bool common_opts_known_data(const char *name) {
            !strcmp(name, "synthetic") || !strncmp(name, "npy:", 4) || !strncmp(name, "folder:", 7);
 }
 
-/* npy:X,Y (a held-out split by --val-fraction) or npy:X,Y,XT,YT. */
-static mp_status load_npy(const common_opts *c, mp_dataset *train, mp_dataset *test) {
-    char buf[4 * 4096 + 4], *paths[5];
-    const char *list = c->data + 4;
-    if (strlen(list) >= sizeof buf) return mp_error(MP_ERR_INVALID_ARG, "--data npy:...: the file list is too long");
+/* The comma-separated files of --data npy:LIST, split in buf (NPY_LIST_MAX
+ * bytes) into paths (up to 5: one more than allowed, to tell a longer list);
+ * -1 when the list does not fit. */
+#define NPY_LIST_MAX (4 * 4096 + 4)
+static int npy_files(const char *list, char *buf, char **paths) {
+    if (strlen(list) >= NPY_LIST_MAX) return -1;
     strcpy(buf, list);
     int n = 0;
     for (char *p = buf, *comma; n < 5; p = comma + 1) {
@@ -98,6 +100,14 @@ static mp_status load_npy(const common_opts *c, mp_dataset *train, mp_dataset *t
         if (!(comma = strchr(p, ','))) break;
         *comma = '\0';
     }
+    return n;
+}
+
+/* npy:X,Y (a held-out split by --val-fraction) or npy:X,Y,XT,YT. */
+static mp_status load_npy(const common_opts *c, mp_dataset *train, mp_dataset *test) {
+    char buf[NPY_LIST_MAX], *paths[5];
+    const int n = npy_files(c->data + 4, buf, paths);
+    if (n < 0) return mp_error(MP_ERR_INVALID_ARG, "--data npy:...: the file list is too long");
     bool empty = false;
     for (int i = 0; i < n; i++) empty = empty || !paths[i][0];
     if ((n != 2 && n != 4) || empty)
@@ -206,6 +216,26 @@ int cli_check_outputs_distinct(const char *cmd, int n, const char *const *option
                         cmd, options[i], paths[i], options[j], paths[j]);
                 return 2;
             }
+    return 0;
+}
+
+int cli_check_inputs_kept(const char *cmd, const common_opts *c, const char *model, int n,
+                          const char *const *options, const char *const *paths) {
+    char buf[NPY_LIST_MAX], *files[5];
+    const int n_files = c && !strncmp(c->data, "npy:", 4) ? npy_files(c->data + 4, buf, files) : 0;
+    for (int i = 0; i < n; i++) {
+        if (!paths[i]) continue;
+        const char *input = NULL, *option = NULL;
+        if (model && mp_model_is_onnx_name(model) && mp_output_same_file(paths[i], model))
+            input = model, option = "--model";
+        for (int k = 0; !input && k < n_files; k++)
+            if (files[k][0] && mp_output_same_file(paths[i], files[k])) input = files[k], option = "--data";
+        if (input) {
+            fprintf(stderr, "mixprec %s: %s %s is the %s input %s: writing it would destroy the input; give the "
+                            "output its own path\n", cmd, options[i], paths[i], option, input);
+            return 2;
+        }
+    }
     return 0;
 }
 

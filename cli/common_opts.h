@@ -13,28 +13,36 @@
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
-#define DATA_OPTS_HELP                                                                                 \
-    "  --data D            fashion-mnist | mnist | cifar10 | synthetic | npy:X.npy,Y.npy[,XT.npy,YT.npy]\n" \
-    "                      | folder:DIR (default fashion-mnist)\n"                                    \
-    "  --data-dir DIR      dataset folder (default " FASHION_MNIST_DIR " for fashion-mnist)\n"        \
+/* The dataset options: which data and how it is read (every command reading data), the
+ * augmentation (training only) and normalization lines, and all three together. */
+#define DATA_INPUT_OPTS_HELP                                                                           \
+    "  --data D            fashion-mnist | mnist | cifar10 | synthetic | npy:X.npy,Y.npy[,XT.npy,YT.npy]\n"\
+    "                      | folder:DIR (default fashion-mnist)\n"                                     \
+    "  --data-dir DIR      dataset folder (default " FASHION_MNIST_DIR " for fashion-mnist)\n"         \
     "  --synthetic-shape S CxHxW of synthetic samples (default 3x32x32)\n"                             \
     "  --synthetic-size N  synthetic training samples (default 10000; test: N/5)\n"                    \
     "  --train-samples N   train on the first N samples only\n"                                        \
     "  --val-fraction F    npy: with two files and folder: without train/ and val/, hold out every\n"  \
-    "                      1/F-th sample as the test set (default 0.1)\n"                             \
+    "                      1/F-th sample as the test set (default 0.1)\n"                              \
     "  --npy-layout L      auto | nchw | nhwc: layout of 4-D .npy images (default auto: NHWC when the\n"\
-    "                      last dimension is 1 or 3)\n"                                               \
+    "                      last dimension is 1 or 3)\n"                                                \
     "  --image-size HxW    folder: sample size (default: the images' size, when all share one); images\n"\
-    "                      are resized to cover it (the shorter side) and centre-cropped\n"           \
-    "  --image-channels C  folder: 1 (gray) or 3 (RGB) (default 3 when any image has colour, else 1)\n" \
-    "  --bad-images P      folder: fail | skip a corrupt or unreadable image (default fail)\n"        \
-    "  --decode-threads N  folder: decoder threads (default: the online CPUs)\n"                      \
+    "                      are resized to cover it (the shorter side) and centre-cropped\n"            \
+    "  --image-channels C  folder: 1 (gray) or 3 (RGB) (default 3 when any image has colour, else 1)\n"\
+    "  --bad-images P      folder: fail | skip a corrupt or unreadable image (default fail)\n"         \
+    "  --decode-threads N  folder: decoder threads (default: the online CPUs)\n"                       \
     "  --decode-memory-mb M  folder: decode once into memory when the decoded images take at most M\n" \
-    "                      MiB (default 2048; 0: decode every batch)\n"                              \
+    "                      MiB (default 2048; 0: decode every batch)\n"
+
+#define DATA_AUGMENT_OPTS_HELP                                                                         \
     "  --augment           random crop with padding + horizontal flip\n"                               \
     "  --random-resized-crop  random-resized-crop as torchvision (scale 0.08-1, aspect 3/4-4/3), then\n"\
-    "                      --augment's crop and flip if given\n"                                       \
+    "                      --augment's crop and flip if given\n"
+
+#define DATA_NORMALIZE_OPTS_HELP                                                                       \
     "  --no-normalize      do not normalize inputs by the training set's mean/std\n"
+
+#define DATA_OPTS_HELP DATA_INPUT_OPTS_HELP DATA_AUGMENT_OPTS_HELP DATA_NORMALIZE_OPTS_HELP
 
 #define OPTIM_OPTS_HELP                                                                                \
     "  --optimizer O       sgd | adam | adamw (default adam)\n"                                        \
@@ -85,6 +93,13 @@ int cli_check_output_dir(const char *cmd, const char *option, const char *dir);
 /* No two of the n output paths (NULL: not given) name one file; else 2 after
  * "mixprec <cmd>: <option> <path> and <option> <path> name the same file". */
 int cli_check_outputs_distinct(const char *cmd, int n, const char *const *options, const char *const *paths);
+
+/* None of the n output paths (NULL: not given) is an input: --model when it
+ * names an .onnx file (model may be NULL), a file of --data npy:... (c may be
+ * NULL); else 2 after "mixprec <cmd>: <option> <path> is the <input option>
+ * input <file>: ...". */
+int cli_check_inputs_kept(const char *cmd, const common_opts *c, const char *model, int n,
+                          const char *const *options, const char *const *paths);
 
 /* mkdir -p for --out folders; false with errno set (ENOTDIR when a part
  * is a file). */

@@ -130,7 +130,11 @@ int cmd_doctor(int argc, char **argv) {
         fprintf(stderr, "mixprec doctor: --model: %s\n", mp_last_error());
         return 2;
     }
-    if ((rc = cli_check_output("doctor", "--policy-out", d.policy_out))) return rc; /* before any probing */
+    /* before any probing; the policy written over the model or data it is made from would destroy them */
+    if ((rc = cli_check_output("doctor", "--policy-out", d.policy_out)) ||
+        (rc = cli_check_inputs_kept("doctor", &t.c, t.model, 1, (const char *[]){"--policy-out"},
+                                    (const char *[]){d.policy_out})))
+        return rc;
     if (t.threads) omp_set_num_threads(t.threads);
     FILE *out = t.quiet ? NULL : stdout;
 
@@ -158,15 +162,17 @@ int cmd_doctor(int argc, char **argv) {
     const int k = t.accumulate > 1 ? t.accumulate : 1;
     int64_t per_epoch = t.batch > 0 ? train.n / t.batch / k : 0;
     if (t.max_steps > 0 && t.max_steps < per_epoch) per_epoch = t.max_steps;
-    const int64_t planned = d.planned_steps > 0 ? d.planned_steps : per_epoch * t.epochs;
+    const int64_t run_steps = per_epoch * t.epochs, planned = d.planned_steps > 0 ? d.planned_steps : run_steps;
+    /* the probe ends with the run when the run is shorter (--planned-steps does not lengthen it) */
+    const int64_t probed = run_steps > 0 && run_steps < d.probe_steps ? run_steps : d.probe_steps;
     const mp_loss_scaling scaling = t.loss_scaling ? (!strcmp(t.loss_scaling, "on") ? MP_LOSS_SCALING_ON
                                                                                       : MP_LOSS_SCALING_OFF)
                                     : t.scaler_set ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_AUTO;
     if (s == MP_OK && out)
         fprintf(out, "mixprec doctor: model %s (%lld parameters), %d train samples of %dx%dx%d, batch %d, %s lr %g: "
-                     "probing %d steps in fp32 of a %lld-step run, checking %s\n",
+                     "probing %lld steps in fp32 of a %lld-step run, checking %s\n",
                 t.model, (long long)mp_graph_param_count(m.g), train.n, train.c, train.h, train.w, t.batch,
-                t.c.optimizer, lr, d.probe_steps, (long long)planned, mp_precision_name(target));
+                t.c.optimizer, lr, (long long)probed, (long long)planned, mp_precision_name(target));
     mp_fit_result res;
     if (s == MP_OK) {
         mp_fit_opts o = {.model_name = t.model, .data_name = t.c.data,

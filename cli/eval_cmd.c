@@ -29,7 +29,7 @@ static void usage(FILE *f) {
             "  --checkpoint FILE   a checkpoint `mixprec train --save` wrote (required unless --model is an\n"
             "                      .onnx file: then its own weights, fp32 and batch 256 by default)\n"
             "  --model M           %s (default: the model the checkpoint was saved for)\n"
-            DATA_OPTS_HELP
+            DATA_INPUT_OPTS_HELP DATA_NORMALIZE_OPTS_HELP
             "  --seed S            seed of --data synthetic (use the training run's; default 1)\n"
             "  --precision P       %s (default: the checkpoint's)\n"
             "  --device D          cpu | cuda | cuda:N | auto (default auto)\n"

@@ -1,4 +1,6 @@
 /* main.c — the `mixprec` command: dispatch to subcommands. */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,8 +37,7 @@ static int cmd_version(int argc, char **argv) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    mp_prefer_passive_openmp(argv);
+static int run(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -52,4 +53,19 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
     fprintf(stderr, "mixprec: unknown command '%s' (try `mixprec --help`)\n", argv[1]);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    mp_prefer_passive_openmp(argv);
+    int rc = run(argc, argv);
+    /* output lost on a full disk or a closed pipe is a failure, not a silent exit 0 */
+    errno = 0;
+    const bool flush_failed = fflush(stdout) != 0;
+    const int err = flush_failed ? errno : 0;
+    if (flush_failed || ferror(stdout)) {
+        fprintf(stderr, "mixprec%s%s: cannot write standard output: %s\n", argc > 1 ? " " : "", argc > 1 ? argv[1] : "",
+                err ? strerror(err) : "a write failed");
+        if (rc == 0) rc = 1;
+    }
+    return rc;
 }

@@ -290,7 +290,12 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                /* a log appended to the checkpoint it resumes from would corrupt it */
                                (rc = cli_check_outputs_distinct("train", 3,
                                                                 (const char *[]){"--resume", "--log", "--monitor-csv"},
-                                                                (const char *[]){t.resume, t.log, t.monitor_csv}))))
+                                                                (const char *[]){t.resume, t.log, t.monitor_csv})) ||
+                               (rc = cli_check_inputs_kept("train", &t.c, t.model, 4,
+                                                           (const char *[]){"--save", "--log", "--monitor-csv",
+                                                                            "--numerics-log"},
+                                                           (const char *[]){rank == 0 ? t.save : NULL, t.log,
+                                                                            t.monitor_csv, t.numerics_log}))))
         return rc;
     if (t.threads) omp_set_num_threads(t.threads);
 

@@ -29,11 +29,19 @@ static void usage(FILE *f) {
             "scaler shared by its three losses. After every epoch a grid of generated samples is written,\n"
             "one row per class (fixed noise per column), with D/G losses, skipped steps and time per batch.\n\n"
             "data:\n"
-            "  --data D            fashion-mnist | mnist | cifar10 | synthetic (default fashion-mnist)\n"
+            "  --data D            fashion-mnist | mnist | cifar10 | synthetic | npy:X.npy,Y.npy[,XT.npy,YT.npy]\n"
+            "                      | folder:DIR (default fashion-mnist); only the training part is used, of\n"
+            "                      samples whose H and W are multiples of 4\n"
             "  --data-dir DIR      dataset folder (default " FASHION_MNIST_DIR " for fashion-mnist)\n"
-            "  --synthetic-shape S CxHxW of synthetic samples (default 3x32x32; H and W multiples of 4)\n"
+            "  --synthetic-shape S CxHxW of synthetic samples (default 3x32x32)\n"
             "  --synthetic-size N  synthetic training samples (default 10000)\n"
-            "  --train-samples N   train on the first N samples only\n\n"
+            "  --train-samples N   train on the first N samples only\n"
+            "  --val-fraction F    npy: with two files and folder: without train/ and val/: every 1/F-th\n"
+            "                      sample is held out, not trained on (default 0.1)\n"
+            "  --npy-layout L      auto | nchw | nhwc: layout of 4-D .npy images (default auto)\n"
+            "  --image-size HxW, --image-channels C, --bad-images P, --decode-threads N, --decode-memory-mb M\n"
+            "                      folder: as for `mixprec train` (see its --help)\n"
+            "  images are used as they are: no augmentation, no normalization (mapped from [0, 1] to [-1, 1])\n\n"
             "training:\n"
             "  --epochs N          epochs (default 5)\n"
             "  --batch B           batch size (default 64)\n"
@@ -86,10 +94,21 @@ static int parse(int argc, char **argv, gan_args *t) {
         if (!shared) shared = scaler_arg_parse("train-gan", argc, argv, &i, &t->scaler, &t->scaler_set);
         if (shared < 0) return 2;
         if (shared) {
-            if (!strcmp(a, "--augment") || !strcmp(a, "--optimizer") || !strcmp(a, "--momentum") ||
-                !strcmp(a, "--nesterov") || !strcmp(a, "--weight-decay")) {
-                fprintf(stderr, "mixprec train-gan: %s is not an option of train-gan (it trains with Adam, no "
-                                "augmentation; see --help)\n", a);
+            if (!strcmp(a, "--optimizer") || !strcmp(a, "--momentum") || !strcmp(a, "--nesterov") ||
+                !strcmp(a, "--weight-decay")) {
+                fprintf(stderr, "mixprec train-gan: %s is not an option of train-gan (it trains with Adam; see "
+                                "--help)\n", a);
+                return 2;
+            }
+            /* data options of `train` that the GAN's loader does not apply */
+            if (!strcmp(a, "--augment") || !strcmp(a, "--random-resized-crop")) {
+                fprintf(stderr, "mixprec train-gan: %s is not used by train-gan (it trains on the images as they "
+                                "are, no augmentation; see --help)\n", a);
+                return 2;
+            }
+            if (!strcmp(a, "--no-normalize")) {
+                fprintf(stderr, "mixprec train-gan: --no-normalize is not used by train-gan (it never normalizes: "
+                                "images in [0, 1] are mapped to tanh's [-1, 1]; see --help)\n");
                 return 2;
             }
             continue;
@@ -138,7 +157,7 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
     }
     if (!common_opts_known_data(t->c.data)) {
         fprintf(stderr, "mixprec train-gan: --data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, "
-                        "synthetic)\n", t->c.data);
+                        "synthetic, npy:X.npy,Y.npy, folder:DIR)\n", t->c.data);
         return 2;
     }
     int rc = cli_check_output_dir("train-gan", "--out", t->out);

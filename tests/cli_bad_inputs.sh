@@ -153,6 +153,16 @@ ln -s /dev/null "$in/link_to_null"
 mkfifo "$in/out_fifo"
 mkdir -p "$in/bench_fifo" && mkfifo "$in/bench_fifo/results.jsonl"
 mkdir -p "$in/gan_fifo" && mkfifo "$in/gan_fifo/samples_epoch1.png" "$in/gan_fifo/samples_epoch1.pgm"
+# inputs an output must not be written over: an .onnx model (exported from the base checkpoint) and .npy data
+if ! "$bin" export --checkpoint "$ck" --input-shape 1x8x8 -o "$in/model.onnx" >/dev/null 2>"$in/export.err"; then
+  echo "FAIL: could not export the .onnx model: $(cat "$in/export.err")"; exit 1
+fi
+$py "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$in" 100 \
+  || { echo "FAIL: making the .npy files"; exit 1; }
+# a set for each command, so a failure of one leaves the other's inputs whole
+cp "$in/model.onnx" "$in/model_t.onnx" && cp "$in/x.npy" "$in/xt.npy" && cp "$in/y.npy" "$in/yt.npy"
+npy=(--data "npy:$in/x.npy,$in/y.npy" --batch 10)
+npy_t=(--data "npy:$in/xt.npy,$in/yt.npy" --batch 10)
 
 # ---- the runner ----------------------------------------------------------------
 # Types and checksums of everything that exists now (new files may appear).
@@ -335,6 +345,16 @@ WRAP=fsize0 row log_disk_full 1 "--log log.jsonl: write failed: File too large" 
 row log_is_save 2 "--save run.st and --log ./run.st name the same file" -- "${run[@]}" --save run.st --log ./run.st
 row csv_is_log 2 "--log $in/existing.txt and --monitor-csv $in/../in/existing.txt name the same file" -- "${run[@]}" --log "$in/existing.txt" --monitor-csv "$in/../in/existing.txt"
 row log_is_resume 2 "--resume $ck and --log $ck name the same file" -- "${run[@]}" --resume "$ck" --log "$ck"
+# an output written over an input (the runner checks the input is left as it was)
+ki="writing it would destroy the input; give the output its own path$"
+row doctor_over_model 2 "doctor: --policy-out $in/../in/model.onnx is the --model input $in/model.onnx: $ki" -- \
+  doctor "${syn[@]}" --model "$in/model.onnx" --probe-steps 1 --policy-out "$in/../in/model.onnx"
+row doctor_over_npy 2 "doctor: --policy-out $in/y.npy is the --data input $in/y.npy: $ki" -- \
+  doctor "${npy[@]}" --probe-steps 1 --policy-out "$in/y.npy"
+row save_over_model 2 "train: --save $in/model_t.onnx is the --model input $in/model_t.onnx: $ki" -- \
+  train "${syn[@]}" --model "$in/model_t.onnx" --max-steps 1 --save "$in/model_t.onnx"
+row log_over_npy 2 "train: --log $in/xt.npy is the --data input $in/xt.npy: $ki" -- \
+  train "${npy_t[@]}" --max-steps 1 --log "$in/xt.npy"
 row monitor_csv_fifo 2 "--monitor-csv $in/out_fifo: is a FIFO" -- "${run[@]}" --monitor-csv "$in/out_fifo"
 row monitor_csv_no_dir 2 "--monitor-csv $work/nodir/m.csv: directory" -- "${run[@]}" --monitor-csv "$work/nodir/m.csv"
 # a run refused before training leaves an existing --monitor-csv as it was (the runner compares it; one file each)

@@ -5,7 +5,8 @@
 # gnuplot it warns and still writes the rest; every bad input is one error line
 # naming the option, exit 2, before any cell starts (GPU counts included: a
 # count above the GPUs present, or above 1 with --device cpu); a CPU run of
-# --gpus 1 records "gpus":1 and keeps the CPU table titles.
+# --gpus 1 records "gpus":1 and keeps the CPU table titles; a --data path holding
+# a quote and a gnuplot command still plots, and the command does not run.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/bench
@@ -172,6 +173,20 @@ grep -q '"gpus":1,' "$out/results.jsonl" 2>/dev/null && ok || bad "no \"gpus\":1
 grep -q "^\[1/1\] small fp32 batch 16: start" "$work/gpus1.log" && ok || bad "a 1-GPU cell's line names GPUs"
 grep -q "^### small: time per epoch" "$out/tables.md" && ! grep -q "GPU" "$out/tables.md" && ok \
   || bad "CPU tables.md names GPU counts: $(grep '^###' "$out/tables.md" | head -3)"
+
+# 6. The --data text is written into the plot titles as text: a data path holding a quote and a
+#    gnuplot command still plots, and the command does not run.
+npy_dir=$work/"d';system(\"touch INJECTED\");#"
+mkdir -p "$npy_dir"
+python3 "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$npy_dir" 64 || bad "making the .npy files"
+out=$work/quoted
+"$bin" bench --models small --precisions fp32 --batches 16 --steps 1 --monitor-interval 0 --device cpu \
+  --data "npy:$npy_dir/x.npy,$npy_dir/y.npy" --out "$out" >"$work/quoted.log" 2>&1 && ok \
+  || bad "a data path with a quote failed: $(tail -2 "$work/quoted.log")"
+grep -q "<svg" "$out/time_small.svg" 2>/dev/null && ok || bad "a data path with a quote drew no plot"
+[ ! -e "$out/INJECTED" ] && ok || bad "a gnuplot command in the data path ran"
+grep -qF "set title 'small on npy:$work/d'';system(\"touch INJECTED\");#/x.npy," "$out/plots.gp" && ok \
+  || bad "plots.gp title not quoted: $(grep -m1 'set title' "$out/plots.gp")"
 
 "$bin" bench --help | grep -q -- "--price-per-hour" && ok || bad "bench --help"
 "$bin" bench --help | grep -q -- "--gpus N,M" && ok || bad "bench --help lacks --gpus"

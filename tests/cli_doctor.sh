@@ -28,6 +28,15 @@ timeout 300 "$bin" train "${D[@]}" --policy pol.json --log run.jsonl >/dev/null 
 if [ $? = 0 ] && grep -q '"precision":"amp-fp16"' run.jsonl; then ok; else bad "train --policy pol.json: $(cat err.txt)"; fi
 # the default output is policy.json in the current directory
 (timeout 300 "$bin" doctor "${D[@]}" --probe-steps 2 >/dev/null 2>&1) && [ -s policy.json ] && ok || bad "doctor default policy.json"
+# the probe of a run shorter than --probe-steps (8 steps: 256 samples, batch 32) says how many it probes,
+# and --planned-steps does not lengthen it (D without its last word, --quiet, which hides the line)
+for planned in "" 100; do
+  timeout 300 "$bin" doctor "${D[@]:0:${#D[@]}-1}" --policy-out short.json ${planned:+--planned-steps $planned} \
+    >short.txt 2>err.txt
+  if [ $? = 0 ] && grep -q "probing 8 steps in fp32 of a ${planned:-8}-step run" short.txt &&
+      grep -q '^precision doctor: 8 probe steps' short.txt; then ok
+  else bad "doctor's probe line${planned:+ (--planned-steps $planned)}: $(head -2 short.txt) $(cat err.txt)"; fi
+done
 "$bin" doctor --help | grep -q -- '--probe-steps' && ok || bad "doctor --help"
 # --precision-override is part of the analysed policy and kept in the file
 timeout 300 "$bin" doctor "${D[@]}" --probe-steps 3 --precision-override fc1=bf16 --policy-out ov.json >/dev/null 2>err.txt

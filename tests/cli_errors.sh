@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_errors.sh — bad input to `mixprec train` that needs more than a row of
 # cli_bad_inputs.sh (mpirun, a capped memory): one clear error line naming the
-# option/file and a non-zero exit, never a crash.
+# option/file and a non-zero exit, never a crash; standard output that cannot
+# be written is an error too.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/errors
@@ -36,9 +37,30 @@ else
   fail=$((fail + 1)); echo "FAIL: out-of-memory run -> rc $rc, stderr: $out"
 fi
 
+# standard output that cannot be written (a full disk): one line naming the command, exit 1, not a silent 0
+full() { # NAME ARGS...: `mixprec ARGS... >/dev/full`
+  local name=$1 err rc; shift
+  err=$("$bin" "$@" 2>&1 >/dev/full); rc=$?
+  if [ "$rc" -eq 1 ] && [ "$err" = "mixprec $name: cannot write standard output: No space left on device" ]; then
+    pass=$((pass + 1))
+  else fail=$((fail + 1)); echo "FAIL: mixprec $* >/dev/full -> rc $rc (want 1), stderr: $err"; fi
+}
+full info info --json
+full version version
+full eval eval --help
+full doctor doctor "${syn[@]}" --synthetic-shape 1x8x8 --probe-steps 1 --policy-out "$work/full_policy.json"
+full train train "${syn[@]}" --synthetic-shape 1x8x8 --max-steps 1
+
 # help works everywhere
 "$bin" --help | grep -q "train" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: mixprec --help"; }
 "$bin" train --help | grep -q -- "--precision" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: train --help"; }
+# eval refuses the augmentation options, so its help does not offer them; train's does
+eval_help=$("$bin" eval --help)
+! grep -qE -- "--augment|--random-resized-crop" <<<"$eval_help" && grep -q -- "--no-normalize" <<<"$eval_help" \
+  && grep -q -- "--decode-memory-mb M" <<<"$eval_help" && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: eval --help lists the augmentation options or lacks the data ones"; }
+[ "$("$bin" train --help | grep -cE -- "^  (--augment|--random-resized-crop|--no-normalize) ")" -eq 3 ] \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: train --help lacks an augmentation option"; }
 "$bin" version --help | grep -q "usage: mixprec version" && pass=$((pass + 1)) \
   || { fail=$((fail + 1)); echo "FAIL: version --help"; }
 "$bin" version | grep -Eq "^mixprec [0-9]" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: version"; }

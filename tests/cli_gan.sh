@@ -4,10 +4,10 @@
 # or PGM without libpng) and batch_times.jsonl (a record per epoch with every
 # batch's time) and names the discriminator's class loss weights (2 on real
 # images, 0 on generated ones by default); bad input (unknown precision,
-# batch 0, an --out that cannot be created, an option of `train` only, a
-# negative --aux-fake-weight) is one error line and exit 2 before any
-# training; --beta1 0 is used as given; skipped steps are counted per
-# epoch.
+# batch 0, an --out that cannot be created, an option of `train` only or one
+# it does not use, a negative --aux-fake-weight) is one error line and exit 2
+# before any training; npy: data takes --val-fraction; --beta1 0 is used as
+# given; skipped steps are counted per epoch.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/gan
@@ -72,6 +72,21 @@ expect_error optimizer "--optimizer is not an option of train-gan" --optimizer s
 expect_error big_batch "--batch 100 is larger than the training set" --batch 100 --out "$work/e4"
 expect_error shape "multiples of 4" --synthetic-shape 1x30x30 --out "$work/e5"
 expect_error aux_weight "--aux-fake-weight -1 is out of range" --aux-fake-weight -1 --out "$work/e6"
+# options of `train` the GAN does not use: refused, not silently ignored
+expect_error augment "--augment is not used by train-gan" --augment --out "$work/e7"
+expect_error rrc "--random-resized-crop is not used by train-gan" --random-resized-crop --out "$work/e8"
+expect_error no_normalize "--no-normalize is not used by train-gan" --no-normalize --out "$work/e9"
+expect_error data "--data 'imagenet': unknown dataset (known: .*npy:X.npy,Y.npy, folder:DIR)" --data imagenet \
+  --out "$work/e10"
+for o in "npy:X.npy" "folder:DIR" "--val-fraction F" "--npy-layout L" "--image-size HxW" "--decode-threads N"; do
+  "$bin" train-gan --help | grep -q -- "$o" && ok || bad "--help lacks $o"
+done
+# the .npy options it does use: --val-fraction holds out part of npy: data
+python3 "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$work" 64 || bad "making the .npy files"
+"$bin" train-gan --data "npy:$work/x.npy,$work/y.npy" --val-fraction 0.5 --epochs 1 --batch 16 --device cpu \
+  --out "$work/npy" >"$work/npy.log" 2>&1 && ok || bad "train-gan on npy: data failed: $(tail -2 "$work/npy.log")"
+grep -q ": 32 samples of 1x8x8," "$work/npy.log" && ok \
+  || bad "--val-fraction 0.5 not applied: $(head -1 "$work/npy.log")"
 "$bin" train-gan --help | grep -q -- "--precision P" && ok || bad "--help lacks --precision"
 "$bin" train-gan --help | grep -q -- "--aux-fake-weight W" && ok || bad "--help lacks --aux-fake-weight"
 grep -q "D class loss weights real 2 generated 0," "$work/run.log" && ok \

@@ -122,19 +122,31 @@ static int script_plot(FILE *f, const mp_bench_matrix *m, int model, const plot_
     int gpus = o->gpus[plotted_gpus(o)];
     char on_gpus[32] = "";
     if (gpus > 1) snprintf(on_gpus, sizeof on_gpus, ", %d GPUs", gpus);
-    fprintf(f, "\nset title '%s on %s%s: %s' noenhanced\nset ylabel '%s'\n", sm, o->data_name, on_gpus, k->title,
-            k->ylabel);
-    fprintf(f, "set format y '%s'\nset yrange [%s:*]\n", k->percent ? "%g%%" : "%g", k->from_zero ? "0" : "*");
-    fprintf(f, "set terminal @svg_term\nset output '%s_%s.svg'\nplot ", k->file, sm);
+    /* the data name is the user's --data text: every string goes through mp_gnuplot_quoted */
+    char text[8192];
+    snprintf(text, sizeof text, "%s on %s%s: %s", sm, o->data_name, on_gpus, k->title);
+    fputs("\nset title ", f);
+    mp_gnuplot_quoted(f, text);
+    fputs(" noenhanced\nset ylabel ", f);
+    mp_gnuplot_quoted(f, k->ylabel);
+    fprintf(f, "\nset format y '%s'\nset yrange [%s:*]\n", k->percent ? "%g%%" : "%g", k->from_zero ? "0" : "*");
+    snprintf(text, sizeof text, "%s_%s.svg", k->file, sm);
+    fputs("set terminal @svg_term\nset output ", f);
+    mp_gnuplot_quoted(f, text);
+    fputs("\nplot ", f);
     int written = 0;
     for (int p = 0; p < o->n_precisions; p++) {
         if (!has_values(m, model, p, k->column)) continue;
-        char rel[256];
-        data_path(rel, sizeof rel, m, model, p);
-        fprintf(f, "%s'%s' using 1:%d with linespoints lw 2 title '%s'", written++ ? ", \\\n     " : "", rel,
-                k->column, mp_precision_name(o->precisions[p]));
+        data_path(text, sizeof text, m, model, p);
+        fputs(written++ ? ", \\\n     " : "", f);
+        mp_gnuplot_quoted(f, text);
+        fprintf(f, " using 1:%d with linespoints lw 2 title ", k->column);
+        mp_gnuplot_quoted(f, mp_precision_name(o->precisions[p]));
     }
-    fprintf(f, "\nset terminal @png_term\nset output '%s_%s.png'\nreplot\nunset output\n", k->file, sm);
+    snprintf(text, sizeof text, "%s_%s.png", k->file, sm);
+    fputs("\nset terminal @png_term\nset output ", f);
+    mp_gnuplot_quoted(f, text);
+    fputs("\nreplot\nunset output\n", f);
     return 2;
 }
 

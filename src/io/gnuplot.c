@@ -13,6 +13,15 @@
 
 #include "core/error.h"
 
+void mp_gnuplot_quoted(FILE *f, const char *s) {
+    fputc('\'', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '\'') fputs("''", f);
+        else fputc(*p < 0x20 || *p == 0x7f ? '?' : *p, f);
+    }
+    fputc('\'', f);
+}
+
 bool mp_gnuplot_on_path(void) {
     const char *path = getenv("PATH");
     if (!path) return false;

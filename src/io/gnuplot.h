@@ -3,7 +3,15 @@
 #ifndef MP_IO_GNUPLOT_H
 #define MP_IO_GNUPLOT_H
 
+#include <stdio.h>
+
 #include "mixprec.h"
+
+/* Writes s to f as a gnuplot single-quoted string, quotes included: a quote
+ * doubled (''), each control character (a newline would end the command) as
+ * '?'. Neither macros (@) nor backquotes are expanded in such a string, so any
+ * text written this way stays text. */
+void mp_gnuplot_quoted(FILE *f, const char *s);
 
 /* Whether an executable gnuplot is on PATH. */
 bool mp_gnuplot_on_path(void);
