@@ -102,7 +102,8 @@ for b in 0 0.5 default; do
     || bad "--beta1 $b failed: $(tail -3 "$work/beta1_$b.log")"
 done
 grep -q "Adam lr 0.0002 beta1 0, " "$work/beta1_0.log" && ok || bad "banner: $(head -1 "$work/beta1_0.log")"
-grep -q "Adam lr 0.0002 beta1 0.5, " "$work/beta1_default.log" && ok || bad "banner: $(head -1 "$work/beta1_default.log")"
+grep -q "Adam lr 0.0002 beta1 0.5, " "$work/beta1_default.log" && ok \
+  || bad "banner: $(head -1 "$work/beta1_default.log")"
 python3 - "$work"/beta1_{0,0.5,default}/batch_times.jsonl <<'PY' && ok || bad "--beta1 0 check failed"
 import json, sys
 losses = [[(r["d_loss"], r["g_loss"]) for r in map(json.loads, open(p))] for p in sys.argv[1:]]

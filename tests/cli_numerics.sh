@@ -26,7 +26,8 @@ if command -v gnuplot >/dev/null; then
         ' "inf": 0}, {"name": "hot", "kind": "output", "amax": 65504, "amin_nonzero": 1, "nan": 0, "inf": 7}]}' |
         paste -d '' - - >inf.jsonl
     timeout 120 "$bin" numerics plot inf.jsonl -o pinf >out.txt 2>err.txt
-    if [ $? = 0 ] && grep -q '^2 1 65504 1$' pinf/inf_output.dat 2>/dev/null && grep -q '^2 1 2 0$' pinf/inf_output.dat &&
+    if [ $? = 0 ] && grep -q '^2 1 65504 1$' pinf/inf_output.dat 2>/dev/null &&
+        grep -q '^2 1 2 0$' pinf/inf_output.dat &&
         grep -q 'red x at the top: NaN/inf' pinf/inf.gp && grep -q "title 'hot'" pinf/inf.gp; then ok
     else bad "numerics plot of a log with inf: $(cat out.txt err.txt pinf/inf_output.dat 2>/dev/null)"; fi
     # the default folder is the current one
