@@ -48,9 +48,13 @@ int train_args_parse(const char *cmd, int argc, char **argv, train_args *t,
  * (amp/policy_file.h), the file's layers checked against g, a layer in both,
  * or a precision or loss-scale setting the options give differently, an
  * error naming --policy, the file and the key; the file's loss scale into
- * t's scaler options. Then --bn-low against the final precision, an error
- * naming where that came from. policy (in: the options', out: the run's,
- * its overrides in buf) is applied to g. Every error is a usage error. */
+ * t's scaler options. Then --bn-low and --f32-weight-grads against the final
+ * precision, an error naming where that came from. policy (in: the options',
+ * out: the run's, its overrides in buf) is applied to g. Every error is a
+ * usage error. */
 mp_status train_apply_policy(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap);
+/* The same --bn-low / --f32-weight-grads check before any data is read,
+ * against --precision p, when no policy file can change it (MP_OK with one). */
+mp_status train_check_precision_options(const train_args *t, mp_precision p);
 
 #endif

@@ -249,7 +249,8 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
     train_args t = *targ;
     int rc;
     mp_precision precision;
-    if (mp_precision_parse(t.precision, &precision) != MP_OK) {
+    if (mp_precision_parse(t.precision, &precision) != MP_OK ||
+        train_check_precision_options(&t, precision) != MP_OK) { /* before any data is read */
         fprintf(stderr, "mixprec train: %s\n", mp_last_error());
         return 2;
     }
@@ -287,10 +288,16 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
                                                                                  "--numerics-log"},
                                                                 (const char *[]){t.save, t.log, t.monitor_csv,
                                                                                  t.numerics_log})) ||
-                               /* a log appended to the checkpoint it resumes from would corrupt it */
-                               (rc = cli_check_outputs_distinct("train", 3,
-                                                                (const char *[]){"--resume", "--log", "--monitor-csv"},
-                                                                (const char *[]){t.resume, t.log, t.monitor_csv})) ||
+                               /* a log appended to the checkpoint it resumes from, or written over the
+                                * policy it reads, would destroy that input (--save may replace --resume) */
+                               (rc = cli_check_outputs_distinct("train", 5,
+                                                                (const char *[]){"--resume", "--policy", "--log",
+                                                                                 "--monitor-csv", "--numerics-log"},
+                                                                (const char *[]){t.resume, t.policy, t.log,
+                                                                                 t.monitor_csv, t.numerics_log})) ||
+                               (rc = cli_check_outputs_distinct("train", 2, (const char *[]){"--policy", "--save"},
+                                                                (const char *[]){t.policy,
+                                                                                 rank == 0 ? t.save : NULL})) ||
                                (rc = cli_check_inputs_kept("train", &t.c, t.model, 4,
                                                            (const char *[]){"--save", "--log", "--monitor-csv",
                                                                             "--numerics-log"},

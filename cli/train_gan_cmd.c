@@ -223,7 +223,8 @@ int cmd_train_gan(int argc, char **argv) {
                     .loss_scaling = t.scaler_set ? MP_LOSS_SCALING_ON : MP_LOSS_SCALING_AUTO},
         .lr = t.c.lr_set ? t.c.lr : 2e-4f, .beta1 = t.beta1, .beta1_as_given = true,
         .aux_fake_weight = t.aux_fake_weight, .seed = t.seed,
-        .epochs = t.epochs, .max_steps = t.max_steps, .data_name = t.c.data, .out_dir = t.out, .out = out,
+        .epochs = t.epochs, .max_steps = t.max_steps, .data_workers = t.c.decode_threads,
+        .data_name = t.c.data, .out_dir = t.out, .out = out,
         .penalty = t.penalty, .penalty_weight = t.penalty_weight};
     if (s == MP_OK && out) {
         int64_t all = mp_graph_param_count(m.g), gen = mp_acgan_generator_param_count(&m);

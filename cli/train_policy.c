@@ -2,7 +2,8 @@
  * policy file (--policy FILE) applied through the public precision API on
  * top of --precision and --precision-override, its loss scale into the
  * scaler options (every disagreement with the options is an error naming
- * the file and the key), then --bn-low checked against the precision. */
+ * the file and the key), then --bn-low and --f32-weight-grads checked against
+ * the precision. */
 #include <string.h>
 
 #include "amp/policy_file.h"
@@ -40,19 +41,29 @@ static mp_status read_policy_file(train_args *t, mp_graph *g, mp_policy_opts *po
     return MP_OK;
 }
 
+/* --bn-low and --f32-weight-grads against the run's precision p; file: the
+ * policy file that set it, or NULL. */
+static mp_status check_precision_options(const train_args *t, mp_precision p, const char *file) {
+    const bool pure = p == MP_PRECISION_FP16 || p == MP_PRECISION_BF16;
+    const char *from = file ? "from --policy " : t->precision_set ? "from --precision" : "the default";
+    if (t->bn_low && !pure)
+        return mp_error(MP_ERR_INVALID_ARG, "--bn-low applies to the fp16 and bf16 precisions only; this run's is %s "
+                        "(%s%s)", mp_precision_name(p), from, file ? file : "");
+    if (t->f32_weight_grads && pure) /* no fp32 masters: the weights and their gradients are in that dtype */
+        return mp_error(MP_ERR_INVALID_ARG, "--f32-weight-grads needs fp32 master weights (amp-*, o2-*); this run's "
+                        "precision is %s (%s%s)", mp_precision_name(p), from, file ? file : "");
+    return MP_OK;
+}
+
+mp_status train_check_precision_options(const train_args *t, mp_precision p) {
+    return t->policy ? MP_OK : check_precision_options(t, p, NULL); /* a policy file may set the precision */
+}
+
 mp_status train_apply_policy(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap) {
     bool file_precision = false;
     mp_status s = t->policy ? read_policy_file(t, g, policy, buf, cap, &file_precision) : MP_OK;
     if (s != MP_OK) return mp_error(s, "--policy %s", mp_last_error());
-    const bool pure = policy->precision == MP_PRECISION_FP16 || policy->precision == MP_PRECISION_BF16;
-    const char *from = file_precision ? "from --policy " : t->precision_set ? "from --precision" : "the default";
-    if (t->bn_low && !pure)
-        return mp_error(MP_ERR_INVALID_ARG, "--bn-low applies to the fp16 and bf16 precisions only; this run's is %s "
-                        "(%s%s)", mp_precision_name(policy->precision), from, file_precision ? t->policy : "");
-    if (t->f32_weight_grads && pure) /* no fp32 masters: the weights and their gradients are in that dtype */
-        return mp_error(MP_ERR_INVALID_ARG, "--f32-weight-grads needs fp32 master weights (amp-*, o2-*); this run's "
-                        "precision is %s (%s%s)", mp_precision_name(policy->precision), from,
-                        file_precision ? t->policy : "");
+    MP_TRY(check_precision_options(t, policy->precision, file_precision ? t->policy : NULL));
     if (!t->policy && !t->bn_low) return MP_OK; /* as the model was built */
     policy->bn_low = t->bn_low;
     s = mp_graph_apply_policy(g, *policy);

@@ -272,8 +272,8 @@ row gpus_too_many 2 "--gpus 64: more GPUs than this machine has \(found" -- trai
 row gpus_cpu 2 "--gpus 2: data-parallel training runs on GPUs, not with --device cpu" -- train "${syn[@]}" --gpus 2 --device cpu
 row gpus_zero 2 "--gpus 0 is out of range" -- train --gpus 0
 row allreduce_int8 2 "--allreduce 'int8' must be auto, fp32, fp16 or bf16" -- train --allreduce int8
-row f32_grads_bf16 2 "--f32-weight-grads needs fp32 master weights" -- train "${syn[@]}" --precision bf16 \
-  --f32-weight-grads
+row f32_grads_bf16 2 "--f32-weight-grads needs fp32 master weights" -- train --data-dir "$work/nodata" \
+  --precision bf16 --f32-weight-grads
 row f32_grads_policy_fp16 2 "--f32-weight-grads needs fp32 master weights .*fp16 \(from --policy $in/fp16.json\)$" -- \
   train "${syn[@]}" --f32-weight-grads --policy "$in/fp16.json"
 row bucket_zero 2 "--bucket-mb 0 is out of range" -- train --bucket-mb 0
@@ -345,6 +345,12 @@ WRAP=fsize0 row log_disk_full 1 "--log log.jsonl: write failed: File too large" 
 row log_is_save 2 "--save run.st and --log ./run.st name the same file" -- "${run[@]}" --save run.st --log ./run.st
 row csv_is_log 2 "--log $in/existing.txt and --monitor-csv $in/../in/existing.txt name the same file" -- "${run[@]}" --log "$in/existing.txt" --monitor-csv "$in/../in/existing.txt"
 row log_is_resume 2 "--resume $ck and --log $ck name the same file" -- "${run[@]}" --resume "$ck" --log "$ck"
+row numerics_log_is_resume 2 "--resume $ck and --numerics-log $ck name the same file" -- \
+  "${run[@]}" --resume "$ck" --numerics-log "$ck"
+row save_is_policy 2 "--policy $in/amp16.json and --save $in/amp16.json name the same file" -- \
+  "${run[@]}" --policy "$in/amp16.json" --save "$in/amp16.json"
+row log_is_policy 2 "--policy $in/amp16.json and --log $in/amp16.json name the same file" -- \
+  "${run[@]}" --policy "$in/amp16.json" --log "$in/amp16.json"
 # an output written over an input (the runner checks the input is left as it was)
 ki="writing it would destroy the input; give the output its own path$"
 row doctor_over_model 2 "doctor: --policy-out $in/../in/model.onnx is the --model input $in/model.onnx: $ki" -- \

@@ -303,7 +303,7 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
     mp_status s = gan_run_open(&g, m, o);
     if (s == MP_OK)
         s = mp_loader_create(train, (mp_loader_opts){.batch = o->trainer.batch, .shuffle = true, .drop_last = true,
-                                                     .seed = o->seed},
+                                                     .seed = o->seed, .workers = o->data_workers},
                              &ld);
     int steps = s == MP_OK ? mp_loader_batches(ld) : 0;
     if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;

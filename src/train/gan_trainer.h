@@ -48,6 +48,7 @@ typedef struct {
     uint64_t seed;           /* initialization, noise and fake classes */
     int epochs;
     int max_steps;           /* per epoch, 0 = whole epochs */
+    int data_workers;        /* threads preparing batches (mp_loader_opts.workers), 0: the loader's default */
     const char *data_name;   /* for logs */
     const char *out_dir;     /* existing, writable folder */
     FILE *out;               /* progress; NULL = silent */
