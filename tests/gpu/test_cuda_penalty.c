@@ -569,8 +569,11 @@ static mp_status huge_weight_step(mp_device dev, mp_step_report *rep, float *val
                                &tr);
     if (st == MP_OK) st = mp_trainer_set_input(tr, x, xs, HB * HF);
     if (st == MP_OK) st = mp_trainer_set_input(tr, t, ts, HB);
+    mp_step_report late = {0}; /* a GPU reports a step's overflow when the host sees it: here, at the wait */
     if (st == MP_OK) st = mp_trainer_step(tr, NULL, rep);
-    if (st == MP_OK) st = mp_trainer_wait(tr, NULL);
+    if (st == MP_OK) st = mp_trainer_wait(tr, &late);
+    rep->overflow.found |= late.overflow.found;
+    rep->overflow.forward |= late.overflow.forward;
     if (st == MP_OK) st = mp_trainer_penalty_value(tr, value);
     mp_trainer_destroy(tr);
     mp_optimizer_destroy(opt);
