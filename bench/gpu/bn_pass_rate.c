@@ -167,8 +167,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     const bool one_kernel = mp_bn_persist_supported();
-    printf("bn_pass_rate on %s (%d SMs), %s, median of %d launches, TB/s of each pass's own reads + writes\n\n",
-           prop.name, prop.multiProcessorCount, mp_dtype_name(dt), reps);
+    printf("bn_pass_rate on %s (%d SMs), %s, median of %d launches, TB/s of each pass's own reads + writes; %s\n\n",
+           prop.name, prop.multiProcessorCount, mp_dtype_name(dt), reps,
+           mp_env_get()->no_bn_pipeline ? "each group of rows' loads waits for the previous group's use "
+                                          "(MIXPREC_BN_PIPELINE=0)"
+                                        : "the next group of rows' loads in flight while a group is used");
     printf("| layer | rows x C | MB | copy | blocks/SM | stats | apply+ReLU | sums | dx | one-kernel fwd | one-kernel bwd |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {

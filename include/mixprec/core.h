@@ -165,6 +165,9 @@ typedef struct {
     bool no_low_conv_grads;    /**< MIXPREC_LOW_CONV_GRADS=0: a GPU plan with mp_plan_opts.low_grads keeps a conv
                                     filter with an fp32 master's gradient f32 (cuDNN's f16/bf16 values cast into it)
                                     instead of in the compute dtype (comparisons) */
+    bool no_bn_pipeline;       /**< MIXPREC_BN_PIPELINE=0: the GPU batch norm's streaming passes wait for a group of
+                                    rows' loads before issuing the next group's, instead of keeping the next group's
+                                    loads in flight while they compute (comparisons; the same values either way) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

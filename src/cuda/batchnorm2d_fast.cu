@@ -5,30 +5,33 @@
 
 /* ---- one pass per kernel ------------------------------------------------ */
 
+/* Its loads unpipelined: at two blocks per SM the pipelined form measured
+ * 5-9 % slower (bench/NOTES.md v0.37); the one-kernel forward, at one block
+ * per SM, pipelines them (batchnorm2d_persist.cu). */
 template <typename T>
 __global__ void __launch_bounds__(FAST_THREADS) fast_stats_kernel(const T *x, long long M, int C, long long R, float *pmean,
                                                              float *pm2) {
-    fast_stats_block<T>(x, M, C, R, pmean, pm2);
+    fast_stats_block<T, false>(x, M, C, R, pmean, pm2);
 }
 
-template <typename T, bool RELU, bool RESID>
+template <typename T, bool RELU, bool RESID, bool PIPE>
 __global__ void __launch_bounds__(FAST_THREADS) fast_apply_kernel(const T *x, const T *resid, T *y, long long M, int C,
                                                              long long R, const float *coef) {
-    fast_apply_block<T, RELU, RESID>(x, resid, y, M, C, R, coef, true);
+    fast_apply_block<T, RELU, RESID, PIPE>(x, resid, y, M, C, R, coef, true);
 }
 
-template <typename T, int MASK>
+template <typename T, int MASK, bool PIPE>
 __global__ void __launch_bounds__(FAST_THREADS, 2)
     fast_bwd_reduce_kernel(const T *x, const T *dy, const T *ym, const float *fwd_mu, const float *fwd_scale,
                            const float *mu, long long M, int C, long long R, float *psdy, float *psdyx) {
-    fast_bwd_reduce_block<T, MASK>(x, dy, ym, fwd_mu, fwd_scale, mu, M, C, R, psdy, psdyx);
+    fast_bwd_reduce_block<T, MASK, PIPE>(x, dy, ym, fwd_mu, fwd_scale, mu, M, C, R, psdy, psdyx);
 }
 
-template <typename T, int MASK>
+template <typename T, int MASK, bool PIPE>
 __global__ void __launch_bounds__(FAST_THREADS, 2)
     fast_dx_kernel(const T *x, const T *dy, const T *ym, const float *fwd_mu, const float *fwd_scale, T *dx,
                    bool dx_add, T *dr, bool dr_add, long long M, int C, long long R, const float *coef) {
-    fast_dx_block<T, MASK>(x, dy, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R, coef, true);
+    fast_dx_block<T, MASK, PIPE>(x, dy, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R, coef, true);
 }
 
 /* ---- host side ---------------------------------------------------------- */
@@ -47,49 +50,49 @@ cudaError_t mp_bn_fast_stats(cudaStream_t st, mp_dtype dt, const void *x, long l
 
 cudaError_t mp_bn_fast_apply(cudaStream_t st, mp_dtype dt, const void *x, const void *resid, void *y, long long M,
                              int C, int G, long long R, const float *coef, bool relu) {
-    FAST_DISPATCH(dt, {
+    FAST_DISPATCH(dt, PIPE_DISPATCH({
         const T *xt = (const T *)x, *rt = (const T *)resid;
         T *yt = (T *)y;
-        if (resid && relu) fast_apply_kernel<T, true, true><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
-        else if (resid) fast_apply_kernel<T, false, true><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
-        else if (relu) fast_apply_kernel<T, true, false><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
-        else fast_apply_kernel<T, false, false><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
-    });
+        if (resid && relu) fast_apply_kernel<T, true, true, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        else if (resid) fast_apply_kernel<T, false, true, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        else if (relu) fast_apply_kernel<T, true, false, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        else fast_apply_kernel<T, false, false, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+    }));
     return cudaGetLastError();
 }
 
 cudaError_t mp_bn_fast_bwd_reduce(cudaStream_t st, mp_dtype dt, const void *x, const void *dy, mp_bn_fast_mask mask,
                                   const float *mu, long long M, int C, int G, long long R, float *psdy,
                                   float *psdyx) {
-    FAST_DISPATCH(dt, {
+    FAST_DISPATCH(dt, PIPE_DISPATCH({
         const T *xt = (const T *)x, *dyt = (const T *)dy, *ym = (const T *)mask.y_mask;
         if (ym)
-            fast_bwd_reduce_kernel<T, MASK_Y><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, mu, M, C, R, psdy, psdyx);
+            fast_bwd_reduce_kernel<T, MASK_Y, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, mu, M, C, R, psdy, psdyx);
         else if (mask.fwd_mu)
-            fast_bwd_reduce_kernel<T, MASK_RECOMPUTE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale,
+            fast_bwd_reduce_kernel<T, MASK_RECOMPUTE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale,
                                                                              mu, M, C, R, psdy, psdyx);
         else
-            fast_bwd_reduce_kernel<T, MASK_NONE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, mu, M, C, R, psdy,
+            fast_bwd_reduce_kernel<T, MASK_NONE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, mu, M, C, R, psdy,
                                                                         psdyx);
-    });
+    }));
     return cudaGetLastError();
 }
 
 cudaError_t mp_bn_fast_dx(cudaStream_t st, mp_dtype dt, const void *x, const void *dy, mp_bn_fast_mask mask,
                           void *dx, bool dx_add, void *dr, bool dr_add, long long M, int C, int G, long long R,
                           const float *coef) {
-    FAST_DISPATCH(dt, {
+    FAST_DISPATCH(dt, PIPE_DISPATCH({
         const T *xt = (const T *)x, *dyt = (const T *)dy, *ym = (const T *)mask.y_mask;
         T *dxt = (T *)dx, *drt = (T *)dr;
         if (ym)
-            fast_dx_kernel<T, MASK_Y><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, dxt, dx_add, drt, dr_add, M, C, R,
+            fast_dx_kernel<T, MASK_Y, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, dxt, dx_add, drt, dr_add, M, C, R,
                                                              coef);
         else if (mask.fwd_mu)
-            fast_dx_kernel<T, MASK_RECOMPUTE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale, dxt,
+            fast_dx_kernel<T, MASK_RECOMPUTE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale, dxt,
                                                                      dx_add, drt, dr_add, M, C, R, coef);
         else
-            fast_dx_kernel<T, MASK_NONE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, dxt, dx_add, drt, dr_add, M,
+            fast_dx_kernel<T, MASK_NONE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, dxt, dx_add, drt, dr_add, M,
                                                                 C, R, coef);
-    });
+    }));
     return cudaGetLastError();
 }

@@ -40,6 +40,59 @@ __device__ __forceinline__ fast_lane lane_of(long long M, int C, long long R, bo
     return l;
 }
 
+/* ---- walking a thread's rows --------------------------------------------- */
+
+/* Rows r, r + d, r + 2d, ... while they lie in [r0, r1) (d = +rpp or -rpp),
+ * U at a time: load(row) gives a row's loads, use(loads, row) consumes them,
+ * each row once and in this order (so the arithmetic, and its bits, do not
+ * depend on PIPE); the rows left over (fewer than U) one at a time. PIPE: the
+ * next U rows' loads are issued before the current U are used, so a thread
+ * keeps loads in flight while it computes and stores; without it every U
+ * rows' loads wait for the previous U to be used (the passes' loop before
+ * v0.37; MIXPREC_BN_PIPELINE=0 runs it, for comparisons). */
+template <int U, bool PIPE, typename Load, typename Use>
+__device__ __forceinline__ void walk_rows(long long r, long long d, long long r0, long long r1, Load load, Use use) {
+    typedef decltype(load(r)) V;
+    auto inside = [&](long long q) { return q >= r0 && q < r1; };
+    if (PIPE && inside(r + (U - 1) * d)) {
+        V cur[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) cur[j] = load(r + j * d);
+        for (;;) {
+            const long long rn = r + U * d;
+            const bool more = inside(rn + (U - 1) * d);
+            V next[U] = {};
+            if (more) {
+#pragma unroll
+                for (int j = 0; j < U; j++) next[j] = load(rn + j * d);
+            }
+#pragma unroll
+            for (int j = 0; j < U; j++) use(cur[j], r + j * d);
+            r = rn;
+            if (!more) break;
+#pragma unroll
+            for (int j = 0; j < U; j++) cur[j] = next[j];
+        }
+    }
+    for (; !PIPE && inside(r + (U - 1) * d); r += U * d) {
+        V cur[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) cur[j] = load(r + j * d);
+#pragma unroll
+        for (int j = 0; j < U; j++) use(cur[j], r + j * d);
+    }
+    for (; inside(r); r += d) use(load(r), r);
+}
+
+/* A row's 16-byte groups: x and the residual (the apply), x, dy and the
+ * output y (the backward's passes; resid and y are {} where not read). */
+struct row_x_resid {
+    uint4 x, resid;
+};
+struct row_x_dy_y {
+    uint4 x, dy, y;
+};
+
 /* ---- per-channel values -------------------------------------------------- */
 
 /* The per-channel values of a thread's group, p[c0 .. c0 + N - 1]. Plain
@@ -68,7 +121,7 @@ __device__ __forceinline__ void welford_row(const float (&v)[fast_vec<T>::N], fl
     }
 }
 
-template <typename T>
+template <typename T, bool PIPE>
 __device__ __forceinline__ void fast_stats_block(const T *x, long long M, int C, long long R, float *pmean,
                                                  float *pm2) {
     constexpr int N = fast_vec<T>::N;
@@ -80,25 +133,14 @@ __device__ __forceinline__ void fast_stats_block(const T *x, long long M, int C,
 #pragma unroll
     for (int k = 0; k < N; k++) mean[k] = m2[k] = 0.f;
     if (active) {
-        const long long step = (long long)l.rpp * C;
-        long long r = l.r0 + l.rr;
-        const T *p = x + r * C + l.g * N;
-        for (; r + (FAST_UNROLL - 1) * l.rpp < l.r1; r += FAST_UNROLL * l.rpp, p += FAST_UNROLL * step) {
-            uint4 u[FAST_UNROLL];
-#pragma unroll
-            for (int j = 0; j < FAST_UNROLL; j++) u[j] = ld16(p + j * step);
-#pragma unroll
-            for (int j = 0; j < FAST_UNROLL; j++) {
+        const T *p = x + l.g * N;
+        walk_rows<FAST_UNROLL, PIPE>(
+            l.r0 + l.rr, l.rpp, l.r0, l.r1, [&](long long r) { return ld16(p + r * C); },
+            [&](uint4 u, long long) {
                 float v[N];
-                fast_vec<T>::widen(u[j], v);
+                fast_vec<T>::widen(u, v);
                 welford_row<T>(v, n, mean, m2);
-            }
-        }
-        for (; r < l.r1; r += l.rpp, p += step) {
-            float v[N];
-            fast_vec<T>::widen(ld16(p), v);
-            welford_row<T>(v, n, mean, m2);
-        }
+            });
     }
     s_n[t] = n;
 #pragma unroll
@@ -145,7 +187,7 @@ __device__ __forceinline__ uint4 apply_group(uint4 ux, uint4 ur, const float (&m
 /* The chunk's rows from its last: the statistics pass read them last, so
  * the L2 may still hold them. mirror: block b takes chunk G - 1 - b (the
  * chunks a statistics kernel's last wave read). */
-template <typename T, bool RELU, bool RESID>
+template <typename T, bool RELU, bool RESID, bool PIPE>
 __device__ __forceinline__ void fast_apply_block(const T *x, const T *resid, T *y, long long M, int C, long long R,
                                                  const float *coef, bool mirror) {
     constexpr int N = fast_vec<T>::N;
@@ -155,20 +197,16 @@ __device__ __forceinline__ void fast_apply_block(const T *x, const T *resid, T *
     load_coef<N>(coef, l.g * N, mu);
     load_coef<N>(coef + C, l.g * N, sc);
     load_coef<N>(coef + 2 * C, l.g * N, sh);
-    const long long step = (long long)l.rpp * C;
-    long long r = l.r1 - 1 - l.rr, at = r * C + l.g * N;
-    for (; r - (FAST_UNROLL - 1) * l.rpp >= l.r0; r -= FAST_UNROLL * l.rpp, at -= FAST_UNROLL * step) {
-        uint4 ux[FAST_UNROLL], ur[FAST_UNROLL];
-#pragma unroll
-        for (int j = 0; j < FAST_UNROLL; j++) {
-            ux[j] = ld16(x + at - j * step);
-            if (RESID) ur[j] = ld16(resid + at - j * step);
-        }
-#pragma unroll
-        for (int j = 0; j < FAST_UNROLL; j++) st16(y + at - j * step, apply_group<T, RELU, RESID>(ux[j], ur[j], mu, sc, sh));
-    }
-    for (; r >= l.r0; r -= l.rpp, at -= step)
-        st16(y + at, apply_group<T, RELU, RESID>(ld16(x + at), RESID ? ld16(resid + at) : uint4{}, mu, sc, sh));
+    const long long c0 = l.g * N;
+    walk_rows<FAST_UNROLL, PIPE>(
+        l.r1 - 1 - l.rr, -(long long)l.rpp, l.r0, l.r1,
+        [&](long long r) {
+            row_x_resid v;
+            v.x = ld16(x + r * C + c0);
+            v.resid = RESID ? ld16(resid + r * C + c0) : uint4{};
+            return v;
+        },
+        [&](const row_x_resid &v, long long r) { st16(y + r * C + c0, apply_group<T, RELU, RESID>(v.x, v.resid, mu, sc, sh)); });
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -208,7 +246,17 @@ __device__ __forceinline__ void load_fwd(const float *fwd_mu, const float *fwd_s
     load_coef<fast_vec<T>::N>(fwd_scale + C, c0, f.sh);
 }
 
+/* A row's groups for the backward's passes: y only where the mask reads it. */
 template <typename T, int MASK>
+__device__ __forceinline__ row_x_dy_y load_bwd_row(const T *x, const T *dy, const T *ym, long long at) {
+    row_x_dy_y v;
+    v.x = ld16(x + at);
+    v.dy = ld16(dy + at);
+    v.y = MASK == MASK_Y ? ld16(ym + at) : uint4{};
+    return v;
+}
+
+template <typename T, int MASK, bool PIPE>
 __device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, const T *ym, const float *fwd_mu,
                                                       const float *fwd_scale, const float *mu, long long M, int C,
                                                       long long R, float *psdy, float *psdyx) {
@@ -224,27 +272,16 @@ __device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, c
         load_coef<N>(mu, l.g * N, m);
         fwd_coefs<N> f;
         load_fwd<T, MASK>(fwd_mu, fwd_scale, C, l.g * N, f);
-        const long long step = (long long)l.rpp * C;
-        long long r = l.r0 + l.rr, at = r * C + l.g * N;
-        auto one = [&](uint4 ux, uint4 udy, uint4 uy) {
-            float xv[N], g[N];
-            fast_vec<T>::widen(ux, xv);
-            masked_dy<T, MASK>(udy, uy, xv, f, g);
+        const long long c0 = l.g * N;
+        walk_rows<FAST_UNROLL, PIPE>(
+            l.r0 + l.rr, l.rpp, l.r0, l.r1, [&](long long r) { return load_bwd_row<T, MASK>(x, dy, ym, r * C + c0); },
+            [&](const row_x_dy_y &v, long long) {
+                float xv[N], g[N];
+                fast_vec<T>::widen(v.x, xv);
+                masked_dy<T, MASK>(v.dy, v.y, xv, f, g);
 #pragma unroll
-            for (int k = 0; k < N; k++) sa[k] += g[k], sb[k] += g[k] * (xv[k] - m[k]);
-        };
-        for (; r + (FAST_UNROLL - 1) * l.rpp < l.r1; r += FAST_UNROLL * l.rpp, at += FAST_UNROLL * step) {
-            uint4 ux[FAST_UNROLL], ud[FAST_UNROLL], uy[FAST_UNROLL];
-#pragma unroll
-            for (int j = 0; j < FAST_UNROLL; j++) {
-                ux[j] = ld16(x + at + j * step);
-                ud[j] = ld16(dy + at + j * step);
-                uy[j] = MASK == MASK_Y ? ld16(ym + at + j * step) : uint4{};
-            }
-#pragma unroll
-            for (int j = 0; j < FAST_UNROLL; j++) one(ux[j], ud[j], uy[j]);
-        }
-        for (; r < l.r1; r += l.rpp, at += step) one(ld16(x + at), ld16(dy + at), MASK == MASK_Y ? ld16(ym + at) : uint4{});
+                for (int k = 0; k < N; k++) sa[k] += g[k], sb[k] += g[k] * (xv[k] - m[k]);
+            });
     }
 #pragma unroll
     for (int k = 0; k < N; k++) s_a[t * N + k] = sa[k], s_b[t * N + k] = sb[k];
@@ -266,7 +303,7 @@ __device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, c
 
 /* Rows from the chunk's last, as the apply: the reduction read them last
  * (mirror as for the apply). */
-template <typename T, int MASK>
+template <typename T, int MASK, bool PIPE>
 __device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const T *ym, const float *fwd_mu,
                                               const float *fwd_scale, T *dx, bool dx_add, T *dr, bool dr_add,
                                               long long M, int C, long long R, const float *coef, bool mirror) {
@@ -280,48 +317,39 @@ __device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const T *
     load_coef<N>(coef + 3 * C, l.g * N, b);
     fwd_coefs<N> f;
     load_fwd<T, MASK>(fwd_mu, fwd_scale, C, l.g * N, f);
-    const long long step = (long long)l.rpp * C;
-    auto one = [&](long long at, uint4 ux, uint4 udy, uint4 uy) {
-        float xv[N], g[N];
-        fast_vec<T>::widen(ux, xv);
-        masked_dy<T, MASK>(udy, uy, xv, f, g);
-        if (dr) {
-            float o[N];
-            if (dr_add) {
-                fast_vec<T>::widen(ld16(dr + at), o);
-#pragma unroll
-                for (int k = 0; k < N; k++) o[k] += g[k];
-            } else {
-#pragma unroll
-                for (int k = 0; k < N; k++) o[k] = g[k];
-            }
-            st16(dr + at, fast_vec<T>::narrow(o));
-        }
-        if (dx) {
-#pragma unroll
-            for (int k = 0; k < N; k++) g[k] = kk[k] * (g[k] - a[k] - (xv[k] - mu[k]) * b[k]);
-            if (dx_add) {
+    const long long c0 = l.g * N;
+    walk_rows<U, PIPE>(
+        l.r1 - 1 - l.rr, -(long long)l.rpp, l.r0, l.r1,
+        [&](long long r) { return load_bwd_row<T, MASK>(x, dy, ym, r * C + c0); },
+        [&](const row_x_dy_y &v, long long r) {
+            const long long at = r * C + c0;
+            float xv[N], g[N];
+            fast_vec<T>::widen(v.x, xv);
+            masked_dy<T, MASK>(v.dy, v.y, xv, f, g);
+            if (dr) {
                 float o[N];
-                fast_vec<T>::widen(ld16(dx + at), o);
+                if (dr_add) {
+                    fast_vec<T>::widen(ld16(dr + at), o);
 #pragma unroll
-                for (int k = 0; k < N; k++) g[k] += o[k];
+                    for (int k = 0; k < N; k++) o[k] += g[k];
+                } else {
+#pragma unroll
+                    for (int k = 0; k < N; k++) o[k] = g[k];
+                }
+                st16(dr + at, fast_vec<T>::narrow(o));
             }
-            st16(dx + at, fast_vec<T>::narrow(g));
-        }
-    };
-    long long r = l.r1 - 1 - l.rr, at = r * C + l.g * N;
-    for (; r - (U - 1) * l.rpp >= l.r0; r -= U * l.rpp, at -= U * step) {
-        uint4 ux[U], ud[U], uy[U];
+            if (dx) {
 #pragma unroll
-        for (int j = 0; j < U; j++) {
-            ux[j] = ld16(x + at - j * step);
-            ud[j] = ld16(dy + at - j * step);
-            uy[j] = MASK == MASK_Y ? ld16(ym + at - j * step) : uint4{};
-        }
+                for (int k = 0; k < N; k++) g[k] = kk[k] * (g[k] - a[k] - (xv[k] - mu[k]) * b[k]);
+                if (dx_add) {
+                    float o[N];
+                    fast_vec<T>::widen(ld16(dx + at), o);
 #pragma unroll
-        for (int j = 0; j < U; j++) one(at - j * step, ux[j], ud[j], uy[j]);
-    }
-    for (; r >= l.r0; r -= l.rpp, at -= step) one(at, ld16(x + at), ld16(dy + at), MASK == MASK_Y ? ld16(ym + at) : uint4{});
+                    for (int k = 0; k < N; k++) g[k] += o[k];
+                }
+                st16(dx + at, fast_vec<T>::narrow(g));
+            }
+        });
 }
 
 /* ---- host side: the dtype as T ----------------------------------------- */
@@ -338,6 +366,14 @@ static inline int vec_of(mp_dtype dt) {
         if ((dt) == MP_DTYPE_F32) { typedef float T; __VA_ARGS__; }                                                   \
         else if ((dt) == MP_DTYPE_F16) { typedef __half T; __VA_ARGS__; }                                             \
         else { typedef __nv_bfloat16 T; __VA_ARGS__; }                                                                \
+    } while (0)
+
+/* The statements that follow with PIPE (walk_rows) true, or false under
+ * MIXPREC_BN_PIPELINE=0. */
+#define PIPE_DISPATCH(...)                                                                                            \
+    do {                                                                                                              \
+        if (!mp_env_get()->no_bn_pipeline) { constexpr bool PIPE = true; __VA_ARGS__; }                               \
+        else { constexpr bool PIPE = false; __VA_ARGS__; }                                                            \
     } while (0)
 
 #endif

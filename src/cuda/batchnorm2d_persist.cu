@@ -40,31 +40,31 @@ __device__ __forceinline__ void finalize_backward(const float *psdy, const float
     }
 }
 
-template <typename T, bool RELU, bool RESID>
+template <typename T, bool RELU, bool RESID, bool PIPE>
 __global__ void __launch_bounds__(FAST_THREADS, 2)
     persist_forward_kernel(const T *x, const T *resid, T *y, long long M, int C, long long R, float *pmean,
                            float *pm2, mp_bn_fwd_out out) {
     const cg::grid_group grid = cg::this_grid();
-    fast_stats_block<T>(x, M, C, R, pmean, pm2);
+    fast_stats_block<T, PIPE>(x, M, C, R, pmean, pm2);
     grid.sync();
     finalize_forward(pmean, pm2, M, C, R, out);
     if (!y) return; /* statistics and coefficients only (batchnorm2d_persist.h) */
     grid.sync();
-    fast_apply_block<T, RELU, RESID>(x, resid, y, M, C, R, out.coef, false);
+    fast_apply_block<T, RELU, RESID, PIPE>(x, resid, y, M, C, R, out.coef, false);
 }
 
-template <typename T, int MASK>
+template <typename T, int MASK, bool PIPE>
 __global__ void __launch_bounds__(FAST_THREADS, 2)
     persist_backward_kernel(const T *x, const T *dy, const T *ym, const float *fwd_mu, const float *fwd_scale,
                             long long M, int C, long long R, float *psdy, float *psdyx, mp_bn_bwd_out out, T *dx,
                             bool dx_add, T *dr, bool dr_add) {
     const cg::grid_group grid = cg::this_grid();
-    fast_bwd_reduce_block<T, MASK>(x, dy, ym, fwd_mu, fwd_scale, out.save_mean, M, C, R, psdy, psdyx);
+    fast_bwd_reduce_block<T, MASK, PIPE>(x, dy, ym, fwd_mu, fwd_scale, out.save_mean, M, C, R, psdy, psdyx);
     grid.sync();
     finalize_backward(psdy, psdyx, M, C, out);
     grid.sync();
     if (dx || dr)
-        fast_dx_block<T, MASK>(x, dy, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R, out.coef, false);
+        fast_dx_block<T, MASK, PIPE>(x, dy, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R, out.coef, false);
 }
 
 /* ---- host side ---------------------------------------------------------- */
@@ -116,12 +116,12 @@ template <typename K, typename... Args> static cudaError_t launch_cooperative(K 
     return e;
 }
 
-template <typename T>
+template <typename T, bool PIPE>
 static cudaError_t forward_as(cudaStream_t st, int sm_count, const T *x, const T *resid, T *y, long long M, int C,
                               int max_blocks, float *pmean, float *pm2, const mp_bn_fwd_out &out, bool relu) {
     void (*const kernels[4])(const T *, const T *, T *, long long, int, long long, float *, float *, mp_bn_fwd_out) = {
-        persist_forward_kernel<T, false, false>, persist_forward_kernel<T, true, false>,
-        persist_forward_kernel<T, false, true>, persist_forward_kernel<T, true, true>};
+        persist_forward_kernel<T, false, false, PIPE>, persist_forward_kernel<T, true, false, PIPE>,
+        persist_forward_kernel<T, false, true, PIPE>, persist_forward_kernel<T, true, true, PIPE>};
     static const int per_sm[4] = {blocks_per_sm(kernels[0]), blocks_per_sm(kernels[1]), blocks_per_sm(kernels[2]),
                                   blocks_per_sm(kernels[3])};
     const int v = (resid ? 2 : 0) + (relu ? 1 : 0);
@@ -132,14 +132,14 @@ static cudaError_t forward_as(cudaStream_t st, int sm_count, const T *x, const T
     return launch_cooperative(kernels[v], G, st, x, resid, y, M, C, R, pmean, pm2, out);
 }
 
-template <typename T>
+template <typename T, bool PIPE>
 static cudaError_t backward_as(cudaStream_t st, int sm_count, const T *x, const T *dy, mp_bn_fast_mask mask,
                                long long M, int C, int max_blocks, float *psdy, float *psdyx,
                                const mp_bn_bwd_out &out, T *dx, bool dx_add, T *dr, bool dr_add) {
     void (*const kernels[3])(const T *, const T *, const T *, const float *, const float *, long long, int, long long,
                              float *, float *, mp_bn_bwd_out, T *, bool, T *, bool) = {
-        persist_backward_kernel<T, MASK_NONE>, persist_backward_kernel<T, MASK_Y>,
-        persist_backward_kernel<T, MASK_RECOMPUTE>};
+        persist_backward_kernel<T, MASK_NONE, PIPE>, persist_backward_kernel<T, MASK_Y, PIPE>,
+        persist_backward_kernel<T, MASK_RECOMPUTE, PIPE>};
     static const int per_sm[3] = {blocks_per_sm(kernels[0]), blocks_per_sm(kernels[1]), blocks_per_sm(kernels[2])};
     const int v = mask.y_mask ? 1 : mask.fwd_mu ? 2 : 0;
     int G;
@@ -154,8 +154,8 @@ cudaError_t mp_bn_persist_forward(cudaStream_t st, int sm_count, mp_dtype dt, co
                                   void *y, long long M, int C, int max_blocks, float *pmean, float *pm2,
                                   mp_bn_fwd_out out, bool relu) {
     if (!mp_bn_fast_rows_per_pass(dt, C)) return cudaErrorInvalidValue;
-    FAST_DISPATCH(dt, return forward_as<T>(st, sm_count, (const T *)x, (const T *)resid, (T *)y, M, C, max_blocks,
-                                           pmean, pm2, out, relu));
+    FAST_DISPATCH(dt, PIPE_DISPATCH(return forward_as<T, PIPE>(st, sm_count, (const T *)x, (const T *)resid, (T *)y, M, C, max_blocks,
+                                           pmean, pm2, out, relu)));
     return cudaErrorInvalidValue;
 }
 
@@ -163,7 +163,7 @@ cudaError_t mp_bn_persist_backward(cudaStream_t st, int sm_count, mp_dtype dt, c
                                    mp_bn_fast_mask mask, long long M, int C, int max_blocks, float *psdy,
                                    float *psdyx, mp_bn_bwd_out out, void *dx, bool dx_add, void *dr, bool dr_add) {
     if (!mp_bn_fast_rows_per_pass(dt, C)) return cudaErrorInvalidValue;
-    FAST_DISPATCH(dt, return backward_as<T>(st, sm_count, (const T *)x, (const T *)dy, mask, M, C, max_blocks, psdy,
-                                            psdyx, out, (T *)dx, dx_add, (T *)dr, dr_add));
+    FAST_DISPATCH(dt, PIPE_DISPATCH(return backward_as<T, PIPE>(st, sm_count, (const T *)x, (const T *)dy, mask, M, C, max_blocks, psdy,
+                                            psdyx, out, (T *)dx, dx_add, (T *)dr, dr_add)));
     return cudaErrorInvalidValue;
 }
