@@ -48,8 +48,9 @@ __device__ __forceinline__ fast_lane lane_of(long long M, int C, long long R, bo
  * depend on PIPE); the rows left over (fewer than U) one at a time. PIPE: the
  * next U rows' loads are issued before the current U are used, so a thread
  * keeps loads in flight while it computes and stores; without it every U
- * rows' loads wait for the previous U to be used (the passes' loop before
- * v0.37; MIXPREC_BN_PIPELINE=0 runs it, for comparisons). */
+ * rows' loads wait for the previous U to be used (the same rows in the same
+ * order as the passes' loops before v0.37, loads not issued ahead;
+ * MIXPREC_BN_PIPELINE=0 runs it, for comparisons). */
 template <int U, bool PIPE, typename Load, typename Use>
 __device__ __forceinline__ void walk_rows(long long r, long long d, long long r0, long long r1, Load load, Use use) {
     typedef decltype(load(r)) V;

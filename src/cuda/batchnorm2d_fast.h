@@ -9,12 +9,13 @@
  * block code in one kernel with a finalize phase of its own); what differs is how they move
  * bytes: the dtype is a template parameter (no per-element dispatch), a
  * block's threads cover whole rows (consecutive threads read consecutive
- * 16 bytes, whatever C is), each thread has four rows' loads in flight and
- * (but in the statistics' own kernel, where it measured slower) issues the
- * next rows' before it computes on those (MIXPREC_BN_PIPELINE=0: after; the
- * same values either way), the second pass over a chunk walks it backwards
- * (its last rows are still in L2), and the backward of a fused ReLU recomputes its mask from x and the
- * forward's coefficients instead of reading the output.
+ * 16 bytes, whatever C is), each thread loads four rows (dx: two) as a
+ * group and (but in the statistics' own kernel, where it measured slower)
+ * issues the next group's loads before it computes on the current one
+ * (MIXPREC_BN_PIPELINE=0: after; the same values either way), the second
+ * pass over a chunk walks it backwards (its last rows are still in L2), and
+ * the backward of a fused ReLU recomputes its mask from x and the forward's
+ * coefficients instead of reading the output.
  *
  * Each pass splits the M rows into G chunks of R rows (the last may be
  * shorter), one block each; the reductions write one partial per chunk and
