@@ -226,11 +226,7 @@ static FILE *open_out(const char *dir) {
 /* Checks that need no data, then those that need it; 0 when all pass. */
 static int check_args(bench_args *b, mp_optim_opts *oo, float *lr) {
     if (!check_lists(b) || !check_gpus(b)) return 2;
-    if (!common_opts_known_data(b->c.data)) {
-        fprintf(stderr, "mixprec bench: --data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic)\n",
-                b->c.data);
-        return 2;
-    }
+    if (common_opts_check_data("bench", &b->c)) return 2;
     if (common_opts_optimizer(&b->c, oo, lr) != MP_OK) {
         fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
         return 2;

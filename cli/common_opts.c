@@ -34,6 +34,13 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
     const int taken = arg_option_value(cmd, argc, argv, i, with_value, sizeof with_value / sizeof *with_value, &v);
     if (taken <= 0) return taken;
     bool ok = true;
+    if (!strcmp(a, "--synthetic-shape") || !strcmp(a, "--synthetic-size")) c->synthetic_opt = a;
+    else if (!strcmp(a, "--npy-layout")) c->npy_opt = a;
+    else if (!strcmp(a, "--image-size") || !strcmp(a, "--image-channels") || !strcmp(a, "--bad-images") ||
+             !strcmp(a, "--decode-threads") || !strcmp(a, "--decode-memory-mb"))
+        c->folder_opt = a;
+    else if (!strcmp(a, "--val-fraction")) c->split_opt = a;
+    else if (!strcmp(a, "--data-dir")) c->dir_opt = a;
     if (!strcmp(a, "--data")) c->data = v;
     else if (!strcmp(a, "--data-dir")) c->data_dir = v;
     else if (!strcmp(a, "--optimizer")) c->optimizer = v;
@@ -85,6 +92,35 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
 bool common_opts_known_data(const char *name) {
     return !strcmp(name, "fashion-mnist") || !strcmp(name, "mnist") || !strcmp(name, "cifar10") ||
            !strcmp(name, "synthetic") || !strncmp(name, "npy:", 4) || !strncmp(name, "folder:", 7);
+}
+
+int common_opts_check_data(const char *cmd, const common_opts *c) {
+    if (!common_opts_known_data(c->data)) {
+        fprintf(stderr, "mixprec %s: --data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic, "
+                        "npy:X.npy,Y.npy[,XT.npy,YT.npy], folder:DIR)\n", cmd, c->data);
+        return 2;
+    }
+    const bool synthetic = !strcmp(c->data, "synthetic"), npy = !strncmp(c->data, "npy:", 4),
+               folder = !strncmp(c->data, "folder:", 7);
+    const char *commas = npy ? strchr(c->data, ',') : NULL;
+    const bool npy_pair = commas && !strchr(commas + 1, ','); /* X,Y: the test set split off */
+    struct {
+        const char *given, *applies;
+        bool fits;
+    } const groups[] = {
+        {c->synthetic_opt, "--data synthetic", synthetic},
+        {c->npy_opt, "--data npy:...", npy},
+        {c->folder_opt, "--data folder:DIR", folder},
+        {c->split_opt, "--data npy:X.npy,Y.npy (two files) and --data folder:DIR", npy_pair || folder},
+        {c->dir_opt, "--data fashion-mnist, mnist and cifar10", !synthetic && !npy && !folder},
+    };
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+        if (groups[g].given && !groups[g].fits) {
+            fprintf(stderr, "mixprec %s: %s applies to %s only, not to --data %s (it would be ignored)\n", cmd,
+                    groups[g].given, groups[g].applies, c->data);
+            return 2;
+        }
+    return 0;
 }
 
 /* The comma-separated files of --data npy:LIST, split in buf (NPY_LIST_MAX

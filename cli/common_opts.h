@@ -61,6 +61,9 @@ typedef struct {
     bool random_resized_crop;
     int image_h, image_w, image_c, decode_threads, decode_memory_mb;
     mp_bad_images bad_images;
+    /* the last option given of each group that applies to some kinds of --data only (NULL: none given),
+     * for common_opts_check_data */
+    const char *synthetic_opt, *npy_opt, *folder_opt, *split_opt, *dir_opt;
     /* optimizer */
     const char *optimizer;
     float lr, momentum, weight_decay;
@@ -76,6 +79,15 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
 
 /* Whether --data names a dataset load_data knows. */
 bool common_opts_known_data(const char *name);
+
+/* --data known, and no option given that applies to another kind of data
+ * only (--synthetic-* without synthetic data, --npy-layout without npy
+ * files, a folder option without folder:DIR, --val-fraction with neither
+ * two npy files nor a folder, --data-dir with neither fashion-mnist, mnist
+ * nor cifar10), which would be ignored: 0, else 2 after printing "mixprec
+ * <cmd>: ..." naming the option. For after option parsing, before any data
+ * is read. */
+int common_opts_check_data(const char *cmd, const common_opts *c);
 
 /* Load the train and test sets (synthetic ones from `seed`), cut the train set
  * to --train-samples and check both are finite. On error both are freed. */

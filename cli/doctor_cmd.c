@@ -130,6 +130,7 @@ int cmd_doctor(int argc, char **argv) {
         fprintf(stderr, "mixprec doctor: --model: %s\n", mp_last_error());
         return 2;
     }
+    if ((rc = common_opts_check_data("doctor", &t.c))) return rc;
     /* before any probing; the policy written over the model or data it is made from would destroy them */
     if ((rc = cli_check_output("doctor", "--policy-out", d.policy_out)) ||
         (rc = cli_check_inputs_kept("doctor", &t.c, t.model, 1, (const char *[]){"--policy-out"},

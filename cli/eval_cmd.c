@@ -227,5 +227,6 @@ int cmd_eval(int argc, char **argv) {
     eval_args e;
     int rc = parse(argc, argv, &e);
     if (rc) return rc == 1 ? 0 : rc;
+    if ((rc = common_opts_check_data("eval", &e.c))) return rc;
     return run_eval(&e);
 }

@@ -278,6 +278,7 @@ static int run_train(train_args *targ, mp_dist *dist, int rank) {
         fprintf(stderr, "mixprec train: --model: %s\n", mp_last_error());
         return 2;
     }
+    if ((rc = common_opts_check_data("train", &t.c))) return rc;
     /* every output path, before any data is read or a step trained */
     if (!t.print_precision && ((rc = cli_check_output("train", "--save", rank == 0 ? t.save : NULL)) ||
                                (rc = cli_check_output("train", "--log", t.log)) ||

@@ -155,11 +155,7 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
         fprintf(stderr, "mixprec train-gan: %s\n", mp_last_error());
         return 2;
     }
-    if (!common_opts_known_data(t->c.data)) {
-        fprintf(stderr, "mixprec train-gan: --data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, "
-                        "synthetic, npy:X.npy,Y.npy, folder:DIR)\n", t->c.data);
-        return 2;
-    }
+    if (common_opts_check_data("train-gan", &t->c)) return 2;
     int rc = cli_check_output_dir("train-gan", "--out", t->out);
     if (rc) return rc;
     if (!cli_make_dirs(t->out)) {

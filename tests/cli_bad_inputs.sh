@@ -209,7 +209,7 @@ row unknown_command 2 "unknown command 'trian'" -- trian
 row version_option 2 "mixprec version: unknown option '--bogus'" -- version --bogus
 row model_unknown 2 "--model: unknown model 'resnet999'" -- train --model resnet999
 row model_wrn_depth 2 "--model: model 'wrn-27-10': depth 27 is not 6n\+4" -- train --model wrn-27-10
-row data_unknown 1 "--data 'imagenet': unknown dataset" -- train --data imagenet
+row data_unknown 2 "--data 'imagenet': unknown dataset" -- train --data imagenet
 row epochs_text 2 "--epochs 'many' is not an integer" -- train --epochs many
 row seed_minus 2 "--seed '-1' is not a non-negative integer" -- train --seed -1
 row seed_space_minus 2 "--seed ' -1' is not a non-negative integer" -- train "${syn[@]}" --max-steps 1 --seed " -1"

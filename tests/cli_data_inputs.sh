@@ -115,6 +115,28 @@ row shape_sign 2 "--synthetic-shape '1x\+8x8' must be CxHxW" -- train "${syn[@]}
 row shape_tail 2 "--synthetic-shape '1x8x8x' must be CxHxW" -- train "${syn[@]}" --synthetic-shape 1x8x8x
 row image_channels_2 2 "--image-channels 2: 1 \(gray\) or 3 \(RGB\)" -- "${t[@]}" --image-channels 2
 row decode_threads_0 2 "--decode-threads 0 is out of range" -- "${t[@]}" --decode-threads 0
+# an option of one kind of data given with another would be ignored: refused by name, before any data is read
+row kind_npy_layout 2 "--npy-layout applies to --data npy:... only, not to --data synthetic" -- train "${syn[@]}" \
+  --npy-layout nchw
+row kind_image_size 2 "--image-size applies to --data folder:DIR only, not to --data npy:" -- "${t[@]}" \
+  --data "$(np x10.npy y10.npy)" --image-size 8x8
+row kind_decode_memory 2 "--decode-memory-mb applies to --data folder:DIR only, not to --data synthetic" -- \
+  train "${syn[@]}" --decode-memory-mb 0
+row kind_synthetic_shape 2 "--synthetic-shape applies to --data synthetic only, not to --data folder:" -- \
+  "${t[@]}" --data "folder:$in/f_corrupt" --synthetic-shape 1x4x4
+row kind_synthetic_size 2 "--synthetic-size applies to --data synthetic only, not to --data fashion-mnist" -- \
+  "${t[@]}" --data fashion-mnist --synthetic-size 100
+row kind_val_fraction 2 "--val-fraction applies to --data npy:X.npy,Y.npy \(two files\) and --data folder:DIR only, not to --data npy:" -- \
+  "${t[@]}" --data "npy:$in/x10.npy,$in/y10.npy,$in/x10.npy,$in/y10.npy" --val-fraction 0.2
+row kind_val_fraction_syn 2 "--val-fraction applies to .* not to --data synthetic" -- train "${syn[@]}" --val-fraction 0.2
+row kind_data_dir 2 "--data-dir applies to --data fashion-mnist, mnist and cifar10 only, not to --data synthetic" -- \
+  train "${syn[@]}" --data-dir "$in"
+row kind_eval 2 "mixprec eval: --decode-threads applies to --data folder:DIR only" -- eval --data synthetic \
+  --decode-threads 2 --checkpoint "$in/none.safetensors"
+row kind_gan 2 "mixprec train-gan: --synthetic-size applies to --data synthetic only" -- train-gan \
+  --data fashion-mnist --synthetic-size 100 --out "$work/c/kind_gan/out"
+row kind_bench 2 "mixprec bench: --bad-images applies to --data folder:DIR only" -- bench --data synthetic --bad-images skip
+row kind_doctor 2 "mixprec doctor: --npy-layout applies to --data npy:... only" -- doctor "${syn[@]}" --npy-layout nhwc
 # skip: the bad images are left out and training runs
 d=$work/c/skip && mkdir -p "$d"
 if "$bin" "${t[@]}" --data "folder:$in/f_corrupt" --bad-images skip --val-fraction 0.25 >"$d/out" 2>"$d/err"; then pass=$((pass + 1))

@@ -76,7 +76,7 @@ expect_error aux_weight "--aux-fake-weight -1 is out of range" --aux-fake-weight
 expect_error augment "--augment is not used by train-gan" --augment --out "$work/e7"
 expect_error rrc "--random-resized-crop is not used by train-gan" --random-resized-crop --out "$work/e8"
 expect_error no_normalize "--no-normalize is not used by train-gan" --no-normalize --out "$work/e9"
-expect_error data "--data 'imagenet': unknown dataset (known: .*npy:X.npy,Y.npy, folder:DIR)" --data imagenet \
+expect_error data "--data 'imagenet': unknown dataset (known: .*npy:X.npy,Y.npy\[,XT.npy,YT.npy\], folder:DIR)" --data imagenet \
   --out "$work/e10"
 for o in "npy:X.npy" "folder:DIR" "--val-fraction F" "--npy-layout L" "--image-size HxW" "--decode-threads N"; do
   "$bin" train-gan --help | grep -q -- "$o" && ok || bad "--help lacks $o"
