@@ -53,10 +53,14 @@ cudaError_t mp_bn_fast_apply(cudaStream_t st, mp_dtype dt, const void *x, const 
     FAST_DISPATCH(dt, PIPE_DISPATCH({
         const T *xt = (const T *)x, *rt = (const T *)resid;
         T *yt = (T *)y;
-        if (resid && relu) fast_apply_kernel<T, true, true, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
-        else if (resid) fast_apply_kernel<T, false, true, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
-        else if (relu) fast_apply_kernel<T, true, false, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
-        else fast_apply_kernel<T, false, false, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        if (resid && relu)
+            fast_apply_kernel<T, true, true, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        else if (resid)
+            fast_apply_kernel<T, false, true, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        else if (relu)
+            fast_apply_kernel<T, true, false, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
+        else
+            fast_apply_kernel<T, false, false, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, rt, yt, M, C, R, coef);
     }));
     return cudaGetLastError();
 }
@@ -67,13 +71,14 @@ cudaError_t mp_bn_fast_bwd_reduce(cudaStream_t st, mp_dtype dt, const void *x, c
     FAST_DISPATCH(dt, PIPE_DISPATCH({
         const T *xt = (const T *)x, *dyt = (const T *)dy, *ym = (const T *)mask.y_mask;
         if (ym)
-            fast_bwd_reduce_kernel<T, MASK_Y, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, mu, M, C, R, psdy, psdyx);
+            fast_bwd_reduce_kernel<T, MASK_Y, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, mu, M, C, R,
+                                                                                psdy, psdyx);
         else if (mask.fwd_mu)
-            fast_bwd_reduce_kernel<T, MASK_RECOMPUTE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale,
-                                                                             mu, M, C, R, psdy, psdyx);
+            fast_bwd_reduce_kernel<T, MASK_RECOMPUTE, PIPE><<<G, FAST_THREADS, 0, st>>>(
+                xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale, mu, M, C, R, psdy, psdyx);
         else
-            fast_bwd_reduce_kernel<T, MASK_NONE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, mu, M, C, R, psdy,
-                                                                        psdyx);
+            fast_bwd_reduce_kernel<T, MASK_NONE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, mu, M, C,
+                                                                                   R, psdy, psdyx);
     }));
     return cudaGetLastError();
 }
@@ -85,14 +90,14 @@ cudaError_t mp_bn_fast_dx(cudaStream_t st, mp_dtype dt, const void *x, const voi
         const T *xt = (const T *)x, *dyt = (const T *)dy, *ym = (const T *)mask.y_mask;
         T *dxt = (T *)dx, *drt = (T *)dr;
         if (ym)
-            fast_dx_kernel<T, MASK_Y, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, dxt, dx_add, drt, dr_add, M, C, R,
-                                                             coef);
+            fast_dx_kernel<T, MASK_Y, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, dxt, dx_add, drt,
+                                                                        dr_add, M, C, R, coef);
         else if (mask.fwd_mu)
-            fast_dx_kernel<T, MASK_RECOMPUTE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale, dxt,
-                                                                     dx_add, drt, dr_add, M, C, R, coef);
+            fast_dx_kernel<T, MASK_RECOMPUTE, PIPE><<<G, FAST_THREADS, 0, st>>>(
+                xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale, dxt, dx_add, drt, dr_add, M, C, R, coef);
         else
-            fast_dx_kernel<T, MASK_NONE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, dxt, dx_add, drt, dr_add, M,
-                                                                C, R, coef);
+            fast_dx_kernel<T, MASK_NONE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, dxt, dx_add, drt,
+                                                                           dr_add, M, C, R, coef);
     }));
     return cudaGetLastError();
 }

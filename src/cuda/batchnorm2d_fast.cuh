@@ -207,7 +207,9 @@ __device__ __forceinline__ void fast_apply_block(const T *x, const T *resid, T *
             v.resid = RESID ? ld16(resid + r * C + c0) : uint4{};
             return v;
         },
-        [&](const row_x_resid &v, long long r) { st16(y + r * C + c0, apply_group<T, RELU, RESID>(v.x, v.resid, mu, sc, sh)); });
+        [&](const row_x_resid &v, long long r) {
+            st16(y + r * C + c0, apply_group<T, RELU, RESID>(v.x, v.resid, mu, sc, sh));
+        });
 }
 
 /* ---- backward ----------------------------------------------------------- */

@@ -154,8 +154,8 @@ cudaError_t mp_bn_persist_forward(cudaStream_t st, int sm_count, mp_dtype dt, co
                                   void *y, long long M, int C, int max_blocks, float *pmean, float *pm2,
                                   mp_bn_fwd_out out, bool relu) {
     if (!mp_bn_fast_rows_per_pass(dt, C)) return cudaErrorInvalidValue;
-    FAST_DISPATCH(dt, PIPE_DISPATCH(return forward_as<T, PIPE>(st, sm_count, (const T *)x, (const T *)resid, (T *)y, M, C, max_blocks,
-                                           pmean, pm2, out, relu)));
+    FAST_DISPATCH(dt, PIPE_DISPATCH(return forward_as<T, PIPE>(st, sm_count, (const T *)x, (const T *)resid, (T *)y,
+                                                               M, C, max_blocks, pmean, pm2, out, relu)));
     return cudaErrorInvalidValue;
 }
 
@@ -163,7 +163,8 @@ cudaError_t mp_bn_persist_backward(cudaStream_t st, int sm_count, mp_dtype dt, c
                                    mp_bn_fast_mask mask, long long M, int C, int max_blocks, float *psdy,
                                    float *psdyx, mp_bn_bwd_out out, void *dx, bool dx_add, void *dr, bool dr_add) {
     if (!mp_bn_fast_rows_per_pass(dt, C)) return cudaErrorInvalidValue;
-    FAST_DISPATCH(dt, PIPE_DISPATCH(return backward_as<T, PIPE>(st, sm_count, (const T *)x, (const T *)dy, mask, M, C, max_blocks, psdy,
-                                            psdyx, out, (T *)dx, dx_add, (T *)dr, dr_add)));
+    FAST_DISPATCH(dt, PIPE_DISPATCH(return backward_as<T, PIPE>(st, sm_count, (const T *)x, (const T *)dy, mask, M, C,
+                                                                max_blocks, psdy, psdyx, out, (T *)dx, dx_add,
+                                                                (T *)dr, dr_add)));
     return cudaErrorInvalidValue;
 }
