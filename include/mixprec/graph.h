@@ -101,7 +101,8 @@ MP_API mp_node mp_dropout(mp_graph *g, const char *name, mp_node x, float p);
 /** Softmax cross-entropy of logits (N, K) against int32 labels, mean over the
  * batch, computed in fp32 whatever the policy. */
 MP_API mp_node mp_softmax_cross_entropy(mp_graph *g, const char *name, mp_node logits, mp_node labels);
-/** Binary cross-entropy with logits against dense targets, mean over the batch, fp32. */
+/** Binary cross-entropy with logits against dense targets of the logits' shape (N, F), mean over all N x F
+ * elements (PyTorch's BCEWithLogitsLoss default reduction), fp32. */
 MP_API mp_node mp_bce_with_logits(mp_graph *g, const char *name, mp_node logits, mp_node targets);
 
 /** How mp_graph_init_params_scheme draws conv, conv_transpose and linear
