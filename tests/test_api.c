@@ -539,9 +539,19 @@ static void test_trainer_gradients(void) {
                              .loss_scaling = MP_LOSS_SCALING_ON, .events = fopen("/dev/null", "w")};
     heavy.groups[0] = (mp_train_group){.optimizer = fc, .losses = {n.loss}, .weights = {1e35f}, .n_losses = 1};
     MP_ASSERT(heavy.events && mp_trainer_create(n.g, &heavy, &t) == MP_OK);
-    CHECK_ERR(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL), MP_OK);
+    mp_step_report rep;
+    CHECK_ERR(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, &rep), MP_OK);
     CHECK(mp_trainer_skipped_steps(t) == 1, "an inf seed skips the step: %lld skipped",
           (long long)mp_trainer_skipped_steps(t));
+    /* the replay that located the overflow left scaled gradients behind: not readable as the step's */
+    CHECK(rep.overflow.found, "the skipped step's overflow is reported");
+    CHECK_ERR(mp_trainer_grad_get(t, "fc.bias", g, 3), MP_ERR_INVALID_ARG, "'fc.bias'", "skipped", "replay");
+    /* until a step is not skipped: the scale backs off until the heavy seed fits */
+    for (int i = 0; i < 40 && mp_trainer_skipped_steps(t) == mp_trainer_steps(t); i++)
+        MP_ASSERT(mp_trainer_step(t, &(mp_batch){.images = x, .labels = y, .n = 4}, NULL) == MP_OK);
+    CHECK(mp_trainer_skipped_steps(t) < mp_trainer_steps(t), "a step applies once the scale is low enough (%lld of "
+          "%lld skipped)", (long long)mp_trainer_skipped_steps(t), (long long)mp_trainer_steps(t));
+    CHECK_ERR(mp_trainer_grad_get(t, "fc.bias", g, 3), MP_OK);
     mp_trainer_destroy(t);
     fclose(heavy.events);
     mp_optimizer_destroy(fc);

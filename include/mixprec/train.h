@@ -173,7 +173,9 @@ MP_API mp_status mp_trainer_param_set(mp_trainer *t, const char *name, const flo
  * backward overwrites every gradient and only a group's own are unscaled, so
  * with several groups only the last group's parameters are readable, and
  * with loss scaling a parameter no group trains is not (MP_ERR_INVALID_ARG
- * saying which). */
+ * saying which). After a skipped step whose overflow the trainer located by
+ * replaying it (mp_step_report.overflow), the replay has overwritten the
+ * gradients with scaled ones: MP_ERR_INVALID_ARG until the next step. */
 MP_API mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_t n);
 
 /* ---- checkpoints and weight files ---------------------------------------- */

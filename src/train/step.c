@@ -156,6 +156,7 @@ static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_
         }
     }
     p->grad_ready = hook;
+    if (backward) t->grads_replayed = true;
     copy_buffers(t, false);
     if (st != MP_OK) { /* the search failed: not located; putting the state back must not */
         memset(site, 0, sizeof *site);

@@ -357,6 +357,7 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
     const int rebuilds = t->rebuilds;
     for (int gi = 0; gi < t->n_groups; gi++) t->groups[gi].lr = mp_lr_at(&t->groups[gi].opt->o.lr, t->steps);
     const mp_launch kind = launch_kind(t->micro, t->k);
+    t->grads_replayed = false; /* this launch's backward writes them */
     mp_status ls = mp_numerics_launch_begin(t, kind);
     if (ls == MP_OK) ls = t->be->launch(t, kind);
     const mp_status le = mp_numerics_launch_end(t, ls == MP_OK);
@@ -479,6 +480,11 @@ mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_
                         "activation arena and do not outlive a step (accumulate 2 or more keeps them)",
                         name ? name : "");
     MP_TRY(t->be->wait(t));
+    if (t->grads_replayed)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: gradient '%s': the last step was skipped (NaN/inf at loss scale "
+                        "%g) and the replay that located the overflow overwrote its gradients with scaled ones; read "
+                        "gradients after a step that is not skipped", name ? name : "",
+                        (double)t->scaler.last_skip_scale);
     MP_TRY(mp_plan_sync_params(t->plan, true));
     return mp_graph_grad_get(t->g, name, dst, n);
 }

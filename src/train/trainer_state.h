@@ -68,6 +68,8 @@ struct mp_trainer {
     int rebuilds;             /* plans rebuilt by the auto-fallback */
     bool rebuild_pending;     /* the auto-fallback changed a node's dtype: rebuild before the next launch */
     float *buffers_backup;    /* BN running statistics, kept across a provenance replay */
+    bool grads_replayed;      /* a provenance replay (step.c's locate) overwrote the last, skipped step's
+                                 gradients with scaled ones: mp_trainer_grad_get refuses until the next step */
     /* the host backend's last check: per group, the graph parameter whose
      * gradient was non-finite first (-1: none, or not known on a device) */
     int bad_param[MP_MAX_GROUPS];
