@@ -89,13 +89,14 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
     return ok ? 1 : -1;
 }
 
-bool common_opts_known_data(const char *name) {
+/* Whether --data names a dataset load_data knows. */
+static bool known_data(const char *name) {
     return !strcmp(name, "fashion-mnist") || !strcmp(name, "mnist") || !strcmp(name, "cifar10") ||
            !strcmp(name, "synthetic") || !strncmp(name, "npy:", 4) || !strncmp(name, "folder:", 7);
 }
 
 int common_opts_check_data(const char *cmd, const common_opts *c) {
-    if (!common_opts_known_data(c->data)) {
+    if (!known_data(c->data)) {
         fprintf(stderr, "mixprec %s: --data '%s': unknown dataset (known: fashion-mnist, mnist, cifar10, synthetic, "
                         "npy:X.npy,Y.npy[,XT.npy,YT.npy], folder:DIR)\n", cmd, c->data);
         return 2;

@@ -77,9 +77,6 @@ common_opts common_opts_default(void);
  * "mixprec <cmd>: ..." and return -1 for a missing or bad value. */
 int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opts *c);
 
-/* Whether --data names a dataset load_data knows. */
-bool common_opts_known_data(const char *name);
-
 /* --data known, and no option given that applies to another kind of data
  * only (--synthetic-* without synthetic data, --npy-layout without npy
  * files, a folder option without folder:DIR, --val-fraction with neither
