@@ -47,7 +47,8 @@ static void usage(FILE *f) {
             "execution and output:\n"
             "  --out DIR           output folder (default runs/bench-YYYYmmdd-HHMMSS): results.jsonl, tables.md,\n"
             "                      {time,speedup,accuracy}_<model>.{svg,png} drawn by gnuplot (the 1-GPU\n"
-            "                      cells, else the first GPU count's), plots.gp\n"
+            "                      cells, else the first GPU count's), plots.gp; a folder an earlier run\n"
+            "                      wrote results.jsonl to is refused\n"
             "  --price-per-hour X  machine price in USD per hour, for a cost-per-million-samples column\n"
             "                      (default 0: no cost)\n"
 "  --device D          cpu | cuda | cuda:N | auto (default auto: the first GPU when present)\n"
@@ -272,7 +273,7 @@ int cmd_bench(int argc, char **argv) {
         strftime(default_out, sizeof default_out, "runs/bench-%Y%m%d-%H%M%S", localtime(&now));
         b.out = default_out;
     }
-    if ((rc = cli_check_output_dir("bench", "--out", b.out))) return rc; /* before the data is read */
+    if ((rc = cli_check_fresh_output_dir("bench", "--out", b.out, "results.jsonl"))) return rc; /* before the data */
     if (b.threads) omp_set_num_threads(b.threads);
 
     mp_dataset train = {0}, test = {0};

@@ -245,6 +245,19 @@ int cli_check_output_dir(const char *cmd, const char *option, const char *dir) {
     return 2;
 }
 
+int cli_check_fresh_output_dir(const char *cmd, const char *option, const char *dir, const char *marker) {
+    int rc = cli_check_output_dir(cmd, option, dir);
+    if (rc || !dir) return rc;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, marker);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0; /* not a file: the output's own check names it */
+    fprintf(stderr, "mixprec %s: %s %s already holds an earlier run's output (%s): its files would stay beside this "
+                    "run's, which replaces only some of them; give a new folder (the default is a fresh one per run) "
+                    "or remove that one\n", cmd, option, dir, path);
+    return 2;
+}
+
 int cli_check_outputs_distinct(const char *cmd, int n, const char *const *options, const char *const *paths) {
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)

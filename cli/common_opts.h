@@ -99,6 +99,11 @@ mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *
  * else 2 after printing "mixprec <cmd>: <option> <path>: why". */
 int cli_check_output(const char *cmd, const char *option, const char *path);
 int cli_check_output_dir(const char *cmd, const char *option, const char *dir);
+/* cli_check_output_dir, and the folder must not hold the regular file
+ * `marker` (which an earlier run of the command wrote there): that run's
+ * plots or sample grids would stay beside this one's, which replaces only
+ * some of them; else 2 after a message naming the file. */
+int cli_check_fresh_output_dir(const char *cmd, const char *option, const char *dir, const char *marker);
 /* No two of the n output paths (NULL: not given) name one file; else 2 after
  * "mixprec <cmd>: <option> <path> and <option> <path> name the same file". */
 int cli_check_outputs_distinct(const char *cmd, int n, const char *const *options, const char *const *paths);

@@ -68,7 +68,8 @@ static void usage(FILE *f) {
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --out DIR           output folder (default runs/gan-YYYYmmdd-HHMMSS): samples_epochN.png\n"
             "                      (PGM/PPM without libpng) and batch_times.jsonl (a record per epoch with\n"
-            "                      every batch's time in ms, its mean/median/min/max, losses, skipped steps)\n"
+            "                      every batch's time in ms, its mean/median/min/max, losses, skipped steps);\n"
+            "                      a folder an earlier run wrote batch_times.jsonl to is refused\n"
             "  --quiet             no progress output\n"
             "  -h, --help          this help\n");
 }
@@ -156,7 +157,7 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
         return 2;
     }
     if (common_opts_check_data("train-gan", &t->c)) return 2;
-    int rc = cli_check_output_dir("train-gan", "--out", t->out);
+    int rc = cli_check_fresh_output_dir("train-gan", "--out", t->out, "batch_times.jsonl");
     if (rc) return rc;
     if (!cli_make_dirs(t->out)) {
         fprintf(stderr, "mixprec train-gan: --out '%s': cannot create directory: %s\n", t->out, strerror(errno));

@@ -63,6 +63,14 @@ PY
   || bad "--init torch failed: $(tail -2 "$work/torchinit.log")"
 grep -q "; seed 1, PyTorch's weight initialization (--init torch)\.$" "$work/torchinit/tables.md" && ok \
   || bad "tables.md does not say --init torch"
+# the same --out again: refused before any training (the old plots would sit beside the new ones), files kept
+before=$(md5sum "$work/nomon/results.jsonl")
+"$bin" bench --models small --precisions fp32 --batches 32 --steps 1 --train-samples 256 --monitor-interval 0 \
+  --out "$work/nomon" >"$work/again.log" 2>"$work/again.err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "^mixprec bench: --out $work/nomon already holds an earlier run's output \
+($work/nomon/results.jsonl)" "$work/again.err" && ! grep -q "start" "$work/again.log" \
+  && [ "$(md5sum "$work/nomon/results.jsonl")" = "$before" ] && ok \
+  || bad "bench into a used --out: rc $rc, $(cat "$work/again.err")"
 loss() { grep -o '"train_loss":[0-9.e+-]*' "$1/results.jsonl"; }
 [ -n "$(loss "$work/torchinit")" ] && [ "$(loss "$work/torchinit")" != "$(loss "$work/nomon")" ] && ok \
   || bad "--init torch trained the default's cell: $(loss "$work/torchinit") / $(loss "$work/nomon")"

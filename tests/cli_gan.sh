@@ -52,6 +52,13 @@ assert r["g_skipped"] == 0 and r["d_skipped"] == 0 and r["loss_scale"] == 1, r
 assert r["samples"].endswith(("samples_epoch1.png", "samples_epoch1.pgm")), r
 PY
 
+# the same --out again: refused before training (older epochs' grids would stay beside the new ones)
+"$bin" train-gan --data synthetic --synthetic-shape 1x28x28 --synthetic-size 256 --epochs 1 --batch 32 \
+  --device cpu --out "$out" >"$work/again.log" 2>"$work/again.err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "^mixprec train-gan: --out $out already holds an earlier run's output \
+($out/batch_times.jsonl)" "$work/again.err" && ! grep -q "^epoch" "$work/again.log" && ok \
+  || bad "train-gan into a used --out: rc $rc, $(cat "$work/again.err")"
+
 # 2. Bad input: one line naming the option, exit 2, nothing trained.
 expect_error() { # expect_error NAME PATTERN ARGS...
   local name=$1 pattern=$2
