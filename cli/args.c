@@ -64,6 +64,13 @@ bool arg_monitor_interval(const char *cmd, const char *opt, const char *text, fl
 }
 
 bool arg_float(const char *cmd, const char *opt, const char *text, double lo, double hi, float *out) {
+    double v;
+    if (!arg_double(cmd, opt, text, lo, hi, &v)) return false;
+    *out = (float)v;
+    return true;
+}
+
+bool arg_double(const char *cmd, const char *opt, const char *text, double lo, double hi, double *out) {
     char *end;
     errno = 0;
     double v = strtod(text, &end);
@@ -75,7 +82,7 @@ bool arg_float(const char *cmd, const char *opt, const char *text, double lo, do
         fprintf(stderr, "mixprec %s: %s %g is out of range [%g, %g]\n", cmd, opt, v, lo, hi);
         return false;
     }
-    *out = (float)v;
+    *out = v;
     return true;
 }
 

@@ -11,6 +11,8 @@
 bool arg_int(const char *cmd, const char *opt, const char *text, int lo, int hi, int *out);
 bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out);
 bool arg_float(const char *cmd, const char *opt, const char *text, double lo, double hi, float *out);
+/* arg_float kept in double: a fraction such as 0.35 that a float would move */
+bool arg_double(const char *cmd, const char *opt, const char *text, double lo, double hi, double *out);
 /* --monitor-interval S: 0 (off) or 0.01 .. 86400 seconds; one error line otherwise. */
 bool arg_monitor_interval(const char *cmd, const char *opt, const char *text, float *out);
 /* argv[*i] as one of the n options that take a value (options[]): 1 with

@@ -14,7 +14,7 @@
 
 common_opts common_opts_default(void) {
     return (common_opts){.data = "fashion-mnist", .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_n = 10000,
-                         .normalize = true, .optimizer = "adam", .val_fraction = 0.1f,
+                         .normalize = true, .optimizer = "adam", .val_fraction = 0.1,
                          .decode_memory_mb = 2048};
 }
 
@@ -51,7 +51,7 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
     else if (!strcmp(a, "--momentum")) ok = c->momentum_set = arg_float(cmd, a, v, 0, 1, &c->momentum);
     else if (!strcmp(a, "--weight-decay")) ok = c->wd_set = arg_float(cmd, a, v, 0, 1e3, &c->weight_decay);
     else if (!strcmp(a, "--val-fraction")) {
-        ok = arg_float(cmd, a, v, 0, 1, &c->val_fraction);
+        ok = arg_double(cmd, a, v, 0, 1, &c->val_fraction);
         if (ok && !(c->val_fraction > 0 && c->val_fraction < 1)) {
             fprintf(stderr, "mixprec %s: --val-fraction %s must lie strictly between 0 and 1\n", cmd, v);
             ok = false;

@@ -22,8 +22,9 @@
     "  --synthetic-shape S CxHxW of synthetic samples (default 3x32x32)\n"                             \
     "  --synthetic-size N  synthetic training samples (default 10000; test: N/5)\n"                    \
     "  --train-samples N   train on the first N samples only\n"                                        \
-    "  --val-fraction F    npy: with two files and folder: without train/ and val/, hold out every\n"  \
-    "                      1/F-th sample as the test set (default 0.1)\n"                              \
+    "  --val-fraction F    npy: with two files and folder: without train/ and val/, hold out the\n"    \
+    "                      share F of the samples, each class's share evenly spaced through it, as\n"\
+    "                      the test set (default 0.1)\n"                                              \
     "  --npy-layout L      auto | nchw | nhwc: layout of 4-D .npy images (default auto: NHWC when the\n"\
     "                      last dimension is 1 or 3)\n"                                                \
     "  --image-size HxW    folder: sample size (default: the images' size, when all share one); images\n"\
@@ -56,7 +57,7 @@ typedef struct {
     const char *data, *data_dir;
     int syn_c, syn_h, syn_w, syn_n, train_samples;
     bool augment, normalize;
-    float val_fraction;
+    double val_fraction;
     mp_npy_layout npy_layout;
     bool random_resized_crop;
     int image_h, image_w, image_c, decode_threads, decode_memory_mb;

@@ -24,6 +24,8 @@ def npy(name, descr, shape, body, fortran=False, major=1):
 npy("x10.npy", "|u1", "(10, 4, 4)", bytes(range(160)))
 npy("y10.npy", "<i8", "(10,)", struct.pack("<10q", *[i % 3 for i in range(10)]))
 npy("y9.npy", "<i8", "(9,)", struct.pack("<9q", *[0] * 9))
+npy("x20.npy", "|u1", "(20, 4, 4)", bytes(range(160)) * 2)
+npy("y20.npy", "<i8", "(20,)", struct.pack("<20q", *[0] * 10 + [1] * 10))
 npy("yneg.npy", "<i4", "(10,)", struct.pack("<10i", *([0] * 9 + [-2])))
 npy("xf8.npy", "<f8", "(10, 4, 4)", bytes(8 * 160))
 npy("xfortran.npy", "|u1", "(10, 4, 4)", bytes(160), fortran=True)
@@ -51,6 +53,7 @@ os.makedirs(os.path.join(d, "empty"), exist_ok=True)
 os.makedirs(os.path.join(d, "noimg", "a"), exist_ok=True)
 open(os.path.join(d, "noimg", "a", "x.txt"), "w").write("x")
 png(os.path.join(d, "sizes", "a", "0.png"), 6, 6, [bytes(6)] * 6)
+png(os.path.join(d, "sizes", "a", "2.png"), 6, 6, [bytes(6)] * 6)  # a class of two: 0.5 holds one out
 png(os.path.join(d, "sizes", "b", "1.png"), 5, 6, [bytes(5)] * 6)
 open(os.path.join(d, "garbage.safetensors"), "wb").write(b"not a checkpoint")
 PY
@@ -137,6 +140,9 @@ row kind_gan 2 "mixprec train-gan: --synthetic-size applies to --data synthetic 
   --data fashion-mnist --synthetic-size 100 --out "$work/c/kind_gan/out"
 row kind_bench 2 "mixprec bench: --bad-images applies to --data folder:DIR only" -- bench --data synthetic --bad-images skip
 row kind_doctor 2 "mixprec doctor: --npy-layout applies to --data npy:... only" -- doctor "${syn[@]}" --npy-layout nhwc
+# --val-fraction 0.35 of 20 (two classes of 10): 7 held out (as a float, 0.35 made it 6.9999998 and 6)
+out=$("$bin" train --epochs 1 --batch 2 --data "npy:$in/x20.npy,$in/y20.npy" --val-fraction 0.35 2>&1)
+grep -q ": 13 train / 7 test samples" <<<"$out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: 0.35 of 20: $out"; }
 # skip: the bad images are left out and training runs
 d=$work/c/skip && mkdir -p "$d"
 if "$bin" "${t[@]}" --data "folder:$in/f_corrupt" --bad-images skip --val-fraction 0.25 >"$d/out" 2>"$d/err"; then pass=$((pass + 1))

@@ -105,7 +105,8 @@ static void test_tree(void) {
     CHECK(tr.images && !tr.src, "small sets are decoded in memory");
     CHECK(tr.names && tr.names->n == 3 && !strcmp(tr.names->names[0], "cat") && !strcmp(tr.names->names[1], "dog") &&
               !strcmp(tr.names->names[2], "empty"), "class names");
-    CHECK(tr.labels[0] == 0 && tr.labels[1] == 0 && tr.labels[2] == 1 && va.labels[0] == 1, "labels %d %d %d | %d",
+    /* order a0 a1 (cat) b0 b1 (dog); floor(4 / 4) = 1 held out: equal remainders 0.5, so cat's, its second */
+    CHECK(tr.labels[0] == 0 && tr.labels[1] == 1 && tr.labels[2] == 1 && va.labels[0] == 0, "labels %d %d %d | %d",
           tr.labels[0], tr.labels[1], tr.labels[2], va.labels[0]);
     const size_t hw = 24;
     bool exact = true;
@@ -114,18 +115,18 @@ static void test_tree(void) {
             const size_t q = (size_t)y * 6 + x;
             exact = exact && tr.images[q] == (float)(40 * x) / 255.0f && tr.images[hw + q] == (float)(30 * y) / 255.0f &&
                     tr.images[2 * hw + q] == 200 / 255.0f;
-            for (int ch = 0; ch < 3; ch++) exact = exact && tr.images[3 * hw + ch * hw + q] == (float)gray[q] / 255.0f;
+            for (int ch = 0; ch < 3; ch++) exact = exact && va.images[ch * hw + q] == (float)gray[q] / 255.0f;
         }
     CHECK(exact, "PNG pixels exact; gray replicated to RGB");
     float err = 0;
     for (size_t q = 0; q < hw; q++) {
-        err = fmaxf(err, fabsf(tr.images[6 * hw + q] * 255 - 200));
-        err = fmaxf(err, fabsf(tr.images[7 * hw + q] * 255 - 100));
-        err = fmaxf(err, fabsf(tr.images[8 * hw + q] * 255 - 50));
+        err = fmaxf(err, fabsf(tr.images[3 * hw + q] * 255 - 200));
+        err = fmaxf(err, fabsf(tr.images[4 * hw + q] * 255 - 100));
+        err = fmaxf(err, fabsf(tr.images[5 * hw + q] * 255 - 50));
     }
     CHECK(err <= 3, "JPEG colour within 3 levels: %g", err);
     err = 0;
-    for (size_t q = 0; q < hw; q++) err = fmaxf(err, fabsf(va.images[q] * 255 - gray[q]));
+    for (size_t q = 0; q < hw; q++) err = fmaxf(err, fabsf(tr.images[6 * hw + q] * 255 - gray[q]));
     CHECK(err <= 3, "gray JPEG within 3 levels: %g", err);
     CHECK(mp_dataset_class_name(&va, 2) && !strcmp(mp_dataset_class_name(&va, 2), "empty") &&
               !mp_dataset_class_name(&va, 3), "public class names");
@@ -148,6 +149,7 @@ static void test_geometry(void) {
         for (int x = 0; x < 12; x++) px[y * 12 + x] = (uint8_t)(10 * x + y);
     write_png("t2/a/0.png", px, 12, 8, 1);
     write_png("t2/b/1.png", px, 12, 8, 1);
+    write_png("t2/a/2.png", px, 12, 8, 1); /* the one held out: a class's only image never is */
     mp_dataset tr, va;
     CHECK(mp_dataset_load_folder(scratch_path(dir, "t2"), &(mp_folder_opts){.height = 4, .width = 4, .val_fraction = 0.5},
                                  &tr, &va) == MP_OK, "%s", mp_last_error());
@@ -262,10 +264,32 @@ static void test_errors(void) {
     memset(px, 9, sizeof px);
     write_png("e3/a/0.png", px, 10, 10, 1);
     write_png("e3/b/1.png", px, 8, 10, 1);
+    write_png("e3/a/2.png", px, 10, 10, 1);
     CHECK_ERR(mp_dataset_load_folder(scratch_path(dir, "e3"), &(mp_folder_opts){.val_fraction = 0.5}, &tr, &va),
               MP_ERR_FORMAT, "images differ in size", "--image-size");
+    /* each class numbers its own files: in name-then-class order every 4th image is class d's; the split
+     * still holds out 8 / 4 = 2 of each class */
+    mk("strat");
+    for (int c = 0; c < 4; c++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "strat/%c", 'a' + c);
+        mk(rel);
+        for (int i = 0; i < 8; i++) {
+            snprintf(rel, sizeof rel, "strat/%c/%d.png", 'a' + c, i);
+            write_png(rel, px, 4, 4, 1);
+        }
+    }
+    CHECK(mp_dataset_load_folder(scratch_path(dir, "strat"), &(mp_folder_opts){.val_fraction = 0.25}, &tr, &va) ==
+              MP_OK, "%s", mp_last_error());
+    int per_class[4] = {0};
+    for (int i = 0; i < va.n; i++) per_class[va.labels[i]]++;
+    CHECK(tr.n == 24 && va.n == 8 && per_class[0] == 2 && per_class[1] == 2 && per_class[2] == 2 && per_class[3] == 2,
+          "stratified: %d + %d, held out per class %d %d %d %d", tr.n, va.n, per_class[0], per_class[1],
+          per_class[2], per_class[3]);
+    mp_dataset_free(&tr);
+    mp_dataset_free(&va);
     CHECK_ERR(mp_dataset_load_folder(scratch_path(dir, "e3"), &(mp_folder_opts){.val_fraction = 0.1}, &tr, &va),
-              MP_ERR_INVALID_ARG, "leaves 2 for training and 0 held out");
+              MP_ERR_INVALID_ARG, "leaves 3 for training and 0 held out");
     /* train/ and val/ */
     mk("s"), mk("s/train"), mk("s/val"), mk("s/train/x"), mk("s/train/y"), mk("s/val/x"), mk("s/val/y");
     write_png("s/train/x/0.png", px, 10, 10, 1);

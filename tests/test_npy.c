@@ -150,14 +150,40 @@ static void test_split(void) {
                                                                                        sizeof y),
                               NULL, &all) == MP_OK, "%s", mp_last_error());
     CHECK(mp_dataset_split(&all, 0.25, &tr, &va) == MP_OK, "%s", mp_last_error());
+    /* labels cycle with the period 1/f: every 4th sample would be all of class 3. floor(20 / 4) = 5 held out:
+     * floor(5 / 4) = 1 per class, the fifth to class 0 (equal remainders: the lower label); class 0's 2 of 5
+     * where floor((r + 1) 2 / 5) steps up (r = 2, 4: i = 8, 16), the others' last (i = 17, 18, 19) */
     CHECK(tr.n == 15 && va.n == 5 && va.classes == 4 && tr.classes == 4, "split %d + %d", tr.n, va.n);
-    /* held out: floor((i+1)/4) > floor(i/4): i = 3, 7, 11, 15, 19 */
-    bool ok = true;
-    for (int k = 0; k < va.n; k++) ok = ok && fabsf(va.images[k] * 255.0f - (float)(4 * k + 3)) < 1e-3f;
-    CHECK(ok, "held-out samples are every 4th");
-    CHECK(tr.images[3] * 255.0f > 3.5f, "train keeps the rest in order");
+    const int want[5] = {8, 16, 17, 18, 19};
+    bool ok = va.n == 5;
+    for (int k = 0; ok && k < va.n; k++)
+        ok = fabsf(va.images[k] * 255.0f - (float)want[k]) < 1e-3f && va.labels[k] == want[k] % 4;
+    CHECK(ok, "held out: 8 16 17 18 19, every class");
+    for (int k = 0, i = 0; ok && k < tr.n; k++, i++) {
+        while (i == 8 || i >= 16) i++;
+        ok = tr.images[k] * 255.0f == (float)i;
+    }
+    CHECK(ok, "train keeps the rest in order");
     mp_dataset_free(&tr);
     mp_dataset_free(&va);
+    /* one class of 100 at 0.29: 29 held out, though 100 x 0.29 is 28.999999999999996 in doubles */
+    uint8_t x100[100];
+    int32_t y100[100] = {0};
+    for (int i = 0; i < 100; i++) x100[i] = (uint8_t)i;
+    mp_dataset one;
+    CHECK(mp_dataset_load_npy(write_npy("s1x.npy", "|u1", "(100, 1, 1)", x100, 100),
+                              write_npy("s1y.npy", "<i4", "(100,)", y100, sizeof y100), NULL, &one) == MP_OK, "%s",
+          mp_last_error());
+    CHECK(mp_dataset_split(&one, 0.29, &tr, &va) == MP_OK && tr.n == 71 && va.n == 29, "0.29 of 100: %d + %d held out",
+          tr.n, va.n);
+    mp_dataset_free(&tr);
+    mp_dataset_free(&va);
+    /* 0.5 of a class of one would hold out all of it: it stays */
+    CHECK_ERR(mp_dataset_split(&(mp_dataset){.n = 1, .c = 1, .h = 1, .w = 1, .classes = 1, .images = one.images,
+                                             .labels = one.labels, .source = "one"},
+                               0.5, &tr, &va),
+              MP_ERR_INVALID_ARG, "leaves 1 for training and 0 held out");
+    mp_dataset_free(&one);
     CHECK_ERR(mp_dataset_split(&all, 0.01, &tr, &va), MP_ERR_INVALID_ARG, "leaves 20 for training and 0 held out");
     mp_dataset_free(&all);
 }

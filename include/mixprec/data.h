@@ -73,8 +73,10 @@ typedef struct {
 
 /** An ImageNet-style folder: `DIR/CLASS/IMAGE` (JPEG or PNG), classes the
  * sorted subfolder names (mp_dataset_class_name), or `DIR/train/CLASS/...`
- * and `DIR/val/CLASS/...` as the two parts; without those, every
- * 1/val_fraction-th image (ordered by file name, then class) is held out.
+ * and `DIR/val/CLASS/...` as the two parts; without those, floor(n
+ * val_fraction) of the n images are held out, each class's share in
+ * proportion to its size (never all of a class) and evenly spaced through
+ * the class in file-name order.
  * Images are converted to the channels, resized so that they cover the
  * sample size (the shorter side for square samples, bilinear) and
  * centre-cropped; pixels are scaled to [0, 1]. *train and *val receive the

@@ -108,11 +108,13 @@ mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *ou
 /* Copy of the first n samples (1 <= n <= d->n); classes is kept from d. */
 mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out);
 
-/* Held-out split by fraction f in (0, 1) (split.c): sample i is held out
- * when floor((i + 1) f) > floor(i f) — evenly spaced, floor(n f) samples —
- * and both parts keep the order. Errors when either part would be empty. */
-bool mp_split_held_out(int i, double fraction);
-int mp_split_count(int n, double fraction);
+/* Held-out split by fraction f in (0, 1) (split.c): floor(n f) samples,
+ * each class's proportional share (never all of a class), evenly spaced
+ * through the class in order. mp_split_mark sets held[i] for the n samples
+ * (labels in [0, classes)) and returns how many, or -1 (MP_ERR_NOMEM set).
+ * mp_dataset_split copies the two parts, both in the original order, and
+ * errors when either would be empty. */
+int mp_split_mark(const int32_t *labels, int n, int classes, double fraction, bool *held);
 mp_status mp_dataset_split(const mp_dataset *d, double fraction, mp_dataset *train, mp_dataset *val);
 
 /* ---- helpers shared by the loaders in src/data (not for other callers) ---- */

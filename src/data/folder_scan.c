@@ -3,8 +3,9 @@
  * DIR holds train/ and val/), images the .jpg/.jpeg/.png files directly in
  * each class folder. Samples are ordered by file name, then class, so a
  * dataset written as <class>/<index>.png keeps the order of its source
- * arrays. Without train/ and val/ the held-out part is every 1/f-th sample
- * (mp_split_held_out). Hidden entries (".name") are ignored. */
+ * arrays. Without train/ and val/ the held-out part is each class's
+ * proportional share, evenly spaced (mp_split_mark). Hidden entries (".name")
+ * are ignored. */
 #include "data/folder.h"
 
 #include <dirent.h>
@@ -220,14 +221,18 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
         if (s == MP_OK) s = to_part(all, n, NULL, true, &out->train);
         if (s == MP_OK) s = to_part(vall, nv, NULL, true, &out->val);
     } else if (s == MP_OK) {
-        const int held = mp_split_count(n, val_fraction);
-        if (!(val_fraction > 0 && val_fraction < 1) || held < 1 || held >= n)
+        bool *take = malloc((size_t)n);
+        int32_t *labels = malloc((size_t)n * sizeof *labels);
+        if (!take || !labels) s = mp_error(MP_ERR_NOMEM, "%s: out of memory", dir);
+        for (int i = 0; s == MP_OK && i < n; i++) labels[i] = all[i].label;
+        const int held = s == MP_OK && val_fraction > 0 && val_fraction < 1
+                             ? mp_split_mark(labels, n, out->n_classes, val_fraction, take) : 0;
+        if (held < 0) s = MP_ERR_NOMEM;
+        else if (s == MP_OK && (held < 1 || held >= n))
             s = mp_error(MP_ERR_INVALID_ARG, "%s: --val-fraction %g of %d images leaves %d for training and %d held "
                          "out (no train/ and val/ subfolders): each part needs at least one", dir, val_fraction, n,
                          n - held, held);
-        bool *take = s == MP_OK ? malloc((size_t)n) : NULL;
-        if (s == MP_OK && !take) s = mp_error(MP_ERR_NOMEM, "%s: out of memory", dir);
-        for (int i = 0; s == MP_OK && i < n; i++) take[i] = mp_split_held_out(i, val_fraction);
+        free(labels);
         if (s == MP_OK) s = to_part(all, n, take, false, &out->train);
         if (s == MP_OK) s = to_part(all, n, take, true, &out->val);
         free(take);
