@@ -70,7 +70,8 @@ static int64_t param_floats(const mp_graph *g) {
 
 static void test_collapse_and_fallback(void) {
     mp_dataset d = data(256);
-    for (int fallback = 0; fallback < 2; fallback++) {
+    for (int run = 0; run < 3; run++) {
+        const bool fallback = run == 2, reference = run == 1;
         mp_model m;
         MP_ASSERT(mp_model_build("small", 1, 8, 8, 4, &m) == MP_OK);
         MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
@@ -83,6 +84,7 @@ static void test_collapse_and_fallback(void) {
         mp_fit_opts o = base_opts();
         o.trainer.loss_scaling = MP_LOSS_SCALING_ON;
         o.trainer.auto_fallback = fallback;
+        o.trainer.reference = reference;
         o.trainer.events = fopen("/dev/null", "w");
         mp_fit_result r;
         mp_status s = mp_fit(&m, &d, NULL, &o, &r);
@@ -93,6 +95,15 @@ static void test_collapse_and_fallback(void) {
             CHECK(strstr(mp_last_error(), "3 consecutive forward overflows") != NULL, "after 3 steps: %s", mp_last_error());
             CHECK(r.skipped_steps == 3, "skipped %lld", (long long)r.skipped_steps);
             CHECK(r.final_loss_scale == 65536.0f, "a forward overflow must not lower the scale: %g", r.final_loss_scale);
+            /* conv2's inf made its batch norm's statistics NaN (not a variance of 0, which the fast kernels once
+             * made of NaN): they restarted from mean 0, variance 1, whichever kernels ran */
+            float mean[32], var[32];
+            MP_ASSERT(mp_graph_param_get(m.g, "conv2_bn.running_mean", mean, 32) == MP_OK &&
+                      mp_graph_param_get(m.g, "conv2_bn.running_var", var, 32) == MP_OK);
+            bool restarted = true;
+            for (int c = 0; c < 32; c++) restarted = restarted && mean[c] == 0.0f && var[c] == 1.0f;
+            CHECK(restarted, "%s kernels: conv2_bn's running statistics restarted (mean[0] %g, var[0] %g)",
+                  reference ? "reference" : "fast", mean[0], var[0]);
         } else {
             CHECK(s == MP_OK, "auto-fallback run failed: %s", mp_last_error());
             mp_node c2 = mp_graph_find(m.g, "conv2");

@@ -5,7 +5,10 @@
  * mp_trainer_step runs, on the CPU or queued on a GPU (captured once into a
  * CUDA graph and replayed, with no host synchronization): forward; a check
  * of the losses (a NaN/inf loss is a forward overflow: the step is skipped
- * and the loss scale is NOT lowered, since lowering it cannot fix that);
+ * and the loss scale is NOT lowered, since lowering it cannot fix that; the
+ * forward has already updated the batch norms' running statistics, and those
+ * it made NaN/inf restart from mean 0 and variance 1, the report says how
+ * many);
  * backward of loss * scale; the fused unscale + inf/NaN check of the
  * gradients; clipping of the true gradients; the optimizer, which skips
  * itself when its gradients overflowed; one loss-scale update. With
