@@ -330,6 +330,32 @@ static void test_shards(void) {
     }
     mp_loader_destroy(whole);
     for (int r = 0; r < R; r++) mp_loader_destroy(part[r]);
+    /* without drop_last: 103 = 8 global batches of 12 + 7; the 7 shared 3, 3, 3 (two of them the epoch's
+     * first samples again), so every shard yields 9 batches, the last of 3, then the end */
+    for (int r = 0; r < R; r++)
+        CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = B, .seed = 9, .shards = R, .shard = r}, &part[r]) ==
+                  MP_OK, "%s", mp_last_error());
+    if (part[0] && part[1] && part[2]) {
+        int seen[N] = {0}, counts_ok = 1;
+        for (int r = 0; r < R; r++) {
+            counts_ok &= mp_loader_batches(part[r]) == 9;
+            mp_loader_start_epoch(part[r], 0);
+            for (int b = 0; b < 10; b++) {
+                const float *xp;
+                const int32_t *yp;
+                int np = -1;
+                CHECK(mp_loader_next(part[r], &xp, &yp, &np) == MP_OK, "%s", mp_last_error());
+                counts_ok &= np == (b < 8 ? B : b == 8 ? 3 : 0);
+                for (int j = 0; j < np; j++) seen[(int)xp[(size_t)j * per]]++;
+            }
+        }
+        int once = 0, twice = 0;
+        for (int i = 0; i < N; i++) once += seen[i] == 1, twice += seen[i] == 2;
+        CHECK(counts_ok, "every shard: %d batches of 4 then one of 3, then the end", N / (B * R));
+        CHECK(once == N - 2 && twice == 2 && seen[0] == 2 && seen[1] == 2, "every sample once, the first two twice: "
+              "%d once, %d twice", once, twice);
+    }
+    for (int r = 0; r < R; r++) mp_loader_destroy(part[r]);
     mp_loader *l = NULL;
     CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = B, .shards = R, .shard = R}, &l) == MP_ERR_INVALID_ARG &&
               strstr(mp_last_error(), "shard 3 of 3 does not exist"),

@@ -132,7 +132,10 @@ typedef struct {
     const float *std;  /**< see mean */
     /** Data parallel: each global batch of batch * shards samples is cut into
      * shards and this loader yields part `shard` (0 -> one shard); every rank
-     * uses the same seed. */
+     * uses the same seed. Without drop_last the last global batch's r
+     * samples are shared evenly, ceil(r / shards) per shard, topped up with
+     * the epoch's first samples (as PyTorch's DistributedSampler pads): every
+     * shard yields mp_loader_batches batches of the same counts. */
     int shards;       /**< parts of each global batch (data parallel), 0 -> 1 */
     int shard;        /**< the part this loader yields, in [0, max(shards, 1)) */
     /** torchvision's RandomResizedCrop (scale (0.08, 1), aspect (3/4, 4/3))

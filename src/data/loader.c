@@ -146,14 +146,22 @@ typedef struct {
 static mp_status fill_one(void *arg, int j, int worker) {
     const fill_job *f = arg;
     mp_loader *l = f->l;
-    const int idx = l->perm[f->start + j];
+    const int idx = l->perm[(f->start + j) % l->d->n]; /* past the end: the epoch's first samples again */
     l->lab[f->slot][j] = l->d->labels[idx];
     return loader_sample(l, idx, worker, l->img[f->slot] + (size_t)j * l->per);
 }
 
+/* Batch b of this shard: its part of global batch b. Without drop_last the
+ * last global batch's r samples are shared evenly, ceil(r / shards) each,
+ * topped up with the epoch's first samples (as PyTorch's DistributedSampler
+ * pads), so every shard has the same batches with the same counts. */
 static void loader_fill(mp_loader *l, int b, int slot) {
-    int B = l->o.batch, start = (b * l->shards + l->o.shard) * B, k = l->d->n - start < B ? l->d->n - start : B;
-    if (k < 0) k = 0;
+    const int B = l->o.batch, S = l->shards, rest = l->d->n - b * S * B;
+    int start = (b * S + l->o.shard) * B, k = B;
+    if (rest < S * B) { /* the last, short global batch */
+        k = rest < B ? rest : B;
+        if (S > 1) k = (rest + S - 1) / S, start = b * S * B + l->o.shard * k;
+    }
     fill_job job = {.l = l, .start = start, .slot = slot};
     l->status[slot] = mp_pool_run(l->pool, k, fill_one, &job);
     if (l->status[slot] != MP_OK) snprintf(l->message[slot], 1024, "%s", mp_last_error());
