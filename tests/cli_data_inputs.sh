@@ -143,6 +143,10 @@ row kind_doctor 2 "mixprec doctor: --npy-layout applies to --data npy:... only" 
 # --val-fraction 0.35 of 20 (two classes of 10): 7 held out (as a float, 0.35 made it 6.9999998 and 6)
 out=$("$bin" train --epochs 1 --batch 2 --data "npy:$in/x20.npy,$in/y20.npy" --val-fraction 0.35 2>&1)
 grep -q ": 13 train / 7 test samples" <<<"$out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: 0.35 of 20: $out"; }
+# skip, decoded per batch: 03.png's header reads, its data does not: replaced by the next sample, said once
+out=$("$bin" train --epochs 1 --batch 2 --data "folder:$in/f_trunc" --decode-memory-mb 0 --bad-images skip 2>&1)
+grep -q "^input pipeline: 1 image of the epoch failed to decode and was replaced by the next samples" <<<"$out" \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: skip per batch: $out"; }
 # skip: the bad images are left out and training runs
 d=$work/c/skip && mkdir -p "$d"
 if "$bin" "${t[@]}" --data "folder:$in/f_corrupt" --bad-images skip --val-fraction 0.25 >"$d/out" 2>"$d/err"; then pass=$((pass + 1))

@@ -228,6 +228,25 @@ static void test_bad(void) {
     mp_loader_destroy(l);
     mp_dataset_free(&tr);
     mp_dataset_free(&va);
+    /* the same under skip: 2.png (class b) is replaced by the next sample in the order, 0.png (class a), image
+     * and label, not a black image labelled b */
+    CHECK(mp_dataset_load_folder(scratch_path(dir, "t4"), &(mp_folder_opts){.val_fraction = 0.25, .lazy = true,
+                                                                          .bad_images = MP_BAD_IMAGES_SKIP},
+                                 &tr, &va) == MP_OK && tr.n == 3, "%s", mp_last_error());
+    l = NULL;
+    CHECK(mp_loader_create(&tr, (mp_loader_opts){.batch = 3, .workers = 2}, &l) == MP_OK, "%s", mp_last_error());
+    if (l) {
+        mp_loader_start_epoch(l, 0);
+        CHECK(mp_loader_next(l, &x, &y, &k) == MP_OK && k == 3, "skip: %s", mp_last_error());
+        float peak = 0;
+        for (size_t q = 0; k == 3 && q < 16 * 16 * 3; q++) peak = fmaxf(peak, x[2 * 16 * 16 * 3 + q]);
+        CHECK(k == 3 && y[0] == 0 && y[1] == 1 && y[2] == 0 && peak > 0.5f,
+              "the bad image replaced by 0.png: labels %d %d %d, brightest pixel %g", y[0], y[1], y[2], peak);
+        CHECK(mp_loader_replaced(l) == 1, "one replaced: %d", mp_loader_replaced(l));
+    }
+    mp_loader_destroy(l);
+    mp_dataset_free(&tr);
+    mp_dataset_free(&va);
     /* probe and decode never crash on any prefix of a JPEG or PNG */
     jpg = read_all("t3/a/1.jpg", &n);
     png = read_all("t3/a/0.png", &n);

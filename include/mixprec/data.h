@@ -52,7 +52,10 @@ MP_API mp_status mp_dataset_open_npy(const char *images_path, const char *labels
 /** What to do with an image that cannot be decoded. */
 typedef enum {
     MP_BAD_IMAGES_FAIL = 0, /**< an error naming the file */
-    MP_BAD_IMAGES_SKIP,     /**< leave it out (counted in mp_dataset_info.skipped) */
+    /** leave it out (counted in mp_dataset_info.skipped); one found only when
+     * a dataset decoded per batch decodes it is replaced by the loader
+     * (mp_loader_next) */
+    MP_BAD_IMAGES_SKIP,
 } mp_bad_images;
 
 /** Options of mp_dataset_open_folder; zero fields take the defaults beside them. */
@@ -161,11 +164,17 @@ MP_API int mp_loader_batches(const mp_loader *l);
 MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
 /** The next batch: images (batch, C, H, W), labels (batch), *n valid samples
  * (a short last batch without drop_last is padded with zeros and label 0).
- * An image that fails to decode (datasets decoded per batch) is an error
- * naming the file.
+ * An image that fails to decode (datasets decoded per batch, whose headers
+ * were read when it was opened) is an error naming the file, or under
+ * MP_BAD_IMAGES_SKIP is replaced by the next sample in the epoch's order
+ * that decodes (image and label; mp_loader_replaced counts them).
  * At the epoch's end MP_OK with *n = 0. Pointers stay valid until the next
  * call on the loader. */
 MP_API mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n);
+/** Images that failed to decode and were replaced (MP_BAD_IMAGES_SKIP,
+ * datasets decoded per batch) in the batches prepared so far this epoch
+ * (the loader prepares a few ahead of mp_loader_next). */
+MP_API int mp_loader_replaced(const mp_loader *l);
 /** Seconds mp_loader_next has waited for batches since the epoch began (the
  * step waited on decoding when this is more than a small share of the epoch). */
 MP_API double mp_loader_wait_seconds(const mp_loader *l);

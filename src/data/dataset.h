@@ -28,6 +28,10 @@ struct mp_sample_source {
     mp_status (*fetch)(mp_sample_source *s, int i, mp_rng *rrc, float *dst);
     void (*destroy)(mp_sample_source *s);
     int refs; /* atomic */
+    /* MP_BAD_IMAGES_SKIP: a sample whose fetch fails with MP_ERR_FORMAT or
+     * MP_ERR_IO (an image whose header read but whose data does not) is
+     * replaced by the loader with the next one in its order */
+    bool replace_bad;
 };
 
 /* Class names, shared by a dataset and its slices (reference counted). */

@@ -10,7 +10,8 @@
  * resamples one file). Bad images are left out (skip) or end the open with
  * an error naming the file (fail); in the per-batch path an image whose
  * data turns out corrupt only when it is decoded is an error of the loader
- * under fail and a black image under skip. */
+ * under fail and, under skip, replaced by the loader with the next sample
+ * (mp_sample_source.replace_bad). */
 #include "data/folder.h"
 
 #include <stdio.h>
@@ -65,10 +66,7 @@ typedef struct {
 static mp_status source_fetch(mp_sample_source *s, int i, mp_rng *rrc, float *dst) {
     folder_source *f = (folder_source *)s;
     if (i < 0 || i >= f->n) return mp_error(MP_ERR_INTERNAL, "folder: sample %d of %d", i, f->n);
-    const mp_status st = decode_sample(f->paths[i], f->c, f->h, f->w, rrc, dst);
-    if (st == MP_OK || f->bad == MP_BAD_IMAGES_FAIL) return st;
-    memset(dst, 0, (size_t)f->c * f->h * f->w * sizeof *dst); /* skip: a black image in its place */
-    return MP_OK;
+    return decode_sample(f->paths[i], f->c, f->h, f->w, rrc, dst); /* skip: the loader replaces it (replace_bad) */
 }
 
 static void source_destroy(mp_sample_source *s) {
@@ -192,7 +190,8 @@ static mp_status make_part(open_job *j, int at, int n, const int *labels, bool d
         k++;
     }
     if (src) {
-        *src = (folder_source){.base = {.fetch = source_fetch, .destroy = source_destroy, .refs = 1},
+        *src = (folder_source){.base = {.fetch = source_fetch, .destroy = source_destroy, .refs = 1,
+                                        .replace_bad = o->bad_images == MP_BAD_IMAGES_SKIP},
                                .paths = src->paths, .n = good, .c = j->c, .h = j->h, .w = j->w, .bad = o->bad_images};
         out->src = &src->base;
     }

@@ -52,6 +52,7 @@ struct mp_loader {
     mp_pool *pool;     /* the threads preparing samples */
     float **tmp;       /* (workers) per-worker (C, H, W) buffers: decoded or cropped samples */
     double wait_s;     /* the caller's waits this epoch */
+    int replaced;      /* samples that failed to decode and were replaced this epoch (atomic) */
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -143,12 +144,26 @@ typedef struct {
     int start, slot;
 } fill_job;
 
+/* Sample j of a batch; position start + j of the epoch's order (past the
+ * end: the epoch's first samples again). A sample that fails to decode
+ * under MP_BAD_IMAGES_SKIP is replaced by the next one in the order that
+ * decodes, image and label (the same for any number of threads). */
 static mp_status fill_one(void *arg, int j, int worker) {
     const fill_job *f = arg;
     mp_loader *l = f->l;
-    const int idx = l->perm[(f->start + j) % l->d->n]; /* past the end: the epoch's first samples again */
+    const int n = l->d->n, pos = f->start + j;
+    const bool replace = !l->d->images && l->d->src && l->d->src->replace_bad;
+    float *dst = l->img[f->slot] + (size_t)j * l->per;
+    int idx = l->perm[pos % n];
+    mp_status s = loader_sample(l, idx, worker, dst);
+    for (int t = 1; replace && (s == MP_ERR_FORMAT || s == MP_ERR_IO) && t < n; t++) {
+        __atomic_add_fetch(&l->replaced, 1, __ATOMIC_RELAXED);
+        mp_clear_error();
+        idx = l->perm[(pos + t) % n];
+        s = loader_sample(l, idx, worker, dst);
+    }
     l->lab[f->slot][j] = l->d->labels[idx];
-    return loader_sample(l, idx, worker, l->img[f->slot] + (size_t)j * l->per);
+    return s;
 }
 
 /* Batch b of this shard: its part of global batch b. Without drop_last the
@@ -284,6 +299,8 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
 
 int mp_loader_batches(const mp_loader *l) { return l->batches; }
 
+int mp_loader_replaced(const mp_loader *l) { return l ? __atomic_load_n(&l->replaced, __ATOMIC_RELAXED) : 0; }
+
 mp_status mp_loader_start_epoch(mp_loader *l, int epoch) {
     if (epoch < 0) return mp_error(MP_ERR_INVALID_ARG, "loader: epoch %d must be >= 0", epoch);
     pthread_mutex_lock(&l->mu);
@@ -306,6 +323,7 @@ mp_status mp_loader_start_epoch(mp_loader *l, int epoch) {
     l->epoch = epoch;
     l->produced = l->consumed = l->released = 0;
     l->wait_s = 0;
+    l->replaced = 0;
     l->active = true;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
