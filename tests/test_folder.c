@@ -135,7 +135,7 @@ static void test_tree(void) {
     /* forced gray: colour converted with the 601 luma weights */
     CHECK(mp_dataset_load_folder(scratch_path(dir, "t1"), &(mp_folder_opts){.val_fraction = 0.25, .channels = 1}, &tr,
                                  &va) == MP_OK, "%s", mp_last_error());
-    const float want = (float)((299 * 40 * 2 + 587 * 30 * 1 + 114 * 200 + 500) / 1000) / 255.0f;
+    const float want = 64 / 255.0f; /* (80, 30, 200): Pillow 13's convert("L") */
     CHECK(tr.c == 1 && tr.images[1 * 6 + 2] == want, "RGB -> gray: %g vs %g", tr.images[8], want);
     mp_dataset_free(&tr);
     mp_dataset_free(&va);
@@ -406,9 +406,30 @@ static void test_determinism(void) {
     mp_dataset_free(&mem), mp_dataset_free(&memv), mp_dataset_free(&lazyv);
 }
 
+/* Colour to gray as Pillow's convert("L"): its values for these colours
+ * (Pillow 13.0), one of which a rounding of (299 R + 587 G + 114 B) / 1000
+ * misses by one (0, 0, 250: 29). */
+static void test_luma(void) {
+    mk("luma"), mk("luma/train"), mk("luma/val"), mk("luma/train/a"), mk("luma/val/a");
+    const uint8_t px[5 * 3] = {0, 0, 250, 80, 30, 200, 255, 255, 255, 1, 2, 3, 200, 100, 50};
+    const float pil[5] = {28, 64, 255, 2, 124};
+    write_png("luma/train/a/0.png", px, 5, 1, 3);
+    write_png("luma/val/a/0.png", px, 5, 1, 3);
+    mp_dataset tr, va;
+    CHECK(mp_dataset_load_folder(scratch_path(dir, "luma"), &(mp_folder_opts){.channels = 1}, &tr, &va) == MP_OK,
+          "%s", mp_last_error());
+    bool same = tr.c == 1 && tr.w == 5;
+    for (int i = 0; same && i < 5; i++) same = tr.images[i] == pil[i] / 255.0f;
+    CHECK(same, "gray as Pillow: %g %g %g %g %g", tr.images[0] * 255, tr.images[1] * 255, tr.images[2] * 255,
+          tr.images[3] * 255, tr.images[4] * 255);
+    mp_dataset_free(&tr);
+    mp_dataset_free(&va);
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_folder");
     test_tree();
+    test_luma();
     test_geometry();
     test_bad();
     test_errors();

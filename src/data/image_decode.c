@@ -50,9 +50,10 @@ static void convert_channels(const uint8_t *src, int from, uint8_t *dst, int to,
         memcpy(dst, src, pixels * (size_t)to);
     } else if (from == 1) {
         for (size_t i = 0; i < pixels; i++) dst[3 * i] = dst[3 * i + 1] = dst[3 * i + 2] = src[i];
-    } else { /* PIL's "L": (299 R + 587 G + 114 B) / 1000, rounded half up */
+    } else { /* PIL's "L": the 601 weights 0.299, 0.587, 0.114 in 16-bit fixed point, rounded, as Pillow computes
+              * them (a rounding of the decimal weights differs from it by 1 on 9 040 colours) */
         for (size_t i = 0; i < pixels; i++)
-            dst[i] = (uint8_t)((299u * src[3 * i] + 587u * src[3 * i + 1] + 114u * src[3 * i + 2] + 500u) / 1000u);
+            dst[i] = (uint8_t)((19595u * src[3 * i] + 38470u * src[3 * i + 1] + 7471u * src[3 * i + 2] + 0x8000u) >> 16);
     }
 }
 
