@@ -22,9 +22,9 @@
     "  --synthetic-shape S CxHxW of synthetic samples (default 3x32x32)\n"                             \
     "  --synthetic-size N  synthetic training samples (default 10000; test: N/5)\n"                    \
     "  --train-samples N   train on the first N samples only\n"                                        \
-    "  --val-fraction F    npy: with two files and folder: without train/ and val/, hold out the\n"    \
-    "                      share F of the samples, each class's share evenly spaced through it, as\n"\
-    "                      the test set (default 0.1)\n"                                              \
+    "  --val-fraction F    npy: with two files and folder: without train/ and val/ (or test/), hold\n" \
+    "                      out the share F of the samples, each class's share evenly spaced through\n"\
+    "                      it, as the test set (default 0.1)\n"                                        \
     "  --npy-layout L      auto | nchw | nhwc: layout of 4-D .npy images (default auto: NHWC when the\n"\
     "                      last dimension is 1 or 3)\n"                                                \
     "  --image-size HxW    folder: sample size (default: the images' size, when all share one); images\n"\
@@ -36,7 +36,8 @@
     "                      MiB (default 2048; 0: decode every batch)\n"
 
 #define DATA_AUGMENT_OPTS_HELP                                                                         \
-    "  --augment           random crop with padding + horizontal flip\n"                               \
+    "  --augment           random crop after zero-padding 4 pixels per side (2 below 32 high) +\n"     \
+    "                      horizontal flip (probability 1/2)\n"                                      \
     "  --random-resized-crop  random-resized-crop as torchvision (scale 0.08-1, aspect 3/4-4/3), then\n"\
     "                      --augment's crop and flip if given\n"
 

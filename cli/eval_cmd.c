@@ -25,7 +25,7 @@ static void usage(FILE *f) {
             "usage: mixprec eval --checkpoint FILE [options]\n"
             "       mixprec eval --model FILE.onnx [options]\n\n"
             "Accuracy and mean cross-entropy of a checkpoint on a dataset's test split (the held-out\n"
-            "part for npy: with two files and folder: without val/).\n\n"
+            "part for npy: with two files and folder: without val/ or test/).\n\n"
             "  --checkpoint FILE   a checkpoint `mixprec train --save` wrote (required unless --model is an\n"
             "                      .onnx file: then its own weights, fp32 and batch 256 by default)\n"
             "  --model M           %s (default: the model the checkpoint was saved for)\n"

@@ -181,6 +181,17 @@ static void test_idx_errors(void) {
     write_idx(p, true, 0x0A, 3, dims, px, sizeof px);
     CHECK_ERR(mp_dataset_load_idx(p, lp, &d), MP_ERR_FORMAT, p, "unknown IDX element type 0x0a");
 
+    /* doubles: a pixel past float's range is named, not read as inf */
+    unsigned char f64[12 * 8];
+    memset(f64, 0, sizeof f64);
+    const double huge = 1e300;
+    uint64_t u;
+    memcpy(&u, &huge, 8);
+    for (int b = 0; b < 8; b++) f64[8 + b] = (unsigned char)(u >> (56 - 8 * b)); /* value 1, big-endian */
+    p = tpath("huge-f64.gz");
+    write_idx(p, true, 0x0E, 3, dims, f64, sizeof f64);
+    CHECK_ERR(mp_dataset_load_idx(p, lp, &d), MP_ERR_FORMAT, p, "value 1 is 1e+300, beyond float32's range");
+
     /* A labels file given as images: wrong ndim. */
     CHECK_ERR(mp_dataset_load_idx(lp, lp, &d), MP_ERR_FORMAT, lp, "3 dimensions", "has 1");
 
@@ -208,6 +219,7 @@ static void test_idx_errors(void) {
     write_idx(p, true, 0x08, 3, bdims, big, TN * TH * TW);
     CHECK(truncate(p, file_size(p) - 3) == 0, "truncate");
     CHECK_ERR(mp_dataset_load_idx(p, blp, &d), MP_ERR_FORMAT, p, "truncated");
+    CHECK(!strstr(mp_last_error(), "<fd:"), "zlib's '<fd:N>: ' prefix removed: %s", mp_last_error());
 
     p = tpath("corrupt-images.gz");
     write_idx(p, true, 0x08, 3, bdims, big, TN * TH * TW);

@@ -323,6 +323,20 @@ static void test_errors(void) {
     write_png("s/val/z/0.png", px, 10, 10, 1);
     CHECK_ERR(mp_dataset_load_folder(scratch_path(dir, "s"), NULL, &tr, &va), MP_ERR_FORMAT,
               "val/z: a validation class that");
+    /* train/ and test/: the same; train/ alone is a class folder named train, and the error says why */
+    mk("st"), mk("st/train"), mk("st/train/x"), mk("st/train/y");
+    write_png("st/train/x/0.png", px, 10, 10, 1);
+    write_png("st/train/y/0.png", px, 10, 10, 1);
+    CHECK_ERR(mp_dataset_load_folder(scratch_path(dir, "st"), NULL, &tr, &va), MP_ERR_FORMAT,
+              "no images (.jpg, .jpeg, .png) in its 1 class subfolders (its train/ is read as the training part only "
+              "with a val/ or test/ beside it)");
+    mk("st/test"), mk("st/test/y");
+    write_png("st/test/y/0.png", px, 10, 10, 1);
+    CHECK(mp_dataset_load_folder(scratch_path(dir, "st"), NULL, &tr, &va) == MP_OK, "%s", mp_last_error());
+    CHECK(tr.n == 2 && va.n == 1 && va.labels[0] == 1 && tr.classes == 2 && strstr(va.source, "test/"),
+          "train/ + test/: %d + %d", tr.n, va.n);
+    mp_dataset_free(&tr);
+    mp_dataset_free(&va);
     mp_dataset *pt = NULL, *pv = NULL;
     CHECK_ERR(mp_dataset_open_folder(scratch_path(dir, "e1"), NULL, &pt, &pv), MP_ERR_FORMAT, "no class subfolders");
     CHECK(!pt && !pv, "public open: nothing on error");

@@ -73,6 +73,11 @@ static void test_u8_3d(void) {
     CHECK(d.labels[0] == 1 && d.labels[1] == 4, "labels %d %d", d.labels[0], d.labels[1]);
     CHECK(strstr(d.source, "u8.npy") != NULL, "source %s", d.source);
     mp_dataset_free(&d);
+    /* one byte has no byte order: '>u1' (a big-endian array's uint8 view) is uint8 */
+    xp = write_npy("u8be.npy", ">u1", "(2, 2, 3)", x, sizeof x);
+    CHECK(mp_dataset_load_npy(xp, yp, NULL, &d) == MP_OK && d.images[11] == 220 / 255.0f, "'>u1': %s",
+          mp_last_error());
+    mp_dataset_free(&d);
 }
 
 /* (N, H, W, C) float32 with C = 3 is NHWC under auto; forced NCHW reads the

@@ -76,7 +76,9 @@ typedef struct {
 
 /** An ImageNet-style folder: `DIR/CLASS/IMAGE` (JPEG or PNG), classes the
  * sorted subfolder names (mp_dataset_class_name), or `DIR/train/CLASS/...`
- * and `DIR/val/CLASS/...` as the two parts; without those, floor(n
+ * and `DIR/val/CLASS/...` (or `DIR/test/CLASS/...`) as the two parts;
+ * other files and nested folders are ignored, as are hidden (".name")
+ * entries, class folders included. Without val/ or test/, floor(n
  * val_fraction) of the n images are held out, each class's share in
  * proportion to its size (never all of a class) and evenly spaced through
  * the class in file-name order.
@@ -117,7 +119,9 @@ typedef struct {
 /** d's shape (NULL d: *out zeroed; NULL out: nothing). */
 MP_API void mp_dataset_describe(const mp_dataset *d, mp_dataset_info *out);
 /** Per-channel mean and population standard deviation over all samples
- * (mean and std hold c floats each). */
+ * (mean and std hold c floats each); for a dataset decoded per batch over
+ * at most 2048 evenly spaced ones (decoding all would take an epoch),
+ * leaving out any that fail to decode. */
 MP_API void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std);
 /** A test set fits a training set: the same per-sample shape and every test
  * label within the training classes; errors name both sources and shapes. */

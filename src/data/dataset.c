@@ -169,8 +169,8 @@ void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std) {
 mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *out) {
     memset(out, 0, sizeof *out);
     if (start < 0 || n < 1 || n > d->n - start)
-        return mp_error(MP_ERR_INVALID_ARG, "%s: samples [%d, %d) requested, the dataset has %d",
-                        d->source, start, start + n, d->n);
+        return mp_error(MP_ERR_INVALID_ARG, "%s: samples [%d, %lld) requested, the dataset has %d",
+                        d->source, start, (long long)start + n, d->n);
     size_t per = (size_t)d->c * d->h * d->w;
     out->images = d->images ? malloc((size_t)n * per * sizeof(float)) : NULL;
     out->labels = malloc((size_t)n * sizeof(int32_t));

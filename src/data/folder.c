@@ -260,7 +260,7 @@ mp_status mp_dataset_load_folder(const char *dir, const mp_folder_opts *opts, mp
                       list.split_dirs ? "train/" : "train", train);
         if (s == MP_OK)
             s = make_part(&j, nt, nv, list.val.labels, decoded, &o, names, list.n_classes, dir,
-                          list.split_dirs ? "val/" : "held out", val);
+                          list.test_dir ? "test/" : list.split_dirs ? "val/" : "held out", val);
         for (int i = 0; i < j.n; i++) free(j.paths[i]); /* those not moved */
     }
     mp_class_names_release(names);

@@ -19,7 +19,8 @@ typedef struct {
     char **classes;          /* sorted class names */
     int n_classes;
     mp_folder_part train, val;
-    bool split_dirs;         /* from DIR/train and DIR/val, not by fraction */
+    bool split_dirs;         /* from DIR/train and DIR/val (or DIR/test), not by fraction */
+    bool test_dir;           /* split_dirs with DIR/test */
 } mp_folder_list;
 
 /* List DIR's classes and images and split them (see folder_scan.c). Errors

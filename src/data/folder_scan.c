@@ -1,9 +1,9 @@
 /* folder_scan.c — the file list of an image-folder dataset (folder.h):
  * classes are the sorted names of DIR's subfolders (or of DIR/train's when
- * DIR holds train/ and val/), images the .jpg/.jpeg/.png files directly in
- * each class folder. Samples are ordered by file name, then class, so a
- * dataset written as <class>/<index>.png keeps the order of its source
- * arrays. Without train/ and val/ the held-out part is each class's
+ * DIR holds train/ and val/, or train/ and test/), images the .jpg/.jpeg/.png
+ * files directly in each class folder. Samples are ordered by file name,
+ * then class, so a dataset written as <class>/<index>.png keeps the order of
+ * its source arrays. Without those the held-out part is each class's
  * proportional share, evenly spaced (mp_split_mark). Hidden entries (".name")
  * are ignored. */
 #include "data/folder.h"
@@ -191,6 +191,10 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
         return mp_error(MP_ERR_IO, "%s: %s", dir, errno == ENOENT ? "not found" : strerror(errno));
     if (!S_ISDIR(st.st_mode)) return mp_error(MP_ERR_IO, "%s: not a folder (folder:DIR wants DIR/<class>/<image>)", dir);
     char *tdir = join(dir, "train"), *vdir = join(dir, "val");
+    if (vdir && !is_dir(vdir)) { /* DIR/test/ where DIR/val/ is not */
+        free(vdir);
+        vdir = join(dir, "test");
+    }
     if (!tdir || !vdir) {
         free(tdir), free(vdir);
         return mp_error(MP_ERR_NOMEM, "%s: out of memory", dir);
@@ -206,8 +210,9 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
     int n = 0, nv = 0;
     if (s == MP_OK) s = collect(root, out->classes, out->n_classes, true, &all, &n);
     if (s == MP_OK && n == 0)
-        s = mp_error(MP_ERR_FORMAT, "%s: no images (.jpg, .jpeg, .png) in its %d class subfolders", root,
-                     out->n_classes);
+        s = mp_error(MP_ERR_FORMAT, "%s: no images (.jpg, .jpeg, .png) in its %d class subfolders%s", root,
+                     out->n_classes, !split_dirs && is_dir(tdir) ? " (its train/ is read as the training part only "
+                     "with a val/ or test/ beside it)" : "");
     if (s == MP_OK && split_dirs) {
         char **vclasses;
         int nvc;
@@ -238,6 +243,7 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
         free(take);
     }
     out->split_dirs = split_dirs;
+    out->test_dir = split_dirs && !strcmp(vdir + strlen(vdir) - 4, "test");
     free_entries(all, n);
     free_entries(vall, nv);
     free(tdir), free(vdir);

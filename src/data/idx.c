@@ -2,7 +2,9 @@
  * u32 dims, big-endian elements), read through zlib so .gz and plain files
  * both work; and the Fashion-MNIST directory layout on top of it. */
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,11 +73,12 @@ static bool idx_read_raw(idx_reader *r, void *buf, size_t len, size_t *got) {
     return true;
 }
 
-/* zlib's message for r->f without the "<path>: " it puts in front. */
+/* zlib's message for r->f without the "<path>: " or "<fd:N>: " it puts in front. */
 static const char *idx_zmsg(idx_reader *r, int *zerr) {
     const char *m = gzerror(r->f, zerr);
     size_t len = strlen(r->path);
     if (strncmp(m, r->path, len) == 0 && strncmp(m + len, ": ", 2) == 0) m += len + 2;
+    else if (!strncmp(m, "<fd:", 4) && strstr(m, ">: ")) m = strstr(m, ">: ") + 3; /* gzdopen names it <fd:N> */
     return m;
 }
 
@@ -228,15 +231,28 @@ static mp_status idx_read_values(idx_reader *r, bool as_float, void **out) {
             vals = nv;
             cap = ncap;
         }
+        /* a double past float's range is named, not made inf (labels are integer types: they fit) */
+        const char *bad = NULL;
+        double v = 0;
+        size_t at = 0;
         if (as_float) {
             float *dst = (float *)vals + done;
             if (r->type == IDX_U8)
                 for (size_t i = 0; i < k; i++) dst[i] = (float)chunk[i] / 255.0f;
             else
-                for (size_t i = 0; i < k; i++) dst[i] = (float)idx_decode(r->type, chunk + i * r->esize);
+                for (size_t i = 0; i < k && !bad; i++) {
+                    v = idx_decode(r->type, chunk + i * r->esize), at = i;
+                    if (isfinite(v) && fabs(v) > FLT_MAX) bad = "beyond float32's range";
+                    dst[i] = (float)v;
+                }
         } else {
             int32_t *dst = (int32_t *)vals + done;
             for (size_t i = 0; i < k; i++) dst[i] = (int32_t)idx_decode(r->type, chunk + i * r->esize);
+        }
+        if (bad) {
+            free(chunk);
+            free(vals);
+            return mp_error(MP_ERR_FORMAT, "%s: %s value %zu is %g, %s", r->path, r->what, done + at, v, bad);
         }
         done += k;
     }

@@ -96,8 +96,9 @@ static const struct {
     mp_npy_dtype dtype;
     int size;
 } npy_types[] = {
-    {"|u1", MP_NPY_U8, 1}, {"<u1", MP_NPY_U8, 1}, {"u1", MP_NPY_U8, 1}, {"|b1", MP_NPY_BOOL, 1},
-    {"|i1", MP_NPY_I8, 1}, {"<i1", MP_NPY_I8, 1}, {"<i2", MP_NPY_I16, 2}, {"<u2", MP_NPY_U16, 2},
+    {"|u1", MP_NPY_U8, 1}, {"<u1", MP_NPY_U8, 1}, {">u1", MP_NPY_U8, 1}, {"=u1", MP_NPY_U8, 1},
+    {"u1", MP_NPY_U8, 1}, {"|b1", MP_NPY_BOOL, 1}, {"|i1", MP_NPY_I8, 1}, {"<i1", MP_NPY_I8, 1},
+    {">i1", MP_NPY_I8, 1}, {"=i1", MP_NPY_I8, 1}, {"<i2", MP_NPY_I16, 2}, {"<u2", MP_NPY_U16, 2},
     {"<i4", MP_NPY_I32, 4}, {"<u4", MP_NPY_U32, 4}, {"<i8", MP_NPY_I64, 8}, {"<u8", MP_NPY_U64, 8},
     {"<f2", MP_NPY_F16, 2}, {"<f4", MP_NPY_F32, 4}, {"<f8", MP_NPY_F64, 8},
 };
