@@ -140,6 +140,37 @@ static void test_checkpoints_and_weights(void) {
     mp_checkpoint_info back = {.model = "a"};
     CHECK_ERR(mp_trainer_load(ta, path, &back), MP_OK);
     CHECK(back.epoch == 1, "epoch %d read back", back.epoch);
+    /* another rate and weight decay: loaded (they are the loading trainer's to choose), said on its events */
+    {
+        char said[1024] = "";
+        FILE *ev = fmemopen(said, sizeof said, "w");
+        mp_optimizer *o2 = NULL;
+        mp_trainer *t2 = NULL;
+        MP_ASSERT(ev && mp_optimizer_create(a.g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD,
+                                                                                .weight_decay = 0.01f},
+                                                                      .lr = {.base_lr = 0.5f}},
+                                            &o2) == MP_OK);
+        MP_ASSERT(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 4, .loss = a.loss, .optimizer = o2, .events = ev},
+                                    &t2) == MP_OK);
+        CHECK_ERR(mp_trainer_load(t2, path, NULL), MP_OK);
+        fclose(ev);
+        CHECK(strstr(said, "a.safetensors: optimizer was saved with sgd lr 0.100000001 momentum 0 weight_decay 0, "
+                           "constant, warm-up 0; it continues with this trainer's sgd lr 0.5 momentum 0 "
+                           "weight_decay 0.00999999978, constant, warm-up 0"),
+              "the other options said: '%s'", said);
+        said[0] = '\0';
+        ev = fmemopen(said, sizeof said, "w");
+        mp_trainer_destroy(t2);
+        mp_optimizer *o3 = sgd(a.g);
+        MP_ASSERT(mp_trainer_create(a.g, &(mp_trainer_opts){.batch = 4, .loss = a.loss, .optimizer = o3, .events = ev},
+                                    &t2) == MP_OK);
+        CHECK_ERR(mp_trainer_load(t2, path, NULL), MP_OK);
+        fclose(ev);
+        CHECK(!strstr(said, "was saved with"), "the same options: nothing said ('%s')", said);
+        mp_trainer_destroy(t2);
+        mp_optimizer_destroy(o2);
+        mp_optimizer_destroy(o3);
+    }
     /* weights only: the trainer's graph's parameters under their names */
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     CHECK_ERR(mp_graph_save_weights(a.g, path), MP_OK);

@@ -41,7 +41,8 @@ typedef enum { MP_LR_CONSTANT = 0, MP_LR_STEP, MP_LR_COSINE } mp_lr_kind;
  * Warm-up: for k < warmup_steps, lr = base_lr * (k + 1) / warmup_steps. After
  * it, with t = k - warmup_steps: constant: base_lr; step: base_lr *
  * gamma^floor(t / step_size) (torch StepLR); cosine: min_lr + (base_lr -
- * min_lr) * (1 + cos(pi t / T)) / 2, T = total_steps - warmup_steps. */
+ * min_lr) * (1 + cos(pi t / T)) / 2, T = total_steps - warmup_steps, and
+ * min_lr from t = T on (torch's CosineAnnealingLR rises again there). */
 typedef struct {
     mp_lr_kind kind;  /**< constant, step or cosine */
     float base_lr;    /**< the rate after warm-up */

@@ -209,14 +209,18 @@ typedef struct {
 
 /** The whole training state in one safetensors file, written atomically:
  * fp32 master weights and BN buffers under their names, optimizer state,
- * the loss scaler, step counters and the run's identity (precision, optimizers,
- * batch). A resumed run continues exactly. */
+ * the loss scaler, step counters, the run's identity (precision, optimizers,
+ * batch) and each optimizer's hyper-parameters and schedule. A resumed run
+ * continues exactly. */
 MP_API mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info);
 /** Restore what mp_trainer_save wrote into a trainer of the same model,
  * policy, optimizers and batch (errors name what differs: a tensor's name,
  * shape or dtype, a tensor this trainer would not read, optimizer state its
  * options keep or do not, a metadata key); info->epoch receives the saved
- * epoch. A run with a static loss scale keeps its own scale. */
+ * epoch. A run with a static loss scale keeps its own scale. Learning rate,
+ * schedule and other hyper-parameters stay this trainer's (unlike PyTorch's
+ * optimizer.load_state_dict): where they differ from the saved ones, a line
+ * on mp_trainer_opts.events says both. */
 MP_API mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *info);
 
 /** Load a checkpoint's parameters (fp32 masters and BN buffers) into g for

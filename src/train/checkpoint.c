@@ -23,6 +23,7 @@
 #include "train/trainer.h"
 
 #define META_MAX 48
+#define OPTIONS_LEN 256
 #define NAME_LEN 160
 #define MAX_STEPS (((int64_t)1 << 53) - 1) /* step counters stay exact in a double */
 
@@ -50,10 +51,17 @@ static void steps_key(char *buf, size_t len, int g) {
     else snprintf(buf, len, "mixprec.optim_steps.%d", g);
 }
 
+/* ... and of its options: "mixprec.optimizer_options", ".1", ... */
+static void options_key(char *buf, size_t len, int g) {
+    if (g == 0) snprintf(buf, len, "mixprec.optimizer_options");
+    else snprintf(buf, len, "mixprec.optimizer_options.%d", g);
+}
+
 typedef struct {
     const char *keys[META_MAX], *vals[META_MAX];
     char key_store[META_MAX][48], val_store[META_MAX][64];
     char norm_store[2][MP_CHECKPOINT_MAX_CHANNELS * 18]; /* the statistics lists, longer than a value */
+    char options_store[MP_MAX_GROUPS][OPTIONS_LEN];      /* each optimizer's options (mp_optimizer_describe) */
     int n;
 } meta_list;
 
@@ -139,6 +147,10 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_i
         char key[48];
         steps_key(key, sizeof key, gi);
         meta_add(m, key, "%lld", (long long)mp_optim_step_count(t->groups[gi].opt->host));
+        MP_ASSERT(m->n < META_MAX);
+        options_key(m->key_store[m->n], sizeof m->key_store[m->n], gi);
+        mp_optimizer_describe(t->groups[gi].opt, m->options_store[gi], OPTIONS_LEN);
+        m->keys[m->n] = m->key_store[m->n], m->vals[m->n++] = m->options_store[gi];
     }
     const char *sn[MP_SCALER_STATE_COUNT];
     double sv[MP_SCALER_STATE_COUNT];
@@ -308,6 +320,26 @@ static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer
     return MP_OK;
 }
 
+/* A group's hyper-parameters or schedule other than the saved ones are the
+ * loading trainer's to choose (a lower rate to fine-tune, more epochs):
+ * said on the trainer's events, not refused. Files without the record say
+ * nothing. */
+static void say_other_options(const mp_st_file *f, const char *path, const mp_trainer *t) {
+    for (int gi = 0; t->events && gi < t->n_groups; gi++) {
+        char key[48], now[OPTIONS_LEN];
+        options_key(key, sizeof key, gi);
+        const char *saved = mp_safetensors_meta(f, key);
+        mp_optimizer_describe(t->groups[gi].opt, now, sizeof now);
+        char which[16] = "";
+        if (t->n_groups > 1) snprintf(which, sizeof which, " %d", gi);
+        if (saved && strcmp(saved, now)) {
+            fprintf(t->events, "%s: optimizer%s was saved with %s; it continues with this trainer's %s\n", path,
+                    which, saved, now);
+            fflush(t->events);
+        }
+    }
+}
+
 mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *info) {
     if (!t || !path) return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null trainer or path");
     if (t->micro != 0)
@@ -347,6 +379,7 @@ mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *i
         mp_status cs = mp_optim_set_step_count(opt, optim_steps[gi]); /* in range: read_counters checked it */
         MP_ASSERT(cs == MP_OK);
     }
+    say_other_options(f, path, t);
     mp_safetensors_close(f);
     g->params_initialized = true;
     t->steps = steps;

@@ -81,6 +81,26 @@ int64_t mp_optimizer_steps(const mp_optimizer *o) {
 int mp_optimizer_param_count(const mp_optimizer *o) { return o ? o->n : 0; }
 mp_optimizer_opts mp_optimizer_options(const mp_optimizer *o) { return o ? o->o : (mp_optimizer_opts){0}; }
 
+void mp_optimizer_describe(const mp_optimizer *o, char *buf, size_t len) {
+    const mp_optim_opts *p = &o->o.optim;
+    const mp_lr_schedule *s = &o->o.lr;
+    int at = snprintf(buf, len, "%s lr %.9g", mp_optim_kind_name(p->kind), (double)s->base_lr);
+    if (p->kind == MP_OPTIM_SGD)
+        at += snprintf(buf + at, len - (size_t)at, " momentum %.9g%s", (double)p->momentum,
+                       p->nesterov ? " nesterov" : "");
+    else
+        at += snprintf(buf + at, len - (size_t)at, " betas %.9g,%.9g eps %.9g",
+                       (double)(p->beta1 || p->betas_as_given ? p->beta1 : 0.9f),
+                       (double)(p->beta2 || p->betas_as_given ? p->beta2 : 0.999f), (double)(p->eps ? p->eps : 1e-8f));
+    at += snprintf(buf + at, len - (size_t)at, " weight_decay %.9g, %s", (double)p->weight_decay,
+                   mp_lr_kind_name(s->kind));
+    if (s->kind == MP_LR_STEP)
+        at += snprintf(buf + at, len - (size_t)at, " x%.9g every %d steps", (double)s->gamma, s->step_size);
+    if (s->kind == MP_LR_COSINE)
+        at += snprintf(buf + at, len - (size_t)at, " to %.9g over %d steps", (double)s->min_lr, s->total_steps);
+    snprintf(buf + at, len - (size_t)at, ", warm-up %d", s->warmup_steps);
+}
+
 void mp_optimizer_refresh_dtypes(mp_optimizer *o) {
     for (int i = 0; i < o->n; i++) mp_optim_set_state_dtype(o->host, i, o->g->params[o->param_index[i]].low_only);
 }

@@ -11,6 +11,10 @@
 /* Each parameter's SGD momentum dtype from the graph's record again (after
  * the auto-fallback moved a layer to fp32). */
 void mp_optimizer_refresh_dtypes(mp_optimizer *o);
+/* The hyper-parameters and schedule in one line, defaults filled in
+ * ("sgd lr 0.05 momentum 0.9 nesterov weight_decay 0.0005, cosine to 0 over
+ * 1000 steps, warm-up 0"): what a checkpoint records and compares. */
+void mp_optimizer_describe(const mp_optimizer *o, char *buf, size_t len);
 
 /* ---- penalty.c: gradient penalties --------------------------------------- */
 
