@@ -15,8 +15,8 @@ ms/step from CUDA events, images/s, device memory used by the run
 (torch.cuda.mem_get_info difference, allocator cache and cuDNN workspaces
 included). --profile: after timing, 3 more steps under torch.profiler, and the
 CUDA kernels per step on stderr (top 12, then totals by kind), to set beside
-gpu_train_step --profile. Each row also gives the step's FLOPs (counted by
-torch.utils.flop_counter on one eager step) as TFLOP/s and, with
+gpu_train_step --profile. Each row also gives the step's FLOPs (counted per
+convolution and linear layer as mp_graph_flops counts them) as TFLOP/s and, with
 --gemm-tflops, as a share of the bf16 GEMM rate measured in the same call."""
 import argparse
 import os
@@ -27,7 +27,6 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
 
 from torch_models import MODELS
 
@@ -82,13 +81,29 @@ def make_sgd(params):
         return torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=True), "foreach"
 
 
-def step_flops(step):
-    """FLOPs of one training step as torch.utils.flop_counter counts them
-    (convolutions and matrix products, forward and backward)."""
-    counter = FlopCounterMode(display=False)
-    with counter:
-        step()
-    return counter.get_total_flops()
+def step_flops(model, x):
+    """FLOPs of one training step of `model` on batch x, counted as mixprec's
+    mp_graph_flops counts them: 2 per multiply-add of every convolution and
+    linear layer, once forward and twice backward (input and weight
+    gradients), the backward's input gradient left out where the layer's
+    input needs none (the first convolution). torch.utils.flop_counter
+    counts a depthwise convolution's weight gradient as a dense one's, 7.4x
+    mobilenetv2's step."""
+    total = 0
+
+    def count(m, inputs, out):
+        nonlocal total
+        per_output = m.in_features if isinstance(m, nn.Linear) else \
+            m.kernel_size[0] * m.kernel_size[1] * (m.in_channels // m.groups)
+        total += 2 * out.numel() * per_output * (3 if inputs[0].requires_grad else 2)
+
+    hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    try:
+        model(x)  # with autograd on, so that requires_grad says which inputs get a gradient
+    finally:
+        for h in hooks:
+            h.remove()
+    return total
 
 
 def run_cell(name, precision, batch, steps, mode="eager", profile=False):
@@ -144,7 +159,7 @@ def run_cell(name, precision, batch, steps, mode="eager", profile=False):
             opt.step()
         return loss.detach().clone() if mode == "reduce-overhead" else loss  # CUDA graphs reuse outputs
 
-    flops = step_flops(lambda: step(model))
+    flops = step_flops(model, x)
     t0 = time.perf_counter()
     for _ in range(3):
         loss0 = step()
