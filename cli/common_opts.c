@@ -253,8 +253,8 @@ int cli_check_fresh_output_dir(const char *cmd, const char *option, const char *
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0; /* not a file: the output's own check names it */
     fprintf(stderr, "mixprec %s: %s %s already holds an earlier run's output (%s): its files would stay beside this "
-                    "run's, which replaces only some of them; give a new folder (the default is a fresh one per run) "
-                    "or remove that one\n", cmd, option, dir, path);
+                    "run's, which replaces only some of them; give a new folder (the default is a new timestamped "
+                    "one) or remove that one\n", cmd, option, dir, path);
     return 2;
 }
 

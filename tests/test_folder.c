@@ -228,13 +228,14 @@ static void test_bad(void) {
     mp_loader_destroy(l);
     mp_dataset_free(&tr);
     mp_dataset_free(&va);
-    /* the same under skip: 2.png (class b) is replaced by the next sample in the order, 0.png (class a), image
-     * and label, not a black image labelled b */
+    /* the same under skip: with drop_last 2.png (class b) is replaced by the next sample in the order, 0.png
+     * (class a), image and label, not a black image labelled b; without, it is left out */
     CHECK(mp_dataset_load_folder(scratch_path(dir, "t4"), &(mp_folder_opts){.val_fraction = 0.25, .lazy = true,
                                                                           .bad_images = MP_BAD_IMAGES_SKIP},
                                  &tr, &va) == MP_OK && tr.n == 3, "%s", mp_last_error());
     l = NULL;
-    CHECK(mp_loader_create(&tr, (mp_loader_opts){.batch = 3, .workers = 2}, &l) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_loader_create(&tr, (mp_loader_opts){.batch = 3, .workers = 2, .drop_last = true}, &l) == MP_OK, "%s",
+          mp_last_error());
     if (l) {
         mp_loader_start_epoch(l, 0);
         CHECK(mp_loader_next(l, &x, &y, &k) == MP_OK && k == 3, "skip: %s", mp_last_error());
@@ -242,7 +243,53 @@ static void test_bad(void) {
         for (size_t q = 0; k == 3 && q < 16 * 16 * 3; q++) peak = fmaxf(peak, x[2 * 16 * 16 * 3 + q]);
         CHECK(k == 3 && y[0] == 0 && y[1] == 1 && y[2] == 0 && peak > 0.5f,
               "the bad image replaced by 0.png: labels %d %d %d, brightest pixel %g", y[0], y[1], y[2], peak);
-        CHECK(mp_loader_replaced(l) == 1, "one replaced: %d", mp_loader_replaced(l));
+        CHECK(mp_loader_bad_images(l) == 1, "one bad: %d", mp_loader_bad_images(l));
+        /* the next epoch: known bad, not decoded again, counted again */
+        mp_loader_start_epoch(l, 1);
+        CHECK(mp_loader_next(l, &x, &y, &k) == MP_OK && k == 3 && mp_loader_bad_images(l) == 1,
+              "epoch 1: %d samples, %d bad", k, mp_loader_bad_images(l));
+    }
+    mp_loader_destroy(l);
+    l = NULL;
+    CHECK(mp_loader_create(&tr, (mp_loader_opts){.batch = 3, .workers = 2}, &l) == MP_OK, "%s", mp_last_error());
+    if (l) {
+        mp_loader_start_epoch(l, 0);
+        CHECK(mp_loader_next(l, &x, &y, &k) == MP_OK && k == 2 && y[0] == 0 && y[1] == 1 &&
+                  mp_loader_bad_images(l) == 1,
+              "without drop_last left out: %d samples, labels %d %d, %d bad", k, y[0], y[1],
+              mp_loader_bad_images(l));
+        CHECK(mp_loader_next(l, &x, &y, &k) == MP_OK && k == 0, "then the end");
+    }
+    mp_loader_destroy(l);
+    /* batches of one: the bad one's batch is empty and passed over, not taken for the end */
+    l = NULL;
+    CHECK(mp_loader_create(&tr, (mp_loader_opts){.batch = 1, .workers = 1}, &l) == MP_OK, "%s", mp_last_error());
+    if (l) mp_loader_start_epoch(l, 0);
+    int got = 0;
+    for (int b = 0; l && b < 4 && mp_loader_next(l, &x, &y, &k) == MP_OK && k > 0; b++) got += k;
+    CHECK(got == 2, "batches of one: %d samples before the end", got);
+    mp_loader_destroy(l);
+    mp_dataset_free(&tr);
+    mp_dataset_free(&va);
+    /* a folder that does not decode at all: 17 bad in a row, then an error, not a search of the whole set */
+    mk("allbad"), mk("allbad/a"), mk("allbad/b");
+    png = read_all("t4/a/0.png", &n);
+    for (int i = 0; i < 20; i++) {
+        char rel[32];
+        snprintf(rel, sizeof rel, "allbad/a/%02d.png", i);
+        write_bytes(rel, png, n - 20);
+    }
+    write_bytes("allbad/b/99.png", png, n);
+    free(png);
+    CHECK(mp_dataset_load_folder(scratch_path(dir, "allbad"), &(mp_folder_opts){.val_fraction = 0.05, .lazy = true,
+                                                                          .bad_images = MP_BAD_IMAGES_SKIP},
+                                 &tr, &va) == MP_OK, "%s", mp_last_error());
+    l = NULL;
+    CHECK(mp_loader_create(&tr, (mp_loader_opts){.batch = 1, .workers = 1, .drop_last = true}, &l) == MP_OK, "%s",
+          mp_last_error());
+    if (l) {
+        mp_loader_start_epoch(l, 0);
+        CHECK_ERR(mp_loader_next(l, &x, &y, &k), MP_ERR_FORMAT, "the 16 after it in the epoch's order do not decode");
     }
     mp_loader_destroy(l);
     mp_dataset_free(&tr);

@@ -183,11 +183,19 @@ static void test_split(void) {
           tr.n, va.n);
     mp_dataset_free(&tr);
     mp_dataset_free(&va);
-    /* 0.5 of a class of one would hold out all of it: it stays */
-    CHECK_ERR(mp_dataset_split(&(mp_dataset){.n = 1, .c = 1, .h = 1, .w = 1, .classes = 1, .images = one.images,
-                                             .labels = one.labels, .source = "one"},
-                               0.5, &tr, &va),
-              MP_ERR_INVALID_ARG, "leaves 1 for training and 0 held out");
+    /* labels 0 0 0 1 at 0.5: two held out, both of class 0 (every 2nd sample would take class 1's only one) */
+    int32_t four[4] = {0, 0, 0, 1};
+    mp_dataset d4 = {.n = 4, .c = 1, .h = 1, .w = 1, .classes = 2, .images = one.images, .labels = four,
+                     .source = "four"};
+    CHECK(mp_dataset_split(&d4, 0.5, &tr, &va) == MP_OK && va.n == 2 && va.labels[0] == 0 && va.labels[1] == 0 &&
+              va.images[0] * 255.0f == 1.0f && va.images[1] * 255.0f == 2.0f && tr.n == 2 && tr.labels[1] == 1,
+          "class 1's only sample trained on: %d + %d", tr.n, va.n);
+    mp_dataset_free(&tr);
+    mp_dataset_free(&va);
+    /* labels 0 1 at 0.5: neither class can spare one, and the error says why */
+    d4.n = 2, four[1] = 1;
+    CHECK_ERR(mp_dataset_split(&d4, 0.5, &tr, &va), MP_ERR_INVALID_ARG, "leaves 2 for training and 0 held out",
+              "a class's last sample is never held out");
     mp_dataset_free(&one);
     CHECK_ERR(mp_dataset_split(&all, 0.01, &tr, &va), MP_ERR_INVALID_ARG, "leaves 20 for training and 0 held out");
     mp_dataset_free(&all);

@@ -98,12 +98,15 @@ def step_flops(model, x):
         total += 2 * out.numel() * per_output * (3 if inputs[0].requires_grad else 2)
 
     hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    was_training = model.training
+    model.eval()  # the running statistics untouched
     try:
-        model(x)  # with autograd on, so that requires_grad says which inputs get a gradient
+        model(x[:1])  # one sample (FLOPs grow with the batch), autograd on: requires_grad says which inputs get one
     finally:
+        model.train(was_training)
         for h in hooks:
             h.remove()
-    return total
+    return total * x.shape[0]
 
 
 def run_cell(name, precision, batch, steps, mode="eager", profile=False):

@@ -53,8 +53,8 @@ MP_API mp_status mp_dataset_open_npy(const char *images_path, const char *labels
 typedef enum {
     MP_BAD_IMAGES_FAIL = 0, /**< an error naming the file */
     /** leave it out (counted in mp_dataset_info.skipped); one found only when
-     * a dataset decoded per batch decodes it is replaced by the loader
-     * (mp_loader_next) */
+     * a dataset decoded per batch decodes it is replaced or left out by the
+     * loader (mp_loader_next) */
     MP_BAD_IMAGES_SKIP,
 } mp_bad_images;
 
@@ -79,7 +79,8 @@ typedef struct {
  * and `DIR/val/CLASS/...` (or `DIR/test/CLASS/...`) as the two parts;
  * other files and nested folders are ignored, as are hidden (".name")
  * entries, class folders included. Without val/ or test/, floor(n
- * val_fraction) of the n images are held out, each class's share in
+ * val_fraction) of the n images are held out (fewer where classes are too
+ * small to spare one), each class's share in
  * proportion to its size (never all of a class) and evenly spaced through
  * the class in file-name order.
  * Images are converted to the channels, resized so that they cover the
@@ -170,15 +171,17 @@ MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
  * (a short last batch without drop_last is padded with zeros and label 0).
  * An image that fails to decode (datasets decoded per batch, whose headers
  * were read when it was opened) is an error naming the file, or under
- * MP_BAD_IMAGES_SKIP is replaced by the next sample in the epoch's order
- * that decodes (image and label; mp_loader_replaced counts them).
+ * MP_BAD_IMAGES_SKIP is counted (mp_loader_bad_images) and, with drop_last,
+ * replaced by the next sample in the epoch's order that decodes (image and
+ * label; after 16 that do not, an error), without drop_last left out (a
+ * shorter batch; one left empty is passed over).
  * At the epoch's end MP_OK with *n = 0. Pointers stay valid until the next
  * call on the loader. */
 MP_API mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n);
-/** Images that failed to decode and were replaced (MP_BAD_IMAGES_SKIP,
- * datasets decoded per batch) in the batches prepared so far this epoch
- * (the loader prepares a few ahead of mp_loader_next). */
-MP_API int mp_loader_replaced(const mp_loader *l);
+/** Samples that did not decode (MP_BAD_IMAGES_SKIP, datasets decoded per
+ * batch), each counted once where it stood, in the batches prepared so far
+ * this epoch (the loader prepares a few ahead of mp_loader_next). */
+MP_API int mp_loader_bad_images(const mp_loader *l);
 /** Seconds mp_loader_next has waited for batches since the epoch began (the
  * step waited on decoding when this is more than a small share of the epoch). */
 MP_API double mp_loader_wait_seconds(const mp_loader *l);

@@ -28,9 +28,9 @@ struct mp_sample_source {
     mp_status (*fetch)(mp_sample_source *s, int i, mp_rng *rrc, float *dst);
     void (*destroy)(mp_sample_source *s);
     int refs; /* atomic */
-    /* MP_BAD_IMAGES_SKIP: a sample whose fetch fails with MP_ERR_FORMAT or
-     * MP_ERR_IO (an image whose header read but whose data does not) is
-     * replaced by the loader with the next one in its order */
+    /* MP_BAD_IMAGES_SKIP: a sample whose fetch fails with MP_ERR_FORMAT (an
+     * image whose header read but whose data does not) is replaced or left
+     * out by the loader (mp_loader_next); other errors stay errors */
     bool replace_bad;
 };
 
@@ -112,8 +112,8 @@ mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *ou
 /* Copy of the first n samples (1 <= n <= d->n); classes is kept from d. */
 mp_status mp_dataset_subset(const mp_dataset *d, int n, mp_dataset *out);
 
-/* Held-out split by fraction f in (0, 1) (split.c): floor(n f) samples,
- * each class's proportional share (never all of a class), evenly spaced
+/* Held-out split by fraction f in (0, 1) (split.c): floor(n f) samples (at
+ * most), each class's proportional share (never all of a class), evenly spaced
  * through the class in order. mp_split_mark sets held[i] for the n samples
  * (labels in [0, classes)) and returns how many, or -1 (MP_ERR_NOMEM set).
  * mp_dataset_split copies the two parts, both in the original order, and

@@ -10,7 +10,7 @@
  * resamples one file). Bad images are left out (skip) or end the open with
  * an error naming the file (fail); in the per-batch path an image whose
  * data turns out corrupt only when it is decoded is an error of the loader
- * under fail and, under skip, replaced by the loader with the next sample
+ * under fail and, under skip, replaced or left out by the loader
  * (mp_sample_source.replace_bad). */
 #include "data/folder.h"
 

@@ -235,8 +235,8 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
         if (held < 0) s = MP_ERR_NOMEM;
         else if (s == MP_OK && (held < 1 || held >= n))
             s = mp_error(MP_ERR_INVALID_ARG, "%s: --val-fraction %g of %d images leaves %d for training and %d held "
-                         "out (no train/ and val/ subfolders): each part needs at least one", dir, val_fraction, n,
-                         n - held, held);
+                         "out (no train/ with val/ or test/; a class's last image is never held out): each part "
+                         "needs at least one", dir, val_fraction, n, n - held, held);
         free(labels);
         if (s == MP_OK) s = to_part(all, n, take, false, &out->train);
         if (s == MP_OK) s = to_part(all, n, take, true, &out->val);

@@ -32,6 +32,7 @@
 #include "data/normalize.h"
 
 #define LOADER_SLOTS 3
+#define LOADER_REPLACE_TRIES 16 /* samples after an undecodable one tried in its place */
 #define LOADER_KEY_PERM 0x5045524D5554ull
 #define LOADER_KEY_AUG 0x4155474D454Eull
 #define LOADER_KEY_RRC 0x5252432D4352ull
@@ -52,7 +53,8 @@ struct mp_loader {
     mp_pool *pool;     /* the threads preparing samples */
     float **tmp;       /* (workers) per-worker (C, H, W) buffers: decoded or cropped samples */
     double wait_s;     /* the caller's waits this epoch */
-    int replaced;      /* samples that failed to decode and were replaced this epoch (atomic) */
+    unsigned char *bad; /* (N) samples known not to decode (atomic), when bad ones are replaced or left out */
+    int bad_images;    /* such samples met at their own place in this epoch's batches (atomic) */
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -144,26 +146,54 @@ typedef struct {
     int start, slot;
 } fill_job;
 
+/* Sample idx into dst: true when it does not decode (MP_ERR_FORMAT, now or
+ * in an earlier epoch: l->bad remembers), else false with *s its status. */
+static bool undecodable(mp_loader *l, int idx, int worker, float *dst, mp_status *s) {
+    *s = MP_OK;
+    if (__atomic_load_n(&l->bad[idx], __ATOMIC_RELAXED)) return true;
+    *s = loader_sample(l, idx, worker, dst);
+    if (*s != MP_ERR_FORMAT) return false;
+    __atomic_store_n(&l->bad[idx], 1, __ATOMIC_RELAXED);
+    mp_clear_error();
+    *s = MP_OK;
+    return true;
+}
+
 /* Sample j of a batch; position start + j of the epoch's order (past the
- * end: the epoch's first samples again). A sample that fails to decode
- * under MP_BAD_IMAGES_SKIP is replaced by the next one in the order that
- * decodes, image and label (the same for any number of threads). */
+ * end: the epoch's first samples again). Under MP_BAD_IMAGES_SKIP a sample
+ * that does not decode is counted and, with drop_last (batches stay full),
+ * replaced by the next one in the order that decodes, image and label, or
+ * without it left out (label -1 here; loader_fill closes the gap). The same
+ * for any number of threads. */
 static mp_status fill_one(void *arg, int j, int worker) {
     const fill_job *f = arg;
     mp_loader *l = f->l;
     const int n = l->d->n, pos = f->start + j;
-    const bool replace = !l->d->images && l->d->src && l->d->src->replace_bad;
     float *dst = l->img[f->slot] + (size_t)j * l->per;
+    int32_t *label = &l->lab[f->slot][j];
     int idx = l->perm[pos % n];
-    mp_status s = loader_sample(l, idx, worker, dst);
-    for (int t = 1; replace && (s == MP_ERR_FORMAT || s == MP_ERR_IO) && t < n; t++) {
-        __atomic_add_fetch(&l->replaced, 1, __ATOMIC_RELAXED);
-        mp_clear_error();
-        idx = l->perm[(pos + t) % n];
-        s = loader_sample(l, idx, worker, dst);
+    mp_status s;
+    if (!l->bad) {
+        *label = l->d->labels[idx];
+        return loader_sample(l, idx, worker, dst);
     }
-    l->lab[f->slot][j] = l->d->labels[idx];
-    return s;
+    if (!undecodable(l, idx, worker, dst, &s)) {
+        *label = l->d->labels[idx];
+        return s;
+    }
+    __atomic_add_fetch(&l->bad_images, 1, __ATOMIC_RELAXED);
+    *label = -1;
+    if (!l->o.drop_last) return MP_OK;
+    for (int t = 1; t <= LOADER_REPLACE_TRIES && t < n; t++) {
+        idx = l->perm[(pos + t) % n];
+        if (!undecodable(l, idx, worker, dst, &s)) {
+            *label = l->d->labels[idx];
+            return s;
+        }
+    }
+    return mp_error(MP_ERR_FORMAT, "%s: a sample and the %d after it in the epoch's order do not decode: "
+                    "--bad-images skip replaces a bad image, not a folder that cannot be read", l->d->source,
+                    LOADER_REPLACE_TRIES < n - 1 ? LOADER_REPLACE_TRIES : n - 1);
 }
 
 /* Batch b of this shard: its part of global batch b. Without drop_last the
@@ -180,6 +210,18 @@ static void loader_fill(mp_loader *l, int b, int slot) {
     fill_job job = {.l = l, .start = start, .slot = slot};
     l->status[slot] = mp_pool_run(l->pool, k, fill_one, &job);
     if (l->status[slot] != MP_OK) snprintf(l->message[slot], 1024, "%s", mp_last_error());
+    if (l->bad && !l->o.drop_last) { /* undecodable samples left out: the rest moved up, in order */
+        int kept = 0;
+        for (int j = 0; j < k; j++) {
+            if (l->lab[slot][j] < 0) continue;
+            if (kept != j) {
+                memcpy(l->img[slot] + (size_t)kept * l->per, l->img[slot] + (size_t)j * l->per, l->per * sizeof(float));
+                l->lab[slot][kept] = l->lab[slot][j];
+            }
+            kept++;
+        }
+        k = kept;
+    }
     if (k < B) {
         memset(l->img[slot] + (size_t)k * l->per, 0, (size_t)(B - k) * l->per * sizeof(float));
         memset(l->lab[slot] + k, 0, (size_t)(B - k) * sizeof(int32_t));
@@ -217,6 +259,7 @@ static void loader_free(mp_loader *l) {
     free(l->mean);
     free(l->std);
     free(l->perm);
+    free(l->bad);
     for (int s = 0; s < LOADER_SLOTS; s++) {
         free(l->img[s]);
         free(l->lab[s]);
@@ -256,6 +299,7 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
     const int global = o.batch * l->shards;
     l->batches = o.drop_last ? d->n / global : (d->n + global - 1) / global;
     bool ok = (l->perm = malloc((size_t)d->n * sizeof(int32_t))) != NULL;
+    if (!d->images && d->src && d->src->replace_bad) ok = ok && (l->bad = calloc((size_t)d->n, 1)) != NULL;
     if (o.mean) ok = ok && (l->mean = malloc((size_t)d->c * sizeof(float))) != NULL;
     if (o.std) ok = ok && (l->std = malloc((size_t)d->c * sizeof(float))) != NULL;
     for (int s = 0; s < LOADER_SLOTS && ok; s++) {
@@ -299,7 +343,7 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
 
 int mp_loader_batches(const mp_loader *l) { return l->batches; }
 
-int mp_loader_replaced(const mp_loader *l) { return l ? __atomic_load_n(&l->replaced, __ATOMIC_RELAXED) : 0; }
+int mp_loader_bad_images(const mp_loader *l) { return l ? __atomic_load_n(&l->bad_images, __ATOMIC_RELAXED) : 0; }
 
 mp_status mp_loader_start_epoch(mp_loader *l, int epoch) {
     if (epoch < 0) return mp_error(MP_ERR_INVALID_ARG, "loader: epoch %d must be >= 0", epoch);
@@ -323,7 +367,7 @@ mp_status mp_loader_start_epoch(mp_loader *l, int epoch) {
     l->epoch = epoch;
     l->produced = l->consumed = l->released = 0;
     l->wait_s = 0;
-    l->replaced = 0;
+    l->bad_images = 0;
     l->active = true;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
@@ -340,24 +384,27 @@ mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **lab
         return mp_error(MP_ERR_INVALID_ARG, "loader: mp_loader_next called before mp_loader_start_epoch (%s)",
                         l->d->source);
     }
-    l->released = l->consumed; /* the previous batch is no longer read */
-    pthread_cond_broadcast(&l->cv);
-    if (l->consumed >= l->batches) {
-        pthread_mutex_unlock(&l->mu);
-        return MP_OK;
-    }
-    if (l->produced <= l->consumed) {
-        const double t0 = now_seconds();
-        while (l->produced <= l->consumed) pthread_cond_wait(&l->cv, &l->mu);
-        l->wait_s += now_seconds() - t0;
-    }
-    int slot = l->consumed % LOADER_SLOTS;
-    l->consumed++;
-    if (l->status[slot] != MP_OK) {
-        mp_status s = mp_error(l->status[slot], "%s", l->message[slot]);
-        pthread_mutex_unlock(&l->mu);
-        return s;
-    }
+    int slot;
+    do { /* a batch whose every sample was left out as undecodable is passed over: *n = 0 means the end */
+        l->released = l->consumed; /* the previous batch is no longer read */
+        pthread_cond_broadcast(&l->cv);
+        if (l->consumed >= l->batches) {
+            pthread_mutex_unlock(&l->mu);
+            return MP_OK;
+        }
+        if (l->produced <= l->consumed) {
+            const double t0 = now_seconds();
+            while (l->produced <= l->consumed) pthread_cond_wait(&l->cv, &l->mu);
+            l->wait_s += now_seconds() - t0;
+        }
+        slot = l->consumed % LOADER_SLOTS;
+        l->consumed++;
+        if (l->status[slot] != MP_OK) {
+            mp_status s = mp_error(l->status[slot], "%s", l->message[slot]);
+            pthread_mutex_unlock(&l->mu);
+            return s;
+        }
+    } while (l->count[slot] == 0);
     *images = l->img[slot];
     *labels = l->lab[slot];
     *n = l->count[slot];

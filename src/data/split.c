@@ -1,5 +1,6 @@
 /* split.c — a held-out split by fraction f that needs no randomness and
- * tests every class: floor(n f) samples in all, each class's share
+ * tests every class: floor(n f) samples in all (fewer where the classes
+ * have too few samples to spare one), each class's share
  * proportional (floor(n_c f), the rest to the classes with the largest
  * remainders, ties to the lower label; never all of a class) and evenly
  * spaced through the class in the dataset's order (the r-th of a class
@@ -68,8 +69,8 @@ mp_status mp_dataset_split(const mp_dataset *d, double fraction, mp_dataset *tra
     if (nv < 1 || nt < 1) {
         free(held);
         return mp_error(MP_ERR_INVALID_ARG, "%s: --val-fraction %g of %d samples leaves %d for training and %d held "
-                        "out: each part needs at least one", d->source, fraction, d->n,
-                        nt, nv);
+                        "out: each part needs at least one%s", d->source, fraction, d->n, nt, nv,
+                        nv < 1 ? " (a class's last sample is never held out)" : "");
     }
     const size_t per = (size_t)d->c * d->h * d->w;
     mp_dataset *parts[2] = {train, val};

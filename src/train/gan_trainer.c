@@ -365,6 +365,9 @@ mp_status mp_gan_train_run(mp_acgan *m, const mp_dataset *train, const mp_gan_tr
             if (g.t->loss_scaling) fprintf(o->out, " - loss scale %g", state.scale);
             fprintf(o->out, " - skipped steps G %lld, D %lld", (long long)e.g_skipped, (long long)e.d_skipped);
             if (e.forward_overflows) fprintf(o->out, ", forward overflows %lld", (long long)e.forward_overflows);
+            const int bad = mp_loader_bad_images(ld);
+            if (bad)
+                fprintf(o->out, " - %d undecodable image%s replaced (--bad-images skip)", bad, bad == 1 ? "" : "s");
             fprintf(o->out, " - samples %s\n", r->samples_path);
             fflush(o->out);
         }

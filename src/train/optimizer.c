@@ -2,6 +2,8 @@
  * trainable parameters it updates, its learning-rate schedule, and a host
  * mp_optim over the graph's host copies holding its state. A trainer steps
  * it there (CPU) or mirrors it on its device (GPU). */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,24 +83,33 @@ int64_t mp_optimizer_steps(const mp_optimizer *o) {
 int mp_optimizer_param_count(const mp_optimizer *o) { return o ? o->n : 0; }
 mp_optimizer_opts mp_optimizer_options(const mp_optimizer *o) { return o ? o->o : (mp_optimizer_opts){0}; }
 
+/* snprintf at buf + *at, *at kept within len (a cut-short line stays cut) */
+static void append(char *buf, size_t len, int *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t len, int *at, const char *fmt, ...) {
+    if ((size_t)*at >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(buf + *at, len - (size_t)*at, fmt, ap);
+    va_end(ap);
+    *at = k < 0 || (size_t)(*at + k) >= len ? (int)len : *at + k;
+}
+
 void mp_optimizer_describe(const mp_optimizer *o, char *buf, size_t len) {
     const mp_optim_opts *p = &o->o.optim;
     const mp_lr_schedule *s = &o->o.lr;
-    int at = snprintf(buf, len, "%s lr %.9g", mp_optim_kind_name(p->kind), (double)s->base_lr);
+    int at = 0;
+    if (len) buf[0] = '\0';
+    append(buf, len, &at, "%s lr %.9g", mp_optim_kind_name(p->kind), (double)s->base_lr);
     if (p->kind == MP_OPTIM_SGD)
-        at += snprintf(buf + at, len - (size_t)at, " momentum %.9g%s", (double)p->momentum,
-                       p->nesterov ? " nesterov" : "");
+        append(buf, len, &at, " momentum %.9g%s", (double)p->momentum, p->nesterov ? " nesterov" : "");
     else
-        at += snprintf(buf + at, len - (size_t)at, " betas %.9g,%.9g eps %.9g",
-                       (double)(p->beta1 || p->betas_as_given ? p->beta1 : 0.9f),
-                       (double)(p->beta2 || p->betas_as_given ? p->beta2 : 0.999f), (double)(p->eps ? p->eps : 1e-8f));
-    at += snprintf(buf + at, len - (size_t)at, " weight_decay %.9g, %s", (double)p->weight_decay,
-                   mp_lr_kind_name(s->kind));
-    if (s->kind == MP_LR_STEP)
-        at += snprintf(buf + at, len - (size_t)at, " x%.9g every %d steps", (double)s->gamma, s->step_size);
+        append(buf, len, &at, " betas %.9g,%.9g eps %.9g", (double)(p->beta1 || p->betas_as_given ? p->beta1 : 0.9f),
+               (double)(p->beta2 || p->betas_as_given ? p->beta2 : 0.999f), (double)(p->eps ? p->eps : 1e-8f));
+    append(buf, len, &at, " weight_decay %.9g, %s", (double)p->weight_decay, mp_lr_kind_name(s->kind));
+    if (s->kind == MP_LR_STEP) append(buf, len, &at, " x%.9g every %d steps", (double)s->gamma, s->step_size);
     if (s->kind == MP_LR_COSINE)
-        at += snprintf(buf + at, len - (size_t)at, " to %.9g over %d steps", (double)s->min_lr, s->total_steps);
-    snprintf(buf + at, len - (size_t)at, ", warm-up %d", s->warmup_steps);
+        append(buf, len, &at, " to %.9g over %d steps", (double)s->min_lr, s->total_steps);
+    append(buf, len, &at, ", warm-up %d", s->warmup_steps);
 }
 
 void mp_optimizer_refresh_dtypes(mp_optimizer *o) {
