@@ -84,8 +84,9 @@ typedef struct {
  * proportion to its size (never all of a class) and evenly spaced through
  * the class in file-name order.
  * Images are converted to the channels, resized so that they cover the
- * sample size (the shorter side for square samples, bilinear) and
- * centre-cropped; pixels are scaled to [0, 1]. *train and *val receive the
+ * sample size (the shorter side for square samples, bilinear without
+ * antialiasing) and centre-cropped; pixels are scaled to [0, 1] (16-bit
+ * PNGs by their high byte). *train and *val receive the
  * two parts (both freed with mp_dataset_destroy). Errors name the folder or
  * file: not found, no class subfolders, no images, a bad image under
  * MP_BAD_IMAGES_FAIL, images of different sizes without a size given. */
