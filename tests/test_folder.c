@@ -269,6 +269,22 @@ static void test_bad(void) {
     for (int b = 0; l && b < 4 && mp_loader_next(l, &x, &y, &k) == MP_OK && k > 0; b++) got += k;
     CHECK(got == 2, "batches of one: %d samples before the end", got);
     mp_loader_destroy(l);
+    /* two shards without drop_last must yield the same batches: the bad one (position 2, shard 0's second) is
+     * replaced there, by position 3 = the epoch's first sample, as shard 1's padding is; counted once */
+    int counts[2][3] = {{0}}, bad = 0;
+    for (int r = 0; r < 2; r++) {
+        l = NULL;
+        CHECK(mp_loader_create(&tr, (mp_loader_opts){.batch = 1, .workers = 1, .shards = 2, .shard = r}, &l) ==
+                  MP_OK, "%s", mp_last_error());
+        if (l) mp_loader_start_epoch(l, 0);
+        for (int b = 0; l && b < 3 && mp_loader_next(l, &x, &y, &k) == MP_OK; b++) counts[r][b] = k;
+        bad += l ? mp_loader_bad_images(l) : 0;
+        mp_loader_destroy(l);
+    }
+    CHECK(counts[0][0] == 1 && counts[0][1] == 1 && counts[0][2] == 0 && counts[1][0] == 1 && counts[1][1] == 1 &&
+              counts[1][2] == 0 && bad == 1,
+          "shards: %d %d %d | %d %d %d samples, %d bad", counts[0][0], counts[0][1], counts[0][2], counts[1][0],
+          counts[1][1], counts[1][2], bad);
     mp_dataset_free(&tr);
     mp_dataset_free(&va);
     /* a folder that does not decode at all: 17 bad in a row, then an error, not a search of the whole set */
@@ -289,7 +305,8 @@ static void test_bad(void) {
           mp_last_error());
     if (l) {
         mp_loader_start_epoch(l, 0);
-        CHECK_ERR(mp_loader_next(l, &x, &y, &k), MP_ERR_FORMAT, "the 16 after it in the epoch's order do not decode");
+        CHECK_ERR(mp_loader_next(l, &x, &y, &k), MP_ERR_FORMAT, "allbad/a/00.png: corrupt PNG",
+                  "the 16 samples after it in the epoch's order do not decode either");
     }
     mp_loader_destroy(l);
     mp_dataset_free(&tr);

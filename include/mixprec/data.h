@@ -164,7 +164,8 @@ typedef struct mp_loader mp_loader;
 
 /** A loader over d (which must outlive it). */
 MP_API mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **out);
-/** Batches per epoch. */
+/** Batches per epoch (at most, for a dataset decoded per batch under
+ * MP_BAD_IMAGES_SKIP without drop_last: see mp_loader_next). */
 MP_API int mp_loader_batches(const mp_loader *l);
 /** Begin (or restart, even mid-epoch) epoch `epoch` >= 0. */
 MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
@@ -172,10 +173,10 @@ MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
  * (a short last batch without drop_last is padded with zeros and label 0).
  * An image that fails to decode (datasets decoded per batch, whose headers
  * were read when it was opened) is an error naming the file, or under
- * MP_BAD_IMAGES_SKIP is counted (mp_loader_bad_images) and, with drop_last,
- * replaced by the next sample in the epoch's order that decodes (image and
- * label; after 16 that do not, an error), without drop_last left out (a
- * shorter batch; one left empty is passed over).
+ * MP_BAD_IMAGES_SKIP is counted (mp_loader_bad_images) and, with drop_last
+ * or shards, replaced by the next sample in the epoch's order that decodes
+ * (image and label; after 16 that do not, an error naming the first),
+ * otherwise left out (a shorter batch; one left empty is passed over).
  * At the epoch's end MP_OK with *n = 0. Pointers stay valid until the next
  * call on the loader. */
 MP_API mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n);

@@ -147,13 +147,16 @@ typedef struct {
 } fill_job;
 
 /* Sample idx into dst: true when it does not decode (MP_ERR_FORMAT, now or
- * in an earlier epoch: l->bad remembers), else false with *s its status. */
-static bool undecodable(mp_loader *l, int idx, int worker, float *dst, mp_status *s) {
+ * in an earlier epoch: l->bad remembers; why, if not NULL, receives the
+ * decoder's message), else false with *s its status. */
+static bool undecodable(mp_loader *l, int idx, int worker, float *dst, mp_status *s, char *why, size_t why_len) {
     *s = MP_OK;
+    if (why) snprintf(why, why_len, "%s: sample %d did not decode in an earlier batch", l->d->source, idx);
     if (__atomic_load_n(&l->bad[idx], __ATOMIC_RELAXED)) return true;
     *s = loader_sample(l, idx, worker, dst);
     if (*s != MP_ERR_FORMAT) return false;
     __atomic_store_n(&l->bad[idx], 1, __ATOMIC_RELAXED);
+    if (why) snprintf(why, why_len, "%s", mp_last_error());
     mp_clear_error();
     *s = MP_OK;
     return true;
@@ -161,10 +164,11 @@ static bool undecodable(mp_loader *l, int idx, int worker, float *dst, mp_status
 
 /* Sample j of a batch; position start + j of the epoch's order (past the
  * end: the epoch's first samples again). Under MP_BAD_IMAGES_SKIP a sample
- * that does not decode is counted and, with drop_last (batches stay full),
- * replaced by the next one in the order that decodes, image and label, or
- * without it left out (label -1 here; loader_fill closes the gap). The same
- * for any number of threads. */
+ * that does not decode is counted (not where it only pads the last global
+ * batch) and, where batches must keep their size (drop_last, or shards that
+ * must yield the same batches), replaced by the next one in the order that
+ * decodes, image and label; else left out (label -1 here; loader_fill
+ * closes the gap). The same for any number of threads. */
 static mp_status fill_one(void *arg, int j, int worker) {
     const fill_job *f = arg;
     mp_loader *l = f->l;
@@ -177,22 +181,23 @@ static mp_status fill_one(void *arg, int j, int worker) {
         *label = l->d->labels[idx];
         return loader_sample(l, idx, worker, dst);
     }
-    if (!undecodable(l, idx, worker, dst, &s)) {
+    char why[512];
+    if (!undecodable(l, idx, worker, dst, &s, why, sizeof why)) {
         *label = l->d->labels[idx];
         return s;
     }
-    __atomic_add_fetch(&l->bad_images, 1, __ATOMIC_RELAXED);
+    if (pos < n) __atomic_add_fetch(&l->bad_images, 1, __ATOMIC_RELAXED);
     *label = -1;
-    if (!l->o.drop_last) return MP_OK;
+    if (!l->o.drop_last && l->shards == 1) return MP_OK;
     for (int t = 1; t <= LOADER_REPLACE_TRIES && t < n; t++) {
         idx = l->perm[(pos + t) % n];
-        if (!undecodable(l, idx, worker, dst, &s)) {
+        if (!undecodable(l, idx, worker, dst, &s, NULL, 0)) {
             *label = l->d->labels[idx];
             return s;
         }
     }
-    return mp_error(MP_ERR_FORMAT, "%s: a sample and the %d after it in the epoch's order do not decode: "
-                    "--bad-images skip replaces a bad image, not a folder that cannot be read", l->d->source,
+    return mp_error(MP_ERR_FORMAT, "%s; the %d samples after it in the epoch's order do not decode either: "
+                    "--bad-images skip replaces a bad image, not a folder that cannot be read", why,
                     LOADER_REPLACE_TRIES < n - 1 ? LOADER_REPLACE_TRIES : n - 1);
 }
 
@@ -210,7 +215,7 @@ static void loader_fill(mp_loader *l, int b, int slot) {
     fill_job job = {.l = l, .start = start, .slot = slot};
     l->status[slot] = mp_pool_run(l->pool, k, fill_one, &job);
     if (l->status[slot] != MP_OK) snprintf(l->message[slot], 1024, "%s", mp_last_error());
-    if (l->bad && !l->o.drop_last) { /* undecodable samples left out: the rest moved up, in order */
+    if (l->bad && !l->o.drop_last && l->shards == 1) { /* undecodable samples left out: the rest moved up */
         int kept = 0;
         for (int j = 0; j < k; j++) {
             if (l->lab[slot][j] < 0) continue;

@@ -291,9 +291,9 @@ mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *te
         const double waited = mp_loader_wait_seconds(r.ld);
         const int bad = mp_loader_bad_images(r.ld);
         if (o->out && bad > 0)
-            fprintf(o->out, "input pipeline: %d image%s of the epoch failed to decode and %s replaced by the next "
+            fprintf(o->out, "input pipeline: %d image%s of the epoch%s failed to decode and %s replaced by the next "
                             "samples (--bad-images skip; their headers had read when the data was opened)\n",
-                    bad, bad == 1 ? "" : "s", bad == 1 ? "was" : "were");
+                    bad, bad == 1 ? "" : "s", r.world > 1 ? " (rank 0's share)" : "", bad == 1 ? "was" : "were");
         if (o->out && waited > 0.1 * secs) /* the CPU does not keep up with the steps */
             fprintf(o->out, "input pipeline: the steps waited %.1fs of the epoch's %.1fs for batches: decoding is the "
                             "bottleneck (more --decode-threads, a smaller --image-size, or a dataset held in memory)\n",
