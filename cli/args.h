@@ -11,7 +11,7 @@
 bool arg_int(const char *cmd, const char *opt, const char *text, int lo, int hi, int *out);
 bool arg_u64(const char *cmd, const char *opt, const char *text, uint64_t *out);
 bool arg_float(const char *cmd, const char *opt, const char *text, double lo, double hi, float *out);
-/* arg_float kept in double: a fraction such as 0.35 that a float would move */
+/* arg_float's double twin, for values a float would move (a fraction such as 0.35) */
 bool arg_double(const char *cmd, const char *opt, const char *text, double lo, double hi, double *out);
 /* --monitor-interval S: 0 (off) or 0.01 .. 86400 seconds; one error line otherwise. */
 bool arg_monitor_interval(const char *cmd, const char *opt, const char *text, float *out);

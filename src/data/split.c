@@ -70,7 +70,8 @@ mp_status mp_dataset_split(const mp_dataset *d, double fraction, mp_dataset *tra
         free(held);
         return mp_error(MP_ERR_INVALID_ARG, "%s: --val-fraction %g of %d samples leaves %d for training and %d held "
                         "out: each part needs at least one%s", d->source, fraction, d->n, nt, nv,
-                        nv < 1 ? " (a class's last sample is never held out)" : "");
+                        nv < 1 && decimal_floor((double)d->n * fraction) >= 1
+                            ? " (a class's last sample is never held out)" : "");
     }
     const size_t per = (size_t)d->c * d->h * d->w;
     mp_dataset *parts[2] = {train, val};
