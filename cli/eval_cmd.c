@@ -134,6 +134,17 @@ static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, c
     return MP_OK;
 }
 
+/* "eval: 10000 samples, loss 0.3012, accuracy 89.04% (fp32, cpu)", with the
+ * undecodable images left out, if any, after the count. */
+static void print_line(const mp_eval_result *r, const char *precision, const char *dev) {
+    char left_out[64] = "";
+    if (r->bad_images)
+        snprintf(left_out, sizeof left_out, " (%lld undecodable image%s left out)", (long long)r->bad_images,
+                 r->bad_images == 1 ? "" : "s");
+    printf("eval: %lld samples%s, loss %.4f, accuracy %.2f%% (%s, %s)\n", (long long)r->samples, left_out, r->loss,
+           100 * r->accuracy, precision, dev);
+}
+
 /* One JSON object on stdout. */
 static mp_status print_json(const eval_args *e, const mp_checkpoint_info *info, const char *model,
                             const char *precision, const char *device, int batch, const mp_dataset *test,
@@ -142,6 +153,7 @@ static mp_status print_json(const eval_args *e, const mp_checkpoint_info *info, 
     bool ok = mp_json_add(j, "checkpoint", e->checkpoint ? mp_json_str(e->checkpoint) : cJSON_CreateNull()) &&
               mp_json_add(j, "model", mp_json_str(model)) && mp_json_add(j, "epoch", mp_json_int(info->epoch)) &&
               mp_json_add(j, "data", mp_json_str(test->source)) && mp_json_add(j, "samples", mp_json_int(r->samples)) &&
+              mp_json_add(j, "bad_images", mp_json_int(r->bad_images)) &&
               mp_json_add(j, "loss", mp_json_fixed(r->loss, 6)) &&
               mp_json_add(j, "accuracy", mp_json_fixed(r->accuracy, 6)) &&
               mp_json_add(j, "precision", mp_json_str(precision)) && mp_json_add(j, "device", mp_json_str(device)) &&
@@ -211,9 +223,7 @@ static int run_eval(const eval_args *e) {
     char dev[32] = "";
     mp_device_name(device, dev, sizeof dev);
     if (s == MP_OK && e->json) s = print_json(e, &loaded, model, precision, dev, batch, &test, &r, how);
-    else if (s == MP_OK)
-        printf("eval: %lld samples, loss %.4f, accuracy %.2f%% (%s, %s)\n", (long long)r.samples, r.loss,
-               100 * r.accuracy, precision, dev);
+    else if (s == MP_OK) print_line(&r, precision, dev);
     if (s != MP_OK) fprintf(stderr, "mixprec eval: %s\n", mp_last_error());
     free(mean);
     free(std);

@@ -269,6 +269,9 @@ typedef struct {
     double accuracy;        /**< share of samples whose largest logit is their label */
     double loss;            /**< mean softmax cross-entropy */
     int64_t samples;        /**< samples evaluated */
+    /** images left out because they did not decode (MP_BAD_IMAGES_SKIP,
+     * datasets decoded per batch; samples does not count them) */
+    int64_t bad_images;
 } mp_eval_result;
 
 /** Evaluate g (running BN statistics, no dropout) on every sample of d,

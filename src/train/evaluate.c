@@ -104,9 +104,13 @@ mp_status mp_evaluate(mp_graph *g, const mp_dataset *d, const mp_eval_opts *o, m
         }
         seen += n;
     }
+    const int bad = ld ? mp_loader_bad_images(ld) : 0;
+    if (s == MP_OK && seen == 0)
+        s = mp_error(MP_ERR_FORMAT, "evaluate: none of the %d samples of %s decoded (%d left out as undecodable)",
+                     d->n, d->source, bad);
     if (s == MP_OK)
-        *out = (mp_eval_result){.accuracy = seen ? (double)correct / (double)seen : 0,
-                                .loss = seen ? loss_sum / (double)seen : 0, .samples = seen};
+        *out = (mp_eval_result){.accuracy = (double)correct / (double)seen, .loss = loss_sum / (double)seen,
+                                .samples = seen, .bad_images = bad};
     free(logits);
     free(zeros);
     mp_loader_destroy(ld);

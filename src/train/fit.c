@@ -306,6 +306,10 @@ mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *te
                                             .mean = o->normalize ? r.mean : NULL, .std = o->normalize ? r.std : NULL},
                             &ev);
         if (s != MP_OK) break;
+        if (o->out && ev.bad_images > 0)
+            fprintf(o->out, "input pipeline: %lld test image%s failed to decode and %s left out of the test "
+                            "accuracy (--bad-images skip)\n", (long long)ev.bad_images,
+                    ev.bad_images == 1 ? "" : "s", ev.bad_images == 1 ? "was" : "were");
         res->epochs_run = epoch;
         res->train_loss = micro ? loss_sum / (double)micro : NAN;
         res->train_acc = seen ? (double)correct / (double)seen : 0;
