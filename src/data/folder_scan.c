@@ -191,7 +191,8 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
         return mp_error(MP_ERR_IO, "%s: %s", dir, errno == ENOENT ? "not found" : strerror(errno));
     if (!S_ISDIR(st.st_mode)) return mp_error(MP_ERR_IO, "%s: not a folder (folder:DIR wants DIR/<class>/<image>)", dir);
     char *tdir = join(dir, "train"), *vdir = join(dir, "val");
-    if (vdir && !is_dir(vdir)) { /* DIR/test/ where DIR/val/ is not */
+    const bool test_dir = vdir && !is_dir(vdir);
+    if (test_dir) { /* DIR/test/ where DIR/val/ is not */
         free(vdir);
         vdir = join(dir, "test");
     }
@@ -243,7 +244,7 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
         free(take);
     }
     out->split_dirs = split_dirs;
-    out->test_dir = split_dirs && !strcmp(vdir + strlen(vdir) - 4, "test");
+    out->test_dir = split_dirs && test_dir;
     free_entries(all, n);
     free_entries(vall, nv);
     free(tdir), free(vdir);

@@ -151,8 +151,10 @@ typedef struct {
  * decoder's message), else false with *s its status. */
 static bool undecodable(mp_loader *l, int idx, int worker, float *dst, mp_status *s, char *why, size_t why_len) {
     *s = MP_OK;
-    if (why) snprintf(why, why_len, "%s: sample %d did not decode in an earlier batch", l->d->source, idx);
-    if (__atomic_load_n(&l->bad[idx], __ATOMIC_RELAXED)) return true;
+    if (__atomic_load_n(&l->bad[idx], __ATOMIC_RELAXED)) {
+        if (why) snprintf(why, why_len, "%s: sample %d did not decode in an earlier batch", l->d->source, idx);
+        return true;
+    }
     *s = loader_sample(l, idx, worker, dst);
     if (*s != MP_ERR_FORMAT) return false;
     __atomic_store_n(&l->bad[idx], 1, __ATOMIC_RELAXED);

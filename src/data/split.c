@@ -31,18 +31,17 @@ int mp_split_mark(const int32_t *labels, int n, int classes, double fraction, bo
     const int total = decimal_floor((double)n * fraction);
     int given = 0;
     for (int k = 0; k < classes; k++) given += quota[k] = decimal_floor((double)count[k] * fraction);
-    /* the rest, one each, to the largest remainders n_c f - quota (seen[] marks a class served) */
+    /* the rest, one each, to the largest remainders n_c f - quota (a class served has a negative one) */
     while (given < total) {
         int best = -1;
         double best_rem = 0;
         for (int k = 0; k < classes; k++) {
             const double rem = (double)count[k] * fraction - quota[k];
-            if (!seen[k] && quota[k] + 1 < count[k] && rem > best_rem + 1e-12) best = k, best_rem = rem;
+            if (quota[k] + 1 < count[k] && rem > best_rem + 1e-12) best = k, best_rem = rem;
         }
         if (best < 0) break; /* every class left would go wholly into the held-out part */
-        quota[best]++, seen[best] = 1, given++;
+        quota[best]++, given++;
     }
-    memset(seen, 0, (size_t)classes * sizeof *seen);
     for (int i = 0; i < n; i++) {
         const int k = labels[i];
         const int64_t r = seen[k]++, q = quota[k], c = count[k];

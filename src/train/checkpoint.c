@@ -45,16 +45,11 @@ static void optimizer_kinds(const mp_trainer *t, char *buf, size_t len) {
     }
 }
 
-/* Metadata key of group g's step count: "mixprec.optim_steps", ".1", ... */
-static void steps_key(char *buf, size_t len, int g) {
-    if (g == 0) snprintf(buf, len, "mixprec.optim_steps");
-    else snprintf(buf, len, "mixprec.optim_steps.%d", g);
-}
-
-/* ... and of its options: "mixprec.optimizer_options", ".1", ... */
-static void options_key(char *buf, size_t len, int g) {
-    if (g == 0) snprintf(buf, len, "mixprec.optimizer_options");
-    else snprintf(buf, len, "mixprec.optimizer_options.%d", g);
+/* Metadata key of optimizer group g's record `base` ("mixprec.optim_steps",
+ * "mixprec.optimizer_options"): base for group 0, "base.g" for the others. */
+static void group_key(char *buf, size_t len, const char *base, int g) {
+    if (g == 0) snprintf(buf, len, "%s", base);
+    else snprintf(buf, len, "%s.%d", base, g);
 }
 
 typedef struct {
@@ -145,10 +140,10 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_i
     meta_add(m, "mixprec.plan_step", "%llu", (unsigned long long)mp_plan_step(t->plan));
     for (int gi = 0; gi < t->n_groups; gi++) {
         char key[48];
-        steps_key(key, sizeof key, gi);
+        group_key(key, sizeof key, "mixprec.optim_steps", gi);
         meta_add(m, key, "%lld", (long long)mp_optim_step_count(t->groups[gi].opt->host));
         MP_ASSERT(m->n < META_MAX);
-        options_key(m->key_store[m->n], sizeof m->key_store[m->n], gi);
+        group_key(m->key_store[m->n], sizeof m->key_store[m->n], "mixprec.optimizer_options", gi);
         mp_optimizer_describe(t->groups[gi].opt, m->options_store[gi], OPTIONS_LEN);
         m->keys[m->n] = m->key_store[m->n], m->vals[m->n++] = m->options_store[gi];
     }
@@ -298,7 +293,7 @@ static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer
     MP_TRY(mp_ckpt_meta_u64(f, path, "mixprec.plan_step", 0, UINT64_MAX, plan_step));
     for (int gi = 0; gi < t->n_groups; gi++) {
         char key[48];
-        steps_key(key, sizeof key, gi);
+        group_key(key, sizeof key, "mixprec.optim_steps", gi);
         MP_TRY(mp_ckpt_meta_int(f, path, key, 0, *steps, &optim_steps[gi]));
     }
     *scaler = t->scaler;
@@ -327,7 +322,7 @@ static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer
 static void say_other_options(const mp_st_file *f, const char *path, const mp_trainer *t) {
     for (int gi = 0; t->events && gi < t->n_groups; gi++) {
         char key[48], now[OPTIONS_LEN];
-        options_key(key, sizeof key, gi);
+        group_key(key, sizeof key, "mixprec.optimizer_options", gi);
         const char *saved = mp_safetensors_meta(f, key);
         mp_optimizer_describe(t->groups[gi].opt, now, sizeof now);
         char which[16] = "";
