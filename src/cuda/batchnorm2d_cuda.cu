@@ -51,9 +51,6 @@ enum { P_WEIGHT, P_BIAS, P_RUNNING_MEAN, P_RUNNING_VAR };
  * and the scale and shift the forward applied. */
 enum { BN_SAVED = 4 };
 
-#define FIN_BX 32 /* finalize: channels per block */
-#define FIN_BY 32 /* finalize: partial chunks read in parallel per channel */
-
 /* ---- geometry ----------------------------------------------------------- */
 
 typedef struct {
@@ -178,28 +175,6 @@ __global__ void bn_stats_kernel(const void *x, mp_dtype xdt, long long M, int C,
         }
 }
 
-/* Per channel: merge the G partials (mp_bn_merge_stats: two fixed-order
- * f64 sums, no division per partial, every partial's loads independent),
- * a block of FIN_BX channels by FIN_BY slices of the partials. Then save mean and 1/std,
- * update the running stats, write the coefficients (mu, scale, shift). With
- * `local`: only write the merged (mean, m2) to local[c], local[C + c] (a
- * rank's share of synchronized BatchNorm, merged again over the ranks). */
-__global__ void __launch_bounds__(FIN_BX * FIN_BY)
-    bn_finalize_fwd_kernel(const float *pmean, const float *pm2, long long stride, int G, long long M,
-                           long long R, int C, mp_bn_fwd_out out, float *local) {
-    __shared__ double s_sum[FIN_BY][FIN_BX];
-    const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
-    double mean_d, m2_d;
-    mp_bn_merge_stats<FIN_BY, FIN_BX>(pmean, pm2, stride, G, M, R, c, C, tx, ty, s_sum, &mean_d, &m2_d);
-    if (ty != 0 || c >= C) return;
-    const float mean = (float)mean_d, m2 = (float)m2_d;
-    if (local) {
-        local[c] = mean, local[C + c] = m2;
-        return;
-    }
-    mp_bn_fwd_out_channel(out, c, C, M, mean, m2);
-}
-
 /* Inference: the running stats give the coefficients (mu, scale, shift). */
 __global__ void bn_eval_coef_kernel(int C, const void *gamma, mp_dtype gdt, const void *beta, mp_dtype bdt,
                                     const float *rmean, const float *rvar, float eps, float *coef) {
@@ -299,29 +274,6 @@ __global__ void bn_bwd_reduce_kernel(const void *x, mp_dtype xdt, const void *dy
             psdy[at] = s_a[t * VEC + k];
             psdyx[at] = s_b[t * VEC + k];
         }
-}
-
-/* Per channel: sum the G partials (fixed order, partial p at p * stride);
- * dgamma = sum(dy*xhat), dbeta = sum(dy); coefficients (mu, k, a, b) of
- * dx = k * (dy - a - (x - mu) * b), k = gamma/std, and with batch stats
- * a = mean(dy), b = mean(dy * (x - mu)) / var (else a = b = 0) over M rows.
- * With `local`: write the sums to local[c], local[C + c] (and dgamma,
- * dbeta, which stay this rank's own: data parallelism averages them) and
- * stop; synchronized BatchNorm then sums the ranks' sums for a and b. */
-__global__ void __launch_bounds__(FIN_BX * FIN_BY)
-    bn_finalize_bwd_kernel(const float *psdy, const float *psdyx, long long stride, int G, long long M, int C,
-                           mp_bn_bwd_out out, float *local) {
-    __shared__ float s_a[FIN_BY][FIN_BX], s_b[FIN_BY][FIN_BX];
-    const int c = blockIdx.x * FIN_BX + threadIdx.x, tx = threadIdx.x, ty = threadIdx.y;
-    float sa, sb;
-    mp_bn_merge_sums<FIN_BY, FIN_BX>(psdy, psdyx, stride, G, c, C, tx, ty, s_a, s_b, &sa, &sb);
-    if (ty != 0 || c >= C) return;
-    if (local) {
-        mp_bn_bwd_param_grads(out, c, sa, sb);
-        local[c] = sa, local[C + c] = sb;
-        return;
-    }
-    mp_bn_bwd_out_channel(out, c, C, M, sa, sb);
 }
 
 /* add: dx += that (one rounding), for a dx another consumer wrote first. */
@@ -526,8 +478,8 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const float eps = c->desc->attr.bn.eps, mom = c->desc->attr.bn.momentum;
     const bn_block b = bn_block_of(C, mp_cuda_aligned16(x->data) && mp_cuda_aligned16(y->data) &&
                                           (!fused_add(c) || mp_cuda_aligned16(c->resid.data)));
-    const dim3 block(b.bx, b.by), fin_grid((C + FIN_BX - 1) / FIN_BX);
-    const bool relu = fused_relu(c);
+    const dim3 block(b.bx, b.by);
+    const bool relu = fused_relu(c), quick = !mp_env_get()->no_bn_quick_finalize;
     if (c->training) {
         float *pmean = ws, *pm2 = ws + (size_t)dm.G * C;
         const mp_bn_fwd_out out = {p[P_WEIGHT].data, p[P_BIAS].data, p[P_WEIGHT].dtype, p[P_BIAS].dtype,
@@ -550,13 +502,13 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
         int G = dm.G;
         if (ctx->sync_world > 1) { /* merge this rank's partials, gather every rank's, merge those */
             float *local = coef + 4 * (size_t)C, *all = local + 2 * (size_t)C;
-            bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(pmean, pm2, C, dm.G, dm.M,
-                                                                                      dm.R, C, out, local);
+            MP_TRY(mp_cuda_op_status(c, "forward", mp_bn_finalize_forward(ctx->stream, pmean, pm2, C, dm.G, dm.M, dm.R,
+                                                                          C, out, local, quick)));
             MP_TRY(bn_gather(ctx, c, local, all, C));
             pmean = all, pm2 = all + C, stride = 2LL * C, G = ctx->sync_world, R = dm.M, M = dm.M * ctx->sync_world;
         }
-        bn_finalize_fwd_kernel<<<fin_grid, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(pmean, pm2, stride, G, M, R, C, out,
-                                                                                  NULL);
+        MP_TRY(mp_cuda_op_status(
+            c, "forward", mp_bn_finalize_forward(ctx->stream, pmean, pm2, stride, G, M, R, C, out, NULL, quick)));
     } else {
         bn_eval_coef_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(
             C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
@@ -611,6 +563,7 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const dim3 block(b.bx, b.by);
     /* inference with only dx wanted needs no sums: a = b = 0 */
     const bool reduce = batch_stats || dg->data || db->data;
+    const bool quick = !mp_env_get()->no_bn_quick_finalize;
     const float *mu = batch_stats ? save_mean : rmean;
     mp_bn_fast_mask fm = {mask, NULL, NULL};
     /* a fused ReLU alone: its mask recomputed from x and what our forward
@@ -635,19 +588,18 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
             bn_bwd_reduce_kernel<1><<<dim3(b.gx, dm.G), block, 0, ctx->stream>>>(
                 x->data, x->dtype, dy->data, dy->dtype, mask, y->dtype, mu, dm.M, C, dm.R, psdy, psdyx);
     }
-    const unsigned fin_blocks = (C + FIN_BX - 1) / FIN_BX;
     long long stride = C, M = dm.M;
     int G = reduce ? dm.G : 0;
     if (batch_stats && ctx->sync_world > 1) { /* this rank's sums (and its dgamma, dbeta), then every rank's */
         float *local = coef + 4 * (size_t)C, *all = local + 2 * (size_t)C;
-        bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(psdy, psdyx, C, dm.G, dm.M, C,
-                                                                                    out, local);
+        MP_TRY(mp_cuda_op_status(c, "backward", mp_bn_finalize_backward(ctx->stream, psdy, psdyx, C, dm.G, dm.M, C,
+                                                                            out, local, quick)));
         MP_TRY(bn_gather(ctx, c, local, all, C));
         psdy = all, psdyx = all + C, stride = 2LL * C, G = ctx->sync_world, M = dm.M * ctx->sync_world;
         out.dgamma = out.dbeta = NULL;
     }
-    bn_finalize_bwd_kernel<<<fin_blocks, dim3(FIN_BX, FIN_BY), 0, ctx->stream>>>(psdy, psdyx, stride, G, M, C, out,
-                                                                                NULL);
+    MP_TRY(mp_cuda_op_status(
+        c, "backward", mp_bn_finalize_backward(ctx->stream, psdy, psdyx, stride, G, M, C, out, NULL, quick)));
     if (rpp && (dx->data || dr))
         return mp_cuda_op_status(c, "backward",
                                  mp_bn_fast_dx(ctx->stream, x->dtype, x->data, dy->data, fm, dx->data, add_dx, dr,
