@@ -49,6 +49,11 @@ b = open(os.path.join(d, "f", "c0", "00.png"), "rb").read()
 os.makedirs(os.path.join(d, "f_trunc"), exist_ok=True)
 os.system("cp -r %s/f/c0 %s/f/c1 %s/f_trunc/" % (d, d, d))
 open(os.path.join(d, "f_trunc", "c0", "03.png"), "wb").write(b[:len(b) - 20])
+for k in range(2):  # train/ and test/ whose test images' data do not decode
+    for i in range(2):
+        png(os.path.join(d, "f_split", "train", "c%d" % k, "%d.png" % i), 6, 6, [bytes([(i * 40 + y) % 256] * 6) for y in range(6)])
+    os.makedirs(os.path.join(d, "f_split", "test", "c%d" % k), exist_ok=True)
+    open(os.path.join(d, "f_split", "test", "c%d" % k, "t.png"), "wb").write(b[:len(b) - 20])
 os.makedirs(os.path.join(d, "empty"), exist_ok=True)
 os.makedirs(os.path.join(d, "noimg", "a"), exist_ok=True)
 open(os.path.join(d, "noimg", "a", "x.txt"), "w").write("x")
@@ -159,6 +164,9 @@ out=$("$bin" eval --checkpoint "$d/ck.safetensors" --data "folder:$in/f_trunc" -
   --bad-images skip --val-fraction 0.5 2>&1)
 grep -Eq "^eval: 5 samples \(1 undecodable image left out\), loss" <<<"$out" && pass=$((pass + 1)) \
   || { fail=$((fail + 1)); echo "FAIL: eval with an undecodable image: $out"; }
+# ... and a test part none of whose images decode: an error, not accuracy 0 over 0 samples
+row eval_none_decoded 1 "none of the 2 samples of .*f_split.* decoded \(2 left out as undecodable\)" -- eval \
+  --checkpoint "$d/ck.safetensors" --data "folder:$in/f_split" --decode-memory-mb 0 --bad-images skip
 # skip: the bad images are left out and training runs
 d=$work/c/skip && mkdir -p "$d"
 if "$bin" "${t[@]}" --data "folder:$in/f_corrupt" --bad-images skip --val-fraction 0.25 >"$d/out" 2>"$d/err"; then pass=$((pass + 1))
