@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "bench/matrix.h"
 #include "cli/args.h"
@@ -45,7 +45,7 @@ static void usage(FILE *f) {
             "  --seed S            random seed for init, shuffling, synthetic data (default 1)\n"
             "  --init I            weight initialization: he (default) or torch (PyTorch's default)\n\n"
             "execution and output:\n"
-            "  --out DIR           output folder (default runs/bench-YYYYmmdd-HHMMSS): results.jsonl, tables.md,\n"
+            "  --out DIR           output folder (default a new runs/bench-YYYYmmdd-HHMMSS[-N]): results.jsonl, tables.md,\n"
             "                      {time,speedup,accuracy}_<model>.{svg,png} drawn by gnuplot (the 1-GPU\n"
             "                      cells, else the first GPU count's), plots.gp; a folder an earlier run\n"
             "                      wrote results.jsonl to is refused\n"
@@ -257,7 +257,9 @@ static int report(const mp_bench_matrix *m, const char *out, double seconds) {
     return ok ? 0 : 1;
 }
 
-int cmd_bench(int argc, char **argv) {
+/* The command; default_out (cap bytes) receives the default --out folder
+ * where it created one, for cmd_bench to remove where the run failed. */
+static int bench_main(int argc, char **argv, char *default_out, size_t cap) {
     static bench_args b; /* large list buffers */
     b = (bench_args){.c = common_opts_default(), .models_arg = "small", .precisions_arg = "fp32,amp-bf16,bf16",
                      .batches_arg = "128,512", .gpus_arg = "1", .epochs = 1, .seed = 1, .monitor_interval = 5};
@@ -267,13 +269,11 @@ int cmd_bench(int argc, char **argv) {
     mp_optim_opts oo;
     float lr = 0;
     if ((rc = check_args(&b, &oo, &lr))) return rc;
-    char default_out[64];
     if (!b.out) {
-        time_t now = time(NULL);
-        strftime(default_out, sizeof default_out, "runs/bench-%Y%m%d-%H%M%S", localtime(&now));
+        if ((rc = cli_claim_default_out("bench", "bench", default_out, cap))) return rc;
         b.out = default_out;
-    }
-    if ((rc = cli_check_fresh_output_dir("bench", "--out", b.out, "results.jsonl"))) return rc; /* before the data */
+    } else if ((rc = cli_check_fresh_output_dir("bench", "--out", b.out, "results.jsonl")))
+        return rc; /* before the data */
     if (b.threads) omp_set_num_threads(b.threads);
 
     mp_dataset train = {0}, test = {0};
@@ -342,5 +342,12 @@ int cmd_bench(int argc, char **argv) {
     mp_bench_matrix_free(&m);
     mp_dataset_free(&train);
     mp_dataset_free(&test);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    char default_out[64] = "";
+    const int rc = bench_main(argc, argv, default_out, sizeof default_out);
+    if (rc && *default_out) rmdir(default_out); /* the failed run's own default folder, where it stayed empty */
     return rc;
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "cli/args.h"
@@ -287,6 +288,28 @@ int cli_check_inputs_kept(const char *cmd, const common_opts *c, const char *mod
         }
     }
     return 0;
+}
+
+int cli_claim_default_out(const char *cmd, const char *what, char *buf, size_t cap) {
+    const time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32] = "";
+    if (localtime_r(&now, &tm)) strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    if (!cli_make_dirs("runs")) {
+        fprintf(stderr, "mixprec %s: cannot create runs/ for the default --out: %s\n", cmd, strerror(errno));
+        *buf = '\0';
+        return 2;
+    }
+    for (int k = 1; k < 100; k++) {
+        if (k == 1) snprintf(buf, cap, "runs/%s-%s", what, stamp);
+        else snprintf(buf, cap, "runs/%s-%s-%d", what, stamp, k);
+        if (mkdir(buf, 0777) == 0) return 0;
+        if (errno != EEXIST) break;
+    }
+    fprintf(stderr, "mixprec %s: cannot create a new folder %s for the default --out: %s\n", cmd, buf,
+            errno == EEXIST ? "99 runs this second already took its names" : strerror(errno));
+    *buf = '\0'; /* nothing of ours to remove */
+    return 2;
 }
 
 bool cli_make_dirs(const char *path) {

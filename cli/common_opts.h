@@ -121,4 +121,12 @@ int cli_check_inputs_kept(const char *cmd, const common_opts *c, const char *mod
  * is a file). */
 bool cli_make_dirs(const char *path);
 
+/* The default --out of bench and train-gan: "runs/<what>-YYYYmmdd-HHMMSS"
+ * (local time) into buf, created here, new: mkdir of the folder itself
+ * fails where it exists, and the name then takes "-2", "-3", ... (at most
+ * "-99"), so runs started in the same second get folders of their own.
+ * 0, or 2 after "mixprec <cmd>: cannot create <path>: why" with buf
+ * emptied (no folder of this run's to remove). */
+int cli_claim_default_out(const char *cmd, const char *what, char *buf, size_t cap);
+
 #endif

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "data/dataset.h"
 #include "cli/args.h"
@@ -67,7 +67,7 @@ static void usage(FILE *f) {
             "  --device D          cpu | cuda | cuda:N | auto (default auto)\n"
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
-            "  --out DIR           output folder (default runs/gan-YYYYmmdd-HHMMSS): samples_epochN.png\n"
+            "  --out DIR           output folder (default a new runs/gan-YYYYmmdd-HHMMSS[-N]): samples_epochN.png\n"
             "                      (PGM/PPM without libpng) and batch_times.jsonl (a record per epoch with\n"
             "                      every batch's time in ms, its mean/median/min/max, losses, skipped steps);\n"
             "                      a folder an earlier run wrote batch_times.jsonl to is refused\n"
@@ -158,6 +158,7 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
         return 2;
     }
     if (common_opts_check_data("train-gan", &t->c)) return 2;
+    if (!t->out) return 0; /* the default: a new folder, made after these checks */
     int rc = cli_check_fresh_output_dir("train-gan", "--out", t->out, "batch_times.jsonl");
     if (rc) return rc;
     if (!cli_make_dirs(t->out)) {
@@ -169,20 +170,20 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
     return cli_check_output("train-gan", "--out", log);
 }
 
-int cmd_train_gan(int argc, char **argv) {
+/* The command; default_out (cap bytes) receives the default --out folder
+ * where it created one, for cmd_train_gan to remove where the run failed. */
+static int gan_main(int argc, char **argv, char *default_out, size_t cap) {
     gan_args t = {.c = common_opts_default(), .precision = "fp32", .device = "auto", .epochs = 5, .batch = 64,
                   .beta1 = 0.5f, .seed = 1};
     int rc = parse(argc, argv, &t);
     if (rc) return rc == 1 ? 0 : rc;
-    char default_out[64];
-    if (!t.out) {
-        time_t now = time(NULL);
-        strftime(default_out, sizeof default_out, "runs/gan-%Y%m%d-%H%M%S", localtime(&now));
-        t.out = default_out;
-    }
     mp_precision precision;
     mp_device device;
     if ((rc = check_args(&t, &precision, &device))) return rc;
+    if (!t.out) {
+        if ((rc = cli_claim_default_out("train-gan", "gan", default_out, cap))) return rc;
+        t.out = default_out;
+    }
     if (t.threads) omp_set_num_threads(t.threads);
     FILE *out = t.quiet ? NULL : stdout;
     if (!mp_image_png_available())
@@ -251,4 +252,11 @@ int cmd_train_gan(int argc, char **argv) {
     mp_dataset_free(&train);
     mp_dataset_free(&test);
     return s == MP_OK ? 0 : 1;
+}
+
+int cmd_train_gan(int argc, char **argv) {
+    char default_out[64] = "";
+    const int rc = gan_main(argc, argv, default_out, sizeof default_out);
+    if (rc && *default_out) rmdir(default_out); /* the failed run's own default folder, where it stayed empty */
+    return rc;
 }

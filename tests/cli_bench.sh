@@ -71,6 +71,22 @@ before=$(md5sum "$work/nomon/results.jsonl")
 ($work/nomon/results.jsonl)" "$work/again.err" && ! grep -q "start" "$work/again.log" \
   && [ "$(md5sum "$work/nomon/results.jsonl")" = "$before" ] && ok \
   || bad "bench into a used --out: rc $rc, $(cat "$work/again.err")"
+# the default --out, runs/bench-<second>: a folder another run of the same second holds is left alone and
+# this run takes <second>-2 (the names of the next 3 seconds are taken in advance: the run may start in any)
+mkdir -p "$work/cwd/runs" && for k in 0 1 2 3; do
+  d=$work/cwd/runs/bench-$(date -d "+$k seconds" +%Y%m%d-%H%M%S) && mkdir -p "$d" && echo other >"$d/results.jsonl"; done
+(cd "$work/cwd" && "$bin" bench --models small --precisions fp32 --batches 32 --steps 1 --train-samples 256 \
+  --monitor-interval 0 >"$work/default.log" 2>&1); rc=$?
+taken=$(grep -o "writing to runs/bench-[0-9-]*" "$work/default.log" | cut -d' ' -f3)
+[ "$rc" -eq 0 ] && [[ "$taken" =~ ^runs/bench-[0-9]{8}-[0-9]{6}-2$ ]] && [ -s "$work/cwd/$taken/results.jsonl" ] \
+  && [ "$(cat "$work/cwd/${taken%-2}/results.jsonl")" = other ] && ok \
+  || bad "a default --out of the same second: rc $rc, took '$taken': $(tail -2 "$work/default.log")"
+# ... and a run that fails before writing leaves no folder of its own behind
+n_before=$(ls "$work/cwd/runs" | wc -l)
+(cd "$work/cwd" && "$bin" bench --models small --precisions fp32 --batches 32 --steps 1 \
+  --data "npy:$work/none.npy,$work/none.npy" >/dev/null 2>&1); rc=$?
+[ "$rc" -ne 0 ] && [ "$(ls "$work/cwd/runs" | wc -l)" -eq "$n_before" ] && ok \
+  || bad "a failed bench with the default --out: rc $rc, runs/ holds $(ls "$work/cwd/runs" | tr '\n' ' ')"
 loss() { grep -o '"train_loss":[0-9.e+-]*' "$1/results.jsonl"; }
 [ -n "$(loss "$work/torchinit")" ] && [ "$(loss "$work/torchinit")" != "$(loss "$work/nomon")" ] && ok \
   || bad "--init torch trained the default's cell: $(loss "$work/torchinit") / $(loss "$work/nomon")"
