@@ -168,10 +168,6 @@ typedef struct {
     bool no_bn_pipeline;       /**< MIXPREC_BN_PIPELINE=0: the GPU batch norm's streaming passes wait for a group of
                                     rows' loads before issuing the next group's, instead of keeping the next group's
                                     loads in flight while they compute (comparisons; the same values either way) */
-    bool no_bn_quick_finalize; /**< MIXPREC_BN_QUICK_FINALIZE=0: the GPU batch norm's three-kernel finalize loads
-                                    each partial as it sums it (the forward's twice) and adds columns through
-                                    shared memory step by step, instead of loading its first partials at once and
-                                    adding by warp shuffles (comparisons; the same values either way) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

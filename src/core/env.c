@@ -39,7 +39,6 @@ static void read_env(void) {
     e.cudnn_bn = equals("MIXPREC_CUDNN_BN", "0") ? 0 : equals("MIXPREC_CUDNN_BN", "1") ? 1 : 2;
     e.no_bn_fast = equals("MIXPREC_BN_FAST", "0");
     e.no_bn_pipeline = equals("MIXPREC_BN_PIPELINE", "0");
-    e.no_bn_quick_finalize = equals("MIXPREC_BN_QUICK_FINALIZE", "0");
     e.bn_persist = equals("MIXPREC_BN_PERSIST", "0") ? 0 : equals("MIXPREC_BN_PERSIST", "1") ? 1 : 2;
     const char *ws = getenv("MIXPREC_CUDNN_WORKSPACE_MB");
     e.cudnn_workspace_mb = ws && atof(ws) > 0 ? atof(ws) : 0;

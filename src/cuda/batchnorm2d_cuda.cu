@@ -479,7 +479,7 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const bn_block b = bn_block_of(C, mp_cuda_aligned16(x->data) && mp_cuda_aligned16(y->data) &&
                                           (!fused_add(c) || mp_cuda_aligned16(c->resid.data)));
     const dim3 block(b.bx, b.by);
-    const bool relu = fused_relu(c), quick = !mp_env_get()->no_bn_quick_finalize;
+    const bool relu = fused_relu(c);
     if (c->training) {
         float *pmean = ws, *pm2 = ws + (size_t)dm.G * C;
         const mp_bn_fwd_out out = {p[P_WEIGHT].data, p[P_BIAS].data, p[P_WEIGHT].dtype, p[P_BIAS].dtype,
@@ -503,12 +503,12 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
         if (ctx->sync_world > 1) { /* merge this rank's partials, gather every rank's, merge those */
             float *local = coef + 4 * (size_t)C, *all = local + 2 * (size_t)C;
             MP_TRY(mp_cuda_op_status(c, "forward", mp_bn_finalize_forward(ctx->stream, pmean, pm2, C, dm.G, dm.M, dm.R,
-                                                                          C, out, local, quick)));
+                                                                          C, out, local)));
             MP_TRY(bn_gather(ctx, c, local, all, C));
             pmean = all, pm2 = all + C, stride = 2LL * C, G = ctx->sync_world, R = dm.M, M = dm.M * ctx->sync_world;
         }
         MP_TRY(mp_cuda_op_status(
-            c, "forward", mp_bn_finalize_forward(ctx->stream, pmean, pm2, stride, G, M, R, C, out, NULL, quick)));
+            c, "forward", mp_bn_finalize_forward(ctx->stream, pmean, pm2, stride, G, M, R, C, out, NULL)));
     } else {
         bn_eval_coef_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(
             C, p[P_WEIGHT].data, p[P_WEIGHT].dtype, p[P_BIAS].data, p[P_BIAS].dtype,
@@ -563,7 +563,6 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const dim3 block(b.bx, b.by);
     /* inference with only dx wanted needs no sums: a = b = 0 */
     const bool reduce = batch_stats || dg->data || db->data;
-    const bool quick = !mp_env_get()->no_bn_quick_finalize;
     const float *mu = batch_stats ? save_mean : rmean;
     mp_bn_fast_mask fm = {mask, NULL, NULL};
     /* a fused ReLU alone: its mask recomputed from x and what our forward
@@ -593,13 +592,13 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     if (batch_stats && ctx->sync_world > 1) { /* this rank's sums (and its dgamma, dbeta), then every rank's */
         float *local = coef + 4 * (size_t)C, *all = local + 2 * (size_t)C;
         MP_TRY(mp_cuda_op_status(c, "backward", mp_bn_finalize_backward(ctx->stream, psdy, psdyx, C, dm.G, dm.M, C,
-                                                                            out, local, quick)));
+                                                                            out, local)));
         MP_TRY(bn_gather(ctx, c, local, all, C));
         psdy = all, psdyx = all + C, stride = 2LL * C, G = ctx->sync_world, M = dm.M * ctx->sync_world;
         out.dgamma = out.dbeta = NULL;
     }
     MP_TRY(mp_cuda_op_status(
-        c, "backward", mp_bn_finalize_backward(ctx->stream, psdy, psdyx, stride, G, M, C, out, NULL, quick)));
+        c, "backward", mp_bn_finalize_backward(ctx->stream, psdy, psdyx, stride, G, M, C, out, NULL)));
     if (rpp && (dx->data || dr))
         return mp_cuda_op_status(c, "backward",
                                  mp_bn_fast_dx(ctx->stream, x->dtype, x->data, dy->data, fm, dx->data, add_dx, dr,

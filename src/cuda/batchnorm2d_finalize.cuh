@@ -10,28 +10,15 @@
 
 /* v summed down each column of a (ROWS, COLS) shared tile, row r taking row
  * r + ROWS/2, then r + ROWS/4, ... (a fixed tree: the same bits every run);
- * every thread gets its column's total. All the block's threads call it,
- * thread (col, row) being the block's thread row * COLS + col. QUICK with
- * ROWS = 32: the tile's ROWS * COLS / 32 = COLS warps each take one column
- * and add it up by shuffles in the same tree (the same additions in the
- * same order, so the same bits) behind 3 barriers instead of log2(ROWS) + 1. */
-template <int ROWS, int COLS, bool QUICK, typename F>
+ * every thread gets its column's total. All the block's threads call it. */
+template <int ROWS, int COLS, typename F>
 __device__ __forceinline__ F mp_bn_column_sum(F (*s)[COLS], F v, int col, int row) {
     s[row][col] = v;
     __syncthreads();
-    if constexpr (QUICK && ROWS == 32) {
-        const int t = row * COLS + col, w = t / 32, lane = t % 32;
-        F u = s[lane][w];
 #pragma unroll
-        for (int k = 16; k > 0; k >>= 1) u += __shfl_down_sync(0xffffffffu, u, k);
-        if (lane == 0) s[0][w] = u; /* only this thread read s[0][w] */
+    for (int k = ROWS / 2; k > 0; k >>= 1) {
+        if (row < k) s[row][col] += s[row + k][col];
         __syncthreads();
-    } else {
-#pragma unroll
-        for (int k = ROWS / 2; k > 0; k >>= 1) {
-            if (row < k) s[row][col] += s[row + k][col];
-            __syncthreads();
-        }
     }
     const F total = s[0][col];
     __syncthreads(); /* s is reused */
@@ -43,82 +30,42 @@ __device__ __forceinline__ long long mp_bn_chunk_rows(int p, long long M, long l
     return (p + 1LL) * R < M ? R : M - p * R;
 }
 
-/* Partials a thread of the merges below keeps in registers: with QUICK its
- * first MP_BN_MERGE_KEPT partials are all loaded at once (both arrays),
- * before any is used, and the forward's second sum reuses them; the rest,
- * and all without QUICK, are loaded as they are summed. The same values
- * summed in the same order either way. */
-#define MP_BN_MERGE_KEPT 12
-
 /* Channel c's mean and sum of squared deviations over M rows from G
  * partials (partial p at p * stride, of mp_bn_chunk_rows(p, M, R) rows):
  * Chan et al.'s merge of all partials at once as two double sums, the mean
  * = sum(n_p mean_p) / M, then m2 = sum(m2_p + n_p (mean_p - mean)^2), each
  * down column `col` of a (ROWS, COLS) tile (row `row` takes partials row,
  * row + ROWS, ...). Every thread of the block calls it; c >= C adds 0. */
-template <int ROWS, int COLS, bool QUICK>
+template <int ROWS, int COLS>
 __device__ __forceinline__ void mp_bn_merge_stats(const float *pmean, const float *pm2, long long stride, int G,
                                                   long long M, long long R, int c, int C, int col, int row,
                                                   double (*s)[COLS], double *mean, double *m2) {
-    constexpr int K = QUICK ? MP_BN_MERGE_KEPT : 0;
-    float km[K > 0 ? K : 1], k2[K > 0 ? K : 1];
     double a = 0.0, b = 0.0;
-    if (c < C) {
-#pragma unroll
-        for (int i = 0; i < K; i++) {
-            const int p = row + i * ROWS;
-            if (p < G) km[i] = __ldcg(pmean + p * stride + c), k2[i] = __ldcg(pm2 + p * stride + c);
-        }
-#pragma unroll
-        for (int i = 0; i < K; i++) {
-            const int p = row + i * ROWS;
-            if (p < G) a += (double)mp_bn_chunk_rows(p, M, R) * km[i];
-        }
+    if (c < C)
 #pragma unroll 4
-        for (int p = row + K * ROWS; p < G; p += ROWS) a += (double)mp_bn_chunk_rows(p, M, R) * __ldcg(pmean + p * stride + c);
-    }
-    *mean = mp_bn_column_sum<ROWS, COLS, QUICK>(s, a, col, row) / (double)M;
-    if (c < C) {
-#pragma unroll
-        for (int i = 0; i < K; i++) {
-            const int p = row + i * ROWS;
-            if (p < G) {
-                const double d = km[i] - *mean;
-                b += k2[i] + (double)mp_bn_chunk_rows(p, M, R) * d * d;
-            }
-        }
+        for (int p = row; p < G; p += ROWS) a += (double)mp_bn_chunk_rows(p, M, R) * __ldcg(pmean + p * stride + c);
+    *mean = mp_bn_column_sum<ROWS, COLS>(s, a, col, row) / (double)M;
+    if (c < C)
 #pragma unroll 4
-        for (int p = row + K * ROWS; p < G; p += ROWS) {
+        for (int p = row; p < G; p += ROWS) {
             const double d = __ldcg(pmean + p * stride + c) - *mean;
             b += __ldcg(pm2 + p * stride + c) + (double)mp_bn_chunk_rows(p, M, R) * d * d;
         }
-    }
-    *m2 = mp_bn_column_sum<ROWS, COLS, QUICK>(s, b, col, row);
+    *m2 = mp_bn_column_sum<ROWS, COLS>(s, b, col, row);
 }
 
 /* Channel c's backward sums sa = sum(g), sb = sum(g * (x - mu)) from G
  * partials, laid out and ordered as mp_bn_merge_stats's (f32 sums). */
-template <int ROWS, int COLS, bool QUICK>
+template <int ROWS, int COLS>
 __device__ __forceinline__ void mp_bn_merge_sums(const float *psdy, const float *psdyx, long long stride, int G, int c,
                                                  int C, int col, int row, float (*s_a)[COLS], float (*s_b)[COLS],
                                                  float *sa, float *sb) {
-    constexpr int K = QUICK ? MP_BN_MERGE_KEPT : 0;
-    float ka[K > 0 ? K : 1], kb[K > 0 ? K : 1];
     float a = 0.f, b = 0.f;
-    if (c < C) {
-#pragma unroll
-        for (int i = 0; i < K; i++) {
-            const int p = row + i * ROWS;
-            if (p < G) ka[i] = __ldcg(psdy + p * stride + c), kb[i] = __ldcg(psdyx + p * stride + c);
-        }
-#pragma unroll
-        for (int i = 0; i < K; i++)
-            if (row + i * ROWS < G) a += ka[i], b += kb[i];
+    if (c < C)
 #pragma unroll 4
-        for (int p = row + K * ROWS; p < G; p += ROWS) a += __ldcg(psdy + p * stride + c), b += __ldcg(psdyx + p * stride + c);
-    }
-    *sa = mp_bn_column_sum<ROWS, COLS, QUICK>(s_a, a, col, row);
-    *sb = mp_bn_column_sum<ROWS, COLS, QUICK>(s_b, b, col, row);
+        for (int p = row; p < G; p += ROWS) a += __ldcg(psdy + p * stride + c), b += __ldcg(psdyx + p * stride + c);
+    *sa = mp_bn_column_sum<ROWS, COLS>(s_a, a, col, row);
+    *sb = mp_bn_column_sum<ROWS, COLS>(s_b, b, col, row);
 }
 
 /* Channel c's mean and sum of squared deviations over M rows. */

@@ -50,18 +50,16 @@ extern "C" {
  * p * stride, chunks of R rows, M rows in all) merged per channel in a
  * fixed order and written to out. With `local` non-NULL: only the merged
  * mean and sum of squared deviations, to local[c] and local[C + c] (one
- * rank's share of synchronized batch norm, merged again over the ranks).
- * quick: batchnorm2d_finalize.cuh's quick merge (the same values; false
- * only for comparisons, MIXPREC_BN_QUICK_FINALIZE=0). */
+ * rank's share of synchronized batch norm, merged again over the ranks). */
 cudaError_t mp_bn_finalize_forward(cudaStream_t st, const float *pmean, const float *pm2, long long stride, int G,
-                                   long long M, long long R, int C, mp_bn_fwd_out out, float *local, bool quick);
+                                   long long M, long long R, int C, mp_bn_fwd_out out, float *local);
 
 /* Backward's finalize: the G partial sums (psdy, psdyx; partial p at
  * p * stride) summed per channel in a fixed order; dgamma, dbeta and the
  * dx coefficients to out. With `local`: dgamma and dbeta (a rank's own)
- * and the sums to local[c], local[C + c] only. quick as above. */
+ * and the sums to local[c], local[C + c] only. */
 cudaError_t mp_bn_finalize_backward(cudaStream_t st, const float *psdy, const float *psdyx, long long stride, int G,
-                                    long long M, int C, mp_bn_bwd_out out, float *local, bool quick);
+                                    long long M, int C, mp_bn_bwd_out out, float *local);
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@ __device__ __forceinline__ void finalize_forward(const float *pmean, const float
     for (int c0 = blockIdx.x * FIN_CH; c0 < C; c0 += G * FIN_CH) { /* uniform over the block */
         const int c = c0 + ch;
         double mean, m2;
-        mp_bn_merge_stats<FIN_SL, FIN_CH, true>(pmean, pm2, C, G, M, R, c, C, ch, sl, s, &mean, &m2);
+        mp_bn_merge_stats<FIN_SL, FIN_CH>(pmean, pm2, C, G, M, R, c, C, ch, sl, s, &mean, &m2);
         if (c < C && sl == 0) mp_bn_fwd_out_channel(out, c, C, M, (float)mean, (float)m2);
     }
 }
@@ -35,7 +35,7 @@ __device__ __forceinline__ void finalize_backward(const float *psdy, const float
     for (int c0 = blockIdx.x * FIN_CH; c0 < C; c0 += G * FIN_CH) {
         const int c = c0 + ch;
         float sa, sb;
-        mp_bn_merge_sums<FIN_SL, FIN_CH, true>(psdy, psdyx, C, G, c, C, ch, sl, s_a, s_b, &sa, &sb);
+        mp_bn_merge_sums<FIN_SL, FIN_CH>(psdy, psdyx, C, G, c, C, ch, sl, s_a, s_b, &sa, &sb);
         if (c < C && sl == 0) mp_bn_bwd_out_channel(out, c, C, M, sa, sb);
     }
 }

@@ -77,18 +77,18 @@ static bool to_host(void *dst, const void *src, size_t bytes) {
 }
 
 /* The three-kernel finalize (batchnorm2d_finalize.h) from the fast kernels'
- * partials in d->part3 (G chunks of R rows), quick or not, into buffers of
- * its own, the running statistics starting from r0, r1: the one-kernel
- * pass's finalize (d->save, d->coef_f, d->rmean, d->rvar) bit for bit, the
- * same merge in the same order. */
+ * partials in d->part3 (G chunks of R rows), into buffers of its own, the
+ * running statistics starting from r0, r1: the one-kernel pass's finalize
+ * (d->save, d->coef_f, d->rmean, d->rvar) bit for bit, the same merge in
+ * the same order. */
 static bool finalize_forward_same(cudaStream_t st, const bn_dev *d, const float *r0, const float *r1, int C, int G,
-                                  long long M, long long R, float eps, float mom, bool quick) {
+                                  long long M, long long R, float eps, float mom) {
     float *buf = NULL; /* save 4C, coef 3C, running mean C, running var C */
     bool ok = cudaMalloc((void **)&buf, 9 * (size_t)C * 4) == cudaSuccess;
     float *save = buf, *coef = buf + 4 * (size_t)C, *rm = coef + 3 * (size_t)C, *rv = rm + C;
     const mp_bn_fwd_out o = {d->gamma, d->beta, MP_DTYPE_F32, MP_DTYPE_F32, rm, rv, eps, mom, save, save + C, coef};
     ok = ok && to_dev(rm, r0, C * 4) && to_dev(rv, r1, C * 4) &&
-         mp_bn_finalize_forward(st, d->part3, d->part3 + (size_t)G * C, C, G, M, R, C, o, NULL, quick) == cudaSuccess &&
+         mp_bn_finalize_forward(st, d->part3, d->part3 + (size_t)G * C, C, G, M, R, C, o, NULL) == cudaSuccess &&
          cudaStreamSynchronize(st) == cudaSuccess && same_bytes(save, d->save, 4 * (size_t)C * 4) &&
          same_bytes(coef, d->coef_f, 3 * (size_t)C * 4) && same_bytes(rm, d->rmean, C * 4) &&
          same_bytes(rv, d->rvar, C * 4);
@@ -98,13 +98,13 @@ static bool finalize_forward_same(cudaStream_t st, const bn_dev *d, const float 
 
 /* As finalize_forward_same, the backward's: dgamma, dbeta and the dx
  * coefficients equal the one-kernel pass's (d->dgamma, d->dbeta, d->coef_b). */
-static bool finalize_backward_same(cudaStream_t st, const bn_dev *d, int C, int G, long long M, float eps, bool quick) {
+static bool finalize_backward_same(cudaStream_t st, const bn_dev *d, int C, int G, long long M, float eps) {
     float *buf = NULL; /* dgamma C, dbeta C, coef 4C */
     bool ok = cudaMalloc((void **)&buf, 6 * (size_t)C * 4) == cudaSuccess;
     float *dg = buf, *db = buf + C, *coef = buf + 2 * (size_t)C;
     const mp_bn_bwd_out o = {true, d->save, d->save + C, d->rmean, d->rvar, eps, d->gamma, MP_DTYPE_F32,
                              dg, db, MP_DTYPE_F32, MP_DTYPE_F32, coef};
-    ok = ok && mp_bn_finalize_backward(st, d->part3, d->part3 + (size_t)G * C, C, G, M, C, o, NULL, quick) == cudaSuccess &&
+    ok = ok && mp_bn_finalize_backward(st, d->part3, d->part3 + (size_t)G * C, C, G, M, C, o, NULL) == cudaSuccess &&
          cudaStreamSynchronize(st) == cudaSuccess && same_bytes(dg, d->dgamma, C * 4) && same_bytes(db, d->dbeta, C * 4) &&
          same_bytes(coef, d->coef_b, 4 * (size_t)C * 4);
     cudaFree(buf);
@@ -178,10 +178,10 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
                     same_bytes(d.part + (size_t)gp * C, d.part3 + (size_t)G * C, (size_t)G * C * 4);
         expect(same, label), ok = same;
     }
-    for (int q = 0; ok && partials && q < 2; q++) { /* the three-kernel finalize from the same partials */
+    if (ok && partials) { /* the three-kernel finalize from the same partials */
         char what[224];
-        snprintf(what, sizeof what, "%s: the three-kernel forward finalize%s", label, q ? "" : " (not quick)");
-        expect(finalize_forward_same(st, &d, r0, r1, C, G, M, R, eps, mom, q), what);
+        snprintf(what, sizeof what, "%s: the three-kernel forward finalize", label);
+        expect(finalize_forward_same(st, &d, r0, r1, C, G, M, R, eps, mom), what);
     }
     if (ok) expect(same_bytes(d.y, d.y3, bytes), label);
     /* the finalize against the host's statistics */
@@ -219,10 +219,10 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
     if (ok && partials)
         expect(same_bytes(d.part, d.part3, (size_t)G * C * 4) &&
                    same_bytes(d.part + (size_t)gp * C, d.part3 + (size_t)G * C, (size_t)G * C * 4), label);
-    for (int q = 0; ok && partials && q < 2; q++) {
+    if (ok && partials) {
         char what[224];
-        snprintf(what, sizeof what, "%s: the three-kernel backward finalize%s", label, q ? "" : " (not quick)");
-        expect(finalize_backward_same(st, &d, C, G, M, eps, q), what);
+        snprintf(what, sizeof what, "%s: the three-kernel backward finalize", label);
+        expect(finalize_backward_same(st, &d, C, G, M, eps), what);
     }
     if (ok) expect(same_bytes(d.dx, d.dx3, bytes) && (!dr || same_bytes(dr, dr3, bytes)), label);
     if (ok && k->relu && !k->resid) { /* the stored output's mask: the same bits */
@@ -310,10 +310,10 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
     free(hx), free(hdy), free(hr), free(hy), free(hdx), free(raw);
 }
 
-/* More partials than the quick merge keeps in registers (MP_BN_MERGE_KEPT
- * per slice, 32 slices): the fast kernels' statistics and backward sums over
- * 777 chunks of 5 rows (the last of 2) of 40 bf16 channels, finalized quick
- * and not: the same bits, and the mean, 1/std and sum(dy) the host's. */
+/* The three-kernel finalize over many partials (G > the 32 slices of a
+ * channel, the last chunk shorter than R): the fast kernels' statistics and
+ * backward sums over 777 chunks of 5 rows (the last of 2) of 40 bf16
+ * channels, finalized: the mean, 1/std and mean(dy) the host's. */
 static void finalize_many_partials(mp_cuda_ctx *ctx) {
     enum { C = 40, G = 777 };
     const long long R = 5, M = (long long)G * R - 3;
@@ -322,10 +322,10 @@ static void finalize_many_partials(mp_cuda_ctx *ctx) {
     const cudaStream_t st = ctx->stream;
     float *hx = malloc(n * 4), *hdy = malloc(n * 4), r0[C], r1[C], gamma[C], beta[C], save[4 * C], coef_b[4 * C];
     void *raw = malloc(n * 2), *x = NULL, *dy = NULL;
-    float *part = NULL, *out = NULL; /* per side: save 4C, coef 3C, rm C, rv C, dgamma C, dbeta C, coef_b 4C; gamma, beta */
+    float *part = NULL, *o = NULL; /* save 4C, coef 3C, rm C, rv C, dgamma C, dbeta C, coef_b 4C, gamma C, beta C */
     bool ok = hx && hdy && raw && cudaMalloc(&x, n * 2) == cudaSuccess && cudaMalloc(&dy, n * 2) == cudaSuccess &&
               cudaMalloc((void **)&part, 2 * (size_t)G * C * 4) == cudaSuccess &&
-              cudaMalloc((void **)&out, (2 * 15 + 2) * (size_t)C * 4) == cudaSuccess;
+              cudaMalloc((void **)&o, 17 * (size_t)C * 4) == cudaSuccess;
     mp_rng rng;
     mp_rng_seed(&rng, 0x46494e);
     for (int c = 0; c < C; c++)
@@ -337,30 +337,20 @@ static void finalize_many_partials(mp_cuda_ctx *ctx) {
         mp_store_f32(raw, dt, hx, (int64_t)n), mp_load_f32(hx, raw, dt, (int64_t)n);
         ok = to_dev(x, raw, n * 2);
         mp_store_f32(raw, dt, hdy, (int64_t)n), mp_load_f32(hdy, raw, dt, (int64_t)n);
-        ok = ok && to_dev(dy, raw, n * 2) && to_dev(out + 30 * C, gamma, C * 4) && to_dev(out + 31 * C, beta, C * 4);
+        ok = ok && to_dev(dy, raw, n * 2) && to_dev(o + 15 * C, gamma, C * 4) && to_dev(o + 16 * C, beta, C * 4) &&
+             to_dev(o + 7 * C, r0, C * 4) && to_dev(o + 8 * C, r1, C * 4);
     }
-    ok = ok && mp_bn_fast_stats(st, dt, x, M, C, G, R, part, part + (size_t)G * C) == cudaSuccess;
-    float *side[2] = {out, out + 15 * C};
+    const mp_bn_fwd_out fo = {o + 15 * C, o + 16 * C, MP_DTYPE_F32, MP_DTYPE_F32, o + 7 * C, o + 8 * C, 1e-5f, 0.1f,
+                              o, o + C, o + 4 * C};
+    const mp_bn_bwd_out bo = {true, o, o + C, o + 7 * C, o + 8 * C, 1e-5f, o + 15 * C, MP_DTYPE_F32,
+                              o + 9 * C, o + 10 * C, MP_DTYPE_F32, MP_DTYPE_F32, o + 11 * C};
     const mp_bn_fast_mask none = {NULL, NULL, NULL};
-    for (int q = 0; ok && q < 2; q++) {
-        float *o = side[q];
-        const mp_bn_fwd_out fo = {out + 30 * C, out + 31 * C, MP_DTYPE_F32, MP_DTYPE_F32, o + 7 * C, o + 8 * C, 1e-5f,
-                                  0.1f, o, o + C, o + 4 * C};
-        ok = to_dev(o + 7 * C, r0, C * 4) && to_dev(o + 8 * C, r1, C * 4) &&
-             mp_bn_finalize_forward(st, part, part + (size_t)G * C, C, G, M, R, C, fo, NULL, q == 0) == cudaSuccess;
-    }
-    /* the backward's sums from the forward's mean, then their finalize each way */
-    ok = ok && mp_bn_fast_bwd_reduce(st, dt, x, dy, none, side[0], M, C, G, R, part, part + (size_t)G * C) == cudaSuccess;
-    for (int q = 0; ok && q < 2; q++) {
-        float *o = side[q];
-        const mp_bn_bwd_out bo = {true, o, o + C, o + 7 * C, o + 8 * C, 1e-5f, out + 30 * C, MP_DTYPE_F32,
-                                  o + 9 * C, o + 10 * C, MP_DTYPE_F32, MP_DTYPE_F32, o + 11 * C};
-        ok = mp_bn_finalize_backward(st, part, part + (size_t)G * C, C, G, M, C, bo, NULL, q == 0) == cudaSuccess;
-    }
-    ok = ok && cudaStreamSynchronize(st) == cudaSuccess;
-    expect(ok && same_bytes(side[0], side[1], 15 * (size_t)C * 4),
-           "777 partials: the quick finalize (forward and backward) writes the same bits as the other");
-    ok = ok && to_host(save, side[0], sizeof save) && to_host(coef_b, side[0] + 11 * C, sizeof coef_b);
+    ok = ok && mp_bn_fast_stats(st, dt, x, M, C, G, R, part, part + (size_t)G * C) == cudaSuccess &&
+         mp_bn_finalize_forward(st, part, part + (size_t)G * C, C, G, M, R, C, fo, NULL) == cudaSuccess &&
+         mp_bn_fast_bwd_reduce(st, dt, x, dy, none, o, M, C, G, R, part, part + (size_t)G * C) == cudaSuccess &&
+         mp_bn_finalize_backward(st, part, part + (size_t)G * C, C, G, M, C, bo, NULL) == cudaSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess && to_host(save, o, sizeof save) &&
+         to_host(coef_b, o + 11 * C, sizeof coef_b);
     int bad = 0;
     for (int c = 0; ok && c < C; c++) {
         double s = 0, q = 0, sa = 0, abs_a = 0;
@@ -372,9 +362,8 @@ static void finalize_many_partials(mp_cuda_ctx *ctx) {
                !close_to(coef_b[2 * C + c], sa / (double)M, (1e-5 * abs_a + 1e-6) / (double)M);
     }
     expect(ok && bad == 0, "777 partials: the finalize's mean, 1/std and mean(dy) against the host's");
-    printf("%s: finalize over %d partials, quick and not (%d channels off the host's)\n", ok && !bad ? "ok" : "FAIL", G,
-           bad);
-    cudaFree(x), cudaFree(dy), cudaFree(part), cudaFree(out);
+    printf("%s: finalize over %d partials (%d channels off the host's)\n", ok && !bad ? "ok" : "FAIL", G, bad);
+    cudaFree(x), cudaFree(dy), cudaFree(part), cudaFree(o);
     free(hx), free(hdy), free(raw);
 }
 
