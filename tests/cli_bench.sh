@@ -72,8 +72,8 @@ before=$(md5sum "$work/nomon/results.jsonl")
   && [ "$(md5sum "$work/nomon/results.jsonl")" = "$before" ] && ok \
   || bad "bench into a used --out: rc $rc, $(cat "$work/again.err")"
 # the default --out, runs/bench-<second>: a folder another run of the same second holds is left alone and
-# this run takes <second>-2 (the names of the next 3 seconds are taken in advance: the run may start in any)
-mkdir -p "$work/cwd/runs" && for k in 0 1 2 3; do
+# this run takes <second>-2 (the names of the next 10 seconds are taken in advance: the run may start in any)
+mkdir -p "$work/cwd/runs" && for k in 0 1 2 3 4 5 6 7 8 9; do
   d=$work/cwd/runs/bench-$(date -d "+$k seconds" +%Y%m%d-%H%M%S) && mkdir -p "$d" && echo other >"$d/results.jsonl"; done
 (cd "$work/cwd" && "$bin" bench --models small --precisions fp32 --batches 32 --steps 1 --train-samples 256 \
   --monitor-interval 0 >"$work/default.log" 2>&1); rc=$?
@@ -81,11 +81,11 @@ taken=$(grep -o "writing to runs/bench-[0-9-]*" "$work/default.log" | cut -d' ' 
 [ "$rc" -eq 0 ] && [[ "$taken" =~ ^runs/bench-[0-9]{8}-[0-9]{6}-2$ ]] && [ -s "$work/cwd/$taken/results.jsonl" ] \
   && [ "$(cat "$work/cwd/${taken%-2}/results.jsonl")" = other ] && ok \
   || bad "a default --out of the same second: rc $rc, took '$taken': $(tail -2 "$work/default.log")"
-# ... and a run that fails before writing leaves no folder of its own behind
+# ... and a run that fails after taking its folder (the batch is checked against the data loaded) leaves none behind
 n_before=$(ls "$work/cwd/runs" | wc -l)
-(cd "$work/cwd" && "$bin" bench --models small --precisions fp32 --batches 32 --steps 1 \
-  --data "npy:$work/none.npy,$work/none.npy" >/dev/null 2>&1); rc=$?
-[ "$rc" -ne 0 ] && [ "$(ls "$work/cwd/runs" | wc -l)" -eq "$n_before" ] && ok \
+(cd "$work/cwd" && "$bin" bench --models small --precisions fp32 --batches 512 --steps 1 --train-samples 256 \
+  >/dev/null 2>"$work/default_fail.err"); rc=$?
+[ "$rc" -eq 2 ] && grep -q "is larger than the training set" "$work/default_fail.err" && [ "$(ls "$work/cwd/runs" | wc -l)" -eq "$n_before" ] && ok \
   || bad "a failed bench with the default --out: rc $rc, runs/ holds $(ls "$work/cwd/runs" | tr '\n' ' ')"
 loss() { grep -o '"train_loss":[0-9.e+-]*' "$1/results.jsonl"; }
 [ -n "$(loss "$work/torchinit")" ] && [ "$(loss "$work/torchinit")" != "$(loss "$work/nomon")" ] && ok \
