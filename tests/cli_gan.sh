@@ -59,6 +59,19 @@ PY
 ($out/batch_times.jsonl)" "$work/again.err" && ! grep -q "^epoch" "$work/again.log" && ok \
   || bad "train-gan into a used --out: rc $rc, $(cat "$work/again.err")"
 
+# the default --out: a new runs/gan-<second>[-N] of its own, written to; a run that fails after taking it (a
+# batch larger than the data, checked once loaded) leaves no folder behind
+mkdir -p "$work/cwd" && (cd "$work/cwd" && "$bin" train-gan --data synthetic --synthetic-shape 1x28x28 \
+  --synthetic-size 64 --epochs 1 --batch 32 --device cpu --quiet >/dev/null 2>"$work/default.err"); rc=$?
+made=$(ls -d "$work"/cwd/runs/gan-* 2>/dev/null)
+[ "$rc" -eq 0 ] && [ "$(echo "$made" | wc -l)" -eq 1 ] && [ -s "$made/batch_times.jsonl" ] && ok \
+  || bad "train-gan's default --out: rc $rc, folders '$made': $(cat "$work/default.err")"
+(cd "$work/cwd" && "$bin" train-gan --data synthetic --synthetic-shape 1x28x28 --synthetic-size 64 --epochs 1 \
+  --batch 128 --device cpu --quiet >/dev/null 2>"$work/default_fail.err"); rc=$?
+[ "$rc" -eq 2 ] && grep -q "is larger than the training set" "$work/default_fail.err" \
+  && [ "$(ls -d "$work"/cwd/runs/gan-* | wc -l)" -eq 1 ] && ok \
+  || bad "a failed train-gan with the default --out: rc $rc, runs/ holds $(ls "$work/cwd/runs" | tr '\n' ' ')"
+
 # 2. Bad input: one line naming the option, exit 2, nothing trained.
 expect_error() { # expect_error NAME PATTERN ARGS...
   local name=$1 pattern=$2
