@@ -5,7 +5,7 @@
  * then class, so a dataset written as <class>/<index>.png keeps the order of
  * its source arrays. Without those the held-out part is each class's
  * proportional share, evenly spaced (mp_split_mark). Hidden entries (".name")
- * are ignored. */
+ * are ignored; other files in the class folders are ignored and counted. */
 #include "data/folder.h"
 
 #include <dirent.h>
@@ -42,8 +42,11 @@ static char *join(const char *a, const char *b) {
     return s;
 }
 
-/* Sorted names of the entries of dir that are folders (want_dirs) or image files. */
-static mp_status list_dir(const char *dir, bool want_dirs, char ***names, int *n) {
+/* Sorted names of the entries of dir that are folders (want_dirs) or image
+ * files; with other non-NULL (image files wanted), the regular files that
+ * are not images are counted there and the first one's path kept in
+ * *other_path where that is NULL. */
+static mp_status list_dir(const char *dir, bool want_dirs, char ***names, int *n, int *other, char **other_path) {
     *names = NULL;
     *n = 0;
     DIR *d = opendir(dir);
@@ -58,8 +61,12 @@ static mp_status list_dir(const char *dir, bool want_dirs, char ***names, int *n
             break;
         }
         struct stat st;
-        const bool ok = stat(full, &st) == 0 &&
-                        (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) && is_image_name(e->d_name));
+        const bool is_file = !want_dirs && stat(full, &st) == 0 && S_ISREG(st.st_mode);
+        const bool ok = want_dirs ? stat(full, &st) == 0 && S_ISDIR(st.st_mode) : is_file && is_image_name(e->d_name);
+        if (!ok && is_file && other) {
+            ++*other;
+            if (!*other_path) *other_path = full, full = NULL;
+        }
         free(full);
         if (!ok) continue;
         if (*n >= FOLDER_MAX_FILES) {
@@ -106,8 +113,10 @@ static int cmp_entry(const void *a, const void *b) {
     return c ? c : (x->label > y->label) - (x->label < y->label);
 }
 
-/* Every image of root/<class>/ for the given classes, ordered by file name then class. */
-static mp_status collect(const char *root, char **classes, int n_classes, bool need_class_dirs, entry **out, int *n) {
+/* Every image of root/<class>/ for the given classes, ordered by file name
+ * then class; the other files there counted into l (mp_folder_list). */
+static mp_status collect(const char *root, char **classes, int n_classes, bool need_class_dirs, entry **out, int *n,
+                         mp_folder_list *l) {
     *out = NULL;
     *n = 0;
     int cap = 0;
@@ -122,7 +131,7 @@ static mp_status collect(const char *root, char **classes, int n_classes, bool n
         }
         char **files;
         int nf;
-        s = list_dir(cdir, false, &files, &nf);
+        s = list_dir(cdir, false, &files, &nf, &l->other_files, &l->other_example);
         for (int i = 0; s == MP_OK && i < nf; i++) {
             if (*n >= FOLDER_MAX_FILES) {
                 s = mp_error(MP_ERR_INVALID_ARG, "%s: more than %d images", root, FOLDER_MAX_FILES);
@@ -175,6 +184,7 @@ static mp_status to_part(entry *e, int n, const bool *take, bool want, mp_folder
 
 void mp_folder_list_free(mp_folder_list *l) {
     free_names(l->classes, l->n_classes);
+    free(l->other_example);
     for (int k = 0; k < 2; k++) {
         mp_folder_part *p = k ? &l->val : &l->train;
         for (int i = 0; i < p->n; i++) free(p->paths[i]);
@@ -202,14 +212,14 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
     }
     const bool split_dirs = is_dir(tdir) && is_dir(vdir);
     const char *root = split_dirs ? tdir : dir;
-    mp_status s = list_dir(root, true, &out->classes, &out->n_classes);
+    mp_status s = list_dir(root, true, &out->classes, &out->n_classes, NULL, NULL);
     if (s == MP_OK && out->n_classes == 0)
         s = mp_error(MP_ERR_FORMAT, "%s: no class subfolders (expected %s/<class>/<image>.jpg|png)", root, root);
     if (s == MP_OK && out->n_classes > MP_DATASET_MAX_CLASSES)
         s = mp_error(MP_ERR_FORMAT, "%s: %d class subfolders, at most %d", root, out->n_classes, MP_DATASET_MAX_CLASSES);
     entry *all = NULL, *vall = NULL;
     int n = 0, nv = 0;
-    if (s == MP_OK) s = collect(root, out->classes, out->n_classes, true, &all, &n);
+    if (s == MP_OK) s = collect(root, out->classes, out->n_classes, true, &all, &n, out);
     if (s == MP_OK && n == 0)
         s = mp_error(MP_ERR_FORMAT, "%s: no images (.jpg, .jpeg, .png) in its %d class subfolders%s", root,
                      out->n_classes, !split_dirs && is_dir(tdir) ? " (its train/ is read as the training part only "
@@ -217,12 +227,12 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
     if (s == MP_OK && split_dirs) {
         char **vclasses;
         int nvc;
-        s = list_dir(vdir, true, &vclasses, &nvc);
+        s = list_dir(vdir, true, &vclasses, &nvc, NULL, NULL);
         for (int i = 0; s == MP_OK && i < nvc; i++)
             if (!bsearch(&vclasses[i], out->classes, (size_t)out->n_classes, sizeof *out->classes, cmp_str))
                 s = mp_error(MP_ERR_FORMAT, "%s/%s: a validation class that %s does not have", vdir, vclasses[i], tdir);
         if (s == MP_OK || vclasses) free_names(vclasses, nvc);
-        if (s == MP_OK) s = collect(vdir, out->classes, out->n_classes, false, &vall, &nv);
+        if (s == MP_OK) s = collect(vdir, out->classes, out->n_classes, false, &vall, &nv, out);
         if (s == MP_OK && nv == 0) s = mp_error(MP_ERR_FORMAT, "%s: no images in its class subfolders", vdir);
         if (s == MP_OK) s = to_part(all, n, NULL, true, &out->train);
         if (s == MP_OK) s = to_part(vall, nv, NULL, true, &out->val);
