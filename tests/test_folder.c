@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include <jpeglib.h>
@@ -261,13 +262,19 @@ static void test_bad(void) {
         CHECK(mp_loader_next(l, &x, &y, &k) == MP_OK && k == 0, "then the end");
     }
     mp_loader_destroy(l);
-    /* batches of one: the bad one's batch is empty and passed over, not taken for the end */
+    /* batches of one: the bad one's batch is empty and passed over, not taken for the end; it is counted when
+     * its batch comes, not when the loader prepares it ahead (given 0.2 s to, after the first batch) */
     l = NULL;
     CHECK(mp_loader_create(&tr, (mp_loader_opts){.batch = 1, .workers = 1}, &l) == MP_OK, "%s", mp_last_error());
     if (l) mp_loader_start_epoch(l, 0);
-    int got = 0;
-    for (int b = 0; l && b < 4 && mp_loader_next(l, &x, &y, &k) == MP_OK && k > 0; b++) got += k;
+    int got = 0, bad_early = -1;
+    for (int b = 0; l && b < 4 && mp_loader_next(l, &x, &y, &k) == MP_OK && k > 0; b++) {
+        got += k;
+        if (b == 0) nanosleep(&(struct timespec){.tv_nsec = 200000000}, NULL), bad_early = mp_loader_bad_images(l);
+    }
     CHECK(got == 2, "batches of one: %d samples before the end", got);
+    CHECK(bad_early == 0 && l && mp_loader_bad_images(l) == 1, "batches of one: %d bad after the first batch, %d at "
+          "the end", bad_early, l ? mp_loader_bad_images(l) : -1);
     mp_loader_destroy(l);
     /* two shards without drop_last must yield the same batches: the bad one (position 2, shard 0's second) is
      * replaced there, by position 3 = the epoch's first sample, as shard 1's padding is; counted once */

@@ -181,8 +181,9 @@ MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
  * call on the loader. */
 MP_API mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n);
 /** Samples that did not decode (MP_BAD_IMAGES_SKIP, datasets decoded per
- * batch), each counted once where it stood, in the batches prepared so far
- * this epoch (the loader prepares a few ahead of mp_loader_next). */
+ * batch), each counted once where it stood, in the batches mp_loader_next
+ * handed out (or passed over, every sample left out) this epoch; not those
+ * of batches the loader prepared ahead that were not handed out. */
 MP_API int mp_loader_bad_images(const mp_loader *l);
 /** Seconds mp_loader_next has waited for batches since the epoch began (the
  * step waited on decoding when this is more than a small share of the epoch). */

@@ -54,7 +54,8 @@ struct mp_loader {
     float **tmp;       /* (workers) per-worker (C, H, W) buffers: decoded or cropped samples */
     double wait_s;     /* the caller's waits this epoch */
     unsigned char *bad; /* (N) samples known not to decode (atomic), when bad ones are replaced or left out */
-    int bad_images;    /* such samples met at their own place in this epoch's batches (atomic) */
+    int bad_images;    /* such samples met at their own place in the batches handed out this epoch (atomic) */
+    int slot_bad[LOADER_SLOTS]; /* those of the batch in each slot (atomic while it is filled) */
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -188,7 +189,7 @@ static mp_status fill_one(void *arg, int j, int worker) {
         *label = l->d->labels[idx];
         return s;
     }
-    if (pos < n) __atomic_add_fetch(&l->bad_images, 1, __ATOMIC_RELAXED);
+    if (pos < n) __atomic_add_fetch(&l->slot_bad[f->slot], 1, __ATOMIC_RELAXED);
     *label = -1;
     if (!l->o.drop_last && l->shards == 1) return MP_OK;
     for (int t = 1; t <= LOADER_REPLACE_TRIES && t < n; t++) {
@@ -215,6 +216,7 @@ static void loader_fill(mp_loader *l, int b, int slot) {
         if (S > 1) k = (rest + S - 1) / S, start = b * S * B + l->o.shard * k;
     }
     fill_job job = {.l = l, .start = start, .slot = slot};
+    l->slot_bad[slot] = 0;
     l->status[slot] = mp_pool_run(l->pool, k, fill_one, &job);
     if (l->status[slot] != MP_OK) snprintf(l->message[slot], 1024, "%s", mp_last_error());
     if (l->bad && !l->o.drop_last && l->shards == 1) { /* undecodable samples left out: the rest moved up */
@@ -406,6 +408,7 @@ mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **lab
         }
         slot = l->consumed % LOADER_SLOTS;
         l->consumed++;
+        __atomic_add_fetch(&l->bad_images, l->slot_bad[slot], __ATOMIC_RELAXED); /* counted once handed out */
         if (l->status[slot] != MP_OK) {
             mp_status s = mp_error(l->status[slot], "%s", l->message[slot]);
             pthread_mutex_unlock(&l->mu);
