@@ -135,12 +135,18 @@ static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, c
 }
 
 /* "eval: 10000 samples, loss 0.3012, accuracy 89.04% (fp32, cpu)", with the
- * undecodable images left out, if any, after the count. */
-static void print_line(const mp_eval_result *r, const char *precision, const char *dev) {
-    char left_out[64] = "";
+ * undecodable images left out and the files of an image folder that are
+ * not images (ignored), if any, after the count. */
+static void print_line(const mp_eval_result *r, int ignored_files, const char *precision, const char *dev) {
+    char left_out[160] = "", bad[64] = "", other[64] = "";
     if (r->bad_images)
-        snprintf(left_out, sizeof left_out, " (%lld undecodable image%s left out)", (long long)r->bad_images,
+        snprintf(bad, sizeof bad, "%lld undecodable image%s left out", (long long)r->bad_images,
                  r->bad_images == 1 ? "" : "s");
+    if (ignored_files)
+        snprintf(other, sizeof other, "%d file%s not .jpg/.jpeg/.png ignored", ignored_files,
+                 ignored_files == 1 ? "" : "s");
+    if (*bad || *other)
+        snprintf(left_out, sizeof left_out, " (%s%s%s)", bad, *bad && *other ? "; " : "", other);
     printf("eval: %lld samples%s, loss %.4f, accuracy %.2f%% (%s, %s)\n", (long long)r->samples, left_out, r->loss,
            100 * r->accuracy, precision, dev);
 }
@@ -223,7 +229,7 @@ static int run_eval(const eval_args *e) {
     char dev[32] = "";
     mp_device_name(device, dev, sizeof dev);
     if (s == MP_OK && e->json) s = print_json(e, &loaded, model, precision, dev, batch, &test, &r, how);
-    else if (s == MP_OK) print_line(&r, precision, dev);
+    else if (s == MP_OK) print_line(&r, test.ignored_files, precision, dev);
     if (s != MP_OK) fprintf(stderr, "mixprec eval: %s\n", mp_last_error());
     free(mean);
     free(std);

@@ -73,8 +73,8 @@ before=$(md5sum "$work/nomon/results.jsonl")
   || bad "bench into a used --out: rc $rc, $(cat "$work/again.err")"
 # the default --out, runs/bench-<second>: a folder another run of the same second holds is left alone and
 # this run takes <second>-2 (the names of the next 10 seconds are taken in advance: the run may start in any)
-mkdir -p "$work/cwd/runs" && for k in 0 1 2 3 4 5 6 7 8 9; do
-  d=$work/cwd/runs/bench-$(date -d "+$k seconds" +%Y%m%d-%H%M%S) && mkdir -p "$d" && echo other >"$d/results.jsonl"; done
+now=$(date +%s) && mkdir -p "$work/cwd/runs" && for k in 0 1 2 3 4 5 6 7 8 9; do # the clock read once: no second skipped
+  d=$work/cwd/runs/bench-$(date -d "@$((now + k))" +%Y%m%d-%H%M%S) && mkdir -p "$d" && echo other >"$d/results.jsonl"; done
 (cd "$work/cwd" && "$bin" bench --models small --precisions fp32 --batches 32 --steps 1 --train-samples 256 \
   --monitor-interval 0 >"$work/default.log" 2>&1); rc=$?
 taken=$(grep -o "writing to runs/bench-[0-9-]*" "$work/default.log" | cut -d' ' -f3)

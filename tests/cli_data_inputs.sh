@@ -59,6 +59,12 @@ for k in range(2):  # images beside files that are none: counted and named, not 
         png(os.path.join(d, "f_other", "c%d" % k, "%d.png" % i), 6, 6, [bytes([(i * 40 + y) % 256] * 6) for y in range(6)])
 open(os.path.join(d, "f_other", "c0", "x.bmp"), "wb").write(b"BM" + bytes(60))
 open(os.path.join(d, "f_other", "c1", "notes.txt"), "w").write("not an image")
+open(os.path.join(d, "f_other", "c1", "a.webp"), "wb").write(b"RIFF" + bytes(20))
+for part in ("train", "test"):  # train/ and test/: each part counts its own
+    for k in range(2):
+        for i in range(2):
+            png(os.path.join(d, "f_parts", part, "c%d" % k, "%d.png" % i), 6, 6, [bytes([(i * 40 + y) % 256] * 6) for y in range(6)])
+open(os.path.join(d, "f_parts", "test", "c1", "z.bmp"), "wb").write(b"BM" + bytes(60))
 os.makedirs(os.path.join(d, "empty"), exist_ok=True)
 os.makedirs(os.path.join(d, "noimg", "a"), exist_ok=True)
 open(os.path.join(d, "noimg", "a", "x.txt"), "w").write("x")
@@ -172,11 +178,22 @@ grep -Eq "^eval: 5 samples \(1 undecodable image left out\), loss" <<<"$out" && 
 # ... and a test part none of whose images decode: an error, not accuracy 0 over 0 samples
 row eval_none_decoded 1 "none of the 2 samples of .*f_split.* decoded \(2 left out as undecodable\)" -- eval \
   --checkpoint "$d/ck.safetensors" --data "folder:$in/f_split" --decode-memory-mb 0 --bad-images skip
-# files in the class folders that are not images: trained without them, and the set-up line says how many
+# files in the class folders that are not images: trained without them, and the set-up line says how many,
+# naming the first by path (c0/x.bmp before c1/a.webp and c1/notes.txt, whatever the folder's order)
 out=$("$bin" train --epochs 1 --batch 2 --data "folder:$in/f_other" --val-fraction 0.34 2>&1)
-grep -Eq "\(train: 4 images, 2 classes, decoded in memory; 2 files not \.jpg/\.jpeg/\.png ignored, e\.g\. \
-(c0/x\.bmp|c1/notes\.txt)\): 4 train / 2 test samples" <<<"$out" && pass=$((pass + 1)) \
-  || { fail=$((fail + 1)); echo "FAIL: ignored files: $out"; }
+grep -q "(train: 4 images, 2 classes, 3 files not .jpg/.jpeg/.png ignored (e.g. c0/x.bmp), decoded in memory): \
+4 train / 2 test samples" <<<"$out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: ignored files: $out"; }
+# ... per part with train/ and test/: none in train/, one in test/, which eval's line counts too
+d=$work/c/parts && mkdir -p "$d"
+out=$("$bin" train --epochs 1 --batch 2 --data "folder:$in/f_parts" --save "$d/ck.safetensors" 2>&1)
+grep -q "(train/: 4 images, 2 classes, decoded in memory): 4 train / 4 test samples" <<<"$out" \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: ignored files per part (train): $out"; }
+out=$("$bin" eval --checkpoint "$d/ck.safetensors" --data "folder:$in/f_parts" 2>&1)
+grep -Eq "^eval: 4 samples \(1 file not \.jpg/\.jpeg/\.png ignored\), loss" <<<"$out" && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: ignored files per part (eval): $out"; }
+out=$("$bin" eval --checkpoint "$d/ck.safetensors" --data "folder:$in/f_parts" --json 2>&1)
+grep -q '"data":"[^"]*(test/: 4 images, 2 classes, 1 file not .jpg/.jpeg/.png ignored (e.g. test/c1/z.bmp), decoded' \
+  <<<"$out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: ignored files per part (eval --json): $out"; }
 # skip: the bad images are left out and training runs
 d=$work/c/skip && mkdir -p "$d"
 if "$bin" "${t[@]}" --data "folder:$in/f_corrupt" --bad-images skip --val-fraction 0.25 >"$d/out" 2>"$d/err"; then pass=$((pass + 1))

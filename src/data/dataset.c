@@ -191,6 +191,7 @@ mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *ou
     out->h = d->h;
     out->w = d->w;
     out->classes = d->classes;
+    out->ignored_files = d->ignored_files;
     if (start == 0) mp_dataset_set_source(out, "%s [first %d]", d->source, n);
     else mp_dataset_set_source(out, "%s [%d..%d]", d->source, start, start + n - 1);
     return MP_OK;

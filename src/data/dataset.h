@@ -51,6 +51,7 @@ struct mp_dataset {
     int src_offset;
     mp_class_names *names; /* may be NULL */
     int skipped;      /* bad images left out */
+    int ignored_files; /* image folders: files in its class folders that are not images (not read) */
 };
 
 /* Sample i of a lazy dataset (geometry as stored, or a random-resized crop from rrc). */

@@ -163,10 +163,11 @@ static mp_class_names *make_names(char **classes, int n) {
 }
 
 /* Part [at, at + n) of the job as a dataset: the good images, in order;
- * its description also counts the scan's ignored files where l is not NULL. */
+ * the files of its class folders that are not images (part's count) in
+ * ignored_files and its description. */
 static mp_status make_part(open_job *j, int at, int n, const int *labels, bool decoded, const mp_folder_opts *o,
                            mp_class_names *names, int classes, const char *dir, const char *what,
-                           const mp_folder_list *l, mp_dataset *out) {
+                           const mp_folder_part *part, mp_dataset *out) {
     memset(out, 0, sizeof *out);
     const size_t per = (size_t)j->c * j->h * j->w;
     int good = 0;
@@ -198,17 +199,18 @@ static mp_status make_part(open_job *j, int at, int n, const int *labels, bool d
         out->src = &src->base;
     }
     out->names = mp_class_names_retain(names);
-    char ignored[200] = "";
-    if (l && l->other_files) { /* e.g. .bmp or .webp files, which would otherwise vanish from the data unsaid */
-        const char *ex = l->other_example ? l->other_example : "";
+    char ignored[200] = ""; /* e.g. .bmp or .webp files, which would otherwise vanish from the data unsaid */
+    out->ignored_files = part->other_files;
+    if (part->other_files) {
+        const char *ex = part->other_example ? part->other_example : "";
         const size_t dl = strlen(dir);
         if (!strncmp(ex, dir, dl) && ex[dl] == '/') ex += dl + 1;
-        snprintf(ignored, sizeof ignored, "; %d file%s not .jpg/.jpeg/.png ignored, e.g. %s", l->other_files,
-                 l->other_files == 1 ? "" : "s", ex);
+        snprintf(ignored, sizeof ignored, ", %d file%s not .jpg/.jpeg/.png ignored (e.g. %s)", part->other_files,
+                 part->other_files == 1 ? "" : "s", ex);
     }
-    mp_dataset_set_source(out, "%s (%s: %d images%s, %d classes, %s%s)", dir, what, good,
-                          good < n ? " after skipping bad ones" : "", classes,
-                          decoded ? "decoded in memory" : "decoded per batch", ignored);
+    mp_dataset_set_source(out, "%s (%s: %d images%s, %d classes%s, %s)", dir, what, good,
+                          good < n ? " after skipping bad ones" : "", classes, ignored,
+                          decoded ? "decoded in memory" : "decoded per batch");
     return MP_OK;
 }
 
@@ -267,10 +269,10 @@ mp_status mp_dataset_load_folder(const char *dir, const mp_folder_opts *opts, mp
         for (int i = 0; i < nt; i++) list.train.paths[i] = NULL;
         for (int i = 0; i < nv; i++) list.val.paths[i] = NULL;
         s = make_part(&j, 0, nt, list.train.labels, decoded, &o, names, list.n_classes, dir,
-                      list.split_dirs ? "train/" : "train", &list, train);
+                      list.split_dirs ? "train/" : "train", &list.train, train);
         if (s == MP_OK)
             s = make_part(&j, nt, nv, list.val.labels, decoded, &o, names, list.n_classes, dir,
-                          list.test_dir ? "test/" : list.split_dirs ? "val/" : "held out", NULL, val);
+                          list.test_dir ? "test/" : list.split_dirs ? "val/" : "held out", &list.val, val);
         for (int i = 0; i < j.n; i++) free(j.paths[i]); /* those not moved */
     }
     mp_class_names_release(names);

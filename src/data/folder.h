@@ -13,6 +13,8 @@ typedef struct {
     char **paths;  /* n files */
     int *labels;   /* n class indices */
     int n;
+    int other_files;     /* regular files in its class folders that are not .jpg/.jpeg/.png (ignored) */
+    char *other_example; /* the first of them by path, or NULL */
 } mp_folder_part;
 
 typedef struct {
@@ -21,8 +23,6 @@ typedef struct {
     mp_folder_part train, val;
     bool split_dirs;         /* from DIR/train and DIR/val (or DIR/test), not by fraction */
     bool test_dir;           /* split_dirs with DIR/test */
-    int other_files;         /* regular files in the class folders that are not .jpg/.jpeg/.png (ignored) */
-    char *other_example;     /* the path of the first of them met, or NULL */
 } mp_folder_list;
 
 /* List DIR's classes and images and split them (see folder_scan.c). Errors

@@ -44,8 +44,9 @@ static char *join(const char *a, const char *b) {
 
 /* Sorted names of the entries of dir that are folders (want_dirs) or image
  * files; with other non-NULL (image files wanted), the regular files that
- * are not images are counted there and the first one's path kept in
- * *other_path where that is NULL. */
+ * are not images are counted there and the path of the first of them by
+ * name (not by the folder's order, which differs between file systems) kept
+ * in *other_path. */
 static mp_status list_dir(const char *dir, bool want_dirs, char ***names, int *n, int *other, char **other_path) {
     *names = NULL;
     *n = 0;
@@ -65,7 +66,7 @@ static mp_status list_dir(const char *dir, bool want_dirs, char ***names, int *n
         const bool ok = want_dirs ? stat(full, &st) == 0 && S_ISDIR(st.st_mode) : is_file && is_image_name(e->d_name);
         if (!ok && is_file && other) {
             ++*other;
-            if (!*other_path) *other_path = full, full = NULL;
+            if (!*other_path || strcmp(full, *other_path) < 0) free(*other_path), *other_path = full, full = NULL;
         }
         free(full);
         if (!ok) continue;
@@ -114,9 +115,10 @@ static int cmp_entry(const void *a, const void *b) {
 }
 
 /* Every image of root/<class>/ for the given classes, ordered by file name
- * then class; the other files there counted into l (mp_folder_list). */
+ * then class; the other files there counted into *other (first path by name
+ * in *other_path, as list_dir). */
 static mp_status collect(const char *root, char **classes, int n_classes, bool need_class_dirs, entry **out, int *n,
-                         mp_folder_list *l) {
+                         int *other, char **other_path) {
     *out = NULL;
     *n = 0;
     int cap = 0;
@@ -131,7 +133,7 @@ static mp_status collect(const char *root, char **classes, int n_classes, bool n
         }
         char **files;
         int nf;
-        s = list_dir(cdir, false, &files, &nf, &l->other_files, &l->other_example);
+        s = list_dir(cdir, false, &files, &nf, other, other_path);
         for (int i = 0; s == MP_OK && i < nf; i++) {
             if (*n >= FOLDER_MAX_FILES) {
                 s = mp_error(MP_ERR_INVALID_ARG, "%s: more than %d images", root, FOLDER_MAX_FILES);
@@ -184,7 +186,7 @@ static mp_status to_part(entry *e, int n, const bool *take, bool want, mp_folder
 
 void mp_folder_list_free(mp_folder_list *l) {
     free_names(l->classes, l->n_classes);
-    free(l->other_example);
+    free(l->train.other_example), free(l->val.other_example);
     for (int k = 0; k < 2; k++) {
         mp_folder_part *p = k ? &l->val : &l->train;
         for (int i = 0; i < p->n; i++) free(p->paths[i]);
@@ -219,7 +221,9 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
         s = mp_error(MP_ERR_FORMAT, "%s: %d class subfolders, at most %d", root, out->n_classes, MP_DATASET_MAX_CLASSES);
     entry *all = NULL, *vall = NULL;
     int n = 0, nv = 0;
-    if (s == MP_OK) s = collect(root, out->classes, out->n_classes, true, &all, &n, out);
+    if (s == MP_OK)
+        s = collect(root, out->classes, out->n_classes, true, &all, &n, &out->train.other_files,
+                    &out->train.other_example);
     if (s == MP_OK && n == 0)
         s = mp_error(MP_ERR_FORMAT, "%s: no images (.jpg, .jpeg, .png) in its %d class subfolders%s", root,
                      out->n_classes, !split_dirs && is_dir(tdir) ? " (its train/ is read as the training part only "
@@ -232,7 +236,9 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
             if (!bsearch(&vclasses[i], out->classes, (size_t)out->n_classes, sizeof *out->classes, cmp_str))
                 s = mp_error(MP_ERR_FORMAT, "%s/%s: a validation class that %s does not have", vdir, vclasses[i], tdir);
         if (s == MP_OK || vclasses) free_names(vclasses, nvc);
-        if (s == MP_OK) s = collect(vdir, out->classes, out->n_classes, false, &vall, &nv, out);
+        if (s == MP_OK)
+            s = collect(vdir, out->classes, out->n_classes, false, &vall, &nv, &out->val.other_files,
+                        &out->val.other_example);
         if (s == MP_OK && nv == 0) s = mp_error(MP_ERR_FORMAT, "%s: no images in its class subfolders", vdir);
         if (s == MP_OK) s = to_part(all, n, NULL, true, &out->train);
         if (s == MP_OK) s = to_part(vall, nv, NULL, true, &out->val);
@@ -252,6 +258,9 @@ mp_status mp_folder_scan(const char *dir, double val_fraction, mp_folder_list *o
         if (s == MP_OK) s = to_part(all, n, take, false, &out->train);
         if (s == MP_OK) s = to_part(all, n, take, true, &out->val);
         free(take);
+        out->val.other_files = out->train.other_files; /* both parts come from the same class folders */
+        if (s == MP_OK && out->train.other_example && !(out->val.other_example = strdup(out->train.other_example)))
+            s = mp_error(MP_ERR_NOMEM, "%s: out of memory", dir);
     }
     out->split_dirs = split_dirs;
     out->test_dir = split_dirs && test_dir;
