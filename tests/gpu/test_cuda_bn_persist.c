@@ -5,7 +5,9 @@
  * (y; dx and the residual's gradient) is bit for bit what the fast apply
  * and dx kernels make from the coefficients it wrote. Its finalize is
  * checked against the host's double-precision statistics: mean, 1/std,
- * scale, shift, the running statistics, dgamma, dbeta. Also: the fused
+ * scale, shift, the running statistics, dgamma, dbeta; and the three-kernel
+ * finalize (batchnorm2d_finalize.h) from the same partials writes its bits,
+ * forward and backward, and over 777 partials the host's. Also: the fused
  * ReLU's recomputed mask gives the stored output's (bit for bit), dx_add,
  * a grid larger than the device holds is cut to what it holds (no hang),
  * and a dtype the kernels do not take is refused. f32, f16, bf16. Exit 1
@@ -216,9 +218,11 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
                                          d.part3 + (size_t)G * C) == cudaSuccess;
     ok = ok && mp_bn_fast_dx(st, dt, d.x, d.dy, mask, d.dx3, false, dr3, false, M, C, G, R, d.coef_b) == cudaSuccess &&
          cudaStreamSynchronize(st) == cudaSuccess;
-    if (ok && partials)
-        expect(same_bytes(d.part, d.part3, (size_t)G * C * 4) &&
-                   same_bytes(d.part + (size_t)gp * C, d.part3 + (size_t)G * C, (size_t)G * C * 4), label);
+    if (ok && partials) {
+        const bool same = same_bytes(d.part, d.part3, (size_t)G * C * 4) &&
+                          same_bytes(d.part + (size_t)gp * C, d.part3 + (size_t)G * C, (size_t)G * C * 4);
+        expect(same, label), ok = same;
+    }
     if (ok && partials) {
         char what[224];
         snprintf(what, sizeof what, "%s: the three-kernel backward finalize", label);
