@@ -291,6 +291,10 @@ int cli_check_inputs_kept(const char *cmd, const common_opts *c, const char *mod
 }
 
 int cli_claim_default_out(const char *cmd, const char *what, char *buf, size_t cap) {
+    if (!buf || cap < 48) {
+        fprintf(stderr, "mixprec %s: internal error: no room for the default --out's name\n", cmd);
+        return 2;
+    }
     const time_t now = time(NULL);
     struct tm tm;
     char stamp[32] = "";
