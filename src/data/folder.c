@@ -60,7 +60,6 @@ typedef struct {
     mp_sample_source base;
     char **paths; /* n, owned */
     int n, c, h, w;
-    mp_bad_images bad;
 } folder_source;
 
 static mp_status source_fetch(mp_sample_source *s, int i, mp_rng *rrc, float *dst) {
@@ -195,7 +194,7 @@ static mp_status make_part(open_job *j, int at, int n, const int *labels, bool d
     if (src) {
         *src = (folder_source){.base = {.fetch = source_fetch, .destroy = source_destroy, .refs = 1,
                                         .replace_bad = o->bad_images == MP_BAD_IMAGES_SKIP},
-                               .paths = src->paths, .n = good, .c = j->c, .h = j->h, .w = j->w, .bad = o->bad_images};
+                               .paths = src->paths, .n = good, .c = j->c, .h = j->h, .w = j->w};
         out->src = &src->base;
     }
     out->names = mp_class_names_retain(names);

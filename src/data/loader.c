@@ -147,6 +147,10 @@ typedef struct {
     int start, slot;
 } fill_job;
 
+/* Under MP_BAD_IMAGES_SKIP: an undecodable sample is left out of its batch
+ * (evaluation, one shard without drop_last), not replaced. */
+static bool leaves_out_bad(const mp_loader *l) { return !l->o.drop_last && l->shards == 1; }
+
 /* Sample idx into dst: true when it does not decode (MP_ERR_FORMAT, now or
  * in an earlier epoch: l->bad remembers; why, if not NULL, receives the
  * decoder's message), else false with *s its status. */
@@ -191,7 +195,7 @@ static mp_status fill_one(void *arg, int j, int worker) {
     }
     if (pos < n) __atomic_add_fetch(&l->slot_bad[f->slot], 1, __ATOMIC_RELAXED);
     *label = -1;
-    if (!l->o.drop_last && l->shards == 1) return MP_OK;
+    if (leaves_out_bad(l)) return MP_OK;
     for (int t = 1; t <= LOADER_REPLACE_TRIES && t < n; t++) {
         idx = l->perm[(pos + t) % n];
         if (!undecodable(l, idx, worker, dst, &s, NULL, 0)) {
@@ -219,7 +223,7 @@ static void loader_fill(mp_loader *l, int b, int slot) {
     l->slot_bad[slot] = 0;
     l->status[slot] = mp_pool_run(l->pool, k, fill_one, &job);
     if (l->status[slot] != MP_OK) snprintf(l->message[slot], 1024, "%s", mp_last_error());
-    if (l->bad && !l->o.drop_last && l->shards == 1) { /* undecodable samples left out: the rest moved up */
+    if (l->bad && leaves_out_bad(l)) { /* undecodable samples left out: the rest moved up */
         int kept = 0;
         for (int j = 0; j < k; j++) {
             if (l->lab[slot][j] < 0) continue;

@@ -95,7 +95,7 @@ static void append(char *buf, size_t len, int *at, const char *fmt, ...) {
 }
 
 void mp_optimizer_describe(const mp_optimizer *o, char *buf, size_t len) {
-    const mp_optim_opts *p = &o->o.optim;
+    const mp_optim_opts *p = &o->o.optim; /* with mp_optim_create's defaults filled in (see mp_optimizer_create) */
     const mp_lr_schedule *s = &o->o.lr;
     int at = 0;
     if (len) buf[0] = '\0';
@@ -103,8 +103,7 @@ void mp_optimizer_describe(const mp_optimizer *o, char *buf, size_t len) {
     if (p->kind == MP_OPTIM_SGD)
         append(buf, len, &at, " momentum %.9g%s", (double)p->momentum, p->nesterov ? " nesterov" : "");
     else
-        append(buf, len, &at, " betas %.9g,%.9g eps %.9g", (double)(p->beta1 || p->betas_as_given ? p->beta1 : 0.9f),
-               (double)(p->beta2 || p->betas_as_given ? p->beta2 : 0.999f), (double)(p->eps ? p->eps : 1e-8f));
+        append(buf, len, &at, " betas %.9g,%.9g eps %.9g", (double)p->beta1, (double)p->beta2, (double)p->eps);
     append(buf, len, &at, " weight_decay %.9g, %s", (double)p->weight_decay, mp_lr_kind_name(s->kind));
     if (s->kind == MP_LR_STEP) append(buf, len, &at, " x%.9g every %d steps", (double)s->gamma, s->step_size);
     if (s->kind == MP_LR_COSINE)
