@@ -4,7 +4,8 @@
  * fast kernels (mp_bn_*_cpu) against the channels-last ones
  * (mp_bn_*_cpu_nhwc), median of reps, with the effective bandwidth of the
  * bytes a kernel must move at least (forward: read x, write y; backward:
- * read x, y, dy, write dx). Run with OMP_NUM_THREADS set, on an idle machine;
+ * read x, dy and, NCHW, y for the ReLU mask (NHWC computes the mask from x),
+ * write dx). Run with OMP_NUM_THREADS set, on an idle machine;
  * CPUTIME=1 times the process's CPU time instead (with OMP_NUM_THREADS=1: a
  * comparison on a loaded machine).
  * Build: gcc -O2 -fopenmp -Iinclude -Isrc -IBUILD/include dev/nhwc_kernel_timing.c BUILD/libmixprec.a \
@@ -68,13 +69,14 @@ int main(int argc, char **argv) {
                 if (layout == 0)
                     mp_bn_bwd_cpu(dt, x, y, dy, dx, gamma, dg, db, true, mean, invstd, rm, rv, N, C, HW, 1e-5);
                 else
-                    mp_bn_bwd_cpu_nhwc(dt, x, y, dy, dx, gamma, dg, db, true, mean, invstd, rm, rv, M, C, 1e-5, ws);
+                    mp_bn_bwd_cpu_nhwc(dt, x, dy, dx, gamma, beta, true, dg, db, true, mean, invstd, rm, rv, M, C, 1e-5,
+                                       ws);
                 double t2 = now();
                 if (r >= 2) tf[r - 2] = 1e3 * (t1 - t0), tb[r - 2] = 1e3 * (t2 - t1);
             }
             const double f = median(tf, reps), b = median(tb, reps), mb = (double)n * es / 1e6;
             printf("  %-4s %s: fwd %7.2f ms (%5.1f GB/s)  bwd %7.2f ms (%5.1f GB/s)  total %7.2f ms\n",
-                   bf ? "bf16" : "f32", layout ? "NHWC" : "NCHW", f, 2 * mb / f, b, 4 * mb / b, f + b);
+                   bf ? "bf16" : "f32", layout ? "NHWC" : "NCHW", f, 2 * mb / f, b, (layout ? 3 : 4) * mb / b, f + b);
         }
         free(x), free(y), free(dy), free(dx), free(ws);
     }

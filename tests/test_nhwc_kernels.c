@@ -116,7 +116,7 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     mp_rng g;
     mp_rng_seed(&g, seed);
     void *x = alloc_poisoned(bytes), *dy = alloc_poisoned(bytes), *xh = alloc_poisoned(bytes),
-         *dyh = alloc_poisoned(bytes), *yh0 = alloc_poisoned(bytes);
+         *dyh = alloc_poisoned(bytes);
     for (int64_t i = 0; i < n; i++) put(dt, x, i, (float)(mp_rng_normal(&g) * 2.0 + 0.5));
     for (int64_t i = 0; i < n; i++) put(dt, dy, i, (float)mp_rng_normal(&g));
     if (sh.shifted)
@@ -130,6 +130,10 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         rm0[c] = (float)mp_rng_normal(&g);
         rv0[c] = (float)(0.2 + 2 * mp_rng_uniform(&g));
     }
+    if (C >= 8) /* channels whose every output sits on the ReLU's edge: 0, and positive values that bf16 rounds
+                 * to +0 (bits <= 0x8000, 2^-134) or not (just above); the backward's recomputed mask must
+                 * follow the forward's y there too */
+        for (int c = 0; c < 4; c++) gamma[c] = 0, beta[c] = (const float[]){0.0f, 0x1p-134f, 0x1.02p-134f, -0.0f}[c];
     mp_transpose_batch(xh, x, es, N, C, HW);
     mp_transpose_batch(dyh, dy, es, N, C, HW);
 
@@ -185,17 +189,19 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     CHECK(e < tol_act, "%s inference: output rel. diff %g (tolerance %g)", tag, e, tol_act);
     if (dt == MP_DTYPE_F32) CHECK(em < tol, "%s inference: output max rel. diff %g (tolerance %g)", tag, em, tol);
 
-    /* backward: both read the NCHW training forward's statistics and y (the mask) */
+    /* backward: both from the NCHW forward's statistics (training: batch statistics; inference: the running
+     * ones), the NCHW kernels masked by that forward's y, the NHWC ones recomputing the mask */
     mp_bn_fwd_train_cpu(dt, x, y1, gamma, beta, rm1, rv1, mean1, is1, N, C, HW, eps, mom, relu);
-    mp_transpose_batch(yh0, y1, es, N, C, HW);
+    void *yev = alloc_poisoned(bytes);
+    mp_bn_fwd_eval_cpu(dt, x, yev, gamma, beta, rm0, rv0, N, C, HW, eps, relu);
     for (int bs = 1; bs >= 0; bs--) {
         void *dx1 = alloc_poisoned(bytes), *dx2h = alloc_poisoned(bytes), *dx3h = alloc_poisoned(bytes);
         float *dg1 = alloc_poisoned(C * 4), *db1 = alloc_poisoned(C * 4), *dg2 = alloc_poisoned(C * 4),
               *db2 = alloc_poisoned(C * 4), *dg3 = alloc_poisoned(C * 4), *db3 = alloc_poisoned(C * 4);
         memset(ws, 0xFF, wsb);
-        mp_bn_bwd_cpu(dt, x, relu ? y1 : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C, HW, eps);
-        mp_bn_bwd_cpu_nhwc(dt, xh, relu ? yh0 : NULL, dyh, dx2h, gamma, dg2, db2, bs, mean1, is1, rm0, rv0, M, C,
-                           eps, ws);
+        mp_bn_bwd_cpu(dt, x, relu ? (bs ? y1 : yev) : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C,
+                      HW, eps);
+        mp_bn_bwd_cpu_nhwc(dt, xh, dyh, dx2h, gamma, beta, relu, dg2, db2, bs, mean1, is1, rm0, rv0, M, C, eps, ws);
         void *dx2 = back(dt, dx2h, N, C, HW);
         const char *st = bs ? "batch statistics" : "running statistics";
         e = rel_l2(dt, dx2, dx1, n), em = rel_max(dt, dx2, dx1, n);
@@ -208,19 +214,38 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         CHECK(eg < tol, "%s backward (%s): gamma gradient rel. diff %g (tolerance %g)", tag, st, eg, tol);
         CHECK(eb < tol, "%s backward (%s): beta gradient rel. diff %g (tolerance %g)", tag, st, eb, tol);
         /* only some outputs wanted: the same values where written, nothing else */
-        mp_bn_bwd_cpu_nhwc(dt, xh, relu ? yh0 : NULL, dyh, dx3h, gamma, NULL, NULL, bs, mean1, is1, rm0, rv0, M, C,
-                           eps, ws);
-        mp_bn_bwd_cpu_nhwc(dt, xh, relu ? yh0 : NULL, dyh, NULL, gamma, dg3, db3, bs, mean1, is1, rm0, rv0, M, C,
-                           eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, dyh, dx3h, gamma, beta, relu, NULL, NULL, bs, mean1, is1, rm0, rv0, M, C, eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, dyh, NULL, gamma, beta, relu, dg3, db3, bs, mean1, is1, rm0, rv0, M, C, eps, ws);
         CHECK(!memcmp(dx3h, dx2h, bytes), "%s backward (%s): dx alone differs", tag, st);
         CHECK(!memcmp(dg3, dg2, C * 4) && !memcmp(db3, db2, C * 4),
               "%s backward (%s): dgamma/dbeta alone differ", tag, st);
+        if (relu) { /* the recomputed mask is the forward's y <= 0, bit for bit: the same results as no ReLU on
+                     * dy zeroed where the NHWC forward (training: its own statistics) wrote y <= 0 */
+            const double *mean = bs ? mean2 : mean1, *is = bs ? is2 : is1;
+            void *yh = bs ? y2h : y4h, *dym = alloc_poisoned(bytes);
+            int64_t masked = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const bool off = get(dt, yh, i) <= 0;
+                masked += off;
+                put(dt, dym, i, off ? 0.0f : get(dt, dyh, i));
+            }
+            mp_bn_bwd_cpu_nhwc(dt, xh, dyh, dx2h, gamma, beta, true, dg2, db2, bs, mean, is, rm0, rv0, M, C, eps, ws);
+            mp_bn_bwd_cpu_nhwc(dt, xh, dym, dx3h, gamma, beta, false, dg3, db3, bs, mean, is, rm0, rv0, M, C, eps,
+                               ws);
+            CHECK(!memcmp(dx3h, dx2h, bytes) && !memcmp(dg3, dg2, C * 4) && !memcmp(db3, db2, C * 4),
+                  "%s backward (%s): the recomputed ReLU mask differs from the forward's y (%lld of %lld masked)",
+                  tag, st, (long long)masked, (long long)n);
+            if (C >= 8) /* the edge channels' zeros are masked, the rest of the data half masked */
+                CHECK(masked > 0 && masked < n, "%s backward (%s): %lld of %lld masked, none or all", tag, st,
+                      (long long)masked, (long long)n);
+            free(dym);
+        }
         free(dx1), free(dx2h), free(dx3h), free(dx2), free(dg1), free(db1), free(dg2), free(db2), free(dg3),
             free(db3);
     }
-    free(x), free(dy), free(xh), free(dyh), free(yh0), free(gamma), free(beta), free(rm0), free(rv0), free(ws);
+    free(x), free(dy), free(xh), free(dyh), free(gamma), free(beta), free(rm0), free(rv0), free(ws);
     free(rm1), free(rv1), free(rm2), free(rv2), free(mean1), free(is1), free(mean2), free(is2);
-    free(y1), free(y2h), free(y2), free(y4h), free(y4);
+    free(y1), free(y2h), free(y2), free(y4h), free(y4), free(yev);
 }
 
 /* A pooling op's reference (or NCHW fast path) through its vtable on dt

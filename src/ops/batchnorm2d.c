@@ -132,8 +132,9 @@ static mp_status bn_backward_nhwc(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
     const int C = xs->dims[1];
     const mp_tensor *p = c->param;
-    mp_bn_bwd_cpu_nhwc(c->out.dtype, c->in[0].data, c->relu_after ? c->out.data : NULL, c->d_out.data,
-                       c->d_in[0].data, p[P_WEIGHT].data, c->d_param[P_WEIGHT].data, c->d_param[P_BIAS].data,
+    /* with the ReLU fused, the kernels mask dy from x and the forward's constants (not from y) */
+    mp_bn_bwd_cpu_nhwc(c->out.dtype, c->in[0].data, c->d_out.data, c->d_in[0].data, p[P_WEIGHT].data,
+                       p[P_BIAS].data, c->relu_after, c->d_param[P_WEIGHT].data, c->d_param[P_BIAS].data,
                        c->training, mp_bn_saved_mean(c->saved), mp_bn_saved_invstd(c->saved, C),
                        p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, (int64_t)xs->dims[0] * spatial(xs), C,
                        (double)c->desc->attr.bn.eps, c->workspace);

@@ -13,6 +13,11 @@
 
 #include "ops/cpu_fast.h"
 
+/* The normalized value before the ReLU, (x - muf) * gf + bf, as one fused
+ * multiply-add in every kernel: the channels-last backward computes it again
+ * for its ReLU mask and must get the forward's bits. */
+#define BN_PRE(xv, muf, gf, bf) fmaf((xv) - (muf), (gf), (bf))
+
 #define MP_REF_TEMPLATE "batchnorm2d_cpu_kernels.inc"
 #include "instantiate_fast.inc"
 
@@ -31,8 +36,8 @@ static inline int bnn_threads(void) {
 
 size_t mp_bn_nhwc_workspace_bytes(int C) {
     const int64_t slots = MP_BN_NHWC_MAX_THREADS;
-    /* four float arrays shared by the threads, then two double arrays per thread */
-    return (size_t)(bnn_cpad(C) * (4 * (int64_t)sizeof(float) + 2 * slots * (int64_t)sizeof(double)));
+    /* six float arrays shared by the threads, then two double arrays per thread */
+    return (size_t)(bnn_cpad(C) * (6 * (int64_t)sizeof(float) + 2 * slots * (int64_t)sizeof(double)));
 }
 
 void mp_bn_fwd_train_cpu(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
@@ -64,9 +69,10 @@ void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *g
     MP_FAST_CALL(dt, bnn_fwd_eval, x, y, gamma, beta, rmean, rvar, M, C, eps, relu);
 }
 
-void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
-                        float *dgamma, float *dbeta, bool batch_stats, const double *mean, const double *invstd,
-                        const float *rmean, const float *rvar, int64_t M, int C, double eps, void *ws) {
-    MP_FAST_CALL(dt, bnn_bwd, x, y, dy, dx, gamma, dgamma, dbeta, batch_stats, mean, invstd, rmean, rvar, M, C, eps,
-                 ws);
+void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *dy, void *dx, const float *gamma, const float *beta,
+                        bool relu, float *dgamma, float *dbeta, bool batch_stats, const double *mean,
+                        const double *invstd, const float *rmean, const float *rvar, int64_t M, int C, double eps,
+                        void *ws) {
+    MP_FAST_CALL(dt, bnn_bwd, x, dy, dx, gamma, beta, relu, dgamma, dbeta, batch_stats, mean, invstd, rmean, rvar, M,
+                 C, eps, ws);
 }

@@ -37,8 +37,13 @@ void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *
                               bool relu, void *ws);
 void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
                              const float *rmean, const float *rvar, int64_t M, int C, double eps, bool relu);
-void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
-                        float *dgamma, float *dbeta, bool batch_stats, const double *mean, const double *invstd,
-                        const float *rmean, const float *rvar, int64_t M, int C, double eps, void *ws);
+/* The backward takes no y: with relu it masks dy where the forward's output
+ * was <= 0, computing the pre-activation again from x, gamma and beta (which
+ * must be the forward's) and the statistics it used: mean/invstd with
+ * batch_stats (a training forward), rmean/rvar without (an inference one). */
+void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *dy, void *dx, const float *gamma, const float *beta,
+                        bool relu, float *dgamma, float *dbeta, bool batch_stats, const double *mean,
+                        const double *invstd, const float *rmean, const float *rvar, int64_t M, int C, double eps,
+                        void *ws);
 
 #endif
