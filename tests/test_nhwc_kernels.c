@@ -98,9 +98,54 @@ typedef struct {
     bool shifted; /* last channel: 300 + 0.01 N(0,1) */
 } bn_shape;
 
+/* The NHWC backward with the fused ReLU's mask (read from ymask, or
+ * computed when ymask is NULL, from scale/shift or the statistics) against
+ * no ReLU on dy zeroed where yref <= 0: the same bits of dx, dgamma and
+ * dbeta. With ymask (f32): returns whether the mask computed again instead
+ * gives another dbeta, as where ymask was rounded to zero after the kernel. */
+static bool check_bn_mask(const char *tag, const char *st, mp_dtype dt, const void *xh, const void *yref,
+                             const void *ymask, const void *dyh, const float *gamma, const float *beta,
+                             const float *scale, const float *shift, bool bs, const double *mean, const double *is,
+                             const float *rm, const float *rv, int64_t M, int C, double eps, void *ws, size_t wsb) {
+    const int64_t n = M * C;
+    const size_t bytes = (size_t)n * esize(dt);
+    void *dym = alloc_poisoned(bytes), *dxa = alloc_poisoned(bytes), *dxb = alloc_poisoned(bytes);
+    float *dga = alloc_poisoned(C * 4), *dba = alloc_poisoned(C * 4), *dgb = alloc_poisoned(C * 4),
+          *dbb = alloc_poisoned(C * 4);
+    int64_t masked = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const bool off = get(dt, yref, i) <= 0;
+        masked += off;
+        put(dt, dym, i, off ? 0.0f : get(dt, dyh, i));
+    }
+    memset(ws, 0xFF, wsb);
+    mp_bn_bwd_cpu_nhwc(dt, xh, ymask, dyh, dxa, gamma, beta, true, scale, shift, dga, dba, bs, mean, is, rm, rv, M, C,
+                       eps, ws);
+    mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dym, dxb, gamma, beta, false, NULL, NULL, dgb, dbb, bs, mean, is, rm, rv, M, C,
+                       eps, ws);
+    CHECK(!memcmp(dxa, dxb, bytes) && !memcmp(dga, dgb, C * 4) && !memcmp(dba, dbb, C * 4),
+          "%s backward (%s): the ReLU mask differs from y's (%lld of %lld masked)", tag, st, (long long)masked,
+          (long long)n);
+    if (C >= 8) /* the edge channels' zeros are masked, the rest of the data half masked */
+        CHECK(masked > 0 && masked < n, "%s backward (%s): %lld of %lld masked, none or all", tag, st,
+              (long long)masked, (long long)n);
+    bool differ = false;
+    if (ymask && dt == MP_DTYPE_F32) {
+        memset(ws, 0xFF, wsb);
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, dxb, gamma, beta, true, scale, shift, dgb, dbb, bs, mean, is, rm, rv, M,
+                           C, eps, ws);
+        differ = memcmp(dba, dbb, C * 4) != 0;
+    }
+    free(dym), free(dxa), free(dxb), free(dga), free(dba), free(dgb), free(dbb);
+    return differ;
+}
+
 /* One shape, dtype and relu setting: train forward, eval forward, backward
- * (batch statistics or running ones, masked by the NCHW forward's y when
- * relu) — NHWC against NCHW. */
+ * (batch statistics or running ones) — NHWC against NCHW, the NCHW backward
+ * masked by its forward's y when relu, the NHWC one computing the mask; then
+ * (relu) that mask against the NHWC forward's own y, bit for bit, from the
+ * saved scale and shift, from the statistics, and read from a y rounded to
+ * f16 after the kernel (a staged call). */
 static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     const int N = sh.N, C = sh.C;
     const int64_t HW = (int64_t)sh.H * sh.W, M = N * HW, n = M * C;
@@ -130,10 +175,11 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         rm0[c] = (float)mp_rng_normal(&g);
         rv0[c] = (float)(0.2 + 2 * mp_rng_uniform(&g));
     }
-    if (C >= 8) /* channels whose every output sits on the ReLU's edge: 0, and positive values that bf16 rounds
-                 * to +0 (bits <= 0x8000, 2^-134) or not (just above); the backward's recomputed mask must
-                 * follow the forward's y there too */
-        for (int c = 0; c < 4; c++) gamma[c] = 0, beta[c] = (const float[]){0.0f, 0x1p-134f, 0x1.02p-134f, -0.0f}[c];
+    if (C >= 8) /* channels whose every output sits on the ReLU's edge: 0, positive values that bf16 rounds to
+                 * +0 (bits <= 0x8000, 2^-134) or not (just above), and one that f16 storage rounds to +0; the
+                 * backward's mask must follow the forward's y there too */
+        for (int c = 0; c < 5; c++)
+            gamma[c] = 0, beta[c] = (const float[]){0.0f, 0x1p-134f, 0x1.02p-134f, -0.0f, 0x1p-26f}[c];
     mp_transpose_batch(xh, x, es, N, C, HW);
     mp_transpose_batch(dyh, dy, es, N, C, HW);
 
@@ -142,12 +188,13 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     float *rm1 = malloc(C * 4), *rv1 = malloc(C * 4), *rm2 = malloc(C * 4), *rv2 = malloc(C * 4);
     double *mean1 = alloc_poisoned(C * 8), *is1 = alloc_poisoned(C * 8), *mean2 = alloc_poisoned(C * 8),
            *is2 = alloc_poisoned(C * 8);
+    float *sc2 = alloc_poisoned(C * 4), *sh2 = alloc_poisoned(C * 4); /* the forward's scale and shift */
     void *y1 = alloc_poisoned(bytes), *y2h = alloc_poisoned(bytes);
 
     /* training forward */
     memcpy(rm1, rm0, C * 4), memcpy(rv1, rv0, C * 4), memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
     mp_bn_fwd_train_cpu(dt, x, y1, gamma, beta, rm1, rv1, mean1, is1, N, C, HW, eps, mom, relu);
-    mp_bn_fwd_train_cpu_nhwc(dt, xh, y2h, gamma, beta, rm2, rv2, mean2, is2, M, C, eps, mom, relu, ws);
+    mp_bn_fwd_train_cpu_nhwc(dt, xh, y2h, gamma, beta, rm2, rv2, mean2, is2, sc2, sh2, M, C, eps, mom, relu, ws);
     void *y2 = back(dt, y2h, N, C, HW);
     double e = rel_l2(dt, y2, y1, n), em = rel_max(dt, y2, y1, n);
     note(dt, W_Y, dt == MP_DTYPE_F32 ? fmax(e, em) : e);
@@ -171,12 +218,14 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     {
         void *y3h = alloc_poisoned(bytes);
         double *mean3 = alloc_poisoned(C * 8), *is3 = alloc_poisoned(C * 8);
+        float *sc3 = alloc_poisoned(C * 4), *sh3 = alloc_poisoned(C * 4);
         memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
         memset(ws, 0xFF, wsb);
-        mp_bn_fwd_train_cpu_nhwc(dt, xh, y3h, gamma, beta, rm2, rv2, mean3, is3, M, C, eps, mom, relu, ws);
-        CHECK(!memcmp(y3h, y2h, bytes) && !memcmp(mean3, mean2, C * 8) && !memcmp(is3, is2, C * 8),
+        mp_bn_fwd_train_cpu_nhwc(dt, xh, y3h, gamma, beta, rm2, rv2, mean3, is3, sc3, sh3, M, C, eps, mom, relu, ws);
+        CHECK(!memcmp(y3h, y2h, bytes) && !memcmp(mean3, mean2, C * 8) && !memcmp(is3, is2, C * 8) &&
+                  !memcmp(sc3, sc2, C * 4) && !memcmp(sh3, sh2, C * 4),
               "%s training: a second run differs", tag);
-        free(y3h), free(mean3), free(is3);
+        free(y3h), free(mean3), free(is3), free(sc3), free(sh3);
     }
 
     /* inference forward */
@@ -201,7 +250,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         memset(ws, 0xFF, wsb);
         mp_bn_bwd_cpu(dt, x, relu ? (bs ? y1 : yev) : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C,
                       HW, eps);
-        mp_bn_bwd_cpu_nhwc(dt, xh, dyh, dx2h, gamma, beta, relu, dg2, db2, bs, mean1, is1, rm0, rv0, M, C, eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, dx2h, gamma, beta, relu, NULL, NULL, dg2, db2, bs, mean1, is1, rm0, rv0,
+                           M, C, eps, ws);
         void *dx2 = back(dt, dx2h, N, C, HW);
         const char *st = bs ? "batch statistics" : "running statistics";
         e = rel_l2(dt, dx2, dx1, n), em = rel_max(dt, dx2, dx1, n);
@@ -214,37 +264,39 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         CHECK(eg < tol, "%s backward (%s): gamma gradient rel. diff %g (tolerance %g)", tag, st, eg, tol);
         CHECK(eb < tol, "%s backward (%s): beta gradient rel. diff %g (tolerance %g)", tag, st, eb, tol);
         /* only some outputs wanted: the same values where written, nothing else */
-        mp_bn_bwd_cpu_nhwc(dt, xh, dyh, dx3h, gamma, beta, relu, NULL, NULL, bs, mean1, is1, rm0, rv0, M, C, eps, ws);
-        mp_bn_bwd_cpu_nhwc(dt, xh, dyh, NULL, gamma, beta, relu, dg3, db3, bs, mean1, is1, rm0, rv0, M, C, eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, dx3h, gamma, beta, relu, NULL, NULL, NULL, NULL, bs, mean1, is1, rm0,
+                           rv0, M, C, eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, gamma, beta, relu, NULL, NULL, dg3, db3, bs, mean1, is1, rm0, rv0,
+                           M, C, eps, ws);
         CHECK(!memcmp(dx3h, dx2h, bytes), "%s backward (%s): dx alone differs", tag, st);
         CHECK(!memcmp(dg3, dg2, C * 4) && !memcmp(db3, db2, C * 4),
               "%s backward (%s): dgamma/dbeta alone differ", tag, st);
-        if (relu) { /* the recomputed mask is the forward's y <= 0, bit for bit: the same results as no ReLU on
-                     * dy zeroed where the NHWC forward (training: its own statistics) wrote y <= 0 */
+        if (relu) { /* the NHWC backward's mask is the NHWC forward's y <= 0 (training: with its own statistics),
+                     * bit for bit: the same results as no ReLU on dy zeroed there */
             const double *mean = bs ? mean2 : mean1, *is = bs ? is2 : is1;
-            void *yh = bs ? y2h : y4h, *dym = alloc_poisoned(bytes);
-            int64_t masked = 0;
-            for (int64_t i = 0; i < n; i++) {
-                const bool off = get(dt, yh, i) <= 0;
-                masked += off;
-                put(dt, dym, i, off ? 0.0f : get(dt, dyh, i));
+            void *yh = bs ? y2h : y4h;
+            check_bn_mask(tag, st, dt, xh, yh, NULL, dyh, gamma, beta, bs ? sc2 : NULL, bs ? sh2 : NULL, bs, mean, is,
+                          rm0, rv0, M, C, eps, ws, wsb);
+            if (bs) /* from the statistics instead of the saved scale and shift */
+                check_bn_mask(tag, "batch statistics, constants from them", dt, xh, yh, NULL, dyh, gamma, beta, NULL,
+                              NULL, true, mean, is, rm0, rv0, M, C, eps, ws, wsb);
+            if (dt == MP_DTYPE_F32) { /* y rounded to f16 after the kernel (staged): the mask read from it */
+                void *y16 = alloc_poisoned(bytes);
+                for (int64_t i = 0; i < n; i++) put(dt, y16, i, mp_f16_to_f32(mp_f32_to_f16(get(dt, yh, i))));
+                const bool differ = check_bn_mask(tag, bs ? "batch statistics, y rounded to f16"
+                                                              : "running statistics, y rounded to f16",
+                                                     dt, xh, y16, y16, dyh, gamma, beta, bs ? sc2 : NULL,
+                                                     bs ? sh2 : NULL, bs, mean, is, rm0, rv0, M, C, eps, ws, wsb);
+                if (C >= 8) /* the 2^-26 channel: f32 y > 0, stored 0 */
+                    CHECK(differ, "%s backward (%s): rounding y to f16 zeroed no positive output", tag, st);
+                free(y16);
             }
-            mp_bn_bwd_cpu_nhwc(dt, xh, dyh, dx2h, gamma, beta, true, dg2, db2, bs, mean, is, rm0, rv0, M, C, eps, ws);
-            mp_bn_bwd_cpu_nhwc(dt, xh, dym, dx3h, gamma, beta, false, dg3, db3, bs, mean, is, rm0, rv0, M, C, eps,
-                               ws);
-            CHECK(!memcmp(dx3h, dx2h, bytes) && !memcmp(dg3, dg2, C * 4) && !memcmp(db3, db2, C * 4),
-                  "%s backward (%s): the recomputed ReLU mask differs from the forward's y (%lld of %lld masked)",
-                  tag, st, (long long)masked, (long long)n);
-            if (C >= 8) /* the edge channels' zeros are masked, the rest of the data half masked */
-                CHECK(masked > 0 && masked < n, "%s backward (%s): %lld of %lld masked, none or all", tag, st,
-                      (long long)masked, (long long)n);
-            free(dym);
         }
         free(dx1), free(dx2h), free(dx3h), free(dx2), free(dg1), free(db1), free(dg2), free(db2), free(dg3),
             free(db3);
     }
     free(x), free(dy), free(xh), free(dyh), free(gamma), free(beta), free(rm0), free(rv0), free(ws);
-    free(rm1), free(rv1), free(rm2), free(rv2), free(mean1), free(is1), free(mean2), free(is2);
+    free(rm1), free(rv1), free(rm2), free(rv2), free(mean1), free(is1), free(mean2), free(is2), free(sc2), free(sh2);
     free(y1), free(y2h), free(y2), free(y4h), free(y4), free(yev);
 }
 

@@ -201,6 +201,7 @@ mp_status mp_stage_backward(mp_plan *p, int i, const bool *taken, const bool *fr
         mp_load_f32(dy, pn->call.d_out.data, nd->storage_dtype, n_out);
         c.out = (mp_tensor){MP_DTYPE_F32, c.out.shape, o};
         c.d_out = (mp_tensor){MP_DTYPE_F32, c.out.shape, dy};
+        c.out_staged = true;
     }
     for (int k = 0; k < c.n_in; k++)
         if (pn->call.d_in[k].data) c.d_in[k] = (mp_tensor){MP_DTYPE_F32, c.d_in[k].shape, take(&cur, &c.d_in[k].shape)};

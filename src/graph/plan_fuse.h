@@ -1,6 +1,8 @@
 /* plan_fuse.h — fusing a ReLU into the batchnorm2d that feeds it, on GPU
  * and CPU plans: the batch norm applies max(0, .) as it stores (forward) and
- * masks its incoming gradient with the ReLU's output (backward); the ReLU
+ * masks its incoming gradient where the ReLU's output is 0 (backward: read
+ * from that output, or on the CPU's channels-last kernels computed again
+ * from the batch norm's input, batchnorm2d_nhwc_kernels.inc); the ReLU
  * node runs nothing and shares the batch norm's output and gradient memory.
  * The same values as the two nodes apart (rounding keeps the sign, and NaN
  * passes as in relu), two elementwise passes fewer each way. On the CPU the
@@ -49,7 +51,7 @@
 void mp_plan_fuse_bn_relu(mp_plan *p);
 /* The arena buffers of the plan's 3 per node (out, grad, saved): the fused
  * nodes share the batch norm's output buffer (with a ReLU alive until the
- * batch norm's backward, which reads it for the mask) and the last one's
+ * batch norm's backward, which may read it for the mask) and the last one's
  * (the ReLU's, or a ReLU-less add's) gradient buffer. */
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b);
 /* After placement: point the shared tensors at one another's offsets. */

@@ -120,7 +120,8 @@ static mp_status bn_forward_nhwc(const mp_op_call *c) {
     if (c->training)
         mp_bn_fwd_train_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
                                  p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, mp_bn_saved_mean(c->saved),
-                                 mp_bn_saved_invstd(c->saved, C), M, C, eps, mom, c->relu_after, c->workspace);
+                                 mp_bn_saved_invstd(c->saved, C), mp_bn_saved_scale_f32(c->saved, C),
+                                 mp_bn_saved_shift_f32(c->saved, C), M, C, eps, mom, c->relu_after, c->workspace);
     else
         mp_bn_fwd_eval_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
                                 p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, M, C, eps, c->relu_after);
@@ -132,12 +133,18 @@ static mp_status bn_backward_nhwc(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
     const int C = xs->dims[1];
     const mp_tensor *p = c->param;
-    /* with the ReLU fused, the kernels mask dy from x and the forward's constants (not from y) */
-    mp_bn_bwd_cpu_nhwc(c->out.dtype, c->in[0].data, c->d_out.data, c->d_in[0].data, p[P_WEIGHT].data,
-                       p[P_BIAS].data, c->relu_after, c->d_param[P_WEIGHT].data, c->d_param[P_BIAS].data,
-                       c->training, mp_bn_saved_mean(c->saved), mp_bn_saved_invstd(c->saved, C),
-                       p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, (int64_t)xs->dims[0] * spatial(xs), C,
-                       (double)c->desc->attr.bn.eps, c->workspace);
+    /* With the ReLU fused the kernels compute the mask from x and the forward's constants (a training
+     * forward's saved scale and shift, which an optimizer step between the forward and this backward, as
+     * a trainer's groups take them, does not change), or read it from y where a staged call's y was
+     * rounded to another type after the kernel. */
+    const bool mask_from_y = c->relu_after && c->out_staged;
+    mp_bn_bwd_cpu_nhwc(c->out.dtype, c->in[0].data, mask_from_y ? c->out.data : NULL, c->d_out.data,
+                       c->d_in[0].data, p[P_WEIGHT].data, p[P_BIAS].data, c->relu_after,
+                       c->training ? mp_bn_saved_scale_f32(c->saved, C) : NULL,
+                       c->training ? mp_bn_saved_shift_f32(c->saved, C) : NULL, c->d_param[P_WEIGHT].data,
+                       c->d_param[P_BIAS].data, c->training, mp_bn_saved_mean(c->saved),
+                       mp_bn_saved_invstd(c->saved, C), p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data,
+                       (int64_t)xs->dims[0] * spatial(xs), C, (double)c->desc->attr.bn.eps, c->workspace);
     return MP_OK;
 }
 

@@ -31,13 +31,19 @@ static inline int bnn_threads(void) {
     return n < MP_BN_NHWC_MAX_THREADS ? n : MP_BN_NHWC_MAX_THREADS;
 }
 
+/* The channels-last kernels' workspace: BNN_WS_FLOATS float arrays of Cp
+ * (constants shared by the threads), then MP_BN_NHWC_MAX_THREADS threads'
+ * two double arrays of Cp, from bnn_parts on; mp_bn_nhwc_workspace_bytes
+ * sizes exactly that. */
+#define BNN_WS_FLOATS 6
+static inline double *bnn_parts(void *ws, int64_t Cp) { return (double *)((float *)ws + BNN_WS_FLOATS * Cp); }
+
 #define MP_REF_TEMPLATE "batchnorm2d_nhwc_kernels.inc"
 #include "instantiate_fast.inc"
 
 size_t mp_bn_nhwc_workspace_bytes(int C) {
     const int64_t slots = MP_BN_NHWC_MAX_THREADS;
-    /* six float arrays shared by the threads, then two double arrays per thread */
-    return (size_t)(bnn_cpad(C) * (6 * (int64_t)sizeof(float) + 2 * slots * (int64_t)sizeof(double)));
+    return (size_t)(bnn_cpad(C) * (BNN_WS_FLOATS * (int64_t)sizeof(float) + 2 * slots * (int64_t)sizeof(double)));
 }
 
 void mp_bn_fwd_train_cpu(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
@@ -59,9 +65,10 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
 }
 
 void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
-                              float *rvar, double *mean, double *invstd, int64_t M, int C, double eps, double mom,
-                              bool relu, void *ws) {
-    MP_FAST_CALL(dt, bnn_fwd_train, x, y, gamma, beta, rmean, rvar, mean, invstd, M, C, eps, mom, relu, ws);
+                              float *rvar, double *mean, double *invstd, float *scale, float *shift, int64_t M, int C,
+                              double eps, double mom, bool relu, void *ws) {
+    MP_FAST_CALL(dt, bnn_fwd_train, x, y, gamma, beta, rmean, rvar, mean, invstd, scale, shift, M, C, eps, mom, relu,
+                 ws);
 }
 
 void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
@@ -69,10 +76,10 @@ void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *g
     MP_FAST_CALL(dt, bnn_fwd_eval, x, y, gamma, beta, rmean, rvar, M, C, eps, relu);
 }
 
-void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *dy, void *dx, const float *gamma, const float *beta,
-                        bool relu, float *dgamma, float *dbeta, bool batch_stats, const double *mean,
-                        const double *invstd, const float *rmean, const float *rvar, int64_t M, int C, double eps,
-                        void *ws) {
-    MP_FAST_CALL(dt, bnn_bwd, x, dy, dx, gamma, beta, relu, dgamma, dbeta, batch_stats, mean, invstd, rmean, rvar, M,
-                 C, eps, ws);
+void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
+                        const float *beta, bool relu, const float *scale, const float *shift, float *dgamma,
+                        float *dbeta, bool batch_stats, const double *mean, const double *invstd, const float *rmean,
+                        const float *rvar, int64_t M, int C, double eps, void *ws) {
+    MP_FAST_CALL(dt, bnn_bwd, x, y, dy, dx, gamma, beta, relu, scale, shift, dgamma, dbeta, batch_stats, mean, invstd,
+                 rmean, rvar, M, C, eps, ws);
 }

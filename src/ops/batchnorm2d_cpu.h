@@ -1,8 +1,8 @@
 /* batchnorm2d_cpu.h — the CPU fast path of batchnorm2d (f32 and bf16
- * activations, AVX-512 / AVX2), with the ReLU that reads it fused in (relu /
- * y): the reference kernels' arguments and results (batchnorm2d_ref.inc),
- * within the op tests' 1e-5, from float arithmetic on centred values
- * (batchnorm2d_cpu_kernels.inc). One OpenMP task per channel, whose slice
+ * activations, AVX-512 / AVX2), with the ReLU that reads it fused in (relu;
+ * the (N, C, HW) backward masks with y): the reference kernels' arguments
+ * and results (batchnorm2d_ref.inc), within the op tests' 1e-5, from float
+ * arithmetic on centred values (batchnorm2d_cpu_kernels.inc). One OpenMP task per channel, whose slice
  * stays in cache across a kernel's passes. batchnorm2d.c calls them when
  * mp_fast_use(c, activation dtype). */
 #ifndef MP_OPS_BATCHNORM2D_CPU_H
@@ -21,8 +21,8 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
                    const float *rmean, const float *rvar, int N, int C, int64_t HW, double eps);
 
 /* Channels-last (batchnorm2d_nhwc_kernels.inc): x, y, dy, dx are (M, C)
- * row-major (an NHWC tensor, M = N*H*W); the same arguments, results and
- * tolerance as the (N, C, HW) functions above. Rows are split among the
+ * row-major (an NHWC tensor, M = N*H*W); the results and tolerance of the
+ * (N, C, HW) functions above, with the arguments below. Rows are split among the
  * OpenMP threads, each summing every channel; their sums are added in thread
  * order, so results repeat for a given thread count. ws: scratch of
  * mp_bn_nhwc_workspace_bytes(C) bytes, 64-byte aligned, for those per-thread
@@ -32,18 +32,24 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
  * large enough whatever the thread count is later. */
 #define MP_BN_NHWC_MAX_THREADS 64
 size_t mp_bn_nhwc_workspace_bytes(int C);
+/* scale, shift (C floats each): the training forward keeps the float
+ * scale and shift it applied, y = (x - (float)mean) * scale + shift, for its
+ * backward's ReLU mask. */
 void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
-                              float *rvar, double *mean, double *invstd, int64_t M, int C, double eps, double mom,
-                              bool relu, void *ws);
+                              float *rvar, double *mean, double *invstd, float *scale, float *shift, int64_t M, int C,
+                              double eps, double mom, bool relu, void *ws);
 void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
                              const float *rmean, const float *rvar, int64_t M, int C, double eps, bool relu);
-/* The backward takes no y: with relu it masks dy where the forward's output
- * was <= 0, computing the pre-activation again from x, gamma and beta (which
- * must be the forward's) and the statistics it used: mean/invstd with
- * batch_stats (a training forward), rmean/rvar without (an inference one). */
-void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *dy, void *dx, const float *gamma, const float *beta,
-                        bool relu, float *dgamma, float *dbeta, bool batch_stats, const double *mean,
-                        const double *invstd, const float *rmean, const float *rvar, int64_t M, int C, double eps,
-                        void *ws);
+/* relu: dy masked where the forward's fused ReLU gave 0. y NULL: that mask
+ * computed again from x with the forward's constants, bit for bit what y
+ * holds when the kernel of this dt stored it: scale/shift from a training
+ * forward, or NULL to compute them from gamma, beta and the statistics used
+ * (mean/invstd with batch_stats, rmean/rvar without: an inference forward,
+ * which changes none of them). y non-NULL: the mask read from y, for a y
+ * rounded after the kernel to another type than dt (a staged call). */
+void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
+                        const float *beta, bool relu, const float *scale, const float *shift, float *dgamma,
+                        float *dbeta, bool batch_stats, const double *mean, const double *invstd, const float *rmean,
+                        const float *rvar, int64_t M, int C, double eps, void *ws);
 
 #endif

@@ -9,12 +9,17 @@
 
 /* Saved bytes for C channels:
  *   double mean[C], double invstd[C]   batch statistics backward reads (always written)
- *   float  mean[C], float  var[C]      oneDNN's batch mean and biased variance */
-static inline size_t mp_bn_saved_bytes(int C) { return (size_t)C * 24; }
+ *   float  mean[C], float  var[C]      oneDNN's batch mean and biased variance
+ *   float  scale[C], float shift[C]    the CPU channels-last training forward's
+ *                                      y = (x - (float)mean) * scale + shift, from
+ *                                      which its backward recomputes the ReLU mask */
+static inline size_t mp_bn_saved_bytes(int C) { return (size_t)C * 32; }
 static inline double *mp_bn_saved_mean(void *saved) { return saved; }
 static inline double *mp_bn_saved_invstd(void *saved, int C) { return (double *)saved + C; }
 static inline float *mp_bn_saved_mean_f32(void *saved, int C) { return (float *)((double *)saved + 2 * C); }
 static inline float *mp_bn_saved_var_f32(void *saved, int C) { return mp_bn_saved_mean_f32(saved, C) + C; }
+static inline float *mp_bn_saved_scale_f32(void *saved, int C) { return mp_bn_saved_mean_f32(saved, C) + 2 * C; }
+static inline float *mp_bn_saved_shift_f32(void *saved, int C) { return mp_bn_saved_mean_f32(saved, C) + 3 * C; }
 
 typedef struct mp_bn_dnnl mp_bn_dnnl;
 

@@ -191,6 +191,10 @@ typedef struct {
     mp_tensor t_d_out;
     mp_tensor t_d_in[MP_MAX_INPUTS];
     mp_tensor t_d_param[MP_MAX_PARAMS];
+    /* backward: out holds f32 copies of the node's output, which is stored
+     * in a lower precision (graph/exec_stage.c): what the op computes again
+     * in f32 from its inputs may round to other values than out holds. */
+    bool out_staged;
     void *saved;            /* info->saved_bytes, aligned to 64 */
     void *workspace;        /* info->workspace_bytes, aligned to 64 */
 } mp_op_call;
