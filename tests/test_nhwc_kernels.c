@@ -10,7 +10,10 @@
  *    running statistics, gamma / beta gradients — a channel at mean 300,
  *    std 0.01 included, C = 1, C not a multiple of 16, C above one tile,
  *    few rows; a second run repeats the first bit for bit, and a call that
- *    wants only some gradients writes the same ones;
+ *    wants only some gradients writes the same ones; the fused ReLU's mask
+ *    in the backward (computed from x, or read from y) against the
+ *    forward's y, bit for bit, with channels on the ReLU's edge (+0, values
+ *    bf16 or f16 rounds to +0), also after gamma and beta changed;
  *  - 2x2 stride-2 average pooling: the NCHW fast kernel and the reference,
  *    bit for bit, odd heights and widths included;
  *  - global average pooling: the reference, within 1e-6 (and how many values
@@ -277,6 +280,13 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
             void *yh = bs ? y2h : y4h;
             check_bn_mask(tag, st, dt, xh, yh, NULL, dyh, gamma, beta, bs ? sc2 : NULL, bs ? sh2 : NULL, bs, mean, is,
                           rm0, rv0, M, C, eps, ws, wsb);
+            if (bs) { /* gamma and beta stepped since the forward (a trainer's earlier group): the mask stays y's */
+                float *g2 = malloc(C * 4), *b2 = malloc(C * 4);
+                for (int c = 0; c < C; c++) g2[c] = 2 * gamma[c] + 0.5f, b2[c] = beta[c] + 1;
+                check_bn_mask(tag, "batch statistics, parameters changed", dt, xh, yh, NULL, dyh, g2, b2, sc2, sh2,
+                              true, mean, is, rm0, rv0, M, C, eps, ws, wsb);
+                free(g2), free(b2);
+            }
             if (bs) /* from the statistics instead of the saved scale and shift */
                 check_bn_mask(tag, "batch statistics, constants from them", dt, xh, yh, NULL, dyh, gamma, beta, NULL,
                               NULL, true, mean, is, rm0, rv0, M, C, eps, ws, wsb);

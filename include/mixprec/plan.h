@@ -136,8 +136,9 @@ MP_API mp_status mp_plan_forward(mp_plan *p);
  * labels or targets node was given a new batch since the forward (the
  * gradients would mix two batches; also refused by the second-order and
  * tangent passes). The backward computes with the parameters' values as
- * they are: change parameters (mp_graph_param_set) before a forward, not
- * between a forward and its backward. */
+ * they are when it runs (a trainer's earlier optimizer group may have
+ * stepped some); a batch norm's fused ReLU masks where its forward's output
+ * was 0 whatever changed since. */
 MP_API mp_status mp_plan_backward(mp_plan *p, float seed);
 /** Backward from any of the plan's losses (the rules of mp_plan_backward). */
 MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);

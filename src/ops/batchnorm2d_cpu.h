@@ -2,9 +2,11 @@
  * activations, AVX-512 / AVX2), with the ReLU that reads it fused in (relu;
  * the (N, C, HW) backward masks with y): the reference kernels' arguments
  * and results (batchnorm2d_ref.inc), within the op tests' 1e-5, from float
- * arithmetic on centred values (batchnorm2d_cpu_kernels.inc). One OpenMP task per channel, whose slice
- * stays in cache across a kernel's passes. batchnorm2d.c calls them when
- * mp_fast_use(c, activation dtype). */
+ * arithmetic on centred values. The (N, C, HW) kernels
+ * (batchnorm2d_cpu_kernels.inc) run one OpenMP task per channel, whose slice
+ * stays in cache across a kernel's passes; the channels-last ones below
+ * split rows. batchnorm2d.c calls them when mp_fast_use(c, activation
+ * dtype). */
 #ifndef MP_OPS_BATCHNORM2D_CPU_H
 #define MP_OPS_BATCHNORM2D_CPU_H
 
@@ -22,11 +24,12 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
 
 /* Channels-last (batchnorm2d_nhwc_kernels.inc): x, y, dy, dx are (M, C)
  * row-major (an NHWC tensor, M = N*H*W); the results and tolerance of the
- * (N, C, HW) functions above, with the arguments below. Rows are split among the
- * OpenMP threads, each summing every channel; their sums are added in thread
- * order, so results repeat for a given thread count. ws: scratch of
- * mp_bn_nhwc_workspace_bytes(C) bytes, 64-byte aligned, for those per-thread
- * sums: it holds MP_BN_NHWC_MAX_THREADS threads' sums, and the kernels run
+ * (N, C, HW) functions above, with the arguments below. Rows are split among
+ * the OpenMP threads, each summing every channel; their sums are added in
+ * thread order, so results repeat for a given thread count. ws: scratch of
+ * mp_bn_nhwc_workspace_bytes(C) bytes, 64-byte aligned, for per-channel
+ * constants and those per-thread sums: it holds MP_BN_NHWC_MAX_THREADS
+ * threads' sums, and the kernels run
  * on at most that many threads (fewer: min(omp_get_max_threads(),
  * omp_get_num_procs())), so a workspace sized when a plan is made stays
  * large enough whatever the thread count is later. */

@@ -124,7 +124,9 @@ typedef struct {
     mp_impl impl;
     bool training;          /* batch statistics, dropout active */
     bool relu_after;        /* batchnorm2d: also applies the ReLU that reads it
-                               (graph/plan_fuse.h); backward masks d_out with out */
+                               (graph/plan_fuse.h); backward masks d_out where out
+                               is 0 (the CPU's channels-last kernels compute that
+                               from the input unless out_staged) */
     uint64_t seed;          /* dropout: differs per node and per step */
     /* batchnorm2d with the residual add after it fused in, and that add's
      * ReLU where relu_after (GPU plans only, graph/plan_fuse.h): out =
@@ -191,9 +193,10 @@ typedef struct {
     mp_tensor t_d_out;
     mp_tensor t_d_in[MP_MAX_INPUTS];
     mp_tensor t_d_param[MP_MAX_PARAMS];
-    /* backward: out holds f32 copies of the node's output, which is stored
-     * in a lower precision (graph/exec_stage.c): what the op computes again
-     * in f32 from its inputs may round to other values than out holds. */
+    /* staged backward only (graph/exec_stage.c): out holds f32 copies of the
+     * node's output, which is stored in a lower precision, so what the op
+     * computes again in f32 from its inputs may round to other values than
+     * out holds. False in every other call. */
     bool out_staged;
     void *saved;            /* info->saved_bytes, aligned to 64 */
     void *workspace;        /* info->workspace_bytes, aligned to 64 */
