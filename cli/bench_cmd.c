@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "bench/matrix.h"
 #include "cli/args.h"
@@ -257,8 +256,7 @@ static int report(const mp_bench_matrix *m, const char *out, double seconds) {
     return ok ? 0 : 1;
 }
 
-/* The command; default_out (cap bytes) receives the default --out folder
- * where it created one, for cmd_bench to remove where the run failed. */
+/* The command, run by cli_run_with_default_out. */
 static int bench_main(int argc, char **argv, char *default_out, size_t cap) {
     static bench_args b; /* large list buffers */
     b = (bench_args){.c = common_opts_default(), .models_arg = "small", .precisions_arg = "fp32,amp-bf16,bf16",
@@ -345,9 +343,4 @@ static int bench_main(int argc, char **argv, char *default_out, size_t cap) {
     return rc;
 }
 
-int cmd_bench(int argc, char **argv) {
-    char default_out[64] = "";
-    const int rc = bench_main(argc, argv, default_out, sizeof default_out);
-    if (rc && *default_out) rmdir(default_out); /* the failed run's own default folder, where it stayed empty */
-    return rc;
-}
+int cmd_bench(int argc, char **argv) { return cli_run_with_default_out(bench_main, argc, argv); }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "core/error.h"
@@ -314,6 +315,14 @@ int cli_claim_default_out(const char *cmd, const char *what, char *buf, size_t c
             errno == EEXIST ? "99 runs this second already took its names" : strerror(errno));
     *buf = '\0'; /* nothing of ours to remove */
     return 2;
+}
+
+int cli_run_with_default_out(int (*run)(int argc, char **argv, char *default_out, size_t cap), int argc,
+                             char **argv) {
+    char default_out[64] = "";
+    const int rc = run(argc, argv, default_out, sizeof default_out);
+    if (rc && *default_out) rmdir(default_out); /* the failed run's own default folder, where it stayed empty */
+    return rc;
 }
 
 bool cli_make_dirs(const char *path) {

@@ -129,4 +129,10 @@ bool cli_make_dirs(const char *path);
  * emptied (no folder of this run's to remove). */
 int cli_claim_default_out(const char *cmd, const char *what, char *buf, size_t cap);
 
+/* A command whose default --out is claimed by cli_claim_default_out: run
+ * calls it into default_out (cap bytes, empty until then); where run fails
+ * after claiming, the folder is removed if it stayed empty. run's status. */
+int cli_run_with_default_out(int (*run)(int argc, char **argv, char *default_out, size_t cap), int argc,
+                             char **argv);
+
 #endif

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "data/dataset.h"
 #include "cli/args.h"
@@ -170,8 +169,7 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
     return cli_check_output("train-gan", "--out", log);
 }
 
-/* The command; default_out (cap bytes) receives the default --out folder
- * where it created one, for cmd_train_gan to remove where the run failed. */
+/* The command, run by cli_run_with_default_out. */
 static int gan_main(int argc, char **argv, char *default_out, size_t cap) {
     gan_args t = {.c = common_opts_default(), .precision = "fp32", .device = "auto", .epochs = 5, .batch = 64,
                   .beta1 = 0.5f, .seed = 1};
@@ -254,9 +252,4 @@ static int gan_main(int argc, char **argv, char *default_out, size_t cap) {
     return s == MP_OK ? 0 : 1;
 }
 
-int cmd_train_gan(int argc, char **argv) {
-    char default_out[64] = "";
-    const int rc = gan_main(argc, argv, default_out, sizeof default_out);
-    if (rc && *default_out) rmdir(default_out); /* the failed run's own default folder, where it stayed empty */
-    return rc;
-}
+int cmd_train_gan(int argc, char **argv) { return cli_run_with_default_out(gan_main, argc, argv); }
