@@ -7,7 +7,9 @@
  * read x, dy and, NCHW, y for the ReLU mask (NHWC computes the mask from x),
  * write dx). Run with OMP_NUM_THREADS set, on an idle machine;
  * CPUTIME=1 times the process's CPU time instead (with OMP_NUM_THREADS=1: a
- * comparison on a loaded machine).
+ * comparison on a loaded machine); FLUSH=1 writes 512 MB before each timed
+ * call, so that its arrays come from memory as in a training step;
+ * MIXPREC_STREAM_STORES=0/1 turns the outputs' streaming stores off/on.
  * Build: gcc -O2 -fopenmp -Iinclude -Isrc -IBUILD/include dev/nhwc_kernel_timing.c BUILD/libmixprec.a \
  *        -lgomp -lm plus the libraries libmixprec links (-ldnnl -lcjson -lz ...) -o /tmp/nkt */
 #include <omp.h>
@@ -26,6 +28,15 @@ static double now(void) {
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
+static char *g_flush;
+
+/* Evicts the arrays from the caches (FLUSH=1). */
+static void flush(void) {
+    if (!g_flush) return;
+    static unsigned char k;
+    memset(g_flush, ++k, 512u << 20);
+}
+
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -39,6 +50,7 @@ static double median(double *t, int n) {
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 15, N = 128, C = 64, H = 28, W = 28;
     const int64_t HW = (int64_t)H * W, M = N * HW, n = M * C;
+    if (getenv("FLUSH")) g_flush = malloc(512u << 20);
     printf("batchnorm2d train fwd + bwd, relu fused, %dx%dx%dx%d, %d threads, %s, median of %d\n", N, C, H, W,
            omp_get_max_threads(), mp_fast_isa_name(mp_fast_isa_current()), reps);
     for (int bf = 0; bf < 2; bf++) {
@@ -60,6 +72,7 @@ int main(int argc, char **argv) {
         for (int layout = 0; layout < 2; layout++) {
             double tf[64], tb[64];
             for (int r = 0; r < reps + 2; r++) { /* two warm-up runs */
+                flush();
                 double t0 = now();
                 if (layout == 0)
                     mp_bn_fwd_train_cpu(dt, x, y, gamma, beta, rm, rv, mean, invstd, N, C, HW, 1e-5, 0.1, true);
@@ -67,13 +80,15 @@ int main(int argc, char **argv) {
                     mp_bn_fwd_train_cpu_nhwc(dt, x, y, gamma, beta, rm, rv, mean, invstd, sc, sh, M, C, 1e-5, 0.1, true,
                                              ws);
                 double t1 = now();
+                flush();
+                const double tb0 = now();
                 if (layout == 0)
                     mp_bn_bwd_cpu(dt, x, y, dy, dx, gamma, dg, db, true, mean, invstd, rm, rv, N, C, HW, 1e-5);
                 else
                     mp_bn_bwd_cpu_nhwc(dt, x, NULL, dy, dx, gamma, beta, true, sc, sh, dg, db, true, mean, invstd, rm,
                                        rv, M, C, 1e-5, ws);
                 double t2 = now();
-                if (r >= 2) tf[r - 2] = 1e3 * (t1 - t0), tb[r - 2] = 1e3 * (t2 - t1);
+                if (r >= 2) tf[r - 2] = 1e3 * (t1 - t0), tb[r - 2] = 1e3 * (t2 - tb0);
             }
             const double f = median(tf, reps), b = median(tb, reps), mb = (double)n * es / 1e6;
             printf("  %-4s %s: fwd %7.2f ms (%5.1f GB/s)  bwd %7.2f ms (%5.1f GB/s)  total %7.2f ms\n",
