@@ -8,8 +8,7 @@
  * write dx). Run with OMP_NUM_THREADS set, on an idle machine;
  * CPUTIME=1 times the process's CPU time instead (with OMP_NUM_THREADS=1: a
  * comparison on a loaded machine); FLUSH=1 writes 512 MB before each timed
- * call, so that its arrays come from memory as in a training step;
- * MIXPREC_STREAM_STORES=0/1 turns the outputs' streaming stores off/on.
+ * call, so that its arrays come from memory as in a training step.
  * Build: gcc -O2 -fopenmp -Iinclude -Isrc -IBUILD/include dev/nhwc_kernel_timing.c BUILD/libmixprec.a \
  *        -lgomp -lm plus the libraries libmixprec links (-ldnnl -lcjson -lz ...) -o /tmp/nkt */
 #include <omp.h>
