@@ -102,11 +102,15 @@ float mp_cudnn_time_plan(cudnnHandle_t h, cudaStream_t stream, cudnnBackendDescr
     cudnnBackendDescriptor_t vp = NULL;
     float t[TRIALS], warm = -1;
     bool ok = mp_cudnn_variant_pack(&vp, n, ptrs, uids, ws) == CUDNN_STATUS_SUCCESS &&
-              cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess &&
-              cudaEventRecord(ev[0], stream) == cudaSuccess &&
-              cudnnBackendExecute(h, plan, vp) == CUDNN_STATUS_SUCCESS &&
-              cudaEventRecord(ev[1], stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
-              cudaEventElapsedTime(&warm, ev[0], ev[1]) == cudaSuccess;
+              cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess;
+    /* The first run of an engine may load its kernels' module, or compile them from PTX (kernels cuDNN ships
+     * for an older architecture, until the driver's cache holds them): tens of milliseconds for a 0.1 ms
+     * kernel. A second warm-up decides where the first was over the cutoff. */
+    for (int w = 0; w < 2 && ok && (w == 0 || (cutoff > 0 && warm > cutoff)); w++)
+        ok = cudaEventRecord(ev[0], stream) == cudaSuccess &&
+             cudnnBackendExecute(h, plan, vp) == CUDNN_STATUS_SUCCESS &&
+             cudaEventRecord(ev[1], stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
+             cudaEventElapsedTime(&warm, ev[0], ev[1]) == cudaSuccess;
     const bool lost = ok && cutoff > 0 && warm > cutoff;
     for (int k = 0; k < TRIALS && ok && !lost; k++) {
         ok = cudaEventRecord(ev[0], stream) == cudaSuccess;

@@ -43,7 +43,9 @@ cudnnStatus_t mp_cudnn_variant_pack(cudnnBackendDescriptor_t *vp, int n, void *c
  * warm-up run, then 3 trials of 4 runs queued back to back (the host's
  * per-call cost hides behind the kernels, as inside a CUDA graph), the median
  * trial / 4; < 0 when a run fails. A warm-up slower than cutoff (> 0) is the
- * answer: the candidate has lost (a fallback engine can take seconds a run). */
+ * answer: the candidate has lost (a fallback engine can take seconds a run);
+ * the warm-up runs a second time first, since a first run may include
+ * loading or JIT-compiling the engine's kernels. */
 float mp_cudnn_time_plan(cudnnHandle_t h, cudaStream_t stream, cudnnBackendDescriptor_t plan, int n,
                          void *const *ptrs, const int64_t *uids, void *ws, float cutoff);
 
