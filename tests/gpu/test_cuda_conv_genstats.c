@@ -15,8 +15,9 @@
  * every config among heuristic mode A's first 16 (the fallback list's first 4
  * only when none of those runs) whose numerical notes the library allows is
  * finalized and timed (a warm-up, then the median of 3 trials of 4 runs queued
- * back to back, GPU time; a warm-up over 4x the best so far ends that
- * candidate), and the fastest is kept. Judging a fusion by the first config
+ * back to back, GPU time; a warm-up over 4x the best so far, twice (a
+ * first run may compile the kernels), ends that candidate), and the
+ * fastest is kept. Judging a fusion by the first config
  * that finalizes measures the heuristics' first guess, not the fusion. The
  * searches share a wall-clock budget (MP_TEST_SEARCH_SECONDS, default 45) so
  * that runtime-compiled engines cannot stretch the probe; candidates it leaves
