@@ -49,7 +49,10 @@ static double median(double *t, int n) {
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 15, N = 128, C = 64, H = 28, W = 28;
     const int64_t HW = (int64_t)H * W, M = N * HW, n = M * C;
-    if (getenv("FLUSH")) g_flush = malloc(512u << 20);
+    if (getenv("FLUSH") && atoi(getenv("FLUSH")) > 0 && !(g_flush = malloc(512u << 20))) {
+        fprintf(stderr, "nhwc_kernel_timing: no memory for FLUSH's 512 MB\n");
+        return 1;
+    }
     printf("batchnorm2d train fwd + bwd, relu fused, %dx%dx%dx%d, %d threads, %s, median of %d\n", N, C, H, W,
            omp_get_max_threads(), mp_fast_isa_name(mp_fast_isa_current()), reps);
     for (int bf = 0; bf < 2; bf++) {

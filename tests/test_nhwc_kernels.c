@@ -8,7 +8,7 @@
  *    the NCHW fast kernels (mp_bn_*_cpu), within 1e-5 (f32; bf16 outputs
  *    1e-3, a rounding apart) — output, input gradient, saved mean / invstd,
  *    running statistics; gamma / beta gradients within 1e-6 of the size of
- *    their sums' absolute terms (cancellation) — a channel at mean 300,
+ *    each channel's sum of absolute terms (cancellation) — a channel at mean 300,
  *    std 0.01 included, C = 1, C not a multiple of 16, C above one tile,
  *    few rows; a second run repeats the first bit for bit, and a call that
  *    wants only some gradients writes the same ones; the fused ReLU's mask
@@ -92,17 +92,18 @@ static double rel_max(mp_dtype dt, const void *a, const void *b, int64_t n) {
     return d / fmax(r, 1e-30);
 }
 
-/* ||a - b|| over C per-channel sums, relative to the norm of each channel's sum of absolute terms
- * (abs_terms[c]): a float sum's rounding error is bounded by that, not by the sum itself, which
- * cancellation can make small (Σ dy over a few elements) */
+/* The largest |a[c] - b[c]| over C per-channel sums, each relative to its
+ * own channel's sum of absolute terms (abs_terms[c]): a float sum's rounding
+ * error is bounded by that, not by the sum itself, which cancellation can
+ * make small (Σ dy over a few elements of either sign) */
 static double rel_to_terms(const float *a, const float *b, const double *abs_terms, int C) {
-    double d2 = 0, r2 = 0;
+    double worst_c = 0;
     for (int c = 0; c < C; c++) {
         if (!isfinite(a[c]) || !isfinite(b[c])) return INFINITY;
-        d2 += ((double)a[c] - b[c]) * ((double)a[c] - b[c]);
-        r2 += abs_terms[c] * abs_terms[c];
+        const double e = fabs((double)a[c] - b[c]) / fmax(abs_terms[c], 1e-30);
+        if (e > worst_c) worst_c = e;
     }
-    return sqrt(d2) / fmax(sqrt(r2), 1e-30);
+    return worst_c;
 }
 
 static void note(mp_dtype dt, int kind, double e) {

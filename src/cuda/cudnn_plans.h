@@ -45,7 +45,8 @@ cudnnStatus_t mp_cudnn_variant_pack(cudnnBackendDescriptor_t *vp, int n, void *c
  * trial / 4; < 0 when a run fails. A warm-up slower than cutoff (> 0) is the
  * answer: the candidate has lost (a fallback engine can take seconds a run);
  * the warm-up runs a second time first, since a first run may include
- * loading or JIT-compiling the engine's kernels. */
+ * loading or JIT-compiling the engine's kernels (so a candidate that loses
+ * costs two runs). */
 float mp_cudnn_time_plan(cudnnHandle_t h, cudaStream_t stream, cudnnBackendDescriptor_t plan, int n,
                          void *const *ptrs, const int64_t *uids, void *ws, float cutoff);
 
