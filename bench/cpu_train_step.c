@@ -10,7 +10,8 @@
  * steps run interleaved, round by round, in this one process; "vs fp32" is
  * the median over rounds of fp32's step time over the policy's (load that
  * comes and goes falls on both alike). --profile adds, per policy, where the timed steps went (warm-up
- * steps excluded) and the share of ReLU + batch norm in them. --ab also
+ * steps excluded) and the share of ReLU + batch norm in them (the median of the steps' shares, and of
+ * all their time). --ab also
  * times each policy's step with batch norm and ReLU unfused, and with the
  * scalar reference kernels for ReLU, batch norm and pooling, unfused (as
  * before their vector paths), and the bf16 policies' step with the other
@@ -43,16 +44,15 @@
 #include "monitor/onednn_probe.h"
 #endif
 
-/* Share of the timed steps spent in ReLU and batch-norm nodes (a ReLU fused
- * into its batch norm counts there), from opts.profile's per-node times. */
-static double relu_bn_share(const mp_plan *p, double step_seconds_total, double *ms_per_step, int steps) {
+/* Seconds spent so far in ReLU and batch-norm nodes (a ReLU fused into its
+ * batch norm counts there), from opts.profile's per-node times. */
+static double relu_bn_seconds(const mp_plan *p) {
     double s = 0;
     for (int i = 0; i < p->n; i++) {
         mp_op_kind k = p->g->nodes[i].desc.kind;
         if (k == MP_OP_RELU || k == MP_OP_BATCHNORM2D) s += p->nodes[i].fwd_seconds + p->nodes[i].bwd_seconds;
     }
-    *ms_per_step = 1e3 * s / steps;
-    return s / step_seconds_total;
+    return s;
 }
 
 #ifdef MP_HAVE_ONEDNN
@@ -265,12 +265,17 @@ static double trainer_step(trainer *t) {
  * (so that a shared machine's load falls on all alike; ratios come from the
  * same rounds); res[k] per trainer. --profile prints each V_DEFAULT one's. */
 static int time_steps(trainer *tr, int n, int steps, bool profile, const char *model, step_result *res) {
-    double *t = malloc((size_t)(steps * n) * sizeof *t);
-    if (!t) return -1;
+    /* t: each trainer's step times; rb: each step's ReLU + batch norm seconds (profiled trainers) */
+    double *t = malloc((size_t)(steps * n) * sizeof *t), *rb = calloc((size_t)(steps * n), sizeof *rb);
+    if (!t || !rb) {
+        free(t), free(rb);
+        return -1;
+    }
     for (int s = -3; s < steps; s++) {
         for (int k = 0; k < n; k++) {
+            const double rb0 = relu_bn_seconds(tr[k].plan);
             double sec = trainer_step(&tr[k]);
-            if (s >= 0) t[k * steps + s] = sec;
+            if (s >= 0) t[k * steps + s] = sec, rb[k * steps + s] = relu_bn_seconds(tr[k].plan) - rb0;
             if (s == -1) /* the profile covers the timed steps only */
                 for (int i = 0; i < tr[k].plan->n; i++) tr[k].plan->nodes[i].fwd_seconds = tr[k].plan->nodes[i].bwd_seconds = 0;
         }
@@ -283,8 +288,20 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
             fprintf(stderr, "\nprofile: %s %s, %d timed steps (%.1f ms in all; 3 warm-up steps not counted)\n", model,
                     mp_precision_name(tr[k].precision), steps, 1e3 * all);
             mp_plan_print_profile(tr[k].plan, stderr);
-            double rb_ms, rb = relu_bn_share(tr[k].plan, all, &rb_ms, steps);
-            fprintf(stderr, "relu + batchnorm2d: %.1f ms per step, %.1f%% of the step\n", rb_ms, 100 * rb);
+            /* each step's share, then their median: a step slowed by the machine (shared cores) weighs no
+             * more than another, as in the table's median step times */
+            double *share = malloc((size_t)steps * sizeof *share), *rbk = malloc((size_t)steps * sizeof *rbk);
+            if (!share || !rbk) {
+                free(share), free(rbk), free(t), free(rb);
+                return -1;
+            }
+            for (int s = 0; s < steps; s++) share[s] = rb[k * steps + s] / tk[s], rbk[s] = rb[k * steps + s];
+            const double med_share = mp_median_double(share, steps), med_ms = 1e3 * mp_median_double(rbk, steps);
+            fprintf(stderr,
+                    "relu + batchnorm2d: %.1f ms per step (median), %.1f%% of the step (median of the steps' "
+                    "shares; %.1f%% of all the timed steps' time)\n",
+                    med_ms, 100 * med_share, 100 * relu_bn_seconds(tr[k].plan) / all);
+            free(share), free(rbk);
             mp_plan_print_memory(tr[k].plan, stderr);
         }
         double *sorted = malloc((size_t)steps * sizeof *sorted);
@@ -303,7 +320,7 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
         free(r);
     }
     res[0].speedup_vs_first = 1;
-    free(t);
+    free(t), free(rb);
     return 0;
 }
 
