@@ -52,7 +52,7 @@ static cudaError_t run_apply(const void *p) {
     const pass_ctx *c = p;
     return mp_bn_fast_apply(c->st, c->dt, c->x, NULL, c->y, c->M, c->C, c->G, c->R, c->coef_f, true);
 }
-static mp_bn_fast_mask recomputed(const pass_ctx *c) { return (mp_bn_fast_mask){NULL, c->coef_f, c->coef_f + c->C}; }
+static mp_bn_fast_mask recomputed(const pass_ctx *c) { return (mp_bn_fast_mask){.fwd_mu = c->coef_f, .fwd_scale = c->coef_f + c->C}; }
 static cudaError_t run_sums(const void *p) {
     const pass_ctx *c = p;
     return mp_bn_fast_bwd_reduce(c->st, c->dt, c->x, c->dy, recomputed(c), c->coef_f, c->M, c->C, c->G, c->R, c->part,
@@ -74,7 +74,7 @@ static cudaError_t run_persist_bwd(const void *p) {
     const pass_ctx *c = p;
     const mp_bn_bwd_out out = {true, c->save, c->save + c->C, c->rmean, c->rvar, 1e-5f, c->gamma, MP_DTYPE_F32,
                                c->dgamma, c->dbeta, MP_DTYPE_F32, MP_DTYPE_F32, c->coef_b};
-    const mp_bn_fast_mask mask = {NULL, c->save, c->save + 2 * c->C};
+    const mp_bn_fast_mask mask = {.fwd_mu = c->save, .fwd_scale = c->save + 2 * c->C};
     return mp_bn_persist_backward(c->st, c->sm_count, c->dt, c->x, c->dy, mask, c->M, c->C, c->max_blocks, c->part,
                                   c->part + (size_t)c->max_blocks * c->C, out, c->dx, false, NULL, false);
 }

@@ -81,6 +81,17 @@ typedef struct {
      * measured 13% slower with it (bench/NOTES.md v0.29).
      * MIXPREC_FUSE_BN_DW=1 turns it on for every plan; no_fusion wins. */
     bool bn_dw_fusion;
+    /** GPU training plans fuse a batchnorm2d + ReLU whose output only a k x k
+     * average pool of stride k and no padding reads (cnn10's stage ends)
+     * into that pool: the pool applies the batch norm and ReLU as it loads
+     * the batch norm's input, the batch norm's backward reads the pool's
+     * output gradient directly, and neither the batch norm's output nor the
+     * pool's input gradient is written (but when an overflow is traced or
+     * numerics are collected). The same values, bit for bit. Reading that
+     * ReLU's output with mp_plan_read after a training forward is then an
+     * error. true keeps them apart (MIXPREC_FUSE_BN_POOL=0 does it for every
+     * plan; no_fusion implies it). */
+    bool no_bn_pool_fusion;
     /** CPU plans store a 4-D activation channels-last (NHWC) where every op
      * writing and reading it works on that layout (oneDNN's convolutions
      * then need no reorders around them); true keeps every activation NCHW

@@ -51,6 +51,7 @@ static void read_env(void) {
     e.force_scalar = flag("MIXPREC_FORCE_SCALAR");
     e.no_bn_add_relu_fusion = equals("MIXPREC_FUSE_BN_ADD_RELU", "0");
     e.bn_dw_fusion = flag("MIXPREC_FUSE_BN_DW");
+    e.no_bn_pool_fusion = equals("MIXPREC_FUSE_BN_POOL", "0");
     e.no_channels_last = equals("MIXPREC_CPU_CHANNELS_LAST", "0");
     e.no_cudnn_add_dx = equals("MIXPREC_CUDNN_ADD_DX", "0");
     e.no_conv_krsc_copies = equals("MIXPREC_CONV_KRSC_COPIES", "0");

@@ -311,11 +311,12 @@ typedef struct {
     bool relu;          /* the ReLU reading this node is fused in */
     bool add;           /* ...with the residual add before it (mp_op_call.resid) */
     bool persist;       /* training passes on the fast kernels as one cooperative kernel each */
-    bool feeds_dw;      /* a depthwise conv applies it (cfg->feeds_dw): our kernels, the mask from x */
+    bool feeds_loader;  /* a depthwise conv or average pool applies it (cfg->feeds_loader): our kernels, the mask
+                           from x */
     mp_bn_cudnn *cudnn; /* cuDNN's kernels for training, or NULL */
 } bn_state;
 
-static bool feeds_dw(const mp_op_call *c) { return c->state && ((const bn_state *)c->state)->feeds_dw; }
+static bool feeds_loader(const mp_op_call *c) { return c->state && ((const bn_state *)c->state)->feeds_loader; }
 
 void mp_cuda_bn_saved_coef(const void *saved, int C, const float **mu, const float **scale, const float **shift) {
     const float *f = (const float *)saved; /* mean, 1/std, scale, shift (BN_SAVED) */
@@ -373,8 +374,8 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     size_t saved = BN_SAVED * (size_t)dm.C * sizeof(float);
     if (cfg->tangents) mp_cuda_raise(&ws, mp_cuda_bn_tangent_workspace(ctx, info));
     size_t ws_cudnn = ws, saved_cudnn = saved;
-    mp_bn_cudnn *cudnn = NULL; /* not under a depthwise conv: cuDNN's forward leaves no scale and shift */
-    if (!cfg->feeds_dw)
+    mp_bn_cudnn *cudnn = NULL; /* not under a loader: cuDNN's forward leaves no scale and shift */
+    if (!cfg->feeds_loader)
         MP_TRY(mp_bn_cudnn_prepare(ctx, d, info, cfg, cfg->relu_after, &cudnn, &ws_cudnn, &saved_cudnn));
     bn_state *st = (bn_state *)calloc(1, sizeof *st);
     if (!st) {
@@ -383,7 +384,7 @@ static mp_status bn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op_i
     }
     st->relu = cfg->relu_after;
     st->add = cfg->add_after;
-    st->feeds_dw = cfg->feeds_dw;
+    st->feeds_loader = cfg->feeds_loader;
     const mp_env *env = mp_env_get();
     /* our one-kernel passes: training on the fast kernels, one rank, the device launches them; timed
        unless forced, or deterministic runs, or cuDNN's kernels are forced (ours then run only the calls
@@ -467,11 +468,11 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_tensor *x = &c->in[0], *y = &c->out, *p = c->param;
     const int rpp = fast_forward_rows(c);
     if (rpp) dm = bn_fast_dims(ctx, &x->shape, rpp);
-    /* no output: a depthwise conv applies the coefficients saved below (the training ones) */
+    /* no output: a depthwise conv or average pool applies the coefficients saved below (the training ones) */
     const bool store = !c->skip_out;
-    if (!store && (!c->training || !feeds_dw(c)))
+    if (!store && (!c->training || !feeds_loader(c)))
         return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': asked to skip its output outside a training step fused "
-                        "into a depthwise convolution", c->desc->name ? c->desc->name : "?");
+                        "into a depthwise convolution or average pool", c->desc->name ? c->desc->name : "?");
     const int C = dm.C;
     float *ws = (float *)c->workspace, *coef = ws + 2 * (size_t)dm.G * C;
     float *save_mean = (float *)c->saved, *save_invstd = save_mean + C;
@@ -532,7 +533,9 @@ static mp_status bn_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
 
 static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     MP_TRY(bn_param_check(c));
-    const mp_tensor *x = &c->in[0], *dy = &c->d_out, *dx = &c->d_in[0], *p = c->param;
+    /* a fused average pool's output gradient, read in place of dy (mp_op_call.pool_dy) */
+    const bool pooled = c->pool_dy.data != NULL;
+    const mp_tensor *x = &c->in[0], *dy = pooled ? &c->pool_dy : &c->d_out, *dx = &c->d_in[0], *p = c->param;
     const mp_tensor *dg = &c->d_param[P_WEIGHT], *db = &c->d_param[P_BIAS];
     const bool add = fused_add(c);
     void *dr = add ? c->d_resid.data : NULL; /* the fused add's gradient to its residual input */
@@ -541,9 +544,9 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     const mp_tensor *y = &c->out; /* with a fused ReLU: its output, the mask of dy */
     const mp_tensor *ts[] = {x, dy, dx, fused_relu(c) ? y : NULL, add ? &c->d_resid : NULL};
     const int rpp = fast_rows(c, ts, 5);
-    if (feeds_dw(c) && (!rpp || !c->training)) /* the general kernels would read the mask from y */
-        return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': fused into a depthwise convolution, its backward needs "
-                        "the fast kernels and batch statistics", c->desc->name ? c->desc->name : "?");
+    if ((feeds_loader(c) || pooled) && (!rpp || !c->training)) /* the general kernels would read the mask from y */
+        return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': fused into a depthwise convolution or average pool, its "
+                        "backward needs the fast kernels and batch statistics", c->desc->name ? c->desc->name : "?");
     const bool add_dx = (c->d_in_add & 1u) != 0;
     if (add_dx && (add || !dx->data))
         return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': asked to add into dx, which a fused residual add's "
@@ -564,10 +567,17 @@ static mp_status bn_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     /* inference with only dx wanted needs no sums: a = b = 0 */
     const bool reduce = batch_stats || dg->data || db->data;
     const float *mu = batch_stats ? save_mean : rmean;
-    mp_bn_fast_mask fm = {mask, NULL, NULL};
+    mp_bn_fast_mask fm = {mask, NULL, NULL, NULL, 0, 0, 0};
     /* a fused ReLU alone: its mask recomputed from x and what our forward
      * saved (not cuDNN's, whose forward leaves no scale and shift) */
-    if (mask && !add && batch_stats && !on_cudnn(c, false)) fm = (mp_bn_fast_mask){NULL, save_mean, save_invstd + C};
+    if (mask && !add && batch_stats && !on_cudnn(c, false))
+        fm = (mp_bn_fast_mask){NULL, save_mean, save_invstd + C, NULL, 0, 0, 0};
+    if (pooled) { /* the pool's window over x's (H, W) */
+        if (!fm.fwd_mu)
+            return mp_error(MP_ERR_INTERNAL, "batchnorm2d '%s': reads a fused average pool's gradient without its "
+                            "ReLU's recomputed mask", c->desc->name ? c->desc->name : "?");
+        fm.pooled = c->pool_dy.data, fm.H = x->shape.dims[2], fm.W = x->shape.dims[3], fm.k = c->pool_k;
+    }
     mp_bn_bwd_out out = {batch_stats, save_mean, save_invstd, rmean, rvar, c->desc->attr.bn.eps, p[P_WEIGHT].data,
                          p[P_WEIGHT].dtype, dg->data, db->data, dg->dtype, db->dtype, coef};
     if (rpp && batch_stats && persist_on(ctx, c)) { /* one kernel, as the forward's */

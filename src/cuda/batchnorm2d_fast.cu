@@ -20,18 +20,20 @@ __global__ void __launch_bounds__(FAST_THREADS) fast_apply_kernel(const T *x, co
     fast_apply_block<T, RELU, RESID, PIPE>(x, resid, y, M, C, R, coef, true);
 }
 
-template <typename T, int MASK, bool PIPE>
+template <typename T, int MASK, bool PIPE, bool POOLED>
 __global__ void __launch_bounds__(FAST_THREADS, 2)
-    fast_bwd_reduce_kernel(const T *x, const T *dy, const T *ym, const float *fwd_mu, const float *fwd_scale,
-                           const float *mu, long long M, int C, long long R, float *psdy, float *psdyx) {
-    fast_bwd_reduce_block<T, MASK, PIPE>(x, dy, ym, fwd_mu, fwd_scale, mu, M, C, R, psdy, psdyx);
+    fast_bwd_reduce_kernel(const T *x, const T *dy, pooled_dy pd, const T *ym, const float *fwd_mu,
+                           const float *fwd_scale, const float *mu, long long M, int C, long long R, float *psdy,
+                           float *psdyx) {
+    fast_bwd_reduce_block<T, MASK, PIPE, POOLED>(x, dy, pd, ym, fwd_mu, fwd_scale, mu, M, C, R, psdy, psdyx);
 }
 
-template <typename T, int MASK, bool PIPE>
+template <typename T, int MASK, bool PIPE, bool POOLED>
 __global__ void __launch_bounds__(FAST_THREADS, 2)
-    fast_dx_kernel(const T *x, const T *dy, const T *ym, const float *fwd_mu, const float *fwd_scale, T *dx,
-                   bool dx_add, T *dr, bool dr_add, long long M, int C, long long R, const float *coef) {
-    fast_dx_block<T, MASK, PIPE>(x, dy, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R, coef, true);
+    fast_dx_kernel(const T *x, const T *dy, pooled_dy pd, const T *ym, const float *fwd_mu, const float *fwd_scale,
+                   T *dx, bool dx_add, T *dr, bool dr_add, long long M, int C, long long R, const float *coef) {
+    fast_dx_block<T, MASK, PIPE, POOLED>(x, dy, pd, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R, coef,
+                                         true);
 }
 
 /* ---- host side ---------------------------------------------------------- */
@@ -65,20 +67,37 @@ cudaError_t mp_bn_fast_apply(cudaStream_t st, mp_dtype dt, const void *x, const 
     return cudaGetLastError();
 }
 
+bool mp_bn_fast_pooled_ok(mp_dtype dt, long long N, int C, int H, int W, int k) {
+    return mp_bn_fast_rows_per_pass(dt, C) && k >= 1 && H >= k && W >= k && N >= 1 &&
+           N * H * W < (1LL << 31);
+}
+
+bool mp_bn_fast_mask_ok(mp_dtype dt, mp_bn_fast_mask mask, long long M, int C) {
+    if (!mask.pooled) return true;
+    const long long img = (long long)mask.H * mask.W;
+    return mask.fwd_mu && !mask.y_mask && img > 0 && M % img == 0 &&
+           mp_bn_fast_pooled_ok(dt, M / img, C, mask.H, mask.W, mask.k);
+}
+
 cudaError_t mp_bn_fast_bwd_reduce(cudaStream_t st, mp_dtype dt, const void *x, const void *dy, mp_bn_fast_mask mask,
                                   const float *mu, long long M, int C, int G, long long R, float *psdy,
                                   float *psdyx) {
+    if (!mp_bn_fast_mask_ok(dt, mask, M, C)) return cudaErrorInvalidValue;
+    const pooled_dy pd = pooled_of(mask);
     FAST_DISPATCH(dt, PIPE_DISPATCH({
         const T *xt = (const T *)x, *dyt = (const T *)dy, *ym = (const T *)mask.y_mask;
-        if (ym)
-            fast_bwd_reduce_kernel<T, MASK_Y, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, mu, M, C, R,
-                                                                                psdy, psdyx);
+        if (mask.pooled)
+            fast_bwd_reduce_kernel<T, MASK_RECOMPUTE, PIPE, true><<<G, FAST_THREADS, 0, st>>>(
+                xt, NULL, pd, NULL, mask.fwd_mu, mask.fwd_scale, mu, M, C, R, psdy, psdyx);
+        else if (ym)
+            fast_bwd_reduce_kernel<T, MASK_Y, PIPE, false><<<G, FAST_THREADS, 0, st>>>(xt, dyt, pd, ym, NULL, NULL, mu,
+                                                                                       M, C, R, psdy, psdyx);
         else if (mask.fwd_mu)
-            fast_bwd_reduce_kernel<T, MASK_RECOMPUTE, PIPE><<<G, FAST_THREADS, 0, st>>>(
-                xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale, mu, M, C, R, psdy, psdyx);
+            fast_bwd_reduce_kernel<T, MASK_RECOMPUTE, PIPE, false><<<G, FAST_THREADS, 0, st>>>(
+                xt, dyt, pd, NULL, mask.fwd_mu, mask.fwd_scale, mu, M, C, R, psdy, psdyx);
         else
-            fast_bwd_reduce_kernel<T, MASK_NONE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, mu, M, C,
-                                                                                   R, psdy, psdyx);
+            fast_bwd_reduce_kernel<T, MASK_NONE, PIPE, false><<<G, FAST_THREADS, 0, st>>>(xt, dyt, pd, NULL, NULL, NULL,
+                                                                                          mu, M, C, R, psdy, psdyx);
     }));
     return cudaGetLastError();
 }
@@ -86,18 +105,23 @@ cudaError_t mp_bn_fast_bwd_reduce(cudaStream_t st, mp_dtype dt, const void *x, c
 cudaError_t mp_bn_fast_dx(cudaStream_t st, mp_dtype dt, const void *x, const void *dy, mp_bn_fast_mask mask,
                           void *dx, bool dx_add, void *dr, bool dr_add, long long M, int C, int G, long long R,
                           const float *coef) {
+    if (!mp_bn_fast_mask_ok(dt, mask, M, C)) return cudaErrorInvalidValue;
+    const pooled_dy pd = pooled_of(mask);
     FAST_DISPATCH(dt, PIPE_DISPATCH({
         const T *xt = (const T *)x, *dyt = (const T *)dy, *ym = (const T *)mask.y_mask;
         T *dxt = (T *)dx, *drt = (T *)dr;
-        if (ym)
-            fast_dx_kernel<T, MASK_Y, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, ym, NULL, NULL, dxt, dx_add, drt,
-                                                                        dr_add, M, C, R, coef);
+        if (mask.pooled)
+            fast_dx_kernel<T, MASK_RECOMPUTE, PIPE, true><<<G, FAST_THREADS, 0, st>>>(
+                xt, NULL, pd, NULL, mask.fwd_mu, mask.fwd_scale, dxt, dx_add, drt, dr_add, M, C, R, coef);
+        else if (ym)
+            fast_dx_kernel<T, MASK_Y, PIPE, false><<<G, FAST_THREADS, 0, st>>>(xt, dyt, pd, ym, NULL, NULL, dxt, dx_add,
+                                                                               drt, dr_add, M, C, R, coef);
         else if (mask.fwd_mu)
-            fast_dx_kernel<T, MASK_RECOMPUTE, PIPE><<<G, FAST_THREADS, 0, st>>>(
-                xt, dyt, NULL, mask.fwd_mu, mask.fwd_scale, dxt, dx_add, drt, dr_add, M, C, R, coef);
+            fast_dx_kernel<T, MASK_RECOMPUTE, PIPE, false><<<G, FAST_THREADS, 0, st>>>(
+                xt, dyt, pd, NULL, mask.fwd_mu, mask.fwd_scale, dxt, dx_add, drt, dr_add, M, C, R, coef);
         else
-            fast_dx_kernel<T, MASK_NONE, PIPE><<<G, FAST_THREADS, 0, st>>>(xt, dyt, NULL, NULL, NULL, dxt, dx_add, drt,
-                                                                           dr_add, M, C, R, coef);
+            fast_dx_kernel<T, MASK_NONE, PIPE, false><<<G, FAST_THREADS, 0, st>>>(xt, dyt, pd, NULL, NULL, NULL, dxt,
+                                                                                  dx_add, drt, dr_add, M, C, R, coef);
     }));
     return cudaGetLastError();
 }

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "cuda/batchnorm2d_fast.h"
 #include "cuda/batchnorm2d_math.cuh"
 #include "cuda/vec16.cuh"
 #include "mixprec.h"
@@ -249,20 +250,52 @@ __device__ __forceinline__ void load_fwd(const float *fwd_mu, const float *fwd_s
     load_coef<fast_vec<T>::N>(fwd_scale + C, c0, f.sh);
 }
 
+/* A fused average pool's output gradient read as the batch norm's dy
+ * (mp_bn_fast_mask.pooled): row r = (n, h, w) of the H x W image takes row
+ * (n, h / k, w / k) of the pooled OH x OW one (OH = H / k, OW = W / k) times
+ * 1 / k^2, rounded to T as the pool's backward stores it (one fused
+ * multiply-add onto 0, as its sum of one window); rows past the last
+ * window take 0. Rows are 32-bit here (mp_bn_fast_mask_ok). */
+struct pooled_dy {
+    const void *dp;
+    unsigned H, W, OH, OW, k;
+    float inv;
+};
+
+template <typename T, bool POOLED>
+__device__ __forceinline__ uint4 load_dy(const T *dy, const pooled_dy &pd, long long r, int C, long long c0) {
+    if (!POOLED) return ld16(dy + r * C + c0);
+    constexpr int N = fast_vec<T>::N;
+    const unsigned q = (unsigned)r / pd.W, w = (unsigned)r - q * pd.W, n = q / pd.H, h = q - n * pd.H;
+    const unsigned oh = h / pd.k, ow = w / pd.k;
+    float g[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) g[k] = 0.f;
+    if (oh < pd.OH && ow < pd.OW) {
+        const long long pr = ((long long)n * pd.OH + oh) * pd.OW + ow;
+        fast_vec<T>::widen(ld16(static_cast<const T *>(pd.dp) + pr * C + c0), g);
+#pragma unroll
+        for (int k = 0; k < N; k++) g[k] = __fmaf_rn(g[k], pd.inv, 0.f);
+    }
+    return fast_vec<T>::narrow(g);
+}
+
 /* A row's groups for the backward's passes: y only where the mask reads it. */
-template <typename T, int MASK>
-__device__ __forceinline__ row_x_dy_y load_bwd_row(const T *x, const T *dy, const T *ym, long long at) {
+template <typename T, int MASK, bool POOLED>
+__device__ __forceinline__ row_x_dy_y load_bwd_row(const T *x, const T *dy, const T *ym, const pooled_dy &pd,
+                                                   long long r, int C, long long c0) {
+    const long long at = r * C + c0;
     row_x_dy_y v;
     v.x = ld16(x + at);
-    v.dy = ld16(dy + at);
+    v.dy = load_dy<T, POOLED>(dy, pd, r, C, c0);
     v.y = MASK == MASK_Y ? ld16(ym + at) : uint4{};
     return v;
 }
 
-template <typename T, int MASK, bool PIPE>
-__device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, const T *ym, const float *fwd_mu,
-                                                      const float *fwd_scale, const float *mu, long long M, int C,
-                                                      long long R, float *psdy, float *psdyx) {
+template <typename T, int MASK, bool PIPE, bool POOLED>
+__device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, const pooled_dy &pd, const T *ym,
+                                                      const float *fwd_mu, const float *fwd_scale, const float *mu,
+                                                      long long M, int C, long long R, float *psdy, float *psdyx) {
     constexpr int N = fast_vec<T>::N;
     __shared__ float s_a[FAST_THREADS * N], s_b[FAST_THREADS * N];
     const fast_lane l = lane_of<T>(M, C, R, false);
@@ -277,7 +310,8 @@ __device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, c
         load_fwd<T, MASK>(fwd_mu, fwd_scale, C, l.g * N, f);
         const long long c0 = l.g * N;
         walk_rows<FAST_UNROLL, PIPE>(
-            l.r0 + l.rr, l.rpp, l.r0, l.r1, [&](long long r) { return load_bwd_row<T, MASK>(x, dy, ym, r * C + c0); },
+            l.r0 + l.rr, l.rpp, l.r0, l.r1,
+            [&](long long r) { return load_bwd_row<T, MASK, POOLED>(x, dy, ym, pd, r, C, c0); },
             [&](const row_x_dy_y &v, long long) {
                 float xv[N], g[N];
                 fast_vec<T>::widen(v.x, xv);
@@ -306,10 +340,11 @@ __device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, c
 
 /* Rows from the chunk's last, as the apply: the reduction read them last
  * (mirror as for the apply). */
-template <typename T, int MASK, bool PIPE>
-__device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const T *ym, const float *fwd_mu,
-                                              const float *fwd_scale, T *dx, bool dx_add, T *dr, bool dr_add,
-                                              long long M, int C, long long R, const float *coef, bool mirror) {
+template <typename T, int MASK, bool PIPE, bool POOLED>
+__device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const pooled_dy &pd, const T *ym,
+                                              const float *fwd_mu, const float *fwd_scale, T *dx, bool dx_add, T *dr,
+                                              bool dr_add, long long M, int C, long long R, const float *coef,
+                                              bool mirror) {
     constexpr int N = fast_vec<T>::N, U = 2;
     const fast_lane l = lane_of<T>(M, C, R, mirror);
     if (l.rr >= l.rpp) return;
@@ -323,7 +358,7 @@ __device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const T *
     const long long c0 = l.g * N;
     walk_rows<U, PIPE>(
         l.r1 - 1 - l.rr, -(long long)l.rpp, l.r0, l.r1,
-        [&](long long r) { return load_bwd_row<T, MASK>(x, dy, ym, r * C + c0); },
+        [&](long long r) { return load_bwd_row<T, MASK, POOLED>(x, dy, ym, pd, r, C, c0); },
         [&](const row_x_dy_y &v, long long r) {
             const long long at = r * C + c0;
             float xv[N], g[N];
@@ -370,6 +405,15 @@ static inline int vec_of(mp_dtype dt) {
         else if ((dt) == MP_DTYPE_F16) { typedef __half T; __VA_ARGS__; }                                             \
         else { typedef __nv_bfloat16 T; __VA_ARGS__; }                                                                \
     } while (0)
+
+/* The pooled gradient mp_bn_fast_mask names, as the kernels take it (dp NULL: none). */
+static inline pooled_dy pooled_of(const mp_bn_fast_mask &m) {
+    pooled_dy p = {m.pooled, (unsigned)m.H, (unsigned)m.W, 0, 0, (unsigned)m.k, 0.f};
+    if (!m.pooled) return p;
+    p.OH = p.H / p.k, p.OW = p.W / p.k;
+    p.inv = 1.f / (float)(m.k * m.k); /* as the pool's backward computes it */
+    return p;
+}
 
 /* The statements that follow with PIPE (walk_rows) true, or false under
  * MIXPREC_BN_PIPELINE=0. */

@@ -50,11 +50,31 @@ cudaError_t mp_bn_fast_apply(cudaStream_t st, mp_dtype dt, const void *x, const 
  * round(bn(x)) > 0 with the forward's mu (fwd_mu[c]), scale
  * (fwd_scale[c]) and shift (fwd_scale[C + c]) (a fused ReLU's, recomputed:
  * the stored output's sign, bit for bit). NaN passes either mask, as
- * relu's backward. */
+ * relu's backward.
+ * pooled (non-NULL, with the recomputed mask only): the ReLU's only reader
+ * is a k x k average pool of stride k and no padding fused in
+ * (graph/plan_fuse.h), and dy is not read: row (n, h, w) of the H x W
+ * image takes the pool's output gradient pooled[n, h / k, w / k] (an
+ * (N, C, H / k, W / k) NHWC tensor) / k^2, rounded to the dtype as the
+ * pool's backward stores it, 0 past the last window: what the pool's
+ * backward would have written, bit for bit, without writing it. */
 typedef struct {
     const void *y_mask;
     const float *fwd_mu, *fwd_scale;
+    const void *pooled;
+    int H, W, k;
 } mp_bn_fast_mask;
+
+/* Whether the kernels take a pooled dy (mp_bn_fast_mask.pooled) over an
+ * (N, C, H, W) input of dtype dt and a k x k pool: C as
+ * mp_bn_fast_rows_per_pass takes it, H, W >= k >= 1 and N * H * W < 2^31
+ * (its rows are 32-bit). */
+bool mp_bn_fast_pooled_ok(mp_dtype dt, long long N, int C, int H, int W, int k);
+
+/* Whether the kernels take mask over M rows of C channels of dtype dt: a
+ * pooled dy also needs the recomputed mask, M a whole number of H x W
+ * images and mp_bn_fast_pooled_ok. */
+bool mp_bn_fast_mask_ok(mp_dtype dt, mp_bn_fast_mask mask, long long M, int C);
 
 /* Per chunk and channel: sum(g) and sum(g * (x - mu)) -> psdy/psdyx (G, C),
  * g the masked dy. */

@@ -53,18 +53,20 @@ __global__ void __launch_bounds__(FAST_THREADS, 2)
     fast_apply_block<T, RELU, RESID, PIPE>(x, resid, y, M, C, R, out.coef, false);
 }
 
-template <typename T, int MASK, bool PIPE>
+template <typename T, int MASK, bool PIPE, bool POOLED>
 __global__ void __launch_bounds__(FAST_THREADS, 2)
-    persist_backward_kernel(const T *x, const T *dy, const T *ym, const float *fwd_mu, const float *fwd_scale,
-                            long long M, int C, long long R, float *psdy, float *psdyx, mp_bn_bwd_out out, T *dx,
-                            bool dx_add, T *dr, bool dr_add) {
+    persist_backward_kernel(const T *x, const T *dy, pooled_dy pd, const T *ym, const float *fwd_mu,
+                            const float *fwd_scale, long long M, int C, long long R, float *psdy, float *psdyx,
+                            mp_bn_bwd_out out, T *dx, bool dx_add, T *dr, bool dr_add) {
     const cg::grid_group grid = cg::this_grid();
-    fast_bwd_reduce_block<T, MASK, PIPE>(x, dy, ym, fwd_mu, fwd_scale, out.save_mean, M, C, R, psdy, psdyx);
+    fast_bwd_reduce_block<T, MASK, PIPE, POOLED>(x, dy, pd, ym, fwd_mu, fwd_scale, out.save_mean, M, C, R, psdy,
+                                                 psdyx);
     grid.sync();
     finalize_backward(psdy, psdyx, M, C, out);
     grid.sync();
     if (dx || dr)
-        fast_dx_block<T, MASK, PIPE>(x, dy, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R, out.coef, false);
+        fast_dx_block<T, MASK, PIPE, POOLED>(x, dy, pd, ym, fwd_mu, fwd_scale, dx, dx_add, dr, dr_add, M, C, R,
+                                             out.coef, false);
 }
 
 /* ---- host side ---------------------------------------------------------- */
@@ -136,18 +138,19 @@ template <typename T, bool PIPE>
 static cudaError_t backward_as(cudaStream_t st, int sm_count, const T *x, const T *dy, mp_bn_fast_mask mask,
                                long long M, int C, int max_blocks, float *psdy, float *psdyx,
                                const mp_bn_bwd_out &out, T *dx, bool dx_add, T *dr, bool dr_add) {
-    void (*const kernels[3])(const T *, const T *, const T *, const float *, const float *, long long, int, long long,
-                             float *, float *, mp_bn_bwd_out, T *, bool, T *, bool) = {
-        persist_backward_kernel<T, MASK_NONE, PIPE>, persist_backward_kernel<T, MASK_Y, PIPE>,
-        persist_backward_kernel<T, MASK_RECOMPUTE, PIPE>};
-    static const int per_sm[3] = {blocks_per_sm(kernels[0]), blocks_per_sm(kernels[1]), blocks_per_sm(kernels[2])};
-    const int v = mask.y_mask ? 1 : mask.fwd_mu ? 2 : 0;
+    void (*const kernels[4])(const T *, const T *, pooled_dy, const T *, const float *, const float *, long long, int,
+                             long long, float *, float *, mp_bn_bwd_out, T *, bool, T *, bool) = {
+        persist_backward_kernel<T, MASK_NONE, PIPE, false>, persist_backward_kernel<T, MASK_Y, PIPE, false>,
+        persist_backward_kernel<T, MASK_RECOMPUTE, PIPE, false>, persist_backward_kernel<T, MASK_RECOMPUTE, PIPE, true>};
+    static const int per_sm[4] = {blocks_per_sm(kernels[0]), blocks_per_sm(kernels[1]), blocks_per_sm(kernels[2]),
+                                  blocks_per_sm(kernels[3])};
+    const int v = mask.pooled ? 3 : mask.y_mask ? 1 : mask.fwd_mu ? 2 : 0;
     int G;
     long long R;
     persist_dims(per_sm[v], sm_count, M, max_blocks, &G, &R);
     if (!G) return cudaErrorCooperativeLaunchTooLarge;
-    return launch_cooperative(kernels[v], G, st, x, dy, (const T *)mask.y_mask, mask.fwd_mu, mask.fwd_scale, M, C, R,
-                              psdy, psdyx, out, dx, dx_add, dr, dr_add);
+    return launch_cooperative(kernels[v], G, st, x, mask.pooled ? NULL : dy, pooled_of(mask), (const T *)mask.y_mask,
+                              mask.fwd_mu, mask.fwd_scale, M, C, R, psdy, psdyx, out, dx, dx_add, dr, dr_add);
 }
 
 cudaError_t mp_bn_persist_forward(cudaStream_t st, int sm_count, mp_dtype dt, const void *x, const void *resid,
@@ -162,7 +165,7 @@ cudaError_t mp_bn_persist_forward(cudaStream_t st, int sm_count, mp_dtype dt, co
 cudaError_t mp_bn_persist_backward(cudaStream_t st, int sm_count, mp_dtype dt, const void *x, const void *dy,
                                    mp_bn_fast_mask mask, long long M, int C, int max_blocks, float *psdy,
                                    float *psdyx, mp_bn_bwd_out out, void *dx, bool dx_add, void *dr, bool dr_add) {
-    if (!mp_bn_fast_rows_per_pass(dt, C)) return cudaErrorInvalidValue;
+    if (!mp_bn_fast_rows_per_pass(dt, C) || !mp_bn_fast_mask_ok(dt, mask, M, C)) return cudaErrorInvalidValue;
     FAST_DISPATCH(dt, PIPE_DISPATCH(return backward_as<T, PIPE>(st, sm_count, (const T *)x, (const T *)dy, mask, M, C,
                                                                 max_blocks, psdy, psdyx, out, (T *)dx, dx_add,
                                                                 (T *)dr, dr_add)));

@@ -1,13 +1,6 @@
 /* bn_add_relu_cuda.cu — see bn_add_relu_cuda.h. */
 #include "cuda/bn_add_relu_cuda.h"
 
-/* v rounded to dtype dt and back: what storing and reloading it gives. */
-__device__ __forceinline__ float round_as(mp_dtype dt, float v) {
-    if (dt == MP_DTYPE_F16) return __half2float(__float2half_rn(v));
-    if (dt == MP_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    return v;
-}
-
 template <int VEC>
 __global__ void bn_add_relu_apply_kernel(const void *x, mp_dtype xdt, const void *r, mp_dtype rdt, void *z,
                                          mp_dtype zdt, long long M, int C, const float *coef, bool relu) {
@@ -27,7 +20,7 @@ __global__ void bn_add_relu_apply_kernel(const void *x, mp_dtype xdt, const void
         mp_ldv<VEC>(r, rdt, at, rv);
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
-            const float s = round_as(zdt, (v[k] - mu[k]) * sc[k] + sh[k]) + rv[k];
+            const float s = mp_round_as(zdt, (v[k] - mu[k]) * sc[k] + sh[k]) + rv[k];
             v[k] = relu && s < 0.f ? 0.f : s; /* NaN passes */
         }
         mp_stv<VEC>(z, zdt, at, v);

@@ -54,6 +54,13 @@ __device__ __forceinline__ void mp_st(void *p, mp_dtype dt, I i, float v) {
     __trap();
 }
 
+/* v rounded to dtype dt (f32, f16, bf16) and back: what storing and reloading it gives. */
+__device__ __forceinline__ float mp_round_as(mp_dtype dt, float v) {
+    if (dt == MP_DTYPE_F16) return __half2float(__float2half_rn(v));
+    if (dt == MP_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    return v;
+}
+
 /* v[0..7] = p[i..i+7]; i % 8 == 0, p 16-byte aligned. */
 template <typename I>
 __device__ __forceinline__ void mp_ld8(const void *p, mp_dtype dt, I i, float (&v)[8]) {

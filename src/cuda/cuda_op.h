@@ -82,11 +82,12 @@ typedef struct {
     bool add_after;              /* batchnorm2d: the residual add of resid_dtype reading it (before that ReLU
                                     where relu_after) */
     mp_dtype resid_dtype;
-    bool feeds_dw;               /* batchnorm2d: a depthwise conv2d applies it as it loads (mp_op_call.skip_out)
-                                    on training steps: the batch norm runs on our kernels, whose backward
-                                    recomputes the ReLU's mask from x */
+    bool feeds_loader;           /* batchnorm2d: the depthwise conv2d or average pool reading its fused ReLU
+                                    applies both as it loads (mp_op_call.skip_out) on training steps: the batch
+                                    norm runs on our kernels, whose backward recomputes the ReLU's mask from x
+                                    (and reads the pool's gradient: mp_op_call.pool_dy) */
     bool bn_relu_input;          /* conv2d: reads such a batch norm's input (mp_op_call.bn_x) where its
-                                    depthwise kernels take it (mp_conv2d_reads_bn_input) */
+                                    depthwise kernels take it (mp_conv2d_reads_bn_input); avgpool2d: reads it */
     mp_dtype weight_grad;        /* conv2d/linear: the weight gradient's dtype (F32, or the compute dtype) */
     bool weight_grad_unrounded;  /* conv: an F32 weight_grad straight from f32 sums, never rounded to the
                                     compute dtype (mp_plan_opts.f32_weight_grads; see conv_cudnn.h) */

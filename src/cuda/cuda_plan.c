@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/batchnorm2d_fast.h" /* mp_bn_fast_pooled_ok */
 #include "cuda/conv_cudnn.h" /* mp_conv2d_krsc_job */
 #include "cuda/cuda_op.h"
 #include "cuda/cuda_plan_kernels.h"
@@ -236,6 +237,13 @@ void mp_device_plan_close(mp_plan *p) {
     p->dev = NULL;
 }
 
+/* Whether the batch norm's fast kernels take an input x of dtype dt with
+ * the pool pl fused in (batchnorm2d_fast.h). */
+static bool bn_pool_fits(const mp_shape *x, mp_dtype dt, const mp_op_desc *pl) {
+    return x->ndim == 4 && mp_bn_fast_pooled_ok(dt, x->dims[0], x->dims[1], x->dims[2], x->dims[3],
+                                                pl->attr.pool.kernel);
+}
+
 mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, size_t *scratch, size_t *stage) {
     (void)scratch, (void)stage;
     const mp_gnode *nd = &p->g->nodes[i];
@@ -257,8 +265,11 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
     cfg.weight_grad = nd->n_params ? mp_plan_grad_dtype(p, nd->first_param) : MP_DTYPE_F32;
     cfg.weight_grad_unrounded = nd->n_params && mp_plan_f32_weight_grad(p, nd->first_param);
     const bool conv_dw = pn->dw_fused && nd->desc.kind == MP_OP_CONV2D; /* a batch norm fused in (plan_fuse.h) */
-    cfg.feeds_dw = pn->dw_fused && !conv_dw;
-    cfg.bn_relu_input = conv_dw;
+    if (pn->pool_fused && nd->desc.kind == MP_OP_BATCHNORM2D && !bn_pool_fits(&pn->info.in[0], cfg.storage,
+                                                                               &p->g->nodes[pn->pool_fused].desc))
+        mp_plan_unfuse_bn_pool(p, i); /* its fast kernels do not take the shape: the two run apart */
+    cfg.feeds_loader = (pn->dw_fused && !conv_dw) || (pn->pool_fused && nd->desc.kind == MP_OP_BATCHNORM2D);
+    cfg.bn_relu_input = conv_dw || (pn->pool_fused && nd->desc.kind == MP_OP_AVGPOOL2D);
     size_t ws = 0, saved = pn->info.saved_bytes;
     MP_TRY(vt->prepare(p->dev->ctx, &nd->desc, &pn->info, &cfg, &pn->call.state, &ws, &saved));
     pn->info.saved_bytes = saved;
@@ -348,8 +359,10 @@ void mp_device_bind_params(mp_plan *p, int i) {
     for (int k = 0; k < nd->n_params; k++) c->param[k].data = bound_param(p, i, k, &c->param[k].dtype);
     c->weight_krsc = p->dev->krsc_of ? p->dev->krsc_of[i] : NULL;
     c->param_krsc = nd->n_params && p->dev->krsc[nd->first_param];
-    const int b = p->nodes[i].dw_fused;
-    if (nd->desc.kind != MP_OP_CONV2D || !b) return;
+    const int b = nd->desc.kind == MP_OP_CONV2D      ? p->nodes[i].dw_fused
+                  : nd->desc.kind == MP_OP_AVGPOOL2D ? p->nodes[i].pool_fused
+                                                     : 0;
+    if (!b) return;
     /* a batch norm + ReLU fused in (plan_fuse.h): its input, and its coefficients of each step in its saved */
     const int x = p->g->nodes[b].in[0];
     c->bn_x = (mp_tensor){p->g->nodes[x].storage_dtype, p->nodes[x].info.out, p->arena + p->nodes[x].out_off};
@@ -386,7 +399,8 @@ mp_status mp_device_forward(mp_plan *p, int i) {
     if (mp_op_is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it */
     mp_op_call *c = &p->nodes[i].call;
     c->workspace = p->arena + p->nodes[i].ws_fwd_off; /* each pass has its own (plan.c) */
-    c->skip_out = p->nodes[i].dw_fused && nd->desc.kind == MP_OP_BATCHNORM2D && !mp_plan_fused_output_stored(p);
+    c->skip_out = (p->nodes[i].dw_fused || p->nodes[i].pool_fused) && nd->desc.kind == MP_OP_BATCHNORM2D &&
+                  !mp_plan_fused_output_stored(p);
     return mp_cuda_op_lookup(nd->desc.kind)->forward(p->dev->ctx, c);
 }
 
@@ -404,9 +418,17 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
         return MP_OK;
     }
     if (mp_op_is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
+    /* a batch norm + ReLU -> average pool (plan_fuse.h): the batch norm reads the pool's output gradient */
+    const int pool = nd->desc.kind == MP_OP_BATCHNORM2D ? p->nodes[i].pool_fused : 0;
+    const bool pooled = p->nodes[i].pool_fused && !mp_plan_fused_output_stored(p);
+    if (pooled && nd->desc.kind == MP_OP_AVGPOOL2D) return MP_OK;
     mp_device_plan *d = p->dev;
     const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(nd->desc.kind);
     mp_op_call c = p->nodes[i].call;
+    if (pooled && pool) {
+        c.pool_dy = p->nodes[pool].call.d_out;
+        c.pool_k = p->g->nodes[pool].desc.attr.pool.kernel;
+    }
     c.workspace = p->arena + p->nodes[i].ws_bwd_off;
     for (int k = 0; k < nd->n_params; k++) /* gradients go to the device's (f32, or low_grads) */
         c.d_param[k].data = c.d_param[k].data ? d->grad[nd->first_param + k] : NULL;

@@ -5,7 +5,11 @@
  * average divides by k*k (padding counts). One thread per output pixel and
  * group of 8 channels (or 1 when C % 8 != 0). Backward gathers: each input
  * element sums, in output order, the windows that reach it, so no atomics
- * and the same summation order as the CPU scatter. */
+ * and the same summation order as the CPU scatter. An average pool with a
+ * batch norm + ReLU fused in (mp_op_call.bn_x, graph/plan_fuse.h) applies
+ * them to the batch norm's input as it loads (the values the batch norm
+ * would have stored), and its backward runs in the batch norm's. */
+#include "cuda/batchnorm2d_math.cuh"
 #include "cuda/cuda_kernel_util.cuh"
 #include "cuda/tangent_cuda.h"
 
@@ -134,8 +138,17 @@ __global__ void maxpool_bwd_kernel(const void *dy, mp_dtype dydt, const int32_t 
     }
 }
 
-template <int VEC, typename I>
-__global__ void avgpool_fwd_kernel(const void *x, mp_dtype xdt, void *y, mp_dtype ydt, pool_geom g, I total) {
+/* A batch norm + ReLU fused in (mp_op_call.bn_x): the per-channel
+ * coefficients applied to x as it loads, each value rounded to dtype dt as
+ * the batch norm's apply would have stored it (batchnorm2d_fast.cuh). */
+struct bn_relu_in {
+    const float *mu, *scale, *shift;
+    mp_dtype dt;
+};
+
+template <int VEC, bool BN, typename I>
+__device__ __forceinline__ void avgpool_fwd_body(const void *x, mp_dtype xdt, const bn_relu_in &bn, void *y,
+                                                 mp_dtype ydt, const pool_geom &g, I total) {
     const I cg = (I)(g.C / VEC);
     const float inv = 1.f / (float)(g.k * g.k);
     for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (I)gridDim.x * blockDim.x) {
@@ -144,20 +157,40 @@ __global__ void avgpool_fwd_kernel(const void *x, mp_dtype xdt, void *y, mp_dtyp
         split(t, cg, g.OH, g.OW, n, oh, ow, gi);
         const window wd = window_of(g, oh, ow);
         const I plane = n * (I)g.H * (I)g.W, c0 = (I)gi * VEC;
-        float acc[VEC];
+        float acc[VEC], mu[VEC], sc[VEC], sh[VEC];
 #pragma unroll
-        for (int k = 0; k < VEC; k++) acc[k] = 0.f;
+        for (int k = 0; k < VEC; k++) {
+            acc[k] = 0.f;
+            if (BN) mu[k] = bn.mu[c0 + k], sc[k] = bn.scale[c0 + k], sh[k] = bn.shift[c0 + k];
+        }
         for (int h = wd.h0; h < wd.h1; h++)
             for (int w = wd.w0; w < wd.w1; w++) {
                 float v[VEC];
                 mp_ldv<VEC>(x, xdt, (plane + (I)h * g.W + w) * g.C + c0, v);
 #pragma unroll
-                for (int k = 0; k < VEC; k++) acc[k] += v[k];
+                for (int k = 0; k < VEC; k++) {
+                    if (BN) {
+                        const float b = mp_bn_affine(v[k], mu[k], sc[k], sh[k]);
+                        v[k] = mp_round_as(bn.dt, b < 0.f ? 0.f : b); /* NaN passes */
+                    }
+                    acc[k] += v[k];
+                }
             }
 #pragma unroll
         for (int k = 0; k < VEC; k++) acc[k] *= inv;
         mp_stv<VEC>(y, ydt, t * VEC, acc);
     }
+}
+
+template <int VEC, typename I>
+__global__ void avgpool_fwd_kernel(const void *x, mp_dtype xdt, void *y, mp_dtype ydt, pool_geom g, I total) {
+    avgpool_fwd_body<VEC, false>(x, xdt, bn_relu_in{}, y, ydt, g, total);
+}
+
+template <int VEC, typename I>
+__global__ void avgpool_bn_fwd_kernel(const void *x, mp_dtype xdt, bn_relu_in bn, void *y, mp_dtype ydt, pool_geom g,
+                                      I total) {
+    avgpool_fwd_body<VEC, true>(x, xdt, bn, y, ydt, g, total);
 }
 
 template <int VEC, typename I>
@@ -230,6 +263,11 @@ static mp_status pool_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
         int32_t *arg = (int32_t *)c->saved;
         vec8 = vec8 && mp_cuda_aligned16(arg);
         POOL_LAUNCH(maxpool_fwd_kernel, vec8, small, n, x->data, x->dtype, y->data, y->dtype, arg, g);
+    } else if (c->bn_x.data) { /* a batch norm + ReLU fused in: x is its input (graph/plan_fuse.h) */
+        const mp_tensor *bx = &c->bn_x;
+        vec8 = vec8 && mp_cuda_aligned16(bx->data);
+        const bn_relu_in bn = {c->bn_mu, c->bn_scale, c->bn_shift, x->dtype};
+        POOL_LAUNCH(avgpool_bn_fwd_kernel, vec8, small, n, bx->data, bx->dtype, bn, y->data, y->dtype, g);
     } else {
         POOL_LAUNCH(avgpool_fwd_kernel, vec8, small, n, x->data, x->dtype, y->data, y->dtype, g);
     }

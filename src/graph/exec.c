@@ -243,7 +243,12 @@ mp_status mp_plan_backward_checked_from(mp_plan *p, mp_node loss, float seed, mp
     memset(site, 0, sizeof *site);
     site->node = -1;
     const int j = loss_index(p, loss);
-    return j < 0 ? MP_ERR_INVALID_ARG : run_backward(p, j, (mp_seed){.value = seed}, site);
+    if (j < 0) return MP_ERR_INVALID_ARG;
+    const bool replaying = p->replaying;
+    p->replaying = true; /* fused gradients are written, to be checked (plan_fuse.h) */
+    const mp_status s = run_backward(p, j, (mp_seed){.value = seed}, site);
+    p->replaying = replaying;
+    return s;
 }
 
 static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site *site) {
@@ -333,6 +338,12 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
                         "convolution '%s' as it loads (read it from a plan without mp_plan_opts.bn_dw_fusion, "
                         "MIXPREC_FUSE_BN_DW unset)",
                         p->g->nodes[node].name, p->g->nodes[p->nodes[bn].dw_fused].name);
+    if (p->nodes[bn].pool_fused && p->g->nodes[bn].desc.kind == MP_OP_BATCHNORM2D)
+        return mp_error(MP_ERR_INVALID_ARG,
+                        "read '%s': not stored on training steps: its batch norm is applied by the average pool '%s' "
+                        "as it loads (read it from a plan with mp_plan_opts.no_bn_pool_fusion, or "
+                        "MIXPREC_FUSE_BN_POOL=0)",
+                        p->g->nodes[node].name, p->g->nodes[p->nodes[bn].pool_fused].name);
     /* a batch norm whose ReLU and/or add run fused into it stores only the last one's result (plan_fuse.h) */
     const mp_pnode *pn = &p->nodes[node];
     const bool fused_add = pn->fused_away && p->g->nodes[node].desc.kind == MP_OP_ADD;

@@ -122,6 +122,36 @@ static void fuse_bn_dw(mp_plan *p) {
     }
 }
 
+/* A k x k average pool of stride k and no padding that reads ReLU j (fused
+ * into batch norm i) as its only input, stores the dtype all of them store,
+ * on the backward path as they are: the pool, else -1. */
+static int pool_after(const mp_plan *p, int i, int j) {
+    const int k = sole_consumer(p, j);
+    if (k < 0) return -1;
+    const mp_gnode *pl = &p->g->nodes[k], *bn = &p->g->nodes[i], *x = &p->g->nodes[bn->in[0]];
+    const mp_pool_opts *o = &pl->desc.attr.pool;
+    const bool tiles = pl->desc.kind == MP_OP_AVGPOOL2D && pl->n_in == 1 && o->kernel >= 1 && o->stride == o->kernel &&
+                       o->padding == 0;
+    const bool dtypes = pl->storage_dtype == bn->storage_dtype && x->storage_dtype == bn->storage_dtype;
+    return tiles && dtypes && p->nodes[i].in_backward && p->nodes[k].in_backward ? k : -1;
+}
+
+/* Batch norm + ReLU -> average pool on GPU training plans (see plan_fuse.h). */
+static void fuse_bn_pool(mp_plan *p) {
+    const mp_env *env = mp_env_get();
+    if (p->o.device.kind != MP_DEVICE_CUDA || !p->o.training || p->o.no_bn_pool_fusion || env->no_bn_pool_fusion ||
+        env->no_bn_fast)
+        return;
+    for (int j = 0; j < p->n; j++) {
+        if (!p->nodes[j].fused_away || p->g->nodes[j].desc.kind != MP_OP_RELU) continue;
+        const int i = p->nodes[j].fused_into;
+        const int k = p->nodes[i].add_fused || p->nodes[i].dw_fused ? -1 : pool_after(p, i, j);
+        if (k < 0) continue;
+        p->nodes[i].pool_fused = k;
+        p->nodes[k].pool_fused = i;
+    }
+}
+
 void mp_plan_fuse_bn_relu(mp_plan *p) {
     if (fusion_off(p)) return;
     for (int j = 0; j < p->n; j++)
@@ -132,12 +162,19 @@ void mp_plan_fuse_bn_relu(mp_plan *p) {
         }
     fuse_bn_add(p);
     fuse_bn_dw(p);
+    fuse_bn_pool(p);
 }
 
 void mp_plan_unfuse_bn_dw(mp_plan *p, int k) {
     const int i = p->nodes[k].dw_fused;
     if (!i) return;
     p->nodes[i].dw_fused = p->nodes[k].dw_fused = 0;
+}
+
+void mp_plan_unfuse_bn_pool(mp_plan *p, int i) {
+    const int k = p->nodes[i].pool_fused;
+    if (!k) return;
+    p->nodes[i].pool_fused = p->nodes[k].pool_fused = 0;
 }
 
 bool mp_plan_fused_output_stored(const mp_plan *p) { return p->observe || p->replaying; }
@@ -161,6 +198,11 @@ bool mp_plan_fused_value_stored(const mp_plan *p, int i) { return p->nodes[i].fu
 
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b) {
     const int n = p->n;
+    for (int k = 0; k < n; k++) { /* a fused pool's output gradient: read by its batch norm's backward */
+        const int i = p->nodes[k].pool_fused;
+        if (!i || p->g->nodes[k].desc.kind != MP_OP_AVGPOOL2D) continue;
+        if (2 * n - 1 - i > b[3 * k + 1].last) b[3 * k + 1].last = 2 * n - 1 - i;
+    }
     for (int j = 0; j < n; j++) {
         const int i = mp_plan_fused_producer(p, j);
         if (i < 0) continue;

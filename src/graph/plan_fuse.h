@@ -38,7 +38,24 @@
  * keeps its memory: it is written while an overflow is traced or numerics
  * are collected (mp_plan_fused_output_stored), which read it. Both pn get
  * dw_fused (each other's index); the conv's prepare may decline (its
- * kernels do not take the shape or dtype: mp_plan_unfuse_bn_dw). */
+ * kernels do not take the shape or dtype: mp_plan_unfuse_bn_dw).
+ *
+ * GPU training plans likewise fuse a batch norm + ReLU whose output only a
+ * k x k average pool of stride k and no padding reads (cnn10's stage ends),
+ * unless told not to (mp_plan_opts.no_bn_pool_fusion, MIXPREC_FUSE_BN_POOL=0,
+ * MIXPREC_BN_FAST=0, or no fusion at all): the pool's forward applies the
+ * batch norm's coefficients and the ReLU to its input as it loads it (the
+ * values the batch norm would store), the batch norm writes no output
+ * (skip_out), the pool's backward runs nothing, and the batch norm's
+ * backward reads the pool's output gradient spread over each window
+ * (mp_op_call.pool_dy: what the pool's backward would have written, bit for
+ * bit) with the ReLU's mask recomputed from its input. Per step that skips
+ * writing and reading the full-size activation and its gradient once each
+ * way. While an overflow is traced (a forward or a checked backward
+ * replayed) or numerics are collected, both are written and read as
+ * unfused (mp_plan_fused_output_stored), which the checks read. Both pn get
+ * pool_fused (each other's index); where the batch norm's fast kernels do
+ * not take its shape the device undoes it (mp_plan_unfuse_bn_pool). */
 #ifndef MP_GRAPH_PLAN_FUSE_H
 #define MP_GRAPH_PLAN_FUSE_H
 
@@ -60,8 +77,11 @@ void mp_plan_fuse_offsets(mp_plan *p);
  * declined it): the batch norm stores its output again (the device then
  * prepares it again, as an unfused one). */
 void mp_plan_unfuse_bn_dw(mp_plan *p, int k);
-/* Whether a batch norm fused into a depthwise conv stores its output in
- * this forward: while numerics are observed or an overflow is replayed. */
+/* Undo the batch norm + average pool fusion of batch norm i. */
+void mp_plan_unfuse_bn_pool(mp_plan *p, int i);
+/* Whether a batch norm fused into a depthwise conv or average pool stores
+ * its output in this forward (and the pool writes its input gradient in
+ * this backward): while numerics are observed or an overflow is replayed. */
 bool mp_plan_fused_output_stored(const mp_plan *p);
 /* The batch norm that runs fused-away node i (a ReLU, or an add), or -1. */
 int mp_plan_fused_producer(const mp_plan *p, int i);

@@ -204,8 +204,8 @@ static void run_case(mp_cuda_ctx *ctx, const bn_case *k) {
     }
     if (ok) expect(stats_bad == 0, label);
     /* backward: the mask as the op sets it (the stored output's with a residual add, else recomputed from x) */
-    const mp_bn_fast_mask by_y = {k->relu ? d.y : NULL, NULL, NULL},
-                          by_x = {NULL, k->relu ? d.save : NULL, k->relu ? d.save + 2 * C : NULL};
+    const mp_bn_fast_mask by_y = {.y_mask = k->relu ? d.y : NULL},
+                          by_x = {.fwd_mu = k->relu ? d.save : NULL, .fwd_scale = k->relu ? d.save + 2 * C : NULL};
     const mp_bn_fast_mask mask = k->resid ? by_y : by_x;
     const mp_bn_bwd_out bo = {true, d.save, d.save + C, d.rmean, d.rvar, eps, d.gamma, MP_DTYPE_F32,
                               d.dgamma, d.dbeta, MP_DTYPE_F32, MP_DTYPE_F32, d.coef_b};
@@ -348,7 +348,7 @@ static void finalize_many_partials(mp_cuda_ctx *ctx) {
                               o, o + C, o + 4 * C};
     const mp_bn_bwd_out bo = {true, o, o + C, o + 7 * C, o + 8 * C, 1e-5f, o + 15 * C, MP_DTYPE_F32,
                               o + 9 * C, o + 10 * C, MP_DTYPE_F32, MP_DTYPE_F32, o + 11 * C};
-    const mp_bn_fast_mask none = {NULL, NULL, NULL};
+    const mp_bn_fast_mask none = {.y_mask = NULL};
     ok = ok && mp_bn_fast_stats(st, dt, x, M, C, G, R, part, part + (size_t)G * C) == cudaSuccess &&
          mp_bn_finalize_forward(st, part, part + (size_t)G * C, C, G, M, R, C, fo, NULL) == cudaSuccess &&
          mp_bn_fast_bwd_reduce(st, dt, x, dy, none, o, M, C, G, R, part, part + (size_t)G * C) == cudaSuccess &&

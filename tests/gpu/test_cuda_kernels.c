@@ -548,7 +548,7 @@ static void bn_fast_mask_exact(mp_cuda_ctx *ctx, mp_dtype dt) {
          cudaMemcpy(dCoef, coef, 7 * (size_t)C * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaDeviceSynchronize() == cudaSuccess;
     const cudaStream_t st = ctx->stream;
-    const mp_bn_fast_mask by_y = {dY, NULL, NULL}, by_x = {NULL, dCoef, dCoef + C};
+    const mp_bn_fast_mask by_y = {.y_mask = dY}, by_x = {.fwd_mu = dCoef, .fwd_scale = dCoef + C};
     const float *dxc = dCoef + 3 * C;
     ok = ok && mp_bn_fast_apply(st, dt, dX, NULL, dY, M, C, G, R, dCoef, true) == cudaSuccess &&
          mp_bn_fast_bwd_reduce(st, dt, dX, dDY, by_y, dxc, M, C, G, R, dP, dP + G * C) == cudaSuccess &&
