@@ -250,15 +250,33 @@ __device__ __forceinline__ void load_fwd(const float *fwd_mu, const float *fwd_s
     load_coef<fast_vec<T>::N>(fwd_scale + C, c0, f.sh);
 }
 
+/* n / d for n < 2^31 by a multiply-high, an add and a shift (Granlund and
+ * Montgomery's division by an invariant integer; m and s from the host:
+ * fast_div_of): the pooled rows' index arithmetic, four divisions per row,
+ * which as divide instructions cost more than the row's own work. */
+struct fast_div {
+    unsigned d, m, s;
+};
+
+static inline fast_div fast_div_of(unsigned d) {
+    unsigned s = 0;
+    while ((1ull << s) < d) s++;
+    const unsigned m = (unsigned)(((1ull << 32) * ((1ull << s) - d)) / d + 1);
+    return fast_div{d, m, s};
+}
+
+__device__ __forceinline__ unsigned div_by(unsigned n, const fast_div &f) { return (__umulhi(n, f.m) + n) >> f.s; }
+
 /* A fused average pool's output gradient read as the batch norm's dy
  * (mp_bn_fast_mask.pooled): row r = (n, h, w) of the H x W image takes row
  * (n, h / k, w / k) of the pooled OH x OW one (OH = H / k, OW = W / k) times
  * 1 / k^2, rounded to T as the pool's backward stores it (one fused
  * multiply-add onto 0, as its sum of one window); rows past the last
- * window take 0. Rows are 32-bit here (mp_bn_fast_mask_ok). */
+ * window take 0. Rows are 31-bit here (mp_bn_fast_mask_ok). */
 struct pooled_dy {
     const void *dp;
-    unsigned H, W, OH, OW, k;
+    fast_div W, H, k;
+    unsigned OH, OW;
     float inv;
 };
 
@@ -266,8 +284,9 @@ template <typename T, bool POOLED>
 __device__ __forceinline__ uint4 load_dy(const T *dy, const pooled_dy &pd, long long r, int C, long long c0) {
     if (!POOLED) return ld16(dy + r * C + c0);
     constexpr int N = fast_vec<T>::N;
-    const unsigned q = (unsigned)r / pd.W, w = (unsigned)r - q * pd.W, n = q / pd.H, h = q - n * pd.H;
-    const unsigned oh = h / pd.k, ow = w / pd.k;
+    const unsigned q = div_by((unsigned)r, pd.W), w = (unsigned)r - q * pd.W.d;
+    const unsigned n = div_by(q, pd.H), h = q - n * pd.H.d;
+    const unsigned oh = div_by(h, pd.k), ow = div_by(w, pd.k);
     float g[N];
 #pragma unroll
     for (int k = 0; k < N; k++) g[k] = 0.f;
@@ -408,9 +427,11 @@ static inline int vec_of(mp_dtype dt) {
 
 /* The pooled gradient mp_bn_fast_mask names, as the kernels take it (dp NULL: none). */
 static inline pooled_dy pooled_of(const mp_bn_fast_mask &m) {
-    pooled_dy p = {m.pooled, (unsigned)m.H, (unsigned)m.W, 0, 0, (unsigned)m.k, 0.f};
+    pooled_dy p = {};
     if (!m.pooled) return p;
-    p.OH = p.H / p.k, p.OW = p.W / p.k;
+    p.dp = m.pooled;
+    p.W = fast_div_of((unsigned)m.W), p.H = fast_div_of((unsigned)m.H), p.k = fast_div_of((unsigned)m.k);
+    p.OH = (unsigned)(m.H / m.k), p.OW = (unsigned)(m.W / m.k);
     p.inv = 1.f / (float)(m.k * m.k); /* as the pool's backward computes it */
     return p;
 }

@@ -8,8 +8,9 @@
  *     row and column no window reaches, global pool, linear) fused and
  *     unfused, in fp32, amp-bf16 and amp-fp16: the same loss, running
  *     statistics and gradients bit for bit (the first conv's weight
- *     gradient, whose cuDNN algorithm may sum with atomics, within 1e-5),
- *     on an arena of NaN bytes (MIXPREC_POISON_ARENA=1: a read of a
+ *     gradient, whose cuDNN algorithm may sum with atomics, within 1e-5;
+ *     MIXPREC_DETERMINISTIC=1 keeps the other convolutions' algorithms
+ *     free of them), on an arena of NaN bytes (MIXPREC_POISON_ARENA=1: a read of a
  *     gradient nobody wrote shows). Batch norm runs on our one-kernel
  *     passes (MIXPREC_CUDNN_BN=0, MIXPREC_BN_PERSIST=1) unless the
  *     environment says otherwise: scripts/gpu-check's gpu-bn mode runs this
@@ -100,10 +101,12 @@ static mp_status net_step(mp_model *m, bool fused, bool checked, float *loss, in
 }
 
 /* Parameters (gradients of trainable ones, values of buffers) of a and b
- * that differ; *first: the first one's name. */
-static int params_differ(const mp_model *a, const mp_model *b, const char **first) {
+ * that differ; *first: the first one's name, *rel its largest difference
+ * relative to its largest value. */
+static int params_differ(const mp_model *a, const mp_model *b, const char **first, double *rel) {
     int differ = 0;
     *first = "-";
+    *rel = 0;
     for (int k = 0; k < a->g->n_params; k++) {
         const mp_gparam *pa = &a->g->params[k], *pb = &b->g->params[k];
         const int64_t n = mp_shape_numel(&pb->spec.shape);
@@ -117,7 +120,15 @@ static int params_differ(const mp_model *a, const mp_model *b, const char **firs
             }
             same = d2 <= 1e-10 * r2;
         }
-        if (!same && !differ++) *first = pb->name;
+        if (!same && !differ++) {
+            *first = pb->name;
+            double dmax = 0, vmax = 0;
+            for (int64_t i = 0; i < n; i++) {
+                dmax = fmax(dmax, fabs((double)va[i] - vb[i]));
+                vmax = fmax(vmax, fabs((double)vb[i]));
+            }
+            *rel = vmax > 0 ? dmax / vmax : dmax;
+        }
     }
     return differ;
 }
@@ -137,10 +148,11 @@ static void exact_step(mp_precision prec, bool checked) {
           na, nb, want);
     CHECK(!fa, "exact step %s: the checked backward found a NaN/inf in a finite step", pn);
     const char *first = "-";
-    const int differ = sa == MP_OK && sb == MP_OK ? params_differ(&a, &b, &first) : -1;
+    double rel = 0;
+    const int differ = sa == MP_OK && sb == MP_OK ? params_differ(&a, &b, &first, &rel) : -1;
     CHECK(!memcmp(&la, &lb, sizeof la), "exact step %s: loss fused %.9g, unfused %.9g", pn, la, lb);
-    CHECK(differ == 0, "exact step %s (%s): %d parameters' gradients or running statistics differ (first %s)", pn, how,
-          differ, first);
+    CHECK(differ == 0, "exact step %s (%s): %d parameters' gradients or running statistics differ (first %s, by %.3g "
+          "of its largest value)", pn, how, differ, first, rel);
     printf("%s exact step %s (%s), %d batch norms fused: loss %.9g / %.9g, %d of %d parameters differ\n",
            sa == MP_OK && sb == MP_OK && !differ && la == lb && !fa ? "ok  " : "FAIL", pn, how, na, la, lb, differ,
            a.g->n_params);
@@ -233,6 +245,7 @@ int main(void) {
     /* exact steps need batch norm on our kernels in both plans; an arena of NaN bytes shows unwritten reads;
      * set before the library first reads its environment; what the environment sets stays */
     setenv("MIXPREC_CUDNN_BN", "0", 0);
+    setenv("MIXPREC_DETERMINISTIC", "1", 0); /* the same convolution algorithms, none summing with atomics */
     setenv("MIXPREC_BN_PERSIST", "1", 0);
     setenv("MIXPREC_POISON_ARENA", "1", 0);
     if (mp_cuda_device_count() < 1) {
