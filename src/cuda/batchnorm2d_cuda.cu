@@ -19,11 +19,12 @@
  * elementwise passes are bn_add_relu_cuda.h's: forward stores
  * relu(bn(x) + resid) (or bn(x) + resid), backward writes dx and the
  * residual's gradient from one read of dy (and the mask).
- * Fused into the depthwise conv2d reading that ReLU (cfg->feeds_dw,
- * graph/plan_fuse.h), a training forward under mp_op_call.skip_out
- * computes the statistics and coefficients but stores no output (the conv
- * applies them as it loads x), on our kernels only: the backward's mask is
- * recomputed from x.
+ * Fused into the depthwise conv2d or the average pool reading that ReLU
+ * (cfg->feeds_loader, graph/plan_fuse.h), a training forward under
+ * mp_op_call.skip_out computes the statistics and coefficients but stores
+ * no output (the conv or pool applies them as it loads x), on our kernels
+ * only: the backward's mask is recomputed from x, and under a pool it reads
+ * the pool's output gradient (mp_op_call.pool_dy) in place of dy.
  * Where every activation of a call has one dtype and C fits, the streaming
  * passes run batchnorm2d_fast.h's kernels (the same partials and finalize),
  * and a training pass may run as one cooperative kernel instead

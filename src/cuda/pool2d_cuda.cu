@@ -213,7 +213,7 @@ __global__ void avgpool_bwd_kernel(const void *dy, mp_dtype dydt, void *dx, mp_d
                 float gv[VEC];
                 mp_ldv<VEC>(dy, dydt, (oplane + (I)oh * g.OW + ow) * g.C + c0, gv);
 #pragma unroll
-                for (int k = 0; k < VEC; k++) acc[k] += gv[k] * inv;
+                for (int k = 0; k < VEC; k++) acc[k] = __fmaf_rn(gv[k], inv, acc[k]); /* as batchnorm2d_fast.cuh */
             }
         mp_stv<VEC>(dx, dxdt, t * VEC, acc);
     }

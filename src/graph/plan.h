@@ -71,7 +71,7 @@ struct mp_plan {
      * complete, before its backward (grad true); host plans, NULL = none. */
     mp_status (*observe)(void *arg, int node, bool grad, const mp_tensor *t);
     void *observe_arg;
-    bool replaying; /* mp_plan_find_nonfinite_forward's replay is running */
+    bool replaying; /* mp_plan_find_nonfinite_forward's replay, or a checked backward, is running */
     bool forward_ran;  /* a forward (or find_nonfinite_forward's replay) completed: backward may run */
     int changed_source; /* 1 + the input, labels or targets node given a new batch after the last forward
                            (a backward then would mix two batches: refused), or 0 */

@@ -140,7 +140,7 @@ static int pool_after(const mp_plan *p, int i, int j) {
 static void fuse_bn_pool(mp_plan *p) {
     const mp_env *env = mp_env_get();
     if (p->o.device.kind != MP_DEVICE_CUDA || !p->o.training || p->o.no_bn_pool_fusion || env->no_bn_pool_fusion ||
-        env->no_bn_fast)
+        env->no_bn_fast || env->cudnn_bn == 1) /* fused, the batch norm runs on our kernels only */
         return;
     for (int j = 0; j < p->n; j++) {
         if (!p->nodes[j].fused_away || p->g->nodes[j].desc.kind != MP_OP_RELU) continue;

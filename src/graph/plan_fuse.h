@@ -43,7 +43,7 @@
  * GPU training plans likewise fuse a batch norm + ReLU whose output only a
  * k x k average pool of stride k and no padding reads (cnn10's stage ends),
  * unless told not to (mp_plan_opts.no_bn_pool_fusion, MIXPREC_FUSE_BN_POOL=0,
- * MIXPREC_BN_FAST=0, or no fusion at all): the pool's forward applies the
+ * MIXPREC_BN_FAST=0, MIXPREC_CUDNN_BN=1, or no fusion at all): the pool's forward applies the
  * batch norm's coefficients and the ReLU to its input as it loads it (the
  * values the batch norm would store), the batch norm writes no output
  * (skip_out), the pool's backward runs nothing, and the batch norm's
@@ -69,7 +69,9 @@ void mp_plan_fuse_bn_relu(mp_plan *p);
 /* The arena buffers of the plan's 3 per node (out, grad, saved): the fused
  * nodes share the batch norm's output buffer (with a ReLU alive until the
  * batch norm's backward, which may read it for the mask) and the last one's
- * (the ReLU's, or a ReLU-less add's) gradient buffer. */
+ * (the ReLU's, or a ReLU-less add's) gradient buffer; an average pool with
+ * a batch norm fused in keeps its output gradient until that batch norm's
+ * backward, which reads it. */
 void mp_plan_fuse_buffers(const mp_plan *p, mp_arena_buf *b);
 /* After placement: point the shared tensors at one another's offsets. */
 void mp_plan_fuse_offsets(mp_plan *p);
