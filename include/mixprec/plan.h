@@ -164,8 +164,8 @@ MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
  * the ReLU after it is not stored apart unless marked an output, and on
  * GPU training plans a batch norm + ReLU fused into the depthwise
  * convolution or average pool reading it (bn_dw_fusion, no_bn_pool_fusion)
- * is not stored at all. Elsewhere, or before a forward has completed: MP_ERR_INVALID_ARG naming
- * the node. After
+ * is not stored at all. Elsewhere, or before a forward has completed:
+ * MP_ERR_INVALID_ARG naming the node. After
  * mp_plan_find_nonfinite_forward everything reads as after a forward. */
 MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 /** With opts.profile: time per op kind (forward, backward, share) and how

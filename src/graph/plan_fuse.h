@@ -43,9 +43,10 @@
  * GPU training plans likewise fuse a batch norm + ReLU whose output only a
  * k x k average pool of stride k and no padding reads (cnn10's stage ends),
  * unless told not to (mp_plan_opts.no_bn_pool_fusion, MIXPREC_FUSE_BN_POOL=0,
- * MIXPREC_BN_FAST=0, MIXPREC_CUDNN_BN=1, or no fusion at all): the pool's forward applies the
- * batch norm's coefficients and the ReLU to its input as it loads it (the
- * values the batch norm would store), the batch norm writes no output
+ * MIXPREC_BN_FAST=0, MIXPREC_CUDNN_BN=1, or no fusion at all): the pool's
+ * forward applies the batch norm's coefficients and the ReLU to its input
+ * as it loads it (the values the batch norm would store), the batch norm
+ * writes no output
  * (skip_out), the pool's backward runs nothing, and the batch norm's
  * backward reads the pool's output gradient spread over each window
  * (mp_op_call.pool_dy: what the pool's backward would have written, bit for
