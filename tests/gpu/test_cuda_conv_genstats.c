@@ -11,9 +11,10 @@
  *                      scale and bias, virtual intermediates). The dtypes of its
  *                      added tensors are tried in the order of sbr_try until
  *                      one has an engine that runs.
- * Each graph is searched as the library searches a convolution (conv_engine.cu):
- * every config among heuristic mode A's first 16 (the fallback list's first 4
- * only when none of those runs) whose numerical notes the library allows is
+ * Each graph is searched as the library searches a convolution (conv_engine.cu),
+ * over more configs: every one among heuristic mode A's first 16 (the
+ * library's default is 12, MIXPREC_CUDNN_ENGINE_CANDIDATES; the fallback
+ * list's first 4 only when none of those runs) whose numerical notes the library allows is
  * finalized and timed (a warm-up, then the median of 3 trials of 4 runs queued
  * back to back, GPU time; a warm-up over 4x the best so far, twice (a
  * first run may compile the kernels), ends that candidate), and the
