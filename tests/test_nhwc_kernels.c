@@ -17,6 +17,9 @@
  *    bf16 or f16 rounds to +0), also after gamma and beta changed;
  *  - 2x2 stride-2 average pooling: the NCHW fast kernel and the reference,
  *    bit for bit, odd heights and widths included;
+ *  - a training batch norm + ReLU fused into that pool (the pool applying
+ *    it, the batch norm's backward reading the pool's output gradient)
+ *    against the kernels apart, bit for bit, on 1 to 3 threads;
  *  - global average pooling: the reference, within 1e-6 (and how many values
  *    differ at all is printed). */
 #include <math.h>
@@ -137,10 +140,10 @@ static bool check_bn_mask(const char *tag, const char *st, mp_dtype dt, const vo
         put(dt, dym, i, off ? 0.0f : get(dt, dyh, i));
     }
     memset(ws, 0xFF, wsb);
-    mp_bn_bwd_cpu_nhwc(dt, xh, ymask, dyh, dxa, gamma, beta, true, scale, shift, dga, dba, bs, mean, is, rm, rv, M, C,
-                       eps, ws);
-    mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dym, dxb, gamma, beta, false, NULL, NULL, dgb, dbb, bs, mean, is, rm, rv, M, C,
-                       eps, ws);
+    mp_bn_bwd_cpu_nhwc(dt, xh, ymask, dyh, NULL, dxa, gamma, beta, true, scale, shift, dga, dba, bs, mean, is, rm, rv,
+                       M, C, eps, ws);
+    mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dym, NULL, dxb, gamma, beta, false, NULL, NULL, dgb, dbb, bs, mean, is, rm, rv, M,
+                       C, eps, ws);
     CHECK(!memcmp(dxa, dxb, bytes) && !memcmp(dga, dgb, C * 4) && !memcmp(dba, dbb, C * 4),
           "%s backward (%s): the ReLU mask differs from y's (%lld of %lld masked)", tag, st, (long long)masked,
           (long long)n);
@@ -150,8 +153,8 @@ static bool check_bn_mask(const char *tag, const char *st, mp_dtype dt, const vo
     bool differ = false;
     if (ymask && dt == MP_DTYPE_F32) {
         memset(ws, 0xFF, wsb);
-        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, dxb, gamma, beta, true, scale, shift, dgb, dbb, bs, mean, is, rm, rv, M,
-                           C, eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dxb, gamma, beta, true, scale, shift, dgb, dbb, bs, mean, is, rm,
+                           rv, M, C, eps, ws);
         differ = memcmp(dba, dbb, C * 4) != 0;
     }
     free(dym), free(dxa), free(dxb), free(dga), free(dba), free(dgb), free(dbb);
@@ -206,13 +209,15 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     float *rm1 = malloc(C * 4), *rv1 = malloc(C * 4), *rm2 = malloc(C * 4), *rv2 = malloc(C * 4);
     double *mean1 = alloc_poisoned(C * 8), *is1 = alloc_poisoned(C * 8), *mean2 = alloc_poisoned(C * 8),
            *is2 = alloc_poisoned(C * 8);
-    float *sc2 = alloc_poisoned(C * 4), *sh2 = alloc_poisoned(C * 4); /* the forward's scale and shift */
+    /* the forward's scale, shift and float mean */
+    float *sc2 = alloc_poisoned(C * 4), *sh2 = alloc_poisoned(C * 4), *mu2 = alloc_poisoned(C * 4);
     void *y1 = alloc_poisoned(bytes), *y2h = alloc_poisoned(bytes);
 
     /* training forward */
     memcpy(rm1, rm0, C * 4), memcpy(rv1, rv0, C * 4), memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
     mp_bn_fwd_train_cpu(dt, x, y1, gamma, beta, rm1, rv1, mean1, is1, N, C, HW, eps, mom, relu);
-    mp_bn_fwd_train_cpu_nhwc(dt, xh, y2h, gamma, beta, rm2, rv2, mean2, is2, sc2, sh2, M, C, eps, mom, relu, ws);
+    mp_bn_fwd_train_cpu_nhwc(dt, xh, y2h, gamma, beta, rm2, rv2, mean2, is2, sc2, sh2, mu2, M, C, eps, mom, relu, true,
+                             ws);
     void *y2 = back(dt, y2h, N, C, HW);
     double e = rel_l2(dt, y2, y1, n), em = rel_max(dt, y2, y1, n);
     note(dt, W_Y, dt == MP_DTYPE_F32 ? fmax(e, em) : e);
@@ -236,14 +241,18 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     {
         void *y3h = alloc_poisoned(bytes);
         double *mean3 = alloc_poisoned(C * 8), *is3 = alloc_poisoned(C * 8);
-        float *sc3 = alloc_poisoned(C * 4), *sh3 = alloc_poisoned(C * 4);
+        float *sc3 = alloc_poisoned(C * 4), *sh3 = alloc_poisoned(C * 4), *mu3 = alloc_poisoned(C * 4);
         memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
         memset(ws, 0xFF, wsb);
-        mp_bn_fwd_train_cpu_nhwc(dt, xh, y3h, gamma, beta, rm2, rv2, mean3, is3, sc3, sh3, M, C, eps, mom, relu, ws);
+        mp_bn_fwd_train_cpu_nhwc(dt, xh, y3h, gamma, beta, rm2, rv2, mean3, is3, sc3, sh3, mu3, M, C, eps, mom, relu,
+                                 true, ws);
         CHECK(!memcmp(y3h, y2h, bytes) && !memcmp(mean3, mean2, C * 8) && !memcmp(is3, is2, C * 8) &&
-                  !memcmp(sc3, sc2, C * 4) && !memcmp(sh3, sh2, C * 4),
+                  !memcmp(sc3, sc2, C * 4) && !memcmp(sh3, sh2, C * 4) && !memcmp(mu3, mu2, C * 4),
               "%s training: a second run differs", tag);
-        free(y3h), free(mean3), free(is3), free(sc3), free(sh3);
+        for (int c = 0; c < C; c++)
+            CHECK(mu2[c] == (float)mean2[c], "%s training: channel %d's float mean %.9g is not its mean %.17g rounded",
+                  tag, c, mu2[c], mean2[c]);
+        free(y3h), free(mean3), free(is3), free(sc3), free(sh3), free(mu3);
     }
 
     /* inference forward */
@@ -268,8 +277,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         memset(ws, 0xFF, wsb);
         mp_bn_bwd_cpu(dt, x, relu ? (bs ? y1 : yev) : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C,
                       HW, eps);
-        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, dx2h, gamma, beta, relu, NULL, NULL, dg2, db2, bs, mean1, is1, rm0, rv0,
-                           M, C, eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dx2h, gamma, beta, relu, NULL, NULL, dg2, db2, bs, mean1, is1, rm0,
+                           rv0, M, C, eps, ws);
         void *dx2 = back(dt, dx2h, N, C, HW);
         const char *st = bs ? "batch statistics" : "running statistics";
         e = rel_l2(dt, dx2, dx1, n), em = rel_max(dt, dx2, dx1, n);
@@ -294,10 +303,10 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         CHECK(eg < 1e-6, "%s backward (%s): gamma gradient diff %g of its terms' size (tolerance 1e-6)", tag, st, eg);
         CHECK(eb < 1e-6, "%s backward (%s): beta gradient diff %g of its terms' size (tolerance 1e-6)", tag, st, eb);
         /* only some outputs wanted: the same values where written, nothing else */
-        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, dx3h, gamma, beta, relu, NULL, NULL, NULL, NULL, bs, mean1, is1, rm0,
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dx3h, gamma, beta, relu, NULL, NULL, NULL, NULL, bs, mean1, is1,
+                           rm0, rv0, M, C, eps, ws);
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, NULL, gamma, beta, relu, NULL, NULL, dg3, db3, bs, mean1, is1, rm0,
                            rv0, M, C, eps, ws);
-        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, gamma, beta, relu, NULL, NULL, dg3, db3, bs, mean1, is1, rm0, rv0,
-                           M, C, eps, ws);
         CHECK(!memcmp(dx3h, dx2h, bytes), "%s backward (%s): dx alone differs", tag, st);
         CHECK(!memcmp(dg3, dg2, C * 4) && !memcmp(db3, db2, C * 4),
               "%s backward (%s): dgamma/dbeta alone differ", tag, st);
@@ -333,7 +342,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
             free(db3);
     }
     free(x), free(dy), free(xh), free(dyh), free(gamma), free(beta), free(rm0), free(rv0), free(ws);
-    free(rm1), free(rv1), free(rm2), free(rv2), free(mean1), free(is1), free(mean2), free(is2), free(sc2), free(sh2);
+    free(rm1), free(rv1), free(rm2), free(rv2), free(mean1), free(is1), free(mean2), free(is2), free(sc2), free(sh2),
+        free(mu2);
     free(y1), free(y2h), free(y2), free(y4h), free(y4), free(yev);
 }
 
@@ -393,6 +403,84 @@ static void check_pool(int N, int C, int H, int W, mp_dtype dt, uint64_t seed) {
           "avgpool2 %s %dx%dx%dx%d on %s: differs from the NCHW fast path", mp_dtype_name(dt), N, C, H, W, isa);
     free(x), free(dy), free(xh), free(dyh), free(yr), free(dxr), free(yf), free(dxf), free(yh), free(dxh), free(y),
         free(dx);
+}
+
+/* A training batch norm + ReLU fused into the 2x2 average pool reading it
+ * (graph/plan_fuse.h), against the two kernels apart, bit for bit, with
+ * `threads` threads (the statistics' sums depend on their count): the
+ * forward without y gives the same statistics, coefficients and float mean
+ * and leaves y unwritten, the pool applying the batch norm gives the same
+ * output, and the backward reading the pool's output gradient gives the
+ * input, gamma and beta gradients that the pool's backward followed by the
+ * batch norm's give. Channels on the ReLU's edge (gamma 0) included. */
+static void check_bn_pool(int N, int C, int H, int W, mp_dtype dt, int threads, uint64_t seed) {
+    const int OH = H / 2, OW = W / 2;
+    const int64_t M = (int64_t)N * H * W, nx = M * C, ny = (int64_t)N * OH * OW * C;
+    const size_t es = esize(dt);
+    omp_set_num_threads(threads);
+    mp_rng g;
+    mp_rng_seed(&g, seed);
+    void *x = alloc_poisoned(nx * es), *pdy = alloc_poisoned(ny * es);
+    for (int64_t i = 0; i < nx; i++) put(dt, x, i, (float)(mp_rng_normal(&g) * 2 + (double)(i % C % 3)));
+    fill(dt, pdy, ny, &g);
+    float *gamma = malloc(C * 4), *beta = malloc(C * 4), *rm0 = malloc(C * 4), *rv0 = malloc(C * 4);
+    for (int c = 0; c < C; c++) {
+        gamma[c] = c % 7 == 3 ? 0.0f : (float)(0.5 + 0.1 * (c % 5));
+        beta[c] = c % 7 == 3 ? (const float[]){0.0f, 0x1p-134f, -0.0f}[c % 3] : (float)(0.2 * (c % 4) - 0.3);
+        rm0[c] = 0.1f * (float)(c % 3), rv0[c] = 1.0f + 0.1f * (float)(c % 2);
+    }
+    /* [0]: apart, [1]: fused */
+    float *rm[2], *rv[2], *sc[2], *sh[2], *mu[2], *dgamma[2], *dbeta[2];
+    double *mean[2], *is[2];
+    void *y[2], *pooled[2], *dx[2], *ws[2];
+    const size_t wsb = mp_bn_nhwc_pooled_workspace_bytes(C, W);
+    for (int k = 0; k < 2; k++) {
+        rm[k] = malloc(C * 4), rv[k] = malloc(C * 4);
+        memcpy(rm[k], rm0, C * 4), memcpy(rv[k], rv0, C * 4);
+        sc[k] = alloc_poisoned(C * 4), sh[k] = alloc_poisoned(C * 4), mu[k] = alloc_poisoned(C * 4);
+        dgamma[k] = alloc_poisoned(C * 4), dbeta[k] = alloc_poisoned(C * 4);
+        mean[k] = alloc_poisoned(C * 8), is[k] = alloc_poisoned(C * 8);
+        y[k] = alloc_poisoned(nx * es), pooled[k] = alloc_poisoned(ny * es), dx[k] = alloc_poisoned(nx * es);
+        ws[k] = alloc_poisoned(k ? wsb : mp_bn_nhwc_workspace_bytes(C));
+        mp_bn_fwd_train_cpu_nhwc(dt, x, y[k], gamma, beta, rm[k], rv[k], mean[k], is[k], sc[k], sh[k], mu[k], M, C,
+                                 1e-5, 0.1, true, k == 0, ws[k]);
+    }
+    void *dy = alloc_poisoned(nx * es);
+    mp_avgpool2_fwd_cpu_nhwc(dt, y[0], pooled[0], N, C, H, W);
+    mp_avgpool2_bwd_cpu_nhwc(dt, pdy, dy, N, C, H, W);
+    mp_bn_bwd_cpu_nhwc(dt, x, NULL, dy, NULL, dx[0], gamma, beta, true, sc[0], sh[0], dgamma[0], dbeta[0], true,
+                       mean[0], is[0], rm0, rv0, M, C, 1e-5, ws[0]);
+    mp_avgpool2_bn_fwd_cpu_nhwc(dt, x, pooled[1], mu[1], sc[1], sh[1], N, C, H, W);
+    const mp_bn_pooled_dy pd = {pdy, H, W};
+    mp_bn_bwd_cpu_nhwc(dt, x, NULL, NULL, &pd, dx[1], gamma, beta, true, sc[1], sh[1], dgamma[1], dbeta[1], true,
+                       mean[1], is[1], rm0, rv0, M, C, 1e-5, ws[1]);
+    char tag[128];
+    snprintf(tag, sizeof tag, "bn + avgpool2 %s %dx%dx%dx%d, %d thread(s), on %s", mp_dtype_name(dt), N, C, H, W,
+             threads, mp_fast_isa_name(mp_fast_isa_current()));
+    bool y_untouched = true;
+    for (int64_t i = 0; i < (int64_t)(nx * es); i++) y_untouched &= ((unsigned char *)y[1])[i] == 0xFF;
+    CHECK(y_untouched, "%s: the forward without y wrote y", tag);
+    CHECK(!memcmp(mean[0], mean[1], C * 8) && !memcmp(is[0], is[1], C * 8) && !memcmp(sc[0], sc[1], C * 4) &&
+              !memcmp(sh[0], sh[1], C * 4) && !memcmp(mu[0], mu[1], C * 4) && !memcmp(rm[0], rm[1], C * 4) &&
+              !memcmp(rv[0], rv[1], C * 4),
+          "%s: the forward's statistics differ without y", tag);
+    int64_t bad_y = 0, bad_dx = 0;
+    for (int64_t i = 0; i < ny; i++) bad_y += memcmp((char *)pooled[0] + i * es, (char *)pooled[1] + i * es, es) != 0;
+    for (int64_t i = 0; i < nx; i++) bad_dx += memcmp((char *)dx[0] + i * es, (char *)dx[1] + i * es, es) != 0;
+    CHECK(bad_y == 0, "%s: %lld of %lld pooled outputs differ from the kernels apart", tag, (long long)bad_y,
+          (long long)ny);
+    CHECK(bad_dx == 0, "%s: %lld of %lld input gradients differ from the kernels apart", tag, (long long)bad_dx,
+          (long long)nx);
+    CHECK(!memcmp(dgamma[0], dgamma[1], C * 4) && !memcmp(dbeta[0], dbeta[1], C * 4),
+          "%s: gamma or beta gradients differ from the kernels apart", tag);
+    double dx2 = 0;
+    for (int64_t i = 0; i < nx; i++) dx2 += get(dt, dx[1], i) * get(dt, dx[1], i);
+    CHECK(dx2 > 0 && isfinite(dx2), "%s: input gradient all zero or not finite (%g)", tag, dx2);
+    for (int k = 0; k < 2; k++) {
+        free(rm[k]), free(rv[k]), free(sc[k]), free(sh[k]), free(mu[k]), free(dgamma[k]), free(dbeta[k]);
+        free(mean[k]), free(is[k]), free(y[k]), free(pooled[k]), free(dx[k]), free(ws[k]);
+    }
+    free(x), free(pdy), free(dy), free(gamma), free(beta), free(rm0), free(rv0);
 }
 
 /* global average pooling: NHWC against the reference within 1e-6 */
@@ -464,6 +552,14 @@ int main(void) {
             check_pool(3, 1, 5, 4, dts[d], seed + 3);  /* C = 1, odd H */
             check_pool(2, 33, 2, 3, dts[d], seed + 4); /* one output row, odd W */
             check_pool(8, 64, 28, 28, dts[d], seed + 5);
+            const int procs = omp_get_num_procs() < 3 ? omp_get_num_procs() : 3, max_threads = omp_get_max_threads();
+            for (int t = 1; t <= procs; t++) { /* 2 threads split 3x5x7's rows in a window */
+                check_bn_pool(3, 16, 5, 7, dts[d], t, seed + 11);   /* odd H and W: a row and a column in no window */
+                check_bn_pool(2, 520, 4, 6, dts[d], t, seed + 12);  /* C above one tile of channels */
+                check_bn_pool(4, 64, 14, 14, dts[d], t, seed + 13); /* cnn10's second stage end */
+                check_bn_pool(1, 3, 3, 2, dts[d], t, seed + 14);    /* C = 3, one window column */
+            }
+            omp_set_num_threads(max_threads);
             check_gap(2, 3, 7, 7, dts[d], seed + 6);
             check_gap(4, 130, 5, 3, dts[d], seed + 7); /* C above one tile */
             check_gap(3, 1, 1, 1, dts[d], seed + 8);   /* HW = 1 */

@@ -7,7 +7,9 @@
  * MP_IMPL_ONEDNN, or MP_IMPL_AUTO where no vector instance runs). With
  * c->relu_after the ReLU reading this node is fused in (graph/plan_fuse.h).
  * Channels-last tensors (a CPU plan's, graph/plan_layout.h) run the vector
- * kernels' NHWC instances. */
+ * kernels' NHWC instances, which also serve a training batch norm + ReLU
+ * fused into the 2x2 average pool after it (c->skip_out: no output stored;
+ * c->pool_dy: that pool's output gradient read in place of d_out). */
 #include <math.h>
 #include <stdio.h>
 
@@ -121,7 +123,8 @@ static mp_status bn_forward_nhwc(const mp_op_call *c) {
         mp_bn_fwd_train_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
                                  p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, mp_bn_saved_mean(c->saved),
                                  mp_bn_saved_invstd(c->saved, C), mp_bn_saved_scale_f32(c->saved, C),
-                                 mp_bn_saved_shift_f32(c->saved, C), M, C, eps, mom, c->relu_after, c->workspace);
+                                 mp_bn_saved_shift_f32(c->saved, C), mp_bn_saved_mean_f32(c->saved, C), M, C, eps, mom,
+                                 c->relu_after, !c->skip_out, c->workspace);
     else
         mp_bn_fwd_eval_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
                                 p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, M, C, eps, c->relu_after);
@@ -138,9 +141,11 @@ static mp_status bn_backward_nhwc(const mp_op_call *c) {
      * a trainer's groups take them, does not change), or read it from y where a staged call's y was
      * rounded to another type after the kernel. */
     const bool mask_from_y = c->relu_after && c->out_staged;
+    /* a 2x2 average pool fused in (graph/plan_fuse.h): its output gradient in place of dy */
+    const mp_bn_pooled_dy pooled = {c->pool_dy.data, xs->dims[2], xs->dims[3]};
     mp_bn_bwd_cpu_nhwc(c->out.dtype, c->in[0].data, mask_from_y ? c->out.data : NULL, c->d_out.data,
-                       c->d_in[0].data, p[P_WEIGHT].data, p[P_BIAS].data, c->relu_after,
-                       c->training ? mp_bn_saved_scale_f32(c->saved, C) : NULL,
+                       c->pool_dy.data ? &pooled : NULL, c->d_in[0].data, p[P_WEIGHT].data, p[P_BIAS].data,
+                       c->relu_after, c->training ? mp_bn_saved_scale_f32(c->saved, C) : NULL,
                        c->training ? mp_bn_saved_shift_f32(c->saved, C) : NULL, c->d_param[P_WEIGHT].data,
                        c->d_param[P_BIAS].data, c->training, mp_bn_saved_mean(c->saved),
                        mp_bn_saved_invstd(c->saved, C), p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data,
@@ -148,9 +153,23 @@ static mp_status bn_backward_nhwc(const mp_op_call *c) {
     return MP_OK;
 }
 
+/* A pool fused in (plan_fuse.h) needs the channels-last kernels of a
+ * training batch norm + ReLU: plans fuse only those. */
+static mp_status check_pool_fusion(const mp_op_call *c) {
+    if (!c->skip_out && !c->pool_dy.data) return MP_OK;
+    if (c->info->nhwc && c->training && c->relu_after && c->in[0].shape.ndim == 4 &&
+        (!c->pool_dy.data || c->pool_k == 2))
+        return MP_OK;
+    return mp_error(MP_ERR_UNSUPPORTED,
+                    "batchnorm2d '%s': an average pool fused into it needs a channels-last training batch norm + "
+                    "ReLU and a 2x2 pool",
+                    c->desc->name);
+}
+
 static mp_status bn_forward(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
     if (c->training) MP_TRY(check_batch(c->desc, xs));
+    MP_TRY(check_pool_fusion(c));
     if (c->info->nhwc) return bn_forward_nhwc(c);
 #ifdef MP_HAVE_ONEDNN
     if (use_dnnl(c)) return mp_bn_dnnl_forward(c->state, c);
@@ -170,6 +189,7 @@ static mp_status bn_forward(const mp_op_call *c) {
 }
 
 static mp_status bn_backward(const mp_op_call *c) {
+    MP_TRY(check_pool_fusion(c));
     if (c->info->nhwc) return bn_backward_nhwc(c);
 #ifdef MP_HAVE_ONEDNN
     if (use_dnnl(c) && c->training && c->d_in[0].data) return mp_bn_dnnl_backward(c->state, c);

@@ -11,12 +11,9 @@
 #include <math.h>
 #include <omp.h>
 
+#include "ops/batchnorm2d_cpu_math.h"
 #include "ops/cpu_fast.h"
-
-/* The normalized value before the ReLU, (x - muf) * gf + bf, as one fused
- * multiply-add in every kernel: the channels-last backward computes it again
- * for its ReLU mask and must get the forward's bits. */
-#define BN_PRE(xv, muf, gf, bf) fmaf((xv) - (muf), (gf), (bf))
+#include "ops/pool2d_cpu.h"
 
 #define MP_REF_TEMPLATE "batchnorm2d_cpu_kernels.inc"
 #include "instantiate_fast.inc"
@@ -38,12 +35,25 @@ static inline int bnn_threads(void) {
 #define BNN_WS_FLOATS 6
 static inline double *bnn_parts(void *ws, int64_t Cp) { return (double *)((float *)ws + BNN_WS_FLOATS * Cp); }
 
+/* The backward's buffer of spread rows for a fused pool's gradient over an
+ * input W wide: (W/2 + 1) rows of C, in floats (room for either ACT), one per
+ * thread after the sums, 64-byte aligned. */
+static inline size_t bnn_spread_bytes(int C, int W) { return ((size_t)(W / 2 + 1) * (size_t)C * 4 + 63) / 64 * 64; }
+
+static inline void *bnn_spread_buf(void *ws, int64_t Cp, int C, int W, int t) {
+    return (char *)(bnn_parts(ws, Cp) + 2 * Cp * MP_BN_NHWC_MAX_THREADS) + (size_t)t * bnn_spread_bytes(C, W);
+}
+
 #define MP_REF_TEMPLATE "batchnorm2d_nhwc_kernels.inc"
 #include "instantiate_fast.inc"
 
 size_t mp_bn_nhwc_workspace_bytes(int C) {
     const int64_t slots = MP_BN_NHWC_MAX_THREADS;
     return (size_t)(bnn_cpad(C) * (BNN_WS_FLOATS * (int64_t)sizeof(float) + 2 * slots * (int64_t)sizeof(double)));
+}
+
+size_t mp_bn_nhwc_pooled_workspace_bytes(int C, int W) {
+    return mp_bn_nhwc_workspace_bytes(C) + MP_BN_NHWC_MAX_THREADS * bnn_spread_bytes(C, W);
 }
 
 void mp_bn_fwd_train_cpu(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
@@ -65,10 +75,10 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
 }
 
 void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
-                              float *rvar, double *mean, double *invstd, float *scale, float *shift, int64_t M, int C,
-                              double eps, double mom, bool relu, void *ws) {
-    MP_FAST_CALL(dt, bnn_fwd_train, x, y, gamma, beta, rmean, rvar, mean, invstd, scale, shift, M, C, eps, mom, relu,
-                 ws);
+                              float *rvar, double *mean, double *invstd, float *scale, float *shift, float *mu,
+                              int64_t M, int C, double eps, double mom, bool relu, bool store, void *ws) {
+    MP_FAST_CALL(dt, bnn_fwd_train, x, y, gamma, beta, rmean, rvar, mean, invstd, scale, shift, mu, M, C, eps, mom,
+                 relu, store, ws);
 }
 
 void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
@@ -76,10 +86,13 @@ void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *g
     MP_FAST_CALL(dt, bnn_fwd_eval, x, y, gamma, beta, rmean, rvar, M, C, eps, relu);
 }
 
-void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
-                        const float *beta, bool relu, const float *scale, const float *shift, float *dgamma,
-                        float *dbeta, bool batch_stats, const double *mean, const double *invstd, const float *rmean,
-                        const float *rvar, int64_t M, int C, double eps, void *ws) {
-    MP_FAST_CALL(dt, bnn_bwd, x, y, dy, dx, gamma, beta, relu, scale, shift, dgamma, dbeta, batch_stats, mean, invstd,
-                 rmean, rvar, M, C, eps, ws);
+void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, const mp_bn_pooled_dy *pooled,
+                        void *dx, const float *gamma, const float *beta, bool relu, const float *scale,
+                        const float *shift, float *dgamma, float *dbeta, bool batch_stats, const double *mean,
+                        const double *invstd, const float *rmean, const float *rvar, int64_t M, int C, double eps,
+                        void *ws) {
+    const void *pdy = pooled ? pooled->dy : NULL;
+    const int H = pooled ? pooled->H : 0, W = pooled ? pooled->W : 0;
+    MP_FAST_CALL(dt, bnn_bwd, x, y, dy, pdy, H, W, dx, gamma, beta, relu, scale, shift, dgamma, dbeta, batch_stats,
+                 mean, invstd, rmean, rvar, M, C, eps, ws);
 }

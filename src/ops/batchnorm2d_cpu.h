@@ -35,24 +35,41 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
  * large enough whatever the thread count is later. */
 #define MP_BN_NHWC_MAX_THREADS 64
 size_t mp_bn_nhwc_workspace_bytes(int C);
-/* scale, shift (C floats each): the training forward keeps the float
- * scale and shift it applied, y = (x - (float)mean) * scale + shift, for its
- * backward's ReLU mask. */
+/* The workspace of a backward that reads a fused pool's gradient (pooled
+ * below) over an input W wide: the above and each thread's rows of spread
+ * values. */
+size_t mp_bn_nhwc_pooled_workspace_bytes(int C, int W);
+/* scale, shift, mu (C floats each): the training forward keeps the float
+ * scale and shift it applied, y = (x - mu) * scale + shift with mu the mean
+ * rounded to float, for its backward's ReLU mask and for an average pool the
+ * batch norm is fused into (which applies it as it loads x); store false:
+ * y is not written (that pool's case). */
 void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
-                              float *rvar, double *mean, double *invstd, float *scale, float *shift, int64_t M, int C,
-                              double eps, double mom, bool relu, void *ws);
+                              float *rvar, double *mean, double *invstd, float *scale, float *shift, float *mu,
+                              int64_t M, int C, double eps, double mom, bool relu, bool store, void *ws);
 void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
                              const float *rmean, const float *rvar, int64_t M, int C, double eps, bool relu);
+/* The output gradient of a 2x2 average pool (stride 2, no padding) that the
+ * batch norm + ReLU is fused into (graph/plan_fuse.h): dy (N, H/2, W/2, C)
+ * for the batch norm's (N, H, W, C). */
+typedef struct {
+    const void *dy;
+    int H, W;
+} mp_bn_pooled_dy;
 /* relu: dy masked where the forward's fused ReLU gave 0. y NULL: that mask
  * computed again from x with the forward's constants, bit for bit what y
  * holds when the kernel of this dt stored it: scale/shift from a training
  * forward, or NULL to compute them from gamma, beta and the statistics used
  * (mean/invstd with batch_stats, rmean/rvar without: an inference forward,
  * which changes none of them). y non-NULL: the mask read from y, for a y
- * rounded after the kernel to another type than dt (a staged call). */
-void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, void *dx, const float *gamma,
-                        const float *beta, bool relu, const float *scale, const float *shift, float *dgamma,
-                        float *dbeta, bool batch_stats, const double *mean, const double *invstd, const float *rmean,
-                        const float *rvar, int64_t M, int C, double eps, void *ws);
+ * rounded after the kernel to another type than dt (a staged call).
+ * pooled non-NULL: dy is not read; each row of it is what the pool's
+ * backward would have written from pooled->dy (the same bits); ws then
+ * holds mp_bn_nhwc_pooled_workspace_bytes(C, pooled->W). */
+void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, const mp_bn_pooled_dy *pooled,
+                        void *dx, const float *gamma, const float *beta, bool relu, const float *scale,
+                        const float *shift, float *dgamma, float *dbeta, bool batch_stats, const double *mean,
+                        const double *invstd, const float *rmean, const float *rvar, int64_t M, int C, double eps,
+                        void *ws);
 
 #endif

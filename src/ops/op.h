@@ -148,11 +148,12 @@ typedef struct {
     const float *bn_mu, *bn_scale, *bn_shift;
     bool skip_out;
     /* The same for a k x k average pool of stride k and no padding that is
-     * such a ReLU's only reader (GPU training plans, graph/plan_fuse.h): the
-     * avgpool2d reads bn_x as the depthwise conv does, and the batch
-     * norm's backward reads pool_dy, the pool's output gradient, spread
-     * over each window as the pool's backward (which does not run) would
-     * have written it to d_out; pool_dy.data NULL: it reads d_out. */
+     * such a ReLU's only reader (training plans, graph/plan_fuse.h; on a CPU
+     * 2x2 pools over channels-last f32 or bf16): the avgpool2d reads bn_x
+     * as the depthwise conv does, and the batch norm's backward reads
+     * pool_dy, the pool's output gradient, spread over each window as the
+     * pool's backward (which does not run) would have written it to d_out;
+     * pool_dy.data NULL: it reads d_out. */
     mp_tensor pool_dy;
     int pool_k;
     /* GPU plans: bit k set, backward ADDS its gradient for input k into

@@ -93,6 +93,11 @@ static pool_geom geom_of(const mp_op_call *c) {
 }
 
 static mp_status pool_forward(const mp_op_call *c) {
+    if (c->bn_x.data && !(c->info->nhwc && mp_pool_cpu_applies(c))) /* plans fuse only where it does */
+        return mp_error(MP_ERR_UNSUPPORTED,
+                        "avgpool2d '%s': a batch norm fused into it needs the channels-last 2x2 kernels (f32 or "
+                        "bf16 activations on a CPU with AVX2)",
+                        c->desc->name);
 #ifdef MP_HAVE_ONEDNN
     if (mp_onednn_use(c)) return mp_pool_dnnl_forward(c->state, c);
 #endif

@@ -6,6 +6,7 @@
 #endif
 #include "ops/pool2d_cpu.h"
 
+#include "ops/batchnorm2d_cpu_math.h"
 #include "ops/cpu_fast.h"
 
 #define MP_REF_TEMPLATE "pool2d_cpu_kernels.inc"
@@ -22,6 +23,11 @@ bool mp_pool_cpu_applies(const mp_op_call *c) { return mp_pool_cpu_window(c->des
 
 void mp_pool_cpu_forward(const mp_op_call *c) {
     const int *x = c->in[0].shape.dims, *y = c->out.shape.dims;
+    if (c->info->nhwc && c->bn_x.data) { /* a batch norm + ReLU fused in (graph/plan_fuse.h) */
+        mp_avgpool2_bn_fwd_cpu_nhwc(c->out.dtype, c->bn_x.data, c->out.data, c->bn_mu, c->bn_scale, c->bn_shift, x[0],
+                                    x[1], x[2], x[3]);
+        return;
+    }
     if (c->info->nhwc) { /* channels-last (graph/plan_layout.h) */
         mp_avgpool2_fwd_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, x[0], x[1], x[2], x[3]);
         return;
@@ -45,4 +51,9 @@ void mp_avgpool2_fwd_cpu_nhwc(mp_dtype dt, const void *x, void *y, int N, int C,
 
 void mp_avgpool2_bwd_cpu_nhwc(mp_dtype dt, const void *dy, void *dx, int N, int C, int H, int W) {
     MP_FAST_CALL(dt, avgpool2n_bwd, dy, dx, N, C, H, W);
+}
+
+void mp_avgpool2_bn_fwd_cpu_nhwc(mp_dtype dt, const void *bn_x, void *y, const float *mu, const float *scale,
+                                 const float *shift, int N, int C, int H, int W) {
+    MP_FAST_CALL(dt, avgpool2n_bn_fwd, bn_x, y, mu, scale, shift, N, C, H, W);
 }
