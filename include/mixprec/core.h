@@ -146,7 +146,7 @@ typedef struct {
     bool no_bn_add_relu_fusion; /**< MIXPREC_FUSE_BN_ADD_RELU=0: GPU batch norm, residual add (and ReLU) kept apart */
     bool bn_dw_fusion;         /**< MIXPREC_FUSE_BN_DW=1: a GPU batch norm + ReLU fused into the depthwise
                                     convolution reading it (mp_plan_opts.bn_dw_fusion) */
-    bool no_bn_pool_fusion;    /**< MIXPREC_FUSE_BN_POOL=0: a GPU batch norm + ReLU and the average pool reading
+    bool no_bn_pool_fusion;    /**< MIXPREC_FUSE_BN_POOL=0: a batch norm + ReLU and the average pool reading
                                     it kept apart (mp_plan_opts.no_bn_pool_fusion) */
     bool no_channels_last;     /**< MIXPREC_CPU_CHANNELS_LAST=0: CPU plans keep every activation NCHW */
     bool no_cudnn_add_dx;      /**< MIXPREC_CUDNN_ADD_DX=0: a GPU input gradient with two consumers is summed by a

@@ -81,18 +81,20 @@ typedef struct {
      * measured 13% slower with it (bench/NOTES.md v0.29).
      * MIXPREC_FUSE_BN_DW=1 turns it on for every plan; no_fusion wins. */
     bool bn_dw_fusion;
-    /** GPU training plans fuse a batchnorm2d + ReLU whose output only a k x k
+    /** Training plans fuse a batchnorm2d + ReLU whose output only a k x k
      * average pool of stride k and no padding reads (cnn10's stage ends)
-     * into that pool: the pool applies the batch norm and ReLU as it loads
-     * the batch norm's input, the batch norm's backward reads the pool's
-     * output gradient directly, and neither the batch norm's output nor the
-     * pool's input gradient is written (but when an overflow is traced or
-     * numerics are collected). The same values, bit for bit, as the two
-     * apart on our batch-norm kernels (these batch norms run on ours, not
-     * cuDNN's; none is fused under MIXPREC_CUDNN_BN=1). Reading that
-     * ReLU's output with mp_plan_read after a training forward is then an
-     * error. true keeps them apart (MIXPREC_FUSE_BN_POOL=0 does it for every
-     * plan; no_fusion implies it). */
+     * into that pool (on a CPU: 2x2 pools, where both run on the vector
+     * kernels over channels-last f32 or bf16 activations, not staged): the
+     * pool applies the batch norm and ReLU as it loads the batch norm's
+     * input, the batch norm's backward reads the pool's output gradient
+     * directly, and neither the batch norm's output nor the pool's input
+     * gradient is written (but when an overflow is traced or numerics are
+     * collected). The same values, bit for bit, as the two apart on our
+     * batch-norm kernels (on a GPU these batch norms run on ours, not
+     * cuDNN's; none is fused under MIXPREC_CUDNN_BN=1). Reading that ReLU's
+     * output with mp_plan_read after a training forward is then an error.
+     * true keeps them apart (MIXPREC_FUSE_BN_POOL=0 does it for every plan;
+     * no_fusion implies it). */
     bool no_bn_pool_fusion;
     /** CPU plans store a 4-D activation channels-last (NHWC) where every op
      * writing and reading it works on that layout (oneDNN's convolutions
@@ -162,9 +164,9 @@ MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
  * after mp_plan_forward only if a later node or the backward still reads it,
  * and not after a backward; a batch norm (or add) the plan runs fused with
  * the ReLU after it is not stored apart unless marked an output, and on
- * GPU training plans a batch norm + ReLU fused into the depthwise
- * convolution or average pool reading it (bn_dw_fusion, no_bn_pool_fusion)
- * is not stored at all. Elsewhere, or before a forward has completed:
+ * training plans a batch norm + ReLU fused into the depthwise convolution
+ * (GPU) or average pool reading it (bn_dw_fusion, no_bn_pool_fusion) is not
+ * stored at all. Elsewhere, or before a forward has completed:
  * MP_ERR_INVALID_ARG naming the node. After
  * mp_plan_find_nonfinite_forward everything reads as after a forward. */
 MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);

@@ -14,9 +14,14 @@
 #include "core/dtype_traits.h"
 #include "graph/exec_backend.h"
 #include "graph/exec_stage.h"
+#include "graph/plan_fuse.h"
 #include "graph/plan_layout.h"
 #include "graph/second_order.h"
+#include "ops/batchnorm2d_cpu.h"
+#include "ops/batchnorm2d_onednn.h"
 #include "ops/bf16_conv_math.h"
+#include "ops/cpu_fast.h"
+#include "ops/pool2d_cpu.h"
 
 static bool reference_notice_done;
 
@@ -158,9 +163,37 @@ static mp_status host_node_reprepare(mp_plan *p, int i, mp_layout_sizes *sz) {
     return MP_OK;
 }
 
+/* Batch norm i fused into the average pool k (plan_fuse.h) can run so: both
+ * on the vector kernels over channels-last f32 or bf16 (natively, not
+ * staged through f32 copies), the pool's 2x2 window. */
+static bool bn_pool_runs(const mp_plan *p, int i, int k) {
+    const mp_pnode *bn = &p->nodes[i], *pool = &p->nodes[k];
+    const mp_dtype dt = p->g->nodes[i].storage_dtype;
+    return p->onednn && mp_fast_isa_current() != MP_FAST_NONE && (dt == MP_DTYPE_F32 || dt == MP_DTYPE_BF16) &&
+           (!bn->staged || bn->native) && (!pool->staged || pool->native) && mp_info_nhwc_out(&bn->info) &&
+           (bn->info.nhwc & 1u) && (pool->info.nhwc & 1u) && mp_pool_cpu_window(&p->g->nodes[k].desc);
+}
+
+/* After the layouts are chosen: undo the batch norm + pool fusions that
+ * cannot run (bn_pool_runs), and size the workspace for those that do. */
+static void settle_bn_pool(mp_plan *p, size_t *ws) {
+    for (int i = 0; i < p->n; i++) {
+        const int k = p->nodes[i].pool_fused;
+        if (!k || p->g->nodes[i].desc.kind != MP_OP_BATCHNORM2D) continue;
+        if (!bn_pool_runs(p, i, k)) {
+            mp_plan_unfuse_bn_pool(p, i);
+            continue;
+        }
+        const mp_shape *x = &p->nodes[i].info.in[0];
+        const size_t need = mp_bn_nhwc_pooled_workspace_bytes(x->dims[1], x->dims[3]);
+        if (need > *ws) *ws = need;
+    }
+}
+
 static mp_status host_choose_layout(mp_plan *p, size_t *ws, size_t *stage) {
     mp_layout_sizes sz = {*ws, *stage};
     MP_TRY(mp_plan_choose_layout(p, &sz, host_node_reprepare));
+    settle_bn_pool(p, &sz.ws);
     *ws = sz.ws, *stage = sz.stage;
     return MP_OK;
 }
@@ -183,7 +216,28 @@ static void host_arena_free(mp_plan *p) {
 
 static void host_grad_place(mp_plan *p, int k, void *where) { (void)p, (void)k, (void)where; }
 
-static void host_bind_params(mp_plan *p, int i) { (void)p, (void)i; }
+/* A batch norm + ReLU fused into an average pool (plan_fuse.h): the pool
+ * reads the batch norm's input and its coefficients of each step (in its
+ * saved: batchnorm2d_onednn.h's layout); the batch norm's backward the
+ * pool's output gradient (pool_dy's data set by each backward). */
+static void host_bind_params(mp_plan *p, int i) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    mp_op_call *c = &p->nodes[i].call;
+    const int other = p->nodes[i].pool_fused;
+    if (!other) return;
+    if (nd->desc.kind == MP_OP_BATCHNORM2D) {
+        c->pool_dy = (mp_tensor){p->g->nodes[other].storage_dtype, p->nodes[other].info.out, NULL};
+        c->pool_k = p->g->nodes[other].desc.attr.pool.kernel;
+        return;
+    }
+    const int x = p->g->nodes[other].in[0];
+    const int C = p->nodes[x].info.out.dims[1];
+    void *saved = p->arena + p->nodes[other].saved_off;
+    c->bn_x = (mp_tensor){p->g->nodes[x].storage_dtype, p->nodes[x].info.out, p->arena + p->nodes[x].out_off};
+    c->bn_mu = mp_bn_saved_mean_f32(saved, C);
+    c->bn_scale = mp_bn_saved_scale_f32(saved, C);
+    c->bn_shift = mp_bn_saved_shift_f32(saved, C);
+}
 
 static mp_status host_forward_begin(mp_plan *p) {
     mp_stage_refresh_weights(p);
@@ -192,6 +246,8 @@ static mp_status host_forward_begin(mp_plan *p) {
 
 static mp_status host_forward(mp_plan *p, int i) {
     if (p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it (plan_fuse.h) */
+    if (p->nodes[i].pool_fused && p->g->nodes[i].desc.kind == MP_OP_BATCHNORM2D) /* its pool applies it */
+        p->nodes[i].call.skip_out = !mp_plan_fused_output_stored(p);
     if (p->nodes[i].staged) return mp_stage_forward(p, i);
     return mp_op_lookup(p->g->nodes[i].desc.kind)->forward(&p->nodes[i].call);
 }
@@ -215,6 +271,11 @@ static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const boo
 
 static mp_status host_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     if (p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
+    const int pool = p->nodes[i].pool_fused; /* a batch norm + ReLU -> average pool (plan_fuse.h) */
+    const bool pooled = pool && !mp_plan_fused_output_stored(p);
+    if (pooled && p->g->nodes[i].desc.kind == MP_OP_AVGPOOL2D) return MP_OK; /* its batch norm reads dy */
+    if (pool && p->g->nodes[i].desc.kind == MP_OP_BATCHNORM2D)
+        p->nodes[i].call.pool_dy.data = pooled ? p->nodes[pool].call.d_out.data : NULL;
     if (p->nodes[i].staged) return mp_stage_backward(p, i, taken, fresh);
     return backward_direct(p, i, taken, fresh);
 }

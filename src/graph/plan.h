@@ -25,8 +25,9 @@ typedef struct {
                              relu_fused (GPU plans, plan_fuse.h), else 0 (node 0 is never such an add) */
     int dw_fused;         /* batchnorm2d with its ReLU fused: the depthwise conv2d that applies both as it
                              loads (GPU training plans, plan_fuse.h); that conv2d: this batch norm; else 0 */
-    int pool_fused;       /* the same with an avgpool2d (k x k, stride k, no padding) that also hands its output
-                             gradient to the batch norm's backward; that avgpool2d: this batch norm; else 0 */
+    int pool_fused;       /* the same with an avgpool2d (k x k, stride k, no padding; 2x2 on CPU plans) that
+                             also hands its output gradient to the batch norm's backward (training plans);
+                             that avgpool2d: this batch norm; else 0 */
     size_t out_off, grad_off, saved_off;
     int out_last;                  /* the last plan step its output's memory is kept for (plan.c: node i's
                                       forward is step i, its backward 2n-1-i; 2n+1 = the whole step) */

@@ -136,17 +136,18 @@ static int pool_after(const mp_plan *p, int i, int j) {
     return tiles && dtypes && p->nodes[i].in_backward && p->nodes[k].in_backward ? k : -1;
 }
 
-/* Batch norm + ReLU -> average pool on GPU training plans (see plan_fuse.h). */
+/* Batch norm + ReLU -> average pool on training plans (see plan_fuse.h);
+ * the CPU's kernels take 2x2 windows only. */
 static void fuse_bn_pool(mp_plan *p) {
     const mp_env *env = mp_env_get();
-    if (p->o.device.kind != MP_DEVICE_CUDA || !p->o.training || p->o.no_bn_pool_fusion || env->no_bn_pool_fusion ||
-        env->no_bn_fast || env->cudnn_bn == 1) /* fused, the batch norm runs on our kernels only */
-        return;
+    const bool gpu = p->o.device.kind == MP_DEVICE_CUDA;
+    if (!p->o.training || p->o.no_bn_pool_fusion || env->no_bn_pool_fusion) return;
+    if (gpu && (env->no_bn_fast || env->cudnn_bn == 1)) return; /* fused, the batch norm runs on our kernels only */
     for (int j = 0; j < p->n; j++) {
         if (!p->nodes[j].fused_away || p->g->nodes[j].desc.kind != MP_OP_RELU) continue;
         const int i = p->nodes[j].fused_into;
         const int k = p->nodes[i].add_fused || p->nodes[i].dw_fused ? -1 : pool_after(p, i, j);
-        if (k < 0) continue;
+        if (k < 0 || (!gpu && p->g->nodes[k].desc.attr.pool.kernel != 2)) continue;
         p->nodes[i].pool_fused = k;
         p->nodes[k].pool_fused = i;
     }

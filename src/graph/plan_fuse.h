@@ -40,10 +40,13 @@
  * dw_fused (each other's index); the conv's prepare may decline (its
  * kernels do not take the shape or dtype: mp_plan_unfuse_bn_dw).
  *
- * GPU training plans likewise fuse a batch norm + ReLU whose output only a
- * k x k average pool of stride k and no padding reads (cnn10's stage ends),
- * unless told not to (mp_plan_opts.no_bn_pool_fusion, MIXPREC_FUSE_BN_POOL=0,
- * MIXPREC_BN_FAST=0, MIXPREC_CUDNN_BN=1, or no fusion at all): the pool's
+ * Training plans likewise fuse a batch norm + ReLU whose output only a
+ * k x k average pool of stride k and no padding reads (cnn10's stage ends;
+ * on CPU plans 2x2 pools, where both nodes run natively on the channels-last
+ * vector kernels in f32 or bf16: the host backend undoes the others once the
+ * layouts are chosen), unless told not to (mp_plan_opts.no_bn_pool_fusion,
+ * MIXPREC_FUSE_BN_POOL=0, no fusion at all; on GPUs also MIXPREC_BN_FAST=0
+ * and MIXPREC_CUDNN_BN=1): the pool's
  * forward applies the batch norm's coefficients and the ReLU to its input
  * as it loads it (the values the batch norm would store), the batch norm
  * writes no output
