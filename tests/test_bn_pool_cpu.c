@@ -10,7 +10,7 @@
  *     and unfused (mp_plan_opts.no_bn_pool_fusion) in fp32, amp-bf16 and
  *     bf16, on arenas of NaN bytes (a read of something nobody wrote
  *     shows): the same loss, gradients and running statistics bit for bit;
- *     also at batch 5, whose rows the two threads split inside a window;
+ *     also at batch 5, whose rows two threads split inside a window;
  *  2. the same with each forward replayed by the overflow search and the
  *     backward checked, in both plans (the fused one then writes and reads
  *     the tensors apart; a replay updates the running statistics again):
@@ -31,13 +31,16 @@ static const bnp_net NET = {.channels = 16, .H = 15, .W = 13, .pool2_k = 2};
 static const mp_device CPU = {MP_DEVICE_CPU, 0};
 
 /* How many batch norms a training plan of prec should fuse: both where they
- * run natively channels-last (f32, bf16 storage) unless the environment
- * turns fusion or channels-last off. */
+ * run natively channels-last (f32, or bf16 storage unless
+ * MIXPREC_NATIVE_BF16=0 emulates it; channels-last needs oneDNN's
+ * convolutions and the vector kernels) unless the environment turns fusion
+ * or channels-last off. */
 static int fused_wanted(mp_precision prec, bool channels_first) {
     const mp_env *env = mp_env_get();
-    const bool native = prec == MP_PRECISION_FP32 || prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16;
+    const bool bf16 = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16;
+    const bool native = prec == MP_PRECISION_FP32 || (bf16 && env->native_bf16 != 0);
     const bool off = env->no_fusion || env->no_bn_pool_fusion || env->no_channels_last || channels_first ||
-                     mp_fast_isa_current() == MP_FAST_NONE || env->native_bf16 == 0;
+                     mp_fast_isa_current() == MP_FAST_NONE || !mp_onednn_available();
     return native && !off ? 2 : 0;
 }
 
@@ -126,7 +129,7 @@ static void exact_steps(mp_precision prec, bool checked, int batch, bool channel
 int main(void) {
     const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_AMP_BF16, MP_PRECISION_BF16, MP_PRECISION_AMP_FP16};
     for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) exact_steps(precs[i], false, B, false);
-    exact_steps(MP_PRECISION_AMP_BF16, false, BMAX, false); /* two threads split a window's rows */
+    exact_steps(MP_PRECISION_AMP_BF16, false, BMAX, false); /* on two threads, a window's rows split */
     exact_steps(MP_PRECISION_FP32, true, B, false);
     exact_steps(MP_PRECISION_AMP_BF16, true, BMAX, false);
     exact_steps(MP_PRECISION_AMP_BF16, false, B, true); /* channels-first: nothing fused */

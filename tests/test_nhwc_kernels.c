@@ -553,7 +553,7 @@ int main(void) {
             check_pool(2, 33, 2, 3, dts[d], seed + 4); /* one output row, odd W */
             check_pool(8, 64, 28, 28, dts[d], seed + 5);
             const int procs = omp_get_num_procs() < 3 ? omp_get_num_procs() : 3, max_threads = omp_get_max_threads();
-            for (int t = 1; t <= procs; t++) { /* 2 threads split 3x5x7's rows in a window */
+            for (int t = 1; t <= procs; t++) { /* 2 threads split 3x5x7's rows inside a window */
                 check_bn_pool(3, 16, 5, 7, dts[d], t, seed + 11);   /* odd H and W: a row and a column in no window */
                 check_bn_pool(2, 520, 4, 6, dts[d], t, seed + 12);  /* C above one tile of channels */
                 check_bn_pool(4, 64, 14, 14, dts[d], t, seed + 13); /* cnn10's second stage end */

@@ -83,8 +83,8 @@ typedef struct {
     bool bn_dw_fusion;
     /** Training plans fuse a batchnorm2d + ReLU whose output only a k x k
      * average pool of stride k and no padding reads (cnn10's stage ends)
-     * into that pool (on a CPU: 2x2 pools, where both run on the vector
-     * kernels over channels-last f32 or bf16 activations, not staged): the
+     * into that pool (on a CPU: 2x2 pools, where both run natively on the
+     * vector kernels over channels-last f32 or bf16 activations): the
      * pool applies the batch norm and ReLU as it loads the batch norm's
      * input, the batch norm's backward reads the pool's output gradient
      * directly, and neither the batch norm's output nor the pool's input
@@ -168,7 +168,8 @@ MP_API mp_status mp_plan_backward_from(mp_plan *p, mp_node loss, float seed);
  * (GPU) or average pool reading it (bn_dw_fusion, no_bn_pool_fusion) is not
  * stored at all. Elsewhere, or before a forward has completed:
  * MP_ERR_INVALID_ARG naming the node. After
- * mp_plan_find_nonfinite_forward everything reads as after a forward. */
+ * mp_plan_find_nonfinite_forward everything reads as after a forward (a
+ * batch norm fused into a convolution or pool still does not). */
 MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n);
 /** With opts.profile: time per op kind (forward, backward, share) and how
  * its nodes ran (f32, native bf16, staged emulation). */

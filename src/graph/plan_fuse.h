@@ -56,8 +56,11 @@
  * bit) with the ReLU's mask recomputed from its input. Per step that skips
  * writing and reading the full-size activation and its gradient once each
  * way. While an overflow is traced (a forward or a checked backward
- * replayed) or numerics are collected, both are written and read as
- * unfused (mp_plan_fused_output_stored), which the checks read. Both pn get
+ * replayed) or numerics are collected, the batch norm writes its output
+ * and the pool's backward its input gradient, and the batch norm's backward
+ * reads that (mp_plan_fused_output_stored), for the checks to read (the
+ * pool's forward still applies the batch norm itself: the same values).
+ * Both pn get
  * pool_fused (each other's index); where the batch norm's fast kernels do
  * not take its shape the device undoes it (mp_plan_unfuse_bn_pool). */
 #ifndef MP_GRAPH_PLAN_FUSE_H
