@@ -17,7 +17,8 @@
  * before their vector paths), and the bf16 policies' step with the other
  * math for bf16 convolutions (bf16_conv_math.h), in the same rounds, and
  * each policy's step with every activation NCHW (opts.channels_first;
- * --ab-layout times that one beside the default alone). The
+ * --ab-layout times that one beside the default alone), and with every
+ * conv weight gradient on oneDNN's primitive (conv_wgrad_onednn.h). The
  * table starts with the copy bandwidth of the machine (what the
  * memory-bound ops' bytes take) and the bf16 dot-product rate. */
 #include <omp.h>
@@ -29,6 +30,9 @@
 #include "core/cpu_features.h"
 #include "ops/bf16_conv_math.h"
 #include "ops/cpu_fast.h"
+#ifdef MP_HAVE_ONEDNN
+#include "ops/conv_wgrad_onednn.h"
+#endif
 #include "core/rng.h"
 #include "graph/graph.h"
 #include "graph/plan.h"
@@ -140,10 +144,11 @@ typedef enum {
     V_SCALAR,   /* ReLU, batch norm and pooling without our vector kernels, unfused (as before them; oneDNN's where it applies) */
     V_MATH,     /* bf16 policies: the convolutions on the math AUTO did not choose */
     V_NCHW,     /* every activation NCHW (no channels-last, graph/plan_layout.h) */
+    V_WGRAD,    /* every conv weight gradient on oneDNN's backward-weights primitive (no im2col + matmul) */
     V_COUNT
 } variant;
 static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused", " other conv math: ",
-                                            " activations NCHW"};
+                                            " activations NCHW", " weight gradients by oneDNN's primitive"};
 
 /* The bf16 convolution math V_MATH uses. */
 static mp_bf16_math other_math(void) {
@@ -215,6 +220,9 @@ static int trainer_init(trainer *t, const char *model, int c, int h, int w, int 
     mp_graph_init_params(t->m.g, 1);
     mp_fast_isa_set(v == V_SCALAR ? MP_FAST_NONE : MP_FAST_AVX512); /* prepare() asks too */
     mp_bf16_math_set(v == V_MATH ? other_math() : MP_BF16_MATH_AUTO);
+#ifdef MP_HAVE_ONEDNN
+    const int wgrad_mode = mp_wgrad_gemm_mode_set(v == V_WGRAD ? 0 : -2);
+#endif
     mp_status st = mp_plan_create(t->m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = t->m.loss,
                                                          .reference = reference, .profile = profile,
                                                          .no_fusion = v == V_UNFUSED || v == V_SCALAR,
@@ -222,6 +230,9 @@ static int trainer_init(trainer *t, const char *model, int c, int h, int w, int 
                                   &t->plan);
     mp_fast_isa_set(MP_FAST_AVX512);
     mp_bf16_math_set(MP_BF16_MATH_AUTO);
+#ifdef MP_HAVE_ONEDNN
+    mp_wgrad_gemm_mode_set(wgrad_mode);
+#endif
     if (st != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
         trainer_free(t);

@@ -170,6 +170,9 @@ typedef struct {
     bool no_bn_pipeline;       /**< MIXPREC_BN_PIPELINE=0: the GPU batch norm's streaming passes wait for a group of
                                     rows' loads before issuing the next group's, instead of keeping the next group's
                                     loads in flight while they compute (comparisons; the same values either way) */
+    int cpu_wgrad_gemm;        /**< MIXPREC_CPU_WGRAD_GEMM: a CPU bf16 conv2d's weight gradient as im2col + oneDNN
+                                    matmul (src/ops/conv_wgrad_onednn.h) 0 never, 1 wherever it can run, -1 (unset)
+                                    where measured faster than oneDNN's AMX backward-weights kernel */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

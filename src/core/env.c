@@ -59,6 +59,7 @@ static void read_env(void) {
     e.no_dw_quad = equals("MIXPREC_DW_QUAD", "0");
     e.no_low_conv_grads = equals("MIXPREC_LOW_CONV_GRADS", "0");
     e.conv_own = equals("MIXPREC_CONV_OWN", "0") ? 0 : equals("MIXPREC_CONV_OWN", "force") ? 2 : 1;
+    e.cpu_wgrad_gemm = getenv("MIXPREC_CPU_WGRAD_GEMM") ? (flag("MIXPREC_CPU_WGRAD_GEMM") ? 1 : 0) : -1;
     g_env = e;
 }
 

@@ -15,6 +15,9 @@
  * The reorders cost 2-10% of the convolution. The exceptions (few input
  * channels) are in build().
  *
+ * On small channels-last bf16 images the weight gradient runs as im2col +
+ * matmul instead of oneDNN's AMX backward-weights kernel (conv_wgrad_onednn.h).
+ *
  * Everything is created once in prepare(); forward/backward only point the
  * memory objects at the call's tensors and the workspace, then execute.
  * Workspace, forward:  [src' | weights' | dst' | reorder scratch | scratchpad]
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 
 #include "ops/bf16_conv_math.h"
+#include "ops/conv_wgrad_onednn.h"
 #include "ops/onednn_common.h"
 
 /* One primitive argument bound to a plain tensor of the call. When the
@@ -56,7 +60,8 @@ typedef struct {
 typedef struct {
     pass fwd, bwd_d, bwd_w;
     bool has_bwd;
-    bool ddst_shared; /* bwd_w's diff_dst' is bwd_d's: reorder once */
+    bool ddst_shared;      /* bwd_w's diff_dst' is bwd_d's: reorder once */
+    mp_wgrad_gemm *wgrad;  /* the weight gradient as im2col + matmul instead of bwd_w (conv_wgrad_onednn.h) */
 } conv_state;
 
 /* What the check macro needs to name the node and its shapes. */
@@ -101,6 +106,7 @@ void mp_conv_onednn_release(void *state) {
     pass_release(&st->fwd);
     pass_release(&st->bwd_d);
     pass_release(&st->bwd_w);
+    mp_wgrad_gemm_destroy(st->wgrad);
     free(st);
 }
 
@@ -392,6 +398,21 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
         rc = build(&x, st, mp_onednn_dt(dt), f32_math ? dnnl_f32 : mp_onednn_dt(dt), training, jit_only, false,
                    &fallback, &ws);
     }
+    if (rc == MP_OK && !fallback && st->has_bwd && dt == MP_DTYPE_BF16 && !f32_math) {
+        /* oneDNN's AMX backward weights is slow on small images: im2col + matmul there (runs after backward
+         * data, whose workspace regions are then free) */
+        const_dnnl_primitive_desc_t wpd = NULL;
+        const char *impl = dnnl_primitive_get_primitive_desc(st->bwd_w.prim, &wpd) == dnnl_success
+                               ? mp_onednn_impl_name(wpd)
+                               : NULL;
+        size_t wg = 0;
+        if (mp_wgrad_gemm_wanted(d, info, impl)) rc = mp_wgrad_gemm_create(d, info, &st->wgrad, &wg);
+        if (rc == MP_ERR_UNSUPPORTED) { /* no matmul for these shapes: the primitive stays */
+            mp_clear_error();
+            rc = MP_OK;
+        }
+        if (wg > ws) ws = wg;
+    }
     if (rc != MP_OK || fallback) {
         mp_conv_onednn_release(st);
         return rc;
@@ -470,6 +491,8 @@ mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c) {
         void *ptr[3] = {c->d_out.data, c->param[0].data, c->d_in[0].data};
         MP_TRY(run_pass(&x, &st->bwd_d, ptr, c->workspace, 0));
     }
+    if (need_w && st->wgrad) return mp_wgrad_gemm_run(st->wgrad, c->in[0].data, c->d_out.data, c->d_param[0].data,
+                                                      c->workspace);
     if (need_w) {
         void *ptr[4] = {c->in[0].data, c->d_out.data, c->d_param[0].data, bias ? c->d_param[1].data : NULL};
         /* binding 1 is diff_dst: already reordered by backward data */
