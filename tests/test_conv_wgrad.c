@@ -1,24 +1,34 @@
 /* test_conv_wgrad.c — a conv2d's weight gradient as im2col + oneDNN matmul
  * (ops/conv_wgrad_onednn.h) against the definition summed in double over
  * the same bf16 inputs: every weight within 1e-5 of the size of its sum of
- * absolute terms (the bound an f32 sum's rounding obeys), on shapes with
+ * absolute terms (an empirical bound: an f32 sum's worst case grows with
+ * the rows, 1.2e-4 at 2048; seen 8e-8), on shapes with
  * fewer output rows than one chunk, exactly one and two chunks, chunks and
  * a shorter last one, stride 2, a 1x1 projection, dilation 2 and 3 input
- * channels; the workspace and the output start as NaN bytes. And when the
- * plans take this form (mp_wgrad_gemm_wanted). Built with oneDNN only. */
+ * channels, a 4 x 16 image; the workspace and the output start as NaN
+ * bytes. A plan's second convolution (its weight gradient after its
+ * backward data, in the one workspace) with the form forced on and off
+ * (mp_wgrad_gemm_mode_set): the same gradients within 1e-5. And when plans
+ * take this form (mp_wgrad_gemm_wanted). On a CPU without bf16 kernels
+ * (AVX2) oneDNN has no JIT bf16 matmul: there the check is that creating
+ * it fails cleanly (MP_ERR_UNSUPPORTED) and a forced plan still trains.
+ * Built with oneDNN only. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/policy.h"
 #include "check.h"
 #include "core/bf16_inline.h"
+#include "core/cpu_features.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "graph/plan.h"
 #include "ops/conv_wgrad_onednn.h"
 
 typedef struct {
-    int N, C, H, OC, k, stride, pad, dil;
+    int N, C, H, W, OC, k, stride, pad, dil;
     const char *what;
 } wg_case;
 
@@ -37,10 +47,10 @@ static mp_op_desc conv_desc(const wg_case *t) {
 static mp_op_info conv_info(const wg_case *t) {
     mp_op_info info;
     memset(&info, 0, sizeof info);
-    const int OH = out_size(t->H, t->k, t->stride, t->pad, t->dil);
+    const int OH = out_size(t->H, t->k, t->stride, t->pad, t->dil), OW = out_size(t->W, t->k, t->stride, t->pad, t->dil);
     info.n_in = 1;
-    info.in[0] = mp_shape4(t->N, t->C, t->H, t->H);
-    info.out = mp_shape4(t->N, t->OC, OH, OH);
+    info.in[0] = mp_shape4(t->N, t->C, t->H, t->W);
+    info.out = mp_shape4(t->N, t->OC, OH, OW);
     info.nhwc = 1u | MP_NHWC_OUT;
     return info;
 }
@@ -48,7 +58,7 @@ static mp_op_info conv_info(const wg_case *t) {
 static void check_case(const wg_case *t, uint64_t seed) {
     const mp_op_desc d = conv_desc(t);
     const mp_op_info info = conv_info(t);
-    const int N = t->N, C = t->C, H = t->H, W = t->H, OC = t->OC, k = t->k, OH = info.out.dims[2], OW = OH;
+    const int N = t->N, C = t->C, H = t->H, W = t->W, OC = t->OC, k = t->k, OH = info.out.dims[2], OW = info.out.dims[3];
     const int64_t nx = (int64_t)N * H * W * C, ny = (int64_t)N * OH * OW * OC, nw = (int64_t)OC * C * k * k;
     uint16_t *x = malloc(nx * 2), *dy = malloc(ny * 2);
     float *dw = malloc(nw * 4);
@@ -81,6 +91,15 @@ static void check_case(const wg_case *t, uint64_t seed) {
     mp_wgrad_gemm *wg = NULL;
     size_t wsb = 0;
     const mp_status s = mp_wgrad_gemm_create(&d, &info, &wg, &wsb);
+    if (!mp_cpu_multiplies_bf16()) { /* no bf16 kernels in oneDNN here: a clean refusal */
+        CHECK(s == MP_ERR_UNSUPPORTED && strstr(mp_last_error(), "'wgrad'"),
+              "%s: on a CPU without bf16 kernels, create gave %d (%s), want MP_ERR_UNSUPPORTED naming the conv",
+              t->what, (int)s, mp_last_error());
+        printf("%s %-38s refused: %s\n", s == MP_ERR_UNSUPPORTED ? "ok  " : "FAIL", t->what, mp_last_error());
+        mp_wgrad_gemm_destroy(wg);
+        free(x), free(dy), free(dw), free(ref), free(absum);
+        return;
+    }
     CHECK(s == MP_OK, "%s: create: %s", t->what, mp_last_error());
     void *ws = NULL;
     MP_ASSERT(posix_memalign(&ws, 64, wsb ? wsb : 64) == 0);
@@ -103,10 +122,75 @@ static void check_case(const wg_case *t, uint64_t seed) {
     free(ws), free(x), free(dy), free(dw), free(ref), free(absum);
 }
 
+/* One amp-bf16 training step of input (3 x 8 x 8) -> conv c1 -> ReLU -> conv
+ * c2 (no bias, 8 x 8 = 64 output pixels) -> global pool -> linear, with the
+ * weight gradients' form forced (mode 1 or 0); *grads: every trainable
+ * parameter's gradient, concatenated. */
+static mp_status plan_step(int mode, float **grads, int64_t *n) {
+    enum { B = 6 };
+    const int before = mp_wgrad_gemm_mode_set(mode);
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 3, 8, 8);
+    mp_node c1 = mp_relu(g, "r1", mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1}));
+    mp_node c2 = mp_conv2d(g, "c2", c1, (mp_conv_opts){.out_channels = 32, .kernel = 3, .padding = 1});
+    mp_node logits = mp_linear(g, "fc", mp_global_avgpool(g, "gap", c2), (mp_linear_opts){.out_features = 5});
+    mp_node y = mp_graph_labels(g, "y"), loss = mp_softmax_cross_entropy(g, "loss", logits, y);
+    mp_graph_mark_output(g, loss);
+    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_AMP_BF16}) == MP_OK);
+    mp_graph_init_params(g, 7);
+    float in[B * 3 * 8 * 8];
+    int32_t lab[B];
+    mp_rng r;
+    mp_rng_seed(&r, 3);
+    for (int i = 0; i < B * 3 * 8 * 8; i++) in[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < B; i++) lab[i] = (int32_t)mp_rng_below(&r, 5);
+    mp_plan *p = NULL;
+    mp_status s = mp_plan_create(g, (mp_plan_opts){.batch = B, .training = true, .loss = loss}, &p);
+    if (s == MP_OK) s = mp_plan_set_input(p, x, in, sizeof in / sizeof in[0]);
+    if (s == MP_OK) s = mp_plan_set_labels(p, y, lab, B);
+    if (s == MP_OK) s = mp_plan_forward(p);
+    mp_graph_zero_grad(g);
+    if (s == MP_OK) s = mp_plan_backward(p, 1.0f);
+    *n = 0;
+    for (int k = 0; k < g->n_params; k++)
+        if (g->params[k].spec.trainable) *n += mp_shape_numel(&g->params[k].spec.shape);
+    *grads = malloc((size_t)*n * sizeof **grads);
+    int64_t at = 0;
+    for (int k = 0; k < g->n_params; k++) {
+        const mp_gparam *gp = &g->params[k];
+        if (!gp->spec.trainable) continue;
+        memcpy(*grads + at, gp->grad, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof **grads);
+        at += mp_shape_numel(&gp->spec.shape);
+    }
+    mp_plan_destroy(p);
+    mp_graph_destroy(g);
+    mp_wgrad_gemm_mode_set(before);
+    return s;
+}
+
+/* The plan's gradients with the form forced on and off agree. */
+static void check_plan(void) {
+    float *on = NULL, *off = NULL;
+    int64_t n_on = 0, n_off = 0;
+    const mp_status a = plan_step(1, &on, &n_on), b = plan_step(0, &off, &n_off);
+    CHECK(a == MP_OK && b == MP_OK && n_on == n_off, "plan step: %s", mp_last_error());
+    double d2 = 0, r2 = 0;
+    for (int64_t i = 0; a == MP_OK && b == MP_OK && i < n_on; i++) {
+        const double e = (double)on[i] - off[i];
+        d2 += e * e, r2 += (double)off[i] * off[i];
+    }
+    const double rel = r2 > 0 ? sqrt(d2 / r2) : INFINITY;
+    CHECK(rel <= 1e-5 && r2 > 0, "plan step: gradients with the matmul differ by %.3g (relative L2) from the "
+          "primitive's", rel);
+    printf("%s plan step, weight gradients by the matmul against the primitive: %.2g (relative L2)\n",
+           rel <= 1e-5 && r2 > 0 ? "ok  " : "FAIL", rel);
+    free(on), free(off);
+}
+
 /* When a plan's conv takes this form (MIXPREC_CPU_WGRAD_GEMM unset). */
 static void check_wanted(void) {
     const int env = mp_env_get()->cpu_wgrad_gemm;
-    const wg_case small = {2, 16, 7, 32, 3, 1, 1, 1, "7x7"}, large = {2, 16, 14, 32, 3, 1, 1, 1, "14x14"};
+    const wg_case small = {2, 16, 7, 7, 32, 3, 1, 1, 1, "7x7"}, large = {2, 16, 14, 14, 32, 3, 1, 1, 1, "14x14"};
     mp_op_desc d = conv_desc(&small);
     mp_op_info info = conv_info(&small);
     const char *amx = "jit:avx512_core_amx_bf16";
@@ -134,17 +218,19 @@ static void check_wanted(void) {
 
 int main(void) {
     const wg_case cases[] = {
-        {2, 16, 7, 32, 3, 1, 1, 1, "3x3, fewer rows than a chunk"},
-        {32, 8, 8, 16, 3, 1, 1, 1, "3x3, exactly one chunk (2048 rows)"},
-        {64, 8, 8, 16, 3, 1, 1, 1, "3x3, two chunks"},
-        {50, 8, 7, 16, 3, 1, 1, 1, "3x3, a chunk and a shorter one"},
-        {5, 16, 9, 24, 3, 2, 1, 1, "3x3 stride 2, odd size"},
-        {4, 16, 8, 32, 1, 2, 0, 1, "1x1 stride 2 (projection)"},
-        {3, 8, 9, 8, 3, 1, 2, 2, "3x3 dilation 2"},
-        {2, 3, 8, 16, 3, 1, 1, 1, "3 input channels"},
-        {3, 256, 7, 256, 3, 1, 1, 1, "cnn10's 256-channel 7x7"},
+        {2, 16, 7, 7, 32, 3, 1, 1, 1, "3x3, fewer rows than a chunk"},
+        {32, 8, 8, 8, 16, 3, 1, 1, 1, "3x3, exactly one chunk (2048 rows)"},
+        {64, 8, 8, 8, 16, 3, 1, 1, 1, "3x3, two chunks"},
+        {50, 8, 7, 7, 16, 3, 1, 1, 1, "3x3, a chunk and a shorter one"},
+        {5, 16, 9, 9, 24, 3, 2, 1, 1, "3x3 stride 2, odd size"},
+        {4, 16, 8, 8, 32, 1, 2, 0, 1, "1x1 stride 2 (projection)"},
+        {3, 8, 9, 9, 8, 3, 1, 2, 2, "3x3 dilation 2"},
+        {2, 3, 8, 8, 16, 3, 1, 1, 1, "3 input channels"},
+        {3, 16, 4, 16, 8, 3, 1, 1, 1, "a 4 x 16 image"},
+        {3, 256, 7, 7, 256, 3, 1, 1, 1, "cnn10's 256-channel 7x7"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 100 + i);
+    check_plan();
     check_wanted();
     return test_summary("test_conv_wgrad");
 }

@@ -23,6 +23,7 @@
  * Workspace, forward:  [src' | weights' | dst' | reorder scratch | scratchpad]
  * backward: [diff_dst' | backward-data: weights', diff_src', scratchpad ...]
  *           [diff_dst' | backward-weights: src', diff_weights', ...        ]
+ *           or, after backward data, the im2col + matmul's from offset 0
  * diff_dst' is shared by both backward passes when they want the same layout
  * (reordered once); primes mark the copies in the primitives' layouts. */
 #include "ops/conv_onednn.h"
@@ -406,10 +407,9 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
                                ? mp_onednn_impl_name(wpd)
                                : NULL;
         size_t wg = 0;
-        if (mp_wgrad_gemm_wanted(d, info, impl)) rc = mp_wgrad_gemm_create(d, info, &st->wgrad, &wg);
-        if (rc == MP_ERR_UNSUPPORTED) { /* no matmul for these shapes: the primitive stays */
-            mp_clear_error();
-            rc = MP_OK;
+        if (mp_wgrad_gemm_wanted(d, info, impl) && mp_wgrad_gemm_create(d, info, &st->wgrad, &wg) != MP_OK) {
+            mp_clear_error(); /* no (fast) matmul for these shapes: the primitive stays */
+            wg = 0;
         }
         if (wg > ws) ws = wg;
     }

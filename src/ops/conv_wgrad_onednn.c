@@ -83,6 +83,11 @@ static mp_status make_chunk(mp_wgrad_gemm *g, chunk_mm *m, int64_t rows, size_t 
     if (po) dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
     MP_DNNL_PD_TRY(d, s);
+    if (!mp_onednn_is_jit(pd)) { /* a reference matmul: slower than the primitive it would replace */
+        dnnl_primitive_desc_destroy(pd);
+        return mp_error(MP_ERR_UNSUPPORTED, "conv2d '%s': no JIT matmul for its weight gradient (%s)",
+                        d->name ? d->name : "?", "oneDNN offers a reference kernel only");
+    }
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     *scratch = smd ? dnnl_memory_desc_get_size(smd) : 0;
     s = dnnl_primitive_create(&m->prim, pd);

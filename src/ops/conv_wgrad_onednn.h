@@ -19,7 +19,7 @@ typedef struct mp_wgrad_gemm mp_wgrad_gemm;
  * primitives) takes this form instead of its backward-weights primitive,
  * whose implementation is impl: MIXPREC_CPU_WGRAD_GEMM=1 wherever it can
  * run, =0 never, unset where it measured faster (oneDNN's AMX kernel on
- * outputs of at most 8 x 8 pixels). */
+ * outputs of at most 64 pixels). */
 bool mp_wgrad_gemm_wanted(const mp_op_desc *d, const mp_op_info *info, const char *impl);
 /* Override MIXPREC_CPU_WGRAD_GEMM for the plans created next (mode 0, 1, or
  * -1: where measured faster; -2: the environment's again), for benchmarks
@@ -28,8 +28,8 @@ int mp_wgrad_gemm_mode_set(int mode);
 
 /* The matmuls for d's shapes (info: its input and output); *ws_bytes: the
  * workspace a run needs (a chunk's patches, dW before its permutation, the
- * matmul's scratchpad). MP_ERR_UNSUPPORTED when oneDNN has no matmul for
- * them. */
+ * matmul's scratchpad). MP_ERR_UNSUPPORTED when oneDNN has no JIT matmul
+ * for them (no bf16 kernels on this CPU). */
 mp_status mp_wgrad_gemm_create(const mp_op_desc *d, const mp_op_info *info, mp_wgrad_gemm **out, size_t *ws_bytes);
 
 /* dw (OC, C, KH, KW) f32 = the weight gradient of x (N, H, W, C) and dy
