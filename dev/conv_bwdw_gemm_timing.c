@@ -19,14 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                                        \
-    do {                                                                             \
-        dnnl_status_t s_ = (x);                                                      \
-        if (s_ != dnnl_success) {                                                    \
-            fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, s_); \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
+#include "dnnl_check.h"
 
 static dnnl_engine_t eng;
 static dnnl_stream_t strm;

@@ -17,14 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                                        \
-    do {                                                                             \
-        dnnl_status_t s_ = (x);                                                      \
-        if (s_ != dnnl_success) {                                                    \
-            fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, s_); \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
+#include "dnnl_check.h"
 
 #if DNNL_VERSION_MAJOR >= 3
 typedef const_dnnl_memory_desc_t md_t;
