@@ -18,13 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/policy.h"
 #include "check.h"
+#include "conv_grad_plan.h"
 #include "core/bf16_inline.h"
 #include "core/cpu_features.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "graph/plan.h"
 #include "ops/conv_wgrad_onednn.h"
 
 typedef struct {
@@ -34,15 +33,7 @@ typedef struct {
 
 static int out_size(int H, int k, int s, int p, int dil) { return (H + 2 * p - dil * (k - 1) - 1) / s + 1; }
 
-static mp_op_desc conv_desc(const wg_case *t) {
-    mp_op_desc d;
-    memset(&d, 0, sizeof d);
-    d.kind = MP_OP_CONV2D;
-    d.name = "wgrad";
-    d.attr.conv = (mp_conv_opts){.out_channels = t->OC, .kernel = t->k, .stride = t->stride, .padding = t->pad,
-                                 .dilation = t->dil, .groups = 1};
-    return d;
-}
+static mp_op_desc conv_desc(const wg_case *t) { return conv_grad_desc("wgrad", t->OC, t->k, t->stride, t->pad, t->dil); }
 
 static mp_op_info conv_info(const wg_case *t) {
     mp_op_info info;
@@ -122,71 +113,6 @@ static void check_case(const wg_case *t, uint64_t seed) {
     free(ws), free(x), free(dy), free(dw), free(ref), free(absum);
 }
 
-/* One amp-bf16 training step of input (3 x 8 x 8) -> conv c1 -> ReLU -> conv
- * c2 (no bias, 8 x 8 = 64 output pixels) -> global pool -> linear, with the
- * weight gradients' form forced (mode 1 or 0); *grads: every trainable
- * parameter's gradient, concatenated. */
-static mp_status plan_step(int mode, float **grads, int64_t *n) {
-    enum { B = 6 };
-    const int before = mp_wgrad_gemm_mode_set(mode);
-    mp_graph *g = mp_graph_create();
-    mp_node x = mp_graph_input(g, "x", 3, 8, 8);
-    mp_node c1 = mp_relu(g, "r1", mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1}));
-    mp_node c2 = mp_conv2d(g, "c2", c1, (mp_conv_opts){.out_channels = 32, .kernel = 3, .padding = 1});
-    mp_node logits = mp_linear(g, "fc", mp_global_avgpool(g, "gap", c2), (mp_linear_opts){.out_features = 5});
-    mp_node y = mp_graph_labels(g, "y"), loss = mp_softmax_cross_entropy(g, "loss", logits, y);
-    mp_graph_mark_output(g, loss);
-    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_AMP_BF16}) == MP_OK);
-    mp_graph_init_params(g, 7);
-    float in[B * 3 * 8 * 8];
-    int32_t lab[B];
-    mp_rng r;
-    mp_rng_seed(&r, 3);
-    for (int i = 0; i < B * 3 * 8 * 8; i++) in[i] = (float)mp_rng_normal(&r);
-    for (int i = 0; i < B; i++) lab[i] = (int32_t)mp_rng_below(&r, 5);
-    mp_plan *p = NULL;
-    mp_status s = mp_plan_create(g, (mp_plan_opts){.batch = B, .training = true, .loss = loss}, &p);
-    if (s == MP_OK) s = mp_plan_set_input(p, x, in, sizeof in / sizeof in[0]);
-    if (s == MP_OK) s = mp_plan_set_labels(p, y, lab, B);
-    if (s == MP_OK) s = mp_plan_forward(p);
-    mp_graph_zero_grad(g);
-    if (s == MP_OK) s = mp_plan_backward(p, 1.0f);
-    *n = 0;
-    for (int k = 0; k < g->n_params; k++)
-        if (g->params[k].spec.trainable) *n += mp_shape_numel(&g->params[k].spec.shape);
-    *grads = malloc((size_t)*n * sizeof **grads);
-    int64_t at = 0;
-    for (int k = 0; k < g->n_params; k++) {
-        const mp_gparam *gp = &g->params[k];
-        if (!gp->spec.trainable) continue;
-        memcpy(*grads + at, gp->grad, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof **grads);
-        at += mp_shape_numel(&gp->spec.shape);
-    }
-    mp_plan_destroy(p);
-    mp_graph_destroy(g);
-    mp_wgrad_gemm_mode_set(before);
-    return s;
-}
-
-/* The plan's gradients with the form forced on and off agree. */
-static void check_plan(void) {
-    float *on = NULL, *off = NULL;
-    int64_t n_on = 0, n_off = 0;
-    const mp_status a = plan_step(1, &on, &n_on), b = plan_step(0, &off, &n_off);
-    CHECK(a == MP_OK && b == MP_OK && n_on == n_off, "plan step: %s", mp_last_error());
-    double d2 = 0, r2 = 0;
-    for (int64_t i = 0; a == MP_OK && b == MP_OK && i < n_on; i++) {
-        const double e = (double)on[i] - off[i];
-        d2 += e * e, r2 += (double)off[i] * off[i];
-    }
-    const double rel = r2 > 0 ? sqrt(d2 / r2) : INFINITY;
-    CHECK(rel <= 1e-5 && r2 > 0, "plan step: gradients with the matmul differ by %.3g (relative L2) from the "
-          "primitive's", rel);
-    printf("%s plan step, weight gradients by the matmul against the primitive: %.2g (relative L2)\n",
-           rel <= 1e-5 && r2 > 0 ? "ok  " : "FAIL", rel);
-    free(on), free(off);
-}
-
 /* When a plan's conv takes this form (MIXPREC_CPU_WGRAD_GEMM unset). */
 static void check_wanted(void) {
     const int env = mp_env_get()->cpu_wgrad_gemm;
@@ -230,7 +156,7 @@ int main(void) {
         {3, 256, 7, 7, 256, 3, 1, 1, 1, "cnn10's 256-channel 7x7"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 100 + i);
-    check_plan();
+    conv_grad_plan_check(mp_wgrad_gemm_mode_set, MP_PRECISION_AMP_BF16, 1e-5, "weight gradients by the matmul");
     check_wanted();
     return test_summary("test_conv_wgrad");
 }

@@ -1,0 +1,96 @@
+/* conv_grad_plan.h — what test_conv_wgrad and test_conv_dgrad share: a
+ * conv2d's descriptor, and one training step of a small plan, input (3 x 8 x 8) -> conv c1 -> ReLU ->
+ * conv c2 (no bias, 8 x 8 = 64 output pixels) -> global pool -> linear,
+ * with a conv gradient form forced by its mode setter (the form's
+ * mp_*_mode_set, mode 1 or 0), and every trainable parameter's gradient,
+ * concatenated. c2's backward data runs before its weight gradient, in
+ * one workspace; c1's weight gradient reads what c2's backward data wrote. */
+#ifndef MP_TESTS_CONV_GRAD_PLAN_H
+#define MP_TESTS_CONV_GRAD_PLAN_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "check.h"
+#include "core/rng.h"
+#include "graph/plan.h"
+
+/* conv2d `name`: OC output channels, a k x k filter, groups 1, no bias. */
+static mp_op_desc conv_grad_desc(const char *name, int OC, int k, int stride, int pad, int dil) {
+    mp_op_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = MP_OP_CONV2D;
+    d.name = name;
+    d.attr.conv =
+        (mp_conv_opts){.out_channels = OC, .kernel = k, .stride = stride, .padding = pad, .dilation = dil, .groups = 1};
+    return d;
+}
+
+static mp_status conv_grad_plan_step(int (*mode_set)(int), int mode, mp_precision prec, float **grads, int64_t *n) {
+    enum { B = 6 };
+    const int before = mode_set(mode);
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 3, 8, 8);
+    mp_node c1 = mp_relu(g, "r1", mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1}));
+    mp_node c2 = mp_conv2d(g, "c2", c1, (mp_conv_opts){.out_channels = 32, .kernel = 3, .padding = 1});
+    mp_node logits = mp_linear(g, "fc", mp_global_avgpool(g, "gap", c2), (mp_linear_opts){.out_features = 5});
+    mp_node y = mp_graph_labels(g, "y"), loss = mp_softmax_cross_entropy(g, "loss", logits, y);
+    mp_graph_mark_output(g, loss);
+    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(g, 7);
+    float in[B * 3 * 8 * 8];
+    int32_t lab[B];
+    mp_rng r;
+    mp_rng_seed(&r, 3);
+    for (int i = 0; i < B * 3 * 8 * 8; i++) in[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < B; i++) lab[i] = (int32_t)mp_rng_below(&r, 5);
+    mp_plan *p = NULL;
+    mp_status s = mp_plan_create(g, (mp_plan_opts){.batch = B, .training = true, .loss = loss}, &p);
+    if (s == MP_OK) s = mp_plan_set_input(p, x, in, sizeof in / sizeof in[0]);
+    if (s == MP_OK) s = mp_plan_set_labels(p, y, lab, B);
+    if (s == MP_OK) s = mp_plan_forward(p);
+    mp_graph_zero_grad(g);
+    if (s == MP_OK) s = mp_plan_backward(p, 1.0f);
+    *n = 0;
+    for (int k = 0; k < g->n_params; k++)
+        if (g->params[k].spec.trainable) *n += mp_shape_numel(&g->params[k].spec.shape);
+    *grads = malloc((size_t)*n * sizeof **grads);
+    MP_ASSERT(*grads);
+    int64_t at = 0;
+    for (int k = 0; k < g->n_params; k++) {
+        const mp_gparam *gp = &g->params[k];
+        if (!gp->spec.trainable) continue;
+        memcpy(*grads + at, gp->grad, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof **grads);
+        at += mp_shape_numel(&gp->spec.shape);
+    }
+    mp_plan_destroy(p);
+    mp_graph_destroy(g);
+    mode_set(before);
+    return s;
+}
+
+/* The plan's gradients with the form forced on and off agree within tol
+ * (relative L2); what: the form, for the messages. */
+static void conv_grad_plan_check(int (*mode_set)(int), mp_precision prec, double tol, const char *what) {
+    float *on = NULL, *off = NULL;
+    int64_t n_on = 0, n_off = 0;
+    const mp_status a = conv_grad_plan_step(mode_set, 1, prec, &on, &n_on);
+    const mp_status b = conv_grad_plan_step(mode_set, 0, prec, &off, &n_off);
+    CHECK(a == MP_OK && b == MP_OK && n_on == n_off, "plan step (%s): %s", what, mp_last_error());
+    double d2 = 0, r2 = 0;
+    for (int64_t i = 0; a == MP_OK && b == MP_OK && i < n_on; i++) {
+        const double e = (double)on[i] - off[i];
+        d2 += e * e, r2 += (double)off[i] * off[i];
+    }
+    const double rel = r2 > 0 ? sqrt(d2 / r2) : INFINITY;
+    CHECK(rel <= tol && r2 > 0, "plan step: gradients with %s differ by %.3g (relative L2) from the primitive's", what,
+          rel);
+    printf("%s plan step, %s against the primitive: %.2g (relative L2)\n", rel <= tol && r2 > 0 ? "ok  " : "FAIL", what,
+           rel);
+    free(on), free(off);
+}
+
+#endif
