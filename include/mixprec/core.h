@@ -173,6 +173,10 @@ typedef struct {
     int cpu_wgrad_gemm;        /**< MIXPREC_CPU_WGRAD_GEMM: a CPU bf16 conv2d's weight gradient as im2col + oneDNN
                                     matmul (src/ops/conv_wgrad_onednn.h) 0 never, 1 wherever it can run, -1 (unset)
                                     where measured faster than oneDNN's AMX backward-weights kernel */
+    int cpu_dgrad_fwd;         /**< MIXPREC_CPU_DGRAD_FWD: a CPU conv2d's data gradient (stride 1, groups 1) as the
+                                    forward convolution of its transposed, reversed filter
+                                    (src/ops/conv_dgrad_onednn.h) 0 never, 1 wherever it can run, -1 (unset) where
+                                    measured faster than oneDNN's AMX backward-data kernel */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

@@ -60,6 +60,7 @@ static void read_env(void) {
     e.no_low_conv_grads = equals("MIXPREC_LOW_CONV_GRADS", "0");
     e.conv_own = equals("MIXPREC_CONV_OWN", "0") ? 0 : equals("MIXPREC_CONV_OWN", "force") ? 2 : 1;
     e.cpu_wgrad_gemm = getenv("MIXPREC_CPU_WGRAD_GEMM") ? (flag("MIXPREC_CPU_WGRAD_GEMM") ? 1 : 0) : -1;
+    e.cpu_dgrad_fwd = getenv("MIXPREC_CPU_DGRAD_FWD") ? (flag("MIXPREC_CPU_DGRAD_FWD") ? 1 : 0) : -1;
     g_env = e;
 }
 

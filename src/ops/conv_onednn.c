@@ -16,12 +16,14 @@
  * channels) are in build().
  *
  * On small channels-last bf16 images the weight gradient runs as im2col +
- * matmul instead of oneDNN's AMX backward-weights kernel (conv_wgrad_onednn.h).
+ * matmul instead of oneDNN's AMX backward-weights kernel (conv_wgrad_onednn.h),
+ * and where that kernel would run the backward data, the data gradient runs
+ * as the forward convolution of the transposed filter (conv_dgrad_onednn.h).
  *
  * Everything is created once in prepare(); forward/backward only point the
  * memory objects at the call's tensors and the workspace, then execute.
  * Workspace, forward:  [src' | weights' | dst' | reorder scratch | scratchpad]
- * backward: [diff_dst' | backward-data: weights', diff_src', scratchpad ...]
+ * backward: [diff_dst' | backward-data: (W' plain,) weights', diff_src', ...]
  *           [diff_dst' | backward-weights: src', diff_weights', ...        ]
  *           or, after backward data, the im2col + matmul's from offset 0
  * diff_dst' is shared by both backward passes when they want the same layout
@@ -32,6 +34,7 @@
 #include <stdlib.h>
 
 #include "ops/bf16_conv_math.h"
+#include "ops/conv_dgrad_onednn.h"
 #include "ops/conv_wgrad_onednn.h"
 #include "ops/onednn_common.h"
 
@@ -63,6 +66,9 @@ typedef struct {
     bool has_bwd;
     bool ddst_shared;      /* bwd_w's diff_dst' is bwd_d's: reorder once */
     mp_wgrad_gemm *wgrad;  /* the weight gradient as im2col + matmul instead of bwd_w (conv_wgrad_onednn.h) */
+    bool dgrad_fwd;        /* bwd_d is the transposed filter's forward (conv_dgrad_onednn.h): */
+    size_t flip_off;       /* its plain filter W' in the workspace, */
+    size_t flip_elem;      /* of elements of this many bytes */
 } conv_state;
 
 /* What the check macro needs to name the node and its shapes. */
@@ -260,6 +266,36 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, d
     return MP_OK;
 }
 
+/* The data gradient's forward form (conv_dgrad_onednn.h), where it is wanted
+ * instead of backward-data primitive dpd: *tpd (NULL where not wanted, or
+ * oneDNN has no JIT kernel for it) and, in *wt, the plain (C, OC, k, k)
+ * filter W' it reads, in the tensors' dtype dt. sD, dD: the layouts of the
+ * conv's input and output that backward data uses (the forward's dst and
+ * src). */
+static mp_status dgrad_forward_pd(const conv_ctx *x, const conv_mds *m, const_dnnl_primitive_desc_t dpd,
+                                  dnnl_data_type_t dt, dnnl_data_type_t ct, const dnnl_memory_desc_t *sD,
+                                  const dnnl_memory_desc_t *dD, dnnl_primitive_desc_t *tpd, dnnl_memory_desc_t *wt) {
+    *tpd = NULL;
+    if (!mp_dgrad_fwd_wanted(x->d, x->info, mp_onednn_impl_name(dpd))) return MP_OK;
+    const mp_conv_opts *o = &x->d->attr.conv;
+    const int k = o->kernel, cin = x->info->in[0].dims[1], cout = x->info->out.dims[1];
+    const dnnl_dims_t wd = {cin, cout, k, k};
+    dnnl_memory_desc_t wany;
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(wt, 4, wd, dt, dnnl_oihw));
+    CONV_CK(x, dnnl_memory_desc_init_by_tag(&wany, 4, wd, ct, dnnl_format_tag_any));
+    dnnl_dims_t pad;
+    for (int i = 0; i < 2; i++) pad[i] = o->dilation * (k - 1) - o->padding;
+    dnnl_convolution_desc_t td;
+    CONV_CK(x, dnnl_dilated_convolution_forward_desc_init(&td, dnnl_forward_training, dnnl_convolution_direct, dD,
+                                                          &wany, NULL, sD, m->strides, m->dilates, pad, pad));
+    bool none = false;
+    MP_TRY(make_pd(x, &td, NULL, tpd, &none));
+    if (!none && mp_onednn_is_jit(*tpd)) return MP_OK;
+    if (*tpd) dnnl_primitive_desc_destroy(*tpd); /* the backward-data primitive stays */
+    *tpd = NULL;
+    return MP_OK;
+}
+
 static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, dnnl_data_type_t ct, bool training,
                        bool jit_only, bool keep_nhwc, bool *fallback, size_t *ws_bytes) {
     const bool tr = x->d->kind == MP_OP_CONV_TRANSPOSE2D;
@@ -309,13 +345,15 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
         }
     }
     /* from here on every error path destroys the primitive descriptors */
-    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
+    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL, tpd = NULL;
+    dnnl_memory_desc_t wt; /* tpd's plain filter W' */
     mp_status rc = make_pd(x, &fd, NULL, &fpd, fallback);
     if (rc == MP_OK && !*fallback && training) rc = make_pd(x, &bdd, fpd, &dpd, fallback);
     if (rc == MP_OK && !*fallback && training) rc = make_pd(x, &bwd, fpd, &wpd, fallback);
     /* MP_IMPL_AUTO: oneDNN's generic (non-JIT) kernels lose to ours */
     if (rc == MP_OK && !*fallback && jit_only)
         *fallback = !mp_onednn_is_jit(fpd) || (dpd && !mp_onednn_is_jit(dpd)) || (wpd && !mp_onednn_is_jit(wpd));
+    if (rc == MP_OK && !*fallback && training && !tr) rc = dgrad_forward_pd(x, &m, dpd, dt, ct, sD, dD, &tpd, &wt);
     if (rc == MP_OK && !*fallback) {
         /* forward */
         size_t cur = 0;
@@ -331,23 +369,33 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
         *ws_bytes = cur;
     }
     if (rc == MP_OK && !*fallback && training) {
-        /* backward data: diff_dst' first, so that backward weights can share it */
+        /* backward data: diff_dst' first, so that backward weights can share it; in the forward form (tpd)
+         * diff_dst is its src, W' its weights and diff_src its dst */
         size_t cur = 0;
         pass *p = &st->bwd_d;
-        rc = bind(x, p, dpd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, false, false, &m.dst, &cur, SIZE_MAX);
+        const bool t = st->dgrad_fwd = tpd != NULL;
+        const_dnnl_primitive_desc_t bpd = t ? tpd : dpd;
+        const dnnl_query_t ddst_q = t ? dnnl_query_src_md : dnnl_query_diff_dst_md;
+        rc = bind(x, p, bpd, ddst_q, 0, t ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, false, false, &m.dst, &cur, SIZE_MAX);
         const size_t after_ddst = cur;
+        if (t) {
+            st->flip_off = reserve(&cur, dnnl_memory_desc_get_size(&wt));
+            st->flip_elem = dnnl_memory_desc_get_size(&wt) / (size_t)mp_shape_numel(&x->info->params[0].shape);
+        }
         if (rc == MP_OK)
-            rc = bind(x, p, dpd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, &m.wei, &cur, SIZE_MAX);
+            rc = bind(x, p, bpd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, t ? &wt : &m.wei, &cur,
+                      SIZE_MAX);
         if (rc == MP_OK)
-            rc = bind(x, p, dpd, dnnl_query_diff_src_md, 0, DNNL_ARG_DIFF_SRC, true, false, &m.src, &cur, SIZE_MAX);
-        if (rc == MP_OK) rc = finish_pass(x, p, dpd, &cur);
+            rc = bind(x, p, bpd, t ? dnnl_query_dst_md : dnnl_query_diff_src_md, 0,
+                      t ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, true, false, &m.src, &cur, SIZE_MAX);
+        if (rc == MP_OK) rc = finish_pass(x, p, bpd, &cur);
         size_t need = cur;
         /* backward weights */
         cur = after_ddst;
         p = &st->bwd_w;
         const binding *ddst = &st->bwd_d.b[0];
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_dst_md, 0);
-        const dnnl_memory_desc_t *dmd = dnnl_primitive_desc_query_md(dpd, dnnl_query_diff_dst_md, 0);
+        const dnnl_memory_desc_t *dmd = dnnl_primitive_desc_query_md(bpd, ddst_q, 0);
         st->ddst_shared = rc == MP_OK && ddst->reorder && dnnl_memory_desc_equal(wmd, dmd);
         if (rc == MP_OK)
             rc = bind(x, p, wpd, dnnl_query_src_md, 0, DNNL_ARG_SRC, false, false, &m.src, &cur, SIZE_MAX);
@@ -368,6 +416,7 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
     if (fpd) dnnl_primitive_desc_destroy(fpd);
     if (dpd) dnnl_primitive_desc_destroy(dpd);
     if (wpd) dnnl_primitive_desc_destroy(wpd);
+    if (tpd) dnnl_primitive_desc_destroy(tpd);
     return rc;
 }
 
@@ -424,6 +473,10 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
 
 bool mp_conv_onednn_has_backward(const void *state) {
     return state && ((const conv_state *)state)->has_bwd;
+}
+
+bool mp_conv_onednn_dgrad_is_forward(const void *state) {
+    return state && ((const conv_state *)state)->dgrad_fwd;
 }
 
 /* Runs pass p on the call's tensors ptr[i] (one per binding, NULL for an
@@ -488,7 +541,13 @@ mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c) {
     const bool need_d = c->d_in[0].data != NULL;
     const bool need_w = c->d_param[0].data || (bias && c->d_param[1].data);
     if (need_d) {
-        void *ptr[3] = {c->d_out.data, c->param[0].data, c->d_in[0].data};
+        void *w = c->param[0].data;
+        if (st->dgrad_fwd) { /* W' from this step's filter */
+            const mp_shape *f = &c->info->params[0].shape;
+            w = (char *)c->workspace + st->flip_off;
+            mp_conv_weights_transpose_flip(w, c->param[0].data, f->dims[0], f->dims[1], f->dims[2], st->flip_elem);
+        }
+        void *ptr[3] = {c->d_out.data, w, c->d_in[0].data};
         MP_TRY(run_pass(&x, &st->bwd_d, ptr, c->workspace, 0));
     }
     if (need_w && st->wgrad) return mp_wgrad_gemm_run(st->wgrad, c->in[0].data, c->d_out.data, c->d_param[0].data,

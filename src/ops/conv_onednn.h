@@ -56,6 +56,8 @@ mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c);
 /* False when the state has no backward primitives (prepared for inference):
  * the caller runs the reference backward. */
 bool mp_conv_onednn_has_backward(const void *state);
+/* Whether its backward data runs as the transposed filter's forward (conv_dgrad_onednn.h). */
+bool mp_conv_onednn_dgrad_is_forward(const void *state);
 mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c);
 
 /* prepare() of conv2d and conv_transpose2d: oneDNN primitives for f32 (or

@@ -1,0 +1,224 @@
+/* test_conv_dgrad.c — a conv2d's data gradient as the forward convolution
+ * of its transposed, reversed filter (ops/conv_dgrad_onednn.h), run through
+ * conv_onednn.c's backward with the form forced on (mp_dgrad_fwd_mode_set)
+ * and off, against the definition summed in double over the same inputs:
+ * every element within 1e-5 of the size of its sum of absolute terms, plus
+ * half a bf16 step of its value for bf16 outputs (an f32 sum's worst case
+ * grows with the terms: 2304 here; seen far below). Shapes: cnn10's
+ * 256-channel 7x7 layer, channel tails on a 10 x 9 image, 5x5 with padding
+ * 2, 3x3 without padding, 1x1, dilation 2 with padding 2 and 1, 3 input
+ * channels, a 4 x 16 image, NCHW tensors, in bf16 and f32; the workspace
+ * and the gradient start as NaN bytes. Forced on, every case with at least
+ * 8 input channels takes the form; stride 2 never does, and still agrees.
+ * A plan's gradients with the form forced on and off agree (fp32 and
+ * amp-bf16), and when plans take the form (mp_dgrad_fwd_wanted). Built
+ * with oneDNN only. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "conv_grad_plan.h"
+#include "core/bf16_inline.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "ops/conv_dgrad_onednn.h"
+#include "ops/conv_onednn.h"
+
+typedef struct {
+    int N, C, H, W, OC, k, stride, pad, dil;
+    bool nhwc;
+    const char *what;
+} dg_case;
+
+static mp_op_desc conv_desc(const dg_case *t) { return conv_grad_desc("dgrad", t->OC, t->k, t->stride, t->pad, t->dil); }
+
+static mp_op_info conv_info(const mp_op_desc *d, const dg_case *t, mp_dtype dt) {
+    mp_op_info info;
+    memset(&info, 0, sizeof info);
+    info.n_in = 1;
+    info.in[0] = mp_shape4(t->N, t->C, t->H, t->W);
+    info.in_dtype[0] = dt;
+    MP_ASSERT(mp_op_lookup(MP_OP_CONV2D)->infer(d, &info) == MP_OK);
+    info.nhwc = t->nhwc ? 1u | MP_NHWC_OUT : 0;
+    return info;
+}
+
+/* Index of (n, c, h, w) in an activation of C channels, H x W. */
+static int64_t at(bool nhwc, int n, int c, int h, int w, int C, int H, int W) {
+    return nhwc ? (((int64_t)n * H + h) * W + w) * C + c : (((int64_t)n * C + c) * H + h) * W + w;
+}
+
+static float load(const void *a, int64_t i, mp_dtype dt) {
+    return dt == MP_DTYPE_BF16 ? mp_bf16_bits_to_f32(((const uint16_t *)a)[i]) : ((const float *)a)[i];
+}
+
+/* Fills a (n values of dt) from N(0, sd) and returns the values as floats. */
+static float *fill(void *a, int64_t n, mp_dtype dt, double sd, mp_rng *g) {
+    float *v = malloc((size_t)n * sizeof *v);
+    MP_ASSERT(v);
+    for (int64_t i = 0; i < n; i++) {
+        const float f = (float)(sd * mp_rng_normal(g));
+        if (dt == MP_DTYPE_BF16) ((uint16_t *)a)[i] = mp_f32_to_bf16_bits(f);
+        else ((float *)a)[i] = f;
+        v[i] = load(a, i, dt);
+    }
+    return v;
+}
+
+/* dx by conv_onednn.c's backward with the form's mode forced; *taken:
+ * whether the prepared conv took the form. */
+static mp_status run_backward(const mp_op_desc *d, const dg_case *t, mp_dtype dt, int mode, const void *x,
+                              const void *w, const void *dy, void *dx, bool *taken) {
+    mp_op_info info = conv_info(d, t, dt);
+    const int before = mp_dgrad_fwd_mode_set(mode);
+    void *state = NULL;
+    mp_status s = mp_conv_onednn_prepare(d, &info, dt, true, false, &state);
+    mp_dgrad_fwd_mode_set(before);
+    *taken = mp_conv_onednn_dgrad_is_forward(state);
+    if (s != MP_OK) return s;
+    void *ws = NULL;
+    const size_t wsb = info.workspace_bytes ? info.workspace_bytes : 64;
+    MP_ASSERT(posix_memalign(&ws, 64, wsb) == 0);
+    memset(ws, 0xFF, wsb);
+    mp_op_call c;
+    memset(&c, 0, sizeof c);
+    c.desc = d, c.info = &info, c.state = state, c.impl = MP_IMPL_ONEDNN, c.training = true, c.n_in = 1;
+    c.in[0] = (mp_tensor){dt, info.in[0], (void *)x};
+    c.d_in[0] = (mp_tensor){dt, info.in[0], dx};
+    c.param[0] = (mp_tensor){dt, info.params[0].shape, (void *)w};
+    c.d_out = (mp_tensor){dt, info.out, (void *)dy};
+    c.workspace = ws;
+    s = mp_conv_onednn_backward(state, &c);
+    free(ws);
+    mp_conv_onednn_release(state);
+    return s;
+}
+
+static void check_case(const dg_case *t, mp_dtype dt, uint64_t seed) {
+    const mp_op_desc d = conv_desc(t);
+    const mp_op_info info = conv_info(&d, t, dt);
+    const int N = t->N, C = t->C, H = t->H, W = t->W, OC = t->OC, k = t->k, OH = info.out.dims[2], OW = info.out.dims[3];
+    const int64_t nx = (int64_t)N * C * H * W, ny = (int64_t)N * OC * OH * OW, nw = (int64_t)OC * C * k * k;
+    const size_t es = dt == MP_DTYPE_BF16 ? 2 : 4;
+    const char *dn = dt == MP_DTYPE_BF16 ? "bf16" : "f32";
+    void *x = malloc(nx * es), *w = malloc(nw * es), *dy = malloc(ny * es), *dx[2] = {malloc(nx * es), malloc(nx * es)};
+    double *ref = calloc(nx, sizeof *ref), *absum = calloc(nx, sizeof *absum);
+    MP_ASSERT(x && w && dy && dx[0] && dx[1] && ref && absum);
+    mp_rng g;
+    mp_rng_seed(&g, seed);
+    free(fill(x, nx, dt, 1.0, &g));
+    float *wv = fill(w, nw, dt, 1.0 / sqrt((double)C * k * k), &g), *gv = fill(dy, ny, dt, 1.0, &g);
+    /* dx[n][c][ih][iw] = sum over (o, kh, kw) of dy[n][o][oh][ow] * w[o][c][kh][kw], ih = oh*s - pad + kh*dil */
+    for (int n = 0; n < N; n++)
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++)
+                for (int kh = 0; kh < k; kh++)
+                    for (int kw = 0; kw < k; kw++) {
+                        const int ih = oh * t->stride - t->pad + kh * t->dil, iw = ow * t->stride - t->pad + kw * t->dil;
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        for (int o = 0; o < OC; o++) {
+                            const double gy = gv[at(t->nhwc, n, o, oh, ow, OC, OH, OW)];
+                            for (int c = 0; c < C; c++) {
+                                const double term = gy * wv[(((int64_t)o * C + c) * k + kh) * k + kw];
+                                const int64_t i = at(t->nhwc, n, c, ih, iw, C, H, W);
+                                ref[i] += term;
+                                absum[i] += fabs(term);
+                            }
+                        }
+                    }
+    bool taken[2];
+    double worst[2] = {0, 0}, vmax = 0, apart = 0;
+    int64_t bad[2] = {0, 0};
+    mp_status s[2];
+    for (int m = 0; m < 2; m++) { /* m 0: forced on, 1: off */
+        memset(dx[m], 0xFF, nx * es);
+        s[m] = run_backward(&d, t, dt, m == 0 ? 1 : 0, x, w, dy, dx[m], &taken[m]);
+        CHECK(s[m] == MP_OK, "%s %s (form %s): %s", t->what, dn, m ? "off" : "on", mp_last_error());
+        for (int64_t i = 0; s[m] == MP_OK && i < nx; i++) {
+            const double v = load(dx[m], i, dt), e = fabs(v - ref[i]);
+            const double tol = 1e-5 * absum[i] + (es == 2 ? 0x1p-8 * fabs(ref[i]) : 0);
+            if (!(e <= tol)) bad[m]++;
+            const double rel = e / (absum[i] > 0 ? absum[i] : 1);
+            if (!(rel <= worst[m])) worst[m] = isnan(rel) ? INFINITY : rel;
+            if (m == 0) vmax = fmax(vmax, fabs(ref[i]));
+            else apart = fmax(apart, fabs(v - load(dx[0], i, dt)));
+        }
+        CHECK(s[m] != MP_OK || bad[m] == 0, "%s %s (form %s): %lld of %lld input gradients off (worst %.3g of their "
+              "terms' size)", t->what, dn, m ? "off" : "on", (long long)bad[m], (long long)nx, worst[m]);
+    }
+    const bool possible = mp_dgrad_fwd_possible(&d);
+    CHECK(!taken[1], "%s %s: the form was taken while forced off", t->what, dn);
+    CHECK(taken[0] == possible || (possible && C < 8), "%s %s: forced on, the form was %s (possible: %d)", t->what, dn,
+          taken[0] ? "taken" : "not taken", possible);
+    const bool ok = s[0] == MP_OK && s[1] == MP_OK && !bad[0] && !bad[1] && !taken[1] &&
+                    (taken[0] == possible || (possible && C < 8));
+    printf("%s %-34s %-4s form %-9s worst %.2g / %.2g of the terms' size; forms apart by %.2g of %.3g\n",
+           ok ? "ok  " : "FAIL", t->what, dn, taken[0] ? "taken," : "not taken", worst[0], worst[1], apart, vmax);
+    free(x), free(w), free(dy), free(dx[0]), free(dx[1]), free(ref), free(absum), free(wv), free(gv);
+}
+
+/* When a plan's conv takes the form (MIXPREC_CPU_DGRAD_FWD unset: -1). */
+static void check_wanted(void) {
+    const int env = mp_env_get()->cpu_dgrad_fwd;
+    const dg_case base = {2, 64, 7, 7, 64, 3, 1, 1, 1, true, "7x7"};
+    mp_op_desc d = conv_desc(&base);
+    mp_op_info info = conv_info(&d, &base, MP_DTYPE_BF16);
+    const char *amx = "jit:avx512_core_amx_bf16";
+    const bool on = mp_dgrad_fwd_wanted(&d, &info, amx);
+    CHECK(on == (env != 0), "64 channels on AMX: wanted %d (MIXPREC_CPU_DGRAD_FWD %d)", on, env);
+    const bool other = mp_dgrad_fwd_wanted(&d, &info, "jit:avx512_core_bf16");
+    CHECK(other == (env == 1), "on another kernel: wanted %d", other);
+    info.nhwc = 0;
+    const bool nchw = mp_dgrad_fwd_wanted(&d, &info, amx);
+    CHECK(nchw == (env == 1), "NCHW on AMX: wanted %d", nchw);
+    info.nhwc = 1u | MP_NHWC_OUT;
+    const dg_case three = {2, 3, 7, 7, 64, 3, 1, 1, 1, true, "3 channels"};
+    mp_op_desc d3 = conv_desc(&three);
+    mp_op_info i3 = conv_info(&d3, &three, MP_DTYPE_BF16);
+    CHECK(mp_dgrad_fwd_wanted(&d3, &i3, amx) == (env == 1), "3 input channels on AMX: wanted by the rule");
+    /* never: stride 2, groups 2, a transposed conv, padding beyond dil*(k-1) */
+    d.attr.conv.stride = 2;
+    CHECK(!mp_dgrad_fwd_possible(&d) && !mp_dgrad_fwd_wanted(&d, &info, amx), "a stride-2 conv is taken");
+    d.attr.conv.stride = 1;
+    d.attr.conv.groups = 2;
+    CHECK(!mp_dgrad_fwd_possible(&d), "a grouped conv is taken");
+    d.attr.conv.groups = 1;
+    d.kind = MP_OP_CONV_TRANSPOSE2D;
+    CHECK(!mp_dgrad_fwd_possible(&d), "a transposed conv is taken");
+    d.kind = MP_OP_CONV2D;
+    d.attr.conv.kernel = 1;
+    d.attr.conv.padding = 1;
+    CHECK(!mp_dgrad_fwd_possible(&d), "a 1x1 conv with padding 1 is taken");
+    d.attr.conv.padding = 0;
+    CHECK(mp_dgrad_fwd_possible(&d), "a 1x1 conv without padding is not possible");
+    printf("ok   when: 64 channels on the AMX kernel %s, on another kernel %s, NCHW %s; stride 2 / groups / "
+           "transposed / too much padding never\n",
+           on ? "taken" : "not taken", other ? "taken" : "not taken", nchw ? "taken" : "not taken");
+}
+
+int main(void) {
+    const dg_case cases[] = {
+        {2, 64, 8, 8, 64, 3, 1, 1, 1, true, "3x3, 64 channels"},
+        {3, 256, 7, 7, 256, 3, 1, 1, 1, true, "cnn10's 256-channel 7x7"},
+        {2, 24, 10, 9, 40, 3, 1, 1, 1, true, "channel tails, 10 x 9"},
+        {2, 16, 9, 9, 8, 5, 1, 2, 1, true, "5x5, padding 2"},
+        {2, 16, 9, 9, 16, 3, 1, 0, 1, true, "3x3, no padding"},
+        {2, 32, 6, 6, 16, 1, 1, 0, 1, true, "1x1"},
+        {2, 16, 11, 11, 16, 3, 1, 2, 2, true, "3x3 dilation 2, padding 2"},
+        {2, 16, 9, 9, 16, 3, 1, 1, 2, true, "3x3 dilation 2, padding 1"},
+        {2, 3, 8, 8, 16, 3, 1, 1, 1, true, "3 input channels"},
+        {3, 16, 4, 16, 8, 3, 1, 1, 1, true, "a 4 x 16 image"},
+        {2, 24, 10, 9, 40, 3, 1, 1, 1, false, "NCHW"},
+        {2, 16, 9, 9, 24, 3, 2, 1, 1, true, "stride 2 (never the form)"},
+    };
+    for (int bf = 0; bf < 2; bf++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            check_case(&cases[i], bf ? MP_DTYPE_BF16 : MP_DTYPE_F32, 200 + i);
+    conv_grad_plan_check(mp_dgrad_fwd_mode_set, MP_PRECISION_FP32, 1e-5, "data gradients by the forward form (fp32)");
+    conv_grad_plan_check(mp_dgrad_fwd_mode_set, MP_PRECISION_AMP_BF16, 1e-5,
+                         "data gradients by the forward form (amp-bf16)");
+    check_wanted();
+    return test_summary("test_conv_dgrad");
+}
