@@ -4,7 +4,7 @@
  *
  *   bench/cpu_train_step [--model cnn10] [--batch 128] [--steps 20] [--shape 1x28x28]
  *                        [--precision fp32,amp-bf16,o2-bf16,bf16] [--threads T] [--reference]
- *                        [--profile] [--ab] [--ab-layout]
+ *                        [--profile] [--ab] [--ab-layout] [--ab-conv]
  * Prints the CPU model and a table, one row per precision policy; times are
  * medians over the steps. Every policy's plan is built first and their
  * steps run interleaved, round by round, in this one process; "vs fp32" is
@@ -18,7 +18,10 @@
  * math for bf16 convolutions (bf16_conv_math.h), in the same rounds, and
  * each policy's step with every activation NCHW (opts.channels_first;
  * --ab-layout times that one beside the default alone), and with every
- * conv weight gradient on oneDNN's primitive (conv_wgrad_onednn.h). The
+ * conv weight gradient on oneDNN's primitive (conv_wgrad_onednn.h), and
+ * with every conv data gradient on oneDNN's backward-data primitive
+ * (conv_dgrad_onednn.h); --ab-conv times those two beside the default
+ * alone. The
  * table starts with the copy bandwidth of the machine (what the
  * memory-bound ops' bytes take) and the bf16 dot-product rate. */
 #include <omp.h>
@@ -31,6 +34,7 @@
 #include "ops/bf16_conv_math.h"
 #include "ops/cpu_fast.h"
 #ifdef MP_HAVE_ONEDNN
+#include "ops/conv_dgrad_onednn.h"
 #include "ops/conv_wgrad_onednn.h"
 #endif
 #include "core/rng.h"
@@ -145,10 +149,12 @@ typedef enum {
     V_MATH,     /* bf16 policies: the convolutions on the math AUTO did not choose */
     V_NCHW,     /* every activation NCHW (no channels-last, graph/plan_layout.h) */
     V_WGRAD,    /* every conv weight gradient on oneDNN's backward-weights primitive (no im2col + matmul) */
+    V_DGRAD,    /* every conv data gradient on oneDNN's backward-data primitive (not the transposed forward) */
     V_COUNT
 } variant;
 static const char *variant_name[V_COUNT] = {"", " unfused", " scalar ReLU/BN/pool, unfused", " other conv math: ",
-                                            " activations NCHW", " weight gradients by oneDNN's primitive"};
+                                            " activations NCHW", " weight gradients by oneDNN's primitive",
+                                            " data gradients by oneDNN's primitive"};
 
 /* The bf16 convolution math V_MATH uses. */
 static mp_bf16_math other_math(void) {
@@ -222,6 +228,7 @@ static int trainer_init(trainer *t, const char *model, int c, int h, int w, int 
     mp_bf16_math_set(v == V_MATH ? other_math() : MP_BF16_MATH_AUTO);
 #ifdef MP_HAVE_ONEDNN
     const int wgrad_mode = mp_wgrad_gemm_mode_set(v == V_WGRAD ? 0 : -2);
+    const int dgrad_mode = mp_dgrad_fwd_mode_set(v == V_DGRAD ? 0 : -2);
 #endif
     mp_status st = mp_plan_create(t->m.g, (mp_plan_opts){.batch = batch, .training = true, .loss = t->m.loss,
                                                          .reference = reference, .profile = profile,
@@ -232,6 +239,7 @@ static int trainer_init(trainer *t, const char *model, int c, int h, int w, int 
     mp_bf16_math_set(MP_BF16_MATH_AUTO);
 #ifdef MP_HAVE_ONEDNN
     mp_wgrad_gemm_mode_set(wgrad_mode);
+    mp_dgrad_fwd_mode_set(dgrad_mode);
 #endif
     if (st != MP_OK) {
         fprintf(stderr, "cpu_train_step: %s\n", mp_last_error());
@@ -338,7 +346,7 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
 int main(int argc, char **argv) {
     const char *model = "cnn10", *precisions = "fp32";
     int batch = 128, steps = 20, c = 1, h = 28, w = 28, threads = 0;
-    bool reference = false, profile = false, ab = false, ab_layout = false;
+    bool reference = false, profile = false, ab = false, ab_layout = false, ab_conv = false;
     mp_prefer_passive_openmp(argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -355,9 +363,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--profile")) profile = true;
         else if (!strcmp(argv[i], "--ab")) ab = true;
         else if (!strcmp(argv[i], "--ab-layout")) ab_layout = true;
+        else if (!strcmp(argv[i], "--ab-conv")) ab_conv = true;
         else {
             fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
-                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--ab] [--ab-layout]\n");
+                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--ab] [--ab-layout] [--ab-conv]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
@@ -400,7 +409,7 @@ int main(int argc, char **argv) {
         printf("| oneDNN bf16 conv 64x256x28x28, 3x3 -> 256 (%s) | 64 | - | - | - | %.1f | %.0f%% | %.2fx |\n", impl16,
                conv16_gflops, 100.0 * conv16_gflops / conv_gflops, conv16_gflops / conv_gflops);
 #endif
-    const int n_var = ab || ab_layout ? V_COUNT : 1;
+    const int n_var = ab || ab_layout || ab_conv ? V_COUNT : 1;
     enum { MAX_PREC = 8 };
     trainer tr[MAX_PREC * V_COUNT];
     const char *names[MAX_PREC * V_COUNT];
@@ -420,7 +429,8 @@ int main(int argc, char **argv) {
         const bool has_bf16 = strstr(name, "bf16") != NULL;
         for (int v = 0; v < n_var; v++) {
             if (v == V_MATH && !has_bf16) continue; /* no bf16 convolutions */
-            if (ab_layout && !ab && v != V_DEFAULT && v != V_NCHW) continue;
+            if (!ab && v != V_DEFAULT && !(ab_layout && v == V_NCHW) && !(ab_conv && (v == V_WGRAD || v == V_DGRAD)))
+                continue;
             names[n] = name;
             if (trainer_init(&tr[n], model, c, h, w, batch, reference, profile && v == V_DEFAULT, prec, (variant)v))
                 return 1;
