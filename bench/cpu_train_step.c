@@ -17,13 +17,14 @@
  * before their vector paths), and the bf16 policies' step with the other
  * math for bf16 convolutions (bf16_conv_math.h), in the same rounds, and
  * each policy's step with every activation NCHW (opts.channels_first;
- * --ab-layout times that one beside the default alone), and with every
- * conv weight gradient on oneDNN's primitive (conv_wgrad_onednn.h), and
- * with every conv data gradient on oneDNN's backward-data primitive
+ * --ab-layout times that one beside the default alone), with every conv
+ * weight gradient on oneDNN's primitive (conv_wgrad_onednn.h), and with
+ * every conv data gradient on oneDNN's backward-data primitive
  * (conv_dgrad_onednn.h); --ab-conv times those two beside the default
- * alone. The
- * table starts with the copy bandwidth of the machine (what the
- * memory-bound ops' bytes take) and the bf16 dot-product rate. */
+ * alone (for fp32 they are the default plan again: both forms are taken on
+ * bf16 kernels only). The table starts with the copy bandwidth of the
+ * machine (what the memory-bound ops' bytes take) and the bf16
+ * dot-product rate. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,7 +367,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ab-conv")) ab_conv = true;
         else {
             fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
-                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--ab] [--ab-layout] [--ab-conv]\n");
+                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--ab] [--ab-layout] "
+                            "[--ab-conv]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }

@@ -9,7 +9,7 @@
  * (bench/NOTES.md v0.44).
  *
  *   cc -O2 -fopenmp dev/conv_bwdd_as_fwd_timing.c -ldnnl -o /tmp/bwdd
- *   /tmp/bwdd N C OC H [reps 7] [f32]
+ *   /tmp/bwdd N C OC H [reps 7, at most 63] [f32]
  * (f32: f32 activations and weights instead of bf16)
  * Prints both medians (ms), the implementations, and the largest difference
  * between the two results relative to the largest value. */
@@ -75,7 +75,8 @@ static void forward(int N, int ic, int oc, int H, dnnl_primitive_desc_t *pd, dnn
 
 int main(int argc, char **argv) {
     const int N = argc > 1 ? atoi(argv[1]) : 128, C = argc > 2 ? atoi(argv[2]) : 256, OC = argc > 3 ? atoi(argv[3]) : 256,
-              H = argc > 4 ? atoi(argv[4]) : 7, reps = argc > 5 && atoi(argv[5]) > 0 ? atoi(argv[5]) : 7;
+              H = argc > 4 ? atoi(argv[4]) : 7,
+              reps = argc > 5 && atoi(argv[5]) > 0 && atoi(argv[5]) < 64 ? atoi(argv[5]) : 7;
     const int64_t M = (int64_t)N * H * H, nw = (int64_t)OC * C * 9;
     CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CK(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));

@@ -7,7 +7,7 @@
  * backward-weights on small images (bench/NOTES.md v0.43).
  *
  *   cc -O2 -fopenmp dev/conv_bwdw_gemm_timing.c -ldnnl -o /tmp/bwdw
- *   /tmp/bwdw N C OC H [reps 7] [chunk rows 4096]
+ *   /tmp/bwdw N C OC H [reps 7, at most 63] [chunk rows 4096]
  * Prints both medians (ms), the implementations, and the largest difference
  * between the two results relative to the largest value. */
 #include <math.h>
@@ -23,7 +23,8 @@
 
 int main(int argc, char **argv) {
     const int N = argc > 1 ? atoi(argv[1]) : 128, C = argc > 2 ? atoi(argv[2]) : 256, OC = argc > 3 ? atoi(argv[3]) : 256,
-              H = argc > 4 ? atoi(argv[4]) : 7, reps = argc > 5 ? atoi(argv[5]) : 7,
+              H = argc > 4 ? atoi(argv[4]) : 7,
+              reps = argc > 5 && atoi(argv[5]) > 0 && atoi(argv[5]) < 64 ? atoi(argv[5]) : 7,
               chunk = argc > 6 ? atoi(argv[6]) : 4096;
     const int W = H, K = 9 * C;
     const int64_t M = (int64_t)N * H * W;

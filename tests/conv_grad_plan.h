@@ -3,8 +3,10 @@
  * conv c2 (no bias, 8 x 8 = 64 output pixels) -> global pool -> linear,
  * with a conv gradient form forced by its mode setter (the form's
  * mp_*_mode_set, mode 1 or 0), and every trainable parameter's gradient,
- * concatenated. c2's backward data runs before its weight gradient, in
- * one workspace; c1's weight gradient reads what c2's backward data wrote. */
+ * concatenated, and how many of its convolutions took the form (taken:
+ * whether a conv2d's state did). c2's backward data runs before its weight
+ * gradient, in one workspace; c1's weight gradient reads what c2's
+ * backward data wrote. */
 #ifndef MP_TESTS_CONV_GRAD_PLAN_H
 #define MP_TESTS_CONV_GRAD_PLAN_H
 
@@ -29,7 +31,8 @@ static mp_op_desc conv_grad_desc(const char *name, int OC, int k, int stride, in
     return d;
 }
 
-static mp_status conv_grad_plan_step(int (*mode_set)(int), int mode, mp_precision prec, float **grads, int64_t *n) {
+static mp_status conv_grad_plan_step(int (*mode_set)(int), bool (*taken)(const void *state), int mode,
+                                     mp_precision prec, float **grads, int64_t *n, int *n_taken) {
     enum { B = 6 };
     const int before = mode_set(mode);
     mp_graph *g = mp_graph_create();
@@ -49,6 +52,9 @@ static mp_status conv_grad_plan_step(int (*mode_set)(int), int mode, mp_precisio
     for (int i = 0; i < B; i++) lab[i] = (int32_t)mp_rng_below(&r, 5);
     mp_plan *p = NULL;
     mp_status s = mp_plan_create(g, (mp_plan_opts){.batch = B, .training = true, .loss = loss}, &p);
+    *n_taken = 0;
+    for (int i = 0; s == MP_OK && i < p->n; i++)
+        *n_taken += p->nodes[i].call.desc->kind == MP_OP_CONV2D && taken(p->nodes[i].call.state);
     if (s == MP_OK) s = mp_plan_set_input(p, x, in, sizeof in / sizeof in[0]);
     if (s == MP_OK) s = mp_plan_set_labels(p, y, lab, B);
     if (s == MP_OK) s = mp_plan_forward(p);
@@ -73,13 +79,18 @@ static mp_status conv_grad_plan_step(int (*mode_set)(int), int mode, mp_precisio
 }
 
 /* The plan's gradients with the form forced on and off agree within tol
- * (relative L2); what: the form, for the messages. */
-static void conv_grad_plan_check(int (*mode_set)(int), mp_precision prec, double tol, const char *what) {
+ * (relative L2); forced off no conv takes it, forced on some does where
+ * can_take; what: the form, for the messages. */
+static void conv_grad_plan_check(int (*mode_set)(int), bool (*taken)(const void *state), bool can_take,
+                                 mp_precision prec, double tol, const char *what) {
     float *on = NULL, *off = NULL;
     int64_t n_on = 0, n_off = 0;
-    const mp_status a = conv_grad_plan_step(mode_set, 1, prec, &on, &n_on);
-    const mp_status b = conv_grad_plan_step(mode_set, 0, prec, &off, &n_off);
+    int t_on = 0, t_off = 0;
+    const mp_status a = conv_grad_plan_step(mode_set, taken, 1, prec, &on, &n_on, &t_on);
+    const mp_status b = conv_grad_plan_step(mode_set, taken, 0, prec, &off, &n_off, &t_off);
     CHECK(a == MP_OK && b == MP_OK && n_on == n_off, "plan step (%s): %s", what, mp_last_error());
+    CHECK(t_off == 0 && (t_on > 0) == can_take, "plan step (%s): forced on, %d convs took the form (want %s); "
+          "forced off, %d", what, t_on, can_take ? "some" : "none", t_off);
     double d2 = 0, r2 = 0;
     for (int64_t i = 0; a == MP_OK && b == MP_OK && i < n_on; i++) {
         const double e = (double)on[i] - off[i];
@@ -88,8 +99,8 @@ static void conv_grad_plan_check(int (*mode_set)(int), mp_precision prec, double
     const double rel = r2 > 0 ? sqrt(d2 / r2) : INFINITY;
     CHECK(rel <= tol && r2 > 0, "plan step: gradients with %s differ by %.3g (relative L2) from the primitive's", what,
           rel);
-    printf("%s plan step, %s against the primitive: %.2g (relative L2)\n", rel <= tol && r2 > 0 ? "ok  " : "FAIL", what,
-           rel);
+    printf("%s plan step, %s (%d of its convs) against the primitive: %.2g (relative L2)\n",
+           rel <= tol && r2 > 0 && t_off == 0 && (t_on > 0) == can_take ? "ok  " : "FAIL", what, t_on, rel);
     free(on), free(off);
 }
 

@@ -6,13 +6,16 @@
  * half a bf16 step of its value for bf16 outputs (an f32 sum's worst case
  * grows with the terms: 2304 here; seen far below). Shapes: cnn10's
  * 256-channel 7x7 layer, channel tails on a 10 x 9 image, 5x5 with padding
- * 2, 3x3 without padding, 1x1, dilation 2 with padding 2 and 1, 3 input
- * channels, a 4 x 16 image, NCHW tensors, in bf16 and f32; the workspace
- * and the gradient start as NaN bytes. Forced on, every case with at least
- * 8 input channels takes the form; stride 2 never does, and still agrees.
- * A plan's gradients with the form forced on and off agree (fp32 and
- * amp-bf16), and when plans take the form (mp_dgrad_fwd_wanted). Built
- * with oneDNN only. */
+ * 2, 3x3 with padding 0 and 2 (the form's padding 2 and 0), 1x1, dilation 2
+ * with padding 1, 2 and 4, 3 input channels, a 4 x 16 image, NCHW tensors;
+ * in f32, and bf16 on f32 primitives and (where oneDNN has them) bf16 ones.
+ * The workspace and the gradient start as NaN bytes, and each conv runs
+ * backward twice, first with other weights (W' is rebuilt per call).
+ * Forced on, every case with at least 8 input channels takes the form;
+ * stride 2 never does, and still agrees. A plan's gradients with the form
+ * forced on and off agree (fp32 and amp-bf16), some conv taking it only
+ * when forced on; and when plans take the form (mp_dgrad_fwd_wanted).
+ * Built with oneDNN only. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +24,10 @@
 #include "check.h"
 #include "conv_grad_plan.h"
 #include "core/bf16_inline.h"
+#include "core/cpu_features.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "ops/bf16_conv_math.h"
 #include "ops/conv_dgrad_onednn.h"
 #include "ops/conv_onednn.h"
 
@@ -67,17 +72,19 @@ static float *fill(void *a, int64_t n, mp_dtype dt, double sd, mp_rng *g) {
     return v;
 }
 
-/* dx by conv_onednn.c's backward with the form's mode forced; *taken:
- * whether the prepared conv took the form. */
+/* dx by conv_onednn.c's backward with the form's mode forced, after a first
+ * backward with the weights w_other; *taken: whether the prepared conv took
+ * the form; *none: oneDNN has no primitive for it (state NULL). */
 static mp_status run_backward(const mp_op_desc *d, const dg_case *t, mp_dtype dt, int mode, const void *x,
-                              const void *w, const void *dy, void *dx, bool *taken) {
+                              const void *w, const void *w_other, const void *dy, void *dx, bool *taken, bool *none) {
     mp_op_info info = conv_info(d, t, dt);
     const int before = mp_dgrad_fwd_mode_set(mode);
     void *state = NULL;
     mp_status s = mp_conv_onednn_prepare(d, &info, dt, true, false, &state);
     mp_dgrad_fwd_mode_set(before);
     *taken = mp_conv_onednn_dgrad_is_forward(state);
-    if (s != MP_OK) return s;
+    *none = s == MP_OK && !state;
+    if (s != MP_OK || !state) return s;
     void *ws = NULL;
     const size_t wsb = info.workspace_bytes ? info.workspace_bytes : 64;
     MP_ASSERT(posix_memalign(&ws, 64, wsb) == 0);
@@ -87,28 +94,33 @@ static mp_status run_backward(const mp_op_desc *d, const dg_case *t, mp_dtype dt
     c.desc = d, c.info = &info, c.state = state, c.impl = MP_IMPL_ONEDNN, c.training = true, c.n_in = 1;
     c.in[0] = (mp_tensor){dt, info.in[0], (void *)x};
     c.d_in[0] = (mp_tensor){dt, info.in[0], dx};
-    c.param[0] = (mp_tensor){dt, info.params[0].shape, (void *)w};
+    c.param[0] = (mp_tensor){dt, info.params[0].shape, (void *)w_other};
     c.d_out = (mp_tensor){dt, info.out, (void *)dy};
     c.workspace = ws;
     s = mp_conv_onednn_backward(state, &c);
+    c.param[0].data = (void *)w;
+    if (s == MP_OK) s = mp_conv_onednn_backward(state, &c);
     free(ws);
     mp_conv_onednn_release(state);
     return s;
 }
 
-static void check_case(const dg_case *t, mp_dtype dt, uint64_t seed) {
+/* math: for bf16 tensors, the primitives' (bf16_conv_math.h). */
+static void check_case(const dg_case *t, mp_dtype dt, mp_bf16_math math, uint64_t seed) {
     const mp_op_desc d = conv_desc(t);
     const mp_op_info info = conv_info(&d, t, dt);
     const int N = t->N, C = t->C, H = t->H, W = t->W, OC = t->OC, k = t->k, OH = info.out.dims[2], OW = info.out.dims[3];
     const int64_t nx = (int64_t)N * C * H * W, ny = (int64_t)N * OC * OH * OW, nw = (int64_t)OC * C * k * k;
     const size_t es = dt == MP_DTYPE_BF16 ? 2 : 4;
-    const char *dn = dt == MP_DTYPE_BF16 ? "bf16" : "f32";
-    void *x = malloc(nx * es), *w = malloc(nw * es), *dy = malloc(ny * es), *dx[2] = {malloc(nx * es), malloc(nx * es)};
+    const char *dn = dt == MP_DTYPE_F32 ? "f32" : math == MP_BF16_MATH_F32 ? "bf16 on f32 primitives" : "bf16";
+    void *x = malloc(nx * es), *w = malloc(nw * es), *w2 = malloc(nw * es), *dy = malloc(ny * es),
+         *dx[2] = {malloc(nx * es), malloc(nx * es)};
     double *ref = calloc(nx, sizeof *ref), *absum = calloc(nx, sizeof *absum);
-    MP_ASSERT(x && w && dy && dx[0] && dx[1] && ref && absum);
+    MP_ASSERT(x && w && w2 && dy && dx[0] && dx[1] && ref && absum);
     mp_rng g;
     mp_rng_seed(&g, seed);
     free(fill(x, nx, dt, 1.0, &g));
+    free(fill(w2, nw, dt, 1.0, &g));
     float *wv = fill(w, nw, dt, 1.0 / sqrt((double)C * k * k), &g), *gv = fill(dy, ny, dt, 1.0, &g);
     /* dx[n][c][ih][iw] = sum over (o, kh, kw) of dy[n][o][oh][ow] * w[o][c][kh][kw], ih = oh*s - pad + kh*dil */
     for (int n = 0; n < N; n++)
@@ -128,14 +140,16 @@ static void check_case(const dg_case *t, mp_dtype dt, uint64_t seed) {
                             }
                         }
                     }
-    bool taken[2];
+    bool taken[2], none[2];
     double worst[2] = {0, 0}, vmax = 0, apart = 0;
     int64_t bad[2] = {0, 0};
     mp_status s[2];
+    const mp_bf16_math math_before = mp_bf16_math_set(math);
     for (int m = 0; m < 2; m++) { /* m 0: forced on, 1: off */
         memset(dx[m], 0xFF, nx * es);
-        s[m] = run_backward(&d, t, dt, m == 0 ? 1 : 0, x, w, dy, dx[m], &taken[m]);
+        s[m] = run_backward(&d, t, dt, m == 0 ? 1 : 0, x, w, w2, dy, dx[m], &taken[m], &none[m]);
         CHECK(s[m] == MP_OK, "%s %s (form %s): %s", t->what, dn, m ? "off" : "on", mp_last_error());
+        if (none[m]) break;
         for (int64_t i = 0; s[m] == MP_OK && i < nx; i++) {
             const double v = load(dx[m], i, dt), e = fabs(v - ref[i]);
             const double tol = 1e-5 * absum[i] + (es == 2 ? 0x1p-8 * fabs(ref[i]) : 0);
@@ -148,6 +162,14 @@ static void check_case(const dg_case *t, mp_dtype dt, uint64_t seed) {
         CHECK(s[m] != MP_OK || bad[m] == 0, "%s %s (form %s): %lld of %lld input gradients off (worst %.3g of their "
               "terms' size)", t->what, dn, m ? "off" : "on", (long long)bad[m], (long long)nx, worst[m]);
     }
+    mp_bf16_math_set(math_before);
+    if (none[0]) { /* no bf16 convolution in oneDNN without bf16 instructions: bf16 primitives only */
+        CHECK(dt == MP_DTYPE_BF16 && math == MP_BF16_MATH_DOT && !mp_cpu_multiplies_bf16(),
+              "%s %s: oneDNN has no primitive for it", t->what, dn);
+        printf("ok   %-34s %-4s no oneDNN primitive on this CPU (no bf16 instructions)\n", t->what, dn);
+        free(x), free(w), free(w2), free(dy), free(dx[0]), free(dx[1]), free(ref), free(absum), free(wv), free(gv);
+        return;
+    }
     const bool possible = mp_dgrad_fwd_possible(&d);
     CHECK(!taken[1], "%s %s: the form was taken while forced off", t->what, dn);
     CHECK(taken[0] == possible || (possible && C < 8), "%s %s: forced on, the form was %s (possible: %d)", t->what, dn,
@@ -156,7 +178,7 @@ static void check_case(const dg_case *t, mp_dtype dt, uint64_t seed) {
                     (taken[0] == possible || (possible && C < 8));
     printf("%s %-34s %-4s form %-9s worst %.2g / %.2g of the terms' size; forms apart by %.2g of %.3g\n",
            ok ? "ok  " : "FAIL", t->what, dn, taken[0] ? "taken," : "not taken", worst[0], worst[1], apart, vmax);
-    free(x), free(w), free(dy), free(dx[0]), free(dx[1]), free(ref), free(absum), free(wv), free(gv);
+    free(x), free(w), free(w2), free(dy), free(dx[0]), free(dx[1]), free(ref), free(absum), free(wv), free(gv);
 }
 
 /* When a plan's conv takes the form (MIXPREC_CPU_DGRAD_FWD unset: -1). */
@@ -178,6 +200,10 @@ static void check_wanted(void) {
     mp_op_desc d3 = conv_desc(&three);
     mp_op_info i3 = conv_info(&d3, &three, MP_DTYPE_BF16);
     CHECK(mp_dgrad_fwd_wanted(&d3, &i3, amx) == (env == 1), "3 input channels on AMX: wanted by the rule");
+    const dg_case four = {2, 64, 7, 7, 4, 3, 1, 1, 1, true, "4 output channels"};
+    mp_op_desc d4 = conv_desc(&four);
+    mp_op_info i4 = conv_info(&d4, &four, MP_DTYPE_BF16);
+    CHECK(mp_dgrad_fwd_wanted(&d4, &i4, amx) == (env == 1), "4 output channels on AMX: wanted by the rule");
     /* never: stride 2, groups 2, a transposed conv, padding beyond dil*(k-1) */
     d.attr.conv.stride = 2;
     CHECK(!mp_dgrad_fwd_possible(&d) && !mp_dgrad_fwd_wanted(&d, &info, amx), "a stride-2 conv is taken");
@@ -193,6 +219,12 @@ static void check_wanted(void) {
     CHECK(!mp_dgrad_fwd_possible(&d), "a 1x1 conv with padding 1 is taken");
     d.attr.conv.padding = 0;
     CHECK(mp_dgrad_fwd_possible(&d), "a 1x1 conv without padding is not possible");
+    d.attr.conv.kernel = 3;
+    d.attr.conv.dilation = 2;
+    d.attr.conv.padding = 4;
+    CHECK(mp_dgrad_fwd_possible(&d), "3x3 dilation 2 with padding 4 (the form's padding 0) is not possible");
+    d.attr.conv.padding = 5;
+    CHECK(!mp_dgrad_fwd_possible(&d), "3x3 dilation 2 with padding 5 is taken");
     printf("ok   when: 64 channels on the AMX kernel %s, on another kernel %s, NCHW %s; stride 2 / groups / "
            "transposed / too much padding never\n",
            on ? "taken" : "not taken", other ? "taken" : "not taken", nchw ? "taken" : "not taken");
@@ -205,6 +237,8 @@ int main(void) {
         {2, 24, 10, 9, 40, 3, 1, 1, 1, true, "channel tails, 10 x 9"},
         {2, 16, 9, 9, 8, 5, 1, 2, 1, true, "5x5, padding 2"},
         {2, 16, 9, 9, 16, 3, 1, 0, 1, true, "3x3, no padding"},
+        {2, 16, 6, 5, 16, 3, 1, 2, 1, true, "3x3, padding 2 (the form's 0)"},
+        {2, 16, 6, 7, 8, 3, 1, 4, 2, true, "3x3 dilation 2, padding 4"},
         {2, 32, 6, 6, 16, 1, 1, 0, 1, true, "1x1"},
         {2, 16, 11, 11, 16, 3, 1, 2, 2, true, "3x3 dilation 2, padding 2"},
         {2, 16, 9, 9, 16, 3, 1, 1, 2, true, "3x3 dilation 2, padding 1"},
@@ -213,11 +247,15 @@ int main(void) {
         {2, 24, 10, 9, 40, 3, 1, 1, 1, false, "NCHW"},
         {2, 16, 9, 9, 24, 3, 2, 1, 1, true, "stride 2 (never the form)"},
     };
-    for (int bf = 0; bf < 2; bf++)
+    /* f32; bf16 on f32 primitives; bf16 on bf16 ones */
+    const struct { mp_dtype dt; mp_bf16_math math; } kinds[3] = {
+        {MP_DTYPE_F32, MP_BF16_MATH_AUTO}, {MP_DTYPE_BF16, MP_BF16_MATH_F32}, {MP_DTYPE_BF16, MP_BF16_MATH_DOT}};
+    for (int j = 0; j < 3; j++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            check_case(&cases[i], bf ? MP_DTYPE_BF16 : MP_DTYPE_F32, 200 + i);
-    conv_grad_plan_check(mp_dgrad_fwd_mode_set, MP_PRECISION_FP32, 1e-5, "data gradients by the forward form (fp32)");
-    conv_grad_plan_check(mp_dgrad_fwd_mode_set, MP_PRECISION_AMP_BF16, 1e-5,
+            check_case(&cases[i], kinds[j].dt, kinds[j].math, 200 + i);
+    conv_grad_plan_check(mp_dgrad_fwd_mode_set, mp_conv_onednn_dgrad_is_forward, true, MP_PRECISION_FP32, 1e-5,
+                         "data gradients by the forward form (fp32)");
+    conv_grad_plan_check(mp_dgrad_fwd_mode_set, mp_conv_onednn_dgrad_is_forward, true, MP_PRECISION_AMP_BF16, 1e-5,
                          "data gradients by the forward form (amp-bf16)");
     check_wanted();
     return test_summary("test_conv_dgrad");

@@ -8,7 +8,8 @@
  * channels, a 4 x 16 image; the workspace and the output start as NaN
  * bytes. A plan's second convolution (its weight gradient after its
  * backward data, in the one workspace) with the form forced on and off
- * (mp_wgrad_gemm_mode_set): the same gradients within 1e-5. And when plans
+ * (mp_wgrad_gemm_mode_set): the same gradients within 1e-5, and the form
+ * taken by some conv only when forced on. And when plans
  * take this form (mp_wgrad_gemm_wanted). On a CPU without bf16 kernels
  * (AVX2) oneDNN has no JIT bf16 matmul: there the check is that creating
  * it fails cleanly (MP_ERR_UNSUPPORTED) and a forced plan still trains.
@@ -24,6 +25,7 @@
 #include "core/cpu_features.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "ops/conv_onednn.h"
 #include "ops/conv_wgrad_onednn.h"
 
 typedef struct {
@@ -156,7 +158,9 @@ int main(void) {
         {3, 256, 7, 7, 256, 3, 1, 1, 1, "cnn10's 256-channel 7x7"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 100 + i);
-    conv_grad_plan_check(mp_wgrad_gemm_mode_set, MP_PRECISION_AMP_BF16, 1e-5, "weight gradients by the matmul");
+    /* (the matmul cannot run without bf16 kernels: no conv takes it there) */
+    conv_grad_plan_check(mp_wgrad_gemm_mode_set, mp_conv_onednn_wgrad_is_gemm, mp_cpu_multiplies_bf16(),
+                         MP_PRECISION_AMP_BF16, 1e-5, "weight gradients by the matmul");
     check_wanted();
     return test_summary("test_conv_wgrad");
 }

@@ -12,6 +12,10 @@ int mp_dgrad_fwd_mode_set(int mode) {
     return before;
 }
 
+static int current_mode(void) { return mode_override != -2 ? mode_override : mp_env_get()->cpu_dgrad_fwd; }
+
+bool mp_dgrad_fwd_forced(void) { return current_mode() == 1; }
+
 bool mp_dgrad_fwd_possible(const mp_op_desc *d) {
     const mp_conv_opts *o = &d->attr.conv;
     return d->kind == MP_OP_CONV2D && o->groups == 1 && o->stride == 1 && o->padding >= 0 &&
@@ -19,11 +23,11 @@ bool mp_dgrad_fwd_possible(const mp_op_desc *d) {
 }
 
 bool mp_dgrad_fwd_wanted(const mp_op_desc *d, const mp_op_info *info, const char *impl) {
-    const int want = mode_override != -2 ? mode_override : mp_env_get()->cpu_dgrad_fwd;
+    const int want = current_mode();
     if (want == 0 || !mp_dgrad_fwd_possible(d) || info->in[0].ndim != 4) return false;
     if (want == 1) return true;
     return impl && strstr(impl, "amx") && mp_info_nhwc_in(info, 0) && mp_info_nhwc_out(info) &&
-           info->in[0].dims[1] >= 8;
+           info->in[0].dims[1] >= 8 && info->out.dims[1] >= 8;
 }
 
 void mp_conv_weights_transpose_flip(void *dst, const void *src, int OC, int C, int k, size_t elem) {

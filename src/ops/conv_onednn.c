@@ -16,12 +16,14 @@
  * channels) are in build().
  *
  * On small channels-last bf16 images the weight gradient runs as im2col +
- * matmul instead of oneDNN's AMX backward-weights kernel (conv_wgrad_onednn.h),
- * and where that kernel would run the backward data, the data gradient runs
- * as the forward convolution of the transposed filter (conv_dgrad_onednn.h).
+ * matmul instead of oneDNN's AMX backward-weights kernel (conv_wgrad_onednn.h);
+ * where oneDNN's backward-data primitive is its AMX kernel, the data gradient
+ * runs as the forward convolution of the transposed filter
+ * (conv_dgrad_onednn.h).
  *
  * Everything is created once in prepare(); forward/backward only point the
- * memory objects at the call's tensors and the workspace, then execute.
+ * memory objects at the call's tensors and the workspace, then execute
+ * (backward first writes the transposed filter there, in the forward form).
  * Workspace, forward:  [src' | weights' | dst' | reorder scratch | scratchpad]
  * backward: [diff_dst' | backward-data: (W' plain,) weights', diff_src', ...]
  *           [diff_dst' | backward-weights: src', diff_weights', ...        ]
@@ -32,6 +34,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/bf16_conv_math.h"
 #include "ops/conv_dgrad_onednn.h"
@@ -266,17 +269,10 @@ static mp_status make_mds(const conv_ctx *x, conv_mds *m, dnnl_data_type_t dt, d
     return MP_OK;
 }
 
-/* The data gradient's forward form (conv_dgrad_onednn.h), where it is wanted
- * instead of backward-data primitive dpd: *tpd (NULL where not wanted, or
- * oneDNN has no JIT kernel for it) and, in *wt, the plain (C, OC, k, k)
- * filter W' it reads, in the tensors' dtype dt. sD, dD: the layouts of the
- * conv's input and output that backward data uses (the forward's dst and
- * src). */
-static mp_status dgrad_forward_pd(const conv_ctx *x, const conv_mds *m, const_dnnl_primitive_desc_t dpd,
-                                  dnnl_data_type_t dt, dnnl_data_type_t ct, const dnnl_memory_desc_t *sD,
-                                  const dnnl_memory_desc_t *dD, dnnl_primitive_desc_t *tpd, dnnl_memory_desc_t *wt) {
-    *tpd = NULL;
-    if (!mp_dgrad_fwd_wanted(x->d, x->info, mp_onednn_impl_name(dpd))) return MP_OK;
+/* dgrad_forward_pd's primitive descriptor, once the form is wanted. */
+static mp_status dgrad_forward_try(const conv_ctx *x, const conv_mds *m, dnnl_data_type_t dt, dnnl_data_type_t ct,
+                                   const dnnl_memory_desc_t *sD, const dnnl_memory_desc_t *dD,
+                                   dnnl_primitive_desc_t *tpd, dnnl_memory_desc_t *wt) {
     const mp_conv_opts *o = &x->d->attr.conv;
     const int k = o->kernel, cin = x->info->in[0].dims[1], cout = x->info->out.dims[1];
     const dnnl_dims_t wd = {cin, cout, k, k};
@@ -290,8 +286,28 @@ static mp_status dgrad_forward_pd(const conv_ctx *x, const conv_mds *m, const_dn
                                                           &wany, NULL, sD, m->strides, m->dilates, pad, pad));
     bool none = false;
     MP_TRY(make_pd(x, &td, NULL, tpd, &none));
-    if (!none && mp_onednn_is_jit(*tpd)) return MP_OK;
-    if (*tpd) dnnl_primitive_desc_destroy(*tpd); /* the backward-data primitive stays */
+    /* unless forced: only on oneDNN's brgconv forward kernel, on the tensors as they are (what was measured) */
+    const bool keep = !none && mp_onednn_is_jit(*tpd) &&
+                      (mp_dgrad_fwd_forced() || (m->keep_nhwc && strstr(mp_onednn_impl_name(*tpd), "brg")));
+    if (!keep && *tpd) dnnl_primitive_desc_destroy(*tpd); /* the backward-data primitive stays */
+    if (!keep) *tpd = NULL;
+    return MP_OK;
+}
+
+/* The data gradient's forward form (conv_dgrad_onednn.h), where it is wanted
+ * instead of backward-data primitive dpd: *tpd (NULL where not wanted, or
+ * oneDNN has no JIT kernel for it, or building it failed) and, in *wt, the plain (C, OC, k, k)
+ * filter W' it reads, in the tensors' dtype dt. sD, dD: the layouts of the
+ * conv's input and output that backward data uses (the forward's dst and
+ * src). */
+static mp_status dgrad_forward_pd(const conv_ctx *x, const conv_mds *m, const_dnnl_primitive_desc_t dpd,
+                                  dnnl_data_type_t dt, dnnl_data_type_t ct, const dnnl_memory_desc_t *sD,
+                                  const dnnl_memory_desc_t *dD, dnnl_primitive_desc_t *tpd, dnnl_memory_desc_t *wt) {
+    *tpd = NULL;
+    if (!mp_dgrad_fwd_wanted(x->d, x->info, mp_onednn_impl_name(dpd))) return MP_OK;
+    if (dgrad_forward_try(x, m, dt, ct, sD, dD, tpd, wt) == MP_OK) return MP_OK;
+    mp_clear_error(); /* the form is optional: its failure keeps the backward-data primitive */
+    if (*tpd) dnnl_primitive_desc_destroy(*tpd);
     *tpd = NULL;
     return MP_OK;
 }
@@ -347,6 +363,7 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
     /* from here on every error path destroys the primitive descriptors */
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL, tpd = NULL;
     dnnl_memory_desc_t wt; /* tpd's plain filter W' */
+    memset(&wt, 0, sizeof wt);
     mp_status rc = make_pd(x, &fd, NULL, &fpd, fallback);
     if (rc == MP_OK && !*fallback && training) rc = make_pd(x, &bdd, fpd, &dpd, fallback);
     if (rc == MP_OK && !*fallback && training) rc = make_pd(x, &bwd, fpd, &wpd, fallback);
@@ -477,6 +494,10 @@ bool mp_conv_onednn_has_backward(const void *state) {
 
 bool mp_conv_onednn_dgrad_is_forward(const void *state) {
     return state && ((const conv_state *)state)->dgrad_fwd;
+}
+
+bool mp_conv_onednn_wgrad_is_gemm(const void *state) {
+    return state && ((const conv_state *)state)->wgrad;
 }
 
 /* Runs pass p on the call's tensors ptr[i] (one per binding, NULL for an
