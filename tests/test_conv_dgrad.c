@@ -12,7 +12,9 @@
  * The workspace and the gradient start as NaN bytes, and each conv runs
  * backward twice, first with other weights (W' is rebuilt per call).
  * Forced on, every case with at least 8 input channels takes the form;
- * stride 2 never does, and still agrees. A plan's gradients with the form
+ * stride 2 never does, and still agrees. With the rule (timed where it
+ * wants the form) the gradient is as good, and a second conv of the shape
+ * makes the same choice and gets the same bits. A plan's gradients with the form
  * forced on and off agree (fp32 and amp-bf16), some conv taking it only
  * when forced on; and when plans take the form (mp_dgrad_fwd_wanted).
  * Built with oneDNN only. */
@@ -140,28 +142,42 @@ static void check_case(const dg_case *t, mp_dtype dt, mp_bf16_math math, uint64_
                             }
                         }
                     }
-    bool taken[2], none[2];
-    double worst[2] = {0, 0}, vmax = 0, apart = 0;
-    int64_t bad[2] = {0, 0};
-    mp_status s[2];
+    bool taken[4], none[4];
+    double worst[3] = {0, 0, 0}, vmax = 0, apart = 0;
+    int64_t bad[3] = {0, 0, 0};
+    mp_status s[3];
+    void *dx_auto = malloc(nx * es);
+    MP_ASSERT(dx_auto);
     const mp_bf16_math math_before = mp_bf16_math_set(math);
-    for (int m = 0; m < 2; m++) { /* m 0: forced on, 1: off */
-        memset(dx[m], 0xFF, nx * es);
-        s[m] = run_backward(&d, t, dt, m == 0 ? 1 : 0, x, w, w2, dy, dx[m], &taken[m], &none[m]);
-        CHECK(s[m] == MP_OK, "%s %s (form %s): %s", t->what, dn, m ? "off" : "on", mp_last_error());
+    static const char *const mode_name[3] = {"on", "off", "timed"};
+    for (int m = 0; m < 3; m++) { /* m 0: forced on, 1: off, 2: the rule, timed where it wants the form */
+        void *out = m < 2 ? dx[m] : dx_auto;
+        memset(out, 0xFF, nx * es);
+        s[m] = run_backward(&d, t, dt, m == 0 ? 1 : m == 1 ? 0 : -1, x, w, w2, dy, out, &taken[m], &none[m]);
+        CHECK(s[m] == MP_OK, "%s %s (form %s): %s", t->what, dn, mode_name[m], mp_last_error());
         if (none[m]) break;
         for (int64_t i = 0; s[m] == MP_OK && i < nx; i++) {
-            const double v = load(dx[m], i, dt), e = fabs(v - ref[i]);
+            const double v = load(out, i, dt), e = fabs(v - ref[i]);
             const double tol = 1e-5 * absum[i] + (es == 2 ? 0x1p-8 * fabs(ref[i]) : 0);
             if (!(e <= tol)) bad[m]++;
             const double rel = e / (absum[i] > 0 ? absum[i] : 1);
             if (!(rel <= worst[m])) worst[m] = isnan(rel) ? INFINITY : rel;
             if (m == 0) vmax = fmax(vmax, fabs(ref[i]));
-            else apart = fmax(apart, fabs(v - load(dx[0], i, dt)));
+            else if (m == 1) apart = fmax(apart, fabs(v - load(dx[0], i, dt)));
         }
         CHECK(s[m] != MP_OK || bad[m] == 0, "%s %s (form %s): %lld of %lld input gradients off (worst %.3g of their "
-              "terms' size)", t->what, dn, m ? "off" : "on", (long long)bad[m], (long long)nx, worst[m]);
+              "terms' size)", t->what, dn, mode_name[m], (long long)bad[m], (long long)nx, worst[m]);
     }
+    if (!none[0] && s[2] == MP_OK) { /* a second conv of the shape: the choice the first one's timing made */
+        void *again = malloc(nx * es);
+        MP_ASSERT(again);
+        const mp_status s2 = run_backward(&d, t, dt, -1, x, w, w2, dy, again, &taken[3], &none[3]);
+        CHECK(s2 == MP_OK && taken[3] == taken[2] && !memcmp(again, dx_auto, nx * es),
+              "%s %s: a second conv of the shape chose the form %d, the first %d (or its gradient differs)", t->what,
+              dn, taken[3], taken[2]);
+        free(again);
+    }
+    free(dx_auto);
     mp_bf16_math_set(math_before);
     if (none[0]) { /* no bf16 convolution in oneDNN without bf16 instructions: bf16 primitives only */
         CHECK(dt == MP_DTYPE_BF16 && math == MP_BF16_MATH_DOT && !mp_cpu_multiplies_bf16(),
@@ -174,10 +190,11 @@ static void check_case(const dg_case *t, mp_dtype dt, mp_bf16_math math, uint64_
     CHECK(!taken[1], "%s %s: the form was taken while forced off", t->what, dn);
     CHECK(taken[0] == possible || (possible && C < 8), "%s %s: forced on, the form was %s (possible: %d)", t->what, dn,
           taken[0] ? "taken" : "not taken", possible);
-    const bool ok = s[0] == MP_OK && s[1] == MP_OK && !bad[0] && !bad[1] && !taken[1] &&
+    const bool ok = s[0] == MP_OK && s[1] == MP_OK && s[2] == MP_OK && !bad[0] && !bad[1] && !bad[2] && !taken[1] &&
                     (taken[0] == possible || (possible && C < 8));
-    printf("%s %-34s %-4s form %-9s worst %.2g / %.2g of the terms' size; forms apart by %.2g of %.3g\n",
-           ok ? "ok  " : "FAIL", t->what, dn, taken[0] ? "taken," : "not taken", worst[0], worst[1], apart, vmax);
+    printf("%s %-34s %-4s form %-9s worst %.2g / %.2g of the terms' size; forms apart by %.2g of %.3g; timed: %s\n",
+           ok ? "ok  " : "FAIL", t->what, dn, taken[0] ? "taken," : "not taken", worst[0], worst[1], apart, vmax,
+           taken[2] ? "the form" : "the primitive");
     free(x), free(w), free(w2), free(dy), free(dx[0]), free(dx[1]), free(ref), free(absum), free(wv), free(gv);
 }
 

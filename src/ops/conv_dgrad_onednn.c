@@ -1,6 +1,7 @@
 /* conv_dgrad_onednn.c — see conv_dgrad_onednn.h. */
 #include "ops/conv_dgrad_onednn.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -16,6 +17,34 @@ static int current_mode(void) { return mode_override != -2 ? mode_override : mp_
 
 bool mp_dgrad_fwd_forced(void) { return current_mode() == 1; }
 
+/* The timed choices: a table the size of any model's distinct conv shapes (when full, later shapes are timed
+ * again in each plan). */
+enum { CHOICES = 256 };
+static struct {
+    int key[MP_DGRAD_KEY_INTS];
+    int choice;
+} g_choices[CHOICES];
+static int g_n_choices;
+static pthread_mutex_t g_choices_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int mp_dgrad_fwd_choice_get(const int key[MP_DGRAD_KEY_INTS]) {
+    int choice = -1;
+    pthread_mutex_lock(&g_choices_lock);
+    for (int i = 0; i < g_n_choices && choice < 0; i++)
+        if (!memcmp(g_choices[i].key, key, sizeof g_choices[i].key)) choice = g_choices[i].choice;
+    pthread_mutex_unlock(&g_choices_lock);
+    return choice;
+}
+
+void mp_dgrad_fwd_choice_put(const int key[MP_DGRAD_KEY_INTS], int choice) {
+    pthread_mutex_lock(&g_choices_lock);
+    if (g_n_choices < CHOICES) {
+        memcpy(g_choices[g_n_choices].key, key, sizeof g_choices[g_n_choices].key);
+        g_choices[g_n_choices++].choice = choice;
+    }
+    pthread_mutex_unlock(&g_choices_lock);
+}
+
 bool mp_dgrad_fwd_possible(const mp_op_desc *d) {
     const mp_conv_opts *o = &d->attr.conv;
     return d->kind == MP_OP_CONV2D && o->groups == 1 && o->stride == 1 && o->padding >= 0 &&
@@ -30,18 +59,28 @@ bool mp_dgrad_fwd_wanted(const mp_op_desc *d, const mp_op_info *info, const char
            info->in[0].dims[1] >= 8 && info->out.dims[1] >= 8;
 }
 
-void mp_conv_weights_transpose_flip(void *dst, const void *src, int OC, int C, int k, size_t elem) {
-    const int kk = k * k;
-    char *out = dst;
-    const char *in = src;
-#pragma omp parallel for schedule(static) if ((int64_t)OC * C * kk > 65536)
-    for (int c = 0; c < C; c++)
-        for (int o = 0; o < OC; o++) {
-            char *to = out + ((int64_t)c * OC + o) * kk * elem;
-            const char *from = in + ((int64_t)o * C + c) * kk * elem;
-            if (elem == 2)
-                for (int t = 0; t < kk; t++) memcpy(to + t * 2, from + (kk - 1 - t) * 2, 2);
-            else
-                for (int t = 0; t < kk; t++) memcpy(to + t * 4, from + (kk - 1 - t) * 4, 4);
+/* In tiles of FLIP_TILE x FLIP_TILE (o, c) pairs, so that both the reads
+ * (rows of src along c) and the writes (rows of dst along o) stay within a
+ * few pages: a plain loop over one of them strides by the other's whole row
+ * (C * k * k elements: 9 KB at C = 512, bf16), and took longer than the
+ * convolution on small batches. */
+enum { FLIP_TILE = 32 };
+
+#define FLIP_TILE_LOOP(T)                                                                            \
+    for (int o = o0; o < o1; o++)                                                                    \
+        for (int c = c0; c < c1; c++) {                                                              \
+            const T *from = (const T *)src + ((int64_t)o * C + c) * kk;                              \
+            T *to = (T *)dst + ((int64_t)c * OC + o) * kk;                                           \
+            for (int t = 0; t < kk; t++) to[t] = from[kk - 1 - t];                                   \
         }
+
+void mp_conv_weights_transpose_flip(void *dst, const void *src, int OC, int C, int k, size_t elem) {
+    const int kk = k * k, to_ = (OC + FLIP_TILE - 1) / FLIP_TILE, tc = (C + FLIP_TILE - 1) / FLIP_TILE;
+#pragma omp parallel for schedule(static) if ((int64_t)OC * C * kk > 65536)
+    for (int tile = 0; tile < to_ * tc; tile++) {
+        const int o0 = tile / tc * FLIP_TILE, c0 = tile % tc * FLIP_TILE;
+        const int o1 = o0 + FLIP_TILE < OC ? o0 + FLIP_TILE : OC, c1 = c0 + FLIP_TILE < C ? c0 + FLIP_TILE : C;
+        if (elem == 2) FLIP_TILE_LOOP(uint16_t)
+        else FLIP_TILE_LOOP(uint32_t)
+    }
 }

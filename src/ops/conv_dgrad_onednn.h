@@ -5,10 +5,15 @@
  * padding dil*(k-1) - pad on each side: the same products, summed in f32
  * as the backward-data primitive sums them. oneDNN 2.6 runs bf16
  * backward data on its older AMX kernel and the forward on its brgconv
- * one, which measured 1.04-1.7x faster on cnn10's 3x3 layers (most on the
- * 7x7 ones; bench/NOTES.md v0.44), so conv_onednn.c runs this form there
- * (its backward-data pass is then this forward primitive, its weights
- * W', written into the workspace each backward). */
+ * one: on cnn10's 7x7 layers the form took 1.2-1.7x less time, elsewhere
+ * from 0.74x (512 channels on 4x4 images) to 1.2x, and the whole step
+ * gained on cnn10 at batch 128 and lost on resnet18 (bench/NOTES.md v0.44).
+ * So where the form is wanted and not forced, conv_onednn.c builds both
+ * and times them once per shape as the plan is created (the choice is
+ * kept for the process, so that plans of one process agree), keeping the
+ * form where it is at least 5 % faster; its backward-data pass is then
+ * this forward primitive, its weights W' written into the workspace each
+ * backward. */
 #ifndef MP_OPS_CONV_DGRAD_ONEDNN_H
 #define MP_OPS_CONV_DGRAD_ONEDNN_H
 
@@ -34,6 +39,14 @@ bool mp_dgrad_fwd_forced(void);
  * and tests that build both kinds of plan in one process; returns the mode
  * before. */
 int mp_dgrad_fwd_mode_set(int mode);
+
+/* A conv's shape for the timed choice: N, C, H, W, OC, OH, OW, k, padding,
+ * dilation, dtype, layout bits. mp_dgrad_fwd_choice_get: the choice made
+ * for it earlier in the process (1: the form, 0: the primitive), or -1;
+ * _put records one. Thread-safe. */
+enum { MP_DGRAD_KEY_INTS = 12 };
+int mp_dgrad_fwd_choice_get(const int key[MP_DGRAD_KEY_INTS]);
+void mp_dgrad_fwd_choice_put(const int key[MP_DGRAD_KEY_INTS], int choice);
 
 /* dst (C, OC, k, k) = W' of src (OC, C, k, k), elements of elem bytes (2
  * or 4). */

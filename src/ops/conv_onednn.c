@@ -32,9 +32,11 @@
  * (reordered once); primes mark the copies in the primitives' layouts. */
 #include "ops/conv_onednn.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/bf16_conv_math.h"
 #include "ops/conv_dgrad_onednn.h"
@@ -72,6 +74,7 @@ typedef struct {
     bool dgrad_fwd;        /* bwd_d is the transposed filter's forward (conv_dgrad_onednn.h): */
     size_t flip_off;       /* its plain filter W' in the workspace, */
     size_t flip_elem;      /* of elements of this many bytes */
+    pass bwd_t;            /* prepare() times it against bwd_d, keeps the faster in bwd_d, and releases it */
 } conv_state;
 
 /* What the check macro needs to name the node and its shapes. */
@@ -116,6 +119,7 @@ void mp_conv_onednn_release(void *state) {
     pass_release(&st->fwd);
     pass_release(&st->bwd_d);
     pass_release(&st->bwd_w);
+    pass_release(&st->bwd_t);
     mp_wgrad_gemm_destroy(st->wgrad);
     free(st);
 }
@@ -312,6 +316,31 @@ static mp_status dgrad_forward_pd(const conv_ctx *x, const conv_mds *m, const_dn
     return MP_OK;
 }
 
+/* Binds backward-data pass p from workspace offset 0, diff_dst' first: the
+ * primitive pd, or (t) the forward form pd, reading W' (plain wt) from the
+ * workspace at *flip_off (reserved here). *after_ddst: where diff_dst'
+ * ends; *end: where the pass's regions end. */
+static mp_status bind_dgrad(const conv_ctx *x, conv_state *st, pass *p, const_dnnl_primitive_desc_t pd, bool t,
+                            const conv_mds *m, const dnnl_memory_desc_t *wt, size_t *after_ddst, size_t *end) {
+    size_t cur = 0;
+    mp_status rc = bind(x, p, pd, t ? dnnl_query_src_md : dnnl_query_diff_dst_md, 0, t ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST,
+                        false, false, &m->dst, &cur, SIZE_MAX);
+    *after_ddst = cur;
+    if (t) {
+        st->flip_off = reserve(&cur, dnnl_memory_desc_get_size(wt));
+        st->flip_elem = dnnl_memory_desc_get_size(wt) / (size_t)mp_shape_numel(&x->info->params[0].shape);
+    }
+    if (rc == MP_OK)
+        rc = bind(x, p, pd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, t ? wt : &m->wei, &cur,
+                  SIZE_MAX);
+    if (rc == MP_OK)
+        rc = bind(x, p, pd, t ? dnnl_query_dst_md : dnnl_query_diff_src_md, 0, t ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC,
+                  true, false, &m->src, &cur, SIZE_MAX);
+    if (rc == MP_OK) rc = finish_pass(x, p, pd, &cur);
+    *end = cur;
+    return rc;
+}
+
 static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, dnnl_data_type_t ct, bool training,
                        bool jit_only, bool keep_nhwc, bool *fallback, size_t *ws_bytes) {
     const bool tr = x->d->kind == MP_OP_CONV_TRANSPOSE2D;
@@ -387,29 +416,18 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
     }
     if (rc == MP_OK && !*fallback && training) {
         /* backward data: diff_dst' first, so that backward weights can share it; in the forward form (tpd)
-         * diff_dst is its src, W' its weights and diff_src its dst */
-        size_t cur = 0;
-        pass *p = &st->bwd_d;
-        const bool t = st->dgrad_fwd = tpd != NULL;
+         * diff_dst is its src, W' its weights and diff_src its dst. Forced, the form is bwd_d; wanted and not
+         * forced, it is bwd_t beside the primitive, for prepare() to time both */
+        const bool t = st->dgrad_fwd = tpd && mp_dgrad_fwd_forced();
         const_dnnl_primitive_desc_t bpd = t ? tpd : dpd;
         const dnnl_query_t ddst_q = t ? dnnl_query_src_md : dnnl_query_diff_dst_md;
-        rc = bind(x, p, bpd, ddst_q, 0, t ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, false, false, &m.dst, &cur, SIZE_MAX);
-        const size_t after_ddst = cur;
-        if (t) {
-            st->flip_off = reserve(&cur, dnnl_memory_desc_get_size(&wt));
-            st->flip_elem = dnnl_memory_desc_get_size(&wt) / (size_t)mp_shape_numel(&x->info->params[0].shape);
-        }
-        if (rc == MP_OK)
-            rc = bind(x, p, bpd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, t ? &wt : &m.wei, &cur,
-                      SIZE_MAX);
-        if (rc == MP_OK)
-            rc = bind(x, p, bpd, t ? dnnl_query_dst_md : dnnl_query_diff_src_md, 0,
-                      t ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, true, false, &m.src, &cur, SIZE_MAX);
-        if (rc == MP_OK) rc = finish_pass(x, p, bpd, &cur);
-        size_t need = cur;
+        size_t after_ddst = 0, need = 0, cur = 0, end_t = 0;
+        rc = bind_dgrad(x, st, &st->bwd_d, bpd, t, &m, &wt, &after_ddst, &need);
+        if (rc == MP_OK && tpd && !t) rc = bind_dgrad(x, st, &st->bwd_t, tpd, true, &m, &wt, &cur, &end_t);
+        if (end_t > need) need = end_t;
         /* backward weights */
         cur = after_ddst;
-        p = &st->bwd_w;
+        pass *p = &st->bwd_w;
         const binding *ddst = &st->bwd_d.b[0];
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_dst_md, 0);
         const dnnl_memory_desc_t *dmd = dnnl_primitive_desc_query_md(bpd, ddst_q, 0);
@@ -436,6 +454,10 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
     if (tpd) dnnl_primitive_desc_destroy(tpd);
     return rc;
 }
+
+/* Where bwd_t was built beside bwd_d: times both on this conv's shapes and
+ * keeps the faster in bwd_d (below, after run_pass). */
+static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, size_t ws_bytes);
 
 mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, bool training,
                                  bool jit_only, void **state) {
@@ -483,6 +505,7 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
         mp_conv_onednn_release(st);
         return rc;
     }
+    if (st->bwd_t.prim) dgrad_choose(&x, st, dt, ws);
     if (ws > info->workspace_bytes) info->workspace_bytes = ws;
     *state = st;
     return MP_OK;
@@ -541,6 +564,70 @@ static mp_status run_pass(const conv_ctx *x, pass *p, void *const *ptr, char *ws
     return MP_OK;
 }
 
+/* Runs backward-data pass p on dy and the filter w into dx; t: p is the
+ * forward form, W' written first from w (this step's filter). */
+static mp_status run_dgrad(const conv_ctx *x, conv_state *st, pass *p, bool t, void *dy, void *w, void *dx,
+                           void *ws) {
+    if (t) {
+        const mp_shape *f = &x->info->params[0].shape;
+        void *wt = (char *)ws + st->flip_off;
+        mp_conv_weights_transpose_flip(wt, w, f->dims[0], f->dims[1], f->dims[2], st->flip_elem);
+        w = wt;
+    }
+    void *ptr[3] = {dy, w, dx};
+    return run_pass(x, p, ptr, ws, 0);
+}
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, size_t ws_bytes) {
+    const mp_op_info *in = x->info;
+    const mp_conv_opts *o = &x->d->attr.conv;
+    const int key[MP_DGRAD_KEY_INTS] = {in->in[0].dims[0], in->in[0].dims[1], in->in[0].dims[2], in->in[0].dims[3],
+                                        in->out.dims[1],   in->out.dims[2],   in->out.dims[3],   o->kernel,
+                                        o->padding,        o->dilation,       (int)dt,           (int)in->nhwc};
+    int choice = mp_dgrad_fwd_choice_get(key);
+    if (choice < 0) {
+        const size_t es = mp_dtype_size(dt), wsb = MP_ALIGN64(ws_bytes),
+                     ny = MP_ALIGN64((size_t)mp_shape_numel(&in->out) * es),
+                     nx = MP_ALIGN64((size_t)mp_shape_numel(&in->in[0]) * es),
+                     nw = MP_ALIGN64((size_t)mp_shape_numel(&in->params[0].shape) * es);
+        char *buf = NULL;
+        if (posix_memalign((void **)&buf, 64, wsb + ny + nx + nw) == 0) { /* else: the primitive, untimed */
+            memset(buf, 0, wsb + ny + nx + nw);
+            char *dy = buf + wsb, *dx = dy + ny, *w = dx + nx;
+            double best[2] = {INFINITY, INFINITY};
+            bool ok = true;
+            for (int r = 0; r < 4 && ok; r++) /* a first run each, then three, alternating */
+                for (int v = 0; v < 2 && ok; v++) {
+                    const double t0 = seconds_now();
+                    ok = run_dgrad(x, st, v ? &st->bwd_t : &st->bwd_d, v == 1, dy, w, dx, buf) == MP_OK;
+                    const double t = seconds_now() - t0;
+                    if (r > 0 && t < best[v]) best[v] = t;
+                }
+            if (ok) {
+                choice = best[1] < 0.95 * best[0];
+                mp_dgrad_fwd_choice_put(key, choice);
+            }
+            mp_clear_error();
+            free(buf);
+        }
+    }
+    if (choice == 1) { /* bwd_w shares no diff_dst' with the form (it reorders its own where it needs one) */
+        pass_release(&st->bwd_d);
+        st->bwd_d = st->bwd_t;
+        st->dgrad_fwd = true;
+        st->ddst_shared = false;
+    } else {
+        pass_release(&st->bwd_t);
+    }
+    memset(&st->bwd_t, 0, sizeof st->bwd_t);
+}
+
 mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c) {
     conv_state *st = state;
     conv_ctx x = {c->desc, c->info};
@@ -561,16 +648,9 @@ mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c) {
     const bool bias = c->desc->attr.conv.bias;
     const bool need_d = c->d_in[0].data != NULL;
     const bool need_w = c->d_param[0].data || (bias && c->d_param[1].data);
-    if (need_d) {
-        void *w = c->param[0].data;
-        if (st->dgrad_fwd) { /* W' from this step's filter */
-            const mp_shape *f = &c->info->params[0].shape;
-            w = (char *)c->workspace + st->flip_off;
-            mp_conv_weights_transpose_flip(w, c->param[0].data, f->dims[0], f->dims[1], f->dims[2], st->flip_elem);
-        }
-        void *ptr[3] = {c->d_out.data, w, c->d_in[0].data};
-        MP_TRY(run_pass(&x, &st->bwd_d, ptr, c->workspace, 0));
-    }
+    if (need_d)
+        MP_TRY(run_dgrad(&x, st, &st->bwd_d, st->dgrad_fwd, c->d_out.data, c->param[0].data, c->d_in[0].data,
+                         c->workspace));
     if (need_w && st->wgrad) return mp_wgrad_gemm_run(st->wgrad, c->in[0].data, c->d_out.data, c->d_param[0].data,
                                                       c->workspace);
     if (need_w) {
