@@ -21,25 +21,6 @@
 
 #include "dnnl_timing.h"
 
-/* A forward convolution of n images, NHWC bf16, the weights' layout of *wmd. */
-static dnnl_primitive_t conv(int n, int C, int OC, int H, const dnnl_memory_desc_t **wmd,
-                             dnnl_primitive_desc_t *pd) {
-    dnnl_memory_desc_t sd, dd, wany;
-    const dnnl_dims_t sdims = {n, C, H, H}, ddims = {n, OC, H, H}, wdims = {OC, C, 3, 3};
-    CK(dnnl_memory_desc_init_by_tag(&sd, 4, sdims, dnnl_bf16, dnnl_nhwc));
-    CK(dnnl_memory_desc_init_by_tag(&dd, 4, ddims, dnnl_bf16, dnnl_nhwc));
-    CK(dnnl_memory_desc_init_by_tag(&wany, 4, wdims, dnnl_bf16, dnnl_format_tag_any));
-    const dnnl_dims_t st = {1, 1}, dil = {0, 0}, pad = {1, 1};
-    dnnl_convolution_desc_t d;
-    CK(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training, dnnl_convolution_direct, &sd, &wany, NULL,
-                                                  &dd, st, dil, pad, pad));
-    CK(dnnl_primitive_desc_create(pd, &d, NULL, eng, NULL));
-    dnnl_primitive_t p;
-    CK(dnnl_primitive_create(&p, *pd));
-    *wmd = dnnl_primitive_desc_query_md(*pd, dnnl_query_weights_md, 0);
-    return p;
-}
-
 /* s, ss (C floats each, one pair per thread in part) += the sums of rows
  * [0, M) of y (M x C bf16). */
 static void stats(const uint16_t *y, int64_t M, int C, float *part) {
@@ -85,7 +66,8 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < nx; i++) x[i] = bf16(0.01f * (float)((int)(i % 17) - 8));
     dnnl_primitive_desc_t fpd, cpd;
     const dnnl_memory_desc_t *wmd, *cwmd;
-    dnnl_primitive_t full = conv(N, C, OC, H, &wmd, &fpd), part_conv = conv(chunk, C, OC, H, &cwmd, &cpd);
+    dnnl_primitive_t full = conv3x3_forward(N, C, OC, H, dnnl_bf16, &fpd, &wmd),
+                     part_conv = conv3x3_forward(chunk, C, OC, H, dnnl_bf16, &cpd, &cwmd);
     if (!dnnl_memory_desc_equal(wmd, cwmd)) fprintf(stderr, "note: the chunk's weights layout differs\n");
     dnnl_memory_t mw = mem(wmd, NULL);
     void *wh = NULL;

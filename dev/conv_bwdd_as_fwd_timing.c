@@ -55,19 +55,10 @@ static float get(const char *a, int64_t i) {
  * the weights' layout left to oneDNN; its reorder from plain OIHW bf16. */
 static void forward(int N, int ic, int oc, int H, dnnl_primitive_desc_t *pd, dnnl_primitive_t *p,
                     dnnl_primitive_t *reo, const dnnl_memory_desc_t **wmd) {
-    dnnl_memory_desc_t sd, dd, wany, wplain;
-    const dnnl_dims_t sdims = {N, ic, H, H}, ddims = {N, oc, H, H}, wdims = {oc, ic, 3, 3};
-    CK(dnnl_memory_desc_init_by_tag(&sd, 4, sdims, dt, dnnl_nhwc));
-    CK(dnnl_memory_desc_init_by_tag(&dd, 4, ddims, dt, dnnl_nhwc));
-    CK(dnnl_memory_desc_init_by_tag(&wany, 4, wdims, dt, dnnl_format_tag_any));
+    *p = conv3x3_forward(N, ic, oc, H, dt, pd, wmd);
+    dnnl_memory_desc_t wplain;
+    const dnnl_dims_t wdims = {oc, ic, 3, 3};
     CK(dnnl_memory_desc_init_by_tag(&wplain, 4, wdims, dt, dnnl_oihw));
-    const dnnl_dims_t st = {1, 1}, dil = {0, 0}, pad = {1, 1};
-    dnnl_convolution_desc_t d;
-    CK(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training, dnnl_convolution_direct, &sd, &wany, NULL,
-                                                  &dd, st, dil, pad, pad));
-    CK(dnnl_primitive_desc_create(pd, &d, NULL, eng, NULL));
-    CK(dnnl_primitive_create(p, *pd));
-    *wmd = dnnl_primitive_desc_query_md(*pd, dnnl_query_weights_md, 0);
     dnnl_primitive_desc_t rpd;
     CK(dnnl_reorder_primitive_desc_create(&rpd, &wplain, eng, *wmd, eng, NULL));
     CK(dnnl_primitive_create(reo, rpd));
