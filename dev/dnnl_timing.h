@@ -47,8 +47,9 @@ static const char *impl(const_dnnl_primitive_desc_t pd) {
 
 /* The forward convolution of n images, ic -> oc channels, H x H, NHWC
  * tensors of type dt, the weights' layout left to oneDNN (*wmd). */
-__attribute__((unused)) static dnnl_primitive_t conv3x3_forward(int n, int ic, int oc, int H, dnnl_data_type_t dt, dnnl_primitive_desc_t *pd,
-                                        const dnnl_memory_desc_t **wmd) {
+__attribute__((unused)) static dnnl_primitive_t conv3x3_forward(int n, int ic, int oc, int H, dnnl_data_type_t dt,
+                                                                dnnl_primitive_desc_t *pd,
+                                                                const dnnl_memory_desc_t **wmd) {
     dnnl_memory_desc_t sd, dd, wany;
     const dnnl_dims_t sdims = {n, ic, H, H}, ddims = {n, oc, H, H}, wdims = {oc, ic, 3, 3};
     CK(dnnl_memory_desc_init_by_tag(&sd, 4, sdims, dt, dnnl_nhwc));
