@@ -78,15 +78,15 @@ static mp_status conv_grad_plan_step(int (*mode_set)(int), bool (*taken)(const v
     return s;
 }
 
-/* The plan's gradients with the form forced on and off agree within tol
- * (relative L2); forced off no conv takes it, forced on some does where
- * can_take; what: the form, for the messages. */
-static void conv_grad_plan_check(int (*mode_set)(int), bool (*taken)(const void *state), bool can_take,
+/* The plan's gradients with the form on (mode on_mode) and forced off
+ * agree within tol (relative L2); forced off no conv takes it, on some
+ * does where can_take; what: the form, for the messages. */
+static void conv_grad_plan_check(int (*mode_set)(int), int on_mode, bool (*taken)(const void *state), bool can_take,
                                  mp_precision prec, double tol, const char *what) {
     float *on = NULL, *off = NULL;
     int64_t n_on = 0, n_off = 0;
     int t_on = 0, t_off = 0;
-    const mp_status a = conv_grad_plan_step(mode_set, taken, 1, prec, &on, &n_on, &t_on);
+    const mp_status a = conv_grad_plan_step(mode_set, taken, on_mode, prec, &on, &n_on, &t_on);
     const mp_status b = conv_grad_plan_step(mode_set, taken, 0, prec, &off, &n_off, &t_off);
     CHECK(a == MP_OK && b == MP_OK && n_on == n_off, "plan step (%s): %s", what, mp_last_error());
     CHECK(t_off == 0 && (t_on > 0) == can_take, "plan step (%s): forced on, %d convs took the form (want %s); "

@@ -13,10 +13,14 @@
  * backward twice, first with other weights (W' is rebuilt per call).
  * Forced on, every case with at least 8 input channels takes the form;
  * stride 2 never does, and still agrees. With the rule (timed where it
- * wants the form) the gradient is as good, and a second conv of the shape
- * makes the same choice and gets the same bits. A plan's gradients with the form
- * forced on and off agree (fp32 and amp-bf16), some conv taking it only
- * when forced on; and when plans take the form (mp_dgrad_fwd_wanted).
+ * wants the form; on AMX cnn10's bf16 7x7 layer must be timed) the
+ * gradient is as good, and a second conv of the shape makes the same
+ * choice and gets the same bits; with both passes built and either kept
+ * untimed (test modes 2 and 3: the timed choice's swap on any CPU) too.
+ * The weight gradient, computed after backward data in the same
+ * workspace, has the same bits in every mode. A plan's gradients with the form
+ * forced on (and built beside the primitive and kept) and off agree (fp32
+ * and amp-bf16), some conv taking it only when on; and when plans take the form (mp_dgrad_fwd_wanted).
  * Built with oneDNN only. */
 #include <math.h>
 #include <stdio.h>
@@ -74,18 +78,24 @@ static float *fill(void *a, int64_t n, mp_dtype dt, double sd, mp_rng *g) {
     return v;
 }
 
-/* dx by conv_onednn.c's backward with the form's mode forced, after a first
- * backward with the weights w_other; *taken: whether the prepared conv took
- * the form; *none: oneDNN has no primitive for it (state NULL). */
+/* What one prepared conv did: took the form, chose by timing, had no
+ * oneDNN primitive (state NULL). */
+typedef struct {
+    bool taken, timed, none;
+} dg_how;
+
+/* dx and dw (f32) by conv_onednn.c's backward with the form's mode set,
+ * after a first backward with the weights w_other. */
 static mp_status run_backward(const mp_op_desc *d, const dg_case *t, mp_dtype dt, int mode, const void *x,
-                              const void *w, const void *w_other, const void *dy, void *dx, bool *taken, bool *none) {
+                              const void *w, const void *w_other, const void *dy, void *dx, float *dw, dg_how *how) {
     mp_op_info info = conv_info(d, t, dt);
     const int before = mp_dgrad_fwd_mode_set(mode);
     void *state = NULL;
     mp_status s = mp_conv_onednn_prepare(d, &info, dt, true, false, &state);
     mp_dgrad_fwd_mode_set(before);
-    *taken = mp_conv_onednn_dgrad_is_forward(state);
-    *none = s == MP_OK && !state;
+    how->taken = mp_conv_onednn_dgrad_is_forward(state);
+    how->timed = mp_conv_onednn_dgrad_timed(state);
+    how->none = s == MP_OK && !state;
     if (s != MP_OK || !state) return s;
     void *ws = NULL;
     const size_t wsb = info.workspace_bytes ? info.workspace_bytes : 64;
@@ -96,6 +106,7 @@ static mp_status run_backward(const mp_op_desc *d, const dg_case *t, mp_dtype dt
     c.desc = d, c.info = &info, c.state = state, c.impl = MP_IMPL_ONEDNN, c.training = true, c.n_in = 1;
     c.in[0] = (mp_tensor){dt, info.in[0], (void *)x};
     c.d_in[0] = (mp_tensor){dt, info.in[0], dx};
+    c.d_param[0] = (mp_tensor){MP_DTYPE_F32, info.params[0].shape, dw};
     c.param[0] = (mp_tensor){dt, info.params[0].shape, (void *)w_other};
     c.d_out = (mp_tensor){dt, info.out, (void *)dy};
     c.workspace = ws;
@@ -142,22 +153,32 @@ static void check_case(const dg_case *t, mp_dtype dt, mp_bf16_math math, uint64_
                             }
                         }
                     }
-    bool taken[4], none[4];
-    double worst[3] = {0, 0, 0}, vmax = 0, apart = 0;
-    int64_t bad[3] = {0, 0, 0};
-    mp_status s[3];
-    void *dx_auto = malloc(nx * es);
-    MP_ASSERT(dx_auto);
+    /* the form forced on, off, the rule (timed where it wants the form), and both passes built with the form
+     * kept or the primitive kept untimed (the timed choice's swap, on any CPU) */
+    enum { MODES = 5 };
+    static const int mode_of[MODES] = {1, 0, -1, 2, 3};
+    static const char *const mode_name[MODES] = {"on", "off", "timed", "both, form kept", "both, primitive kept"};
+    dg_how how[MODES + 1];
+    double worst[MODES] = {0}, vmax = 0, apart = 0;
+    int64_t bad[MODES] = {0};
+    mp_status s[MODES];
+    void *dxm[MODES];
+    float *dw[MODES];
+    bool dw_same = true;
     const mp_bf16_math math_before = mp_bf16_math_set(math);
-    static const char *const mode_name[3] = {"on", "off", "timed"};
-    for (int m = 0; m < 3; m++) { /* m 0: forced on, 1: off, 2: the rule, timed where it wants the form */
-        void *out = m < 2 ? dx[m] : dx_auto;
-        memset(out, 0xFF, nx * es);
-        s[m] = run_backward(&d, t, dt, m == 0 ? 1 : m == 1 ? 0 : -1, x, w, w2, dy, out, &taken[m], &none[m]);
+    int ran = 0;
+    for (int m = 0; m < MODES; m++, ran++) {
+        dxm[m] = m < 2 ? dx[m] : malloc(nx * es), dw[m] = malloc(nw * sizeof(float));
+        MP_ASSERT(dxm[m] && dw[m]);
+        memset(dxm[m], 0xFF, nx * es), memset(dw[m], 0xFF, nw * sizeof(float));
+        s[m] = run_backward(&d, t, dt, mode_of[m], x, w, w2, dy, dxm[m], dw[m], &how[m]);
         CHECK(s[m] == MP_OK, "%s %s (form %s): %s", t->what, dn, mode_name[m], mp_last_error());
-        if (none[m]) break;
+        if (how[m].none) {
+            ran++;
+            break;
+        }
         for (int64_t i = 0; s[m] == MP_OK && i < nx; i++) {
-            const double v = load(out, i, dt), e = fabs(v - ref[i]);
+            const double v = load(dxm[m], i, dt), e = fabs(v - ref[i]);
             const double tol = 1e-5 * absum[i] + (es == 2 ? 0x1p-8 * fabs(ref[i]) : 0);
             if (!(e <= tol)) bad[m]++;
             const double rel = e / (absum[i] > 0 ? absum[i] : 1);
@@ -167,19 +188,25 @@ static void check_case(const dg_case *t, mp_dtype dt, mp_bf16_math math, uint64_
         }
         CHECK(s[m] != MP_OK || bad[m] == 0, "%s %s (form %s): %lld of %lld input gradients off (worst %.3g of their "
               "terms' size)", t->what, dn, mode_name[m], (long long)bad[m], (long long)nx, worst[m]);
+        /* the weight gradient runs after backward data, in the same workspace: the same bits in every mode */
+        if (m > 0 && s[m] == MP_OK && s[0] == MP_OK && memcmp(dw[m], dw[0], nw * sizeof(float))) dw_same = false;
     }
-    if (!none[0] && s[2] == MP_OK) { /* a second conv of the shape: the choice the first one's timing made */
+    CHECK(dw_same, "%s %s: the weight gradient after backward data differs between the modes", t->what, dn);
+    if (!how[0].none && s[2] == MP_OK) { /* a second conv of the shape: the choice the first one's timing made */
         void *again = malloc(nx * es);
         MP_ASSERT(again);
-        const mp_status s2 = run_backward(&d, t, dt, -1, x, w, w2, dy, again, &taken[3], &none[3]);
-        CHECK(s2 == MP_OK && taken[3] == taken[2] && !memcmp(again, dx_auto, nx * es),
+        const mp_status s2 = run_backward(&d, t, dt, -1, x, w, w2, dy, again, dw[2], &how[MODES]);
+        CHECK(s2 == MP_OK && how[MODES].taken == how[2].taken && !memcmp(again, dxm[2], nx * es),
               "%s %s: a second conv of the shape chose the form %d, the first %d (or its gradient differs)", t->what,
-              dn, taken[3], taken[2]);
+              dn, how[MODES].taken, how[2].taken);
         free(again);
     }
-    free(dx_auto);
+    for (int m = 0; m < ran; m++) {
+        if (m >= 2) free(dxm[m]);
+        free(dw[m]);
+    }
     mp_bf16_math_set(math_before);
-    if (none[0]) { /* no bf16 convolution in oneDNN without bf16 instructions: bf16 primitives only */
+    if (how[0].none) { /* no bf16 convolution in oneDNN without bf16 instructions: bf16 primitives only */
         CHECK(dt == MP_DTYPE_BF16 && math == MP_BF16_MATH_DOT && !mp_cpu_multiplies_bf16(),
               "%s %s: oneDNN has no primitive for it", t->what, dn);
         printf("ok   %-34s %-4s no oneDNN primitive on this CPU (no bf16 instructions)\n", t->what, dn);
@@ -187,14 +214,26 @@ static void check_case(const dg_case *t, mp_dtype dt, mp_bf16_math math, uint64_
         return;
     }
     const bool possible = mp_dgrad_fwd_possible(&d);
-    CHECK(!taken[1], "%s %s: the form was taken while forced off", t->what, dn);
-    CHECK(taken[0] == possible || (possible && C < 8), "%s %s: forced on, the form was %s (possible: %d)", t->what, dn,
-          taken[0] ? "taken" : "not taken", possible);
-    const bool ok = s[0] == MP_OK && s[1] == MP_OK && s[2] == MP_OK && !bad[0] && !bad[1] && !bad[2] && !taken[1] &&
-                    (taken[0] == possible || (possible && C < 8));
-    printf("%s %-34s %-4s form %-9s worst %.2g / %.2g of the terms' size; forms apart by %.2g of %.3g; timed: %s\n",
-           ok ? "ok  " : "FAIL", t->what, dn, taken[0] ? "taken," : "not taken", worst[0], worst[1], apart, vmax,
-           taken[2] ? "the form" : "the primitive");
+    bool ok = dw_same;
+    for (int m = 0; m < MODES; m++) ok &= s[m] == MP_OK && !bad[m];
+    CHECK(!how[1].taken && !how[4].taken, "%s %s: the form was taken while off (%d) or the primitive kept (%d)",
+          t->what, dn, how[1].taken, how[4].taken);
+    CHECK(how[0].taken == possible || (possible && C < 8), "%s %s: forced on, the form was %s (possible: %d)", t->what,
+          dn, how[0].taken ? "taken" : "not taken", possible);
+    CHECK(how[3].taken == how[0].taken, "%s %s: built beside the primitive and kept, the form was %s", t->what, dn,
+          how[3].taken ? "taken" : "not taken");
+    /* on AMX, cnn10's 7x7 layer in bf16: oneDNN's backward data is the AMX kernel, so the rule times it */
+    const bool must_time = !strncmp(t->what, "cnn10", 5) && dt == MP_DTYPE_BF16 && math == MP_BF16_MATH_DOT &&
+                           mp_cpu_features_get()->amx_bf16 && !mp_env_get()->deterministic &&
+                           mp_env_get()->cpu_dgrad_fwd < 0;
+    CHECK(!must_time || how[2].timed, "%s %s: the rule did not time the form on this AMX CPU", t->what, dn);
+    CHECK(!how[0].timed && !how[1].timed && !how[3].timed && !how[4].timed,
+          "%s %s: a forced or test mode was timed", t->what, dn);
+    ok &= !how[1].taken && !how[4].taken && (how[0].taken == possible || (possible && C < 8)) &&
+          how[3].taken == how[0].taken && (!must_time || how[2].timed);
+    printf("%s %-34s %-4s form %-9s worst %.2g / %.2g of the terms' size; forms apart by %.2g of %.3g; rule: %s%s\n",
+           ok ? "ok  " : "FAIL", t->what, dn, how[0].taken ? "taken," : "not taken", worst[0], worst[1], apart, vmax,
+           how[2].taken ? "the form" : "the primitive", how[2].timed ? " (timed)" : "");
     free(x), free(w), free(w2), free(dy), free(dx[0]), free(dx[1]), free(ref), free(absum), free(wv), free(gv);
 }
 
@@ -206,7 +245,10 @@ static void check_wanted(void) {
     mp_op_info info = conv_info(&d, &base, MP_DTYPE_BF16);
     const char *amx = "jit:avx512_core_amx_bf16";
     const bool on = mp_dgrad_fwd_wanted(&d, &info, amx);
-    CHECK(on == (env != 0), "64 channels on AMX: wanted %d (MIXPREC_CPU_DGRAD_FWD %d)", on, env);
+    /* unset, the rule times it: never under MIXPREC_DETERMINISTIC=1 */
+    const bool want_on = env == 1 || (env < 0 && !mp_env_get()->deterministic);
+    CHECK(on == want_on, "64 channels on AMX: wanted %d (MIXPREC_CPU_DGRAD_FWD %d, MIXPREC_DETERMINISTIC %d)", on, env,
+          mp_env_get()->deterministic);
     const bool other = mp_dgrad_fwd_wanted(&d, &info, "jit:avx512_core_bf16");
     CHECK(other == (env == 1), "on another kernel: wanted %d", other);
     info.nhwc = 0;
@@ -270,10 +312,12 @@ int main(void) {
     for (int j = 0; j < 3; j++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             check_case(&cases[i], kinds[j].dt, kinds[j].math, 200 + i);
-    conv_grad_plan_check(mp_dgrad_fwd_mode_set, mp_conv_onednn_dgrad_is_forward, true, MP_PRECISION_FP32, 1e-5,
+    conv_grad_plan_check(mp_dgrad_fwd_mode_set, 1, mp_conv_onednn_dgrad_is_forward, true, MP_PRECISION_FP32, 1e-5,
                          "data gradients by the forward form (fp32)");
-    conv_grad_plan_check(mp_dgrad_fwd_mode_set, mp_conv_onednn_dgrad_is_forward, true, MP_PRECISION_AMP_BF16, 1e-5,
+    conv_grad_plan_check(mp_dgrad_fwd_mode_set, 1, mp_conv_onednn_dgrad_is_forward, true, MP_PRECISION_AMP_BF16, 1e-5,
                          "data gradients by the forward form (amp-bf16)");
+    conv_grad_plan_check(mp_dgrad_fwd_mode_set, 2, mp_conv_onednn_dgrad_is_forward, true, MP_PRECISION_AMP_BF16, 1e-5,
+                         "data gradients by the form built beside the primitive and kept (amp-bf16)");
     check_wanted();
     return test_summary("test_conv_dgrad");
 }

@@ -159,7 +159,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 100 + i);
     /* (the matmul cannot run without bf16 kernels: no conv takes it there) */
-    conv_grad_plan_check(mp_wgrad_gemm_mode_set, mp_conv_onednn_wgrad_is_gemm, mp_cpu_multiplies_bf16(),
+    conv_grad_plan_check(mp_wgrad_gemm_mode_set, 1, mp_conv_onednn_wgrad_is_gemm, mp_cpu_multiplies_bf16(),
                          MP_PRECISION_AMP_BF16, 1e-5, "weight gradients by the matmul");
     check_wanted();
     return test_summary("test_conv_wgrad");

@@ -120,7 +120,8 @@ MP_API void mp_prefer_passive_openmp(char **argv);
  * call that needs them (the README lists each with its effect): setting one
  * later in the process changes nothing. */
 typedef struct {
-    bool deterministic;        /**< MIXPREC_DETERMINISTIC=1: cuDNN/cuBLASLt heuristics, deterministic algorithms */
+    bool deterministic;        /**< MIXPREC_DETERMINISTIC=1: cuDNN/cuBLASLt heuristics, deterministic algorithms; no
+                                    timed choice of a CPU conv's data-gradient form */
     bool no_fusion;            /**< MIXPREC_NO_FUSION=1: batch norm and ReLU kept apart */
     bool cudnn_debug;          /**< MIXPREC_CUDNN_DEBUG=1: print every timed convolution search */
     int cudnn_engines;         /**< MIXPREC_CUDNN_ENGINES: 1 (default) graph-API engines, 0 legacy only, 2 "force" */
@@ -175,8 +176,8 @@ typedef struct {
                                     where measured faster than oneDNN's AMX backward-weights kernel */
     int cpu_dgrad_fwd;         /**< MIXPREC_CPU_DGRAD_FWD: a CPU conv2d's data gradient (stride 1, groups 1) as the
                                     forward convolution of its transposed, reversed filter
-                                    (src/ops/conv_dgrad_onednn.h) 0 never, 1 wherever it can run, -1 (unset) where
-                                    measured faster than oneDNN's AMX backward-data kernel */
+                                    (src/ops/conv_dgrad_onednn.h) 0 never, 1 wherever it can run, -1 (unset) timed
+                                    against oneDNN's AMX backward-data kernel per shape, the faster kept */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

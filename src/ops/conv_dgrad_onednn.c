@@ -17,6 +17,13 @@ static int current_mode(void) { return mode_override != -2 ? mode_override : mp_
 
 bool mp_dgrad_fwd_forced(void) { return current_mode() == 1; }
 
+bool mp_dgrad_fwd_any_kernel(void) { return current_mode() >= 1; }
+
+int mp_dgrad_fwd_untimed_choice(void) {
+    const int m = current_mode();
+    return m == 2 ? 1 : m == 3 ? 0 : -1;
+}
+
 /* The timed choices: a table the size of any model's distinct conv shapes (when full, later shapes are timed
  * again in each plan). */
 enum { CHOICES = 256 };
@@ -36,13 +43,18 @@ int mp_dgrad_fwd_choice_get(const int key[MP_DGRAD_KEY_INTS]) {
     return choice;
 }
 
-void mp_dgrad_fwd_choice_put(const int key[MP_DGRAD_KEY_INTS], int choice) {
+int mp_dgrad_fwd_choice_put(const int key[MP_DGRAD_KEY_INTS], int choice) {
     pthread_mutex_lock(&g_choices_lock);
-    if (g_n_choices < CHOICES) {
+    int i = 0;
+    while (i < g_n_choices && memcmp(g_choices[i].key, key, sizeof g_choices[i].key)) i++;
+    if (i < g_n_choices) {
+        choice = g_choices[i].choice;
+    } else if (g_n_choices < CHOICES) {
         memcpy(g_choices[g_n_choices].key, key, sizeof g_choices[g_n_choices].key);
         g_choices[g_n_choices++].choice = choice;
     }
     pthread_mutex_unlock(&g_choices_lock);
+    return choice;
 }
 
 bool mp_dgrad_fwd_possible(const mp_op_desc *d) {
@@ -54,7 +66,8 @@ bool mp_dgrad_fwd_possible(const mp_op_desc *d) {
 bool mp_dgrad_fwd_wanted(const mp_op_desc *d, const mp_op_info *info, const char *impl) {
     const int want = current_mode();
     if (want == 0 || !mp_dgrad_fwd_possible(d) || info->in[0].ndim != 4) return false;
-    if (want == 1) return true;
+    if (want >= 1) return true; /* forced, or a test mode */
+    if (mp_env_get()->deterministic) return false; /* the choice would be timed: not reproducible */
     return impl && strstr(impl, "amx") && mp_info_nhwc_in(info, 0) && mp_info_nhwc_out(info) &&
            info->in[0].dims[1] >= 8 && info->out.dims[1] >= 8;
 }
@@ -80,7 +93,7 @@ void mp_conv_weights_transpose_flip(void *dst, const void *src, int OC, int C, i
     for (int tile = 0; tile < to_ * tc; tile++) {
         const int o0 = tile / tc * FLIP_TILE, c0 = tile % tc * FLIP_TILE;
         const int o1 = o0 + FLIP_TILE < OC ? o0 + FLIP_TILE : OC, c1 = c0 + FLIP_TILE < C ? c0 + FLIP_TILE : C;
-        if (elem == 2) FLIP_TILE_LOOP(uint16_t)
-        else FLIP_TILE_LOOP(uint32_t)
+        if (elem == 2) FLIP_TILE_LOOP(uint16_t) /* bf16 bits */
+        else FLIP_TILE_LOOP(float)
     }
 }

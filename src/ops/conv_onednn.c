@@ -75,6 +75,7 @@ typedef struct {
     size_t flip_off;       /* its plain filter W' in the workspace, */
     size_t flip_elem;      /* of elements of this many bytes */
     pass bwd_t;            /* prepare() times it against bwd_d, keeps the faster in bwd_d, and releases it */
+    bool dgrad_timed;      /* the form or the primitive was chosen by timing (this plan's or an earlier one's) */
 } conv_state;
 
 /* What the check macro needs to name the node and its shapes. */
@@ -292,7 +293,7 @@ static mp_status dgrad_forward_try(const conv_ctx *x, const conv_mds *m, dnnl_da
     MP_TRY(make_pd(x, &td, NULL, tpd, &none));
     /* unless forced: only on oneDNN's brgconv forward kernel, on the tensors as they are (what was measured) */
     const bool keep = !none && mp_onednn_is_jit(*tpd) &&
-                      (mp_dgrad_fwd_forced() || (m->keep_nhwc && strstr(mp_onednn_impl_name(*tpd), "brg")));
+                      (mp_dgrad_fwd_any_kernel() || (m->keep_nhwc && strstr(mp_onednn_impl_name(*tpd), "brg")));
     if (!keep && *tpd) dnnl_primitive_desc_destroy(*tpd); /* the backward-data primitive stays */
     if (!keep) *tpd = NULL;
     return MP_OK;
@@ -423,7 +424,12 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
         const dnnl_query_t ddst_q = t ? dnnl_query_src_md : dnnl_query_diff_dst_md;
         size_t after_ddst = 0, need = 0, cur = 0, end_t = 0;
         rc = bind_dgrad(x, st, &st->bwd_d, bpd, t, &m, &wt, &after_ddst, &need);
-        if (rc == MP_OK && tpd && !t) rc = bind_dgrad(x, st, &st->bwd_t, tpd, true, &m, &wt, &cur, &end_t);
+        if (rc == MP_OK && tpd && !t && bind_dgrad(x, st, &st->bwd_t, tpd, true, &m, &wt, &cur, &end_t) != MP_OK) {
+            pass_release(&st->bwd_t); /* the form is optional: the primitive stays */
+            memset(&st->bwd_t, 0, sizeof st->bwd_t);
+            mp_clear_error();
+            end_t = 0;
+        }
         if (end_t > need) need = end_t;
         /* backward weights */
         cur = after_ddst;
@@ -455,9 +461,10 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
     return rc;
 }
 
-/* Where bwd_t was built beside bwd_d: times both on this conv's shapes and
+/* Where bwd_t was built beside bwd_d: times both on this conv's shapes (or
+ * takes the untimed choice, or the one an earlier plan made for them) and
  * keeps the faster in bwd_d (below, after run_pass). */
-static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, size_t ws_bytes);
+static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, bool f32_math, size_t ws_bytes);
 
 mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype dt, bool training,
                                  bool jit_only, void **state) {
@@ -505,7 +512,7 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
         mp_conv_onednn_release(st);
         return rc;
     }
-    if (st->bwd_t.prim) dgrad_choose(&x, st, dt, ws);
+    if (st->bwd_t.prim) dgrad_choose(&x, st, dt, f32_math, ws);
     if (ws > info->workspace_bytes) info->workspace_bytes = ws;
     *state = st;
     return MP_OK;
@@ -517,6 +524,10 @@ bool mp_conv_onednn_has_backward(const void *state) {
 
 bool mp_conv_onednn_dgrad_is_forward(const void *state) {
     return state && ((const conv_state *)state)->dgrad_fwd;
+}
+
+bool mp_conv_onednn_dgrad_timed(const void *state) {
+    return state && ((const conv_state *)state)->dgrad_timed;
 }
 
 bool mp_conv_onednn_wgrad_is_gemm(const void *state) {
@@ -584,20 +595,24 @@ static double seconds_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, size_t ws_bytes) {
+static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, bool f32_math, size_t ws_bytes) {
     const mp_op_info *in = x->info;
     const mp_conv_opts *o = &x->d->attr.conv;
-    const int key[MP_DGRAD_KEY_INTS] = {in->in[0].dims[0], in->in[0].dims[1], in->in[0].dims[2], in->in[0].dims[3],
-                                        in->out.dims[1],   in->out.dims[2],   in->out.dims[3],   o->kernel,
-                                        o->padding,        o->dilation,       (int)dt,           (int)in->nhwc};
-    int choice = mp_dgrad_fwd_choice_get(key);
+    const int key[MP_DGRAD_KEY_INTS] = {
+        in->in[0].dims[0], in->in[0].dims[1], in->in[0].dims[2], in->in[0].dims[3], in->out.dims[1],
+        in->out.dims[2],   in->out.dims[3],   o->kernel,         o->padding,        o->dilation,
+        (int)dt,           (int)f32_math,     (int)in->nhwc};
+    int choice = mp_dgrad_fwd_untimed_choice();
+    st->dgrad_timed = choice < 0;
+    if (choice < 0) choice = mp_dgrad_fwd_choice_get(key);
     if (choice < 0) {
         const size_t es = mp_dtype_size(dt), wsb = MP_ALIGN64(ws_bytes),
                      ny = MP_ALIGN64((size_t)mp_shape_numel(&in->out) * es),
                      nx = MP_ALIGN64((size_t)mp_shape_numel(&in->in[0]) * es),
                      nw = MP_ALIGN64((size_t)mp_shape_numel(&in->params[0].shape) * es);
         char *buf = NULL;
-        if (posix_memalign((void **)&buf, 64, wsb + ny + nx + nw) == 0) { /* else: the primitive, untimed */
+        choice = 0; /* without memory to time them, or if a run fails: the primitive */
+        if (posix_memalign((void **)&buf, 64, wsb + ny + nx + nw) == 0) {
             memset(buf, 0, wsb + ny + nx + nw);
             char *dy = buf + wsb, *dx = dy + ny, *w = dx + nx;
             double best[2] = {INFINITY, INFINITY};
@@ -609,13 +624,11 @@ static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, size_t 
                     const double t = seconds_now() - t0;
                     if (r > 0 && t < best[v]) best[v] = t;
                 }
-            if (ok) {
-                choice = best[1] < 0.95 * best[0];
-                mp_dgrad_fwd_choice_put(key, choice);
-            }
-            mp_clear_error();
+            if (ok) choice = best[1] < 0.95 * best[0];
+            else mp_clear_error();
             free(buf);
         }
+        choice = mp_dgrad_fwd_choice_put(key, choice); /* another plan's, if it recorded one meanwhile */
     }
     if (choice == 1) { /* bwd_w shares no diff_dst' with the form (it reorders its own where it needs one) */
         pass_release(&st->bwd_d);

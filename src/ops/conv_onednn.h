@@ -58,6 +58,8 @@ mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c);
 bool mp_conv_onednn_has_backward(const void *state);
 /* Whether its backward data runs as the transposed filter's forward (conv_dgrad_onednn.h). */
 bool mp_conv_onednn_dgrad_is_forward(const void *state);
+/* Whether that was chosen by timing it against the primitive (conv_dgrad_onednn.h). */
+bool mp_conv_onednn_dgrad_timed(const void *state);
 /* Whether its weight gradient runs as im2col + matmul (conv_wgrad_onednn.h). */
 bool mp_conv_onednn_wgrad_is_gemm(const void *state);
 mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c);
