@@ -40,31 +40,9 @@
 
 #include "ops/bf16_conv_math.h"
 #include "ops/conv_dgrad_onednn.h"
+#include "ops/conv_pass_onednn.h"
 #include "ops/conv_wgrad_onednn.h"
 #include "ops/onednn_common.h"
-
-/* One primitive argument bound to a plain tensor of the call. When the
- * primitive wants another layout, `prim` lives in the workspace at `off` and
- * `reorder` copies user -> prim (inputs) or prim -> user (outputs). An
- * optional output (a gradient the caller may not want) always has a spare
- * region at `off`, written instead when the call passes NULL. */
-typedef struct {
-    int arg; /* DNNL_ARG_* */
-    bool output, optional;
-    dnnl_memory_t user;       /* plain layout */
-    dnnl_memory_t prim;       /* primitive layout; == user without reorder */
-    dnnl_primitive_t reorder; /* NULL when the layouts agree */
-    dnnl_memory_t reo_scratch;
-    size_t off, reo_scratch_off;
-} binding;
-
-typedef struct {
-    dnnl_primitive_t prim;
-    int nb;
-    binding b[4];
-    dnnl_memory_t scratch; /* NULL when the primitive needs none */
-    size_t scratch_off;
-} pass;
 
 typedef struct {
     pass fwd, bwd_d, bwd_w;
@@ -78,124 +56,15 @@ typedef struct {
     bool dgrad_timed;      /* the form or the primitive was chosen by timing (this plan's or an earlier one's) */
 } conv_state;
 
-/* What the check macro needs to name the node and its shapes. */
-typedef struct {
-    const mp_op_desc *d;
-    const mp_op_info *info;
-} conv_ctx;
-
-static mp_status conv_fail(const conv_ctx *x, const char *call, dnnl_status_t s) {
-    char a[64], w[64], o[64];
-    return mp_error(MP_ERR_INTERNAL,
-                    "%s '%s': oneDNN call %s failed (status %d; input %s, weight %s, output %s)",
-                    mp_op_lookup(x->d->kind)->name, x->d->name ? x->d->name : "?", call, (int)s,
-                    mp_shape_str(&x->info->in[0], a, sizeof a),
-                    mp_shape_str(&x->info->params[0].shape, w, sizeof w),
-                    mp_shape_str(&x->info->out, o, sizeof o));
-}
-
-/* MP_DNNL_CHECK with the shapes in the message. */
-#define CONV_CK(x, call)                                                    \
-    do {                                                                    \
-        dnnl_status_t conv_s_ = (call);                                     \
-        if (conv_s_ != dnnl_success) return conv_fail((x), #call, conv_s_); \
-    } while (0)
-
-static void binding_release(binding *b) {
-    if (b->reorder) dnnl_primitive_destroy(b->reorder);
-    if (b->reo_scratch) dnnl_memory_destroy(b->reo_scratch);
-    if (b->prim && b->prim != b->user) dnnl_memory_destroy(b->prim);
-    if (b->user) dnnl_memory_destroy(b->user);
-}
-
-static void pass_release(pass *p) {
-    for (int i = 0; i < p->nb; i++) binding_release(&p->b[i]);
-    if (p->scratch) dnnl_memory_destroy(p->scratch);
-    if (p->prim) dnnl_primitive_destroy(p->prim);
-}
-
 void mp_conv_onednn_release(void *state) {
     conv_state *st = state;
     if (!st) return;
-    pass_release(&st->fwd);
-    pass_release(&st->bwd_d);
-    pass_release(&st->bwd_w);
-    pass_release(&st->bwd_t);
+    mp_conv_pass_release(&st->fwd);
+    mp_conv_pass_release(&st->bwd_d);
+    mp_conv_pass_release(&st->bwd_w);
+    mp_conv_pass_release(&st->bwd_t);
     mp_wgrad_gemm_destroy(st->wgrad);
     free(st);
-}
-
-static size_t reserve(size_t *cursor, size_t bytes) {
-    size_t off = *cursor;
-    *cursor += MP_ALIGN64(bytes);
-    return off;
-}
-
-/* Binds argument `arg` of pass `p` (primitive descriptor pd, queried with q, qidx)
- * to a plain tensor of layout user_md. share_off != SIZE_MAX places the
- * primitive-layout copy there instead of reserving a new region. */
-static mp_status bind(const conv_ctx *x, pass *p, const_dnnl_primitive_desc_t pd, dnnl_query_t q,
-                      int qidx, int arg, bool output, bool optional, const dnnl_memory_desc_t *user_md,
-                      size_t *cursor, size_t share_off) {
-    dnnl_engine_t eng = mp_onednn_engine();
-    MP_ASSERT(p->nb < 4);
-    binding *b = &p->b[p->nb++];
-    b->arg = arg;
-    b->output = output;
-    b->optional = optional;
-    const dnnl_memory_desc_t *prim_md = dnnl_primitive_desc_query_md(pd, q, qidx);
-    MP_ASSERT(prim_md);
-    CONV_CK(x, dnnl_memory_create(&b->user, user_md, eng, DNNL_MEMORY_NONE));
-    if (dnnl_memory_desc_equal(prim_md, user_md)) {
-        b->prim = b->user;
-        if (optional) b->off = reserve(cursor, dnnl_memory_desc_get_size(user_md));
-        return MP_OK;
-    }
-    CONV_CK(x, dnnl_memory_create(&b->prim, prim_md, eng, DNNL_MEMORY_NONE));
-    b->off = share_off != SIZE_MAX ? share_off : reserve(cursor, dnnl_memory_desc_get_size(prim_md));
-    dnnl_primitive_attr_t attr;
-    CONV_CK(x, mp_onednn_scratchpad_attr_create(&attr));
-    dnnl_primitive_desc_t rpd;
-    dnnl_status_t s = output ? dnnl_reorder_primitive_desc_create(&rpd, prim_md, eng, user_md, eng, attr)
-                             : dnnl_reorder_primitive_desc_create(&rpd, user_md, eng, prim_md, eng, attr);
-    dnnl_primitive_attr_destroy(attr);
-    CONV_CK(x, s);
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
-    if (smd && dnnl_memory_desc_get_size(smd) > 0) {
-        s = dnnl_memory_create(&b->reo_scratch, smd, eng, DNNL_MEMORY_NONE);
-        b->reo_scratch_off = reserve(cursor, dnnl_memory_desc_get_size(smd));
-    }
-    if (s == dnnl_success) s = dnnl_primitive_create(&b->reorder, rpd);
-    dnnl_primitive_desc_destroy(rpd);
-    CONV_CK(x, s);
-    return MP_OK;
-}
-
-/* The primitive of pass p and its scratchpad region. */
-static mp_status finish_pass(const conv_ctx *x, pass *p, const_dnnl_primitive_desc_t pd, size_t *cursor) {
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    if (smd && dnnl_memory_desc_get_size(smd) > 0) {
-        CONV_CK(x, dnnl_memory_create(&p->scratch, smd, mp_onednn_engine(), DNNL_MEMORY_NONE));
-        p->scratch_off = reserve(cursor, dnnl_memory_desc_get_size(smd));
-    }
-    CONV_CK(x, dnnl_primitive_create(&p->prim, pd));
-    return MP_OK;
-}
-
-/* Primitive descriptor of one pass; *fallback set when oneDNN has none. */
-static mp_status make_pd(const conv_ctx *x, const_dnnl_op_desc_t od, const_dnnl_primitive_desc_t hint,
-                         dnnl_primitive_desc_t *pd, bool *fallback) {
-    dnnl_primitive_attr_t attr;
-    CONV_CK(x, mp_onednn_scratchpad_attr_create(&attr));
-    dnnl_status_t s = dnnl_primitive_desc_create(pd, od, attr, mp_onednn_engine(), hint);
-    dnnl_primitive_attr_destroy(attr);
-    *pd = s == dnnl_success ? *pd : NULL;
-    if (s == dnnl_unimplemented) {
-        *fallback = true;
-        return MP_OK;
-    }
-    CONV_CK(x, s);
-    return MP_OK;
 }
 
 /* Memory descriptors of the plain tensors, in oneDNN's view of the op:
@@ -290,7 +159,7 @@ static mp_status dgrad_forward_try(const conv_ctx *x, const conv_mds *m, dnnl_da
     CONV_CK(x, dnnl_dilated_convolution_forward_desc_init(&td, dnnl_forward_training, dnnl_convolution_direct, dD,
                                                           &wany, NULL, sD, m->strides, m->dilates, pad, pad));
     bool none = false;
-    MP_TRY(make_pd(x, &td, NULL, tpd, &none));
+    MP_TRY(mp_conv_make_pd(x, &td, NULL, tpd, &none));
     /* unless forced: only on oneDNN's brgconv forward kernel, on the tensors as they are (what was measured) */
     const bool keep = !none && mp_onednn_is_jit(*tpd) &&
                       (mp_dgrad_fwd_any_kernel() || (m->keep_nhwc && strstr(mp_onednn_impl_name(*tpd), "brg")));
@@ -324,20 +193,20 @@ static mp_status dgrad_forward_pd(const conv_ctx *x, const conv_mds *m, const_dn
 static mp_status bind_dgrad(const conv_ctx *x, conv_state *st, pass *p, const_dnnl_primitive_desc_t pd, bool t,
                             const conv_mds *m, const dnnl_memory_desc_t *wt, size_t *after_ddst, size_t *end) {
     size_t cur = 0;
-    mp_status rc = bind(x, p, pd, t ? dnnl_query_src_md : dnnl_query_diff_dst_md, 0, t ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST,
+    mp_status rc = mp_conv_bind(x, p, pd, t ? dnnl_query_src_md : dnnl_query_diff_dst_md, 0, t ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST,
                         false, false, &m->dst, &cur, SIZE_MAX);
     *after_ddst = cur;
     if (t) {
-        st->flip_off = reserve(&cur, dnnl_memory_desc_get_size(wt));
+        st->flip_off = mp_conv_reserve(&cur, dnnl_memory_desc_get_size(wt));
         st->flip_elem = dnnl_memory_desc_get_size(wt) / (size_t)mp_shape_numel(&x->info->params[0].shape);
     }
     if (rc == MP_OK)
-        rc = bind(x, p, pd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, t ? wt : &m->wei, &cur,
+        rc = mp_conv_bind(x, p, pd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, t ? wt : &m->wei, &cur,
                   SIZE_MAX);
     if (rc == MP_OK)
-        rc = bind(x, p, pd, t ? dnnl_query_dst_md : dnnl_query_diff_src_md, 0, t ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC,
+        rc = mp_conv_bind(x, p, pd, t ? dnnl_query_dst_md : dnnl_query_diff_src_md, 0, t ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC,
                   true, false, &m->src, &cur, SIZE_MAX);
-    if (rc == MP_OK) rc = finish_pass(x, p, pd, &cur);
+    if (rc == MP_OK) rc = mp_conv_finish_pass(x, p, pd, &cur);
     *end = cur;
     return rc;
 }
@@ -394,9 +263,9 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL, tpd = NULL;
     dnnl_memory_desc_t wt; /* tpd's plain filter W' */
     memset(&wt, 0, sizeof wt);
-    mp_status rc = make_pd(x, &fd, NULL, &fpd, fallback);
-    if (rc == MP_OK && !*fallback && training) rc = make_pd(x, &bdd, fpd, &dpd, fallback);
-    if (rc == MP_OK && !*fallback && training) rc = make_pd(x, &bwd, fpd, &wpd, fallback);
+    mp_status rc = mp_conv_make_pd(x, &fd, NULL, &fpd, fallback);
+    if (rc == MP_OK && !*fallback && training) rc = mp_conv_make_pd(x, &bdd, fpd, &dpd, fallback);
+    if (rc == MP_OK && !*fallback && training) rc = mp_conv_make_pd(x, &bwd, fpd, &wpd, fallback);
     /* MP_IMPL_AUTO: oneDNN's generic (non-JIT) kernels lose to ours */
     if (rc == MP_OK && !*fallback && jit_only)
         *fallback = !mp_onednn_is_jit(fpd) || (dpd && !mp_onednn_is_jit(dpd)) || (wpd && !mp_onednn_is_jit(wpd));
@@ -405,14 +274,14 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
         /* forward */
         size_t cur = 0;
         pass *p = &st->fwd;
-        rc = bind(x, p, fpd, dnnl_query_src_md, 0, DNNL_ARG_SRC, false, false, &m.src, &cur, SIZE_MAX);
+        rc = mp_conv_bind(x, p, fpd, dnnl_query_src_md, 0, DNNL_ARG_SRC, false, false, &m.src, &cur, SIZE_MAX);
         if (rc == MP_OK)
-            rc = bind(x, p, fpd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, &m.wei, &cur, SIZE_MAX);
+            rc = mp_conv_bind(x, p, fpd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, false, false, &m.wei, &cur, SIZE_MAX);
         if (rc == MP_OK && bias)
-            rc = bind(x, p, fpd, dnnl_query_weights_md, 1, DNNL_ARG_BIAS, false, false, &m.bias, &cur, SIZE_MAX);
+            rc = mp_conv_bind(x, p, fpd, dnnl_query_weights_md, 1, DNNL_ARG_BIAS, false, false, &m.bias, &cur, SIZE_MAX);
         if (rc == MP_OK)
-            rc = bind(x, p, fpd, dnnl_query_dst_md, 0, DNNL_ARG_DST, true, false, &m.dst, &cur, SIZE_MAX);
-        if (rc == MP_OK) rc = finish_pass(x, p, fpd, &cur);
+            rc = mp_conv_bind(x, p, fpd, dnnl_query_dst_md, 0, DNNL_ARG_DST, true, false, &m.dst, &cur, SIZE_MAX);
+        if (rc == MP_OK) rc = mp_conv_finish_pass(x, p, fpd, &cur);
         *ws_bytes = cur;
     }
     if (rc == MP_OK && !*fallback && training) {
@@ -425,7 +294,7 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
         size_t after_ddst = 0, need = 0, cur = 0, end_t = 0;
         rc = bind_dgrad(x, st, &st->bwd_d, bpd, t, &m, &wt, &after_ddst, &need);
         if (rc == MP_OK && tpd && !t && bind_dgrad(x, st, &st->bwd_t, tpd, true, &m, &wt, &cur, &end_t) != MP_OK) {
-            pass_release(&st->bwd_t); /* the form is optional: the primitive stays */
+            mp_conv_pass_release(&st->bwd_t); /* the form is optional: the primitive stays */
             memset(&st->bwd_t, 0, sizeof st->bwd_t);
             mp_clear_error();
             end_t = 0;
@@ -439,17 +308,17 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
         const dnnl_memory_desc_t *dmd = dnnl_primitive_desc_query_md(bpd, ddst_q, 0);
         st->ddst_shared = rc == MP_OK && ddst->reorder && dnnl_memory_desc_equal(wmd, dmd);
         if (rc == MP_OK)
-            rc = bind(x, p, wpd, dnnl_query_src_md, 0, DNNL_ARG_SRC, false, false, &m.src, &cur, SIZE_MAX);
+            rc = mp_conv_bind(x, p, wpd, dnnl_query_src_md, 0, DNNL_ARG_SRC, false, false, &m.src, &cur, SIZE_MAX);
         if (rc == MP_OK)
-            rc = bind(x, p, wpd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, false, false, &m.dst, &cur,
+            rc = mp_conv_bind(x, p, wpd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, false, false, &m.dst, &cur,
                       st->ddst_shared ? ddst->off : SIZE_MAX);
         if (rc == MP_OK)
-            rc = bind(x, p, wpd, dnnl_query_diff_weights_md, 0, DNNL_ARG_DIFF_WEIGHTS, true, true, &m.dwei, &cur,
+            rc = mp_conv_bind(x, p, wpd, dnnl_query_diff_weights_md, 0, DNNL_ARG_DIFF_WEIGHTS, true, true, &m.dwei, &cur,
                       SIZE_MAX);
         if (rc == MP_OK && bias)
-            rc = bind(x, p, wpd, dnnl_query_diff_weights_md, 1, DNNL_ARG_DIFF_BIAS, true, true, &m.bias, &cur,
+            rc = mp_conv_bind(x, p, wpd, dnnl_query_diff_weights_md, 1, DNNL_ARG_DIFF_BIAS, true, true, &m.bias, &cur,
                       SIZE_MAX);
-        if (rc == MP_OK) rc = finish_pass(x, p, wpd, &cur);
+        if (rc == MP_OK) rc = mp_conv_finish_pass(x, p, wpd, &cur);
         if (cur > need) need = cur;
         if (need > *ws_bytes) *ws_bytes = need;
         st->has_bwd = rc == MP_OK;
@@ -534,47 +403,6 @@ bool mp_conv_onednn_wgrad_is_gemm(const void *state) {
     return state && ((const conv_state *)state)->wgrad;
 }
 
-/* Runs pass p on the call's tensors ptr[i] (one per binding, NULL for an
- * unwanted optional output); bit i of skip_in skips input i's reorder
- * (its primitive-layout copy is already in the workspace). */
-static mp_status run_pass(const conv_ctx *x, pass *p, void *const *ptr, char *ws, unsigned skip_in) {
-    dnnl_stream_t strm = mp_onednn_stream();
-    dnnl_exec_arg_t args[5];
-    int na = 0;
-    for (int i = 0; i < p->nb; i++) {
-        binding *b = &p->b[i];
-        MP_ASSERT(ptr[i] || b->optional);
-        if (!b->reorder) {
-            CONV_CK(x, dnnl_memory_set_data_handle(b->user, ptr[i] ? ptr[i] : ws + b->off));
-        } else {
-            CONV_CK(x, dnnl_memory_set_data_handle(b->prim, ws + b->off));
-            if (ptr[i]) CONV_CK(x, dnnl_memory_set_data_handle(b->user, ptr[i]));
-            if (b->reo_scratch)
-                CONV_CK(x, dnnl_memory_set_data_handle(b->reo_scratch, ws + b->reo_scratch_off));
-            if (!b->output && !(skip_in >> i & 1)) {
-                dnnl_exec_arg_t ra[3] = {{DNNL_ARG_FROM, b->user}, {DNNL_ARG_TO, b->prim},
-                                         {DNNL_ARG_SCRATCHPAD, b->reo_scratch}};
-                CONV_CK(x, dnnl_primitive_execute(b->reorder, strm, b->reo_scratch ? 3 : 2, ra));
-            }
-        }
-        args[na++] = (dnnl_exec_arg_t){b->arg, b->prim};
-    }
-    if (p->scratch) {
-        CONV_CK(x, dnnl_memory_set_data_handle(p->scratch, ws + p->scratch_off));
-        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
-    }
-    CONV_CK(x, dnnl_primitive_execute(p->prim, strm, na, args));
-    for (int i = 0; i < p->nb; i++) {
-        binding *b = &p->b[i];
-        if (!b->output || !b->reorder || !ptr[i]) continue;
-        dnnl_exec_arg_t ra[3] = {{DNNL_ARG_FROM, b->prim}, {DNNL_ARG_TO, b->user},
-                                 {DNNL_ARG_SCRATCHPAD, b->reo_scratch}};
-        CONV_CK(x, dnnl_primitive_execute(b->reorder, strm, b->reo_scratch ? 3 : 2, ra));
-    }
-    CONV_CK(x, dnnl_stream_wait(strm));
-    return MP_OK;
-}
-
 /* Runs backward-data pass p on dy and the filter w into dx; t: p is the
  * forward form, W' written first from w (this step's filter). */
 static mp_status run_dgrad(const conv_ctx *x, conv_state *st, pass *p, bool t, void *dy, void *w, void *dx,
@@ -586,7 +414,7 @@ static mp_status run_dgrad(const conv_ctx *x, conv_state *st, pass *p, bool t, v
         w = wt;
     }
     void *ptr[3] = {dy, w, dx};
-    return run_pass(x, p, ptr, ws, 0);
+    return mp_conv_run_pass(x, p, ptr, ws, 0);
 }
 
 static double seconds_now(void) {
@@ -631,12 +459,12 @@ static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, bool f3
         choice = mp_dgrad_fwd_choice_put(key, choice); /* another plan's, if it recorded one meanwhile */
     }
     if (choice == 1) { /* bwd_w shares no diff_dst' with the form (it reorders its own where it needs one) */
-        pass_release(&st->bwd_d);
+        mp_conv_pass_release(&st->bwd_d);
         st->bwd_d = st->bwd_t;
         st->dgrad_fwd = true;
         st->ddst_shared = false;
     } else {
-        pass_release(&st->bwd_t);
+        mp_conv_pass_release(&st->bwd_t);
     }
     memset(&st->bwd_t, 0, sizeof st->bwd_t);
 }
@@ -651,7 +479,7 @@ mp_status mp_conv_onednn_forward(void *state, const mp_op_call *c) {
     if (c->desc->attr.conv.bias) ptr[n++] = c->param[1].data;
     ptr[n++] = c->out.data;
     MP_ASSERT(n == st->fwd.nb);
-    return run_pass(&x, &st->fwd, ptr, c->workspace, 0);
+    return mp_conv_run_pass(&x, &st->fwd, ptr, c->workspace, 0);
 }
 
 mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c) {
@@ -670,7 +498,7 @@ mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c) {
         void *ptr[4] = {c->in[0].data, c->d_out.data, c->d_param[0].data, bias ? c->d_param[1].data : NULL};
         /* binding 1 is diff_dst: already reordered by backward data */
         unsigned skip = need_d && st->ddst_shared ? 1u << 1 : 0;
-        MP_TRY(run_pass(&x, &st->bwd_w, ptr, c->workspace, skip));
+        MP_TRY(mp_conv_run_pass(&x, &st->bwd_w, ptr, c->workspace, skip));
     }
     return MP_OK;
 }
