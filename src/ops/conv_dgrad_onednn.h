@@ -6,8 +6,9 @@
  * as the backward-data primitive sums them. oneDNN 2.6 runs bf16
  * backward data on its older AMX kernel and the forward on its brgconv
  * one: on cnn10's 7x7 layers the form took 1.2-1.7x less time, elsewhere
- * from 0.74x (512 channels on 4x4 images) to 1.2x, and the whole step
- * gained on cnn10 at batch 128 and lost on resnet18 (bench/NOTES.md v0.44).
+ * from 0.74x (512 channels on 4x4 images) to 1.2x, and with the form on
+ * every such conv the step gained on cnn10 at batch 128 and lost on
+ * resnet18 (bench/NOTES.md v0.44).
  * So where the form is wanted and not forced, conv_onednn.c builds both
  * and times them once per shape as the plan is created (the choice is
  * kept for the process, so that plans of one process agree; another run
@@ -26,11 +27,11 @@
 /* Whether conv2d d can take this form: groups 1, stride 1, a padding of at
  * most dil*(k-1). */
 bool mp_dgrad_fwd_possible(const mp_op_desc *d);
-/* Whether it does, its backward-data primitive's implementation being
+/* Whether it is built, its backward-data primitive's implementation being
  * impl: MIXPREC_CPU_DGRAD_FWD=1 wherever possible, =0 never, unset where
- * it measured faster (oneDNN's AMX backward-data kernel, channels-last
- * activations, at least 8 input and 8 output channels), which is then
- * timed — never under MIXPREC_DETERMINISTIC=1. */
+ * it may be faster (oneDNN's AMX backward-data kernel, channels-last
+ * activations, at least 8 input and 8 output channels), to be timed
+ * against the primitive — never under MIXPREC_DETERMINISTIC=1. */
 bool mp_dgrad_fwd_wanted(const mp_op_desc *d, const mp_op_info *info, const char *impl);
 /* Whether the form is forced on (MIXPREC_CPU_DGRAD_FWD=1 or the override
  * below): conv_onednn.c then builds it alone. */
