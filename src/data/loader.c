@@ -23,8 +23,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/decode_pool.h"
@@ -134,12 +134,6 @@ static mp_status loader_sample(const mp_loader *l, int idx, int worker, float *d
         }
     }
     return MP_OK;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct {
@@ -406,9 +400,9 @@ mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **lab
             return MP_OK;
         }
         if (l->produced <= l->consumed) {
-            const double t0 = now_seconds();
+            const double t0 = mp_now_seconds();
             while (l->produced <= l->consumed) pthread_cond_wait(&l->cv, &l->mu);
-            l->wait_s += now_seconds() - t0;
+            l->wait_s += mp_now_seconds() - t0;
         }
         slot = l->consumed % LOADER_SLOTS;
         l->consumed++;

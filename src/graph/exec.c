@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/rng.h"
 #include "graph/exec_backend.h"
 #include "graph/plan.h"
@@ -63,7 +64,7 @@ static mp_status forward_node(mp_plan *p, int i) {
  * for the stream before reading the clock (not inside a graph capture). */
 static double profile_clock(const mp_plan *p) {
     p->be->profile_sync(p);
-    return mp_plan_clock();
+    return mp_now_seconds();
 }
 
 /* Every input, labels and targets node that a node reads has had a batch:

@@ -117,6 +117,5 @@ mp_status mp_plan_backward_seeded(mp_plan *p, mp_node loss, mp_seed seed);
 mp_status mp_plan_backward_checked_from(mp_plan *p, mp_node loss, float seed, mp_nonfinite_site *site);
 
 /* Wall-clock seconds (monotonic), for opts.profile. */
-double mp_plan_clock(void);
 
 #endif

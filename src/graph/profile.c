@@ -2,15 +2,8 @@
  * and per way of running (f32 kernels, native bf16, staged emulation), so a
  * benchmark can say where a training step goes. */
 #include <stdio.h>
-#include <time.h>
 
 #include "graph/plan.h"
-
-double mp_plan_clock(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     double fwd, bwd;

@@ -6,8 +6,8 @@
 
 #include <pthread.h>
 #include <stdbool.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/cpu_features.h"
 
 #if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10))
@@ -21,12 +21,6 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 #ifdef MP_BF16_PROBE
 enum { CHAINS = 12, ITERS = 20000, TRIES = 7 };
-
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Twelve independent accumulator chains in zmm0-11 (enough to cover either
  * instruction's latency), written in assembly so that the measurement is
@@ -48,10 +42,10 @@ static double seconds(void) {
 __attribute__((target("avx512f"))) static double time_chains(bool dot) {
     const __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-30f);
     long n = ITERS;
-    const double t0 = seconds();
+    const double t0 = mp_now_seconds();
     if (dot) MP_CHAINS_LOOP("vdpbf16ps");
     else MP_CHAINS_LOOP("vfmadd231ps");
-    return seconds() - t0;
+    return mp_now_seconds() - t0;
 }
 
 static double probe_rate(void) {

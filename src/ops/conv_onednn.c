@@ -36,8 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "ops/bf16_conv_math.h"
 #include "ops/conv_dgrad_onednn.h"
 #include "ops/conv_pass_onednn.h"
@@ -291,17 +291,18 @@ static mp_status build(const conv_ctx *x, conv_state *st, dnnl_data_type_t dt, d
         const bool t = st->dgrad_fwd = tpd && mp_dgrad_fwd_forced();
         const_dnnl_primitive_desc_t bpd = t ? tpd : dpd;
         const dnnl_query_t ddst_q = t ? dnnl_query_src_md : dnnl_query_diff_dst_md;
-        size_t after_ddst = 0, need = 0, cur = 0, end_t = 0;
+        size_t after_ddst = 0, need = 0, after_ddst_t = 0, end_t = 0;
         rc = bind_dgrad(x, st, &st->bwd_d, bpd, t, &m, &wt, &after_ddst, &need);
-        if (rc == MP_OK && tpd && !t && bind_dgrad(x, st, &st->bwd_t, tpd, true, &m, &wt, &cur, &end_t) != MP_OK) {
+        if (rc == MP_OK && tpd && !t &&
+            bind_dgrad(x, st, &st->bwd_t, tpd, true, &m, &wt, &after_ddst_t, &end_t) != MP_OK) {
             mp_conv_pass_release(&st->bwd_t); /* the form is optional: the primitive stays */
             memset(&st->bwd_t, 0, sizeof st->bwd_t);
             mp_clear_error();
             end_t = 0;
         }
         if (end_t > need) need = end_t;
-        /* backward weights */
-        cur = after_ddst;
+        /* backward weights, from the end of bwd_d's diff_dst' (bwd_t, if kept, has none that bwd_w shares) */
+        size_t cur = after_ddst;
         pass *p = &st->bwd_w;
         const binding *ddst = &st->bwd_d.b[0];
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_dst_md, 0);
@@ -417,12 +418,6 @@ static mp_status run_dgrad(const conv_ctx *x, conv_state *st, pass *p, bool t, v
     return mp_conv_run_pass(x, p, ptr, ws, 0);
 }
 
-static double seconds_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, bool f32_math, size_t ws_bytes) {
     const mp_op_info *in = x->info;
     const mp_conv_opts *o = &x->d->attr.conv;
@@ -447,9 +442,9 @@ static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, bool f3
             bool ok = true;
             for (int r = 0; r < 4 && ok; r++) /* a first run each, then three, alternating */
                 for (int v = 0; v < 2 && ok; v++) {
-                    const double t0 = seconds_now();
+                    const double t0 = mp_now_seconds();
                     ok = run_dgrad(x, st, v ? &st->bwd_t : &st->bwd_d, v == 1, dy, w, dx, buf) == MP_OK;
-                    const double t = seconds_now() - t0;
+                    const double t = mp_now_seconds() - t0;
                     if (r > 0 && t < best[v]) best[v] = t;
                 }
             if (ok) choice = best[1] < 0.95 * best[0];

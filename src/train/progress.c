@@ -4,12 +4,6 @@
 #include <time.h>
 #include <unistd.h>
 
-double mp_now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void mp_progress_begin(mp_progress *p, FILE *out, int epoch, int epochs, int total) {
     p->out = out;
     p->tty = isatty(fileno(out));

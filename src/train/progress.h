@@ -4,6 +4,8 @@
 #ifndef MP_TRAIN_PROGRESS_H
 #define MP_TRAIN_PROGRESS_H
 
+#include "core/clock.h"
+
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -16,7 +18,6 @@ typedef struct {
     int last_printed;
 } mp_progress;
 
-double mp_now_seconds(void);
 void mp_progress_begin(mp_progress *p, FILE *out, int epoch, int epochs, int total);
 void mp_progress_update(mp_progress *p, int step, double loss, double acc);
 /* Finish the bar line (terminal) before the epoch summary. */
