@@ -399,8 +399,6 @@ mp_status mp_device_forward(mp_plan *p, int i) {
     if (mp_op_is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it */
     mp_op_call *c = &p->nodes[i].call;
     c->workspace = p->arena + p->nodes[i].ws_fwd_off; /* each pass has its own (plan.c) */
-    c->skip_out = (p->nodes[i].dw_fused || p->nodes[i].pool_fused) && nd->desc.kind == MP_OP_BATCHNORM2D &&
-                  !mp_plan_fused_output_stored(p);
     return mp_cuda_op_lookup(nd->desc.kind)->forward(p->dev->ctx, c);
 }
 
@@ -418,17 +416,9 @@ mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *f
         return MP_OK;
     }
     if (mp_op_is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
-    /* a batch norm + ReLU -> average pool (plan_fuse.h): the batch norm reads the pool's output gradient */
-    const int pool = nd->desc.kind == MP_OP_BATCHNORM2D ? p->nodes[i].pool_fused : 0;
-    const bool pooled = p->nodes[i].pool_fused && !mp_plan_fused_output_stored(p);
-    if (pooled && nd->desc.kind == MP_OP_AVGPOOL2D) return MP_OK;
     mp_device_plan *d = p->dev;
     const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(nd->desc.kind);
     mp_op_call c = p->nodes[i].call;
-    if (pooled && pool) {
-        c.pool_dy = p->nodes[pool].call.d_out;
-        c.pool_k = p->g->nodes[pool].desc.attr.pool.kernel;
-    }
     c.workspace = p->arena + p->nodes[i].ws_bwd_off;
     for (int k = 0; k < nd->n_params; k++) /* gradients go to the device's (f32, or low_grads) */
         c.d_param[k].data = c.d_param[k].data ? d->grad[nd->first_param + k] : NULL;

@@ -219,17 +219,12 @@ static void host_grad_place(mp_plan *p, int k, void *where) { (void)p, (void)k, 
 /* A batch norm + ReLU fused into an average pool (plan_fuse.h): the pool
  * reads the batch norm's input and its coefficients of each step (in its
  * saved: batchnorm2d_onednn.h's layout); the batch norm's backward the
- * pool's output gradient (pool_dy's data set by each backward). */
+ * pool's output gradient (set before each backward:
+ * mp_plan_fuse_before_backward). */
 static void host_bind_params(mp_plan *p, int i) {
-    const mp_gnode *nd = &p->g->nodes[i];
     mp_op_call *c = &p->nodes[i].call;
     const int other = p->nodes[i].pool_fused;
-    if (!other) return;
-    if (nd->desc.kind == MP_OP_BATCHNORM2D) {
-        c->pool_dy = (mp_tensor){p->g->nodes[other].storage_dtype, p->nodes[other].info.out, NULL};
-        c->pool_k = p->g->nodes[other].desc.attr.pool.kernel;
-        return;
-    }
+    if (!other || p->g->nodes[i].desc.kind == MP_OP_BATCHNORM2D) return;
     const int x = p->g->nodes[other].in[0];
     const int C = p->nodes[x].info.out.dims[1];
     void *saved = p->arena + p->nodes[other].saved_off;
@@ -246,8 +241,6 @@ static mp_status host_forward_begin(mp_plan *p) {
 
 static mp_status host_forward(mp_plan *p, int i) {
     if (p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it (plan_fuse.h) */
-    if (p->nodes[i].pool_fused && p->g->nodes[i].desc.kind == MP_OP_BATCHNORM2D) /* its pool applies it */
-        p->nodes[i].call.skip_out = !mp_plan_fused_output_stored(p);
     if (p->nodes[i].staged) return mp_stage_forward(p, i);
     return mp_op_lookup(p->g->nodes[i].desc.kind)->forward(&p->nodes[i].call);
 }
@@ -271,11 +264,6 @@ static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const boo
 
 static mp_status host_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     if (p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
-    const int pool = p->nodes[i].pool_fused; /* a batch norm + ReLU -> average pool (plan_fuse.h) */
-    const bool pooled = pool && !mp_plan_fused_output_stored(p);
-    if (pooled && p->g->nodes[i].desc.kind == MP_OP_AVGPOOL2D) return MP_OK; /* its batch norm reads dy */
-    if (pool && p->g->nodes[i].desc.kind == MP_OP_BATCHNORM2D)
-        p->nodes[i].call.pool_dy.data = pooled ? p->nodes[pool].call.d_out.data : NULL;
     if (p->nodes[i].staged) return mp_stage_backward(p, i, taken, fresh);
     return backward_direct(p, i, taken, fresh);
 }

@@ -180,6 +180,23 @@ void mp_plan_unfuse_bn_pool(mp_plan *p, int i) {
 
 bool mp_plan_fused_output_stored(const mp_plan *p) { return p->observe || p->replaying; }
 
+void mp_plan_fuse_before_forward(mp_plan *p, int i) {
+    mp_pnode *pn = &p->nodes[i];
+    if ((pn->dw_fused || pn->pool_fused) && p->g->nodes[i].desc.kind == MP_OP_BATCHNORM2D)
+        pn->call.skip_out = !mp_plan_fused_output_stored(p); /* the conv or pool reading it applies it */
+}
+
+bool mp_plan_fuse_before_backward(mp_plan *p, int i) {
+    mp_pnode *pn = &p->nodes[i];
+    const int pool = pn->pool_fused;
+    if (!pool) return true;
+    const bool pooled = !mp_plan_fused_output_stored(p);
+    if (p->g->nodes[i].desc.kind == MP_OP_AVGPOOL2D) return !pooled; /* its batch norm reads its output gradient */
+    pn->call.pool_dy = pooled ? p->nodes[pool].call.d_out : (mp_tensor){0};
+    pn->call.pool_k = p->g->nodes[pool].desc.attr.pool.kernel;
+    return true;
+}
+
 int mp_plan_fused_producer(const mp_plan *p, int i) { return p->nodes[i].fused_away ? p->nodes[i].fused_into : -1; }
 
 int mp_plan_fused_resid(const mp_plan *p, int i) {
