@@ -396,7 +396,7 @@ static mp_status refresh_casts(mp_plan *p) {
 
 mp_status mp_device_forward(mp_plan *p, int i) {
     const mp_gnode *nd = &p->g->nodes[i];
-    if (mp_op_is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it */
+    if (mp_op_is_source(nd->desc.kind)) return MP_OK;
     mp_op_call *c = &p->nodes[i].call;
     c->workspace = p->arena + p->nodes[i].ws_fwd_off; /* each pass has its own (plan.c) */
     return mp_cuda_op_lookup(nd->desc.kind)->forward(p->dev->ctx, c);
@@ -408,14 +408,7 @@ mp_status mp_device_forward(mp_plan *p, int i) {
  * (adds_input_grad: conv2d's backward-data with beta = 1). */
 mp_status mp_device_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
     const mp_gnode *nd = &p->g->nodes[i];
-    if (p->nodes[i].fused_away && nd->desc.kind == MP_OP_ADD) { /* its batch norm writes the residual's gradient */
-        const int bn = p->nodes[i].fused_into, m = mp_plan_fused_resid(p, bn);
-        mp_op_call *bc = &p->nodes[bn].call;
-        bc->d_resid.data = p->nodes[i].call.d_in[m].data;
-        bc->d_resid_add = taken[m];
-        return MP_OK;
-    }
-    if (mp_op_is_source(nd->desc.kind) || p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
+    if (mp_op_is_source(nd->desc.kind)) return MP_OK;
     mp_device_plan *d = p->dev;
     const mp_cuda_op_vtable *vt = mp_cuda_op_lookup(nd->desc.kind);
     mp_op_call c = p->nodes[i].call;

@@ -57,8 +57,7 @@ mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, si
 static mp_status forward_node(mp_plan *p, int i) {
     mp_op_call *c = &p->nodes[i].call;
     c->seed = mp_hash64(p->o.seed ^ ((uint64_t)i << 32), p->step);
-    mp_plan_fuse_before_forward(p, i);
-    return p->be->forward(p, i);
+    return mp_plan_fuse_before_forward(p, i) ? p->be->forward(p, i) : MP_OK;
 }
 
 /* opts.profile: on a device, a node's time is its queued work's, so wait
@@ -296,7 +295,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
             fresh[k] = gp->grad_fresh;
         }
         if (p->observe && !site) MP_TRY(p->observe(p->observe_arg, i, true, &c->d_out));
-        if (mp_plan_fuse_before_backward(p, i)) { /* a pool whose batch norm reads its dy runs nothing */
+        if (mp_plan_fuse_before_backward(p, i, taken)) { /* fused-away nodes run nothing (plan_fuse.h) */
             double t0 = p->o.profile ? profile_clock(p) : 0;
             MP_TRY(p->be->backward(p, i, taken, fresh));
             if (p->o.profile) pn->bwd_seconds += profile_clock(p) - t0;

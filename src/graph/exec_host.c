@@ -240,7 +240,6 @@ static mp_status host_forward_begin(mp_plan *p) {
 }
 
 static mp_status host_forward(mp_plan *p, int i) {
-    if (p->nodes[i].fused_away) return MP_OK; /* its batch norm applied it (plan_fuse.h) */
     if (p->nodes[i].staged) return mp_stage_forward(p, i);
     return mp_op_lookup(p->g->nodes[i].desc.kind)->forward(&p->nodes[i].call);
 }
@@ -263,7 +262,6 @@ static mp_status backward_direct(mp_plan *p, int i, const bool *taken, const boo
 }
 
 static mp_status host_backward(mp_plan *p, int i, const bool *taken, const bool *fresh) {
-    if (p->nodes[i].fused_away) return MP_OK; /* its batch norm masks dy */
     if (p->nodes[i].staged) return mp_stage_backward(p, i, taken, fresh);
     return backward_direct(p, i, taken, fresh);
 }

@@ -180,14 +180,25 @@ void mp_plan_unfuse_bn_pool(mp_plan *p, int i) {
 
 bool mp_plan_fused_output_stored(const mp_plan *p) { return p->observe || p->replaying; }
 
-void mp_plan_fuse_before_forward(mp_plan *p, int i) {
+bool mp_plan_fuse_before_forward(mp_plan *p, int i) {
     mp_pnode *pn = &p->nodes[i];
+    if (pn->fused_away) return false; /* its batch norm computes it */
     if ((pn->dw_fused || pn->pool_fused) && p->g->nodes[i].desc.kind == MP_OP_BATCHNORM2D)
         pn->call.skip_out = !mp_plan_fused_output_stored(p); /* the conv or pool reading it applies it */
+    return true;
 }
 
-bool mp_plan_fuse_before_backward(mp_plan *p, int i) {
+bool mp_plan_fuse_before_backward(mp_plan *p, int i, const bool *taken) {
     mp_pnode *pn = &p->nodes[i];
+    if (pn->fused_away) {
+        if (p->g->nodes[i].desc.kind == MP_OP_ADD) { /* its batch norm writes the residual's gradient */
+            const int m = mp_plan_fused_resid(p, pn->fused_into);
+            mp_op_call *bc = &p->nodes[pn->fused_into].call;
+            bc->d_resid.data = pn->call.d_in[m].data;
+            bc->d_resid_add = taken[m];
+        }
+        return false; /* its batch norm masks dy (and writes the add's gradient) */
+    }
     const int pool = pn->pool_fused;
     if (!pool) return true;
     const bool pooled = !mp_plan_fused_output_stored(p);

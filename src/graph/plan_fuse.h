@@ -92,16 +92,20 @@ void mp_plan_unfuse_bn_pool(mp_plan *p, int i);
  * its output in this forward (and the pool writes its input gradient in
  * this backward): while numerics are observed or an overflow is replayed. */
 bool mp_plan_fused_output_stored(const mp_plan *p);
-/* Before node i's forward, on every device: a batch norm fused into the
- * depthwise conv or average pool reading it stores its output only where
- * mp_plan_fused_output_stored says so (its call's skip_out). */
-void mp_plan_fuse_before_forward(mp_plan *p, int i);
-/* Before node i's backward, on every device: whether it runs at all (an
- * average pool with a batch norm fused in does not, unless its input
- * gradient is stored this backward); a batch norm fused into a pool reads
- * the pool's output gradient then (its call's pool_dy and pool_k; pool_dy
- * empty when it reads its own dy). */
-bool mp_plan_fuse_before_backward(mp_plan *p, int i);
+/* Before node i's forward, on every device: whether it runs at all (a
+ * fused-away ReLU or add does not: its batch norm computes it); a batch
+ * norm fused into the depthwise conv or average pool reading it stores its
+ * output only where mp_plan_fused_output_stored says so (its call's
+ * skip_out). */
+bool mp_plan_fuse_before_forward(mp_plan *p, int i);
+/* Before node i's backward, its gradients bound (taken: which input
+ * gradients hold a value already), on every device: whether it runs at all.
+ * A fused-away node does not (a fused add binds the residual's gradient to
+ * its batch norm's call first: d_resid, d_resid_add); nor does an average
+ * pool with a batch norm fused in, unless its input gradient is stored this
+ * backward; that batch norm then reads the pool's output gradient (its
+ * call's pool_dy and pool_k; pool_dy empty when it reads its own dy). */
+bool mp_plan_fuse_before_backward(mp_plan *p, int i, const bool *taken);
 /* The batch norm that runs fused-away node i (a ReLU, or an add), or -1. */
 int mp_plan_fused_producer(const mp_plan *p, int i);
 /* Whether fused-away node i's value is in its producer's tensors (output

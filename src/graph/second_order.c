@@ -11,6 +11,7 @@
 
 #include "amp/scaler.h"
 #include "graph/exec_backend.h"
+#include "graph/plan_fuse.h"
 
 static const char *node_name(const mp_plan *p, mp_node n) {
     return n >= 0 && n < p->n ? p->g->nodes[n].name : "?";
@@ -196,7 +197,7 @@ mp_status mp_so_input_grad_backward(mp_plan *p) {
                 if (nd->in[j] == src) taken[k] = true;
         }
         for (int k = 0; k < nd->n_params; k++) c->d_param[k].data = NULL; /* the penalty's path only */
-        MP_TRY(p->be->backward(p, i, taken, fresh));
+        if (mp_plan_fuse_before_backward(p, i, taken)) MP_TRY(p->be->backward(p, i, taken, fresh));
         for (int k = 0; k < nd->n_in; k++)
             if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
     }
