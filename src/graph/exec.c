@@ -295,7 +295,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
             fresh[k] = gp->grad_fresh;
         }
         if (p->observe && !site) MP_TRY(p->observe(p->observe_arg, i, true, &c->d_out));
-        if (mp_plan_fuse_before_backward(p, i, taken)) { /* fused-away nodes run nothing (plan_fuse.h) */
+        if (mp_plan_fuse_before_backward(p, i, taken)) { /* fused-away nodes, and a pool whose batch norm reads its dy, run nothing (plan_fuse.h) */
             double t0 = p->o.profile ? profile_clock(p) : 0;
             MP_TRY(p->be->backward(p, i, taken, fresh));
             if (p->o.profile) pn->bwd_seconds += profile_clock(p) - t0;

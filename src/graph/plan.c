@@ -315,7 +315,7 @@ static void bind_calls(mp_plan *p) {
         if (m >= 0) {
             const int s = g->nodes[pn->add_fused].in[m];
             c->resid = (mp_tensor){g->nodes[s].storage_dtype, p->nodes[s].info.out, p->arena + p->nodes[s].out_off};
-            c->d_resid = (mp_tensor){c->resid.dtype, c->resid.shape, NULL}; /* set by each backward (device) */
+            c->d_resid = (mp_tensor){c->resid.dtype, c->resid.shape, NULL}; /* set before each backward (mp_plan_fuse_before_backward) */
         }
         c->saved = p->arena + pn->saved_off;
         c->workspace = p->workspace;

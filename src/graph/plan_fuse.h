@@ -70,8 +70,9 @@
 #include "graph/plan.h"
 
 /* Mark the pairs (pn->relu_fused on the batch norm, pn->fused_away on the
- * ReLU); after mark_backward, before the nodes are prepared; the CPU
- * executor skips the ReLU's forward and backward. */
+ * ReLU); after mark_backward, before the nodes are prepared; the
+ * executor then skips the ReLU's forward and backward on every device
+ * (mp_plan_fuse_before_forward / _backward), as it does a fused add's. */
 void mp_plan_fuse_bn_relu(mp_plan *p);
 /* The arena buffers of the plan's 3 per node (out, grad, saved): the fused
  * nodes share the batch norm's output buffer (with a ReLU alive until the
@@ -104,7 +105,8 @@ bool mp_plan_fuse_before_forward(mp_plan *p, int i);
  * its batch norm's call first: d_resid, d_resid_add); nor does an average
  * pool with a batch norm fused in, unless its input gradient is stored this
  * backward; that batch norm then reads the pool's output gradient (its
- * call's pool_dy and pool_k; pool_dy empty when it reads its own dy). */
+ * call's pool_dy and pool_k, set before each of its backwards; pool_dy
+ * empty when it reads its own dy, and left set between steps otherwise). */
 bool mp_plan_fuse_before_backward(mp_plan *p, int i, const bool *taken);
 /* The batch norm that runs fused-away node i (a ReLU, or an add), or -1. */
 int mp_plan_fused_producer(const mp_plan *p, int i);

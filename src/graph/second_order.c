@@ -197,6 +197,7 @@ mp_status mp_so_input_grad_backward(mp_plan *p) {
                 if (nd->in[j] == src) taken[k] = true;
         }
         for (int k = 0; k < nd->n_params; k++) c->d_param[k].data = NULL; /* the penalty's path only */
+        /* second-order plans fuse nothing (plan_fuse.c), so every node runs; the same gate as run_backward's */
         if (mp_plan_fuse_before_backward(p, i, taken)) MP_TRY(p->be->backward(p, i, taken, fresh));
         for (int k = 0; k < nd->n_in; k++)
             if (c->d_in[k].data) p->grad_written[nd->in[k]] = true;
