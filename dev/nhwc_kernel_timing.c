@@ -79,16 +79,16 @@ int main(int argc, char **argv) {
                 if (layout == 0)
                     mp_bn_fwd_train_cpu(dt, x, y, gamma, beta, rm, rv, mean, invstd, N, C, HW, 1e-5, 0.1, true);
                 else
-                    mp_bn_fwd_train_cpu_nhwc(dt, x, y, gamma, beta, rm, rv, mean, invstd, sc, sh, mu, M, C, 1e-5, 0.1,
-                                             true, true, ws);
+                    mp_bn_fwd_train_cpu_nhwc(dt, x, NULL, y, gamma, beta, rm, rv, mean, invstd, sc, sh, mu, M, C, 1e-5,
+                                             0.1, true, true, ws);
                 double t1 = now();
                 flush();
                 const double tb0 = now();
                 if (layout == 0)
                     mp_bn_bwd_cpu(dt, x, y, dy, dx, gamma, dg, db, true, mean, invstd, rm, rv, N, C, HW, 1e-5);
                 else
-                    mp_bn_bwd_cpu_nhwc(dt, x, NULL, dy, NULL, dx, gamma, beta, true, sc, sh, dg, db, true, mean, invstd,
-                                       rm, rv, M, C, 1e-5, ws);
+                    mp_bn_bwd_cpu_nhwc(dt, x, NULL, dy, NULL, dx, NULL, gamma, beta, true, sc, sh, dg, db, true, mean,
+                                       invstd, rm, rv, M, C, 1e-5, ws);
                 double t2 = now();
                 if (r >= 2) tf[r - 2] = 1e3 * (t1 - t0), tb[r - 2] = 1e3 * (t2 - tb0);
             }

@@ -140,9 +140,11 @@ static bool check_bn_mask(const char *tag, const char *st, mp_dtype dt, const vo
         put(dt, dym, i, off ? 0.0f : get(dt, dyh, i));
     }
     memset(ws, 0xFF, wsb);
-    mp_bn_bwd_cpu_nhwc(dt, xh, ymask, dyh, NULL, dxa, gamma, beta, true, scale, shift, dga, dba, bs, mean, is, rm, rv,
+    mp_bn_bwd_cpu_nhwc(dt, xh, ymask, dyh, NULL, dxa, NULL, gamma, beta,
+                       true, scale, shift, dga, dba, bs, mean, is, rm, rv,
                        M, C, eps, ws);
-    mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dym, NULL, dxb, gamma, beta, false, NULL, NULL, dgb, dbb, bs, mean, is, rm, rv, M,
+    mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dym, NULL, dxb, NULL, gamma, beta,
+                       false, NULL, NULL, dgb, dbb, bs, mean, is, rm, rv, M,
                        C, eps, ws);
     CHECK(!memcmp(dxa, dxb, bytes) && !memcmp(dga, dgb, C * 4) && !memcmp(dba, dbb, C * 4),
           "%s backward (%s): the ReLU mask differs from y's (%lld of %lld masked)", tag, st, (long long)masked,
@@ -153,7 +155,8 @@ static bool check_bn_mask(const char *tag, const char *st, mp_dtype dt, const vo
     bool differ = false;
     if (ymask && dt == MP_DTYPE_F32) {
         memset(ws, 0xFF, wsb);
-        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dxb, gamma, beta, true, scale, shift, dgb, dbb, bs, mean, is, rm,
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dxb, NULL, gamma, beta,
+                           true, scale, shift, dgb, dbb, bs, mean, is, rm,
                            rv, M, C, eps, ws);
         differ = memcmp(dba, dbb, C * 4) != 0;
     }
@@ -216,8 +219,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     /* training forward */
     memcpy(rm1, rm0, C * 4), memcpy(rv1, rv0, C * 4), memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
     mp_bn_fwd_train_cpu(dt, x, y1, gamma, beta, rm1, rv1, mean1, is1, N, C, HW, eps, mom, relu);
-    mp_bn_fwd_train_cpu_nhwc(dt, xh, y2h, gamma, beta, rm2, rv2, mean2, is2, sc2, sh2, mu2, M, C, eps, mom, relu, true,
-                             ws);
+    mp_bn_fwd_train_cpu_nhwc(dt, xh, NULL, y2h, gamma, beta, rm2, rv2, mean2, is2, sc2, sh2, mu2, M, C, eps, mom, relu,
+                             true, ws);
     void *y2 = back(dt, y2h, N, C, HW);
     double e = rel_l2(dt, y2, y1, n), em = rel_max(dt, y2, y1, n);
     note(dt, W_Y, dt == MP_DTYPE_F32 ? fmax(e, em) : e);
@@ -244,8 +247,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         float *sc3 = alloc_poisoned(C * 4), *sh3 = alloc_poisoned(C * 4), *mu3 = alloc_poisoned(C * 4);
         memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
         memset(ws, 0xFF, wsb);
-        mp_bn_fwd_train_cpu_nhwc(dt, xh, y3h, gamma, beta, rm2, rv2, mean3, is3, sc3, sh3, mu3, M, C, eps, mom, relu,
-                                 true, ws);
+        mp_bn_fwd_train_cpu_nhwc(dt, xh, NULL, y3h, gamma, beta, rm2, rv2, mean3, is3, sc3, sh3, mu3, M, C, eps, mom,
+                                 relu, true, ws);
         CHECK(!memcmp(y3h, y2h, bytes) && !memcmp(mean3, mean2, C * 8) && !memcmp(is3, is2, C * 8) &&
                   !memcmp(sc3, sc2, C * 4) && !memcmp(sh3, sh2, C * 4) && !memcmp(mu3, mu2, C * 4),
               "%s training: a second run differs", tag);
@@ -258,7 +261,7 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     /* inference forward */
     void *y4h = alloc_poisoned(bytes);
     mp_bn_fwd_eval_cpu(dt, x, y1, gamma, beta, rm0, rv0, N, C, HW, eps, relu);
-    mp_bn_fwd_eval_cpu_nhwc(dt, xh, y4h, gamma, beta, rm0, rv0, M, C, eps, relu);
+    mp_bn_fwd_eval_cpu_nhwc(dt, xh, NULL, y4h, gamma, beta, rm0, rv0, M, C, eps, relu);
     void *y4 = back(dt, y4h, N, C, HW);
     e = rel_l2(dt, y4, y1, n), em = rel_max(dt, y4, y1, n);
     note(dt, W_Y, dt == MP_DTYPE_F32 ? fmax(e, em) : e);
@@ -277,7 +280,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         memset(ws, 0xFF, wsb);
         mp_bn_bwd_cpu(dt, x, relu ? (bs ? y1 : yev) : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C,
                       HW, eps);
-        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dx2h, gamma, beta, relu, NULL, NULL, dg2, db2, bs, mean1, is1, rm0,
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dx2h, NULL, gamma, beta,
+                           relu, NULL, NULL, dg2, db2, bs, mean1, is1, rm0,
                            rv0, M, C, eps, ws);
         void *dx2 = back(dt, dx2h, N, C, HW);
         const char *st = bs ? "batch statistics" : "running statistics";
@@ -303,9 +307,11 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
         CHECK(eg < 1e-6, "%s backward (%s): gamma gradient diff %g of its terms' size (tolerance 1e-6)", tag, st, eg);
         CHECK(eb < 1e-6, "%s backward (%s): beta gradient diff %g of its terms' size (tolerance 1e-6)", tag, st, eb);
         /* only some outputs wanted: the same values where written, nothing else */
-        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dx3h, gamma, beta, relu, NULL, NULL, NULL, NULL, bs, mean1, is1,
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, dx3h, NULL, gamma, beta,
+                           relu, NULL, NULL, NULL, NULL, bs, mean1, is1,
                            rm0, rv0, M, C, eps, ws);
-        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, NULL, gamma, beta, relu, NULL, NULL, dg3, db3, bs, mean1, is1, rm0,
+        mp_bn_bwd_cpu_nhwc(dt, xh, NULL, dyh, NULL, NULL, NULL, gamma, beta,
+                           relu, NULL, NULL, dg3, db3, bs, mean1, is1, rm0,
                            rv0, M, C, eps, ws);
         CHECK(!memcmp(dx3h, dx2h, bytes), "%s backward (%s): dx alone differs", tag, st);
         CHECK(!memcmp(dg3, dg2, C * 4) && !memcmp(db3, db2, C * 4),
@@ -442,17 +448,17 @@ static void check_bn_pool(int N, int C, int H, int W, mp_dtype dt, int threads, 
         mean[k] = alloc_poisoned(C * 8), is[k] = alloc_poisoned(C * 8);
         y[k] = alloc_poisoned(nx * es), pooled[k] = alloc_poisoned(ny * es), dx[k] = alloc_poisoned(nx * es);
         ws[k] = alloc_poisoned(k ? wsb : mp_bn_nhwc_workspace_bytes(C));
-        mp_bn_fwd_train_cpu_nhwc(dt, x, y[k], gamma, beta, rm[k], rv[k], mean[k], is[k], sc[k], sh[k], mu[k], M, C,
-                                 1e-5, 0.1, true, k == 0, ws[k]);
+        mp_bn_fwd_train_cpu_nhwc(dt, x, NULL, y[k], gamma, beta, rm[k], rv[k], mean[k], is[k], sc[k], sh[k], mu[k], M,
+                                 C, 1e-5, 0.1, true, k == 0, ws[k]);
     }
     void *dy = alloc_poisoned(nx * es);
     mp_avgpool2_fwd_cpu_nhwc(dt, y[0], pooled[0], N, C, H, W);
     mp_avgpool2_bwd_cpu_nhwc(dt, pdy, dy, N, C, H, W);
-    mp_bn_bwd_cpu_nhwc(dt, x, NULL, dy, NULL, dx[0], gamma, beta, true, sc[0], sh[0], dgamma[0], dbeta[0], true,
+    mp_bn_bwd_cpu_nhwc(dt, x, NULL, dy, NULL, dx[0], NULL, gamma, beta, true, sc[0], sh[0], dgamma[0], dbeta[0], true,
                        mean[0], is[0], rm0, rv0, M, C, 1e-5, ws[0]);
     mp_avgpool2_bn_fwd_cpu_nhwc(dt, x, pooled[1], mu[1], sc[1], sh[1], N, C, H, W);
     const mp_bn_pooled_dy pd = {pdy, H, W};
-    mp_bn_bwd_cpu_nhwc(dt, x, NULL, NULL, &pd, dx[1], gamma, beta, true, sc[1], sh[1], dgamma[1], dbeta[1], true,
+    mp_bn_bwd_cpu_nhwc(dt, x, NULL, NULL, &pd, dx[1], NULL, gamma, beta, true, sc[1], sh[1], dgamma[1], dbeta[1], true,
                        mean[1], is[1], rm0, rv0, M, C, 1e-5, ws[1]);
     char tag[128];
     snprintf(tag, sizeof tag, "bn + avgpool2 %s %dx%dx%dx%d, %d thread(s), on %s", mp_dtype_name(dt), N, C, H, W,

@@ -144,7 +144,7 @@ typedef struct {
     bool dist_debug;           /**< MIXPREC_DIST_DEBUG=1: print the communicators' progress */
     int native_bf16;           /**< MIXPREC_NATIVE_BF16: -1 unset, 0 every bf16 CPU node emulated, 1 as unset */
     bool force_scalar;         /**< MIXPREC_FORCE_SCALAR=1: no AVX2/AVX-512 code of ours (conversions, ReLU, BN, pooling) */
-    bool no_bn_add_relu_fusion; /**< MIXPREC_FUSE_BN_ADD_RELU=0: GPU batch norm, residual add (and ReLU) kept apart */
+    bool no_bn_add_relu_fusion; /**< MIXPREC_FUSE_BN_ADD_RELU=0: batch norm, residual add (and ReLU) kept apart */
     bool bn_dw_fusion;         /**< MIXPREC_FUSE_BN_DW=1: a GPU batch norm + ReLU fused into the depthwise
                                     convolution reading it (mp_plan_opts.bn_dw_fusion) */
     bool no_bn_pool_fusion;    /**< MIXPREC_FUSE_BN_POOL=0: a batch norm + ReLU and the average pool reading

@@ -66,9 +66,11 @@ typedef struct {
      * them into one kernel (for comparisons; MIXPREC_NO_FUSION=1 does it for
      * every plan). */
     bool no_fusion;
-    /** GPU plans fuse each batchnorm2d -> residual add -> ReLU (a ResNet
+    /** Plans fuse each batchnorm2d -> residual add -> ReLU (a ResNet
      * block's tail), and each batchnorm2d -> residual add with no ReLU after
-     * it (a MobileNetV2 block's), into one pass each way; true keeps them
+     * it (a MobileNetV2 block's), into one pass each way (CPU plans where
+     * the three run natively on the channels-last vector kernels, in f32 or
+     * bf16 storage); true keeps them
      * apart (for comparisons; MIXPREC_FUSE_BN_ADD_RELU=0 does it for every
      * plan, and no_fusion implies it). */
     bool no_bn_add_relu_fusion;

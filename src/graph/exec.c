@@ -295,7 +295,8 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
             fresh[k] = gp->grad_fresh;
         }
         if (p->observe && !site) MP_TRY(p->observe(p->observe_arg, i, true, &c->d_out));
-        if (mp_plan_fuse_before_backward(p, i, taken)) { /* fused-away nodes, and a pool whose batch norm reads its dy, run nothing (plan_fuse.h) */
+        /* fused-away nodes, and a pool whose batch norm reads its dy, run nothing (plan_fuse.h) */
+        if (mp_plan_fuse_before_backward(p, i, taken)) {
             double t0 = p->o.profile ? profile_clock(p) : 0;
             MP_TRY(p->be->backward(p, i, taken, fresh));
             if (p->o.profile) pn->bwd_seconds += profile_clock(p) - t0;
@@ -352,10 +353,13 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     const bool fused_add = pn->fused_away && p->g->nodes[node].desc.kind == MP_OP_ADD;
     if (pn->relu_fused || pn->add_fused || (fused_add && p->nodes[pn->fused_into].relu_fused)) {
         const bool relu = pn->relu_fused || fused_add; /* else a batch norm whose add alone is fused */
+        const char *after = pn->add_fused && pn->relu_fused ? "residual add and the ReLU"
+                            : relu                          ? "ReLU"
+                                                            : "residual add";
         return mp_error(MP_ERR_INVALID_ARG,
-                        "read '%s': not stored: the plan fuses it with the %s after it and stores only that "
-                        "%s's output; mark it with mp_graph_mark_output before mp_plan_create to read it",
-                        p->g->nodes[node].name, relu ? "ReLU" : "residual add", relu ? "ReLU" : "add");
+                        "read '%s': not stored: the plan fuses it with the %s after it and stores only the %s's "
+                        "output; mark it with mp_graph_mark_output before mp_plan_create to read it",
+                        p->g->nodes[node].name, after, relu ? "ReLU" : "add");
     }
     /* the arena gives a node's memory to later nodes once nothing reads it: after the forward, what
      * outlived it is intact; after a backward, only what the whole step keeps (outputs, sources) */

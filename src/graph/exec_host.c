@@ -174,6 +174,33 @@ static bool bn_pool_runs(const mp_plan *p, int i, int k) {
            (bn->info.nhwc & 1u) && (pool->info.nhwc & 1u) && mp_pool_cpu_window(&p->g->nodes[k].desc);
 }
 
+/* Node i runs natively (not staged through f32 copies) with every input
+ * and its output channels-last. */
+static bool native_nhwc(const mp_plan *p, int i) {
+    const mp_pnode *pn = &p->nodes[i];
+    const unsigned ins = (1u << p->g->nodes[i].n_in) - 1u;
+    return (!pn->staged || pn->native) && mp_info_nhwc_out(&pn->info) && (pn->info.nhwc & ins) == ins;
+}
+
+/* Batch norm i with a residual add (and the ReLU after it) fused in
+ * (plan_fuse.h) can run so: all of them natively on the vector kernels over
+ * channels-last f32 or bf16. */
+static bool bn_add_runs(const mp_plan *p, int i) {
+    const mp_dtype dt = p->g->nodes[i].storage_dtype;
+    if (!p->onednn || mp_fast_isa_current() == MP_FAST_NONE || (dt != MP_DTYPE_F32 && dt != MP_DTYPE_BF16))
+        return false;
+    for (int k = i; k < p->n; k++) /* the batch norm, its add and its ReLU */
+        if ((k == i || (p->nodes[k].fused_away && p->nodes[k].fused_into == i)) && !native_nhwc(p, k)) return false;
+    return true;
+}
+
+/* After the layouts are chosen: undo the batch norm + residual add fusions
+ * that cannot run (bn_add_runs). */
+static void settle_bn_add(mp_plan *p) {
+    for (int i = 0; i < p->n; i++)
+        if (p->nodes[i].add_fused && !bn_add_runs(p, i)) mp_plan_unfuse_bn_add(p, i);
+}
+
 /* After the layouts are chosen: undo the batch norm + pool fusions that
  * cannot run (bn_pool_runs), and size the workspace for those that do. */
 static void settle_bn_pool(mp_plan *p, size_t *ws) {
@@ -194,6 +221,7 @@ static mp_status host_choose_layout(mp_plan *p, size_t *ws, size_t *stage) {
     mp_layout_sizes sz = {*ws, *stage};
     MP_TRY(mp_plan_choose_layout(p, &sz, host_node_reprepare));
     settle_bn_pool(p, &sz.ws);
+    settle_bn_add(p);
     *ws = sz.ws, *stage = sz.stage;
     return MP_OK;
 }

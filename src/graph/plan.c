@@ -315,7 +315,8 @@ static void bind_calls(mp_plan *p) {
         if (m >= 0) {
             const int s = g->nodes[pn->add_fused].in[m];
             c->resid = (mp_tensor){g->nodes[s].storage_dtype, p->nodes[s].info.out, p->arena + p->nodes[s].out_off};
-            c->d_resid = (mp_tensor){c->resid.dtype, c->resid.shape, NULL}; /* set before each backward (mp_plan_fuse_before_backward) */
+            /* data set before each backward (mp_plan_fuse_before_backward) */
+            c->d_resid = (mp_tensor){c->resid.dtype, c->resid.shape, NULL};
         }
         c->saved = p->arena + pn->saved_off;
         c->workspace = p->workspace;

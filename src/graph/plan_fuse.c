@@ -53,8 +53,8 @@ static bool resid_ok(const mp_plan *p, int s, int i, int j) {
     return true;
 }
 
-/* bn -> add (with a residual s) [-> relu k, or k = -1: none], on a GPU plan:
- * the batch norm that runs them (the later one of two batch norms, as in a
+/* bn -> add (with a residual s) [-> relu k, or k = -1: none]: the batch
+ * norm that runs them (the later one of two batch norms, as in a
  * projection shortcut's block), or -1. */
 static int bn_for_add(const mp_plan *p, int j, int k) {
     const mp_gnode *a = &p->g->nodes[j], *r = k >= 0 ? &p->g->nodes[k] : a;
@@ -77,7 +77,7 @@ static int bn_for_add(const mp_plan *p, int j, int k) {
  * add is that ReLU's only input (a ResNet block's tail) or without one (a
  * MobileNetV2 block's). */
 static void fuse_bn_add(mp_plan *p) {
-    if (p->o.device.kind != MP_DEVICE_CUDA || p->o.no_bn_add_relu_fusion || mp_env_get()->no_bn_add_relu_fusion) return;
+    if (p->o.no_bn_add_relu_fusion || mp_env_get()->no_bn_add_relu_fusion) return;
     for (int j = 0; j < p->n; j++) {
         if (p->g->nodes[j].desc.kind != MP_OP_ADD) continue;
         const int k = relu_after_add(p, j), i = bn_for_add(p, j, k);
@@ -170,6 +170,17 @@ void mp_plan_unfuse_bn_dw(mp_plan *p, int k) {
     const int i = p->nodes[k].dw_fused;
     if (!i) return;
     p->nodes[i].dw_fused = p->nodes[k].dw_fused = 0;
+}
+
+void mp_plan_unfuse_bn_add(mp_plan *p, int i) {
+    if (!p->nodes[i].add_fused) return;
+    for (int k = i + 1; k < p->n; k++) /* the add, and the ReLU after it */
+        if (p->nodes[k].fused_away && p->nodes[k].fused_into == i) {
+            p->nodes[k].fused_away = false;
+            p->nodes[k].fused_into = 0;
+        }
+    p->nodes[i].add_fused = 0;
+    p->nodes[i].relu_fused = false; /* only the add's ReLU was (bn_for_add takes no batch norm fused already) */
 }
 
 void mp_plan_unfuse_bn_pool(mp_plan *p, int i) {

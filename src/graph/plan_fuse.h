@@ -10,7 +10,7 @@
  * staged (emulated) ones included. MIXPREC_NO_FUSION=1 turns it off (for
  * comparisons).
  *
- * GPU plans also fuse a batch norm -> residual add -> ReLU (a ResNet block's
+ * Plans also fuse a batch norm -> residual add -> ReLU (a ResNet block's
  * tail), and a batch norm -> residual add with no ReLU after it (a
  * MobileNetV2 block's), unless told not to (mp_plan_opts.no_bn_add_relu_fusion,
  * MIXPREC_FUSE_BN_ADD_RELU=0, or no fusion at all):
@@ -22,8 +22,10 @@
  * mp_plan_read reads. Where r's producer has other consumers they must all
  * come before the batch norm (r's gradient is then written first and added
  * to after); with two batch norms feeding the add (a projection shortcut)
- * the later one takes the other's output as r. CPU plans keep the three
- * apart (the host kernels see the same graph as before).
+ * the later one takes the other's output as r. On CPU plans the three must
+ * run natively on the channels-last vector kernels (f32, or bf16 storage);
+ * the host backend undoes the others once the layouts are chosen
+ * (mp_plan_unfuse_bn_add).
  *
  * GPU training plans may go one step further where a fused batch norm +
  * ReLU's output feeds only a 3x3 depthwise conv2d (MobileNet's expansion
@@ -87,6 +89,9 @@ void mp_plan_fuse_offsets(mp_plan *p);
  * declined it): the batch norm stores its output again (the device then
  * prepares it again, as an unfused one). */
 void mp_plan_unfuse_bn_dw(mp_plan *p, int k);
+/* Undo the residual add (+ ReLU) fusion of batch norm i: the three run
+ * apart (before the plan's memory is laid out). */
+void mp_plan_unfuse_bn_add(mp_plan *p, int i);
 /* Undo the batch norm + average pool fusion of batch norm i. */
 void mp_plan_unfuse_bn_pool(mp_plan *p, int i);
 /* Whether a batch norm fused into a depthwise conv or average pool stores

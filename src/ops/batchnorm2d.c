@@ -120,13 +120,15 @@ static mp_status bn_forward_nhwc(const mp_op_call *c) {
     const double eps = c->desc->attr.bn.eps, mom = c->desc->attr.bn.momentum;
     const mp_tensor *p = c->param;
     if (c->training)
-        mp_bn_fwd_train_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+        mp_bn_fwd_train_cpu_nhwc(c->out.dtype, c->in[0].data, c->resid.data, c->out.data, p[P_WEIGHT].data,
+                                 p[P_BIAS].data,
                                  p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, mp_bn_saved_mean(c->saved),
                                  mp_bn_saved_invstd(c->saved, C), mp_bn_saved_scale_f32(c->saved, C),
                                  mp_bn_saved_shift_f32(c->saved, C), mp_bn_saved_mean_f32(c->saved, C), M, C, eps, mom,
                                  c->relu_after, !c->skip_out, c->workspace);
     else
-        mp_bn_fwd_eval_cpu_nhwc(c->out.dtype, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
+        mp_bn_fwd_eval_cpu_nhwc(c->out.dtype, c->in[0].data, c->resid.data, c->out.data, p[P_WEIGHT].data,
+                                p[P_BIAS].data,
                                 p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, M, C, eps, c->relu_after);
     return MP_OK;
 }
@@ -139,12 +141,16 @@ static mp_status bn_backward_nhwc(const mp_op_call *c) {
     /* With the ReLU fused the kernels compute the mask from x and the forward's constants (a training
      * forward's saved scale and shift, which an optimizer step between the forward and this backward, as
      * a trainer's groups take them, does not change), or read it from y where a staged call's y was
-     * rounded to another type after the kernel. */
-    const bool mask_from_y = c->relu_after && c->out_staged;
+     * rounded to another type after the kernel, or where a residual add fused in (graph/plan_fuse.h) came
+     * before the ReLU. */
+    const bool mask_from_y = c->relu_after && (c->out_staged || c->resid.data);
+    /* that add's gradient of its other input, written (or added to) in the dx pass */
+    const mp_bn_resid_grad dres = {c->d_resid.data, c->d_resid_add};
     /* a 2x2 average pool fused in (graph/plan_fuse.h): its output gradient in place of dy */
     const mp_bn_pooled_dy pooled = {c->pool_dy.data, xs->dims[2], xs->dims[3]};
     mp_bn_bwd_cpu_nhwc(c->out.dtype, c->in[0].data, mask_from_y ? c->out.data : NULL, c->d_out.data,
-                       c->pool_dy.data ? &pooled : NULL, c->d_in[0].data, p[P_WEIGHT].data, p[P_BIAS].data,
+                       c->pool_dy.data ? &pooled : NULL, c->d_in[0].data, c->d_resid.data ? &dres : NULL,
+                       p[P_WEIGHT].data, p[P_BIAS].data,
                        c->relu_after, c->training ? mp_bn_saved_scale_f32(c->saved, C) : NULL,
                        c->training ? mp_bn_saved_shift_f32(c->saved, C) : NULL, c->d_param[P_WEIGHT].data,
                        c->d_param[P_BIAS].data, c->training, mp_bn_saved_mean(c->saved),
@@ -154,8 +160,13 @@ static mp_status bn_backward_nhwc(const mp_op_call *c) {
 }
 
 /* A pool fused in (plan_fuse.h) needs the channels-last kernels of a
- * training batch norm + ReLU: plans fuse only those. */
-static mp_status check_pool_fusion(const mp_op_call *c) {
+ * training batch norm + ReLU, a residual add those kernels: plans fuse only
+ * those. */
+static mp_status check_fusions(const mp_op_call *c) {
+    if (c->resid.data && !c->info->nhwc)
+        return mp_error(MP_ERR_UNSUPPORTED,
+                        "batchnorm2d '%s': a residual add fused into it needs the channels-last kernels",
+                        c->desc->name);
     if (!c->skip_out && !c->pool_dy.data) return MP_OK;
     if (c->info->nhwc && c->training && c->relu_after && c->in[0].shape.ndim == 4 &&
         (!c->pool_dy.data || c->pool_k == 2))
@@ -169,7 +180,7 @@ static mp_status check_pool_fusion(const mp_op_call *c) {
 static mp_status bn_forward(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
     if (c->training) MP_TRY(check_batch(c->desc, xs));
-    MP_TRY(check_pool_fusion(c));
+    MP_TRY(check_fusions(c));
     if (c->info->nhwc) return bn_forward_nhwc(c);
 #ifdef MP_HAVE_ONEDNN
     if (use_dnnl(c)) return mp_bn_dnnl_forward(c->state, c);
@@ -189,7 +200,7 @@ static mp_status bn_forward(const mp_op_call *c) {
 }
 
 static mp_status bn_backward(const mp_op_call *c) {
-    MP_TRY(check_pool_fusion(c));
+    MP_TRY(check_fusions(c));
     if (c->info->nhwc) return bn_backward_nhwc(c);
 #ifdef MP_HAVE_ONEDNN
     if (use_dnnl(c) && c->training && c->d_in[0].data) return mp_bn_dnnl_backward(c->state, c);

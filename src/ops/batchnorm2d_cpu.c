@@ -74,25 +74,27 @@ void mp_bn_bwd_cpu(mp_dtype dt, const void *x, const void *y, const void *dy, vo
                  eps);
 }
 
-void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
-                              float *rvar, double *mean, double *invstd, float *scale, float *shift, float *mu,
-                              int64_t M, int C, double eps, double mom, bool relu, bool store, void *ws) {
-    MP_FAST_CALL(dt, bnn_fwd_train, x, y, gamma, beta, rmean, rvar, mean, invstd, scale, shift, mu, M, C, eps, mom,
+void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, const void *res, void *y, const float *gamma,
+                              const float *beta, float *rmean, float *rvar, double *mean, double *invstd, float *scale,
+                              float *shift, float *mu, int64_t M, int C, double eps, double mom, bool relu, bool store,
+                              void *ws) {
+    MP_FAST_CALL(dt, bnn_fwd_train, x, res, y, gamma, beta, rmean, rvar, mean, invstd, scale, shift, mu, M, C, eps, mom,
                  relu, store, ws);
 }
 
-void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
-                             const float *rmean, const float *rvar, int64_t M, int C, double eps, bool relu) {
-    MP_FAST_CALL(dt, bnn_fwd_eval, x, y, gamma, beta, rmean, rvar, M, C, eps, relu);
+void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, const void *res, void *y, const float *gamma,
+                             const float *beta, const float *rmean, const float *rvar, int64_t M, int C, double eps,
+                             bool relu) {
+    MP_FAST_CALL(dt, bnn_fwd_eval, x, res, y, gamma, beta, rmean, rvar, M, C, eps, relu);
 }
 
 void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, const mp_bn_pooled_dy *pooled,
-                        void *dx, const float *gamma, const float *beta, bool relu, const float *scale,
-                        const float *shift, float *dgamma, float *dbeta, bool batch_stats, const double *mean,
-                        const double *invstd, const float *rmean, const float *rvar, int64_t M, int C, double eps,
-                        void *ws) {
+                        void *dx, const mp_bn_resid_grad *dres, const float *gamma, const float *beta, bool relu,
+                        const float *scale, const float *shift, float *dgamma, float *dbeta, bool batch_stats,
+                        const double *mean, const double *invstd, const float *rmean, const float *rvar, int64_t M,
+                        int C, double eps, void *ws) {
     const void *pdy = pooled ? pooled->dy : NULL;
     const int H = pooled ? pooled->H : 0, W = pooled ? pooled->W : 0;
-    MP_FAST_CALL(dt, bnn_bwd, x, y, dy, pdy, H, W, dx, gamma, beta, relu, scale, shift, dgamma, dbeta, batch_stats,
-                 mean, invstd, rmean, rvar, M, C, eps, ws);
+    MP_FAST_CALL(dt, bnn_bwd, x, y, dy, pdy, H, W, dx, dres ? dres->d : NULL, dres && dres->add, gamma, beta, relu,
+                 scale, shift, dgamma, dbeta, batch_stats, mean, invstd, rmean, rvar, M, C, eps, ws);
 }

@@ -43,12 +43,18 @@ size_t mp_bn_nhwc_pooled_workspace_bytes(int C, int W);
  * scale and shift it applied, y = (x - mu) * scale + shift with mu the mean
  * rounded to float, for its backward's ReLU mask and for an average pool the
  * batch norm is fused into (which applies it as it loads x); store false:
- * y is not written (that pool's case). */
-void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta, float *rmean,
-                              float *rvar, double *mean, double *invstd, float *scale, float *shift, float *mu,
-                              int64_t M, int C, double eps, double mom, bool relu, bool store, void *ws);
-void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, void *y, const float *gamma, const float *beta,
-                             const float *rmean, const float *rvar, int64_t M, int C, double eps, bool relu);
+ * y is not written (that pool's case). res non-NULL (both forwards): a
+ * residual add fused in (graph/plan_fuse.h), res (M, C) like x: y =
+ * relu(bn(x) + res), the batch norm's value rounded to dt before the add and
+ * the sum rounded to dt, the bits of the three ops apart; its backward then
+ * reads the mask from y. */
+void mp_bn_fwd_train_cpu_nhwc(mp_dtype dt, const void *x, const void *res, void *y, const float *gamma,
+                              const float *beta, float *rmean, float *rvar, double *mean, double *invstd, float *scale,
+                              float *shift, float *mu, int64_t M, int C, double eps, double mom, bool relu, bool store,
+                              void *ws);
+void mp_bn_fwd_eval_cpu_nhwc(mp_dtype dt, const void *x, const void *res, void *y, const float *gamma,
+                             const float *beta, const float *rmean, const float *rvar, int64_t M, int C, double eps,
+                             bool relu);
 /* The output gradient of a 2x2 average pool (stride 2, no padding) that the
  * batch norm + ReLU is fused into (graph/plan_fuse.h): dy (N, H/2, W/2, C)
  * for the batch norm's (N, H, W, C). */
@@ -56,6 +62,13 @@ typedef struct {
     const void *dy;
     int H, W;
 } mp_bn_pooled_dy;
+/* The gradient of a fused residual add's other input (the forward's res):
+ * dy masked by the ReLU (if any), written to d, or added to what d holds
+ * (add: another consumer of res wrote it first), rounded to dt. */
+typedef struct {
+    void *d;
+    bool add;
+} mp_bn_resid_grad;
 /* relu: dy masked where the forward's fused ReLU gave 0. y NULL: that mask
  * computed again from x with the forward's constants, bit for bit what y
  * holds when the kernel of this dt stored it: scale/shift from a training
@@ -65,11 +78,13 @@ typedef struct {
  * rounded after the kernel to another type than dt (a staged call).
  * pooled non-NULL: dy is not read; each row of it is what the pool's
  * backward would have written from pooled->dy (the same bits); ws then
- * holds mp_bn_nhwc_pooled_workspace_bytes(C, pooled->W). */
+ * holds mp_bn_nhwc_pooled_workspace_bytes(C, pooled->W). dres non-NULL
+ * (a residual add fused in, see above; y must be given where relu): the
+ * add's gradient of res too, in the dx pass; dx may then be NULL. */
 void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *dy, const mp_bn_pooled_dy *pooled,
-                        void *dx, const float *gamma, const float *beta, bool relu, const float *scale,
-                        const float *shift, float *dgamma, float *dbeta, bool batch_stats, const double *mean,
-                        const double *invstd, const float *rmean, const float *rvar, int64_t M, int C, double eps,
-                        void *ws);
+                        void *dx, const mp_bn_resid_grad *dres, const float *gamma, const float *beta, bool relu,
+                        const float *scale, const float *shift, float *dgamma, float *dbeta, bool batch_stats,
+                        const double *mean, const double *invstd, const float *rmean, const float *rvar, int64_t M,
+                        int C, double eps, void *ws);
 
 #endif

@@ -1,0 +1,276 @@
+/* test_bn_add_cpu.c — a batch norm + residual add (+ ReLU) fused into one
+ * pass each way on CPU plans (graph/plan_fuse.h): the batch norm stores
+ * relu(bn(x) + r), and its backward masks dy with that output, writes the
+ * add's gradient of r and its own dx in one pass
+ * (ops/batchnorm2d_nhwc_kernels.inc).
+ *  1. two training steps of resblocks (resblocks_net.h: two block tails with
+ *     a ReLU, two without, residuals read again after the fused add, so the
+ *     fused backward adds to a gradient already written, a projection
+ *     shortcut) and of resnet18, fused and unfused
+ *     (mp_plan_opts.no_bn_add_relu_fusion), in fp32, amp-bf16 and bf16, on
+ *     arenas of NaN bytes (a read of something nobody wrote shows): the same
+ *     loss, gradients and running statistics bit for bit; amp-fp16 (its
+ *     batch norms staged) and channels-first plans fuse nothing and train;
+ *  2. the same with each forward replayed by the overflow search and the
+ *     backward checked: nothing found, the same values;
+ *  3. inference plans: the logits fused and unfused, bit for bit;
+ *  4. overflow provenance: a fused batch norm whose output overflows is the
+ *     node the forward's replay names, as unfused; reading a fused batch
+ *     norm's own output is an error naming the add. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "check.h"
+#include "core/rng.h"
+#include "graph/plan.h"
+#include "ops/cpu_fast.h"
+#include "resblocks_net.h"
+
+enum { B = 4, CLASSES = 10 };
+
+typedef struct {
+    const char *model; /* a zoo model, or "resblocks" */
+    int c, h, w;
+    int adds; /* the block tails a plan can fuse */
+} net_case;
+
+static const net_case NETS[] = {{"resblocks", 3, 11, 10, RESBLOCKS_FUSED_ADDS}, {"resnet18", 3, 16, 16, 8}};
+
+static mp_model build(const net_case *nc, mp_precision prec) {
+    mp_model m;
+    memset(&m, 0, sizeof m);
+    if (!strcmp(nc->model, "resblocks")) {
+        m.g = mp_graph_create();
+        MP_ASSERT(m.g && resblocks(&m, nc->c, nc->h, nc->w, CLASSES) == MP_OK);
+    } else {
+        MP_ASSERT(mp_model_build(nc->model, nc->c, nc->h, nc->w, CLASSES, &m) == MP_OK);
+    }
+    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(m.g, 5);
+    return m;
+}
+
+static int adds_fused(const mp_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->n; i++) n += p->nodes[i].add_fused != 0;
+    return n;
+}
+
+/* How many adds a plan of prec should fuse: every block tail where the
+ * batch norms run natively channels-last (f32, or bf16 storage unless
+ * MIXPREC_NATIVE_BF16=0 emulates it; channels-last needs oneDNN's
+ * convolutions and the vector kernels), unless the environment turns fusion
+ * or channels-last off. */
+static int fused_wanted(const net_case *nc, mp_precision prec, bool channels_first) {
+    const mp_env *env = mp_env_get();
+    const bool bf16 = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16;
+    const bool native = prec == MP_PRECISION_FP32 || (bf16 && env->native_bf16 != 0);
+    const bool off = env->no_fusion || env->no_bn_add_relu_fusion || env->no_channels_last || channels_first ||
+                     mp_fast_isa_current() == MP_FAST_NONE || !mp_onednn_available();
+    return native && !off ? nc->adds : 0;
+}
+
+static void make_batch(const net_case *nc, float *x, int32_t *y) {
+    mp_rng r;
+    mp_rng_seed(&r, 5);
+    for (size_t i = 0; i < (size_t)B * nc->c * nc->h * nc->w; i++) x[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < B; i++) y[i] = (int32_t)((i * 7 + 3) % CLASSES);
+}
+
+/* Two training steps (the second on memory the first left), fused or not:
+ * the loss, and the gradients and running statistics in m's parameters;
+ * checked: each forward replayed by the overflow search and the backward
+ * checked (*found: what either found). */
+static mp_status train_steps(mp_model *m, const net_case *nc, bool fused, bool checked, bool channels_first,
+                             float *loss, int *n_fused, bool *found) {
+    const size_t nx = (size_t)B * nc->c * nc->h * nc->w;
+    float *x = malloc(nx * sizeof *x);
+    MP_ASSERT(x);
+    int32_t y[B];
+    make_batch(nc, x, y);
+    const mp_plan_opts o = {.batch = B, .training = true, .loss = m->loss, .no_bn_add_relu_fusion = !fused,
+                            .channels_first = channels_first};
+    mp_plan *p = NULL;
+    mp_status s = mp_plan_create(m->g, o, &p);
+    *n_fused = s == MP_OK ? adds_fused(p) : -1;
+    *found = false;
+    if (s == MP_OK) memset(p->arena, 0xFF, p->arena_bytes); /* NaN in every float dtype */
+    for (int step = 0; step < 2 && s == MP_OK; step++) {
+        mp_nonfinite_site site;
+        memset(&site, 0, sizeof site);
+        s = mp_plan_set_input(p, m->input, x, nx);
+        if (s == MP_OK) s = mp_plan_set_labels(p, m->labels, y, B);
+        if (s == MP_OK) s = mp_plan_forward(p);
+        if (s == MP_OK && checked) s = mp_plan_find_nonfinite_forward(p, &site);
+        *found |= site.found;
+        if (s == MP_OK) s = mp_plan_read(p, m->loss, loss, 1);
+        mp_graph_zero_grad(m->g);
+        if (s == MP_OK) s = checked ? mp_plan_backward_checked(p, 1.0f, &site) : mp_plan_backward(p, 1.0f);
+        *found |= site.found;
+    }
+    mp_plan_destroy(p);
+    free(x);
+    return s;
+}
+
+/* Parameters of a and b whose gradients (trainable) or values (the running
+ * statistics) differ in any bit; *first names the first. */
+static int params_differ(const mp_model *a, const mp_model *b, const char **first) {
+    int differ = 0;
+    *first = "-";
+    for (int k = 0; k < a->g->n_params; k++) {
+        const mp_gparam *pa = &a->g->params[k], *pb = &b->g->params[k];
+        const float *va = pb->spec.trainable ? pa->grad : pa->data, *vb = pb->spec.trainable ? pb->grad : pb->data;
+        if (memcmp(va, vb, (size_t)mp_shape_numel(&pb->spec.shape) * sizeof *va) && !differ++) *first = pb->name;
+    }
+    return differ;
+}
+
+static double grad_norm2(const mp_model *m) {
+    double g2 = 0;
+    for (int k = 0; k < m->g->n_params; k++) {
+        const mp_gparam *gp = &m->g->params[k];
+        for (int64_t i = 0; gp->spec.trainable && i < mp_shape_numel(&gp->spec.shape); i++)
+            g2 += (double)gp->grad[i] * gp->grad[i];
+    }
+    return g2;
+}
+
+/* The fused plan (as asked) against the unfused one, bit for bit. */
+static void exact_steps(const net_case *nc, mp_precision prec, bool checked, bool channels_first) {
+    char pn[96];
+    snprintf(pn, sizeof pn, "%s %s%s%s", nc->model, mp_precision_name(prec), checked ? ", checked" : "",
+             channels_first ? ", channels-first" : "");
+    mp_model a = build(nc, prec), b = build(nc, prec);
+    float la = 0, lb = 0;
+    int na = 0, nb = 0;
+    bool fa = false, fb = false;
+    const mp_status sa = train_steps(&a, nc, true, checked, channels_first, &la, &na, &fa),
+                    sb = train_steps(&b, nc, false, checked, channels_first, &lb, &nb, &fb);
+    CHECK(sa == MP_OK && sb == MP_OK, "steps %s: %s", pn, mp_last_error());
+    const int want = fused_wanted(nc, prec, channels_first);
+    CHECK(na == want && nb == 0, "steps %s: %d (fused) and %d (unfused) adds fused, want %d and 0", pn, na, nb, want);
+    CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
+    const char *first = "-";
+    const int differ = sa == MP_OK && sb == MP_OK ? params_differ(&a, &b, &first) : -1;
+    const double g2 = grad_norm2(&a);
+    CHECK(isfinite(la) && !memcmp(&la, &lb, sizeof la), "steps %s: loss fused %.9g, unfused %.9g", pn, la, lb);
+    CHECK(differ == 0, "steps %s: %d parameters' gradients or running statistics differ (first %s)", pn, differ,
+          first);
+    CHECK(g2 > 0 && isfinite(g2), "steps %s: gradients all zero or not finite (%g)", pn, g2);
+    printf("%s steps %s, %d adds fused: loss %.9g / %.9g, %d of %d parameters differ\n",
+           sa == MP_OK && sb == MP_OK && !differ && la == lb && !fa && na == want ? "ok  " : "FAIL", pn, na, la, lb,
+           differ, a.g->n_params);
+    mp_model_free(&a);
+    mp_model_free(&b);
+}
+
+/* An inference plan's logits, fused or not (*n_fused: adds fused). */
+static mp_status infer(mp_model *m, const net_case *nc, bool fused, float *logits, int *n_fused) {
+    const size_t nx = (size_t)B * nc->c * nc->h * nc->w;
+    float *x = malloc(nx * sizeof *x);
+    MP_ASSERT(x);
+    int32_t y[B];
+    make_batch(nc, x, y);
+    mp_plan *p = NULL;
+    const mp_plan_opts o = {.batch = B, .training = false, .loss = m->loss, .no_bn_add_relu_fusion = !fused};
+    mp_status s = mp_plan_create(m->g, o, &p);
+    *n_fused = s == MP_OK ? adds_fused(p) : -1;
+    if (s == MP_OK) memset(p->arena, 0xFF, p->arena_bytes);
+    if (s == MP_OK) s = mp_plan_set_input(p, m->input, x, nx);
+    if (s == MP_OK) s = mp_plan_set_labels(p, m->labels, y, B);
+    if (s == MP_OK) s = mp_plan_forward(p);
+    if (s == MP_OK) s = mp_plan_read(p, m->logits, logits, (size_t)B * CLASSES);
+    mp_plan_destroy(p);
+    free(x);
+    return s;
+}
+
+static void exact_inference(const net_case *nc, mp_precision prec) {
+    mp_model m = build(nc, prec);
+    float la[B * CLASSES], lb[B * CLASSES];
+    int na = 0, nb = 0;
+    const mp_status sa = infer(&m, nc, true, la, &na), sb = infer(&m, nc, false, lb, &nb);
+    const int want = fused_wanted(nc, prec, false);
+    bool finite = true;
+    for (int i = 0; i < B * CLASSES; i++) finite &= isfinite(la[i]) != 0;
+    const bool same = sa == MP_OK && sb == MP_OK && !memcmp(la, lb, sizeof la);
+    CHECK(sa == MP_OK && sb == MP_OK, "inference %s %s: %s", nc->model, mp_precision_name(prec), mp_last_error());
+    CHECK(na == want && nb == 0, "inference %s %s: %d and %d adds fused, want %d and 0", nc->model,
+          mp_precision_name(prec), na, nb, want);
+    CHECK(same && finite, "inference %s %s: the logits fused and unfused differ (or are not finite)", nc->model,
+          mp_precision_name(prec));
+    printf("%s inference %s %s, %d adds fused: logits %s\n", same && finite && na == want ? "ok  " : "FAIL",
+           nc->model, mp_precision_name(prec), na, same ? "bit for bit" : "differ");
+    mp_model_free(&m);
+}
+
+static int node_named(const mp_graph *g, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].name, name)) return i;
+    MP_ASSERT(!"no such node");
+    return -1;
+}
+
+/* resblocks' "a_conv_bn" (fused with "a_add" and "a_relu") with every gamma
+ * 3e38: its output overflows f32, and the forward's replay names it, fused
+ * or not; its own output cannot be read from the fused plan. */
+static void provenance(bool fused) {
+    const net_case *nc = &NETS[0];
+    mp_model m = build(nc, MP_PRECISION_FP32);
+    const int bn = node_named(m.g, "a_conv_bn");
+    float *gamma = m.g->params[m.g->nodes[bn].first_param].data;
+    for (int c = 0; c < 20; c++) gamma[c] = 3e38f;
+    const size_t nx = (size_t)B * nc->c * nc->h * nc->w, nact = (size_t)B * 20 * nc->h * nc->w;
+    float *x = malloc(nx * sizeof *x), *act = malloc(nact * sizeof *act);
+    MP_ASSERT(x && act);
+    int32_t y[B];
+    make_batch(nc, x, y);
+    mp_plan_opts o = {.batch = B, .training = true, .loss = m.loss, .no_bn_add_relu_fusion = !fused};
+    mp_plan *p = NULL;
+    mp_nonfinite_site site;
+    memset(&site, 0, sizeof site);
+    mp_status st = mp_plan_create(m.g, o, &p);
+    const bool marked = st == MP_OK && p->nodes[bn].add_fused != 0;
+    if (st == MP_OK) st = mp_plan_set_input(p, m.input, x, nx);
+    if (st == MP_OK) st = mp_plan_set_labels(p, m.labels, y, B);
+    if (st == MP_OK) st = mp_plan_forward(p);
+    if (st == MP_OK) st = mp_plan_find_nonfinite_forward(p, &site);
+    const char *named = site.found ? m.g->nodes[site.node].name : "nothing";
+    const bool want = fused_wanted(nc, MP_PRECISION_FP32, false) > 0 && fused;
+    CHECK(st == MP_OK, "provenance (%s): %s", fused ? "fused" : "unfused", mp_last_error());
+    CHECK(marked == want, "provenance: a_conv_bn is %sfused with its add, want %s", marked ? "" : "not ",
+          want ? "fused" : "apart");
+    CHECK(site.found && site.node == bn && !site.backward, "provenance (%s): the replay names %s, want a_conv_bn",
+          fused ? "fused" : "unfused", named);
+    if (st == MP_OK && marked) {
+        const mp_status rs = mp_plan_read(p, bn, act, nact);
+        CHECK(rs == MP_ERR_INVALID_ARG && strstr(mp_last_error(), "residual add") &&
+                  strstr(mp_last_error(), "'a_conv_bn'"),
+              "reading the fused batch norm's own output: %s", rs == MP_OK ? "no error" : mp_last_error());
+    }
+    printf("%s provenance, a_conv_bn %s: the replay names %s (%s)\n",
+           st == MP_OK && site.node == bn && marked == want ? "ok  " : "FAIL", marked ? "fused" : "apart", named,
+           site.what);
+    free(x), free(act);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
+int main(void) {
+    const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_AMP_BF16, MP_PRECISION_BF16, MP_PRECISION_AMP_FP16};
+    for (size_t n = 0; n < sizeof NETS / sizeof NETS[0]; n++) {
+        for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) exact_steps(&NETS[n], precs[i], false, false);
+        exact_inference(&NETS[n], MP_PRECISION_FP32);
+        exact_inference(&NETS[n], MP_PRECISION_AMP_BF16);
+    }
+    exact_steps(&NETS[0], MP_PRECISION_FP32, true, false);
+    exact_steps(&NETS[0], MP_PRECISION_AMP_BF16, true, false);
+    exact_steps(&NETS[0], MP_PRECISION_AMP_BF16, false, true); /* channels-first: nothing fused */
+    provenance(true);
+    provenance(false);
+    return test_summary("test_bn_add_cpu");
+}
