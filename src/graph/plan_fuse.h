@@ -19,13 +19,18 @@
  * (with the ReLU), writes the add's gradient to r (d_resid) and its own dx in
  * the same pass; the add and the ReLU run nothing. Without the ReLU the
  * add's gradient is the batch norm's dy and the add's output its output, which
- * mp_plan_read reads. Where r's producer has other consumers they must all
- * come before the batch norm (r's gradient is then written first and added
- * to after); with two batch norms feeding the add (a projection shortcut)
+ * mp_plan_read reads. Where r's producer has other consumers none may run
+ * between the batch norm and the add (the batch norm's backward then writes
+ * r's gradient, or adds to what consumers after the add wrote, before those
+ * before it add theirs); with two batch norms feeding the add (a projection shortcut)
  * the later one takes the other's output as r. On CPU plans the three must
  * run natively on the channels-last vector kernels (f32, or bf16 storage);
  * the host backend undoes the others once the layouts are chosen
- * (mp_plan_unfuse_bn_add).
+ * (mp_plan_unfuse_bn_add). The forward's overflow replay checks the fused
+ * chain's one stored output under the batch norm's name: a sum that
+ * overflows where bn(x) and r do not is named as the batch norm (apart: the
+ * add), and a -inf the ReLU turns into 0 is not seen (keep them apart,
+ * MIXPREC_FUSE_BN_ADD_RELU=0, to trace those).
  *
  * GPU training plans may go one step further where a fused batch norm +
  * ReLU's output feeds only a 3x3 depthwise conv2d (MobileNet's expansion

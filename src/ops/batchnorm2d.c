@@ -163,9 +163,10 @@ static mp_status bn_backward_nhwc(const mp_op_call *c) {
  * training batch norm + ReLU, a residual add those kernels: plans fuse only
  * those. */
 static mp_status check_fusions(const mp_op_call *c) {
-    if (c->resid.data && !c->info->nhwc)
+    if (c->resid.data && (!c->info->nhwc || c->out_staged || c->resid.dtype != c->out.dtype))
         return mp_error(MP_ERR_UNSUPPORTED,
-                        "batchnorm2d '%s': a residual add fused into it needs the channels-last kernels",
+                        "batchnorm2d '%s': a residual add fused into it needs the channels-last kernels, run "
+                        "natively, the residual in the output's dtype",
                         c->desc->name);
     if (!c->skip_out && !c->pool_dy.data) return MP_OK;
     if (c->info->nhwc && c->training && c->relu_after && c->in[0].shape.ndim == 4 &&

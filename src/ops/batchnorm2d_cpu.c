@@ -93,6 +93,7 @@ void mp_bn_bwd_cpu_nhwc(mp_dtype dt, const void *x, const void *y, const void *d
                         const float *scale, const float *shift, float *dgamma, float *dbeta, bool batch_stats,
                         const double *mean, const double *invstd, const float *rmean, const float *rvar, int64_t M,
                         int C, double eps, void *ws) {
+    MP_ASSERT(!(dres && relu && !y)); /* a residual's mask is y's: x alone cannot give it */
     const void *pdy = pooled ? pooled->dy : NULL;
     const int H = pooled ? pooled->H : 0, W = pooled ? pooled->W : 0;
     MP_FAST_CALL(dt, bnn_bwd, x, y, dy, pdy, H, W, dx, dres ? dres->d : NULL, dres && dres->add, gamma, beta, relu,
