@@ -25,8 +25,8 @@
 #include "amp/policy.h"
 #include "check.h"
 #include "core/rng.h"
+#include "cpu_fusion_steps.h"
 #include "graph/plan.h"
-#include "ops/cpu_fast.h"
 #include "resblocks_net.h"
 
 enum { B = 4, CLASSES = 10 };
@@ -59,18 +59,10 @@ static int adds_fused(const mp_plan *p) {
     return n;
 }
 
-/* How many adds a plan of prec should fuse: every block tail where the
- * batch norms run natively channels-last (f32, or bf16 storage unless
- * MIXPREC_NATIVE_BF16=0 emulates it; channels-last needs oneDNN's
- * convolutions and the vector kernels), unless the environment turns fusion
- * or channels-last off. */
+/* How many adds a plan of prec should fuse: every block tail, where the
+ * CPU's fusions run (cpu_fusion_steps.h) and this one is on. */
 static int fused_wanted(const net_case *nc, mp_precision prec, bool channels_first) {
-    const mp_env *env = mp_env_get();
-    const bool bf16 = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16;
-    const bool native = prec == MP_PRECISION_FP32 || (bf16 && env->native_bf16 != 0);
-    const bool off = env->no_fusion || env->no_bn_add_relu_fusion || env->no_channels_last || channels_first ||
-                     mp_fast_isa_current() == MP_FAST_NONE || !mp_onednn_available();
-    return native && !off ? nc->adds : 0;
+    return cpu_fusions_run(prec, channels_first) && !mp_env_get()->no_bn_add_relu_fusion ? nc->adds : 0;
 }
 
 static void make_batch(const net_case *nc, float *x, int32_t *y) {
@@ -80,10 +72,7 @@ static void make_batch(const net_case *nc, float *x, int32_t *y) {
     for (int i = 0; i < B; i++) y[i] = (int32_t)((i * 7 + 3) % CLASSES);
 }
 
-/* Two training steps (the second on memory the first left), fused or not:
- * the loss, and the gradients and running statistics in m's parameters;
- * checked: each forward replayed by the overflow search and the backward
- * checked (*found: what either found). */
+/* Two training steps, fused or not (cpu_fusion_steps). */
 static mp_status train_steps(mp_model *m, const net_case *nc, bool fused, bool checked, bool channels_first,
                              float *loss, int *n_fused, bool *found) {
     const size_t nx = (size_t)B * nc->c * nc->h * nc->w;
@@ -93,25 +82,7 @@ static mp_status train_steps(mp_model *m, const net_case *nc, bool fused, bool c
     make_batch(nc, x, y);
     const mp_plan_opts o = {.batch = B, .training = true, .loss = m->loss, .no_bn_add_relu_fusion = !fused,
                             .channels_first = channels_first};
-    mp_plan *p = NULL;
-    mp_status s = mp_plan_create(m->g, o, &p);
-    *n_fused = s == MP_OK ? adds_fused(p) : -1;
-    *found = false;
-    if (s == MP_OK) memset(p->arena, 0xFF, p->arena_bytes); /* NaN in every float dtype */
-    for (int step = 0; step < 2 && s == MP_OK; step++) {
-        mp_nonfinite_site site;
-        memset(&site, 0, sizeof site);
-        s = mp_plan_set_input(p, m->input, x, nx);
-        if (s == MP_OK) s = mp_plan_set_labels(p, m->labels, y, B);
-        if (s == MP_OK) s = mp_plan_forward(p);
-        if (s == MP_OK && checked) s = mp_plan_find_nonfinite_forward(p, &site);
-        *found |= site.found;
-        if (s == MP_OK) s = mp_plan_read(p, m->loss, loss, 1);
-        mp_graph_zero_grad(m->g);
-        if (s == MP_OK) s = checked ? mp_plan_backward_checked(p, 1.0f, &site) : mp_plan_backward(p, 1.0f);
-        *found |= site.found;
-    }
-    mp_plan_destroy(p);
+    const mp_status s = cpu_fusion_steps(m, o, x, nx, y, checked, adds_fused, loss, n_fused, found);
     free(x);
     return s;
 }
@@ -127,16 +98,6 @@ static int params_differ(const mp_model *a, const mp_model *b, const char **firs
         if (memcmp(va, vb, (size_t)mp_shape_numel(&pb->spec.shape) * sizeof *va) && !differ++) *first = pb->name;
     }
     return differ;
-}
-
-static double grad_norm2(const mp_model *m) {
-    double g2 = 0;
-    for (int k = 0; k < m->g->n_params; k++) {
-        const mp_gparam *gp = &m->g->params[k];
-        for (int64_t i = 0; gp->spec.trainable && i < mp_shape_numel(&gp->spec.shape); i++)
-            g2 += (double)gp->grad[i] * gp->grad[i];
-    }
-    return g2;
 }
 
 /* The fused plan (as asked) against the unfused one, bit for bit. */
@@ -156,7 +117,7 @@ static void exact_steps(const net_case *nc, mp_precision prec, bool checked, boo
     CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
     const char *first = "-";
     const int differ = sa == MP_OK && sb == MP_OK ? params_differ(&a, &b, &first) : -1;
-    const double g2 = grad_norm2(&a);
+    const double g2 = cpu_fusion_grad_norm2(&a);
     CHECK(isfinite(la) && !memcmp(&la, &lb, sizeof la), "steps %s: loss fused %.9g, unfused %.9g", pn, la, lb);
     CHECK(differ == 0, "steps %s: %d parameters' gradients or running statistics differ (first %s)", pn, differ,
           first);

@@ -22,7 +22,7 @@
  *     channels-first plans), in inference plans, or when told not to; those
  *     steps still work. */
 #include "bn_pool_common.h"
-#include "ops/cpu_fast.h"
+#include "cpu_fusion_steps.h"
 
 enum { B = 4, BMAX = 5 };
 
@@ -30,24 +30,13 @@ enum { B = 4, BMAX = 5 };
 static const bnp_net NET = {.channels = 16, .H = 15, .W = 13, .pool2_k = 2};
 static const mp_device CPU = {MP_DEVICE_CPU, 0};
 
-/* How many batch norms a training plan of prec should fuse: both where they
- * run natively channels-last (f32, or bf16 storage unless
- * MIXPREC_NATIVE_BF16=0 emulates it; channels-last needs oneDNN's
- * convolutions and the vector kernels) unless the environment turns fusion
- * or channels-last off. */
+/* How many batch norms a training plan of prec should fuse: both, where the
+ * CPU's fusions run (cpu_fusion_steps.h) and the pool fusion is on. */
 static int fused_wanted(mp_precision prec, bool channels_first) {
-    const mp_env *env = mp_env_get();
-    const bool bf16 = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16;
-    const bool native = prec == MP_PRECISION_FP32 || (bf16 && env->native_bf16 != 0);
-    const bool off = env->no_fusion || env->no_bn_pool_fusion || env->no_channels_last || channels_first ||
-                     mp_fast_isa_current() == MP_FAST_NONE || !mp_onednn_available();
-    return native && !off ? 2 : 0;
+    return cpu_fusions_run(prec, channels_first) && !mp_env_get()->no_bn_pool_fusion ? 2 : 0;
 }
 
-/* Two training steps on the CPU (the second on memory the first left), fused
- * or not: the loss, and the gradients and running statistics in m's
- * parameters; checked: each forward replayed by the overflow search and the
- * backward checked (*found: what either found). */
+/* Two training steps on the CPU, fused or not (cpu_fusion_steps). */
 static mp_status net_steps(mp_model *m, int batch, bool fused, bool checked, bool channels_first, float *loss,
                            int *n_fused, bool *found) {
     MP_ASSERT(batch <= BMAX);
@@ -59,39 +48,11 @@ static mp_status net_steps(mp_model *m, int batch, bool fused, bool checked, boo
     mp_rng_seed(&r, 5);
     for (size_t i = 0; i < nx; i++) x[i] = (float)mp_rng_normal(&r);
     for (int i = 0; i < batch; i++) y[i] = (int32_t)((i * 7 + 3) % 10);
-    mp_plan_opts o = {.batch = batch, .training = true, .loss = m->loss, .no_bn_pool_fusion = !fused,
-                      .channels_first = channels_first};
-    mp_plan *p = NULL;
-    mp_status s = mp_plan_create(m->g, o, &p);
-    *n_fused = s == MP_OK ? bnp_fused_count(p) : -1;
-    *found = false;
-    if (s == MP_OK) memset(p->arena, 0xFF, p->arena_bytes); /* NaN in every float dtype */
-    for (int step = 0; step < 2 && s == MP_OK; step++) {
-        mp_nonfinite_site site;
-        memset(&site, 0, sizeof site);
-        s = mp_plan_set_input(p, m->input, x, nx);
-        if (s == MP_OK) s = mp_plan_set_labels(p, m->labels, y, batch);
-        if (s == MP_OK) s = mp_plan_forward(p);
-        if (s == MP_OK && checked) s = mp_plan_find_nonfinite_forward(p, &site);
-        *found |= site.found;
-        if (s == MP_OK) s = mp_plan_read(p, m->loss, loss, 1);
-        mp_graph_zero_grad(m->g);
-        if (s == MP_OK) s = checked ? mp_plan_backward_checked(p, 1.0f, &site) : mp_plan_backward(p, 1.0f);
-        *found |= site.found;
-    }
-    mp_plan_destroy(p);
+    const mp_plan_opts o = {.batch = batch, .training = true, .loss = m->loss, .no_bn_pool_fusion = !fused,
+                            .channels_first = channels_first};
+    const mp_status s = cpu_fusion_steps(m, o, x, nx, y, checked, bnp_fused_count, loss, n_fused, found);
     free(x);
     return s;
-}
-
-static double grad_norm2(const mp_model *m) {
-    double g2 = 0;
-    for (int k = 0; k < m->g->n_params; k++) {
-        const mp_gparam *gp = &m->g->params[k];
-        for (int64_t i = 0; gp->spec.trainable && i < mp_shape_numel(&gp->spec.shape); i++)
-            g2 += (double)gp->grad[i] * gp->grad[i];
-    }
-    return g2;
 }
 
 /* The fused plan (as asked) against the unfused one, bit for bit, both
@@ -114,7 +75,7 @@ static void exact_steps(mp_precision prec, bool checked, int batch, bool channel
     const char *first = "-";
     double rel = 0;
     const int differ = sa == MP_OK && sb == MP_OK ? bnp_params_differ(&a, &b, NULL, &first, &rel) : -1;
-    const double g2 = grad_norm2(&a);
+    const double g2 = cpu_fusion_grad_norm2(&a);
     CHECK(isfinite(la) && !memcmp(&la, &lb, sizeof la), "steps %s: loss fused %.9g, unfused %.9g", pn, la, lb);
     CHECK(differ == 0, "steps %s: %d parameters' gradients or running statistics differ (first %s, by %.3g of its "
           "largest value)", pn, differ, first, rel);

@@ -1,0 +1,70 @@
+/* cpu_fusion_steps.h — what the tests of a fusion on CPU plans share
+ * (test_bn_pool_cpu.c, test_bn_add_cpu.c; graph/plan_fuse.h): whether a
+ * plan's batch norms run where CPU fusions can, two training steps of a
+ * plan on an arena of NaN bytes, and the gradients' norm. Static functions
+ * for one test program each. */
+#ifndef MP_TESTS_CPU_FUSION_STEPS_H
+#define MP_TESTS_CPU_FUSION_STEPS_H
+
+#include <string.h>
+
+#include "check.h"
+#include "graph/plan.h"
+#include "models/models.h"
+#include "ops/cpu_fast.h"
+
+/* Whether a CPU plan of prec runs its batch norms natively channels-last
+ * (f32, or bf16 storage unless MIXPREC_NATIVE_BF16=0 emulates it;
+ * channels-last needs oneDNN's convolutions and the vector kernels), where
+ * the CPU's fusions can run, and the environment leaves fusion and
+ * channels-last on. */
+static bool cpu_fusions_run(mp_precision prec, bool channels_first) {
+    const mp_env *env = mp_env_get();
+    const bool bf16 = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16;
+    const bool native = prec == MP_PRECISION_FP32 || (bf16 && env->native_bf16 != 0);
+    return native && !env->no_fusion && !env->no_channels_last && !channels_first &&
+           mp_fast_isa_current() != MP_FAST_NONE && mp_onednn_available();
+}
+
+/* Two training steps of a plan made with o on m (the second on memory the
+ * first left) on the batch x (nx values), y (o.batch labels): the loss, and
+ * the gradients and running statistics in m's parameters; *n_fused: what
+ * count says of the plan; checked: each forward replayed by the overflow
+ * search and the backward checked (*found: what either found). */
+static mp_status cpu_fusion_steps(mp_model *m, mp_plan_opts o, const float *x, size_t nx, const int32_t *y,
+                                  bool checked, int (*count)(const mp_plan *), float *loss, int *n_fused,
+                                  bool *found) {
+    mp_plan *p = NULL;
+    mp_status s = mp_plan_create(m->g, o, &p);
+    *n_fused = s == MP_OK ? count(p) : -1;
+    *found = false;
+    if (s == MP_OK) memset(p->arena, 0xFF, p->arena_bytes); /* NaN in every float dtype */
+    for (int step = 0; step < 2 && s == MP_OK; step++) {
+        mp_nonfinite_site site;
+        memset(&site, 0, sizeof site);
+        s = mp_plan_set_input(p, m->input, x, nx);
+        if (s == MP_OK) s = mp_plan_set_labels(p, m->labels, y, o.batch);
+        if (s == MP_OK) s = mp_plan_forward(p);
+        if (s == MP_OK && checked) s = mp_plan_find_nonfinite_forward(p, &site);
+        *found |= site.found;
+        if (s == MP_OK) s = mp_plan_read(p, m->loss, loss, 1);
+        mp_graph_zero_grad(m->g);
+        if (s == MP_OK) s = checked ? mp_plan_backward_checked(p, 1.0f, &site) : mp_plan_backward(p, 1.0f);
+        *found |= site.found;
+    }
+    mp_plan_destroy(p);
+    return s;
+}
+
+/* The sum of the squares of every trainable parameter's gradient. */
+static double cpu_fusion_grad_norm2(const mp_model *m) {
+    double g2 = 0;
+    for (int k = 0; k < m->g->n_params; k++) {
+        const mp_gparam *gp = &m->g->params[k];
+        for (int64_t i = 0; gp->spec.trainable && i < mp_shape_numel(&gp->spec.shape); i++)
+            g2 += (double)gp->grad[i] * gp->grad[i];
+    }
+    return g2;
+}
+
+#endif
