@@ -116,6 +116,4 @@ mp_status mp_plan_backward_seeded(mp_plan *p, mp_node loss, mp_seed seed);
 /* mp_plan_backward_checked from any of the plan's losses. */
 mp_status mp_plan_backward_checked_from(mp_plan *p, mp_node loss, float seed, mp_nonfinite_site *site);
 
-/* Wall-clock seconds (monotonic), for opts.profile. */
-
 #endif
