@@ -539,6 +539,8 @@ int main(void) {
         {3, 19, 5, 7, true},    /* C not a multiple of 16 */
         {1, 3, 1, 3, false},    /* M = 3 rows (2: dx is 0 up to rounding) */
         {16, 24, 20, 20, true}, /* rows span several blocks and threads */
+        {3, 24, 5, 7, true},    /* 4 rows per kernel row (bnn_wide_rows), one row left over */
+        {5, 48, 3, 3, true},    /* 2 rows per kernel row, one left over */
         {4, 64, 14, 14, true},
         {2, 600, 3, 5, true}, /* C above one tile of channels */
     };
@@ -564,6 +566,8 @@ int main(void) {
                 check_bn_pool(2, 520, 4, 6, dts[d], t, seed + 12);  /* C above one tile of channels */
                 check_bn_pool(4, 64, 14, 14, dts[d], t, seed + 13); /* cnn10's second stage end */
                 check_bn_pool(1, 3, 3, 2, dts[d], t, seed + 14);    /* C = 3, one window column */
+                check_bn_pool(3, 24, 5, 7, dts[d], t, seed + 15);   /* kernel rows of 4 across windows, one left */
+                check_bn_pool(2, 48, 6, 3, dts[d], t, seed + 16);   /* kernel rows of 2 across image rows */
             }
             omp_set_num_threads(max_threads);
             check_gap(2, 3, 7, 7, dts[d], seed + 6);

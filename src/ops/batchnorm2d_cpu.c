@@ -18,10 +18,24 @@
 #define MP_REF_TEMPLATE "batchnorm2d_cpu_kernels.inc"
 #include "instantiate_fast.inc"
 
-/* Channels-last: C rounded up to a multiple of 16 (each workspace array
- * 64-byte aligned), and the threads the kernels run on (at most the
- * workspace's, see batchnorm2d_cpu.h). */
-static inline int64_t bnn_cpad(int C) { return ((int64_t)C + 15) / 16 * 16; }
+/* Channels-last rows taken R at a time as one row of R * C values where C
+ * is small (the kernels' loops run along a row, and a row of 16 or 24
+ * channels left them at a third of the copy bandwidth): the least R whose
+ * row holds at least 64 values and whole 16-float vectors, if that row is at
+ * most 512 values (the kernels' tile), else enough rows for 64 values; 1
+ * from 64 channels on. */
+static inline int bnn_wide_rows(int C) {
+    if (C >= 64) return 1;
+    for (int r = 1; r * C <= 512; r++)
+        if (r * C >= 64 && r * C % 16 == 0) return r;
+    return (64 + C - 1) / C;
+}
+
+/* Channels-last: the widest row the kernels take (C, or R * C values of R
+ * rows, above) rounded up to a multiple of 16 (each workspace array 64-byte
+ * aligned), and the threads the kernels run on (at most the workspace's,
+ * see batchnorm2d_cpu.h). */
+static inline int64_t bnn_cpad(int C) { return ((int64_t)C * bnn_wide_rows(C) + 15) / 16 * 16; }
 
 static inline int bnn_threads(void) {
     const int t = omp_get_max_threads(), p = omp_get_num_procs(), n = t < p ? t : p;
@@ -30,26 +44,31 @@ static inline int bnn_threads(void) {
 
 /* The channels-last kernels' workspace: BNN_WS_FLOATS float arrays of Cp
  * (constants shared by the threads), then MP_BN_NHWC_MAX_THREADS threads'
- * two double arrays of Cp, from bnn_parts on; mp_bn_nhwc_workspace_bytes
+ * two double arrays of Cp, from bnn_parts on, then two more for the sums of
+ * the rows left over by the wide rows (bnn_tail); mp_bn_nhwc_workspace_bytes
  * sizes exactly that. */
 #define BNN_WS_FLOATS 6
+#define BNN_WS_DOUBLES (2 * MP_BN_NHWC_MAX_THREADS + 2)
 static inline double *bnn_parts(void *ws, int64_t Cp) { return (double *)((float *)ws + BNN_WS_FLOATS * Cp); }
+static inline double *bnn_tail(void *ws, int64_t Cp) { return bnn_parts(ws, Cp) + 2 * Cp * MP_BN_NHWC_MAX_THREADS; }
 
 /* The backward's buffer of spread rows for a fused pool's gradient over an
- * input W wide: (W/2 + 1) rows of C, in floats (room for either ACT), one per
- * thread after the sums, 64-byte aligned. */
-static inline size_t bnn_spread_bytes(int C, int W) { return ((size_t)(W / 2 + 1) * (size_t)C * 4 + 63) / 64 * 64; }
+ * input W wide: (W/2 + 1) rows of C, then one wide row (R rows, gathered),
+ * in floats (room for either ACT), one per thread after the sums, 64-byte
+ * aligned. */
+static inline size_t bnn_spread_bytes(int C, int W) {
+    return ((size_t)(W / 2 + 1 + bnn_wide_rows(C)) * (size_t)C * 4 + 63) / 64 * 64;
+}
 
 static inline void *bnn_spread_buf(void *ws, int64_t Cp, int C, int W, int t) {
-    return (char *)(bnn_parts(ws, Cp) + 2 * Cp * MP_BN_NHWC_MAX_THREADS) + (size_t)t * bnn_spread_bytes(C, W);
+    return (char *)(bnn_parts(ws, Cp) + BNN_WS_DOUBLES * Cp) + (size_t)t * bnn_spread_bytes(C, W);
 }
 
 #define MP_REF_TEMPLATE "batchnorm2d_nhwc_kernels.inc"
 #include "instantiate_fast.inc"
 
 size_t mp_bn_nhwc_workspace_bytes(int C) {
-    const int64_t slots = MP_BN_NHWC_MAX_THREADS;
-    return (size_t)(bnn_cpad(C) * (BNN_WS_FLOATS * (int64_t)sizeof(float) + 2 * slots * (int64_t)sizeof(double)));
+    return (size_t)(bnn_cpad(C) * (BNN_WS_FLOATS * (int64_t)sizeof(float) + BNN_WS_DOUBLES * (int64_t)sizeof(double)));
 }
 
 size_t mp_bn_nhwc_pooled_workspace_bytes(int C, int W) {
