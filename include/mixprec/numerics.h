@@ -26,9 +26,11 @@
  * fused into its producer (a ReLU applied by its batch norm) is measured
  * as that producer's output (and output gradient), which holds the fused
  * result, on both devices; its records carry its own node and name, also
- * when it is selected without its producer. A GPU plan also fuses a residual
- * add between a batch norm and its ReLU; that sum is never stored, so the add
- * has no records (naming it in mp_numerics_opts.nodes is refused). On a GPU
+ * when it is selected without its producer. Plans also fuse a residual add
+ * between a batch norm and its ReLU (CPU plans where the three run natively
+ * on the channels-last vector kernels; mp_plan_opts.no_bn_add_relu_fusion);
+ * that sum is never stored, so the add has no records (naming it in
+ * mp_numerics_opts.nodes is refused). On a GPU
  * the loss scale a gradient record carries is the host's view of it when the
  * step was queued. */
 #ifndef MIXPREC_NUMERICS_H

@@ -21,8 +21,10 @@
  *  4. an unknown node is an error naming it;
  *  5. a residual add the GPU plan fuses between a batch norm and its ReLU
  *     (its sum never stored) has no records, naming it alone is refused, and
- *     the ReLU after it is measured (zeros in its output); a CPU plan,
- *     which keeps the add apart, measures the add when named.
+ *     the ReLU after it is measured (zeros in its output); a CPU plan on the
+ *     reference kernels, which keeps the add apart, measures the add when
+ *     named; one on the vector kernels, which fuses it where the three run
+ *     natively channels-last, refuses it as the GPU plan does.
  * Needs a GPU: one clear line and exit 2 without one. Run by scripts/gpu-check. */
 #include <math.h>
 #include <stdio.h>
@@ -294,8 +296,9 @@ out:
     run_close(&r);
 }
 
-/* input -> stem conv+BN+ReLU r0 -> conv+BN a -> relu(a + r0) -> gap -> fc */
-static mp_status resblock_open(run *r, mp_device device, mp_node *add) {
+/* input -> stem conv+BN+ReLU r0 -> conv+BN a -> relu(a + r0) -> gap -> fc;
+ * reference: the CPU's plain-C kernels (which fuse no residual add) */
+static mp_status resblock_open(run *r, mp_device device, bool reference, mp_node *add) {
     memset(r, 0, sizeof *r);
     mp_graph *g = r->m.g = mp_graph_create();
     if (!g) return mp_error(MP_ERR_NOMEM, "graph");
@@ -311,21 +314,32 @@ static mp_status resblock_open(run *r, mp_device device, mp_node *add) {
                                &r->opt));
     return mp_trainer_create(g,
                              &(mp_trainer_opts){.batch = B, .device = device, .input = r->m.input,
-                                                .labels = r->m.labels, .loss = r->m.loss, .optimizer = r->opt},
+                                                .labels = r->m.labels, .loss = r->m.loss, .optimizer = r->opt,
+                                                .reference = reference},
                              &r->t);
 }
 
 /* 5. */
 static void fused_add_records(void) {
-    run gpu, cpu;
-    mp_node add = -1, cpu_add = -1;
-    CHECK_OK(resblock_open(&gpu, (mp_device){MP_DEVICE_CUDA, 0}, &add));
-    CHECK_OK(resblock_open(&cpu, (mp_device){MP_DEVICE_CPU, 0}, &cpu_add));
-    if (!gpu.t || !cpu.t) goto out;
+    run gpu, cpu, host;
+    mp_node add = -1, cpu_add = -1, host_add = -1;
+    CHECK_OK(resblock_open(&gpu, (mp_device){MP_DEVICE_CUDA, 0}, false, &add));
+    CHECK_OK(resblock_open(&cpu, (mp_device){MP_DEVICE_CPU, 0}, true, &cpu_add));
+    CHECK_OK(resblock_open(&host, (mp_device){MP_DEVICE_CPU, 0}, false, &host_add));
+    if (!gpu.t || !cpu.t || !host.t) goto out;
     const mp_plan *p = mp_trainer_plan(gpu.t);
     CHECK(p->nodes[add].fused_away, "the GPU plan fuses a_add into a_conv's batch norm");
+    CHECK(!mp_trainer_plan(cpu.t)->nodes[cpu_add].fused_away, "the CPU reference plan keeps a_add apart");
     CHECK_ERR(mp_trainer_numerics_enable(gpu.t, &(mp_numerics_opts){.nodes = "a_add"}), MP_ERR_INVALID_ARG,
               "never stored");
+    /* a CPU plan on the vector kernels fuses it too (where the three run natively channels-last): refused alike */
+    if (mp_trainer_plan(host.t)->nodes[host_add].fused_away)
+        CHECK_ERR(mp_trainer_numerics_enable(host.t, &(mp_numerics_opts){.nodes = "a_add"}), MP_ERR_INVALID_ARG,
+                  "never stored");
+    else
+        CHECK_OK(mp_trainer_numerics_enable(host.t, &(mp_numerics_opts){.nodes = "a_add"}));
+    printf("ok   the CPU plan on this host %s a_add\n",
+           mp_trainer_plan(host.t)->nodes[host_add].fused_away ? "fuses (refused like the GPU's)" : "keeps apart");
     CHECK_OK(mp_trainer_numerics_enable(cpu.t, &(mp_numerics_opts){.nodes = "a_add"}));
     CHECK_OK(mp_trainer_numerics_enable(gpu.t, &(mp_numerics_opts){.every = 1}));
     CHECK_OK(step(&gpu, 0));
@@ -351,6 +365,7 @@ static void fused_add_records(void) {
 out:
     run_close(&gpu);
     run_close(&cpu);
+    run_close(&host);
 }
 
 int main(void) {
