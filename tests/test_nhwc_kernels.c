@@ -534,6 +534,8 @@ int main(void) {
         printf("no fast instruction set: the NHWC kernels do not run here\n");
         return test_summary("test_nhwc_kernels");
     }
+    CHECK(mp_bn_nhwc_workspace_bytes(0) == 0, "no channels: a workspace of %zu bytes",
+          mp_bn_nhwc_workspace_bytes(0));
     const bn_shape bns[] = {
         {2, 1, 3, 5, true},     /* C = 1 (the mean-300 channel) */
         {3, 19, 5, 7, true},    /* C not a multiple of 16 */

@@ -23,9 +23,9 @@
  * channels left them at a third of the copy bandwidth): the least R whose
  * row holds at least 64 values and whole 16-float vectors, if that row is at
  * most 512 values (the kernels' tile), else enough rows for 64 values; 1
- * from 64 channels on. */
+ * from 64 channels on (and for no channels). */
 static inline int bnn_wide_rows(int C) {
-    if (C >= 64) return 1;
+    if (C <= 0 || C >= 64) return 1;
     for (int r = 1; r * C <= 512; r++)
         if (r * C >= 64 && r * C % 16 == 0) return r;
     return (64 + C - 1) / C;
@@ -53,11 +53,12 @@ static inline double *bnn_parts(void *ws, int64_t Cp) { return (double *)((float
 static inline double *bnn_tail(void *ws, int64_t Cp) { return bnn_parts(ws, Cp) + 2 * Cp * MP_BN_NHWC_MAX_THREADS; }
 
 /* The backward's buffer of spread rows for a fused pool's gradient over an
- * input W wide: (W/2 + 1) rows of C, then one wide row (R rows, gathered),
- * in floats (room for either ACT), one per thread after the sums, 64-byte
- * aligned. */
+ * input W wide: (W/2 + 1) rows of C, then (R > 1) one kernel row of R rows
+ * gathered, in floats (room for either ACT), one per thread after the sums,
+ * 64-byte aligned. */
 static inline size_t bnn_spread_bytes(int C, int W) {
-    return ((size_t)(W / 2 + 1 + bnn_wide_rows(C)) * (size_t)C * 4 + 63) / 64 * 64;
+    const int R = bnn_wide_rows(C);
+    return ((size_t)(W / 2 + 1 + (R > 1 ? R : 0)) * (size_t)C * 4 + 63) / 64 * 64;
 }
 
 static inline void *bnn_spread_buf(void *ws, int64_t Cp, int C, int W, int t) {
