@@ -55,7 +55,7 @@ dnnl_status_t mp_onednn_plain_md(dnnl_memory_desc_t *md, const mp_shape *s, dnnl
 
 bool mp_onednn_is_jit(const_dnnl_primitive_desc_t pd) {
     const char *name = mp_onednn_impl_name(pd);
-    return strstr(name, "jit") != NULL || strstr(name, "brg") != NULL;
+    return strstr(name, "jit") != NULL || strstr(name, "brg") != NULL || strstr(name, "brdgmm") != NULL;
 }
 
 const char *mp_onednn_impl_name(const_dnnl_primitive_desc_t pd) {
