@@ -19,7 +19,8 @@
  * matmul instead of oneDNN's AMX backward-weights kernel (conv_wgrad_onednn.h);
  * where oneDNN's backward-data primitive is its AMX kernel, the data gradient
  * runs as the forward convolution of the transposed filter
- * (conv_dgrad_onednn.h).
+ * (conv_dgrad_onednn.h); a channels-last bf16 depthwise conv's weight
+ * gradient runs on our vector kernel (conv_dw_wgrad.h).
  *
  * Everything is created once in prepare(); forward/backward only point the
  * memory objects at the call's tensors and the workspace, then execute
@@ -40,8 +41,10 @@
 #include "core/clock.h"
 #include "ops/bf16_conv_math.h"
 #include "ops/conv_dgrad_onednn.h"
+#include "ops/conv_dw_wgrad.h"
 #include "ops/conv_pass_onednn.h"
 #include "ops/conv_wgrad_onednn.h"
+#include "ops/cpu_fast.h"
 #include "ops/onednn_common.h"
 
 typedef struct {
@@ -49,6 +52,7 @@ typedef struct {
     bool has_bwd;
     bool ddst_shared;      /* bwd_w's diff_dst' is bwd_d's: reorder once */
     mp_wgrad_gemm *wgrad;  /* the weight gradient as im2col + matmul instead of bwd_w (conv_wgrad_onednn.h) */
+    bool dw_wgrad;         /* a depthwise weight gradient on our vector kernel instead of bwd_w (conv_dw_wgrad.h) */
     bool dgrad_fwd;        /* bwd_d is the transposed filter's forward (conv_dgrad_onednn.h): */
     size_t flip_off;       /* its plain filter W' in the workspace, */
     size_t flip_elem;      /* of elements of this many bytes */
@@ -378,6 +382,11 @@ mp_status mp_conv_onednn_prepare(const mp_op_desc *d, mp_op_info *info, mp_dtype
         }
         if (wg > ws) ws = wg;
     }
+    if (rc == MP_OK && !fallback && st->has_bwd && mp_dw_wgrad_applies(d, info, dt)) {
+        st->dw_wgrad = true; /* runs after backward data, whose workspace regions are then free */
+        const size_t b = mp_dw_wgrad_workspace_bytes(d, info);
+        if (b > ws) ws = b;
+    }
     if (rc != MP_OK || fallback) {
         mp_conv_onednn_release(st);
         return rc;
@@ -399,6 +408,8 @@ bool mp_conv_onednn_dgrad_is_forward(const void *state) {
 bool mp_conv_onednn_dgrad_timed(const void *state) {
     return state && ((const conv_state *)state)->dgrad_timed;
 }
+
+bool mp_conv_onednn_wgrad_is_dw(const void *state) { return state && ((const conv_state *)state)->dw_wgrad; }
 
 bool mp_conv_onednn_wgrad_is_gemm(const void *state) {
     return state && ((const conv_state *)state)->wgrad;
@@ -489,6 +500,12 @@ mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c) {
                          c->workspace));
     if (need_w && st->wgrad) return mp_wgrad_gemm_run(st->wgrad, c->in[0].data, c->d_out.data, c->d_param[0].data,
                                                       c->workspace);
+    if (need_w && st->dw_wgrad && c->in[0].dtype == MP_DTYPE_BF16 && c->d_out.dtype == MP_DTYPE_BF16 &&
+        mp_fast_use(c, MP_DTYPE_BF16)) {
+        mp_dw_wgrad_run(c->in[0].dtype, c->desc, c->info, c->in[0].data, c->d_out.data, c->d_param[0].data,
+                        c->workspace);
+        return MP_OK;
+    }
     if (need_w) {
         void *ptr[4] = {c->in[0].data, c->d_out.data, c->d_param[0].data, bias ? c->d_param[1].data : NULL};
         /* binding 1 is diff_dst: already reordered by backward data */

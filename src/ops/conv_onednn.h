@@ -62,6 +62,8 @@ bool mp_conv_onednn_dgrad_is_forward(const void *state);
 bool mp_conv_onednn_dgrad_timed(const void *state);
 /* Whether its weight gradient runs as im2col + matmul (conv_wgrad_onednn.h). */
 bool mp_conv_onednn_wgrad_is_gemm(const void *state);
+/* Whether its (depthwise) weight gradient runs on our vector kernel (conv_dw_wgrad.h). */
+bool mp_conv_onednn_wgrad_is_dw(const void *state);
 mp_status mp_conv_onednn_backward(void *state, const mp_op_call *c);
 
 /* prepare() of conv2d and conv_transpose2d: oneDNN primitives for f32 (or

@@ -1,0 +1,203 @@
+/* test_conv_dw_wgrad.c — a depthwise conv2d's weight gradient on our vector
+ * kernel (ops/conv_dw_wgrad.h) against the definition summed in double over
+ * the same inputs: every weight within 1e-5 of the size of its sum of
+ * absolute terms (f32 row sums, double across rows), in f32 and bf16, on
+ * every instruction set this CPU has and 1 to 3 threads (the same bits on a
+ * second run), on shapes with stride 2, padding 0 and 2, dilation 2, a 5x5
+ * filter, one channel, channels not a multiple of 16, fewer output rows than
+ * threads; the workspace and the output start as NaN bytes (convolutions
+ * take it in bf16 only). Then a bf16 plan with a depthwise conv,
+ * channels-last (the kernel taken) against channels-first (oneDNN's
+ * primitive): the same gradients within 1e-2 (bf16 activations rounded
+ * after sums in another order). Built with oneDNN only. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "check.h"
+#include "core/bf16_inline.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "graph/plan.h"
+#include "ops/conv_dw_wgrad.h"
+#include "ops/conv_onednn.h"
+#include "ops/cpu_fast.h"
+
+typedef struct {
+    int N, C, H, W, k, stride, pad, dil;
+    const char *what;
+} dw_case;
+
+static int out_size(int H, int k, int s, int p, int dil) { return (H + 2 * p - dil * (k - 1) - 1) / s + 1; }
+
+static void *poisoned(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    MP_ASSERT(p);
+    memset(p, 0xFF, (bytes + 63) / 64 * 64);
+    return p;
+}
+
+static void check_case(const dw_case *t, mp_dtype dt, int threads, uint64_t seed) {
+    mp_op_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = MP_OP_CONV2D;
+    d.name = "dw";
+    d.attr.conv = (mp_conv_opts){.out_channels = t->C, .kernel = t->k, .stride = t->stride, .padding = t->pad,
+                                 .dilation = t->dil, .groups = t->C};
+    const int N = t->N, C = t->C, H = t->H, W = t->W, k = t->k;
+    const int OH = out_size(H, k, t->stride, t->pad, t->dil), OW = out_size(W, k, t->stride, t->pad, t->dil);
+    mp_op_info info;
+    memset(&info, 0, sizeof info);
+    info.n_in = 1;
+    info.in[0] = mp_shape4(N, C, H, W);
+    info.out = mp_shape4(N, C, OH, OW);
+    info.nhwc = 1u | MP_NHWC_OUT;
+    CHECK(mp_dw_wgrad_applies(&d, &info, MP_DTYPE_BF16) && !mp_dw_wgrad_applies(&d, &info, MP_DTYPE_F32),
+          "%s: the convolution takes the kernel in f32 or not in bf16", t->what);
+    const int64_t nx = (int64_t)N * H * W * C, ny = (int64_t)N * OH * OW * C, nw = (int64_t)C * k * k;
+    const size_t es = dt == MP_DTYPE_BF16 ? 2 : 4;
+    void *x = malloc(nx * es), *dy = malloc(ny * es);
+    float *dw = poisoned(nw * 4), *dw2 = poisoned(nw * 4);
+    void *ws = poisoned(mp_dw_wgrad_workspace_bytes(&d, &info));
+    double *ref = calloc(nw, sizeof *ref), *absum = calloc(nw, sizeof *absum);
+    MP_ASSERT(x && dy && ref && absum);
+    mp_rng g;
+    mp_rng_seed(&g, seed);
+    for (int64_t i = 0; i < nx + ny; i++) {
+        const float v = (float)(mp_rng_normal(&g) * (1 + i % 3));
+        void *p = i < nx ? x : dy;
+        const int64_t j = i < nx ? i : i - nx;
+        if (dt == MP_DTYPE_BF16) ((uint16_t *)p)[j] = mp_f32_to_bf16_bits(v);
+        else ((float *)p)[j] = v;
+    }
+#define VAL(p, i) (dt == MP_DTYPE_BF16 ? (double)mp_bf16_bits_to_f32(((const uint16_t *)(p))[i]) \
+                                       : (double)((const float *)(p))[i])
+    for (int n = 0; n < N; n++)
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++)
+                for (int kh = 0; kh < k; kh++)
+                    for (int kw = 0; kw < k; kw++) {
+                        const int ih = oh * t->stride - t->pad + kh * t->dil;
+                        const int iw = ow * t->stride - t->pad + kw * t->dil;
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        for (int c = 0; c < C; c++) {
+                            const double term = VAL(dy, (((int64_t)n * OH + oh) * OW + ow) * C + c) *
+                                                VAL(x, (((int64_t)n * H + ih) * W + iw) * C + c);
+                            ref[((int64_t)c * k + kh) * k + kw] += term;
+                            absum[((int64_t)c * k + kh) * k + kw] += fabs(term);
+                        }
+                    }
+#undef VAL
+    omp_set_num_threads(threads);
+    mp_dw_wgrad_run(dt, &d, &info, x, dy, dw, ws);
+    mp_dw_wgrad_run(dt, &d, &info, x, dy, dw2, ws);
+    int64_t bad = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < nw; i++) {
+        const double e = fabs((double)dw[i] - ref[i]) / (absum[i] > 0 ? absum[i] : 1);
+        if (!(e <= 1e-5)) bad++;
+        if (e > worst || e != e) worst = e;
+    }
+    const char *isa = mp_fast_isa_name(mp_fast_isa_current());
+    CHECK(bad == 0, "%s %s, %d thread(s), %s: %lld of %lld weights off the double sum (worst %.3g of the terms)",
+          t->what, mp_dtype_name(dt), threads, isa, (long long)bad, (long long)nw, worst);
+    CHECK(!memcmp(dw, dw2, nw * 4), "%s %s, %d thread(s), %s: a second run differs", t->what, mp_dtype_name(dt),
+          threads, isa);
+    free(x), free(dy), free(dw), free(dw2), free(ws), free(ref), free(absum);
+}
+
+/* One bf16 training step of input (3 x 10 x 10) -> conv c1 (16) -> ReLU -> depthwise
+ * c2 (16, stride 2, no bias) -> ReLU -> global pool -> linear: every parameter's
+ * gradient, concatenated, and how many convs took the kernel. */
+static void plan_step(bool channels_first, float **grads, int64_t *n, int *taken) {
+    enum { B = 5 };
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "x", 3, 10, 10);
+    mp_node c1 = mp_relu(g, "r1", mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1}));
+    mp_node c2 = mp_relu(g, "r2", mp_conv2d(g, "c2", c1, (mp_conv_opts){.out_channels = 16, .kernel = 3, .stride = 2,
+                                                                          .padding = 1, .groups = 16}));
+    mp_node logits = mp_linear(g, "fc", mp_global_avgpool(g, "gap", c2), (mp_linear_opts){.out_features = 5});
+    mp_node y = mp_graph_labels(g, "y"), loss = mp_softmax_cross_entropy(g, "loss", logits, y);
+    mp_graph_mark_output(g, loss);
+    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_BF16}) == MP_OK);
+    mp_graph_init_params(g, 7);
+    float in[B * 3 * 10 * 10];
+    int32_t lab[B];
+    mp_rng r;
+    mp_rng_seed(&r, 3);
+    for (int i = 0; i < B * 3 * 10 * 10; i++) in[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < B; i++) lab[i] = (int32_t)mp_rng_below(&r, 5);
+    mp_plan *p = NULL;
+    mp_status s = mp_plan_create(
+        g, (mp_plan_opts){.batch = B, .training = true, .loss = loss, .channels_first = channels_first}, &p);
+    *taken = 0;
+    for (int i = 0; s == MP_OK && i < p->n; i++)
+        *taken += p->nodes[i].call.desc->kind == MP_OP_CONV2D && mp_conv_onednn_wgrad_is_dw(p->nodes[i].call.state);
+    if (s == MP_OK) s = mp_plan_set_input(p, x, in, sizeof in / sizeof in[0]);
+    if (s == MP_OK) s = mp_plan_set_labels(p, y, lab, B);
+    if (s == MP_OK) s = mp_plan_forward(p);
+    mp_graph_zero_grad(g);
+    if (s == MP_OK) s = mp_plan_backward(p, 1.0f);
+    CHECK(s == MP_OK, "plan step (channels_first %d): %s", channels_first, mp_last_error());
+    *n = 0;
+    for (int k = 0; k < g->n_params; k++)
+        if (g->params[k].spec.trainable) *n += mp_shape_numel(&g->params[k].spec.shape);
+    *grads = malloc((size_t)*n * sizeof **grads);
+    MP_ASSERT(*grads);
+    int64_t at = 0;
+    for (int k = 0; k < g->n_params; k++) {
+        const mp_gparam *gp = &g->params[k];
+        if (!gp->spec.trainable) continue;
+        memcpy(*grads + at, gp->grad, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof **grads);
+        at += mp_shape_numel(&gp->spec.shape);
+    }
+    mp_plan_destroy(p);
+    mp_graph_destroy(g);
+}
+
+int main(void) {
+    const mp_fast_isa best = mp_fast_isa_best();
+    printf("fast paths on this CPU: up to %s; %d OpenMP threads\n", mp_fast_isa_name(best), omp_get_max_threads());
+    if (best == MP_FAST_NONE) {
+        printf("no vector instruction set: the kernel does not run here\n");
+        return test_summary("test_conv_dw_wgrad");
+    }
+    const dw_case cases[] = {
+        {4, 144, 12, 12, 3, 1, 1, 1, "144 channels, stride 1"},
+        {3, 24, 9, 7, 3, 2, 1, 1, "24 channels, stride 2, odd sizes"},
+        {2, 19, 8, 8, 5, 1, 2, 1, "19 channels, 5x5, padding 2"},
+        {2, 32, 9, 9, 3, 1, 0, 2, "dilation 2, no padding"},
+        {1, 1, 6, 5, 3, 1, 1, 1, "one channel, one image (fewer rows than threads at stride 2 below)"},
+        {1, 40, 2, 3, 3, 2, 1, 1, "one output row"},
+    };
+    const int procs = omp_get_num_procs() < 3 ? omp_get_num_procs() : 3, max_threads = omp_get_max_threads();
+    for (int isa = best; isa >= MP_FAST_AVX2; isa--) {
+        CHECK(mp_fast_isa_set((mp_fast_isa)isa) == (mp_fast_isa)isa, "cannot select %s",
+              mp_fast_isa_name((mp_fast_isa)isa));
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int d = 0; d < 2; d++)
+                for (int t = 1; t <= procs; t++)
+                    check_case(&cases[c], d ? MP_DTYPE_BF16 : MP_DTYPE_F32, t, 100 * c + 10 * d + t);
+    }
+    mp_fast_isa_set(best);
+    omp_set_num_threads(max_threads);
+    float *gl = NULL, *gf = NULL;
+    int64_t nl = 0, nf = 0;
+    int tl = 0, tf = 0;
+    plan_step(false, &gl, &nl, &tl);
+    plan_step(true, &gf, &nf, &tf);
+    CHECK(tl == 1 && tf == 0, "the depthwise conv took the kernel in %d channels-last and %d channels-first plans "
+          "(expected 1 and 0)", tl, tf);
+    double d2 = 0, r2 = 0;
+    for (int64_t i = 0; i < nl && nl == nf; i++)
+        d2 += ((double)gl[i] - gf[i]) * ((double)gl[i] - gf[i]), r2 += (double)gf[i] * gf[i];
+    const double rel = sqrt(d2 / (r2 > 0 ? r2 : 1));
+    CHECK(nl == nf && rel <= 1e-2 && r2 > 0, "plan gradients, channels-last against channels-first: %lld / %lld values, "
+          "relative difference %.3g", (long long)nl, (long long)nf, rel);
+    printf("plan: depthwise weight gradient on the kernel; gradients within %.2g of the channels-first plan's\n", rel);
+    free(gl), free(gf);
+    return test_summary("test_conv_dw_wgrad");
+}
