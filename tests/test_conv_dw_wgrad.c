@@ -18,6 +18,7 @@
 
 #include "amp/policy.h"
 #include "check.h"
+#include "conv_grad_plan.h"
 #include "core/bf16_inline.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -109,55 +110,6 @@ static void check_case(const dw_case *t, mp_dtype dt, int threads, uint64_t seed
     free(x), free(dy), free(dw), free(dw2), free(ws), free(ref), free(absum);
 }
 
-/* One bf16 training step of input (3 x 10 x 10) -> conv c1 (16) -> ReLU -> depthwise
- * c2 (16, stride 2, no bias) -> ReLU -> global pool -> linear: every parameter's
- * gradient, concatenated, and how many convs took the kernel. */
-static void plan_step(bool channels_first, float **grads, int64_t *n, int *taken) {
-    enum { B = 5 };
-    mp_graph *g = mp_graph_create();
-    mp_node x = mp_graph_input(g, "x", 3, 10, 10);
-    mp_node c1 = mp_relu(g, "r1", mp_conv2d(g, "c1", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1}));
-    mp_node c2 = mp_relu(g, "r2", mp_conv2d(g, "c2", c1, (mp_conv_opts){.out_channels = 16, .kernel = 3, .stride = 2,
-                                                                          .padding = 1, .groups = 16}));
-    mp_node logits = mp_linear(g, "fc", mp_global_avgpool(g, "gap", c2), (mp_linear_opts){.out_features = 5});
-    mp_node y = mp_graph_labels(g, "y"), loss = mp_softmax_cross_entropy(g, "loss", logits, y);
-    mp_graph_mark_output(g, loss);
-    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_BF16}) == MP_OK);
-    mp_graph_init_params(g, 7);
-    float in[B * 3 * 10 * 10];
-    int32_t lab[B];
-    mp_rng r;
-    mp_rng_seed(&r, 3);
-    for (int i = 0; i < B * 3 * 10 * 10; i++) in[i] = (float)mp_rng_normal(&r);
-    for (int i = 0; i < B; i++) lab[i] = (int32_t)mp_rng_below(&r, 5);
-    mp_plan *p = NULL;
-    mp_status s = mp_plan_create(
-        g, (mp_plan_opts){.batch = B, .training = true, .loss = loss, .channels_first = channels_first}, &p);
-    *taken = 0;
-    for (int i = 0; s == MP_OK && i < p->n; i++)
-        *taken += p->nodes[i].call.desc->kind == MP_OP_CONV2D && mp_conv_onednn_wgrad_is_dw(p->nodes[i].call.state);
-    if (s == MP_OK) s = mp_plan_set_input(p, x, in, sizeof in / sizeof in[0]);
-    if (s == MP_OK) s = mp_plan_set_labels(p, y, lab, B);
-    if (s == MP_OK) s = mp_plan_forward(p);
-    mp_graph_zero_grad(g);
-    if (s == MP_OK) s = mp_plan_backward(p, 1.0f);
-    CHECK(s == MP_OK, "plan step (channels_first %d): %s", channels_first, mp_last_error());
-    *n = 0;
-    for (int k = 0; k < g->n_params; k++)
-        if (g->params[k].spec.trainable) *n += mp_shape_numel(&g->params[k].spec.shape);
-    *grads = malloc((size_t)*n * sizeof **grads);
-    MP_ASSERT(*grads);
-    int64_t at = 0;
-    for (int k = 0; k < g->n_params; k++) {
-        const mp_gparam *gp = &g->params[k];
-        if (!gp->spec.trainable) continue;
-        memcpy(*grads + at, gp->grad, (size_t)mp_shape_numel(&gp->spec.shape) * sizeof **grads);
-        at += mp_shape_numel(&gp->spec.shape);
-    }
-    mp_plan_destroy(p);
-    mp_graph_destroy(g);
-}
-
 int main(void) {
     const mp_fast_isa best = mp_fast_isa_best();
     printf("fast paths on this CPU: up to %s; %d OpenMP threads\n", mp_fast_isa_name(best), omp_get_max_threads());
@@ -187,10 +139,11 @@ int main(void) {
     float *gl = NULL, *gf = NULL;
     int64_t nl = 0, nf = 0;
     int tl = 0, tf = 0;
-    plan_step(false, &gl, &nl, &tl);
-    plan_step(true, &gf, &nf, &tf);
-    CHECK(tl == 1 && tf == 0, "the depthwise conv took the kernel in %d channels-last and %d channels-first plans "
-          "(expected 1 and 0)", tl, tf);
+    /* a bf16 plan whose second conv is depthwise (16 channels, stride 2, no bias) */
+    const mp_conv_opts dw = {.out_channels = 16, .kernel = 3, .stride = 2, .padding = 1, .groups = 16};
+    CHECK(conv_grad_run(10, dw, MP_PRECISION_BF16, false, mp_conv_onednn_wgrad_is_dw, &gl, &nl, &tl) == MP_OK &&
+              conv_grad_run(10, dw, MP_PRECISION_BF16, true, mp_conv_onednn_wgrad_is_dw, &gf, &nf, &tf) == MP_OK,
+          "plan step: %s", mp_last_error());
     double d2 = 0, r2 = 0;
     for (int64_t i = 0; i < nl && nl == nf; i++)
         d2 += ((double)gl[i] - gf[i]) * ((double)gl[i] - gf[i]), r2 += (double)gf[i] * gf[i];
