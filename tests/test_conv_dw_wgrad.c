@@ -6,7 +6,8 @@
  * second run), on shapes with stride 2, padding 0 and 2, dilation 2, a 5x5
  * filter, one channel, channels not a multiple of 16, fewer output rows than
  * threads; the workspace and the output start as NaN bytes (convolutions
- * take it in bf16 only). Then a bf16 plan with a depthwise conv,
+ * take it in bf16 only, without a bias or a channel multiplier, not
+ * transposed, channels-last: the refusals checked). Then a bf16 plan with a depthwise conv,
  * channels-last (the kernel taken) against channels-first (oneDNN's
  * primitive): the same gradients within 1e-2 (bf16 activations rounded
  * after sums in another order). Built with oneDNN only. */
@@ -110,6 +111,37 @@ static void check_case(const dw_case *t, mp_dtype dt, int threads, uint64_t seed
     free(x), free(dy), free(dw), free(dw2), free(ws), free(ref), free(absum);
 }
 
+/* Convolutions the kernel must not take: with a bias, a channel multiplier,
+ * transposed, channels-first, f32 or f16 activations. */
+static void refusals(void) {
+    mp_op_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = MP_OP_CONV2D;
+    d.name = "dw";
+    d.attr.conv = (mp_conv_opts){.out_channels = 8, .kernel = 3, .padding = 1, .groups = 8};
+    mp_op_info info;
+    memset(&info, 0, sizeof info);
+    info.n_in = 1;
+    info.in[0] = mp_shape4(2, 8, 6, 6);
+    info.out = mp_shape4(2, 8, 6, 6);
+    info.nhwc = 1u | MP_NHWC_OUT;
+    CHECK(mp_dw_wgrad_applies(&d, &info, MP_DTYPE_BF16), "the plain depthwise conv is refused");
+    CHECK(!mp_dw_wgrad_applies(&d, &info, MP_DTYPE_F32) && !mp_dw_wgrad_applies(&d, &info, MP_DTYPE_F16),
+          "taken with f32 or f16 activations");
+    mp_op_desc b = d;
+    b.attr.conv.bias = true;
+    CHECK(!mp_dw_wgrad_applies(&b, &info, MP_DTYPE_BF16), "taken with a bias");
+    mp_op_desc t = d;
+    t.kind = MP_OP_CONV_TRANSPOSE2D;
+    CHECK(!mp_dw_wgrad_applies(&t, &info, MP_DTYPE_BF16), "taken by a transposed conv");
+    mp_op_info m = info;
+    m.out = mp_shape4(2, 16, 6, 6); /* channel multiplier 2 */
+    CHECK(!mp_dw_wgrad_applies(&d, &m, MP_DTYPE_BF16), "taken with a channel multiplier");
+    mp_op_info f = info;
+    f.nhwc = 0;
+    CHECK(!mp_dw_wgrad_applies(&d, &f, MP_DTYPE_BF16), "taken on channels-first tensors");
+}
+
 int main(void) {
     const mp_fast_isa best = mp_fast_isa_best();
     printf("fast paths on this CPU: up to %s; %d OpenMP threads\n", mp_fast_isa_name(best), omp_get_max_threads());
@@ -144,13 +176,18 @@ int main(void) {
     CHECK(conv_grad_run(10, dw, MP_PRECISION_BF16, false, mp_conv_onednn_wgrad_is_dw, &gl, &nl, &tl) == MP_OK &&
               conv_grad_run(10, dw, MP_PRECISION_BF16, true, mp_conv_onednn_wgrad_is_dw, &gf, &nf, &tf) == MP_OK,
           "plan step: %s", mp_last_error());
+    CHECK(tl == 1 && tf == 0, "the depthwise conv took the kernel in %d channels-last and %d channels-first plans "
+          "(expected 1 and 0)", tl, tf);
     double d2 = 0, r2 = 0;
     for (int64_t i = 0; i < nl && nl == nf; i++)
         d2 += ((double)gl[i] - gf[i]) * ((double)gl[i] - gf[i]), r2 += (double)gf[i] * gf[i];
     const double rel = sqrt(d2 / (r2 > 0 ? r2 : 1));
     CHECK(nl == nf && rel <= 1e-2 && r2 > 0, "plan gradients, channels-last against channels-first: %lld / %lld values, "
           "relative difference %.3g", (long long)nl, (long long)nf, rel);
-    printf("plan: depthwise weight gradient on the kernel; gradients within %.2g of the channels-first plan's\n", rel);
+    if (tl == 1 && tf == 0 && nl == nf && rel <= 1e-2)
+        printf("plan: depthwise weight gradient on the kernel; gradients within %.2g of the channels-first plan's\n",
+               rel);
+    refusals();
     free(gl), free(gf);
     return test_summary("test_conv_dw_wgrad");
 }

@@ -28,7 +28,8 @@
  * Workspace, forward:  [src' | weights' | dst' | reorder scratch | scratchpad]
  * backward: [diff_dst' | backward-data: (W' plain,) weights', diff_src', ...]
  *           [diff_dst' | backward-weights: src', diff_weights', ...        ]
- *           or, after backward data, the im2col + matmul's from offset 0
+ *           or, after backward data, the im2col + matmul's (or the
+ *           depthwise kernel's sums) from offset 0
  * diff_dst' is shared by both backward passes when they want the same layout
  * (reordered once); primes mark the copies in the primitives' layouts. */
 #include "ops/conv_onednn.h"
