@@ -4,14 +4,14 @@
  *
  *   bench/cpu_train_step [--model cnn10] [--batch 128] [--steps 20] [--shape 1x28x28]
  *                        [--precision fp32,amp-bf16,o2-bf16,bf16] [--threads T] [--reference]
- *                        [--profile] [--ab] [--ab-layout] [--ab-conv]
+ *                        [--profile] [--profile-nodes N] [--ab] [--ab-layout] [--ab-conv]
  * Prints the CPU model and a table, one row per precision policy; times are
  * medians over the steps. Every policy's plan is built first and their
  * steps run interleaved, round by round, in this one process; "vs fp32" is
  * the median over rounds of fp32's step time over the policy's (load that
  * comes and goes falls on both alike). --profile adds, per policy, where the timed steps went (warm-up
  * steps excluded) and the share of ReLU + batch norm in them (the median of the steps' shares, and of
- * all their time). --ab also
+ * all their time); --profile-nodes N (implies --profile) also the N slowest nodes one by one. --ab also
  * times each policy's step with batch norm and ReLU unfused, and with the
  * scalar reference kernels for ReLU, batch norm and pooling, unfused (as
  * before their vector paths), and the bf16 policies' step with the other
@@ -284,6 +284,8 @@ static double trainer_step(trainer *t) {
 /* Times every trainer's step, the trainers' steps interleaved round by round
  * (so that a shared machine's load falls on all alike; ratios come from the
  * same rounds); res[k] per trainer. --profile prints each V_DEFAULT one's. */
+static int profile_nodes; /* --profile-nodes: the slowest nodes printed after each profile */
+
 static int time_steps(trainer *tr, int n, int steps, bool profile, const char *model, step_result *res) {
     /* t: each trainer's step times; rb: each step's ReLU + batch norm seconds (profiled trainers) */
     double *t = malloc((size_t)(steps * n) * sizeof *t), *rb = calloc((size_t)(steps * n), sizeof *rb);
@@ -308,6 +310,7 @@ static int time_steps(trainer *tr, int n, int steps, bool profile, const char *m
             fprintf(stderr, "\nprofile: %s %s, %d timed steps (%.1f ms in all; 3 warm-up steps not counted)\n", model,
                     mp_precision_name(tr[k].precision), steps, 1e3 * all);
             mp_plan_print_profile(tr[k].plan, stderr);
+            if (profile_nodes > 0) mp_plan_print_profile_nodes(tr[k].plan, stderr, profile_nodes);
             /* each step's share, then their median: a step slowed by the machine (shared cores) weighs no
              * more than another, as in the table's median step times */
             double *share = malloc((size_t)steps * sizeof *share), *rbk = malloc((size_t)steps * sizeof *rbk);
@@ -362,12 +365,20 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--reference")) reference = true;
         else if (!strcmp(argv[i], "--profile")) profile = true;
+        else if (!strcmp(argv[i], "--profile-nodes") && i + 1 < argc) {
+            profile = true;
+            if ((profile_nodes = atoi(argv[++i])) < 1) {
+                fprintf(stderr, "cpu_train_step: --profile-nodes wants a count of nodes, at least 1\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--ab")) ab = true;
         else if (!strcmp(argv[i], "--ab-layout")) ab_layout = true;
         else if (!strcmp(argv[i], "--ab-conv")) ab_conv = true;
         else {
             fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
-                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--ab] [--ab-layout] "
+                            "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--profile-nodes N] "
+                            "[--ab] [--ab-layout] "
                             "[--ab-conv]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }

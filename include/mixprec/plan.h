@@ -176,6 +176,10 @@ MP_API mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t
 /** With opts.profile: time per op kind (forward, backward, share) and how
  * its nodes ran (f32, native bf16, staged emulation). */
 MP_API void mp_plan_print_profile(const mp_plan *p, FILE *out);
+/** With opts.profile: the timed nodes one by one, slowest first (forward and
+ * backward together), each with its op, output shape per sample, forward and
+ * backward ms and share of all the nodes' time; top > 0 prints that many. */
+MP_API void mp_plan_print_profile_nodes(const mp_plan *p, FILE *out, int top);
 /** Where the plan's memory goes: the arena at its peak by kind (activations,
  * saved tensors, gradients, workspaces) and on a GPU the parameters' copies
  * (fp32 masters, f16/bf16 casts, gradients outside the arena, the conv
