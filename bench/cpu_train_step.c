@@ -281,11 +281,11 @@ static double trainer_step(trainer *t) {
     return sec;
 }
 
+static int profile_nodes; /* --profile-nodes: the slowest nodes printed after each profile */
+
 /* Times every trainer's step, the trainers' steps interleaved round by round
  * (so that a shared machine's load falls on all alike; ratios come from the
  * same rounds); res[k] per trainer. --profile prints each V_DEFAULT one's. */
-static int profile_nodes; /* --profile-nodes: the slowest nodes printed after each profile */
-
 static int time_steps(trainer *tr, int n, int steps, bool profile, const char *model, step_result *res) {
     /* t: each trainer's step times; rb: each step's ReLU + batch norm seconds (profiled trainers) */
     double *t = malloc((size_t)(steps * n) * sizeof *t), *rb = calloc((size_t)(steps * n), sizeof *rb);
@@ -378,8 +378,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: cpu_train_step [--model M] [--batch B] [--steps N] [--shape CxHxW] "
                             "[--precision P1,P2,...] [--threads T] [--reference] [--profile] [--profile-nodes N] "
-                            "[--ab] [--ab-layout] "
-                            "[--ab-conv]\n");
+                            "[--ab] [--ab-layout] [--ab-conv]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }

@@ -37,6 +37,19 @@ static int check_passed, check_failed;
                   mp_last_error());                                                                \
     } while (0)
 
+/* `bytes` of 0xFF (NaN in f32, bf16 and f64), 64-byte aligned and exactly
+ * that long, so that a sanitizer sees a kernel write past the end; aborts
+ * when memory runs out. */
+static inline void *check_alloc_poisoned(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0 || !p) {
+        fprintf(stderr, "check_alloc_poisoned: out of memory for %zu bytes\n", bytes);
+        abort();
+    }
+    memset(p, 0xFF, bytes);
+    return p;
+}
+
 static inline int test_summary(const char *name) {
     printf("%s: %d passed, %d failed\n", name, check_passed, check_failed);
     return check_failed ? 1 : 0;

@@ -43,13 +43,6 @@ static void copy1(mp_dtype dt, void *d, const void *s, int64_t i) {
     memcpy((char *)d + i * esize(dt), (const char *)s + i * esize(dt), esize(dt));
 }
 
-static void *alloc_poisoned(size_t bytes) {
-    void *p = NULL;
-    MP_ASSERT(posix_memalign(&p, 64, bytes ? bytes : 1) == 0 && p);
-    memset(p, 0xFF, bytes); /* NaN in f32 and bf16 */
-    return p;
-}
-
 /* A normal value, or (specials) one time in four a value on an edge. */
 static float value(mp_rng *g, bool specials) {
     static const float edge[] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 0x1p-130f, -0x1p-140f, 1e-40f};
@@ -83,14 +76,14 @@ static void check_case(mp_dtype dt, int64_t M, int C, bool relu, int dres_mode, 
     mp_rng g;
     mp_rng_seed(&g, seed);
     void *x = malloc(bytes), *r = malloc(bytes), *dy = malloc(bytes), *d0 = malloc(bytes);
-    void *yb = alloc_poisoned(bytes), *yref = malloc(bytes), *yf = alloc_poisoned(bytes), *gm = malloc(bytes);
-    void *ye = alloc_poisoned(bytes), *yef = alloc_poisoned(bytes);
-    void *dxref = alloc_poisoned(bytes), *dxf = alloc_poisoned(bytes), *dref = malloc(bytes), *df = malloc(bytes);
+    void *yb = check_alloc_poisoned(bytes), *yref = malloc(bytes), *yf = check_alloc_poisoned(bytes), *gm = malloc(bytes);
+    void *ye = check_alloc_poisoned(bytes), *yef = check_alloc_poisoned(bytes);
+    void *dxref = check_alloc_poisoned(bytes), *dxf = check_alloc_poisoned(bytes), *dref = malloc(bytes), *df = malloc(bytes);
     float *gamma = malloc(C * 4), *beta = malloc(C * 4), *rm = malloc(C * 4), *rv = malloc(C * 4);
     float *sc = malloc(C * 4), *sh = malloc(C * 4), *mu = malloc(C * 4);
     float *dg[2] = {malloc(C * 4), malloc(C * 4)}, *db[2] = {malloc(C * 4), malloc(C * 4)};
     double *mean = malloc(C * 8), *is = malloc(C * 8);
-    void *ws = alloc_poisoned(mp_bn_nhwc_workspace_bytes(C));
+    void *ws = check_alloc_poisoned(mp_bn_nhwc_workspace_bytes(C));
     MP_ASSERT(x && r && dy && d0 && yref && gm && dref && df && gamma && beta && rm && rv && sc && sh && mu && dg[0] &&
               dg[1] && db[0] && db[1] && mean && is);
     for (int c = 0; c < C; c++) gamma[c] = (float)(0.5 + mp_rng_uniform(&g)), beta[c] = (float)mp_rng_normal(&g);

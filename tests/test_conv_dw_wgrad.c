@@ -35,13 +35,6 @@ typedef struct {
 
 static int out_size(int H, int k, int s, int p, int dil) { return (H + 2 * p - dil * (k - 1) - 1) / s + 1; }
 
-static void *poisoned(size_t bytes) {
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    MP_ASSERT(p);
-    memset(p, 0xFF, (bytes + 63) / 64 * 64);
-    return p;
-}
-
 static void check_case(const dw_case *t, mp_dtype dt, int threads, uint64_t seed) {
     mp_op_desc d;
     memset(&d, 0, sizeof d);
@@ -62,8 +55,8 @@ static void check_case(const dw_case *t, mp_dtype dt, int threads, uint64_t seed
     const int64_t nx = (int64_t)N * H * W * C, ny = (int64_t)N * OH * OW * C, nw = (int64_t)C * k * k;
     const size_t es = dt == MP_DTYPE_BF16 ? 2 : 4;
     void *x = malloc(nx * es), *dy = malloc(ny * es);
-    float *dw = poisoned(nw * 4), *dw2 = poisoned(nw * 4);
-    void *ws = poisoned(mp_dw_wgrad_workspace_bytes(&d, &info));
+    float *dw = check_alloc_poisoned(nw * 4), *dw2 = check_alloc_poisoned(nw * 4);
+    void *ws = check_alloc_poisoned(mp_dw_wgrad_workspace_bytes(&d, &info));
     double *ref = calloc(nw, sizeof *ref), *absum = calloc(nw, sizeof *absum);
     MP_ASSERT(x && dy && ref && absum);
     mp_rng g;

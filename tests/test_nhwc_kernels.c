@@ -43,14 +43,6 @@ static const char *const worst_name[W_COUNT] = {"bn output",          "bn input 
                                                 "bn running stats",   "bn gamma/beta grad*", "global avgpool"};
 static double worst[2][W_COUNT]; /* [bf16][kind] */
 
-/* exactly `bytes` (a sanitizer sees a kernel write past the end), 64-byte aligned */
-static void *alloc_poisoned(size_t bytes) {
-    void *p = NULL;
-    MP_ASSERT(posix_memalign(&p, 64, bytes ? bytes : 1) == 0 && p);
-    memset(p, 0xFF, bytes); /* NaN in f32, bf16 and f64 */
-    return p;
-}
-
 static size_t esize(mp_dtype dt) { return dt == MP_DTYPE_BF16 ? 2 : 4; }
 
 static double get(mp_dtype dt, const void *p, int64_t i) {
@@ -66,7 +58,7 @@ static void put(mp_dtype dt, void *p, int64_t i, float v) {
 
 /* NHWC result transposed back to NCHW in a fresh buffer (caller frees) */
 static void *back(mp_dtype dt, const void *nhwc, int N, int C, int64_t HW) {
-    void *p = alloc_poisoned((size_t)N * C * HW * esize(dt));
+    void *p = check_alloc_poisoned((size_t)N * C * HW * esize(dt));
     mp_transpose_batch(p, nhwc, esize(dt), N, HW, C);
     return p;
 }
@@ -130,9 +122,9 @@ static bool check_bn_mask(const char *tag, const char *st, mp_dtype dt, const vo
                              const float *rm, const float *rv, int64_t M, int C, double eps, void *ws, size_t wsb) {
     const int64_t n = M * C;
     const size_t bytes = (size_t)n * esize(dt);
-    void *dym = alloc_poisoned(bytes), *dxa = alloc_poisoned(bytes), *dxb = alloc_poisoned(bytes);
-    float *dga = alloc_poisoned(C * 4), *dba = alloc_poisoned(C * 4), *dgb = alloc_poisoned(C * 4),
-          *dbb = alloc_poisoned(C * 4);
+    void *dym = check_alloc_poisoned(bytes), *dxa = check_alloc_poisoned(bytes), *dxb = check_alloc_poisoned(bytes);
+    float *dga = check_alloc_poisoned(C * 4), *dba = check_alloc_poisoned(C * 4), *dgb = check_alloc_poisoned(C * 4),
+          *dbb = check_alloc_poisoned(C * 4);
     int64_t masked = 0;
     for (int64_t i = 0; i < n; i++) {
         const bool off = get(dt, yref, i) <= 0;
@@ -184,8 +176,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
 
     mp_rng g;
     mp_rng_seed(&g, seed);
-    void *x = alloc_poisoned(bytes), *dy = alloc_poisoned(bytes), *xh = alloc_poisoned(bytes),
-         *dyh = alloc_poisoned(bytes);
+    void *x = check_alloc_poisoned(bytes), *dy = check_alloc_poisoned(bytes), *xh = check_alloc_poisoned(bytes),
+         *dyh = check_alloc_poisoned(bytes);
     for (int64_t i = 0; i < n; i++) put(dt, x, i, (float)(mp_rng_normal(&g) * 2.0 + 0.5));
     for (int64_t i = 0; i < n; i++) put(dt, dy, i, (float)mp_rng_normal(&g));
     if (sh.shifted)
@@ -208,13 +200,13 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     mp_transpose_batch(dyh, dy, es, N, C, HW);
 
     const size_t wsb = mp_bn_nhwc_workspace_bytes(C);
-    void *ws = alloc_poisoned(wsb);
+    void *ws = check_alloc_poisoned(wsb);
     float *rm1 = malloc(C * 4), *rv1 = malloc(C * 4), *rm2 = malloc(C * 4), *rv2 = malloc(C * 4);
-    double *mean1 = alloc_poisoned(C * 8), *is1 = alloc_poisoned(C * 8), *mean2 = alloc_poisoned(C * 8),
-           *is2 = alloc_poisoned(C * 8);
+    double *mean1 = check_alloc_poisoned(C * 8), *is1 = check_alloc_poisoned(C * 8), *mean2 = check_alloc_poisoned(C * 8),
+           *is2 = check_alloc_poisoned(C * 8);
     /* the forward's scale, shift and float mean */
-    float *sc2 = alloc_poisoned(C * 4), *sh2 = alloc_poisoned(C * 4), *mu2 = alloc_poisoned(C * 4);
-    void *y1 = alloc_poisoned(bytes), *y2h = alloc_poisoned(bytes);
+    float *sc2 = check_alloc_poisoned(C * 4), *sh2 = check_alloc_poisoned(C * 4), *mu2 = check_alloc_poisoned(C * 4);
+    void *y1 = check_alloc_poisoned(bytes), *y2h = check_alloc_poisoned(bytes);
 
     /* training forward */
     memcpy(rm1, rm0, C * 4), memcpy(rv1, rv0, C * 4), memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
@@ -242,9 +234,9 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     CHECK(er < tol, "%s training: running mean/var differ by %g (tolerance %g)", tag, er, tol);
     /* again: the same bits (fixed thread count) */
     {
-        void *y3h = alloc_poisoned(bytes);
-        double *mean3 = alloc_poisoned(C * 8), *is3 = alloc_poisoned(C * 8);
-        float *sc3 = alloc_poisoned(C * 4), *sh3 = alloc_poisoned(C * 4), *mu3 = alloc_poisoned(C * 4);
+        void *y3h = check_alloc_poisoned(bytes);
+        double *mean3 = check_alloc_poisoned(C * 8), *is3 = check_alloc_poisoned(C * 8);
+        float *sc3 = check_alloc_poisoned(C * 4), *sh3 = check_alloc_poisoned(C * 4), *mu3 = check_alloc_poisoned(C * 4);
         memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
         memset(ws, 0xFF, wsb);
         mp_bn_fwd_train_cpu_nhwc(dt, xh, NULL, y3h, gamma, beta, rm2, rv2, mean3, is3, sc3, sh3, mu3, M, C, eps, mom,
@@ -259,7 +251,7 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     }
 
     /* inference forward */
-    void *y4h = alloc_poisoned(bytes);
+    void *y4h = check_alloc_poisoned(bytes);
     mp_bn_fwd_eval_cpu(dt, x, y1, gamma, beta, rm0, rv0, N, C, HW, eps, relu);
     mp_bn_fwd_eval_cpu_nhwc(dt, xh, NULL, y4h, gamma, beta, rm0, rv0, M, C, eps, relu);
     void *y4 = back(dt, y4h, N, C, HW);
@@ -271,12 +263,12 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     /* backward: both from the NCHW forward's statistics (training: batch statistics; inference: the running
      * ones), the NCHW kernels masked by that forward's y, the NHWC ones recomputing the mask */
     mp_bn_fwd_train_cpu(dt, x, y1, gamma, beta, rm1, rv1, mean1, is1, N, C, HW, eps, mom, relu);
-    void *yev = alloc_poisoned(bytes);
+    void *yev = check_alloc_poisoned(bytes);
     mp_bn_fwd_eval_cpu(dt, x, yev, gamma, beta, rm0, rv0, N, C, HW, eps, relu);
     for (int bs = 1; bs >= 0; bs--) {
-        void *dx1 = alloc_poisoned(bytes), *dx2h = alloc_poisoned(bytes), *dx3h = alloc_poisoned(bytes);
-        float *dg1 = alloc_poisoned(C * 4), *db1 = alloc_poisoned(C * 4), *dg2 = alloc_poisoned(C * 4),
-              *db2 = alloc_poisoned(C * 4), *dg3 = alloc_poisoned(C * 4), *db3 = alloc_poisoned(C * 4);
+        void *dx1 = check_alloc_poisoned(bytes), *dx2h = check_alloc_poisoned(bytes), *dx3h = check_alloc_poisoned(bytes);
+        float *dg1 = check_alloc_poisoned(C * 4), *db1 = check_alloc_poisoned(C * 4), *dg2 = check_alloc_poisoned(C * 4),
+              *db2 = check_alloc_poisoned(C * 4), *dg3 = check_alloc_poisoned(C * 4), *db3 = check_alloc_poisoned(C * 4);
         memset(ws, 0xFF, wsb);
         mp_bn_bwd_cpu(dt, x, relu ? (bs ? y1 : yev) : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C,
                       HW, eps);
@@ -333,7 +325,7 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
                 check_bn_mask(tag, "batch statistics, constants from them", dt, xh, yh, NULL, dyh, gamma, beta, NULL,
                               NULL, true, mean, is, rm0, rv0, M, C, eps, ws, wsb);
             if (dt == MP_DTYPE_F32) { /* y rounded to f16 after the kernel (staged): the mask read from it */
-                void *y16 = alloc_poisoned(bytes);
+                void *y16 = check_alloc_poisoned(bytes);
                 for (int64_t i = 0; i < n; i++) put(dt, y16, i, mp_f16_to_f32(mp_f32_to_f16(get(dt, yh, i))));
                 const bool differ = check_bn_mask(tag, bs ? "batch statistics, y rounded to f16"
                                                               : "running statistics, y rounded to f16",
@@ -382,14 +374,14 @@ static void check_pool(int N, int C, int H, int W, mp_dtype dt, uint64_t seed) {
     const size_t es = esize(dt);
     mp_rng g;
     mp_rng_seed(&g, seed);
-    void *x = alloc_poisoned(nx * es), *dy = alloc_poisoned(ny * es), *xh = alloc_poisoned(nx * es),
-         *dyh = alloc_poisoned(ny * es);
+    void *x = check_alloc_poisoned(nx * es), *dy = check_alloc_poisoned(ny * es), *xh = check_alloc_poisoned(nx * es),
+         *dyh = check_alloc_poisoned(ny * es);
     fill(dt, x, nx, &g);
     fill(dt, dy, ny, &g);
     mp_transpose_batch(xh, x, es, N, C, (int64_t)H * W);
     mp_transpose_batch(dyh, dy, es, N, C, (int64_t)OH * OW);
-    void *yr = alloc_poisoned(ny * es), *dxr = alloc_poisoned(nx * es), *yf = alloc_poisoned(ny * es),
-         *dxf = alloc_poisoned(nx * es), *yh = alloc_poisoned(ny * es), *dxh = alloc_poisoned(nx * es);
+    void *yr = check_alloc_poisoned(ny * es), *dxr = check_alloc_poisoned(nx * es), *yf = check_alloc_poisoned(ny * es),
+         *dxf = check_alloc_poisoned(nx * es), *yh = check_alloc_poisoned(ny * es), *dxh = check_alloc_poisoned(nx * es);
     const mp_shape s = mp_shape4(N, C, H, W);
     run_op(MP_OP_AVGPOOL2D, MP_IMPL_REF, s, dt, x, dy, yr, dxr);
     run_op(MP_OP_AVGPOOL2D, MP_IMPL_AUTO, s, dt, x, dy, yf, dxf);
@@ -426,7 +418,7 @@ static void check_bn_pool(int N, int C, int H, int W, mp_dtype dt, int threads, 
     omp_set_num_threads(threads);
     mp_rng g;
     mp_rng_seed(&g, seed);
-    void *x = alloc_poisoned(nx * es), *pdy = alloc_poisoned(ny * es);
+    void *x = check_alloc_poisoned(nx * es), *pdy = check_alloc_poisoned(ny * es);
     for (int64_t i = 0; i < nx; i++) put(dt, x, i, (float)(mp_rng_normal(&g) * 2 + (double)(i % C % 3)));
     fill(dt, pdy, ny, &g);
     float *gamma = malloc(C * 4), *beta = malloc(C * 4), *rm0 = malloc(C * 4), *rv0 = malloc(C * 4);
@@ -443,15 +435,15 @@ static void check_bn_pool(int N, int C, int H, int W, mp_dtype dt, int threads, 
     for (int k = 0; k < 2; k++) {
         rm[k] = malloc(C * 4), rv[k] = malloc(C * 4);
         memcpy(rm[k], rm0, C * 4), memcpy(rv[k], rv0, C * 4);
-        sc[k] = alloc_poisoned(C * 4), sh[k] = alloc_poisoned(C * 4), mu[k] = alloc_poisoned(C * 4);
-        dgamma[k] = alloc_poisoned(C * 4), dbeta[k] = alloc_poisoned(C * 4);
-        mean[k] = alloc_poisoned(C * 8), is[k] = alloc_poisoned(C * 8);
-        y[k] = alloc_poisoned(nx * es), pooled[k] = alloc_poisoned(ny * es), dx[k] = alloc_poisoned(nx * es);
-        ws[k] = alloc_poisoned(k ? wsb : mp_bn_nhwc_workspace_bytes(C));
+        sc[k] = check_alloc_poisoned(C * 4), sh[k] = check_alloc_poisoned(C * 4), mu[k] = check_alloc_poisoned(C * 4);
+        dgamma[k] = check_alloc_poisoned(C * 4), dbeta[k] = check_alloc_poisoned(C * 4);
+        mean[k] = check_alloc_poisoned(C * 8), is[k] = check_alloc_poisoned(C * 8);
+        y[k] = check_alloc_poisoned(nx * es), pooled[k] = check_alloc_poisoned(ny * es), dx[k] = check_alloc_poisoned(nx * es);
+        ws[k] = check_alloc_poisoned(k ? wsb : mp_bn_nhwc_workspace_bytes(C));
         mp_bn_fwd_train_cpu_nhwc(dt, x, NULL, y[k], gamma, beta, rm[k], rv[k], mean[k], is[k], sc[k], sh[k], mu[k], M,
                                  C, 1e-5, 0.1, true, k == 0, ws[k]);
     }
-    void *dy = alloc_poisoned(nx * es);
+    void *dy = check_alloc_poisoned(nx * es);
     mp_avgpool2_fwd_cpu_nhwc(dt, y[0], pooled[0], N, C, H, W);
     mp_avgpool2_bwd_cpu_nhwc(dt, pdy, dy, N, C, H, W);
     mp_bn_bwd_cpu_nhwc(dt, x, NULL, dy, NULL, dx[0], NULL, gamma, beta, true, sc[0], sh[0], dgamma[0], dbeta[0], true,
@@ -495,14 +487,14 @@ static void check_gap(int N, int C, int H, int W, mp_dtype dt, uint64_t seed) {
     const size_t es = esize(dt);
     mp_rng g;
     mp_rng_seed(&g, seed);
-    void *x = alloc_poisoned(nx * es), *dy = alloc_poisoned(ny * es), *xh = alloc_poisoned(nx * es);
+    void *x = check_alloc_poisoned(nx * es), *dy = check_alloc_poisoned(ny * es), *xh = check_alloc_poisoned(nx * es);
     fill(dt, x, nx, &g);
     for (int64_t i = 0; i < nx; i++) /* channel means well away from 0 (a relative error means something) */
         put(dt, x, i, (float)(get(dt, x, i) + 1.0 + (double)((i / HW) % C % 5)));
     fill(dt, dy, ny, &g);
     mp_transpose_batch(xh, x, es, N, C, HW);
-    void *yr = alloc_poisoned(ny * es), *dxr = alloc_poisoned(nx * es), *yh = alloc_poisoned(ny * es),
-         *dxh = alloc_poisoned(nx * es);
+    void *yr = check_alloc_poisoned(ny * es), *dxr = check_alloc_poisoned(nx * es), *yh = check_alloc_poisoned(ny * es),
+         *dxh = check_alloc_poisoned(nx * es);
     run_op(MP_OP_GLOBAL_AVGPOOL, MP_IMPL_REF, mp_shape4(N, C, H, W), dt, x, dy, yr, dxr);
     mp_global_avgpool_fwd_cpu_nhwc(dt, xh, yh, N, C, HW);
     mp_global_avgpool_bwd_cpu_nhwc(dt, dy, dxh, N, C, HW);

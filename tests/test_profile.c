@@ -62,8 +62,8 @@ int main(void) {
     if (p) {
         char *ops = printed(p, 0, false), *all = printed(p, 0, true), *two = printed(p, 2, true);
         CHECK(strstr(ops, "| conv2d | 2 ") != NULL, "the per-op table has no row for the two conv2d nodes:\n%s", ops);
-        CHECK(strstr(all, "| wide_conv | conv2d | 32x12x12 |") != NULL &&
-                  strstr(all, "| stem_bn | batchnorm2d | 8x12x12 |") != NULL,
+        CHECK(strstr(all, "| wide_conv | conv2d | (32, 12, 12) |") != NULL &&
+                  strstr(all, "| stem_bn | batchnorm2d | (8, 12, 12) |") != NULL,
               "the node table lacks a node or its op and shape:\n%s", all);
         /* slowest first: each row's forward + backward at most the one above it */
         double prev = 1e300;

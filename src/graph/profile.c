@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/tensor.h"
 #include "graph/plan.h"
 
 typedef struct {
@@ -69,10 +70,11 @@ void mp_plan_print_profile_nodes(const mp_plan *p, FILE *out, int top) {
         const int i = order[k];
         const mp_gnode *gn = &p->g->nodes[i];
         const mp_pnode *pn = &p->nodes[i];
-        char shape[64] = "-";
-        for (int d = 1, at = 0; d < gn->sample_shape.ndim && at < (int)sizeof shape - 12; d++)
-            at += snprintf(shape + at, sizeof shape - (size_t)at, d > 1 ? "x%d" : "%d", gn->sample_shape.dims[d]);
-        fprintf(out, "| %s | %s | %s | %.2f | %.2f | %.1f%% |\n", gn->name, mp_op_lookup(gn->desc.kind)->name, shape,
+        mp_shape sample = {0}; /* the output shape without its batch dimension */
+        for (int d = 1; d < gn->sample_shape.ndim; d++) sample.dims[sample.ndim++] = gn->sample_shape.dims[d];
+        char shape[64];
+        fprintf(out, "| %s | %s | %s | %.2f | %.2f | %.1f%% |\n", gn->name, mp_op_lookup(gn->desc.kind)->name,
+                mp_shape_str(&sample, shape, sizeof shape),
                 1e3 * pn->fwd_seconds, 1e3 * pn->bwd_seconds,
                 total > 0 ? 100 * (pn->fwd_seconds + pn->bwd_seconds) / total : 0);
     }

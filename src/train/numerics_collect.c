@@ -99,7 +99,8 @@ static mp_status check_selected_stored(const mp_trainer *t, const bool *on) {
         if (on[i] && producer >= 0 && !mp_plan_fused_value_stored(p, i))
             return mp_error(MP_ERR_INVALID_ARG,
                             "numerics: '%s' is fused between batch norm '%s' and its ReLU on this plan, so its output "
-                            "is never stored: select the ReLU after it (MIXPREC_FUSE_BN_ADD_RELU=0 or MIXPREC_NO_FUSION=1 keeps it apart)",
+                            "is never stored: select the ReLU after it (MIXPREC_FUSE_BN_ADD_RELU=0 or "
+                            "MIXPREC_NO_FUSION=1 keeps it apart)",
                             t->g->nodes[i].name, t->g->nodes[producer].name);
     }
     return MP_OK;
