@@ -14,9 +14,10 @@
  *  2. the same with each forward replayed by the overflow search and the
  *     backward checked: nothing found, the same values;
  *  3. inference plans: the logits fused and unfused, bit for bit;
- *  4. overflow provenance: a fused batch norm whose output overflows is the
- *     node the forward's replay names, as unfused; reading a fused batch
- *     norm's own output is an error naming the add. */
+ *  4. overflow provenance, fp32 and amp-bf16: the forward's replay names a
+ *     fused batch norm whose output overflows, and the add where bn(x) and
+ *     the residual are finite and their sum overflows, as unfused; reading
+ *     a fused batch norm's own output is an error naming the add. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,15 +177,32 @@ static int node_named(const mp_graph *g, const char *name) {
     return -1;
 }
 
-/* resblocks' "a_conv_bn" (fused with "a_add" and "a_relu") with every gamma
- * 3e38: its output overflows f32, and the forward's replay names it, fused
- * or not; its own output cannot be read from the fused plan. */
-static void provenance(bool fused) {
+static void set_param(mp_graph *g, const char *node, int k, int C, float v) {
+    float *w = g->params[g->nodes[node_named(g, node)].first_param + k].data;
+    for (int c = 0; c < C; c++) w[c] = v;
+}
+
+/* Forward overflows in resblocks' first block tail, "a_conv_bn" (fused with
+ * "a_add" and "a_relu"), which the forward's replay names as an unfused
+ * plan does:
+ *  - bn: every gamma of a_conv_bn 3e38: its own output overflows (a_conv_bn);
+ *  - sum: a_conv's filter 0 and a_conv_bn's beta 2e38 (bn(x) = 2e38), the
+ *    stem's gamma 0 and beta 2e38 (the residual 2e38): both finite, their
+ *    sum overflows (a_add; before the replay ran the three apart it named
+ *    the batch norm).
+ * The fused batch norm's own output cannot be read from the fused plan. */
+static void provenance(bool fused, bool sum, mp_precision prec) {
     const net_case *nc = &NETS[0];
-    mp_model m = build(nc, MP_PRECISION_FP32);
-    const int bn = node_named(m.g, "a_conv_bn");
-    float *gamma = m.g->params[m.g->nodes[bn].first_param].data;
-    for (int c = 0; c < 20; c++) gamma[c] = 3e38f;
+    mp_model m = build(nc, prec);
+    const int bn = node_named(m.g, "a_conv_bn"), add = node_named(m.g, "a_add"), want_node = sum ? add : bn;
+    if (sum) {
+        set_param(m.g, "a_conv", 0, 20 * 20 * 3 * 3, 0.0f);
+        set_param(m.g, "a_conv_bn", 1, 20, 2e38f);
+        set_param(m.g, "stem_bn", 0, 20, 0.0f);
+        set_param(m.g, "stem_bn", 1, 20, 2e38f);
+    } else {
+        set_param(m.g, "a_conv_bn", 0, 20, 3e38f);
+    }
     const size_t nx = (size_t)B * nc->c * nc->h * nc->w, nact = (size_t)B * 20 * nc->h * nc->w;
     float *x = malloc(nx * sizeof *x), *act = malloc(nact * sizeof *act);
     MP_ASSERT(x && act);
@@ -194,6 +212,9 @@ static void provenance(bool fused) {
     mp_plan *p = NULL;
     mp_nonfinite_site site;
     memset(&site, 0, sizeof site);
+    char what[96];
+    snprintf(what, sizeof what, "provenance (%s, %s, %s)", sum ? "the sum overflows" : "bn(x) overflows",
+             mp_precision_name(prec), fused ? "fused" : "unfused");
     mp_status st = mp_plan_create(m.g, o, &p);
     const bool marked = st == MP_OK && p->nodes[bn].add_fused != 0;
     if (st == MP_OK) st = mp_plan_set_input(p, m.input, x, nx);
@@ -201,21 +222,21 @@ static void provenance(bool fused) {
     if (st == MP_OK) st = mp_plan_forward(p);
     if (st == MP_OK) st = mp_plan_find_nonfinite_forward(p, &site);
     const char *named = site.found ? m.g->nodes[site.node].name : "nothing";
-    const bool want = fused_wanted(nc, MP_PRECISION_FP32, false) > 0 && fused;
-    CHECK(st == MP_OK, "provenance (%s): %s", fused ? "fused" : "unfused", mp_last_error());
-    CHECK(marked == want, "provenance: a_conv_bn is %sfused with its add, want %s", marked ? "" : "not ",
+    const bool want = fused_wanted(nc, prec, false) > 0 && fused;
+    CHECK(st == MP_OK, "%s: %s", what, mp_last_error());
+    CHECK(marked == want, "%s: a_conv_bn is %sfused with its add, want %s", what, marked ? "" : "not ",
           want ? "fused" : "apart");
-    CHECK(site.found && site.node == bn && !site.backward, "provenance (%s): the replay names %s, want a_conv_bn",
-          fused ? "fused" : "unfused", named);
+    CHECK(site.found && site.node == want_node && !site.backward && !strcmp(site.what, "output"),
+          "%s: the replay names %s (%s), want %s", what, named, site.what, m.g->nodes[want_node].name);
     if (st == MP_OK && marked) {
         const mp_status rs = mp_plan_read(p, bn, act, nact);
         CHECK(rs == MP_ERR_INVALID_ARG && strstr(mp_last_error(), "residual add") &&
                   strstr(mp_last_error(), "'a_conv_bn'"),
               "reading the fused batch norm's own output: %s", rs == MP_OK ? "no error" : mp_last_error());
     }
-    printf("%s provenance, a_conv_bn %s: the replay names %s (%s)\n",
-           st == MP_OK && site.node == bn && marked == want ? "ok  " : "FAIL", marked ? "fused" : "apart", named,
-           site.what);
+    printf("%s %s, a_conv_bn %s: the replay names %s (%s)\n",
+           st == MP_OK && site.node == want_node && marked == want ? "ok  " : "FAIL", what,
+           marked ? "fused" : "apart", named, site.what);
     free(x), free(act);
     mp_plan_destroy(p);
     mp_model_free(&m);
@@ -231,7 +252,10 @@ int main(void) {
     exact_steps(&NETS[0], MP_PRECISION_FP32, true, false);
     exact_steps(&NETS[0], MP_PRECISION_AMP_BF16, true, false);
     exact_steps(&NETS[0], MP_PRECISION_AMP_BF16, false, true); /* channels-first: nothing fused */
-    provenance(true);
-    provenance(false);
+    for (int sum = 0; sum < 2; sum++)
+        for (int fused = 1; fused >= 0; fused--) {
+            provenance(fused, sum, MP_PRECISION_FP32);
+            provenance(fused, sum, MP_PRECISION_AMP_BF16);
+        }
     return test_summary("test_bn_add_cpu");
 }

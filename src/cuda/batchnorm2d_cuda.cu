@@ -324,7 +324,11 @@ void mp_cuda_bn_saved_coef(const void *saved, int C, const float **mu, const flo
     *mu = f, *scale = f + 2 * (size_t)C, *shift = f + 3 * (size_t)C;
 }
 
-static bool fused_relu(const mp_op_call *c) { return c->state && ((const bn_state *)c->state)->relu; }
+/* The fused ReLU, unless the call leaves it out (the forward's overflow
+ * replay runs a fused residual add's chain apart: graph/exec.c). */
+static bool fused_relu(const mp_op_call *c) {
+    return c->state && ((const bn_state *)c->state)->relu && c->relu_after;
+}
 /* A residual add fused in too (its input bound: plan.c). */
 static bool fused_add(const mp_op_call *c) {
     return c->state && ((const bn_state *)c->state)->add && c->resid.data;

@@ -120,6 +120,36 @@ static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
     return p->be->tensor_nonfinite(p, t, found);
 }
 
+/* Node i's forward in the replay, its output checked (site filled at the
+ * first NaN/inf). A batch norm with a residual add (+ ReLU) fused in
+ * (plan_fuse.h) runs apart from them in the one buffer the three share: the
+ * batch norm alone, then the add's forward and the ReLU's in place (the
+ * fused pass's bits, which the backward reads), each output checked, so a
+ * sum that overflows where bn(x) and the residual do not is named as the
+ * add, as in an unfused plan, and a -inf the ReLU turns into 0 is seen. */
+static mp_status replay_node(mp_plan *p, int i, mp_nonfinite_site *site) {
+    mp_op_call *c = &p->nodes[i].call;
+    const int add = p->nodes[i].add_fused;
+    const mp_tensor resid = c->resid;
+    const bool relu = c->relu_after;
+    if (add) c->resid.data = NULL, c->relu_after = false;
+    mp_status s = forward_node(p, i);
+    c->resid = resid, c->relu_after = relu;
+    int chain[3] = {i, add, 0}, n = add ? 2 : 1;
+    for (int k = add + 1; add && relu && k < p->n; k++) /* the fused ReLU after the add */
+        if (p->nodes[k].fused_away && p->nodes[k].fused_into == i && p->g->nodes[k].desc.kind != MP_OP_ADD)
+            chain[n++] = k;
+    for (int k = 0; k < n && s == MP_OK; k++) {
+        if (k > 0) s = p->be->forward(p, chain[k]);
+        bool found = false;
+        if (s == MP_OK && !site->found) s = nonfinite(p, &p->nodes[chain[k]].call.out, &found);
+        if (s != MP_OK || !found) continue;
+        *site = (mp_nonfinite_site){.found = true, .backward = false, .node = chain[k]};
+        snprintf(site->what, sizeof site->what, "output");
+    }
+    return s;
+}
+
 /* Activations die as soon as nothing reads them (the arena reuses their
  * memory), so the search replays the last forward pass (same batch, same
  * dropout masks) and checks every output as soon as it is written. Past the
@@ -139,14 +169,8 @@ mp_status mp_plan_find_nonfinite_forward(mp_plan *p, mp_nonfinite_site *site) {
     p->replaying = true; /* fused outputs are stored, to be checked (plan_fuse.h) */
     mp_status s = p->be->forward_begin(p);
     p->backward_ran = false;
-    for (int i = 0; i < p->n && s == MP_OK; i++) {
-        bool found = false;
-        s = forward_node(p, i);
-        if (s == MP_OK && !site->found) s = nonfinite(p, &p->nodes[i].call.out, &found);
-        if (s != MP_OK || !found) continue;
-        *site = (mp_nonfinite_site){.found = true, .backward = false, .node = i};
-        snprintf(site->what, sizeof site->what, "output");
-    }
+    for (int i = 0; i < p->n && s == MP_OK; i++)
+        if (!p->nodes[i].fused_away) s = replay_node(p, i, site); /* its batch norm ran it */
     p->replaying = false;
     p->step = step;
     /* a failed replay leaves the outputs (kept whole) as the forward wrote

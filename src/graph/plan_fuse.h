@@ -26,11 +26,11 @@
  * the later one takes the other's output as r. On CPU plans the three must
  * run natively on the channels-last vector kernels (f32, or bf16 storage);
  * the host backend undoes the others once the layouts are chosen
- * (mp_plan_unfuse_bn_add). The forward's overflow replay checks the fused
- * chain's one stored output under the batch norm's name: a sum that
- * overflows where bn(x) and r do not is named as the batch norm (apart: the
- * add), and a -inf the ReLU turns into 0 is not seen (keep them apart,
- * MIXPREC_FUSE_BN_ADD_RELU=0, to trace those).
+ * (mp_plan_unfuse_bn_add). The forward's overflow replay runs the chain
+ * apart in its one buffer (graph/exec.c: the batch norm alone, then the
+ * add's and the ReLU's forwards in place, the fused pass's bits), checking
+ * each output: a sum that overflows where bn(x) and r do not is named as
+ * the add, as in an unfused plan.
  *
  * GPU training plans may go one step further where a fused batch norm +
  * ReLU's output feeds only a 3x3 depthwise conv2d (MobileNet's expansion

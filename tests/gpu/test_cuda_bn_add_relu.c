@@ -22,7 +22,10 @@
  *    test_bn_add_cpu's);
  *  - overflow provenance: a residual's fp16 gradient that overflows where
  *    the fused backward adds to it is named as the add's, as the unfused
- *    GPU plan and the CPU name it (mp_plan_backward_checked).
+ *    GPU plan and the CPU name it (mp_plan_backward_checked); a sum of two
+ *    finite fp16 values that overflows in the fused forward is named as the
+ *    add's output, with and without a ReLU after it, as unfused
+ *    (mp_plan_find_nonfinite_forward).
  * Needs a GPU: one clear line and exit 2 without one. */
 #include <math.h>
 #include <stdio.h>
@@ -290,6 +293,73 @@ static void test_overflow_provenance(void) {
           fused.what);
 }
 
+/* input (4 x 1 x 1, every value 1) -> 1x1 conv r (filter 1e4, no bias:
+ * r = 40000) -> [1x1 conv (filter 0) + BN a_bn (beta 40000: a = 40000)] + r
+ * = s (ReLU after it when relu) -> s + r -> gap -> fc, in amp-fp16: a and r
+ * are finite in fp16 and their sum, 80000, is not. The forward's replay
+ * names s_add's output, fused or not, on either device. */
+static void forward_overflow_site(mp_device dev, bool fused, bool relu, mp_nonfinite_site *site, char *name,
+                                  size_t name_len, bool *was_fused) {
+    mp_model m;
+    memset(&m, 0, sizeof m);
+    memset(site, 0, sizeof *site);
+    snprintf(name, name_len, "nothing");
+    *was_fused = false;
+    mp_graph *g = m.g = mp_graph_create();
+    MP_ASSERT(g);
+    mp_node x = m.input = mp_graph_input(g, "input", 4, 1, 1);
+    mp_node r = mp_conv2d(g, "r_conv", x, (mp_conv_opts){.out_channels = 8, .kernel = 1});
+    mp_node a = mp_conv_bn(g, "a", r, (mp_conv_opts){.out_channels = 8, .kernel = 1});
+    mp_node s = mp_add(g, "s_add", a, r);
+    mp_node y = mp_global_avgpool(g, "gap", mp_add(g, "t_add", relu ? mp_relu(g, "s_relu", s) : s, r));
+    y = mp_linear(g, "fc", y, (mp_linear_opts){.out_features = 10, .bias = false});
+    MP_ASSERT(mp_model_finish(&m, y) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
+    mp_graph_init_params(g, 5);
+    for (int k = 0; k < g->n_params; k++) {
+        const char *pn = g->params[k].name;
+        const float v = !strcmp(pn, "r_conv.weight") ? 1e4f : !strcmp(pn, "a.weight") ? 0.f
+                        : !strcmp(pn, "a_bn.bias") ? 40000.f : !strncmp(pn, "r_conv.", 7) ? 0.f : NAN;
+        for (int64_t e = 0; !isnan(v) && e < mp_shape_numel(&g->params[k].spec.shape); e++) g->params[k].data[e] = v;
+    }
+    mp_plan_opts o = {.batch = B, .training = true, .loss = m.loss, .device = dev, .no_bn_add_relu_fusion = !fused};
+    float in[B * 4];
+    for (int i = 0; i < B * 4; i++) in[i] = 1.f;
+    int32_t labels[B] = {0};
+    mp_plan *p = NULL;
+    mp_status st = mp_plan_create(g, o, &p);
+    if (st == MP_OK) *was_fused = p->nodes[a].add_fused == s;
+    if (st == MP_OK) st = mp_plan_set_input(p, m.input, in, B * 4);
+    if (st == MP_OK) st = mp_plan_set_labels(p, m.labels, labels, B);
+    if (st == MP_OK) st = mp_plan_forward(p);
+    if (st == MP_OK) st = mp_plan_find_nonfinite_forward(p, site);
+    CHECK(st == MP_OK, "forward overflow provenance plan (%s, %s%s): %s", dev.kind == MP_DEVICE_CUDA ? "cuda" : "cpu",
+          fused ? "fused" : "unfused", relu ? ", ReLU" : "", mp_last_error());
+    if (site->found) snprintf(name, name_len, "%s", g->nodes[site->node].name);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
+static void test_forward_overflow_provenance(void) {
+    for (int relu = 0; relu < 2; relu++) {
+        const mp_device devs[] = {{MP_DEVICE_CPU, 0}, {MP_DEVICE_CUDA, 0}, {MP_DEVICE_CUDA, 0}};
+        const char *label[] = {"cpu", "gpu unfused", "gpu fused"};
+        for (int d = 0; d < 3; d++) {
+            mp_nonfinite_site site;
+            char name[64];
+            bool was_fused;
+            forward_overflow_site(devs[d], d == 2, relu, &site, name, sizeof name, &was_fused);
+            CHECK(was_fused == (d == 2), "forward overflow provenance, %s%s: a_bn %sfused with s_add", label[d],
+                  relu ? ", ReLU" : "", was_fused ? "" : "not ");
+            const bool ok = site.found && !site.backward && !strcmp(name, "s_add") && !strcmp(site.what, "output");
+            CHECK(ok, "forward overflow provenance, %s%s: %s '%s' (expected s_add's output)", label[d],
+                  relu ? ", ReLU" : "", name, site.what);
+            printf("%s forward overflow provenance, %s%s: the replay names %s (%s)\n", ok ? "ok  " : "FAIL", label[d],
+                   relu ? ", ReLU after the add" : "", name, site.what);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL; /* one model's cases (diagnosis) */
     if (mp_cuda_device_count() < 1) {
@@ -309,5 +379,6 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < sizeof precs / sizeof precs[0] && (!only || !strcmp(only, models[i].model)); j++)
             one_case(&models[i], precs[j]);
     if (!only) test_overflow_provenance();
+    if (!only) test_forward_overflow_provenance();
     return test_summary("test_cuda_bn_add_relu");
 }
