@@ -124,12 +124,15 @@ typedef struct {
     mp_impl impl;
     bool training;          /* batch statistics, dropout active */
     bool relu_after;        /* batchnorm2d: also applies the ReLU that reads it
-                               (graph/plan_fuse.h); backward masks d_out where out
-                               is 0 (the CPU's channels-last kernels compute that
-                               from the input unless out_staged) */
+                               (graph/plan_fuse.h; on a GPU only where prepared
+                               so too: false leaves it out, as the forward's
+                               overflow replay does, graph/exec.c); backward
+                               masks d_out where out is 0 (the CPU's
+                               channels-last kernels compute that from the
+                               input unless out_staged) */
     uint64_t seed;          /* dropout: differs per node and per step */
     /* batchnorm2d with the residual add after it fused in, and that add's
-     * ReLU where relu_after (GPU plans only, graph/plan_fuse.h): out =
+     * ReLU where relu_after (graph/plan_fuse.h): out =
      * relu(bn(x) + resid) (or bn(x) + resid), the bn value rounded to out's
      * dtype before the add as the unfused ops round it; backward also writes d_resid, the add's gradient to resid
      * (added to what it holds when d_resid_add). resid.data NULL: none. */

@@ -307,6 +307,7 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
     gc.state = state;
     gc.impl = MP_IMPL_AUTO;
     gc.training = k->training;
+    gc.relu_after = k->relu_after; /* as plans bind it (graph/plan.c) */
     gc.seed = k->seed;
     gc.n_in = k->n_in;
     const bool flat_params = !k->params_channels_last;
