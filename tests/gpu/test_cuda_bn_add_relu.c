@@ -226,80 +226,25 @@ static void one_case(const model_case *mc, mp_precision prec) {
     mp_model_free(&oracle);
 }
 
-/* input (4 x 1 x 1) -> 1x1 conv r -> [1x1 conv + BN a_bn] + r = s -> s + r = t
- * -> gap -> fc (no bias; class 0's row -1, the rest 0) -> loss, in amp-fp16
- * with a zero input (every activation 0, the softmax uniform) and labels 0.
- * A backward seeded with SEED gives t, s and r each the gradient
- * v = 0.1125 SEED (< 65504 in fp16), so r's gradient, written v by t and
- * then added v by s, is the first to overflow (the CPU names s_add's
- * input 1 for seeds 3e5 to 5e5; the batch norm's dx is 0, its parameter
- * gradients f32). */
+/* input (4 x 1 x 1) -> 1x1 conv r_conv (8 channels, no bias) -> [1x1 conv
+ * a + BN a_bn] + r = s_add (ReLU s_relu after it when relu) -> + r = t_add
+ * -> gap -> fc (no bias), in amp-fp16, one training forward; then
+ *  - backward (forward false): a zero input (every activation 0, the
+ *    softmax uniform), labels 0, fc's class-0 row -1 and the rest 0, and a
+ *    checked backward seeded with SEED gives t, s and r each the gradient
+ *    v = 0.1125 SEED (< 65504 in fp16), so r's gradient, written v by t and
+ *    then added v by s, is the first to overflow (the CPU names s_add's
+ *    input 1 for seeds 3e5 to 5e5; the batch norm's dx is 0, its parameter
+ *    gradients f32);
+ *  - forward: every input 1, r_conv's filter 1e4 (r = 40000), a's filter 0
+ *    and a_bn's beta 40000 (a = 40000): a and r finite in fp16, their sum,
+ *    80000, not; the forward's replay names s_add's output.
+ * site and name (its node's, or "nothing"): what the search found;
+ * *was_fused: the plan fused a_bn with s_add. */
 #define OVERFLOW_SEED 4e5f
 
-static void overflow_site(mp_device dev, bool fused, mp_nonfinite_site *site, char *name, size_t name_len,
-                          bool *was_fused) {
-    mp_model m;
-    memset(&m, 0, sizeof m);
-    memset(site, 0, sizeof *site);
-    snprintf(name, name_len, "nothing");
-    *was_fused = false;
-    mp_graph *g = m.g = mp_graph_create();
-    MP_ASSERT(g);
-    mp_node x = m.input = mp_graph_input(g, "input", 4, 1, 1);
-    mp_node r = mp_conv2d(g, "r_conv", x, (mp_conv_opts){.out_channels = 8, .kernel = 1});
-    mp_node a = mp_conv_bn(g, "a", r, (mp_conv_opts){.out_channels = 8, .kernel = 1});
-    mp_node s = mp_add(g, "s_add", a, r);
-    mp_node y = mp_global_avgpool(g, "gap", mp_add(g, "t_add", s, r));
-    y = mp_linear(g, "fc", y, (mp_linear_opts){.out_features = 10, .bias = false});
-    MP_ASSERT(mp_model_finish(&m, y) == MP_OK);
-    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
-    mp_graph_init_params(g, 5);
-    for (int k = 0; k < g->n_params; k++)
-        if (!strcmp(g->params[k].name, "fc.weight"))
-            for (int64_t e = 0; e < mp_shape_numel(&g->params[k].spec.shape); e++)
-                g->params[k].data[e] = e < 8 ? -1.f : 0.f; /* (10, 8): row 0 */
-    mp_plan_opts o = {.batch = B, .training = true, .loss = m.loss, .device = dev, .no_bn_add_relu_fusion = !fused};
-    float in[B * 4] = {0};
-    int32_t labels[B] = {0};
-    mp_plan *p = NULL;
-    mp_status st = mp_plan_create(g, o, &p);
-    if (st == MP_OK) *was_fused = p->nodes[a].add_fused == s;
-    if (st == MP_OK) st = mp_plan_set_input(p, m.input, in, B * 4);
-    if (st == MP_OK) st = mp_plan_set_labels(p, m.labels, labels, B);
-    if (st == MP_OK) st = mp_plan_forward(p);
-    if (st == MP_OK) st = mp_plan_backward_checked(p, OVERFLOW_SEED, site);
-    CHECK(st == MP_OK, "overflow provenance plan (%s, %s): %s", dev.kind == MP_DEVICE_CUDA ? "cuda" : "cpu",
-          fused ? "fused" : "unfused", mp_last_error());
-    if (site->found) snprintf(name, name_len, "%s", g->nodes[site->node].name);
-    mp_plan_destroy(p);
-    mp_model_free(&m);
-}
-
-static void test_overflow_provenance(void) {
-    mp_nonfinite_site cpu, apart, fused;
-    char cpu_name[64], apart_name[64], fused_name[64];
-    bool f_cpu, f_apart, f_fused;
-    overflow_site((mp_device){MP_DEVICE_CPU, 0}, false, &cpu, cpu_name, sizeof cpu_name, &f_cpu);
-    overflow_site((mp_device){MP_DEVICE_CUDA, 0}, false, &apart, apart_name, sizeof apart_name, &f_apart);
-    overflow_site((mp_device){MP_DEVICE_CUDA, 0}, true, &fused, fused_name, sizeof fused_name, &f_fused);
-    CHECK(f_fused && !f_apart, "overflow provenance: the GPU plan fuses a_bn with s_add (%s) and the unfused one "
-          "does not (%s)", f_fused ? "yes" : "no", f_apart ? "it does" : "no");
-    CHECK(cpu.found && !strcmp(cpu_name, "s_add") && !strcmp(cpu.what, "grad input 1"),
-          "overflow provenance, cpu: %s '%s' (expected s_add's grad input 1)", cpu_name, cpu.what);
-    CHECK(apart.found && !strcmp(apart_name, "s_add") && !strcmp(apart.what, "grad input 1"),
-          "overflow provenance, gpu unfused: %s '%s' (expected s_add's grad input 1)", apart_name, apart.what);
-    CHECK(fused.found && !strcmp(fused_name, "s_add") && !strcmp(fused.what, "grad input 1"),
-          "overflow provenance, gpu fused: %s '%s' (expected s_add's grad input 1, as unfused)", fused_name,
-          fused.what);
-}
-
-/* input (4 x 1 x 1, every value 1) -> 1x1 conv r (filter 1e4, no bias:
- * r = 40000) -> [1x1 conv (filter 0) + BN a_bn (beta 40000: a = 40000)] + r
- * = s (ReLU after it when relu) -> s + r -> gap -> fc, in amp-fp16: a and r
- * are finite in fp16 and their sum, 80000, is not. The forward's replay
- * names s_add's output, fused or not, on either device. */
-static void forward_overflow_site(mp_device dev, bool fused, bool relu, mp_nonfinite_site *site, char *name,
-                                  size_t name_len, bool *was_fused) {
+static void overflow_site(mp_device dev, bool fused, bool relu, bool forward, mp_nonfinite_site *site, char *name,
+                          size_t name_len, bool *was_fused) {
     mp_model m;
     memset(&m, 0, sizeof m);
     memset(site, 0, sizeof *site);
@@ -318,13 +263,17 @@ static void forward_overflow_site(mp_device dev, bool fused, bool relu, mp_nonfi
     mp_graph_init_params(g, 5);
     for (int k = 0; k < g->n_params; k++) {
         const char *pn = g->params[k].name;
-        const float v = !strcmp(pn, "r_conv.weight") ? 1e4f : !strcmp(pn, "a.weight") ? 0.f
-                        : !strcmp(pn, "a_bn.bias") ? 40000.f : !strncmp(pn, "r_conv.", 7) ? 0.f : NAN;
-        for (int64_t e = 0; !isnan(v) && e < mp_shape_numel(&g->params[k].spec.shape); e++) g->params[k].data[e] = v;
+        float *v = g->params[k].data;
+        for (int64_t e = 0; e < mp_shape_numel(&g->params[k].spec.shape); e++) {
+            if (!forward && !strcmp(pn, "fc.weight")) v[e] = e < 8 ? -1.f : 0.f; /* (10, 8): row 0 */
+            if (forward && !strcmp(pn, "r_conv.weight")) v[e] = 1e4f;
+            if (forward && !strcmp(pn, "a.weight")) v[e] = 0.f;
+            if (forward && !strcmp(pn, "a_bn.bias")) v[e] = 40000.f;
+        }
     }
     mp_plan_opts o = {.batch = B, .training = true, .loss = m.loss, .device = dev, .no_bn_add_relu_fusion = !fused};
     float in[B * 4];
-    for (int i = 0; i < B * 4; i++) in[i] = 1.f;
+    for (int i = 0; i < B * 4; i++) in[i] = forward ? 1.f : 0.f;
     int32_t labels[B] = {0};
     mp_plan *p = NULL;
     mp_status st = mp_plan_create(g, o, &p);
@@ -332,12 +281,32 @@ static void forward_overflow_site(mp_device dev, bool fused, bool relu, mp_nonfi
     if (st == MP_OK) st = mp_plan_set_input(p, m.input, in, B * 4);
     if (st == MP_OK) st = mp_plan_set_labels(p, m.labels, labels, B);
     if (st == MP_OK) st = mp_plan_forward(p);
-    if (st == MP_OK) st = mp_plan_find_nonfinite_forward(p, site);
-    CHECK(st == MP_OK, "forward overflow provenance plan (%s, %s%s): %s", dev.kind == MP_DEVICE_CUDA ? "cuda" : "cpu",
-          fused ? "fused" : "unfused", relu ? ", ReLU" : "", mp_last_error());
+    if (st == MP_OK)
+        st = forward ? mp_plan_find_nonfinite_forward(p, site) : mp_plan_backward_checked(p, OVERFLOW_SEED, site);
+    CHECK(st == MP_OK, "%s overflow provenance plan (%s, %s%s): %s", forward ? "forward" : "backward",
+          dev.kind == MP_DEVICE_CUDA ? "cuda" : "cpu", fused ? "fused" : "unfused", relu ? ", ReLU" : "",
+          mp_last_error());
     if (site->found) snprintf(name, name_len, "%s", g->nodes[site->node].name);
     mp_plan_destroy(p);
     mp_model_free(&m);
+}
+
+static void test_overflow_provenance(void) {
+    mp_nonfinite_site cpu, apart, fused;
+    char cpu_name[64], apart_name[64], fused_name[64];
+    bool f_cpu, f_apart, f_fused;
+    overflow_site((mp_device){MP_DEVICE_CPU, 0}, false, false, false, &cpu, cpu_name, sizeof cpu_name, &f_cpu);
+    overflow_site((mp_device){MP_DEVICE_CUDA, 0}, false, false, false, &apart, apart_name, sizeof apart_name, &f_apart);
+    overflow_site((mp_device){MP_DEVICE_CUDA, 0}, true, false, false, &fused, fused_name, sizeof fused_name, &f_fused);
+    CHECK(f_fused && !f_apart, "overflow provenance: the GPU plan fuses a_bn with s_add (%s) and the unfused one "
+          "does not (%s)", f_fused ? "yes" : "no", f_apart ? "it does" : "no");
+    CHECK(cpu.found && !strcmp(cpu_name, "s_add") && !strcmp(cpu.what, "grad input 1"),
+          "overflow provenance, cpu: %s '%s' (expected s_add's grad input 1)", cpu_name, cpu.what);
+    CHECK(apart.found && !strcmp(apart_name, "s_add") && !strcmp(apart.what, "grad input 1"),
+          "overflow provenance, gpu unfused: %s '%s' (expected s_add's grad input 1)", apart_name, apart.what);
+    CHECK(fused.found && !strcmp(fused_name, "s_add") && !strcmp(fused.what, "grad input 1"),
+          "overflow provenance, gpu fused: %s '%s' (expected s_add's grad input 1, as unfused)", fused_name,
+          fused.what);
 }
 
 static void test_forward_overflow_provenance(void) {
@@ -348,7 +317,7 @@ static void test_forward_overflow_provenance(void) {
             mp_nonfinite_site site;
             char name[64];
             bool was_fused;
-            forward_overflow_site(devs[d], d == 2, relu, &site, name, sizeof name, &was_fused);
+            overflow_site(devs[d], d == 2, relu, true, &site, name, sizeof name, &was_fused);
             CHECK(was_fused == (d == 2), "forward overflow provenance, %s%s: a_bn %sfused with s_add", label[d],
                   relu ? ", ReLU" : "", was_fused ? "" : "not ");
             const bool ok = site.found && !site.backward && !strcmp(name, "s_add") && !strcmp(site.what, "output");
