@@ -16,7 +16,7 @@ static const cudnnBatchNormMode_t MODE = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 
 struct mp_bn_cudnn {
     int C;
-    double eps, momentum;
+    double eps;
     cudnnBatchNormOps_t ops;
     bool add;                                /* BN_ADD_ACTIVATION: the fused residual add (z = resid, dz = d_resid) */
     mp_dtype dt;                             /* of x, y, dy, dx and the residual: F16 or BF16 */
@@ -88,7 +88,6 @@ mp_status mp_bn_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_op
     if (!st) return mp_error(MP_ERR_NOMEM, "batchnorm2d '%s': out of host memory", d->name ? d->name : "?");
     st->C = x->dims[1];
     st->eps = eps;
-    st->momentum = d->attr.bn.momentum;
     st->add = cfg->add_after;
     st->dt = dt;
     st->ops = st->add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
@@ -138,7 +137,8 @@ mp_status mp_bn_cudnn_forward(mp_cuda_ctx *ctx, const mp_bn_cudnn *st, const mp_
     const mp_tensor *p = c->param;
     MP_CUDNN_TRY(cudnnBatchNormalizationForwardTrainingEx(
                      ctx->cudnn, MODE, st->ops, &one, &zero, st->x_desc, c->in[0].data, st->add ? st->x_desc : NULL,
-                     st->add ? c->resid.data : NULL, st->x_desc, c->out.data, st->bn_desc, p[P_WEIGHT].data, p[P_BIAS].data, st->momentum,
+                     st->add ? c->resid.data : NULL, st->x_desc, c->out.data, st->bn_desc, p[P_WEIGHT].data, p[P_BIAS].data,
+                     c->desc->attr.bn.momentum,
                      p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, st->eps, save_mean, save_invstd, st->act,
                      st->fwd_ws ? c->workspace : NULL, st->fwd_ws, reserve, st->reserve),
                  st->what_fwd);

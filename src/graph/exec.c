@@ -120,34 +120,49 @@ static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
     return p->be->tensor_nonfinite(p, t, found);
 }
 
-/* Node i's forward in the replay, its output checked (site filled at the
- * first NaN/inf). A batch norm with a residual add (+ ReLU) fused in
- * (plan_fuse.h) runs apart from them in the one buffer the three share: the
- * batch norm alone, then the add's forward and the ReLU's in place (the
- * fused pass's bits, which the backward reads), each output checked, so a
- * sum that overflows where bn(x) and the residual do not is named as the
- * add, as in an unfused plan, and a -inf the ReLU turns into 0 is seen. */
-static mp_status replay_node(mp_plan *p, int i, mp_nonfinite_site *site) {
+/* Batch norm i, with a residual add (+ ReLU) fused in (plan_fuse.h), gave
+ * a NaN/inf in the replay: which op of the chain an unfused plan would
+ * name (*node). The batch norm runs alone (its call's residual and ReLU left
+ * out), then the add's forward in place in the buffer they share, each
+ * output checked; then the fused forward again, whose output and saved
+ * state (on a GPU cuDNN keeps its ReLU mask there) the rest of the replay
+ * and a backward read. Both extra runs leave the running statistics where
+ * the replay's fused forward put them (momentum 0). */
+static mp_status name_in_chain(mp_plan *p, int i, int *node) {
     mp_op_call *c = &p->nodes[i].call;
-    const int add = p->nodes[i].add_fused;
+    float *mom = &p->g->nodes[i].desc.attr.bn.momentum;
+    const float momentum = *mom;
     const mp_tensor resid = c->resid;
     const bool relu = c->relu_after;
-    if (add) c->resid.data = NULL, c->relu_after = false;
-    mp_status s = forward_node(p, i);
+    const int add = p->nodes[i].add_fused;
+    bool found = false;
+    *mom = 0.0f;
+    c->resid.data = NULL, c->relu_after = false;
+    mp_status s = p->be->forward(p, i);
     c->resid = resid, c->relu_after = relu;
-    int chain[3] = {i, add, 0}, n = add ? 2 : 1;
-    for (int k = add + 1; add && relu && k < p->n; k++) /* the fused ReLU after the add */
-        if (p->nodes[k].fused_away && p->nodes[k].fused_into == i && p->g->nodes[k].desc.kind != MP_OP_ADD)
-            chain[n++] = k;
-    for (int k = 0; k < n && s == MP_OK; k++) {
-        if (k > 0) s = p->be->forward(p, chain[k]);
-        bool found = false;
-        if (s == MP_OK && !site->found) s = nonfinite(p, &p->nodes[chain[k]].call.out, &found);
-        if (s != MP_OK || !found) continue;
-        *site = (mp_nonfinite_site){.found = true, .backward = false, .node = chain[k]};
-        snprintf(site->what, sizeof site->what, "output");
+    if (s == MP_OK) s = nonfinite(p, &c->out, &found);
+    if (s == MP_OK && !found) {
+        s = p->be->forward(p, add);
+        if (s == MP_OK) s = nonfinite(p, &p->nodes[add].call.out, &found);
+        if (found) *node = add;
     }
+    if (s == MP_OK) s = p->be->forward(p, i);
+    *mom = momentum;
     return s;
+}
+
+/* Node i's forward in the replay, its output checked: site filled at the
+ * first NaN/inf, named as an unfused plan names it (name_in_chain). */
+static mp_status replay_node(mp_plan *p, int i, mp_nonfinite_site *site) {
+    mp_status s = forward_node(p, i);
+    bool found = false;
+    if (s == MP_OK && !site->found) s = nonfinite(p, &p->nodes[i].call.out, &found);
+    if (s != MP_OK || !found) return s;
+    int node = i;
+    if (p->nodes[i].add_fused) MP_TRY(name_in_chain(p, i, &node));
+    *site = (mp_nonfinite_site){.found = true, .backward = false, .node = node};
+    snprintf(site->what, sizeof site->what, "output");
+    return MP_OK;
 }
 
 /* Activations die as soon as nothing reads them (the arena reuses their

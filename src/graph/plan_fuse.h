@@ -26,11 +26,11 @@
  * the later one takes the other's output as r. On CPU plans the three must
  * run natively on the channels-last vector kernels (f32, or bf16 storage);
  * the host backend undoes the others once the layouts are chosen
- * (mp_plan_unfuse_bn_add). The forward's overflow replay runs the chain
- * apart in its one buffer (graph/exec.c: the batch norm alone, then the
- * add's and the ReLU's forwards in place, the fused pass's bits), checking
- * each output: a sum that overflows where bn(x) and r do not is named as
- * the add, as in an unfused plan.
+ * (mp_plan_unfuse_bn_add). Where the chain's output holds a NaN/inf, the
+ * forward's overflow replay runs the batch norm alone and then the add
+ * (graph/exec.c) to name the op an unfused plan names: a sum that overflows
+ * where bn(x) and r do not is the add's. (A -inf that the ReLU turns into 0
+ * is not seen, as unfused it leaves the loss finite.)
  *
  * GPU training plans may go one step further where a fused batch norm +
  * ReLU's output feeds only a 3x3 depthwise conv2d (MobileNet's expansion

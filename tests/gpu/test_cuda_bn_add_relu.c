@@ -240,11 +240,12 @@ static void one_case(const model_case *mc, mp_precision prec) {
  *    and a_bn's beta 40000 (a = 40000): a and r finite in fp16, their sum,
  *    80000, not; the forward's replay names s_add's output.
  * site and name (its node's, or "nothing"): what the search found;
- * *was_fused: the plan fused a_bn with s_add. */
+ * *was_fused: the plan fused a_bn with s_add; running: a_bn's running mean
+ * and variance after it (the forward's and the replay's updates). */
 #define OVERFLOW_SEED 4e5f
 
 static void overflow_site(mp_device dev, bool fused, bool relu, bool forward, mp_nonfinite_site *site, char *name,
-                          size_t name_len, bool *was_fused) {
+                          size_t name_len, bool *was_fused, float running[16]) {
     mp_model m;
     memset(&m, 0, sizeof m);
     memset(site, 0, sizeof *site);
@@ -287,6 +288,9 @@ static void overflow_site(mp_device dev, bool fused, bool relu, bool forward, mp
           dev.kind == MP_DEVICE_CUDA ? "cuda" : "cpu", fused ? "fused" : "unfused", relu ? ", ReLU" : "",
           mp_last_error());
     if (site->found) snprintf(name, name_len, "%s", g->nodes[site->node].name);
+    if (st == MP_OK) st = mp_plan_sync_params(p, true);
+    for (int k = 0; k < 2 && st == MP_OK; k++)
+        memcpy(running + 8 * k, g->params[g->nodes[a].first_param + 2 + k].data, 8 * sizeof *running);
     mp_plan_destroy(p);
     mp_model_free(&m);
 }
@@ -295,9 +299,11 @@ static void test_overflow_provenance(void) {
     mp_nonfinite_site cpu, apart, fused;
     char cpu_name[64], apart_name[64], fused_name[64];
     bool f_cpu, f_apart, f_fused;
-    overflow_site((mp_device){MP_DEVICE_CPU, 0}, false, false, false, &cpu, cpu_name, sizeof cpu_name, &f_cpu);
-    overflow_site((mp_device){MP_DEVICE_CUDA, 0}, false, false, false, &apart, apart_name, sizeof apart_name, &f_apart);
-    overflow_site((mp_device){MP_DEVICE_CUDA, 0}, true, false, false, &fused, fused_name, sizeof fused_name, &f_fused);
+    float running[16];
+    const mp_device cpu_dev = {MP_DEVICE_CPU, 0}, gpu = {MP_DEVICE_CUDA, 0};
+    overflow_site(cpu_dev, false, false, false, &cpu, cpu_name, sizeof cpu_name, &f_cpu, running);
+    overflow_site(gpu, false, false, false, &apart, apart_name, sizeof apart_name, &f_apart, running);
+    overflow_site(gpu, true, false, false, &fused, fused_name, sizeof fused_name, &f_fused, running);
     CHECK(f_fused && !f_apart, "overflow provenance: the GPU plan fuses a_bn with s_add (%s) and the unfused one "
           "does not (%s)", f_fused ? "yes" : "no", f_apart ? "it does" : "no");
     CHECK(cpu.found && !strcmp(cpu_name, "s_add") && !strcmp(cpu.what, "grad input 1"),
@@ -313,11 +319,12 @@ static void test_forward_overflow_provenance(void) {
     for (int relu = 0; relu < 2; relu++) {
         const mp_device devs[] = {{MP_DEVICE_CPU, 0}, {MP_DEVICE_CUDA, 0}, {MP_DEVICE_CUDA, 0}};
         const char *label[] = {"cpu", "gpu unfused", "gpu fused"};
+        float running[3][16];
         for (int d = 0; d < 3; d++) {
             mp_nonfinite_site site;
             char name[64];
             bool was_fused;
-            overflow_site(devs[d], d == 2, relu, true, &site, name, sizeof name, &was_fused);
+            overflow_site(devs[d], d == 2, relu, true, &site, name, sizeof name, &was_fused, running[d]);
             CHECK(was_fused == (d == 2), "forward overflow provenance, %s%s: a_bn %sfused with s_add", label[d],
                   relu ? ", ReLU" : "", was_fused ? "" : "not ");
             const bool ok = site.found && !site.backward && !strcmp(name, "s_add") && !strcmp(site.what, "output");
@@ -326,6 +333,15 @@ static void test_forward_overflow_provenance(void) {
             printf("%s forward overflow provenance, %s%s: the replay names %s (%s)\n", ok ? "ok  " : "FAIL", label[d],
                    relu ? ", ReLU after the add" : "", name, site.what);
         }
+        /* the replay moved a_bn's running statistics once on each plan, fused or not */
+        double worst = 0;
+        for (int d = 1; d < 3; d++)
+            for (int k = 0; k < 16; k++) {
+                const double e = fabs((double)running[d][k] - running[0][k]);
+                worst = e > worst || e != e ? e : worst;
+            }
+        CHECK(worst <= 1e-6, "forward overflow provenance%s: a_bn's running statistics after the replay %.3g from the "
+              "CPU's", relu ? ", ReLU" : "", worst);
     }
 }
 
