@@ -15,8 +15,10 @@
  *     backward checked: nothing found, the same values;
  *  3. inference plans: the logits fused and unfused, bit for bit;
  *  4. overflow provenance, fp32 and amp-bf16: the forward's replay names a
- *     fused batch norm whose output overflows, and the add where bn(x) and
- *     the residual are finite and their sum overflows, as unfused, and
+ *     fused batch norm whose output overflows (also where only its -inf,
+ *     which the ReLU zeroes, is there beside the sum's +inf), and the add
+ *     where bn(x) and the residual are finite and their sum overflows, as
+ *     unfused, and
  *     leaves the chain's output and the running statistics as unfused;
  *     reading a fused batch norm's own output is an error naming the add. */
 #include <math.h>
@@ -186,25 +188,43 @@ static void set_param(mp_graph *g, const char *node, int k, int C, float v) {
 /* Forward overflows in resblocks' first block tail, "a_conv_bn" (fused with
  * "a_add" and "a_relu"), which the forward's replay names as an unfused
  * plan does:
- *  - bn: every gamma of a_conv_bn 3e38: its own output overflows (a_conv_bn);
- *  - sum: a_conv's filter 0 and a_conv_bn's beta 2e38 (bn(x) = 2e38), the
- *    stem's gamma 0 and beta 2e38 (the residual 2e38): both finite, their
- *    sum overflows (a_add; before the replay ran the three apart it named
- *    the batch norm).
+ *  - OVF_BN: every gamma of a_conv_bn 3e38: its own output overflows
+ *    (a_conv_bn);
+ *  - OVF_SUM: a_conv's filter 0 and a_conv_bn's beta 2e38 (bn(x) = 2e38),
+ *    the stem's gamma 0 and beta 2e38 (the residual 2e38): both finite, their
+ *    sum overflows (a_add; before the replay ran the chain apart it named the
+ *    batch norm);
+ *  - OVF_HIDDEN: as OVF_SUM in channels 1-19, while channel 0 (a_conv's
+ *    filter from input channel 0 kept, the stem's channel 0 plain) has
+ *    gamma 1e36 and beta -3.4e38: bn(x) is -inf where x is below its mean
+ *    and finite (negative) elsewhere, its scale finite (no NaN); the ReLU
+ *    after the sum turns those -inf into 0, so only the sum's +inf shows in
+ *    the fused output (a_conv_bn, as unfused: the chain's batch norm must
+ *    run without the ReLU to see it).
  * The fused batch norm's own output cannot be read from the fused plan.
  * after ((B x 20 x h x w) + 40 floats): a_relu's output and a_conv_bn's
  * running mean and variance once the replay is done. */
-static void provenance(bool fused, bool sum, mp_precision prec, float *after) {
+enum { OVF_BN, OVF_SUM, OVF_HIDDEN };
+static const char *const OVF_NAME[] = {"bn(x) overflows", "the sum overflows", "bn(x) -inf under the ReLU"};
+
+static void provenance(bool fused, int kind, mp_precision prec, float *after) {
     const net_case *nc = &NETS[0];
     mp_model m = build(nc, prec);
-    const int bn = node_named(m.g, "a_conv_bn"), add = node_named(m.g, "a_add"), want_node = sum ? add : bn;
-    if (sum) {
-        set_param(m.g, "a_conv", 0, 20 * 20 * 3 * 3, 0.0f);
+    const int bn = node_named(m.g, "a_conv_bn"), add = node_named(m.g, "a_add");
+    const int want_node = kind == OVF_SUM ? add : bn;
+    if (kind == OVF_BN) set_param(m.g, "a_conv_bn", 0, 20, 3e38f);
+    if (kind != OVF_BN) {
+        float *w = m.g->params[m.g->nodes[node_named(m.g, "a_conv")].first_param].data; /* (20, 20, 3, 3) */
+        for (int e = kind == OVF_HIDDEN ? 9 : 0; e < 20 * 20 * 3 * 3; e++) w[e] = 0.0f;
         set_param(m.g, "a_conv_bn", 1, 20, 2e38f);
         set_param(m.g, "stem_bn", 0, 20, 0.0f);
         set_param(m.g, "stem_bn", 1, 20, 2e38f);
-    } else {
-        set_param(m.g, "a_conv_bn", 0, 20, 3e38f);
+    }
+    if (kind == OVF_HIDDEN) { /* channel 0: the stem plain, a_conv_bn's values from -inf to about 0 */
+        mp_gparam *sp = &m.g->params[m.g->nodes[node_named(m.g, "stem_bn")].first_param];
+        mp_gparam *ap = &m.g->params[m.g->nodes[bn].first_param];
+        sp[0].data[0] = 1.0f, sp[1].data[0] = 0.0f;
+        ap[0].data[0] = 1e36f, ap[1].data[0] = -3.4e38f;
     }
     const size_t nx = (size_t)B * nc->c * nc->h * nc->w, nact = (size_t)B * 20 * nc->h * nc->w;
     float *x = malloc(nx * sizeof *x), *act = malloc(nact * sizeof *act);
@@ -216,8 +236,8 @@ static void provenance(bool fused, bool sum, mp_precision prec, float *after) {
     mp_nonfinite_site site;
     memset(&site, 0, sizeof site);
     char what[96];
-    snprintf(what, sizeof what, "provenance (%s, %s, %s)", sum ? "the sum overflows" : "bn(x) overflows",
-             mp_precision_name(prec), fused ? "fused" : "unfused");
+    snprintf(what, sizeof what, "provenance (%s, %s, %s)", OVF_NAME[kind], mp_precision_name(prec),
+             fused ? "fused" : "unfused");
     mp_status st = mp_plan_create(m.g, o, &p);
     const bool marked = st == MP_OK && p->nodes[bn].add_fused != 0;
     if (st == MP_OK) st = mp_plan_set_input(p, m.input, x, nx);
@@ -253,18 +273,17 @@ static void provenance(bool fused, bool sum, mp_precision prec, float *after) {
 /* provenance() fused and unfused: after the replay the chain's output and
  * the batch norm's running statistics (updated once more by the replay)
  * are the same bits either way. */
-static void provenance_pair(bool sum, mp_precision prec) {
+static void provenance_pair(int kind, mp_precision prec) {
     const net_case *nc = &NETS[0];
     const size_t n = (size_t)B * 20 * nc->h * nc->w + 40;
     float *fused = malloc(n * sizeof *fused), *apart = malloc(n * sizeof *apart);
     MP_ASSERT(fused && apart);
-    provenance(true, sum, prec, fused);
-    provenance(false, sum, prec, apart);
+    provenance(true, kind, prec, fused);
+    provenance(false, kind, prec, apart);
     size_t differ = 0;
     for (size_t i = 0; i < n; i++) differ += memcmp(&fused[i], &apart[i], sizeof *fused) != 0;
     CHECK(differ == 0, "provenance (%s, %s): after the replay %zu of a_relu's output and a_conv_bn's running "
-          "statistics differ fused and unfused", sum ? "the sum overflows" : "bn(x) overflows",
-          mp_precision_name(prec), differ);
+          "statistics differ fused and unfused", OVF_NAME[kind], mp_precision_name(prec), differ);
     free(fused), free(apart);
 }
 
@@ -278,9 +297,9 @@ int main(void) {
     exact_steps(&NETS[0], MP_PRECISION_FP32, true, false);
     exact_steps(&NETS[0], MP_PRECISION_AMP_BF16, true, false);
     exact_steps(&NETS[0], MP_PRECISION_AMP_BF16, false, true); /* channels-first: nothing fused */
-    for (int sum = 0; sum < 2; sum++) {
-        provenance_pair(sum, MP_PRECISION_FP32);
-        provenance_pair(sum, MP_PRECISION_AMP_BF16);
+    for (int kind = OVF_BN; kind <= OVF_HIDDEN; kind++) {
+        provenance_pair(kind, MP_PRECISION_FP32);
+        provenance_pair(kind, MP_PRECISION_AMP_BF16);
     }
     return test_summary("test_bn_add_cpu");
 }

@@ -124,10 +124,14 @@ static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
  * a NaN/inf in the replay: which op of the chain an unfused plan would
  * name (*node). The batch norm runs alone (its call's residual and ReLU left
  * out), then the add's forward in place in the buffer they share, each
- * output checked; then the fused forward again, whose output and saved
- * state (on a GPU cuDNN keeps its ReLU mask there) the rest of the replay
- * and a backward read. Both extra runs leave the running statistics where
- * the replay's fused forward put them (momentum 0). */
+ * output checked; then, whatever came of those, the fused forward again,
+ * whose output and saved state (on a GPU cuDNN keeps its ReLU mask there)
+ * the rest of the replay and a backward read. Both extra runs use momentum
+ * 0, which leaves the running statistics where the replay's fused forward
+ * put them (unless a batch statistic is itself inf/NaN: then they are
+ * non-finite already). Nodes the plan runs between the batch norm and the
+ * add are not checked before the add (plan_fuse.h lets none read the
+ * residual there). */
 static mp_status name_in_chain(mp_plan *p, int i, int *node) {
     mp_op_call *c = &p->nodes[i].call;
     float *mom = &p->g->nodes[i].desc.attr.bn.momentum;
@@ -146,10 +150,15 @@ static mp_status name_in_chain(mp_plan *p, int i, int *node) {
         if (s == MP_OK) s = nonfinite(p, &p->nodes[add].call.out, &found);
         if (found) *node = add;
     }
-    if (s == MP_OK) s = p->be->forward(p, i);
+    const mp_status again = p->be->forward(p, i);
     *mom = momentum;
-    return s;
+    return s != MP_OK ? s : again;
 }
+
+/* Batch norms that gather their statistics across ranks (sync_bn): an extra
+ * forward on one rank only would pair its collectives with the other ranks'
+ * next ones, so such plans name the fused batch norm for its chain. */
+static bool chain_apart_ok(const mp_plan *p) { return !(p->o.training && p->o.sync_bn && p->o.dist); }
 
 /* Node i's forward in the replay, its output checked: site filled at the
  * first NaN/inf, named as an unfused plan names it (name_in_chain). */
@@ -159,7 +168,7 @@ static mp_status replay_node(mp_plan *p, int i, mp_nonfinite_site *site) {
     if (s == MP_OK && !site->found) s = nonfinite(p, &p->nodes[i].call.out, &found);
     if (s != MP_OK || !found) return s;
     int node = i;
-    if (p->nodes[i].add_fused) MP_TRY(name_in_chain(p, i, &node));
+    if (p->nodes[i].add_fused && chain_apart_ok(p)) MP_TRY(name_in_chain(p, i, &node));
     *site = (mp_nonfinite_site){.found = true, .backward = false, .node = node};
     snprintf(site->what, sizeof site->what, "output");
     return MP_OK;

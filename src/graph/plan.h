@@ -22,7 +22,7 @@ typedef struct {
     bool data_set;        /* an input, labels or targets node: mp_plan_set_input/_labels gave it a batch */
     int fused_into;       /* a fused_away node: the batch norm that runs it */
     int add_fused;        /* batchnorm2d: the residual add fused in, with the ReLU after it if
-                             relu_fused (GPU plans, plan_fuse.h), else 0 (node 0 is never such an add) */
+                             relu_fused (plan_fuse.h), else 0 (node 0 is never such an add) */
     int dw_fused;         /* batchnorm2d with its ReLU fused: the depthwise conv2d that applies both as it
                              loads (GPU training plans, plan_fuse.h); that conv2d: this batch norm; else 0 */
     int pool_fused;       /* the same with an avgpool2d (k x k, stride k, no padding; 2x2 on CPU plans) that

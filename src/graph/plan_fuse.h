@@ -29,8 +29,11 @@
  * (mp_plan_unfuse_bn_add). Where the chain's output holds a NaN/inf, the
  * forward's overflow replay runs the batch norm alone and then the add
  * (graph/exec.c) to name the op an unfused plan names: a sum that overflows
- * where bn(x) and r do not is the add's. (A -inf that the ReLU turns into 0
- * is not seen, as unfused it leaves the loss finite.)
+ * where bn(x) and r do not is the add's (not on plans whose batch norms
+ * gather statistics across ranks, sync_bn: there the batch norm's). A -inf
+ * of bn(x) or of the sum that the ReLU turns into 0, with nothing else
+ * non-finite in the chain's output, is not seen (it leaves the loss finite
+ * either way; MIXPREC_FUSE_BN_ADD_RELU=0 keeps the three apart to trace it).
  *
  * GPU training plans may go one step further where a fused batch norm +
  * ReLU's output feeds only a 3x3 depthwise conv2d (MobileNet's expansion
