@@ -130,8 +130,8 @@ static mp_status nonfinite(const mp_plan *p, const mp_tensor *t, bool *found) {
  * 0, which leaves the running statistics where the replay's fused forward
  * put them (unless a batch statistic is itself inf/NaN: then they are
  * non-finite already). Nodes the plan runs between the batch norm and the
- * add are not checked before the add (plan_fuse.h lets none read the
- * residual there). */
+ * add are not checked before the add: an unfused plan would name such a
+ * node first where it overflows too. */
 static mp_status name_in_chain(mp_plan *p, int i, int *node) {
     mp_op_call *c = &p->nodes[i].call;
     float *mom = &p->g->nodes[i].desc.attr.bn.momentum;
