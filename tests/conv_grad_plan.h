@@ -103,8 +103,8 @@ static inline mp_status conv_grad_plan_step(int (*mode_set)(int), bool (*taken)(
 /* The plan's gradients with the form on (mode on_mode) and forced off
  * agree within tol (relative L2); forced off no conv takes it, on some
  * does where can_take; what: the form, for the messages. */
-static inline void conv_grad_plan_check(int (*mode_set)(int), int on_mode, bool (*taken)(const void *state), bool can_take,
-                                 mp_precision prec, double tol, const char *what) {
+static inline void conv_grad_plan_check(int (*mode_set)(int), int on_mode, bool (*taken)(const void *state),
+                                        bool can_take, mp_precision prec, double tol, const char *what) {
     float *on = NULL, *off = NULL;
     int64_t n_on = 0, n_off = 0;
     int t_on = 0, t_off = 0;

@@ -76,9 +76,11 @@ static void check_case(mp_dtype dt, int64_t M, int C, bool relu, int dres_mode, 
     mp_rng g;
     mp_rng_seed(&g, seed);
     void *x = malloc(bytes), *r = malloc(bytes), *dy = malloc(bytes), *d0 = malloc(bytes);
-    void *yb = check_alloc_poisoned(bytes), *yref = malloc(bytes), *yf = check_alloc_poisoned(bytes), *gm = malloc(bytes);
+    void *yb = check_alloc_poisoned(bytes), *yref = malloc(bytes), *yf = check_alloc_poisoned(bytes),
+         *gm = malloc(bytes);
     void *ye = check_alloc_poisoned(bytes), *yef = check_alloc_poisoned(bytes);
-    void *dxref = check_alloc_poisoned(bytes), *dxf = check_alloc_poisoned(bytes), *dref = malloc(bytes), *df = malloc(bytes);
+    void *dxref = check_alloc_poisoned(bytes), *dxf = check_alloc_poisoned(bytes), *dref = malloc(bytes),
+         *df = malloc(bytes);
     float *gamma = malloc(C * 4), *beta = malloc(C * 4), *rm = malloc(C * 4), *rv = malloc(C * 4);
     float *sc = malloc(C * 4), *sh = malloc(C * 4), *mu = malloc(C * 4);
     float *dg[2] = {malloc(C * 4), malloc(C * 4)}, *db[2] = {malloc(C * 4), malloc(C * 4)};

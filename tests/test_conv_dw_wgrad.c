@@ -35,21 +35,26 @@ typedef struct {
 
 static int out_size(int H, int k, int s, int p, int dil) { return (H + 2 * p - dil * (k - 1) - 1) / s + 1; }
 
+/* A depthwise conv2d "dw" (groups = C, no bias) over channels-last (N, C,
+ * H, W): its descriptor and shapes. */
+static void dw_conv(int N, int C, int H, int W, int k, int stride, int pad, int dil, mp_op_desc *d, mp_op_info *info) {
+    memset(d, 0, sizeof *d);
+    d->kind = MP_OP_CONV2D;
+    d->name = "dw";
+    d->attr.conv = (mp_conv_opts){.out_channels = C, .kernel = k, .stride = stride, .padding = pad, .dilation = dil,
+                                  .groups = C};
+    memset(info, 0, sizeof *info);
+    info->n_in = 1;
+    info->in[0] = mp_shape4(N, C, H, W);
+    info->out = mp_shape4(N, C, out_size(H, k, stride, pad, dil), out_size(W, k, stride, pad, dil));
+    info->nhwc = 1u | MP_NHWC_OUT;
+}
+
 static void check_case(const dw_case *t, mp_dtype dt, int threads, uint64_t seed) {
     mp_op_desc d;
-    memset(&d, 0, sizeof d);
-    d.kind = MP_OP_CONV2D;
-    d.name = "dw";
-    d.attr.conv = (mp_conv_opts){.out_channels = t->C, .kernel = t->k, .stride = t->stride, .padding = t->pad,
-                                 .dilation = t->dil, .groups = t->C};
-    const int N = t->N, C = t->C, H = t->H, W = t->W, k = t->k;
-    const int OH = out_size(H, k, t->stride, t->pad, t->dil), OW = out_size(W, k, t->stride, t->pad, t->dil);
     mp_op_info info;
-    memset(&info, 0, sizeof info);
-    info.n_in = 1;
-    info.in[0] = mp_shape4(N, C, H, W);
-    info.out = mp_shape4(N, C, OH, OW);
-    info.nhwc = 1u | MP_NHWC_OUT;
+    dw_conv(t->N, t->C, t->H, t->W, t->k, t->stride, t->pad, t->dil, &d, &info);
+    const int N = t->N, C = t->C, H = t->H, W = t->W, k = t->k, OH = info.out.dims[2], OW = info.out.dims[3];
     CHECK(mp_dw_wgrad_applies(&d, &info, MP_DTYPE_BF16) && !mp_dw_wgrad_applies(&d, &info, MP_DTYPE_F32),
           "%s: the convolution takes the kernel in f32 or not in bf16", t->what);
     const int64_t nx = (int64_t)N * H * W * C, ny = (int64_t)N * OH * OW * C, nw = (int64_t)C * k * k;
@@ -108,16 +113,8 @@ static void check_case(const dw_case *t, mp_dtype dt, int threads, uint64_t seed
  * transposed, channels-first, f32 or f16 activations. */
 static void refusals(void) {
     mp_op_desc d;
-    memset(&d, 0, sizeof d);
-    d.kind = MP_OP_CONV2D;
-    d.name = "dw";
-    d.attr.conv = (mp_conv_opts){.out_channels = 8, .kernel = 3, .padding = 1, .groups = 8};
     mp_op_info info;
-    memset(&info, 0, sizeof info);
-    info.n_in = 1;
-    info.in[0] = mp_shape4(2, 8, 6, 6);
-    info.out = mp_shape4(2, 8, 6, 6);
-    info.nhwc = 1u | MP_NHWC_OUT;
+    dw_conv(2, 8, 6, 6, 3, 1, 1, 1, &d, &info);
     CHECK(mp_dw_wgrad_applies(&d, &info, MP_DTYPE_BF16), "the plain depthwise conv is refused");
     CHECK(!mp_dw_wgrad_applies(&d, &info, MP_DTYPE_F32) && !mp_dw_wgrad_applies(&d, &info, MP_DTYPE_F16),
           "taken with f32 or f16 activations");
@@ -175,8 +172,9 @@ int main(void) {
     for (int64_t i = 0; i < nl && nl == nf; i++)
         d2 += ((double)gl[i] - gf[i]) * ((double)gl[i] - gf[i]), r2 += (double)gf[i] * gf[i];
     const double rel = sqrt(d2 / (r2 > 0 ? r2 : 1));
-    CHECK(nl == nf && rel <= 1e-2 && r2 > 0, "plan gradients, channels-last against channels-first: %lld / %lld values, "
-          "relative difference %.3g", (long long)nl, (long long)nf, rel);
+    CHECK(nl == nf && rel <= 1e-2 && r2 > 0,
+          "plan gradients, channels-last against channels-first: %lld / %lld values, relative difference %.3g",
+          (long long)nl, (long long)nf, rel);
     if (tl == 1 && tf == 0 && nl == nf && rel <= 1e-2)
         printf("plan: depthwise weight gradient on the kernel; gradients within %.2g of the channels-first plan's\n",
                rel);

@@ -202,7 +202,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     const size_t wsb = mp_bn_nhwc_workspace_bytes(C);
     void *ws = check_alloc_poisoned(wsb);
     float *rm1 = malloc(C * 4), *rv1 = malloc(C * 4), *rm2 = malloc(C * 4), *rv2 = malloc(C * 4);
-    double *mean1 = check_alloc_poisoned(C * 8), *is1 = check_alloc_poisoned(C * 8), *mean2 = check_alloc_poisoned(C * 8),
+    double *mean1 = check_alloc_poisoned(C * 8), *is1 = check_alloc_poisoned(C * 8),
+           *mean2 = check_alloc_poisoned(C * 8),
            *is2 = check_alloc_poisoned(C * 8);
     /* the forward's scale, shift and float mean */
     float *sc2 = check_alloc_poisoned(C * 4), *sh2 = check_alloc_poisoned(C * 4), *mu2 = check_alloc_poisoned(C * 4);
@@ -236,7 +237,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     {
         void *y3h = check_alloc_poisoned(bytes);
         double *mean3 = check_alloc_poisoned(C * 8), *is3 = check_alloc_poisoned(C * 8);
-        float *sc3 = check_alloc_poisoned(C * 4), *sh3 = check_alloc_poisoned(C * 4), *mu3 = check_alloc_poisoned(C * 4);
+        float *sc3 = check_alloc_poisoned(C * 4), *sh3 = check_alloc_poisoned(C * 4),
+              *mu3 = check_alloc_poisoned(C * 4);
         memcpy(rm2, rm0, C * 4), memcpy(rv2, rv0, C * 4);
         memset(ws, 0xFF, wsb);
         mp_bn_fwd_train_cpu_nhwc(dt, xh, NULL, y3h, gamma, beta, rm2, rv2, mean3, is3, sc3, sh3, mu3, M, C, eps, mom,
@@ -266,9 +268,12 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     void *yev = check_alloc_poisoned(bytes);
     mp_bn_fwd_eval_cpu(dt, x, yev, gamma, beta, rm0, rv0, N, C, HW, eps, relu);
     for (int bs = 1; bs >= 0; bs--) {
-        void *dx1 = check_alloc_poisoned(bytes), *dx2h = check_alloc_poisoned(bytes), *dx3h = check_alloc_poisoned(bytes);
-        float *dg1 = check_alloc_poisoned(C * 4), *db1 = check_alloc_poisoned(C * 4), *dg2 = check_alloc_poisoned(C * 4),
-              *db2 = check_alloc_poisoned(C * 4), *dg3 = check_alloc_poisoned(C * 4), *db3 = check_alloc_poisoned(C * 4);
+        void *dx1 = check_alloc_poisoned(bytes), *dx2h = check_alloc_poisoned(bytes),
+             *dx3h = check_alloc_poisoned(bytes);
+        float *dg1 = check_alloc_poisoned(C * 4), *db1 = check_alloc_poisoned(C * 4),
+              *dg2 = check_alloc_poisoned(C * 4),
+              *db2 = check_alloc_poisoned(C * 4), *dg3 = check_alloc_poisoned(C * 4),
+              *db3 = check_alloc_poisoned(C * 4);
         memset(ws, 0xFF, wsb);
         mp_bn_bwd_cpu(dt, x, relu ? (bs ? y1 : yev) : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C,
                       HW, eps);
@@ -381,7 +386,8 @@ static void check_pool(int N, int C, int H, int W, mp_dtype dt, uint64_t seed) {
     mp_transpose_batch(xh, x, es, N, C, (int64_t)H * W);
     mp_transpose_batch(dyh, dy, es, N, C, (int64_t)OH * OW);
     void *yr = check_alloc_poisoned(ny * es), *dxr = check_alloc_poisoned(nx * es), *yf = check_alloc_poisoned(ny * es),
-         *dxf = check_alloc_poisoned(nx * es), *yh = check_alloc_poisoned(ny * es), *dxh = check_alloc_poisoned(nx * es);
+         *dxf = check_alloc_poisoned(nx * es), *yh = check_alloc_poisoned(ny * es),
+         *dxh = check_alloc_poisoned(nx * es);
     const mp_shape s = mp_shape4(N, C, H, W);
     run_op(MP_OP_AVGPOOL2D, MP_IMPL_REF, s, dt, x, dy, yr, dxr);
     run_op(MP_OP_AVGPOOL2D, MP_IMPL_AUTO, s, dt, x, dy, yf, dxf);
@@ -438,7 +444,8 @@ static void check_bn_pool(int N, int C, int H, int W, mp_dtype dt, int threads, 
         sc[k] = check_alloc_poisoned(C * 4), sh[k] = check_alloc_poisoned(C * 4), mu[k] = check_alloc_poisoned(C * 4);
         dgamma[k] = check_alloc_poisoned(C * 4), dbeta[k] = check_alloc_poisoned(C * 4);
         mean[k] = check_alloc_poisoned(C * 8), is[k] = check_alloc_poisoned(C * 8);
-        y[k] = check_alloc_poisoned(nx * es), pooled[k] = check_alloc_poisoned(ny * es), dx[k] = check_alloc_poisoned(nx * es);
+        y[k] = check_alloc_poisoned(nx * es), pooled[k] = check_alloc_poisoned(ny * es),
+        dx[k] = check_alloc_poisoned(nx * es);
         ws[k] = check_alloc_poisoned(k ? wsb : mp_bn_nhwc_workspace_bytes(C));
         mp_bn_fwd_train_cpu_nhwc(dt, x, NULL, y[k], gamma, beta, rm[k], rv[k], mean[k], is[k], sc[k], sh[k], mu[k], M,
                                  C, 1e-5, 0.1, true, k == 0, ws[k]);
