@@ -178,6 +178,9 @@ typedef struct {
                                     forward convolution of its transposed, reversed filter
                                     (src/ops/conv_dgrad_onednn.h) 0 never, 1 wherever it can run, -1 (unset) timed
                                     against oneDNN's AMX backward-data kernel per shape, the faster kept */
+    bool no_bn_pooled_windows; /**< MIXPREC_BN_POOLED_WINDOWS=0: the dx pass of a GPU batch norm fused into an
+                                    average pool walks x's rows (four index divisions each) instead of the pool's
+                                    windows (comparisons; the same values either way) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

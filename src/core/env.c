@@ -61,6 +61,7 @@ static void read_env(void) {
     e.conv_own = equals("MIXPREC_CONV_OWN", "0") ? 0 : equals("MIXPREC_CONV_OWN", "force") ? 2 : 1;
     e.cpu_wgrad_gemm = getenv("MIXPREC_CPU_WGRAD_GEMM") ? (flag("MIXPREC_CPU_WGRAD_GEMM") ? 1 : 0) : -1;
     e.cpu_dgrad_fwd = getenv("MIXPREC_CPU_DGRAD_FWD") ? (flag("MIXPREC_CPU_DGRAD_FWD") ? 1 : 0) : -1;
+    e.no_bn_pooled_windows = equals("MIXPREC_BN_POOLED_WINDOWS", "0");
     g_env = e;
 }
 

@@ -278,7 +278,21 @@ struct pooled_dy {
     fast_div W, H, k;
     unsigned OH, OW;
     float inv;
+    fast_div OWd, OHd; /* OW and OH as divisors: a pooled row's (n, oh, ow) */
+    bool windows;      /* the dx pass walks the pool's windows (fast_dx_windows), not x's rows */
 };
+
+/* A pooled row's gradient as the batch norm's dy of each row under its
+ * window: 1 / k^2 of it, rounded to T as the pool's backward stores it. */
+template <typename T>
+__device__ __forceinline__ uint4 spread_dy(uint4 pooled, float inv) {
+    constexpr int N = fast_vec<T>::N;
+    float g[N];
+    fast_vec<T>::widen(pooled, g);
+#pragma unroll
+    for (int k = 0; k < N; k++) g[k] = __fmaf_rn(g[k], inv, 0.f);
+    return fast_vec<T>::narrow(g);
+}
 
 template <typename T, bool POOLED>
 __device__ __forceinline__ uint4 load_dy(const T *dy, const pooled_dy &pd, long long r, int C, long long c0) {
@@ -292,9 +306,7 @@ __device__ __forceinline__ uint4 load_dy(const T *dy, const pooled_dy &pd, long 
     for (int k = 0; k < N; k++) g[k] = 0.f;
     if (oh < pd.OH && ow < pd.OW) {
         const long long pr = ((long long)n * pd.OH + oh) * pd.OW + ow;
-        fast_vec<T>::widen(ld16(static_cast<const T *>(pd.dp) + pr * C + c0), g);
-#pragma unroll
-        for (int k = 0; k < N; k++) g[k] = __fmaf_rn(g[k], pd.inv, 0.f);
+        return spread_dy<T>(ld16(static_cast<const T *>(pd.dp) + pr * C + c0), pd.inv);
     }
     return fast_vec<T>::narrow(g);
 }
@@ -357,58 +369,158 @@ __device__ __forceinline__ void fast_bwd_reduce_block(const T *x, const T *dy, c
     }
 }
 
+/* A thread's channel group's coefficients for the dx pass: coef's (mu, k,
+ * a, b) and the forward's where the mask is recomputed. */
+template <int N> struct dx_coefs {
+    float mu[N], kk[N], a[N], b[N];
+    fwd_coefs<N> f;
+};
+
+template <typename T, int MASK>
+__device__ __forceinline__ void load_dx_coefs(const float *coef, const float *fwd_mu, const float *fwd_scale, int C,
+                                              int c0, dx_coefs<fast_vec<T>::N> &k) {
+    constexpr int N = fast_vec<T>::N;
+    load_coef<N>(coef, c0, k.mu);
+    load_coef<N>(coef + C, c0, k.kk);
+    load_coef<N>(coef + 2 * C, c0, k.a);
+    load_coef<N>(coef + 3 * C, c0, k.b);
+    load_fwd<T, MASK>(fwd_mu, fwd_scale, C, c0, k.f);
+}
+
+/* One row's group of the dx pass (element at: its first value): dr and dx
+ * from x, dy and y (v) as fast_dx_block describes. */
+template <typename T, int MASK>
+__device__ __forceinline__ void dx_group(const row_x_dy_y &v, long long at, const dx_coefs<fast_vec<T>::N> &k,
+                                         T *dx, bool dx_add, T *dr, bool dr_add) {
+    constexpr int N = fast_vec<T>::N;
+    float xv[N], g[N];
+    fast_vec<T>::widen(v.x, xv);
+    masked_dy<T, MASK>(v.dy, v.y, xv, k.f, g);
+    if (dr) {
+        float o[N];
+        if (dr_add) {
+            fast_vec<T>::widen(ld16(dr + at), o);
+#pragma unroll
+            for (int j = 0; j < N; j++) o[j] += g[j];
+        } else {
+#pragma unroll
+            for (int j = 0; j < N; j++) o[j] = g[j];
+        }
+        st16(dr + at, fast_vec<T>::narrow(o));
+    }
+    if (dx) {
+#pragma unroll
+        for (int j = 0; j < N; j++) g[j] = k.kk[j] * (g[j] - k.a[j] - (xv[j] - k.mu[j]) * k.b[j]);
+        if (dx_add) {
+            float o[N];
+            fast_vec<T>::widen(ld16(dx + at), o);
+#pragma unroll
+            for (int j = 0; j < N; j++) g[j] += o[j];
+        }
+        st16(dx + at, fast_vec<T>::narrow(g));
+    }
+}
+
+/* A 2 x 2 window's loads: its pooled gradient spread as dy, and x (and y
+ * where the mask reads it) of its four rows. */
+struct window2_rows {
+    uint4 dy, x[4], y[4];
+    long long r0; /* x's row of the window's top-left value */
+};
+
+/* The dx pass of a pooled dy (pd.windows) by the pool's windows: the
+ * block's chunk of pooled rows (G chunks of all N * OH * OW; mirror as for
+ * the rows) from its last, each thread loading a window's pooled gradient
+ * once and the k x k rows under it, with one division pair per window where
+ * fast_dx_block's rows take four each; then, where H or W is not a multiple
+ * of k, the rows no window reaches (dy 0) of the block's chunk of rows. The
+ * same values per element as fast_dx_block's walk. */
+template <typename T, int MASK>
+__device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd, const T *ym,
+                                                const dx_coefs<fast_vec<T>::N> &k, T *dx, bool dx_add, T *dr,
+                                                bool dr_add, long long M, int C, const fast_lane &l, bool mirror) {
+    const unsigned K = pd.k.d, H = pd.H.d, W = pd.W.d;
+    const long long P = M / ((long long)H * W) * pd.OH * pd.OW, G = gridDim.x, Rp = (P + G - 1) / G;
+    const long long b = mirror ? G - 1 - blockIdx.x : blockIdx.x;
+    const long long p0 = b * Rp < P ? b * Rp : P, p1 = p0 + Rp < P ? p0 + Rp : P;
+    const long long c0 = l.g * fast_vec<T>::N;
+    const T *pooled = static_cast<const T *>(pd.dp);
+    /* x's row of window p's top-left value */
+    auto corner = [&](long long p) {
+        const unsigned q = div_by((unsigned)p, pd.OWd), ow = (unsigned)p - q * pd.OW;
+        const unsigned n = div_by(q, pd.OHd), oh = q - n * pd.OH;
+        return ((long long)n * H + (long long)oh * K) * W + (long long)ow * K;
+    };
+    if (K == 2) {
+        /* a window's five loads in flight (with the next window's too, PIPE, registers spill) */
+        walk_rows<1, false>(
+            p1 - 1 - l.rr, -(long long)l.rpp, p0, p1,
+            [&](long long p) {
+                window2_rows v;
+                const long long r0 = v.r0 = corner(p);
+                v.dy = spread_dy<T>(ld16(pooled + p * C + c0), pd.inv);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const long long at = (r0 + (j >> 1) * (long long)W + (j & 1)) * C + c0;
+                    v.x[j] = ld16(x + at);
+                    v.y[j] = MASK == MASK_Y ? ld16(ym + at) : uint4{};
+                }
+                return v;
+            },
+            [&](const window2_rows &v, long long) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const long long at = (v.r0 + (j >> 1) * (long long)W + (j & 1)) * C + c0;
+                    dx_group<T, MASK>(row_x_dy_y{v.x[j], v.dy, v.y[j]}, at, k, dx, dx_add, dr, dr_add);
+                }
+            });
+    } else {
+        for (long long p = p1 - 1 - l.rr; p >= p0; p -= l.rpp) {
+            const long long r0 = corner(p);
+            const uint4 gdy = spread_dy<T>(ld16(pooled + p * C + c0), pd.inv);
+            for (unsigned i = 0; i < K; i++)
+                for (unsigned j = 0; j < K; j++) {
+                    const long long at = (r0 + (long long)i * W + j) * C + c0;
+                    const uint4 uy = MASK == MASK_Y ? ld16(ym + at) : uint4{};
+                    dx_group<T, MASK>(row_x_dy_y{ld16(x + at), gdy, uy}, at, k, dx, dx_add, dr, dr_add);
+                }
+        }
+    }
+    if (H % K == 0 && W % K == 0) return;
+    float zero[fast_vec<T>::N] = {};
+    const uint4 gz = fast_vec<T>::narrow(zero); /* load_dy's value past the last window */
+    for (long long r = l.r1 - 1 - l.rr; r >= l.r0; r -= l.rpp) {
+        const unsigned q = div_by((unsigned)r, pd.W), w = (unsigned)r - q * W, h = q - div_by(q, pd.H) * H;
+        if (h < K * pd.OH && w < K * pd.OW) continue; /* under a window: done above */
+        const long long at = r * C + c0;
+        const uint4 uy = MASK == MASK_Y ? ld16(ym + at) : uint4{};
+        dx_group<T, MASK>(row_x_dy_y{ld16(x + at), gz, uy}, at, k, dx, dx_add, dr, dr_add);
+    }
+}
+
 /* Rows from the chunk's last, as the apply: the reduction read them last
- * (mirror as for the apply). */
+ * (mirror as for the apply); a pooled dy with pd.windows by its windows
+ * (fast_dx_windows). */
 template <typename T, int MASK, bool PIPE, bool POOLED>
 __device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const pooled_dy &pd, const T *ym,
                                               const float *fwd_mu, const float *fwd_scale, T *dx, bool dx_add, T *dr,
                                               bool dr_add, long long M, int C, long long R, const float *coef,
                                               bool mirror) {
-    constexpr int N = fast_vec<T>::N, U = 2;
+    constexpr int U = 2;
     const fast_lane l = lane_of<T>(M, C, R, mirror);
     if (l.rr >= l.rpp) return;
-    float mu[N], kk[N], a[N], b[N];
-    load_coef<N>(coef, l.g * N, mu);
-    load_coef<N>(coef + C, l.g * N, kk);
-    load_coef<N>(coef + 2 * C, l.g * N, a);
-    load_coef<N>(coef + 3 * C, l.g * N, b);
-    fwd_coefs<N> f;
-    load_fwd<T, MASK>(fwd_mu, fwd_scale, C, l.g * N, f);
-    const long long c0 = l.g * N;
+    dx_coefs<fast_vec<T>::N> k;
+    load_dx_coefs<T, MASK>(coef, fwd_mu, fwd_scale, C, l.g * fast_vec<T>::N, k);
+    if (POOLED && pd.windows) {
+        fast_dx_windows<T, MASK>(x, pd, ym, k, dx, dx_add, dr, dr_add, M, C, l, mirror);
+        return;
+    }
+    const long long c0 = l.g * fast_vec<T>::N;
     walk_rows<U, PIPE>(
         l.r1 - 1 - l.rr, -(long long)l.rpp, l.r0, l.r1,
         [&](long long r) { return load_bwd_row<T, MASK, POOLED>(x, dy, ym, pd, r, C, c0); },
-        [&](const row_x_dy_y &v, long long r) {
-            const long long at = r * C + c0;
-            float xv[N], g[N];
-            fast_vec<T>::widen(v.x, xv);
-            masked_dy<T, MASK>(v.dy, v.y, xv, f, g);
-            if (dr) {
-                float o[N];
-                if (dr_add) {
-                    fast_vec<T>::widen(ld16(dr + at), o);
-#pragma unroll
-                    for (int k = 0; k < N; k++) o[k] += g[k];
-                } else {
-#pragma unroll
-                    for (int k = 0; k < N; k++) o[k] = g[k];
-                }
-                st16(dr + at, fast_vec<T>::narrow(o));
-            }
-            if (dx) {
-#pragma unroll
-                for (int k = 0; k < N; k++) g[k] = kk[k] * (g[k] - a[k] - (xv[k] - mu[k]) * b[k]);
-                if (dx_add) {
-                    float o[N];
-                    fast_vec<T>::widen(ld16(dx + at), o);
-#pragma unroll
-                    for (int k = 0; k < N; k++) g[k] += o[k];
-                }
-                st16(dx + at, fast_vec<T>::narrow(g));
-            }
-        });
+        [&](const row_x_dy_y &v, long long r) { dx_group<T, MASK>(v, r * C + c0, k, dx, dx_add, dr, dr_add); });
 }
-
 /* ---- host side: the dtype as T ----------------------------------------- */
 
 static inline int vec_of(mp_dtype dt) {
@@ -433,6 +545,8 @@ static inline pooled_dy pooled_of(const mp_bn_fast_mask &m) {
     p.W = fast_div_of((unsigned)m.W), p.H = fast_div_of((unsigned)m.H), p.k = fast_div_of((unsigned)m.k);
     p.OH = (unsigned)(m.H / m.k), p.OW = (unsigned)(m.W / m.k);
     p.inv = 1.f / (float)(m.k * m.k); /* as the pool's backward computes it */
+    p.OWd = fast_div_of(p.OW), p.OHd = fast_div_of(p.OH);
+    p.windows = !mp_env_get()->no_bn_pooled_windows;
     return p;
 }
 

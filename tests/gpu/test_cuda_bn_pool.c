@@ -7,7 +7,9 @@
  *     conv, batch norm + ReLU, 3x3 pool over a 10 x 7 image, whose last
  *     row and column no window reaches, global pool, linear) fused and
  *     unfused, in fp32, amp-bf16 and amp-fp16 (also fp32 at 12 channels,
- *     the pool's one-channel kernels, and amp-bf16 at batch 48): the same
+ *     the pool's one-channel kernels, amp-bf16 at batch 48, and amp-bf16
+ *     and fp32 on a 21 x 15 input, where pool1's 2x2 windows miss a row
+ *     and a column too): the same
  *     loss, running statistics and gradients bit for bit
  *     (MIXPREC_DETERMINISTIC=1: every convolution on an algorithm free of
  *     atomics, the same in both plans; otherwise the first conv's weight
@@ -30,7 +32,10 @@
 #include "bn_pool_common.h"
 #include "cuda/cuda_ctx.h"
 
-enum { B = 4, H = 20, W = 14, BMAX = 48 };
+enum { B = 4, BMAX = 48 };
+/* The input: 20 x 14, or 21 x 15 (odd_image: pool1's 2x2 windows reach
+ * neither its last row nor its last column). */
+static int H = 20, W = 14;
 
 /* A 3x3 pool over 10 x 7 for pool2: row 9 and column 6 in no window. */
 static bnp_net net_of(int channels) { return (bnp_net){.channels = channels, .H = H, .W = W, .pool2_k = 3}; }
@@ -131,6 +136,10 @@ int main(void) {
     exact_step(MP_PRECISION_FP32, false, 12, B); /* f32 groups of 4 channels: the pool's one-channel kernels */
     exact_step(MP_PRECISION_AMP_BF16, false, 16, BMAX); /* many chunks of rows */
     exact_step(MP_PRECISION_AMP_BF16, true, 16, B);
+    H = 21, W = 15; /* odd_image */
+    exact_step(MP_PRECISION_AMP_BF16, false, 16, BMAX);
+    exact_step(MP_PRECISION_FP32, false, 16, B);
+    H = 20, W = 14;
     bnp_inference_unfused(net_of(16), GPU);
     declined_step();
     /* gamma 1e6 overflows f16 */
