@@ -151,10 +151,7 @@ __device__ __forceinline__ void avgpool_fwd_body(const void *x, mp_dtype xdt, co
                                                  mp_dtype ydt, const pool_geom &g, I total) {
     const I cg = (I)(g.C / VEC);
     const float inv = 1.f / (float)(g.k * g.k);
-    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-        /* with a batch norm: from the last output, whose input the batch norm's statistics pass read
-         * last (still in L2) */
-        const I t = BN ? total - 1 - i : i;
+    for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (I)gridDim.x * blockDim.x) {
         I n;
         int oh, ow, gi;
         split(t, cg, g.OH, g.OW, n, oh, ow, gi);
