@@ -3,7 +3,8 @@
  * batchnorm2d_fast.cu (one pass each) and of batchnorm2d_persist.cu (a
  * whole forward or backward in one cooperative kernel) run the same code.
  * A block has FAST_THREADS threads; block b of a grid of G works on chunk b of
- * the G chunks of R rows. CUDA only. */
+ * the G chunks of R rows (a fused pool's dx pass: of the pool's windows,
+ * fast_dx_windows). CUDA only. */
 #ifndef MP_CUDA_BATCHNORM2D_FAST_CUH
 #define MP_CUDA_BATCHNORM2D_FAST_CUH
 
