@@ -180,8 +180,14 @@ static int node_named(const mp_graph *g, const char *name) {
     return -1;
 }
 
+/* Parameter k of the node named `node` (batch norm: 0 gamma, 1 beta, 2
+ * running mean, 3 running variance). */
+static float *param(mp_graph *g, const char *node, int k) {
+    return g->params[g->nodes[node_named(g, node)].first_param + k].data;
+}
+
 static void set_param(mp_graph *g, const char *node, int k, int C, float v) {
-    float *w = g->params[g->nodes[node_named(g, node)].first_param + k].data;
+    float *w = param(g, node, k);
     for (int c = 0; c < C; c++) w[c] = v;
 }
 
@@ -214,17 +220,15 @@ static void provenance(bool fused, int kind, mp_precision prec, float *after) {
     const int want_node = kind == OVF_SUM ? add : bn;
     if (kind == OVF_BN) set_param(m.g, "a_conv_bn", 0, 20, 3e38f);
     if (kind != OVF_BN) {
-        float *w = m.g->params[m.g->nodes[node_named(m.g, "a_conv")].first_param].data; /* (20, 20, 3, 3) */
+        float *w = param(m.g, "a_conv", 0); /* (20, 20, 3, 3) */
         for (int e = kind == OVF_HIDDEN ? 9 : 0; e < 20 * 20 * 3 * 3; e++) w[e] = 0.0f;
         set_param(m.g, "a_conv_bn", 1, 20, 2e38f);
         set_param(m.g, "stem_bn", 0, 20, 0.0f);
         set_param(m.g, "stem_bn", 1, 20, 2e38f);
     }
     if (kind == OVF_HIDDEN) { /* channel 0: the stem plain, a_conv_bn's values from -inf to about 0 */
-        mp_gparam *sp = &m.g->params[m.g->nodes[node_named(m.g, "stem_bn")].first_param];
-        mp_gparam *ap = &m.g->params[m.g->nodes[bn].first_param];
-        sp[0].data[0] = 1.0f, sp[1].data[0] = 0.0f;
-        ap[0].data[0] = 1e36f, ap[1].data[0] = -3.4e38f;
+        param(m.g, "stem_bn", 0)[0] = 1.0f, param(m.g, "stem_bn", 1)[0] = 0.0f;
+        param(m.g, "a_conv_bn", 0)[0] = 1e36f, param(m.g, "a_conv_bn", 1)[0] = -3.4e38f;
     }
     const size_t nx = (size_t)B * nc->c * nc->h * nc->w, nact = (size_t)B * 20 * nc->h * nc->w;
     float *x = malloc(nx * sizeof *x), *act = malloc(nact * sizeof *act);
@@ -261,7 +265,7 @@ static void provenance(bool fused, int kind, mp_precision prec, float *after) {
     const mp_status ra = st == MP_OK ? mp_plan_read(p, node_named(m.g, "a_relu"), after, nact) : st;
     CHECK(ra == MP_OK, "%s: reading a_relu after the replay: %s", what, mp_last_error());
     for (int k = 0; k < 2; k++)
-        memcpy(after + nact + 20 * k, m.g->params[m.g->nodes[bn].first_param + 2 + k].data, 20 * sizeof *after);
+        memcpy(after + nact + 20 * k, param(m.g, "a_conv_bn", 2 + k), 20 * sizeof *after);
     printf("%s %s, a_conv_bn %s: the replay names %s (%s)\n",
            st == MP_OK && site.node == want_node && marked == want ? "ok  " : "FAIL", what,
            marked ? "fused" : "apart", named, site.what);
