@@ -422,10 +422,10 @@ __device__ __forceinline__ void dx_group(const row_x_dy_y &v, long long at, cons
     }
 }
 
-/* A 2 x 2 window's loads: its pooled gradient spread as dy, and x (and y
- * where the mask reads it) of its four rows. */
+/* A 2 x 2 window's loads: its pooled gradient spread as dy, and x of its
+ * four rows. */
 struct window2_rows {
-    uint4 dy, x[4], y[4];
+    uint4 dy, x[4];
     long long r0; /* x's row of the window's top-left value */
 };
 
@@ -435,11 +435,14 @@ struct window2_rows {
  * once and the k x k rows under it, with one division pair per window where
  * fast_dx_block's rows take four each; then, where H or W is not a multiple
  * of k, the rows no window reaches (dy 0) of the block's chunk of rows. The
- * same values per element as fast_dx_block's walk. */
-template <typename T, int MASK>
-__device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd, const T *ym,
-                                                const dx_coefs<fast_vec<T>::N> &k, T *dx, bool dx_add, T *dr,
-                                                bool dr_add, long long M, int C, const fast_lane &l, bool mirror) {
+ * same values per element as fast_dx_block's walk. A pooled dy comes with
+ * the recomputed mask only (mp_bn_fast_mask_ok): no y to load. */
+template <typename T>
+__device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd, const dx_coefs<fast_vec<T>::N> &k,
+                                                T *dx, bool dx_add, T *dr, bool dr_add, long long M, int C,
+                                                const fast_lane &l, bool mirror) {
+    constexpr int MASK = MASK_RECOMPUTE;
+    const uint4 no_y = {};
     const unsigned K = pd.k.d, H = pd.H.d, W = pd.W.d;
     const long long P = M / ((long long)H * W) * pd.OH * pd.OW, G = gridDim.x, Rp = (P + G - 1) / G;
     const long long b = mirror ? G - 1 - blockIdx.x : blockIdx.x;
@@ -464,7 +467,6 @@ __device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd,
                 for (int j = 0; j < 4; j++) {
                     const long long at = (r0 + (j >> 1) * (long long)W + (j & 1)) * C + c0;
                     v.x[j] = ld16(x + at);
-                    v.y[j] = MASK == MASK_Y ? ld16(ym + at) : uint4{};
                 }
                 return v;
             },
@@ -472,7 +474,7 @@ __device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd,
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     const long long at = (v.r0 + (j >> 1) * (long long)W + (j & 1)) * C + c0;
-                    dx_group<T, MASK>(row_x_dy_y{v.x[j], v.dy, v.y[j]}, at, k, dx, dx_add, dr, dr_add);
+                    dx_group<T, MASK>(row_x_dy_y{v.x[j], v.dy, no_y}, at, k, dx, dx_add, dr, dr_add);
                 }
             });
     } else {
@@ -482,8 +484,7 @@ __device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd,
             for (unsigned i = 0; i < K; i++)
                 for (unsigned j = 0; j < K; j++) {
                     const long long at = (r0 + (long long)i * W + j) * C + c0;
-                    const uint4 uy = MASK == MASK_Y ? ld16(ym + at) : uint4{};
-                    dx_group<T, MASK>(row_x_dy_y{ld16(x + at), gdy, uy}, at, k, dx, dx_add, dr, dr_add);
+                    dx_group<T, MASK>(row_x_dy_y{ld16(x + at), gdy, no_y}, at, k, dx, dx_add, dr, dr_add);
                 }
         }
     }
@@ -494,8 +495,7 @@ __device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd,
         const unsigned q = div_by((unsigned)r, pd.W), w = (unsigned)r - q * W, h = q - div_by(q, pd.H) * H;
         if (h < K * pd.OH && w < K * pd.OW) continue; /* under a window: done above */
         const long long at = r * C + c0;
-        const uint4 uy = MASK == MASK_Y ? ld16(ym + at) : uint4{};
-        dx_group<T, MASK>(row_x_dy_y{ld16(x + at), gz, uy}, at, k, dx, dx_add, dr, dr_add);
+        dx_group<T, MASK>(row_x_dy_y{ld16(x + at), gz, no_y}, at, k, dx, dx_add, dr, dr_add);
     }
 }
 
@@ -512,9 +512,12 @@ __device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const poo
     if (l.rr >= l.rpp) return;
     dx_coefs<fast_vec<T>::N> k;
     load_dx_coefs<T, MASK>(coef, fwd_mu, fwd_scale, C, l.g * fast_vec<T>::N, k);
-    if (POOLED && pd.windows) {
-        fast_dx_windows<T, MASK>(x, pd, ym, k, dx, dx_add, dr, dr_add, M, C, l, mirror);
-        return;
+    if constexpr (POOLED) {
+        static_assert(MASK == MASK_RECOMPUTE, "a pooled dy comes with the recomputed mask");
+        if (pd.windows) {
+            fast_dx_windows<T>(x, pd, k, dx, dx_add, dr, dr_add, M, C, l, mirror);
+            return;
+        }
     }
     const long long c0 = l.g * fast_vec<T>::N;
     walk_rows<U, PIPE>(
