@@ -159,9 +159,9 @@ typedef struct {
     bool no_conv_weights_krsc; /**< MIXPREC_CONV_WEIGHTS_KRSC=0: a GPU plan keeps conv2d filters (masters, casts,
                                     gradients, optimizer state) in the CPU's KCRS order and permutes them every
                                     step, not in the KRSC order cuDNN reads */
-    int conv_own;              /**< MIXPREC_CONV_OWN: 1 (default) our depthwise convolution kernels timed beside
-                                    cuDNN's choice for each pass, the faster kept; 0 never; 2 "force": ours wherever
-                                    they apply (tests) */
+    int conv_own;              /**< MIXPREC_CONV_OWN: 1 (default) our convolution kernels (depthwise 3x3, and
+                                    stems' forward and backward-filter) timed beside cuDNN's choice for each pass,
+                                    the faster kept; 0 never; 2 "force": ours wherever they apply (tests) */
     bool no_dw_quad;           /**< MIXPREC_DW_QUAD=0: the depthwise forward and backward-data at stride 1 in
                                     f16/bf16 on their 8-channel kernel instead of the 4-channel one (comparisons;
                                     a forward with a batch norm fused in runs the 8-channel kernel either way) */

@@ -13,8 +13,9 @@
  * engines (conv_engine.h: heuristic mode A's best 12, else the fallback list)
  * are timed on the same scratch and the faster is kept
  * (MIXPREC_CUDNN_ENGINES=0: the legacy algorithms only). Depthwise 3x3
- * convolutions also time our own kernels (conv_depthwise.h) against that
- * choice (MIXPREC_CONV_OWN=0: not; =force: ours wherever they apply).
+ * convolutions and the passes of stems (few input channels) also time our
+ * own kernels (conv_own.h) against that choice (MIXPREC_CONV_OWN=0: not;
+ * =force: ours wherever they apply).
  * The fastest algorithm wins, or one within 5% of it that is deterministic
  * or, next, needs less workspace. For f32 without TF32 the math type
  * stays CUDNN_FMA_MATH whatever the search reports (PyTorch does the same);
@@ -31,8 +32,8 @@
 
 #include "cuda/choice_cache.h"
 #include "cuda/conv_cudnn.h"
-#include "cuda/conv_depthwise.h"
 #include "cuda/conv_engine.h"
+#include "cuda/conv_own.h"
 
 typedef struct {
     int gpu_model, pass, dtype, math, deterministic;
@@ -267,27 +268,28 @@ static bool try_engines(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass 
     return true;
 }
 
-/* Our depthwise kernels (conv_depthwise.h) against the choice so far (*out,
- * when have), on the same scratch, timed as the engines are (4 runs queued
- * back to back); they replace it when faster by more than 3%, and under
- * MIXPREC_CONV_OWN=force wherever they apply. They are deterministic. True
- * when *out holds a choice. */
+/* Our kernels (conv_own.h: depthwise or stem) against the choice so far
+ * (*out, when have), on the same scratch, timed as the engines are (4 runs
+ * queued back to back); they replace it when faster by more than 3%, and
+ * under MIXPREC_CONV_OWN=force wherever they apply. They are deterministic.
+ * True when *out holds a choice. */
 static bool try_own(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const scratch *s, bool have,
                     mp_conv_algo *out, const char *what) {
     const int mode = mp_env_get()->conv_own;
-    if (!mode || !mp_dw_applies(&st->g, st->cd)) return have;
-    const size_t need = mp_dw_workspace(ctx, &st->g, st->cd, pass);
+    const mp_own_family family = mp_own_family_of(&st->g, st->cd, pass);
+    if (!mode || family == MP_OWN_NONE) return have;
+    const size_t need = mp_own_workspace(ctx, &st->g, st->cd, pass);
     if (need > s->ws_bytes || (need && !s->ws)) return have;
     float ms = -1.f;
-    if (mp_dw_time(ctx, &st->g, st->cd, pass, s->x, s->w, s->y, s->ws, s->ws_bytes, &ms, what) != MP_OK) {
+    if (mp_own_time(ctx, &st->g, st->cd, pass, s->x, s->w, s->y, s->ws, s->ws_bytes, &ms, what) != MP_OK) {
         if (mp_env_get()->cudnn_debug) fprintf(stderr, "cudnn: %s pass %d: ours failed: %s\n", what, (int)pass,
                                                mp_last_error());
         mp_clear_error();
         return have;
     }
     if (mp_env_get()->cudnn_debug)
-        fprintf(stderr, "cudnn: %s pass %d: cuDNN's choice %.4f ms, ours (depthwise) %.4f ms\n", what, (int)pass,
-                (double)(have ? out->ms : -1.f), (double)ms);
+        fprintf(stderr, "cudnn: %s pass %d: cuDNN's choice %.4f ms, ours (%s) %.4f ms\n", what, (int)pass,
+                (double)(have ? out->ms : -1.f), mp_own_family_name(family), (double)ms);
     if (have && out->ms >= 0 && ms >= 0.97f * out->ms && mode != 2) return true;
     const cudnnMathType_t math = have ? out->math : st->math;
     *out = mp_conv_algo_own(ctx, st, pass, ms);
@@ -300,7 +302,7 @@ mp_conv_algo mp_conv_algo_own(const mp_cuda_ctx *ctx, const mp_conv_cudnn *st, m
     memset(&own, 0, sizeof own);
     own.algo = -1;
     own.math = st->math;
-    own.workspace = mp_dw_workspace(ctx, &st->g, st->cd, pass);
+    own.workspace = mp_own_workspace(ctx, &st->g, st->cd, pass);
     own.deterministic = true;
     own.ms = ms;
     own.engine_mode = -1;

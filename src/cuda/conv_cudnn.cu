@@ -10,6 +10,7 @@
 
 #include "cuda/conv_depthwise.h"
 #include "cuda/conv_engine.h"
+#include "cuda/conv_own.h"
 #include "cuda/lib_kernels.h"
 
 static const float one = 1.0f, zero = 0.0f; /* alpha/beta: float for every data type */
@@ -187,7 +188,8 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
 
 mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *w_krsc, void *y,
                             void *ws, size_t ws_bytes, const char *what) {
-    if (st->algo[MP_CONV_FWD].own) return mp_dw_forward(ctx, &st->g, st->cd, x, NULL, w_krsc, y, what);
+    if (st->algo[MP_CONV_FWD].own)
+        return mp_own_run(ctx, &st->g, st->cd, MP_CONV_FWD, (void *)x, w_krsc, y, false, ws, ws_bytes, what);
     if (st->plan[MP_CONV_FWD]) return mp_conv_engine_run(ctx, st->plan[MP_CONV_FWD], x, w_krsc, y, ws, what);
     MP_CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, st->x_desc, x, st->w_desc, w_krsc,
                                          st->conv[MP_CONV_FWD], (cudnnConvolutionFwdAlgo_t)st->algo[MP_CONV_FWD].algo,
@@ -198,7 +200,8 @@ mp_status mp_conv_cudnn_fwd(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const voi
 
 static mp_status bwd_data(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *dy, const void *w_krsc, void *dx,
                           void *ws, size_t ws_bytes, bool add, const char *what) {
-    if (st->algo[MP_CONV_BWD_DATA].own) return mp_dw_backward_data(ctx, &st->g, st->cd, dy, w_krsc, dx, add, what);
+    if (st->algo[MP_CONV_BWD_DATA].own)
+        return mp_own_run(ctx, &st->g, st->cd, MP_CONV_BWD_DATA, dx, w_krsc, (void *)dy, add, ws, ws_bytes, what);
     const cudnnBackendDescriptor_t plan = add ? st->plan_add_dx : st->plan[MP_CONV_BWD_DATA];
     if (st->plan[MP_CONV_BWD_DATA]) {
         if (!plan) return mp_error(MP_ERR_INTERNAL, "%s: backward-data asked to add, and its engine has no plan for it", what);
@@ -231,7 +234,8 @@ bool mp_conv_cudnn_adds_input_grad(const void *state, int k) {
 mp_status mp_conv_cudnn_bwd_filter(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, const void *x, const void *dy,
                                    void *dw_krsc, void *ws, size_t ws_bytes, const char *what) {
     if (st->algo[MP_CONV_BWD_FILTER].own)
-        return mp_dw_backward_filter(ctx, &st->g, st->cd, x, NULL, dy, dw_krsc, ws, ws_bytes, what);
+        return mp_own_run(ctx, &st->g, st->cd, MP_CONV_BWD_FILTER, (void *)x, dw_krsc, (void *)dy, false, ws, ws_bytes,
+                          what);
     if (st->plan[MP_CONV_BWD_FILTER])
         return mp_conv_engine_run(ctx, st->plan[MP_CONV_BWD_FILTER], x, dw_krsc, dy, ws, what);
     MP_CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, st->x_desc, x, st->y_desc, dy,

@@ -62,7 +62,7 @@ typedef struct {
      * engine engine_id */
     int engine_mode, engine_index;
     long long engine_id;
-    bool own;                 /* our depthwise kernels (conv_depthwise.h) replace algo and engine */
+    bool own;                 /* our kernels (conv_own.h: depthwise or stem) replace algo and engine */
 } mp_conv_algo;
 
 typedef struct mp_conv_cudnn_s {
@@ -130,7 +130,7 @@ mp_status mp_conv_cudnn_backward(mp_cuda_ctx *ctx, const mp_op_call *c);
 
 /* Algorithm search with the process-wide cache (conv_algo_cache.cu). */
 mp_status mp_conv_algo_choose(mp_cuda_ctx *ctx, mp_conv_cudnn *st, mp_conv_pass pass, const char *what);
-/* Our depthwise kernels (conv_depthwise.h) as pass's choice, timed at ms (< 0: not timed). */
+/* Our kernels (conv_own.h) as pass's choice, timed at ms (< 0: not timed). */
 mp_conv_algo mp_conv_algo_own(const mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, float ms);
 /* Whether conv2d state (prepared) reads its input as a fused batch norm's (mp_conv_cudnn.bn_input). */
 bool mp_conv2d_reads_bn_input(const void *state);

@@ -17,7 +17,6 @@
 #include <type_traits>
 
 #include "cuda/batchnorm2d_fast.cuh" /* apply_group, load_coef */
-#include "cuda/choice_cache.h"        /* mp_median_ms */
 #include "cuda/vec16.cuh"
 
 enum { DW_THREADS = 256, DW_K = 3, DW_TAPS = 9, DW_MAX_C = 1024, DW_SUM_GROUPS = 8, DW_QUAD_TW = 4 };
@@ -679,33 +678,4 @@ mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtyp
         dw_filter_sum<T><<<sum_blocks, 32 * DW_SUM_GROUPS, 0, ctx->stream>>>(part, blocks, g->cx, (T *)dw);
     });
     return mp_cuda_check(cudaGetLastError(), "dw_filter_partial / dw_filter_sum", what);
-}
-
-static mp_status run_pass(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass, void *x, void *w,
-                          void *y, void *ws, size_t ws_bytes, const char *what) {
-    if (pass == MP_CONV_FWD) return mp_dw_forward(ctx, g, cd, x, NULL, w, y, what);
-    if (pass == MP_CONV_BWD_DATA) return mp_dw_backward_data(ctx, g, cd, y, w, x, false, what);
-    return mp_dw_backward_filter(ctx, g, cd, x, NULL, y, w, ws, ws_bytes, what);
-}
-
-mp_status mp_dw_time(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass, void *x, void *w,
-                     void *y, void *ws, size_t ws_bytes, float *ms, const char *what) {
-    enum { TRIALS = 3, RUNS = 4 };
-    cudaEvent_t ev[2] = {NULL, NULL};
-    MP_CUDA_TRY(cudaEventCreate(&ev[0]), what);
-    mp_status s = mp_cuda_check(cudaEventCreate(&ev[1]), "cudaEventCreate", what);
-    float t[TRIALS];
-    if (s == MP_OK) s = run_pass(ctx, g, cd, pass, x, w, y, ws, ws_bytes, what); /* warm-up */
-    for (int k = 0; k < TRIALS && s == MP_OK; k++) {
-        s = mp_cuda_check(cudaEventRecord(ev[0], ctx->stream), "cudaEventRecord", what);
-        for (int r = 0; r < RUNS && s == MP_OK; r++) s = run_pass(ctx, g, cd, pass, x, w, y, ws, ws_bytes, what);
-        if (s == MP_OK) s = mp_cuda_check(cudaEventRecord(ev[1], ctx->stream), "cudaEventRecord", what);
-        if (s == MP_OK) s = mp_cuda_check(cudaEventSynchronize(ev[1]), "cudaEventSynchronize", what);
-        if (s == MP_OK) s = mp_cuda_check(cudaEventElapsedTime(&t[k], ev[0], ev[1]), "cudaEventElapsedTime", what);
-        t[k] /= RUNS;
-    }
-    if (s == MP_OK) *ms = mp_median_ms(t, TRIALS);
-    cudaEventDestroy(ev[0]);
-    if (ev[1]) cudaEventDestroy(ev[1]);
-    return s;
 }

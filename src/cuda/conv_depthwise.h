@@ -11,9 +11,8 @@
  * down a band of output rows (a strip of outputs along the width; 2 x 2
  * blocks of dx for a strided backward-data).
  *
- * conv_algo_cache.cu times them for each pass beside cuDNN's choice, on the
- * same scratch, and keeps the faster (mp_conv_algo.own);
- * MIXPREC_CONV_OWN=0: never, =force: wherever they apply (tests).
+ * conv_own.h times them for each pass beside cuDNN's choice, with the stem
+ * kernels (conv_stem.h), whose geometries are not these.
  *
  * Passes, with the tensors in the roles of conv_engine.h (x, w, y):
  *   forward          y = x (*) w                    (cross-correlation)
@@ -60,12 +59,6 @@ mp_status mp_dw_backward_data(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
 mp_status mp_dw_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x,
                                 const mp_dw_bn_relu *bn, const void *dy, void *dw, void *ws, size_t ws_bytes,
                                 const char *what);
-
-/* GPU milliseconds of one run of a pass on (x, w, y) in the roles above: a
- * warm-up, then the median of 3 trials of 4 runs queued back to back (as
- * the graph API's engines are timed). */
-mp_status mp_dw_time(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass, void *x, void *w,
-                     void *y, void *ws, size_t ws_bytes, float *ms, const char *what);
 
 #ifdef __cplusplus
 }

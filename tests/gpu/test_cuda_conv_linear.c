@@ -11,10 +11,10 @@
  * the f64 reference on the values the GPU sees (input, weight and output
  * gradient rounded to the compute dtype), dW is the f32 sum within 2e-5;
  * without the flag a convolution's is rounded: more than 4e-5 off.
- * Depthwise 3x3 cases run on our kernels where they win the timed search
- * (conv_depthwise.h); under MIXPREC_CONV_OWN=force every pass of those that
- * apply must be ours (checked), and every result is held to the same
- * tolerances.
+ * Depthwise 3x3 cases, and the forward and backward-filter of stems (few
+ * input channels), run on our kernels where they win the timed search
+ * (conv_own.h); under MIXPREC_CONV_OWN=force every pass they take must be
+ * ours (checked), and every result is held to the same tolerances.
  * Needs a GPU: without one it prints why and exits 2. Not in ctest. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -24,7 +24,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/conv_cudnn.h"
-#include "cuda/conv_depthwise.h"
+#include "cuda/conv_own.h"
 #include "cuda/cuda_op.h"
 #include "op_harness.h"
 
@@ -270,10 +270,14 @@ static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, 
                    flt = fst->algo[MP_CONV_BWD_FILTER].own;
         if (fwd || bwd || flt) printf("  %-44s %-5s ours: forward %d, backward-data %d, backward-filter %d\n",
                                       tc->label, p->name, fwd, bwd, flt);
-        if (mp_env_get()->conv_own == 2 && mp_dw_applies(&st->g, cd))
-            CHECK(fwd && bwd && (flt || !mp_dw_applies(&fst->g, fst->cd)),
-                  "%s %s: MIXPREC_CONV_OWN=force, yet not every pass runs our depthwise kernels (%d %d %d)", tc->label,
-                  p->name, fwd, bwd, flt);
+        if (mp_env_get()->conv_own == 2) { /* every pass a family takes is ours (dW's in its own state) */
+            const bool want_fwd = mp_own_family_of(&st->g, cd, MP_CONV_FWD) != MP_OWN_NONE,
+                       want_bwd = mp_own_family_of(&st->g, cd, MP_CONV_BWD_DATA) != MP_OWN_NONE,
+                       want_flt = mp_own_family_of(&fst->g, fst->cd, MP_CONV_BWD_FILTER) != MP_OWN_NONE;
+            CHECK(fwd == want_fwd && bwd == want_bwd && flt == want_flt,
+                  "%s %s: MIXPREC_CONV_OWN=force: ours on forward %d, backward-data %d, backward-filter %d; "
+                  "our kernels take %d %d %d", tc->label, p->name, fwd, bwd, flt, want_fwd, want_bwd, want_flt);
+        }
     }
 
     mp_op_call c = {0};
@@ -372,6 +376,21 @@ int main(void) {
          0},
         {"conv2d depthwise C8 k3 s2 p1, 21x6 (bands of 8, 3 rows)", MP_OP_CONV2D, conv(8, 3, 2, 1, 1, 8, 0, false),
          {4, {2, 8, 21, 6}}, 0, 0},
+        /* stems (conv_stem.h): 16 to 128 output channels (2 to 16 blocks of the filter's sums), 1 to 4 input
+           channels, 16 to 27 taps, tiles of 128 pixels cut short; the last one more tiles than blocks */
+        {"conv2d C3->64 k3 s1 p1, 13x11 (stem, f32 input)", MP_OP_CONV2D, conv(64, 3, 1, 1, 1, 1, 0, false),
+         {4, {3, 3, 13, 11}}, 1, 0},
+        {"conv2d C3->32 k3 s2 p0, 12x9 (stem)", MP_OP_CONV2D, conv(32, 3, 2, 0, 1, 1, 0, false), {4, {2, 3, 12, 9}}, 0,
+         0},
+        {"conv2d C1->48 k5 s1 p2 bias (stem)", MP_OP_CONV2D, conv(48, 5, 1, 2, 1, 1, 0, true), {4, {2, 1, 10, 10}}, 0,
+         0},
+        {"conv2d C2->128 k3 p2 dil2 (stem)", MP_OP_CONV2D, conv(128, 3, 1, 2, 2, 1, 0, false), {4, {2, 2, 9, 9}}, 0,
+         0},
+        {"conv2d C4->16 k2 s1 p1 (stem)", MP_OP_CONV2D, conv(16, 2, 1, 1, 1, 1, 0, false), {4, {3, 4, 7, 8}}, 0, 0},
+        {"conv_transpose2d C32->1 k4 s2 p1 (a generator's image)", MP_OP_CONV_TRANSPOSE2D,
+         conv(1, 4, 2, 1, 1, 1, 0, false), {4, {2, 32, 6, 5}}, 0, 0},
+        {"conv2d C3->64 k3 s1 p1, 150x32x32 (stem, tiles > blocks)", MP_OP_CONV2D, conv(64, 3, 1, 1, 1, 1, 0, false),
+         {4, {150, 3, 32, 32}}, 0, 0},
         {"conv2d C16->32 k3 p2 dil2 g2", MP_OP_CONV2D, conv(32, 3, 1, 2, 2, 2, 0, false), {4, {2, 16, 8, 8}}, 0, 0},
         {"conv2d C8->16 k5 s2 p2 bias (f32 input)", MP_OP_CONV2D, conv(16, 5, 2, 2, 1, 1, 0, true),
          {4, {2, 8, 12, 12}}, 1, 0},

@@ -1,0 +1,271 @@
+/* conv_stem.cu — see conv_stem.h. 256 threads (8 warps) per block, tiles of
+ * 128 output pixels (16 per warp in the forward); warp-level tensor-core
+ * products (nvcuda::wmma, 16 x 16 x 16, f32 accumulators). A thread fills
+ * half of one pixel's im2col row (16 taps) with scalar loads of x: x is
+ * small beside y and its 9 reads per value hit the caches. */
+#include "cuda/conv_stem.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <limits.h>
+#include <mma.h>
+
+#include <type_traits>
+
+#include "cuda/vec16.cuh"
+
+using namespace nvcuda;
+
+enum { STEM_THREADS = 256, STEM_WARPS = 8, STEM_TILE = 128, STEM_TAPS = 32, STEM_MAX_CX = 4, STEM_MAX_CY = 128 };
+
+/* The pass's shape, and each tap's input offsets: tap t reads x at (oh *
+ * stride - pad + dr[t], ow * stride - pad + ds[t]), channel dc[t]. */
+struct stem_shape {
+    int n, cx, hx, wx, cy, hy, wy, stride, pad, taps;
+    long long pixels; /* n * hy * wy */
+    signed char dr[STEM_TAPS], ds[STEM_TAPS], dc[STEM_TAPS];
+};
+
+static stem_shape shape_of(const mp_conv_geom *g) {
+    stem_shape s = {};
+    s.n = g->n, s.cx = g->cx, s.hx = g->hx, s.wx = g->wx, s.cy = g->cy, s.hy = g->hy, s.wy = g->wy;
+    s.stride = g->stride, s.pad = g->pad, s.taps = g->k * g->k * g->cx;
+    s.pixels = (long long)g->n * g->hy * g->wy;
+    for (int t = 0; t < s.taps; t++) { /* KRSC: c fastest, then s, then r */
+        const int c = t % g->cx, rs = t / g->cx;
+        s.dr[t] = (signed char)(rs / g->k * g->dil), s.ds[t] = (signed char)(rs % g->k * g->dil),
+        s.dc[t] = (signed char)c;
+    }
+    return s;
+}
+
+/* Rows [0, 128) of the tile at pixel p0 into a[128][32]: thread t fills
+ * half t / 128 (taps 16h .. 16h + 15) of row t % 128; taps past the
+ * filter's, pixels past the last and taps outside the image are 0. */
+template <typename T>
+__device__ __forceinline__ void fill_im2col(const T *__restrict__ x, const stem_shape &s, long long p0, T *a) {
+    const int i = threadIdx.x % STEM_TILE, h = threadIdx.x / STEM_TILE;
+    const long long p = p0 + i;
+    float v[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) v[j] = 0.f;
+    if (p < s.pixels) {
+        const int hw = s.hy * s.wy;
+        const int n = (int)(p / hw), rem = (int)(p - (long long)n * hw), oh = rem / s.wy, ow = rem - oh * s.wy;
+        const int ih0 = oh * s.stride - s.pad, iw0 = ow * s.stride - s.pad;
+        const T *img = x + (long long)n * s.hx * s.wx * s.cx;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int t = 16 * h + j;
+            if (t >= s.taps) break;
+            const int ih = ih0 + s.dr[t], iw = iw0 + s.ds[t];
+            if (ih >= 0 && ih < s.hx && iw >= 0 && iw < s.wx) v[j] = to_f32(img[(ih * s.wx + iw) * s.cx + s.dc[t]]);
+        }
+    }
+    float lo[8], hi[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) lo[j] = v[j], hi[j] = v[8 + j];
+    uint4 *row = reinterpret_cast<uint4 *>(a + i * STEM_TAPS + 16 * h);
+    row[0] = fast_vec<T>::narrow(lo);
+    row[1] = fast_vec<T>::narrow(hi);
+}
+
+/* The filter as B[32][cy] (tap-major; taps past the filter's 0) in b. */
+template <typename T> __device__ __forceinline__ void fill_filter(const T *__restrict__ w, const stem_shape &s, T *b) {
+    for (int e = threadIdx.x; e < STEM_TAPS * s.cy; e += STEM_THREADS) {
+        const int t = e / s.cy, k = e - t * s.cy;
+        b[e] = t < s.taps ? w[k * s.taps + t] : from_f32<T>(0.f);
+    }
+}
+
+/* Forward: each block takes tiles blockIdx.x, + gridDim.x, ...; warp w the
+ * tile's rows 16w .. 16w + 15, one 16 x 16 block of y at a time, staged as
+ * f32 in its 1 KB of shared memory and stored as 16-byte vectors (a lane
+ * per half row). */
+template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_forward(const T *__restrict__ x,
+                                                                                  const T *__restrict__ w,
+                                                                                  T *__restrict__ y, stem_shape s) {
+    __shared__ __align__(128) T a[STEM_TILE * STEM_TAPS];
+    __shared__ __align__(128) T b[STEM_TAPS * STEM_MAX_CY];
+    __shared__ __align__(128) float stage[STEM_WARPS][16 * 16];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    fill_filter(w, s, b);
+    const long long tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE;
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long p0 = tile * STEM_TILE;
+        __syncthreads(); /* the previous tile's a is read */
+        fill_im2col(x, s, p0, a);
+        __syncthreads();
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a0, a1;
+        wmma::load_matrix_sync(a0, a + warp * 16 * STEM_TAPS, STEM_TAPS);
+        wmma::load_matrix_sync(a1, a + warp * 16 * STEM_TAPS + 16, STEM_TAPS);
+        const long long row = p0 + warp * 16 + lane / 2;
+        for (int nb = 0; nb < s.cy / 16; nb++) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b0, b1;
+            wmma::load_matrix_sync(b0, b + nb * 16, s.cy);
+            wmma::load_matrix_sync(b1, b + 16 * s.cy + nb * 16, s.cy);
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.f);
+            wmma::mma_sync(acc, a0, b0, acc);
+            wmma::mma_sync(acc, a1, b1, acc);
+            wmma::store_matrix_sync(stage[warp], acc, 16, wmma::mem_row_major);
+            __syncwarp();
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = stage[warp][(lane / 2) * 16 + (lane % 2) * 8 + j];
+            if (row < s.pixels)
+                *reinterpret_cast<uint4 *>(y + row * s.cy + nb * 16 + (lane % 2) * 8) = fast_vec<T>::narrow(v);
+            __syncwarp(); /* stage is read before the next block overwrites it */
+        }
+    }
+}
+
+/* Backward-filter: D[cy][32] = dy^T . im2col over the block's tiles, as
+ * cy / 16 x 2 blocks of 16 x 16 (f = 2 * row block + column block). With 8
+ * or more of them warp w keeps blocks w and w + 8 over each tile's 128
+ * pixels; with F < 8, warp w keeps block w % F over the tile's 16-pixel
+ * steps w / F, + 8 / F, ... (slices: warps past F * (8 / F) idle). The
+ * block's sums go to ws[block][slice][cy][32]. */
+__host__ __device__ static inline int filter_blocks_of(int cy) { return cy / 16 * 2; }
+__host__ __device__ static inline int slices_of(int cy) {
+    const int f = filter_blocks_of(cy);
+    return f >= STEM_WARPS ? 1 : STEM_WARPS / f;
+}
+
+template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_filter_sums(const T *__restrict__ x,
+                                                                                      const T *__restrict__ dy,
+                                                                                      float *__restrict__ ws,
+                                                                                      stem_shape s) {
+    __shared__ __align__(128) T a[STEM_TILE * STEM_TAPS];
+    __shared__ __align__(128) T g[STEM_TILE * STEM_MAX_CY];
+    const int warp = threadIdx.x / 32, F = filter_blocks_of(s.cy), slices = slices_of(s.cy);
+    const int mine = F >= STEM_WARPS ? (F + STEM_WARPS - 1 - warp) / STEM_WARPS : warp < F * slices ? 1 : 0;
+    const int slice = F >= STEM_WARPS ? 0 : warp / F;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.f);
+    wmma::fill_fragment(acc[1], 0.f);
+    const long long tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE;
+    const int vecs = STEM_TILE * s.cy / 8; /* 16-byte vectors of the dy tile */
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long p0 = tile * STEM_TILE;
+        __syncthreads();
+        fill_im2col(x, s, p0, a);
+        for (int v = threadIdx.x; v < vecs; v += STEM_THREADS) {
+            const int i = v / (s.cy / 8);
+            uint4 u = make_uint4(0, 0, 0, 0);
+            if (p0 + i < s.pixels) u = ld16(dy + p0 * s.cy + (long long)v * 8);
+            reinterpret_cast<uint4 *>(g)[v] = u;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < 2; m++) { /* acc[m] with m known: in registers */
+            if (m >= mine) break;
+            const int f = F >= STEM_WARPS ? warp + m * STEM_WARPS : warp % F, rb = f / 2, cb = f % 2;
+            for (int step = slice; step < STEM_TILE / 16; step += slices) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> ga;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> xb;
+                wmma::load_matrix_sync(ga, g + step * 16 * s.cy + rb * 16, s.cy);
+                wmma::load_matrix_sync(xb, a + step * 16 * STEM_TAPS + cb * 16, STEM_TAPS);
+                wmma::mma_sync(acc[m], ga, xb, acc[m]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+        if (m >= mine) break;
+        const int f = F >= STEM_WARPS ? warp + m * STEM_WARPS : warp % F, rb = f / 2, cb = f % 2;
+        float *out = ws + (((long long)blockIdx.x * slices + slice) * s.cy + rb * 16) * STEM_TAPS + cb * 16;
+        wmma::store_matrix_sync(out, acc[m], STEM_TAPS, wmma::mem_row_major);
+    }
+}
+
+/* dw[k][t] = the blocks' and slices' sums of D[k][t], rounded once to T:
+ * block k of the grid, its warp q summing partials q, q + 8, ... in order,
+ * then the 8 warps' sums in order (the same bits every run). */
+template <typename T>
+__global__ void __launch_bounds__(STEM_THREADS) stem_filter_total(const float *__restrict__ ws, int partials,
+                                                                 stem_shape s, T *__restrict__ dw) {
+    __shared__ float part[STEM_WARPS][STEM_TAPS];
+    const int k = blockIdx.x, t = threadIdx.x % 32, q = threadIdx.x / 32;
+    float sum = 0.f;
+#pragma unroll 8
+    for (int b = q; b < partials; b += STEM_WARPS) sum += ws[((long long)b * s.cy + k) * STEM_TAPS + t];
+    part[q][t] = sum;
+    __syncthreads();
+    if (q || t >= s.taps) return;
+    for (int i = 1; i < STEM_WARPS; i++) sum += part[i][t];
+    dw[k * s.taps + t] = from_f32<T>(sum);
+}
+
+/* ---- host side -------------------------------------------------------------- */
+
+bool mp_stem_applies(const mp_conv_geom *g, mp_dtype cd) {
+    if (cd != MP_DTYPE_F16 && cd != MP_DTYPE_BF16) return false;
+    if (g->groups != 1 || g->cx < 1 || g->cx > STEM_MAX_CX || g->k < 1 || g->k * g->k * g->cx > STEM_TAPS) return false;
+    if (g->cy < 16 || g->cy > STEM_MAX_CY || g->cy % 16) return false;
+    if (g->stride < 1 || g->dil < 1 || g->pad < 0 || g->dil * (g->k - 1) > 127) return false;
+    const long long xs = (long long)g->n * g->hx * g->wx * g->cx, ys = (long long)g->n * g->hy * g->wy * g->cy;
+    return g->n >= 1 && g->hy >= 1 && g->wy >= 1 && xs < INT_MAX && ys < INT_MAX;
+}
+
+/* Blocks of a pass: per SM, 8 in the forward (its 24 KB of shared memory),
+ * 4 in the backward-filter (each adds a 16 KB partial to the workspace); no
+ * more than there are tiles. */
+static int blocks_of(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_conv_pass pass) {
+    const long long tiles = ((long long)g->n * g->hy * g->wy + STEM_TILE - 1) / STEM_TILE;
+    const long long most = (pass == MP_CONV_FWD ? 8LL : 4LL) * (ctx->sm_count > 0 ? ctx->sm_count : 1);
+    return (int)(tiles < most ? (tiles > 0 ? tiles : 1) : most);
+}
+
+size_t mp_stem_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass) {
+    if (pass != MP_CONV_BWD_FILTER || !mp_stem_applies(g, cd)) return 0;
+    return (size_t)blocks_of(ctx, g, pass) * slices_of(g->cy) * g->cy * STEM_TAPS * sizeof(float);
+}
+
+static mp_status refuse(const mp_conv_geom *g, mp_dtype cd, const char *what) {
+    return mp_error(MP_ERR_INTERNAL,
+                    "%s: the stem kernels do not take this convolution (groups %d, %d -> %d channels, kernel %d stride "
+                    "%d dilation %d padding %d, %s)",
+                    what, g->groups, g->cx, g->cy, g->k, g->stride, g->dil, g->pad, mp_dtype_name(cd));
+}
+
+static mp_status aligned(const void *a, const void *b, const char *what) {
+    if (((uintptr_t)a | (uintptr_t)b) % 16)
+        return mp_error(MP_ERR_INTERNAL, "%s: a stem kernel's tensors must be 16-byte aligned", what);
+    return MP_OK;
+}
+
+mp_status mp_stem_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *w, void *y,
+                          const char *what) {
+    if (!mp_stem_applies(g, cd)) return refuse(g, cd, what);
+    MP_TRY(aligned(y, y, what));
+    const stem_shape s = shape_of(g);
+    const int blocks = blocks_of(ctx, g, MP_CONV_FWD);
+    (void)with_type(cd, [&](auto t) {
+        using T = decltype(t);
+        if constexpr (!std::is_same_v<T, float>)
+            stem_forward<T><<<blocks, STEM_THREADS, 0, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, s);
+    });
+    MP_CUDA_TRY(cudaGetLastError(), what);
+    return MP_OK;
+}
+
+mp_status mp_stem_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *dy,
+                                  void *dw, void *ws, size_t ws_bytes, const char *what) {
+    if (!mp_stem_applies(g, cd)) return refuse(g, cd, what);
+    MP_TRY(aligned(dy, ws, what));
+    if (!ws || ws_bytes < mp_stem_workspace(ctx, g, cd, MP_CONV_BWD_FILTER))
+        return mp_error(MP_ERR_INTERNAL, "%s: the stem backward-filter's workspace is too small", what);
+    const stem_shape s = shape_of(g);
+    const int blocks = blocks_of(ctx, g, MP_CONV_BWD_FILTER);
+    (void)with_type(cd, [&](auto t) {
+        using T = decltype(t);
+        if constexpr (!std::is_same_v<T, float>) {
+            stem_filter_sums<T><<<blocks, STEM_THREADS, 0, ctx->stream>>>((const T *)x, (const T *)dy, (float *)ws, s);
+            stem_filter_total<T><<<s.cy, STEM_THREADS, 0, ctx->stream>>>(
+                (const float *)ws, blocks * slices_of(s.cy), s, (T *)dw);
+        }
+    });
+    MP_CUDA_TRY(cudaGetLastError(), what);
+    return MP_OK;
+}
