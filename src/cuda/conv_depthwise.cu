@@ -9,6 +9,7 @@
  * contiguous. The filter is read into shared memory as floats, one row of
  * C per tap. */
 #include "cuda/conv_depthwise.h"
+#include "cuda/conv_own.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -551,16 +552,11 @@ static long long correlate_items(const dw_shape *sh, int stride, mp_dtype cd, bo
 static size_t filter_smem_bytes(const mp_conv_geom *g) { return (size_t)DW_TAPS * g->cx * sizeof(float); }
 
 static mp_status refuse(const mp_conv_geom *g, mp_dtype cd, const char *what) {
-    return mp_error(MP_ERR_INTERNAL,
-                    "%s: the depthwise kernels do not take this convolution (groups %d, %d -> %d channels, kernel %d "
-                    "stride %d dilation %d padding %d, %s)",
-                    what, g->groups, g->cx, g->cy, g->k, g->stride, g->dil, g->pad, mp_dtype_name(cd));
+    return mp_own_refuse(g, cd, "depthwise", what);
 }
 
 static mp_status aligned(const void *a, const void *b, const char *what) {
-    if (((uintptr_t)a | (uintptr_t)b) % 16)
-        return mp_error(MP_ERR_INTERNAL, "%s: a depthwise kernel's tensors must be 16-byte aligned", what);
-    return MP_OK;
+    return mp_own_aligned(a, b, "depthwise", what);
 }
 
 /* f(std::integral_constant<bool, bn != NULL>{}): a kernel template's BN argument from the call's. */

@@ -2,6 +2,8 @@
  * timing. */
 #include "cuda/conv_own.h"
 
+#include <stdint.h>
+
 #include "cuda/choice_cache.h" /* mp_median_ms */
 #include "cuda/conv_depthwise.h"
 #include "cuda/conv_stem.h"
@@ -38,9 +40,22 @@ mp_status mp_own_run(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_co
         return mp_stem_backward_filter(ctx, g, cd, x, y, (void *)w, ws, ws_bytes, what);
     }
     return mp_error(MP_ERR_INTERNAL,
-                    "%s: none of our kernels takes pass %d of this convolution (groups %d, %d -> %d channels, kernel %d "
-                    "stride %d, %s)",
+                    "%s: none of our kernels takes pass %d of this convolution (groups %d, %d -> %d channels, "
+                    "kernel %d stride %d, %s)",
                     what, (int)pass, g->groups, g->cx, g->cy, g->k, g->stride, mp_dtype_name(cd));
+}
+
+mp_status mp_own_refuse(const mp_conv_geom *g, mp_dtype cd, const char *family, const char *what) {
+    return mp_error(MP_ERR_INTERNAL,
+                    "%s: the %s kernels do not take this convolution (groups %d, %d -> %d channels, kernel %d "
+                    "stride %d dilation %d padding %d, %s)",
+                    what, family, g->groups, g->cx, g->cy, g->k, g->stride, g->dil, g->pad, mp_dtype_name(cd));
+}
+
+mp_status mp_own_aligned(const void *a, const void *b, const char *family, const char *what) {
+    if (((uintptr_t)a | (uintptr_t)b) % 16)
+        return mp_error(MP_ERR_INTERNAL, "%s: a %s kernel's tensors must be 16-byte aligned", what, family);
+    return MP_OK;
 }
 
 mp_status mp_own_time(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass, void *x, void *w,
@@ -53,7 +68,8 @@ mp_status mp_own_time(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_c
     if (s == MP_OK) s = mp_own_run(ctx, g, cd, pass, x, w, y, false, ws, ws_bytes, what); /* warm-up */
     for (int k = 0; k < TRIALS && s == MP_OK; k++) {
         s = mp_cuda_check(cudaEventRecord(ev[0], ctx->stream), "cudaEventRecord", what);
-        for (int r = 0; r < RUNS && s == MP_OK; r++) s = mp_own_run(ctx, g, cd, pass, x, w, y, false, ws, ws_bytes, what);
+        for (int r = 0; r < RUNS && s == MP_OK; r++)
+            s = mp_own_run(ctx, g, cd, pass, x, w, y, false, ws, ws_bytes, what);
         if (s == MP_OK) s = mp_cuda_check(cudaEventRecord(ev[1], ctx->stream), "cudaEventRecord", what);
         if (s == MP_OK) s = mp_cuda_check(cudaEventSynchronize(ev[1]), "cudaEventSynchronize", what);
         if (s == MP_OK) s = mp_cuda_check(cudaEventElapsedTime(&t[k], ev[0], ev[1]), "cudaEventElapsedTime", what);

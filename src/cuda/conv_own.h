@@ -33,6 +33,13 @@ size_t mp_own_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype 
 mp_status mp_own_run(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass, void *x, const void *w,
                      void *y, bool add, void *ws, size_t ws_bytes, const char *what);
 
+/* The error of a family's kernels given a geometry they do not take
+ * (family: "depthwise", "stem"). */
+mp_status mp_own_refuse(const mp_conv_geom *g, mp_dtype cd, const char *family, const char *what);
+/* MP_OK when a and b are 16-byte aligned (the kernels' vector loads and
+ * stores), else the error naming the family. */
+mp_status mp_own_aligned(const void *a, const void *b, const char *family, const char *what);
+
 /* GPU milliseconds of one run of the pass: a warm-up, then the median of 3
  * trials of 4 runs queued back to back (as the graph API's engines are
  * timed). */

@@ -4,6 +4,7 @@
  * half of one pixel's im2col row (16 taps) with scalar loads of x: x is
  * small beside y and its 9 reads per value hit the caches. */
 #include "cuda/conv_stem.h"
+#include "cuda/conv_own.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -223,16 +224,11 @@ size_t mp_stem_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype
 }
 
 static mp_status refuse(const mp_conv_geom *g, mp_dtype cd, const char *what) {
-    return mp_error(MP_ERR_INTERNAL,
-                    "%s: the stem kernels do not take this convolution (groups %d, %d -> %d channels, kernel %d stride "
-                    "%d dilation %d padding %d, %s)",
-                    what, g->groups, g->cx, g->cy, g->k, g->stride, g->dil, g->pad, mp_dtype_name(cd));
+    return mp_own_refuse(g, cd, "stem", what);
 }
 
 static mp_status aligned(const void *a, const void *b, const char *what) {
-    if (((uintptr_t)a | (uintptr_t)b) % 16)
-        return mp_error(MP_ERR_INTERNAL, "%s: a stem kernel's tensors must be 16-byte aligned", what);
-    return MP_OK;
+    return mp_own_aligned(a, b, "stem", what);
 }
 
 mp_status mp_stem_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, const void *x, const void *w, void *y,

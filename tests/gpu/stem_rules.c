@@ -66,12 +66,15 @@ int main(void) {
     CHECK(mp_own_family_of(&rgb, MP_DTYPE_F32, MP_CONV_FWD) == MP_OWN_NONE, "nor for f32");
     const mp_conv_geom dw = dw_geom(512, 144, 32, 32, 1, 1);
     for (int p = 0; p < MP_CONV_NPASS; p++)
-        CHECK(mp_own_family_of(&dw, MP_DTYPE_BF16, (mp_conv_pass)p) == MP_OWN_DEPTHWISE && !mp_stem_applies(&dw, MP_DTYPE_BF16),
+        CHECK(mp_own_family_of(&dw, MP_DTYPE_BF16, (mp_conv_pass)p) == MP_OWN_DEPTHWISE &&
+                  !mp_stem_applies(&dw, MP_DTYPE_BF16),
               "a depthwise layer's pass %d is the depthwise kernels'", p);
     const mp_conv_geom dw4 = dw_geom(8, 4, 16, 16, 1, 1); /* 4 channels, depthwise: f32 vectors of 4 */
     CHECK(mp_own_family_of(&dw4, MP_DTYPE_F32, MP_CONV_FWD) == MP_OWN_DEPTHWISE, "4-channel depthwise in f32");
     CHECK(mp_own_family_of(&dw4, MP_DTYPE_BF16, MP_CONV_FWD) == MP_OWN_NONE, "4-channel depthwise in bf16: neither");
-    CHECK(!strcmp(mp_own_family_name(MP_OWN_STEM), "stem") && !strcmp(mp_own_family_name(MP_OWN_DEPTHWISE), "depthwise"),
+    CHECK(!strcmp(mp_own_family_name(MP_OWN_STEM), "stem") &&
+              !strcmp(mp_own_family_name(MP_OWN_DEPTHWISE), "depthwise") &&
+              !strcmp(mp_own_family_name(MP_OWN_NONE), "none"),
           "family names");
 
     /* workspace: the backward-filter's sums, min(4 per SM, tiles) blocks x slices x cy x 32 floats */
