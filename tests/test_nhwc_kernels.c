@@ -566,6 +566,8 @@ int main(void) {
                 check_bn_pool(3, 16, 5, 7, dts[d], t, seed + 11);   /* odd H and W: a row and a column in no window */
                 check_bn_pool(2, 520, 4, 6, dts[d], t, seed + 12);  /* C above one tile of channels */
                 check_bn_pool(4, 64, 14, 14, dts[d], t, seed + 13); /* cnn10's second stage end */
+                check_bn_pool(3, 64, 5, 7, dts[d], t, seed + 17);   /* one row a kernel row, odd H and W: the runs
+                                                                       along an image row stop short of it */
                 check_bn_pool(1, 3, 3, 2, dts[d], t, seed + 14);    /* C = 3, one window column */
                 check_bn_pool(3, 24, 5, 7, dts[d], t, seed + 15);   /* kernel rows of 4 across windows, one left */
                 check_bn_pool(2, 48, 6, 3, dts[d], t, seed + 16);   /* kernel rows of 2 across image rows */
