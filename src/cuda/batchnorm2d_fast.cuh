@@ -277,9 +277,8 @@ __device__ __forceinline__ unsigned div_by(unsigned n, const fast_div &f) { retu
 struct pooled_dy {
     const void *dp;
     fast_div W, H, k;
-    unsigned OH, OW;
+    fast_div OH, OW; /* values (.d) and divisors: a pooled row's (n, oh, ow) */
     float inv;
-    fast_div OWd, OHd; /* OW and OH as divisors: a pooled row's (n, oh, ow) */
     bool windows;      /* the dx pass walks the pool's windows (fast_dx_windows), not x's rows */
 };
 
@@ -305,8 +304,8 @@ __device__ __forceinline__ uint4 load_dy(const T *dy, const pooled_dy &pd, long 
     float g[N];
 #pragma unroll
     for (int k = 0; k < N; k++) g[k] = 0.f;
-    if (oh < pd.OH && ow < pd.OW) {
-        const long long pr = ((long long)n * pd.OH + oh) * pd.OW + ow;
+    if (oh < pd.OH.d && ow < pd.OW.d) {
+        const long long pr = ((long long)n * pd.OH.d + oh) * pd.OW.d + ow;
         return spread_dy<T>(ld16(static_cast<const T *>(pd.dp) + pr * C + c0), pd.inv);
     }
     return fast_vec<T>::narrow(g);
@@ -444,15 +443,15 @@ __device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd,
     constexpr int MASK = MASK_RECOMPUTE;
     const uint4 no_y = {};
     const unsigned K = pd.k.d, H = pd.H.d, W = pd.W.d;
-    const long long P = M / ((long long)H * W) * pd.OH * pd.OW, G = gridDim.x, Rp = (P + G - 1) / G;
+    const long long P = M / ((long long)H * W) * pd.OH.d * pd.OW.d, G = gridDim.x, Rp = (P + G - 1) / G;
     const long long b = mirror ? G - 1 - blockIdx.x : blockIdx.x;
     const long long p0 = b * Rp < P ? b * Rp : P, p1 = p0 + Rp < P ? p0 + Rp : P;
     const long long c0 = l.g * fast_vec<T>::N;
     const T *pooled = static_cast<const T *>(pd.dp);
     /* x's row of window p's top-left value */
     auto corner = [&](long long p) {
-        const unsigned q = div_by((unsigned)p, pd.OWd), ow = (unsigned)p - q * pd.OW;
-        const unsigned n = div_by(q, pd.OHd), oh = q - n * pd.OH;
+        const unsigned q = div_by((unsigned)p, pd.OW), ow = (unsigned)p - q * pd.OW.d;
+        const unsigned n = div_by(q, pd.OH), oh = q - n * pd.OH.d;
         return ((long long)n * H + (long long)oh * K) * W + (long long)ow * K;
     };
     if (K == 2) {
@@ -493,7 +492,7 @@ __device__ __forceinline__ void fast_dx_windows(const T *x, const pooled_dy &pd,
     const uint4 gz = fast_vec<T>::narrow(zero); /* load_dy's value past the last window */
     for (long long r = l.r1 - 1 - l.rr; r >= l.r0; r -= l.rpp) {
         const unsigned q = div_by((unsigned)r, pd.W), w = (unsigned)r - q * W, h = q - div_by(q, pd.H) * H;
-        if (h < K * pd.OH && w < K * pd.OW) continue; /* under a window: done above */
+        if (h < K * pd.OH.d && w < K * pd.OW.d) continue; /* under a window: done above */
         const long long at = r * C + c0;
         dx_group<T, MASK>(row_x_dy_y{ld16(x + at), gz, no_y}, at, k, dx, dx_add, dr, dr_add);
     }
@@ -525,6 +524,7 @@ __device__ __forceinline__ void fast_dx_block(const T *x, const T *dy, const poo
         [&](long long r) { return load_bwd_row<T, MASK, POOLED>(x, dy, ym, pd, r, C, c0); },
         [&](const row_x_dy_y &v, long long r) { dx_group<T, MASK>(v, r * C + c0, k, dx, dx_add, dr, dr_add); });
 }
+
 /* ---- host side: the dtype as T ----------------------------------------- */
 
 static inline int vec_of(mp_dtype dt) {
@@ -547,9 +547,8 @@ static inline pooled_dy pooled_of(const mp_bn_fast_mask &m) {
     if (!m.pooled) return p;
     p.dp = m.pooled;
     p.W = fast_div_of((unsigned)m.W), p.H = fast_div_of((unsigned)m.H), p.k = fast_div_of((unsigned)m.k);
-    p.OH = (unsigned)(m.H / m.k), p.OW = (unsigned)(m.W / m.k);
+    p.OH = fast_div_of((unsigned)(m.H / m.k)), p.OW = fast_div_of((unsigned)(m.W / m.k));
     p.inv = 1.f / (float)(m.k * m.k); /* as the pool's backward computes it */
-    p.OWd = fast_div_of(p.OW), p.OHd = fast_div_of(p.OH);
     p.windows = !mp_env_get()->no_bn_pooled_windows;
     return p;
 }

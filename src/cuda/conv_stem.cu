@@ -142,6 +142,7 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_filte
     const int warp = threadIdx.x / 32, F = filter_blocks_of(s.cy), slices = slices_of(s.cy);
     const int mine = F >= STEM_WARPS ? (F + STEM_WARPS - 1 - warp) / STEM_WARPS : warp < F * slices ? 1 : 0;
     const int slice = F >= STEM_WARPS ? 0 : warp / F;
+    auto block_of = [&](int m) { return F >= STEM_WARPS ? warp + m * STEM_WARPS : warp % F; }; /* its m-th f */
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
     wmma::fill_fragment(acc[0], 0.f);
     wmma::fill_fragment(acc[1], 0.f);
@@ -161,7 +162,7 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_filte
 #pragma unroll
         for (int m = 0; m < 2; m++) { /* acc[m] with m known: in registers */
             if (m >= mine) break;
-            const int f = F >= STEM_WARPS ? warp + m * STEM_WARPS : warp % F, rb = f / 2, cb = f % 2;
+            const int f = block_of(m), rb = f / 2, cb = f % 2;
             for (int step = slice; step < STEM_TILE / 16; step += slices) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> ga;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> xb;
@@ -174,7 +175,7 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_filte
 #pragma unroll
     for (int m = 0; m < 2; m++) {
         if (m >= mine) break;
-        const int f = F >= STEM_WARPS ? warp + m * STEM_WARPS : warp % F, rb = f / 2, cb = f % 2;
+        const int f = block_of(m), rb = f / 2, cb = f % 2;
         float *out = ws + (((long long)blockIdx.x * slices + slice) * s.cy + rb * 16) * STEM_TAPS + cb * 16;
         wmma::store_matrix_sync(out, acc[m], STEM_TAPS, wmma::mem_row_major);
     }
