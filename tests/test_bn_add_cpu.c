@@ -18,8 +18,8 @@
  *     fused batch norm whose output overflows (also where only its -inf,
  *     which the ReLU zeroes, is there beside the sum's +inf), and the add
  *     where bn(x) and the residual are finite and their sum overflows, as
- *     unfused, and
- *     leaves the chain's output and the running statistics as unfused;
+ *     unfused, and leaves the chain's output and the running statistics as
+ *     unfused;
  *     reading a fused batch norm's own output is an error naming the add. */
 #include <math.h>
 #include <stdio.h>

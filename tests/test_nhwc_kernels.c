@@ -202,9 +202,8 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     const size_t wsb = mp_bn_nhwc_workspace_bytes(C);
     void *ws = check_alloc_poisoned(wsb);
     float *rm1 = malloc(C * 4), *rv1 = malloc(C * 4), *rm2 = malloc(C * 4), *rv2 = malloc(C * 4);
-    double *mean1 = check_alloc_poisoned(C * 8), *is1 = check_alloc_poisoned(C * 8),
-           *mean2 = check_alloc_poisoned(C * 8),
-           *is2 = check_alloc_poisoned(C * 8);
+    double *mean1 = check_alloc_poisoned(C * 8), *is1 = check_alloc_poisoned(C * 8);
+    double *mean2 = check_alloc_poisoned(C * 8), *is2 = check_alloc_poisoned(C * 8);
     /* the forward's scale, shift and float mean */
     float *sc2 = check_alloc_poisoned(C * 4), *sh2 = check_alloc_poisoned(C * 4), *mu2 = check_alloc_poisoned(C * 4);
     void *y1 = check_alloc_poisoned(bytes), *y2h = check_alloc_poisoned(bytes);
@@ -270,10 +269,9 @@ static void check_bn(bn_shape sh, mp_dtype dt, bool relu, uint64_t seed) {
     for (int bs = 1; bs >= 0; bs--) {
         void *dx1 = check_alloc_poisoned(bytes), *dx2h = check_alloc_poisoned(bytes),
              *dx3h = check_alloc_poisoned(bytes);
-        float *dg1 = check_alloc_poisoned(C * 4), *db1 = check_alloc_poisoned(C * 4),
-              *dg2 = check_alloc_poisoned(C * 4),
-              *db2 = check_alloc_poisoned(C * 4), *dg3 = check_alloc_poisoned(C * 4),
-              *db3 = check_alloc_poisoned(C * 4);
+        float *dg1 = check_alloc_poisoned(C * 4), *db1 = check_alloc_poisoned(C * 4);
+        float *dg2 = check_alloc_poisoned(C * 4), *db2 = check_alloc_poisoned(C * 4);
+        float *dg3 = check_alloc_poisoned(C * 4), *db3 = check_alloc_poisoned(C * 4);
         memset(ws, 0xFF, wsb);
         mp_bn_bwd_cpu(dt, x, relu ? (bs ? y1 : yev) : NULL, dy, dx1, gamma, dg1, db1, bs, mean1, is1, rm0, rv0, N, C,
                       HW, eps);
@@ -566,8 +564,7 @@ int main(void) {
                 check_bn_pool(3, 16, 5, 7, dts[d], t, seed + 11);   /* odd H and W: a row and a column in no window */
                 check_bn_pool(2, 520, 4, 6, dts[d], t, seed + 12);  /* C above one tile of channels */
                 check_bn_pool(4, 64, 14, 14, dts[d], t, seed + 13); /* cnn10's second stage end */
-                check_bn_pool(3, 64, 5, 7, dts[d], t, seed + 17);   /* one row a kernel row, odd H and W: the runs
-                                                                       along an image row stop short of it */
+                check_bn_pool(3, 64, 5, 7, dts[d], t, seed + 17);   /* one row a kernel row, odd H and W */
                 check_bn_pool(1, 3, 3, 2, dts[d], t, seed + 14);    /* C = 3, one window column */
                 check_bn_pool(3, 24, 5, 7, dts[d], t, seed + 15);   /* kernel rows of 4 across windows, one left */
                 check_bn_pool(2, 48, 6, 3, dts[d], t, seed + 16);   /* kernel rows of 2 across image rows */
