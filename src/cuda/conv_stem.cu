@@ -1,8 +1,10 @@
 /* conv_stem.cu — see conv_stem.h. 256 threads (8 warps) per block, tiles of
  * 128 output pixels (16 per warp in the forward); warp-level tensor-core
- * products (nvcuda::wmma, 16 x 16 x 16, f32 accumulators). A thread fills
- * half of one pixel's im2col row (16 taps) with scalar loads of x: x is
- * small beside y and its 9 reads per value hit the caches. */
+ * products (nvcuda::wmma, 16 x 16 x 16, f32 accumulators). A thread loads
+ * half of one pixel's im2col row (16 taps) with scalar loads of x (x is
+ * small beside y and its 9 reads per value hit the caches), and its part of
+ * dy's tile, a tile ahead: the next tile's loads fly while the block
+ * multiplies this one. */
 #include "cuda/conv_stem.h"
 #include "cuda/conv_own.h"
 
@@ -40,35 +42,47 @@ static stem_shape shape_of(const mp_conv_geom *g) {
     return s;
 }
 
-/* Rows [0, 128) of the tile at pixel p0 into a[128][32]: thread t fills
- * half t / 128 (taps 16h .. 16h + 15) of row t % 128; taps past the
- * filter's, pixels past the last and taps outside the image are 0. */
+/* A thread's half of one im2col row of a tile: half h = threadIdx.x / 128
+ * (taps 16h .. 16h + 15) of row threadIdx.x % 128, as the 16-bit values of
+ * x (0 for taps past the filter's, pixels past the last and taps outside
+ * the image). Loaded into registers (load_im2col) a tile ahead of their
+ * store into shared memory (store_im2col), so that their loads are in
+ * flight while the block multiplies the tile before. */
+struct im2col_half {
+    unsigned short v[16];
+};
+
 template <typename T>
-__device__ __forceinline__ void fill_im2col(const T *__restrict__ x, const stem_shape &s, long long p0, T *a) {
+__device__ __forceinline__ void load_im2col(const T *__restrict__ x, const stem_shape &s, long long p0,
+                                            im2col_half &r) {
     const int i = threadIdx.x % STEM_TILE, h = threadIdx.x / STEM_TILE;
     const long long p = p0 + i;
-    float v[16];
+    const unsigned short *xs = reinterpret_cast<const unsigned short *>(x);
 #pragma unroll
-    for (int j = 0; j < 16; j++) v[j] = 0.f;
-    if (p < s.pixels) {
-        const int hw = s.hy * s.wy;
-        const int n = (int)(p / hw), rem = (int)(p - (long long)n * hw), oh = rem / s.wy, ow = rem - oh * s.wy;
-        const int ih0 = oh * s.stride - s.pad, iw0 = ow * s.stride - s.pad;
-        const T *img = x + (long long)n * s.hx * s.wx * s.cx;
+    for (int j = 0; j < 16; j++) r.v[j] = 0;
+    if (p >= s.pixels) return;
+    const int hw = s.hy * s.wy;
+    const int n = (int)(p / hw), rem = (int)(p - (long long)n * hw), oh = rem / s.wy, ow = rem - oh * s.wy;
+    const int ih0 = oh * s.stride - s.pad, iw0 = ow * s.stride - s.pad;
+    const unsigned short *img = xs + (long long)n * s.hx * s.wx * s.cx;
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const int t = 16 * h + j;
-            if (t >= s.taps) break;
-            const int ih = ih0 + s.dr[t], iw = iw0 + s.ds[t];
-            if (ih >= 0 && ih < s.hx && iw >= 0 && iw < s.wx) v[j] = to_f32(img[(ih * s.wx + iw) * s.cx + s.dc[t]]);
-        }
+    for (int j = 0; j < 16; j++) {
+        const int t = 16 * h + j;
+        const int ih = ih0 + s.dr[t], iw = iw0 + s.ds[t];
+        if (t < s.taps && ih >= 0 && ih < s.hx && iw >= 0 && iw < s.wx)
+            r.v[j] = __ldg(img + (ih * s.wx + iw) * s.cx + s.dc[t]);
     }
-    float lo[8], hi[8];
+}
+
+/* r into a[128][32] (T's 16-bit values, little-endian pairs). */
+__device__ __forceinline__ void store_im2col(const im2col_half &r, void *a) {
+    const int i = threadIdx.x % STEM_TILE, h = threadIdx.x / STEM_TILE;
+    uint32_t w[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) lo[j] = v[j], hi[j] = v[8 + j];
-    uint4 *row = reinterpret_cast<uint4 *>(a + i * STEM_TAPS + 16 * h);
-    row[0] = fast_vec<T>::narrow(lo);
-    row[1] = fast_vec<T>::narrow(hi);
+    for (int k = 0; k < 8; k++) w[k] = (uint32_t)r.v[2 * k] | (uint32_t)r.v[2 * k + 1] << 16;
+    uint4 *row = reinterpret_cast<uint4 *>(static_cast<unsigned short *>(a) + i * STEM_TAPS + 16 * h);
+    row[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    row[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
 /* The filter as B[32][cy] (tap-major; taps past the filter's 0) in b. */
@@ -79,28 +93,43 @@ template <typename T> __device__ __forceinline__ void fill_filter(const T *__res
     }
 }
 
+/* The forward's dynamic shared memory: the tile's im2col a[128][32], the
+ * filter b[32][cy], each warp's f32 16 x 16 stage and its 16 rows of y
+ * (16 x cy, T) before they are stored. */
+static size_t forward_smem(int cy) {
+    return (size_t)STEM_TILE * STEM_TAPS * 2 + (size_t)STEM_TAPS * cy * 2 + STEM_WARPS * 256 * sizeof(float) +
+           (size_t)STEM_WARPS * 16 * cy * 2;
+}
+
 /* Forward: each block takes tiles blockIdx.x, + gridDim.x, ...; warp w the
- * tile's rows 16w .. 16w + 15, one 16 x 16 block of y at a time, staged as
- * f32 in its 1 KB of shared memory and stored as 16-byte vectors (a lane
- * per half row). */
+ * tile's rows 16w .. 16w + 15, one 16 x 16 block of y at a time through
+ * its f32 stage into its rows' stage, which it then stores as one
+ * contiguous run of 16 * cy values (16-byte vectors, 512 bytes a warp
+ * store). The next tile's im2col loads are in flight meanwhile. */
 template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_forward(const T *__restrict__ x,
                                                                                   const T *__restrict__ w,
                                                                                   T *__restrict__ y, stem_shape s) {
-    __shared__ __align__(128) T a[STEM_TILE * STEM_TAPS];
-    __shared__ __align__(128) T b[STEM_TAPS * STEM_MAX_CY];
-    __shared__ __align__(128) float stage[STEM_WARPS][16 * 16];
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *a = reinterpret_cast<T *>(smem);
+    T *b = a + STEM_TILE * STEM_TAPS;
+    float *stage = reinterpret_cast<float *>(b + STEM_TAPS * s.cy);
+    T *rows = reinterpret_cast<T *>(stage + STEM_WARPS * 256);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *my_stage = stage + warp * 256;
+    T *my_rows = rows + warp * 16 * s.cy;
     fill_filter(w, s, b);
     const long long tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE;
+    im2col_half r;
+    if (blockIdx.x < tiles) load_im2col(x, s, (long long)blockIdx.x * STEM_TILE, r);
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const long long p0 = tile * STEM_TILE;
         __syncthreads(); /* the previous tile's a is read */
-        fill_im2col(x, s, p0, a);
+        store_im2col(r, a);
         __syncthreads();
+        if (tile + gridDim.x < tiles) load_im2col(x, s, (tile + gridDim.x) * STEM_TILE, r);
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a0, a1;
         wmma::load_matrix_sync(a0, a + warp * 16 * STEM_TAPS, STEM_TAPS);
         wmma::load_matrix_sync(a1, a + warp * 16 * STEM_TAPS + 16, STEM_TAPS);
-        const long long row = p0 + warp * 16 + lane / 2;
         for (int nb = 0; nb < s.cy / 16; nb++) {
             wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b0, b1;
             wmma::load_matrix_sync(b0, b + nb * 16, s.cy);
@@ -109,15 +138,49 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_forwa
             wmma::fill_fragment(acc, 0.f);
             wmma::mma_sync(acc, a0, b0, acc);
             wmma::mma_sync(acc, a1, b1, acc);
-            wmma::store_matrix_sync(stage[warp], acc, 16, wmma::mem_row_major);
+            wmma::store_matrix_sync(my_stage, acc, 16, wmma::mem_row_major);
             __syncwarp();
             float v[8];
 #pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = stage[warp][(lane / 2) * 16 + (lane % 2) * 8 + j];
-            if (row < s.pixels)
-                *reinterpret_cast<uint4 *>(y + row * s.cy + nb * 16 + (lane % 2) * 8) = fast_vec<T>::narrow(v);
-            __syncwarp(); /* stage is read before the next block overwrites it */
+            for (int j = 0; j < 8; j++) v[j] = my_stage[(lane / 2) * 16 + (lane % 2) * 8 + j];
+            *reinterpret_cast<uint4 *>(my_rows + (lane / 2) * s.cy + nb * 16 + (lane % 2) * 8) =
+                fast_vec<T>::narrow(v);
+            __syncwarp(); /* the stage is read before the next block overwrites it */
         }
+        const long long row0 = p0 + warp * 16;
+        const int per_row = s.cy / 8; /* 16-byte vectors */
+        for (int v = lane; v < 16 * per_row; v += 32)
+            if (row0 + v / per_row < s.pixels)
+                *reinterpret_cast<uint4 *>(y + row0 * s.cy + (long long)v * 8) =
+                    reinterpret_cast<const uint4 *>(my_rows)[v];
+        __syncwarp(); /* the rows are stored before the next tile's overwrite them */
+    }
+}
+
+/* A thread's part of a tile of dy: vectors threadIdx.x + 256 k (k < V) of
+ * its 128 x cy values (V = 4 up to 64 channels, 8 up to 128), 0 past the
+ * last pixel; loaded a tile ahead, as im2col_half. */
+template <int V> struct dy_part {
+    uint4 v[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ void load_dy(const T *__restrict__ dy, const stem_shape &s, long long p0, dy_part<V> &r) {
+    const int per_row = s.cy / 8, vecs = STEM_TILE * per_row;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int v = threadIdx.x + k * STEM_THREADS;
+        r.v[k] = make_uint4(0, 0, 0, 0);
+        if (v < vecs && p0 + v / per_row < s.pixels) r.v[k] = ld16(dy + p0 * s.cy + (long long)v * 8);
+    }
+}
+
+template <int V> __device__ __forceinline__ void store_dy(const dy_part<V> &r, const stem_shape &s, void *g) {
+    const int vecs = STEM_TILE * s.cy / 8;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int v = threadIdx.x + k * STEM_THREADS;
+        if (v < vecs) static_cast<uint4 *>(g)[v] = r.v[k];
     }
 }
 
@@ -126,19 +189,19 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_forwa
  * or more of them warp w keeps blocks w and w + 8 over each tile's 128
  * pixels; with F < 8, warp w keeps block w % F over the tile's 16-pixel
  * steps w / F, + 8 / F, ... (slices: warps past F * (8 / F) idle). The
- * block's sums go to ws[block][slice][cy][32]. */
+ * block's sums go to ws[block][slice][cy][32]. The next tile's loads are
+ * in flight while the block multiplies this one. */
 __host__ __device__ static inline int filter_blocks_of(int cy) { return cy / 16 * 2; }
 __host__ __device__ static inline int slices_of(int cy) {
     const int f = filter_blocks_of(cy);
     return f >= STEM_WARPS ? 1 : STEM_WARPS / f;
 }
 
-template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_filter_sums(const T *__restrict__ x,
-                                                                                      const T *__restrict__ dy,
-                                                                                      float *__restrict__ ws,
-                                                                                      stem_shape s) {
+template <typename T, int V>
+__global__ void __launch_bounds__(STEM_THREADS) stem_filter_sums(const T *__restrict__ x, const T *__restrict__ dy,
+                                                                float *__restrict__ ws, stem_shape s) {
     __shared__ __align__(128) T a[STEM_TILE * STEM_TAPS];
-    __shared__ __align__(128) T g[STEM_TILE * STEM_MAX_CY];
+    __shared__ __align__(128) T g[STEM_TILE * 16 * V]; /* 128 x cy, cy <= 16 V */
     const int warp = threadIdx.x / 32, F = filter_blocks_of(s.cy), slices = slices_of(s.cy);
     const int mine = F >= STEM_WARPS ? (F + STEM_WARPS - 1 - warp) / STEM_WARPS : warp < F * slices ? 1 : 0;
     const int slice = F >= STEM_WARPS ? 0 : warp / F;
@@ -147,18 +210,21 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_filte
     wmma::fill_fragment(acc[0], 0.f);
     wmma::fill_fragment(acc[1], 0.f);
     const long long tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE;
-    const int vecs = STEM_TILE * s.cy / 8; /* 16-byte vectors of the dy tile */
+    im2col_half r;
+    dy_part<V> d;
+    if (blockIdx.x < tiles) {
+        load_im2col(x, s, (long long)blockIdx.x * STEM_TILE, r);
+        load_dy(dy, s, (long long)blockIdx.x * STEM_TILE, d);
+    }
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const long long p0 = tile * STEM_TILE;
         __syncthreads();
-        fill_im2col(x, s, p0, a);
-        for (int v = threadIdx.x; v < vecs; v += STEM_THREADS) {
-            const int i = v / (s.cy / 8);
-            uint4 u = make_uint4(0, 0, 0, 0);
-            if (p0 + i < s.pixels) u = ld16(dy + p0 * s.cy + (long long)v * 8);
-            reinterpret_cast<uint4 *>(g)[v] = u;
+        store_im2col(r, a);
+        store_dy(d, s, g);
+        __syncthreads();
+        if (tile + gridDim.x < tiles) {
+            load_im2col(x, s, (tile + gridDim.x) * STEM_TILE, r);
+            load_dy(dy, s, (tile + gridDim.x) * STEM_TILE, d);
         }
-        __syncthreads();
 #pragma unroll
         for (int m = 0; m < 2; m++) { /* acc[m] with m known: in registers */
             if (m >= mine) break;
@@ -210,12 +276,13 @@ bool mp_stem_applies(const mp_conv_geom *g, mp_dtype cd) {
     return g->n >= 1 && g->hy >= 1 && g->wy >= 1 && xs < INT_MAX && ys < INT_MAX;
 }
 
-/* Blocks of a pass: per SM, 8 in the forward (its 24 KB of shared memory),
- * 4 in the backward-filter (each adds a 16 KB partial to the workspace); no
- * more than there are tiles. */
+/* Blocks of a pass: per SM, 4 in the forward and 2 in the backward-filter,
+ * as many as its registers let stay resident (54-64 and 75-107 a thread,
+ * sm_90), each keeping a tile's loads in flight; no more than there are
+ * tiles. */
 static int blocks_of(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_conv_pass pass) {
     const long long tiles = ((long long)g->n * g->hy * g->wy + STEM_TILE - 1) / STEM_TILE;
-    const long long most = (pass == MP_CONV_FWD ? 8LL : 4LL) * (ctx->sm_count > 0 ? ctx->sm_count : 1);
+    const long long most = (pass == MP_CONV_FWD ? 4LL : 2LL) * (ctx->sm_count > 0 ? ctx->sm_count : 1);
     return (int)(tiles < most ? (tiles > 0 ? tiles : 1) : most);
 }
 
@@ -238,11 +305,24 @@ mp_status mp_stem_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, 
     MP_TRY(aligned(y, y, what));
     const stem_shape s = shape_of(g);
     const int blocks = blocks_of(ctx, g, MP_CONV_FWD);
+    const size_t smem = forward_smem(g->cy);
+    mp_status st = MP_OK;
     (void)with_type(cd, [&](auto t) {
         using T = decltype(t);
-        if constexpr (!std::is_same_v<T, float>)
-            stem_forward<T><<<blocks, STEM_THREADS, 0, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, s);
+        if constexpr (!std::is_same_v<T, float>) {
+            /* over the 48 KB a launch gets unasked from 112 output channels on: allowed before the launch, but
+               not while a graph is captured (the search's timing ran the pass before any capture) */
+            cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+            st = mp_cuda_check(cudaStreamIsCapturing(ctx->stream, &cap), "cudaStreamIsCapturing", what);
+            if (st == MP_OK && smem > 48 * 1024 && cap == cudaStreamCaptureStatusNone)
+                st = mp_cuda_check(cudaFuncSetAttribute(stem_forward<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        (int)smem),
+                                   "cudaFuncSetAttribute", what);
+            if (st == MP_OK)
+                stem_forward<T><<<blocks, STEM_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, s);
+        }
     });
+    MP_TRY(st);
     MP_CUDA_TRY(cudaGetLastError(), what);
     return MP_OK;
 }
@@ -258,7 +338,12 @@ mp_status mp_stem_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dt
     (void)with_type(cd, [&](auto t) {
         using T = decltype(t);
         if constexpr (!std::is_same_v<T, float>) {
-            stem_filter_sums<T><<<blocks, STEM_THREADS, 0, ctx->stream>>>((const T *)x, (const T *)dy, (float *)ws, s);
+            if (s.cy <= 64)
+                stem_filter_sums<T, 4><<<blocks, STEM_THREADS, 0, ctx->stream>>>((const T *)x, (const T *)dy,
+                                                                                (float *)ws, s);
+            else
+                stem_filter_sums<T, 8><<<blocks, STEM_THREADS, 0, ctx->stream>>>((const T *)x, (const T *)dy,
+                                                                                (float *)ws, s);
             stem_filter_total<T><<<s.cy, STEM_THREADS, 0, ctx->stream>>>(
                 (const float *)ws, blocks * slices_of(s.cy), s, (T *)dw);
         }
