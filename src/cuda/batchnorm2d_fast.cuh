@@ -14,6 +14,7 @@
 
 #include "cuda/batchnorm2d_fast.h"
 #include "cuda/batchnorm2d_math.cuh"
+#include "cuda/fast_div.cuh"
 #include "cuda/vec16.cuh"
 #include "mixprec.h"
 
@@ -250,23 +251,6 @@ __device__ __forceinline__ void load_fwd(const float *fwd_mu, const float *fwd_s
     load_coef<fast_vec<T>::N>(fwd_scale, c0, f.sc);
     load_coef<fast_vec<T>::N>(fwd_scale + C, c0, f.sh);
 }
-
-/* n / d for n < 2^31 by a multiply-high, an add and a shift (Granlund and
- * Montgomery's division by an invariant integer; m and s from the host:
- * fast_div_of): the pooled rows' index arithmetic, four divisions per row,
- * which as divide instructions cost more than the row's own work. */
-struct fast_div {
-    unsigned d, m, s;
-};
-
-static inline fast_div fast_div_of(unsigned d) {
-    unsigned s = 0;
-    while ((1ull << s) < d) s++;
-    const unsigned m = (unsigned)(((1ull << 32) * ((1ull << s) - d)) / d + 1);
-    return fast_div{d, m, s};
-}
-
-__device__ __forceinline__ unsigned div_by(unsigned n, const fast_div &f) { return (__umulhi(n, f.m) + n) >> f.s; }
 
 /* A fused average pool's output gradient read as the batch norm's dy
  * (mp_bn_fast_mask.pooled): row r = (n, h, w) of the H x W image takes row
