@@ -15,29 +15,34 @@
 
 #include <type_traits>
 
+#include "cuda/fast_div.cuh"
 #include "cuda/vec16.cuh"
 
 using namespace nvcuda;
 
 enum { STEM_THREADS = 256, STEM_WARPS = 8, STEM_TILE = 128, STEM_TAPS = 32, STEM_MAX_CX = 4, STEM_MAX_CY = 128 };
 
-/* The pass's shape, and each tap's input offsets: tap t reads x at (oh *
- * stride - pad + dr[t], ow * stride - pad + ds[t]), channel dc[t]. */
+/* The pass's shape, and each tap t's place: tap[t] = off << 5 | rs, where
+ * off is its offset in x from the window's top-left value, ((r * wx + s) *
+ * dil) * cx + c, and rs = r * k + s its window position (31 for the taps
+ * past the filter's, which no window mask has). Pixels and offsets fit 31
+ * and 26 bits (mp_stem_applies). */
 struct stem_shape {
-    int n, cx, hx, wx, cy, hy, wy, stride, pad, taps;
-    long long pixels; /* n * hy * wy */
-    signed char dr[STEM_TAPS], ds[STEM_TAPS], dc[STEM_TAPS];
+    int n, cx, hx, wx, cy, hy, wy, stride, pad, k, dil, taps;
+    int pixels; /* n * hy * wy */
+    fast_div hw_div, wy_div;
+    int tap[STEM_TAPS];
 };
 
 static stem_shape shape_of(const mp_conv_geom *g) {
     stem_shape s = {};
     s.n = g->n, s.cx = g->cx, s.hx = g->hx, s.wx = g->wx, s.cy = g->cy, s.hy = g->hy, s.wy = g->wy;
-    s.stride = g->stride, s.pad = g->pad, s.taps = g->k * g->k * g->cx;
-    s.pixels = (long long)g->n * g->hy * g->wy;
-    for (int t = 0; t < s.taps; t++) { /* KRSC: c fastest, then s, then r */
-        const int c = t % g->cx, rs = t / g->cx;
-        s.dr[t] = (signed char)(rs / g->k * g->dil), s.ds[t] = (signed char)(rs % g->k * g->dil),
-        s.dc[t] = (signed char)c;
+    s.stride = g->stride, s.pad = g->pad, s.k = g->k, s.dil = g->dil, s.taps = g->k * g->k * g->cx;
+    s.pixels = g->n * g->hy * g->wy;
+    s.hw_div = fast_div_of((unsigned)(g->hy * g->wy)), s.wy_div = fast_div_of((unsigned)g->wy);
+    for (int t = 0; t < STEM_TAPS; t++) { /* KRSC: c fastest, then s, then r */
+        const int c = t % g->cx, rs = t / g->cx, r = rs / g->k, q = rs % g->k;
+        s.tap[t] = t < s.taps ? ((r * g->wx + q) * g->dil * g->cx + c) << 5 | rs : 31;
     }
     return s;
 }
@@ -52,25 +57,34 @@ struct im2col_half {
     unsigned short v[16];
 };
 
+/* Bit r * k + s set where window position (r, s) of output pixel (oh, ow)
+ * lies inside the image. */
+__device__ __forceinline__ unsigned window_mask(const stem_shape &s, int oh, int ow) {
+    const int ih0 = oh * s.stride - s.pad, iw0 = ow * s.stride - s.pad;
+    unsigned cols = 0, mask = 0;
+    for (int q = 0; q < s.k; q++) cols |= (unsigned)((unsigned)(iw0 + q * s.dil) < (unsigned)s.wx) << q;
+    for (int r = 0; r < s.k; r++)
+        if ((unsigned)(ih0 + r * s.dil) < (unsigned)s.hx) mask |= cols << (r * s.k);
+    return mask;
+}
+
 template <typename T>
-__device__ __forceinline__ void load_im2col(const T *__restrict__ x, const stem_shape &s, long long p0,
-                                            im2col_half &r) {
+__device__ __forceinline__ void load_im2col(const T *__restrict__ x, const stem_shape &s, int p0, im2col_half &r) {
     const int i = threadIdx.x % STEM_TILE, h = threadIdx.x / STEM_TILE;
-    const long long p = p0 + i;
+    const int p = p0 + i;
     const unsigned short *xs = reinterpret_cast<const unsigned short *>(x);
 #pragma unroll
     for (int j = 0; j < 16; j++) r.v[j] = 0;
     if (p >= s.pixels) return;
-    const int hw = s.hy * s.wy;
-    const int n = (int)(p / hw), rem = (int)(p - (long long)n * hw), oh = rem / s.wy, ow = rem - oh * s.wy;
-    const int ih0 = oh * s.stride - s.pad, iw0 = ow * s.stride - s.pad;
-    const unsigned short *img = xs + (long long)n * s.hx * s.wx * s.cx;
+    const int n = (int)div_by((unsigned)p, s.hw_div), rem = p - n * (int)s.hw_div.d;
+    const int oh = (int)div_by((unsigned)rem, s.wy_div), ow = rem - oh * (int)s.wy_div.d;
+    const unsigned mask = window_mask(s, oh, ow);
+    /* the window's top-left value; negative where it starts in the padding, read only at offsets inside */
+    const int corner = ((n * s.hx + oh * s.stride - s.pad) * s.wx + ow * s.stride - s.pad) * s.cx;
 #pragma unroll
     for (int j = 0; j < 16; j++) {
-        const int t = 16 * h + j;
-        const int ih = ih0 + s.dr[t], iw = iw0 + s.ds[t];
-        if (t < s.taps && ih >= 0 && ih < s.hx && iw >= 0 && iw < s.wx)
-            r.v[j] = __ldg(img + (ih * s.wx + iw) * s.cx + s.dc[t]);
+        const int e = s.tap[16 * h + j];
+        if (mask >> (e & 31) & 1) r.v[j] = __ldg(xs + (corner + (e >> 5)));
     }
 }
 
@@ -85,17 +99,18 @@ __device__ __forceinline__ void store_im2col(const im2col_half &r, void *a) {
     row[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
-/* The filter as B[32][cy] (tap-major; taps past the filter's 0) in b. */
+/* The filter as B[32][cy] stored column by column, b[k * 32 + t] (the
+ * KRSC filter's rows padded to 32 taps with 0), in b. */
 template <typename T> __device__ __forceinline__ void fill_filter(const T *__restrict__ w, const stem_shape &s, T *b) {
     for (int e = threadIdx.x; e < STEM_TAPS * s.cy; e += STEM_THREADS) {
-        const int t = e / s.cy, k = e - t * s.cy;
+        const int k = e / STEM_TAPS, t = e % STEM_TAPS;
         b[e] = t < s.taps ? w[k * s.taps + t] : from_f32<T>(0.f);
     }
 }
 
 /* The forward's dynamic shared memory: the tile's im2col a[128][32], the
- * filter b[32][cy], each warp's f32 16 x 16 stage and its 16 rows of y
- * (16 x cy, T) before they are stored. */
+ * filter b, each warp's f32 16 x 16 stage and its 16 rows of y (16 x cy,
+ * T) before they are stored. */
 static size_t forward_smem(int cy) {
     return (size_t)STEM_TILE * STEM_TAPS * 2 + (size_t)STEM_TAPS * cy * 2 + STEM_WARPS * 256 * sizeof(float) +
            (size_t)STEM_WARPS * 16 * cy * 2;
@@ -118,41 +133,38 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_forwa
     float *my_stage = stage + warp * 256;
     T *my_rows = rows + warp * 16 * s.cy;
     fill_filter(w, s, b);
-    const long long tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE;
+    const int tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE, per_row = s.cy / 8; /* 16-byte vectors a row */
     im2col_half r;
-    if (blockIdx.x < tiles) load_im2col(x, s, (long long)blockIdx.x * STEM_TILE, r);
-    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const long long p0 = tile * STEM_TILE;
+    if ((int)blockIdx.x < tiles) load_im2col(x, s, blockIdx.x * STEM_TILE, r);
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int p0 = tile * STEM_TILE;
         __syncthreads(); /* the previous tile's a is read */
         store_im2col(r, a);
         __syncthreads();
-        if (tile + gridDim.x < tiles) load_im2col(x, s, (tile + gridDim.x) * STEM_TILE, r);
+        if (tile + (int)gridDim.x < tiles) load_im2col(x, s, (tile + gridDim.x) * STEM_TILE, r);
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a0, a1;
         wmma::load_matrix_sync(a0, a + warp * 16 * STEM_TAPS, STEM_TAPS);
         wmma::load_matrix_sync(a1, a + warp * 16 * STEM_TAPS + 16, STEM_TAPS);
         for (int nb = 0; nb < s.cy / 16; nb++) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b0, b1;
-            wmma::load_matrix_sync(b0, b + nb * 16, s.cy);
-            wmma::load_matrix_sync(b1, b + 16 * s.cy + nb * 16, s.cy);
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b0, b1;
+            wmma::load_matrix_sync(b0, b + nb * 16 * STEM_TAPS, STEM_TAPS);
+            wmma::load_matrix_sync(b1, b + nb * 16 * STEM_TAPS + 16, STEM_TAPS);
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
             wmma::fill_fragment(acc, 0.f);
             wmma::mma_sync(acc, a0, b0, acc);
             wmma::mma_sync(acc, a1, b1, acc);
             wmma::store_matrix_sync(my_stage, acc, 16, wmma::mem_row_major);
             __syncwarp();
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = my_stage[(lane / 2) * 16 + (lane % 2) * 8 + j];
+            const float4 *v4 = reinterpret_cast<const float4 *>(my_stage + (lane / 2) * 16 + (lane % 2) * 8);
+            const float4 lo = v4[0], hi = v4[1];
+            const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
             *reinterpret_cast<uint4 *>(my_rows + (lane / 2) * s.cy + nb * 16 + (lane % 2) * 8) =
                 fast_vec<T>::narrow(v);
             __syncwarp(); /* the stage is read before the next block overwrites it */
         }
-        const long long row0 = p0 + warp * 16;
-        const int per_row = s.cy / 8; /* 16-byte vectors */
-        for (int v = lane; v < 16 * per_row; v += 32)
-            if (row0 + v / per_row < s.pixels)
-                *reinterpret_cast<uint4 *>(y + row0 * s.cy + (long long)v * 8) =
-                    reinterpret_cast<const uint4 *>(my_rows)[v];
+        const int row0 = p0 + warp * 16, rows_here = min(16, s.pixels - row0);
+        uint4 *dst = reinterpret_cast<uint4 *>(y + (long long)row0 * s.cy);
+        for (int v = lane; v < rows_here * per_row; v += 32) dst[v] = reinterpret_cast<const uint4 *>(my_rows)[v];
         __syncwarp(); /* the rows are stored before the next tile's overwrite them */
     }
 }
@@ -165,13 +177,13 @@ template <int V> struct dy_part {
 };
 
 template <typename T, int V>
-__device__ __forceinline__ void load_dy(const T *__restrict__ dy, const stem_shape &s, long long p0, dy_part<V> &r) {
-    const int per_row = s.cy / 8, vecs = STEM_TILE * per_row;
+__device__ __forceinline__ void load_dy(const T *__restrict__ dy, const stem_shape &s, int p0, dy_part<V> &r) {
+    const int vecs = min(STEM_TILE, s.pixels - p0) * (s.cy / 8);
+    const uint4 *src = reinterpret_cast<const uint4 *>(dy + (long long)p0 * s.cy);
 #pragma unroll
     for (int k = 0; k < V; k++) {
         const int v = threadIdx.x + k * STEM_THREADS;
-        r.v[k] = make_uint4(0, 0, 0, 0);
-        if (v < vecs && p0 + v / per_row < s.pixels) r.v[k] = ld16(dy + p0 * s.cy + (long long)v * 8);
+        r.v[k] = v < vecs ? ld16(src + v) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -209,19 +221,19 @@ __global__ void __launch_bounds__(STEM_THREADS) stem_filter_sums(const T *__rest
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
     wmma::fill_fragment(acc[0], 0.f);
     wmma::fill_fragment(acc[1], 0.f);
-    const long long tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE;
+    const int tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE;
     im2col_half r;
     dy_part<V> d;
-    if (blockIdx.x < tiles) {
-        load_im2col(x, s, (long long)blockIdx.x * STEM_TILE, r);
-        load_dy(dy, s, (long long)blockIdx.x * STEM_TILE, d);
+    if ((int)blockIdx.x < tiles) {
+        load_im2col(x, s, blockIdx.x * STEM_TILE, r);
+        load_dy(dy, s, blockIdx.x * STEM_TILE, d);
     }
-    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         __syncthreads();
         store_im2col(r, a);
         store_dy(d, s, g);
         __syncthreads();
-        if (tile + gridDim.x < tiles) {
+        if (tile + (int)gridDim.x < tiles) {
             load_im2col(x, s, (tile + gridDim.x) * STEM_TILE, r);
             load_dy(dy, s, (tile + gridDim.x) * STEM_TILE, d);
         }
@@ -273,7 +285,8 @@ bool mp_stem_applies(const mp_conv_geom *g, mp_dtype cd) {
     if (g->cy < 16 || g->cy > STEM_MAX_CY || g->cy % 16) return false;
     if (g->stride < 1 || g->dil < 1 || g->pad < 0 || g->dil * (g->k - 1) > 127) return false;
     const long long xs = (long long)g->n * g->hx * g->wx * g->cx, ys = (long long)g->n * g->hy * g->wy * g->cy;
-    return g->n >= 1 && g->hy >= 1 && g->wy >= 1 && xs < INT_MAX && ys < INT_MAX;
+    const long long window = ((long long)(g->k - 1) * g->dil * (g->wx + 1) + 1) * g->cx; /* shape_of's offsets */
+    return g->n >= 1 && g->hy >= 1 && g->wy >= 1 && xs < INT_MAX && ys < INT_MAX && window < (1 << 26);
 }
 
 /* Blocks of a pass: per SM, 4 in the forward and 2 in the backward-filter,

@@ -35,8 +35,9 @@ extern "C" {
 
 /* Whether the kernels take geometry g in dtype cd: f16 or bf16, groups 1,
  * cx <= 4 input channels, k * k * cx <= 32 taps, cy a multiple of 16 up to
- * 128, any stride, padding and dilation (dilation * (k - 1) < 128), and
- * fewer than 2^31 values in x and y. */
+ * 128, any stride, padding and dilation (dilation * (k - 1) < 128),
+ * fewer than 2^31 values in x and y, and a window spanning fewer than 2^26
+ * of x's values. */
 bool mp_stem_applies(const mp_conv_geom *g, mp_dtype cd);
 
 /* Workspace bytes of a pass on ctx: the backward-filter's per-block sums;

@@ -57,6 +57,9 @@ int main(void) {
     expect_applies("2^31 output values (32-bit indices)", stem_geom(8192, 3, 64, 64, 64, 3, 1, 1, 1), MP_DTYPE_BF16,
                    false);
     expect_applies("2^29 output values", stem_geom(2048, 3, 64, 64, 64, 3, 1, 1, 1), MP_DTYPE_BF16, true);
+    expect_applies("a window over 2^26 of x's values (dilation 63, rows of 200 000)",
+                   stem_geom(1, 3, 200, 200000, 16, 3, 1, 63, 63), MP_DTYPE_BF16, false);
+    expect_applies("the same rows, dilation 1", stem_geom(1, 3, 200, 200000, 16, 3, 1, 1, 1), MP_DTYPE_BF16, true);
 
     /* the families: a stem's forward and backward-filter, never its backward-data; depthwise layers every pass */
     CHECK(mp_own_family_of(&rgb, MP_DTYPE_BF16, MP_CONV_FWD) == MP_OWN_STEM, "the stem's forward is the stem kernels'");
