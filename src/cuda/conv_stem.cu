@@ -290,7 +290,7 @@ bool mp_stem_applies(const mp_conv_geom *g, mp_dtype cd) {
 }
 
 /* Blocks of a pass: per SM, 4 in the forward and 2 in the backward-filter,
- * as many as its registers let stay resident (54-64 and 75-107 a thread,
+ * as many as its registers let stay resident (55-56 and 76-110 a thread,
  * sm_90), each keeping a tile's loads in flight; no more than there are
  * tiles. */
 static int blocks_of(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_conv_pass pass) {

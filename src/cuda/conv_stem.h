@@ -8,8 +8,8 @@
  * memory its output (forward) or output gradient (backward-filter) takes,
  * yet cuDNN's kernels for it run at a third of that rate on sm_90 (cnn10
  * and resnet18 at batch 512: 0.077 and 0.090 ms where the 67 MB they
- * stream need about 0.025). These reach neither rate yet: the search keeps
- * their backward-filter and cuDNN's forward there (bench/NOTES.md v0.49).
+ * stream need about 0.025). These take 0.074 and 0.094 ms there (H100,
+ * bench/NOTES.md v0.50): the search keeps both, still ~3x the bytes' time.
  *
  * Both kernels see the convolution as a GEMM over output pixels p (n, oh,
  * ow) and taps t (r, s, c), c fastest, at most 32 of them (zero-padded to
