@@ -29,8 +29,9 @@ static void describe(char *buf, size_t len, const mp_op_desc *d, const mp_op_inf
              o->dilation, o->groups, o->bias ? ", bias" : "", mp_dtype_name(cfg->compute), cfg->tf32 ? "+tf32" : "");
 }
 
-/* One warning line per layer name and process: tensor cores want channel
- * counts in multiples of 8 in NHWC. */
+/* One warning line per layer name and process: cuDNN's tensor-core kernels
+ * want channel counts in multiples of 8 in NHWC. Not for a layer whose
+ * every pass the search gave to our kernels (a stem's, conv_own.h). */
 static void warn_channels(const mp_op_desc *d, const mp_conv_geom *g, mp_dtype cd) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static char warned[64][64];
@@ -179,7 +180,9 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
     const size_t total = (fwd > bwd ? fwd : bwd) + 8 * MP_CUDA_WS_SLACK; /* alignment of each slice */
     st->ws_total = total;
     if (*workspace_bytes < total) *workspace_bytes = total;
-    if (cd != MP_DTYPE_F32) warn_channels(d, g, cd);
+    bool cudnn_runs = false; /* a pass of this layer on cuDNN, not on our kernels (which need no multiple of 8) */
+    for (int p = 0; p < MP_CONV_NPASS; p++) cudnn_runs = cudnn_runs || (st->has[p] && !st->algo[p].own);
+    if (cd != MP_DTYPE_F32 && cudnn_runs) warn_channels(d, g, cd);
     *out = st;
     return MP_OK;
 }
