@@ -1,8 +1,8 @@
 /* bn_pool_common.h — what the tests of a batch norm + ReLU fused into the
  * average pool reading it share (test_bn_pool_cpu.c on CPU plans,
  * gpu/test_cuda_bn_pool.c on GPU plans; graph/plan_fuse.h): the net, how
- * many batch norms a plan fused, parameters compared bit for bit, and the
- * inference and overflow-provenance cases. Static functions for one test
+ * many batch norms a plan fused, and the inference and overflow-provenance
+ * cases. Static functions for one test
  * program each. */
 #ifndef MP_TESTS_BN_POOL_COMMON_H
 #define MP_TESTS_BN_POOL_COMMON_H
@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "graph/plan.h"
 #include "models/models.h"
+#include "params_differ.h"
 
 /* The net: input (3 x H x W) -> conv (channels) -> "c1_bn" + "c1_relu" ->
  * avgpool 2 "pool1" -> conv -> "c2_bn" + "c2_relu" -> avgpool pool2_k
@@ -50,42 +51,6 @@ static int bnp_fused_count(const mp_plan *p) {
     int n = 0;
     for (int i = 0; i < p->n; i++) n += p->nodes[i].pool_fused && p->g->nodes[i].desc.kind == MP_OP_BATCHNORM2D;
     return n;
-}
-
-/* Parameters (gradients of trainable ones, values of buffers) of a and b
- * that differ bit for bit, but the one named loose (or none: NULL), which
- * may differ within 1e-5 in relative L2 (a convolution's gradient summed
- * with atomics); *first: the first that differs, *rel its largest
- * difference relative to its largest value. */
-static int bnp_params_differ(const mp_model *a, const mp_model *b, const char *loose, const char **first,
-                             double *rel) {
-    int differ = 0;
-    *first = "-";
-    *rel = 0;
-    for (int k = 0; k < a->g->n_params; k++) {
-        const mp_gparam *pa = &a->g->params[k], *pb = &b->g->params[k];
-        const int64_t n = mp_shape_numel(&pb->spec.shape);
-        const float *va = pb->spec.trainable ? pa->grad : pa->data, *vb = pb->spec.trainable ? pb->grad : pb->data;
-        bool same = !memcmp(va, vb, (size_t)n * sizeof *va);
-        if (!same && loose && !strcmp(pb->name, loose)) {
-            double d2 = 0, r2 = 0;
-            for (int64_t i = 0; i < n; i++) {
-                const double e = (double)va[i] - vb[i];
-                d2 += e * e, r2 += (double)vb[i] * vb[i];
-            }
-            same = d2 <= 1e-10 * r2;
-        }
-        if (!same && !differ++) {
-            *first = pb->name;
-            double dmax = 0, vmax = 0;
-            for (int64_t i = 0; i < n; i++) {
-                dmax = fmax(dmax, fabs((double)va[i] - vb[i]));
-                vmax = fmax(vmax, fabs((double)vb[i]));
-            }
-            *rel = vmax > 0 ? dmax / vmax : dmax;
-        }
-    }
-    return differ;
 }
 
 /* An inference plan fuses nothing. */

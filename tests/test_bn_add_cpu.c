@@ -31,6 +31,7 @@
 #include "core/rng.h"
 #include "cpu_fusion_steps.h"
 #include "graph/plan.h"
+#include "params_differ.h"
 #include "resblocks_net.h"
 
 enum { B = 4, CLASSES = 10 };
@@ -91,19 +92,6 @@ static mp_status train_steps(mp_model *m, const net_case *nc, bool fused, bool c
     return s;
 }
 
-/* Parameters of a and b whose gradients (trainable) or values (the running
- * statistics) differ in any bit; *first names the first. */
-static int params_differ(const mp_model *a, const mp_model *b, const char **first) {
-    int differ = 0;
-    *first = "-";
-    for (int k = 0; k < a->g->n_params; k++) {
-        const mp_gparam *pa = &a->g->params[k], *pb = &b->g->params[k];
-        const float *va = pb->spec.trainable ? pa->grad : pa->data, *vb = pb->spec.trainable ? pb->grad : pb->data;
-        if (memcmp(va, vb, (size_t)mp_shape_numel(&pb->spec.shape) * sizeof *va) && !differ++) *first = pb->name;
-    }
-    return differ;
-}
-
 /* The fused plan (as asked) against the unfused one, bit for bit. */
 static void exact_steps(const net_case *nc, mp_precision prec, bool checked, bool channels_first) {
     char pn[96];
@@ -120,7 +108,8 @@ static void exact_steps(const net_case *nc, mp_precision prec, bool checked, boo
     CHECK(na == want && nb == 0, "steps %s: %d (fused) and %d (unfused) adds fused, want %d and 0", pn, na, nb, want);
     CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
     const char *first = "-";
-    const int differ = sa == MP_OK && sb == MP_OK ? params_differ(&a, &b, &first) : -1;
+    double rel = 0;
+    const int differ = sa == MP_OK && sb == MP_OK ? params_differ(&a, &b, NULL, &first, &rel) : -1;
     const double g2 = cpu_fusion_grad_norm2(&a);
     CHECK(isfinite(la) && !memcmp(&la, &lb, sizeof la), "steps %s: loss fused %.9g, unfused %.9g", pn, la, lb);
     CHECK(differ == 0, "steps %s: %d parameters' gradients or running statistics differ (first %s)", pn, differ,

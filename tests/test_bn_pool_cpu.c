@@ -74,7 +74,7 @@ static void exact_steps(mp_precision prec, bool checked, int batch, bool channel
     CHECK(!fa, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
     const char *first = "-";
     double rel = 0;
-    const int differ = sa == MP_OK && sb == MP_OK ? bnp_params_differ(&a, &b, NULL, &first, &rel) : -1;
+    const int differ = sa == MP_OK && sb == MP_OK ? params_differ(&a, &b, NULL, &first, &rel) : -1;
     const double g2 = cpu_fusion_grad_norm2(&a);
     CHECK(isfinite(la) && !memcmp(&la, &lb, sizeof la), "steps %s: loss fused %.9g, unfused %.9g", pn, la, lb);
     CHECK(differ == 0, "steps %s: %d parameters' gradients or running statistics differ (first %s, by %.3g of its "

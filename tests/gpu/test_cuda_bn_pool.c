@@ -94,7 +94,7 @@ static void exact_step(mp_precision prec, bool checked, int channels, int batch)
     double rel = 0;
     /* without MIXPREC_DETERMINISTIC the first convolution's weight gradient may be summed with atomics */
     const char *loose = mp_env_get()->deterministic ? NULL : "c1.weight";
-    const int differ = sa == MP_OK && sb == MP_OK ? bnp_params_differ(&a, &b, loose, &first, &rel) : -1;
+    const int differ = sa == MP_OK && sb == MP_OK ? params_differ(&a, &b, loose, &first, &rel) : -1;
     CHECK(!memcmp(&la, &lb, sizeof la), "exact step %s: loss fused %.9g, unfused %.9g", pn, la, lb);
     CHECK(differ == 0, "exact step %s (%s): %d parameters' gradients or running statistics differ (first %s, by %.3g "
           "of its largest value)", pn, how, differ, first, rel);
