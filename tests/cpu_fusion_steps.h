@@ -1,17 +1,20 @@
 /* cpu_fusion_steps.h — what the tests of a fusion on CPU plans share
- * (test_bn_pool_cpu.c, test_bn_add_cpu.c; graph/plan_fuse.h): whether a
- * plan's batch norms run where CPU fusions can, two training steps of a
- * plan on an arena of NaN bytes, and the gradients' norm. Static functions
- * for one test program each. */
+ * (test_bn_pool_cpu.c, test_bn_add_cpu.c, test_bn_dx_over_dy_cpu.c;
+ * graph/plan_fuse.h, plan_inplace.h): whether a plan's batch norms run
+ * where CPU fusions can, two training steps of a plan on an arena of NaN
+ * bytes, the gradients' norm, and the checks of a plan with a fusion
+ * against one without. Static functions for one test program each. */
 #ifndef MP_TESTS_CPU_FUSION_STEPS_H
 #define MP_TESTS_CPU_FUSION_STEPS_H
 
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
 #include "graph/plan.h"
 #include "models/models.h"
 #include "ops/cpu_fast.h"
+#include "params_differ.h"
 
 /* Whether a CPU plan of prec runs its batch norms natively channels-last
  * (f32, or bf16 storage unless MIXPREC_NATIVE_BF16=0 emulates it;
@@ -65,6 +68,22 @@ static double cpu_fusion_grad_norm2(const mp_model *m) {
             g2 += (double)gp->grad[i] * gp->grad[i];
     }
     return g2;
+}
+
+/* After the same steps of a plan with a fusion (model a, loss la) and one
+ * without (b, lb), named pn: the same loss and parameters (gradients,
+ * running statistics) bit for bit, and gradients finite and not all zero;
+ * *differ: how many parameters differ. Whether all of it held. */
+static bool cpu_fusion_same(const char *pn, const mp_model *a, const mp_model *b, float la, float lb, int *differ) {
+    const char *first = "-";
+    double rel = 0;
+    *differ = params_differ(a, b, NULL, &first, &rel);
+    const double g2 = cpu_fusion_grad_norm2(a);
+    CHECK(isfinite(la) && !memcmp(&la, &lb, sizeof la), "steps %s: loss %.9g, without the fusion %.9g", pn, la, lb);
+    CHECK(*differ == 0, "steps %s: %d parameters' gradients or running statistics differ (first %s, by %.3g of its "
+          "largest value)", pn, *differ, first, rel);
+    CHECK(g2 > 0 && isfinite(g2), "steps %s: gradients all zero or not finite (%g)", pn, g2);
+    return isfinite(la) && !memcmp(&la, &lb, sizeof la) && !*differ && g2 > 0 && isfinite(g2);
 }
 
 #endif
