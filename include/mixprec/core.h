@@ -181,6 +181,8 @@ typedef struct {
     bool no_bn_pooled_windows; /**< MIXPREC_BN_POOLED_WINDOWS=0: the dx pass of a GPU batch norm fused into an
                                     average pool walks x's rows (four index divisions each) instead of the pool's
                                     windows (comparisons; the same values either way) */
+    bool no_bn_dx_over_dy;     /**< MIXPREC_BN_DX_OVER_DY=0: a CPU batch norm's backward writes its input gradient
+                                    in its own buffer, not over its output gradient (mp_plan_opts.no_bn_dx_over_dy) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

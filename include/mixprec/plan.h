@@ -98,6 +98,16 @@ typedef struct {
      * true keeps them apart (MIXPREC_FUSE_BN_POOL=0 does it for every plan;
      * no_fusion implies it). */
     bool no_bn_pool_fusion;
+    /** CPU training plans let a channels-last batchnorm2d's backward write
+     * its input gradient over its output gradient where nothing reads the
+     * latter afterwards (the batch norm's input has no other consumer; no
+     * residual add or pool fused in; not with second_order, input_grad or
+     * repeat_backward): the dx pass then writes into the lines it has just
+     * read, with no read of fresh memory before each write, and the arena
+     * needs one gradient buffer fewer. The same values, bit for bit. true
+     * keeps dx in its own buffer (for comparisons; MIXPREC_BN_DX_OVER_DY=0
+     * does it for every plan). */
+    bool no_bn_dx_over_dy;
     /** CPU plans store a 4-D activation channels-last (NHWC) where every op
      * writing and reading it works on that layout (oneDNN's convolutions
      * then need no reorders around them); true keeps every activation NCHW

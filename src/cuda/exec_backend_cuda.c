@@ -11,6 +11,7 @@ const mp_exec_backend mp_exec_backend_cuda = {
     .name = "cuda",
     .per_node_buffers = true,
     .grads_in_arena = true,
+    .bn_dx_over_dy_safe = false, /* the cooperative kernels' second phase is not checked for it */
     .open = mp_device_plan_open,
     .close = mp_device_plan_close,
     .node_prepare = mp_device_node_prepare,

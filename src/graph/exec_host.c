@@ -370,6 +370,7 @@ const mp_exec_backend mp_exec_backend_host = {
     .name = "cpu",
     .per_node_buffers = false,
     .grads_in_arena = false,
+    .bn_dx_over_dy_safe = true, /* batchnorm2d_nhwc_kernels.inc: dx's row after dy's, all sums before */
     .open = host_open,
     .close = host_close,
     .node_prepare = host_node_prepare,

@@ -28,6 +28,8 @@ typedef struct {
     int pool_fused;       /* the same with an avgpool2d (k x k, stride k, no padding; 2x2 on CPU plans) that
                              also hands its output gradient to the batch norm's backward (training plans);
                              that avgpool2d: this batch norm; else 0 */
+    bool dx_over_dy;      /* batchnorm2d whose backward writes its input gradient over its output
+                             gradient (plan_inplace.h) */
     size_t out_off, grad_off, saved_off;
     int out_last;                  /* the last plan step its output's memory is kept for (plan.c: node i's
                                       forward is step i, its backward 2n-1-i; 2n+1 = the whole step) */

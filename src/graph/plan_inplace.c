@@ -1,0 +1,46 @@
+/* plan_inplace.c — see plan_inplace.h. */
+#include "graph/plan_inplace.h"
+
+#include "graph/exec_backend.h"
+#include "graph/plan_fuse.h"
+
+/* The node whose gradient buffer holds batch norm i's dy: its fused ReLU's
+ * (the chain's tail), else its own. */
+static int dy_holder(const mp_plan *p, int i) {
+    for (int j = i + 1; p->nodes[i].relu_fused && j < p->n; j++)
+        if (mp_plan_fused_producer(p, j) == i && mp_plan_fused_value_stored(p, j)) return j;
+    return i;
+}
+
+/* Whether batch norm i's dx may go over its dy (plan_inplace.h), given the
+ * buffers' lifetimes b. */
+static bool dx_over_dy_ok(const mp_plan *p, int i, const mp_arena_buf *b) {
+    const mp_gnode *nd = &p->g->nodes[i];
+    const mp_pnode *pn = &p->nodes[i];
+    if (nd->desc.kind != MP_OP_BATCHNORM2D || !pn->in_backward || !pn->info.nhwc || (pn->staged && !pn->native))
+        return false;
+    if (pn->add_fused || pn->pool_fused || pn->dw_fused) return false;
+    const int c = nd->in[0], n = p->n, step = 2 * n - 1 - i, j = dy_holder(p, i);
+    const mp_arena_buf *dx = &b[3 * c + 1], *dy = &b[3 * j + 1];
+    return p->g->nodes[c].n_consumers == 1 && p->g->nodes[c].storage_dtype == p->g->nodes[j].storage_dtype &&
+           dx->size > 0 && dx->size == dy->size && dx->first == step && dy->last == step;
+}
+
+void mp_plan_inplace_buffers(mp_plan *p, mp_arena_buf *b) {
+    for (int i = 0; i < p->n; i++) p->nodes[i].dx_over_dy = false;
+    if (!p->o.training || !p->be->bn_dx_over_dy_safe || p->so || p->o.input_grad || mp_plan_backward_repeats(p) ||
+        p->o.no_bn_dx_over_dy || mp_env_get()->no_bn_dx_over_dy)
+        return;
+    for (int i = 0; i < p->n; i++) {
+        if (!dx_over_dy_ok(p, i, b)) continue;
+        mp_arena_buf *dx = &b[3 * p->g->nodes[i].in[0] + 1], *dy = &b[3 * dy_holder(p, i) + 1];
+        dy->last = dx->last;
+        dx->size = 0;
+        p->nodes[i].dx_over_dy = true;
+    }
+}
+
+void mp_plan_inplace_offsets(mp_plan *p) {
+    for (int i = 0; i < p->n; i++)
+        if (p->nodes[i].dx_over_dy) p->nodes[p->g->nodes[i].in[0]].grad_off = p->nodes[i].grad_off;
+}

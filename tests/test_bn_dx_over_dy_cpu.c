@@ -1,0 +1,174 @@
+/* test_bn_dx_over_dy_cpu.c — a CPU batch norm's backward writing its
+ * input gradient over its output gradient (graph/plan_inplace.h).
+ *  1. which batch norms a plan gives one buffer for dx and dy, on a net
+ *     where two may (c1_bn, c2_bn: each the only consumer of its conv, its
+ *     dy read by nothing after it) and one may not (c3_bn: its conv's output
+ *     also feeds a residual add, whose gradient the batch norm's is added
+ *     to): two in fp32, amp-bf16 and bf16 channels-last plans, each such dx
+ *     at its dy's offset; none in amp-fp16 (staged), channels-first,
+ *     inference or repeat_backward plans or when told not to;
+ *  2. two training steps of each such plan, and of cnn10's, against the
+ *     same plan told not to (mp_plan_opts.no_bn_dx_over_dy), on arenas of
+ *     NaN bytes, plain and
+ *     with each forward replayed and the backward checked: the same loss,
+ *     gradients and running statistics bit for bit (the checked backward
+ *     tests each gradient as its node writes it, dx over dy included); the
+ *     arena no larger. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "check.h"
+#include "core/rng.h"
+#include "cpu_fusion_steps.h"
+#include "graph/plan.h"
+#include "models/models.h"
+
+enum { B = 4, C = 8, H = 9, W = 7 };
+
+/* input (3 x H x W) -> conv "c1" -> "c1_bn" + ReLU -> conv "c2" -> "c2_bn"
+ * + ReLU -> conv "c3" = t -> "c3_bn" + ReLU = u -> add(t, u) -> global
+ * pool -> linear (10 classes). */
+static mp_model build(mp_precision prec) {
+    mp_model m;
+    memset(&m, 0, sizeof m);
+    m.g = mp_graph_create();
+    MP_ASSERT(m.g);
+    mp_graph *g = m.g;
+    const mp_conv_opts conv = {.out_channels = C, .kernel = 3, .padding = 1};
+    mp_node x = m.input = mp_graph_input(g, "input", 3, H, W);
+    x = mp_relu(g, "c1_relu", mp_conv_bn(g, "c1", x, conv));
+    x = mp_relu(g, "c2_relu", mp_conv_bn(g, "c2", x, conv));
+    const mp_node t = mp_conv2d(g, "c3", x, conv);
+    const mp_node u = mp_relu(g, "c3_relu", mp_batchnorm2d(g, "c3_bn", t, (mp_batchnorm_opts){0}));
+    x = mp_global_avgpool(g, "gap", mp_add(g, "skip", t, u));
+    x = mp_linear(g, "fc", x, (mp_linear_opts){.out_features = 10, .bias = true});
+    MP_ASSERT(mp_model_finish(&m, x) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(g, 23);
+    return m;
+}
+
+/* Batch norms plan p writes dx over dy, -100 if one is marked but its dx
+ * is not at its dy's offset (or c3_bn is marked). */
+static int marked_count(const mp_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (!p->nodes[i].dx_over_dy) continue;
+        n++;
+        const int c = p->g->nodes[i].in[0];
+        if (p->nodes[c].grad_off != p->nodes[i].grad_off || !strcmp(p->g->nodes[i].name, "c3_bn")) return -100;
+    }
+    return n;
+}
+
+static void batch(float *x, size_t nx, int32_t *y) {
+    mp_rng r;
+    mp_rng_seed(&r, 3);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < B; i++) y[i] = (int32_t)((i * 3 + 1) % 10);
+}
+
+/* How many of the net's batch norms a training plan of prec should mark:
+ * two, where the CPU's fusions run (their channels-last kernels) and the
+ * environment leaves it on. */
+static int in_place_wanted(mp_precision prec) {
+    return cpu_fusions_run(prec, false) && !mp_env_get()->no_bn_dx_over_dy ? 2 : 0;
+}
+
+/* Part 1: how many batch norms a plan made with o marks. */
+static void expect_marked(const char *what, mp_precision prec, mp_plan_opts o, int want) {
+    mp_model m = build(prec);
+    o.loss = m.loss;
+    mp_plan *p = NULL;
+    const mp_status s = mp_plan_create(m.g, o, &p);
+    const int got = s == MP_OK ? marked_count(p) : -1;
+    CHECK(s == MP_OK && got == want, "%s (%s): %s, %d batch norms write dx over dy, want %d", what,
+          mp_precision_name(prec), s == MP_OK ? "made" : mp_last_error(), got, want);
+    printf("%s %s (%s): %d batch norms write dx over dy\n", s == MP_OK && got == want ? "ok  " : "FAIL", what,
+           mp_precision_name(prec), got);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
+/* cnn10 on 3 x 16 x 16 images: nine batch norms, seven of which may write
+ * dx over dy (two feed pools fused in), on an arena whose buffers are
+ * reused more than the small net's. */
+static mp_model build_cnn10(mp_precision prec) {
+    mp_model m;
+    memset(&m, 0, sizeof m);
+    m.g = mp_graph_create();
+    MP_ASSERT(m.g && mp_model_cnn10(&m, 3, 16, 16, 10) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(m.g, 29);
+    return m;
+}
+
+/* Part 2: steps in place against apart, bit for bit, on the net build
+ * makes (input 3 x h x w; want batch norms in place where they run). */
+static void exact_steps(const char *net, mp_model (*make)(mp_precision), int h, int w, int want_on,
+                        mp_precision prec, bool checked) {
+    const size_t nx = (size_t)B * 3 * h * w;
+    float *x = malloc(nx * sizeof *x);
+    MP_ASSERT(x);
+    int32_t y[B];
+    batch(x, nx, y);
+    mp_model a = make(prec), b = make(prec);
+    const mp_plan_opts oa = {.batch = B, .training = true, .loss = a.loss};
+    mp_plan_opts ob = oa;
+    ob.no_bn_dx_over_dy = true;
+    float la = 0, lb = 0;
+    int na = 0, nb = 0;
+    bool fa = false, fb = false;
+    const mp_status sa = cpu_fusion_steps(&a, oa, x, nx, y, checked, marked_count, &la, &na, &fa),
+                    sb = cpu_fusion_steps(&b, ob, x, nx, y, checked, marked_count, &lb, &nb, &fb);
+    char pn[64];
+    snprintf(pn, sizeof pn, "%s %s%s", net, mp_precision_name(prec), checked ? ", checked" : "");
+    CHECK(sa == MP_OK && sb == MP_OK, "steps %s: %s", pn, mp_last_error());
+    const int want = in_place_wanted(prec) ? want_on : 0;
+    CHECK(na == want && nb == 0, "steps %s: %d (in place) and %d (apart) batch norms marked, want %d and 0", pn, na,
+          nb, want);
+    CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
+    int differ = -1;
+    const bool same = sa == MP_OK && sb == MP_OK && cpu_fusion_same(pn, &a, &b, la, lb, &differ);
+    printf("%s steps %s, %d batch norms in place: loss %.9g / %.9g, %d of %d parameters differ\n",
+           same && !fa && !fb && na == want ? "ok  " : "FAIL", pn, na, la, lb, differ, a.g->n_params);
+    /* the arena, once more: one gradient buffer fewer can only shrink it */
+    mp_plan *pa = NULL, *pb = NULL;
+    const mp_status s2 = mp_plan_create(a.g, oa, &pa) == MP_OK ? mp_plan_create(a.g, ob, &pb) : MP_ERR_INTERNAL;
+    CHECK(s2 == MP_OK && pa->arena_bytes <= pb->arena_bytes, "arena %s: %zu bytes in place, %zu apart", pn,
+          s2 == MP_OK ? pa->arena_bytes : 0, s2 == MP_OK ? pb->arena_bytes : 0);
+    mp_plan_destroy(pa);
+    mp_plan_destroy(pb);
+    mp_model_free(&a);
+    mp_model_free(&b);
+    free(x);
+}
+
+int main(void) {
+    const mp_plan_opts train = {.batch = B, .training = true};
+    expect_marked("training", MP_PRECISION_FP32, train, in_place_wanted(MP_PRECISION_FP32));
+    expect_marked("training", MP_PRECISION_AMP_BF16, train, in_place_wanted(MP_PRECISION_AMP_BF16));
+    expect_marked("training", MP_PRECISION_AMP_FP16, train, 0); /* staged batch norms */
+    mp_plan_opts o = train;
+    o.channels_first = true;
+    expect_marked("channels-first", MP_PRECISION_FP32, o, 0);
+    o = train;
+    o.no_bn_dx_over_dy = true;
+    expect_marked("told not to", MP_PRECISION_FP32, o, 0);
+    o = train;
+    o.repeat_backward = true;
+    expect_marked("repeat_backward", MP_PRECISION_FP32, o, 0);
+    o = train;
+    o.training = false;
+    expect_marked("inference", MP_PRECISION_FP32, o, 0);
+
+    const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_AMP_BF16, MP_PRECISION_BF16};
+    for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) exact_steps("net", build, H, W, 2, precs[i], false);
+    exact_steps("net", build, H, W, 2, MP_PRECISION_AMP_BF16, true);
+    exact_steps("cnn10", build_cnn10, 16, 16, 7, MP_PRECISION_FP32, false);
+    exact_steps("cnn10", build_cnn10, 16, 16, 7, MP_PRECISION_AMP_BF16, false);
+    return test_summary("test_bn_dx_over_dy_cpu");
+}
