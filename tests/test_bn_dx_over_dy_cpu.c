@@ -7,9 +7,9 @@
  *     to): two in fp32, amp-bf16 and bf16 channels-last plans, each such dx
  *     at its dy's offset; none in amp-fp16 (staged), channels-first,
  *     inference or repeat_backward plans or when told not to;
- *  2. two training steps of each such plan, and of cnn10's, against the
- *     same plan told not to (mp_plan_opts.no_bn_dx_over_dy), on arenas of
- *     NaN bytes, plain and
+ *  2. two training steps of each such plan, and of cnn10's (seven of nine
+ *     marked), against the same plan told not to
+ *     (mp_plan_opts.no_bn_dx_over_dy), on arenas of NaN bytes, plain and
  *     with each forward replayed and the backward checked: the same loss,
  *     gradients and running statistics bit for bit (the checked backward
  *     tests each gradient as its node writes it, dx over dy included); the
