@@ -18,10 +18,10 @@ struct mp_exec_backend {
      * and training plans may keep parameter gradients in the arena. */
     bool per_node_buffers;
     bool grads_in_arena;
-    /* Its channels-last batch-norm backward reads every value of dy before
-     * it writes dx's at the same place (plan_inplace.h may then give them
-     * one buffer). */
-    bool bn_dx_over_dy_safe;
+    /* Whether batch norm i's backward, as this backend runs it, reads every
+     * value of dy before it writes dx's at the same place (plan_inplace.h
+     * may then give them one buffer); NULL: never. */
+    bool (*bn_dx_over_dy_safe)(const mp_plan *p, int i);
     /* Set-up: the plan's device side (parameters' copies, context); node i's
      * ops for its shapes and dtypes (may raise the shared workspace *ws,
      * *scratch and *stage bytes); the arena (zeroed); where parameter k's

@@ -17,9 +17,9 @@ static int dy_holder(const mp_plan *p, int i) {
 static bool dx_over_dy_ok(const mp_plan *p, int i, const mp_arena_buf *b) {
     const mp_gnode *nd = &p->g->nodes[i];
     const mp_pnode *pn = &p->nodes[i];
-    if (nd->desc.kind != MP_OP_BATCHNORM2D || !pn->in_backward || !pn->info.nhwc || (pn->staged && !pn->native))
+    if (nd->desc.kind != MP_OP_BATCHNORM2D || !pn->in_backward || pn->add_fused || pn->pool_fused || pn->dw_fused ||
+        !p->be->bn_dx_over_dy_safe(p, i))
         return false;
-    if (pn->add_fused || pn->pool_fused || pn->dw_fused) return false;
     const int c = nd->in[0], n = p->n, step = 2 * n - 1 - i, j = dy_holder(p, i);
     const mp_arena_buf *dx = &b[3 * c + 1], *dy = &b[3 * j + 1];
     return p->g->nodes[c].n_consumers == 1 && p->g->nodes[c].storage_dtype == p->g->nodes[j].storage_dtype &&

@@ -6,9 +6,10 @@
  * ownership). Written over dy, dx goes into lines the pass has just read:
  * 4-16 % off the backward, cold (bench/NOTES.md v0.50).
  *
- * Where: a training plan's batchnorm2d running natively on the
- * channels-last kernels (whose dx pass reads each value of dy before it
- * writes dx's: exec_backend.h's bn_dx_over_dy_safe), whose input has no
+ * Where: a training plan's batchnorm2d whose backward, as its backend runs
+ * it, reads each value of dy before it writes dx's (exec_backend.h's
+ * bn_dx_over_dy_safe: on the CPU, natively on the channels-last kernels;
+ * not on a GPU), whose input has no
  * other consumer (its gradient is then written, not added to), with no
  * residual add or average pool fused in (a residual's gradient is written
  * in the same pass; a pool's dy is smaller), dy and dx of one dtype and
