@@ -22,6 +22,12 @@ using namespace nvcuda;
 
 enum { STEM_THREADS = 256, STEM_WARPS = 8, STEM_TILE = 128, STEM_TAPS = 32, STEM_MAX_CX = 4, STEM_MAX_CY = 128 };
 
+/* Row strides in shared memory, padded so that the rows a warp touches at
+ * once fall on different banks: 16-bit rows of 32 taps take 40 values (80
+ * bytes: 8 consecutive rows start on 8 different 4-bank groups); f32 rows
+ * of 16 take 20; rows of cy channels take cy + 8 (a 16-byte shift a row). */
+enum { STEM_LDA = STEM_TAPS + 8, STEM_LDS = 16 + 4, STEM_PAD_CY = 8 };
+
 /* The pass's shape, and each tap t's place: tap[t] = off << 5 | rs, where
  * off is its offset in x from the window's top-left value, ((r * wx + s) *
  * dil) * cx + c, and rs = r * k + s its window position (31 for the taps
@@ -30,7 +36,7 @@ enum { STEM_THREADS = 256, STEM_WARPS = 8, STEM_TILE = 128, STEM_TAPS = 32, STEM
 struct stem_shape {
     int n, cx, hx, wx, cy, hy, wy, stride, pad, k, dil, taps;
     int pixels; /* n * hy * wy */
-    fast_div hw_div, wy_div;
+    fast_div hw_div, wy_div, vec_div; /* by hy * wy, wy, and cy / 8 (16-byte vectors a row of y) */
     int tap[STEM_TAPS];
 };
 
@@ -40,6 +46,7 @@ static stem_shape shape_of(const mp_conv_geom *g) {
     s.stride = g->stride, s.pad = g->pad, s.k = g->k, s.dil = g->dil, s.taps = g->k * g->k * g->cx;
     s.pixels = g->n * g->hy * g->wy;
     s.hw_div = fast_div_of((unsigned)(g->hy * g->wy)), s.wy_div = fast_div_of((unsigned)g->wy);
+    s.vec_div = fast_div_of((unsigned)(g->cy / 8));
     for (int t = 0; t < STEM_TAPS; t++) { /* KRSC: c fastest, then s, then r */
         const int c = t % g->cx, rs = t / g->cx, r = rs / g->k, q = rs % g->k;
         s.tap[t] = t < s.taps ? ((r * g->wx + q) * g->dil * g->cx + c) << 5 | rs : 31;
@@ -88,32 +95,32 @@ __device__ __forceinline__ void load_im2col(const T *__restrict__ x, const stem_
     }
 }
 
-/* r into a[128][32] (T's 16-bit values, little-endian pairs). */
+/* r into a[128][STEM_LDA] (T's 16-bit values, little-endian pairs; taps 0-31 of each row). */
 __device__ __forceinline__ void store_im2col(const im2col_half &r, void *a) {
     const int i = threadIdx.x % STEM_TILE, h = threadIdx.x / STEM_TILE;
     uint32_t w[8];
 #pragma unroll
     for (int k = 0; k < 8; k++) w[k] = (uint32_t)r.v[2 * k] | (uint32_t)r.v[2 * k + 1] << 16;
-    uint4 *row = reinterpret_cast<uint4 *>(static_cast<unsigned short *>(a) + i * STEM_TAPS + 16 * h);
+    uint4 *row = reinterpret_cast<uint4 *>(static_cast<unsigned short *>(a) + i * STEM_LDA + 16 * h);
     row[0] = make_uint4(w[0], w[1], w[2], w[3]);
     row[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
-/* The filter as B[32][cy] stored column by column, b[k * 32 + t] (the
- * KRSC filter's rows padded to 32 taps with 0), in b. */
+/* The filter as B[32][cy] stored column by column, b[k * STEM_LDA + t]
+ * (the KRSC filter's rows padded to 32 taps with 0), in b. */
 template <typename T> __device__ __forceinline__ void fill_filter(const T *__restrict__ w, const stem_shape &s, T *b) {
     for (int e = threadIdx.x; e < STEM_TAPS * s.cy; e += STEM_THREADS) {
         const int k = e / STEM_TAPS, t = e % STEM_TAPS;
-        b[e] = t < s.taps ? w[k * s.taps + t] : from_f32<T>(0.f);
+        b[k * STEM_LDA + t] = t < s.taps ? w[k * s.taps + t] : from_f32<T>(0.f);
     }
 }
 
-/* The forward's dynamic shared memory: the tile's im2col a[128][32], the
- * filter b, each warp's f32 16 x 16 stage and its 16 rows of y (16 x cy,
- * T) before they are stored. */
+/* The forward's dynamic shared memory: the tile's im2col a[128][STEM_LDA],
+ * the filter b, each warp's f32 16 x 16 stage (rows of STEM_LDS) and its 16
+ * rows of y (rows of cy + STEM_PAD_CY values of T) before they are stored. */
 static size_t forward_smem(int cy) {
-    return (size_t)STEM_TILE * STEM_TAPS * 2 + (size_t)STEM_TAPS * cy * 2 + STEM_WARPS * 256 * sizeof(float) +
-           (size_t)STEM_WARPS * 16 * cy * 2;
+    return (size_t)STEM_TILE * STEM_LDA * 2 + (size_t)STEM_LDA * cy * 2 + STEM_WARPS * 16 * STEM_LDS * sizeof(float) +
+           (size_t)STEM_WARPS * 16 * (cy + STEM_PAD_CY) * 2;
 }
 
 /* Forward: each block takes tiles blockIdx.x, + gridDim.x, ...; warp w the
@@ -126,12 +133,13 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_forwa
                                                                                   T *__restrict__ y, stem_shape s) {
     extern __shared__ __align__(128) unsigned char smem[];
     T *a = reinterpret_cast<T *>(smem);
-    T *b = a + STEM_TILE * STEM_TAPS;
-    float *stage = reinterpret_cast<float *>(b + STEM_TAPS * s.cy);
-    T *rows = reinterpret_cast<T *>(stage + STEM_WARPS * 256);
+    T *b = a + STEM_TILE * STEM_LDA;
+    float *stage = reinterpret_cast<float *>(b + STEM_LDA * s.cy);
+    const int ldr = s.cy + STEM_PAD_CY; /* rows' stride */
+    T *rows = reinterpret_cast<T *>(stage + STEM_WARPS * 16 * STEM_LDS);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *my_stage = stage + warp * 256;
-    T *my_rows = rows + warp * 16 * s.cy;
+    float *my_stage = stage + warp * 16 * STEM_LDS;
+    T *my_rows = rows + warp * 16 * ldr;
     fill_filter(w, s, b);
     const int tiles = (s.pixels + STEM_TILE - 1) / STEM_TILE, per_row = s.cy / 8; /* 16-byte vectors a row */
     im2col_half r;
@@ -143,28 +151,31 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_forwa
         __syncthreads();
         if (tile + (int)gridDim.x < tiles) load_im2col(x, s, (tile + gridDim.x) * STEM_TILE, r);
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a0, a1;
-        wmma::load_matrix_sync(a0, a + warp * 16 * STEM_TAPS, STEM_TAPS);
-        wmma::load_matrix_sync(a1, a + warp * 16 * STEM_TAPS + 16, STEM_TAPS);
+        wmma::load_matrix_sync(a0, a + warp * 16 * STEM_LDA, STEM_LDA);
+        wmma::load_matrix_sync(a1, a + warp * 16 * STEM_LDA + 16, STEM_LDA);
         for (int nb = 0; nb < s.cy / 16; nb++) {
             wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b0, b1;
-            wmma::load_matrix_sync(b0, b + nb * 16 * STEM_TAPS, STEM_TAPS);
-            wmma::load_matrix_sync(b1, b + nb * 16 * STEM_TAPS + 16, STEM_TAPS);
+            wmma::load_matrix_sync(b0, b + nb * 16 * STEM_LDA, STEM_LDA);
+            wmma::load_matrix_sync(b1, b + nb * 16 * STEM_LDA + 16, STEM_LDA);
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
             wmma::fill_fragment(acc, 0.f);
             wmma::mma_sync(acc, a0, b0, acc);
             wmma::mma_sync(acc, a1, b1, acc);
-            wmma::store_matrix_sync(my_stage, acc, 16, wmma::mem_row_major);
+            wmma::store_matrix_sync(my_stage, acc, STEM_LDS, wmma::mem_row_major);
             __syncwarp();
-            const float4 *v4 = reinterpret_cast<const float4 *>(my_stage + (lane / 2) * 16 + (lane % 2) * 8);
+            const float4 *v4 = reinterpret_cast<const float4 *>(my_stage + (lane / 2) * STEM_LDS + (lane % 2) * 8);
             const float4 lo = v4[0], hi = v4[1];
             const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            *reinterpret_cast<uint4 *>(my_rows + (lane / 2) * s.cy + nb * 16 + (lane % 2) * 8) =
+            *reinterpret_cast<uint4 *>(my_rows + (lane / 2) * ldr + nb * 16 + (lane % 2) * 8) =
                 fast_vec<T>::narrow(v);
             __syncwarp(); /* the stage is read before the next block overwrites it */
         }
         const int row0 = p0 + warp * 16, rows_here = min(16, s.pixels - row0);
         uint4 *dst = reinterpret_cast<uint4 *>(y + (long long)row0 * s.cy);
-        for (int v = lane; v < rows_here * per_row; v += 32) dst[v] = reinterpret_cast<const uint4 *>(my_rows)[v];
+        for (int v = lane; v < rows_here * per_row; v += 32) {
+            const int row = (int)div_by((unsigned)v, s.vec_div);
+            dst[v] = *reinterpret_cast<const uint4 *>(my_rows + row * ldr + (v - row * per_row) * 8);
+        }
         __syncwarp(); /* the rows are stored before the next tile's overwrite them */
     }
 }
@@ -187,12 +198,16 @@ __device__ __forceinline__ void load_dy(const T *__restrict__ dy, const stem_sha
     }
 }
 
+/* r into g[128][cy + STEM_PAD_CY] (16-bit values). */
 template <int V> __device__ __forceinline__ void store_dy(const dy_part<V> &r, const stem_shape &s, void *g) {
-    const int vecs = STEM_TILE * s.cy / 8;
+    const int per_row = s.cy / 8, vecs = STEM_TILE * per_row, ldg = s.cy + STEM_PAD_CY;
 #pragma unroll
     for (int k = 0; k < V; k++) {
         const int v = threadIdx.x + k * STEM_THREADS;
-        if (v < vecs) static_cast<uint4 *>(g)[v] = r.v[k];
+        if (v < vecs) {
+            const int row = (int)div_by((unsigned)v, s.vec_div);
+            *reinterpret_cast<uint4 *>(static_cast<unsigned short *>(g) + row * ldg + (v - row * per_row) * 8) = r.v[k];
+        }
     }
 }
 
@@ -212,8 +227,9 @@ __host__ __device__ static inline int slices_of(int cy) {
 template <typename T, int V>
 __global__ void __launch_bounds__(STEM_THREADS) stem_filter_sums(const T *__restrict__ x, const T *__restrict__ dy,
                                                                 float *__restrict__ ws, stem_shape s) {
-    __shared__ __align__(128) T a[STEM_TILE * STEM_TAPS];
-    __shared__ __align__(128) T g[STEM_TILE * 16 * V]; /* 128 x cy, cy <= 16 V */
+    __shared__ __align__(128) T a[STEM_TILE * STEM_LDA];
+    __shared__ __align__(128) T g[STEM_TILE * (16 * V + STEM_PAD_CY)]; /* 128 rows of cy + STEM_PAD_CY, cy <= 16 V */
+    const int ldg = s.cy + STEM_PAD_CY;
     const int warp = threadIdx.x / 32, F = filter_blocks_of(s.cy), slices = slices_of(s.cy);
     const int mine = F >= STEM_WARPS ? (F + STEM_WARPS - 1 - warp) / STEM_WARPS : warp < F * slices ? 1 : 0;
     const int slice = F >= STEM_WARPS ? 0 : warp / F;
@@ -244,8 +260,8 @@ __global__ void __launch_bounds__(STEM_THREADS) stem_filter_sums(const T *__rest
             for (int step = slice; step < STEM_TILE / 16; step += slices) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> ga;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> xb;
-                wmma::load_matrix_sync(ga, g + step * 16 * s.cy + rb * 16, s.cy);
-                wmma::load_matrix_sync(xb, a + step * 16 * STEM_TAPS + cb * 16, STEM_TAPS);
+                wmma::load_matrix_sync(ga, g + step * 16 * ldg + rb * 16, ldg);
+                wmma::load_matrix_sync(xb, a + step * 16 * STEM_LDA + cb * 16, STEM_LDA);
                 wmma::mma_sync(acc[m], ga, xb, acc[m]);
             }
         }
@@ -289,19 +305,20 @@ bool mp_stem_applies(const mp_conv_geom *g, mp_dtype cd) {
     return g->n >= 1 && g->hy >= 1 && g->wy >= 1 && xs < INT_MAX && ys < INT_MAX && window < (1 << 26);
 }
 
-/* Blocks of a pass: per SM, 4 in the forward and 2 in the backward-filter,
- * as many as its registers let stay resident (55-56 and 76-110 a thread,
- * sm_90), each keeping a tile's loads in flight; no more than there are
- * tiles. */
-static int blocks_of(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_conv_pass pass) {
+/* Blocks of a pass: per_sm on each SM (the forward: 4 where its shared
+ * memory lets them stay resident; the backward-filter: 2, as many as its
+ * registers let, 76-110 a thread on sm_90), each keeping a tile's loads in
+ * flight; no more than there are tiles. */
+enum { STEM_FWD_PER_SM = 4, STEM_FILTER_PER_SM = 2 };
+static int blocks_of(const mp_cuda_ctx *ctx, const mp_conv_geom *g, int per_sm) {
     const long long tiles = ((long long)g->n * g->hy * g->wy + STEM_TILE - 1) / STEM_TILE;
-    const long long most = (pass == MP_CONV_FWD ? 4LL : 2LL) * (ctx->sm_count > 0 ? ctx->sm_count : 1);
+    const long long most = (long long)per_sm * (ctx->sm_count > 0 ? ctx->sm_count : 1);
     return (int)(tiles < most ? (tiles > 0 ? tiles : 1) : most);
 }
 
 size_t mp_stem_workspace(const mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, mp_conv_pass pass) {
     if (pass != MP_CONV_BWD_FILTER || !mp_stem_applies(g, cd)) return 0;
-    return (size_t)blocks_of(ctx, g, pass) * slices_of(g->cy) * g->cy * STEM_TAPS * sizeof(float);
+    return (size_t)blocks_of(ctx, g, STEM_FILTER_PER_SM) * slices_of(g->cy) * g->cy * STEM_TAPS * sizeof(float);
 }
 
 static mp_status refuse(const mp_conv_geom *g, mp_dtype cd, const char *what) {
@@ -317,13 +334,12 @@ mp_status mp_stem_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, 
     if (!mp_stem_applies(g, cd)) return refuse(g, cd, what);
     MP_TRY(aligned(y, y, what));
     const stem_shape s = shape_of(g);
-    const int blocks = blocks_of(ctx, g, MP_CONV_FWD);
     const size_t smem = forward_smem(g->cy);
     mp_status st = MP_OK;
     (void)with_type(cd, [&](auto t) {
         using T = decltype(t);
         if constexpr (!std::is_same_v<T, float>) {
-            /* over the 48 KB a launch gets unasked from 112 output channels on: allowed before the launch, but
+            /* over the 48 KB a launch gets unasked from 80 output channels on: allowed before the launch, but
                not while a graph is captured (the search's timing ran the pass before any capture) */
             cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
             st = mp_cuda_check(cudaStreamIsCapturing(ctx->stream, &cap), "cudaStreamIsCapturing", what);
@@ -331,8 +347,16 @@ mp_status mp_stem_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, 
                 st = mp_cuda_check(cudaFuncSetAttribute(stem_forward<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                         (int)smem),
                                    "cudaFuncSetAttribute", what);
+            int resident = 0; /* 3 a SM at 128 channels on sm_90 */
             if (st == MP_OK)
-                stem_forward<T><<<blocks, STEM_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, s);
+                st = mp_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, stem_forward<T>,
+                                                                                 STEM_THREADS, smem),
+                                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what);
+            if (st == MP_OK && resident < 1)
+                st = mp_error(MP_ERR_INTERNAL, "%s: the stem forward's %zu bytes of shared memory fit no SM", what, smem);
+            if (st == MP_OK)
+                stem_forward<T><<<blocks_of(ctx, g, resident < STEM_FWD_PER_SM ? resident : STEM_FWD_PER_SM),
+                                  STEM_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, s);
         }
     });
     MP_TRY(st);
@@ -347,7 +371,7 @@ mp_status mp_stem_backward_filter(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dt
     if (!ws || ws_bytes < mp_stem_workspace(ctx, g, cd, MP_CONV_BWD_FILTER))
         return mp_error(MP_ERR_INTERNAL, "%s: the stem backward-filter's workspace is too small", what);
     const stem_shape s = shape_of(g);
-    const int blocks = blocks_of(ctx, g, MP_CONV_BWD_FILTER);
+    const int blocks = blocks_of(ctx, g, STEM_FILTER_PER_SM);
     (void)with_type(cd, [&](auto t) {
         using T = decltype(t);
         if constexpr (!std::is_same_v<T, float>) {
