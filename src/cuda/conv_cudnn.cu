@@ -31,7 +31,8 @@ static void describe(char *buf, size_t len, const mp_op_desc *d, const mp_op_inf
 
 /* One warning line per layer name and process: cuDNN's tensor-core kernels
  * want channel counts in multiples of 8 in NHWC. Not for a layer whose
- * every pass the search gave to our kernels (a stem's, conv_own.h). */
+ * every pass that runs the search gave to our kernels (a stem's: forward
+ * and weight gradient, conv_own.h). */
 static void warn_channels(const mp_op_desc *d, const mp_conv_geom *g, mp_dtype cd) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static char warned[64][64];
@@ -180,8 +181,11 @@ mp_status mp_conv_cudnn_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, const mp_
     const size_t total = (fwd > bwd ? fwd : bwd) + 8 * MP_CUDA_WS_SLACK; /* alignment of each slice */
     st->ws_total = total;
     if (*workspace_bytes < total) *workspace_bytes = total;
-    bool cudnn_runs = false; /* a pass of this layer on cuDNN, not on our kernels (which need no multiple of 8) */
-    for (int p = 0; p < MP_CONV_NPASS; p++) cudnn_runs = cudnn_runs || (st->has[p] && !st->algo[p].own);
+    /* a pass of this layer that runs on cuDNN, not on our kernels (which need no multiple of 8); the input
+       gradient's pass runs only where a backward asks for it (a network's stem: never) */
+    bool cudnn_runs = false;
+    for (int p = 0; p < MP_CONV_NPASS; p++)
+        cudnn_runs = cudnn_runs || (st->has[p] && !st->algo[p].own && (p != op_bwd || cfg->input_grad));
     if (cd != MP_DTYPE_F32 && cudnn_runs) warn_channels(d, g, cd);
     *out = st;
     return MP_OK;

@@ -93,6 +93,8 @@ typedef struct {
                                     compute dtype (mp_plan_opts.f32_weight_grads; see conv_cudnn.h) */
     bool tangents;               /* the plan calls forward_tangent / backward_tangent: prepare() raises
                                     *workspace_bytes for their scratch too */
+    bool input_grad;             /* a backward may ask for input 0's gradient: it lies on a path from a
+                                    trainable parameter to a loss, or tangents / input gradients run */
 } mp_cuda_node_cfg;
 
 typedef struct {

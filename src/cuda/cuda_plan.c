@@ -262,6 +262,7 @@ mp_status mp_device_node_prepare(mp_plan *p, int i, size_t *workspace_bytes, siz
     }
     for (int k = 0; k < nd->n_in; k++) cfg.in_dtype[k] = p->g->nodes[nd->in[k]].storage_dtype;
     cfg.tf32 = nd->tf32;
+    cfg.input_grad = p->so != NULL || (nd->n_in > 0 && p->nodes[nd->in[0]].in_backward);
     cfg.weight_grad = nd->n_params ? mp_plan_grad_dtype(p, nd->first_param) : MP_DTYPE_F32;
     cfg.weight_grad_unrounded = nd->n_params && mp_plan_f32_weight_grad(p, nd->first_param);
     const bool conv_dw = pn->dw_fused && nd->desc.kind == MP_OP_CONV2D; /* a batch norm fused in (plan_fuse.h) */

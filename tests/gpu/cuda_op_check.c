@@ -287,7 +287,7 @@ mp_status cuda_op_check(mp_cuda_ctx *ctx, const cuda_op_case *k, cuda_op_result 
     cfg.storage = out_dt;
     cfg.compute = k->compute;
     cfg.tf32 = k->tf32;
-    cfg.training = k->training;
+    cfg.training = cfg.input_grad = k->training;
     cfg.relu_after = k->relu_after;
     cfg.tangents = k->tangents;
     cfg.batch = k->in_shape[0].dims[0];

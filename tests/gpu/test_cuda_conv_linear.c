@@ -250,7 +250,7 @@ static void run_case(mp_cuda_ctx *ctx, const test_case *tc, const precision *p, 
     const mp_dtype cd = p->compute;
     const mp_dtype in_dt = tc->in_f32 ? MP_DTYPE_F32 : cd, out_dt = tc->out_f32 ? MP_DTYPE_F32 : cd;
     mp_cuda_node_cfg cfg = {.storage = out_dt, .compute = cd, .tf32 = p->tf32, .training = true,
-                            .batch = tc->in.dims[0], .weight_grad_unrounded = dc && dc->unrounded};
+                            .input_grad = true, .batch = tc->in.dims[0], .weight_grad_unrounded = dc && dc->unrounded};
     cfg.in_dtype[0] = in_dt;
     mp_op_desc desc = {tc->kind, tc->label, tc->attr};
     const mp_cuda_op_vtable *vt = gpu_vtable(tc->kind);

@@ -230,7 +230,7 @@ static void refusals(mp_cuda_ctx *ctx) {
     mp_cuda_node_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.storage = cfg.compute = cfg.in_dtype[0] = MP_DTYPE_F32;
-    cfg.training = cfg.tangents = true;
+    cfg.training = cfg.tangents = cfg.input_grad = true;
     void *state = NULL;
     size_t ws = 0, saved = 0;
     MP_ASSERT(mp_cuda_relu_vt.prepare(ctx, &desc, &info, &cfg, &state, &ws, &saved) == MP_OK);
