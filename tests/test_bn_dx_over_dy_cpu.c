@@ -13,7 +13,13 @@
  *     with each forward replayed and the backward checked: the same loss,
  *     gradients and running statistics bit for bit (the checked backward
  *     tests each gradient as its node writes it, dx over dy included); the
- *     arena no larger. */
+ *     arena no larger;
+ *  3. the buffers' lifetimes the rule hands the arena planner, on made-up
+ *     lifetimes for the small net's plan: each marked dx loses its buffer
+ *     and its dy's lasts until dx's last reader (no test net happens to
+ *     reuse that memory in between, so part 2 cannot see it); a dx born
+ *     before the batch norm's backward, or a dy read after it, keeps both
+ *     buffers. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +30,7 @@
 #include "core/rng.h"
 #include "cpu_fusion_steps.h"
 #include "graph/plan.h"
+#include "graph/plan_inplace.h"
 #include "models/models.h"
 
 enum { B = 4, C = 8, H = 9, W = 7 };
@@ -147,6 +154,78 @@ static void exact_steps(const char *net, mp_model (*make)(mp_precision), int h, 
     free(x);
 }
 
+enum { LIFE_SIZE = 4096, LIFE_LATE = 3 }; /* dx's last reader: LIFE_LATE steps after its conv's backward */
+
+/* Gradient buffers (b[3k + 1]) as the rule wants them for each batch norm
+ * of `marked`: dx born at the batch norm's backward and read until
+ * LIFE_LATE steps after its conv's, dy dying at the batch norm's backward;
+ * with `dx_early` (dy_late) dx born a step earlier (dy read a step later).
+ * Every other buffer: none. */
+static void made_up_lifetimes(const mp_plan *p, const bool *marked, bool dx_early, bool dy_late, mp_arena_buf *b) {
+    const int n = p->n;
+    memset(b, 0, (size_t)(3 * n + 3) * sizeof *b);
+    for (int i = 0; i < n; i++) {
+        if (!marked[i]) continue;
+        const int c = p->g->nodes[i].in[0], step = 2 * n - 1 - i;
+        b[3 * c + 1] = (mp_arena_buf){.size = LIFE_SIZE, .first = step - dx_early, .last = 2 * n - 1 - c + LIFE_LATE};
+        b[3 * mp_plan_bn_dy_node(p, i) + 1] = (mp_arena_buf){.size = LIFE_SIZE, .first = 1, .last = step + dy_late};
+    }
+}
+
+/* Part 3, on plan p (its marks taken as the batch norms to try). */
+static void lifetimes(const char *what, mp_plan *p) {
+    const int n = p->n;
+    bool *marked = calloc((size_t)n, sizeof *marked);
+    mp_arena_buf *b = calloc((size_t)(3 * n + 3), sizeof *b);
+    MP_ASSERT(marked && b);
+    int n_marked = 0;
+    for (int i = 0; i < n; i++) n_marked += marked[i] = p->nodes[i].dx_over_dy;
+    CHECK(n_marked > 0, "lifetimes %s: no batch norm marked to try", what);
+    made_up_lifetimes(p, marked, false, false, b);
+    mp_plan_inplace_buffers(p, b);
+    int good = 0;
+    for (int i = 0; i < n; i++) {
+        if (!marked[i]) continue;
+        const int c = p->g->nodes[i].in[0], j = mp_plan_bn_dy_node(p, i);
+        const mp_arena_buf *dx = &b[3 * c + 1], *dy = &b[3 * j + 1];
+        const int dx_last = 2 * n - 1 - c + LIFE_LATE;
+        const bool ok = p->nodes[i].dx_over_dy && dx->size == 0 && dy->size == LIFE_SIZE && dy->first == 1 &&
+                        dy->last == dx_last;
+        CHECK(ok, "lifetimes %s: '%s': marked %d, dx %zu bytes, dy %zu bytes alive %d..%d (want 1, 0, %d, 1..%d)",
+              what, p->g->nodes[i].name, p->nodes[i].dx_over_dy, dx->size, dy->size, dy->first, dy->last, LIFE_SIZE,
+              dx_last);
+        good += ok;
+    }
+    /* either lifetime off by a step: nothing marked, both buffers kept */
+    int kept = 0;
+    for (int late = 0; late < 2; late++) {
+        made_up_lifetimes(p, marked, !late, late, b);
+        mp_plan_inplace_buffers(p, b);
+        for (int i = 0; i < n; i++) {
+            if (!marked[i]) continue;
+            const bool ok = !p->nodes[i].dx_over_dy && b[3 * p->g->nodes[i].in[0] + 1].size == LIFE_SIZE;
+            CHECK(ok, "lifetimes %s: '%s' marked though its %s", what, p->g->nodes[i].name,
+                  late ? "dy is read after its backward" : "dx is born before its backward");
+            kept += ok;
+        }
+    }
+    printf("%s lifetimes %s: %d of %d batch norms take dy's buffer, kept alive to dx's last reader; %d of %d "
+           "refused a step off\n",
+           good == n_marked && kept == 2 * n_marked ? "ok  " : "FAIL", what, good, n_marked, kept, 2 * n_marked);
+    free(b);
+    free(marked);
+}
+
+static void lifetimes_of(mp_precision prec) {
+    mp_model m = build(prec);
+    mp_plan *p = NULL;
+    const mp_status s = mp_plan_create(m.g, (mp_plan_opts){.batch = B, .training = true, .loss = m.loss}, &p);
+    CHECK(s == MP_OK, "lifetimes %s: %s", mp_precision_name(prec), mp_last_error());
+    if (s == MP_OK) lifetimes(mp_precision_name(prec), p);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
 int main(void) {
     const mp_plan_opts train = {.batch = B, .training = true};
     expect_marked("training", MP_PRECISION_FP32, train, in_place_wanted(MP_PRECISION_FP32));
@@ -170,5 +249,7 @@ int main(void) {
     exact_steps("net", build, H, W, 2, MP_PRECISION_AMP_BF16, true);
     exact_steps("cnn10", build_cnn10, 16, 16, 7, MP_PRECISION_FP32, false);
     exact_steps("cnn10", build_cnn10, 16, 16, 7, MP_PRECISION_AMP_BF16, false);
+    if (in_place_wanted(MP_PRECISION_FP32)) lifetimes_of(MP_PRECISION_FP32);
+    if (in_place_wanted(MP_PRECISION_AMP_BF16)) lifetimes_of(MP_PRECISION_AMP_BF16);
     return test_summary("test_bn_dx_over_dy_cpu");
 }

@@ -4,9 +4,7 @@
 #include "graph/exec_backend.h"
 #include "graph/plan_fuse.h"
 
-/* The node whose gradient buffer holds batch norm i's dy: its fused ReLU's
- * (the chain's tail), else its own. */
-static int dy_holder(const mp_plan *p, int i) {
+int mp_plan_bn_dy_node(const mp_plan *p, int i) {
     for (int j = i + 1; p->nodes[i].relu_fused && j < p->n; j++)
         if (mp_plan_fused_producer(p, j) == i && mp_plan_fused_value_stored(p, j)) return j;
     return i;
@@ -20,7 +18,7 @@ static bool dx_over_dy_ok(const mp_plan *p, int i, const mp_arena_buf *b) {
     if (nd->desc.kind != MP_OP_BATCHNORM2D || !pn->in_backward || pn->add_fused || pn->pool_fused || pn->dw_fused ||
         !p->be->bn_dx_over_dy_safe(p, i))
         return false;
-    const int c = nd->in[0], n = p->n, step = 2 * n - 1 - i, j = dy_holder(p, i);
+    const int c = nd->in[0], n = p->n, step = 2 * n - 1 - i, j = mp_plan_bn_dy_node(p, i);
     const mp_arena_buf *dx = &b[3 * c + 1], *dy = &b[3 * j + 1];
     return p->g->nodes[c].n_consumers == 1 && p->g->nodes[c].storage_dtype == p->g->nodes[j].storage_dtype &&
            dx->size > 0 && dx->size == dy->size && dx->first == step && dy->last == step;
@@ -33,7 +31,7 @@ void mp_plan_inplace_buffers(mp_plan *p, mp_arena_buf *b) {
         return;
     for (int i = 0; i < p->n; i++) {
         if (!dx_over_dy_ok(p, i, b)) continue;
-        mp_arena_buf *dx = &b[3 * p->g->nodes[i].in[0] + 1], *dy = &b[3 * dy_holder(p, i) + 1];
+        mp_arena_buf *dx = &b[3 * p->g->nodes[i].in[0] + 1], *dy = &b[3 * mp_plan_bn_dy_node(p, i) + 1];
         dy->last = dx->last;
         dx->size = 0;
         p->nodes[i].dx_over_dy = true;

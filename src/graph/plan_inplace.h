@@ -28,5 +28,8 @@
 void mp_plan_inplace_buffers(mp_plan *p, mp_arena_buf *b);
 /* After mp_plan_fuse_offsets: point each such dx at its dy. */
 void mp_plan_inplace_offsets(mp_plan *p);
+/* The node whose gradient buffer holds batch norm i's dy: its fused ReLU
+ * (the chain's tail, which stores the value), else i itself. */
+int mp_plan_bn_dy_node(const mp_plan *p, int i);
 
 #endif
