@@ -22,10 +22,12 @@ using namespace nvcuda;
 
 enum { STEM_THREADS = 256, STEM_WARPS = 8, STEM_TILE = 128, STEM_TAPS = 32, STEM_MAX_CX = 4, STEM_MAX_CY = 128 };
 
-/* Row strides in shared memory, padded so that the rows a warp touches at
- * once fall on different banks: 16-bit rows of 32 taps take 40 values (80
- * bytes: 8 consecutive rows start on 8 different 4-bank groups); f32 rows
- * of 16 take 20; rows of cy channels take cy + 8 (a 16-byte shift a row). */
+/* Row strides in shared memory, padded so that a warp's accesses spread
+ * over the banks (4- to 16-way conflicts unpadded; the stage's reads and
+ * the rows' 16-byte stores stay 2-way): 16-bit rows of 32 taps take 40
+ * values (80 bytes: 8 consecutive rows start on 8 different 4-bank
+ * groups); f32 rows of 16 take 20; rows of cy channels take cy + 8 (a
+ * 16-byte shift a row). */
 enum { STEM_LDA = STEM_TAPS + 8, STEM_LDS = 16 + 4, STEM_PAD_CY = 8 };
 
 /* The pass's shape, and each tap t's place: tap[t] = off << 5 | rs, where
@@ -347,13 +349,16 @@ mp_status mp_stem_forward(mp_cuda_ctx *ctx, const mp_conv_geom *g, mp_dtype cd, 
                 st = mp_cuda_check(cudaFuncSetAttribute(stem_forward<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                         (int)smem),
                                    "cudaFuncSetAttribute", what);
-            int resident = 0; /* 3 a SM at 128 channels on sm_90 */
+            int resident = 0; /* 3 a SM at 128 channels on sm_90; 0 over 48 KB until the attribute is set */
             if (st == MP_OK)
                 st = mp_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, stem_forward<T>,
                                                                                  STEM_THREADS, smem),
                                    "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what);
             if (st == MP_OK && resident < 1)
-                st = mp_error(MP_ERR_INTERNAL, "%s: the stem forward's %zu bytes of shared memory fit no SM", what, smem);
+                st = mp_error(MP_ERR_INTERNAL,
+                              "%s: the stem forward's %zu bytes of shared memory fit no SM (over 48 KB they are "
+                              "allowed at its first launch outside a captured graph)",
+                              what, smem);
             if (st == MP_OK)
                 stem_forward<T><<<blocks_of(ctx, g, resident < STEM_FWD_PER_SM ? resident : STEM_FWD_PER_SM),
                                   STEM_THREADS, smem, ctx->stream>>>((const T *)x, (const T *)w, (T *)y, s);
