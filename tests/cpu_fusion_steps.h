@@ -79,11 +79,12 @@ static bool cpu_fusion_same(const char *pn, const mp_model *a, const mp_model *b
     double rel = 0;
     *differ = params_differ(a, b, NULL, &first, &rel);
     const double g2 = cpu_fusion_grad_norm2(a);
-    CHECK(isfinite(la) && !memcmp(&la, &lb, sizeof la), "steps %s: loss %.9g, without the fusion %.9g", pn, la, lb);
+    const bool loss_same = isfinite(la) && !memcmp(&la, &lb, sizeof la), grads_live = g2 > 0 && isfinite(g2);
+    CHECK(loss_same, "steps %s: loss %.9g, without the fusion %.9g", pn, la, lb);
     CHECK(*differ == 0, "steps %s: %d parameters' gradients or running statistics differ (first %s, by %.3g of its "
           "largest value)", pn, *differ, first, rel);
-    CHECK(g2 > 0 && isfinite(g2), "steps %s: gradients all zero or not finite (%g)", pn, g2);
-    return isfinite(la) && !memcmp(&la, &lb, sizeof la) && !*differ && g2 > 0 && isfinite(g2);
+    CHECK(grads_live, "steps %s: gradients all zero or not finite (%g)", pn, g2);
+    return loss_same && !*differ && grads_live;
 }
 
 #endif

@@ -8,8 +8,9 @@
  * memory its output (forward) or output gradient (backward-filter) takes,
  * yet cuDNN's kernels for it run at a third of that rate on sm_90 (cnn10
  * and resnet18 at batch 512: 0.077 and 0.090 ms where the 67 MB they
- * stream need about 0.025). These take 0.074 and 0.094 ms there (H100,
- * bench/NOTES.md v0.50): the search keeps both, still ~3x the bytes' time.
+ * stream need about 0.025). These take 0.050 and 0.053 ms there (H100,
+ * their shared-memory rows padded against bank conflicts, bench/NOTES.md
+ * v0.51): the search keeps both, still ~2x the bytes' time.
  *
  * Both kernels see the convolution as a GEMM over output pixels p (n, oh,
  * ow) and taps t (r, s, c), c fastest, at most 32 of them (zero-padded to
