@@ -23,11 +23,12 @@ using namespace nvcuda;
 enum { STEM_THREADS = 256, STEM_WARPS = 8, STEM_TILE = 128, STEM_TAPS = 32, STEM_MAX_CX = 4, STEM_MAX_CY = 128 };
 
 /* Row strides in shared memory, padded so that a warp's accesses spread
- * over the banks (4- to 16-way conflicts unpadded; the stage's reads and
- * the rows' 16-byte stores stay 2-way): 16-bit rows of 32 taps take 40
- * values (80 bytes: 8 consecutive rows start on 8 different 4-bank
+ * over the banks (4- to 16-way conflicts unpadded): 16-bit rows of 32 taps
+ * take 40 values (80 bytes: 8 consecutive rows start on 8 different 4-bank
  * groups); f32 rows of 16 take 20; rows of cy channels take cy + 8 (a
- * 16-byte shift a row). */
+ * 16-byte shift a row). Each is an odd multiple of 16 bytes, so the 16-byte
+ * accesses of a quarter warp that walks 8 consecutive rows at one column
+ * (the stage's reads, the rows' stores) fall on 8 different bank groups. */
 enum { STEM_LDA = STEM_TAPS + 8, STEM_LDS = 16 + 4, STEM_PAD_CY = 8 };
 
 /* The pass's shape, and each tap t's place: tap[t] = off << 5 | rs, where
@@ -165,11 +166,11 @@ template <typename T> __global__ void __launch_bounds__(STEM_THREADS) stem_forwa
             wmma::mma_sync(acc, a1, b1, acc);
             wmma::store_matrix_sync(my_stage, acc, STEM_LDS, wmma::mem_row_major);
             __syncwarp();
-            const float4 *v4 = reinterpret_cast<const float4 *>(my_stage + (lane / 2) * STEM_LDS + (lane % 2) * 8);
+            const int row = lane % 16, half = lane / 16; /* a quarter warp: 8 rows, one half each */
+            const float4 *v4 = reinterpret_cast<const float4 *>(my_stage + row * STEM_LDS + half * 8);
             const float4 lo = v4[0], hi = v4[1];
             const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            *reinterpret_cast<uint4 *>(my_rows + (lane / 2) * ldr + nb * 16 + (lane % 2) * 8) =
-                fast_vec<T>::narrow(v);
+            *reinterpret_cast<uint4 *>(my_rows + row * ldr + nb * 16 + half * 8) = fast_vec<T>::narrow(v);
             __syncwarp(); /* the stage is read before the next block overwrites it */
         }
         const int row0 = p0 + warp * 16, rows_here = min(16, s.pixels - row0);
