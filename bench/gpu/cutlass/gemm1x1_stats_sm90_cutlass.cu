@@ -1,0 +1,391 @@
+/* gemm1x1_stats_sm90_cutlass.cu — can batch norm's statistics ride in the
+ * epilogue of resnet50's 1x1 convolutions for free?
+ *
+ * resnet50 spends half its step in batch norm (NOTES v0.26), and two of a
+ * bottleneck's three convolutions (and its projection shortcut) are 1x1:
+ * plain GEMMs over channels-last rows (M = pixels, K = input channels,
+ * N = output channels). A GEMM's epilogue holds every output value in
+ * registers, so it could sum y and y * y per channel on the way out and
+ * save batch norm's statistics pass (one read of y). That pays only if the
+ * GEMM with those sums runs as fast as the plain one cuDNN gives us.
+ *
+ * Per layer, bf16 in and out, f32 accumulation, median ms:
+ *  - cuBLASLt's plain GEMM (its heuristic's best of up to 8 algorithms);
+ *  - CUTLASS 3's Hopper GEMM (TMA, warpgroup MMA, warp-specialized,
+ *    persistent), plain, the fastest of several tiles;
+ *  - the same with an epilogue visitor tree adding per-channel sums of the
+ *    f32 outputs and of their squares into global f32 vectors (atomics);
+ *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
+ * The saving column is cuBLASLt + statistics pass - fused: what the fusion
+ * would give a layer (> 0: faster). Every result is checked: y against
+ * cuBLASLt's y, the fused sums against f64 sums of cuBLASLt's y.
+ *
+ * Built only with the CUDA backend, CUTLASS's headers (-DMP_CUTLASS_DIR) and
+ * sm_90 among the CUDA architectures (it compiles for sm_90a). */
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/kernel_hardware_info.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+#include "cuda/batchnorm2d_fast.h"
+#include "probe_common.cuh"
+
+namespace probe {
+
+using namespace cute;
+using Elem = cutlass::bfloat16_t;
+constexpr int kAlign = 8; /* 16 bytes */
+using LayoutA = cutlass::layout::RowMajor;    /* x: rows of input channels */
+using LayoutB = cutlass::layout::ColumnMajor; /* w: [N][K], K contiguous (KRSC of a 1x1 filter) */
+using LayoutD = cutlass::layout::RowMajor;    /* y: rows of output channels */
+
+/* A 1x1 convolution at batch 512 on resnet50's 3x32x32 cell, as a GEMM, and
+ * how many of it the net has. */
+struct Gemm1x1 {
+    const char *name;
+    int m, k, n, count;
+};
+
+static const Gemm1x1 GEMMS_1X1[] = {
+    {"layer1 conv1 256->64", 512 * 32 * 32, 256, 64, 2},
+    {"layer1 conv1 (first) 64->64", 512 * 32 * 32, 64, 64, 1},
+    {"layer1 conv3/shortcut 64->256", 512 * 32 * 32, 64, 256, 4},
+    {"layer2 conv1 (first) 256->128", 512 * 32 * 32, 256, 128, 1},
+    {"layer2 conv1 512->128", 512 * 16 * 16, 512, 128, 3},
+    {"layer2 conv3 128->512", 512 * 16 * 16, 128, 512, 4},
+    {"layer3 conv1 (first) 512->256", 512 * 16 * 16, 512, 256, 1},
+    {"layer3 conv1 1024->256", 512 * 8 * 8, 1024, 256, 5},
+    {"layer3 conv3 256->1024", 512 * 8 * 8, 256, 1024, 6},
+    {"layer4 conv1 (first) 1024->512", 512 * 8 * 8, 1024, 512, 1},
+    {"layer4 conv1 2048->512", 512 * 4 * 4, 2048, 512, 2},
+    {"layer4 conv3 512->2048", 512 * 4 * 4, 512, 2048, 3},
+};
+
+/* The visitor tree's root: y is its first child (the accumulators after the
+ * sum's pass-through), the second (the squares' sum) only has to run. */
+template <class T> struct first_of {
+    CUTLASS_HOST_DEVICE T operator()(T const &a, T const &) const { return a; }
+};
+
+template <class T> struct square_of {
+    CUTLASS_HOST_DEVICE T operator()(T const &a) const { return cutlass::multiplies<T>{}(a, a); }
+};
+
+template <class Tile> using SumNode =
+    cutlass::epilogue::fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, Tile, float,
+                                                float, cutlass::FloatRoundStyle::round_to_nearest>;
+
+/* y = acc; sum[c] += acc; sumsq[c] += acc * acc (c: the column, N) */
+template <class Tile> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<first_of, Elem, float, cutlass::FloatRoundStyle::round_to_nearest>,
+    cutlass::epilogue::fusion::Sm90EVT<SumNode<Tile>, cutlass::epilogue::fusion::Sm90AccFetch>,
+    cutlass::epilogue::fusion::Sm90EVT<
+        SumNode<Tile>,
+        cutlass::epilogue::fusion::Sm90EVT<
+            cutlass::epilogue::fusion::Sm90Compute<square_of, float, float,
+                                                   cutlass::FloatRoundStyle::round_to_nearest>,
+            cutlass::epilogue::fusion::Sm90AccFetch>>>;
+
+template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, bool WithSums> struct Sm90Gemm {
+    static constexpr bool Stats = WithSums;
+    using Fusion = std::conditional_t<WithSums, StatsEvt<Tile>,
+                                      cutlass::epilogue::fusion::LinearCombination<Elem, float, void, float>>;
+    using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
+        cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, Elem, LayoutD, kAlign,
+        EpiSchedule, Fusion>::CollectiveOp;
+    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign, float, Tile,
+        Cluster,
+        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+        MainSchedule>::CollectiveOp;
+    using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+    using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+struct Buffers {
+    Elem *x, *w, *y, *y_ref;
+    float *sums;     /* sum, then sum of squares, n each: the fused epilogue's */
+    double *sums_ref; /* the reference kernel's, from cuBLASLt's y */
+    float *part;     /* the statistics pass's partials */
+    float *worst;
+    void *ws;
+    size_t ws_bytes;
+    int sms;
+};
+
+/* Median ms of one configuration on layer l (< 0 where it cannot run it);
+ * with Stats, the sums of its last run are left in b.sums, which is zeroed
+ * before that run. */
+template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps) {
+    using Device = typename G::Device;
+    using Kernel = typename Device::GemmKernel;
+    auto sa = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, make_shape(l.m, l.k, 1));
+    auto sb = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, make_shape(l.n, l.k, 1));
+    auto sd = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, make_shape(l.m, l.n, 1));
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = 0;
+    hw.sm_count = b.sms;
+    typename Device::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                    {l.m, l.n, l.k, 1},
+                                    {b.x, sa, b.w, sb},
+                                    {{}, nullptr, sd, b.y, sd},
+                                    hw};
+    if constexpr (!G::Stats) {
+        args.epilogue.thread.alpha = 1.0f;
+        args.epilogue.thread.beta = 0.0f;
+    } else {
+        /* children first, then the node: {sum's {acc fetch, sum}, squares' {{acc fetch, square}, sum}, first} */
+        args.epilogue.thread = {{{}, {b.sums, 0.0f, {}}}, {{{}, {}}, {b.sums + l.n, 0.0f, {}}}, {}};
+    }
+    Device op;
+    if (op.can_implement(args) != cutlass::Status::kSuccess || Device::get_workspace_size(args) > b.ws_bytes) return -1;
+    if (op.initialize(args, b.ws) != cutlass::Status::kSuccess) return -1;
+    const double t = time_ms([&] { return op.run() == cutlass::Status::kSuccess; }, reps);
+    if (t < 0) return t;
+    /* one more run from zeroed sums, for the check */
+    if (!check(cudaMemset(b.sums, 0, 2 * sizeof(float) * l.n), "sums") || op.run() != cutlass::Status::kSuccess ||
+        !check(cudaDeviceSynchronize(), "check run"))
+        return -1;
+    return t;
+}
+
+/* The reference: per-channel sums of cuBLASLt's y and of its squares, in
+ * f64 (a thread a column, rows split over blocks). They differ from sums of
+ * the f32 accumulators only by y's bf16 rounding, which averages out. */
+__global__ void reference_sums_kernel(const Elem *y, int m, int n, int rows_per_block, double *sums) {
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= n) return;
+    const int r0 = blockIdx.x * rows_per_block, r1 = min(m, r0 + rows_per_block);
+    double s = 0, s2 = 0;
+    for (int r = r0; r < r1; r++) {
+        const double v = float(y[(size_t)r * n + c]);
+        s += v, s2 += v * v;
+    }
+    atomicAdd(&sums[c], s);
+    atomicAdd(&sums[n + c], s2);
+}
+
+/* Largest |a - b| / max(1, |b|) over count values of two bf16 arrays. */
+__global__ void max_rel_diff_kernel(const Elem *a, const Elem *b, size_t count, float *worst) {
+    float m = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        m = fmaxf(m, fabsf(float(a[i]) - float(b[i])) / fmaxf(1.f, fabsf(float(b[i]))));
+    atomicMax((int *)worst, __float_as_int(m));
+}
+
+static float y_error(const Gemm1x1 &l, const Buffers &b) {
+    float err = -1;
+    if (!check(cudaMemset(b.worst, 0, sizeof(float)), "check")) return -1;
+    max_rel_diff_kernel<<<4 * b.sms, 256>>>(b.y, b.y_ref, (size_t)l.m * l.n, b.worst);
+    if (!check(cudaMemcpy(&err, b.worst, sizeof err, cudaMemcpyDeviceToHost), "y check")) return -1;
+    return err;
+}
+
+/* Largest relative difference of the fused sums from the reference's, each
+ * sum of squares against itself, each sum against the sum of squares' root
+ * times sqrt(m) (a sum of either sign cancels; its rounding scales with the
+ * terms' size). */
+static float sums_error(const Gemm1x1 &l, const Buffers &b) {
+    std::vector<float> got(2 * l.n);
+    std::vector<double> want(2 * l.n);
+    if (!check(cudaMemcpy(got.data(), b.sums, 2 * sizeof(float) * l.n, cudaMemcpyDeviceToHost), "sums") ||
+        !check(cudaMemcpy(want.data(), b.sums_ref, 2 * sizeof(double) * l.n, cudaMemcpyDeviceToHost), "sums"))
+        return -1;
+    double worst = 0;
+    for (int c = 0; c < l.n; c++) {
+        const double scale_sum = sqrt(want[l.n + c] * l.m) + 1e-30;
+        worst = std::max(worst, fabs(got[c] - want[c]) / scale_sum);
+        worst = std::max(worst, fabs(got[l.n + c] - want[l.n + c]) / (want[l.n + c] + 1e-30));
+    }
+    return (float)worst;
+}
+
+/* The fastest configuration that ran and matched. */
+struct Best {
+    double ms = -1;
+    const char *name = "none";
+    int wrong = 0;
+    template <class G> void take(const Gemm1x1 &l, const Buffers &b, int reps, const char *n) {
+        const double t = run<G>(l, b, reps);
+        if (t < 0) return;
+        const float ey = y_error(l, b);
+        const float es = G::Stats ? sums_error(l, b) : 0.f;
+        if (ey < 0 || ey > 2e-2f || es < 0 || es > 1e-3f) {
+            fprintf(stderr, "%s: %s with %s: y relative error %g, sums relative error %g\n", tool, l.name, n, ey, es);
+            wrong++;
+            return;
+        }
+        if (ms < 0 || t < ms) ms = t, name = n;
+    }
+};
+
+/* cuBLASLt's y = x w^T: its heuristic's best of up to 8 algorithms, the
+ * median ms; y_ref holds its result. */
+static double cublaslt_ms(cublasLtHandle_t lt, const Gemm1x1 &l, const Buffers &b, int reps) {
+    /* column-major view: y^T (n x m) = w (n x k, ld k: op T of a k x n) * x^T (k x m, ld k) */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return -1;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt);
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, l.k, l.n, l.k);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, l.k, l.m, l.k);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, l.n, l.m, l.n);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &b.ws_bytes, sizeof b.ws_bytes);
+    cublasLtMatmulHeuristicResult_t res[8];
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 8, res, &found);
+    const float one = 1.f, zero = 0.f;
+    double best = -1;
+    int best_i = -1;
+    for (int i = 0; i < found; i++) {
+        const double ms = time_ms(
+            [&] {
+                return cublasLtMatmul(lt, op, &one, b.w, la, b.x, lb, &zero, b.y_ref, ld, b.y_ref, ld, &res[i].algo,
+                                      b.ws, b.ws_bytes, 0) == CUBLAS_STATUS_SUCCESS;
+            },
+            reps);
+        if (ms > 0 && (best < 0 || ms < best)) best = ms, best_i = i;
+    }
+    /* y_ref from the fastest */
+    if (best_i >= 0 && (cublasLtMatmul(lt, op, &one, b.w, la, b.x, lb, &zero, b.y_ref, ld, b.y_ref, ld,
+                                       &res[best_i].algo, b.ws, b.ws_bytes, 0) != CUBLAS_STATUS_SUCCESS ||
+                        !check(cudaDeviceSynchronize(), "cuBLASLt")))
+        best = -1;
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(op);
+    return best;
+}
+
+/* The library's statistics pass on y, as its fast batch norm launches it
+ * (rows per pass from mp_bn_fast_rows_per_pass, chunks of 8 passes, two
+ * blocks per SM at most). */
+static double stats_pass_ms(const Gemm1x1 &l, const Buffers &b, int reps) {
+    const long long rpp = mp_bn_fast_rows_per_pass(MP_DTYPE_BF16, l.n);
+    if (!rpp) return -1;
+    long long g = (l.m + 8 * rpp - 1) / (8 * rpp);
+    g = std::min(g, 2LL * b.sms);
+    const long long R = (l.m + g - 1) / g;
+    const int G = (int)((l.m + R - 1) / R);
+    return time_ms(
+        [&] { return check(mp_bn_fast_stats(0, MP_DTYPE_BF16, b.y, l.m, l.n, G, R, b.part, b.part + (size_t)G * l.n), "stats pass"); },
+        reps);
+}
+
+using C1 = Shape<_1, _1, _1>;
+using C2 = Shape<_2, _1, _1>;
+using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using CoopEpi = cutlass::epilogue::TmaWarpSpecializedCooperative;
+using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using PingEpi = cutlass::epilogue::TmaWarpSpecialized;
+
+/* every tile and schedule tried, plain (Stats false) or fused */
+template <bool Stats> Best fastest(const Gemm1x1 &l, const Buffers &b, int reps) {
+    Best best;
+#define MP_TRY(M, N, CL, S, E, NAME) \
+    best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats>>(l, b, reps, NAME);
+    MP_TRY(128, 64, C1, Coop, CoopEpi, "128x64 coop")
+    MP_TRY(128, 128, C1, Coop, CoopEpi, "128x128 coop")
+    MP_TRY(128, 256, C1, Coop, CoopEpi, "128x256 coop")
+    MP_TRY(256, 128, C1, Coop, CoopEpi, "256x128 coop")
+    MP_TRY(128, 128, C2, Coop, CoopEpi, "128x128 coop 2x1")
+    MP_TRY(64, 128, C1, Ping, PingEpi, "64x128 pingpong")
+    MP_TRY(64, 256, C1, Ping, PingEpi, "64x256 pingpong")
+#undef MP_TRY
+    return best;
+}
+
+} // namespace probe
+
+using namespace probe;
+
+int main(int argc, char **argv) {
+    probe::tool = "gemm1x1_stats_sm90_cutlass";
+    int reps, status;
+    if (!parse_reps(argc, argv,
+                    "  times resnet50 b512's 1x1 convolutions as GEMMs (cuBLASLt; CUTLASS sm_90a plain and with\n"
+                    "  batch norm's per-channel sums in the epilogue) beside the library's statistics pass\n",
+                    &reps, &status))
+        return status;
+    cudaDeviceProp prop;
+    if (!check(cudaGetDeviceProperties(&prop, 0), "no GPU")) return 1;
+    if (prop.major != 9) {
+        fprintf(stderr, "%s: %s is sm_%d%d; these kernels need sm_90\n", tool, prop.name, prop.major, prop.minor);
+        return 1;
+    }
+    size_t most_x = 0, most_y = 0, most_w = 0;
+    int most_n = 0;
+    for (const Gemm1x1 &l : GEMMS_1X1) {
+        most_x = std::max(most_x, (size_t)l.m * l.k);
+        most_y = std::max(most_y, (size_t)l.m * l.n);
+        most_w = std::max(most_w, (size_t)l.n * l.k);
+        most_n = std::max(most_n, l.n);
+    }
+    Buffers b{};
+    b.sms = prop.multiProcessorCount;
+    b.ws_bytes = 64u << 20;
+    if (!check(cudaMalloc(&b.x, most_x * 2), "x") || !check(cudaMalloc(&b.w, most_w * 2), "w") ||
+        !check(cudaMalloc(&b.y, most_y * 2), "y") || !check(cudaMalloc(&b.y_ref, most_y * 2), "y_ref") ||
+        !check(cudaMalloc(&b.sums, 2 * sizeof(float) * most_n), "sums") ||
+        !check(cudaMalloc(&b.sums_ref, 2 * sizeof(double) * most_n), "sums") ||
+        !check(cudaMalloc(&b.part, 2 * sizeof(float) * most_n * 4 * b.sms), "partials") ||
+        !check(cudaMalloc(&b.worst, sizeof(float)), "check") || !check(cudaMalloc(&b.ws, b.ws_bytes), "workspace"))
+        return 1;
+    if (!fill_conv_inputs(b.x, most_x, b.w, most_w)) return 1;
+    cublasLtHandle_t lt;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "%s: cublasLtCreate failed\n", tool);
+        return 1;
+    }
+
+    printf("%s on %s (%d SMs), bf16 in and out, f32 accumulation, median of %d runs, ms\n\n", tool, prop.name, b.sms,
+           reps);
+    printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | CUTLASS + sums (tile) | statistics pass | "
+           "saving a layer | saving x count |\n|---|---|---|---|---|---|---|---|\n");
+    int failures = 0;
+    double total = 0;
+    for (const Gemm1x1 &l : GEMMS_1X1) {
+        const double lt_ms = cublaslt_ms(lt, l, b, reps);
+        if (lt_ms < 0) {
+            fprintf(stderr, "%s: %s: cuBLASLt found no algorithm that ran\n", tool, l.name);
+            failures++;
+            continue;
+        }
+        const int rows_per_block = 1024;
+        if (!check(cudaMemset(b.sums_ref, 0, 2 * sizeof(double) * l.n), "sums")) return 1;
+        reference_sums_kernel<<<dim3((l.m + rows_per_block - 1) / rows_per_block, (l.n + 127) / 128), 128>>>(
+            b.y_ref, l.m, l.n, rows_per_block, b.sums_ref);
+        if (!check(cudaDeviceSynchronize(), "reference sums")) return 1;
+        const Best plain = fastest<false>(l, b, reps);
+        const Best fused = fastest<true>(l, b, reps);
+        const double st = stats_pass_ms(l, b, reps);
+        failures += plain.wrong + fused.wrong + (plain.ms < 0) + (fused.ms < 0) + (st < 0);
+        const double saving = fused.ms > 0 && st > 0 ? lt_ms + st - fused.ms : 0;
+        total += saving * l.count;
+        printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f | %+.4f | %+.4f |\n", l.name, l.m, l.k,
+               l.n, l.count, lt_ms, plain.ms, plain.name, fused.ms, fused.name, st, saving, saving * l.count);
+    }
+    printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
+    cublasLtDestroy(lt);
+    if (failures) fprintf(stderr, "%s: %d configuration(s) or layer(s) failed to run or to match\n", tool, failures);
+    return failures ? 1 : 0;
+}
