@@ -150,12 +150,7 @@ int main(int argc, char **argv) {
                     &reps, &status))
         return status;
     cudaDeviceProp prop;
-    if (!check(cudaGetDeviceProperties(&prop, 0), "no GPU")) return 1;
-    if (prop.major != 9) {
-        fprintf(stderr, "conv_sm90_cutlass: %s is sm_%d%d; these kernels need sm_90\n", prop.name, prop.major,
-                prop.minor);
-        return 1;
-    }
+    if (!open_sm90(&prop)) return 1;
     size_t most_x = 0, most_y = 0, most_w = 0;
     for (const Layer &l : LAYERS) {
         most_x = std::max(most_x, (size_t)l.n * l.h * l.w * l.c);

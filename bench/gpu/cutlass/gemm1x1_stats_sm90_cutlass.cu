@@ -327,11 +327,7 @@ int main(int argc, char **argv) {
                     &reps, &status))
         return status;
     cudaDeviceProp prop;
-    if (!check(cudaGetDeviceProperties(&prop, 0), "no GPU")) return 1;
-    if (prop.major != 9) {
-        fprintf(stderr, "%s: %s is sm_%d%d; these kernels need sm_90\n", tool, prop.name, prop.major, prop.minor);
-        return 1;
-    }
+    if (!open_sm90(&prop)) return 1;
     size_t most_x = 0, most_y = 0, most_w = 0;
     int most_n = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {

@@ -92,6 +92,15 @@ template <class Op> double time_op(const typename Op::Arguments &args, void *ws,
     return time_ms([&] { return op.run() == cutlass::Status::kSuccess; }, reps);
 }
 
+/* The first GPU's properties into *prop, for the sm_90a probes: false, with
+ * a line on stderr, where there is no GPU or it is not sm_90. */
+static inline bool open_sm90(cudaDeviceProp *prop) {
+    if (!check(cudaGetDeviceProperties(prop, 0), "no GPU")) return false;
+    if (prop->major == 9) return true;
+    fprintf(stderr, "%s: %s is sm_%d%d; these kernels need sm_90\n", tool, prop->name, prop->major, prop->minor);
+    return false;
+}
+
 /* The probes' command line: --reps N (at least 1; default 20) or --help.
  * False when the program should stop with *status (0 after --help, 2 after
  * anything else, with usage, the lines after "usage: <tool>", on stderr). */
