@@ -1,4 +1,4 @@
-/* probe_common.cuh — what the CUTLASS probes share: resnet18 b512's layers,
+/* probe_common.cuh — what the CUTLASS probes share: resnet18 b512's 3x3 layers,
  * reproducible device fills, error checks and the median timer. Each probe
  * sets probe::tool to its own name (error lines start with it). */
 #ifndef MP_BENCH_CUTLASS_PROBE_COMMON_CUH
@@ -61,8 +61,10 @@ template <class T> bool fill_conv_inputs(T *x, size_t nx, T *w, size_t nw) {
 }
 
 /* Median GPU ms of reps runs of launch() (three warm-ups first); < 0 when a
- * launch fails. */
-template <class F> double time_ms(F launch, int reps) {
+ * launch fails. queue > 1: each sample times that many launches queued
+ * between its two events, divided by queue, so that the host's launch gap
+ * before a short kernel is not counted in. */
+template <class F> double time_ms(F launch, int reps, int queue = 1) {
     cudaEvent_t a, b;
     if (!check(cudaEventCreate(&a), "event") || !check(cudaEventCreate(&b), "event")) return -1;
     std::vector<float> t;
@@ -70,11 +72,11 @@ template <class F> double time_ms(F launch, int reps) {
     for (int i = 0; ok && i < 3; i++) ok = launch();
     for (int i = 0; ok && i < reps; i++) {
         cudaEventRecord(a);
-        ok = launch();
+        for (int q = 0; ok && q < queue; q++) ok = launch();
         cudaEventRecord(b);
         float ms = 0;
         ok = ok && check(cudaEventSynchronize(b), "timed run") && check(cudaEventElapsedTime(&ms, a, b), "event time");
-        t.push_back(ms);
+        t.push_back(ms / queue);
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
