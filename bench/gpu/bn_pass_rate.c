@@ -184,10 +184,7 @@ int main(int argc, char **argv) {
         const double pf = one_kernel ? rate("one-kernel forward", run_persist_fwd, &c, 3 * t, reps, ev) : 0;
         const double pb = one_kernel ? rate("one-kernel backward", run_persist_bwd, &c, 5 * t, reps, ev) : 0;
         for (size_t k = 0; k < sizeof per_sm / sizeof per_sm[0]; k++) {
-            long long g = (long long)per_sm[k] * prop.multiProcessorCount;
-            if (g > sh->M) g = sh->M;
-            c.R = (sh->M + g - 1) / g;
-            c.G = (int)((sh->M + c.R - 1) / c.R);
+            mp_bn_row_chunks(sh->M, 1, (long long)per_sm[k] * prop.multiProcessorCount, &c.G, &c.R);
             const double st = rate("statistics", run_stats, &c, t, reps, ev),
                          ap = rate("apply", run_apply, &c, 2 * t, reps, ev),
                          su = rate("backward sums", run_sums, &c, 2 * t, reps, ev),

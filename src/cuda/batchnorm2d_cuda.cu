@@ -61,30 +61,18 @@ typedef struct {
     long long R;   /* rows per chunk (the last may be shorter) */
 } bn_dims;
 
-/* min_rows: rows a chunk should have at least (64 for the general kernels;
- * eight of the fast kernels' passes, bn_fast_dims); per_sm: chunks (blocks)
- * per SM at most. */
-static bn_dims bn_dims_rows(const mp_cuda_ctx *ctx, const mp_shape *x, long long min_rows, int per_sm) {
-    bn_dims d;
-    d.M = mp_cuda_rows(x);
-    d.C = mp_cuda_channels(x);
-    long long g = (d.M + min_rows - 1) / min_rows, cap = (long long)per_sm * (ctx->sm_count > 0 ? ctx->sm_count : 1);
-    if (g > cap) g = cap;
-    if (g < 1) g = 1;
-    d.R = (d.M + g - 1) / g;
-    d.G = (int)((d.M + d.R - 1) / d.R); /* no empty chunk */
+/* The general kernels' chunks: at least 64 rows each, at most four per SM. */
+static bn_dims bn_dims_of(const mp_cuda_ctx *ctx, const mp_shape *x) {
+    bn_dims d = {.M = mp_cuda_rows(x), .C = mp_cuda_channels(x), .G = 0, .R = 0};
+    mp_bn_row_chunks(d.M, 64, 4LL * (ctx->sm_count > 0 ? ctx->sm_count : 1), &d.G, &d.R);
     return d;
 }
 
-static bn_dims bn_dims_of(const mp_cuda_ctx *ctx, const mp_shape *x) { return bn_dims_rows(ctx, x, 64, 4); }
-
-/* The fast kernels' chunks (batchnorm2d_fast.h), rpp rows per pass: at most
- * two blocks per SM. Of 1, 2, 4 and 8, bench/gpu/bn_pass_rate measured the
- * four passes together fastest at 2 on 7 of the 8 layer shapes of the peer's
- * resnet18 and mobilenetv2 (the eighth within 3 %), 6 % less time than at 4
- * over all eight (NOTES v0.26). */
+/* The fast kernels' chunks (batchnorm2d_fast.h), rpp rows per pass. */
 static bn_dims bn_fast_dims(const mp_cuda_ctx *ctx, const mp_shape *x, int rpp) {
-    return bn_dims_rows(ctx, x, 8LL * rpp, 2);
+    bn_dims d = {.M = mp_cuda_rows(x), .C = mp_cuda_channels(x), .G = 0, .R = 0};
+    mp_bn_fast_chunks(d.M, rpp, ctx->sm_count, &d.G, &d.R);
+    return d;
 }
 
 /* Block of VEC-channel groups (x) by rows (y), 256 threads. */

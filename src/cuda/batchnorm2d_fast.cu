@@ -44,6 +44,18 @@ int mp_bn_fast_rows_per_pass(mp_dtype dt, int C) {
     return FAST_THREADS / (C / v);
 }
 
+void mp_bn_row_chunks(long long M, long long min_rows, long long most, int *G, long long *R) {
+    long long g = (M + min_rows - 1) / min_rows;
+    if (g > most) g = most;
+    if (g < 1) g = 1;
+    *R = (M + g - 1) / g;
+    *G = (int)((M + *R - 1) / *R); /* no empty chunk */
+}
+
+void mp_bn_fast_chunks(long long M, int rpp, int sm_count, int *G, long long *R) {
+    mp_bn_row_chunks(M, 8LL * rpp, 2LL * (sm_count > 0 ? sm_count : 1), G, R);
+}
+
 cudaError_t mp_bn_fast_stats(cudaStream_t st, mp_dtype dt, const void *x, long long M, int C, int G, long long R,
                              float *pmean, float *pm2) {
     FAST_DISPATCH(dt, (fast_stats_kernel<T><<<G, FAST_THREADS, 0, st>>>((const T *)x, M, C, R, pmean, pm2)));

@@ -35,6 +35,19 @@ extern "C" {
  * kernels do not apply (dtype, C not a multiple of VEC or above 256 * VEC). */
 int mp_bn_fast_rows_per_pass(mp_dtype dt, int C);
 
+/* Row chunks (blocks) of a reduction over M rows: one per min_rows rows,
+ * at most most and at least 1; *R rows each (the last may be shorter), *G
+ * of them, none empty. */
+void mp_bn_row_chunks(long long M, long long min_rows, long long most, int *G, long long *R);
+
+/* These kernels' chunks over M rows at rpp rows per pass on a GPU of
+ * sm_count SMs: at least eight passes each, at most two per SM. Of 1, 2, 4
+ * and 8 per SM, bench/gpu/bn_pass_rate measured the four passes together
+ * fastest at 2 on 7 of the 8 layer shapes of the peer's resnet18 and
+ * mobilenetv2 (the eighth within 3 %), 6 % less time than at 4 over all
+ * eight (NOTES v0.26). */
+void mp_bn_fast_chunks(long long M, int rpp, int sm_count, int *G, long long *R);
+
 /* Per chunk and channel: mean and sum of squared deviations -> pmean/pm2 (G, C). */
 cudaError_t mp_bn_fast_stats(cudaStream_t st, mp_dtype dt, const void *x, long long M, int C, int G, long long R,
                              float *pmean, float *pm2);

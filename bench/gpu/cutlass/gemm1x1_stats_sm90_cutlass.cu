@@ -294,15 +294,13 @@ static double cublaslt_ms(cublasLtHandle_t lt, const Gemm1x1 &l, const Buffers &
 }
 
 /* The library's statistics pass on y, as its fast batch norm launches it
- * (rows per pass from mp_bn_fast_rows_per_pass, chunks of 8 passes, two
- * blocks per SM at most). */
+ * (mp_bn_fast_rows_per_pass, mp_bn_fast_chunks). */
 static double stats_pass_ms(const Gemm1x1 &l, const Buffers &b, int reps) {
-    const long long rpp = mp_bn_fast_rows_per_pass(MP_DTYPE_BF16, l.n);
+    const int rpp = mp_bn_fast_rows_per_pass(MP_DTYPE_BF16, l.n);
     if (!rpp) return -1;
-    long long g = (l.m + 8 * rpp - 1) / (8 * rpp);
-    g = std::min(g, 2LL * b.sms);
-    const long long R = (l.m + g - 1) / g;
-    const int G = (int)((l.m + R - 1) / R);
+    int G;
+    long long R;
+    mp_bn_fast_chunks(l.m, rpp, b.sms, &G, &R);
     return time_ms(
         [&] { return check(mp_bn_fast_stats(0, MP_DTYPE_BF16, b.y, l.m, l.n, G, R, b.part, b.part + (size_t)G * l.n), "stats pass"); },
         reps, kQueue);
