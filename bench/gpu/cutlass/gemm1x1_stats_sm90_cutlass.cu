@@ -13,11 +13,13 @@
  *  - cuBLASLt's plain GEMM (its heuristic's best of up to 8 algorithms);
  *  - CUTLASS 3's Hopper GEMM (TMA, warpgroup MMA, warp-specialized,
  *    persistent), plain, the fastest of several tiles;
- *  - the same with an epilogue visitor tree adding per-channel sums of the
- *    f32 outputs and of their squares into global f32 vectors (atomics);
+ *  - the same with an epilogue visitor tree summing the f32 outputs and
+ *    their squares per channel, two ways (Sums): each warp adding into
+ *    global f32 vectors (atomics), or each CTA storing its tile's sums as a
+ *    row, and a small kernel summing those rows (timed with the GEMM);
  *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
- * The saving column is cuBLASLt + statistics pass - fused: what the fusion
- * would give a layer (> 0: faster). Every result is checked: y against
+ * The saving column is cuBLASLt + statistics pass - the fused form with
+ * tile rows: what the fusion would give a layer (> 0: faster). Every result is checked: y against
  * cuBLASLt's y (written over first, so a configuration that leaves y
  * unwritten fails), the fused sums against f64 sums of cuBLASLt's y. Each
  * timed sample queues 4 launches (no host launch gap inside it, as in the
@@ -95,25 +97,42 @@ template <class T> struct square_of {
     CUTLASS_HOST_DEVICE T operator()(T const &a) const { return cutlass::multiplies<T>{}(a, a); }
 };
 
-template <class Tile> using SumNode =
+/* How a configuration sums y and y * y per channel, if at all:
+ *  - atomic: each warp adds its rows' sums into the global vectors
+ *    (atomics; v0.53 measured these 2-7x the plain GEMM's time: every
+ *    tile's 8 warps add into the same n addresses);
+ *  - tile_partials: each CTA sums its tile's rows through shared memory and
+ *    stores one row of partial sums per M tile ((m / tile_m) x n, n
+ *    contiguous); reduce_partials_kernel then sums those rows, as batch
+ *    norm's finalize would. */
+enum class Sums { none, atomic, tile_partials };
+
+template <class Tile> using AtomicSum =
     cutlass::epilogue::fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, Tile, float,
                                                 float, cutlass::FloatRoundStyle::round_to_nearest>;
+template <class Tile> using TilePartialSum =
+    cutlass::epilogue::fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, Tile, float, float,
+                                                cutlass::FloatRoundStyle::round_to_nearest, Stride<_0, _1, _0>, 4,
+                                                true, /* FinalReduction */ false>;
 
 /* y = acc; sum[c] += acc; sumsq[c] += acc * acc (c: the column, N) */
-template <class Tile> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
+template <class SumNode> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
     cutlass::epilogue::fusion::Sm90Compute<first_of, Elem, float, cutlass::FloatRoundStyle::round_to_nearest>,
-    cutlass::epilogue::fusion::Sm90EVT<SumNode<Tile>, cutlass::epilogue::fusion::Sm90AccFetch>,
+    cutlass::epilogue::fusion::Sm90EVT<SumNode, cutlass::epilogue::fusion::Sm90AccFetch>,
     cutlass::epilogue::fusion::Sm90EVT<
-        SumNode<Tile>,
+        SumNode,
         cutlass::epilogue::fusion::Sm90EVT<
             cutlass::epilogue::fusion::Sm90Compute<square_of, float, float,
                                                    cutlass::FloatRoundStyle::round_to_nearest>,
             cutlass::epilogue::fusion::Sm90AccFetch>>>;
 
-template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, bool WithSums> struct Sm90Gemm {
-    static constexpr bool Stats = WithSums;
-    using Fusion = std::conditional_t<WithSums, StatsEvt<Tile>,
-                                      cutlass::epilogue::fusion::LinearCombination<Elem, float, void, float>>;
+template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums WithSums> struct Sm90Gemm {
+    static constexpr Sums Stats = WithSums;
+    static constexpr int TileM = size<0>(Tile{}), TileN = size<1>(Tile{});
+    using Fusion = std::conditional_t<
+        WithSums == Sums::atomic, StatsEvt<AtomicSum<Tile>>,
+        std::conditional_t<WithSums == Sums::tile_partials, StatsEvt<TilePartialSum<Tile>>,
+                           cutlass::epilogue::fusion::LinearCombination<Elem, float, void, float>>>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
         cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, Elem, LayoutD, kAlign,
@@ -132,15 +151,51 @@ struct Buffers {
     float *sums;     /* sum, then sum of squares, n each: the fused epilogue's */
     double *sums_ref; /* the reference kernel's, from cuBLASLt's y */
     float *part;     /* the statistics pass's partials */
+    float *tile_part; /* Sums::tile_partials's rows: the sums', then the squares' */
+    size_t tile_part_floats; /* of each */
     float *worst;
     void *ws;
     size_t ws_bytes;
     int sms;
 };
 
+/* Per-channel sums of Sums::tile_partials's rows (rows of stride floats, n
+ * used) into sums[0, n) (blockIdx.z 0: the sums') and sums[n, 2n) (1: the
+ * squares'): a block is 32 channels by 8 row lanes over kPartialRowsPerBlock
+ * rows, summed through shared memory, one atomic a channel; sums zeroed
+ * first. */
+constexpr int kPartialRowsPerBlock = 256;
+__global__ void reduce_partials_kernel(const float *sum_rows, const float *square_rows, int rows, int stride, int n,
+                                       float *sums) {
+    __shared__ float lanes[8][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    const float *p = blockIdx.z ? square_rows : sum_rows;
+    const int r0 = blockIdx.y * kPartialRowsPerBlock, r1 = min(rows, r0 + kPartialRowsPerBlock);
+    float s = 0;
+    if (c < n)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) s += p[(size_t)r * stride + c];
+    lanes[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y || c >= n) return;
+    for (int y = 1; y < 8; y++) s += lanes[y][threadIdx.x];
+    atomicAdd(&sums[blockIdx.z * n + c], s);
+}
+
+/* The sums of a Sums::tile_partials configuration's last run from its rows
+ * into b.sums. */
+template <class G> bool reduce_partials(const Gemm1x1 &l, const Buffers &b) {
+    const int rows = (l.m + G::TileM - 1) / G::TileM, stride = (l.n + G::TileN - 1) / G::TileN * G::TileN;
+    if (!check(cudaMemsetAsync(b.sums, 0, 2 * sizeof(float) * l.n), "sums")) return false;
+    reduce_partials_kernel<<<dim3((l.n + 31) / 32, (rows + kPartialRowsPerBlock - 1) / kPartialRowsPerBlock, 2),
+                             dim3(32, 8)>>>(b.tile_part, b.tile_part + b.tile_part_floats, rows, stride, l.n, b.sums);
+    return check(cudaGetLastError(), "partials' sums");
+}
+
 /* Median ms of one configuration on layer l (< 0 where it cannot run it);
  * with Stats, the sums of its last run are left in b.sums, which is zeroed
- * before that run. */
+ * before that run (Sums::tile_partials: its timed runs include reducing
+ * the rows, and the check run's rows are written over with NaN first, so
+ * a row left unwritten fails). */
 template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps) {
     using Device = typename G::Device;
     using Kernel = typename Device::GemmKernel;
@@ -155,23 +210,32 @@ template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps) {
                                     {b.x, sa, b.w, sb},
                                     {{}, nullptr, sd, b.y, sd},
                                     hw};
-    if constexpr (!G::Stats) {
+    constexpr bool partials = G::Stats == Sums::tile_partials;
+    const size_t part_floats = (size_t)((l.m + G::TileM - 1) / G::TileM) * ((l.n + G::TileN - 1) / G::TileN * G::TileN);
+    if constexpr (G::Stats == Sums::none) {
         args.epilogue.thread.alpha = 1.0f;
         args.epilogue.thread.beta = 0.0f;
     } else {
+        if (partials && part_floats > b.tile_part_floats) return -1;
         /* children first, then the node: {sum's {acc fetch, sum}, squares' {{acc fetch, square}, sum}, first} */
-        args.epilogue.thread = {{{}, {b.sums, 0.0f, {}}}, {{{}, {}}, {b.sums + l.n, 0.0f, {}}}, {}};
+        args.epilogue.thread = {{{}, {partials ? b.tile_part : b.sums, 0.0f, {}}},
+                                {{{}, {}}, {partials ? b.tile_part + b.tile_part_floats : b.sums + l.n, 0.0f, {}}},
+                                {}};
     }
     Device op;
     if (op.can_implement(args) != cutlass::Status::kSuccess || Device::get_workspace_size(args) > b.ws_bytes) return -1;
     if (op.initialize(args, b.ws) != cutlass::Status::kSuccess) return -1;
-    const double t = time_ms([&] { return op.run() == cutlass::Status::kSuccess; }, reps, kQueue);
+    const double t = time_ms(
+        [&] { return op.run() == cutlass::Status::kSuccess && (!partials || reduce_partials<G>(l, b)); }, reps,
+        kQueue);
     if (t < 0) return t;
     /* one more run for the check, from zeroed sums and a y every configuration
      * before wrote over (0x7F7F: 3.4e38 in bf16), so a y left unwritten fails */
     if (!check(cudaMemset(b.sums, 0, 2 * sizeof(float) * l.n), "sums") ||
         !check(cudaMemset(b.y, 0x7F, (size_t)l.m * l.n * sizeof(Elem)), "y") ||
-        op.run() != cutlass::Status::kSuccess || !check(cudaDeviceSynchronize(), "check run"))
+        (partials && !check(cudaMemset(b.tile_part, 0xFF, 2 * b.tile_part_floats * sizeof(float)), "rows")) ||
+        op.run() != cutlass::Status::kSuccess || (partials && !reduce_partials<G>(l, b)) ||
+        !check(cudaDeviceSynchronize(), "check run"))
         return -1;
     return t;
 }
@@ -241,7 +305,7 @@ struct Best {
         const double t = run<G>(l, b, reps);
         if (t < 0) return;
         const float ey = y_error(l, b);
-        const float es = G::Stats ? sums_error(l, b) : 0.f;
+        const float es = G::Stats != Sums::none ? sums_error(l, b) : 0.f;
         if (!(ey >= 0 && ey <= 2e-2f) || !(es >= 0 && es <= 1.f)) { /* NaN fails too */
             fprintf(stderr, "%s: %s with %s: y relative error %g, sums %g tolerances off\n", tool, l.name, n, ey, es);
             wrong++;
@@ -313,8 +377,8 @@ using CoopEpi = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using PingEpi = cutlass::epilogue::TmaWarpSpecialized;
 
-/* every tile and schedule tried, plain (Stats false) or fused */
-template <bool Stats> Best fastest(const Gemm1x1 &l, const Buffers &b, int reps) {
+/* every tile and schedule tried, plain (Sums::none) or with the sums */
+template <Sums Stats> Best fastest(const Gemm1x1 &l, const Buffers &b, int reps) {
     Best best;
 #define MP_TRY(M, N, CL, S, E, NAME) \
     best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats>>(l, b, reps, NAME);
@@ -345,13 +409,16 @@ int main(int argc, char **argv) {
     if (!open_sm90(&prop)) return 1;
     size_t most_x = 0, most_y = 0, most_w = 0;
     int most_n = 0;
+    size_t most_rows = 0; /* Sums::tile_partials's, at the smallest tile (64 x n) and the widest padding (256) */
     for (const Gemm1x1 &l : GEMMS_1X1) {
         most_x = std::max(most_x, (size_t)l.m * l.k);
         most_y = std::max(most_y, (size_t)l.m * l.n);
         most_w = std::max(most_w, (size_t)l.n * l.k);
         most_n = std::max(most_n, l.n);
+        most_rows = std::max(most_rows, (size_t)(l.m + 63) / 64 * ((l.n + 255) / 256 * 256));
     }
     Buffers b{};
+    b.tile_part_floats = most_rows;
     b.sms = prop.multiProcessorCount;
     b.ws_bytes = 64u << 20;
     if (!check(cudaMalloc(&b.x, most_x * 2), "x") || !check(cudaMalloc(&b.w, most_w * 2), "w") ||
@@ -359,6 +426,7 @@ int main(int argc, char **argv) {
         !check(cudaMalloc(&b.sums, 2 * sizeof(float) * most_n), "sums") ||
         !check(cudaMalloc(&b.sums_ref, 2 * sizeof(double) * most_n), "sums") ||
         !check(cudaMalloc(&b.part, 2 * sizeof(float) * most_n * 4 * b.sms), "partials") ||
+        !check(cudaMalloc(&b.tile_part, 2 * sizeof(float) * most_rows), "tile partials") ||
         !check(cudaMalloc(&b.worst, sizeof(float)), "check") || !check(cudaMalloc(&b.ws, b.ws_bytes), "workspace"))
         return 1;
     if (!fill_conv_inputs(b.x, most_x, b.w, most_w)) return 1;
@@ -370,8 +438,9 @@ int main(int argc, char **argv) {
 
     printf("%s on %s (%d SMs), bf16 in and out, f32 accumulation, median of %d runs, ms\n\n", tool, prop.name, b.sms,
            reps);
-    printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | CUTLASS + sums (tile) | statistics pass | "
-           "saving a layer | saving x count |\n|---|---|---|---|---|---|---|---|\n");
+    printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | CUTLASS + sums, atomics (tile) | CUTLASS + "
+           "sums, tile rows + their sum (tile) | statistics pass | saving a layer | saving x count |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
     double total = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {
@@ -386,14 +455,17 @@ int main(int argc, char **argv) {
         reference_sums_kernel<<<dim3((l.m + rows_per_block - 1) / rows_per_block, (l.n + 127) / 128), 128>>>(
             b.y_ref, l.m, l.n, rows_per_block, b.sums_ref);
         if (!check(cudaDeviceSynchronize(), "reference sums")) return 1;
-        const Best plain = fastest<false>(l, b, reps);
-        const Best fused = fastest<true>(l, b, reps);
+        const Best plain = fastest<Sums::none>(l, b, reps);
+        const Best atomic = fastest<Sums::atomic>(l, b, reps);
+        const Best fused = fastest<Sums::tile_partials>(l, b, reps);
         const double st = stats_pass_ms(l, b, reps);
-        failures += plain.wrong + fused.wrong + (plain.ms < 0) + (fused.ms < 0) + (st < 0);
+        failures += plain.wrong + atomic.wrong + fused.wrong + (plain.ms < 0) + (atomic.ms < 0) + (fused.ms < 0) +
+                    (st < 0);
         const double saving = fused.ms > 0 && st > 0 ? lt_ms + st - fused.ms : 0;
         total += saving * l.count;
-        printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f | %+.4f | %+.4f |\n", l.name, l.m, l.k,
-               l.n, l.count, lt_ms, plain.ms, plain.name, fused.ms, fused.name, st, saving, saving * l.count);
+        printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f | %+.4f | %+.4f |\n", l.name,
+               l.m, l.k, l.n, l.count, lt_ms, plain.ms, plain.name, atomic.ms, atomic.name, fused.ms, fused.name, st,
+               saving, saving * l.count);
     }
     printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
     cublasLtDestroy(lt);
