@@ -32,7 +32,7 @@
 /* cuBLASLt writes D in cd, or in f32 from f16/bf16 inputs. */
 static bool d_direct(mp_dtype cd, mp_dtype d) { return d == cd || d == MP_DTYPE_F32; }
 
-static void gemm_destroy(lt_gemm *g) {
+void mp_linear_gemm_destroy(lt_gemm *g) {
     if (g->a) cublasLtMatrixLayoutDestroy(g->a);
     if (g->b) cublasLtMatrixLayoutDestroy(g->b);
     if (g->d) cublasLtMatrixLayoutDestroy(g->d);
@@ -42,21 +42,15 @@ static void gemm_destroy(lt_gemm *g) {
 static void linear_cuda_release(void *state) {
     linear_cuda *st = (linear_cuda *)state;
     if (!st) return;
-    gemm_destroy(&st->fwd);
-    gemm_destroy(&st->bwd_data);
-    gemm_destroy(&st->bwd_weight);
+    mp_linear_gemm_destroy(&st->fwd);
+    mp_linear_gemm_destroy(&st->bwd_data);
+    mp_linear_gemm_destroy(&st->bwd_weight);
     free(st);
 }
 
-typedef struct {
-    uint64_t rows, cols;
-    int64_t ld;
-} mat;
-
-/* Descriptors and the heuristic's best algorithm for D (m x n) = op(A) op(B). */
-static mp_status gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct, mp_dtype ab, mp_dtype dd,
-                           cublasOperation_t ta, mat a, cublasOperation_t tb, mat b, mat d, cublasLtEpilogue_t epi,
-                           const char *what) {
+mp_status mp_linear_gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct, mp_dtype ab, mp_dtype dd,
+                              cublasOperation_t ta, mp_lt_mat a, cublasOperation_t tb, mp_lt_mat b, mp_lt_mat d,
+                              cublasLtEpilogue_t epi, const char *what) {
     g->d_dtype = dd;
     MP_CUBLAS_TRY(cublasLtMatmulDescCreate(&g->op, ct, CUDA_R_32F), what);
     MP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
@@ -152,17 +146,18 @@ static mp_status linear_cuda_prepare(mp_cuda_ctx *ctx, const mp_op_desc *d, cons
     const mp_dtype fwd_d = d_direct(cd, cfg->storage) ? cfg->storage : cd;
     /* The bias arrives in cd (see cuda_op.h): the epilogue takes it when D is in cd too. */
     st->bias_epilogue = st->bias && fwd_d == cd;
-    const mat w = {F, O, (int64_t)F}, x = {F, N, (int64_t)F}, y = {O, N, (int64_t)O};
-    mp_status s = gemm_init(ctx, &st->fwd, ct, cd, fwd_d, CUBLAS_OP_T, w, CUBLAS_OP_N, x, y,
-                            st->bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, st->what_fwd);
+    const mp_lt_mat w = {F, O, (int64_t)F}, x = {F, N, (int64_t)F}, y = {O, N, (int64_t)O};
+    mp_status s = mp_linear_gemm_init(ctx, &st->fwd, ct, cd, fwd_d, CUBLAS_OP_T, w, CUBLAS_OP_N, x, y,
+                                      st->bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+                                      st->what_fwd);
     if (s == MP_OK && cfg->training) {
         const mp_dtype bd = d_direct(cd, cfg->in_dtype[0]) ? cfg->in_dtype[0] : cd;
-        const mat dx = {F, N, (int64_t)F}, dw = {F, O, (int64_t)F};
-        s = gemm_init(ctx, &st->bwd_data, ct, cd, bd, CUBLAS_OP_N, w, CUBLAS_OP_N, y, dx, CUBLASLT_EPILOGUE_DEFAULT,
-                      st->what_bwd);
+        const mp_lt_mat dx = {F, N, (int64_t)F}, dw = {F, O, (int64_t)F};
+        s = mp_linear_gemm_init(ctx, &st->bwd_data, ct, cd, bd, CUBLAS_OP_N, w, CUBLAS_OP_N, y, dx,
+                                CUBLASLT_EPILOGUE_DEFAULT, st->what_bwd);
         if (s == MP_OK)
-            s = gemm_init(ctx, &st->bwd_weight, ct, cd, cfg->weight_grad, CUBLAS_OP_N, x, CUBLAS_OP_T, y, dw,
-                          CUBLASLT_EPILOGUE_DEFAULT, st->what_bwd);
+            s = mp_linear_gemm_init(ctx, &st->bwd_weight, ct, cd, cfg->weight_grad, CUBLAS_OP_N, x, CUBLAS_OP_T, y,
+                                    dw, CUBLASLT_EPILOGUE_DEFAULT, st->what_bwd);
     }
     if (s != MP_OK) {
         linear_cuda_release(st);

@@ -27,6 +27,25 @@ typedef struct {
     char what_fwd[256], what_bwd[256];
 } linear_cuda;
 
+/* A column-major matrix as cuBLASLt sees it. */
+typedef struct {
+    uint64_t rows, cols;
+    int64_t ld;
+} mp_lt_mat;
+
+/* g's descriptors for D (d.rows x d.cols, dtype dd) = op(A) op(B) with A and
+ * B of dtype ab, compute type ct and epilogue epi, and of the heuristic's
+ * best 8 algorithms (at most 32 MiB of workspace, 16-byte aligned operands;
+ * split-K reduced in f32 only when D is f16/bf16) the fastest by timing
+ * (lt_pick.h). what names the op in errors. On error g may hold some
+ * descriptors: mp_linear_gemm_destroy releases them. */
+mp_status mp_linear_gemm_init(mp_cuda_ctx *ctx, lt_gemm *g, cublasComputeType_t ct, mp_dtype ab, mp_dtype dd,
+                              cublasOperation_t ta, mp_lt_mat a, cublasOperation_t tb, mp_lt_mat b, mp_lt_mat d,
+                              cublasLtEpilogue_t epi, const char *what);
+
+/* Releases g's descriptors (those set; g zeroed before its init). */
+void mp_linear_gemm_destroy(lt_gemm *g);
+
 /* D = op(A) op(B) + beta D (C is D) with g's algorithm; ws holds g->workspace bytes. */
 mp_status mp_linear_gemm_run(mp_cuda_ctx *ctx, const lt_gemm *g, const void *a, const void *b, void *d, float beta,
                              void *ws, const char *what);

@@ -10,7 +10,7 @@
  * GEMM with those sums runs as fast as the plain one cuDNN gives us.
  *
  * Per layer, bf16 in and out, f32 accumulation, median ms:
- *  - cuBLASLt's plain GEMM (its heuristic's best of up to 8 algorithms);
+ *  - cuBLASLt's plain GEMM as the library's linear runs it (linear_cuda.h);
  *  - CUTLASS 3's Hopper GEMM (TMA, warpgroup MMA, warp-specialized,
  *    persistent), plain, the fastest of several tiles;
  *  - the same with an epilogue visitor tree summing the f32 outputs and
@@ -48,6 +48,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "cuda/batchnorm2d_fast.h"
+#include "cuda/linear_cuda.h"
 #include "probe_common.cuh"
 
 namespace probe {
@@ -315,46 +316,25 @@ struct Best {
     }
 };
 
-/* cuBLASLt's y = x w^T: its heuristic's best of up to 8 algorithms, the
+/* The library's y = x w^T (linear_cuda.h: cuBLASLt, the fastest of its
+ * heuristic's best 8 by the library's own timing), on ctx's stream, the
  * median ms; y_ref holds its result. */
-static double cublaslt_ms(cublasLtHandle_t lt, const Gemm1x1 &l, const Buffers &b, int reps) {
-    /* column-major view: y^T (n x m) = w (n x k, ld k: op T of a k x n) * x^T (k x m, ld k) */
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, ld;
-    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
-    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return -1;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt);
-    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, l.k, l.n, l.k);
-    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, l.k, l.m, l.k);
-    cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, l.n, l.m, l.n);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &b.ws_bytes, sizeof b.ws_bytes);
-    cublasLtMatmulHeuristicResult_t res[8];
-    int found = 0;
-    cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 8, res, &found);
-    const float one = 1.f, zero = 0.f;
-    double best = -1;
-    int best_i = -1;
-    for (int i = 0; i < found; i++) {
-        const double ms = time_ms(
-            [&] {
-                return cublasLtMatmul(lt, op, &one, b.w, la, b.x, lb, &zero, b.y_ref, ld, b.y_ref, ld, &res[i].algo,
-                                      b.ws, b.ws_bytes, 0) == CUBLAS_STATUS_SUCCESS;
-            },
-            reps, kQueue);
-        if (ms > 0 && (best < 0 || ms < best)) best = ms, best_i = i;
+static double cublaslt_ms(mp_cuda_ctx *ctx, const Gemm1x1 &l, const Buffers &b, int reps) {
+    /* column-major view: y^T (n x m) = w^T (op T of w: k x n) * x^T (k x m) */
+    const mp_lt_mat w = {(uint64_t)l.k, (uint64_t)l.n, l.k}, x = {(uint64_t)l.k, (uint64_t)l.m, l.k},
+                    y = {(uint64_t)l.n, (uint64_t)l.m, l.n};
+    lt_gemm g{};
+    double ms = -1;
+    if (mp_linear_gemm_init(ctx, &g, CUBLAS_COMPUTE_32F, MP_DTYPE_BF16, MP_DTYPE_BF16, CUBLAS_OP_T, w, CUBLAS_OP_N, x,
+                            y, CUBLASLT_EPILOGUE_DEFAULT, l.name) != MP_OK)
+        fprintf(stderr, "%s: %s\n", tool, mp_last_error());
+    else if (g.workspace <= b.ws_bytes) {
+        auto launch = [&] { return mp_linear_gemm_run(ctx, &g, b.w, b.x, b.y_ref, 0.f, b.ws, l.name) == MP_OK; };
+        ms = time_ms(launch, reps, kQueue, ctx->stream);
+        if (ms >= 0 && !(launch() && check(cudaDeviceSynchronize(), "cuBLASLt"))) ms = -1;
     }
-    /* y_ref from the fastest */
-    if (best_i >= 0 && (cublasLtMatmul(lt, op, &one, b.w, la, b.x, lb, &zero, b.y_ref, ld, b.y_ref, ld,
-                                       &res[best_i].algo, b.ws, b.ws_bytes, 0) != CUBLAS_STATUS_SUCCESS ||
-                        !check(cudaDeviceSynchronize(), "cuBLASLt")))
-        best = -1;
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(op);
-    return best;
+    mp_linear_gemm_destroy(&g);
+    return ms;
 }
 
 /* The library's statistics pass on y, as its fast batch norm launches it
@@ -380,16 +360,16 @@ using PingEpi = cutlass::epilogue::TmaWarpSpecialized;
 /* every tile and schedule tried, plain (Sums::none) or with the sums */
 template <Sums Stats> Best fastest(const Gemm1x1 &l, const Buffers &b, int reps) {
     Best best;
-#define MP_TRY(M, N, CL, S, E, NAME) \
+#define TRY_TILE(M, N, CL, S, E, NAME) \
     best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats>>(l, b, reps, NAME);
-    MP_TRY(128, 64, C1, Coop, CoopEpi, "128x64 coop")
-    MP_TRY(128, 128, C1, Coop, CoopEpi, "128x128 coop")
-    MP_TRY(128, 256, C1, Coop, CoopEpi, "128x256 coop")
-    MP_TRY(256, 128, C1, Coop, CoopEpi, "256x128 coop")
-    MP_TRY(128, 128, C2, Coop, CoopEpi, "128x128 coop 2x1")
-    MP_TRY(64, 128, C1, Ping, PingEpi, "64x128 pingpong")
-    MP_TRY(64, 256, C1, Ping, PingEpi, "64x256 pingpong")
-#undef MP_TRY
+    TRY_TILE(128, 64, C1, Coop, CoopEpi, "128x64 coop")
+    TRY_TILE(128, 128, C1, Coop, CoopEpi, "128x128 coop")
+    TRY_TILE(128, 256, C1, Coop, CoopEpi, "128x256 coop")
+    TRY_TILE(256, 128, C1, Coop, CoopEpi, "256x128 coop")
+    TRY_TILE(128, 128, C2, Coop, CoopEpi, "128x128 coop 2x1")
+    TRY_TILE(64, 128, C1, Ping, PingEpi, "64x128 pingpong")
+    TRY_TILE(64, 256, C1, Ping, PingEpi, "64x256 pingpong")
+#undef TRY_TILE
     return best;
 }
 
@@ -430,9 +410,9 @@ int main(int argc, char **argv) {
         !check(cudaMalloc(&b.worst, sizeof(float)), "check") || !check(cudaMalloc(&b.ws, b.ws_bytes), "workspace"))
         return 1;
     if (!fill_conv_inputs(b.x, most_x, b.w, most_w)) return 1;
-    cublasLtHandle_t lt;
-    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "%s: cublasLtCreate failed\n", tool);
+    mp_cuda_ctx *ctx = nullptr;
+    if (mp_cuda_ctx_create(0, &ctx) != MP_OK) {
+        fprintf(stderr, "%s: %s\n", tool, mp_last_error());
         return 1;
     }
 
@@ -444,7 +424,7 @@ int main(int argc, char **argv) {
     int failures = 0;
     double total = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {
-        const double lt_ms = cublaslt_ms(lt, l, b, reps);
+        const double lt_ms = cublaslt_ms(ctx, l, b, reps);
         if (lt_ms < 0) {
             fprintf(stderr, "%s: %s: cuBLASLt found no algorithm that ran\n", tool, l.name);
             failures++;
@@ -468,7 +448,7 @@ int main(int argc, char **argv) {
                saving, saving * l.count);
     }
     printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
-    cublasLtDestroy(lt);
+    mp_cuda_ctx_destroy(ctx);
     if (failures) fprintf(stderr, "%s: %d configuration(s) or layer(s) failed to run or to match\n", tool, failures);
     return failures ? 1 : 0;
 }

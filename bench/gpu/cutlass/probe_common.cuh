@@ -60,20 +60,20 @@ template <class T> bool fill_conv_inputs(T *x, size_t nx, T *w, size_t nw) {
     return check(cudaDeviceSynchronize(), "fill");
 }
 
-/* Median GPU ms of reps runs of launch() (three warm-ups first); < 0 when a
- * launch fails. queue > 1: each sample times that many launches queued
- * between its two events, divided by queue, so that the host's launch gap
- * before a short kernel is not counted in. */
-template <class F> double time_ms(F launch, int reps, int queue = 1) {
+/* Median GPU ms of reps runs of launch() (three warm-ups first), which
+ * launches on stream; < 0 when a launch fails. queue > 1: each sample times
+ * that many launches queued between its two events, divided by queue, so
+ * that the host's launch gap before a short kernel is not counted in. */
+template <class F> double time_ms(F launch, int reps, int queue = 1, cudaStream_t stream = 0) {
     cudaEvent_t a, b;
     if (!check(cudaEventCreate(&a), "event") || !check(cudaEventCreate(&b), "event")) return -1;
     std::vector<float> t;
     bool ok = true;
     for (int i = 0; ok && i < 3; i++) ok = launch();
     for (int i = 0; ok && i < reps; i++) {
-        cudaEventRecord(a);
+        cudaEventRecord(a, stream);
         for (int q = 0; ok && q < queue; q++) ok = launch();
-        cudaEventRecord(b);
+        cudaEventRecord(b, stream);
         float ms = 0;
         ok = ok && check(cudaEventSynchronize(b), "timed run") && check(cudaEventElapsedTime(&ms, a, b), "event time");
         t.push_back(ms / queue);
