@@ -35,9 +35,9 @@ extern "C" {
  * kernels do not apply (dtype, C not a multiple of VEC or above 256 * VEC). */
 int mp_bn_fast_rows_per_pass(mp_dtype dt, int C);
 
-/* Row chunks (blocks) of a reduction over M rows: one per min_rows rows,
- * at most most and at least 1; *R rows each (the last may be shorter), *G
- * of them, none empty. */
+/* Row chunks (blocks) of a reduction over M >= 1 rows: one per min_rows
+ * rows, at most most and at least 1; *R rows each (the last may be
+ * shorter), *G of them, none empty. */
 void mp_bn_row_chunks(long long M, long long min_rows, long long most, int *G, long long *R);
 
 /* These kernels' chunks over M rows at rpp rows per pass on a GPU of

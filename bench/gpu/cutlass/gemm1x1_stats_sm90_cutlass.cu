@@ -100,12 +100,12 @@ template <class T> struct square_of {
 
 /* How a configuration sums y and y * y per channel, if at all:
  *  - atomic: each warp adds its rows' sums into the global vectors
- *    (atomics; v0.53 measured these 2-7x the plain GEMM's time: every
- *    tile's 8 warps add into the same n addresses);
+ *    (atomics; v0.53 measured these at 1.5-7.1x the plain GEMM's time:
+ *    every warp of every tile adds into the same n addresses);
  *  - tile_partials: each CTA sums its tile's rows through shared memory and
- *    stores one row of partial sums per M tile ((m / tile_m) x n, n
- *    contiguous); reduce_partials_kernel then sums those rows, as batch
- *    norm's finalize would. */
+ *    stores one row of partial sums per M tile (ceil(m / tile_m) rows of n
+ *    rounded up to tile_n, n contiguous); reduce_partials_kernel then sums
+ *    those rows, as batch norm's finalize would. */
 enum class Sums { none, atomic, tile_partials };
 
 template <class Tile> using AtomicSum =
@@ -328,7 +328,10 @@ static double cublaslt_ms(mp_cuda_ctx *ctx, const Gemm1x1 &l, const Buffers &b, 
     if (mp_linear_gemm_init(ctx, &g, CUBLAS_COMPUTE_32F, MP_DTYPE_BF16, MP_DTYPE_BF16, CUBLAS_OP_T, w, CUBLAS_OP_N, x,
                             y, CUBLASLT_EPILOGUE_DEFAULT, l.name) != MP_OK)
         fprintf(stderr, "%s: %s\n", tool, mp_last_error());
-    else if (g.workspace <= b.ws_bytes) {
+    else if (g.workspace > b.ws_bytes)
+        fprintf(stderr, "%s: %s: cuBLASLt's pick wants %zu bytes of workspace, the probe has %zu\n", tool, l.name,
+                g.workspace, b.ws_bytes);
+    else {
         auto launch = [&] { return mp_linear_gemm_run(ctx, &g, b.w, b.x, b.y_ref, 0.f, b.ws, l.name) == MP_OK; };
         ms = time_ms(launch, reps, kQueue, ctx->stream);
         if (ms >= 0 && !(launch() && check(cudaDeviceSynchronize(), "cuBLASLt"))) ms = -1;
