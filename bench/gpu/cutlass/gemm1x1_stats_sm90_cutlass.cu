@@ -16,7 +16,8 @@
  *  - the same with an epilogue visitor tree summing the f32 outputs and
  *    their squares per channel, two ways (Sums): each warp adding into
  *    global f32 vectors (atomics), or each CTA storing its tile's sums as a
- *    row, and a small kernel summing those rows (timed with the GEMM);
+ *    row, and the library's column sum adding those rows (timed with the
+ *    GEMM);
  *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
  * The saving column is cuBLASLt + statistics pass - the fused form with
  * tile rows: what the fusion would give a layer (> 0: faster). Every
@@ -49,6 +50,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "cuda/batchnorm2d_fast.h"
+#include "cuda/lib_kernels.h"
 #include "cuda/linear_cuda.h"
 #include "probe_common.cuh"
 
@@ -105,8 +107,8 @@ template <class T> struct square_of {
  *    every warp of every tile adds into the same n addresses);
  *  - tile_partials: each CTA sums its tile's rows through shared memory and
  *    stores one row of partial sums per M tile (ceil(m / tile_m) rows of n
- *    rounded up to tile_n, n contiguous); reduce_partials_kernel then sums
- *    those rows, as batch norm's finalize would. */
+ *    rounded up to tile_n, n contiguous); reduce_partials then sums those
+ *    rows, as batch norm's finalize would. */
 enum class Sums { none, atomic, tile_partials };
 
 template <class Tile> using AtomicSum =
@@ -148,49 +150,44 @@ template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums
     using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
+/* Everything runs on the library context's stream st (non-blocking: work
+ * on the legacy default stream is not ordered with it). */
 struct Buffers {
+    mp_cuda_ctx *ctx;
+    cudaStream_t st;
     Elem *x, *w, *y, *y_ref;
-    float *sums;     /* sum, then sum of squares, n each: the fused epilogue's */
+    float *sums; /* the fused forms' sums, then their sums of squares at squares_at (n, or n padded to tile_n) */
     double *sums_ref; /* the reference kernel's, from cuBLASLt's y */
     float *part;     /* the statistics pass's partials */
     float *tile_part; /* Sums::tile_partials's rows: the sums', then the squares' */
     size_t tile_part_floats; /* of each */
+    void *colsum_ws; /* mp_cuda_lib_colsum's workspace, for the tile rows */
     float *worst;
     void *ws;
     size_t ws_bytes;
     int sms;
 };
 
-/* Per-channel sums of Sums::tile_partials's rows (rows of stride floats, n
- * used) into sums[0, n) (blockIdx.z 0: the sums') and sums[n, 2n) (1: the
- * squares'): a block is 32 channels by 8 row lanes over kPartialRowsPerBlock
- * rows, summed through shared memory, one atomic a channel; sums zeroed
- * first. */
-constexpr int kPartialRowsPerBlock = 256;
-__global__ void reduce_partials_kernel(const float *sum_rows, const float *square_rows, int rows, int stride, int n,
-                                       float *sums) {
-    __shared__ float lanes[8][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    const float *p = blockIdx.z ? square_rows : sum_rows;
-    const int r0 = blockIdx.y * kPartialRowsPerBlock, r1 = min(rows, r0 + kPartialRowsPerBlock);
-    float s = 0;
-    if (c < n)
-        for (int r = r0 + threadIdx.y; r < r1; r += 8) s += p[(size_t)r * stride + c];
-    lanes[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y || c >= n) return;
-    for (int y = 1; y < 8; y++) s += lanes[y][threadIdx.x];
-    atomicAdd(&sums[blockIdx.z * n + c], s);
+/* Where a configuration leaves its sums of squares in Buffers::sums: after
+ * n sums, or for Sums::tile_partials after its padded row's. */
+template <class G> int padded_n(const Gemm1x1 &l) { return (l.n + G::TileN - 1) / G::TileN * G::TileN; }
+template <class G> int squares_at(const Gemm1x1 &l) {
+    return G::Stats == Sums::tile_partials ? padded_n<G>(l) : l.n;
 }
 
-/* The sums of a Sums::tile_partials configuration's last run from its rows
- * into b.sums. */
+/* The sums of a Sums::tile_partials configuration's last run, from its
+ * rows, by the library's column sum (lib_kernels.h): the sums' into b.sums,
+ * the squares' at squares_at (the padding columns summed too, unread). */
 template <class G> bool reduce_partials(const Gemm1x1 &l, const Buffers &b) {
-    const int rows = (l.m + G::TileM - 1) / G::TileM, stride = (l.n + G::TileN - 1) / G::TileN * G::TileN;
-    if (!check(cudaMemsetAsync(b.sums, 0, 2 * sizeof(float) * l.n), "sums")) return false;
-    reduce_partials_kernel<<<dim3((l.n + 31) / 32, (rows + kPartialRowsPerBlock - 1) / kPartialRowsPerBlock, 2),
-                             dim3(32, 8)>>>(b.tile_part, b.tile_part + b.tile_part_floats, rows, stride, l.n, b.sums);
-    return check(cudaGetLastError(), "partials' sums");
+    const long long rows = (l.m + G::TileM - 1) / G::TileM;
+    const int stride = padded_n<G>(l);
+    if (mp_cuda_lib_colsum(b.ctx, b.tile_part, MP_DTYPE_F32, rows, stride, b.sums, b.colsum_ws, l.name) != MP_OK ||
+        mp_cuda_lib_colsum(b.ctx, b.tile_part + b.tile_part_floats, MP_DTYPE_F32, rows, stride,
+                           b.sums + squares_at<G>(l), b.colsum_ws, l.name) != MP_OK) {
+        fprintf(stderr, "%s: %s\n", tool, mp_last_error());
+        return false;
+    }
+    return true;
 }
 
 /* Median ms of one configuration on layer l (< 0 where it cannot run it);
@@ -213,7 +210,7 @@ template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps) {
                                     {{}, nullptr, sd, b.y, sd},
                                     hw};
     constexpr bool partials = G::Stats == Sums::tile_partials;
-    const size_t part_floats = (size_t)((l.m + G::TileM - 1) / G::TileM) * ((l.n + G::TileN - 1) / G::TileN * G::TileN);
+    const size_t part_floats = (size_t)((l.m + G::TileM - 1) / G::TileM) * padded_n<G>(l);
     if constexpr (G::Stats == Sums::none) {
         args.epilogue.thread.alpha = 1.0f;
         args.epilogue.thread.beta = 0.0f;
@@ -221,23 +218,23 @@ template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps) {
         if (partials && part_floats > b.tile_part_floats) return -1;
         /* children first, then the node: {sum's {acc fetch, sum}, squares' {{acc fetch, square}, sum}, first} */
         args.epilogue.thread = {{{}, {partials ? b.tile_part : b.sums, 0.0f, {}}},
-                                {{{}, {}}, {partials ? b.tile_part + b.tile_part_floats : b.sums + l.n, 0.0f, {}}},
+                                {{{}, {}}, {partials ? b.tile_part + b.tile_part_floats : b.sums + squares_at<G>(l), 0.0f, {}}},
                                 {}};
     }
     Device op;
     if (op.can_implement(args) != cutlass::Status::kSuccess || Device::get_workspace_size(args) > b.ws_bytes) return -1;
-    if (op.initialize(args, b.ws) != cutlass::Status::kSuccess) return -1;
+    if (op.initialize(args, b.ws, b.st) != cutlass::Status::kSuccess) return -1;
     const double t = time_ms(
-        [&] { return op.run() == cutlass::Status::kSuccess && (!partials || reduce_partials<G>(l, b)); }, reps,
-        kQueue);
+        [&] { return op.run(b.st) == cutlass::Status::kSuccess && (!partials || reduce_partials<G>(l, b)); }, reps,
+        kQueue, b.st);
     if (t < 0) return t;
     /* one more run for the check, from zeroed sums and a y every configuration
      * before wrote over (0x7F7F: 3.4e38 in bf16), so a y left unwritten fails */
-    if (!check(cudaMemset(b.sums, 0, 2 * sizeof(float) * l.n), "sums") ||
-        !check(cudaMemset(b.y, 0x7F, (size_t)l.m * l.n * sizeof(Elem)), "y") ||
-        (partials && !check(cudaMemset(b.tile_part, 0xFF, 2 * b.tile_part_floats * sizeof(float)), "rows")) ||
-        op.run() != cutlass::Status::kSuccess || (partials && !reduce_partials<G>(l, b)) ||
-        !check(cudaDeviceSynchronize(), "check run"))
+    if (!check(cudaMemsetAsync(b.sums, 0, sizeof(float) * (squares_at<G>(l) + l.n), b.st), "sums") ||
+        !check(cudaMemsetAsync(b.y, 0x7F, (size_t)l.m * l.n * sizeof(Elem), b.st), "y") ||
+        (partials && !check(cudaMemsetAsync(b.tile_part, 0xFF, 2 * b.tile_part_floats * sizeof(float), b.st), "rows")) ||
+        op.run(b.st) != cutlass::Status::kSuccess || (partials && !reduce_partials<G>(l, b)) ||
+        !check(cudaStreamSynchronize(b.st), "check run"))
         return -1;
     return t;
 }
@@ -271,21 +268,26 @@ __global__ void max_rel_diff_kernel(const Elem *a, const Elem *b, size_t count, 
 
 static float y_error(const Gemm1x1 &l, const Buffers &b) {
     float err = -1;
-    if (!check(cudaMemset(b.worst, 0, sizeof(float)), "check")) return -1;
-    max_rel_diff_kernel<<<4 * b.sms, 256>>>(b.y, b.y_ref, (size_t)l.m * l.n, b.worst);
-    if (!check(cudaMemcpy(&err, b.worst, sizeof err, cudaMemcpyDeviceToHost), "y check")) return -1;
+    if (!check(cudaMemsetAsync(b.worst, 0, sizeof(float), b.st), "check")) return -1;
+    max_rel_diff_kernel<<<4 * b.sms, 256, 0, b.st>>>(b.y, b.y_ref, (size_t)l.m * l.n, b.worst);
+    if (!check(cudaMemcpyAsync(&err, b.worst, sizeof err, cudaMemcpyDeviceToHost, b.st), "y check") ||
+        !check(cudaStreamSynchronize(b.st), "y check"))
+        return -1;
     return err;
 }
 
 /* The fused sums' largest difference from the reference's, in tolerances
- * (> 1: wrong): each sum of squares against itself, each sum against the
- * root of its sum of squares (a sum of either sign cancels; the reference's
- * bf16 rounding moves it by about 1e-3 of that root). A non-finite sum
- * counts as infinity. */
-static float sums_error(const Gemm1x1 &l, const Buffers &b) {
+ * (> 1: wrong): each sum of squares (in b.sums from squares_at) against
+ * itself, each sum against the root of its sum of squares (a sum of either
+ * sign cancels; the reference's bf16 rounding moves it by about 1e-3 of
+ * that root). A non-finite sum counts as infinity. */
+static float sums_error(const Gemm1x1 &l, const Buffers &b, int squares_at) {
     std::vector<float> got(2 * l.n);
     std::vector<double> want(2 * l.n);
-    if (!check(cudaMemcpy(got.data(), b.sums, 2 * sizeof(float) * l.n, cudaMemcpyDeviceToHost), "sums") ||
+    if (!check(cudaStreamSynchronize(b.st), "sums") ||
+        !check(cudaMemcpy(got.data(), b.sums, sizeof(float) * l.n, cudaMemcpyDeviceToHost), "sums") ||
+        !check(cudaMemcpy(got.data() + l.n, b.sums + squares_at, sizeof(float) * l.n, cudaMemcpyDeviceToHost),
+               "sums") ||
         !check(cudaMemcpy(want.data(), b.sums_ref, 2 * sizeof(double) * l.n, cudaMemcpyDeviceToHost), "sums"))
         return -1;
     double worst = 0;
@@ -307,7 +309,7 @@ struct Best {
         const double t = run<G>(l, b, reps);
         if (t < 0) return;
         const float ey = y_error(l, b);
-        const float es = G::Stats != Sums::none ? sums_error(l, b) : 0.f;
+        const float es = G::Stats != Sums::none ? sums_error(l, b, squares_at<G>(l)) : 0.f;
         if (!(ey >= 0 && ey <= 2e-2f) || !(es >= 0 && es <= 1.f)) { /* NaN fails too */
             fprintf(stderr, "%s: %s with %s: y relative error %g, sums %g tolerances off\n", tool, l.name, n, ey, es);
             wrong++;
@@ -318,24 +320,24 @@ struct Best {
 };
 
 /* The library's y = x w^T (linear_cuda.h: cuBLASLt, the fastest of its
- * heuristic's best 8 by the library's own timing), on ctx's stream, the
- * median ms; y_ref holds its result. */
-static double cublaslt_ms(mp_cuda_ctx *ctx, const Gemm1x1 &l, const Buffers &b, int reps) {
+ * heuristic's best 8 by the library's own timing), the median ms; y_ref
+ * holds its result. */
+static double cublaslt_ms(const Gemm1x1 &l, const Buffers &b, int reps) {
     /* column-major view: y^T (n x m) = w^T (op T of w: k x n) * x^T (k x m) */
     const mp_lt_mat w = {(uint64_t)l.k, (uint64_t)l.n, l.k}, x = {(uint64_t)l.k, (uint64_t)l.m, l.k},
                     y = {(uint64_t)l.n, (uint64_t)l.m, l.n};
     lt_gemm g{};
     double ms = -1;
-    if (mp_linear_gemm_init(ctx, &g, CUBLAS_COMPUTE_32F, MP_DTYPE_BF16, MP_DTYPE_BF16, CUBLAS_OP_T, w, CUBLAS_OP_N, x,
+    if (mp_linear_gemm_init(b.ctx, &g, CUBLAS_COMPUTE_32F, MP_DTYPE_BF16, MP_DTYPE_BF16, CUBLAS_OP_T, w, CUBLAS_OP_N, x,
                             y, CUBLASLT_EPILOGUE_DEFAULT, l.name) != MP_OK)
         fprintf(stderr, "%s: %s\n", tool, mp_last_error());
     else if (g.workspace > b.ws_bytes)
         fprintf(stderr, "%s: %s: cuBLASLt's pick wants %zu bytes of workspace, the probe has %zu\n", tool, l.name,
                 g.workspace, b.ws_bytes);
     else {
-        auto launch = [&] { return mp_linear_gemm_run(ctx, &g, b.w, b.x, b.y_ref, 0.f, b.ws, l.name) == MP_OK; };
-        ms = time_ms(launch, reps, kQueue, ctx->stream);
-        if (ms >= 0 && !(launch() && check(cudaDeviceSynchronize(), "cuBLASLt"))) ms = -1;
+        auto launch = [&] { return mp_linear_gemm_run(b.ctx, &g, b.w, b.x, b.y_ref, 0.f, b.ws, l.name) == MP_OK; };
+        ms = time_ms(launch, reps, kQueue, b.st);
+        if (ms >= 0 && !(launch() && check(cudaStreamSynchronize(b.st), "cuBLASLt"))) ms = -1;
     }
     mp_linear_gemm_destroy(&g);
     return ms;
@@ -350,8 +352,11 @@ static double stats_pass_ms(const Gemm1x1 &l, const Buffers &b, int reps) {
     long long R;
     mp_bn_fast_chunks(l.m, rpp, b.sms, &G, &R);
     return time_ms(
-        [&] { return check(mp_bn_fast_stats(0, MP_DTYPE_BF16, b.y, l.m, l.n, G, R, b.part, b.part + (size_t)G * l.n), "stats pass"); },
-        reps, kQueue);
+        [&] {
+            return check(mp_bn_fast_stats(b.st, MP_DTYPE_BF16, b.y, l.m, l.n, G, R, b.part, b.part + (size_t)G * l.n),
+                         "stats pass");
+        },
+        reps, kQueue, b.st);
 }
 
 using C1 = Shape<_1, _1, _1>;
@@ -392,33 +397,36 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     if (!open_sm90(&prop)) return 1;
     size_t most_x = 0, most_y = 0, most_w = 0;
-    int most_n = 0;
-    size_t most_rows = 0; /* Sums::tile_partials's, at the smallest tile (64 x n) and the widest padding (256) */
+    int most_n = 0, most_padded = 0; /* n, and n padded to the widest tile_n (256) */
+    size_t most_rows = 0, most_colsum = 0; /* Sums::tile_partials's, at the smallest tile_m (64) and widest padding */
     for (const Gemm1x1 &l : GEMMS_1X1) {
         most_x = std::max(most_x, (size_t)l.m * l.k);
         most_y = std::max(most_y, (size_t)l.m * l.n);
         most_w = std::max(most_w, (size_t)l.n * l.k);
         most_n = std::max(most_n, l.n);
+        most_padded = std::max(most_padded, (l.n + 255) / 256 * 256);
         most_rows = std::max(most_rows, (size_t)(l.m + 63) / 64 * ((l.n + 255) / 256 * 256));
+        most_colsum = std::max(most_colsum, mp_cuda_lib_colsum_workspace((l.m + 63) / 64, (l.n + 255) / 256 * 256));
     }
     Buffers b{};
+    if (mp_cuda_ctx_create(0, &b.ctx) != MP_OK) {
+        fprintf(stderr, "%s: %s\n", tool, mp_last_error());
+        return 1;
+    }
+    b.st = b.ctx->stream;
     b.tile_part_floats = most_rows;
     b.sms = prop.multiProcessorCount;
     b.ws_bytes = 64u << 20;
     if (!check(cudaMalloc(&b.x, most_x * 2), "x") || !check(cudaMalloc(&b.w, most_w * 2), "w") ||
         !check(cudaMalloc(&b.y, most_y * 2), "y") || !check(cudaMalloc(&b.y_ref, most_y * 2), "y_ref") ||
-        !check(cudaMalloc(&b.sums, 2 * sizeof(float) * most_n), "sums") ||
+        !check(cudaMalloc(&b.sums, 2 * sizeof(float) * most_padded), "sums") ||
         !check(cudaMalloc(&b.sums_ref, 2 * sizeof(double) * most_n), "sums") ||
         !check(cudaMalloc(&b.part, 2 * sizeof(float) * most_n * 4 * b.sms), "partials") ||
         !check(cudaMalloc(&b.tile_part, 2 * sizeof(float) * most_rows), "tile partials") ||
+        !check(cudaMalloc(&b.colsum_ws, most_colsum), "column sums") ||
         !check(cudaMalloc(&b.worst, sizeof(float)), "check") || !check(cudaMalloc(&b.ws, b.ws_bytes), "workspace"))
         return 1;
-    if (!fill_conv_inputs(b.x, most_x, b.w, most_w)) return 1;
-    mp_cuda_ctx *ctx = nullptr;
-    if (mp_cuda_ctx_create(0, &ctx) != MP_OK) {
-        fprintf(stderr, "%s: %s\n", tool, mp_last_error());
-        return 1;
-    }
+    if (!fill_conv_inputs(b.x, most_x, b.w, most_w)) return 1; /* legacy stream, then the whole device synchronized */
 
     printf("%s on %s (%d SMs), bf16 in and out, f32 accumulation, median of %d runs, ms\n\n", tool, prop.name, b.sms,
            reps);
@@ -428,17 +436,17 @@ int main(int argc, char **argv) {
     int failures = 0;
     double total = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {
-        const double lt_ms = cublaslt_ms(ctx, l, b, reps);
+        const double lt_ms = cublaslt_ms(l, b, reps);
         if (lt_ms < 0) {
             fprintf(stderr, "%s: %s: no cuBLASLt baseline (see above); layer skipped\n", tool, l.name);
             failures++;
             continue;
         }
         const int rows_per_block = 1024;
-        if (!check(cudaMemset(b.sums_ref, 0, 2 * sizeof(double) * l.n), "sums")) return 1;
-        reference_sums_kernel<<<dim3((l.m + rows_per_block - 1) / rows_per_block, (l.n + 127) / 128), 128>>>(
+        if (!check(cudaMemsetAsync(b.sums_ref, 0, 2 * sizeof(double) * l.n, b.st), "sums")) return 1;
+        reference_sums_kernel<<<dim3((l.m + rows_per_block - 1) / rows_per_block, (l.n + 127) / 128), 128, 0, b.st>>>(
             b.y_ref, l.m, l.n, rows_per_block, b.sums_ref);
-        if (!check(cudaDeviceSynchronize(), "reference sums")) return 1;
+        if (!check(cudaStreamSynchronize(b.st), "reference sums")) return 1;
         const Best plain = fastest<Sums::none>(l, b, reps);
         const Best atomic = fastest<Sums::atomic>(l, b, reps);
         const Best fused = fastest<Sums::tile_partials>(l, b, reps);
@@ -452,7 +460,7 @@ int main(int argc, char **argv) {
                saving, saving * l.count);
     }
     printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
-    mp_cuda_ctx_destroy(ctx);
+    mp_cuda_ctx_destroy(b.ctx);
     if (failures) fprintf(stderr, "%s: %d configuration(s) or layer(s) failed to run or to match\n", tool, failures);
     return failures ? 1 : 0;
 }
