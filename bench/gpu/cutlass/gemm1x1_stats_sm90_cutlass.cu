@@ -217,9 +217,10 @@ template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps) {
     } else {
         if (partials && part_floats > b.tile_part_floats) return -1;
         /* children first, then the node: {sum's {acc fetch, sum}, squares' {{acc fetch, square}, sum}, first} */
-        args.epilogue.thread = {{{}, {partials ? b.tile_part : b.sums, 0.0f, {}}},
-                                {{{}, {}}, {partials ? b.tile_part + b.tile_part_floats : b.sums + squares_at<G>(l), 0.0f, {}}},
-                                {}};
+        args.epilogue.thread = {
+            {{}, {partials ? b.tile_part : b.sums, 0.0f, {}}},
+            {{{}, {}}, {partials ? b.tile_part + b.tile_part_floats : b.sums + squares_at<G>(l), 0.0f, {}}},
+            {}};
     }
     Device op;
     if (op.can_implement(args) != cutlass::Status::kSuccess || Device::get_workspace_size(args) > b.ws_bytes) return -1;
@@ -232,7 +233,8 @@ template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps) {
      * before wrote over (0x7F7F: 3.4e38 in bf16), so a y left unwritten fails */
     if (!check(cudaMemsetAsync(b.sums, 0, sizeof(float) * (squares_at<G>(l) + l.n), b.st), "sums") ||
         !check(cudaMemsetAsync(b.y, 0x7F, (size_t)l.m * l.n * sizeof(Elem), b.st), "y") ||
-        (partials && !check(cudaMemsetAsync(b.tile_part, 0xFF, 2 * b.tile_part_floats * sizeof(float), b.st), "rows")) ||
+        (partials &&
+         !check(cudaMemsetAsync(b.tile_part, 0xFF, 2 * b.tile_part_floats * sizeof(float), b.st), "rows")) ||
         op.run(b.st) != cutlass::Status::kSuccess || (partials && !reduce_partials<G>(l, b)) ||
         !check(cudaStreamSynchronize(b.st), "check run"))
         return -1;
