@@ -18,6 +18,8 @@
  *    global f32 vectors (atomics), or each CTA storing its tile's sums as a
  *    row, and the library's column sum adding those rows (timed with the
  *    GEMM);
+ *  - the plain GEMM again with A fed to the MMA through registers (FeedA),
+ *    the base a batch-norm apply in the GEMM's prologue would start from;
  *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
  * The saving column is cuBLASLt + statistics pass - the fused form with
  * tile rows: what the fusion would give a layer (> 0: faster). Every
@@ -36,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <type_traits>
 #include <vector>
 
 #include "cutlass/cutlass.h"
@@ -130,7 +133,38 @@ template <class SumNode> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
                                                    cutlass::FloatRoundStyle::round_to_nearest>,
             cutlass::epilogue::fusion::Sm90AccFetch>>>;
 
-template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums WithSums> struct Sm90Gemm {
+/* How the mainloop feeds A (x) to the warpgroup MMA: straight from shared
+ * memory (what CUTLASS's builder picks for bf16 K-major operands), or
+ * through registers (A copied from shared memory into registers before each
+ * MMA: where a per-channel transform of x, batch norm's scale + bias + ReLU
+ * of the layer before, would fit). The builder assembles the
+ * register-sourced mainloop only for mixed or transposed inputs, so
+ * RmemAMainloop assembles it from the same parts. */
+enum class FeedA { smem, rmem };
+
+template <class Tile, class Cluster, class Schedule, int CarveoutBytes> struct RmemAMainloop {
+    using AtomLayout = std::conditional_t<std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
+                                          Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>;
+    using TiledMma = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Elem, Elem, float, Tile, GMMA::Major::K, GMMA::Major::K>(), AtomLayout{}));
+    using SmemAtomA = decltype(cutlass::gemm::collective::detail::rs_smem_selector<
+                               GMMA::Major::K, Elem, decltype(get<0>(Tile{})), decltype(get<2>(Tile{})), false>());
+    using SmemAtomB = decltype(cutlass::gemm::collective::detail::rs_smem_selector<
+                               GMMA::Major::K, Elem, decltype(get<1>(Tile{})), decltype(get<2>(Tile{})), false>());
+    static constexpr int Stages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
+        cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, Elem, Elem, Tile>(
+        cutlass::gemm::collective::StageCountAutoCarveout<CarveoutBytes>{});
+    using CollectiveOp = cutlass::gemm::collective::CollectiveMma<
+        cutlass::gemm::MainloopSm90TmaGmmaRmemAWarpSpecialized<Stages, Cluster, Schedule>, Tile, Elem,
+        cutlass::detail::TagToStrideA_t<LayoutA>, Elem, cutlass::detail::TagToStrideB_t<LayoutB>, TiledMma,
+        decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<1>(Cluster{}))), SmemAtomA,
+        Copy_Atom<AutoVectorizingCopy, Elem>, cute::identity,
+        decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<0>(Cluster{}))), SmemAtomB,
+        void, cute::identity>;
+};
+
+template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums WithSums, FeedA Feed = FeedA::smem>
+struct Sm90Gemm {
     static constexpr Sums Stats = WithSums;
     static constexpr int TileM = size<0>(Tile{}), TileN = size<1>(Tile{});
     using Fusion = std::conditional_t<
@@ -141,11 +175,12 @@ template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
         cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, Elem, LayoutD, kAlign,
         EpiSchedule, Fusion>::CollectiveOp;
-    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign, float, Tile,
-        Cluster,
-        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-        MainSchedule>::CollectiveOp;
+    static constexpr int Carveout = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
+    using Mainloop = std::conditional_t<
+        Feed == FeedA::rmem, typename RmemAMainloop<Tile, Cluster, MainSchedule, Carveout>::CollectiveOp,
+        typename cutlass::gemm::collective::CollectiveBuilder<
+            cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign, float,
+            Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>, MainSchedule>::CollectiveOp>;
     using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
     using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
@@ -368,11 +403,12 @@ using CoopEpi = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using PingEpi = cutlass::epilogue::TmaWarpSpecialized;
 
-/* every tile and schedule tried, plain (Sums::none) or with the sums */
-template <Sums Stats> Best fastest(const Gemm1x1 &l, const Buffers &b, int reps) {
+/* every tile and schedule tried, plain (Sums::none) or with the sums, A fed
+ * from shared memory or through registers */
+template <Sums Stats, FeedA Feed = FeedA::smem> Best fastest(const Gemm1x1 &l, const Buffers &b, int reps) {
     Best best;
 #define TRY_TILE(M, N, CL, S, E, NAME) \
-    best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats>>(l, b, reps, NAME);
+    best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats, Feed>>(l, b, reps, NAME);
     TRY_TILE(128, 64, C1, Coop, CoopEpi, "128x64 coop")
     TRY_TILE(128, 128, C1, Coop, CoopEpi, "128x128 coop")
     TRY_TILE(128, 256, C1, Coop, CoopEpi, "128x256 coop")
@@ -433,8 +469,9 @@ int main(int argc, char **argv) {
     printf("%s on %s (%d SMs), bf16 in and out, f32 accumulation, median of %d runs, ms\n\n", tool, prop.name, b.sms,
            reps);
     printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | CUTLASS + sums, atomics (tile) | CUTLASS + "
-           "sums, tile rows + their sum (tile) | statistics pass | saving a layer | saving x count |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
+           "sums, tile rows + their sum (tile) | CUTLASS plain, A through registers (tile) | statistics pass | "
+           "saving a layer | saving x count |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
     double total = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {
@@ -452,14 +489,16 @@ int main(int argc, char **argv) {
         const Best plain = fastest<Sums::none>(l, b, reps);
         const Best atomic = fastest<Sums::atomic>(l, b, reps);
         const Best fused = fastest<Sums::tile_partials>(l, b, reps);
+        const Best rmem = fastest<Sums::none, FeedA::rmem>(l, b, reps);
         const double st = stats_pass_ms(l, b, reps);
-        failures += plain.wrong + atomic.wrong + fused.wrong + (plain.ms < 0) + (atomic.ms < 0) + (fused.ms < 0) +
-                    (st < 0);
+        failures += plain.wrong + atomic.wrong + fused.wrong + rmem.wrong + (plain.ms < 0) + (atomic.ms < 0) +
+                    (fused.ms < 0) + (rmem.ms < 0) + (st < 0);
         const double saving = fused.ms > 0 && st > 0 ? lt_ms + st - fused.ms : 0;
         total += saving * l.count;
-        printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f | %+.4f | %+.4f |\n", l.name,
-               l.m, l.k, l.n, l.count, lt_ms, plain.ms, plain.name, atomic.ms, atomic.name, fused.ms, fused.name, st,
-               saving, saving * l.count);
+        printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f | %+.4f | %+.4f "
+               "|\n",
+               l.name, l.m, l.k, l.n, l.count, lt_ms, plain.ms, plain.name, atomic.ms, atomic.name, fused.ms,
+               fused.name, rmem.ms, rmem.name, st, saving, saving * l.count);
     }
     printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
     mp_cuda_ctx_destroy(b.ctx);
