@@ -10,7 +10,11 @@
  * graphs batch norm's pick times its candidates with. At exit it prints,
  * on stderr, every kernel's GPU time per replay of its graph, largest first:
  * one table per process, so run one cell per process. KERNEL_TRACE_TOP=N
- * caps the rows (default 40). */
+ * caps the rows (default 40). Then the replays' timeline (median over the
+ * replays): the span from a replay's first kernel start to its last end,
+ * the time some kernel ran, the idle rest split by gap length (launch
+ * latency is a few µs; longer gaps are waits), and the longest gaps of the
+ * median replay with the kernels on either side. */
 #include <cupti.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,8 +36,16 @@ typedef struct {
     long launches;       /* distinct correlation ids: one per replay */
 } graph_count;
 
+typedef struct {
+    const char *name;
+    uint32_t graph, correlation; /* a graph's kernels of one replay share the launch's correlation id */
+    uint64_t start, end;         /* ns */
+} kernel_span;
+
 static kernel_total *totals;
 static int n_totals, cap_totals;
+static kernel_span *spans;
+static long n_spans, cap_spans;
 static graph_count graphs[256];
 static int n_graphs;
 static long ungraphed;
@@ -51,6 +63,12 @@ static void add_kernel(const CUpti_ActivityKernel5 *k) {
         ungraphed++;
         return;
     }
+    if (n_spans == cap_spans) {
+        cap_spans = cap_spans ? 2 * cap_spans : 4096;
+        spans = realloc(spans, (size_t)cap_spans * sizeof *spans);
+        if (!spans) abort();
+    }
+    spans[n_spans++] = (kernel_span){k->name, k->graphId, k->correlationId, k->start, k->end};
     graph_count *g = graph_of(k->graphId);
     if (g && g->last_correlation != k->correlationId) {
         g->last_correlation = k->correlationId;
@@ -109,6 +127,129 @@ static int kind_of(const char *name) {
     return 2;
 }
 
+static int by_replay_then_start(const void *a, const void *b) {
+    const kernel_span *x = a, *y = b;
+    if (x->correlation != y->correlation) return (x->correlation > y->correlation) - (x->correlation < y->correlation);
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+static int by_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_double);
+    return n ? (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) : 0;
+}
+
+enum { GAP_KINDS = 4, LONGEST = 6 };
+static const double gap_edges_us[GAP_KINDS - 1] = {2, 5, 20}; /* up to 2 µs, 2-5, 5-20, longer */
+
+typedef struct {
+    double span, busy, kernel_sum, gaps[GAP_KINDS];
+    int kernels, n_gaps[GAP_KINDS];
+} replay_timeline;
+
+/* One replay's kernels s[0..n), sorted by start: its span, the union of its kernels' intervals, and the idle
+ * rest by gap length (ns; a gap is time no kernel of the replay runs). */
+static replay_timeline timeline_of(const kernel_span *s, long n) {
+    replay_timeline t = {.kernels = (int)n};
+    uint64_t covered_to = s[0].start, last_end = s[0].end;
+    for (long i = 0; i < n; i++) {
+        t.kernel_sum += (double)(s[i].end - s[i].start);
+        if (s[i].start > covered_to) { /* a gap before this kernel */
+            const double gap = (double)(s[i].start - covered_to);
+            int k = 0;
+            while (k < GAP_KINDS - 1 && gap > gap_edges_us[k] * 1e3) k++;
+            t.gaps[k] += gap;
+            t.n_gaps[k]++;
+        }
+        if (s[i].end > covered_to) covered_to = s[i].end;
+        if (s[i].end > last_end) last_end = s[i].end;
+    }
+    t.span = (double)(last_end - s[0].start);
+    double idle = 0;
+    for (int k = 0; k < GAP_KINDS; k++) idle += t.gaps[k];
+    t.busy = t.span - idle;
+    return t;
+}
+
+/* The longest gaps of one replay (kernels s[0..n) sorted by start), each with the kernel that ended last before
+ * it and the kernel after it. */
+static void print_longest_gaps(const kernel_span *s, long n) {
+    struct {
+        double ns;
+        long before, after;
+    } top[LONGEST];
+    int kept = 0;
+    uint64_t covered_to = s[0].end;
+    long last = 0; /* the kernel whose end covered_to is */
+    for (long i = 1; i < n; i++) {
+        const double gap = s[i].start > covered_to ? (double)(s[i].start - covered_to) : 0;
+        if (gap > 0 && (kept < LONGEST || gap > top[LONGEST - 1].ns)) {
+            int j = kept < LONGEST ? kept++ : LONGEST - 1;
+            for (; j > 0 && top[j - 1].ns < gap; j--) top[j] = top[j - 1];
+            top[j].ns = gap, top[j].before = last, top[j].after = i;
+        }
+        if (s[i].end > covered_to) covered_to = s[i].end, last = i;
+    }
+    for (int j = 0; j < kept; j++) {
+        int sa = -1, sb = -1;
+        char *a = __cxa_demangle(s[top[j].before].name, NULL, NULL, &sa);
+        char *b = __cxa_demangle(s[top[j].after].name, NULL, NULL, &sb);
+        fprintf(stderr, "| %.1f µs | %.70s | %.70s |\n", top[j].ns / 1e3, sa == 0 && a ? a : s[top[j].before].name,
+                sb == 0 && b ? b : s[top[j].after].name);
+        free(a);
+        free(b);
+    }
+}
+
+/* The timeline of the step graph's replays (the graphs replayed `most` times), medians over the replays. */
+static void report_timeline(long most) {
+    qsort(spans, (size_t)n_spans, sizeof *spans, by_replay_then_start);
+    int replays = 0;
+    for (long i = 0; i < n_spans; i++)
+        if (launches_of(spans[i].graph) == most && (i == 0 || spans[i].correlation != spans[i - 1].correlation))
+            replays++;
+    if (!replays) return;
+    enum { SPAN, BUSY, SUM, KERNELS, GAPS, BY_LENGTH, N_SERIES = BY_LENGTH + GAP_KINDS };
+    double *v[N_SERIES];
+    for (int k = 0; k < N_SERIES; k++)
+        if (!(v[k] = calloc((size_t)replays, sizeof(double)))) abort();
+    long median_from = -1, median_n = 0;
+    int r = 0;
+    for (long i = 0; i < n_spans;) {
+        long j = i;
+        while (j < n_spans && spans[j].correlation == spans[i].correlation) j++;
+        if (launches_of(spans[i].graph) == most) {
+            const replay_timeline t = timeline_of(spans + i, j - i);
+            v[SPAN][r] = t.span, v[BUSY][r] = t.busy, v[SUM][r] = t.kernel_sum, v[KERNELS][r] = t.kernels;
+            v[GAPS][r] = t.n_gaps[0] + t.n_gaps[1] + t.n_gaps[2] + t.n_gaps[3];
+            for (int k = 0; k < GAP_KINDS; k++) v[BY_LENGTH + k][r] = t.gaps[k];
+            if (r == replays / 2) median_from = i, median_n = j - i; /* the middle replay in time */
+            r++;
+        }
+        i = j;
+    }
+    const double span = median(v[SPAN], replays), busy = median(v[BUSY], replays), sum = median(v[SUM], replays);
+    const double kernels = median(v[KERNELS], replays), gaps = median(v[GAPS], replays);
+    double g[GAP_KINDS];
+    for (int k = 0; k < GAP_KINDS; k++) g[k] = median(v[BY_LENGTH + k], replays);
+    fprintf(stderr, "\nkernel trace timeline, median of %d replays: span %.3f ms (first kernel start to last end), "
+            "some kernel running %.3f ms, idle %.3f ms (%.1f %%) in %.0f gaps between %.0f kernels; idle by gap "
+            "length: <= 2 µs %.3f ms, 2-5 µs %.3f, 5-20 µs %.3f, > 20 µs %.3f; kernel times summed %.3f ms (above "
+            "the running time: kernels overlapping)\n", replays, span / 1e6, busy / 1e6, (span - busy) / 1e6,
+            span > 0 ? 100 * (span - busy) / span : 0, gaps, kernels, g[0] / 1e6, g[1] / 1e6, g[2] / 1e6, g[3] / 1e6,
+            sum / 1e6);
+    if (median_from >= 0 && median_n > 1) {
+        fprintf(stderr, "| longest gaps of replay %d (µs) | kernel that ended last before | kernel after |\n"
+                "|---|---|---|\n", replays / 2 + 1);
+        print_longest_gaps(spans + median_from, median_n);
+    }
+    for (int k = 0; k < N_SERIES; k++) free(v[k]);
+}
+
 static void report(void) {
     cuptiActivityFlushAll(1);
     long most = 0;
@@ -145,6 +286,7 @@ static void report(void) {
                 (double)totals[i].calls / (double)launches_of(totals[i].graph), name);
         free(plain);
     }
+    report_timeline(most);
 }
 
 int InitializeInjection(void) {
