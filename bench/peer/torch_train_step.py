@@ -14,8 +14,9 @@ Apex O2 style, GradScaler). Prints the same table as gpu_train_step: median
 ms/step from CUDA events, images/s, device memory used by the run
 (torch.cuda.mem_get_info difference, allocator cache and cuDNN workspaces
 included). --profile: after timing, 3 more steps under torch.profiler, and the
-CUDA kernels per step on stderr (top 12, then totals by kind), to set beside
-gpu_train_step --profile. Each row also gives the step's FLOPs (counted per
+CUDA kernels per step on stderr (top 12, then totals by kind, then the kernels'
+timeline: idle time between them by gap length), to set beside gpu_train_step
+--profile and dev/cuda_kernel_trace.c. Each row also gives the step's FLOPs (counted per
 convolution and linear layer as mp_graph_flops counts them) as TFLOP/s and, with
 --gemm-tflops, as a share of the bf16 GEMM rate measured in the same call."""
 import argparse
@@ -50,6 +51,22 @@ def kernel_kind(name):
     return "other"
 
 
+def kernel_timeline(intervals):
+    """(span, busy, idle by gap length) in µs of kernel intervals [(start, end)]: the span from the first start
+    to the last end, the time some kernel runs, and the idle rest split into gaps <= 2, 2-5, 5-20 and > 20 µs."""
+    edges = (2, 5, 20)
+    idle = [0.0, 0.0, 0.0, 0.0]
+    intervals = sorted(intervals)
+    covered = intervals[0][0]
+    for start, end in intervals:
+        if start > covered:
+            gap = start - covered
+            idle[sum(gap > e for e in edges)] += gap
+        covered = max(covered, end)
+    span = covered - intervals[0][0]
+    return span, span - sum(idle), idle
+
+
 def print_kernel_profile(title, step, n=3):
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -71,6 +88,14 @@ def print_kernel_profile(title, step, n=3):
         kinds[kernel_kind(k)] = kinds.get(kernel_kind(k), 0) + v
     print("  by kind: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
           + f", total {sum(per.values()):.2f} ms", file=sys.stderr)
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
+    if spans:
+        span, busy, idle = kernel_timeline(spans)
+        print(f"  timeline over the {n} steps, per step: span {span / n / 1e3:.3f} ms, some kernel running "
+              f"{busy / n / 1e3:.3f}, idle {(span - busy) / n / 1e3:.3f} by gap length <= 2 us "
+              f"{idle[0] / n / 1e3:.3f}, 2-5 us {idle[1] / n / 1e3:.3f}, 5-20 us {idle[2] / n / 1e3:.3f}, > 20 us "
+              f"{idle[3] / n / 1e3:.3f} (between steps included)", file=sys.stderr)
 
 
 def make_sgd(params):
