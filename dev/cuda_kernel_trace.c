@@ -10,11 +10,13 @@
  * graphs batch norm's pick times its candidates with. At exit it prints,
  * on stderr, every kernel's GPU time per replay of its graph, largest first:
  * one table per process, so run one cell per process. KERNEL_TRACE_TOP=N
- * caps the rows (default 40). Then the replays' timeline (median over the
- * replays): the span from a replay's first kernel start to its last end,
- * the time some kernel ran, the idle rest split by gap length (launch
- * latency is a few µs; longer gaps are waits), and the longest gaps of the
- * median replay with the kernels on either side. */
+ * caps the rows (default 40). Then the timeline of the (first) graph
+ * replayed most, each figure the median over its replays: the span from a
+ * replay's first kernel start to its last end, the time some kernel ran,
+ * the idle rest split by gap length (launch latency is a few µs; longer
+ * gaps are waits; copies and memsets in the graph count as idle: only
+ * kernels are recorded), and the longest gaps of the replay in the middle
+ * in time, with the kernels on either side. */
 #include <cupti.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -205,15 +207,15 @@ static void print_longest_gaps(const kernel_span *s, long n) {
     }
 }
 
-/* The timeline of the step graph's replays (the graphs replayed `most` times), medians over the replays. */
-static void report_timeline(long most) {
+/* The timeline of graph `graph`'s replays (the step's: replayed most), each figure the median over the replays of
+ * its own. */
+static void report_timeline(uint32_t graph) {
     qsort(spans, (size_t)n_spans, sizeof *spans, by_replay_then_start);
     int replays = 0;
     for (long i = 0; i < n_spans; i++)
-        if (launches_of(spans[i].graph) == most && (i == 0 || spans[i].correlation != spans[i - 1].correlation))
-            replays++;
+        if (spans[i].graph == graph && (i == 0 || spans[i].correlation != spans[i - 1].correlation)) replays++;
     if (!replays) return;
-    enum { SPAN, BUSY, SUM, KERNELS, GAPS, BY_LENGTH, N_SERIES = BY_LENGTH + GAP_KINDS };
+    enum { SPAN, BUSY, IDLE, SUM, KERNELS, GAPS, BY_LENGTH, N_SERIES = BY_LENGTH + GAP_KINDS };
     double *v[N_SERIES];
     for (int k = 0; k < N_SERIES; k++)
         if (!(v[k] = calloc((size_t)replays, sizeof(double)))) abort();
@@ -222,9 +224,10 @@ static void report_timeline(long most) {
     for (long i = 0; i < n_spans;) {
         long j = i;
         while (j < n_spans && spans[j].correlation == spans[i].correlation) j++;
-        if (launches_of(spans[i].graph) == most) {
+        if (spans[i].graph == graph) {
             const replay_timeline t = timeline_of(spans + i, j - i);
-            v[SPAN][r] = t.span, v[BUSY][r] = t.busy, v[SUM][r] = t.kernel_sum, v[KERNELS][r] = t.kernels;
+            v[SPAN][r] = t.span, v[BUSY][r] = t.busy, v[IDLE][r] = t.span - t.busy;
+            v[SUM][r] = t.kernel_sum, v[KERNELS][r] = t.kernels;
             v[GAPS][r] = t.n_gaps[0] + t.n_gaps[1] + t.n_gaps[2] + t.n_gaps[3];
             for (int k = 0; k < GAP_KINDS; k++) v[BY_LENGTH + k][r] = t.gaps[k];
             if (r == replays / 2) median_from = i, median_n = j - i; /* the middle replay in time */
@@ -233,18 +236,19 @@ static void report_timeline(long most) {
         i = j;
     }
     const double span = median(v[SPAN], replays), busy = median(v[BUSY], replays), sum = median(v[SUM], replays);
+    const double idle = median(v[IDLE], replays);
     const double kernels = median(v[KERNELS], replays), gaps = median(v[GAPS], replays);
     double g[GAP_KINDS];
     for (int k = 0; k < GAP_KINDS; k++) g[k] = median(v[BY_LENGTH + k], replays);
-    fprintf(stderr, "\nkernel trace timeline, median of %d replays: span %.3f ms (first kernel start to last end), "
-            "some kernel running %.3f ms, idle %.3f ms (%.1f %%) in %.0f gaps between %.0f kernels; idle by gap "
-            "length: <= 2 µs %.3f ms, 2-5 µs %.3f, 5-20 µs %.3f, > 20 µs %.3f; kernel times summed %.3f ms (above "
-            "the running time: kernels overlapping)\n", replays, span / 1e6, busy / 1e6, (span - busy) / 1e6,
-            span > 0 ? 100 * (span - busy) / span : 0, gaps, kernels, g[0] / 1e6, g[1] / 1e6, g[2] / 1e6, g[3] / 1e6,
-            sum / 1e6);
+    fprintf(stderr, "\nkernel trace timeline of graph %u, over %d replays, each figure the median of its own: span "
+            "%.3f ms (first kernel start to last end), some kernel running %.3f ms, idle %.3f ms (%.1f %% of the "
+            "span) in %.0f gaps between %.0f kernels; idle by gap length: <= 2 µs %.3f ms, 2-5 µs %.3f, 5-20 µs %.3f, "
+            "> 20 µs %.3f; kernel times summed %.3f ms (above the running time: kernels overlapping)\n", graph,
+            replays, span / 1e6, busy / 1e6, idle / 1e6, span > 0 ? 100 * idle / span : 0, gaps, kernels, g[0] / 1e6,
+            g[1] / 1e6, g[2] / 1e6, g[3] / 1e6, sum / 1e6);
     if (median_from >= 0 && median_n > 1) {
-        fprintf(stderr, "| longest gaps of replay %d (µs) | kernel that ended last before | kernel after |\n"
-                "|---|---|---|\n", replays / 2 + 1);
+        fprintf(stderr, "| longest gaps of replay %d of %d, the middle one in time (µs) | kernel that ended last "
+                "before | kernel after |\n|---|---|---|\n", replays / 2 + 1, replays);
         print_longest_gaps(spans + median_from, median_n);
     }
     for (int k = 0; k < N_SERIES; k++) free(v[k]);
@@ -286,7 +290,11 @@ static void report(void) {
                 (double)totals[i].calls / (double)launches_of(totals[i].graph), name);
         free(plain);
     }
-    report_timeline(most);
+    for (int i = 0; i < n_graphs; i++) /* the first of the graphs replayed most (one per process in a step) */
+        if (graphs[i].launches == most) {
+            report_timeline(graphs[i].graph);
+            break;
+        }
 }
 
 int InitializeInjection(void) {

@@ -88,14 +88,16 @@ def print_kernel_profile(title, step, n=3):
         kinds[kernel_kind(k)] = kinds.get(kernel_kind(k), 0) + v
     print("  by kind: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
           + f", total {sum(per.values()):.2f} ms", file=sys.stderr)
+    # kernels only, as dev/cuda_kernel_trace.c records ours (copies and memsets count as idle on both sides)
     spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
+             if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+             and not e.name.startswith(("Memcpy", "Memset"))]
     if spans:
         span, busy, idle = kernel_timeline(spans)
         print(f"  timeline over the {n} steps, per step: span {span / n / 1e3:.3f} ms, some kernel running "
               f"{busy / n / 1e3:.3f}, idle {(span - busy) / n / 1e3:.3f} by gap length <= 2 us "
               f"{idle[0] / n / 1e3:.3f}, 2-5 us {idle[1] / n / 1e3:.3f}, 5-20 us {idle[2] / n / 1e3:.3f}, > 20 us "
-              f"{idle[3] / n / 1e3:.3f} (between steps included)", file=sys.stderr)
+              f"{idle[3] / n / 1e3:.3f} (the gaps between the {n} steps spread over them)", file=sys.stderr)
 
 
 def make_sgd(params):
