@@ -1,0 +1,126 @@
+/* gemm1x1_sm90_kernels.cuh — the CUTLASS 3 Hopper GEMMs the 1x1 probe
+ * (gemm1x1_stats_sm90_cutlass.cu) times: y = x w^T in bf16 with f32
+ * accumulation, x rows of input channels (K-major), w [N][K] (a 1x1
+ * filter's KRSC), y rows of output channels; the epilogue plain or summing
+ * y and y * y per channel (Sums), the mainloop feeding A to the warpgroup
+ * MMA from shared memory or through registers (FeedA). Types only: the
+ * probe sets up, runs and checks them. */
+#ifndef MP_BENCH_GEMM1X1_SM90_KERNELS_CUH
+#define MP_BENCH_GEMM1X1_SM90_KERNELS_CUH
+
+#include <type_traits>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+namespace probe {
+
+using namespace cute;
+using Elem = cutlass::bfloat16_t;
+constexpr int kAlign = 8; /* 16 bytes */
+using LayoutA = cutlass::layout::RowMajor;    /* x: rows of input channels */
+using LayoutB = cutlass::layout::ColumnMajor; /* w: [N][K], K contiguous (KRSC of a 1x1 filter) */
+using LayoutD = cutlass::layout::RowMajor;    /* y: rows of output channels */
+
+/* The visitor tree's root: y is its first child (the accumulators after the
+ * sum's pass-through), the second (the squares' sum) only has to run. */
+template <class T> struct first_of {
+    CUTLASS_HOST_DEVICE T operator()(T const &a, T const &) const { return a; }
+};
+
+template <class T> struct square_of {
+    CUTLASS_HOST_DEVICE T operator()(T const &a) const { return cutlass::multiplies<T>{}(a, a); }
+};
+
+/* How a configuration sums y and y * y per channel, if at all:
+ *  - atomic: each warp adds its rows' sums into the global vectors
+ *    (atomics; v0.53 measured these at 1.5-7.1x the plain GEMM's time:
+ *    every warp of every tile adds into the same n addresses);
+ *  - tile_partials: each CTA sums its tile's rows through shared memory and
+ *    stores one row of partial sums per M tile (ceil(m / tile_m) rows of n
+ *    rounded up to tile_n, n contiguous); reduce_partials then sums those
+ *    rows, as batch norm's finalize would. */
+enum class Sums { none, atomic, tile_partials };
+
+template <class Tile> using AtomicSum =
+    cutlass::epilogue::fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, Tile, float,
+                                                float, cutlass::FloatRoundStyle::round_to_nearest>;
+template <class Tile> using TilePartialSum =
+    cutlass::epilogue::fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, Tile, float, float,
+                                                cutlass::FloatRoundStyle::round_to_nearest, Stride<_0, _1, _0>, 4,
+                                                true, /* FinalReduction */ false>;
+
+/* y = acc; sum[c] += acc; sumsq[c] += acc * acc (c: the column, N) */
+template <class SumNode> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<first_of, Elem, float, cutlass::FloatRoundStyle::round_to_nearest>,
+    cutlass::epilogue::fusion::Sm90EVT<SumNode, cutlass::epilogue::fusion::Sm90AccFetch>,
+    cutlass::epilogue::fusion::Sm90EVT<
+        SumNode,
+        cutlass::epilogue::fusion::Sm90EVT<
+            cutlass::epilogue::fusion::Sm90Compute<square_of, float, float,
+                                                   cutlass::FloatRoundStyle::round_to_nearest>,
+            cutlass::epilogue::fusion::Sm90AccFetch>>>;
+
+/* How the mainloop feeds A (x) to the warpgroup MMA: straight from shared
+ * memory (what CUTLASS's builder picks for bf16 K-major operands), or
+ * through registers (A copied from shared memory into registers before each
+ * MMA: where a per-channel transform of x, batch norm's scale + bias + ReLU
+ * of the layer before, would fit). The builder assembles the
+ * register-sourced mainloop only for mixed or transposed inputs, so
+ * RmemAMainloop assembles it from the same parts. */
+enum class FeedA { smem, rmem };
+
+template <class Tile, class Cluster, class Schedule, int CarveoutBytes> struct RmemAMainloop {
+    using AtomLayout = std::conditional_t<std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
+                                          Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>;
+    using TiledMma = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Elem, Elem, float, Tile, GMMA::Major::K, GMMA::Major::K>(), AtomLayout{}));
+    using SmemAtomA = decltype(cutlass::gemm::collective::detail::rs_smem_selector<
+                               GMMA::Major::K, Elem, decltype(get<0>(Tile{})), decltype(get<2>(Tile{})), false>());
+    using SmemAtomB = decltype(cutlass::gemm::collective::detail::rs_smem_selector<
+                               GMMA::Major::K, Elem, decltype(get<1>(Tile{})), decltype(get<2>(Tile{})), false>());
+    static constexpr int SmemAlignment = static_cast<int>(cute::max(
+        cutlass::detail::alignment_for_swizzle(SmemAtomA{}), cutlass::detail::alignment_for_swizzle(SmemAtomB{})));
+    static constexpr int Stages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
+        cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, Elem, Elem, Tile, CarveoutBytes, SmemAlignment>(
+        cutlass::gemm::collective::StageCountAutoCarveout<CarveoutBytes>{});
+    using CollectiveOp = cutlass::gemm::collective::CollectiveMma<
+        cutlass::gemm::MainloopSm90TmaGmmaRmemAWarpSpecialized<Stages, Cluster, Schedule>, Tile, Elem,
+        cutlass::detail::TagToStrideA_t<LayoutA>, Elem, cutlass::detail::TagToStrideB_t<LayoutB>, TiledMma,
+        decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<1>(Cluster{}))), SmemAtomA,
+        Copy_Atom<AutoVectorizingCopy, Elem>, cute::identity,
+        decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<0>(Cluster{}))), SmemAtomB,
+        void, cute::identity>;
+};
+
+template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums WithSums, FeedA Feed = FeedA::smem>
+struct Sm90Gemm {
+    static constexpr Sums Stats = WithSums;
+    static constexpr int TileM = size<0>(Tile{}), TileN = size<1>(Tile{});
+    using Fusion = std::conditional_t<
+        WithSums == Sums::atomic, StatsEvt<AtomicSum<Tile>>,
+        std::conditional_t<WithSums == Sums::tile_partials, StatsEvt<TilePartialSum<Tile>>,
+                           cutlass::epilogue::fusion::LinearCombination<Elem, float, void, float>>>;
+    using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
+        cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, Elem, LayoutD, kAlign,
+        EpiSchedule, Fusion>::CollectiveOp;
+    static constexpr int Carveout = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
+    using Mainloop = std::conditional_t<
+        Feed == FeedA::rmem, typename RmemAMainloop<Tile, Cluster, MainSchedule, Carveout>::CollectiveOp,
+        typename cutlass::gemm::collective::CollectiveBuilder<
+            cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign, float,
+            Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>, MainSchedule>::CollectiveOp>;
+    using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+    using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+} // namespace probe
+
+#endif
