@@ -49,9 +49,8 @@
 #include "gemm1x1_sm90_kernels.cuh"
 #include "probe_common.cuh"
 
-namespace probe {
+namespace probe { /* cute's names come with gemm1x1_sm90_kernels.cuh's */
 
-using namespace cute;
 /* The fused sums' tolerances (sums_error): a sum within 2e-2 of its sum of
  * squares' root (about four of the reference's rounding spreads, the most
  * over 2048 channels), a sum of squares within 1e-3 of itself (the
