@@ -14,9 +14,10 @@
  * replayed most, each figure the median over its replays: the span from a
  * replay's first kernel start to its last end, the time some kernel ran,
  * the idle rest split by gap length (launch latency is a few µs; longer
- * gaps are waits; copies and memsets in the graph count as idle: only
- * kernels are recorded), and the longest gaps of the replay in the middle
- * in time, with the kernels on either side. */
+ * gaps are waits), and the longest gaps of the replay in the middle in
+ * time, with the kernels on either side. A graph's memsets and copies are
+ * recorded beside its kernels (rows "memset 42.0 MB", "memcpy DtoD 1.0 MB":
+ * per size, counted as other and as running, not as idle). */
 #include <cupti.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,8 +61,9 @@ static graph_count *graph_of(uint32_t id) {
     return &graphs[n_graphs++];
 }
 
-static void add_kernel(const CUpti_ActivityKernel5 *k) {
-    if (!k->graphId) {
+/* One activity of a graph (a kernel, a memset or a copy) into the spans and the per-name totals. */
+static void add_activity(const char *name, uint32_t graph, uint32_t correlation, uint64_t start, uint64_t end) {
+    if (!graph) {
         ungraphed++;
         return;
     }
@@ -70,15 +72,15 @@ static void add_kernel(const CUpti_ActivityKernel5 *k) {
         spans = realloc(spans, (size_t)cap_spans * sizeof *spans);
         if (!spans) abort();
     }
-    spans[n_spans++] = (kernel_span){k->name, k->graphId, k->correlationId, k->start, k->end};
-    graph_count *g = graph_of(k->graphId);
-    if (g && g->last_correlation != k->correlationId) {
-        g->last_correlation = k->correlationId;
+    spans[n_spans++] = (kernel_span){name, graph, correlation, start, end};
+    graph_count *g = graph_of(graph);
+    if (g && g->last_correlation != correlation) {
+        g->last_correlation = correlation;
         g->launches++;
     }
     for (int i = 0; i < n_totals; i++)
-        if (totals[i].graph == k->graphId && (totals[i].name == k->name || !strcmp(totals[i].name, k->name))) {
-            totals[i].ns += (double)(k->end - k->start);
+        if (totals[i].graph == graph && (totals[i].name == name || !strcmp(totals[i].name, name))) {
+            totals[i].ns += (double)(end - start);
             totals[i].calls++;
             return;
         }
@@ -87,7 +89,29 @@ static void add_kernel(const CUpti_ActivityKernel5 *k) {
         totals = realloc(totals, (size_t)cap_totals * sizeof *totals);
         if (!totals) abort();
     }
-    totals[n_totals++] = (kernel_total){.name = k->name, .graph = k->graphId, .ns = (double)(k->end - k->start), .calls = 1};
+    totals[n_totals++] = (kernel_total){.name = name, .graph = graph, .ns = (double)(end - start), .calls = 1};
+}
+
+/* A memset's or copy's row name, kept for the process (one per distinct name; past 512 of them, one shared). */
+static const char *interned(const char *what, uint64_t bytes) {
+    static char *names[512];
+    static int n_names;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s %.1f MB", what, (double)bytes / 1e6);
+    for (int i = 0; i < n_names; i++)
+        if (!strcmp(names[i], buf)) return names[i];
+    if (n_names == (int)(sizeof names / sizeof names[0])) return "memset or copy (more sizes)";
+    if (!(names[n_names] = strdup(buf))) abort();
+    return names[n_names++];
+}
+
+static const char *copy_kind(uint8_t k) {
+    switch (k) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
+    default: return "memcpy (other kind)";
+    }
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
@@ -100,8 +124,16 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     (void)ctx, (void)stream, (void)size;
     CUpti_Activity *rec = NULL;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS)
-        if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL)
-            add_kernel((const CUpti_ActivityKernel5 *)rec);
+        if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+            const CUpti_ActivityKernel5 *k = (const CUpti_ActivityKernel5 *)rec;
+            add_activity(k->name, k->graphId, k->correlationId, k->start, k->end);
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+            const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
+            add_activity(interned("memset", m->bytes), m->graphId, m->correlationId, m->start, m->end);
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
+            add_activity(interned(copy_kind(m->copyKind), m->bytes), m->graphId, m->correlationId, m->start, m->end);
+        }
     free(buffer);
 }
 
@@ -303,6 +335,9 @@ int InitializeInjection(void) {
         fprintf(stderr, "kernel trace: CUPTI's activity API refused; nothing will be traced\n");
         return 0;
     }
+    if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS)
+        fprintf(stderr, "kernel trace: CUPTI records no memsets or copies here; they count as idle\n");
     atexit(report);
     return 1;
 }
