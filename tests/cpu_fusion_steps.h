@@ -1,15 +1,18 @@
 /* cpu_fusion_steps.h — what the tests of a fusion on CPU plans share
- * (test_bn_pool_cpu.c, test_bn_add_cpu.c, test_bn_dx_over_dy_cpu.c;
- * graph/plan_fuse.h, plan_inplace.h): whether a plan's batch norms run
- * where CPU fusions can, two training steps of a plan on an arena of NaN
- * bytes, the gradients' norm, and the checks of a plan with a fusion
- * against one without. Static functions for one test program each. */
+ * (test_bn_pool_cpu.c, test_bn_add_cpu.c, test_bn_dx_over_dy_cpu.c,
+ * test_add_grad_alias_cpu.c; graph/plan_fuse.h, plan_inplace.h,
+ * plan_grad_alias.h): whether a plan's batch norms run where CPU fusions
+ * can, two training steps of a plan on an arena of NaN bytes, the
+ * gradients' norm, the checks of a plan with a fusion against one
+ * without, and a small test net's start and end. Static functions for one
+ * test program each (the net's inline: not every program builds one). */
 #ifndef MP_TESTS_CPU_FUSION_STEPS_H
 #define MP_TESTS_CPU_FUSION_STEPS_H
 
 #include <math.h>
 #include <string.h>
 
+#include "amp/policy.h"
 #include "check.h"
 #include "graph/plan.h"
 #include "models/models.h"
@@ -27,6 +30,23 @@ static bool cpu_fusions_run(mp_precision prec, bool channels_first) {
     const bool native = prec == MP_PRECISION_FP32 || (bf16 && env->native_bf16 != 0);
     return native && !env->no_fusion && !env->no_channels_last && !channels_first &&
            mp_fast_isa_current() != MP_FAST_NONE && mp_onednn_available();
+}
+
+/* A small test net's start: m's graph and its input (3 x h x w), returned. */
+static inline mp_node cpu_net_begin(mp_model *m, int h, int w) {
+    memset(m, 0, sizeof *m);
+    m->g = mp_graph_create();
+    MP_ASSERT(m->g);
+    return m->input = mp_graph_input(m->g, "input", 3, h, w);
+}
+
+/* Its end: x -> global pool "gap" -> linear "fc" (10 classes) as the logits, the precision applied, the
+ * parameters drawn from seed. */
+static inline void cpu_net_end(mp_model *m, mp_node x, mp_precision prec, uint64_t seed) {
+    x = mp_linear(m->g, "fc", mp_global_avgpool(m->g, "gap", x), (mp_linear_opts){.out_features = 10, .bias = true});
+    MP_ASSERT(mp_model_finish(m, x) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(m->g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(m->g, seed);
 }
 
 /* Two training steps of a plan made with o on m (the second on memory the

@@ -40,21 +40,14 @@ enum { B = 4, C = 8, H = 9, W = 7 };
  * pool -> linear (10 classes). */
 static mp_model build(mp_precision prec) {
     mp_model m;
-    memset(&m, 0, sizeof m);
-    m.g = mp_graph_create();
-    MP_ASSERT(m.g);
+    mp_node x = cpu_net_begin(&m, H, W);
     mp_graph *g = m.g;
     const mp_conv_opts conv = {.out_channels = C, .kernel = 3, .padding = 1};
-    mp_node x = m.input = mp_graph_input(g, "input", 3, H, W);
     x = mp_relu(g, "c1_relu", mp_conv_bn(g, "c1", x, conv));
     x = mp_relu(g, "c2_relu", mp_conv_bn(g, "c2", x, conv));
     const mp_node t = mp_conv2d(g, "c3", x, conv);
     const mp_node u = mp_relu(g, "c3_relu", mp_batchnorm2d(g, "c3_bn", t, (mp_batchnorm_opts){0}));
-    x = mp_global_avgpool(g, "gap", mp_add(g, "skip", t, u));
-    x = mp_linear(g, "fc", x, (mp_linear_opts){.out_features = 10, .bias = true});
-    MP_ASSERT(mp_model_finish(&m, x) == MP_OK);
-    MP_ASSERT(mp_graph_apply_policy(g, (mp_policy_opts){.precision = prec}) == MP_OK);
-    mp_graph_init_params(g, 23);
+    cpu_net_end(&m, mp_add(g, "skip", t, u), prec, 23);
     return m;
 }
 

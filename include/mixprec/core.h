@@ -183,6 +183,8 @@ typedef struct {
                                     windows (comparisons; the same values either way) */
     bool no_bn_dx_over_dy;     /**< MIXPREC_BN_DX_OVER_DY=0: a CPU batch norm's backward writes its input gradient
                                     in its own buffer, not over its output gradient (mp_plan_opts.no_bn_dx_over_dy) */
+    bool no_add_grad_alias;    /**< MIXPREC_ADD_GRAD_ALIAS=0: a residual add's backward copies its output gradient
+                                    to its inputs' own buffers (mp_plan_opts.no_add_grad_alias) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

@@ -108,6 +108,16 @@ typedef struct {
      * keeps dx in its own buffer (for comparisons; MIXPREC_BN_DX_OVER_DY=0
      * does it for every plan). */
     bool no_bn_dx_over_dy;
+    /** Training plans let a residual add hand its output gradient to its
+     * inputs without copying it: their gradients are that memory, where
+     * nothing sharing it is changed while another still needs its value (a
+     * pre-activation block's add(conv(a), x): both; else one input, the
+     * other copied); not with second_order, input_grad or repeat_backward,
+     * nor where a CPU add runs on staged f32 copies. The same values, bit
+     * for bit; two full-size copies fewer per add and step, and the arena
+     * needs fewer gradient buffers. true keeps the copies (for comparisons;
+     * MIXPREC_ADD_GRAD_ALIAS=0 does it for every plan). */
+    bool no_add_grad_alias;
     /** CPU plans store a 4-D activation channels-last (NHWC) where every op
      * writing and reading it works on that layout (oneDNN's convolutions
      * then need no reorders around them); true keeps every activation NCHW

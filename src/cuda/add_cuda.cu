@@ -9,6 +9,9 @@ static mp_status add_forward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     return mp_cuda_op_status(c, "forward", mp_ew2(ctx, &c->in[0], &c->in[1], &c->out, mp_sum2()));
 }
 
+/* d_in = d_out for both inputs: a copy each, none where the plan made an
+ * input's gradient d_out's memory (mp_cuda_copy_convert skips a copy onto
+ * itself; graph/plan_grad_alias.h). */
 static mp_status add_backward(mp_cuda_ctx *ctx, const mp_op_call *c) {
     cudaError_t e = cudaSuccess;
     for (int i = 0; i < 2 && e == cudaSuccess; i++)

@@ -7,11 +7,19 @@
 #include "cuda/cuda_exec.h"
 #include "graph/exec_backend.h"
 
+/* Every add reads and writes the arena's tensors; add_cuda.cu's backward
+ * skips a copy onto itself. */
+static bool add_on_arena(const mp_plan *p, int i) {
+    (void)p, (void)i;
+    return true;
+}
+
 const mp_exec_backend mp_exec_backend_cuda = {
     .name = "cuda",
     .per_node_buffers = true,
     .grads_in_arena = true,
     .bn_dx_over_dy_safe = NULL, /* the cooperative kernels' second phase is not checked for it */
+    .add_grads_alias_safe = add_on_arena,
     .open = mp_device_plan_open,
     .close = mp_device_plan_close,
     .node_prepare = mp_device_node_prepare,

@@ -22,6 +22,10 @@ struct mp_exec_backend {
      * value of dy before it writes dx's at the same place (plan_inplace.h
      * may then give them one buffer); NULL: never. */
     bool (*bn_dx_over_dy_safe)(const mp_plan *p, int i);
+    /* Whether add i's backward, as this backend runs it, hands its output
+     * gradient over where an input's gradient is that memory (its copy
+     * skipped), on the arena's memory itself (plan_grad_alias.h); NULL: never. */
+    bool (*add_grads_alias_safe)(const mp_plan *p, int i);
     /* Set-up: the plan's device side (parameters' copies, context); node i's
      * ops for its shapes and dtypes (may raise the shared workspace *ws,
      * *scratch and *stage bytes); the arena (zeroed); where parameter k's

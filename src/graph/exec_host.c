@@ -182,6 +182,10 @@ static bool native_nhwc(const mp_plan *p, int i) {
     return (!pn->staged || pn->native) && mp_info_nhwc_out(&pn->info) && (pn->info.nhwc & ins) == ins;
 }
 
+/* Node i reads and writes the arena's tensors themselves, not staged f32
+ * copies (add.c's backward then skips a copy onto itself). */
+static bool runs_on_arena(const mp_plan *p, int i) { return !p->nodes[i].staged || p->nodes[i].native; }
+
 /* Batch norm i with a residual add (and the ReLU after it) fused in
  * (plan_fuse.h) can run so: all of them natively on the vector kernels over
  * channels-last f32 or bf16. */
@@ -371,6 +375,7 @@ const mp_exec_backend mp_exec_backend_host = {
     .per_node_buffers = false,
     .grads_in_arena = false,
     .bn_dx_over_dy_safe = native_nhwc, /* batchnorm2d_nhwc_kernels.inc: dx's row after dy's, all sums before */
+    .add_grads_alias_safe = runs_on_arena,
     .open = host_open,
     .close = host_close,
     .node_prepare = host_node_prepare,

@@ -10,6 +10,7 @@
 #include "graph/arena_plan.h"
 #include "graph/exec_backend.h"
 #include "graph/plan_fuse.h"
+#include "graph/plan_grad_alias.h"
 #include "graph/plan_inplace.h"
 #include "graph/second_order.h"
 
@@ -209,6 +210,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
     node_scratch_buffers(p, b + sc_at);
     mp_plan_fuse_buffers(p, b);
     mp_plan_inplace_buffers(p, b);
+    mp_plan_grad_alias_buffers(p, b);
     /* second order: the tangent pass reads every activation, saved tensor
      * and gradient of the step after its backward, so none shares memory
      * (the simplest honest plan; its cost is mp_plan_print_memory's) */
@@ -239,6 +241,7 @@ static mp_status plan_memory(mp_plan *p, size_t ws_bytes, size_t shared_scratch,
     }
     mp_plan_fuse_offsets(p);
     mp_plan_inplace_offsets(p);
+    mp_plan_grad_alias_offsets(p);
     for (int k = 0, m = grads_at; n_grads && k < g->n_params; k++)
         if (g->params[k].spec.trainable) p->be->grad_place(p, k, p->arena + b[m++].offset);
     p->workspace = p->arena + b[3 * n].offset;

@@ -30,6 +30,8 @@ typedef struct {
                              that avgpool2d: this batch norm; else 0 */
     bool dx_over_dy;      /* batchnorm2d whose backward writes its input gradient over its output
                              gradient (plan_inplace.h) */
+    unsigned char grad_alias; /* add: bit k set where input k's gradient is this add's output gradient's
+                                 memory (plan_grad_alias.h) */
     size_t out_off, grad_off, saved_off;
     int out_last;                  /* the last plan step its output's memory is kept for (plan.c: node i's
                                       forward is step i, its backward 2n-1-i; 2n+1 = the whole step) */

@@ -1,5 +1,6 @@
 /* add.c — elementwise sum of two tensors of identical shape (residual add).
- * Backward hands d_out unchanged to both inputs. */
+ * Backward hands d_out unchanged to both inputs (no copy where an input's
+ * gradient is d_out's memory: graph/plan_grad_alias.h). */
 #include "ops/op.h"
 #include "ops/tangent.h"
 
@@ -17,7 +18,7 @@ static mp_status add_forward(const mp_op_call *c) {
 static mp_status add_backward(const mp_op_call *c) {
     size_t bytes = (size_t)mp_tensor_numel(&c->d_out) * mp_dtype_size(c->d_out.dtype);
     for (int i = 0; i < 2; i++)
-        if (c->d_in[i].data) copy_par(c->d_in[i].data, c->d_out.data, bytes);
+        if (c->d_in[i].data && c->d_in[i].data != c->d_out.data) copy_par(c->d_in[i].data, c->d_out.data, bytes);
     return MP_OK;
 }
 

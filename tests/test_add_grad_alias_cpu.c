@@ -1,0 +1,204 @@
+/* test_add_grad_alias_cpu.c — a residual add handing its output gradient to
+ * its inputs without a copy (graph/plan_grad_alias.h), on CPU plans.
+ *  1. which inputs a plan shares: with the CPU's batch norms writing dx
+ *     in their own buffers (mp_plan_opts.no_bn_dx_over_dy, as on a GPU),
+ *     wrn-10-1's three pre-activation blocks (an identity block
+ *     add(conv2, x) and two projection blocks add(conv2, shortcut)): both
+ *     inputs of each add; wrn-16-1's six, two chains of blocks: both of
+ *     each; a net where one input feeds the other's producer,
+ *     add(t, conv(t)): only t, since conv's backward reads conv(t)'s
+ *     gradient while it adds into t's; add(add(t, u), conv(t)): one input
+ *     of each add (conv(t)'s backward adds into t's gradient while u's and
+ *     conv(t)'s are still to be read; a wrong rule sharing all four
+ *     changes a weight gradient there); by default wrn-16-1's three adds
+ *     whose output feeds a second block (its output gradient then read by
+ *     the add alone), not the three whose output's only reader is a batch
+ *     norm writing its dx over its dy there (the add's output gradient
+ *     lives in that batch norm's buffer: not shared); every shared input's
+ *     gradient at its add's offset (chains followed); none in inference,
+ *     repeat_backward or second_order plans, when told not to, or where
+ *     the adds run on staged f32 copies (amp-fp16);
+ *  2. two training steps of each such plan against the same plan told not
+ *     to (mp_plan_opts.no_add_grad_alias), on arenas of NaN bytes, plain
+ *     and with each forward replayed and the backward checked: the same
+ *     loss, gradients and running statistics bit for bit; the arena no
+ *     larger. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/policy.h"
+#include "check.h"
+#include "core/rng.h"
+#include "cpu_fusion_steps.h"
+#include "graph/plan.h"
+#include "graph/plan_grad_alias.h"
+#include "models/models.h"
+
+enum { B = 4, C = 8, H = 8, W = 8 };
+
+/* input (3 x H x W) -> conv "a" = t -> conv "b" = u -> add(t, u) -> global pool -> linear (10 classes): t's
+ * gradient is written by the add, then added to by b's backward, which reads u's. */
+static mp_model build_feed(mp_precision prec) {
+    mp_model m;
+    const mp_node x = cpu_net_begin(&m, H, W);
+    const mp_conv_opts conv = {.out_channels = C, .kernel = 3, .padding = 1};
+    const mp_node t = mp_conv2d(m.g, "a", x, conv), u = mp_conv2d(m.g, "b", t, conv);
+    cpu_net_end(&m, mp_add(m.g, "skip", t, u), prec, 23);
+    return m;
+}
+
+/* input -> conv "a" = t, conv "b" = u, conv "c" = w (of t) -> s = add "inner"(t, u) -> add "outer"(s, w) -> global
+ * pool -> linear: c's backward adds into t's gradient while b's has still to read u's, and while it reads w's. The
+ * adds taken in forward order, each input in turn: "inner" shares t's, then not u's (c would change it under b);
+ * "outer" shares s's (t's with it), then not w's (c would add into the memory it reads). */
+static mp_model build_cross(mp_precision prec) {
+    mp_model m;
+    const mp_node x = cpu_net_begin(&m, H, W);
+    const mp_conv_opts conv = {.out_channels = C, .kernel = 3, .padding = 1};
+    const mp_node t = mp_conv2d(m.g, "a", x, conv), u = mp_conv2d(m.g, "b", x, conv), w = mp_conv2d(m.g, "c", t, conv);
+    cpu_net_end(&m, mp_add(m.g, "outer", mp_add(m.g, "inner", t, u), w), prec, 31);
+    return m;
+}
+
+static mp_model build_wrn(mp_precision prec, int depth) {
+    mp_model m;
+    memset(&m, 0, sizeof m);
+    m.g = mp_graph_create();
+    MP_ASSERT(m.g && mp_model_wide_resnet(&m, depth, 1, 3, H, W, 10) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(m.g, (mp_policy_opts){.precision = prec}) == MP_OK);
+    mp_graph_init_params(m.g, 29);
+    return m;
+}
+
+static mp_model build_wrn10(mp_precision prec) { return build_wrn(prec, 10); }
+static mp_model build_wrn16(mp_precision prec) { return build_wrn(prec, 16); }
+
+/* The inputs plan p shares (bits summed over its adds), -100 if a shared input's gradient is not at its add's
+ * offset. */
+static int shared_count(const mp_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < 2; k++) {
+            if (!(p->nodes[i].grad_alias & (1u << k))) continue;
+            n++;
+            if (p->nodes[p->g->nodes[i].in[k]].grad_off != p->nodes[i].grad_off) return -100;
+        }
+    return n;
+}
+
+/* Which inputs of the add named `add` plan p shares (its grad_alias bits), -1 if there is no such node. */
+static int bits_of(const mp_plan *p, const char *add) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->g->nodes[i].name, add)) return p->nodes[i].grad_alias;
+    return -1;
+}
+
+static void batch(float *x, size_t nx, int32_t *y) {
+    mp_rng r;
+    mp_rng_seed(&r, 3);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < B; i++) y[i] = (int32_t)((i * 3 + 1) % 10);
+}
+
+/* Part 1: how many inputs a plan made with o on the net make builds shares; bits of the add named `add` (when
+ * not NULL) as want_bits. */
+static void expect_shared(const char *what, mp_model (*make)(mp_precision), mp_precision prec, mp_plan_opts o,
+                          int want, const char *add, int want_bits) {
+    mp_model m = make(prec);
+    o.loss = m.loss;
+    mp_plan *p = NULL;
+    const mp_status s = mp_plan_create(m.g, o, &p);
+    const int got = s == MP_OK ? shared_count(p) : -1, bits = s == MP_OK && add ? bits_of(p, add) : want_bits;
+    const bool ok = s == MP_OK && got == want && bits == want_bits;
+    CHECK(ok, "%s (%s): %s, %d inputs share their add's gradient, want %d; '%s' bits %d, want %d", what,
+          mp_precision_name(prec), s == MP_OK ? "made" : mp_last_error(), got, want, add ? add : "-", bits, want_bits);
+    printf("%s %s (%s): %d add inputs share the add's output gradient\n", ok ? "ok  " : "FAIL", what,
+           mp_precision_name(prec), got);
+    mp_plan_destroy(p);
+    mp_model_free(&m);
+}
+
+/* Part 2: shared against copied, bit for bit, on the net make builds (want_on inputs shared). */
+static void exact_steps(const char *net, mp_model (*make)(mp_precision), int want_on, mp_precision prec,
+                        bool checked, bool dx_over_dy) {
+    const size_t nx = (size_t)B * 3 * H * W;
+    float *x = malloc(nx * sizeof *x);
+    MP_ASSERT(x);
+    int32_t y[B];
+    batch(x, nx, y);
+    mp_model a = make(prec), b = make(prec);
+    const mp_plan_opts oa = {.batch = B, .training = true, .loss = a.loss, .no_bn_dx_over_dy = !dx_over_dy};
+    mp_plan_opts ob = oa;
+    ob.no_add_grad_alias = true;
+    float la = 0, lb = 0;
+    int na = 0, nb = 0;
+    bool fa = false, fb = false;
+    const mp_status sa = cpu_fusion_steps(&a, oa, x, nx, y, checked, shared_count, &la, &na, &fa),
+                    sb = cpu_fusion_steps(&b, ob, x, nx, y, checked, shared_count, &lb, &nb, &fb);
+    char pn[64];
+    snprintf(pn, sizeof pn, "%s %s%s%s", net, mp_precision_name(prec), checked ? ", checked" : "",
+             dx_over_dy ? ", dx over dy" : "");
+    CHECK(sa == MP_OK && sb == MP_OK, "steps %s: %s", pn, mp_last_error());
+    const int want = mp_env_get()->no_add_grad_alias ? 0 : want_on;
+    CHECK(na == want && nb == 0, "steps %s: %d (shared) and %d (copied) inputs shared, want %d and 0", pn, na, nb,
+          want);
+    CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
+    int differ = -1;
+    const bool same = sa == MP_OK && sb == MP_OK && cpu_fusion_same(pn, &a, &b, la, lb, &differ);
+    printf("%s steps %s, %d inputs shared: loss %.9g / %.9g, %d of %d parameters differ\n",
+           same && !fa && !fb && na == want ? "ok  " : "FAIL", pn, na, la, lb, differ, a.g->n_params);
+    mp_plan *pa = NULL, *pb = NULL;
+    const mp_status s2 = mp_plan_create(a.g, oa, &pa) == MP_OK ? mp_plan_create(a.g, ob, &pb) : MP_ERR_INTERNAL;
+    CHECK(s2 == MP_OK && pa->arena_bytes <= pb->arena_bytes, "arena %s: %zu bytes shared, %zu copied", pn,
+          s2 == MP_OK ? pa->arena_bytes : 0, s2 == MP_OK ? pb->arena_bytes : 0);
+    printf("%s arena %s: %zu bytes shared, %zu copied\n", s2 == MP_OK && pa->arena_bytes <= pb->arena_bytes ? "ok  "
+           : "FAIL", pn, s2 == MP_OK ? pa->arena_bytes : 0, s2 == MP_OK ? pb->arena_bytes : 0);
+    mp_plan_destroy(pa);
+    mp_plan_destroy(pb);
+    mp_model_free(&a);
+    mp_model_free(&b);
+    free(x);
+}
+
+int main(void) {
+    const bool on = !mp_env_get()->no_add_grad_alias;
+    const mp_plan_opts train = {.batch = B, .training = true, .no_bn_dx_over_dy = true};
+    expect_shared("wrn-10-1", build_wrn10, MP_PRECISION_FP32, train, on ? 6 : 0, "layer1_0_add", on ? 3 : 0);
+    expect_shared("wrn-10-1", build_wrn10, MP_PRECISION_AMP_BF16, train, on ? 6 : 0, "layer2_0_add", on ? 3 : 0);
+    expect_shared("wrn-16-1", build_wrn16, MP_PRECISION_FP32, train, on ? 12 : 0, "layer1_1_add", on ? 3 : 0);
+    expect_shared("add(t, conv(t))", build_feed, MP_PRECISION_FP32, train, on ? 1 : 0, "skip", on ? 1 : 0);
+    expect_shared("add(add(t, u), conv(t))", build_cross, MP_PRECISION_FP32, train, on ? 2 : 0, "inner", on ? 1 : 0);
+    expect_shared("add(add(t, u), conv(t))", build_cross, MP_PRECISION_FP32, train, on ? 2 : 0, "outer", on ? 1 : 0);
+    expect_shared("wrn-10-1 staged", build_wrn10, MP_PRECISION_AMP_FP16, train, 0, NULL, 0);
+    mp_plan_opts o = train;
+    o.no_bn_dx_over_dy = false; /* the default: where a batch norm writes dx over dy, the add's own is not shared */
+    const bool over = on && cpu_fusions_run(MP_PRECISION_FP32, false) && !mp_env_get()->no_bn_dx_over_dy;
+    expect_shared("wrn-16-1, dx over dy", build_wrn16, MP_PRECISION_FP32, o, on ? (over ? 6 : 12) : 0, "layer1_1_add",
+                  on && !over ? 3 : 0);
+    o = train;
+    o.no_add_grad_alias = true;
+    expect_shared("told not to", build_wrn10, MP_PRECISION_FP32, o, 0, NULL, 0);
+    o = train;
+    o.repeat_backward = true;
+    expect_shared("repeat_backward", build_wrn10, MP_PRECISION_FP32, o, 0, NULL, 0);
+    o = train;
+    o.second_order = true;
+    expect_shared("second_order", build_wrn10, MP_PRECISION_FP32, o, 0, NULL, 0);
+    o = train;
+    o.training = false;
+    expect_shared("inference", build_wrn10, MP_PRECISION_FP32, o, 0, NULL, 0);
+
+    const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_AMP_BF16, MP_PRECISION_BF16};
+    for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) {
+        exact_steps("wrn-10-1", build_wrn10, 6, precs[i], false, false);
+        exact_steps("add(t, conv(t))", build_feed, 1, precs[i], false, false);
+        exact_steps("add(add(t, u), conv(t))", build_cross, 2, precs[i], false, false);
+    }
+    exact_steps("wrn-16-1", build_wrn16, 12, MP_PRECISION_FP32, false, false);
+    exact_steps("wrn-16-1", build_wrn16, 12, MP_PRECISION_AMP_BF16, true, false);
+    exact_steps("wrn-16-1", build_wrn16, over ? 6 : 12, MP_PRECISION_FP32, false, true);
+    exact_steps("add(t, conv(t))", build_feed, 1, MP_PRECISION_FP32, true, false);
+    return test_summary("test_add_grad_alias_cpu");
+}
