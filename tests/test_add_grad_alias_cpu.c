@@ -141,7 +141,7 @@ static void exact_steps(const char *net, mp_model (*make)(mp_precision), int wan
     snprintf(pn, sizeof pn, "%s %s%s%s", net, mp_precision_name(prec), checked ? ", checked" : "",
              dx_over_dy ? ", dx over dy" : "");
     CHECK(sa == MP_OK && sb == MP_OK, "steps %s: %s", pn, mp_last_error());
-    const int want = mp_env_get()->no_add_grad_alias ? 0 : want_on;
+    const int want = mp_env_get()->add_grad_alias == 0 ? 0 : want_on;
     CHECK(na == want && nb == 0, "steps %s: %d (shared) and %d (copied) inputs shared, want %d and 0", pn, na, nb,
           want);
     CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
@@ -163,7 +163,7 @@ static void exact_steps(const char *net, mp_model (*make)(mp_precision), int wan
 }
 
 int main(void) {
-    const bool on = !mp_env_get()->no_add_grad_alias;
+    const bool on = mp_env_get()->add_grad_alias != 0;
     const mp_plan_opts train = {.batch = B, .training = true, .no_bn_dx_over_dy = true};
     expect_shared("wrn-10-1", build_wrn10, MP_PRECISION_FP32, train, on ? 6 : 0, "layer1_0_add", on ? 3 : 0);
     expect_shared("wrn-10-1", build_wrn10, MP_PRECISION_AMP_BF16, train, on ? 6 : 0, "layer2_0_add", on ? 3 : 0);
