@@ -19,6 +19,7 @@
  * recorded beside its kernels (rows "memset 42.0 MB", "memcpy DtoD 1.0 MB":
  * per size, counted as other and as running, not as idle). */
 #include <cupti.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,10 +62,12 @@ static graph_count *graph_of(uint32_t id) {
     return &graphs[n_graphs++];
 }
 
-/* One activity of a graph (a kernel, a memset or a copy) into the spans and the per-name totals. */
-static void add_activity(const char *name, uint32_t graph, uint32_t correlation, uint64_t start, uint64_t end) {
+/* One activity of a graph (a kernel, or a memset or copy: !kernel) into the spans and the per-name totals; a
+ * graph's replays are counted from its kernels alone. */
+static void add_activity(const char *name, bool kernel, uint32_t graph, uint32_t correlation, uint64_t start,
+                         uint64_t end) {
     if (!graph) {
-        ungraphed++;
+        ungraphed += kernel;
         return;
     }
     if (n_spans == cap_spans) {
@@ -73,7 +76,7 @@ static void add_activity(const char *name, uint32_t graph, uint32_t correlation,
         if (!spans) abort();
     }
     spans[n_spans++] = (kernel_span){name, graph, correlation, start, end};
-    graph_count *g = graph_of(graph);
+    graph_count *g = kernel ? graph_of(graph) : NULL;
     if (g && g->last_correlation != correlation) {
         g->last_correlation = correlation;
         g->launches++;
@@ -126,13 +129,14 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS)
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const CUpti_ActivityKernel5 *k = (const CUpti_ActivityKernel5 *)rec;
-            add_activity(k->name, k->graphId, k->correlationId, k->start, k->end);
+            add_activity(k->name, true, k->graphId, k->correlationId, k->start, k->end);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
-            add_activity(interned("memset", m->bytes), m->graphId, m->correlationId, m->start, m->end);
+            add_activity(interned("memset", m->bytes), false, m->graphId, m->correlationId, m->start, m->end);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
-            add_activity(interned(copy_kind(m->copyKind), m->bytes), m->graphId, m->correlationId, m->start, m->end);
+            add_activity(interned(copy_kind(m->copyKind), m->bytes), false, m->graphId, m->correlationId, m->start,
+                         m->end);
         }
     free(buffer);
 }
@@ -274,7 +278,7 @@ static void report_timeline(uint32_t graph) {
     for (int k = 0; k < GAP_KINDS; k++) g[k] = median(v[BY_LENGTH + k], replays);
     fprintf(stderr, "\nkernel trace timeline of graph %u, over %d replays, each figure the median of its own: span "
             "%.3f ms (first kernel start to last end), some kernel running %.3f ms, idle %.3f ms (%.1f %% of the "
-            "span) in %.0f gaps between %.0f kernels; idle by gap length: <= 2 µs %.3f ms, 2-5 µs %.3f, 5-20 µs %.3f, "
+            "span) in %.0f gaps between %.0f kernels, memsets and copies; idle by gap length: <= 2 µs %.3f ms, 2-5 µs %.3f, 5-20 µs %.3f, "
             "> 20 µs %.3f; kernel times summed %.3f ms (above the running time: kernels overlapping)\n", graph,
             replays, span / 1e6, busy / 1e6, idle / 1e6, span > 0 ? 100 * idle / span : 0, gaps, kernels, g[0] / 1e6,
             g[1] / 1e6, g[2] / 1e6, g[3] / 1e6, sum / 1e6);
@@ -309,7 +313,7 @@ static void report(void) {
     const int top = top_env ? atoi(top_env) : 40;
     int step_graphs = 0;
     for (int i = 0; i < n_graphs; i++) step_graphs += graphs[i].launches == most;
-    fprintf(stderr, "\nkernel trace: %d graph(s) replayed %ld times, %d kernels, %.3f ms of GPU time per replay "
+    fprintf(stderr, "\nkernel trace: %d graph(s) replayed %ld times, %d kernels and memset or copy sizes, %.3f ms of GPU time per replay "
             "(convolutions and GEMMs %.3f, batch norm %.3f, other %.3f); not counted: %d graph(s) replayed fewer "
             "times (%.3f ms per replay of each), %ld kernels outside graphs\n", step_graphs, most, n_totals, all / 1e6,
             kinds[0] / 1e6, kinds[1] / 1e6, kinds[2] / 1e6, n_graphs - step_graphs, left_out / 1e6, ungraphed);

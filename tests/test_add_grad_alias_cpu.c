@@ -4,8 +4,8 @@
  *     in their own buffers (mp_plan_opts.no_bn_dx_over_dy, as on a GPU),
  *     wrn-10-1's three pre-activation blocks (an identity block
  *     add(conv2, x) and two projection blocks add(conv2, shortcut)): both
- *     inputs of each add; wrn-16-1's six, two chains of blocks: both of
- *     each; a net where one input feeds the other's producer,
+ *     inputs of each add; wrn-16-1's six, three chains of two blocks (one
+ *     per stage): both of each; a net where one input feeds the other's producer,
  *     add(t, conv(t)): only t, since conv's backward reads conv(t)'s
  *     gradient while it adds into t's; add(add(t, u), conv(t)): one input
  *     of each add (conv(t)'s backward adds into t's gradient while u's and
@@ -17,7 +17,8 @@
  *     lives in that batch norm's buffer: not shared); every shared input's
  *     gradient at its add's offset (chains followed); none in inference,
  *     repeat_backward or second_order plans, when told not to, or where
- *     the adds run on staged f32 copies (amp-fp16);
+ *     the adds run on staged f32 copies (amp-fp16; bf16 under
+ *     MIXPREC_NATIVE_BF16=0, a ctest variant, as is MIXPREC_ADD_GRAD_ALIAS=0);
  *  2. two training steps of each such plan against the same plan told not
  *     to (mp_plan_opts.no_add_grad_alias), on arenas of NaN bytes, plain
  *     and with each forward replayed and the backward checked: the same
@@ -102,6 +103,14 @@ static void batch(float *x, size_t nx, int32_t *y) {
     for (int i = 0; i < B; i++) y[i] = (int32_t)((i * 3 + 1) % 10);
 }
 
+/* want, where prec's adds run on the arena's tensors (f32, or bf16 storage on the native kernels) and the
+ * environment leaves the sharing on; else 0. */
+static int where_shared(mp_precision prec, int want) {
+    const bool bf16 = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16;
+    const bool on_arena = prec == MP_PRECISION_FP32 || (bf16 && mp_env_get()->native_bf16 != 0);
+    return on_arena && mp_env_get()->add_grad_alias != 0 ? want : 0;
+}
+
 /* Part 1: how many inputs a plan made with o on the net make builds shares; bits of the add named `add` (when
  * not NULL) as want_bits. */
 static void expect_shared(const char *what, mp_model (*make)(mp_precision), mp_precision prec, mp_plan_opts o,
@@ -141,7 +150,7 @@ static void exact_steps(const char *net, mp_model (*make)(mp_precision), int wan
     snprintf(pn, sizeof pn, "%s %s%s%s", net, mp_precision_name(prec), checked ? ", checked" : "",
              dx_over_dy ? ", dx over dy" : "");
     CHECK(sa == MP_OK && sb == MP_OK, "steps %s: %s", pn, mp_last_error());
-    const int want = mp_env_get()->add_grad_alias == 0 ? 0 : want_on;
+    const int want = where_shared(prec, want_on);
     CHECK(na == want && nb == 0, "steps %s: %d (shared) and %d (copied) inputs shared, want %d and 0", pn, na, nb,
           want);
     CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
@@ -163,42 +172,42 @@ static void exact_steps(const char *net, mp_model (*make)(mp_precision), int wan
 }
 
 int main(void) {
-    const bool on = mp_env_get()->add_grad_alias != 0;
+    const mp_precision f32 = MP_PRECISION_FP32, abf16 = MP_PRECISION_AMP_BF16;
     const mp_plan_opts train = {.batch = B, .training = true, .no_bn_dx_over_dy = true};
-    expect_shared("wrn-10-1", build_wrn10, MP_PRECISION_FP32, train, on ? 6 : 0, "layer1_0_add", on ? 3 : 0);
-    expect_shared("wrn-10-1", build_wrn10, MP_PRECISION_AMP_BF16, train, on ? 6 : 0, "layer2_0_add", on ? 3 : 0);
-    expect_shared("wrn-16-1", build_wrn16, MP_PRECISION_FP32, train, on ? 12 : 0, "layer1_1_add", on ? 3 : 0);
-    expect_shared("add(t, conv(t))", build_feed, MP_PRECISION_FP32, train, on ? 1 : 0, "skip", on ? 1 : 0);
-    expect_shared("add(add(t, u), conv(t))", build_cross, MP_PRECISION_FP32, train, on ? 2 : 0, "inner", on ? 1 : 0);
-    expect_shared("add(add(t, u), conv(t))", build_cross, MP_PRECISION_FP32, train, on ? 2 : 0, "outer", on ? 1 : 0);
+    expect_shared("wrn-10-1", build_wrn10, f32, train, where_shared(f32, 6), "layer1_0_add", where_shared(f32, 3));
+    expect_shared("wrn-10-1", build_wrn10, abf16, train, where_shared(abf16, 6), "layer2_0_add", where_shared(abf16, 3));
+    expect_shared("wrn-16-1", build_wrn16, f32, train, where_shared(f32, 12), "layer1_1_add", where_shared(f32, 3));
+    expect_shared("add(t, conv(t))", build_feed, f32, train, where_shared(f32, 1), "skip", where_shared(f32, 1));
+    expect_shared("add(add(t, u), conv(t))", build_cross, f32, train, where_shared(f32, 2), "inner", where_shared(f32, 1));
+    expect_shared("add(add(t, u), conv(t))", build_cross, f32, train, where_shared(f32, 2), "outer", where_shared(f32, 1));
     expect_shared("wrn-10-1 staged", build_wrn10, MP_PRECISION_AMP_FP16, train, 0, NULL, 0);
     mp_plan_opts o = train;
     o.no_bn_dx_over_dy = false; /* the default: where a batch norm writes dx over dy, the add's own is not shared */
-    const bool over = on && cpu_fusions_run(MP_PRECISION_FP32, false) && !mp_env_get()->no_bn_dx_over_dy;
-    expect_shared("wrn-16-1, dx over dy", build_wrn16, MP_PRECISION_FP32, o, on ? (over ? 6 : 12) : 0, "layer1_1_add",
-                  on && !over ? 3 : 0);
+    const bool over = cpu_fusions_run(f32, false) && !mp_env_get()->no_bn_dx_over_dy;
+    expect_shared("wrn-16-1, dx over dy", build_wrn16, f32, o, where_shared(f32, over ? 6 : 12), "layer1_1_add",
+                  where_shared(f32, over ? 0 : 3));
     o = train;
     o.no_add_grad_alias = true;
-    expect_shared("told not to", build_wrn10, MP_PRECISION_FP32, o, 0, NULL, 0);
+    expect_shared("told not to", build_wrn10, f32, o, 0, NULL, 0);
     o = train;
     o.repeat_backward = true;
-    expect_shared("repeat_backward", build_wrn10, MP_PRECISION_FP32, o, 0, NULL, 0);
+    expect_shared("repeat_backward", build_wrn10, f32, o, 0, NULL, 0);
     o = train;
     o.second_order = true;
-    expect_shared("second_order", build_wrn10, MP_PRECISION_FP32, o, 0, NULL, 0);
+    expect_shared("second_order", build_wrn10, f32, o, 0, NULL, 0);
     o = train;
     o.training = false;
-    expect_shared("inference", build_wrn10, MP_PRECISION_FP32, o, 0, NULL, 0);
+    expect_shared("inference", build_wrn10, f32, o, 0, NULL, 0);
 
-    const mp_precision precs[] = {MP_PRECISION_FP32, MP_PRECISION_AMP_BF16, MP_PRECISION_BF16};
+    const mp_precision precs[] = {f32, abf16, MP_PRECISION_BF16};
     for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) {
         exact_steps("wrn-10-1", build_wrn10, 6, precs[i], false, false);
         exact_steps("add(t, conv(t))", build_feed, 1, precs[i], false, false);
         exact_steps("add(add(t, u), conv(t))", build_cross, 2, precs[i], false, false);
     }
-    exact_steps("wrn-16-1", build_wrn16, 12, MP_PRECISION_FP32, false, false);
-    exact_steps("wrn-16-1", build_wrn16, 12, MP_PRECISION_AMP_BF16, true, false);
-    exact_steps("wrn-16-1", build_wrn16, over ? 6 : 12, MP_PRECISION_FP32, false, true);
-    exact_steps("add(t, conv(t))", build_feed, 1, MP_PRECISION_FP32, true, false);
+    exact_steps("wrn-16-1", build_wrn16, 12, f32, false, false);
+    exact_steps("wrn-16-1", build_wrn16, 12, abf16, true, false);
+    exact_steps("wrn-16-1", build_wrn16, over ? 6 : 12, f32, false, true);
+    exact_steps("add(t, conv(t))", build_feed, 1, f32, true, false);
     return test_summary("test_add_grad_alias_cpu");
 }

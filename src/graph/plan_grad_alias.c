@@ -21,39 +21,40 @@ static bool input_may_share(const mp_plan *p, int i, int src, const mp_arena_buf
 }
 
 typedef struct {
-    int *group;             /* per node: the node whose output gradient's memory its own is (itself if none) */
+    int *group;             /* per node: its group, the node whose output gradient buffer holds its own (itself if none) */
     int *first, *last;      /* per node: its output gradient's lifetime before any sharing */
     unsigned char *through; /* per node: 1 where an add hands it its gradient (not a write of its own) */
     int *cons_at, *cons;    /* node t's consumers: cons[cons_at[t] .. cons_at[t + 1]) */
-    int *members;           /* scratch: the nodes of the groups being merged */
+    int *members;           /* scratch: the nodes of the two groups being merged */
 } sharing;
 
-static int root_of(const sharing *s, int k) {
-    while (s->group[k] != k) k = s->group[k];
-    return k;
+/* Whether a write into t's gradient other than its add's hand-over happens while one of others[0..n) is alive. */
+static bool writes_while_alive(const mp_plan *p, const sharing *s, int t, const int *others, int n) {
+    for (int j = s->cons_at[t]; j < s->cons_at[t + 1]; j++) { /* t's consumers write its gradient */
+        const int c = s->cons[j];
+        if (!p->nodes[c].in_backward) continue;
+        const int w = backward_step(p, c);
+        if (s->through[t] && w == s->first[t]) continue; /* the add handing it over */
+        for (int e = 0; e < n; e++)
+            if (w >= s->first[others[e]] && w <= s->last[others[e]]) return true;
+    }
+    return false;
 }
 
-/* Whether the nodes whose roots are ra or rb (their gradients sharing one memory once merged) keep each other's
- * values: no gradient among them is written, other than handed over by an add, while another of them is alive. */
+/* Whether the groups ra and rb (gradients sharing one memory each; group[] holds each node's group) keep each
+ * other's values once merged: no gradient of one is written, other than handed over by an add, while a gradient of
+ * the other is alive. Within each group that holds already (it was checked as the group grew, and a hand-over only
+ * removes a write). */
 static bool merge_keeps_values(const mp_plan *p, const sharing *s, int ra, int rb) {
-    int m = 0;
-    for (int t = 0; t < p->n; t++) {
-        const int rt = root_of(s, t);
-        if (rt == ra || rt == rb) s->members[m++] = t;
-    }
-    for (int a = 0; a < m; a++) {
-        const int t = s->members[a];
-        for (int j = s->cons_at[t]; j < s->cons_at[t + 1]; j++) { /* t's consumers write its gradient */
-            const int c = s->cons[j];
-            if (!p->nodes[c].in_backward) continue;
-            const int w = backward_step(p, c);
-            if (s->through[t] && w == s->first[t]) continue; /* the add handing it over */
-            for (int e = 0; e < m; e++) {
-                const int u = s->members[e];
-                if (u != t && w >= s->first[u] && w <= s->last[u]) return false;
-            }
-        }
-    }
+    int na = 0, nb = 0;
+    for (int t = 0; t < p->n; t++) /* ra's members from the front, rb's from the back */
+        if (s->group[t] == ra) s->members[na++] = t;
+        else if (s->group[t] == rb) s->members[p->n - 1 - nb++] = t;
+    const int *a = s->members, *b = s->members + p->n - nb;
+    for (int k = 0; k < na; k++)
+        if (writes_while_alive(p, s, a[k], b, nb)) return false;
+    for (int k = 0; k < nb; k++)
+        if (writes_while_alive(p, s, b[k], a, na)) return false;
     return true;
 }
 
@@ -87,7 +88,9 @@ static void share(mp_plan *p, sharing *s, mp_arena_buf *b, int i, int k) {
     if (dx->first < dy->first) dy->first = dx->first;
     if (dx->last > dy->last) dy->last = dx->last;
     dx->size = 0;
-    s->group[src] = i;
+    const int from = s->group[src], to = s->group[i];
+    for (int t = 0; t < p->n; t++)
+        if (s->group[t] == from) s->group[t] = to;
     s->through[src] = 1;
     p->nodes[i].grad_alias |= (unsigned char)(1u << k);
 }
@@ -98,8 +101,11 @@ void mp_plan_grad_alias_buffers(mp_plan *p, mp_arena_buf *b) {
     if (!p->o.training || !p->be->add_grads_alias_safe || p->so || p->o.input_grad || mp_plan_backward_repeats(p) ||
         p->o.no_add_grad_alias || mp_env_get()->add_grad_alias == 0)
         return;
-    sharing s = {calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(int)),
-                 calloc((size_t)n, 1),                 NULL, NULL, calloc((size_t)n, sizeof(int))};
+    sharing s = {.group = calloc((size_t)n, sizeof(int)),
+                 .first = calloc((size_t)n, sizeof(int)),
+                 .last = calloc((size_t)n, sizeof(int)),
+                 .through = calloc((size_t)n, 1),
+                 .members = calloc((size_t)n, sizeof(int))};
     if (!s.group || !s.first || !s.last || !s.through || !s.members || !list_consumers(p, &s))
         goto done; /* out of host memory: no sharing, the plan as it was */
     for (int k = 0; k < n; k++) s.group[k] = k, s.first[k] = b[3 * k + 1].first, s.last[k] = b[3 * k + 1].last;
@@ -113,7 +119,7 @@ void mp_plan_grad_alias_buffers(mp_plan *p, mp_arena_buf *b) {
         for (int k = 0; k < 2; k++) {
             const int src = nd->in[k];
             if (!input_may_share(p, i, src, b)) continue;
-            const int ri = root_of(&s, i), rs = root_of(&s, src);
+            const int ri = s.group[i], rs = s.group[src];
             s.through[src] = 1; /* as it would be once shared: the add's step is no write of src's */
             const bool ok = ri != rs && merge_keeps_values(p, &s, ri, rs);
             s.through[src] = 0;

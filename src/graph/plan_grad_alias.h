@@ -9,13 +9,16 @@
  * ResNet's adds are not fused into a batch norm (plan_fuse.h fuses a batch
  * norm -> add (-> ReLU) tail), so every block pays them.
  *
- * Where: training plans (not with second_order, input_grad or
- * repeat_backward: each reads gradients later), an add that runs (not fused
- * away) whose backward the backend runs on the arena's memory as it is
- * (exec_backend.h: add_grads_alias_safe), whose output gradient nothing
- * reads after the add's backward, and an input whose producer is not fused
- * away or fused with another node, of the add's storage dtype and size, and whose gradient the add
- * writes first (no consumer after the add in the forward writes it before).
+ * Where: training plans (not with second_order, input_grad,
+ * repeat_backward or several losses: each reads gradients later), an add
+ * that runs (not fused away) whose backward the backend runs on the
+ * arena's memory as it is (exec_backend.h: add_grads_alias_safe), whose
+ * output gradient has a buffer of its own (not a CPU batch norm's dy,
+ * plan_inplace.h) that nothing reads after the add's backward, and an
+ * input whose producer is not fused away or fused with another node nor a
+ * batch norm writing its dx over its dy, of the add's storage dtype and
+ * size, and whose gradient the add writes first (no consumer after the add
+ * in the forward writes it before).
  * Both inputs share the memory where no gradient sharing it is modified (a
  * later consumer adding its part, in place or through scratch) while
  * another that shares it is still to be read: in a pre-activation block
