@@ -4,8 +4,9 @@
  * plan_grad_alias.h): whether a plan's batch norms run where CPU fusions
  * can, two training steps of a plan on an arena of NaN bytes, the
  * gradients' norm, the checks of a plan with a fusion against one
- * without, and a small test net's start and end. Static functions for one
- * test program each (the net's inline: not every program builds one). */
+ * without (cpu_fusion_compare: all of them on two steps), and a small test
+ * net's start and end. Static functions for one test program each (the
+ * inline ones: not every program uses them). */
 #ifndef MP_TESTS_CPU_FUSION_STEPS_H
 #define MP_TESTS_CPU_FUSION_STEPS_H
 
@@ -105,6 +106,38 @@ static bool cpu_fusion_same(const char *pn, const mp_model *a, const mp_model *b
           "largest value)", pn, *differ, first, rel);
     CHECK(grads_live, "steps %s: gradients all zero or not finite (%g)", pn, g2);
     return loss_same && !*differ && grads_live;
+}
+
+/* A fusion's two training steps against the same plan without it, on a's and b's copies of one net (oa made
+ * with the fusion, ob without; the batch x, nx, y): the same loss, gradients and running statistics bit for bit,
+ * count (what it counts named by `what`) want on the fused plan and 0 on the other, nothing non-finite found,
+ * and the fused plan's arena no larger. pn names the case in the report. */
+static inline void cpu_fusion_compare(const char *pn, const char *what, mp_model *a, mp_model *b, mp_plan_opts oa,
+                                      mp_plan_opts ob, const float *x, size_t nx, const int32_t *y, bool checked,
+                                      int (*count)(const mp_plan *), int want) {
+    float la = 0, lb = 0;
+    int na = 0, nb = 0;
+    bool fa = false, fb = false;
+    const mp_status sa = cpu_fusion_steps(a, oa, x, nx, y, checked, count, &la, &na, &fa),
+                    sb = cpu_fusion_steps(b, ob, x, nx, y, checked, count, &lb, &nb, &fb);
+    CHECK(sa == MP_OK && sb == MP_OK, "steps %s: %s", pn, mp_last_error());
+    CHECK(na == want && nb == 0, "steps %s: %d %s with the fusion and %d without, want %d and 0", pn, na, what, nb,
+          want);
+    CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
+    int differ = -1;
+    const bool same = sa == MP_OK && sb == MP_OK && cpu_fusion_same(pn, a, b, la, lb, &differ);
+    printf("%s steps %s, %d %s: loss %.9g / %.9g, %d of %d parameters differ\n",
+           same && !fa && !fb && na == want ? "ok  " : "FAIL", pn, na, what, la, lb, differ, a->g->n_params);
+    /* the arena, once more: fewer buffers can only shrink it */
+    mp_plan *pa = NULL, *pb = NULL;
+    const mp_status s2 = mp_plan_create(a->g, oa, &pa) == MP_OK ? mp_plan_create(a->g, ob, &pb) : MP_ERR_INTERNAL;
+    const bool smaller = s2 == MP_OK && pa->arena_bytes <= pb->arena_bytes;
+    CHECK(smaller, "arena %s: %zu bytes with the fusion, %zu without", pn, s2 == MP_OK ? pa->arena_bytes : 0,
+          s2 == MP_OK ? pb->arena_bytes : 0);
+    printf("%s arena %s: %zu bytes with the fusion, %zu without\n", smaller ? "ok  " : "FAIL", pn,
+           s2 == MP_OK ? pa->arena_bytes : 0, s2 == MP_OK ? pb->arena_bytes : 0);
+    mp_plan_destroy(pa);
+    mp_plan_destroy(pb);
 }
 
 #endif

@@ -141,31 +141,11 @@ static void exact_steps(const char *net, mp_model (*make)(mp_precision), int wan
     const mp_plan_opts oa = {.batch = B, .training = true, .loss = a.loss, .no_bn_dx_over_dy = !dx_over_dy};
     mp_plan_opts ob = oa;
     ob.no_add_grad_alias = true;
-    float la = 0, lb = 0;
-    int na = 0, nb = 0;
-    bool fa = false, fb = false;
-    const mp_status sa = cpu_fusion_steps(&a, oa, x, nx, y, checked, shared_count, &la, &na, &fa),
-                    sb = cpu_fusion_steps(&b, ob, x, nx, y, checked, shared_count, &lb, &nb, &fb);
     char pn[64];
     snprintf(pn, sizeof pn, "%s %s%s%s", net, mp_precision_name(prec), checked ? ", checked" : "",
              dx_over_dy ? ", dx over dy" : "");
-    CHECK(sa == MP_OK && sb == MP_OK, "steps %s: %s", pn, mp_last_error());
-    const int want = where_shared(prec, want_on);
-    CHECK(na == want && nb == 0, "steps %s: %d (shared) and %d (copied) inputs shared, want %d and 0", pn, na, nb,
-          want);
-    CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
-    int differ = -1;
-    const bool same = sa == MP_OK && sb == MP_OK && cpu_fusion_same(pn, &a, &b, la, lb, &differ);
-    printf("%s steps %s, %d inputs shared: loss %.9g / %.9g, %d of %d parameters differ\n",
-           same && !fa && !fb && na == want ? "ok  " : "FAIL", pn, na, la, lb, differ, a.g->n_params);
-    mp_plan *pa = NULL, *pb = NULL;
-    const mp_status s2 = mp_plan_create(a.g, oa, &pa) == MP_OK ? mp_plan_create(a.g, ob, &pb) : MP_ERR_INTERNAL;
-    CHECK(s2 == MP_OK && pa->arena_bytes <= pb->arena_bytes, "arena %s: %zu bytes shared, %zu copied", pn,
-          s2 == MP_OK ? pa->arena_bytes : 0, s2 == MP_OK ? pb->arena_bytes : 0);
-    printf("%s arena %s: %zu bytes shared, %zu copied\n", s2 == MP_OK && pa->arena_bytes <= pb->arena_bytes ? "ok  "
-           : "FAIL", pn, s2 == MP_OK ? pa->arena_bytes : 0, s2 == MP_OK ? pb->arena_bytes : 0);
-    mp_plan_destroy(pa);
-    mp_plan_destroy(pb);
+    cpu_fusion_compare(pn, "inputs shared", &a, &b, oa, ob, x, nx, y, checked, shared_count,
+                       where_shared(prec, want_on));
     mp_model_free(&a);
     mp_model_free(&b);
     free(x);

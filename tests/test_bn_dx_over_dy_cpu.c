@@ -119,29 +119,10 @@ static void exact_steps(const char *net, mp_model (*make)(mp_precision), int h, 
     const mp_plan_opts oa = {.batch = B, .training = true, .loss = a.loss};
     mp_plan_opts ob = oa;
     ob.no_bn_dx_over_dy = true;
-    float la = 0, lb = 0;
-    int na = 0, nb = 0;
-    bool fa = false, fb = false;
-    const mp_status sa = cpu_fusion_steps(&a, oa, x, nx, y, checked, marked_count, &la, &na, &fa),
-                    sb = cpu_fusion_steps(&b, ob, x, nx, y, checked, marked_count, &lb, &nb, &fb);
     char pn[64];
     snprintf(pn, sizeof pn, "%s %s%s", net, mp_precision_name(prec), checked ? ", checked" : "");
-    CHECK(sa == MP_OK && sb == MP_OK, "steps %s: %s", pn, mp_last_error());
-    const int want = in_place_wanted(prec) ? want_on : 0;
-    CHECK(na == want && nb == 0, "steps %s: %d (in place) and %d (apart) batch norms marked, want %d and 0", pn, na,
-          nb, want);
-    CHECK(!fa && !fb, "steps %s: the overflow search found a NaN/inf in finite steps", pn);
-    int differ = -1;
-    const bool same = sa == MP_OK && sb == MP_OK && cpu_fusion_same(pn, &a, &b, la, lb, &differ);
-    printf("%s steps %s, %d batch norms in place: loss %.9g / %.9g, %d of %d parameters differ\n",
-           same && !fa && !fb && na == want ? "ok  " : "FAIL", pn, na, la, lb, differ, a.g->n_params);
-    /* the arena, once more: one gradient buffer fewer can only shrink it */
-    mp_plan *pa = NULL, *pb = NULL;
-    const mp_status s2 = mp_plan_create(a.g, oa, &pa) == MP_OK ? mp_plan_create(a.g, ob, &pb) : MP_ERR_INTERNAL;
-    CHECK(s2 == MP_OK && pa->arena_bytes <= pb->arena_bytes, "arena %s: %zu bytes in place, %zu apart", pn,
-          s2 == MP_OK ? pa->arena_bytes : 0, s2 == MP_OK ? pb->arena_bytes : 0);
-    mp_plan_destroy(pa);
-    mp_plan_destroy(pb);
+    cpu_fusion_compare(pn, "batch norms in place", &a, &b, oa, ob, x, nx, y, checked, marked_count,
+                       in_place_wanted(prec) ? want_on : 0);
     mp_model_free(&a);
     mp_model_free(&b);
     free(x);
