@@ -278,8 +278,9 @@ static void report_timeline(uint32_t graph) {
     for (int k = 0; k < GAP_KINDS; k++) g[k] = median(v[BY_LENGTH + k], replays);
     fprintf(stderr, "\nkernel trace timeline of graph %u, over %d replays, each figure the median of its own: span "
             "%.3f ms (first kernel start to last end), some kernel running %.3f ms, idle %.3f ms (%.1f %% of the "
-            "span) in %.0f gaps between %.0f kernels, memsets and copies; idle by gap length: <= 2 µs %.3f ms, 2-5 µs %.3f, 5-20 µs %.3f, "
-            "> 20 µs %.3f; kernel times summed %.3f ms (above the running time: kernels overlapping)\n", graph,
+            "span) in %.0f gaps between %.0f kernels, memsets and copies; idle by gap length: <= 2 µs %.3f ms, "
+            "2-5 µs %.3f, 5-20 µs %.3f, > 20 µs %.3f; their times summed %.3f ms (above the running time: "
+            "overlapping)\n", graph,
             replays, span / 1e6, busy / 1e6, idle / 1e6, span > 0 ? 100 * idle / span : 0, gaps, kernels, g[0] / 1e6,
             g[1] / 1e6, g[2] / 1e6, g[3] / 1e6, sum / 1e6);
     if (median_from >= 0 && median_n > 1) {
@@ -313,7 +314,8 @@ static void report(void) {
     const int top = top_env ? atoi(top_env) : 40;
     int step_graphs = 0;
     for (int i = 0; i < n_graphs; i++) step_graphs += graphs[i].launches == most;
-    fprintf(stderr, "\nkernel trace: %d graph(s) replayed %ld times, %d kernels and memset or copy sizes, %.3f ms of GPU time per replay "
+    fprintf(stderr, "\nkernel trace: %d graph(s) replayed %ld times, %d kernels and memset or copy sizes, %.3f ms of "
+            "GPU time per replay "
             "(convolutions and GEMMs %.3f, batch norm %.3f, other %.3f); not counted: %d graph(s) replayed fewer "
             "times (%.3f ms per replay of each), %ld kernels outside graphs\n", step_graphs, most, n_totals, all / 1e6,
             kinds[0] / 1e6, kinds[1] / 1e6, kinds[2] / 1e6, n_graphs - step_graphs, left_out / 1e6, ungraphed);

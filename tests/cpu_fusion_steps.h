@@ -11,10 +11,12 @@
 #define MP_TESTS_CPU_FUSION_STEPS_H
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "amp/policy.h"
 #include "check.h"
+#include "core/rng.h"
 #include "graph/plan.h"
 #include "models/models.h"
 #include "ops/cpu_fast.h"
@@ -108,13 +110,22 @@ static bool cpu_fusion_same(const char *pn, const mp_model *a, const mp_model *b
     return loss_same && !*differ && grads_live;
 }
 
-/* A fusion's two training steps against the same plan without it, on a's and b's copies of one net (oa made
- * with the fusion, ob without; the batch x, nx, y): the same loss, gradients and running statistics bit for bit,
- * count (what it counts named by `what`) want on the fused plan and 0 on the other, nothing non-finite found,
- * and the fused plan's arena no larger. pn names the case in the report. */
+/* A fusion's two training steps against the same plan without it, on a's and b's copies of one net (input
+ * 3 x h x w; oa made with the fusion, ob without, both of oa.batch samples: normal noise, labels 1, 4, 7, ...): the
+ * same loss, gradients and running statistics bit for bit, count (what it counts named by `what`) want on the fused
+ * plan and 0 on the other, nothing non-finite found, and the fused plan's arena no larger. pn names the case in the
+ * report. */
 static inline void cpu_fusion_compare(const char *pn, const char *what, mp_model *a, mp_model *b, mp_plan_opts oa,
-                                      mp_plan_opts ob, const float *x, size_t nx, const int32_t *y, bool checked,
-                                      int (*count)(const mp_plan *), int want) {
+                                      mp_plan_opts ob, int h, int w, bool checked, int (*count)(const mp_plan *),
+                                      int want) {
+    const size_t nx = (size_t)oa.batch * 3 * h * w;
+    float *x = malloc(nx * sizeof *x);
+    int32_t *y = malloc((size_t)oa.batch * sizeof *y);
+    MP_ASSERT(x && y);
+    mp_rng r;
+    mp_rng_seed(&r, 3);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)mp_rng_normal(&r);
+    for (int i = 0; i < oa.batch; i++) y[i] = (int32_t)((i * 3 + 1) % 10);
     float la = 0, lb = 0;
     int na = 0, nb = 0;
     bool fa = false, fb = false;
@@ -138,6 +149,8 @@ static inline void cpu_fusion_compare(const char *pn, const char *what, mp_model
            s2 == MP_OK ? pa->arena_bytes : 0, s2 == MP_OK ? pb->arena_bytes : 0);
     mp_plan_destroy(pa);
     mp_plan_destroy(pb);
+    free(x);
+    free(y);
 }
 
 #endif

@@ -31,7 +31,6 @@
 
 #include "amp/policy.h"
 #include "check.h"
-#include "core/rng.h"
 #include "cpu_fusion_steps.h"
 #include "graph/plan.h"
 #include "graph/plan_grad_alias.h"
@@ -96,13 +95,6 @@ static int bits_of(const mp_plan *p, const char *add) {
     return -1;
 }
 
-static void batch(float *x, size_t nx, int32_t *y) {
-    mp_rng r;
-    mp_rng_seed(&r, 3);
-    for (size_t i = 0; i < nx; i++) x[i] = (float)mp_rng_normal(&r);
-    for (int i = 0; i < B; i++) y[i] = (int32_t)((i * 3 + 1) % 10);
-}
-
 /* want, where prec's adds run on the arena's tensors (f32, or bf16 storage on the native kernels) and the
  * environment leaves the sharing on; else 0. */
 static int where_shared(mp_precision prec, int want) {
@@ -132,11 +124,6 @@ static void expect_shared(const char *what, mp_model (*make)(mp_precision), mp_p
 /* Part 2: shared against copied, bit for bit, on the net make builds (want_on inputs shared). */
 static void exact_steps(const char *net, mp_model (*make)(mp_precision), int want_on, mp_precision prec,
                         bool checked, bool dx_over_dy) {
-    const size_t nx = (size_t)B * 3 * H * W;
-    float *x = malloc(nx * sizeof *x);
-    MP_ASSERT(x);
-    int32_t y[B];
-    batch(x, nx, y);
     mp_model a = make(prec), b = make(prec);
     const mp_plan_opts oa = {.batch = B, .training = true, .loss = a.loss, .no_bn_dx_over_dy = !dx_over_dy};
     mp_plan_opts ob = oa;
@@ -144,11 +131,9 @@ static void exact_steps(const char *net, mp_model (*make)(mp_precision), int wan
     char pn[64];
     snprintf(pn, sizeof pn, "%s %s%s%s", net, mp_precision_name(prec), checked ? ", checked" : "",
              dx_over_dy ? ", dx over dy" : "");
-    cpu_fusion_compare(pn, "inputs shared", &a, &b, oa, ob, x, nx, y, checked, shared_count,
-                       where_shared(prec, want_on));
+    cpu_fusion_compare(pn, "inputs shared", &a, &b, oa, ob, H, W, checked, shared_count, where_shared(prec, want_on));
     mp_model_free(&a);
     mp_model_free(&b);
-    free(x);
 }
 
 int main(void) {
@@ -166,18 +151,15 @@ int main(void) {
     const bool over = cpu_fusions_run(f32, false) && !mp_env_get()->no_bn_dx_over_dy;
     expect_shared("wrn-16-1, dx over dy", build_wrn16, f32, o, where_shared(f32, over ? 6 : 12), "layer1_1_add",
                   where_shared(f32, over ? 0 : 3));
-    o = train;
-    o.no_add_grad_alias = true;
-    expect_shared("told not to", build_wrn10, f32, o, 0, NULL, 0);
-    o = train;
-    o.repeat_backward = true;
-    expect_shared("repeat_backward", build_wrn10, f32, o, 0, NULL, 0);
-    o = train;
-    o.second_order = true;
-    expect_shared("second_order", build_wrn10, f32, o, 0, NULL, 0);
-    o = train;
-    o.training = false;
-    expect_shared("inference", build_wrn10, f32, o, 0, NULL, 0);
+    mp_plan_opts told = train, repeat = train, second = train, inference = train;
+    told.no_add_grad_alias = repeat.repeat_backward = second.second_order = true;
+    inference.training = false;
+    const struct {
+        const char *what;
+        mp_plan_opts o;
+    } none[] = {{"told not to", told}, {"repeat_backward", repeat}, {"second_order", second}, {"inference", inference}};
+    for (size_t k = 0; k < sizeof none / sizeof none[0]; k++)
+        expect_shared(none[k].what, build_wrn10, f32, none[k].o, 0, NULL, 0);
 
     const mp_precision precs[] = {f32, abf16, MP_PRECISION_BF16};
     for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) {

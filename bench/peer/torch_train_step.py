@@ -14,11 +14,12 @@ Apex O2 style, GradScaler). Prints the same table as gpu_train_step: median
 ms/step from CUDA events, images/s, device memory used by the run
 (torch.cuda.mem_get_info difference, allocator cache and cuDNN workspaces
 included). --profile: after timing, 3 more steps under torch.profiler, and the
-CUDA kernels per step on stderr (top 12, then totals by kind, then the kernels'
-timeline: idle time between them by gap length), to set beside gpu_train_step
---profile and dev/cuda_kernel_trace.c. Each row also gives the step's FLOPs (counted per
-convolution and linear layer as mp_graph_flops counts them) as TFLOP/s and, with
---gemm-tflops, as a share of the bf16 GEMM rate measured in the same call."""
+CUDA kernels per step on stderr (top 12, then totals by kind, then the timeline
+of kernels, memsets and copies: idle time between them by gap length), to set
+beside gpu_train_step --profile and dev/cuda_kernel_trace.c. Each row also
+gives the step's FLOPs (counted per convolution and linear layer as
+mp_graph_flops counts them) as TFLOP/s and, with --gemm-tflops, as a share of
+the bf16 GEMM rate measured in the same call."""
 import argparse
 import os
 import statistics
@@ -52,8 +53,8 @@ def kernel_kind(name):
 
 
 def kernel_timeline(intervals):
-    """(span, busy, idle by gap length) in µs of kernel intervals [(start, end)]: the span from the first start
-    to the last end, the time some kernel runs, and the idle rest split into gaps <= 2, 2-5, 5-20 and > 20 µs."""
+    """(span, busy, idle by gap length) in µs of GPU activity intervals [(start, end)]: the span from the first
+    start to the last end, the time something runs, and the idle rest split into gaps <= 2, 2-5, 5-20 and > 20 µs."""
     edges = (2, 5, 20)
     idle = [0.0, 0.0, 0.0, 0.0]
     intervals = sorted(intervals)
@@ -88,10 +89,9 @@ def print_kernel_profile(title, step, n=3):
         kinds[kernel_kind(k)] = kinds.get(kernel_kind(k), 0) + v
     print("  by kind: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
           + f", total {sum(per.values()):.2f} ms", file=sys.stderr)
-    # kernels only, as dev/cuda_kernel_trace.c records ours (copies and memsets count as idle on both sides)
+    # kernels, memsets and copies, as dev/cuda_kernel_trace.c records ours (all three count as running)
     spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
-             and not e.name.startswith(("Memcpy", "Memset"))]
+             if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
     if spans:
         span, busy, idle = kernel_timeline(spans)
         print(f"  timeline over the {n} steps, per step: span {span / n / 1e3:.3f} ms, some kernel running "
