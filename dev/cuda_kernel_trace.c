@@ -185,25 +185,38 @@ enum { GAP_KINDS = 4, LONGEST = 6 };
 static const double gap_edges_us[GAP_KINDS - 1] = {2, 5, 20}; /* up to 2 µs, 2-5, 5-20, longer */
 
 typedef struct {
+    double ns;
+    long before, after; /* the span that ended last before the gap, the one after it */
+} timeline_gap;
+
+typedef struct {
     double span, busy, kernel_sum, gaps[GAP_KINDS];
     int kernels, n_gaps[GAP_KINDS];
+    timeline_gap top[LONGEST]; /* the longest gaps, longest first */
+    int n_top;
 } replay_timeline;
 
-/* One replay's kernels s[0..n), sorted by start: its span, the union of its kernels' intervals, and the idle
- * rest by gap length (ns; a gap is time no kernel of the replay runs). */
+/* One replay's spans s[0..n), sorted by start: its span, the union of their intervals, the idle rest by gap length
+ * (ns; a gap is time nothing of the replay runs) and its longest gaps. */
 static replay_timeline timeline_of(const kernel_span *s, long n) {
     replay_timeline t = {.kernels = (int)n};
     uint64_t covered_to = s[0].start, last_end = s[0].end;
+    long last = 0; /* the span whose end covered_to is */
     for (long i = 0; i < n; i++) {
         t.kernel_sum += (double)(s[i].end - s[i].start);
-        if (s[i].start > covered_to) { /* a gap before this kernel */
+        if (s[i].start > covered_to) { /* a gap before this span */
             const double gap = (double)(s[i].start - covered_to);
             int k = 0;
             while (k < GAP_KINDS - 1 && gap > gap_edges_us[k] * 1e3) k++;
             t.gaps[k] += gap;
             t.n_gaps[k]++;
+            if (t.n_top < LONGEST || gap > t.top[LONGEST - 1].ns) {
+                int j = t.n_top < LONGEST ? t.n_top++ : LONGEST - 1;
+                for (; j > 0 && t.top[j - 1].ns < gap; j--) t.top[j] = t.top[j - 1];
+                t.top[j] = (timeline_gap){gap, last, i};
+            }
         }
-        if (s[i].end > covered_to) covered_to = s[i].end;
+        if (s[i].end > covered_to) covered_to = s[i].end, last = i;
         if (s[i].end > last_end) last_end = s[i].end;
     }
     t.span = (double)(last_end - s[0].start);
@@ -213,31 +226,15 @@ static replay_timeline timeline_of(const kernel_span *s, long n) {
     return t;
 }
 
-/* The longest gaps of one replay (kernels s[0..n) sorted by start), each with the kernel that ended last before
- * it and the kernel after it. */
-static void print_longest_gaps(const kernel_span *s, long n) {
-    struct {
-        double ns;
-        long before, after;
-    } top[LONGEST];
-    int kept = 0;
-    uint64_t covered_to = s[0].end;
-    long last = 0; /* the kernel whose end covered_to is */
-    for (long i = 1; i < n; i++) {
-        const double gap = s[i].start > covered_to ? (double)(s[i].start - covered_to) : 0;
-        if (gap > 0 && (kept < LONGEST || gap > top[LONGEST - 1].ns)) {
-            int j = kept < LONGEST ? kept++ : LONGEST - 1;
-            for (; j > 0 && top[j - 1].ns < gap; j--) top[j] = top[j - 1];
-            top[j].ns = gap, top[j].before = last, top[j].after = i;
-        }
-        if (s[i].end > covered_to) covered_to = s[i].end, last = i;
-    }
-    for (int j = 0; j < kept; j++) {
+/* The longest gaps t found in the replay s (as timeline_of returned them), each with the span that ended last
+ * before it and the span after it. */
+static void print_longest_gaps(const kernel_span *s, const replay_timeline *t) {
+    for (int j = 0; j < t->n_top; j++) {
         int sa = -1, sb = -1;
-        char *a = __cxa_demangle(s[top[j].before].name, NULL, NULL, &sa);
-        char *b = __cxa_demangle(s[top[j].after].name, NULL, NULL, &sb);
-        fprintf(stderr, "| %.1f µs | %.70s | %.70s |\n", top[j].ns / 1e3, sa == 0 && a ? a : s[top[j].before].name,
-                sb == 0 && b ? b : s[top[j].after].name);
+        char *a = __cxa_demangle(s[t->top[j].before].name, NULL, NULL, &sa);
+        char *b = __cxa_demangle(s[t->top[j].after].name, NULL, NULL, &sb);
+        fprintf(stderr, "| %.1f µs | %.70s | %.70s |\n", t->top[j].ns / 1e3,
+                sa == 0 && a ? a : s[t->top[j].before].name, sb == 0 && b ? b : s[t->top[j].after].name);
         free(a);
         free(b);
     }
@@ -255,7 +252,8 @@ static void report_timeline(uint32_t graph) {
     double *v[N_SERIES];
     for (int k = 0; k < N_SERIES; k++)
         if (!(v[k] = calloc((size_t)replays, sizeof(double)))) abort();
-    long median_from = -1, median_n = 0;
+    long median_from = -1;
+    replay_timeline middle = {0};
     int r = 0;
     for (long i = 0; i < n_spans;) {
         long j = i;
@@ -266,7 +264,7 @@ static void report_timeline(uint32_t graph) {
             v[SUM][r] = t.kernel_sum, v[KERNELS][r] = t.kernels;
             v[GAPS][r] = t.n_gaps[0] + t.n_gaps[1] + t.n_gaps[2] + t.n_gaps[3];
             for (int k = 0; k < GAP_KINDS; k++) v[BY_LENGTH + k][r] = t.gaps[k];
-            if (r == replays / 2) median_from = i, median_n = j - i; /* the middle replay in time */
+            if (r == replays / 2) median_from = i, middle = t; /* the middle replay in time */
             r++;
         }
         i = j;
@@ -283,10 +281,10 @@ static void report_timeline(uint32_t graph) {
             "overlapping)\n", graph,
             replays, span / 1e6, busy / 1e6, idle / 1e6, span > 0 ? 100 * idle / span : 0, gaps, kernels, g[0] / 1e6,
             g[1] / 1e6, g[2] / 1e6, g[3] / 1e6, sum / 1e6);
-    if (median_from >= 0 && median_n > 1) {
+    if (median_from >= 0 && middle.n_top > 0) {
         fprintf(stderr, "| longest gaps of replay %d of %d, the middle one in time (µs) | kernel that ended last "
                 "before | kernel after |\n|---|---|---|\n", replays / 2 + 1, replays);
-        print_longest_gaps(spans + median_from, median_n);
+        print_longest_gaps(spans + median_from, &middle);
     }
     for (int k = 0; k < N_SERIES; k++) free(v[k]);
 }
