@@ -100,7 +100,7 @@ static int bits_of(const mp_plan *p, const char *add) {
 static int where_shared(mp_precision prec, int want) {
     const bool bf16 = prec == MP_PRECISION_AMP_BF16 || prec == MP_PRECISION_BF16;
     const bool on_arena = prec == MP_PRECISION_FP32 || (bf16 && mp_env_get()->native_bf16 != 0);
-    return on_arena && mp_env_get()->add_grad_alias != 0 ? want : 0;
+    return on_arena && !mp_env_get()->no_add_grad_alias ? want : 0;
 }
 
 /* Part 1: how many inputs a plan made with o on the net make builds shares; bits of the add named `add` (when

@@ -183,10 +183,9 @@ typedef struct {
                                     windows (comparisons; the same values either way) */
     bool no_bn_dx_over_dy;     /**< MIXPREC_BN_DX_OVER_DY=0: a CPU batch norm's backward writes its input gradient
                                     in its own buffer, not over its output gradient (mp_plan_opts.no_bn_dx_over_dy) */
-    int add_grad_alias;        /**< MIXPREC_ADD_GRAD_ALIAS: a residual add hands its output gradient to its inputs
-                                    without a copy (src/graph/plan_grad_alias.h) 0 never (as
-                                    mp_plan_opts.no_add_grad_alias), 1 on every backend, -1 (unset) on CPU plans
-                                    only: GPU plans opt in until it has run on a device (bench/NOTES.md v0.56) */
+    bool no_add_grad_alias;    /**< MIXPREC_ADD_GRAD_ALIAS=0: a residual add copies its output gradient into its
+                                    inputs' on every plan, not handing over its memory (src/graph/plan_grad_alias.h,
+                                    mp_plan_opts.no_add_grad_alias) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

@@ -116,9 +116,7 @@ typedef struct {
      * nor where a CPU add runs on staged f32 copies. The same values, bit
      * for bit; two full-size copies fewer per add and step, and the arena
      * needs fewer gradient buffers. true keeps the copies (for comparisons;
-     * MIXPREC_ADD_GRAD_ALIAS=0 does it for every plan). GPU plans share
-     * only under MIXPREC_ADD_GRAD_ALIAS=1 until the sharing has run on a
-     * device. */
+     * MIXPREC_ADD_GRAD_ALIAS=0 does it for every plan). */
     bool no_add_grad_alias;
     /** CPU plans store a 4-D activation channels-last (NHWC) where every op
      * writing and reading it works on that layout (oneDNN's convolutions

@@ -63,7 +63,7 @@ static void read_env(void) {
     e.cpu_dgrad_fwd = getenv("MIXPREC_CPU_DGRAD_FWD") ? (flag("MIXPREC_CPU_DGRAD_FWD") ? 1 : 0) : -1;
     e.no_bn_pooled_windows = equals("MIXPREC_BN_POOLED_WINDOWS", "0");
     e.no_bn_dx_over_dy = equals("MIXPREC_BN_DX_OVER_DY", "0");
-    e.add_grad_alias = getenv("MIXPREC_ADD_GRAD_ALIAS") ? (flag("MIXPREC_ADD_GRAD_ALIAS") ? 1 : 0) : -1;
+    e.no_add_grad_alias = equals("MIXPREC_ADD_GRAD_ALIAS", "0");
     g_env = e;
 }
 

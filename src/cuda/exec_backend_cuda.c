@@ -8,12 +8,10 @@
 #include "graph/exec_backend.h"
 
 /* Every add reads and writes the arena's tensors; add_cuda.cu's backward
- * skips a copy onto itself. Asked for (MIXPREC_ADD_GRAD_ALIAS=1) until the
- * sharing has run on a device (bench/NOTES.md v0.56): CPU plans prove the
- * rule bit for bit, a GPU's have not run it yet. */
+ * skips a copy onto itself. */
 static bool add_on_arena(const mp_plan *p, int i) {
     (void)p, (void)i;
-    return mp_env_get()->add_grad_alias == 1;
+    return true;
 }
 
 const mp_exec_backend mp_exec_backend_cuda = {

@@ -99,7 +99,7 @@ void mp_plan_grad_alias_buffers(mp_plan *p, mp_arena_buf *b) {
     const int n = p->n;
     for (int i = 0; i < n; i++) p->nodes[i].grad_alias = 0;
     if (!p->o.training || !p->be->add_grads_alias_safe || p->so || p->o.input_grad || mp_plan_backward_repeats(p) ||
-        p->o.no_add_grad_alias || mp_env_get()->add_grad_alias == 0)
+        p->o.no_add_grad_alias || mp_env_get()->no_add_grad_alias)
         return;
     sharing s = {.group = calloc((size_t)n, sizeof(int)),
                  .first = calloc((size_t)n, sizeof(int)),

@@ -26,9 +26,8 @@
  * block's first batch norm adds its part to x's; where that does not hold,
  * one input shares it and the other is copied. Chains of adds (a stage of
  * blocks) share one buffer. Not when told not to
- * (mp_plan_opts.no_add_grad_alias, MIXPREC_ADD_GRAD_ALIAS=0); on GPU plans
- * only when asked (MIXPREC_ADD_GRAD_ALIAS=1) until the sharing has run on
- * a device. The same values, bit for bit. */
+ * (mp_plan_opts.no_add_grad_alias, MIXPREC_ADD_GRAD_ALIAS=0). The same
+ * values, bit for bit. */
 #ifndef MP_GRAPH_PLAN_GRAD_ALIAS_H
 #define MP_GRAPH_PLAN_GRAD_ALIAS_H
 
