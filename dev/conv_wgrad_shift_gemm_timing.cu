@@ -28,30 +28,18 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-#define CKDNN(x)                                                                                 \
-    do {                                                                                         \
-        cudnnStatus_t e_ = (x);                                                                  \
-        if (e_ != CUDNN_STATUS_SUCCESS) {                                                        \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudnnGetErrorString(e_)); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-#define CKLT(x)                                                                  \
-    do {                                                                         \
-        cublasStatus_t e_ = (x);                                                 \
-        if (e_ != CUBLAS_STATUS_SUCCESS) {                                       \
-            fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #x, (int)e_); \
-            exit(1);                                                             \
-        }                                                                        \
-    } while (0)
+/* exits with the failing call and its library's message */
+static void fail_if(bool bad, const char *file, int line, const char *call, const char *msg) {
+    if (!bad) return;
+    fprintf(stderr, "%s:%d %s: %s\n", file, line, call, msg);
+    exit(1);
+}
+#define CK(x) \
+    do { cudaError_t e_ = (x); fail_if(e_ != cudaSuccess, __FILE__, __LINE__, #x, cudaGetErrorString(e_)); } while (0)
+#define CKDNN(x) \
+    do { cudnnStatus_t e_ = (x); fail_if(e_ != CUDNN_STATUS_SUCCESS, __FILE__, __LINE__, #x, cudnnGetErrorString(e_)); } while (0)
+#define CKLT(x) \
+    do { cublasStatus_t e_ = (x); fail_if(e_ != CUBLAS_STATUS_SUCCESS, __FILE__, __LINE__, #x, cublasLtGetStatusString(e_)); } while (0)
 
 struct Shape {
     const char *name;
