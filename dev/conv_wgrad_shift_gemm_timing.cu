@@ -16,7 +16,8 @@
  *   /tmp/wgrad            (wrn-28-10 b128 and resnet18 b512 stride-1 shapes)
  * Prints per shape: cuDNN's time, the pads', the GEMMs' (best of cuBLASLt's
  * heuristic candidates), their sum, and the largest |difference| between the
- * two dW relative to the largest |dW|. */
+ * two dW relative to the largest |dW|. Measured on an H100 (NOTES v0.57):
+ * 1.9-6.5x cuDNN's time, so the library keeps cuDNN's backward-filter. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
