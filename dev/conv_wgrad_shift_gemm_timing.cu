@@ -29,16 +29,7 @@
 #include <cstdlib>
 #include <vector>
 
-/* exits with the failing call and its library's message */
-static void fail_if(bool bad, const char *file, int line, const char *call, const char *msg) {
-    if (!bad) return;
-    fprintf(stderr, "%s:%d %s: %s\n", file, line, call, msg);
-    exit(1);
-}
-#define CK(x) \
-    do { cudaError_t e_ = (x); fail_if(e_ != cudaSuccess, __FILE__, __LINE__, #x, cudaGetErrorString(e_)); } while (0)
-#define CKDNN(x) \
-    do { cudnnStatus_t e_ = (x); fail_if(e_ != CUDNN_STATUS_SUCCESS, __FILE__, __LINE__, #x, cudnnGetErrorString(e_)); } while (0)
+#include "probe_check.cuh"
 #define CKLT(x) \
     do { cublasStatus_t e_ = (x); fail_if(e_ != CUBLAS_STATUS_SUCCESS, __FILE__, __LINE__, #x, cublasLtGetStatusString(e_)); } while (0)
 
@@ -63,14 +54,6 @@ __global__ void pad_kernel(const uint4 *src, uint4 *dst, int n, int h, int w, in
             if (sh >= 0 && sh < h && sw >= 0 && sw < w) val = src[(((long long)img * h + sh) * w + sw) * c8 + v];
         }
         dst[t] = val;
-    }
-}
-
-__global__ void fill_kernel(__nv_bfloat16 *p, long long n, unsigned seed, float scale) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        unsigned x = (unsigned)i * 2654435761u ^ seed;
-        x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
-        p[i] = __float2bfloat16(scale * ((float)(x & 0xffff) / 32768.0f - 1.0f));
     }
 }
 
