@@ -4,8 +4,8 @@
  *
  * Why: an add's backward is d_in = d_out for both inputs. Run as copies it
  * moves the full gradient tensor twice per add (on an H100, wrn-28-10 at
- * batch 128: ~59 µs between two kernels at each 32x32 block, 0.35 ms of an
- * 11.6 ms step in such gaps; bench/NOTES.md v0.56). A pre-activation
+ * batch 128: 24 device copies, 0.369 ms a step; shared, the step went
+ * 11.64 -> 11.27 ms; bench/NOTES.md v0.57). A pre-activation
  * ResNet's adds are not fused into a batch norm (plan_fuse.h fuses a batch
  * norm -> add (-> ReLU) tail), so every block pays them.
  *
