@@ -5,14 +5,15 @@
  * The library's search times the engine configs cuDNN's heuristics rank
  * (src/cuda/conv_engine.cu), each with the knob values the heuristic chose.
  * wrn-28-10 b128's 160-channel backward-filter runs at 56 % of its forward's
- * rate (bench/NOTES.md v0.57): few output tiles, a long reduction. This
+ * rate (bench/NOTES.md v0.57): few output tiles, a long reduction. For
+ * those layers and resnet18 b512's and resnet50 b128's 3x3 ones, this
  * program starts from each of the heuristics' first configs (modes A and B)
  * and walks its knobs one at a time over their whole range (min to max by
  * stride, at most 16 values), keeping a value when it is faster, twice
  * over; each result is checked against the first config's dW.
  *
  *   nvcc -O2 -arch=sm_90 dev/conv_wgrad_knobs_timing.cu -lcudnn -o /tmp/knobs
- *   /tmp/knobs          (wrn-28-10 b128's 3x3 stride-1 layers, bf16 NHWC, f32 sums)
+ *   /tmp/knobs          (the 3x3 stride-1 layers of the three unmet cells, bf16 NHWC, f32 sums)
  * Prints per layer: each start's engine and time, the best knob values found
  * and their time (both timed again side by side), and the largest
  * |difference| relative to the largest |dW|. */
@@ -253,7 +254,15 @@ static void print_choice(const Choice &ch) {
 int main() {
     const Layer layers[] = {{"wrn-28-10 b128 layer1 3x3 160 at 32x32", 128, 160, 160, 32},
                             {"wrn-28-10 b128 layer2 3x3 320 at 16x16", 128, 320, 320, 16},
-                            {"wrn-28-10 b128 layer3 3x3 640 at 8x8", 128, 640, 640, 8}};
+                            {"wrn-28-10 b128 layer3 3x3 640 at 8x8", 128, 640, 640, 8},
+                            {"resnet18 b512 layer1 3x3 64 at 32x32", 512, 64, 64, 32},
+                            {"resnet18 b512 layer2 3x3 128 at 16x16", 512, 128, 128, 16},
+                            {"resnet18 b512 layer3 3x3 256 at 8x8", 512, 256, 256, 8},
+                            {"resnet18 b512 layer4 3x3 512 at 4x4", 512, 512, 512, 4},
+                            {"resnet50 b128 layer1 3x3 64 at 32x32", 128, 64, 64, 32},
+                            {"resnet50 b128 layer2 3x3 128 at 16x16", 128, 128, 128, 16},
+                            {"resnet50 b128 layer3 3x3 256 at 8x8", 128, 256, 256, 8},
+                            {"resnet50 b128 layer4 3x3 512 at 4x4", 128, 512, 512, 4}};
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("conv_wgrad_knobs_timing on %s, cuDNN %zu: backward-filter, bf16 NHWC, f32 sums; ms, median of 9 trials of "
