@@ -8,7 +8,11 @@
  * (heuristic mode A's first 12, MIXPREC_CUDNN_ENGINE_CANDIDATES; the
  * fallback list only when none of those runs) beside the legacy choice and
  * keeps the faster. Timing all 64 of mode A's picked the same engines for
- * resnet18 at batch 2048 (bench notes v0.11).
+ * resnet18 at batch 2048 (bench notes v0.11). Each config is timed with the
+ * knob values the heuristic gave it: walking every knob of the first configs
+ * over its range (dev/conv_wgrad_knobs_timing.cu) found nothing faster than
+ * mode A's first for the 3x3 backward-filters of resnet18, resnet50 and
+ * wrn-28-10 (bench notes v0.58).
  *
  * An engine choice is (heuristic mode, index in that mode's list, cuDNN's
  * global engine index as a check): the same graph on the same GPU model and
