@@ -1,7 +1,7 @@
 /* test_cuda_conv_genstats.c — a probe for fusing batch norm into convolutions
  * with cuDNN's graph API, at resnet18's shapes (batch 512, 32x32 input: 3x3
- * stride 1 and 2, 1x1 stride-2 projection, the deeper layers), f16 and bf16
- * channels-last. For each shape and dtype it builds three graphs:
+ * stride 1 and 2, 1x1 stride-2 projection, the deeper layers) and
+ * wrn-28-10's 3x3 ones (batch 128), f16 and bf16 channels-last. For each shape and dtype it builds three graphs:
  *   conv               CONVOLUTION_FORWARD (x, w -> y);
  *   conv+genstats      conv -> GEN_STATS (per-channel f32 sum and sum of
  *                      squares of y: batch norm's statistics in the epilogue);
@@ -11,6 +11,10 @@
  *                      scale and bias, virtual intermediates). The dtypes of its
  *                      added tensors are tried in the order of sbr_try until
  *                      one has an engine that runs.
+ *   conv+add           conv -> ADD z (a residual input of y's shape): the
+ *                      residual add of a pre-activation block (wrn-28-10)
+ *                      in the convolution's epilogue; the conv's output
+ *                      virtual, f32 first, then in the I/O type.
  * Each graph is searched as the library searches a convolution (conv_engine.cu),
  * over more configs: every one among heuristic mode A's first 16 (the
  * library's default is 12, MIXPREC_CUDNN_ENGINE_CANDIDATES; the fallback
@@ -20,7 +24,7 @@
  * first run may compile the kernels), ends that candidate), and the
  * fastest is kept. Judging a fusion by the first config
  * that finalizes measures the heuristics' first guess, not the fusion. The
- * searches share a wall-clock budget (MP_TEST_SEARCH_SECONDS, default 45) so
+ * searches share a wall-clock budget (MP_TEST_SEARCH_SECONDS, default 90) so
  * that runtime-compiled engines cannot stretch the probe; candidates it leaves
  * untried are counted in the output.
  * Checks, where an engine ran: the fused graphs' sums against a double sum of
@@ -50,8 +54,8 @@ typedef struct {
     int n, c, h, w, k, r, stride, pad;
 } conv_case;
 
-typedef enum { G_CONV, G_STATS, G_SBR, N_GRAPHS } graph_kind;
-static const char *const graph_name[N_GRAPHS] = {"conv", "conv+genstats", "sbr+conv+genstats"};
+typedef enum { G_CONV, G_STATS, G_SBR, G_ADD, N_GRAPHS } graph_kind;
+static const char *const graph_name[N_GRAPHS] = {"conv", "conv+genstats", "sbr+conv+genstats", "conv+add"};
 
 /* The dtypes of the sbr graph's added tensors, each in the I/O dtype when set,
  * else f32: scale and bias; x * scale and + bias; relu's output, the
@@ -67,10 +71,15 @@ static const sbr_types sbr_try[] = {
     {"I/O-type scale/bias, f32 intermediates", true, false, false},
     {"I/O-type scale/bias and intermediates", true, true, true},
 };
-enum { N_SBR_TRY = sizeof sbr_try / sizeof sbr_try[0] };
+/* conv+add's conv output (io_mid), the only added dtype it has */
+static const sbr_types add_try[] = {
+    {"f32 conv output", false, false, false},
+    {"I/O-type conv output", false, true, false},
+};
+enum { N_SBR_TRY = sizeof sbr_try / sizeof sbr_try[0], N_ADD_TRY = sizeof add_try / sizeof add_try[0] };
 
 /* Tensor slots; slot i has unique id i + 1. */
-enum { T_X, T_W, T_Y, T_SUM, T_SQSUM, T_SCALE, T_BIAS, T_XS, T_XB, T_XR, N_TENSORS };
+enum { T_X, T_W, T_Y, T_SUM, T_SQSUM, T_SCALE, T_BIAS, T_XS, T_XB, T_XR, T_Z, T_YC, N_TENSORS };
 enum { MODE_A_CAP = 16, FALLBACK_CAP = 4, MAX_OPS = 5 };
 
 #define BE(call)                                                                                     \
@@ -163,8 +172,8 @@ out:
     return false;
 }
 
-/* The graph of kind for the case in I/O dtype io (st: the sbr graph's added
- * dtypes); false (why set, nothing left) when cuDNN refuses it. */
+/* The graph of kind for the case in I/O dtype io (st: the sbr and add graphs'
+ * added dtypes); false (why set, nothing left) when cuDNN refuses it. */
 static bool build_graph(cudnnHandle_t h, const conv_case *cc, cudnnDataType_t io, graph_kind kind,
                         const sbr_types *st, op_graph *g) {
     int ho, wo, n_ops = 0;
@@ -176,7 +185,10 @@ static bool build_graph(cudnnHandle_t h, const conv_case *cc, cudnnDataType_t io
         !(t[T_W] = tensor(io, T_W, cc->k, cc->c, cc->r, cc->r, false)) ||
         !(t[T_Y] = tensor(io, T_Y, cc->n, cc->k, ho, wo, false)))
         goto out;
-    if (kind != G_CONV && (!(t[T_SUM] = tensor(f32, T_SUM, 1, cc->k, 1, 1, false)) ||
+    if (kind == G_ADD && (!(t[T_Z] = tensor(io, T_Z, cc->n, cc->k, ho, wo, false)) ||
+                          !(t[T_YC] = tensor(st->io_mid ? io : f32, T_YC, cc->n, cc->k, ho, wo, true))))
+        goto out;
+    if ((kind == G_STATS || kind == G_SBR) && (!(t[T_SUM] = tensor(f32, T_SUM, 1, cc->k, 1, 1, false)) ||
                            !(t[T_SQSUM] = tensor(f32, T_SQSUM, 1, cc->k, 1, 1, false))))
         goto out;
     if (kind == G_SBR) { /* x -> * scale -> + bias -> relu -> the convolution's input */
@@ -213,13 +225,15 @@ static bool build_graph(cudnnHandle_t h, const conv_case *cc, cudnnDataType_t io
     BE(cudnnBackendSetAttribute(*conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                                 &t[T_W]));
     BE(cudnnBackendSetAttribute(*conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                &t[T_Y]));
+                                &t[kind == G_ADD ? T_YC : T_Y]));
     BE(cudnnBackendSetAttribute(*conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->conv));
     BE(cudnnBackendSetAttribute(*conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
     BE(cudnnBackendSetAttribute(*conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
     BE(cudnnBackendFinalize(*conv_op));
-    if (kind != G_CONV) {
+    if (kind == G_ADD && !pointwise(&g->pw[0], &g->op[n_ops++], CUDNN_POINTWISE_ADD, t[T_YC], t[T_Z], t[T_Y]))
+        goto out;
+    if (kind == G_STATS || kind == G_SBR) {
         const cudnnGenStatsMode_t gm = CUDNN_GENSTATS_SUM_SQSUM;
         cudnnBackendDescriptor_t *gs = &g->op[n_ops++];
         BE(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR, gs));
@@ -394,11 +408,11 @@ static double sums_error(const float *y, const float *sums, size_t rows, int k) 
     return worst;
 }
 
-/* The host data of one case, shared by both dtypes: x, w, and per-channel
- * scale in [0.5, 1.5) and bias in [-0.5, 0.5), both multiples of 1/64 so that
- * f16, bf16 and f32 hold them exactly. */
+/* The host data of one case, shared by both dtypes: x, w, the residual z
+ * (y's shape), and per-channel scale in [0.5, 1.5) and bias in [-0.5, 0.5),
+ * both multiples of 1/64 so that f16, bf16 and f32 hold them exactly. */
 typedef struct {
-    float *x, *w, *scale, *bias;
+    float *x, *w, *z, *scale, *bias;
     size_t nx, nw, ny;
 } case_data;
 
@@ -415,15 +429,18 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
     float *hy = malloc(ny * sizeof *hy), *hs = malloc(2 * (size_t)cc->k * sizeof *hs), *xr = malloc(nx * sizeof *xr);
     uint16_t *bits = malloc(nbits * sizeof *bits), affine_bits[2][1024];
     MP_ASSERT(hy && hs && xr && bits && cc->c <= 1024);
-    void *dx = NULL, *dxr = NULL, *dw = NULL, *dy = NULL, *dscale = NULL, *dbias = NULL;
+    void *dx = NULL, *dxr = NULL, *dw = NULL, *dy = NULL, *dz = NULL, *dscale = NULL, *dbias = NULL;
     float *dsum = NULL;
     MP_ASSERT(cudaMalloc(&dx, nx * 2) == cudaSuccess && cudaMalloc(&dxr, nx * 2) == cudaSuccess &&
               cudaMalloc(&dw, nw * 2) == cudaSuccess && cudaMalloc(&dy, ny * 2) == cudaSuccess &&
+              cudaMalloc(&dz, ny * 2) == cudaSuccess &&
               cudaMalloc((void **)&dsum, 2 * (size_t)cc->k * sizeof(float)) == cudaSuccess &&
               cudaMalloc(&dscale, (size_t)cc->c * sizeof(float)) == cudaSuccess &&
               cudaMalloc(&dbias, (size_t)cc->c * sizeof(float)) == cudaSuccess);
     mp_store_f32(bits, dt, d->w, (int64_t)nw);
     cudaMemcpy(dw, bits, nw * 2, cudaMemcpyHostToDevice);
+    mp_store_f32(bits, dt, d->z, (int64_t)ny);
+    cudaMemcpy(dz, bits, ny * 2, cudaMemcpyHostToDevice);
     mp_store_f32(bits, dt, d->x, (int64_t)nx);
     cudaMemcpy(dx, bits, nx * 2, cudaMemcpyHostToDevice);
     mp_load_f32(xr, bits, dt, (int64_t)nx); /* x as the GPU holds it, then x' = relu(x * scale + bias) */
@@ -444,8 +461,9 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
     memset(r, 0, sizeof r);
     for (int k = 0; k < N_GRAPHS; k++) {
         bind(&b[k], T_X, dx), bind(&b[k], T_W, dw), bind(&b[k], T_Y, dy);
-        if (k != G_CONV) bind(&b[k], T_SUM, dsum), bind(&b[k], T_SQSUM, dsum + cc->k);
+        if (k == G_STATS || k == G_SBR) bind(&b[k], T_SUM, dsum), bind(&b[k], T_SQSUM, dsum + cc->k);
         if (k == G_SBR) bind(&b[k], T_SCALE, dscale), bind(&b[k], T_BIAS, dbias);
+        if (k == G_ADD) bind(&b[k], T_Z, dz);
     }
     for (int k = G_CONV; k <= G_STATS; k++) {
         if (build_graph(h, cc, io, (graph_kind)k, NULL, &g[k])) {
@@ -477,6 +495,20 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
         CHECK(r[G_SBR].plan || !r[G_SBR].finalized, "%s %s %s (%s): %d configs finalized, none ran", cc->name,
               mp_dtype_name(dt), graph_name[G_SBR], st->name, r[G_SBR].finalized);
         if (!r[G_SBR].plan) graph_free(&g[G_SBR]);
+    }
+    searches_left--;
+    for (int v = 0; v < N_ADD_TRY && !r[G_ADD].plan; v++) {
+        if (!build_graph(h, cc, io, G_ADD, &add_try[v], &g[G_ADD])) {
+            printf("%-22s %-4s %-17s NO GRAPH (%s): %s\n", cc->name, mp_dtype_name(dt), graph_name[G_ADD],
+                   add_try[v].name, why);
+            continue;
+        }
+        result_free(&r[G_ADD]);
+        search(h, &g[G_ADD], &b[G_ADD], &ws, &r[G_ADD]);
+        report(cc, dt, G_ADD, add_try[v].name, &r[G_ADD]);
+        CHECK(r[G_ADD].plan || !r[G_ADD].finalized, "%s %s %s (%s): %d configs finalized, none ran", cc->name,
+              mp_dtype_name(dt), graph_name[G_ADD], add_try[v].name, r[G_ADD].finalized);
+        if (!r[G_ADD].plan) graph_free(&g[G_ADD]);
     }
     searches_left--;
 
@@ -528,6 +560,36 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
         free(ref);
     }
 
+    if (r[G_ADD].plan && r[G_CONV].plan) { /* y against the plain convolution's y + z */
+        float *ref = malloc(ny * sizeof *ref), *hz = malloc(ny * sizeof *hz);
+        MP_ASSERT(ref && hz);
+        const bool ran = run_once(h, r[G_CONV].plan, &b[G_CONV], ws.p);
+        if (ran) {
+            cudaMemcpy(bits, dy, ny * 2, cudaMemcpyDeviceToHost);
+            mp_load_f32(ref, bits, dt, (int64_t)ny);
+            cudaMemcpy(bits, dz, ny * 2, cudaMemcpyDeviceToHost);
+            mp_load_f32(hz, bits, dt, (int64_t)ny);
+        }
+        const bool ran_add = ran && run_once(h, r[G_ADD].plan, &b[G_ADD], ws.p);
+        CHECK(ran_add, "%s %s conv+add: the plain convolution's or its own fastest plan did not run again", cc->name,
+              mp_dtype_name(dt));
+        if (ran_add) {
+            cudaMemcpy(bits, dy, ny * 2, cudaMemcpyDeviceToHost);
+            mp_load_f32(hy, bits, dt, (int64_t)ny);
+            double e2 = 0, r2 = 0;
+            for (size_t i = 0; i < ny; i++) {
+                const double want = (double)ref[i] + hz[i], e = (double)hy[i] - want;
+                e2 += e * e, r2 += want * want;
+            }
+            const double rel = sqrt(e2 / (r2 > 0 ? r2 : 1)), tol = dt == MP_DTYPE_F16 ? 2e-3 : 1e-2;
+            printf("%-22s %-4s %-17s y vs conv(x) + z rel L2 %.2e\n", cc->name, mp_dtype_name(dt), graph_name[G_ADD],
+                   rel);
+            CHECK(rel <= tol, "%s %s: conv+add y %.3e (relative L2) from conv(x) + z, over %.0e", cc->name,
+                  mp_dtype_name(dt), rel, tol);
+        }
+        free(ref), free(hz);
+    }
+
     row->name = cc->name, row->dtype = mp_dtype_name(dt);
     for (int k = 0; k < N_GRAPHS; k++) {
         row->ms[k] = r[k].plan ? r[k].ms : 0;
@@ -535,7 +597,8 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
         graph_free(&g[k]);
     }
     cudaFree(ws.p);
-    cudaFree(dx), cudaFree(dxr), cudaFree(dw), cudaFree(dy), cudaFree(dsum), cudaFree(dscale), cudaFree(dbias);
+    cudaFree(dx), cudaFree(dxr), cudaFree(dw), cudaFree(dy), cudaFree(dz), cudaFree(dsum), cudaFree(dscale);
+    cudaFree(dbias);
     free(hy), free(hs), free(xr), free(bits);
 }
 
@@ -550,11 +613,13 @@ int main(void) {
     const conv_case cases[] = {
         {"layer1 3x3 64 s1", 512, 64, 32, 32, 64, 3, 1, 1},   {"layer2 3x3 64->128 s2", 512, 64, 32, 32, 128, 3, 2, 1},
         {"layer2 1x1 shortcut s2", 512, 64, 32, 32, 128, 1, 2, 0}, {"layer3 3x3 256 s1", 512, 256, 8, 8, 256, 3, 1, 1},
-        {"layer4 3x3 512 s1", 512, 512, 4, 4, 512, 3, 1, 1},  {"cnn10-like 3x3 128", 128, 128, 16, 16, 128, 3, 1, 1}};
+        {"layer4 3x3 512 s1", 512, 512, 4, 4, 512, 3, 1, 1},  {"cnn10-like 3x3 128", 128, 128, 16, 16, 128, 3, 1, 1},
+        {"wrn b128 3x3 160", 128, 160, 32, 32, 160, 3, 1, 1}, {"wrn b128 3x3 320", 128, 320, 16, 16, 320, 3, 1, 1},
+        {"wrn b128 3x3 640", 128, 640, 8, 8, 640, 3, 1, 1}};
     const mp_dtype dts[] = {MP_DTYPE_BF16, MP_DTYPE_F16};
     enum { N_CASES = sizeof cases / sizeof cases[0], N_DTYPES = sizeof dts / sizeof dts[0] };
     const char *budget = getenv("MP_TEST_SEARCH_SECONDS");
-    budget_s = budget && atof(budget) > 0 ? atof(budget) : 45;
+    budget_s = budget && atof(budget) > 0 ? atof(budget) : 90;
     searches_left = N_CASES * N_DTYPES * N_GRAPHS;
     table_row rows[N_CASES * N_DTYPES];
     const double t0 = now_s();
@@ -565,23 +630,25 @@ int main(void) {
         case_data d = {.nx = (size_t)cc->n * cc->c * cc->h * cc->w,
                        .nw = (size_t)cc->k * cc->c * cc->r * cc->r,
                        .ny = (size_t)cc->n * cc->k * ho * wo};
-        d.x = malloc(d.nx * sizeof *d.x), d.w = malloc(d.nw * sizeof *d.w);
+        d.x = malloc(d.nx * sizeof *d.x), d.w = malloc(d.nw * sizeof *d.w), d.z = malloc(d.ny * sizeof *d.z);
         d.scale = malloc((size_t)cc->c * sizeof *d.scale), d.bias = malloc((size_t)cc->c * sizeof *d.bias);
-        MP_ASSERT(d.x && d.w && d.scale && d.bias);
+        MP_ASSERT(d.x && d.w && d.z && d.scale && d.bias);
         mp_rng rng;
         mp_rng_seed(&rng, 3 + i);
         for (size_t j = 0; j < d.nx; j++) d.x[j] = (float)mp_rng_normal(&rng);
         for (size_t j = 0; j < d.nw; j++) d.w[j] = (float)mp_rng_normal(&rng) * 0.1f;
+        for (size_t j = 0; j < d.ny; j++) d.z[j] = (float)mp_rng_normal(&rng);
         for (int j = 0; j < cc->c; j++) {
             d.scale[j] = 0.5f + (float)mp_rng_below(&rng, 64) / 64;
             d.bias[j] = ((float)mp_rng_below(&rng, 64) - 32) / 64;
         }
         for (size_t k = 0; k < N_DTYPES; k++) one(h, cc, &d, dts[k], &rows[i * N_DTYPES + k]);
-        free(d.x), free(d.w), free(d.scale), free(d.bias);
+        free(d.x), free(d.w), free(d.z), free(d.scale), free(d.bias);
     }
     printf("\nfastest of each graph (GPU ms; x: over the plain convolution; -: no engine), %.0f s in all\n",
            now_s() - t0);
-    printf("%-22s %-4s %9s %18s %22s\n", "shape", "type", "conv", "conv+genstats", "sbr+conv+genstats");
+    printf("%-22s %-4s %9s %18s %22s %22s\n", "shape", "type", "conv", "conv+genstats", "sbr+conv+genstats",
+           "conv+add");
     for (size_t i = 0; i < N_CASES * N_DTYPES; i++) {
         const table_row *t = &rows[i];
         printf("%-22s %-4s ", t->name, t->dtype);
