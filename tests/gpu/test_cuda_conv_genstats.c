@@ -1,7 +1,8 @@
 /* test_cuda_conv_genstats.c — a probe for fusing batch norm into convolutions
  * with cuDNN's graph API, at resnet18's shapes (batch 512, 32x32 input: 3x3
  * stride 1 and 2, 1x1 stride-2 projection, the deeper layers) and
- * wrn-28-10's 3x3 ones (batch 128), f16 and bf16 channels-last. For each shape and dtype it builds three graphs:
+ * wrn-28-10's 3x3 ones (batch 128), f16 and bf16 channels-last. For each
+ * shape and dtype it builds four graphs:
  *   conv               CONVOLUTION_FORWARD (x, w -> y);
  *   conv+genstats      conv -> GEN_STATS (per-channel f32 sum and sum of
  *                      squares of y: batch norm's statistics in the epilogue);
@@ -24,7 +25,7 @@
  * first run may compile the kernels), ends that candidate), and the
  * fastest is kept. Judging a fusion by the first config
  * that finalizes measures the heuristics' first guess, not the fusion. The
- * searches share a wall-clock budget (MP_TEST_SEARCH_SECONDS, default 90) so
+ * searches share a wall-clock budget (MP_TEST_SEARCH_SECONDS, default 60) so
  * that runtime-compiled engines cannot stretch the probe; candidates it leaves
  * untried are counted in the output.
  * Checks, where an engine ran: the fused graphs' sums against a double sum of
@@ -619,7 +620,7 @@ int main(void) {
     const mp_dtype dts[] = {MP_DTYPE_BF16, MP_DTYPE_F16};
     enum { N_CASES = sizeof cases / sizeof cases[0], N_DTYPES = sizeof dts / sizeof dts[0] };
     const char *budget = getenv("MP_TEST_SEARCH_SECONDS");
-    budget_s = budget && atof(budget) > 0 ? atof(budget) : 90;
+    budget_s = budget && atof(budget) > 0 ? atof(budget) : 60;
     searches_left = N_CASES * N_DTYPES * N_GRAPHS;
     table_row rows[N_CASES * N_DTYPES];
     const double t0 = now_s();
