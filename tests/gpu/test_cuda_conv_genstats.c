@@ -589,7 +589,9 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
                   mp_dtype_name(dt), rel, tol);
         }
         free(ref), free(hz);
-    }
+    } else if (r[G_ADD].plan) /* as sbr's: said, not silently passed */
+        printf("%-22s %-4s %-17s y unchecked (no plain convolution ran)\n", cc->name, mp_dtype_name(dt),
+               graph_name[G_ADD]);
 
     row->name = cc->name, row->dtype = mp_dtype_name(dt);
     for (int k = 0; k < N_GRAPHS; k++) {
