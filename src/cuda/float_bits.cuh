@@ -54,18 +54,24 @@ __device__ __forceinline__ float mp_dev_low_bits_to_f32(unsigned short b, int dt
     return 0.0f;
 }
 
-/* Element i of a low-precision array of dtype (MP_DTYPE_F16 / _BF16) := x;
- * returns the value stored, as an f32 (exact). */
-__device__ __forceinline__ float mp_dev_store_low(void *low, int dtype, long long i, float x) {
-    unsigned short b = 0;
+/* x rounded to nearest even in dtype (MP_DTYPE_F16 / _BF16), as its bits. */
+__device__ __forceinline__ unsigned short mp_dev_f32_to_low_bits(float x, int dtype) {
     switch ((mp_dtype)dtype) {
-    case MP_DTYPE_F16: b = mp_dev_f32_to_f16_bits(x); break;
-    case MP_DTYPE_BF16: b = mp_dev_f32_to_bf16_bits(x); break;
+    case MP_DTYPE_F16: return mp_dev_f32_to_f16_bits(x);
+    case MP_DTYPE_BF16: return mp_dev_f32_to_bf16_bits(x);
     case MP_DTYPE_F32:
     case MP_DTYPE_F64:
     case MP_DTYPE_I32:
-    case MP_DTYPE_COUNT: __trap(); /* not a 16-bit float dtype: a caller's bug */
+    case MP_DTYPE_COUNT: break;
     }
+    __trap(); /* not a 16-bit float dtype: a caller's bug */
+    return 0;
+}
+
+/* Element i of a low-precision array of dtype (MP_DTYPE_F16 / _BF16) := x;
+ * returns the value stored, as an f32 (exact). */
+__device__ __forceinline__ float mp_dev_store_low(void *low, int dtype, long long i, float x) {
+    const unsigned short b = mp_dev_f32_to_low_bits(x, dtype);
     ((unsigned short *)low)[i] = b;
     return mp_dev_low_bits_to_f32(b, dtype);
 }

@@ -58,9 +58,22 @@ void mp_cuda_grads_destroy(mp_cuda_grads *g) {
 }
 
 /* GradScaler.unscale_: inv = (float)(1 / (double)scale); no multiply at 1.
- * An f32 chunk at 16 bytes goes four elements per access (the pass is
- * memory-bound), its last len % 4 and any other chunk element by element;
- * the same multiply either way. */
+ * A chunk at 16 bytes goes 16 bytes per access (four f32 or eight f16/bf16
+ * elements: the pass is memory-bound), its last elements and any other chunk
+ * element by element; the same multiply and rounding either way, and the
+ * check of the value stored. */
+__device__ __forceinline__ unsigned unscale_check_low8(uint4 *v, int dt, bool mul, float inv) {
+    __align__(16) unsigned short b[8];
+    *(uint4 *)b = *v;
+    unsigned bad = 0;
+    for (int l = 0; l < 8; l++) {
+        if (mul) b[l] = mp_dev_f32_to_low_bits(MP_FMUL(mp_dev_low_bits_to_f32(b[l], dt), inv), dt);
+        bad |= mp_dev_nonfinite(mp_dev_low_bits_to_f32(b[l], dt));
+    }
+    if (mul) *v = *(uint4 *)b;
+    return bad;
+}
+
 __global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_table t, mp_scaler *s, int group) {
     const float scale = s->scale;
     const float inv = mp_scaler_inverse(scale);
@@ -81,6 +94,11 @@ __global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_tabl
                 bad |= mp_dev_nonfinite(y.x) | mp_dev_nonfinite(y.y) | mp_dev_nonfinite(y.z) | mp_dev_nonfinite(y.w);
             }
             done = quads * 4;
+        } else if ((dt == MP_DTYPE_F16 || dt == MP_DTYPE_BF16) && mp_mt_aligned(ten.ptr[0], start, 2, 16)) {
+            uint4 *v = (uint4 *)((unsigned short *)ten.ptr[0] + start);
+            const int octs = len / 8;
+            for (int q = threadIdx.x; q < octs; q += blockDim.x) bad |= unscale_check_low8(v + q, dt, mul, inv);
+            done = octs * 8;
         }
         for (long long i = start + done + threadIdx.x; i < start + len; i += blockDim.x) {
             float y = mp_dev_load_any(ten.ptr[0], dt, i);

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/scaler_rule.h"
 #include "check.h"
 #include "core/rng.h"
 #include "cuda/cuda_optim.h"
@@ -159,6 +160,84 @@ static void unscale_case(const char *name, float scale, float big, int bad_tenso
     }
 }
 
+/* The same over a plan's low_grads (f16/bf16 gradient lists): the device
+ * multiplies each widened value by the inverse scale, stores it rounded to
+ * nearest even and checks the value stored, so a gradient that overflows the
+ * 16-bit type only when unscaled counts. The reference does each step on the
+ * host (mp_round_f32 is that rounding). Tensor 1 starts one element past a
+ * 16-byte boundary and the sizes leave tails, so both the 16-byte path and
+ * the element path run, and must agree with the host bit for bit. */
+static int unscale_low_case(const char *name, mp_dtype dt, float scale, float big, int bad_tensor, int64_t bad_index,
+                            float bad) {
+    mp_rng r;
+    mp_rng_seed(&r, 13);
+    mp_scaler cs;
+    CHECK_OK(mp_scaler_init(&cs, (mp_scaler_opts){.init_scale = scale}));
+    mp_scaler *gs = NULL;
+    CHECK_OK(mp_cuda_scaler_create(ctx, &cs, &gs));
+    const float inv = mp_scaler_inverse(scale);
+    float *h[UT];
+    uint16_t *bits[UT], *back[UT];
+    void *d[UT];
+    void *alloc[UT];
+    mp_dtype dts[UT];
+    bool want_bad = false;
+    for (int t = 0; t < UT; t++) {
+        const int64_t n = unscale_sizes[t];
+        h[t] = malloc((size_t)(n + 1) * sizeof(float));
+        bits[t] = malloc((size_t)(n + 1) * 2);
+        back[t] = malloc((size_t)(n + 1) * 2);
+        fill_normal(h[t], n, &r, 100.0);
+        if (n > 2) h[t][1] = -0.0f;
+        if (n > 3) h[t][2] = big;
+        if (t == bad_tensor) h[t][bad_index] = bad;
+        mp_round_f32(h[t], n, dt); /* the gradient as the backward left it */
+        if (dt == MP_DTYPE_F16) mp_convert_f32_to_f16(h[t], (mp_f16 *)bits[t], (size_t)n);
+        else mp_convert_f32_to_bf16(h[t], (mp_bf16 *)bits[t], (size_t)n);
+        alloc[t] = dev_alloc((size_t)(n + 8) * 2);
+        d[t] = (uint16_t *)alloc[t] + (t == 1); /* tensor 1 at 2 bytes past the allocation's alignment */
+        up(d[t], bits[t], (size_t)n * 2);
+        dts[t] = dt;
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < n; i++) h[t][i] = h[t][i] * inv;
+        mp_round_f32(h[t], n, dt); /* the value stored */
+        for (int64_t i = 0; i < n; i++) want_bad |= !isfinite(h[t][i]);
+    }
+    mp_cuda_grads *gl = NULL;
+    CHECK_OK(mp_cuda_grads_create_typed(ctx, d, dts, unscale_sizes, UT, &gl));
+    CHECK_OK(mp_cuda_unscale_check(ctx, gs, 0, gl));
+    mp_scaler gback = cs;
+    CHECK_OK(mp_cuda_scaler_download(ctx, gs, &gback));
+    const int want = want_bad ? MP_FOUND_GRADIENT : 0;
+    CHECK(gback.found_inf == want && gback.group_found[0] == want, "unscale %s: found_inf %d, group 0 %d, expected %d",
+          name, gback.found_inf, gback.group_found[0], want);
+    int64_t diffs = 0;
+    for (int t = 0; t < UT; t++) {
+        const int64_t n = unscale_sizes[t];
+        down(back[t], d[t], (size_t)n * 2);
+        if (dt == MP_DTYPE_F16) mp_convert_f32_to_f16(h[t], (mp_f16 *)bits[t], (size_t)n);
+        else mp_convert_f32_to_bf16(h[t], (mp_bf16 *)bits[t], (size_t)n);
+        const unsigned inf_bits = dt == MP_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+        for (int64_t i = 0; i < n; i++) {
+            if (back[t][i] == bits[t][i]) continue;
+            if (isnan(h[t][i]) && (back[t][i] & 0x7fffu) > inf_bits) continue; /* NaN payloads are the hardware's */
+            diffs++;
+        }
+    }
+    CHECK(diffs == 0, "unscale %s: %lld elements differ from the host's rounding", name, (long long)diffs);
+    printf("  unscale %-30s %s scale %-10g found_inf %d, bit-identical to the host\n", name, mp_dtype_name(dt),
+           (double)scale, gback.found_inf);
+    mp_cuda_grads_destroy(gl);
+    mp_cuda_scaler_destroy(gs);
+    for (int t = 0; t < UT; t++) {
+        free(h[t]);
+        free(bits[t]);
+        free(back[t]);
+        cudaFree(alloc[t]);
+    }
+    return gback.found_inf;
+}
+
 static void test_unscale(void) {
     unscale_case("clean", 65536.0f, 3.0e6f, -1, 0, 0);
     unscale_case("scale 1 (check only)", 1.0f, 3.0e38f, -1, 0, 0);
@@ -168,6 +247,19 @@ static void test_unscale(void) {
     unscale_case("NaN mid big tensor", 65536.0f, 1.0f, 4, 50001, NAN);
     unscale_case("NaN at scale 1", 1.0f, 1.0f, 3, 16384, NAN);
     unscale_case("overflow by unscaling", 0x1.0p-10f, 3.0e38f, -1, 0, 0);
+    for (int k = 0; k < 2; k++) {
+        const mp_dtype dt = k ? MP_DTYPE_BF16 : MP_DTYPE_F16;
+        const char *dn = mp_dtype_name(dt);
+        CHECK(!unscale_low_case("clean", dt, 65536.0f, 3000.0f, -1, 0, 0), "%s: a clean list flagged", dn);
+        CHECK(!unscale_low_case("scale 1 (check only)", dt, 1.0f, 60000.0f, -1, 0, 0), "%s: 60000 flagged", dn);
+        unscale_low_case("odd scale", dt, 12345.678f, 1.0f, -1, 0, 0);
+        CHECK(unscale_low_case("+inf in the unaligned tensor", dt, 65536.0f, 1.0f, 1, 3, INFINITY), "%s: inf missed", dn);
+        CHECK(unscale_low_case("NaN mid big tensor", dt, 65536.0f, 1.0f, 4, 50001, NAN), "%s: NaN missed", dn);
+        CHECK(unscale_low_case("-inf in a tail", dt, 1.0f, 1.0f, 6, 3 * 16384 + 4, -INFINITY), "%s: -inf missed", dn);
+        /* 60000 / 2^-2 = 240000 overflows f16, not bf16: found where the value stored is inf */
+        const int over = unscale_low_case("overflow by unscaling", dt, 0x1.0p-2f, 60000.0f, -1, 0, 0);
+        CHECK(!over == (dt == MP_DTYPE_BF16), "%s: overflow by unscaling found_inf %d", dn, over);
+    }
 }
 
 /* ---- norm and clipping ---------------------------------------------------- */
