@@ -27,7 +27,9 @@
  * that finalizes measures the heuristics' first guess, not the fusion. The
  * searches share a wall-clock budget (MP_TEST_SEARCH_SECONDS, default 60) so
  * that runtime-compiled engines cannot stretch the probe; candidates it leaves
- * untried are counted in the output.
+ * untried are counted in the output. MP_TEST_GRAPHS (names, comma-separated)
+ * keeps the plain convolution and the graphs named, so that a question about
+ * one fusion gets the whole budget.
  * Checks, where an engine ran: the fused graphs' sums against a double sum of
  * their y read back (1e-3 of the sum of |y|: y is rounded to f16/bf16, the sums
  * may be of the f32 accumulators; a wrong kernel is O(1)), and sbr's y against
@@ -320,6 +322,7 @@ static void result_free(search_result *r) {
 
 /* The wall-clock seconds the searches may still spend, and how many remain. */
 static double budget_s;
+static bool graph_wanted[N_GRAPHS]; /* MP_TEST_GRAPHS */
 static int searches_left;
 
 /* Every allowed config of mode A's first MODE_A_CAP (the fallback list's
@@ -467,6 +470,7 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
         if (k == G_ADD) bind(&b[k], T_Z, dz);
     }
     for (int k = G_CONV; k <= G_STATS; k++) {
+        if (!graph_wanted[k]) continue;
         if (build_graph(h, cc, io, (graph_kind)k, NULL, &g[k])) {
             search(h, &g[k], &b[k], &ws, &r[k]);
             report(cc, dt, (graph_kind)k, NULL, &r[k]);
@@ -476,7 +480,7 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
             printf("%-22s %-4s %-17s NO GRAPH: %s\n", cc->name, mp_dtype_name(dt), graph_name[k], why);
         searches_left--;
     }
-    for (int v = 0; v < N_SBR_TRY && !r[G_SBR].plan; v++) {
+    for (int v = 0; v < N_SBR_TRY && graph_wanted[G_SBR] && !r[G_SBR].plan; v++) {
         const sbr_types *st = &sbr_try[v];
         if (st->io_affine) {
             cudaMemcpy(dscale, affine_bits[0], (size_t)cc->c * 2, cudaMemcpyHostToDevice);
@@ -497,8 +501,8 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
               mp_dtype_name(dt), graph_name[G_SBR], st->name, r[G_SBR].finalized);
         if (!r[G_SBR].plan) graph_free(&g[G_SBR]);
     }
-    searches_left--;
-    for (int v = 0; v < N_ADD_TRY && !r[G_ADD].plan; v++) {
+    searches_left -= graph_wanted[G_SBR];
+    for (int v = 0; v < N_ADD_TRY && graph_wanted[G_ADD] && !r[G_ADD].plan; v++) {
         if (!build_graph(h, cc, io, G_ADD, &add_try[v], &g[G_ADD])) {
             printf("%-22s %-4s %-17s NO GRAPH (%s): %s\n", cc->name, mp_dtype_name(dt), graph_name[G_ADD],
                    add_try[v].name, why);
@@ -511,7 +515,7 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
               mp_dtype_name(dt), graph_name[G_ADD], add_try[v].name, r[G_ADD].finalized);
         if (!r[G_ADD].plan) graph_free(&g[G_ADD]);
     }
-    searches_left--;
+    searches_left -= graph_wanted[G_ADD];
 
     if (r[G_STATS].plan && run_once(h, r[G_STATS].plan, &b[G_STATS], ws.p)) { /* the sums of its y */
         cudaMemcpy(bits, dy, ny * 2, cudaMemcpyDeviceToHost);
@@ -605,6 +609,26 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
     free(hy), free(hs), free(xr), free(bits);
 }
 
+/* graph_wanted from MP_TEST_GRAPHS (NULL or empty: every graph); false,
+ * with the error printed, on a name that is not a graph's. */
+static bool want_graphs(const char *list) {
+    for (int k = 0; k < N_GRAPHS; k++) graph_wanted[k] = !list || !*list || k == G_CONV;
+    for (const char *p = list; p && *p;) {
+        const size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int k = 0; k < N_GRAPHS; k++)
+            if (strlen(graph_name[k]) == len && strncmp(p, graph_name[k], len) == 0) found = k;
+        if (found < 0) {
+            fprintf(stderr, "test_cuda_conv_genstats: MP_TEST_GRAPHS: unknown graph '%.*s' (conv, conv+genstats, "
+                            "sbr+conv+genstats, conv+add)\n", (int)len, p);
+            return false;
+        }
+        graph_wanted[found] = true;
+        p += len + (p[len] == ',');
+    }
+    return true;
+}
+
 int main(void) {
     if (mp_cuda_device_count() < 1) {
         fprintf(stderr, "test_cuda_conv_genstats: no CUDA device: %s\n", mp_cuda_device_list());
@@ -623,7 +647,10 @@ int main(void) {
     enum { N_CASES = sizeof cases / sizeof cases[0], N_DTYPES = sizeof dts / sizeof dts[0] };
     const char *budget = getenv("MP_TEST_SEARCH_SECONDS");
     budget_s = budget && atof(budget) > 0 ? atof(budget) : 60;
-    searches_left = N_CASES * N_DTYPES * N_GRAPHS;
+    if (!want_graphs(getenv("MP_TEST_GRAPHS"))) return 2;
+    int n_wanted = 0;
+    for (int k = 0; k < N_GRAPHS; k++) n_wanted += graph_wanted[k];
+    searches_left = N_CASES * N_DTYPES * n_wanted;
     table_row rows[N_CASES * N_DTYPES];
     const double t0 = now_s();
     for (size_t i = 0; i < N_CASES; i++) {
