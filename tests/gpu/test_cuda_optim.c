@@ -103,13 +103,19 @@ static const int64_t unscale_sizes[UT] = {1, 7, 16384, 16385, 100003, 0, 3 * 163
 
 /* CPU mp_scaler vs device over the same tensors; bad: value planted at
  * (tensor, index) when tensor >= 0. */
+/* A host scaler at scale and its copy on the device. */
+static mp_scaler *scaler_pair(float scale, mp_scaler *cs) {
+    CHECK_OK(mp_scaler_init(cs, (mp_scaler_opts){.init_scale = scale}));
+    mp_scaler *gs = NULL;
+    CHECK_OK(mp_cuda_scaler_create(ctx, cs, &gs));
+    return gs;
+}
+
 static void unscale_case(const char *name, float scale, float big, int bad_tensor, int64_t bad_index, float bad) {
     mp_rng r;
     mp_rng_seed(&r, 11);
     mp_scaler cs;
-    CHECK_OK(mp_scaler_init(&cs, (mp_scaler_opts){.init_scale = scale}));
-    mp_scaler *gs = NULL;
-    CHECK_OK(mp_cuda_scaler_create(ctx, &cs, &gs));
+    mp_scaler *gs = scaler_pair(scale, &cs);
     float *h[UT], *d[UT], *back[UT];
     for (int t = 0; t < UT; t++) {
         int64_t n = unscale_sizes[t];
@@ -172,9 +178,7 @@ static int unscale_low_case(const char *name, mp_dtype dt, float scale, float bi
     mp_rng r;
     mp_rng_seed(&r, 13);
     mp_scaler cs;
-    CHECK_OK(mp_scaler_init(&cs, (mp_scaler_opts){.init_scale = scale}));
-    mp_scaler *gs = NULL;
-    CHECK_OK(mp_cuda_scaler_create(ctx, &cs, &gs));
+    mp_scaler *gs = scaler_pair(scale, &cs);
     const float inv = mp_scaler_inverse(scale);
     float *h[UT];
     uint16_t *bits[UT], *back[UT];
