@@ -675,7 +675,8 @@ int main(void) {
         for (size_t k = 0; k < N_DTYPES; k++) one(h, cc, &d, dts[k], &rows[i * N_DTYPES + k]);
         free(d.x), free(d.w), free(d.z), free(d.scale), free(d.bias);
     }
-    printf("\nfastest of each graph (GPU ms; x: over the plain convolution; -: no engine), %.0f s in all\n",
+    printf("\nfastest of each graph (GPU ms; x: over the plain convolution; -: no engine; skipped: not in "
+           "MP_TEST_GRAPHS), %.0f s in all\n",
            now_s() - t0);
     printf("%-22s %-4s %9s %18s %22s %22s\n", "shape", "type", "conv", "conv+genstats", "sbr+conv+genstats",
            "conv+add");
@@ -690,7 +691,7 @@ int main(void) {
             else if (t->ms[k] > 0)
                 printf(" %*.3f %8s", k == G_STATS ? 9 : 13, (double)t->ms[k], "");
             else
-                printf(" %*s %8s", k == G_STATS ? 9 : 13, "-", "");
+                printf(" %*s %8s", k == G_STATS ? 9 : 13, graph_wanted[k] ? "-" : "skipped", "");
         }
         printf("\n");
     }
