@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_net.h"
 #include "check.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -31,32 +32,6 @@
 #include "scratch_dir.h"
 
 static char dir[4096];
-
-/* A small classifier: input (1, 8, 8) -> conv -> bn -> relu -> flatten -> fc (k classes). */
-typedef struct {
-    mp_graph *g;
-    mp_node input, labels, logits, loss;
-} net;
-
-static net make_net(int out_channels, int classes) {
-    net n = {.g = mp_graph_create()};
-    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
-    n.labels = mp_graph_labels(n.g, "label");
-    mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = out_channels, .kernel = 3, .padding = 1});
-    x = mp_relu(n.g, "relu", mp_batchnorm2d(n.g, "bn", x, (mp_batchnorm_opts){0}));
-    n.logits = mp_linear(n.g, "fc", mp_flatten(n.g, "flat", x), (mp_linear_opts){.out_features = classes, .bias = true});
-    n.loss = mp_softmax_cross_entropy(n.g, "loss", n.logits, n.labels);
-    MP_ASSERT(mp_graph_status(n.g) == MP_OK);
-    mp_graph_init_params(n.g, 3);
-    return n;
-}
-
-static mp_optimizer *sgd(mp_graph *g) {
-    mp_optimizer *o = NULL;
-    MP_ASSERT(mp_optimizer_create(g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}}, &o) ==
-              MP_OK);
-    return o;
-}
 
 static void test_trainer_misuse(void) {
     CHECK_ERR(mp_trainer_step(NULL, NULL, NULL), MP_ERR_INVALID_ARG, "trainer");
@@ -321,11 +296,6 @@ static void test_options_misuse(void) {
 
 /* mp_trainer_loss on a loss the program never marked as an output: the
  * trainer keeps it readable (it is the value a marked loss gives). */
-/* One batch of make_net's 4 x (1, 8, 8) images and labels. */
-static void small_batch(float *x, int32_t *y) {
-    for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
-    for (int i = 0; i < 4; i++) y[i] = (i * 5) % 3;
-}
 
 static void test_loss_not_marked(void) {
     float loss[2] = {0, 0};

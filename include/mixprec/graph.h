@@ -2,7 +2,10 @@
  * Building a model: a graph (DAG) of op nodes, its parameters and their
  * gradients. Nodes are created in topological order; every node has a unique
  * name, and a parameter is named "<node>.<param>" ("conv1.weight",
- * "bn1.running_mean"), in the graph, in checkpoints and in weight files. */
+ * "bn1.running_mean"), in the graph, in checkpoints and in weight files.
+ * Every node is added before an optimizer, plan or trainer is made from the
+ * graph: they hold its node and parameter lists, so a later node is refused
+ * (mp_graph_status names it). */
 #ifndef MIXPREC_GRAPH_H
 #define MIXPREC_GRAPH_H
 
@@ -19,7 +22,9 @@ typedef int mp_node;
 
 /** An empty graph, or NULL when out of memory. */
 MP_API mp_graph *mp_graph_create(void);
-/** Frees the graph and its parameters (NULL is fine). */
+/** Frees the graph and its parameters (NULL is fine). While plans, trainers
+ * or optimizers made from it are alive it is freed when the last of them is
+ * destroyed. */
 MP_API void mp_graph_destroy(mp_graph *g);
 /** The first error met while building (construction calls return -1 after it). */
 MP_API mp_status mp_graph_status(const mp_graph *g);

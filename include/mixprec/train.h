@@ -189,8 +189,10 @@ MP_API mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst
 /** Identity and position saved with a checkpoint, and what the run's inputs
  * were normalized with, so that evaluation elsewhere normalizes alike. */
 typedef struct {
-    const char *model;      /**< a name for the model; checked on load when both are non-empty */
-    int epoch;              /**< epochs completed (the caller's count) */
+    const char *model;      /**< a name for the model; mp_trainer_load refuses a file saved under another one
+                                 when both are non-empty; mp_checkpoint_load_weights loads any file whose tensors
+                                 fit and names the saved model in its errors */
+    int epoch;              /**< epochs completed (the caller's count), 0 to 100000 */
     /** Per-channel input normalization (x - mean) / std the run trained with.
      * Saving: written when norm_channels > 0, else the checkpoint says the
      * run did not normalize. Loading: filled from the file. */

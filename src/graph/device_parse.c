@@ -12,6 +12,7 @@ int mp_cuda_device_count(void); /* src/cuda/cuda_ctx.cu */
 #endif
 
 mp_status mp_device_parse(const char *text, mp_device *out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "--device: no output pointer");
     *out = (mp_device){MP_DEVICE_CPU, 0};
     if (!text) return mp_error(MP_ERR_INVALID_ARG, "--device: missing value (cpu, cuda, cuda:N or auto)");
     if (!strcmp(text, "cpu")) return MP_OK;

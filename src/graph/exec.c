@@ -42,12 +42,30 @@ mp_status mp_plan_set_input(mp_plan *p, mp_node node, const float *data, size_t 
     return MP_OK;
 }
 
+/* Every label within the classes of each softmax_cross_entropy reading
+ * node: checked here, before any forward, so that a refused batch changes
+ * nothing (batch norm's running statistics included). */
+static mp_status check_label_range(const mp_plan *p, mp_node node, const int32_t *labels, size_t n) {
+    for (int j = 0; j < p->n; j++) {
+        const mp_gnode *c = &p->g->nodes[j];
+        if (c->desc.kind != MP_OP_SOFTMAX_CE || c->n_in < 2 || c->in[1] != node) continue;
+        const int64_t k = p->g->nodes[c->in[0]].sample_shape.dims[1];
+        for (size_t i = 0; i < n; i++)
+            if (labels[i] < 0 || labels[i] >= k)
+                return mp_error(MP_ERR_INVALID_ARG, "set_labels '%s': sample %zu has label %d, outside [0, %lld) of "
+                                "softmax_cross_entropy '%s'", p->g->nodes[node].name, i, (int)labels[i],
+                                (long long)k, c->name);
+    }
+    return MP_OK;
+}
+
 mp_status mp_plan_set_labels(mp_plan *p, mp_node node, const int32_t *labels, size_t n) {
     MP_TRY(check_node(p, node, MP_OP_LABELS, "set_labels"));
     if (!labels) return mp_error(MP_ERR_INVALID_ARG, "set_labels '%s': no labels (NULL)", p->g->nodes[node].name);
     if (n != (size_t)p->o.batch)
         return mp_error(MP_ERR_SHAPE, "set_labels '%s': got %zu labels, the plan takes %d", p->g->nodes[node].name,
                         n, p->o.batch);
+    MP_TRY(check_label_range(p, node, labels, n));
     MP_TRY(p->be->set_labels(p, node, labels, n));
     note_batch(p, node);
     return MP_OK;
@@ -421,6 +439,7 @@ mp_status mp_plan_read(const mp_plan *p, mp_node node, float *dst, size_t n) {
     size_t have = (size_t)mp_tensor_numel(t);
     if (n != have)
         return mp_error(MP_ERR_SHAPE, "read '%s': asked for %zu values, it has %zu", p->g->nodes[node].name, n, have);
+    if (!dst && n > 0) return mp_error(MP_ERR_INVALID_ARG, "read '%s': null buffer", p->g->nodes[node].name);
     return p->be->read(p, node, dst, n);
 }
 

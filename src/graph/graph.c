@@ -15,8 +15,7 @@ mp_graph *mp_graph_create(void) {
     return g;
 }
 
-void mp_graph_destroy(mp_graph *g) {
-    if (!g) return;
+static void graph_free(mp_graph *g) {
     for (int i = 0; i < g->n_params; i++) {
         free(g->params[i].data);
         free(g->params[i].grad);
@@ -24,6 +23,19 @@ void mp_graph_destroy(mp_graph *g) {
     free(g->params);
     free(g->nodes);
     free(g);
+}
+
+void mp_graph_destroy(mp_graph *g) {
+    if (!g) return;
+    if (g->live_plans > 0 || g->live_optimizers > 0) { /* they read it to the end: freed after the last */
+        g->orphaned = true;
+        return;
+    }
+    graph_free(g);
+}
+
+void mp_graph_user_gone(mp_graph *g) {
+    if (g->orphaned && g->live_plans == 0 && g->live_optimizers == 0) graph_free(g);
 }
 
 mp_status mp_graph_status(const mp_graph *g) { return g ? g->status : MP_ERR_INVALID_ARG; }
@@ -118,6 +130,12 @@ mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op
         return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG,
                                          "graph: node %d's name \"%s\" has a control character at byte %d",
                                          g->n_nodes, shown, bad));
+    if (g->live_plans > 0 || g->live_optimizers > 0)
+        return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG,
+                                         "graph: node '%s' added after %d plan(s) or trainer(s) and %d optimizer(s) "
+                                         "were made from the graph (they hold its nodes and parameters); add every "
+                                         "node first, or destroy them",
+                                         name, g->live_plans, g->live_optimizers));
     if (mp_graph_find(g, name) >= 0)
         return mp_graph_fail(g, mp_error(MP_ERR_INVALID_ARG, "graph: duplicate node name '%s'", name));
     if (n_in < 0 || n_in > MP_MAX_INPUTS)
@@ -219,9 +237,10 @@ mp_status mp_graph_share_params(mp_graph *g, mp_node node, mp_node from) {
     if (a->desc.kind != b->desc.kind || a->n_params != b->n_params || a->n_params == 0)
         return mp_error(MP_ERR_INVALID_ARG, "share_params: '%s' (%s) cannot use the parameters of '%s' (%s)", a->name,
                         mp_op_lookup(a->desc.kind)->name, b->name, mp_op_lookup(b->desc.kind)->name);
-    if (g->live_plans > 0)
-        return mp_error(MP_ERR_INVALID_ARG, "share_params: '%s': %d plan(s) of this graph are alive; destroy the "
-                        "plans and trainers first", a->name, g->live_plans);
+    if (g->live_plans > 0 || g->live_optimizers > 0)
+        return mp_error(MP_ERR_INVALID_ARG, "share_params: '%s': %d plan(s) and %d optimizer(s) of this graph are "
+                        "alive; destroy the plans, trainers and optimizers first", a->name, g->live_plans,
+                        g->live_optimizers);
     if (mp_graph_param_users(g, a->first_param) > 1)
         return mp_error(MP_ERR_INVALID_ARG, "share_params: '%s' already shares its parameters with another node",
                         a->name);

@@ -56,7 +56,18 @@ struct mp_graph {
      * hold its dtypes and parameter layout, so the public calls that change
      * those (apply_policy, share_params) refuse while any is alive */
     int live_plans;
+    /* optimizers made from this graph and not yet freed (train/optimizer.c):
+     * they hold its parameter list, so adding nodes and share_params refuse
+     * while any is alive */
+    int live_optimizers;
+    /* mp_graph_destroy called while plans or optimizers were alive: freed
+     * when the last of them goes (mp_graph_user_gone) */
+    bool orphaned;
 };
+
+/* After a plan or optimizer of g was freed: frees g if it was destroyed
+ * while they were alive and none is left. */
+void mp_graph_user_gone(mp_graph *g);
 
 /* Record a construction error in g (the first one stays); returns -1, no node. */
 mp_node mp_graph_fail(mp_graph *g, mp_status s);

@@ -420,7 +420,8 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
 
 void mp_plan_destroy(mp_plan *p) {
     if (!p) return;
-    p->g->live_plans--;
+    mp_graph *g = p->g;
+    g->live_plans--;
     mp_so_free(p); /* its buffers live on the plan's device: before the device closes */
     if (p->be) { /* a device's node states, arena and parameters first */
         p->be->arena_free(p);
@@ -437,6 +438,7 @@ void mp_plan_destroy(mp_plan *p) {
     free(p->grad_dtype);
     for (int j = 0; j < MP_MAX_LOSSES; j++) free(p->reach[j]);
     free(p);
+    mp_graph_user_gone(g);
 }
 
 size_t mp_plan_arena_bytes(const mp_plan *p) { return p ? p->arena_bytes : 0; }

@@ -33,6 +33,7 @@ const char *mp_optim_kind_name(mp_optim_kind k) {
 }
 
 mp_status mp_optim_kind_parse(const char *name, mp_optim_kind *out) {
+    if (!out) return mp_error(MP_ERR_INVALID_ARG, "optimizer: kind parse without an output pointer");
     for (int k = 0; k < (int)(sizeof kind_names / sizeof kind_names[0]); k++) {
         if (name && strcmp(name, kind_names[k]) == 0) {
             *out = (mp_optim_kind)k;

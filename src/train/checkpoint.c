@@ -93,6 +93,8 @@ static void meta_add(meta_list *m, const char *key, const char *fmt, ...) {
 
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info) {
     if (!t || !path) return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null trainer or path");
+    if (info && (info->epoch < 0 || info->epoch > 100000)) /* what loading accepts (mixprec.epoch) */
+        return mp_error(MP_ERR_INVALID_ARG, "%s: not saved: epoch %d is outside [0, 100000]", path, info->epoch);
     if (t->micro != 0)
         return mp_error(MP_ERR_INVALID_ARG, "%s: not saved: in the middle of a step (%d of %d micro-batches queued); "
                         "save between steps", path, t->micro, t->k);

@@ -33,6 +33,7 @@ mp_status mp_optimizer_create(mp_graph *g, const mp_optimizer_opts *o, mp_optimi
     mp_optimizer *opt = calloc(1, sizeof *opt);
     if (!opt) return mp_error(MP_ERR_NOMEM, "optimizer: out of memory");
     opt->g = g;
+    g->live_optimizers++; /* until mp_optimizer_destroy frees it */
     opt->o = *o;
     snprintf(opt->prefix, sizeof opt->prefix, "%s", prefix);
     opt->o.params = opt->prefix;
@@ -68,7 +69,10 @@ void mp_optimizer_destroy(mp_optimizer *o) {
     }
     mp_optim_destroy(o->host);
     free(o->param_index);
+    mp_graph *g = o->g;
     free(o);
+    g->live_optimizers--;
+    mp_graph_user_gone(g);
 }
 
 int64_t mp_optimizer_steps(const mp_optimizer *o) {

@@ -212,6 +212,11 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
                         "--precision-override for that layer%s",
                         (long long)step, consecutive, d, t->o.auto_fallback ? " (--auto-fallback needs the op)" : "");
     mp_gnode *nd = &g->nodes[node];
+    if (mp_op_is_source(nd->desc.kind) && nd->storage_dtype == MP_DTYPE_F32)
+        return mp_error(MP_ERR_NONFINITE,
+                        "step %lld: %d consecutive batches whose %s holds NaN/inf as given (stored in fp32: no "
+                        "precision setting causes or fixes it); check the data",
+                        (long long)step, consecutive, d);
     if (t->o.auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32) &&
         g->live_plans > 1)
         return mp_error(MP_ERR_NONFINITE,

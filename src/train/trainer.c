@@ -382,7 +382,8 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
 }
 
 mp_status mp_trainer_loss(mp_trainer *t, float *loss) {
-    if (!t || !loss) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    if (!loss) return mp_error(MP_ERR_INVALID_ARG, "trainer: loss read into a null pointer");
     return mp_trainer_read(t, t->groups[0].losses[0], loss, 1);
 }
 
@@ -475,6 +476,9 @@ mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_
     if (t->micro != 0)
         return mp_error(MP_ERR_INVALID_ARG, "trainer: gradient '%s' read in the middle of an accumulated step (still "
                         "scaled and partial); read it after the step's last micro-batch", name ? name : "");
+    if (t->steps == 0)
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: gradient '%s': no step has run yet (mp_trainer_step first)",
+                        name ? name : "");
     if (t->o.device.kind != MP_DEVICE_CPU && mp_plan_grads_in_arena(t->plan))
         return mp_error(MP_ERR_UNSUPPORTED, "trainer: gradient '%s': on this GPU plan gradients live in the "
                         "activation arena and do not outlive a step (accumulate 2 or more keeps them)",

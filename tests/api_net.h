@@ -1,0 +1,45 @@
+/* api_net.h — the small classifier the public-API tests (test_api.c,
+ * test_api_lifetimes.c) build as a user program would: input (1, 8, 8) ->
+ * conv -> bn -> relu -> flatten -> fc (k classes) -> softmax cross-entropy,
+ * an SGD optimizer over it, and one batch of 4 images and labels. */
+#ifndef MP_TESTS_API_NET_H
+#define MP_TESTS_API_NET_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "mixprec.h"
+
+typedef struct {
+    mp_graph *g;
+    mp_node input, labels, logits, loss;
+} net;
+
+static inline net make_net(int out_channels, int classes) {
+    net n = {.g = mp_graph_create()};
+    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
+    n.labels = mp_graph_labels(n.g, "label");
+    mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = out_channels, .kernel = 3, .padding = 1});
+    x = mp_relu(n.g, "relu", mp_batchnorm2d(n.g, "bn", x, (mp_batchnorm_opts){0}));
+    n.logits = mp_linear(n.g, "fc", mp_flatten(n.g, "flat", x), (mp_linear_opts){.out_features = classes, .bias = true});
+    n.loss = mp_softmax_cross_entropy(n.g, "loss", n.logits, n.labels);
+    MP_ASSERT(mp_graph_status(n.g) == MP_OK);
+    mp_graph_init_params(n.g, 3);
+    return n;
+}
+
+/* SGD at 0.1 over every trainable parameter of g. */
+static inline mp_optimizer *sgd(mp_graph *g) {
+    mp_optimizer *o = NULL;
+    MP_ASSERT(mp_optimizer_create(g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}}, &o) ==
+              MP_OK);
+    return o;
+}
+
+/* One batch of make_net's 4 x (1, 8, 8) images and labels (3 classes). */
+static inline void small_batch(float *x, int32_t *y) {
+    for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+    for (int i = 0; i < 4; i++) y[i] = (i * 5) % 3;
+}
+
+#endif

@@ -1,0 +1,157 @@
+/* test_api_lifetimes.c — the public API where objects outlive or precede
+ * one another, and where a refused call must leave nothing changed:
+ *  - nodes added, or parameters shared, after an optimizer or a trainer was
+ *    made from the graph: refused, naming the node (the optimizer would
+ *    never train the new layer; the plan would read freed node lists);
+ *  - a graph destroyed before its trainer and optimizer: freed after the
+ *    last of them (the suite runs under ASan, which sees a use after free);
+ *  - reads into a NULL buffer, parse helpers without an output pointer;
+ *  - a batch whose labels are outside the loss's classes: refused before
+ *    the forward, so batch norm's running statistics stay as they were;
+ *  - a parameter gradient before any step; a checkpoint whose epoch no load
+ *    would accept; NaN images held in fp32 (the error says the data, not a
+ *    precision setting, is at fault). */
+#define _GNU_SOURCE /* nftw in scratch_dir.h */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_net.h"
+#include "check.h"
+#include "scratch_dir.h"
+
+static char dir[4096];
+
+/* make_net's classifier (3 classes), its optimizer and trainer (batch 4),
+ * and one batch. */
+typedef struct {
+    net n;
+    mp_optimizer *o;
+    mp_trainer *t;
+    float x[4 * 64];
+    int32_t y[4];
+} fixture;
+
+static mp_status step(fixture *f) {
+    return mp_trainer_step(f->t, &(mp_batch){.images = f->x, .labels = f->y, .n = 4}, NULL);
+}
+
+/* with_trainer 0: the graph and optimizer only; steps: taken on the batch */
+static fixture *fixture_create(bool with_trainer, int steps) {
+    fixture *f = calloc(1, sizeof *f);
+    MP_ASSERT(f);
+    f->n = make_net(4, 3);
+    f->o = sgd(f->n.g);
+    if (with_trainer)
+        MP_ASSERT(mp_trainer_create(f->n.g, &(mp_trainer_opts){.batch = 4, .input = f->n.input, .labels = f->n.labels,
+                                                               .loss = f->n.loss, .optimizer = f->o},
+                                    &f->t) == MP_OK);
+    small_batch(f->x, f->y);
+    for (int s = 0; s < steps; s++) CHECK_ERR(step(f), MP_OK);
+    return f;
+}
+
+static void fixture_destroy(fixture *f) {
+    mp_trainer_destroy(f->t);
+    mp_optimizer_destroy(f->o);
+    mp_graph_destroy(f->n.g);
+    free(f);
+}
+
+static void test_graph_frozen(void) {
+    for (int with_trainer = 0; with_trainer < 2; with_trainer++) {
+        fixture *f = fixture_create(with_trainer, 0);
+        CHECK(mp_relu(f->n.g, "late_relu", f->n.logits) < 0, "a node added after the optimizer%s got an index",
+              with_trainer ? " and trainer" : "");
+        CHECK_ERR(mp_graph_status(f->n.g), MP_ERR_INVALID_ARG, "late_relu", "add every node first");
+        fixture_destroy(f);
+    }
+    /* share_params after an optimizer: it holds the parameters share_params would free */
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "image", 1, 4, 4);
+    mp_node a = mp_linear(g, "fc1", mp_flatten(g, "flat", x), (mp_linear_opts){.out_features = 16});
+    mp_node b = mp_linear(g, "fc2", a, (mp_linear_opts){.out_features = 16});
+    MP_ASSERT(mp_graph_status(g) == MP_OK);
+    mp_optimizer *o = sgd(g);
+    CHECK_ERR(mp_graph_share_params(g, b, a), MP_ERR_INVALID_ARG, "fc2", "optimizer");
+    mp_optimizer_destroy(o);
+    CHECK_ERR(mp_graph_share_params(g, b, a), MP_OK); /* with none alive, as before */
+    mp_graph_destroy(g);
+}
+
+static void test_graph_destroyed_first(void) {
+    fixture *f = fixture_create(true, 1);
+    float w[36];
+    mp_graph_destroy(f->n.g); /* the trainer still reads it */
+    CHECK_ERR(step(f), MP_OK);
+    CHECK_ERR(mp_trainer_param_get(f->t, "conv.weight", w, 36), MP_OK);
+    mp_trainer_destroy(f->t);
+    mp_optimizer_destroy(f->o); /* the last user: the graph goes with it */
+    free(f);
+}
+
+static void test_null_outputs(void) {
+    fixture *f = fixture_create(true, 0);
+    float w[36];
+    CHECK_ERR(mp_trainer_grad_get(f->t, "conv.weight", w, 36), MP_ERR_INVALID_ARG, "conv.weight",
+              "no step has run yet");
+    CHECK_ERR(step(f), MP_OK);
+    CHECK_ERR(mp_trainer_grad_get(f->t, "conv.weight", w, 36), MP_OK);
+    CHECK_ERR(mp_trainer_read(f->t, f->n.loss, NULL, 1), MP_ERR_INVALID_ARG, "loss", "null buffer");
+    CHECK_ERR(mp_trainer_loss(f->t, NULL), MP_ERR_INVALID_ARG, "null pointer");
+    fixture_destroy(f);
+    CHECK_ERR(mp_optim_kind_parse("sgd", NULL), MP_ERR_INVALID_ARG, "output pointer");
+    CHECK_ERR(mp_device_parse("cpu", NULL), MP_ERR_INVALID_ARG, "output pointer");
+}
+
+static void test_labels_refused_first(void) {
+    fixture *f = fixture_create(true, 1);
+    float before[2][4], after[2][4];
+    CHECK_ERR(mp_trainer_param_get(f->t, "bn.running_mean", before[0], 4), MP_OK);
+    CHECK_ERR(mp_trainer_param_get(f->t, "bn.running_var", before[1], 4), MP_OK);
+    f->y[3] = 9;
+    CHECK_ERR(step(f), MP_ERR_INVALID_ARG, "label", "sample 3 has label 9", "[0, 3)", "'loss'");
+    f->y[3] = -1;
+    CHECK_ERR(step(f), MP_ERR_INVALID_ARG, "label -1");
+    CHECK_ERR(mp_trainer_param_get(f->t, "bn.running_mean", after[0], 4), MP_OK);
+    CHECK_ERR(mp_trainer_param_get(f->t, "bn.running_var", after[1], 4), MP_OK);
+    CHECK(!memcmp(before, after, sizeof before), "refused batches moved bn's running statistics (mean %g -> %g)",
+          before[0][0], after[0][0]);
+    f->y[3] = 2;
+    CHECK_ERR(step(f), MP_OK);
+    fixture_destroy(f);
+}
+
+static void test_checkpoint_epoch_and_nan_data(void) {
+    fixture *f = fixture_create(true, 1);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/epoch.safetensors", dir);
+    CHECK_ERR(mp_trainer_save(f->t, path, &(mp_checkpoint_info){.model = "m", .epoch = -1}), MP_ERR_INVALID_ARG,
+              "epoch -1", "[0, 100000]");
+    CHECK_ERR(mp_trainer_save(f->t, path, &(mp_checkpoint_info){.model = "m", .epoch = 100001}), MP_ERR_INVALID_ARG,
+              "epoch 100001");
+    CHECK_ERR(mp_trainer_save(f->t, path, &(mp_checkpoint_info){.model = "m", .epoch = 100000}), MP_OK);
+    mp_checkpoint_info info = {.model = "m"};
+    CHECK_ERR(mp_trainer_load(f->t, path, &info), MP_OK);
+    CHECK(info.epoch == 100000, "loaded epoch %d", info.epoch);
+    /* NaN images: steps are skipped, then one error that blames the data */
+    f->x[5] = NAN;
+    mp_status s = MP_OK;
+    for (int k = 0; k < 10 && s == MP_OK; k++) s = step(f);
+    CHECK(s == MP_ERR_NONFINITE, "NaN images: %s after up to 10 steps: %s", mp_status_name(s), mp_last_error());
+    CHECK(strstr(mp_last_error(), "check the data") && strstr(mp_last_error(), "image") &&
+              !strstr(mp_last_error(), "--precision"),
+          "NaN images: the error does not blame the data: %s", mp_last_error());
+    fixture_destroy(f);
+}
+
+int main(void) {
+    scratch_dir_create(dir, sizeof dir, "test_api_lifetimes");
+    test_graph_frozen();
+    test_graph_destroyed_first();
+    test_null_outputs();
+    test_labels_refused_first();
+    test_checkpoint_epoch_and_nan_data();
+    scratch_dir_remove(dir);
+    return test_summary("test_api_lifetimes");
+}
