@@ -5,7 +5,8 @@
  *    never train the new layer; the plan would read freed node lists);
  *  - a graph destroyed before its trainer and optimizer: freed after the
  *    last of them (the suite runs under ASan, which sees a use after free);
- *  - reads into a NULL buffer, parse helpers without an output pointer;
+ *  - reads into a NULL buffer, parse helpers without an output pointer, a
+ *    plan option outside its enum;
  *  - a batch whose labels are outside the loss's classes: refused before
  *    the forward, so batch norm's running statistics stay as they were;
  *  - a parameter gradient before any step; a checkpoint whose epoch no load
@@ -100,6 +101,11 @@ static void test_null_outputs(void) {
     CHECK_ERR(mp_trainer_read(f->t, f->n.loss, NULL, 1), MP_ERR_INVALID_ARG, "loss", "null buffer");
     CHECK_ERR(mp_trainer_loss(f->t, NULL), MP_ERR_INVALID_ARG, "null pointer");
     fixture_destroy(f);
+    mp_plan *p = NULL;
+    net n = make_net(4, 3);
+    CHECK_ERR(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .native_bf16 = (mp_native_mode)9}, &p),
+              MP_ERR_INVALID_ARG, "native_bf16 9");
+    mp_graph_destroy(n.g);
     CHECK_ERR(mp_optim_kind_parse("sgd", NULL), MP_ERR_INVALID_ARG, "output pointer");
     CHECK_ERR(mp_device_parse("cpu", NULL), MP_ERR_INVALID_ARG, "output pointer");
 }

@@ -338,6 +338,9 @@ mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
         return mp_error(MP_ERR_INVALID_ARG, "plan: the graph has an error: %s", why);
     }
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
+    if (o.native_bf16 != MP_NATIVE_AUTO && o.native_bf16 != MP_NATIVE_OFF && o.native_bf16 != MP_NATIVE_ON)
+        return mp_error(MP_ERR_INVALID_ARG, "plan: native_bf16 %d is not MP_NATIVE_AUTO, _OFF or _ON",
+                        (int)o.native_bf16);
     if (o.n_losses < 0 || o.n_losses > MP_MAX_LOSSES)
         return mp_error(MP_ERR_INVALID_ARG, "plan: %d losses (at most %d)", o.n_losses, MP_MAX_LOSSES);
     const mp_node *losses = o.n_losses ? o.losses : &o.loss;
