@@ -412,6 +412,35 @@ static double sums_error(const float *y, const float *sums, size_t rows, int k) 
     return worst;
 }
 
+/* Graph kind with the added dtypes st built, searched and reported into
+ * *r (the graph kept in *g where a plan runs); where cuDNN refuses the graph
+ * that is said and *r left as it was. */
+static void search_variant(cudnnHandle_t h, const conv_case *cc, cudnnDataType_t io, mp_dtype dt, graph_kind kind,
+                           const sbr_types *st, op_graph *g, const bindings *b, workspace *ws, search_result *r) {
+    if (!build_graph(h, cc, io, kind, st, g)) {
+        printf("%-22s %-4s %-17s NO GRAPH (%s): %s\n", cc->name, mp_dtype_name(dt), graph_name[kind], st->name, why);
+        return;
+    }
+    result_free(r);
+    search(h, g, b, ws, r);
+    report(cc, dt, kind, st->name, r);
+    CHECK(r->plan || !r->finalized, "%s %s %s (%s): %d configs finalized, none ran", cc->name, mp_dtype_name(dt),
+          graph_name[kind], st->name, r->finalized);
+    if (!r->plan) graph_free(g);
+}
+
+/* The relative L2 distance of y from want, and what a fused graph's y may
+ * be from the plain convolution's: a few roundings of y in dtype dt. */
+static double rel_l2(const float *y, const float *want, size_t n) {
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = (double)y[i] - want[i];
+        e2 += e * e, r2 += (double)want[i] * want[i];
+    }
+    return sqrt(e2 / (r2 > 0 ? r2 : 1));
+}
+static double y_tolerance(mp_dtype dt) { return dt == MP_DTYPE_F16 ? 2e-3 : 1e-2; }
+
 /* The host data of one case, shared by both dtypes: x, w, the residual z
  * (y's shape), and per-channel scale in [0.5, 1.5) and bias in [-0.5, 0.5),
  * both multiples of 1/64 so that f16, bf16 and f32 hold them exactly. */
@@ -489,32 +518,11 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
             cudaMemcpy(dscale, d->scale, (size_t)cc->c * sizeof(float), cudaMemcpyHostToDevice);
             cudaMemcpy(dbias, d->bias, (size_t)cc->c * sizeof(float), cudaMemcpyHostToDevice);
         }
-        if (!build_graph(h, cc, io, G_SBR, st, &g[G_SBR])) {
-            printf("%-22s %-4s %-17s NO GRAPH (%s): %s\n", cc->name, mp_dtype_name(dt), graph_name[G_SBR], st->name,
-                   why);
-            continue;
-        }
-        result_free(&r[G_SBR]);
-        search(h, &g[G_SBR], &b[G_SBR], &ws, &r[G_SBR]);
-        report(cc, dt, G_SBR, st->name, &r[G_SBR]);
-        CHECK(r[G_SBR].plan || !r[G_SBR].finalized, "%s %s %s (%s): %d configs finalized, none ran", cc->name,
-              mp_dtype_name(dt), graph_name[G_SBR], st->name, r[G_SBR].finalized);
-        if (!r[G_SBR].plan) graph_free(&g[G_SBR]);
+        search_variant(h, cc, io, dt, G_SBR, st, &g[G_SBR], &b[G_SBR], &ws, &r[G_SBR]);
     }
     searches_left -= graph_wanted[G_SBR];
-    for (int v = 0; v < N_ADD_TRY && graph_wanted[G_ADD] && !r[G_ADD].plan; v++) {
-        if (!build_graph(h, cc, io, G_ADD, &add_try[v], &g[G_ADD])) {
-            printf("%-22s %-4s %-17s NO GRAPH (%s): %s\n", cc->name, mp_dtype_name(dt), graph_name[G_ADD],
-                   add_try[v].name, why);
-            continue;
-        }
-        result_free(&r[G_ADD]);
-        search(h, &g[G_ADD], &b[G_ADD], &ws, &r[G_ADD]);
-        report(cc, dt, G_ADD, add_try[v].name, &r[G_ADD]);
-        CHECK(r[G_ADD].plan || !r[G_ADD].finalized, "%s %s %s (%s): %d configs finalized, none ran", cc->name,
-              mp_dtype_name(dt), graph_name[G_ADD], add_try[v].name, r[G_ADD].finalized);
-        if (!r[G_ADD].plan) graph_free(&g[G_ADD]);
-    }
+    for (int v = 0; v < N_ADD_TRY && graph_wanted[G_ADD] && !r[G_ADD].plan; v++)
+        search_variant(h, cc, io, dt, G_ADD, &add_try[v], &g[G_ADD], &b[G_ADD], &ws, &r[G_ADD]);
     searches_left -= graph_wanted[G_ADD];
 
     if (r[G_STATS].plan && run_once(h, r[G_STATS].plan, &b[G_STATS], ws.p)) { /* the sums of its y */
@@ -544,13 +552,8 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
             cudaMemcpy(bits, dy, ny * 2, cudaMemcpyDeviceToHost);
             cudaMemcpy(hs, dsum, 2 * (size_t)cc->k * sizeof(float), cudaMemcpyDeviceToHost);
             mp_load_f32(hy, bits, dt, (int64_t)ny);
-            const double worst = sums_error(hy, hs, rows, cc->k), tol = dt == MP_DTYPE_F16 ? 2e-3 : 1e-2;
-            double e2 = 0, r2 = 0;
-            for (size_t i = 0; ref && i < ny; i++) {
-                const double e = (double)hy[i] - ref[i];
-                e2 += e * e, r2 += (double)ref[i] * ref[i];
-            }
-            const double rel = sqrt(e2 / (r2 > 0 ? r2 : 1));
+            const double worst = sums_error(hy, hs, rows, cc->k), tol = y_tolerance(dt);
+            const double rel = ref ? rel_l2(hy, ref, ny) : 0;
             if (ref)
                 printf("%-22s %-4s %-17s sums vs y read back %.2e; y vs conv(relu(x*scale+bias)) rel L2 %.2e\n",
                        cc->name, mp_dtype_name(dt), graph_name[G_SBR], worst, rel);
@@ -581,12 +584,8 @@ static void one(cudnnHandle_t h, const conv_case *cc, const case_data *d, mp_dty
         if (ran_add) {
             cudaMemcpy(bits, dy, ny * 2, cudaMemcpyDeviceToHost);
             mp_load_f32(hy, bits, dt, (int64_t)ny);
-            double e2 = 0, r2 = 0;
-            for (size_t i = 0; i < ny; i++) {
-                const double want = (double)ref[i] + hz[i], e = (double)hy[i] - want;
-                e2 += e * e, r2 += want * want;
-            }
-            const double rel = sqrt(e2 / (r2 > 0 ? r2 : 1)), tol = dt == MP_DTYPE_F16 ? 2e-3 : 1e-2;
+            for (size_t i = 0; i < ny; i++) ref[i] += hz[i]; /* the plain convolution's y + z */
+            const double rel = rel_l2(hy, ref, ny), tol = y_tolerance(dt);
             printf("%-22s %-4s %-17s y vs conv(x) + z rel L2 %.2e\n", cc->name, mp_dtype_name(dt), graph_name[G_ADD],
                    rel);
             CHECK(rel <= tol, "%s %s: conv+add y %.3e (relative L2) from conv(x) + z, over %.0e", cc->name,
