@@ -30,8 +30,8 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
 }
 
 mp_status mp_cuda_adam_launch(mp_cuda_ctx *ctx, const mp_cuda_optim *o) {
-    if (o->table.grid == 0) return MP_OK;
-    adam_kernel<<<o->table.grid, MP_MT_THREADS, 0, ctx->stream>>>(o->table, &o->scalars->hyper, o->opts.beta1,
+    if (o->table.pass_grid == 0) return MP_OK;
+    adam_kernel<<<o->table.pass_grid, MP_MT_THREADS, 0, ctx->stream>>>(o->table, &o->scalars->hyper, o->opts.beta1,
                                                                   o->opts.beta2, o->opts.eps);
     return mp_mt_launched("adam_kernel");
 }

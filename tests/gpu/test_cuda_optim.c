@@ -37,6 +37,7 @@
 #include "amp/scaler_rule.h"
 #include "check.h"
 #include "core/rng.h"
+#include "cuda/multi_tensor.cuh"
 #include "cuda/cuda_optim.h"
 
 static mp_cuda_ctx *ctx;
@@ -240,6 +241,28 @@ static int unscale_low_case(const char *name, mp_dtype dt, float scale, float bi
         cudaFree(alloc[t]);
     }
     return gback.found_inf;
+}
+
+/* The elementwise passes' grid: never more blocks than the device holds at
+ * once, and no block more chunks than the fewest such a grid allows. */
+static void test_pass_grid(void) {
+    static const long long chunks[] = {0, 1, 7, 527, 528, 529, 1056, 2228, 5000, 100000};
+    static const int sms[] = {1, 108, 132};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++)
+        for (size_t j = 0; j < sizeof sms / sizeof sms[0]; j++) {
+            const long long n = chunks[i];
+            long long resident = (long long)sms[j] * MP_MT_BLOCKS_PER_SM;
+            if (resident > MP_MT_MAX_BLOCKS) resident = MP_MT_MAX_BLOCKS;
+            const unsigned g = mp_mt_pass_grid(n, sms[j]);
+            const bool ok = n == 0 ? g == 0
+                                   : g >= 1 && g <= resident && (n + g - 1) / g == (n + resident - 1) / resident &&
+                                         (n + g - 1) / g * (g - 1) < n; /* the last block has work */
+            if (!ok && bad++ < 3) fprintf(stderr, "pass grid %u for %lld chunks on %d SMs\n", g, n, sms[j]);
+        }
+    CHECK(bad == 0, "mp_mt_pass_grid: %d of the cases wrong", bad);
+    CHECK(mp_mt_pass_grid(2228, 132) == 446, "wrn-28-10's 2228 chunks on 132 SMs: grid %u, not 446 (5 chunks a block)",
+          mp_mt_pass_grid(2228, 132));
 }
 
 static void test_unscale(void) {
@@ -1260,6 +1283,7 @@ int main(void) {
         return 1;
     }
     printf("test_cuda_optim on %s\n", ctx->name);
+    test_pass_grid();
     test_unscale();
     test_clip();
     test_optimizers();
