@@ -186,6 +186,9 @@ typedef struct {
     bool no_add_grad_alias;    /**< MIXPREC_ADD_GRAD_ALIAS=0: a residual add copies its output gradient into its
                                     inputs' on every plan, not handing over its memory (src/graph/plan_grad_alias.h,
                                     mp_plan_opts.no_add_grad_alias) */
+    bool no_graph_memset_kernels; /**< MIXPREC_GRAPH_MEMSET_KERNELS=0: the GPU training step's CUDA graph keeps the
+                                       memset nodes its capture recorded (cuDNN's), not kernel nodes doing the same
+                                       fills (comparisons; the same values either way) */
 } mp_env;
 /** The environment as read at the first call (the same struct for the process). */
 MP_API const mp_env *mp_env_get(void);

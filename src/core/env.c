@@ -64,6 +64,7 @@ static void read_env(void) {
     e.no_bn_pooled_windows = equals("MIXPREC_BN_POOLED_WINDOWS", "0");
     e.no_bn_dx_over_dy = equals("MIXPREC_BN_DX_OVER_DY", "0");
     e.no_add_grad_alias = equals("MIXPREC_ADD_GRAD_ALIAS", "0");
+    e.no_graph_memset_kernels = equals("MIXPREC_GRAPH_MEMSET_KERNELS", "0");
     g_env = e;
 }
 

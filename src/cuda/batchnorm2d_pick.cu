@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "cuda/choice_cache.h"
 #include "cuda/cuda_kernel_util.cuh"
+#include "cuda/graph_memsets.h"
 
 enum { REPS = 3, TRIALS = 3 }; /* forward + backward REPS times per graph; median of TRIALS replays */
 
@@ -92,7 +93,10 @@ static float time_passes(mp_cuda_ctx *ctx, const mp_bn_candidates *cand, mp_op_c
         if (st == MP_OK) st = cand->backward(ctx, c);
     }
     const bool captured = cudaStreamEndCapture(ctx->stream, &graph) == cudaSuccess && st == MP_OK;
-    bool ok = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
+    /* as the training step's graph will run it (step_cuda.c) */
+    const bool as_step = captured && (mp_env_get()->no_graph_memset_kernels ||
+                                      mp_cuda_graph_memsets_to_kernels(graph, NULL) == MP_OK);
+    bool ok = as_step && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
               cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess &&
               cudaGraphLaunch(exec, ctx->stream) == cudaSuccess;
     for (int k = 0; ok && k < TRIALS; k++)

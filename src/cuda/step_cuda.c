@@ -18,6 +18,7 @@
 #include "cuda/cuda_optim.h"
 #include "cuda/cuda_plan.h"
 #include "cuda/cuda_plan_kernels.h"
+#include "cuda/graph_memsets.h"
 #include "cuda/penalty_cuda.h"
 #include "dist/grad_allreduce.h"
 #include "cuda/cuda_exec.h"
@@ -271,6 +272,13 @@ static mp_status capture(mp_trainer *t, int kind, int c) {
         return st;
     }
     MP_CUDA_TRY(e, "CUDA graph capture of the training step");
+    if (!mp_env_get()->no_graph_memset_kernels) {
+        st = mp_cuda_graph_memsets_to_kernels(graph, NULL);
+        if (st != MP_OK) {
+            cudaGraphDestroy(graph);
+            return st;
+        }
+    }
     cudaError_t ie = cudaGraphInstantiate(&s->exec[c][kind], graph, 0);
     if (ie != cudaSuccess) {
         cudaGraphDestroy(graph);
