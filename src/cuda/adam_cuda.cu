@@ -30,8 +30,9 @@ __global__ void __launch_bounds__(MP_MT_THREADS)
 }
 
 mp_status mp_cuda_adam_launch(mp_cuda_ctx *ctx, const mp_cuda_optim *o) {
-    if (o->table.pass_grid == 0) return MP_OK;
-    adam_kernel<<<o->table.pass_grid, MP_MT_THREADS, 0, ctx->stream>>>(o->table, &o->scalars->hyper, o->opts.beta1,
+    const unsigned grid = mp_mt_kernel_grid(ctx, o->table, (const void *)adam_kernel);
+    if (grid == 0) return MP_OK;
+    adam_kernel<<<grid, MP_MT_THREADS, 0, ctx->stream>>>(o->table, &o->scalars->hyper, o->opts.beta1,
                                                                   o->opts.beta2, o->opts.eps);
     return mp_mt_launched("adam_kernel");
 }

@@ -93,10 +93,10 @@ static float time_passes(mp_cuda_ctx *ctx, const mp_bn_candidates *cand, mp_op_c
         if (st == MP_OK) st = cand->backward(ctx, c);
     }
     const bool captured = cudaStreamEndCapture(ctx->stream, &graph) == cudaSuccess && st == MP_OK;
-    /* as the training step's graph will run it (step_cuda.c) */
-    const bool as_step = captured && (mp_env_get()->no_graph_memset_kernels ||
-                                      mp_cuda_graph_memsets_to_kernels(graph, NULL) == MP_OK);
-    bool ok = as_step && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
+    /* as the training step's graph will run it (step_cuda.c), equivalent where the conversion stops */
+    if (captured && !mp_env_get()->no_graph_memset_kernels && mp_cuda_graph_memsets_to_kernels(graph, NULL) != MP_OK)
+        cudaGetLastError();
+    bool ok = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
               cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess &&
               cudaGraphLaunch(exec, ctx->stream) == cudaSuccess;
     for (int k = 0; ok && k < TRIALS; k++)

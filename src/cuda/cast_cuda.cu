@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(MP_MT_THREADS) cast_kernel(mp_mt_table t, cons
 
 mp_status mp_cuda_cast_weights(mp_cuda_ctx *ctx, const mp_cuda_casts *c, const int *found_inf) {
     MP_ASSERT(ctx && c);
-    if (c->table.pass_grid == 0) return MP_OK;
-    cast_kernel<<<c->table.pass_grid, MP_MT_THREADS, 0, ctx->stream>>>(c->table, found_inf);
+    const unsigned grid = mp_mt_kernel_grid(ctx, c->table, (const void *)cast_kernel);
+    if (grid == 0) return MP_OK;
+    cast_kernel<<<grid, MP_MT_THREADS, 0, ctx->stream>>>(c->table, found_inf);
     return mp_mt_launched("cast_kernel");
 }

@@ -114,7 +114,8 @@ __global__ void __launch_bounds__(MP_MT_THREADS) unscale_check_kernel(mp_mt_tabl
 
 mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_scaler *s, int group, const mp_cuda_grads *g) {
     MP_ASSERT(ctx && s && g && group >= 0 && group < MP_SCALER_GROUPS);
-    if (g->table.pass_grid == 0) return MP_OK;
-    unscale_check_kernel<<<g->table.pass_grid, MP_MT_THREADS, 0, ctx->stream>>>(g->table, s, group);
+    const unsigned grid = mp_mt_kernel_grid(ctx, g->table, (const void *)unscale_check_kernel);
+    if (grid == 0) return MP_OK;
+    unscale_check_kernel<<<grid, MP_MT_THREADS, 0, ctx->stream>>>(g->table, s, group);
     return mp_mt_launched("unscale_check_kernel");
 }

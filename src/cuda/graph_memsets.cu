@@ -14,7 +14,7 @@ static __global__ void __launch_bounds__(FILL_THREADS)
     graph_fill_kernel(char *dst, size_t pitch, unsigned value, unsigned elem, size_t width, size_t height) {
     const size_t n = width * height;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        char *p = dst + (i / width) * pitch + (i % width) * elem;
+        char *p = height == 1 ? dst + i * elem : dst + (i / width) * pitch + (i % width) * elem;
         if (elem == 4) *(unsigned *)p = value;
         else if (elem == 2) *(unsigned short *)p = (unsigned short)value;
         else *p = (char)value;
@@ -83,7 +83,7 @@ static cudaError_t replace(cudaGraph_t graph, cudaGraphNode_t node) {
     if (e == cudaSuccess) e = cudaGraphAddKernelNode(&fill, graph, in, n_in, &k);
     for (size_t i = 0; e == cudaSuccess && i < n_out; i++) e = add_edge(graph, fill, out[i]);
     if (e == cudaSuccess) e = cudaGraphDestroyNode(node);
-    else if (fill) cudaGraphDestroyNode(fill); /* the memset node stays, the graph as it was */
+    if (e != cudaSuccess && fill) cudaGraphDestroyNode(fill); /* the memset node stays, the graph as it was */
     free(in);
     free(out);
     return e;

@@ -20,8 +20,8 @@ extern "C" {
 /* Replaces every memset node of graph (not yet instantiated) by a kernel
  * node doing the same fill after the same nodes and before the same nodes;
  * *replaced (may be NULL): how many. An error names the CUDA call; the graph
- * may then be part-way converted, and is still valid (each replacement is
- * complete before the memset node goes). */
+ * is then part-way converted and still valid and equivalent (a replacement
+ * that fails is undone), so a caller can instantiate it as it is. */
 mp_status mp_cuda_graph_memsets_to_kernels(cudaGraph_t graph, int *replaced);
 
 #ifdef __cplusplus

@@ -52,13 +52,12 @@ mp_status mp_mt_table_build(mp_cuda_ctx *ctx, const mp_mt_tensor *tensors, int n
     out->n_tensors = n;
     out->n_chunks = (int)n_chunks;
     out->grid = (unsigned)(n_chunks < MP_MT_MAX_BLOCKS ? n_chunks : MP_MT_MAX_BLOCKS);
-    out->pass_grid = mp_mt_pass_grid(n_chunks, ctx->sm_count);
     return MP_OK;
 }
 
-extern "C" unsigned mp_mt_pass_grid(long long n_chunks, int sm_count) {
+extern "C" unsigned mp_mt_pass_grid(long long n_chunks, long long resident) {
     if (n_chunks <= 0) return 0;
-    long long resident = (long long)(sm_count > 0 ? sm_count : 1) * MP_MT_BLOCKS_PER_SM;
+    if (resident < 1) resident = 1;
     if (resident > MP_MT_MAX_BLOCKS) resident = MP_MT_MAX_BLOCKS;
     const long long per_block = (n_chunks + resident - 1) / resident;
     return (unsigned)((n_chunks + per_block - 1) / per_block);

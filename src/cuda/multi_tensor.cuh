@@ -16,11 +16,6 @@
 #define MP_MT_CHUNK 16384
 #define MP_MT_THREADS 512
 #define MP_MT_MAX_BLOCKS 1024
-/* Blocks of MP_MT_THREADS one SM holds at once: every multi-tensor kernel
- * uses at most 64 registers a thread and no shared memory (ptxas -v), so 4
- * (2048 threads). Only the elementwise passes' grid depends on it (speed,
- * never values). */
-#define MP_MT_BLOCKS_PER_SM 4
 
 /* Slot use by the optimizers; gradient lists use slot 0, casts 0 -> 1. */
 enum { MP_MT_PARAM = 0, MP_MT_GRAD = 1, MP_MT_BUF0 = 2, MP_MT_BUF1 = 3, MP_MT_LOW = 4 };
@@ -57,7 +52,6 @@ typedef struct {
     const mp_mt_chunk *chunks;   // (n_chunks)
     int n_tensors, n_chunks;
     unsigned grid;               /* min(n_chunks, MP_MT_MAX_BLOCKS); 0: nothing to launch */
-    unsigned pass_grid;          /* an elementwise pass's grid (mp_mt_pass_grid); 0: nothing to launch */
     void *block;                 /* the one allocation holding both arrays */
 } mp_mt_table;
 
@@ -66,17 +60,18 @@ typedef struct {
  * time only). what names the owner in errors. */
 mp_status mp_mt_table_build(mp_cuda_ctx *ctx, const mp_mt_tensor *tensors, int n, const char *what, mp_mt_table *out);
 
-/* The grid of an elementwise pass over n_chunks chunks on sm_count SMs: no
- * more blocks than the device holds at once, and each block k or k - 1
- * chunks (k = ceil(n_chunks / those blocks)), so that no wave of late
- * blocks is left running on a few SMs at the end. Reductions, whose per-block
- * partials are summed in a fixed order, keep `grid` (independent of the
- * device). Elementwise results do not depend on the grid. */
+/* The grid of an elementwise pass over n_chunks chunks when the device holds
+ * `resident` of its blocks at once: no more blocks than that, and each block
+ * k or k - 1 chunks (k = ceil(n_chunks / resident)), so that no wave of late
+ * blocks is left running on a few SMs at the end; 0 for no chunks.
+ * Reductions, whose per-block partials are summed in a fixed order, keep the
+ * table's `grid` (independent of the device). Elementwise results do not
+ * depend on the grid. */
 #ifdef __cplusplus
 extern "C"
 #endif
     unsigned
-    mp_mt_pass_grid(long long n_chunks, int sm_count);
+    mp_mt_pass_grid(long long n_chunks, long long resident);
 void mp_mt_table_free(mp_mt_table *t);
 
 /* The launch error of the kernel just launched, as one mp_error line. */
@@ -85,6 +80,18 @@ static inline mp_status mp_mt_launched(const char *kernel) {
 }
 
 #ifdef __CUDACC__
+/* mp_mt_pass_grid for kernel (MP_MT_THREADS a block, no dynamic shared
+ * memory) over t on ctx's device, with the blocks per SM the occupancy API
+ * gives for it (its registers decide: 2 to 4); 1 a SM where it cannot tell. */
+static inline unsigned mp_mt_kernel_grid(const mp_cuda_ctx *ctx, const mp_mt_table &t, const void *kernel) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, MP_MT_THREADS, 0) != cudaSuccess) {
+        cudaGetLastError(); /* not the next launch's error */
+        per_sm = 1;
+    }
+    return mp_mt_pass_grid(t.n_chunks, (long long)(ctx->sm_count > 0 ? ctx->sm_count : 1) * (per_sm > 0 ? per_sm : 1));
+}
+
 /* Calls f(tensor, start, len) for each chunk of this block (chunks
  * blockIdx.x, + gridDim.x, ...); f spreads the chunk over the block's
  * threads itself (the four-wide paths of sgd_cuda.cu and grads_cuda.cu). */

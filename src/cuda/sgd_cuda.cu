@@ -108,8 +108,9 @@ __global__ void __launch_bounds__(MP_MT_THREADS) sgd_kernel(mp_mt_table t, const
 }
 
 mp_status mp_cuda_sgd_launch(mp_cuda_ctx *ctx, const mp_cuda_optim *o) {
-    if (o->table.pass_grid == 0) return MP_OK;
+    const unsigned grid = mp_mt_kernel_grid(ctx, o->table, (const void *)sgd_kernel);
+    if (grid == 0) return MP_OK;
     const sgd_hyper h = {0.0f, o->opts.momentum, o->opts.weight_decay, o->opts.nesterov};
-    sgd_kernel<<<o->table.pass_grid, MP_MT_THREADS, 0, ctx->stream>>>(o->table, &o->scalars->hyper, h);
+    sgd_kernel<<<grid, MP_MT_THREADS, 0, ctx->stream>>>(o->table, &o->scalars->hyper, h);
     return mp_mt_launched("sgd_kernel");
 }

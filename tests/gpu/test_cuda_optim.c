@@ -244,25 +244,24 @@ static int unscale_low_case(const char *name, mp_dtype dt, float scale, float bi
 }
 
 /* The elementwise passes' grid: never more blocks than the device holds at
- * once, and no block more chunks than the fewest such a grid allows. */
+ * once (nor MP_MT_MAX_BLOCKS), no block more chunks than the fewest such a
+ * grid allows, and no more blocks than that many chunks a block needs. */
 static void test_pass_grid(void) {
-    static const long long chunks[] = {0, 1, 7, 527, 528, 529, 1056, 2228, 5000, 100000};
-    static const int sms[] = {1, 108, 132};
+    static const long long chunks[] = {0, 1, 7, 263, 264, 265, 527, 528, 529, 1056, 2228, 5000, 100000};
+    static const long long resident[] = {1, 4, 264, 396, 528, 2000};
     int bad = 0;
     for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++)
-        for (size_t j = 0; j < sizeof sms / sizeof sms[0]; j++) {
-            const long long n = chunks[i];
-            long long resident = (long long)sms[j] * MP_MT_BLOCKS_PER_SM;
-            if (resident > MP_MT_MAX_BLOCKS) resident = MP_MT_MAX_BLOCKS;
-            const unsigned g = mp_mt_pass_grid(n, sms[j]);
+        for (size_t j = 0; j < sizeof resident / sizeof resident[0]; j++) {
+            const long long n = chunks[i], r = resident[j] < MP_MT_MAX_BLOCKS ? resident[j] : MP_MT_MAX_BLOCKS;
+            const unsigned g = mp_mt_pass_grid(n, resident[j]);
             const bool ok = n == 0 ? g == 0
-                                   : g >= 1 && g <= resident && (n + g - 1) / g == (n + resident - 1) / resident &&
-                                         (n + g - 1) / g * (g - 1) < n; /* the last block has work */
-            if (!ok && bad++ < 3) fprintf(stderr, "pass grid %u for %lld chunks on %d SMs\n", g, n, sms[j]);
+                                   : g >= 1 && g <= r && (n + g - 1) / g == (n + r - 1) / r &&
+                                         (n + g - 1) / g * (g - 1) < n;
+            if (!ok && bad++ < 3) fprintf(stderr, "pass grid %u for %lld chunks, %lld resident\n", g, n, resident[j]);
         }
     CHECK(bad == 0, "mp_mt_pass_grid: %d of the cases wrong", bad);
-    CHECK(mp_mt_pass_grid(2228, 132) == 446, "wrn-28-10's 2228 chunks on 132 SMs: grid %u, not 446 (5 chunks a block)",
-          mp_mt_pass_grid(2228, 132));
+    CHECK(mp_mt_pass_grid(2228, 528) == 446, "2228 chunks, 528 resident blocks: grid %u, not 446 (5 chunks a block)",
+          mp_mt_pass_grid(2228, 528));
 }
 
 static void test_unscale(void) {
@@ -1294,6 +1293,14 @@ int main(void) {
     test_scaler_sequences();
     test_check_loss();
     test_bad_input();
+    /* the elementwise passes again on the grid of a one-SM device, so that
+     * each block walks several chunks of the larger tensors */
+    const int sm_count = ctx->sm_count;
+    ctx->sm_count = 1;
+    test_unscale();
+    test_low_grads();
+    test_casts();
+    ctx->sm_count = sm_count;
     mp_cuda_ctx_destroy(ctx);
     return test_summary("test_cuda_optim");
 }
