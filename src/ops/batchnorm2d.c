@@ -178,10 +178,45 @@ static mp_status check_fusions(const mp_op_call *c) {
                     c->desc->name);
 }
 
-static mp_status bn_forward(const mp_op_call *c) {
+/* Element i of a tensor of dtype dt set to a quiet NaN. */
+static void store_nan(void *data, mp_dtype dt, int64_t i) {
+    switch (dt) {
+    case MP_DTYPE_F32: ((float *)data)[i] = NAN; break;
+    case MP_DTYPE_F64: ((double *)data)[i] = NAN; break;
+    case MP_DTYPE_F16: ((uint16_t *)data)[i] = 0x7e00; break;
+    case MP_DTYPE_BF16: ((uint16_t *)data)[i] = 0x7fc0; break;
+    default: break;
+    }
+}
+
+/* A training forward whose batch statistics overflowed (a channel's sum of
+ * squares beyond f32 where the kernels sum in f32: inputs past ~1.8e19)
+ * normalizes that channel by 1/sqrt(inf) = 0, to its shift: a finite,
+ * silently wrong output. Such channels (mean or 1/std not finite, or 1/std
+ * zero) become NaN — the stored output and the saved constants that the
+ * backward and a fused pool read — so that the step's overflow check sees
+ * them and names this node (mp_trainer: a forward overflow, the step
+ * skipped, running statistics restarted). */
+static void poison_overflowed_channels(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
-    if (c->training) MP_TRY(check_batch(c->desc, xs));
-    MP_TRY(check_fusions(c));
+    const int N = xs->dims[0], C = xs->dims[1];
+    const int64_t HW = spatial(xs);
+    const double *mean = mp_bn_saved_mean(c->saved), *invstd = mp_bn_saved_invstd(c->saved, C);
+    for (int ch = 0; ch < C; ch++) {
+        if (isfinite(mean[ch]) && isfinite(invstd[ch]) && invstd[ch] != 0.0) continue;
+        mp_bn_saved_invstd(c->saved, C)[ch] = NAN;
+        mp_bn_saved_scale_f32(c->saved, C)[ch] = NAN;
+        mp_bn_saved_shift_f32(c->saved, C)[ch] = NAN;
+        if (c->skip_out) continue;
+        for (int n = 0; n < N; n++)
+            for (int64_t k = 0; k < HW; k++)
+                store_nan(c->out.data, c->out.dtype,
+                          c->info->nhwc ? ((int64_t)n * HW + k) * C + ch : ((int64_t)n * C + ch) * HW + k);
+    }
+}
+
+static mp_status bn_forward_any(const mp_op_call *c) {
+    const mp_shape *xs = &c->in[0].shape;
     if (c->info->nhwc) return bn_forward_nhwc(c);
 #ifdef MP_HAVE_ONEDNN
     if (use_dnnl(c)) return mp_bn_dnnl_forward(c->state, c);
@@ -197,6 +232,14 @@ static mp_status bn_forward(const mp_op_call *c) {
     else
         BN_CALL(c, bn_fwd_eval, c->in[0].data, c->out.data, p[P_WEIGHT].data, p[P_BIAS].data,
                 p[P_RUNNING_MEAN].data, p[P_RUNNING_VAR].data, N, C, HW, eps, c->relu_after);
+    return MP_OK;
+}
+
+static mp_status bn_forward(const mp_op_call *c) {
+    if (c->training) MP_TRY(check_batch(c->desc, &c->in[0].shape));
+    MP_TRY(check_fusions(c));
+    MP_TRY(bn_forward_any(c));
+    if (c->training) poison_overflowed_channels(c);
     return MP_OK;
 }
 

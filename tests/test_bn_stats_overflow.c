@@ -1,0 +1,122 @@
+/* test_bn_stats_overflow.c — a batch norm whose batch statistics overflow
+ * fp32 (inputs past ~1.8e19: their squares pass 3.4e38) normalized each
+ * channel by 1/sqrt(inf) = 0, to its shift: a finite output, so training went
+ * on silently with every such channel flat and running_var inf until
+ * evaluation refused it. Now the channel becomes NaN (batchnorm2d.c), the
+ * trainer skips the step as a forward overflow naming the batch norm and
+ * restarts the running statistics, and after the consecutive-overflow limit
+ * stops with one error saying why and that no precision setting fixes it.
+ * Inputs a hundred times smaller still train, unskipped. Two nets through
+ * the public API: api_net.h's (conv -> bn -> relu -> fc) and one with the
+ * batch norm + ReLU read by a 2x2 average pool (the channels-last kernels
+ * and the pool fusion), each in fp32 and amp-bf16. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api_net.h"
+#include "check.h"
+
+/* conv (16 ch) -> bn -> relu -> 2x2 avgpool -> conv -> bn2 -> relu -> fc */
+static net make_pool_net(void) {
+    net n = {.g = mp_graph_create()};
+    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
+    n.labels = mp_graph_labels(n.g, "label");
+    mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
+    x = mp_relu(n.g, "relu", mp_batchnorm2d(n.g, "bn", x, (mp_batchnorm_opts){0}));
+    x = mp_avgpool2d(n.g, "pool", x, (mp_pool_opts){.kernel = 2, .stride = 2});
+    x = mp_conv2d(n.g, "conv2", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
+    x = mp_relu(n.g, "relu2", mp_batchnorm2d(n.g, "bn2", x, (mp_batchnorm_opts){0}));
+    n.logits = mp_linear(n.g, "fc", mp_flatten(n.g, "flat", x), (mp_linear_opts){.out_features = 3, .bias = true});
+    n.loss = mp_softmax_cross_entropy(n.g, "loss", n.logits, n.labels);
+    MP_ASSERT(mp_graph_status(n.g) == MP_OK);
+    mp_graph_init_params(n.g, 3);
+    return n;
+}
+
+typedef struct {
+    net n;
+    mp_optimizer *o;
+    mp_trainer *t;
+    float x[4 * 64];
+    int32_t y[4];
+} fixture;
+
+static void fixture_create(fixture *f, bool pool, const char *precision, float scale) {
+    memset(f, 0, sizeof *f);
+    f->n = pool ? make_pool_net() : make_net(4, 3);
+    mp_precision p;
+    MP_ASSERT(mp_precision_parse(precision, &p) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(f->n.g, (mp_policy_opts){.precision = p}) == MP_OK);
+    f->o = sgd(f->n.g);
+    MP_ASSERT(mp_trainer_create(f->n.g, &(mp_trainer_opts){.batch = 4, .input = f->n.input, .labels = f->n.labels,
+                                                           .loss = f->n.loss, .optimizer = f->o},
+                                &f->t) == MP_OK);
+    small_batch(f->x, f->y);
+    for (int i = 0; i < 4 * 64; i++) f->x[i] *= scale;
+}
+
+static void fixture_destroy(fixture *f) {
+    mp_trainer_destroy(f->t);
+    mp_optimizer_destroy(f->o);
+    mp_graph_destroy(f->n.g);
+}
+
+static mp_status step(fixture *f, mp_step_report *r) {
+    return mp_trainer_step(f->t, &(mp_batch){.images = f->x, .labels = f->y, .n = 4}, r);
+}
+
+/* 1e18: squares up to ~1e38 still fit; the steps run and the loss falls */
+static void test_large_inputs_train(bool pool, const char *precision) {
+    const char *net_name = pool ? "pool net" : "net";
+    fixture f;
+    fixture_create(&f, pool, precision, 1e18f);
+    float first = NAN, last = NAN;
+    for (int s = 0; s < 4; s++) {
+        mp_step_report r;
+        CHECK_ERR(step(&f, &r), MP_OK);
+        CHECK(r.skipped_steps == 0, "%s %s x 1e18: step %d skipped: %s", net_name, precision, s, r.overflow.message);
+        CHECK(mp_trainer_loss(f.t, s == 0 ? &first : &last) == MP_OK, "loss");
+    }
+    CHECK(isfinite(first) && last < 0.5f * first, "%s %s x 1e18: loss %g -> %g, not learning", net_name, precision,
+          first, last);
+    fixture_destroy(&f);
+}
+
+/* 1e20: every step a forward overflow at 'bn', then the error */
+static void test_overflowing_statistics(bool pool, const char *precision) {
+    const char *net_name = pool ? "pool net" : "net";
+    fixture f;
+    fixture_create(&f, pool, precision, 1e20f);
+    mp_step_report r;
+    CHECK_ERR(step(&f, &r), MP_OK);
+    CHECK(r.skipped_steps == 1, "%s %s x 1e20: the first step was not skipped (%lld)", net_name, precision,
+          (long long)r.skipped_steps);
+    CHECK(strstr(r.overflow.message, "forward overflow") && strstr(r.overflow.message, "output of bn ("),
+          "%s %s x 1e20: the report does not name bn's forward overflow: '%s'", net_name, precision,
+          r.overflow.message);
+    float var[16];
+    const int C = pool ? 16 : 4;
+    CHECK(mp_graph_param_get(f.n.g, "bn.running_var", var, (size_t)C) == MP_OK, "running_var: %s", mp_last_error());
+    for (int c = 0; c < C; c++)
+        CHECK(isfinite(var[c]), "%s %s: bn.running_var[%d] = %g after the skipped step", net_name, precision, c,
+              var[c]);
+    CHECK_ERR(step(&f, &r), MP_OK);
+    const mp_status s = step(&f, &r);
+    CHECK(s == MP_ERR_NONFINITE, "%s %s x 1e20: the third overflow is not an error: %d", net_name, precision, (int)s);
+    CHECK(strstr(mp_last_error(), "bn (batchnorm2d") && strstr(mp_last_error(), "batch statistics overflow fp32") &&
+              strstr(mp_last_error(), "no precision setting fixes it"),
+          "%s %s x 1e20: the error does not say why: %s", net_name, precision, mp_last_error());
+    mp_clear_error();
+    fixture_destroy(&f);
+}
+
+int main(void) {
+    const char *precisions[] = {"fp32", "amp-bf16"};
+    for (int pool = 0; pool < 2; pool++)
+        for (int p = 0; p < 2; p++) {
+            test_large_inputs_train(pool, precisions[p]);
+            test_overflowing_statistics(pool, precisions[p]);
+        }
+    return test_summary("test_bn_stats_overflow");
+}
