@@ -28,6 +28,16 @@ static inline net make_net(int out_channels, int classes) {
     return n;
 }
 
+/* A net, its optimizer and trainer, and one batch of 4 images and labels:
+ * what the API tests step. */
+typedef struct {
+    net n;
+    mp_optimizer *o;
+    mp_trainer *t;
+    float x[4 * 64];
+    int32_t y[4];
+} net_fixture;
+
 /* SGD at 0.1 over every trainable parameter of g. */
 static inline mp_optimizer *sgd(mp_graph *g) {
     mp_optimizer *o = NULL;

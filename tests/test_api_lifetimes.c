@@ -23,15 +23,8 @@
 
 static char dir[4096];
 
-/* make_net's classifier (3 classes), its optimizer and trainer (batch 4),
- * and one batch. */
-typedef struct {
-    net n;
-    mp_optimizer *o;
-    mp_trainer *t;
-    float x[4 * 64];
-    int32_t y[4];
-} fixture;
+/* make_net's classifier (3 classes), its optimizer and trainer (batch 4), and one batch */
+typedef net_fixture fixture;
 
 static mp_status step(fixture *f) {
     return mp_trainer_step(f->t, &(mp_batch){.images = f->x, .labels = f->y, .n = 4}, NULL);

@@ -34,13 +34,7 @@ static net make_pool_net(void) {
     return n;
 }
 
-typedef struct {
-    net n;
-    mp_optimizer *o;
-    mp_trainer *t;
-    float x[4 * 64];
-    int32_t y[4];
-} fixture;
+typedef net_fixture fixture;
 
 static void fixture_create(fixture *f, bool pool, const char *precision, float scale) {
     memset(f, 0, sizeof *f);
