@@ -185,7 +185,8 @@ static void store_nan(void *data, mp_dtype dt, int64_t i) {
     case MP_DTYPE_F64: ((double *)data)[i] = NAN; break;
     case MP_DTYPE_F16: ((uint16_t *)data)[i] = 0x7e00; break;
     case MP_DTYPE_BF16: ((uint16_t *)data)[i] = 0x7fc0; break;
-    default: break;
+    case MP_DTYPE_I32: /* no NaN (a batch norm never outputs one) */
+    case MP_DTYPE_COUNT: break;
     }
 }
 
