@@ -6,7 +6,9 @@
  * trainer skips the step as a forward overflow naming the batch norm and
  * restarts the running statistics, and after the consecutive-overflow limit
  * stops with one error saying why and that no precision setting fixes it.
- * Inputs a hundred times smaller still train, unskipped. Two nets through
+ * Inputs a hundred times smaller still train, unskipped; a batch norm whose
+ * f16 output overflows (amp-fp16) is not blamed on its statistics, and
+ * --auto-fallback still moves it to fp32. Two nets through
  * the public API: api_net.h's (conv -> bn -> relu -> fc) and one with the
  * batch norm + ReLU read by a 2x2 average pool (the channels-last kernels
  * and the pool fusion), each in fp32 and amp-bf16. */
@@ -36,7 +38,7 @@ static net make_pool_net(void) {
 
 typedef net_fixture fixture;
 
-static void fixture_create(fixture *f, bool pool, const char *precision, float scale) {
+static void fixture_create_opts(fixture *f, bool pool, const char *precision, float scale, bool auto_fallback) {
     memset(f, 0, sizeof *f);
     f->n = pool ? make_pool_net() : make_net(4, 3);
     mp_precision p;
@@ -44,10 +46,15 @@ static void fixture_create(fixture *f, bool pool, const char *precision, float s
     MP_ASSERT(mp_graph_apply_policy(f->n.g, (mp_policy_opts){.precision = p}) == MP_OK);
     f->o = sgd(f->n.g);
     MP_ASSERT(mp_trainer_create(f->n.g, &(mp_trainer_opts){.batch = 4, .input = f->n.input, .labels = f->n.labels,
-                                                           .loss = f->n.loss, .optimizer = f->o},
+                                                           .loss = f->n.loss, .optimizer = f->o,
+                                                           .auto_fallback = auto_fallback},
                                 &f->t) == MP_OK);
     small_batch(f->x, f->y);
     for (int i = 0; i < 4 * 64; i++) f->x[i] *= scale;
+}
+
+static void fixture_create(fixture *f, bool pool, const char *precision, float scale) {
+    fixture_create_opts(f, pool, precision, scale, false);
 }
 
 static void fixture_destroy(fixture *f) {
@@ -105,6 +112,31 @@ static void test_overflowing_statistics(bool pool, const char *precision) {
     fixture_destroy(&f);
 }
 
+/* Not every batch-norm overflow is its statistics: under amp-fp16 a batch norm computes in f32 and stores f16,
+ * and a weight of 1e6 takes its output past 65504 while its statistics stay finite. That is an ordinary forward
+ * overflow: the error advises an fp32 override, and --auto-fallback moves the batch norm to fp32 and goes on. */
+static void test_f16_output_overflow(bool auto_fallback) {
+    fixture f;
+    fixture_create_opts(&f, false, "amp-fp16", 1.0f, auto_fallback);
+    const float w[4] = {1e6f, 1e6f, 1e6f, 1e6f};
+    CHECK(mp_trainer_param_set(f.t, "bn.weight", w, 4) == MP_OK, "bn.weight: %s", mp_last_error());
+    mp_status s = MP_OK;
+    for (int k = 0; k < 6 && s == MP_OK; k++) s = step(&f, NULL);
+    if (auto_fallback) {
+        CHECK(s == MP_OK, "amp-fp16, bn.weight 1e6, --auto-fallback: %s", mp_last_error());
+        mp_node_precision np;
+        CHECK(mp_graph_node_precision(f.n.g, mp_graph_find(f.n.g, "bn"), &np) == MP_OK &&
+                  np.storage == MP_DTYPE_F32,
+              "--auto-fallback did not move bn to fp32 storage");
+    } else {
+        CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "bn=fp32") &&
+                  !strstr(mp_last_error(), "batch statistics"),
+              "amp-fp16, bn.weight 1e6: not the fp16 output's error (%d): %s", (int)s, mp_last_error());
+    }
+    mp_clear_error();
+    fixture_destroy(&f);
+}
+
 int main(void) {
     const char *precisions[] = {"fp32", "amp-bf16"};
     for (int pool = 0; pool < 2; pool++)
@@ -112,5 +144,7 @@ int main(void) {
             test_large_inputs_train(pool, precisions[p]);
             test_overflowing_statistics(pool, precisions[p]);
         }
+    test_f16_output_overflow(false);
+    test_f16_output_overflow(true);
     return test_summary("test_bn_stats_overflow");
 }

@@ -10,6 +10,7 @@
  * kernels' NHWC instances, which also serve a training batch norm + ReLU
  * fused into the 2x2 average pool after it (c->skip_out: no output stored;
  * c->pool_dy: that pool's output gradient read in place of d_out). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -190,21 +191,24 @@ static void store_nan(void *data, mp_dtype dt, int64_t i) {
     }
 }
 
-/* A training forward whose batch statistics overflowed (a channel's sum of
- * squares beyond f32 where the kernels sum in f32: inputs past ~1.8e19)
- * normalizes that channel by 1/sqrt(inf) = 0, to its shift: a finite,
- * silently wrong output. Such channels (mean or 1/std not finite, or 1/std
- * zero) become NaN — the stored output and the saved constants that the
- * backward and a fused pool read — so that the step's overflow check sees
- * them and names this node (mp_trainer: a forward overflow, the step
- * skipped, running statistics restarted). */
+/* A training forward whose batch statistics overflow fp32 (inputs past
+ * ~1.8e19): where the kernels sum in f32, 1/std is 0 and the channel is
+ * normalized to its shift, a finite, silently wrong output; where they sum in
+ * double (the reference kernels) the output is right but the f32 running
+ * variance becomes inf. Either way such channels (mean or variance beyond
+ * FLT_MAX: 1/std below 1/sqrt(FLT_MAX), or not finite) become NaN — the
+ * stored output and the saved constants that the backward and a fused pool
+ * read — so that the step's overflow check sees them and names this node
+ * (mp_trainer: a forward overflow, the step skipped, running statistics
+ * restarted). */
 static void poison_overflowed_channels(const mp_op_call *c) {
     const mp_shape *xs = &c->in[0].shape;
     const int N = xs->dims[0], C = xs->dims[1];
     const int64_t HW = spatial(xs);
     const double *mean = mp_bn_saved_mean(c->saved), *invstd = mp_bn_saved_invstd(c->saved, C);
+    const double min_invstd = 1.0 / sqrt((double)FLT_MAX);
     for (int ch = 0; ch < C; ch++) {
-        if (isfinite(mean[ch]) && isfinite(invstd[ch]) && invstd[ch] != 0.0) continue;
+        if (fabs(mean[ch]) <= (double)FLT_MAX && invstd[ch] >= min_invstd && isfinite(invstd[ch])) continue;
         mp_bn_saved_invstd(c->saved, C)[ch] = NAN;
         mp_bn_saved_scale_f32(c->saved, C)[ch] = NAN;
         mp_bn_saved_shift_f32(c->saved, C)[ch] = NAN;

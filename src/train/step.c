@@ -172,9 +172,11 @@ static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_
 /* A forward overflow's NaN/inf reaches the batch norms' running statistics
  * (the forward updates them whatever the step's fate), and NaN stays NaN in
  * a running average: those values restart from their initial ones (mean 0,
- * variance 1) and are estimated again. *reset: how many. */
-static mp_status reset_nonfinite_running_stats(mp_trainer *t, int64_t *reset) {
+ * variance 1) and are estimated again. *reset: how many; *node_reset:
+ * whether node's own were among them. */
+static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t *reset, bool *node_reset) {
     *reset = 0;
+    *node_reset = false;
     MP_TRY(t->be->state_to_host(t));
     mp_graph *g = t->g;
     for (int k = 0; k < g->n_params; k++) {
@@ -182,7 +184,10 @@ static mp_status reset_nonfinite_running_stats(mp_trainer *t, int64_t *reset) {
         const bool var = !strcmp(p->spec.name, "running_var"), mean = !strcmp(p->spec.name, "running_mean");
         if (p->spec.trainable || (!var && !mean)) continue;
         for (int64_t i = 0; i < mp_shape_numel(&p->spec.shape); i++)
-            if (!isfinite(p->data[i])) p->data[i] = var ? 1.0f : 0.0f, (*reset)++;
+            if (!isfinite(p->data[i])) {
+                p->data[i] = var ? 1.0f : 0.0f, (*reset)++;
+                if (p->node == node) *node_reset = true;
+            }
     }
     return *reset ? t->be->state_to_device(t) : MP_OK;
 }
@@ -195,7 +200,8 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
     char d[200];
     site_desc(g, node, why, d, sizeof d);
     int64_t reset = 0;
-    MP_TRY(reset_nonfinite_running_stats(t, &reset));
+    bool node_stats = false; /* node's own running statistics were NaN/inf */
+    MP_TRY(reset_nonfinite_running_stats(t, node, &reset, &node_stats));
     char restarted[120] = "";
     if (reset)
         snprintf(restarted, sizeof restarted, "; %lld batch-norm running statistics it made NaN/inf restart from 0 "
@@ -217,8 +223,9 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
                         "step %lld: %d consecutive batches whose %s holds NaN/inf as given (stored in fp32: no "
                         "precision setting causes or fixes it); check the data",
                         (long long)step, consecutive, d);
-    /* finite inputs (the replay found none non-finite before it): statistics past fp32 (batchnorm2d.c) */
-    if (nd->desc.kind == MP_OP_BATCHNORM2D && nd->compute_dtype == MP_DTYPE_F32)
+    /* finite inputs (the replay found none non-finite before it) and its own running statistics NaN/inf:
+       batch statistics past fp32 (batchnorm2d.c), not an output past f16 (which --auto-fallback fixes) */
+    if (nd->desc.kind == MP_OP_BATCHNORM2D && nd->compute_dtype == MP_DTYPE_F32 && node_stats)
         return mp_error(MP_ERR_NONFINITE,
                         "step %lld: %d consecutive forward overflows: %s turns finite inputs into NaN/inf: its batch "
                         "statistics overflow fp32 (input values beyond ~1.8e19, whose squares pass fp32's 3.4e38); "
