@@ -15,17 +15,31 @@ typedef struct {
     mp_node input, labels, logits, loss;
 } net;
 
-static inline net make_net(int out_channels, int classes) {
-    net n = {.g = mp_graph_create()};
-    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
-    n.labels = mp_graph_labels(n.g, "label");
-    mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = out_channels, .kernel = 3, .padding = 1});
-    x = mp_relu(n.g, "relu", mp_batchnorm2d(n.g, "bn", x, (mp_batchnorm_opts){0}));
+/* A net's first part: the graph, input (1, 8, 8) and labels; returns
+ * relu(bn(conv(input))) with out_channels channels (nodes "conv", "bn",
+ * "relu"), for net_finish to close. */
+static inline mp_node net_begin(net *n, int out_channels) {
+    *n = (net){.g = mp_graph_create()};
+    n->input = mp_graph_input(n->g, "image", 1, 8, 8);
+    n->labels = mp_graph_labels(n->g, "label");
+    mp_node x = mp_conv2d(n->g, "conv", n->input, (mp_conv_opts){.out_channels = out_channels, .kernel = 3, .padding = 1});
+    return mp_relu(n->g, "relu", mp_batchnorm2d(n->g, "bn", x, (mp_batchnorm_opts){0}));
+}
+
+/* Its last part: flatten x -> fc (classes) -> softmax cross-entropy, checked
+ * and initialized (seed 3). */
+static inline net net_finish(net n, mp_node x, int classes) {
     n.logits = mp_linear(n.g, "fc", mp_flatten(n.g, "flat", x), (mp_linear_opts){.out_features = classes, .bias = true});
     n.loss = mp_softmax_cross_entropy(n.g, "loss", n.logits, n.labels);
     MP_ASSERT(mp_graph_status(n.g) == MP_OK);
     mp_graph_init_params(n.g, 3);
     return n;
+}
+
+static inline net make_net(int out_channels, int classes) {
+    net n;
+    const mp_node x = net_begin(&n, out_channels);
+    return net_finish(n, x, classes);
 }
 
 /* A net, its optimizer and trainer, and one batch of 4 images and labels:

@@ -339,17 +339,10 @@ static size_t copy_grads(const mp_graph *g, float *out, size_t cap) {
  * The gate's backward reads side, which no backward pass writes a gradient
  * for: a second pass needs it kept. */
 static net make_gated_net(void) {
-    net n = {.g = mp_graph_create()};
-    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
-    n.labels = mp_graph_labels(n.g, "label");
-    mp_node h = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = 1, .kernel = 3, .padding = 1});
-    h = mp_relu(n.g, "relu", mp_batchnorm2d(n.g, "bn", h, (mp_batchnorm_opts){0}));
+    net n;
+    mp_node h = net_begin(&n, 1);
     h = mp_mul(n.g, "gate", h, mp_relu(n.g, "side", n.input));
-    n.logits = mp_linear(n.g, "fc", mp_flatten(n.g, "flat", h), (mp_linear_opts){.out_features = 3, .bias = true});
-    n.loss = mp_softmax_cross_entropy(n.g, "loss", n.logits, n.labels);
-    MP_ASSERT(mp_graph_status(n.g) == MP_OK);
-    mp_graph_init_params(n.g, 3);
-    return n;
+    return net_finish(n, h, 3);
 }
 
 static void test_backward_order(void) {

@@ -21,19 +21,12 @@
 
 /* conv (16 ch) -> bn -> relu -> 2x2 avgpool -> conv -> bn2 -> relu -> fc */
 static net make_pool_net(void) {
-    net n = {.g = mp_graph_create()};
-    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
-    n.labels = mp_graph_labels(n.g, "label");
-    mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
-    x = mp_relu(n.g, "relu", mp_batchnorm2d(n.g, "bn", x, (mp_batchnorm_opts){0}));
+    net n;
+    mp_node x = net_begin(&n, 16);
     x = mp_avgpool2d(n.g, "pool", x, (mp_pool_opts){.kernel = 2, .stride = 2});
     x = mp_conv2d(n.g, "conv2", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
     x = mp_relu(n.g, "relu2", mp_batchnorm2d(n.g, "bn2", x, (mp_batchnorm_opts){0}));
-    n.logits = mp_linear(n.g, "fc", mp_flatten(n.g, "flat", x), (mp_linear_opts){.out_features = 3, .bias = true});
-    n.loss = mp_softmax_cross_entropy(n.g, "loss", n.logits, n.labels);
-    MP_ASSERT(mp_graph_status(n.g) == MP_OK);
-    mp_graph_init_params(n.g, 3);
-    return n;
+    return net_finish(n, x, 3);
 }
 
 typedef net_fixture fixture;
