@@ -265,22 +265,28 @@ static void entry_free(plan_entry *e) {
 /* Graph, the heuristic list of a's mode, a's config (checked to be the same
  * engine), its plan. With beta != 0 the graph differs from the searched one
  * (its output is added to), so its list may rank engines otherwise: the
- * config is the one of a's engine wherever it is listed. */
+ * config at the searched rank when it is a's engine (the same tile and split
+ * the search timed, within its workspace), else a's engine's first config
+ * wherever it is listed. */
 static mp_status build_entry(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
                              float beta, plan_entry *e, const char *what) {
+    if (a->engine_index < 0 || a->engine_index >= MAX_MODE_A)
+        return mp_error(MP_ERR_INTERNAL, "%s: cached cuDNN choice ranked %d, beyond the %d configs listed", what,
+                        a->engine_index + 1, MAX_MODE_A);
     MP_TRY(build_graph(ctx, st, pass, beta, &e->pg, what));
     cudnnBackendDescriptor_t cfg[MAX_CAND];
     int n = 0;
     const int cap = beta != 0.0f ? MAX_MODE_A : a->engine_index + 1;
     MP_TRY(mp_cudnn_heuristic_configs(e->pg.graph, (cudnnBackendHeurMode_t)a->engine_mode, cap, cfg, &n, what));
     int pick = -1;
-    for (int i = 0; i < n; i++) {
-        mp_cudnn_engine_notes nt;
-        const bool same =
-            beta != 0.0f ? mp_cudnn_engine_notes_of(cfg[i], &nt) && nt.id == a->engine_id : i == a->engine_index;
-        if (same && pick < 0) pick = i;
-        else cudnnBackendDestroyDescriptor(cfg[i]);
-    }
+    mp_cudnn_engine_notes nt;
+    if (a->engine_index < n &&
+        (beta == 0.0f || (mp_cudnn_engine_notes_of(cfg[a->engine_index], &nt) && nt.id == a->engine_id)))
+        pick = a->engine_index; /* beta = 0: the searched graph's own list, its engine checked below */
+    for (int i = 0; i < n && pick < 0 && beta != 0.0f; i++)
+        if (mp_cudnn_engine_notes_of(cfg[i], &nt) && nt.id == a->engine_id) pick = i;
+    for (int i = 0; i < n; i++)
+        if (i != pick) cudnnBackendDestroyDescriptor(cfg[i]);
     if (pick < 0 && beta != 0.0f)
         return mp_error(MP_ERR_UNSUPPORTED, "%s: cuDNN engine %lld does not add to its output here", what,
                         a->engine_id);
@@ -288,7 +294,6 @@ static mp_status build_entry(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_
         return mp_error(MP_ERR_INTERNAL, "%s: cuDNN's heuristics list %d engines now, the cached choice was number %d",
                         what, n, a->engine_index + 1);
     e->cfg = cfg[pick];
-    mp_cudnn_engine_notes nt;
     int64_t need = 0;
     if (!mp_cudnn_engine_notes_of(e->cfg, &nt) || nt.id != a->engine_id)
         return mp_error(MP_ERR_INTERNAL, "%s: cuDNN engine %lld expected at heuristic rank %d, found %lld", what,
