@@ -81,6 +81,22 @@ mp_status mp_cuda_unscale_check(mp_cuda_ctx *ctx, mp_scaler *s, int group, const
  * found_inf and every group's flag to MP_FOUND_FORWARD. */
 mp_status mp_cuda_check_loss(mp_cuda_ctx *ctx, const float *loss_dev, mp_scaler *s);
 
+/* One batch norm's running statistic on the device, for the check below. */
+typedef struct {
+    float *data;
+    int n;
+    int node;    /* its batch norm's graph node */
+    float reset; /* its initial value: 0 for a mean, 1 for a variance */
+} mp_cuda_running_stat;
+
+/* After a micro-batch's forward: each NaN/inf value of the n statistics
+ * stats (a device array) restarts from its reset value, raises found_inf and
+ * every group's flag to MP_FOUND_FORWARD, adds 1 to found[1] and lowers
+ * found[0] (device ints) to its node: the first batch norm, in graph order,
+ * whose statistics overflowed. The host reads and clears found. */
+mp_status mp_cuda_check_running_stats(mp_cuda_ctx *ctx, const mp_cuda_running_stat *stats, int n, mp_scaler *s,
+                                      int *found);
+
 /* The one update per iteration, after the optimizers: one device thread runs
  * the host's rule (amp/scaler_rule.h) and clears the flags. */
 mp_status mp_cuda_scaler_update(mp_cuda_ctx *ctx, mp_scaler *s);

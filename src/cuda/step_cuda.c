@@ -5,12 +5,17 @@
  * graph per launch kind (whole step; first, middle, last micro-batch). The
  * scaler lives on the device as the same mp_scaler struct the host holds,
  * updated by the same rule; at each step's end it is copied to pinned host
- * memory, which the host reads without waiting. A gradient penalty runs
+ * memory, which the host reads without waiting. After the forward the batch
+ * norms' running statistics are checked too: cuDNN's batch norms normalize a
+ * channel whose statistics overflow fp32 to its shift (a finite output), so
+ * a NaN/inf statistic is the forward overflow's only trace; it restarts on
+ * the device and the host learns which batch norm. A gradient penalty runs
  * after its group's backward, on the device too (penalty_step_cuda.c); its
  * outcome is copied to the host beside the scaler state. Data parallel: gradients
  * are all-reduced in buckets during backward, the found-inf flags after the
  * check, and at most two launches are in flight so that a rank whose peer
  * died has little queued behind a stopped collective. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +45,9 @@ typedef struct {
     mp_cuda_penalty *pen;         /* the gradient penalty's device state (NULL: none) */
     mp_cuda_penalty_out *pen_mirror; /* pinned host copy of its outcome, written beside the scaler's */
     float *scalars;               /* device: lr[MP_MAX_GROUPS], then seeds[SEED_SLOTS] */
+    mp_cuda_running_stat *stats;  /* device: the batch norms' running statistics (check_running_stats) */
+    int n_stats;
+    int *stats_found;             /* device: the first node whose statistics were NaN/inf (INT_MAX: none), count */
     mp_grad_allreduce *allreduce; /* data parallel, else NULL */
     cudaEvent_t queued[2];        /* data parallel: the ends of the last two launches */
     /* [1]: the same step measuring numerics statistics (a collecting launch) */
@@ -133,6 +141,38 @@ static mp_status open_penalty(mp_trainer *t) {
     return st;
 }
 
+static const int stats_none[2] = {INT_MAX, 0};
+
+/* The table of every batch norm's running mean and variance the step
+ * checks after its forward, and the record of what the check found. */
+static mp_status open_stats(mp_trainer *t) {
+    cuda_step *s = state(t);
+    const mp_graph *g = t->g;
+    mp_cuda_running_stat *host = calloc((size_t)g->n_params + 1, sizeof *host);
+    if (!host) return mp_error(MP_ERR_NOMEM, "cuda step: out of memory");
+    int n = 0;
+    for (int k = 0; k < g->n_params; k++) {
+        const mp_gparam *p = &g->params[k];
+        const bool var = !strcmp(p->spec.name, "running_var"), mean = !strcmp(p->spec.name, "running_mean");
+        float *data = mp_cuda_plan_param(t->plan, k);
+        if (p->spec.trainable || (!var && !mean) || !data) continue;
+        host[n++] = (mp_cuda_running_stat){.data = data, .n = (int)mp_shape_numel(&p->spec.shape), .node = p->node,
+                                           .reset = var ? 1.0f : 0.0f};
+    }
+    mp_status st = mp_cuda_check(cudaMalloc((void **)&s->stats_found, sizeof stats_none), "cudaMalloc", "cuda step");
+    if (st == MP_OK && n)
+        st = mp_cuda_check(cudaMalloc((void **)&s->stats, (size_t)n * sizeof *host), "cudaMalloc", "cuda step");
+    if (st == MP_OK && n)
+        st = mp_cuda_check(cudaMemcpy(s->stats, host, (size_t)n * sizeof *host, cudaMemcpyHostToDevice), "cudaMemcpy",
+                           "cuda step: the running statistics' table");
+    if (st == MP_OK)
+        st = mp_cuda_check(cudaMemcpy(s->stats_found, stats_none, sizeof stats_none, cudaMemcpyHostToDevice),
+                           "cudaMemcpy", "cuda step");
+    if (st == MP_OK) s->n_stats = n;
+    free(host);
+    return st;
+}
+
 static void cuda_close(mp_trainer *t) {
     cuda_step *s = state(t);
     if (!s) return;
@@ -154,6 +194,8 @@ static void cuda_close(mp_trainer *t) {
     mp_cuda_penalty_destroy(s->pen);
     if (s->pen_mirror) cudaFreeHost(s->pen_mirror);
     cudaFree(s->scalars);
+    cudaFree(s->stats);
+    cudaFree(s->stats_found);
     if (t->plan && t->plan->dev) mp_cuda_plan_casts_by_optimizer(t->plan, false);
     free(s);
     t->bs = NULL;
@@ -173,6 +215,7 @@ static mp_status cuda_open(mp_trainer *t) {
     if (st == MP_OK)
         st = mp_cuda_check(cudaMalloc((void **)&s->scalars, (MP_MAX_GROUPS + SEED_SLOTS) * sizeof(float)), "cudaMalloc",
                            "cuda step");
+    if (st == MP_OK) st = open_stats(t);
     for (int i = 0; st == MP_OK && t->o.dist && i < 2; i++)
         st = mp_cuda_check(cudaEventCreateWithFlags(&s->queued[i], cudaEventDisableTiming), "cudaEventCreate",
                            "cuda step");
@@ -199,6 +242,11 @@ static mp_status cuda_check_loss(mp_trainer *t, mp_node loss) {
     if (l->dtype != MP_DTYPE_F32 || mp_tensor_numel(l) != 1)
         return mp_error(MP_ERR_INVALID_ARG, "cuda step: the loss '%s' is not one f32 value", t->g->nodes[loss].name);
     return mp_cuda_check_loss(state(t)->ctx, l->data, state(t)->scaler);
+}
+
+static mp_status cuda_check_running_stats(mp_trainer *t) {
+    cuda_step *s = state(t);
+    return mp_cuda_check_running_stats(s->ctx, s->stats, s->n_stats, s->scaler, s->stats_found);
 }
 
 static mp_status cuda_loss_seed(mp_trainer *t, int slot, float weight, mp_seed *out) {
@@ -388,6 +436,18 @@ static mp_status cuda_state_to_device(mp_trainer *t) {
     return mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "state to the device");
 }
 
+static mp_status cuda_stats_overflow(mp_trainer *t, int *node, int64_t *reset) {
+    cuda_step *s = state(t);
+    int found[2];
+    MP_TRY(bounded_wait(t, NULL));
+    MP_CUDA_TRY(cudaMemcpy(found, s->stats_found, sizeof found, cudaMemcpyDeviceToHost), "running statistics check");
+    MP_CUDA_TRY(cudaMemcpy(s->stats_found, stats_none, sizeof stats_none, cudaMemcpyHostToDevice),
+                "running statistics check");
+    *node = found[0] == INT_MAX ? -1 : found[0];
+    *reset = found[1];
+    return MP_OK;
+}
+
 static mp_status cuda_optim_steps(mp_trainer *t, int g, int64_t *out) {
     MP_TRY(bounded_wait(t, NULL));
     return mp_cuda_optim_get_step_count(state(t)->ctx, state(t)->opt[g], out);
@@ -424,6 +484,7 @@ const mp_step_backend mp_step_backend_cuda = {
     .close = cuda_close,
     .launch = cuda_launch,
     .check_loss = cuda_check_loss,
+    .check_running_stats = cuda_check_running_stats,
     .loss_seed = cuda_loss_seed,
     .reduce_grads = cuda_reduce_grads,
     .reduce_flags = cuda_reduce_flags,
@@ -436,6 +497,7 @@ const mp_step_backend mp_step_backend_cuda = {
     .wait = cuda_wait,
     .state_to_host = cuda_state_to_host,
     .state_to_device = cuda_state_to_device,
+    .stats_overflow = cuda_stats_overflow,
     .optim_steps = cuda_optim_steps,
     .numerics_changed = cuda_numerics_changed,
     .penalty_input_grad = cuda_penalty_input_grad,

@@ -2,7 +2,9 @@
  * what the host does with its outcome.
  *
  * mp_step_enqueue is the step's only definition: forward; a NaN/inf check
- * of each loss (a forward overflow: every optimizer skips, the scale stays);
+ * of each loss, and where the device asks for it of the batch norms'
+ * running statistics (a forward overflow: every optimizer skips, the scale
+ * stays);
  * per optimizer group, backward of its losses times the loss scale (over k
  * when accumulating k micro-batches), then on the step's last launch the
  * gradient all-reduce (data parallel), the fused unscale + check, the flags'
@@ -52,6 +54,7 @@ mp_status mp_step_enqueue(mp_trainer *t, mp_launch kind) {
     if (t->numerics) MP_TRY(mp_numerics_params(t));
     MP_TRY(mp_plan_forward(p));
     for (int j = 0; j < t->n_checks; j++) MP_TRY(be->check_loss(t, t->checks[j]));
+    if (be->check_running_stats) MP_TRY(be->check_running_stats(t));
     int slot = 0;
     for (int gi = 0; gi < t->n_groups; gi++) {
         /* one group accumulates over micro-batches; several start afresh each */
@@ -132,8 +135,11 @@ static void copy_buffers(mp_trainer *t, bool save) {
 /* Replay the last micro-batch with checks (its input is still in place):
  * the forward, then (backward) each group's losses' backward. Parameters,
  * BN statistics and the dropout step are left as they were; gradients are
- * overwritten (the step was skipped). A failed replay is "not located". */
-static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_site *site, const char **why) {
+ * overwritten (the step was skipped). A failed replay is "not located";
+ * *clean: the replay ran and every value it checked was finite. */
+static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_site *site, const char **why,
+                        bool *clean) {
+    *clean = false;
     memset(site, 0, sizeof *site);
     site->node = -1;
     if (t->o.dist) {
@@ -165,6 +171,7 @@ static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_
         *why = "(not located: the replay failed)";
     } else if (!site->found) {
         *why = "(not located: the replay of the step's last micro-batch found no NaN/inf)";
+        *clean = true;
     }
     return mp_plan_sync_params(p, false);
 }
@@ -173,7 +180,8 @@ static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_
  * (the forward updates them whatever the step's fate), and NaN stays NaN in
  * a running average: those values restart from their initial ones (mean 0,
  * variance 1) and are estimated again. *reset: how many; *node_reset:
- * whether node's own were among them. */
+ * whether node's own were among them. (A device with check_running_stats
+ * restarted them already; stats_overflow told the host.) */
 static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t *reset, bool *node_reset) {
     *reset = 0;
     *node_reset = false;
@@ -192,24 +200,34 @@ static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t 
     return *reset ? t->be->state_to_device(t) : MP_OK;
 }
 
+/* What the device's running-statistics check found (stats_overflow). */
+typedef struct {
+    int node;      /* the first batch norm whose statistics were NaN/inf, -1: none */
+    int64_t reset; /* values it restarted */
+    bool named;    /* the overflow is named from them: a replay found every output finite */
+} device_stats;
+
 /* A forward overflow at `step`, the consecutive-th in a row, first seen in
- * node's output (-1: not located): report it; at the limit fall back or stop. */
+ * node's output (-1: not located): report it; at the limit fall back or stop.
+ * dev: what the device's check of the running statistics found. */
 static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t step, int node, const char *why,
-                                  int consecutive) {
+                                  int consecutive, const device_stats *dev) {
     mp_graph *g = t->g;
     char d[200];
     site_desc(g, node, why, d, sizeof d);
     int64_t reset = 0;
     bool node_stats = false; /* node's own running statistics were NaN/inf */
     MP_TRY(reset_nonfinite_running_stats(t, node, &reset, &node_stats));
+    reset += dev->reset;
+    node_stats = node_stats || (node >= 0 && dev->node == node);
     char restarted[120] = "";
     if (reset)
         snprintf(restarted, sizeof restarted, "; %lld batch-norm running statistics it made NaN/inf restart from 0 "
                  "and 1", (long long)reset);
     say(t, r,
-        "step %lld: forward overflow: first non-finite value in the output of %s; a gradient overflow it is not, so "
+        "step %lld: forward overflow: first non-finite value in the %s of %s; a gradient overflow it is not, so "
         "the loss scale stays %g; skipping step%s",
-        (long long)step, d, t->scaler.scale, restarted);
+        (long long)step, dev->named ? "running statistics" : "output", d, t->scaler.scale, restarted);
     if (consecutive < forward_limit(t)) return MP_OK;
     if (node < 0)
         return mp_error(MP_ERR_NONFINITE,
@@ -337,6 +355,7 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
     const bool limit_now = now.forward_peak >= limit && was.forward_peak < limit;
     mp_nonfinite_site site = {.node = -1};
     const char *why = "(not located: later steps ran before the host looked)";
+    bool clean = false; /* a replay of the step found every value finite */
     /* several groups: the replay would run with the weights of the groups
      * that already stepped, so it is not the step that overflowed */
     if (last_forward && t->pen_forward_overflow)
@@ -345,8 +364,13 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
         why = "(none: the input gradient the gradient penalty reads overflowed)";
     else if (t->n_groups > 1) why = "(not located: an earlier optimizer group stepped before the check)";
     else if (ago == 0 && (!limit_now || now.consecutive_forward_overflows >= limit))
-        MP_TRY(locate(t, !last_forward, now.last_skip_scale, &site, &why));
-    const int node = site.found ? site.node : -1;
+        MP_TRY(locate(t, !last_forward, now.last_skip_scale, &site, &why, &clean));
+    device_stats dev = {.node = -1};
+    if (forward > 0 && t->be->stats_overflow) MP_TRY(t->be->stats_overflow(t, &dev.node, &dev.reset));
+    /* finite outputs but a batch norm's running statistics NaN/inf: its own
+     * batch statistics overflowed fp32 (an upstream NaN would have shown) */
+    dev.named = last_forward && !site.found && clean && dev.node >= 0;
+    const int node = site.found ? site.node : dev.named ? dev.node : -1;
     if (r) {
         r->node = node;
         snprintf(r->what, sizeof r->what, "%s", site.found ? site.what : "");
@@ -358,9 +382,9 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
         if (beyond > 0)
             say(t, r, "steps %lld to %lld: forward overflows as well (queued before the host saw step %lld's)",
                 (long long)(reached + 1), (long long)(reached + beyond), (long long)reached);
-        return forward_overflow(t, r, reached, node, why, limit);
+        return forward_overflow(t, r, reached, node, why, limit, &dev);
     }
-    if (last_forward) return forward_overflow(t, r, at, node, why, now.consecutive_forward_overflows);
+    if (last_forward) return forward_overflow(t, r, at, node, why, now.consecutive_forward_overflows, &dev);
     if (t->n_groups > 1) return group_overflow(t, r, at, &was, &now);
     char d[200];
     site_desc(t->g, node, why, d, sizeof d);

@@ -7,9 +7,10 @@
  * mp_scaler struct with the same rule (amp/scaler_rule.h).
  *
  * The stream-order primitives are called from mp_step_enqueue in this order
- * per launch: check_loss (each loss); per group: loss_seed + backward per
- * loss, then on the step's last launch reduce_grads, unscale_check,
- * reduce_flags, clip, optim_step; finally scaler_update. */
+ * per launch: check_loss (each loss), check_running_stats; per group:
+ * loss_seed + backward per loss, then on the step's last launch
+ * reduce_grads, unscale_check, reduce_flags, clip, optim_step; finally
+ * scaler_update. */
 #ifndef MP_TRAIN_STEP_BACKEND_H
 #define MP_TRAIN_STEP_BACKEND_H
 
@@ -34,6 +35,13 @@ typedef struct mp_step_backend {
     /* ---- stream order, inside mp_step_enqueue ---- */
     /* A NaN/inf value of loss node `loss` marks a forward overflow. */
     mp_status (*check_loss)(mp_trainer *t, mp_node loss);
+    /* Optional, after the loss checks: a NaN/inf batch-norm running
+     * statistic marks a forward overflow too, restarts from its initial value
+     * (mean 0, variance 1) where it is, and is recorded for
+     * stats_overflow. For devices whose batch norms cannot make a channel
+     * whose statistics overflow fp32 NaN (cuDNN's normalize it to its shift:
+     * a finite output). */
+    mp_status (*check_running_stats)(mp_trainer *t);
     /* The seed of one backward: weight * loss scale (slot: a distinct index
      * per backward of the launch, 0..MP_MAX_GROUPS*MP_MAX_LOSSES-1). */
     mp_status (*loss_seed)(mp_trainer *t, int slot, float weight, mp_seed *out);
@@ -65,6 +73,11 @@ typedef struct mp_step_backend {
      * scaler (t->scaler). No-ops on the CPU, where the host state is the state. */
     mp_status (*state_to_host)(mp_trainer *t);
     mp_status (*state_to_device)(mp_trainer *t);
+    /* Optional, with check_running_stats: the first node (graph order)
+     * whose running statistics it found NaN/inf since the last call (-1:
+     * none) and how many values it restarted; clears the record (waits for
+     * queued work). */
+    mp_status (*stats_overflow)(mp_trainer *t, int *node, int64_t *reset);
     /* Steps group g's optimizer took (synchronizes a GPU). */
     mp_status (*optim_steps)(mp_trainer *t, int g, int64_t *out);
     /* Optional: the numerics selection changed (or stopped); a backend that

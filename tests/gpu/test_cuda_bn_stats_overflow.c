@@ -1,0 +1,159 @@
+/* test_cuda_bn_stats_overflow.c — test_bn_stats_overflow.c's rules on the
+ * GPU. A batch norm whose batch statistics overflow fp32 (inputs past
+ * ~1.8e19) gets 1/sqrt(inf) = 0 and normalizes every channel to its shift, in
+ * cuDNN's kernels and ours alike: a finite output, so only its running
+ * statistics, NaN/inf, show it. The step checks them after the forward
+ * (step_cuda.c): a forward overflow, the statistics restarted on the device,
+ * and after the consecutive-overflow limit the CPU's error naming the batch
+ * norm. Inputs a hundred times smaller train unskipped; one such batch among
+ * ordinary ones costs one skipped step and leaves the statistics finite; a
+ * batch norm whose f16 output overflows is not blamed on its statistics.
+ * Nets through the public API: api_net.h's with 4 and 8 channels (8: cuDNN's
+ * kernels where they apply) and one whose batch norm + ReLU feed an average
+ * pool, each in fp32 and amp-bf16. Run by scripts/gpu-check. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api_net.h"
+#include "check.h"
+
+/* Steps the GPU may run past the one that reached the limit before the host
+ * reads the counts (test_cuda_overflow.c's bound). */
+enum { LIMIT = 3, QUEUE_LAG = 16 };
+
+typedef enum { NET4, NET8, POOL_NET } net_kind;
+static const char *const net_names[] = {"net (4 channels)", "net (8 channels)", "pool net"};
+static const int net_channels[] = {4, 8, 16};
+
+/* conv (16 ch) -> bn -> relu -> 2x2 avgpool -> conv -> bn2 -> relu -> fc */
+static net make_pool_net(void) {
+    net n;
+    mp_node x = net_begin(&n, 16);
+    x = mp_avgpool2d(n.g, "pool", x, (mp_pool_opts){.kernel = 2, .stride = 2});
+    x = mp_conv2d(n.g, "conv2", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
+    x = mp_relu(n.g, "relu2", mp_batchnorm2d(n.g, "bn2", x, (mp_batchnorm_opts){0}));
+    return net_finish(n, x, 3);
+}
+
+static void fixture_create(net_fixture *f, net_kind kind, const char *precision, float scale) {
+    memset(f, 0, sizeof *f);
+    f->n = kind == POOL_NET ? make_pool_net() : make_net(net_channels[kind], 3);
+    mp_precision p;
+    MP_ASSERT(mp_precision_parse(precision, &p) == MP_OK);
+    MP_ASSERT(mp_graph_apply_policy(f->n.g, (mp_policy_opts){.precision = p}) == MP_OK);
+    f->o = sgd(f->n.g);
+    MP_ASSERT(mp_trainer_create(f->n.g,
+                                &(mp_trainer_opts){.batch = 4, .input = f->n.input, .labels = f->n.labels,
+                                                   .loss = f->n.loss, .optimizer = f->o,
+                                                   .device = {MP_DEVICE_CUDA, 0}},
+                                &f->t) == MP_OK);
+    small_batch(f->x, f->y);
+    for (int i = 0; i < 4 * 64; i++) f->x[i] *= scale;
+}
+
+static void fixture_destroy(net_fixture *f) {
+    mp_trainer_destroy(f->t);
+    mp_optimizer_destroy(f->o);
+    mp_graph_destroy(f->n.g);
+}
+
+static mp_status step(net_fixture *f, const float *x) {
+    return mp_trainer_step(f->t, &(mp_batch){.images = x, .labels = f->y, .n = 4}, NULL);
+}
+
+/* bn.running_var read back from the device: every channel finite */
+static void check_running_var(net_fixture *f, net_kind kind, const char *label) {
+    float var[16];
+    const int C = net_channels[kind];
+    CHECK(mp_trainer_param_get(f->t, "bn.running_var", var, (size_t)C) == MP_OK, "%s: bn.running_var: %s", label,
+          mp_last_error());
+    for (int c = 0; c < C; c++) CHECK(isfinite(var[c]), "%s: bn.running_var[%d] = %g", label, c, var[c]);
+}
+
+/* 1e18: squares up to ~1e38 still fit; no step skips and the loss falls */
+static void test_large_inputs_train(net_kind kind, const char *precision) {
+    char label[96];
+    snprintf(label, sizeof label, "%s %s x 1e18", net_names[kind], precision);
+    net_fixture f;
+    fixture_create(&f, kind, precision, 1e18f);
+    float first = NAN, last = NAN;
+    for (int s = 0; s < 8; s++) {
+        CHECK_ERR(step(&f, f.x), MP_OK);
+        if (s == 0) CHECK(mp_trainer_loss(f.t, &first) == MP_OK, "%s: loss: %s", label, mp_last_error());
+    }
+    mp_step_report r;
+    CHECK_ERR(mp_trainer_wait(f.t, &r), MP_OK);
+    CHECK(mp_trainer_loss(f.t, &last) == MP_OK, "%s: loss: %s", label, mp_last_error());
+    CHECK(mp_trainer_skipped_steps(f.t) == 0, "%s: %lld steps skipped: %s", label,
+          (long long)mp_trainer_skipped_steps(f.t), r.overflow.message);
+    CHECK(isfinite(first) && last < 0.5f * first, "%s: loss %g -> %g, not learning", label, first, last);
+    check_running_var(&f, kind, label);
+    fixture_destroy(&f);
+}
+
+/* 1e20: every step a forward overflow found in bn's statistics, then the CPU's error naming bn */
+static void test_overflowing_statistics(net_kind kind, const char *precision) {
+    char label[96];
+    snprintf(label, sizeof label, "%s %s x 1e20", net_names[kind], precision);
+    net_fixture f;
+    fixture_create(&f, kind, precision, 1e20f);
+    mp_status s = MP_OK;
+    int steps = 0;
+    while (s == MP_OK && steps < LIMIT + QUEUE_LAG) s = step(&f, f.x), steps++;
+    if (s == MP_OK) s = mp_trainer_wait(f.t, NULL);
+    CHECK(s == MP_ERR_NONFINITE, "%s: no error after %d steps (%d): %s", label, steps, (int)s, mp_last_error());
+    CHECK(strstr(mp_last_error(), "bn (batchnorm2d") && strstr(mp_last_error(), "batch statistics overflow fp32") &&
+              strstr(mp_last_error(), "no precision setting fixes it"),
+          "%s: the error does not say why: %s", label, mp_last_error());
+    printf("%s: stopped after %d steps: %s\n", label, steps, mp_last_error());
+    mp_clear_error();
+    fixture_destroy(&f);
+}
+
+/* one x 1e20 batch among ordinary ones: one skipped step, the statistics finite again, training goes on */
+static void test_one_bad_batch(net_kind kind, const char *precision) {
+    char label[96];
+    snprintf(label, sizeof label, "%s %s, one x 1e20 batch", net_names[kind], precision);
+    net_fixture f;
+    fixture_create(&f, kind, precision, 1.0f);
+    float big[4 * 64];
+    for (int i = 0; i < 4 * 64; i++) big[i] = f.x[i] * 1e20f;
+    for (int s = 0; s < 8; s++) CHECK_ERR(step(&f, s == 3 ? big : f.x), MP_OK);
+    mp_step_report r;
+    CHECK_ERR(mp_trainer_wait(f.t, &r), MP_OK);
+    CHECK(mp_trainer_skipped_steps(f.t) == 1, "%s: %lld steps skipped, not 1", label,
+          (long long)mp_trainer_skipped_steps(f.t));
+    float loss = NAN;
+    CHECK(mp_trainer_loss(f.t, &loss) == MP_OK && isfinite(loss), "%s: loss %g after it", label, loss);
+    check_running_var(&f, kind, label);
+    fixture_destroy(&f);
+}
+
+/* amp-fp16 with bn.weight 1e6: bn's f16 output overflows while its statistics stay finite, the ordinary
+ * forward overflow's error (an fp32 override), not the statistics' */
+static void test_f16_output_overflow(void) {
+    net_fixture f;
+    fixture_create(&f, NET8, "amp-fp16", 1.0f);
+    const float w[8] = {1e6f, 1e6f, 1e6f, 1e6f, 1e6f, 1e6f, 1e6f, 1e6f};
+    CHECK(mp_trainer_param_set(f.t, "bn.weight", w, 8) == MP_OK, "bn.weight: %s", mp_last_error());
+    mp_status s = MP_OK;
+    for (int k = 0; k < LIMIT + QUEUE_LAG && s == MP_OK; k++) s = step(&f, f.x);
+    if (s == MP_OK) s = mp_trainer_wait(f.t, NULL);
+    CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "bn=fp32") && !strstr(mp_last_error(), "batch statistics"),
+          "amp-fp16, bn.weight 1e6: not the f16 output's error (%d): %s", (int)s, mp_last_error());
+    mp_clear_error();
+    fixture_destroy(&f);
+}
+
+int main(void) {
+    const char *precisions[] = {"fp32", "amp-bf16"};
+    for (int kind = NET4; kind <= POOL_NET; kind++)
+        for (int p = 0; p < 2; p++) {
+            test_large_inputs_train((net_kind)kind, precisions[p]);
+            test_overflowing_statistics((net_kind)kind, precisions[p]);
+            test_one_bad_batch((net_kind)kind, precisions[p]);
+        }
+    test_f16_output_overflow();
+    return test_summary("test_cuda_bn_stats_overflow");
+}
