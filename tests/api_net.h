@@ -42,6 +42,18 @@ static inline net make_net(int out_channels, int classes) {
     return net_finish(n, x, classes);
 }
 
+/* A net whose batch norm + ReLU feed an average pool (the channels-last
+ * batch-norm kernels and the pool fusion): conv (16 ch) -> bn -> relu ->
+ * 2x2 avgpool -> conv2 -> bn2 -> relu2 -> fc (3 classes). */
+static inline net make_pool_net(void) {
+    net n;
+    mp_node x = net_begin(&n, 16);
+    x = mp_avgpool2d(n.g, "pool", x, (mp_pool_opts){.kernel = 2, .stride = 2});
+    x = mp_conv2d(n.g, "conv2", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
+    x = mp_relu(n.g, "relu2", mp_batchnorm2d(n.g, "bn2", x, (mp_batchnorm_opts){0}));
+    return net_finish(n, x, 3);
+}
+
 /* A net, its optimizer and trainer, and one batch of 4 images and labels:
  * what the API tests step. */
 typedef struct {

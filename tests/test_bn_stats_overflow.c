@@ -19,16 +19,6 @@
 #include "api_net.h"
 #include "check.h"
 
-/* conv (16 ch) -> bn -> relu -> 2x2 avgpool -> conv -> bn2 -> relu -> fc */
-static net make_pool_net(void) {
-    net n;
-    mp_node x = net_begin(&n, 16);
-    x = mp_avgpool2d(n.g, "pool", x, (mp_pool_opts){.kernel = 2, .stride = 2});
-    x = mp_conv2d(n.g, "conv2", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
-    x = mp_relu(n.g, "relu2", mp_batchnorm2d(n.g, "bn2", x, (mp_batchnorm_opts){0}));
-    return net_finish(n, x, 3);
-}
-
 typedef net_fixture fixture;
 
 static void fixture_create_opts(fixture *f, bool pool, const char *precision, float scale, bool auto_fallback) {

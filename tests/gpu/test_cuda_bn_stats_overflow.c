@@ -26,16 +26,6 @@ typedef enum { NET4, NET8, POOL_NET } net_kind;
 static const char *const net_names[] = {"net (4 channels)", "net (8 channels)", "pool net"};
 static const int net_channels[] = {4, 8, 16};
 
-/* conv (16 ch) -> bn -> relu -> 2x2 avgpool -> conv -> bn2 -> relu -> fc */
-static net make_pool_net(void) {
-    net n;
-    mp_node x = net_begin(&n, 16);
-    x = mp_avgpool2d(n.g, "pool", x, (mp_pool_opts){.kernel = 2, .stride = 2});
-    x = mp_conv2d(n.g, "conv2", x, (mp_conv_opts){.out_channels = 16, .kernel = 3, .padding = 1});
-    x = mp_relu(n.g, "relu2", mp_batchnorm2d(n.g, "bn2", x, (mp_batchnorm_opts){0}));
-    return net_finish(n, x, 3);
-}
-
 static void fixture_create(net_fixture *f, net_kind kind, const char *precision, float scale) {
     memset(f, 0, sizeof *f);
     f->n = kind == POOL_NET ? make_pool_net() : make_net(net_channels[kind], 3);
