@@ -246,8 +246,9 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
     if (nd->desc.kind == MP_OP_BATCHNORM2D && nd->compute_dtype == MP_DTYPE_F32 && node_stats)
         return mp_error(MP_ERR_NONFINITE,
                         "step %lld: %d consecutive forward overflows: %s turns finite inputs into NaN/inf: its batch "
-                        "statistics overflow fp32 (input values beyond ~1.8e19, whose squares pass fp32's 3.4e38); "
-                        "no precision setting fixes it: scale the data, or the layers before it, down",
+                        "statistics overflow fp32 (the squares of its inputs, or their sum over the batch, pass "
+                        "fp32's 3.4e38: values beyond ~1.8e19, or less in a large batch and on a GPU); no precision "
+                        "setting fixes it: scale the data, or the layers before it, down",
                         (long long)step, consecutive, d);
     if (t->o.auto_fallback && (nd->compute_dtype != MP_DTYPE_F32 || nd->storage_dtype != MP_DTYPE_F32) &&
         g->live_plans > 1)
