@@ -89,13 +89,24 @@ typedef struct {
     float reset; /* its initial value: 0 for a mean, 1 for a variance */
 } mp_cuda_running_stat;
 
+/* What mp_cuda_check_running_stats found since the host last zeroed it
+ * (all zero: nothing). */
+typedef struct {
+    /* (s->ends << 31) | (INT_MAX - node): the latest step's (its scaler
+     * update's index, mp_scaler.ends) first batch norm in graph order */
+    unsigned long long last;
+    unsigned long long reset; /* values restarted */
+} mp_cuda_stats_record;
+
 /* After a micro-batch's forward: each NaN/inf value of the n statistics
  * stats (a device array) restarts from its reset value, raises found_inf and
- * every group's flag to MP_FOUND_FORWARD, adds 1 to found[1] and lowers
- * found[0] (device ints) to its node: the first batch norm, in graph order,
- * whose statistics overflowed. The host reads and clears found. */
+ * every group's flag to MP_FOUND_FORWARD, and is counted in *rec (device),
+ * whose last it raises to this step's key for its node. The host reads rec,
+ * decodes it with mp_cuda_stats_record_node, and zeroes it. */
 mp_status mp_cuda_check_running_stats(mp_cuda_ctx *ctx, const mp_cuda_running_stat *stats, int n, mp_scaler *s,
-                                      int *found);
+                                      mp_cuda_stats_record *rec);
+/* rec->last's node (-1: none) and the scaler update index of its step. */
+int mp_cuda_stats_record_node(const mp_cuda_stats_record *rec, long long *end);
 
 /* The one update per iteration, after the optimizers: one device thread runs
  * the host's rule (amp/scaler_rule.h) and clears the flags. */

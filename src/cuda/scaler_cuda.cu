@@ -2,6 +2,8 @@
  * one-thread kernel running the host's rule (amp/scaler_rule.h) on the same
  * mp_scaler struct, and the forward-overflow checks of the loss and of the
  * batch norms' running statistics. A captured step needs no host decision. */
+#include <limits.h>
+
 #include "amp/scaler_rule.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/float_bits.cuh"
@@ -23,24 +25,31 @@ mp_status mp_cuda_check_loss(mp_cuda_ctx *ctx, const float *loss_dev, mp_scaler 
 
 /* One block per statistic: its NaN/inf values restart, and count as a
  * forward overflow of its batch norm (mp_cuda_check_running_stats). */
-__global__ void check_running_stats_kernel(const mp_cuda_running_stat *stats, mp_scaler *s, int *found) {
+__global__ void check_running_stats_kernel(const mp_cuda_running_stat *stats, mp_scaler *s,
+                                           mp_cuda_stats_record *rec) {
     const mp_cuda_running_stat st = stats[blockIdx.x];
+    const unsigned long long key = ((unsigned long long)s->ends << 31) | (unsigned long long)(INT_MAX - st.node);
     for (int i = threadIdx.x; i < st.n; i += blockDim.x) {
         if (!mp_dev_nonfinite(st.data[i])) continue;
         st.data[i] = st.reset;
-        atomicMin(&found[0], st.node);
-        atomicAdd(&found[1], 1);
+        atomicMax(&rec->last, key);
+        atomicAdd(&rec->reset, 1ULL);
         atomicMax(&s->found_inf, (int)MP_FOUND_FORWARD);
         for (int g = 0; g < MP_SCALER_GROUPS; g++) atomicMax(&s->group_found[g], (int)MP_FOUND_FORWARD);
     }
 }
 
 mp_status mp_cuda_check_running_stats(mp_cuda_ctx *ctx, const mp_cuda_running_stat *stats, int n, mp_scaler *s,
-                                      int *found) {
-    MP_ASSERT(ctx && s && found && (stats || n == 0));
+                                      mp_cuda_stats_record *rec) {
+    MP_ASSERT(ctx && s && rec && (stats || n == 0));
     if (n == 0) return MP_OK;
-    check_running_stats_kernel<<<n, 128, 0, ctx->stream>>>(stats, s, found);
+    check_running_stats_kernel<<<n, 128, 0, ctx->stream>>>(stats, s, rec);
     return mp_cuda_check(cudaGetLastError(), "check_running_stats_kernel", "running statistics check");
+}
+
+int mp_cuda_stats_record_node(const mp_cuda_stats_record *rec, long long *end) {
+    *end = (long long)(rec->last >> 31);
+    return rec->last ? INT_MAX - (int)(rec->last & INT_MAX) : -1;
 }
 
 mp_status mp_cuda_scaler_update(mp_cuda_ctx *ctx, mp_scaler *s) {

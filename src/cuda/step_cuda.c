@@ -47,7 +47,7 @@ typedef struct {
     float *scalars;               /* device: lr[MP_MAX_GROUPS], then seeds[SEED_SLOTS] */
     mp_cuda_running_stat *stats;  /* device: the batch norms' running statistics (check_running_stats) */
     int n_stats;
-    int *stats_found;             /* device: the first node whose statistics were NaN/inf (INT_MAX: none), count */
+    mp_cuda_stats_record *stats_found; /* device: what the check found since the host last looked */
     mp_grad_allreduce *allreduce; /* data parallel, else NULL */
     cudaEvent_t queued[2];        /* data parallel: the ends of the last two launches */
     /* [1]: the same step measuring numerics statistics (a collecting launch) */
@@ -141,8 +141,6 @@ static mp_status open_penalty(mp_trainer *t) {
     return st;
 }
 
-static const int stats_none[2] = {INT_MAX, 0};
-
 /* The table of every batch norm's running mean and variance the step
  * checks after its forward, and the record of what the check found. */
 static mp_status open_stats(mp_trainer *t) {
@@ -159,15 +157,19 @@ static mp_status open_stats(mp_trainer *t) {
         host[n++] = (mp_cuda_running_stat){.data = data, .n = (int)mp_shape_numel(&p->spec.shape), .node = p->node,
                                            .reset = var ? 1.0f : 0.0f};
     }
-    mp_status st = mp_cuda_check(cudaMalloc((void **)&s->stats_found, sizeof stats_none), "cudaMalloc", "cuda step");
+    mp_status st = mp_cuda_check(cudaMalloc((void **)&s->stats_found, sizeof *s->stats_found), "cudaMalloc",
+                                 "cuda step");
     if (st == MP_OK && n)
         st = mp_cuda_check(cudaMalloc((void **)&s->stats, (size_t)n * sizeof *host), "cudaMalloc", "cuda step");
     if (st == MP_OK && n)
-        st = mp_cuda_check(cudaMemcpy(s->stats, host, (size_t)n * sizeof *host, cudaMemcpyHostToDevice), "cudaMemcpy",
-                           "cuda step: the running statistics' table");
+        st = mp_cuda_check(cudaMemcpyAsync(s->stats, host, (size_t)n * sizeof *host, cudaMemcpyHostToDevice,
+                                           s->ctx->stream),
+                           "cudaMemcpyAsync", "cuda step: the running statistics' table");
     if (st == MP_OK)
-        st = mp_cuda_check(cudaMemcpy(s->stats_found, stats_none, sizeof stats_none, cudaMemcpyHostToDevice),
-                           "cudaMemcpy", "cuda step");
+        st = mp_cuda_check(cudaMemsetAsync(s->stats_found, 0, sizeof *s->stats_found, s->ctx->stream),
+                           "cudaMemsetAsync", "cuda step");
+    if (st == MP_OK)
+        st = mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "cuda step");
     if (st == MP_OK) s->n_stats = n;
     free(host);
     return st;
@@ -431,20 +433,27 @@ static mp_status cuda_state_to_device(mp_trainer *t) {
     for (int g = 0; g < t->n_groups; g++) MP_TRY(mp_cuda_optim_upload(s->ctx, t->groups[g].opt->host, s->opt[g]));
     MP_CUDA_TRY(cudaMemcpyAsync(s->scaler, &t->scaler, sizeof t->scaler, cudaMemcpyHostToDevice, s->ctx->stream),
                 "loss scaler state");
+    /* a new state (a checkpoint loaded) leaves no overflow of the old one to report */
+    if (s->stats_found)
+        MP_CUDA_TRY(cudaMemsetAsync(s->stats_found, 0, sizeof *s->stats_found, s->ctx->stream),
+                    "running statistics check");
     MP_CUDA_TRY(cudaMemcpyAsync(s->mirror, s->scaler, sizeof *s->mirror, cudaMemcpyDeviceToHost, s->ctx->stream),
                 "loss scaler state");
     return mp_cuda_check(cudaStreamSynchronize(s->ctx->stream), "cudaStreamSynchronize", "state to the device");
 }
 
-static mp_status cuda_stats_overflow(mp_trainer *t, int *node, int64_t *reset) {
+static mp_status cuda_stats_overflow(mp_trainer *t, int *node, int64_t *end, int64_t *reset) {
     cuda_step *s = state(t);
-    int found[2];
+    mp_cuda_stats_record rec;
     MP_TRY(bounded_wait(t, NULL));
-    MP_CUDA_TRY(cudaMemcpy(found, s->stats_found, sizeof found, cudaMemcpyDeviceToHost), "running statistics check");
-    MP_CUDA_TRY(cudaMemcpy(s->stats_found, stats_none, sizeof stats_none, cudaMemcpyHostToDevice),
+    MP_CUDA_TRY(cudaMemcpyAsync(&rec, s->stats_found, sizeof rec, cudaMemcpyDeviceToHost, s->ctx->stream),
                 "running statistics check");
-    *node = found[0] == INT_MAX ? -1 : found[0];
-    *reset = found[1];
+    MP_CUDA_TRY(cudaMemsetAsync(s->stats_found, 0, sizeof rec, s->ctx->stream), "running statistics check");
+    MP_CUDA_TRY(cudaStreamSynchronize(s->ctx->stream), "running statistics check");
+    long long e = -1;
+    *node = mp_cuda_stats_record_node(&rec, &e);
+    *end = e;
+    *reset = (int64_t)rec.reset;
     return MP_OK;
 }
 

@@ -202,7 +202,8 @@ static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t 
 
 /* What the device's running-statistics check found (stats_overflow). */
 typedef struct {
-    int node;      /* the first batch norm whose statistics were NaN/inf, -1: none */
+    int node;      /* the first batch norm whose statistics were NaN/inf in the latest such step, -1: none */
+    int64_t end;   /* that step's scaler update index */
     int64_t reset; /* values it restarted */
     bool named;    /* the overflow is named from them: a replay found every output finite */
 } device_stats;
@@ -367,10 +368,13 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
     else if (ago == 0 && (!limit_now || now.consecutive_forward_overflows >= limit))
         MP_TRY(locate(t, !last_forward, now.last_skip_scale, &site, &why, &clean));
     device_stats dev = {.node = -1};
-    if (forward > 0 && t->be->stats_overflow) MP_TRY(t->be->stats_overflow(t, &dev.node, &dev.reset));
-    /* finite outputs but a batch norm's running statistics NaN/inf: its own
-     * batch statistics overflowed fp32 (an upstream NaN would have shown) */
-    dev.named = last_forward && !site.found && clean && dev.node >= 0;
+    if (forward > 0 && t->be->stats_overflow) MP_TRY(t->be->stats_overflow(t, &dev.node, &dev.end, &dev.reset));
+    /* the replayed batch's outputs finite but, in that same step, a batch
+     * norm's running statistics NaN/inf: its own batch statistics overflowed
+     * fp32 (an upstream NaN would have shown in the replay). With several
+     * micro-batches only the last is replayed, so an earlier one's upstream
+     * overflow could look the same: not named there. */
+    dev.named = last_forward && !site.found && clean && dev.node >= 0 && dev.end == now.last_skip_end && t->k == 1;
     const int node = site.found ? site.node : dev.named ? dev.node : -1;
     if (r) {
         r->node = node;

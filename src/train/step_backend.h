@@ -73,11 +73,12 @@ typedef struct mp_step_backend {
      * scaler (t->scaler). No-ops on the CPU, where the host state is the state. */
     mp_status (*state_to_host)(mp_trainer *t);
     mp_status (*state_to_device)(mp_trainer *t);
-    /* Optional, with check_running_stats: the first node (graph order)
-     * whose running statistics it found NaN/inf since the last call (-1:
-     * none) and how many values it restarted; clears the record (waits for
-     * queued work). */
-    mp_status (*stats_overflow)(mp_trainer *t, int *node, int64_t *reset);
+    /* Optional, with check_running_stats, since the last call: the first
+     * node (graph order) whose running statistics it found NaN/inf in the
+     * latest step that had one (-1: none), that step's scaler update index
+     * (mp_scaler.ends at its update: *end), and how many values it restarted
+     * in all; clears the record (waits for queued work). */
+    mp_status (*stats_overflow)(mp_trainer *t, int *node, int64_t *end, int64_t *reset);
     /* Steps group g's optimizer took (synchronizes a GPU). */
     mp_status (*optim_steps)(mp_trainer *t, int g, int64_t *out);
     /* Optional: the numerics selection changed (or stopped); a backend that
