@@ -265,9 +265,9 @@ static void entry_free(plan_entry *e) {
 /* Graph, the heuristic list of a's mode, a's config (checked to be the same
  * engine), its plan. With beta != 0 the graph differs from the searched one
  * (its output is added to), so its list may rank engines otherwise: the
- * config at the searched rank when it is a's engine (the same tile and split
- * the search timed, within its workspace), else a's engine's first config
- * wherever it is listed. */
+ * config at the searched rank when it is a's engine (most often the variant
+ * the search timed, within its workspace; its knobs are not compared), else
+ * a's engine's first config wherever it is listed. */
 static mp_status build_entry(mp_cuda_ctx *ctx, const mp_conv_cudnn *st, mp_conv_pass pass, const mp_conv_algo *a,
                              float beta, plan_entry *e, const char *what) {
     if (a->engine_index < 0 || a->engine_index >= MAX_MODE_A)
