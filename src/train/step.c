@@ -202,10 +202,11 @@ static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t 
 
 /* What the device's running-statistics check found (stats_overflow). */
 typedef struct {
-    int node;      /* the first batch norm whose statistics were NaN/inf in the latest such step, -1: none */
-    int64_t end;   /* that step's scaler update index */
-    int64_t reset; /* values it restarted */
-    bool named;    /* the overflow is named from them: a replay found every output finite */
+    int node;       /* the first batch norm whose statistics were NaN/inf in the latest such step, -1: none */
+    int64_t end;    /* that step's scaler update index */
+    int64_t reset;  /* values it restarted */
+    bool this_step; /* node's step is the one reported */
+    bool named;     /* the overflow is named from them: this step, one micro-batch, its replay all finite */
 } device_stats;
 
 /* A forward overflow at `step`, the consecutive-th in a row, first seen in
@@ -220,7 +221,7 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
     bool node_stats = false; /* node's own running statistics were NaN/inf */
     MP_TRY(reset_nonfinite_running_stats(t, node, &reset, &node_stats));
     reset += dev->reset;
-    node_stats = node_stats || (node >= 0 && dev->node == node);
+    node_stats = node_stats || (node >= 0 && dev->node == node && dev->this_step);
     char restarted[120] = "";
     if (reset)
         snprintf(restarted, sizeof restarted, "; %lld batch-norm running statistics it made NaN/inf restart from 0 "
@@ -374,7 +375,8 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
      * fp32 (an upstream NaN would have shown in the replay). With several
      * micro-batches only the last is replayed, so an earlier one's upstream
      * overflow could look the same: not named there. */
-    dev.named = last_forward && !site.found && clean && dev.node >= 0 && dev.end == now.last_skip_end && t->k == 1;
+    dev.this_step = dev.node >= 0 && dev.end == now.last_skip_end;
+    dev.named = last_forward && !site.found && clean && dev.this_step && t->k == 1;
     const int node = site.found ? site.node : dev.named ? dev.node : -1;
     if (r) {
         r->node = node;
