@@ -58,6 +58,15 @@ static mp_status step(net_fixture *f, const float *x) {
     return mp_trainer_step(f->t, &(mp_batch){.images = x, .labels = f->y, .n = 4}, NULL);
 }
 
+/* Steps f on x until one fails, at most max_calls, then waits for the
+ * queue: the first error (MP_OK: none); *calls: how many were made. */
+static mp_status step_until_error(net_fixture *f, int max_calls, int *calls) {
+    mp_status s = MP_OK;
+    *calls = 0;
+    while (s == MP_OK && *calls < max_calls) s = step(f, f->x), (*calls)++;
+    return s == MP_OK ? mp_trainer_wait(f->t, NULL) : s;
+}
+
 /* bn.running_var read back from the device: every channel finite */
 static void check_running_var(net_fixture *f, net_kind kind, const char *label) {
     float var[16];
@@ -94,10 +103,8 @@ static void test_overflowing_statistics(net_kind kind, const char *precision) {
     snprintf(label, sizeof label, "%s %s x 1e20", net_names[kind], precision);
     net_fixture f;
     fixture_create(&f, kind, precision, 1e20f);
-    mp_status s = MP_OK;
     int steps = 0;
-    while (s == MP_OK && steps < LIMIT + QUEUE_LAG) s = step(&f, f.x), steps++;
-    if (s == MP_OK) s = mp_trainer_wait(f.t, NULL);
+    const mp_status s = step_until_error(&f, LIMIT + QUEUE_LAG, &steps);
     CHECK(s == MP_ERR_NONFINITE, "%s: no error after %d steps (%d): %s", label, steps, (int)s, mp_last_error());
     CHECK(strstr(mp_last_error(), "bn (batchnorm2d") && strstr(mp_last_error(), "batch statistics overflow fp32") &&
               strstr(mp_last_error(), "no precision setting fixes it"),
@@ -112,10 +119,8 @@ static void test_overflowing_statistics(net_kind kind, const char *precision) {
 static void test_accumulating(void) {
     net_fixture f;
     fixture_create_k(&f, NET8, "amp-bf16", 1e20f, 2);
-    mp_status s = MP_OK;
     int calls = 0;
-    while (s == MP_OK && calls < 2 * (LIMIT + QUEUE_LAG)) s = step(&f, f.x), calls++;
-    if (s == MP_OK) s = mp_trainer_wait(f.t, NULL);
+    const mp_status s = step_until_error(&f, 2 * (LIMIT + QUEUE_LAG), &calls);
     CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "consecutive forward overflows") &&
               !strstr(mp_last_error(), "batch statistics"),
           "accumulate 2, x 1e20: not the unnamed forward overflows' error after %d calls (%d): %s", calls, (int)s,
@@ -150,9 +155,8 @@ static void test_f16_output_overflow(void) {
     fixture_create(&f, NET8, "amp-fp16", 1.0f);
     const float w[8] = {1e6f, 1e6f, 1e6f, 1e6f, 1e6f, 1e6f, 1e6f, 1e6f};
     CHECK(mp_trainer_param_set(f.t, "bn.weight", w, 8) == MP_OK, "bn.weight: %s", mp_last_error());
-    mp_status s = MP_OK;
-    for (int k = 0; k < LIMIT + QUEUE_LAG && s == MP_OK; k++) s = step(&f, f.x);
-    if (s == MP_OK) s = mp_trainer_wait(f.t, NULL);
+    int calls = 0;
+    const mp_status s = step_until_error(&f, LIMIT + QUEUE_LAG, &calls);
     CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "bn=fp32") && !strstr(mp_last_error(), "batch statistics"),
           "amp-fp16, bn.weight 1e6: not the f16 output's error (%d): %s", (int)s, mp_last_error());
     mp_clear_error();
