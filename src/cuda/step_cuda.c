@@ -151,11 +151,11 @@ static mp_status open_stats(mp_trainer *t) {
     int n = 0;
     for (int k = 0; k < g->n_params; k++) {
         const mp_gparam *p = &g->params[k];
-        const bool var = !strcmp(p->spec.name, "running_var"), mean = !strcmp(p->spec.name, "running_mean");
+        float initial;
         float *data = mp_cuda_plan_param(t->plan, k);
-        if (p->spec.trainable || (!var && !mean) || !data) continue;
+        if (!mp_gparam_running_stat(p, &initial) || !data) continue;
         host[n++] = (mp_cuda_running_stat){.data = data, .n = (int)mp_shape_numel(&p->spec.shape), .node = p->node,
-                                           .reset = var ? 1.0f : 0.0f};
+                                           .reset = initial};
     }
     mp_status st = mp_cuda_check(cudaMalloc((void **)&s->stats_found, sizeof *s->stats_found), "cudaMalloc",
                                  "cuda step");

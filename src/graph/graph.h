@@ -89,6 +89,10 @@ mp_dtype mp_graph_param_low_only(const mp_graph *g, int k);
  * MP_ERR_NONFINITE / MP_ERR_FORMAT naming `where`, the tensor, the element
  * (and the dtype). The trainer's parameter set goes through param_set. */
 mp_status mp_gparam_check_values(const mp_gparam *p, const float *v, int64_t n, const char *where);
+/* Whether p is a batch norm's running statistic (running_mean or
+ * running_var, not trained); *initial (may be NULL): the value it starts
+ * from and restarts at after a NaN/inf (mean 0, variance 1). */
+bool mp_gparam_running_stat(const mp_gparam *p, float *initial);
 /* mp_gparam_check_values over every parameter's held values: what a trainer
  * or an evaluation is about to run on. */
 mp_status mp_graph_check_param_values(const mp_graph *g, const char *where);

@@ -57,6 +57,13 @@ mp_status mp_graph_check_param_values(const mp_graph *g, const char *where) {
     return MP_OK;
 }
 
+bool mp_gparam_running_stat(const mp_gparam *p, float *initial) {
+    const bool var = !strcmp(p->spec.name, "running_var");
+    if (p->spec.trainable || (!var && strcmp(p->spec.name, "running_mean"))) return false;
+    if (initial) *initial = var ? 1.0f : 0.0f;
+    return true;
+}
+
 mp_status mp_gparam_check_values(const mp_gparam *p, const float *v, int64_t n, const char *where) {
     const bool variance = !strcmp(p->spec.name, "running_var");
     for (int64_t i = 0; i < n; i++) {

@@ -189,11 +189,11 @@ static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t 
     mp_graph *g = t->g;
     for (int k = 0; k < g->n_params; k++) {
         mp_gparam *p = &g->params[k];
-        const bool var = !strcmp(p->spec.name, "running_var"), mean = !strcmp(p->spec.name, "running_mean");
-        if (p->spec.trainable || (!var && !mean)) continue;
+        float initial;
+        if (!mp_gparam_running_stat(p, &initial)) continue;
         for (int64_t i = 0; i < mp_shape_numel(&p->spec.shape); i++)
             if (!isfinite(p->data[i])) {
-                p->data[i] = var ? 1.0f : 0.0f, (*reset)++;
+                p->data[i] = initial, (*reset)++;
                 if (p->node == node) *node_reset = true;
             }
     }
