@@ -3,8 +3,9 @@
  * accumulation, x rows of input channels (K-major), w [N][K] (a 1x1
  * filter's KRSC), y rows of output channels; the epilogue plain or summing
  * y and y * y per channel (Sums), the mainloop feeding A to the warpgroup
- * MMA from shared memory or through registers (FeedA). Types only: the
- * probe sets up, runs and checks them. */
+ * MMA from shared memory, through registers, or through registers with
+ * batch norm's apply on the way (FeedA). Types only: the probe sets up,
+ * runs and checks them. */
 #ifndef MP_BENCH_GEMM1X1_SM90_KERNELS_CUH
 #define MP_BENCH_GEMM1X1_SM90_KERNELS_CUH
 
@@ -18,6 +19,8 @@
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+#include "gemm1x1_apply_mainloop.cuh"
 
 namespace probe {
 
@@ -73,8 +76,12 @@ template <class SumNode> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
  * MMA: where a per-channel transform of x, batch norm's scale + bias + ReLU
  * of the layer before, would fit). The builder assembles the
  * register-sourced mainloop only for mixed or transposed inputs, so
- * RmemAMainloop assembles it from the same parts. */
-enum class FeedA { smem, rmem };
+ * RmemAMainloop assembles it from the same parts. rmem_apply: the same
+ * mainloop's producer with our own consumer (ApplyAMainloop,
+ * gemm1x1_apply_mainloop.cuh), which transforms A in registers to
+ * max(0, a * scale[k] + bias[k]) before each MMA (the mainloop's arguments
+ * take the two f32 vectors). */
+enum class FeedA { smem, rmem, rmem_apply };
 
 template <class Tile, class Cluster, class Schedule, int CarveoutBytes> struct RmemAMainloop {
     using AtomLayout = std::conditional_t<std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
@@ -102,6 +109,7 @@ template <class Tile, class Cluster, class Schedule, int CarveoutBytes> struct R
 template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums WithSums, FeedA Feed = FeedA::smem>
 struct Sm90Gemm {
     static constexpr Sums Stats = WithSums;
+    static constexpr FeedA Feeds = Feed;
     static constexpr int TileM = size<0>(Tile{}), TileN = size<1>(Tile{});
     using Fusion = std::conditional_t<
         WithSums == Sums::atomic, StatsEvt<AtomicSum<Tile>>,
@@ -112,13 +120,22 @@ struct Sm90Gemm {
         cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, Elem, LayoutD, kAlign,
         EpiSchedule, Fusion>::CollectiveOp;
     static constexpr int Carveout = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
+    using RmemA = typename RmemAMainloop<Tile, Cluster, MainSchedule, Carveout>::CollectiveOp;
     using Mainloop = std::conditional_t<
-        Feed == FeedA::rmem, typename RmemAMainloop<Tile, Cluster, MainSchedule, Carveout>::CollectiveOp,
-        typename cutlass::gemm::collective::CollectiveBuilder<
-            cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign, float,
-            Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>, MainSchedule>::CollectiveOp>;
+        Feed == FeedA::rmem, RmemA,
+        std::conditional_t<
+            Feed == FeedA::rmem_apply, ApplyAMainloop<RmemA>,
+            typename cutlass::gemm::collective::CollectiveBuilder<
+                cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign,
+                float, Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>,
+                MainSchedule>::CollectiveOp>>;
     using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
     using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+    /* ApplyAMainloop counts k tiles from 0 for each output tile: true of the
+     * persistent scheduler's work units (all of K), not of split-K/stream-K */
+    static_assert(Feed != FeedA::rmem_apply ||
+                      std::is_same_v<typename Kernel::TileScheduler, cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90>,
+                  "the apply mainloop needs work units that start at k tile 0");
 };
 
 } // namespace probe

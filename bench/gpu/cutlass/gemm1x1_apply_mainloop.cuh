@@ -1,0 +1,274 @@
+/* gemm1x1_apply_mainloop.cuh — a Hopper GEMM mainloop that applies the
+ * previous layer's batch norm and ReLU to A on its way to the tensor cores:
+ * y = a' w^T with a'[m][k] = bf16(max(0, float(a[m][k]) * scale[k] + bias[k])).
+ *
+ * What it is built on: CUTLASS 4.2's register-sourced warp-specialized
+ * collective (MainloopSm90TmaGmmaRmemAWarpSpecialized, assembled by
+ * RmemAMainloop in gemm1x1_sm90_kernels.cuh). Its producer side is kept as
+ * is (TMA of the A and B tiles into the shared-memory stages: load(),
+ * load_tail(), the pipeline, TensorStorage); its consumer side, mma(), is
+ * our own, because CUTLASS's copies A from shared memory into registers and
+ * hands it to the warpgroup MMA untouched (its TransformA parameter is not
+ * applied there). Ours transforms each k-block's A fragment in registers
+ * between that copy and its MMA. The batch norm's vectors (f32, length K)
+ * ride in the mainloop's Arguments/Params beside the TMA descriptors.
+ *
+ * Against CUTLASS's mma(): B is K-major bf16 here, so its B-transpose step
+ * (for MN-major B of 4-byte and narrower types) and the A/B swap are dropped
+ * (asserted off). Kept: the shared-to-register copy of k-block k+1 issued
+ * before the MMA of k-block k, at most two MMA batches in flight
+ * (warpgroup_wait<2> after each commit), a stage released once the MMAs
+ * that read it are done (at k-block 1 of the next k tile), the first k tile
+ * peeled off the loop, mma_tail unchanged. Changed: each k tile waits for
+ * its own stage and copies and transforms its k-block 0 at its start,
+ * where CUTLASS's copies the next stage's k-block 0 during the k tile
+ * before; so k-block 0's copy and transform run while the previous k
+ * tile's last two MMAs are in flight, rather than beside the last one's
+ * issue. Why: with a transform, any order in which a wgmma's A registers
+ * were defined before a stage wait (an mbarrier spin loop) and used after
+ * it made ptxas serialize all the kernel's wgmmas (C7513, "non wgmma
+ * instructions defining input registers of a wgmma between start and end
+ * of the pipeline stage"; bisected on the PTX: defining those registers
+ * after the spin, or not defining them across it, is accepted). No loop
+ * body branches at run time but on the stage barriers. */
+#ifndef MP_BENCH_GEMM1X1_APPLY_MAINLOOP_CUH
+#define MP_BENCH_GEMM1X1_APPLY_MAINLOOP_CUH
+
+#include <cstdint>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+
+namespace probe {
+
+using namespace cute;
+
+/* Two k-adjacent bf16 of A (k in the low half, k + 1 in the high half of
+ * one register) through max(0, a * s + b) in f32, rounded to bf16 and
+ * packed again: 2 integer ops to widen, 2 FFMA, and one cvt that rounds,
+ * clamps at zero (.relu) and packs both halves. max(0, round(v)) equals
+ * round(max(0, v)): rounding keeps the sign and rounds 0 to 0 (a NaN
+ * stays NaN here where fmaxf would give 0; the probe's data has none). */
+CUTLASS_DEVICE uint32_t bn_relu_bf16x2(uint32_t a, float2 s, float2 b) {
+    const float lo = __uint_as_float(a << 16), hi = __uint_as_float(a & 0xFFFF0000u);
+    const float y0 = fmaf(lo, s.x, b.x), y1 = fmaf(hi, s.y, b.y);
+    uint32_t r;
+    asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y1), "f"(y0)); /* first operand: the high half */
+    return r;
+}
+
+/* Base: the CollectiveMma of MainloopSm90TmaGmmaRmemAWarpSpecialized
+ * (RmemAMainloop<...>::CollectiveOp). GemmUniversal sees this struct as its
+ * CollectiveMainloop: the dispatch policy, shared storage, pipeline,
+ * load_init/load/load_tail, mma_tail and prefetch_tma_descriptors come from
+ * Base; Arguments, Params, to_underlying_arguments, can_implement and mma
+ * are ours. */
+template <class Base> struct ApplyAMainloop : Base {
+    using typename Base::MainloopPipeline;
+    using typename Base::PipelineState;
+    using typename Base::SmemLayoutA;
+    using typename Base::SmemLayoutB;
+    using typename Base::SmemCopyAtomA;
+    using typename Base::TensorStorage;
+    using typename Base::TileShape;
+    using typename Base::TiledMma;
+
+    static_assert(cute::is_same_v<typename Base::ElementA, cutlass::bfloat16_t> &&
+                      cute::is_same_v<typename Base::ElementB, cutlass::bfloat16_t>,
+                  "the transform unpacks and repacks bf16 pairs");
+    static_assert(!Base::SwapAB && !Base::TransposeB, "B K-major, A not swapped: no B transpose to run");
+
+    struct Arguments : Base::Arguments {
+        float const *scale = nullptr; /* [K], f32: batch norm's per-channel scale of A's channels */
+        float const *bias = nullptr;  /* [K], f32 */
+    };
+
+    struct Params : Base::Params {
+        float const *scale;
+        float const *bias;
+        int k; /* the problem's K: the vectors are read only below it */
+    };
+
+    template <class ProblemShape>
+    static Params to_underlying_arguments(ProblemShape const &problem_shape, Arguments const &args, void *workspace) {
+        auto mnkl = append<4>(problem_shape, 1);
+        return {Base::to_underlying_arguments(problem_shape, args, workspace), args.scale, args.bias,
+                static_cast<int>(get<2>(mnkl))};
+    }
+
+    /* Base's TMA alignment checks, and the vectors present and 8-byte
+     * aligned (they are read as float2; K is a multiple of 8 by TMA's
+     * 16-byte rule, so a pair k, k + 1 never straddles K). */
+    template <class ProblemShape> static bool can_implement(ProblemShape const &problem_shape, Arguments const &args) {
+        return Base::can_implement(problem_shape, args) && args.scale && args.bias &&
+               reinterpret_cast<uintptr_t>(args.scale) % 8 == 0 && reinterpret_cast<uintptr_t>(args.bias) % 8 == 0;
+    }
+
+    /* Consumer side: the MMA warpgroups' loop over k_tile_count k tiles of
+     * this output tile (the stages in smem_pipe_read's order), accumulating
+     * into accum. Per k tile, KB = BLK_K / 16 k-blocks (one warpgroup MMA
+     * each, per MMA_M). A k tile starts with
+     *   0. wait for its stage; copy k-block 0's A from shared memory to raw
+     *      registers and transform it into the MMA's A registers (slot 0);
+     * then per k-block kb, in this order (g: the global k-block index):
+     *   1. copy k-block kb + 1's A to its raw registers (kb + 1 < KB);
+     *   2. the MMA of k-block kb (its A transformed one k-block earlier);
+     *   3. load scale/bias of k-block g + 2 into ring slot g % 2, whose
+     *      values (k-block g's) the transform of slot kb used already;
+     *   4. warpgroup_wait<2>: at most the MMAs of g - 1 and g in flight;
+     *   5. transform raw slot kb + 1 into MMA slot kb + 1 (its copy has had
+     *      the MMA issue and the wait to land, its vectors one k-block's
+     *      time); at kb = 1 (not in the first k tile), release the previous
+     *      k tile's stage: its last MMA (g - 2) is done.
+     * MMA slot kb + 1 was last read by the MMA of g + 1 - KB, retired by
+     * step 4 when KB >= 4; the raw slots are read only by the transform.
+     *
+     * Where each register's k comes from: an identity tensor over the
+     * (BLK_M, BLK_K) tile, partitioned by the same thread slice as A
+     * (partition_A), holds each fragment element's (m, k) in the tile; the
+     * absolute k adds k_tile * BLK_K, k_tile counted from 0 over the tiles
+     * consumed here. That holds because every work unit the persistent tile
+     * scheduler hands out starts at k tile 0 (get_work_k_tile_start() == 0;
+     * gemm1x1_sm90_kernels.cuh asserts that scheduler); a split-K or
+     * stream-K scheduler would have to pass its start in.
+     *
+     * The scale/bias values: read from global memory (float2: the wgmma A
+     * layout gives each thread pairs k, k + 1, asserted below), prefetched
+     * into registers two k-blocks ahead of the MMA that uses them, rather
+     * than staged per k tile in shared memory: a thread needs only 4
+     * distinct k per k-block (k = 2t, 2t + 1, 2t + 8, 2t + 9 for lane t % 4,
+     * the same for all its rows: 2 float2 loads of each vector per
+     * k-block), the vectors are at most 8 KiB each and stay in L1/L2 across
+     * the CTA's tiles, and staging would need the producer warp or a
+     * barrier among the consumer warps. Plain loads, not __ldg: its inline
+     * asm kept the compiler from folding the equal addresses of a thread's
+     * rows (8 loads a k-block instead of 4, seen in the PTX).
+     *
+     * Tails: rows of A past M are zero-filled by TMA and transformed too
+     * (to max(0, bias[k]), not 0); harmless, their outputs are not stored.
+     * Columns k past K (none here: K is a multiple of 64 on every layer)
+     * are zero-filled in A and in B: A's become max(0, bias[K - 2 or
+     * K - 1]) (the clamped load below), times B's zeros, so they add 0. */
+    template <class FrgTensorC>
+    CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC &accum,
+                            int k_tile_count, int thread_idx, TensorStorage &shared_tensors, Params const &params) {
+        static_assert(is_rmem<FrgTensorC>::value, "accumulators in registers");
+        constexpr int BlkM = size<0>(TileShape{}), BlkK = size<2>(TileShape{});
+
+        Tensor sA = as_position_independent_swizzle_tensor(
+            make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{})); /* (BLK_M, BLK_K, PIPE) */
+        Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{}); /* (BLK_N, BLK_K, PIPE) */
+
+        constexpr int WarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+        const int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+        TiledMma tiled_mma;
+        auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+        auto wg_mma = tiled_mma.get_slice(make_layout(Int<WarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{})(warp_group));
+
+        Tensor tCrA = thr_mma.partition_fragment_A(sA(_, _, Int<0>{})); /* (MMA, MMA_M, MMA_K): KB register slots */
+        Tensor tCcA = thr_mma.partition_A(make_identity_tensor(make_shape(Int<BlkM>{}, Int<BlkK>{}))); /* (m, k) */
+        Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB)); /* (MMA, MMA_N, MMA_K, PIPE) descriptors */
+
+        auto smem_copy_A = make_tiled_copy_A(SmemCopyAtomA{}, tiled_mma);
+        auto thr_copy_A = smem_copy_A.get_thread_slice(thread_idx);
+        /* A as copied from shared memory, before the transform: registers of
+         * its own (as CUTLASS's mixed-input mainloop keeps), so that the
+         * MMA's A registers are written by the transform alone */
+        Tensor tCrA_raw = make_fragment_like(tCrA);
+        Tensor tArA = thr_copy_A.retile_D(tCrA_raw); /* (CPY, CPY_M, CPY_K) */
+        Tensor tAsA = thr_copy_A.partition_S(sA); /* (CPY, CPY_M, CPY_K, PIPE) */
+
+        constexpr int KB = size<2>(tCrA);
+        constexpr int Pairs = size(tCrA(_, _, 0)) / 2; /* bf16 pairs a thread holds per k-block */
+        static_assert(KB >= 4 && KB % 2 == 0, "slot kb + 1 free once two MMAs are in flight; ring slot kb % 2");
+        /* the coordinates index like the fragment: same MMA mode, same M and K counts */
+        static_assert(cute::is_same_v<decltype(shape<0>(tCcA)), decltype(shape<0>(tCrA))>);
+        CUTE_STATIC_ASSERT_V(size<1>(tCcA) == size<1>(tCrA) && size<2>(tCcA) == size<2>(tCrA));
+        CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));
+        CUTE_STATIC_ASSERT_V(size<2>(tAsA) == size<2>(tArA));
+        /* elements 2j, 2j + 1 of a slot: one 32-bit register (fragment
+         * stride 1) and k, k + 1 (coordinate stride 1 in k) */
+        static_assert(size<0, 0>(tCrA) == 2 && stride<0, 0>(tCrA) == 1, "bf16 pairs share a register");
+        static_assert(cute::is_same_v<remove_cvref_t<decltype(stride<0, 0>(tCcA))>, ScaledBasis<_1, 1>>,
+                      "a register's two bf16 are k and k + 1");
+
+        /* the ring: scale and bias of two k-blocks, slot g % 2 for global k-block g */
+        float2 ring_s[2][Pairs], ring_b[2][Pairs];
+        /* k past K (in the k-blocks prefetched beyond the last k tile, or a
+         * K tail) reads channels K - 2, K - 1 instead: in bounds, and unused
+         * or multiplied by B's zeros. Unconditional loads, so that the
+         * compiler folds the pairs of equal k (rows m and m + 8, and the
+         * MMA_M repeats) into one load. */
+        auto load_vectors = [&](int slot, int k_tile, int kb) { /* kb: a k-block of k tile k_tile */
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < Pairs; ++j) {
+                const int k = min(k_tile * BlkK + get<1>(tCcA(_, _, kb)(2 * j)), params.k - 2);
+                ring_s[slot][j] = *reinterpret_cast<float2 const *>(params.scale + k);
+                ring_b[slot][j] = *reinterpret_cast<float2 const *>(params.bias + k);
+            }
+        };
+        auto apply = [&](int slot, int kb) { /* raw slot kb -> MMA slot kb */
+            uint32_t const *in = reinterpret_cast<uint32_t const *>(raw_pointer_cast(tCrA_raw(_, _, kb).data()));
+            uint32_t *out = reinterpret_cast<uint32_t *>(raw_pointer_cast(tCrA(_, _, kb).data()));
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < Pairs; ++j) {
+                /* element 2j's register: its offset from the slot's first, in registers */
+                const int r = tCrA(_, _, kb).layout()(2 * j) / 2;
+                out[r] = bn_relu_bf16x2(in[r], ring_s[slot][j], ring_b[slot][j]);
+            }
+        };
+
+        PipelineState smem_pipe_release = smem_pipe_read;
+        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_fence_operand(accum);
+        auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+        load_vectors(0, 0, 0);
+        load_vectors(1, 0, 1);
+
+        /* One k tile. FirstTile: the output tile's first, peeled off the loop
+         * (as CUTLASS's mma() does) so that the MMAs' accumulate flag is a
+         * constant in both copies and nothing is released yet. */
+        auto k_tile_body = [&](int k_tile, auto first_tile) {
+            constexpr bool FirstTile = decltype(first_tile)::value;
+            /* 0. this k tile's stage, its k-block 0 into registers, transformed */
+            pipeline.consumer_wait(smem_pipe_read, barrier_token);
+            const int read_stage = smem_pipe_read.index();
+            ++smem_pipe_read;
+            if (k_tile + 1 < k_tile_count) barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+            copy(smem_copy_A, tAsA(_, _, 0, read_stage), tArA(_, _, 0));
+            apply(0, 0);
+            warpgroup_fence_operand(accum);
+            CUTLASS_PRAGMA_UNROLL
+            for (int kb = 0; kb < KB; ++kb) {
+                /* 1. */
+                if (kb + 1 < KB) copy(smem_copy_A, tAsA(_, _, kb + 1, read_stage), tArA(_, _, kb + 1));
+                /* 2. */
+                warpgroup_arrive();
+                cute::gemm(tiled_mma, tCrA(_, _, kb), tCrB(_, _, kb, read_stage), accum);
+                tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+                warpgroup_commit_batch();
+                /* 3. (KB is even, so global k-block g's ring slot is kb % 2) */
+                load_vectors(kb % 2, k_tile + (kb + 2) / KB, (kb + 2) % KB);
+                /* 4. */
+                warpgroup_wait<2>();
+                /* 5. */
+                if (kb + 1 < KB) apply((kb + 1) % 2, kb + 1);
+                if (!FirstTile && kb == 1) {
+                    pipeline.consumer_release(smem_pipe_release); /* the previous k tile's MMAs are done */
+                    ++smem_pipe_release;
+                }
+            }
+            warpgroup_fence_operand(accum);
+        };
+
+        k_tile_body(0, cute::true_type{});
+        CUTLASS_PRAGMA_NO_UNROLL
+        for (int k_tile = 1; k_tile < k_tile_count; ++k_tile) k_tile_body(k_tile, cute::false_type{});
+        warpgroup_fence_operand(accum);
+    }
+};
+
+} // namespace probe
+
+#endif
