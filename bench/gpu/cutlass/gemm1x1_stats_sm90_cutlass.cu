@@ -20,13 +20,22 @@
  *    GEMM, and the GEMM with its rows timed alone too);
  *  - the plain GEMM again with A fed to the MMA through registers (FeedA),
  *    the base a batch-norm apply in the GEMM's prologue would start from;
+ *  - that register-sourced GEMM with the apply in its prologue ("rmem +
+ *    apply", FeedA::rmem_apply, gemm1x1_apply_mainloop.cuh): each k-block's
+ *    A fragment, once copied from shared memory to registers, becomes
+ *    bf16(max(0, a * scale[k] + bias[k])) before its MMA (the previous
+ *    layer's batch norm + ReLU; scale in [0.5, 1.5), bias in [-0.5, 0.5),
+ *    so about half of A is clipped), printed with its ratio to the plain
+ *    register-sourced column: the apply's own cost;
  *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
  * The saving column is cuBLASLt + statistics pass - the fused form with
  * tile rows: what the fusion would give a layer (> 0: faster). Every
  * result is checked: y against cuBLASLt's y (written over first, so a
  * configuration that leaves y unwritten fails), the fused sums against f64
- * sums of cuBLASLt's y. Each timed sample queues 4 launches (no host
- * launch gap inside it, as in the step's CUDA graph). Not covered: the
+ * sums of cuBLASLt's y; "rmem + apply"'s y against cuBLASLt's y of x
+ * applied beforehand by a plain kernel (x_applied, the same f32 fma and
+ * rounding), with the same tolerance. Each timed sample queues 4 launches
+ * (no host launch gap inside it, as in the step's CUDA graph). Not covered: the
  * stride-2 shortcuts (not plain GEMMs) and the library's other batch-norm
  * forms (one kernel, cuDNN's).
  *
@@ -86,6 +95,9 @@ struct Buffers {
     mp_cuda_ctx *ctx;
     cudaStream_t st;
     Elem *x, *w, *y, *y_ref;
+    float *scale, *bias; /* FeedA::rmem_apply's batch norm, per input channel k */
+    Elem *x_applied;     /* bf16(max(0, x * scale[k] + bias[k])), the apply's reference input */
+    Elem *y_ref_applied; /* cuBLASLt's y of x_applied */
     float *sums; /* the fused forms' sums, then their sums of squares at squares_at (n, or n padded to tile_n) */
     double *sums_ref; /* the reference kernel's, from cuBLASLt's y */
     float *part;     /* the statistics pass's partials */
@@ -136,11 +148,16 @@ template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps, doub
     cutlass::KernelHardwareInfo hw;
     hw.device_id = 0;
     hw.sm_count = b.sms;
-    typename Device::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                    {l.m, l.n, l.k, 1},
-                                    {b.x, sa, b.w, sb},
-                                    {{}, nullptr, sd, b.y, sd},
-                                    hw};
+    typename Device::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm, {l.m, l.n, l.k, 1}, {}, {{}, nullptr, sd, b.y, sd}, hw};
+    args.mainloop.ptr_A = b.x;
+    args.mainloop.dA = sa;
+    args.mainloop.ptr_B = b.w;
+    args.mainloop.dB = sb;
+    if constexpr (G::Feeds == FeedA::rmem_apply) {
+        args.mainloop.scale = b.scale;
+        args.mainloop.bias = b.bias;
+    }
     constexpr bool partials = G::Stats == Sums::tile_partials;
     const size_t part_floats = (size_t)((l.m + G::TileM - 1) / G::TileM) * padded_n<G>(l);
     if constexpr (G::Stats == Sums::none) {
@@ -201,10 +218,11 @@ __global__ void max_rel_diff_kernel(const Elem *a, const Elem *b, size_t count, 
     atomicMax((int *)worst, __float_as_int(m));
 }
 
-static float y_error(const Gemm1x1 &l, const Buffers &b) {
+/* The largest relative difference of y from want (max_rel_diff_kernel). */
+static float y_error(const Gemm1x1 &l, const Buffers &b, const Elem *want) {
     float err = -1;
     if (!check(cudaMemsetAsync(b.worst, 0, sizeof(float), b.st), "check")) return -1;
-    max_rel_diff_kernel<<<4 * b.sms, 256, 0, b.st>>>(b.y, b.y_ref, (size_t)l.m * l.n, b.worst);
+    max_rel_diff_kernel<<<4 * b.sms, 256, 0, b.st>>>(b.y, want, (size_t)l.m * l.n, b.worst);
     if (!check(cudaMemcpyAsync(&err, b.worst, sizeof err, cudaMemcpyDeviceToHost, b.st), "y check") ||
         !check(cudaStreamSynchronize(b.st), "y check"))
         return -1;
@@ -245,7 +263,8 @@ struct Best {
         double alone = -1;
         const double t = run<G>(l, b, reps, &alone);
         if (t < 0) return;
-        const float ey = y_error(l, b);
+        /* the apply's y: against cuBLASLt's on the applied x */
+        const float ey = y_error(l, b, G::Feeds == FeedA::rmem_apply ? b.y_ref_applied : b.y_ref);
         const float es = G::Stats != Sums::none ? sums_error(l, b, squares_at<G>(l)) : 0.f;
         if (!(ey >= 0 && ey <= 2e-2f) || !(es >= 0 && es <= 1.f)) { /* NaN fails too */
             fprintf(stderr, "%s: %s with %s: y relative error %g, sums %g tolerances off\n", tool, l.name, n, ey, es);
@@ -257,9 +276,10 @@ struct Best {
 };
 
 /* The library's y = x w^T (linear_cuda.h: cuBLASLt, the fastest of its
- * heuristic's best 8 by the library's own timing), the median ms; y_ref
- * holds its result. */
-static double cublaslt_ms(const Gemm1x1 &l, const Buffers &b, int reps) {
+ * heuristic's best 8 by the library's own timing) of x into y, the median
+ * ms of reps runs; with reps 0, one untimed run (0 when it ran). y holds
+ * its result. */
+static double cublaslt_ms(const Gemm1x1 &l, const Buffers &b, const Elem *x_in, Elem *y_out, int reps) {
     /* column-major view: y^T (n x m) = w^T (op T of w: k x n) * x^T (k x m) */
     const mp_lt_mat w = {(uint64_t)l.k, (uint64_t)l.n, l.k}, x = {(uint64_t)l.k, (uint64_t)l.m, l.k},
                     y = {(uint64_t)l.n, (uint64_t)l.m, l.n};
@@ -272,12 +292,24 @@ static double cublaslt_ms(const Gemm1x1 &l, const Buffers &b, int reps) {
         fprintf(stderr, "%s: %s: cuBLASLt's pick wants %zu bytes of workspace, the probe has %zu\n", tool, l.name,
                 g.workspace, b.ws_bytes);
     else {
-        auto launch = [&] { return mp_linear_gemm_run(b.ctx, &g, b.w, b.x, b.y_ref, 0.f, b.ws, l.name) == MP_OK; };
-        ms = time_ms(launch, reps, kQueue, b.st);
+        auto launch = [&] { return mp_linear_gemm_run(b.ctx, &g, b.w, x_in, y_out, 0.f, b.ws, l.name) == MP_OK; };
+        ms = reps > 0 ? time_ms(launch, reps, kQueue, b.st) : 0;
         if (ms >= 0 && !(launch() && check(cudaStreamSynchronize(b.st), "cuBLASLt"))) ms = -1;
     }
     mp_linear_gemm_destroy(&g);
     return ms;
+}
+
+/* The apply's reference input: out = bf16(max(0, x * scale[k] + bias[k]))
+ * over m rows of k channels, the f32 fma and round-to-nearest the fused
+ * mainloop does (gemm1x1_apply_mainloop.cuh's bn_relu_bf16x2). */
+__global__ void apply_reference_kernel(const Elem *x, size_t m, int k, const float *scale, const float *bias,
+                                       Elem *out) {
+    const size_t count = m * (size_t)k;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % (size_t)k);
+        out[i] = Elem(fmaxf(0.f, fmaf(float(x[i]), scale[c], bias[c])));
+    }
 }
 
 /* The library's statistics pass on y, as its fast batch norm launches it
@@ -329,19 +361,21 @@ int main(int argc, char **argv) {
     int reps, status;
     if (!parse_reps(argc, argv,
                     "  times resnet50 b512's 1x1 convolutions as GEMMs (cuBLASLt; CUTLASS sm_90a plain, with\n"
-                    "  batch norm's per-channel sums in the epilogue, and plain with A through registers) beside\n"
-                    "  the library's statistics pass\n",
+                    "  batch norm's per-channel sums in the epilogue, plain with A through registers, and A\n"
+                    "  through registers with batch norm's apply + ReLU in the prologue) beside the library's\n"
+                    "  statistics pass\n",
                     &reps, &status))
         return status;
     cudaDeviceProp prop;
     if (!open_sm90(&prop)) return 1;
     size_t most_x = 0, most_y = 0, most_w = 0;
-    int most_n = 0, most_padded = 0; /* n, and n padded to the widest tile_n (256) */
+    int most_k = 0, most_n = 0, most_padded = 0; /* n, and n padded to the widest tile_n (256) */
     size_t most_rows = 0, most_colsum = 0; /* Sums::tile_partials's, at the smallest tile_m (64) and widest padding */
     for (const Gemm1x1 &l : GEMMS_1X1) {
         most_x = std::max(most_x, (size_t)l.m * l.k);
         most_y = std::max(most_y, (size_t)l.m * l.n);
         most_w = std::max(most_w, (size_t)l.n * l.k);
+        most_k = std::max(most_k, l.k);
         most_n = std::max(most_n, l.n);
         most_padded = std::max(most_padded, (l.n + 255) / 256 * 256);
         most_rows = std::max(most_rows, (size_t)(l.m + 63) / 64 * ((l.n + 255) / 256 * 256));
@@ -358,6 +392,10 @@ int main(int argc, char **argv) {
     b.ws_bytes = 64u << 20;
     if (!check(cudaMalloc(&b.x, most_x * 2), "x") || !check(cudaMalloc(&b.w, most_w * 2), "w") ||
         !check(cudaMalloc(&b.y, most_y * 2), "y") || !check(cudaMalloc(&b.y_ref, most_y * 2), "y_ref") ||
+        !check(cudaMalloc(&b.scale, sizeof(float) * most_k), "scale") ||
+        !check(cudaMalloc(&b.bias, sizeof(float) * most_k), "bias") ||
+        !check(cudaMalloc(&b.x_applied, most_x * 2), "x applied") ||
+        !check(cudaMalloc(&b.y_ref_applied, most_y * 2), "y_ref applied") ||
         !check(cudaMalloc(&b.sums, 2 * sizeof(float) * most_padded), "sums") ||
         !check(cudaMalloc(&b.sums_ref, 2 * sizeof(double) * most_n), "sums") ||
         !check(cudaMalloc(&b.part, 2 * sizeof(float) * most_n * 4 * b.sms), "partials") ||
@@ -366,17 +404,23 @@ int main(int argc, char **argv) {
         !check(cudaMalloc(&b.worst, sizeof(float)), "check") || !check(cudaMalloc(&b.ws, b.ws_bytes), "workspace"))
         return 1;
     if (!fill_conv_inputs(b.x, most_x, b.w, most_w)) return 1; /* legacy stream, then the whole device synchronized */
+    /* the apply's batch norm: scale in [0.5, 1.5), bias in [-0.5, 0.5) (fixed seeds), so with x in [-1, 1)
+     * the ReLU clips about half of A */
+    fill_kernel<float><<<64, 256>>>(b.scale, most_k, 3u, 0.5f, 1.0f);
+    fill_kernel<float><<<64, 256>>>(b.bias, most_k, 4u, 0.5f, 0.0f);
+    if (!check(cudaDeviceSynchronize(), "fill")) return 1;
 
     printf("%s on %s (%d SMs), bf16 in and out, f32 accumulation, median of %d runs, ms\n\n", tool, prop.name, b.sms,
            reps);
     printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | CUTLASS + sums, atomics (tile) | CUTLASS + "
            "sums, tile rows + their sum (tile) | of which the GEMM with its rows | CUTLASS plain, A through registers "
-           "(tile) | statistics pass | saving a layer | saving x count |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "(tile) | CUTLASS rmem + apply: A through registers, max(0, a * scale + bias) (tile) | rmem+apply / rmem "
+           "plain | statistics pass | saving a layer | saving x count |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
     double total = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {
-        const double lt_ms = cublaslt_ms(l, b, reps);
+        const double lt_ms = cublaslt_ms(l, b, b.x, b.y_ref, reps);
         if (lt_ms < 0) {
             fprintf(stderr, "%s: %s: no cuBLASLt baseline (see above); layer skipped\n", tool, l.name);
             failures++;
@@ -387,19 +431,28 @@ int main(int argc, char **argv) {
         reference_sums_kernel<<<dim3((l.m + rows_per_block - 1) / rows_per_block, (l.n + 127) / 128), 128, 0, b.st>>>(
             b.y_ref, l.m, l.n, rows_per_block, b.sums_ref);
         if (!check(cudaStreamSynchronize(b.st), "reference sums")) return 1;
+        /* the apply's reference: cuBLASLt on x applied beforehand */
+        apply_reference_kernel<<<4 * b.sms, 256, 0, b.st>>>(b.x, (size_t)l.m, l.k, b.scale, b.bias, b.x_applied);
+        const bool have_applied_ref = check(cudaGetLastError(), "apply reference") &&
+                                      cublaslt_ms(l, b, b.x_applied, b.y_ref_applied, 0) >= 0;
+        if (!have_applied_ref) fprintf(stderr, "%s: %s: no reference for rmem + apply (see above)\n", tool, l.name);
         const Best plain = fastest<Sums::none>(l, b, reps);
         const Best atomic = fastest<Sums::atomic>(l, b, reps);
         const Best fused = fastest<Sums::tile_partials>(l, b, reps);
         const Best rmem = fastest<Sums::none, FeedA::rmem>(l, b, reps);
+        const Best apply = have_applied_ref ? fastest<Sums::none, FeedA::rmem_apply>(l, b, reps) : Best{};
         const double st = stats_pass_ms(l, b, reps);
         failures += plain.wrong + atomic.wrong + fused.wrong + rmem.wrong + (plain.ms < 0) + (atomic.ms < 0) +
-                    (fused.ms < 0) + (fused.ms > 0 && fused.gemm_alone_ms < 0) + (rmem.ms < 0) + (st < 0);
+                    (fused.ms < 0) + (fused.ms > 0 && fused.gemm_alone_ms < 0) + (rmem.ms < 0) + apply.wrong +
+                    (apply.ms < 0) + (st < 0);
         const double saving = fused.ms > 0 && st > 0 ? lt_ms + st - fused.ms : 0;
         total += saving * l.count;
-        printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f | %.4f (%s) | %.4f | %+.4f | "
-               "%+.4f |\n",
+        const double apply_ratio = apply.ms > 0 && rmem.ms > 0 ? apply.ms / rmem.ms : -1;
+        printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f | %.4f (%s) | %.4f (%s) | "
+               "%.3f | %.4f | %+.4f | %+.4f |\n",
                l.name, l.m, l.k, l.n, l.count, lt_ms, plain.ms, plain.name, atomic.ms, atomic.name, fused.ms,
-               fused.name, fused.gemm_alone_ms, rmem.ms, rmem.name, st, saving, saving * l.count);
+               fused.name, fused.gemm_alone_ms, rmem.ms, rmem.name, apply.ms, apply.name, apply_ratio, st, saving,
+               saving * l.count);
     }
     printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
     mp_cuda_ctx_destroy(b.ctx);
