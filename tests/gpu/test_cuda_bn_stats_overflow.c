@@ -116,10 +116,12 @@ static void test_overflowing_statistics(net_kind kind, const char *precision) {
     fixture_destroy(&f);
 }
 
-/* Two micro-batches a step (two calls of four images): only the last is replayed. With both x 1e20 the replay
- * itself shows bn turning finite inputs into NaN/inf, and its statistics went NaN/inf in that step: named as with
- * one. With only the first x 1e20 the replay of the second is clean, and bn's statistics could as well have had an
- * upstream overflow in the first: the run still stops at the limit, without blaming the statistics. */
+/* Two micro-batches a step (two calls of four images): only the last is replayed. With only the first x 1e20 the
+ * replay of the second is clean, and bn's statistics could as well have had an upstream overflow in the first: the
+ * run stops at the limit without blaming the statistics. With both x 1e20 whether bn is named depends on its kernel:
+ * on the H100 cuDNN's (8 channels in amp-bf16) gave the replayed batch a NaN output at x 1e20, which the replay
+ * finds; ours (forced with MIXPREC_CUDNN_BN=0) keep the output finite, so the replay is clean as in the mixed
+ * case. Either way the run stops at the limit, and if anything is named it is bn's statistics. */
 static void test_accumulating(void) {
     for (int mixed = 0; mixed <= 1; mixed++) {
         const char *label = mixed ? "accumulate 2, the first micro-batch x 1e20" : "accumulate 2, both x 1e20";
@@ -130,9 +132,12 @@ static void test_accumulating(void) {
         int calls = 0;
         const mp_status s = step_until_error(&f, mixed ? big : NULL, 2 * (LIMIT + QUEUE_LAG), &calls);
         const bool named = strstr(mp_last_error(), "bn (batchnorm2d") && strstr(mp_last_error(), "batch statistics");
-        CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "consecutive forward overflows") && named == !mixed,
-              "%s: not the %s error after %d calls (%d): %s", label, mixed ? "unnamed" : "statistics'", calls, (int)s,
-              mp_last_error());
+        const bool unnamed = strstr(mp_last_error(), "(not located: the replay of the step's last micro-batch found "
+                                                     "no NaN/inf)") != NULL;
+        CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "consecutive forward overflows") &&
+                  (mixed ? unnamed : named || unnamed),
+              "%s: not the %s error after %d calls (%d): %s", label, mixed ? "unnamed" : "statistics' or unnamed",
+              calls, (int)s, mp_last_error());
         printf("%s: stopped after %d calls: %s\n", label, calls, mp_last_error());
         mp_clear_error();
         fixture_destroy(&f);
