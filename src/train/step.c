@@ -180,11 +180,14 @@ static mp_status locate(mp_trainer *t, bool backward, float scale, mp_nonfinite_
  * (the forward updates them whatever the step's fate), and NaN stays NaN in
  * a running average: those values restart from their initial ones (mean 0,
  * variance 1) and are estimated again. *reset: how many; *node_reset:
- * whether node's own were among them. (A device with check_running_stats
- * restarted them already; stats_overflow told the host.) */
-static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t *reset, bool *node_reset) {
+ * whether node's own were among them; *first: the first batch norm (in
+ * parameter order) that had any, -1: none. (A device with
+ * check_running_stats restarted them already; stats_overflow told the host.) */
+static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t *reset, bool *node_reset,
+                                               int *first) {
     *reset = 0;
     *node_reset = false;
+    *first = -1;
     MP_TRY(t->be->state_to_host(t));
     mp_graph *g = t->g;
     for (int k = 0; k < g->n_params; k++) {
@@ -195,6 +198,7 @@ static mp_status reset_nonfinite_running_stats(mp_trainer *t, int node, int64_t 
             if (!isfinite(p->data[i])) {
                 p->data[i] = initial, (*reset)++;
                 if (p->node == node) *node_reset = true;
+                if (*first < 0) *first = p->node;
             }
     }
     return *reset ? t->be->state_to_device(t) : MP_OK;
@@ -215,13 +219,21 @@ typedef struct {
 static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t step, int node, const char *why,
                                   int consecutive, const device_stats *dev) {
     mp_graph *g = t->g;
-    char d[200];
-    site_desc(g, node, why, d, sizeof d);
     int64_t reset = 0;
     bool node_stats = false; /* node's own running statistics were NaN/inf */
-    MP_TRY(reset_nonfinite_running_stats(t, node, &reset, &node_stats));
+    int stats_node = -1;     /* the first batch norm whose running statistics were */
+    MP_TRY(reset_nonfinite_running_stats(t, node, &reset, &node_stats, &stats_node));
     reset += dev->reset;
     node_stats = node_stats || (node >= 0 && dev->node == node && dev->this_step);
+    if (stats_node < 0 && dev->this_step) stats_node = dev->node;
+    char d[512], where[200];
+    site_desc(g, node, why, where, sizeof where);
+    /* not located, but a batch norm's statistics went NaN/inf: say which, and the two ways it could */
+    if (node < 0 && stats_node >= 0)
+        snprintf(d, sizeof d, "%s; the running statistics of %s went NaN/inf in that step: its batch statistics "
+                 "overflowed fp32, or NaN/inf reached it from an earlier op%s", where, g->nodes[stats_node].name,
+                 t->k > 1 ? " or micro-batch" : "");
+    else snprintf(d, sizeof d, "%s", where);
     char restarted[120] = "";
     if (reset)
         snprintf(restarted, sizeof restarted, "; %lld batch-norm running statistics it made NaN/inf restart from 0 "
