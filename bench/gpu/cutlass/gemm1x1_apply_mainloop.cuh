@@ -19,17 +19,22 @@
  * before the MMA of k-block k, at most two MMA batches in flight
  * (warpgroup_wait<2> after each commit), a stage released once the MMAs
  * that read it are done (at k-block 1 of the next k tile), the first k tile
- * peeled off the loop, mma_tail unchanged. Changed: each k tile waits for
- * its own stage and copies and transforms its k-block 0 at its start,
- * where CUTLASS's copies the next stage's k-block 0 during the k tile
- * before; so k-block 0's copy and transform run while the previous k
- * tile's last two MMAs are in flight, rather than beside the last one's
- * issue. Why: with a transform, any order in which a wgmma's A registers
- * were defined before a stage wait (an mbarrier spin loop) and used after
- * it made ptxas serialize all the kernel's wgmmas (C7513, "non wgmma
- * instructions defining input registers of a wgmma between start and end
- * of the pipeline stage"; bisected on the PTX: defining those registers
- * after the spin, or not defining them across it, is accepted). No loop
+ * peeled off the loop, mma_tail unchanged. Changed, in both of mma()'s
+ * schedules (ApplySchedule): k-block 0 of a k tile is transformed at that
+ * k tile's start, not copied into the MMA's registers during the k tile
+ * before as CUTLASS's does. tile_start also waits for the stage and copies
+ * k-block 0 there; prefetch copies it during the k tile before, into the
+ * raw registers, when a barrier test (no wait, no branch) finds its stage
+ * full by then. Why: with a transform, ptxas serialized all the kernel's
+ * wgmmas (C7513, "non wgmma instructions defining input registers of a
+ * wgmma between start and end of the pipeline stage") for every order
+ * tried in which control flow (a stage wait's mbarrier spin loop, or just
+ * an if around a copy) came between a wgmma and the transform defining a
+ * later wgmma's A within the k tile, or in which a wgmma's A registers
+ * were defined before a stage wait and used after it; bisected on the
+ * PTX. Accepted: the transforms of k-blocks 1.. inside a k tile with no
+ * control flow in it, and k-block 0's transform after all of the k tile's
+ * start's control flow, just before its MMA. No loop
  * body branches at run time but on the stage barriers. */
 #ifndef MP_BENCH_GEMM1X1_APPLY_MAINLOOP_CUH
 #define MP_BENCH_GEMM1X1_APPLY_MAINLOOP_CUH
@@ -58,13 +63,20 @@ CUTLASS_DEVICE uint32_t bn_relu_bf16x2(uint32_t a, float2 s, float2 b) {
     return r;
 }
 
+/* Where a k tile's k-block 0 gets its A: copied from shared memory and
+ * transformed at the k tile's start, after waiting for its stage
+ * (tile_start), or during the k tile before, so that its MMA issues right
+ * after the previous k tile's last one (prefetch). ApplyAMainloop::mma
+ * spells out both. */
+enum class ApplySchedule { tile_start, prefetch };
+
 /* Base: the CollectiveMma of MainloopSm90TmaGmmaRmemAWarpSpecialized
  * (RmemAMainloop<...>::CollectiveOp). GemmUniversal sees this struct as its
  * CollectiveMainloop: the dispatch policy, shared storage, pipeline,
  * load_init/load/load_tail, mma_tail and prefetch_tma_descriptors come from
  * Base; Arguments, Params, to_underlying_arguments, can_implement and mma
  * are ours. */
-template <class Base> struct ApplyAMainloop : Base {
+template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct ApplyAMainloop : Base {
     using typename Base::MainloopPipeline;
     using typename Base::PipelineState;
     using typename Base::SmemLayoutA;
@@ -108,10 +120,12 @@ template <class Base> struct ApplyAMainloop : Base {
     /* Consumer side: the MMA warpgroups' loop over k_tile_count k tiles of
      * this output tile (the stages in smem_pipe_read's order), accumulating
      * into accum. Per k tile, KB = BLK_K / 16 k-blocks (one warpgroup MMA
-     * each, per MMA_M). A k tile starts with
+     * each, per MMA_M). g below: the global k-block index.
+     *
+     * ApplySchedule::tile_start. A k tile starts with
      *   0. wait for its stage; copy k-block 0's A from shared memory to raw
      *      registers and transform it into the MMA's A registers (slot 0);
-     * then per k-block kb, in this order (g: the global k-block index):
+     * then per k-block kb, in this order:
      *   1. copy k-block kb + 1's A to its raw registers (kb + 1 < KB);
      *   2. the MMA of k-block kb (its A transformed one k-block earlier);
      *   3. load scale/bias of k-block g + 2 into ring slot g % 2, whose
@@ -121,6 +135,55 @@ template <class Base> struct ApplyAMainloop : Base {
      *      the MMA issue and the wait to land, its vectors one k-block's
      *      time); at kb = 1 (not in the first k tile), release the previous
      *      k tile's stage: its last MMA (g - 2) is done.
+     * So between the last MMA of a k tile and the first of the next, the
+     * warps wait for the stage, load k-block 0 from shared memory and
+     * transform it: a dependent chain (stage barrier, shared-memory load
+     * latency, the transform) that only the two MMAs in flight cover.
+     *
+     * ApplySchedule::prefetch loads k-block 0 during the k tile before,
+     * so that when the stage has come in by then, a k tile boundary looks
+     * like any other k-block boundary (the next MMA's A transformed from
+     * registers loaded a k-block earlier):
+     *   0. only where the k tile's k-block 0 was not prefetched (4a): wait
+     *      for its stage and copy k-block 0 (as tile_start); then, always,
+     *      transform raw slot 0 into MMA slot 0 (no try_wait of the next
+     *      stage here, unlike tile_start and CUTLASS: 4a tests it);
+     *   steps 1 to 5 as above, and after step 4 at kb = KB - 2:
+     *   4a. test the next k tile's stage barrier (mbarrier test_wait: no
+     *      wait, no branch); where a k tile follows and every lane of the
+     *      warp saw the stage full, copy its k-block 0 into raw slot 0
+     *      (prefetched), else this k tile's own k-block 0 again (its stage
+     *      is held; unused, written over at the next k tile's step 0). The
+     *      stage index is selected, not branched on: control flow inside
+     *      the k tile, even just an if around this copy, made ptxas
+     *      serialize the wgmmas (C7513, through the transform of slot
+     *      KB - 1 after it, wherever the wait went; see the top).
+     * When the stage is not full at kb = KB - 2 (memory-bound layers, or
+     * the producer behind), step 0 waits and copies as tile_start does.
+     * The per-warp vote (__all_sync) keeps step 0's branch from diverging
+     * within a warp before the warp-wide wgmma.
+     *
+     * Why prefetch is race-free:
+     *  - raw slot 0 reads the next stage only after this lane's test saw
+     *    its phase complete: test_wait acquires (.acquire.cta, its default),
+     *    as consumer_wait's try_wait does, so the TMA's bytes are visible;
+     *    otherwise it reads the current k tile's stage, full and held;
+     *  - stages are released as in tile_start: a stage at kb = 1 of the k
+     *    tile after its own, after warpgroup_wait<2>, when the MMAs in
+     *    flight are that k tile's k-blocks 0 and 1, so every MMA that read
+     *    its B is done; every copy from it (the k tile before's 4a, its own
+     *    steps 0 and 1 and 4a) comes before the release in program order,
+     *    and the release (an mbarrier arrive, release semantics) orders
+     *    them; the wait counts are tile_start's;
+     *  - the test only reads a barrier, and its result is used only where
+     *    a k tile of this output tile follows, so nothing waits on or reads
+     *    a stage the producer fills for another work unit; pipeline states
+     *    advance one stage per k tile as before; Base's mma_tail releases
+     *    the last stage;
+     *  - register slots: raw slot 0, written at kb = KB - 2, was last read
+     *    by the transform at this k tile's start; MMA slot 0 as in
+     *    tile_start (written at a k tile's start, last read by the MMA of
+     *    g - KB + 1 <= g - 2, done); the ring as in tile_start.
      * MMA slot kb + 1 was last read by the MMA of g + 1 - KB, retired by
      * step 4 when KB >= 4; the raw slots are read only by the transform.
      *
@@ -219,24 +282,43 @@ template <class Base> struct ApplyAMainloop : Base {
             }
         };
 
+        constexpr bool Prefetch = Schedule == ApplySchedule::prefetch;
         PipelineState smem_pipe_release = smem_pipe_read;
         tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
         warpgroup_fence_operand(accum);
         auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
         load_vectors(0, 0, 0);
         load_vectors(1, 0, 1);
+        /* prefetch: whether raw slot 0 holds the current k tile's k-block 0
+         * already (its stage was found full during the k tile before) */
+        bool prefetched = false;
 
         /* One k tile. FirstTile: the output tile's first, peeled off the loop
          * (as CUTLASS's mma() does) so that the MMAs' accumulate flag is a
          * constant in both copies and nothing is released yet. */
         auto k_tile_body = [&](int k_tile, auto first_tile) {
             constexpr bool FirstTile = decltype(first_tile)::value;
-            /* 0. this k tile's stage, its k-block 0 into registers, transformed */
-            pipeline.consumer_wait(smem_pipe_read, barrier_token);
+            const bool has_next = k_tile + 1 < k_tile_count;
+            /* 0. this k tile's stage and k-block 0 (prefetch: unless fetched
+             * during the k tile before), transformed */
             const int read_stage = smem_pipe_read.index();
-            ++smem_pipe_read;
-            if (k_tile + 1 < k_tile_count) barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-            copy(smem_copy_A, tAsA(_, _, 0, read_stage), tArA(_, _, 0));
+            if constexpr (!Prefetch) {
+                pipeline.consumer_wait(smem_pipe_read, barrier_token);
+                ++smem_pipe_read; /* from here: the next k tile's stage */
+                if (has_next) barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+                copy(smem_copy_A, tAsA(_, _, 0, read_stage), tArA(_, _, 0));
+            } else {
+                /* no try_wait of the next stage here (a potentially blocking
+                 * instruction in front of this k tile's first MMA): 4a tests
+                 * it, and a wait here goes without a token (a stale one
+                 * could skip it) */
+                if (!prefetched) {
+                    if constexpr (FirstTile) pipeline.consumer_wait(smem_pipe_read, barrier_token);
+                    else pipeline.consumer_wait(smem_pipe_read);
+                    copy(smem_copy_A, tAsA(_, _, 0, read_stage), tArA(_, _, 0));
+                }
+                ++smem_pipe_read; /* from here: the next k tile's stage */
+            }
             apply(0, 0);
             warpgroup_fence_operand(accum);
             CUTLASS_PRAGMA_UNROLL
@@ -252,6 +334,20 @@ template <class Base> struct ApplyAMainloop : Base {
                 load_vectors(kb % 2, k_tile + (kb + 2) / KB, (kb + 2) % KB);
                 /* 4. */
                 warpgroup_wait<2>();
+                /* 4a. (prefetch) the next k tile's k-block 0 into raw slot 0, if its
+                 * stage is full already: a test, not a wait (no branch); else
+                 * this k tile's own k-block 0 again (held, harmless, unused) */
+                if constexpr (Prefetch) {
+                    if (kb == KB - 2) {
+                        /* per warp (each lane may see the barrier at another time), so
+                         * that the branch on it at the next k tile's start does not diverge */
+                        const bool full =
+                            pipeline.consumer_test_wait(smem_pipe_read) == cutlass::BarrierStatus::WaitDone;
+                        prefetched = __all_sync(0xFFFFFFFFu, has_next & full); /* & : no branch around the test */
+                        copy(smem_copy_A, tAsA(_, _, 0, prefetched ? smem_pipe_read.index() : read_stage),
+                             tArA(_, _, 0));
+                    }
+                }
                 /* 5. */
                 if (kb + 1 < KB) apply((kb + 1) % 2, kb + 1);
                 if (!FirstTile && kb == 1) {

@@ -80,8 +80,14 @@ template <class SumNode> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
  * mainloop's producer with our own consumer (ApplyAMainloop,
  * gemm1x1_apply_mainloop.cuh), which transforms A in registers to
  * max(0, a * scale[k] + bias[k]) before each MMA (the mainloop's arguments
- * take the two f32 vectors). */
-enum class FeedA { smem, rmem, rmem_apply };
+ * take the two f32 vectors). rmem_apply_prefetch: the same with the next
+ * k tile's k-block 0 fetched and transformed during the k tile before
+ * (ApplySchedule::prefetch) instead of at its own start. */
+enum class FeedA { smem, rmem, rmem_apply, rmem_apply_prefetch };
+
+/* whether a FeedA's mainloop applies batch norm + ReLU to A (its arguments
+ * take the two vectors, its reference is the GEMM of A applied beforehand) */
+constexpr bool applies_bn(FeedA f) { return f == FeedA::rmem_apply || f == FeedA::rmem_apply_prefetch; }
 
 template <class Tile, class Cluster, class Schedule, int CarveoutBytes> struct RmemAMainloop {
     using AtomLayout = std::conditional_t<std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
@@ -124,16 +130,18 @@ struct Sm90Gemm {
     using Mainloop = std::conditional_t<
         Feed == FeedA::rmem, RmemA,
         std::conditional_t<
-            Feed == FeedA::rmem_apply, ApplyAMainloop<RmemA>,
-            typename cutlass::gemm::collective::CollectiveBuilder<
-                cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign,
-                float, Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>,
-                MainSchedule>::CollectiveOp>>;
+            Feed == FeedA::rmem_apply, ApplyAMainloop<RmemA, ApplySchedule::tile_start>,
+            std::conditional_t<
+                Feed == FeedA::rmem_apply_prefetch, ApplyAMainloop<RmemA, ApplySchedule::prefetch>,
+                typename cutlass::gemm::collective::CollectiveBuilder<
+                    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign,
+                    float, Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>,
+                    MainSchedule>::CollectiveOp>>>;
     using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
     using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
     /* ApplyAMainloop counts k tiles from 0 for each output tile: true of the
      * persistent scheduler's work units (all of K), not of split-K/stream-K */
-    static_assert(Feed != FeedA::rmem_apply ||
+    static_assert(!applies_bn(Feed) ||
                       std::is_same_v<typename Kernel::TileScheduler, cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90>,
                   "the apply mainloop needs work units that start at k tile 0");
 };
