@@ -27,12 +27,18 @@
  *    layer's batch norm + ReLU; scale in [0.5, 1.5), bias in [-0.5, 0.5),
  *    so about half of A is clipped), printed with its ratio to the plain
  *    register-sourced column: the apply's own cost;
+ *  - the same apply, "prefetched" (FeedA::rmem_apply_prefetch,
+ *    ApplySchedule::prefetch): each k tile's k-block 0 is loaded from
+ *    shared memory during the k tile before (when its stage is full by
+ *    then), so that a k tile's first MMA waits only for the transform,
+ *    not for the stage barrier and the load too; with its ratio to the
+ *    plain register-sourced column beside the other's;
  *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
  * The saving column is cuBLASLt + statistics pass - the fused form with
  * tile rows: what the fusion would give a layer (> 0: faster). Every
  * result is checked: y against cuBLASLt's y (written over first, so a
  * configuration that leaves y unwritten fails), the fused sums against f64
- * sums of cuBLASLt's y; "rmem + apply"'s y against cuBLASLt's y of x
+ * sums of cuBLASLt's y; both apply columns' y against cuBLASLt's y of x
  * applied beforehand by a plain kernel (x_applied, the same f32 fma and
  * rounding), with the same tolerance. Each timed sample queues 4 launches
  * (no host launch gap inside it, as in the step's CUDA graph). Not covered: the
@@ -154,7 +160,7 @@ template <class G> double run(const Gemm1x1 &l, const Buffers &b, int reps, doub
     args.mainloop.dA = sa;
     args.mainloop.ptr_B = b.w;
     args.mainloop.dB = sb;
-    if constexpr (G::Feeds == FeedA::rmem_apply) {
+    if constexpr (applies_bn(G::Feeds)) {
         args.mainloop.scale = b.scale;
         args.mainloop.bias = b.bias;
     }
@@ -264,7 +270,7 @@ struct Best {
         const double t = run<G>(l, b, reps, &alone);
         if (t < 0) return;
         /* the apply's y: against cuBLASLt's on the applied x */
-        const float ey = y_error(l, b, G::Feeds == FeedA::rmem_apply ? b.y_ref_applied : b.y_ref);
+        const float ey = y_error(l, b, applies_bn(G::Feeds) ? b.y_ref_applied : b.y_ref);
         const float es = G::Stats != Sums::none ? sums_error(l, b, squares_at<G>(l)) : 0.f;
         if (!(ey >= 0 && ey <= 2e-2f) || !(es >= 0 && es <= 1.f)) { /* NaN fails too */
             fprintf(stderr, "%s: %s with %s: y relative error %g, sums %g tolerances off\n", tool, l.name, n, ey, es);
@@ -362,8 +368,8 @@ int main(int argc, char **argv) {
     if (!parse_reps(argc, argv,
                     "  times resnet50 b512's 1x1 convolutions as GEMMs (cuBLASLt; CUTLASS sm_90a plain, with\n"
                     "  batch norm's per-channel sums in the epilogue, plain with A through registers, and A\n"
-                    "  through registers with batch norm's apply + ReLU in the prologue) beside the library's\n"
-                    "  statistics pass\n",
+                    "  through registers with batch norm's apply + ReLU in the prologue, two schedules) beside\n"
+                    "  the library's statistics pass\n",
                     &reps, &status))
         return status;
     cudaDeviceProp prop;
@@ -412,11 +418,11 @@ int main(int argc, char **argv) {
 
     printf("%s on %s (%d SMs), bf16 in and out, f32 accumulation, median of %d runs, ms\n\n", tool, prop.name, b.sms,
            reps);
-    printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | CUTLASS + sums, atomics (tile) | CUTLASS + "
-           "sums, tile rows + their sum (tile) | of which the GEMM with its rows | CUTLASS plain, A through registers "
-           "(tile) | CUTLASS rmem + apply: A through registers, max(0, a * scale + bias) (tile) | rmem+apply / rmem "
-           "plain | statistics pass | saving a layer | saving x count |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | + sums, atomics (tile) | + sums, tile "
+           "rows + their sum (tile) | of which the GEMM with its rows | rmem: A through registers (tile) | rmem + "
+           "apply (tile) | rmem + apply, prefetched (tile) | apply / rmem | prefetched / rmem | statistics pass | "
+           "saving a layer | saving x count |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
     double total = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {
@@ -441,17 +447,20 @@ int main(int argc, char **argv) {
         const Best fused = fastest<Sums::tile_partials>(l, b, reps);
         const Best rmem = fastest<Sums::none, FeedA::rmem>(l, b, reps);
         const Best apply = have_applied_ref ? fastest<Sums::none, FeedA::rmem_apply>(l, b, reps) : Best{};
+        const Best prefetch = have_applied_ref ? fastest<Sums::none, FeedA::rmem_apply_prefetch>(l, b, reps) : Best{};
         const double st = stats_pass_ms(l, b, reps);
         failures += plain.wrong + atomic.wrong + fused.wrong + rmem.wrong + (plain.ms < 0) + (atomic.ms < 0) +
                     (fused.ms < 0) + (fused.ms > 0 && fused.gemm_alone_ms < 0) + (rmem.ms < 0) + apply.wrong +
-                    (apply.ms < 0) + (st < 0);
+                    (apply.ms < 0) + prefetch.wrong + (prefetch.ms < 0) + (st < 0);
         const double saving = fused.ms > 0 && st > 0 ? lt_ms + st - fused.ms : 0;
         total += saving * l.count;
         const double apply_ratio = apply.ms > 0 && rmem.ms > 0 ? apply.ms / rmem.ms : -1;
+        const double prefetch_ratio = prefetch.ms > 0 && rmem.ms > 0 ? prefetch.ms / rmem.ms : -1;
         printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f | %.4f (%s) | %.4f (%s) | "
-               "%.3f | %.4f | %+.4f | %+.4f |\n",
+               "%.4f (%s) | %.3f | %.3f | %.4f | %+.4f | %+.4f |\n",
                l.name, l.m, l.k, l.n, l.count, lt_ms, plain.ms, plain.name, atomic.ms, atomic.name, fused.ms,
-               fused.name, fused.gemm_alone_ms, rmem.ms, rmem.name, apply.ms, apply.name, apply_ratio, st, saving,
+               fused.name, fused.gemm_alone_ms, rmem.ms, rmem.name, apply.ms, apply.name, prefetch.ms, prefetch.name,
+               apply_ratio, prefetch_ratio, st, saving,
                saving * l.count);
     }
     printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
