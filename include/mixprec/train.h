@@ -123,7 +123,7 @@ typedef struct {
     char what[48];          /**< "output", "grad input 0", "grad weight", ... */
     float scale_before;     /**< the loss scale the step ran with */
     float scale_after;      /**< the loss scale after it */
-    char message[640];      /**< the whole report as one line */
+    char message[400];      /**< the whole report as one line */
 } mp_overflow_report;
 
 /** What one mp_trainer_step call did. */

@@ -209,40 +209,56 @@ typedef struct {
     int node;       /* the first batch norm whose statistics were NaN/inf in the latest such step, -1: none */
     int64_t end;    /* that step's scaler update index */
     int64_t reset;  /* values it restarted */
-    bool this_step; /* node's step is the one reported */
+    bool this_step; /* node's step is the latest skipped one (the one reported, unless the limit was passed in
+                       steps queued before the host looked) */
     bool named;     /* the overflow is named from them: this step, one micro-batch, its replay all finite */
 } device_stats;
 
 /* A forward overflow at `step`, the consecutive-th in a row, first seen in
- * node's output (-1: not located): report it; at the limit fall back or stop.
- * dev: what the device's check of the running statistics found. */
+ * node's output (-1: not located, and then the batch norm whose running
+ * statistics were NaN/inf, if any, is said instead): report it; at the limit
+ * fall back or stop. dev: what the device's check of the running statistics
+ * found. */
 static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t step, int node, const char *why,
                                   int consecutive, const device_stats *dev) {
     mp_graph *g = t->g;
     int64_t reset = 0;
     bool node_stats = false; /* node's own running statistics were NaN/inf */
-    int stats_node = -1;     /* the first batch norm whose running statistics were */
+    int stats_node = -1;     /* the first batch norm whose running statistics the host found NaN/inf */
     MP_TRY(reset_nonfinite_running_stats(t, node, &reset, &node_stats, &stats_node));
     reset += dev->reset;
     node_stats = node_stats || (node >= 0 && dev->node == node && dev->this_step);
-    if (stats_node < 0 && dev->this_step) stats_node = dev->node;
-    char d[512], where[200];
-    site_desc(g, node, why, where, sizeof where);
-    /* not located, but a batch norm's statistics went NaN/inf: say which, and the two ways it could */
+    char d[200];
+    site_desc(g, node, why, d, sizeof d);
+    /* Not located, but a batch norm's running statistics were NaN/inf: which and when. The host sees what they
+       hold now, after `step`; the device's record keeps the latest step where they went NaN/inf (one the host
+       may not have reported yet), used if it is not older than `step`. */
+    char stats[160] = "";
     if (node < 0 && stats_node >= 0)
-        snprintf(d, sizeof d, "%s; the running statistics of %s went NaN/inf in that step: its batch statistics "
-                 "overflowed fp32, or NaN/inf reached it from an earlier op%s", where, g->nodes[stats_node].name,
-                 t->k > 1 ? " or micro-batch" : "");
-    else snprintf(d, sizeof d, "%s", where);
+        snprintf(stats, sizeof stats, "; the running statistics of %s were NaN/inf after step %lld",
+                 g->nodes[stats_node].name, (long long)step);
+    else if (node < 0 && dev->node >= 0) {
+        const int64_t dev_step = t->steps - (t->ends_queued - 1 - dev->end);
+        if (dev_step >= step)
+            snprintf(stats, sizeof stats, "; the running statistics of %s went NaN/inf in step %lld",
+                     g->nodes[dev->node].name, (long long)dev_step);
+    }
     char restarted[120] = "";
     if (reset)
         snprintf(restarted, sizeof restarted, "; %lld batch-norm running statistics it made NaN/inf restart from 0 "
                  "and 1", (long long)reset);
     say(t, r,
-        "step %lld: forward overflow: first non-finite value in the %s of %s; a gradient overflow it is not, so "
+        "step %lld: forward overflow: first non-finite value in the %s of %s%s; a gradient overflow it is not, so "
         "the loss scale stays %g; skipping step%s",
-        (long long)step, dev->named ? "running statistics" : "output", d, t->scaler.scale, restarted);
+        (long long)step, dev->named ? "running statistics" : "output", d, stats, t->scaler.scale, restarted);
     if (consecutive < forward_limit(t)) return MP_OK;
+    if (node < 0 && stats[0])
+        return mp_error(MP_ERR_NONFINITE,
+                        "step %lld: %d consecutive forward overflows, the first non-finite output in %s%s: its batch "
+                        "statistics overflowed fp32, or NaN/inf reached it from an earlier op%s. If its statistics "
+                        "overflowed, no precision setting fixes it: scale the data, or the layers before it, down%s",
+                        (long long)step, consecutive, d, stats, t->k > 1 ? " or micro-batch" : "",
+                        t->k > 1 ? "; with one micro-batch a step the replay can locate the op" : "");
     if (node < 0)
         return mp_error(MP_ERR_NONFINITE,
                         "step %lld: %d consecutive forward overflows, the first non-finite output in %s. Lowering the "
