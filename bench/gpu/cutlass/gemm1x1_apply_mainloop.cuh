@@ -35,7 +35,14 @@
  * PTX. Accepted: the transforms of k-blocks 1.. inside a k tile with no
  * control flow in it, and k-block 0's transform after all of the k tile's
  * start's control flow, just before its MMA. No loop
- * body branches at run time but on the stage barriers. */
+ * body branches at run time but on the stage barriers.
+ *
+ * The batch norm's scale and bias are loaded from global memory VecAhead
+ * k-blocks ahead of their transform into a ring of registers (template
+ * parameter, 2 by default; 4 and 8 compiled too on the prefetch schedule,
+ * without C75xx notes; see mma() for the ring, and gemm1x1_sm90_kernels.cuh's
+ * kDeepVecAhead for where the deeper rings spilled). Above KB (8), the k
+ * tile loop also branches between k tiles on whether one follows. */
 #ifndef MP_BENCH_GEMM1X1_APPLY_MAINLOOP_CUH
 #define MP_BENCH_GEMM1X1_APPLY_MAINLOOP_CUH
 
@@ -76,7 +83,10 @@ enum class ApplySchedule { tile_start, prefetch };
  * load_init/load/load_tail, mma_tail and prefetch_tma_descriptors come from
  * Base; Arguments, Params, to_underlying_arguments, can_implement and mma
  * are ours. */
-template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct ApplyAMainloop : Base {
+/* VecAhead: how many k-blocks ahead of its transform a k-block's scale and
+ * bias are loaded (the register ring's slots; see mma()). */
+template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start, int VecAhead = 2>
+struct ApplyAMainloop : Base {
     using typename Base::MainloopPipeline;
     using typename Base::PipelineState;
     using typename Base::SmemLayoutA;
@@ -128,12 +138,13 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
      * then per k-block kb, in this order:
      *   1. copy k-block kb + 1's A to its raw registers (kb + 1 < KB);
      *   2. the MMA of k-block kb (its A transformed one k-block earlier);
-     *   3. load scale/bias of k-block g + 2 into ring slot g % 2, whose
-     *      values (k-block g's) the transform of slot kb used already;
+     *   3. load scale/bias of k-block g + VecAhead into ring slot
+     *      g % VecAhead, whose values (k-block g's) the transform of slot kb
+     *      used already;
      *   4. warpgroup_wait<2>: at most the MMAs of g - 1 and g in flight;
      *   5. transform raw slot kb + 1 into MMA slot kb + 1 (its copy has had
-     *      the MMA issue and the wait to land, its vectors one k-block's
-     *      time); at kb = 1 (not in the first k tile), release the previous
+     *      the MMA issue and the wait to land, its vectors VecAhead - 1
+     *      k-blocks' time); at kb = 1 (not in the first k tile), release the previous
      *      k tile's stage: its last MMA (g - 2) is done.
      * So between the last MMA of a k tile and the first of the next, the
      * warps wait for the stage, load k-block 0 from shared memory and
@@ -198,7 +209,9 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
      *
      * The scale/bias values: read from global memory (float2: the wgmma A
      * layout gives each thread pairs k, k + 1, asserted below), prefetched
-     * into registers two k-blocks ahead of the MMA that uses them, rather
+     * into registers VecAhead k-blocks ahead of the MMA that uses them (the
+     * load issued at step 3 of k-block g - VecAhead, its first use at step 5
+     * of g - 1: VecAhead - 1 k-blocks of MMA issue between), rather
      * than staged per k tile in shared memory: a thread needs only 4
      * distinct k per k-block (k = 2t, 2t + 1, 2t + 8, 2t + 9 for lane t % 4,
      * the same for all its rows: 2 float2 loads of each vector per
@@ -207,6 +220,23 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
      * barrier among the consumer warps. Plain loads, not __ldg: its inline
      * asm kept the compiler from folding the equal addresses of a thread's
      * rows (8 loads a k-block instead of 4, seen in the PTX).
+     *
+     * The ring: VecAhead slots of 2 float2 of each vector (the compiler
+     * folds a thread's equal k: 8 registers a slot), slot g % VecAhead for
+     * global k-block g, so that a slot is written (step 3 of g) right after
+     * its last reader (the transform of g, at step 5 of g - 1 or step 0)
+     * and read VecAhead - 1 k-blocks later. Registers cannot be indexed at
+     * run time, so every slot index must be a compile-time constant: with
+     * VecAhead dividing KB (2, 4 for BLK_K 64), slot kb % VecAhead; with KB
+     * dividing VecAhead (8 = two k tiles of 4), the slot depends on the k
+     * tile's parity too, (p * KB + kb) % VecAhead with p = k_tile %
+     * (VecAhead / KB), and the k tile loop runs VecAhead / KB k tiles a
+     * trip (each after the first under an if on k_tile_count, between k
+     * tiles like the loop's own branch), each with its parity a constant.
+     * Not a ring rotated by register moves at each k tile's end: a move of
+     * a register whose load is in flight would wait for the load. Cost:
+     * 8 registers a slot (VecAhead 2: 16, 4: 32, 8: 64); the SASS has 4
+     * LDG.64 a k-block at any depth, and VecAhead * 4 before the first MMA.
      *
      * Tails: rows of A past M are zero-filled by TMA and transformed too
      * (to max(0, bias[k]), not 0); harmless, their outputs are not stored.
@@ -244,7 +274,16 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
 
         constexpr int KB = size<2>(tCrA);
         constexpr int Pairs = size(tCrA(_, _, 0)) / 2; /* bf16 pairs a thread holds per k-block */
-        static_assert(KB >= 4 && KB % 2 == 0, "slot kb + 1 free once two MMAs are in flight; ring slot kb % 2");
+        static_assert(KB >= 4 && KB % 2 == 0, "slot kb + 1 free once two MMAs are in flight");
+        /* the ring's slot of global k-block g is g % VecAhead; with VecAhead
+         * and KB powers of two dividing one another, a k tile's slots are
+         * (p * KB + kb) % VecAhead for its parity p = k_tile % VecRound, a
+         * constant once the k-block loop and VecRound k tiles are unrolled */
+        static_assert(VecAhead >= 2 && (VecAhead & (VecAhead - 1)) == 0,
+                      "the transform of g + 1 follows the load into slot g: two slots at least");
+        static_assert(KB % VecAhead == 0 || VecAhead % KB == 0, "VecAhead and KB divide one another");
+        constexpr int VecRound = VecAhead > KB ? VecAhead / KB : 1; /* k tiles before the slots repeat */
+        auto vec_slot = [](int parity, int kb) { return (parity * KB + kb) % VecAhead; };
         /* the coordinates index like the fragment: same MMA mode, same M and K counts */
         static_assert(cute::is_same_v<decltype(shape<0>(tCcA)), decltype(shape<0>(tCrA))>);
         CUTE_STATIC_ASSERT_V(size<1>(tCcA) == size<1>(tCrA) && size<2>(tCcA) == size<2>(tCrA));
@@ -256,8 +295,8 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
         static_assert(cute::is_same_v<remove_cvref_t<decltype(stride<0, 0>(tCcA))>, ScaledBasis<_1, 1>>,
                       "a register's two bf16 are k and k + 1");
 
-        /* the ring: scale and bias of two k-blocks, slot g % 2 for global k-block g */
-        float2 ring_s[2][Pairs], ring_b[2][Pairs];
+        /* the ring: scale and bias of VecAhead k-blocks, slot g % VecAhead for global k-block g */
+        float2 ring_s[VecAhead][Pairs], ring_b[VecAhead][Pairs];
         /* k past K (in the k-blocks prefetched beyond the last k tile, or a
          * K tail) reads channels K - 2, K - 1 instead: in bounds, and unused
          * or multiplied by B's zeros. Unconditional loads, so that the
@@ -287,17 +326,19 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
         tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
         warpgroup_fence_operand(accum);
         auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-        load_vectors(0, 0, 0);
-        load_vectors(1, 0, 1);
+        CUTLASS_PRAGMA_UNROLL
+        for (int g = 0; g < VecAhead; ++g) load_vectors(g, g / KB, g % KB); /* slot g: k-block g */
         /* prefetch: whether raw slot 0 holds the current k tile's k-block 0
          * already (its stage was found full during the k tile before) */
         bool prefetched = false;
 
         /* One k tile. FirstTile: the output tile's first, peeled off the loop
          * (as CUTLASS's mma() does) so that the MMAs' accumulate flag is a
-         * constant in both copies and nothing is released yet. */
-        auto k_tile_body = [&](int k_tile, auto first_tile) {
+         * constant in both copies and nothing is released yet. Parity:
+         * k_tile % VecRound, a constant, so that the ring's slots are. */
+        auto k_tile_body = [&](int k_tile, auto first_tile, auto parity) {
             constexpr bool FirstTile = decltype(first_tile)::value;
+            constexpr int P = decltype(parity)::value;
             const bool has_next = k_tile + 1 < k_tile_count;
             /* 0. this k tile's stage and k-block 0 (prefetch: unless fetched
              * during the k tile before), transformed */
@@ -319,7 +360,7 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
                 }
                 ++smem_pipe_read; /* from here: the next k tile's stage */
             }
-            apply(0, 0);
+            apply(vec_slot(P, 0), 0);
             warpgroup_fence_operand(accum);
             CUTLASS_PRAGMA_UNROLL
             for (int kb = 0; kb < KB; ++kb) {
@@ -330,8 +371,8 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
                 cute::gemm(tiled_mma, tCrA(_, _, kb), tCrB(_, _, kb, read_stage), accum);
                 tiled_mma.accumulate_ = GMMA::ScaleOut::One;
                 warpgroup_commit_batch();
-                /* 3. (KB is even, so global k-block g's ring slot is kb % 2) */
-                load_vectors(kb % 2, k_tile + (kb + 2) / KB, (kb + 2) % KB);
+                /* 3. global k-block g + VecAhead's vectors into g's slot */
+                load_vectors(vec_slot(P, kb), k_tile + (kb + VecAhead) / KB, (kb + VecAhead) % KB);
                 /* 4. */
                 warpgroup_wait<2>();
                 /* 4a. (prefetch) the next k tile's k-block 0 into raw slot 0, if its
@@ -349,7 +390,7 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
                     }
                 }
                 /* 5. */
-                if (kb + 1 < KB) apply((kb + 1) % 2, kb + 1);
+                if (kb + 1 < KB) apply(vec_slot(P, kb + 1), kb + 1);
                 if (!FirstTile && kb == 1) {
                     pipeline.consumer_release(smem_pipe_release); /* the previous k tile's MMAs are done */
                     ++smem_pipe_release;
@@ -358,9 +399,18 @@ template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start> struct
             warpgroup_fence_operand(accum);
         };
 
-        k_tile_body(0, cute::true_type{});
+        k_tile_body(0, cute::true_type{}, Int<0>{});
+        /* VecRound k tiles a trip (their parities 1, 2, .., 0), each after
+         * the first only where it exists: a branch between k tiles, where
+         * the loop's own is */
         CUTLASS_PRAGMA_NO_UNROLL
-        for (int k_tile = 1; k_tile < k_tile_count; ++k_tile) k_tile_body(k_tile, cute::false_type{});
+        for (int k_tile = 1; k_tile < k_tile_count; k_tile += VecRound) {
+            cute::for_each(make_seq<VecRound>{}, [&](auto u) {
+                constexpr int U = decltype(u)::value;
+                if (U == 0 || k_tile + U < k_tile_count)
+                    k_tile_body(k_tile + U, cute::false_type{}, Int<(1 + U) % VecRound>{});
+            });
+        }
         warpgroup_fence_operand(accum);
     }
 };
