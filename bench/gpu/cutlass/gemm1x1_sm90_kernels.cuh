@@ -82,12 +82,25 @@ template <class SumNode> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
  * max(0, a * scale[k] + bias[k]) before each MMA (the mainloop's arguments
  * take the two f32 vectors). rmem_apply_prefetch: the same with the next
  * k tile's k-block 0 fetched and transformed during the k tile before
- * (ApplySchedule::prefetch) instead of at its own start. */
-enum class FeedA { smem, rmem, rmem_apply, rmem_apply_prefetch };
+ * (ApplySchedule::prefetch) instead of at its own start.
+ * rmem_apply_prefetch_deep: rmem_apply_prefetch with batch norm's vectors
+ * loaded kDeepVecAhead k-blocks ahead of their transform instead of 2
+ * (ApplyAMainloop's VecAhead; Sm90Gemm's DeepVecAhead overrides it). */
+enum class FeedA { smem, rmem, rmem_apply, rmem_apply_prefetch, rmem_apply_prefetch_deep };
+
+/* One k tile of 4 k-blocks (BLK_K 64): the deepest ring that compiled
+ * without spills or C75xx notes on all four tiles the probe runs it on
+ * (nvcc 13.0, -Xptxas -v). 8 (two k tiles: the k tile loop runs two a
+ * trip) compiled without C75xx notes but spilled on 256x128 coop (104
+ * bytes) and 64x256 pingpong (116 bytes); 128x64 and 128x256 coop were
+ * clean at 8. */
+constexpr int kDeepVecAhead = 4;
 
 /* whether a FeedA's mainloop applies batch norm + ReLU to A (its arguments
  * take the two vectors, its reference is the GEMM of A applied beforehand) */
-constexpr bool applies_bn(FeedA f) { return f == FeedA::rmem_apply || f == FeedA::rmem_apply_prefetch; }
+constexpr bool applies_bn(FeedA f) {
+    return f == FeedA::rmem_apply || f == FeedA::rmem_apply_prefetch || f == FeedA::rmem_apply_prefetch_deep;
+}
 
 template <class Tile, class Cluster, class Schedule, int CarveoutBytes> struct RmemAMainloop {
     using AtomLayout = std::conditional_t<std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
@@ -112,7 +125,8 @@ template <class Tile, class Cluster, class Schedule, int CarveoutBytes> struct R
         void, cute::identity>;
 };
 
-template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums WithSums, FeedA Feed = FeedA::smem>
+template <class Tile, class Cluster, class MainSchedule, class EpiSchedule, Sums WithSums, FeedA Feed = FeedA::smem,
+          int DeepVecAhead = kDeepVecAhead>
 struct Sm90Gemm {
     static constexpr Sums Stats = WithSums;
     static constexpr FeedA Feeds = Feed;
@@ -133,10 +147,13 @@ struct Sm90Gemm {
             Feed == FeedA::rmem_apply, ApplyAMainloop<RmemA, ApplySchedule::tile_start>,
             std::conditional_t<
                 Feed == FeedA::rmem_apply_prefetch, ApplyAMainloop<RmemA, ApplySchedule::prefetch>,
-                typename cutlass::gemm::collective::CollectiveBuilder<
-                    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign,
-                    float, Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>,
-                    MainSchedule>::CollectiveOp>>>;
+                std::conditional_t<
+                    Feed == FeedA::rmem_apply_prefetch_deep,
+                    ApplyAMainloop<RmemA, ApplySchedule::prefetch, DeepVecAhead>,
+                    typename cutlass::gemm::collective::CollectiveBuilder<
+                        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB,
+                        kAlign, float, Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>,
+                        MainSchedule>::CollectiveOp>>>>;
     using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
     using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
     /* ApplyAMainloop counts k tiles from 0 for each output tile: true of the

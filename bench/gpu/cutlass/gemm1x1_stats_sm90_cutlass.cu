@@ -33,12 +33,21 @@
  *    then), so that a k tile's first MMA waits only for the transform,
  *    not for the stage barrier and the load too; with its ratio to the
  *    plain register-sourced column beside the other's;
+ *  - the prefetched apply again with batch norm's vectors loaded
+ *    kDeepVecAhead k-blocks (4, one k tile) ahead of their transform
+ *    instead of 2 (FeedA::rmem_apply_prefetch_deep, ApplyAMainloop's
+ *    VecAhead): whether those loads' latency (L2, when they miss L1 under
+ *    the TMA traffic) stalls each k-block's transform on the MMA-bound,
+ *    large-K layers; only on the four tiles that won the apply columns
+ *    most often (128x64, 128x256, 256x128 coop, 64x256 pingpong:
+ *    fastest_apply_tiles, to keep the one TU's build time down), with its
+ *    ratio to the plain register-sourced column;
  *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
  * The saving column is cuBLASLt + statistics pass - the fused form with
  * tile rows: what the fusion would give a layer (> 0: faster). Every
  * result is checked: y against cuBLASLt's y (written over first, so a
  * configuration that leaves y unwritten fails), the fused sums against f64
- * sums of cuBLASLt's y; both apply columns' y against cuBLASLt's y of x
+ * sums of cuBLASLt's y; the three apply columns' y against cuBLASLt's y of x
  * applied beforehand by a plain kernel (x_applied, the same f32 fma and
  * rounding), with the same tolerance. Each timed sample queues 4 launches
  * (no host launch gap inside it, as in the step's CUDA graph). Not covered: the
@@ -358,6 +367,21 @@ template <Sums Stats, FeedA Feed = FeedA::smem> Best fastest(const Gemm1x1 &l, c
     return best;
 }
 
+/* the four tiles that won the apply columns most often (128x64, 128x256 and
+ * 256x128 coop, 64x256 pingpong): fewer kernels to build for a column that
+ * varies only the apply mainloop (rmem_apply_prefetch_deep) */
+template <Sums Stats, FeedA Feed> Best fastest_apply_tiles(const Gemm1x1 &l, const Buffers &b, int reps) {
+    Best best;
+#define TRY_TILE(M, N, CL, S, E, NAME) \
+    best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats, Feed>>(l, b, reps, NAME);
+    TRY_TILE(128, 64, C1, Coop, CoopEpi, "128x64 coop")
+    TRY_TILE(128, 256, C1, Coop, CoopEpi, "128x256 coop")
+    TRY_TILE(256, 128, C1, Coop, CoopEpi, "256x128 coop")
+    TRY_TILE(64, 256, C1, Ping, PingEpi, "64x256 pingpong")
+#undef TRY_TILE
+    return best;
+}
+
 } // namespace probe
 
 using namespace probe;
@@ -368,7 +392,8 @@ int main(int argc, char **argv) {
     if (!parse_reps(argc, argv,
                     "  times resnet50 b512's 1x1 convolutions as GEMMs (cuBLASLt; CUTLASS sm_90a plain, with\n"
                     "  batch norm's per-channel sums in the epilogue, plain with A through registers, and A\n"
-                    "  through registers with batch norm's apply + ReLU in the prologue, two schedules) beside\n"
+                    "  through registers with batch norm's apply + ReLU in the prologue, two schedules and a\n"
+                    "  deeper prefetch of batch norm's vectors) beside\n"
                     "  the library's statistics pass\n",
                     &reps, &status))
         return status;
@@ -420,9 +445,11 @@ int main(int argc, char **argv) {
            reps);
     printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | + sums, atomics (tile) | + sums, tile "
            "rows + their sum (tile) | of which the GEMM with its rows | rmem: A through registers (tile) | rmem + "
-           "apply (tile) | rmem + apply, prefetched (tile) | apply / rmem | prefetched / rmem | statistics pass | "
-           "saving a layer | saving x count |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "apply (tile) | rmem + apply, prefetched (tile) | rmem + apply, prefetched, vectors %d ahead (tile) | "
+           "apply / rmem | prefetched / rmem | vectors %d ahead / rmem | statistics pass | saving a layer | saving x "
+           "count |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+           kDeepVecAhead, kDeepVecAhead);
     int failures = 0;
     double total = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {
@@ -448,20 +475,22 @@ int main(int argc, char **argv) {
         const Best rmem = fastest<Sums::none, FeedA::rmem>(l, b, reps);
         const Best apply = have_applied_ref ? fastest<Sums::none, FeedA::rmem_apply>(l, b, reps) : Best{};
         const Best prefetch = have_applied_ref ? fastest<Sums::none, FeedA::rmem_apply_prefetch>(l, b, reps) : Best{};
+        const Best deep =
+            have_applied_ref ? fastest_apply_tiles<Sums::none, FeedA::rmem_apply_prefetch_deep>(l, b, reps) : Best{};
         const double st = stats_pass_ms(l, b, reps);
         failures += plain.wrong + atomic.wrong + fused.wrong + rmem.wrong + (plain.ms < 0) + (atomic.ms < 0) +
                     (fused.ms < 0) + (fused.ms > 0 && fused.gemm_alone_ms < 0) + (rmem.ms < 0) + apply.wrong +
-                    (apply.ms < 0) + prefetch.wrong + (prefetch.ms < 0) + (st < 0);
+                    (apply.ms < 0) + prefetch.wrong + (prefetch.ms < 0) + deep.wrong + (deep.ms < 0) + (st < 0);
         const double saving = fused.ms > 0 && st > 0 ? lt_ms + st - fused.ms : 0;
         total += saving * l.count;
         const double apply_ratio = apply.ms > 0 && rmem.ms > 0 ? apply.ms / rmem.ms : -1;
         const double prefetch_ratio = prefetch.ms > 0 && rmem.ms > 0 ? prefetch.ms / rmem.ms : -1;
+        const double deep_ratio = deep.ms > 0 && rmem.ms > 0 ? deep.ms / rmem.ms : -1;
         printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f | %.4f (%s) | %.4f (%s) | "
-               "%.4f (%s) | %.3f | %.3f | %.4f | %+.4f | %+.4f |\n",
+               "%.4f (%s) | %.4f (%s) | %.3f | %.3f | %.3f | %.4f | %+.4f | %+.4f |\n",
                l.name, l.m, l.k, l.n, l.count, lt_ms, plain.ms, plain.name, atomic.ms, atomic.name, fused.ms,
                fused.name, fused.gemm_alone_ms, rmem.ms, rmem.name, apply.ms, apply.name, prefetch.ms, prefetch.name,
-               apply_ratio, prefetch_ratio, st, saving,
-               saving * l.count);
+               deep.ms, deep.name, apply_ratio, prefetch_ratio, deep_ratio, st, saving, saving * l.count);
     }
     printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
     mp_cuda_ctx_destroy(b.ctx);
