@@ -350,12 +350,14 @@ using CoopEpi = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using PingEpi = cutlass::epilogue::TmaWarpSpecialized;
 
+/* one tile (M x N x 64) and schedule timed into `best` (in fastest and fastest_apply_tiles) */
+#define TRY_TILE(M, N, CL, S, E, NAME) \
+    best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats, Feed>>(l, b, reps, NAME);
+
 /* every tile and schedule tried, plain (Sums::none) or with the sums, A fed
  * from shared memory or through registers */
 template <Sums Stats, FeedA Feed = FeedA::smem> Best fastest(const Gemm1x1 &l, const Buffers &b, int reps) {
     Best best;
-#define TRY_TILE(M, N, CL, S, E, NAME) \
-    best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats, Feed>>(l, b, reps, NAME);
     TRY_TILE(128, 64, C1, Coop, CoopEpi, "128x64 coop")
     TRY_TILE(128, 128, C1, Coop, CoopEpi, "128x128 coop")
     TRY_TILE(128, 256, C1, Coop, CoopEpi, "128x256 coop")
@@ -363,7 +365,6 @@ template <Sums Stats, FeedA Feed = FeedA::smem> Best fastest(const Gemm1x1 &l, c
     TRY_TILE(128, 128, C2, Coop, CoopEpi, "128x128 coop 2x1")
     TRY_TILE(64, 128, C1, Ping, PingEpi, "64x128 pingpong")
     TRY_TILE(64, 256, C1, Ping, PingEpi, "64x256 pingpong")
-#undef TRY_TILE
     return best;
 }
 
@@ -372,8 +373,6 @@ template <Sums Stats, FeedA Feed = FeedA::smem> Best fastest(const Gemm1x1 &l, c
  * varies only the apply mainloop (rmem_apply_prefetch_deep) */
 template <Sums Stats, FeedA Feed> Best fastest_apply_tiles(const Gemm1x1 &l, const Buffers &b, int reps) {
     Best best;
-#define TRY_TILE(M, N, CL, S, E, NAME) \
-    best.take<Sm90Gemm<Shape<_##M, _##N, _64>, CL, S, E, Stats, Feed>>(l, b, reps, NAME);
     TRY_TILE(128, 64, C1, Coop, CoopEpi, "128x64 coop")
     TRY_TILE(128, 256, C1, Coop, CoopEpi, "128x256 coop")
     TRY_TILE(256, 128, C1, Coop, CoopEpi, "256x128 coop")
