@@ -127,12 +127,14 @@ static void test_f16_output_overflow(bool auto_fallback) {
 }
 
 /* Two micro-batches a step, the first x 1e20: only the last is replayed, and it is clean, so no op is located (the
- * report's node -1); but bn's running statistics were NaN/inf after the step, and the report says so. Three such
- * steps stop the run with an error that gives both causes it cannot tell apart (its batch statistics overflowing,
- * or an earlier micro-batch's NaN/inf: why bn is not blamed outright) and what would tell them apart. */
-static void test_accumulating(void) {
+ * report's node -1); but bn's running statistics were NaN/inf after the step, and the report says so — bn, the
+ * first, also on the pool net, where bn's NaN output makes bn2's statistics NaN too. Three such steps stop the run
+ * with an error that gives both causes it cannot tell apart (its batch statistics overflowing, or an earlier
+ * micro-batch's NaN/inf: why bn is not blamed outright) and what would tell them apart. */
+static void test_accumulating(bool pool) {
+    const char *net_name = pool ? "pool net" : "net";
     fixture f;
-    fixture_create_k(&f, false, "fp32", 1.0f, false, 2);
+    fixture_create_k(&f, pool, "fp32", 1.0f, false, 2);
     float big[4 * 64];
     for (int i = 0; i < 4 * 64; i++) big[i] = f.x[i] * 1e20f;
     mp_status s = MP_OK;
@@ -144,19 +146,20 @@ static void test_accumulating(void) {
     }
     CHECK(first.found && first.forward && first.node == -1 && strstr(first.message, "not located") &&
               strstr(first.message, "; the running statistics of bn were NaN/inf after step 1;"),
-          "accumulate 2, the first micro-batch x 1e20: the first report does not point at bn's statistics "
+          "%s, accumulate 2, the first micro-batch x 1e20: the first report does not point at bn's statistics "
           "(node %d): '%s'",
-          (int)first.node, first.message);
+          net_name, (int)first.node, first.message);
     CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "3 consecutive forward overflows") &&
               strstr(mp_last_error(), "the running statistics of bn were NaN/inf after step 3") &&
               strstr(mp_last_error(), "earlier op or micro-batch") &&
               strstr(mp_last_error(), "no precision setting fixes it") &&
               strstr(mp_last_error(), "with one micro-batch a step the replay can locate the op") &&
               !strstr(mp_last_error(), "turns finite inputs into NaN/inf"),
-          "accumulate 2, the first micro-batch x 1e20: not the unlocated error pointing at bn's statistics (%d): %s",
-          (int)s, mp_last_error());
-    printf("accumulate 2, the first micro-batch x 1e20: report (%zu chars): %s\nerror: %s\n", strlen(first.message),
-           first.message, mp_last_error());
+          "%s, accumulate 2, the first micro-batch x 1e20: not the unlocated error pointing at bn's statistics (%d): "
+          "%s",
+          net_name, (int)s, mp_last_error());
+    printf("%s, accumulate 2, the first micro-batch x 1e20: report (%zu chars): %s\nerror: %s\n", net_name,
+           strlen(first.message), first.message, mp_last_error());
     mp_clear_error();
     fixture_destroy(&f);
 }
@@ -170,6 +173,7 @@ int main(void) {
         }
     test_f16_output_overflow(false);
     test_f16_output_overflow(true);
-    test_accumulating();
+    test_accumulating(false);
+    test_accumulating(true);
     return test_summary("test_bn_stats_overflow");
 }
