@@ -94,6 +94,11 @@ static const char *node_desc(const mp_graph *g, int node, char *buf, size_t len)
 }
 
 /* node's description, or (node < 0) "an op" and why it was not located. */
+/* The step (1-based, as t->steps counts) whose scaler update had index
+ * `end` (mp_scaler.ends then): t->ends_queued updates are queued so far, the
+ * last of them step t->steps's. */
+static int64_t step_at_end(const mp_trainer *t, int64_t end) { return t->steps - (t->ends_queued - 1 - end); }
+
 static const char *site_desc(const mp_graph *g, int node, const char *why, char *buf, size_t len) {
     if (node >= 0) return node_desc(g, node, buf, len);
     snprintf(buf, len, "an op %s", why);
@@ -238,7 +243,7 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
         snprintf(stats, sizeof stats, "; the running statistics of %s were NaN/inf after step %lld",
                  g->nodes[stats_node].name, (long long)step);
     else if (node < 0 && dev->node >= 0) {
-        const int64_t dev_step = t->steps - (t->ends_queued - 1 - dev->end);
+        const int64_t dev_step = step_at_end(t, dev->end);
         if (dev_step >= step)
             snprintf(stats, sizeof stats, "; the running statistics of %s went NaN/inf in step %lld",
                      g->nodes[dev->node].name, (long long)dev_step);
@@ -373,7 +378,7 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
     t->seen = now;
     t->scaler = now;
     const long long ago = now.last_skip_end < 0 ? -1 : t->ends_queued - 1 - now.last_skip_end;
-    const int64_t at = t->steps - (ago > 0 ? ago : 0);
+    const int64_t at = ago > 0 ? step_at_end(t, now.last_skip_end) : t->steps;
     const int64_t forward = now.forward_overflows - was.forward_overflows;
     const int64_t gradient = now.skipped_steps - was.skipped_steps - forward;
     const bool last_forward = now.last_found >= MP_FOUND_FORWARD;
@@ -412,8 +417,7 @@ mp_status mp_step_poll(mp_trainer *t, bool wait, mp_overflow_report *r) {
     }
     if (limit_now) { /* a GPU queue may have run past the step that reached the limit: report that step */
         const int beyond = now.forward_peak - limit;
-        const int64_t reached = now.forward_peak_end >= 0 ? t->steps - (t->ends_queued - 1 - now.forward_peak_end) - beyond
-                                                         : at;
+        const int64_t reached = now.forward_peak_end >= 0 ? step_at_end(t, now.forward_peak_end) - beyond : at;
         if (beyond > 0)
             say(t, r, "steps %lld to %lld: forward overflows as well (queued before the host saw step %lld's)",
                 (long long)(reached + 1), (long long)(reached + beyond), (long long)reached);
