@@ -164,6 +164,52 @@ static void test_accumulating(bool pool) {
     fixture_destroy(&f);
 }
 
+/* The unlocated hint's negative: a net with no batch norm (conv -> relu -> fc), two micro-batches a step, the
+ * first holding a NaN pixel. The replay of the last micro-batch is clean, so the overflow is not located; no
+ * running statistics went NaN/inf, so the report and the error must not name any (nor call it an op's output), and
+ * the error is the plain unlocated one. */
+static void test_accumulating_without_bn(void) {
+    net n = {.g = mp_graph_create()};
+    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
+    n.labels = mp_graph_labels(n.g, "label");
+    mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = 4, .kernel = 3, .padding = 1});
+    n = net_finish(n, mp_relu(n.g, "relu", x), 3);
+    mp_optimizer *o = sgd(n.g);
+    mp_trainer *t = NULL;
+    MP_ASSERT(mp_trainer_create(n.g, &(mp_trainer_opts){.batch = 4, .input = n.input, .labels = n.labels,
+                                                        .loss = n.loss, .optimizer = o, .accumulate = 2},
+                                &t) == MP_OK);
+    float x_ok[4 * 64], x_nan[4 * 64];
+    int32_t y[4];
+    small_batch(x_ok, y);
+    memcpy(x_nan, x_ok, sizeof x_nan);
+    x_nan[5] = NAN;
+    mp_status s = MP_OK;
+    mp_step_report r = {0};
+    mp_overflow_report first = {0};
+    for (int call = 0; call < 6 && s == MP_OK; call++) {
+        s = mp_trainer_step(t, &(mp_batch){.images = call % 2 == 0 ? x_nan : x_ok, .labels = y, .n = 4}, &r);
+        if (call == 1) first = r.overflow;
+    }
+    CHECK(first.found && first.forward && first.node == -1 &&
+              strstr(first.message, "forward overflow: NaN/inf in the forward pass (not located: ") &&
+              !strstr(first.message, "running statistics") && !strstr(first.message, "output"),
+          "no batch norm, accumulate 2, a NaN in the first micro-batch: not the plain unlocated report: '%s'",
+          first.message);
+    CHECK(s == MP_ERR_NONFINITE && strstr(mp_last_error(), "3 consecutive forward overflows, NaN/inf in the forward pass") &&
+              !strstr(mp_last_error(), "running statistics") && !strstr(mp_last_error(), "its batch statistics") &&
+              strstr(mp_last_error(), "with one micro-batch a step the replay can locate the op, or find NaN/inf in "
+                                      "the data"),
+          "no batch norm, accumulate 2, a NaN in the first micro-batch: not the plain unlocated error (%d): %s", (int)s,
+          mp_last_error());
+    printf("no batch norm, accumulate 2, a NaN in the first micro-batch: report: %s\nerror: %s\n", first.message,
+           mp_last_error());
+    mp_clear_error();
+    mp_trainer_destroy(t);
+    mp_optimizer_destroy(o);
+    mp_graph_destroy(n.g);
+}
+
 int main(void) {
     const char *precisions[] = {"fp32", "amp-bf16"};
     for (int pool = 0; pool < 2; pool++)
@@ -175,5 +221,6 @@ int main(void) {
     test_f16_output_overflow(true);
     test_accumulating(false);
     test_accumulating(true);
+    test_accumulating_without_bn();
     return test_summary("test_bn_stats_overflow");
 }

@@ -235,6 +235,14 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
     node_stats = node_stats || (node >= 0 && dev->node == node && dev->this_step);
     char d[200];
     site_desc(g, node, why, d, sizeof d);
+    /* Where the report says it was: an op's output (or statistics), or, not located, only the forward pass (no op's
+       output need be non-finite: on the GPU a batch norm's running statistics can be the only NaN/inf). */
+    char site[260];
+    if (node >= 0)
+        snprintf(site, sizeof site, "first non-finite value in the %s of %s", dev->named ? "running statistics" : "output",
+                 d);
+    else
+        snprintf(site, sizeof site, "NaN/inf in the forward pass %s", why);
     /* Not located, but a batch norm's running statistics were NaN/inf: which and when. The host sees what they
        hold now, after `step`; the device's record keeps the latest step where they went NaN/inf (one the host
        may not have reported yet), used if it is not older than `step`. */
@@ -253,23 +261,25 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
         snprintf(restarted, sizeof restarted, "; %lld batch-norm running statistics it made NaN/inf restart from 0 "
                  "and 1", (long long)reset);
     say(t, r,
-        "step %lld: forward overflow: first non-finite value in the %s of %s%s; a gradient overflow it is not, so "
-        "the loss scale stays %g; skipping step%s",
-        (long long)step, dev->named ? "running statistics" : "output", d, stats, t->scaler.scale, restarted);
+        "step %lld: forward overflow: %s%s; a gradient overflow it is not, so the loss scale stays %g; skipping step%s",
+        (long long)step, site, stats, t->scaler.scale, restarted);
     if (consecutive < forward_limit(t)) return MP_OK;
     if (node < 0 && stats[0])
         return mp_error(MP_ERR_NONFINITE,
-                        "step %lld: %d consecutive forward overflows, the first non-finite output in %s%s: its batch "
+                        "step %lld: %d consecutive forward overflows, %s%s: its batch "
                         "statistics overflowed fp32, or NaN/inf reached it from an earlier op%s. If its statistics "
                         "overflowed, no precision setting fixes it: scale the data, or the layers before it, down%s",
-                        (long long)step, consecutive, d, stats, t->k > 1 ? " or micro-batch" : "",
+                        (long long)step, consecutive, site, stats, t->k > 1 ? " or micro-batch" : "",
                         t->k > 1 ? "; with one micro-batch a step the replay can locate the op" : "");
     if (node < 0)
         return mp_error(MP_ERR_NONFINITE,
-                        "step %lld: %d consecutive forward overflows, the first non-finite output in %s. Lowering the "
-                        "loss scale cannot fix a forward overflow; try --precision amp-bf16 or an fp32 "
-                        "--precision-override for that layer%s",
-                        (long long)step, consecutive, d, t->o.auto_fallback ? " (--auto-fallback needs the op)" : "");
+                        "step %lld: %d consecutive forward overflows, %s. Lowering the loss scale cannot fix a "
+                        "forward overflow; try --precision amp-bf16 or an fp32 --precision-override for the layer "
+                        "where it starts%s%s",
+                        (long long)step, consecutive, site, t->o.auto_fallback ? " (--auto-fallback needs the op)" : "",
+                        t->k > 1 ? "; with one micro-batch a step the replay can locate the op, or find NaN/inf in "
+                                   "the data"
+                                 : "");
     mp_gnode *nd = &g->nodes[node];
     if (mp_op_is_source(nd->desc.kind) && nd->storage_dtype == MP_DTYPE_F32)
         return mp_error(MP_ERR_NONFINITE,
