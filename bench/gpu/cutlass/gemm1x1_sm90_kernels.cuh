@@ -4,8 +4,9 @@
  * filter's KRSC), y rows of output channels; the epilogue plain or summing
  * y and y * y per channel (Sums), the mainloop feeding A to the warpgroup
  * MMA from shared memory, through registers, or through registers with
- * batch norm's apply on the way (FeedA). Types only: the probe sets up,
- * runs and checks them. */
+ * batch norm's apply on the way, or from shared memory with the apply done
+ * there in place (FeedA). Types only: the probe sets up, runs and checks
+ * them. */
 #ifndef MP_BENCH_GEMM1X1_SM90_KERNELS_CUH
 #define MP_BENCH_GEMM1X1_SM90_KERNELS_CUH
 
@@ -21,6 +22,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 #include "gemm1x1_apply_mainloop.cuh"
+#include "gemm1x1_smem_apply_mainloop.cuh"
 
 namespace probe {
 
@@ -85,8 +87,13 @@ template <class SumNode> using StatsEvt = cutlass::epilogue::fusion::Sm90EVT<
  * (ApplySchedule::prefetch) instead of at its own start.
  * rmem_apply_prefetch_deep: rmem_apply_prefetch with batch norm's vectors
  * loaded kDeepVecAhead k-blocks ahead of their transform instead of 2
- * (ApplyAMainloop's VecAhead; Sm90Gemm's DeepVecAhead overrides it). */
-enum class FeedA { smem, rmem, rmem_apply, rmem_apply_prefetch, rmem_apply_prefetch_deep };
+ * (ApplyAMainloop's VecAhead; Sm90Gemm's DeepVecAhead overrides it).
+ * smem_apply: the shared-memory-sourced mainloop's producer with our own
+ * consumer (SmemApplyMainloop, gemm1x1_smem_apply_mainloop.cuh), which
+ * applies the same transform to A in its shared-memory stage, in place,
+ * before the k tile's MMAs read it from there (no register operand in the
+ * way: the transform of one k tile overlaps the MMAs of the one before). */
+enum class FeedA { smem, rmem, rmem_apply, rmem_apply_prefetch, rmem_apply_prefetch_deep, smem_apply };
 
 /* One k tile of 4 k-blocks (BLK_K 64): the deepest ring that compiled
  * without spills or C75xx notes on all four tiles the probe runs it on
@@ -99,7 +106,8 @@ constexpr int kDeepVecAhead = 4;
 /* whether a FeedA's mainloop applies batch norm + ReLU to A (its arguments
  * take the two vectors, its reference is the GEMM of A applied beforehand) */
 constexpr bool applies_bn(FeedA f) {
-    return f == FeedA::rmem_apply || f == FeedA::rmem_apply_prefetch || f == FeedA::rmem_apply_prefetch_deep;
+    return f == FeedA::rmem_apply || f == FeedA::rmem_apply_prefetch || f == FeedA::rmem_apply_prefetch_deep ||
+           f == FeedA::smem_apply;
 }
 
 template <class Tile, class Cluster, class Schedule, int CarveoutBytes> struct RmemAMainloop {
@@ -141,6 +149,11 @@ struct Sm90Gemm {
         EpiSchedule, Fusion>::CollectiveOp;
     static constexpr int Carveout = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
     using RmemA = typename RmemAMainloop<Tile, Cluster, MainSchedule, Carveout>::CollectiveOp;
+    /* what CUTLASS's builder assembles for bf16 K-major A and B: the
+     * shared-memory-sourced mainloop (MainloopSm90TmaGmmaWarpSpecialized) */
+    using SsA = typename cutlass::gemm::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB, kAlign, float, Tile,
+        Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>, MainSchedule>::CollectiveOp;
     using Mainloop = std::conditional_t<
         Feed == FeedA::rmem, RmemA,
         std::conditional_t<
@@ -150,14 +163,12 @@ struct Sm90Gemm {
                 std::conditional_t<
                     Feed == FeedA::rmem_apply_prefetch_deep,
                     ApplyAMainloop<RmemA, ApplySchedule::prefetch, DeepVecAhead>,
-                    typename cutlass::gemm::collective::CollectiveBuilder<
-                        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elem, LayoutA, kAlign, Elem, LayoutB,
-                        kAlign, float, Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<Carveout>,
-                        MainSchedule>::CollectiveOp>>>>;
+                    std::conditional_t<Feed == FeedA::smem_apply, SmemApplyMainloop<SsA>, SsA>>>>>;
     using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
     using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-    /* ApplyAMainloop counts k tiles from 0 for each output tile: true of the
-     * persistent scheduler's work units (all of K), not of split-K/stream-K */
+    /* ApplyAMainloop and SmemApplyMainloop count k tiles from 0 for each
+     * output tile: true of the persistent scheduler's work units (all of K),
+     * not of split-K/stream-K */
     static_assert(!applies_bn(Feed) ||
                       std::is_same_v<typename Kernel::TileScheduler, cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90>,
                   "the apply mainloop needs work units that start at k tile 0");
