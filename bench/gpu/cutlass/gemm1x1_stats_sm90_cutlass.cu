@@ -42,12 +42,22 @@
  *    most often (128x64, 128x256, 256x128 coop, 64x256 pingpong:
  *    fastest_apply_tiles, to keep the one TU's build time down), with its
  *    ratio to the plain register-sourced column;
+ *  - the same apply done in shared memory instead ("smem apply",
+ *    FeedA::smem_apply, gemm1x1_smem_apply_mainloop.cuh): a consumer
+ *    mainloop of our own over CUTLASS's shared-memory-sourced collective
+ *    (the plain column's), whose MMA warpgroups transform their rows of A
+ *    in each stage in place before that k tile's MMAs read it from shared
+ *    memory, so that one k tile's transform overlaps the MMAs of the k tile
+ *    before and no register operand feeds the MMAs (the register-sourced
+ *    apply's per-k-tile bubble, NOTES v0.62); on the same four tiles as
+ *    the column before, with its ratio to the CUTLASS plain column (its
+ *    shared-memory-sourced analogue);
  *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
  * The saving column is cuBLASLt + statistics pass - the fused form with
  * tile rows: what the fusion would give a layer (> 0: faster). Every
  * result is checked: y against cuBLASLt's y (written over first, so a
  * configuration that leaves y unwritten fails), the fused sums against f64
- * sums of cuBLASLt's y; the three apply columns' y against cuBLASLt's y of x
+ * sums of cuBLASLt's y; the four apply columns' y against cuBLASLt's y of x
  * applied beforehand by a plain kernel (x_applied, the same f32 fma and
  * rounding), with the same tolerance. Each timed sample queues 4 launches
  * (no host launch gap inside it, as in the step's CUDA graph). Not covered: the
@@ -369,8 +379,8 @@ template <Sums Stats, FeedA Feed = FeedA::smem> Best fastest(const Gemm1x1 &l, c
 }
 
 /* the four tiles that won the apply columns most often (128x64, 128x256 and
- * 256x128 coop, 64x256 pingpong): fewer kernels to build for a column that
- * varies only the apply mainloop (rmem_apply_prefetch_deep) */
+ * 256x128 coop, 64x256 pingpong): fewer kernels to build for the columns
+ * that vary only the apply mainloop (rmem_apply_prefetch_deep, smem_apply) */
 template <Sums Stats, FeedA Feed> Best fastest_apply_tiles(const Gemm1x1 &l, const Buffers &b, int reps) {
     Best best;
     TRY_TILE(128, 64, C1, Coop, CoopEpi, "128x64 coop")
@@ -392,8 +402,8 @@ int main(int argc, char **argv) {
                     "  times resnet50 b512's 1x1 convolutions as GEMMs (cuBLASLt; CUTLASS sm_90a plain, with\n"
                     "  batch norm's per-channel sums in the epilogue, plain with A through registers, and A\n"
                     "  through registers with batch norm's apply + ReLU in the prologue, two schedules and a\n"
-                    "  deeper prefetch of batch norm's vectors) beside\n"
-                    "  the library's statistics pass\n",
+                    "  deeper prefetch of batch norm's vectors, and A from shared memory with the apply done\n"
+                    "  there in place) beside the library's statistics pass\n",
                     &reps, &status))
         return status;
     cudaDeviceProp prop;
@@ -445,9 +455,9 @@ int main(int argc, char **argv) {
     printf("| layer (m x k x n) | count | cuBLASLt | CUTLASS plain (tile) | + sums, atomics (tile) | + sums, tile "
            "rows + their sum (tile) | of which the GEMM with its rows | rmem: A through registers (tile) | rmem + "
            "apply (tile) | rmem + apply, prefetched (tile) | rmem + apply, prefetched, vectors %d ahead (tile) | "
-           "apply / rmem | prefetched / rmem | vectors %d ahead / rmem | statistics pass | saving a layer | saving x "
-           "count |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+           "smem apply (tile) | apply / rmem | prefetched / rmem | vectors %d ahead / rmem | smem apply / plain | "
+           "statistics pass | saving a layer | saving x count |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
            kDeepVecAhead, kDeepVecAhead);
     int failures = 0;
     double total = 0;
@@ -467,7 +477,7 @@ int main(int argc, char **argv) {
         apply_reference_kernel<<<4 * b.sms, 256, 0, b.st>>>(b.x, (size_t)l.m, l.k, b.scale, b.bias, b.x_applied);
         const bool have_applied_ref = check(cudaGetLastError(), "apply reference") &&
                                       cublaslt_ms(l, b, b.x_applied, b.y_ref_applied, 0) >= 0;
-        if (!have_applied_ref) fprintf(stderr, "%s: %s: no reference for rmem + apply (see above)\n", tool, l.name);
+        if (!have_applied_ref) fprintf(stderr, "%s: %s: no reference for the apply columns (see above)\n", tool, l.name);
         const Best plain = fastest<Sums::none>(l, b, reps);
         const Best atomic = fastest<Sums::atomic>(l, b, reps);
         const Best fused = fastest<Sums::tile_partials>(l, b, reps);
@@ -476,20 +486,26 @@ int main(int argc, char **argv) {
         const Best prefetch = have_applied_ref ? fastest<Sums::none, FeedA::rmem_apply_prefetch>(l, b, reps) : Best{};
         const Best deep =
             have_applied_ref ? fastest_apply_tiles<Sums::none, FeedA::rmem_apply_prefetch_deep>(l, b, reps) : Best{};
+        const Best smem_apply =
+            have_applied_ref ? fastest_apply_tiles<Sums::none, FeedA::smem_apply>(l, b, reps) : Best{};
         const double st = stats_pass_ms(l, b, reps);
         failures += plain.wrong + atomic.wrong + fused.wrong + rmem.wrong + (plain.ms < 0) + (atomic.ms < 0) +
                     (fused.ms < 0) + (fused.ms > 0 && fused.gemm_alone_ms < 0) + (rmem.ms < 0) + apply.wrong +
-                    (apply.ms < 0) + prefetch.wrong + (prefetch.ms < 0) + deep.wrong + (deep.ms < 0) + (st < 0);
+                    (apply.ms < 0) + prefetch.wrong + (prefetch.ms < 0) + deep.wrong + (deep.ms < 0) +
+                    smem_apply.wrong + (smem_apply.ms < 0) + (st < 0);
         const double saving = fused.ms > 0 && st > 0 ? lt_ms + st - fused.ms : 0;
         total += saving * l.count;
         const double apply_ratio = apply.ms > 0 && rmem.ms > 0 ? apply.ms / rmem.ms : -1;
         const double prefetch_ratio = prefetch.ms > 0 && rmem.ms > 0 ? prefetch.ms / rmem.ms : -1;
         const double deep_ratio = deep.ms > 0 && rmem.ms > 0 ? deep.ms / rmem.ms : -1;
+        /* against the plain shared-memory-sourced GEMM, the mainloop it differs from by the apply alone */
+        const double smem_apply_ratio = smem_apply.ms > 0 && plain.ms > 0 ? smem_apply.ms / plain.ms : -1;
         printf("| %s (%d x %d x %d) | %d | %.4f | %.4f (%s) | %.4f (%s) | %.4f (%s) | %.4f | %.4f (%s) | %.4f (%s) | "
-               "%.4f (%s) | %.4f (%s) | %.3f | %.3f | %.3f | %.4f | %+.4f | %+.4f |\n",
+               "%.4f (%s) | %.4f (%s) | %.4f (%s) | %.3f | %.3f | %.3f | %.3f | %.4f | %+.4f | %+.4f |\n",
                l.name, l.m, l.k, l.n, l.count, lt_ms, plain.ms, plain.name, atomic.ms, atomic.name, fused.ms,
                fused.name, fused.gemm_alone_ms, rmem.ms, rmem.name, apply.ms, apply.name, prefetch.ms, prefetch.name,
-               deep.ms, deep.name, apply_ratio, prefetch_ratio, deep_ratio, st, saving, saving * l.count);
+               deep.ms, deep.name, smem_apply.ms, smem_apply.name, apply_ratio, prefetch_ratio, deep_ratio,
+               smem_apply_ratio, st, saving, saving * l.count);
     }
     printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
     mp_cuda_ctx_destroy(b.ctx);
