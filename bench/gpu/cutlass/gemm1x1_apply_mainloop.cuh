@@ -70,37 +70,13 @@ CUTLASS_DEVICE uint32_t bn_relu_bf16x2(uint32_t a, float2 s, float2 b) {
     return r;
 }
 
-/* Where a k tile's k-block 0 gets its A: copied from shared memory and
- * transformed at the k tile's start, after waiting for its stage
- * (tile_start), or during the k tile before, so that its MMA issues right
- * after the previous k tile's last one (prefetch). ApplyAMainloop::mma
- * spells out both. */
-enum class ApplySchedule { tile_start, prefetch };
-
-/* Base: the CollectiveMma of MainloopSm90TmaGmmaRmemAWarpSpecialized
- * (RmemAMainloop<...>::CollectiveOp). GemmUniversal sees this struct as its
- * CollectiveMainloop: the dispatch policy, shared storage, pipeline,
- * load_init/load/load_tail, mma_tail and prefetch_tma_descriptors come from
- * Base; Arguments, Params, to_underlying_arguments, can_implement and mma
- * are ours. */
-/* VecAhead: how many k-blocks ahead of its transform a k-block's scale and
- * bias are loaded (the register ring's slots; see mma()). */
-template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start, int VecAhead = 2>
-struct ApplyAMainloop : Base {
-    using typename Base::MainloopPipeline;
-    using typename Base::PipelineState;
-    using typename Base::SmemLayoutA;
-    using typename Base::SmemLayoutB;
-    using typename Base::SmemCopyAtomA;
-    using typename Base::TensorStorage;
-    using typename Base::TileShape;
-    using typename Base::TiledMma;
-
-    static_assert(cute::is_same_v<typename Base::ElementA, cutlass::bfloat16_t> &&
-                      cute::is_same_v<typename Base::ElementB, cutlass::bfloat16_t>,
-                  "the transform unpacks and repacks bf16 pairs");
-    static_assert(!Base::SwapAB && !Base::TransposeB, "B K-major, A not swapped: no B transpose to run");
-
+/* A mainloop's Arguments and Params with the batch norm's vectors (f32,
+ * length K) beside Base's TMA descriptors, for both apply mainloops (this
+ * file's, and gemm1x1_smem_apply_mainloop.cuh's). VecAlign: the bytes the
+ * mainloop reads them in (8: float2 pairs; 16: float4), which the pointers
+ * must be aligned to; K is a multiple of 8 by TMA's 16-byte rule, so a pair
+ * or a chunk of 8 channels never straddles K. */
+template <class Base, int VecAlign> struct WithBnVectors : Base {
     struct Arguments : Base::Arguments {
         float const *scale = nullptr; /* [K], f32: batch norm's per-channel scale of A's channels */
         float const *bias = nullptr;  /* [K], f32 */
@@ -119,13 +95,45 @@ struct ApplyAMainloop : Base {
                 static_cast<int>(get<2>(mnkl))};
     }
 
-    /* Base's TMA alignment checks, and the vectors present and 8-byte
-     * aligned (they are read as float2; K is a multiple of 8 by TMA's
-     * 16-byte rule, so a pair k, k + 1 never straddles K). */
+    /* Base's TMA alignment checks, and the vectors present and aligned */
     template <class ProblemShape> static bool can_implement(ProblemShape const &problem_shape, Arguments const &args) {
         return Base::can_implement(problem_shape, args) && args.scale && args.bias &&
-               reinterpret_cast<uintptr_t>(args.scale) % 8 == 0 && reinterpret_cast<uintptr_t>(args.bias) % 8 == 0;
+               reinterpret_cast<uintptr_t>(args.scale) % VecAlign == 0 &&
+               reinterpret_cast<uintptr_t>(args.bias) % VecAlign == 0;
     }
+};
+
+/* Where a k tile's k-block 0 gets its A: copied from shared memory and
+ * transformed at the k tile's start, after waiting for its stage
+ * (tile_start), or during the k tile before, so that its MMA issues right
+ * after the previous k tile's last one (prefetch). ApplyAMainloop::mma
+ * spells out both. */
+enum class ApplySchedule { tile_start, prefetch };
+
+/* Base: the CollectiveMma of MainloopSm90TmaGmmaRmemAWarpSpecialized
+ * (RmemAMainloop<...>::CollectiveOp). GemmUniversal sees this struct as its
+ * CollectiveMainloop: the dispatch policy, shared storage, pipeline,
+ * load_init/load/load_tail, mma_tail and prefetch_tma_descriptors come from
+ * Base; Arguments, Params, to_underlying_arguments and can_implement from
+ * WithBnVectors; mma is ours. */
+/* VecAhead: how many k-blocks ahead of its transform a k-block's scale and
+ * bias are loaded (the register ring's slots; see mma()). */
+template <class Base, ApplySchedule Schedule = ApplySchedule::tile_start, int VecAhead = 2>
+struct ApplyAMainloop : WithBnVectors<Base, 8> {
+    using typename WithBnVectors<Base, 8>::Params;
+    using typename Base::MainloopPipeline;
+    using typename Base::PipelineState;
+    using typename Base::SmemLayoutA;
+    using typename Base::SmemLayoutB;
+    using typename Base::SmemCopyAtomA;
+    using typename Base::TensorStorage;
+    using typename Base::TileShape;
+    using typename Base::TiledMma;
+
+    static_assert(cute::is_same_v<typename Base::ElementA, cutlass::bfloat16_t> &&
+                      cute::is_same_v<typename Base::ElementB, cutlass::bfloat16_t>,
+                  "the transform unpacks and repacks bf16 pairs");
+    static_assert(!Base::SwapAB && !Base::TransposeB, "B K-major, A not swapped: no B transpose to run");
 
     /* Consumer side: the MMA warpgroups' loop over k_tile_count k tiles of
      * this output tile (the stages in smem_pipe_read's order), accumulating

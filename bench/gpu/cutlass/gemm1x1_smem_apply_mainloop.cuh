@@ -79,9 +79,10 @@ CUTLASS_DEVICE uint4 bn_relu_chunk(uint4 a, ChunkVectors const &v) {
  * A and B K-major (the builder's, Sm90Gemm's SsA). GemmUniversal sees this
  * struct as its CollectiveMainloop: dispatch policy, shared storage,
  * pipeline, load_init/load/load_tail, mma_tail and prefetch_tma_descriptors
- * come from Base; Arguments, Params, to_underlying_arguments, can_implement
- * and mma are ours. */
-template <class Base> struct SmemApplyMainloop : Base {
+ * come from Base; Arguments, Params, to_underlying_arguments and
+ * can_implement from WithBnVectors; mma is ours. */
+template <class Base> struct SmemApplyMainloop : WithBnVectors<Base, 16> {
+    using typename WithBnVectors<Base, 16>::Params;
     using typename Base::MainloopPipeline;
     using typename Base::PipelineState;
     using typename Base::SmemLayoutA;
@@ -129,32 +130,6 @@ template <class Base> struct SmemApplyMainloop : Base {
      * elements stay together and in order (the swizzle moves whole chunks) */
     static_assert(StageStride % SwizzleSpan == 0, "a stage starts on a whole swizzle span");
     static_assert((1 << StageSwizzle::num_base) == ChunkElems, "the swizzle permutes 16-byte chunks");
-
-    struct Arguments : Base::Arguments {
-        float const *scale = nullptr; /* [K], f32: batch norm's per-channel scale of A's channels */
-        float const *bias = nullptr;  /* [K], f32 */
-    };
-
-    struct Params : Base::Params {
-        float const *scale;
-        float const *bias;
-        int k; /* the problem's K: the vectors are read only below it */
-    };
-
-    template <class ProblemShape>
-    static Params to_underlying_arguments(ProblemShape const &problem_shape, Arguments const &args, void *workspace) {
-        auto mnkl = append<4>(problem_shape, 1);
-        return {Base::to_underlying_arguments(problem_shape, args, workspace), args.scale, args.bias,
-                static_cast<int>(get<2>(mnkl))};
-    }
-
-    /* Base's TMA alignment checks (K a multiple of 8, so a chunk of 8
-     * channels lies wholly below K or wholly past it), and the vectors
-     * present and 16-byte aligned (a chunk's 8 values are two float4). */
-    template <class ProblemShape> static bool can_implement(ProblemShape const &problem_shape, Arguments const &args) {
-        return Base::can_implement(problem_shape, args) && args.scale && args.bias &&
-               reinterpret_cast<uintptr_t>(args.scale) % 16 == 0 && reinterpret_cast<uintptr_t>(args.bias) % 16 == 0;
-    }
 
     /* Which chunks of a stage a thread transforms: thread t of warpgroup wg
      * takes chunk column c = t % 8 (channels 8c .. 8c + 7 of the k tile) of
