@@ -115,11 +115,12 @@ template <class Base> struct SmemApplyMainloop : WithBnVectors<Base, 16> {
     static_assert(BlkK == 64, "one swizzle atom wide: the addressing below assumes the 128-byte atom spans the k tile");
     static_assert(MmaM * AtomM * WarpGroups == BlkM, "the warpgroups' MMAs tile BLK_M in 64-row blocks");
 
-    /* The stage layout, (BLK_M, BLK_K, PIPE) -> element offset, with the
-     * swizzle acting on element offsets. cute keeps the atom's swizzle for
-     * the byte address (it moves it into the pointer when a tensor is made);
-     * the two agree where smem_A is aligned to the swizzle's span (1024
-     * bytes), as CUTLASS's own register-sourced mainloop assumes too. */
+    /* The stage layout, (BLK_M, BLK_K, PIPE) -> element offset: the
+     * swizzle (layout_a) over the linear layout (layout_b). The hardware
+     * (TMA, wgmma) swizzles the absolute shared-memory byte address, and
+     * this collective aligns smem_A to 128 bytes only, not to the swizzle's
+     * span (1024), so the swizzle is applied to each chunk's absolute byte
+     * address (swizzle_bytes), never to an offset from smem_A. */
     using StageLayout = decltype(as_position_independent_swizzle_layout(SmemLayoutA{}));
     using StageSwizzle = remove_cvref_t<decltype(StageLayout{}.layout_a())>;
     static constexpr int SwizzleSpan = 1 << (StageSwizzle::num_base + StageSwizzle::num_bits + StageSwizzle::num_shft);
@@ -131,6 +132,14 @@ template <class Base> struct SmemApplyMainloop : WithBnVectors<Base, 16> {
     static_assert(StageStride % SwizzleSpan == 0, "a stage starts on a whole swizzle span");
     static_assert((1 << StageSwizzle::num_base) == ChunkElems, "the swizzle permutes 16-byte chunks");
 
+    /* The stage's swizzle on a shared-window byte address (bf16: the
+     * element swizzle's shifts one bit up), as TMA and wgmma apply it. */
+    CUTE_HOST_DEVICE static uint32_t swizzle_bytes(uint32_t addr) {
+        constexpr int base = StageSwizzle::num_base + 1, shift = StageSwizzle::num_shft;
+        constexpr uint32_t mask = (1u << StageSwizzle::num_bits) - 1;
+        return addr ^ (((addr >> (base + shift)) & mask) << base);
+    }
+
     /* Which chunks of a stage a thread transforms: thread t of warpgroup wg
      * takes chunk column c = t % 8 (channels 8c .. 8c + 7 of the k tile) of
      * rows t / 8 + 16 i (i < 4) of each 64-row block that wg's wgmmas read.
@@ -139,9 +148,10 @@ template <class Base> struct SmemApplyMainloop : WithBnVectors<Base, 16> {
      * 64 in ping-pong and in 128-row cooperative tiles, two interleaved ones
      * (rows 0-63 and 128-191, or 64-127 and 192-255) in 256-row cooperative
      * tiles. A warp's 8 consecutive threads cover one row's 8 chunks, 128
-     * bytes: no bank conflict. Offsets: elements into stage 0 (StageLayout,
-     * the swizzle applied). Host and device: a host check can compare them
-     * with the hardware's swizzle. */
+     * bytes: no bank conflict. Offsets: elements into stage 0 before the
+     * swizzle (StageLayout's linear part; mma() swizzles the absolute
+     * address). Host and device: a host check can compare them with the
+     * hardware's swizzle. */
     CUTE_HOST_DEVICE static void chunk_offsets(int warp_group, int t, int (&offset)[Chunks]) {
         TiledMma tiled_mma;
         auto wg_mma = tiled_mma.get_slice(warp_group * cutlass::NumThreadsPerWarpGroup);
@@ -156,7 +166,7 @@ template <class Base> struct SmemApplyMainloop : WithBnVectors<Base, 16> {
             CUTLASS_PRAGMA_UNROLL
             for (int i = 0; i < AtomM / RowStep; ++i) {
                 const int row = get<0>(tCcA(make_coord(t / ChunkCols + RowStep * i, 0), mm, 0));
-                offset[mm * (AtomM / RowStep) + i] = StageLayout{}(row, c * ChunkElems, 0);
+                offset[mm * (AtomM / RowStep) + i] = StageLayout{}.layout_b()(row, c * ChunkElems, 0);
             }
         }
     }
@@ -232,13 +242,16 @@ template <class Base> struct SmemApplyMainloop : WithBnVectors<Base, 16> {
         CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(accum));
         constexpr int KB = size<2>(tCrA);
 
-        /* this thread's chunks: shared-window byte addresses in stage 0 */
+        /* this thread's chunks: shared-window byte addresses in stage 0,
+         * swizzled as absolute addresses (stage s's: + s * StageBytes, a
+         * whole number of swizzle spans, which the swizzle leaves alone) */
         int offset[Chunks];
         chunk_offsets(warp_group, wg_thread, offset);
         const uint32_t smem_a = cute::cast_smem_ptr_to_uint(shared_tensors.smem_A.data());
         uint32_t chunk_addr[Chunks];
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < Chunks; ++i) chunk_addr[i] = smem_a + offset[i] * uint32_t(sizeof(cutlass::bfloat16_t));
+        for (int i = 0; i < Chunks; ++i)
+            chunk_addr[i] = swizzle_bytes(smem_a + offset[i] * uint32_t(sizeof(cutlass::bfloat16_t)));
         constexpr uint32_t StageBytes = StageStride * sizeof(cutlass::bfloat16_t);
         const int k_in_tile = (wg_thread % ChunkCols) * ChunkElems;
         const cutlass::arch::NamedBarrier wg_barrier(cutlass::NumThreadsPerWarpGroup,
