@@ -246,15 +246,19 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
     /* Not located, but a batch norm's running statistics were NaN/inf: which and when. The host sees what they
        hold now, after `step`; the device's record keeps the latest step where they went NaN/inf (one the host
        may not have reported yet), used if it is not older than `step`. */
-    char stats[160] = "";
+    char stats[224] = "";
     if (node < 0 && stats_node >= 0)
         snprintf(stats, sizeof stats, "; the running statistics of %s were NaN/inf after step %lld",
                  g->nodes[stats_node].name, (long long)step);
     else if (node < 0 && dev->node >= 0) {
         const int64_t dev_step = step_at_end(t, dev->end);
-        if (dev_step >= step)
+        if (dev_step == step)
             snprintf(stats, sizeof stats, "; the running statistics of %s went NaN/inf in step %lld",
                      g->nodes[dev->node].name, (long long)dev_step);
+        else if (dev_step > step) /* a later step, queued before the host looked: say so, or it reads as a typo */
+            snprintf(stats, sizeof stats, "; the running statistics of %s went NaN/inf in step %lld (queued before "
+                     "the host saw step %lld's)",
+                     g->nodes[dev->node].name, (long long)dev_step, (long long)step);
     }
     char restarted[120] = "";
     if (reset)
