@@ -77,6 +77,10 @@ CUTLASS_DEVICE uint32_t bn_relu_bf16x2(uint32_t a, float2 s, float2 b) {
  * must be aligned to; K is a multiple of 8 by TMA's 16-byte rule, so a pair
  * or a chunk of 8 channels never straddles K. */
 template <class Base, int VecAlign> struct WithBnVectors : Base {
+    static_assert(cute::is_same_v<typename Base::ElementA, cutlass::bfloat16_t> &&
+                      cute::is_same_v<typename Base::ElementB, cutlass::bfloat16_t>,
+                  "both apply mainloops' transforms unpack and repack bf16 pairs");
+
     struct Arguments : Base::Arguments {
         float const *scale = nullptr; /* [K], f32: batch norm's per-channel scale of A's channels */
         float const *bias = nullptr;  /* [K], f32 */
@@ -130,9 +134,6 @@ struct ApplyAMainloop : WithBnVectors<Base, 8> {
     using typename Base::TileShape;
     using typename Base::TiledMma;
 
-    static_assert(cute::is_same_v<typename Base::ElementA, cutlass::bfloat16_t> &&
-                      cute::is_same_v<typename Base::ElementB, cutlass::bfloat16_t>,
-                  "the transform unpacks and repacks bf16 pairs");
     static_assert(!Base::SwapAB && !Base::TransposeB, "B K-major, A not swapped: no B transpose to run");
 
     /* Consumer side: the MMA warpgroups' loop over k_tile_count k tiles of

@@ -91,9 +91,6 @@ template <class Base> struct SmemApplyMainloop : WithBnVectors<Base, 16> {
     using typename Base::TileShape;
     using typename Base::TiledMma;
 
-    static_assert(cute::is_same_v<typename Base::ElementA, cutlass::bfloat16_t> &&
-                      cute::is_same_v<typename Base::ElementB, cutlass::bfloat16_t>,
-                  "the transform unpacks and repacks bf16 pairs");
     /* the stage layout this mainloop's addressing assumes: K-major bf16 in
      * the 128-byte swizzle atom (8 rows of 64 k, 16-byte chunks permuted
      * within each 128-byte row by the row's index mod 8), a stage of
