@@ -15,13 +15,18 @@ typedef struct {
     mp_node input, labels, logits, loss;
 } net;
 
-/* A net's first part: the graph, input (1, 8, 8) and labels; returns
- * relu(bn(conv(input))) with out_channels channels (nodes "conv", "bn",
- * "relu"), for net_finish to close. */
-static inline mp_node net_begin(net *n, int out_channels) {
+/* A net's graph, input (1, 8, 8) and labels: what every net here starts from. */
+static inline void net_inputs(net *n) {
     *n = (net){.g = mp_graph_create()};
     n->input = mp_graph_input(n->g, "image", 1, 8, 8);
     n->labels = mp_graph_labels(n->g, "label");
+}
+
+/* A net's first part: net_inputs, then relu(bn(conv(input))) with
+ * out_channels channels (nodes "conv", "bn", "relu"), returned for
+ * net_finish to close. */
+static inline mp_node net_begin(net *n, int out_channels) {
+    net_inputs(n);
     mp_node x = mp_conv2d(n->g, "conv", n->input, (mp_conv_opts){.out_channels = out_channels, .kernel = 3, .padding = 1});
     return mp_relu(n->g, "relu", mp_batchnorm2d(n->g, "bn", x, (mp_batchnorm_opts){0}));
 }

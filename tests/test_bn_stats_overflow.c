@@ -21,10 +21,12 @@
 
 typedef net_fixture fixture;
 
-static void fixture_create_k(fixture *f, bool pool, const char *precision, float scale, bool auto_fallback,
-                             int accumulate) {
+/* f around the net n (which it then owns and destroys): its policy, SGD, a trainer of batch 4 with `accumulate`
+ * micro-batches a step, and small_batch's images times scale */
+static void fixture_create_net(fixture *f, net n, const char *precision, float scale, bool auto_fallback,
+                               int accumulate) {
     memset(f, 0, sizeof *f);
-    f->n = pool ? make_pool_net() : make_net(4, 3);
+    f->n = n;
     mp_precision p;
     MP_ASSERT(mp_precision_parse(precision, &p) == MP_OK);
     MP_ASSERT(mp_graph_apply_policy(f->n.g, (mp_policy_opts){.precision = p}) == MP_OK);
@@ -36,6 +38,11 @@ static void fixture_create_k(fixture *f, bool pool, const char *precision, float
                                 &f->t) == MP_OK);
     small_batch(f->x, f->y);
     for (int i = 0; i < 4 * 64; i++) f->x[i] *= scale;
+}
+
+static void fixture_create_k(fixture *f, bool pool, const char *precision, float scale, bool auto_fallback,
+                             int accumulate) {
+    fixture_create_net(f, pool ? make_pool_net() : make_net(4, 3), precision, scale, auto_fallback, accumulate);
 }
 
 static void fixture_create_opts(fixture *f, bool pool, const char *precision, float scale, bool auto_fallback) {
@@ -169,26 +176,19 @@ static void test_accumulating(bool pool) {
  * running statistics went NaN/inf, so the report and the error must not name any (nor call it an op's output), and
  * the error is the plain unlocated one. */
 static void test_accumulating_without_bn(void) {
-    net n = {.g = mp_graph_create()};
-    n.input = mp_graph_input(n.g, "image", 1, 8, 8);
-    n.labels = mp_graph_labels(n.g, "label");
-    mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = 4, .kernel = 3, .padding = 1});
-    n = net_finish(n, mp_relu(n.g, "relu", x), 3);
-    mp_optimizer *o = sgd(n.g);
-    mp_trainer *t = NULL;
-    MP_ASSERT(mp_trainer_create(n.g, &(mp_trainer_opts){.batch = 4, .input = n.input, .labels = n.labels,
-                                                        .loss = n.loss, .optimizer = o, .accumulate = 2},
-                                &t) == MP_OK);
-    float x_ok[4 * 64], x_nan[4 * 64];
-    int32_t y[4];
-    small_batch(x_ok, y);
-    memcpy(x_nan, x_ok, sizeof x_nan);
+    net n;
+    net_inputs(&n);
+    const mp_node x = mp_conv2d(n.g, "conv", n.input, (mp_conv_opts){.out_channels = 4, .kernel = 3, .padding = 1});
+    fixture f;
+    fixture_create_net(&f, net_finish(n, mp_relu(n.g, "relu", x), 3), "fp32", 1.0f, false, 2);
+    float x_nan[4 * 64];
+    memcpy(x_nan, f.x, sizeof x_nan);
     x_nan[5] = NAN;
     mp_status s = MP_OK;
     mp_step_report r = {0};
     mp_overflow_report first = {0};
     for (int call = 0; call < 6 && s == MP_OK; call++) {
-        s = mp_trainer_step(t, &(mp_batch){.images = call % 2 == 0 ? x_nan : x_ok, .labels = y, .n = 4}, &r);
+        s = mp_trainer_step(f.t, &(mp_batch){.images = call % 2 == 0 ? x_nan : f.x, .labels = f.y, .n = 4}, &r);
         if (call == 1) first = r.overflow;
     }
     CHECK(first.found && first.forward && first.node == -1 &&
@@ -205,9 +205,7 @@ static void test_accumulating_without_bn(void) {
     printf("no batch norm, accumulate 2, a NaN in the first micro-batch: report: %s\nerror: %s\n", first.message,
            mp_last_error());
     mp_clear_error();
-    mp_trainer_destroy(t);
-    mp_optimizer_destroy(o);
-    mp_graph_destroy(n.g);
+    fixture_destroy(&f);
 }
 
 int main(void) {

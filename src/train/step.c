@@ -93,12 +93,12 @@ static const char *node_desc(const mp_graph *g, int node, char *buf, size_t len)
     return buf;
 }
 
-/* node's description, or (node < 0) "an op" and why it was not located. */
 /* The step (1-based, as t->steps counts) whose scaler update had index
  * `end` (mp_scaler.ends then): t->ends_queued updates are queued so far, the
  * last of them step t->steps's. */
 static int64_t step_at_end(const mp_trainer *t, int64_t end) { return t->steps - (t->ends_queued - 1 - end); }
 
+/* node's description, or (node < 0) "an op" and why it was not located. */
 static const char *site_desc(const mp_graph *g, int node, const char *why, char *buf, size_t len) {
     if (node >= 0) return node_desc(g, node, buf, len);
     snprintf(buf, len, "an op %s", why);
