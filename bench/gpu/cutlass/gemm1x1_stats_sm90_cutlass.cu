@@ -280,7 +280,7 @@ static float sums_error(const Gemm1x1 &l, const Buffers &b, int squares_at) {
 
 /* The fastest configuration that ran and matched. */
 struct Best {
-    /* a column this build does not have: printed as "-", not a failure */
+    /* a column this build does not have: printed as 0 and "-", not a failure */
     static Best skipped() {
         Best b;
         b.ms = 0, b.gemm_alone_ms = 0, b.name = "-";
@@ -412,10 +412,13 @@ constexpr bool kEveryColumn = false;
 constexpr bool kEveryColumn = true;
 #endif
 
-/* fastest<Stats, Feed>, or (a column this build leaves out) a Best marked skipped */
-template <Sums Stats, FeedA Feed, bool Built = kEveryColumn> Best column(const Gemm1x1 &l, const Buffers &b, int reps) {
-    if constexpr (Built) return fastest<Stats, Feed>(l, b, reps);
-    else return Best::skipped();
+/* A column this build leaves out: a Best marked skipped. Else fastest<Stats, Feed>, over fastest_apply_tiles'
+ * four tiles where ApplyTiles. */
+template <Sums Stats, FeedA Feed, bool ApplyTiles = false>
+Best column(const Gemm1x1 &l, const Buffers &b, int reps) {
+    if constexpr (!kEveryColumn) return Best::skipped();
+    else if constexpr (ApplyTiles) return fastest_apply_tiles<Stats, Feed>(l, b, reps);
+    else return fastest<Stats, Feed>(l, b, reps);
 }
 
 int main(int argc, char **argv) {
@@ -507,10 +510,8 @@ int main(int argc, char **argv) {
         const Best rmem = column<Sums::none, FeedA::rmem>(l, b, reps);
         const Best apply = have_applied_ref ? column<Sums::none, FeedA::rmem_apply>(l, b, reps) : Best{};
         const Best prefetch = have_applied_ref ? column<Sums::none, FeedA::rmem_apply_prefetch>(l, b, reps) : Best{};
-        Best deep = Best::skipped();
-        if constexpr (kEveryColumn)
-            deep = have_applied_ref ? fastest_apply_tiles<Sums::none, FeedA::rmem_apply_prefetch_deep>(l, b, reps)
-                                    : Best{};
+        const Best deep =
+            have_applied_ref ? column<Sums::none, FeedA::rmem_apply_prefetch_deep, true>(l, b, reps) : Best{};
         const Best smem_apply =
             have_applied_ref ? fastest_apply_tiles<Sums::none, FeedA::smem_apply>(l, b, reps) : Best{};
         const double st = stats_pass_ms(l, b, reps);
