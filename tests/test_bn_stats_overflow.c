@@ -133,6 +133,19 @@ static void test_f16_output_overflow(bool auto_fallback) {
     fixture_destroy(&f);
 }
 
+/* With two micro-batches a step, up to three steps whose first micro-batch is `bad` and second f's own images,
+ * until one fails: that status, and the first step's overflow report in *first. */
+static mp_status step_bad_first(fixture *f, const float *bad, mp_overflow_report *first) {
+    mp_status s = MP_OK;
+    mp_step_report r = {0};
+    *first = (mp_overflow_report){0};
+    for (int call = 0; call < 6 && s == MP_OK; call++) {
+        s = mp_trainer_step(f->t, &(mp_batch){.images = call % 2 == 0 ? bad : f->x, .labels = f->y, .n = 4}, &r);
+        if (call == 1) *first = r.overflow;
+    }
+    return s;
+}
+
 /* Two micro-batches a step, the first x 1e20: only the last is replayed, and it is clean, so no op is located (the
  * report's node -1); but bn's running statistics were NaN/inf after the step, and the report says so — bn, the
  * first, also on the pool net, where bn's NaN output makes bn2's statistics NaN too. Three such steps stop the run
@@ -144,13 +157,8 @@ static void test_accumulating(bool pool) {
     fixture_create_k(&f, pool, "fp32", 1.0f, false, 2);
     float big[4 * 64];
     for (int i = 0; i < 4 * 64; i++) big[i] = f.x[i] * 1e20f;
-    mp_status s = MP_OK;
-    mp_step_report r = {0};
-    mp_overflow_report first = {0};
-    for (int call = 0; call < 6 && s == MP_OK; call++) {
-        s = mp_trainer_step(f.t, &(mp_batch){.images = call % 2 == 0 ? big : f.x, .labels = f.y, .n = 4}, &r);
-        if (call == 1) first = r.overflow;
-    }
+    mp_overflow_report first;
+    const mp_status s = step_bad_first(&f, big, &first);
     CHECK(first.found && first.forward && first.node == -1 && strstr(first.message, "not located") &&
               strstr(first.message, "; the running statistics of bn were NaN/inf after step 1;"),
           "%s, accumulate 2, the first micro-batch x 1e20: the first report does not point at bn's statistics "
@@ -184,13 +192,8 @@ static void test_accumulating_without_bn(void) {
     float x_nan[4 * 64];
     memcpy(x_nan, f.x, sizeof x_nan);
     x_nan[5] = NAN;
-    mp_status s = MP_OK;
-    mp_step_report r = {0};
-    mp_overflow_report first = {0};
-    for (int call = 0; call < 6 && s == MP_OK; call++) {
-        s = mp_trainer_step(f.t, &(mp_batch){.images = call % 2 == 0 ? x_nan : f.x, .labels = f.y, .n = 4}, &r);
-        if (call == 1) first = r.overflow;
-    }
+    mp_overflow_report first;
+    const mp_status s = step_bad_first(&f, x_nan, &first);
     CHECK(first.found && first.forward && first.node == -1 &&
               strstr(first.message, "forward overflow: NaN/inf in the forward pass (not located: ") &&
               !strstr(first.message, "running statistics") && !strstr(first.message, "output"),
