@@ -38,9 +38,9 @@
  *    instead of 2 (FeedA::rmem_apply_prefetch_deep, ApplyAMainloop's
  *    VecAhead): whether those loads' latency (L2, when they miss L1 under
  *    the TMA traffic) stalls each k-block's transform on the MMA-bound,
- *    large-K layers; only on the four tiles that won the apply columns
- *    most often (128x64, 128x256, 256x128 coop, 64x256 pingpong:
- *    fastest_apply_tiles, to keep the one TU's build time down), with its
+ *    large-K layers; only on fastest_apply_tiles' five tiles (the four
+ *    that won the apply columns most often and 128x128 coop, to keep the
+ *    one TU's build time down), with its
  *    ratio to the plain register-sourced column;
  *  - the same apply done in shared memory instead ("smem apply",
  *    FeedA::smem_apply, gemm1x1_smem_apply_mainloop.cuh): a consumer
@@ -49,7 +49,7 @@
  *    in each stage in place before that k tile's MMAs read it from shared
  *    memory, so that one k tile's transform overlaps the MMAs of the k tile
  *    before and no register operand feeds the MMAs (the register-sourced
- *    apply's per-k-tile bubble, NOTES v0.62); on the same four tiles as
+ *    apply's per-k-tile bubble, NOTES v0.62); on the same five tiles as
  *    the column before, with its ratio to the CUTLASS plain column (its
  *    shared-memory-sourced analogue);
  *  - the library's batch-norm statistics pass (mp_bn_fast_stats) on y.
@@ -385,11 +385,13 @@ template <Sums Stats, FeedA Feed = FeedA::smem> Best fastest(const Gemm1x1 &l, c
 }
 
 /* the four tiles that won the apply columns most often (128x64, 128x256 and
- * 256x128 coop, 64x256 pingpong): fewer kernels to build for the columns
- * that vary only the apply mainloop (rmem_apply_prefetch_deep, smem_apply) */
+ * 256x128 coop, 64x256 pingpong) and 128x128 coop (the plain column's winner
+ * on the largest-K layers): fewer kernels to build for the columns that vary
+ * only the apply mainloop (rmem_apply_prefetch_deep, smem_apply) */
 template <Sums Stats, FeedA Feed> Best fastest_apply_tiles(const Gemm1x1 &l, const Buffers &b, int reps) {
     Best best;
     TRY_TILE(128, 64, C1, Coop, CoopEpi, "128x64 coop")
+    TRY_TILE(128, 128, C1, Coop, CoopEpi, "128x128 coop")
     TRY_TILE(128, 256, C1, Coop, CoopEpi, "128x256 coop")
     TRY_TILE(256, 128, C1, Coop, CoopEpi, "256x128 coop")
     TRY_TILE(64, 256, C1, Ping, PingEpi, "64x256 pingpong")
@@ -413,7 +415,7 @@ constexpr bool kEveryColumn = true;
 #endif
 
 /* A column this build leaves out: a Best marked skipped. Else fastest<Stats, Feed>, over fastest_apply_tiles'
- * four tiles where ApplyTiles. */
+ * five tiles where ApplyTiles. */
 template <Sums Stats, FeedA Feed, bool ApplyTiles = false>
 Best column(const Gemm1x1 &l, const Buffers &b, int reps) {
     if constexpr (!kEveryColumn) return Best::skipped();
