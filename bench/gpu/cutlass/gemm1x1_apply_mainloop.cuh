@@ -249,8 +249,7 @@ struct ApplyAMainloop : WithBnVectors<Base, 8> {
      *
      * Tails: rows of A past M are zero-filled by TMA and transformed too
      * (to max(0, bias[k]), not 0); harmless, their outputs are not stored.
-     * Columns k past K (none here: K is a multiple of 64 on every layer)
-     * are zero-filled in A and in B: A's become max(0, bias[K - 2 or
+     * Columns k past K (the probe's tails layer) are zero-filled in A and in B: A's become max(0, bias[K - 2 or
      * K - 1]) (the clamped load below), times B's zeros, so they add 0. */
     template <class FrgTensorC>
     CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC &accum,
