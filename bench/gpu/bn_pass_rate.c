@@ -24,12 +24,18 @@ typedef struct {
     int C;
 } bn_shape;
 
-/* resnet18 and mobilenetv2 at batch 512 on 3x32x32 (the peer's cells). */
+/* resnet18 and mobilenetv2 at batch 512 on 3x32x32 (the peer's cells), and
+ * resnet50's at batch 128 (its cell furthest from torch.compile that is not
+ * all convolution: many small layers, where a pass's fixed costs count). */
 static const bn_shape SHAPES[] = {
     {"resnet18 layer1", 512LL * 32 * 32, 64},        {"resnet18 layer2", 512LL * 16 * 16, 128},
     {"resnet18 layer3", 512LL * 8 * 8, 256},         {"resnet18 layer4", 512LL * 4 * 4, 512},
     {"mobilenetv2 block1_expand", 512LL * 32 * 32, 96}, {"mobilenetv2 block2_expand", 512LL * 32 * 32, 144},
     {"mobilenetv2 block4_expand", 512LL * 16 * 16, 192}, {"mobilenetv2 block11_expand", 512LL * 8 * 8, 576},
+    {"resnet50 b128 layer1 conv1/2", 128LL * 32 * 32, 64}, {"resnet50 b128 layer1 conv3", 128LL * 32 * 32, 256},
+    {"resnet50 b128 layer2 conv1/2", 128LL * 16 * 16, 128}, {"resnet50 b128 layer2 conv3", 128LL * 16 * 16, 512},
+    {"resnet50 b128 layer3 conv1/2", 128LL * 8 * 8, 256}, {"resnet50 b128 layer3 conv3", 128LL * 8 * 8, 1024},
+    {"resnet50 b128 layer4 conv1/2", 128LL * 4 * 4, 512}, {"resnet50 b128 layer4 conv3", 128LL * 4 * 4, 2048},
 };
 
 /* What one timed pass launches; returns the launch's error. */
