@@ -72,6 +72,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "cutlass/kernel_hardware_info.hpp"
@@ -430,14 +432,21 @@ Best column(const Gemm1x1 &l, const Buffers &b, int reps) {
 int main(int argc, char **argv) {
     probe::tool = kEveryColumn ? "gemm1x1_stats_sm90_cutlass" : "gemm1x1_apply_sm90_cutlass";
     int reps, status;
+    const char *only; /* --layer */
     if (!parse_reps(argc, argv,
                     "  times resnet50 b512's 1x1 convolutions as GEMMs (cuBLASLt; CUTLASS sm_90a plain, with\n"
                     "  batch norm's per-channel sums in the epilogue, plain with A through registers, and A\n"
                     "  through registers with batch norm's apply + ReLU in the prologue, two schedules and a\n"
                     "  deeper prefetch of batch norm's vectors, and A from shared memory with the apply done\n"
-                    "  there in place) beside the library's statistics pass\n",
-                    &reps, &status))
+                    "  there in place) beside the library's statistics pass; --layer: those layers only (one\n"
+                    "  kernel family for a profiler)\n",
+                    &reps, &status, &only))
         return status;
+    const auto picked = [&](const Gemm1x1 &l) { return !only || strstr(l.name, only); };
+    if (std::none_of(std::begin(GEMMS_1X1), std::end(GEMMS_1X1), picked)) {
+        fprintf(stderr, "%s: --layer %s: no layer's name holds it\n", tool, only);
+        return 2;
+    }
     cudaDeviceProp prop;
     if (!open_sm90(&prop)) return 1;
     size_t most_x = 0, most_y = 0, most_w = 0;
@@ -494,6 +503,7 @@ int main(int argc, char **argv) {
     int failures = 0;
     double total = 0;
     for (const Gemm1x1 &l : GEMMS_1X1) {
+        if (!picked(l)) continue;
         const double lt_ms = cublaslt_ms(l, b, b.x, b.y_ref, reps);
         if (lt_ms < 0) {
             fprintf(stderr, "%s: %s: no cuBLASLt baseline (see above); layer skipped\n", tool, l.name);
@@ -539,7 +549,8 @@ int main(int argc, char **argv) {
                deep.ms, deep.name, smem_apply.ms, smem_apply.name, apply_ratio, prefetch_ratio, deep_ratio,
                smem_apply_ratio, st, saving, saving * l.count);
     }
-    printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only): %+.3f ms a step\n", total);
+    printf("\nsaving over resnet50 b512's 1x1 convolutions (forward only%s): %+.3f ms a step\n",
+           only ? ", of the layers --layer picked" : "", total);
     mp_cuda_ctx_destroy(b.ctx);
     if (failures) fprintf(stderr, "%s: %d configuration(s) or layer(s) failed to run or to match\n", tool, failures);
     return failures ? 1 : 0;

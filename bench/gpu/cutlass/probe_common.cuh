@@ -103,17 +103,25 @@ static inline bool open_sm90(cudaDeviceProp *prop) {
     return false;
 }
 
-/* The probes' command line: --reps N (at least 1; default 20) or --help.
+/* The probes' command line: --reps N (at least 1; default 20), where layer
+ * is non-null --layer TEXT (into *layer; else it stays null), or --help.
  * False when the program should stop with *status (0 after --help, 2 after
  * anything else, with usage, the lines after "usage: <tool>", on stderr). */
-static inline bool parse_reps(int argc, char **argv, const char *usage, int *reps, int *status) {
+static inline bool parse_reps(int argc, char **argv, const char *usage, int *reps, int *status,
+                              const char **layer = nullptr) {
     *reps = 20;
+    if (layer) *layer = nullptr;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
             *reps = atoi(argv[++i]);
             continue;
         }
-        fprintf(stderr, "usage: %s [--reps N (>= 1)]\n%s", tool, usage);
+        if (layer && !strcmp(argv[i], "--layer") && i + 1 < argc && argv[i + 1][0]) {
+            *layer = argv[++i];
+            continue;
+        }
+        fprintf(stderr, "usage: %s [--reps N (>= 1)]%s\n%s", tool,
+                layer ? " [--layer TEXT (only the layers whose name holds it)]" : "", usage);
         *status = !strcmp(argv[i], "--help") ? 0 : 2;
         return false;
     }
