@@ -376,6 +376,21 @@ static void test_shards(void) {
               "shard -1 of 3");
     CHECK_ERR(mp_loader_create(&d, (mp_loader_opts){.batch = B}, NULL), MP_ERR_INVALID_ARG, "null output");
     CHECK_ERR(mp_loader_create(NULL, (mp_loader_opts){.batch = B}, NULL), MP_ERR_INVALID_ARG, "null output");
+    CHECK_ERR(mp_loader_create(NULL, (mp_loader_opts){.batch = B}, &l), MP_ERR_INVALID_ARG, "null dataset");
+    /* a null loader or output place: an error or 0, never a crash */
+    const float *x = NULL;
+    const int32_t *y = NULL;
+    int n = -1;
+    CHECK_ERR(mp_loader_start_epoch(NULL, 0), MP_ERR_INVALID_ARG, "null loader");
+    CHECK_ERR(mp_loader_next(NULL, &x, &y, &n), MP_ERR_INVALID_ARG, "the loader is null");
+    CHECK(mp_loader_batches(NULL) == 0 && mp_loader_wait_seconds(NULL) == 0 && mp_loader_bad_images(NULL) == 0,
+          "a null loader's counts are not 0");
+    CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = B}, &l) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_loader_start_epoch(l, 0) == MP_OK, "%s", mp_last_error());
+    CHECK_ERR(mp_loader_next(l, NULL, &y, &n), MP_ERR_INVALID_ARG, "images is null");
+    CHECK_ERR(mp_loader_next(l, &x, &y, NULL), MP_ERR_INVALID_ARG, "n is null");
+    CHECK(mp_loader_next(l, &x, &y, &n) == MP_OK && n == B, "the loader after refused calls: %s", mp_last_error());
+    mp_loader_destroy(l);
     mp_dataset_free(&d);
 }
 

@@ -165,7 +165,7 @@ typedef struct mp_loader mp_loader;
 /** A loader over d (which must outlive it). */
 MP_API mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **out);
 /** Batches per epoch (at most, for a dataset decoded per batch under
- * MP_BAD_IMAGES_SKIP without drop_last: see mp_loader_next). */
+ * MP_BAD_IMAGES_SKIP without drop_last: see mp_loader_next); 0 for NULL. */
 MP_API int mp_loader_batches(const mp_loader *l);
 /** Begin (or restart, even mid-epoch) epoch `epoch` >= 0. */
 MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
@@ -180,13 +180,14 @@ MP_API mp_status mp_loader_start_epoch(mp_loader *l, int epoch);
  * At the epoch's end MP_OK with *n = 0. Pointers stay valid until the next
  * call on the loader. */
 MP_API mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n);
-/** Samples that did not decode (MP_BAD_IMAGES_SKIP, datasets decoded per
+/** Samples (0 for NULL) that did not decode (MP_BAD_IMAGES_SKIP, datasets decoded per
  * batch), each counted once where it stood, in the batches mp_loader_next
  * handed out (or passed over, every sample left out) this epoch; not those
  * of batches the loader prepared ahead that were not handed out. */
 MP_API int mp_loader_bad_images(const mp_loader *l);
 /** Seconds mp_loader_next has waited for batches since the epoch began (the
- * step waited on decoding when this is more than a small share of the epoch). */
+ * step waited on decoding when this is more than a small share of the epoch);
+ * 0 for NULL. */
 MP_API double mp_loader_wait_seconds(const mp_loader *l);
 /** Stops the worker and frees the loader (NULL is fine). */
 MP_API void mp_loader_destroy(mp_loader *l);

@@ -277,8 +277,9 @@ static void loader_free(mp_loader *l) {
 mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **out) {
     if (!out) return mp_error(MP_ERR_INVALID_ARG, "loader: null output (%s)", d ? d->source : "no dataset");
     *out = NULL;
-    if (!d || d->n < 1 || (!d->images && !d->src) || !d->labels)
-        return mp_error(MP_ERR_INVALID_ARG, "loader: the dataset %s is empty", d ? d->source : "(null)");
+    if (!d) return mp_error(MP_ERR_INVALID_ARG, "loader: null dataset");
+    if (d->n < 1 || (!d->images && !d->src) || !d->labels)
+        return mp_error(MP_ERR_INVALID_ARG, "loader: the dataset %s is empty", d->source);
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "loader: batch %d must be positive (%s)", o.batch, d->source);
     if (o.batch > d->n)
         return mp_error(MP_ERR_INVALID_ARG, "loader: batch %d is larger than the dataset (%d samples in %s)", o.batch,
@@ -348,11 +349,12 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
     return MP_OK;
 }
 
-int mp_loader_batches(const mp_loader *l) { return l->batches; }
+int mp_loader_batches(const mp_loader *l) { return l ? l->batches : 0; }
 
 int mp_loader_bad_images(const mp_loader *l) { return l ? __atomic_load_n(&l->bad_images, __ATOMIC_RELAXED) : 0; }
 
 mp_status mp_loader_start_epoch(mp_loader *l, int epoch) {
+    if (!l) return mp_error(MP_ERR_INVALID_ARG, "loader: null loader");
     if (epoch < 0) return mp_error(MP_ERR_INVALID_ARG, "loader: epoch %d must be >= 0", epoch);
     pthread_mutex_lock(&l->mu);
     l->active = false;
@@ -382,6 +384,9 @@ mp_status mp_loader_start_epoch(mp_loader *l, int epoch) {
 }
 
 mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **labels, int *n) {
+    if (!l || !images || !labels || !n)
+        return mp_error(MP_ERR_INVALID_ARG, "loader: mp_loader_next needs a loader and places for images, labels "
+                        "and n (%s is null)", !l ? "the loader" : !images ? "images" : !labels ? "labels" : "n");
     *images = NULL;
     *labels = NULL;
     *n = 0;
@@ -421,6 +426,7 @@ mp_status mp_loader_next(mp_loader *l, const float **images, const int32_t **lab
 }
 
 double mp_loader_wait_seconds(const mp_loader *l) {
+    if (!l) return 0;
     pthread_mutex_lock((pthread_mutex_t *)&l->mu);
     const double w = l->wait_s;
     pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
