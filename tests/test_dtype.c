@@ -467,6 +467,34 @@ static void check_tails(paths *P) {
     CHECK(clobber == 0, "%d writes outside the destination", clobber);
 }
 
+/* mp_load_f32 / mp_store_f32: every float dtype both ways (f64 too), and a
+ * dtype that is none, a negative n or a null buffer refused with the
+ * destination untouched (they aborted the process before). */
+static void check_load_store(void) {
+    const float x[3] = {1.5f, -2.25f, 65536.f};
+    double d[3] = {0};
+    float back[3] = {0};
+    CHECK(mp_store_f32(d, MP_DTYPE_F64, x, 3) == MP_OK && d[0] == 1.5 && d[1] == -2.25 && d[2] == 65536.0,
+          "f32 -> f64: %g %g %g", d[0], d[1], d[2]);
+    CHECK(mp_load_f32(back, d, MP_DTYPE_F64, 3) == MP_OK && !memcmp(back, x, sizeof x), "f64 -> f32");
+    mp_bf16 b[3];
+    CHECK(mp_store_f32(b, MP_DTYPE_BF16, x, 3) == MP_OK && mp_load_f32(back, b, MP_DTYPE_BF16, 3) == MP_OK &&
+              !memcmp(back, x, sizeof x), "bf16 both ways");
+    const mp_dtype bad[] = {MP_DTYPE_I32, MP_DTYPE_COUNT, (mp_dtype)-1, (mp_dtype)1000};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        float keep[3] = {7, 7, 7};
+        int32_t ikeep[3] = {7, 7, 7};
+        CHECK_ERR(mp_load_f32(keep, ikeep, bad[k], 3), MP_ERR_INVALID_ARG, "mp_load_f32: dtype", "is not a float");
+        CHECK_ERR(mp_store_f32(ikeep, bad[k], x, 3), MP_ERR_INVALID_ARG, "mp_store_f32: dtype", "is not a float");
+        CHECK(keep[0] == 7 && keep[2] == 7 && ikeep[0] == 7 && ikeep[2] == 7, "a refused call wrote (dtype %d)",
+              (int)bad[k]);
+    }
+    CHECK_ERR(mp_load_f32(back, d, MP_DTYPE_F32, -1), MP_ERR_INVALID_ARG, "n = -1 is negative");
+    CHECK_ERR(mp_store_f32(NULL, MP_DTYPE_F16, x, 3), MP_ERR_INVALID_ARG, "mp_store_f32: null dst");
+    CHECK_ERR(mp_load_f32(back, NULL, MP_DTYPE_F16, 3), MP_ERR_INVALID_ARG, "mp_load_f32: null src");
+    CHECK(mp_load_f32(NULL, NULL, MP_DTYPE_F16, 0) == MP_OK, "n = 0 with no buffers: %s", mp_last_error());
+}
+
 /* MIXPREC_FORCE_SCALAR in a child process that has not resolved the dispatch. */
 static void check_force_scalar(void) {
     fflush(NULL);
@@ -516,6 +544,7 @@ int main(void) {
 
     check_anchors();
     check_exhaustive16();
+    check_load_store();
 
     paths P;
     memset(&P, 0, sizeof P);

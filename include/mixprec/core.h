@@ -84,10 +84,13 @@ MP_API void mp_convert_bf16_to_f32(const mp_bf16 *src, float *dst, size_t n);
 /** Round n f32 values in place to dtype's precision (f16/bf16: nearest even;
  * any other dtype: unchanged). */
 MP_API void mp_round_f32(float *x, int64_t n, mp_dtype dtype);
-/** n elements of a float dtype (F32, F16, BF16) into f32. */
-MP_API void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
-/** n f32 values into a float dtype (F32, F16, BF16; rounded to nearest even). */
-MP_API void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
+/** n elements of a float dtype (F32, F16, BF16, F64: rounded to nearest)
+ * into f32. MP_ERR_INVALID_ARG, dst untouched, for another dtype, n < 0 or a
+ * null buffer where n > 0. */
+MP_API mp_status mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n);
+/** n f32 values into a float dtype (F32, F16, BF16: rounded to nearest
+ * even; F64: exact). Errors as mp_load_f32. */
+MP_API mp_status mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n);
 
 /* ---- devices -------------------------------------------------------------- */
 

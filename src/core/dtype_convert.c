@@ -38,6 +38,7 @@
 
 #include "mixprec.h"
 #include "core/bf16_inline.h"
+#include "core/dtype_traits.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -340,8 +341,7 @@ void mp_round_f32(float *x, int64_t n, mp_dtype dtype) {
  * serial conversion of every staged tensor would dominate the step. */
 #define PAR_CHUNK ((int64_t)1 << 16)
 
-/* The float dtypes tensors are stored in; the others are not storage
- * dtypes of activations or parameters (a caller's bug). */
+/* One chunk of mp_load_f32 / mp_store_f32, dtype checked by the caller. */
 static void load_chunk(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
     switch (src_dtype) {
     case MP_DTYPE_F16: mp_convert_f16_to_f32(src, dst, (size_t)n); return;
@@ -350,10 +350,11 @@ static void load_chunk(float *dst, const void *src, mp_dtype src_dtype, int64_t 
         if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
         return;
     case MP_DTYPE_F64:
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)src)[i];
+        return;
     case MP_DTYPE_I32:
-    case MP_DTYPE_COUNT: break;
+    case MP_DTYPE_COUNT: return;
     }
-    MP_ASSERT(!"mp_load_f32: not a storage dtype");
 }
 
 static void store_chunk(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
@@ -364,22 +365,37 @@ static void store_chunk(void *dst, mp_dtype dst_dtype, const float *src, int64_t
         if (dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
         return;
     case MP_DTYPE_F64:
+        for (int64_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];
+        return;
     case MP_DTYPE_I32:
-    case MP_DTYPE_COUNT: break;
+    case MP_DTYPE_COUNT: return;
     }
-    MP_ASSERT(!"mp_store_f32: not a storage dtype");
 }
 
-void mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
+/* The checks both directions share: a float dtype, n >= 0, buffers where n > 0. */
+static mp_status check_conversion(const char *fn, mp_dtype dtype, const void *dst, const void *src, int64_t n) {
+    if (!mp_dtype_traits_of(dtype)->is_float)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: dtype %s (%d) is not a float dtype (f32, f16, bf16 or f64)", fn,
+                        mp_dtype_name(dtype), (int)dtype);
+    if (n < 0) return mp_error(MP_ERR_INVALID_ARG, "%s: n = %lld is negative", fn, (long long)n);
+    if (n > 0 && (!dst || !src)) return mp_error(MP_ERR_INVALID_ARG, "%s: null %s", fn, !dst ? "dst" : "src");
+    return MP_OK;
+}
+
+mp_status mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
+    MP_TRY(check_conversion("mp_load_f32", src_dtype, dst, src, n));
     const size_t esz = mp_dtype_size(src_dtype);
 #pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
     for (int64_t i = 0; i < n; i += PAR_CHUNK)
         load_chunk(dst + i, (const char *)src + (size_t)i * esz, src_dtype, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
+    return MP_OK;
 }
 
-void mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
+mp_status mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
+    MP_TRY(check_conversion("mp_store_f32", dst_dtype, dst, src, n));
     const size_t esz = mp_dtype_size(dst_dtype);
 #pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
     for (int64_t i = 0; i < n; i += PAR_CHUNK)
         store_chunk((char *)dst + (size_t)i * esz, dst_dtype, src + i, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
+    return MP_OK;
 }
