@@ -586,8 +586,28 @@ static void test_real_fashion(void) {
     }
 }
 
+/* The public openers and the channel statistics given NULL: an error naming
+ * the argument (they passed it on to stat and printf's %s before), or nothing. */
+static void test_null_arguments(void) {
+    mp_dataset *d = NULL;
+    CHECK_ERR(mp_dataset_open_idx(NULL, "labels.idx", &d), MP_ERR_INVALID_ARG, "IDX dataset: null images path");
+    CHECK_ERR(mp_dataset_open_idx("images.idx", NULL, &d), MP_ERR_INVALID_ARG, "IDX dataset: null labels path");
+    CHECK_ERR(mp_dataset_open_cifar10(NULL, true, &d), MP_ERR_INVALID_ARG, "CIFAR-10 dataset: null directory");
+    CHECK_ERR(mp_dataset_open_npy("x.npy", NULL, NULL, &d), MP_ERR_INVALID_ARG, "npy dataset: null labels path");
+    float mean[1] = {7}, sd[1] = {7};
+    mp_dataset_channel_stats(NULL, mean, sd);
+    CHECK(mean[0] == 7 && sd[0] == 7, "statistics of no dataset were written");
+    mp_dataset *syn = NULL;
+    CHECK(mp_dataset_create_synthetic(8, 1, 4, 4, 3, 1, &syn) == MP_OK, "%s", mp_last_error());
+    mp_dataset_channel_stats(syn, NULL, NULL); /* nothing to write to: nothing, no crash */
+    mp_dataset_channel_stats(syn, mean, sd);
+    CHECK(mean[0] != 7 && sd[0] > 0, "synthetic statistics: mean %g std %g", mean[0], sd[0]);
+    mp_dataset_destroy(syn);
+}
+
 int main(void) {
     scratch_dir_create(tmp, sizeof tmp, "test_data");
+    test_null_arguments();
     test_idx_ubyte();
     test_idx_types();
     test_idx_errors();

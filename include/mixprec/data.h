@@ -123,7 +123,7 @@ MP_API void mp_dataset_describe(const mp_dataset *d, mp_dataset_info *out);
 /** Per-channel mean and population standard deviation over all samples
  * (mean and std hold c floats each); for a dataset decoded per batch over
  * at most 2048 evenly spaced ones (decoding all would take an epoch),
- * leaving out any that fail to decode. */
+ * leaving out any that fail to decode. NULL d, mean or std: nothing. */
 MP_API void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std);
 /** A test set fits a training set: the same per-sample shape and every test
  * label within the training classes; errors name both sources and shapes. */

@@ -143,6 +143,7 @@ static void lazy_channel_stats(const mp_dataset *d, float *mean, float *std) {
 }
 
 void mp_dataset_channel_stats(const mp_dataset *d, float *mean, float *std) {
+    if (!d || !mean || !std) return;
     if (!d->images && d->src) {
         lazy_channel_stats(d, mean, std);
         return;

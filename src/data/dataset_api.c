@@ -24,6 +24,8 @@ static mp_status box(mp_status s, mp_dataset *filled, mp_dataset **out) {
 
 mp_status mp_dataset_open_idx(const char *images_path, const char *labels_path, mp_dataset **out) {
     if (!out) return mp_error(MP_ERR_INVALID_ARG, "dataset: no output pointer");
+    if (!images_path || !labels_path)
+        return mp_error(MP_ERR_INVALID_ARG, "IDX dataset: null %s path", !images_path ? "images" : "labels");
     mp_dataset d = {0};
     return box(mp_dataset_load_idx(images_path, labels_path, &d), &d, out);
 }
@@ -37,13 +39,15 @@ mp_status mp_dataset_open_fashion_mnist(const char *dir, bool train, mp_dataset 
 mp_status mp_dataset_open_npy(const char *images_path, const char *labels_path, const mp_npy_opts *o,
                               mp_dataset **out) {
     if (!out) return mp_error(MP_ERR_INVALID_ARG, "dataset: no output pointer");
-    if (!images_path || !labels_path) return mp_error(MP_ERR_INVALID_ARG, "npy dataset: null path");
+    if (!images_path || !labels_path)
+        return mp_error(MP_ERR_INVALID_ARG, "npy dataset: null %s path", !images_path ? "images" : "labels");
     mp_dataset d = {0};
     return box(mp_dataset_load_npy(images_path, labels_path, o, &d), &d, out);
 }
 
 mp_status mp_dataset_open_cifar10(const char *dir, bool train, mp_dataset **out) {
     if (!out) return mp_error(MP_ERR_INVALID_ARG, "dataset: no output pointer");
+    if (!dir) return mp_error(MP_ERR_INVALID_ARG, "CIFAR-10 dataset: null directory");
     mp_dataset d = {0};
     return box(mp_dataset_load_cifar10(dir, train, &d), &d, out);
 }
