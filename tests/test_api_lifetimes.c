@@ -144,8 +144,34 @@ static void test_checkpoint_epoch_and_nan_data(void) {
     fixture_destroy(f);
 }
 
+/* A graph's construction error is kept with its message: every call that
+ * refuses the graph later quotes it, whatever failed in between (the plan
+ * quoted the last error of any call before, the others none). */
+static void test_graph_error_kept(void) {
+    mp_graph *g = mp_graph_create();
+    CHECK(!strcmp(mp_graph_error(g), ""), "a new graph has an error: %s", mp_graph_error(g));
+    mp_node x = mp_graph_input(g, "image", 1, 8, 8);
+    CHECK(mp_relu(g, "image", x) < 0, "a duplicate name got a node");
+    mp_relu(g, "later", x); /* refused too: the first error stays */
+    CHECK(strstr(mp_graph_error(g), "duplicate node name 'image'"), "mp_graph_error: %s", mp_graph_error(g));
+    mp_dataset *d = NULL;
+    CHECK(mp_dataset_create_synthetic(0, 1, 8, 8, 3, 1, &d) != MP_OK, "an empty synthetic dataset was made");
+    mp_plan *p = NULL;
+    CHECK_ERR(mp_plan_create(g, (mp_plan_opts){.batch = 4}, &p), MP_ERR_INVALID_ARG,
+              "plan: the graph has a construction error: graph: duplicate node name 'image'");
+    CHECK(!strstr(mp_last_error(), "synthetic"), "the plan quoted an unrelated error: %s", mp_last_error());
+    CHECK_ERR(mp_graph_apply_policy(g, (mp_policy_opts){.precision = MP_PRECISION_AMP_BF16}), MP_ERR_INVALID_ARG,
+              "precision policy: the graph has a construction error: graph: duplicate node name 'image'");
+    mp_optimizer *o = NULL;
+    CHECK_ERR(mp_optimizer_create(g, &(mp_optimizer_opts){.optim = {.kind = MP_OPTIM_SGD}, .lr = {.base_lr = 0.1f}}, &o),
+              MP_ERR_INVALID_ARG, "optimizer: the graph has a construction error: graph: duplicate node name");
+    CHECK(!strcmp(mp_graph_error(NULL), "null graph"), "mp_graph_error(NULL): %s", mp_graph_error(NULL));
+    mp_graph_destroy(g);
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_api_lifetimes");
+    test_graph_error_kept();
     test_graph_frozen();
     test_graph_destroyed_first();
     test_null_outputs();

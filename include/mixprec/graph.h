@@ -5,7 +5,7 @@
  * "bn1.running_mean"), in the graph, in checkpoints and in weight files.
  * Every node is added before an optimizer, plan or trainer is made from the
  * graph: they hold its node and parameter lists, so a later node is refused
- * (mp_graph_status names it). */
+ * (mp_graph_error names it). */
 #ifndef MIXPREC_GRAPH_H
 #define MIXPREC_GRAPH_H
 
@@ -28,6 +28,10 @@ MP_API mp_graph *mp_graph_create(void);
 MP_API void mp_graph_destroy(mp_graph *g);
 /** The first error met while building (construction calls return -1 after it). */
 MP_API mp_status mp_graph_status(const mp_graph *g);
+/** That error's message ("" where the graph has none), which plans,
+ * trainers, optimizers and policies made from the graph quote when they
+ * refuse it; "null graph" for NULL. Valid while g lives. */
+MP_API const char *mp_graph_error(const mp_graph *g);
 
 /** Image input: per-sample shape (C, H, W); the batch size is chosen when a
  * plan or trainer is made. */

@@ -126,7 +126,7 @@ static void record_params(mp_graph *g) {
 }
 
 mp_status mp_graph_apply_policy(mp_graph *g, mp_policy_opts o) {
-    if (!g || g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "precision policy: the graph has an error");
+    MP_TRY(mp_graph_check_built(g, "precision policy"));
     if ((unsigned)o.precision >= MP_PRECISION_COUNT)
         return mp_error(MP_ERR_INVALID_ARG, "precision policy: unknown policy %d", (int)o.precision);
     if (o.bn_low && has_master(o.precision))

@@ -40,9 +40,20 @@ void mp_graph_user_gone(mp_graph *g) {
 
 mp_status mp_graph_status(const mp_graph *g) { return g ? g->status : MP_ERR_INVALID_ARG; }
 
+const char *mp_graph_error(const mp_graph *g) { return !g ? "null graph" : g->status != MP_OK ? g->error : ""; }
+
 mp_node mp_graph_fail(mp_graph *g, mp_status s) {
-    if (g->status == MP_OK) g->status = s;
+    if (g->status == MP_OK) {
+        g->status = s;
+        snprintf(g->error, sizeof g->error, "%s", mp_last_error());
+    }
     return -1;
+}
+
+mp_status mp_graph_check_built(const mp_graph *g, const char *who) {
+    if (!g) return mp_error(MP_ERR_INVALID_ARG, "%s: null graph", who);
+    if (g->status == MP_OK) return MP_OK;
+    return mp_error(MP_ERR_INVALID_ARG, "%s: the graph has a construction error: %s", who, g->error);
 }
 
 static float *alloc_floats(int64_t n) {

@@ -50,6 +50,7 @@ struct mp_graph {
     mp_gparam *params;
     int n_params, cap_params;
     mp_status status;            /* first construction error */
+    char error[512];             /* its message ("": none), which later refusals quote */
     bool params_initialized;
     mp_policy_info policy;       /* what the applied precision policy implies (amp/policy.c) */
     /* plans made from this graph and not yet destroyed (graph/plan.c): they
@@ -69,8 +70,13 @@ struct mp_graph {
  * while they were alive and none is left. */
 void mp_graph_user_gone(mp_graph *g);
 
-/* Record a construction error in g (the first one stays); returns -1, no node. */
+/* Record a construction error in g (the first one stays, with the message
+ * mp_error just set); returns -1, no node. */
 mp_node mp_graph_fail(mp_graph *g, mp_status s);
+/* MP_OK where g exists and was built without error; else MP_ERR_INVALID_ARG
+ * whose message, led by `who` ("plan", "trainer", ...), quotes the graph's
+ * first construction error. */
+mp_status mp_graph_check_built(const mp_graph *g, const char *who);
 /* Add a node; infers shapes with batch 1 and creates its parameters. */
 mp_node mp_graph_add(mp_graph *g, mp_op_kind kind, const char *name, const mp_op_attr *attr,
                      const mp_node *inputs, int n_in);

@@ -332,11 +332,7 @@ static void bind_calls(mp_plan *p) {
 mp_status mp_plan_create(mp_graph *g, mp_plan_opts o, mp_plan **out) {
     if (!out) return mp_error(MP_ERR_INVALID_ARG, "plan: no output pointer");
     *out = NULL;
-    if (!g || g->status != MP_OK) {
-        char why[512]; /* mp_last_error() is the buffer mp_error writes: copy it first */
-        snprintf(why, sizeof why, "%s", g ? mp_last_error() : "null graph");
-        return mp_error(MP_ERR_INVALID_ARG, "plan: the graph has an error: %s", why);
-    }
+    MP_TRY(mp_graph_check_built(g, "plan"));
     if (o.batch <= 0) return mp_error(MP_ERR_INVALID_ARG, "plan: batch size %d must be positive", o.batch);
     if (o.native_bf16 != MP_NATIVE_AUTO && o.native_bf16 != MP_NATIVE_OFF && o.native_bf16 != MP_NATIVE_ON)
         return mp_error(MP_ERR_INVALID_ARG, "plan: native_bf16 %d is not MP_NATIVE_AUTO, _OFF or _ON",

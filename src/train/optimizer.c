@@ -24,7 +24,7 @@ mp_status mp_optimizer_create(mp_graph *g, const mp_optimizer_opts *o, mp_optimi
     if (!out) return mp_error(MP_ERR_INVALID_ARG, "optimizer: no output pointer");
     *out = NULL;
     if (!g || !o) return mp_error(MP_ERR_INVALID_ARG, "optimizer: null graph or options");
-    if (g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "optimizer: the graph has a construction error");
+    MP_TRY(mp_graph_check_built(g, "optimizer"));
     mp_lr_schedule lr = o->lr;
     MP_TRY(mp_lr_schedule_check(&lr));
     const char *prefix = o->params ? o->params : "";

@@ -257,7 +257,7 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
     if (!out) return mp_error(MP_ERR_INVALID_ARG, "trainer: no output pointer");
     *out = NULL;
     if (!g || !o) return mp_error(MP_ERR_INVALID_ARG, "trainer: null graph or options");
-    if (g->status != MP_OK) return mp_error(MP_ERR_INVALID_ARG, "trainer: the graph has a construction error");
+    MP_TRY(mp_graph_check_built(g, "trainer"));
     mp_trainer *t = calloc(1, sizeof *t);
     if (!t) return mp_error(MP_ERR_NOMEM, "trainer: out of memory");
     t->g = g;
