@@ -444,6 +444,43 @@ static void test_export_names_stable(void) {
     mp_graph_destroy(g);
 }
 
+/* A prefix is kept whole in every imported name (it was cut to 16
+ * characters: two imports whose prefixes shared those were told apart only
+ * by "_2"); one that names could not keep, or a negative input dimension,
+ * is refused by name. */
+static void test_import_prefix(void) {
+    mp_graph *g = mp_graph_create();
+    mp_node x = mp_graph_input(g, "image", 1, 8, 8);
+    mp_node f = mp_linear(g, "fc", mp_flatten(g, "flat", x), (mp_linear_opts){.out_features = 3});
+    mp_graph_init_params(g, 1);
+    const char *path = scratch_path(dir, "prefix.onnx");
+    CHECK_ERR(mp_graph_to_onnx(g, x, f, path, NULL), MP_OK);
+    mp_graph *h = mp_graph_create();
+    mp_onnx_info info;
+    const char *prefixes[2] = {"discriminator_real_", "discriminator_fake_"};
+    for (int k = 0; k < 2; k++) {
+        CHECK_ERR(mp_graph_from_onnx(h, path, &(mp_onnx_opts){.prefix = prefixes[k]}, &info), MP_OK);
+        char want[64];
+        snprintf(want, sizeof want, "%sfc", prefixes[k]);
+        CHECK(mp_graph_find(h, want) >= 0, "no node '%s'", want);
+        snprintf(want, sizeof want, "%simage", prefixes[k]);
+        CHECK(!strcmp(mp_graph_node_name(h, info.input), want), "input '%s', want '%s'",
+              mp_graph_node_name(h, info.input), want);
+    }
+    CHECK(mp_graph_find(h, "discriminator_real_fc_2") < 0, "the second import was told apart by a suffix");
+    mp_graph *k = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(k, path, &(mp_onnx_opts){.prefix = "a_prefix_longer_than_thirty_two_chars_"}, &info),
+              MP_ERR_INVALID_ARG, "mp_onnx_opts.prefix", "longer than 32 characters");
+    CHECK_ERR(mp_graph_from_onnx(k, path, &(mp_onnx_opts){.prefix = "d/"}, &info), MP_ERR_INVALID_ARG,
+              "mp_onnx_opts.prefix 'd/' has '/' at byte 1");
+    CHECK_ERR(mp_graph_from_onnx(k, path, &(mp_onnx_opts){.c = -1, .h = -5, .w = -5, .override_shape = true}, &info),
+              MP_ERR_INVALID_ARG, "mp_onnx_opts.c = -1 is negative");
+    CHECK(mp_graph_node_count(k) == 0, "a refused import added %d nodes", mp_graph_node_count(k));
+    mp_graph_destroy(k);
+    mp_graph_destroy(h);
+    mp_graph_destroy(g);
+}
+
 /* A folded Slice with a negative step clamps a start before the first
  * element to it (ONNX: to [0, len - 1]); it was clamped to -1, which left
  * nothing: here v[-10:-100:-1] of v = [-1, 0] is [-1], so the Reshape's
@@ -577,6 +614,7 @@ int main(void) {
         test_export_tied();
         test_export_name_clash();
         test_export_names_stable();
+    test_import_prefix();
         test_fold_slice_negative_step();
         test_dropout_training_mode();
         test_valid();

@@ -31,16 +31,17 @@ typedef void (*mp_onnx_param_fn)(void *arg, const char *param, const char *initi
 /** Import options; zero fields take the defaults beside them. */
 typedef struct {
     /** Per-sample input shape (C, H, W) for the dims the model leaves dynamic
-     * (0: none given; a dynamic dim is then an error naming the input):
-     * channels, */
+     * (0: none given; a dynamic dim is then an error naming the input;
+     * negative: MP_ERR_INVALID_ARG): channels, */
     int c;
     int h; /**< height, */
     int w; /**< and width */
     /** Use c, h, w even where the model fixes them (e.g. a CNN with global
      * pooling exported at 224x224, run at 32x32). */
     bool override_shape;
-    /** Prepended to every node name (NULL: none), e.g. to import two models
-     * into one graph. */
+    /** Prepended whole to every node name (NULL: none), e.g. to import two
+     * models into one graph: at most 32 characters of [A-Za-z0-9_]
+     * (MP_ERR_INVALID_ARG otherwise). */
     const char *prefix;
     mp_onnx_param_fn on_param; /**< the parameter mapping (NULL: not reported) */
     void *on_param_arg;        /**< passed to on_param */

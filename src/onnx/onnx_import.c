@@ -125,9 +125,8 @@ static mp_status make_input(onnx_ctx *c, mp_node *input) {
     if (dims[1] * dims[2] * dims[3] > ((int64_t)1 << 28))
         return mp_error(MP_ERR_SHAPE, "%s: input '%s' of %lldx%lldx%lld is too large (at most 2^28 values per sample)",
                         c->path, in->name, (long long)dims[1], (long long)dims[2], (long long)dims[3]);
-    char name[MP_NAME_MAX], base[MP_NAME_MAX + 20];
-    snprintf(base, sizeof base, "%.16s%.60s", c->o.prefix ? c->o.prefix : "", in->name);
-    onnx_unique_name(c, base, NULL, name);
+    char name[MP_NAME_MAX];
+    onnx_unique_name(c, in->name, NULL, name);
     *input = mp_graph_input(c->g, name, (int)dims[1], (int)dims[2], (int)dims[3]);
     if (*input < 0) return mp_error(mp_graph_status(c->g), "%s: input '%s': %s", c->path, in->name, mp_last_error());
     return onnx_new_act(c, in->name, *input, (int)rank, dims);
@@ -214,15 +213,40 @@ static mp_status import(onnx_ctx *c, mp_onnx_info *info, int *out_ndim, int64_t 
     return mp_graph_status(c->g);
 }
 
+/* The longest prefix: every node name keeps it whole and still has room
+ * for 16 characters of its ONNX name and a suffix within MP_NAME_MAX. */
+#define ONNX_PREFIX_MAX 32
+
+/* Options the import cannot honour: a prefix that node names could not
+ * keep as given, a negative input dimension. */
+static mp_status check_opts(const char *path, const mp_onnx_opts *o) {
+    const int dims[3] = {o->c, o->h, o->w};
+    static const char *const names[3] = {"c", "h", "w"};
+    for (int k = 0; k < 3; k++)
+        if (dims[k] < 0)
+            return mp_error(MP_ERR_INVALID_ARG, "%s: mp_onnx_opts.%s = %d is negative (0: the model's own)", path,
+                            names[k], dims[k]);
+    const char *p = o->prefix ? o->prefix : "";
+    if (strlen(p) > ONNX_PREFIX_MAX)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: mp_onnx_opts.prefix '%s' is longer than %d characters", path, p,
+                        ONNX_PREFIX_MAX);
+    for (const char *q = p; *q; q++)
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_'))
+            return mp_error(MP_ERR_INVALID_ARG, "%s: mp_onnx_opts.prefix '%s' has '%c' at byte %d; node names take "
+                            "[A-Za-z0-9_]", path, p, *q, (int)(q - p));
+    return MP_OK;
+}
+
 static mp_status from_onnx(mp_graph *g, const char *path, const mp_onnx_opts *o, mp_onnx_info *info, int *out_ndim,
                            int64_t *out_dims) {
     memset(info, 0, sizeof *info);
     info->input = info->output = -1;
     if (!g || !path) return mp_error(MP_ERR_INVALID_ARG, "mp_graph_from_onnx: graph and path are required");
     if (mp_graph_status(g) != MP_OK)
-        return mp_error(MP_ERR_INVALID_ARG, "%s: the graph already failed: %s", path, mp_last_error());
+        return mp_error(MP_ERR_INVALID_ARG, "%s: the graph already failed: %s", path, mp_graph_error(g));
     onnx_ctx c = {.path = path, .g = g, .input_batch = -1};
     if (o) c.o = *o;
+    MP_TRY(check_opts(path, &c.o));
     Onnx__ModelProto *m;
     MP_TRY(onnx_read_model(path, &m));
     c.graph = m->graph;

@@ -79,9 +79,12 @@ mp_status onnx_const(onnx_ctx *c, int k, onnx_value **out);
 mp_status onnx_conform(onnx_ctx *c, onnx_value *v, mp_node *out);
 /* A reshape node `name` of node x to the per-sample shape dims[1 .. ndim). */
 mp_status onnx_reshape_node(onnx_ctx *c, const char *name, mp_node x, int ndim, const int64_t *dims, mp_node *out);
-/* A mixprec node name from base + suffix (sanitized, shortened) that no
- * node has yet. */
+/* A mixprec node name that no node has yet: the options' prefix whole, then
+ * base (sanitized, its end kept where too long), suffix, "_N" where taken. */
 void onnx_unique_name(onnx_ctx *c, const char *base, const char *suffix, char out[MP_NAME_MAX]);
+/* As onnx_unique_name for a node derived from node_name, a name made by it
+ * (the prefix not repeated). */
+void onnx_derived_name(onnx_ctx *c, const char *node_name, const char *suffix, char out[MP_NAME_MAX]);
 /* The current node's mixprec name: the prefix and its ONNX name, else op
  * type + index. */
 void onnx_node_name(onnx_ctx *c, char out[MP_NAME_MAX]);

@@ -170,7 +170,7 @@ mp_status onnx_emit_batchnorm(onnx_ctx *c, const char *name) {
     if (x->ndim == 2) {
         char rn[MP_NAME_MAX];
         const int64_t d4[4] = {ONNX_BATCH, ch, 1, 1};
-        onnx_unique_name(c, name, "_4d", rn);
+        onnx_derived_name(c, name, "_4d", rn);
         MP_TRY(onnx_reshape_node(c, rn, xin, 4, d4, &xin));
     }
     /* ONNX: running = momentum * running + (1 - momentum) * batch; mixprec

@@ -168,7 +168,7 @@ mp_status onnx_conform(onnx_ctx *c, onnx_value *v, mp_node *out) {
         return MP_OK;
     }
     char name[MP_NAME_MAX];
-    onnx_unique_name(c, nd->name, "_r", name);
+    onnx_derived_name(c, nd->name, "_r", name);
     MP_TRY(onnx_reshape_node(c, name, v->node, v->ndim, v->dims, out));
     v->node = *out; /* later readers use the reshaped node */
     return MP_OK;
@@ -189,33 +189,37 @@ static void sanitize(const char *in, char *out, size_t n) {
 }
 
 void onnx_unique_name(onnx_ctx *c, const char *base, const char *suffix, char out[MP_NAME_MAX]) {
-    char clean[256], b[64];
+    const char *pre = c->o.prefix ? c->o.prefix : ""; /* checked: [A-Za-z0-9_], at most ONNX_PREFIX_MAX */
+    const size_t pl = strlen(pre);
+    char clean[256], b[MP_NAME_MAX];
     sanitize(base ? base : "", clean, sizeof clean);
     if (!clean[0]) snprintf(clean, sizeof clean, "node");
-    /* the base's last characters: the most specific part of exporters'
-     * path-like names */
-    const size_t room = 48, len = strlen(clean);
+    /* the prefix whole, then the base's last characters (the most specific
+     * part of exporters' path-like names), the suffix, room for "_N" */
+    const size_t room = MP_NAME_MAX - 1 - pl - 8 - 7, len = strlen(clean);
     const char *tail = len > room ? clean + (len - room) : clean;
     while (*tail == '_' && tail[1]) tail++;
-    snprintf(b, sizeof b, "%.48s%.8s", tail, suffix ? suffix : "");
+    snprintf(b, sizeof b, "%s%.*s%.8s", pre, (int)room, tail, suffix ? suffix : "");
     char cand[MP_NAME_MAX + 16] = {0};
     snprintf(cand, sizeof cand, "%s", b);
     for (unsigned k = 2; mp_graph_find(c->g, cand) >= 0 || !strcmp(cand, "labels") || !strcmp(cand, "loss"); k++)
-        snprintf(cand, sizeof cand, "%.50s_%u", b, k % 1000000u);
+        snprintf(cand, sizeof cand, "%s_%u", b, k % 1000000u);
     memcpy(out, cand, MP_NAME_MAX - 1);
     out[MP_NAME_MAX - 1] = 0;
 }
 
+void onnx_derived_name(onnx_ctx *c, const char *node_name, const char *suffix, char out[MP_NAME_MAX]) {
+    const size_t pl = c->o.prefix ? strlen(c->o.prefix) : 0; /* node_name starts with it: onnx_unique_name made it */
+    onnx_unique_name(c, strlen(node_name) >= pl ? node_name + pl : node_name, suffix, out);
+}
+
 void onnx_node_name(onnx_ctx *c, char out[MP_NAME_MAX]) {
-    char base[128];
+    char base[160];
     const Onnx__NodeProto *n = c->node;
     char clean[128];
     sanitize(n->name ? n->name : "", clean, sizeof clean);
-    const char *pre = c->o.prefix ? c->o.prefix : "";
-    const size_t room = 48 - (strlen(pre) < 16 ? strlen(pre) : 16), len = strlen(clean);
-    const char *tail = len > room ? clean + (len - room) : clean;
-    if (clean[0]) snprintf(base, sizeof base, "%.16s%s", pre, tail);
-    else snprintf(base, sizeof base, "%.16s%s_%d", pre, n->op_type ? n->op_type : "node", c->node_index);
+    if (clean[0]) snprintf(base, sizeof base, "%s", clean);
+    else snprintf(base, sizeof base, "%s_%d", n->op_type ? n->op_type : "node", c->node_index);
     onnx_unique_name(c, base, NULL, out);
 }
 
