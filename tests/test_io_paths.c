@@ -1,11 +1,15 @@
 /* test_io_paths.c — user paths that are not plain files: reading one never
  * blocks (io/input_file.h), and output paths are checked, opened without
- * blocking, their write errors reported (a full disk: /dev/full) and a killed
- * save's temporary files removed (io/output_path.h). */
+ * blocking, their write errors reported (a full disk: /dev/full), written
+ * whole or not at all (a file size limit) and a killed save's temporary files
+ * removed (io/output_path.h). */
 #define _GNU_SOURCE /* nftw in scratch_dir.h */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,6 +99,55 @@ static void test_output_open(void) {
     CHECK_ERR(mp_output_close(full, "/dev/full", NULL), MP_ERR_IO, "/dev/full: write failed: No space left on device");
 }
 
+/* The bytes of file path into buf (at most cap); -1 when it cannot be read. */
+static long read_back(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    const size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return (long)n;
+}
+
+/* Whether the scratch folder holds a "<name>.tmp.*" file. */
+static bool tmp_left(const char *name) {
+    DIR *d = opendir(tmp);
+    bool found = false;
+    for (struct dirent *e; d && (e = readdir(d));)
+        found |= !strncmp(e->d_name, name, strlen(name)) && !strncmp(e->d_name + strlen(name), ".tmp.", 5);
+    if (d) closedir(d);
+    return found;
+}
+
+static void test_write_atomic(void) {
+    const char *model = tpath("model.onnx"), *fresh = tpath("fresh.onnx");
+    char buf[8192], big[8192];
+    memset(big, 'x', sizeof big);
+    CHECK_ERR(mp_output_write_atomic(model, "-o", "first", 5), MP_OK);
+    CHECK(read_back(model, buf, sizeof buf) == 5 && !memcmp(buf, "first", 5), "new file not written");
+    /* a replaced file keeps its permission bits */
+    chmod(model, 0600);
+    CHECK_ERR(mp_output_write_atomic(model, "-o", "second", 6), MP_OK);
+    struct stat st;
+    CHECK(stat(model, &st) == 0 && (st.st_mode & 0777) == 0600, "mode %o after a replace", st.st_mode & 0777);
+    CHECK(read_back(model, buf, sizeof buf) == 6 && !memcmp(buf, "second", 6), "file not replaced");
+    CHECK_ERR(mp_output_write_atomic(tpath("fifo"), "-o", "x", 1), MP_ERR_IO, "is a FIFO");
+    /* a file size limit (as a full disk) fails the write: the old file stays whole, no new or temporary one */
+    struct rlimit old, low = {.rlim_cur = 4096, .rlim_max = 0};
+    getrlimit(RLIMIT_FSIZE, &old);
+    low.rlim_max = old.rlim_max;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    if (setrlimit(RLIMIT_FSIZE, &low) == 0) {
+        CHECK_ERR(mp_output_write_atomic(model, "-o", big, sizeof big), MP_ERR_IO,
+                  "-o ", "model.onnx: write failed: File too large (writing the temporary file ", ".tmp.");
+        CHECK_ERR(mp_output_write_atomic(fresh, NULL, big, sizeof big), MP_ERR_IO, "write failed: File too large");
+        setrlimit(RLIMIT_FSIZE, &old);
+        CHECK(read_back(model, buf, sizeof buf) == 6 && !memcmp(buf, "second", 6), "a failed write changed the file");
+        CHECK(access(fresh, F_OK) != 0, "a failed write left a new file");
+        CHECK(!tmp_left("model.onnx") && !tmp_left("fresh.onnx"), "a failed write left its temporary file");
+    }
+    signal(SIGXFSZ, was);
+}
+
 static void test_stale_tmp(void) {
     const char *target = tpath("run.safetensors");
     char dead[4300], live[4300], other[4300], odd[4300];
@@ -118,6 +171,7 @@ int main(void) {
     test_input();
     test_output_check();
     test_output_open();
+    test_write_atomic();
     test_stale_tmp();
     scratch_dir_remove(tmp);
     return test_summary("test_io_paths");

@@ -155,6 +155,73 @@ mp_status mp_output_close(FILE *f, const char *path, const char *option) {
     return s;
 }
 
+static int write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        const ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* A new file tmp, with the permission bits of the file `path` it will replace. */
+static int create_tmp(const char *path, const char *tmp) {
+    unlink(tmp); /* a leftover of an earlier process with this pid */
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW, 0666);
+    struct stat st;
+    if (fd >= 0 && stat(path, &st) == 0 && fchmod(fd, st.st_mode & 07777) != 0) {
+        const int err = errno;
+        close(fd);
+        unlink(tmp);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+/* Write tmp and rename it over path: NULL when done, else the step that
+ * failed, with errno set and tmp removed. */
+static const char *commit(const char *path, const char *tmp, const void *data, size_t n) {
+    const int fd = create_tmp(path, tmp);
+    if (fd < 0) return "creating";
+    const char *step = write_all(fd, data, n) ? "writing" : fsync(fd) ? "syncing" : NULL;
+    int err = errno;
+    if (close(fd) != 0 && !step) step = "closing", err = errno;
+    if (!step && rename(tmp, path) != 0) step = "renaming", err = errno;
+    if (step) unlink(tmp);
+    errno = err;
+    return step;
+}
+
+/* fsync the directory holding path, so that a rename into it is durable; file
+ * systems that cannot sync a directory count as done. */
+static int sync_parent_dir(const char *path) {
+    char dir[4096];
+    parent_of(path, dir, sizeof dir);
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const int r = fsync(fd), err = errno;
+    close(fd);
+    errno = err;
+    return r == 0 || err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP ? 0 : -1;
+}
+
+mp_status mp_output_write_atomic(const char *path, const char *option, const void *data, size_t n) {
+    MP_TRY(mp_output_path_check(path, option)); /* path is shorter than 4096 bytes */
+    char w[4200], tmp[4200];
+    who(option, path, w, sizeof w);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    mp_output_remove_stale_tmp(path);
+    const char *step = commit(path, tmp, data, n);
+    if (step)
+        return mp_error(MP_ERR_IO, "%s: write failed: %s (%s the temporary file %s)", w, strerror(errno), step, tmp);
+    if (sync_parent_dir(path) != 0)
+        return mp_error(MP_ERR_IO, "%s: written, but syncing its directory failed: %s", w, strerror(errno));
+    return MP_OK;
+}
+
 void mp_output_remove_stale_tmp(const char *path) {
     char dir[4096];
     if (strlen(path) >= sizeof dir) return;

@@ -41,6 +41,14 @@ mp_status mp_output_flush(FILE *f, const char *path, const char *option);
  * in every case. */
 mp_status mp_output_close(FILE *f, const char *path, const char *option);
 
+/* Write the n bytes at data to `path` whole or not at all, as checkpoints
+ * are written: `path` checked as by mp_output_path_check, the bytes written
+ * to "<path>.tmp.<pid>" in the same directory (with the mode of the file it
+ * replaces), synced, then renamed over `path`. On failure `path` is as it
+ * was, the temporary file is gone and the message gives the system's reason:
+ * "<option> <path>: write failed: <why> (<step> the temporary file <tmp>)". */
+mp_status mp_output_write_atomic(const char *path, const char *option, const void *data, size_t n);
+
 /* Remove "<path>.tmp.<pid>" files (an atomic writer's temporary files) left
  * by processes that no longer run, e.g. a save killed mid-write. Files of
  * running processes, and anything not a regular file, are left alone. */
