@@ -20,13 +20,8 @@ static mp_status write_file(const char *path, const Onnx__ModelProto *m) {
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) return mp_error(MP_ERR_NOMEM, "%s: out of memory packing %zu bytes", path, n);
     onnx__model_proto__pack(m, buf);
-    FILE *f = NULL;
-    mp_status s = mp_output_open(path, NULL, false, &f);
-    if (s == MP_OK && fwrite(buf, 1, n, f) != n) s = mp_error(MP_ERR_IO, "%s: write failed", path);
-    if (f) {
-        mp_status c = mp_output_close(f, path, NULL);
-        if (s == MP_OK) s = c;
-    }
+    /* a failed write (a full disk) must not leave an existing model truncated */
+    const mp_status s = mp_output_write_atomic(path, NULL, buf, n);
     free(buf);
     return s;
 }
