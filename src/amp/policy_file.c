@@ -96,15 +96,17 @@ mp_status mp_policy_file_write(const char *path, const mp_doctor_report *r) {
     cJSON_AddItemToObject(root, "doctor", doc);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
-    if (!text) return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
-    FILE *f = NULL;
-    mp_status s = mp_output_open(path, "--policy-out", false, &f);
-    if (s == MP_OK) {
-        fputs(text, f);
-        fputc('\n', f);
-        s = mp_output_close(f, path, "--policy-out");
+    const size_t len = text ? strlen(text) : 0;
+    char *line = text ? malloc(len + 1) : NULL;
+    if (line) {
+        memcpy(line, text, len);
+        line[len] = '\n';
     }
     cJSON_free(text);
+    if (!line) return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+    /* a failed write (a full disk) must not leave an earlier policy truncated */
+    const mp_status s = mp_output_write_atomic(path, "--policy-out", line, len + 1);
+    free(line);
     return s;
 }
 
