@@ -7,7 +7,9 @@
 #   - no sanitizer report (the suite runs under ASan+UBSan too),
 #   - no hang (each run is bounded with `timeout`),
 #   - nothing that existed before the run was overwritten (checksums and
-#     types of every file under the work folder, and of /dev/null, /dev/full).
+#     types of every file under the work folder, and of /dev/null, /dev/full),
+#     not even by a write that fails (an existing export under a file size
+#     limit).
 # Every bad file is made here, at test time (python3, standard library).
 # The rows in the second table exercise the training step and checkpoint
 # loading (shapes and values checked against the model, divergence).
@@ -161,6 +163,7 @@ $py "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$in" 100 \
   || { echo "FAIL: making the .npy files"; exit 1; }
 # a set for each command, so a failure of one leaves the other's inputs whole
 cp "$in/model.onnx" "$in/model_t.onnx" && cp "$in/x.npy" "$in/xt.npy" && cp "$in/y.npy" "$in/yt.npy"
+cp "$in/model.onnx" "$in/export_keep.onnx" # an earlier export that a failed one must leave whole
 npy=(--data "npy:$in/x.npy,$in/y.npy" --batch 10)
 npy_t=(--data "npy:$in/xt.npy,$in/yt.npy" --batch 10)
 
@@ -342,6 +345,13 @@ row log_no_dir 2 "--log $work/no/such/dir/x.jsonl: directory $work/no/such/dir d
 row log_full_device 2 "--log /dev/full: is a character device" -- "${run[@]}" --log /dev/full
 row log_fifo 2 "--log $in/out_fifo: is a FIFO" -- "${run[@]}" --log "$in/out_fifo"
 WRAP=fsize0 row log_disk_full 1 "--log log.jsonl: write failed: File too large" -- "${run[@]}" --log log.jsonl
+# a failed export leaves an existing model whole (the runner compares it), and no new or temporary file
+ex=(export --checkpoint "$ck" --input-shape 1x8x8)
+WRAP=fsize0 row export_disk_full 1 "^mixprec export: $in/export_keep.onnx: write failed: File too large \(writing the \
+temporary file $in/export_keep.onnx.tmp.[0-9]+\)$" -- "${ex[@]}" -o "$in/export_keep.onnx"
+WRAP=fsize0 row export_new_disk_full 1 "^mixprec export: new.onnx: write failed: File too large" -- "${ex[@]}" -o new.onnx
+left=$(ls "$in" "$work/c/export_new_disk_full" | grep -E "\.onnx\.tmp\.|^new\.onnx")
+[ -z "$left" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: a failed export left files: $left"; }
 row log_is_save 2 "--save run.st and --log ./run.st name the same file" -- "${run[@]}" --save run.st --log ./run.st
 row csv_is_log 2 "--log $in/existing.txt and --monitor-csv $in/../in/existing.txt name the same file" -- "${run[@]}" --log "$in/existing.txt" --monitor-csv "$in/../in/existing.txt"
 row log_is_resume 2 "--resume $ck and --log $ck name the same file" -- "${run[@]}" --resume "$ck" --log "$ck"

@@ -4,7 +4,8 @@
 # with; bad policy files and conflicting options are one stderr line naming
 # the file and the key with a non-zero exit; --verify's table and
 # --precision-override kept in the policy; `train --numerics-log` writes
-# one valid JSON object per line; bad --numerics-every and doctor options.
+# one valid JSON object per line; bad --numerics-every and doctor options; a
+# --policy-out whose write fails is left as it was.
 set -u
 . "$(dirname "$0")/expect.sh"
 bin=$(realpath "$1")
@@ -78,6 +79,14 @@ else bad "--bn-low under the file's bf16: BatchNorm is not bf16: $bn $(cat err.t
 expect 2 '--probe-steps 0 is out of range' -- "$bin" doctor "${D[@]}" --probe-steps 0
 expect 2 "--planned-steps 'x'" -- "$bin" doctor "${D[@]}" --planned-steps x
 expect 2 '--policy-out .*/nodir/p.json' -- "$bin" doctor "${D[@]}" --policy-out "$work/nodir/p.json"
+# a write that fails (a file size limit, as a full disk) leaves the earlier policy whole and no temporary file
+cp pol.json kept.json
+(trap '' XFSZ; ulimit -f 0; exec timeout 300 "$bin" doctor "${D[@]}" --probe-steps 1 --policy-out kept.json) \
+  2>&1 >/dev/null | cat >err.txt # through a pipe: the limit would stop the messages to a file too
+rc=${PIPESTATUS[0]}
+if [ "$rc" = 1 ] && [ "$(wc -l <err.txt)" = 1 ] && cmp -s pol.json kept.json && ! ls kept.json.tmp.* >/dev/null 2>&1 &&
+    grep -q "^mixprec doctor: --policy-out kept.json: write failed: File too large" err.txt; then ok
+else bad "doctor --policy-out under ulimit -f 0: rc $rc, $(cat err.txt) $(cmp pol.json kept.json)"; fi
 expect 2 '--gpus is not a doctor option' -- "$bin" doctor "${D[@]}" --gpus 2
 expect 2 "unknown option '--bogus'" -- "$bin" doctor --bogus
 
