@@ -235,10 +235,31 @@ mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *
     return MP_OK;
 }
 
-int cli_check_output(const char *cmd, const char *option, const char *path) {
-    if (!path || mp_output_path_check(path, option) == MP_OK) return 0;
-    fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error());
+/* Whether path is the regular file that descriptor fd (standard output or
+ * error, redirected to a file) writes to. */
+static bool is_file_of_fd(const char *path, int fd) {
+    struct stat sf, sp;
+    return fstat(fd, &sf) == 0 && S_ISREG(sf.st_mode) && stat(path, &sp) == 0 && sf.st_dev == sp.st_dev &&
+           sf.st_ino == sp.st_ino;
+}
+
+/* 0, or 2 after a message when path is where standard output or error goes:
+ * the command's own lines would be mixed into the file. */
+static int check_not_std_stream(const char *cmd, const char *option, const char *path) {
+    const char *stream = is_file_of_fd(path, 1) ? "output" : is_file_of_fd(path, 2) ? "error" : NULL;
+    if (!stream) return 0;
+    fprintf(stderr, "mixprec %s: %s %s is the file standard %s is redirected to: the command's messages would be "
+                    "mixed into it; give %s another path\n", cmd, option, path, stream, option);
     return 2;
+}
+
+int cli_check_output(const char *cmd, const char *option, const char *path) {
+    if (!path) return 0;
+    if (mp_output_path_check(path, option) != MP_OK) {
+        fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error());
+        return 2;
+    }
+    return check_not_std_stream(cmd, option, path);
 }
 
 int cli_check_output_dir(const char *cmd, const char *option, const char *dir) {

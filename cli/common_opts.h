@@ -98,7 +98,10 @@ mp_status common_opts_optimizer(const common_opts *c, mp_optim_opts *oo, float *
 
 /* Output paths checked right after option parsing, before any data is read
  * or training starts (see io/output_path.h): 0 when `path` is NULL or fine,
- * else 2 after printing "mixprec <cmd>: <option> <path>: why". */
+ * else 2 after printing "mixprec <cmd>: <option> <path>: why". A file output
+ * is never the file standard output or error is redirected to (`-o m.onnx >
+ * m.onnx`, `--log /dev/stdout > x`): the command's messages would be mixed
+ * into it. */
 int cli_check_output(const char *cmd, const char *option, const char *path);
 int cli_check_output_dir(const char *cmd, const char *option, const char *dir);
 /* cli_check_output_dir, and the folder must not hold the regular file

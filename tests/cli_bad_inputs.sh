@@ -352,6 +352,14 @@ temporary file $in/export_keep.onnx.tmp.[0-9]+\)$" -- "${ex[@]}" -o "$in/export_
 WRAP=fsize0 row export_new_disk_full 1 "^mixprec export: new.onnx: write failed: File too large" -- "${ex[@]}" -o new.onnx
 left=$(ls "$in" "$work/c/export_new_disk_full" | grep -E "\.onnx\.tmp\.|^new\.onnx")
 [ -z "$left" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: a failed export left files: $left"; }
+# an output that is the file standard output or error goes to (each row's cwd holds its out and err): the
+# command's messages would be mixed into it
+sr="is the file standard output is redirected to: the command's messages would be mixed into it"
+row export_is_stdout 2 "^mixprec export: -o out $sr; give -o another path$" -- "${ex[@]}" -o out
+row export_dev_stdout 2 "^mixprec export: -o /dev/stdout $sr" -- "${ex[@]}" -o /dev/stdout
+row log_dev_stdout 2 "^mixprec train: --log /dev/stdout $sr" -- "${run[@]}" --log /dev/stdout
+row monitor_csv_is_stdout 2 "^mixprec train: --monitor-csv ./out $sr" -- "${run[@]}" --monitor-csv ./out
+row save_is_stderr 2 "^mixprec train: --save err is the file standard error is redirected to" -- "${run[@]}" --save err
 row log_is_save 2 "--save run.st and --log ./run.st name the same file" -- "${run[@]}" --save run.st --log ./run.st
 row csv_is_log 2 "--log $in/existing.txt and --monitor-csv $in/../in/existing.txt name the same file" -- "${run[@]}" --log "$in/existing.txt" --monitor-csv "$in/../in/existing.txt"
 row log_is_resume 2 "--resume $ck and --log $ck name the same file" -- "${run[@]}" --resume "$ck" --log "$ck"

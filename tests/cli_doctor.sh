@@ -5,7 +5,8 @@
 # the file and the key with a non-zero exit; --verify's table and
 # --precision-override kept in the policy; `train --numerics-log` writes
 # one valid JSON object per line; bad --numerics-every and doctor options; a
-# --policy-out whose write fails is left as it was.
+# --policy-out that is standard output's file is refused, and one whose write
+# fails is left as it was.
 set -u
 . "$(dirname "$0")/expect.sh"
 bin=$(realpath "$1")
@@ -79,6 +80,10 @@ else bad "--bn-low under the file's bf16: BatchNorm is not bf16: $bn $(cat err.t
 expect 2 '--probe-steps 0 is out of range' -- "$bin" doctor "${D[@]}" --probe-steps 0
 expect 2 "--planned-steps 'x'" -- "$bin" doctor "${D[@]}" --planned-steps x
 expect 2 '--policy-out .*/nodir/p.json' -- "$bin" doctor "${D[@]}" --policy-out "$work/nodir/p.json"
+# the policy file is the file standard output goes to: refused, as the report would be mixed into it
+timeout 300 "$bin" doctor "${D[@]}" --probe-steps 1 --policy-out stdout.json >stdout.json 2>err.txt; rc=$?
+[ "$rc" = 2 ] && grep -q "^mixprec doctor: --policy-out stdout.json is the file standard output is redirected to" \
+  err.txt && ok || bad "doctor --policy-out stdout.json >stdout.json: rc $rc, $(cat err.txt)"
 # a write that fails (a file size limit, as a full disk) leaves the earlier policy whole and no temporary file
 cp pol.json kept.json
 (trap '' XFSZ; ulimit -f 0; exec timeout 300 "$bin" doctor "${D[@]}" --probe-steps 1 --policy-out kept.json) \
