@@ -145,6 +145,10 @@ static int parse(int argc, char **argv, gan_args *t) {
     return 0;
 }
 
+/* The sample grid of every epoch is a gray or an RGB image. */
+#define GRID_CHANNELS "channels, but the sample grids need 1 (gray) or 3 (RGB)"
+static bool grid_channels_ok(int c) { return c == 1 || c == 3; }
+
 /* Every check that needs no data; 0 when all pass, else the exit code. */
 static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
     if (mp_precision_parse(t->precision, precision) != MP_OK) {
@@ -157,6 +161,11 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
         return 2;
     }
     if (common_opts_check_data("train-gan", &t->c)) return 2;
+    if (!strcmp(t->c.data, "synthetic") && !grid_channels_ok(t->c.syn_c)) {
+        fprintf(stderr, "mixprec train-gan: --synthetic-shape %dx%dx%d: %d " GRID_CHANNELS "\n", t->c.syn_c,
+                t->c.syn_h, t->c.syn_w, t->c.syn_c);
+        return 2;
+    }
     if (!t->out) return 0; /* the default: a new folder, made after these checks */
     int rc = cli_check_fresh_output_dir("train-gan", "--out", t->out, "batch_times.jsonl");
     if (rc) return rc;
@@ -167,6 +176,21 @@ static int check_args(gan_args *t, mp_precision *precision, mp_device *device) {
     char log[4200];
     snprintf(log, sizeof log, "%s/batch_times.jsonl", t->out);
     return cli_check_output("train-gan", "--out", log);
+}
+
+/* The checks of the loaded training set; 0 when all pass, else 2 after a message. */
+static int check_train_set(const gan_args *t, const mp_dataset *train) {
+    if (t->batch > train->n) {
+        fprintf(stderr, "mixprec train-gan: --batch %d is larger than the training set (%d samples in %s)\n", t->batch,
+                train->n, train->source);
+        return 2;
+    }
+    if (!grid_channels_ok(train->c)) {
+        fprintf(stderr, "mixprec train-gan: %s has samples of %dx%dx%d: %d " GRID_CHANNELS "\n", train->source,
+                train->c, train->h, train->w, train->c);
+        return 2;
+    }
+    return 0;
 }
 
 /* The command, run by cli_run_with_default_out. */
@@ -190,9 +214,7 @@ static int gan_main(int argc, char **argv, char *default_out, size_t cap) {
     mp_dataset train = {0}, test = {0};
     mp_acgan m = {0};
     mp_status s = common_opts_load_data(&t.c, t.seed, &train, &test);
-    if (s == MP_OK && t.batch > train.n) {
-        fprintf(stderr, "mixprec train-gan: --batch %d is larger than the training set (%d samples in %s)\n", t.batch,
-                train.n, train.source);
+    if (s == MP_OK && check_train_set(&t, &train)) {
         mp_dataset_free(&train);
         mp_dataset_free(&test);
         return 2;

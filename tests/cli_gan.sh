@@ -5,9 +5,9 @@
 # batch's time) and names the discriminator's class loss weights (2 on real
 # images, 0 on generated ones by default); bad input (unknown precision,
 # batch 0, an --out that cannot be created, an option of `train` only or one
-# it does not use, a negative --aux-fake-weight) is one error line and exit 2
-# before any training; npy: data takes --val-fraction; --beta1 0 is used as
-# given; skipped steps are counted per epoch.
+# it does not use, a negative --aux-fake-weight, images of 2 channels) is one
+# error line and exit 2 before any training; npy: data takes --val-fraction;
+# --beta1 0 is used as given; skipped steps are counted per epoch.
 set -u
 bin=$1
 work=${MP_WORK:-/tmp/mp_cli_test}/gan
@@ -92,6 +92,11 @@ expect_error optimizer "--optimizer is not an option of train-gan" --optimizer s
 expect_error big_batch "--batch 100 is larger than the training set" --batch 100 --out "$work/e4"
 expect_error shape "multiples of 4" --synthetic-shape 1x30x30 --out "$work/e5"
 expect_error aux_weight "--aux-fake-weight -1 is out of range" --aux-fake-weight -1 --out "$work/e6"
+# the sample grids are gray or RGB: other channel counts are refused before training, and the --out stays usable
+grid="channels, but the sample grids need 1 (gray) or 3 (RGB)$"
+expect_error channels "^mixprec train-gan: --synthetic-shape 2x28x28: 2 $grid" --synthetic-shape 2x28x28 \
+  --out "$work/e11"
+[ ! -e "$work/e11/batch_times.jsonl" ] && ok || bad "a refused 2-channel run left $work/e11/batch_times.jsonl"
 # options of `train` the GAN does not use: refused, not silently ignored
 expect_error augment "--augment is not used by train-gan" --augment --out "$work/e7"
 expect_error rrc "--random-resized-crop is not used by train-gan" --random-resized-crop --out "$work/e8"
@@ -107,6 +112,14 @@ python3 "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$work" 64 || b
   --out "$work/npy" >"$work/npy.log" 2>&1 && ok || bad "train-gan on npy: data failed: $(tail -2 "$work/npy.log")"
 grep -q ": 32 samples of 1x8x8," "$work/npy.log" && ok \
   || bad "--val-fraction 0.5 not applied: $(head -1 "$work/npy.log")"
+# ...and so are .npy images of 2 channels, once loaded
+mkdir -p "$work/c2" && python3 "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$work/c2" 64 2 \
+  || bad "making the 2-channel .npy files"
+"$bin" train-gan --data "npy:$work/c2/x.npy,$work/c2/y.npy" --epochs 1 --batch 16 --device cpu --out "$work/npy2" \
+  >"$work/npy2.log" 2>"$work/npy2.err"; rc=$?
+[ "$rc" = 2 ] && [ "$(wc -l <"$work/npy2.err")" = 1 ] && [ ! -s "$work/npy2.log" ] \
+  && grep -q "^mixprec train-gan: $work/c2/x.npy .* has samples of 2x8x8: 2 $grid" "$work/npy2.err" && ok \
+  || bad "train-gan on 2-channel npy: data: rc $rc, $(cat "$work/npy2.err")"
 "$bin" train-gan --help | grep -q -- "--precision P" && ok || bad "--help lacks --precision"
 "$bin" train-gan --help | grep -q -- "--aux-fake-weight W" && ok || bad "--help lacks --aux-fake-weight"
 grep -q "D class loss weights real 2 generated 0," "$work/run.log" && ok \

@@ -1,5 +1,5 @@
-"""make_npy.py DIR N: DIR/x.npy, N images of 1x8x8 (uint8, NCHW), and DIR/y.npy, their N labels (int64, 0-9),
-for the CLI tests' npy: data (standard library only)."""
+"""make_npy.py DIR N [C]: DIR/x.npy, N images of Cx8x8 (uint8, NCHW; C 1 unless given), and DIR/y.npy, their N
+labels (int64, 0-9), for the CLI tests' npy: data (standard library only)."""
 import os
 import struct
 import sys
@@ -13,5 +13,6 @@ def npy(path, descr, shape, body):
 
 
 d, n = sys.argv[1], int(sys.argv[2])
-npy(os.path.join(d, "x.npy"), "|u1", "(%d, 1, 8, 8)" % n, bytes(i % 251 for i in range(n * 64)))
+c = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+npy(os.path.join(d, "x.npy"), "|u1", "(%d, %d, 8, 8)" % (n, c), bytes(i % 251 for i in range(n * c * 64)))
 npy(os.path.join(d, "y.npy"), "<i8", "(%d,)" % n, struct.pack("<%dq" % n, *[i % 10 for i in range(n)]))
