@@ -195,9 +195,7 @@ static const char *commit(const char *path, const char *tmp, const void *data, s
     return step;
 }
 
-/* fsync the directory holding path, so that a rename into it is durable; file
- * systems that cannot sync a directory count as done. */
-static int sync_parent_dir(const char *path) {
+int mp_output_sync_parent_dir(const char *path) {
     char dir[4096];
     parent_of(path, dir, sizeof dir);
     const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -217,7 +215,7 @@ mp_status mp_output_write_atomic(const char *path, const char *option, const voi
     const char *step = commit(path, tmp, data, n);
     if (step)
         return mp_error(MP_ERR_IO, "%s: write failed: %s (%s the temporary file %s)", w, strerror(errno), step, tmp);
-    if (sync_parent_dir(path) != 0)
+    if (mp_output_sync_parent_dir(path) != 0)
         return mp_error(MP_ERR_IO, "%s: written, but syncing its directory failed: %s", w, strerror(errno));
     return MP_OK;
 }

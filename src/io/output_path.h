@@ -41,6 +41,9 @@ mp_status mp_output_flush(FILE *f, const char *path, const char *option);
  * in every case. */
 mp_status mp_output_close(FILE *f, const char *path, const char *option);
 
+/* fsync the directory holding path, so that a rename into it is durable: 0,
+ * or -1 with errno (file systems that cannot sync a directory count as done). */
+int mp_output_sync_parent_dir(const char *path);
 /* Write the n bytes at data to `path` whole or not at all, as checkpoints
  * are written: `path` checked as by mp_output_path_check, the bytes written
  * to "<path>.tmp.<pid>" in the same directory (with the mode of the file it

@@ -78,33 +78,6 @@ static int st_write_all(int fd, const void *data, size_t n) {
     return 0;
 }
 
-/* fsync the directory holding `path`, so the rename itself is durable.
- * File systems that cannot sync a directory (EINVAL, ENOTSUP) count as done. */
-static int st_sync_parent_dir(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return -1;
-    const char *d = ".";
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        if (slash == dir)
-            slash[1] = '\0';
-        else
-            *slash = '\0';
-        d = dir;
-    }
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int r = -1, err = errno;
-    if (fd >= 0) {
-        r = fsync(fd);
-        err = errno;
-        close(fd);
-        if (r != 0 && (err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP)) r = 0;
-    }
-    free(dir);
-    errno = err;
-    return r;
-}
-
 /* Checks the arguments; returns the byte size of each tensor in nbytes. */
 static mp_status st_check_args(const char *path, const mp_st_tensor *tensors, int n,
                                const char *const *meta_keys, const char *const *meta_values, int n_meta,
@@ -238,7 +211,7 @@ static mp_status st_commit(const char *path, const char *tmp, const char *hdr, s
     if (r != 0) goto fail;
     what = "renaming";
     if (ops->rename(tmp, path) != 0) goto fail;
-    if (st_sync_parent_dir(path) != 0)
+    if (mp_output_sync_parent_dir(path) != 0)
         return mp_error(MP_ERR_IO, "%s: written, but syncing its directory failed: %s", path, strerror(errno));
     return MP_OK;
 
