@@ -401,6 +401,11 @@ static void test_null_args(void) {
     CHECK_ERR(mp_graph_param_set(g, "fc.weight", NULL, 32), MP_ERR_INVALID_ARG, "param_set 'fc.weight'", "null");
     CHECK_ERR(mp_graph_grad_get(g, "fc.weight", NULL, 32), MP_ERR_INVALID_ARG, "grad_get 'fc.weight'", "null");
     CHECK_ERR(mp_graph_param_get(g, NULL, NULL, 0), MP_ERR_INVALID_ARG, "no parameter");
+    CHECK_ERR(mp_graph_param_get(NULL, "fc.weight", (float[32]){0}, 32), MP_ERR_INVALID_ARG, "param_get: null graph");
+    /* no gradient exists before a backward: refused, not zeros */
+    float gw[32];
+    CHECK_ERR(mp_graph_grad_get(g, "fc.weight", gw, 32), MP_ERR_INVALID_ARG, "grad_get 'fc.weight'",
+              "no plan of the graph has run a backward yet");
     mp_init_scheme sch;
     CHECK_ERR(mp_init_scheme_parse("he", NULL), MP_ERR_INVALID_ARG, "initialization");
     CHECK_ERR(mp_init_scheme_parse(NULL, &sch), MP_ERR_INVALID_ARG, "(null)");

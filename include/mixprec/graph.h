@@ -189,7 +189,8 @@ MP_API mp_status mp_graph_param_get(const mp_graph *g, const char *name, float *
 /** See mp_graph_param_get; the values must be finite. */
 MP_API mp_status mp_graph_param_set(mp_graph *g, const char *name, const float *src, size_t n);
 /** The gradient of trainable parameter `name` after the last backward
- * (unscaled once a training step ran). */
+ * (unscaled once a training step ran); MP_ERR_INVALID_ARG before any plan
+ * of the graph ran a backward. */
 MP_API mp_status mp_graph_grad_get(const mp_graph *g, const char *name, float *dst, size_t n);
 
 #ifdef __cplusplus

@@ -329,7 +329,7 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
                         "mp_plan_opts.repeat_backward)");
     mp_graph *g = p->g;
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
-    p->backward_ran = true;
+    p->backward_ran = g->backward_ran = true;
     const int root = p->losses[j];
     const bool *reach = p->reach[j];
     mp_so_note_backward(p, root);

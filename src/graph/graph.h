@@ -52,6 +52,7 @@ struct mp_graph {
     mp_status status;            /* first construction error */
     char error[512];             /* its message ("": none), which later refusals quote */
     bool params_initialized;
+    bool backward_ran;           /* a plan of it ran a backward: its gradients hold values (mp_graph_grad_get) */
     mp_policy_info policy;       /* what the applied precision policy implies (amp/policy.c) */
     /* plans made from this graph and not yet destroyed (graph/plan.c): they
      * hold its dtypes and parameter layout, so the public calls that change

@@ -32,6 +32,7 @@ int mp_graph_param_find(const mp_graph *g, const char *name) {
  * errors name it and the sizes. */
 static mp_status lookup(const mp_graph *g, const char *name, size_t n, const void *buf, const char *what,
                         mp_gparam **out) {
+    if (!g) return mp_error(MP_ERR_INVALID_ARG, "%s: null graph", what);
     const int k = mp_graph_param_find(g, name);
     if (k < 0) return mp_error(MP_ERR_INVALID_ARG, "%s: the graph has no parameter named '%s'", what, name ? name : "");
     if (!buf) return mp_error(MP_ERR_INVALID_ARG, "%s '%s': null buffer", what, name);
@@ -102,6 +103,8 @@ mp_status mp_graph_grad_get(const mp_graph *g, const char *name, float *dst, siz
     mp_gparam *p = NULL;
     MP_TRY(lookup(g, name, n, dst, "grad_get", &p));
     if (!p->grad) return mp_error(MP_ERR_INVALID_ARG, "grad_get '%s': a buffer has no gradient", name);
+    if (!g->backward_ran)
+        return mp_error(MP_ERR_INVALID_ARG, "grad_get '%s': no plan of the graph has run a backward yet", name);
     memcpy(dst, p->grad, n * sizeof(float));
     return MP_OK;
 }
