@@ -140,6 +140,8 @@ gen tensor "$ck" "$in/transposed.safetensors" fc2.weight transpose
 gen tensor "$ck" "$in/bn_var_inf.safetensors" conv1_bn.running_var inf
 gen tensor "$ck" "$in/bn_var_neg.safetensors" conv1_bn.running_var neg
 gen tensor "$ck" "$in/weight_nan.safetensors" conv2.weight nan
+gen tensor "$ck" "$in/adam_v_neg.safetensors" optim/fc2.bias/1 neg   # Adam's v, a mean of g^2
+gen tensor "$ck" "$in/adam_m_neg.safetensors" optim/fc2.bias/0 neg   # Adam's m takes either sign
 head -c 300 "$ck" >"$in/truncated.safetensors"
 printf 'not a checkpoint at all' >"$in/garbage.safetensors"
 mkfifo "$in/fifo.safetensors"
@@ -409,6 +411,8 @@ row ckpt_transposed 1 "fc2.weight" -- "${run[@]}" --resume "$in/transposed.safet
 row ckpt_bn_var_inf 1 "conv1_bn.running_var" -- "${run[@]}" --resume "$in/bn_var_inf.safetensors"
 row ckpt_bn_var_neg 1 "conv1_bn.running_var" -- "${run[@]}" --resume "$in/bn_var_neg.safetensors"
 row ckpt_weight_nan 1 "conv2.weight" -- "${run[@]}" --resume "$in/weight_nan.safetensors"
+row ckpt_adam_v_neg 1 "--resume .*adam_v_neg.safetensors: tensor 'optim/fc2.bias/1' is an optimizer's second moment .* holds -1 at element 0$" -- \
+  "${run[@]}" --resume "$in/adam_v_neg.safetensors"
 row epoch_past_end 1 "epoch_past_end.safetensors: .*epoch 5" -- "${run[@]}" --resume "$in/epoch_past_end.safetensors"
 row diverge_auto_fallback ! "diverged" -- train "${syn[@]}" --synthetic-size 1000 --epochs 2 --precision amp-fp16 --lr 100 --auto-fallback --quiet
 row static_scale_skips_all ! "steps skipped|skipped on NaN" -- train "${syn[@]}" --synthetic-size 1000 --epochs 2 --precision amp-fp16 --loss-scale 1e30 --quiet
@@ -423,6 +427,11 @@ skipped() { grep -o '"skipped_steps":[0-9]*' "$1" 2>/dev/null | tr '\n' ' '; }
 why="" && [ -n "$(skipped "$d/whole.jsonl")" ] && [ "$(skipped "$d/whole.jsonl")" = "$(skipped "$d/split.jsonl")" ] ||
   why="skipped_steps uninterrupted: $(skipped "$d/whole.jsonl"), split by --resume: $(skipped "$d/split.jsonl")"
 if [ -z "$why" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: resume_skipped_steps: $why"; fi
+
+# a negative first moment is a state Adam can be in: it resumes (an exit-0 check, not a row)
+d=$work/c/adam_m_neg && mkdir -p "$d"
+if "$bin" "${run[@]}" --resume "$in/adam_m_neg.safetensors" >/dev/null 2>"$d/err"; then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: adam_m_neg: a negative Adam first moment was refused: $(cat "$d/err")"; fi
 
 # ---- beyond the table: stale temporary files of a killed save ---------------------------
 d=$work/c/stale_tmp && mkdir -p "$d"

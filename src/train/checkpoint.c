@@ -7,8 +7,8 @@
  * the counters (epoch, steps, forward passes, each optimizer's steps) and
  * the loss scaler's state and the input normalization the run trained with
  * ('mixprec.norm_mean' / 'mixprec.norm_std'). Loading checks everything against the trainer
- * before changing anything: a tensor's name, shape and dtype, finite values
- * and non-negative running variances, every metadata value typed and in
+ * before changing anything: a tensor's name, shape and dtype, finite values,
+ * non-negative running variances and Adam second moments, every metadata value typed and in
  * range, naming the file and the key. */
 #include <float.h>
 #include <math.h>
@@ -200,6 +200,23 @@ static mp_status check_finite(const char *path, const char *name, const float *x
                     (long long)i);
 }
 
+/* Whether optimizer state slot k of kind `kind` can only hold values >= 0:
+ * Adam's and AdamW's second moment v (slot 1, mp_optim_state_tensors), a
+ * running mean of g^2. A negative v makes sqrt(v) NaN at the next step. SGD's
+ * momentum and Adam's first moment take either sign. */
+static bool state_nonnegative(mp_optim_kind kind, int k) {
+    return (kind == MP_OPTIM_ADAM || kind == MP_OPTIM_ADAMW) && k == 1;
+}
+
+/* Optimizer state that must be >= 0 (state_nonnegative) and is. */
+static mp_status check_nonnegative(const char *path, const char *name, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] < 0)
+            return mp_error(MP_ERR_FORMAT, "%s: tensor '%s' is an optimizer's second moment (a mean of squared "
+                            "gradients, >= 0) but holds %g at element %lld", path, name, (double)x[i], (long long)i);
+    return MP_OK;
+}
+
 /* Whether this trainer's checkpoint would hold a tensor named `name`: a
  * parameter, or the state "optim/<param>/<k>" its optimizers keep. */
 static bool expected_tensor(const mp_trainer *t, const char *name) {
@@ -274,6 +291,8 @@ static mp_status check_file(const mp_st_file *f, const char *path, mp_trainer *t
                                     "moments)", path, name);
                 MP_TRY(find_tensor(f, path, name, &s, &ten));
                 MP_TRY(check_finite(path, name, ten.data, ref->n));
+                if (state_nonnegative(t->groups[gi].opt->o.optim.kind, k))
+                    MP_TRY(check_nonnegative(path, name, ten.data, ref->n));
             }
         }
     }
