@@ -114,6 +114,10 @@ ck=$in/base.safetensors
 if ! "$bin" "${run[@]}" --stop-after 1 --save "$ck" >/dev/null 2>"$in/base.err"; then
   echo "FAIL: could not write the base checkpoint: $(cat "$in/base.err")"; exit 1
 fi
+raw=$in/raw.safetensors # the same run without input normalization
+if ! "$bin" "${run[@]}" --stop-after 1 --no-normalize --save "$raw" >/dev/null 2>"$in/raw.err"; then
+  echo "FAIL: could not write the --no-normalize checkpoint: $(cat "$in/raw.err")"; exit 1
+fi
 meta() { local out=$in/$1.safetensors; shift; gen meta "$ck" "$out" "$@"; }
 meta epoch_neg mixprec.epoch=-5
 meta epoch_nan mixprec.epoch=nan
@@ -335,6 +339,10 @@ res batch_other 1 "--resume .*batch_other.safetensors: the checkpoint was saved 
 res model_other 1 "--resume .*model_other.safetensors: the checkpoint was saved with model cnn10" "$in/model_other.safetensors"
 res scale_zero 1 "scale_zero.safetensors: metadata 'scaler.scale': loss scaler state 'scale' = 0" "$in/scale_zero.safetensors"
 res scale_nan 1 "scale_nan.safetensors: metadata 'scaler.scale' = 'nan' must be a finite number" "$in/scale_nan.safetensors"
+# the inputs scaled otherwise than the checkpoint's run scaled them
+res norm_dropped 1 "--resume .*base.safetensors: the checkpoint's run normalized its inputs \(channel 0: mean [0-9.]+, std [0-9.]+\), this run does not \(--no-normalize\)" "$ck" --no-normalize
+res norm_added 1 "--resume .*raw.safetensors: the checkpoint's run did not normalize its inputs, this run does \(give --no-normalize" "$raw"
+res norm_other_data 1 "--resume .*base.safetensors: the checkpoint's run normalized channel 0 with mean [0-9.]+, std [0-9.]+; this run's data \(synthetic\(n=240.*\) gives mean" "$ck" --synthetic-size 200
 res tracker_frac 1 "tracker_frac.safetensors: metadata 'scaler.growth_tracker': .*must be an integer" "$in/tracker_frac.safetensors"
 
 # ---- table 1: output paths ------------------------------------------------------------
@@ -432,6 +440,11 @@ if [ -z "$why" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: 
 d=$work/c/adam_m_neg && mkdir -p "$d"
 if "$bin" "${run[@]}" --resume "$in/adam_m_neg.safetensors" >/dev/null 2>"$d/err"; then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL: adam_m_neg: a negative Adam first moment was refused: $(cat "$d/err")"; fi
+
+# a run without normalization resumes without it (an exit-0 check, not a row)
+d=$work/c/raw_resume && mkdir -p "$d"
+if "$bin" "${run[@]}" --resume "$raw" --no-normalize >/dev/null 2>"$d/err"; then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: raw_resume: --no-normalize run not resumed with --no-normalize: $(cat "$d/err")"; fi
 
 # ---- beyond the table: stale temporary files of a killed save ---------------------------
 d=$work/c/stale_tmp && mkdir -p "$d"

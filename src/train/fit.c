@@ -232,6 +232,39 @@ static void print_setup(const run *r, FILE *out, bool print_memory) {
     if (nhwc) fprintf(out, "mixprec: %d of %d activations stored channels-last (NHWC) on the CPU\n", nhwc, all4d);
 }
 
+/* Whether the run's statistic `now` is the checkpoint's `saved` (up to
+ * summation order: a few ulps of the channel's std). */
+static bool same_stat(float saved, float now, float scale) { return fabsf(saved - now) <= 1e-5f * scale; }
+
+/* The resumed run must normalize its inputs as the checkpoint's run did: the
+ * weights were trained on inputs scaled by those statistics, and other ones
+ * (--no-normalize, or other data) feed the model differently scaled inputs.
+ * A checkpoint from before the statistics were recorded says nothing, nor
+ * one of a run with more channels than a checkpoint records. */
+static mp_status check_resume_norm(const run *r, const mp_dataset *train, const mp_checkpoint_info *info) {
+    const char *path = r->o->resume_path;
+    if (!info->norm_recorded || train->c > MP_CHECKPOINT_MAX_CHANNELS) return MP_OK;
+    const int saved = info->norm_channels, now = r->o->normalize ? train->c : 0;
+    if (saved == 0 && now > 0)
+        return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint's run did not normalize its inputs, this "
+                        "run does (give --no-normalize, as that run did)", path);
+    if (saved > 0 && now == 0)
+        return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint's run normalized its inputs (channel 0: "
+                        "mean %g, std %g), this run does not (--no-normalize): leave --no-normalize out", path,
+                        (double)info->norm_mean[0], (double)info->norm_std[0]);
+    if (saved != now)
+        return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint's run normalized %d channels, %s has %d",
+                        path, saved, train->source, now);
+    for (int c = 0; c < now; c++)
+        if (!same_stat(info->norm_mean[c], r->mean[c], info->norm_std[c]) ||
+            !same_stat(info->norm_std[c], r->std[c], info->norm_std[c]))
+            return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint's run normalized channel %d with mean "
+                            "%.9g, std %.9g; this run's data (%s) gives mean %.9g, std %.9g: resume on the data "
+                            "that run trained on", path, c, (double)info->norm_mean[c], (double)info->norm_std[c],
+                            train->source, (double)r->mean[c], (double)r->std[c]);
+    return MP_OK;
+}
+
 mp_status mp_fit_check(const mp_dataset *train, const mp_dataset *test, const mp_fit_opts *o) {
     MP_TRY(check_opts(train, o));
     return test ? mp_dataset_check_compatible(train, test) : MP_OK;
@@ -250,6 +283,7 @@ mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *te
         mp_checkpoint_info info = {.model = o->model_name};
         s = mp_trainer_load(r.t, o->resume_path, &info);
         if (s != MP_OK) s = mp_error(s, "--resume %s", mp_last_error());
+        if (s == MP_OK) s = check_resume_norm(&r, train, &info);
         if (s == MP_OK && info.epoch >= o->epochs)
             s = mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint already completed epoch %d of --epochs %d: "
                          "nothing left to train (raise --epochs)", o->resume_path, info.epoch, o->epochs);
