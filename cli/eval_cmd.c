@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "io/json_write.h"
+#include "io/safetensors.h"
 #include "models/models.h"
 #include "train/fit.h"
 
@@ -134,6 +135,84 @@ static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, c
     return MP_OK;
 }
 
+/* The model and precision to evaluate with: the options', else the
+ * checkpoint's. 0, or the exit status after printing the error: a bad
+ * option is a usage error (2); a bad name in the checkpoint's metadata is the
+ * file's (1), naming it and the key. */
+static int pick_identity(const eval_args *e, const mp_checkpoint_info *info, const char **model, mp_precision *prec) {
+    *model = e->model ? e->model : info->saved_model;
+    const char *precision = e->precision ? e->precision : info->saved_precision;
+    if (!(*model)[0]) {
+        fprintf(stderr, "mixprec eval: %s does not name its model: give --model\n", e->checkpoint);
+        return 2;
+    }
+    if (mp_model_check_name(*model) != MP_OK) {
+        if (e->model) fprintf(stderr, "mixprec eval: --model: %s\n", mp_last_error());
+        else fprintf(stderr, "mixprec eval: %s: metadata 'mixprec.model': %s\n", e->checkpoint, mp_last_error());
+        return e->model ? 2 : 1;
+    }
+    if (mp_precision_parse(precision, prec) != MP_OK) {
+        if (e->precision) fprintf(stderr, "mixprec eval: %s\n", mp_last_error());
+        else fprintf(stderr, "mixprec eval: %s: metadata 'mixprec.precision' = '%s': not a precision (known: %s)\n",
+                     e->checkpoint, precision, mp_precision_list());
+        return e->precision ? 2 : 1;
+    }
+    return 0;
+}
+
+/* The rows of the checkpoint's tensor `name` (the logits layer's weight,
+ * classes x features) into *rows; 0 where the file has no such 2-D tensor
+ * (a file of another model: loading it names what differs). */
+static mp_status checkpoint_rows(const char *path, const char *name, int *rows) {
+    *rows = 0;
+    mp_st_file *f = NULL;
+    MP_TRY(mp_safetensors_open(path, &f));
+    mp_st_tensor t;
+    if (mp_safetensors_get(f, name, &t) == MP_OK && t.ndim == 2 && t.dims[0] <= MP_DATASET_MAX_CLASSES)
+        *rows = (int)t.dims[0];
+    mp_safetensors_close(f);
+    return MP_OK;
+}
+
+static mp_status build(const char *model, const mp_dataset *d, int classes, mp_precision prec, mp_model *m) {
+    MP_TRY(mp_model_build(model, d->c, d->h, d->w, classes, m));
+    return mp_graph_apply_policy(m->g, (mp_policy_opts){.precision = prec});
+}
+
+/* The model for the data's image shape with the checkpoint's classes (its
+ * logits layer's rows, whatever labels the data holds; without a checkpoint
+ * the data's), into m and *weight (the name of that layer's weight). */
+static mp_status build_model(const eval_args *e, const char *model, mp_precision prec, const mp_dataset *train,
+                             mp_model *m, char *weight, size_t cap) {
+    const int classes = e->checkpoint && train->classes < 2 ? 2 : train->classes;
+    MP_TRY(build(model, train, classes, prec, m));
+    snprintf(weight, cap, "%s.weight", mp_graph_node_name(m->g, m->logits));
+    if (!e->checkpoint) return MP_OK;
+    int saved = 0;
+    MP_TRY(checkpoint_rows(e->checkpoint, weight, &saved));
+    if (saved < 2 || saved == classes) return MP_OK;
+    mp_model_free(m);
+    return build(model, train, saved, prec, m);
+}
+
+/* Every label of the test set is one of the model's classes. */
+static mp_status check_labels(const eval_args *e, const mp_model *m, const char *weight, const mp_dataset *test) {
+    int64_t dims[3];
+    int ndim = 0;
+    MP_TRY(mp_graph_node_sample_shape(m->g, m->logits, &ndim, dims));
+    const int classes = (int)dims[0];
+    for (int i = 0; i < test->n; i++)
+        if (test->labels[i] >= classes) {
+            if (e->checkpoint)
+                return mp_error(MP_ERR_SHAPE, "%s: label %d of sample %d is outside the %d classes of the checkpoint "
+                                "%s (its tensor '%s' has %d rows)", test->source, (int)test->labels[i], i, classes,
+                                e->checkpoint, weight, classes);
+            return mp_error(MP_ERR_SHAPE, "%s: label %d of sample %d is outside the %d classes of --model %s",
+                            test->source, (int)test->labels[i], i, classes, e->model);
+        }
+    return MP_OK;
+}
+
 /* "eval: 10000 samples, loss 0.3012, accuracy 89.04% (fp32, cpu)", with the
  * undecodable images left out and the files of an image folder that are
  * not images (ignored), if any, after the count. */
@@ -183,28 +262,22 @@ static int run_eval(const eval_args *e) {
         fprintf(stderr, "mixprec eval: --checkpoint %s\n", mp_last_error());
         return 1;
     }
-    const char *model = e->model ? e->model : info.saved_model;
-    const char *precision = e->precision ? e->precision : info.saved_precision;
-    if (!model[0]) {
-        fprintf(stderr, "mixprec eval: %s does not name its model: give --model\n", e->checkpoint);
-        return 2;
-    }
+    const char *model;
     mp_precision prec;
+    const int bad = pick_identity(e, &info, &model, &prec);
+    if (bad) return bad;
+    const char *precision = e->precision ? e->precision : info.saved_precision;
     mp_device device;
-    if (mp_precision_parse(precision, &prec) != MP_OK || mp_device_parse(e->device, &device) != MP_OK) {
+    if (mp_device_parse(e->device, &device) != MP_OK) {
         fprintf(stderr, "mixprec eval: %s\n", mp_last_error());
-        return 2;
-    }
-    if (mp_model_check_name(model) != MP_OK) {
-        fprintf(stderr, "mixprec eval: --model: %s\n", mp_last_error());
         return 2;
     }
     if (e->threads) omp_set_num_threads(e->threads);
     mp_dataset train = {0}, test = {0};
     mp_model m = {0};
     mp_status s = common_opts_load_data(&e->c, e->seed, &train, &test);
-    mp_model_spec spec = {.model = model, .data = &train, .policy = {.precision = prec}};
-    if (s == MP_OK) s = mp_model_spec_build(&spec, &m);
+    char weight[160] = "";
+    if (s == MP_OK) s = build_model(e, model, prec, &train, &m, weight, sizeof weight);
     mp_checkpoint_info loaded = e->checkpoint ? (mp_checkpoint_info){.model = model} : info;
     if (s == MP_OK && e->checkpoint) {
         s = mp_checkpoint_load_weights(m.g, e->checkpoint, &loaded);
@@ -217,6 +290,7 @@ static int run_eval(const eval_args *e) {
     bool use_norm = false;
     const char *how = "";
     if (s == MP_OK && (!mean || !std)) s = mp_error(MP_ERR_NOMEM, "eval: out of memory");
+    if (s == MP_OK) s = check_labels(e, &m, weight, &test);
     if (s == MP_OK) s = pick_norm(e, &loaded, &train, &test, mean, std, &use_norm, &how);
     const int batch = e->batch ? e->batch : loaded.saved_batch;
     mp_eval_result r = {0};

@@ -26,6 +26,9 @@ npy("y10.npy", "<i8", "(10,)", struct.pack("<10q", *[i % 3 for i in range(10)]))
 npy("y9.npy", "<i8", "(9,)", struct.pack("<9q", *[0] * 9))
 npy("x20.npy", "|u1", "(20, 4, 4)", bytes(range(160)) * 2)
 npy("y20.npy", "<i8", "(20,)", struct.pack("<20q", *[0] * 10 + [1] * 10))
+npy("x40.npy", "|u1", "(40, 4, 4)", bytes((i * 7) % 251 for i in range(640)))
+npy("y40_4.npy", "<i8", "(40,)", struct.pack("<40q", *[i % 4 for i in range(40)]))  # 4 classes
+npy("y40_2.npy", "<i8", "(40,)", struct.pack("<40q", *[i % 2 for i in range(40)]))  # the first 2 of them
 npy("yneg.npy", "<i4", "(10,)", struct.pack("<10i", *([0] * 9 + [-2])))
 npy("xf8.npy", "<f8", "(10, 4, 4)", bytes(8 * 160))
 npy("xfortran.npy", "|u1", "(10, 4, 4)", bytes(160), fortran=True)
@@ -78,6 +81,23 @@ PY
 syn=(--data synthetic --synthetic-size 100 --synthetic-shape 1x8x8 --batch 10)
 ck=$in/syn.safetensors
 "$bin" train "${syn[@]}" --epochs 1 --quiet --save "$ck" 2>"$in/ck.err" || { echo "FAIL: checkpoint: $(cat "$in/ck.err")"; exit 1; }
+# copies of it whose metadata names a model and a precision that do not exist
+python3 - "$ck" <<'PY' || { echo "FAIL: editing the checkpoint's metadata"; exit 1; }
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+for key, value, name in (("mixprec.model", "resnet999", "model999"), ("mixprec.precision", "fp8", "fp8")):
+    head = json.loads(b[8:8 + n])
+    head["__metadata__"][key] = value
+    h = json.dumps(head).encode()
+    h += b" " * (-len(h) % 8)
+    open(sys.argv[1].replace("syn.", name + "."), "wb").write(struct.pack("<Q", len(h)) + h + b[8 + n:])
+PY
+# checkpoints of a 4-class and a 2-class run on the same images
+for k in 4 2; do
+  "$bin" train --data "npy:$in/x40.npy,$in/y40_$k.npy" --batch 4 --epochs 1 --max-steps 2 --quiet \
+    --save "$in/c$k.safetensors" 2>"$in/c$k.err" || { echo "FAIL: checkpoint c$k: $(cat "$in/c$k.err")"; exit 1; }
+done
 
 row() {
   local id=$1 want=$2 pattern=$3; shift 4
@@ -208,6 +228,17 @@ row eval_unknown 2 "unknown option '--epochs'" -- eval --checkpoint "$ck" --epoc
 row eval_model_other 1 "tensor '[a-z0-9_]+\.(weight|bias|running_mean|running_var)'.*\(the checkpoint was saved for model 'small', this model is 'cnn10'\)" -- eval --checkpoint "$ck" "${syn[@]}" --model cnn10
 row eval_data_shape 1 "$ck: tensor 'fc[0-9]*\.weight' has shape" -- eval --checkpoint "$ck" --data synthetic --synthetic-shape 1x12x12
 row eval_precision 2 "--precision 'fp8'|precision 'fp8'" -- eval --checkpoint "$ck" "${syn[@]}" --precision fp8
+# a bad model or precision in the checkpoint's metadata is the file's, not an option the user gave
+row eval_meta_model 1 "^mixprec eval: $in/model999.safetensors: metadata 'mixprec.model': unknown model 'resnet999'" -- \
+  eval --checkpoint "$in/model999.safetensors" "${syn[@]}"
+row eval_meta_precision 1 "^mixprec eval: $in/fp8.safetensors: metadata 'mixprec.precision' = 'fp8': not a precision" -- \
+  eval --checkpoint "$in/fp8.safetensors" "${syn[@]}"
+# the classes are the checkpoint's, not the data's: labels beyond them are refused, fewer are fine
+row eval_labels_beyond 1 "label 2 of sample [0-9]+ is outside the 2 classes of the checkpoint $in/c2.safetensors \(its tensor 'fc2.weight' has 2 rows\)$" -- \
+  eval --checkpoint "$in/c2.safetensors" --data "$(np x40.npy y40_4.npy)"
+out=$("$bin" eval --checkpoint "$in/c4.safetensors" --data "$(np x40.npy y40_2.npy)" 2>&1)
+grep -Eq "^eval: 4 samples, loss [0-9.]+, accuracy [0-9.]+% \(fp32, cpu\)$" <<<"$out" && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: eval of a 4-class checkpoint on labels 0-1: $out"; }
 # a good eval: one line, the accuracy train would print
 out=$("$bin" eval --checkpoint "$ck" "${syn[@]}" 2>&1)
 grep -Eq "^eval: 20 samples, loss [0-9.]+, accuracy [0-9.]+% \(fp32, cpu\)$" <<<"$out" && pass=$((pass + 1)) \
