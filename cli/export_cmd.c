@@ -122,6 +122,22 @@ static mp_status export_norm(const export_args *e, mp_checkpoint_info *info) {
     return MP_OK;
 }
 
+/* What to give when the checkpoint's tensors do not fit the model built:
+ * the model it names is this one, so the shape or classes differ; else the
+ * model (a weights file names none: any of the three). */
+static const char *fit_hint(const export_args *e, char *buf, size_t cap) {
+    mp_st_file *f = NULL;
+    const char *saved = NULL;
+    if (mp_safetensors_open(e->checkpoint, &f) == MP_OK) saved = mp_safetensors_meta(f, "mixprec.model");
+    if (saved && saved[0] && !strcmp(saved, e->model))
+        snprintf(buf, cap, "give the --input-shape (here %dx%dx%d) and --classes (here %d) model %s was trained with",
+                 e->c, e->h, e->w, e->classes, e->model);
+    else if (saved && saved[0]) snprintf(buf, cap, "give --model the model the checkpoint was trained with");
+    else snprintf(buf, cap, "give the --model, --input-shape and --classes the weights were trained with");
+    mp_safetensors_close(f);
+    return buf;
+}
+
 int cmd_export(int argc, char **argv) {
     export_args e;
     int rc = parse(argc, argv, &e);
@@ -134,8 +150,12 @@ int cmd_export(int argc, char **argv) {
     if (s == MP_OK && e.checkpoint) {
         mp_checkpoint_info saved = {.model = e.model};
         s = mp_checkpoint_load_weights(m.g, e.checkpoint, &saved);
-        if (s == MP_ERR_FORMAT || s == MP_ERR_SHAPE)
-            s = mp_error(s, "%s: give --model the model the checkpoint was trained with", mp_last_error());
+        char hint[200];
+        if (s == MP_ERR_FORMAT || s == MP_ERR_SHAPE) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", mp_last_error());
+            s = mp_error(s, "%s: %s", msg, fit_hint(&e, hint, sizeof hint));
+        }
     }
     mp_checkpoint_info info;
     if (s == MP_OK) s = export_norm(&e, &info);

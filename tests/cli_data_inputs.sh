@@ -239,6 +239,11 @@ row eval_labels_beyond 1 "label 2 of sample [0-9]+ is outside the 2 classes of t
 out=$("$bin" eval --checkpoint "$in/c4.safetensors" --data "$(np x40.npy y40_2.npy)" 2>&1)
 grep -Eq "^eval: 4 samples, loss [0-9.]+, accuracy [0-9.]+% \(fp32, cpu\)$" <<<"$out" && pass=$((pass + 1)) \
   || { fail=$((fail + 1)); echo "FAIL: eval of a 4-class checkpoint on labels 0-1: $out"; }
+# export of a checkpoint of the model it names, for other classes or inputs: the hint names those options
+row export_classes 1 "c4.safetensors: tensor 'fc2.weight' has shape 4x128, .*: give the --input-shape \(here 1x4x4\) and --classes \(here 10\) model small was trained with$" -- \
+  export --checkpoint "$in/c4.safetensors" --input-shape 1x4x4 -o "$work/c/c4.onnx"
+row export_model 1 "\(the checkpoint was saved for model 'small', this model is 'cnn10'\): give --model the model" -- \
+  export --checkpoint "$in/c4.safetensors" --model cnn10 --input-shape 1x4x4 --classes 4 -o "$work/c/c4.onnx"
 # a good eval: one line, the accuracy train would print
 out=$("$bin" eval --checkpoint "$ck" "${syn[@]}" 2>&1)
 grep -Eq "^eval: 20 samples, loss [0-9.]+, accuracy [0-9.]+% \(fp32, cpu\)$" <<<"$out" && pass=$((pass + 1)) \
