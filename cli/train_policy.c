@@ -7,8 +7,30 @@
 #include <string.h>
 
 #include "amp/policy_file.h"
+#include "amp/scaler.h"
 #include "cli/train_args.h"
 #include "core/error.h"
+
+/* The file's dynamic scale against the scaler options it joins: a file's
+ * init or min outside --min-loss-scale / --max-loss-scale (or under the
+ * default floor) names the file's key, not a --loss-scale the user never gave. */
+static mp_status check_scale_range(const char *path, const mp_policy_file *pf, const mp_scaler_opts *c) {
+    if (pf->static_scale) return MP_OK; /* a static scale is not clamped */
+    if (c->max_scale > 0 && pf->init_scale > c->max_scale)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: loss_scale.init: %g is larger than --max-loss-scale %g", path,
+                        (double)pf->init_scale, (double)c->max_scale);
+    if (c->max_scale > 0 && pf->min_scale > c->max_scale)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: loss_scale.min: %g is larger than --max-loss-scale %g", path,
+                        (double)pf->min_scale, (double)c->max_scale);
+    if (c->min_scale > 0 && pf->init_scale < c->min_scale)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: loss_scale.init: %g is smaller than --min-loss-scale %g", path,
+                        (double)pf->init_scale, (double)c->min_scale);
+    if (c->min_scale == 0 && pf->min_scale == 0 && pf->init_scale < MP_SCALER_DEFAULT_MIN)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: loss_scale.init: %g is below the default minimum loss scale 2^-24 = "
+                        "%g; give loss_scale.min to go lower", path, (double)pf->init_scale,
+                        (double)MP_SCALER_DEFAULT_MIN);
+    return MP_OK;
+}
 
 /* The file's settings into t and policy; *file_precision: the file sets the precision. */
 static mp_status read_policy_file(train_args *t, mp_graph *g, mp_policy_opts *policy, char *buf, size_t cap,
@@ -29,6 +51,7 @@ static mp_status read_policy_file(train_args *t, mp_graph *g, mp_policy_opts *po
         if (pf.min_scale > 0 && c->min_scale > 0 && c->min_scale != pf.min_scale)
             return mp_error(MP_ERR_INVALID_ARG, "%s: loss_scale.min: %g conflicts with --min-loss-scale %g", t->policy,
                             pf.min_scale, c->min_scale);
+        MP_TRY(check_scale_range(t->policy, &pf, c));
         if (t->loss_scaling && !strcmp(t->loss_scaling, "off"))
             return mp_error(MP_ERR_INVALID_ARG, "%s: loss_scale: the file sets a loss scale, --loss-scaling is off",
                             t->policy);

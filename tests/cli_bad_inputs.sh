@@ -154,6 +154,9 @@ echo "keep me" >"$in/existing.txt"
 echo '{"mixprec_policy": 1}' >"$in/no_precision.json"
 echo '{"mixprec_policy": 1, "precision": "amp-fp16"}' >"$in/amp16.json"
 echo '{"mixprec_policy": 1, "precision": "fp16"}' >"$in/fp16.json"
+echo '{"mixprec_policy": 1, "loss_scale": {"mode": "dynamic", "init": 128, "min": 1000}}' >"$in/min_over_init.json"
+echo '{"mixprec_policy": 1, "loss_scale": {"mode": "dynamic", "init": 128}}' >"$in/init128.json"
+echo '{"mixprec_policy": 1, "loss_scale": {"mode": "dynamic", "init": 1e-10}}' >"$in/init_tiny.json"
 for k in optimizer schedule batch data warmup resume_garbage resume_done accumulate; do
   echo "keep me" >"$in/keep_$k.csv"
 done
@@ -270,6 +273,15 @@ row loss_scale_nan 2 "--loss-scale 'nan' is not a finite number" -- train "${syn
 row loss_scale_dynamic_zero 2 "--loss-scale dynamic:0: the initial scale must be a number > 0" -- train "${syn[@]}" --precision amp-fp16 --loss-scale dynamic:0
 row loss_scale_dynamic_text 2 "--loss-scale dynamic: 'x' is not a finite number" -- train "${syn[@]}" --loss-scale dynamic:x
 row loss_scale_dynamic_max 1 "--loss-scale 1e\+06 is larger than --max-loss-scale 1000" -- train "${syn[@]}" --precision amp-fp16 --loss-scale dynamic:1e6 --max-loss-scale 1000
+# a policy file's loss scale that does not fit: the file's key is named, not a --loss-scale never given
+row policy_min_over_init 2 "--policy $in/min_over_init.json: loss_scale.min: 1000 is larger than loss_scale.init 128$" -- \
+  train "${syn[@]}" --precision amp-fp16 --policy "$in/min_over_init.json"
+row policy_init_over_max 2 "--policy $in/init128.json: loss_scale.init: 128 is larger than --max-loss-scale 64$" -- \
+  train "${syn[@]}" --precision amp-fp16 --policy "$in/init128.json" --max-loss-scale 64
+row policy_init_under_min 2 "--policy $in/init128.json: loss_scale.init: 128 is smaller than --min-loss-scale 1000$" -- \
+  train "${syn[@]}" --precision amp-fp16 --policy "$in/init128.json" --min-loss-scale 1000
+row policy_init_tiny 2 "--policy $in/init_tiny.json: loss_scale.init: 1e-10 is below the default minimum loss scale 2\^-24 = 5.96046e-08; give loss_scale.min" -- \
+  train "${syn[@]}" --precision amp-fp16 --policy "$in/init_tiny.json"
 row gan_scale_window 2 "mixprec train-gan: --loss-scale-window 0 is out of range" -- train-gan --data synthetic --loss-scale-window 0
 row gan_scale_value 2 "mixprec train-gan: --max-loss-scale needs a value" -- train-gan --data synthetic --max-loss-scale
 row accumulate_zero 2 "--accumulate 0 is out of range" -- train --accumulate 0

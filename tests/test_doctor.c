@@ -356,6 +356,8 @@ static void test_bad_files(const char *dir) {
         {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": 8, \"min\": 1e-50}}",
          "loss_scale.min: must be 0 (none) or a number from 1.17549e-38"},
         {"{\"mixprec_policy\": 1, \"loss_scale\": {\"init\": 8, \"min\": -1e-50}}", "loss_scale.min: must be 0 (none)"},
+        {"{\"mixprec_policy\": 1, \"loss_scale\": {\"min\": 1000, \"init\": 128}}",
+         "bad.json: loss_scale.min: 1000 is larger than loss_scale.init 128"},
         {"{\"mixprec_policy\": 1, \"loss_scale\": {}}", "loss_scale.init: missing"},
         {"{\"mixprec_policy\": 1, \"loss_scale\": {\"mode\": \"static\", \"min\": 4}}", "loss_scale.init: missing"},
         {"{\"mixprec_policy\": 1, \"loss_scale\": {\"mode\": \"auto\"}}", "loss_scale.mode"},

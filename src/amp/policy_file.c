@@ -176,6 +176,9 @@ static mp_status read_scale(const char *path, const cJSON *ls, mp_policy_file *o
         }
     }
     if (!has_init) return bad(path, "loss_scale.init", "missing (a loss_scale gives at least its init)");
+    if (!out->static_scale && out->min_scale > out->init_scale) /* a dynamic scale starts at or above its floor */
+        return mp_error(MP_ERR_FORMAT, "%s: loss_scale.min: %g is larger than loss_scale.init %g", path,
+                        (double)out->min_scale, (double)out->init_scale);
     return MP_OK;
 }
 
