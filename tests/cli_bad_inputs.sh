@@ -138,6 +138,7 @@ meta model_other mixprec.model=cnn10
 meta scale_zero scaler.scale=0
 meta scale_nan scaler.scale=nan
 meta tracker_frac scaler.growth_tracker=1.5
+meta hysteresis3 scaler.hysteresis_left=3
 meta newline_value 'mixprec.epoch=1\n2'
 meta epoch_past_end mixprec.epoch=5
 gen tensor "$ck" "$in/transposed.safetensors" fc2.weight transpose
@@ -452,6 +453,18 @@ if [ -z "$why" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: 
 d=$work/c/adam_m_neg && mkdir -p "$d"
 if "$bin" "${run[@]}" --resume "$in/adam_m_neg.safetensors" >/dev/null 2>"$d/err"; then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL: adam_m_neg: a negative Adam first moment was refused: $(cat "$d/err")"; fi
+
+# the scaler's options are the resuming run's: a saved count beyond them is clamped and said (exit-0 checks)
+d=$work/c/scaler_counts && mkdir -p "$d"
+loud=(train "${syn[@]}" --epochs 3 --precision amp-fp16)
+if "$bin" "${loud[@]}" --resume "$ck" --loss-scale-window 3 >"$d/w.out" 2>"$d/w.err" \
+   && grep -q "base.safetensors: the loss scaler had counted 9 clean steps toward growing the scale, this run's --loss-scale-window is 3: it grows the scale at the next clean step$" "$d/w.out"
+then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: scaler_window: $(cat "$d/w.err"; grep -i scaler "$d/w.out")"; fi
+if "$bin" "${loud[@]}" --resume "$in/hysteresis3.safetensors" >"$d/h.out" 2>"$d/h.err" \
+   && grep -q "hysteresis3.safetensors: the loss scaler had 3 overflows left to absorb, this run's --loss-scale-hysteresis allows 1$" "$d/h.out"
+then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: scaler_hysteresis: $(cat "$d/h.err"; grep -i scaler "$d/h.out")"; fi
 
 # a run without normalization resumes without it (an exit-0 check, not a row)
 d=$work/c/raw_resume && mkdir -p "$d"

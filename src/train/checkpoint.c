@@ -306,9 +306,35 @@ static void copy_tensor(const mp_st_file *f, const char *name, float *dst, int64
     memcpy(dst, ten.data, (size_t)n * sizeof(float));
 }
 
-/* The counters and the scaler, into copies first (nothing changes on error). */
+/* A saved scaler count kept within this run's scaler options, which are the
+ * loading trainer's as its optimizer's hyper-parameters are: a growth
+ * tracker of at least a shorter --loss-scale-window's clean steps becomes
+ * window - 1, so the scale grows at the next clean step (as it would have by
+ * now under that window); overflows left to absorb become at most a smaller
+ * --loss-scale-hysteresis. Other values (negative, fractional) are left for
+ * mp_scaler_state_set to refuse. A clamp is said in note (cap bytes). */
+static double within_scaler_options(const mp_scaler *s, const char *path, const char *name, double v, char *note,
+                                    size_t cap) {
+    if (!(v == floor(v) && v <= INT32_MAX)) return v;
+    const int hysteresis = s->opts.hysteresis > 1 ? s->opts.hysteresis : 1;
+    if (!strcmp(name, "growth_tracker") && v >= s->opts.growth_interval) {
+        snprintf(note, cap, "%s: the loss scaler had counted %.0f clean steps toward growing the scale, this run's "
+                 "--loss-scale-window is %d: it grows the scale at the next clean step\n", path, v,
+                 s->opts.growth_interval);
+        return s->opts.growth_interval - 1;
+    }
+    if (!strcmp(name, "hysteresis_left") && v > hysteresis) {
+        snprintf(note, cap, "%s: the loss scaler had %.0f overflows left to absorb, this run's "
+                 "--loss-scale-hysteresis allows %d\n", path, v, hysteresis);
+        return hysteresis;
+    }
+    return v;
+}
+
+/* The counters and the scaler, into copies first (nothing changes on error);
+ * note: what was changed to fit this run's scaler options, or "". */
 static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer *t, int64_t *epoch, int64_t *steps,
-                               uint64_t *plan_step, int64_t *optim_steps, mp_scaler *scaler) {
+                               uint64_t *plan_step, int64_t *optim_steps, mp_scaler *scaler, char *note, size_t cap) {
     MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.epoch", 0, 100000, epoch));
     MP_TRY(mp_ckpt_meta_int(f, path, "mixprec.global_step", 0, MAX_STEPS, steps));
     MP_TRY(mp_ckpt_meta_u64(f, path, "mixprec.plan_step", 0, UINT64_MAX, plan_step));
@@ -327,6 +353,8 @@ static mp_status read_counters(const mp_st_file *f, const char *path, mp_trainer
         if (scaler->opts.static_scale && !strcmp(sn[i], "scale")) continue; /* this run's static scale stays */
         double value;
         MP_TRY(mp_ckpt_meta_double(f, path, key, -DBL_MAX, DBL_MAX, &value));
+        const size_t used = strlen(note);
+        value = within_scaler_options(scaler, path, sn[i], value, note + used, cap - used);
         if (mp_scaler_state_set(scaler, sn[i], value) != MP_OK)
             return mp_error(MP_ERR_FORMAT, "%s: metadata '%s': %s", path, key, mp_last_error());
     }
@@ -368,7 +396,8 @@ mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *i
     mp_scaler scaler;
     mp_checkpoint_info norm = {0};
     mp_status s = check_file(f, path, t, info);
-    if (s == MP_OK) s = read_counters(f, path, t, &epoch, &steps, &plan_step, optim_steps, &scaler);
+    char note[512] = "";
+    if (s == MP_OK) s = read_counters(f, path, t, &epoch, &steps, &plan_step, optim_steps, &scaler, note, sizeof note);
     if (s == MP_OK) s = mp_ckpt_meta_norm(f, path, &norm);
     if (s == MP_OK) s = t->be->wait(t);
     if (s != MP_OK) {
@@ -396,6 +425,10 @@ mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *i
         MP_ASSERT(cs == MP_OK);
     }
     say_other_options(f, path, t);
+    if (t->events && note[0]) {
+        fputs(note, t->events);
+        fflush(t->events);
+    }
     mp_safetensors_close(f);
     g->params_initialized = true;
     t->steps = steps;
