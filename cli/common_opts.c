@@ -2,6 +2,7 @@
 #include "cli/common_opts.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -13,6 +14,27 @@
 #include "data/folder.h"
 #include "io/output_path.h"
 #include "models/models.h"
+
+/* The most --synthetic-size: N training samples and N/5 test samples are
+ * made as one synthetic dataset, of at most 2^24 samples (synthetic.c). */
+#define SYN_MAX_SAMPLES (1 << 24)
+#define SYN_MAX_SIZE 13981014
+_Static_assert(SYN_MAX_SIZE + SYN_MAX_SIZE / 5 <= SYN_MAX_SAMPLES &&
+                   (SYN_MAX_SIZE + 1) + (SYN_MAX_SIZE + 1) / 5 > SYN_MAX_SAMPLES,
+               "SYN_MAX_SIZE is the most N with N + N/5 <= 2^24");
+
+/* --synthetic-size N, naming the limit its test samples set. */
+static bool parse_synthetic_size(const char *cmd, const char *opt, const char *text, int *out) {
+    int n;
+    if (!arg_int(cmd, opt, text, 5, INT_MAX, &n)) return false;
+    if (n > SYN_MAX_SIZE) {
+        fprintf(stderr, "mixprec %s: %s %d is out of range [5, %d]: with its N/5 test samples the dataset would hold "
+                "more than %d samples\n", cmd, opt, n, SYN_MAX_SIZE, SYN_MAX_SAMPLES);
+        return false;
+    }
+    *out = n;
+    return true;
+}
 
 common_opts common_opts_default(void) {
     return (common_opts){.data = "fashion-mnist", .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_n = 10000,
@@ -47,7 +69,7 @@ int common_opts_parse(const char *cmd, int argc, char **argv, int *i, common_opt
     else if (!strcmp(a, "--data-dir")) c->data_dir = v;
     else if (!strcmp(a, "--optimizer")) c->optimizer = v;
     else if (!strcmp(a, "--synthetic-shape")) ok = arg_shape3(cmd, a, v, &c->syn_c, &c->syn_h, &c->syn_w);
-    else if (!strcmp(a, "--synthetic-size")) ok = arg_int(cmd, a, v, 5, 1 << 24, &c->syn_n);
+    else if (!strcmp(a, "--synthetic-size")) ok = parse_synthetic_size(cmd, a, v, &c->syn_n);
     else if (!strcmp(a, "--train-samples")) ok = arg_int(cmd, a, v, 1, 1 << 30, &c->train_samples);
     else if (!strcmp(a, "--lr")) ok = c->lr_set = arg_float(cmd, a, v, 1e-12, 1e6, &c->lr);
     else if (!strcmp(a, "--momentum")) ok = c->momentum_set = arg_float(cmd, a, v, 0, 1, &c->momentum);
@@ -183,7 +205,10 @@ static mp_status load_data(const common_opts *c, uint64_t seed, mp_dataset *trai
         /* one stream of samples (same class patterns), split into train and test */
         mp_dataset all;
         int n_test = c->syn_n / 5;
-        MP_TRY(mp_dataset_synthetic(c->syn_n + n_test, c->syn_c, c->syn_h, c->syn_w, 10, seed, &all));
+        const mp_status made = mp_dataset_synthetic(c->syn_n + n_test, c->syn_c, c->syn_h, c->syn_w, 10, seed, &all);
+        if (made != MP_OK)
+            return mp_error(made, "--synthetic-size %d (and %d test samples) of --synthetic-shape "
+                            "%dx%dx%d: %s", c->syn_n, n_test, c->syn_c, c->syn_h, c->syn_w, mp_last_error());
         mp_status s = mp_dataset_slice(&all, 0, c->syn_n, train);
         if (s == MP_OK) s = mp_dataset_slice(&all, c->syn_n, n_test, test);
         mp_dataset_free(&all);

@@ -146,6 +146,11 @@ row bad_images_maybe 2 "--bad-images 'maybe' must be skip or fail" -- "${t[@]}" 
 row image_size_zero 2 "--image-size '0x5' must be HxW" -- "${t[@]}" --image-size 0x5
 # sizes past INT_MAX wrapped (2^32 + 8 read as 8): refused, as are signs and text after the numbers
 row image_size_wrap 2 "--image-size '4294967304x8' must be HxW" -- "${t[@]}" --image-size 4294967304x8
+# the limits of --synthetic-size count its N/5 test samples, and are said in the user's numbers
+row synthetic_size_limit 2 "^mixprec train: --synthetic-size 16777216 is out of range \[5, 13981014\]: with its N/5 test samples" -- \
+  train --data synthetic --synthetic-size 16777216
+row synthetic_size_values 1 "^mixprec train: --synthetic-size 300000 \(and 60000 test samples\) of --synthetic-shape 3x32x32: .*more than the limit" -- \
+  train --data synthetic --synthetic-size 300000
 row shape_wrap 2 "--synthetic-shape '4294967297x8x8' must be CxHxW" -- train "${syn[@]}" \
   --synthetic-shape 4294967297x8x8
 row shape_huge 2 "--synthetic-shape '1x99999999999999999999x8' must be CxHxW" -- train "${syn[@]}" \
