@@ -402,6 +402,9 @@ static void test_null_args(void) {
     CHECK_ERR(mp_graph_grad_get(g, "fc.weight", NULL, 32), MP_ERR_INVALID_ARG, "grad_get 'fc.weight'", "null");
     CHECK_ERR(mp_graph_param_get(g, NULL, NULL, 0), MP_ERR_INVALID_ARG, "no parameter");
     CHECK_ERR(mp_graph_param_get(NULL, "fc.weight", (float[32]){0}, 32), MP_ERR_INVALID_ARG, "param_get: null graph");
+    CHECK_ERR(mp_graph_param_info(g, 0, NULL), MP_ERR_INVALID_ARG, "param_info: null output");
+    CHECK_ERR(mp_graph_node_precision(g, 0, NULL), MP_ERR_INVALID_ARG, "node precision: null output");
+    CHECK_ERR(mp_plan_set_input(NULL, x, (float[16]){0}, 16), MP_ERR_INVALID_ARG, "null plan");
     /* no gradient exists before a backward: refused, not zeros */
     float gw[32];
     CHECK_ERR(mp_graph_grad_get(g, "fc.weight", gw, 32), MP_ERR_INVALID_ARG, "grad_get 'fc.weight'",

@@ -191,8 +191,8 @@ mp_status mp_graph_policy(const mp_graph *g, mp_policy_info *out) {
 }
 
 mp_status mp_graph_node_precision(const mp_graph *g, mp_node n, mp_node_precision *out) {
-    if (!g || !out || n < 0 || n >= g->n_nodes)
-        return mp_error(MP_ERR_INVALID_ARG, "node precision: node %d is not in the graph", n);
+    if (!g || !out) return mp_error(MP_ERR_INVALID_ARG, "node precision: null %s", !g ? "graph" : "output");
+    if (n < 0 || n >= g->n_nodes) return mp_error(MP_ERR_INVALID_ARG, "node precision: node %d is not in the graph", n);
     const mp_gnode *nd = &g->nodes[n];
     *out = (mp_node_precision){.compute = nd->compute_dtype, .storage = nd->storage_dtype, .tf32 = nd->tf32};
     return MP_OK;

@@ -14,7 +14,8 @@
 #include "graph/second_order.h"
 
 static mp_status check_node(const mp_plan *p, mp_node node, mp_op_kind kind, const char *what) {
-    if (!p || node < 0 || node >= p->n) return mp_error(MP_ERR_INVALID_ARG, "%s: node %d is not in this plan", what, node);
+    if (!p) return mp_error(MP_ERR_INVALID_ARG, "%s: null plan", what);
+    if (node < 0 || node >= p->n) return mp_error(MP_ERR_INVALID_ARG, "%s: node %d is not in this plan", what, node);
     if (kind != MP_OP_COUNT && p->g->nodes[node].desc.kind != kind)
         return mp_error(MP_ERR_INVALID_ARG, "%s: node '%s' is a %s", what, p->g->nodes[node].name,
                         mp_op_lookup(p->g->nodes[node].desc.kind)->name);

@@ -10,9 +10,9 @@
 int mp_graph_param_tensors(const mp_graph *g) { return g ? g->n_params : 0; }
 
 mp_status mp_graph_param_info(const mp_graph *g, int k, mp_param_info *out) {
-    if (!g || !out || k < 0 || k >= g->n_params)
-        return mp_error(MP_ERR_INVALID_ARG, "parameter %d: not a parameter of the graph (it has %d)", k,
-                        g ? g->n_params : 0);
+    if (!g || !out) return mp_error(MP_ERR_INVALID_ARG, "param_info: null %s", !g ? "graph" : "output");
+    if (k < 0 || k >= g->n_params)
+        return mp_error(MP_ERR_INVALID_ARG, "parameter %d: not a parameter of the graph (it has %d)", k, g->n_params);
     const mp_gparam *p = &g->params[k];
     mp_param_info in = {.name = p->name, .node = p->node, .ndim = p->spec.shape.ndim,
                         .numel = mp_shape_numel(&p->spec.shape), .trainable = p->spec.trainable,
