@@ -54,7 +54,16 @@ expect 1 'arr.jsonl:1: (not a JSON object|step: missing)' -- "$bin" numerics plo
 expect 1 'empty.jsonl: no records' -- "$bin" numerics plot empty.jsonl -o p2
 expect 1 'blank.jsonl: no records' -- "$bin" numerics plot blank.jsonl -o p2
 expect 1 'zero.jsonl: every tensor is zero at every step: nothing to plot' -- "$bin" numerics plot zero.jsonl -o p2
-expect 1 'absent.jsonl: cannot open' -- "$bin" numerics plot absent.jsonl -o p2
+expect 1 'absent.jsonl: not found' -- "$bin" numerics plot absent.jsonl -o p2
+# not a regular file: refused at once (expect's timeout fails a hang on the FIFO), never read without end
+mkfifo fifo.jsonl
+expect 1 'fifo.jsonl: not a regular file \(a FIFO\)' -- "$bin" numerics plot fifo.jsonl -o p2
+expect 1 '/dev/zero: not a regular file \(a character device\)' -- "$bin" numerics plot /dev/zero -o p2
+expect 1 "$work: is a directory" -- "$bin" numerics plot "$work" -o p2
+# a line without end (a sparse file of NUL bytes, no disk used): an error naming the line, not all of it in memory
+truncate -s 65M long.jsonl
+expect 1 'long.jsonl:1: a line longer than 64 MiB' -- "$bin" numerics plot long.jsonl -o p2
+rm -f long.jsonl
 # bad usage: exit 2
 expect 2 'which log' -- "$bin" numerics plot
 expect 2 'unknown subcommand' -- "$bin" numerics draw num.jsonl

@@ -10,14 +10,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
 #include "io/gnuplot.h"
+#include "io/input_file.h"
 #include "io/output_path.h"
 
 #define PANELS 3
+#define LOG_MAX_LINE (64 << 20) /* bytes: far above a log line of any model */
 static const char *const kind_key[PANELS] = {"output", "grad", "param_grad"};
 static const char *const kind_title[PANELS] = {
     "activations (forward outputs)",
@@ -141,20 +144,47 @@ static mp_status read_line(const char *path, long line, const char *text, size_t
     return s;
 }
 
+/* The next line of f into *buf without its newline (*len; *got false at the
+ * end of the file). A line longer than LOG_MAX_LINE is an error naming the
+ * file and line: an endless one is never held whole in memory. */
+static mp_status next_line(FILE *f, const char *path, long line, char **buf, size_t *cap, size_t *len, bool *got) {
+    *len = 0, *got = false;
+    for (int c; (c = getc(f)) != EOF;) {
+        *got = true;
+        if (c == '\n') return MP_OK;
+        if (*len >= LOG_MAX_LINE)
+            return mp_error(MP_ERR_FORMAT, "%s:%ld: a line longer than %d MiB: not a numerics log", path, line,
+                            LOG_MAX_LINE >> 20);
+        if (*len + 1 >= *cap) {
+            const size_t n = *cap ? 2 * *cap : 4096;
+            char *p = realloc(*buf, n);
+            if (!p) return mp_error(MP_ERR_NOMEM, "%s:%ld: out of memory", path, line);
+            *buf = p, *cap = n;
+        }
+        (*buf)[(*len)++] = (char)c;
+    }
+    return MP_OK;
+}
+
 static mp_status read_log(const char *path, series_set *ss, int *records) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long line = 0;
-    mp_status s = MP_OK;
     *records = 0;
-    while (s == MP_OK && (len = getline(&buf, &cap, f)) >= 0) {
-        line++;
-        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) len--;
+    int fd;
+    MP_TRY(mp_input_open(path, &fd, NULL)); /* never blocks on a FIFO or reads a device */
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+    }
+    char *buf = NULL;
+    size_t cap = 0, len;
+    long line = 0;
+    bool got = true;
+    mp_status s = MP_OK;
+    while (s == MP_OK && (s = next_line(f, path, ++line, &buf, &cap, &len, &got)) == MP_OK && got) {
+        while (len > 0 && buf[len - 1] == '\r') len--;
         if (len == 0) continue;
-        s = read_line(path, line, buf, (size_t)len, ss);
+        s = read_line(path, line, buf, len, ss);
         *records += s == MP_OK;
     }
     if (s == MP_OK && ferror(f)) s = mp_error(MP_ERR_IO, "%s: read failed: %s", path, strerror(errno));
