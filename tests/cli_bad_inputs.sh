@@ -149,7 +149,7 @@ gen tensor "$ck" "$in/adam_v_neg.safetensors" optim/fc2.bias/1 neg   # Adam's v,
 gen tensor "$ck" "$in/adam_m_neg.safetensors" optim/fc2.bias/0 neg   # Adam's m takes either sign
 head -c 300 "$ck" >"$in/truncated.safetensors"
 printf 'not a checkpoint at all' >"$in/garbage.safetensors"
-mkfifo "$in/fifo.safetensors"
+mkfifo "$in/fifo.safetensors" "$in/fifo_policy.json"
 mkdir -p "$in/adir"
 echo "keep me" >"$in/existing.txt"
 echo '{"mixprec_policy": 1}' >"$in/no_precision.json"
@@ -257,6 +257,12 @@ row bn_low_amp_policy 2 "$bnl amp-fp16 \(from --precision\)$" -- \
   train "${syn[@]}" --precision amp-fp16 --bn-low --policy "$in/no_precision.json"
 row bn_low_policy_amp 2 "$bnl amp-fp16 \(from --policy $in/amp16.json\)$" -- \
   train "${syn[@]}" --bn-low --policy "$in/amp16.json"
+# a --policy that is not a regular file: refused, naming it, without waiting on the FIFO or reading the device
+row policy_fifo 2 "--policy $in/fifo_policy.json: not a regular file \(a FIFO\)$" -- \
+  train "${syn[@]}" --policy "$in/fifo_policy.json"
+row policy_dir 2 "--policy $in/adir: is a directory" -- train "${syn[@]}" --policy "$in/adir"
+row policy_device 2 "--policy /dev/zero: not a regular file \(a character device\)$" -- \
+  train "${syn[@]}" --policy /dev/zero
 row bn_low_default 2 "$bnl fp32 \(the default\)$" -- train "${syn[@]}" --bn-low
 row override_empty_doctor 2 "mixprec doctor: --precision-override is empty" -- \
   doctor "${syn[@]}" --precision-override ""

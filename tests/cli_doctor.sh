@@ -68,7 +68,7 @@ expect 2 'fc1.json: overrides.fc1 conflicts with --precision-override fc1=bf16' 
     "$bin" train "${D[@]}" --policy fc1.json --precision-override fc1=bf16
 expect 2 "pol.json: precision: 'amp-fp16' conflicts with --precision bf16" -- \
     "$bin" train "${D[@]}" --policy pol.json --precision bf16
-expect 2 'absent.json: cannot open' -- "$bin" train "${D[@]}" --policy absent.json
+expect 2 'absent.json: not found' -- "$bin" train "${D[@]}" --policy absent.json
 expect 2 '--policy needs a value' -- "$bin" train --policy
 # --bn-low is taken when the file's precision is fp16 or bf16 (the refusals are cli_bad_inputs' bn_low_* rows)
 printf '{"mixprec_policy": 1, "precision": "bf16"}' >bf16.json

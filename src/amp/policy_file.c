@@ -8,10 +8,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "io/input_file.h"
 #include "io/output_path.h"
 
 /* Split "a=x,b=y": the dtype text of layer `name` in spec, or NULL. */
@@ -184,13 +186,24 @@ static mp_status read_scale(const char *path, const cJSON *ls, mp_policy_file *o
 
 mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_file *out) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    MP_TRY(mp_input_open(path, &fd, NULL)); /* a FIFO, device or directory: refused, naming it */
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+    }
     char *text = malloc(1 << 20);
     const size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-    const bool big = text && n == (1 << 20) - 1;
+    const bool big = text && n == (1 << 20) - 1, failed = ferror(f);
+    const int e = errno;
     fclose(f);
     if (!text) return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+    if (failed) {
+        free(text);
+        return mp_error(MP_ERR_IO, "%s: read failed: %s", path, strerror(e));
+    }
     if (big) {
         free(text);
         return mp_error(MP_ERR_FORMAT, "%s: larger than 1 MiB: not a policy file", path);
