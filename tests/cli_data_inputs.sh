@@ -52,6 +52,11 @@ b = open(os.path.join(d, "f", "c0", "00.png"), "rb").read()
 os.makedirs(os.path.join(d, "f_trunc"), exist_ok=True)
 os.system("cp -r %s/f/c0 %s/f/c1 %s/f_trunc/" % (d, d, d))
 open(os.path.join(d, "f_trunc", "c0", "03.png"), "wb").write(b[:len(b) - 20])
+for name in ("f_dclass", "f_dimg"):  # dangling symbolic links: a class folder, an image
+    os.makedirs(os.path.join(d, name), exist_ok=True)
+    os.system("cp -r %s/f/c0 %s/f/c1 %s/%s/" % (d, d, d, name))
+os.symlink(os.path.join(d, "none"), os.path.join(d, "f_dclass", "c0b"))  # between c0 and c1: would shift c1
+os.symlink(os.path.join(d, "none.png"), os.path.join(d, "f_dimg", "c1", "50.png"))
 for k in range(2):  # train/ and test/ whose test images' data do not decode
     for i in range(2):
         png(os.path.join(d, "f_split", "train", "c%d" % k, "%d.png" % i), 6, 6, [bytes([(i * 40 + y) % 256] * 6) for y in range(6)])
@@ -140,6 +145,13 @@ row folder_corrupt_jpeg 1 "$in/f_corrupt/c1/99.jpg: corrupt JPEG" -- "${t[@]}" -
 row folder_trunc_png 1 "$in/f_trunc/c0/03.png: corrupt PNG" -- "${t[@]}" --data "folder:$in/f_trunc"
 row folder_trunc_lazy 1 "$in/f_trunc/c0/03.png: corrupt PNG" -- "${t[@]}" --data "folder:$in/f_trunc" --decode-memory-mb 0
 row folder_sizes 1 "images differ in size .*give the sample size \(--image-size HxW\)" -- "${t[@]}" --data "folder:$in/sizes" --val-fraction 0.5
+# a dangling symbolic link: a class folder is an error (dropped, it would shift the later classes' labels), an
+# image a bad one (skip leaves it out)
+dl="a symbolic link to a path that does not exist"
+row folder_dangling_class 1 "$in/f_dclass/c0b: $dl$" -- "${t[@]}" --data "folder:$in/f_dclass"
+row folder_dangling_class_skip 1 "$in/f_dclass/c0b: $dl$" -- "${t[@]}" --data "folder:$in/f_dclass" \
+  --bad-images skip
+row folder_dangling_image 1 "$in/f_dimg/c1/50.png: $dl \(--bad-images skip" -- "${t[@]}" --data "folder:$in/f_dimg"
 row folder_not_dir 1 "$in/x10.npy: not a folder" -- "${t[@]}" --data "folder:$in/x10.npy"
 row folder_none 1 "--data folder:DIR needs a folder" -- "${t[@]}" --data "folder:"
 row bad_images_maybe 2 "--bad-images 'maybe' must be skip or fail" -- "${t[@]}" --bad-images maybe
@@ -223,6 +235,12 @@ grep -q '"data":"[^"]*(test/: 4 images, 2 classes, 1 file not .jpg/.jpeg/.png ig
 d=$work/c/skip && mkdir -p "$d"
 if "$bin" "${t[@]}" --data "folder:$in/f_corrupt" --bad-images skip --val-fraction 0.25 >"$d/out" 2>"$d/err"; then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL: skip: $(cat "$d/err")"; fi
+
+# ... and a dangling image link is one of the bad images, as f_corrupt's 99.jpg: 13 listed, 3 held out (the
+# bad one among them, left out) -> 10 / 2, where a link dropped unsaid would leave 12 -> 9 / 3
+out=$("$bin" train --epochs 1 --batch 2 --data "folder:$in/f_dimg" --bad-images skip --val-fraction 0.25 2>&1)
+grep -q ": 10 train / 2 test samples" <<<"$out" && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: skip a dangling image: $out"; }
 
 # ---- eval ----------------------------------------------------------------------------
 row eval_no_checkpoint 2 "--checkpoint FILE is required" -- eval

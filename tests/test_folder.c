@@ -5,7 +5,7 @@
  * truncated files under fail and skip, the per-batch path giving the batches
  * the in-memory path gives, loader batches independent of the number of
  * decoder threads (with random-resized-crop, crop and flip), and the errors
- * for empty folders. */
+ * for empty folders and dangling symbolic links. */
 #define _GNU_SOURCE /* nftw in scratch_dir.h */
 #include <math.h>
 #include <stdint.h>
@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jpeglib.h>
 #include <png.h>
@@ -413,6 +414,44 @@ static void test_errors(void) {
     CHECK(!pt && !pv, "public open: nothing on error");
 }
 
+/* Dangling symbolic links: as a class folder an error naming it under fail
+ * and skip (dropped, it would shift the labels of the classes after it); as
+ * an image a bad image (fail names it, skip leaves it out). */
+static void test_dangling(void) {
+    uint8_t px[4 * 4];
+    memset(px, 7, sizeof px);
+    mk("dc"), mk("dc/a"), mk("dc/c");
+    for (int i = 0; i < 4; i++) {
+        char rel[32];
+        snprintf(rel, sizeof rel, "dc/%c/%d.png", i < 2 ? 'a' : 'c', i);
+        write_png(rel, px, 4, 4, 1);
+    }
+    CHECK(symlink(scratch_path(dir, "none"), scratch_path(dir, "dc/b")) == 0, "symlink dc/b");
+    mp_dataset tr, va;
+    const char *dc = scratch_path(dir, "dc");
+    for (int skip = 0; skip < 2; skip++) {
+        const mp_folder_opts o = {.val_fraction = 0.5, .bad_images = skip ? MP_BAD_IMAGES_SKIP : MP_BAD_IMAGES_FAIL};
+        CHECK_ERR(mp_dataset_load_folder(dc, &o, &tr, &va), MP_ERR_IO,
+                  "/dc/b: a symbolic link to a path that does not exist");
+    }
+    mk("di"), mk("di/a"), mk("di/b");
+    for (int i = 0; i < 5; i++) {
+        char rel[32];
+        snprintf(rel, sizeof rel, "di/%c/%d.png", i % 2 ? 'b' : 'a', i);
+        write_png(rel, px, 4, 4, 1);
+    }
+    CHECK(symlink(scratch_path(dir, "none.png"), scratch_path(dir, "di/b/x.png")) == 0, "symlink di/b/x.png");
+    const char *di = scratch_path(dir, "di");
+    CHECK_ERR(mp_dataset_load_folder(di, &(mp_folder_opts){.val_fraction = 0.25}, &tr, &va), MP_ERR_FORMAT,
+              "/di/b/x.png: a symbolic link to a path that does not exist", "--bad-images skip");
+    CHECK(mp_dataset_load_folder(di, &(mp_folder_opts){.val_fraction = 0.25, .bad_images = MP_BAD_IMAGES_SKIP},
+                                 &tr, &va) == MP_OK, "%s", mp_last_error());
+    CHECK(tr.n + va.n == 5 && tr.skipped + va.skipped == 1, "dangling image under skip: %d + %d kept, %d + %d skipped",
+          tr.n, va.n, tr.skipped, va.skipped);
+    mp_dataset_free(&tr);
+    mp_dataset_free(&va);
+}
+
 /* Every batch of an epoch, concatenated. */
 static float *epoch_batches(const mp_dataset *d, mp_loader_opts o, int epoch, size_t *len) {
     mp_loader *l;
@@ -518,6 +557,7 @@ int main(void) {
     test_geometry();
     test_bad();
     test_errors();
+    test_dangling();
     test_determinism();
     scratch_dir_remove(dir);
     return test_summary("test_folder");

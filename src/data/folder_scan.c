@@ -42,11 +42,22 @@ static char *join(const char *a, const char *b) {
     return s;
 }
 
+/* An entry stat() cannot follow (errno set by it) as an error naming it. */
+static mp_status stat_error(const char *path) {
+    const int e = errno;
+    struct stat st;
+    if (e == ENOENT && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return mp_error(MP_ERR_IO, "%s: a symbolic link to a path that does not exist", path);
+    return mp_error(MP_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+}
+
 /* Sorted names of the entries of dir that are folders (want_dirs) or image
  * files; with other non-NULL (image files wanted), the regular files that
  * are not images are counted there and the path of the first of them by
  * name (not by the folder's order, which differs between file systems) kept
- * in *other_path. */
+ * in *other_path. An entry that cannot be stat()ed is an error among
+ * folders (dropped unsaid, it would shift every later class's label) and,
+ * named as an image, listed: reading it fails, so it is a bad image. */
 static mp_status list_dir(const char *dir, bool want_dirs, char ***names, int *n, int *other, char **other_path) {
     *names = NULL;
     *n = 0;
@@ -62,8 +73,14 @@ static mp_status list_dir(const char *dir, bool want_dirs, char ***names, int *n
             break;
         }
         struct stat st;
-        const bool is_file = !want_dirs && stat(full, &st) == 0 && S_ISREG(st.st_mode);
-        const bool ok = want_dirs ? stat(full, &st) == 0 && S_ISDIR(st.st_mode) : is_file && is_image_name(e->d_name);
+        const bool stat_ok = stat(full, &st) == 0;
+        if (!stat_ok && want_dirs) {
+            s = stat_error(full);
+            free(full);
+            break;
+        }
+        const bool is_file = !want_dirs && stat_ok && S_ISREG(st.st_mode);
+        const bool ok = want_dirs ? S_ISDIR(st.st_mode) : (is_file || !stat_ok) && is_image_name(e->d_name);
         if (!ok && is_file && other) {
             ++*other;
             if (!*other_path || strcmp(full, *other_path) < 0) free(*other_path), *other_path = full, full = NULL;

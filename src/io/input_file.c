@@ -29,8 +29,12 @@ mp_status mp_input_open(const char *path, int *fd, uint64_t *size) {
      * a terminal never becomes the controlling one. */
     int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (f < 0) {
-        if (errno == ENOENT || errno == ENOTDIR) return mp_error(MP_ERR_IO, "%s: not found", path);
-        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        const int e = errno;
+        struct stat ln;
+        if (e == ENOENT && lstat(path, &ln) == 0 && S_ISLNK(ln.st_mode))
+            return mp_error(MP_ERR_IO, "%s: a symbolic link to a path that does not exist", path);
+        if (e == ENOENT || e == ENOTDIR) return mp_error(MP_ERR_IO, "%s: not found", path);
+        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     }
     struct stat st;
     if (fstat(f, &st) != 0) {

@@ -13,8 +13,8 @@
 
 /* Open `path` read-only; *fd is a blocking descriptor of a regular file and
  * *size (may be NULL) its size. Errors (MP_ERR_IO, *fd = -1) name the path:
- * "<path>: not found", "is a directory", "not a regular file (a FIFO)", or
- * the system error. */
+ * "<path>: not found", "a symbolic link to a path that does not exist",
+ * "is a directory", "not a regular file (a FIFO)", or the system error. */
 mp_status mp_input_open(const char *path, int *fd, uint64_t *size);
 
 /* "a FIFO", "a character device", ... for st_mode's file type. */
