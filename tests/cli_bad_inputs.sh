@@ -431,6 +431,11 @@ row bench_out_file 2 "--out $in/existing.txt: $in/existing.txt is a regular file
 row bench_out_under_file 2 "--out $in/existing.txt/sub: $in/existing.txt is a regular file" -- bench "${bsyn[@]}" --out "$in/existing.txt/sub"
 row bench_results_fifo 2 "--out $in/bench_fifo/results.jsonl: is a FIFO" -- bench "${bsyn[@]}" --out "$in/bench_fifo"
 row gan_samples_fifo 1 "$in/gan_fifo/samples_epoch1.p[ng][gm]: is a FIFO" -- train-gan "${syn[@]}" --epochs 1 --max-steps 2 --out "$in/gan_fifo"
+# a full disk under the sample grid (larger than stdio's buffer, so libpng's own write fails): one line, the
+# system's error, no "libpng error" of libpng's own beside it
+WRAP=fsize0 row gan_samples_disk_full 1 "gan_full/samples_epoch1.p[ng][gm]: write failed: File too large$" -- \
+  train-gan --data synthetic --synthetic-size 100 --synthetic-shape 3x32x32 --batch 10 --epochs 1 --max-steps 2 \
+  --out gan_full --quiet
 row gan_out_file 2 "--out $in/existing.txt: $in/existing.txt is a regular file" -- train-gan "${syn[@]}" --out "$in/existing.txt"
 
 # ---- table 2: the training step and checkpoint loading ------------------------------

@@ -5,12 +5,15 @@
  * weights (D's class head on real images only, weight 2, as Keras'
  * AC-GAN; the generator still trained on the class loss), one shared
  * loss scaler updated once per iteration, the sample grid, and the image
- * writer (PNG signature and IHDR, or the PGM header without libpng). */
+ * writer (PNG signature and IHDR, or the PGM header without libpng; libpng's
+ * errors in the one error, not on stderr). */
 #define _GNU_SOURCE /* nftw in scratch_dir.h */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "core/rng.h"
@@ -453,6 +456,34 @@ static void check_grid_file(const char *dir, int rows, int cols, int c, int h, i
     }
 }
 
+/* A grid libpng refuses (wider than its 10^6-pixel limit): libpng's error
+ * and warning text in the one error naming the file, none on stderr. */
+static void check_png_refused(const char *dir) {
+    const int w = 1000001;
+    float *px = calloc((size_t)w, sizeof *px);
+    char stem[4400], path[4400], said[256] = "";
+    snprintf(stem, sizeof stem, "%s/too_wide", dir);
+    mp_image_grid gr = {.rows = 1, .cols = 1, .c = 1, .h = 1, .w = w, .lo = 0, .hi = 1};
+    FILE *err = tmpfile();
+    const int saved = dup(2);
+    CHECK(px && err && saved >= 0, "set-up");
+    if (!px || !err || saved < 0) return;
+    fflush(stderr);
+    dup2(fileno(err), 2);
+    const mp_status s = mp_image_grid_write(stem, px, &gr, path, sizeof path);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(err);
+    const size_t n = fread(said, 1, sizeof said - 1, err);
+    fclose(err);
+    free(px);
+    CHECK(s == MP_ERR_IO && strstr(mp_last_error(), "too_wide.png: libpng failed writing the image: Invalid IHDR") &&
+              strstr(mp_last_error(), "exceeds user limit"),
+          "status %s: %s", mp_status_name(s), mp_last_error());
+    CHECK(n == 0, "libpng wrote to stderr: %s", said);
+}
+
 static void test_image_grid(void) {
     char dir[4096];
     scratch_dir_create(dir, sizeof dir, "test_acgan");
@@ -464,6 +495,7 @@ static void test_image_grid(void) {
     CHECK_ERR(mp_image_grid_write("x", px, &bad, path, sizeof path), MP_ERR_INVALID_ARG, "1 or 3 channels");
     mp_image_grid ok = {.rows = 1, .cols = 1, .c = 1, .h = 1, .w = 1, .lo = 0, .hi = 1};
     CHECK_ERR(mp_image_grid_write("/nonexistent-dir/x", px, &ok, path, sizeof path), MP_ERR_IO, "/nonexistent-dir/x.");
+    if (mp_image_png_available()) check_png_refused(dir);
     scratch_dir_remove(dir);
 }
 

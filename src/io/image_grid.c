@@ -53,8 +53,46 @@ static void assemble(const float *images, const mp_image_grid *gr, uint8_t *pix)
 }
 
 #ifdef MP_HAVE_PNG
+/* libpng's output and its error and warning handler: its text goes into the
+ * error the caller reports (libpng's default would print it to stderr too). */
+typedef struct {
+    FILE *f;
+    int write_errno;   /* a failed fwrite's errno, 0 = none */
+    char why[160];     /* libpng's error text */
+    char warning[160]; /* its last warning, told only with an error */
+} png_sink;
+
+static void png_sink_write(png_structp png, png_bytep data, png_size_t n) {
+    png_sink *k = png_get_io_ptr(png);
+    if (fwrite(data, 1, n, k->f) != n) {
+        k->write_errno = errno ? errno : EIO;
+        png_error(png, "write failed");
+    }
+}
+
+static void png_sink_flush(png_structp png) { (void)png; } /* mp_output_close flushes and checks */
+
+static void png_sink_error(png_structp png, png_const_charp msg) {
+    png_sink *k = png_get_error_ptr(png);
+    snprintf(k->why, sizeof k->why, "%s", msg);
+    png_longjmp(png, 1);
+}
+
+static void png_sink_warning(png_structp png, png_const_charp msg) {
+    png_sink *k = png_get_error_ptr(png);
+    snprintf(k->warning, sizeof k->warning, "%s", msg);
+}
+
+static mp_status png_sink_status(const png_sink *k, const char *path) {
+    if (k->write_errno) return mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(k->write_errno));
+    char warned[200] = "";
+    if (k->warning[0]) snprintf(warned, sizeof warned, " (after the warning '%s')", k->warning);
+    return mp_error(MP_ERR_IO, "%s: libpng failed writing the image: %s%s", path, k->why, warned);
+}
+
 static mp_status write_png(FILE *f, const char *path, const uint8_t *pix, int width, int height, int c) {
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_sink k = {.f = f};
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &k, png_sink_error, png_sink_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info) {
         png_destroy_write_struct(&png, NULL);
@@ -62,9 +100,9 @@ static mp_status write_png(FILE *f, const char *path, const uint8_t *pix, int wi
     }
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
-        return mp_error(MP_ERR_IO, "%s: libpng failed writing the image", path);
+        return png_sink_status(&k, path);
     }
-    png_init_io(png, f);
+    png_set_write_fn(png, &k, png_sink_write, png_sink_flush);
     png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, c == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB,
                  PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     png_write_info(png, info);
