@@ -409,6 +409,8 @@ row save_over_model 2 "train: --save $in/model_t.onnx is the --model input $in/m
 row log_over_npy 2 "train: --log $in/xt.npy is the --data input $in/xt.npy: $ki" -- \
   train "${npy_t[@]}" --max-steps 1 --log "$in/xt.npy"
 row monitor_csv_fifo 2 "--monitor-csv $in/out_fifo: is a FIFO" -- "${run[@]}" --monitor-csv "$in/out_fifo"
+# a file that opens but takes no write (as root; otherwise refused at the open): the error names it
+row monitor_csv_proc ! "/proc/version: cannot write" -- "${run[@]}" --monitor-csv /proc/version
 row monitor_csv_no_dir 2 "--monitor-csv $work/nodir/m.csv: directory" -- "${run[@]}" --monitor-csv "$work/nodir/m.csv"
 # a run refused before training leaves an existing --monitor-csv as it was (the runner compares it; one file each)
 kept() {

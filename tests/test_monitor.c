@@ -244,10 +244,23 @@ static void test_errors_and_no_gpu(void) {
     if (full) {
         setvbuf(full, NULL, _IONBF, 0);
         f.closes = 0;
-        CHECK_ERR(mp_monitor_start(&(mp_monitor_opts){.csv = full, .source = &src}, &m), MP_ERR_IO, "monitor CSV",
-                  "No space left");
+        CHECK_ERR(mp_monitor_start(&(mp_monitor_opts){.csv = full, .csv_name = "/dev/full", .source = &src}, &m),
+                  MP_ERR_IO, "monitor CSV /dev/full: cannot write: No space left");
         CHECK(m == NULL && f.closes == 1 && f.reads == 0, "CSV failure: source closed %d, read %d", f.closes, f.reads);
         fclose(full);
+    }
+    /* room for the header only: the first row fails, and stop says so naming the file */
+    static char room[sizeof MP_MONITOR_CSV_HEADER + 1];
+    FILE *small = fmemopen(room, sizeof room, "w");
+    CHECK(small != NULL, "fmemopen");
+    if (small) {
+        setvbuf(small, NULL, _IONBF, 0);
+        f.reads = 0, f.next = 0;
+        CHECK(mp_monitor_start(&(mp_monitor_opts){.csv = small, .csv_name = "run.csv", .source = &src}, &m) == MP_OK,
+              "start: %s", mp_last_error());
+        CHECK_ERR(mp_monitor_stop(m, NULL), MP_ERR_IO, "monitor CSV run.csv: cannot write a row");
+        fclose(small);
+        f.reads = 0;
     }
     f.closes = 0;
     CHECK(mp_monitor_start(&(mp_monitor_opts){.interval_s = 5, .no_gpu = true, .source = &src}, &m) == MP_OK,

@@ -205,6 +205,12 @@ static void *sampler(void *arg) {
 
 /* ---- API -------------------------------------------------------------------- */
 
+/* A failed write of the CSV (what: "cannot write", ...) as an error naming it. */
+static mp_status csv_error(const mp_monitor_opts *o, const char *what, int e) {
+    return mp_error(MP_ERR_IO, "monitor CSV%s%s: %s: %s", o->csv_name ? " " : "", o->csv_name ? o->csv_name : "",
+                    what, strerror(e ? e : EIO));
+}
+
 static void close_source(mp_monitor_source *s) {
     if (s->close) s->close(s->ctx);
     s->close = NULL;
@@ -256,9 +262,10 @@ mp_status mp_monitor_start(const mp_monitor_opts *o, mp_monitor **out) {
         if (gpu != MP_OK) snprintf(why, sizeof why, "%s", mp_last_error());
     }
     if (o->csv && (fprintf(o->csv, "%s\n", MP_MONITOR_CSV_HEADER) < 0 || fflush(o->csv) != 0)) {
-        int e = errno;
+        const int e = errno;
+        const mp_status s = csv_error(o, "cannot write", e);
         destroy(m);
-        return mp_error(MP_ERR_IO, "monitor CSV: cannot write: %s", strerror(e ? e : EIO));
+        return s;
     }
     m->t_start = now(m);
     window_begin(&m->win, m->t_start, NULL);
@@ -310,8 +317,7 @@ mp_status mp_monitor_stop(mp_monitor *m, mp_monitor_summary *total) {
     pthread_mutex_unlock(&m->mu);
     if (m->thread_on) pthread_join(m->thread, NULL);
     if (total) *total = window_summary(m, &m->total, t);
-    int e = m->csv_errno;
+    const mp_status s = m->csv_errno ? csv_error(&m->o, "cannot write a row", m->csv_errno) : MP_OK;
     destroy(m);
-    if (e) return mp_error(MP_ERR_IO, "monitor CSV: cannot write a row: %s", strerror(e));
-    return MP_OK;
+    return s;
 }

@@ -49,6 +49,7 @@ typedef struct {
     double interval_s;        /* between samples; 0: no sampler thread, only mark/stop/sample_now sample */
     FILE *csv;                /* header + one row per sample; NULL = none. The caller opens and closes it
                                * (after stop); with the GPU off it gets the header only */
+    const char *csv_name;     /* its path, named by the errors writing it (NULL: unnamed); kept until stop */
     bool no_gpu;              /* open no source: wall time and peak RSS only (e.g. interval 0 in the CLI) */
     const mp_monitor_source *source; /* NULL: NVML, device `device`; the monitor owns it (even on failure) */
     int device;

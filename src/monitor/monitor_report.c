@@ -7,7 +7,7 @@
 #include "monitor/gpu_monitor.h"
 
 mp_status mp_monitor_begin_run(double interval_s, FILE *csv, const char *csv_name, FILE *out, mp_monitor **m) {
-    mp_monitor_opts o = {.interval_s = interval_s, .csv = csv, .no_gpu = interval_s == 0};
+    mp_monitor_opts o = {.interval_s = interval_s, .csv = csv, .csv_name = csv_name, .no_gpu = interval_s == 0};
     mp_status s = mp_monitor_start(&o, m);
     if (s != MP_OK && s != MP_ERR_UNSUPPORTED) return s;
     if (!out) return MP_OK;
