@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "amp/numerics_bounds.h"
+#include "core/dtype_convert.h"
 #include "core/error.h"
 
 static void add_values(mp_tensor_stats *s, const float *x, int64_t n) {
@@ -75,7 +76,7 @@ mp_status mp_tensor_stats_compute(const void *data, mp_dtype dtype, int64_t n, m
             if (dtype == MP_DTYPE_F32) {
                 add_values(&local, (const float *)src, m);
             } else {
-                mp_load_f32(buf, src, dtype, m);
+                mp_load_f32_known(buf, src, dtype, m);
                 add_values(&local, buf, m);
             }
         }

@@ -38,6 +38,7 @@
 
 #include "mixprec.h"
 #include "core/bf16_inline.h"
+#include "core/dtype_convert.h"
 #include "core/dtype_traits.h"
 #include "core/error.h"
 
@@ -353,8 +354,9 @@ static void load_chunk(float *dst, const void *src, mp_dtype src_dtype, int64_t 
         for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)src)[i];
         return;
     case MP_DTYPE_I32:
-    case MP_DTYPE_COUNT: return;
+    case MP_DTYPE_COUNT: break;
     }
+    MP_ASSERT(!"mp_load_f32_known: not a float dtype");
 }
 
 static void store_chunk(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
@@ -368,8 +370,9 @@ static void store_chunk(void *dst, mp_dtype dst_dtype, const float *src, int64_t
         for (int64_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];
         return;
     case MP_DTYPE_I32:
-    case MP_DTYPE_COUNT: return;
+    case MP_DTYPE_COUNT: break;
     }
+    MP_ASSERT(!"mp_store_f32_known: not a float dtype");
 }
 
 /* The checks both directions share: a float dtype, n >= 0, buffers where n > 0. */
@@ -382,20 +385,28 @@ static mp_status check_conversion(const char *fn, mp_dtype dtype, const void *ds
     return MP_OK;
 }
 
-mp_status mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
-    MP_TRY(check_conversion("mp_load_f32", src_dtype, dst, src, n));
+void mp_load_f32_known(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
     const size_t esz = mp_dtype_size(src_dtype);
 #pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
     for (int64_t i = 0; i < n; i += PAR_CHUNK)
         load_chunk(dst + i, (const char *)src + (size_t)i * esz, src_dtype, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
+}
+
+void mp_store_f32_known(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
+    const size_t esz = mp_dtype_size(dst_dtype);
+#pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
+    for (int64_t i = 0; i < n; i += PAR_CHUNK)
+        store_chunk((char *)dst + (size_t)i * esz, dst_dtype, src + i, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
+}
+
+mp_status mp_load_f32(float *dst, const void *src, mp_dtype src_dtype, int64_t n) {
+    MP_TRY(check_conversion("mp_load_f32", src_dtype, dst, src, n));
+    mp_load_f32_known(dst, src, src_dtype, n);
     return MP_OK;
 }
 
 mp_status mp_store_f32(void *dst, mp_dtype dst_dtype, const float *src, int64_t n) {
     MP_TRY(check_conversion("mp_store_f32", dst_dtype, dst, src, n));
-    const size_t esz = mp_dtype_size(dst_dtype);
-#pragma omp parallel for schedule(static) if (n > 2 * PAR_CHUNK)
-    for (int64_t i = 0; i < n; i += PAR_CHUNK)
-        store_chunk((char *)dst + (size_t)i * esz, dst_dtype, src + i, n - i < PAR_CHUNK ? n - i : PAR_CHUNK);
+    mp_store_f32_known(dst, dst_dtype, src, n);
     return MP_OK;
 }

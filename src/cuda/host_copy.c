@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/dtype_convert.h"
 #include "core/tensor.h"
 #include "cuda/cuda_ctx.h"
 
@@ -27,23 +28,23 @@ static const char *name_of(const mp_host_copy *x) { return x->name ? x->name : "
 /* Host f32 (CPU layout) into the device's form at stage (tmp: n f32 when needs_tmp). */
 static void to_device_form(const mp_host_copy *x, void *stage, float *tmp) {
     if (x->filter[2] <= 0) { /* f16/bf16 in the CPU layout */
-        mp_store_f32(stage, x->dt, x->host, x->n);
+        mp_store_f32_known(stage, x->dt, x->host, x->n);
         return;
     }
     void *krsc = x->dt == MP_DTYPE_F32 ? stage : tmp;
     mp_transpose_batch(krsc, x->host, sizeof(float), x->filter[0], x->filter[1], x->filter[2]);
-    if (krsc == tmp) mp_store_f32(stage, x->dt, tmp, x->n);
+    if (krsc == tmp) mp_store_f32_known(stage, x->dt, tmp, x->n);
 }
 
 /* The device's form at stage back into host f32 (CPU layout), exactly. */
 static void to_host_form(const mp_host_copy *x, const void *stage, float *tmp) {
     if (x->filter[2] <= 0) {
-        mp_load_f32(x->host, stage, x->dt, x->n);
+        mp_load_f32_known(x->host, stage, x->dt, x->n);
         return;
     }
     const void *krsc = stage;
     if (needs_tmp(x)) {
-        mp_load_f32(tmp, stage, x->dt, x->n);
+        mp_load_f32_known(tmp, stage, x->dt, x->n);
         krsc = tmp;
     }
     mp_transpose_batch(x->host, krsc, sizeof(float), x->filter[0], x->filter[2], x->filter[1]);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "amp/scaler.h"
+#include "core/dtype_convert.h"
 #include "core/dtype_traits.h"
 #include "graph/exec_backend.h"
 #include "graph/exec_stage.h"
@@ -317,7 +318,7 @@ static mp_status host_set_loss_seed(mp_plan *p, int node, mp_seed seed) {
 static mp_status host_set_input(mp_plan *p, int node, const float *data, size_t n) {
     const mp_tensor *out = &p->nodes[node].call.out;
     if (mp_info_nhwc_out(&p->nodes[node].info)) return mp_nchw_to_nhwc_store(out->data, out->dtype, data, &out->shape);
-    mp_store_f32(out->data, out->dtype, data, (int64_t)n);
+    mp_store_f32_known(out->data, out->dtype, data, (int64_t)n);
     return MP_OK;
 }
 
@@ -335,7 +336,7 @@ static mp_status host_read(const mp_plan *p, int node, float *dst, size_t n) {
     if (t->dtype != MP_DTYPE_F32 && !mp_dtype_is_low(t->dtype))
         return mp_error(MP_ERR_UNSUPPORTED, "read '%s': dtype %s", p->g->nodes[node].name, mp_dtype_name(t->dtype));
     if (mp_info_nhwc_out(&p->nodes[node].info)) return mp_nhwc_to_nchw_load(dst, t->data, t->dtype, &t->shape);
-    mp_load_f32(dst, t->data, t->dtype, (int64_t)n);
+    mp_load_f32_known(dst, t->data, t->dtype, (int64_t)n);
     return MP_OK;
 }
 

@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+#include "core/dtype_convert.h"
+
 #define CHUNK 4096
 
 static bool is_low(mp_dtype d) { return d == MP_DTYPE_F16 || d == MP_DTYPE_BF16; }
@@ -31,16 +33,16 @@ void mp_tensor_add(mp_dtype dt, void *dst, const void *src, int64_t n) {
 static void commit(void *dst, mp_dtype dtype, float *src, int64_t n, bool accumulate, mp_dtype round_to) {
     mp_round_f32(src, n, round_to);
     if (!accumulate) {
-        mp_store_f32(dst, dtype, src, n);
+        mp_store_f32_known(dst, dtype, src, n);
         return;
     }
     float tmp[CHUNK];
     for (int64_t i = 0; i < n; i += CHUNK) {
         int64_t m = n - i < CHUNK ? n - i : CHUNK;
         size_t esz = mp_dtype_size(dtype);
-        mp_load_f32(tmp, (char *)dst + (size_t)i * esz, dtype, m);
+        mp_load_f32_known(tmp, (char *)dst + (size_t)i * esz, dtype, m);
         for (int64_t j = 0; j < m; j++) tmp[j] += src[i + j];
-        mp_store_f32((char *)dst + (size_t)i * esz, dtype, tmp, m);
+        mp_store_f32_known((char *)dst + (size_t)i * esz, dtype, tmp, m);
     }
 }
 
@@ -82,7 +84,7 @@ void mp_stage_refresh_weights(mp_plan *p) {
             void *low = p->nodes[i].low_param[k];
             if (!low) continue;
             const mp_gparam *gp = &p->g->params[nd->first_param + k];
-            mp_store_f32(low, nd->compute_dtype, gp->data, mp_shape_numel(&gp->spec.shape));
+            mp_store_f32_known(low, nd->compute_dtype, gp->data, mp_shape_numel(&gp->spec.shape));
         }
     }
 }
@@ -97,14 +99,14 @@ static void stage_operands(mp_plan *p, int i, mp_op_call *c, char **cur) {
         const mp_tensor *in = &pn->call.in[k];
         if (in->dtype == MP_DTYPE_I32 || (in->dtype == MP_DTYPE_F32 && !low)) continue;
         float *f = take(cur, &in->shape);
-        mp_load_f32(f, in->data, in->dtype, mp_tensor_numel(in));
+        mp_load_f32_known(f, in->data, in->dtype, mp_tensor_numel(in));
         if (low && in->dtype != comp) mp_round_f32(f, mp_tensor_numel(in), comp);
         c->in[k] = (mp_tensor){MP_DTYPE_F32, in->shape, f};
     }
     for (int k = 0; k < nd->n_params; k++) {
         if (!pn->low_param[k]) continue;
         float *f = take(cur, &c->param[k].shape);
-        mp_load_f32(f, pn->low_param[k], comp, mp_tensor_numel(&c->param[k]));
+        mp_load_f32_known(f, pn->low_param[k], comp, mp_tensor_numel(&c->param[k]));
         c->param[k].data = f;
     }
 }
@@ -121,7 +123,7 @@ static mp_op_call native_call(const mp_pnode *pn, char **cur) {
             int64_t n = mp_tensor_numel(&c.in[k]);
             void *low = *cur;
             *cur += MP_ALIGN64((size_t)n * sizeof(uint16_t));
-            mp_store_f32(low, MP_DTYPE_BF16, c.in[k].data, n);
+            mp_store_f32_known(low, MP_DTYPE_BF16, c.in[k].data, n);
             c.in[k] = (mp_tensor){MP_DTYPE_BF16, c.in[k].shape, low};
             c.d_in[k].data = NULL;
         }
@@ -135,10 +137,10 @@ static void accumulate_stored(void *dst, const void *src, mp_dtype dtype, int64_
     size_t esz = mp_dtype_size(dtype);
     for (int64_t i = 0; i < n; i += CHUNK) {
         int64_t m = n - i < CHUNK ? n - i : CHUNK;
-        mp_load_f32(a, (char *)dst + (size_t)i * esz, dtype, m);
-        mp_load_f32(b, (const char *)src + (size_t)i * esz, dtype, m);
+        mp_load_f32_known(a, (char *)dst + (size_t)i * esz, dtype, m);
+        mp_load_f32_known(b, (const char *)src + (size_t)i * esz, dtype, m);
         for (int64_t j = 0; j < m; j++) a[j] += b[j];
-        mp_store_f32((char *)dst + (size_t)i * esz, dtype, a, m);
+        mp_store_f32_known((char *)dst + (size_t)i * esz, dtype, a, m);
     }
 }
 
@@ -181,7 +183,7 @@ mp_status mp_stage_forward(mp_plan *p, int i) {
         c.out = (mp_tensor){MP_DTYPE_F32, c.out.shape, out};
     }
     MP_TRY(mp_op_lookup(nd->desc.kind)->forward(&c));
-    if (out) mp_store_f32(pn->call.out.data, nd->storage_dtype, out, mp_tensor_numel(&c.out));
+    if (out) mp_store_f32_known(pn->call.out.data, nd->storage_dtype, out, mp_tensor_numel(&c.out));
     return MP_OK;
 }
 
@@ -197,8 +199,8 @@ mp_status mp_stage_backward(mp_plan *p, int i, const bool *taken, const bool *fr
     const int64_t n_out = mp_tensor_numel(&c.out);
     if (nd->storage_dtype != MP_DTYPE_F32) {
         float *o = take(&cur, &c.out.shape), *dy = take(&cur, &c.out.shape);
-        mp_load_f32(o, pn->call.out.data, nd->storage_dtype, n_out);
-        mp_load_f32(dy, pn->call.d_out.data, nd->storage_dtype, n_out);
+        mp_load_f32_known(o, pn->call.out.data, nd->storage_dtype, n_out);
+        mp_load_f32_known(dy, pn->call.d_out.data, nd->storage_dtype, n_out);
         c.out = (mp_tensor){MP_DTYPE_F32, c.out.shape, o};
         c.d_out = (mp_tensor){MP_DTYPE_F32, c.out.shape, dy};
         c.out_staged = true;

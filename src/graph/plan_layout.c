@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "core/dtype_convert.h"
 #include "mixprec.h"
 
 /* What node i's op, as prepared, says it can run on (ops/op.h: layouts). */
@@ -105,7 +106,7 @@ mp_status mp_nchw_to_nhwc_store(void *dst, mp_dtype dt, const float *src, const 
     float *t = malloc((size_t)(N * C * HW) * sizeof *t);
     if (!t) return mp_error(MP_ERR_NOMEM, "set_input: out of memory for the channels-last copy of a batch");
     mp_transpose_batch(t, src, sizeof *t, N, C, HW);
-    mp_store_f32(dst, dt, t, N * C * HW);
+    mp_store_f32_known(dst, dt, t, N * C * HW);
     free(t);
     return MP_OK;
 }
@@ -114,7 +115,7 @@ mp_status mp_nhwc_to_nchw_load(float *dst, const void *src, mp_dtype dt, const m
     const int64_t N = s->dims[0], C = s->dims[1], HW = (int64_t)s->dims[2] * s->dims[3];
     float *t = malloc((size_t)(N * C * HW) * sizeof *t);
     if (!t) return mp_error(MP_ERR_NOMEM, "read: out of memory for the NCHW copy of a channels-last tensor");
-    mp_load_f32(t, src, dt, N * C * HW);
+    mp_load_f32_known(t, src, dt, N * C * HW);
     mp_transpose_batch(dst, t, sizeof *t, N, HW, C);
     free(t);
     return MP_OK;

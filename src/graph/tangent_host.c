@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype_convert.h"
 #include "graph/exec_stage.h"
 #include "graph/second_order.h"
 
@@ -21,7 +22,7 @@ static mp_tensor widen(const mp_tensor *t, mp_dtype round_to, char **cur) {
     if (!t->data || !is_low(t->dtype)) return *t;
     float *f = mp_so_take(cur, &t->shape);
     const int64_t n = mp_tensor_numel(t);
-    mp_load_f32(f, t->data, t->dtype, n);
+    mp_load_f32_known(f, t->data, t->dtype, n);
     if (is_low(round_to) && round_to != t->dtype) mp_round_f32(f, n, round_to);
     return (mp_tensor){MP_DTYPE_F32, t->shape, f};
 }
@@ -56,7 +57,7 @@ mp_op_call mp_so_primal_f32(const mp_plan *p, int i, char **cur) {
     for (int k = 0; k < nd->n_params; k++) {
         if (!pn->low_param[k]) continue;
         float *f = mp_so_take(cur, &c.param[k].shape);
-        mp_load_f32(f, pn->low_param[k], comp, mp_tensor_numel(&c.param[k]));
+        mp_load_f32_known(f, pn->low_param[k], comp, mp_tensor_numel(&c.param[k]));
         c.param[k] = (mp_tensor){MP_DTYPE_F32, c.param[k].shape, f};
     }
     c.out = widen(&c.out, MP_DTYPE_F32, cur);
@@ -93,13 +94,13 @@ mp_status mp_so_host_add(mp_plan *p, float *dst, const float *src, int64_t n) {
 
 mp_status mp_so_host_from(mp_plan *p, const mp_tensor *t, const float *src, size_t n) {
     (void)p;
-    mp_store_f32(t->data, t->dtype, src, (int64_t)n);
+    mp_store_f32_known(t->data, t->dtype, src, (int64_t)n);
     return MP_OK;
 }
 
 mp_status mp_so_host_to(const mp_plan *p, const mp_tensor *t, float *dst, size_t n) {
     (void)p;
-    mp_load_f32(dst, t->data, t->dtype, (int64_t)n);
+    mp_load_f32_known(dst, t->data, t->dtype, (int64_t)n);
     return MP_OK;
 }
 
@@ -110,6 +111,6 @@ mp_status mp_so_host_fill(mp_plan *p, const mp_tensor *t, float value) {
     float chunk[256];
     for (int j = 0; j < 256; j++) chunk[j] = value;
     for (int64_t i = 0; i < n; i += 256)
-        mp_store_f32((char *)t->data + (size_t)i * esz, t->dtype, chunk, n - i < 256 ? n - i : 256);
+        mp_store_f32_known((char *)t->data + (size_t)i * esz, t->dtype, chunk, n - i < 256 ? n - i : 256);
     return MP_OK;
 }

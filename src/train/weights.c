@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype_convert.h"
 #include "graph/graph.h"
 #include "io/safetensors.h"
 #include "train/weights.h"
@@ -63,7 +64,7 @@ static mp_status check_tensor(const mp_st_file *f, const char *path, const mp_gp
 static mp_status convert(const char *path, const mp_gparam *p, const mp_st_tensor *t, float *dst, int64_t n) {
     if (t->dtype == MP_DTYPE_F64)
         for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)t->data)[i];
-    else mp_load_f32(dst, t->data, t->dtype, n);
+    else mp_load_f32_known(dst, t->data, t->dtype, n);
     return mp_gparam_check_values(p, dst, n, path);
 }
 
