@@ -40,8 +40,8 @@ typedef struct {
      * pooling exported at 224x224, run at 32x32). */
     bool override_shape;
     /** Prepended whole to every node name (NULL: none), e.g. to import two
-     * models into one graph: at most 32 characters of [A-Za-z0-9_]
-     * (MP_ERR_INVALID_ARG otherwise). */
+     * models into one graph; a character outside [A-Za-z0-9_] becomes '_'.
+     * At most 32 characters (MP_ERR_INVALID_ARG otherwise). */
     const char *prefix;
     mp_onnx_param_fn on_param; /**< the parameter mapping (NULL: not reported) */
     void *on_param_arg;        /**< passed to on_param */

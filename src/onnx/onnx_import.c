@@ -213,12 +213,8 @@ static mp_status import(onnx_ctx *c, mp_onnx_info *info, int *out_ndim, int64_t 
     return mp_graph_status(c->g);
 }
 
-/* The longest prefix: every node name keeps it whole and still has room
- * for 16 characters of its ONNX name and a suffix within MP_NAME_MAX. */
-#define ONNX_PREFIX_MAX 32
-
-/* Options the import cannot honour: a prefix that node names could not
- * keep as given, a negative input dimension. */
+/* Options the import cannot honour: a prefix too long for node names to
+ * keep whole, a negative input dimension. */
 static mp_status check_opts(const char *path, const mp_onnx_opts *o) {
     const int dims[3] = {o->c, o->h, o->w};
     static const char *const names[3] = {"c", "h", "w"};
@@ -230,11 +226,21 @@ static mp_status check_opts(const char *path, const mp_onnx_opts *o) {
     if (strlen(p) > ONNX_PREFIX_MAX)
         return mp_error(MP_ERR_INVALID_ARG, "%s: mp_onnx_opts.prefix '%s' is longer than %d characters", path, p,
                         ONNX_PREFIX_MAX);
-    for (const char *q = p; *q; q++)
-        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_'))
-            return mp_error(MP_ERR_INVALID_ARG, "%s: mp_onnx_opts.prefix '%s' has '%c' at byte %d; node names take "
-                            "[A-Za-z0-9_]", path, p, *q, (int)(q - p));
     return MP_OK;
+}
+
+/* The options' prefix as names take it into c->prefix (c->o.prefix then
+ * points there): a character outside [A-Za-z0-9_] becomes '_'. */
+static void take_prefix(onnx_ctx *c) {
+    const char *p = c->o.prefix ? c->o.prefix : "";
+    size_t k = 0;
+    for (; p[k] && k < ONNX_PREFIX_MAX; k++) {
+        const char ch = p[k];
+        const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+        c->prefix[k] = ok ? ch : '_';
+    }
+    c->prefix[k] = '\0';
+    c->o.prefix = c->prefix;
 }
 
 static mp_status from_onnx(mp_graph *g, const char *path, const mp_onnx_opts *o, mp_onnx_info *info, int *out_ndim,
@@ -247,6 +253,7 @@ static mp_status from_onnx(mp_graph *g, const char *path, const mp_onnx_opts *o,
     onnx_ctx c = {.path = path, .g = g, .input_batch = -1};
     if (o) c.o = *o;
     MP_TRY(check_opts(path, &c.o));
+    take_prefix(&c);
     Onnx__ModelProto *m;
     MP_TRY(onnx_read_model(path, &m));
     c.graph = m->graph;

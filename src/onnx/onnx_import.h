@@ -32,10 +32,15 @@ typedef struct {
     char *source;                  /* CONST: the initializer or node it came from (messages, on_param) */
 } onnx_value;
 
+/* The longest prefix (mp_onnx_opts.prefix): every node name keeps it whole
+ * and still has room for 16 characters of its ONNX name and a suffix. */
+#define ONNX_PREFIX_MAX 32
+
 typedef struct {
     const char *path;
     mp_graph *g;
-    mp_onnx_opts o;
+    mp_onnx_opts o;                /* o.prefix: prefix below */
+    char prefix[ONNX_PREFIX_MAX + 1]; /* the options' prefix, each character outside [A-Za-z0-9_] made '_' */
     int opset;
     int64_t input_batch;           /* the graph input's static batch size, or -1 */
     const Onnx__GraphProto *graph;

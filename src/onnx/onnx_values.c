@@ -189,7 +189,7 @@ static void sanitize(const char *in, char *out, size_t n) {
 }
 
 void onnx_unique_name(onnx_ctx *c, const char *base, const char *suffix, char out[MP_NAME_MAX]) {
-    const char *pre = c->o.prefix ? c->o.prefix : ""; /* checked: [A-Za-z0-9_], at most ONNX_PREFIX_MAX */
+    const char *pre = c->prefix; /* [A-Za-z0-9_], at most ONNX_PREFIX_MAX */
     const size_t pl = strlen(pre);
     char clean[256], b[MP_NAME_MAX];
     sanitize(base ? base : "", clean, sizeof clean);
@@ -209,7 +209,7 @@ void onnx_unique_name(onnx_ctx *c, const char *base, const char *suffix, char ou
 }
 
 void onnx_derived_name(onnx_ctx *c, const char *node_name, const char *suffix, char out[MP_NAME_MAX]) {
-    const size_t pl = c->o.prefix ? strlen(c->o.prefix) : 0; /* node_name starts with it: onnx_unique_name made it */
+    const size_t pl = strlen(c->prefix); /* node_name starts with it: onnx_unique_name made it */
     onnx_unique_name(c, strlen(node_name) >= pl ? node_name + pl : node_name, suffix, out);
 }
 
