@@ -131,6 +131,14 @@ static void test_write_atomic(void) {
     CHECK(stat(model, &st) == 0 && (st.st_mode & 0777) == 0600, "mode %o after a replace", st.st_mode & 0777);
     CHECK(read_back(model, buf, sizeof buf) == 6 && !memcmp(buf, "second", 6), "file not replaced");
     CHECK_ERR(mp_output_write_atomic(tpath("fifo"), "-o", "x", 1), MP_ERR_IO, "is a FIFO");
+    /* through a symbolic link: the file it points to is replaced, the link stays a link */
+    const char *link = tpath("link.onnx");
+    CHECK(symlink(model, link) == 0, "symlink: %s", strerror(errno));
+    CHECK_ERR(mp_output_write_atomic(link, "-o", "third", 5), MP_OK);
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link was replaced by a file");
+    CHECK(read_back(model, buf, sizeof buf) == 5 && !memcmp(buf, "third", 5), "the link's target was not written");
+    CHECK(!tmp_left("model.onnx") && !tmp_left("link.onnx"), "a temporary file was left");
+    CHECK_ERR(mp_output_write_atomic(model, "-o", "second", 6), MP_OK);
     /* a file size limit (as a full disk) fails the write: the old file stays whole, no new or temporary one */
     struct rlimit old, low = {.rlim_cur = 4096, .rlim_max = 0};
     getrlimit(RLIMIT_FSIZE, &old);

@@ -5,7 +5,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -166,12 +168,15 @@ static int write_all(int fd, const char *p, size_t n) {
     return 0;
 }
 
-/* A new file tmp, with the permission bits of the file `path` it will replace. */
+/* A new file tmp: with the permission bits of the file `path` it will
+ * replace (made 0600 first, so that its bytes are never readable by more
+ * than that file allows), or a new file's (0666 less the umask). */
 static int create_tmp(const char *path, const char *tmp) {
     unlink(tmp); /* a leftover of an earlier process with this pid */
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW, 0666);
     struct stat st;
-    if (fd >= 0 && stat(path, &st) == 0 && fchmod(fd, st.st_mode & 07777) != 0) {
+    const bool replaces = stat(path, &st) == 0;
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW, replaces ? 0600 : 0666);
+    if (fd >= 0 && replaces && fchmod(fd, st.st_mode & 07777) != 0) {
         const int err = errno;
         close(fd);
         unlink(tmp);
@@ -206,10 +211,12 @@ int mp_output_sync_parent_dir(const char *path) {
     return r == 0 || err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP ? 0 : -1;
 }
 
-mp_status mp_output_write_atomic(const char *path, const char *option, const void *data, size_t n) {
-    MP_TRY(mp_output_path_check(path, option)); /* path is shorter than 4096 bytes */
-    char w[4200], tmp[4200];
-    who(option, path, w, sizeof w);
+mp_status mp_output_write_atomic(const char *given, const char *option, const void *data, size_t n) {
+    MP_TRY(mp_output_path_check(given, option)); /* given is shorter than 4096 bytes */
+    char w[4200], tmp[4200], target[PATH_MAX];
+    who(option, given, w, sizeof w);
+    /* an existing path's real file is the one replaced: a symbolic link keeps pointing at the new bytes */
+    const char *path = realpath(given, target) ? target : given;
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     mp_output_remove_stale_tmp(path);
     const char *step = commit(path, tmp, data, n);

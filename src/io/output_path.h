@@ -47,7 +47,8 @@ int mp_output_sync_parent_dir(const char *path);
 /* Write the n bytes at data to `path` whole or not at all, as checkpoints
  * are written: `path` checked as by mp_output_path_check, the bytes written
  * to "<path>.tmp.<pid>" in the same directory (with the mode of the file it
- * replaces), synced, then renamed over `path`. On failure `path` is as it
+ * replaces), synced, then renamed over `path` (over the file a symbolic link
+ * `path` points to: the link stays). On failure `path` is as it
  * was, the temporary file is gone and the message gives the system's reason:
  * "<option> <path>: write failed: <why> (<step> the temporary file <tmp>)". */
 mp_status mp_output_write_atomic(const char *path, const char *option, const void *data, size_t n);
