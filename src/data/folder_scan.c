@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "io/input_file.h"
 
 #define FOLDER_MAX_FILES (1 << 28)
 
@@ -42,15 +43,6 @@ static char *join(const char *a, const char *b) {
     return s;
 }
 
-/* An entry stat() cannot follow (errno set by it) as an error naming it. */
-static mp_status stat_error(const char *path) {
-    const int e = errno;
-    struct stat st;
-    if (e == ENOENT && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
-        return mp_error(MP_ERR_IO, "%s: a symbolic link to a path that does not exist", path);
-    return mp_error(MP_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-}
-
 /* Sorted names of the entries of dir that are folders (want_dirs) or image
  * files; with other non-NULL (image files wanted), the regular files that
  * are not images are counted there and the path of the first of them by
@@ -72,10 +64,15 @@ static mp_status list_dir(const char *dir, bool want_dirs, char ***names, int *n
             s = mp_error(MP_ERR_NOMEM, "%s: out of memory listing the folder", dir);
             break;
         }
-        struct stat st;
+        struct stat st, ln;
         const bool stat_ok = stat(full, &st) == 0;
+        const int err = errno;
+        if (!stat_ok && err == ENOENT && lstat(full, &ln) != 0) { /* removed since readdir: not an entry now */
+            free(full);
+            continue;
+        }
         if (!stat_ok && want_dirs) {
-            s = stat_error(full);
+            s = mp_path_error(full, err, "stat");
             free(full);
             break;
         }

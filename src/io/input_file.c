@@ -23,19 +23,20 @@ const char *mp_file_kind(unsigned mode) {
     return "not a regular file";
 }
 
+mp_status mp_path_error(const char *path, int err, const char *doing) {
+    struct stat ln;
+    if (err == ENOENT && lstat(path, &ln) == 0 && S_ISLNK(ln.st_mode))
+        return mp_error(MP_ERR_IO, "%s: a symbolic link to a path that does not exist", path);
+    if (err == ENOENT || err == ENOTDIR) return mp_error(MP_ERR_IO, "%s: not found", path);
+    return mp_error(MP_ERR_IO, "%s: cannot %s: %s", path, doing, strerror(err));
+}
+
 mp_status mp_input_open(const char *path, int *fd, uint64_t *size) {
     *fd = -1;
     /* O_NONBLOCK: opening a FIFO without a writer returns at once; O_NOCTTY:
      * a terminal never becomes the controlling one. */
     int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (f < 0) {
-        const int e = errno;
-        struct stat ln;
-        if (e == ENOENT && lstat(path, &ln) == 0 && S_ISLNK(ln.st_mode))
-            return mp_error(MP_ERR_IO, "%s: a symbolic link to a path that does not exist", path);
-        if (e == ENOENT || e == ENOTDIR) return mp_error(MP_ERR_IO, "%s: not found", path);
-        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
-    }
+    if (f < 0) return mp_path_error(path, errno, "open");
     struct stat st;
     if (fstat(f, &st) != 0) {
         int e = errno;

@@ -17,6 +17,12 @@
  * "is a directory", "not a regular file (a FIFO)", or the system error. */
 mp_status mp_input_open(const char *path, int *fd, uint64_t *size);
 
+/* The error for `path` that open() or stat() refused with errno err
+ * (MP_ERR_IO, naming it, `doing` the failed step: "open", "stat"): "a
+ * symbolic link to a path that does not exist" for a dangling link, "not
+ * found" for a path that is not there, else the system's reason. */
+mp_status mp_path_error(const char *path, int err, const char *doing);
+
 /* "a FIFO", "a character device", ... for st_mode's file type. */
 const char *mp_file_kind(unsigned mode);
 
