@@ -149,7 +149,7 @@ static mp_status read_line(const char *path, long line, const char *text, size_t
  * file and line: an endless one is never held whole in memory. */
 static mp_status next_line(FILE *f, const char *path, long line, char **buf, size_t *cap, size_t *len, bool *got) {
     *len = 0, *got = false;
-    for (int c; (c = getc(f)) != EOF;) {
+    for (int c; (c = getc_unlocked(f)) != EOF;) {
         *got = true;
         if (c == '\n') return MP_OK;
         if (*len >= LOG_MAX_LINE)
@@ -168,14 +168,8 @@ static mp_status next_line(FILE *f, const char *path, long line, char **buf, siz
 
 static mp_status read_log(const char *path, series_set *ss, int *records) {
     *records = 0;
-    int fd;
-    MP_TRY(mp_input_open(path, &fd, NULL)); /* never blocks on a FIFO or reads a device */
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        const int e = errno;
-        close(fd);
-        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
-    }
+    FILE *f;
+    MP_TRY(mp_input_fopen(path, &f, NULL)); /* never blocks on a FIFO or reads a device */
     char *buf = NULL;
     size_t cap = 0, len;
     long line = 0;

@@ -186,14 +186,8 @@ static mp_status read_scale(const char *path, const cJSON *ls, mp_policy_file *o
 
 mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_file *out) {
     memset(out, 0, sizeof *out);
-    int fd;
-    MP_TRY(mp_input_open(path, &fd, NULL)); /* a FIFO, device or directory: refused, naming it */
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        const int e = errno;
-        close(fd);
-        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
-    }
+    FILE *f;
+    MP_TRY(mp_input_fopen(path, &f, NULL)); /* a FIFO, device or directory: refused, naming it */
     char *text = malloc(1 << 20);
     const size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
     const bool big = text && n == (1 << 20) - 1, failed = ferror(f);

@@ -37,18 +37,12 @@ static bool join(char dst[4096], const char *a, const char *b) {
 /* Read one batch file of `records` records into images/labels (buf: CIFAR_CHUNK records). */
 static mp_status cifar_read_file(const char *path, int records, float *images, int32_t *labels,
                                  unsigned char *buf) {
-    int fd;
     uint64_t size;
-    MP_TRY(mp_input_open(path, &fd, &size)); /* never blocks on a FIFO or device */
+    FILE *f;
+    MP_TRY(mp_input_fopen(path, &f, &size)); /* never blocks on a FIFO or device */
     if (size != (uint64_t)records * CIFAR_RECORD) {
-        close(fd);
+        fclose(f);
         return mp_error(MP_ERR_IO, "%s: the file changed while it was being read", path);
-    }
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     }
     for (int r0 = 0; r0 < records; r0 += CIFAR_CHUNK) {
         int k = records - r0 < CIFAR_CHUNK ? records - r0 : CIFAR_CHUNK;

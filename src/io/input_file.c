@@ -61,3 +61,14 @@ mp_status mp_input_open(const char *path, int *fd, uint64_t *size) {
     if (size) *size = (uint64_t)st.st_size;
     return MP_OK;
 }
+
+mp_status mp_input_fopen(const char *path, FILE **f, uint64_t *size) {
+    int fd;
+    *f = NULL;
+    MP_TRY(mp_input_open(path, &fd, size));
+    *f = fdopen(fd, "rb");
+    if (*f) return MP_OK;
+    const int e = errno;
+    close(fd);
+    return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+}

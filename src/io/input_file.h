@@ -8,6 +8,7 @@
 #define MP_IO_INPUT_FILE_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "mixprec.h"
 
@@ -16,6 +17,10 @@
  * "<path>: not found", "a symbolic link to a path that does not exist",
  * "is a directory", "not a regular file (a FIFO)", or the system error. */
 mp_status mp_input_open(const char *path, int *fd, uint64_t *size);
+
+/* mp_input_open as a stdio stream ("rb"), for reading with fread/getc;
+ * *f NULL on error. */
+mp_status mp_input_fopen(const char *path, FILE **f, uint64_t *size);
 
 /* The error for `path` that open() or stat() refused with errno err
  * (MP_ERR_IO, naming it, `doing` the failed step: "open", "stat"): "a

@@ -406,15 +406,9 @@ done:
 mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
     MP_ASSERT(path && out);
     *out = NULL;
-    int fd;
     uint64_t size;
-    MP_TRY(mp_input_open(path, &fd, &size)); /* never blocks on a FIFO or device */
-    FILE *fp = fdopen(fd, "rb");
-    if (!fp) {
-        int e = errno;
-        close(fd);
-        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
-    }
+    FILE *fp;
+    MP_TRY(mp_input_fopen(path, &fp, &size)); /* never blocks on a FIFO or device */
     mp_st_file *f = calloc(1, sizeof *f);
     if (f) f->path = strdup(path);
     if (!f || !f->path) {

@@ -93,8 +93,8 @@ mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_
     mp_status s = e ? e->build(m, c, h, w, classes) : mp_model_wide_resnet(m, depth, widen, c, h, w, classes);
     if (s == MP_OK) s = mp_graph_status(m->g);
     if (s != MP_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", mp_last_error());
+        char msg[512]; /* the graph's first error, else the builder's (mp_last_error, which mp_error rewrites) */
+        snprintf(msg, sizeof msg, "%s", mp_graph_status(m->g) != MP_OK ? mp_graph_error(m->g) : mp_last_error());
         mp_model_free(m);
         return mp_error(s, "model %s for %dx%dx%d inputs: %s", name, c, h, w, msg);
     }

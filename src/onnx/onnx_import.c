@@ -128,7 +128,8 @@ static mp_status make_input(onnx_ctx *c, mp_node *input) {
     char name[MP_NAME_MAX];
     onnx_unique_name(c, in->name, NULL, name);
     *input = mp_graph_input(c->g, name, (int)dims[1], (int)dims[2], (int)dims[3]);
-    if (*input < 0) return mp_error(mp_graph_status(c->g), "%s: input '%s': %s", c->path, in->name, mp_last_error());
+    if (*input < 0)
+        return mp_error(mp_graph_status(c->g), "%s: input '%s': %s", c->path, in->name, mp_graph_error(c->g));
     return onnx_new_act(c, in->name, *input, (int)rank, dims);
 }
 

@@ -138,9 +138,11 @@ mp_status onnx_const(onnx_ctx *c, int k, onnx_value **out) {
 
 mp_status onnx_built(onnx_ctx *c, mp_node n) {
     if (n >= 0) return MP_OK;
+    const mp_status s = mp_graph_status(c->g);
+    if (s != MP_OK) return onnx_fail(c, s, "%s", mp_graph_error(c->g)); /* the graph's first error: why n is -1 */
     char msg[600];
     snprintf(msg, sizeof msg, "%s", mp_last_error());
-    return onnx_fail(c, mp_graph_status(c->g) != MP_OK ? mp_graph_status(c->g) : MP_ERR_INTERNAL, "%s", msg);
+    return onnx_fail(c, MP_ERR_INTERNAL, "%s", msg);
 }
 
 mp_status onnx_reshape_node(onnx_ctx *c, const char *name, mp_node x, int ndim, const int64_t *dims, mp_node *out) {
