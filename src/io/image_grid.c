@@ -64,6 +64,7 @@ typedef struct {
 
 static void png_sink_write(png_structp png, png_bytep data, png_size_t n) {
     png_sink *k = png_get_io_ptr(png);
+    errno = 0; /* a short write that sets none is told as EIO, not an older errno */
     if (fwrite(data, 1, n, k->f) != n) {
         k->write_errno = errno ? errno : EIO;
         png_error(png, "write failed");
@@ -98,9 +99,10 @@ static mp_status write_png(FILE *f, const char *path, const uint8_t *pix, int wi
         png_destroy_write_struct(&png, NULL);
         return mp_error(MP_ERR_NOMEM, "%s: libpng could not start", path);
     }
-    if (setjmp(png_jmpbuf(png))) {
+    if (setjmp(png_jmpbuf(png))) { /* the sink read through libpng: a local changed after setjmp is indeterminate */
+        const mp_status s = png_sink_status(png_get_error_ptr(png), path);
         png_destroy_write_struct(&png, &info);
-        return png_sink_status(&k, path);
+        return s;
     }
     png_set_write_fn(png, &k, png_sink_write, png_sink_flush);
     png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, c == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB,
