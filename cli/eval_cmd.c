@@ -174,9 +174,12 @@ static mp_status checkpoint_rows(const char *path, const char *name, int *rows) 
     return MP_OK;
 }
 
+/* The model for the data's image shape with `classes` outputs. */
 static mp_status build(const char *model, const mp_dataset *d, int classes, mp_precision prec, mp_model *m) {
-    MP_TRY(mp_model_build(model, d->c, d->h, d->w, classes, m));
-    return mp_graph_apply_policy(m->g, (mp_policy_opts){.precision = prec});
+    mp_dataset shape = *d; /* a view: only its shape and class count are read */
+    shape.classes = classes;
+    mp_model_spec spec = {.model = model, .data = &shape, .policy = {.precision = prec}};
+    return mp_model_spec_build(&spec, m);
 }
 
 /* The model for the data's image shape with the checkpoint's classes (its
