@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/folder.h"
 #include "io/output_path.h"
+#include "io/safetensors.h"
 #include "models/models.h"
 
 /* The most --synthetic-size: N training samples and N/5 test samples are
@@ -394,4 +395,15 @@ bool cli_make_dirs(const char *path) {
         return false;
     }
     return true;
+}
+
+mp_status cli_checkpoint_rows(const char *path, const char *name, int *rows) {
+    *rows = 0;
+    mp_st_file *f = NULL;
+    MP_TRY(mp_safetensors_open(path, &f));
+    mp_st_tensor t;
+    if (mp_safetensors_get(f, name, &t) == MP_OK && t.ndim == 2 && t.dims[0] <= MP_DATASET_MAX_CLASSES)
+        *rows = (int)t.dims[0];
+    mp_safetensors_close(f);
+    return MP_OK;
 }

@@ -124,6 +124,12 @@ int cli_check_inputs_kept(const char *cmd, const common_opts *c, const char *mod
  * is a file). */
 bool cli_make_dirs(const char *path);
 
+/* The rows of the checkpoint's tensor `name` (a logits layer's weight,
+ * classes x features: the classes the run trained) into *rows; 0 where the
+ * file has no such 2-D tensor (a file of another model: loading it names
+ * what differs). An unreadable file is the error. */
+mp_status cli_checkpoint_rows(const char *path, const char *name, int *rows);
+
 /* The default --out of bench and train-gan: "runs/<what>-YYYYmmdd-HHMMSS"
  * (local time) into buf, created here, new: mkdir of the folder itself
  * fails where it exists, and the name then takes "-2", "-3", ... (at most

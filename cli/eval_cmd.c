@@ -17,7 +17,6 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "io/json_write.h"
-#include "io/safetensors.h"
 #include "models/models.h"
 #include "train/fit.h"
 
@@ -160,20 +159,6 @@ static int pick_identity(const eval_args *e, const mp_checkpoint_info *info, con
     return 0;
 }
 
-/* The rows of the checkpoint's tensor `name` (the logits layer's weight,
- * classes x features) into *rows; 0 where the file has no such 2-D tensor
- * (a file of another model: loading it names what differs). */
-static mp_status checkpoint_rows(const char *path, const char *name, int *rows) {
-    *rows = 0;
-    mp_st_file *f = NULL;
-    MP_TRY(mp_safetensors_open(path, &f));
-    mp_st_tensor t;
-    if (mp_safetensors_get(f, name, &t) == MP_OK && t.ndim == 2 && t.dims[0] <= MP_DATASET_MAX_CLASSES)
-        *rows = (int)t.dims[0];
-    mp_safetensors_close(f);
-    return MP_OK;
-}
-
 /* The model for the data's image shape with `classes` outputs. */
 static mp_status build(const char *model, const mp_dataset *d, int classes, mp_precision prec, mp_model *m) {
     mp_dataset shape = *d; /* a view: only its shape and class count are read */
@@ -192,7 +177,7 @@ static mp_status build_model(const eval_args *e, const char *model, mp_precision
     snprintf(weight, cap, "%s.weight", mp_graph_node_name(m->g, m->logits));
     if (!e->checkpoint) return MP_OK;
     int saved = 0;
-    MP_TRY(checkpoint_rows(e->checkpoint, weight, &saved));
+    MP_TRY(cli_checkpoint_rows(e->checkpoint, weight, &saved));
     if (saved < 2 || saved == classes) return MP_OK;
     mp_model_free(m);
     return build(model, train, saved, prec, m);

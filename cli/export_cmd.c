@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "                      --model is an .onnx file, whose own weights are then written)\n"
             "  --model M           the model the checkpoint holds: %s (default small)\n"
             "  --input-shape CxHxW the input shape it was trained on (default 1x28x28, Fashion-MNIST)\n"
-            "  --classes K         its number of classes (default 10)\n"
+            "  --classes K         its number of classes (default: the checkpoint's, else 10)\n"
             "  -o, --output FILE   the .onnx file to write (required)\n"
             "  --fp16-weights      store the weights as fp16, each widened by a Cast node (half the file)\n"
             "  --batch N           a fixed batch size instead of a dynamic one\n",
@@ -33,6 +33,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *format, *checkpoint, *model, *output;
     int c, h, w, classes, batch;
+    bool classes_given; /* --classes: else a checkpoint's logits layer says */
     bool fp16;
 } export_args;
 
@@ -70,6 +71,7 @@ static int parse(int argc, char **argv, export_args *e) {
             if (!arg_shape3("export", a, v, &e->c, &e->h, &e->w)) return 2;
         } else if (!strcmp(a, "--classes")) {
             if (!arg_int("export", a, v, 2, 100000, &e->classes)) return 2;
+            e->classes_given = true;
         } else if (!arg_int("export", a, v, 1, 1 << 20, &e->batch)) return 2;
     }
     if (strcmp(e->format, "onnx")) {
@@ -138,12 +140,27 @@ static const char *fit_hint(const export_args *e, char *buf, size_t cap) {
     return buf;
 }
 
+/* The model to export; without --classes, with a checkpoint's classes (its
+ * logits layer's rows) where they differ from the default. */
+static mp_status build_model(export_args *e, mp_model *m) {
+    MP_TRY(mp_model_build(e->model, e->c, e->h, e->w, e->classes, m));
+    if (e->classes_given || !e->checkpoint) return MP_OK;
+    char weight[160];
+    snprintf(weight, sizeof weight, "%s.weight", mp_graph_node_name(m->g, m->logits));
+    int saved = 0;
+    MP_TRY(cli_checkpoint_rows(e->checkpoint, weight, &saved));
+    if (saved < 2 || saved == e->classes) return MP_OK;
+    mp_model_free(m);
+    e->classes = saved;
+    return mp_model_build(e->model, e->c, e->h, e->w, e->classes, m);
+}
+
 int cmd_export(int argc, char **argv) {
     export_args e;
     int rc = parse(argc, argv, &e);
     if (rc) return rc == 1 ? 0 : rc;
     mp_model m = {0};
-    mp_status s = mp_model_build(e.model, e.c, e.h, e.w, e.classes, &m);
+    mp_status s = build_model(&e, &m);
     /* a checkpoint also holds optimizer and scaler state: only the
      * parameters are read, and every one of them must be there; a file of
      * another model is named as such */

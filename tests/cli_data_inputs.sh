@@ -264,7 +264,11 @@ grep -Eq "^eval: 4 samples, loss [0-9.]+, accuracy [0-9.]+% \(fp32, cpu\)$" <<<"
   || { fail=$((fail + 1)); echo "FAIL: eval of a 4-class checkpoint on labels 0-1: $out"; }
 # export of a checkpoint of the model it names, for other classes or inputs: the hint names those options
 row export_classes 1 "c4.safetensors: tensor 'fc2.weight' has shape 4x128, .*: give the --input-shape \(here 1x4x4\) and --classes \(here 10\) model small was trained with$" -- \
-  export --checkpoint "$in/c4.safetensors" --input-shape 1x4x4 -o "$work/c/c4.onnx"
+  export --checkpoint "$in/c4.safetensors" --input-shape 1x4x4 --classes 10 -o "$work/c/c4.onnx"
+# without --classes the checkpoint's are taken (its logits layer's rows), not the default 10
+out=$("$bin" export --checkpoint "$in/c4.safetensors" --input-shape 1x4x4 -o "$work/c/c4_own.onnx" 2>&1)
+grep -q "(1x4x4 -> 4 classes, " <<<"$out" && [ -s "$work/c/c4_own.onnx" ] && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: export takes the checkpoint's classes: $out"; }
 row export_model 1 "\(the checkpoint was saved for model 'small', this model is 'cnn10'\): give --model the model" -- \
   export --checkpoint "$in/c4.safetensors" --model cnn10 --input-shape 1x4x4 --classes 4 -o "$work/c/c4.onnx"
 # a good eval: one line, the accuracy train would print
