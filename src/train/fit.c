@@ -82,7 +82,6 @@ static void run_free(run *r) {
     free(r->logits);
 }
 
-/* Loader, optimizer with its schedule over the run's steps, trainer. */
 /* A resumed run normalizes with the statistics its checkpoint recorded:
  * the weights were trained on inputs scaled by them, and the same data can
  * give others (all samples held in memory, 2048 of them decoded per batch,
@@ -100,6 +99,7 @@ static bool resumed_norm(run *r, const mp_dataset *train) {
     return true;
 }
 
+/* Loader, optimizer with its schedule over the run's steps, trainer. */
 static mp_status run_open(run *r, const mp_dataset *train) {
     const mp_fit_opts *o = r->o;
     mp_graph *g = r->m->g;

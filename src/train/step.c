@@ -252,13 +252,11 @@ static mp_status forward_overflow(mp_trainer *t, mp_overflow_report *r, int64_t 
                  g->nodes[stats_node].name, (long long)step);
     else if (node < 0 && dev->node >= 0) {
         const int64_t dev_step = step_at_end(t, dev->end);
-        if (dev_step == step)
-            snprintf(stats, sizeof stats, "; the running statistics of %s went NaN/inf in step %lld",
-                     g->nodes[dev->node].name, (long long)dev_step);
-        else if (dev_step > step) /* a later step, queued before the host looked: say so, or it reads as a typo */
-            snprintf(stats, sizeof stats, "; the running statistics of %s went NaN/inf in step %lld (queued before "
-                     "the host saw step %lld's)",
-                     g->nodes[dev->node].name, (long long)dev_step, (long long)step);
+        char queued[64] = ""; /* a later step, queued before the host looked: say so, or it reads as a typo */
+        if (dev_step > step) snprintf(queued, sizeof queued, " (queued before the host saw step %lld's)", (long long)step);
+        if (dev_step >= step)
+            snprintf(stats, sizeof stats, "; the running statistics of %s went NaN/inf in step %lld%s",
+                     g->nodes[dev->node].name, (long long)dev_step, queued);
     }
     char restarted[120] = "";
     if (reset)
