@@ -99,6 +99,19 @@ static int parse(int argc, char **argv, export_args *e) {
                                                        mp_model_is_onnx_name(e->model) ? e->model : NULL});
 }
 
+/* The model a run's checkpoint names (its 'mixprec.model') into buf, *run
+ * true; a weights file names none: "", *run false. */
+static mp_status saved_model(const char *path, char *buf, size_t cap, bool *run) {
+    mp_st_file *f = NULL;
+    buf[0] = '\0';
+    *run = false;
+    MP_TRY(mp_safetensors_open(path, &f));
+    const char *m = mp_safetensors_meta(f, "mixprec.model");
+    if (m) snprintf(buf, cap, "%s", m), *run = true;
+    mp_safetensors_close(f);
+    return MP_OK;
+}
+
 /* The normalization to record: a checkpoint's (a weights-only file has no
  * mixprec metadata: none), or an .onnx model's own. */
 static mp_status export_norm(const export_args *e, mp_checkpoint_info *info) {
@@ -109,10 +122,9 @@ static mp_status export_norm(const export_args *e, mp_checkpoint_info *info) {
                                               info->norm_mean, info->norm_std);
         return MP_OK;
     }
-    mp_st_file *f = NULL;
-    MP_TRY(mp_safetensors_open(e->checkpoint, &f));
-    const bool run = mp_safetensors_meta(f, "mixprec.model") != NULL;
-    mp_safetensors_close(f);
+    char model[128];
+    bool run;
+    MP_TRY(saved_model(e->checkpoint, model, sizeof model, &run));
     if (!run) return MP_OK;
     MP_TRY(mp_checkpoint_read_info(e->checkpoint, info));
     if (info->norm_recorded && info->norm_channels == 0 && e->c <= MP_CHECKPOINT_MAX_CHANNELS) {
@@ -128,15 +140,14 @@ static mp_status export_norm(const export_args *e, mp_checkpoint_info *info) {
  * the model it names is this one, so the shape or classes differ; else the
  * model (a weights file names none: any of the three). */
 static const char *fit_hint(const export_args *e, char *buf, size_t cap) {
-    mp_st_file *f = NULL;
-    const char *saved = NULL;
-    if (mp_safetensors_open(e->checkpoint, &f) == MP_OK) saved = mp_safetensors_meta(f, "mixprec.model");
-    if (saved && saved[0] && !strcmp(saved, e->model))
+    char saved[128];
+    bool run;
+    if (saved_model(e->checkpoint, saved, sizeof saved, &run) != MP_OK) saved[0] = '\0';
+    if (saved[0] && !strcmp(saved, e->model))
         snprintf(buf, cap, "give the --input-shape (here %dx%dx%d) and --classes (here %d) model %s was trained with",
                  e->c, e->h, e->w, e->classes, e->model);
-    else if (saved && saved[0]) snprintf(buf, cap, "give --model the model the checkpoint was trained with");
+    else if (saved[0]) snprintf(buf, cap, "give --model the model the checkpoint was trained with");
     else snprintf(buf, cap, "give the --model, --input-shape and --classes the weights were trained with");
-    mp_safetensors_close(f);
     return buf;
 }
 
