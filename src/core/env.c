@@ -1,7 +1,9 @@
 /* env.c — the environment variables the library reads, read once into one
  * struct (mixprec/core.h: mp_env; the README lists them). Nothing else in
  * the library reads a MIXPREC_* variable except omp_policy.c (the CLI's
- * re-exec with OMP_WAIT_POLICY, marked by MIXPREC_NO_REEXEC); other getenv
+ * re-exec with OMP_WAIT_POLICY, marked by MIXPREC_NO_REEXEC) and
+ * host_mem.c (MIXPREC_HOST_MEM_LIMIT, read at each check so that a test can
+ * set it around one call); other getenv
  * calls read what is not ours to configure: the MPI launcher's rank and size
  * (dist/mpi_env.c) and PATH, to find gnuplot (bench/report_plot.c). */
 #include <pthread.h>
