@@ -330,6 +330,13 @@ row idx_images_fifo 1 "$in/idx_fifo/train-images-idx3-ubyte: not a regular file"
 row idx_images_dir 1 "$in/idx_dir/train-images-idx3-ubyte: is a directory" -- train --data-dir "$in/idx_dir"
 row cifar_test_label 1 "$in/cifar_label/test_batch.bin: record 1 has label 10" -- train --data cifar10 --data-dir "$in/cifar_label" --batch 2
 row cifar_fifo 1 "$in/cifar_fifo/data_batch_2.bin: not a regular file" -- train --data cifar10 --data-dir "$in/cifar_fifo" --batch 2
+# more than the host can give (MIXPREC_HOST_MEM_LIMIT lowers that figure): one error naming the file and the bytes
+MIXPREC_HOST_MEM_LIMIT=100000 row idx_host_mem 1 "^mixprec train: out of memory for the images of \
+$in/test56/train-images-idx3-ubyte \(values 0 to 50176 of 50176\): asked 200704 bytes \(0\.00 GiB\), 100000 bytes \
+\(0\.00 GiB\) available \(MIXPREC_HOST_MEM_LIMIT\)$" -- train --data-dir "$in/test56" --batch 16
+MIXPREC_HOST_MEM_LIMIT=50000 row cifar_host_mem 1 "^mixprec train: out of memory for the 5 CIFAR-10 train images of \
+$in/cifar_label \(3x32x32 each\): asked 61440 bytes \(0\.00 GiB\), 50000 bytes" -- train --data cifar10 \
+  --data-dir "$in/cifar_label" --batch 2
 
 # ---- table 1: checkpoints (--resume) ------------------------------------------------
 res() { local id=$1 rc=$2 pat=$3; shift 3; row "$id" "$rc" "$pat" -- "${run[@]}" --resume "$@"; }

@@ -193,6 +193,18 @@ row kind_gan 2 "mixprec train-gan: --synthetic-size applies to --data synthetic 
   --data fashion-mnist --synthetic-size 100 --out "$work/c/kind_gan/out"
 row kind_bench 2 "mixprec bench: --bad-images applies to --data folder:DIR only" -- bench --data synthetic --bad-images skip
 row kind_doctor 2 "mixprec doctor: --npy-layout applies to --data npy:... only" -- doctor "${syn[@]}" --npy-layout nhwc
+# ---- host memory -------------------------------------------------------------------
+# a request larger than the host can give (MIXPREC_HOST_MEM_LIMIT lowers that figure) is one error naming what it
+# was for, the bytes asked and those available, not an allocation that the kernel's OOM killer ends without a word
+MIXPREC_HOST_MEM_LIMIT=16000000 row host_mem_folder 1 "^mixprec train: out of memory for the 12 images of $in/f \
+decoded in memory \(1x1024x1024 each, --image-size 1024x1024\): asked 50331648 bytes \(0\.05 GiB\), 16000000 bytes \
+\(0\.01 GiB\) available \(MIXPREC_HOST_MEM_LIMIT\); a lower --decode-memory-mb decodes them per batch$" -- \
+  "${t[@]}" --data "folder:$in/f" --image-size 1024x1024
+MIXPREC_HOST_MEM_LIMIT=1000 row host_mem_npy 1 "^mixprec train: out of memory for the 40 images of $in/x40.npy \
+\(1x4x4 each, as float32\): asked 2560 bytes \(0\.00 GiB\), 1000 bytes" -- "${t[@]}" --data "$(np x40.npy y40_4.npy)"
+MIXPREC_HOST_MEM_LIMIT=1000000 row host_mem_synthetic 1 "^mixprec train: --synthetic-size 1000 \(and 200 test \
+samples\) of --synthetic-shape 3x32x32: out of memory for the synthetic dataset's 1200 samples of 3x32x32: asked \
+14745600 bytes" -- train --data synthetic --synthetic-size 1000
 # --val-fraction 0.35 of 20 (two classes of 10): 7 held out (as a float, 0.35 made it 6.9999998 and 6)
 out=$("$bin" train --epochs 1 --batch 2 --data "npy:$in/x20.npy,$in/y20.npy" --val-fraction 0.35 2>&1)
 grep -q ": 13 train / 7 test samples" <<<"$out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: 0.35 of 20: $out"; }

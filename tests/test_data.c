@@ -605,6 +605,48 @@ static void test_null_arguments(void) {
     mp_dataset_destroy(syn);
 }
 
+/* More than the host can give (core/host_mem.h; MIXPREC_HOST_MEM_LIMIT lowers
+ * that figure to 50 bytes here): each loader and copy refuses with
+ * MP_ERR_NOMEM naming what the bytes were for, instead of allocating. */
+static void test_host_mem(void) {
+    mp_dataset d, a, b;
+    CHECK(mp_dataset_synthetic(20, 1, 4, 4, 2, 1, &d) == MP_OK, "%s", mp_last_error());
+    unsigned char px[18] = {0}, lab[3] = {0, 1, 0};
+    const uint32_t dims[3] = {3, 2, 3};
+    const char *ip = tpath("limit-images"), *lp = tpath("limit-labels"), *cdir = tpath("cifar-limit");
+    write_idx(ip, false, 0x08, 3, dims, px, sizeof px);
+    write_labels(lp, false, lab, 3);
+    mkdir(cdir, 0755);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/test_batch.bin", cdir);
+    cifar_write(path, 0, 2, -1);
+    const float images[2 * 16] = {0};
+    const int32_t labels[2] = {0, 1};
+    mp_dataset *made = NULL;
+
+    setenv("MIXPREC_HOST_MEM_LIMIT", "50", 1);
+    const char *avail = "50 bytes (0.00 GiB) available (MIXPREC_HOST_MEM_LIMIT)";
+    CHECK_ERR(mp_dataset_synthetic(100, 1, 8, 8, 10, 1, &a), MP_ERR_NOMEM,
+              "out of memory for the synthetic dataset's 100 samples of 1x8x8: asked 25600 bytes (0.00 GiB)", avail);
+    CHECK(a.images == NULL && a.labels == NULL, "nothing kept after the refusal");
+    CHECK_ERR(mp_dataset_load_idx(ip, lp, &a), MP_ERR_NOMEM, "out of memory for the images of ", ip,
+              " (values 0 to 18 of 18): asked 72 bytes", avail);
+    CHECK_ERR(mp_dataset_load_cifar10(cdir, false, &a), MP_ERR_NOMEM,
+              "out of memory for the 2 CIFAR-10 test images of ", cdir, "asked 24576 bytes", avail);
+    CHECK_ERR(mp_dataset_slice(&d, 0, 10, &a), MP_ERR_NOMEM, "out of memory for a copy of 10 samples of ", d.source,
+              "asked 640 bytes", avail);
+    CHECK_ERR(mp_dataset_split(&d, 0.5, &a, &b), MP_ERR_NOMEM, "out of memory for the 10 train and 10 held-out samples "
+              "split from ", d.source, "asked 1280 bytes", avail);
+    CHECK_ERR(mp_dataset_create(2, 1, 4, 4, 2, images, labels, "two", &made), MP_ERR_NOMEM,
+              "out of memory for a copy of the 2 samples of two (1x4x4 each): asked 128 bytes", avail);
+    CHECK(made == NULL, "no dataset after the refusal");
+    setenv("MIXPREC_HOST_MEM_LIMIT", "100000", 1); /* 25600 bytes fit under this one */
+    CHECK(mp_dataset_synthetic(100, 1, 8, 8, 10, 1, &a) == MP_OK, "%s", mp_last_error());
+    unsetenv("MIXPREC_HOST_MEM_LIMIT");
+    mp_dataset_free(&a);
+    mp_dataset_free(&d);
+}
+
 int main(void) {
     scratch_dir_create(tmp, sizeof tmp, "test_data");
     test_null_arguments();
@@ -615,6 +657,7 @@ int main(void) {
     test_compatible();
     test_cifar();
     test_synthetic();
+    test_host_mem();
     test_stats_subset_finite();
     test_real_fashion();
     scratch_dir_remove(tmp);

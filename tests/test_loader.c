@@ -65,6 +65,14 @@ static void test_errors(void) {
     CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = 2, .std = bad_std}, &l) == MP_ERR_INVALID_ARG &&
               strstr(mp_last_error(), "std[0]"),
           "%s", mp_last_error());
+    /* batches beyond what the host can give (core/host_mem.h, lowered to 100 bytes here): refused, named */
+    setenv("MIXPREC_HOST_MEM_LIMIT", "100", 1);
+    l = (mp_loader *)1;
+    CHECK_ERR(mp_loader_create(&d, (mp_loader_opts){.batch = 2, .workers = 1}, &l), MP_ERR_NOMEM,
+              "out of memory for the loader's 3 batches of 2 samples of 1x2x2, plus one per worker (1), of "
+              "test-set(10): asked 112 bytes (0.00 GiB), 100 bytes (0.00 GiB) available (MIXPREC_HOST_MEM_LIMIT)");
+    CHECK(l == NULL, "no loader after a refusal");
+    unsetenv("MIXPREC_HOST_MEM_LIMIT");
     CHECK(mp_loader_create(&d, (mp_loader_opts){.batch = 2}, &l) == MP_OK, "%s", mp_last_error());
     const float *x;
     const int32_t *y;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "data/dataset.h"
 #include "io/input_file.h"
 
@@ -104,6 +105,8 @@ mp_status mp_dataset_load_cifar10(const char *dir, bool train, mp_dataset *out) 
         if (total > (1 << 24))
             return mp_error(MP_ERR_FORMAT, "%s: absurdly many CIFAR-10 records (%lld so far)", paths[i], total);
     }
+    MP_TRY(mp_host_mem_check((size_t)total * CIFAR_PIXELS * sizeof(float), NULL,
+                             "the %lld CIFAR-10 %s images of %s (3x32x32 each)", total, train ? "train" : "test", base));
     out->images = malloc((size_t)total * CIFAR_PIXELS * sizeof(float));
     out->labels = malloc((size_t)total * sizeof(int32_t));
     unsigned char *buf = malloc((size_t)CIFAR_CHUNK * CIFAR_RECORD);

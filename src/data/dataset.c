@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 
 void mp_sample_source_retain(mp_sample_source *s) {
     if (s) __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
@@ -173,6 +174,9 @@ mp_status mp_dataset_slice(const mp_dataset *d, int start, int n, mp_dataset *ou
         return mp_error(MP_ERR_INVALID_ARG, "%s: samples [%d, %lld) requested, the dataset has %d",
                         d->source, start, (long long)start + n, d->n);
     size_t per = (size_t)d->c * d->h * d->w;
+    if (d->images)
+        MP_TRY(mp_host_mem_check((size_t)n * per * sizeof(float), NULL, "a copy of %d samples of %s (%dx%dx%d each)", n,
+                                 d->source, d->c, d->h, d->w));
     out->images = d->images ? malloc((size_t)n * per * sizeof(float)) : NULL;
     out->labels = malloc((size_t)n * sizeof(int32_t));
     if ((d->images && !out->images) || !out->labels) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "data/dataset.h"
 #include "data/folder.h"
 
@@ -72,6 +73,8 @@ mp_status mp_dataset_create(int n, int c, int h, int w, int classes, const float
         if (labels[i] < 0 || labels[i] >= classes)
             return mp_error(MP_ERR_INVALID_ARG, "%s: label %d of sample %d is outside [0, %d)", nm, (int)labels[i], i,
                             classes);
+    MP_TRY(mp_host_mem_check((size_t)(per * n) * sizeof(float), NULL, "a copy of the %d samples of %s (%dx%dx%d each)",
+                             n, nm, c, h, w));
     mp_dataset d = {.n = n, .c = c, .h = h, .w = w, .classes = classes};
     d.images = malloc((size_t)(per * n) * sizeof(float));
     d.labels = malloc((size_t)n * sizeof(int32_t));

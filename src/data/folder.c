@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "data/decode_pool.h"
 #include "data/image_decode.h"
 #include "data/image_resize.h"
@@ -147,6 +148,18 @@ static mp_status pick_geometry(const char *dir, const mp_folder_opts *o, open_jo
     return MP_OK;
 }
 
+/* Whether `count` decoded samples (of the `part` named, or all) fit in the
+ * host's memory (core/host_mem.h), with the error naming the folder and size. */
+static mp_status check_decoded_fits(const open_job *j, const mp_folder_opts *o, int count, const char *part,
+                                    const char *dir) {
+    char size[64] = "";
+    if (o->height) snprintf(size, sizeof size, ", --image-size %dx%d", o->height, o->width);
+    return mp_host_mem_check((size_t)count * j->c * j->h * j->w * sizeof(float),
+                             "a lower --decode-memory-mb decodes them per batch",
+                             "the %d %s%simages of %s decoded in memory (%dx%dx%d each%s)", count, part,
+                             *part ? " " : "", dir, j->c, j->h, j->w, size);
+}
+
 static mp_class_names *make_names(char **classes, int n) {
     mp_class_names *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -172,6 +185,7 @@ static mp_status make_part(open_job *j, int at, int n, const int *labels, bool d
     int good = 0;
     for (int i = at; i < at + n; i++) good += !j->bad[i];
     if (good == 0) return mp_error(MP_ERR_FORMAT, "%s: the %s part has no readable images", dir, what);
+    if (decoded) MP_TRY(check_decoded_fits(j, o, good, what, dir));
     *out = (mp_dataset){.n = good, .c = j->c, .h = j->h, .w = j->w, .classes = classes, .skipped = n - good};
     out->labels = malloc((size_t)good * sizeof *out->labels);
     folder_source *src = decoded ? NULL : calloc(1, sizeof *src);
@@ -257,8 +271,10 @@ mp_status mp_dataset_load_folder(const char *dir, const mp_folder_opts *opts, mp
     const size_t per = (size_t)j.c * j.h * j.w;
     const bool decoded = !o.lazy && per && (double)j.n * (double)per * sizeof(float) <= (double)o.max_memory;
     if (s == MP_OK && decoded) {
-        j.images = malloc((size_t)j.n * per * sizeof *j.images);
-        s = j.images ? mp_pool_run(pool, j.n, decode_one, &j) : mp_error(MP_ERR_NOMEM, "%s: out of memory", dir);
+        s = check_decoded_fits(&j, &o, j.n, "", dir);
+        if (s == MP_OK) j.images = malloc((size_t)j.n * per * sizeof *j.images);
+        if (s == MP_OK)
+            s = j.images ? mp_pool_run(pool, j.n, decode_one, &j) : mp_error(MP_ERR_NOMEM, "%s: out of memory", dir);
         if (s == MP_OK) s = check_bad(&j, o.bad_images);
     }
     if (s == MP_OK && !(names = make_names(list.classes, list.n_classes)))

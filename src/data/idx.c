@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "data/dataset.h"
 #include "io/input_file.h"
 
@@ -194,6 +195,12 @@ static double idx_decode(int type, const unsigned char *p) {
     return 0;
 }
 
+/* Whether values [from, to) of r, esz bytes each, fit in the host's memory (core/host_mem.h). */
+static mp_status check_growth(const idx_reader *r, size_t from, size_t to, size_t esz) {
+    return mp_host_mem_check((to - from) * esz, NULL, "the %s of %s (values %zu to %zu of %zu)", r->what, r->path,
+                             from, to, r->count);
+}
+
 /* Read all r->count values as floats (ubyte scaled by 1/255) or int32.
  * The output grows as data arrives, so a header that lies about its size
  * costs no more memory than the data actually there. */
@@ -201,6 +208,7 @@ static mp_status idx_read_values(idx_reader *r, bool as_float, void **out) {
     *out = NULL;
     size_t esz = as_float ? sizeof(float) : sizeof(int32_t);
     size_t cap = r->count < (1u << 20) ? r->count : (1u << 20), done = 0;
+    MP_TRY(check_growth(r, 0, cap, esz));
     unsigned char *chunk = malloc(IDX_CHUNK);
     char *vals = malloc(cap * esz);
     if (!chunk || !vals) {
@@ -222,6 +230,12 @@ static mp_status idx_read_values(idx_reader *r, bool as_float, void **out) {
         if (done + k > cap) {
             size_t ncap = cap * 2 < r->count ? cap * 2 : r->count;
             while (ncap < done + k) ncap = ncap * 2 < r->count ? ncap * 2 : r->count;
+            const mp_status fits = check_growth(r, cap, ncap, esz);
+            if (fits != MP_OK) {
+                free(chunk);
+                free(vals);
+                return fits;
+            }
             char *nv = realloc(vals, ncap * esz);
             if (!nv) {
                 free(chunk);

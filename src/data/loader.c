@@ -26,6 +26,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "core/rng.h"
 #include "data/decode_pool.h"
 #include "data/image_resize.h"
@@ -298,6 +299,11 @@ mp_status mp_loader_create(const mp_dataset *d, mp_loader_opts o, mp_loader **ou
     if (o.workers < 0 || o.workers > 1024)
         return mp_error(MP_ERR_INVALID_ARG, "loader: %d workers is out of range [0, 1024] (%s)", o.workers, d->source);
     if (!o.workers) o.workers = !d->images || o.random_resized_crop ? mp_online_cpus() : 1;
+    const size_t sample_bytes = (size_t)d->c * d->h * d->w * sizeof(float);
+    MP_TRY(mp_host_mem_check(((size_t)LOADER_SLOTS * o.batch + (size_t)o.workers) * sample_bytes,
+                             "try a smaller batch or sample size",
+                             "the loader's %d batches of %d samples of %dx%dx%d, plus one per worker (%d), of %s",
+                             LOADER_SLOTS, o.batch, d->c, d->h, d->w, o.workers, d->source));
     mp_loader *l = calloc(1, sizeof *l);
     if (!l) return mp_error(MP_ERR_NOMEM, "loader: out of memory");
     l->d = d;

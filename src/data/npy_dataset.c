@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "data/dataset.h"
 #include "data/npy.h"
 
@@ -44,6 +45,7 @@ static mp_status labels_begin(void *arg, const mp_npy_header *h) {
         return mp_error(MP_ERR_FORMAT, "%s: labels must be 1-D (N,), the file's shape is %s", L->path, shape);
     if (h->dims[0] < 1) return mp_error(MP_ERR_FORMAT, "%s: the labels file holds no samples", L->path);
     L->n = (int)h->dims[0];
+    MP_TRY(mp_host_mem_check((size_t)L->n * sizeof *L->labels, NULL, "the %d labels of %s", L->n, L->path));
     L->labels = malloc((size_t)L->n * sizeof *L->labels);
     if (!L->labels) return mp_error(MP_ERR_NOMEM, "%s: out of memory for %d labels", L->path, L->n);
     L->max_label = -1;
@@ -94,6 +96,8 @@ static mp_status images_begin(void *arg, const mp_npy_header *h) {
         return mp_error(MP_ERR_FORMAT, "count mismatch: %s has %lld images but %s has %d labels", L->path,
                         (long long)h->dims[0], L->labels_path, L->expect_n);
     L->n = (int)h->dims[0];
+    MP_TRY(mp_host_mem_check(h->count * sizeof *L->images, NULL, "the %d images of %s (%dx%dx%d each, as float32)",
+                             L->n, L->path, L->c, L->h, L->w));
     L->images = malloc(h->count * sizeof *L->images);
     if (!L->images) return mp_error(MP_ERR_NOMEM, "%s: out of memory for %zu values", L->path, h->count);
     return MP_OK;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "data/dataset.h"
 
 /* floor(x), with x within rounding of an integer taken as that integer */
@@ -73,6 +74,13 @@ mp_status mp_dataset_split(const mp_dataset *d, double fraction, mp_dataset *tra
                             ? " (a class's last sample is never held out)" : "");
     }
     const size_t per = (size_t)d->c * d->h * d->w;
+    const mp_status fits = mp_host_mem_check((size_t)d->n * per * sizeof(float), NULL,
+                                             "the %d train and %d held-out samples split from %s (%dx%dx%d each)", nt,
+                                             nv, d->source, d->c, d->h, d->w);
+    if (fits != MP_OK) {
+        free(held);
+        return fits;
+    }
     mp_dataset *parts[2] = {train, val};
     const int counts[2] = {nt, nv};
     for (int k = 0; k < 2; k++) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "core/rng.h"
 #include "data/dataset.h"
 
@@ -47,6 +48,8 @@ mp_status mp_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t
                         "table values)",
                         classes, c, h, w, (long long)SYN_MAX_TABLE);
 
+    MP_TRY(mp_host_mem_check((size_t)n * per * sizeof(float), NULL, "the synthetic dataset's %d samples of %dx%dx%d", n,
+                             c, h, w));
     syn_pattern *pat = malloc((size_t)classes * c * sizeof *pat);
     int *perm = malloc((size_t)classes * sizeof *perm);
     out->images = malloc((size_t)n * per * sizeof(float));
