@@ -205,6 +205,10 @@ MIXPREC_HOST_MEM_LIMIT=1000 row host_mem_npy 1 "^mixprec train: out of memory fo
 MIXPREC_HOST_MEM_LIMIT=1000000 row host_mem_synthetic 1 "^mixprec train: --synthetic-size 1000 \(and 200 test \
 samples\) of --synthetic-shape 3x32x32: out of memory for the synthetic dataset's 1200 samples of 3x32x32: asked \
 14745600 bytes" -- train --data synthetic --synthetic-size 1000
+MIXPREC_HOST_MEM_LIMIT=300000 row host_mem_arena 1 "^mixprec train: out of memory for the activations and \
+gradients of batch 64 \(the plan's arena\): asked [0-9]+ bytes \([0-9.]+ GiB\), 300000 bytes \(0\.00 GiB\) available \
+\(MIXPREC_HOST_MEM_LIMIT\); try a smaller batch$" -- train --device cpu --data synthetic \
+  --synthetic-size 100 --synthetic-shape 1x8x8 --batch 64
 # --val-fraction 0.35 of 20 (two classes of 10): 7 held out (as a float, 0.35 made it 6.9999998 and 6)
 out=$("$bin" train --epochs 1 --batch 2 --data "npy:$in/x20.npy,$in/y20.npy" --val-fraction 0.35 2>&1)
 grep -q ": 13 train / 7 test samples" <<<"$out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: 0.35 of 20: $out"; }

@@ -470,6 +470,13 @@ static void test_plan_call_misuse(void) {
     mp_plan *p = NULL;
     CHECK_ERR(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss}, NULL),
               MP_ERR_INVALID_ARG, "no output pointer");
+    /* an arena beyond what the host can give (core/host_mem.h, lowered to 1000 bytes): refused, named */
+    setenv("MIXPREC_HOST_MEM_LIMIT", "1000", 1);
+    CHECK_ERR(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss}, &p), MP_ERR_NOMEM,
+              "out of memory for the activations and gradients of batch 4 (the plan's arena): asked ",
+              "1000 bytes (0.00 GiB) available (MIXPREC_HOST_MEM_LIMIT); try a smaller batch");
+    CHECK(p == NULL, "no plan after the refusal");
+    unsetenv("MIXPREC_HOST_MEM_LIMIT");
     MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss}, &p) == MP_OK);
     int native = -1;
     mp_plan_precision_counts(p, &native, NULL);

@@ -13,6 +13,7 @@
 #include "amp/scaler.h"
 #include "core/dtype_convert.h"
 #include "core/dtype_traits.h"
+#include "core/host_mem.h"
 #include "graph/exec_backend.h"
 #include "graph/exec_stage.h"
 #include "graph/plan_fuse.h"
@@ -232,6 +233,9 @@ static mp_status host_choose_layout(mp_plan *p, size_t *ws, size_t *stage) {
 }
 
 static mp_status host_arena_alloc(mp_plan *p, size_t bytes, char **arena) {
+    *arena = NULL;
+    MP_TRY(mp_host_mem_check(MP_ALIGN64(bytes), "try a smaller batch",
+                             "the activations and gradients of batch %d (the plan's arena)", p->o.batch));
     *arena = aligned_alloc(64, MP_ALIGN64(bytes));
     if (!*arena)
         return mp_error(MP_ERR_NOMEM,

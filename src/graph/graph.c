@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/host_mem.h"
 #include "core/rng.h"
 
 mp_graph *mp_graph_create(void) {
@@ -81,6 +82,9 @@ static mp_status add_params(mp_graph *g, int node, const mp_op_info *info) {
         gp->node = node;
         gp->spec = info->params[p];
         int64_t n = mp_shape_numel(&gp->spec.shape);
+        MP_TRY(mp_host_mem_check(MP_ALIGN64((size_t)n * sizeof(float)) * (gp->spec.trainable ? 2 : 1), NULL,
+                                 "parameter %s (%lld floats%s)", gp->name, (long long)n,
+                                 gp->spec.trainable ? " and their gradient" : ""));
         gp->data = alloc_floats(n);
         gp->grad = gp->spec.trainable ? alloc_floats(n) : NULL;
         if (!gp->data || (gp->spec.trainable && !gp->grad)) {

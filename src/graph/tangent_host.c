@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/dtype_convert.h"
+#include "core/host_mem.h"
 #include "graph/exec_stage.h"
 #include "graph/second_order.h"
 
@@ -66,8 +67,10 @@ mp_op_call mp_so_primal_f32(const mp_plan *p, int i, char **cur) {
 }
 
 mp_status mp_so_host_alloc(mp_plan *p, size_t bytes, void **out) {
-    (void)p;
     const size_t b = MP_ALIGN64(bytes ? bytes : 1);
+    *out = NULL;
+    MP_TRY(mp_host_mem_check(b, "try a smaller batch", "the gradient penalty's tangent buffers of batch %d",
+                             p->o.batch));
     *out = aligned_alloc(64, b);
     if (!*out) return mp_error(MP_ERR_NOMEM, "plan: out of memory for %zu bytes of tangent buffers", bytes);
     memset(*out, 0, b);

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "io/input_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_internal.h"
@@ -375,6 +376,8 @@ static mp_status st_load(const char *path, mp_st_file *f, FILE *fp, uint64_t siz
     s = st_parse_header(path, f, root, data_len);
     if (s != MP_OK) goto done;
 
+    s = mp_host_mem_check(((size_t)data_len + 64) & ~(size_t)63, NULL, "the tensors of %s", path);
+    if (s != MP_OK) goto done;
     f->buf = aligned_alloc(64, ((size_t)data_len + 64) & ~(size_t)63);
     if (!f->buf) {
         s = mp_error(MP_ERR_NOMEM, "%s: out of memory for %" PRIu64 " bytes of tensors", path, data_len);

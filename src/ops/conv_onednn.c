@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/host_mem.h"
 #include "ops/bf16_conv_math.h"
 #include "ops/conv_dgrad_onednn.h"
 #include "ops/conv_dw_wgrad.h"
@@ -447,7 +448,9 @@ static void dgrad_choose(const conv_ctx *x, conv_state *st, mp_dtype dt, bool f3
                      nw = MP_ALIGN64((size_t)mp_shape_numel(&in->params[0].shape) * es);
         char *buf = NULL;
         choice = 0; /* without memory to time them, or if a run fails: the primitive */
-        if (posix_memalign((void **)&buf, 64, wsb + ny + nx + nw) == 0) {
+        mp_host_mem host; /* more than the host can give would be an OOM kill at the memset, not a NULL */
+        const bool fits = !mp_host_mem_available(&host) || wsb + ny + nx + nw <= host.bytes;
+        if (fits && posix_memalign((void **)&buf, 64, wsb + ny + nx + nw) == 0) {
             memset(buf, 0, wsb + ny + nx + nw);
             char *dy = buf + wsb, *dx = dy + ny, *w = dx + nx;
             double best[2] = {INFINITY, INFINITY};

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 
 #define MP_OPTIM_ALIGN 16 /* floats: 64 bytes */
 
@@ -117,6 +118,8 @@ mp_status mp_optim_create(mp_optim_opts o, const mp_param_ref *params, int n_par
         return mp_error(MP_ERR_NOMEM, "optimizer: %lld floats of state do not fit in memory",
                         (long long)state_floats);
 
+    MP_TRY(mp_host_mem_check((size_t)state_floats * sizeof(float), NULL, "the %s state of %d parameters (%lld floats)",
+                             mp_optim_kind_name(o.kind), n_params, (long long)state_floats));
     mp_optim *opt = calloc(1, sizeof *opt);
     if (!opt) return mp_error(MP_ERR_NOMEM, "optimizer: out of memory");
     opt->opts = o;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "amp/scaler.h"
+#include "core/host_mem.h"
 #include "data/dataset.h"
 #include "data/normalize.h"
 #include "graph/graph.h"
@@ -134,6 +135,8 @@ mp_status mp_predict(mp_graph *g, const mp_eval_opts *o, const float *images, in
                         (long long)(bad / per), (double)images[bad], (long long)(bad % per));
     int batch = o->batch > 0 ? o->batch : DEFAULT_BATCH;
     if (batch > n) batch = n;
+    MP_TRY(mp_host_mem_check((size_t)batch * (size_t)per * sizeof(float), "try a smaller batch",
+                             "predict's batch of %d images (%lld values each)", batch, (long long)per));
     mp_plan *plan = NULL;
     float *x = calloc((size_t)batch * (size_t)per, sizeof *x), *out = malloc((size_t)batch * classes * sizeof *out);
     float *zeros = calloc(widest_other_input(g, batch), sizeof *zeros);

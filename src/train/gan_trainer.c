@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/host_mem.h"
 #include "core/median.h"
 #include "core/rng.h"
 #include "data/dataset.h"
@@ -208,6 +209,10 @@ static mp_status gan_run_open(gan_run *g, mp_acgan *m, const mp_gan_train_opts *
     g->aux_fake_weight = o->aux_fake_weight;
     mp_rng_seed(&g->rng, o->seed ^ 0x6A4E0015ull);
     const size_t b = (size_t)o->trainer.batch;
+    const int buffers = m->has_interp ? 3 : 1; /* real, and the penalty's eps and keep */
+    MP_TRY(mp_host_mem_check(b * (size_t)m->c * m->h * m->w * sizeof(float) * (size_t)buffers, "try a smaller batch",
+                             "the GAN's %d buffer%s of %zu images of %dx%dx%d", buffers, buffers > 1 ? "s" : "", b,
+                             m->c, m->h, m->w));
     g->real = malloc(b * (size_t)m->c * m->h * m->w * sizeof *g->real);
     g->z = malloc(b * (size_t)m->latent * sizeof *g->z);
     g->onehot = malloc(b * (size_t)m->classes * sizeof *g->onehot);
