@@ -167,37 +167,55 @@ static mp_status build(const char *model, const mp_dataset *d, int classes, mp_p
     return mp_model_spec_build(&spec, m);
 }
 
-/* The model for the data's image shape with the checkpoint's classes (its
- * logits layer's rows, whatever labels the data holds; without a checkpoint
- * the data's), into m and *weight (the name of that layer's weight). */
+/* The model for the data's image shape, into m and *weight (the name of its
+ * logits layer's weight): an .onnx model with its own classes (its output
+ * width), which the checkpoint's logits layer, if any, must have too; any
+ * other with the checkpoint's classes (that layer's rows, whatever labels the
+ * data holds; without a checkpoint the data's). */
 static mp_status build_model(const eval_args *e, const char *model, mp_precision prec, const mp_dataset *train,
                              mp_model *m, char *weight, size_t cap) {
-    const int classes = e->checkpoint && train->classes < 2 ? 2 : train->classes;
+    const bool onnx = mp_model_is_onnx_name(model);
+    const int classes = onnx ? 0 : e->checkpoint && train->classes < 2 ? 2 : train->classes;
     MP_TRY(build(model, train, classes, prec, m));
     snprintf(weight, cap, "%s.weight", mp_graph_node_name(m->g, m->logits));
     if (!e->checkpoint) return MP_OK;
     int saved = 0;
     MP_TRY(cli_checkpoint_rows(e->checkpoint, weight, &saved));
+    if (onnx) {
+        int64_t dims[3];
+        int ndim = 0;
+        MP_TRY(mp_graph_node_sample_shape(m->g, m->logits, &ndim, dims));
+        if (saved < 2 || saved == dims[0]) return MP_OK;
+        return mp_error(MP_ERR_SHAPE, "--model %s gives %lld classes (its output width), --checkpoint %s has %d (its "
+                        "tensor '%s' has %d rows): give the checkpoint of this model", model, (long long)dims[0],
+                        e->checkpoint, saved, weight, saved);
+    }
     if (saved < 2 || saved == classes) return MP_OK;
     mp_model_free(m);
     return build(model, train, saved, prec, m);
 }
 
-/* Every label of the test set is one of the model's classes. */
+/* Every label of the test set, and its class count (a held-out split's is
+ * the whole file's), within the model's classes; the error names where the
+ * model's class count came from: the checkpoint's logits layer or the .onnx
+ * file's output width. */
 static mp_status check_labels(const eval_args *e, const mp_model *m, const char *weight, const mp_dataset *test) {
     int64_t dims[3];
     int ndim = 0;
     MP_TRY(mp_graph_node_sample_shape(m->g, m->logits, &ndim, dims));
     const int classes = (int)dims[0];
+    char model[512];
+    if (e->checkpoint)
+        snprintf(model, sizeof model, "the %d classes of the checkpoint %s (its tensor '%s' has %d rows)", classes,
+                 e->checkpoint, weight, classes);
+    else snprintf(model, sizeof model, "the %d classes of --model %s (its output width)", classes, e->model);
     for (int i = 0; i < test->n; i++)
-        if (test->labels[i] >= classes) {
-            if (e->checkpoint)
-                return mp_error(MP_ERR_SHAPE, "%s: label %d of sample %d is outside the %d classes of the checkpoint "
-                                "%s (its tensor '%s' has %d rows)", test->source, (int)test->labels[i], i, classes,
-                                e->checkpoint, weight, classes);
-            return mp_error(MP_ERR_SHAPE, "%s: label %d of sample %d is outside the %d classes of --model %s",
-                            test->source, (int)test->labels[i], i, classes, e->model);
-        }
+        if (test->labels[i] >= classes)
+            return mp_error(MP_ERR_SHAPE, "%s: label %d of sample %d is outside %s", test->source,
+                            (int)test->labels[i], i, model);
+    if (test->classes > classes)
+        return mp_error(MP_ERR_SHAPE, "%s: the data has %d classes (labels up to %d), more than %s", test->source,
+                        test->classes, test->classes - 1, model);
     return MP_OK;
 }
 

@@ -76,6 +76,30 @@ expect_named eval_wrong_model 1 "run.safetensors: .*saved for model 'small', thi
 checkpoint was trained with \(or leave --model out\)$" -- eval --checkpoint run.safetensors --model cnn10 \
   --data synthetic --synthetic-shape 1x12x12 --synthetic-size 256
 ! grep -q mp_weights_opts eval_wrong_model.err && ok || bad "eval names an API option: $(cat eval_wrong_model.err)"
+# eval of m.onnx (10 outputs) against other class counts: the error names the
+# model's output width and the file it comes from (the .onnx file or the
+# checkpoint), never the checkpoint's rows as "the data's classes"; labels
+# within the 10 outputs evaluate, as they do for a 10-class checkpoint
+python3 - <<'PY' || bad "could not write the npy files"
+import struct
+def npy(name, descr, shape, body):
+    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    h += " " * (-(11 + len(h)) % 64) + "\n"
+    open(name, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() + body)
+npy("x64.npy", "|u1", "(64, 1, 12, 12)", bytes((i * 7) % 251 for i in range(64 * 144)))
+for k in (4, 12):
+    npy("y64_%d.npy" % k, "<i8", "(64,)", struct.pack("<64q", *[i % k for i in range(64)]))
+PY
+"$bin" train --data npy:x64.npy,y64_4.npy --batch 16 --epochs 1 --max-steps 2 --save c4.safetensors >c4.out 2>&1 \
+  || bad "train on 4 classes: $(tail -3 c4.out)"
+expect_named eval_onnx_ckpt_classes 1 "^mixprec eval: --model m.onnx gives 10 classes \(its output width\), --checkpoint \
+c4.safetensors has 4 \(its tensor 'fc2.weight' has 4 rows\)" -- eval --model m.onnx --checkpoint c4.safetensors "${evaldata[@]}"
+expect_named eval_onnx_data_classes 1 "x64.npy .*: the data has 12 classes \(labels up to 11\), more than the 10 classes of \
+--model m.onnx \(its output width\)$" -- eval --model m.onnx --data npy:x64.npy,y64_12.npy
+"$bin" eval --model m.onnx --data npy:x64.npy,y64_4.npy >eval_onnx4.out 2>&1 && grep -q "^eval: 6 samples" eval_onnx4.out \
+  && "$bin" eval --model m.onnx --checkpoint run.safetensors --data npy:x64.npy,y64_4.npy >eval_onnx4c.out 2>&1 \
+  && grep -q "^eval: 6 samples" eval_onnx4c.out && ok \
+  || bad "eval --model m.onnx of 4-class data: $(cat eval_onnx4.out eval_onnx4c.out)"
 expect_named export_shape 2 "--input-shape '1x12'" -- export --checkpoint run.safetensors --input-shape 1x12 -o x.onnx
 expect_named export_shape_wrap 2 "--input-shape '4294967297x12x12' must be CxHxW" -- \
   export --checkpoint run.safetensors --input-shape 4294967297x12x12 -o x.onnx

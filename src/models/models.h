@@ -79,7 +79,8 @@ mp_node mp_conv_bn(mp_graph *g, const char *name, mp_node x, mp_conv_opts o);
  * <name>_bn, <name>_relu. */
 mp_node mp_conv_bn_relu(mp_graph *g, const char *name, mp_node x, int out_channels, int kernel, int stride);
 /* Model names ending in ".onnx" (zoo_onnx.c): the file is imported, and its
- * input shape and class count must be the data's (c, h, w, classes). */
+ * input shape and class count must be the data's (c, h, w, classes; classes
+ * 0: the file's own, unchecked). */
 bool mp_model_is_onnx_name(const char *name);
 mp_status mp_model_onnx_check(const char *name);
 mp_status mp_model_onnx_build(const char *name, int c, int h, int w, int classes, mp_model *m);

@@ -33,8 +33,11 @@ mp_status mp_model_onnx_build(const char *name, int c, int h, int w, int classes
     int64_t in[3] = {0, 0, 0}, k[3] = {0, 0, 0};
     mp_status s = mp_graph_node_sample_shape(m->g, m->input, &nd, in);
     if (s == MP_OK) s = mp_graph_node_sample_shape(m->g, m->logits, &nk, k);
-    if (s == MP_OK && (in[0] != c || in[1] != h || in[2] != w || k[0] != classes)) {
+    if (s == MP_OK && (in[0] != c || in[1] != h || in[2] != w || (classes && k[0] != classes))) {
         mp_model_free(m);
+        if (!classes) /* the file's own class count: only the inputs are the data's */
+            return mp_error(MP_ERR_SHAPE, "%s: the model takes %lldx%lldx%lld inputs; the data has %dx%dx%d images",
+                            name, (long long)in[0], (long long)in[1], (long long)in[2], c, h, w);
         return mp_error(MP_ERR_SHAPE, "%s: the model takes %lldx%lldx%lld inputs and gives %lld classes; the data has "
                                       "%dx%dx%d images and %d classes", name, (long long)in[0], (long long)in[1],
                         (long long)in[2], (long long)k[0], c, h, w, classes);
