@@ -103,25 +103,31 @@ static int parse(int argc, char **argv, eval_args *e) {
     return 0;
 }
 
-/* The normalization to evaluate with: the checkpoint's, else (an older
- * checkpoint) the training set's as train computes it, or none. */
-static mp_status pick_norm(const eval_args *e, const mp_checkpoint_info *info, const mp_dataset *train,
-                           const mp_dataset *test, float *mean, float *std, bool *use, const char **how) {
+/* The normalization to evaluate with (mean and std have room for test->c
+ * values): the checkpoint's record, or the .onnx model's metadata, for any
+ * number of channels; else (an older checkpoint, a model without the record)
+ * the training set's as train computes it, or none. */
+static mp_status pick_norm(const eval_args *e, const mp_dataset *train, const mp_dataset *test, float *mean,
+                           float *std, bool *use, const char **how) {
     *use = false;
     if (!e->c.normalize) {
         *how = "none (--no-normalize)";
         return MP_OK;
     }
-    if (info->norm_recorded) {
-        if (info->norm_channels == 0) {
-            *how = "none (the run did not normalize)";
-            return MP_OK;
-        }
-        if (info->norm_channels != test->c)
+    int n = -1;
+    if (e->checkpoint) MP_TRY(mp_checkpoint_read_normalization(e->checkpoint, test->c, &n, mean, std));
+    else {
+        MP_TRY(mp_onnx_read_normalization(e->model, test->c, &n, mean, std));
+        if (n == 0) n = -1; /* an .onnx model records no "did not normalize": the identity */
+    }
+    if (n == 0) {
+        *how = "none (the run did not normalize)";
+        return MP_OK;
+    }
+    if (n > 0) {
+        if (n != test->c)
             return mp_error(MP_ERR_SHAPE, "%s: the recorded normalization has %d channels, %s has %d",
-                            e->checkpoint ? e->checkpoint : e->model, info->norm_channels, test->source, test->c);
-        memcpy(mean, info->norm_mean, (size_t)test->c * sizeof *mean);
-        memcpy(std, info->norm_std, (size_t)test->c * sizeof *std);
+                            e->checkpoint ? e->checkpoint : e->model, n, test->source, test->c);
         *use = true;
         *how = e->checkpoint ? "the checkpoint's" : "the model's metadata";
         return MP_OK;
@@ -256,14 +262,6 @@ static int run_eval(const eval_args *e) {
     /* Without a checkpoint (an .onnx model with its weights): fp32, batch 256,
      * the training set's normalization unless --no-normalize. */
     mp_checkpoint_info info = {.saved_precision = "fp32", .saved_batch = 256};
-    if (!e->checkpoint) { /* an .onnx model: the normalization its metadata records, if any */
-        if (mp_onnx_read_normalization(e->model, MP_CHECKPOINT_MAX_CHANNELS, &info.norm_channels, info.norm_mean,
-                                       info.norm_std) != MP_OK) {
-            fprintf(stderr, "mixprec eval: --model %s\n", mp_last_error());
-            return 1;
-        }
-        info.norm_recorded = info.norm_channels > 0;
-    }
     if (e->checkpoint && mp_checkpoint_read_info(e->checkpoint, &info) != MP_OK) {
         fprintf(stderr, "mixprec eval: --checkpoint %s\n", mp_last_error());
         return 1;
@@ -297,7 +295,7 @@ static int run_eval(const eval_args *e) {
     const char *how = "";
     if (s == MP_OK && (!mean || !std)) s = mp_error(MP_ERR_NOMEM, "eval: out of memory");
     if (s == MP_OK) s = check_labels(e, &m, weight, &test);
-    if (s == MP_OK) s = pick_norm(e, &loaded, &train, &test, mean, std, &use_norm, &how);
+    if (s == MP_OK) s = pick_norm(e, &train, &test, mean, std, &use_norm, &how);
     const int batch = e->batch ? e->batch : loaded.saved_batch;
     mp_eval_result r = {0};
     if (s == MP_OK)

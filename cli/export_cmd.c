@@ -4,6 +4,7 @@
  * normalization a `train --save` checkpoint recorded (or an .onnx model's
  * own) as the model's metadata. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -112,27 +113,39 @@ static mp_status saved_model(const char *path, char *buf, size_t cap, bool *run)
     return MP_OK;
 }
 
-/* The normalization to record: a checkpoint's (a weights-only file has no
- * mixprec metadata: none), or an .onnx model's own. */
-static mp_status export_norm(const export_args *e, mp_checkpoint_info *info) {
-    memset(info, 0, sizeof *info);
+/* Room for n statistics in *mean and *std (free both). */
+static mp_status norm_room(int n, float **mean, float **std) {
+    *mean = calloc((size_t)n + 1, sizeof **mean), *std = calloc((size_t)n + 1, sizeof **std);
+    return *mean && *std ? MP_OK : mp_error(MP_ERR_NOMEM, "export: out of memory");
+}
+
+/* The normalization to record, any number of channels, into *channels and
+ * *mean, *std (malloc: the caller frees them): a checkpoint's (a
+ * weights-only file has no mixprec metadata: none), or an .onnx model's own. */
+static mp_status export_norm(const export_args *e, int *channels, float **mean, float **std) {
+    *channels = 0, *mean = *std = NULL;
     if (!e->checkpoint) {
-        if (mp_model_is_onnx_name(e->model))
-            return mp_onnx_read_normalization(e->model, MP_CHECKPOINT_MAX_CHANNELS, &info->norm_channels,
-                                              info->norm_mean, info->norm_std);
-        return MP_OK;
+        if (!mp_model_is_onnx_name(e->model)) return MP_OK;
+        const int room = e->c > MP_CHECKPOINT_MAX_CHANNELS ? e->c : MP_CHECKPOINT_MAX_CHANNELS;
+        MP_TRY(norm_room(room, mean, std));
+        return mp_onnx_read_normalization(e->model, room, channels, *mean, *std);
     }
     char model[128];
     bool run;
     MP_TRY(saved_model(e->checkpoint, model, sizeof model, &run));
     if (!run) return MP_OK;
-    MP_TRY(mp_checkpoint_read_info(e->checkpoint, info));
-    if (info->norm_recorded && info->norm_channels == 0 && e->c <= MP_CHECKPOINT_MAX_CHANNELS) {
-        /* the run did not normalize: record the identity, so that evaluation
-         * elsewhere does not normalize either */
-        info->norm_channels = e->c;
-        for (int i = 0; i < e->c; i++) info->norm_mean[i] = 0.0f, info->norm_std[i] = 1.0f;
+    int n;
+    MP_TRY(mp_checkpoint_read_normalization(e->checkpoint, 0, &n, NULL, NULL));
+    if (n < 0) return MP_OK; /* an older checkpoint: none */
+    MP_TRY(norm_room(n > 0 ? n : e->c, mean, std));
+    if (n > 0) {
+        *channels = n;
+        return mp_checkpoint_read_normalization(e->checkpoint, n, &n, *mean, *std);
     }
+    /* the run did not normalize: record the identity, so that evaluation
+     * elsewhere does not normalize either */
+    *channels = e->c;
+    for (int i = 0; i < e->c; i++) (*mean)[i] = 0.0f, (*std)[i] = 1.0f;
     return MP_OK;
 }
 
@@ -185,13 +198,16 @@ int cmd_export(int argc, char **argv) {
             s = mp_error(s, "%s: %s", msg, fit_hint(&e, hint, sizeof hint));
         }
     }
-    mp_checkpoint_info info;
-    if (s == MP_OK) s = export_norm(&e, &info);
+    int norm_channels = 0;
+    float *mean = NULL, *std = NULL;
+    if (s == MP_OK) s = export_norm(&e, &norm_channels, &mean, &std);
     if (s == MP_OK)
         s = mp_model_export_onnx(&m, e.output,
                                  &(mp_onnx_export_opts){.fp16_weights = e.fp16, .batch = e.batch,
-                                                        .norm_channels = info.norm_channels,
-                                                        .norm_mean = info.norm_mean, .norm_std = info.norm_std});
+                                                        .norm_channels = norm_channels, .norm_mean = mean,
+                                                        .norm_std = std});
+    free(mean);
+    free(std);
     if (s != MP_OK) {
         fprintf(stderr, "mixprec export: %s\n", mp_last_error());
         mp_model_free(&m);
@@ -199,7 +215,7 @@ int cmd_export(int argc, char **argv) {
     }
     printf("mixprec export: %s (%dx%dx%d -> %d classes, %lld parameters%s%s) -> %s\n", e.model, e.c, e.h, e.w,
            e.classes, (long long)mp_graph_param_count(m.g), e.fp16 ? ", fp16 weights" : "",
-           info.norm_channels ? ", input normalization in the metadata" : "", e.output);
+           norm_channels ? ", input normalization in the metadata" : "", e.output);
     mp_model_free(&m);
     return 0;
 }

@@ -508,5 +508,36 @@ if "$bin" "${run[@]}" --stop-after 1 --save "$d/run.safetensors" >/dev/null 2>"$
    && [ ! -e "$d/run.safetensors.tmp.$dead" ] && [ -e "$d/run.safetensors.tmp.$$" ]; then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL: stale_tmp: the dead process's temporary file is still there, or the live one went: $(ls "$d") $(cat "$d/err")"; fi
 
+# ---- beyond the table: more channels than mp_checkpoint_info's arrays hold (65) ---------
+# saving records the statistics of every channel, and resuming applies and checks them as for
+# fewer: --no-normalize added or dropped is refused, and the statistics stay on other data
+d=$work/c/norm_wide && mkdir -p "$d"
+$py "${MP_SOURCE_DIR:-$(dirname "$0")/..}/tests/make_npy.py" "$d" 100 65 || { echo "FAIL: making the 65-channel .npy files"; exit 1; }
+wide=(train --data "npy:$d/x.npy,$d/y.npy" --batch 10 --epochs 3 --quiet)
+if "$bin" "${wide[@]}" --stop-after 1 --save "$d/wide.safetensors" >/dev/null 2>"$d/err" \
+   && "$bin" "${wide[@]}" --no-normalize --stop-after 1 --save "$d/raw.safetensors" >/dev/null 2>>"$d/err" \
+   && [ "$(grep -ao '"mixprec.norm_std":"[^"]*"' "$d/wide.safetensors" | tr ',' '\n' | wc -l)" -eq 65 ]
+then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: norm_wide_saved: $(cat "$d/err"); saved $(norm_of "$d/wide.safetensors" | cut -c1-120)"; fi
+row norm_wide_dropped 1 "--resume .*wide.safetensors: the checkpoint's run normalized its inputs \(channel 0: mean [0-9.]+, std [0-9.]+\), this run does not \(--no-normalize\)" -- "${wide[@]}" --resume "$d/wide.safetensors" --no-normalize
+row norm_wide_added 1 "--resume .*raw.safetensors: the checkpoint's run did not normalize its inputs, this run does \(give --no-normalize" -- "${wide[@]}" --resume "$d/raw.safetensors"
+if "$bin" "${wide[@]}" --val-fraction 0.3 --resume "$d/wide.safetensors" --stop-after 2 --save "$d/other.safetensors" \
+     >/dev/null 2>"$d/err" && [ "$(norm_of "$d/wide.safetensors")" = "$(norm_of "$d/other.safetensors")" ] \
+   && "$bin" eval --checkpoint "$d/wide.safetensors" --data "npy:$d/x.npy,$d/y.npy" --json 2>>"$d/err" \
+      | grep -q '"normalization":"the checkpoint'"'"'s"'
+then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: norm_wide_kept: $(cat "$d/err"); saved $(norm_of "$d/wide.safetensors" | cut -c1-80), after $(norm_of "$d/other.safetensors" | cut -c1-80)"; fi
+# an older checkpoint (no statistics recorded) resumes as before, with or without normalization;
+# export records all 65 channels, and eval of the .onnx model equals eval of its checkpoint
+gen meta "$d/wide.safetensors" "$d/old.safetensors" -mixprec.norm_mean -mixprec.norm_std
+if "$bin" "${wide[@]}" --resume "$d/old.safetensors" --stop-after 2 >/dev/null 2>"$d/err" \
+   && "$bin" "${wide[@]}" --resume "$d/old.safetensors" --stop-after 2 --no-normalize >/dev/null 2>>"$d/err" \
+   && "$bin" export --checkpoint "$d/wide.safetensors" --input-shape 65x8x8 -o "$d/wide.onnx" >/dev/null 2>>"$d/err" \
+   && "$bin" eval --checkpoint "$d/wide.safetensors" --data "npy:$d/x.npy,$d/y.npy" >"$d/ckpt.out" 2>>"$d/err" \
+   && "$bin" eval --model "$d/wide.onnx" --data "npy:$d/x.npy,$d/y.npy" --batch 10 >"$d/onnx.out" 2>>"$d/err" \
+   && grep -q "^eval: 10 samples" "$d/ckpt.out" && cmp -s "$d/ckpt.out" "$d/onnx.out"
+then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: norm_wide_old_export: $(cat "$d/err" "$d/ckpt.out" "$d/onnx.out" 2>/dev/null)"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

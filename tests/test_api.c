@@ -115,6 +115,29 @@ static void test_checkpoints_and_weights(void) {
     mp_checkpoint_info back = {.model = "a"};
     CHECK_ERR(mp_trainer_load(ta, path, &back), MP_OK);
     CHECK(back.epoch == 1, "epoch %d read back", back.epoch);
+    /* the input normalization of any number of channels (here more than the info's arrays hold): saved
+     * from norm_mean_all/norm_std_all, read back whole by mp_checkpoint_read_normalization */
+    {
+        enum { C = MP_CHECKPOINT_MAX_CHANNELS + 36 };
+        static float mean[C], sd[C], got_mean[C], got_sd[C];
+        for (int c = 0; c < C; c++) mean[c] = 0.125f * (float)c, sd[c] = 1.0f + 0.25f * (float)c;
+        char wide[4300];
+        snprintf(wide, sizeof wide, "%s/wide.safetensors", dir);
+        CHECK_ERR(mp_trainer_save(ta, wide, &(mp_checkpoint_info){.model = "a", .norm_channels = C}),
+                  MP_ERR_INVALID_ARG, "normalization channels", "give norm_mean_all and norm_std_all");
+        CHECK_ERR(mp_trainer_save(ta, wide, &(mp_checkpoint_info){.model = "a", .norm_channels = C,
+                                                                  .norm_mean_all = mean, .norm_std_all = sd}), MP_OK);
+        int n = 0;
+        CHECK_ERR(mp_checkpoint_read_normalization(wide, C, &n, got_mean, got_sd), MP_OK);
+        CHECK(n == C && !memcmp(got_mean, mean, sizeof mean) && !memcmp(got_sd, sd, sizeof sd),
+              "%d channels read back as %d", C, n);
+        mp_checkpoint_info wide_info = {.model = "a"};
+        CHECK_ERR(mp_trainer_load(ta, wide, &wide_info), MP_OK);
+        CHECK(!wide_info.norm_recorded && wide_info.norm_channels == 0, "%d channels: not in the struct", C);
+        CHECK_ERR(mp_checkpoint_read_normalization(path, 0, &n, NULL, NULL), MP_OK);
+        CHECK(n == 0, "a run saved without normalization: %d channels, want 0", n);
+        CHECK_ERR(mp_checkpoint_read_normalization(wide, 1, &n, NULL, NULL), MP_ERR_INVALID_ARG, "no room");
+    }
     /* another rate and weight decay: loaded (they are the loading trainer's to choose), said on its events */
     {
         char said[1024] = "";

@@ -118,7 +118,7 @@ static void test_norm(void) {
     } rows[] = {
         {"0.5,0.25", "0.1,0.2", NULL, MP_OK, 2},
         {"", "", NULL, MP_OK, 0},
-        {"0.5", "0", "'mixprec.norm_std' = '0' must be a comma-separated list of at most 64 finite numbers > 0",
+        {"0.5", "0", "'mixprec.norm_std' = '0' must be a comma-separated list of finite numbers > 0",
          MP_ERR_FORMAT, 0},
         {"0.5,x", "1,1", "'mixprec.norm_mean' = '0.5,x' must be a comma-separated list", MP_ERR_FORMAT, 0},
         {"0.5,0.5", "1", "'mixprec.norm_mean' has 2 values but 'mixprec.norm_std' 1", MP_ERR_FORMAT, 0},
@@ -146,6 +146,53 @@ static void test_norm(void) {
     mp_checkpoint_info info = {.norm_recorded = true};
     CHECK_ERR(mp_ckpt_meta_norm(f, p, &info), MP_OK);
     CHECK(!info.norm_recorded && info.norm_channels == 0, "older checkpoint: nothing recorded");
+    CHECK_ERR(mp_ckpt_meta_norm_read(f, p, 4, &n, v, v), MP_OK);
+    CHECK(n == -1, "older checkpoint: %d channels, want -1", n);
+    mp_safetensors_close(f);
+}
+
+/* More channels than mp_checkpoint_info's arrays hold: read whole by
+ * mp_ckpt_meta_norm_read (every value checked, the first `max` kept), and
+ * left out of the struct as unknown rather than cut or refused. */
+static void test_norm_wide(void) {
+    enum { C = MP_CHECKPOINT_MAX_CHANNELS + 1 };
+    float mean[C], std[C], got_mean[C + 1], got_std[C + 1];
+    for (int c = 0; c < C; c++) mean[c] = 0.01f * (float)c - 0.3f, std[c] = 0.5f + 0.001f * (float)c;
+    static char tm[C * 18 + 1], ts[C * 18 + 1];
+    mp_ckpt_norm_text(mean, C, tm, sizeof tm);
+    mp_ckpt_norm_text(std, C, ts, sizeof ts);
+    const char *p = scratch_path(tmp, "wide.safetensors");
+    float x = 1;
+    mp_st_tensor t = {.name = "x", .dtype = MP_DTYPE_F32, .ndim = 1, .dims = {1}, .data = &x};
+    const char *keys[] = {"mixprec.norm_mean", "mixprec.norm_std"}, *vals[] = {tm, ts};
+    CHECK_ERR(mp_safetensors_write(p, &t, 1, keys, vals, 2), MP_OK);
+    mp_st_file *f = NULL;
+    CHECK_ERR(mp_safetensors_open(p, &f), MP_OK);
+    if (!f) return;
+    mp_checkpoint_info info = {.norm_recorded = true, .norm_channels = 3};
+    CHECK_ERR(mp_ckpt_meta_norm(f, p, &info), MP_OK);
+    CHECK(!info.norm_recorded && info.norm_channels == 0, "%d channels in the struct: recorded %d, %d channels", C,
+          info.norm_recorded, info.norm_channels);
+    int n = 0;
+    got_mean[C] = got_std[C] = 42;
+    CHECK_ERR(mp_ckpt_meta_norm_read(f, p, C + 1, &n, got_mean, got_std), MP_OK);
+    CHECK(n == C && !memcmp(got_mean, mean, sizeof mean) && !memcmp(got_std, std, sizeof std) && got_mean[C] == 42,
+          "%d channels read back: %d", C, n);
+    got_mean[1] = got_std[1] = 42;
+    CHECK_ERR(mp_ckpt_meta_norm_read(f, p, 1, &n, got_mean, got_std), MP_OK);
+    CHECK(n == C && got_mean[0] == mean[0] && got_std[0] == std[0] && got_mean[1] == 42 && got_std[1] == 42,
+          "max 1: the count and channel 0 only (%d)", n);
+    CHECK_ERR(mp_ckpt_meta_norm_read(f, p, 0, &n, NULL, NULL), MP_OK);
+    CHECK(n == C, "max 0: the count only (%d)", n);
+    mp_safetensors_close(f);
+    /* a bad value past max is still an error */
+    strcat(ts, ",0");
+    strcat(tm, ",0");
+    CHECK_ERR(mp_safetensors_write(p, &t, 1, keys, vals, 2), MP_OK);
+    CHECK_ERR(mp_safetensors_open(p, &f), MP_OK);
+    if (!f) return;
+    CHECK_ERR(mp_ckpt_meta_norm_read(f, p, 1, &n, got_mean, got_std), MP_ERR_FORMAT,
+              "'mixprec.norm_std' = '", "must be a comma-separated list of finite numbers > 0");
     mp_safetensors_close(f);
 }
 
@@ -155,6 +202,7 @@ int main(void) {
     test_quote();
     test_getters();
     test_norm();
+    test_norm_wide();
     scratch_dir_remove(tmp);
     return test_summary("test_ckpt_meta");
 }

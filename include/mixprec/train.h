@@ -194,14 +194,23 @@ typedef struct {
                                  fit and names the saved model in its errors */
     int epoch;              /**< epochs completed (the caller's count), 0 to 100000 */
     /** Per-channel input normalization (x - mean) / std the run trained with.
-     * Saving: written when norm_channels > 0, else the checkpoint says the
-     * run did not normalize. Loading: filled from the file. */
+     * Saving: written when norm_channels > 0 (any count: beyond
+     * MP_CHECKPOINT_MAX_CHANNELS from norm_mean_all/norm_std_all), else the
+     * checkpoint says the run did not normalize. Loading: filled from the
+     * file when it records at most MP_CHECKPOINT_MAX_CHANNELS channels
+     * (mp_checkpoint_read_normalization reads any count). */
     int norm_channels;
     float norm_mean[MP_CHECKPOINT_MAX_CHANNELS]; /**< see norm_channels */
     float norm_std[MP_CHECKPOINT_MAX_CHANNELS];  /**< see norm_channels */
     /** Loading: false for checkpoints written before normalization was
-     * recorded (then norm_channels is 0 and the statistics are unknown). */
+     * recorded, and for records of more channels than the arrays hold (then
+     * norm_channels is 0 and the statistics are not in this struct). */
     bool norm_recorded;
+    /** Saving: the norm_channels means, read instead of norm_mean when not
+     * NULL (with norm_std_all; needed above MP_CHECKPOINT_MAX_CHANNELS
+     * channels). Loading: ignored. */
+    const float *norm_mean_all;
+    const float *norm_std_all; /**< the standard deviations beside norm_mean_all */
     /** Loading (mp_checkpoint_load_weights): the policy name ("amp-bf16") and
      * batch the run trained with, and the saved model name; ignored when saving. */
     char saved_precision[24];
@@ -236,6 +245,14 @@ MP_API mp_status mp_checkpoint_load_weights(mp_graph *g, const char *path, mp_ch
  * epoch, normalization statistics) into *info, without loading tensors:
  * e.g. to build the model it was trained as before mp_checkpoint_load_weights. */
 MP_API mp_status mp_checkpoint_read_info(const char *path, mp_checkpoint_info *info);
+/** The input normalization a checkpoint records, for any channel count: the
+ * count into *channels (-1: the checkpoint records none, as one written
+ * before the statistics were recorded; 0: the run did not normalize) and the
+ * first min(*channels, max_channels) means and standard deviations into mean
+ * and std (NULL allowed when max_channels is 0). A malformed record is an
+ * error naming the file and the key. */
+MP_API mp_status mp_checkpoint_read_normalization(const char *path, int max_channels, int *channels, float *mean,
+                                                  float *std);
 
 /** Options of mp_graph_load_weights. */
 typedef struct {

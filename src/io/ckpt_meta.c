@@ -136,28 +136,53 @@ bool mp_meta_parse_floats(const char *text, double lo, double hi, float *out, in
     }
 }
 
-/* One of the two statistics lists; absent: *n = -1. */
-static mp_status norm_list(const mp_st_file *f, const char *path, const char *key, double lo, float *out, int *n) {
-    const char *v = mp_safetensors_meta(f, key);
-    *n = -1;
-    if (!v) return MP_OK;
-    if (mp_meta_parse_floats(v, lo, 1e30, out, MP_CHECKPOINT_MAX_CHANNELS, n)) return MP_OK;
-    char what[128];
-    snprintf(what, sizeof what, "a comma-separated list of at most %d finite numbers%s", MP_CHECKPOINT_MAX_CHANNELS,
-             lo > 0 ? " > 0" : "");
-    return meta_bad(path, key, v, what);
+/* The items of a comma-separated list ("" has none). */
+static int list_items(const char *text) {
+    if (!*text) return 0;
+    int n = 1;
+    for (const char *p = text; *p; p++) n += *p == ',';
+    return n;
+}
+
+/* One of the two statistics lists, n values (list_items) into out. */
+static mp_status norm_list(const char *path, const char *key, const char *v, double lo, float *out, int n) {
+    int got;
+    if (mp_meta_parse_floats(v, lo, 1e30, out, n, &got) && got == n) return MP_OK;
+    return meta_bad(path, key, v, lo > 0 ? "a comma-separated list of finite numbers > 0"
+                                         : "a comma-separated list of finite numbers");
+}
+
+mp_status mp_ckpt_meta_norm_read(const mp_st_file *f, const char *path, int max, int *channels, float *mean,
+                                 float *std) {
+    const char *vm = mp_safetensors_meta(f, "mixprec.norm_mean"), *vs = mp_safetensors_meta(f, "mixprec.norm_std");
+    const int nm = vm ? list_items(vm) : -1, ns = vs ? list_items(vs) : -1;
+    if (nm != ns)
+        return mp_error(MP_ERR_FORMAT, "%s: metadata 'mixprec.norm_mean' has %d values but 'mixprec.norm_std' %d: "
+                        "one per channel each", path, nm < 0 ? 0 : nm, ns < 0 ? 0 : ns);
+    if (nm > 0) { /* every value checked, those past max too */
+        float *v = malloc(2 * (size_t)nm * sizeof *v);
+        if (!v) return mp_error(MP_ERR_NOMEM, "%s: out of memory reading %d normalization channels", path, nm);
+        mp_status s = norm_list(path, "mixprec.norm_mean", vm, -1e30, v, nm);
+        if (s == MP_OK) s = norm_list(path, "mixprec.norm_std", vs, 1e-30, v + nm, nm);
+        const int keep = nm < max ? nm : max;
+        if (s == MP_OK && keep > 0) {
+            memcpy(mean, v, (size_t)keep * sizeof *mean);
+            memcpy(std, v + nm, (size_t)keep * sizeof *std);
+        }
+        free(v);
+        MP_TRY(s);
+    }
+    *channels = nm;
+    return MP_OK;
 }
 
 mp_status mp_ckpt_meta_norm(const mp_st_file *f, const char *path, mp_checkpoint_info *info) {
     float mean[MP_CHECKPOINT_MAX_CHANNELS], std[MP_CHECKPOINT_MAX_CHANNELS];
-    int nm, ns;
-    MP_TRY(norm_list(f, path, "mixprec.norm_mean", -1e30, mean, &nm));
-    MP_TRY(norm_list(f, path, "mixprec.norm_std", 1e-30, std, &ns));
-    if (nm != ns)
-        return mp_error(MP_ERR_FORMAT, "%s: metadata 'mixprec.norm_mean' has %d values but 'mixprec.norm_std' %d: "
-                        "one per channel each", path, nm < 0 ? 0 : nm, ns < 0 ? 0 : ns);
-    info->norm_recorded = nm >= 0;
-    info->norm_channels = nm > 0 ? nm : 0;
+    int n;
+    MP_TRY(mp_ckpt_meta_norm_read(f, path, MP_CHECKPOINT_MAX_CHANNELS, &n, mean, std));
+    /* more channels than the arrays hold: as unknown as an older checkpoint's */
+    info->norm_recorded = n >= 0 && n <= MP_CHECKPOINT_MAX_CHANNELS;
+    info->norm_channels = info->norm_recorded ? n : 0;
     for (int i = 0; i < info->norm_channels; i++) info->norm_mean[i] = mean[i], info->norm_std[i] = std[i];
     return MP_OK;
 }

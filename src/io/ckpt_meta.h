@@ -47,9 +47,15 @@ bool mp_meta_parse_floats(const char *text, double lo, double hi, float *out, in
 
 /* The run's input normalization (metadata 'mixprec.norm_mean' and
  * 'mixprec.norm_std', one value per channel, empty when the run did not
- * normalize) into info's norm fields; both absent (an older checkpoint):
- * norm_recorded = false. Malformed, non-positive std, or lists of
- * different lengths: MP_ERR_FORMAT naming the file and key. */
+ * normalize): the channel count into *channels, -1 when both are absent (an
+ * older checkpoint), and the first min(*channels, max) values into mean and
+ * std. Malformed, non-positive std, or lists of different lengths:
+ * MP_ERR_FORMAT naming the file and key. */
+mp_status mp_ckpt_meta_norm_read(const mp_st_file *f, const char *path, int max, int *channels, float *mean,
+                                 float *std);
+/* The same into info's norm fields; nothing recorded (an older checkpoint),
+ * or more than MP_CHECKPOINT_MAX_CHANNELS channels (which the fields cannot
+ * hold): norm_recorded = false. */
 mp_status mp_ckpt_meta_norm(const mp_st_file *f, const char *path, mp_checkpoint_info *info);
 
 /* n values as the comma-separated text mp_meta_parse_floats reads back exactly (%.9g). */

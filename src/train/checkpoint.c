@@ -55,26 +55,36 @@ static void group_key(char *buf, size_t len, const char *base, int g) {
 typedef struct {
     const char *keys[META_MAX], *vals[META_MAX];
     char key_store[META_MAX][48], val_store[META_MAX][64];
-    char norm_store[2][MP_CHECKPOINT_MAX_CHANNELS * 18]; /* the statistics lists, longer than a value */
-    char options_store[MP_MAX_GROUPS][OPTIONS_LEN];      /* each optimizer's options (mp_optimizer_describe) */
+    char *norm_text[2];                             /* the statistics lists (malloc), longer than a value */
+    char options_store[MP_MAX_GROUPS][OPTIONS_LEN]; /* each optimizer's options (mp_optimizer_describe) */
     int n;
 } meta_list;
 
-/* The run's normalization statistics as two metadata lists (empty: none). */
+/* The run's normalization statistics as two metadata lists (empty: none),
+ * any number of channels. */
 static mp_status meta_add_norm(meta_list *m, const char *path, const mp_checkpoint_info *info) {
     const int nc = info && info->norm_channels > 0 ? info->norm_channels : 0;
-    if (nc > MP_CHECKPOINT_MAX_CHANNELS)
-        return mp_error(MP_ERR_INVALID_ARG, "%s: %d normalization channels, at most %d are recorded", path, nc,
-                        MP_CHECKPOINT_MAX_CHANNELS);
+    const bool all = nc && info->norm_mean_all && info->norm_std_all;
+    if (nc && !all && (info->norm_mean_all || info->norm_std_all))
+        return mp_error(MP_ERR_INVALID_ARG, "%s: norm_mean_all and norm_std_all go together", path);
+    if (nc > MP_CHECKPOINT_MAX_CHANNELS && !all)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: %d normalization channels: the info's arrays hold %d, give "
+                        "norm_mean_all and norm_std_all", path, nc, MP_CHECKPOINT_MAX_CHANNELS);
+    const float *mean = all ? info->norm_mean_all : nc ? info->norm_mean : NULL;
+    const float *std = all ? info->norm_std_all : nc ? info->norm_std : NULL;
     for (int c = 0; c < nc; c++)
-        if (!isfinite(info->norm_mean[c]) || !(isfinite(info->norm_std[c]) && info->norm_std[c] > 0))
+        if (!isfinite(mean[c]) || !(isfinite(std[c]) && std[c] > 0))
             return mp_error(MP_ERR_INVALID_ARG, "%s: normalization channel %d: mean %g, std %g (finite, std > 0)", path,
-                            c, (double)info->norm_mean[c], (double)info->norm_std[c]);
+                            c, (double)mean[c], (double)std[c]);
     MP_ASSERT(m->n + 2 <= META_MAX);
-    mp_ckpt_norm_text(nc ? info->norm_mean : NULL, nc, m->norm_store[0], sizeof m->norm_store[0]);
-    mp_ckpt_norm_text(nc ? info->norm_std : NULL, nc, m->norm_store[1], sizeof m->norm_store[1]);
-    m->keys[m->n] = "mixprec.norm_mean", m->vals[m->n++] = m->norm_store[0];
-    m->keys[m->n] = "mixprec.norm_std", m->vals[m->n++] = m->norm_store[1];
+    const size_t cap = (size_t)nc * 18 + 1; /* "%.9g," of a float is at most 16 characters */
+    for (int k = 0; k < 2; k++)
+        if (!(m->norm_text[k] = malloc(cap)))
+            return mp_error(MP_ERR_NOMEM, "%s: out of memory writing %d normalization channels", path, nc);
+    mp_ckpt_norm_text(mean, nc, m->norm_text[0], cap);
+    mp_ckpt_norm_text(std, nc, m->norm_text[1], cap);
+    m->keys[m->n] = "mixprec.norm_mean", m->vals[m->n++] = m->norm_text[0];
+    m->keys[m->n] = "mixprec.norm_std", m->vals[m->n++] = m->norm_text[1];
     return MP_OK;
 }
 
@@ -161,6 +171,8 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_i
     if (s == MP_OK) s = mp_safetensors_write(path, ts, n, m->keys, m->vals, m->n);
     free(ts);
     free(names);
+    free(m->norm_text[0]);
+    free(m->norm_text[1]);
     free(m);
     return s;
 }

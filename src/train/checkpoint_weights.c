@@ -57,3 +57,14 @@ mp_status mp_checkpoint_read_info(const char *path, mp_checkpoint_info *info) {
     mp_safetensors_close(f);
     return s;
 }
+
+mp_status mp_checkpoint_read_normalization(const char *path, int max_channels, int *channels, float *mean,
+                                           float *std) {
+    if (!path || !channels || max_channels < 0 || (max_channels > 0 && (!mean || !std)))
+        return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null argument or no room for the normalization");
+    mp_st_file *f = NULL;
+    MP_TRY(mp_safetensors_open(path, &f));
+    mp_status s = mp_ckpt_meta_norm_read(f, path, max_channels, channels, mean, std);
+    mp_safetensors_close(f);
+    return s;
+}

@@ -85,18 +85,15 @@ static void run_free(run *r) {
 /* A resumed run normalizes with the statistics its checkpoint recorded:
  * the weights were trained on inputs scaled by them, and the same data can
  * give others (all samples held in memory, 2048 of them decoded per batch,
- * another split). True where it took them into r->mean/std; else (not
- * resuming, nothing recorded, other channels, an unreadable file, which
- * mp_trainer_load reports) the run computes its own and check_resume_norm
- * judges. */
+ * another split). True where it took them into r->mean/std (any number of
+ * channels); else (not resuming, nothing recorded, other channels, an
+ * unreadable file, which mp_trainer_load reports) the run computes its own
+ * and check_resume_norm judges. */
 static bool resumed_norm(run *r, const mp_dataset *train) {
-    mp_checkpoint_info info = {0};
-    if (!r->o->resume_path || mp_checkpoint_read_info(r->o->resume_path, &info) != MP_OK || !info.norm_recorded ||
-        info.norm_channels != train->c)
-        return false;
-    memcpy(r->mean, info.norm_mean, (size_t)train->c * sizeof *r->mean);
-    memcpy(r->std, info.norm_std, (size_t)train->c * sizeof *r->std);
-    return true;
+    int saved = -1;
+    return r->o->resume_path &&
+           mp_checkpoint_read_normalization(r->o->resume_path, train->c, &saved, r->mean, r->std) == MP_OK &&
+           saved == train->c;
 }
 
 /* Loader, optimizer with its schedule over the run's steps, trainer. */
@@ -222,11 +219,8 @@ static mp_status check_finite_epoch(int epoch, const mp_fit_result *res, bool te
 /* The checkpoint after an epoch, with the normalization the run used. */
 static mp_status save_checkpoint(const run *r, const mp_dataset *train, int epoch) {
     mp_checkpoint_info info = {.model = r->o->model_name, .epoch = epoch};
-    if (r->o->normalize && train->c <= MP_CHECKPOINT_MAX_CHANNELS) {
-        info.norm_channels = train->c;
-        memcpy(info.norm_mean, r->mean, (size_t)train->c * sizeof *r->mean);
-        memcpy(info.norm_std, r->std, (size_t)train->c * sizeof *r->std);
-    }
+    if (r->o->normalize) /* any number of channels */
+        info.norm_channels = train->c, info.norm_mean_all = r->mean, info.norm_std_all = r->std;
     return mp_trainer_save(r->t, r->o->save_path, &info);
 }
 
@@ -253,19 +247,22 @@ static void print_setup(const run *r, FILE *out, bool print_memory) {
  * weights were trained on inputs scaled by those statistics (resumed_norm
  * takes them), so normalizing where that run did not, or not where it did,
  * or data of other channels, feeds the model differently scaled inputs.
- * A checkpoint from before the statistics were recorded says nothing, nor
- * one of a run with more channels than a checkpoint records. */
-static mp_status check_resume_norm(const run *r, const mp_dataset *train, const mp_checkpoint_info *info) {
+ * A checkpoint from before the statistics were recorded says nothing. */
+static mp_status check_resume_norm(const run *r, const mp_dataset *train) {
     const char *path = r->o->resume_path;
-    if (!info->norm_recorded || train->c > MP_CHECKPOINT_MAX_CHANNELS) return MP_OK;
-    const int saved = info->norm_channels, now = r->o->normalize ? train->c : 0;
+    int saved = -1;
+    float mean0 = 0, std0 = 0; /* channel 0's, for the message */
+    mp_status s = mp_checkpoint_read_normalization(path, 1, &saved, &mean0, &std0);
+    if (s != MP_OK) return mp_error(s, "--resume %s", mp_last_error());
+    const int now = r->o->normalize ? train->c : 0;
+    if (saved < 0) return MP_OK;
     if (saved == 0 && now > 0)
         return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint's run did not normalize its inputs, this "
                         "run does (give --no-normalize, as that run did)", path);
     if (saved > 0 && now == 0)
         return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint's run normalized its inputs (channel 0: "
                         "mean %g, std %g), this run does not (--no-normalize): leave --no-normalize out", path,
-                        (double)info->norm_mean[0], (double)info->norm_std[0]);
+                        (double)mean0, (double)std0);
     if (saved != now)
         return mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint's run normalized %d channels, %s has %d",
                         path, saved, train->source, now);
@@ -290,7 +287,7 @@ mp_status mp_fit_rank(mp_model *m, const mp_dataset *train, const mp_dataset *te
         mp_checkpoint_info info = {.model = o->model_name};
         s = mp_trainer_load(r.t, o->resume_path, &info);
         if (s != MP_OK) s = mp_error(s, "--resume %s", mp_last_error());
-        if (s == MP_OK) s = check_resume_norm(&r, train, &info);
+        if (s == MP_OK) s = check_resume_norm(&r, train);
         if (s == MP_OK && info.epoch >= o->epochs)
             s = mp_error(MP_ERR_INVALID_ARG, "--resume %s: the checkpoint already completed epoch %d of --epochs %d: "
                          "nothing left to train (raise --epochs)", o->resume_path, info.epoch, o->epochs);
