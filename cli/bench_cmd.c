@@ -57,7 +57,7 @@ static void usage(FILE *f) {
             "  --threads T         CPU threads (default: all cores)\n"
             "  --reference         use the plain-C reference kernels instead of oneDNN\n"
             "  --verbose           also print each cell's training progress\n"
-            "  -h, --help          this help\n",
+            "  -h, --help          this help\n\n" INPUT_FILES_HELP,
             mp_model_list(), mp_precision_list());
 }
 

@@ -46,6 +46,10 @@
 
 #define DATA_OPTS_HELP DATA_INPUT_OPTS_HELP DATA_AUGMENT_OPTS_HELP DATA_NORMALIZE_OPTS_HELP
 
+/* The closing line of every command that reads input files (data, checkpoints, models, policies,
+ * logs): mp_input_open refuses all but regular files, so `--policy <(...)` fails; say so up front. */
+#define INPUT_FILES_HELP "Input files must be regular files: pipes such as <(zcat ...) and devices are refused.\n"
+
 #define OPTIM_OPTS_HELP                                                                                \
     "  --optimizer O       sgd | adam | adamw (default adam)\n"                                        \
     "  --lr X              learning rate (default 0.002 for adam/adamw, 0.05 for sgd)\n"               \

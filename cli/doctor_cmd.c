@@ -49,7 +49,7 @@ static void usage(FILE *f) {
             "options, --accumulate, --clip-grad-norm, --clip-grad-value, --max-steps, --seed, --init, --threads,\n"
             "--reference, --quiet, --device (default auto: the first GPU when there is one; the probe and\n"
             "the --verify runs use it).\n"
-            "  -h, --help          this help\n",
+            "  -h, --help          this help\n\n" INPUT_FILES_HELP,
             mp_precision_list());
 }
 

@@ -39,7 +39,7 @@ static void usage(FILE *f) {
             "  --json              one JSON object instead of the text line\n"
             "  -h, --help          this help\n\n"
             "Inputs are normalized with the mean/std the checkpoint recorded; a checkpoint from before\n"
-            "they were recorded uses the training set's (as train does), --no-normalize none.\n",
+            "they were recorded uses the training set's (as train does), --no-normalize none.\n\n" INPUT_FILES_HELP,
             mp_model_list(), mp_precision_list());
 }
 

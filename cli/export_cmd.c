@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "  --classes K         its number of classes (default: the checkpoint's, else 10)\n"
             "  -o, --output FILE   the .onnx file to write (required)\n"
             "  --fp16-weights      store the weights as fp16, each widened by a Cast node (half the file)\n"
-            "  --batch N           a fixed batch size instead of a dynamic one\n",
+            "  --batch N           a fixed batch size instead of a dynamic one\n\n" INPUT_FILES_HELP,
             mp_model_list());
 }
 

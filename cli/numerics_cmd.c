@@ -26,7 +26,7 @@ static void usage(FILE *f) {
             "  --highlight N       tensors per panel drawn in colour (default 5)\n"
             "  -h, --help          this help\n\n"
             "Needs gnuplot (Debian gnuplot-nox); without it the script and data are written and the command\n"
-            "fails saying so.\n");
+            "fails saying so.\n\n" INPUT_FILES_HELP);
 }
 
 static int plot(int argc, char **argv) {

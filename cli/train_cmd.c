@@ -92,7 +92,7 @@ static void usage(FILE *f) {
             "                      load, mean power and energy per epoch, and always time and peak RSS\n"
             "  --monitor-csv FILE  write every GPU monitor sample to FILE as CSV (default: no CSV)\n"
             "  --quiet             no progress output\n"
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n\n" INPUT_FILES_HELP);
 }
 
 static int run_train(train_args *t, mp_dist *dist, int rank);

@@ -71,7 +71,7 @@ static void usage(FILE *f) {
             "                      every batch's time in ms, its mean/median/min/max, losses, skipped steps);\n"
             "                      a folder an earlier run wrote batch_times.jsonl to is refused\n"
             "  --quiet             no progress output\n"
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n\n" INPUT_FILES_HELP);
 }
 
 typedef struct {

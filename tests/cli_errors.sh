@@ -65,5 +65,17 @@ eval_help=$("$bin" eval --help)
   || { fail=$((fail + 1)); echo "FAIL: version --help"; }
 "$bin" version | grep -Eq "^mixprec [0-9]" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: version"; }
 
+# every command that reads input files says in its --help that they must be regular files: a FIFO
+# (--policy <(...), numerics plot <(zcat ...)) is refused like any other non-regular input
+line="Input files must be regular files: pipes such as <(zcat ...) and devices are refused."
+for cmd in train train-gan doctor bench eval export "numerics plot"; do
+  read -ra words <<<"$cmd"
+  "$bin" "${words[@]}" --help | grep -qxF -- "$line" && pass=$((pass + 1)) \
+    || { fail=$((fail + 1)); echo "FAIL: $cmd --help does not say inputs must be regular files"; }
+done
+out=$("$bin" numerics plot <(echo '{}') 2>&1); rc=$?
+[ "$rc" -ne 0 ] && grep -q "not a regular file (a FIFO)" <<<"$out" && pass=$((pass + 1)) \
+  || { fail=$((fail + 1)); echo "FAIL: numerics plot <(...) -> rc $rc: $out"; }
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
