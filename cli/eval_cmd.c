@@ -103,21 +103,21 @@ static int parse(int argc, char **argv, eval_args *e) {
     return 0;
 }
 
-/* The normalization to evaluate with (mean and std have room for test->c
- * values): the checkpoint's record, or the .onnx model's metadata, for any
+/* The normalization to evaluate with (mean and std have room for `room` >=
+ * test->c values): the checkpoint's record, or the .onnx model's metadata, for any
  * number of channels; else (an older checkpoint, a model without the record)
  * the training set's as train computes it, or none. */
-static mp_status pick_norm(const eval_args *e, const mp_dataset *train, const mp_dataset *test, float *mean,
-                           float *std, bool *use, const char **how) {
+static mp_status pick_norm(const eval_args *e, const mp_dataset *train, const mp_dataset *test, int room,
+                           float *mean, float *std, bool *use, const char **how) {
     *use = false;
     if (!e->c.normalize) {
         *how = "none (--no-normalize)";
         return MP_OK;
     }
     int n = -1;
-    if (e->checkpoint) MP_TRY(mp_checkpoint_read_normalization(e->checkpoint, test->c, &n, mean, std));
+    if (e->checkpoint) MP_TRY(mp_checkpoint_read_normalization(e->checkpoint, room, &n, mean, std));
     else {
-        MP_TRY(mp_onnx_read_normalization(e->model, test->c, &n, mean, std));
+        MP_TRY(mp_onnx_read_normalization(e->model, room, &n, mean, std));
         if (n == 0) n = -1; /* an .onnx model records no "did not normalize": the identity */
     }
     if (n == 0) {
@@ -290,12 +290,14 @@ static int run_eval(const eval_args *e) {
             s = mp_error(s, "%s: give the --model the checkpoint was trained with%s", mp_last_error(),
                          info.saved_model[0] ? " (or leave --model out)" : "");
     }
-    float *mean = calloc((size_t)train.c + 1, sizeof *mean), *std = calloc((size_t)train.c + 1, sizeof *std);
+    /* room for a record of other channels than the data's, so that the error can say how many */
+    const size_t room = (size_t)(train.c > MP_CHECKPOINT_MAX_CHANNELS ? train.c : MP_CHECKPOINT_MAX_CHANNELS) + 1;
+    float *mean = calloc(room, sizeof *mean), *std = calloc(room, sizeof *std);
     bool use_norm = false;
     const char *how = "";
     if (s == MP_OK && (!mean || !std)) s = mp_error(MP_ERR_NOMEM, "eval: out of memory");
     if (s == MP_OK) s = check_labels(e, &m, weight, &test);
-    if (s == MP_OK) s = pick_norm(e, &train, &test, mean, std, &use_norm, &how);
+    if (s == MP_OK) s = pick_norm(e, &train, &test, (int)room, mean, std, &use_norm, &how);
     const int batch = e->batch ? e->batch : loaded.saved_batch;
     mp_eval_result r = {0};
     if (s == MP_OK)
