@@ -206,16 +206,17 @@ typedef struct {
      * recorded, and for records of more channels than the arrays hold (then
      * norm_channels is 0 and the statistics are not in this struct). */
     bool norm_recorded;
-    /** Saving: the norm_channels means, read instead of norm_mean when not
-     * NULL (with norm_std_all; needed above MP_CHECKPOINT_MAX_CHANNELS
-     * channels). Loading: ignored. */
-    const float *norm_mean_all;
-    const float *norm_std_all; /**< the standard deviations beside norm_mean_all */
     /** Loading (mp_checkpoint_load_weights): the policy name ("amp-bf16") and
      * batch the run trained with, and the saved model name; ignored when saving. */
     char saved_precision[24];
     int saved_batch;         /**< see saved_precision */
     char saved_model[256];   /**< see saved_precision */
+    /* Added after the fields above so that theirs keep their offsets. */
+    /** Saving: the norm_channels means, read instead of norm_mean when not
+     * NULL (with norm_std_all; needed above MP_CHECKPOINT_MAX_CHANNELS
+     * channels). Loading: ignored. */
+    const float *norm_mean_all;
+    const float *norm_std_all; /**< the standard deviations beside norm_mean_all */
 } mp_checkpoint_info;
 
 /** The whole training state in one safetensors file, written atomically:
