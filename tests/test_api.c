@@ -116,7 +116,7 @@ static void test_checkpoints_and_weights(void) {
     CHECK_ERR(mp_trainer_load(ta, path, &back), MP_OK);
     CHECK(back.epoch == 1, "epoch %d read back", back.epoch);
     /* the input normalization of any number of channels (here more than the info's arrays hold): saved
-     * from norm_mean_all/norm_std_all, read back whole by mp_checkpoint_read_normalization */
+     * by mp_trainer_save_normalized, read back whole by mp_checkpoint_read_normalization */
     {
         enum { C = MP_CHECKPOINT_MAX_CHANNELS + 36 };
         static float mean[C], sd[C], got_mean[C], got_sd[C];
@@ -124,9 +124,10 @@ static void test_checkpoints_and_weights(void) {
         char wide[4300];
         snprintf(wide, sizeof wide, "%s/wide.safetensors", dir);
         CHECK_ERR(mp_trainer_save(ta, wide, &(mp_checkpoint_info){.model = "a", .norm_channels = C}),
-                  MP_ERR_INVALID_ARG, "normalization channels", "give norm_mean_all and norm_std_all");
-        CHECK_ERR(mp_trainer_save(ta, wide, &(mp_checkpoint_info){.model = "a", .norm_channels = C,
-                                                                  .norm_mean_all = mean, .norm_std_all = sd}), MP_OK);
+                  MP_ERR_INVALID_ARG, "normalization channels", "mp_trainer_save_normalized");
+        CHECK_ERR(mp_trainer_save_normalized(ta, wide, &(mp_checkpoint_info){.model = "a"}, C, mean, NULL),
+                  MP_ERR_INVALID_ARG, "need their mean and std");
+        CHECK_ERR(mp_trainer_save_normalized(ta, wide, &(mp_checkpoint_info){.model = "a"}, C, mean, sd), MP_OK);
         int n = 0;
         CHECK_ERR(mp_checkpoint_read_normalization(wide, C, &n, got_mean, got_sd), MP_OK);
         CHECK(n == C && !memcmp(got_mean, mean, sizeof mean) && !memcmp(got_sd, sd, sizeof sd),
@@ -495,6 +496,7 @@ static void test_plan_call_misuse(void) {
               MP_ERR_INVALID_ARG, "no output pointer");
     /* an arena beyond what the host can give (core/host_mem.h, lowered to 1000 bytes): refused, named */
     setenv("MIXPREC_HOST_MEM_LIMIT", "1000", 1);
+    p = (mp_plan *)&n; /* not a plan: the refusal must set it to NULL */
     CHECK_ERR(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss}, &p), MP_ERR_NOMEM,
               "out of memory for the activations and gradients of batch 4 (the plan's arena): asked ",
               "1000 bytes (0.00 GiB) available (MIXPREC_HOST_MEM_LIMIT); try a smaller batch");

@@ -183,7 +183,7 @@ MP_API mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst
 
 /* ---- checkpoints and weight files ---------------------------------------- */
 
-/** Most channels whose normalization statistics a checkpoint records. */
+/** Most channels whose normalization statistics mp_checkpoint_info holds. */
 #define MP_CHECKPOINT_MAX_CHANNELS 64
 
 /** Identity and position saved with a checkpoint, and what the run's inputs
@@ -194,11 +194,12 @@ typedef struct {
                                  fit and names the saved model in its errors */
     int epoch;              /**< epochs completed (the caller's count), 0 to 100000 */
     /** Per-channel input normalization (x - mean) / std the run trained with.
-     * Saving: written when norm_channels > 0 (any count: beyond
-     * MP_CHECKPOINT_MAX_CHANNELS from norm_mean_all/norm_std_all), else the
-     * checkpoint says the run did not normalize. Loading: filled from the
-     * file when it records at most MP_CHECKPOINT_MAX_CHANNELS channels
-     * (mp_checkpoint_read_normalization reads any count). */
+     * Saving (mp_trainer_save): written when norm_channels > 0, at most
+     * MP_CHECKPOINT_MAX_CHANNELS (mp_trainer_save_normalized takes any
+     * count), else the checkpoint says the run did not normalize. Loading:
+     * filled from the file when it records at most MP_CHECKPOINT_MAX_CHANNELS
+     * channels; a record of more leaves norm_recorded false, so read the
+     * statistics with mp_checkpoint_read_normalization, which reads any count. */
     int norm_channels;
     float norm_mean[MP_CHECKPOINT_MAX_CHANNELS]; /**< see norm_channels */
     float norm_std[MP_CHECKPOINT_MAX_CHANNELS];  /**< see norm_channels */
@@ -211,12 +212,6 @@ typedef struct {
     char saved_precision[24];
     int saved_batch;         /**< see saved_precision */
     char saved_model[256];   /**< see saved_precision */
-    /* Added after the fields above so that theirs keep their offsets. */
-    /** Saving: the norm_channels means, read instead of norm_mean when not
-     * NULL (with norm_std_all; needed above MP_CHECKPOINT_MAX_CHANNELS
-     * channels). Loading: ignored. */
-    const float *norm_mean_all;
-    const float *norm_std_all; /**< the standard deviations beside norm_mean_all */
 } mp_checkpoint_info;
 
 /** The whole training state in one safetensors file, written atomically:
@@ -225,6 +220,12 @@ typedef struct {
  * batch) and each optimizer's hyper-parameters and schedule. A resumed run
  * continues exactly. */
 MP_API mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info);
+/** mp_trainer_save with the run's input normalization given apart, for any
+ * number of channels: `channels` means and standard deviations (finite, std
+ * > 0) at mean and std; 0 channels: the run did not normalize. info's
+ * norm_channels, norm_mean and norm_std are not read. */
+MP_API mp_status mp_trainer_save_normalized(mp_trainer *t, const char *path, const mp_checkpoint_info *info,
+                                            int channels, const float *mean, const float *std);
 /** Restore what mp_trainer_save wrote into a trainer of the same model,
  * policy, optimizers and batch (errors name what differs: a tensor's name,
  * shape or dtype, a tensor this trainer would not read, optimizer state its

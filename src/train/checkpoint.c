@@ -60,18 +60,9 @@ typedef struct {
     int n;
 } meta_list;
 
-/* The run's normalization statistics as two metadata lists (empty: none),
- * any number of channels. */
-static mp_status meta_add_norm(meta_list *m, const char *path, const mp_checkpoint_info *info) {
-    const int nc = info && info->norm_channels > 0 ? info->norm_channels : 0;
-    const bool all = nc && info->norm_mean_all && info->norm_std_all;
-    if (nc && !all && (info->norm_mean_all || info->norm_std_all))
-        return mp_error(MP_ERR_INVALID_ARG, "%s: norm_mean_all and norm_std_all go together", path);
-    if (nc > MP_CHECKPOINT_MAX_CHANNELS && !all)
-        return mp_error(MP_ERR_INVALID_ARG, "%s: %d normalization channels: the info's arrays hold %d, give "
-                        "norm_mean_all and norm_std_all", path, nc, MP_CHECKPOINT_MAX_CHANNELS);
-    const float *mean = all ? info->norm_mean_all : nc ? info->norm_mean : NULL;
-    const float *std = all ? info->norm_std_all : nc ? info->norm_std : NULL;
+/* The run's normalization statistics, nc channels of mean and std, as two
+ * metadata lists (nc 0: the run did not normalize). */
+static mp_status meta_add_norm(meta_list *m, const char *path, int nc, const float *mean, const float *std) {
     for (int c = 0; c < nc; c++)
         if (!isfinite(mean[c]) || !(isfinite(std[c]) && std[c] > 0))
             return mp_error(MP_ERR_INVALID_ARG, "%s: normalization channel %d: mean %g, std %g (finite, std > 0)", path,
@@ -101,8 +92,13 @@ static void meta_add(meta_list *m, const char *key, const char *fmt, ...) {
     m->n++;
 }
 
-mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info) {
+/* mp_trainer_save with nc channels of normalization statistics at mean and std. */
+static mp_status save_checkpoint(mp_trainer *t, const char *path, const mp_checkpoint_info *info, int nc,
+                                 const float *mean, const float *std) {
     if (!t || !path) return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null trainer or path");
+    if (nc < 0 || (nc > 0 && (!mean || !std)))
+        return mp_error(MP_ERR_INVALID_ARG, "%s: not saved: %d normalization channels need their mean and std",
+                        path, nc);
     if (info && (info->epoch < 0 || info->epoch > 100000)) /* what loading accepts (mixprec.epoch) */
         return mp_error(MP_ERR_INVALID_ARG, "%s: not saved: epoch %d is outside [0, 100000]", path, info->epoch);
     if (t->micro != 0)
@@ -167,7 +163,7 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_i
         snprintf(key, sizeof key, "scaler.%s", sn[i]);
         meta_add(m, key, "%.17g", sv[i]);
     }
-    mp_status s = meta_add_norm(m, path, info);
+    mp_status s = meta_add_norm(m, path, nc, mean, std);
     if (s == MP_OK) s = mp_safetensors_write(path, ts, n, m->keys, m->vals, m->n);
     free(ts);
     free(names);
@@ -175,6 +171,20 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_i
     free(m->norm_text[1]);
     free(m);
     return s;
+}
+
+mp_status mp_trainer_save(mp_trainer *t, const char *path, const mp_checkpoint_info *info) {
+    const int nc = info && info->norm_channels > 0 ? info->norm_channels : 0;
+    if (nc > MP_CHECKPOINT_MAX_CHANNELS)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: not saved: %d normalization channels, more than the info's arrays "
+                        "hold (%d): save with mp_trainer_save_normalized", path ? path : "checkpoint", nc,
+                        MP_CHECKPOINT_MAX_CHANNELS);
+    return save_checkpoint(t, path, info, nc, nc ? info->norm_mean : NULL, nc ? info->norm_std : NULL);
+}
+
+mp_status mp_trainer_save_normalized(mp_trainer *t, const char *path, const mp_checkpoint_info *info, int channels,
+                                     const float *mean, const float *std) {
+    return save_checkpoint(t, path, info, channels, mean, std);
 }
 
 /* ---- loading ------------------------------------------------------------- */

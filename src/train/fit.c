@@ -218,10 +218,8 @@ static mp_status check_finite_epoch(int epoch, const mp_fit_result *res, bool te
 
 /* The checkpoint after an epoch, with the normalization the run used. */
 static mp_status save_checkpoint(const run *r, const mp_dataset *train, int epoch) {
-    mp_checkpoint_info info = {.model = r->o->model_name, .epoch = epoch};
-    if (r->o->normalize) /* any number of channels */
-        info.norm_channels = train->c, info.norm_mean_all = r->mean, info.norm_std_all = r->std;
-    return mp_trainer_save(r->t, r->o->save_path, &info);
+    const mp_checkpoint_info info = {.model = r->o->model_name, .epoch = epoch};
+    return mp_trainer_save_normalized(r->t, r->o->save_path, &info, r->o->normalize ? train->c : 0, r->mean, r->std);
 }
 
 static void print_setup(const run *r, FILE *out, bool print_memory) {
