@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/sysinfo.h>
 
 #include "core/error.h"
 
@@ -20,27 +19,20 @@ static void take(mp_host_mem *m, bool *any, uint64_t bytes, const char *source) 
     *any = true;
 }
 
-/* MemAvailable + SwapFree (kB in the file); false where MemAvailable is not there. */
-static bool from_meminfo(uint64_t *bytes) {
+/* MemAvailable and SwapFree (kB in the file), in bytes; false where MemAvailable is not there. */
+static bool from_meminfo(uint64_t *avail, uint64_t *swap) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return false;
     char line[256];
-    unsigned long long kb, avail = 0, swap = 0;
+    unsigned long long kb, a = 0, w = 0;
     bool have = false;
     while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %llu", &kb) == 1) avail = kb, have = true;
-        else if (sscanf(line, "SwapFree: %llu", &kb) == 1) swap = kb;
+        if (sscanf(line, "MemAvailable: %llu", &kb) == 1) a = kb, have = true;
+        else if (sscanf(line, "SwapFree: %llu", &kb) == 1) w = kb;
     }
     fclose(f);
-    *bytes = (uint64_t)(avail + swap) * 1024;
+    *avail = (uint64_t)a * 1024, *swap = (uint64_t)w * 1024;
     return have;
-}
-
-static bool from_sysinfo(uint64_t *bytes) {
-    struct sysinfo si;
-    if (sysinfo(&si) != 0) return false;
-    *bytes = ((uint64_t)si.freeram + si.bufferram + si.freeswap) * (si.mem_unit ? si.mem_unit : 1);
-    return true;
 }
 
 /* The number a cgroup file starts with; false for "max" or a file that is not there. */
@@ -73,14 +65,40 @@ static uint64_t stat_value(const char *dir, const char *key) {
 typedef struct {
     const char *mount;      /* where the hierarchy is mounted */
     const char *controller; /* in /proc/self/cgroup: "" for v2 */
-    const char *limit, *usage, *inactive, *source;
+    const char *limit, *usage;
+    const char *active_file, *inactive_file; /* memory.stat's file cache, which the kernel reclaims */
+    const char *swap_limit, *swap_usage;     /* v2: the swap it may use; v1: memory and swap together */
+    bool swap_separate;                      /* swap_limit limits swap alone (v2), not memory + swap (v1) */
+    const char *source;
 } cgroup_kind;
 
 static const cgroup_kind cgroup_kinds[] = {
-    {"/sys/fs/cgroup", "", "memory.max", "memory.current", "inactive_file", "cgroup memory.max"},
-    {"/sys/fs/cgroup/memory", "memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file",
+    {"/sys/fs/cgroup", "", "memory.max", "memory.current", "active_file", "inactive_file", "memory.swap.max",
+     "memory.swap.current", true, "cgroup memory.max"},
+    {"/sys/fs/cgroup/memory", "memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_active_file",
+     "total_inactive_file", "memory.memsw.limit_in_bytes", "memory.memsw.usage_in_bytes", false,
      "cgroup memory.limit_in_bytes"},
 };
+
+/* What a cgroup in dir leaves of its limit: the limit less its usage, the
+ * file cache it could reclaim counted as free, plus the swap it may still
+ * use (at most host_swap, the swap the host has free). False: no limit. */
+static bool cgroup_headroom(const cgroup_kind *k, const char *dir, uint64_t host_swap, uint64_t *bytes) {
+    uint64_t limit, usage = 0;
+    if (!read_number(dir, k->limit, &limit) || limit >= CGROUP_NO_LIMIT) return false;
+    read_number(dir, k->usage, &usage);
+    uint64_t cache = stat_value(dir, k->active_file) + stat_value(dir, k->inactive_file);
+    if (cache > usage) cache = usage;
+    const uint64_t ram = (limit > usage ? limit - usage : 0) + cache;
+    uint64_t swap_limit, swap_usage = 0;
+    const bool swap_limited = read_number(dir, k->swap_limit, &swap_limit) && swap_limit < CGROUP_NO_LIMIT;
+    if (swap_limited) read_number(dir, k->swap_usage, &swap_usage);
+    const uint64_t swap_left = swap_limited && swap_limit > swap_usage ? swap_limit - swap_usage : 0;
+    if (!swap_limited) *bytes = ram + host_swap;
+    else if (k->swap_separate) *bytes = ram + (swap_left < host_swap ? swap_left : host_swap);
+    else *bytes = swap_left + cache < ram + host_swap ? swap_left + cache : ram + host_swap; /* v1: both together */
+    return true;
+}
 
 /* This process's cgroup path in the hierarchy of kind k ("/" when not found). */
 static void own_cgroup(const cgroup_kind *k, char *path, size_t cap) {
@@ -104,21 +122,16 @@ static void own_cgroup(const cgroup_kind *k, char *path, size_t cap) {
     fclose(f);
 }
 
-/* The limits of the cgroup and of each above it, less their usage. */
-static void from_cgroups(mp_host_mem *m, bool *any) {
+/* The headroom of the cgroup and of each above it. */
+static void from_cgroups(mp_host_mem *m, bool *any, uint64_t host_swap) {
     for (size_t i = 0; i < sizeof cgroup_kinds / sizeof cgroup_kinds[0]; i++) {
         const cgroup_kind *k = &cgroup_kinds[i];
         char own[4096], dir[4400];
         own_cgroup(k, own, sizeof own);
         for (;;) {
             snprintf(dir, sizeof dir, "%s%s", k->mount, strcmp(own, "/") ? own : "");
-            uint64_t limit, usage = 0;
-            if (read_number(dir, k->limit, &limit) && limit < CGROUP_NO_LIMIT) {
-                read_number(dir, k->usage, &usage);
-                uint64_t reclaimable = stat_value(dir, k->inactive);
-                if (reclaimable > usage) reclaimable = usage;
-                take(m, any, (limit > usage ? limit - usage : 0) + reclaimable, k->source);
-            }
+            uint64_t headroom;
+            if (cgroup_headroom(k, dir, host_swap, &headroom)) take(m, any, headroom, k->source);
             char *slash = strrchr(own, '/');
             if (!slash || slash == own) {
                 if (!strcmp(own, "/")) break;
@@ -133,10 +146,9 @@ static void from_cgroups(mp_host_mem *m, bool *any) {
 bool mp_host_mem_available(mp_host_mem *out) {
     mp_host_mem m = {0};
     bool any = false;
-    uint64_t b;
-    if (from_meminfo(&b)) take(&m, &any, b, "MemAvailable + SwapFree");
-    else if (from_sysinfo(&b)) take(&m, &any, b, "sysinfo");
-    from_cgroups(&m, &any);
+    uint64_t avail, swap = 0;
+    if (from_meminfo(&avail, &swap)) take(&m, &any, avail + swap, "MemAvailable + SwapFree");
+    from_cgroups(&m, &any, swap);
     const char *e = getenv("MIXPREC_HOST_MEM_LIMIT");
     char *end;
     unsigned long long fake = e && *e ? strtoull(e, &end, 10) : 0;
@@ -147,6 +159,7 @@ bool mp_host_mem_available(mp_host_mem *out) {
 
 mp_status mp_host_mem_check(size_t bytes, const char *hint, const char *what, ...) {
     mp_host_mem m;
+    if (bytes < MP_HOST_MEM_CHECKED && !getenv("MIXPREC_HOST_MEM_LIMIT")) return MP_OK;
     if (!mp_host_mem_available(&m) || bytes <= m.bytes) return MP_OK;
     char w[600];
     va_list ap;
