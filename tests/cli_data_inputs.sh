@@ -196,9 +196,11 @@ row kind_doctor 2 "mixprec doctor: --npy-layout applies to --data npy:... only" 
 # ---- host memory -------------------------------------------------------------------
 # a request larger than the host can give (MIXPREC_HOST_MEM_LIMIT lowers that figure) is one error naming what it
 # was for, the bytes asked and those available, not an allocation that the kernel's OOM killer ends without a word
-MIXPREC_HOST_MEM_LIMIT=16000000 row host_mem_folder 1 "^mixprec train: out of memory for the 12 images of $in/f \
-decoded in memory \(1x1024x1024 each, --image-size 1024x1024\): asked 50331648 bytes \(0\.05 GiB\), 16000000 bytes \
-\(0\.01 GiB\) available \(MIXPREC_HOST_MEM_LIMIT\); a lower --decode-memory-mb decodes them per batch$" -- \
+# (a folder whose decoded set does not fit twice is decoded per batch instead; here the model's first linear layer is
+# what the host cannot give)
+MIXPREC_HOST_MEM_LIMIT=16000000 row host_mem_folder 1 "^mixprec train: model small for 1x1024x1024 inputs: out of \
+memory for parameter fc1\.weight \(268435456 floats and their gradient\): asked 2147483648 bytes \(2\.00 GiB\), \
+16000000 bytes \(0\.01 GiB\) available \(MIXPREC_HOST_MEM_LIMIT\)$" -- \
   "${t[@]}" --data "folder:$in/f" --image-size 1024x1024
 MIXPREC_HOST_MEM_LIMIT=1000 row host_mem_npy 1 "^mixprec train: out of memory for the 40 images of $in/x40.npy \
 \(1x4x4 each, as float32\): asked 2560 bytes \(0\.00 GiB\), 1000 bytes" -- "${t[@]}" --data "$(np x40.npy y40_4.npy)"

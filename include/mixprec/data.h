@@ -66,7 +66,8 @@ typedef struct {
     mp_bad_images bad_images; /**< corrupt, truncated or unreadable images */
     double val_fraction;    /**< without DIR/train and DIR/val: the held-out share, 0 -> 0.1 */
     /** Decode every image once into memory when the decoded set (n x C x H x W
-     * floats, both parts) takes at most this many bytes, 0 -> 2 GiB; else
+     * floats, both parts) takes at most this many bytes, 0 -> 2 GiB, and the
+     * host can give twice that (the peak while the parts are made); else
      * the loader decodes each batch (with random-resized crops taken from
      * the full decoded image). */
     size_t max_memory;

@@ -160,6 +160,15 @@ static mp_status check_decoded_fits(const open_job *j, const mp_folder_opts *o, 
                              *part ? " " : "", dir, j->c, j->h, j->w, size);
 }
 
+/* Whether the host can hold n decoded samples of per floats twice over: the
+ * job decodes them all, then each part copies its own before the job's are
+ * freed. Where it cannot, the images are decoded per batch instead, as with a
+ * lower --decode-memory-mb. */
+static bool decoded_fits(int n, size_t per) {
+    mp_host_mem m;
+    return !mp_host_mem_available(&m) || 2.0 * n * (double)per * sizeof(float) <= (double)m.bytes;
+}
+
 static mp_class_names *make_names(char **classes, int n) {
     mp_class_names *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -269,10 +278,10 @@ mp_status mp_dataset_load_folder(const char *dir, const mp_folder_opts *opts, mp
     if (s == MP_OK) s = check_bad(&j, o.bad_images);
     if (s == MP_OK) s = pick_geometry(dir, &o, &j);
     const size_t per = (size_t)j.c * j.h * j.w;
-    const bool decoded = !o.lazy && per && (double)j.n * (double)per * sizeof(float) <= (double)o.max_memory;
+    const bool decoded = !o.lazy && per && (double)j.n * (double)per * sizeof(float) <= (double)o.max_memory &&
+                         decoded_fits(j.n, per);
     if (s == MP_OK && decoded) {
-        s = check_decoded_fits(&j, &o, j.n, "", dir);
-        if (s == MP_OK) j.images = malloc((size_t)j.n * per * sizeof *j.images);
+        j.images = malloc((size_t)j.n * per * sizeof *j.images);
         if (s == MP_OK)
             s = j.images ? mp_pool_run(pool, j.n, decode_one, &j) : mp_error(MP_ERR_NOMEM, "%s: out of memory", dir);
         if (s == MP_OK) s = check_bad(&j, o.bad_images);
