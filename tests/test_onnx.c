@@ -605,6 +605,11 @@ int main(void) {
         CHECK_ERR(mp_model_build(p, 1, 4, 4, 10, &m), MP_ERR_UNSUPPORTED, "no ONNX support");
     } else {
         mp_model_free(&m);
+        /* classes 0 takes the file's own count, for an .onnx file only; below 0 is refused */
+        CHECK_ERR(mp_model_build(p, 1, 4, 4, 0, &m), MP_OK);
+        mp_model_free(&m);
+        CHECK_ERR(mp_model_build(p, 1, 4, 4, -1, &m), MP_ERR_INVALID_ARG, p, "-1 classes");
+        CHECK_ERR(mp_model_build("small", 1, 4, 4, 0, &m), MP_ERR_INVALID_ARG, "small", "got 0");
         test_bad_files();
         test_bad_models();
         test_non_tensor_input();

@@ -23,8 +23,8 @@ typedef struct {
  * outputs; on error m->g is NULL and the message names the model. A name
  * ending in ".onnx" is a file imported with mp_model_from_onnx (mixprec/onnx.h;
  * c, h, w fill the dims its input leaves dynamic), whose input shape and
- * class count must then be (c, h, w) and `classes`; `classes` 0 takes the
- * file's own class count (its output width) unchecked. */
+ * class count must then be (c, h, w) and `classes`; for an .onnx file only,
+ * `classes` 0 takes the file's own class count (its output width) unchecked. */
 MP_API mp_status mp_model_build(const char *name, int c, int h, int w, int classes, mp_model *m);
 /** Frees the model's graph (a zeroed model is fine; NULL does nothing). */
 MP_API void mp_model_free(mp_model *m);

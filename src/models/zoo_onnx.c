@@ -28,6 +28,9 @@ mp_status mp_model_onnx_check(const char *name) {
 }
 
 mp_status mp_model_onnx_build(const char *name, int c, int h, int w, int classes, mp_model *m) {
+    if (classes < 0)
+        return mp_error(MP_ERR_INVALID_ARG, "%s: %d classes (0: the file's own class count)", name ? name : "model",
+                        classes);
     MP_TRY(mp_model_from_onnx(name, &(mp_onnx_opts){.c = c, .h = h, .w = w}, m));
     int nd, nk;
     int64_t in[3] = {0, 0, 0}, k[3] = {0, 0, 0};
