@@ -700,6 +700,37 @@ static void test_dist_misuse(void) {
     unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("PMI_SIZE"), unsetenv("PMI_RANK");
 }
 
+/* Logits that come out NaN/inf from finite images (a normalization by a
+ * std so small that (x - mean) / std overflows, or weights whose products
+ * pass fp32's range) are an error naming the sample, not an accuracy over
+ * NaN rows or NaN logits returned as MP_OK. */
+static void test_nonfinite_logits(void) {
+    net a = make_net(2, 3);
+    float images[4 * 64], logits[4 * 3];
+    int32_t labels[4];
+    small_batch(images, labels);
+    mp_dataset *d = NULL;
+    MP_ASSERT(mp_dataset_create(4, 1, 8, 8, 3, images, labels, "four", &d) == MP_OK);
+    const float mean[1] = {0.0f}, tiny[1] = {1e-44f};
+    const mp_eval_opts tiny_std = {.input = a.input, .logits = a.logits, .mean = mean, .std = tiny};
+    CHECK_ERR(mp_predict(a.g, &tiny_std, images, 4, logits), MP_ERR_NONFINITE, "predict: image 0", "'fc'",
+              "std is too small");
+    mp_eval_result r = {.samples = -1};
+    CHECK_ERR(mp_evaluate(a.g, d, &tiny_std, &r), MP_ERR_NONFINITE, "evaluate: sample 0 of four", "'fc'");
+    CHECK(r.samples == -1, "a refused evaluation wrote its result (%lld samples)", (long long)r.samples);
+    /* weights whose sums pass fp32's range: image 1 alone overflows */
+    const mp_eval_opts eo = {.input = a.input, .logits = a.logits};
+    float fc[3 * 128];
+    for (int i = 0; i < 3 * 128; i++) fc[i] = 3e38f;
+    MP_ASSERT(mp_graph_param_set(a.g, "fc.weight", fc, 3 * 128) == MP_OK);
+    for (int i = 0; i < 64; i++) images[i] = 0.0f; /* image 0 all zero: its logits are the bias */
+    memset(images + 2 * 64, 0, 2 * 64 * sizeof(float));
+    CHECK_ERR(mp_predict(a.g, &eo, images, 4, logits), MP_ERR_NONFINITE, "predict: image 1", "forward overflowed");
+    CHECK(!strstr(mp_last_error(), "std"), "no normalization, yet the error blames it: %s", mp_last_error());
+    mp_dataset_destroy(d);
+    mp_graph_destroy(a.g);
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_api");
     test_trainer_misuse();
@@ -714,6 +745,7 @@ int main(void) {
     test_optimizer_before_policy();
     test_trainer_gradients();
     test_dist_misuse();
+    test_nonfinite_logits();
     scratch_dir_remove(dir);
     return test_summary("test_api");
 }

@@ -296,10 +296,15 @@ typedef struct {
 } mp_eval_result;
 
 /** Evaluate g (running BN statistics, no dropout) on every sample of d,
- * whose images must have the input's shape and labels its class range. */
+ * whose images must have the input's shape and labels its class range. A
+ * sample whose logits come out NaN/inf (an overflowing forward, or a
+ * normalization std so small that (x - mean) / std overflows) is
+ * MP_ERR_NONFINITE naming it and the logit; *out is then not written. */
 MP_API mp_status mp_evaluate(mp_graph *g, const mp_dataset *d, const mp_eval_opts *o, mp_eval_result *out);
 /** Logits (n, K) of n images (n, C, H, W), finite (else MP_ERR_NONFINITE
- * naming the image), normalized with opts' mean and std on the way in. */
+ * naming the image), normalized with opts' mean and std on the way in. The
+ * logits are finite too: an image whose logits come out NaN/inf (an
+ * overflowing forward or normalization) is MP_ERR_NONFINITE naming it. */
 MP_API mp_status mp_predict(mp_graph *g, const mp_eval_opts *o, const float *images, int n, float *logits);
 
 #ifdef __cplusplus

@@ -47,6 +47,21 @@ static mp_status fill_other_inputs(mp_plan *plan, const mp_graph *g, const float
     return MP_OK;
 }
 
+/* Logits of n samples that came out NaN/inf from finite images (an
+ * overflowing forward, or a normalization by a tiny std): an error naming
+ * the first such sample (first + its row; of `source`, or mp_predict's
+ * image when NULL) and logit, never an accuracy or logits made of them. */
+static mp_status check_logits(const mp_graph *g, const mp_eval_opts *o, const float *logits, int n, int classes,
+                              const char *source, int64_t first) {
+    const int64_t bad = mp_first_nonfinite(logits, (int64_t)n * classes);
+    if (bad < 0) return MP_OK;
+    return mp_error(MP_ERR_NONFINITE, "%s: %s %lld%s%s has logit %lld of '%s' = %g from finite pixels: the forward "
+                    "overflowed (weights too large for the model or its precision)%s", source ? "evaluate" : "predict",
+                    source ? "sample" : "image", (long long)(first + bad / classes), source ? " of " : "",
+                    source ? source : "", (long long)(bad % classes), g->nodes[o->logits].name, (double)logits[bad],
+                    o->std ? ", or the normalization's std is too small" : "");
+}
+
 static size_t widest_other_input(const mp_graph *g, int batch) {
     size_t n = (size_t)batch;
     for (int i = 0; i < g->n_nodes; i++)
@@ -94,6 +109,7 @@ mp_status mp_evaluate(mp_graph *g, const mp_dataset *d, const mp_eval_opts *o, m
         if (s == MP_OK) s = fill_other_inputs(plan, g, zeros, batch);
         if (s == MP_OK) s = mp_plan_forward(plan);
         if (s == MP_OK) s = mp_plan_read(plan, o->logits, logits, (size_t)batch * (size_t)classes);
+        if (s == MP_OK) s = check_logits(g, o, logits, n, classes, d->source, seen);
         if (s != MP_OK) break;
         for (int i = 0; i < n; i++) {
             const float *row = logits + (size_t)i * (size_t)classes;
@@ -151,6 +167,7 @@ mp_status mp_predict(mp_graph *g, const mp_eval_opts *o, const float *images, in
         if (s == MP_OK) s = fill_other_inputs(plan, g, zeros, batch);
         if (s == MP_OK) s = mp_plan_forward(plan);
         if (s == MP_OK) s = mp_plan_read(plan, o->logits, out, (size_t)batch * (size_t)classes);
+        if (s == MP_OK) s = check_logits(g, o, out, m, classes, NULL, at);
         if (s == MP_OK) memcpy(logits + (size_t)at * classes, out, (size_t)m * classes * sizeof *out);
     }
     free(x);
