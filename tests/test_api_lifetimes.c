@@ -169,6 +169,63 @@ static void test_graph_error_kept(void) {
     mp_graph_destroy(g);
 }
 
+/* Two trainers (or a trainer and a training plan) over one graph on the CPU
+ * share the graph's gradient arrays: while one is in the middle of an
+ * accumulated step, the other's step or backward is refused before its
+ * forward (it would overwrite the micro-batches' sum: the accumulating
+ * trainer then stepped on another batch's gradients), and its gradients
+ * come out as those of the trainer alone. */
+static void test_two_trainers_accumulating(void) {
+    float x[4 * 64], y_grad[2][36];
+    int32_t y[4];
+    small_batch(x, y);
+    const mp_batch b = {.images = x, .labels = y, .n = 4};
+    for (int shared = 0; shared < 2; shared++) {
+        net n = make_net(4, 3);
+        mp_optimizer *oa = sgd(n.g), *ob = sgd(n.g);
+        mp_trainer *ta = NULL, *tb = NULL;
+        MP_ASSERT(mp_trainer_create(n.g, &(mp_trainer_opts){.batch = 4, .input = n.input, .labels = n.labels,
+                                                            .loss = n.loss, .optimizer = oa, .accumulate = 2},
+                                    &ta) == MP_OK);
+        CHECK_ERR(mp_trainer_step(ta, &b, NULL), MP_OK);
+        if (shared) {
+            MP_ASSERT(mp_trainer_create(n.g, &(mp_trainer_opts){.batch = 4, .input = n.input, .labels = n.labels,
+                                                                .loss = n.loss, .optimizer = ob},
+                                        &tb) == MP_OK);
+            float before[4], after[4];
+            CHECK_ERR(mp_trainer_param_get(tb, "bn.running_mean", before, 4), MP_OK);
+            CHECK_ERR(mp_trainer_step(tb, &b, NULL), MP_ERR_INVALID_ARG, "another trainer of this graph",
+                      "middle of an accumulated step");
+            CHECK_ERR(mp_trainer_param_get(tb, "bn.running_mean", after, 4), MP_OK);
+            CHECK(!memcmp(before, after, sizeof before), "the refused step moved bn's running mean");
+            mp_plan *p = NULL;
+            MP_ASSERT(mp_plan_create(n.g, (mp_plan_opts){.batch = 4, .training = true, .loss = n.loss}, &p) == MP_OK);
+            CHECK_ERR(mp_plan_set_input(p, n.input, x, 4 * 64), MP_OK);
+            CHECK_ERR(mp_plan_set_labels(p, n.labels, y, 4), MP_OK);
+            CHECK_ERR(mp_plan_forward(p), MP_OK);
+            CHECK_ERR(mp_plan_backward(p, 1.0f), MP_ERR_INVALID_ARG, "backward", "another trainer of this graph");
+            mp_plan_destroy(p);
+        }
+        CHECK_ERR(mp_trainer_step(ta, &b, NULL), MP_OK);
+        CHECK(mp_trainer_steps(ta) == 1, "%lld steps after two micro-batches", (long long)mp_trainer_steps(ta));
+        CHECK_ERR(mp_trainer_grad_get(ta, "conv.weight", y_grad[shared], 36), MP_OK);
+        if (shared) {
+            CHECK(!memcmp(y_grad[0], y_grad[1], sizeof y_grad[0]),
+                  "conv.weight's gradient with a second trainer: %g, alone: %g", y_grad[1][0], y_grad[0][0]);
+            CHECK_ERR(mp_trainer_step(tb, &b, NULL), MP_OK); /* the step ended: the other trains */
+            CHECK_ERR(mp_trainer_step(ta, &b, NULL), MP_OK);
+            mp_trainer_destroy(ta); /* in the middle of its step: the other is free to train */
+            ta = NULL;
+            CHECK_ERR(mp_trainer_step(tb, &b, NULL), MP_OK);
+        }
+        mp_trainer_destroy(ta);
+        mp_trainer_destroy(tb);
+        mp_optimizer_destroy(oa);
+        mp_optimizer_destroy(ob);
+        mp_graph_destroy(n.g);
+    }
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_api_lifetimes");
     test_graph_error_kept();
@@ -177,6 +234,7 @@ int main(void) {
     test_null_outputs();
     test_labels_refused_first();
     test_checkpoint_epoch_and_nan_data();
+    test_two_trainers_accumulating();
     scratch_dir_remove(dir);
     return test_summary("test_api_lifetimes");
 }

@@ -172,7 +172,9 @@ MP_API mp_status mp_plan_forward(mp_plan *p);
  * read), as is a backward without a completed forward, or after an input,
  * labels or targets node was given a new batch since the forward (the
  * gradients would mix two batches; also refused by the second-order and
- * tangent passes). The backward computes with the parameters' values as
+ * tangent passes), or while a CPU trainer of the graph is in the middle of
+ * an accumulated step (its micro-batches' sum lives in the graph's gradient
+ * arrays, which this backward would overwrite). The backward computes with the parameters' values as
  * they are when it runs (a trainer's earlier optimizer group may have
  * stepped some); a batch norm's fused ReLU masks where its forward's output
  * was 0 whatever changed since. */

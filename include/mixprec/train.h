@@ -143,7 +143,11 @@ MP_API mp_status mp_trainer_set_input(mp_trainer *t, mp_node node, const float *
 /** Set a label node for the next step. */
 MP_API mp_status mp_trainer_set_labels(mp_trainer *t, mp_node node, const int32_t *labels, size_t n);
 /** One micro-batch: batch (may be NULL when the inputs were set) into
- * opts.input / opts.labels, then the step; report may be NULL. */
+ * opts.input / opts.labels, then the step; report may be NULL. Trainers of
+ * one graph on the CPU share its parameters and gradient arrays: while one
+ * is in the middle of an accumulated step, another's step is
+ * MP_ERR_INVALID_ARG, refused before its forward (and so is another plan's
+ * backward, mp_plan_backward). */
 MP_API mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *report);
 /** The last micro-batch's loss (the first group's first loss; synchronizes on a
  * GPU); NaN once auto_fallback has rebuilt the plan, until the next step;

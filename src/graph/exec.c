@@ -329,6 +329,10 @@ static mp_status run_backward(mp_plan *p, int j, mp_seed seed, mp_nonfinite_site
                         "memory a second one would read; run mp_plan_forward again (or make the plan with "
                         "mp_plan_opts.repeat_backward)");
     mp_graph *g = p->g;
+    if (g->accumulating && g->accumulating != p)
+        return mp_error(MP_ERR_INVALID_ARG, "backward: another trainer of this graph is in the middle of an "
+                        "accumulated step: its micro-batches' gradients add up in the graph's gradient arrays, which "
+                        "this backward would overwrite; finish that step (or destroy its trainer) first");
     memset(p->grad_written, 0, (size_t)p->n * sizeof *p->grad_written);
     p->backward_ran = g->backward_ran = true;
     const int root = p->losses[j];

@@ -62,6 +62,11 @@ struct mp_graph {
      * they hold its parameter list, so adding nodes and share_params refuse
      * while any is alive */
     int live_optimizers;
+    /* the CPU plan of a trainer in the middle of an accumulated step
+     * (train/trainer.c), or NULL: its micro-batches' gradients add up in the
+     * parameters' grad arrays, which any other plan's backward would
+     * overwrite, so that is refused until the step ends */
+    const struct mp_plan *accumulating;
     /* mp_graph_destroy called while plans or optimizers were alive: freed
      * when the last of them goes (mp_graph_user_gone) */
     bool orphaned;

@@ -301,6 +301,7 @@ mp_status mp_trainer_create(mp_graph *g, const mp_trainer_opts *o, mp_trainer **
 
 void mp_trainer_destroy(mp_trainer *t) {
     if (!t) return;
+    if (t->plan && t->g->accumulating == t->plan) t->g->accumulating = NULL; /* before the plan may free g */
     close_plan(t);
     for (int gi = 0; gi < t->n_groups; gi++) {
         mp_optimizer *opt = t->groups[gi].opt;
@@ -353,6 +354,10 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     if (r) memset(r, 0, sizeof *r), r->overflow.node = -1;
     if (!t->plan) return mp_error(MP_ERR_INVALID_ARG, "trainer: no plan (a rebuild failed)");
+    if (t->g->accumulating && t->g->accumulating != t->plan) /* refused before a forward moves shared BN statistics */
+        return mp_error(MP_ERR_INVALID_ARG, "trainer: another trainer of this graph is in the middle of an "
+                        "accumulated step: its micro-batches' gradients add up in the graph's gradient arrays, which "
+                        "this step would overwrite; finish that step (or destroy its trainer) first");
     if (batch) MP_TRY(set_batch(t, batch));
     const int rebuilds = t->rebuilds;
     for (int gi = 0; gi < t->n_groups; gi++) t->groups[gi].lr = mp_lr_at(&t->groups[gi].opt->o.lr, t->steps);
@@ -364,6 +369,8 @@ mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *
     MP_TRY(ls);
     MP_TRY(le);
     t->micro = (t->micro + 1) % t->k;
+    if (t->o.device.kind == MP_DEVICE_CPU) /* the graph's gradient arrays hold this step's sum until it ends */
+        t->g->accumulating = t->micro ? t->plan : NULL;
     if (kind & MP_LAUNCH_LAST) {
         t->steps++;
         t->ends_queued++;
