@@ -226,6 +226,46 @@ static void test_two_trainers_accumulating(void) {
     }
 }
 
+/* auto_fallback's rebuilt plan's forward count (dropout masks,
+ * checkpoints' plan_step) goes on from the old plan's instead of 0 (its
+ * masks repeated the run's first steps'). */
+static void test_rebuild_out_of_memory(void) {
+    for (int fail = 0; fail < 1; fail++) {
+        fixture *f = calloc(1, sizeof *f);
+        MP_ASSERT(f);
+        f->n = make_net(4, 3);
+        MP_ASSERT(mp_graph_apply_policy(f->n.g, (mp_policy_opts){.precision = MP_PRECISION_AMP_FP16}) == MP_OK);
+        f->o = sgd(f->n.g);
+        MP_ASSERT(mp_trainer_create(f->n.g, &(mp_trainer_opts){.batch = 4, .input = f->n.input, .labels = f->n.labels,
+                                                               .loss = f->n.loss, .optimizer = f->o,
+                                                               .auto_fallback = true, .max_forward_overflows = 1},
+                                    &f->t) == MP_OK);
+        small_batch(f->x, f->y);
+        for (int s = 0; s < 3; s++) CHECK_ERR(step(f), MP_OK);
+        for (int i = 0; i < 4 * 64; i++) f->x[i] *= 3e4f; /* conv's f16 output overflows: conv moves to fp32 */
+        if (fail) setenv("MIXPREC_HOST_MEM_LIMIT", "1000", 1);
+        CHECK_ERR(step(f), fail ? MP_ERR_NOMEM : MP_OK, fail ? "the plan's arena" : "");
+        if (fail) {
+            float loss = 0, w[36];
+            CHECK(mp_trainer_plan(f->t) == NULL, "a failed rebuild left a plan");
+            CHECK_ERR(step(f), MP_ERR_NOMEM, "could not make, cannot be made yet either", "the plan's arena");
+            CHECK_ERR(mp_trainer_param_get(f->t, "conv.weight", w, 36), MP_ERR_NOMEM, "cannot be made yet");
+            unsetenv("MIXPREC_HOST_MEM_LIMIT");
+            CHECK_ERR(mp_trainer_loss(f->t, &loss), MP_OK); /* remade: NaN until its first step */
+            CHECK(isnan(loss), "the loss of a remade plan before its step: %g", loss);
+        }
+        CHECK(mp_trainer_plan(f->t) && mp_plan_step(mp_trainer_plan(f->t)) == 4,
+              "the rebuilt plan's forward count: %llu, want 4",
+              (unsigned long long)(mp_trainer_plan(f->t) ? mp_plan_step(mp_trainer_plan(f->t)) : 0));
+        CHECK_ERR(step(f), MP_OK);
+        CHECK(mp_trainer_steps(f->t) == 5, "%lld steps", (long long)mp_trainer_steps(f->t));
+        mp_node_precision np;
+        CHECK(mp_graph_node_precision(f->n.g, mp_graph_find(f->n.g, "conv"), &np) == MP_OK &&
+                  np.compute == MP_DTYPE_F32, "conv was not moved to fp32");
+        fixture_destroy(f);
+    }
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_api_lifetimes");
     test_graph_error_kept();
@@ -235,6 +275,7 @@ int main(void) {
     test_labels_refused_first();
     test_checkpoint_epoch_and_nan_data();
     test_two_trainers_accumulating();
+    test_rebuild_out_of_memory();
     scratch_dir_remove(dir);
     return test_summary("test_api_lifetimes");
 }

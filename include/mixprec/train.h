@@ -70,7 +70,8 @@ typedef struct {
     float clip_value;            /**< clip each true gradient element to +-value (0: off) */
     int max_forward_overflows;   /**< forward overflows in a row that stop training, 0 -> 3 */
     bool auto_fallback;          /**< move a layer that overflows in the forward pass to fp32 instead (the plan
-                                      is rebuilt; inputs and labels set with mp_trainer_set_input/_set_labels
+                                      is rebuilt, going on with the old one's forward count, so dropout masks do
+                                      not repeat; inputs and labels set with mp_trainer_set_input/_set_labels
                                       carry over); an error instead while another plan of the graph is alive */
     /** Divergence: after skip_check_after steps (0 -> 100), more than
      * max_skip_share (0 -> 0.05; >= 1: never) of the steps skipped is an error. */

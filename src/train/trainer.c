@@ -229,12 +229,14 @@ mp_status mp_trainer_rebuild(mp_trainer *t) {
     /* inputs set once (mp_trainer_set_input, steps without a batch) outlive the plan */
     carried_batch c = {0};
     mp_status s = carry_out(t->plan, &c);
+    t->plan_step = mp_plan_step(t->plan); /* dropout masks go on, not from step 1's again */
     close_plan(t); /* whatever happens: its buffers were sized for the dtypes before the fallback */
     if (s == MP_OK) s = open_plan(t);
     if (s == MP_OK) s = carry_in(t->plan, &c);
     carried_free(&c);
     if (s != MP_OK) close_plan(t); /* no half-made plan: the trainer then says a rebuild failed */
     MP_TRY(s);
+    mp_plan_set_step(t->plan, t->plan_step);
     t->rebuilds++;
     return MP_OK;
 }

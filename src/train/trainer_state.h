@@ -67,6 +67,7 @@ struct mp_trainer {
     int64_t steps;            /* optimizer steps attempted */
     int rebuilds;             /* plans rebuilt by the auto-fallback */
     bool rebuild_pending;     /* the auto-fallback changed a node's dtype: rebuild before the next launch */
+    uint64_t plan_step;       /* the forward count a rebuilt plan goes on from (mp_plan_step) */
     float *buffers_backup;    /* BN running statistics, kept across a provenance replay */
     bool grads_replayed;      /* a provenance replay (step.c's locate) overwrote the last, skipped step's
                                  gradients with scaled ones: mp_trainer_grad_get refuses until the next step */
