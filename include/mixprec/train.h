@@ -72,7 +72,10 @@ typedef struct {
     bool auto_fallback;          /**< move a layer that overflows in the forward pass to fp32 instead (the plan
                                       is rebuilt, going on with the old one's forward count, so dropout masks do
                                       not repeat; inputs and labels set with mp_trainer_set_input/_set_labels
-                                      carry over); an error instead while another plan of the graph is alive */
+                                      carry over); an error instead while another plan of the graph is alive. A
+                                      rebuild that fails (out of memory) is the error of the call that ran it
+                                      and leaves the trainer without a plan: the next call that needs one
+                                      makes it (or fails the same way), inputs then set anew */
     /** Divergence: after skip_check_after steps (0 -> 100), more than
      * max_skip_share (0 -> 0.05; >= 1: never) of the steps skipped is an error. */
     double max_skip_share;       /**< see above */
@@ -171,7 +174,8 @@ MP_API float mp_trainer_loss_scale(const mp_trainer *t);
 MP_API int64_t mp_trainer_skipped_steps(const mp_trainer *t);
 /** The trainer's plan (e.g. for mp_plan_print_memory). With auto_fallback a
  * step, mp_trainer_wait or mp_trainer_save may replace it, freeing this one:
- * ask again rather than keeping the pointer. */
+ * ask again rather than keeping the pointer. NULL after a rebuild failed,
+ * until a call that needs the plan makes it again. */
 MP_API mp_plan *mp_trainer_plan(mp_trainer *t);
 /** Parameter `name` from the device (synchronizes). */
 MP_API mp_status mp_trainer_param_get(mp_trainer *t, const char *name, float *dst, size_t n);

@@ -104,6 +104,7 @@ static mp_status save_checkpoint(mp_trainer *t, const char *path, const mp_check
     if (t->micro != 0)
         return mp_error(MP_ERR_INVALID_ARG, "%s: not saved: in the middle of a step (%d of %d micro-batches queued); "
                         "save between steps", path, t->micro, t->k);
+    MP_TRY(mp_trainer_need_plan(t));
     MP_TRY(mp_trainer_poll(t, true, NULL)); /* overflows before the save are reported, not lost */
     MP_TRY(t->be->state_to_host(t));
     const mp_graph *g = t->g;
@@ -411,6 +412,7 @@ mp_status mp_trainer_load(mp_trainer *t, const char *path, mp_checkpoint_info *i
     if (t->micro != 0)
         return mp_error(MP_ERR_INVALID_ARG, "%s: a checkpoint cannot be loaded in the middle of an accumulated step",
                         path);
+    MP_TRY(mp_trainer_need_plan(t));
     mp_st_file *f = NULL;
     MP_TRY(mp_safetensors_open(path, &f));
     int64_t epoch = 0, steps = 0, optim_steps[MP_MAX_GROUPS] = {0};

@@ -14,6 +14,7 @@
 #include "graph/exec_backend.h"
 #include "graph/plan.h"
 #include "graph/plan_fuse.h"
+#include "train/trainer.h"
 #ifdef MP_HAVE_CUDA
 #include "cuda/cuda_plan.h"
 #include "cuda/numerics_cuda.h"
@@ -115,6 +116,7 @@ static void replace_state(mp_trainer *t, mp_numerics_state *s) {
 
 mp_status mp_trainer_numerics_enable(mp_trainer *t, const mp_numerics_opts *o) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "numerics: null trainer");
+    MP_TRY(mp_trainer_need_plan(t));
     if (!o) {
         replace_state(t, NULL);
         return MP_OK;

@@ -78,7 +78,7 @@ void mp_optimizer_destroy(mp_optimizer *o) {
 int64_t mp_optimizer_steps(const mp_optimizer *o) {
     if (!o) return 0;
     mp_trainer *t = o->bound; /* a GPU trainer holds the count on the device */
-    for (int g = 0; t && g < t->n_groups; g++) {
+    for (int g = 0; t && t->plan && g < t->n_groups; g++) { /* no plan: a failed rebuild brought the state home */
         int64_t n = 0;
         if (t->groups[g].opt == o && t->be->optim_steps(t, g, &n) == MP_OK) return n;
     }

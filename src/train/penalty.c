@@ -255,6 +255,9 @@ mp_status mp_trainer_penalty_input_grad(const mp_trainer *t, float *dst, size_t 
     if (n != t->pen_n)
         return mp_error(MP_ERR_SHAPE, "penalty_input_grad '%s': asked for %zu values, it has %zu",
                         t->g->nodes[t->o.penalty.input].name, n, t->pen_n);
+    if (!t->plan) /* a rebuild failed: a GPU's state went with the plan */
+        return mp_error(MP_ERR_INVALID_ARG, "penalty_input_grad: the trainer has no plan (a rebuild failed; its next "
+                        "step remakes it)");
     if (t->be->penalty_input_grad) return t->be->penalty_input_grad((mp_trainer *)t, dst, n); /* a GPU waits */
     memcpy(dst, t->pen_grad, n * sizeof *dst);
     return MP_OK;

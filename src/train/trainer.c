@@ -234,8 +234,23 @@ mp_status mp_trainer_rebuild(mp_trainer *t) {
     if (s == MP_OK) s = open_plan(t);
     if (s == MP_OK) s = carry_in(t->plan, &c);
     carried_free(&c);
-    if (s != MP_OK) close_plan(t); /* no half-made plan: the trainer then says a rebuild failed */
+    if (s != MP_OK) close_plan(t); /* no half-made plan: the next call that needs one remakes it */
     MP_TRY(s);
+    mp_plan_set_step(t->plan, t->plan_step);
+    t->rebuilds++;
+    return MP_OK;
+}
+
+mp_status mp_trainer_need_plan(mp_trainer *t) {
+    if (t->plan) return MP_OK;
+    const mp_status s = open_plan(t);
+    if (s != MP_OK) {
+        close_plan(t);
+        char why[400];
+        snprintf(why, sizeof why, "%s", mp_last_error());
+        return mp_error(s, "trainer: its plan, which the auto-fallback's rebuild could not make, cannot be made yet "
+                        "either: %s", why);
+    }
     mp_plan_set_step(t->plan, t->plan_step);
     t->rebuilds++;
     return MP_OK;
@@ -321,11 +336,13 @@ void mp_trainer_destroy(mp_trainer *t) {
 
 mp_status mp_trainer_set_input(mp_trainer *t, mp_node node, const float *data, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    MP_TRY(mp_trainer_need_plan(t));
     return mp_plan_set_input(t->plan, node, data, n);
 }
 
 mp_status mp_trainer_set_labels(mp_trainer *t, mp_node node, const int32_t *labels, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    MP_TRY(mp_trainer_need_plan(t));
     return mp_plan_set_labels(t->plan, node, labels, n);
 }
 
@@ -355,7 +372,7 @@ static mp_launch launch_kind(int micro, int k) {
 mp_status mp_trainer_step(mp_trainer *t, const mp_batch *batch, mp_step_report *r) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     if (r) memset(r, 0, sizeof *r), r->overflow.node = -1;
-    if (!t->plan) return mp_error(MP_ERR_INVALID_ARG, "trainer: no plan (a rebuild failed)");
+    MP_TRY(mp_trainer_need_plan(t));
     if (t->g->accumulating && t->g->accumulating != t->plan) /* refused before a forward moves shared BN statistics */
         return mp_error(MP_ERR_INVALID_ARG, "trainer: another trainer of this graph is in the middle of an "
                         "accumulated step: its micro-batches' gradients add up in the graph's gradient arrays, which "
@@ -398,8 +415,8 @@ mp_status mp_trainer_loss(mp_trainer *t, float *loss) {
 
 mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    MP_TRY(mp_trainer_need_plan(t));
     MP_TRY(t->be->wait(t));
-    if (!t->plan) return mp_error(MP_ERR_INVALID_ARG, "trainer: no plan (a rebuild failed)");
     const bool source = node >= 0 && node < t->g->n_nodes && mp_op_is_source(t->g->nodes[node].desc.kind);
     if (!t->plan->forward_ran && !source) { /* a batch set is readable before any step */
         if (t->rebuilds == 0) return mp_error(MP_ERR_INVALID_ARG, "trainer: no step has run yet (mp_trainer_step first)");
@@ -414,6 +431,7 @@ mp_status mp_trainer_read(mp_trainer *t, mp_node node, float *dst, size_t n) {
 mp_status mp_trainer_wait(mp_trainer *t, mp_step_report *r) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     if (r) memset(r, 0, sizeof *r), r->overflow.node = -1;
+    MP_TRY(mp_trainer_need_plan(t));
     MP_TRY(t->be->wait(t));
     MP_TRY(mp_trainer_poll(t, true, r ? &r->overflow : NULL));
     if (r) {
@@ -438,6 +456,7 @@ mp_plan *mp_trainer_plan(mp_trainer *t) { return t ? t->plan : NULL; }
 
 mp_status mp_trainer_param_get(mp_trainer *t, const char *name, float *dst, size_t n) {
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
+    MP_TRY(mp_trainer_need_plan(t));
     MP_TRY(t->be->wait(t));
     MP_TRY(mp_plan_sync_params(t->plan, true));
     return mp_graph_param_get(t->g, name, dst, n);
@@ -447,6 +466,7 @@ mp_status mp_trainer_param_set(mp_trainer *t, const char *name, const float *src
     if (!t) return mp_error(MP_ERR_INVALID_ARG, "trainer: null");
     if (t->micro != 0) return mp_error(MP_ERR_INVALID_ARG, "trainer: parameter '%s' set in the middle of an "
                                        "accumulated step", name ? name : "");
+    MP_TRY(mp_trainer_need_plan(t));
     MP_TRY(t->be->state_to_host(t));
     MP_TRY(mp_graph_param_set(t->g, name, src, n));
     mp_graph_round_low_weights(t->g, NULL, NULL);
@@ -488,6 +508,7 @@ mp_status mp_trainer_grad_get(mp_trainer *t, const char *name, float *dst, size_
     if (t->steps == 0)
         return mp_error(MP_ERR_INVALID_ARG, "trainer: gradient '%s': no step has run yet (mp_trainer_step first)",
                         name ? name : "");
+    MP_TRY(mp_trainer_need_plan(t));
     if (t->o.device.kind != MP_DEVICE_CPU && mp_plan_grads_in_arena(t->plan))
         return mp_error(MP_ERR_UNSUPPORTED, "trainer: gradient '%s': on this GPU plan gradients live in the "
                         "activation arena and do not outlive a step (accumulate 2 or more keeps them)",

@@ -32,6 +32,11 @@ mp_status mp_step_host_penalty(mp_trainer *t, int g);
  * auto-fallback changed a node's dtype), keeping the training state. */
 mp_status mp_trainer_rebuild(mp_trainer *t);
 
+/* The plan, remade first when a rebuild failed (out of memory) and left
+ * the trainer without one: every call that uses the plan or the backend
+ * state calls this first. */
+mp_status mp_trainer_need_plan(mp_trainer *t);
+
 /* mp_step_poll (step.h), then the rebuild it asked for, if any. */
 mp_status mp_trainer_poll(mp_trainer *t, bool wait, mp_overflow_report *report);
 
