@@ -595,6 +595,33 @@ static void test_valid(void) {
     CHECK_ERR(mp_model_build(p, 1, 4, 4, 7, &m), MP_ERR_SHAPE, "10 classes", "7 classes");
 }
 
+/* Empty constants (a 0 dim) whose other dims are huge, e.g. [0, 2^62, 4]:
+ * folding them (Concat, Transpose, Flatten, Add) multiplied or added those
+ * dims past INT64_MAX, undefined behaviour that UBSan aborts on; now the
+ * constant is refused where it is loaded, naming it and its shape. */
+static void test_empty_huge_constant(void) {
+    static const char *const ops[4] = {"Concat", "Transpose", "Flatten", "Add"};
+    const int64_t in[2] = {-1, 4}, d2[2] = {0, INT64_MAX}, d3[3] = {0, (int64_t)1 << 62, 4};
+    const float dummy = 0;
+    for (int k = 0; k < 4; k++) {
+        pb g = {0}, a = {0};
+        const bool cat = k == 0;
+        onnx_init(&g, "empty_a", 1, cat ? d2 : d3, cat ? 2 : 3, &dummy, 0);
+        onnx_init(&g, "empty_b", 1, cat ? d2 : d3, cat ? 2 : 3, &dummy, 0);
+        if (cat || k == 2) onnx_attr_int(&a, "axis", 1);
+        onnx_node(&g, ops[k], "fold", k == 1 || k == 2 ? "empty_a" : "empty_a,empty_b", "c", k == 0 || k == 2 ? &a : NULL);
+        onnx_node(&g, "Add", "use", "x,c", "y", NULL); /* keeps the fold live */
+        onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+        onnx_value_info(&g, 12, "y", in, 2, batch_sym);
+        char name[64];
+        snprintf(name, sizeof name, "empty_huge_%s.onnx", ops[k]);
+        const char *p = save_graph(name, &g);
+        mp_graph *gr = mp_graph_create();
+        CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, p, "'empty_a'", "too large");
+        mp_graph_destroy(gr);
+    }
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_onnx");
     mp_model m;
@@ -623,6 +650,7 @@ int main(void) {
         test_fold_slice_negative_step();
         test_dropout_training_mode();
         test_valid();
+        test_empty_huge_constant();
     }
     scratch_dir_remove(dir);
     return test_summary("test_onnx");

@@ -65,11 +65,18 @@ mp_status onnx_new(onnx_ctx *c, const char *name, onnx_value **out) {
 mp_status onnx_const_alloc(onnx_ctx *c, onnx_value *v, bool is_int, int ndim, const int64_t *dims) {
     if (ndim < 0 || ndim > ONNX_MAX_DIMS)
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "constant '%s' has %d dims (at most %d)", v->name, ndim, ONNX_MAX_DIMS);
-    int64_t numel = 1;
+    /* the product of the non-zero dims is bounded too: an empty constant of
+     * [0, 2^62, 4] would overflow the folds' products of its dims */
+    int64_t numel = 1, volume = 1;
     for (int i = 0; i < ndim; i++) {
         if (dims[i] < 0) return onnx_fail(c, MP_ERR_FORMAT, "constant '%s' has a negative dim %d", v->name, i);
-        if (dims[i] > 0 && numel > ((int64_t)1 << 31) / dims[i])
-            return onnx_fail(c, MP_ERR_UNSUPPORTED, "constant '%s' is too large (more than 2^31 elements)", v->name);
+        if (dims[i] > 0 && volume > ((int64_t)1 << 31) / dims[i]) {
+            char b[ONNX_MAX_DIMS * 22 + 4];
+            return onnx_fail(c, MP_ERR_UNSUPPORTED, "constant '%s' of shape %s is too large (its dims multiply to "
+                             "more than 2^31, even where one of them is 0)", v->name,
+                             onnx_dims_str(ndim, dims, b, sizeof b));
+        }
+        if (dims[i] > 0) volume *= dims[i];
         numel *= dims[i];
     }
     size_t bytes = (size_t)(numel ? numel : 1) * (is_int ? sizeof(int64_t) : sizeof(float));
