@@ -189,8 +189,14 @@ int cmd_export(int argc, char **argv) {
      * parameters are read, and every one of them must be there; a file of
      * another model is named as such */
     if (s == MP_OK && e.checkpoint) {
+        /* a weights-only file (mp_graph_save_weights, PyTorch's save_file)
+         * has no run metadata, which mp_checkpoint_load_weights requires */
+        char saved_name[128];
+        bool run = true;
+        s = saved_model(e.checkpoint, saved_name, sizeof saved_name, &run);
         mp_checkpoint_info saved = {.model = e.model};
-        s = mp_checkpoint_load_weights(m.g, e.checkpoint, &saved);
+        if (s == MP_OK) s = run ? mp_checkpoint_load_weights(m.g, e.checkpoint, &saved)
+                                : mp_graph_load_weights(m.g, e.checkpoint, NULL);
         char hint[200];
         if (s == MP_ERR_FORMAT || s == MP_ERR_SHAPE) {
             char msg[1024];

@@ -157,5 +157,31 @@ for p in m.metadata_props:
 onnx.save(m, sys.argv[2])
 PY
 expect_named eval_bad_metadata 1 "badmeta.onnx: metadata mixprec.norm_std: '0.5,abc' is not a list of" -- eval --model badmeta.onnx "${evaldata[@]}"
+# a weights-only file (no run metadata, no optimizer state: what
+# mp_graph_save_weights or PyTorch's save_file write; no normalization:
+# evaluated without) exports as --help says and computes what its run did;
+# export refused it as "not a mixprec checkpoint"
+python3 - raw.safetensors weights_only.safetensors <<'PY' || bad "could not write weights_only.safetensors"
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    head, data = json.loads(f.read(n)), f.read()
+out, blob = {}, b""
+for name, t in sorted(head.items()):
+    if name == "__metadata__" or name.startswith("optim/"):
+        continue
+    b, e = t["data_offsets"]
+    out[name] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [len(blob), len(blob) + e - b]}
+    blob += data[b:e]
+h = json.dumps(out).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[2], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + blob)
+PY
+"$bin" export --checkpoint weights_only.safetensors --model small --input-shape 1x12x12 -o weights_only.onnx \
+  >weights_only_export.out 2>&1 \
+  && "$bin" eval --model weights_only.onnx "${evaldata[@]}" --no-normalize >weights_only_eval.out 2>&1 \
+  && [ "$(cat raw_ckpt.out)" = "$(cat weights_only_eval.out)" ] && ok \
+  || bad "export of a weights-only file: $(cat weights_only_export.out weights_only_eval.out | tail -3)"
 echo "cli_onnx: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
