@@ -138,6 +138,12 @@ static mp_status export_norm(const export_args *e, int *channels, float **mean, 
     MP_TRY(mp_checkpoint_read_normalization(e->checkpoint, 0, &n, NULL, NULL));
     if (n < 0) return MP_OK; /* an older checkpoint: none */
     MP_TRY(norm_room(n > 0 ? n : e->c, mean, std));
+    /* a record of other channels would be written as the model's own,
+     * for every runtime to misread (a hand-edited or mixed-up checkpoint) */
+    if (n > 0 && n != e->c && !mp_model_is_onnx_name(e->model))
+        return mp_error(MP_ERR_FORMAT, "%s: metadata 'mixprec.norm_mean' records the input normalization of %d "
+                        "channels, the model's input (--input-shape %dx%dx%d) has %d", e->checkpoint, n, e->c, e->h,
+                        e->w, e->c);
     if (n > 0) {
         *channels = n;
         return mp_checkpoint_read_normalization(e->checkpoint, n, &n, *mean, *std);

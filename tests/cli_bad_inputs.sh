@@ -539,5 +539,13 @@ if "$bin" "${wide[@]}" --resume "$d/old.safetensors" --stop-after 2 >/dev/null 2
 then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL: norm_wide_old_export: $(cat "$d/err" "$d/ckpt.out" "$d/onnx.out" 2>/dev/null)"; fi
 
+# export writes a checkpoint's normalization into the model's metadata: a
+# record of another channel count than the model's input was written as its
+# own (for other runtimes to misread); now one error naming the key
+meta norm3 mixprec.norm_mean=0.1,0.2,0.3 mixprec.norm_std=0.5,0.5,0.5
+row export_norm_channels 1 "norm3.safetensors: metadata 'mixprec.norm_mean' records the input normalization of 3 \
+channels, the model's input \(--input-shape 1x8x8\) has 1$" -- export --checkpoint "$in/norm3.safetensors" \
+  --input-shape 1x8x8 -o norm3.onnx
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
