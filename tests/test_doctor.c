@@ -404,6 +404,38 @@ static void test_bad_files(const char *dir) {
     mp_graph_destroy(n.g);
 }
 
+/* A \u0000 escape or a raw control character in a string cut it short in
+ * the C string cJSON gives: "amp-bf16\u0000junk" read as amp-bf16, a key
+ * "fc1\u0000x" as layer fc1 (both accepted). Each is one error naming the
+ * file and the byte; "\\u0000" (an escaped backslash, then text) is fine. */
+static void test_nul_in_strings(const char *dir) {
+    net n = build(1.0f);
+    static const struct {
+        const char *text;
+        size_t len;
+        const char *needle;
+    } rows[] = {
+        {"{\"mixprec_policy\": 1, \"precision\": \"amp-bf16\\u0000junk\"}", 0, "(NUL) escape at byte 44"},
+        {"{\"mixprec_policy\": 1, \"overrides\": {\"fc1\\u0000x\": \"fp32\"}}", 0, "(NUL) escape at byte 40"},
+        {"{\"mixprec_policy\": 1, \"precision\": \"fp32\tx\"}", 0, "control character in a string at byte 40"},
+        {"{\"mixprec_policy\": 1, \"precision\": \"fp32\0x\"}", 45, "control character in a string at byte 40"},
+    };
+    char path[600];
+    snprintf(path, sizeof path, "%s/nul.json", dir);
+    mp_policy_file pf;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        FILE *f = fopen(path, "wb");
+        fwrite(rows[i].text, 1, rows[i].len ? rows[i].len : strlen(rows[i].text), f);
+        fclose(f);
+        CHECK_ERR(mp_policy_file_read(path, n.g, &pf), MP_ERR_FORMAT, "nul.json", rows[i].needle);
+    }
+    FILE *f = fopen(path, "wb");
+    fputs("{\"mixprec_policy\": 1, \"doctor\": {\"note\": \"a \\\\u0000 b\"}}", f);
+    fclose(f);
+    CHECK(mp_policy_file_read(path, n.g, &pf) == MP_OK, "an escaped backslash before u0000: %s", mp_last_error());
+    mp_graph_destroy(n.g);
+}
+
 int main(void) {
     char dir[512];
     scratch_dir_create(dir, sizeof dir, "test_doctor");
@@ -413,6 +445,7 @@ int main(void) {
     test_fp16_fine();
     test_startup_backoff();
     test_bad_files(dir);
+    test_nul_in_strings(dir);
     scratch_dir_remove(dir);
     return test_summary("test_doctor");
 }

@@ -183,6 +183,25 @@ static mp_status read_scale(const char *path, const cJSON *ls, mp_policy_file *o
     return MP_OK;
 }
 
+/* The first byte of a string that cJSON would cut short, or n: a \u0000
+ * escape, or a raw control character (which JSON forbids in strings and
+ * cJSON takes, a NUL among them), ends the C string it gives, so that
+ * "amp-bf16\u0000junk" read as "amp-bf16" and a key as its prefix. */
+static size_t cut_string(const char *t, size_t n) {
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)t[i];
+        if (!in_str) in_str = c == '"';
+        else if (c < 0x20) return i;
+        else if (c == '"') in_str = false;
+        else if (c == '\\' && i + 1 < n) {
+            if (t[i + 1] == 'u' && n - i >= 6 && !memcmp(t + i + 2, "0000", 4)) return i;
+            i++;
+        }
+    }
+    return n;
+}
+
 mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_file *out) {
     memset(out, 0, sizeof *out);
     FILE *f;
@@ -202,6 +221,13 @@ mp_status mp_policy_file_read(const char *path, const mp_graph *g, mp_policy_fil
         return mp_error(MP_ERR_FORMAT, "%s: larger than 1 MiB: not a policy file", path);
     }
     text[n] = '\0';
+    const size_t cut = cut_string(text, n);
+    if (cut < n) {
+        const bool esc = text[cut] == '\\';
+        free(text);
+        return mp_error(MP_ERR_FORMAT, "%s: %s at byte %zu: a key or value cannot hold it", path,
+                        esc ? "a \\u0000 (NUL) escape" : "a control character in a string", cut);
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     size_t where = end ? (size_t)(end - text) : 0;
