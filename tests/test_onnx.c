@@ -622,6 +622,25 @@ static void test_empty_huge_constant(void) {
     }
 }
 
+/* A node with an attribute twice (pads [0,0,0,0] then [1,1,1,1]): the
+ * first was taken silently, a guess the ONNX checker refuses; now one
+ * error naming the node and the attribute. */
+static void test_duplicate_attribute(void) {
+    pb g = {0}, a = {0};
+    const int64_t k[2] = {2, 2}, p0[4] = {0, 0, 0, 0}, p1[4] = {1, 1, 1, 1}, in[4] = {-1, 1, 4, 4};
+    const int64_t out[4] = {-1, 1, 2, 2};
+    onnx_attr_ints(&a, "kernel_shape", k, 2);
+    onnx_attr_ints(&a, "pads", p0, 4);
+    onnx_attr_ints(&a, "pads", p1, 4);
+    onnx_node(&g, "MaxPool", "pool", "x", "y", &a);
+    onnx_value_info(&g, 11, "x", in, 4, batch_sym);
+    onnx_value_info(&g, 12, "y", out, 4, batch_sym);
+    const char *p = save_graph("duplicate_attribute.onnx", &g);
+    mp_graph *gr = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_FORMAT, p, "node 'pool'", "attribute pads appears twice");
+    mp_graph_destroy(gr);
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_onnx");
     mp_model m;
@@ -651,6 +670,7 @@ int main(void) {
         test_dropout_training_mode();
         test_valid();
         test_empty_huge_constant();
+        test_duplicate_attribute();
     }
     scratch_dir_remove(dir);
     return test_summary("test_onnx");

@@ -153,6 +153,11 @@ static mp_status import_node(onnx_ctx *c) {
         return onnx_fail(c, MP_ERR_UNSUPPORTED, "op %s of domain '%s' is not supported (mixprec imports ops of the "
                                                 "default ONNX domain: %s)", n->op_type, n->domain, onnx_op_list());
     if (n->n_output < 1 || !n->output[0][0]) return onnx_fail(c, MP_ERR_FORMAT, "the node has no output");
+    /* which of two values would apply is a guess (the ONNX checker refuses it) */
+    for (size_t a = 1; a < n->n_attribute; a++)
+        for (size_t b = 0; b < a; b++)
+            if (n->attribute[a]->name && n->attribute[b]->name && !strcmp(n->attribute[a]->name, n->attribute[b]->name))
+                return onnx_fail(c, MP_ERR_FORMAT, "attribute %s appears twice", n->attribute[a]->name);
     if (onnx_foldable(c)) return onnx_fold(c);
     onnx_emit_fn emit = onnx_op_lookup(n->op_type);
     if (!emit)
