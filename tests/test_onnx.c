@@ -641,6 +641,33 @@ static void test_duplicate_attribute(void) {
     mp_graph_destroy(gr);
 }
 
+/* Metadata that records the input normalization twice (two entries
+ * mixprec.norm_mean): the last was taken silently; now one error naming
+ * the file and the key, as a checkpoint's metadata given twice. */
+static void test_duplicate_metadata(void) {
+    pb g = {0};
+    const int64_t in[2] = {-1, 4};
+    onnx_node(&g, "Relu", "relu", "x", "y", NULL);
+    onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+    onnx_value_info(&g, 12, "y", in, 2, batch_sym);
+    pb m = onnx_model(&g, 17);
+    static const char *const kv[3][2] = {
+        {"mixprec.norm_mean", "0.5"}, {"mixprec.norm_std", "0.25"}, {"mixprec.norm_mean", "100"}};
+    for (int k = 0; k < 3; k++) { /* ModelProto.metadata_props 14: StringStringEntryProto key 1, value 2 */
+        pb e = {0};
+        pb_str(&e, 1, kv[k][0]);
+        pb_str(&e, 2, kv[k][1]);
+        pb_msg(&m, 14, &e);
+    }
+    const char *p = scratch_path(dir, "duplicate_metadata.onnx");
+    pb_save(&m, p);
+    free(m.b);
+    int channels = -1;
+    float mean[4], std[4];
+    CHECK_ERR(mp_onnx_read_normalization(p, 4, &channels, mean, std), MP_ERR_FORMAT, p,
+              "metadata mixprec.norm_mean appears twice");
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_onnx");
     mp_model m;
@@ -671,6 +698,7 @@ int main(void) {
         test_valid();
         test_empty_huge_constant();
         test_duplicate_attribute();
+        test_duplicate_metadata();
     }
     scratch_dir_remove(dir);
     return test_summary("test_onnx");

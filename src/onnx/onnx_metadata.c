@@ -65,7 +65,11 @@ static mp_status parse(const Onnx__ModelProto *m, const char *path, const char *
     *n = 0;
     const char *s = NULL;
     for (size_t i = 0; i < m->n_metadata_props; i++)
-        if (m->metadata_props[i]->key && !strcmp(m->metadata_props[i]->key, key)) s = m->metadata_props[i]->value;
+        if (m->metadata_props[i]->key && !strcmp(m->metadata_props[i]->key, key)) {
+            if (s) /* which one applies would be a guess */
+                return mp_error(MP_ERR_FORMAT, "%s: metadata %s appears twice", path, key);
+            s = m->metadata_props[i]->value ? m->metadata_props[i]->value : "";
+        }
     if (!s) return MP_OK;
     if (!s[0] || !mp_meta_parse_floats(s, lo, 1e30, v, max, n))
         return mp_error(MP_ERR_FORMAT, "%s: metadata %s: '%.80s' is not a list of at most %d numbers%s", path, key, s,
