@@ -668,6 +668,23 @@ static void test_duplicate_metadata(void) {
               "metadata mixprec.norm_mean appears twice");
 }
 
+/* Gemm's C broadcasts to the (N, M) output, so its rank is at most 2: a C of
+ * shape (1, 1, 3) (which ONNX runtimes refuse) imported as a bias silently. */
+static void test_gemm_c_rank(void) {
+    pb g = {0};
+    const int64_t bd[2] = {4, 3}, cd[3] = {1, 1, 3}, in[2] = {-1, 4}, out[2] = {-1, 3};
+    static const float bw[12], bias[3] = {1, 2, 3};
+    onnx_init(&g, "B", 1, bd, 2, bw, sizeof bw);
+    onnx_init(&g, "C3", 1, cd, 3, bias, sizeof bias);
+    onnx_node(&g, "Gemm", "gemm", "x,B,C3", "y", NULL);
+    onnx_value_info(&g, 11, "x", in, 2, batch_sym);
+    onnx_value_info(&g, 12, "y", out, 2, batch_sym);
+    const char *p = save_graph("gemm_c_rank3.onnx", &g);
+    mp_graph *gr = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, p, "node 'gemm'", "C 'C3' of shape [1, 1, 3]");
+    mp_graph_destroy(gr);
+}
+
 int main(void) {
     scratch_dir_create(dir, sizeof dir, "test_onnx");
     mp_model m;
@@ -699,6 +716,7 @@ int main(void) {
         test_empty_huge_constant();
         test_duplicate_attribute();
         test_duplicate_metadata();
+        test_gemm_c_rank();
     }
     scratch_dir_remove(dir);
     return test_summary("test_onnx");

@@ -69,7 +69,8 @@ static mp_status emit_dense(onnx_ctx *c, const char *name, bool gemm) {
     const char *out_name = c->node->output[0];
     const float c_scale = cv ? beta : 1; /* ONNX's Gemm ignores beta without C: not applied to an absorbed Add */
     if (cv) {
-        if (cv->kind != ONNX_V_CONST || cv->is_int || (cv->numel != m && cv->numel != 1) ||
+        /* C broadcasts to (N, M): of rank at most 2 (a (1, 1, M) would make the output 3-D) */
+        if (cv->kind != ONNX_V_CONST || cv->is_int || (cv->numel != m && cv->numel != 1) || cv->ndim > 2 ||
             (cv->ndim == 2 && cv->dims[0] != 1))
             return onnx_fail(c, MP_ERR_UNSUPPORTED, "C '%s' of shape %s: mixprec's bias is a constant of one value "
                                                     "per output", cv->name, onnx_dims_str(cv->ndim, cv->dims, b1, sizeof b1));
