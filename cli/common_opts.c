@@ -400,7 +400,7 @@ bool cli_make_dirs(const char *path) {
 mp_status cli_checkpoint_rows(const char *path, const char *name, int *rows) {
     *rows = 0;
     mp_st_file *f = NULL;
-    MP_TRY(mp_safetensors_open(path, &f));
+    MP_TRY(mp_safetensors_open_header(path, &f)); /* the shape alone */
     mp_st_tensor t;
     if (mp_safetensors_get(f, name, &t) == MP_OK && t.ndim == 2 && t.dims[0] <= MP_DATASET_MAX_CLASSES)
         *rows = (int)t.dims[0];

@@ -106,7 +106,7 @@ static mp_status saved_model(const char *path, char *buf, size_t cap, bool *run)
     mp_st_file *f = NULL;
     buf[0] = '\0';
     *run = false;
-    MP_TRY(mp_safetensors_open(path, &f));
+    MP_TRY(mp_safetensors_open_header(path, &f)); /* the metadata alone */
     const char *m = mp_safetensors_meta(f, "mixprec.model");
     if (m) snprintf(buf, cap, "%s", m), *run = true;
     mp_safetensors_close(f);

@@ -115,6 +115,14 @@ static void test_checkpoints_and_weights(void) {
     mp_checkpoint_info back = {.model = "a"};
     CHECK_ERR(mp_trainer_load(ta, path, &back), MP_OK);
     CHECK(back.epoch == 1, "epoch %d read back", back.epoch);
+    /* the metadata alone is read: no tensor bytes asked of the host (its figure lowered to 1 byte) */
+    setenv("MIXPREC_HOST_MEM_LIMIT", "1", 1);
+    mp_checkpoint_info meta = {0};
+    CHECK_ERR(mp_checkpoint_read_info(path, &meta), MP_OK);
+    int meta_channels = -2;
+    CHECK_ERR(mp_checkpoint_read_normalization(path, 0, &meta_channels, NULL, NULL), MP_OK);
+    unsetenv("MIXPREC_HOST_MEM_LIMIT");
+    CHECK(meta.epoch == 1 && meta_channels == 0, "metadata alone: epoch %d, %d channels", meta.epoch, meta_channels);
     /* the input normalization of any number of channels (here more than the info's arrays hold): saved
      * by mp_trainer_save_normalized, read back whole by mp_checkpoint_read_normalization */
     {

@@ -628,6 +628,33 @@ static void test_reader_accepts(void) {
     }
 }
 
+/* The header alone: names, shapes and metadata as mp_safetensors_open gives
+ * them, no tensor bytes held (data NULL), none of them counted against the
+ * host's memory; a header whose offsets run past the file is refused alike. */
+static void test_header_only(void) {
+    mp_st_file *f = NULL;
+    mp_st_tensor t;
+    const char *p = craft("header_only.safetensors",
+                          "{\"__metadata__\":{\"mixprec.model\":\"small\"},\"fc.weight\":" E("F32", "[3,2]", 0, 24) "}",
+                          24);
+    setenv("MIXPREC_HOST_MEM_LIMIT", "1", 1); /* the 24 bytes of tensors would not fit: they are not asked for */
+    CHECK_ERR(mp_safetensors_open(p, &f), MP_ERR_NOMEM, "the tensors of ", p);
+    CHECK_ERR(mp_safetensors_open_header(p, &f), MP_OK);
+    unsetenv("MIXPREC_HOST_MEM_LIMIT");
+    if (f) {
+        const char *m = mp_safetensors_meta(f, "mixprec.model");
+        CHECK(m && !strcmp(m, "small"), "metadata from the header: %s", m ? m : "(none)");
+        CHECK_ERR(mp_safetensors_get(f, "fc.weight", &t), MP_OK);
+        CHECK(t.ndim == 2 && t.dims[0] == 3 && t.dims[1] == 2 && t.data == NULL, "shape %dx%d, data %p",
+              t.ndim > 0 ? (int)t.dims[0] : -1, t.ndim > 1 ? (int)t.dims[1] : -1, t.data);
+        mp_safetensors_close(f);
+    }
+    p = craft("header_only_short.safetensors", "{\"w\":" E("F32", "[4]", 0, 16) "}", 8);
+    f = (mp_st_file *)&f;
+    CHECK(mp_safetensors_open_header(p, &f) == MP_ERR_FORMAT && f == NULL, "offsets past the file: %s",
+          mp_last_error());
+}
+
 int main(void) {
     scratch_dir_create(tmp, sizeof tmp, "test_safetensors");
     write_py_script();
@@ -638,6 +665,7 @@ int main(void) {
     test_atomic();
     test_reader_rejects();
     test_reader_accepts();
+    test_header_only();
     scratch_dir_remove(tmp);
     return test_summary("test_safetensors");
 }

@@ -57,12 +57,19 @@ typedef struct mp_st_file mp_st_file;
  * I64, U64, F8_*, F4, F6_*, C64 too); only mixprec's five can be fetched. */
 mp_status mp_safetensors_open(const char *path, mp_st_file **out);
 
+/* The header alone (names, dtypes, shapes, metadata), validated as
+ * mp_safetensors_open does, offsets against the file's size included, but the
+ * tensors' bytes neither read nor held: for callers that want the metadata or
+ * a shape of a checkpoint that may be large. mp_safetensors_get then gives
+ * data NULL. */
+mp_status mp_safetensors_open_header(const char *path, mp_st_file **out);
+
 /* Tensors in file order (by data offset). */
 int mp_safetensors_count(const mp_st_file *f);
 const char *mp_safetensors_name(const mp_st_file *f, int i);
 
 /* Look a tensor up by name. out->name and out->data point into `f` and stay
- * valid until mp_safetensors_close; data is aligned to at least the element
+ * valid until mp_safetensors_close (data NULL for mp_safetensors_open_header); data is aligned to at least the element
  * size. Not found: MP_ERR_FORMAT naming the tensor and the file. A dtype
  * mixprec does not use (I64, U8, ...) or more than MP_ST_MAX_DIMS dimensions:
  * MP_ERR_UNSUPPORTED. */

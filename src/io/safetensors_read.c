@@ -333,7 +333,9 @@ static mp_status st_read(const char *path, FILE *fp, void *dst, size_t n) {
     return MP_OK;
 }
 
-static mp_status st_load(const char *path, mp_st_file *f, FILE *fp, uint64_t size) {
+/* The header of the file at fp (size bytes) into f, validated; with_data:
+ * the tensors' bytes too. */
+static mp_status st_load(const char *path, mp_st_file *f, FILE *fp, uint64_t size, bool with_data) {
     if (size < 8)
         return st_bad(path, "file is %" PRIu64 " bytes, shorter than the 8-byte header length (truncated?)", size);
     unsigned char len8[8];
@@ -374,7 +376,7 @@ static mp_status st_load(const char *path, mp_st_file *f, FILE *fp, uint64_t siz
             goto done;
         }
     s = st_parse_header(path, f, root, data_len);
-    if (s != MP_OK) goto done;
+    if (s != MP_OK || !with_data) goto done;
 
     s = mp_host_mem_check(((size_t)data_len + 64) & ~(size_t)63, NULL, "the tensors of %s", path);
     if (s != MP_OK) goto done;
@@ -406,7 +408,8 @@ done:
     return s;
 }
 
-mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
+/* mp_safetensors_open and mp_safetensors_open_header. */
+static mp_status st_open(const char *path, bool with_data, mp_st_file **out) {
     MP_ASSERT(path && out);
     *out = NULL;
     uint64_t size;
@@ -419,7 +422,7 @@ mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
         mp_safetensors_close(f);
         return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
     }
-    mp_status s = st_load(path, f, fp, size);
+    mp_status s = st_load(path, f, fp, size, with_data);
     fclose(fp);
     if (s != MP_OK) {
         mp_safetensors_close(f);
@@ -428,3 +431,7 @@ mp_status mp_safetensors_open(const char *path, mp_st_file **out) {
     *out = f;
     return MP_OK;
 }
+
+mp_status mp_safetensors_open(const char *path, mp_st_file **out) { return st_open(path, true, out); }
+
+mp_status mp_safetensors_open_header(const char *path, mp_st_file **out) { return st_open(path, false, out); }

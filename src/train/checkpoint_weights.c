@@ -52,7 +52,7 @@ mp_status mp_checkpoint_load_weights(mp_graph *g, const char *path, mp_checkpoin
 mp_status mp_checkpoint_read_info(const char *path, mp_checkpoint_info *info) {
     if (!path || !info) return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null path or info");
     mp_st_file *f = NULL;
-    MP_TRY(mp_safetensors_open(path, &f));
+    MP_TRY(mp_safetensors_open_header(path, &f)); /* the metadata alone */
     mp_status s = read_info(f, path, info);
     mp_safetensors_close(f);
     return s;
@@ -63,7 +63,7 @@ mp_status mp_checkpoint_read_normalization(const char *path, int max_channels, i
     if (!path || !channels || max_channels < 0 || (max_channels > 0 && (!mean || !std)))
         return mp_error(MP_ERR_INVALID_ARG, "checkpoint: null argument or no room for the normalization");
     mp_st_file *f = NULL;
-    MP_TRY(mp_safetensors_open(path, &f));
+    MP_TRY(mp_safetensors_open_header(path, &f)); /* the metadata alone */
     mp_status s = mp_ckpt_meta_norm_read(f, path, max_channels, channels, mean, std);
     mp_safetensors_close(f);
     return s;
