@@ -508,6 +508,14 @@ static void test_fold_slice_negative_step(void) {
     CHECK(!memcmp(x, y, sizeof x), "the flattened sample differs from the input");
 }
 
+/* Importing the model at p into a fresh graph is refused with `want`, the
+ * message naming p, then `what` and `why`. */
+static void import_refused(const char *p, mp_status want, const char *what, const char *why) {
+    mp_graph *gr = mp_graph_create();
+    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), want, p, what, why);
+    mp_graph_destroy(gr);
+}
+
 /* A Dropout whose training_mode is a true constant is refused by name (a
  * model exported in training mode); false imports as inference. */
 /* training_mode true draws a random mask: refused, except at ratio 0, where
@@ -615,10 +623,7 @@ static void test_empty_huge_constant(void) {
         onnx_value_info(&g, 12, "y", in, 2, batch_sym);
         char name[64];
         snprintf(name, sizeof name, "empty_huge_%s.onnx", ops[k]);
-        const char *p = save_graph(name, &g);
-        mp_graph *gr = mp_graph_create();
-        CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, p, "'empty_a'", "too large");
-        mp_graph_destroy(gr);
+        import_refused(save_graph(name, &g), MP_ERR_UNSUPPORTED, "'empty_a'", "too large");
     }
 }
 
@@ -635,10 +640,8 @@ static void test_duplicate_attribute(void) {
     onnx_node(&g, "MaxPool", "pool", "x", "y", &a);
     onnx_value_info(&g, 11, "x", in, 4, batch_sym);
     onnx_value_info(&g, 12, "y", out, 4, batch_sym);
-    const char *p = save_graph("duplicate_attribute.onnx", &g);
-    mp_graph *gr = mp_graph_create();
-    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_FORMAT, p, "node 'pool'", "attribute pads appears twice");
-    mp_graph_destroy(gr);
+    import_refused(save_graph("duplicate_attribute.onnx", &g), MP_ERR_FORMAT, "node 'pool'",
+                   "attribute pads appears twice");
 }
 
 /* Metadata that records the input normalization twice (two entries
@@ -679,10 +682,7 @@ static void test_gemm_c_rank(void) {
     onnx_node(&g, "Gemm", "gemm", "x,B,C3", "y", NULL);
     onnx_value_info(&g, 11, "x", in, 2, batch_sym);
     onnx_value_info(&g, 12, "y", out, 2, batch_sym);
-    const char *p = save_graph("gemm_c_rank3.onnx", &g);
-    mp_graph *gr = mp_graph_create();
-    CHECK_ERR(mp_graph_from_onnx(gr, p, NULL, NULL), MP_ERR_UNSUPPORTED, p, "node 'gemm'", "C 'C3' of shape [1, 1, 3]");
-    mp_graph_destroy(gr);
+    import_refused(save_graph("gemm_c_rank3.onnx", &g), MP_ERR_UNSUPPORTED, "node 'gemm'", "C 'C3' of shape [1, 1, 3]");
 }
 
 int main(void) {
